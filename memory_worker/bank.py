@@ -1,0 +1,364 @@
+"""One bank in RAM: its memories, index, rules and damage report, replayed from its folder.
+
+Invariants:
+- `commit()` is the single mutation choke point. A record's line is appended and fsynced before the
+  record becomes visible to readers; concurrent commits share one fsync (group commit).
+- Decisions read `latest()`/`match_text()`, which include records written but not yet durable, so two
+  concurrent saves of one text reinforce instead of duplicating. Callers decide and call `commit()`
+  with no `await` in between.
+- A failed write or fsync cuts the log back to its last durable size and fails every commit that was
+  waiting on it: RAM never holds what the disk does not.
+- Replay is last-wins by id and revision (a tie goes to the later line); torn or corrupt lines are
+  skipped and reported with their line numbers, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import yaml
+from pydantic import ValidationError
+
+from . import files
+from .errors import StorageError
+from .index import LexicalIndex
+from .models import Memory, Rule
+from .recall import document_terms
+from .text import fingerprint, normalize
+
+__all__ = ["Bank", "Damage"]
+
+log = structlog.get_logger(__name__)
+
+MEMORIES_FILE = "memories.jsonl"
+BANK_FILE = "bank.yaml"
+RULES_DIR = "rules"
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Something found broken on disk and skipped: reported by doctor and in the logs."""
+
+    file: str
+    reason: str
+    line: int | None = None
+
+    def describe(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.reason}"
+
+
+@dataclass(slots=True)
+class _Pending:
+    records: Sequence[Memory]
+    future: asyncio.Future[None] = field(repr=False)
+
+
+def _mtime_ms(path: Path) -> int:
+    try:
+        return int(path.stat().st_mtime * 1000)
+    except OSError:
+        return 0
+
+
+class Bank:
+    def __init__(self, name: str, path: Path, description: str = "") -> None:
+        self.name = name
+        self.path = path
+        self.description = description
+        self.damage: list[Damage] = []
+        self.index = LexicalIndex()
+        self._memories: dict[str, Memory] = {}
+        self._live_by_text: dict[str, str] = {}  # normalized text → id, live records
+        self._retired_by_text: dict[str, str] = {}  # normalized text → id, retired records
+        self._rules: dict[str, Rule] = {}
+        self._log = files.AppendLog(path / MEMORIES_FILE)
+        self._queue: list[_Pending] = []
+        self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
+        self._flusher: asyncio.Task[None] | None = None
+        self._rules_lock = asyncio.Lock()
+        self._broken: str | None = None  # set when a failed write could not be cut back
+        self._frozen: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Bank {self.name!r} memories={len(self._memories)} live={len(self.index)} "
+            f"rules={len(self._rules)} staged={len(self._staged)} damage={len(self.damage)}>"
+        )
+
+    # --- loading -------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, name: str, path: Path, description: str) -> Bank:
+        """Make the folder with its `bank.yaml` and `rules/` (blocking)."""
+        try:
+            path.mkdir(parents=False, exist_ok=True)
+            (path / RULES_DIR).mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create bank folder {path}: {exc.strerror or exc}") from exc
+        body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
+        files.atomic_write(path / BANK_FILE, body)
+        files.fsync_dir(path.parent)
+        return cls(name, path, description)
+
+    @classmethod
+    def load(cls, name: str, path: Path) -> Bank:
+        """Replay a bank folder (blocking): description, memories, rules, leftovers."""
+        bank = cls(name, path)
+        bank.description = bank._read_description()
+        bank._replay()
+        bank._load_rules()
+        for damage in bank.damage:
+            log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
+        return bank
+
+    def _read_description(self) -> str:
+        path = self.path / BANK_FILE
+        if not path.exists():
+            return ""
+        try:
+            data = yaml.safe_load(files.read_text(path))
+        except yaml.YAMLError:
+            self.damage.append(Damage(BANK_FILE, "not valid YAML; description ignored"))
+            return ""
+        value = data.get("description") if isinstance(data, dict) else None
+        return value if isinstance(value, str) else ""
+
+    def _replay(self) -> None:
+        memories = self._memories
+        for number, line, complete in files.iter_lines(self.path / MEMORIES_FILE):
+            try:
+                record = Memory.model_validate_json(line)
+            except ValidationError as exc:
+                reason = "torn last line (interrupted write)" if not complete else "corrupt line"
+                first = exc.errors()[0]
+                detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
+                self.damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
+                continue
+            previous = memories.get(record.id)
+            if previous is None or record.revision >= previous.revision:
+                memories[record.id] = record
+        for record in memories.values():
+            self._map_text(record)
+            if record.live:
+                self.index.add(record.id, document_terms(record))
+
+    def _load_rules(self) -> None:
+        folder = self.path / RULES_DIR
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []
+        except OSError as exc:
+            self.damage.append(Damage(RULES_DIR, f"unreadable: {exc.strerror or exc}"))
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                if entry.name.endswith(".tmp"):
+                    self.damage.append(
+                        Damage(f"{RULES_DIR}/{entry.name}", "leftover temp file of an interrupted "
+                               "rule write (the rule itself is intact); safe to delete")
+                    )
+                continue
+            if not entry.name.endswith(".md") or not entry.is_file():
+                continue
+            path = Path(entry.path)
+            try:
+                content = files.read_text(path)
+            except StorageError as exc:
+                self.damage.append(Damage(f"{RULES_DIR}/{entry.name}", exc.message))
+                continue
+            name = entry.name[: -len(".md")]
+            self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+
+    # --- reads (durable state) -----------------------------------------------------------------
+
+    @property
+    def memories(self) -> Mapping[str, Memory]:
+        return self._memories
+
+    def get(self, memory_id: str) -> Memory | None:
+        return self._memories.get(memory_id)
+
+    def live_count(self) -> int:
+        return len(self.index)
+
+    def pinned_count(self) -> int:
+        return sum(1 for m in self._memories.values() if m.pinned and m.live)
+
+    def rules(self) -> list[Rule]:
+        return [self._rules[name] for name in sorted(self._rules)]
+
+    def rule(self, name: str) -> Rule | None:
+        return self._rules.get(name)
+
+    # --- decisions (durable + written-but-not-yet-synced) ---------------------------------------
+
+    def latest(self, memory_id: str) -> Memory | None:
+        staged = self._staged.get(memory_id)
+        return staged[0] if staged is not None else self._memories.get(memory_id)
+
+    def match_text(self, text: str) -> Memory | None:
+        """The record whose text is `text` up to case and whitespace: a live one first, else a
+        retired one (to resurrect), else None."""
+        norm = normalize(text)
+        retired: Memory | None = None
+        for record, staged_norm in self._staged.values():
+            if staged_norm == norm:
+                if record.live:
+                    return record
+                retired = retired or record
+        for table in (self._live_by_text, self._retired_by_text):
+            memory_id = table.get(norm)
+            if memory_id is not None and memory_id not in self._staged:
+                candidate = self._memories[memory_id]
+                if candidate.live or retired is None:
+                    return candidate
+        return retired
+
+    def new_id(self, text: str) -> str:
+        """The content fingerprint of `text`; salted deterministically in the rare case another
+        record already owns it (its text was edited away from this one)."""
+        memory_id = fingerprint(text)
+        salt = 0
+        while memory_id in self._memories or memory_id in self._staged:
+            salt += 1
+            memory_id = fingerprint(f"{normalize(text)}\x00{salt}")
+        return memory_id
+
+    # --- the choke point -----------------------------------------------------------------------
+
+    async def commit(self, records: Sequence[Memory]) -> None:
+        """Append `records` as one write, wait until it is durable, then apply it to RAM.
+
+        Raises `StorageError` (and changes nothing in RAM) when the write or its fsync fails.
+        """
+        if not records:
+            return
+        if self._broken is not None:
+            raise StorageError(
+                f"bank {self.name} refuses writes until memory::reload: {self._broken}"
+            )
+        if self._frozen is not None:
+            raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+        try:
+            data = b"".join(record.to_line() + b"\n" for record in records)
+        except ValueError as exc:  # pydantic's serialization error is a ValueError
+            raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
+        self._log.write(data)
+        pending = _Pending(records, asyncio.get_running_loop().create_future())
+        pending.future.add_done_callback(_consume_exception)
+        self._queue.append(pending)
+        for record in records:
+            self._staged[record.id] = (record, normalize(record.text))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=f"memory-flush:{self.name}")
+        # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
+        await asyncio.shield(pending.future)
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch = list(self._queue)
+            try:
+                await asyncio.to_thread(self._log.sync)
+            except StorageError as exc:
+                self._abort(exc)
+                return
+            del self._queue[: len(batch)]
+            for pending in batch:
+                for record in pending.records:
+                    self._apply(record)
+                pending.future.set_result(None)
+            self._staged = {
+                record.id: (record, normalize(record.text))
+                for pending in self._queue
+                for record in pending.records
+            }
+
+    def _abort(self, exc: StorageError) -> None:
+        log.error("commit_failed", bank=self.name, error=str(exc), waiting=len(self._queue))
+        try:
+            self._log.truncate(self._log.synced_size)
+        except StorageError as cut:
+            self._broken = cut.message
+            log.error("bank_write_disabled", bank=self.name, error=str(cut))
+        failed, self._queue, self._staged = self._queue, [], {}
+        for pending in failed:
+            pending.future.set_exception(exc)
+
+    def _apply(self, record: Memory) -> None:
+        """Make a durable record visible, with replay's rule: a lower revision never wins."""
+        previous = self._memories.get(record.id)
+        if previous is not None and record.revision < previous.revision:
+            return
+        self._memories[record.id] = record
+        if previous is not None:
+            self._unmap_text(previous)
+        self._map_text(record)
+        indexed_same = (
+            previous is not None
+            and previous.live
+            and previous.text == record.text
+            and previous.entities == record.entities
+        )
+        if record.live and not indexed_same:
+            self.index.add(record.id, document_terms(record))
+        elif not record.live:
+            self.index.remove(record.id)
+
+    def _map_text(self, record: Memory) -> None:
+        table = self._live_by_text if record.live else self._retired_by_text
+        table[normalize(record.text)] = record.id
+
+    def _unmap_text(self, record: Memory) -> None:
+        norm = normalize(record.text)
+        for table in (self._live_by_text, self._retired_by_text):
+            if table.get(norm) == record.id:
+                del table[norm]
+
+    def freeze(self, reason: str) -> None:
+        """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
+        self._frozen = reason
+
+    def unfreeze(self) -> None:
+        self._frozen = None
+
+    async def drain(self) -> None:
+        """Wait for every write in flight to land (or fail)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    def close(self) -> None:
+        self._log.close()
+
+    # --- rules ---------------------------------------------------------------------------------
+
+    async def set_rule(self, name: str, content: str) -> bool:
+        """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
+        the rule exists afterwards."""
+        path = self.path / RULES_DIR / f"{name}.md"
+        async with self._rules_lock:
+            if not content.strip():
+                await asyncio.to_thread(files.remove_file, path)
+                self._rules.pop(name, None)
+                return False
+            await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
+            self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+            return True
+
+
+def _write_rule(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+    files.atomic_write(path, data)
+
+
+def _consume_exception(future: asyncio.Future[None]) -> None:
+    # A failed commit is reported to its caller; this only stops asyncio warning about it twice.
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,243 @@
+"""`memory-worker`: the embedded CLI. A thin layer over `MemoryService` and the catalog.
+
+Commands open the data dir in-process (taking its lock), run, and close. Results go to stdout as
+JSON; errors go to stderr as JSON `{code, message}` with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import catalog
+from .config import Settings, load_settings, resolve_data_dir
+from .errors import InvalidInput, WorkerError
+from .logs import configure_logging
+from .service import MemoryService
+from .store import Store
+
+__all__ = ["main", "parse_assignments"]
+
+CONFIG_ENV = "MEMORY_CONFIG"
+CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
+
+
+def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str, Any]:
+    """`iii trigger` argument rules: `--json` gives a base object that `k=v` pairs override; each
+    value is JSON-decoded when possible, else kept as a string."""
+    payload: dict[str, Any] = {}
+    if base:
+        try:
+            decoded = json.loads(base)
+        except ValueError as exc:
+            raise InvalidInput(f"--json is not valid JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise InvalidInput("--json must be a JSON object")
+        payload.update(decoded)
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"expected key=value, got {pair!r}")
+        try:
+            payload[key] = json.loads(raw)
+        except ValueError:
+            payload[key] = raw
+    return payload
+
+
+def _dump(value: object, stream: TextIO, *, pretty: bool = False) -> None:
+    stream.write(json.dumps(value, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+    stream.flush()
+
+
+def _fail(err: WorkerError) -> int:
+    _dump(err.to_dict(), sys.stderr)
+    return 1
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    path = args.config or os.environ.get(CONFIG_ENV)
+    return load_settings(Path(path) if path else None)
+
+
+def _open(args: argparse.Namespace, settings: Settings, command: str) -> Store:
+    root = resolve_data_dir(args.data_dir, settings)
+    holder = {
+        "pid": os.getpid(),
+        "kind": "cli",
+        "command": command,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S)
+
+
+async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
+    settings = _settings(args)
+    store = await asyncio.to_thread(_open, args, settings, command)
+    try:
+        result: int = await work(MemoryService(store, settings))
+        return result
+    finally:
+        await store.close()
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def _trigger_help(function_id: str) -> int:
+    spec = catalog.find(function_id)
+    print(f"{spec.id}\n\n{spec.description}\n\nRequest schema:")
+    _dump(catalog.json_schema(spec.request), sys.stdout, pretty=True)
+    return 0
+
+
+async def _trigger(args: argparse.Namespace) -> int:
+    if args.help_function:
+        return _trigger_help(args.function)
+    catalog.find(args.function)  # an unknown function fails before the data dir is opened
+    payload = parse_assignments(args.pairs, args.json)
+
+    async def work(service: MemoryService) -> int:
+        _dump(await catalog.call(service, args.function, payload), sys.stdout, pretty=True)
+        return 0
+
+    return await _with_service(args, f"memory-worker trigger {args.function}", work)
+
+
+async def _batch_line(service: MemoryService, line: str) -> dict[str, Any]:
+    try:
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise InvalidInput(f"not a JSON line: {exc}") from None
+        if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
+            raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
+        return {"result": await catalog.call(service, item["function_id"], item.get("payload"))}
+    except WorkerError as err:
+        return {"error": err.to_dict()}
+
+
+async def _call(args: argparse.Namespace) -> int:
+    source = sys.stdin if args.batch == "-" else None
+
+    async def work(service: MemoryService) -> int:
+        stream = source or Path(args.batch).open(encoding="utf-8")  # noqa: SIM115 - closed below
+        try:
+            while True:
+                # One line at a time, answered before the next is read: a pipe can drive it.
+                line = await asyncio.to_thread(stream.readline)
+                if not line:
+                    return 0
+                if line.strip():
+                    _dump(await _batch_line(service, line), sys.stdout)
+        finally:
+            if stream is not sys.stdin:
+                stream.close()
+
+    if source is None and not Path(args.batch).is_file():
+        raise InvalidInput(f"batch file {args.batch} does not exist")
+    return await _with_service(args, "memory-worker call --batch", work)
+
+
+def _read_records(path: str) -> list[dict[str, Any]]:
+    stream = sys.stdin if path == "-" else None
+    try:
+        text = (stream or Path(path)).read() if stream else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise InvalidInput(f"{path}:{number} is not JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise InvalidInput(f"{path}:{number} is not a JSON object")
+        rows.append(row)
+    return rows
+
+
+async def _import(args: argparse.Namespace) -> int:
+    rows = _read_records(args.file)
+
+    async def work(service: MemoryService) -> int:
+        report = await service.import_records(args.bank, rows)
+        _dump(
+            {
+                "bank": report.bank,
+                "imported": report.imported,
+                "live": report.live,
+                "redacted": report.redacted,
+            },
+            sys.stdout,
+            pretty=True,
+        )
+        return 0
+
+    return await _with_service(args, f"memory-worker import --bank {args.bank}", work)
+
+
+# --- parser ------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", help="data dir (default: $MEMORY_DATA_DIR, config, "
+                        "$III_COMPOSE_DIR/data/memory, ./data/memory)")
+    common.add_argument("--config", help=f"YAML settings file (default: ${CONFIG_ENV})")
+    common.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+
+    parser = argparse.ArgumentParser(
+        prog="memory-worker",
+        description="Durable cross-session memory for AI agents: banks of rules and memories.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    trigger = sub.add_parser(
+        "trigger",
+        parents=[common],
+        add_help=False,
+        help="call one memory function, like `iii trigger`",
+        description="Call one function: memory-worker trigger FUNCTION [k=v ...] [--json '{...}']",
+    )
+    trigger.add_argument("function", help="function id, e.g. memory::save")
+    trigger.add_argument("pairs", nargs="*", help="payload fields as key=value (JSON values)")
+    trigger.add_argument("--json", help="base payload as a JSON object; key=value pairs override")
+    trigger.add_argument("-h", "--help", dest="help_function", action="store_true",
+                         help="print the function's description and request schema")
+
+    call = sub.add_parser("call", parents=[common], help="run many calls in one process")
+    call.add_argument("--batch", required=True, metavar="FILE|-",
+                      help='JSON lines {"function_id", "payload"}; one answer line per input')
+
+    imp = sub.add_parser("import", parents=[common], help="bulk import whole memory records")
+    imp.add_argument("file", metavar="FILE.jsonl", help="records, one JSON object a line (- = stdin)")
+    imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
+    return parser
+
+
+_COMMANDS = {"trigger": _trigger, "call": _call, "import": _import}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        return asyncio.run(_COMMANDS[args.command](args))
+    except WorkerError as err:
+        return _fail(err)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

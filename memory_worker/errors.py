@@ -1,0 +1,76 @@
+"""Error types with stable wire codes.
+
+`str(err)` is always `"<code>: <message>"`: the bus only carries a message for Python handlers, so callers
+match on the prefix. The core raises these; each edge (bus, CLI, REST) translates once.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ERROR_CODES",
+    "BankNotFound",
+    "Conflict",
+    "InvalidInput",
+    "MemoryNotFound",
+    "SiblingUnavailable",
+    "StorageError",
+    "WorkerError",
+]
+
+
+class WorkerError(Exception):
+    """Base of every error the worker reports to a caller."""
+
+    code = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class InvalidInput(WorkerError):
+    """Bad request shape or values: names, text length, types."""
+
+    code = "invalid_input"
+
+
+class BankNotFound(WorkerError):
+    """A read or mutation names a bank that does not exist."""
+
+    code = "bank_not_found"
+
+
+class MemoryNotFound(WorkerError):
+    """The id is unknown in the bank."""
+
+    code = "memory_not_found"
+
+
+class Conflict(WorkerError):
+    """Well-formed, but the current state forbids it (pinned, retired, duplicate text, locked dir)."""
+
+    code = "conflict"
+
+
+class StorageError(WorkerError):
+    """The disk refused: unwritable data dir, failed write or fsync, unreadable bank."""
+
+    code = "storage"
+
+
+class SiblingUnavailable(WorkerError):
+    """A sibling worker (router, session-manager, queue, state) is missing, timed out or failed."""
+
+    code = "sibling_unavailable"
+
+
+ERROR_CODES: dict[str, str] = {
+    cls.code: (cls.__doc__ or "").strip()
+    for cls in (InvalidInput, BankNotFound, MemoryNotFound, Conflict, StorageError, SiblingUnavailable)
+}

@@ -1,0 +1,321 @@
+"""The only module that opens data files.
+
+Every `OSError` becomes `StorageError` here, chained, naming the path. Appends are fsynced by the
+caller's choice of `AppendLog.sync()`; whole-file writes are atomic (temp file, fsync, rename, fsync
+the directory) so a reader sees the old file or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import Conflict, StorageError
+
+__all__ = [
+    "AppendLog",
+    "DataDirLock",
+    "atomic_write",
+    "describe",
+    "fsync_dir",
+    "iter_lines",
+    "move_to_trash",
+    "probe_writable",
+    "read_text",
+    "remove_file",
+    "remove_tree",
+]
+
+PROBE_NAME = ".write-probe"
+LOCK_NAME = ".lock"
+_LOCK_POLL_S = 0.02
+
+
+def _storage(action: str, path: Path | str, exc: OSError) -> StorageError:
+    reason = exc.strerror or exc.__class__.__name__
+    return StorageError(f"cannot {action} {path}: {reason}")
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a created, renamed or removed directory entry durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _storage("sync directory", path, exc) from exc
+
+
+def probe_writable(root: Path) -> None:
+    """Create `root` and prove a file can be written, synced and removed there."""
+    probe = root / PROBE_NAME
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"ok")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StorageError(f"data_dir {root} is not writable: {exc.strerror or exc}") from exc
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` through a synced temp file `.<name>.tmp` and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _storage("write", path, exc) from exc
+    fsync_dir(path.parent)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise _storage("read", path, exc) from exc
+
+
+def remove_file(path: Path) -> bool:
+    """Remove `path`; False when it did not exist."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _storage("remove", path, exc) from exc
+    fsync_dir(path.parent)
+    return True
+
+
+def move_to_trash(folder: Path, trash_root: Path, stem: str) -> Path:
+    """Rename `folder` to `trash_root/<stem>` (suffixed when taken); nothing is ever deleted."""
+    try:
+        trash_root.mkdir(exist_ok=True)
+        target = trash_root / stem
+        suffix = 1
+        while target.exists():
+            target = trash_root / f"{stem}-{suffix}"
+            suffix += 1
+        os.rename(folder, target)
+    except OSError as exc:
+        raise _storage("move to trash", folder, exc) from exc
+    fsync_dir(trash_root)
+    fsync_dir(folder.parent)
+    return target
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield `(line_number, line, complete)` for each non-empty line; `complete` is False only for a
+    last line with no trailing newline (possibly torn by a crash mid-write)."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _storage("read", path, exc) from exc
+    with handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                complete = line.endswith(b"\n")
+                stripped = line.strip()
+                if stripped:
+                    yield number, stripped, complete
+        except OSError as exc:
+            raise _storage("read", path, exc) from exc
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class AppendLog:
+    """An append-only file: `write()` adds bytes at the end, `sync()` makes them durable, and
+    `truncate()` cuts back to a durable size after a failure, so a later write is never glued onto
+    a torn or unsynced tail. Reopened automatically when the file was replaced by hand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._inode: int | None = None
+        self.size = 0
+        self.synced_size = 0
+        self._needs_newline = False
+
+    def _open(self) -> int:
+        if self._fd is not None:
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == self._inode:
+                return self._fd
+            self.close()  # replaced or removed behind our back: follow the path, not the inode
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            stat = os.fstat(fd)
+            size = stat.st_size
+        except OSError as exc:
+            raise _storage("open", self.path, exc) from exc
+        self._fd, self._inode = fd, stat.st_ino
+        self.size = self.synced_size = size
+        self._needs_newline = size > 0 and not self._ends_with_newline(size)
+        if size == 0:
+            fsync_dir(self.path.parent)
+        return fd
+
+    def _ends_with_newline(self, size: int) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                return os.pread(fd, 1, size - 1) == b"\n"
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _storage("read", self.path, exc) from exc
+
+    def write(self, data: bytes) -> None:
+        """Append `data` (which ends with a newline). On failure the file is cut back to its size
+        before this call and `StorageError` is raised."""
+        fd = self._open()
+        if self._needs_newline:
+            data = b"\n" + data  # a torn last line stays a line of its own
+        before = self.size
+        try:
+            _write_all(fd, data)
+        except OSError as exc:
+            self.truncate(before)
+            raise _storage("append to", self.path, exc) from exc
+        self._needs_newline = False
+        self.size = before + len(data)
+
+    def sync(self) -> int:
+        """fsync what was written; returns the size now durable."""
+        size = self.size
+        if self._fd is None or self.synced_size >= size:
+            return self.synced_size
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise _storage("sync", self.path, exc) from exc
+        self.synced_size = size
+        return size
+
+    def truncate(self, size: int) -> None:
+        """Cut the file back to `size` bytes (a durable boundary) and sync the cut."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, size)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise _storage("truncate", self.path, exc) from exc
+        self.size = self.synced_size = size
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = self._inode = None
+
+
+class DataDirLock:
+    """One writer per data dir: an exclusive `flock` on `<root>/.lock`, which also records who holds
+    it so a refused process can name the holder."""
+
+    def __init__(self, root: Path, holder: dict[str, object]) -> None:
+        self.path = root / LOCK_NAME
+        self.holder = holder
+        self._fd: int | None = None
+
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the lock, waiting up to `wait_s` for a short-lived CLI holder; a long-running
+        holder (a served worker) is refused at once."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _storage("open", self.path, exc) from exc
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise _storage("lock", self.path, exc) from exc
+                holder = self.read_holder()
+                if holder.get("kind") == "cli" and time.monotonic() < deadline:
+                    time.sleep(_LOCK_POLL_S)
+                    continue
+                os.close(fd)
+                raise Conflict(f"data dir {self.path.parent} is in use by {describe(holder)}") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(self.holder).encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise _storage("write", self.path, exc) from exc
+        self._fd = fd
+
+    def read_holder(self) -> dict[str, object]:
+        try:
+            raw = self.path.read_bytes()
+            value = json.loads(raw) if raw else {}
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+def describe(holder: dict[str, object]) -> str:
+    """A person-readable name for a lock holder."""
+    if not holder:
+        return "another process (holder unknown)"
+    parts = [f"pid {holder.get('pid', '?')}"]
+    if holder.get("command"):
+        parts.append(f"`{holder['command']}`")
+    if holder.get("url"):
+        parts.append(f"serving at {holder['url']}")
+    if holder.get("started_at"):
+        parts.append(f"since {holder['started_at']}")
+    return "memory-worker " + ", ".join(parts)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a folder the worker created for itself (the doctor's scratch bank), never user data."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _storage("remove", path, exc) from exc

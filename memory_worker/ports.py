@@ -1,0 +1,34 @@
+"""What the use cases need from outside, as Protocols: adapters implement them, tests fake them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+__all__ = ["BANK_CHANGED", "ITEM_CHANGED", "Clock", "Emitter", "NullEmitter", "system_clock"]
+
+ITEM_CHANGED = "memory::item-changed"
+BANK_CHANGED = "memory::bank-changed"
+
+
+class Emitter(Protocol):
+    """Fire-and-forget change events; `trigger_type` is `ITEM_CHANGED` or `BANK_CHANGED`."""
+
+    def emit(self, trigger_type: str, payload: dict[str, Any]) -> None: ...
+
+
+class Clock(Protocol):
+    def __call__(self) -> int:
+        """Milliseconds since the epoch."""
+        ...
+
+
+class NullEmitter:
+    """For embedded use (the CLI): nobody is listening."""
+
+    def emit(self, trigger_type: str, payload: dict[str, Any]) -> None:
+        return None
+
+
+def system_clock() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,551 @@
+"""Replace secrets in free text with ``[REDACTED:<label>]`` before it is stored.
+
+Invariants: deterministic denylist of secret shapes; never raises on any ``str``; linear time
+(every regex is prefiltered and backtracking-safe); idempotent (a marker is never re-matched).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Redaction", "redact"]
+
+# --- labels ---------------------------------------------------------------------------------
+
+ANTHROPIC_KEY = "anthropic-key"
+AWS_ACCESS_KEY = "aws-access-key"
+AWS_SECRET_KEY = "aws-secret-key"
+AZURE_KEY = "azure-key"
+BASIC_AUTH = "basic-auth"
+BEARER_TOKEN = "bearer-token"
+CREDENTIALED_URL = "credentialed-url"
+DISCORD_WEBHOOK = "discord-webhook"
+GITHUB_TOKEN = "github-token"
+GITLAB_TOKEN = "gitlab-token"
+GOOGLE_API_KEY = "google-api-key"
+GOOGLE_OAUTH = "google-oauth"
+HUGGINGFACE_TOKEN = "huggingface-token"
+JWT = "jwt"
+NPM_TOKEN = "npm-token"
+OPENAI_KEY = "openai-key"
+PASSWORD = "password"
+PRIVATE_KEY = "private-key"
+PYPI_TOKEN = "pypi-token"
+SENDGRID_KEY = "sendgrid-key"
+SHOPIFY_TOKEN = "shopify-token"
+SLACK_TOKEN = "slack-token"
+SLACK_WEBHOOK = "slack-webhook"
+STRIPE_KEY = "stripe-key"
+TWILIO_KEY = "twilio-key"
+
+MARKER_PREFIX = "[REDACTED:"
+_MAX_PASSES = 4  # redaction is re-run until nothing changes; in practice it settles in 2 passes
+_LONG_VALUE = 256  # values longer than this skip the look-like-a-reference heuristics
+
+# --- result ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """The redacted text and the sorted, distinct labels of what was removed."""
+
+    text: str
+    labels: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.labels)
+
+
+# --- value heuristics (used by the key=value style rules) -----------------------------------
+
+_Span = tuple[int, int]
+_Pick = Callable[[re.Match[str], str], _Span | None]
+
+_DIGIT = re.compile(r"[0-9]")
+_UPPER = re.compile(r"[A-Z]")
+_LOWER = re.compile(r"[a-z]")
+_ALPHA_WORD = re.compile(r"[A-Za-z]+")
+_PROSE_NEXT = re.compile(r"[ \t]+[A-Za-z]")
+_PLACEHOLDER = re.compile(
+    r"[*xX.#?_\u2022\u00b7-]+"  # ****, xxxx, ...., ••••
+    r"|<[^<>]*>"  # <redacted>, <your-password>
+    r"|\[[^\[\]]*\]"  # [hidden], [REDACTED:label]
+    r"|\{\{.*\}\}",  # {{ secrets.DB_PASSWORD }}
+    re.ASCII | re.DOTALL,
+)
+_REFERENCE = re.compile(
+    r"\$\{[^}]*\}\Z"  # ${VAR} / ${VAR:-default}
+    r"|\$[A-Za-z_][A-Za-z0-9_]*\Z"  # $VAR
+    r"|\$\("  # $(command)
+    r"|%[A-Za-z_][A-Za-z0-9_]*%\Z"  # %VAR%
+    r"|(?:process\.env|os\.environ|os\.getenv|getenv\(|env\()"
+    r"|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?:\(\))?\Z"  # settings.DB_PASSWORD
+    r"|[A-Z0-9_]*(?:PASS|PWD|SECRET|TOKEN|KEY)[A-Z0-9_]*\Z",  # YOUR_API_KEY, DB_PASSWORD
+    re.ASCII,
+)
+_NOT_SECRET_WORDS = frozenset(
+    {
+        "true", "false", "null", "none", "nil", "undefined", "yes", "no", "on", "off",
+        "required", "optional", "empty", "blank", "string", "str", "text", "hidden", "masked",
+        "redacted", "removed", "omitted", "unset", "unknown", "n/a", "tbd", "todo", "example",
+        "placeholder", "password", "passwd", "pass", "pwd", "secret", "token", "key", "apikey",
+        "api_key", "value",
+    }
+)  # fmt: skip
+_TRAILING_PUNCT = ".!?)]}"
+_KEY_PREFIX = re.compile(
+    r"(?:api|access|private|client|master|encryption|signing|auth|app|license|subscription)"
+    r"[_.-]?\Z",
+    re.ASCII,
+)
+_AWS_PREFIX = re.compile(r"aws[_.-]?\Z", re.ASCII)
+
+
+def _is_secret_value(value: str, *, weak: bool) -> bool:
+    """Whether an assigned value looks like a real credential rather than a placeholder."""
+    if len(value) < (8 if weak else 4):
+        return False
+    if _PLACEHOLDER.fullmatch(value) or value.lower() in _NOT_SECRET_WORDS:
+        return False
+    if len(value) <= _LONG_VALUE and _REFERENCE.match(value):
+        return False
+    if not weak:
+        return True
+    # token / api key: expect machine-made randomness, not a word or a number
+    if any(c.isspace() for c in value[:_LONG_VALUE]):
+        return False
+    has_digit = _DIGIT.search(value) is not None
+    has_upper = _UPPER.search(value) is not None
+    has_lower = _LOWER.search(value) is not None
+    return (has_digit and (has_upper or has_lower)) or (
+        len(value) >= 16 and has_upper and has_lower
+    )
+
+
+def _value_span(m: re.Match[str], text: str) -> _Span | None:
+    """Span of the assigned value: the quoted content, or the bare word minus end punctuation."""
+    for name in ("dq", "sq"):
+        start, end = m.span(name)
+        if start >= 0:
+            return start, end
+    start, end = m.span("bare")
+    if start < 0:
+        return None
+    while end > start and text[end - 1] in _TRAILING_PUNCT:
+        end -= 1
+    return start, end
+
+
+def _looks_like_prose(m: re.Match[str], text: str, span: _Span) -> bool:
+    """``Password: Required for admins`` is a sentence, not a credential."""
+    if m.group("sep") != ":" or m.start("bare") < 0:
+        return False
+    return bool(_ALPHA_WORD.fullmatch(text, *span)) and bool(_PROSE_NEXT.match(text, span[1]))
+
+
+def _assignment(*, weak: bool, key_prefix: re.Pattern[str] | None = None) -> _Pick:
+    """Pick the value of ``<key> = value`` / ``"key": "value"`` when it looks like a secret."""
+
+    def pick(m: re.Match[str], text: str) -> _Span | None:
+        low, start = m.string, m.start()
+        if key_prefix is not None and not key_prefix.search(low, max(0, start - 16), start):
+            return None
+        short = "short" in m.re.groupindex and m.group("short") is not None
+        if short and m.group("sep") != "=" and not m.group("kq"):
+            return None  # bare `pass:` / `pwd:` is too often a heading or a test status
+        span = _value_span(m, text)
+        if span is None or _looks_like_prose(m, text, span):
+            return None
+        value = text[span[0] : span[1]]
+        if short and value.startswith(("/", "~")):
+            return None  # PWD=/home/alice is a directory
+        return span if _is_secret_value(value, weak=weak) else None
+
+    return pick
+
+
+def _whole(m: re.Match[str], text: str) -> _Span | None:
+    return m.span()
+
+
+def _whole_if(check: Callable[[str], bool]) -> _Pick:
+    def pick(m: re.Match[str], text: str) -> _Span | None:
+        return m.span() if check(m.group()) else None
+
+    return pick
+
+
+def _value_if(check: Callable[[str], bool]) -> _Pick:
+    def pick(m: re.Match[str], text: str) -> _Span | None:
+        start, end = m.span("value")
+        return (start, end) if check(text[start:end]) else None
+
+    return pick
+
+
+def _aws_secret(m: re.Match[str], text: str) -> _Span | None:
+    low, start = m.string, m.start()
+    if m.group("access") is None and not _AWS_PREFIX.search(low, max(0, start - 4), start):
+        return None  # plain `secret_key` is left to the password rule
+    return m.span("value")
+
+
+def _has_digit(s: str) -> bool:
+    return _DIGIT.search(s) is not None
+
+
+def _mixed_case(s: str) -> bool:
+    return _UPPER.search(s) is not None and _LOWER.search(s) is not None
+
+
+def _header_value(s: str) -> bool:
+    return s.lower() not in {"basic", "digest"} and _is_secret_value(s, weak=False) and len(s) >= 8
+
+
+def _bearer_value(s: str) -> bool:
+    return _has_digit(s) and _ALPHA_WORD.search(s) is not None and _is_secret_value(s, weak=False)
+
+
+def _url_password(s: str) -> bool:
+    if _PLACEHOLDER.fullmatch(s) or s.lower() in _NOT_SECRET_WORDS:
+        return False
+    return not (len(s) <= _LONG_VALUE and _REFERENCE.match(s))
+
+
+def _value(m: re.Match[str], text: str) -> _Span | None:
+    return m.span("value")
+
+
+# --- rules ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    label: str
+    pattern: re.Pattern[str]
+    triggers: tuple[str, ...]  # the rule runs only when one of these occurs (cheap prefilter)
+    on_lower: bool = False  # pattern and triggers are lower-case and see the case-folded text
+    pick: _Pick = _whole  # the span to replace, or None to reject the match
+
+
+def _re(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.ASCII | re.VERBOSE)
+
+
+# Every pattern starts with a literal (so `re` can skip ahead fast) and checks the character
+# *before* that literal with a fixed-width look-behind, so a token is never matched from the
+# middle of a longer word. Bodies use possessive quantifiers: no catastrophic backtracking.
+
+# `<key> = value`, `"key": "value"`, `key: 'value'`, `key => value`; applied to folded text.
+_ASSIGN_TAIL = r"""
+    (?![a-z0-9_.-])                     # the key name ends here (password_hash is not a match)
+    (?P<kq>["']?)[ \t]*(?P<sep>:=|=>|[:=])[ \t]*
+    (?:
+        "(?P<dq>(?:[^"\\\n]|\\.){1,512}+)"
+      | '(?P<sq>(?:[^'\\\n]|\\.){1,512}+)'
+      | ["']?(?P<bare>[^\s"'`,;&<>\[\]:=(){}][^\s"'`,;&<>]*+)
+    )
+"""
+_PEM_LABEL = r"(?:[A-Z0-9]+[ ]){0,4}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/-]"  # RFC 6750 b64token
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        PRIVATE_KEY,
+        re.compile(
+            rf"-----BEGIN[ ]{_PEM_LABEL}.*?(?:-----END[ ]{_PEM_LABEL}|\Z)",
+            re.ASCII | re.VERBOSE | re.DOTALL,
+        ),
+        ("PRIVATE KEY",),
+    ),
+    _Rule(
+        ANTHROPIC_KEY,
+        _re(r"sk-ant-(?<![A-Za-z0-9_-]sk-ant-)[A-Za-z0-9_-]{32,}+"),
+        ("sk-ant-",),
+    ),
+    _Rule(
+        OPENAI_KEY,
+        _re(r"sk-(?<![A-Za-z0-9_-]sk-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32,}+"),
+        ("sk-",),
+        pick=_whole_if(_has_digit),
+    ),
+    _Rule(
+        GITHUB_TOKEN,
+        _re(
+            r"gh(?<![A-Za-z0-9_]gh)"
+            r"(?:[pousr]_[A-Za-z0-9]{36,255}+|ithub_pat_[A-Za-z0-9_]{22,255}+)"
+        ),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    _Rule(
+        GITLAB_TOKEN,
+        _re(r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}+"),
+        ("glpat-", "gldt-", "glrt-", "glptt-"),
+    ),
+    _Rule(
+        SLACK_TOKEN,
+        _re(r"xox(?<![A-Za-z0-9_-]xox)(?:[abprs]|e\.xox[bp])-[0-9][A-Za-z0-9-]{8,}+"),
+        ("xox",),
+    ),
+    _Rule(
+        SLACK_TOKEN,
+        _re(r"xapp-(?<![A-Za-z0-9_-]xapp-)[0-9]-[A-Za-z0-9-]{10,}+"),
+        ("xapp-",),
+    ),
+    _Rule(
+        SLACK_WEBHOOK,
+        _re(r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{8,}+"),
+        ("hooks.slack.com",),
+    ),
+    _Rule(
+        DISCORD_WEBHOOK,
+        _re(
+            r"(?:https?://)?(?:(?:canary|ptb)\.)?discord(?:app)?\.com/api/(?:v[0-9]+/)?"
+            r"webhooks/[0-9]{5,20}/[A-Za-z0-9_-]{20,}+"
+        ),
+        ("discord",),
+    ),
+    _Rule(
+        GOOGLE_API_KEY,
+        _re(r"AIza(?<![A-Za-z0-9_-]AIza)[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+        ("AIza",),
+    ),
+    _Rule(
+        GOOGLE_OAUTH,
+        _re(r"GOCSPX-(?<![A-Za-z0-9_-]GOCSPX-)[A-Za-z0-9_-]{24,}+"),
+        ("GOCSPX-",),
+    ),
+    _Rule(
+        GOOGLE_OAUTH,
+        _re(r"ya29\.(?<![A-Za-z0-9_.-]ya29\.)[A-Za-z0-9_-]{20,}+"),
+        ("ya29.",),
+    ),
+    _Rule(
+        STRIPE_KEY,
+        _re(r"[rs]k_(?<![A-Za-z0-9_][rs]k_)(?:live|test)_[A-Za-z0-9]{16,}+"),
+        ("sk_live_", "sk_test_", "rk_live_", "rk_test_"),
+    ),
+    _Rule(
+        STRIPE_KEY,
+        _re(r"whsec_(?<![A-Za-z0-9_]whsec_)[A-Za-z0-9+/=]{24,}+"),
+        ("whsec_",),
+    ),
+    _Rule(
+        NPM_TOKEN,
+        _re(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+        ("npm_",),
+    ),
+    _Rule(
+        PYPI_TOKEN,
+        _re(r"pypi-AgE(?<![A-Za-z0-9_-]pypi-AgE)[A-Za-z0-9_-]{50,}+"),
+        ("pypi-AgE",),
+    ),
+    _Rule(
+        HUGGINGFACE_TOKEN,
+        _re(r"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}+"),
+        ("hf_",),
+        pick=_whole_if(_mixed_case),
+    ),
+    _Rule(
+        SENDGRID_KEY,
+        _re(r"SG\.(?<![A-Za-z0-9_]SG\.)[A-Za-z0-9_-]{16,32}+\.[A-Za-z0-9_-]{16,64}+"),
+        ("SG.",),
+    ),
+    _Rule(
+        SHOPIFY_TOKEN,
+        _re(r"shp(?<![A-Za-z0-9_]shp)(?:at|ss|ca|pa)_[A-Fa-f0-9]{32}(?![A-Za-z0-9])"),
+        ("shpat_", "shpss_", "shpca_", "shppa_"),
+    ),
+    _Rule(
+        TWILIO_KEY,
+        _re(r"SK(?<![A-Za-z0-9]SK)[0-9a-fA-F]{32}(?![A-Za-z0-9])"),
+        ("SK",),
+    ),
+    _Rule(
+        AWS_ACCESS_KEY,
+        _re(r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        ("AKIA", "ASIA"),
+    ),
+    _Rule(
+        AWS_SECRET_KEY,
+        _re(
+            r"secret(?P<access>[_.-]?access)?[_.-]?key(?![a-z0-9_.-])"
+            r"""["']?[ \t]*(?::=|=>|[:=])[ \t]*["']?"""
+            r"(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        ("secret",),
+        on_lower=True,
+        pick=_aws_secret,
+    ),
+    _Rule(
+        AZURE_KEY,
+        _re(
+            r"key(?:(?<=accountkey)|(?<=sharedaccesskey))[ \t]*=[ \t]*"
+            r"(?P<value>[A-Za-z0-9+/]{20,}+={0,2})"
+        ),
+        ("accountkey", "sharedaccesskey"),
+        on_lower=True,
+        pick=_value,
+    ),
+    _Rule(
+        JWT,
+        _re(
+            r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+"
+            r"\.[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+"
+        ),
+        ("eyJ",),
+    ),
+    _Rule(
+        BASIC_AUTH,
+        _re(
+            r"""authorization["']?[ \t]*[:=][ \t]*["']?basic[ \t]+"""
+            r"(?P<value>[A-Za-z0-9+/]{6,}+={0,2})"
+        ),
+        ("authorization",),
+        on_lower=True,
+        pick=_value_if(lambda v: _is_secret_value(v, weak=False)),
+    ),
+    _Rule(
+        BEARER_TOKEN,
+        _re(
+            r"""authorization["']?[ \t]*[:=][ \t]*["']?"""
+            r"(?:(?:bearer|token|bot|negotiate|ntlm)[ \t]+)?"
+            rf"(?P<value>{_TOKEN_CHARS}++=*+)"
+        ),
+        ("authorization",),
+        on_lower=True,
+        pick=_value_if(_header_value),
+    ),
+    _Rule(
+        BEARER_TOKEN,
+        _re(rf"bearer(?<![a-z0-9_-]bearer)[ \t]+(?P<value>{_TOKEN_CHARS}{{16,}}+=*+)"),
+        ("bearer",),
+        on_lower=True,
+        pick=_value_if(_bearer_value),
+    ),
+    _Rule(
+        CREDENTIALED_URL,
+        _re(
+            r"://(?<=[A-Za-z0-9]://)(?P<user>[^\s:/?#@\[\]]*+)"
+            r":(?P<value>[^\s/?#@\[][^\s/?#]*)@(?=[A-Za-z0-9\[])"
+        ),
+        ("://",),
+        pick=_value_if(_url_password),
+    ),
+    _Rule(
+        PASSWORD,
+        _re(r"pass(?:word|wd|phrase|(?P<short>(?<![a-z]pass)))" + _ASSIGN_TAIL),
+        ("pass",),
+        on_lower=True,
+        pick=_assignment(weak=False),
+    ),
+    _Rule(
+        PASSWORD,
+        _re(r"pwd(?P<short>(?<![a-z]pwd))" + _ASSIGN_TAIL),
+        ("pwd",),
+        on_lower=True,
+        pick=_assignment(weak=False),
+    ),
+    _Rule(
+        PASSWORD,
+        _re(r"secret(?:[_.-]?(?:access[_.-]?)?key|[_.-]?token)?" + _ASSIGN_TAIL),
+        ("secret",),
+        on_lower=True,
+        pick=_assignment(weak=False),
+    ),
+    _Rule(
+        PASSWORD,
+        _re(r"token" + _ASSIGN_TAIL),
+        ("token",),
+        on_lower=True,
+        pick=_assignment(weak=True),
+    ),
+    _Rule(
+        PASSWORD,
+        _re(r"key" + _ASSIGN_TAIL),
+        ("key",),
+        on_lower=True,
+        pick=_assignment(weak=True, key_prefix=_KEY_PREFIX),
+    ),
+    _Rule(
+        PASSWORD,
+        _re(
+            r"<(?P<tag>pass(?:word|wd|phrase)|(?:client_?)?secret|api_?key|(?:access_?)?token)>"
+            r"(?P<value>[^<\s]{4,512}+)</(?P=tag)>"
+        ),
+        ("pass", "secret", "key", "token"),
+        on_lower=True,
+        pick=_value_if(lambda v: _is_secret_value(v, weak=False)),
+    ),
+)
+
+LABELS: frozenset[str] = frozenset(rule.label for rule in _RULES)
+
+# --- engine ---------------------------------------------------------------------------------
+
+
+def _fold(text: str) -> str:
+    """Lower-case without moving any character (``str.lower`` only grows on U+0130)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    low = text.replace("\u0130", "\u0131").lower()
+    if len(low) == len(text):
+        return low
+    return text.translate(_ASCII_FOLD)  # pragma: no cover - future Unicode versions only
+
+
+_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _find(text: str) -> list[tuple[int, int, int, str]]:
+    """All accepted hits as (start, -end, priority, label); priority = position in _RULES."""
+    low = _fold(text)
+    hits: list[tuple[int, int, int, str]] = []
+    for priority, rule in enumerate(_RULES):
+        hay = low if rule.on_lower else text
+        if not any(t in hay for t in rule.triggers):
+            continue
+        for m in rule.pattern.finditer(hay):
+            span = rule.pick(m, text)
+            if span is not None and span[0] < span[1]:
+                hits.append((span[0], -span[1], priority, rule.label))
+    return hits
+
+
+def _redact_once(text: str) -> tuple[str, set[str]]:
+    hits = _find(text)
+    if not hits:
+        return text, set()
+    # Earliest start wins; on a tie the longer span, then the more specific rule. A hit that
+    # overlaps the current one extends it, so no part of any detected secret is left behind.
+    hits.sort()
+    out: list[str] = []
+    labels: set[str] = set()
+    pos = 0
+    cur_start, cur_end, cur_label = -1, -1, ""
+    for start, neg_end, _, label in hits:
+        if start < cur_end:
+            cur_end = max(cur_end, -neg_end)
+            continue
+        if cur_end >= 0:
+            out += (text[pos:cur_start], MARKER_PREFIX, cur_label, "]")
+            labels.add(cur_label)
+            pos = cur_end
+        cur_start, cur_end, cur_label = start, -neg_end, label
+    out += (text[pos:cur_start], MARKER_PREFIX, cur_label, "]", text[cur_end:])
+    labels.add(cur_label)
+    return "".join(out), labels
+
+
+def redact(text: str) -> Redaction:
+    """Replace every secret in ``text`` with ``[REDACTED:<label>]``."""
+    labels: set[str] = set()
+    for _ in range(_MAX_PASSES):
+        text, found = _redact_once(text)
+        if not found:
+            break
+        labels |= found
+    return Redaction(text, tuple(sorted(labels)))

@@ -1,0 +1,614 @@
+"""`MemoryService`: one async method per public function, over a `Store`, knowing nothing of the bus.
+
+Every write path validates and redacts the whole request before touching anything, decides with a
+pure transition, commits through `Bank.commit()`, and only then emits its change event. Reads of the
+default bank before its first write see an empty bank: it materializes on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import files, transitions
+from .bank import Bank
+from .config import Settings
+from .errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound, WorkerError
+from .injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
+from .models import BankEvent, BankInfo, Confidence, ItemEvent, Memory, Provenance
+from .names import check_name
+from .ports import BANK_CHANGED, ITEM_CHANGED, Clock, Emitter, NullEmitter, system_clock
+from .recall import Hit, RecallMode, RecallQuery, rank, top_memories
+from .redact import redact
+from .store import Store
+from .wire import (
+    BankCreateRequest,
+    BankCreateResponse,
+    BankDeleteRequest,
+    BankDeleteResponse,
+    BankListRequest,
+    BankListResponse,
+    DeleteRequest,
+    DoctorCheck,
+    DoctorRequest,
+    DoctorResponse,
+    GetRequest,
+    GetResponse,
+    ListRequest,
+    ListResponse,
+    MemoryResponse,
+    PinRequest,
+    PreviewMemory,
+    PreviewRequest,
+    PreviewResponse,
+    RecallRequest,
+    RecallResponse,
+    ReloadRequest,
+    ReloadResponse,
+    RuleListRequest,
+    RuleListResponse,
+    RuleSetRequest,
+    RuleSetResponse,
+    SaveRequest,
+    SaveResponse,
+    ScoredMemory,
+    SupersedeRequest,
+    SupersedeResponse,
+    TagCount,
+    TagsRequest,
+    TagsResponse,
+    UpdateRequest,
+)
+
+__all__ = ["ImportReport", "Injection", "MemoryService"]
+
+log = structlog.get_logger(__name__)
+
+LIST_DEFAULT_LIMIT = 50
+LIST_MAX_LIMIT = 500
+RECALL_MAX_LIMIT = 100
+MAX_RULE_CONTENT_CHARS = 65_536  # rules are injected whole; a bigger file is a mistake
+MAX_DESCRIPTION_CHARS = 500
+MAX_SESSION_ID_CHARS = 256
+DOCTOR_PROBE_TEXT = "doctor probe memory: memory roundtrip"
+DOCTOR_PROBE_QUERY = "memory roundtrip probe"
+
+_RETRIEVAL = {
+    RecallMode.HYBRID: "bm25-entity",
+    RecallMode.LEXICAL: "lexical",
+    RecallMode.SEMANTIC: "semantic-unavailable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """What a turn on `query` would be given: the hook and `memory::preview` both build this."""
+
+    bank: str
+    section: str
+    rules: int
+    rules_truncated: bool
+    memories: list[Hit]
+    message: str | None
+    retrieval: str
+
+
+class ImportRecord(BaseModel):
+    """One line of `memory-worker import`: a whole record, history fields included."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+    text: str
+    entities: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    confidence: Confidence = Confidence.STATED
+    corroboration: int = Field(default=0, ge=0)
+    pinned: bool = False
+    source: Provenance | None = None
+    created_at: int | None = Field(default=None, ge=0)
+    updated_at: int | None = Field(default=None, ge=0)
+    stated_at: int | None = Field(default=None, ge=0)
+    invalid_at: int | None = Field(default=None, ge=0)
+    superseded_by: str | None = None
+    revision: int = Field(default=0, ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    bank: str
+    imported: int
+    live: int
+    redacted: int
+
+
+def _event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"event_type": str(event), "bank": bank, "memory": memory.to_wire()}
+    if reason:
+        payload["reason"] = reason
+    return payload
+
+
+def _redaction_reason(labels: Iterable[str]) -> str | None:
+    labels = sorted(set(labels))
+    return f"redacted: {', '.join(labels)}" if labels else None
+
+
+def _clean_short(raw: str | None, field: str, limit: int) -> str | None:
+    if raw is None:
+        return None
+    cleaned = transitions.prepare_reason(raw)
+    if cleaned is not None and len(cleaned) > limit:
+        raise InvalidInput(f"{field} must be at most {limit} characters")
+    return cleaned
+
+
+class MemoryService:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings | None = None,
+        *,
+        emitter: Emitter | None = None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.store = store
+        self.settings = settings or Settings()
+        self.emitter: Emitter = emitter or NullEmitter()
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _name(self, requested: str | None) -> str:
+        return check_name(requested or self.settings.default_bank, "bank")
+
+    def _readable(self, name: str) -> Bank | None:
+        """The bank to read; None for the default bank before its first write."""
+        try:
+            return self.store.get(name)
+        except BankNotFound:
+            if name == self.settings.default_bank:
+                return None
+            raise
+
+    def _record(self, bank: Bank, memory_id: str) -> Memory:
+        record = bank.latest(memory_id)
+        if record is None:
+            raise MemoryNotFound(f"{memory_id} in bank {bank.name}")
+        return record
+
+    async def _ensure(self, name: str, description: str = "") -> Bank:
+        bank, created = await self.store.ensure(name, description)
+        if created:
+            self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.CREATED), "bank": name})
+        return bank
+
+    def _info(self, bank: Bank) -> BankInfo:
+        return BankInfo(
+            name=bank.name,
+            description=bank.description,
+            memories=bank.live_count(),
+            pinned=bank.pinned_count(),
+            rules=len(bank.rules()),
+        )
+
+    def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:
+        self.emitter.emit(ITEM_CHANGED, _event(event, bank, memory, reason))
+
+    # --- banks -----------------------------------------------------------------------------------
+
+    async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
+        name = check_name(req.name, "bank")
+        description = _clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
+        bank, created = await self.store.ensure(name, description)
+        if created:
+            self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.CREATED), "bank": name})
+        return BankCreateResponse(bank=self._info(bank), created=created)
+
+    async def bank_list(self, req: BankListRequest) -> BankListResponse:
+        banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
+        return BankListResponse(banks=banks)
+
+    async def bank_delete(self, req: BankDeleteRequest) -> BankDeleteResponse:
+        name = check_name(req.name, "bank")
+        target = await self.store.trash(name, self.clock())
+        self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.TRASHED), "bank": name})
+        return BankDeleteResponse(ok=True, trashed_to=str(target))
+
+    # --- memories --------------------------------------------------------------------------------
+
+    async def save(self, req: SaveRequest) -> SaveResponse:
+        name = self._name(req.bank)
+        text, text_labels = transitions.prepare_text(req.text)
+        entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
+        tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
+        session_id = _clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        labels = (*text_labels, *entity_labels, *tag_labels)
+        bank = await self._ensure(name)
+        # Decide and commit with no await in between: concurrent saves see each other's records.
+        existing = bank.match_text(text)
+        fresh = transitions.new_memory(
+            existing.id if existing else bank.new_id(text),
+            text,
+            entities=entities,
+            tags=tags,
+            pinned=req.pinned,
+            source=Provenance(session_id=session_id) if session_id else None,
+            now_ms=self.clock(),
+        )
+        record, event, created = transitions.save(existing, fresh)
+        await bank.commit([record])
+        self._emit_item(event, name, record, _redaction_reason(labels))
+        return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
+
+    async def get(self, req: GetRequest) -> GetResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        if bank is None:
+            raise MemoryNotFound(f"{req.id} in bank {name}")
+        return GetResponse(memory=self._record(bank, req.id))
+
+    async def list(self, req: ListRequest) -> ListResponse:
+        bank = self._readable(self._name(req.bank))
+        if bank is None:
+            return ListResponse(memories=[], total=0)
+        limit = min(req.limit if req.limit is not None else LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
+        offset = req.offset or 0
+        tag = req.tag.strip().lower() if req.tag else None
+        rows = [
+            m
+            for m in bank.memories.values()
+            if (req.include_superseded or m.live) and (tag is None or tag in m.tags)
+        ]
+        rows.sort(key=lambda m: (-m.updated_at, m.id))
+        return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
+
+    async def update(self, req: UpdateRequest) -> MemoryResponse:
+        if req.text is None and req.entities is None and req.tags is None and req.pinned is None:
+            raise InvalidInput("update needs at least one of text, entities, tags, pinned")
+        name = self._name(req.bank)
+        text, labels = (None, ()) if req.text is None else transitions.prepare_text(req.text)
+        entities, tags = None, None
+        if req.entities is not None:
+            entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
+            labels = (*labels, *entity_labels)
+        if req.tags is not None:
+            tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
+            labels = (*labels, *tag_labels)
+        bank = self.store.get(name)
+        existing = self._record(bank, req.id)
+        if text is not None and existing.live:
+            twin = bank.match_text(text)
+            if twin is not None and twin.id != existing.id and twin.live:
+                raise Conflict(
+                    f"the new text duplicates memory {twin.id}; supersede one with the other instead"
+                )
+        record = transitions.update(
+            existing, now_ms=self.clock(), text=text, entities=entities, tags=tags, pinned=req.pinned
+        )
+        if record is None:
+            return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
+        await bank.commit([record])
+        self._emit_item(ItemEvent.UPDATED, name, record, _redaction_reason(labels))
+        return MemoryResponse(memory=record, redacted=sorted(set(labels)))
+
+    async def delete(self, req: DeleteRequest) -> MemoryResponse:
+        name = self._name(req.bank)
+        bank = self.store.get(name)
+        existing = self._record(bank, req.id)
+        record = transitions.tombstone(existing, now_ms=self.clock())
+        if record is None:
+            return MemoryResponse(memory=existing)
+        await bank.commit([record])
+        self._emit_item(ItemEvent.DELETED, name, record, None)
+        return MemoryResponse(memory=record)
+
+    async def pin(self, req: PinRequest) -> MemoryResponse:
+        name = self._name(req.bank)
+        bank = self.store.get(name)
+        existing = self._record(bank, req.id)
+        record = transitions.pin(existing, req.pinned, now_ms=self.clock())
+        if record is None:
+            return MemoryResponse(memory=existing)
+        await bank.commit([record])
+        self._emit_item(ItemEvent.UPDATED, name, record, None)
+        return MemoryResponse(memory=record)
+
+    async def supersede(self, req: SupersedeRequest) -> SupersedeResponse:
+        name = self._name(req.bank)
+        reason = transitions.prepare_reason(req.reason)
+        bank = self.store.get(name)
+        target = self._record(bank, req.id)
+        winner = bank.latest(req.superseded_by)
+        if winner is None:
+            raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")
+        retired, absorbed = transitions.supersede(
+            target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
+        )
+        await bank.commit([retired] if absorbed is None else [retired, absorbed])
+        self._emit_item(ItemEvent.SUPERSEDED, name, retired, reason)
+        if absorbed is not None:
+            self._emit_item(ItemEvent.UPDATED, name, absorbed, reason)
+        return SupersedeResponse(memory=retired, reinforced=absorbed is not None)
+
+    async def tags(self, req: TagsRequest) -> TagsResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        counts: Counter[str] = Counter()
+        if bank is not None:
+            for memory in bank.memories.values():
+                if memory.live:
+                    counts.update(memory.tags)
+        ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
+
+    # --- recall and preview ----------------------------------------------------------------------
+
+    def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
+        return [] if bank is None else rank(bank.memories, bank.index, query)
+
+    async def recall(self, req: RecallRequest) -> RecallResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        limit = req.limit if req.limit is not None else self.settings.recall_limit
+        query = RecallQuery(
+            text=req.query,
+            limit=min(limit, RECALL_MAX_LIMIT),
+            now_ms=self.clock(),
+            half_life_days=self.settings.decay_half_life_days,
+            mode=req.mode,
+            tag=req.tag.strip().lower() if req.tag else None,
+            include_superseded=bool(req.include_superseded),
+            as_of=req.as_of,
+        )
+        hits = self._rank(bank, query)
+        return RecallResponse(
+            bank=name,
+            memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
+            retrieval=_RETRIEVAL[req.mode],
+        )
+
+    def injection(self, name: str, query: str) -> Injection:
+        """The rules section and recalled-memory message a turn on `query` gets (hook = preview)."""
+        settings = self.settings
+        bank = self._readable(name)
+        rules = bank.rules() if bank is not None and settings.inject_rules else []
+        section = render_section(name, rules, settings.max_rule_chars)
+        if not settings.inject_memories:
+            return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
+        now_ms = self.clock()
+        hits = self._rank(
+            bank,
+            RecallQuery(
+                text=query,
+                limit=settings.recall_limit,
+                now_ms=now_ms,
+                half_life_days=settings.decay_half_life_days,
+            ),
+        )
+        if bank is not None:
+            floor = min(AMBIENT_FLOOR, settings.recall_limit)
+            hits = apply_floor(hits, top_memories(bank.memories.values(), floor), floor)
+        block = render_memories(name, hits, settings.recall_budget_tokens, now_ms)
+        return Injection(
+            name,
+            section.text,
+            section.rules,
+            section.truncated,
+            block.included,
+            block.message,
+            _RETRIEVAL[RecallMode.HYBRID],
+        )
+
+    async def preview(self, req: PreviewRequest) -> PreviewResponse:
+        plan = self.injection(self._name(req.bank), req.query)
+        return PreviewResponse(
+            bank=plan.bank,
+            system_prompt_section=plan.section,
+            rules=plan.rules,
+            rules_truncated=plan.rules_truncated,
+            memories=[PreviewMemory(memory=h.memory, score=h.score) for h in plan.memories],
+            message=plan.message,
+            retrieval=plan.retrieval,
+        )
+
+    # --- rules -----------------------------------------------------------------------------------
+
+    async def rule_list(self, req: RuleListRequest) -> RuleListResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        return RuleListResponse(bank=name, rules=bank.rules() if bank is not None else [])
+
+    async def rule_set(self, req: RuleSetRequest) -> RuleSetResponse:
+        name = self._name(req.bank)
+        rule = check_name(req.name, "rule name")
+        try:
+            req.content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput("content contains invalid Unicode (a lone surrogate)") from None
+        if len(req.content) > MAX_RULE_CONTENT_CHARS:
+            raise InvalidInput(f"content must be at most {MAX_RULE_CONTENT_CHARS} characters")
+        redaction = redact(req.content)
+        if not redaction.text.strip():
+            bank = self.store.find(name)
+            if bank is None:  # removing from a bank that does not exist creates nothing
+                return RuleSetResponse(ok=True, exists=False)
+            existed = bank.rule(rule) is not None
+            await bank.set_rule(rule, "")
+            if existed:
+                self._emit_rules_changed(name)
+            return RuleSetResponse(ok=True, exists=False)
+        bank = await self._ensure(name)
+        await bank.set_rule(rule, redaction.text)
+        self._emit_rules_changed(name)
+        return RuleSetResponse(ok=True, exists=True, redacted=list(redaction.labels))
+
+    def _emit_rules_changed(self, name: str) -> None:
+        self.emitter.emit(
+            BANK_CHANGED, {"event_type": str(BankEvent.RULES_CHANGED), "bank": name}
+        )
+
+    # --- operations ------------------------------------------------------------------------------
+
+    async def doctor(self, req: DoctorRequest) -> DoctorResponse:
+        checks = [
+            await self._check_writable(),
+            await self._check_roundtrip(),
+            self._check_banks(),
+            self._check_damage(),
+            DoctorCheck(
+                name="embeddings",
+                ok=False,
+                detail="no embedder is configured: recall runs lexical only (retrieval "
+                "`bm25-entity`); paraphrases that share no words with a memory can miss it",
+            ),
+        ]
+        return DoctorResponse(ok=all(c.ok for c in checks if c.required), checks=checks)
+
+    async def _check_writable(self) -> DoctorCheck:
+        try:
+            await asyncio.to_thread(files.probe_writable, self.store.root)
+        except WorkerError as exc:
+            return DoctorCheck(name="data-dir-writable", ok=False, detail=str(exc), required=True)
+        return DoctorCheck(
+            name="data-dir-writable", ok=True, detail=f"{self.store.root} is writable", required=True
+        )
+
+    async def _check_roundtrip(self) -> DoctorCheck:
+        """Save, recall and trash a probe in a scratch bank, then delete the scratch from the trash
+        so doctor runs never pile up."""
+        started = time.perf_counter()
+        name = f"doctor-{self.clock() % 1_000_000:06d}"
+        try:
+            bank, _ = await self.store.ensure(name, "doctor scratch")
+            now_ms = self.clock()
+            probe = transitions.new_memory(bank.new_id(DOCTOR_PROBE_TEXT), DOCTOR_PROBE_TEXT,
+                                           now_ms=now_ms)
+            await bank.commit([probe])
+            hits = rank(bank.memories, bank.index, RecallQuery(
+                text=DOCTOR_PROBE_QUERY, limit=3, now_ms=now_ms,
+                half_life_days=self.settings.decay_half_life_days))
+            trashed = await self.store.trash(name, now_ms)
+            await asyncio.to_thread(files.remove_tree, trashed)
+        except WorkerError as exc:
+            return DoctorCheck(name="store-roundtrip", ok=False, detail=str(exc), required=True)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        if not hits or hits[0].memory.id != probe.id:
+            return DoctorCheck(
+                name="store-roundtrip",
+                ok=False,
+                detail="the probe memory was saved but recall did not find it",
+                required=True,
+            )
+        return DoctorCheck(
+            name="store-roundtrip",
+            ok=True,
+            detail=f"saved, recalled and trashed a probe in scratch bank {name} "
+            f"({elapsed_ms:.1f} ms); the scratch was removed",
+            required=True,
+        )
+
+    def _check_banks(self) -> DoctorCheck:
+        broken = self.store.broken
+        if broken:
+            detail = "; ".join(f"{name}: {error}" for name, error in sorted(broken.items()))
+            return DoctorCheck(
+                name="banks-loaded",
+                ok=False,
+                detail=f"{len(broken)} bank(s) could not be loaded and are unavailable: {detail}",
+                required=True,
+            )
+        return DoctorCheck(
+            name="banks-loaded",
+            ok=True,
+            detail=f"{len(self.store.names())} bank(s) loaded",
+            required=True,
+        )
+
+    def _check_damage(self) -> DoctorCheck:
+        found = [
+            f"{name}/{damage.describe()}"
+            for name in self.store.names()
+            if (bank := self.store.find(name)) is not None
+            for damage in bank.damage
+        ]
+        if not found:
+            return DoctorCheck(name="files-intact", ok=True, detail="no corrupt or torn lines")
+        shown = "; ".join(found[:20]) + (f"; … and {len(found) - 20} more" if len(found) > 20 else "")
+        return DoctorCheck(
+            name="files-intact",
+            ok=False,
+            detail=f"{len(found)} damaged line(s) or leftover file(s) were skipped at load (every "
+            f"intact record is served): {shown}",
+        )
+
+    async def reload(self, req: ReloadRequest) -> ReloadResponse:
+        return ReloadResponse(ok=True, banks=await self.store.reload())
+
+    # --- bulk import -----------------------------------------------------------------------------
+
+    async def import_records(self, bank_name: str, rows: list[Mapping[str, Any]]) -> ImportReport:
+        """Append whole records, history included, as one write and one fsync. Every row is
+        validated first: one bad row rejects the import and nothing is written."""
+        name = check_name(bank_name, "bank")
+        now_ms = self.clock()
+        prepared: list[tuple[ImportRecord, str, tuple[str, ...], tuple[str, ...], list[str]]] = []
+        for number, row in enumerate(rows, start=1):
+            try:
+                item = ImportRecord.model_validate(row)
+                text, labels = transitions.prepare_text(item.text)
+                entities, entity_labels = transitions.prepare_labels(item.entities, "entities")
+                tags, tag_labels = transitions.prepare_labels(item.tags, "tags")
+            except ValidationError as exc:
+                raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"record {number}: {exc.message}") from None
+            prepared.append((item, text, entities, tags, [*labels, *entity_labels, *tag_labels]))
+        bank = await self._ensure(name)
+        records: list[Memory] = []
+        redacted = 0
+        for item, text, entities, tags, labels in prepared:
+            created_at = item.created_at if item.created_at is not None else now_ms
+            updated_at = item.updated_at if item.updated_at is not None else created_at
+            records.append(
+                Memory(
+                    id=item.id or bank.new_id(text),
+                    text=text,
+                    entities=entities,
+                    tags=tags,
+                    confidence=item.confidence,
+                    corroboration=item.corroboration,
+                    pinned=item.pinned,
+                    source=item.source,
+                    created_at=created_at,
+                    updated_at=updated_at,
+                    stated_at=item.stated_at,
+                    invalid_at=item.invalid_at,
+                    superseded_by=item.superseded_by,
+                    revision=item.revision,
+                )
+            )
+            redacted += bool(labels)
+        await bank.commit(records)
+        return ImportReport(
+            bank=name,
+            imported=len(records),
+            live=sum(1 for r in records if bank.get(r.id) == r and r.live),
+            redacted=redacted,
+        )
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else str(err["msg"])

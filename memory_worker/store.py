@@ -1,0 +1,148 @@
+"""The bank registry under one data dir: open (write probe + exclusive lock), ensure, trash, reload.
+
+Opening is all-or-nothing about the directory: an unwritable data dir or one held by another process
+is fatal, never a silent RAM-only store. A single bank that fails to load is reported and skipped
+(reads and writes of it fail with `storage`), so one bad folder cannot take the others down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import structlog
+
+from . import files
+from .bank import Bank
+from .errors import BankNotFound, StorageError
+from .names import check_name
+
+__all__ = ["TRASH_DIR", "Store"]
+
+log = structlog.get_logger(__name__)
+
+TRASH_DIR = ".trash"
+
+
+def _load_all(root: Path) -> tuple[dict[str, Bank], dict[str, str]]:
+    banks: dict[str, Bank] = {}
+    broken: dict[str, str] = {}
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        try:
+            check_name(entry.name, "bank folder")
+            banks[entry.name] = Bank.load(entry.name, Path(entry.path))
+        except Exception as exc:  # one bad folder must not stop the others from loading
+            broken[entry.name] = str(exc)
+            log.error("bank_load_failed", bank=entry.name, error=str(exc))
+    return banks, broken
+
+
+class Store:
+    def __init__(
+        self, root: Path, banks: dict[str, Bank], broken: dict[str, str], lock: files.DataDirLock
+    ) -> None:
+        self.root = root
+        self._banks = banks
+        self.broken = broken
+        self._lock = lock
+        self._create_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)}>"
+
+    @classmethod
+    def open(cls, root: Path, *, holder: dict[str, object], lock_wait_s: float = 0.0) -> Store:
+        """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`."""
+        root = root.resolve()
+        files.probe_writable(root)
+        lock = files.DataDirLock(root, holder)
+        lock.acquire(lock_wait_s)
+        try:
+            banks, broken = _load_all(root)
+        except BaseException:
+            lock.release()
+            raise
+        log.info("store_opened", data_dir=str(root), banks=len(banks), broken=len(broken))
+        return cls(root, banks, broken, lock)
+
+    def names(self) -> list[str]:
+        return sorted(self._banks)
+
+    def find(self, name: str) -> Bank | None:
+        return self._banks.get(name)
+
+    def get(self, name: str) -> Bank:
+        """The loaded bank `name`; `bank_not_found` if absent, `storage` if it failed to load."""
+        bank = self._banks.get(name)
+        if bank is not None:
+            return bank
+        check_name(name, "bank")
+        if name in self.broken:
+            raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
+        raise BankNotFound(name)
+
+    async def ensure(self, name: str, description: str = "") -> tuple[Bank, bool]:
+        """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing."""
+        check_name(name, "bank")
+        async with self._create_lock:
+            bank = self._banks.get(name)
+            if bank is not None:
+                return bank, False
+            if name in self.broken:
+                raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
+            path = self.root / name
+            if path.exists():  # created by hand since boot: load it rather than overwrite
+                bank = await asyncio.to_thread(Bank.load, name, path)
+                self._banks[name] = bank
+                return bank, False
+            bank = await asyncio.to_thread(Bank.create, name, path, description)
+            self._banks[name] = bank
+            return bank, True
+
+    async def trash(self, name: str, now_ms: int) -> Path:
+        """Move the bank folder to `.trash/<name>-<ms>`: disk first, so a failed rename leaves the
+        bank usable."""
+        bank = self.get(name)
+        bank.freeze("the bank was deleted")
+        await bank.drain()
+        try:
+            target = await asyncio.to_thread(
+                files.move_to_trash, bank.path, self.root / TRASH_DIR, f"{name}-{now_ms}"
+            )
+        except StorageError:
+            bank.unfreeze()
+            raise
+        self._banks.pop(name, None)
+        bank.close()
+        return target
+
+    async def reload(self) -> int:
+        """Drop every bank from RAM and replay the data dir again (hand edits picked up)."""
+        old = list(self._banks.values())
+        for bank in old:
+            bank.freeze("the store is reloading; retry")
+        for bank in old:
+            await bank.drain()
+        try:
+            banks, broken = await asyncio.to_thread(_load_all, self.root)
+        except StorageError:
+            for bank in old:
+                bank.unfreeze()
+            raise
+        self._banks, self.broken = banks, broken
+        for bank in old:
+            bank.close()
+        return len(banks)
+
+    async def close(self) -> None:
+        for bank in self._banks.values():
+            await bank.drain()
+            bank.close()
+        self._lock.release()

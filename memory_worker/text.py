@@ -1,0 +1,115 @@
+"""Text normalisation, the stable content fingerprint, and the recall tokenizer.
+
+`fingerprint()` ids are persisted: they must stay byte-for-byte identical to the Rust worker's
+(whitespace per Rust `char::is_whitespace`, then Unicode lowercase, then 64-bit FNV-1a over UTF-8).
+`terms()` is the one analyzer both the index and queries use, so documents and queries always agree.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = [
+    "FIRST_PERSON",
+    "STOPWORDS",
+    "USER_ENTITY",
+    "collapse_whitespace",
+    "fingerprint",
+    "normalize",
+    "terms",
+    "tokenize",
+]
+
+# Rust's `char::is_whitespace` (Unicode White_Space). Python's `str.split()` also splits on
+# U+001C..U+001F, which Rust keeps; ids must match the reference, so the set is spelled out.
+_WHITESPACE = re.compile(
+    "[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
+)
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+def collapse_whitespace(text: str) -> str:
+    """Split on Unicode whitespace and join with single spaces (leading/trailing dropped)."""
+    return " ".join(part for part in _WHITESPACE.split(text) if part)
+
+
+def normalize(text: str) -> str:
+    """The fingerprinted form: whitespace collapsed first, then Unicode lowercase."""
+    return collapse_whitespace(text).lower()
+
+
+def fingerprint(text: str) -> str:
+    """`fp` + 16 lowercase hex of 64-bit FNV-1a over the UTF-8 of `normalize(text)`."""
+    h = _FNV_OFFSET
+    for byte in normalize(text).encode("utf-8", "surrogatepass"):
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK64
+    return f"fp{h:016x}"
+
+
+# --- tokenizer -------------------------------------------------------------------------------
+
+# Scripts written without spaces: each character is a unigram plus a bigram with its neighbour.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
+_CJK_RUN = re.compile(f"[{_CJK}]")
+
+USER_ENTITY = "user"
+# First-person words (English and Portuguese) stand for the person talking, whom memories call
+# "the user": mapping them to one term lets "what's my name?" reach "The user's name is Ana".
+FIRST_PERSON = frozenset(
+    "i me my mine myself i'm im i've ive i'd id i'll "
+    "eu mim meu minha meus minhas comigo".split()
+)
+
+_EN_STOPWORDS = """
+a about above after again against all am an and any are aren't as at be because been before being
+below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down
+during each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here
+here's hers herself him himself his how how's if in into is isn't it it's its itself let's more most
+mustn't no nor not of off on once only or other ought our ours ourselves out over own same shan't she
+she'd she'll she's should shouldn't so some such than that that's the their theirs them themselves then
+there there's these they they'd they'll they're they've this those through to too under until up very
+was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while who
+who's whom why why's with won't would wouldn't you you'd you'll you're you've your yours yourself
+yourselves s t d ll m re ve also just will shall may might must us does get got tell know please
+""".split()
+_PT_STOPWORDS = """
+a ao aos aquela aquelas aquele aqueles aquilo as até com como da das de dela delas dele deles depois do
+dos e ela elas ele eles em entre era eram essa essas esse esses esta estas este estes estou está estão
+eu foi fomos for foram fosse há isso isto já la lhe lhes lo mas me mesmo muito na nas nem no nos nossa
+nossas nosso nossos num numa não o os ou para pela pelas pelo pelos por qual quando que quem se sem ser
+seu seus sua suas são só também te tem tinha tu tua tuas teu teus um uma umas uns você vocês vos à às é
+qual quais onde porque sobre tenho tens temos têm ter estar estava sou és somos seja sejam
+""".split()
+STOPWORDS = frozenset(_EN_STOPWORDS) | frozenset(_PT_STOPWORDS)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercased word runs (Unicode letters and digits), CJK as unigrams plus adjacent bigrams."""
+    folded = unicodedata.normalize("NFKC", text).lower()
+    out: list[str] = []
+    for run in _TOKEN.findall(folded):
+        if _CJK_RUN.match(run):
+            previous = ""
+            for char in run:
+                out.append(char)
+                if previous:
+                    out.append(previous + char)
+                previous = char
+        else:
+            out.append(run)
+    return out
+
+
+def terms(text: str) -> list[str]:
+    """Content terms for ranking: first-person words become `user`, stopwords are dropped."""
+    out: list[str] = []
+    for token in tokenize(text.replace("\u2019", "'")):
+        if token in FIRST_PERSON:
+            out.append(USER_ENTITY)
+        elif token not in STOPWORDS:
+            out.append(token)
+    return out

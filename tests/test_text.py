@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory_worker.text import collapse_whitespace, fingerprint, normalize, terms, tokenize
+
+
+def _fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) % 2**64
+    return h
+
+
+class TestFingerprint:
+    def test_known_fnv1a_vectors(self) -> None:
+        # Published FNV-1a 64 test vectors: "" and "a" and "foobar".
+        assert fingerprint("") == "fpcbf29ce484222325"
+        assert fingerprint("a") == "fpaf63dc4c8601ec8c"
+        assert fingerprint("foobar") == "fp85944171f73967e8"
+
+    def test_format_is_fp_plus_16_lowercase_hex(self) -> None:
+        fp = fingerprint("User publishes blog posts on Tuesday mornings")
+        assert len(fp) == 18 and fp.startswith("fp")
+        assert all(c in "0123456789abcdef" for c in fp[2:])
+
+    def test_case_and_whitespace_do_not_change_the_id(self) -> None:
+        assert fingerprint("User prefers  short   names") == fingerprint("user prefers short names")
+        assert fingerprint("\tUser\u00a0prefers\nshort names ") == fingerprint(
+            "user prefers short names"
+        )
+
+    def test_punctuation_and_accents_are_kept(self) -> None:
+        assert fingerprint("café") != fingerprint("cafe")
+        assert fingerprint("names.") != fingerprint("names")
+
+    def test_separators_that_rust_does_not_treat_as_whitespace_are_kept(self) -> None:
+        # U+001F is whitespace to Python's str.split() but not to Rust's is_whitespace.
+        assert normalize("a\x1fb") == "a\x1fb"
+        assert fingerprint("a\x1fb") != fingerprint("a b")
+
+    @pytest.mark.parametrize(
+        ("text", "lowered"),
+        [("ΟΔΟΣ", "οδος"), ("İstanbul", "i̇stanbul"), ("STRASSE ẞ", "strasse ß")],
+    )
+    def test_unicode_lowercase_matches_rust(self, text: str, lowered: str) -> None:
+        assert normalize(text) == lowered
+        assert fingerprint(text) == f"fp{_fnv1a64(lowered.encode()):016x}"
+
+    @given(st.text())
+    def test_fingerprint_ignores_whitespace_runs(self, text: str) -> None:
+        spaced = "  " + "   ".join(collapse_whitespace(text).split(" ")) + "\n"
+        assert fingerprint(spaced) == fingerprint(text)
+
+    @given(st.text(alphabet=string.printable))
+    def test_fingerprint_ignores_ascii_case(self, text: str) -> None:
+        assert fingerprint(text.swapcase()) == fingerprint(text)
+
+
+class TestTokenizer:
+    def test_splits_on_punctuation_and_lowercases(self) -> None:
+        assert tokenize("Mike's blog-style") == ["mike", "s", "blog", "style"]
+
+    def test_keeps_accented_words_whole(self) -> None:
+        assert tokenize("Café rápido") == ["café", "rápido"]
+
+    def test_cjk_gives_unigrams_and_bigrams(self) -> None:
+        assert sorted(tokenize("日本語")) == sorted(["日", "日本", "本", "本語", "語"])
+
+    def test_stopwords_in_english_and_portuguese_are_dropped(self) -> None:
+        assert terms("What is the name of the dog") == ["name", "dog"]
+        assert terms("Qual é o nome do cachorro") == ["nome", "cachorro"]
+
+    def test_first_person_words_become_user(self) -> None:
+        assert terms("what's my name?") == ["user", "name"]
+        assert terms("Eu moro em Lisboa") == ["user", "moro", "lisboa"]
