@@ -3,9 +3,9 @@
 Invariants:
 - `commit()` is the single mutation choke point. A record's line is appended and fsynced before the
   record becomes visible to readers; concurrent commits share one fsync (group commit).
-- Decisions read `latest()`/`match_text()`, which include records written but not yet durable, so two
-  concurrent saves of one text reinforce instead of duplicating. Callers decide and call `commit()`
-  with no `await` in between.
+- Decisions read `latest()`/`match_text()`, which include records written but not yet
+  durable, so two concurrent saves of one text reinforce instead of duplicating. Callers
+  decide and call `commit()` with no `await` in between.
 - A failed write or fsync cuts the log back to its last durable size and fails every commit that was
   waiting on it: RAM never holds what the disk does not.
 - Replay is last-wins by id and revision (a tie goes to the later line); torn or corrupt lines are
@@ -159,8 +159,11 @@ class Bank:
             if entry.name.startswith("."):
                 if entry.name.endswith(".tmp"):
                     self.damage.append(
-                        Damage(f"{RULES_DIR}/{entry.name}", "leftover temp file of an interrupted "
-                               "rule write (the rule itself is intact); safe to delete")
+                        Damage(
+                            f"{RULES_DIR}/{entry.name}",
+                            "leftover temp file of an interrupted "
+                            "rule write (the rule itself is intact); safe to delete",
+                        )
                     )
                 continue
             if not entry.name.endswith(".md") or not entry.is_file():

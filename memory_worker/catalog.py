@@ -50,52 +50,70 @@ CATALOG: tuple[FunctionSpec, ...] = (
         "memory::bank::create",
         "Create a named memory bank: an isolated scope of rules and memories, e.g. one per project "
         "or persona. Idempotent; sessions select it via metadata `memory_bank`.",
-        wire.BankCreateRequest, wire.BankCreateResponse, MemoryService.bank_create,
+        wire.BankCreateRequest,
+        wire.BankCreateResponse,
+        MemoryService.bank_create,
     ),
     _spec(
         "memory::bank::list",
         "List every memory bank with memory/rule/pin counts.",
-        wire.BankListRequest, wire.BankListResponse, MemoryService.bank_list,
+        wire.BankListRequest,
+        wire.BankListResponse,
+        MemoryService.bank_list,
     ),
     _spec(
         "memory::bank::delete",
         "Delete a memory bank: the folder moves to the store's .trash, recoverable by hand.",
-        wire.BankDeleteRequest, wire.BankDeleteResponse, MemoryService.bank_delete,
+        wire.BankDeleteRequest,
+        wire.BankDeleteResponse,
+        MemoryService.bank_delete,
     ),
     _spec(
         "memory::save",
         "Save one memory explicitly. Content-fingerprinted: re-saving the same text reinforces the "
         "existing memory instead of duplicating it. Use when the user says `remember this`.",
-        wire.SaveRequest, wire.SaveResponse, MemoryService.save,
+        wire.SaveRequest,
+        wire.SaveResponse,
+        MemoryService.save,
     ),
     _spec(
         "memory::get",
         "Fetch one memory by id, including superseded/tombstoned records.",
-        wire.GetRequest, wire.GetResponse, MemoryService.get,
+        wire.GetRequest,
+        wire.GetResponse,
+        MemoryService.get,
     ),
     _spec(
         "memory::list",
         "List a bank's memories page by page, newest first. `include_superseded` shows history "
         "too.",
-        wire.ListRequest, wire.ListResponse, MemoryService.list,
+        wire.ListRequest,
+        wire.ListResponse,
+        MemoryService.list_memories,
     ),
     _spec(
         "memory::update",
         "Revise a memory's text, entities, or pin flag in place (same id, bumped revision; the "
         "prior revision stays in the on-disk log).",
-        wire.UpdateRequest, wire.MemoryResponse, MemoryService.update,
+        wire.UpdateRequest,
+        wire.MemoryResponse,
+        MemoryService.update,
     ),
     _spec(
         "memory::delete",
         "Delete a memory (tombstone: sets invalid_at). It leaves recall immediately but stays on "
         "disk, readable with include_superseded.",
-        wire.DeleteRequest, wire.MemoryResponse, MemoryService.delete,
+        wire.DeleteRequest,
+        wire.MemoryResponse,
+        MemoryService.delete,
     ),
     _spec(
         "memory::pin",
         "Pin or unpin a memory. Pinned memories rank higher in recall and are untouchable by every "
         "automatic path.",
-        wire.PinRequest, wire.MemoryResponse, MemoryService.pin,
+        wire.PinRequest,
+        wire.MemoryResponse,
+        MemoryService.pin,
     ),
     _spec(
         "memory::supersede",
@@ -103,20 +121,26 @@ CATALOG: tuple[FunctionSpec, ...] = (
         "plain delete. The consolidation seam; pinned memories cannot be superseded. reinforce "
         "makes it a merge (the non-pinned survivor absorbs the retired record's observations); "
         "reason is carried on the item-changed events.",
-        wire.SupersedeRequest, wire.SupersedeResponse, MemoryService.supersede,
+        wire.SupersedeRequest,
+        wire.SupersedeResponse,
+        MemoryService.supersede,
     ),
     _spec(
         "memory::tags",
         "List the tags across a bank's live memories with usage counts, most used first — the "
         "filter source for tag-scoped list/recall.",
-        wire.TagsRequest, wire.TagsResponse, MemoryService.tags,
+        wire.TagsRequest,
+        wire.TagsResponse,
+        MemoryService.tags,
     ),
     _spec(
         "memory::recall",
         "Search a bank's memories relevant to a query (BM25 + entities + corroboration + recency; "
         "no LLM). The same scorer the pre-generate hook uses — call it to preview an injection. "
         "mode lexical/semantic returns one raw arm (plain BM25, or cosine).",
-        wire.RecallRequest, wire.RecallResponse, MemoryService.recall,
+        wire.RecallRequest,
+        wire.RecallResponse,
+        MemoryService.recall,
     ),
     _spec(
         "memory::preview",
@@ -125,32 +149,42 @@ CATALOG: tuple[FunctionSpec, ...] = (
         "receive changes as an appended update), the memories the turn would be handed (post "
         "ambient floor and token budget), and the appended message verbatim. Runs the "
         "pre-generate hook's own code.",
-        wire.PreviewRequest, wire.PreviewResponse, MemoryService.preview,
+        wire.PreviewRequest,
+        wire.PreviewResponse,
+        MemoryService.preview,
     ),
     _spec(
         "memory::rule::list",
         "List a bank's rules (markdown, injected whole into the system prompt on every turn). "
         "Stored as plain files under the bank's rules/ folder; editing them by hand is equivalent.",
-        wire.RuleListRequest, wire.RuleListResponse, MemoryService.rule_list,
+        wire.RuleListRequest,
+        wire.RuleListResponse,
+        MemoryService.rule_list,
     ),
     _spec(
         "memory::rule::set",
         "Create or replace one rule (atomic write; empty content removes it). Rules are plain "
         "markdown files under the bank's rules/ folder.",
-        wire.RuleSetRequest, wire.RuleSetResponse, MemoryService.rule_set,
+        wire.RuleSetRequest,
+        wire.RuleSetResponse,
+        MemoryService.rule_set,
     ),
     _spec(
         "memory::doctor",
         "Self-test memory end to end: data-dir writability, a scratch-bank write/read/trash "
         "roundtrip, and sibling reachability (router, session-manager). Reports degraded states "
         "explicitly, not a bare process-up health.",
-        wire.DoctorRequest, wire.DoctorResponse, MemoryService.doctor,
+        wire.DoctorRequest,
+        wire.DoctorResponse,
+        MemoryService.doctor,
     ),
     _spec(
         "memory::reload",
         "Drop all in-RAM state and reload every bank from disk — the recovery hatch after editing "
         "bank files by hand.",
-        wire.ReloadRequest, wire.ReloadResponse, MemoryService.reload,
+        wire.ReloadRequest,
+        wire.ReloadResponse,
+        MemoryService.reload,
     ),
 )
 

@@ -186,6 +186,14 @@ async def _import(args: argparse.Namespace) -> int:
     return await _with_service(args, f"memory-worker import --bank {args.bank}", work)
 
 
+async def _serve(args: argparse.Namespace) -> int:
+    from .standalone import serve  # aiohttp is imported only by the command that serves
+
+    settings = _settings(args)
+    data_dir = resolve_data_dir(args.data_dir, settings)
+    return await serve(settings, data_dir, host=args.host, port=args.port)
+
+
 # --- parser ------------------------------------------------------------------------------------
 
 
@@ -222,10 +230,25 @@ def _parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import", parents=[common], help="bulk import whole memory records")
     imp.add_argument("file", metavar="FILE.jsonl", help="records, one JSON object a line (- = stdin)")
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
+
+    # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
+    # --log-level would change every command's.
+    serve = sub.add_parser(
+        "serve",
+        help="run the worker as a long-lived local service",
+        description="Serve the memory functions until SIGTERM/SIGINT. Standalone mode: REST on "
+        "127.0.0.1, POST /memory/<function path> (e.g. /memory/save) and GET /healthz.",
+    )
+    serve.add_argument("--data-dir", help="data dir (default: $MEMORY_DATA_DIR, config, "
+                       "$III_COMPOSE_DIR/data/memory, ./data/memory)")
+    serve.add_argument("--config", help=f"YAML settings file (default: ${CONFIG_ENV})")
+    serve.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8765, help="port to listen on (0 = any free)")
     return parser
 
 
-_COMMANDS = {"trigger": _trigger, "call": _call, "import": _import}
+_COMMANDS = {"trigger": _trigger, "call": _call, "import": _import, "serve": _serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

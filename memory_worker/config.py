@@ -78,7 +78,8 @@ class Settings(BaseModel):
     decay_half_life_days: float = Field(
         default=60.0,
         gt=0,
-        description="Recency half-life of recall scores, measured from when a fact was last stated.",
+        description="Recency half-life of recall scores, measured from when a fact was last "
+        "stated.",
     )
     embeddings_enabled: bool = Field(
         default=True, description="Fuse a semantic signal into recall when an embedder answers."

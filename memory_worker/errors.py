@@ -1,7 +1,8 @@
 """Error types with stable wire codes.
 
-`str(err)` is always `"<code>: <message>"`: the bus only carries a message for Python handlers, so callers
-match on the prefix. The core raises these; each edge (bus, CLI, REST) translates once.
+`str(err)` is always `"<code>: <message>"`: the bus only carries a message for Python
+handlers, so callers match on the prefix. The core raises these; each edge (bus, CLI, REST)
+translates once.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class MemoryNotFound(WorkerError):
 
 
 class Conflict(WorkerError):
-    """Well-formed, but the current state forbids it (pinned, retired, duplicate text, locked dir)."""
+    """Well-formed, but the state forbids it (pinned, retired, duplicate text, locked dir)."""
 
     code = "conflict"
 
@@ -72,5 +73,12 @@ class SiblingUnavailable(WorkerError):
 
 ERROR_CODES: dict[str, str] = {
     cls.code: (cls.__doc__ or "").strip()
-    for cls in (InvalidInput, BankNotFound, MemoryNotFound, Conflict, StorageError, SiblingUnavailable)
+    for cls in (
+        InvalidInput,
+        BankNotFound,
+        MemoryNotFound,
+        Conflict,
+        StorageError,
+        SiblingUnavailable,
+    )
 }

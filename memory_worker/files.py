@@ -225,14 +225,17 @@ class AppendLog:
         return size
 
     def truncate(self, size: int) -> None:
-        """Cut the file back to `size` bytes (a durable boundary) and sync the cut."""
+        """Cut the file back to `size` bytes (a durable boundary)."""
         if self._fd is None:
             return
         try:
             os.ftruncate(self._fd, size)
-            os.fsync(self._fd)
         except OSError as exc:
             raise _storage("truncate", self.path, exc) from exc
+        # Best effort: when the disk refuses this sync too, the next successful commit's fsync
+        # persists the cut along with its own line.
+        with contextlib.suppress(OSError):
+            os.fsync(self._fd)
         self.size = self.synced_size = size
 
     def close(self) -> None:
@@ -272,7 +275,9 @@ class DataDirLock:
                     time.sleep(_LOCK_POLL_S)
                     continue
                 os.close(fd)
-                raise Conflict(f"data dir {self.path.parent} is in use by {describe(holder)}") from None
+                raise Conflict(
+                    f"data dir {self.path.parent} is in use by {describe(holder)}"
+                ) from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(self.holder).encode(), 0)
@@ -312,7 +317,7 @@ def describe(holder: dict[str, object]) -> str:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a folder the worker created for itself (the doctor's scratch bank), never user data."""
+    """Delete a folder the worker made for itself (the doctor's scratch bank), never user data."""
     try:
         shutil.rmtree(path)
     except FileNotFoundError:

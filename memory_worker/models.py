@@ -1,8 +1,9 @@
 """Persisted and returned records.
 
-`Memory` is serialized whole as one `memories.jsonl` line; replay is last-wins by id and revision. Fields
-for later capabilities (categories, subjects, association lanes, anchors, retention, access stats) are
-optional and omitted from the line when unset, so old logs keep loading and new ones stay compact.
+`Memory` is serialized whole as one `memories.jsonl` line; replay is last-wins by id and
+revision. Fields for later capabilities (categories, subjects, association lanes, anchors,
+retention, access stats) are optional and omitted from the line when unset, so old logs keep
+loading and new ones stay compact.
 """
 
 from __future__ import annotations
@@ -58,15 +59,15 @@ class Provenance(BaseModel):
 
 
 class Memory(BaseModel):
-    """One memory item. Serialized whole as a `memories.jsonl` line; replay is last-wins by `id`, so an
-    update appends a full record with a bumped `revision` and a delete appends a tombstoned record
-    (`invalid_at` set) — history is never destroyed, only superseded."""
+    """One memory item. Serialized whole as a `memories.jsonl` line; replay is last-wins by
+    `id`, so an update appends a full record with a bumped `revision` and a delete appends a
+    tombstoned record (`invalid_at` set) — history is never destroyed, only superseded."""
 
     model_config = _RECORD
 
     id: str = Field(
-        description="Content fingerprint (`fp` + FNV-1a of the normalized text), so re-ingesting the "
-        "same source reinforces instead of duplicating."
+        description="Content fingerprint (`fp` + FNV-1a of the normalized text), so "
+        "re-ingesting the same source reinforces instead of duplicating."
     )
     text: str
     entities: tuple[str, ...] = Field(
@@ -75,8 +76,8 @@ class Memory(BaseModel):
     tags: tuple[str, ...] = Field(
         default=(),
         description='Topical labels for filtering WITHIN a bank ("iii", "workers", "billing") — '
-        "organization, not ranking. Normalized lowercase, capped like entities. Old records without "
-        "the field load as untagged.",
+        "organization, not ranking. Normalized lowercase, capped like entities. Old records "
+        "without the field load as untagged.",
     )
     confidence: Confidence
     corroboration: int = Field(
@@ -86,8 +87,8 @@ class Memory(BaseModel):
     )
     pinned: bool = Field(
         default=False,
-        description="Pinned memories are never touched by any automatic path (consolidation, decay); "
-        "only an explicit `memory::pin`/`memory::update` changes them.",
+        description="Pinned memories are never touched by any automatic path (consolidation, "
+        "decay); only an explicit `memory::pin`/`memory::update` changes them.",
     )
     source: Provenance | None = None
     created_at: int = Field(ge=0, description="Milliseconds since epoch.")
@@ -96,14 +97,14 @@ class Memory(BaseModel):
         default=None,
         ge=0,
         description="When the fact was last STATED (created, re-observed, text edited). Unlike "
-        "`updated_at`, pin/tag/entity edits never bump it, so consolidation can order \"which "
+        '`updated_at`, pin/tag/entity edits never bump it, so consolidation can order "which '
         'statement is current" by it. Legacy records load as None.',
     )
     invalid_at: int | None = Field(
         default=None,
         ge=0,
-        description="Set when the memory stopped being true (superseded or deleted). The record stays "
-        "on disk and remains queryable with `include_superseded: true`.",
+        description="Set when the memory stopped being true (superseded or deleted). The record "
+        "stays on disk and remains queryable with `include_superseded: true`.",
     )
     superseded_by: str | None = Field(
         default=None, description="Memory id that replaced this one, when superseded by content."

@@ -68,7 +68,7 @@ def _entity_hits(memory: Memory, query_terms: set[str]) -> int:
 
 
 def rank(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery) -> list[Hit]:
-    """The top `limit` memories for `query.text`, best first; ties go to the most recently stated."""
+    """The top `limit` memories for `query.text`, best first; ties go to the newest statement."""
     if query.mode is RecallMode.SEMANTIC or query.limit <= 0:
         return []
     query_terms = terms(query.text)

@@ -94,7 +94,7 @@ _NOT_SECRET_WORDS = frozenset(
         "api_key", "value",
     }
 )  # fmt: skip
-_TRAILING_PUNCT = ".!?)]}"
+_TRAILING_PUNCT = ".)]}"
 _KEY_PREFIX = re.compile(
     r"(?:api|access|private|client|master|encryption|signing|auth|app|license|subscription)"
     r"[_.-]?\Z",
@@ -124,18 +124,13 @@ def _is_secret_value(value: str, *, weak: bool) -> bool:
     )
 
 
-def _value_span(m: re.Match[str], text: str) -> _Span | None:
-    """Span of the assigned value: the quoted content, or the bare word minus end punctuation."""
-    for name in ("dq", "sq"):
+def _value_span(m: re.Match[str]) -> _Span | None:
+    """Span of the assigned value: the quoted content, or the bare word."""
+    for name in ("dq", "sq", "bare"):
         start, end = m.span(name)
         if start >= 0:
             return start, end
-    start, end = m.span("bare")
-    if start < 0:
-        return None
-    while end > start and text[end - 1] in _TRAILING_PUNCT:
-        end -= 1
-    return start, end
+    return None  # pragma: no cover - the pattern always sets one of the three
 
 
 def _looks_like_prose(m: re.Match[str], text: str, span: _Span) -> bool:
@@ -155,13 +150,20 @@ def _assignment(*, weak: bool, key_prefix: re.Pattern[str] | None = None) -> _Pi
         short = "short" in m.re.groupindex and m.group("short") is not None
         if short and m.group("sep") != "=" and not m.group("kq"):
             return None  # bare `pass:` / `pwd:` is too often a heading or a test status
-        span = _value_span(m, text)
+        span = _value_span(m)
         if span is None or _looks_like_prose(m, text, span):
             return None
-        value = text[span[0] : span[1]]
+        start, end = span
+        if m.start("bare") >= 0:  # keep sentence punctuation: `password=hunter22.`
+            while end > start + 1 and text[end - 1] in _TRAILING_PUNCT:
+                end -= 1
+        raw, value = text[start : span[1]], text[start:end]
         if short and value.startswith(("/", "~")):
             return None  # PWD=/home/alice is a directory
-        return span if _is_secret_value(value, weak=weak) else None
+        # both forms must look secret: `${DB_PASSWORD}` and `password)` are references
+        if _is_secret_value(raw, weak=weak) and _is_secret_value(value, weak=weak):
+            return start, end
+        return None
 
     return pick
 
@@ -245,8 +247,8 @@ _ASSIGN_TAIL = r"""
     (?:
         "(?P<dq>(?:[^"\\\n]|\\.){1,512}+)"
       | '(?P<sq>(?:[^'\\\n]|\\.){1,512}+)'
-      | ["']?(?P<bare>[^\s"'`,;&<>\[\]:=(){}][^\s"'`,;&<>]*+)
-    )
+      | ["']?(?P<bare>[^\s"'`,;&<>\[\]:=(){}](?:[^\s"'`,;&<>]|[;&](?!\w[\w.-]*+=))*+)
+    )                                   # `;` / `&` end the value only before `next_key=`
 """
 _PEM_LABEL = r"(?:[A-Z0-9]+[ ]){0,4}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/-]"  # RFC 6750 b64token
@@ -274,8 +276,8 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         GITHUB_TOKEN,
         _re(
-            r"gh(?<![A-Za-z0-9_]gh)"
-            r"(?:[pousr]_[A-Za-z0-9]{36,255}+|ithub_pat_[A-Za-z0-9_]{22,255}+)"
+            r"g(?<![A-Za-z0-9_]g)"
+            r"(?:h[pousr]_[A-Za-z0-9]{36,255}+|ithub_pat_[A-Za-z0-9_]{22,255}+)"
         ),
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
@@ -500,44 +502,55 @@ def _fold(text: str) -> str:
 _ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def _find(text: str) -> list[tuple[int, int, int, str]]:
-    """All accepted hits as (start, -end, priority, label); priority = position in _RULES."""
+def _find(text: str) -> list[list[tuple[int, int, str]]]:
+    """Accepted hits per rule, in rule order; each list is sorted and free of overlaps."""
     low = _fold(text)
-    hits: list[tuple[int, int, int, str]] = []
-    for priority, rule in enumerate(_RULES):
+    found: list[list[tuple[int, int, str]]] = []
+    for rule in _RULES:
         hay = low if rule.on_lower else text
         if not any(t in hay for t in rule.triggers):
             continue
+        hits: list[tuple[int, int, str]] = []
         for m in rule.pattern.finditer(hay):
             span = rule.pick(m, text)
             if span is not None and span[0] < span[1]:
-                hits.append((span[0], -span[1], priority, rule.label))
-    return hits
+                hits.append((span[0], span[1], rule.label))
+        if hits:
+            found.append(hits)
+    return found
+
+
+def _merge(
+    kept: list[tuple[int, int, str]], new: list[tuple[int, int, str]]
+) -> list[tuple[int, int, str]]:
+    """Add the hits of a less specific rule to ``kept``, dropping any that overlap a kept hit."""
+    out: list[tuple[int, int, str]] = []
+    i = 0
+    for hit in new:
+        while i < len(kept) and kept[i][1] <= hit[0]:
+            out.append(kept[i])
+            i += 1
+        if i == len(kept) or kept[i][0] >= hit[1]:
+            out.append(hit)
+    out.extend(kept[i:])
+    return out
 
 
 def _redact_once(text: str) -> tuple[str, set[str]]:
-    hits = _find(text)
-    if not hits:
+    # Rules are ordered most specific first; a hit overlapping an earlier rule's hit is dropped,
+    # so `x-access-token:ghs_…@github.com` keeps the github-token label and the visible host.
+    kept: list[tuple[int, int, str]] = []
+    for hits in _find(text):
+        kept = _merge(kept, hits) if kept else hits
+    if not kept:
         return text, set()
-    # Earliest start wins; on a tie the longer span, then the more specific rule. A hit that
-    # overlaps the current one extends it, so no part of any detected secret is left behind.
-    hits.sort()
     out: list[str] = []
-    labels: set[str] = set()
     pos = 0
-    cur_start, cur_end, cur_label = -1, -1, ""
-    for start, neg_end, _, label in hits:
-        if start < cur_end:
-            cur_end = max(cur_end, -neg_end)
-            continue
-        if cur_end >= 0:
-            out += (text[pos:cur_start], MARKER_PREFIX, cur_label, "]")
-            labels.add(cur_label)
-            pos = cur_end
-        cur_start, cur_end, cur_label = start, -neg_end, label
-    out += (text[pos:cur_start], MARKER_PREFIX, cur_label, "]", text[cur_end:])
-    labels.add(cur_label)
-    return "".join(out), labels
+    for start, end, label in kept:
+        out += (text[pos:start], MARKER_PREFIX, label, "]")
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), {label for _, _, label in kept}
 
 
 def redact(text: str) -> Redaction:

@@ -27,7 +27,7 @@ RECENCY_FLOOR = 0.35  # old-but-relevant memories stay reachable
 def recency(age_ms: int, half_life_days: float) -> float:
     """Exponential decay by age since the fact was last stated, never below the floor."""
     age_days = max(age_ms, 0) / DAY_MS
-    return max(0.5 ** (age_days / max(half_life_days, 1e-9)), RECENCY_FLOOR)
+    return max(math.pow(0.5, age_days / max(half_life_days, 1e-9)), RECENCY_FLOOR)
 
 
 def fused_score(

@@ -1,4 +1,4 @@
-"""`MemoryService`: one async method per public function, over a `Store`, knowing nothing of the bus.
+"""`MemoryService`: one async method per public function over a `Store`; it knows no bus.
 
 Every write path validates and redacts the whole request before touching anything, decides with a
 pure transition, commits through `Bank.commit()`, and only then emits its change event. Reads of the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,8 +137,8 @@ def _event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> d
 
 
 def _redaction_reason(labels: Iterable[str]) -> str | None:
-    labels = sorted(set(labels))
-    return f"redacted: {', '.join(labels)}" if labels else None
+    distinct = sorted(set(labels))
+    return f"redacted: {', '.join(distinct)}" if distinct else None
 
 
 def _clean_short(raw: str | None, field: str, limit: int) -> str | None:
@@ -258,7 +258,7 @@ class MemoryService:
             raise MemoryNotFound(f"{req.id} in bank {name}")
         return GetResponse(memory=self._record(bank, req.id))
 
-    async def list(self, req: ListRequest) -> ListResponse:
+    async def list_memories(self, req: ListRequest) -> ListResponse:
         bank = self._readable(self._name(req.bank))
         if bank is None:
             return ListResponse(memories=[], total=0)
@@ -291,10 +291,15 @@ class MemoryService:
             twin = bank.match_text(text)
             if twin is not None and twin.id != existing.id and twin.live:
                 raise Conflict(
-                    f"the new text duplicates memory {twin.id}; supersede one with the other instead"
+                    f"the new text duplicates memory {twin.id}; supersede one with the other"
                 )
         record = transitions.update(
-            existing, now_ms=self.clock(), text=text, entities=entities, tags=tags, pinned=req.pinned
+            existing,
+            now_ms=self.clock(),
+            text=text,
+            entities=entities,
+            tags=tags,
+            pinned=req.pinned,
         )
         if record is None:
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
@@ -454,9 +459,7 @@ class MemoryService:
         return RuleSetResponse(ok=True, exists=True, redacted=list(redaction.labels))
 
     def _emit_rules_changed(self, name: str) -> None:
-        self.emitter.emit(
-            BANK_CHANGED, {"event_type": str(BankEvent.RULES_CHANGED), "bank": name}
-        )
+        self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.RULES_CHANGED), "bank": name})
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -481,7 +484,10 @@ class MemoryService:
         except WorkerError as exc:
             return DoctorCheck(name="data-dir-writable", ok=False, detail=str(exc), required=True)
         return DoctorCheck(
-            name="data-dir-writable", ok=True, detail=f"{self.store.root} is writable", required=True
+            name="data-dir-writable",
+            ok=True,
+            detail=f"{self.store.root} is writable",
+            required=True,
         )
 
     async def _check_roundtrip(self) -> DoctorCheck:
@@ -492,12 +498,20 @@ class MemoryService:
         try:
             bank, _ = await self.store.ensure(name, "doctor scratch")
             now_ms = self.clock()
-            probe = transitions.new_memory(bank.new_id(DOCTOR_PROBE_TEXT), DOCTOR_PROBE_TEXT,
-                                           now_ms=now_ms)
+            probe = transitions.new_memory(
+                bank.new_id(DOCTOR_PROBE_TEXT), DOCTOR_PROBE_TEXT, now_ms=now_ms
+            )
             await bank.commit([probe])
-            hits = rank(bank.memories, bank.index, RecallQuery(
-                text=DOCTOR_PROBE_QUERY, limit=3, now_ms=now_ms,
-                half_life_days=self.settings.decay_half_life_days))
+            hits = rank(
+                bank.memories,
+                bank.index,
+                RecallQuery(
+                    text=DOCTOR_PROBE_QUERY,
+                    limit=3,
+                    now_ms=now_ms,
+                    half_life_days=self.settings.decay_half_life_days,
+                ),
+            )
             trashed = await self.store.trash(name, now_ms)
             await asyncio.to_thread(files.remove_tree, trashed)
         except WorkerError as exc:
@@ -544,7 +558,9 @@ class MemoryService:
         ]
         if not found:
             return DoctorCheck(name="files-intact", ok=True, detail="no corrupt or torn lines")
-        shown = "; ".join(found[:20]) + (f"; … and {len(found) - 20} more" if len(found) > 20 else "")
+        shown = "; ".join(found[:20]) + (
+            f"; … and {len(found) - 20} more" if len(found) > 20 else ""
+        )
         return DoctorCheck(
             name="files-intact",
             ok=False,
@@ -557,7 +573,9 @@ class MemoryService:
 
     # --- bulk import -----------------------------------------------------------------------------
 
-    async def import_records(self, bank_name: str, rows: list[Mapping[str, Any]]) -> ImportReport:
+    async def import_records(
+        self, bank_name: str, rows: Sequence[Mapping[str, Any]]
+    ) -> ImportReport:
         """Append whole records, history included, as one write and one fsync. Every row is
         validated first: one bad row rejects the import and nothing is written."""
         name = check_name(bank_name, "bank")
@@ -577,7 +595,7 @@ class MemoryService:
         bank = await self._ensure(name)
         records: list[Memory] = []
         redacted = 0
-        for item, text, entities, tags, labels in prepared:
+        for item, text, entities, tags, found in prepared:
             created_at = item.created_at if item.created_at is not None else now_ms
             updated_at = item.updated_at if item.updated_at is not None else created_at
             records.append(
@@ -598,7 +616,7 @@ class MemoryService:
                     revision=item.revision,
                 )
             )
-            redacted += bool(labels)
+            redacted += bool(found)
         await bank.commit(records)
         return ImportReport(
             bank=name,

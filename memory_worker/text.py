@@ -60,29 +60,31 @@ USER_ENTITY = "user"
 # First-person words (English and Portuguese) stand for the person talking, whom memories call
 # "the user": mapping them to one term lets "what's my name?" reach "The user's name is Ana".
 FIRST_PERSON = frozenset(
-    "i me my mine myself i'm im i've ive i'd id i'll "
-    "eu mim meu minha meus minhas comigo".split()
+    "i me my mine myself i'm im i've ive i'd id i'll eu mim meu minha meus minhas comigo".split()
 )
 
 _EN_STOPWORDS = """
-a about above after again against all am an and any are aren't as at be because been before being
-below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down
-during each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here
-here's hers herself him himself his how how's if in into is isn't it it's its itself let's more most
-mustn't no nor not of off on once only or other ought our ours ourselves out over own same shan't she
-she'd she'll she's should shouldn't so some such than that that's the their theirs them themselves then
-there there's these they they'd they'll they're they've this those through to too under until up very
-was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while who
-who's whom why why's with won't would wouldn't you you'd you'll you're you've your yours yourself
-yourselves s t d ll m re ve also just will shall may might must us does get got tell know please
+a about above after again against all am an and any are aren't as at be because been
+before being below between both but by can can't cannot could couldn't did didn't do does
+doesn't doing don't down during each few for from further had hadn't has hasn't have
+haven't having he he'd he'll he's her here here's hers herself him himself his how how's
+if in into is isn't it it's its itself let's more most mustn't no nor not of off on once
+only or other ought our ours ourselves out over own same shan't she she'd she'll she's
+should shouldn't so some such than that that's the their theirs them themselves then there
+there's these they they'd they'll they're they've this those through to too under until up
+very was wasn't we we'd we'll we're we've were weren't what what's when when's where
+where's which while who who's whom why why's with won't would wouldn't you you'd you'll
+you're you've your yours yourself yourselves s t d ll m re ve also just will shall may
+might must us does get got tell know please
 """.split()
 _PT_STOPWORDS = """
-a ao aos aquela aquelas aquele aqueles aquilo as até com como da das de dela delas dele deles depois do
-dos e ela elas ele eles em entre era eram essa essas esse esses esta estas este estes estou está estão
-eu foi fomos for foram fosse há isso isto já la lhe lhes lo mas me mesmo muito na nas nem no nos nossa
-nossas nosso nossos num numa não o os ou para pela pelas pelo pelos por qual quando que quem se sem ser
-seu seus sua suas são só também te tem tinha tu tua tuas teu teus um uma umas uns você vocês vos à às é
-qual quais onde porque sobre tenho tens temos têm ter estar estava sou és somos seja sejam
+a ao aos aquela aquelas aquele aqueles aquilo as até com como da das de dela delas dele
+deles depois do dos e ela elas ele eles em entre era eram essa essas esse esses esta estas
+este estes estou está estão eu foi fomos for foram fosse há isso isto já la lhe lhes lo
+mas me mesmo muito na nas nem no nos nossa nossas nosso nossos num numa não o os ou para
+pela pelas pelo pelos por qual quando que quem se sem ser seu seus sua suas são só também
+te tem tinha tu tua tuas teu teus um uma umas uns você vocês vos à às é qual quais onde
+porque sobre tenho tens temos têm ter estar estava sou és somos seja sejam
 """.split()
 STOPWORDS = frozenset(_EN_STOPWORDS) | frozenset(_PT_STOPWORDS)
 

@@ -134,7 +134,8 @@ class BankDeleteResponse(Response):
 class SaveRequest(Request):
     bank: BankName = Field(
         default=None,
-        description="Target bank; omitted: the calling session's bank, else the configured default.",
+        description="Target bank; omitted: the calling session's bank, else the configured "
+        "default.",
     )
     text: Text = Field(description="The memory, one self-contained sentence.")
     entities: TextList = Field(

@@ -1,0 +1,219 @@
+"""Bank: the commit choke point under faults and concurrency, replay, and damage reports."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from memory_worker import transitions
+from memory_worker.bank import Bank
+from memory_worker.errors import StorageError
+from memory_worker.models import Memory
+from memory_worker.store import Store
+
+from .conftest import HOLDER
+
+NOW = 1_793_491_200_000
+
+
+def _memory(text: str, **changes: object) -> Memory:
+    from memory_worker.text import fingerprint
+
+    return transitions.new_memory(fingerprint(text), text, now_ms=NOW).model_copy(update=changes)
+
+
+@pytest.fixture(name="bank")
+async def _bank(store: Store) -> Bank:
+    bank, _ = await store.ensure("main")
+    return bank
+
+
+def _lines(bank: Bank) -> list[bytes]:
+    return (bank.path / "memories.jsonl").read_bytes().splitlines()
+
+
+class TestCommit:
+    async def test_record_is_visible_only_after_commit_returns(self, bank: Bank) -> None:
+        record = _memory("The user likes tea")
+        task = asyncio.create_task(bank.commit([record]))
+        await asyncio.sleep(0)  # the write is staged; its fsync has not finished
+        assert bank.get(record.id) is None
+        assert bank.latest(record.id) == record  # but decisions already see it
+        await task
+        assert bank.get(record.id) == record and record.id in bank.index
+
+    async def test_failed_fsync_changes_nothing_and_the_next_write_is_intact(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        kept = _memory("The user likes tea")
+        await bank.commit([kept])
+        before = (bank.path / "memories.jsonl").read_bytes()
+        real_fsync = os.fsync
+
+        def failing_fsync(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing_fsync)
+        lost = _memory("The user likes coffee")
+        with pytest.raises(StorageError, match="Input/output error"):
+            await bank.commit([lost])
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert bank.get(lost.id) is None and bank.latest(lost.id) is None
+        assert (bank.path / "memories.jsonl").read_bytes() == before
+        later = _memory("The user likes cocoa")
+        await bank.commit([later])
+        assert [Memory.model_validate_json(line).id for line in _lines(bank)] == [kept.id, later.id]
+
+    async def test_failed_partial_write_is_cut_back(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        kept = _memory("The user likes tea")
+        await bank.commit([kept])
+        before = (bank.path / "memories.jsonl").read_bytes()
+        real_write = os.write
+        calls = {"n": 0}
+
+        def disk_full_after_half(fd: int, data: bytes | memoryview) -> int:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return real_write(fd, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "write", disk_full_after_half)
+        with pytest.raises(StorageError, match="No space left"):
+            await bank.commit([_memory("The user likes coffee")])
+        monkeypatch.setattr(os, "write", real_write)
+        assert (bank.path / "memories.jsonl").read_bytes() == before
+        await bank.commit([_memory("The user likes cocoa")])
+        assert len(_lines(bank)) == 2
+
+    async def test_concurrent_commits_share_fsyncs(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        real_fsync = os.fsync
+        count = {"n": 0}
+
+        def counting_fsync(fd: int) -> None:
+            count["n"] += 1
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", counting_fsync)
+        records = [_memory(f"concurrent memory {i}") for i in range(32)]
+        await asyncio.gather(*(bank.commit([r]) for r in records))
+        assert all(bank.get(r.id) == r for r in records)
+        assert count["n"] < len(records)
+
+    async def test_a_failed_group_fsync_fails_every_waiter(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def failing_fsync(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing_fsync)
+        records = [_memory(f"doomed memory {i}") for i in range(8)]
+        results = await asyncio.gather(*(bank.commit([r]) for r in records), return_exceptions=True)
+        assert all(isinstance(r, StorageError) for r in results)
+        assert all(bank.get(r.id) is None for r in records)
+        assert (bank.path / "memories.jsonl").read_bytes() == b""
+
+    async def test_a_cancelled_caller_does_not_strand_its_record(self, bank: Bank) -> None:
+        record = _memory("The user likes tea")
+        task = asyncio.create_task(bank.commit([record]))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await bank.drain()
+        assert bank.get(record.id) == record
+
+    async def test_a_write_never_glues_onto_a_torn_line(self, store: Store, data_dir: Path) -> None:
+        bank, _ = await store.ensure("main")
+        await bank.commit([_memory("The user likes tea")])
+        await store.close()
+        log = data_dir / "main" / "memories.jsonl"
+        with log.open("ab") as handle:
+            handle.write(b'{"id":"fptorn","text":"half a rec')
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            bank = reopened.get("main")
+            assert [d.line for d in bank.damage] == [2]
+            await bank.commit([_memory("The user likes cocoa")])
+            lines = log.read_bytes().splitlines()
+            assert lines[1] == b'{"id":"fptorn","text":"half a rec'
+            assert Memory.model_validate_json(lines[2]).text == "The user likes cocoa"
+        finally:
+            await reopened.close()
+
+
+class TestReplay:
+    async def test_last_wins_by_revision_and_ties_go_to_the_later_line(
+        self, store: Store, data_dir: Path
+    ) -> None:
+        bank, _ = await store.ensure("main")
+        first = _memory("The user likes tea")
+        await bank.commit([first.model_copy(update={"revision": 2, "corroboration": 5})])
+        await bank.commit([first.model_copy(update={"revision": 1, "corroboration": 9})])
+        await bank.commit([first.model_copy(update={"revision": 2, "corroboration": 7})])
+        assert bank.get(first.id).corroboration == 7  # type: ignore[union-attr]
+        await store.close()
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            assert reopened.get("main").get(first.id).corroboration == 7  # type: ignore[union-attr]
+        finally:
+            await reopened.close()
+
+    def test_tombstones_are_not_indexed_after_replay(self, tmp_path: Path) -> None:
+        folder = tmp_path / "main"
+        folder.mkdir()
+        live = _memory("The user likes tea")
+        dead = _memory("The user likes coffee", invalid_at=NOW + 1, revision=1)
+        (folder / "memories.jsonl").write_bytes(live.to_line() + b"\n" + dead.to_line() + b"\n")
+        bank = Bank.load("main", folder)
+        assert live.id in bank.index and dead.id not in bank.index
+        assert bank.live_count() == 1 and len(bank.memories) == 2
+
+    def test_old_records_without_tags_or_stated_at_load(self, tmp_path: Path) -> None:
+        folder = tmp_path / "main"
+        folder.mkdir()
+        legacy = b'{"id":"fp1","text":"legacy memory","entities":[],"confidence":"extracted",' \
+                 b'"corroboration":0,"pinned":false,"created_at":5,"updated_at":6,"revision":0}\n'
+        (folder / "memories.jsonl").write_bytes(legacy)
+        memory = Bank.load("main", folder).get("fp1")
+        assert memory is not None and memory.tags == () and memory.stated_at is None
+        assert memory.last_stated_at == 6
+
+    def test_leftover_rule_temp_file_is_reported_and_ignored(self, tmp_path: Path) -> None:
+        folder = tmp_path / "main"
+        (folder / "rules").mkdir(parents=True)
+        (folder / "rules" / "style.md").write_text("Be brief.")
+        (folder / "rules" / ".style.md.tmp").write_text("Be bri")
+        bank = Bank.load("main", folder)
+        assert [r.content for r in bank.rules()] == ["Be brief."]
+        assert [d.file for d in bank.damage] == ["rules/.style.md.tmp"]
+
+
+class TestStore:
+    def test_unwritable_data_dir_is_fatal_with_a_clear_message(self, tmp_path: Path) -> None:
+        blocker = tmp_path / "file"
+        blocker.write_text("not a folder")
+        with pytest.raises(StorageError, match="not writable"):
+            Store.open(blocker / "data", holder=HOLDER)
+
+    async def test_a_bank_folder_that_fails_to_load_is_reported_not_fatal(
+        self, data_dir: Path
+    ) -> None:
+        (data_dir / "good").mkdir(parents=True)
+        (data_dir / "bad").mkdir()
+        (data_dir / "bad" / "memories.jsonl").mkdir()  # a folder where the log should be
+        store = Store.open(data_dir, holder=HOLDER)
+        try:
+            assert store.names() == ["good"]
+            assert "bad" in store.broken
+            with pytest.raises(StorageError, match="could not be loaded"):
+                store.get("bad")
+        finally:
+            await store.close()
