@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from . import wire
 from .errors import InvalidInput
 from .service import MemoryService
+from .text import collapse_whitespace
 
 __all__ = ["CATALOG", "FunctionSpec", "call", "find", "json_schema"]
 
@@ -226,4 +227,18 @@ def json_schema(model: type[wire.Request] | type[wire.Response]) -> dict[str, An
     schema = model.model_json_schema(ref_template="#/definitions/{model}")
     if "$defs" in schema:
         schema["definitions"] = schema.pop("$defs")
-    return {"$schema": "http://json-schema.org/draft-07/schema#", **schema}
+    return {"$schema": "http://json-schema.org/draft-07/schema#", **_one_line(schema)}
+
+
+def _one_line(node: Any) -> Any:
+    """Descriptions come from wrapped docstrings; publish each on one line."""
+    if isinstance(node, dict):
+        return {
+            key: collapse_whitespace(value)
+            if key == "description" and isinstance(value, str)
+            else _one_line(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_one_line(item) for item in node]
+    return node

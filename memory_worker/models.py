@@ -9,8 +9,10 @@ loading and new ones stay compact.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
 
 __all__ = [
     "BankEvent",
@@ -26,9 +28,28 @@ __all__ = [
 class Confidence(StrEnum):
     """How a memory entered the store."""
 
-    EXTRACTED = "extracted"  # stated directly in the source conversation
-    INFERRED = "inferred"  # derived by the extraction model rather than stated verbatim
-    STATED = "stated"  # saved explicitly by an agent or a human (highest trust)
+    EXTRACTED = "extracted"
+    INFERRED = "inferred"
+    STATED = "stated"
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: Any, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "description": cls.__doc__,
+            "oneOf": [
+                {"description": meaning, "enum": [value], "type": "string"}
+                for value, meaning in _CONFIDENCE_MEANINGS.items()
+            ],
+        }
+
+
+_CONFIDENCE_MEANINGS = {
+    "extracted": "Stated directly in the source conversation.",
+    "inferred": "Derived by the extraction model rather than stated verbatim.",
+    "stated": "Saved explicitly by an agent or a human (highest trust).",
+}
 
 
 class ItemEvent(StrEnum):

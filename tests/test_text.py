@@ -43,6 +43,15 @@ class TestFingerprint:
         assert normalize("a\x1fb") == "a\x1fb"
         assert fingerprint("a\x1fb") != fingerprint("a b")
 
+    def test_every_code_point_splits_exactly_like_rust_is_whitespace(self) -> None:
+        rust = set("\t\n\v\f\r \u0085\u00a0\u1680\u2028\u2029\u202f\u205f\u3000")
+        rust.update(chr(c) for c in range(0x2000, 0x200B))
+        for code in range(0x110000):
+            if 0xD800 <= code <= 0xDFFF:
+                continue
+            char = chr(code)
+            assert (collapse_whitespace(f"a{char}b") == "a b") == (char in rust), hex(code)
+
     @pytest.mark.parametrize(
         ("text", "lowered"),
         [("ΟΔΟΣ", "οδος"), ("İstanbul", "i̇stanbul"), ("STRASSE ẞ", "strasse ß")],

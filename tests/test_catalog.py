@@ -1,0 +1,535 @@
+"""The wire surface is pinned: golden schemas per function, catalog shape, and the seed contract.
+
+`golden/schemas/<id>.json` is what each catalog entry publishes; `UPDATE_GOLDENS=1` rewrites them
+after an intended change, so a renamed field never ships without a reviewed diff. The seed contract
+compares our schemas with the published API reference (`golden/api-reference.seed.json`, copied
+verbatim from the user's seed document): names, descriptions, defaults and required fields are
+kept; additions are allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from memory_worker import catalog
+from memory_worker.catalog import CATALOG, FunctionSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_SCHEMAS = ROOT / "golden" / "schemas"
+SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
+UPDATE = os.environ.get("UPDATE_GOLDENS") == "1"
+REBASELINE = "UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/test_catalog.py"
+
+# Internal seams of the seed reference, implemented in a later issue (bus adapters): the harness
+# hook, the turn/queue/session/config triggers and the console page. Not agent-callable.
+LATER = {
+    "memory::hook::pre-generate",
+    "memory::on-turn-completed",
+    "memory::extract-job",
+    "memory::on-session-deleted",
+    "memory::on-config-change",
+    "memory::ui-content",
+}
+
+_SEGMENT = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _golden_path(function_id: str) -> Path:
+    return GOLDEN_SCHEMAS / f"{function_id.replace('::', '.')}.json"
+
+
+def _snapshot(spec: FunctionSpec) -> dict[str, Any]:
+    return {
+        "function_id": spec.id,
+        "description": spec.description,
+        "internal": spec.internal,
+        "request_schema": catalog.json_schema(spec.request),
+        "response_schema": catalog.json_schema(spec.response),
+    }
+
+
+def _render(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def _load_seed() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(SEED_REFERENCE.read_text(encoding="utf-8"))
+    return data
+
+
+SEED = _load_seed()
+SEED_FUNCTIONS: dict[str, dict[str, Any]] = {fn["name"]: fn for fn in SEED["functions"]}
+SEED_INTERNAL = {
+    name for name, fn in SEED_FUNCTIONS.items() if (fn.get("metadata") or {}).get("internal")
+}
+SEED_PUBLIC = sorted(set(SEED_FUNCTIONS) - SEED_INTERNAL)
+BY_ID = {spec.id: spec for spec in CATALOG}
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """Follow `$ref` into `definitions` and unwrap `allOf`/`anyOf`/`oneOf` wrappers around one
+    non-null schema (pydantic's Optional is `anyOf: [{…}, {"type": "null"}]`)."""
+    seen = 0
+    while seen < 32:
+        seen += 1
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            node = root.get("definitions", {}).get(name) or root.get("$defs", {}).get(name) or {}
+            continue
+        for key in ("allOf", "anyOf", "oneOf"):
+            branches = node.get(key)
+            if isinstance(branches, list):
+                real = [b for b in branches if b.get("type") != "null"]
+                if len(real) == 1 and "enum" not in real[0]:
+                    node = real[0]
+                    break
+        else:
+            return node
+    raise AssertionError(f"schema wrappers nest too deep: {node}")
+
+
+def _description(node: dict[str, Any]) -> str | None:
+    """The description written on a property, looking through wrappers but not through `$ref`
+    (a referenced model's own docstring is not the property's description)."""
+    if isinstance(node.get("description"), str):
+        return str(node["description"])
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key) or []:
+            if "$ref" not in branch and isinstance(branch.get("description"), str):
+                return str(branch["description"])
+    return None
+
+
+def _ref_name(node: dict[str, Any]) -> str | None:
+    """The definition a property points at (directly, through wrappers, or as array items)."""
+    if isinstance(node.get("$ref"), str):
+        return str(node["$ref"]).rsplit("/", 1)[-1]
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key) or []:
+            name = _ref_name(branch)
+            if name:
+                return name
+    items = node.get("items")
+    if isinstance(items, dict):
+        return _ref_name(items)
+    return None
+
+
+def _enum_values(node: dict[str, Any]) -> set[Any] | None:
+    """Values of an enum schema, whether `enum: [...]` or schemars' `oneOf` of one-value enums."""
+    if isinstance(node.get("enum"), list):
+        return set(node["enum"])
+    if isinstance(node.get("oneOf"), list):
+        values: set[Any] = set()
+        for branch in node["oneOf"]:
+            if not isinstance(branch.get("enum"), list):
+                return None
+            values.update(branch["enum"])
+        return values
+    return None
+
+
+_ABSENT = object()
+
+
+def _our_default(model: type[BaseModel], name: str, node: dict[str, Any]) -> Any:
+    if "default" in node:
+        return node["default"]
+    info = model.model_fields.get(name)
+    if info is None or info.is_required():
+        return _ABSENT
+    value = info.get_default(call_default_factory=True, validated_data={})
+    return value.value if hasattr(value, "value") else value  # StrEnum defaults compare as text
+
+
+def _defaults_equal(seed: Any, ours: Any) -> bool:
+    if seed is None:
+        return ours is None or ours is _ABSENT
+    if isinstance(seed, list) and isinstance(ours, list | tuple):
+        return list(seed) == list(ours)
+    return bool(seed == ours)
+
+
+@dataclass
+class _Compare:
+    """Walks a seed schema against ours and collects every contract problem found."""
+
+    seed_root: dict[str, Any]
+    our_root: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+    visited: set[str] = field(default_factory=set)
+
+    def object(self, where: str, seed: dict[str, Any], ours: dict[str, Any]) -> None:
+        seed_desc, our_desc = seed.get("description"), ours.get("description")
+        if isinstance(seed_desc, str) and (
+            not isinstance(our_desc, str) or _collapse(seed_desc) != _collapse(our_desc)
+        ):
+            self.problems.append(
+                f"{where}: description differs\n    seed: {seed_desc!r}\n    ours: {our_desc!r}"
+            )
+        seed_values, our_values = _enum_values(seed), _enum_values(ours)
+        if seed_values is not None:
+            missing_values = seed_values - (our_values or set())
+            if missing_values:
+                self.problems.append(f"{where}: enum values missing: {sorted(missing_values)}")
+        our_props: dict[str, Any] = ours.get("properties") or {}
+        for name, seed_prop in (seed.get("properties") or {}).items():
+            path = f"{where}.{name}"
+            if name not in our_props:
+                self.problems.append(f"{path}: missing (seed has it)")
+                continue
+            self.property(path, seed_prop, our_props[name])
+
+    def property(self, where: str, seed: dict[str, Any], ours: dict[str, Any]) -> None:
+        seed_desc = _description(seed)
+        if seed_desc is not None:
+            our_desc = _description(ours)
+            if our_desc is None or _collapse(seed_desc) != _collapse(our_desc):
+                self.problems.append(
+                    f"{where}: description differs\n    seed: {seed_desc!r}\n    ours: {our_desc!r}"
+                )
+        seed_ref = _ref_name(seed)
+        if seed_ref is None or seed_ref in self.visited:
+            return
+        self.visited.add(seed_ref)
+        our_ref = _ref_name(ours)
+        if our_ref is None:
+            self.problems.append(f"{where}: seed points at definition {seed_ref}, ours at none")
+            return
+        seed_def = self.seed_root.get("definitions", {}).get(seed_ref, {})
+        our_def = _resolve({"$ref": f"#/definitions/{our_ref}"}, self.our_root)
+        self.object(f"definitions.{seed_ref}", seed_def, our_def)
+
+
+def _request_problems(function_id: str) -> list[str]:
+    spec = BY_ID[function_id]
+    seed = SEED_FUNCTIONS[function_id]["request_schema"]
+    ours = catalog.json_schema(spec.request)
+    walk = _Compare(seed, ours)
+    walk.object(f"{function_id} request", seed, ours)
+    our_props: dict[str, Any] = ours.get("properties") or {}
+    for name, seed_prop in (seed.get("properties") or {}).items():
+        if name not in our_props or "default" not in seed_prop:
+            continue
+        mine = _our_default(spec.request, name, our_props[name])
+        if not _defaults_equal(seed_prop["default"], mine):
+            shown = "(none)" if mine is _ABSENT else repr(mine)
+            walk.problems.append(
+                f"{function_id} request.{name}: default differs: seed {seed_prop['default']!r}, "
+                f"ours {shown}"
+            )
+    seed_required = set(seed.get("required") or [])
+    our_required = set(ours.get("required") or [])
+    if seed_required != our_required:
+        walk.problems.append(
+            f"{function_id} request: required differs: seed {sorted(seed_required)}, "
+            f"ours {sorted(our_required)}"
+        )
+    return walk.problems
+
+
+def _response_problems(function_id: str) -> list[str]:
+    spec = BY_ID[function_id]
+    seed = SEED_FUNCTIONS[function_id]["response_schema"]
+    ours = catalog.json_schema(spec.response)
+    walk = _Compare(seed, ours)
+    walk.object(f"{function_id} response", seed, ours)
+    missing = set(seed.get("required") or []) - set(ours.get("required") or [])
+    if missing:
+        walk.problems.append(
+            f"{function_id} response: the seed always returns {sorted(missing)}; ours does "
+            "not require them"
+        )
+    return walk.problems
+
+
+def _report(problems: list[str]) -> str:
+    return "seed contract broken:\n  " + "\n  ".join(problems)
+
+
+# --- golden schema snapshots -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.id)
+def test_golden_schema_matches_the_catalog(spec: FunctionSpec) -> None:
+    """The published id, description and schemas of each function equal its reviewed snapshot."""
+    path = _golden_path(spec.id)
+    rendered = _render(_snapshot(spec))
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rendered, encoding="utf-8")
+        return
+    assert path.is_file(), (
+        f"{path.relative_to(ROOT)} is missing: create it with `{REBASELINE}` and review it"
+    )
+    stored = path.read_text(encoding="utf-8")
+    assert stored == rendered, (
+        f"{spec.id} no longer matches {path.relative_to(ROOT)}. If the change is intended, "
+        f"re-baseline with `{REBASELINE}` and review the diff."
+    )
+
+
+def test_no_orphan_golden_schemas() -> None:
+    """Every golden schema file is produced by some catalog entry (stale files are removed)."""
+    expected = {_golden_path(spec.id).name for spec in CATALOG}
+    orphans = sorted(p.name for p in GOLDEN_SCHEMAS.glob("*.json") if p.name not in expected)
+    assert not orphans, (
+        f"golden/schemas has files no catalog function produces: {orphans}; delete them"
+    )
+
+
+def test_golden_files_are_pretty_printed_with_trailing_newline() -> None:
+    """Goldens are indent=2 JSON ending in one newline, so diffs stay reviewable."""
+    for path in sorted(GOLDEN_SCHEMAS.glob("*.json")):
+        text = path.read_text(encoding="utf-8")
+        assert text == _render(json.loads(text)), f"{path.name} is not canonical indent=2 JSON"
+
+
+# --- catalog shape ---------------------------------------------------------------------------
+
+
+def test_function_ids_are_unique() -> None:
+    ids = [spec.id for spec in CATALOG]
+    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
+
+
+@pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.id)
+def test_function_id_is_memory_namespaced_kebab_case(spec: FunctionSpec) -> None:
+    """`memory::` prefix, then `::`-separated kebab-case segments (never `_`)."""
+    segments = spec.id.split("::")
+    assert segments[0] == "memory" and len(segments) >= 2, spec.id
+    bad = [s for s in segments[1:] if not _SEGMENT.fullmatch(s)]
+    assert not bad, f"{spec.id}: segments {bad} are not kebab-case"
+
+
+@pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.id)
+def test_function_has_description_and_object_schemas(spec: FunctionSpec) -> None:
+    assert spec.description.strip(), f"{spec.id} has no description"
+    assert catalog.json_schema(spec.request)["type"] == "object"
+    assert catalog.json_schema(spec.response)["type"] == "object"
+
+
+def test_http_path_mirrors_the_function_id() -> None:
+    assert BY_ID["memory::rule::set"].http_path == "memory/rule/set"
+
+
+# --- seed contract ---------------------------------------------------------------------------
+
+
+def test_seed_reference_copy_is_canonical() -> None:
+    """The committed seed copy is indent=2 JSON with a trailing newline, keys in seed order."""
+    text = SEED_REFERENCE.read_text(encoding="utf-8")
+    assert text == json.dumps(json.loads(text), indent=2, ensure_ascii=False) + "\n"
+    assert set(SEED) == {"functions", "triggers"}
+
+
+def test_later_lists_exactly_the_seed_internal_functions() -> None:
+    assert LATER == SEED_INTERNAL
+
+
+def test_every_public_seed_function_is_in_the_catalog() -> None:
+    missing = [name for name in SEED_PUBLIC if name not in BY_ID]
+    assert not missing, f"public seed functions missing from the catalog: {missing}"
+
+
+def test_seed_functions_in_the_catalog_keep_their_internal_flag() -> None:
+    wrong = [
+        spec.id
+        for spec in CATALOG
+        if spec.id in SEED_FUNCTIONS and spec.internal != (spec.id in SEED_INTERNAL)
+    ]
+    assert not wrong, f"internal flag differs from the seed reference for {wrong}"
+
+
+@pytest.mark.parametrize("function_id", SEED_PUBLIC)
+def test_catalog_description_equals_the_seed(function_id: str) -> None:
+    spec = BY_ID.get(function_id)
+    if spec is None:
+        pytest.fail(f"{function_id} is missing from the catalog")
+    assert spec.description == SEED_FUNCTIONS[function_id]["description"]
+
+
+@pytest.mark.parametrize("function_id", SEED_PUBLIC)
+def test_request_keeps_the_seed_fields_descriptions_defaults_and_required(
+    function_id: str,
+) -> None:
+    if function_id not in BY_ID:
+        pytest.fail(f"{function_id} is missing from the catalog")
+    problems = _request_problems(function_id)
+    assert not problems, _report(problems)
+
+
+@pytest.mark.parametrize("function_id", SEED_PUBLIC)
+def test_response_keeps_the_seed_fields_and_descriptions(function_id: str) -> None:
+    if function_id not in BY_ID:
+        pytest.fail(f"{function_id} is missing from the catalog")
+    problems = _response_problems(function_id)
+    assert not problems, _report(problems)
+
+
+def _variant_descriptions(node: dict[str, Any]) -> dict[Any, str]:
+    """Per-value descriptions of an enum written as `oneOf` of one-value enums (schemars style)."""
+    found: dict[Any, str] = {}
+    for branch in node.get("oneOf") or []:
+        values = branch.get("enum")
+        if (
+            isinstance(values, list)
+            and len(values) == 1
+            and isinstance(branch.get("description"), str)
+        ):
+            found[values[0]] = branch["description"]
+    return found
+
+
+def test_enum_values_keep_their_seed_descriptions() -> None:
+    """Where the seed documents each enum value (e.g. `Confidence`), our schema documents it too."""
+    problems: dict[str, str] = {}
+    for name in SEED_PUBLIC:
+        if name not in BY_ID:
+            continue
+        for key, model in (
+            ("request_schema", BY_ID[name].request),
+            ("response_schema", BY_ID[name].response),
+        ):
+            seed_defs = SEED_FUNCTIONS[name][key].get("definitions", {})
+            ours = catalog.json_schema(model)
+            for def_name, seed_def in seed_defs.items():
+                wanted = _variant_descriptions(seed_def)
+                if not wanted or def_name in problems:
+                    continue
+                have = _variant_descriptions(ours.get("definitions", {}).get(def_name, {}))
+                wrong = {
+                    value: (text, have.get(value))
+                    for value, text in wanted.items()
+                    if have.get(value) is None or _collapse(have[value]) != _collapse(text)
+                }
+                if wrong:
+                    problems[def_name] = "; ".join(
+                        f"{value!r}: seed {seed!r}, ours {mine!r}"
+                        for value, (seed, mine) in wrong.items()
+                    )
+    assert not problems, "enum value descriptions differ from the seed:\n  " + "\n  ".join(
+        f"definitions.{name}: {detail}" for name, detail in problems.items()
+    )
+
+
+# --- the comparator itself -------------------------------------------------------------------
+
+
+def _walk(seed: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    walk = _Compare(seed, ours)
+    walk.object("x", seed, ours)
+    return walk.problems
+
+
+class TestComparator:
+    """The seed comparator sees through pydantic's wrappers and still catches real drift."""
+
+    SEED_DEFS: dict[str, Any] = {  # noqa: RUF012 - a read-only fixture
+        "definitions": {
+            "Item": {
+                "description": "An item.",
+                "properties": {"a": {"description": "The a.", "type": "string"}},
+            }
+        },
+        "properties": {
+            "item": {"allOf": [{"$ref": "#/definitions/Item"}], "description": "One item."},
+            "items": {"items": {"$ref": "#/definitions/Item"}, "type": "array"},
+        },
+    }
+
+    def _ours(self, a_desc: str = "The a.", item_desc: str = "One item.") -> dict[str, Any]:
+        return {
+            "definitions": {
+                "Item": {
+                    "description": "An  item.",
+                    "properties": {"a": {"description": a_desc, "type": "string"}, "b": {}},
+                }
+            },
+            "properties": {
+                "item": {"$ref": "#/definitions/Item", "description": item_desc},
+                "items": {"items": {"$ref": "#/definitions/Item"}, "type": "array"},
+                "extra": {"type": "string"},
+            },
+        }
+
+    def test_wrappers_whitespace_and_additions_are_accepted(self) -> None:
+        assert _walk(self.SEED_DEFS, self._ours()) == []
+
+    def test_a_changed_nested_description_is_reported(self) -> None:
+        problems = _walk(self.SEED_DEFS, self._ours(a_desc="Another a."))
+        assert len(problems) == 1 and "definitions.Item.a" in problems[0]
+
+    def test_a_changed_property_description_is_reported(self) -> None:
+        problems = _walk(self.SEED_DEFS, self._ours(item_desc="Other."))
+        assert len(problems) == 1 and "x.item" in problems[0]
+
+    def test_a_missing_property_is_reported(self) -> None:
+        ours = self._ours()
+        del ours["properties"]["items"]
+        assert _walk(self.SEED_DEFS, ours) == ["x.items: missing (seed has it)"]
+
+    def test_optional_anyof_resolves_to_its_schema(self) -> None:
+        root = {"definitions": {"P": {"type": "object"}}}
+        node = {"anyOf": [{"$ref": "#/definitions/P"}, {"type": "null"}]}
+        assert _resolve(node, root) == {"type": "object"}
+        assert _ref_name(node) == "P"
+
+    def test_null_default_equals_absent_and_empty_list_equals_factory_list(self) -> None:
+        assert _defaults_equal(None, _ABSENT) and _defaults_equal(None, None)
+        assert _defaults_equal([], []) and not _defaults_equal([], None)
+        assert not _defaults_equal(False, _ABSENT)
+
+
+def _all_seed_definitions() -> Iterator[str]:
+    for fn in SEED_FUNCTIONS.values():
+        for key in ("request_schema", "response_schema"):
+            yield from (fn.get(key) or {}).get("definitions", {})
+
+
+def test_seed_definitions_we_compare_are_reached() -> None:
+    """Every definition a public seed function uses is visited by the contract walk."""
+    reached: set[str] = set()
+    expected: set[str] = set()
+    for name in SEED_PUBLIC:
+        if name not in BY_ID:
+            continue
+        for key in ("request_schema", "response_schema"):
+            seed = SEED_FUNCTIONS[name][key]
+            expected.update(seed.get("definitions", {}))
+            ours = catalog.json_schema(
+                BY_ID[name].request if key == "request_schema" else BY_ID[name].response
+            )
+            walk = _Compare(seed, ours)
+            walk.object(name, seed, ours)
+            reached.update(walk.visited)
+    assert expected - reached == set(), f"definitions never compared: {sorted(expected - reached)}"
+    assert {
+        "Memory",
+        "BankInfo",
+        "Rule",
+        "DoctorCheck",
+        "TagCount",
+        "ScoredMemory",
+        "PreviewMemory",
+        "Provenance",
+        "Confidence",
+        "RecallMode",
+    } <= set(_all_seed_definitions())

@@ -1,0 +1,261 @@
+"""Docs and manifests stay true to the code: README tables, the example config, permissions,
+the worker manifest, and a docstring plus `__all__` in every module."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memory_worker.catalog import CATALOG
+from memory_worker.config import Settings, load_settings
+from memory_worker.errors import ERROR_CODES
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "memory_worker"
+README = ROOT / "README.md"
+CONFIG_EXAMPLE = ROOT / "config.example.yaml"
+PERMISSIONS = ROOT / "iii-permissions.yaml"
+WORKER_MANIFEST = ROOT / "iii.worker.yaml"
+SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
+
+CATALOG_IDS = {spec.id for spec in CATALOG}
+
+
+def _seed_internal_ids() -> set[str]:
+    seed = json.loads(SEED_REFERENCE.read_text(encoding="utf-8"))
+    return {fn["name"] for fn in seed["functions"] if (fn.get("metadata") or {}).get("internal")}
+
+
+SEED_INTERNAL = _seed_internal_ids()
+
+
+# --- README ----------------------------------------------------------------------------------
+
+
+def _readme_table_names() -> set[str]:
+    """Every backticked name on a README table row (a line starting with `|`)."""
+    names: set[str] = set()
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("|"):
+            names.update(re.findall(r"`([^`]+)`", line))
+    return names
+
+
+def test_readme_has_a_table_row_for_every_function() -> None:
+    missing = sorted(CATALOG_IDS - _readme_table_names())
+    assert not missing, f"README.md has no table row naming these functions: {missing}"
+
+
+def test_readme_has_a_table_row_for_every_error_code() -> None:
+    missing = sorted(set(ERROR_CODES) - _readme_table_names())
+    assert not missing, f"README.md has no table row naming these error codes: {missing}"
+
+
+# --- config.example.yaml ---------------------------------------------------------------------
+
+
+def _example_keys() -> dict[str, Any]:
+    raw = yaml.safe_load(CONFIG_EXAMPLE.read_text(encoding="utf-8"))
+    assert isinstance(raw, dict), "config.example.yaml must be a mapping"
+    return raw
+
+
+def test_config_example_parses_into_the_default_settings() -> None:
+    assert load_settings(CONFIG_EXAMPLE, env={}) == Settings()
+
+
+def test_config_example_names_every_setting() -> None:
+    """Each field is a real key (a commented-out line does not count), and nothing else is."""
+    keys = set(_example_keys())
+    fields = set(Settings.model_fields)
+    assert not fields - keys, f"config.example.yaml lacks keys: {sorted(fields - keys)}"
+    assert not keys - fields, f"config.example.yaml has unknown keys: {sorted(keys - fields)}"
+
+
+def test_config_example_values_are_the_defaults() -> None:
+    raw = _example_keys()
+    wrong = {
+        name: (raw[name], info.default)
+        for name, info in Settings.model_fields.items()
+        if name in raw and (raw[name] != info.default or type(raw[name]) is not type(info.default))
+    }
+    assert not wrong, (
+        f"config.example.yaml values differ from the defaults (value, default): {wrong}"
+    )
+
+
+def test_config_example_comments_each_key_with_its_description() -> None:
+    """The comment block right above each key is the field's description, so the example never
+    drifts from the schema the console renders."""
+    comment: list[str] = []
+    found: dict[str, str] = {}
+    for line in CONFIG_EXAMPLE.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            comment.append(line.lstrip("#").strip())
+        elif match := re.match(r"([a-z_][a-z0-9_]*):", line):
+            found[match.group(1)] = " ".join(" ".join(comment).split())
+            comment = []
+        elif not line.strip():
+            comment = []
+    wrong = {
+        name: found.get(name)
+        for name, info in Settings.model_fields.items()
+        if found.get(name) != " ".join((info.description or "").split())
+    }
+    assert not wrong, f"comment above these keys is not the field description: {wrong}"
+
+
+# --- iii-permissions.yaml --------------------------------------------------------------------
+
+# The seed's agent set: recall and the memory CRUD.
+AGENT_FUNCTIONS = {
+    "memory::recall",
+    "memory::save",
+    "memory::get",
+    "memory::list",
+    "memory::update",
+    "memory::delete",
+    "memory::pin",
+}
+# Read-only views we also allow: they return nothing recall/list do not already show (tag counts,
+# the injection dry run a turn gets anyway, the rules and the bank names). `memory::doctor` is not
+# here: it writes a scratch bank to `.trash/` on every call and probes siblings, so it stays at the
+# "needs approval" default.
+READ_ONLY_EXTRAS = {
+    "memory::tags",
+    "memory::preview",
+    "memory::rule::list",
+    "memory::bank::list",
+}
+# History rewrites and the human-owned surfaces (console, REST, CLI).
+HUMAN_OWNED = {
+    "memory::supersede",
+    "memory::bank::create",
+    "memory::bank::delete",
+    "memory::rule::set",
+    "memory::reload",
+}
+NEEDS_APPROVAL = {"memory::doctor"}
+
+
+def _permission_rules() -> tuple[list[str], list[str]]:
+    data = yaml.safe_load(PERMISSIONS.read_text(encoding="utf-8"))
+    assert data.get("version") == 1, "iii-permissions.yaml must say version: 1"
+    rules = data.get("rules")
+    assert isinstance(rules, list) and all(isinstance(r, str) for r in rules), rules
+    allowed = [r for r in rules if not r.startswith("!")]
+    denied = [r[1:] for r in rules if r.startswith("!")]
+    return allowed, denied
+
+
+def test_permission_ids_are_known_functions() -> None:
+    allowed, denied = _permission_rules()
+    unknown = sorted(set(allowed + denied) - CATALOG_IDS - SEED_INTERNAL)
+    assert not unknown, f"iii-permissions.yaml names functions that do not exist: {unknown}"
+
+
+def test_permission_rules_are_not_repeated() -> None:
+    allowed, denied = _permission_rules()
+    rules = allowed + denied
+    assert len(rules) == len(set(rules)), sorted({r for r in rules if rules.count(r) > 1})
+
+
+def test_agents_are_allowed_exactly_the_agent_set() -> None:
+    allowed, _ = _permission_rules()
+    assert set(allowed) == AGENT_FUNCTIONS | READ_ONLY_EXTRAS
+
+
+def test_agents_are_denied_internals_and_human_owned_surfaces() -> None:
+    _, denied = _permission_rules()
+    assert set(denied) == SEED_INTERNAL | HUMAN_OWNED
+
+
+def test_every_catalog_function_has_a_deliberate_permission() -> None:
+    """A new function must be placed: allowed, denied, or knowingly left to approval."""
+    placed = AGENT_FUNCTIONS | READ_ONLY_EXTRAS | HUMAN_OWNED | NEEDS_APPROVAL | SEED_INTERNAL
+    unplaced = sorted(CATALOG_IDS - placed)
+    assert not unplaced, f"decide the agent permission of {unplaced} in iii-permissions.yaml"
+    assert NEEDS_APPROVAL <= CATALOG_IDS
+
+
+def test_deny_rules_come_before_allow_rules() -> None:
+    """First match wins, so every deny is listed ahead of the allows (a later glob stays safe)."""
+    data = yaml.safe_load(PERMISSIONS.read_text(encoding="utf-8"))
+    kinds = ["deny" if r.startswith("!") else "allow" for r in data["rules"]]
+    assert kinds == sorted(kinds, key=lambda kind: kind != "deny")
+
+
+# --- iii.worker.yaml -------------------------------------------------------------------------
+
+
+def test_worker_manifest() -> None:
+    manifest = yaml.safe_load(WORKER_MANIFEST.read_text(encoding="utf-8"))
+    assert manifest["iii"] == "v1"
+    assert manifest["name"] == "memory"
+    assert manifest["language"] == "python"
+    assert manifest["manifest"] == "pyproject.toml"
+    assert manifest["license"] == "Apache-2.0"
+    assert manifest["description"].strip()
+    dependencies = manifest["dependencies"]
+    assert {"configuration", "session-manager", "llm-router", "state", "queue"} <= set(dependencies)
+    assert manifest["scripts"]["start"] == "memory-worker serve"
+
+
+# --- modules ---------------------------------------------------------------------------------
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _declared_all(tree: ast.Module) -> list[str] | None:
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            value = node.value
+            assert isinstance(value, ast.List | ast.Tuple), "__all__ must be a literal list"
+            return [ast.literal_eval(elt) for elt in value.elts]
+    return None
+
+
+def test_every_module_has_a_docstring_and_all() -> None:
+    problems: list[str] = []
+    for path in _modules():
+        name = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not (ast.get_docstring(tree) or "").strip():
+            problems.append(f"{name}: no module docstring")
+        exported = _declared_all(tree)
+        if exported is None:
+            problems.append(f"{name}: no __all__")
+            continue
+        undefined = sorted(set(exported) - _top_level_names(tree))
+        if undefined:
+            problems.append(f"{name}: __all__ names undefined {undefined}")
+    assert not problems, "\n".join(problems)
