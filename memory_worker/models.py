@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 
 __all__ = [
+    "MAX_INT",
     "BankEvent",
     "BankInfo",
     "Confidence",
@@ -66,6 +67,7 @@ class BankEvent(StrEnum):
 
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")
+MAX_INT = 2**63 - 1  # timestamps and counters are u64 on the wire; Python ints are unbounded
 
 
 class Provenance(BaseModel):
@@ -104,6 +106,7 @@ class Memory(BaseModel):
     corroboration: int = Field(
         default=0,
         ge=0,
+        le=MAX_INT,
         description="Times this memory was independently re-observed. Boosts recall rank.",
     )
     pinned: bool = Field(
@@ -112,11 +115,12 @@ class Memory(BaseModel):
         "decay); only an explicit `memory::pin`/`memory::update` changes them.",
     )
     source: Provenance | None = None
-    created_at: int = Field(ge=0, description="Milliseconds since epoch.")
-    updated_at: int = Field(ge=0)
+    created_at: int = Field(ge=0, le=MAX_INT, description="Milliseconds since epoch.")
+    updated_at: int = Field(ge=0, le=MAX_INT)
     stated_at: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_INT,
         description="When the fact was last STATED (created, re-observed, text edited). Unlike "
         '`updated_at`, pin/tag/entity edits never bump it, so consolidation can order "which '
         'statement is current" by it. Legacy records load as None.',
@@ -124,6 +128,7 @@ class Memory(BaseModel):
     invalid_at: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_INT,
         description="Set when the memory stopped being true (superseded or deleted). The record "
         "stays on disk and remains queryable with `include_superseded: true`.",
     )
@@ -133,6 +138,7 @@ class Memory(BaseModel):
     revision: int = Field(
         default=0,
         ge=0,
+        le=MAX_INT,
         description="Bumped on every appended revision of this id; replay keeps the highest.",
     )
     # Room for the capabilities that build on this record (C19–C23); unset means "not used".
@@ -147,9 +153,13 @@ class Memory(BaseModel):
     anchors: tuple[str, ...] | None = Field(
         default=None, description="Files, folders, identifiers or keyword groups it applies to."
     )
-    expires_at: int | None = Field(default=None, ge=0, description="Retention deadline, epoch ms.")
-    access_count: int | None = Field(default=None, ge=0, description="Times recalled.")
-    last_accessed_at: int | None = Field(default=None, ge=0, description="Last recall, epoch ms.")
+    expires_at: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Retention deadline, epoch ms."
+    )
+    access_count: int | None = Field(default=None, ge=0, le=MAX_INT, description="Times recalled.")
+    last_accessed_at: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Last recall, epoch ms."
+    )
 
     @property
     def live(self) -> bool:
@@ -180,7 +190,7 @@ class Rule(BaseModel):
 
     name: str
     content: str
-    updated_at: int = Field(ge=0, description="Milliseconds since epoch (file mtime).")
+    updated_at: int = Field(ge=0, le=MAX_INT, description="Milliseconds since epoch (file mtime).")
 
 
 class BankInfo(BaseModel):
@@ -190,6 +200,6 @@ class BankInfo(BaseModel):
 
     name: str
     description: str = ""
-    memories: int = Field(ge=0, description="Live memory (memory) count.")
-    pinned: int = Field(ge=0)
-    rules: int = Field(ge=0, description="Rule (always-injected markdown) count.")
+    memories: int = Field(ge=0, le=MAX_INT, description="Live memory (memory) count.")
+    pinned: int = Field(ge=0, le=MAX_INT)
+    rules: int = Field(ge=0, le=MAX_INT, description="Rule (always-injected markdown) count.")

@@ -22,7 +22,7 @@ from .bank import Bank
 from .config import Settings
 from .errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound, WorkerError
 from .injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
-from .models import BankEvent, BankInfo, Confidence, ItemEvent, Memory, Provenance
+from .models import MAX_INT, BankEvent, BankInfo, Confidence, ItemEvent, Memory, Provenance
 from .names import check_name
 from .ports import BANK_CHANGED, ITEM_CHANGED, Clock, Emitter, NullEmitter, system_clock
 from .recall import Hit, RecallMode, RecallQuery, rank, top_memories
@@ -110,15 +110,15 @@ class ImportRecord(BaseModel):
     entities: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     confidence: Confidence = Confidence.STATED
-    corroboration: int = Field(default=0, ge=0)
+    corroboration: int = Field(default=0, ge=0, le=MAX_INT)
     pinned: bool = False
     source: Provenance | None = None
-    created_at: int | None = Field(default=None, ge=0)
-    updated_at: int | None = Field(default=None, ge=0)
-    stated_at: int | None = Field(default=None, ge=0)
-    invalid_at: int | None = Field(default=None, ge=0)
+    created_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    updated_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    stated_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    invalid_at: int | None = Field(default=None, ge=0, le=MAX_INT)
     superseded_by: str | None = None
-    revision: int = Field(default=0, ge=0)
+    revision: int = Field(default=0, ge=0, le=MAX_INT)
 
 
 @dataclass(frozen=True, slots=True)

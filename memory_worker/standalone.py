@@ -249,7 +249,8 @@ class StandaloneServer:
 
     async def start(self) -> str:
         """Bind, open the store (lock holder names the URL), listen; returns the URL. Raises
-        `Conflict` (port or data dir taken), `StorageError` or `InvalidInput`, leaving nothing open."""
+        `Conflict` (port or data dir taken), `StorageError` or `InvalidInput`, leaving nothing
+        open."""
         try:
             self._sock = _bind(self.host, self.port)
             self.url = _url(self._sock)
@@ -264,7 +265,7 @@ class StandaloneServer:
             await self.close()
             raise
         if not _is_loopback(self._sock.getsockname()[0]):
-            log.warning("serving_beyond_loopback", url=self.url, detail="there is no authentication")
+            log.warning("serving_beyond_loopback", url=self.url, detail="no authentication")
         return self.url
 
     def stop(self, reason: str = "stop requested") -> None:
@@ -310,7 +311,9 @@ async def serve(
             print(READY_LINE.format(url=url), flush=True)
         await server.wait()
     finally:
-        await server.close()
-        for sig in signals:
-            loop.remove_signal_handler(sig)
+        try:
+            await server.close()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
     return 0

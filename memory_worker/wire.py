@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from .models import BankInfo, Memory, Rule
+from .models import MAX_INT, BankInfo, Memory, Rule
 from .recall import RecallMode
 
 __all__ = [
@@ -179,14 +179,16 @@ class ListRequest(Request):
     include_superseded: bool | None = Field(
         default=None, description="Include superseded/tombstoned records (the history view)."
     )
-    limit: int | None = Field(default=None, ge=0, description="Page size, default 50, max 500.")
-    offset: int | None = Field(default=None, ge=0)
+    limit: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Page size, default 50, max 500."
+    )
+    offset: int | None = Field(default=None, ge=0, le=MAX_INT)
     tag: Text | None = Field(default=None, description="Only memories carrying this tag.")
 
 
 class ListResponse(Response):
     memories: list[Memory]
-    total: int = Field(ge=0)
+    total: int = Field(ge=0, le=MAX_INT)
 
 
 class UpdateRequest(Request):
@@ -252,7 +254,7 @@ class TagsRequest(Request):
 
 class TagCount(Response):
     tag: str
-    count: int = Field(ge=0)
+    count: int = Field(ge=0, le=MAX_INT)
 
 
 class TagsResponse(Response):
@@ -273,6 +275,7 @@ class RecallRequest(Request):
     limit: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_INT,
         description="Max memories returned (default: the configured recall_limit).",
     )
     mode: RecallMode = Field(
@@ -289,6 +292,7 @@ class RecallRequest(Request):
     as_of: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_INT,
         description="Epoch ms: rank as if now were then, over the memories that were live then "
         "(created before it, not yet invalid at it).",
     )
@@ -333,7 +337,9 @@ class PreviewResponse(Response):
         "exactly as injected — truncation markers included."
     )
     rules: int = Field(
-        ge=0, description="Rules included, and whether any were cut by `max_rule_chars`."
+        ge=0,
+        le=MAX_INT,
+        description="Rules included, and whether any were cut by `max_rule_chars`.",
     )
     rules_truncated: bool
     memories: list[PreviewMemory] = Field(
@@ -418,4 +424,4 @@ class ReloadRequest(Request):
 
 class ReloadResponse(Response):
     ok: bool
-    banks: int = Field(ge=0)
+    banks: int = Field(ge=0, le=MAX_INT)

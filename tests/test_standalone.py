@@ -1,0 +1,327 @@
+"""`memory-worker serve` (standalone REST): the real CLI as a subprocess, plus in-process checks of
+the error mapping. Readiness is the `memory-worker serving on URL` line on stdout, read with a
+deadline, never a sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from memory_worker import catalog, standalone
+from memory_worker.config import Settings
+from memory_worker.errors import ERROR_CODES
+from memory_worker.standalone import STATUS_BY_CODE, StandaloneServer
+from memory_worker.store import Store
+
+START_TIMEOUT_S = 10.0
+EXIT_TIMEOUT_S = 5.0
+_ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
+_ENV = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+# Straight to 127.0.0.1 even when the environment sets an http proxy.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[bytes]
+    url: str
+    data_dir: Path
+    stderr_path: Path
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "memory_worker", *args]
+
+
+def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> str:
+    """One stdout line, byte by byte so nothing after it is consumed; fails at the deadline."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no readiness line within {START_TIMEOUT_S}s (got {line!r})")
+        if not select.select([fd], [], [], left)[0]:
+            continue
+        chunk = os.read(fd, 1)
+        if not chunk:
+            raise AssertionError(f"serve exited before it was ready (got {line!r})")
+        line += chunk
+    return line.decode().strip()
+
+
+def _start(data_dir: Path, stderr_path: Path, *extra: str) -> Served:
+    with stderr_path.open("wb") as err:
+        proc = subprocess.Popen(
+            _cli("serve", "--port", "0", "--data-dir", str(data_dir), *extra),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=_ENV,
+            bufsize=0,
+        )
+    try:
+        line = _read_line(proc, time.monotonic() + START_TIMEOUT_S)
+    except AssertionError as exc:
+        _kill(proc)
+        raise AssertionError(f"{exc}; stderr: {stderr_path.read_text()}") from None
+    prefix = "memory-worker serving on "
+    assert line.startswith(prefix), line
+    return Served(proc, line.removeprefix(prefix), data_dir, stderr_path)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=EXIT_TIMEOUT_S)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _post(
+    url: str, path: str, body: object = None, *, raw: bytes | None = None, method: str = "POST"
+) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url + path, data=data, method=method)
+    try:
+        with _OPENER.open(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+def _trigger(data_dir: Path, function: str, *pairs: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _cli("trigger", function, *pairs, "--data-dir", str(data_dir)),
+        capture_output=True,
+        text=True,
+        env=_ENV,
+        timeout=30,
+        check=False,
+    )
+
+
+@pytest.fixture(name="served", scope="module")
+def _served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("serve")
+    served = _start(root / "data", root / "serve.stderr")
+    try:
+        yield served
+    finally:
+        _kill(served.proc)
+
+
+class TestRest:
+    def test_save_then_recall_ranks_the_saved_memory_first(self, served: Served) -> None:
+        """A memory saved over REST is the first hit of a recall on its words."""
+        status, saved = _post(
+            served.url,
+            "/memory/save",
+            {"text": "The user drinks green tea every morning", "tags": "drinks"},
+        )
+        assert status == 200 and saved["created"] is True
+        _post(served.url, "/memory/save", {"text": "The deploy target is a staging cluster"})
+        status, recalled = _post(served.url, "/memory/recall", {"query": "green tea"})
+        assert status == 200
+        assert recalled["memories"][0]["memory"]["id"] == saved["memory"]["id"]
+
+    def test_bank_list_and_nested_paths(self, served: Served) -> None:
+        """Nested function ids map to nested paths, and an empty body is `{}`."""
+        assert _post(served.url, "/memory/bank/create", {"name": "blog"})[0] == 200
+        status, banks = _post(served.url, "/memory/bank/list")
+        assert status == 200
+        assert {"blog", "main"} <= {bank["name"] for bank in banks["banks"]}
+        status, result = _post(
+            served.url, "/memory/rule/set", {"bank": "blog", "name": "tone", "content": "Be brief."}
+        )
+        assert (status, result["exists"]) == (200, True)
+
+    def test_domain_errors_carry_code_and_status(self, served: Served) -> None:
+        """invalid_input is 400 (bad field, non-object, non-JSON); memory_not_found is 404."""
+        status, body = _post(served.url, "/memory/save", {"text": 42, "pinned": "maybe"})
+        assert (status, body["error"]["code"]) == (400, "invalid_input")
+        status, body = _post(served.url, "/memory/save", [1, 2])
+        assert (status, body["error"]["code"]) == (400, "invalid_input")
+        status, body = _post(served.url, "/memory/save", raw=b"{not json")
+        assert (status, body["error"]["code"]) == (400, "invalid_input")
+        assert "not valid JSON" in body["error"]["message"]
+        status, body = _post(served.url, "/memory/get", {"id": "fp-nope"})
+        assert (status, body["error"]["code"]) == (404, "memory_not_found")
+        status, body = _post(served.url, "/memory/list", {"bank": "no-such-bank"})
+        assert (status, body["error"]["code"]) == (404, "bank_not_found")
+
+    def test_unknown_path_and_wrong_method(self, served: Served) -> None:
+        """No route is 404 `not_found`; GET on a function is 405; both in the error shape."""
+        status, body = _post(served.url, "/memory/nope", {})
+        assert (status, body["error"]["code"]) == (404, "not_found")
+        status, body = _post(served.url, "/memory/save", method="GET")
+        assert (status, body["error"]["code"]) == (405, "method_not_allowed")
+
+    def test_healthz_names_mode_and_data_dir(self, served: Served) -> None:
+        """`GET /healthz` reports the standalone mode and the resolved data dir."""
+        status, body = _post(served.url, "/healthz", method="GET")
+        assert status == 200
+        data_dir = str(served.data_dir.resolve())
+        assert body == {"ok": True, "mode": "standalone", "data_dir": data_dir}
+
+    def test_start_log_line_says_mode_and_why(self, served: Served) -> None:
+        """One structured `serving` line on stderr names the mode, the reason and the URL."""
+        events = [json.loads(line) for line in served.stderr().splitlines() if line.startswith("{")]
+        serving = [e for e in events if e["event"] == "serving"]
+        assert len(serving) == 1
+        assert serving[0]["mode"] == "standalone" and serving[0]["url"] == served.url
+        assert "engine" in serving[0]["reason"]
+
+
+@dataclass
+class Refused:
+    returncode: int
+    stdout: str
+    error: dict[str, str]
+
+
+@pytest.fixture(name="refusals", scope="module")
+def _refusals(served: Served, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Refused]:
+    """The commands that must not start, run side by side (each is a cold interpreter start)."""
+    blocker = tmp_path_factory.mktemp("unwritable") / "file"
+    blocker.write_text("not a dir")
+    commands = {
+        "second_serve": _cli("serve", "--port", "0", "--data-dir", str(served.data_dir)),
+        "trigger": _cli("trigger", "memory::bank::list", "--data-dir", str(served.data_dir)),
+        "unwritable": _cli("serve", "--port", "0", "--data-dir", str(blocker / "data")),
+    }
+    procs = {
+        name: subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV
+        )
+        for name, argv in commands.items()
+    }
+    results: dict[str, Refused] = {}
+    try:
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=30)
+            results[name] = Refused(proc.returncode, out, json.loads(err.strip().splitlines()[-1]))
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return results
+
+
+class TestOneWriter:
+    def test_second_serve_is_refused_naming_the_first(
+        self, served: Served, refusals: dict[str, Refused]
+    ) -> None:
+        """A second `serve` on the same data dir exits 1 with `conflict`, naming pid and URL."""
+        result = refusals["second_serve"]
+        assert (result.returncode, result.stdout, result.error["code"]) == (1, "", "conflict")
+        assert f"pid {served.proc.pid}" in result.error["message"]
+        assert served.url in result.error["message"]
+
+    def test_trigger_is_refused_naming_the_url(
+        self, served: Served, refusals: dict[str, Refused]
+    ) -> None:
+        """An embedded `trigger` never becomes a second writer: `conflict` names the server."""
+        result = refusals["trigger"]
+        assert (result.returncode, result.error["code"]) == (1, "conflict")
+        assert served.url in result.error["message"]
+
+    def test_unwritable_data_dir_refuses_to_start(self, refusals: dict[str, Refused]) -> None:
+        """A data dir that cannot be created: exit 1 with `storage`, and no readiness line."""
+        result = refusals["unwritable"]
+        assert (result.returncode, result.stdout, result.error["code"]) == (1, "", "storage")
+
+
+class TestShutdown:
+    def test_sigterm_exits_zero_and_releases_the_lock(self, tmp_path: Path) -> None:
+        """SIGTERM: exit 0 within seconds; the next `trigger` opens the dir and sees the memory
+        saved over REST."""
+        served = _start(tmp_path / "data", tmp_path / "serve.stderr")
+        try:
+            text = "Shutdown keeps this memory"
+            status, saved = _post(served.url, "/memory/save", {"text": text})
+            assert status == 200
+            served.proc.send_signal(signal.SIGTERM)
+            assert served.proc.wait(timeout=EXIT_TIMEOUT_S) == 0, served.stderr()
+        finally:
+            _kill(served.proc)
+        assert "Traceback" not in served.stderr()
+        result = _trigger(served.data_dir, "memory::get", f"id={saved['memory']['id']}")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["memory"]["text"] == text
+
+    def test_sigint_exits_zero_and_clears_the_holder(self, tmp_path: Path) -> None:
+        """SIGINT (Ctrl-C) is the same clean stop: exit 0 and the lock file names nobody."""
+        served = _start(tmp_path / "data", tmp_path / "serve.stderr")
+        try:
+            assert json.loads((served.data_dir / ".lock").read_text())["url"] == served.url
+            served.proc.send_signal(signal.SIGINT)
+            assert served.proc.wait(timeout=EXIT_TIMEOUT_S) == 0, served.stderr()
+        finally:
+            _kill(served.proc)
+        assert (served.data_dir / ".lock").read_text() == ""
+        assert "Traceback" not in served.stderr()
+
+
+class TestInProcess:
+    def test_every_domain_code_has_a_status(self) -> None:
+        """The status table covers every error code the core can raise."""
+        assert set(STATUS_BY_CODE) == set(ERROR_CODES)
+
+    def test_every_catalog_function_has_a_route(self) -> None:
+        """`build_app` routes POST /<http_path> for each catalog entry, and nothing else POSTs."""
+        app = standalone.build_app(object())  # type: ignore[arg-type]
+        routes = [r for r in app.router.routes() if r.method == "POST"]
+        posts = {r.resource.canonical for r in routes if r.resource is not None}
+        assert posts == {f"/{spec.http_path}" for spec in catalog.CATALOG}
+
+    async def test_a_bug_is_logged_and_answered_500_without_detail(
+        self, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An unexpected exception is logged with its traceback; the client gets `internal` only."""
+
+        async def broken(*_: object) -> dict[str, Any]:
+            raise RuntimeError("secret internals")
+
+        server = StandaloneServer(Settings(), data_dir, port=0)
+        url = await server.start()
+        monkeypatch.setattr(catalog, "call", broken)
+        try:
+            with structlog.testing.capture_logs() as logs:
+                status, body = await asyncio.to_thread(_post, url, "/memory/bank/list", {})
+        finally:
+            await server.close()
+        assert (status, body["error"]["code"]) == (500, "internal")
+        assert "secret" not in body["error"]["message"]
+        failed = [e for e in logs if e["event"] == "request_failed"]
+        assert failed and failed[0]["exc_info"] is True and failed[0]["log_level"] == "error"
+
+    async def test_close_is_idempotent_and_releases_the_lock(self, data_dir: Path) -> None:
+        """`close()` twice is fine, and the data dir can be opened again afterwards."""
+        server = StandaloneServer(Settings(), data_dir, port=0)
+        await server.start()
+        assert "running" in repr(server)
+        await server.close()
+        await server.close()
+        store = Store.open(data_dir, holder={"pid": os.getpid()})
+        await store.close()
