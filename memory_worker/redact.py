@@ -22,6 +22,7 @@ BASIC_AUTH = "basic-auth"
 BEARER_TOKEN = "bearer-token"
 CREDENTIALED_URL = "credentialed-url"
 DISCORD_WEBHOOK = "discord-webhook"
+DOCKER_TOKEN = "docker-token"
 GITHUB_TOKEN = "github-token"
 GITLAB_TOKEN = "gitlab-token"
 GOOGLE_API_KEY = "google-api-key"
@@ -41,7 +42,7 @@ STRIPE_KEY = "stripe-key"
 TWILIO_KEY = "twilio-key"
 
 MARKER_PREFIX = "[REDACTED:"
-_MAX_PASSES = 4  # redaction is re-run until nothing changes; in practice it settles in 2 passes
+_MAX_PASSES = 8  # re-run until nothing changes (a bound, never reached in practice: <= 3)
 _LONG_VALUE = 256  # values longer than this skip the look-like-a-reference heuristics
 
 # --- result ---------------------------------------------------------------------------------
@@ -64,7 +65,9 @@ _Span = tuple[int, int]
 _Pick = Callable[[re.Match[str], str], _Span | None]
 
 _DIGIT = re.compile(r"[0-9]")
+_SPACE = re.compile(r"\s")
 _UPPER = re.compile(r"[A-Z]")
+_LETTER = re.compile(r"[A-Za-z]")
 _LOWER = re.compile(r"[a-z]")
 _ALPHA_WORD = re.compile(r"[A-Za-z]+")
 _PROSE_NEXT = re.compile(r"[ \t]+[A-Za-z]")
@@ -75,13 +78,15 @@ _PLACEHOLDER = re.compile(
     r"|\{\{.*\}\}",  # {{ secrets.DB_PASSWORD }}
     re.ASCII | re.DOTALL,
 )
+_PLACEHOLDER_START = frozenset("*xX.#?_-<[{\u2022\u00b7")
 _REFERENCE = re.compile(
     r"\$\{[^}]*\}\Z"  # ${VAR} / ${VAR:-default}
     r"|\$[A-Za-z_][A-Za-z0-9_]*\Z"  # $VAR
     r"|\$\("  # $(command)
     r"|%[A-Za-z_][A-Za-z0-9_]*%\Z"  # %VAR%
-    r"|(?:process\.env|os\.environ|os\.getenv|getenv\(|env\()"
-    r"|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?:\(\))?\Z"  # settings.DB_PASSWORD
+    r"|(?:process\.env|os\.environ|os\.getenv)"
+    r"|[A-Za-z_][A-Za-z0-9_.]*+[(\[]"  # input(…), SecretStr(…), Optional[str], env["X"]
+    r"|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z"  # settings.DB_PASSWORD
     r"|[A-Z0-9_]*(?:PASS|PWD|SECRET|TOKEN|KEY)[A-Z0-9_]*\Z",  # YOUR_API_KEY, DB_PASSWORD
     re.ASCII,
 )
@@ -91,10 +96,11 @@ _NOT_SECRET_WORDS = frozenset(
         "required", "optional", "empty", "blank", "string", "str", "text", "hidden", "masked",
         "redacted", "removed", "omitted", "unset", "unknown", "n/a", "tbd", "todo", "example",
         "placeholder", "password", "passwd", "pass", "pwd", "secret", "token", "key", "apikey",
-        "api_key", "value",
+        "api_key", "value", "bytes", "int", "any", "secretstr", "secretbytes",
     }
 )  # fmt: skip
 _TRAILING_PUNCT = ".)]}"
+_QUOTE_CLOSER_START = frozenset(" \t)]},;:+")
 _KEY_PREFIX = re.compile(
     r"(?:api|access|private|client|master|encryption|signing|auth|app|license|subscription)"
     r"[_.-]?\Z",
@@ -105,63 +111,65 @@ _AWS_PREFIX = re.compile(r"aws[_.-]?\Z", re.ASCII)
 
 def _is_secret_value(value: str, *, weak: bool) -> bool:
     """Whether an assigned value looks like a real credential rather than a placeholder."""
-    if len(value) < (8 if weak else 4):
+    if len(value) < (8 if weak else 4) or MARKER_PREFIX in value:
+        return False  # too short, or already (partly) redacted
+    if value[0] in _PLACEHOLDER_START and _PLACEHOLDER.fullmatch(value):
         return False
-    if _PLACEHOLDER.fullmatch(value) or value.lower() in _NOT_SECRET_WORDS:
-        return False
-    if len(value) <= _LONG_VALUE and _REFERENCE.match(value):
+    if len(value) <= _LONG_VALUE and (
+        value.lower() in _NOT_SECRET_WORDS or _REFERENCE.match(value)
+    ):
         return False
     if not weak:
         return True
     # token / api key: expect machine-made randomness, not a word or a number
-    if any(c.isspace() for c in value[:_LONG_VALUE]):
+    if _SPACE.search(value) or value.isdigit():
         return False
-    has_digit = _DIGIT.search(value) is not None
-    has_upper = _UPPER.search(value) is not None
-    has_lower = _LOWER.search(value) is not None
-    return (has_digit and (has_upper or has_lower)) or (
-        len(value) >= 16 and has_upper and has_lower
+    if _DIGIT.search(value):
+        return _LETTER.search(value) is not None
+    return (
+        len(value) >= 16 and _UPPER.search(value) is not None and _LOWER.search(value) is not None
     )
 
 
-def _value_span(m: re.Match[str]) -> _Span | None:
-    """Span of the assigned value: the quoted content, or the bare word."""
-    for name in ("dq", "sq", "bare"):
-        start, end = m.span(name)
-        if start >= 0:
-            return start, end
-    return None  # pragma: no cover - the pattern always sets one of the three
-
-
-def _looks_like_prose(m: re.Match[str], text: str, span: _Span) -> bool:
+def _looks_like_prose(text: str, start: int, end: int) -> bool:
     """``Password: Required for admins`` is a sentence, not a credential."""
-    if m.group("sep") != ":" or m.start("bare") < 0:
-        return False
-    return bool(_ALPHA_WORD.fullmatch(text, *span)) and bool(_PROSE_NEXT.match(text, span[1]))
+    return bool(_ALPHA_WORD.fullmatch(text, start, end)) and bool(_PROSE_NEXT.match(text, end))
 
 
-def _assignment(*, weak: bool, key_prefix: re.Pattern[str] | None = None) -> _Pick:
-    """Pick the value of ``<key> = value`` / ``"key": "value"`` when it looks like a secret."""
+def _assignment(
+    *, weak: bool, short: bool = False, key_prefix: re.Pattern[str] | None = None
+) -> _Pick:
+    """Pick the value of ``<key> = value`` / ``"key": "value"`` when it looks like a secret.
+
+    ``short``: the pattern has a ``short`` group, set for terse keys (``pass``, ``pwd``) that
+    only count with ``=`` or a quoted key. ``key_prefix`` must match just before the match.
+    """
 
     def pick(m: re.Match[str], text: str) -> _Span | None:
-        low, start = m.string, m.start()
-        if key_prefix is not None and not key_prefix.search(low, max(0, start - 16), start):
-            return None
-        short = "short" in m.re.groupindex and m.group("short") is not None
-        if short and m.group("sep") != "=" and not m.group("kq"):
+        if key_prefix is not None:
+            at = m.start()
+            if not key_prefix.search(m.string, max(0, at - 16), at):
+                return None
+        terse = short and m.group("short") is not None
+        if terse and m.group("sep") != "=" and not m.group("kq"):
             return None  # bare `pass:` / `pwd:` is too often a heading or a test status
-        span = _value_span(m)
-        if span is None or _looks_like_prose(m, text, span):
-            return None
-        start, end = span
-        if m.start("bare") >= 0:  # keep sentence punctuation: `password=hunter22.`
+        kind = m.lastgroup or "bare"  # "dq", "sq" or "bare": the value groups close last
+        start, raw_end = m.span(kind)
+        end = raw_end
+        if kind == "bare":
+            if m.group("sep") == ":" and _looks_like_prose(text, start, end):
+                return None
             while end > start + 1 and text[end - 1] in _TRAILING_PUNCT:
-                end -= 1
-        raw, value = text[start : span[1]], text[start:end]
-        if short and value.startswith(("/", "~")):
+                end -= 1  # keep sentence punctuation: `password=hunter22.`
+        elif text[start] in _QUOTE_CLOSER_START:
+            return None  # `input("Password: ")`: that quote closed a string, it opened nothing
+        value = text[start:end]
+        if terse and value.startswith(("/", "~")):
             return None  # PWD=/home/alice is a directory
         # both forms must look secret: `${DB_PASSWORD}` and `password)` are references
-        if _is_secret_value(raw, weak=weak) and _is_secret_value(value, weak=weak):
+        if _is_secret_value(value, weak=weak) and (
+            end == raw_end or _is_secret_value(text[start:raw_end], weak=weak)
+        ):
             return start, end
         return None
 
@@ -202,16 +210,20 @@ def _mixed_case(s: str) -> bool:
     return _UPPER.search(s) is not None and _LOWER.search(s) is not None
 
 
+def _strong_value(s: str) -> bool:
+    return _is_secret_value(s, weak=False)
+
+
 def _header_value(s: str) -> bool:
-    return s.lower() not in {"basic", "digest"} and _is_secret_value(s, weak=False) and len(s) >= 8
+    return len(s) >= 8 and s.lower() not in {"basic", "digest"} and _strong_value(s)
 
 
 def _bearer_value(s: str) -> bool:
-    return _has_digit(s) and _ALPHA_WORD.search(s) is not None and _is_secret_value(s, weak=False)
+    return _has_digit(s) and _LETTER.search(s) is not None and _strong_value(s)
 
 
 def _url_password(s: str) -> bool:
-    if _PLACEHOLDER.fullmatch(s) or s.lower() in _NOT_SECRET_WORDS:
+    if _PLACEHOLDER.fullmatch(s) or s.lower() in _NOT_SECRET_WORDS or MARKER_PREFIX in s:
         return False
     return not (len(s) <= _LONG_VALUE and _REFERENCE.match(s))
 
@@ -236,18 +248,19 @@ def _re(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.ASCII | re.VERBOSE)
 
 
-# Every pattern starts with a literal (so `re` can skip ahead fast) and checks the character
-# *before* that literal with a fixed-width look-behind, so a token is never matched from the
-# middle of a longer word. Bodies use possessive quantifiers: no catastrophic backtracking.
+# Patterns that run often start with a literal (so `re` skips ahead in C) and check the
+# character *before* it with a fixed-width look-behind, so a token is never matched from the
+# middle of a longer word. Bodies use possessive quantifiers or classes that cannot overlap
+# what follows them: no catastrophic backtracking. The rule order is the priority order.
 
 # `<key> = value`, `"key": "value"`, `key: 'value'`, `key => value`; applied to folded text.
 _ASSIGN_TAIL = r"""
     (?![a-z0-9_.-])                     # the key name ends here (password_hash is not a match)
     (?P<kq>["']?)[ \t]*(?P<sep>:=|=>|[:=])[ \t]*
     (?:
-        "(?P<dq>(?:[^"\\\n]|\\.){1,512}+)"
-      | '(?P<sq>(?:[^'\\\n]|\\.){1,512}+)'
-      | ["']?(?P<bare>[^\s"'`,;&<>\[\]:=(){}](?:[^\s"'`,;&<>]|[;&](?!\w[\w.-]*+=))*+)
+        "(?P<dq>(?:[^"\\\n]|\\.){4,512}+)"
+      | '(?P<sq>(?:[^'\\\n]|\\.){4,512}+)'
+      | ["']?(?P<bare>[^\s"'`,;&<>\[\]:=(){}](?:[^\s"'`,;&<>]|[;&](?!\w[\w.-]*+=)){3,}+)
     )                                   # `;` / `&` end the value only before `next_key=`
 """
 _PEM_LABEL = r"(?:[A-Z0-9]+[ ]){0,4}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
@@ -335,6 +348,11 @@ _RULES: tuple[_Rule, ...] = (
         ("whsec_",),
     ),
     _Rule(
+        DOCKER_TOKEN,
+        _re(r"dckr_(?<![A-Za-z0-9_]dckr_)(?:pat|oat)_[A-Za-z0-9_-]{20,}+"),
+        ("dckr_pat_", "dckr_oat_"),
+    ),
+    _Rule(
         NPM_TOKEN,
         _re(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
         ("npm_",),
@@ -407,7 +425,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("authorization",),
         on_lower=True,
-        pick=_value_if(lambda v: _is_secret_value(v, weak=False)),
+        pick=_value_if(_strong_value),
     ),
     _Rule(
         BEARER_TOKEN,
@@ -441,14 +459,14 @@ _RULES: tuple[_Rule, ...] = (
         _re(r"pass(?:word|wd|phrase|(?P<short>(?<![a-z]pass)))" + _ASSIGN_TAIL),
         ("pass",),
         on_lower=True,
-        pick=_assignment(weak=False),
+        pick=_assignment(weak=False, short=True),
     ),
     _Rule(
         PASSWORD,
         _re(r"pwd(?P<short>(?<![a-z]pwd))" + _ASSIGN_TAIL),
         ("pwd",),
         on_lower=True,
-        pick=_assignment(weak=False),
+        pick=_assignment(weak=False, short=True),
     ),
     _Rule(
         PASSWORD,
@@ -471,6 +489,16 @@ _RULES: tuple[_Rule, ...] = (
         on_lower=True,
         pick=_assignment(weak=True, key_prefix=_KEY_PREFIX),
     ),
+    _Rule(  # CLI flags: `--password hunter22`, `--token ab12cd34` (value must look random)
+        PASSWORD,
+        _re(
+            r"--(?:password|passwd|pass|token|api-key|apikey|secret|client-secret)"
+            r"[ \t]+(?P<value>[^\s\-'\"`][^\s'\"`]{7,}+)"
+        ),
+        ("--",),
+        on_lower=True,
+        pick=_value_if(lambda v: _is_secret_value(v, weak=True)),
+    ),
     _Rule(
         PASSWORD,
         _re(
@@ -479,13 +507,30 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("pass", "secret", "key", "token"),
         on_lower=True,
-        pick=_value_if(lambda v: _is_secret_value(v, weak=False)),
+        pick=_value_if(_strong_value),
     ),
 )
 
 LABELS: frozenset[str] = frozenset(rule.label for rule in _RULES)
 
+
+def _trigger_index(on_lower: bool) -> dict[str, tuple[int, ...]]:
+    """Trigger -> indexes (into _RULES) of the rules it wakes up, for one kind of haystack."""
+    index: dict[str, list[int]] = {}
+    for i, rule in enumerate(_RULES):
+        if rule.on_lower == on_lower:
+            for trigger in rule.triggers:
+                index.setdefault(trigger, []).append(i)
+    return {trigger: tuple(rules) for trigger, rules in index.items()}
+
+
+_FOLDED_TRIGGERS = _trigger_index(on_lower=True)  # looked up in the case-folded text
+_CASED_TRIGGERS = _trigger_index(on_lower=False)  # looked up in the text as given
+
 # --- engine ---------------------------------------------------------------------------------
+
+
+_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _fold(text: str) -> str:
@@ -499,19 +544,20 @@ def _fold(text: str) -> str:
     return text.translate(_ASCII_FOLD)  # pragma: no cover - future Unicode versions only
 
 
-_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
 def _find(text: str) -> list[list[tuple[int, int, str]]]:
     """Accepted hits per rule, in rule order; each list is sorted and free of overlaps."""
     low = _fold(text)
+    # the prefilter: `filter` runs the substring tests in C, which keeps clean text cheap
+    active: set[int] = set()
+    for trigger in filter(low.__contains__, _FOLDED_TRIGGERS):
+        active.update(_FOLDED_TRIGGERS[trigger])
+    for trigger in filter(text.__contains__, _CASED_TRIGGERS):
+        active.update(_CASED_TRIGGERS[trigger])
     found: list[list[tuple[int, int, str]]] = []
-    for rule in _RULES:
-        hay = low if rule.on_lower else text
-        if not any(t in hay for t in rule.triggers):
-            continue
+    for index in sorted(active):
+        rule = _RULES[index]
         hits: list[tuple[int, int, str]] = []
-        for m in rule.pattern.finditer(hay):
+        for m in rule.pattern.finditer(low if rule.on_lower else text):
             span = rule.pick(m, text)
             if span is not None and span[0] < span[1]:
                 hits.append((span[0], span[1], rule.label))

@@ -1,0 +1,279 @@
+"""Fabricated secrets (the right shape, never real keys) and non-secret look-alikes.
+
+Token values are assembled at import time from a seeded generator, so this file holds no literal
+that a secret scanner would flag, and every run sees the same values.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import string
+
+_UPPER = string.ascii_uppercase
+_LOWER = string.ascii_lowercase
+_DIGITS = string.digits
+_HEX = "0123456789abcdef"
+_B64 = string.ascii_letters + string.digits + "+/"
+
+
+def _mixed(n: int, seed: str, extra: str = "") -> str:
+    """``n`` characters cycling upper / lower / digit (plus ``extra``), so every class occurs."""
+    rng = random.Random(seed)
+    pools = (_UPPER, _LOWER, _DIGITS, *([extra] if extra else []))
+    return "".join(rng.choice(pools[i % len(pools)]) for i in range(n))
+
+
+def _pick(n: int, seed: str, alphabet: str) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+# --- fabricated values -------------------------------------------------------------------------
+
+OPENAI_PROJECT = "sk-" + "proj-" + _mixed(120, "openai-proj", "_-")
+OPENAI_LEGACY = "sk-" + _mixed(48, "openai-legacy")
+OPENAI_SERVICE = "sk-" + "svcacct-" + _mixed(90, "openai-svc", "_")
+ANTHROPIC_1 = "sk-" + "ant-api03-" + _mixed(93, "anthropic-1", "_-") + "AA"
+ANTHROPIC_2 = "sk-" + "ant-admin01-" + _mixed(80, "anthropic-2")
+AWS_ACCESS = "AK" + "IA" + _pick(16, "aws-akia", "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+AWS_SESSION = "AS" + "IA" + _pick(16, "aws-asia", "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+AWS_SECRET_1 = _mixed(40, "aws-secret-1", "/+")
+AWS_SECRET_2 = _mixed(40, "aws-secret-2", "+")
+GITHUB_CLASSIC = "gh" + "p_" + _mixed(36, "gh-classic")
+GITHUB_FINE = "github" + "_pat_" + _mixed(22, "gh-fine-a") + "_" + _mixed(59, "gh-fine-b")
+GITHUB_APP = "gh" + "s_" + _mixed(36, "gh-app")
+GITLAB = "gl" + "pat-" + _mixed(20, "gitlab", "_-")
+SLACK_BOT = "xo" + "xb-" + _pick(12, "slack-b1", _DIGITS) + "-" + _pick(13, "slack-b2", _DIGITS)
+SLACK_BOT += "-" + _mixed(24, "slack-b3")
+SLACK_USER = "xo" + "xp-" + _pick(11, "slack-u1", _DIGITS) + "-" + _pick(12, "slack-u2", _DIGITS)
+SLACK_USER += "-" + _pick(13, "slack-u3", _DIGITS) + "-" + _pick(32, "slack-u4", _HEX)
+SLACK_HOOK_PATH = "T" + _mixed(8, "sh-t") + "/B" + _mixed(10, "sh-b") + "/" + _mixed(24, "sh-x")
+SLACK_HOOK = "https://hooks.slack" + ".com/services/" + SLACK_HOOK_PATH
+DISCORD_HOOK = (
+    "https://discord" + ".com/api/webhooks/" + _pick(18, "dc-id", _DIGITS) + "/"
+    + _mixed(68, "dc-token", "_-")
+)  # fmt: skip
+GOOGLE_KEY = "AI" + "za" + _mixed(35, "google-key", "_-")
+GOOGLE_CLIENT_SECRET = "GOC" + "SPX-" + _mixed(28, "google-oauth", "_-")
+GOOGLE_ACCESS_TOKEN = "ya" + "29." + _mixed(150, "google-at", "_-")
+STRIPE_LIVE = "sk" + "_live_" + _mixed(99, "stripe-live")
+STRIPE_RESTRICTED = "rk" + "_test_" + _mixed(24, "stripe-rk")
+STRIPE_WEBHOOK = "wh" + "sec_" + _mixed(32, "stripe-wh")
+NPM = "np" + "m_" + _mixed(36, "npm")
+DOCKER = "dckr" + "_pat_" + _mixed(27, "docker", "_-")
+PYPI = "py" + "pi-AgEIcHlwaS5vcmc" + _mixed(120, "pypi", "_-")
+HUGGINGFACE = "h" + "f_" + _pick(34, "hf", string.ascii_letters).replace("a", "A", 1) + "zQ"
+SENDGRID = "S" + "G." + _mixed(22, "sg-1", "_-") + "." + _mixed(43, "sg-2", "_-")
+SHOPIFY = "shp" + "at_" + _pick(32, "shopify", _HEX)
+TWILIO = "S" + "K" + _pick(32, "twilio", _HEX)
+AZURE_ACCOUNT_KEY = _pick(86, "azure", _B64) + "=="
+JWT_TOKEN = (
+    _b64url(b'{"alg":"HS256","typ":"JWT"}')
+    + "."
+    + _b64url(b'{"sub":"1234567890","name":"Ada","iat":1516239022}')
+    + "."
+    + _mixed(43, "jwt-sig", "_-")
+)
+BASIC_CREDENTIALS = base64.b64encode(b"deploy:" + _mixed(14, "basic").encode()).decode()
+BEARER_OPAQUE_1 = _mixed(40, "bearer-1", "._-")
+BEARER_OPAQUE_2 = _pick(48, "bearer-2", _HEX)
+PEM_LINES = [_pick(64, f"pem-{i}", _B64) for i in range(6)]
+OPENSSH_LINES = [_pick(70, f"openssh-{i}", _B64) for i in range(4)]
+PGP_LINES = [_pick(64, f"pgp-{i}", _B64) for i in range(4)]
+EC_LINES = [_pick(64, f"ec-{i}", _B64) for i in range(3)]
+URL_PASSWORD_1 = _mixed(16, "url-pw-1")
+URL_PASSWORD_2 = _mixed(20, "url-pw-2", "!*")
+URL_PASSWORD_3 = "s3cr3t-" + _mixed(8, "url-pw-3")
+
+_RSA_BLOCK = "\n".join(
+    ["-----BEGIN RSA PRIVATE KEY-----", *PEM_LINES, "-----END RSA PRIVATE KEY-----"]
+)
+_OPENSSH_BLOCK = "\n".join(
+    ["-----BEGIN OPENSSH PRIVATE KEY-----", *OPENSSH_LINES, "-----END OPENSSH PRIVATE KEY-----"]
+)
+_PGP_BLOCK = "\n".join(
+    ["-----BEGIN PGP PRIVATE KEY BLOCK-----", "", *PGP_LINES, "-----END PGP PRIVATE KEY BLOCK-----"]
+)
+_EC_TRUNCATED = "\n".join(["-----BEGIN EC PRIVATE KEY-----", *EC_LINES])
+
+# (label, sentence containing the secret, the secret value)
+SECRETS: list[tuple[str, str, str]] = [
+    (
+        "openai-key",
+        f"Set OPENAI_API_KEY={OPENAI_PROJECT} before running the evals.",
+        OPENAI_PROJECT,
+    ),
+    ("openai-key", f"The old key {OPENAI_LEGACY} was rotated last week.", OPENAI_LEGACY),
+    ("openai-key", f"Batch jobs authenticate with {OPENAI_SERVICE}", OPENAI_SERVICE),
+    ("anthropic-key", f"export ANTHROPIC_API_KEY={ANTHROPIC_1}", ANTHROPIC_1),
+    ("anthropic-key", f"curl -H 'x-api-key: {ANTHROPIC_2}' https://api.example.com", ANTHROPIC_2),
+    ("aws-access-key", f"The CI user signs requests with {AWS_ACCESS}.", AWS_ACCESS),
+    ("aws-access-key", f"STS returned AccessKeyId {AWS_SESSION} for the session", AWS_SESSION),
+    ("aws-secret-key", f"[default]\naws_secret_access_key = {AWS_SECRET_1}\n", AWS_SECRET_1),
+    ("aws-secret-key", f'{{"SecretAccessKey": "{AWS_SECRET_2}", "Expiration": 1}}', AWS_SECRET_2),
+    ("github-token", f"Push with the PAT {GITHUB_CLASSIC} from the vault.", GITHUB_CLASSIC),
+    ("github-token", f"GH_TOKEN={GITHUB_FINE}", GITHUB_FINE),
+    (
+        "github-token",
+        f"git clone https://x-access-token:{GITHUB_APP}@github.com/acme/api.git",
+        GITHUB_APP,
+    ),
+    ("gitlab-token", f"The runner uses {GITLAB} to pull images.", GITLAB),
+    ("slack-token", f"SLACK_BOT_TOKEN={SLACK_BOT}", SLACK_BOT),
+    ("slack-token", f"Old user token was {SLACK_USER} (revoked?)", SLACK_USER),
+    ("slack-webhook", f"Alerts go to {SLACK_HOOK} every hour.", SLACK_HOOK_PATH),
+    ("discord-webhook", f"Post release notes to {DISCORD_HOOK}", DISCORD_HOOK),
+    ("google-api-key", f"Maps key: {GOOGLE_KEY}", GOOGLE_KEY),
+    (
+        "google-oauth",
+        f"client secret {GOOGLE_CLIENT_SECRET} belongs to the web app",
+        GOOGLE_CLIENT_SECRET,
+    ),
+    (
+        "google-oauth",
+        f"Got access token {GOOGLE_ACCESS_TOKEN} from the metadata server.",
+        GOOGLE_ACCESS_TOKEN,
+    ),
+    ("stripe-key", f"Production uses {STRIPE_LIVE}; never log it.", STRIPE_LIVE),
+    ("stripe-key", f"Restricted test key: {STRIPE_RESTRICTED}", STRIPE_RESTRICTED),
+    ("stripe-key", f"STRIPE_WEBHOOK_SECRET={STRIPE_WEBHOOK}", STRIPE_WEBHOOK),
+    ("npm-token", f"//registry.npmjs.org/:_authToken={NPM}", NPM),
+    ("docker-token", f"docker login -u ci-bot -p {DOCKER} registry.example.com", DOCKER),
+    ("pypi-token", f"twine upload -u __token__ -p {PYPI} dist/*", PYPI),
+    ("huggingface-token", f"huggingface-cli login --token {HUGGINGFACE}", HUGGINGFACE),
+    ("sendgrid-key", f"Mail is sent with SENDGRID key {SENDGRID}.", SENDGRID),
+    ("shopify-token", f"Shopify admin token {SHOPIFY} for the staging store", SHOPIFY),
+    ("twilio-key", f"Twilio API key SID {TWILIO} is used by the SMS worker", TWILIO),
+    (
+        "azure-key",
+        "DefaultEndpointsProtocol=https;AccountName=acmeprod;"
+        f"AccountKey={AZURE_ACCOUNT_KEY};EndpointSuffix=core.windows.net",
+        AZURE_ACCOUNT_KEY,
+    ),
+    ("jwt", f"The session cookie was {JWT_TOKEN} when it failed.", JWT_TOKEN),
+    ("basic-auth", f"Authorization: Basic {BASIC_CREDENTIALS}", BASIC_CREDENTIALS),
+    ("bearer-token", f"Authorization: Bearer {BEARER_OPAQUE_1}", BEARER_OPAQUE_1),
+    ("bearer-token", f"Call the API with Bearer {BEARER_OPAQUE_2} in the header.", BEARER_OPAQUE_2),
+    ("private-key", f"Deploy key:\n{_RSA_BLOCK}\nInstall it on the bastion.", PEM_LINES[2]),
+    ("private-key", f"id_ed25519 contents:\n{_OPENSSH_BLOCK}", OPENSSH_LINES[1]),
+    ("private-key", f"Signing key:\n{_PGP_BLOCK}\n", PGP_LINES[3]),
+    ("private-key", f"Truncated paste:\n{_EC_TRUNCATED}", EC_LINES[2]),
+    (
+        "credentialed-url",
+        f"DATABASE_URL=postgres://app:{URL_PASSWORD_1}@db.example.com:5432/app",
+        URL_PASSWORD_1,
+    ),
+    (
+        "credentialed-url",
+        f"Cache lives at redis://:{URL_PASSWORD_2}@cache.internal:6379/0",
+        URL_PASSWORD_2,
+    ),
+    (
+        "credentialed-url",
+        f"mongodb+srv://reporting:{URL_PASSWORD_3}@cluster0.example.net/?retryWrites=true",
+        URL_PASSWORD_3,
+    ),
+    ("password", "DB_PASSWORD=Tr0ub4dor&3x", "Tr0ub4dor&3x"),
+    ("password", "mysql password=hunter2hunter2 on the replica", "hunter2hunter2"),
+    (
+        "password",
+        'config.json has {"password": "correct horse battery staple"}',
+        "correct horse battery staple",
+    ),
+    ("password", "database:\n  user: app\n  password: Winter2024!\n", "Winter2024!"),
+    ("password", "PGPASSWORD=pg_s3cret psql -h db -U app", "pg_s3cret"),
+    ("password", "The admin password: changeme", "changeme"),
+    ("password", "passwd = 'qwerty123'", "qwerty123"),
+    ("password", "login with user=ops pwd=Zx81!spectrum", "Zx81!spectrum"),
+    (
+        "password",
+        "Django SECRET_KEY=django-insecure-8f#k2@l!x9q0z&v3b",
+        "django-insecure-8f#k2@l!x9q0z&v3b",
+    ),
+    ("password", "client_secret: 9bE4kQ7tX2mW", "9bE4kQ7tX2mW"),
+    ("password", "api_key=5f1e2d3c4b5a69788796a5b4c3d2e1f0", "5f1e2d3c4b5a69788796a5b4c3d2e1f0"),
+    ("password", '{"apiKey": "AbCd1234EfGh5678IjKl"}', "AbCd1234EfGh5678IjKl"),
+    (
+        "password",
+        "refresh with access_token=ya-not-google-8x7Yq2Lm9Pz",
+        "ya-not-google-8x7Yq2Lm9Pz",
+    ),
+    ("password", "X-Auth-Token: 0a9b8c7d6e5f4a3b2c1d", "0a9b8c7d6e5f4a3b2c1d"),
+    ("password", "https://api.example.com/login?user=bob&password=s3cr3tP4ss&next=/", "s3cr3tP4ss"),
+    ("password", "<settings><password>m4v3nR3po!</password></settings>", "m4v3nR3po!"),
+    ("password", "The webhook secret = whk_7Hq2Lx9Rt4Vb", "whk_7Hq2Lx9Rt4Vb"),
+    ("password", "mysql -u root --password S3cretRoot9 -h db", "S3cretRoot9"),
+]
+
+# Text that mentions secrets, or has a similar shape, but holds none.
+LOOKALIKES: list[str] = [
+    "the password is stored in the vault",
+    "I forgot my password again, so I reset it.",
+    "password: ****",
+    "password=",
+    "PASSWORD=\nUSER=app",
+    "password: <redacted>",
+    "password = <your password here>",
+    "password: xxx",
+    "password=${DB_PASSWORD}",
+    "password: {{ secrets.DB_PASSWORD }}",
+    "Password: Required for all admin accounts",
+    "connect(user=user, password=password)",
+    "password=settings.DB_PASSWORD",
+    "Passwords must be rotated every 90 days; see the password-reset flow.",
+    "Use --password-stdin so the password never lands in shell history.",
+    "password_min_length=16",
+    "PWD=/home/alice/projects/memory-worker",
+    "bypass=enabled for the health check",
+    "secretary: Jane Doe",
+    "The secret sauce is aggressive caching.",
+    "max_tokens=4096 and token_count=1234",
+    "Token: each subword piece is a token in the vocabulary",
+    "api_key=YOUR_API_KEY",
+    "api_key=os.environ['OPENAI_API_KEY']",
+    "Authorization: Bearer <token>",
+    "Authorization: Bearer xxx",
+    "Authorization: Bearer $TOKEN",
+    "He was the bearer of bad news.",
+    "Bearer token authentication is described in RFC 6750.",
+    "sk-learn is what some people call scikit-learn",
+    "Stripe test mode uses sk_test_ prefixed keys.",
+    "AKIA is the prefix of long-term AWS access keys.",
+    "Our region is ap-southeast-1 in ASIA PACIFIC.",
+    "Fixed in commit 9fceb02d0ae598e95dc970b74767f19372d61af8 on main.",
+    "Request id 550e8400-e29b-41d4-a716-446655440000 timed out.",
+    "SHA-256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "Logo: data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "YPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    "pneumonoultramicroscopicsilicovolcanoconiosis and antidisestablishmentarianism",
+    "Config lives in /home/alice/.config/memory-worker/settings.yaml and ~/.aws/credentials",
+    r"C:\Users\alice\AppData\Roaming\memory-worker\keys.txt",
+    "Docs: https://docs.python.org/3/library/re.html#re.ASCII",
+    "Proxy at https://proxy.example.com:8443/path?next=/home&q=1",
+    "Clone with ssh: git@github.com:acme/memory-worker.git",
+    "Email alice.smith+alerts@example.co.uk or bob@example.com",
+    "Pinned pydantic==2.14.4 and structlog 26.1.0 (v3.11.7 runtime)",
+    "Deadline 2024-05-01T12:34:56Z, budget 1234567.89, port 8080",
+    "redis://localhost:6379/0 and postgres://db.example.com/app",
+    "https://user@example.com/repo.git has a user but no password",
+    "Example DSN: https://user:password@host.example.com",
+    "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----",
+    "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYI\n-----END PUBLIC KEY-----",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop",
+    "sort_key=created_at, primary_key: id, key=value pairs",
+    "Set secret_name=prod-db-creds in the chart values.",
+    "SKU-12345 shipped; ASK-42 is open.",
+    "The hf_hub_download helper caches files under self.hf_cache_dir",
+    "eyJ is how base64-encoded JSON objects start.",
+    "The ghp_ prefix marks a classic GitHub token.",
+    "PASS: tests/test_redact.py::test_lookalikes_are_unchanged",
+    "class Settings: api_key: Optional[str] = None; password: SecretStr",
+    'password = input("Password: ") and token = os.getenv("API_TOKEN")',
+    "password = getpass.getpass()",
+    "Pass the --token flag, or --password-stdin, never --password on the command line.",
+]
