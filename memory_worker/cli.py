@@ -147,9 +147,8 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 def _read_records(path: str) -> list[dict[str, Any]]:
-    stream = sys.stdin if path == "-" else None
     try:
-        text = (stream or Path(path)).read() if stream else Path(path).read_text(encoding="utf-8")
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     rows: list[dict[str, Any]] = []
@@ -199,8 +198,11 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", help="data dir (default: $MEMORY_DATA_DIR, config, "
-                        "$III_COMPOSE_DIR/data/memory, ./data/memory)")
+    common.add_argument(
+        "--data-dir",
+        help="data dir (default: $MEMORY_DATA_DIR, config, "
+        "$III_COMPOSE_DIR/data/memory, ./data/memory)",
+    )
     common.add_argument("--config", help=f"YAML settings file (default: ${CONFIG_ENV})")
     common.add_argument("--log-level", default="warning", help="debug, info, warning, error")
 
@@ -220,15 +222,26 @@ def _parser() -> argparse.ArgumentParser:
     trigger.add_argument("function", help="function id, e.g. memory::save")
     trigger.add_argument("pairs", nargs="*", help="payload fields as key=value (JSON values)")
     trigger.add_argument("--json", help="base payload as a JSON object; key=value pairs override")
-    trigger.add_argument("-h", "--help", dest="help_function", action="store_true",
-                         help="print the function's description and request schema")
+    trigger.add_argument(
+        "-h",
+        "--help",
+        dest="help_function",
+        action="store_true",
+        help="print the function's description and request schema",
+    )
 
     call = sub.add_parser("call", parents=[common], help="run many calls in one process")
-    call.add_argument("--batch", required=True, metavar="FILE|-",
-                      help='JSON lines {"function_id", "payload"}; one answer line per input')
+    call.add_argument(
+        "--batch",
+        required=True,
+        metavar="FILE|-",
+        help='JSON lines {"function_id", "payload"}; one answer line per input',
+    )
 
     imp = sub.add_parser("import", parents=[common], help="bulk import whole memory records")
-    imp.add_argument("file", metavar="FILE.jsonl", help="records, one JSON object a line (- = stdin)")
+    imp.add_argument(
+        "file", metavar="FILE.jsonl", help="records, one JSON object a line (- = stdin)"
+    )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
     # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
@@ -239,8 +252,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the memory functions until SIGTERM/SIGINT. Standalone mode: REST on "
         "127.0.0.1, POST /memory/<function path> (e.g. /memory/save) and GET /healthz.",
     )
-    serve.add_argument("--data-dir", help="data dir (default: $MEMORY_DATA_DIR, config, "
-                       "$III_COMPOSE_DIR/data/memory, ./data/memory)")
+    serve.add_argument(
+        "--data-dir",
+        help="data dir (default: $MEMORY_DATA_DIR, config, "
+        "$III_COMPOSE_DIR/data/memory, ./data/memory)",
+    )
     serve.add_argument("--config", help=f"YAML settings file (default: ${CONFIG_ENV})")
     serve.add_argument("--log-level", default="info", help="debug, info, warning, error")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -252,7 +268,16 @@ _COMMANDS = {"trigger": _trigger, "call": _call, "import": _import, "serve": _se
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if (
+        extra
+        and args.command == "trigger"
+        and all("=" in e and not e.startswith("-") for e in extra)
+    ):
+        args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     configure_logging(args.log_level)
     try:
         return asyncio.run(_COMMANDS[args.command](args))

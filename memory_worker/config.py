@@ -134,10 +134,13 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
 def resolve_data_dir(
     flag: str | None, settings: Settings, env: Mapping[str, str] | None = None
 ) -> Path:
-    """flag → $MEMORY_DATA_DIR → config `data_dir` (relative to $III_COMPOSE_DIR or the cwd)."""
+    """flag → $MEMORY_DATA_DIR (both relative to the cwd) → config `data_dir` (relative to
+    $III_COMPOSE_DIR when set, else the cwd)."""
     env = os.environ if env is None else env
-    chosen = flag or env.get(DATA_DIR_ENV) or settings.data_dir
-    path = Path(chosen).expanduser()
+    explicit = flag or env.get(DATA_DIR_ENV)
+    if explicit:  # typed by a person: relative to where they are
+        return Path(explicit).expanduser().absolute()
+    path = Path(settings.data_dir).expanduser()
     if not path.is_absolute():
         base = env.get(COMPOSE_DIR_ENV)
         path = (Path(base) if base else Path.cwd()) / path

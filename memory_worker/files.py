@@ -12,6 +12,7 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -57,10 +58,11 @@ def fsync_dir(path: Path) -> None:
 
 def probe_writable(root: Path) -> None:
     """Create `root` and prove a file can be written, synced and removed there."""
-    probe = root / PROBE_NAME
+    # A name of its own: two processes probing one dir must not unlink each other's probe.
+    probe = root / f"{PROBE_NAME}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, b"ok")
             os.fsync(fd)
@@ -271,16 +273,19 @@ class DataDirLock:
                     os.close(fd)
                     raise _storage("lock", self.path, exc) from exc
                 holder = self.read_holder()
-                if holder.get("kind") == "cli" and time.monotonic() < deadline:
+                # An empty record is a holder still writing its name (or just releasing): wait.
+                short_lived = not holder or holder.get("kind") == "cli"
+                if short_lived and time.monotonic() < deadline:
                     time.sleep(_LOCK_POLL_S)
                     continue
                 os.close(fd)
                 raise Conflict(
                     f"data dir {self.path.parent} is in use by {describe(holder)}"
                 ) from None
+        record = json.dumps(self.holder).encode()
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(self.holder).encode(), 0)
+            os.pwrite(fd, record, 0)  # write first, then cut: the record is never seen empty
+            os.ftruncate(fd, len(record))
         except OSError as exc:
             os.close(fd)
             raise _storage("write", self.path, exc) from exc

@@ -1,0 +1,780 @@
+"""The `memory-worker` CLI as a real subprocess: trigger, call --batch, import, data-dir resolution.
+
+The process helpers at the top (`cli_env`, `run_cli`, `BatchProcess`) are shared with test_crash and
+test_lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+from memory_worker.config import Settings, load_settings, resolve_data_dir
+from memory_worker.text import fingerprint
+
+ISOLATED_VARS = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
+ANSWER_TIMEOUT_S = 15.0
+RUN_TIMEOUT_S = 30.0
+
+
+# --- process helpers -------------------------------------------------------------------------
+
+
+def cli_env(**overrides: str) -> dict[str, str]:
+    """The test process's environment without any variable that picks a data dir or config."""
+    env = {key: value for key, value in os.environ.items() if key not in ISOLATED_VARS}
+    env.update(overrides)
+    return env
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "memory_worker", *args]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+
+    def result(self) -> Any:
+        assert self.code == 0, f"exit {self.code}; stderr: {self.stderr}"
+        return json.loads(self.stdout)
+
+    def error(self) -> dict[str, str]:
+        """The one JSON object a failed command writes to stderr (and nothing on stdout)."""
+        assert self.code == 1, f"exit {self.code}; stdout: {self.stdout}; stderr: {self.stderr}"
+        assert self.stdout == ""
+        lines = self.stderr.strip().splitlines()
+        assert len(lines) == 1, f"stderr is not one JSON line: {self.stderr!r}"
+        error = json.loads(lines[0])
+        assert set(error) == {"code", "message"}
+        return error
+
+
+def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        cli_command(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=cwd,
+        env=cli_env() if env is None else env,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT_S) -> Outcome:
+    """Wait for a started command; killed (and reaped) if it overruns."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return Outcome(proc.returncode, stdout, stderr)
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Outcome:
+    """Run one command to completion. `cwd` is always a temp dir, so the default `./data/memory`
+    can never land in the repository."""
+    return finish(start_cli(*args, cwd=cwd, env=env))
+
+
+def run_many(commands: list[tuple[str, ...]], *, cwd: Path) -> list[Outcome]:
+    """Run independent commands side by side (the suite stays fast on two cores)."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for args in commands:
+            procs.append(start_cli(*args, cwd=cwd))
+        return [finish(proc) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+class BatchProcess:
+    """`memory-worker call --batch -` driven through pipes, one line at a time.
+
+    `call()` writes one request and reads exactly one answer line back, with a deadline, so a
+    missing flush fails the test instead of hanging it. Always used as a context manager: the
+    process is killed and reaped on the way out.
+    """
+
+    def __init__(self, data_dir: Path, *, cwd: Path) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+        self.proc = subprocess.Popen(
+            cli_command("call", "--batch", "-", "--data-dir", str(data_dir)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=cwd,
+            env=cli_env(),
+            bufsize=0,
+        )
+        self._pending = b""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def __enter__(self) -> BatchProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with self.proc:  # closes the pipes and reaps the process
+            pass
+        self._stderr.close()
+
+    def write_line(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        data = (line + "\n").encode()
+        while data:
+            written = self.proc.stdin.write(data)
+            data = data[written or 0 :]
+
+    def send(self, function_id: str, payload: dict[str, Any] | None = None) -> None:
+        self.write_line(json.dumps({"function_id": function_id, "payload": payload or {}}))
+
+    def stderr_text(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    def read_answer(self, timeout: float = ANSWER_TIMEOUT_S) -> dict[str, Any]:
+        """The next answer line; fails if none arrives in time or more than one is waiting."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    pytest.fail(f"no answer line within {timeout}s; stderr: {self.stderr_text()}")
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    pytest.fail(f"batch process exited early; stderr: {self.stderr_text()}")
+                self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        assert self._pending == b"", "more than one answer arrived for one request"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def call(self, function_id: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.send(function_id, payload)
+        return self.read_answer()
+
+    def result(self, function_id: str, payload: dict[str, Any] | None = None) -> Any:
+        answer = self.call(function_id, payload)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye: whatever was in flight is cut off where it stood."""
+        self.proc.kill()
+        self.proc.wait(RUN_TIMEOUT_S)
+
+    def close(self, timeout: float = RUN_TIMEOUT_S) -> int:
+        """End of input: the process answers what is left and exits."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout)
+
+
+def batch_file_answers(path: Path, data_dir: Path, *, cwd: Path) -> list[dict[str, Any]]:
+    outcome = run_cli("call", "--batch", str(path), "--data-dir", str(data_dir), cwd=cwd)
+    assert outcome.code == 0, outcome.stderr
+    return [json.loads(line) for line in outcome.stdout.splitlines()]
+
+
+def write_batch(path: Path, calls: list[tuple[str, dict[str, Any]]]) -> Path:
+    lines = [json.dumps({"function_id": fid, "payload": payload}) for fid, payload in calls]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+# --- one-shot commands, run side by side ---------------------------------------------------------
+#
+# Each case is one command in a folder of its own (its cwd, so a default `./data/memory` stays
+# there). They are independent, so the module starts them all at once and each test checks its
+# own outcome: on two cores that halves the wall time of the file.
+
+
+@dataclass(frozen=True)
+class Ran:
+    outcome: Outcome
+    cwd: Path
+
+
+def _one_shot_commands(root: Path) -> dict[str, tuple[tuple[str, ...], dict[str, str] | None]]:
+    def folder(name: str) -> Path:
+        path = root / name
+        path.mkdir()
+        return path
+
+    def data(name: str) -> str:
+        return str(root / name / "data")
+
+    cases: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = {}
+
+    def case(name: str, *args: str, env: dict[str, str] | None = None) -> Path:
+        cases[name] = (args, env)
+        return folder(name)
+
+    base = json.dumps({"text": "replaced by the pair", "tags": ["from-json"], "entities": ["blog"]})
+    case(
+        "coerce",
+        "trigger",
+        "memory::save",
+        "text=The user writes about distributed systems",
+        "tags=blog",
+        "pinned=true",
+        "_caller_worker_id=worker-1",
+        "colour=blue",
+        "--json",
+        base,
+        "--data-dir",
+        data("coerce"),
+    )
+    case(
+        "coerce-number",
+        "trigger",
+        "memory::save",
+        "text=12345",
+        "--data-dir",
+        data("coerce-number"),
+    )
+    case(
+        "options-first",
+        "trigger",
+        "memory::save",
+        "--data-dir",
+        data("options-first"),
+        "--json",
+        '{"tags": "x"}',
+        "text=The user likes long walks",
+    )
+
+    for name, args in {
+        "blank-text": ("memory::save", "text=  "),
+        "unknown-id": ("memory::get", "id=nope"),
+        "unknown-bank": ("memory::list", "bank=nope"),
+    }.items():
+        case(name, "trigger", *args, "--data-dir", data(name))
+    case("unknown-function", "trigger", "memory::frobnicate", "x=1")  # default ./data/memory
+    case("help", "trigger", "memory::save", "-h")
+
+    blocker = root / "blocker"
+    blocker.write_text("a regular file, not a folder", encoding="utf-8")
+    case(
+        "unwritable",
+        "trigger",
+        "memory::save",
+        "text=The user likes tea",
+        "--data-dir",
+        str(blocker / "data"),
+    )
+
+    save = ("trigger", "memory::save", "text=The user likes long walks")
+    case(
+        "flag-beats-env",
+        *save,
+        "--data-dir",
+        data("flag-beats-env"),
+        env=cli_env(MEMORY_DATA_DIR=str(root / "flag-beats-env" / "ignored")),
+    )
+    case(
+        "env-beats-default",
+        *save,
+        env=cli_env(MEMORY_DATA_DIR=str(root / "env-beats-default" / "from-env")),
+    )
+    config = case(
+        "config-file",
+        *save,
+        "--config",
+        str(root / "config-file" / "memory.yaml"),
+        env=cli_env(III_COMPOSE_DIR=str(root / "config-file" / "compose")),
+    )
+    (config / "memory.yaml").write_text("data_dir: from-config\n", encoding="utf-8")
+
+    batch = case(
+        "batch-file",
+        "call",
+        "--batch",
+        str(root / "batch-file" / "calls.jsonl"),
+        "--data-dir",
+        data("batch-file"),
+    )
+    (batch / "calls.jsonl").write_text(
+        "\n".join(
+            [
+                json.dumps({"function_id": "memory::save", "payload": {"text": "The user runs"}}),
+                "",
+                "not json at all",
+                json.dumps({"function_id": "memory::list", "payload": {}}),
+                json.dumps({"function_id": "memory::list", "payload": {"bank": "nope"}}),
+                json.dumps({"function_id": "memory::tags"}),  # the payload may be omitted
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+
+    bad = case(
+        "bad-import",
+        "import",
+        str(root / "bad-import" / "records.jsonl"),
+        "--bank",
+        "fresh",
+        "--data-dir",
+        data("bad-import"),
+    )
+    rows = [{"text": "The user likes hiking"}, {"text": "The user owns a bike"}, {"text": "ab"}]
+    (bad / "records.jsonl").write_text(
+        "\n".join(json.dumps(row) for row in rows) + "\n", encoding="utf-8"
+    )
+    return cases
+
+
+@pytest.fixture(scope="module", name="one_shots")
+def _one_shots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    root = tmp_path_factory.mktemp("one-shots")
+    commands = _one_shot_commands(root)
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name, (args, env) in commands.items():
+            procs[name] = start_cli(*args, cwd=root / name, env=env)
+        return {name: Ran(finish(proc), root / name) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+# --- trigger ---------------------------------------------------------------------------------
+
+
+def test_quickstart_saved_memory_is_recalled_first_by_a_paraphrased_question(
+    tmp_path: Path,
+) -> None:
+    data = str(tmp_path / "data")
+    saved = run_cli(
+        "trigger",
+        "memory::save",
+        "text=User publishes blog posts on Tuesday mornings",
+        "pinned=true",
+        "tags=blog",
+        "--data-dir",
+        data,
+        cwd=tmp_path,
+    ).result()
+    assert saved["created"] is True
+    assert saved["memory"]["text"] == "User publishes blog posts on Tuesday mornings"
+
+    recalled = run_cli(
+        "trigger",
+        "memory::recall",
+        "query=when do I publish articles",
+        "--data-dir",
+        data,
+        cwd=tmp_path,
+    ).result()
+    assert recalled["bank"] == "main"
+    assert recalled["memories"], recalled
+    assert recalled["memories"][0]["memory"]["id"] == saved["memory"]["id"]
+    assert recalled["memories"][0]["memory"]["pinned"] is True
+
+
+def test_trigger_arguments_are_coerced_like_iii_trigger(one_shots: dict[str, Ran]) -> None:
+    memory = one_shots["coerce"].outcome.result()["memory"]
+    assert memory["text"] == "The user writes about distributed systems"  # k=v beats --json
+    assert memory["tags"] == ["blog"]  # a bare word becomes a one-item list
+    assert memory["entities"] == ["blog"]  # kept from the --json base
+    assert memory["pinned"] is True  # JSON-decoded, not the string "true"
+    assert "colour" not in memory and "_caller_worker_id" not in memory  # unknown keys ignored
+
+
+def test_a_number_given_as_text_is_stored_as_text(one_shots: dict[str, Ran]) -> None:
+    assert one_shots["coerce-number"].outcome.result()["memory"]["text"] == "12345"
+
+
+def test_options_may_come_before_the_key_value_pairs(one_shots: dict[str, Ran]) -> None:
+    ran = one_shots["options-first"]
+    memory = ran.outcome.result()["memory"]
+    assert (memory["text"], memory["tags"]) == ("The user likes long walks", ["x"])
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "needle"),
+    [
+        ("blank-text", "invalid_input", "text"),
+        ("unknown-id", "memory_not_found", "nope"),
+        ("unknown-bank", "bank_not_found", "nope"),
+    ],
+)
+def test_a_failed_trigger_exits_1_with_one_json_error_on_stderr(
+    one_shots: dict[str, Ran], case: str, code: str, needle: str
+) -> None:
+    error = one_shots[case].outcome.error()
+    assert error["code"] == code
+    assert needle in error["message"]
+
+
+def test_an_unknown_function_is_refused_before_the_data_dir_is_created(
+    one_shots: dict[str, Ran],
+) -> None:
+    ran = one_shots["unknown-function"]
+    error = ran.outcome.error()
+    assert error["code"] == "invalid_input"
+    assert "memory::frobnicate" in error["message"]
+    assert "memory::save" in error["message"]  # it names the known ones
+    assert not (ran.cwd / "data").exists()
+
+
+def test_trigger_help_prints_description_and_request_schema_without_touching_disk(
+    one_shots: dict[str, Ran],
+) -> None:
+    ran = one_shots["help"]
+    stdout = ran.outcome.stdout
+    assert ran.outcome.code == 0, ran.outcome.stderr
+    assert stdout.startswith("memory::save\n")
+    assert "Content-fingerprinted" in stdout  # the catalog description
+    schema = json.loads(stdout[stdout.index("{") :])
+    assert "text" in schema["properties"]
+    assert "text" in schema["required"]
+    assert not (ran.cwd / "data").exists()
+
+
+# --- call --batch ----------------------------------------------------------------------------
+
+
+def test_batch_over_a_pipe_answers_each_line_before_the_next_is_written(tmp_path: Path) -> None:
+    with BatchProcess(tmp_path / "data", cwd=tmp_path) as batch:
+        saved = batch.call("memory::save", {"text": "The user drinks oolong tea", "tags": "tea"})
+        memory_id = saved["result"]["memory"]["id"]
+        assert saved["result"]["created"] is True
+
+        batch.write_line("{this is not json")
+        malformed = batch.read_answer()
+        assert malformed["error"]["code"] == "invalid_input"
+        assert set(malformed["error"]) == {"code", "message"}
+
+        batch.write_line(json.dumps({"payload": {}}))  # no function_id
+        assert batch.read_answer()["error"]["code"] == "invalid_input"
+
+        missing = batch.call("memory::get", {"id": "nope"})
+        assert missing["error"]["code"] == "memory_not_found"
+        assert set(missing) == {"error"}
+
+        assert batch.call("memory::nothing", {})["error"]["code"] == "invalid_input"
+
+        again = batch.result("memory::save", {"text": "the user drinks   OOLONG tea"})
+        assert again["created"] is False  # the batch went on after the errors
+        assert again["memory"]["corroboration"] == 1
+
+        got = batch.result("memory::get", {"id": memory_id})
+        assert got["memory"]["tags"] == ["tea"]
+        assert batch.close() == 0
+
+
+def test_batch_file_answers_every_line_in_order(one_shots: dict[str, Ran]) -> None:
+    outcome = one_shots["batch-file"].outcome
+    assert outcome.code == 0, outcome.stderr
+    answers = [json.loads(line) for line in outcome.stdout.splitlines()]
+    assert len(answers) == 5  # the blank line is skipped, every other line answered
+    assert answers[0]["result"]["created"] is True
+    assert answers[1]["error"]["code"] == "invalid_input"
+    assert answers[2]["result"]["total"] == 1
+    assert answers[2]["result"]["memories"][0]["text"] == "The user runs"
+    assert answers[3]["error"]["code"] == "bank_not_found"
+    assert answers[4]["result"] == {"bank": "main", "tags": []}
+
+
+# --- import ----------------------------------------------------------------------------------
+
+T0 = 1_700_000_000_000  # 2023-11-14
+DAY = 86_400_000
+PORTO = "The user moved to Porto in March 2024"
+LISBON = "The user lives in Lisbon near the river"
+EDITED = "The user prefers trains over planes for trips under 600 km"
+SECRET_TEXT = "The staging database login uses password=" + "Tr0ub4dor" + "-horse-42"
+
+
+def _import_rows() -> list[dict[str, Any]]:
+    porto_id, lisbon_id, edited_id = fingerprint(PORTO), fingerprint(LISBON), fingerprint(EDITED)
+    return [
+        {
+            "id": porto_id,
+            "text": PORTO,
+            "entities": ["porto"],
+            "tags": ["home", "moves"],
+            "confidence": "extracted",
+            "corroboration": 3,
+            "pinned": True,
+            "source": {"session_id": "s-42", "entry_id": "e-7", "agent": "chat"},
+            "created_at": T0 + 100 * DAY,
+            "updated_at": T0 + 120 * DAY,
+            "stated_at": T0 + 110 * DAY,
+            "revision": 2,
+        },
+        {
+            "id": lisbon_id,
+            "text": LISBON,
+            "entities": ["lisbon"],
+            "tags": ["home"],
+            "confidence": "stated",
+            "corroboration": 1,
+            "created_at": T0,
+            "updated_at": T0 + 100 * DAY,
+            "stated_at": T0,
+            "invalid_at": T0 + 100 * DAY,
+            "superseded_by": porto_id,
+            "revision": 1,
+        },
+        # Two revisions of one id, the newer one first: last-wins goes by revision, not position.
+        {
+            "id": edited_id,
+            "text": EDITED,
+            "created_at": T0,
+            "updated_at": T0 + 5 * DAY,
+            "revision": 1,
+        },
+        {
+            "id": edited_id,
+            "text": "The user prefers trains",
+            "created_at": T0,
+            "updated_at": T0,
+            "revision": 0,
+        },
+        {"text": SECRET_TEXT, "created_at": T0 + 2 * DAY},
+    ]
+
+
+@pytest.fixture(scope="module", name="imported")
+def _imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One import; then one fresh process asking everything the import tests check; then a second
+    import with a bad row into the same bank."""
+    root = tmp_path_factory.mktemp("imported")
+    data = root / "data"
+    source = root / "records.jsonl"
+    source.write_text("\n".join(json.dumps(row) for row in _import_rows()) + "\n", encoding="utf-8")
+    report = run_cli(
+        "import", str(source), "--bank", "travel", "--data-dir", str(data), cwd=root
+    ).result()
+    calls = [
+        ("memory::get", {"bank": "travel", "id": fingerprint(PORTO)}),
+        ("memory::get", {"bank": "travel", "id": fingerprint(LISBON)}),
+        ("memory::get", {"bank": "travel", "id": fingerprint(EDITED)}),
+        ("memory::list", {"bank": "travel"}),
+        ("memory::list", {"bank": "travel", "include_superseded": True}),
+        (
+            "memory::recall",
+            {"bank": "travel", "query": "where does the user live lisbon", "as_of": T0 + 50 * DAY},
+        ),
+        (
+            "memory::recall",
+            {"bank": "travel", "query": "where does the user live lisbon", "as_of": T0 + 150 * DAY},
+        ),
+    ]
+    answers = batch_file_answers(write_batch(root / "calls.jsonl", calls), data, cwd=root)
+    for answer in answers:
+        assert "result" in answer, answer
+    results = [answer["result"] for answer in answers]
+
+    log = data / "travel" / "memories.jsonl"
+    log_before = log.read_bytes()
+    second = root / "second.jsonl"
+    second.write_text(
+        json.dumps({"text": "The user owns a bike"})
+        + "\n"
+        + json.dumps({"text": "The user has a cat", "corroboration": -1})
+        + "\n",
+        encoding="utf-8",
+    )
+    refused = run_cli("import", str(second), "--bank", "travel", "--data-dir", str(data), cwd=root)
+    return {
+        "data": data,
+        "report": report,
+        "porto": results[0]["memory"],
+        "lisbon": results[1]["memory"],
+        "edited": results[2]["memory"],
+        "live": results[3],
+        "history": results[4],
+        "recall_before": results[5],
+        "recall_after": results[6],
+        "refused": refused,
+        "log_unchanged": log.read_bytes() == log_before,
+    }
+
+
+def test_import_preserves_whole_records_with_their_history(imported: dict[str, Any]) -> None:
+    assert imported["report"] == {"bank": "travel", "imported": 5, "live": 3, "redacted": 1}
+    porto = imported["porto"]
+    assert porto == {
+        "id": fingerprint(PORTO),
+        "text": PORTO,
+        "entities": ["porto"],
+        "tags": ["home", "moves"],
+        "confidence": "extracted",
+        "corroboration": 3,
+        "pinned": True,
+        "source": {"session_id": "s-42", "entry_id": "e-7", "agent": "chat"},
+        "created_at": T0 + 100 * DAY,
+        "updated_at": T0 + 120 * DAY,
+        "stated_at": T0 + 110 * DAY,
+        "revision": 2,
+    }
+    lisbon = imported["lisbon"]
+    assert lisbon["invalid_at"] == T0 + 100 * DAY
+    assert lisbon["superseded_by"] == fingerprint(PORTO)
+    assert (lisbon["revision"], lisbon["corroboration"], lisbon["stated_at"]) == (1, 1, T0)
+    edited = imported["edited"]
+    assert (edited["text"], edited["revision"]) == (EDITED, 1)  # the higher revision won
+
+
+def test_an_imported_retired_record_is_history_not_live(imported: dict[str, Any]) -> None:
+    live_ids = {m["id"] for m in imported["live"]["memories"]}
+    history_ids = {m["id"] for m in imported["history"]["memories"]}
+    assert fingerprint(LISBON) not in live_ids
+    assert fingerprint(LISBON) in history_ids
+    assert imported["live"]["total"] == 3
+    assert imported["history"]["total"] == 4  # one row per id: two revisions are one record
+    assert history_ids - live_ids == {fingerprint(LISBON)}
+
+
+def test_recall_as_of_sees_a_retired_import_only_while_it_was_true(
+    imported: dict[str, Any],
+) -> None:
+    before = [hit["memory"]["id"] for hit in imported["recall_before"]["memories"]]
+    after = [hit["memory"]["id"] for hit in imported["recall_after"]["memories"]]
+    assert before[:1] == [fingerprint(LISBON)]
+    assert fingerprint(PORTO) not in before  # not created yet at that time
+    assert fingerprint(LISBON) not in after
+
+
+def test_a_secret_in_an_imported_text_is_redacted_on_disk(imported: dict[str, Any]) -> None:
+    on_disk = (imported["data"] / "travel" / "memories.jsonl").read_text(encoding="utf-8")
+    assert "Tr0ub4dor" not in on_disk
+    assert "[REDACTED:password]" in on_disk
+
+
+def test_one_bad_row_rejects_the_whole_import_and_creates_nothing(
+    one_shots: dict[str, Ran],
+) -> None:
+    ran = one_shots["bad-import"]
+    error = ran.outcome.error()
+    assert error["code"] == "invalid_input"
+    assert "record 3" in error["message"]
+    assert "text" in error["message"]
+    assert not (ran.cwd / "data" / "fresh").exists()
+
+
+def test_a_bad_row_leaves_an_existing_bank_log_unchanged(imported: dict[str, Any]) -> None:
+    error = imported["refused"].error()
+    assert error["code"] == "invalid_input"
+    assert "record 2" in error["message"]
+    assert "corroboration" in error["message"]
+    assert imported["log_unchanged"]
+
+
+# --- data dir --------------------------------------------------------------------------------
+
+
+def _config(path: Path, data_dir: str) -> Settings:
+    path.write_text(f"data_dir: {data_dir}\n", encoding="utf-8")
+    return load_settings(path)
+
+
+class TestDataDirResolution:
+    def test_flag_beats_env_config_and_compose_dir(self, tmp_path: Path) -> None:
+        settings = _config(tmp_path / "c.yaml", str(tmp_path / "from-config"))
+        env = {"MEMORY_DATA_DIR": str(tmp_path / "from-env"), "III_COMPOSE_DIR": str(tmp_path)}
+        assert resolve_data_dir(str(tmp_path / "flag"), settings, env) == tmp_path / "flag"
+
+    def test_env_beats_config_and_compose_dir(self, tmp_path: Path) -> None:
+        settings = _config(tmp_path / "c.yaml", str(tmp_path / "from-config"))
+        env = {"MEMORY_DATA_DIR": str(tmp_path / "from-env"), "III_COMPOSE_DIR": str(tmp_path)}
+        assert resolve_data_dir(None, settings, env) == tmp_path / "from-env"
+
+    def test_config_beats_compose_dir(self, tmp_path: Path) -> None:
+        settings = _config(tmp_path / "c.yaml", str(tmp_path / "from-config"))
+        env = {"III_COMPOSE_DIR": str(tmp_path / "compose")}
+        assert resolve_data_dir(None, settings, env) == tmp_path / "from-config"
+
+    def test_compose_dir_beats_the_working_directory(self, tmp_path: Path) -> None:
+        env = {"III_COMPOSE_DIR": str(tmp_path / "compose")}
+        assert resolve_data_dir(None, Settings(), env) == tmp_path / "compose" / "data" / "memory"
+
+    def test_working_directory_is_the_last_resort(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        assert resolve_data_dir(None, Settings(), {}) == tmp_path / "data" / "memory"
+
+    def test_relative_config_data_dir_resolves_against_the_compose_dir(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        settings = _config(tmp_path / "c.yaml", "banks/here")
+        compose = tmp_path / "compose"
+        assert resolve_data_dir(None, settings, {"III_COMPOSE_DIR": str(compose)}) == (
+            compose / "banks" / "here"
+        )
+        assert resolve_data_dir(None, settings, {}) == tmp_path / "banks" / "here"
+
+    def test_config_values_expand_environment_variables(self, tmp_path: Path) -> None:
+        (tmp_path / "c.yaml").write_text("data_dir: ${HOME_BASE}/mem\n", encoding="utf-8")
+        settings = load_settings(tmp_path / "c.yaml", {"HOME_BASE": str(tmp_path)})
+        assert resolve_data_dir(None, settings, {}) == tmp_path / "mem"
+
+
+def test_cli_honours_the_data_dir_flag_over_the_env(one_shots: dict[str, Ran]) -> None:
+    ran = one_shots["flag-beats-env"]
+    assert ran.outcome.result()["created"] is True
+    assert (ran.cwd / "data" / "main" / "memories.jsonl").is_file()
+    assert not (ran.cwd / "ignored").exists()
+
+
+def test_cli_honours_the_env_over_the_default(one_shots: dict[str, Ran]) -> None:
+    ran = one_shots["env-beats-default"]
+    assert ran.outcome.result()["created"] is True
+    assert (ran.cwd / "from-env" / "main" / "memories.jsonl").is_file()
+    assert not (ran.cwd / "data").exists()
+
+
+def test_cli_resolves_a_relative_config_data_dir_against_the_compose_dir(
+    one_shots: dict[str, Ran],
+) -> None:
+    ran = one_shots["config-file"]
+    assert ran.outcome.result()["created"] is True
+    assert (ran.cwd / "compose" / "from-config" / "main" / "memories.jsonl").is_file()
+    assert not (ran.cwd / "data").exists()
+
+
+def test_an_unwritable_data_dir_fails_with_storage_naming_the_path(
+    one_shots: dict[str, Ran],
+) -> None:
+    error = one_shots["unwritable"].outcome.error()
+    assert error["code"] == "storage"
+    assert str(one_shots["unwritable"].cwd.parent / "blocker" / "data") in error["message"]

@@ -1,0 +1,240 @@
+"""One writer per data dir: a second opener is refused with the holder's name, a short CLI holder
+is waited for, and concurrent CLI calls queue on the lock without losing anything."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from memory_worker import catalog, cli, files
+from memory_worker.config import Settings
+from memory_worker.errors import Conflict, StorageError
+from memory_worker.files import LOCK_NAME, DataDirLock
+from memory_worker.service import MemoryService
+from memory_worker.store import Store
+
+from .conftest import HOLDER
+from .test_cli import BatchProcess, finish, start_cli
+
+SERVER = {"pid": 123, "kind": "serve", "command": "memory-worker serve"}
+SHORT_CLI = {"pid": 456, "kind": "cli", "command": "memory-worker trigger memory::save"}
+
+
+def _lock_path(data: Path) -> str:
+    return os.path.realpath(data / LOCK_NAME)
+
+
+def _has_open(pid: int, path: str) -> bool:
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.path.realpath(fd) == path for fd in fds.iterdir())
+    except OSError:  # the process exited, or an fd closed while we looked
+        return False
+
+
+def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)  # polling a condition, not waiting for work
+
+
+async def _live_texts(data: Path) -> list[str]:
+    store = Store.open(data, holder=HOLDER)
+    try:
+        service = MemoryService(store, Settings())
+        page = await catalog.call(service, "memory::list", {"limit": 500})
+        return sorted(m["text"] for m in page["memories"])
+    finally:
+        await store.close()
+
+
+def test_second_process_is_refused_at_once_and_told_who_holds_the_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    lock = DataDirLock(data, SERVER)
+    lock.acquire()
+    try:
+        started = time.monotonic()
+        outcome = finish(
+            start_cli(
+                "trigger",
+                "memory::save",
+                "text=The user likes tea",
+                "--data-dir",
+                str(data),
+                cwd=tmp_path,
+            )
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        lock.release()
+    error = outcome.error()
+    assert error["code"] == "conflict"
+    assert "pid 123" in error["message"]
+    assert "memory-worker serve" in error["message"]
+    assert elapsed < cli.CLI_LOCK_WAIT_S  # a server is not waited for
+    assert not (data / "main").exists()  # nothing was written
+
+
+def test_a_call_queued_behind_a_short_cli_holder_succeeds_once_it_releases(
+    tmp_path: Path,
+) -> None:
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the waiting process open the lock file")
+    data = tmp_path / "data"
+    data.mkdir()
+    lock = DataDirLock(data, SHORT_CLI)
+    lock.acquire()
+    released = False
+    proc = start_cli(
+        "trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data), cwd=tmp_path
+    )
+    try:
+        # Once the caller has the lock file open it is inside acquire(), polling our flock.
+        _wait_until(
+            lambda: _has_open(proc.pid, _lock_path(data)) or proc.poll() is not None,
+            "the trigger to reach the lock",
+        )
+        assert proc.poll() is None, "the trigger gave up instead of waiting for a CLI holder"
+        lock.release()
+        released = True
+        outcome = finish(proc)
+    finally:
+        if not released:
+            lock.release()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert outcome.result()["memory"]["text"] == "The user likes tea"
+
+
+def test_a_holder_still_writing_its_name_is_waited_for_not_reported_as_unknown(
+    tmp_path: Path,
+) -> None:
+    """Between taking the flock and writing its record (and between truncating the record and
+    closing on release) a holder's `.lock` is empty. A caller that looks in that instant must not
+    be refused as if a server held the dir: the window is real for concurrent CLI calls."""
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the waiting process open the lock file")
+
+    data = tmp_path / "data"
+    data.mkdir()
+    fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held, record not written yet
+    proc = start_cli(
+        "trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data), cwd=tmp_path
+    )
+    try:
+        _wait_until(
+            lambda: _has_open(proc.pid, _lock_path(data)) or proc.poll() is not None,
+            "the trigger to reach the lock",
+        )
+        os.pwrite(fd, json.dumps(SHORT_CLI).encode(), 0)  # the holder finishes taking the lock
+        os.close(fd)  # ... and, being a short call, releases it
+        fd = -1
+        outcome = finish(proc)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert outcome.code == 0, outcome.stderr
+
+
+def test_an_idle_batch_process_is_named_to_the_next_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `call --batch -` with its stdin open and idle holds the dir. It is a CLI holder, so the
+    next caller waits its budget (10 s) first; the budget is cut here so the test stays fast, which
+    is why this caller runs in-process. flock excludes a second open file in the same process
+    exactly as it excludes another process."""
+    data = tmp_path / "data"
+    with BatchProcess(data, cwd=tmp_path) as holder:
+        holder.result("memory::bank::list")  # answered: the store is open and locked
+        monkeypatch.setattr(cli, "CLI_LOCK_WAIT_S", 0.3)
+        code = cli.main(
+            ["trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data)]
+        )
+        captured = capsys.readouterr()
+        assert holder.close() == 0
+    assert code == 1
+    assert captured.out == ""
+    error = json.loads(captured.err.strip().splitlines()[-1])
+    assert error["code"] == "conflict"
+    assert f"pid {holder.pid}" in error["message"]
+    assert "memory-worker call --batch" in error["message"]
+
+
+async def test_a_second_store_on_one_dir_is_refused_until_the_first_closes(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    holder = {"pid": 777, "kind": "serve", "command": "memory-worker serve --port 8765"}
+    first = Store.open(data, holder=holder)
+    try:
+        with pytest.raises(Conflict) as refused:
+            Store.open(data, holder=HOLDER)
+        assert "pid 777" in str(refused.value)
+        assert "memory-worker serve --port 8765" in str(refused.value)
+        assert str(refused.value).startswith("conflict: ")
+    finally:
+        await first.close()
+    second = Store.open(data, holder=HOLDER)
+    await second.close()
+
+
+def test_openers_probing_one_dir_at_the_same_time_do_not_fail_each_other(tmp_path: Path) -> None:
+    """Every opener proves the dir writable before it takes the lock, so probes of concurrent
+    callers overlap; one caller's probe must not make another's fail."""
+    errors: list[str] = []
+
+    def probe_repeatedly() -> None:
+        for _ in range(50):
+            try:
+                files.probe_writable(tmp_path)
+            except StorageError as exc:
+                errors.append(str(exc))
+
+    threads = [threading.Thread(target=probe_repeatedly) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [], f"{len(errors)} probes failed, e.g. {errors[0]}"
+
+
+CONCURRENT_CALLS = 16
+
+
+async def test_concurrent_cli_saves_queue_on_the_lock_and_none_is_lost(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    texts = [f"The user keeps concurrent note number {n}" for n in range(CONCURRENT_CALLS)]
+    procs = [
+        start_cli("trigger", "memory::save", f"text={text}", "--data-dir", str(data), cwd=tmp_path)
+        for text in texts
+    ]
+    try:
+        outcomes = [await asyncio.to_thread(finish, proc) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    failures = [o.stderr.strip() for o in outcomes if o.code != 0]
+    assert not failures, f"{len(failures)} of {CONCURRENT_CALLS} calls failed:\n" + "\n".join(
+        failures
+    )
+    ids = [o.result()["memory"]["id"] for o in outcomes]
+    assert len(set(ids)) == CONCURRENT_CALLS
+    assert await _live_texts(data) == sorted(texts)
