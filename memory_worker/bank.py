@@ -74,8 +74,7 @@ class Bank:
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self._memories: dict[str, Memory] = {}
-        self._live_by_text: dict[str, str] = {}  # normalized text → id, live records
-        self._retired_by_text: dict[str, str] = {}  # normalized text → id, retired records
+        self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
         self._rules: dict[str, Rule] = {}
         self._log = files.AppendLog(path / MEMORIES_FILE)
         self._queue: list[_Pending] = []
@@ -206,21 +205,20 @@ class Bank:
 
     def match_text(self, text: str) -> Memory | None:
         """The record whose text is `text` up to case and whitespace: a live one first, else a
-        retired one (to resurrect), else None."""
+        retired one (to resurrect), else None. Among several, the most recently updated wins, so
+        the answer depends only on the records, never on the order they were loaded in."""
         norm = normalize(text)
-        retired: Memory | None = None
-        for record, staged_norm in self._staged.values():
-            if staged_norm == norm:
-                if record.live:
-                    return record
-                retired = retired or record
-        for table in (self._live_by_text, self._retired_by_text):
-            memory_id = table.get(norm)
-            if memory_id is not None and memory_id not in self._staged:
-                candidate = self._memories[memory_id]
-                if candidate.live or retired is None:
-                    return candidate
-        return retired
+        candidates = {
+            record.id: record
+            for record, staged_norm in self._staged.values()
+            if staged_norm == norm
+        }
+        for memory_id in self._by_text.get(norm, ()):
+            if memory_id not in self._staged:
+                candidates[memory_id] = self._memories[memory_id]
+        if not candidates:
+            return None
+        return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
 
     def new_id(self, text: str) -> str:
         """The content fingerprint of `text`; salted deterministically in the rare case another
@@ -313,14 +311,15 @@ class Bank:
             self.index.remove(record.id)
 
     def _map_text(self, record: Memory) -> None:
-        table = self._live_by_text if record.live else self._retired_by_text
-        table[normalize(record.text)] = record.id
+        self._by_text.setdefault(normalize(record.text), set()).add(record.id)
 
     def _unmap_text(self, record: Memory) -> None:
         norm = normalize(record.text)
-        for table in (self._live_by_text, self._retired_by_text):
-            if table.get(norm) == record.id:
-                del table[norm]
+        ids = self._by_text.get(norm)
+        if ids is not None:
+            ids.discard(record.id)
+            if not ids:
+                del self._by_text[norm]
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""

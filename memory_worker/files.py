@@ -92,8 +92,10 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def read_text(path: Path) -> str:
+    """The file's text exactly as written: no newline translation (`\r\n` stays `\r\n`)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+            return handle.read()
     except OSError as exc:
         raise _storage("read", path, exc) from exc
 

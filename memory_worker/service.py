@@ -28,6 +28,7 @@ from .ports import BANK_CHANGED, ITEM_CHANGED, Clock, Emitter, NullEmitter, syst
 from .recall import Hit, RecallMode, RecallQuery, rank, top_memories
 from .redact import redact
 from .store import Store
+from .text import collapse_whitespace
 from .wire import (
     BankCreateRequest,
     BankCreateResponse,
@@ -142,12 +143,17 @@ def _redaction_reason(labels: Iterable[str]) -> str | None:
 
 
 def _clean_short(raw: str | None, field: str, limit: int) -> str | None:
+    """A one-line label (description, session id): redacted, whitespace collapsed, bounded."""
     if raw is None:
         return None
-    cleaned = transitions.prepare_reason(raw)
-    if cleaned is not None and len(cleaned) > limit:
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
+    cleaned = collapse_whitespace(redact(raw).text)
+    if len(cleaned) > limit:
         raise InvalidInput(f"{field} must be at most {limit} characters")
-    return cleaned
+    return cleaned or None
 
 
 class MemoryService:
@@ -186,6 +192,14 @@ class MemoryService:
         if record is None:
             raise MemoryNotFound(f"{memory_id} in bank {bank.name}")
         return record
+
+    def _existing(self, name: str, memory_id: str) -> tuple[Bank, Memory]:
+        """The bank and the record a mutation targets; the default bank before its first write
+        holds no memories (memory_not_found), any other missing bank is bank_not_found."""
+        bank = self._readable(name)
+        if bank is None:
+            raise MemoryNotFound(f"{memory_id} in bank {name}")
+        return bank, self._record(bank, memory_id)
 
     async def _ensure(self, name: str, description: str = "") -> Bank:
         bank, created = await self.store.ensure(name, description)
@@ -285,8 +299,7 @@ class MemoryService:
         if req.tags is not None:
             tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
             labels = (*labels, *tag_labels)
-        bank = self.store.get(name)
-        existing = self._record(bank, req.id)
+        bank, existing = self._existing(name, req.id)
         if text is not None and existing.live:
             twin = bank.match_text(text)
             if twin is not None and twin.id != existing.id and twin.live:
@@ -309,8 +322,7 @@ class MemoryService:
 
     async def delete(self, req: DeleteRequest) -> MemoryResponse:
         name = self._name(req.bank)
-        bank = self.store.get(name)
-        existing = self._record(bank, req.id)
+        bank, existing = self._existing(name, req.id)
         record = transitions.tombstone(existing, now_ms=self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
@@ -320,8 +332,7 @@ class MemoryService:
 
     async def pin(self, req: PinRequest) -> MemoryResponse:
         name = self._name(req.bank)
-        bank = self.store.get(name)
-        existing = self._record(bank, req.id)
+        bank, existing = self._existing(name, req.id)
         record = transitions.pin(existing, req.pinned, now_ms=self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
@@ -332,8 +343,8 @@ class MemoryService:
     async def supersede(self, req: SupersedeRequest) -> SupersedeResponse:
         name = self._name(req.bank)
         reason = transitions.prepare_reason(req.reason)
-        bank = self.store.get(name)
-        target = self._record(bank, req.id)
+        bank, target = self._existing(name, req.id)
+
         winner = bank.latest(req.superseded_by)
         if winner is None:
             raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")

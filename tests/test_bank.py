@@ -179,8 +179,10 @@ class TestReplay:
     def test_old_records_without_tags_or_stated_at_load(self, tmp_path: Path) -> None:
         folder = tmp_path / "main"
         folder.mkdir()
-        legacy = b'{"id":"fp1","text":"legacy memory","entities":[],"confidence":"extracted",' \
-                 b'"corroboration":0,"pinned":false,"created_at":5,"updated_at":6,"revision":0}\n'
+        legacy = (
+            b'{"id":"fp1","text":"legacy memory","entities":[],"confidence":"extracted",'
+            b'"corroboration":0,"pinned":false,"created_at":5,"updated_at":6,"revision":0}\n'
+        )
         (folder / "memories.jsonl").write_bytes(legacy)
         memory = Bank.load("main", folder).get("fp1")
         assert memory is not None and memory.tags == () and memory.stated_at is None

@@ -60,9 +60,7 @@ class TestBanks:
         await call(service, "memory::delete", bank="b1", id=doomed["id"])
         await call(service, "memory::rule::set", bank="b1", name="style", content="Be brief.")
         banks = (await call(service, "memory::bank::list"))["banks"]
-        assert banks == [
-            {"name": "b1", "description": "", "memories": 1, "pinned": 1, "rules": 1}
-        ]
+        assert banks == [{"name": "b1", "description": "", "memories": 1, "pinned": 1, "rules": 1}]
 
     async def test_delete_moves_to_trash_and_a_recreated_bank_starts_empty(
         self, service: MemoryService, store: Store, emitter: RecordingEmitter, clock: FixedClock
@@ -94,7 +92,8 @@ class TestSave:
         assert memory["tags"] == ["people"] and memory["confidence"] == "stated"
         assert emitter.events[0] == (BANK_CHANGED, {"event_type": "created", "bank": "main"})
         assert emitter.events[1] == (
-            ITEM_CHANGED, {"event_type": "created", "bank": "main", "memory": memory}
+            ITEM_CHANGED,
+            {"event_type": "created", "bank": "main", "memory": memory},
         )
 
     async def test_resave_reinforces_instead_of_duplicating(self, service: MemoryService) -> None:
@@ -126,15 +125,29 @@ class TestSave:
         await reopened.store.close()
 
     async def test_iii_trigger_style_coercion(self, service: MemoryService) -> None:
-        result = await call(service, "memory::save", text=42424, tags="a, b", pinned="true",
-                            _caller_worker_id="w1", unknown="ignored")
+        result = await call(
+            service,
+            "memory::save",
+            text=42424,
+            tags="a, b",
+            pinned="true",
+            _caller_worker_id="w1",
+            unknown="ignored",
+        )
         assert result["memory"]["text"] == "42424"
         assert result["memory"]["tags"] == ["a", "b"] and result["memory"]["pinned"] is True
 
     @pytest.mark.parametrize(
         "payload",
-        [{}, {"text": "ab"}, {"text": "x" * 2001}, {"text": ["a"]}, {"text": "ok text", "pinned": "maybe"},
-         {"text": "ok text", "bank": "Bad Name"}, {"text": "ok text", "tags": [{"a": 1}]}],
+        [
+            {},
+            {"text": "ab"},
+            {"text": "x" * 2001},
+            {"text": ["a"]},
+            {"text": "ok text", "pinned": "maybe"},
+            {"text": "ok text", "bank": "Bad Name"},
+            {"text": "ok text", "tags": [{"a": 1}]},
+        ],
     )
     async def test_bad_input_is_invalid_and_writes_nothing(
         self, service: MemoryService, data_dir: Path, payload: dict[str, Any]
@@ -187,7 +200,8 @@ class TestReadsAndHistory:
         dead = await save(service, "three things here", tags=["c"])
         await call(service, "memory::delete", id=dead["id"])
         assert (await call(service, "memory::tags"))["tags"] == [
-            {"tag": "b", "count": 2}, {"tag": "a", "count": 1}
+            {"tag": "b", "count": 2},
+            {"tag": "a", "count": 1},
         ]
 
 
@@ -196,8 +210,9 @@ class TestUpdateDeletePin:
         self, service: MemoryService, emitter: RecordingEmitter
     ) -> None:
         memory = await save(service, "The user lives in Lisbon")
-        updated = (await call(service, "memory::update", id=memory["id"],
-                              text="The user lives in Porto"))["memory"]
+        updated = (
+            await call(service, "memory::update", id=memory["id"], text="The user lives in Porto")
+        )["memory"]
         assert updated["revision"] == 1 and updated["id"] == memory["id"]
         assert emitter.events[-1][1]["event_type"] == "updated"
         again = await call(service, "memory::save", text="the user lives in porto")
@@ -244,7 +259,9 @@ class TestUpdateDeletePin:
         assert len(emitter.events) == events and again["memory"]["invalid_at"] is not None
         recall = await call(service, "memory::recall", query="red bicycle")
         assert recall["memories"] == []
-        history = await call(service, "memory::recall", query="red bicycle", include_superseded=True)
+        history = await call(
+            service, "memory::recall", query="red bicycle", include_superseded=True
+        )
         assert [h["memory"]["id"] for h in history["memories"]] == [memory["id"]]
 
     async def test_pin_and_unpin(self, service: MemoryService) -> None:
@@ -265,13 +282,20 @@ class TestSupersede:
         await save(service, "The user drinks tea daily")  # corroboration 1
         new = await save(service, "Every day the user drinks tea")
         emitter.clear()
-        result = await call(service, "memory::supersede", id=old["id"], superseded_by=new["id"],
-                            reinforce=True, reason="  near-duplicate  ")
+        result = await call(
+            service,
+            "memory::supersede",
+            id=old["id"],
+            superseded_by=new["id"],
+            reinforce=True,
+            reason="  near-duplicate  ",
+        )
         assert result["reinforced"] and result["memory"]["superseded_by"] == new["id"]
         survivor = (await call(service, "memory::get", id=new["id"]))["memory"]
         assert survivor["corroboration"] == 2
         assert [(p["event_type"], p["reason"]) for p in emitter.of(ITEM_CHANGED)] == [
-            ("superseded", "near-duplicate"), ("updated", "near-duplicate")
+            ("superseded", "near-duplicate"),
+            ("updated", "near-duplicate"),
         ]
 
     async def test_pinned_and_retired_targets_are_refused(self, service: MemoryService) -> None:
@@ -341,7 +365,9 @@ class TestRulesAndPreview:
     async def test_rule_set_list_and_remove(
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:
-        result = await call(service, "memory::rule::set", name="style", content="# Style\nNo em-dashes.")
+        result = await call(
+            service, "memory::rule::set", name="style", content="# Style\nNo em-dashes."
+        )
         assert result == {"ok": True, "exists": True, "redacted": []}
         assert (data_dir / "main" / "rules" / "style.md").read_text() == "# Style\nNo em-dashes."
         rules = (await call(service, "memory::rule::list"))["rules"]
@@ -363,9 +389,7 @@ class TestRulesAndPreview:
         with pytest.raises(InvalidInput, match="rule name"):
             await call(service, "memory::rule::set", name="../x", content="hi")
 
-    async def test_preview_shows_section_memories_and_message(
-        self, service: MemoryService
-    ) -> None:
+    async def test_preview_shows_section_memories_and_message(self, service: MemoryService) -> None:
         await call(service, "memory::rule::set", name="style", content="Formal register.")
         memory = await save(service, "User publishes blog posts on Tuesday mornings")
         preview = await call(service, "memory::preview", query="when do I publish blog posts")
@@ -385,16 +409,23 @@ class TestRedaction:
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:
         result = await call(
-            service, "memory::save", text=f"The user's OpenAI key is {self.SECRET}",
-            entities=[self.SECRET], tags=[f"key {self.SECRET}"],
+            service,
+            "memory::save",
+            text=f"The user's OpenAI key is {self.SECRET}",
+            entities=[self.SECRET],
+            tags=[f"key {self.SECRET}"],
         )
         assert self.SECRET not in str(result)
         assert result["redacted"] == ["openai-key"]
         assert "[REDACTED:openai-key]" in result["memory"]["text"]
         assert emitter.of(ITEM_CHANGED)[0]["reason"] == "redacted: openai-key"
         await call(service, "memory::rule::set", name="keys", content=f"use {self.SECRET}")
-        await call(service, "memory::update", id=result["memory"]["id"],
-                   text=f"The key moved: {self.SECRET}")
+        await call(
+            service,
+            "memory::update",
+            id=result["memory"]["id"],
+            text=f"The key moved: {self.SECRET}",
+        )
         await call(service, "memory::bank::create", name="other", description=self.SECRET)
         for path in data_dir.rglob("*"):
             if path.is_file():
@@ -427,9 +458,7 @@ class TestDoctorAndReload:
         assert not damage["ok"] and "main/memories.jsonl:2" in damage["detail"]
         assert report["ok"] is True  # advisory: every intact record is still served
 
-    async def test_reload_picks_up_hand_edits(
-        self, service: MemoryService, data_dir: Path
-    ) -> None:
+    async def test_reload_picks_up_hand_edits(self, service: MemoryService, data_dir: Path) -> None:
         await save(service, "The user likes tea")
         (data_dir / "main" / "rules" / "hand.md").write_text("Edited by hand.")
         hand = (

@@ -102,8 +102,9 @@ class TestUpdateDeletePin:
 class TestSupersede:
     def test_retires_target_with_pointer(self) -> None:
         target, winner = _memory(), _memory("The user likes green tea", id="fp2")
-        retired, absorbed = transitions.supersede(target, winner, reinforce_winner=False,
-                                                  now_ms=NOW + 1)
+        retired, absorbed = transitions.supersede(
+            target, winner, reinforce_winner=False, now_ms=NOW + 1
+        )
         assert retired.superseded_by == "fp2" and retired.invalid_at == NOW + 1
         assert absorbed is None
 

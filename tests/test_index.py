@@ -1,0 +1,237 @@
+"""`LexicalIndex` cross-checked against a naive BM25 written here, and against `rank_bm25`.
+
+The naive scorer is the textbook Okapi formula with the index's constants and idf
+`ln((N - df + 0.5) / (df + 0.5) + 1)`; repeated query terms count again. Corpora are small and
+random (hypothesis), so every posting-list shortcut in the index is checked against brute force.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rank_bm25 import BM25Okapi
+
+from memory_worker.index import BM25_B, BM25_K1, LexicalIndex
+
+VOCABULARY = ("tea", "coffee", "ana", "berlin", "rust", "python", "blog", "iii", "用户", "café")
+
+terms_of = st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=12)
+corpora = st.dictionaries(
+    st.sampled_from([f"d{i}" for i in range(12)]), terms_of, min_size=1, max_size=12
+)
+queries = st.lists(st.sampled_from((*VOCABULARY, "absent")), min_size=1, max_size=6)
+
+
+def naive_bm25(query: list[str], doc: list[str], corpus: list[list[str]]) -> float:
+    """Okapi BM25 of `doc` for `query` with `corpus` (the doc need not belong to it) as the
+    statistics: N documents, their mean length, and each term's document frequency."""
+    n = len(corpus)
+    avgdl = sum(len(d) for d in corpus) / n
+    tf = Counter(doc)
+    score = 0.0
+    for term in query:  # a repeated query term counts again
+        if not tf[term]:
+            continue
+        df = sum(1 for d in corpus if term in d)
+        idf = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * len(doc) / avgdl)
+        score += idf * tf[term] * (BM25_K1 + 1.0) / (tf[term] + norm)
+    return score
+
+
+def naive_scores(query: list[str], corpus: dict[str, list[str]]) -> dict[str, float]:
+    docs = list(corpus.values())
+    return {
+        doc_id: naive_bm25(query, doc, docs)
+        for doc_id, doc in corpus.items()
+        if any(term in doc for term in query)
+    }
+
+
+def build(corpus: dict[str, list[str]]) -> LexicalIndex:
+    index = LexicalIndex()
+    for doc_id, doc in corpus.items():
+        index.add(doc_id, doc)
+    return index
+
+
+def assert_scores_close(got: dict[str, float], want: dict[str, float]) -> None:
+    assert got.keys() == want.keys()
+    for doc_id, score in want.items():
+        assert math.isclose(got[doc_id], score, rel_tol=1e-9), (doc_id, got[doc_id], score)
+
+
+def test_constants_are_the_okapi_defaults_the_index_documents() -> None:
+    assert (BM25_K1, BM25_B) == (1.2, 0.75)
+
+
+@settings(max_examples=200, deadline=None)
+@given(corpus=corpora, query=queries)
+def test_scores_match_a_naive_bm25(corpus: dict[str, list[str]], query: list[str]) -> None:
+    assert_scores_close(build(corpus).scores(query), naive_scores(query, corpus))
+
+
+def test_repeated_query_terms_count_again() -> None:
+    index = build({"a": ["tea", "coffee"], "b": ["rust"], "c": ["python"]})
+    once = index.scores(["tea"])["a"]
+    assert math.isclose(index.scores(["tea", "tea"])["a"], 2 * once, rel_tol=1e-12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(corpus=corpora, query=queries, data=st.data())
+def test_allowed_restricts_scores_without_changing_them(
+    corpus: dict[str, list[str]], query: list[str], data: st.DataObject
+) -> None:
+    allowed = data.draw(st.sets(st.sampled_from(sorted(corpus))), label="allowed")
+    full = build(corpus).scores(query)
+    restricted = build(corpus).scores(query, allowed=set(allowed))
+    assert restricted == {doc_id: s for doc_id, s in full.items() if doc_id in allowed}
+
+
+@settings(max_examples=80, deadline=None)
+@given(corpus=corpora, order=st.randoms(use_true_random=False))
+def test_add_then_remove_of_every_document_leaves_the_index_empty(
+    corpus: dict[str, list[str]], order: random.Random
+) -> None:
+    index = build(corpus)
+    ids = sorted(corpus)
+    order.shuffle(ids)
+    for doc_id in ids:
+        index.remove(doc_id)
+        index.remove(doc_id)  # removing twice is a no-op
+    assert len(index) == 0
+    assert all(doc_id not in index for doc_id in corpus)
+    assert all(index.document_frequency(term) == 0 for term in VOCABULARY)
+    assert index.scores(list(VOCABULARY)) == {}
+    # No stale length survives: a re-added document scores exactly as in a fresh index.
+    first = ids[0]
+    index.add(first, corpus[first])
+    fresh = build({first: corpus[first]})
+    assert index.scores(list(VOCABULARY)) == fresh.scores(list(VOCABULARY))
+
+
+@settings(max_examples=80, deadline=None)
+@given(corpus=corpora, replacement=terms_of, query=queries, data=st.data())
+def test_re_adding_a_document_replaces_it(
+    corpus: dict[str, list[str]], replacement: list[str], query: list[str], data: st.DataObject
+) -> None:
+    doc_id = data.draw(st.sampled_from(sorted(corpus)), label="doc_id")
+    index = build(corpus)
+    index.add(doc_id, replacement)
+    expected = {**corpus, doc_id: replacement}
+    assert len(index) == len(expected)
+    for term in VOCABULARY:
+        assert index.document_frequency(term) == sum(term in d for d in expected.values())
+    assert_scores_close(index.scores(query), naive_scores(query, expected))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    corpus=corpora,
+    doc=st.lists(st.sampled_from((*VOCABULARY, "absent")), max_size=12),
+    query=queries,
+)
+def test_score_document_uses_the_live_corpus_statistics(
+    corpus: dict[str, list[str]], doc: list[str], query: list[str]
+) -> None:
+    # A retired record in a history view: scored against the live corpus without joining it.
+    index = build(corpus)
+    got = index.score_document(query, doc)
+    assert math.isclose(got, naive_bm25(query, doc, list(corpus.values())), rel_tol=1e-9)
+    assert len(index) == len(corpus)  # scoring did not index it
+
+
+def test_score_document_on_an_empty_index_is_finite() -> None:
+    assert LexicalIndex().score_document(["tea"], ["tea", "coffee"]) > 0.0
+    assert LexicalIndex().score_document(["tea"], []) == 0.0
+
+
+def test_empty_index_scores_nothing() -> None:
+    assert LexicalIndex().scores(["tea"]) == {}
+
+
+# --- rank_bm25 -------------------------------------------------------------------------------
+# rank_bm25.BM25Okapi differs from the index in idf only: ln((N - df + 0.5) / (df + 0.5)), which
+# is zero or negative for terms in half the corpus or more, and negative values are replaced by
+# epsilon × the mean idf. Comparing whole rankings across the two formulas is meaningless for
+# multi-term queries (the per-term weights differ). What IS comparable, exactly: the per-term
+# saturation part `tf·(k1+1)/(tf + k1·(1-b+b·dl/avgdl))`, which is identical with the same k1
+# and b. So (1) per term, our score / our idf must equal theirs / their idf for every document,
+# and (2) for a single-term query whose rank_bm25 idf is positive the full ranking must agree.
+
+RANK_CORPUS = {
+    "d0": ["tea", "berlin", "ana"],
+    "d1": ["tea", "tea", "rust"],
+    "d2": ["python", "blog", "iii", "rust", "coffee"],
+    "d3": ["coffee", "coffee", "ana", "ana", "ana"],
+    "d4": ["blog", "iii"],
+    "d5": ["rust", "python", "python", "tea", "berlin", "blog", "café"],
+    "d6": ["用户", "coffee"],
+}
+
+
+def _rank_bm25(corpus: dict[str, list[str]]) -> BM25Okapi:
+    return BM25Okapi(list(corpus.values()), k1=BM25_K1, b=BM25_B)
+
+
+def _our_idf(index: LexicalIndex, term: str, n: int) -> float:
+    df = index.document_frequency(term)
+    return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+
+
+@pytest.mark.parametrize("term", sorted({t for doc in RANK_CORPUS.values() for t in doc}))
+def test_per_term_saturation_matches_rank_bm25(term: str) -> None:
+    index, theirs = build(RANK_CORPUS), _rank_bm25(RANK_CORPUS)
+    their_idf = theirs.idf[term]
+    if their_idf == 0.0:
+        pytest.skip("rank_bm25 weighs a term in exactly half the corpus by 0")
+    ours = index.scores([term])
+    their_scores = dict(zip(RANK_CORPUS, theirs.get_scores([term]), strict=True))
+    our_idf = _our_idf(index, term, len(RANK_CORPUS))
+    for doc_id, doc in RANK_CORPUS.items():
+        if term in doc:
+            assert math.isclose(
+                ours[doc_id] / our_idf, their_scores[doc_id] / their_idf, rel_tol=1e-9
+            )
+        else:
+            assert doc_id not in ours and their_scores[doc_id] == 0.0
+
+
+@pytest.mark.parametrize("term", ["tea", "coffee", "ana", "rust", "python", "blog", "iii"])
+def test_single_term_rankings_agree_with_rank_bm25_when_its_idf_is_positive(term: str) -> None:
+    index, theirs = build(RANK_CORPUS), _rank_bm25(RANK_CORPUS)
+    assert theirs.idf[term] > 0.0  # every term here is in fewer than half the documents
+    ours = index.scores([term])
+    their_scores = dict(zip(RANK_CORPUS, theirs.get_scores([term]), strict=True))
+    ranked_ours = sorted(ours, key=lambda d: (-ours[d], d))
+    ranked_theirs = sorted(
+        (d for d in RANK_CORPUS if their_scores[d] > 0), key=lambda d: (-their_scores[d], d)
+    )
+    assert ranked_ours == ranked_theirs
+
+
+@pytest.mark.parametrize(
+    "query", [["tea", "rust"], ["coffee", "ana"], ["python", "blog", "iii"], ["tea", "tea", "ana"]]
+)
+def test_multi_term_scores_are_rank_bm25_terms_reweighted_by_our_idf(query: list[str]) -> None:
+    index, theirs = build(RANK_CORPUS), _rank_bm25(RANK_CORPUS)
+    n = len(RANK_CORPUS)
+    expected = dict.fromkeys(RANK_CORPUS, 0.0)
+    for term in query:
+        assert theirs.idf[term] != 0.0
+        weight = _our_idf(index, term, n) / theirs.idf[term]
+        for doc_id, score in zip(RANK_CORPUS, theirs.get_scores([term]), strict=True):
+            expected[doc_id] += weight * float(score)
+    ours = index.scores(query)
+    assert_scores_close(ours, {d: s for d, s in expected.items() if s > 0})
+    # And where the top document is well separated under both formulas, it is the same one.
+    their_total = dict(zip(RANK_CORPUS, theirs.get_scores(query), strict=True))
+    our_top = sorted(ours.values(), reverse=True)
+    their_top = sorted(their_total.values(), reverse=True)
+    if our_top[0] > 1.5 * our_top[1] and their_top[0] > 1.5 * their_top[1]:
+        assert max(ours, key=ours.__getitem__) == max(their_total, key=their_total.__getitem__)
