@@ -386,7 +386,8 @@ def _fuzz_once(seeded: Path, function_id: str, payload: object) -> str:
             assert outcome.after == outcome.before, f"rejected with {result} but files changed"
         return f"{function_id}: {result.code}"
     assert isinstance(result, dict)
-    json.dumps(result, allow_nan=False, ensure_ascii=False).encode()  # the bus can carry it: JSON, no lone surrogates
+    # The bus can carry it: strict JSON, and no lone surrogate (utf-8 encoding would fail).
+    json.dumps(result, allow_nan=False, ensure_ascii=False).encode()
     return f"{function_id}: ok"
 
 
