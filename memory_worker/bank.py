@@ -28,7 +28,7 @@ from . import files
 from .errors import StorageError
 from .index import LexicalIndex
 from .models import Memory, Rule
-from .recall import document_terms
+from .recall import indexed
 from .text import fingerprint, normalize
 
 __all__ = ["Bank", "Damage"]
@@ -144,8 +144,7 @@ class Bank:
                 memories[record.id] = record
         for record in memories.values():
             self._map_text(record)
-            if record.live:
-                self.index.add(record.id, document_terms(record))
+        self.index.add_many(indexed(record) for record in memories.values() if record.live)
 
     def _load_rules(self) -> None:
         folder = self.path / RULES_DIR
@@ -305,10 +304,12 @@ class Bank:
             and previous.text == record.text
             and previous.entities == record.entities
         )
-        if record.live and not indexed_same:
-            self.index.add(record.id, document_terms(record))
-        elif not record.live:
+        if not record.live:
             self.index.remove(record.id)
+        elif indexed_same:
+            self.index.update_columns(indexed(record, with_terms=False))
+        else:
+            self.index.add_doc(indexed(record))
 
     def _map_text(self, record: Memory) -> None:
         self._by_text.setdefault(normalize(record.text), set()).add(record.id)

@@ -1,91 +1,375 @@
-"""In-RAM lexical index: BM25 (Okapi) postings over content terms, updated incrementally.
+"""In-RAM lexical index: BM25 (Okapi) postings and per-document ranking columns, in numpy.
 
-It knows documents only as ids and term lists; ranking policy lives in `scoring`. Only live memories
-are indexed. `add`/`remove` are O(terms of the document); nothing is ever rebuilt on a save.
+Documents live in slots. Postings are a compacted CSR base plus small per-term appends, so `add` and
+`remove` are O(terms of the document) and never rebuild on a save; a removed slot is only masked
+dead, and the whole index is compacted once dead slots outnumber live ones (amortized O(1)).
+It knows documents as ids, term lists and a few numeric columns; ranking policy lives in `scoring`.
+Only live memories are indexed. numpy values never leave `index`/`scoring`/`recall`.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-__all__ = ["BM25_B", "BM25_K1", "LexicalIndex"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BM25_B", "BM25_K1", "Candidates", "IndexedDoc", "LexicalIndex"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
+_MIN_CAPACITY = 1024
+_MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedDoc:
+    """What the index keeps of a memory: terms to match and the columns ranking reads."""
+
+    doc_id: str
+    terms: list[str]
+    entity_terms: frozenset[str] = frozenset()
+    tags: tuple[str, ...] = ()
+    corroboration: int = 0
+    pinned: bool = False
+    stated_at: int = 0
+    created_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """Live documents matching a query: slots and their BM25, aligned."""
+
+    slots: Ints
+    bm25: Floats
+
+
+class _Postings:
+    """term id → (slots, term frequencies): a CSR base plus per-term appended lists."""
+
+    def __init__(self) -> None:
+        self._offsets: Ints = np.zeros(1, np.int64)
+        self._slots: Ints = np.empty(0, np.int64)
+        self._tfs: Floats = np.empty(0, np.float64)
+        self._delta: dict[int, tuple[list[int], list[float]]] = {}
+        self.delta_size = 0
+
+    @property
+    def base_size(self) -> int:
+        return int(self._slots.size)
+
+    def append(self, term_id: int, slot: int, tf: float) -> None:
+        entry = self._delta.get(term_id)
+        if entry is None:
+            entry = self._delta[term_id] = ([], [])
+        entry[0].append(slot)
+        entry[1].append(tf)
+        self.delta_size += 1
+
+    def get(self, term_id: int) -> tuple[Ints, Floats]:
+        if term_id + 1 < self._offsets.size:
+            start, end = int(self._offsets[term_id]), int(self._offsets[term_id + 1])
+            slots, tfs = self._slots[start:end], self._tfs[start:end]
+        else:
+            slots, tfs = self._slots[:0], self._tfs[:0]
+        entry = self._delta.get(term_id)
+        if entry is not None:
+            slots = np.concatenate((slots, np.asarray(entry[0], np.int64)))
+            tfs = np.concatenate((tfs, np.asarray(entry[1], np.float64)))
+        return slots, tfs
+
+    def triples(self) -> tuple[Ints, Ints, Floats]:
+        """Every posting as (term ids, slots, tfs), base and appended."""
+        counts = np.diff(self._offsets)
+        term_ids = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+        extra_terms = [t for t, (slots, _) in self._delta.items() for _ in slots]
+        extra_slots = [s for slots, _ in self._delta.values() for s in slots]
+        extra_tfs = [f for _, tfs in self._delta.values() for f in tfs]
+        return (
+            np.concatenate((term_ids, np.asarray(extra_terms, np.int64))),
+            np.concatenate((self._slots, np.asarray(extra_slots, np.int64))),
+            np.concatenate((self._tfs, np.asarray(extra_tfs, np.float64))),
+        )
+
+    def rebuild(self, term_ids: Ints, slots: Ints, tfs: Floats, n_terms: int) -> None:
+        order = np.argsort(term_ids, kind="stable")
+        counts = np.bincount(term_ids, minlength=n_terms)
+        self._offsets = np.concatenate((np.zeros(1, np.int64), np.cumsum(counts)))
+        self._slots = slots[order]
+        self._tfs = tfs[order]
+        self._delta = {}
+        self.delta_size = 0
 
 
 class LexicalIndex:
     def __init__(self) -> None:
-        self._postings: dict[str, dict[str, int]] = {}
-        self._lengths: dict[str, int] = {}
-        self._doc_terms: dict[str, tuple[str, ...]] = {}  # distinct terms, so remove() is local
+        self._vocab: dict[str, int] = {}
+        self._df: list[int] = []  # live documents per term id
+        self._slot_of: dict[str, int] = {}
+        self._ids: list[str] = []  # slot → doc id (dead slots keep theirs until compaction)
+        self._doc_terms: dict[str, tuple[tuple[int, int], ...]] = {}  # (term id, tf) per doc
+        self._doc_entities: dict[str, tuple[int, ...]] = {}
+        self._doc_tags: dict[str, tuple[str, ...]] = {}
+        self._tags: dict[str, set[int]] = {}
         self._total_length = 0
+        self._postings = _Postings()
+        self._entities = _Postings()
+        self._allocate(_MIN_CAPACITY)
+
+    def _allocate(self, capacity: int) -> None:
+        self._alive = np.zeros(capacity, bool)
+        self._length = np.zeros(capacity, np.float64)
+        self.corroboration = np.zeros(capacity, np.float64)
+        self.pinned = np.zeros(capacity, bool)
+        self.stated_at = np.zeros(capacity, np.float64)
+        self.created_at = np.zeros(capacity, np.float64)
+
+    def _grow(self) -> None:
+        n = len(self._ids)
+        if n < self._alive.size:
+            return
+        columns = (
+            self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
+            self.created_at,
+        )  # fmt: skip
+        self._allocate(self._alive.size * 2)
+        for new, old in zip(
+            (self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
+             self.created_at),
+            columns,
+            strict=True,
+        ):  # fmt: skip
+            new[:n] = old[:n]
 
     def __len__(self) -> int:
-        return len(self._lengths)
+        return len(self._slot_of)
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._lengths
+        return doc_id in self._slot_of
+
+    # --- maintenance -----------------------------------------------------------------------------
 
     def add(self, doc_id: str, terms: list[str]) -> None:
-        """Index `doc_id` with `terms`, replacing any earlier version of it."""
-        if doc_id in self._lengths:
-            self.remove(doc_id)
-        counts = Counter(terms)
-        for term, tf in counts.items():
-            self._postings.setdefault(term, {})[doc_id] = tf
-        self._doc_terms[doc_id] = tuple(counts)
-        self._lengths[doc_id] = len(terms)
-        self._total_length += len(terms)
+        """Index a bare document (tests, tools); memories come in through `add_doc`."""
+        self.add_doc(IndexedDoc(doc_id, terms))
+
+    def add_doc(self, doc: IndexedDoc) -> None:
+        """Index `doc`, replacing an earlier version of it."""
+        self._add(doc)
+        self._maybe_merge()
+
+    def add_many(self, docs: Iterable[IndexedDoc]) -> None:
+        """Bulk load (boot): record every doc, then build the CSR bases once (no appends)."""
+        vocab, df = self._vocab, self._df
+        for doc in docs:
+            if doc.doc_id in self._slot_of:
+                self.remove(doc.doc_id)
+            self._grow()
+            slot = len(self._ids)
+            self._ids.append(doc.doc_id)
+            self._slot_of[doc.doc_id] = slot
+            pairs = []
+            for term, tf in Counter(doc.terms).items():
+                term_id = vocab.get(term)
+                if term_id is None:
+                    term_id = vocab[term] = len(df)
+                    df.append(0)
+                df[term_id] += 1
+                pairs.append((term_id, tf))
+            self._doc_terms[doc.doc_id] = tuple(pairs)
+            self._doc_entities[doc.doc_id] = tuple(self._term_id(t) for t in doc.entity_terms)
+            self._total_length += len(doc.terms)
+            self._alive[slot] = True
+            self._length[slot] = len(doc.terms)
+            self._set_columns(doc.doc_id, slot, doc)
+        self._compact()
+
+    def _term_id(self, term: str) -> int:
+        term_id = self._vocab.get(term)
+        if term_id is None:
+            term_id = self._vocab[term] = len(self._df)
+            self._df.append(0)
+        return term_id
+
+    def _add(self, doc: IndexedDoc) -> None:
+        if doc.doc_id in self._slot_of:
+            self.remove(doc.doc_id)
+        self._grow()
+        slot = len(self._ids)
+        self._ids.append(doc.doc_id)
+        self._slot_of[doc.doc_id] = slot
+        pairs = tuple((self._term_id(term), tf) for term, tf in Counter(doc.terms).items())
+        for term_id, tf in pairs:
+            self._postings.append(term_id, slot, float(tf))
+            self._df[term_id] += 1
+        entities = tuple(self._term_id(term) for term in doc.entity_terms)
+        for term_id in entities:
+            self._entities.append(term_id, slot, 1.0)
+        self._doc_terms[doc.doc_id] = pairs
+        self._doc_entities[doc.doc_id] = entities
+        self._total_length += len(doc.terms)
+        self._alive[slot] = True
+        self._length[slot] = len(doc.terms)
+        self._set_columns(doc.doc_id, slot, doc)
+
+    def _set_columns(self, doc_id: str, slot: int, doc: IndexedDoc) -> None:
+        self.corroboration[slot] = doc.corroboration
+        self.pinned[slot] = doc.pinned
+        self.stated_at[slot] = doc.stated_at
+        self.created_at[slot] = doc.created_at
+        for tag in self._doc_tags.get(doc_id, ()):
+            self._tags[tag].discard(slot)
+        self._doc_tags[doc_id] = doc.tags
+        for tag in doc.tags:
+            self._tags.setdefault(tag, set()).add(slot)
+
+    def update_columns(self, doc: IndexedDoc) -> None:
+        """A reinforcement, pin or tag change: same terms, new ranking columns; no re-indexing."""
+        slot = self._slot_of[doc.doc_id]
+        self._set_columns(doc.doc_id, slot, doc)
 
     def remove(self, doc_id: str) -> None:
-        length = self._lengths.pop(doc_id, None)
-        if length is None:
+        slot = self._slot_of.pop(doc_id, None)
+        if slot is None:
             return
-        self._total_length -= length
-        for term in self._doc_terms.pop(doc_id):
-            docs = self._postings[term]
-            del docs[doc_id]
-            if not docs:
-                del self._postings[term]
+        self._alive[slot] = False
+        self._total_length -= int(self._length[slot])
+        for term_id, _ in self._doc_terms.pop(doc_id):
+            self._df[term_id] -= 1
+        del self._doc_entities[doc_id]
+        for tag in self._doc_tags.pop(doc_id, ()):
+            self._tags[tag].discard(slot)
+        if len(self._ids) > 2 * len(self._slot_of) + _MIN_CAPACITY:
+            self._compact()
+
+    def _maybe_merge(self) -> None:
+        pending = self._postings.delta_size + self._entities.delta_size
+        if pending > max(_MERGE_MIN, self._postings.base_size // 4):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Renumber live docs into dense slots and rebuild both CSR bases (dead slots dropped)."""
+        live = [(doc_id, slot) for doc_id, slot in self._slot_of.items()]
+        old_columns = (
+            self._length, self.corroboration, self.pinned, self.stated_at, self.created_at,
+        )  # fmt: skip
+        old_slots = np.asarray([slot for _, slot in live], np.int64)
+        self._allocate(max(_MIN_CAPACITY, 2 * len(live)))
+        n = len(live)
+        self._alive[:n] = True
+        for new, old in zip(
+            (self._length, self.corroboration, self.pinned, self.stated_at, self.created_at),
+            old_columns,
+            strict=True,
+        ):
+            new[:n] = old[old_slots]
+        self._ids = [doc_id for doc_id, _ in live]
+        self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
+        self._tags = {}
+        for doc_id, slot in self._slot_of.items():
+            for tag in self._doc_tags[doc_id]:
+                self._tags.setdefault(tag, set()).add(slot)
+        term_ids: list[int] = []
+        slots: list[int] = []
+        tfs: list[float] = []
+        entity_terms: list[int] = []
+        entity_slots: list[int] = []
+        for slot, doc_id in enumerate(self._ids):
+            for term_id, tf in self._doc_terms[doc_id]:
+                term_ids.append(term_id)
+                slots.append(slot)
+                tfs.append(tf)
+            for term_id in self._doc_entities[doc_id]:
+                entity_terms.append(term_id)
+                entity_slots.append(slot)
+        n_terms = len(self._df)
+        self._postings.rebuild(
+            np.asarray(term_ids, np.int64), np.asarray(slots, np.int64),
+            np.asarray(tfs, np.float64), n_terms,
+        )  # fmt: skip
+        self._entities.rebuild(
+            np.asarray(entity_terms, np.int64), np.asarray(entity_slots, np.int64),
+            np.ones(len(entity_terms), np.float64), n_terms,
+        )  # fmt: skip
+
+    # --- queries ---------------------------------------------------------------------------------
 
     def document_frequency(self, term: str) -> int:
-        return len(self._postings.get(term, ()))
+        term_id = self._vocab.get(term)
+        return 0 if term_id is None else self._df[term_id]
+
+    def _idf(self, df: int) -> float:
+        n_docs = len(self._slot_of)
+        return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+
+    def _avgdl(self) -> float:
+        return max(self._total_length / max(len(self._slot_of), 1), 1.0)
+
+    def lexical(self, query_terms: list[str]) -> Candidates:
+        """BM25 of every live document matching at least one query term (a repeated query term
+        counts again)."""
+        empty = Candidates(np.empty(0, np.int64), np.empty(0, np.float64))
+        if not self._slot_of:
+            return empty
+        avgdl = self._avgdl()
+        acc: Floats | None = None
+        for term, count in Counter(query_terms).items():
+            term_id = self._vocab.get(term)
+            if term_id is None or self._df[term_id] == 0:
+                continue
+            slots, tfs = self._postings.get(term_id)
+            if acc is None:
+                acc = np.zeros(len(self._ids), np.float64)
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self._length[slots] / avgdl)
+            weight = count * self._idf(self._df[term_id])
+            acc[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norm)
+        if acc is None:
+            return empty
+        slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
+        return Candidates(slots, acc[slots])
+
+    def entity_hits(self, query_terms: list[str], slots: Ints) -> Floats:
+        """For each slot, how many distinct query terms name one of its entities."""
+        hits = np.zeros(len(self._ids), np.float64)
+        for term in set(query_terms):
+            term_id = self._vocab.get(term)
+            if term_id is not None:
+                entity_slots, _ = self._entities.get(term_id)
+                hits[entity_slots] += 1.0
+        return hits[slots]
+
+    def tagged(self, tag: str) -> Ints:
+        """Live slots carrying `tag`."""
+        return np.fromiter(sorted(self._tags.get(tag, ())), np.int64)
+
+    def doc_id(self, slot: int) -> str:
+        return self._ids[slot]
+
+    def scores(self, query_terms: list[str], allowed: set[str] | None = None) -> dict[str, float]:
+        """BM25 by doc id (tests and diagnostics; ranking uses `lexical`)."""
+        found = self.lexical(query_terms)
+        out = {
+            self._ids[slot]: float(score)
+            for slot, score in zip(found.slots.tolist(), found.bm25.tolist(), strict=True)
+        }
+        return out if allowed is None else {k: v for k, v in out.items() if k in allowed}
 
     def score_document(self, query_terms: list[str], doc_terms: list[str]) -> float:
         """BM25 of a document that is not indexed (a retired record in a history view), against
         the live corpus statistics."""
-        n_docs = max(len(self._lengths), 1)
-        avgdl = max(self._total_length / n_docs, 1.0)
+        avgdl = self._avgdl()
         counts = Counter(doc_terms)
         norm = BM25_K1 * (1.0 - BM25_B + BM25_B * len(doc_terms) / avgdl)
         score = 0.0
         for term in query_terms:
             tf = counts.get(term)
             if tf:
-                df = self.document_frequency(term)
-                idf = math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+                idf = self._idf(self.document_frequency(term))
                 score += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
         return score
-
-    def scores(self, query_terms: list[str], allowed: set[str] | None = None) -> dict[str, float]:
-        """BM25 score of every document matching at least one query term (repeated query terms
-        count again), restricted to `allowed` ids when given."""
-        n_docs = len(self._lengths)
-        if not n_docs:
-            return {}
-        avgdl = max(self._total_length / n_docs, 1.0)
-        out: dict[str, float] = {}
-        for term in query_terms:
-            docs = self._postings.get(term)
-            if not docs:
-                continue
-            df = len(docs)
-            idf = math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
-            for doc_id, tf in docs.items():
-                if allowed is not None and doc_id not in allowed:
-                    continue
-                norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self._lengths[doc_id] / avgdl)
-                out[doc_id] = out.get(doc_id, 0.0) + idf * tf * (BM25_K1 + 1.0) / (tf + norm)
-        return out

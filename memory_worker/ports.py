@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-__all__ = ["BANK_CHANGED", "ITEM_CHANGED", "Clock", "Emitter", "NullEmitter", "system_clock"]
+__all__ = [
+    "BANK_CHANGED",
+    "ITEM_CHANGED",
+    "Clock",
+    "Embedder",
+    "Emitter",
+    "NullEmitter",
+    "system_clock",
+]
 
 ITEM_CHANGED = "memory::item-changed"
 BANK_CHANGED = "memory::bank-changed"
@@ -15,6 +24,18 @@ class Emitter(Protocol):
     """Fire-and-forget change events; `trigger_type` is `ITEM_CHANGED` or `BANK_CHANGED`."""
 
     def emit(self, trigger_type: str, payload: dict[str, Any]) -> None: ...
+
+
+class Embedder(Protocol):
+    """Sentence embeddings for the semantic recall arm (`router::embed` on the bus, or a local
+    ONNX model). `model` names what produced a vector, so a model change triggers re-embedding."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order. Raises `SiblingUnavailable` when it cannot answer."""
+        ...
 
 
 class Clock(Protocol):

@@ -1,7 +1,8 @@
 """Ranking a bank's memories for a query: candidate selection, filters, and the fused score.
 
-Pure over the bank's records and index. Filters (tag, time travel with `as_of`, history) apply
-BEFORE ranking and truncation, so a tag-scoped recall is never starved by other tags' hits.
+Filters (tag, time travel with `as_of`, history) apply BEFORE ranking and truncation, so a
+tag-scoped recall is never starved by other tags' hits. Live memories are ranked in numpy over the
+index's columns; retired ones (history views, `as_of`) are few and scored one by one.
 """
 
 from __future__ import annotations
@@ -10,12 +11,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .index import LexicalIndex
+import numpy as np
+
+from .index import IndexedDoc, LexicalIndex
 from .models import Memory
-from .scoring import fused_score
+from .scoring import fused_scores
 from .text import terms
 
-__all__ = ["Hit", "RecallMode", "RecallQuery", "document_terms", "rank", "top_memories"]
+__all__ = [
+    "Hit",
+    "RecallMode",
+    "RecallQuery",
+    "document_terms",
+    "indexed",
+    "rank",
+    "top_memories",
+]
+
+_TIE_MARGIN = 32  # extra candidates taken past `limit` so exact ties are broken by the sort key
 
 
 class RecallMode(StrEnum):
@@ -50,6 +63,20 @@ def document_terms(memory: Memory) -> list[str]:
     return out
 
 
+def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
+    entity_terms = frozenset(term for entity in memory.entities for term in terms(entity))
+    return IndexedDoc(
+        doc_id=memory.id,
+        terms=document_terms(memory) if with_terms else [],
+        entity_terms=entity_terms,
+        tags=memory.tags,
+        corroboration=memory.corroboration,
+        pinned=memory.pinned,
+        stated_at=memory.last_stated_at,
+        created_at=memory.created_at,
+    )
+
+
 def _eligible(memory: Memory, query: RecallQuery) -> bool:
     if query.tag is not None and query.tag not in memory.tags:
         return False
@@ -60,11 +87,66 @@ def _eligible(memory: Memory, query: RecallQuery) -> bool:
     return query.include_superseded or memory.live
 
 
-def _entity_hits(memory: Memory, query_terms: set[str]) -> int:
-    hits: set[str] = set()
-    for entity in memory.entities:
-        hits.update(term for term in terms(entity) if term in query_terms)
-    return len(hits)
+def _live_hits(
+    memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery, query_terms: list[str]
+) -> list[Hit]:
+    found = index.lexical(query_terms)
+    slots, bm25 = found.slots, found.bm25
+    keep = np.ones(slots.size, bool)
+    if query.tag is not None:
+        keep &= np.isin(slots, index.tagged(query.tag))
+    if query.as_of is not None:
+        keep &= index.created_at[slots] <= query.as_of
+    slots, bm25 = slots[keep], bm25[keep]
+    if query.mode is RecallMode.LEXICAL:
+        scores = bm25
+    else:
+        now_ms = query.as_of if query.as_of is not None else query.now_ms
+        scores = fused_scores(
+            bm25,
+            entity_hits=index.entity_hits(query_terms, slots),
+            corroboration=index.corroboration[slots],
+            pinned=index.pinned[slots],
+            age_ms=now_ms - index.stated_at[slots],
+            half_life_days=query.half_life_days,
+        )
+    take = min(scores.size, query.limit + _TIE_MARGIN)
+    if take < scores.size:
+        best = np.argpartition(-scores, take - 1)[:take]
+        slots, scores = slots[best], scores[best]
+    return [
+        Hit(memories[index.doc_id(slot)], score)
+        for slot, score in zip(slots.tolist(), scores.tolist(), strict=True)
+    ]
+
+
+def _retired_hits(
+    memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery, query_terms: list[str]
+) -> list[Hit]:
+    """The index holds live records only; history and time travel also score the retired ones."""
+    hits: list[Hit] = []
+    wanted = set(query_terms)
+    now_ms = query.as_of if query.as_of is not None else query.now_ms
+    for memory in memories.values():
+        if memory.id in index or not _eligible(memory, query):
+            continue
+        bm25 = index.score_document(query_terms, document_terms(memory))
+        if bm25 <= 0:
+            continue
+        if query.mode is RecallMode.LEXICAL:
+            hits.append(Hit(memory, bm25))
+            continue
+        doc = indexed(memory, with_terms=False)
+        score = fused_scores(
+            np.asarray([bm25]),
+            entity_hits=np.asarray([float(len(doc.entity_terms & wanted))]),
+            corroboration=np.asarray([float(memory.corroboration)]),
+            pinned=np.asarray([memory.pinned]),
+            age_ms=np.asarray([float(now_ms - memory.last_stated_at)]),
+            half_life_days=query.half_life_days,
+        )
+        hits.append(Hit(memory, float(score[0])))
+    return hits
 
 
 def rank(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery) -> list[Hit]:
@@ -74,35 +156,9 @@ def rank(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery
     query_terms = terms(query.text)
     if not query_terms:
         return []
-    restricted = query.tag is not None or query.as_of is not None
-    lexical: dict[str, float] = {}
-    for memory_id, score in index.scores(query_terms).items():
-        if not restricted or _eligible(memories[memory_id], query):
-            lexical[memory_id] = score
+    hits = _live_hits(memories, index, query, query_terms)
     if query.include_superseded or query.as_of is not None:
-        # The index holds live records only; history and time travel also score the retired ones.
-        for memory in memories.values():
-            if memory.id not in index and _eligible(memory, query):
-                score = index.score_document(query_terms, document_terms(memory))
-                if score > 0:
-                    lexical[memory.id] = score
-    now_ms = query.as_of if query.as_of is not None else query.now_ms
-    wanted = set(query_terms)
-    hits: list[Hit] = []
-    for memory_id, bm25 in lexical.items():
-        memory = memories[memory_id]
-        if query.mode is RecallMode.LEXICAL:
-            score = bm25
-        else:
-            score = fused_score(
-                bm25,
-                entity_hits=_entity_hits(memory, wanted),
-                corroboration=memory.corroboration,
-                pinned=memory.pinned,
-                age_ms=now_ms - memory.last_stated_at,
-                half_life_days=query.half_life_days,
-            )
-        hits.append(Hit(memory, score))
+        hits.extend(_retired_hits(memories, index, query, query_terms))
     hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
     return hits[: query.limit]
 

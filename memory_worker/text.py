@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import Stemmer  # type: ignore[import-not-found]  # PyStemmer: C Snowball stemmers
+
 __all__ = [
     "FIRST_PERSON",
     "STOPWORDS",
     "USER_ENTITY",
     "collapse_whitespace",
     "fingerprint",
+    "language",
     "normalize",
     "terms",
     "tokenize",
@@ -61,6 +64,7 @@ def fingerprint(text: str) -> str:
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
 _CJK_RUN = re.compile(f"[{_CJK}]")
+_ASCII_TOKEN = re.compile("[a-z0-9]+")
 
 USER_ENTITY = "user"
 # First-person words (English and Portuguese) stand for the person talking, whom memories call
@@ -92,12 +96,16 @@ pela pelas pelo pelos por qual quando que quem se sem ser seu seus sua suas são
 te tem tinha tu tua tuas teu teus um uma umas uns você vocês vos à às é qual quais onde
 porque sobre tenho tens temos têm ter estar estava sou és somos seja sejam
 """.split()
-STOPWORDS = frozenset(_EN_STOPWORDS) | frozenset(_PT_STOPWORDS)
+STOPWORDS_EN = frozenset(_EN_STOPWORDS)
+STOPWORDS_PT = frozenset(_PT_STOPWORDS)
+STOPWORDS = STOPWORDS_EN | STOPWORDS_PT
 
 
 def tokenize(text: str) -> list[str]:
     """Lowercased word runs (Unicode letters and digits), CJK as unigrams plus adjacent bigrams."""
-    folded = (text if text.isascii() else unicodedata.normalize("NFKC", text)).lower()
+    if text.isascii():  # the common case, at C speed
+        return _ASCII_TOKEN.findall(text.lower())
+    folded = unicodedata.normalize("NFKC", text).lower()
     out: list[str] = []
     for run in _TOKEN.findall(folded):
         if run[0] >= "\u3040" and _CJK_RUN.match(run):
@@ -112,12 +120,47 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
+_EN_ONLY = STOPWORDS_EN - STOPWORDS_PT
+_PT_ONLY = STOPWORDS_PT - STOPWORDS_EN
+_PT_LETTERS = frozenset("ãõçâêôáéíóúà")
+_STEMMERS = {"en": Stemmer.Stemmer("english"), "pt": Stemmer.Stemmer("portuguese")}
+# "The user …" / "O usuário …": how memories name the person talking, in either language.
+_USER_WORDS = FIRST_PERSON | frozenset({"user", "users", "usuário", "usuária", "utilizador"})
+
+
+_SKIP = STOPWORDS | _USER_WORDS
+
+
+def language(tokens: list[str]) -> str:
+    """`pt` when Portuguese function words or letters outvote English ones, else `en`."""
+    pt = en = 0
+    for token in tokens:
+        if token in _PT_ONLY:
+            pt += 1
+        elif token in _EN_ONLY:
+            en += 1
+        elif not token.isascii() and _PT_LETTERS.intersection(token):
+            pt += 1
+    return "pt" if pt > en else "en"
+
+
+def _fold(term: str) -> str:
+    """Drop accents, so "ação" and "acao" (as people type on any keyboard) meet."""
+    decomposed = unicodedata.normalize("NFKD", term)
+    folded = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return unicodedata.normalize("NFC", folded)
+
+
 def terms(text: str) -> list[str]:
-    """Content terms for ranking: first-person words become `user`, stopwords are dropped."""
-    out: list[str] = []
-    for token in tokenize(text.replace("\u2019", "'")):
-        if token in FIRST_PERSON:
-            out.append(USER_ENTITY)
-        elif token not in STOPWORDS:
-            out.append(token)
+    """Content terms for ranking (a bag: order is not kept): first-person words and "user" become
+    `user`, stopwords are dropped, the rest is stemmed (Snowball, English or Portuguese by the
+    text's own words) and accent-folded."""
+    tokens = tokenize(text.replace("\u2019", "'") if "\u2019" in text else text)
+    words = [t for t in tokens if t not in _SKIP]
+    out: list[str] = _STEMMERS[language(tokens)].stemWords(words) if words else []
+    if not text.isascii():
+        out = [stem if stem.isascii() else _fold(stem) for stem in out]
+    user_mentions = sum(map(_USER_WORDS.__contains__, tokens))
+    if user_mentions:
+        out.extend([USER_ENTITY] * user_mentions)
     return out

@@ -53,12 +53,15 @@ RULES: dict[str, Rule] = {
     # Leaves: stdlib, pydantic and each other.
     "errors": _core(set(LEAVES), {"pydantic"}),
     "models": _core(set(LEAVES), {"pydantic"}),
-    "text": _core(set(LEAVES), {"pydantic"}),
+    # The analyzer stems with PyStemmer (C Snowball stemmers), imported as `Stemmer`.
+    "text": _core(set(LEAVES), {"pydantic", "Stemmer"}),
     "names": _core(set(LEAVES), {"pydantic"}),
     # Pure, no dependencies at all: compiled regexes over text.
     "redact": _core(set(), set()),
     # Pure numeric: numpy values never leave these two.
     "index": _core(set(LEAVES), {"numpy"}),
+    # Vector sidecar: numpy matrix of embeddings plus its file format.
+    "vectors": _core(None, {"numpy", "pydantic"}),
     "scoring": _core(set(LEAVES), {"numpy"}),
     # The only module doing file I/O: stdlib plus the error types it translates OSError into.
     "files": _core({"errors"}, set()),
@@ -91,6 +94,13 @@ RULES: dict[str, Rule] = {
     "bus.siblings": ADAPTER,
     "bus.events": ADAPTER,
     "bus.hooks": ADAPTER,
+    # The optional local embedder (`embed` extra): an edge to the ONNX runtime, like an adapter,
+    # whose runtimes load lazily so that the package never needs them.
+    "local_embedder": Rule(
+        core=False,
+        internal=frozenset({"errors"}),
+        external=frozenset({"numpy", "onnxruntime", "tokenizers"}),
+    ),
 }
 
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_worker.text import collapse_whitespace, fingerprint, normalize, terms, tokenize
+from memory_worker.text import (
+    collapse_whitespace,
+    fingerprint,
+    language,
+    normalize,
+    terms,
+    tokenize,
+)
 
 
 def _fnv1a64(data: bytes) -> int:
@@ -82,8 +89,20 @@ class TestTokenizer:
 
     def test_stopwords_in_english_and_portuguese_are_dropped(self) -> None:
         assert terms("What is the name of the dog") == ["name", "dog"]
-        assert terms("Qual é o nome do cachorro") == ["nome", "cachorro"]
+        assert terms("Qual é o nome do cachorro") == ["nom", "cachorr"]
 
-    def test_first_person_words_become_user(self) -> None:
-        assert terms("what's my name?") == ["user", "name"]
-        assert terms("Eu moro em Lisboa") == ["user", "moro", "lisboa"]
+    def test_first_person_words_and_user_nouns_become_user(self) -> None:
+        assert sorted(terms("what's my name?")) == ["name", "user"]
+        assert sorted(terms("Eu moro em Lisboa")) == ["lisbo", "mor", "user"]
+        assert sorted(terms("O usuário mora em Lisboa")) == ["lisbo", "mor", "user"]
+
+    def test_inflections_meet_at_one_stem(self) -> None:
+        assert terms("publishes articles") == terms("publish article")
+        assert terms("as publicações") == terms("para publicar")
+
+    def test_accents_are_folded_so_unaccented_typing_matches(self) -> None:
+        assert terms("ação e café") == terms("acao e cafe")
+
+    def test_language_follows_the_texts_own_function_words(self) -> None:
+        assert language(tokenize("the user lives in a flat")) == "en"
+        assert language(tokenize("o usuário mora num apartamento")) == "pt"
