@@ -30,6 +30,7 @@ from .index import LexicalIndex
 from .models import Memory, Rule
 from .recall import indexed
 from .text import fingerprint, normalize
+from .vectors import VECTORS_FILE, VectorRecord, append_vectors, load_vectors, text_hash
 
 __all__ = ["Bank", "Damage"]
 
@@ -76,6 +77,7 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
         self._rules: dict[str, Rule] = {}
+        self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         self._log = files.AppendLog(path / MEMORIES_FILE)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
@@ -111,6 +113,7 @@ class Bank:
         bank = cls(name, path)
         bank.description = bank._read_description()
         bank._replay()
+        bank._load_vectors()
         bank._load_rules()
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
@@ -145,6 +148,51 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+
+    def _load_vectors(self) -> None:
+        records, skipped = load_vectors(self.path / VECTORS_FILE)
+        if skipped:
+            self.damage.append(
+                Damage(
+                    VECTORS_FILE,
+                    f"{skipped} unreadable line(s) skipped; their memories are re-embedded",
+                )
+            )
+        for record in records.values():
+            memory = self._memories.get(record.id)
+            current = (
+                memory is not None and memory.live and record.text_hash == text_hash(memory.text)
+            )
+            if current and self.index.set_vector(record.id, record.vector):
+                self._vector_models[record.id] = record.model
+
+    def needs_embedding(self, model: str, limit: int) -> list[Memory]:
+        """Live memories with no vector from `model` (new, edited, or embedded by another model)."""
+        out = []
+        for memory in self._memories.values():
+            if memory.live and self._vector_models.get(memory.id) != model:
+                out.append(memory)
+                if len(out) >= limit:
+                    break
+        return out
+
+    async def store_vectors(self, model: str, pairs: Sequence[tuple[Memory, list[float]]]) -> int:
+        """Keep the vectors whose memory is still live with the same text; returns how many."""
+        kept: list[VectorRecord] = []
+        for memory, vector in pairs:
+            current = self._memories.get(memory.id)
+            if current is None or not current.live or current.text != memory.text:
+                continue  # edited or retired while it was being embedded: a later pass redoes it
+            if self.index.set_vector(memory.id, vector):
+                self._vector_models[memory.id] = model
+                kept.append(
+                    VectorRecord(
+                        memory.id, model, current.revision, text_hash(current.text), vector
+                    )
+                )
+        if kept:
+            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept)
+        return len(kept)
 
     def _load_rules(self) -> None:
         folder = self.path / RULES_DIR
@@ -306,10 +354,12 @@ class Bank:
         )
         if not record.live:
             self.index.remove(record.id)
+            self._vector_models.pop(record.id, None)
         elif indexed_same:
             self.index.update_columns(indexed(record, with_terms=False))
         else:
-            self.index.add_doc(indexed(record))
+            self.index.add_doc(indexed(record))  # a new slot: any old vector is gone with it
+            self._vector_models.pop(record.id, None)
 
     def _map_text(self, record: Memory) -> None:
         self._by_text.setdefault(normalize(record.text), set()).add(record.id)

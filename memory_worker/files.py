@@ -23,6 +23,7 @@ from .errors import Conflict, StorageError
 __all__ = [
     "AppendLog",
     "DataDirLock",
+    "append_unsynced",
     "atomic_write",
     "describe",
     "fsync_dir",
@@ -147,6 +148,20 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
                     yield number, stripped, complete
         except OSError as exc:
             raise _storage("read", path, exc) from exc
+
+
+def append_unsynced(path: Path, data: bytes) -> None:
+    """Append derived data (rebuildable, so not fsynced), starting on a line of its own."""
+    try:
+        with path.open("ab+") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size:
+                handle.seek(size - 1)
+                if handle.read(1) != b"\n":
+                    data = b"\n" + data
+            handle.write(data)
+    except OSError as exc:
+        raise _storage("append to", path, exc) from exc
 
 
 def _write_all(fd: int, data: bytes) -> None:

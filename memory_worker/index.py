@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25_B", "BM25_K1", "Candidates", "IndexedDoc", "LexicalIndex"]
+__all__ = ["BM25_B", "BM25_K1", "Candidates", "Floats", "IndexedDoc", "Ints", "LexicalIndex"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -120,9 +121,13 @@ class LexicalIndex:
         self._total_length = 0
         self._postings = _Postings()
         self._entities = _Postings()
+        self._dim = 0  # embedding width, fixed by the first vector stored
         self._allocate(_MIN_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
+        self._capacity = capacity
+        self.vectors: npt.NDArray[np.float16] = np.zeros((capacity, self._dim), np.float16)
+        self.has_vector = np.zeros(capacity, bool)
         self._alive = np.zeros(capacity, bool)
         self._length = np.zeros(capacity, np.float64)
         self.corroboration = np.zeros(capacity, np.float64)
@@ -134,18 +139,16 @@ class LexicalIndex:
         n = len(self._ids)
         if n < self._alive.size:
             return
-        columns = (
-            self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
-            self.created_at,
-        )  # fmt: skip
+        columns = self._columns()
         self._allocate(self._alive.size * 2)
-        for new, old in zip(
-            (self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
-             self.created_at),
-            columns,
-            strict=True,
-        ):  # fmt: skip
+        for new, old in zip(self._columns(), columns, strict=True):
             new[:n] = old[:n]
+
+    def _columns(self) -> tuple[npt.NDArray[Any], ...]:
+        return (
+            self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
+            self.created_at, self.has_vector, self.vectors,
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -255,19 +258,12 @@ class LexicalIndex:
 
     def _compact(self) -> None:
         """Renumber live docs into dense slots and rebuild both CSR bases (dead slots dropped)."""
-        live = [(doc_id, slot) for doc_id, slot in self._slot_of.items()]
-        old_columns = (
-            self._length, self.corroboration, self.pinned, self.stated_at, self.created_at,
-        )  # fmt: skip
+        live = list(self._slot_of.items())
+        old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
         self._allocate(max(_MIN_CAPACITY, 2 * len(live)))
         n = len(live)
-        self._alive[:n] = True
-        for new, old in zip(
-            (self._length, self.corroboration, self.pinned, self.stated_at, self.created_at),
-            old_columns,
-            strict=True,
-        ):
+        for new, old in zip(self._columns(), old_columns, strict=True):
             new[:n] = old[old_slots]
         self._ids = [doc_id for doc_id, _ in live]
         self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
@@ -297,6 +293,35 @@ class LexicalIndex:
             np.asarray(entity_terms, np.int64), np.asarray(entity_slots, np.int64),
             np.ones(len(entity_terms), np.float64), n_terms,
         )  # fmt: skip
+
+    def set_vector(self, doc_id: str, vector: Sequence[float]) -> bool:
+        """Store the embedding of a live doc; False when the doc is gone or the width differs."""
+        slot = self._slot_of.get(doc_id)
+        if slot is None:
+            return False
+        if self._dim == 0:
+            self._dim = len(vector)
+            self.vectors = np.zeros((self._capacity, self._dim), np.float16)
+        if len(vector) != self._dim:
+            return False
+        self.vectors[slot] = np.asarray(vector, np.float32)
+        self.has_vector[slot] = True
+        return True
+
+    def has_vector_for(self, doc_id: str) -> bool:
+        slot = self._slot_of.get(doc_id)
+        return slot is not None and bool(self.has_vector[slot])
+
+    def cosine(self, query: Sequence[float]) -> Floats:
+        """Cosine of `query` with every slot's embedding (unit vectors); 0 where there is none."""
+        n = len(self._ids)
+        if self._dim == 0 or len(query) != self._dim or n == 0:
+            return np.zeros(n, np.float64)
+        q = np.asarray(query, np.float32)
+        q /= max(float(np.linalg.norm(q)), 1e-12)
+        sims = (self.vectors[:n].astype(np.float32) @ q).astype(np.float64)
+        sims[~(self.has_vector[:n] & self._alive[:n])] = 0.0
+        return sims
 
     # --- queries ---------------------------------------------------------------------------------
 

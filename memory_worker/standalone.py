@@ -305,8 +305,14 @@ async def serve(
         loop.add_signal_handler(sig, server.stop, sig.name)
     try:
         url = await server.start()
-        log.info("serving", mode=MODE, reason=MODE_REASON, url=url,
-                 data_dir=str(data_dir.resolve()), pid=os.getpid())
+        log.info(
+            "serving",
+            mode=MODE,
+            reason=MODE_REASON,
+            url=url,
+            data_dir=str(data_dir.resolve()),
+            pid=os.getpid(),
+        )
         if not server.stopping:
             print(READY_LINE.format(url=url), flush=True)
         await server.wait()

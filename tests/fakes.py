@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class RecordingEmitter:
@@ -36,3 +36,43 @@ class FixedClock:
 
     def advance_days(self, days: float) -> int:
         return self.advance(int(days * 86_400_000))
+
+
+class FakeEmbedder:
+    """Deterministic bag-of-concepts vectors: words map to concepts (so listed synonyms meet),
+    each concept to a fixed axis. Good enough to tell the semantic arm from the lexical one."""
+
+    CONCEPTS: ClassVar[dict[str, str]] = {
+        "publish": "write", "publishes": "write", "articles": "write", "blog": "write",
+        "posts": "write", "writes": "write", "essays": "write",
+        "dog": "pet", "puppy": "pet", "pet": "pet", "pipoca": "pet",
+        "job": "work", "employer": "work", "works": "work", "company": "work",
+    }  # fmt: skip
+    DIM = 32
+
+    def __init__(self, model: str = "fake-embedder-1", fail: bool = False) -> None:
+        self._model = model
+        self.fail = fail
+        self.calls: list[list[str]] = []
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def vector(self, text: str) -> list[float]:
+        import zlib
+
+        out = [0.0] * self.DIM
+        for word in text.lower().replace(".", " ").replace("?", " ").split():
+            concept = self.CONCEPTS.get(word, word)
+            out[zlib.crc32(concept.encode()) % self.DIM] += 1.0
+        norm = sum(v * v for v in out) ** 0.5 or 1.0
+        return [v / norm for v in out]
+
+    async def embed(self, texts: Any) -> list[list[float]]:
+        from memory_worker.errors import SiblingUnavailable
+
+        self.calls.append(list(texts))
+        if self.fail:
+            raise SiblingUnavailable("router::embed: no embed-capable provider")
+        return [self.vector(text) for text in texts]

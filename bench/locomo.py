@@ -1,0 +1,562 @@
+#!/usr/bin/env python3
+"""Recall quality on LoCoMo: plain BM25Okapi against our lexical and hybrid recall, in one run.
+
+Each LoCoMo conversation is one bank. Turn level: every dialogue turn is a memory
+("Speaker: text", plus "[shares <caption>]" for a shared photo), the speaker is its entity and
+the session's date-time its `created_at`. Observation level: the file's generated `observation`
+facts are the memories instead. Every question of categories 1-4 (5 is adversarial, skipped) is
+asked with `as_of` = the last session's time + 1 ms and limit 10; the relevant memories are the
+question's `evidence` turns (observation level: the observations whose evidence overlaps them).
+
+    .venv/bin/python bench/locomo.py [--data PATH] [--limit-conversations N] [--json OUT]
+
+The data is read in place (CC BY-NC 4.0, see SOURCE.md beside it) and never copied here. Prints
+markdown tables and exits 0. The `ours-hybrid+embed` column needs the local embedder
+(`memory_worker.local_embedder.LocalEmbedder.default()` and `MemoryService(embedder=...)`); when
+either is missing it is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rank_bm25 import BM25Okapi  # noqa: E402
+
+from memory_worker.catalog import call  # noqa: E402
+from memory_worker.logs import configure_logging  # noqa: E402
+from memory_worker.service import MemoryService  # noqa: E402
+from memory_worker.store import Store  # noqa: E402
+
+DEFAULT_DATA = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (1, 5, 10)
+LIMIT = 10
+METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
+HOLDER = {"pid": os.getpid(), "kind": "bench", "command": "bench/locomo.py"}
+_DIA = re.compile(r"D:?(\d+):(\d+)")
+_SESSION = re.compile(r"session_(\d+)")
+_WORD = re.compile(r"\w+")
+
+
+# --- the data --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    key: str  # dia_id for a turn, "O<session>:<speaker>:<n>" for an observation
+    text: str
+    speaker: str
+    created_at: int
+    evidence: frozenset[str]  # the dia_ids this doc stands for
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+@dataclass(slots=True)
+class Conversation:
+    sample_id: str
+    as_of: int
+    turns: list[Doc] = field(default_factory=list)
+    observations: list[Doc] = field(default_factory=list)
+    questions: list[Question] = field(default_factory=list)
+
+
+def parse_when(raw: str) -> int:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as epoch ms (UTC; only the order and gaps matter)."""
+    stamp = datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    return int(stamp.timestamp() * 1000)
+
+
+def dia_ids(raw: object) -> set[str]:
+    """Evidence as a set of `D<s>:<t>`: lists, "D8:6; D9:17", "D9:1 D4:4" and "D:11:26" occur."""
+    if isinstance(raw, list):
+        return set().union(*(dia_ids(item) for item in raw)) if raw else set()
+    return {f"D{s}:{t}" for s, t in _DIA.findall(str(raw))}
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    caption = turn.get("blip_caption")
+    if caption:
+        text += f" [shares {caption}]"
+    return text
+
+
+def load(path: Path) -> list[Conversation]:
+    out = []
+    for sample in json.loads(path.read_text(encoding="utf-8")):
+        conv = sample["conversation"]
+        sessions = sorted(int(m.group(1)) for k in conv if (m := _SESSION.fullmatch(k)) and conv[k])
+        when = {n: parse_when(conv[f"session_{n}_date_time"]) for n in sessions}
+        item = Conversation(sample["sample_id"], max(when.values()) + 1)
+        for n in sessions:
+            for turn in conv[f"session_{n}"]:
+                item.turns.append(
+                    Doc(
+                        turn["dia_id"],
+                        turn_text(turn),
+                        turn["speaker"],
+                        when[n],
+                        frozenset({turn["dia_id"]}),
+                    )
+                )
+        for key, per_speaker in sample.get("observation", {}).items():
+            n = int(re.search(r"session_(\d+)", key).group(1))  # type: ignore[union-attr]
+            if n not in when:
+                continue
+            for speaker, facts in per_speaker.items():
+                for i, (fact, evidence) in enumerate(facts):
+                    item.observations.append(
+                        Doc(
+                            f"O{n}:{speaker}:{i}",
+                            str(fact),
+                            speaker,
+                            when[n],
+                            frozenset(dia_ids(evidence)),
+                        )
+                    )
+        for qa in sample["qa"]:
+            if qa.get("category") in CATEGORIES:
+                item.questions.append(
+                    Question(
+                        str(qa["question"]), qa["category"], frozenset(dia_ids(qa["evidence"]))
+                    )
+                )
+        out.append(item)
+    return out
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def score(ranked: Sequence[str], relevant: set[str]) -> dict[str, float]:
+    top = list(ranked[:LIMIT])
+    out = {f"recall@{k}": len(relevant.intersection(top[:k])) / len(relevant) for k in KS}
+    first = next((i for i, key in enumerate(top) if key in relevant), None)
+    out["mrr@10"] = 0.0 if first is None else 1.0 / (first + 1)
+    dcg = sum(1.0 / math.log2(i + 2) for i, key in enumerate(top) if key in relevant)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(relevant), LIMIT)))
+    out["ndcg@10"] = dcg / ideal
+    return out
+
+
+def mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {m: (sum(r[m] for r in rows) / len(rows) if rows else float("nan")) for m in METRICS}
+
+
+# --- the systems -----------------------------------------------------------------------------
+
+
+class FixedClock:
+    """A clock that says what it is told: the bank's 'now' is the conversation's end."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class System:
+    name: str
+    note: str = ""
+
+    async def index(self, bank: str, docs: list[Doc], as_of: int) -> None:
+        raise NotImplementedError
+
+    async def query(self, bank: str, question: str, as_of: int) -> list[str]:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+
+def split_tokens(text: str) -> list[str]:
+    return text.lower().split()
+
+
+def word_tokens(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+class PlainBM25(System):
+    """`rank_bm25.BM25Okapi` over the same texts, every doc of the bank ranked. `bm25okapi`
+    tokenizes with `str.lower().split()` (punctuation stays glued: "mel!" != "mel");
+    `bm25okapi-words` with `\\w+` runs of the lowercased text, no stopwords, no stemming."""
+
+    def __init__(self, name: str, tokenize: Callable[[str], list[str]]) -> None:
+        self.name = name
+        self.tokenize = tokenize
+        self._banks: dict[str, tuple[BM25Okapi, list[str]]] = {}
+
+    async def index(self, bank: str, docs: list[Doc], as_of: int) -> None:
+        corpus = [self.tokenize(d.text) for d in docs]
+        self._banks[bank] = (BM25Okapi(corpus), [d.key for d in docs])
+
+    async def query(self, bank: str, question: str, as_of: int) -> list[str]:
+        model, keys = self._banks[bank]
+        scores = model.get_scores(self.tokenize(question))
+        order = sorted(range(len(keys)), key=lambda i: -scores[i])  # stable: ties keep doc order
+        return [keys[i] for i in order[:LIMIT]]
+
+
+class Ours(System):
+    """`memory::recall` through the catalog, on one MemoryService with its own temp data dir."""
+
+    def __init__(self, name: str, mode: str | None, root: Path, embedder: Any = None) -> None:
+        self.name = name
+        self.mode = mode
+        self.clock = FixedClock()
+        self.store = Store.open(root / name, holder=HOLDER)
+        kwargs: dict[str, Any] = {"clock": self.clock}
+        if embedder is not None:
+            kwargs["embedder"] = embedder
+        self.service = MemoryService(self.store, **kwargs)
+        self._keys: dict[str, dict[str, str]] = {}
+        self.retrieval: set[str] = set()
+
+    async def index(self, bank: str, docs: list[Doc], as_of: int) -> None:
+        self.clock.now_ms = as_of
+        ids = {_memory_id(d.key): d.key for d in docs}
+        rows = [
+            {
+                "id": _memory_id(d.key),
+                "text": d.text,
+                "entities": [d.speaker.lower()],
+                "created_at": d.created_at,
+                "confidence": "extracted",
+            }
+            for d in docs
+        ]
+        await self.service.import_records(bank, rows)
+        await _settle(self.service)
+        self._keys[bank] = ids
+
+    async def query(self, bank: str, question: str, as_of: int) -> list[str]:
+        self.clock.now_ms = as_of
+        payload: dict[str, Any] = {"bank": bank, "query": question, "limit": LIMIT, "as_of": as_of}
+        if self.mode is not None:
+            payload["mode"] = self.mode
+        result = await call(self.service, "memory::recall", payload)
+        self.retrieval.add(str(result.get("retrieval")))
+        keys = self._keys[bank]
+        return [keys[row["memory"]["id"]] for row in result["memories"]]
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+def _memory_id(key: str) -> str:
+    return "fp" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+
+
+SETTLE_METHODS = ("settle", "embed_pending", "flush_embeddings", "wait_embedded", "wait_idle")
+
+
+async def _settle(service: MemoryService) -> None:
+    """Wait for background embedding an import may have started, when the service offers a
+    no-argument way to (one of SETTLE_METHODS); otherwise recall sees what import left."""
+    for name in SETTLE_METHODS:
+        method = getattr(service, name, None)
+        if callable(method) and not any(
+            p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            for p in inspect.signature(method).parameters.values()
+        ):
+            result = method()
+            if inspect.isawaitable(result):
+                await result
+            return
+
+
+def detect_embedder() -> tuple[Any, str]:
+    """The local embedder and its description, or None and why it is unavailable."""
+    if "embedder" not in inspect.signature(MemoryService.__init__).parameters:
+        return None, "MemoryService takes no `embedder=` keyword yet"
+    try:
+        from memory_worker.local_embedder import LocalEmbedder  # type: ignore[import-not-found]
+    except ImportError as exc:
+        return None, f"memory_worker.local_embedder is not importable ({exc})"
+    try:
+        embedder = LocalEmbedder.default()
+    except Exception as exc:  # a missing extra or model directory: report it, run the rest
+        return None, f"LocalEmbedder.default() failed: {type(exc).__name__}: {exc}"
+    if embedder is None:
+        return None, "LocalEmbedder.default() found no model"
+    return embedder, f"local embedder {getattr(embedder, 'model', type(embedder).__name__)}"
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+LEVELS = ("turn", "observation")
+
+
+async def run_level(
+    level: str, convs: list[Conversation], systems: list[System]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    per: dict[str, list[tuple[int, dict[str, float]]]] = {s.name: [] for s in systems}
+    seconds = {s.name: 0.0 for s in systems}
+    skipped = 0
+    failed: dict[str, str] = {}
+    for conv in convs:
+        docs = conv.turns if level == "turn" else conv.observations
+        bank = f"{conv.sample_id}-{level[:3]}"
+        for system in systems:
+            if system.name not in failed:
+                try:
+                    await system.index(bank, docs, conv.as_of)
+                except Exception as exc:
+                    failed[system.name] = f"{type(exc).__name__}: {exc}"
+        for q in conv.questions:
+            relevant = {d.key for d in docs if d.evidence & q.evidence}
+            if not relevant:
+                skipped += 1
+                continue
+            for system in systems:
+                if system.name in failed:
+                    continue
+                started = time.perf_counter()
+                try:
+                    ranked = await system.query(bank, q.text, conv.as_of)
+                except Exception as exc:
+                    failed[system.name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                seconds[system.name] += time.perf_counter() - started
+                per[system.name].append((q.category, score(ranked, relevant)))
+    results: dict[str, Any] = {"skipped_questions": skipped, "failed": failed, "systems": {}}
+    for system in systems:
+        if system.name in failed:
+            continue
+        rows = per[system.name]
+        results["systems"][system.name] = {
+            "questions": len(rows),
+            "ms_per_query": 1000 * seconds[system.name] / max(len(rows), 1),
+            "overall": mean([r for _, r in rows]),
+            "per_category": {
+                str(c): {
+                    "questions": sum(1 for k, _ in rows if k == c),
+                    **mean([r for k, r in rows if k == c]),
+                }
+                for c in CATEGORIES
+            },
+        }
+    return results, seconds
+
+
+def table(rows: list[tuple[str, dict[str, Any]]], first: str, extra: Sequence[str] = ()) -> str:
+    head = [first, "n", *METRICS, *extra]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for label, r in rows:
+        cells = [label, str(r["questions"]), *(f"{r[m]:.3f}" for m in METRICS)]
+        cells += [f"{r[e]:.2f}" for e in extra]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(level: str, results: dict[str, Any]) -> str:
+    systems = results["systems"]
+    out = [f"### {level} level, categories 1-4", ""]
+    out.append(
+        table(
+            [
+                (n, {**s["overall"], "questions": s["questions"], "ms/query": s["ms_per_query"]})
+                for n, s in systems.items()
+            ],
+            "system",
+            ("ms/query",),
+        )
+    )
+    if results["skipped_questions"]:
+        out.append(
+            f"\n({results['skipped_questions']} questions skipped: no {level} carries "
+            "their evidence)"
+        )
+    for name, why in results["failed"].items():
+        out.append(f"\n({name} failed and is left out: {why})")
+    for c, label in CATEGORIES.items():
+        out += ["", f"#### {level} level, category {c} ({label})", ""]
+        out.append(table([(n, s["per_category"][str(c)]) for n, s in systems.items()], "system"))
+    return "\n".join(out)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> str:
+    """CPU count and model, RAM, OS and Python: what a reader needs to weigh the figures."""
+    model, mem_gb = platform.processor() or "unknown CPU", 0.0
+    with contextlib.suppress(OSError):
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        model = next(
+            (x.split(":", 1)[1].strip() for x in info.splitlines() if x.startswith("model name")),
+            model,
+        )
+        meminfo = Path("/proc/meminfo").read_text(encoding="ascii", errors="replace")
+        mem_gb = int(meminfo.split("MemTotal:")[1].split()[0]) / 1024 / 1024
+    return (
+        f"{os.cpu_count()} CPUs ({model}), {mem_gb:.0f} GB RAM, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def write_doc(path: Path, key: str, body: str) -> None:
+    """Replace the `<!-- key:begin -->` … `<!-- key:end -->` region of `path` with `body`."""
+    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+    text = path.read_text(encoding="utf-8")
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{path} has no {begin} ... {end} region to replace")
+    path.write_text(f"{text[:i]}{begin}\n{body}\n{text[j:]}", encoding="utf-8")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    data = args.data
+    convs = load(data)
+    if args.limit_conversations:
+        convs = convs[: args.limit_conversations]
+    embedder, embed_note = detect_embedder()
+    root = Path(tempfile.mkdtemp(prefix="locomo-bench-"))
+    lines: list[str] = []
+
+    def emit(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    systems: list[System] = [
+        PlainBM25("bm25okapi", split_tokens),
+        PlainBM25("bm25okapi-words", word_tokens),
+    ]
+    try:
+        systems += [Ours("ours-lexical", "lexical", root), Ours("ours-hybrid", None, root)]
+        notes = []
+        if embedder is not None:
+            systems.append(Ours("ours-hybrid+embed", None, root, embedder))
+            notes.append(f"ours-hybrid+embed uses the {embed_note}")
+        else:
+            notes.append(f"ours-hybrid+embed skipped: {embed_note}")
+        meta = {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": _commit(),
+            "command": shlex.join(["python", "bench/locomo.py", *sys.argv[1:]]),
+            "machine": machine(),
+            "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "data": str(data),
+            "data_sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+            "conversations": len(convs),
+            "notes": notes,
+        }
+        emit(f"- command: `{meta['command']}`")
+        emit(f"- taken: {meta['date']} at commit `{meta['commit']}`")
+        emit(f"- machine: {meta['machine']}; load average at start {meta['load_average']}")
+        emit(
+            f"- data: {data.name} sha256 `{meta['data_sha256'][:16]}…`, {len(convs)} "
+            f"conversation(s), {sum(len(c.questions) for c in convs)} questions of categories "
+            f"1-4, {sum(len(c.turns) for c in convs)} turns, "
+            f"{sum(len(c.observations) for c in convs)} observations"
+        )
+        for note in notes:
+            emit(f"- note: {note}")
+        levels = {}
+        for level in LEVELS:
+            results, _ = await run_level(level, convs, systems)
+            levels[level] = results
+            emit()
+            emit(report(level, results))
+        retrieval = {s.name: sorted(s.retrieval) for s in systems if isinstance(s, Ours)}
+        emit(
+            "\n`retrieval` reported by memory::recall: "
+            + "; ".join(f"{n}: {', '.join(r) or '-'}" for n, r in retrieval.items())
+        )
+    finally:
+        for s in systems:
+            with contextlib.suppress(Exception):
+                await s.close()
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        args.json.write_text(
+            json.dumps({"meta": meta, "retrieval": retrieval, "levels": levels}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+        print(f"\nwrote {args.json}")
+    if args.write_doc:
+        write_doc(args.write_doc, "locomo", "\n".join(lines))
+        print(f"updated the locomo section of {args.write_doc}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="path to locomo10.json (default: ../shared/datasets/locomo/)",
+    )
+    parser.add_argument(
+        "--limit-conversations",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the first N conversations (a quick run)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--write-doc",
+        type=Path,
+        nargs="?",
+        const=ROOT / "docs" / "BENCHMARKS.md",
+        metavar="PATH",
+        help="also replace the locomo region of docs/BENCHMARKS.md (or PATH) with this run",
+    )
+    args = parser.parse_args()
+    if args.write_doc:
+        doc = args.write_doc.read_text(encoding="utf-8") if args.write_doc.is_file() else ""
+        if "<!-- locomo:begin -->" not in doc or "<!-- locomo:end -->" not in doc:
+            parser.error(f"{args.write_doc} has no <!-- locomo:begin/end --> markers")
+    configure_logging("warning")  # the store's info lines would bury the tables
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(main_async(args))
+    return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

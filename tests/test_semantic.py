@@ -1,0 +1,107 @@
+"""The semantic arm: explicit saves are embedded, vectors persist stamped, hybrid fuses them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memory_worker import catalog
+from memory_worker.config import Settings
+from memory_worker.service import MemoryService
+from memory_worker.store import Store
+
+from .conftest import HOLDER
+from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
+
+
+def _service(store: Store, clock: FixedClock, embedder: FakeEmbedder | None) -> MemoryService:
+    return MemoryService(
+        store, Settings(), emitter=RecordingEmitter(), clock=clock, embedder=embedder
+    )
+
+
+async def _save(service: MemoryService, text: str) -> str:
+    result = await catalog.call(service, "memory::save", {"text": text})
+    return str(result["memory"]["id"])
+
+
+async def test_explicit_saves_are_embedded_and_stamped(store: Store, clock: FixedClock) -> None:
+    service = _service(store, clock, FakeEmbedder())
+    memory_id = await _save(service, "The user writes essays on Sundays")
+    await service.settle()
+    lines = (store.root / "main" / "vectors.jsonl").read_text().splitlines()
+    row = json.loads(lines[-1])
+    assert (row["id"], row["model"], row["revision"]) == (memory_id, "fake-embedder-1", 0)
+
+
+async def test_hybrid_finds_a_paraphrase_with_no_shared_word(
+    store: Store, clock: FixedClock
+) -> None:
+    service = _service(store, clock, FakeEmbedder())
+    target = await _save(service, "Rafa publishes blog posts weekly")
+    await _save(service, "Lunch is at noon")
+    await service.settle()
+    result = await catalog.call(service, "memory::recall", {"query": "writes essays"})
+    assert result["retrieval"] == "bm25-entity-semantic"
+    assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
+    lexical = await catalog.call(
+        service, "memory::recall", {"query": "writes essays", "mode": "lexical"}
+    )
+    assert lexical["memories"] == []
+
+
+async def test_semantic_mode_scores_by_cosine(store: Store, clock: FixedClock) -> None:
+    service = _service(store, clock, FakeEmbedder())
+    await _save(service, "The user has a puppy")
+    await service.settle()
+    result = await catalog.call(service, "memory::recall", {"query": "dog", "mode": "semantic"})
+    assert result["retrieval"] == "semantic"
+    assert 0.0 < result["memories"][0]["score"] <= 1.0
+
+
+async def test_without_an_embedder_the_degradation_is_named(
+    store: Store, clock: FixedClock
+) -> None:
+    service = _service(store, clock, FakeEmbedder(fail=True))
+    await _save(service, "The user has a puppy")
+    await service.settle()
+    hybrid = await catalog.call(service, "memory::recall", {"query": "puppy"})
+    semantic = await catalog.call(service, "memory::recall", {"query": "dog", "mode": "semantic"})
+    assert hybrid["retrieval"] == "bm25-entity" and len(hybrid["memories"]) == 1
+    assert semantic == {"bank": "main", "memories": [], "retrieval": "semantic-unavailable"}
+    doctor = await catalog.call(service, "memory::doctor", {})
+    check = {c["name"]: c for c in doctor["checks"]}["embeddings"]
+    assert not check["ok"] and "failed" in check["detail"] and doctor["ok"]
+
+
+async def test_an_edited_text_is_re_embedded_and_stale_vectors_drop_at_load(
+    store: Store, clock: FixedClock, data_dir: Path
+) -> None:
+    embedder = FakeEmbedder()
+    service = _service(store, clock, embedder)
+    memory_id = await _save(service, "The user has a puppy")
+    await service.settle()
+    await catalog.call(service, "memory::update", {"id": memory_id, "text": "The user has a cat"})
+    await service.settle()
+    assert embedder.calls[-1] == ["The user has a cat"]
+    await store.close()
+    reopened = Store.open(data_dir, holder=HOLDER)
+    try:
+        bank = reopened.get("main")
+        assert bank.index.has_vector_for(memory_id)
+        assert bank.needs_embedding("fake-embedder-1", 10) == []
+        # A model change makes every memory wait for a vector from the new model.
+        assert [m.id for m in bank.needs_embedding("other-model", 10)] == [memory_id]
+    finally:
+        await reopened.close()
+
+
+async def test_a_reinforcement_keeps_the_vector(store: Store, clock: FixedClock) -> None:
+    embedder = FakeEmbedder()
+    service = _service(store, clock, embedder)
+    await _save(service, "The user has a puppy")
+    await service.settle()
+    calls = len(embedder.calls)
+    await _save(service, "the user has a PUPPY")
+    await service.settle()
+    assert len(embedder.calls) == calls
