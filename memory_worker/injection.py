@@ -6,11 +6,14 @@ Budgets count characters (never bytes), and every cut lands on a character bound
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .models import Memory, Rule
 from .recall import Hit
+from .text import collapse_whitespace, normalize
 
 __all__ = [
     "AMBIENT_FLOOR",
@@ -19,7 +22,10 @@ __all__ = [
     "RulesSection",
     "ambient_header",
     "apply_floor",
+    "carried_texts",
+    "message_text",
     "render_memories",
+    "render_rules_update",
     "render_section",
 ]
 
@@ -93,6 +99,47 @@ def apply_floor(hits: list[Hit], top: list[Memory], floor: int) -> list[Hit]:
     return out
 
 
+def render_rules_update(section: str) -> str:
+    """The one appended message that tells a running session its rules changed; its system prompt
+    stays byte-for-byte what it was (prompt caches and the append-only prefix survive)."""
+    return (
+        '<memory update="rules">\n'
+        "The memory rules for this conversation changed. This block replaces the memory section of "
+        "the system prompt and any earlier memory update.\n"
+        f"{section.strip()}\n</memory>"
+    )
+
+
+_BLOCK = re.compile(r'<memory bank="[^"]*"[^>]*>(.*?)</memory>', re.S)
+_LINE = re.compile(r"^- \[\d{4}-\d{2}-\d{2}\] (.*)$", re.M)
+
+
+def message_text(message: object) -> str:
+    """The text of a transcript message: a plain string, or its text parts joined by newlines."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def carried_texts(messages: Iterable[object]) -> frozenset[str]:
+    """Normalized texts of the memories that `<memory>` blocks already in the window carry, so a
+    turn is not handed the same memory twice (a block compaction dropped no longer counts)."""
+    out: set[str] = set()
+    for message in messages:
+        for block in _BLOCK.findall(message_text(message)):
+            out.update(normalize(line) for line in _LINE.findall(block))
+    return frozenset(out)
+
+
 def _day(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")
 
@@ -103,8 +150,15 @@ class MemoryBlock:
     included: list[Hit]
 
 
-def render_memories(bank: str, hits: list[Hit], budget_tokens: int, now_ms: int) -> MemoryBlock:
-    """The `<memory>` message: each memory with its last-updated day, within the token budget.
+def render_memories(
+    bank: str,
+    hits: list[Hit],
+    budget_tokens: int,
+    now_ms: int,
+    carried: frozenset[str] = frozenset(),
+) -> MemoryBlock:
+    """The `<memory>` message: each memory with its last-updated day, within the token budget,
+    minus the memories the window already carries (`carried_texts`).
 
     Packing skips a memory too large for what is left and keeps trying smaller ones after it.
     """
@@ -112,7 +166,10 @@ def render_memories(bank: str, hits: list[Hit], budget_tokens: int, now_ms: int)
     lines: list[str] = []
     included: list[Hit] = []
     for hit in hits:
-        line = f"- [{_day(hit.memory.updated_at)}] {hit.memory.text}"
+        text = collapse_whitespace(hit.memory.text)  # one memory, one line
+        if normalize(text) in carried:
+            continue
+        line = f"- [{_day(hit.memory.updated_at)}] {text}"
         if len(line) > budget:
             continue
         budget -= len(line)
