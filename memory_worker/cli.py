@@ -16,16 +16,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import structlog
+
 from . import catalog
 from .config import Settings, load_settings, resolve_data_dir
 from .errors import InvalidInput, WorkerError
 from .logs import configure_logging
+from .ports import Embedder
 from .service import MemoryService
 from .store import Store
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["main", "parse_assignments"]
 
 CONFIG_ENV = "MEMORY_CONFIG"
+EMBEDDER_ENV = "MEMORY_EMBEDDER"
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 
 
@@ -78,13 +84,35 @@ def _open(args: argparse.Namespace, settings: Settings, command: str) -> Store:
     return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S)
 
 
+def _embedder(settings: Settings, *, serving: bool) -> Embedder | None:
+    """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local` or `none`; by default the
+    server loads it (when the `embed` extra is installed) and one-shot commands stay lexical, so a
+    `trigger` does not pay the model's load time."""
+    choice = os.environ.get(EMBEDDER_ENV, "local" if serving else "none").strip().lower()
+    if choice not in ("local", "none"):
+        raise InvalidInput(f"${EMBEDDER_ENV} must be local or none, not {choice!r}")
+    if choice == "none" or not settings.embeddings_enabled:
+        return None
+    from .local_embedder import EmbedderUnavailable, LocalEmbedder
+
+    try:
+        return LocalEmbedder.default()
+    except EmbedderUnavailable as exc:
+        log.warning("embedder_unavailable", detail=str(exc), retrieval="bm25-entity")
+        return None
+
+
 async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
     settings = _settings(args)
+    embedder = _embedder(settings, serving=False)
     store = await asyncio.to_thread(_open, args, settings, command)
+    service = MemoryService(store, settings, embedder=embedder)
     try:
-        result: int = await work(MemoryService(store, settings))
+        result: int = await work(service)
+        await service.settle()  # the vectors of what this command saved land before it exits
         return result
     finally:
+        await service.close()
         await store.close()
 
 
@@ -190,7 +218,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     data_dir = resolve_data_dir(args.data_dir, settings)
-    return await serve(settings, data_dir, host=args.host, port=args.port)
+    embedder = _embedder(settings, serving=True)
+    return await serve(settings, data_dir, host=args.host, port=args.port, embedder=embedder)
 
 
 # --- parser ------------------------------------------------------------------------------------

@@ -491,6 +491,13 @@ class MemoryService:
             if bank is not None:
                 self._embed_soon(bank)
 
+    async def close(self) -> None:
+        """Stop background embedding (derived data: the next start backfills what is missing)."""
+        running = [task for task in self._embedding.values() if not task.done()]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
     async def settle(self) -> None:
         """Wait for background embedding to finish (tests, shutdown, benchmarks)."""
         while running := [task for task in self._embedding.values() if not task.done()]:

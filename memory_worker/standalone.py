@@ -40,6 +40,7 @@ from aiohttp.typedefs import Handler
 from . import catalog
 from .config import Settings
 from .errors import Conflict, InvalidInput, WorkerError
+from .ports import Embedder
 from .service import MemoryService
 from .store import Store
 
@@ -224,6 +225,7 @@ class StandaloneServer:
         self.host = host
         self.port = port
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.embedder: Embedder | None = None  # the semantic arm, when one was loaded
         self.url: str | None = None
         self.service: MemoryService | None = None
         self._sock: socket.socket | None = None
@@ -255,7 +257,8 @@ class StandaloneServer:
             self._sock = _bind(self.host, self.port)
             self.url = _url(self._sock)
             store = await asyncio.to_thread(Store.open, self.data_dir, holder=self._holder())
-            self.service = MemoryService(store, self.settings)
+            self.service = MemoryService(store, self.settings, embedder=self.embedder)
+            self.service.backfill_embeddings()
             self._runner = web.AppRunner(
                 build_app(self.service), access_log=None, shutdown_timeout=self.shutdown_timeout_s
             )
@@ -290,15 +293,22 @@ class StandaloneServer:
             self._sock = None
         service, self.service = self.service, None
         if service is not None:
+            await service.close()
             await service.store.close()
             log.info("stopped", url=self.url, data_dir=str(service.store.root))
 
 
 async def serve(
-    settings: Settings, data_dir: Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+    settings: Settings,
+    data_dir: Path,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    embedder: Embedder | None = None,
 ) -> int:
     """Run the standalone service until SIGTERM or SIGINT; exit status 0 after a clean close."""
     server = StandaloneServer(settings, data_dir, host=host, port=port)
+    server.embedder = embedder
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memory_worker import catalog
 from memory_worker.config import Settings
+from memory_worker.errors import InvalidInput
 from memory_worker.service import MemoryService
 from memory_worker.store import Store
 
@@ -105,3 +108,30 @@ async def test_a_reinforcement_keeps_the_vector(store: Store, clock: FixedClock)
     await _save(service, "the user has a PUPPY")
     await service.settle()
     assert len(embedder.calls) == calls
+
+
+class TestEmbedderChoice:
+    def test_one_shot_commands_stay_lexical_by_default(self) -> None:
+        from memory_worker.cli import _embedder
+
+        assert _embedder(Settings(), serving=False) is None
+
+    def test_an_unknown_choice_is_invalid_input(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from memory_worker.cli import _embedder
+
+        monkeypatch.setenv("MEMORY_EMBEDDER", "remote")
+        with pytest.raises(InvalidInput, match="MEMORY_EMBEDDER"):
+            _embedder(Settings(), serving=True)
+
+    def test_embeddings_disabled_in_settings_wins(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from memory_worker.cli import _embedder
+
+        monkeypatch.setenv("MEMORY_EMBEDDER", "local")
+        assert _embedder(Settings(embeddings_enabled=False), serving=True) is None
+
+    def test_the_server_loads_the_local_model_when_installed(self) -> None:
+        pytest.importorskip("onnxruntime")
+        from memory_worker.cli import _embedder
+
+        embedder = _embedder(Settings(), serving=True)
+        assert embedder is not None and embedder.model.startswith("all-minilm-l6-v2-int8")
