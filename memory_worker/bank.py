@@ -18,6 +18,7 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import structlog
@@ -78,6 +79,8 @@ class Bank:
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
         self._rules: dict[str, Rule] = {}
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
+        self._embed_model: str | None = None  # the model `_to_embed` is kept for
+        self._to_embed: dict[str, None] = {}  # live ids lacking its vector, in arrival order
         self._log = files.AppendLog(path / MEMORIES_FILE)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
@@ -167,14 +170,16 @@ class Bank:
                 self._vector_models[record.id] = record.model
 
     def needs_embedding(self, model: str, limit: int) -> list[Memory]:
-        """Live memories with no vector from `model` (new, edited, or embedded by another model)."""
-        out = []
-        for memory in self._memories.values():
-            if memory.live and self._vector_models.get(memory.id) != model:
-                out.append(memory)
-                if len(out) >= limit:
-                    break
-        return out
+        """Live memories with no vector from `model` (new, edited, or embedded by another model).
+        The first call for a model scans the bank; after that the set is kept up to date."""
+        if model != self._embed_model:
+            self._embed_model = model
+            self._to_embed = {
+                m.id: None
+                for m in self._memories.values()
+                if m.live and self._vector_models.get(m.id) != model
+            }
+        return [self._memories[memory_id] for memory_id in islice(self._to_embed, limit)]
 
     async def store_vectors(self, model: str, pairs: Sequence[tuple[Memory, list[float]]]) -> int:
         """Keep the vectors whose memory is still live with the same text; returns how many."""
@@ -185,6 +190,8 @@ class Bank:
                 continue  # edited or retired while it was being embedded: a later pass redoes it
             if self.index.set_vector(memory.id, vector):
                 self._vector_models[memory.id] = model
+                if model == self._embed_model:
+                    self._to_embed.pop(memory.id, None)
                 kept.append(
                     VectorRecord(
                         memory.id, model, current.revision, text_hash(current.text), vector
@@ -355,11 +362,14 @@ class Bank:
         if not record.live:
             self.index.remove(record.id)
             self._vector_models.pop(record.id, None)
+            self._to_embed.pop(record.id, None)
         elif indexed_same:
             self.index.update_columns(indexed(record, with_terms=False))
         else:
             self.index.add_doc(indexed(record))  # a new slot: any old vector is gone with it
             self._vector_models.pop(record.id, None)
+            if self._embed_model is not None:
+                self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
         self._by_text.setdefault(normalize(record.text), set()).add(record.id)
