@@ -59,6 +59,7 @@ class _Postings:
         self._slots: Ints = np.empty(0, np.int64)
         self._tfs: Floats = np.empty(0, np.float64)
         self._delta: dict[int, tuple[list[int], list[float]]] = {}
+        self._delta_arrays: dict[int, tuple[Ints, Floats]] = {}  # cache, dropped on append
         self.delta_size = 0
 
     @property
@@ -72,6 +73,7 @@ class _Postings:
         entry[0].append(slot)
         entry[1].append(tf)
         self.delta_size += 1
+        self._delta_arrays.pop(term_id, None)
 
     def get(self, term_id: int) -> tuple[Ints, Floats]:
         if term_id + 1 < self._offsets.size:
@@ -81,8 +83,14 @@ class _Postings:
             slots, tfs = self._slots[:0], self._tfs[:0]
         entry = self._delta.get(term_id)
         if entry is not None:
-            slots = np.concatenate((slots, np.asarray(entry[0], np.int64)))
-            tfs = np.concatenate((tfs, np.asarray(entry[1], np.float64)))
+            cached = self._delta_arrays.get(term_id)
+            if cached is None:
+                cached = (
+                    np.concatenate((slots, np.asarray(entry[0], np.int64))),
+                    np.concatenate((tfs, np.asarray(entry[1], np.float64))),
+                )
+                self._delta_arrays[term_id] = cached
+            return cached
         return slots, tfs
 
     def triples(self) -> tuple[Ints, Ints, Floats]:
@@ -105,6 +113,7 @@ class _Postings:
         self._slots = slots[order]
         self._tfs = tfs[order]
         self._delta = {}
+        self._delta_arrays = {}
         self.delta_size = 0
 
 

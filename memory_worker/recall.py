@@ -28,7 +28,7 @@ __all__ = [
     "top_memories",
 ]
 
-_TIE_MARGIN = 32  # extra candidates taken past `limit` so exact ties are broken by the sort key
+_TIE_MARGIN = 8  # extra candidates taken past `limit` so exact ties are broken by the sort key
 RELEVANCE_CUTOFF = 0.25  # fraction of the best hybrid score a memory needs to be returned
 DUPLICATE_COSINE = 0.75  # paraphrases of one fact embed this close (MiniLM: 0.77-0.88 measured)
 DUPLICATE_PENALTY = 0.5

@@ -38,8 +38,8 @@ def recency(age_ms: Floats, half_life_days: float) -> Floats:
     """Decay by age since the fact was last stated: the configured half-life down to the floor,
     then a much slower slope, so between two old statements of one fact the newer still wins."""
     age_days = np.maximum(age_ms, 0.0) / DAY_MS
-    fast: Floats = np.power(0.5, age_days / max(half_life_days, 1e-9))
-    slow: Floats = RECENCY_FLOOR * np.power(0.5, age_days / LONG_HALF_LIFE_DAYS)
+    fast: Floats = np.exp2(age_days / -max(half_life_days, 1e-9))
+    slow: Floats = RECENCY_FLOOR * np.exp2(age_days / -LONG_HALF_LIFE_DAYS)
     return np.maximum(fast, slow)
 
 
