@@ -421,6 +421,14 @@ def _commit() -> str:
         return "unknown"
 
 
+def source_digest() -> str:
+    """sha256 of the package's source files: tells apart runs at one commit with edits on top."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "memory_worker").rglob("*.py")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def machine() -> str:
     """CPU count and model, RAM, OS and Python: what a reader needs to weigh the figures."""
     model, mem_gb = platform.processor() or "unknown CPU", 0.0
@@ -476,6 +484,7 @@ async def main_async(args: argparse.Namespace) -> int:
         meta = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": _commit(),
+            "source": source_digest(),
             "command": shlex.join(["python", "bench/locomo.py", *sys.argv[1:]]),
             "machine": machine(),
             "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -485,7 +494,10 @@ async def main_async(args: argparse.Namespace) -> int:
             "notes": notes,
         }
         emit(f"- command: `{meta['command']}`")
-        emit(f"- taken: {meta['date']} at commit `{meta['commit']}`")
+        emit(
+            f"- taken: {meta['date']} at commit `{meta['commit']}`, memory_worker source sha256 "
+            f"`{meta['source']}`"
+        )
         emit(f"- machine: {meta['machine']}; load average at start {meta['load_average']}")
         emit(
             f"- data: {data.name} sha256 `{meta['data_sha256'][:16]}…`, {len(convs)} "

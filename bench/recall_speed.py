@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import hashlib
 import inspect
 import json
 import os
@@ -461,6 +462,14 @@ def _commit() -> str:
         return "unknown"
 
 
+def source_digest() -> str:
+    """sha256 of the package's source files: tells apart runs at one commit with edits on top."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "memory_worker").rglob("*.py")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def machine() -> str:
     """CPU count and model, RAM, OS and Python: what a reader needs to weigh the figures."""
     model, mem_gb = platform.processor() or "unknown CPU", 0.0
@@ -496,6 +505,7 @@ async def main_async(args: argparse.Namespace) -> int:
     meta = {
         "command": shlex.join(["python", "bench/recall_speed.py", *sys.argv[1:]]),
         "commit": _commit(),
+        "source": source_digest(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "data_dir": f"{root.parent} ({_fs_type(root)})",
@@ -517,7 +527,8 @@ async def main_async(args: argparse.Namespace) -> int:
     body = "\n".join(
         [
             f"- command: `{meta['command']}`",
-            f"- taken: {meta['date']} at commit `{meta['commit']}`",
+            f"- taken: {meta['date']} at commit `{meta['commit']}`, memory_worker source sha256 "
+            f"`{meta['source']}`",
             f"- machine: {meta['machine']}; data dir on {meta['data_dir']}",
             f"- load average before {meta['load_before']}, after {meta['load_after']} "
             "(other work on the machine skews timings)",
