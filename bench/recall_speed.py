@@ -26,11 +26,9 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import hashlib
 import inspect
 import json
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -50,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rank_bm25 import BM25Okapi  # noqa: E402
+from runinfo import commit, load_average, machine, source_digest, write_doc  # noqa: E402
 
 from memory_worker import recall as recall_module  # noqa: E402
 from memory_worker.catalog import call  # noqa: E402
@@ -445,58 +444,6 @@ def report(results: list[dict[str, Any]]) -> str:
     )
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def source_digest() -> str:
-    """sha256 of the package's source files: tells apart runs at one commit with edits on top."""
-    digest = hashlib.sha256()
-    for path in sorted((ROOT / "memory_worker").rglob("*.py")):
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def machine() -> str:
-    """CPU count and model, RAM, OS and Python: what a reader needs to weigh the figures."""
-    model, mem_gb = platform.processor() or "unknown CPU", 0.0
-    with contextlib.suppress(OSError):
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        model = next(
-            (x.split(":", 1)[1].strip() for x in info.splitlines() if x.startswith("model name")),
-            model,
-        )
-        meminfo = Path("/proc/meminfo").read_text(encoding="ascii", errors="replace")
-        mem_gb = int(meminfo.split("MemTotal:")[1].split()[0]) / 1024 / 1024
-    return (
-        f"{os.cpu_count()} CPUs ({model}), {mem_gb:.0f} GB RAM, {platform.system()} "
-        f"{platform.release()}, Python {platform.python_version()}"
-    )
-
-
-def write_doc(path: Path, key: str, body: str) -> None:
-    """Replace the `<!-- key:begin -->` … `<!-- key:end -->` region of `path` with `body`."""
-    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
-    text = path.read_text(encoding="utf-8")
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < i:
-        raise SystemExit(f"{path} has no {begin} ... {end} region to replace")
-    path.write_text(f"{text[:i]}{begin}\n{body}\n{text[j:]}", encoding="utf-8")
-
-
 async def main_async(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     corpus = Corpus()
@@ -504,13 +451,13 @@ async def main_async(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="recall-speed-"))
     meta = {
         "command": shlex.join(["python", "bench/recall_speed.py", *sys.argv[1:]]),
-        "commit": _commit(),
+        "commit": commit(),
         "source": source_digest(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "data_dir": f"{root.parent} ({_fs_type(root)})",
         "queries": len(queries),
-        "load_before": _load(),
+        "load_before": load_average(),
     }
     print(f"recall speed: sizes {', '.join(f'{s:,}' for s in sizes)}, {len(queries)} queries")
     results = []
@@ -523,7 +470,7 @@ async def main_async(args: argparse.Namespace) -> int:
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    meta["load_after"] = _load()
+    meta["load_after"] = load_average()
     body = "\n".join(
         [
             f"- command: `{meta['command']}`",

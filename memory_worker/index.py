@@ -178,28 +178,8 @@ class LexicalIndex:
 
     def add_many(self, docs: Iterable[IndexedDoc]) -> None:
         """Bulk load (boot): record every doc, then build the CSR bases once (no appends)."""
-        vocab, df = self._vocab, self._df
         for doc in docs:
-            if doc.doc_id in self._slot_of:
-                self.remove(doc.doc_id)
-            self._grow()
-            slot = len(self._ids)
-            self._ids.append(doc.doc_id)
-            self._slot_of[doc.doc_id] = slot
-            pairs = []
-            for term, tf in Counter(doc.terms).items():
-                term_id = vocab.get(term)
-                if term_id is None:
-                    term_id = vocab[term] = len(df)
-                    df.append(0)
-                df[term_id] += 1
-                pairs.append((term_id, tf))
-            self._doc_terms[doc.doc_id] = tuple(pairs)
-            self._doc_entities[doc.doc_id] = tuple(self._term_id(t) for t in doc.entity_terms)
-            self._total_length += len(doc.terms)
-            self._alive[slot] = True
-            self._length[slot] = len(doc.terms)
-            self._set_columns(doc.doc_id, slot, doc)
+            self._record(doc)
         self._compact()
 
     def _term_id(self, term: str) -> int:
@@ -210,6 +190,14 @@ class LexicalIndex:
         return term_id
 
     def _add(self, doc: IndexedDoc) -> None:
+        slot, pairs, entities = self._record(doc)
+        for term_id, tf in pairs:
+            self._postings.append(term_id, slot, float(tf))
+        for term_id in entities:
+            self._entities.append(term_id, slot, 1.0)
+
+    def _record(self, doc: IndexedDoc) -> tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]:
+        """Give `doc` a fresh slot and count its terms; postings are the caller's business."""
         if doc.doc_id in self._slot_of:
             self.remove(doc.doc_id)
         self._grow()
@@ -217,18 +205,16 @@ class LexicalIndex:
         self._ids.append(doc.doc_id)
         self._slot_of[doc.doc_id] = slot
         pairs = tuple((self._term_id(term), tf) for term, tf in Counter(doc.terms).items())
-        for term_id, tf in pairs:
-            self._postings.append(term_id, slot, float(tf))
+        for term_id, _ in pairs:
             self._df[term_id] += 1
         entities = tuple(self._term_id(term) for term in doc.entity_terms)
-        for term_id in entities:
-            self._entities.append(term_id, slot, 1.0)
         self._doc_terms[doc.doc_id] = pairs
         self._doc_entities[doc.doc_id] = entities
         self._total_length += len(doc.terms)
         self._alive[slot] = True
         self._length[slot] = len(doc.terms)
         self._set_columns(doc.doc_id, slot, doc)
+        return slot, pairs, entities
 
     def _set_columns(self, doc_id: str, slot: int, doc: IndexedDoc) -> None:
         self.corroboration[slot] = doc.corroboration
