@@ -131,6 +131,9 @@ class LexicalIndex:
         self._postings = _Postings()
         self._entities = _Postings()
         self._dim = 0  # embedding width, fixed by the first vector stored
+        self._version = 0  # bumped by every change of slots or lengths
+        self._norm_key = -1
+        self._norm_cache: Floats = np.empty(0, np.float64)
         self._allocate(_MIN_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
@@ -198,6 +201,7 @@ class LexicalIndex:
 
     def _record(self, doc: IndexedDoc) -> tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]:
         """Give `doc` a fresh slot and count its terms; postings are the caller's business."""
+        self._version += 1
         if doc.doc_id in self._slot_of:
             self.remove(doc.doc_id)
         self._grow()
@@ -236,6 +240,7 @@ class LexicalIndex:
         slot = self._slot_of.pop(doc_id, None)
         if slot is None:
             return
+        self._version += 1
         self._alive[slot] = False
         self._total_length -= int(self._length[slot])
         for term_id, _ in self._doc_terms.pop(doc_id):
@@ -253,6 +258,7 @@ class LexicalIndex:
 
     def _compact(self) -> None:
         """Renumber live docs into dense slots and rebuild both CSR bases (dead slots dropped)."""
+        self._version += 1
         live = list(self._slot_of.items())
         old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
@@ -337,7 +343,7 @@ class LexicalIndex:
         empty = Candidates(np.empty(0, np.int64), np.empty(0, np.float64))
         if not self._slot_of:
             return empty
-        avgdl = self._avgdl()
+        norms = self._norms()
         acc: Floats | None = None
         for term, count in Counter(query_terms).items():
             term_id = self._vocab.get(term)
@@ -346,7 +352,7 @@ class LexicalIndex:
             slots, tfs = self._postings.get(term_id)
             if acc is None:
                 acc = np.zeros(len(self._ids), np.float64)
-            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self._length[slots] / avgdl)
+            norm = norms[slots]
             weight = count * self._idf(self._df[term_id])
             acc[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norm)
         if acc is None:
@@ -354,14 +360,30 @@ class LexicalIndex:
         slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
         return Candidates(slots, acc[slots])
 
+    def _norms(self) -> Floats:
+        """Per-slot BM25 length normalisation, recomputed only when the corpus changed."""
+        key = self._version
+        if self._norm_key != key:
+            avgdl = self._avgdl()
+            lengths = self._length[: len(self._ids)]
+            self._norm_cache = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / avgdl)
+            self._norm_key = key
+        return self._norm_cache
+
     def entity_hits(self, query_terms: list[str], slots: Ints) -> Floats:
         """For each slot, how many distinct query terms name one of its entities."""
-        hits = np.zeros(len(self._ids), np.float64)
+        named = []
         for term in set(query_terms):
             term_id = self._vocab.get(term)
             if term_id is not None:
                 entity_slots, _ = self._entities.get(term_id)
-                hits[entity_slots] += 1.0
+                if entity_slots.size:
+                    named.append(entity_slots)
+        if not named:  # most queries name no entity: skip the per-slot tally
+            return np.zeros(slots.size, np.float64)
+        hits = np.zeros(len(self._ids), np.float64)
+        for entity_slots in named:
+            hits[entity_slots] += 1.0
         return hits[slots]
 
     def tagged(self, tag: str) -> Ints:
