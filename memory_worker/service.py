@@ -210,11 +210,15 @@ class MemoryService:
             raise MemoryNotFound(f"{memory_id} in bank {name}")
         return bank, self._record(bank, memory_id)
 
-    async def _ensure(self, name: str, description: str = "") -> Bank:
+    async def _ensure(self, name: str, description: str = "") -> tuple[Bank, bool]:
+        """The bank, created (and announced) when missing."""
         bank, created = await self.store.ensure(name, description)
         if created:
-            self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.CREATED), "bank": name})
-        return bank
+            self._emit_bank(BankEvent.CREATED, name)
+        return bank, created
+
+    def _emit_bank(self, event: BankEvent, name: str) -> None:
+        self.emitter.emit(BANK_CHANGED, {"event_type": str(event), "bank": name})
 
     def _info(self, bank: Bank) -> BankInfo:
         return BankInfo(
@@ -233,9 +237,7 @@ class MemoryService:
     async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
         name = check_name(req.name, "bank")
         description = _clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
-        bank, created = await self.store.ensure(name, description)
-        if created:
-            self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.CREATED), "bank": name})
+        bank, created = await self._ensure(name, description)
         return BankCreateResponse(bank=self._info(bank), created=created)
 
     async def bank_list(self, req: BankListRequest) -> BankListResponse:
@@ -245,7 +247,7 @@ class MemoryService:
     async def bank_delete(self, req: BankDeleteRequest) -> BankDeleteResponse:
         name = check_name(req.name, "bank")
         target = await self.store.trash(name, self.clock())
-        self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.TRASHED), "bank": name})
+        self._emit_bank(BankEvent.TRASHED, name)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
 
     # --- memories --------------------------------------------------------------------------------
@@ -257,7 +259,7 @@ class MemoryService:
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id = _clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         labels = (*text_labels, *entity_labels, *tag_labels)
-        bank = await self._ensure(name)
+        bank, _ = await self._ensure(name)
         # Decide and commit with no await in between: concurrent saves see each other's records.
         existing = bank.match_text(text)
         fresh = transitions.new_memory(
@@ -539,15 +541,12 @@ class MemoryService:
             existed = bank.rule(rule) is not None
             await bank.set_rule(rule, "")
             if existed:
-                self._emit_rules_changed(name)
+                self._emit_bank(BankEvent.RULES_CHANGED, name)
             return RuleSetResponse(ok=True, exists=False)
-        bank = await self._ensure(name)
+        bank, _ = await self._ensure(name)
         await bank.set_rule(rule, redaction.text)
-        self._emit_rules_changed(name)
+        self._emit_bank(BankEvent.RULES_CHANGED, name)
         return RuleSetResponse(ok=True, exists=True, redacted=list(redaction.labels))
-
-    def _emit_rules_changed(self, name: str) -> None:
-        self.emitter.emit(BANK_CHANGED, {"event_type": str(BankEvent.RULES_CHANGED), "bank": name})
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -710,7 +709,7 @@ class MemoryService:
             except InvalidInput as exc:
                 raise InvalidInput(f"record {number}: {exc.message}") from None
             prepared.append((item, text, entities, tags, [*labels, *entity_labels, *tag_labels]))
-        bank = await self._ensure(name)
+        bank, _ = await self._ensure(name)
         records: list[Memory] = []
         redacted = 0
         for item, text, entities, tags, found in prepared:
