@@ -15,7 +15,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -53,6 +55,45 @@ class Damage:
     def describe(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
         return f"{where}: {self.reason}"
+
+
+@dataclass(slots=True)
+class _OpenBatch:
+    nonce: str
+    size: int
+    first_line: int
+    records: list[Memory] = field(default_factory=list)
+
+
+# A commit of several records (supersede with reinforce, an import) is one write; each of its lines
+# carries `"batch": "<nonce>:<index>:<size>"` so replay applies the write whole or not at all.
+_BATCH_KEY = b'"batch":"'
+_batches = itertools.count()
+_NONCE = secrets.token_hex(3)
+
+
+def _encode(records: Sequence[Memory]) -> bytes:
+    if len(records) == 1:
+        return records[0].to_line() + b"\n"
+    nonce = f"{_NONCE}{next(_batches):x}"
+    size = len(records)
+    return b"".join(
+        record.to_line()[:-1] + b',"batch":"%s:%d:%d"}\n' % (nonce.encode(), index, size)
+        for index, record in enumerate(records)
+    )
+
+
+def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
+    """`(nonce, index, size)` of a line written as part of a multi-record commit."""
+    start = line.rfind(_BATCH_KEY)
+    if start < 0:
+        return None
+    end = line.find(b'"', start + len(_BATCH_KEY))
+    try:
+        nonce, index, size = line[start + len(_BATCH_KEY) : end].decode().split(":")
+        return nonce, int(index), int(size)
+    except ValueError:
+        return None
 
 
 @dataclass(slots=True)
@@ -101,13 +142,19 @@ class Bank:
     def create(cls, name: str, path: Path, description: str) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking)."""
         try:
-            path.mkdir(parents=False, exist_ok=True)
-            (path / RULES_DIR).mkdir(exist_ok=True)
+            path.mkdir(parents=False, exist_ok=False)
         except OSError as exc:
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror or exc}") from exc
-        body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
-        files.atomic_write(path / BANK_FILE, body)
-        files.fsync_dir(path.parent)
+        try:
+            (path / RULES_DIR).mkdir()
+            body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
+            files.atomic_write(path / BANK_FILE, body)
+            files.fsync_dir(path.parent)
+        except (OSError, StorageError) as exc:
+            files.remove_tree(path)  # ours and empty: no half-made bank for the next boot to load
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
         return cls(name, path, description)
 
     @classmethod
@@ -136,6 +183,7 @@ class Bank:
 
     def _replay(self) -> None:
         memories = self._memories
+        batch: _OpenBatch | None = None
         for number, line, complete in files.iter_lines(self.path / MEMORIES_FILE):
             try:
                 record = Memory.model_validate_json(line)
@@ -145,12 +193,37 @@ class Bank:
                 detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
                 self.damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
                 continue
-            previous = memories.get(record.id)
-            if previous is None or record.revision >= previous.revision:
-                memories[record.id] = record
+            tag = _batch_tag(line)
+            if batch is not None and (tag is None or tag[0] != batch.nonce):
+                self._drop_torn_batch(batch)  # the rest of that write never made it to disk
+                batch = None
+            if tag is not None:
+                batch = batch or _OpenBatch(tag[0], tag[2], number)
+                batch.records.append(record)
+                if len(batch.records) < batch.size:
+                    continue
+                ready, batch = batch.records, None
+            else:
+                ready = [record]
+            for item in ready:
+                previous = memories.get(item.id)
+                if previous is None or item.revision >= previous.revision:
+                    memories[item.id] = item
+        if batch is not None:
+            self._drop_torn_batch(batch)
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+
+    def _drop_torn_batch(self, batch: _OpenBatch) -> None:
+        self.damage.append(
+            Damage(
+                MEMORIES_FILE,
+                f"interrupted write of {batch.size} records ({len(batch.records)} on disk): "
+                "none of them applied",
+                batch.first_line,
+            )
+        )
 
     def _load_vectors(self) -> None:
         records, skipped = load_vectors(self.path / VECTORS_FILE)
@@ -184,6 +257,11 @@ class Bank:
     async def store_vectors(self, model: str, pairs: Sequence[tuple[Memory, list[float]]]) -> int:
         """Keep the vectors whose memory is still live with the same text; returns how many."""
         kept: list[VectorRecord] = []
+        width = self.index.vector_width
+        if pairs and width and len(pairs[0][1]) != width:
+            # A model of another width: its vectors replace every old one (they cannot be mixed).
+            self.index.reset_vectors()
+            self._vector_models.clear()
         for memory, vector in pairs:
             current = self._memories.get(memory.id)
             if current is None or not current.live or current.text != memory.text:
@@ -238,6 +316,10 @@ class Bank:
 
     def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)
+
+    def is_empty(self) -> bool:
+        """No memory, rule or write in flight: what a bank just created looks like."""
+        return not (self._memories or self._rules or self._queue or self._staged)
 
     def live_count(self) -> int:
         return len(self.index)
@@ -300,7 +382,7 @@ class Bank:
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
         try:
-            data = b"".join(record.to_line() + b"\n" for record in records)
+            data = _encode(records)
         except ValueError as exc:  # pydantic's serialization error is a ValueError
             raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
         self._log.write(data)
@@ -390,9 +472,11 @@ class Bank:
         self._frozen = None
 
     async def drain(self) -> None:
-        """Wait for every write in flight to land (or fail)."""
+        """Wait for every write in flight to land (or fail): memory commits and rule writes."""
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
+        async with self._rules_lock:
+            pass
 
     def close(self) -> None:
         self._log.close()
@@ -404,13 +488,26 @@ class Bank:
         the rule exists afterwards."""
         path = self.path / RULES_DIR / f"{name}.md"
         async with self._rules_lock:
-            if not content.strip():
-                await asyncio.to_thread(files.remove_file, path)
-                self._rules.pop(name, None)
-                return False
-            await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
-            self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
-            return True
+            if self._frozen is not None:
+                raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+            try:
+                if not content.strip():
+                    await asyncio.to_thread(files.remove_file, path)
+                else:
+                    await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
+            finally:
+                # Even a failed call may have reached the disk (the rename happened, its directory
+                # sync did not): RAM follows what the file now says, so a reboot changes nothing.
+                self._sync_rule(name, path)
+            return name in self._rules
+
+    def _sync_rule(self, name: str, path: Path) -> None:
+        try:
+            content = files.read_text(path)
+        except StorageError:
+            self._rules.pop(name, None)
+            return
+        self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
 
 
 def _write_rule(path: Path, data: bytes) -> None:

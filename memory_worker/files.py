@@ -57,12 +57,14 @@ def fsync_dir(path: Path) -> None:
         raise _storage("sync directory", path, exc) from exc
 
 
-def probe_writable(root: Path) -> None:
-    """Create `root` and prove a file can be written, synced and removed there."""
+def probe_writable(root: Path, *, create: bool = True) -> None:
+    """Prove a file can be written, synced and removed in `root` (created first when `create`;
+    a running worker probes without creating, so a vanished data dir is reported, not remade)."""
     # A name of its own: two processes probing one dir must not unlink each other's probe.
     probe = root / f"{PROBE_NAME}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, b"ok")

@@ -309,6 +309,16 @@ class LexicalIndex:
         self.has_vector[slot] = True
         return True
 
+    @property
+    def vector_width(self) -> int:
+        return self._dim
+
+    def reset_vectors(self) -> None:
+        """Forget every embedding (a model of another width replaces them)."""
+        self._dim = 0
+        self.vectors = np.zeros((self._capacity, 0), np.float16)
+        self.has_vector[:] = False
+
     def has_vector_for(self, doc_id: str) -> bool:
         slot = self._slot_of.get(doc_id)
         return slot is not None and bool(self.has_vector[slot])

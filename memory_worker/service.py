@@ -8,9 +8,10 @@ default bank before its first write see an empty bank: it materializes on first 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,10 @@ class ImportRecord(BaseModel):
     revision: int = Field(default=0, ge=0, le=MAX_INT)
 
 
+# A validated import row: the record, its cleaned text, entities and tags, and redaction labels.
+_Prepared = tuple["ImportRecord", str, tuple[str, ...], tuple[str, ...], list[str]]
+
+
 @dataclass(frozen=True, slots=True)
 class ImportReport:
     bank: str
@@ -152,10 +157,7 @@ def _clean_short(raw: str | None, field: str, limit: int) -> str | None:
     """A one-line label (description, session id): redacted, whitespace collapsed, bounded."""
     if raw is None:
         return None
-    try:
-        raw.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
+    transitions.check_unicode(raw, field)
     cleaned = collapse_whitespace(redact(raw).text)
     if len(cleaned) > limit:
         raise InvalidInput(f"{field} must be at most {limit} characters")
@@ -210,12 +212,19 @@ class MemoryService:
             raise MemoryNotFound(f"{memory_id} in bank {name}")
         return bank, self._record(bank, memory_id)
 
-    async def _ensure(self, name: str, description: str = "") -> tuple[Bank, bool]:
-        """The bank, created (and announced) when missing."""
-        bank, created = await self.store.ensure(name, description)
+    @contextlib.asynccontextmanager
+    async def _writing_into(self, name: str) -> AsyncIterator[Bank]:
+        """The bank a write goes into, created when missing. A bank this call created is announced
+        once the write landed, and removed again when it did not: a failed call changes nothing."""
+        bank, created = await self.store.ensure(name)
+        try:
+            yield bank
+        except BaseException:
+            if created:
+                await self.store.discard_if_empty(name)
+            raise
         if created:
             self._emit_bank(BankEvent.CREATED, name)
-        return bank, created
 
     def _emit_bank(self, event: BankEvent, name: str) -> None:
         self.emitter.emit(BANK_CHANGED, {"event_type": str(event), "bank": name})
@@ -237,7 +246,9 @@ class MemoryService:
     async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
         name = check_name(req.name, "bank")
         description = _clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
-        bank, created = await self._ensure(name, description)
+        bank, created = await self.store.ensure(name, description)
+        if created:
+            self._emit_bank(BankEvent.CREATED, name)
         return BankCreateResponse(bank=self._info(bank), created=created)
 
     async def bank_list(self, req: BankListRequest) -> BankListResponse:
@@ -259,20 +270,20 @@ class MemoryService:
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id = _clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         labels = (*text_labels, *entity_labels, *tag_labels)
-        bank, _ = await self._ensure(name)
-        # Decide and commit with no await in between: concurrent saves see each other's records.
-        existing = bank.match_text(text)
-        fresh = transitions.new_memory(
-            existing.id if existing else bank.new_id(text),
-            text,
-            entities=entities,
-            tags=tags,
-            pinned=req.pinned,
-            source=Provenance(session_id=session_id) if session_id else None,
-            now_ms=self.clock(),
-        )
-        record, event, created = transitions.save(existing, fresh)
-        await bank.commit([record])
+        async with self._writing_into(name) as bank:
+            # Decide and commit with no await in between: concurrent saves see each other's records.
+            existing = bank.match_text(text)
+            fresh = transitions.new_memory(
+                existing.id if existing else bank.new_id(text),
+                text,
+                entities=entities,
+                tags=tags,
+                pinned=req.pinned,
+                source=Provenance(session_id=session_id) if session_id else None,
+                now_ms=self.clock(),
+            )
+            record, event, created = transitions.save(existing, fresh)
+            await bank.commit([record])
         self._embed_soon(bank)
         self._emit_item(event, name, record, _redaction_reason(labels))
         return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
@@ -527,10 +538,7 @@ class MemoryService:
     async def rule_set(self, req: RuleSetRequest) -> RuleSetResponse:
         name = self._name(req.bank)
         rule = check_name(req.name, "rule name")
-        try:
-            req.content.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInput("content contains invalid Unicode (a lone surrogate)") from None
+        transitions.check_unicode(req.content, "content")
         if len(req.content) > MAX_RULE_CONTENT_CHARS:
             raise InvalidInput(f"content must be at most {MAX_RULE_CONTENT_CHARS} characters")
         redaction = redact(req.content)
@@ -543,8 +551,8 @@ class MemoryService:
             if existed:
                 self._emit_bank(BankEvent.RULES_CHANGED, name)
             return RuleSetResponse(ok=True, exists=False)
-        bank, _ = await self._ensure(name)
-        await bank.set_rule(rule, redaction.text)
+        async with self._writing_into(name) as bank:
+            await bank.set_rule(rule, redaction.text)
         self._emit_bank(BankEvent.RULES_CHANGED, name)
         return RuleSetResponse(ok=True, exists=True, redacted=list(redaction.labels))
 
@@ -597,7 +605,7 @@ class MemoryService:
 
     async def _check_writable(self) -> DoctorCheck:
         try:
-            await asyncio.to_thread(files.probe_writable, self.store.root)
+            await asyncio.to_thread(files.probe_writable, self.store.root, create=False)
         except WorkerError as exc:
             return DoctorCheck(name="data-dir-writable", ok=False, detail=str(exc), required=True)
         return DoctorCheck(
@@ -611,9 +619,11 @@ class MemoryService:
         """Save, recall and trash a probe in a scratch bank, then delete the scratch from the trash
         so doctor runs never pile up."""
         started = time.perf_counter()
-        name = f"doctor-{self.clock() % 1_000_000:06d}"
+        name = self._scratch_name()
         try:
-            bank, _ = await self.store.ensure(name, "doctor scratch")
+            bank, created = await self.store.ensure(name, "doctor scratch")
+            if not created:  # someone made it between the check and now: never touch theirs
+                raise Conflict(f"scratch bank {name} appeared during the check; run doctor again")
             now_ms = self.clock()
             probe = transitions.new_memory(
                 bank.new_id(DOCTOR_PROBE_TEXT), DOCTOR_PROBE_TEXT, now_ms=now_ms
@@ -648,6 +658,17 @@ class MemoryService:
             f"({elapsed_ms:.1f} ms); the scratch was removed",
             required=True,
         )
+
+    def _scratch_name(self) -> str:
+        """A bank name no user bank (loaded, broken, or a folder on disk) has: doctor deletes its
+        scratch afterwards, so it must never pick a name that already holds someone's data."""
+        seed = self.clock() % 1_000_000
+        for offset in range(1_000_000):
+            name = f"doctor-{(seed + offset) % 1_000_000:06d}"
+            taken = self.store.find(name) or name in self.store.broken
+            if not taken and not (self.store.root / name).exists():
+                return name
+        raise Conflict("no free scratch bank name for the doctor roundtrip")
 
     def _check_banks(self) -> DoctorCheck:
         broken = self.store.broken
@@ -697,22 +718,34 @@ class MemoryService:
         validated first: one bad row rejects the import and nothing is written."""
         name = check_name(bank_name, "bank")
         now_ms = self.clock()
-        prepared: list[tuple[ImportRecord, str, tuple[str, ...], tuple[str, ...], list[str]]] = []
+        prepared: list[_Prepared] = []
         for number, row in enumerate(rows, start=1):
             try:
                 item = ImportRecord.model_validate(row)
                 text, labels = transitions.prepare_text(item.text)
                 entities, entity_labels = transitions.prepare_labels(item.entities, "entities")
                 tags, tag_labels = transitions.prepare_labels(item.tags, "tags")
+                item = item.model_copy(update={"source": _clean_source(item.source)})
             except ValidationError as exc:
                 raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"record {number}: {exc.message}") from None
             prepared.append((item, text, entities, tags, [*labels, *entity_labels, *tag_labels]))
-        bank, _ = await self._ensure(name)
+        async with self._writing_into(name) as bank:
+            records = self._import_records(bank, prepared, now_ms)
+            await bank.commit(records)
+        self._embed_soon(bank)
+        return ImportReport(
+            bank=name,
+            imported=len(records),
+            live=sum(1 for r in records if bank.get(r.id) == r and r.live),
+            redacted=sum(1 for *_, found in prepared if found),
+        )
+
+    @staticmethod
+    def _import_records(bank: Bank, prepared: list[_Prepared], now_ms: int) -> list[Memory]:
         records: list[Memory] = []
-        redacted = 0
-        for item, text, entities, tags, found in prepared:
+        for item, text, entities, tags, _ in prepared:
             created_at = item.created_at if item.created_at is not None else now_ms
             updated_at = item.updated_at if item.updated_at is not None else created_at
             records.append(
@@ -733,15 +766,20 @@ class MemoryService:
                     revision=item.revision,
                 )
             )
-            redacted += bool(found)
-        await bank.commit(records)
-        self._embed_soon(bank)
-        return ImportReport(
-            bank=name,
-            imported=len(records),
-            live=sum(1 for r in records if bank.get(r.id) == r and r.live),
-            redacted=redacted,
-        )
+        return records
+
+
+def _clean_source(source: Provenance | None) -> Provenance | None:
+    """Provenance is written to disk too: its fields get the same redaction as any other text."""
+    if source is None:
+        return None
+    fields = {}
+    for field in ("session_id", "entry_id", "agent"):
+        value = getattr(source, field)
+        if value is not None:
+            transitions.check_unicode(value, f"source.{field}")
+            fields[field] = redact(value).text
+    return Provenance(**fields)
 
 
 def _first_error(exc: ValidationError) -> str:

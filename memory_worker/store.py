@@ -106,6 +106,16 @@ class Store:
             self._banks[name] = bank
             return bank, True
 
+    async def discard_if_empty(self, name: str) -> None:
+        """Undo a bank created by a call whose first write failed, if nothing landed in it since."""
+        async with self._create_lock:
+            bank = self._banks.get(name)
+            if bank is None or not bank.is_empty():
+                return
+            del self._banks[name]
+            bank.close()
+            await asyncio.to_thread(files.remove_tree, bank.path)
+
     async def trash(self, name: str, now_ms: int) -> Path:
         """Move the bank folder to `.trash/<name>-<ms>`: disk first, so a failed rename leaves the
         bank usable."""
@@ -117,7 +127,11 @@ class Store:
                 files.move_to_trash, bank.path, self.root / TRASH_DIR, f"{name}-{now_ms}"
             )
         except StorageError:
-            bank.unfreeze()
+            if bank.path.exists():  # not moved: the bank stays, usable
+                bank.unfreeze()
+            else:  # moved, but its directory sync failed: RAM follows the disk, then report
+                self._banks.pop(name, None)
+                bank.close()
             raise
         self._banks.pop(name, None)
         bank.close()
@@ -125,18 +139,19 @@ class Store:
 
     async def reload(self) -> int:
         """Drop every bank from RAM and replay the data dir again (hand edits picked up)."""
-        old = list(self._banks.values())
-        for bank in old:
-            bank.freeze("the store is reloading; retry")
-        for bank in old:
-            await bank.drain()
-        try:
-            banks, broken = await asyncio.to_thread(_load_all, self.root)
-        except StorageError:
+        async with self._create_lock:  # a bank created mid-reload would miss the new map
+            old = list(self._banks.values())
             for bank in old:
-                bank.unfreeze()
-            raise
-        self._banks, self.broken = banks, broken
+                bank.freeze("the store is reloading; retry")
+            for bank in old:
+                await bank.drain()
+            try:
+                banks, broken = await asyncio.to_thread(_load_all, self.root)
+            except StorageError:
+                for bank in old:
+                    bank.unfreeze()
+                raise
+            self._banks, self.broken = banks, broken
         for bank in old:
             bank.close()
         return len(banks)

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "check_unicode",
     "new_memory",
     "pin",
     "prepare_labels",
@@ -42,7 +43,7 @@ MAX_REASON_CHARS = 500
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
 
 
-def _check_unicode(value: str, field: str) -> None:
+def check_unicode(value: str, field: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -51,7 +52,7 @@ def _check_unicode(value: str, field: str) -> None:
 
 def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     """Redact secrets, trim, and check the length; returns the text and the redaction labels."""
-    _check_unicode(raw, field)
+    check_unicode(raw, field)
     redaction = redact(raw)
     text = redaction.text.strip()
     if len(text) < MIN_TEXT_CHARS:
@@ -66,7 +67,7 @@ def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], 
     out: list[str] = []
     labels: set[str] = set()
     for raw in values:
-        _check_unicode(raw, field)
+        check_unicode(raw, field)
         redaction = redact(raw)
         labels.update(redaction.labels)
         value = collapse_whitespace(redaction.text).lower()
@@ -81,7 +82,7 @@ def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], 
 def prepare_reason(raw: str | None) -> str | None:
     if raw is None:
         return None
-    _check_unicode(raw, "reason")
+    check_unicode(raw, "reason")
     reason = redact(raw).text.strip()[:MAX_REASON_CHARS]
     return reason or None
 

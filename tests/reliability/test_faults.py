@@ -1,0 +1,301 @@
+"""Storage faults injected at the file layer (`os.fsync`, `os.write`, `os.replace`, `os.rename`):
+the call fails with `storage`, what callers see is unchanged, the next write is intact, and a
+reopen serves exactly what RAM served. An unusable data dir at start is fatal, never RAM-only."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker import catalog
+from memory_worker.errors import StorageError
+from memory_worker.service import MemoryService
+from memory_worker.store import Store
+
+from ..test_cli import finish, start_cli
+from .helpers import HOLDER, NEW, OLD, SEED_IDS, TEA, Injector, answers, is_dir, open_service, seed
+
+EIO, ENOSPC = errno.EIO, errno.ENOSPC
+
+OPS: dict[str, tuple[str, dict[str, Any]]] = {
+    "save": ("memory::save", {"text": "The user moved to Porto"}),
+    "reinforce": ("memory::save", {"text": TEA.upper()}),
+    "update": ("memory::update", {"id": SEED_IDS[TEA], "text": "The user drinks black tea"}),
+    "pin": ("memory::pin", {"id": SEED_IDS[TEA], "pinned": True}),
+    "delete": ("memory::delete", {"id": SEED_IDS[TEA]}),
+    "supersede-reinforce": (
+        "memory::supersede",
+        {"id": SEED_IDS[OLD], "superseded_by": SEED_IDS[NEW], "reinforce": True},
+    ),
+    "import": ("import", {"bank": "main"}),
+    "rule-set": ("memory::rule::set", {"name": "style", "content": "Answer at length."}),
+    "rule-new": ("memory::rule::set", {"bank": "blog", "name": "tone", "content": "Be warm."}),
+    "bank-delete": ("memory::bank::delete", {"name": "blog"}),
+}
+IMPORT_ROWS: list[dict[str, Any]] = [
+    {"text": "Imported fact one", "tags": ["imp"]},
+    {"text": "Imported fact two", "invalid_at": 5, "created_at": 1},
+    {"text": "Imported fact three", "pinned": True},
+]
+
+
+@pytest.fixture(scope="module", name="seeded")
+def _seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import asyncio
+
+    data = tmp_path_factory.mktemp("seeded") / "data"
+    asyncio.run(seed(data))
+    return data
+
+
+async def _call(service: MemoryService, op: str) -> Any:
+    function_id, payload = OPS[op]
+    if function_id == "import":
+        return await service.import_records(payload["bank"], IMPORT_ROWS)
+    return await catalog.call(service, function_id, payload)
+
+
+async def _next_writes_land_and_replay(service: MemoryService, data: Path) -> None:
+    """A save into every bank callers see and a rule write succeed, and a reopen serves exactly
+    what RAM served, with nothing reported damaged."""
+    for info in (await catalog.call(service, "memory::bank::list", {}))["banks"]:
+        bank = info["name"]
+        await catalog.call(service, "memory::save", {"bank": bank, "text": f"After, in {bank}"})
+    await catalog.call(service, "memory::rule::set", {"name": "after", "content": "Still here."})
+    live = await answers(service)
+    await service.store.close()
+    reopened = open_service(data)
+    try:
+        assert await answers(reopened) == live
+        damage = [
+            d.describe() for n in reopened.store.names() for d in reopened.store.get(n).damage
+        ]
+        assert damage == []
+    finally:
+        await reopened.store.close()
+
+
+CASES = [
+    ("save", "fsync", EIO),
+    ("save", "fsync", ENOSPC),
+    ("save", "write", EIO),
+    ("save", "write-partial", ENOSPC),
+    ("reinforce", "fsync", EIO),
+    ("update", "write-partial", ENOSPC),
+    ("pin", "fsync", ENOSPC),
+    ("delete", "write", ENOSPC),
+    ("supersede-reinforce", "fsync", EIO),
+    ("supersede-reinforce", "write-partial", ENOSPC),
+    ("import", "fsync", ENOSPC),
+    ("import", "write-partial", ENOSPC),
+    ("rule-set", "replace", EIO),
+    ("rule-set", "replace", ENOSPC),
+    ("rule-set", "fsync", EIO),  # the temp file's own fsync
+    ("rule-set", "write-partial", ENOSPC),
+    ("rule-new", "replace", ENOSPC),
+    ("bank-delete", "rename", EIO),
+    ("bank-delete", "rename", ENOSPC),
+]
+
+
+@pytest.mark.parametrize(
+    ("op", "point", "code"), CASES, ids=[f"{o}-{p}-{errno.errorcode[c]}" for o, p, c in CASES]
+)
+async def test_a_failed_write_changes_nothing_and_the_next_write_is_intact(
+    seeded: Path, tmp_path: Path, op: str, point: str, code: int
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    closed = False
+    try:
+        before = await answers(service)
+        with Injector(point, 1, code) as fault, pytest.raises(StorageError) as failed:
+            await _call(service, op)
+        assert fault.fired
+        assert str(failed.value).startswith("storage: ")
+        assert await answers(service) == before
+        closed = True
+        await _next_writes_land_and_replay(service, data)
+    finally:
+        if not closed:
+            await service.store.close()
+
+
+# --- failures after the point of no return -----------------------------------------------------
+
+
+async def test_a_bank_create_that_fails_leaves_no_half_made_bank(
+    seeded: Path, tmp_path: Path
+) -> None:
+    """The disk refuses `bank.yaml` (ENOSPC): the create fails, but its folder stays behind, so the
+    next boot lists a bank nobody created, and a retry finds the folder, loads it as a hand-made
+    bank, answers `created: false` and drops the description."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        before = await answers(service)
+        payload = {"name": "work", "description": "Work projects"}
+        with Injector("replace", 1, ENOSPC), pytest.raises(StorageError):
+            await catalog.call(service, "memory::bank::create", payload)
+        assert await answers(service) == before
+        await service.store.close()
+        service = open_service(data)
+        assert await answers(service) == before, "a failed create left a bank behind"
+        retried = await catalog.call(service, "memory::bank::create", payload)
+        assert retried["created"] is True
+        assert retried["bank"]["description"] == "Work projects"
+    finally:
+        await service.store.close()
+
+
+@pytest.mark.parametrize(
+    ("function_id", "payload"),
+    [
+        ("memory::save", {"bank": "work", "text": "The user ships on Fridays"}),
+        ("memory::rule::set", {"bank": "work", "name": "tone", "content": "Be warm."}),
+    ],
+    ids=["save", "rule-set"],
+)
+async def test_a_failed_write_into_a_new_bank_does_not_create_the_bank(
+    seeded: Path, tmp_path: Path, function_id: str, payload: dict[str, Any]
+) -> None:
+    """The bank is created first, then the write fails: the call reports `storage`, yet the bank
+    list (in RAM and after a reopen) has a new, empty bank."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        before = await answers(service)
+
+        def in_work(path: str) -> bool:
+            return "/work/" in path and not path.endswith(("bank.yaml", ".bank.yaml.tmp"))
+
+        point = "fsync" if function_id == "memory::save" else "replace"
+        with Injector(point, 1, EIO, where=in_work) as fault, pytest.raises(StorageError):
+            await catalog.call(service, function_id, payload)
+        assert fault.fired
+        assert await answers(service) == before
+    finally:
+        await service.store.close()
+
+
+async def test_a_bank_delete_whose_directory_sync_fails_is_either_done_or_undone(
+    seeded: Path, tmp_path: Path
+) -> None:
+    """The rename into `.trash` succeeds and the directory fsync after it fails: the call reports
+    `storage` and RAM still lists the bank, but its folder is in the trash, so every write to it
+    fails ("cannot open …/blog/memories.jsonl") and the next boot no longer has it."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    closed = False
+    try:
+        with Injector("fsync", 1, EIO, where=is_dir), pytest.raises(StorageError):
+            await catalog.call(service, "memory::bank::delete", {"name": "blog"})
+        closed = True
+        await _next_writes_land_and_replay(service, data)
+    finally:
+        if not closed:
+            await service.store.close()
+
+
+@pytest.mark.parametrize("content", ["Answer at length.", ""], ids=["overwrite", "remove"])
+async def test_a_rule_write_whose_directory_sync_fails_leaves_ram_and_disk_agreeing(
+    seeded: Path, tmp_path: Path, content: str
+) -> None:
+    """The rule file is replaced (or removed) and the directory fsync after it fails: the call
+    reports `storage` and RAM keeps the old rule, while the disk, and so the next boot, has the
+    new one."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        payload = {"name": "style", "content": content}
+        with Injector("fsync", 1, EIO, where=is_dir), pytest.raises(StorageError):
+            await catalog.call(service, "memory::rule::set", payload)
+        seen = await _rules(service)
+        await service.store.close()
+        service = open_service(data)
+        assert await _rules(service) == seen, "RAM serves one rule, the next boot another"
+    finally:
+        await service.store.close()
+
+
+async def _rules(service: MemoryService) -> list[tuple[str, str]]:
+    rules = (await catalog.call(service, "memory::rule::list", {}))["rules"]
+    return [(r["name"], r["content"]) for r in rules]
+
+
+# --- an unusable data dir at start ------------------------------------------------------------
+
+
+def _unusable(tmp_path: Path, case: str) -> Path:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    if case == "under-a-regular-file":
+        return blocker / "data"
+    if case == "a-regular-file":
+        return blocker
+    link = tmp_path / "dangling"
+    link.symlink_to(blocker / "data")
+    return link
+
+
+@pytest.mark.parametrize("case", ["under-a-regular-file", "a-regular-file", "dangling-symlink"])
+def test_an_unusable_data_dir_at_start_is_fatal(tmp_path: Path, case: str) -> None:
+    with pytest.raises(StorageError, match="not writable"):
+        Store.open(_unusable(tmp_path, case), holder=HOLDER)
+
+
+def test_a_read_only_data_dir_at_start_is_fatal(tmp_path: Path) -> None:
+    """(Running as root, chmod does not stop writes: the file system's EROFS is injected.)"""
+    data = tmp_path / "data"
+    data.mkdir()
+    with Injector("open", 1, errno.EROFS), pytest.raises(StorageError, match="Read-only"):
+        Store.open(data, holder=HOLDER)
+    assert list(data.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("trigger", "memory::save", "text=The user likes tea"),
+        ("call", "--batch", "-"),
+        ("serve", "--port", "0"),
+    ],
+    ids=["trigger", "call-batch", "serve"],
+)
+def test_every_command_refuses_to_run_on_an_unusable_data_dir(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    data = _unusable(tmp_path, "under-a-regular-file")
+    outcome = finish(start_cli(*command, "--data-dir", str(data), cwd=tmp_path), timeout=30)
+    assert outcome.code == 1, (outcome.stdout, outcome.stderr)
+    assert outcome.stdout == ""  # no answer, no ready line: nothing ran on RAM alone
+    assert '"code": "storage"' in outcome.stderr.splitlines()[-1]
+    assert str(data) in outcome.stderr
+
+
+async def test_a_data_dir_deleted_while_running_refuses_writes_and_doctor_says_so(
+    tmp_path: Path,
+) -> None:
+    """Writes fail with `storage` (never RAM-only), but doctor's probe recreates the folder, its
+    scratch roundtrip succeeds there, and it answers `ok: true` while every existing bank is
+    unwritable (and the new folder has no lock, so a second process could open it)."""
+    data = tmp_path / "data"
+    service = open_service(data)
+    try:
+        await catalog.call(service, "memory::save", {"text": "The user likes tea"})
+        shutil.rmtree(data)
+        with pytest.raises(StorageError):
+            await catalog.call(service, "memory::save", {"text": "The user likes coffee"})
+        doctor = await catalog.call(service, "memory::doctor", {})
+        assert doctor["ok"] is False, [(c["name"], c["ok"]) for c in doctor["checks"]]
+    finally:
+        await service.store.close()
