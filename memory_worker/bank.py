@@ -140,21 +140,21 @@ class Bank:
 
     @classmethod
     def create(cls, name: str, path: Path, description: str) -> Bank:
-        """Make the folder with its `bank.yaml` and `rules/` (blocking)."""
+        """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
+        hidden temporary name and renamed into place, so a crash never leaves half a bank."""
+        staging = path.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
         try:
-            path.mkdir(parents=False, exist_ok=False)
-        except OSError as exc:
-            raise StorageError(f"cannot create bank folder {path}: {exc.strerror or exc}") from exc
-        try:
-            (path / RULES_DIR).mkdir()
+            (staging / RULES_DIR).mkdir(parents=True)
             body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
-            files.atomic_write(path / BANK_FILE, body)
-            files.fsync_dir(path.parent)
+            files.atomic_write(staging / BANK_FILE, body)
+            files.fsync_dir(staging)
+            os.rename(staging, path)  # fails when the name is taken: never merge into a folder
         except (OSError, StorageError) as exc:
-            files.remove_tree(path)  # ours and empty: no half-made bank for the next boot to load
+            files.remove_tree(staging)
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
+        files.fsync_dir(path.parent)
         return cls(name, path, description)
 
     @classmethod

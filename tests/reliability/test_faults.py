@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memory_worker import catalog
+from memory_worker import catalog, files
 from memory_worker.errors import StorageError
 from memory_worker.service import MemoryService
 from memory_worker.store import Store
@@ -152,6 +152,40 @@ async def test_a_bank_create_that_fails_leaves_no_half_made_bank(
         assert retried["bank"]["description"] == "Work projects"
     finally:
         await service.store.close()
+
+
+class _Died(BaseException):
+    """The process dies at this instant: no handler, no cleanup after it runs (a SIGKILL)."""
+
+
+async def test_a_bank_create_cut_short_by_a_crash_leaves_no_bank_without_its_description(
+    seeded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGKILL between the bank folder's mkdir and its `bank.yaml` (the campaign hits this
+    window: `kill-partial-bank-create`): the next boot must not list a bank without the
+    description it was created with. The crash is simulated where the kill lands."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+
+        def die(path: Path, data: bytes) -> None:
+            raise _Died
+
+        monkeypatch.setattr(files, "atomic_write", die)
+        with pytest.raises(_Died):
+            payload = {"name": "work", "description": "Work projects"}
+            await catalog.call(service, "memory::bank::create", payload)
+        monkeypatch.undo()
+    finally:
+        await service.store.close()  # what the kernel does for a dead process: the lock goes
+    reopened = open_service(data)
+    try:
+        banks = await catalog.call(reopened, "memory::bank::list", {})
+        described = {b["name"]: b["description"] for b in banks["banks"]}
+        assert described.get("work", "Work projects") == "Work projects", described
+    finally:
+        await reopened.store.close()
 
 
 @pytest.mark.parametrize(
