@@ -154,7 +154,11 @@ class Bank:
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
-        files.fsync_dir(path.parent)
+        try:
+            files.fsync_dir(path.parent)
+        except StorageError as exc:
+            # Past the rename the bank exists: report the unsynced entry, do not disown the folder.
+            log.warning("bank_folder_sync_failed", bank=name, error=str(exc))
         return cls(name, path, description)
 
     @classmethod

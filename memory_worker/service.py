@@ -642,6 +642,7 @@ class MemoryService:
             trashed = await self.store.trash(name, now_ms)
             await asyncio.to_thread(files.remove_tree, trashed)
         except WorkerError as exc:
+            await self._drop_scratch(name)
             return DoctorCheck(name="store-roundtrip", ok=False, detail=str(exc), required=True)
         elapsed_ms = (time.perf_counter() - started) * 1000
         if not hits or hits[0].memory.id != probe.id:
@@ -658,6 +659,18 @@ class MemoryService:
             f"({elapsed_ms:.1f} ms); the scratch was removed",
             required=True,
         )
+
+    async def _drop_scratch(self, name: str) -> None:
+        """After a failed roundtrip, remove what is left of doctor's own scratch bank (best effort:
+        a disk that refused the roundtrip may refuse this too, and doctor reports it either way)."""
+        bank = self.store.find(name)
+        if bank is None or bank.description != "doctor scratch":
+            return
+        try:
+            trashed = await self.store.trash(name, self.clock())
+            await asyncio.to_thread(files.remove_tree, trashed)
+        except WorkerError as exc:
+            log.warning("doctor_scratch_left", bank=name, error=str(exc))
 
     def _scratch_name(self) -> str:
         """A bank name no user bank (loaded, broken, or a folder on disk) has: doctor deletes its
