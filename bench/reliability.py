@@ -65,6 +65,7 @@ from memory_worker.errors import (  # noqa: E402
 from memory_worker.service import MemoryService  # noqa: E402
 from memory_worker.store import Store  # noqa: E402
 from memory_worker.text import collapse_whitespace  # noqa: E402
+from tests import test_properties as property_tests  # noqa: E402
 from tests.fakes import FixedClock, RecordingEmitter  # noqa: E402
 from tests.reliability.helpers import (  # noqa: E402
     BLOG,
@@ -646,58 +647,9 @@ async def _start_faults(root: Path) -> dict[str, bool]:
 
 # === 4. fuzz ===
 
-NASTY = (
-    "",
-    " ",
-    "\t\n",
-    "\x00",
-    "nul\x00byte",
-    "\x1b[2J\x07bell",
-    "\r\n\r\n",
-    "\u0085\u2028\u2029",
-    "\ud800",
-    "lone \udfff surrogate",
-    "\u202eevil\u202c",
-    "مرحبا بالذاكرة",
-    "זיכרון עמיד",
-    "用户喜欢喝绿茶",
-    "ユーザーは紅茶が好き",
-    "사용자는 차를 좋아한다",
-    "🙂🚀👩‍👩‍👧‍👦",
-    "e\u0301\u0301\u0301",
-    "../evil",
-    "..",
-    ".",
-    "/etc/passwd",
-    "a/b",
-    "a\\b",
-    "~",
-    ".trash",
-    ".lock",
-    ".hidden",
-    "con",
-    "nul",
-    "CON",
-    "aux",
-    "true",
-    "null",
-    "[]",
-    "{}",
-    "NaN",
-    "-1",
-    "1e309",
-    "x" * 65,
-    "password=hunter2",
-    "Bearer abcdefghijklmnopqrstuvwxyz0123456789",
-    "doctor-210000",
-)
-HUGE = (
-    "a" * 1_000_000,
-    "tea " * 250_000,
-    "记忆🙂é" * 80_000,
-    "password=hunter2 " * 60_000,
-    "\ud800" + "x" * 1_000_000,
-)
+# The hostile strings of the property tests, plus the name doctor once took for a scratch bank.
+NASTY = (*property_tests.NASTY, "doctor-210000")
+HUGE = property_tests.HUGE
 NAMES = (
     "main",
     "blog",
