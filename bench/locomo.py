@@ -42,7 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rank_bm25 import BM25Okapi  # noqa: E402
-from runinfo import commit, machine, source_digest, write_doc  # noqa: E402
+from runinfo import (  # noqa: E402
+    add_write_doc_option,
+    check_doc_region,
+    commit,
+    machine,
+    source_digest,
+    write_doc,
+)
 
 from memory_worker.catalog import call  # noqa: E402
 from memory_worker.logs import configure_logging  # noqa: E402
@@ -502,19 +509,9 @@ def main() -> int:
         help="only the first N conversations (a quick run)",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
-    parser.add_argument(
-        "--write-doc",
-        type=Path,
-        nargs="?",
-        const=ROOT / "docs" / "BENCHMARKS.md",
-        metavar="PATH",
-        help="also replace the locomo region of docs/BENCHMARKS.md (or PATH) with this run",
-    )
+    add_write_doc_option(parser, "locomo")
     args = parser.parse_args()
-    if args.write_doc:
-        doc = args.write_doc.read_text(encoding="utf-8") if args.write_doc.is_file() else ""
-        if "<!-- locomo:begin -->" not in doc or "<!-- locomo:end -->" not in doc:
-            parser.error(f"{args.write_doc} has no <!-- locomo:begin/end --> markers")
+    check_doc_region(parser, args.write_doc, "locomo")
     configure_logging("warning")  # the store's info lines would bury the tables
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(main_async(args))

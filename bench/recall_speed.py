@@ -48,7 +48,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rank_bm25 import BM25Okapi  # noqa: E402
-from runinfo import commit, load_average, machine, source_digest, write_doc  # noqa: E402
+from runinfo import (  # noqa: E402
+    add_write_doc_option,
+    check_doc_region,
+    commit,
+    load_average,
+    machine,
+    source_digest,
+    write_doc,
+)
 
 from memory_worker import recall as recall_module  # noqa: E402
 from memory_worker.catalog import call  # noqa: E402
@@ -517,20 +525,10 @@ def main() -> int:
     )
     parser.add_argument("--queries", type=int, default=QUERIES, help="queries per size (200)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
-    parser.add_argument(
-        "--write-doc",
-        type=Path,
-        nargs="?",
-        const=ROOT / "docs" / "BENCHMARKS.md",
-        metavar="PATH",
-        help="also replace the recall-speed region of docs/BENCHMARKS.md (or PATH) with this run",
-    )
+    add_write_doc_option(parser, "recall-speed")
     parser.add_argument("--boot-probe", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.write_doc:
-        doc = args.write_doc.read_text(encoding="utf-8") if args.write_doc.is_file() else ""
-        if "<!-- recall-speed:begin -->" not in doc or "<!-- recall-speed:end -->" not in doc:
-            parser.error(f"{args.write_doc} has no <!-- recall-speed:begin/end --> markers")
+    check_doc_region(parser, args.write_doc, "recall-speed")
     configure_logging("warning")  # the store's info lines would bury the table
     if args.boot_probe:
         boot_probe(args.boot_probe)

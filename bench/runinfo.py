@@ -3,6 +3,7 @@ and the in-place update of a marked region of docs/BENCHMARKS.md."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import os
@@ -63,3 +64,24 @@ def write_doc(path: Path, key: str, body: str) -> None:
     if i < 0 or j < i:
         raise SystemExit(f"{path} has no {begin} ... {end} region to replace")
     path.write_text(f"{text[:i]}{begin}\n{body}\n{text[j:]}", encoding="utf-8")
+
+
+def add_write_doc_option(parser: argparse.ArgumentParser, key: str) -> None:
+    """`--write-doc [PATH]`: also replace the `key` region of docs/BENCHMARKS.md (or PATH)."""
+    parser.add_argument(
+        "--write-doc",
+        type=Path,
+        nargs="?",
+        const=ROOT / "docs" / "BENCHMARKS.md",
+        metavar="PATH",
+        help=f"also replace the {key} region of docs/BENCHMARKS.md (or PATH) with this run",
+    )
+
+
+def check_doc_region(parser: argparse.ArgumentParser, path: Path | None, key: str) -> None:
+    """Fail before the run, not after it, when `path` lacks the `key` markers."""
+    if path is None:
+        return
+    doc = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if f"<!-- {key}:begin -->" not in doc or f"<!-- {key}:end -->" not in doc:
+        parser.error(f"{path} has no <!-- {key}:begin/end --> markers")

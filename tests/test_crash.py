@@ -22,20 +22,12 @@ from memory_worker.store import Store
 from memory_worker.text import fingerprint
 
 from .conftest import HOLDER
+from .reliability.model import Rec
 from .test_cli import BatchProcess, batch_file_answers, write_batch
 
 # --- a reference model of the acknowledged operations ---------------------------------------------
 
 
-@dataclass(frozen=True)
-class Rec:
-    """What the tests track of one memory id."""
-
-    text: str
-    live: bool = True
-    pinned: bool = False
-    superseded_by: str | None = None
-    corroboration: int = 0
 
 
 Model = dict[str, Rec]

@@ -22,19 +22,11 @@ from memory_worker.service import MemoryService
 from memory_worker.text import fingerprint, normalize
 
 from ..test_cli import finish, start_cli
+from ..test_properties import CONCURRENT_POOL
 from .helpers import answers, open_service
 
 WRITERS = 64
-POOL = (
-    "The user drinks green tea",
-    "the user drinks  GREEN tea",
-    "THE USER DRINKS GREEN TEA ",
-    "Ana maintains the iii blog",
-    "ana\tmaintains the iii BLOG",
-    "Deploys run on Fridays",
-    "The office is in Lisbon",
-    "The user has a dog named Pipoca",
-)
+POOL = (*CONCURRENT_POOL, "The user has a dog named Pipoca")
 Acked = list[tuple[str, dict[str, Any]]]  # (bank, memory as answered)
 
 
