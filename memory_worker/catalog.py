@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import wire
 from .errors import InvalidInput
@@ -222,7 +222,7 @@ async def call(service: MemoryService, function_id: str, payload: object) -> dic
     return response.to_wire()
 
 
-def json_schema(model: type[wire.Request] | type[wire.Response]) -> dict[str, Any]:
+def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     """Draft-07 style schema (`definitions`, `#/definitions/…`), as the published reference."""
     schema = model.model_json_schema(ref_template="#/definitions/{model}")
     if "$defs" in schema:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ERROR_CODES",
+    "HTTP_STATUS",
     "BankNotFound",
     "Conflict",
     "InvalidInput",
@@ -81,4 +82,14 @@ ERROR_CODES: dict[str, str] = {
         StorageError,
         SiblingUnavailable,
     )
+}
+
+# The HTTP status each code maps to, for both REST edges (standalone and the http worker).
+HTTP_STATUS: dict[str, int] = {
+    InvalidInput.code: 400,
+    BankNotFound.code: 404,
+    MemoryNotFound.code: 404,
+    Conflict.code: 409,
+    StorageError.code: 503,
+    SiblingUnavailable.code: 503,
 }

@@ -18,6 +18,7 @@ from .text import collapse_whitespace, normalize
 __all__ = [
     "AMBIENT_FLOOR",
     "CHARS_PER_TOKEN",
+    "RULES_UPDATE_TAG",
     "MemoryBlock",
     "RulesSection",
     "ambient_header",
@@ -99,11 +100,22 @@ def apply_floor(hits: list[Hit], top: list[Memory], floor: int) -> list[Hit]:
     return out
 
 
+RULES_UPDATE_TAG = '<memory update="rules">'
+
+
 def render_rules_update(section: str) -> str:
     """The one appended message that tells a running session its rules changed; its system prompt
-    stays byte-for-byte what it was (prompt caches and the append-only prefix survive)."""
+    stays byte-for-byte what it was (prompt caches and the append-only prefix survive). An empty
+    `section` tells the session that no memory section applies any more (memory turned off, or
+    its bank became unusable)."""
+    if not section.strip():
+        return (
+            f"{RULES_UPDATE_TAG}\n"
+            "No memory section applies to this conversation any more: disregard the memory section "
+            "of the system prompt and any earlier memory update.\n</memory>"
+        )
     return (
-        '<memory update="rules">\n'
+        f"{RULES_UPDATE_TAG}\n"
         "The memory rules for this conversation changed. This block replaces the memory section of "
         "the system prompt and any earlier memory update.\n"
         f"{section.strip()}\n</memory>"

@@ -12,7 +12,11 @@ __all__ = [
     "Clock",
     "Embedder",
     "Emitter",
+    "HealthProbe",
+    "JobQueue",
+    "KeyValue",
     "NullEmitter",
+    "SessionDirectory",
     "system_clock",
 ]
 
@@ -36,6 +40,41 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order. Raises `SiblingUnavailable` when it cannot answer."""
         ...
+
+
+class SessionDirectory(Protocol):
+    """The session-manager, read for bank selection (`session::get`)."""
+
+    async def get(self, session_id: str) -> dict[str, Any] | None:
+        """The session's meta (`metadata`, parent link), or None for an unknown session. Raises
+        `SiblingUnavailable` when the lookup itself failed (then nothing new may be injected)."""
+        ...
+
+
+class KeyValue(Protocol):
+    """Small durable per-key state (the state worker): what each session was told survives a
+    worker restart."""
+
+    async def get(self, scope: str, key: str) -> Any: ...
+
+    async def set(self, scope: str, key: str, value: Any) -> None: ...
+
+    async def delete(self, scope: str, key: str) -> None: ...
+
+
+class JobQueue(Protocol):
+    """Durable background jobs (the queue worker). `receipt` dedupes a redelivered enqueue."""
+
+    async def enqueue(self, function_id: str, data: dict[str, Any], receipt: str) -> bool:
+        """True when queued; False when no queue exists (the caller runs the job inline)."""
+        ...
+
+
+class HealthProbe(Protocol):
+    """Advisory health of what surrounds the worker (sibling reachability), for `memory::doctor`.
+    Each entry: `(name, ok, detail)`."""
+
+    async def __call__(self) -> list[tuple[str, bool, str]]: ...
 
 
 class Clock(Protocol):

@@ -19,7 +19,7 @@ PACKAGE_DIR = ROOT / "memory_worker"
 PACKAGE = "memory_worker"
 
 # What only adapters may touch: our own edge modules and the transport/CLI libraries.
-ADAPTER_MODULES = ("cli", "bus", "watch", "logs", "standalone")
+ADAPTER_MODULES = ("cli", "bus", "watch", "logs", "standalone", "settings_file")
 ADAPTER_LIBRARIES = frozenset({"iii", "httpx", "aiohttp", "watchfiles", "websockets", "argparse"})
 
 LEAVES = frozenset({"errors", "models", "text", "names"})
@@ -76,6 +76,13 @@ RULES: dict[str, Rule] = {
     "store": _core(),
     "service": _core(),
     "catalog": _core(),
+    # The harness seams as use cases: per-session state, bank selection, the hook, the turn
+    # pipeline, hot reload. They speak to siblings only through `ports`.
+    "sessions": _core(),
+    "selection": _core(),
+    "pregenerate": _core(),
+    "turns": _core(),
+    "reconfigure": _core(),
     # Named in STYLE.md's layout, not written yet: pure reply parsing and the background pass.
     "extraction": _core(),
     "extractor": _core(),
@@ -88,6 +95,7 @@ RULES: dict[str, Rule] = {
     "logs": ADAPTER,
     "watch": ADAPTER,
     "standalone": ADAPTER,
+    "settings_file": ADAPTER,
     "bus": ADAPTER,
     "bus.catalog": ADAPTER,
     "bus.worker": ADAPTER,

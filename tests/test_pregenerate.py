@@ -1,0 +1,423 @@
+"""The pre-generate hook, bank selection and the turn pipeline, through their ports (no wire).
+
+The wire tier (`tests/bus/`) runs the same code through the real SDK and an engine double; here
+each rule of the hook is pinned with fakes that can be told to fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memory_worker.config import Settings
+from memory_worker.errors import BankNotFound, SiblingUnavailable
+from memory_worker.injection import RULES_UPDATE_TAG, message_text, render_rules_update
+from memory_worker.pregenerate import PreGenerate, user_message
+from memory_worker.selection import BankResolver, Outcome, Parent
+from memory_worker.service import MemoryService
+from memory_worker.sessions import SCOPE, SessionRecord, SessionState
+from memory_worker.turns import EXTRACT_JOB, TurnPipeline
+from memory_worker.wire import BankDeleteRequest, RuleSetRequest, SaveRequest
+
+
+class Sessions:
+    """The session-manager port: metas by id; `fail` makes every lookup fail."""
+
+    def __init__(self) -> None:
+        self.metas: dict[str, dict[str, Any]] = {}
+        self.fail = False
+        self.calls = 0
+
+    def add(self, session_id: str, bank: str | None = None, parent: Parent | None = None) -> None:
+        meta: dict[str, Any] = {"session_id": session_id, "metadata": {}}
+        if bank is not None:
+            meta["metadata"]["memory_bank"] = bank
+        if parent is not None:
+            meta["parent"] = {"session_id": parent.session_id, "turn_id": parent.turn_id}
+        self.metas[session_id] = meta
+
+    async def get(self, session_id: str) -> dict[str, Any] | None:
+        self.calls += 1
+        if self.fail:
+            raise SiblingUnavailable("session::get timed out")
+        return self.metas.get(session_id)
+
+
+class KV:
+    """The state worker port, in a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], Any] = {}
+        self.fail = False
+
+    async def get(self, scope: str, key: str) -> Any:
+        if self.fail:
+            raise SiblingUnavailable("state down")
+        return self.data.get((scope, key))
+
+    async def set(self, scope: str, key: str, value: Any) -> None:
+        if self.fail:
+            raise SiblingUnavailable("state down")
+        self.data[(scope, key)] = value
+
+    async def delete(self, scope: str, key: str) -> None:
+        self.data.pop((scope, key), None)
+
+
+class Queue:
+    def __init__(self, present: bool = True) -> None:
+        self.present = present
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    async def enqueue(self, function_id: str, data: dict[str, Any], receipt: str) -> bool:
+        assert function_id == EXTRACT_JOB
+        if self.present:
+            self.jobs.setdefault(receipt, data)
+        return self.present
+
+
+class Hooked:
+    """The hook wired to a real service and fake siblings, plus a tiny harness: it keeps each
+    session's window (the appended messages persist, as the harness does)."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+        self.sessions = Sessions()
+        self.kv = KV()
+        self.state = SessionState(self.kv)
+        self.resolver = BankResolver(
+            self.sessions, self.state, lambda: service.store, lambda: service.settings.default_bank
+        )
+        self.hook = PreGenerate(service, self.resolver, self.state)
+        self.windows: dict[str, list[dict[str, Any]]] = {}
+
+    async def step(
+        self,
+        session_id: str,
+        text: str | None,
+        *,
+        turn: str = "t1",
+        step: int = 0,
+        metadata: dict[str, Any] | None = None,
+        parent: dict[str, Any] | None = None,
+        persist: bool = True,
+    ) -> dict[str, Any] | None:
+        window = self.windows.setdefault(session_id, [])
+        if text is not None:
+            window.append(user_message(text, 1))
+        envelope = {
+            "point": "pre_generate",
+            "session_id": session_id,
+            "turn_id": turn,
+            "step": step,
+            "metadata": metadata,
+            "parent": parent,
+            "generate": {"system_prompt": "BASE", "messages": list(window), "model": "m"},
+            "_caller_worker_id": "harness-1",
+        }
+        reply = await self.hook.run(envelope)
+        if persist and reply and reply.get("mutations"):
+            window.extend(reply["mutations"]["append_messages"])
+        return reply
+
+
+def appended(reply: dict[str, Any] | None) -> list[str]:
+    if not reply or "mutations" not in reply:
+        return []
+    return [message_text(m) for m in reply["mutations"]["append_messages"]]
+
+
+@pytest.fixture(name="h")
+def _hooked(service: MemoryService) -> Hooked:
+    return Hooked(service)
+
+
+async def save(service: MemoryService, text: str, bank: str = "main") -> None:
+    await service.save(SaveRequest(text=text, bank=bank))
+
+
+async def set_rule(service: MemoryService, name: str, content: str, bank: str = "main") -> None:
+    await service.rule_set(RuleSetRequest(bank=bank, name=name, content=content))
+
+
+class TestInjection:
+    async def test_first_step_gets_the_section_in_the_system_prompt_and_memories_appended(
+        self, h: Hooked
+    ) -> None:
+        await set_rule(h.service, "style", "Answer in British English.")
+        await save(h.service, "The user's cat is called Miso.")
+        reply = await h.step("s1", "what is my cat called?")
+        assert reply is not None and reply["decision"] == "continue"
+        prompt = reply["mutations"]["system_prompt"]
+        assert prompt.startswith("BASE") and "# Memory — bank: main" in prompt
+        assert "Answer in British English." in prompt
+        [block] = appended(reply)
+        assert block.startswith('<memory bank="main"') and "Miso" in block
+        notes = reply["annotations"]
+        assert notes["memory_bank"] == "main" and notes["memory_recalled"] == 1
+        assert notes["memory_rules"] == 1 and notes["memory_retrieval"] == "bm25-entity"
+
+    async def test_later_steps_send_the_same_prefix_and_recall_nothing(self, h: Hooked) -> None:
+        await set_rule(h.service, "style", "Be brief.")
+        await save(h.service, "The user lives in Lisbon.")
+        first = await h.step("s1", "where do I live?")
+        second = await h.step("s1", None, step=1)
+        assert second is not None
+        assert second["mutations"]["system_prompt"] == first["mutations"]["system_prompt"]
+        assert appended(second) == []
+
+    async def test_a_rule_change_arrives_once_as_an_appended_update(self, h: Hooked) -> None:
+        await set_rule(h.service, "style", "Be brief.")
+        first = await h.step("s1", "hello")
+        frozen = first["mutations"]["system_prompt"]
+        await set_rule(h.service, "style", "Be thorough.")
+        reply = await h.step("s1", "next question", turn="t2")
+        assert reply["mutations"]["system_prompt"] == frozen  # the prefix never changes
+        updates = [t for t in appended(reply) if t.startswith(RULES_UPDATE_TAG)]
+        assert len(updates) == 1 and "Be thorough." in updates[0]
+        assert reply["annotations"]["memory_rules_updated"] is True
+        again = await h.step("s1", None, turn="t2", step=1)
+        assert [t for t in appended(again) if t.startswith(RULES_UPDATE_TAG)] == []
+
+    async def test_a_redelivered_step_gets_the_same_update(self, h: Hooked) -> None:
+        await set_rule(h.service, "style", "Be brief.")
+        await h.step("s1", "hello")
+        await set_rule(h.service, "style", "Be thorough.")
+        one = await h.step("s1", "question", turn="t2", persist=False)
+        two = await h.step("s1", None, turn="t2", persist=False)  # same window again
+        assert appended(one)[0] == appended(two)[0]
+
+    async def test_rules_changed_back_are_announced_again(self, h: Hooked) -> None:
+        await set_rule(h.service, "style", "Be brief.")
+        await h.step("s1", "hello")
+        await set_rule(h.service, "style", "Be thorough.")
+        await h.step("s1", "q2", turn="t2")
+        await set_rule(h.service, "style", "Be brief.")
+        reply = await h.step("s1", "q3", turn="t3")
+        [update] = [t for t in appended(reply) if t.startswith(RULES_UPDATE_TAG)]
+        assert "Be brief." in update
+
+    async def test_what_a_session_was_told_survives_a_restart(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await set_rule(service, "style", "Be brief.")
+        first = await h.step("s1", "hello")
+        await h.state.flush()
+        await set_rule(service, "style", "Be thorough.")
+        restarted = Hooked(service)  # a new process: empty caches, same state worker
+        restarted.kv.data = h.kv.data
+        restarted.windows = h.windows
+        reply = await restarted.step("s1", "again", turn="t2")
+        assert reply["mutations"]["system_prompt"] == first["mutations"]["system_prompt"]
+        assert any(t.startswith(RULES_UPDATE_TAG) for t in appended(reply))
+
+    async def test_memories_the_window_already_carries_are_not_handed_again(
+        self, h: Hooked
+    ) -> None:
+        await save(h.service, "The user's cat is called Miso.")
+        await save(h.service, "The user plays the cello.")
+        first = await h.step("s1", "tell me about my cat")
+        assert "Miso" in appended(first)[0]
+        second = await h.step("s1", "and my cat's name again?", turn="t2")
+        assert all("Miso" not in text for text in appended(second))
+
+    async def test_our_own_blocks_are_never_the_query(self, h: Hooked) -> None:
+        await save(h.service, "The user's cat is called Miso.")
+        h.windows["s1"] = [user_message("cat", 1), user_message('<memory bank="x">junk', 2)]
+        reply = await h.step("s1", None)
+        assert "Miso" in appended(reply)[0]
+
+    async def test_no_session_id_passes(self, h: Hooked) -> None:
+        assert await h.hook.run({"generate": {"messages": []}}) is None
+        assert await h.hook.run("not an envelope") is None
+
+    async def test_both_injections_off_withdraws_the_section_once(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await set_rule(service, "style", "Be brief.")
+        first = await h.step("s1", "hello")
+        service.settings = Settings(inject_rules=False, inject_memories=False)
+        reply = await h.step("s1", "q", turn="t2")
+        assert reply["mutations"]["system_prompt"] == first["mutations"]["system_prompt"]
+        assert appended(reply) == [render_rules_update("")]
+        assert appended(await h.step("s1", "q2", turn="t3")) == []
+        assert await h.step("s-new", "hi") is None  # a new session is told nothing at all
+
+
+class TestSelection:
+    async def test_turn_metadata_wins_over_session_metadata(self, h: Hooked) -> None:
+        await save(h.service, "Blog posts go out on Fridays.", bank="blog")
+        h.sessions.add("s1", bank="coding")
+        reply = await h.step("s1", "when do posts go out?", metadata={"memory_bank": "blog"})
+        assert reply["annotations"]["memory_bank"] == "blog"
+        assert "Fridays" in appended(reply)[0]
+
+    async def test_session_metadata_picks_the_bank(self, h: Hooked) -> None:
+        await save(h.service, "Blog posts go out on Fridays.", bank="blog")
+        h.sessions.add("s1", bank="blog")
+        reply = await h.step("s1", "when do posts go out?")
+        assert reply["annotations"]["memory_bank"] == "blog"
+
+    async def test_a_sub_agent_uses_its_parent_turns_bank(self, h: Hooked) -> None:
+        await save(h.service, "Blog posts go out on Fridays.", bank="blog")
+        await h.step("parent", "hi", turn="pt", metadata={"memory_bank": "blog"})
+        h.sessions.add("parent")
+        h.sessions.add("child", parent=Parent("parent", "pt"))
+        reply = await h.step("child", "when do posts go out?", turn="ct")
+        assert reply["annotations"]["memory_bank"] == "blog"
+
+    async def test_a_sub_agent_walks_up_to_the_parent_sessions_bank(self, h: Hooked) -> None:
+        await save(h.service, "Blog posts go out on Fridays.", bank="blog")
+        h.sessions.add("root", bank="blog")
+        h.sessions.add("mid", parent=Parent("root"))
+        h.sessions.add("leaf", parent=Parent("mid"))
+        reply = await h.step("leaf", "posts?")
+        assert reply["annotations"]["memory_bank"] == "blog"
+
+    async def test_a_parent_that_no_longer_exists_means_no_memory(self, h: Hooked) -> None:
+        await save(h.service, "The user likes tea.")
+        h.sessions.add("orphan", parent=Parent("gone"))
+        resolution = await h.resolver.resolve("orphan")
+        assert resolution.outcome is Outcome.NO_MEMORY
+        assert await h.step("orphan", "what do I like?") is None
+
+    async def test_an_invalid_bank_name_means_no_memory_never_the_default(self, h: Hooked) -> None:
+        await save(h.service, "The user likes tea.")
+        reply = await h.step("s1", "what do I like?", metadata={"memory_bank": "../etc"})
+        assert reply is None
+        assert (await h.state.get("s1")).turn_bank("t1") == ""
+
+    async def test_a_deleted_bank_means_no_memory(self, h: Hooked, service: MemoryService) -> None:
+        await save(service, "Blog posts go out on Fridays.", bank="blog")
+        await service.bank_delete(BankDeleteRequest(name="blog"))
+        await save(service, "The user likes tea.")
+        h.sessions.add("s1", bank="blog")
+        assert await h.step("s1", "what do I like?") is None
+
+    async def test_a_deleted_bank_mid_session_withdraws_its_section(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await set_rule(service, "style", "Blog voice.", bank="blog")
+        h.sessions.add("s1", bank="blog")
+        first = await h.step("s1", "hi")
+        await service.bank_delete(BankDeleteRequest(name="blog"))
+        reply = await h.step("s1", "again", turn="t2")
+        assert reply["mutations"]["system_prompt"] == first["mutations"]["system_prompt"]
+        assert appended(reply) == [render_rules_update("")]
+
+    async def test_a_failed_lookup_keeps_the_told_section_and_adds_nothing(self, h: Hooked) -> None:
+        await save(h.service, "The user likes tea.")
+        first = await h.step("s1", "hello")
+        h.sessions.fail = True
+        reply = await h.step("s1", "what do I like?", turn="t2")
+        assert reply == {
+            "decision": "continue",
+            "mutations": {
+                "append_messages": [],
+                "system_prompt": first["mutations"]["system_prompt"],
+            },
+        }
+        assert await h.step("never-seen", "hi") is None
+
+    async def test_an_unknown_bank_gets_the_header_only_while_extraction_is_on(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        reply = await h.step("s1", "hi", metadata={"memory_bank": "fresh"})
+        assert "# Memory — bank: fresh" in reply["mutations"]["system_prompt"]
+        service.settings = Settings(extraction_enabled=False)
+        quiet = await h.step("s2", "hi", metadata={"memory_bank": "fresh2"})
+        assert quiet is None or "mutations" not in quiet
+
+    async def test_a_call_inside_a_turn_acts_on_that_turns_bank(self, h: Hooked) -> None:
+        await h.step("s1", "hi", turn="t9", metadata={"memory_bank": "blog"})
+        assert await h.resolver.for_call({"session_id": "s1", "turn_id": "t9"}) == "blog"
+        assert await h.resolver.for_call(None) is None  # outside a session: the default
+        await h.step("s2", "hi", turn="t8", metadata={"memory_bank": "BAD NAME"})
+        with pytest.raises(BankNotFound):
+            await h.resolver.for_call({"session_id": "s2", "turn_id": "t8"})
+
+    async def test_state_worker_failure_does_not_break_the_hook(self, h: Hooked) -> None:
+        h.kv.fail = True
+        await save(h.service, "The user likes tea.")
+        reply = await h.step("s1", "what do I like?")
+        assert "tea" in appended(reply)[0]
+        await h.state.flush()
+
+
+class TestTurnPipeline:
+    @pytest.fixture(name="pipe")
+    def _pipe(self, h: Hooked) -> tuple[TurnPipeline, Queue]:
+        queue = Queue()
+        return TurnPipeline(h.service, h.resolver, h.state, queue, extractor=None), queue
+
+    async def test_a_turn_enqueues_one_job_into_the_bank_it_ran_with(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        pipeline, queue = pipe
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
+        h.sessions.add("s1", bank="other")  # a later switch does not move a finished turn
+        turn = {"session_id": "s1", "turn_id": "t1", "status": "failed"}
+        assert (await pipeline.on_turn_completed(turn))["queued"]
+        await pipeline.on_turn_completed(turn)  # redelivered: the same receipt
+        [job] = queue.jobs.values()
+        assert job["bank"] == "blog" and job["session_id"] == "s1"
+
+    async def test_sub_agent_turns_are_not_extracted(
+        self, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        pipeline, queue = pipe
+        turn = {"session_id": "c", "turn_id": "t", "parent": {"session_id": "p", "turn_id": "x"}}
+        assert (await pipeline.on_turn_completed(turn))["skipped"] == "sub-agent turn"
+        assert queue.jobs == {}
+
+    async def test_a_turn_without_memory_only_skips(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        pipeline, queue = pipe
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "NOT valid"})
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        [job] = queue.jobs.values()
+        assert job["skip"] is True
+        assert (await pipeline.extract_job(job))["skipped"]
+
+    async def test_a_job_for_a_deleted_bank_never_recreates_it(
+        self, pipe: tuple[TurnPipeline, Queue], service: MemoryService
+    ) -> None:
+        pipeline, _ = pipe
+        await save(service, "Blog posts go out on Fridays.", bank="blog")
+        await service.bank_delete(BankDeleteRequest(name="blog"))
+        result = await pipeline.extract_job({"session_id": "s1", "bank": "blog"})
+        assert "deleted" in result["skipped"]
+        assert service.store.find("blog") is None
+
+    async def test_a_job_whose_session_lookup_fails_raises_so_the_queue_retries(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        pipeline, _ = pipe
+        h.sessions.fail = True
+        with pytest.raises(SiblingUnavailable):
+            await pipeline.extract_job({"session_id": "s1"})
+
+    async def test_without_a_queue_the_job_runs_inline(self, h: Hooked) -> None:
+        pipeline = TurnPipeline(h.service, h.resolver, h.state, Queue(present=False), None)
+        reply = await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        assert reply["inline"]
+        await pipeline.close()
+
+    async def test_session_deleted_drops_what_was_kept(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        pipeline, _ = pipe
+        await h.step("s1", "hi")
+        await h.state.flush()
+        assert (SCOPE, "s1") in h.kv.data
+        await pipeline.on_session_deleted({"session_id": "s1"})
+        assert (SCOPE, "s1") not in h.kv.data and await h.state.get("s1") is None
+
+
+def test_session_record_round_trips_and_accepts_the_wrapped_shape() -> None:
+    record = SessionRecord(system="x", turns={"t": "main", "u": ""})
+    assert SessionRecord.from_json(record.to_json()) == record
+    assert SessionRecord.from_json({"value": record.to_json()}) == record
+    assert SessionRecord.from_json("garbage") is None
