@@ -129,6 +129,7 @@ class Bank:
         self._rules_lock = asyncio.Lock()
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
+        self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
 
     def __repr__(self) -> str:
         return (
@@ -166,6 +167,8 @@ class Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers."""
         bank = cls(name, path)
         bank.description = bank._read_description()
+        # Stamped before reading, so an edit made while replaying still counts as a change.
+        bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._replay()
         bank._load_vectors()
         bank._load_rules()
@@ -408,6 +411,7 @@ class Bank:
             except StorageError as exc:
                 self._abort(exc)
                 return
+            self._stamp_own_write()
             del self._queue[: len(batch)]
             for pending in batch:
                 for record in pending.records:
@@ -513,6 +517,73 @@ class Bank:
             return
         self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
 
+    # --- hand edits ----------------------------------------------------------------------------
+
+    def disk_changed(self) -> bool:
+        """Whether the folder says something RAM does not (an edit by hand), by content and file
+        identity, never by timing: `memories.jsonl` against its stamp from this bank's own last
+        replay or fsync, the rule files' names and contents, and `bank.yaml`'s description.
+        False while writes are in flight: the file is mid-write by us; ask again after `drain()`.
+        Blocking, but only a stat and the small rule and `bank.yaml` files are read."""
+        if self._queue or self._rules_lock.locked():
+            return False
+        if self._flusher is not None and not self._flusher.done():
+            return False
+        if _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
+            return True
+        try:
+            description = self._disk_description()
+        except StorageError:
+            return True  # unreadable: a reload reports it (the bank becomes broken)
+        if description != self.description:
+            return True
+        return self._disk_rules() != {name: rule.content for name, rule in self._rules.items()}
+
+    def is_frozen(self) -> bool:
+        """Being trashed or reloaded: whoever froze it decides what happens to it next."""
+        return self._frozen is not None
+
+    def _stamp_own_write(self) -> None:
+        """After our fsync: the log as it now stands is ours, unless someone else touched it too.
+        A file of another inode (replaced by hand) or a size other than everything we appended
+        (a hand append) keeps the old stamp, so `disk_changed()` still reports the edit."""
+        stamp = _stat_stamp(self._log.path)
+        if stamp is None or stamp[1] != self._log.size:
+            return
+        if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
+            return
+        self._log_stamp = stamp
+
+    def _disk_description(self) -> str:
+        """`bank.yaml`'s description as `load()` would read it, without recording damage."""
+        path = self.path / BANK_FILE
+        if not path.exists():
+            return ""
+        try:
+            data = yaml.safe_load(files.read_text(path))
+        except yaml.YAMLError:
+            return ""
+        value = data.get("description") if isinstance(data, dict) else None
+        return value if isinstance(value, str) else ""
+
+    def _disk_rules(self) -> dict[str, str]:
+        """The rules `load()` would read (same filter, unreadable files skipped alike)."""
+        folder = self.path / RULES_DIR
+        try:
+            entries = list(os.scandir(folder)) if folder.is_dir() else []
+        except OSError:
+            return {}
+        found: dict[str, str] = {}
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.name.endswith(".md"):
+                continue
+            try:
+                if entry.is_file():
+                    found[entry.name[: -len(".md")]] = files.read_text(Path(entry.path))
+            except (OSError, StorageError):
+                continue
+        return found
+
 
 def _write_rule(path: Path, data: bytes) -> None:
     try:
@@ -526,3 +597,15 @@ def _consume_exception(future: asyncio.Future[None]) -> None:
     # A failed commit is reported to its caller; this only stops asyncio warning about it twice.
     if not future.cancelled():
         future.exception()
+
+
+# (inode, size, mtime_ns) of a file, or None when it is missing: what `disk_changed` compares.
+_Stamp = tuple[int, int, int]
+
+
+def _stat_stamp(path: Path) -> _Stamp | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns

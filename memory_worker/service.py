@@ -25,7 +25,16 @@ from .errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound, Worker
 from .injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
 from .models import MAX_INT, BankEvent, BankInfo, Confidence, ItemEvent, Memory, Provenance
 from .names import check_name
-from .ports import BANK_CHANGED, ITEM_CHANGED, Clock, Embedder, Emitter, NullEmitter, system_clock
+from .ports import (
+    BANK_CHANGED,
+    ITEM_CHANGED,
+    Clock,
+    Embedder,
+    Emitter,
+    HealthProbe,
+    NullEmitter,
+    system_clock,
+)
 from .recall import Hit, RecallMode, RecallQuery, rank, top_memories
 from .redact import redact
 from .store import Store
@@ -173,8 +182,10 @@ class MemoryService:
         emitter: Emitter | None = None,
         clock: Clock = system_clock,
         embedder: Embedder | None = None,
+        siblings: HealthProbe | None = None,
     ) -> None:
         self.store = store
+        self.siblings = siblings
         self.settings = settings or Settings()
         self.emitter: Emitter = emitter or NullEmitter()
         self.clock = clock
@@ -422,13 +433,17 @@ class MemoryService:
             retrieval=_retrieval(req.mode, vector is not None),
         )
 
-    async def injection(self, name: str, query: str) -> Injection:
-        """The rules section and recalled-memory message a turn on `query` gets (hook = preview)."""
+    async def injection(
+        self, name: str, query: str, *, carried: frozenset[str] = frozenset(), recall: bool = True
+    ) -> Injection:
+        """The rules section and recalled-memory message a turn on `query` gets (hook = preview).
+        `carried`: memory texts the window already holds (not handed twice); `recall=False` for a
+        step that only needs the section."""
         settings = self.settings
         bank = self._readable(name)
         rules = bank.rules() if bank is not None and settings.inject_rules else []
         section = render_section(name, rules, settings.max_rule_chars)
-        if not settings.inject_memories:
+        if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
         vector = await self._query_vector(query) if bank is not None else None
         now_ms = self.clock()
@@ -445,7 +460,7 @@ class MemoryService:
         if bank is not None:
             floor = min(AMBIENT_FLOOR, settings.recall_limit)
             hits = apply_floor(hits, top_memories(bank.memories.values(), floor), floor)
-        block = render_memories(name, hits, settings.recall_budget_tokens, now_ms)
+        block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
         return Injection(
             name,
             section.text,
@@ -566,6 +581,12 @@ class MemoryService:
             self._check_damage(),
             await self._check_embeddings(),
         ]
+        if self.siblings is not None:  # advisory: what is degraded around us, and what that means
+            try:
+                reported = await self.siblings()
+            except Exception as exc:  # a broken probe is itself worth reporting, not a failure
+                reported = [("siblings", False, f"sibling checks failed to run: {exc}")]
+            checks += [DoctorCheck(name=n, ok=ok, detail=detail) for n, ok, detail in reported]
         return DoctorResponse(ok=all(c.ok for c in checks if c.required), checks=checks)
 
     async def _check_embeddings(self) -> DoctorCheck:
@@ -780,6 +801,46 @@ class MemoryService:
                 )
             )
         return records
+
+    # --- hand edits ------------------------------------------------------------------------------
+
+    async def reload_bank(self, name: str) -> str:
+        """Pick up a hand edit of one bank's folder (the data-dir watcher calls this): reload it,
+        re-embed it in the background, and announce what subscribers can act on: `created` for a
+        folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
+        or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
+        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken"."""
+        before = self.store.find(name)
+        old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
+        outcome = await self.store.reload_bank(name)
+        if outcome == "unchanged":
+            return outcome
+        # A running embed task holds the old bank object: replace it, or the new one waits.
+        task = self._embedding.pop(name, None)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        bank = self.store.find(name)
+        if bank is not None:
+            self._embed_soon(bank)
+        rules = {r.name: r.content for r in bank.rules()} if bank is not None else {}
+        if outcome == "added":
+            self._emit_bank(BankEvent.CREATED, name)
+        elif outcome == "removed" and before is not None:
+            self._emit_bank(BankEvent.TRASHED, name)
+        elif outcome == "reloaded" and rules != old_rules:
+            self._emit_bank(BankEvent.RULES_CHANGED, name)
+        log.info(
+            "bank_reloaded",
+            bank=name,
+            outcome=outcome,
+            memories=bank.live_count() if bank is not None else 0,
+            rules=len(rules),
+            rules_changed=rules != old_rules,
+            damage=len(bank.damage) if bank is not None else 0,  # each logged at load
+            error=self.store.broken.get(name),
+        )
+        return outcome
 
 
 def _clean_source(source: Provenance | None) -> Provenance | None:

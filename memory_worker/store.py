@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 
 import structlog
@@ -23,6 +24,16 @@ __all__ = ["TRASH_DIR", "Store"]
 log = structlog.get_logger(__name__)
 
 TRASH_DIR = ".trash"
+# `.trash/<bank>-<ms>[-<n>]`: the name a trashed bank folder gets (files.move_to_trash).
+_TRASHED = re.compile(r"^(?P<bank>[a-z0-9][a-z0-9_-]*?)-\d{10,}(?:-\d+)?$")
+
+
+def _trashed_names(root: Path) -> set[str]:
+    try:
+        entries = os.listdir(root / TRASH_DIR)
+    except OSError:  # no trash yet (or unreadable: then nothing counts as deleted)
+        return set()
+    return {m["bank"] for m in map(_TRASHED.match, entries) if m is not None}
 
 
 def _load_all(root: Path) -> tuple[dict[str, Bank], dict[str, str]]:
@@ -53,6 +64,7 @@ class Store:
         self.broken = broken
         self._lock = lock
         self._create_lock = asyncio.Lock()
+        self._trashed = _trashed_names(root)
 
     def __repr__(self) -> str:
         return f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)}>"
@@ -77,6 +89,11 @@ class Store:
 
     def find(self, name: str) -> Bank | None:
         return self._banks.get(name)
+
+    def was_deleted(self, name: str) -> bool:
+        """True for a bank that is not live but sits in `.trash`: a session bound to it gets no
+        memory, and extraction must not bring it back (only an explicit create or save does)."""
+        return name not in self._banks and name in self._trashed
 
     def get(self, name: str) -> Bank:
         """The loaded bank `name`; `bank_not_found` if absent, `storage` if it failed to load."""
@@ -131,9 +148,11 @@ class Store:
                 bank.unfreeze()
             else:  # moved, but its directory sync failed: RAM follows the disk, then report
                 self._banks.pop(name, None)
+                self._trashed.add(name)
                 bank.close()
             raise
         self._banks.pop(name, None)
+        self._trashed.add(name)
         bank.close()
         return target
 
@@ -152,6 +171,7 @@ class Store:
                     bank.unfreeze()
                 raise
             self._banks, self.broken = banks, broken
+            self._trashed = _trashed_names(self.root)
         for bank in old:
             bank.close()
         return len(banks)
@@ -161,3 +181,59 @@ class Store:
             await bank.drain()
             bank.close()
         self._lock.release()
+
+    async def reload_bank(self, name: str, *, force: bool = False) -> str:
+        """Bring one bank in line with its folder (a hand edit, a folder added or removed by hand);
+        the other banks are not touched. Returns "reloaded" | "added" | "removed" | "unchanged" |
+        "broken". Without `force`, a bank whose files say what RAM holds is left alone (and never
+        frozen, so writes to it do not fail meanwhile).
+
+        Same discipline as `reload()`: under the create lock, freeze, drain, load, swap, close. A
+        folder that fails to load goes to `broken` and its old bank is dropped and closed, as a
+        restart would do (the files are the truth; stale RAM must not keep answering for them)."""
+        check_name(name, "bank")
+        async with self._create_lock:
+            bank = self._banks.get(name)
+            if bank is None:
+                return await self._load_appeared(name)
+            if bank.is_frozen():
+                return "unchanged"  # a trash in progress owns it: it drops the bank itself
+            await bank.drain()
+            present = (self.root / name).is_dir()
+            if present and not force and not bank.disk_changed():
+                return "unchanged"
+            bank.freeze("the bank is reloading; retry")
+            await bank.drain()
+            if not (self.root / name).is_dir():
+                del self._banks[name]
+                self._trashed = _trashed_names(self.root)
+                bank.close()
+                log.info("bank_folder_removed", bank=name)
+                return "removed"
+            try:
+                fresh = await asyncio.to_thread(Bank.load, name, self.root / name)
+            except Exception as exc:  # as at boot: the folder is reported, the others go on
+                del self._banks[name]
+                self.broken[name] = str(exc)
+                bank.close()
+                log.error("bank_load_failed", bank=name, error=str(exc))
+                return "broken"
+            self._banks[name] = fresh
+        bank.close()
+        return "reloaded"
+
+    async def _load_appeared(self, name: str) -> str:
+        """A name not in RAM: load its folder if one is there now (caller holds the create lock)."""
+        path = self.root / name
+        if not path.is_dir():
+            return "removed" if self.broken.pop(name, None) is not None else "unchanged"
+        try:
+            bank = await asyncio.to_thread(Bank.load, name, path)
+        except Exception as exc:
+            self.broken[name] = str(exc)
+            log.error("bank_load_failed", bank=name, error=str(exc))
+            return "broken"
+        self.broken.pop(name, None)
+        self._banks[name] = bank
+        log.info("bank_folder_added", bank=name, memories=bank.live_count())
+        return "added"

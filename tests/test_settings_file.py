@@ -1,0 +1,94 @@
+"""Hot reload without an engine: the YAML settings file is watched and applied through the same
+`Reconfigurer` as a configuration change. Waits are on the watcher's condition, never a sleep."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from memory_worker.config import Settings
+from memory_worker.errors import StorageError
+from memory_worker.reconfigure import Applied, Reconfigurer
+from memory_worker.service import MemoryService
+from memory_worker.settings_file import SettingsFileWatcher
+from memory_worker.store import Store
+from memory_worker.wire import SaveRequest
+
+from .conftest import HOLDER
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _reconfigurer(service: MemoryService, tmp_path: Path) -> Reconfigurer:
+    def data_dir_for(settings: Settings) -> Path:
+        path = Path(settings.data_dir)
+        return path if path.is_absolute() else tmp_path / path
+
+    return Reconfigurer(service, data_dir_for, lambda path: Store.open(path, holder=HOLDER))
+
+
+async def _edit(watcher: SettingsFileWatcher, text: str) -> None:
+    seen = watcher.attempts
+    watcher.path.write_text(text, encoding="utf-8")
+    async with watcher.changed:
+        await asyncio.wait_for(watcher.changed.wait_for(lambda: watcher.attempts > seen), 20)
+
+
+class TestReconfigurer:
+    async def test_fields_apply_at_once_and_the_same_snapshot_is_a_no_op(
+        self, service: MemoryService, tmp_path: Path
+    ) -> None:
+        reconfigure = _reconfigurer(service, tmp_path)
+        current = service.settings.model_copy(update={"data_dir": str(service.store.root)})
+        service.settings = current
+        assert await reconfigure.apply(current) is Applied.UNCHANGED
+        assert (
+            await reconfigure.apply(current.model_copy(update={"recall_limit": 2}))
+            is Applied.UPDATED
+        )
+        assert service.settings.recall_limit == 2
+
+    async def test_a_data_dir_that_cannot_open_keeps_store_and_settings(
+        self, service: MemoryService, tmp_path: Path
+    ) -> None:
+        reconfigure = _reconfigurer(service, tmp_path)
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        before = (service.store, service.settings)
+        with pytest.raises(StorageError):
+            await reconfigure.apply(Settings(data_dir=str(blocker / "sub"), recall_limit=1))
+        assert (service.store, service.settings) == before
+        await service.save(SaveRequest(text="Still writable after the refusal."))
+
+    async def test_a_new_data_dir_is_opened_then_swapped_and_the_old_lock_released(
+        self, service: MemoryService, tmp_path: Path
+    ) -> None:
+        old_root = service.store.root
+        reconfigure = _reconfigurer(service, tmp_path)
+        assert await reconfigure.apply(Settings(data_dir=str(tmp_path / "new"))) is Applied.REOPENED
+        assert service.store.root == (tmp_path / "new").resolve()
+        await service.save(SaveRequest(text="Lands in the new data dir."))
+        reopened = Store.open(old_root, holder=HOLDER)  # the old lock was released
+        await reopened.close()
+
+
+class TestSettingsFile:
+    async def test_an_edit_is_applied_and_a_broken_one_keeps_the_last_good(
+        self, service: MemoryService, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "memory.yaml"
+        path.write_text(f"data_dir: {service.store.root}\n", encoding="utf-8")
+        service.settings = Settings(data_dir=str(service.store.root))
+        watcher = SettingsFileWatcher(path, _reconfigurer(service, tmp_path).apply)
+        await watcher.start()
+        try:
+            await _edit(watcher, f"data_dir: {service.store.root}\nrecall_limit: 3\n")
+            assert service.settings.recall_limit == 3 and watcher.applied == 1
+            await _edit(watcher, "recall_limit: [not, a, number\n")
+            assert service.settings.recall_limit == 3 and watcher.applied == 1
+            await _edit(watcher, f"data_dir: {service.store.root}\nbogus_field: 1\n")
+            assert service.settings.recall_limit == 3  # unknown keys are rejected, not ignored
+        finally:
+            await watcher.stop()
