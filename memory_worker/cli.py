@@ -10,11 +10,13 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -32,6 +34,8 @@ __all__ = ["main", "parse_assignments"]
 
 CONFIG_ENV = "MEMORY_CONFIG"
 EMBEDDER_ENV = "MEMORY_EMBEDDER"
+DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
+ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 
 
@@ -84,14 +88,15 @@ def _open(args: argparse.Namespace, settings: Settings, command: str) -> Store:
     return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S)
 
 
-def _embedder(settings: Settings, *, serving: bool) -> Embedder | None:
-    """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local` or `none`; by default the
-    server loads it (when the `embed` extra is installed) and one-shot commands stay lexical, so a
-    `trigger` does not pay the model's load time."""
-    choice = os.environ.get(EMBEDDER_ENV, "local" if serving else "none").strip().lower()
-    if choice not in ("local", "none"):
-        raise InvalidInput(f"${EMBEDDER_ENV} must be local or none, not {choice!r}")
-    if choice == "none" or not settings.embeddings_enabled:
+def _embedder(settings: Settings, *, default: str) -> Embedder | None:
+    """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local`, `router` or `none`; by default
+    a standalone server loads the local model (when the `embed` extra is installed), engine mode
+    asks `router::embed` (returns None here: the bus adapter builds it), and one-shot commands stay
+    lexical, so a `trigger` does not pay the model's load time."""
+    choice = os.environ.get(EMBEDDER_ENV, default).strip().lower()
+    if choice not in ("local", "router", "none"):
+        raise InvalidInput(f"${EMBEDDER_ENV} must be local, router or none, not {choice!r}")
+    if choice != "local" or not settings.embeddings_enabled:
         return None
     from .local_embedder import EmbedderUnavailable, LocalEmbedder
 
@@ -104,7 +109,7 @@ def _embedder(settings: Settings, *, serving: bool) -> Embedder | None:
 
 async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
     settings = _settings(args)
-    embedder = _embedder(settings, serving=False)
+    embedder = _embedder(settings, default="none")
     store = await asyncio.to_thread(_open, args, settings, command)
     service = MemoryService(store, settings, embedder=embedder)
     try:
@@ -213,13 +218,58 @@ async def _import(args: argparse.Namespace) -> int:
     return await _with_service(args, f"memory-worker import --bank {args.bank}", work)
 
 
+def _engine_answers(url: str, timeout_s: float = ENGINE_PROBE_TIMEOUT_S) -> bool:
+    parsed = urlsplit(url)
+    try:
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or 80), timeout_s
+        ):
+            return True
+    except OSError:
+        return False
+
+
+def choose_mode(
+    standalone: bool, engine: str | None, env: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """(engine URL or None for standalone, why): `--standalone` → `--engine` → `$III_URL` → an
+    engine answering at the default address → standalone."""
+    if standalone:
+        return None, "--standalone was given"
+    if engine:
+        return engine, "--engine was given"
+    if url := env.get("III_URL", "").strip():
+        return url, "III_URL is set"
+    if _engine_answers(DEFAULT_ENGINE_URL):
+        return DEFAULT_ENGINE_URL, f"an engine answers at {DEFAULT_ENGINE_URL}"
+    return None, f"no engine answers at {DEFAULT_ENGINE_URL} (and no --engine or III_URL)"
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    url, reason = choose_mode(args.standalone, args.engine, os.environ)
+    if url is not None:
+        from .bus.worker import serve_engine  # the SDK is imported only in engine mode
+
+        embedder = _embedder(settings, default="router")
+        return await serve_engine(
+            url, settings, data_dir_flag=args.data_dir, embedder=embedder, reason=reason
+        )
     from .standalone import serve  # aiohttp is imported only by the command that serves
 
-    settings = _settings(args)
     data_dir = resolve_data_dir(args.data_dir, settings)
-    embedder = _embedder(settings, serving=True)
-    return await serve(settings, data_dir, host=args.host, port=args.port, embedder=embedder)
+    embedder = _embedder(settings, default="local")
+    config_path = args.config or os.environ.get(CONFIG_ENV)
+    return await serve(
+        settings,
+        data_dir,
+        host=args.host,
+        port=args.port,
+        embedder=embedder,
+        reason=reason,
+        config_path=Path(config_path) if config_path else None,
+        data_dir_flag=args.data_dir,
+    )
 
 
 # --- parser ------------------------------------------------------------------------------------
@@ -278,8 +328,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve",
         help="run the worker as a long-lived local service",
-        description="Serve the memory functions until SIGTERM/SIGINT. Standalone mode: REST on "
-        "127.0.0.1, POST /memory/<function path> (e.g. /memory/save) and GET /healthz.",
+        description="Serve the memory functions until SIGTERM/SIGINT. Engine mode (an engine is "
+        "given or answers): every function on the iii bus, the harness hooks and events. "
+        "Standalone mode: REST on 127.0.0.1, POST /memory/<function path> (e.g. /memory/save) "
+        "and GET /healthz.",
     )
     serve.add_argument(
         "--data-dir",
@@ -290,6 +342,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", help="debug, info, warning, error")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8765, help="port to listen on (0 = any free)")
+    serve.add_argument(
+        "--engine",
+        metavar="URL",
+        help=f"engine WebSocket URL (default: $III_URL, then {DEFAULT_ENGINE_URL} if it answers)",
+    )
+    serve.add_argument(
+        "--standalone", action="store_true", help="serve local REST even when an engine answers"
+    )
     return parser
 
 

@@ -38,11 +38,14 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from . import catalog
-from .config import Settings
-from .errors import Conflict, InvalidInput, WorkerError
+from .config import Settings, resolve_data_dir
+from .errors import HTTP_STATUS, Conflict, InvalidInput, WorkerError
 from .ports import Embedder
+from .reconfigure import Applied, Reconfigurer
 from .service import MemoryService
+from .settings_file import SettingsFileWatcher
 from .store import Store
+from .watch import DataDirWatcher
 
 __all__ = [
     "DEFAULT_HOST",
@@ -59,17 +62,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long after SIGTERM, then are cancelled
 MODE = "standalone"
-MODE_REASON = "engine mode is not built yet; this build serves the catalog as local REST"
 READY_LINE = "memory-worker serving on {url}"  # scripts and tests wait for this line on stdout
 
-STATUS_BY_CODE: dict[str, int] = {
-    "invalid_input": 400,
-    "bank_not_found": 404,
-    "memory_not_found": 404,
-    "conflict": 409,
-    "storage": 503,
-    "sibling_unavailable": 503,
-}
+STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
 _SERVICE_KEY = web.AppKey("service", MemoryService)
 _dumps = functools.partial(json.dumps, ensure_ascii=False)
@@ -219,9 +214,13 @@ class StandaloneServer:
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+        config_path: Path | None = None,
+        data_dir_flag: str | None = None,
     ) -> None:
         self.settings = settings
         self.data_dir = data_dir
+        self.config_path = config_path  # hot-reloaded when given
+        self.data_dir_flag = data_dir_flag  # wins over the file's data_dir, as at start
         self.host = host
         self.port = port
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -231,6 +230,7 @@ class StandaloneServer:
         self._sock: socket.socket | None = None
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self._watchers: list[DataDirWatcher | SettingsFileWatcher] = []
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -259,6 +259,7 @@ class StandaloneServer:
             store = await asyncio.to_thread(Store.open, self.data_dir, holder=self._holder())
             self.service = MemoryService(store, self.settings, embedder=self.embedder)
             self.service.backfill_embeddings()
+            await self._watch(self.service)
             self._runner = web.AppRunner(
                 build_app(self.service), access_log=None, shutdown_timeout=self.shutdown_timeout_s
             )
@@ -270,6 +271,28 @@ class StandaloneServer:
         if not _is_loopback(self._sock.getsockname()[0]):
             log.warning("serving_beyond_loopback", url=self.url, detail="no authentication")
         return self.url
+
+    async def _watch(self, service: MemoryService) -> None:
+        """Hand edits of the data dir, and of the settings file when there is one."""
+        data_dir_watcher = DataDirWatcher(lambda: service)
+        watchers: list[DataDirWatcher | SettingsFileWatcher] = [data_dir_watcher]
+        if self.config_path is not None:
+            reconfigure = Reconfigurer(
+                service,
+                lambda s: resolve_data_dir(self.data_dir_flag, s),
+                lambda path: Store.open(path, holder=self._holder()),
+            )
+
+            async def apply(settings: Settings) -> Applied:
+                applied = await reconfigure.apply(settings)
+                if applied is Applied.REOPENED:
+                    await data_dir_watcher.restart()  # follow the new data dir at once
+                return applied
+
+            watchers.append(SettingsFileWatcher(self.config_path, apply))
+        for watcher in watchers:
+            await watcher.start()
+            self._watchers.append(watcher)
 
     def stop(self, reason: str = "stop requested") -> None:
         if self._stopping.is_set():
@@ -285,6 +308,9 @@ class StandaloneServer:
         """Stop listening, finish (or after the timeout cancel) in-flight requests, then drain and
         close the store. Safe to call more than once and after a failed `start()`."""
         self._stopping.set()
+        for watcher in self._watchers:
+            await watcher.stop()
+        self._watchers.clear()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
@@ -305,9 +331,19 @@ async def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     embedder: Embedder | None = None,
+    reason: str = "",
+    config_path: Path | None = None,
+    data_dir_flag: str | None = None,
 ) -> int:
     """Run the standalone service until SIGTERM or SIGINT; exit status 0 after a clean close."""
-    server = StandaloneServer(settings, data_dir, host=host, port=port)
+    server = StandaloneServer(
+        settings,
+        data_dir,
+        host=host,
+        port=port,
+        config_path=config_path,
+        data_dir_flag=data_dir_flag,
+    )
     server.embedder = embedder
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
@@ -318,7 +354,7 @@ async def serve(
         log.info(
             "serving",
             mode=MODE,
-            reason=MODE_REASON,
+            reason=reason,
             url=url,
             data_dir=str(data_dir.resolve()),
             pid=os.getpid(),

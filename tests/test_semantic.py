@@ -114,24 +114,29 @@ class TestEmbedderChoice:
     def test_one_shot_commands_stay_lexical_by_default(self) -> None:
         from memory_worker.cli import _embedder
 
-        assert _embedder(Settings(), serving=False) is None
+        assert _embedder(Settings(), default="none") is None
 
     def test_an_unknown_choice_is_invalid_input(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from memory_worker.cli import _embedder
 
         monkeypatch.setenv("MEMORY_EMBEDDER", "remote")
         with pytest.raises(InvalidInput, match="MEMORY_EMBEDDER"):
-            _embedder(Settings(), serving=True)
+            _embedder(Settings(), default="local")
 
     def test_embeddings_disabled_in_settings_wins(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from memory_worker.cli import _embedder
 
         monkeypatch.setenv("MEMORY_EMBEDDER", "local")
-        assert _embedder(Settings(embeddings_enabled=False), serving=True) is None
+        assert _embedder(Settings(embeddings_enabled=False), default="local") is None
 
     def test_the_server_loads_the_local_model_when_installed(self) -> None:
         pytest.importorskip("onnxruntime")
         from memory_worker.cli import _embedder
 
-        embedder = _embedder(Settings(), serving=True)
+        embedder = _embedder(Settings(), default="local")
         assert embedder is not None and embedder.model.startswith("all-minilm-l6-v2-int8")
+
+    def test_engine_mode_asks_the_router_unless_told_otherwise(self) -> None:
+        from memory_worker.cli import _embedder
+
+        assert _embedder(Settings(), default="router") is None  # the bus adapter builds it

@@ -1,0 +1,183 @@
+"""Wire-tier fixtures: the engine double, and the REAL worker (`memory-worker serve --engine`) as a
+subprocess on the real `iii-sdk` client.
+
+Readiness is never a sleep: the worker prints `memory-worker connected to URL` once its
+registrations are sent, and the engine double is then asked to wait for the configuration binding,
+the last thing the worker binds (one socket, in order: everything before it has arrived).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .engine_double import EngineDouble
+
+START_TIMEOUT_S = 20.0
+EXIT_TIMEOUT_S = 10.0
+READY_PREFIX = "memory-worker connected to "
+_ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL", "III_CONFIG_NAME")
+
+
+@pytest.fixture(autouse=True)
+def _no_otel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_ENABLED", "false")
+
+
+@pytest.fixture(name="engine")
+def _engine() -> Iterator[EngineDouble]:
+    engine = EngineDouble().start()
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> str:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no readiness line within {START_TIMEOUT_S}s (got {line!r})")
+        if not select.select([fd], [], [], left)[0]:
+            continue
+        chunk = os.read(fd, 1)
+        if not chunk:
+            raise AssertionError(f"the worker exited before it was ready (got {line!r})")
+        line += chunk
+    return line.decode().strip()
+
+
+class WorkerProcess:
+    """One `memory-worker serve --engine` process; `restart()` keeps its data dir and env."""
+
+    def __init__(
+        self,
+        engine: EngineDouble,
+        data_dir: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        data_dir_flag: bool = True,
+    ) -> None:
+        """`data_dir_flag=False`: no `--data-dir`, so the configuration's `data_dir` decides
+        (relative to `$III_COMPOSE_DIR`, which the caller sets in `env`)."""
+        self.engine = engine
+        self.data_dir_flag = data_dir_flag
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.args = args
+        self.env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+        self.env.update({"OTEL_ENABLED": "false", "MEMORY_EMBEDDER": "router", **(env or {})})
+        self.env.setdefault("HOME", str(log_path.parent))  # the SDK leaves `iii ps` markers there
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> WorkerProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "memory_worker",
+            "serve",
+            "--engine",
+            self.engine.url,
+            *(("--data-dir", str(self.data_dir)) if self.data_dir_flag else ()),
+            "--log-level",
+            "debug",
+            *self.args,
+        ]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log, env=self.env, bufsize=0
+            )
+        self.starts += 1
+        try:
+            line = _read_line(self.proc, time.monotonic() + START_TIMEOUT_S)
+            assert line.startswith(READY_PREFIX), line
+            self.engine.wait_binding(
+                "configuration", "memory::on-config-change", timeout=START_TIMEOUT_S
+            )
+            # The binding count is per registration; after a restart wait for this process's.
+            self.engine.wait_function(
+                "memory::save", min_count=self.starts, timeout=START_TIMEOUT_S
+            )
+        except BaseException:
+            self.kill()
+            raise AssertionError(f"worker did not start; log:\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == name:
+                    out.append(event)
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        proc = self.proc
+        assert proc is not None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        try:
+            code = proc.wait(timeout=EXIT_TIMEOUT_S)
+        finally:
+            self.kill()
+        return code
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=EXIT_TIMEOUT_S)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def restart(self) -> WorkerProcess:
+        self.stop()
+        return self.start()
+
+
+@pytest.fixture(name="spawn")
+def _spawn(engine: EngineDouble, tmp_path: Path) -> Iterator[Any]:
+    """`spawn(env=..., args=...)` starts a worker on this test's engine; all are killed after."""
+    started: list[WorkerProcess] = []
+
+    def spawn(
+        env: dict[str, str] | None = None, args: tuple[str, ...] = (), data_dir_flag: bool = True
+    ) -> WorkerProcess:
+        index = len(started)
+        worker = WorkerProcess(
+            engine,
+            tmp_path / f"data{index}",
+            tmp_path / f"worker{index}.log",
+            env,
+            args,
+            data_dir_flag,
+        )
+        started.append(worker)
+        return worker.start()
+
+    try:
+        yield spawn
+    finally:
+        for worker in started:
+            worker.kill()

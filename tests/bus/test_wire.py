@@ -1,0 +1,343 @@
+"""The wire tier (SPEC §5.3): the real worker process on the real `iii-sdk` client, against the
+engine double, with fake siblings that are real SDK clients. Each scenario runs end to end:
+frames on a WebSocket, the engine's routing, the worker's handlers, its files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iii import InvocationError
+
+from memory_worker import catalog
+from memory_worker.injection import RULES_UPDATE_TAG, message_text
+
+from .conftest import WorkerProcess
+from .engine_double import EngineDouble
+from .siblings import (
+    Cli,
+    FakeHarness,
+    FakeHttp,
+    FakeQueue,
+    FakeRouter,
+    FakeSessions,
+    FakeState,
+    FakeSubscriber,
+    envelope,
+    turn_event,
+    user_message,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
+
+
+@pytest.fixture(name="cli")
+def _cli(engine: EngineDouble) -> Any:
+    with Cli(engine.url) as cli:
+        yield cli
+
+
+def texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [message_text(m) for m in messages]
+
+
+class TestRegistration:
+    def test_every_function_is_registered_with_its_golden_surface(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        spawn()
+        functions = engine.functions()
+        for spec in catalog.CATALOG:
+            registered = functions[spec.id]
+            golden = json.loads(
+                (GOLDEN / "schemas" / f"{spec.id.replace('::', '.')}.json").read_text()
+            )
+            assert registered["description"] == spec.description
+            assert registered["request_format"] == golden["request_schema"]
+            assert registered["response_format"] == golden["response_schema"]
+            assert not (registered.get("metadata") or {}).get("internal")
+        for internal in (
+            "memory::hook::pre-generate",
+            "memory::on-turn-completed",
+            "memory::extract-job",
+            "memory::on-session-deleted",
+            "memory::on-config-change",
+            "memory::http",
+        ):
+            assert functions[internal]["metadata"]["internal"] is True, internal
+        assert set(engine.trigger_types()) >= {"memory::item-changed", "memory::bank-changed"}
+        [hook] = engine.bindings("harness::hook::pre-generate")
+        assert hook["config"] == {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
+        routes = {b["config"]["api_path"] for b in engine.bindings("http")}
+        assert routes == {spec.http_path for spec in catalog.CATALOG}
+
+    def test_the_worker_says_which_mode_and_why(self, spawn: Any) -> None:
+        worker: WorkerProcess = spawn()
+        [serving] = worker.events("serving")
+        assert serving["mode"] == "engine" and serving["reason"] == "--engine was given"
+
+
+class TestCalls:
+    def test_trigger_style_save_then_recall(self, spawn: Any, cli: Cli) -> None:
+        spawn()
+        saved = cli.call_kv("memory::save", "text=The user's cat is called Miso", "tags=pets")
+        assert saved["created"] is True and saved["memory"]["tags"] == ["pets"]
+        recalled = cli.call_kv("memory::recall", "query=what is my cat called?")
+        assert recalled["memories"][0]["memory"]["id"] == saved["memory"]["id"]
+        assert recalled["retrieval"] == "bm25-entity"  # no router: lexical, and it says so
+
+    def test_errors_carry_their_code_at_the_start_of_the_message(
+        self, spawn: Any, cli: Cli
+    ) -> None:
+        spawn()
+        with pytest.raises(InvocationError) as missing:
+            cli.call("memory::get", {"id": "fp-nope"})
+        assert missing.value.message.startswith("memory_not_found: ")
+        with pytest.raises(InvocationError) as bad:
+            cli.call("memory::save", {"text": "x"})
+        assert bad.value.message.startswith("invalid_input: ")
+
+    def test_rest_through_the_http_worker(self, engine: EngineDouble, spawn: Any) -> None:
+        spawn()
+        with FakeHttp(engine.url) as http:
+            http.routes.wait(len(catalog.CATALOG))
+            saved = http.request("POST", "/memory/save", {"text": "Deploys happen on Tuesdays."})
+            assert saved["status_code"] == 200 and saved["body"]["created"] is True
+            found = http.request("POST", "/memory/recall", {"query": "when are deploys?"})
+            assert found["body"]["memories"][0]["memory"]["text"] == "Deploys happen on Tuesdays."
+            missing = http.request("POST", "/memory/get", {"id": "fp-nope"})
+            assert missing["status_code"] == 404
+            assert missing["body"]["error"]["code"] == "memory_not_found"
+
+    def test_router_present_makes_recall_hybrid_and_doctor_reports_it(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeRouter(engine.url) as router:
+            spawn()
+            cli.call("memory::save", {"text": "The user's cat is called Miso."})
+            recalled = cli.call("memory::recall", {"query": "cat name"})
+            assert recalled["retrieval"] == "bm25-entity-semantic"
+            assert router.embed_requests
+            checks = {c["name"]: c for c in cli.call("memory::doctor", {})["checks"]}
+            assert checks["router-reachable"]["ok"] is True
+
+    def test_router_absent_doctor_says_what_is_degraded(self, spawn: Any, cli: Cli) -> None:
+        spawn()
+        doctor = cli.call("memory::doctor", {})
+        assert doctor["ok"] is True  # sibling checks are advisory
+        checks = {c["name"]: c for c in doctor["checks"]}
+        assert checks["router-reachable"]["ok"] is False
+        assert "lexical" in checks["router-reachable"]["detail"]
+        assert checks["queue-reachable"]["ok"] is False
+        assert checks["configuration-reachable"]["ok"] is True
+
+
+class TestHook:
+    def test_rules_once_memories_on_step_zero_and_a_rule_change_as_one_update(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness:
+            spawn()
+            harness.wait_bound("harness::hook::pre-generate")
+            cli.call("memory::rule::set", {"name": "style", "content": "Answer tersely."})
+            cli.call("memory::save", {"text": "The user's cat is called Miso."})
+            window = [user_message("what is my cat called?")]
+
+            first = harness.hook(envelope("s1", "t1", 0, window))
+            assert first.errors == []
+            assert "Answer tersely." in first.system_prompt
+            assert first.system_prompt.startswith("You are helpful.")
+            [block] = texts(first.appended)
+            assert block.startswith('<memory bank="main"') and "Miso" in block
+            assert first.annotations["memory_recalled"] == 1
+            window += first.appended
+
+            second = harness.hook(envelope("s1", "t1", 1, window))
+            assert second.system_prompt == first.system_prompt and second.appended == []
+
+            cli.call("memory::rule::set", {"name": "style", "content": "Answer at length."})
+            window.append(user_message("and my dog?"))
+            third = harness.hook(envelope("s1", "t2", 0, window))
+            assert third.system_prompt == first.system_prompt  # append-only prefix
+            updates = [t for t in texts(third.appended) if t.startswith(RULES_UPDATE_TAG)]
+            assert len(updates) == 1 and "Answer at length." in updates[0]
+            window += third.appended
+            fourth = harness.hook(envelope("s1", "t2", 1, window))
+            assert fourth.appended == []
+
+    def test_what_a_session_was_told_survives_a_worker_restart(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness, FakeState(engine.url) as state:
+            worker: WorkerProcess = spawn()
+            cli.call("memory::rule::set", {"name": "style", "content": "Answer tersely."})
+            window = [user_message("hello")]
+            first = harness.hook(envelope("s1", "t1", 0, window))
+            window += first.appended
+            worker.restart()
+            assert state.data["memory_sessions"]["s1"]["system"]
+            cli.call("memory::rule::set", {"name": "style", "content": "Answer at length."})
+            window.append(user_message("again"))
+            after = harness.hook(envelope("s1", "t2", 0, window))
+            assert after.system_prompt == first.system_prompt
+            assert any(t.startswith(RULES_UPDATE_TAG) for t in texts(after.appended))
+
+    def test_session_metadata_picks_the_bank_and_a_failed_lookup_adds_nothing(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness, FakeSessions(engine.url) as sessions:
+            spawn()
+            cli.call("memory::save", {"text": "Posts go out on Fridays.", "bank": "blog"})
+            sessions.add("s1", metadata={"memory_bank": "blog"})
+            run = harness.hook(envelope("s1", "t1", 0, [user_message("when do posts go out?")]))
+            assert run.annotations["memory_bank"] == "blog"
+            assert "Fridays" in texts(run.appended)[0]
+            sessions.fail_get = True
+            later = harness.hook(envelope("s1", "t2", 0, [user_message("posts?")]))
+            assert later.errors == [] and later.appended == []
+            assert later.system_prompt == run.system_prompt
+
+    def test_a_slow_hook_never_blocks_the_turn(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness:
+            spawn()
+            engine.set_delay("memory::hook::pre-generate", 3.5)  # past the binding's 3 s
+            run = harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
+            assert run.decision == "continue" and run.errors  # fail-open: the turn goes on
+
+
+class TestEvents:
+    def test_a_bank_filtered_subscriber_gets_exactly_its_banks_events(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        spawn()
+        with (
+            FakeSubscriber(engine.url, "memory::item-changed", {"bank": "blog"}) as blog,
+            FakeSubscriber(engine.url, "memory::item-changed") as everything,
+            FakeSubscriber(engine.url, "memory::bank-changed", {"bank": "blog"}) as banks,
+        ):
+            engine.wait_binding("memory::item-changed", blog.function_id)
+            engine.wait_binding("memory::item-changed", everything.function_id)
+            engine.wait_binding("memory::bank-changed", banks.function_id)
+            cli.call("memory::save", {"text": "Note for the main bank."})
+            cli.call("memory::save", {"text": "Posts go out on Fridays.", "bank": "blog"})
+            cli.call("memory::save", {"text": "Another main bank note."})
+            seen = everything.wait_events(3)
+            assert sorted(e["bank"] for e in seen) == ["blog", "main", "main"]
+            [event] = blog.wait_events(1)
+            assert event["bank"] == "blog" and event["event_type"] == "created"
+            assert event["memory"]["text"] == "Posts go out on Fridays."
+            assert [e["event_type"] for e in banks.wait_events(1)] == ["created"]
+            assert len(blog.events) == 1  # the later main-bank save did not reach it
+
+    def test_a_binding_with_an_unknown_key_is_refused(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        spawn()
+        with FakeSubscriber(engine.url, "memory::item-changed", {"bnak": "blog"}) as sub:
+            rejection = engine.wait_rejection("memory::item-changed", sub.function_id)
+            assert "bank" in json.dumps(rejection)
+
+
+class TestTurns:
+    def test_a_finished_turn_becomes_one_queued_job_into_its_bank(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness, FakeQueue(engine.url) as queue:
+            spawn()
+            harness.wait_bound("harness::turn-completed")
+            run = harness.hook(
+                envelope("s1", "t1", 0, [user_message("hi")], metadata={"memory_bank": "blog"})
+            )
+            assert run.annotations["memory_bank"] == "blog"
+            harness.turn_completed(turn_event("s1", "t1", status="failed"))
+            harness.turn_completed(turn_event("s1", "t1", status="failed"))  # redelivered
+            [delivery] = queue.wait_done("memx-s1-t1")
+            assert delivery.function_id == "memory::extract-job"
+            assert delivery.data["bank"] == "blog" and delivery.result["ok"] is True
+            queue.wait_idle()
+            assert len(queue.enqueued) == 1
+
+    def test_session_deleted_drops_what_the_worker_kept(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        with (
+            FakeHarness(engine.url) as harness,
+            FakeState(engine.url) as state,
+            FakeSessions(engine.url) as sessions,
+        ):
+            worker: WorkerProcess = spawn()
+            sessions.add("s1")
+            sessions.deleted_bindings.wait(1)
+            harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
+            sessions.delete("s1")
+            engine.wait_frame(
+                lambda d, _w, m: (
+                    d == "out"
+                    and m.get("type") == "invokefunction"
+                    and m.get("function_id") == "memory::on-session-deleted"
+                )
+            )
+            worker.stop()  # flushes pending state writes
+            assert "s1" not in state.data.get("memory_sessions", {})
+
+
+class TestConfiguration:
+    def test_a_change_hot_reloads_and_a_bad_data_dir_keeps_the_last_good_store(
+        self, engine: EngineDouble, spawn: Any, cli: Cli, tmp_path: Path
+    ) -> None:
+        compose = tmp_path / "compose"
+        spawn(env={"III_COMPOSE_DIR": str(compose)}, data_dir_flag=False)
+        stored = engine.config_value("memory")
+        assert stored["recall_limit"] == 6 and stored["decay_half_life_days"] == 60
+        for i in range(4):
+            cli.call("memory::save", {"text": f"The user owns guitar number {i}."})
+        engine.set_config("memory", {**stored, "recall_limit": 2})
+        assert cli.call("memory::on-config-change", {"id": "memory"})["ok"] is True
+        assert len(cli.call("memory::recall", {"query": "guitar"})["memories"]) == 2
+
+        blocker = tmp_path / "not-a-dir"
+        blocker.write_text("a file where a directory should be")
+        engine.set_config("memory", {**stored, "data_dir": str(blocker / "memory")})
+        with pytest.raises(InvocationError) as refused:
+            cli.call("memory::on-config-change", {"id": "memory"})
+        assert refused.value.message.startswith("storage: ")
+        cli.call("memory::save", {"text": "Saved after the bad change."})
+        assert (compose / "data" / "memory" / "main" / "memories.jsonl").read_text().count(
+            "Saved after the bad change."
+        ) == 1
+
+        moved = tmp_path / "elsewhere"
+        engine.set_config("memory", {**stored, "data_dir": str(moved)})
+        cli.call("memory::on-config-change", {"id": "memory"})
+        assert cli.call("memory::bank::list", {})["banks"] == []
+        cli.call("memory::save", {"text": "Lands in the new data dir."})
+        assert (moved / "main" / "memories.jsonl").exists()
+
+    def test_a_stored_value_is_never_overwritten_by_the_seed(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        worker: WorkerProcess = spawn()
+        engine.set_config("memory", {**engine.config_value("memory"), "recall_limit": 3})
+        worker.restart()
+        assert engine.config_value("memory")["recall_limit"] == 3
+
+
+class TestConnection:
+    def test_a_dropped_connection_reregisters_and_keeps_serving(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        spawn()
+        cli.call("memory::save", {"text": "Saved before the drop."})
+        before = engine.registration_count("memory::save")
+        engine.drop_connections()
+        engine.wait_function("memory::save", min_count=before + 1, timeout=30)
+        engine.wait_binding("configuration", "memory::on-config-change", timeout=30)
+        with Cli(engine.url) as again:
+            found = again.call("memory::recall", {"query": "saved before the drop"})
+        assert found["memories"][0]["memory"]["text"] == "Saved before the drop."
