@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from memory_worker.bus import catalog as bus_catalog
 from memory_worker.catalog import CATALOG
 from memory_worker.config import Settings, load_settings
 from memory_worker.errors import ERROR_CODES
@@ -141,6 +142,8 @@ HUMAN_OWNED = {
     "memory::reload",
 }
 NEEDS_APPROVAL = {"memory::doctor"}
+# Internal functions the bus registers beyond the seed's (the http-worker REST adapter).
+BUS_INTERNAL = {spec.id for spec in bus_catalog.INTERNAL}
 
 
 def _permission_rules() -> tuple[list[str], list[str]]:
@@ -155,7 +158,7 @@ def _permission_rules() -> tuple[list[str], list[str]]:
 
 def test_permission_ids_are_known_functions() -> None:
     allowed, denied = _permission_rules()
-    unknown = sorted(set(allowed + denied) - CATALOG_IDS - SEED_INTERNAL)
+    unknown = sorted(set(allowed + denied) - CATALOG_IDS - SEED_INTERNAL - BUS_INTERNAL)
     assert not unknown, f"iii-permissions.yaml names functions that do not exist: {unknown}"
 
 
@@ -172,7 +175,7 @@ def test_agents_are_allowed_exactly_the_agent_set() -> None:
 
 def test_agents_are_denied_internals_and_human_owned_surfaces() -> None:
     _, denied = _permission_rules()
-    assert set(denied) == SEED_INTERNAL | HUMAN_OWNED
+    assert set(denied) == SEED_INTERNAL | BUS_INTERNAL | HUMAN_OWNED
 
 
 def test_every_catalog_function_has_a_deliberate_permission() -> None:

@@ -6,6 +6,7 @@ each rule of the hook is pinned with fakes that can be told to fail.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -227,6 +228,30 @@ class TestInjection:
         h.windows["s1"] = [user_message("cat", 1), user_message('<memory bank="x">junk', 2)]
         reply = await h.step("s1", None)
         assert "Miso" in appended(reply)[0]
+
+    async def test_a_stuck_sibling_costs_the_turn_nothing_past_the_budget(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await set_rule(service, "style", "Be brief.")
+        first = await h.step("s1", "hello")
+        never = asyncio.Event()
+
+        async def stuck(session_id: str) -> dict[str, Any] | None:
+            await never.wait()  # a session-manager that never answers
+            return None
+
+        h.sessions.get = stuck  # type: ignore[method-assign]
+        hook = PreGenerate(service, h.resolver, h.state, budget_s=0.05)
+        reply = await hook.run(
+            {"session_id": "s1", "turn_id": "t2", "generate": {"system_prompt": "BASE"}}
+        )
+        assert reply == {
+            "decision": "continue",
+            "mutations": {
+                "append_messages": [],
+                "system_prompt": first["mutations"]["system_prompt"],
+            },
+        }
 
     async def test_no_session_id_passes(self, h: Hooked) -> None:
         assert await h.hook.run({"generate": {"messages": []}}) is None

@@ -319,6 +319,13 @@ class TestConfiguration:
         cli.call("memory::save", {"text": "Lands in the new data dir."})
         assert (moved / "main" / "memories.jsonl").exists()
 
+    def test_the_entry_id_follows_iii_config_name(self, engine: EngineDouble, spawn: Any) -> None:
+        spawn(env={"III_CONFIG_NAME": "memory-blue"})
+        assert engine.config_value("memory-blue")["default_bank"] == "main"
+        assert [b["config"]["configuration_id"] for b in engine.bindings("configuration")] == [
+            "memory-blue"
+        ]
+
     def test_a_stored_value_is_never_overwritten_by_the_seed(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:
