@@ -177,16 +177,22 @@ class Bank:
         return bank
 
     def _read_description(self) -> str:
+        description, valid = self._description_on_disk()
+        if not valid:
+            self.damage.append(Damage(BANK_FILE, "not valid YAML; description ignored"))
+        return description
+
+    def _description_on_disk(self) -> tuple[str, bool]:
+        """`bank.yaml`'s description, and whether the file parsed (absent counts as parsed)."""
         path = self.path / BANK_FILE
         if not path.exists():
-            return ""
+            return "", True
         try:
             data = yaml.safe_load(files.read_text(path))
         except yaml.YAMLError:
-            self.damage.append(Damage(BANK_FILE, "not valid YAML; description ignored"))
-            return ""
+            return "", False
         value = data.get("description") if isinstance(data, dict) else None
-        return value if isinstance(value, str) else ""
+        return (value if isinstance(value, str) else ""), True
 
     def _replay(self) -> None:
         memories = self._memories
@@ -556,15 +562,7 @@ class Bank:
 
     def _disk_description(self) -> str:
         """`bank.yaml`'s description as `load()` would read it, without recording damage."""
-        path = self.path / BANK_FILE
-        if not path.exists():
-            return ""
-        try:
-            data = yaml.safe_load(files.read_text(path))
-        except yaml.YAMLError:
-            return ""
-        value = data.get("description") if isinstance(data, dict) else None
-        return value if isinstance(value, str) else ""
+        return self._description_on_disk()[0]
 
     def _disk_rules(self) -> dict[str, str]:
         """The rules `load()` would read (same filter, unreadable files skipped alike)."""

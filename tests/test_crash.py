@@ -28,8 +28,6 @@ from .test_cli import BatchProcess, batch_file_answers, write_batch
 # --- a reference model of the acknowledged operations ---------------------------------------------
 
 
-
-
 Model = dict[str, Rec]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from memory_worker.config import Settings
 from memory_worker.errors import ERROR_CODES
 from memory_worker.standalone import STATUS_BY_CODE, StandaloneServer
 from memory_worker.store import Store
+
+from .processes import read_line
 
 START_TIMEOUT_S = 10.0
 EXIT_TIMEOUT_S = 5.0
@@ -51,24 +52,6 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "memory_worker", *args]
 
 
-def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> str:
-    """One stdout line, byte by byte so nothing after it is consumed; fails at the deadline."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    line = b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no readiness line within {START_TIMEOUT_S}s (got {line!r})")
-        if not select.select([fd], [], [], left)[0]:
-            continue
-        chunk = os.read(fd, 1)
-        if not chunk:
-            raise AssertionError(f"serve exited before it was ready (got {line!r})")
-        line += chunk
-    return line.decode().strip()
-
-
 def _start(data_dir: Path, stderr_path: Path, *extra: str) -> Served:
     with stderr_path.open("wb") as err:
         proc = subprocess.Popen(
@@ -79,7 +62,7 @@ def _start(data_dir: Path, stderr_path: Path, *extra: str) -> Served:
             bufsize=0,
         )
     try:
-        line = _read_line(proc, time.monotonic() + START_TIMEOUT_S)
+        line = read_line(proc, time.monotonic() + START_TIMEOUT_S)
     except AssertionError as exc:
         _kill(proc)
         raise AssertionError(f"{exc}; stderr: {stderr_path.read_text()}") from None

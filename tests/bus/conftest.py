@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ..processes import read_line
 from .engine_double import EngineDouble
 
 START_TIMEOUT_S = 20.0
@@ -30,34 +30,22 @@ _ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL", "
 
 
 @pytest.fixture(autouse=True)
-def _no_otel(monkeypatch: pytest.MonkeyPatch) -> None:
+def _sdk_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """OTel off (no /otel socket, no global providers); SDK process markers under tmp."""
     monkeypatch.setenv("OTEL_ENABLED", "false")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("III_WORKER_NAME", "III_NAMESPACE", "III_TOKEN", "III_URL"):
+        monkeypatch.delenv(var, raising=False)
 
 
 @pytest.fixture(name="engine")
 def _engine() -> Iterator[EngineDouble]:
-    engine = EngineDouble().start()
+    double = EngineDouble().start()
     try:
-        yield engine
+        yield double
     finally:
-        engine.close()
-
-
-def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> str:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    line = b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no readiness line within {START_TIMEOUT_S}s (got {line!r})")
-        if not select.select([fd], [], [], left)[0]:
-            continue
-        chunk = os.read(fd, 1)
-        if not chunk:
-            raise AssertionError(f"the worker exited before it was ready (got {line!r})")
-        line += chunk
-    return line.decode().strip()
+        double.close()
+    assert double.errors == []  # nothing went wrong inside the double itself
 
 
 class WorkerProcess:
@@ -104,7 +92,7 @@ class WorkerProcess:
             )
         self.starts += 1
         try:
-            line = _read_line(self.proc, time.monotonic() + START_TIMEOUT_S)
+            line = read_line(self.proc, time.monotonic() + START_TIMEOUT_S)
             assert line.startswith(READY_PREFIX), line
             self.engine.wait_binding(
                 "configuration", "memory::on-config-change", timeout=START_TIMEOUT_S

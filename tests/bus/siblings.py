@@ -42,6 +42,8 @@ from iii.iii import III
 from iii.triggers import Trigger, TriggerConfig, TriggerHandler
 from iii_helpers.observability import ReconnectionConfig
 
+from memory_worker.cli import parse_assignments
+
 JSON = dict[str, Any]
 Binding: TypeAlias = TriggerConfig[Any]
 
@@ -245,17 +247,9 @@ class Cli(SdkWorker):
 
     @staticmethod
     def kv_payload(tokens: tuple[str, ...] | list[str], base: JSON | None = None) -> JSON:
-        """Each ``k=v`` becomes a key; the value is JSON-decoded when possible, else a string."""
-        payload = dict(base or {})
-        for token in tokens:
-            key, sep, raw = token.partition("=")
-            if not sep:
-                raise ValueError(f"expected key=value, got {token!r}")
-            try:
-                payload[key] = json.loads(raw)
-            except ValueError:
-                payload[key] = raw
-        return payload
+        """``iii trigger``'s argument rules, which our own CLI implements too: each ``k=v``
+        becomes a key, its value JSON-decoded when possible, else a string."""
+        return parse_assignments(list(tokens), json.dumps(base) if base is not None else None)
 
 
 # ── harness ───────────────────────────────────────────────────────────────────────────────

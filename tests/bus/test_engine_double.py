@@ -12,7 +12,6 @@ import concurrent.futures
 import json
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -47,25 +46,6 @@ pytestmark = pytest.mark.timeout(60)
 
 W = TypeVar("W", bound=SdkWorker)
 JSON = dict[str, Any]
-
-
-@pytest.fixture(autouse=True)
-def _sdk_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """OTel off (no /otel socket, no global providers); SDK process markers under tmp."""
-    monkeypatch.setenv("OTEL_ENABLED", "false")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for var in ("III_WORKER_NAME", "III_NAMESPACE", "III_TOKEN", "III_URL"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(name="engine")
-def _engine() -> Iterator[EngineDouble]:
-    double = EngineDouble().start()
-    try:
-        yield double
-    finally:
-        double.close()
-    assert double.errors == []
 
 
 @pytest.fixture(name="start")
