@@ -31,7 +31,7 @@ from . import files
 from .errors import StorageError
 from .index import LexicalIndex
 from .models import Memory, Rule
-from .recall import indexed
+from .recall import indexed, top_memories
 from .text import fingerprint, normalize
 from .vectors import VECTORS_FILE, VectorRecord, append_vectors, load_vectors, text_hash
 
@@ -117,6 +117,8 @@ class Bank:
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self._memories: dict[str, Memory] = {}
+        self._applied = 0  # records applied so far: the version `standing()` is cached against
+        self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
         self._rules: dict[str, Rule] = {}
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
@@ -440,11 +442,20 @@ class Bank:
         for pending in failed:
             pending.future.set_exception(exc)
 
+    def standing(self, limit: int) -> list[Memory]:
+        """`top_memories` of this bank, kept until the next record lands: the hook pads every
+        turn's recall with it, and sorting 10k memories per turn costs tens of milliseconds."""
+        key = (self._applied, limit)
+        if self._standing is None or self._standing[0] != key:
+            self._standing = (key, top_memories(self._memories.values(), limit))
+        return self._standing[1]
+
     def _apply(self, record: Memory) -> None:
         """Make a durable record visible, with replay's rule: a lower revision never wins."""
         previous = self._memories.get(record.id)
         if previous is not None and record.revision < previous.revision:
             return
+        self._applied += 1
         self._memories[record.id] = record
         if previous is not None:
             self._unmap_text(previous)

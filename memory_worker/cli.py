@@ -88,14 +88,19 @@ def _open(args: argparse.Namespace, settings: Settings, command: str) -> Store:
     return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S)
 
 
+def _embedder_choice(default: str) -> str:
+    choice = os.environ.get(EMBEDDER_ENV, default).strip().lower()
+    if choice not in ("local", "router", "none"):
+        raise InvalidInput(f"${EMBEDDER_ENV} must be local, router or none, not {choice!r}")
+    return choice
+
+
 def _embedder(settings: Settings, *, default: str) -> Embedder | None:
     """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local`, `router` or `none`; by default
     a standalone server loads the local model (when the `embed` extra is installed), engine mode
     asks `router::embed` (returns None here: the bus adapter builds it), and one-shot commands stay
     lexical, so a `trigger` does not pay the model's load time."""
-    choice = os.environ.get(EMBEDDER_ENV, default).strip().lower()
-    if choice not in ("local", "router", "none"):
-        raise InvalidInput(f"${EMBEDDER_ENV} must be local, router or none, not {choice!r}")
+    choice = _embedder_choice(default)
     if choice != "local" or not settings.embeddings_enabled:
         return None
     from .local_embedder import EmbedderUnavailable, LocalEmbedder
@@ -251,9 +256,13 @@ async def _serve(args: argparse.Namespace) -> int:
     if url is not None:
         from .bus.worker import serve_engine  # the SDK is imported only in engine mode
 
-        embedder = _embedder(settings, default="router")
         return await serve_engine(
-            url, settings, data_dir_flag=args.data_dir, embedder=embedder, reason=reason
+            url,
+            settings,
+            data_dir_flag=args.data_dir,
+            embedder=_embedder(settings, default="router"),
+            router_embeddings=_embedder_choice("router") == "router",
+            reason=reason,
         )
     from .standalone import serve  # aiohttp is imported only by the command that serves
 

@@ -174,7 +174,12 @@ class PreGenerate:
             if record is None or record.system is None:
                 return None  # never told anything: nothing to withdraw
             return self._deliver(env, record, "", _Reply())
-        resolution = await self._resolver.resolve(session_id, env.metadata, parent_of(env.parent))
+        known = record.turn_bank(env.turn_id) if record and env.turn_id else None
+        if known is not None:  # a later step of a turn: its bank was fixed at the first
+            resolution = self._resolver.recorded(known)
+        else:
+            parent = parent_of(env.parent)
+            resolution = await self._resolver.resolve(session_id, env.metadata, parent)
         if resolution.outcome is Outcome.LOOKUP_FAILED:
             log.warning(
                 "hook_session_lookup_failed", session_id=session_id, error=resolution.source

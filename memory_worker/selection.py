@@ -95,6 +95,13 @@ class BankResolver:
             return self._check(named, "turn")
         return await self._from_session(session_id, parent, depth=0)
 
+    def recorded(self, bank: str) -> Resolution:
+        """A turn's bank as recorded at its first step ("" = it ran without memory): later
+        steps keep it without asking the session-manager again, unless it was deleted since."""
+        if not bank:
+            return Resolution(Outcome.NO_MEMORY, source="the turn runs without memory")
+        return self._check(bank, "turn-record")
+
     async def for_call(self, context: object) -> str | None:
         """The bank of a `memory::*` call that names none: inside a turn (the call's metadata
         carries `session_id`, maybe `turn_id`) it is that turn's bank; outside one, None (the

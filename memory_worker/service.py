@@ -35,7 +35,7 @@ from .ports import (
     NullEmitter,
     system_clock,
 )
-from .recall import Hit, RecallMode, RecallQuery, rank, top_memories
+from .recall import Hit, RecallMode, RecallQuery, rank
 from .redact import redact
 from .store import Store
 from .text import collapse_whitespace
@@ -457,9 +457,9 @@ class MemoryService:
                 vector=vector,
             ),
         )
-        if bank is not None:
-            floor = min(AMBIENT_FLOOR, settings.recall_limit)
-            hits = apply_floor(hits, top_memories(bank.memories.values(), floor), floor)
+        floor = min(AMBIENT_FLOOR, settings.recall_limit)
+        if bank is not None and len(hits) < floor:
+            hits = apply_floor(hits, bank.standing(floor), floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
         return Injection(
             name,

@@ -19,7 +19,7 @@ from memory_worker.selection import BankResolver, Outcome, Parent
 from memory_worker.service import MemoryService
 from memory_worker.sessions import SCOPE, SessionRecord, SessionState
 from memory_worker.turns import EXTRACT_JOB, TurnPipeline
-from memory_worker.wire import BankDeleteRequest, RuleSetRequest, SaveRequest
+from memory_worker.wire import BankDeleteRequest, PinRequest, RuleSetRequest, SaveRequest
 
 
 class Sessions:
@@ -167,6 +167,26 @@ class TestInjection:
         assert second is not None
         assert second["mutations"]["system_prompt"] == first["mutations"]["system_prompt"]
         assert appended(second) == []
+
+    async def test_later_steps_of_a_turn_keep_its_bank_without_asking_again(
+        self, h: Hooked
+    ) -> None:
+        h.sessions.add("s1", bank="blog")
+        first = await h.step("s1", "hi")
+        asked = h.sessions.calls
+        h.sessions.add("s1", bank="other")  # a switch applies from the next turn on
+        later = await h.step("s1", None, step=1)
+        assert h.sessions.calls == asked
+        assert later["annotations"]["memory_bank"] == first["annotations"]["memory_bank"] == "blog"
+
+    async def test_the_ambient_floor_follows_new_memories(self, h: Hooked) -> None:
+        await save(h.service, "The user's name is Ana.")
+        first = await h.step("s1", "hello there")
+        assert "Ana" in appended(first)[0]  # no word matches: the floor brings it
+        await h.service.pin(PinRequest(id=first["annotations"]["memory_ids"][0], pinned=True))
+        await save(h.service, "The user works as a nurse.")
+        second = await h.step("s2", "hello there")
+        assert "nurse" in appended(second)[0]  # the cached floor saw the new memory
 
     async def test_a_rule_change_arrives_once_as_an_appended_update(self, h: Hooked) -> None:
         await set_rule(h.service, "style", "Be brief.")

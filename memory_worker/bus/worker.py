@@ -95,15 +95,18 @@ class EngineWorker:
         *,
         data_dir_flag: str | None = None,
         embedder: Embedder | None = None,
+        router_embeddings: bool = True,
         reason: str = "",
     ) -> None:
         """`seed`: the settings a first registration stores (YAML file or defaults);
         `data_dir_flag`: `--data-dir`/`MEMORY_DATA_DIR`, which wins over the configuration;
-        `embedder`: a local embedder, else `router::embed` is used."""
+        `embedder`: a local embedder; without one, `router::embed` when `router_embeddings`
+        (`MEMORY_EMBEDDER=none` turns the semantic arm off altogether)."""
         self.url = url
         self.seed = seed
         self.data_dir_flag = data_dir_flag
         self.local_embedder = embedder
+        self.router_embeddings = router_embeddings
         self.reason = reason
         self.client: III | None = None
         self.service: MemoryService | None = None
@@ -162,7 +165,7 @@ class EngineWorker:
             embedder=self.local_embedder,
             siblings=lambda: probe_siblings(call),
         )
-        if service.embedder is None:
+        if service.embedder is None and self.router_embeddings:
             service.embedder = RouterEmbedder(call, lambda: service.settings)
         self.service = service
         self._state = state = SessionState(StateClient(call))
@@ -353,10 +356,18 @@ async def serve_engine(
     *,
     data_dir_flag: str | None,
     embedder: Embedder | None,
+    router_embeddings: bool,
     reason: str,
 ) -> int:
     """Run engine mode until SIGTERM or SIGINT; exit status 0 after a clean close."""
-    worker = EngineWorker(url, seed, data_dir_flag=data_dir_flag, embedder=embedder, reason=reason)
+    worker = EngineWorker(
+        url,
+        seed,
+        data_dir_flag=data_dir_flag,
+        embedder=embedder,
+        router_embeddings=router_embeddings,
+        reason=reason,
+    )
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
