@@ -35,7 +35,7 @@ from .injection import (
     render_rules_update,
     render_section,
 )
-from .selection import BankResolver, Outcome, parent_of
+from .selection import BankResolver, Outcome, Resolution, parent_of
 from .service import MemoryService
 from .sessions import SessionRecord, SessionState
 
@@ -166,20 +166,39 @@ class PreGenerate:
             return None
         return _Reply(system_prompt=env.base_prompt + record.system)
 
+    async def _resolve(
+        self, env: HookEnvelope, session_id: str
+    ) -> tuple[SessionRecord | None, Resolution]:
+        """The session's record and the turn's bank. A later step of a known turn keeps the bank
+        fixed at its first step; a session this process has not seen reads its record from the
+        state worker WHILE the session-manager is asked (two round trips in parallel)."""
+        parent = parent_of(env.parent)
+        record = self._state.cached(session_id)
+        resolution: Resolution | None = None
+        if record is None:
+            fetched = asyncio.create_task(self._state.get(session_id))
+            try:
+                resolution = await self._resolver.resolve(session_id, env.metadata, parent)
+            except BaseException:
+                fetched.cancel()
+                raise
+            record = await fetched
+        known = record.turn_bank(env.turn_id) if record and env.turn_id else None
+        if known is not None:
+            return record, self._resolver.recorded(known)
+        if resolution is None:
+            resolution = await self._resolver.resolve(session_id, env.metadata, parent)
+        return record, resolution
+
     async def _run(self, env: HookEnvelope, session_id: str) -> _Reply | None:
         settings = self._service.settings
-        record = await self._state.get(session_id)
         changed = False
         if not settings.inject_rules and not settings.inject_memories:
+            record = await self._state.get(session_id)
             if record is None or record.system is None:
                 return None  # never told anything: nothing to withdraw
             return self._deliver(env, record, "", _Reply())
-        known = record.turn_bank(env.turn_id) if record and env.turn_id else None
-        if known is not None:  # a later step of a turn: its bank was fixed at the first
-            resolution = self._resolver.recorded(known)
-        else:
-            parent = parent_of(env.parent)
-            resolution = await self._resolver.resolve(session_id, env.metadata, parent)
+        record, resolution = await self._resolve(env, session_id)
         if resolution.outcome is Outcome.LOOKUP_FAILED:
             log.warning(
                 "hook_session_lookup_failed", session_id=session_id, error=resolution.source

@@ -83,6 +83,13 @@ class SessionState:
             self._cache.popitem(last=False)
         return record
 
+    def cached(self, session_id: str) -> SessionRecord | None:
+        """The record if this process holds it (no state-worker round trip)."""
+        record = self._cache.get(session_id)
+        if record is not None:
+            self._cache.move_to_end(session_id)
+        return record
+
     async def get(self, session_id: str) -> SessionRecord | None:
         record = self._cache.get(session_id)
         if record is not None:
