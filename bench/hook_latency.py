@@ -98,8 +98,8 @@ QUICK = {"memories": 1_000, "n": 100, "warmup": 20}
 BAR_HOOK_P50_MS = 5.0
 TAGS = ("work", "family", "travel", "health", "preferences", "project", "food", "finance")
 HOLDER = {"pid": os.getpid(), "kind": "bench", "command": "bench/hook_latency.py"}
-# Embeddings off where the worker reads it: its configuration (seeded from this YAML). The env
-# var `MEMORY_EMBEDDER=none` is set as well, but in engine mode it only turns the local model off.
+# Embeddings off twice over: `MEMORY_EMBEDDER=none` (no embedder at all) and the configuration the
+# worker seeds from this YAML.
 WORKER_CONFIG = "embeddings_enabled: false\n"
 SYSTEM_PROMPT = (
     "You are a careful assistant working with one user over many sessions. Answer directly, show "
