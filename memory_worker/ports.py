@@ -10,6 +10,7 @@ __all__ = [
     "BANK_CHANGED",
     "ITEM_CHANGED",
     "Clock",
+    "Completer",
     "Embedder",
     "Emitter",
     "HealthProbe",
@@ -17,6 +18,7 @@ __all__ = [
     "KeyValue",
     "NullEmitter",
     "SessionDirectory",
+    "TranscriptSource",
     "system_clock",
 ]
 
@@ -48,6 +50,24 @@ class SessionDirectory(Protocol):
     async def get(self, session_id: str) -> dict[str, Any] | None:
         """The session's meta (`metadata`, parent link), or None for an unknown session. Raises
         `SiblingUnavailable` when the lookup itself failed (then nothing new may be injected)."""
+        ...
+
+
+class TranscriptSource(Protocol):
+    """A session's messages (`session::messages`), oldest first, one page at a time."""
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Items `{entry_id, message}` and the next page's cursor (None on the last page)."""
+        ...
+
+
+class Completer(Protocol):
+    """One LLM completion (`router::complete`): the model and its timeout are the adapter's."""
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        """The reply's text. Raises `SiblingUnavailable` when there is no answer."""
         ...
 
 

@@ -274,7 +274,11 @@ class MemoryService:
 
     # --- memories --------------------------------------------------------------------------------
 
-    async def save(self, req: SaveRequest) -> SaveResponse:
+    async def save(
+        self, req: SaveRequest, *, confidence: Confidence = Confidence.STATED
+    ) -> SaveResponse:
+        """`confidence`: how the text arrived — a call states it, extraction reads it from a
+        conversation (a re-save keeps the higher of the two)."""
         name = self._name(req.bank)
         text, text_labels = transitions.prepare_text(req.text)
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
@@ -290,6 +294,7 @@ class MemoryService:
                 entities=entities,
                 tags=tags,
                 pinned=req.pinned,
+                confidence=confidence,
                 source=Provenance(session_id=session_id) if session_id else None,
                 now_ms=self.clock(),
             )
@@ -407,6 +412,10 @@ class MemoryService:
 
     def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
         return [] if bank is None else rank(bank.memories, bank.index, query)
+
+    def rank_in(self, bank: Bank, query: RecallQuery) -> list[Hit]:
+        """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
+        return self._rank(bank, query)
 
     async def recall(self, req: RecallRequest) -> RecallResponse:
         name = self._name(req.bank)

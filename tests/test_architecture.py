@@ -83,7 +83,7 @@ RULES: dict[str, Rule] = {
     "pregenerate": _core(),
     "turns": _core(),
     "reconfigure": _core(),
-    # Named in STYLE.md's layout, not written yet: pure reply parsing and the background pass.
+    # Extraction: pure prompt + reply parsing, and the background pass (through ports).
     "extraction": _core(),
     "extractor": _core(),
     # The package re-exports the public surface. Importing any core module runs it first, so it

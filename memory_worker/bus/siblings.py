@@ -24,9 +24,11 @@ __all__ = [
     "Caller",
     "ConfigClient",
     "QueueClient",
+    "RouterCompleter",
     "RouterEmbedder",
     "SessionsClient",
     "StateClient",
+    "TranscriptClient",
     "probe_siblings",
 ]
 
@@ -82,6 +84,96 @@ class SessionsClient:
             raise _unavailable("session::get", exc) from None
         meta = reply.get("meta") if isinstance(reply, dict) else None
         return meta if isinstance(meta, dict) else None
+
+
+class TranscriptClient:
+    """`session::messages`, user and assistant messages only, one page at a time."""
+
+    PAGE = 100
+
+    def __init__(self, call: Caller) -> None:
+        self._call = call
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        payload: dict[str, Any] = {
+            "session_id": session_id,
+            "limit": self.PAGE,
+            "roles": ["user", "assistant"],
+        }
+        if cursor is not None:
+            payload["cursor"] = cursor
+        try:
+            reply = await self._call("session::messages", payload, 10_000)
+        except InvocationError as exc:
+            raise _unavailable("session::messages", exc) from None
+        items = reply.get("messages") if isinstance(reply, dict) else None
+        following = reply.get("next_cursor") if isinstance(reply, dict) else None
+        return (
+            [item for item in items if isinstance(item, dict)] if isinstance(items, list) else [],
+            following if isinstance(following, str) and following else None,
+        )
+
+
+class RouterCompleter:
+    """`router::complete` for extraction: `extraction_model`, else the router's first model;
+    `extraction_timeout_ms`. A reply that ended in error is raised, not read as text."""
+
+    MAX_OUTPUT_TOKENS = 1024
+
+    def __init__(self, call: Caller, settings: Callable[[], Settings]) -> None:
+        self._call = call
+        self._settings = settings
+        self._default_model: str | None = None
+
+    async def _model(self) -> str:
+        if configured := self._settings().extraction_model:
+            return configured
+        if self._default_model is None:
+            try:
+                reply = await self._call("router::models::list", {}, 5000)
+            except InvocationError as exc:
+                raise _unavailable("router::models::list", exc) from None
+            models = reply.get("models") if isinstance(reply, dict) else None
+            ids = [m.get("id") for m in models or [] if isinstance(m, dict)]
+            if not ids or not isinstance(ids[0], str):
+                raise SiblingUnavailable("router::models::list offers no model for extraction")
+            self._default_model = ids[0]
+            log.info("extraction_model_chosen", model=ids[0])
+        return self._default_model
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        settings = self._settings()
+        request = {
+            "model": await self._model(),
+            "system_prompt": system_prompt,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": user_text}],
+                    "timestamp": int(time.time() * 1000),
+                }
+            ],
+            "max_output_tokens": self.MAX_OUTPUT_TOKENS,
+        }
+        try:
+            reply = await self._call("router::complete", request, settings.extraction_timeout_ms)
+        except InvocationError as exc:
+            raise _unavailable("router::complete", exc) from None
+        message = reply.get("message") if isinstance(reply, dict) else None
+        if not isinstance(message, dict):
+            raise SiblingUnavailable("router::complete answered without a message")
+        if message.get("stop_reason") == "error":
+            raise SiblingUnavailable(
+                f"router::complete failed: {message.get('error_message') or 'stop_reason error'}"
+            )
+        parts = message.get("content")
+        return "".join(
+            part.get("text", "")
+            for part in parts or []
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
 
 
 class StateClient:

@@ -34,6 +34,7 @@ from iii.iii import III
 from .. import catalog
 from ..config import Settings, parse_settings, resolve_data_dir
 from ..errors import WorkerError
+from ..extractor import Extractor
 from ..ports import Embedder
 from ..pregenerate import PreGenerate
 from ..reconfigure import Applied, Reconfigurer
@@ -49,9 +50,11 @@ from .siblings import (
     Caller,
     ConfigClient,
     QueueClient,
+    RouterCompleter,
     RouterEmbedder,
     SessionsClient,
     StateClient,
+    TranscriptClient,
     probe_siblings,
 )
 
@@ -177,7 +180,13 @@ class EngineWorker:
         )
         hook = PreGenerate(service, resolver, state)
         queue = QueueClient(call)
-        self._pipeline = pipeline = TurnPipeline(service, resolver, state, queue, extractor=None)
+        extractor = Extractor(
+            service,
+            TranscriptClient(call),
+            RouterCompleter(call, lambda: service.settings),
+            StateClient(call),
+        )
+        self._pipeline = pipeline = TurnPipeline(service, resolver, state, queue, extractor)
         self._reconfigure = Reconfigurer(
             service,
             lambda s: resolve_data_dir(self.data_dir_flag, s),

@@ -1,0 +1,264 @@
+"""The extraction pass: one finished turn's new messages → one `router::complete` → writes.
+
+1. Read the session's messages after its cursor (state scope `memory_cursor`), walking every page
+   (`session::messages` is oldest first, so the new turn is on the last page), keeping at most
+   `extraction_window` user/assistant messages and skipping our own `<memory …>` blocks. A cursor
+   that is never met (a branch switch, trimmed history) falls back to the tail.
+2. Redact secrets in the excerpt BEFORE anything leaves the worker.
+3. Show the model what the bank already holds about it (the top recall hits, with refs).
+4. One completion; the reply is parsed leniently (`extraction.parse_reply`).
+5. Apply, at most `max_memories_per_turn` memory writes: add (fingerprint-deduped: a repeat
+   reinforces), restate (reinforce), correct (save the new text, supersede the old with the
+   reason; a pinned memory is never touched); standing instructions are appended to the bank's
+   auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
+6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
+   and fingerprints make the retry reinforce instead of duplicate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import structlog
+
+from .extraction import Decisions, Line, parse_reply, render_request, system_prompt
+from .injection import message_text
+from .models import Confidence, Memory
+from .ports import Completer, KeyValue, TranscriptSource
+from .recall import RecallQuery
+from .redact import redact
+from .service import MemoryService
+from .text import fingerprint, normalize
+from .turns import ExtractJob
+from .wire import RuleSetRequest, SaveRequest, SupersedeRequest
+
+__all__ = [
+    "CURSOR_SCOPE",
+    "LEARNED_HEADER",
+    "LEARNED_RULE",
+    "MAX_RULES_PER_TURN",
+    "Extractor",
+    "merge_learned",
+]
+
+log = structlog.get_logger(__name__)
+
+CURSOR_SCOPE = "memory_cursor"
+LEARNED_RULE = "learned"
+LEARNED_HEADER = (
+    "# Learned\n"
+    "Standing instructions captured from conversations. Edit or delete freely: extraction only "
+    "appends lines it has not seen.\n"
+)
+MAX_RULES_PER_TURN = 3
+KNOWN_SHOWN = 10  # known memories shown to the model
+MAX_PAGES = 10_000
+MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
+USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
+MEMORY_PREFIX = "<memory "
+
+
+def merge_learned(existing: str, additions: list[str]) -> str | None:
+    """The `learned` rule with `additions` appended as `- <text>` lines, skipping any whose
+    fingerprint is already there (hand edits included); None when nothing is new."""
+    seen = {
+        fingerprint(line[2:]) for line in existing.splitlines() if line.startswith("- ")
+    }
+    new: list[str] = []
+    for text in additions:
+        key = fingerprint(text)
+        if key not in seen:
+            seen.add(key)
+            new.append(f"- {text}")
+    if not new:
+        return None
+    base = existing.rstrip() + "\n" if existing.strip() else LEARNED_HEADER
+    return base + "\n".join(new) + "\n"
+
+
+def _at_ms(message: dict[str, Any]) -> int | None:
+    value = message.get("timestamp")
+    return int(value) if isinstance(value, int | float) and value > 0 else None
+
+
+class Extractor:
+    def __init__(
+        self,
+        service: MemoryService,
+        transcript: TranscriptSource,
+        completer: Completer,
+        kv: KeyValue,
+    ) -> None:
+        self._service = service
+        self._transcript = transcript
+        self._completer = completer
+        self._kv = kv
+
+    async def extract(self, job: ExtractJob, bank: str) -> int:
+        """One pass for `job.session_id` into `bank`; the number of memory and rule writes."""
+        settings = self._service.settings
+        cursor = await self._cursor(job.session_id)
+        lines, newest = await self._read(job, cursor, settings.extraction_window)
+        if newest is None:
+            return 0  # nothing after the cursor
+        if sum(len(line.text) for line in lines) < MIN_EXCERPT_CHARS:
+            await self._advance(job.session_id, newest)
+            return 0
+        known = self._known(bank, lines)
+        reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+        decisions = parse_reply(reply, len(known))
+        if decisions.skipped:
+            log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
+        written = await self._apply(bank, decisions, known, job.session_id)
+        await self._advance(job.session_id, newest)
+        log.info(
+            "extraction_pass",
+            session_id=job.session_id,
+            bank=bank,
+            messages=len(lines),
+            known=len(known),
+            written=written,
+        )
+        return written
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    async def _cursor(self, session_id: str) -> str | None:
+        raw = await self._kv.get(CURSOR_SCOPE, session_id)
+        wrapped = isinstance(raw, dict) and "last_entry_id" not in raw
+        if wrapped and isinstance(raw.get("value"), dict):
+            raw = raw["value"]  # older state workers wrap the stored value
+        entry = raw.get("last_entry_id") if isinstance(raw, dict) else None
+        return entry if isinstance(entry, str) and entry else None
+
+    async def _advance(self, session_id: str, entry_id: str) -> None:
+        await self._kv.set(CURSOR_SCOPE, session_id, {"last_entry_id": entry_id})
+
+    async def _read(
+        self, job: ExtractJob, cursor: str | None, window: int
+    ) -> tuple[list[Line], str | None]:
+        """The new messages (redacted) and the newest entry id read, None when nothing is new."""
+        kept: deque[Line] = deque(maxlen=window)
+        newest: str | None = None
+        met = cursor is None
+        page: str | None = None
+        for _ in range(MAX_PAGES):
+            items, page = await self._transcript.page(job.session_id, page)
+            for item in items:
+                entry_id = item.get("entry_id") if isinstance(item, dict) else None
+                if not isinstance(entry_id, str):
+                    continue
+                if entry_id == cursor:
+                    met, newest = True, None
+                    kept.clear()
+                    continue
+                newest = entry_id
+                line = self._line(item.get("message"))
+                if line is not None:
+                    kept.append(line)
+                if entry_id == job.until:
+                    page = None
+                    break
+            if page is None:
+                break
+        if not met:
+            log.info("extraction_cursor_not_found", session_id=job.session_id, cursor=cursor)
+        return list(kept), newest
+
+    @staticmethod
+    def _line(message: object) -> Line | None:
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return None
+        text = message_text(message).strip()
+        if not text or text.startswith(MEMORY_PREFIX):
+            return None
+        return Line(str(message["role"]), redact(text).text, _at_ms(message))
+
+    def _known(self, bank: str, lines: list[Line]) -> list[Memory]:
+        found = self._service.store.find(bank)
+        if found is None:
+            return []
+        query = " ".join(line.text for line in lines if line.role == "user")
+        hits = self._service.rank_in(
+            found,
+            RecallQuery(
+                text=query or " ".join(line.text for line in lines),
+                limit=KNOWN_SHOWN,
+                now_ms=self._service.clock(),
+                half_life_days=self._service.settings.decay_half_life_days,
+            ),
+        )
+        return [hit.memory for hit in hits]
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    async def _apply(
+        self, bank: str, decisions: Decisions, known: list[Memory], session_id: str
+    ) -> int:
+        settings = self._service.settings
+        budget = settings.max_memories_per_turn
+        by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
+        restates = list(dict.fromkeys(decisions.restates))
+        adds = []
+        for add in decisions.adds:
+            again = by_text.get(normalize(add.text))
+            if again is None:
+                adds.append(add)
+            elif again not in restates:
+                restates.append(again)  # "add" of a text already known is a restatement
+        written = 0
+        for index in restates:
+            memory = known[index]
+            if budget <= written or memory.pinned:
+                continue
+            await self._save(bank, memory.text, memory.entities, memory.tags, session_id)
+            written += 1
+        for correction in decisions.corrections:
+            old = known[correction.ref]
+            if budget <= written or old.pinned:
+                continue  # a memory a person pinned is never rewritten by extraction
+            new = correction.new
+            saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
+            written += 1
+            if saved.id != old.id and saved.live:
+                await self._service.supersede(
+                    SupersedeRequest(
+                        bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
+                    )
+                )
+        for add in adds:
+            if budget <= written:
+                log.info("extraction_capped", bank=bank, dropped=len(adds), cap=budget)
+                break
+            await self._save(bank, add.text, add.entities, add.tags, session_id)
+            written += 1
+        if settings.rule_learning_enabled and decisions.rules:
+            written += await self._learn(bank, decisions.rules[:MAX_RULES_PER_TURN])
+        return written
+
+    async def _save(
+        self,
+        bank: str,
+        text: str,
+        entities: tuple[str, ...],
+        tags: tuple[str, ...],
+        session_id: str,
+    ) -> Memory:
+        if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
+            entities = ("user", *entities)
+        request = SaveRequest(
+            bank=bank, text=text, entities=list(entities), tags=list(tags), session_id=session_id
+        )
+        response = await self._service.save(request, confidence=Confidence.EXTRACTED)
+        return response.memory
+
+    async def _learn(self, bank: str, rules: list[str]) -> int:
+        cleaned = [redact(rule).text for rule in rules]
+        found = self._service.store.find(bank)
+        existing = found.rule(LEARNED_RULE) if found is not None else None
+        merged = merge_learned(existing.content if existing else "", cleaned)
+        if merged is None:
+            return 0
+        await self._service.rule_set(RuleSetRequest(bank=bank, name=LEARNED_RULE, content=merged))
+        return 1

@@ -1,0 +1,346 @@
+"""Extraction: the reply parser, the `learned` rule merge, and the pass through its ports (a
+transcript, a scripted completer, a key-value store), against a real store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.config import Settings
+from memory_worker.errors import SiblingUnavailable, StorageError
+from memory_worker.extraction import parse_reply, render_request, system_prompt
+from memory_worker.extractor import CURSOR_SCOPE, LEARNED_HEADER, Extractor, merge_learned
+from memory_worker.models import Confidence
+from memory_worker.service import MemoryService
+from memory_worker.turns import ExtractJob
+from memory_worker.wire import ListRequest, PinRequest, SaveRequest
+
+DAY_MS = 86_400_000
+T0 = 1_772_445_600_000  # 2026-03-02 10:00 UTC
+
+
+class Transcript:
+    """session::messages over a list, paged by `size`."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.size = size
+
+    def say(self, role: str, text: str, at: int = T0) -> str:
+        entry_id = f"e{len(self.items) + 1:04d}"
+        message = {"role": role, "content": [{"type": "text", "text": text}], "timestamp": at}
+        self.items.append({"entry_id": entry_id, "message": message})
+        return entry_id
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        start = int(cursor or 0)
+        end = start + self.size
+        return self.items[start:end], (str(end) if end < len(self.items) else None)
+
+
+class Model:
+    """A scripted completer that records what it was sent; `fail` raises like a dead router."""
+
+    def __init__(self) -> None:
+        self.replies: list[str | Callable[[str], str]] = []
+        self.sent: list[str] = []
+        self.fail = False
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        self.sent.append(user_text)
+        if self.fail:
+            raise SiblingUnavailable("router::complete failed (timeout)")
+        reply = self.replies.pop(0) if self.replies else '{"memories": [], "rules": []}'
+        return reply(user_text) if callable(reply) else reply
+
+
+class KV:
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], Any] = {}
+
+    async def get(self, scope: str, key: str) -> Any:
+        return self.data.get((scope, key))
+
+    async def set(self, scope: str, key: str, value: Any) -> None:
+        self.data[(scope, key)] = value
+
+    async def delete(self, scope: str, key: str) -> None:
+        self.data.pop((scope, key), None)
+
+
+class Rig:
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+        self.chat = Transcript()
+        self.model = Model()
+        self.kv = KV()
+        self.extractor = Extractor(service, self.chat, self.model, self.kv)
+
+    async def turn(
+        self, *messages: tuple[str, str], reply: str | dict[str, Any] | Callable[[str], str]
+    ) -> int:
+        for role, text in messages:
+            self.chat.say(role, text)
+        self.model.replies.append(
+            reply if isinstance(reply, str) or callable(reply) else json.dumps(reply)
+        )
+        return await self.extractor.extract(ExtractJob(session_id="s1"), "main")
+
+    async def texts(self, include_superseded: bool = False) -> dict[str, Any]:
+        listed = await self.service.list_memories(
+            ListRequest(bank="main", include_superseded=include_superseded)
+        )
+        return {m.text: m for m in listed.memories}
+
+
+@pytest.fixture(name="rig")
+def _rig(service: MemoryService) -> Rig:
+    return Rig(service)
+
+
+def add(text: str, **extra: Any) -> dict[str, Any]:
+    return {"op": "add", "text": text, **extra}
+
+
+def ref_of(user_text: str, known_text: str) -> str:
+    """The `mN` label the worker showed the model for `known_text`."""
+    for line in user_text.splitlines():
+        label, _, rest = line.partition(": ")
+        if rest.removesuffix(" [pinned]") == known_text:
+            return label
+    raise AssertionError(f"{known_text!r} was not shown to the model:\n{user_text}")
+
+
+TEA = {"op": "add", "text": "The user likes tea."}
+
+
+class TestParse:
+    def test_the_contract_round_trips(self) -> None:
+        reply = json.dumps(
+            {
+                "memories": [
+                    add("The user lives in Lisbon.", entities=["user", "lisbon"], tags=["home"]),
+                    {"op": "restate", "ref": "m2"},
+                    {
+                        "op": "correct",
+                        "ref": "m1",
+                        "text": "The user lives in Porto.",
+                        "reason": "moved",
+                    },
+                ],
+                "rules": ["Never start replies with 'Certainly'."],
+            }
+        )
+        decisions = parse_reply(reply, known=2)
+        assert [a.text for a in decisions.adds] == ["The user lives in Lisbon."]
+        assert decisions.adds[0].entities == ("user", "lisbon")
+        assert decisions.restates == [1]
+        assert decisions.corrections[0].ref == 0 and decisions.corrections[0].reason == "moved"
+        assert decisions.rules == ["Never start replies with 'Certainly'."]
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            "Sure! Here it is:\n```json\n" + json.dumps({"memories": [TEA]}) + "\n```",
+            json.dumps([{"text": "The user likes tea."}]),
+            json.dumps({"memories": [{**TEA, "op": "new"}], "rules": []}) + " trailing prose",
+        ],
+    )
+    def test_lenient_shapes(self, reply: str) -> None:
+        assert [a.text for a in parse_reply(reply, 0).adds] == ["The user likes tea."]
+
+    def test_junk_is_skipped_never_raised(self) -> None:
+        junk = [{"op": "restate", "ref": "m9"}, {"op": "add"}, 7, {"op": "zap", "text": "x y z"}]
+        reply = json.dumps({"memories": junk})
+        decisions = parse_reply(reply, known=1)
+        assert decisions.empty and decisions.skipped == 4
+        assert parse_reply("I could not find anything.", 0).empty
+
+    def test_the_prompt_file_is_sent_without_its_design_notes(self) -> None:
+        prompt = system_prompt()
+        assert prompt.startswith("You maintain the long-term memory")
+        assert "Why it reads" not in prompt
+
+    def test_the_request_shows_refs_and_dates(self) -> None:
+        from memory_worker.extraction import Line
+        from memory_worker.transitions import new_memory
+
+        known = [new_memory("fp1", "The user lives in Lisbon.", pinned=True, now_ms=T0)]
+        text = render_request([Line("user", "I moved!", T0)], known)
+        assert "m1: The user lives in Lisbon. [pinned]" in text
+        assert "[2026-03-02 10:00] user: I moved!" in text
+
+
+class TestLearned:
+    def test_appends_new_lines_under_a_header_and_dedupes(self) -> None:
+        first = merge_learned("", ["Never start replies with 'Certainly'."])
+        assert first is not None and first.startswith(LEARNED_HEADER)
+        assert merge_learned(first, ["never start  replies with 'certainly'."]) is None
+        hand = first + "- Use metric units.\n"
+        assert merge_learned(hand, ["Use metric units."]) is None  # hand-edited lines count too
+
+
+class TestPass:
+    async def test_new_facts_are_saved_as_extracted_with_the_user_entity(self, rig: Rig) -> None:
+        written = await rig.turn(
+            ("user", "I live in Lisbon and I have a cat called Miso."),
+            ("assistant", "Nice!"),
+            reply={
+                "memories": [
+                    add("The user lives in Lisbon."),
+                    add("The user has a cat called Miso.", tags=["pets"]),
+                ]
+            },
+        )
+        assert written == 2
+        memories = await rig.texts()
+        lisbon = memories["The user lives in Lisbon."]
+        assert lisbon.confidence is Confidence.EXTRACTED and "user" in lisbon.entities
+        assert lisbon.source is not None and lisbon.source.session_id == "s1"
+
+    async def test_a_restatement_reinforces_without_a_duplicate(self, rig: Rig) -> None:
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+        await rig.turn(
+            ("user", "As I said, I live in Lisbon."),
+            reply={"memories": [{"op": "restate", "ref": "m1"}]},
+        )
+        await rig.turn(
+            ("user", "Lisbon is home, by the way."),
+            reply={"memories": [add("The user lives in Lisbon.")]},
+        )
+        memories = await rig.texts()
+        assert list(memories) == ["The user lives in Lisbon."]
+        assert memories["The user lives in Lisbon."].corroboration == 2
+
+    async def test_a_correction_supersedes_with_the_reason_and_spares_pinned(
+        self, rig: Rig
+    ) -> None:
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+        pinned = await rig.service.save(SaveRequest(text="The user's name is Ana."))
+        await rig.service.pin(PinRequest(id=pinned.memory.id, pinned=True))
+        await rig.turn(
+            ("user", "I moved from Lisbon to Porto. Also my name is Anna now."),
+            reply=lambda shown: json.dumps(
+                {
+                    "memories": [
+                        {
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user lives in Lisbon."),
+                            "text": "The user lives in Porto.",
+                            "reason": "moved",
+                        },
+                        {
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user's name is Ana."),
+                            "text": "The user's name is Anna.",
+                            "reason": "renamed",
+                        },
+                    ]
+                }
+            ),
+        )
+        everything = await rig.texts(include_superseded=True)
+        old = everything["The user lives in Lisbon."]
+        assert old.superseded_by == everything["The user lives in Porto."].id
+        assert everything["The user's name is Ana."].live  # pinned: never touched
+        assert "The user's name is Anna." not in everything
+
+    async def test_a_standing_instruction_said_twice_lands_once(self, rig: Rig) -> None:
+        rule = "Never start replies with 'Certainly'."
+        await rig.turn(
+            ("user", "Please never start replies with Certainly."),
+            reply={"memories": [], "rules": [rule]},
+        )
+        await rig.turn(
+            ("user", "Again: never start with Certainly!"), reply={"memories": [], "rules": [rule]}
+        )
+        learned = rig.service.store.get("main").rule("learned")
+        assert learned is not None and learned.content.count("Certainly") == 1
+
+    async def test_rule_learning_off_writes_no_rule(self, rig: Rig) -> None:
+        rig.service.settings = Settings(rule_learning_enabled=False)
+        await rig.turn(
+            ("user", "Always answer in Portuguese from now on."),
+            reply={"rules": ["Always answer in Portuguese."]},
+        )
+        bank = rig.service.store.find("main")
+        assert bank is None or bank.rule("learned") is None
+
+    async def test_a_secret_never_reaches_the_model_or_the_disk(
+        self, rig: Rig, data_dir: Path
+    ) -> None:
+        secret = "AKIAIOSFODNN7EXAMPLE"
+        await rig.turn(
+            ("user", f"my aws key is {secret}, and I deploy from eu-west-1"),
+            reply={
+                "memories": [
+                    add(f"The user's AWS key is {secret}."),
+                    add("The user deploys from eu-west-1."),
+                ]
+            },
+        )
+        assert all(secret not in sent for sent in rig.model.sent)
+        assert not any(
+            secret in p.read_text(errors="ignore") for p in data_dir.rglob("*") if p.is_file()
+        )
+
+    async def test_the_cursor_reads_only_new_messages_across_pages(self, rig: Rig) -> None:
+        await rig.turn(
+            ("user", "I live in Lisbon and work as a nurse."), ("assistant", "Noted."), reply={}
+        )
+        await rig.turn(
+            ("user", "My sister Rita lives in Braga these days."), ("assistant", "Nice."), reply={}
+        )
+        second = rig.model.sent[1]
+        assert "Rita" in second and "nurse" not in second
+        assert rig.kv.data[(CURSOR_SCOPE, "s1")] == {"last_entry_id": "e0004"}
+
+    async def test_our_own_blocks_and_small_talk_cost_no_model_call(self, rig: Rig) -> None:
+        rig.chat.say(
+            "user", '<memory bank="main">- old stuff that is long enough to count</memory>'
+        )
+        rig.chat.say("user", "ok")
+        assert await rig.extractor.extract(ExtractJob(session_id="s1"), "main") == 0
+        assert rig.model.sent == []
+        assert rig.kv.data[(CURSOR_SCOPE, "s1")] == {"last_entry_id": "e0002"}
+
+    async def test_a_failing_router_leaves_the_cursor_and_raises(self, rig: Rig) -> None:
+        rig.model.fail = True
+        with pytest.raises(SiblingUnavailable):
+            await rig.turn(("user", "I live in Lisbon with my two cats."), reply={})
+        assert (CURSOR_SCOPE, "s1") not in rig.kv.data
+
+    async def test_a_crash_mid_pass_retried_creates_no_duplicates(
+        self, rig: Rig, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        reply = {"memories": [add("The user lives in Lisbon."), add("The user has two cats.")]}
+        original = rig.service.save
+        calls = 0
+
+        async def failing_second(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise StorageError("disk full")
+            return await original(*args, **kwargs)
+
+        monkeypatch.setattr(rig.service, "save", failing_second)
+        with pytest.raises(StorageError):
+            await rig.turn(("user", "I live in Lisbon and have two cats."), reply=reply)
+        assert (CURSOR_SCOPE, "s1") not in rig.kv.data
+        rig.model.replies.append(json.dumps(reply))  # the queue redelivers the same job
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        memories = await rig.texts()
+        assert sorted(memories) == ["The user has two cats.", "The user lives in Lisbon."]
+
+    async def test_the_per_turn_cap_holds(self, rig: Rig) -> None:
+        rig.service.settings = Settings(max_memories_per_turn=3)
+        reply = {"memories": [add(f"The user owns guitar model number {i}.") for i in range(6)]}
+        assert await rig.turn(("user", "Let me list all my guitars for you now."), reply=reply) == 3
+        assert len(await rig.texts()) == 3
