@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from .errors import SiblingUnavailable
 from .extraction import Decisions, Line, parse_reply, render_request, system_prompt
 from .injection import message_text
 from .models import Confidence, Memory
@@ -125,7 +126,13 @@ class Extractor:
     # --- reading ---------------------------------------------------------------------------------
 
     async def _cursor(self, session_id: str) -> str | None:
-        raw = await self._kv.get(CURSOR_SCOPE, session_id)
+        """The last entry a pass finished; None when there is none or the state worker cannot
+        say (the pass then reads the tail again: repeats reinforce, nothing is duplicated)."""
+        try:
+            raw = await self._kv.get(CURSOR_SCOPE, session_id)
+        except SiblingUnavailable as exc:
+            log.warning("extraction_cursor_unreadable", session_id=session_id, error=str(exc))
+            return None
         wrapped = isinstance(raw, dict) and "last_entry_id" not in raw
         if wrapped and isinstance(raw.get("value"), dict):
             raw = raw["value"]  # older state workers wrap the stored value
@@ -133,7 +140,10 @@ class Extractor:
         return entry if isinstance(entry, str) and entry else None
 
     async def _advance(self, session_id: str, entry_id: str) -> None:
-        await self._kv.set(CURSOR_SCOPE, session_id, {"last_entry_id": entry_id})
+        try:
+            await self._kv.set(CURSOR_SCOPE, session_id, {"last_entry_id": entry_id})
+        except SiblingUnavailable as exc:  # the writes landed; a stale cursor only re-reads
+            log.warning("extraction_cursor_not_saved", session_id=session_id, error=str(exc))
 
     async def _read(
         self, job: ExtractJob, cursor: str | None, window: int

@@ -63,11 +63,16 @@ class Model:
 class KV:
     def __init__(self) -> None:
         self.data: dict[tuple[str, str], Any] = {}
+        self.fail = False
 
     async def get(self, scope: str, key: str) -> Any:
+        if self.fail:
+            raise SiblingUnavailable("state::get failed (function_not_found)")
         return self.data.get((scope, key))
 
     async def set(self, scope: str, key: str, value: Any) -> None:
+        if self.fail:
+            raise SiblingUnavailable("state::set failed (function_not_found)")
         self.data[(scope, key)] = value
 
     async def delete(self, scope: str, key: str) -> None:
@@ -338,6 +343,18 @@ class TestPass:
         await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
         memories = await rig.texts()
         assert sorted(memories) == ["The user has two cats.", "The user lives in Lisbon."]
+
+    async def test_without_a_state_worker_the_tail_is_read_again_and_reinforces(
+        self, rig: Rig
+    ) -> None:
+        rig.kv.fail = True
+        reply = {"memories": [add("The user lives in Lisbon.")]}
+        await rig.turn(("user", "I live in Lisbon, near the river."), reply=reply)
+        await rig.turn(("user", "What a sunny day it is today."), reply=reply)
+        assert "I live in Lisbon" in rig.model.sent[1]  # no cursor: the tail again
+        memories = await rig.texts()
+        assert list(memories) == ["The user lives in Lisbon."]
+        assert memories["The user lives in Lisbon."].corroboration == 1
 
     async def test_the_per_turn_cap_holds(self, rig: Rig) -> None:
         rig.service.settings = Settings(max_memories_per_turn=3)

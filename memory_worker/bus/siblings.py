@@ -182,15 +182,20 @@ class StateClient:
     def __init__(self, call: Caller) -> None:
         self._call = call
 
+    async def _state(self, function_id: str, payload: dict[str, Any]) -> Any:
+        try:
+            return await self._call(function_id, payload, STATE_TIMEOUT_MS)
+        except InvocationError as exc:
+            raise _unavailable(function_id, exc) from None
+
     async def get(self, scope: str, key: str) -> Any:
-        return await self._call("state::get", {"scope": scope, "key": key}, STATE_TIMEOUT_MS)
+        return await self._state("state::get", {"scope": scope, "key": key})
 
     async def set(self, scope: str, key: str, value: Any) -> None:
-        payload = {"scope": scope, "key": key, "value": value}
-        await self._call("state::set", payload, STATE_TIMEOUT_MS)
+        await self._state("state::set", {"scope": scope, "key": key, "value": value})
 
     async def delete(self, scope: str, key: str) -> None:
-        await self._call("state::delete", {"scope": scope, "key": key}, STATE_TIMEOUT_MS)
+        await self._state("state::delete", {"scope": scope, "key": key})
 
 
 class QueueClient:

@@ -248,8 +248,13 @@ class TestTurns:
     def test_a_finished_turn_becomes_one_queued_job_into_its_bank(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:
-        with FakeHarness(engine.url) as harness, FakeQueue(engine.url) as queue:
+        with (
+            FakeHarness(engine.url) as harness,
+            FakeQueue(engine.url) as queue,
+            FakeSessions(engine.url) as sessions,
+        ):
             spawn()
+            sessions.add("s1")  # an empty transcript: the pass finds nothing to read
             harness.wait_bound("harness::turn-completed")
             run = harness.hook(
                 envelope("s1", "t1", 0, [user_message("hi")], metadata={"memory_bank": "blog"})
