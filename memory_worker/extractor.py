@@ -22,8 +22,8 @@ from typing import Any
 
 import structlog
 
-from .errors import SiblingUnavailable
-from .extraction import Decisions, Line, parse_reply, render_request, system_prompt
+from .errors import Conflict, SiblingUnavailable
+from .extraction import Add, Correct, Decisions, Line, parse_reply, render_request, system_prompt
 from .injection import message_text
 from .models import Confidence, Memory
 from .ports import Completer, KeyValue, TranscriptSource
@@ -58,24 +58,63 @@ MAX_PAGES = 10_000
 MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
 USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
 MEMORY_PREFIX = "<memory "
+MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
+REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
 
 
-def merge_learned(existing: str, additions: list[str]) -> str | None:
-    """The `learned` rule with `additions` appended as `- <text>` lines, skipping any whose
-    fingerprint is already there (hand edits included); None when nothing is new."""
-    seen = {
-        fingerprint(line[2:]) for line in existing.splitlines() if line.startswith("- ")
-    }
+def merge_learned(
+    existing: str, additions: list[str], limit: int = MAX_RULES_PER_TURN
+) -> str | None:
+    """The `learned` rule with up to `limit` NEW `additions` appended as `- <text>` lines: one
+    whose fingerprint is already there (hand edits included) neither lands nor uses up a slot.
+    None when nothing is new."""
+    seen = {fingerprint(line[2:]) for line in existing.splitlines() if line.startswith("- ")}
     new: list[str] = []
     for text in additions:
         key = fingerprint(text)
-        if key not in seen:
+        if key not in seen and len(new) < limit:
             seen.add(key)
             new.append(f"- {text}")
     if not new:
         return None
     base = existing.rstrip() + "\n" if existing.strip() else LEARNED_HEADER
     return base + "\n".join(new) + "\n"
+
+
+def _window(lines: list[Line], size: int) -> list[Line]:
+    """At most `size` messages, chronological: the user's own messages first (the facts are in
+    what the person said — a long agentic turn must not push them out), then the newest rest."""
+    if len(lines) <= size:
+        return lines
+    users = [i for i, line in enumerate(lines) if line.role == "user"]
+    chosen = set(users[-size:])
+    for i in range(len(lines) - 1, -1, -1):
+        if len(chosen) >= size:
+            break
+        chosen.add(i)
+    return [lines[i] for i in sorted(chosen)]
+
+
+def _carries_secret(text: str) -> bool:
+    """A fact or rule about a secret (raw, or already a redaction marker) is not worth keeping:
+    stored, it would only ever read `[REDACTED:…]`."""
+    return REDACTED_MARK in redact(text).text
+
+
+def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], list[Add]]:
+    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement,
+    and a fact carrying a redaction marker is not worth keeping."""
+    by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
+    restates = list(dict.fromkeys(decisions.restates))
+    adds: list[Add] = []
+    for add in decisions.adds:
+        again = by_text.get(normalize(add.text))
+        if again is None:
+            if not _carries_secret(add.text):
+                adds.append(add)
+        elif again not in restates:
+            restates.append(again)
+    return restates, adds
 
 
 def _at_ms(message: dict[str, Any]) -> int | None:
@@ -149,7 +188,7 @@ class Extractor:
         self, job: ExtractJob, cursor: str | None, window: int
     ) -> tuple[list[Line], str | None]:
         """The new messages (redacted) and the newest entry id read, None when nothing is new."""
-        kept: deque[Line] = deque(maxlen=window)
+        kept: deque[Line] = deque(maxlen=MAX_SCANNED)
         newest: str | None = None
         met = cursor is None
         page: str | None = None
@@ -174,7 +213,7 @@ class Extractor:
                 break
         if not met:
             log.info("extraction_cursor_not_found", session_id=job.session_id, cursor=cursor)
-        return list(kept), newest
+        return _window(list(kept), window), newest
 
     @staticmethod
     def _line(message: object) -> Line | None:
@@ -206,46 +245,59 @@ class Extractor:
     async def _apply(
         self, bank: str, decisions: Decisions, known: list[Memory], session_id: str
     ) -> int:
+        """Restatements, then corrections, then new facts, within `max_memories_per_turn`
+        writes; then rules (their own limit)."""
         settings = self._service.settings
+        restates, adds = _split_known(decisions, known)
         budget = settings.max_memories_per_turn
-        by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
-        restates = list(dict.fromkeys(decisions.restates))
-        adds = []
-        for add in decisions.adds:
-            again = by_text.get(normalize(add.text))
-            if again is None:
-                adds.append(add)
-            elif again not in restates:
-                restates.append(again)  # "add" of a text already known is a restatement
         written = 0
         for index in restates:
             memory = known[index]
-            if budget <= written or memory.pinned:
-                continue
-            await self._save(bank, memory.text, memory.entities, memory.tags, session_id)
-            written += 1
+            if written < budget and not memory.pinned:
+                await self._save(bank, memory.text, memory.entities, memory.tags, session_id)
+                written += 1
+        corrected: set[int] = set()
         for correction in decisions.corrections:
-            old = known[correction.ref]
-            if budget <= written or old.pinned:
-                continue  # a memory a person pinned is never rewritten by extraction
-            new = correction.new
-            saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
-            written += 1
-            if saved.id != old.id and saved.live:
-                await self._service.supersede(
-                    SupersedeRequest(
-                        bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
-                    )
-                )
-        for add in adds:
-            if budget <= written:
-                log.info("extraction_capped", bank=bank, dropped=len(adds), cap=budget)
-                break
+            if written < budget and await self._correct(
+                bank, correction, known, corrected, session_id
+            ):
+                written += 1
+        room = max(budget - written, 0)
+        if len(adds) > room:
+            log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
+        for add in adds[:room]:
             await self._save(bank, add.text, add.entities, add.tags, session_id)
             written += 1
         if settings.rule_learning_enabled and decisions.rules:
-            written += await self._learn(bank, decisions.rules[:MAX_RULES_PER_TURN])
+            written += await self._learn(bank, decisions.rules)
         return written
+
+    async def _correct(
+        self,
+        bank: str,
+        correction: Correct,
+        known: list[Memory],
+        corrected: set[int],
+        session_id: str,
+    ) -> bool:
+        """Save the corrected text and retire the old memory by it; False when nothing was
+        written. A pinned memory is never rewritten by extraction; a second correction of the same
+        memory keeps its text as a new fact."""
+        old, new = known[correction.ref], correction.new
+        if old.pinned or _carries_secret(new.text):
+            return False
+        saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
+        if correction.ref in corrected or saved.id == old.id or not saved.live:
+            return True
+        corrected.add(correction.ref)
+        request = SupersedeRequest(
+            bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
+        )
+        try:
+            await self._service.supersede(request)
+        except Conflict as exc:  # retired meanwhile (a person, consolidation): nothing to do
+            log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
+        return True
 
     async def _save(
         self,
@@ -264,7 +316,7 @@ class Extractor:
         return response.memory
 
     async def _learn(self, bank: str, rules: list[str]) -> int:
-        cleaned = [redact(rule).text for rule in rules]
+        cleaned = [rule for rule in rules if not _carries_secret(rule)]
         found = self._service.store.find(bank)
         existing = found.rule(LEARNED_RULE) if found is not None else None
         merged = merge_learned(existing.content if existing else "", cleaned)

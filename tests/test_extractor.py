@@ -190,6 +190,12 @@ class TestLearned:
         hand = first + "- Use metric units.\n"
         assert merge_learned(hand, ["Use metric units."]) is None  # hand-edited lines count too
 
+    def test_repeats_do_not_use_up_the_per_turn_slots(self) -> None:
+        first = merge_learned("", ["Rule one.", "Rule two."])
+        assert first is not None
+        merged = merge_learned(first, ["Rule one.", "Rule two.", "Rule three.", "Rule four."], 1)
+        assert merged is not None and merged.endswith("- Rule three.\n")
+
 
 class TestPass:
     async def test_new_facts_are_saved_as_extracted_with_the_user_entity(self, rig: Rig) -> None:
@@ -355,6 +361,24 @@ class TestPass:
         memories = await rig.texts()
         assert list(memories) == ["The user lives in Lisbon."]
         assert memories["The user lives in Lisbon."].corroboration == 1
+
+    async def test_a_long_agentic_turn_keeps_the_users_own_message(self, rig: Rig) -> None:
+        rig.service.settings = Settings(extraction_window=4)
+        rig.chat.say("user", "I am allergic to penicillin, remember that.")
+        for step in range(10):
+            rig.chat.say("assistant", f"Running tool step {step} of the refactoring plan now.")
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        [sent] = rig.model.sent
+        assert "penicillin" in sent and sent.count("assistant:") == 3
+
+    async def test_a_fact_about_a_secret_is_not_kept(self, rig: Rig) -> None:
+        reply = {
+            "memories": [
+                add("The user's GitHub token is ghp_16C7e42F292c6912E7710c838347Ae178B4a.")
+            ]
+        }
+        assert await rig.turn(("user", "Here is my token, store it somewhere."), reply=reply) == 0
+        assert await rig.texts() == {}
 
     async def test_the_per_turn_cap_holds(self, rig: Rig) -> None:
         rig.service.settings = Settings(max_memories_per_turn=3)
