@@ -121,3 +121,102 @@ def test_a_secret_in_the_chat_never_reaches_the_router_or_the_disk(
     assert SECRET not in json.dumps(sib.router.requests)
     files = [p for p in worker.data_dir.rglob("*") if p.is_file()]
     assert files and not any(SECRET in p.read_text(errors="ignore") for p in files)
+
+
+def refs(request: dict[str, Any]) -> dict[str, str]:
+    """known memory text → the `mN` label the worker showed the model."""
+    shown = request["messages"][0]["content"][0]["text"]
+    out = {}
+    for line in shown.splitlines():
+        label, sep, text = line.partition(": ")
+        if sep and label[:1] == "m" and label[1:].isdigit():
+            out[text.removesuffix(" [pinned]")] = label
+    return out
+
+
+def test_restate_correct_and_a_rule_said_twice_across_turns(
+    engine: EngineDouble, spawn: Any, sib: Siblings
+) -> None:
+    spawn()
+    rule = "Never start replies with 'Certainly'."
+    sib.sessions.add("s1", messages=[user_message("I live in Lisbon. Never start with Certainly.")])
+    sib.router.script(
+        [
+            json.dumps(
+                {"memories": [{"op": "add", "text": "The user lives in Lisbon."}], "rules": [rule]}
+            ),
+            lambda req: json.dumps(
+                {
+                    "memories": [{"op": "restate", "ref": refs(req)["The user lives in Lisbon."]}],
+                    "rules": [rule],
+                }
+            ),
+            lambda req: json.dumps(
+                {
+                    "memories": [
+                        {
+                            "op": "correct",
+                            "ref": refs(req)["The user lives in Lisbon."],
+                            "text": "The user lives in Porto.",
+                            "reason": "the user moved",
+                        }
+                    ]
+                }
+            ),
+        ]
+    )
+    with Cli(engine.url) as cli:
+        sib.queue.wait_done(finish_turn(sib, "s1", "t1"))
+        sib.sessions.append("s1", user_message("Lisbon is lovely. And really: no 'Certainly'!"))
+        sib.queue.wait_done(finish_turn(sib, "s1", "t2"))
+        sib.sessions.append("s1", user_message("Update: I have moved from Lisbon to Porto."))
+        [last] = sib.queue.wait_done(finish_turn(sib, "s1", "t3"))
+        assert last.error is None
+        history = cli.call("memory::list", {"include_superseded": True})["memories"]
+        by_text = {m["text"]: m for m in history}
+        assert set(by_text) == {"The user lives in Lisbon.", "The user lives in Porto."}
+        lisbon = by_text["The user lives in Lisbon."]
+        assert lisbon["corroboration"] == 1  # restated once, never duplicated
+        assert lisbon["superseded_by"] == by_text["The user lives in Porto."]["id"]
+        [learned] = cli.call("memory::rule::list", {})["rules"]
+        assert learned["content"].count("Certainly") == 1
+
+
+def test_a_redelivered_job_after_a_lost_cursor_creates_no_duplicates(
+    engine: EngineDouble, spawn: Any, sib: Siblings
+) -> None:
+    spawn()
+    sib.sessions.add("s1", messages=[user_message("My partner Sam is a violinist in Porto.")])
+    reply = json.dumps(
+        {"memories": [{"op": "add", "text": "The user's partner Sam is a violinist."}]}
+    )
+    sib.router.script([reply, reply])
+    sib.state.fail = True  # the pass writes, then dies before its cursor is kept
+    with Cli(engine.url) as cli:
+        job = {"session_id": "s1", "bank": "main"}
+        assert cli.call("memory::extract-job", job)["written"] == 1
+        sib.state.fail = False
+        cli.call("memory::extract-job", job)  # the queue delivers it again
+        [memory] = cli.call("memory::list", {})["memories"]
+        assert memory["corroboration"] == 1
+
+
+def test_extraction_into_a_deleted_bank_never_recreates_it(
+    engine: EngineDouble, spawn: Any, sib: Siblings
+) -> None:
+    spawn()
+    sib.sessions.add(
+        "s1",
+        metadata={"memory_bank": "blog"},
+        messages=[user_message("Posts go out on Fridays now.")],
+    )
+    sib.router.script(
+        [json.dumps({"memories": [{"op": "add", "text": "Blog posts go out on Fridays."}]})]
+    )
+    with Cli(engine.url) as cli:
+        cli.call("memory::bank::create", {"name": "blog"})
+        cli.call("memory::bank::delete", {"name": "blog"})
+        [delivery] = sib.queue.wait_done(finish_turn(sib, "s1", "t1"))
+        assert delivery.error is None and "skipped" in delivery.result
+        assert [b["name"] for b in cli.call("memory::bank::list", {})["banks"]] == []
+    assert sib.router.requests == []
