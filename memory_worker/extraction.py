@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from .models import Memory
+from .transitions import MAX_LABEL_CHARS, MAX_LABELS
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -110,6 +111,7 @@ class Decisions:
     corrections: list[Correct] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     skipped: int = 0  # items that could not be read
+    readable: bool = True  # False: no JSON in the reply at all (cut off, an error page, prose)
 
     @property
     def empty(self) -> bool:
@@ -137,13 +139,19 @@ def _json_values(text: str) -> list[Any]:
     return found
 
 
-def _strings(raw: object, limit: int = 8) -> tuple[str, ...]:
+def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
+    """Labels a model suggested, kept only when they are labels (short, one line): a bad one is
+    dropped here rather than failing the whole pass at the store's validation."""
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list):
         return ()
-    out = [item.strip() for item in raw if isinstance(item, str) and item.strip()]
-    return tuple(out[:limit])
+    out = [
+        " ".join(item.split()).lower()
+        for item in raw
+        if isinstance(item, str) and item.strip() and len(item.strip()) <= MAX_LABEL_CHARS
+    ]
+    return tuple(dict.fromkeys(out))[:limit]
 
 
 def _ref(raw: object, known: int) -> int | None:
@@ -175,6 +183,9 @@ def parse_reply(reply: str, known: int) -> Decisions:
     """The model's decisions; `known` is how many memories were shown (refs beyond are ignored)."""
     decisions = Decisions()
     values = _json_values(reply)
+    if not values:
+        decisions.readable = False
+        return decisions
     payload: Any = next((v for v in values if isinstance(v, dict)), None)
     if payload is None:
         payload = {"memories": next((v for v in values if isinstance(v, list)), [])}

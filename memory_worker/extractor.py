@@ -17,12 +17,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
 
-from .errors import Conflict, SiblingUnavailable
+from .errors import Conflict, InvalidInput, SiblingUnavailable
 from .extraction import Add, Correct, Decisions, Line, parse_reply, render_request, system_prompt
 from .injection import message_text
 from .models import Confidence, Memory
@@ -31,6 +34,7 @@ from .recall import RecallQuery
 from .redact import redact
 from .service import MemoryService
 from .text import fingerprint, normalize
+from .transitions import prepare_text
 from .turns import ExtractJob
 from .wire import RuleSetRequest, SaveRequest, SupersedeRequest
 
@@ -134,9 +138,39 @@ class Extractor:
         self._transcript = transcript
         self._completer = completer
         self._kv = kv
+        # One pass per session at a time (a retry, a lagging queue and an inline job can
+        # overlap): each reads the cursor the previous one left, so it never moves backwards.
+        self._sessions: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def _session(self, session_id: str) -> AsyncIterator[None]:
+        lock = self._sessions.setdefault(session_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._sessions.get(session_id) is lock:
+                del self._sessions[session_id]
 
     async def extract(self, job: ExtractJob, bank: str) -> int:
         """One pass for `job.session_id` into `bank`; the number of memory and rule writes."""
+        async with self._session(job.session_id):
+            return await self._extract(job, bank)
+
+    async def pass_over(self, job: ExtractJob) -> None:
+        """Move the cursor past what the session holds now, reading nothing out: the turn ran
+        without memory, so its words must never reach a later pass (or another bank)."""
+        async with self._session(job.session_id):
+            cursor = await self._cursor(job.session_id)
+            _, newest = await self._read(job, cursor, 1)
+            if newest is not None:
+                await self._advance(job.session_id, newest)
+
+    def _deleted(self, bank: str) -> bool:
+        service = self._service
+        return bank != service.settings.default_bank and service.store.was_deleted(bank)
+
+    async def _extract(self, job: ExtractJob, bank: str) -> int:
         settings = self._service.settings
         cursor = await self._cursor(job.session_id)
         lines, newest = await self._read(job, cursor, settings.extraction_window)
@@ -148,6 +182,11 @@ class Extractor:
         known = self._known(bank, lines)
         reply = await self._completer.complete(system_prompt(), render_request(lines, known))
         decisions = parse_reply(reply, len(known))
+        if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
+            raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
+        if self._deleted(bank):  # deleted while the model was thinking: drop, never recreate
+            await self._advance(job.session_id, newest)
+            return 0
         if decisions.skipped:
             log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
         written = await self._apply(bank, decisions, known, job.session_id)
@@ -253,9 +292,9 @@ class Extractor:
         written = 0
         for index in restates:
             memory = known[index]
-            if written < budget and not memory.pinned:
-                await self._save(bank, memory.text, memory.entities, memory.tags, session_id)
-                written += 1
+            labels = (memory.entities, memory.tags)
+            if written < budget and await self._save(bank, memory.text, *labels, session_id):
+                written += 1  # (a pinned memory is never touched: `_save` declines it)
         corrected: set[int] = set()
         for correction in decisions.corrections:
             if written < budget and await self._correct(
@@ -266,8 +305,8 @@ class Extractor:
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
         for add in adds[:room]:
-            await self._save(bank, add.text, add.entities, add.tags, session_id)
-            written += 1
+            if await self._save(bank, add.text, add.entities, add.tags, session_id):
+                written += 1
         if settings.rule_learning_enabled and decisions.rules:
             written += await self._learn(bank, decisions.rules)
         return written
@@ -287,6 +326,8 @@ class Extractor:
         if old.pinned or _carries_secret(new.text):
             return False
         saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
+        if saved is None:
+            return False
         if correction.ref in corrected or saved.id == old.id or not saved.live:
             return True
         corrected.add(correction.ref)
@@ -306,13 +347,24 @@ class Extractor:
         entities: tuple[str, ...],
         tags: tuple[str, ...],
         session_id: str,
-    ) -> Memory:
+    ) -> Memory | None:
+        """Save one fact; None when extraction must not write it: its text matches a memory a
+        person pinned or retired (extraction never edits the one nor revives the other), or the
+        model's item does not pass validation (skipped, the rest of the pass goes on)."""
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
             entities = ("user", *entities)
+        found = self._service.store.find(bank)
+        existing = found.match_text(prepare_text(text)[0]) if found is not None else None
+        if existing is not None and (existing.pinned or not existing.live):
+            return None
         request = SaveRequest(
             bank=bank, text=text, entities=list(entities), tags=list(tags), session_id=session_id
         )
-        response = await self._service.save(request, confidence=Confidence.EXTRACTED)
+        try:
+            response = await self._service.save(request, confidence=Confidence.EXTRACTED)
+        except InvalidInput as err:
+            log.info("extraction_item_invalid", bank=bank, error=str(err))
+            return None
         return response.memory
 
     async def _learn(self, bank: str, rules: list[str]) -> int:
@@ -322,5 +374,11 @@ class Extractor:
         merged = merge_learned(existing.content if existing else "", cleaned)
         if merged is None:
             return 0
-        await self._service.rule_set(RuleSetRequest(bank=bank, name=LEARNED_RULE, content=merged))
+        try:
+            await self._service.rule_set(
+                RuleSetRequest(bank=bank, name=LEARNED_RULE, content=merged)
+            )
+        except InvalidInput as err:  # the learned rule is full: a person should prune it
+            log.warning("learned_rule_not_extended", bank=bank, error=str(err))
+            return 0
         return 1

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .errors import SiblingUnavailable
 from .injection import (
     RULES_UPDATE_TAG,
     carried_texts,
@@ -90,6 +91,8 @@ def _query(messages: list[Any]) -> str:
 def _shown_update(messages: list[Any]) -> str | None:
     """The newest rules update the window carries, verbatim (None when it carries none)."""
     for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue  # ours are user messages; an assistant quoting one changes nothing
         text = message_text(message).strip()
         if text.startswith(RULES_UPDATE_TAG):
             return text
@@ -151,7 +154,10 @@ class PreGenerate:
                 reply = await self._run(env, session_id)
         except TimeoutError:
             log.warning("hook_over_budget", session_id=session_id, budget_s=self._budget_s)
-            reply = await self._keep_told(env, session_id)
+            reply = self._keep_told(env, session_id)
+        except Exception:  # a turn never fails on memory: keep the prefix the session has
+            log.exception("hook_failed", session_id=session_id)
+            reply = self._keep_told(env, session_id)
         log.debug(
             "hook",
             session_id=session_id,
@@ -160,50 +166,62 @@ class PreGenerate:
         )
         return None if reply is None else reply.to_wire()
 
-    async def _keep_told(self, env: HookEnvelope, session_id: str) -> _Reply | None:
-        record = await self._state.get(session_id)
+    def _keep_told(self, env: HookEnvelope, session_id: str) -> _Reply | None:
+        """Nothing new, the frozen section kept. From RAM only: this path runs when something
+        already failed or ran out of time, so it must not wait on anything."""
+        record = self._state.cached(session_id)
         if record is None or not record.system:
             return None
         return _Reply(system_prompt=env.base_prompt + record.system)
 
+    async def _record(self, session_id: str) -> tuple[SessionRecord | None, bool]:
+        """(the record, whether it may be written back). When the state worker cannot say, the
+        step works on a scratch record that is never persisted: writing it would replace the
+        section the session really has."""
+        try:
+            return await self._state.get(session_id), True
+        except SiblingUnavailable:
+            return SessionRecord(), False
+
     async def _resolve(
         self, env: HookEnvelope, session_id: str
-    ) -> tuple[SessionRecord | None, Resolution]:
-        """The session's record and the turn's bank. A later step of a known turn keeps the bank
-        fixed at its first step; a session this process has not seen reads its record from the
-        state worker WHILE the session-manager is asked (two round trips in parallel)."""
+    ) -> tuple[SessionRecord | None, bool, Resolution]:
+        """The session's record (and whether it may be persisted) and the turn's bank. A later
+        step of a known turn keeps the bank fixed at its first step; a session this process has
+        not seen reads its record from the state worker WHILE the session-manager is asked (two
+        round trips in parallel)."""
         parent = parent_of(env.parent)
-        record = self._state.cached(session_id)
+        record, persist = self._state.cached(session_id), True
         resolution: Resolution | None = None
         if record is None:
-            fetched = asyncio.create_task(self._state.get(session_id))
+            fetched = asyncio.create_task(self._record(session_id))
             try:
                 resolution = await self._resolver.resolve(session_id, env.metadata, parent)
             except BaseException:
                 fetched.cancel()
                 raise
-            record = await fetched
+            record, persist = await fetched
         known = record.turn_bank(env.turn_id) if record and env.turn_id else None
         if known is not None:
-            return record, self._resolver.recorded(known)
+            return record, persist, self._resolver.recorded(known)
         if resolution is None:
             resolution = await self._resolver.resolve(session_id, env.metadata, parent)
-        return record, resolution
+        return record, persist, resolution
 
     async def _run(self, env: HookEnvelope, session_id: str) -> _Reply | None:
         settings = self._service.settings
         changed = False
         if not settings.inject_rules and not settings.inject_memories:
-            record = await self._state.get(session_id)
+            record, _ = await self._record(session_id)
             if record is None or record.system is None:
                 return None  # never told anything: nothing to withdraw
             return self._deliver(env, record, "", _Reply())
-        record, resolution = await self._resolve(env, session_id)
+        record, persist, resolution = await self._resolve(env, session_id)
         if resolution.outcome is Outcome.LOOKUP_FAILED:
             log.warning(
                 "hook_session_lookup_failed", session_id=session_id, error=resolution.source
             )
-            return await self._keep_told(env, session_id)
+            return self._keep_told(env, session_id)
         if record is None:
             record, changed = SessionRecord(), True
         if env.turn_id:
@@ -220,7 +238,7 @@ class PreGenerate:
             section = await self._section_and_memories(env, bank, resolution.exists, reply)
         changed |= record.system is None
         delivered = self._deliver(env, record, section, reply)
-        if changed:
+        if changed and persist:
             self._state.put(session_id, record)
         return delivered
 
@@ -231,7 +249,7 @@ class PreGenerate:
         if not exists:
             # A bank that does not exist yet: extraction will create it after this turn, so the
             # model is told memory is on; with extraction off there is nothing to say.
-            if not settings.extraction_enabled and bank != settings.default_bank:
+            if not settings.extraction_enabled:
                 return ""
             return render_section(bank, [], settings.max_rule_chars).text
         first_step = (env.step or 0) == 0

@@ -112,7 +112,10 @@ class BankResolver:
         if not isinstance(session_id, str) or not session_id:
             return None
         if isinstance(turn_id, str) and turn_id:
-            record = await self._state.get(session_id)
+            try:
+                record = await self._state.get(session_id)
+            except SiblingUnavailable:
+                record = None
             told = record.turn_bank(turn_id) if record is not None else None
             if told is not None:
                 if not told:
@@ -147,7 +150,10 @@ class BankResolver:
         if depth > MAX_PARENT_DEPTH:
             return Resolution(Outcome.NO_MEMORY, source="parent chain too deep")
         if parent.turn_id is not None:
-            record = await self._state.get(parent.session_id)
+            try:
+                record = await self._state.get(parent.session_id)
+            except SiblingUnavailable:
+                record = None  # then the parent session's own bank decides
             told = record.turn_bank(parent.turn_id) if record is not None else None
             if told == "":
                 return Resolution(Outcome.NO_MEMORY, source="the parent turn ran without memory")

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from .errors import SiblingUnavailable
 from .ports import KeyValue
 
 __all__ = ["MAX_TURNS_KEPT", "SCOPE", "SessionRecord", "SessionState"]
@@ -91,6 +92,8 @@ class SessionState:
         return record
 
     async def get(self, session_id: str) -> SessionRecord | None:
+        """The record (cached, else from the state worker); None for a session never seen.
+        Raises `SiblingUnavailable` when the state worker cannot say."""
         record = self._cache.get(session_id)
         if record is not None:
             self._cache.move_to_end(session_id)
@@ -99,9 +102,11 @@ class SessionState:
             return None
         try:
             raw = await self._kv.get(SCOPE, session_id)
-        except Exception as exc:  # the state worker is an enrichment, never a failure of the hook
+        except Exception as exc:
+            # Unknown is not "never seen": a caller that took it for a fresh session would
+            # freeze a new section and write it over the one the session really has.
             log.warning("session_state_read_failed", session_id=session_id, error=str(exc))
-            return None
+            raise SiblingUnavailable(f"state::get failed for session {session_id}: {exc}") from exc
         record = SessionRecord.from_json(raw)
         return None if record is None else self._cached(session_id, record)
 

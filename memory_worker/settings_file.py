@@ -15,7 +15,7 @@ import structlog
 import watchfiles
 
 from .config import Settings, load_settings
-from .errors import WorkerError
+from .errors import InvalidInput, WorkerError
 
 __all__ = ["SettingsFileWatcher"]
 
@@ -65,9 +65,12 @@ class SettingsFileWatcher:
 
     async def reload(self) -> None:
         try:
+            if not (await asyncio.to_thread(self.path.read_text, "utf-8")).strip():
+                # An editor mid-save, or a truncated file: "all defaults" would move data_dir.
+                raise InvalidInput(f"{self.path} is empty")
             settings = await asyncio.to_thread(load_settings, self.path)
             outcome = await self._apply(settings)
-        except WorkerError as err:
+        except (WorkerError, OSError) as err:
             log.error("settings_rejected", path=str(self.path), error=str(err), kept="last good")
             outcome = None
         else:

@@ -10,6 +10,7 @@ end, dead-letters instead of losing the pass. The pass itself is an `Extractor`.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any, Protocol
 
 import structlog
@@ -66,10 +67,15 @@ class Extractor(Protocol):
         Raises to make the queue retry (the cursor has not moved)."""
         ...
 
+    async def pass_over(self, job: ExtractJob) -> None:
+        """Step the session's cursor past what it holds now without reading anything out."""
+        ...
+
 
 def receipt_for(turn: TurnCompleted) -> str:
-    """Stable per turn: a redelivered `turn-completed` enqueues nothing new."""
-    return f"memx-{turn.session_id}-{turn.turn_id or turn.timestamp or 'turn'}"
+    """Stable per turn: a redelivered `turn-completed` enqueues nothing new. Without a turn id
+    or timestamp nothing can be matched, so every event gets its own job."""
+    return f"memx-{turn.session_id}-{turn.turn_id or turn.timestamp or uuid.uuid4().hex}"
 
 
 class TurnPipeline:
@@ -102,7 +108,10 @@ class TurnPipeline:
             return {"ok": True, "skipped": "extraction_enabled is false"}
         job = ExtractJob(session_id=session_id, turn_id=turn.turn_id, status=turn.status)
         if turn.turn_id:
-            record = await self._state.get(session_id)
+            try:
+                record = await self._state.get(session_id)
+            except SiblingUnavailable:
+                record = None  # the job resolves the bank when it runs
             bank = record.turn_bank(turn.turn_id) if record is not None else None
             if bank == "":
                 job.skip = True  # the turn ran without memory: only step the cursor past it
@@ -130,24 +139,31 @@ class TurnPipeline:
             job = ExtractJob.model_validate(payload if isinstance(payload, dict) else {})
         except ValidationError as exc:
             raise InvalidInput(f"extract job: {exc.errors()[0]['msg']}") from None
-        if job.skip:
-            return {"ok": True, "skipped": "the turn ran without memory"}
-        bank = job.bank
-        if bank is None:
+        bank, skipped = job.bank, "the turn ran without memory" if job.skip else None
+        if skipped is None and bank is None:
             resolution = await self._resolver.resolve(job.session_id)
             if resolution.outcome is Outcome.LOOKUP_FAILED:
                 raise SiblingUnavailable(f"session lookup failed, retry later: {resolution.source}")
-            if not resolution.has_memory:
-                return {"ok": True, "skipped": resolution.source}
-            bank = resolution.bank
-            assert bank is not None
-        elif self._service.store.was_deleted(bank):
-            return {"ok": True, "skipped": f"bank {bank} was deleted"}  # never brought back
+            bank = resolution.bank if resolution.has_memory else None
+            skipped = None if resolution.has_memory else resolution.source
+        elif skipped is None and bank is not None and self._deleted(bank):
+            skipped = f"bank {bank} was deleted"  # never brought back
+        if skipped is not None:
+            # Its words must never reach a later pass, which may write into another bank.
+            if self._extractor is not None:
+                await self._extractor.pass_over(job)
+            return {"ok": True, "skipped": skipped}
+        assert bank is not None
         if self._extractor is None:
             log.info("extraction_unavailable", session_id=job.session_id, bank=bank)
             return {"ok": True, "bank": bank, "written": 0}
         written = await self._extractor.extract(job, bank)
         return {"ok": True, "bank": bank, "written": written}
+
+    def _deleted(self, bank: str) -> bool:
+        """Deleted and not the default (the default bank is recreated by its first write)."""
+        default = self._service.settings.default_bank
+        return bank != default and self._service.store.was_deleted(bank)
 
     async def on_session_deleted(self, payload: object) -> dict[str, Any]:
         session_id = payload.get("session_id") if isinstance(payload, dict) else None

@@ -385,3 +385,74 @@ class TestPass:
         reply = {"memories": [add(f"The user owns guitar model number {i}.") for i in range(6)]}
         assert await rig.turn(("user", "Let me list all my guitars for you now."), reply=reply) == 3
         assert len(await rig.texts()) == 3
+
+
+class TestReviewFindings:
+    """Each pins a defect a review found in the first version of the pass."""
+
+    async def test_a_turn_without_memory_is_stepped_over_never_read_later(self, rig: Rig) -> None:
+        from memory_worker.turns import TurnPipeline
+
+        from .test_pregenerate import Hooked
+
+        hooked = Hooked(rig.service)
+        pipeline = TurnPipeline(rig.service, hooked.resolver, hooked.state, None, rig.extractor)
+        rig.chat.say("user", "My therapist is Dr. Silva, please keep that private.")
+        await pipeline.extract_job({"session_id": "s1", "skip": True})
+        await rig.turn(("user", "I play the cello on weekends."), reply={})
+        assert all("Silva" not in sent for sent in rig.model.sent)
+
+    async def test_a_pinned_or_deleted_memory_is_never_touched_by_an_add(self, rig: Rig) -> None:
+        from memory_worker.wire import DeleteRequest
+
+        pinned = await rig.service.save(SaveRequest(text="The user's name is Ana."))
+        await rig.service.pin(PinRequest(id=pinned.memory.id, pinned=True))
+        gone = await rig.service.save(SaveRequest(text="The user owns a red bicycle."))
+        await rig.service.delete(DeleteRequest(id=gone.memory.id))
+        reply = {"memories": [add("The user's name is Ana."), add("The user owns a red bicycle.")]}
+        assert await rig.turn(("user", "Ana here; my bicycle is red."), reply=reply) == 0
+        everything = await rig.texts(include_superseded=True)
+        assert everything["The user's name is Ana."].revision == pinned.memory.revision + 1  # pin
+        assert not everything["The user owns a red bicycle."].live
+
+    async def test_two_passes_of_one_session_never_overlap(self, rig: Rig) -> None:
+        import asyncio
+
+        rig.chat.say("user", "I live in Lisbon and I have two cats at home.")
+        rig.model.replies += [json.dumps({"memories": [add("The user lives in Lisbon.")]})] * 2
+        job = ExtractJob(session_id="s1")
+        await asyncio.gather(rig.extractor.extract(job, "main"), rig.extractor.extract(job, "main"))
+        assert len(rig.model.sent) == 1  # the second found nothing after the first's cursor
+        assert (await rig.texts())["The user lives in Lisbon."].corroboration == 0
+
+    async def test_a_bad_label_from_the_model_does_not_abort_the_pass(self, rig: Rig) -> None:
+        reply = {
+            "memories": [
+                add("The user lives in Lisbon.", entities=["x" * 200]),
+                add("The user has two cats."),
+            ]
+        }
+        assert await rig.turn(("user", "Lisbon, two cats, that's me."), reply=reply) == 2
+        assert rig.kv.data[(CURSOR_SCOPE, "s1")]
+
+    async def test_an_unreadable_reply_is_retried_not_taken_for_nothing(self, rig: Rig) -> None:
+        with pytest.raises(SiblingUnavailable):
+            await rig.turn(("user", "I live in Lisbon with two cats."), reply='{"memories": [{"op"')
+        assert (CURSOR_SCOPE, "s1") not in rig.kv.data
+
+    async def test_a_bank_deleted_while_the_model_thinks_is_not_recreated(
+        self, rig: Rig, service: MemoryService
+    ) -> None:
+        from memory_worker.wire import BankDeleteRequest
+
+        await service.save(SaveRequest(text="Posts go out on Fridays.", bank="blog"))
+
+        class Deleting(Model):
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                await service.bank_delete(BankDeleteRequest(name="blog"))
+                return json.dumps({"memories": [add("Posts now go out on Mondays.")]})
+
+        extractor = Extractor(service, rig.chat, Deleting(), rig.kv)
+        rig.chat.say("user", "From now on the blog posts go out on Mondays.")
+        assert await extractor.extract(ExtractJob(session_id="s1"), "blog") == 0
+        assert service.store.find("blog") is None

@@ -436,6 +436,15 @@ class TestTurnPipeline:
         assert "deleted" in result["skipped"]
         assert service.store.find("blog") is None
 
+    async def test_the_default_bank_deleted_is_still_extracted_into(
+        self, pipe: tuple[TurnPipeline, Queue], service: MemoryService
+    ) -> None:
+        pipeline, _ = pipe
+        await save(service, "The user likes tea.")
+        await service.bank_delete(BankDeleteRequest(name="main"))
+        result = await pipeline.extract_job({"session_id": "s1", "bank": "main"})
+        assert result.get("bank") == "main" and "skipped" not in result
+
     async def test_a_job_whose_session_lookup_fails_raises_so_the_queue_retries(
         self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
     ) -> None:

@@ -20,6 +20,7 @@ from ..config import Settings
 from ..errors import SiblingUnavailable
 
 __all__ = [
+    "FUNCTION_NOT_FOUND",
     "NOT_FOUND",
     "Caller",
     "ConfigClient",
@@ -164,10 +165,10 @@ class RouterCompleter:
         message = reply.get("message") if isinstance(reply, dict) else None
         if not isinstance(message, dict):
             raise SiblingUnavailable("router::complete answered without a message")
-        if message.get("stop_reason") == "error":
-            raise SiblingUnavailable(
-                f"router::complete failed: {message.get('error_message') or 'stop_reason error'}"
-            )
+        stop = message.get("stop_reason")
+        if stop in ("error", "aborted", "length"):  # no whole answer: retry, never half-read it
+            detail = message.get("error_message") or f"stop_reason {stop}"
+            raise SiblingUnavailable(f"router::complete gave no complete reply: {detail}")
         parts = message.get("content")
         return "".join(
             part.get("text", "")
@@ -181,11 +182,19 @@ class StateClient:
 
     def __init__(self, call: Caller) -> None:
         self._call = call
+        self._missing_logged = False
 
     async def _state(self, function_id: str, payload: dict[str, Any]) -> Any:
+        """No state worker installed reads as "nothing stored" and writes as no-ops (what each
+        session was told then lives in this process only); a failing one is an error."""
         try:
             return await self._call(function_id, payload, STATE_TIMEOUT_MS)
         except InvocationError as exc:
+            if exc.code == FUNCTION_NOT_FOUND:
+                if not self._missing_logged:
+                    log.warning("state_worker_absent", detail="session state kept in RAM only")
+                    self._missing_logged = True
+                return None
             raise _unavailable(function_id, exc) from None
 
     async def get(self, scope: str, key: str) -> Any:
@@ -256,6 +265,9 @@ class RouterEmbedder:
         except InvocationError as exc:
             self._failed_at = time.monotonic()
             raise _unavailable("router::embed", exc) from None
+        except asyncio.CancelledError:  # the caller's own deadline ran out: that is slow too
+            self._failed_at = time.monotonic()
+            raise
         vectors = reply.get("embeddings") if isinstance(reply, dict) else None
         if not isinstance(vectors, list) or len(vectors) != len(texts):
             self._failed_at = time.monotonic()

@@ -47,6 +47,7 @@ from ..watch import DataDirWatcher
 from . import catalog as bus_catalog
 from .events import CONFIG_SCHEMA, TRIGGER_TYPES, BindingTable, BusEmitter
 from .siblings import (
+    FUNCTION_NOT_FOUND,
     Caller,
     ConfigClient,
     QueueClient,
@@ -67,7 +68,8 @@ CONFIG_ID_ENV = "III_CONFIG_NAME"
 DEFAULT_CONFIG_ID = "memory"
 READY_LINE = "memory-worker connected to {url}"  # scripts and tests wait for this line
 HOOK_BINDING = {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
-QUEUE_DEFINE_ATTEMPTS = 5
+QUEUE_DEFINE_FIRST_RETRY_S = 2.0
+QUEUE_DEFINE_MAX_RETRY_S = 60.0
 
 
 class _HandlerErrorsLoggedByUs(logging.Filter):
@@ -121,6 +123,7 @@ class EngineWorker:
         self._state: SessionState | None = None
         self._emitter: BusEmitter | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._config_lock = asyncio.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -315,8 +318,12 @@ class EngineWorker:
         try:
             await self._config.ensure(settings_schema(), self.seed.model_dump())
             value = await self._config.get()
-        except (InvocationError, WorkerError) as exc:
-            log.warning("configuration_unavailable", error=str(exc), using="local settings")
+        except InvocationError as exc:
+            if exc.code != FUNCTION_NOT_FOUND:  # it exists but failed: never guess the settings
+                raise WorkerError(
+                    f"cannot read configuration {self._config.config_id}: {exc}"
+                ) from None
+            log.warning("configuration_absent", error=str(exc), using="local settings")
             return self.seed
         return self.seed if value is None else parse_settings(value, source="configuration")
 
@@ -324,19 +331,21 @@ class EngineWorker:
         """Re-fetch (never trust the event's payload) and apply; a bad value keeps the last good
         settings and store, and the error goes back to whoever changed it."""
         assert self._config is not None and self._reconfigure is not None
-        try:
-            value = await self._config.get()
-        except InvocationError as exc:
-            raise WorkerError(f"configuration::get failed: {exc}") from None
-        if value is None:
-            return {"ok": True}  # the entry was removed: keep running on what we have
-        try:
-            applied = await self._reconfigure.apply(parse_settings(value, source="configuration"))
-        except WorkerError as err:
-            log.error("configuration_rejected", error=str(err), kept="last good settings and store")
-            raise
-        if applied is Applied.REOPENED and self._watcher is not None:
-            await self._watcher.restart()  # follow the new data dir at once
+        async with self._config_lock:  # fetch and apply as one: a slower older fetch never wins
+            try:
+                value = await self._config.get()
+            except InvocationError as exc:
+                raise WorkerError(f"configuration::get failed: {exc}") from None
+            if value is None:
+                return {"ok": True}  # the entry was removed: keep running on what we have
+            try:
+                settings = parse_settings(value, source="configuration")
+                applied = await self._reconfigure.apply(settings)
+            except WorkerError as err:
+                log.error("configuration_rejected", error=str(err), kept="last good")
+                raise
+            if applied is Applied.REOPENED and self._watcher is not None:
+                await self._watcher.restart()  # follow the new data dir at once
         return {"ok": True, "applied": str(applied)}
 
     def _on_connection(self, state: str) -> None:
@@ -351,12 +360,12 @@ class EngineWorker:
             log.warning("configuration_refresh_failed", error=str(exc))
 
     async def _define_queue(self, queue: QueueClient) -> None:
-        """Declare the extraction queue; a queue worker that starts later is caught on a retry
-        (until then jobs run inline)."""
-        for attempt in range(QUEUE_DEFINE_ATTEMPTS):
-            if await queue.define():
-                return
-            await asyncio.sleep(2.0 * (attempt + 1))
+        """Declare the extraction queue, retrying with a capped backoff for as long as we run: a
+        queue worker that starts later is picked up (until then jobs run inline)."""
+        delay = QUEUE_DEFINE_FIRST_RETRY_S
+        while not await queue.define():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, QUEUE_DEFINE_MAX_RETRY_S)
 
 
 async def serve_engine(
