@@ -280,15 +280,21 @@ class TestTurns:
             sessions.add("s1")
             sessions.deleted_bindings.wait(1)
             harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
+            worker.stop()  # flushes the record's pending write: it is in the state worker now
+            assert "s1" in state.data["memory_sessions"]
+            worker.start()
+            engine.wait_binding("session::deleted", "memory::on-session-deleted")
+            start = len(engine.frames)
             sessions.delete("s1")
+            # The state worker answering the worker's state::delete: the drop has happened.
             engine.wait_frame(
                 lambda d, _w, m: (
-                    d == "out"
-                    and m.get("type") == "invokefunction"
-                    and m.get("function_id") == "memory::on-session-deleted"
-                )
+                    d == "in"
+                    and m.get("type") == "invocationresult"
+                    and m.get("function_id") == "state::delete"
+                ),
+                start=start,
             )
-            worker.stop()  # flushes pending state writes
             assert "s1" not in state.data.get("memory_sessions", {})
 
 
