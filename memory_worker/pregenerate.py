@@ -161,6 +161,7 @@ class PreGenerate:
         log.debug(
             "hook",
             session_id=session_id,
+            turn_id=env.turn_id,
             step=env.step,
             ms=round((time.perf_counter() - started) * 1000, 2),
         )

@@ -128,6 +128,13 @@ INTERNAL: tuple[InternalSpec, ...] = (
         trace_hidden=True,
     ),
     InternalSpec(
+        "memory::on-session-meta-updated",
+        "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
+        "changed memory_bank applies from the session's next turn.",
+        SessionDeleted,
+        trace_hidden=True,
+    ),
+    InternalSpec(
         "memory::on-config-change",
         "Internal: hot-reload memory from the authoritative configuration when it changes — "
         "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",

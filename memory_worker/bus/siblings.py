@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,13 +68,36 @@ def _unavailable(function_id: str, exc: InvocationError) -> SiblingUnavailable:
 
 class SessionsClient:
     """`session::get` for bank selection. Without a session-manager there is no session metadata
-    (bank selection falls through to the default); a failing one is a failed lookup."""
+    (bank selection falls through to the default); a failing one is a failed lookup.
+
+    A session's meta is kept for `META_TTL_S` and dropped at once when `session::meta-updated`
+    (or `session::deleted`) says it changed: a turn's first step in a running session then costs
+    no round trip. The TTL bounds how stale it can get if such an event were lost."""
+
+    META_TTL_S = 60.0
+    META_CACHE = 4096
 
     def __init__(self, call: Caller) -> None:
         self._call = call
         self._missing_logged = False
+        self._metas: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+
+    def invalidate(self, session_id: str) -> None:
+        self._metas.pop(session_id, None)
 
     async def get(self, session_id: str) -> dict[str, Any] | None:
+        cached = self._metas.get(session_id)
+        if cached is not None and time.monotonic() - cached[0] < self.META_TTL_S:
+            return cached[1]
+        meta = await self._fetch(session_id)
+        if meta is not None:  # an unknown session may appear any moment: never cached
+            self._metas[session_id] = (time.monotonic(), meta)
+            self._metas.move_to_end(session_id)
+            while len(self._metas) > self.META_CACHE:
+                self._metas.popitem(last=False)
+        return meta
+
+    async def _fetch(self, session_id: str) -> dict[str, Any] | None:
         try:
             reply = await self._call("session::get", {"session_id": session_id}, SESSION_TIMEOUT_MS)
         except InvocationError as exc:

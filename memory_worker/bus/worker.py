@@ -175,8 +175,9 @@ class EngineWorker:
             service.embedder = RouterEmbedder(call, lambda: service.settings)
         self.service = service
         self._state = state = SessionState(StateClient(call))
+        sessions = SessionsClient(call)
         resolver = BankResolver(
-            SessionsClient(call),
+            sessions,
             state,
             lambda: service.store,
             lambda: service.settings.default_bank,
@@ -216,7 +217,8 @@ class EngineWorker:
                 "memory::hook::pre-generate": lambda data, _: hook.run(data),
                 "memory::on-turn-completed": lambda data, _: pipeline.on_turn_completed(data),
                 "memory::extract-job": lambda data, _: pipeline.extract_job(data),
-                "memory::on-session-deleted": lambda data, _: pipeline.on_session_deleted(data),
+                "memory::on-session-deleted": lambda data, _: self._session_gone(data, sessions),
+                "memory::on-session-meta-updated": lambda data, _: _forget_meta(data, sessions),
                 "memory::on-config-change": lambda data, _: self._on_config_change(),
                 bus_catalog.HTTP_FUNCTION: http,
             },
@@ -303,6 +305,7 @@ class EngineWorker:
         )
         self._bind(client, "harness::turn-completed", "memory::on-turn-completed", {})
         self._bind(client, "session::deleted", "memory::on-session-deleted", {})
+        self._bind(client, "session::meta-updated", "memory::on-session-meta-updated", {})
         for spec in catalog.CATALOG:
             self._bind(
                 client,
@@ -310,6 +313,11 @@ class EngineWorker:
                 bus_catalog.HTTP_FUNCTION,
                 {"api_path": spec.http_path, "http_method": "POST"},
             )
+
+    async def _session_gone(self, data: Any, sessions: SessionsClient) -> dict[str, Any]:
+        await _forget_meta(data, sessions)
+        assert self._pipeline is not None
+        return await self._pipeline.on_session_deleted(data)
 
     async def _initial_settings(self) -> Settings:
         """Register the configuration entry (seeding `self.seed` only when nothing is stored) and
@@ -366,6 +374,13 @@ class EngineWorker:
         while not await queue.define():
             await asyncio.sleep(delay)
             delay = min(delay * 2, QUEUE_DEFINE_MAX_RETRY_S)
+
+
+async def _forget_meta(data: Any, sessions: SessionsClient) -> dict[str, Any]:
+    session_id = data.get("session_id") if isinstance(data, dict) else None
+    if isinstance(session_id, str):
+        sessions.invalidate(session_id)
+    return {"ok": True}
 
 
 async def serve_engine(

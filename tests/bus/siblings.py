@@ -438,10 +438,12 @@ class FakeHarness(SdkWorker):
 # ── session-manager ───────────────────────────────────────────────────────────────────────
 
 SESSION_DELETED = "session::deleted"
+SESSION_META_UPDATED = "session::meta-updated"
 
 
 class FakeSessions(SdkWorker):
-    """In-memory session-manager (§6.2): meta, paginated messages, ``session::deleted``."""
+    """In-memory session-manager (§6.2): meta, paginated messages, ``session::deleted`` and
+    ``session::meta-updated`` (fired by ``session::set-meta`` and ``set_meta``)."""
 
     prefix = "session-manager"
 
@@ -452,11 +454,13 @@ class FakeSessions(SdkWorker):
         self.calls: list[tuple[str, JSON]] = []
         self.fail_get = False
         self.deleted_bindings = BindingStore(keys_only("session_id", "metadata"))
+        self.meta_bindings = BindingStore(keys_only("session_id"))
         self._entry_seq = 0
         super().__init__(url, **kwargs)
 
     def _setup(self) -> None:
         self._provide(SESSION_DELETED, "A session was deleted", self.deleted_bindings)
+        self._provide(SESSION_META_UPDATED, "A session's meta changed", self.meta_bindings)
         register = self.client.register_function
         register("session::get", self._get, description="Read a session's meta")
         register("session::messages", self._messages, description="Page a session's messages")
@@ -572,7 +576,24 @@ class FakeSessions(SdkWorker):
                 if key in data:
                     meta[key] = copy.deepcopy(data[key])
             meta["updated_at"] = now_ms()
-            return {"meta": copy.deepcopy(meta)}
+            reply = {"meta": copy.deepcopy(meta)}
+        event = {"session_id": meta["session_id"], "meta": reply["meta"], "timestamp": now_ms()}
+        for binding in self.meta_bindings.all():
+            if binding.config.get("session_id") in (None, meta["session_id"]):
+                await self.client.trigger_async(
+                    self._request(binding, event, action=TriggerAction.Void())
+                )
+        return reply
+
+    def set_meta(self, session_id: str, metadata: JSON) -> JSON:
+        """``session::set-meta`` from the test: replaces the metadata, fires meta-updated."""
+        reply: JSON = self.client.trigger(
+            {
+                "function_id": "session::set-meta",
+                "payload": {"session_id": session_id, "metadata": metadata},
+            }
+        )
+        return reply
 
     async def _list(self, data: JSON) -> JSON:
         self._record("session::list", data)

@@ -41,6 +41,23 @@ def _cli(engine: EngineDouble) -> Any:
         yield cli
 
 
+def meta_changed(engine: EngineDouble, change: Any) -> None:
+    """Run `change` (a `session::set-meta`) and wait until the engine forwarded the resulting
+    `session::meta-updated` to the worker: on its one socket, it is handled before any later
+    call (a hook), so the next turn sees the new meta."""
+    engine.wait_binding("session::meta-updated", "memory::on-session-meta-updated")
+    start = len(engine.frames)
+    change()
+    engine.wait_frame(
+        lambda d, _w, m: (
+            d == "out"
+            and m.get("type") == "invokefunction"
+            and m.get("function_id") == "memory::on-session-meta-updated"
+        ),
+        start=start,
+    )
+
+
 def texts(messages: list[dict[str, Any]]) -> list[str]:
     return [message_text(m) for m in messages]
 
@@ -196,6 +213,8 @@ class TestHook:
             run = harness.hook(envelope("s1", "t1", 0, [user_message("when do posts go out?")]))
             assert run.annotations["memory_bank"] == "blog"
             assert "Fridays" in texts(run.appended)[0]
+            # The session's meta changes, so the worker must ask again — and the ask fails.
+            meta_changed(engine, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
             sessions.fail_get = True
             later = harness.hook(envelope("s1", "t2", 0, [user_message("posts?")]))
             assert later.errors == [] and later.appended == []
@@ -209,6 +228,23 @@ class TestHook:
             engine.set_delay("memory::hook::pre-generate", 3.5)  # past the binding's 3 s
             run = harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
             assert run.decision == "continue" and run.errors  # fail-open: the turn goes on
+
+    def test_a_bank_switch_by_set_meta_applies_from_the_next_turn(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness, FakeSessions(engine.url) as sessions:
+            spawn()
+            cli.call("memory::save", {"text": "Posts go out on Fridays.", "bank": "blog"})
+            cli.call("memory::save", {"text": "Risotto needs arborio rice.", "bank": "cooking"})
+            sessions.add("s1", metadata={"memory_bank": "blog"})
+            first = harness.hook(envelope("s1", "t1", 0, [user_message("posts and risotto?")]))
+            assert first.annotations["memory_bank"] == "blog"
+            meta_changed(engine, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
+            window = [user_message("posts and risotto?"), *first.appended, user_message("rice?")]
+            second = harness.hook(envelope("s1", "t2", 0, window))
+            assert second.annotations["memory_bank"] == "cooking"
+            assert second.system_prompt == first.system_prompt  # the prefix never changes
+            assert any("arborio" in t for t in texts(second.appended))
 
 
 class TestEvents:
