@@ -10,6 +10,8 @@ Invariants:
   waiting on it: RAM never holds what the disk does not.
 - Replay is last-wins by id and revision (a tie goes to the later line); torn or corrupt lines are
   skipped and reported with their line numbers, never fatal.
+- Every line this worker writes ends with its checksum (`"crc"`); a line whose bytes no longer match
+  it is corrupt, even when it still parses. Lines without one (older logs, hand-written) still load.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import asyncio
 import itertools
 import os
 import secrets
+import time
+import zlib
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -35,7 +40,7 @@ from .recall import indexed, top_memories
 from .text import fingerprint, normalize
 from .vectors import VECTORS_FILE, VectorRecord, append_vectors, load_vectors, text_hash
 
-__all__ = ["Bank", "Damage"]
+__all__ = ["Bank", "Damage", "DurabilityWarning", "DurabilityWarnings"]
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +62,44 @@ class Damage:
         return f"{where}: {self.reason}"
 
 
+@dataclass(frozen=True, slots=True)
+class DurabilityWarning:
+    """A change that landed (RAM and disk have it) whose directory sync failed: a power loss
+    before the file system writes that directory out could still undo it."""
+
+    at_ms: int
+    bank: str
+    change: str
+    error: str
+
+
+class DurabilityWarnings:
+    """The store's recent durability warnings, for doctor: the last `LIMIT`, and how many in all.
+    Kept in RAM only: after a restart the disk is what it is, and is served as such."""
+
+    LIMIT = 20
+
+    def __init__(self) -> None:
+        self._recent: deque[DurabilityWarning] = deque(maxlen=self.LIMIT)
+        self.total = 0
+
+    def note(self, bank: str, change: str, error: StorageError) -> None:
+        self._recent.append(DurabilityWarning(int(time.time() * 1000), bank, change, error.message))
+        self.total += 1
+        log.warning("durability_unknown", bank=bank, change=change, error=str(error))
+
+    def recent(self) -> list[DurabilityWarning]:
+        return list(self._recent)
+
+    def take(self, bank: str) -> list[DurabilityWarning]:
+        """Remove and return the warnings about `bank` (doctor's scratch bank reports its own)."""
+        taken = [w for w in self._recent if w.bank == bank]
+        if taken:
+            self._recent = deque((w for w in self._recent if w.bank != bank), maxlen=self.LIMIT)
+            self.total -= len(taken)
+        return taken
+
+
 @dataclass(slots=True)
 class _OpenBatch:
     nonce: str
@@ -72,15 +115,49 @@ _batches = itertools.count()
 _NONCE = secrets.token_hex(3)
 
 
+# Every line ends with `,"crc":"<8 hex>"}`: the CRC-32 of the line as it reads without that member
+# (so `{...}` → `{...,"crc":"…"}`). It catches a changed byte that still leaves valid JSON (a
+# `"revision":0` turned into `"revision":9` would otherwise win replay), and costs one C call per
+# line. zlib's CRC-32 rather than CRC-32C: it is in the standard library, and for lines of a few
+# hundred bytes both detect every burst of up to 32 bits and miss random damage with odds of 2^-32;
+# CRC-32C's edge is hardware speed, which does not matter here. It guards against accidents (disk,
+# editor, copy), not tampering: anyone can recompute it. A line without the member (written before
+# checksums, or by hand) is still loaded; a person editing a line removes its `crc`.
+_CRC_KEY = b',"crc":"'
+_CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
+
+
+def _sealed(body: bytes) -> bytes:
+    """`body` (one JSON object, no newline) with its checksum as the last member."""
+    return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
+
+
 def _encode(records: Sequence[Memory]) -> bytes:
     if len(records) == 1:
-        return records[0].to_line() + b"\n"
+        return _sealed(records[0].to_line())
     nonce = f"{_NONCE}{next(_batches):x}"
     size = len(records)
     return b"".join(
-        record.to_line()[:-1] + b',"batch":"%s:%d:%d"}\n' % (nonce.encode(), index, size)
+        _sealed(record.to_line()[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
         for index, record in enumerate(records)
     )
+
+
+def _checksum_problem(line: bytes) -> str | None:
+    """Why `line` (which parsed) fails its checksum; None when it matches or it carries none."""
+    if line[-_CRC_SUFFIX:-10] == _CRC_KEY:
+        try:
+            if zlib.crc32(b"}", zlib.crc32(line[:-_CRC_SUFFIX])) == int(line[-10:-2], 16):
+                return None
+        except ValueError:
+            return "unreadable checksum"
+        return (
+            "checksum mismatch (the line changed after it was written; "
+            'a line edited by hand must have its "crc" field removed)'
+        )
+    if b'"crc":' in line:  # a key: a string value is never followed by a colon
+        return 'a "crc" field not in the form the worker writes'
+    return None
 
 
 def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
@@ -110,10 +187,17 @@ def _mtime_ms(path: Path) -> int:
 
 
 class Bank:
-    def __init__(self, name: str, path: Path, description: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        description: str = "",
+        warnings: DurabilityWarnings | None = None,
+    ) -> None:
         self.name = name
         self.path = path
         self.description = description
+        self.warnings = warnings if warnings is not None else DurabilityWarnings()
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self._memories: dict[str, Memory] = {}
@@ -142,7 +226,9 @@ class Bank:
     # --- loading -------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, name: str, path: Path, description: str) -> Bank:
+    def create(
+        cls, name: str, path: Path, description: str, warnings: DurabilityWarnings | None = None
+    ) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
         hidden temporary name and renamed into place, so a crash never leaves half a bank."""
         staging = path.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
@@ -157,17 +243,18 @@ class Bank:
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
+        bank = cls(name, path, description, warnings)
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:
             # Past the rename the bank exists: report the unsynced entry, do not disown the folder.
-            log.warning("bank_folder_sync_failed", bank=name, error=str(exc))
-        return cls(name, path, description)
+            bank.warnings.note(name, "bank folder created", exc)
+        return bank
 
     @classmethod
-    def load(cls, name: str, path: Path) -> Bank:
+    def load(cls, name: str, path: Path, warnings: DurabilityWarnings | None = None) -> Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers."""
-        bank = cls(name, path)
+        bank = cls(name, path, warnings=warnings)
         bank.description = bank._read_description()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
@@ -207,6 +294,11 @@ class Bank:
                 first = exc.errors()[0]
                 detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
                 self.damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
+                continue
+            problem = _checksum_problem(line)
+            if problem is not None:
+                reason = "torn last line (interrupted write)" if not complete else "corrupt line"
+                self.damage.append(Damage(MEMORIES_FILE, f"{reason}: {problem}", number))
                 continue
             tag = _batch_tag(line)
             if batch is not None and (tag is None or tag[0] != batch.nonce):
@@ -515,11 +607,16 @@ class Bank:
         async with self._rules_lock:
             if self._frozen is not None:
                 raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+            removing = not content.strip()
             try:
-                if not content.strip():
+                if removing:
                     await asyncio.to_thread(files.remove_file, path)
                 else:
                     await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
+            except files.UnsyncedChange as exc:
+                change = f"rule {name} {'removed' if removing else 'written'}"
+                self.warnings.note(self.name, change, exc)
+                raise
             finally:
                 # Even a failed call may have reached the disk (the rename happened, its directory
                 # sync did not): RAM follows what the file now says, so a reboot changes nothing.

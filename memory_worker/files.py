@@ -23,6 +23,7 @@ from .errors import Conflict, StorageError
 __all__ = [
     "AppendLog",
     "DataDirLock",
+    "UnsyncedChange",
     "append_unsynced",
     "atomic_write",
     "describe",
@@ -43,6 +44,24 @@ _LOCK_POLL_S = 0.02
 def _storage(action: str, path: Path | str, exc: OSError) -> StorageError:
     reason = exc.strerror or exc.__class__.__name__
     return StorageError(f"cannot {action} {path}: {reason}")
+
+
+class UnsyncedChange(StorageError):
+    """The change landed (a rename or removal is visible) but syncing its directory failed, so a
+    power loss could still undo it. Still `storage` on the wire; callers make RAM follow the disk.
+    `landed`: where the moved thing now is, when that is not where the caller asked for."""
+
+    def __init__(self, message: str, landed: Path | None = None) -> None:
+        super().__init__(message)
+        self.landed = landed
+
+
+def _sync_landed(path: Path, landed: Path | None = None) -> None:
+    """`fsync_dir` after the point of no return: its failure is an `UnsyncedChange`."""
+    try:
+        fsync_dir(path)
+    except StorageError as exc:
+        raise UnsyncedChange(exc.message, landed) from exc
 
 
 def fsync_dir(path: Path) -> None:
@@ -91,7 +110,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise _storage("write", path, exc) from exc
-    fsync_dir(path.parent)
+    _sync_landed(path.parent)
 
 
 def read_text(path: Path) -> str:
@@ -111,7 +130,7 @@ def remove_file(path: Path) -> bool:
         return False
     except OSError as exc:
         raise _storage("remove", path, exc) from exc
-    fsync_dir(path.parent)
+    _sync_landed(path.parent)
     return True
 
 
@@ -127,8 +146,8 @@ def move_to_trash(folder: Path, trash_root: Path, stem: str) -> Path:
         os.rename(folder, target)
     except OSError as exc:
         raise _storage("move to trash", folder, exc) from exc
-    fsync_dir(trash_root)
-    fsync_dir(folder.parent)
+    _sync_landed(trash_root, target)
+    _sync_landed(folder.parent, target)
     return target
 
 
@@ -201,11 +220,19 @@ class AppendLog:
             size = stat.st_size
         except OSError as exc:
             raise _storage("open", self.path, exc) from exc
+        try:
+            if size == 0:
+                fsync_dir(self.path.parent)
+            needs_newline = size > 0 and not self._ends_with_newline(size)
+        except StorageError:
+            # Not kept open: the next open tries again, so no line is ever acknowledged in a file
+            # whose directory entry may not survive a power loss, or glued onto a torn line.
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
         self._fd, self._inode = fd, stat.st_ino
         self.size = self.synced_size = size
-        self._needs_newline = size > 0 and not self._ends_with_newline(size)
-        if size == 0:
-            fsync_dir(self.path.parent)
+        self._needs_newline = needs_newline
         return fd
 
     def _ends_with_newline(self, size: int) -> bool:

@@ -13,6 +13,8 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -588,6 +590,7 @@ class MemoryService:
             await self._check_roundtrip(),
             self._check_banks(),
             self._check_damage(),
+            self._check_durability(),
             await self._check_embeddings(),
         ]
         if self.siblings is not None:  # advisory: what is degraded around us, and what that means
@@ -647,9 +650,18 @@ class MemoryService:
 
     async def _check_roundtrip(self) -> DoctorCheck:
         """Save, recall and trash a probe in a scratch bank, then delete the scratch from the trash
-        so doctor runs never pile up."""
+        so doctor runs never pile up. A directory sync that failed on the way fails the check too:
+        the probe got through, but the disk just refused to make a change durable."""
         started = time.perf_counter()
         name = self._scratch_name()
+        try:
+            return await self._roundtrip(name, started)
+        finally:
+            # What the scratch bank's own changes noted is this check's to report, not a user's.
+            self.store.durability.take(name)
+
+    async def _roundtrip(self, name: str, started: float) -> DoctorCheck:
+        trashed: Path | None = None
         try:
             bank, created = await self.store.ensure(name, "doctor scratch")
             if not created:  # someone made it between the check and now: never touch theirs
@@ -672,7 +684,9 @@ class MemoryService:
             trashed = await self.store.trash(name, now_ms)
             await asyncio.to_thread(files.remove_tree, trashed)
         except WorkerError as exc:
-            await self._drop_scratch(name)
+            if isinstance(exc, files.UnsyncedChange) and self.store.find(name) is None:
+                trashed = exc.landed  # its trashing landed, unsynced: that folder is ours too
+            await self._drop_scratch(name, trashed)
             return DoctorCheck(name="store-roundtrip", ok=False, detail=str(exc), required=True)
         elapsed_ms = (time.perf_counter() - started) * 1000
         if not hits or hits[0].memory.id != probe.id:
@@ -680,6 +694,17 @@ class MemoryService:
                 name="store-roundtrip",
                 ok=False,
                 detail="the probe memory was saved but recall did not find it",
+                required=True,
+            )
+        unsynced = [w for w in self.store.durability.recent() if w.bank == name]
+        if unsynced:
+            return DoctorCheck(
+                name="store-roundtrip",
+                ok=False,
+                detail=f"the probe got through, but syncing a directory failed on the way "
+                f"({unsynced[0].change}: {unsynced[0].error}): this disk does not make changes "
+                "durable right now, so a power loss could undo recent writes; check the disk "
+                "(kernel log, free space, mount state)",
                 required=True,
             )
         return DoctorCheck(
@@ -690,15 +715,16 @@ class MemoryService:
             required=True,
         )
 
-    async def _drop_scratch(self, name: str) -> None:
-        """After a failed roundtrip, remove what is left of doctor's own scratch bank (best effort:
-        a disk that refused the roundtrip may refuse this too, and doctor reports it either way)."""
+    async def _drop_scratch(self, name: str, trashed: Path | None) -> None:
+        """After a failed roundtrip, remove what is left of doctor's own scratch bank, in the data
+        dir or (`trashed`) already in the trash (best effort: a disk that refused the roundtrip
+        may refuse this too, and doctor reports it either way)."""
         bank = self.store.find(name)
-        if bank is None or bank.description != "doctor scratch":
-            return
         try:
-            trashed = await self.store.trash(name, self.clock())
-            await asyncio.to_thread(files.remove_tree, trashed)
+            if bank is not None and bank.description == "doctor scratch":
+                trashed = await self.store.trash(name, self.clock())
+            if trashed is not None:
+                await asyncio.to_thread(files.remove_tree, trashed)
         except WorkerError as exc:
             log.warning("doctor_scratch_left", bank=name, error=str(exc))
 
@@ -728,6 +754,30 @@ class MemoryService:
             ok=True,
             detail=f"{len(self.store.names())} bank(s) loaded",
             required=True,
+        )
+
+    def _check_durability(self) -> DoctorCheck:
+        """Advisory: changes that landed while the disk refused to sync their directory."""
+        warnings = self.store.durability
+        recent = warnings.recent()
+        if not recent:
+            return DoctorCheck(
+                name="durability-warnings",
+                ok=True,
+                detail="no change since the worker started landed with a failed directory sync",
+            )
+        shown = "; ".join(
+            f"{_utc(w.at_ms)} bank {w.bank}: {w.change} ({w.error})" for w in reversed(recent)
+        )
+        more = warnings.total - len(recent)
+        return DoctorCheck(
+            name="durability-warnings",
+            ok=False,
+            detail=f"{warnings.total} change(s) landed and are served, but syncing their "
+            f"directory failed, so a power loss before the file system writes it out could undo "
+            f"them: {shown}{f'; and {more} older' if more > 0 else ''}. Check the disk (kernel "
+            "log, free space, mount state); once it is healthy, run `sync` to make them durable. "
+            "This list is kept until the worker restarts",
         )
 
     def _check_damage(self) -> DoctorCheck:
@@ -850,6 +900,10 @@ class MemoryService:
             error=self.store.broken.get(name),
         )
         return outcome
+
+
+def _utc(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def _clean_source(source: Provenance | None) -> Provenance | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 
 from . import files
-from .bank import Bank
+from .bank import Bank, DurabilityWarnings
 from .errors import BankNotFound, StorageError
 from .names import check_name
 
@@ -36,7 +36,7 @@ def _trashed_names(root: Path) -> set[str]:
     return {m["bank"] for m in map(_TRASHED.match, entries) if m is not None}
 
 
-def _load_all(root: Path) -> tuple[dict[str, Bank], dict[str, str]]:
+def _load_all(root: Path, warnings: DurabilityWarnings) -> tuple[dict[str, Bank], dict[str, str]]:
     banks: dict[str, Bank] = {}
     broken: dict[str, str] = {}
     try:
@@ -48,7 +48,7 @@ def _load_all(root: Path) -> tuple[dict[str, Bank], dict[str, str]]:
             continue
         try:
             check_name(entry.name, "bank folder")
-            banks[entry.name] = Bank.load(entry.name, Path(entry.path))
+            banks[entry.name] = Bank.load(entry.name, Path(entry.path), warnings)
         except Exception as exc:  # one bad folder must not stop the others from loading
             broken[entry.name] = str(exc)
             log.error("bank_load_failed", bank=entry.name, error=str(exc))
@@ -57,12 +57,19 @@ def _load_all(root: Path) -> tuple[dict[str, Bank], dict[str, str]]:
 
 class Store:
     def __init__(
-        self, root: Path, banks: dict[str, Bank], broken: dict[str, str], lock: files.DataDirLock
+        self,
+        root: Path,
+        banks: dict[str, Bank],
+        broken: dict[str, str],
+        lock: files.DataDirLock,
+        durability: DurabilityWarnings | None = None,
     ) -> None:
         self.root = root
         self._banks = banks
         self.broken = broken
         self._lock = lock
+        # Changes that landed but whose directory sync failed (doctor `durability-warnings`).
+        self.durability = durability if durability is not None else DurabilityWarnings()
         self._create_lock = asyncio.Lock()
         self._trashed = _trashed_names(root)
 
@@ -76,13 +83,14 @@ class Store:
         files.probe_writable(root)
         lock = files.DataDirLock(root, holder)
         lock.acquire(lock_wait_s)
+        durability = DurabilityWarnings()
         try:
-            banks, broken = _load_all(root)
+            banks, broken = _load_all(root, durability)
         except BaseException:
             lock.release()
             raise
         log.info("store_opened", data_dir=str(root), banks=len(banks), broken=len(broken))
-        return cls(root, banks, broken, lock)
+        return cls(root, banks, broken, lock, durability)
 
     def names(self) -> list[str]:
         return sorted(self._banks)
@@ -116,10 +124,10 @@ class Store:
                 raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
             path = self.root / name
             if path.exists():  # created by hand since boot: load it rather than overwrite
-                bank = await asyncio.to_thread(Bank.load, name, path)
+                bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
                 self._banks[name] = bank
                 return bank, False
-            bank = await asyncio.to_thread(Bank.create, name, path, description)
+            bank = await asyncio.to_thread(Bank.create, name, path, description, self.durability)
             self._banks[name] = bank
             return bank, True
 
@@ -143,13 +151,14 @@ class Store:
             target = await asyncio.to_thread(
                 files.move_to_trash, bank.path, self.root / TRASH_DIR, f"{name}-{now_ms}"
             )
-        except StorageError:
+        except StorageError as exc:
             if bank.path.exists():  # not moved: the bank stays, usable
                 bank.unfreeze()
             else:  # moved, but its directory sync failed: RAM follows the disk, then report
                 self._banks.pop(name, None)
                 self._trashed.add(name)
                 bank.close()
+                self.durability.note(name, "bank deleted (moved to .trash)", exc)
             raise
         self._banks.pop(name, None)
         self._trashed.add(name)
@@ -165,7 +174,7 @@ class Store:
             for bank in old:
                 await bank.drain()
             try:
-                banks, broken = await asyncio.to_thread(_load_all, self.root)
+                banks, broken = await asyncio.to_thread(_load_all, self.root, self.durability)
             except StorageError:
                 for bank in old:
                     bank.unfreeze()
@@ -211,7 +220,7 @@ class Store:
                 log.info("bank_folder_removed", bank=name)
                 return "removed"
             try:
-                fresh = await asyncio.to_thread(Bank.load, name, self.root / name)
+                fresh = await asyncio.to_thread(Bank.load, name, self.root / name, self.durability)
             except Exception as exc:  # as at boot: the folder is reported, the others go on
                 del self._banks[name]
                 self.broken[name] = str(exc)
@@ -228,7 +237,7 @@ class Store:
         if not path.is_dir():
             return "removed" if self.broken.pop(name, None) is not None else "unchanged"
         try:
-            bank = await asyncio.to_thread(Bank.load, name, path)
+            bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
         except Exception as exc:
             self.broken[name] = str(exc)
             log.error("bank_load_failed", bank=name, error=str(exc))

@@ -63,10 +63,12 @@ def _append(path: Path, data: bytes) -> None:
 
 
 def _hand_line(bank_dir: Path, text: str) -> bytes:
-    """A new record in the exact JSON shape the worker writes (copied from its last line)."""
+    """A new record in the exact JSON shape the worker writes (copied from its last line), less
+    its checksum: a line written by hand carries none."""
     shape = json.loads((bank_dir / "memories.jsonl").read_bytes().splitlines()[-1])
     shape.update(id=fingerprint(text), text=text, revision=0)
     shape.pop("batch", None)
+    shape.pop("crc", None)
     return json.dumps(shape).encode() + b"\n"
 
 

@@ -193,8 +193,8 @@ async def test_a_write_acknowledged_during_a_reload_stays_visible(
         real_load = Bank.load.__func__  # type: ignore[attr-defined]
         replayed, resume = threading.Event(), threading.Event()
 
-        def load_then_pause(cls: type[Bank], name: str, path: Path) -> Bank:
-            bank: Bank = real_load(cls, name, path)
+        def load_then_pause(cls: type[Bank], name: str, path: Path, *rest: Any) -> Bank:
+            bank: Bank = real_load(cls, name, path, *rest)
             if not replayed.is_set():  # the reload has read `main`: hold it there
                 replayed.set()
                 resume.wait(10)

@@ -333,3 +333,150 @@ async def test_a_data_dir_deleted_while_running_refuses_writes_and_doctor_says_s
         assert doctor["ok"] is False, [(c["name"], c["ok"]) for c in doctor["checks"]]
     finally:
         await service.store.close()
+
+
+# --- durability warnings: a change that landed while its directory sync failed ----------------
+
+
+def _in(folder: Path) -> Any:
+    """An `Injector` filter: only the directory `folder` itself counts."""
+    target = str(folder.resolve())
+    return lambda path: path == target
+
+
+def _check(doctor: dict[str, Any], name: str) -> dict[str, Any]:
+    (check,) = [c for c in doctor["checks"] if c["name"] == name]
+    return check
+
+
+DIR_SYNC_CASES: dict[str, tuple[str, dict[str, Any], str, str]] = {
+    # case: (function, payload, the directory whose sync fails, the change doctor names)
+    "bank-create": (
+        "memory::bank::create",
+        {"name": "work", "description": "Work projects"},
+        ".",
+        "bank folder created",
+    ),
+    "rule-write": (
+        "memory::rule::set",
+        {"name": "style", "content": "Answer at length."},
+        "main/rules",
+        "rule style written",
+    ),
+    "rule-remove": ("memory::rule::set", {"name": "style", "content": ""}, "main/rules", "removed"),
+    "bank-delete": ("memory::bank::delete", {"name": "blog"}, ".trash", "bank deleted"),
+}
+
+
+@pytest.mark.parametrize("case", list(DIR_SYNC_CASES))
+async def test_doctor_warns_about_a_change_whose_directory_sync_failed(
+    seeded: Path, tmp_path: Path, case: str
+) -> None:
+    """The change lands (RAM follows the disk) but its directory fsync fails: doctor keeps `ok`
+    (the worker works) and says so in the advisory `durability-warnings` check, with what
+    happened and what to do. A restart starts from what the disk holds, without the warning."""
+    function_id, payload, folder, change = DIR_SYNC_CASES[case]
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    (data / ".trash").mkdir(exist_ok=True)
+    service = open_service(data)
+    try:
+        quiet = _check(await catalog.call(service, "memory::doctor", {}), "durability-warnings")
+        assert quiet["ok"] and not quiet["required"]
+        with Injector("fsync", 1, EIO, where=_in(data / folder)) as fault:
+            try:
+                await catalog.call(service, function_id, payload)
+            except StorageError:
+                assert case != "bank-create"  # a created bank is kept and the call succeeds
+        assert fault.fired
+        doctor = await catalog.call(service, "memory::doctor", {})
+        warning = _check(doctor, "durability-warnings")
+        assert doctor["ok"] is True, "an advisory check must not fail doctor"
+        assert warning["ok"] is False and warning["required"] is False
+        detail = warning["detail"]
+        assert detail.startswith("1 change(s) landed") and change in detail
+        assert "Input/output error" in detail and "power loss" in detail and "sync" in detail
+        bank = payload.get("name") if case.startswith("bank") else "main"
+        assert f"bank {bank}:" in detail
+        await service.store.close()
+        service = open_service(data)
+        after = _check(await catalog.call(service, "memory::doctor", {}), "durability-warnings")
+        assert after["ok"] is True
+    finally:
+        await service.store.close()
+
+
+async def test_durability_warnings_are_bounded(seeded: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        for n in range(25):
+            payload = {"name": f"rule-{n}", "content": "Be brief."}
+            rules = data / "main" / "rules"
+            with Injector("fsync", 1, EIO, where=_in(rules)), pytest.raises(StorageError):
+                await catalog.call(service, "memory::rule::set", payload)
+        detail = _check(await catalog.call(service, "memory::doctor", {}), "durability-warnings")[
+            "detail"
+        ]
+        assert detail.startswith("25 change(s)") and "and 5 older" in detail
+        assert detail.count("bank main: rule") == 20
+        assert "rule rule-24 written" in detail and "rule rule-4 written" not in detail
+    finally:
+        await service.store.close()
+
+
+@pytest.mark.parametrize(
+    ("point", "k", "data_dir_only"),
+    [("fsync", 1, True), ("fsync", 2, True), ("unlink", 2, False)],
+    ids=["create-sync", "trash-sync", "scratch-removal"],
+)
+async def test_a_fault_inside_doctors_roundtrip_fails_it_and_leaves_no_scratch_bank(
+    seeded: Path, tmp_path: Path, point: str, k: int, data_dir_only: bool
+) -> None:
+    """Doctor's own scratch bank hits a storage fault: the data dir's sync after the scratch
+    bank's rename into place (doctor used to answer ok: the failure was only logged), the sync
+    after its move into `.trash`, or the removal from the trash (both used to leave the scratch
+    in `.trash`). The roundtrip check fails — the disk refuses to make changes durable right now —
+    and no scratch bank is left behind, in the data dir or its trash."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        before = await answers(service)
+        where = _in(data) if data_dir_only else None
+        with Injector(point, k, EIO, where=where) as fault:
+            doctor = await catalog.call(service, "memory::doctor", {})
+        assert fault.fired
+        assert doctor["ok"] is False
+        roundtrip = _check(doctor, "store-roundtrip")
+        assert roundtrip["ok"] is False and "Input/output error" in roundtrip["detail"]
+        assert _check(doctor, "durability-warnings")["ok"] is True  # the scratch is not a user's
+        assert await answers(service) == before
+        leftovers = [p.name for p in (*data.iterdir(), *data.glob(".trash/*"))]
+        assert not [name for name in leftovers if "doctor" in name], leftovers
+        again = await catalog.call(service, "memory::doctor", {})
+        assert again["ok"] is True, [(c["name"], c["detail"]) for c in again["checks"]]
+    finally:
+        await service.store.close()
+
+
+async def test_a_failed_directory_sync_of_a_new_log_is_retried_before_a_line_is_acknowledged(
+    seeded: Path, tmp_path: Path
+) -> None:
+    """The first save into a bank creates its `memories.jsonl`; syncing the bank folder fails, so
+    the save fails. The next save must sync the folder again before it is acknowledged, never
+    fsync only the file whose directory entry may not be durable."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        await catalog.call(service, "memory::bank::create", {"name": "work"})
+        work = data / "work"
+        with Injector("fsync", 1, EIO, where=_in(work)), pytest.raises(StorageError):
+            await catalog.call(service, "memory::save", {"bank": "work", "text": "First"})
+        with Injector("fsync", 0, EIO, where=_in(work)) as counter:
+            await catalog.call(service, "memory::save", {"bank": "work", "text": "Second"})
+        assert counter.calls >= 1, "the bank folder was never synced after its log was created"
+    finally:
+        await service.store.close()
