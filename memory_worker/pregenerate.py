@@ -237,10 +237,10 @@ class PreGenerate:
             assert bank is not None
             reply.annotations["memory_bank"] = bank
             section = await self._section_and_memories(env, bank, resolution.exists, reply)
-        changed |= record.system is None
+        first_sight = record.system is None
         delivered = self._deliver(env, record, section, reply)
-        if changed and persist:
-            self._state.put(session_id, record)
+        if (changed or first_sight) and persist:
+            self._state.put(session_id, record, urgent=first_sight)
         return delivered
 
     async def _section_and_memories(

@@ -25,6 +25,7 @@ log = structlog.get_logger(__name__)
 
 SCOPE = "memory_sessions"
 CACHE_SESSIONS = 4096
+LAZY_WRITE_S = 1.0  # a turn's bank reaches the state worker within this, batched
 MAX_TURNS_KEPT = 64  # a turn's bank is needed until its extraction job and its sub-agents are done
 
 
@@ -76,6 +77,8 @@ class SessionState:
         self._cache: OrderedDict[str, SessionRecord] = OrderedDict()
         self._cache_size = cache_size
         self._writes: dict[str, asyncio.Task[None]] = {}
+        self._lazy: dict[str, SessionRecord] = {}
+        self._lazy_task: asyncio.Task[None] | None = None
 
     def _cached(self, session_id: str, record: SessionRecord) -> SessionRecord:
         self._cache[session_id] = record
@@ -110,11 +113,21 @@ class SessionState:
         record = SessionRecord.from_json(raw)
         return None if record is None else self._cached(session_id, record)
 
-    def put(self, session_id: str, record: SessionRecord) -> None:
-        """Cache now; persist in the background, one write at a time per session, last wins."""
+    def put(self, session_id: str, record: SessionRecord, *, urgent: bool = True) -> None:
+        """Cache now; persist in the background, one write at a time per session, last wins.
+
+        `urgent=False` (only a turn's bank was added) waits up to `LAZY_WRITE_S` and shares one
+        write with whatever else changed meanwhile: the section frozen into a session's prompt is
+        what must survive a restart at once, a turn's bank is needed by this process first."""
         self._cached(session_id, record)
         if self._kv is None:
             return
+        if not urgent:
+            self._lazy[session_id] = record
+            if self._lazy_task is None or self._lazy_task.done():
+                self._lazy_task = asyncio.create_task(self._write_lazy())
+            return
+        self._lazy.pop(session_id, None)
         previous = self._writes.get(session_id)
         self._writes[session_id] = asyncio.create_task(
             self._persist(session_id, record.to_json(), previous)
@@ -134,7 +147,14 @@ class SessionState:
             if self._writes.get(session_id) is asyncio.current_task():
                 del self._writes[session_id]
 
+    async def _write_lazy(self, delay_s: float = LAZY_WRITE_S) -> None:
+        await asyncio.sleep(delay_s)  # a debounce, not a wait for work: turns come in bursts
+        while self._lazy:
+            session_id, record = self._lazy.popitem()
+            self.put(session_id, record)
+
     async def drop(self, session_id: str) -> None:
+        self._lazy.pop(session_id, None)
         self._cache.pop(session_id, None)
         pending = self._writes.pop(session_id, None)
         if pending is not None:
@@ -146,6 +166,13 @@ class SessionState:
                 log.warning("session_state_delete_failed", session_id=session_id, error=str(exc))
 
     async def flush(self) -> None:
-        """Wait for background writes (shutdown, tests)."""
+        """Write what waits and wait for background writes (shutdown, tests)."""
+        if self._lazy_task is not None:
+            self._lazy_task.cancel()
+            await asyncio.gather(self._lazy_task, return_exceptions=True)
+            self._lazy_task = None
+        while self._lazy:
+            session_id, record = self._lazy.popitem()
+            self.put(session_id, record)
         while pending := list(self._writes.values()):
             await asyncio.gather(*pending, return_exceptions=True)

@@ -470,6 +470,33 @@ class TestTurnPipeline:
         assert (SCOPE, "s1") not in h.kv.data and await h.state.get("s1") is None
 
 
+async def test_turn_only_changes_share_one_late_write() -> None:
+    kv = KV()
+    writes = 0
+    original = kv.set
+
+    async def counting(scope: str, key: str, value: Any) -> None:
+        nonlocal writes
+        writes += 1
+        await original(scope, key, value)
+
+    kv.set = counting  # type: ignore[method-assign]
+    state = SessionState(kv)
+    record = SessionRecord(system="section")
+    state.put("s1", record)  # the frozen section: written at once
+    await state.flush()
+    for turn in ("t1", "t2", "t3"):
+        record.remember_turn(turn, "main")
+        state.put("s1", record, urgent=False)
+    assert writes == 1  # nothing yet: the turns wait for the debounce
+    await state.flush()  # (shutdown writes what waits)
+    assert writes == 2 and kv.data[(SCOPE, "s1")]["turns"] == {
+        "t1": "main",
+        "t2": "main",
+        "t3": "main",
+    }
+
+
 def test_session_record_round_trips_and_accepts_the_wrapped_shape() -> None:
     record = SessionRecord(system="x", turns={"t": "main", "u": ""})
     assert SessionRecord.from_json(record.to_json()) == record
