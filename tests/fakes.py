@@ -76,3 +76,29 @@ class FakeEmbedder:
         if self.fail:
             raise SiblingUnavailable("router::embed: no embed-capable provider")
         return [self.vector(text) for text in texts]
+
+
+class FakeKeyValue:
+    """The state worker port (`ports.KeyValue`) in a dict; `fail` makes every call raise as an
+    unreachable state worker does."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], Any] = {}
+        self.fail = False
+
+    def _check(self) -> None:
+        if self.fail:
+            from memory_worker.errors import SiblingUnavailable
+
+            raise SiblingUnavailable("state::get failed (state worker down)")
+
+    async def get(self, scope: str, key: str) -> Any:
+        self._check()
+        return self.data.get((scope, key))
+
+    async def set(self, scope: str, key: str, value: Any) -> None:
+        self._check()
+        self.data[(scope, key)] = value
+
+    async def delete(self, scope: str, key: str) -> None:
+        self.data.pop((scope, key), None)

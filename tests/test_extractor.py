@@ -19,6 +19,8 @@ from memory_worker.service import MemoryService
 from memory_worker.turns import ExtractJob
 from memory_worker.wire import ListRequest, PinRequest, SaveRequest
 
+from .fakes import FakeKeyValue as KV
+
 DAY_MS = 86_400_000
 T0 = 1_772_445_600_000  # 2026-03-02 10:00 UTC
 
@@ -58,25 +60,6 @@ class Model:
             raise SiblingUnavailable("router::complete failed (timeout)")
         reply = self.replies.pop(0) if self.replies else '{"memories": [], "rules": []}'
         return reply(user_text) if callable(reply) else reply
-
-
-class KV:
-    def __init__(self) -> None:
-        self.data: dict[tuple[str, str], Any] = {}
-        self.fail = False
-
-    async def get(self, scope: str, key: str) -> Any:
-        if self.fail:
-            raise SiblingUnavailable("state::get failed (function_not_found)")
-        return self.data.get((scope, key))
-
-    async def set(self, scope: str, key: str, value: Any) -> None:
-        if self.fail:
-            raise SiblingUnavailable("state::set failed (function_not_found)")
-        self.data[(scope, key)] = value
-
-    async def delete(self, scope: str, key: str) -> None:
-        self.data.pop((scope, key), None)
 
 
 class Rig:

@@ -21,6 +21,8 @@ from memory_worker.sessions import SCOPE, SessionRecord, SessionState
 from memory_worker.turns import EXTRACT_JOB, TurnPipeline
 from memory_worker.wire import BankDeleteRequest, PinRequest, RuleSetRequest, SaveRequest
 
+from .fakes import FakeKeyValue as KV
+
 
 class Sessions:
     """The session-manager port: metas by id; `fail` makes every lookup fail."""
@@ -43,27 +45,6 @@ class Sessions:
         if self.fail:
             raise SiblingUnavailable("session::get timed out")
         return self.metas.get(session_id)
-
-
-class KV:
-    """The state worker port, in a dict."""
-
-    def __init__(self) -> None:
-        self.data: dict[tuple[str, str], Any] = {}
-        self.fail = False
-
-    async def get(self, scope: str, key: str) -> Any:
-        if self.fail:
-            raise SiblingUnavailable("state down")
-        return self.data.get((scope, key))
-
-    async def set(self, scope: str, key: str, value: Any) -> None:
-        if self.fail:
-            raise SiblingUnavailable("state down")
-        self.data[(scope, key)] = value
-
-    async def delete(self, scope: str, key: str) -> None:
-        self.data.pop((scope, key), None)
 
 
 class Queue:
