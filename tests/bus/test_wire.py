@@ -220,6 +220,25 @@ class TestHook:
             assert later.errors == [] and later.appended == []
             assert later.system_prompt == run.system_prompt
 
+    def test_a_call_without_bank_inside_a_turn_acts_on_that_turns_bank(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness:
+            spawn()
+            turn = envelope("s1", "t1", 0, [user_message("hi")], metadata={"memory_bank": "blog"})
+            assert harness.hook(turn).annotations["memory_bank"] == "blog"
+            saved = cli.client.trigger(
+                {
+                    "function_id": "memory::save",
+                    "payload": {"text": "Posts go out on Fridays."},
+                    "metadata": {"session_id": "s1", "turn_id": "t1"},
+                }
+            )
+            assert saved["created"] is True
+            blog = cli.call("memory::list", {"bank": "blog"})["memories"]
+            assert [m["text"] for m in blog] == ["Posts go out on Fridays."]
+            assert cli.call("memory::list", {})["memories"] == []  # not the default bank
+
     def test_a_slow_hook_never_blocks_the_turn(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:
