@@ -5,6 +5,7 @@ frames on a WebSocket, the engine's routing, the worker's handlers, its files.""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +400,18 @@ class TestConfiguration:
         engine.set_config("memory", {**engine.config_value("memory"), "recall_limit": 3})
         worker.restart()
         assert engine.config_value("memory")["recall_limit"] == 3
+
+
+class TestShutdown:
+    @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+    def test_a_signal_stops_it_cleanly_and_releases_the_data_dir(
+        self, engine: EngineDouble, spawn: Any, sig: int
+    ) -> None:
+        worker: WorkerProcess = spawn()
+        assert worker.stop(sig) == 0
+        assert [e["reason"] for e in worker.events("stopping")] == [signal.Signals(sig).name]
+        assert worker.events("stopped")
+        worker.start()  # the lock was released: a new process opens the same data dir
 
 
 class TestConnection:
