@@ -254,11 +254,13 @@ class PreGenerate:
                 return ""
             return render_section(bank, [], settings.max_rule_chars).text
         first_step = (env.step or 0) == 0
+        recall = first_step and settings.inject_memories
         plan = await self._service.injection(
             bank,
-            _query(env.messages) if first_step else "",
-            carried=carried_texts(env.messages),
-            recall=first_step and settings.inject_memories,
+            _query(env.messages) if recall else "",
+            # Scanning the window for our blocks only pays when memories are handed out.
+            carried=carried_texts(env.messages) if recall else frozenset(),
+            recall=recall,
         )
         reply.annotations["memory_rules"] = plan.rules
         if plan.rules_truncated:
