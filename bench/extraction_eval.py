@@ -72,13 +72,13 @@ from runinfo import (  # noqa: E402
     write_doc,
 )
 
-from memory_worker.config import Settings  # noqa: E402
-from memory_worker.logs import configure_logging  # noqa: E402
-from memory_worker.redact import redact  # noqa: E402
-from memory_worker.service import MemoryService  # noqa: E402
-from memory_worker.store import Store  # noqa: E402
-from memory_worker.text import normalize  # noqa: E402
-from memory_worker.wire import ListRequest, PinRequest, RuleSetRequest, SaveRequest  # noqa: E402
+from memory_worker.adapters.logs import configure_logging  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.app.wire import ListRequest, PinRequest, RuleSetRequest, SaveRequest  # noqa: E402
+from memory_worker.core.config import Settings  # noqa: E402
+from memory_worker.core.redact import redact  # noqa: E402
+from memory_worker.core.text import normalize  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
 
 FIXTURES = ROOT / "bench" / "fixtures" / "extraction"
 DOC_KEY = "extraction-eval"
@@ -523,8 +523,8 @@ class Run:
         self.rule_files: dict[str, bytes] = {}
 
     async def go(self) -> Result:
-        from memory_worker.extractor import Extractor
-        from memory_worker.turns import ExtractJob
+        from memory_worker.harness.extractor import Extractor
+        from memory_worker.harness.turns import ExtractJob
 
         store = Store.open(self.data_dir, holder=HOLDER)
         settings = Settings(**self.fx.settings)
@@ -878,7 +878,7 @@ async def live_completer(url: str, model: str) -> Any:
     try:
         from iii import InitOptions, register_worker
 
-        from memory_worker.bus.siblings import Caller, RouterCompleter
+        from memory_worker.adapters.bus.siblings import Caller, RouterCompleter
     except ImportError as exc:
         raise SystemExit(
             f"--live needs memory_worker.bus.siblings.RouterCompleter: {exc}"

@@ -67,13 +67,13 @@ from runinfo import (  # noqa: E402
     write_doc,
 )
 
-from memory_worker.config import Settings  # noqa: E402
-from memory_worker.logs import configure_logging  # noqa: E402
-from memory_worker.pregenerate import PreGenerate  # noqa: E402
-from memory_worker.selection import BankResolver  # noqa: E402
-from memory_worker.service import MemoryService  # noqa: E402
-from memory_worker.sessions import SessionState  # noqa: E402
-from memory_worker.store import Store  # noqa: E402
+from memory_worker.adapters.logs import configure_logging  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.core.config import Settings  # noqa: E402
+from memory_worker.harness.pregenerate import PreGenerate  # noqa: E402
+from memory_worker.harness.selection import BankResolver  # noqa: E402
+from memory_worker.harness.sessions import SessionState  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
 from tests.bus.conftest import WorkerProcess  # noqa: E402
 from tests.bus.engine_double import EngineDouble  # noqa: E402
 from tests.bus.siblings import (  # noqa: E402

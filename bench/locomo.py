@@ -12,7 +12,7 @@ question's `evidence` turns (observation level: the observations whose evidence 
 
 The data is read in place (CC BY-NC 4.0, see SOURCE.md beside it) and never copied here. Prints
 markdown tables and exits 0. The `ours-hybrid+embed` column needs the local embedder
-(`memory_worker.local_embedder.LocalEmbedder.default()` and `MemoryService(embedder=...)`); when
+(`memory_worker.adapters.local_embedder.LocalEmbedder.default()` and `MemoryService(embedder=...)`); when
 either is missing it is skipped with a note.
 """
 
@@ -51,10 +51,10 @@ from runinfo import (  # noqa: E402
     write_doc,
 )
 
-from memory_worker.catalog import call  # noqa: E402
-from memory_worker.logs import configure_logging  # noqa: E402
-from memory_worker.service import MemoryService  # noqa: E402
-from memory_worker.store import Store  # noqa: E402
+from memory_worker.adapters.logs import configure_logging  # noqa: E402
+from memory_worker.app.catalog import call  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -308,9 +308,9 @@ def detect_embedder() -> tuple[Any, str]:
     if "embedder" not in inspect.signature(MemoryService.__init__).parameters:
         return None, "MemoryService takes no `embedder=` keyword yet"
     try:
-        from memory_worker.local_embedder import LocalEmbedder  # type: ignore[import-not-found]
+        from memory_worker.adapters.local_embedder import LocalEmbedder  # type: ignore[import-not-found]
     except ImportError as exc:
-        return None, f"memory_worker.local_embedder is not importable ({exc})"
+        return None, f"memory_worker.adapters.local_embedder is not importable ({exc})"
     try:
         embedder = LocalEmbedder.default()
     except Exception as exc:  # a missing extra or model directory: report it, run the rest

@@ -59,12 +59,12 @@ from runinfo import (  # noqa: E402
 )
 
 from memory_worker import recall as recall_module  # noqa: E402
-from memory_worker.catalog import call  # noqa: E402
-from memory_worker.config import Settings  # noqa: E402
-from memory_worker.logs import configure_logging  # noqa: E402
-from memory_worker.service import MemoryService  # noqa: E402
-from memory_worker.store import Store  # noqa: E402
-from memory_worker.text import terms  # noqa: E402
+from memory_worker.adapters.logs import configure_logging  # noqa: E402
+from memory_worker.app.catalog import call  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.core.config import Settings  # noqa: E402
+from memory_worker.core.text import terms  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
 
 BANK = "bench"
 SEED = 20240601

@@ -56,8 +56,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from memory_worker import catalog  # noqa: E402
-from memory_worker.config import Settings  # noqa: E402
-from memory_worker.errors import (  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.core.config import Settings  # noqa: E402
+from memory_worker.core.errors import (  # noqa: E402
     ERROR_CODES,
     BankNotFound,
     Conflict,
@@ -66,9 +67,8 @@ from memory_worker.errors import (  # noqa: E402
     StorageError,
     WorkerError,
 )
-from memory_worker.service import MemoryService  # noqa: E402
-from memory_worker.store import Store  # noqa: E402
-from memory_worker.text import collapse_whitespace  # noqa: E402
+from memory_worker.core.text import collapse_whitespace  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
 from tests import test_properties as property_tests  # noqa: E402
 from tests.fakes import FixedClock, RecordingEmitter  # noqa: E402
 from tests.reliability.helpers import (  # noqa: E402
@@ -1159,8 +1159,8 @@ def bus_campaign(  # noqa: C901 - one attack loop reads best in one piece
     Threads (the double's loop, the SDK clients): this section runs after every forking one."""
     import threading
 
-    from memory_worker.bank import Bank
-    from memory_worker.text import fingerprint
+    from memory_worker.core.text import fingerprint
+    from memory_worker.storage.bank import Bank
     from tests.bus.conftest import WorkerProcess
     from tests.bus.engine_double import EngineDouble
     from tests.bus.siblings import Cli

@@ -5,8 +5,9 @@ The public surface is the service and its models; adapters (CLI, bus) live in th
 
 from __future__ import annotations
 
-from .config import Settings
-from .errors import (
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import (
     BankNotFound,
     Conflict,
     InvalidInput,
@@ -15,10 +16,9 @@ from .errors import (
     StorageError,
     WorkerError,
 )
-from .models import BankInfo, Confidence, Memory, Provenance, Rule
-from .service import MemoryService
-from .store import Store
-from .text import fingerprint
+from memory_worker.core.models import BankInfo, Confidence, Memory, Provenance, Rule
+from memory_worker.core.text import fingerprint
+from memory_worker.storage.store import Store
 
 __all__ = [
     "BankInfo",

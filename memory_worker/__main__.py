@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from memory_worker.adapters.cli import main
 
 sys.exit(main())

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from memory_worker.config import Settings
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.storage.store import Store
 
 from .fakes import FixedClock, RecordingEmitter
 

@@ -70,7 +70,7 @@ class FakeEmbedder:
         return [v / norm for v in out]
 
     async def embed(self, texts: Any) -> list[list[float]]:
-        from memory_worker.errors import SiblingUnavailable
+        from memory_worker.core.errors import SiblingUnavailable
 
         self.calls.append(list(texts))
         if self.fail:
@@ -88,7 +88,7 @@ class FakeKeyValue:
 
     def _check(self) -> None:
         if self.fail:
-            from memory_worker.errors import SiblingUnavailable
+            from memory_worker.core.errors import SiblingUnavailable
 
             raise SiblingUnavailable("state::get failed (state worker down)")
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import structlog
 
-from memory_worker import catalog
-from memory_worker.config import Settings
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
-from memory_worker.text import fingerprint
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.text import fingerprint
+from memory_worker.storage.store import Store
 
 from .fakes import FixedClock
 
@@ -239,12 +239,12 @@ def import_rows(golden: Golden) -> list[dict[str, Any]]:
 
 
 def local_embedder() -> tuple[object | None, str]:
-    """The offline embedder when `memory_worker.local_embedder` exists and its model loads; else
+    """The offline embedder when `memory_worker.adapters.local_embedder` exists and its model loads; else
     None and why not (hybrid then runs without a semantic arm)."""
     try:  # imported by name: the module is optional, and newer than this runner
-        module = importlib.import_module("memory_worker.local_embedder")
+        module = importlib.import_module("memory_worker.adapters.local_embedder")
     except ImportError as exc:
-        return None, f"memory_worker.local_embedder is not importable ({exc})"
+        return None, f"memory_worker.adapters.local_embedder is not importable ({exc})"
     try:
         return module.LocalEmbedder.default(), "loaded"
     except Exception as exc:  # a missing model or extra is an environment fact, not a failure

@@ -1,8 +1,11 @@
-"""The import picture of STYLE.md, enforced: the core never reaches for an adapter.
+"""The layers of `memory_worker/`, enforced: an import may only point down.
 
-Every module of `memory_worker/` is parsed with `ast` (imports inside functions and under
-`TYPE_CHECKING` count too) and checked against `RULES`. A module missing from `RULES` fails: a new
-module needs a conscious decision about where it sits.
+    core → search → storage → app → harness → adapters
+
+Every module is parsed with `ast` (imports inside functions and under `TYPE_CHECKING` count too).
+Its package decides its layer; it may import its own layer and the ones below, and only the
+third-party packages its layer is allowed. A package missing from `LAYERS` fails: a new room needs
+a conscious decision about where it sits. DESIGN.md draws the same picture.
 """
 
 from __future__ import annotations
@@ -18,108 +21,68 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "memory_worker"
 PACKAGE = "memory_worker"
 
-# What only adapters may touch: our own edge modules and the transport/CLI libraries.
-ADAPTER_MODULES = ("cli", "bus", "watch", "logs", "standalone", "settings_file")
-ADAPTER_LIBRARIES = frozenset({"iii", "httpx", "aiohttp", "watchfiles", "websockets", "argparse"})
-
-LEAVES = frozenset({"errors", "models", "text", "names"})
+# Transport, file watching and argument parsing: only adapters may touch them.
+ADAPTER_LIBRARIES = frozenset(
+    {"iii", "httpx", "aiohttp", "watchfiles", "websockets", "argparse", "mcp", "onnxruntime"}
+)
 
 
 @dataclass(frozen=True)
-class Rule:
-    """What one module may import.
+class Layer:
+    """One package: its height (an import may only reach the same height or lower) and the
+    third-party packages it may use (None: any)."""
 
-    `internal` / `external`: the allowed `memory_worker` modules / third-party top-level packages,
-    or None for "any" (still minus the forbidden ones). The standard library is always allowed,
-    except `argparse` for the core. `core` forbids the adapter modules and libraries.
-    """
-
-    core: bool
-    internal: frozenset[str] | None = None
-    external: frozenset[str] | None = None
+    height: int
+    external: frozenset[str] | None
 
 
-def _core(internal: set[str] | None = None, external: set[str] | None = None) -> Rule:
-    return Rule(
-        core=True,
-        internal=None if internal is None else frozenset(internal),
-        external=None if external is None else frozenset(external),
-    )
+_CORE_LIBS = frozenset({"pydantic", "Stemmer", "yaml", "orjson"})
+_SEARCH_LIBS = _CORE_LIBS | {"numpy"}
+_SERVICE_LIBS = _SEARCH_LIBS | {"structlog"}
 
+LAYERS: dict[str, Layer] = {
+    # Pure decisions over values: records, text, redaction, transitions, injection rendering,
+    # extraction prompt and parsing, settings. No I/O beyond reading its own package data.
+    "core": Layer(0, _CORE_LIBS),
+    # Lexical postings, ranking columns and the fused score: numpy arrays that never leave it.
+    "search": Layer(1, _SEARCH_LIBS),
+    # Files, the lock, the log, rules, sidecars, one bank in RAM, the bank registry.
+    "storage": Layer(2, _SERVICE_LIBS),
+    # The use cases: the catalog and its one call entry, the wire models, the service.
+    "app": Layer(3, _SERVICE_LIBS),
+    # The harness seams as use cases: sessions, bank selection, the hook, turns, extraction.
+    "harness": Layer(4, _SERVICE_LIBS),
+    # CLI, REST, the bus, the watcher, logging setup, the local embedder: anything goes.
+    "adapters": Layer(5, None),
+}
 
-ADAPTER = Rule(core=False)
+# The package root: `__init__` re-exports the public surface (so it must not pull an adapter in:
+# importing any module runs it first), `__main__` is the `python -m` entry.
+ROOT_MODULES: dict[str, Layer] = {
+    "__init__": Layer(4, _SERVICE_LIBS),
+    "__main__": Layer(5, None),
+}
 
-RULES: dict[str, Rule] = {
-    # Leaves: stdlib, pydantic and each other.
-    "errors": _core(set(LEAVES), {"pydantic"}),
-    "models": _core(set(LEAVES), {"pydantic"}),
-    # The analyzer stems with PyStemmer (C Snowball stemmers), imported as `Stemmer`.
-    "text": _core(set(LEAVES), {"pydantic", "Stemmer"}),
-    "names": _core(set(LEAVES), {"pydantic"}),
-    # Pure, no dependencies at all: compiled regexes over text.
-    "redact": _core(set(), set()),
-    # Pure numeric: numpy values never leave these two.
-    "index": _core(set(LEAVES), {"numpy"}),
-    # Vector sidecar: numpy matrix of embeddings plus its file format.
-    "vectors": _core(None, {"numpy", "pydantic"}),
-    "scoring": _core(set(LEAVES), {"numpy"}),
-    # The only module doing file I/O: stdlib plus the error types it translates OSError into.
-    "files": _core({"errors"}, set()),
-    # The rest of the core: anything but the adapters.
-    "recall": _core(),
-    "transitions": _core(),
-    "injection": _core(),
-    "config": _core(),
-    "ports": _core(),
-    "wire": _core(),
-    "bank": _core(),
-    "store": _core(),
-    "service": _core(),
-    "catalog": _core(),
-    # The harness seams as use cases: per-session state, bank selection, the hook, the turn
-    # pipeline, hot reload. They speak to siblings only through `ports`.
-    "sessions": _core(),
-    "selection": _core(),
-    "pregenerate": _core(),
-    "turns": _core(),
-    "reconfigure": _core(),
-    # Extraction: pure prompt + reply parsing, and the background pass (through ports).
-    "extraction": _core(),
-    "extractor": _core(),
-    # The package re-exports the public surface. Importing any core module runs it first, so it
-    # must not pull an adapter in either.
-    "__init__": _core(),
-    # Adapters: the only places the bus, HTTP, file watching, logging setup and argparse live.
-    "__main__": ADAPTER,
-    "cli": ADAPTER,
-    "logs": ADAPTER,
-    "watch": ADAPTER,
-    "standalone": ADAPTER,
-    "settings_file": ADAPTER,
-    "bus": ADAPTER,
-    "bus.catalog": ADAPTER,
-    "bus.worker": ADAPTER,
-    "bus.siblings": ADAPTER,
-    "bus.events": ADAPTER,
-    "bus.hooks": ADAPTER,
-    # The optional local embedder (`embed` extra): an edge to the ONNX runtime, like an adapter,
-    # whose runtimes load lazily so that the package never needs them.
-    "local_embedder": Rule(
-        core=False,
-        internal=frozenset({"errors"}),
-        external=frozenset({"numpy", "onnxruntime", "tokenizers"}),
-    ),
+# Finer rules inside the core: the leaves use only each other, redaction uses nothing at all.
+LEAVES = frozenset({"core.errors", "core.models", "core.text", "core.names"})
+ONLY_INTERNAL: dict[str, frozenset[str]] = {
+    **{leaf: LEAVES for leaf in LEAVES},
+    "core.redact": frozenset(),
 }
 
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
 
 def _module_name(path: Path) -> str:
-    """`memory_worker/bus/worker.py` → `bus.worker`; a package `__init__` → the package name."""
+    """`memory_worker/adapters/bus/worker.py` → `adapters.bus.worker`; `__init__` → its package."""
     parts = list(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
     if parts[-1] == "__init__" and len(parts) > 1:
         parts.pop()
     return ".".join(parts)
+
+
+def _layer_of(module: str) -> Layer | None:
+    return ROOT_MODULES.get(module) or LAYERS.get(module.split(".")[0])
 
 
 def _package_of(module: str, path: Path) -> list[str]:
@@ -169,27 +132,28 @@ def _imports(path: Path) -> tuple[set[str], set[str]]:
     return internal, external
 
 
-def _forbidden_internal(name: str) -> bool:
-    return name.split(".")[0] in ADAPTER_MODULES or name == "__main__"
-
-
-def _violations(module: str, rule: Rule, internal: set[str], external: set[str]) -> list[str]:
+def _violations(module: str, internal: set[str], external: set[str]) -> list[str]:
+    layer = _layer_of(module)
+    assert layer is not None
     problems: list[str] = []
-    internal = internal - {module}
-    if rule.core:
+    for target in sorted(internal - {module}):
+        target_layer = _layer_of(target)
+        if target_layer is None:
+            problems.append(f"imports memory_worker.{target}, which sits in no layer")
+        elif target_layer.height > layer.height:
+            problems.append(f"imports memory_worker.{target}, a layer above it")
+    allowed_internal = ONLY_INTERNAL.get(module)
+    if allowed_internal is not None:
+        extra = sorted(internal - {module} - allowed_internal)
         problems += [
-            f"imports adapter module memory_worker.{m}"
-            for m in sorted(internal)
-            if _forbidden_internal(m)
+            f"imports memory_worker.{m} (allowed: {sorted(allowed_internal)})" for m in extra
         ]
-        problems += [f"imports adapter library {m}" for m in sorted(external & ADAPTER_LIBRARIES)]
-    if rule.internal is not None:
-        extra = sorted(m for m in internal - rule.internal if not _forbidden_internal(m))
-        problems += [f"imports memory_worker.{m} (allowed: {sorted(rule.internal)})" for m in extra]
-    if rule.external is not None:
-        third_party = {m for m in external if m not in STDLIB} - ADAPTER_LIBRARIES
-        extra = sorted(third_party - rule.external)
-        problems += [f"imports {m} (allowed: stdlib + {sorted(rule.external)})" for m in extra]
+    if layer.external is not None:
+        third_party = {m for m in external if m not in STDLIB} | (external & ADAPTER_LIBRARIES)
+        allowed = frozenset() if module == "core.redact" else layer.external
+        problems += [
+            f"imports {m} (allowed here: {sorted(allowed)})" for m in sorted(third_party - allowed)
+        ]
     return problems
 
 
@@ -197,29 +161,27 @@ MODULES = sorted(PACKAGE_DIR.rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
-def test_module_respects_the_import_picture(path: Path) -> None:
+def test_module_imports_only_its_own_layer_and_below(path: Path) -> None:
     module = _module_name(path)
-    rule = RULES.get(module)
-    assert rule is not None, (
-        f"memory_worker/{path.relative_to(PACKAGE_DIR)} has no entry in RULES of "
-        "tests/test_architecture.py: decide whether it is a leaf, pure core, use case or adapter, "
-        "and add it"
+    assert _layer_of(module) is not None, (
+        f"memory_worker/{path.relative_to(PACKAGE_DIR)} sits in no layer of "
+        "tests/test_architecture.py: put it in one of the packages of LAYERS (or add a package "
+        "there, and to docs/DESIGN.md)"
     )
     internal, external = _imports(path)
-    problems = _violations(module, rule, internal, external)
+    problems = _violations(module, internal, external)
     assert not problems, f"memory_worker/{module}: " + "; ".join(problems)
 
 
-def test_every_leaf_and_core_module_named_in_the_brief_has_a_core_rule() -> None:
-    core = {
-        "errors", "models", "text", "names", "redact", "index", "scoring", "recall",
-        "transitions", "injection", "config", "ports", "wire", "files", "bank", "store",
-        "service", "catalog",
-    }  # fmt: skip
-    assert all(RULES[name].core for name in core)
-    assert not any(
-        rule.core for name, rule in RULES.items() if name.split(".")[0] in ADAPTER_MODULES
-    )
+def test_every_package_on_disk_is_a_layer_and_every_layer_has_a_tenant() -> None:
+    on_disk = {p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").is_file()}
+    assert on_disk == set(LAYERS)
+
+
+def test_design_map_names_every_layer_in_order() -> None:
+    design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    picture = " → ".join(sorted(LAYERS, key=lambda name: LAYERS[name].height))
+    assert picture in design, f"docs/DESIGN.md should draw the layers as `{picture}`"
 
 
 # --- the checker itself ----------------------------------------------------------------------
@@ -228,30 +190,34 @@ def test_every_leaf_and_core_module_named_in_the_brief_has_a_core_rule() -> None
 class TestChecker:
     """The rules catch what they should on hand-made import sets."""
 
-    def test_core_importing_the_cli_or_a_transport_library_is_reported(self) -> None:
-        problems = _violations("service", RULES["service"], {"cli", "bus.worker"}, {"httpx"})
+    def test_an_import_pointing_up_is_reported(self) -> None:
+        problems = _violations("storage.bank", {"app.service", "core.models"}, set())
+        assert problems == ["imports memory_worker.app.service, a layer above it"]
+
+    def test_core_importing_a_transport_library_or_numpy_is_reported(self) -> None:
+        problems = _violations("core.injection", set(), {"httpx", "numpy", "re"})
         assert problems == [
-            "imports adapter module memory_worker.bus.worker",
-            "imports adapter module memory_worker.cli",
-            "imports adapter library httpx",
+            "imports httpx (allowed here: ['Stemmer', 'orjson', 'pydantic', 'yaml'])",
+            "imports numpy (allowed here: ['Stemmer', 'orjson', 'pydantic', 'yaml'])",
         ]
 
     def test_argparse_counts_as_an_adapter_library_even_though_it_is_stdlib(self) -> None:
-        assert _violations("config", RULES["config"], set(), {"argparse"}) == [
-            "imports adapter library argparse"
+        assert _violations("app.catalog", set(), {"argparse"}) == [
+            "imports argparse (allowed here: "
+            "['Stemmer', 'numpy', 'orjson', 'pydantic', 'structlog', 'yaml'])"
         ]
 
-    def test_a_leaf_importing_a_non_leaf_or_numpy_is_reported(self) -> None:
-        problems = _violations("models", RULES["models"], {"errors", "store"}, {"numpy", "re"})
+    def test_a_leaf_importing_a_non_leaf_is_reported(self) -> None:
+        problems = _violations("core.models", {"core.errors", "core.transitions"}, set())
         assert problems == [
-            "imports memory_worker.store (allowed: ['errors', 'models', 'names', 'text'])",
-            "imports numpy (allowed: stdlib + ['pydantic'])",
+            "imports memory_worker.core.transitions (allowed: "
+            "['core.errors', 'core.models', 'core.names', 'core.text'])"
         ]
 
     def test_adapters_may_import_anything(self) -> None:
-        assert _violations("cli", RULES["cli"], {"service", "logs"}, {"argparse", "iii"}) == []
+        assert _violations("adapters.cli", {"app.service", "adapters.logs"}, {"argparse"}) == []
 
-    def test_relative_imports_resolve_to_modules(self) -> None:
-        internal, external = _imports(PACKAGE_DIR / "catalog.py")
-        assert {"wire", "errors", "service"} <= internal
+    def test_relative_and_absolute_imports_resolve_to_modules(self) -> None:
+        internal, external = _imports(PACKAGE_DIR / "app" / "catalog.py")
+        assert {"app.wire", "core.errors", "app.service"} <= internal
         assert "pydantic" in external

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import transitions
-from memory_worker.bank import Bank
-from memory_worker.errors import StorageError
-from memory_worker.models import Memory
-from memory_worker.store import Store
+from memory_worker.core import transitions
+from memory_worker.core.errors import StorageError
+from memory_worker.core.models import Memory
+from memory_worker.storage.bank import Bank
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 
@@ -21,7 +21,7 @@ NOW = 1_793_491_200_000
 
 
 def _memory(text: str, **changes: object) -> Memory:
-    from memory_worker.text import fingerprint
+    from memory_worker.core.text import fingerprint
 
     return transitions.new_memory(fingerprint(text), text, now_ms=NOW).model_copy(update=changes)
 

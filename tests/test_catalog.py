@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from memory_worker import catalog
-from memory_worker.catalog import CATALOG, FunctionSpec
+from memory_worker.app import catalog
+from memory_worker.app.catalog import CATALOG, FunctionSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_SCHEMAS = ROOT / "golden" / "schemas"

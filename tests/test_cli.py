@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from memory_worker.config import Settings, load_settings, resolve_data_dir
-from memory_worker.text import fingerprint
+from memory_worker.core.config import Settings, load_settings, resolve_data_dir
+from memory_worker.core.text import fingerprint
 
 ISOLATED_VARS = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
 ANSWER_TIMEOUT_S = 15.0

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from memory_worker import catalog
-from memory_worker.config import Settings
-from memory_worker.models import Confidence, Memory
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
-from memory_worker.text import fingerprint
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.text import fingerprint
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .reliability.model import Rec

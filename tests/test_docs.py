@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
-from memory_worker.bus import catalog as bus_catalog
-from memory_worker.catalog import CATALOG
-from memory_worker.config import Settings, load_settings
-from memory_worker.errors import ERROR_CODES
+from memory_worker.adapters.bus import catalog as bus_catalog
+from memory_worker.app.catalog import CATALOG
+from memory_worker.core.config import Settings, load_settings
+from memory_worker.core.errors import ERROR_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "memory_worker"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip(
-    "memory_worker.extractor",
-    reason="memory_worker.extractor (the extraction pass) is not there yet",
+    "memory_worker.harness.extractor",
+    reason="memory_worker.harness.extractor (the extraction pass) is not there yet",
 )
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from memory_worker.config import Settings
-from memory_worker.errors import SiblingUnavailable, StorageError
-from memory_worker.extraction import parse_reply, render_request, system_prompt
-from memory_worker.extractor import CURSOR_SCOPE, LEARNED_HEADER, Extractor, merge_learned
-from memory_worker.models import Confidence
-from memory_worker.service import MemoryService
-from memory_worker.turns import ExtractJob
-from memory_worker.wire import ListRequest, PinRequest, SaveRequest
+from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import ListRequest, PinRequest, SaveRequest
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import SiblingUnavailable, StorageError
+from memory_worker.core.extraction import parse_reply, render_request, system_prompt
+from memory_worker.core.models import Confidence
+from memory_worker.harness.extractor import CURSOR_SCOPE, LEARNED_HEADER, Extractor, merge_learned
+from memory_worker.harness.turns import ExtractJob
 
 from .fakes import FakeKeyValue as KV
 
@@ -156,8 +156,8 @@ class TestParse:
         assert "Why it reads" not in prompt
 
     def test_the_request_shows_refs_and_dates(self) -> None:
-        from memory_worker.extraction import Line
-        from memory_worker.transitions import new_memory
+        from memory_worker.core.extraction import Line
+        from memory_worker.core.transitions import new_memory
 
         known = [new_memory("fp1", "The user lives in Lisbon.", pinned=True, now_ms=T0)]
         text = render_request([Line("user", "I moved!", T0)], known)
@@ -374,7 +374,7 @@ class TestReviewFindings:
     """Each pins a defect a review found in the first version of the pass."""
 
     async def test_a_turn_without_memory_is_stepped_over_never_read_later(self, rig: Rig) -> None:
-        from memory_worker.turns import TurnPipeline
+        from memory_worker.harness.turns import TurnPipeline
 
         from .test_pregenerate import Hooked
 
@@ -386,7 +386,7 @@ class TestReviewFindings:
         assert all("Silva" not in sent for sent in rig.model.sent)
 
     async def test_a_pinned_or_deleted_memory_is_never_touched_by_an_add(self, rig: Rig) -> None:
-        from memory_worker.wire import DeleteRequest
+        from memory_worker.app.wire import DeleteRequest
 
         pinned = await rig.service.save(SaveRequest(text="The user's name is Ana."))
         await rig.service.pin(PinRequest(id=pinned.memory.id, pinned=True))
@@ -426,7 +426,7 @@ class TestReviewFindings:
     async def test_a_bank_deleted_while_the_model_thinks_is_not_recreated(
         self, rig: Rig, service: MemoryService
     ) -> None:
-        from memory_worker.wire import BankDeleteRequest
+        from memory_worker.app.wire import BankDeleteRequest
 
         await service.save(SaveRequest(text="Posts go out on Fridays.", bank="blog"))
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from memory_worker.index import BM25_B, BM25_K1, LexicalIndex
+from memory_worker.search.index import BM25_B, BM25_K1, LexicalIndex
 
 VOCABULARY = ("tea", "coffee", "ana", "berlin", "rust", "python", "blog", "iii", "用户", "café")
 

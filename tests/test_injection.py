@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import transitions
-from memory_worker.injection import (
+from memory_worker.core import transitions
+from memory_worker.core.injection import (
     apply_floor,
     carried_texts,
     render_memories,
     render_rules_update,
     render_section,
 )
-from memory_worker.models import Memory, Rule
-from memory_worker.recall import Hit
+from memory_worker.core.models import Hit, Memory, Rule
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "injection"
 DAY_MS = 86_400_000

@@ -17,8 +17,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")
 
-from memory_worker.errors import SiblingUnavailable
-from memory_worker.local_embedder import (
+from memory_worker.adapters.local_embedder import (
     DEFAULT_MODEL,
     MODEL_FILE,
     TOKENIZER_FILE,
@@ -26,6 +25,7 @@ from memory_worker.local_embedder import (
     LocalEmbedder,
     _runs,
 )
+from memory_worker.core.errors import SiblingUnavailable
 
 DIMENSION = 384
 
@@ -237,7 +237,7 @@ class TestUnavailable:
     def test_importing_the_module_loads_neither_runtime(self) -> None:
         """`memory_worker` and this module import without onnxruntime and tokenizers."""
         code = (
-            "import sys, memory_worker, memory_worker.local_embedder; "
+            "import sys, memory_worker, memory_worker.adapters.local_embedder; "
             "print(sorted({'onnxruntime', 'tokenizers'} & set(sys.modules)))"
         )
         out = subprocess.run(

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import catalog, cli, files
-from memory_worker.config import Settings
-from memory_worker.errors import Conflict, StorageError
-from memory_worker.files import LOCK_NAME, DataDirLock
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
+from memory_worker.adapters import cli
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import Conflict, StorageError
+from memory_worker.storage import files
+from memory_worker.storage.files import LOCK_NAME, DataDirLock
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .test_cli import BatchProcess, finish, start_cli

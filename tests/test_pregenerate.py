@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from memory_worker.config import Settings
-from memory_worker.errors import BankNotFound, SiblingUnavailable
-from memory_worker.injection import RULES_UPDATE_TAG, message_text, render_rules_update
-from memory_worker.pregenerate import PreGenerate, user_message
-from memory_worker.selection import BankResolver, Outcome, Parent
-from memory_worker.service import MemoryService
-from memory_worker.sessions import SCOPE, SessionRecord, SessionState
-from memory_worker.turns import EXTRACT_JOB, TurnPipeline
-from memory_worker.wire import BankDeleteRequest, PinRequest, RuleSetRequest, SaveRequest
+from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import BankDeleteRequest, PinRequest, RuleSetRequest, SaveRequest
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import BankNotFound, SiblingUnavailable
+from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_rules_update
+from memory_worker.harness.pregenerate import PreGenerate, user_message
+from memory_worker.harness.selection import BankResolver, Outcome, Parent
+from memory_worker.harness.sessions import SCOPE, SessionRecord, SessionState
+from memory_worker.harness.turns import EXTRACT_JOB, TurnPipeline
 
 from .fakes import FakeKeyValue as KV
 

@@ -23,9 +23,11 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from memory_worker import catalog
-from memory_worker.config import Settings
-from memory_worker.errors import (
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import SaveRequest
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import (
     ERROR_CODES,
     BankNotFound,
     Conflict,
@@ -33,11 +35,9 @@ from memory_worker.errors import (
     MemoryNotFound,
     WorkerError,
 )
-from memory_worker.models import MAX_INT, Confidence, Memory, Provenance
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
-from memory_worker.text import fingerprint, normalize
-from memory_worker.wire import SaveRequest
+from memory_worker.core.models import MAX_INT, Confidence, Memory, Provenance
+from memory_worker.core.text import fingerprint, normalize
+from memory_worker.storage.store import Store
 
 from .fakes import FixedClock, RecordingEmitter
 

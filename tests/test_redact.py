@@ -1,4 +1,4 @@
-"""Behaviour of memory_worker.redact: what is removed, what is kept, and that it is safe to run."""
+"""Behaviour of memory_worker.core.redact: what is removed, what is kept, and that it is safe to run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_worker.redact import LABELS, Redaction, redact
+from memory_worker.core.redact import LABELS, Redaction, redact
 
 from .secret_corpus import (
     AWS_SECRET_1,

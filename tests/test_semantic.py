@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import catalog
-from memory_worker.config import Settings
-from memory_worker.errors import InvalidInput
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import InvalidInput
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
@@ -112,31 +112,31 @@ async def test_a_reinforcement_keeps_the_vector(store: Store, clock: FixedClock)
 
 class TestEmbedderChoice:
     def test_one_shot_commands_stay_lexical_by_default(self) -> None:
-        from memory_worker.cli import _embedder
+        from memory_worker.adapters.cli import _embedder
 
         assert _embedder(Settings(), default="none") is None
 
     def test_an_unknown_choice_is_invalid_input(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from memory_worker.cli import _embedder
+        from memory_worker.adapters.cli import _embedder
 
         monkeypatch.setenv("MEMORY_EMBEDDER", "remote")
         with pytest.raises(InvalidInput, match="MEMORY_EMBEDDER"):
             _embedder(Settings(), default="local")
 
     def test_embeddings_disabled_in_settings_wins(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from memory_worker.cli import _embedder
+        from memory_worker.adapters.cli import _embedder
 
         monkeypatch.setenv("MEMORY_EMBEDDER", "local")
         assert _embedder(Settings(embeddings_enabled=False), default="local") is None
 
     def test_the_server_loads_the_local_model_when_installed(self) -> None:
         pytest.importorskip("onnxruntime")
-        from memory_worker.cli import _embedder
+        from memory_worker.adapters.cli import _embedder
 
         embedder = _embedder(Settings(), default="local")
         assert embedder is not None and embedder.model.startswith("all-minilm-l6-v2-int8")
 
     def test_engine_mode_asks_the_router_unless_told_otherwise(self) -> None:
-        from memory_worker.cli import _embedder
+        from memory_worker.adapters.cli import _embedder
 
         assert _embedder(Settings(), default="router") is None  # the bus adapter builds it

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from memory_worker import cli
+from memory_worker.adapters import cli
 
 
 def test_standalone_flag_wins_over_everything() -> None:

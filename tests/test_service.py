@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from memory_worker import catalog
-from memory_worker.errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound
-from memory_worker.ports import BANK_CHANGED, ITEM_CHANGED
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
+from memory_worker.app import catalog
+from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker.config import Settings
-from memory_worker.errors import StorageError
-from memory_worker.reconfigure import Applied, Reconfigurer
-from memory_worker.service import MemoryService
-from memory_worker.settings_file import SettingsFileWatcher
-from memory_worker.store import Store
-from memory_worker.wire import SaveRequest
+from memory_worker.adapters.settings_file import SettingsFileWatcher
+from memory_worker.app.reconfigure import Applied, Reconfigurer
+from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import SaveRequest
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import StorageError
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 

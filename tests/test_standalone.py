@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 import structlog
 
-from memory_worker import catalog, standalone
-from memory_worker.config import Settings
-from memory_worker.errors import ERROR_CODES
-from memory_worker.standalone import STATUS_BY_CODE, StandaloneServer
-from memory_worker.store import Store
+from memory_worker.adapters import standalone
+from memory_worker.adapters.standalone import STATUS_BY_CODE, StandaloneServer
+from memory_worker.app import catalog
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import ERROR_CODES
+from memory_worker.storage.store import Store
 
 from .processes import read_line
 

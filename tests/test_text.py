@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_worker.text import (
+from memory_worker.core.text import (
     collapse_whitespace,
     fingerprint,
     language,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory_worker import transitions
-from memory_worker.errors import Conflict, InvalidInput
-from memory_worker.models import Confidence, ItemEvent, Memory
+from memory_worker.core import transitions
+from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.core.models import Confidence, ItemEvent, Memory
 
 NOW = 1_000_000
 

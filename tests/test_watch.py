@@ -22,16 +22,18 @@ from typing import Any
 
 import pytest
 
-from memory_worker import catalog, files, transitions
-from memory_worker.bank import Bank
-from memory_worker.config import Settings
-from memory_worker.errors import InvalidInput, StorageError
-from memory_worker.models import Memory
-from memory_worker.ports import BANK_CHANGED
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
-from memory_worker.text import fingerprint
-from memory_worker.watch import DataDirWatcher, bank_of
+from memory_worker.adapters.watch import DataDirWatcher, bank_of
+from memory_worker.app import catalog
+from memory_worker.app.ports import BANK_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core import transitions
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import InvalidInput, StorageError
+from memory_worker.core.models import Memory
+from memory_worker.core.text import fingerprint
+from memory_worker.storage import files
+from memory_worker.storage.bank import Bank
+from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter

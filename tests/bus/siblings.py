@@ -42,7 +42,7 @@ from iii.iii import III
 from iii.triggers import Trigger, TriggerConfig, TriggerHandler
 from iii_helpers.observability import ReconnectionConfig
 
-from memory_worker.cli import parse_assignments
+from memory_worker.adapters.cli import parse_assignments
 
 JSON = dict[str, Any]
 Binding: TypeAlias = TriggerConfig[Any]

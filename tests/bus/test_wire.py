@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from iii import InvocationError
 
-from memory_worker import catalog
-from memory_worker.injection import RULES_UPDATE_TAG, message_text
+from memory_worker.app import catalog
+from memory_worker.core.injection import RULES_UPDATE_TAG, message_text
 
 from .conftest import WorkerProcess
 from .engine_double import EngineDouble

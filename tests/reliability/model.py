@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memory_worker.text import fingerprint
+from memory_worker.core.text import fingerprint
 
 __all__ = [
     "BANK_POOL",

@@ -13,9 +13,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from memory_worker import catalog
-from memory_worker.models import Confidence, Memory
-from memory_worker.text import fingerprint
+from memory_worker.app import catalog
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.text import fingerprint
 
 from ..fakes import FixedClock
 from ..test_cli import run_cli

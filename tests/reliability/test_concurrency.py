@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from memory_worker import catalog
-from memory_worker.bank import Bank
-from memory_worker.errors import Conflict, MemoryNotFound
-from memory_worker.models import Memory
-from memory_worker.service import MemoryService
-from memory_worker.text import fingerprint, normalize
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import Conflict, MemoryNotFound
+from memory_worker.core.models import Memory
+from memory_worker.core.text import fingerprint, normalize
+from memory_worker.storage.bank import Bank
 
 from ..test_cli import finish, start_cli
 from ..test_properties import CONCURRENT_POOL

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from memory_worker import catalog, files
-from memory_worker.errors import StorageError
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import StorageError
+from memory_worker.storage import files
+from memory_worker.storage.store import Store
 
 from ..test_cli import finish, start_cli
 from .helpers import HOLDER, NEW, OLD, SEED_IDS, TEA, Injector, answers, is_dir, open_service, seed

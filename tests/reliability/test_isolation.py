@@ -9,11 +9,11 @@ import random
 from pathlib import Path
 from typing import Any
 
-from memory_worker import catalog
-from memory_worker.errors import StorageError
-from memory_worker.models import Memory
-from memory_worker.ports import ITEM_CHANGED
-from memory_worker.service import MemoryService
+from memory_worker.app import catalog
+from memory_worker.app.ports import ITEM_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import StorageError
+from memory_worker.core.models import Memory
 
 from ..fakes import FixedClock, RecordingEmitter
 from .helpers import open_service

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import catalog
-from memory_worker.errors import InvalidInput
-from memory_worker.text import collapse_whitespace
+from memory_worker.app import catalog
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.text import collapse_whitespace
 
 from ..fakes import FixedClock, RecordingEmitter
 from ..secret_corpus import LOOKALIKES, SECRETS

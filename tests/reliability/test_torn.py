@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import catalog
-from memory_worker.bank import Bank, Damage
-from memory_worker.config import Settings
-from memory_worker.models import Memory
-from memory_worker.service import MemoryService
-from memory_worker.store import Store
-from memory_worker.text import fingerprint
-from memory_worker.vectors import VectorRecord, text_hash
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.models import Memory
+from memory_worker.core.text import fingerprint
+from memory_worker.storage.bank import Bank, Damage
+from memory_worker.storage.store import Store
+from memory_worker.storage.vectors import VectorRecord, text_hash
 
 from ..fakes import FakeEmbedder, FixedClock
 from .helpers import HOLDER, open_service

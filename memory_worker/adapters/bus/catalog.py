@@ -1,0 +1,228 @@
+"""Every function this worker registers on the bus, with its description and schemas.
+
+The public ones come from the one `catalog.CATALOG` (same ids, descriptions and draft-07 schemas as
+`golden/schemas/`); the internal ones (hook, pipeline, config, REST adapter) are marked
+`{"internal": true}` so consoles and `iii-permissions.yaml` keep them away from agents.
+
+Handlers run on the SDK's event loop; the service lives on ours. `Bridge` hops each call over (the
+service stays single-loop), and turns failures into bus errors whose message starts with the stable
+code (`invalid_input: …`): Python handlers can only send `invocation_failed`, so callers match on
+the prefix. A bug is logged with its traceback under an incident id and answered `internal: …`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from iii.iii import III
+from pydantic import BaseModel, ConfigDict
+
+from memory_worker.app import catalog
+from memory_worker.core.errors import HTTP_STATUS, InvalidInput, WorkerError
+from memory_worker.harness.pregenerate import HookEnvelope
+from memory_worker.harness.turns import ExtractJob, TurnCompleted
+
+__all__ = ["HTTP_FUNCTION", "INTERNAL", "Bridge", "InternalSpec", "http_reply"]
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+HTTP_FUNCTION = "memory::http"
+
+
+class Bridge:
+    """Runs coroutines of the service's loop on behalf of SDK handlers."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def handler(self, function_id: str, work: Handler) -> Callable[..., Awaitable[Any]]:
+        async def handle(data: Any, metadata: Any = None) -> Any:
+            future = asyncio.run_coroutine_threadsafe(
+                self._guarded(function_id, work, data, metadata), self.loop
+            )
+            return await asyncio.wrap_future(future)
+
+        return handle
+
+    @staticmethod
+    async def _guarded(function_id: str, work: Handler, data: Any, metadata: Any) -> Any:
+        try:
+            return await work(data, metadata)
+        except WorkerError:
+            raise
+        except Exception as exc:
+            incident = uuid.uuid4().hex[:12]
+            log.exception("handler_failed", function_id=function_id, incident=incident)
+            raise RuntimeError(
+                f"internal: unexpected error in {function_id} (incident {incident}); the details "
+                "are in the memory worker's log"
+            ) from exc
+
+
+class SessionDeleted(BaseModel):
+    """`session::deleted` payload (the field this worker reads)."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str | None = ""
+
+
+class ConfigChanged(BaseModel):
+    """`configuration` trigger payload. The handler re-fetches the authoritative value: trusting
+    `new_value` from a discoverable bus function would let any caller inject configuration."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+
+
+class HttpEnvelope(BaseModel):
+    """What the http worker posts to a bound function (the fields read)."""
+
+    model_config = ConfigDict(extra="ignore")
+    path: str | None = None
+    body: Any = None
+    trigger: dict[str, Any] | None = None
+
+
+class Ack(BaseModel):
+    ok: bool
+
+
+@dataclass(frozen=True)
+class InternalSpec:
+    id: str
+    description: str
+    request: type[BaseModel]
+    trace_hidden: bool = False
+
+
+INTERNAL: tuple[InternalSpec, ...] = (
+    InternalSpec(
+        "memory::hook::pre-generate",
+        "Internal: harness pre-generate hook — injects the session bank's rules into the system "
+        "prompt and recalled memories as one appended message. Never denies.",
+        HookEnvelope,
+    ),
+    InternalSpec(
+        "memory::on-turn-completed",
+        "Internal: harness turn-completed handler — enqueues one durable extraction job (a single "
+        "router::complete call) for the finished turn; inline fallback without a queue.",
+        TurnCompleted,
+    ),
+    InternalSpec(
+        "memory::extract-job",
+        "Internal: queue-delivered extraction job — errors propagate so the queue retries and "
+        "dead-letters instead of losing the pass.",
+        ExtractJob,
+    ),
+    InternalSpec(
+        "memory::on-session-deleted",
+        "Internal: session::deleted handler — drops what the worker kept for the session (what it "
+        "was told, its turns' banks).",
+        SessionDeleted,
+        trace_hidden=True,
+    ),
+    InternalSpec(
+        "memory::on-session-meta-updated",
+        "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
+        "changed memory_bank applies from the session's next turn.",
+        SessionDeleted,
+        trace_hidden=True,
+    ),
+    InternalSpec(
+        "memory::on-config-change",
+        "Internal: hot-reload memory from the authoritative configuration when it changes — "
+        "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",
+        ConfigChanged,
+        trace_hidden=True,
+    ),
+    InternalSpec(
+        HTTP_FUNCTION,
+        "Internal: REST adapter for the http worker — POST /memory/<function path> with the JSON "
+        "payload; answers the result, or {error: {code, message}} with a fitting status.",
+        HttpEnvelope,
+    ),
+)
+
+
+def register(
+    client: III,
+    spec_id: str,
+    handler: Callable[..., Awaitable[Any]],
+    *,
+    description: str,
+    request: dict[str, Any],
+    response: dict[str, Any] | None,
+    internal: bool,
+    trace_hidden: bool = False,
+) -> None:
+    metadata: dict[str, Any] = {"internal": True} if internal else {}
+    if trace_hidden:
+        metadata["trace_hidden"] = True
+    client.register_function(
+        spec_id,
+        handler,
+        description=description,
+        metadata=metadata or None,
+        request_format=request,
+        response_format=response,
+    )
+
+
+def register_public(
+    client: III, bridge: Bridge, call: Callable[[catalog.FunctionSpec, Any, Any], Awaitable[Any]]
+) -> None:
+    for spec in catalog.CATALOG:
+
+        def work(data: Any, metadata: Any, spec: catalog.FunctionSpec = spec) -> Awaitable[Any]:
+            return call(spec, data, metadata)
+
+        register(
+            client,
+            spec.id,
+            bridge.handler(spec.id, work),
+            description=spec.description,
+            request=catalog.json_schema(spec.request),
+            response=catalog.json_schema(spec.response),
+            internal=spec.internal,
+        )
+
+
+def register_internal(client: III, bridge: Bridge, handlers: dict[str, Handler]) -> None:
+    for spec in INTERNAL:
+        register(
+            client,
+            spec.id,
+            bridge.handler(spec.id, handlers[spec.id]),
+            description=spec.description,
+            request=catalog.json_schema(spec.request),
+            response=None,
+            internal=True,
+            trace_hidden=spec.trace_hidden,
+        )
+
+
+def http_path_of(envelope: HttpEnvelope) -> str:
+    path = envelope.path or (envelope.trigger or {}).get("path") or ""
+    return str(path).strip("/")
+
+
+async def http_reply(
+    envelope_raw: Any, call: Callable[[catalog.FunctionSpec, Any], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """One REST request from the http worker: `{status_code, body}` either way."""
+    envelope = HttpEnvelope.model_validate(envelope_raw if isinstance(envelope_raw, dict) else {})
+    path = http_path_of(envelope)
+    spec = next((s for s in catalog.CATALOG if s.http_path == path), None)
+    try:
+        if spec is None:
+            raise InvalidInput(f"no memory function at /{path}; e.g. /memory/save, /memory/recall")
+        result = await call(spec, {} if envelope.body is None else envelope.body)
+    except WorkerError as err:
+        return {"status_code": HTTP_STATUS.get(err.code, 500), "body": {"error": err.to_dict()}}
+    return {"status_code": 200, "body": result}

@@ -1,0 +1,132 @@
+"""The two trigger types this worker provides, `memory::item-changed` and `memory::bank-changed`.
+
+The engine does not fan out events of worker-provided types: it forwards each binding here
+(`register_trigger`), and we fire every matching binding ourselves as a fire-and-forget (`Void`)
+call. Delivery is at-least-once and unordered; a failed delivery is logged, never retried, and
+never slows the write that caused it. A binding's config is `{bank?}`; anything else is refused,
+which the engine reports to whoever bound it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import structlog
+from iii import TriggerAction
+from iii.iii import III
+from iii.triggers import TriggerConfig, TriggerHandler
+
+from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.names import check_name
+
+__all__ = ["TRIGGER_TYPES", "BindingTable", "BusEmitter"]
+
+log = structlog.get_logger(__name__)
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "BindingConfig",
+    "description": "Config accepted by both trigger types.",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "bank": {"type": ["string", "null"], "description": "Only deliver events for this bank."}
+    },
+}
+
+TRIGGER_TYPES: dict[str, str] = {
+    ITEM_CHANGED: "A memory was created, updated, superseded, or deleted in a memory bank. "
+    "Payload: { event_type, bank, memory, reason? } (reason on consolidation changes, and "
+    "`redacted: <labels>` when secrets were redacted on save/update). Bind console/live views "
+    "here.",
+    BANK_CHANGED: "A memory bank was created or trashed. Payload: { event_type, bank }.",
+}
+
+
+def _bank_filter(trigger_type: str, config: object) -> str | None:
+    """The binding's bank filter; raises `InvalidInput` on anything but `{bank?}`."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise InvalidInput(f"{trigger_type} binding config must be an object like {{bank?}}")
+    unknown = sorted(set(config) - {"bank"})
+    if unknown:
+        raise InvalidInput(f"{trigger_type} binding config accepts only `bank`; got {unknown}")
+    bank = config.get("bank")
+    if bank is None:
+        return None
+    if not isinstance(bank, str):
+        raise InvalidInput(f"{trigger_type} binding `bank` must be a string")
+    return check_name(bank, "bank")
+
+
+class BindingTable(TriggerHandler[Any]):
+    """The live bindings of one trigger type. Called on the SDK's loop, read on ours: a lock."""
+
+    def __init__(self, trigger_type: str) -> None:
+        self.trigger_type = trigger_type
+        self._lock = threading.Lock()
+        self._bindings: dict[str, tuple[TriggerConfig[Any], str | None]] = {}
+
+    async def register_trigger(self, config: TriggerConfig[Any]) -> None:
+        bank = _bank_filter(self.trigger_type, config.config)
+        with self._lock:
+            self._bindings[config.id] = (config, bank)
+        log.info("binding_added", type=self.trigger_type, function_id=config.function_id, bank=bank)
+
+    async def unregister_trigger(self, config: TriggerConfig[Any]) -> None:
+        with self._lock:
+            self._bindings.pop(config.id, None)
+
+    def matching(self, bank: str) -> list[TriggerConfig[Any]]:
+        with self._lock:
+            return [b for b, only in self._bindings.values() if only is None or only == bank]
+
+
+class BusEmitter:
+    """The core's `Emitter` over the bus: each event becomes one `Void` call per matching
+    binding, sent in the background from the service's loop."""
+
+    def __init__(self, client: III, tables: dict[str, BindingTable]) -> None:
+        self._client = client
+        self._tables = tables
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def emit(self, trigger_type: str, payload: dict[str, Any]) -> None:
+        table = self._tables.get(trigger_type)
+        if table is None:
+            return
+        for binding in table.matching(str(payload.get("bank", ""))):
+            task = asyncio.create_task(self._deliver(trigger_type, binding, payload))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _deliver(
+        self, trigger_type: str, binding: TriggerConfig[Any], payload: dict[str, Any]
+    ) -> None:
+        request: dict[str, Any] = {
+            "function_id": binding.function_id,
+            "payload": payload,
+            "action": TriggerAction.Void(),
+        }
+        if binding.namespace:
+            request["namespace"] = binding.namespace
+        if binding.metadata:
+            request["metadata"] = binding.metadata
+        try:
+            await self._client.trigger_async(request)
+        except Exception as exc:  # fire-and-forget: a subscriber's trouble is not the writer's
+            log.warning(
+                "event_delivery_failed",
+                type=trigger_type,
+                function_id=binding.function_id,
+                error=str(exc),
+            )
+
+    async def flush(self) -> None:
+        """Wait for in-flight deliveries (shutdown)."""
+        while pending := list(self._sending):
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,409 @@
+"""The sibling workers as the core's ports see them: each a thin client over one SDK connection.
+
+Every call has its own timeout and maps the bus's failures onto our error codes: the core never
+sees `iii.InvocationError`. `function_not_found` means "that sibling is not installed", which each
+client turns into its documented degradation (no session metadata, inline jobs, lexical recall).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+from iii import InvocationError
+from iii.iii import III
+
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import SiblingUnavailable
+
+__all__ = [
+    "FUNCTION_NOT_FOUND",
+    "NOT_FOUND",
+    "Caller",
+    "ConfigClient",
+    "QueueClient",
+    "RouterCompleter",
+    "RouterEmbedder",
+    "SessionsClient",
+    "StateClient",
+    "TranscriptClient",
+    "probe_siblings",
+]
+
+log = structlog.get_logger(__name__)
+
+FUNCTION_NOT_FOUND = "function_not_found"
+NOT_FOUND = "NOT_FOUND"  # configuration: the id is absent (exact, uppercase; nothing else is)
+EXTRACTION_QUEUE = "memory-extraction"
+QUEUE_CONFIG = {"max_retries": 3, "backoff_ms": 2000}
+SESSION_TIMEOUT_MS = 2000
+STATE_TIMEOUT_MS = 2000
+EMBED_TIMEOUT_MS = 20_000  # backfill batches; the query path has its own shorter budget
+EMBED_RETRY_AFTER_S = 30.0  # after a failure, do not ask again on every save
+CONFIG_TIMEOUT_MS = 5000
+CONFIG_ATTEMPTS = 3
+PROBE_TIMEOUT_MS = 3000
+
+
+class Caller:
+    """`trigger_async` with a timeout, from any event loop."""
+
+    def __init__(self, client: III) -> None:
+        self.client = client
+
+    async def __call__(
+        self, function_id: str, payload: dict[str, Any], timeout_ms: int, **extra: Any
+    ) -> Any:
+        request = {"function_id": function_id, "payload": payload, "timeout_ms": timeout_ms}
+        return await self.client.trigger_async({**request, **extra})
+
+
+def _unavailable(function_id: str, exc: InvocationError) -> SiblingUnavailable:
+    return SiblingUnavailable(f"{function_id} failed ({exc.code}): {exc.message}")
+
+
+class SessionsClient:
+    """`session::get` for bank selection. Without a session-manager there is no session metadata
+    (bank selection falls through to the default); a failing one is a failed lookup.
+
+    A session's meta is kept for `META_TTL_S` and dropped at once when `session::meta-updated`
+    (or `session::deleted`) says it changed: a turn's first step in a running session then costs
+    no round trip. The TTL bounds how stale it can get if such an event were lost."""
+
+    META_TTL_S = 60.0
+    META_CACHE = 4096
+
+    def __init__(self, call: Caller) -> None:
+        self._call = call
+        self._missing_logged = False
+        self._metas: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+
+    def invalidate(self, session_id: str) -> None:
+        self._metas.pop(session_id, None)
+
+    async def get(self, session_id: str) -> dict[str, Any] | None:
+        cached = self._metas.get(session_id)
+        if cached is not None and time.monotonic() - cached[0] < self.META_TTL_S:
+            return cached[1]
+        meta = await self._fetch(session_id)
+        if meta is not None:  # an unknown session may appear any moment: never cached
+            self._metas[session_id] = (time.monotonic(), meta)
+            self._metas.move_to_end(session_id)
+            while len(self._metas) > self.META_CACHE:
+                self._metas.popitem(last=False)
+        return meta
+
+    async def _fetch(self, session_id: str) -> dict[str, Any] | None:
+        try:
+            reply = await self._call("session::get", {"session_id": session_id}, SESSION_TIMEOUT_MS)
+        except InvocationError as exc:
+            if exc.code == FUNCTION_NOT_FOUND:
+                if not self._missing_logged:
+                    log.warning("session_manager_absent", detail="no session metadata banks")
+                    self._missing_logged = True
+                return None
+            raise _unavailable("session::get", exc) from None
+        meta = reply.get("meta") if isinstance(reply, dict) else None
+        return meta if isinstance(meta, dict) else None
+
+
+class TranscriptClient:
+    """`session::messages`, user and assistant messages only, one page at a time."""
+
+    PAGE = 100
+
+    def __init__(self, call: Caller) -> None:
+        self._call = call
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        payload: dict[str, Any] = {
+            "session_id": session_id,
+            "limit": self.PAGE,
+            "roles": ["user", "assistant"],
+        }
+        if cursor is not None:
+            payload["cursor"] = cursor
+        try:
+            reply = await self._call("session::messages", payload, 10_000)
+        except InvocationError as exc:
+            raise _unavailable("session::messages", exc) from None
+        items = reply.get("messages") if isinstance(reply, dict) else None
+        following = reply.get("next_cursor") if isinstance(reply, dict) else None
+        return (
+            [item for item in items if isinstance(item, dict)] if isinstance(items, list) else [],
+            following if isinstance(following, str) and following else None,
+        )
+
+
+class RouterCompleter:
+    """`router::complete` for extraction: `extraction_model`, else the router's first model;
+    `extraction_timeout_ms`. A reply that ended in error is raised, not read as text."""
+
+    MAX_OUTPUT_TOKENS = 1024
+
+    def __init__(self, call: Caller, settings: Callable[[], Settings]) -> None:
+        self._call = call
+        self._settings = settings
+        self._default_model: str | None = None
+
+    async def _model(self) -> str:
+        if configured := self._settings().extraction_model:
+            return configured
+        if self._default_model is None:
+            try:
+                reply = await self._call("router::models::list", {}, 5000)
+            except InvocationError as exc:
+                raise _unavailable("router::models::list", exc) from None
+            models = reply.get("models") if isinstance(reply, dict) else None
+            ids = [m.get("id") for m in models or [] if isinstance(m, dict)]
+            if not ids or not isinstance(ids[0], str):
+                raise SiblingUnavailable("router::models::list offers no model for extraction")
+            self._default_model = ids[0]
+            log.info("extraction_model_chosen", model=ids[0])
+        return self._default_model
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        settings = self._settings()
+        request = {
+            "model": await self._model(),
+            "system_prompt": system_prompt,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": user_text}],
+                    "timestamp": int(time.time() * 1000),
+                }
+            ],
+            "max_output_tokens": self.MAX_OUTPUT_TOKENS,
+        }
+        try:
+            reply = await self._call("router::complete", request, settings.extraction_timeout_ms)
+        except InvocationError as exc:
+            raise _unavailable("router::complete", exc) from None
+        message = reply.get("message") if isinstance(reply, dict) else None
+        if not isinstance(message, dict):
+            raise SiblingUnavailable("router::complete answered without a message")
+        stop = message.get("stop_reason")
+        if stop in ("error", "aborted", "length"):  # no whole answer: retry, never half-read it
+            detail = message.get("error_message") or f"stop_reason {stop}"
+            raise SiblingUnavailable(f"router::complete gave no complete reply: {detail}")
+        parts = message.get("content")
+        return "".join(
+            part.get("text", "")
+            for part in parts or []
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+
+
+class StateClient:
+    """The state worker as a `KeyValue`."""
+
+    def __init__(self, call: Caller) -> None:
+        self._call = call
+        self._missing_logged = False
+
+    async def _state(self, function_id: str, payload: dict[str, Any]) -> Any:
+        """No state worker installed reads as "nothing stored" and writes as no-ops (what each
+        session was told then lives in this process only); a failing one is an error."""
+        try:
+            return await self._call(function_id, payload, STATE_TIMEOUT_MS)
+        except InvocationError as exc:
+            if exc.code == FUNCTION_NOT_FOUND:
+                if not self._missing_logged:
+                    log.warning("state_worker_absent", detail="session state kept in RAM only")
+                    self._missing_logged = True
+                return None
+            raise _unavailable(function_id, exc) from None
+
+    async def get(self, scope: str, key: str) -> Any:
+        return await self._state("state::get", {"scope": scope, "key": key})
+
+    async def set(self, scope: str, key: str, value: Any) -> None:
+        await self._state("state::set", {"scope": scope, "key": key, "value": value})
+
+    async def delete(self, scope: str, key: str) -> None:
+        await self._state("state::delete", {"scope": scope, "key": key})
+
+
+class QueueClient:
+    """The durable extraction queue. `enqueue` answers False when there is no queue worker, so
+    the caller runs the job inline rather than losing it."""
+
+    def __init__(self, call: Caller) -> None:
+        self._call = call
+
+    async def define(self) -> bool:
+        """Declare the queue (idempotent); False when no queue worker answers yet."""
+        try:
+            await self._call(
+                "queue::define", {"queue": EXTRACTION_QUEUE, "config": QUEUE_CONFIG}, 5000
+            )
+        except InvocationError as exc:
+            log.info("queue_define_failed", code=exc.code, error=exc.message)
+            return False
+        return True
+
+    async def enqueue(self, function_id: str, data: dict[str, Any], receipt: str) -> bool:
+        payload = {
+            "queue": EXTRACTION_QUEUE,
+            "function_id": function_id,
+            "data": data,
+            "messageReceiptId": receipt,
+        }
+        try:
+            await self._call("engine::queue::enqueue", payload, 5000)
+        except InvocationError as exc:
+            if exc.code != FUNCTION_NOT_FOUND:
+                log.warning("enqueue_failed", receipt=receipt, code=exc.code, error=exc.message)
+            return False
+        return True
+
+
+class RouterEmbedder:
+    """`router::embed` as the semantic arm. After a failure it stays quiet for a while (one
+    failed call per `EMBED_RETRY_AFTER_S`, not one per save) and recall runs lexical."""
+
+    def __init__(self, call: Caller, settings: Callable[[], Settings]) -> None:
+        self._call = call
+        self._settings = settings
+        self._failed_at: float | None = None
+
+    @property
+    def model(self) -> str:
+        return f"router:{self._settings().embedding_model or 'default'}"
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self._failed_at is not None and time.monotonic() - self._failed_at < EMBED_RETRY_AFTER_S:
+            raise SiblingUnavailable("router::embed failed recently; recall runs lexical")
+        payload: dict[str, Any] = {"input": list(texts)}
+        if model := self._settings().embedding_model:
+            payload["model"] = model
+        try:
+            reply = await self._call("router::embed", payload, EMBED_TIMEOUT_MS)
+        except InvocationError as exc:
+            self._failed_at = time.monotonic()
+            raise _unavailable("router::embed", exc) from None
+        except asyncio.CancelledError:  # the caller's own deadline ran out: that is slow too
+            self._failed_at = time.monotonic()
+            raise
+        vectors = reply.get("embeddings") if isinstance(reply, dict) else None
+        if not isinstance(vectors, list) or len(vectors) != len(texts):
+            self._failed_at = time.monotonic()
+            raise SiblingUnavailable("router::embed returned no embeddings for the input")
+        self._failed_at = None
+        return [[float(x) for x in vector] for vector in vectors]
+
+
+class ConfigClient:
+    """The configuration worker (built into the engine; always in namespace `default`).
+
+    Hygiene from the reference worker: only the exact code `NOT_FOUND` means "absent" (anything
+    else propagates, so a stored value is never overwritten by mistake), seeding never replaces a
+    stored value, and each call is retried a few times."""
+
+    def __init__(self, call: Caller, config_id: str) -> None:
+        self._call = call
+        self.config_id = config_id
+
+    async def _rpc(self, function_id: str, payload: dict[str, Any]) -> Any:
+        for attempt in range(1, CONFIG_ATTEMPTS + 1):
+            try:
+                return await self._call(
+                    function_id, payload, CONFIG_TIMEOUT_MS, namespace="default"
+                )
+            except InvocationError as exc:
+                if exc.code in (NOT_FOUND, FUNCTION_NOT_FOUND) or attempt == CONFIG_ATTEMPTS:
+                    raise
+                await asyncio.sleep(0.25 * attempt)
+        raise AssertionError("unreachable")
+
+    async def get(self) -> dict[str, Any] | None:
+        """The stored value, or None when the id is absent."""
+        try:
+            reply = await self._rpc("configuration::get", {"id": self.config_id})
+        except InvocationError as exc:
+            if exc.code == NOT_FOUND:
+                return None
+            raise
+        if not isinstance(reply, dict) or "value" not in reply:
+            raise SiblingUnavailable("configuration::get answered without a value")
+        value = reply["value"]
+        return value if isinstance(value, dict) else None
+
+    async def ensure(self, schema: dict[str, Any], initial: dict[str, Any]) -> None:
+        """Register the entry, seeding `initial` only when nothing is stored."""
+        entry = {
+            "id": self.config_id,
+            "name": "Memory",
+            "description": "Durable agent memory: banks, injection, recall and extraction.",
+            "schema": schema,
+        }
+        try:
+            await self._rpc("configuration::ensure", {**entry, "initial_value": initial})
+            return
+        except InvocationError as exc:
+            if exc.code != FUNCTION_NOT_FOUND:
+                raise
+        # An engine older than `ensure`: register, with a value only after get said NOT_FOUND.
+        stored = await self.get()
+        await self._rpc(
+            "configuration::register",
+            entry if stored is not None else {**entry, "initial_value": initial},
+        )
+
+
+async def probe_siblings(call: Caller) -> list[tuple[str, bool, str]]:
+    """Advisory reachability for `memory::doctor`: which sibling answers, and what its absence
+    costs. Run concurrently, each bounded by `PROBE_TIMEOUT_MS`."""
+    probes: list[tuple[str, str, dict[str, Any], str]] = [
+        (
+            "router-reachable",
+            "router::models::list",
+            {},
+            "no llm-router: no extraction after turns (explicit memory::save still works) and no "
+            "router::embed, so recall runs lexical only",
+        ),
+        (
+            "session-manager-reachable",
+            "session::get",
+            {"session_id": "memory-doctor-probe"},
+            "no session-manager: session metadata cannot pick a bank (turns use the turn's "
+            "`memory_bank` or default_bank) and extraction cannot read transcripts",
+        ),
+        (
+            "queue-reachable",
+            "queue::define",
+            {"queue": EXTRACTION_QUEUE, "config": QUEUE_CONFIG},
+            "no queue worker: extraction jobs run inline, so a crash mid-pass is not retried",
+        ),
+        (
+            "configuration-reachable",
+            "configuration::list",
+            {},
+            "no configuration worker: settings come from the local defaults/YAML and do not "
+            "hot-reload from the console",
+        ),
+    ]
+
+    async def one(
+        name: str, function_id: str, payload: dict[str, Any], cost: str
+    ) -> tuple[str, bool, str]:
+        started = time.perf_counter()
+        try:
+            await call(function_id, payload, PROBE_TIMEOUT_MS, namespace=None)
+        except InvocationError as exc:
+            return (
+                name,
+                False,
+                f"{function_id} failed ({exc.code}: {exc.message}). Degraded: {cost}",
+            )
+        ms = (time.perf_counter() - started) * 1000
+        return name, True, f"{function_id} answered in {ms:.1f} ms"
+
+    return list(await asyncio.gather(*(one(*probe) for probe in probes)))

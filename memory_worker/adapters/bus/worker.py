@@ -1,0 +1,419 @@
+"""`memory-worker serve` in engine mode: the worker on the real `iii-sdk` client.
+
+Boot order (each step needs the previous one):
+1. connect; register the configuration entry (seeded, never overwriting) and read it — the
+   settings decide the data dir;
+2. open the store (unwritable or held elsewhere is fatal: never a RAM-only worker);
+3. provide the trigger types (the emitter holds their bindings), then register every function;
+4. bind the seams (pre-generate hook, turn-completed, session::deleted, http routes) — the engine
+   parks a binding until its provider registers, so the order of siblings does not matter;
+5. start the data-dir watcher and the embedding backfill; declare the extraction queue;
+6. bind the configuration trigger LAST, so a change cannot race the boot.
+Then it serves until SIGTERM/SIGINT, and closes in reverse: stop taking calls, finish background
+work, drain the banks, release the lock.
+
+The service lives on this process's main loop; SDK handlers hop onto it (`Bridge`). On every
+reconnect the SDK replays our registrations by itself; we re-read the configuration, since it may
+have changed while we were away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import warnings
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from iii import InitOptions, InvocationError, register_worker
+from iii.iii import III
+
+from memory_worker.adapters.bus import catalog as bus_catalog
+from memory_worker.adapters.bus.events import CONFIG_SCHEMA, TRIGGER_TYPES, BindingTable, BusEmitter
+from memory_worker.adapters.bus.siblings import (
+    FUNCTION_NOT_FOUND,
+    Caller,
+    ConfigClient,
+    QueueClient,
+    RouterCompleter,
+    RouterEmbedder,
+    SessionsClient,
+    StateClient,
+    TranscriptClient,
+    probe_siblings,
+)
+from memory_worker.adapters.watch import DataDirWatcher
+from memory_worker.app import catalog
+from memory_worker.app.ports import Embedder
+from memory_worker.app.reconfigure import Applied, Reconfigurer
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings, parse_settings, resolve_data_dir
+from memory_worker.core.errors import WorkerError
+from memory_worker.harness.extractor import Extractor
+from memory_worker.harness.pregenerate import PreGenerate
+from memory_worker.harness.selection import BankResolver
+from memory_worker.harness.sessions import SessionState
+from memory_worker.harness.turns import TurnPipeline
+from memory_worker.storage.store import Store
+
+__all__ = ["CONFIG_ID_ENV", "DEFAULT_CONFIG_ID", "HOOK_BINDING", "READY_LINE", "EngineWorker"]
+
+log = structlog.get_logger(__name__)
+
+WORKER_NAME = "memory"
+CONFIG_ID_ENV = "III_CONFIG_NAME"
+DEFAULT_CONFIG_ID = "memory"
+READY_LINE = "memory-worker connected to {url}"  # scripts and tests wait for this line
+HOOK_BINDING = {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
+QUEUE_DEFINE_FIRST_RETRY_S = 2.0
+QUEUE_DEFINE_MAX_RETRY_S = 60.0
+
+
+class _HandlerErrorsLoggedByUs(logging.Filter):
+    """The SDK logs a traceback for every handler that raised. Ours raise domain errors by design
+    (`memory_not_found: …` is an answer, not an incident), and a real bug is already logged by
+    `Bridge` with its incident id: drop the SDK's duplicate."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Error in handler memory::")
+
+
+def config_id() -> str:
+    return os.environ.get(CONFIG_ID_ENV, "").strip() or DEFAULT_CONFIG_ID
+
+
+def settings_schema() -> dict[str, Any]:
+    """The configuration form: every field with its description, defaults as the example."""
+    schema = catalog.json_schema(Settings)
+    schema["example"] = Settings().model_dump()
+    return schema
+
+
+class EngineWorker:
+    def __init__(
+        self,
+        url: str,
+        seed: Settings,
+        *,
+        data_dir_flag: str | None = None,
+        embedder: Embedder | None = None,
+        router_embeddings: bool = True,
+        reason: str = "",
+    ) -> None:
+        """`seed`: the settings a first registration stores (YAML file or defaults);
+        `data_dir_flag`: `--data-dir`/`MEMORY_DATA_DIR`, which wins over the configuration;
+        `embedder`: a local embedder; without one, `router::embed` when `router_embeddings`
+        (`MEMORY_EMBEDDER=none` turns the semantic arm off altogether)."""
+        self.url = url
+        self.seed = seed
+        self.data_dir_flag = data_dir_flag
+        self.local_embedder = embedder
+        self.router_embeddings = router_embeddings
+        self.reason = reason
+        self.client: III | None = None
+        self.service: MemoryService | None = None
+        self._stopping = asyncio.Event()
+        self._config: ConfigClient | None = None
+        self._reconfigure: Reconfigurer | None = None
+        self._watcher: DataDirWatcher | None = None
+        self._pipeline: TurnPipeline | None = None
+        self._state: SessionState | None = None
+        self._emitter: BusEmitter | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._config_lock = asyncio.Lock()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self, reason: str = "stop requested") -> None:
+        if not self._stopping.is_set():
+            log.info("stopping", reason=reason)
+            self._stopping.set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        logging.getLogger("iii.iii").addFilter(_HandlerErrorsLoggedByUs())
+        options = InitOptions(
+            worker_name=WORKER_NAME,
+            worker_description="Durable cross-session memory: banks of rules and memories, "
+            "recalled per turn, stored as plain files.",
+        )
+        self.client = client = await asyncio.to_thread(register_worker, self.url, options)
+        call = Caller(client)
+        self._config = ConfigClient(call, config_id())
+        settings = await self._initial_settings()
+        data_dir = resolve_data_dir(self.data_dir_flag, settings)
+        store = await asyncio.to_thread(Store.open, data_dir, holder=self._holder())
+
+        tables = {trigger_type: BindingTable(trigger_type) for trigger_type in TRIGGER_TYPES}
+        with warnings.catch_warnings():  # 0.25 deprecates trigger types; siblings still use them
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for trigger_type, description in TRIGGER_TYPES.items():
+                client.register_trigger_type(
+                    {
+                        "id": trigger_type,
+                        "description": description,
+                        "trigger_request_format": CONFIG_SCHEMA,
+                    },
+                    tables[trigger_type],
+                )
+        self._emitter = BusEmitter(client, tables)
+        service = MemoryService(
+            store,
+            settings,
+            emitter=self._emitter,
+            embedder=self.local_embedder,
+            siblings=lambda: probe_siblings(call),
+        )
+        if service.embedder is None and self.router_embeddings:
+            service.embedder = RouterEmbedder(call, lambda: service.settings)
+        self.service = service
+        self._state = state = SessionState(StateClient(call))
+        sessions = SessionsClient(call)
+        resolver = BankResolver(
+            sessions,
+            state,
+            lambda: service.store,
+            lambda: service.settings.default_bank,
+        )
+        hook = PreGenerate(service, resolver, state)
+        queue = QueueClient(call)
+        extractor = Extractor(
+            service,
+            TranscriptClient(call),
+            RouterCompleter(call, lambda: service.settings),
+            StateClient(call),
+        )
+        self._pipeline = pipeline = TurnPipeline(service, resolver, state, queue, extractor)
+        self._reconfigure = Reconfigurer(
+            service,
+            lambda s: resolve_data_dir(self.data_dir_flag, s),
+            lambda path: Store.open(path, holder=self._holder()),
+        )
+
+        async def public(spec: catalog.FunctionSpec, data: Any, metadata: Any) -> Any:
+            # A call without `bank` inside a turn acts on that turn's bank.
+            unnamed = isinstance(data, dict) and not data.get("bank")
+            if unnamed and "bank" in spec.request.model_fields:
+                bank = await resolver.for_call(metadata)
+                data = {**data, "bank": bank} if bank else data
+            return await catalog.call(service, spec.id, data)
+
+        async def http(data: Any, metadata: Any) -> Any:
+            return await bus_catalog.http_reply(data, lambda spec, body: public(spec, body, None))
+
+        bridge = bus_catalog.Bridge(loop)
+        bus_catalog.register_public(client, bridge, public)
+        bus_catalog.register_internal(
+            client,
+            bridge,
+            {
+                "memory::hook::pre-generate": lambda data, _: hook.run(data),
+                "memory::on-turn-completed": lambda data, _: pipeline.on_turn_completed(data),
+                "memory::extract-job": lambda data, _: pipeline.extract_job(data),
+                "memory::on-session-deleted": lambda data, _: self._session_gone(data, sessions),
+                "memory::on-session-meta-updated": lambda data, _: _forget_meta(data, sessions),
+                "memory::on-config-change": lambda data, _: self._on_config_change(),
+                bus_catalog.HTTP_FUNCTION: http,
+            },
+        )
+        self._bind_seams(client)
+        self._watcher = DataDirWatcher(lambda: service)
+        await self._watcher.start()
+        service.backfill_embeddings()
+        self._spawn(self._define_queue(queue))
+        self._bind(
+            client,
+            "configuration",
+            "memory::on-config-change",
+            {
+                "configuration_id": self._config.config_id,
+                "event_types": ["configuration:updated"],
+            },
+        )
+        client.add_connection_state_listener(
+            lambda state: loop.call_soon_threadsafe(self._on_connection, state)
+        )
+        log.info(
+            "serving",
+            mode="engine",
+            reason=self.reason,
+            engine=self.url,
+            data_dir=str(store.root),
+            config_id=self._config.config_id,
+            pid=os.getpid(),
+        )
+
+    async def wait(self) -> None:
+        await self._stopping.wait()
+
+    async def close(self) -> None:
+        self._stopping.set()
+        if self._watcher is not None:
+            await self._watcher.stop()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._pipeline is not None:
+            await self._pipeline.close()
+        if self._state is not None:
+            await self._state.flush()
+        if self._emitter is not None:
+            await self._emitter.flush()
+        client, self.client = self.client, None
+        if client is not None:
+            await asyncio.to_thread(client.shutdown)  # no new calls reach us after this
+        service, self.service = self.service, None
+        if service is not None:
+            await service.close()
+            await service.store.close()
+            log.info("stopped", data_dir=str(service.store.root))
+
+    # --- pieces ----------------------------------------------------------------------------------
+
+    def _holder(self) -> dict[str, object]:
+        return {
+            "pid": os.getpid(),
+            "kind": "serve",
+            "command": "memory-worker serve (engine mode)",
+            "url": self.url,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @staticmethod
+    def _bind(client: III, trigger_type: str, function_id: str, config: dict[str, Any]) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            client.register_trigger(
+                {"type": trigger_type, "function_id": function_id, "config": config}
+            )
+
+    def _bind_seams(self, client: III) -> None:
+        self._bind(
+            client, "harness::hook::pre-generate", "memory::hook::pre-generate", HOOK_BINDING
+        )
+        self._bind(client, "harness::turn-completed", "memory::on-turn-completed", {})
+        self._bind(client, "session::deleted", "memory::on-session-deleted", {})
+        self._bind(client, "session::meta-updated", "memory::on-session-meta-updated", {})
+        for spec in catalog.CATALOG:
+            self._bind(
+                client,
+                "http",
+                bus_catalog.HTTP_FUNCTION,
+                {"api_path": spec.http_path, "http_method": "POST"},
+            )
+
+    async def _session_gone(self, data: Any, sessions: SessionsClient) -> dict[str, Any]:
+        await _forget_meta(data, sessions)
+        assert self._pipeline is not None
+        return await self._pipeline.on_session_deleted(data)
+
+    async def _initial_settings(self) -> Settings:
+        """Register the configuration entry (seeding `self.seed` only when nothing is stored) and
+        read it. Without a configuration worker the seed applies (and says so)."""
+        assert self._config is not None
+        try:
+            await self._config.ensure(settings_schema(), self.seed.model_dump())
+            value = await self._config.get()
+        except InvocationError as exc:
+            if exc.code != FUNCTION_NOT_FOUND:  # it exists but failed: never guess the settings
+                raise WorkerError(
+                    f"cannot read configuration {self._config.config_id}: {exc}"
+                ) from None
+            log.warning("configuration_absent", error=str(exc), using="local settings")
+            return self.seed
+        return self.seed if value is None else parse_settings(value, source="configuration")
+
+    async def _on_config_change(self) -> dict[str, Any]:
+        """Re-fetch (never trust the event's payload) and apply; a bad value keeps the last good
+        settings and store, and the error goes back to whoever changed it."""
+        assert self._config is not None and self._reconfigure is not None
+        async with self._config_lock:  # fetch and apply as one: a slower older fetch never wins
+            try:
+                value = await self._config.get()
+            except InvocationError as exc:
+                raise WorkerError(f"configuration::get failed: {exc}") from None
+            if value is None:
+                return {"ok": True}  # the entry was removed: keep running on what we have
+            try:
+                settings = parse_settings(value, source="configuration")
+                applied = await self._reconfigure.apply(settings)
+            except WorkerError as err:
+                log.error("configuration_rejected", error=str(err), kept="last good")
+                raise
+            if applied is Applied.REOPENED and self._watcher is not None:
+                await self._watcher.restart()  # follow the new data dir at once
+        return {"ok": True, "applied": str(applied)}
+
+    def _on_connection(self, state: str) -> None:
+        log.info("engine_connection", state=state, engine=self.url)
+        if state == "connected" and self.service is not None and not self._stopping.is_set():
+            self._spawn(self._refresh_config())
+
+    async def _refresh_config(self) -> None:
+        try:
+            await self._on_config_change()
+        except Exception as exc:
+            log.warning("configuration_refresh_failed", error=str(exc))
+
+    async def _define_queue(self, queue: QueueClient) -> None:
+        """Declare the extraction queue, retrying with a capped backoff for as long as we run: a
+        queue worker that starts later is picked up (until then jobs run inline)."""
+        delay = QUEUE_DEFINE_FIRST_RETRY_S
+        while not await queue.define():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, QUEUE_DEFINE_MAX_RETRY_S)
+
+
+async def _forget_meta(data: Any, sessions: SessionsClient) -> dict[str, Any]:
+    session_id = data.get("session_id") if isinstance(data, dict) else None
+    if isinstance(session_id, str):
+        sessions.invalidate(session_id)
+    return {"ok": True}
+
+
+async def serve_engine(
+    url: str,
+    seed: Settings,
+    *,
+    data_dir_flag: str | None,
+    embedder: Embedder | None,
+    router_embeddings: bool,
+    reason: str,
+) -> int:
+    """Run engine mode until SIGTERM or SIGINT; exit status 0 after a clean close."""
+    worker = EngineWorker(
+        url,
+        seed,
+        data_dir_flag=data_dir_flag,
+        embedder=embedder,
+        router_embeddings=router_embeddings,
+        reason=reason,
+    )
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, worker.stop, sig.name)
+    try:
+        await worker.start()
+        if not worker.stopping:
+            print(READY_LINE.format(url=url), flush=True)
+        await worker.wait()
+    finally:
+        try:
+            await worker.close()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+    return 0

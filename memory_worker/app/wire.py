@@ -1,0 +1,427 @@
+"""Request and response models of every public function: the wire contract.
+
+Requests accept payloads as `iii trigger k=v` builds them: unknown keys are ignored (the engine adds
+`_caller_worker_id`), numbers and booleans given for text become text, and a string given for a list
+becomes a list (`tags=blog` → `["blog"]`, `tags=a,b` → `["a", "b"]`). Responses are dumped without
+null fields. Field names, defaults and descriptions follow the published API reference.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from memory_worker.core.models import MAX_INT, BankInfo, Memory, Rule
+from memory_worker.search.ranking import RecallMode
+
+__all__ = [
+    "BankCreateRequest",
+    "BankCreateResponse",
+    "BankDeleteRequest",
+    "BankDeleteResponse",
+    "BankListRequest",
+    "BankListResponse",
+    "DeleteRequest",
+    "DoctorCheck",
+    "DoctorRequest",
+    "DoctorResponse",
+    "GetRequest",
+    "GetResponse",
+    "ListRequest",
+    "ListResponse",
+    "MemoryResponse",
+    "PinRequest",
+    "PreviewMemory",
+    "PreviewRequest",
+    "PreviewResponse",
+    "RecallRequest",
+    "RecallResponse",
+    "ReloadRequest",
+    "ReloadResponse",
+    "Request",
+    "Response",
+    "RuleListRequest",
+    "RuleListResponse",
+    "RuleSetRequest",
+    "RuleSetResponse",
+    "SaveRequest",
+    "SaveResponse",
+    "ScoredMemory",
+    "SupersedeRequest",
+    "SupersedeResponse",
+    "TagCount",
+    "TagsRequest",
+    "TagsResponse",
+]
+
+
+def _scalar_to_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _text_to_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _blank_to_none(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+Text = Annotated[str, BeforeValidator(_scalar_to_text)]
+TextList = Annotated[list[Text], BeforeValidator(_text_to_list)]
+BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
+
+_BANK = "Bank; omitted: the calling session's bank, else the configured default."
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# --- banks -----------------------------------------------------------------------------------
+
+
+class BankCreateRequest(Request):
+    name: Text = Field(
+        description="Bank name, `[a-z0-9][a-z0-9_-]{0,63}` (it becomes a folder name)."
+    )
+    description: Text | None = Field(
+        default=None, description="Human description shown in listings and the console."
+    )
+
+
+class BankCreateResponse(Response):
+    bank: BankInfo
+    created: bool = Field(description="False when the bank already existed (create is idempotent).")
+
+
+class BankListRequest(Request):
+    pass
+
+
+class BankListResponse(Response):
+    banks: list[BankInfo]
+
+
+class BankDeleteRequest(Request):
+    name: Text
+
+
+class BankDeleteResponse(Response):
+    ok: bool
+    trashed_to: str = Field(
+        description="Where the bank folder was moved (under the store's `.trash/`)."
+    )
+
+
+# --- memories --------------------------------------------------------------------------------
+
+
+class SaveRequest(Request):
+    bank: BankName = Field(
+        default=None,
+        description="Target bank; omitted: the calling session's bank, else the configured "
+        "default.",
+    )
+    text: Text = Field(description="The memory, one self-contained sentence.")
+    entities: TextList = Field(
+        default_factory=list,
+        description="Entity handles (people/projects/tools) used as a retrieval signal.",
+    )
+    tags: TextList = Field(
+        default_factory=list,
+        description="Topical labels for filtering within the bank (organization, not ranking).",
+    )
+    pinned: bool = False
+    session_id: Text | None = Field(
+        default=None, description="Provenance session, when saved on behalf of a conversation."
+    )
+
+
+class SaveResponse(Response):
+    memory: Memory
+    created: bool = Field(
+        description="False when the text fingerprint matched an existing memory (it was "
+        "reinforced instead)."
+    )
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the input before it was stored (never the "
+        "values).",
+    )
+
+
+class GetRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    id: Text
+
+
+class GetResponse(Response):
+    memory: Memory
+
+
+class ListRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    include_superseded: bool | None = Field(
+        default=None, description="Include superseded/tombstoned records (the history view)."
+    )
+    limit: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Page size, default 50, max 500."
+    )
+    offset: int | None = Field(default=None, ge=0, le=MAX_INT)
+    tag: Text | None = Field(default=None, description="Only memories carrying this tag.")
+
+
+class ListResponse(Response):
+    memories: list[Memory]
+    total: int = Field(ge=0, le=MAX_INT)
+
+
+class UpdateRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    id: Text
+    text: Text | None = None
+    entities: TextList | None = None
+    tags: TextList | None = Field(
+        default=None, description="Replace the tag set (empty list clears)."
+    )
+    pinned: bool | None = None
+
+
+class MemoryResponse(Response):
+    """Shared response for update/delete/pin."""
+
+    memory: Memory
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from an update's input (never the values).",
+    )
+
+
+class DeleteRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    id: Text
+
+
+class PinRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    id: Text
+    pinned: bool
+
+
+class SupersedeRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    id: Text = Field(description="Memory to retire.")
+    superseded_by: Text = Field(description="Live memory that replaces it.")
+    reason: Text | None = Field(
+        default=None,
+        description="Why — carried on the `memory::item-changed` events this call emits (not "
+        "persisted on the record). Trimmed, capped at 500 chars.",
+    )
+    reinforce: bool = Field(
+        default=False,
+        description="Merge semantics: the survivor absorbs the retired record's observations "
+        "(corroboration += retired + 1) in the same call. A pinned survivor is never written. "
+        "Default false (a state change: the new record replaces the old, nothing to absorb).",
+    )
+
+
+class SupersedeResponse(Response):
+    memory: Memory = Field(description="The retired record.")
+    reinforced: bool = Field(
+        description="True when the survivor was reinforced (`reinforce` asked and the survivor is "
+        "not pinned)."
+    )
+
+
+class TagsRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+
+
+class TagCount(Response):
+    tag: str
+    count: int = Field(ge=0, le=MAX_INT)
+
+
+class TagsResponse(Response):
+    bank: str
+    tags: list[TagCount]
+
+
+# --- recall and preview ----------------------------------------------------------------------
+
+
+class RecallRequest(Request):
+    bank: BankName = Field(
+        default=None,
+        description="Bank to search; omitted: the calling session's bank, else the configured "
+        "default.",
+    )
+    query: Text
+    limit: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Max memories returned (default: the configured recall_limit).",
+    )
+    mode: RecallMode = Field(
+        default=RecallMode.HYBRID,
+        description="`hybrid` (default) is the fused scorer the hook uses. `lexical` and "
+        "`semantic` return ONE raw arm (plain BM25, or cosine as the score) for callers that fuse "
+        "arms themselves — consolidation interleaves both so a near-duplicate is never buried by "
+        "the fused rank.",
+    )
+    tag: Text | None = Field(default=None, description="Only rank memories carrying this tag.")
+    include_superseded: bool | None = Field(
+        default=None, description="Also rank superseded/tombstoned records (the history view)."
+    )
+    as_of: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Epoch ms: rank as if now were then, over the memories that were live then "
+        "(created before it, not yet invalid at it).",
+    )
+
+
+class ScoredMemory(Response):
+    memory: Memory
+    score: float
+
+
+class RecallResponse(Response):
+    bank: str
+    memories: list[ScoredMemory]
+    retrieval: str = Field(
+        description="Retrieval mode actually used — degradation is explicit, never silent. "
+        "`hybrid`: `bm25-entity`, or `bm25-entity-semantic` when the query was embedded through "
+        "`router::embed`. `lexical`: `lexical`. `semantic`: `semantic`, or `semantic-unavailable` "
+        '(empty result — NOT "no matches") when the query could not be embedded.'
+    )
+
+
+class PreviewRequest(Request):
+    bank: BankName = Field(
+        default=None,
+        description="Bank to preview; omitted: the calling session's bank, else the configured "
+        "default.",
+    )
+    query: Text = Field(
+        description="The hypothetical user message (what someone would type in chat)."
+    )
+
+
+class PreviewMemory(Response):
+    memory: Memory
+    score: float = Field(description="Recall score; 0.0 for memories added by the ambient floor.")
+
+
+class PreviewResponse(Response):
+    bank: str
+    system_prompt_section: str = Field(
+        description="The memory section appended to the system prompt (ambient header + rules), "
+        "exactly as injected — truncation markers included."
+    )
+    rules: int = Field(
+        ge=0,
+        le=MAX_INT,
+        description="Rules included, and whether any were cut by `max_rule_chars`.",
+    )
+    rules_truncated: bool
+    memories: list[PreviewMemory] = Field(
+        description="Memories the turn would be handed, post ambient floor and token budget, in "
+        "injection order."
+    )
+    message: str | None = Field(
+        default=None,
+        description="The appended `<memory>` message body, verbatim; absent when no memory fits "
+        "the budget.",
+    )
+    retrieval: str = Field(
+        description="Retrieval mode that ran (`bm25-entity` or `bm25-entity-semantic`; `none` when "
+        "memories are not injected)."
+    )
+
+
+# --- rules -----------------------------------------------------------------------------------
+
+
+class RuleListRequest(Request):
+    bank: BankName = Field(
+        default=None,
+        description="Bank whose rules to list; omitted: the calling session's bank, else the "
+        "configured default.",
+    )
+
+
+class RuleListResponse(Response):
+    bank: str
+    rules: list[Rule]
+
+
+class RuleSetRequest(Request):
+    bank: BankName = Field(
+        default=None,
+        description="Bank to write into; omitted: the calling session's bank, else the configured "
+        "default. Created on first use.",
+    )
+    name: Text = Field(
+        description="Rule name, `[a-z0-9][a-z0-9_-]{0,63}` (it becomes `<name>.md`)."
+    )
+    content: Text = Field(description="Markdown content. Empty removes the rule.")
+
+
+class RuleSetResponse(Response):
+    ok: bool
+    exists: bool = Field(description="False when the empty content removed the rule.")
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the content before it was written.",
+    )
+
+
+# --- operations ------------------------------------------------------------------------------
+
+
+class DoctorRequest(Request):
+    pass
+
+
+class DoctorCheck(Response):
+    name: str
+    ok: bool
+    detail: str
+    required: bool = Field(
+        default=False, description="Whether this check counts toward `ok` (else advisory)."
+    )
+
+
+class DoctorResponse(Response):
+    ok: bool = Field(
+        description="True only when every REQUIRED check passed (sibling reachability is reported "
+        "but advisory)."
+    )
+    checks: list[DoctorCheck]
+
+
+class ReloadRequest(Request):
+    pass
+
+
+class ReloadResponse(Response):
+    ok: bool
+    banks: int = Field(ge=0, le=MAX_INT)

@@ -1,0 +1,147 @@
+"""Worker settings: every configuration field with its default, and loading them from YAML.
+
+Unknown keys are rejected so a typo fails loudly instead of silently keeping a default. Relative
+`data_dir` values resolve against `$III_COMPOSE_DIR` when set, else the process's working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memory_worker.core.errors import InvalidInput
+
+__all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
+
+DATA_DIR_ENV = "MEMORY_DATA_DIR"
+COMPOSE_DIR_ENV = "III_COMPOSE_DIR"
+
+
+class Settings(BaseModel):
+    """Memory worker configuration. Every field hot-reloads; `data_dir` reopens the store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_dir: str = Field(
+        default="data/memory",
+        description="Where banks live. Relative paths resolve against $III_COMPOSE_DIR when set, "
+        "else the working directory. Changing it reopens the store (the last good one is kept if "
+        "the new one cannot be opened).",
+    )
+    default_bank: str = Field(
+        default="main",
+        description="Bank used when neither the turn, the session nor the call names one. "
+        "Materializes on first write.",
+    )
+    inject_rules: bool = Field(
+        default=True, description="Inject the bank's rules into each session's system prompt."
+    )
+    inject_memories: bool = Field(
+        default=True, description="Append recalled memories on the first step of each turn."
+    )
+    recall_limit: int = Field(
+        default=6, ge=1, le=100, description="Max memories injected per turn; default recall limit."
+    )
+    recall_budget_tokens: int = Field(
+        default=1200,
+        ge=0,
+        description="Token budget of the injected memory block (about 4 characters a token).",
+    )
+    extraction_enabled: bool = Field(
+        default=True, description="Extract memories in the background after each completed turn."
+    )
+    extraction_model: str = Field(
+        default="", description="Model for extraction; empty uses the router's first model."
+    )
+    extraction_window: int = Field(
+        default=12, ge=1, le=200, description="Max new user/assistant messages read per pass."
+    )
+    extraction_timeout_ms: int = Field(
+        default=60_000, ge=1000, description="Timeout of the extraction router::complete call."
+    )
+    max_memories_per_turn: int = Field(
+        default=8, ge=0, le=50, description="Max memories one extraction pass may write."
+    )
+    rule_learning_enabled: bool = Field(
+        default=True,
+        description="Append standing instructions heard in chat to the bank's `learned` rule.",
+    )
+    max_rule_chars: int = Field(
+        default=6000, ge=0, description="Character budget of the rules injected per session."
+    )
+    decay_half_life_days: float = Field(
+        default=60.0,
+        gt=0,
+        description="Recency half-life of recall scores, measured from when a fact was last "
+        "stated.",
+    )
+    embeddings_enabled: bool = Field(
+        default=True, description="Fuse a semantic signal into recall when an embedder answers."
+    )
+    embedding_model: str = Field(
+        default="", description="Embedding model; empty uses the provider default."
+    )
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: Any, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return _VAR.sub(lambda m: env.get(m.group(1), ""), value)
+    if isinstance(value, dict):
+        return {k: _expand(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, env) for v in value]
+    return value
+
+
+def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{source}: expected a mapping of settings")
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise InvalidInput(f"{source}: {problems}") from None
+
+
+def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from a YAML file (`${VAR}` expanded), or the defaults when `path` is None."""
+    if path is None:
+        return Settings()
+    env = os.environ if env is None else env
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInput(f"cannot read config {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"config {path} is not valid YAML: {exc}") from exc
+    return parse_settings(_expand(raw, env), source=str(path))
+
+
+def resolve_data_dir(
+    flag: str | None, settings: Settings, env: Mapping[str, str] | None = None
+) -> Path:
+    """flag → $MEMORY_DATA_DIR (both relative to the cwd) → config `data_dir` (relative to
+    $III_COMPOSE_DIR when set, else the cwd)."""
+    env = os.environ if env is None else env
+    explicit = flag or env.get(DATA_DIR_ENV)
+    if explicit:  # typed by a person: relative to where they are
+        return Path(explicit).expanduser().absolute()
+    path = Path(settings.data_dir).expanduser()
+    if not path.is_absolute():
+        base = env.get(COMPOSE_DIR_ENV)
+        path = (Path(base) if base else Path.cwd()) / path
+    return path

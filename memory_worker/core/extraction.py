@@ -1,0 +1,220 @@
+"""Extraction, the pure part: the prompt, what the model is shown, and how its reply is read.
+
+The reply contract (prompt `extraction-v1`, `prompts/extraction-v1.md`) is one JSON object
+`{"memories": [op, …], "rules": [str, …]}` with ops `add {text, entities, tags}`,
+`restate {ref}` and `correct {ref, text, entities, tags, reason}`; refs are the `m<N>` labels of
+the known memories shown. Parsing is lenient — code fences, prose around the JSON, a bare list
+(= memories), op synonyms — and never raises: what cannot be read is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from memory_worker.core.models import Memory
+from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS
+
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "PROMPT_VERSION",
+    "Add",
+    "Correct",
+    "Decisions",
+    "Line",
+    "parse_reply",
+    "render_request",
+    "system_prompt",
+]
+
+PROMPT_VERSION = "extraction-v1"
+MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
+MAX_TEXT_CHARS = 300
+_OPS = {
+    "add": "add",
+    "new": "add",
+    "create": "add",
+    "restate": "restate",
+    "reinforce": "restate",
+    "same": "restate",
+    "repeat": "restate",
+    "correct": "correct",
+    "update": "correct",
+    "supersede": "correct",
+    "replace": "correct",
+}
+
+
+def system_prompt() -> str:
+    """The prompt file without its design notes (the leading HTML comment)."""
+    text = resources.files(__package__).joinpath(f"prompts/{PROMPT_VERSION}.md").read_text("utf-8")
+    return re.sub(r"\A\s*<!--.*?-->\s*", "", text, flags=re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One transcript message as the model sees it (already redacted)."""
+
+    role: str
+    text: str
+    at_ms: int | None
+
+
+def _stamp(ms: int | None) -> str:
+    if ms is None:
+        return "[date unknown]"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("[%Y-%m-%d %H:%M]")
+
+
+def render_request(lines: list[Line], known: list[Memory]) -> str:
+    """The user message: the known memories with refs, then the new messages with their dates."""
+    shown = [
+        f"m{i}: {memory.text}{' [pinned]' if memory.pinned else ''}"
+        for i, memory in enumerate(known, start=1)
+    ]
+    excerpt = []
+    for line in lines:
+        text = " ".join(line.text.split())
+        if len(text) > MAX_MESSAGE_CHARS:
+            text = text[:MAX_MESSAGE_CHARS] + " [cut]"
+        excerpt.append(f"{_stamp(line.at_ms)} {line.role}: {text}")
+    return (
+        "KNOWN MEMORIES:\n"
+        + ("\n".join(shown) if shown else "(none)")
+        + "\n\nNEW MESSAGES:\n"
+        + "\n".join(excerpt)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    text: str
+    entities: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Correct:
+    ref: int  # index into the known memories (0-based)
+    new: Add
+    reason: str
+
+
+@dataclass
+class Decisions:
+    adds: list[Add] = field(default_factory=list)
+    restates: list[int] = field(default_factory=list)  # indices into the known memories
+    corrections: list[Correct] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    skipped: int = 0  # items that could not be read
+    readable: bool = True  # False: no JSON in the reply at all (cut off, an error page, prose)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.adds or self.restates or self.corrections or self.rules)
+
+
+def _json_values(text: str) -> list[Any]:
+    """Every top-level JSON object or array found in `text`, in order (fences and prose around
+    them ignored)."""
+    decoder = json.JSONDecoder()
+    found: list[Any] = []
+    index = 0
+    while index < len(text):
+        starts = [i for i in (text.find("{", index), text.find("[", index)) if i >= 0]
+        if not starts:
+            break
+        start = min(starts)
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            index = start + 1
+            continue
+        found.append(value)
+        index = end
+    return found
+
+
+def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
+    """Labels a model suggested, kept only when they are labels (short, one line): a bad one is
+    dropped here rather than failing the whole pass at the store's validation."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        return ()
+    out = [
+        " ".join(item.split()).lower()
+        for item in raw
+        if isinstance(item, str) and item.strip() and len(item.strip()) <= MAX_LABEL_CHARS
+    ]
+    return tuple(dict.fromkeys(out))[:limit]
+
+
+def _ref(raw: object, known: int) -> int | None:
+    """`m3` (or `3`, `M3`) → index 2, when it names a shown memory."""
+    match = re.fullmatch(r"\s*[mM]?(\d+)\s*", str(raw)) if raw is not None else None
+    if match is None:
+        return None
+    index = int(match.group(1)) - 1
+    return index if 0 <= index < known else None
+
+
+def _text(raw: object) -> str | None:
+    if not isinstance(raw, str):
+        return None
+    text = " ".join(raw.split())
+    if len(text) < 3:
+        return None
+    return text[:MAX_TEXT_CHARS]
+
+
+def _add(item: dict[str, Any]) -> Add | None:
+    text = _text(item.get("text") or item.get("memory") or item.get("fact"))
+    if text is None:
+        return None
+    return Add(text, _strings(item.get("entities")), _strings(item.get("tags"), 3))
+
+
+def parse_reply(reply: str, known: int) -> Decisions:
+    """The model's decisions; `known` is how many memories were shown (refs beyond are ignored)."""
+    decisions = Decisions()
+    values = _json_values(reply)
+    if not values:
+        decisions.readable = False
+        return decisions
+    payload: Any = next((v for v in values if isinstance(v, dict)), None)
+    if payload is None:
+        payload = {"memories": next((v for v in values if isinstance(v, list)), [])}
+    items = payload.get("memories")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            decisions.skipped += 1
+            continue
+        kind = str(item.get("kind", "")).lower()
+        if kind == "rule":  # the older contract's way of saying "standing instruction"
+            if rule := _text(item.get("text")):
+                decisions.rules.append(rule)
+            continue
+        op = _OPS.get(str(item.get("op", "add")).strip().lower())
+        ref = _ref(item.get("ref"), known)
+        if op == "restate" and ref is not None:
+            decisions.restates.append(ref)
+        elif op == "correct" and ref is not None and (new := _add(item)) is not None:
+            reason = _text(item.get("reason")) or "corrected in conversation"
+            decisions.corrections.append(Correct(ref, new, reason))
+        elif op == "add" and (add := _add(item)) is not None:
+            decisions.adds.append(add)
+        else:
+            decisions.skipped += 1
+    rules = payload.get("rules")
+    for rule in rules if isinstance(rules, list) else []:
+        text = _text(rule.get("text") if isinstance(rule, dict) else rule)
+        if text is not None:
+            decisions.rules.append(text)
+        else:
+            decisions.skipped += 1
+    return decisions

@@ -1,0 +1,198 @@
+"""The injected text: the system-prompt memory section and the recalled-memories message.
+
+Pure and deterministic: the same bank, rules, memories and day give the same text, byte for byte.
+Budgets count characters (never bytes), and every cut lands on a character boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from memory_worker.core.models import Hit, Memory, Rule
+from memory_worker.core.text import collapse_whitespace, normalize
+
+__all__ = [
+    "AMBIENT_FLOOR",
+    "CHARS_PER_TOKEN",
+    "RULES_UPDATE_TAG",
+    "MemoryBlock",
+    "RulesSection",
+    "ambient_header",
+    "apply_floor",
+    "carried_texts",
+    "message_text",
+    "render_memories",
+    "render_rules_update",
+    "render_section",
+]
+
+CHARS_PER_TOKEN = 4
+AMBIENT_FLOOR = 3  # identity questions and session openers recall little lexically
+MIN_TRUNCATED_RULE_CHARS = 200  # below this a cut rule is noise: omit it whole instead
+
+
+def ambient_header(bank: str) -> str:
+    # Always present: without it models claim they "cannot remember" or "cannot save to memory".
+    return (
+        f"\n\n# Memory — bank: {bank}\n"
+        "You have persistent memory across conversations. Durable facts, preferences and standing "
+        "instructions are captured automatically after each turn, and the ones relevant to the "
+        "current message are provided to you in a <memory> block when they exist. When the user "
+        "asks you to remember something, acknowledge it: it is saved without any tool call. Treat "
+        "the rules below as standing instructions.\n"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RulesSection:
+    text: str
+    rules: int
+    truncated: bool
+
+
+def render_section(bank: str, rules: list[Rule], max_rule_chars: int) -> RulesSection:
+    """Ambient header plus rules in name order within `max_rule_chars` (content characters only).
+
+    A rule that does not fit is cut with a visible marker when enough budget remains, else omitted
+    with a marker; after the first cut every later rule is omitted.
+    """
+    parts = [ambient_header(bank)]
+    budget = max_rule_chars
+    included = 0
+    truncated = False
+    for rule in sorted(rules, key=lambda r: r.name):
+        content = rule.content.strip()
+        if not content:
+            continue
+        if not truncated and len(content) <= budget:
+            parts.append(f"\n## {rule.name}\n{content}\n")
+            budget -= len(content)
+            included += 1
+        elif not truncated and budget > MIN_TRUNCATED_RULE_CHARS:
+            parts.append(
+                f"\n## {rule.name}\n{content[:budget].rstrip()}\n"
+                f"[rule truncated: over the {max_rule_chars} char injection budget — trim it in "
+                "the memory page]\n"
+            )
+            budget = 0
+            included += 1
+            truncated = True
+        else:
+            parts.append(f"\n## {rule.name} [omitted: over the injection budget]\n")
+            truncated = True
+    return RulesSection("".join(parts), included, truncated)
+
+
+def apply_floor(hits: list[Hit], top: list[Memory], floor: int) -> list[Hit]:
+    """Pad `hits` to `floor` with standing memories (score 0.0), skipping ones already present."""
+    out = list(hits)
+    seen = {hit.memory.id for hit in hits}
+    for memory in top:
+        if len(out) >= floor:
+            break
+        if memory.id not in seen:
+            out.append(Hit(memory, 0.0))
+            seen.add(memory.id)
+    return out
+
+
+RULES_UPDATE_TAG = '<memory update="rules">'
+
+
+def render_rules_update(section: str) -> str:
+    """The one appended message that tells a running session its rules changed; its system prompt
+    stays byte-for-byte what it was (prompt caches and the append-only prefix survive). An empty
+    `section` tells the session that no memory section applies any more (memory turned off, or
+    its bank became unusable)."""
+    if not section.strip():
+        return (
+            f"{RULES_UPDATE_TAG}\n"
+            "No memory section applies to this conversation any more: disregard the memory section "
+            "of the system prompt and any earlier memory update.\n</memory>"
+        )
+    return (
+        f"{RULES_UPDATE_TAG}\n"
+        "The memory rules for this conversation changed. This block replaces the memory section of "
+        "the system prompt and any earlier memory update.\n"
+        f"{section.strip()}\n</memory>"
+    )
+
+
+_BLOCK = re.compile(r'<memory bank="[^"]*"[^>]*>(.*?)</memory>', re.S)
+_LINE = re.compile(r"^- \[\d{4}-\d{2}-\d{2}\] (.*)$", re.M)
+
+
+def message_text(message: object) -> str:
+    """The text of a transcript message: a plain string, or its text parts joined by newlines."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def carried_texts(messages: Iterable[object]) -> frozenset[str]:
+    """Normalized texts of the memories that `<memory>` blocks already in the window carry, so a
+    turn is not handed the same memory twice (a block compaction dropped no longer counts)."""
+    out: set[str] = set()
+    for message in messages:
+        for block in _BLOCK.findall(message_text(message)):
+            out.update(normalize(line) for line in _LINE.findall(block))
+    return frozenset(out)
+
+
+def _day(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBlock:
+    message: str | None
+    included: list[Hit]
+
+
+def render_memories(
+    bank: str,
+    hits: list[Hit],
+    budget_tokens: int,
+    now_ms: int,
+    carried: frozenset[str] = frozenset(),
+) -> MemoryBlock:
+    """The `<memory>` message: each memory with its last-updated day, within the token budget,
+    minus the memories the window already carries (`carried_texts`).
+
+    Packing skips a memory too large for what is left and keeps trying smaller ones after it.
+    """
+    budget = budget_tokens * CHARS_PER_TOKEN
+    lines: list[str] = []
+    included: list[Hit] = []
+    for hit in hits:
+        text = collapse_whitespace(hit.memory.text)  # one memory, one line
+        if normalize(text) in carried:
+            continue
+        line = f"- [{_day(hit.memory.updated_at)}] {text}"
+        if len(line) > budget:
+            continue
+        budget -= len(line)
+        lines.append(line)
+        included.append(hit)
+    if not lines:
+        return MemoryBlock(None, [])
+    body = "\n".join(lines)
+    message = (
+        f'<memory bank="{bank}" recalled="{_day(now_ms)}">\n'
+        "Memories recalled automatically from earlier conversations, each with the day it was last "
+        "updated. They may be outdated: verify anything surprising before relying on it.\n"
+        f"{body}\n</memory>"
+    )
+    return MemoryBlock(message, included)

@@ -1,0 +1,215 @@
+"""Persisted and returned records.
+
+`Memory` is serialized whole as one `memories.jsonl` line; replay is last-wins by id and
+revision. Fields for later capabilities (categories, subjects, association lanes, anchors,
+retention, access stats) are optional and omitted from the line when unset, so old logs keep
+loading and new ones stay compact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+
+__all__ = [
+    "MAX_INT",
+    "BankEvent",
+    "BankInfo",
+    "Confidence",
+    "Hit",
+    "ItemEvent",
+    "Memory",
+    "Provenance",
+    "Rule",
+]
+
+
+class Confidence(StrEnum):
+    """How a memory entered the store."""
+
+    EXTRACTED = "extracted"
+    INFERRED = "inferred"
+    STATED = "stated"
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: Any, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "description": cls.__doc__,
+            "oneOf": [
+                {"description": meaning, "enum": [value], "type": "string"}
+                for value, meaning in _CONFIDENCE_MEANINGS.items()
+            ],
+        }
+
+
+_CONFIDENCE_MEANINGS = {
+    "extracted": "Stated directly in the source conversation.",
+    "inferred": "Derived by the extraction model rather than stated verbatim.",
+    "stated": "Saved explicitly by an agent or a human (highest trust).",
+}
+
+
+class ItemEvent(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    SUPERSEDED = "superseded"
+    DELETED = "deleted"
+
+
+class BankEvent(StrEnum):
+    CREATED = "created"
+    TRASHED = "trashed"
+    RULES_CHANGED = "rules-changed"
+
+
+_RECORD = ConfigDict(frozen=True, extra="ignore")
+MAX_INT = 2**63 - 1  # timestamps and counters are u64 on the wire; Python ints are unbounded
+
+
+class Provenance(BaseModel):
+    """Where a memory came from. Every extracted memory points back into session-manager; nothing in
+    memory duplicates the transcript store."""
+
+    model_config = _RECORD
+
+    session_id: str | None = None
+    entry_id: str | None = None
+    agent: str | None = None
+
+
+class Memory(BaseModel):
+    """One memory item. Serialized whole as a `memories.jsonl` line; replay is last-wins by
+    `id`, so an update appends a full record with a bumped `revision` and a delete appends a
+    tombstoned record (`invalid_at` set) — history is never destroyed, only superseded."""
+
+    model_config = _RECORD
+
+    id: str = Field(
+        description="Content fingerprint (`fp` + FNV-1a of the normalized text), so "
+        "re-ingesting the same source reinforces instead of duplicating."
+    )
+    text: str
+    entities: tuple[str, ...] = Field(
+        default=(), description="Entity handles used as an exact-match retrieval signal."
+    )
+    tags: tuple[str, ...] = Field(
+        default=(),
+        description='Topical labels for filtering WITHIN a bank ("iii", "workers", "billing") — '
+        "organization, not ranking. Normalized lowercase, capped like entities. Old records "
+        "without the field load as untagged.",
+    )
+    confidence: Confidence
+    corroboration: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_INT,
+        description="Times this memory was independently re-observed. Boosts recall rank.",
+    )
+    pinned: bool = Field(
+        default=False,
+        description="Pinned memories are never touched by any automatic path (consolidation, "
+        "decay); only an explicit `memory::pin`/`memory::update` changes them.",
+    )
+    source: Provenance | None = None
+    created_at: int = Field(ge=0, le=MAX_INT, description="Milliseconds since epoch.")
+    updated_at: int = Field(ge=0, le=MAX_INT)
+    stated_at: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="When the fact was last STATED (created, re-observed, text edited). Unlike "
+        '`updated_at`, pin/tag/entity edits never bump it, so consolidation can order "which '
+        'statement is current" by it. Legacy records load as None.',
+    )
+    invalid_at: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Set when the memory stopped being true (superseded or deleted). The record "
+        "stays on disk and remains queryable with `include_superseded: true`.",
+    )
+    superseded_by: str | None = Field(
+        default=None, description="Memory id that replaced this one, when superseded by content."
+    )
+    revision: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_INT,
+        description="Bumped on every appended revision of this id; replay keeps the highest.",
+    )
+    # Room for the capabilities that build on this record (C19–C23); unset means "not used".
+    category: str | None = Field(
+        default=None, description="fact, preference, procedure, context or correction (optional)."
+    )
+    subject: str | None = Field(
+        default=None, description="The person this memory is about, for per-subject scoping."
+    )
+    context: str | None = Field(default=None, description="Conversation context at capture time.")
+    intention: str | None = Field(default=None, description="What the agent was trying to do.")
+    anchors: tuple[str, ...] | None = Field(
+        default=None, description="Files, folders, identifiers or keyword groups it applies to."
+    )
+    expires_at: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Retention deadline, epoch ms."
+    )
+    access_count: int | None = Field(default=None, ge=0, le=MAX_INT, description="Times recalled.")
+    last_accessed_at: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Last recall, epoch ms."
+    )
+
+    @property
+    def live(self) -> bool:
+        return self.invalid_at is None
+
+    def live_at(self, at_ms: int) -> bool:
+        """Whether the memory existed and was still true at `at_ms`."""
+        return self.created_at <= at_ms and (self.invalid_at is None or self.invalid_at > at_ms)
+
+    @property
+    def last_stated_at(self) -> int:
+        """When the fact was last stated; legacy records fall back to `updated_at`."""
+        return self.stated_at if self.stated_at is not None else self.updated_at
+
+    def to_line(self) -> bytes:
+        """The record as one JSONL line (no trailing newline); unset optional fields are omitted."""
+        return self.model_dump_json(exclude_none=True).encode()
+
+    def to_wire(self) -> dict[str, object]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class Rule(BaseModel):
+    """One markdown rule: always injected whole into the system prompt for sessions using its bank.
+    Stored as `rules/<name>.md` — open it in any editor."""
+
+    model_config = _RECORD
+
+    name: str
+    content: str
+    updated_at: int = Field(ge=0, le=MAX_INT, description="Milliseconds since epoch (file mtime).")
+
+
+class BankInfo(BaseModel):
+    """Summary row for `memory::bank::list` and the console page."""
+
+    model_config = _RECORD
+
+    name: str
+    description: str = ""
+    memories: int = Field(ge=0, le=MAX_INT, description="Live memory (memory) count.")
+    pinned: int = Field(ge=0, le=MAX_INT)
+    rules: int = Field(ge=0, le=MAX_INT, description="Rule (always-injected markdown) count.")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A memory as ranked for a query: recall's answer and what injection renders."""
+
+    memory: Memory
+    score: float

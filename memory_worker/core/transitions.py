@@ -1,0 +1,241 @@
+"""Pure state transitions of a memory record: save, update, tombstone, pin, supersede.
+
+Each takes the current record (or None) and the request's values and returns the next record to
+commit, or raises. No I/O, no clock: `now_ms` is passed in, so every invariant is testable with
+values. Invariants: revisions only grow; a re-save never unpins; pinned records are never retired by
+supersede; resurrection continues the revision counter so the tombstone cannot win replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.core.models import Confidence, ItemEvent, Memory, Provenance
+from memory_worker.core.redact import redact
+from memory_worker.core.text import collapse_whitespace
+
+__all__ = [
+    "MAX_LABELS",
+    "MAX_LABEL_CHARS",
+    "MAX_REASON_CHARS",
+    "MAX_TEXT_CHARS",
+    "MIN_TEXT_CHARS",
+    "check_unicode",
+    "new_memory",
+    "pin",
+    "prepare_labels",
+    "prepare_reason",
+    "prepare_text",
+    "reinforce",
+    "save",
+    "supersede",
+    "tombstone",
+    "update",
+]
+
+MIN_TEXT_CHARS = 3  # shorter is noise ("ok", "y")
+MAX_TEXT_CHARS = 2_000  # a memory is one self-contained statement, not a document
+MAX_LABELS = 8  # entities and tags each; more dilutes the signal and bloats every line
+MAX_LABEL_CHARS = 64
+MAX_REASON_CHARS = 500
+
+_TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
+
+
+def check_unicode(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
+
+
+def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
+    """Redact secrets, trim, and check the length; returns the text and the redaction labels."""
+    check_unicode(raw, field)
+    redaction = redact(raw)
+    text = redaction.text.strip()
+    if len(text) < MIN_TEXT_CHARS:
+        raise InvalidInput(f"{field} must be at least {MIN_TEXT_CHARS} characters")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(text)})")
+    return text, redaction.labels
+
+
+def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Entities or tags: redacted, whitespace-collapsed, lowercased, deduplicated, first 8 kept."""
+    out: list[str] = []
+    labels: set[str] = set()
+    for raw in values:
+        check_unicode(raw, field)
+        redaction = redact(raw)
+        labels.update(redaction.labels)
+        value = collapse_whitespace(redaction.text).lower()
+        if not value or value in out:
+            continue
+        if len(value) > MAX_LABEL_CHARS:
+            raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
+        out.append(value)
+    return tuple(out[:MAX_LABELS]), tuple(sorted(labels))
+
+
+def prepare_reason(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    check_unicode(raw, "reason")
+    reason = redact(raw).text.strip()[:MAX_REASON_CHARS]
+    return reason or None
+
+
+def _union(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+    merged = list(old)
+    merged.extend(value for value in new if value not in old)
+    return tuple(merged[:MAX_LABELS])
+
+
+def new_memory(
+    memory_id: str,
+    text: str,
+    *,
+    entities: tuple[str, ...] = (),
+    tags: tuple[str, ...] = (),
+    pinned: bool = False,
+    confidence: Confidence = Confidence.STATED,
+    source: Provenance | None = None,
+    now_ms: int,
+) -> Memory:
+    return Memory(
+        id=memory_id,
+        text=text,
+        entities=entities,
+        tags=tags,
+        confidence=confidence,
+        pinned=pinned,
+        source=source,
+        created_at=now_ms,
+        updated_at=now_ms,
+        stated_at=now_ms,
+    )
+
+
+def reinforce(existing: Memory, *, now_ms: int) -> Memory:
+    """The fact was observed again: corroboration+1, and it counts as freshly stated."""
+    return existing.model_copy(
+        update={
+            "corroboration": existing.corroboration + 1,
+            "updated_at": max(now_ms, existing.updated_at),
+            "stated_at": max(now_ms, existing.last_stated_at),
+            "revision": existing.revision + 1,
+        }
+    )
+
+
+def save(
+    existing: Memory | None,
+    fresh: Memory,
+) -> tuple[Memory, ItemEvent, bool]:
+    """Save `fresh` (a new record built by `new_memory`) against the record with the same text.
+
+    Returns `(record, event, created)`: a new record; a live match reinforced (tags and entities
+    unioned, never unpinned, trust only raised); or a retired match resurrected with its revision
+    counter continued.
+    """
+    if existing is None:
+        return fresh, ItemEvent.CREATED, True
+    now_ms = fresh.updated_at
+    merged = reinforce(existing, now_ms=now_ms).model_copy(
+        update={
+            "entities": _union(existing.entities, fresh.entities),
+            "tags": _union(existing.tags, fresh.tags),
+            "pinned": existing.pinned or fresh.pinned,
+            "confidence": max(existing.confidence, fresh.confidence, key=_TRUST.__getitem__),
+            "source": existing.source or fresh.source,
+        }
+    )
+    if existing.live:
+        return merged, ItemEvent.UPDATED, False
+    resurrected = merged.model_copy(update={"invalid_at": None, "superseded_by": None})
+    return resurrected, ItemEvent.CREATED, True
+
+
+def update(
+    existing: Memory,
+    *,
+    now_ms: int,
+    text: str | None = None,
+    entities: tuple[str, ...] | None = None,
+    tags: tuple[str, ...] | None = None,
+    pinned: bool | None = None,
+) -> Memory | None:
+    """Replace the given fields; None when nothing would change. A text edit counts as a new
+    statement (`stated_at`); pin, tag and entity edits do not."""
+    changes: dict[str, object] = {}
+    if text is not None and text != existing.text:
+        changes["text"] = text
+        changes["stated_at"] = max(now_ms, existing.last_stated_at)
+    if entities is not None and entities != existing.entities:
+        changes["entities"] = entities
+    if tags is not None and tags != existing.tags:
+        changes["tags"] = tags
+    if pinned is not None and pinned != existing.pinned:
+        changes["pinned"] = pinned
+    if not changes:
+        return None
+    changes["updated_at"] = max(now_ms, existing.updated_at)
+    changes["revision"] = existing.revision + 1
+    return existing.model_copy(update=changes)
+
+
+def tombstone(existing: Memory, *, now_ms: int) -> Memory | None:
+    """Retire the record (it leaves recall, stays on disk); None when it is already retired."""
+    if not existing.live:
+        return None
+    return existing.model_copy(
+        update={
+            "invalid_at": max(now_ms, existing.created_at),
+            "updated_at": max(now_ms, existing.updated_at),
+            "revision": existing.revision + 1,
+        }
+    )
+
+
+def pin(existing: Memory, pinned: bool, *, now_ms: int) -> Memory | None:
+    if not existing.live:
+        raise Conflict(f"memory {existing.id} is retired; save its text again to bring it back")
+    return update(existing, now_ms=now_ms, pinned=pinned)
+
+
+def supersede(
+    target: Memory, winner: Memory, *, reinforce_winner: bool, now_ms: int
+) -> tuple[Memory, Memory | None]:
+    """Retire `target` in favour of `winner`. With `reinforce_winner` (a merge) a non-pinned winner
+    absorbs the target's observations; returns `(retired, reinforced_winner_or_None)`."""
+    if target.id == winner.id:
+        raise InvalidInput("a memory cannot supersede itself")
+    if not winner.live:
+        raise Conflict(f"superseded_by {winner.id} is not live")
+    if target.pinned:
+        raise Conflict(f"memory {target.id} is pinned; unpin it first")
+    if not target.live:
+        raise Conflict(f"memory {target.id} is already retired")
+    retired = target.model_copy(
+        update={
+            "invalid_at": max(now_ms, target.created_at),
+            "superseded_by": winner.id,
+            "updated_at": max(now_ms, target.updated_at),
+            "revision": target.revision + 1,
+        }
+    )
+    if not reinforce_winner or winner.pinned:
+        return retired, None
+    absorbed = winner.model_copy(
+        update={
+            "corroboration": winner.corroboration + target.corroboration + 1,
+            "stated_at": max(winner.last_stated_at, target.last_stated_at),
+            "tags": _union(winner.tags, target.tags),
+            "entities": _union(winner.entities, target.entities),
+            "updated_at": max(now_ms, winner.updated_at),
+            "revision": winner.revision + 1,
+        }
+    )
+    return retired, absorbed

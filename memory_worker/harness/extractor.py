@@ -1,0 +1,392 @@
+"""The extraction pass: one finished turn's new messages → one `router::complete` → writes.
+
+1. Read the session's messages after its cursor (state scope `memory_cursor`), walking every page
+   (`session::messages` is oldest first, so the new turn is on the last page), keeping at most
+   `extraction_window` user/assistant messages and skipping our own `<memory …>` blocks. A cursor
+   that is never met (a branch switch, trimmed history) falls back to the tail.
+2. Redact secrets in the excerpt BEFORE anything leaves the worker.
+3. Show the model what the bank already holds about it (the top recall hits, with refs).
+4. One completion; the reply is parsed leniently (`extraction.parse_reply`).
+5. Apply, at most `max_memories_per_turn` memory writes: add (fingerprint-deduped: a repeat
+   reinforces), restate (reinforce), correct (save the new text, supersede the old with the
+   reason; a pinned memory is never touched); standing instructions are appended to the bank's
+   auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
+6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
+   and fingerprints make the retry reinforce instead of duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+
+from memory_worker.app.ports import Completer, KeyValue, TranscriptSource
+from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import RuleSetRequest, SaveRequest, SupersedeRequest
+from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable
+from memory_worker.core.extraction import (
+    Add,
+    Correct,
+    Decisions,
+    Line,
+    parse_reply,
+    render_request,
+    system_prompt,
+)
+from memory_worker.core.injection import message_text
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.redact import redact
+from memory_worker.core.text import fingerprint, normalize
+from memory_worker.core.transitions import prepare_text
+from memory_worker.harness.turns import ExtractJob
+from memory_worker.search.ranking import RecallQuery
+
+__all__ = [
+    "CURSOR_SCOPE",
+    "LEARNED_HEADER",
+    "LEARNED_RULE",
+    "MAX_RULES_PER_TURN",
+    "Extractor",
+    "merge_learned",
+]
+
+log = structlog.get_logger(__name__)
+
+CURSOR_SCOPE = "memory_cursor"
+LEARNED_RULE = "learned"
+LEARNED_HEADER = (
+    "# Learned\n"
+    "Standing instructions captured from conversations. Edit or delete freely: extraction only "
+    "appends lines it has not seen.\n"
+)
+MAX_RULES_PER_TURN = 3
+KNOWN_SHOWN = 10  # known memories shown to the model
+MAX_PAGES = 10_000
+MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
+USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
+MEMORY_PREFIX = "<memory "
+MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
+REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
+
+
+def merge_learned(
+    existing: str, additions: list[str], limit: int = MAX_RULES_PER_TURN
+) -> str | None:
+    """The `learned` rule with up to `limit` NEW `additions` appended as `- <text>` lines: one
+    whose fingerprint is already there (hand edits included) neither lands nor uses up a slot.
+    None when nothing is new."""
+    seen = {fingerprint(line[2:]) for line in existing.splitlines() if line.startswith("- ")}
+    new: list[str] = []
+    for text in additions:
+        key = fingerprint(text)
+        if key not in seen and len(new) < limit:
+            seen.add(key)
+            new.append(f"- {text}")
+    if not new:
+        return None
+    base = existing.rstrip() + "\n" if existing.strip() else LEARNED_HEADER
+    return base + "\n".join(new) + "\n"
+
+
+def _window(lines: list[Line], size: int) -> list[Line]:
+    """At most `size` messages, chronological: the user's own messages first (the facts are in
+    what the person said — a long agentic turn must not push them out), then the newest rest."""
+    if len(lines) <= size:
+        return lines
+    users = [i for i, line in enumerate(lines) if line.role == "user"]
+    chosen = set(users[-size:])
+    for i in range(len(lines) - 1, -1, -1):
+        if len(chosen) >= size:
+            break
+        chosen.add(i)
+    return [lines[i] for i in sorted(chosen)]
+
+
+def _carries_secret(text: str) -> bool:
+    """A fact or rule about a secret (raw, or already a redaction marker) is not worth keeping:
+    stored, it would only ever read `[REDACTED:…]`."""
+    return REDACTED_MARK in redact(text).text
+
+
+def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], list[Add]]:
+    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement,
+    and a fact carrying a redaction marker is not worth keeping."""
+    by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
+    restates = list(dict.fromkeys(decisions.restates))
+    adds: list[Add] = []
+    for add in decisions.adds:
+        again = by_text.get(normalize(add.text))
+        if again is None:
+            if not _carries_secret(add.text):
+                adds.append(add)
+        elif again not in restates:
+            restates.append(again)
+    return restates, adds
+
+
+def _at_ms(message: dict[str, Any]) -> int | None:
+    value = message.get("timestamp")
+    return int(value) if isinstance(value, int | float) and value > 0 else None
+
+
+class Extractor:
+    def __init__(
+        self,
+        service: MemoryService,
+        transcript: TranscriptSource,
+        completer: Completer,
+        kv: KeyValue,
+    ) -> None:
+        self._service = service
+        self._transcript = transcript
+        self._completer = completer
+        self._kv = kv
+        # One pass per session at a time (a retry, a lagging queue and an inline job can
+        # overlap): each reads the cursor the previous one left, so it never moves backwards.
+        self._sessions: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def _session(self, session_id: str) -> AsyncIterator[None]:
+        lock = self._sessions.setdefault(session_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._sessions.get(session_id) is lock:
+                del self._sessions[session_id]
+
+    async def extract(self, job: ExtractJob, bank: str) -> int:
+        """One pass for `job.session_id` into `bank`; the number of memory and rule writes."""
+        async with self._session(job.session_id):
+            return await self._extract(job, bank)
+
+    async def pass_over(self, job: ExtractJob) -> None:
+        """Move the cursor past what the session holds now, reading nothing out: the turn ran
+        without memory, so its words must never reach a later pass (or another bank)."""
+        async with self._session(job.session_id):
+            cursor = await self._cursor(job.session_id)
+            _, newest = await self._read(job, cursor, 1)
+            if newest is not None:
+                await self._advance(job.session_id, newest)
+
+    def _deleted(self, bank: str) -> bool:
+        service = self._service
+        return bank != service.settings.default_bank and service.store.was_deleted(bank)
+
+    async def _extract(self, job: ExtractJob, bank: str) -> int:
+        settings = self._service.settings
+        cursor = await self._cursor(job.session_id)
+        lines, newest = await self._read(job, cursor, settings.extraction_window)
+        if newest is None:
+            return 0  # nothing after the cursor
+        if sum(len(line.text) for line in lines) < MIN_EXCERPT_CHARS:
+            await self._advance(job.session_id, newest)
+            return 0
+        known = self._known(bank, lines)
+        reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+        decisions = parse_reply(reply, len(known))
+        if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
+            raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
+        if self._deleted(bank):  # deleted while the model was thinking: drop, never recreate
+            await self._advance(job.session_id, newest)
+            return 0
+        if decisions.skipped:
+            log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
+        written = await self._apply(bank, decisions, known, job.session_id)
+        await self._advance(job.session_id, newest)
+        log.info(
+            "extraction_pass",
+            session_id=job.session_id,
+            bank=bank,
+            messages=len(lines),
+            known=len(known),
+            written=written,
+        )
+        return written
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    async def _cursor(self, session_id: str) -> str | None:
+        """The last entry a pass finished; None when there is none or the state worker cannot
+        say (the pass then reads the tail again: repeats reinforce, nothing is duplicated)."""
+        try:
+            raw = await self._kv.get(CURSOR_SCOPE, session_id)
+        except SiblingUnavailable as exc:
+            log.warning("extraction_cursor_unreadable", session_id=session_id, error=str(exc))
+            return None
+        wrapped = isinstance(raw, dict) and "last_entry_id" not in raw
+        if wrapped and isinstance(raw.get("value"), dict):
+            raw = raw["value"]  # older state workers wrap the stored value
+        entry = raw.get("last_entry_id") if isinstance(raw, dict) else None
+        return entry if isinstance(entry, str) and entry else None
+
+    async def _advance(self, session_id: str, entry_id: str) -> None:
+        try:
+            await self._kv.set(CURSOR_SCOPE, session_id, {"last_entry_id": entry_id})
+        except SiblingUnavailable as exc:  # the writes landed; a stale cursor only re-reads
+            log.warning("extraction_cursor_not_saved", session_id=session_id, error=str(exc))
+
+    async def _read(
+        self, job: ExtractJob, cursor: str | None, window: int
+    ) -> tuple[list[Line], str | None]:
+        """The new messages (redacted) and the newest entry id read, None when nothing is new."""
+        kept: deque[Line] = deque(maxlen=MAX_SCANNED)
+        newest: str | None = None
+        met = cursor is None
+        page: str | None = None
+        for _ in range(MAX_PAGES):
+            items, page = await self._transcript.page(job.session_id, page)
+            for item in items:
+                entry_id = item.get("entry_id") if isinstance(item, dict) else None
+                if not isinstance(entry_id, str):
+                    continue
+                if entry_id == cursor:
+                    met, newest = True, None
+                    kept.clear()
+                    continue
+                newest = entry_id
+                line = self._line(item.get("message"))
+                if line is not None:
+                    kept.append(line)
+                if entry_id == job.until:
+                    page = None
+                    break
+            if page is None:
+                break
+        if not met:
+            log.info("extraction_cursor_not_found", session_id=job.session_id, cursor=cursor)
+        return _window(list(kept), window), newest
+
+    @staticmethod
+    def _line(message: object) -> Line | None:
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return None
+        text = message_text(message).strip()
+        if not text or text.startswith(MEMORY_PREFIX):
+            return None
+        return Line(str(message["role"]), redact(text).text, _at_ms(message))
+
+    def _known(self, bank: str, lines: list[Line]) -> list[Memory]:
+        found = self._service.store.find(bank)
+        if found is None:
+            return []
+        query = " ".join(line.text for line in lines if line.role == "user")
+        hits = self._service.rank_in(
+            found,
+            RecallQuery(
+                text=query or " ".join(line.text for line in lines),
+                limit=KNOWN_SHOWN,
+                now_ms=self._service.clock(),
+                half_life_days=self._service.settings.decay_half_life_days,
+            ),
+        )
+        return [hit.memory for hit in hits]
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    async def _apply(
+        self, bank: str, decisions: Decisions, known: list[Memory], session_id: str
+    ) -> int:
+        """Restatements, then corrections, then new facts, within `max_memories_per_turn`
+        writes; then rules (their own limit)."""
+        settings = self._service.settings
+        restates, adds = _split_known(decisions, known)
+        budget = settings.max_memories_per_turn
+        written = 0
+        for index in restates:
+            memory = known[index]
+            labels = (memory.entities, memory.tags)
+            if written < budget and await self._save(bank, memory.text, *labels, session_id):
+                written += 1  # (a pinned memory is never touched: `_save` declines it)
+        corrected: set[int] = set()
+        for correction in decisions.corrections:
+            if written < budget and await self._correct(
+                bank, correction, known, corrected, session_id
+            ):
+                written += 1
+        room = max(budget - written, 0)
+        if len(adds) > room:
+            log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
+        for add in adds[:room]:
+            if await self._save(bank, add.text, add.entities, add.tags, session_id):
+                written += 1
+        if settings.rule_learning_enabled and decisions.rules:
+            written += await self._learn(bank, decisions.rules)
+        return written
+
+    async def _correct(
+        self,
+        bank: str,
+        correction: Correct,
+        known: list[Memory],
+        corrected: set[int],
+        session_id: str,
+    ) -> bool:
+        """Save the corrected text and retire the old memory by it; False when nothing was
+        written. A pinned memory is never rewritten by extraction; a second correction of the same
+        memory keeps its text as a new fact."""
+        old, new = known[correction.ref], correction.new
+        if old.pinned or _carries_secret(new.text):
+            return False
+        saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
+        if saved is None:
+            return False
+        if correction.ref in corrected or saved.id == old.id or not saved.live:
+            return True
+        corrected.add(correction.ref)
+        request = SupersedeRequest(
+            bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
+        )
+        try:
+            await self._service.supersede(request)
+        except Conflict as exc:  # retired meanwhile (a person, consolidation): nothing to do
+            log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
+        return True
+
+    async def _save(
+        self,
+        bank: str,
+        text: str,
+        entities: tuple[str, ...],
+        tags: tuple[str, ...],
+        session_id: str,
+    ) -> Memory | None:
+        """Save one fact; None when extraction must not write it: its text matches a memory a
+        person pinned or retired (extraction never edits the one nor revives the other), or the
+        model's item does not pass validation (skipped, the rest of the pass goes on)."""
+        if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
+            entities = ("user", *entities)
+        found = self._service.store.find(bank)
+        existing = found.match_text(prepare_text(text)[0]) if found is not None else None
+        if existing is not None and (existing.pinned or not existing.live):
+            return None
+        request = SaveRequest(
+            bank=bank, text=text, entities=list(entities), tags=list(tags), session_id=session_id
+        )
+        try:
+            response = await self._service.save(request, confidence=Confidence.EXTRACTED)
+        except InvalidInput as err:
+            log.info("extraction_item_invalid", bank=bank, error=str(err))
+            return None
+        return response.memory
+
+    async def _learn(self, bank: str, rules: list[str]) -> int:
+        cleaned = [rule for rule in rules if not _carries_secret(rule)]
+        found = self._service.store.find(bank)
+        existing = found.rule(LEARNED_RULE) if found is not None else None
+        merged = merge_learned(existing.content if existing else "", cleaned)
+        if merged is None:
+            return 0
+        try:
+            await self._service.rule_set(
+                RuleSetRequest(bank=bank, name=LEARNED_RULE, content=merged)
+            )
+        except InvalidInput as err:  # the learned rule is full: a person should prune it
+            log.warning("learned_rule_not_extended", bank=bank, error=str(err))
+            return 0
+        return 1

@@ -1,0 +1,292 @@
+"""The harness `pre-generate` hook: rules into the system prompt once, memories once per turn.
+
+Append-only by construction (prompt caches and the transcript stay valid):
+- The first step of a session freezes the memory section into its system prompt; every later
+  step sends that same section verbatim, whatever changed since (it is kept in `SessionState`, so
+  a worker restart changes nothing either).
+- When the section the session should have differs from the one it currently sees, ONE user
+  message `<memory update="rules">` carrying the new section is appended. What the session
+  currently sees is read from the window the step sends: its newest update block, else the frozen
+  section. A retried or redelivered step sends the same window, so it gets the same update; later
+  steps see the update in their window and get nothing more; a compaction that dropped the update
+  gets it again.
+- On a turn's first step (`step == 0`) up to `recall_limit` memories arrive as one appended
+  `<memory bank=…>` message, minus those the window already carries.
+
+It never denies and never fails a turn: a failed session lookup keeps what the session already has
+(nothing new), and the whole computation runs under `HOOK_BUDGET_S`, past which the same
+keep-what-you-have reply is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.injection import (
+    RULES_UPDATE_TAG,
+    carried_texts,
+    message_text,
+    render_rules_update,
+    render_section,
+)
+from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
+from memory_worker.harness.sessions import SessionRecord, SessionState
+
+__all__ = ["HOOK_BUDGET_S", "HookEnvelope", "PreGenerate", "user_message"]
+
+log = structlog.get_logger(__name__)
+
+HOOK_BUDGET_S = 2.5  # under the binding's 3 s timeout: our own fail-open comes first
+MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extracted
+
+
+class GenerateInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    system_prompt: str | None = ""
+    messages: list[Any] | None = None
+
+
+class HookEnvelope(BaseModel):
+    """The fields of the harness envelope this hook reads; everything else is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str | None = ""
+    turn_id: str | None = None
+    step: int | None = 0
+    metadata: Any = None
+    parent: Any = None
+    generate: GenerateInput | None = None
+
+    @property
+    def messages(self) -> list[Any]:
+        return (self.generate.messages if self.generate else None) or []
+
+    @property
+    def base_prompt(self) -> str:
+        return (self.generate.system_prompt if self.generate else None) or ""
+
+
+def user_message(text: str, now_ms: int) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms}
+
+
+def _query(messages: list[Any]) -> str:
+    """The newest user message that is not one of our own `<memory …>` blocks."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = message_text(message).strip()
+            if text and not text.startswith(MEMORY_PREFIX):
+                return text
+    return ""
+
+
+def _shown_update(messages: list[Any]) -> str | None:
+    """The newest rules update the window carries, verbatim (None when it carries none)."""
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue  # ours are user messages; an assistant quoting one changes nothing
+        text = message_text(message).strip()
+        if text.startswith(RULES_UPDATE_TAG):
+            return text
+    return None
+
+
+def _update_due(section: str, record: SessionRecord, messages: list[Any]) -> bool:
+    shown = _shown_update(messages)
+    if shown is not None:
+        return shown != render_rules_update(section).strip()
+    return section.strip() != (record.system or "").strip()
+
+
+@dataclass
+class _Reply:
+    system_prompt: str | None = None
+    append: list[dict[str, Any]] = field(default_factory=list)
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        reply: dict[str, Any] = {"decision": "continue"}
+        if self.system_prompt is not None or self.append:
+            reply["mutations"] = {"append_messages": self.append}
+            if self.system_prompt is not None:
+                reply["mutations"]["system_prompt"] = self.system_prompt
+        if self.annotations:
+            reply["annotations"] = self.annotations
+        return reply
+
+
+class PreGenerate:
+    def __init__(
+        self,
+        service: MemoryService,
+        resolver: BankResolver,
+        state: SessionState,
+        *,
+        budget_s: float = HOOK_BUDGET_S,
+    ) -> None:
+        self._service = service
+        self._resolver = resolver
+        self._state = state
+        self._budget_s = budget_s
+
+    async def run(self, payload: object) -> dict[str, Any] | None:
+        """The hook reply for one envelope: `None` (continue unchanged) or `{decision:"continue",
+        mutations?, annotations?}`."""
+        try:
+            env = HookEnvelope.model_validate(payload if isinstance(payload, dict) else {})
+        except ValidationError as exc:
+            log.warning("hook_envelope_invalid", error=str(exc).splitlines()[0])
+            return None
+        session_id = env.session_id or ""
+        if not session_id:
+            return None
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._budget_s):
+                reply = await self._run(env, session_id)
+        except TimeoutError:
+            log.warning("hook_over_budget", session_id=session_id, budget_s=self._budget_s)
+            reply = self._keep_told(env, session_id)
+        except Exception:  # a turn never fails on memory: keep the prefix the session has
+            log.exception("hook_failed", session_id=session_id)
+            reply = self._keep_told(env, session_id)
+        log.debug(
+            "hook",
+            session_id=session_id,
+            turn_id=env.turn_id,
+            step=env.step,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        return None if reply is None else reply.to_wire()
+
+    def _keep_told(self, env: HookEnvelope, session_id: str) -> _Reply | None:
+        """Nothing new, the frozen section kept. From RAM only: this path runs when something
+        already failed or ran out of time, so it must not wait on anything."""
+        record = self._state.cached(session_id)
+        if record is None or not record.system:
+            return None
+        return _Reply(system_prompt=env.base_prompt + record.system)
+
+    async def _record(self, session_id: str) -> tuple[SessionRecord | None, bool]:
+        """(the record, whether it may be written back). When the state worker cannot say, the
+        step works on a scratch record that is never persisted: writing it would replace the
+        section the session really has."""
+        try:
+            return await self._state.get(session_id), True
+        except SiblingUnavailable:
+            return SessionRecord(), False
+
+    async def _resolve(
+        self, env: HookEnvelope, session_id: str
+    ) -> tuple[SessionRecord | None, bool, Resolution]:
+        """The session's record (and whether it may be persisted) and the turn's bank. A later
+        step of a known turn keeps the bank fixed at its first step; a session this process has
+        not seen reads its record from the state worker WHILE the session-manager is asked (two
+        round trips in parallel)."""
+        parent = parent_of(env.parent)
+        record, persist = self._state.cached(session_id), True
+        resolution: Resolution | None = None
+        if record is None:
+            fetched = asyncio.create_task(self._record(session_id))
+            try:
+                resolution = await self._resolver.resolve(session_id, env.metadata, parent)
+            except BaseException:
+                fetched.cancel()
+                raise
+            record, persist = await fetched
+        known = record.turn_bank(env.turn_id) if record and env.turn_id else None
+        if known is not None:
+            return record, persist, self._resolver.recorded(known)
+        if resolution is None:
+            resolution = await self._resolver.resolve(session_id, env.metadata, parent)
+        return record, persist, resolution
+
+    async def _run(self, env: HookEnvelope, session_id: str) -> _Reply | None:
+        settings = self._service.settings
+        changed = False
+        if not settings.inject_rules and not settings.inject_memories:
+            record, _ = await self._record(session_id)
+            if record is None or record.system is None:
+                return None  # never told anything: nothing to withdraw
+            return self._deliver(env, record, "", _Reply())
+        record, persist, resolution = await self._resolve(env, session_id)
+        if resolution.outcome is Outcome.LOOKUP_FAILED:
+            log.warning(
+                "hook_session_lookup_failed", session_id=session_id, error=resolution.source
+            )
+            return self._keep_told(env, session_id)
+        if record is None:
+            record, changed = SessionRecord(), True
+        if env.turn_id:
+            turn_bank = resolution.bank if resolution.has_memory else None
+            changed |= record.remember_turn(env.turn_id, turn_bank)
+        reply = _Reply()
+        if not resolution.has_memory:
+            log.info("hook_no_memory", session_id=session_id, reason=resolution.source)
+            section = ""
+        else:
+            bank = resolution.bank
+            assert bank is not None
+            reply.annotations["memory_bank"] = bank
+            section = await self._section_and_memories(env, bank, resolution.exists, reply)
+        first_sight = record.system is None
+        delivered = self._deliver(env, record, section, reply)
+        if (changed or first_sight) and persist:
+            self._state.put(session_id, record, urgent=first_sight)
+        return delivered
+
+    async def _section_and_memories(
+        self, env: HookEnvelope, bank: str, exists: bool, reply: _Reply
+    ) -> str:
+        settings = self._service.settings
+        if not exists:
+            # A bank that does not exist yet: extraction will create it after this turn, so the
+            # model is told memory is on; with extraction off there is nothing to say.
+            if not settings.extraction_enabled:
+                return ""
+            return render_section(bank, [], settings.max_rule_chars).text
+        first_step = (env.step or 0) == 0
+        recall = first_step and settings.inject_memories
+        plan = await self._service.injection(
+            bank,
+            _query(env.messages) if recall else "",
+            # Scanning the window for our blocks only pays when memories are handed out.
+            carried=carried_texts(env.messages) if recall else frozenset(),
+            recall=recall,
+        )
+        reply.annotations["memory_rules"] = plan.rules
+        if plan.rules_truncated:
+            reply.annotations["memory_rules_truncated"] = True
+            log.warning("rules_truncated", bank=bank, max_rule_chars=settings.max_rule_chars)
+        if plan.message is not None:
+            reply.append.append(user_message(plan.message, self._service.clock()))
+            reply.annotations["memory_recalled"] = len(plan.memories)
+            reply.annotations["memory_ids"] = [hit.memory.id for hit in plan.memories]
+        if plan.retrieval != "none" and first_step:
+            reply.annotations["memory_retrieval"] = plan.retrieval
+        return plan.section
+
+    def _deliver(
+        self, env: HookEnvelope, record: SessionRecord, section: str, reply: _Reply
+    ) -> _Reply | None:
+        """Freeze the section at the session's first sight; afterwards send the frozen one and, when
+        the session should see something else, one update message (before any memories)."""
+        if record.system is None:
+            record.system = section
+        elif _update_due(section, record, env.messages):
+            update = user_message(render_rules_update(section), self._service.clock())
+            reply.append.insert(0, update)
+            reply.annotations["memory_rules_updated"] = True
+        if record.system:
+            reply.system_prompt = env.base_prompt + record.system
+        if reply.system_prompt is None and not reply.append and not reply.annotations:
+            return None
+        return reply

@@ -1,0 +1,177 @@
+"""After a turn: one durable extraction job per finished turn, into the bank the turn ran with.
+
+`on_turn_completed` acks fast: it decides the job (bank recorded by the hook for that turn, or left
+to the job to resolve) and hands it to the queue under a receipt derived from the turn, so a
+redelivered turn event dedupes. Without a queue worker the job runs inline in the background.
+`extract_job` is what the queue delivers; its errors propagate so the queue retries and, in the
+end, dead-letters instead of losing the pass. The pass itself is an `Extractor`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Protocol
+
+import structlog
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from memory_worker.app.ports import JobQueue
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import InvalidInput, SiblingUnavailable
+from memory_worker.harness.selection import BankResolver, Outcome, parent_of
+from memory_worker.harness.sessions import SessionState
+
+__all__ = [
+    "EXTRACT_JOB",
+    "ExtractJob",
+    "Extractor",
+    "TurnCompleted",
+    "TurnPipeline",
+    "receipt_for",
+]
+
+log = structlog.get_logger(__name__)
+
+EXTRACT_JOB = "memory::extract-job"
+
+
+class TurnCompleted(BaseModel):
+    """`harness::turn-completed` (the fields read). `parent` is set on a sub-agent's turn;
+    `parent_session_id` alone is a parentless spawn's display parent (extracted normally)."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str | None = ""
+    turn_id: str | None = None
+    status: str | None = None
+    parent: Any = None
+    parent_session_id: str | None = None
+    timestamp: int | None = None
+
+
+class ExtractJob(BaseModel):
+    """One durable extraction job (the `data` of a queue message)."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str
+    bank: str | None = None
+    skip: bool = False
+    until: str | None = None
+    turn_id: str | None = None
+    status: str | None = None
+
+
+class Extractor(Protocol):
+    async def extract(self, job: ExtractJob, bank: str) -> int:
+        """Run one pass over the session's new messages into `bank`; the number of writes.
+        Raises to make the queue retry (the cursor has not moved)."""
+        ...
+
+    async def pass_over(self, job: ExtractJob) -> None:
+        """Step the session's cursor past what it holds now without reading anything out."""
+        ...
+
+
+def receipt_for(turn: TurnCompleted) -> str:
+    """Stable per turn: a redelivered `turn-completed` enqueues nothing new. Without a turn id
+    or timestamp nothing can be matched, so every event gets its own job."""
+    return f"memx-{turn.session_id}-{turn.turn_id or turn.timestamp or uuid.uuid4().hex}"
+
+
+class TurnPipeline:
+    def __init__(
+        self,
+        service: MemoryService,
+        resolver: BankResolver,
+        state: SessionState,
+        queue: JobQueue | None,
+        extractor: Extractor | None,
+    ) -> None:
+        self._service = service
+        self._resolver = resolver
+        self._state = state
+        self._queue = queue
+        self._extractor = extractor
+        self._inline: set[asyncio.Task[Any]] = set()
+
+    async def on_turn_completed(self, payload: object) -> dict[str, Any]:
+        try:
+            turn = TurnCompleted.model_validate(payload if isinstance(payload, dict) else {})
+        except ValidationError as exc:
+            raise InvalidInput(f"turn-completed payload: {exc.errors()[0]['msg']}") from None
+        session_id = turn.session_id or ""
+        if not session_id:
+            return {"ok": True, "skipped": "no session_id"}
+        if parent_of(turn.parent) is not None:
+            return {"ok": True, "skipped": "sub-agent turn"}  # its parent's turn covers it
+        if not self._service.settings.extraction_enabled:
+            return {"ok": True, "skipped": "extraction_enabled is false"}
+        job = ExtractJob(session_id=session_id, turn_id=turn.turn_id, status=turn.status)
+        if turn.turn_id:
+            try:
+                record = await self._state.get(session_id)
+            except SiblingUnavailable:
+                record = None  # the job resolves the bank when it runs
+            bank = record.turn_bank(turn.turn_id) if record is not None else None
+            if bank == "":
+                job.skip = True  # the turn ran without memory: only step the cursor past it
+            elif bank is not None:
+                job.bank = bank
+        data = job.model_dump(exclude_none=True)
+        receipt = receipt_for(turn)
+        if self._queue is not None and await self._queue.enqueue(EXTRACT_JOB, data, receipt):
+            return {"ok": True, "queued": receipt}
+        task = asyncio.create_task(self._inline_job(data), name=f"memory-extract:{receipt}")
+        self._inline.add(task)
+        task.add_done_callback(self._inline.discard)
+        return {"ok": True, "inline": receipt}
+
+    async def _inline_job(self, data: dict[str, Any]) -> None:
+        try:
+            await self.extract_job(data)
+        except Exception as exc:  # no queue to retry it: the next turn's pass reads these messages
+            log.warning(
+                "inline_extraction_failed", session_id=data.get("session_id"), error=str(exc)
+            )
+
+    async def extract_job(self, payload: object) -> dict[str, Any]:
+        try:
+            job = ExtractJob.model_validate(payload if isinstance(payload, dict) else {})
+        except ValidationError as exc:
+            raise InvalidInput(f"extract job: {exc.errors()[0]['msg']}") from None
+        bank, skipped = job.bank, "the turn ran without memory" if job.skip else None
+        if skipped is None and bank is None:
+            resolution = await self._resolver.resolve(job.session_id)
+            if resolution.outcome is Outcome.LOOKUP_FAILED:
+                raise SiblingUnavailable(f"session lookup failed, retry later: {resolution.source}")
+            bank = resolution.bank if resolution.has_memory else None
+            skipped = None if resolution.has_memory else resolution.source
+        elif skipped is None and bank is not None and self._deleted(bank):
+            skipped = f"bank {bank} was deleted"  # never brought back
+        if skipped is not None:
+            # Its words must never reach a later pass, which may write into another bank.
+            if self._extractor is not None:
+                await self._extractor.pass_over(job)
+            return {"ok": True, "skipped": skipped}
+        assert bank is not None
+        if self._extractor is None:
+            log.info("extraction_unavailable", session_id=job.session_id, bank=bank)
+            return {"ok": True, "bank": bank, "written": 0}
+        written = await self._extractor.extract(job, bank)
+        return {"ok": True, "bank": bank, "written": written}
+
+    def _deleted(self, bank: str) -> bool:
+        """Deleted and not the default (the default bank is recreated by its first write)."""
+        default = self._service.settings.default_bank
+        return bank != default and self._service.store.was_deleted(bank)
+
+    async def on_session_deleted(self, payload: object) -> dict[str, Any]:
+        session_id = payload.get("session_id") if isinstance(payload, dict) else None
+        if isinstance(session_id, str) and session_id:
+            await self._state.drop(session_id)
+        return {"ok": True}
+
+    async def close(self) -> None:
+        for task in list(self._inline):
+            task.cancel()
+        await asyncio.gather(*self._inline, return_exceptions=True)

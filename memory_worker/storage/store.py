@@ -1,0 +1,248 @@
+"""The bank registry under one data dir: open (write probe + exclusive lock), ensure, trash, reload.
+
+Opening is all-or-nothing about the directory: an unwritable data dir or one held by another process
+is fatal, never a silent RAM-only store. A single bank that fails to load is reported and skipped
+(reads and writes of it fail with `storage`), so one bad folder cannot take the others down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+
+import structlog
+
+from memory_worker.core.errors import BankNotFound, StorageError
+from memory_worker.core.names import check_name
+from memory_worker.storage import files
+from memory_worker.storage.bank import Bank, DurabilityWarnings
+
+__all__ = ["TRASH_DIR", "Store"]
+
+log = structlog.get_logger(__name__)
+
+TRASH_DIR = ".trash"
+# `.trash/<bank>-<ms>[-<n>]`: the name a trashed bank folder gets (files.move_to_trash).
+_TRASHED = re.compile(r"^(?P<bank>[a-z0-9][a-z0-9_-]*?)-\d{10,}(?:-\d+)?$")
+
+
+def _trashed_names(root: Path) -> set[str]:
+    try:
+        entries = os.listdir(root / TRASH_DIR)
+    except OSError:  # no trash yet (or unreadable: then nothing counts as deleted)
+        return set()
+    return {m["bank"] for m in map(_TRASHED.match, entries) if m is not None}
+
+
+def _load_all(root: Path, warnings: DurabilityWarnings) -> tuple[dict[str, Bank], dict[str, str]]:
+    banks: dict[str, Bank] = {}
+    broken: dict[str, str] = {}
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        try:
+            check_name(entry.name, "bank folder")
+            banks[entry.name] = Bank.load(entry.name, Path(entry.path), warnings)
+        except Exception as exc:  # one bad folder must not stop the others from loading
+            broken[entry.name] = str(exc)
+            log.error("bank_load_failed", bank=entry.name, error=str(exc))
+    return banks, broken
+
+
+class Store:
+    def __init__(
+        self,
+        root: Path,
+        banks: dict[str, Bank],
+        broken: dict[str, str],
+        lock: files.DataDirLock,
+        durability: DurabilityWarnings | None = None,
+    ) -> None:
+        self.root = root
+        self._banks = banks
+        self.broken = broken
+        self._lock = lock
+        # Changes that landed but whose directory sync failed (doctor `durability-warnings`).
+        self.durability = durability if durability is not None else DurabilityWarnings()
+        self._create_lock = asyncio.Lock()
+        self._trashed = _trashed_names(root)
+
+    def __repr__(self) -> str:
+        return f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)}>"
+
+    @classmethod
+    def open(cls, root: Path, *, holder: dict[str, object], lock_wait_s: float = 0.0) -> Store:
+        """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`."""
+        root = root.resolve()
+        files.probe_writable(root)
+        lock = files.DataDirLock(root, holder)
+        lock.acquire(lock_wait_s)
+        durability = DurabilityWarnings()
+        try:
+            banks, broken = _load_all(root, durability)
+        except BaseException:
+            lock.release()
+            raise
+        log.info("store_opened", data_dir=str(root), banks=len(banks), broken=len(broken))
+        return cls(root, banks, broken, lock, durability)
+
+    def names(self) -> list[str]:
+        return sorted(self._banks)
+
+    def find(self, name: str) -> Bank | None:
+        return self._banks.get(name)
+
+    def was_deleted(self, name: str) -> bool:
+        """True for a bank that is not live but sits in `.trash`: a session bound to it gets no
+        memory, and extraction must not bring it back (only an explicit create or save does)."""
+        return name not in self._banks and name in self._trashed
+
+    def get(self, name: str) -> Bank:
+        """The loaded bank `name`; `bank_not_found` if absent, `storage` if it failed to load."""
+        bank = self._banks.get(name)
+        if bank is not None:
+            return bank
+        check_name(name, "bank")
+        if name in self.broken:
+            raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
+        raise BankNotFound(name)
+
+    async def ensure(self, name: str, description: str = "") -> tuple[Bank, bool]:
+        """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing."""
+        check_name(name, "bank")
+        async with self._create_lock:
+            bank = self._banks.get(name)
+            if bank is not None:
+                return bank, False
+            if name in self.broken:
+                raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
+            path = self.root / name
+            if path.exists():  # created by hand since boot: load it rather than overwrite
+                bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
+                self._banks[name] = bank
+                return bank, False
+            bank = await asyncio.to_thread(Bank.create, name, path, description, self.durability)
+            self._banks[name] = bank
+            return bank, True
+
+    async def discard_if_empty(self, name: str) -> None:
+        """Undo a bank created by a call whose first write failed, if nothing landed in it since."""
+        async with self._create_lock:
+            bank = self._banks.get(name)
+            if bank is None or not bank.is_empty():
+                return
+            del self._banks[name]
+            bank.close()
+            await asyncio.to_thread(files.remove_tree, bank.path)
+
+    async def trash(self, name: str, now_ms: int) -> Path:
+        """Move the bank folder to `.trash/<name>-<ms>`: disk first, so a failed rename leaves the
+        bank usable."""
+        bank = self.get(name)
+        bank.freeze("the bank was deleted")
+        await bank.drain()
+        try:
+            target = await asyncio.to_thread(
+                files.move_to_trash, bank.path, self.root / TRASH_DIR, f"{name}-{now_ms}"
+            )
+        except StorageError as exc:
+            if bank.path.exists():  # not moved: the bank stays, usable
+                bank.unfreeze()
+            else:  # moved, but its directory sync failed: RAM follows the disk, then report
+                self._banks.pop(name, None)
+                self._trashed.add(name)
+                bank.close()
+                self.durability.note(name, "bank deleted (moved to .trash)", exc)
+            raise
+        self._banks.pop(name, None)
+        self._trashed.add(name)
+        bank.close()
+        return target
+
+    async def reload(self) -> int:
+        """Drop every bank from RAM and replay the data dir again (hand edits picked up)."""
+        async with self._create_lock:  # a bank created mid-reload would miss the new map
+            old = list(self._banks.values())
+            for bank in old:
+                bank.freeze("the store is reloading; retry")
+            for bank in old:
+                await bank.drain()
+            try:
+                banks, broken = await asyncio.to_thread(_load_all, self.root, self.durability)
+            except StorageError:
+                for bank in old:
+                    bank.unfreeze()
+                raise
+            self._banks, self.broken = banks, broken
+            self._trashed = _trashed_names(self.root)
+        for bank in old:
+            bank.close()
+        return len(banks)
+
+    async def close(self) -> None:
+        for bank in self._banks.values():
+            await bank.drain()
+            bank.close()
+        self._lock.release()
+
+    async def reload_bank(self, name: str, *, force: bool = False) -> str:
+        """Bring one bank in line with its folder (a hand edit, a folder added or removed by hand);
+        the other banks are not touched. Returns "reloaded" | "added" | "removed" | "unchanged" |
+        "broken". Without `force`, a bank whose files say what RAM holds is left alone (and never
+        frozen, so writes to it do not fail meanwhile).
+
+        Same discipline as `reload()`: under the create lock, freeze, drain, load, swap, close. A
+        folder that fails to load goes to `broken` and its old bank is dropped and closed, as a
+        restart would do (the files are the truth; stale RAM must not keep answering for them)."""
+        check_name(name, "bank")
+        async with self._create_lock:
+            bank = self._banks.get(name)
+            if bank is None:
+                return await self._load_appeared(name)
+            if bank.is_frozen():
+                return "unchanged"  # a trash in progress owns it: it drops the bank itself
+            await bank.drain()
+            present = (self.root / name).is_dir()
+            if present and not force and not bank.disk_changed():
+                return "unchanged"
+            bank.freeze("the bank is reloading; retry")
+            await bank.drain()
+            if not (self.root / name).is_dir():
+                del self._banks[name]
+                self._trashed = _trashed_names(self.root)
+                bank.close()
+                log.info("bank_folder_removed", bank=name)
+                return "removed"
+            try:
+                fresh = await asyncio.to_thread(Bank.load, name, self.root / name, self.durability)
+            except Exception as exc:  # as at boot: the folder is reported, the others go on
+                del self._banks[name]
+                self.broken[name] = str(exc)
+                bank.close()
+                log.error("bank_load_failed", bank=name, error=str(exc))
+                return "broken"
+            self._banks[name] = fresh
+        bank.close()
+        return "reloaded"
+
+    async def _load_appeared(self, name: str) -> str:
+        """A name not in RAM: load its folder if one is there now (caller holds the create lock)."""
+        path = self.root / name
+        if not path.is_dir():
+            return "removed" if self.broken.pop(name, None) is not None else "unchanged"
+        try:
+            bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
+        except Exception as exc:
+            self.broken[name] = str(exc)
+            log.error("bank_load_failed", bank=name, error=str(exc))
+            return "broken"
+        self.broken.pop(name, None)
+        self._banks[name] = bank
+        log.info("bank_folder_added", bank=name, memories=bank.live_count())
+        return "added"

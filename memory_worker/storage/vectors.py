@@ -1,0 +1,82 @@
+"""The `vectors.jsonl` sidecar: derived embeddings of a bank's memories.
+
+One line per embedding: `{"id", "model", "revision", "text_hash", "v"}` with `v` the float32 vector
+in base64. Derived data, so appends are not fsynced and a damaged or stale line is simply dropped:
+a vector counts only while its memory is live with the same text (`text_hash`), and it is replaced
+when the configured model changes. Replay is last-wins by id.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memory_worker.storage import files
+
+__all__ = ["VECTORS_FILE", "VectorRecord", "append_vectors", "load_vectors", "text_hash"]
+
+VECTORS_FILE = "vectors.jsonl"
+
+
+def text_hash(text: str) -> str:
+    """A short content hash (C speed) that tells whether a vector still matches its memory."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRecord:
+    id: str
+    model: str
+    revision: int
+    text_hash: str
+    vector: list[float]
+
+    def to_line(self) -> bytes:
+        packed = base64.b64encode(np.asarray(self.vector, np.float32).tobytes()).decode()
+        row = {
+            "id": self.id,
+            "model": self.model,
+            "revision": self.revision,
+            "text_hash": self.text_hash,
+            "v": packed,
+        }
+        return json.dumps(row, separators=(",", ":")).encode() + b"\n"
+
+
+def _decode(line: bytes) -> VectorRecord | None:
+    try:
+        row = json.loads(line)
+        vector = np.frombuffer(base64.b64decode(row["v"], validate=True), np.float32)
+        return VectorRecord(
+            id=str(row["id"]),
+            model=str(row["model"]),
+            revision=int(row["revision"]),
+            text_hash=str(row["text_hash"]),
+            vector=vector.tolist(),
+        )
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None
+
+
+def load_vectors(path: Path) -> tuple[dict[str, VectorRecord], int]:
+    """Last-wins records by id, and how many lines were unreadable."""
+    out: dict[str, VectorRecord] = {}
+    skipped = 0
+    for _, line, _ in files.iter_lines(path):
+        record = _decode(line)
+        if record is None:
+            skipped += 1
+        else:
+            out[record.id] = record
+    return out, skipped
+
+
+def append_vectors(path: Path, records: Iterable[VectorRecord]) -> None:
+    files.append_unsynced(path, b"".join(record.to_line() for record in records))
