@@ -188,7 +188,8 @@ class Extractor:
             await self._advance(job.session_id, newest)
             return 0
         known = self._known(bank, lines)
-        reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+        prompt = system_prompt(settings.extraction_prompt)
+        reply = await self._completer.complete(prompt, render_request(lines, known))
         decisions = parse_reply(reply, len(known))
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
             raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
