@@ -22,6 +22,7 @@ pytest.importorskip(
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))  # extraction_eval imports its siblings by name
 MIN_FIXTURES = 25
 MIN_RECALL = 0.9
 
@@ -108,3 +109,55 @@ def test_a_malformed_fixture_is_rejected(tmp_path: Path, change: Any, message: s
     path.write_text(json.dumps(fixture), encoding="utf-8")
     with pytest.raises(ev.FixtureError, match=message):
         ev.load_fixture(path, ev.secret_values())
+
+
+async def test_live_mode_runs_every_part_through_the_endpoint_client(tmp_path: Path) -> None:
+    """`--live http://…` against a fake OpenAI-compatible server: the fixtures, a LoCoMo session
+    and the echo session each go through the production client (one call per turn), and the
+    report counts what the replies did (here: one junk memory and one learned rule per bank)."""
+    import argparse
+
+    import extraction_live as lv
+
+    from .openai_server import FakeOpenAI
+
+    if not lv.LOCOMO.exists():
+        pytest.skip(f"LoCoMo is not at {lv.LOCOMO}")
+    pytest.importorskip("onnxruntime", reason="the matcher needs the local embedder")
+    async with FakeOpenAI() as server:
+        server.default = json.dumps(
+            {
+                "memories": [{"op": "add", "text": "The user went to a support group."}],
+                "rules": ["Always be kind."],
+            }
+        )
+        args = argparse.Namespace(
+            live=server.url,
+            model="",
+            prompt="extraction-v2",
+            parts="fixtures,locomo,echo",
+            half="tune",
+            conversations="conv-26",
+            sessions=1,
+            locomo=lv.LOCOMO,
+            timeout_ms=5000,
+            fixtures=ev.FIXTURES,
+            fixture="correct-moved-city",
+            json=tmp_path / "live.json",
+            write_doc=None,
+            calibrate=tmp_path / "cal.jsonl",
+        )
+        assert await ev.live_endpoint(args) == 0
+    conv = {c["sample_id"]: c for c in lv.load_locomo(lv.LOCOMO)}["conv-26"]
+    turns = len(lv.locomo_turns(conv, 1))
+    assert len(server.chats) == 1 + turns + lv.ECHO_TURNS
+    assert all(c.body["response_format"] == {"type": "json_object"} for c in server.chats)
+    report = json.loads((tmp_path / "live.json").read_text(encoding="utf-8"))
+    assert report["meta"]["model"] == "local-model"
+    totals = report["locomo"]["totals"]
+    assert totals["created"] == 1 and totals["calls"] == turns
+    assert totals["reinforced"] == turns - 1  # the same text again only reinforces
+    assert report["echo"]["junk"] == ["The user went to a support group."]
+    assert report["echo"]["rules_added"] == ["Always be kind."]
+    assert report["echo"]["leaked"] == []
+    assert (tmp_path / "cal.jsonl").read_text(encoding="utf-8").count("\n") == 1

@@ -151,9 +151,31 @@ class TestParse:
         assert parse_reply("I could not find anything.", 0).empty
 
     def test_the_prompt_file_is_sent_without_its_design_notes(self) -> None:
-        prompt = system_prompt()
-        assert prompt.startswith("You maintain the long-term memory")
-        assert "Why it reads" not in prompt
+        assert system_prompt("extraction-v1").startswith("You maintain the long-term memory")
+        assert "Why it reads" not in system_prompt("extraction-v1")
+        prompt = system_prompt()  # the default version
+        assert prompt.startswith("You keep the long-term memory") and "<!--" not in prompt
+        assert "What changed from v1" not in prompt
+        with pytest.raises(ValueError, match="unknown extraction prompt"):
+            system_prompt("extraction-v0")
+
+    async def test_the_prompt_version_setting_chooses_the_system_prompt(self, rig: Rig) -> None:
+        seen: list[str] = []
+
+        class Recording:
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                seen.append(system_prompt)
+                return '{"memories": [], "rules": []}'
+
+        extractor = Extractor(rig.service, rig.chat, Recording(), rig.kv)
+        rig.chat.say("user", "I moved to Porto last week, for good.")
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        rig.service.settings = rig.service.settings.model_copy(
+            update={"extraction_prompt": "extraction-v1"}
+        )
+        rig.chat.say("user", "And I started pottery classes on Mondays.")
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        assert seen == [system_prompt("extraction-v2"), system_prompt("extraction-v1")]
 
     def test_the_request_shows_refs_and_dates(self) -> None:
         from memory_worker.core.extraction import Line

@@ -42,9 +42,7 @@ class Settable:
 def client_for(
     server: FakeOpenAI, env: dict[str, str] | None = None, **fields: Any
 ) -> tuple[OpenAIChatCompleter, Settable]:
-    settings = Settable(
-        extraction_endpoint=server.url, extraction_api_key_env=KEY_ENV, **fields
-    )
+    settings = Settable(extraction_endpoint=server.url, extraction_api_key_env=KEY_ENV, **fields)
     return OpenAIChatCompleter(settings, env=env or {}), settings
 
 

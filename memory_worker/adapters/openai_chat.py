@@ -94,6 +94,13 @@ class OpenAIChatCompleter:
                 f"extraction endpoint {url} unreachable: {type(exc).__name__}"
             ) from None
 
+    async def model(self) -> str:
+        """The model id the next call asks for (the endpoint's first one when none is set)."""
+        settings = self._settings()
+        if not settings.extraction_endpoint:
+            raise SiblingUnavailable("no extraction_endpoint is configured")
+        return await self._model(settings.extraction_endpoint, settings)
+
     async def _model(self, endpoint: str, settings: Settings) -> str:
         if settings.extraction_model:
             return settings.extraction_model
