@@ -161,3 +161,40 @@ async def test_live_mode_runs_every_part_through_the_endpoint_client(tmp_path: P
     assert report["echo"]["rules_added"] == ["Always be kind."]
     assert report["echo"]["leaked"] == []
     assert (tmp_path / "cal.jsonl").read_text(encoding="utf-8").count("\n") == 1
+
+
+def test_live_matching_names_the_speakers_and_pairs_one_to_one() -> None:
+    import extraction_live as lv
+    import numpy as np
+
+    assert lv.named("The user's dog likes the assistant.", "Jon", "Gina") == "Jon's dog likes Gina."
+    assert lv.named("User moved; the user is happy.", "Jon", "Gina") == "Jon moved; Jon is happy."
+    scores = np.array([[0.9, 0.8], [0.85, 0.1], [0.2, 0.3]])
+    # the best pair first (0,0); row 1 then has only column 0, taken; row 0's 0.8 is not reused
+    assert lv.one_to_one(scores) == [(0, 0)]
+    assert lv.one_to_one(np.array([[0.7, 0.9], [0.95, 0.1]])) == [(1, 0), (0, 1)]
+
+
+def test_a_locomo_session_becomes_turns_of_user_then_assistant() -> None:
+    import extraction_live as lv
+
+    conv = {
+        "conversation": {
+            "speaker_a": "Jon",
+            "speaker_b": "Gina",
+            "session_1_date_time": "4:04 pm on 20 January, 2023",
+            "session_1": [
+                {"speaker": "Gina", "text": "Hi!"},
+                {"speaker": "Jon", "text": "Hey."},
+                {"speaker": "Jon", "text": "I lost my job.", "blip_caption": "a desk"},
+                {"speaker": "Gina", "text": "Oh no."},
+                {"speaker": "Jon", "text": "Bye."},
+            ],
+        }
+    }
+    turns = lv.locomo_turns(conv, 1)
+    roles = [[m["role"] for m in turn] for turn in turns]
+    assert roles == [["assistant"], ["user", "user", "assistant"], ["user"]]
+    assert turns[1][1]["content"][0]["text"] == "I lost my job. [shares a photo: a desk]"
+    stamps = [m["timestamp"] for turn in turns for m in turn]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 5
