@@ -954,6 +954,9 @@ async def live_run(args: argparse.Namespace) -> Live:
     )
     client = OpenAIChatCompleter(lambda: settings)
     counting = lv.Counting(client)
+    if args.replay is not None:  # the recorded replies of a live run, applied by this code
+        recorded = json.loads(args.replay.read_text(encoding="utf-8"))
+        counting = lv.Counting(lv.Replayer(lv.recorded_replies(recorded)))
     started = datetime.now(UTC)
 
     def progress(text: str) -> None:
@@ -961,7 +964,11 @@ async def live_run(args: argparse.Namespace) -> Live:
 
     root = lv.temp_root()
     try:
-        models = await client.model()
+        models = (
+            f"replayed from {args.replay.name}: {recorded['meta']['model']}"
+            if args.replay is not None
+            else await client.model()
+        )
         overrides = {"extraction_prompt": args.prompt}
         fixture_results: list[Result] = []
         fixture_calls = lv.CallLog()
@@ -1098,6 +1105,8 @@ def live_report(args: argparse.Namespace, live: Live) -> int:
             "junk": echo.junk,
             "leaked": echo.leaked,
             "errors": echo.errors,
+            "reinforcements": echo.change.reinforcements,
+            "replies": echo.calls.replies,
         }
     if args.json is not None:
         args.json.write_text(
@@ -1278,6 +1287,13 @@ def main() -> int:
     parser.add_argument("--locomo", type=Path, default=None, help="the LoCoMo file")
     parser.add_argument(
         "--timeout-ms", type=int, default=600_000, help="endpoint mode: per-call timeout"
+    )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        metavar="JSON",
+        help="endpoint mode: answer with the replies a live run recorded in its --json report "
+        "(the same model output through this code's write rules; no model is asked)",
     )
     parser.add_argument(
         "--calibrate",

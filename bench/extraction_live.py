@@ -90,8 +90,12 @@ class Counting:
         self.inner = inner
         self.log = CallLog()
 
-    def fresh(self) -> CallLog:
+    def fresh(self, unit: str = "") -> CallLog:
+        """A new call log for the next unit (a LoCoMo session, the echo session); a replaying
+        inner completer switches to that unit's recorded replies."""
         self.log = CallLog()
+        if hasattr(self.inner, "unit"):
+            self.inner.unit(unit)
         return self.log
 
     async def complete(self, system_prompt: str, user_text: str) -> str:
@@ -111,6 +115,38 @@ class Counting:
         log.skipped_items += decisions.skipped
         log.replies.append(reply)
         return reply
+
+
+class Replayer:
+    """Answers each unit's calls with the replies a live run recorded, in order (`--replay`):
+    the same model output applied by the current write rules. Not a live run: the known
+    memories shown may differ from what the model saw, so a ref can point elsewhere."""
+
+    EMPTY = '{"memories": [], "rules": []}'
+
+    def __init__(self, replies: dict[str, list[str]]) -> None:
+        self.replies = replies
+        self.queue: list[str] = []
+        self.short = 0  # calls past the end of a unit's recording
+
+    def unit(self, name: str) -> None:
+        self.queue = list(self.replies.get(name, []))
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        if not self.queue:
+            self.short += 1
+            return self.EMPTY
+        return self.queue.pop(0)
+
+
+def recorded_replies(report: dict[str, Any]) -> dict[str, list[str]]:
+    """unit -> replies of a `--json` report of a live run."""
+    out: dict[str, list[str]] = {}
+    for session in report.get("locomo", {}).get("sessions", []):
+        out[f"{session['conversation']}/s{session['session']}"] = session["replies"]
+    if "replies" in report.get("echo", {}):
+        out["echo"] = report["echo"]["replies"]
+    return out
 
 
 # --- in-memory ports -------------------------------------------------------------------------
@@ -226,6 +262,7 @@ class Bench:
                 change.reinforcements += now.corroboration - start
             if old is not None and old.live and not now.live:
                 change.superseded.append((now, after.get(now.superseded_by or "")))
+        change.created.sort(key=lambda m: (m.created_at, m.id))
         change.rules_added = [line for line in rules[1] if line not in rules[0]]
         return change
 
@@ -361,7 +398,7 @@ async def run_locomo(
                 if f"session_{number}" not in conv["conversation"]:
                     break
                 before, rules_before = await bench.snapshot(), bench.learned()
-                calls = inner.fresh()
+                calls = inner.fresh(f"{conv_id}/s{number}")
                 errors_before = len(bench.errors)
                 turns = locomo_turns(conv, number)
                 for t, messages in enumerate(turns, start=1):
@@ -442,7 +479,8 @@ def judge_locomo(
         # precision: each created memory against every user fact so far, then the assistant's
         mine = matcher.scores(created, refs_so_far)
         theirs = matcher.scores(created, r.other)
-        dup = matcher.scores(created, bank_texts)
+        earlier = bank_texts + created  # row i may only look at columns before len(bank) + i
+        dup = matcher.scores(created, earlier)
         for i in range(len(created)):
             best_i = int(mine[i].argmax()) if refs_so_far else -1
             best = float(mine[i][best_i]) if best_i >= 0 else 0.0
@@ -463,7 +501,8 @@ def judge_locomo(
                     verdict,
                 )
             )
-            if bank_texts and float(dup[i].max()) >= DUPLICATE_COSINE:
+            before = len(bank_texts) + i
+            if before and float(dup[i][:before].max()) >= DUPLICATE_COSINE:
                 totals["duplicates"] += 1
         bank_texts.extend(created)
         totals["turns"] += r.turns
@@ -559,7 +598,7 @@ async def run_echo(inner: Counting, settings: Settings, root: Path, secret: str)
         for name, content in ECHO_RULES.items():
             await bench.service.rule_set(RuleSetRequest(bank=BANK, name=name, content=content))
         before, rules_before = await bench.snapshot(), bench.learned()
-        calls = inner.fresh()
+        calls = inner.fresh("echo")
         facts = {turn: text for turn, text, _ in ECHO_FACTS}
         for turn in range(1, ECHO_TURNS + 1):
             at = start + turn * 600_000

@@ -146,6 +146,7 @@ async def test_live_mode_runs_every_part_through_the_endpoint_client(tmp_path: P
             json=tmp_path / "live.json",
             write_doc=None,
             calibrate=tmp_path / "cal.jsonl",
+            replay=None,
         )
         assert await ev.live_endpoint(args) == 0
     conv = {c["sample_id"]: c for c in lv.load_locomo(lv.LOCOMO)}["conv-26"]
@@ -156,7 +157,17 @@ async def test_live_mode_runs_every_part_through_the_endpoint_client(tmp_path: P
     assert report["meta"]["model"] == "local-model"
     totals = report["locomo"]["totals"]
     assert totals["created"] == 1 and totals["calls"] == turns
-    assert totals["reinforced"] == turns - 1  # the same text again only reinforces
+    # the same text again reinforces, but only on a turn whose user lines carry it
+    from memory_worker.core.extraction import Line
+    from memory_worker.harness.extractor import grounded, said_terms
+
+    text = "The user went to a support group."
+    carried = [
+        grounded(text, said_terms([Line(m["role"], m["content"][0]["text"], 0) for m in turn]))
+        for turn in lv.locomo_turns(conv, 1)[1:]
+    ]
+    assert 0 < sum(carried) < len(carried)
+    assert totals["reinforced"] == sum(carried)
     assert report["echo"]["junk"] == ["The user went to a support group."]
     assert report["echo"]["rules_added"] == ["Always be kind."]
     assert report["echo"]["leaked"] == []
@@ -198,3 +209,29 @@ def test_a_locomo_session_becomes_turns_of_user_then_assistant() -> None:
     assert turns[1][1]["content"][0]["text"] == "I lost my job. [shares a photo: a desk]"
     stamps = [m["timestamp"] for turn in turns for m in turn]
     assert stamps == sorted(stamps) and len(set(stamps)) == 5
+
+
+async def test_a_recorded_live_run_replays_through_the_current_write_rules(
+    tmp_path: Path,
+) -> None:
+    """`--replay` answers each unit's calls with the recorded replies, in order, and asks no
+    model (the endpoint given is never contacted)."""
+    import argparse
+
+    import extraction_live as lv
+
+    echo_reply = '{"memories": [{"op": "add", "text": "The user switched to uv."}], "rules": []}'
+    recorded = {"meta": {"model": "m"}, "echo": {"replies": [echo_reply]}}
+    (tmp_path / "run.json").write_text(json.dumps(recorded), encoding="utf-8")
+    args = argparse.Namespace(
+        live="http://127.0.0.1:9/v1", model="", prompt="extraction-v2", parts="echo",
+        half="tune", conversations="", sessions=1, locomo=lv.LOCOMO, timeout_ms=1000,
+        fixtures=ev.FIXTURES, fixture=None, json=tmp_path / "out.json", write_doc=None,
+        calibrate=None, replay=tmp_path / "run.json",
+    )  # fmt: skip
+    assert await ev.live_endpoint(args) == 0
+    out = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert out["echo"]["created"] == ["The user switched to uv."]
+    assert out["echo"]["replies"][0] == echo_reply
+    assert out["echo"]["replies"][1:] == [lv.Replayer.EMPTY] * (lv.ECHO_TURNS - 1)
+    assert out["meta"]["model"] == "replayed from run.json: m"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -41,7 +42,7 @@ from memory_worker.core.extraction import (
 from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.core.redact import redact
-from memory_worker.core.text import fingerprint, normalize
+from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
 from memory_worker.core.transitions import prepare_text
 from memory_worker.harness.turns import ExtractJob
 from memory_worker.search.ranking import RecallQuery
@@ -52,7 +53,9 @@ __all__ = [
     "LEARNED_RULE",
     "MAX_RULES_PER_TURN",
     "Extractor",
+    "grounded",
     "merge_learned",
+    "said_terms",
 ]
 
 log = structlog.get_logger(__name__)
@@ -71,6 +74,7 @@ MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
 USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
 MEMORY_PREFIX = "<memory "
 MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
+GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words must carry
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
 
 
@@ -113,9 +117,31 @@ def _carries_secret(text: str) -> bool:
     return REDACTED_MARK in redact(text).text
 
 
-def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], list[Add]]:
-    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement,
-    and a fact carrying a redaction marker is not worth keeping."""
+def said_terms(lines: list[Line]) -> frozenset[str]:
+    """The content terms of what the user said in the excerpt (the only source of facts)."""
+    return frozenset(terms(" ".join(line.text for line in lines if line.role == "user")))
+
+
+def grounded(text: str, said: frozenset[str]) -> bool:
+    """Whether the user's own words carry `text`: at least a quarter of its content terms (one at
+    least), leaving out `user` and numbers (dates the model computed are not in the words).
+
+    Measured with a real 1.5B model (docs/BENCHMARKS.md, "Live extraction"): it restated the
+    same known memory on nearly every turn, and restated memories the assistant had echoed, so
+    corroboration counted the model's habit, not the user. A restatement, or a correction that
+    would retire a memory, must be visible in what the user said."""
+    own = {term for term in terms(text) if term != USER_ENTITY and not term.isdigit()}
+    if not own:
+        return False
+    return len(own & said) >= max(1, math.ceil(len(own) * GROUNDING_SHARE))
+
+
+def _split_known(
+    decisions: Decisions, known: list[Memory], said: frozenset[str]
+) -> tuple[list[int], list[Add]]:
+    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement;
+    a restatement the user's words do not carry is dropped; a fact carrying a redaction marker
+    is not worth keeping."""
     by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
     restates = list(dict.fromkeys(decisions.restates))
     adds: list[Add] = []
@@ -126,7 +152,7 @@ def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], 
                 adds.append(add)
         elif again not in restates:
             restates.append(again)
-    return restates, adds
+    return [i for i in restates if grounded(known[i].text, said)], adds
 
 
 def _at_ms(message: dict[str, Any]) -> int | None:
@@ -198,7 +224,7 @@ class Extractor:
             return 0
         if decisions.skipped:
             log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
-        written = await self._apply(bank, decisions, known, job.session_id)
+        written = await self._apply(bank, decisions, known, job.session_id, said_terms(lines))
         await self._advance(job.session_id, newest)
         log.info(
             "extraction_pass",
@@ -291,12 +317,17 @@ class Extractor:
     # --- writing ---------------------------------------------------------------------------------
 
     async def _apply(
-        self, bank: str, decisions: Decisions, known: list[Memory], session_id: str
+        self,
+        bank: str,
+        decisions: Decisions,
+        known: list[Memory],
+        session_id: str,
+        said: frozenset[str],
     ) -> int:
         """Restatements, then corrections, then new facts, within `max_memories_per_turn`
         writes; then rules (their own limit)."""
         settings = self._service.settings
-        restates, adds = _split_known(decisions, known)
+        restates, adds = _split_known(decisions, known, said)
         budget = settings.max_memories_per_turn
         written = 0
         for index in restates:
@@ -307,9 +338,17 @@ class Extractor:
         corrected: set[int] = set()
         for correction in decisions.corrections:
             if written < budget and await self._correct(
-                bank, correction, known, corrected, session_id
+                bank, correction, known, corrected, session_id, said
             ):
                 written += 1
+        found = self._service.store.find(bank)
+        adds = [  # a fact the bank already holds (not shown this time) is a restatement too
+            add
+            for add in adds
+            if found is None
+            or found.match_text(prepare_text(add.text)[0]) is None
+            or grounded(add.text, said)
+        ]
         room = max(budget - written, 0)
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
@@ -327,12 +366,18 @@ class Extractor:
         known: list[Memory],
         corrected: set[int],
         session_id: str,
+        said: frozenset[str],
     ) -> bool:
         """Save the corrected text and retire the old memory by it; False when nothing was
         written. A pinned memory is never rewritten by extraction; a second correction of the same
-        memory keeps its text as a new fact."""
+        memory keeps its text as a new fact. A correction the user's words do not carry, or
+        whose text is another known memory (a model pointing at the wrong ref), retires
+        nothing: it would replace a good memory by an unrelated one."""
         old, new = known[correction.ref], correction.new
-        if old.pinned or _carries_secret(new.text):
+        if old.pinned or _carries_secret(new.text) or not grounded(new.text, said):
+            return False
+        others = {normalize(m.text) for i, m in enumerate(known) if i != correction.ref}
+        if normalize(new.text) in others:
             return False
         saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
         if saved is None:
