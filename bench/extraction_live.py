@@ -20,7 +20,9 @@ and in-memory transcript and state ports:
 
 Matching a captured memory to a reference fact (`Matcher`): "The user" → speaker A's name and
 "the assistant" → speaker B's, then the cosine of the local all-MiniLM-L6-v2 embeddings; a pair
-matches at `MATCH_COSINE` or above. The threshold was calibrated by hand (docs/BENCHMARKS.md,
+matches at `MATCH_COSINE` or above. A memory is also compared with speaker B's facts under B's
+name (the model often writes what B said as "The user …"); when that scores higher, it is
+counted as about speaker B. The threshold was calibrated by hand (docs/BENCHMARKS.md,
 "Live extraction"); `--calibrate OUT` writes every captured memory with its best reference and
 score for such a check.
 """
@@ -478,19 +480,22 @@ def judge_locomo(
         found = len(one_to_one(matcher.scores(r.references, touched)))
         # precision: each created memory against every user fact so far, then the assistant's
         mine = matcher.scores(created, refs_so_far)
-        theirs = matcher.scores(created, r.other)
+        # a fact of the other speaker that the model wrote as "The user …" is theirs, not
+        # invented: compare it with their facts under their name
+        swapped = [named(m.text, other, user) for m in r.change.created]
+        theirs = matcher.scores(swapped, r.other)
         earlier = bank_texts + created  # row i may only look at columns before len(bank) + i
         dup = matcher.scores(created, earlier)
         for i in range(len(created)):
             best_i = int(mine[i].argmax()) if refs_so_far else -1
             best = float(mine[i][best_i]) if best_i >= 0 else 0.0
             other_best = float(theirs[i].max()) if r.other else 0.0
-            if best >= MATCH_COSINE:
-                verdict = "match"
-            elif other_best >= MATCH_COSINE:
+            if max(best, other_best) < MATCH_COSINE:
+                verdict = "unmatched"
+            elif other_best > best:
                 verdict = "other-speaker"
             else:
-                verdict = "unmatched"
+                verdict = "match"
             judged.append(
                 Judged(
                     r.conversation,
