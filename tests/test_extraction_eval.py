@@ -16,11 +16,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip(
-    "memory_worker.harness.extractor",
-    reason="memory_worker.harness.extractor (the extraction pass) is not there yet",
-)
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # extraction_eval imports its siblings by name
 MIN_FIXTURES = 25
