@@ -1061,9 +1061,12 @@ def live_report(args: argparse.Namespace, live: Live) -> int:
         matcher = lv.Matcher()
         totals, judged = lv.judge_locomo(locomo, data, matcher)
         emit()
+        halves = [h for h, members in lv.SPLIT.items() if set(ids) <= set(members)]
+        half = f"the {halves[0]} half" if halves else "both halves"
+        sample = "" if halves and set(ids) == set(lv.SPLIT[halves[0]]) else " (a sample)"
         emit(
-            f"#### LoCoMo, {args.half if not args.conversations else 'chosen'} half: "
-            f"{', '.join(ids)}, sessions 1–{args.sessions} each"
+            f"#### LoCoMo, {half}{sample}: {', '.join(ids)}, "
+            f"session{'s 1–' + str(args.sessions) if args.sessions > 1 else ' 1'} of each"
         )
         emit()
         emit(locomo_table(locomo, data, matcher))
