@@ -1,4 +1,4 @@
-"""The extraction pass: one finished turn's new messages → one `router::complete` → writes.
+"""The extraction pass: one finished turn's new messages → one completion → writes.
 
 1. Read the session's messages after its cursor (state scope `memory_cursor`), walking every page
    (`session::messages` is oldest first, so the new turn is on the last page), keeping at most
@@ -6,10 +6,12 @@
    that is never met (a branch switch, trimmed history) falls back to the tail.
 2. Redact secrets in the excerpt BEFORE anything leaves the worker.
 3. Show the model what the bank already holds about it (the top recall hits, with refs).
-4. One completion; the reply is parsed leniently (`extraction.parse_reply`).
+4. One completion (`router::complete`, or the `extraction_endpoint`), with the prompt version
+   `extraction_prompt` names; the reply is parsed leniently (`extraction.parse_reply`).
 5. Apply, at most `max_memories_per_turn` memory writes: add (fingerprint-deduped: a repeat
    reinforces), restate (reinforce), correct (save the new text, supersede the old with the
-   reason; a pinned memory is never touched); standing instructions are appended to the bank's
+   reason; a pinned memory is never touched). A restatement or a correction counts only when
+   the user's own words carry it (`grounded`); standing instructions are appended to the bank's
    auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
