@@ -133,6 +133,9 @@ READ_ONLY_EXTRAS = {
     "memory::rule::list",
     "memory::bank::list",
 }
+# The lessons a tool call would meet (C23): what the hooks hand an agent anyway; its only write is
+# the record of what a conversation was given.
+AGENT_LESSONS = {"memory::lessons::match"}
 # History rewrites and the human-owned surfaces (console, REST, CLI).
 HUMAN_OWNED = {
     "memory::supersede",
@@ -170,7 +173,7 @@ def test_permission_rules_are_not_repeated() -> None:
 
 def test_agents_are_allowed_exactly_the_agent_set() -> None:
     allowed, _ = _permission_rules()
-    assert set(allowed) == AGENT_FUNCTIONS | READ_ONLY_EXTRAS
+    assert set(allowed) == AGENT_FUNCTIONS | READ_ONLY_EXTRAS | AGENT_LESSONS
 
 
 def test_agents_are_denied_internals_and_human_owned_surfaces() -> None:
@@ -180,7 +183,14 @@ def test_agents_are_denied_internals_and_human_owned_surfaces() -> None:
 
 def test_every_catalog_function_has_a_deliberate_permission() -> None:
     """A new function must be placed: allowed, denied, or knowingly left to approval."""
-    placed = AGENT_FUNCTIONS | READ_ONLY_EXTRAS | HUMAN_OWNED | NEEDS_APPROVAL | SEED_INTERNAL
+    placed = (
+        AGENT_FUNCTIONS
+        | READ_ONLY_EXTRAS
+        | AGENT_LESSONS
+        | HUMAN_OWNED
+        | NEEDS_APPROVAL
+        | SEED_INTERNAL
+    )
     unplaced = sorted(CATALOG_IDS - placed)
     assert not unplaced, f"decide the agent permission of {unplaced} in iii-permissions.yaml"
     assert NEEDS_APPROVAL <= CATALOG_IDS

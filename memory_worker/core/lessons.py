@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import Anchors, Memory
@@ -28,11 +29,15 @@ __all__ = [
     "LESSON",
     "MAX_RECOMMENDATION_BYTES",
     "MAX_TITLE_BYTES",
+    "Card",
     "LessonBlock",
+    "anchors_from",
     "is_lesson",
     "lesson_key",
     "normalize_path",
     "prepare_anchors",
+    "prepare_card",
+    "prepare_category",
     "prepare_evidence",
     "prepare_recommendation",
     "prepare_title",
@@ -254,6 +259,68 @@ def prepare_anchors(
             "a lesson needs at least one anchor: files, folders, identifiers or keyword_groups"
         )
     return anchors
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A save's category and, for a lesson, its checked card fields."""
+
+    category: str | None = None
+    title: str | None = None
+    recommendation: str | None = None
+    anchors: Anchors | None = None
+    evidence: tuple[str, ...] | None = None
+
+
+def prepare_category(raw: str | None) -> str | None:
+    if raw is None or not raw.strip():
+        return None
+    category = raw.strip().lower()
+    if category not in CATEGORIES:
+        raise InvalidInput(f"category must be one of {', '.join(sorted(CATEGORIES))}, got {raw!r}")
+    return category
+
+
+def prepare_card(
+    category: str | None,
+    title: str | None,
+    recommendation: str | None,
+    anchors: Mapping[str, Any] | None,
+    evidence: Sequence[str],
+) -> tuple[Card, list[str]]:
+    """The category and lesson fields of a save, checked whole; returns them and the redaction
+    labels. A lesson needs all three card fields; the others must not carry any."""
+    kind = prepare_category(category)
+    if kind != LESSON:
+        if title is not None or recommendation is not None or anchors is not None or evidence:
+            raise InvalidInput(
+                "title, recommendation, anchors and evidence are lesson fields: set category to "
+                "lesson"
+            )
+        return Card(category=kind), []
+    if title is None or recommendation is None or anchors is None:
+        raise InvalidInput("a lesson needs title, recommendation and anchors")
+    clean_title, labels = prepare_title(title)
+    clean_recommendation, more = prepare_recommendation(recommendation)
+    kept, evidence_labels = prepare_evidence(evidence)
+    card = Card(
+        category=LESSON,
+        title=clean_title,
+        recommendation=clean_recommendation,
+        anchors=anchors_from(anchors),
+        evidence=kept or None,
+    )
+    return card, [*labels, *more, *evidence_labels]
+
+
+def anchors_from(raw: Mapping[str, Any]) -> Anchors:
+    """`prepare_anchors` over a mapping as a request gives it."""
+    return prepare_anchors(
+        files=[str(v) for v in raw.get("files", ())],
+        folders=[str(v) for v in raw.get("folders", ())],
+        identifiers=[str(v) for v in raw.get("identifiers", ())],
+        keyword_groups=[[str(term) for term in group] for group in raw.get("keyword_groups", ())],
+    )
 
 
 # --- the injected text -----------------------------------------------------------------------

@@ -34,6 +34,7 @@ __all__ = [
     "IDENTIFIER_SCORE",
     "LessonIndex",
     "Signals",
+    "explain",
     "signals",
 ]
 
@@ -565,6 +566,24 @@ class LessonIndex:
                 if lesson_id not in best and terms <= words:
                     best[lesson_id] = GROUP_SCORE
         return sorted(best.items(), key=lambda item: (-item[1], item[0]))
+
+
+def explain(anchors: Anchors, found: Signals, score: int) -> str:
+    """The anchor behind `score` for a card (`file proto/user.proto`), for receipts and people."""
+    if score == FILE_SCORE:
+        paths = set(found.paths)
+        return next((f"file {p}" for p in anchors.files if p in paths), "file")
+    if score == FOLDER_SCORE:
+        inside = {folder for path in found.paths for folder in _ancestors(path)}
+        return next((f"folder {f}" for f in anchors.folders if f in inside), "folder")
+    if score == IDENTIFIER_SCORE:
+        names = found.identifiers
+        return next((f"identifier {n}" for n in anchors.identifiers if n in names), "identifier")
+    words = found.words
+    return next(
+        (f"keywords {' '.join(g)}" for g in anchors.keyword_groups if words.issuperset(g)),
+        "keywords",
+    )
 
 
 def _drop(table: dict[str, set[str]], keys: Iterable[str], lesson_id: str) -> None:
