@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
 from memory_worker.app.ports import Embedder
@@ -336,6 +337,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
+    agent_hooks.add_parser(sub, common)
+
     # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
     # --log-level would change every command's.
     serve = sub.add_parser(
@@ -366,7 +369,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_COMMANDS = {"trigger": _trigger, "call": _call, "import": _import, "serve": _serve}
+async def _hook(args: argparse.Namespace) -> int:
+    return await agent_hooks.run(args, _with_service)
+
+
+_COMMANDS = {
+    "trigger": _trigger,
+    "call": _call,
+    "import": _import,
+    "hook": _hook,
+    "serve": _serve,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -70,7 +70,10 @@ class FileDeliveries:
 
     async def forget(self, conversation: str) -> None:
         self._cache.pop(conversation, None)
-        await asyncio.to_thread(files.remove_file, self.folder / _file_name(conversation))
+        try:
+            await asyncio.to_thread(files.remove_file, self.folder / _file_name(conversation))
+        except StorageError as exc:  # the file outlives the session: it is pruned later
+            log.warning("deliveries_forget_failed", error=str(exc))
 
     def _remember(self, conversation: str, delivered: dict[str, str]) -> None:
         self._cache[conversation] = delivered
