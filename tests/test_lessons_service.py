@@ -325,3 +325,41 @@ async def test_forgetting_a_conversation_lets_it_be_given_the_cards_again(
     assert len((await _match(service, conversation="c1"))["cards"]) == 1
     await service.forget_deliveries("c1")
     assert len((await _match(service, conversation="c1"))["cards"]) == 1
+
+
+async def test_two_writers_never_silently_overwrite_a_lesson(
+    service: MemoryService, data_dir: Path
+) -> None:
+    saved = (await _call(service, "memory::save", PROTO))["memory"]
+    seen = saved["revision"]  # both writers read this revision
+    first = await _call(
+        service,
+        "memory::update",
+        {"id": saved["id"], "expected_revision": seen, "title": "Run make gen, then make lint"},
+    )
+    assert first["memory"]["revision"] == seen + 1
+    before = _log(data_dir)
+    with pytest.raises(Conflict, match=f"stale revision: memory {saved['id']} is at revision"):
+        await _call(
+            service,
+            "memory::update",
+            {"id": saved["id"], "expected_revision": seen, "anchors": {"folders": ["api"]}},
+        )
+    with pytest.raises(Conflict, match="stale revision"):
+        await _call(service, "memory::delete", {"id": saved["id"], "expected_revision": seen})
+    assert _log(data_dir) == before  # nothing changed
+    [card] = (await _match(service))["cards"]  # the first writer's card, still anchored
+    assert card["title"] == "Run make gen, then make lint"
+    retired = await _call(
+        service, "memory::delete", {"id": saved["id"], "expected_revision": seen + 1}
+    )
+    assert "invalid_at" in retired["memory"]
+    assert (await _match(service))["cards"] == []
+    history = await _call(service, "memory::history", {"id": saved["id"]})
+    assert [r["revision"] for r in history["revisions"]] == [seen, seen + 1, seen + 2]
+    with pytest.raises(Conflict, match="stale revision"):  # a stale snapshot cannot revive it
+        await _call(
+            service,
+            "memory::update",
+            {"id": saved["id"], "expected_revision": seen + 1, "title": "Back from the dead"},
+        )

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 import structlog
 
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import WorkerError
 
@@ -94,7 +95,8 @@ async def _pre_tool_use(
     }
     if options.bank:
         request["bank"] = options.bank
-    result = await catalog.call(service, "memory::lessons::match", request)
+    caller = Caller.internal("hook", session_id=request["conversation"])
+    result = await catalog.call(service, "memory::lessons::match", request, caller)
     message = result.get("message")
     if not message:
         return None

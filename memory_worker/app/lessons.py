@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from memory_worker.app.base import ServiceBase, clean_short
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.ports import Deliveries, KeyValue
 from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatchResponse
 from memory_worker.core.errors import SiblingUnavailable
@@ -159,7 +160,9 @@ class LessonUseCases(ServiceBase):
                 del locks[key]
         return locks.setdefault(conversation, asyncio.Lock())
 
-    async def lessons_match(self, req: LessonsMatchRequest) -> LessonsMatchResponse:
+    async def lessons_match(
+        self, req: LessonsMatchRequest, caller: Caller = SYSTEM
+    ) -> LessonsMatchResponse:
         name = self._name(req.bank)
         conversation = clean_short(req.conversation, "conversation", MAX_CONVERSATION_CHARS)
         step = clean_short(req.step, "step", MAX_CONVERSATION_CHARS)
