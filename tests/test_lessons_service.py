@@ -363,3 +363,17 @@ async def test_two_writers_never_silently_overwrite_a_lesson(
             "memory::update",
             {"id": saved["id"], "expected_revision": seen + 1, "title": "Back from the dead"},
         )
+
+
+async def test_an_imported_lesson_keeps_its_card_and_a_bad_one_rejects_the_import(
+    service: MemoryService, data_dir: Path
+) -> None:
+    with pytest.raises(InvalidInput, match=r"record 2: .*too broad"):
+        await service.import_records(
+            "main", [PROTO, {**BEDROCK, "anchors": {"identifiers": ["config"]}}]
+        )
+    assert not (data_dir / "main").exists()
+    report = await service.import_records("main", [PROTO, BEDROCK])
+    assert report.imported == 2
+    [card] = (await _match(service))["cards"]
+    assert card["title"] == PROTO["title"] and card["matched"] == "file proto/user.proto"

@@ -313,14 +313,38 @@ def prepare_card(
     return card, [*labels, *more, *evidence_labels]
 
 
+def _items(value: Any, *, words: bool = False) -> list[str]:
+    """A list of strings as a request may give it: a list, or one string (comma-separated; for a
+    keyword group, words too)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        parts = value.replace(",", " ").split() if words else value.split(",")
+        return [part.strip() for part in parts if part.strip()]
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    raise InvalidInput(f"expected a list of strings, got {type(value).__name__}")
+
+
 def anchors_from(raw: Mapping[str, Any]) -> Anchors:
-    """`prepare_anchors` over a mapping as a request gives it."""
+    """`prepare_anchors` over a mapping as a request or an import row gives it."""
+    unknown = set(raw) - {"files", "folders", "identifiers", "keyword_groups"}
+    if unknown:
+        raise InvalidInput(f"unknown anchor kinds {sorted(unknown)}")
     return prepare_anchors(
-        files=[str(v) for v in raw.get("files", ())],
-        folders=[str(v) for v in raw.get("folders", ())],
-        identifiers=[str(v) for v in raw.get("identifiers", ())],
-        keyword_groups=[[str(term) for term in group] for group in raw.get("keyword_groups", ())],
+        files=_items(raw.get("files")),
+        folders=_items(raw.get("folders")),
+        identifiers=_items(raw.get("identifiers")),
+        keyword_groups=[_items(g, words=True) for g in _items_raw(raw.get("keyword_groups"))],
     )
+
+
+def _items_raw(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]  # one group given alone
 
 
 # --- the injected text -----------------------------------------------------------------------
