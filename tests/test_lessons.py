@@ -107,6 +107,7 @@ def test_anchors_are_normalized_deduplicated_and_groups_sorted() -> None:
         ({"keyword_groups": [["2024", "bedrock"]]}, "too broad"),
         ({"keyword_groups": [["make gen", "proto"]]}, "one word"),
         ({"files": [f"f{n}.py" for n in range(33)]}, "at most 32 files"),
+        ({"files": ["keys/sk-ant-api03-" + "a" * 40]}, "must not hold a secret"),
     ],
 )
 def test_bad_anchors_are_refused_with_a_reason(kwargs: dict[str, list[str]], message: str) -> None:

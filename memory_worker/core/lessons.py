@@ -177,8 +177,17 @@ def prepare_evidence(values: Iterable[str]) -> tuple[tuple[str, ...], list[str]]
     return tuple(out), labels
 
 
+def _no_secret(raw: str, kind: str) -> None:
+    """Anchors are stored and matched verbatim, so a secret cannot be redacted out of one: refuse
+    it instead."""
+    labels = redact(raw).labels
+    if labels:
+        raise InvalidInput(f"{kind} must not hold a secret (looks like {', '.join(labels)})")
+
+
 def _anchor_path(raw: str, kind: str) -> str:
     _check_unicode(raw, kind)
+    _no_secret(raw, kind)
     text = raw.strip()
     if len(text) > MAX_PATH_CHARS:
         raise InvalidInput(f"each of {kind} must be at most {MAX_PATH_CHARS} characters")
@@ -196,6 +205,7 @@ def _anchor_path(raw: str, kind: str) -> str:
 
 def _identifier(raw: str) -> str:
     _check_unicode(raw, "identifiers")
+    _no_secret(raw, "identifiers")
     name = raw.strip()
     if len(name) > MAX_IDENTIFIER_CHARS or not IDENTIFIER.fullmatch(name):
         raise InvalidInput(
