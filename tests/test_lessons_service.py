@@ -377,3 +377,15 @@ async def test_an_imported_lesson_keeps_its_card_and_a_bad_one_rejects_the_impor
     assert report.imported == 2
     [card] = (await _match(service))["cards"]
     assert card["title"] == PROTO["title"] and card["matched"] == "file proto/user.proto"
+
+
+async def test_a_log_rewrite_that_erases_a_lesson_takes_it_out_of_the_index(
+    service: MemoryService,
+) -> None:
+    proto = (await _call(service, "memory::save", PROTO))["memory"]
+    await _call(service, "memory::save", {**BEDROCK, "anchors": {"folders": ["proto"]}})
+    bank = service.store.get("main")
+    await bank.rewrite(lambda records: [r for r in records if r.id != proto["id"]])
+    [card] = (await _match(service))["cards"]
+    assert card["id"] != proto["id"] and card["score"] == 800
+    assert proto["id"] not in bank.lessons

@@ -171,6 +171,11 @@ class TurnPipeline:
             await self._service.forget_deliveries(session_id)  # what lessons it was given
         return {"ok": True}
 
+    async def settle(self) -> None:
+        """Wait for the inline jobs running now to finish (tests, benchmarks)."""
+        while running := [task for task in self._inline if not task.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
+
     async def close(self) -> None:
         for task in list(self._inline):
             task.cancel()
