@@ -67,9 +67,8 @@ from memory_worker.search.lessons import (  # noqa: E402
     GROUP_SCORE,
     IDENTIFIER_SCORE,
     LessonIndex,
-    Signals,
-    signals,
 )
+from memory_worker.search.toolcall import Signals, signals  # noqa: E402
 
 SEED = 20260518
 WORKSPACE = "/home/dev/repo"

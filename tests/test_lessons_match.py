@@ -21,8 +21,8 @@ from memory_worker.search.lessons import (
     GROUP_SCORE,
     IDENTIFIER_SCORE,
     LessonIndex,
-    signals,
 )
+from memory_worker.search.toolcall import signals
 
 ROOT = "/work/repo"
 

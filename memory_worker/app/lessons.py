@@ -25,7 +25,8 @@ from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatch
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.lessons import lesson_key, render_lessons
 from memory_worker.core.models import Memory
-from memory_worker.search.lessons import explain, signals
+from memory_worker.search.lessons import explain
+from memory_worker.search.toolcall import signals
 from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION, FileDeliveries
 
 __all__ = [
