@@ -44,6 +44,7 @@ LESSONS: dict[str, dict[str, Any]] = {
     "bedrock-group": {"groups": [["bedrock", "region"]]},
     "gen-group": {"groups": [["proto", "stubs", "regenerate"]]},
     "camel-ident": {"identifiers": ["MemoryService"]},
+    "notes": {"files": ["docs/my notes.md"]},
     "everything": {
         "files": ["proto/user.proto"],
         "folders": ["proto"],
@@ -61,7 +62,7 @@ class Case:
     expected: list[tuple[str, int]]
     cwd: str | None = ROOT
     root: str | None = ROOT
-    lessons: tuple[str, ...] = field(default=tuple(LESSONS))
+    lessons: tuple[str, ...] = field(default=tuple(n for n in LESSONS if n != "notes"))
 
 
 CASES = [
@@ -283,6 +284,20 @@ CASES = [
         "Bash",
         {"command": "./run-everything.sh"},
         [],
+    ),
+    Case(
+        "a native path field may hold spaces, and so may a quoted shell word",
+        "Bash",
+        {"command": "cat 'docs/my notes.md'", "description": "show proto/user.proto notes"},
+        [("notes", FILE_SCORE)],
+        lessons=("notes",),
+    ),
+    Case(
+        "an argument of unknown meaning with spaces is text, not a path",
+        "mcp__tool",
+        {"note": "docs/my notes.md"},
+        [],
+        lessons=("notes",),
     ),
     Case(
         "file contents are never taken for paths",

@@ -113,15 +113,18 @@ class _Reader:
         self.scanned += len(piece)
         self.texts.append(piece)
 
-    def path(self, raw: str, cwd: str | None = None, *, glob: bool = False) -> None:
+    def path(
+        self, raw: str, cwd: str | None = None, *, glob: bool = False, strict: bool = False
+    ) -> None:
         """Record the root-relative readings of `raw`: against the working directory and, for a
-        relative path, as written from the root."""
+        relative path, as written from the root. `strict` for a string that is only maybe a path
+        (an argument of unknown meaning): then one with spaces or `=` is taken for text."""
         if len(self.paths) >= MAX_PATHS:
             return
         raw = raw.strip().strip("\"'")
         if glob:
             raw = _glob_prefix(raw)
-        if not _pathlike(raw):
+        if not _pathlike(raw) or (strict and _NOT_A_PATH.search(raw) is not None):
             return
         for candidate in _resolve(raw, self.cwd if cwd is None else cwd, self.root):
             self.paths.setdefault(candidate)
@@ -144,15 +147,17 @@ def _absolute(raw: str) -> bool:
 
 
 _SHELL_PUNCTUATION = frozenset("<>|&;()")
-_NOT_A_PATH = re.compile(r"\s|://|=")  # words with spaces, URLs, assignments
+_NOT_A_PATH = re.compile(r"\s|=")  # in a string of unknown meaning: words, assignments
 
 
 def _pathlike(raw: str) -> bool:
+    """Could name a file (quoted shell words and native path fields may hold spaces)."""
     return (
         bool(raw)
         and len(raw) <= 1024
         and raw[0] not in "~-$"
-        and _NOT_A_PATH.search(raw) is None
+        and "://" not in raw  # a URL
+        and "\n" not in raw
         and not raw.isdigit()
         and not _SHELL_PUNCTUATION.issuperset(raw)  # `>`, `2>&1`'s pieces: redirections
     )
@@ -302,7 +307,7 @@ def _read_string(reader: _Reader, value: str, key: str) -> None:
     elif key in _GLOB_KEYS or (key == "pattern" and reader.glob_pattern):
         reader.path(value, reader.glob_base, glob=True)
     elif key not in _CWD_KEYS and key not in _TEXT_KEYS:
-        reader.path(value)  # an argument that is itself a path
+        reader.path(value, strict=True)  # an argument that may itself be a path
 
 
 def _argv(value: object) -> TypeGuard[list[str]]:
