@@ -96,7 +96,7 @@ _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*:(?P<rest>.*?)(?P
 
 def _comment(rest: str) -> str:
     """The trailing ` # comment` of a `key: value` line's remainder, kept on rewrite."""
-    for match in re.finditer(r"[ \t]#", rest):
+    for match in re.finditer(r"[ \t]+#", rest):
         try:
             yaml.safe_load(rest[: match.start()] or "null")
         except yaml.YAMLError:

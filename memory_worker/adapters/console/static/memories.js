@@ -252,7 +252,7 @@ export function createMemoriesPanel(ctx) {
 
     function startEdit() {
       if (editing) { editing.textarea.focus(); return }
-      const textarea = h('textarea', { class: 'mw-input mw-edit-text', value: memory.text, maxLength: 2000, rows: 3, attrs: { 'aria-label': 'Memory text' } })
+      const textarea = h('textarea', { class: 'mw-input mw-edit-text', value: memory.text, maxLength: 2000, rows: 3, attrs: { 'aria-label': 'Edit memory text' } })
       const tags = h('input', { class: 'mw-input', value: (memory.tags ?? []).join(', '), attrs: { 'aria-label': 'Tags' } })
       const entities = h('input', { class: 'mw-input', value: (memory.entities ?? []).join(', '), attrs: { 'aria-label': 'Entities' } })
       const notice = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
