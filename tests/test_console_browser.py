@@ -83,8 +83,10 @@ def _server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env["MEMORY_EMBEDDER"] = "none"  # lexical: fast and deterministic scores
     stderr = (root / "serve.stderr").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memory_worker", "serve", "--standalone", "--port", "0"]
-        + ["--data-dir", str(root / "data"), "--config", str(config)],
+        [
+            *(sys.executable, "-m", "memory_worker", "serve", "--standalone", "--port", "0"),
+            *("--data-dir", str(root / "data"), "--config", str(config)),
+        ],
         stdout=subprocess.PIPE,
         stderr=stderr,
         env=env,
@@ -134,8 +136,14 @@ def _open_tab(browser: Any, server: Server) -> Iterator[Any]:
     contexts: list[Any] = []
     tabs: list[Tab] = []
 
-    def open_tab(bank: str, panel: str = "memories", *, viewport: dict[str, int] = DESKTOP,
-                 query: str = "", context: Any = None) -> Tab:
+    def open_tab(
+        bank: str,
+        panel: str = "memories",
+        *,
+        viewport: dict[str, int] = DESKTOP,
+        query: str = "",
+        context: Any = None,
+    ) -> Tab:
         if context is None:
             context = browser.new_context(viewport=viewport)
             contexts.append(context)
@@ -162,6 +170,14 @@ def _bank(server: Server, name: str) -> str:
     return name
 
 
+def _save(server: Server, bank: str, text: str, **extra: Any) -> Any:
+    return server.call("memory::save", {"bank": bank, "text": text, **extra})
+
+
+def _rule(server: Server, bank: str, name: str, content: str) -> Any:
+    return server.call("memory::rule::set", {"bank": bank, "name": name, "content": content})
+
+
 def _row(page: Any, text: str) -> Any:
     return page.locator(".mw-memory").filter(has=page.locator(".mw-memory-text", has_text=text))
 
@@ -184,7 +200,7 @@ def test_a_bank_created_in_the_rail_is_selected_and_deleted_to_trash_after_confi
 
     page.get_by_role("button", name="Delete bank…").click()
     dialog = page.get_by_role("dialog")
-    expect(dialog).to_contain_text("Move bank \"travel-plans\" to the trash?")
+    expect(dialog).to_contain_text('Move bank "travel-plans" to the trash?')
     dialog.get_by_role("button", name="Cancel").click()  # cancelling changes nothing
     expect(dialog).to_have_count(0)
     assert "travel-plans" in {b["name"] for b in server.call("memory::bank::list")["banks"]}
@@ -201,8 +217,8 @@ def test_rail_counts_follow_changes_made_elsewhere(server: Server, open_tab: Any
     page = open_tab(bank).page
     counts = page.locator(".mw-bank-button", has_text=bank).locator(".mw-bank-meta")
     expect(counts).to_have_text("0 memories · 0 pinned · 0 rules")
-    server.call("memory::save", {"bank": bank, "text": "Counts move live", "pinned": True})
-    server.call("memory::rule::set", {"bank": bank, "name": "tone", "content": "Be brief."})
+    _save(server, bank, "Counts move live", pinned=True)
+    _rule(server, bank, "tone", "Be brief.")
     expect(counts).to_have_text("1 memory · 1 pinned · 1 rule")
 
 
@@ -235,10 +251,12 @@ def test_a_rule_written_in_the_editor_is_saved_and_emptying_it_deletes_after_con
 
 def test_the_learned_rule_is_marked_auto_managed(server: Server, open_tab: Any) -> None:
     bank = _bank(server, "learned")
-    server.call("memory::rule::set", {"bank": bank, "name": "learned", "content": "- Use metric units."})
-    server.call("memory::rule::set", {"bank": bank, "name": "style", "content": "Short."})
+    _rule(server, bank, "learned", "- Use metric units.")
+    _rule(server, bank, "style", "Short.")
     page = open_tab(bank, "rules").page
-    expect(page.locator(".mw-rule[data-rule='learned'] .mw-badge-auto")).to_have_text("auto-managed")
+    expect(page.locator(".mw-rule[data-rule='learned'] .mw-badge-auto")).to_have_text(
+        "auto-managed"
+    )
     expect(page.locator(".mw-rule[data-rule='style'] .mw-badge-auto")).to_have_count(0)
 
 
@@ -246,7 +264,7 @@ def test_two_tabs_editing_one_rule_the_second_save_is_refused_with_a_visible_con
     server: Server, open_tab: Any
 ) -> None:
     bank = _bank(server, "two-tabs")
-    server.call("memory::rule::set", {"bank": bank, "name": "style", "content": "Original."})
+    _rule(server, bank, "style", "Original.")
     first = open_tab(bank, "rules").page
     second = open_tab(bank, "rules").page
     first.get_by_label("Rule style").fill("First tab's version.")
@@ -275,7 +293,7 @@ def test_two_tabs_editing_one_rule_the_second_save_is_refused_with_a_visible_con
 
 def test_save_search_pin_edit_and_delete_a_memory(server: Server, open_tab: Any) -> None:
     bank = _bank(server, "crud")
-    server.call("memory::save", {"bank": bank, "text": "The office plant needs water on Mondays"})
+    _save(server, bank, "The office plant needs water on Mondays")
     page = open_tab(bank).page
     page.get_by_label("New memory text").fill("The user drinks green tea every afternoon")
     page.get_by_label("New memory tags").fill("drinks, habits")
@@ -353,8 +371,13 @@ def test_each_row_shows_entities_tags_corroboration_confidence_time_and_session(
     server: Server, open_tab: Any
 ) -> None:
     bank = _bank(server, "row-meta")
-    payload = {"bank": bank, "text": "Ana leads the billing project", "entities": ["ana"],
-               "tags": ["work"], "session_id": "sess-1234567890abcdef"}
+    payload = {
+        "bank": bank,
+        "text": "Ana leads the billing project",
+        "entities": ["ana"],
+        "tags": ["work"],
+        "session_id": "sess-1234567890abcdef",
+    }
     server.call("memory::save", payload)
     server.call("memory::save", payload)  # the same text again: reinforced
     page = open_tab(bank).page
@@ -374,7 +397,7 @@ def test_a_memory_saved_elsewhere_appears_live_without_a_reload(
     bank = _bank(server, "live")
     page = open_tab(bank).page
     page.evaluate("window.__sameDocument = true")
-    server.call("memory::save", {"bank": bank, "text": "Saved by another door while the tab is open"})
+    _save(server, bank, "Saved by another door while the tab is open")
     expect(_row(page, "another door")).to_have_count(1)
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 
@@ -383,7 +406,7 @@ def test_live_updates_shift_nothing_outside_the_list(server: Server, open_tab: A
     """Counters and controls keep their place while events arrive; a row being edited keeps its
     draft and its focus."""
     bank = _bank(server, "no-shift")
-    server.call("memory::save", {"bank": bank, "text": "A memory being edited right now"})
+    _save(server, bank, "A memory being edited right now")
     page = open_tab(bank).page
     row = _row(page, "being edited")
     row.get_by_role("button", name="Edit").click()
@@ -416,9 +439,11 @@ def test_live_updates_shift_nothing_outside_the_list(server: Server, open_tab: A
 
 def test_a_memorys_history_lists_every_revision(server: Server, open_tab: Any) -> None:
     bank = _bank(server, "history")
-    saved = server.call("memory::save", {"bank": bank, "text": "The user lives in Lisbon"})
+    saved = _save(server, bank, "The user lives in Lisbon")
     memory_id = saved["memory"]["id"]
-    server.call("memory::update", {"bank": bank, "id": memory_id, "text": "The user lives in Porto"})
+    server.call(
+        "memory::update", {"bank": bank, "id": memory_id, "text": "The user lives in Porto"}
+    )
     server.call("memory::pin", {"bank": bank, "id": memory_id, "pinned": True})
     page = open_tab(bank).page
     row = _row(page, "Porto")
@@ -437,7 +462,7 @@ def test_an_edit_against_a_stale_revision_is_refused_and_the_draft_kept(
     server: Server, open_tab: Any
 ) -> None:
     bank = _bank(server, "stale-edit")
-    saved = server.call("memory::save", {"bank": bank, "text": "The meeting is on Thursday"})
+    saved = _save(server, bank, "The meeting is on Thursday")
     page = open_tab(bank).page
     row = _row(page, "meeting")
     row.get_by_role("button", name="Edit").click()
@@ -457,9 +482,9 @@ def test_preview_shows_the_section_and_the_memories_in_order_with_ambient_ones_m
     server: Server, open_tab: Any
 ) -> None:
     bank = _bank(server, "preview")
-    server.call("memory::rule::set", {"bank": bank, "name": "style", "content": "Answer in one line."})
-    server.call("memory::save", {"bank": bank, "text": "The user's dog is called Rex", "pinned": True})
-    server.call("memory::save", {"bank": bank, "text": "Invoices are due on the 5th"})
+    _rule(server, bank, "style", "Answer in one line.")
+    _save(server, bank, "The user's dog is called Rex", pinned=True)
+    _save(server, bank, "Invoices are due on the 5th")
     page = open_tab(bank, "preview").page
     page.get_by_label("Message to preview").fill("what is my dog called?")
     page.get_by_role("button", name="Preview", exact=True).click()
@@ -520,9 +545,7 @@ def test_doctor_lists_its_checks_with_what_each_degradation_means(
 # --- safety --------------------------------------------------------------------------------------
 
 
-def test_memory_and_rule_text_is_shown_as_text_never_as_html(
-    server: Server, open_tab: Any
-) -> None:
+def test_memory_and_rule_text_is_shown_as_text_never_as_html(server: Server, open_tab: Any) -> None:
     bank = _bank(server, "xss")
     hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
     server.call("memory::save", {"bank": bank, "text": f"{hostile} remember this"})
@@ -571,8 +594,13 @@ def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
         headers = route.request.headers
         seen.append(headers)
         if headers.get("authorization") != "Bearer s3cret-token":
-            route.fulfill(status=401, content_type="application/json", body=json.dumps(
-                {"error": {"code": "unauthorized", "message": "a bearer token is required"}}))
+            route.fulfill(
+                status=401,
+                content_type="application/json",
+                body=json.dumps(
+                    {"error": {"code": "unauthorized", "message": "a bearer token is required"}}
+                ),
+            )
         else:
             route.continue_()
 
@@ -605,7 +633,7 @@ def test_polling_takes_over_when_the_live_stream_is_unavailable(
         page.goto(f"{server.url}/?poll_ms=300#/bank/{bank}/memories")
         expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "polling")
         expect(page.locator(".mw-mode-text")).to_have_text("polling")
-        server.call("memory::save", {"bank": bank, "text": "Found by the polling fallback"})
+        _save(server, bank, "Found by the polling fallback")
         expect(_row(page, "polling fallback")).to_have_count(1)
     finally:
         context.close()
@@ -623,21 +651,44 @@ def _seed_showcase(server: Server) -> str:
         return bank
     server.call("memory::bank::create", {"name": bank, "description": "screenshots"})
     server.call("memory::bank::create", {"name": "work"})
-    server.call("memory::rule::set", {"bank": bank, "name": "style", "content":
-        "# Style\nFormal register. No em-dashes.\nAnswer in the user's language."})
-    server.call("memory::rule::set", {"bank": bank, "name": "learned", "content":
-        "- Prefer metric units.\n- Never schedule meetings before 10:00."})
+    server.call(
+        "memory::rule::set",
+        {
+            "bank": bank,
+            "name": "style",
+            "content": "# Style\nFormal register. No em-dashes.\nAnswer in the user's language.",
+        },
+    )
+    server.call(
+        "memory::rule::set",
+        {
+            "bank": bank,
+            "name": "learned",
+            "content": "- Prefer metric units.\n- Never schedule meetings before 10:00.",
+        },
+    )
     for text, extra in (
-        ("The user publishes blog posts on Tuesday mornings", {"tags": ["blog"], "pinned": True,
-                                                               "entities": ["user"]}),
-        ("Ana leads the billing project", {"entities": ["ana"], "tags": ["work"],
-                                           "session_id": "sess-7f3a9c21b0"}),
+        (
+            "The user publishes blog posts on Tuesday mornings",
+            {"tags": ["blog"], "pinned": True, "entities": ["user"]},
+        ),
+        (
+            "Ana leads the billing project",
+            {"entities": ["ana"], "tags": ["work"], "session_id": "sess-7f3a9c21b0"},
+        ),
         ("The user's dog is called Rex", {"entities": ["user", "rex"], "tags": ["family"]}),
         ("Invoices are due on the 5th of each month", {"tags": ["work", "billing"]}),
     ):
         server.call("memory::save", {"bank": bank, "text": text, **extra})
-    server.call("memory::save", {"bank": bank, "text": "Ana leads the billing project",
-                                 "entities": ["ana"], "tags": ["work"]})
+    server.call(
+        "memory::save",
+        {
+            "bank": bank,
+            "text": "Ana leads the billing project",
+            "entities": ["ana"],
+            "tags": ["work"],
+        },
+    )
     return bank
 
 
