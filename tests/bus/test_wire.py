@@ -111,9 +111,7 @@ class TestRegistration:
             for kind in ("console:script", "console:style", "console:module")
             for b in engine.bindings(kind)
         }
-        assert bound == {
-            path: (kind, "memory::ui-content") for path, kind in console.bus_assets()
-        }
+        assert bound == {path: (kind, "memory::ui-content") for path, kind in console.bus_assets()}
         page = cli.call("memory::ui-content", {"path": "memory/page.js"})
         assert page["content_type"].startswith("text/javascript")
         assert "export default function setup(host)" in page["content"]
