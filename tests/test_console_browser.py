@@ -95,6 +95,11 @@ def _server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     try:
         line = read_line(proc, time.monotonic() + START_TIMEOUT_S)
         url = line.removeprefix("memory-worker serving on ")
+        # The next line is for a person: where the console is.
+        assert (
+            read_line(proc, time.monotonic() + START_TIMEOUT_S)
+            == f"console: open {url}/ in a browser"
+        )
         yield Server(proc, url, root / "data", config)
     finally:
         proc.terminate()
@@ -717,3 +722,114 @@ def test_every_panel_is_readable_without_sideways_scrolling(
         if UPDATE_SHOTS:
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / f"{panel}-{width}.png"), full_page=True)
+
+
+# --- the iii home --------------------------------------------------------------------------------
+
+# A stand-in for the iii console around page.js: an import map for `react` (a stub that runs one
+# function component with useRef/useEffect), and a `host` whose bus client forwards each trigger
+# to the real server's REST route, so the very modules the iii console loads run end to end.
+_REACT_STUB = """
+export function createElement(type, props) { return { type, props: props || {} } }
+export function useRef(value) { return { current: value } }
+const effects = []
+export function useEffect(fn) { effects.push(fn) }
+export function __render(element, container) {
+  const node = element.type(element.props)
+  const div = document.createElement(node.type)
+  div.className = node.props.className
+  node.props.ref.current = div
+  container.append(div)
+  const cleanups = effects.splice(0).map((fn) => fn())
+  return () => cleanups.forEach((fn) => fn && fn())
+}
+"""
+_III_HOST_PAGE = """<!doctype html><html><head>
+<script type="importmap">{"imports": {"react": "/iii-test/react.js"}}</script>
+<link rel="stylesheet" href="/console/styles.css"></head>
+<body><div data-iii-ui="memory" id="pane"></div>
+<script type="module">
+import setup from '/console/page.js'
+import { __render } from 'react'
+const handlers = new Map()
+const bindings = []
+window.__iii = { handlers, bindings, calls: [], dirty: [] }
+const iii = {
+  browserId: 'tab-1',
+  connectionState: 'connected',
+  async trigger(fn, payload) {
+    window.__iii.calls.push(fn)
+    if (fn === 'memory::ui-settings') return { mode: 'engine', editable: false, source: 'memory',
+      reason: 'owned by the configuration worker', fields: [{ name: 'recall_limit',
+      type: 'integer', description: 'Max memories injected per turn.', default: 6, value: 6,
+      editable: false }] }
+    const r = await fetch('/' + fn.replaceAll('::', '/'), { method: 'POST',
+      headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(payload) })
+    const body = await r.json()
+    if (!r.ok) throw new Error(body.error.code + ': ' + body.error.message)
+    return body
+  },
+  on(id, fn) { handlers.set(id, fn); return () => handlers.delete(id) },
+  registerTrigger(t) { bindings.push(t); return () => {} },
+  addConnectionStateListener() { return () => {} },
+}
+const pages = []
+setup({ iii, pages: { register: (p) => pages.push(p) } })
+window.__iii.pages = pages.map((p) => ({ id: p.id, title: p.title }))
+window.__iii.unmount = __render(pages[0].render({ setDirty: (d) => window.__iii.dirty.push(d) }),
+  document.getElementById('pane'))
+</script></body></html>"""
+
+
+def test_the_iii_home_registers_the_page_and_runs_it_over_the_bus_client(
+    server: Server, browser: Any
+) -> None:
+    bank = _bank(server, "iii-home")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.route(
+            f"{server.url}/iii-test/page.html",
+            lambda route: route.fulfill(content_type="text/html", body=_III_HOST_PAGE),
+        )
+        context.route(
+            f"{server.url}/iii-test/react.js",
+            lambda route: route.fulfill(content_type="text/javascript", body=_REACT_STUB),
+        )
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/iii-test/page.html")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
+        assert page.evaluate("window.__iii.pages") == [{"id": "memory", "title": "Memory"}]
+        bindings = page.evaluate("window.__iii.bindings")
+        assert sorted(b["type"] for b in bindings) == [
+            "memory::bank-changed",
+            "memory::item-changed",
+        ]
+        assert all(b["function_id"].startswith("iii::memory-ui::") for b in bindings)
+        page.locator(".mw-bank-button", has_text=bank).click()
+        expect(page.locator(".mw-bank-name")).to_have_text(bank)
+        assert page.evaluate("location.hash") == ""  # under iii the console owns the URL
+
+        saved = _save(server, bank, "Delivered by a bus binding")
+        handler = next(b["function_id"] for b in bindings if b["type"] == "memory::item-changed")
+        page.evaluate(
+            "([id, payload]) => window.__iii.handlers.get(id)(payload)",
+            [handler, {"event_type": "created", "bank": bank, "memory": saved["memory"]}],
+        )
+        page.locator("#mw-tab-memories").click()
+        expect(_row(page, "bus binding")).to_have_count(1)
+        page.locator("#mw-tab-settings").click()
+        expect(page.locator(".mw-banner")).to_have_attribute("data-editable", "false")
+        assert "memory::ui-settings" in page.evaluate("window.__iii.calls")
+
+        page.locator("#mw-tab-rules").click()
+        page.get_by_label("New rule name").fill("draft")
+        page.get_by_role("button", name="Add rule").click()
+        page.get_by_label("Rule draft").fill("# draft\nunsaved")
+        assert page.evaluate("window.__iii.dirty.at(-1)") == "memory"  # the host's dirty guard
+        page.evaluate("window.__iii.unmount()")
+        assert page.locator(".mw-header").count() == 0  # unmounting leaves nothing behind
+        assert errors == []
+    finally:
+        context.close()

@@ -67,6 +67,7 @@ DEFAULT_PORT = 8765
 SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long after SIGTERM, then are cancelled
 MODE = "standalone"
 READY_LINE = "memory-worker serving on {url}"  # scripts and tests wait for this line on stdout
+CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a person
 
 STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
@@ -382,6 +383,7 @@ async def serve(
         )
         if not server.stopping:
             print(READY_LINE.format(url=url), flush=True)
+            print(CONSOLE_LINE.format(url=url), flush=True)
         await server.wait()
     finally:
         try:
