@@ -4,6 +4,7 @@ standalone routes (page headers, JSON-only POSTs, the event stream), and the set
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -295,3 +296,31 @@ def test_write_values_refuses_a_file_it_cannot_edit_and_leaves_it(tmp_path: Path
         write_values(path, {"recall_limit": 3})
     assert path.read_text() == "- a\n- list\n"
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+async def test_streams_past_the_cap_are_refused_so_the_tab_polls(
+    served: tuple[StandaloneServer, str],
+) -> None:
+    server, url = served
+    server.feed.max_clients = 1
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url + "/console/events", json={}) as first,
+    ):
+        await first.content.readuntil(b"\n\n")
+        async with http.post(url + "/console/events", json={}) as second:
+            assert second.status == 503
+            assert (await second.json())["error"]["code"] == "unavailable"
+
+
+async def test_stopping_the_server_ends_open_streams_at_once(tmp_path: Path) -> None:
+    """A tab holding the stream open never holds the shutdown (`feed.close()` ends it)."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0, shutdown_timeout_s=30)
+    url = await server.start()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url + "/console/events", json={}) as stream,
+    ):
+        await stream.content.readuntil(b"\n\n")
+        await asyncio.wait_for(server.close(), 5)  # far below the 30 s shutdown timeout
+        assert await stream.content.read() == b""  # the stream ended cleanly

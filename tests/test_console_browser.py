@@ -407,39 +407,40 @@ def test_a_memory_saved_elsewhere_appears_live_without_a_reload(
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 
 
-def test_live_updates_shift_nothing_outside_the_list(server: Server, open_tab: Any) -> None:
-    """Counters and controls keep their place while events arrive; a row being edited keeps its
-    draft and its focus."""
+def test_live_arrivals_never_move_the_row_being_edited(server: Server, open_tab: Any) -> None:
+    """While a row is being edited, memories arriving live are held and counted in the summary
+    line (a fixed-height slot): nothing on the page moves, the draft and its focus stay; ending
+    the edit lets them in."""
     bank = _bank(server, "no-shift")
     _save(server, bank, "A memory being edited right now")
     page = open_tab(bank).page
     row = _row(page, "being edited")
     row.get_by_role("button", name="Edit").click()
     page.get_by_label("Edit memory text").fill("My unsaved draft")
-    watched = [".mw-header", ".mw-rail-title", ".mw-tabs", ".mw-save", ".mw-search-row"]
-    before = page.evaluate(
-        "(sel) => sel.map(s => JSON.stringify(document.querySelector(s).getBoundingClientRect()))",
-        watched,
+    watched = ".mw-header, .mw-tabs, .mw-save, .mw-search-row, .mw-summary, .mw-memory, .mw-edit"
+    rects = (
+        f"() => [...document.querySelectorAll('{watched}')]"
+        ".map(e => JSON.stringify(e.getBoundingClientRect()))"
     )
+    before = page.evaluate(rects)
     page.evaluate(
         """() => { window.__shifts = 0; new PerformanceObserver(list => { for (const e of
-        list.getEntries()) if (!e.hadRecentInput) window.__shifts += e.value })
-        .observe({type: 'layout-shift', buffered: false}) }"""
+        list.getEntries()) if (!e.hadRecentInput) { window.__shifts += e.value;
+        window.__why = (window.__why || []).concat(e.sources.map(x => (x.node && (x.node.className
+        || x.node.nodeName)) + ' ' + JSON.stringify([x.previousRect, x.currentRect]))) } })
+        .observe({type: 'layout-shift'}) }"""
     )
     for i in range(5):
-        server.call("memory::save", {"bank": bank, "text": f"Live arrival number {i} lands above"})
-    expect(page.locator(".mw-memory")).to_have_count(6)
+        _save(server, bank, f"Live arrival number {i} while editing")
     expect(page.locator(".mw-bank-counts")).to_contain_text("6 memories")
-    after = page.evaluate(
-        "(sel) => sel.map(s => JSON.stringify(document.querySelector(s).getBoundingClientRect()))",
-        watched,
-    )
-    assert after == before
+    expect(page.locator(".mw-held")).to_have_text("5 new memories — show")
+    assert page.evaluate(rects) == before
+    assert page.evaluate("window.__shifts") == 0, page.evaluate("window.__why")
     expect(page.get_by_label("Edit memory text")).to_have_value("My unsaved draft")
     expect(page.get_by_label("Edit memory text")).to_be_focused()
-    # Rows arriving above the one being read are the only movement; Chromium's scroll anchoring
-    # and the fixed-size chrome keep the page itself still.
-    print("layout shift during 5 live arrivals:", page.evaluate("window.__shifts"))
+    page.locator(".mw-editing").get_by_role("button", name="Cancel").click()
+    expect(page.locator(".mw-memory")).to_have_count(6)
+    expect(page.locator(".mw-held")).to_be_hidden()
 
 
 def test_a_memorys_history_lists_every_revision(server: Server, open_tab: Any) -> None:
@@ -833,3 +834,19 @@ def test_the_iii_home_registers_the_page_and_runs_it_over_the_bus_client(
         assert errors == []
     finally:
         context.close()
+
+
+def test_a_hand_edit_of_a_rule_file_reaches_the_open_editor(server: Server, open_tab: Any) -> None:
+    """A clean editor follows the file; a dirty one keeps the person's text and says so."""
+    bank = _bank(server, "hand-edit")
+    _rule(server, bank, "style", "Before the hand edit.")
+    _rule(server, bank, "tone", "Tone before.")
+    page = open_tab(bank, "rules").page
+    page.get_by_label("Rule tone").fill("My draft of tone.")
+    rules = server.data_dir / bank / "rules"
+    (rules / "style.md").write_text("Edited in a text editor.")
+    (rules / "tone.md").write_text("Tone edited by hand.")
+    expect(page.get_by_label("Rule style")).to_have_value("Edited in a text editor.")
+    tone = page.locator(".mw-rule[data-rule='tone']")
+    expect(tone.get_by_role("alert")).to_contain_text("changed elsewhere")
+    expect(page.get_by_label("Rule tone")).to_have_value("My draft of tone.")

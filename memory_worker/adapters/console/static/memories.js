@@ -45,7 +45,8 @@ export function createMemoriesPanel(ctx) {
     h('option', { value: 'semantic', text: 'semantic (cosine only)' }))
   const historyToggle = h('input', { type: 'checkbox', on: { change: () => { state.history = historyToggle.checked; state.offset = 0; refresh() } } })
   const chips = h('div', { class: 'mw-chips', attrs: { role: 'group', 'aria-label': 'Filter by tag' } })
-  const summary = h('p', { class: 'mw-summary', attrs: { 'aria-live': 'polite' } })
+  const summaryText = h('span')
+  const summary = h('p', { class: 'mw-summary', attrs: { 'aria-live': 'polite' } }, summaryText)
   const list = h('ol', { class: 'mw-memory-list', attrs: { 'aria-label': 'Memories' } })
   const empty = h('p', { class: 'mw-empty', hidden: true })
   const prev = h('button', { type: 'button', class: 'mw-btn', text: '← Newer', on: { click: () => page(-1) } })
@@ -62,19 +63,33 @@ export function createMemoriesPanel(ctx) {
   // --- data ------------------------------------------------------------------------------------
   let inFlight = null
   let again = false
-  async function refresh() {
+  let liveOnly = true // every refresh asked since the last one ran came from a live event
+  async function refresh({ live = false } = {}) {
     if (!state.bank) return
+    if (!live) liveOnly = false
     if (inFlight) { again = true; return inFlight }
     inFlight = (async () => {
       do {
         again = false
-        await Promise.all([loadItems(), loadTags()])
+        const fromLive = liveOnly
+        liveOnly = true
+        await Promise.all([loadItems(fromLive), loadTags()])
       } while (again)
     })().finally(() => { inFlight = null })
     return inFlight
   }
 
-  async function loadItems() {
+  // While the person edits a row or reads a history, memories arriving live are held (and
+  // counted in the summary line, which has a fixed height) instead of pushing that row down;
+  // rows already shown still update in place. Finishing the edit, or "show", lets them in.
+  let held = 0
+  const showHeld = h('button', { type: 'button', class: 'mw-btn mw-small mw-held', hidden: true, on: { click: () => { held = 0; refresh() } } })
+  summary.append(' ', showHeld)
+  function holding() {
+    return [...rows.values()].some((row) => row.busy())
+  }
+
+  async function loadItems(fromLive) {
     const bank = state.bank
     const base = { bank }
     if (state.tag) base.tag = state.tag
@@ -83,8 +98,8 @@ export function createMemoriesPanel(ctx) {
       if (state.query) {
         const result = await ctx.call('memory::recall', { ...base, query: state.query, limit: SEARCH_LIMIT, mode: state.mode }, { quiet: true })
         if (bank !== state.bank) return
-        render(result.memories.map((hit) => ({ memory: hit.memory, score: hit.score })))
-        setText(summary, `${plural(result.memories.length, 'result')} for “${state.query}” · retrieval ${result.retrieval}`)
+        render(result.memories.map((hit) => ({ memory: hit.memory, score: hit.score })), fromLive)
+        setText(summaryText, `${plural(result.memories.length, 'result')} for “${state.query}” · retrieval ${result.retrieval}`)
         summary.dataset.retrieval = result.retrieval
         pager.hidden = true
       } else {
@@ -95,9 +110,9 @@ export function createMemoriesPanel(ctx) {
           again = true
           return
         }
-        render(result.memories.map((memory) => ({ memory, score: null })))
+        if (render(result.memories.map((memory) => ({ memory, score: null })), fromLive)) return
         const shown = result.memories.length
-        setText(summary, `${plural(result.total, state.history ? 'record' : 'memory', state.history ? 'records' : 'memories')}${state.tag ? ` tagged #${state.tag}` : ''}, newest first`)
+        setText(summaryText, `${plural(result.total, state.history ? 'record' : 'memory', state.history ? 'records' : 'memories')}${state.tag ? ` tagged #${state.tag}` : ''}, newest first`)
         delete summary.dataset.retrieval
         pager.hidden = result.total <= PAGE
         setText(pageText, shown ? `${state.offset + 1}–${state.offset + shown} of ${result.total}` : '')
@@ -106,8 +121,8 @@ export function createMemoriesPanel(ctx) {
       }
     } catch (err) {
       if (bank !== state.bank) return
-      if (err.code === 'bank_not_found') { render([]); setText(summary, 'This bank does not exist (any more).'); return }
-      setText(summary, `Could not load memories: ${err.code}: ${err.message}`)
+      if (err.code === 'bank_not_found') { render([]); setText(summaryText, 'This bank does not exist (any more).'); return }
+      setText(summaryText, `Could not load memories: ${err.code}: ${err.message}`)
     }
   }
 
@@ -140,8 +155,19 @@ export function createMemoriesPanel(ctx) {
     refresh()
   }
 
-  function render(items) {
+  /** Show `items`; returns true when live arrivals were held back instead. */
+  function render(items, fromLive = false) {
     const maxScore = Math.max(0, ...items.map((i) => i.score ?? 0))
+    const fresh = items.filter((i) => !rows.has(i.memory.id)).length
+    if (fromLive && fresh > 0 && holding()) {
+      for (const item of items) rows.get(item.memory.id)?.update(item, maxScore)
+      held = fresh
+      setText(showHeld, `${plural(held, 'new memory', 'new memories')} — show`)
+      showHeld.hidden = false
+      return true
+    }
+    held = 0
+    showHeld.hidden = true
     reconcile(list, items, (i) => i.memory.id, (item) => {
       const row = makeRow(item.memory)
       rows.set(item.memory.id, row)
@@ -279,6 +305,7 @@ export function createMemoriesPanel(ctx) {
       body.replaceChildren(text)
       el.classList.remove('mw-editing')
       ctx.changed()
+      if (held) refresh()
     }
 
     async function saveEdit() {
@@ -306,6 +333,7 @@ export function createMemoriesPanel(ctx) {
       historyBox.hidden = !open
       historyButton.setAttribute('aria-expanded', String(open))
       if (open) await loadHistory()
+      else if (held) refresh()
     }
 
     async function loadHistory() {
@@ -344,6 +372,7 @@ export function createMemoriesPanel(ctx) {
     return {
       el, update,
       dirty: () => Boolean(editing) && (editing.textarea.value !== editing.original),
+      busy: () => Boolean(editing) || !historyBox.hidden,
     }
   }
 
@@ -394,13 +423,13 @@ export function createMemoriesPanel(ctx) {
       rows.clear()
       list.replaceChildren()
       chips.replaceChildren()
-      setText(summary, '')
+      setText(summaryText, '')
       refresh()
     },
     changed({ items }) {
-      if (items.has(state.bank)) refresh()
+      if (items.has(state.bank)) refresh({ live: true })
     },
-    resync: refresh,
+    resync: () => refresh({ live: true }),
     focusSearch() {
       searchInput.focus()
       searchInput.select()
