@@ -202,6 +202,18 @@ async def test_console_posts_take_only_json(served: tuple[StandaloneServer, str]
                 assert (await r.json())["error"]["code"] == "unsupported_media_type"
 
 
+async def test_console_posts_from_another_origin_are_refused(
+    served: tuple[StandaloneServer, str],
+) -> None:
+    _, url = served
+    async with aiohttp.ClientSession() as http:
+        for origin, status in (("http://evil.example", 403), (url, 200)):
+            async with http.post(
+                url + "/console/settings", json={}, headers={"Origin": origin}
+            ) as r:
+                assert r.status == status, origin
+
+
 async def test_the_event_stream_says_hello_then_carries_each_change(
     served: tuple[StandaloneServer, str],
 ) -> None:

@@ -12,7 +12,8 @@ settings panel's two calls.
   land in the `--config` file (only the changed lines) and apply at once.
 
 Every POST here takes only `application/json` (a cross-site form cannot send it without a
-preflight, and the server answers no preflight).
+preflight, and the server answers no preflight), and refuses an `Origin` other than the page's own
+(compared by host, so a TLS-terminating proxy in front still works).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
@@ -71,7 +73,10 @@ def _error(status: int, code: str, message: str) -> web.Response:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    """The POST body as an object; `application/json` only."""
+    """The POST body as an object; `application/json` only, from this origin only."""
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        raise web.HTTPForbidden(reason=f"cross-origin console call from {origin} refused")
     if request.content_type != "application/json":
         raise web.HTTPUnsupportedMediaType(reason="console calls must be application/json")
     raw = await request.content.read(_MAX_BODY_BYTES + 1)
