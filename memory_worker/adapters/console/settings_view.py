@@ -1,15 +1,15 @@
 """What the console's settings panel shows: every configuration field with its description,
 constraints, default and effective value, and whether (and why not) it can be edited from here.
 
-The fields come from `Settings` itself, so a new field shows up with no console change. `data_dir`
-is never editable from a browser: it moves the whole store, so it stays a file or flag decision.
+The fields come from `Settings`' own JSON schema (the one the configuration worker publishes), so a
+new field shows up with no console change. `data_dir` is never editable from a browser: it moves
+the whole store, so it stays a file or flag decision.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-
-from annotated_types import Ge, Gt, Le, Lt
 
 from memory_worker.core.config import Settings, parse_settings
 from memory_worker.core.errors import InvalidInput
@@ -17,22 +17,13 @@ from memory_worker.core.errors import InvalidInput
 __all__ = ["NOT_FROM_CONSOLE", "describe", "validate_changes"]
 
 NOT_FROM_CONSOLE = frozenset({"data_dir"})
+_KEPT = ("type", "description", "default", "minimum", "maximum", "exclusiveMinimum")
 
-_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
-
-def _constraints(metadata: list[Any]) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for item in metadata:
-        if isinstance(item, Ge):
-            found["minimum"] = float(item.ge)  # type: ignore[arg-type]
-        elif isinstance(item, Gt):
-            found["exclusive_minimum"] = float(item.gt)  # type: ignore[arg-type]
-        elif isinstance(item, Le):
-            found["maximum"] = float(item.le)  # type: ignore[arg-type]
-        elif isinstance(item, Lt):
-            found["exclusive_maximum"] = float(item.lt)  # type: ignore[arg-type]
-    return found
+@functools.cache
+def _schema() -> dict[str, dict[str, Any]]:
+    properties: dict[str, dict[str, Any]] = Settings.model_json_schema()["properties"]
+    return {name: {k: v for k, v in p.items() if k in _KEPT} for name, p in properties.items()}
 
 
 def describe(
@@ -40,20 +31,15 @@ def describe(
 ) -> dict[str, Any]:
     """The panel's whole view. `editable`: whether this home may write the settings at all;
     `reason` says why not (or where the edits go)."""
-    fields = []
-    for name, field in Settings.model_fields.items():
-        kind = _TYPES.get(field.annotation, "string") if isinstance(field.annotation, type) else ""
-        fields.append(
-            {
-                "name": name,
-                "type": kind or "string",
-                "description": field.description or "",
-                "default": field.default,
-                "value": getattr(settings, name),
-                "editable": editable and name not in NOT_FROM_CONSOLE,
-                **_constraints(field.metadata),
-            }
-        )
+    fields = [
+        {
+            "name": name,
+            **schema,
+            "value": getattr(settings, name),
+            "editable": editable and name not in NOT_FROM_CONSOLE,
+        }
+        for name, schema in _schema().items()
+    ]
     return {
         "mode": mode,
         "editable": editable,

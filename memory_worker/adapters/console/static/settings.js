@@ -36,7 +36,7 @@ export function createSettingsPanel(ctx) {
         input = h('input', {
           type: 'number', id, class: 'mw-input', value: String(field.value),
           step: field.type === 'integer' ? '1' : 'any',
-          attrs: { min: field.minimum ?? null, max: field.maximum ?? null },
+          attrs: { min: field.minimum ?? field.exclusiveMinimum ?? null, max: field.maximum ?? null },
         })
       } else {
         input = h('input', { type: 'text', id, class: 'mw-input', value: String(field.value ?? ''), attrs: { spellcheck: 'false' } })
