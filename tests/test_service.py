@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -368,10 +369,13 @@ class TestRulesAndPreview:
         result = await call(
             service, "memory::rule::set", name="style", content="# Style\nNo em-dashes."
         )
-        assert result == {"ok": True, "exists": True, "redacted": []}
+        revision = hashlib.sha256(b"# Style\nNo em-dashes.").hexdigest()[:16]
+        assert result == {"ok": True, "exists": True, "revision": revision, "redacted": []}
         assert (data_dir / "main" / "rules" / "style.md").read_text() == "# Style\nNo em-dashes."
         rules = (await call(service, "memory::rule::list"))["rules"]
-        assert [(r["name"], r["content"]) for r in rules] == [("style", "# Style\nNo em-dashes.")]
+        assert [(r["name"], r["content"], r["revision"]) for r in rules] == [
+            ("style", "# Style\nNo em-dashes.", revision)
+        ]
         removed = await call(service, "memory::rule::set", name="style", content="  ")
         assert removed["exists"] is False
         assert not (data_dir / "main" / "rules" / "style.md").exists()

@@ -22,6 +22,7 @@ import structlog
 
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import Embedder
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
@@ -35,6 +36,8 @@ __all__ = ["main", "parse_assignments"]
 CONFIG_ENV = "MEMORY_CONFIG"
 EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
+CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
+UI_CONTENT = "memory::ui-content"  # the console page's content function (an internal seam)
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 
@@ -143,7 +146,8 @@ async def _trigger(args: argparse.Namespace) -> int:
     payload = parse_assignments(args.pairs, args.json)
 
     async def work(service: MemoryService) -> int:
-        _dump(await catalog.call(service, args.function, payload), sys.stdout, pretty=True)
+        result = await catalog.call(service, args.function, payload, CLI_CALLER)
+        _dump(result, sys.stdout, pretty=True)
         return 0
 
     return await _with_service(args, f"memory-worker trigger {args.function}", work)
@@ -157,7 +161,8 @@ async def _batch_line(service: MemoryService, line: str) -> dict[str, Any]:
             raise InvalidInput(f"not a JSON line: {exc}") from None
         if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
             raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
-        return {"result": await catalog.call(service, item["function_id"], item.get("payload"))}
+        result = await catalog.call(service, item["function_id"], item.get("payload"), CLI_CALLER)
+        return {"result": result}
     except WorkerError as err:
         return {"error": err.to_dict()}
 
@@ -336,6 +341,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
+    sub.add_parser(
+        "permissions",
+        help="print iii-permissions.yaml as the function catalog decides it",
+        description="Print the agent permission manifest generated from the function catalog "
+        "(each function's policy: allowed to agents, human-owned, internal, or approval).",
+    )
+
     # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
     # --log-level would change every command's.
     serve = sub.add_parser(
@@ -366,7 +378,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_COMMANDS = {"trigger": _trigger, "call": _call, "import": _import, "serve": _serve}
+async def _permissions(args: argparse.Namespace) -> int:
+    """Print `iii-permissions.yaml` as the catalog decides it."""
+    from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
+
+    internal = list(dict.fromkeys([*(spec.id for spec in INTERNAL), UI_CONTENT]))
+    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, internal))
+    return 0
+
+
+_COMMANDS = {
+    "trigger": _trigger,
+    "call": _call,
+    "import": _import,
+    "serve": _serve,
+    "permissions": _permissions,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -380,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    configure_logging(args.log_level)
+    configure_logging(getattr(args, "log_level", "warning"))
     try:
         return asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:

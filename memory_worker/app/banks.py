@@ -7,6 +7,7 @@ import asyncio
 import structlog
 
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     BankCreateRequest,
@@ -29,7 +30,9 @@ log = structlog.get_logger(__name__)
 class BankUseCases(EmbeddingWork):
     """Bank use cases."""
 
-    async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
+    async def bank_create(
+        self, req: BankCreateRequest, caller: Caller = SYSTEM
+    ) -> BankCreateResponse:
         name = check_name(req.name, "bank")
         description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
         bank, created = await self.store.ensure(name, description)
@@ -37,17 +40,19 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.CREATED, name)
         return BankCreateResponse(bank=self._info(bank), created=created)
 
-    async def bank_list(self, req: BankListRequest) -> BankListResponse:
+    async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
         return BankListResponse(banks=banks)
 
-    async def bank_delete(self, req: BankDeleteRequest) -> BankDeleteResponse:
+    async def bank_delete(
+        self, req: BankDeleteRequest, caller: Caller = SYSTEM
+    ) -> BankDeleteResponse:
         name = check_name(req.name, "bank")
         target = await self.store.trash(name, self.clock())
         self._emit_bank(BankEvent.TRASHED, name)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
 
-    async def reload(self, req: ReloadRequest) -> ReloadResponse:
+    async def reload(self, req: ReloadRequest, caller: Caller = SYSTEM) -> ReloadResponse:
         return ReloadResponse(ok=True, banks=await self.store.reload())
 
     async def reload_bank(self, name: str) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "check_revision",
     "check_unicode",
     "new_memory",
     "pin",
@@ -48,6 +49,16 @@ def check_unicode(value: str, field: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
+
+
+def check_revision(record: Memory, expected: int | None) -> None:
+    """Optimistic concurrency: a caller that read revision `expected` may only change the record
+    while it is still at that revision (None: no guard)."""
+    if expected is not None and record.revision != expected:
+        raise Conflict(
+            f"stale revision: memory {record.id} is at revision {record.revision}, "
+            f"expected {expected}; read it again and retry"
+        )
 
 
 def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:

@@ -162,8 +162,7 @@ class TurnPipeline:
 
     def _deleted(self, bank: str) -> bool:
         """Deleted and not the default (the default bank is recreated by its first write)."""
-        default = self._service.settings.default_bank
-        return bank != default and self._service.store.was_deleted(bank)
+        return self._service.was_deleted(bank)
 
     async def on_session_deleted(self, payload: object) -> dict[str, Any]:
         session_id = payload.get("session_id") if isinstance(payload, dict) else None

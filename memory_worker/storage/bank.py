@@ -32,7 +32,7 @@ from memory_worker.search.index import LexicalIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage, DurabilityWarnings
-from memory_worker.storage.log import MEMORIES_FILE, encode, replay
+from memory_worker.storage.log import MEMORIES_FILE, encode, history, replay
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
@@ -222,6 +222,12 @@ class Bank:
     def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)
 
+    async def revisions(self, memory_id: str) -> list[Memory]:
+        """Every durable revision of `memory_id` as the log holds it, oldest first (read from the
+        file: RAM keeps only the latest)."""
+        await self.drain()  # what was acknowledged is on disk before we read it back
+        return await asyncio.to_thread(history, self.path / MEMORIES_FILE, memory_id)
+
     def is_empty(self) -> bool:
         """No memory, rule or write in flight: what a bank just created looks like."""
         return not (self._memories or self._rules or self._queue or self._staged)
@@ -397,10 +403,14 @@ class Bank:
 
     # --- rules ---------------------------------------------------------------------------------
 
-    async def set_rule(self, name: str, content: str) -> bool:
+    async def set_rule(
+        self, name: str, content: str, *, expected_revision: str | None = None
+    ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
-        the rule exists afterwards."""
-        return await self._rules.set(name, content, refusal=self._frozen)
+        the rule exists afterwards (`expected_revision`: see `RuleFiles.set`)."""
+        return await self._rules.set(
+            name, content, refusal=self._frozen, expected_revision=expected_revision
+        )
 
     # --- hand edits ----------------------------------------------------------------------------
 

@@ -221,7 +221,7 @@ export function createMemoriesPanel(ctx) {
       setText(pinButton, memory.pinned ? 'Unpin' : 'Pin')
       pinButton.setAttribute('aria-pressed', String(Boolean(memory.pinned)))
       for (const b of [pinButton, editButton, deleteButton]) b.disabled = !live
-      if (editing && previous.revision !== memory.revision) {
+      if (editing && previous.revision !== memory.revision && !editing.refused) {
         editing.notice.hidden = false
         setText(editing.notice, `Changed elsewhere while you edit (now revision ${memory.revision}). Saving is refused until you load the latest.`)
         editing.reload.hidden = false
@@ -282,7 +282,18 @@ export function createMemoriesPanel(ctx) {
       const tags = h('input', { class: 'mw-input', value: (memory.tags ?? []).join(', '), attrs: { 'aria-label': 'Tags' } })
       const entities = h('input', { class: 'mw-input', value: (memory.entities ?? []).join(', '), attrs: { 'aria-label': 'Entities' } })
       const notice = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
-      const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Load latest (keep my text)', hidden: true, on: { click: () => { editing.revision = memory.revision; notice.hidden = true; reload.hidden = true } } })
+      // Rebase the draft on the latest revision: the person's text stays; the fields they did not
+      // touch take the other writer's values instead of silently reverting them.
+      const rebase = () => {
+        for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
+          if (input.value === editing[key]) input.value = editing[key] = (memory[key] ?? []).join(', ')
+        }
+        editing.revision = memory.revision
+        editing.refused = false
+        notice.hidden = true
+        reload.hidden = true
+      }
+      const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Load latest (keep my text)', hidden: true, on: { click: rebase } })
       const form = h('form', { class: 'mw-edit', on: { submit: (e) => { e.preventDefault(); saveEdit() }, keydown: (e) => { if (e.key === 'Escape') cancelEdit() } } },
         textarea,
         h('div', { class: 'mw-edit-row' },
@@ -293,7 +304,10 @@ export function createMemoriesPanel(ctx) {
           h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save' }),
           h('button', { type: 'button', class: 'mw-btn', text: 'Cancel', on: { click: cancelEdit } }),
           reload))
-      editing = { revision: memory.revision ?? 0, textarea, tags, entities, notice, reload, form, original: memory.text }
+      editing = {
+        revision: memory.revision ?? 0, textarea, notice, reload, form, original: memory.text,
+        tags: tags.value, entities: entities.value, tagsInput: tags, entitiesInput: entities,
+      }
       body.replaceChildren(form)
       el.classList.add('mw-editing')
       textarea.focus()
@@ -311,7 +325,7 @@ export function createMemoriesPanel(ctx) {
     async function saveEdit() {
       const payload = {
         bank: state.bank, id: memory.id, expected_revision: editing.revision,
-        text: editing.textarea.value, tags: splitList(editing.tags.value), entities: splitList(editing.entities.value),
+        text: editing.textarea.value, tags: splitList(editing.tagsInput.value), entities: splitList(editing.entitiesInput.value),
       }
       try {
         await ctx.call('memory::update', payload, { quiet: true })
@@ -320,7 +334,10 @@ export function createMemoriesPanel(ctx) {
         setText(editing.notice, err.code === 'conflict'
           ? `Not saved: ${err.message}. Someone changed this memory after you started editing; your text is still here.`
           : `Not saved: ${err.code}: ${err.message}`)
-        if (err.code === 'conflict') editing.reload.hidden = false
+        if (err.code === 'conflict') {
+          editing.refused = true // this message says more than a later "changed elsewhere"
+          editing.reload.hidden = false
+        }
         return
       }
       cancelEdit()

@@ -96,6 +96,8 @@ export function createRulesPanel(ctx) {
           textarea.value = next.content
           renderWhen()
           hideNotice()
+        } else if (status === 'conflict') {
+          base = { ...base, latest: next } // the refusal on screen already says it
         } else {
           base = { ...base, latest: next }
           showNotice('This rule was changed elsewhere while you were editing. Saving now is refused; you can compare, overwrite or discard.', true)
