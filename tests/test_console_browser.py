@@ -487,7 +487,9 @@ def test_an_edit_against_a_stale_revision_is_refused_and_the_draft_kept(
     expect(page.get_by_label("Edit memory text")).to_have_value("The meeting is on Friday")
     [memory] = server.call("memory::list", {"bank": bank})["memories"]
     assert memory["text"] == "The meeting is on Thursday"
-    editing.get_by_role("button", name="Load latest (keep my text)").click()
+    rebase = editing.get_by_role("button", name="Load latest (keep my text)")
+    rebase.click()
+    expect(rebase).to_be_hidden()  # rebased on the revision read from the server
     editing.get_by_role("button", name="Save", exact=True).click()  # now knowingly over rev 1
     expect(_row(page, "on Friday")).to_have_count(1)
     [memory] = server.call("memory::list", {"bank": bank})["memories"]

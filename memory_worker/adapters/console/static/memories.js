@@ -284,11 +284,19 @@ export function createMemoriesPanel(ctx) {
       const notice = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
       // Rebase the draft on the latest revision: the person's text stays; the fields they did not
       // touch take the other writer's values instead of silently reverting them.
-      const rebase = () => {
-        for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
-          if (input.value === editing[key]) input.value = editing[key] = (memory[key] ?? []).join(', ')
+      const rebase = async () => {
+        let latest
+        try {
+          ({ memory: latest } = await ctx.call('memory::get', { bank: state.bank, id: memory.id }, { quiet: true }))
+        } catch (err) {
+          setText(notice, `Could not load the latest: ${err.code}: ${err.message}`)
+          return
         }
-        editing.revision = memory.revision
+        if (!editing) return
+        for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
+          if (input.value === editing[key]) input.value = editing[key] = (latest[key] ?? []).join(', ')
+        }
+        editing.revision = latest.revision
         editing.refused = false
         notice.hidden = true
         reload.hidden = true
