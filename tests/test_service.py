@@ -195,6 +195,17 @@ class TestReadsAndHistory:
         got = (await call(service, "memory::get", id=memory["id"]))["memory"]
         assert got == deleted and got["invalid_at"] is not None
 
+    async def test_a_tag_filter_is_normalised_like_the_stored_tags(
+        self, service: MemoryService
+    ) -> None:
+        tagged = await save(service, "one thing here", tags=["My  Tag"])
+        assert tagged["tags"] == ["my tag"]
+        for asked in ("my  tag", " MY tag ", "my\ttag"):
+            listed = await call(service, "memory::list", tag=asked)
+            assert [m["id"] for m in listed["memories"]] == [tagged["id"]], asked
+            found = await call(service, "memory::recall", query="one thing", tag=asked)
+            assert [h["memory"]["id"] for h in found["memories"]] == [tagged["id"]], asked
+
     async def test_tags_count_live_memories_most_used_first(self, service: MemoryService) -> None:
         await save(service, "one thing here", tags=["b", "a"])
         await save(service, "two things here", tags=["b"])

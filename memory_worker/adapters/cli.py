@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import socket
@@ -36,6 +37,7 @@ __all__ = ["main", "parse_assignments"]
 CONFIG_ENV = "MEMORY_CONFIG"
 EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
+DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
 UI_CONTENT = "memory::ui-content"  # the console page's content function (an internal seam)
 ENGINE_PROBE_TIMEOUT_S = 0.5
@@ -228,6 +230,15 @@ async def _import(args: argparse.Namespace) -> int:
     return await _with_service(args, f"memory-worker import --bank {args.bank}", work)
 
 
+async def _compact(args: argparse.Namespace) -> int:
+    async def work(service: MemoryService) -> int:
+        report = await service.compact(args.bank, horizon_days=args.horizon_days)
+        _dump({"bank": args.bank, **dataclasses.asdict(report)}, sys.stdout, pretty=True)
+        return 0
+
+    return await _with_service(args, f"memory-worker compact --bank {args.bank}", work)
+
+
 def _engine_answers(url: str, timeout_s: float = ENGINE_PROBE_TIMEOUT_S) -> bool:
     parsed = urlsplit(url)
     try:
@@ -341,6 +352,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
+    compact = sub.add_parser(
+        "compact",
+        parents=[common],
+        help="drop a bank's old superseded revisions from its log (crash-safe rewrite)",
+        description="Rewrite a bank's memories.jsonl without the superseded revisions written "
+        "before the horizon. Every memory keeps its latest revision or tombstone, so recall, list "
+        "and get answer the same; memory::history gets shorter. A log with damaged lines is "
+        "refused (repair them first).",
+    )
+    compact.add_argument("--bank", required=True, help="bank to compact")
+    compact.add_argument(
+        "--horizon-days",
+        type=float,
+        default=DEFAULT_COMPACT_HORIZON_DAYS,
+        help="keep every revision written within this many days "
+        f"(default {DEFAULT_COMPACT_HORIZON_DAYS:g}; 0 keeps only the latest of each memory)",
+    )
+
     sub.add_parser(
         "permissions",
         help="print iii-permissions.yaml as the function catalog decides it",
@@ -393,6 +422,7 @@ _COMMANDS = {
     "import": _import,
     "serve": _serve,
     "permissions": _permissions,
+    "compact": _compact,
 }
 
 

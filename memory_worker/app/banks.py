@@ -1,4 +1,5 @@
-"""Banks as named scopes: create, list, trash, reload, and a person's hand edits picked up."""
+"""Banks as named scopes: create, list, trash, compact, reload, and a person's hand edits picked
+up."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from memory_worker.app.wire import (
     ReloadRequest,
     ReloadResponse,
 )
+from memory_worker.core.compaction import DAY_MS, compaction_plan
+from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
+from memory_worker.storage.bank import Rewrite
 
 __all__ = ["BankUseCases"]
 
@@ -51,6 +55,27 @@ class BankUseCases(EmbeddingWork):
         target = await self.store.trash(name, self.clock())
         self._emit_bank(BankEvent.TRASHED, name)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
+
+    async def compact(self, bank_name: str, *, horizon_days: float) -> Rewrite:
+        """Drop a bank's superseded revisions written more than `horizon_days` ago from its log
+        (every memory keeps its latest revision or tombstone: nothing recall, list or get answers
+        changes; `memory::history` gets shorter). Announced as a `compacted` bank event."""
+        if horizon_days < 0:
+            raise InvalidInput("horizon_days must be 0 or more")
+        name = check_name(bank_name, "bank")
+        bank = self.store.get(name)
+        horizon_ms = self.clock() - int(horizon_days * DAY_MS)
+        result = await bank.rewrite(lambda records: compaction_plan(records, horizon_ms=horizon_ms))
+        log.info(
+            "bank_compacted",
+            bank=name,
+            lines_before=result.lines_before,
+            lines_after=result.lines_after,
+            bytes_before=result.bytes_before,
+            bytes_after=result.bytes_after,
+        )
+        self._emit_bank(BankEvent.COMPACTED, name)
+        return result
 
     async def reload(self, req: ReloadRequest, caller: Caller = SYSTEM) -> ReloadResponse:
         return ReloadResponse(ok=True, banks=await self.store.reload())

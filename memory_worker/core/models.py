@@ -66,6 +66,7 @@ class BankEvent(StrEnum):
     CREATED = "created"
     TRASHED = "trashed"
     RULES_CHANGED = "rules-changed"
+    COMPACTED = "compacted"  # old superseded revisions left its log (no memory changed)
 
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")

@@ -24,6 +24,7 @@ __all__ = [
     "check_revision",
     "check_unicode",
     "new_memory",
+    "normalize_label",
     "pin",
     "prepare_labels",
     "prepare_reason",
@@ -73,6 +74,11 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     return text, redaction.labels
 
 
+def normalize_label(value: str) -> str:
+    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase."""
+    return collapse_whitespace(value).lower()
+
+
 def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Entities or tags: redacted, whitespace-collapsed, lowercased, deduplicated, first 8 kept."""
     out: list[str] = []
@@ -81,7 +87,7 @@ def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], 
         check_unicode(raw, field)
         redaction = redact(raw)
         labels.update(redaction.labels)
-        value = collapse_whitespace(redaction.text).lower()
+        value = normalize_label(redaction.text)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:

@@ -170,6 +170,11 @@ class TurnPipeline:
             await self._state.drop(session_id)
         return {"ok": True}
 
+    async def settle(self) -> None:
+        """Wait for the inline jobs running now to finish (tests, benchmarks)."""
+        while running := [task for task in self._inline if not task.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
+
     async def close(self) -> None:
         for task in list(self._inline):
             task.cancel()

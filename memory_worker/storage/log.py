@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,16 @@ from memory_worker.core.models import Memory
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage
 
-__all__ = ["MEMORIES_FILE", "checksum_problem", "encode", "history", "replay"]
+__all__ = [
+    "MEMORIES_FILE",
+    "checksum_problem",
+    "encode",
+    "history",
+    "lines_of",
+    "read_all",
+    "replay",
+    "replayed",
+]
 
 MEMORIES_FILE = "memories.jsonl"
 
@@ -101,13 +110,31 @@ def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
 
 def replay(path: Path) -> tuple[dict[str, Memory], list[Damage]]:
     """The records `path` holds (last wins by id and revision) and what was skipped on the way."""
-    memories: dict[str, Memory] = {}
     damage: list[Damage] = []
-    for record in _intact(path, damage):
+    return replayed(_intact(path, damage)), damage
+
+
+def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
+    """What replay makes of `records` in this order: last wins by id and revision."""
+    memories: dict[str, Memory] = {}
+    for record in records:
         previous = memories.get(record.id)
         if previous is None or record.revision >= previous.revision:
             memories[record.id] = record
-    return memories, damage
+    return memories
+
+
+def read_all(path: Path) -> tuple[list[Memory], list[Damage]]:
+    """Every intact record of `path` in log order, and what was skipped."""
+    damage: list[Damage] = []
+    return list(_intact(path, damage)), damage
+
+
+def lines_of(records: Iterable[Memory]) -> Iterator[bytes]:
+    """`records` as log lines, one sealed line each (a rewrite is atomic as a whole: no batch
+    tags are needed)."""
+    for record in records:
+        yield _sealed(record.to_line())
 
 
 def history(path: Path, memory_id: str) -> list[Memory]:
