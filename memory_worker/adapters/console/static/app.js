@@ -232,6 +232,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     if (type === ITEM_CHANGED && payload?.bank) touched.items.add(payload.bank)
     if (type === BANK_CHANGED && payload?.bank) {
       touched.rules.add(payload.bank)
+      // Anything but a rules change (created, trashed, compacted) can change what is listed.
+      if (payload.event_type !== 'rules-changed') touched.items.add(payload.bank)
       if (payload.event_type === 'trashed' && payload.bank === state.bank && !dirty()) {
         ui.toast(`Bank "${payload.bank}" was moved to the trash`)
       }
