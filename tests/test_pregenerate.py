@@ -483,3 +483,43 @@ def test_session_record_round_trips_and_accepts_the_wrapped_shape() -> None:
     assert SessionRecord.from_json(record.to_json()) == record
     assert SessionRecord.from_json({"value": record.to_json()}) == record
     assert SessionRecord.from_json("garbage") is None
+
+
+class Chat:
+    """session::messages over a list (one page)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def say(self, role: str, text: str) -> str:
+        entry_id = f"e{len(self.items) + 1}"
+        message = {"role": role, "content": [{"type": "text", "text": text}]}
+        self.items.append({"entry_id": entry_id, "message": message})
+        return entry_id
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        return list(self.items), None
+
+
+async def test_a_finished_turn_bounds_its_job_between_the_previous_turn_and_its_last_entry(
+    h: Hooked,
+) -> None:
+    chat, queue = Chat(), Queue()
+    pipeline = TurnPipeline(h.service, h.resolver, h.state, queue, None, chat)
+    await h.step("s1", "hi", turn="t1")
+    chat.say("user", "hi")
+    first = chat.say("assistant", "hello")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1", "agent": "planner"})
+    await h.step("s1", "and now?", turn="t2")
+    chat.say("user", "and now?")
+    second = chat.say("assistant", "now this")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t2"})
+    chat.say("user", "a third turn began")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})  # redelivered late
+    job1, job2 = queue.jobs.values()
+    assert (job1.get("after"), job1["until"], job1["agent"]) == (None, first, "planner")
+    assert (job2["after"], job2["until"]) == (first, second)
+    record = await h.state.get("s1")
+    assert record is not None and record.close_turn("t1", "e-late")[:2] == (None, first)

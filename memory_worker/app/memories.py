@@ -45,15 +45,22 @@ class MemoryUseCases(EmbeddingWork):
     """Memory use cases."""
 
     async def save(
-        self, req: SaveRequest, *, confidence: Confidence = Confidence.STATED
+        self,
+        req: SaveRequest,
+        *,
+        confidence: Confidence = Confidence.STATED,
+        source: Provenance | None = None,
     ) -> SaveResponse:
         """`confidence`: how the text arrived — a call states it, extraction reads it from a
-        conversation (a re-save keeps the higher of the two)."""
+        conversation (a re-save keeps the higher of the two). `source`: the whole provenance
+        (extraction knows the entry and the agent); otherwise the request's `session_id`."""
         name = self._name(req.bank)
         text, text_labels = transitions.prepare_text(req.text)
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        if source is None and session_id:
+            source = Provenance(session_id=session_id)
         labels = (*text_labels, *entity_labels, *tag_labels)
         async with self._writing_into(name) as bank:
             # Decide and commit with no await in between: concurrent saves see each other's records.
@@ -65,7 +72,7 @@ class MemoryUseCases(EmbeddingWork):
                 tags=tags,
                 pinned=req.pinned,
                 confidence=confidence,
-                source=Provenance(session_id=session_id) if session_id else None,
+                source=source,
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)

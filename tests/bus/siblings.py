@@ -662,6 +662,7 @@ class FakeQueue(SdkWorker):
         self._done: set[str] = set()
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._held: list[_Job] | None = None  # jobs accepted but not delivered yet (queue lag)
         self.subscribers = BindingStore(_validate_subscriber)
         super().__init__(url, **kwargs)
 
@@ -737,6 +738,14 @@ class FakeQueue(SdkWorker):
     # delivery (on the SDK loop)
 
     def _start(self, job: _Job) -> None:
+        with self._cond:
+            if self._held is not None:
+                self._held.append(job)
+                self._cond.notify_all()
+                return
+        self._begin(job)
+
+    def _begin(self, job: _Job) -> None:
         task = asyncio.ensure_future(self._deliver(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -798,6 +807,40 @@ class FakeQueue(SdkWorker):
         return delivery.error is None
 
     # test-side API
+
+    def hold(self) -> None:
+        """Accept jobs but deliver none until released: a lagging queue, under test control."""
+        with self._cond:
+            if self._held is None:
+                self._held = []
+
+    def held(self) -> list[str]:
+        """Receipts of the jobs waiting, oldest first."""
+        with self._cond:
+            return [job.receipt for job in self._held or []]
+
+    def release(self, receipt: str) -> None:
+        """Deliver one held job now (the others keep waiting)."""
+        with self._cond:
+            held = self._held or []
+            job = next((j for j in held if j.receipt == receipt), None)
+            if job is None:
+                raise KeyError(f"no held job {receipt}; held: {[j.receipt for j in held]}")
+            held.remove(job)
+        self.client._loop.call_soon_threadsafe(self._begin, job)
+
+    def resume(self) -> None:
+        """Stop holding: every held job is delivered, in the order it arrived."""
+        with self._cond:
+            held, self._held = self._held or [], None
+        for job in held:
+            self.client._loop.call_soon_threadsafe(self._begin, job)
+
+    def wait_held(self, n: int = 1, timeout: float = 10) -> list[str]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._held or []) >= n, timeout):
+                raise TimeoutError(f"fewer than {n} held jobs after {timeout}s")
+            return [job.receipt for job in self._held or []]
 
     def wait_idle(self, timeout: float = 10) -> None:
         """Wait until no job is pending, retrying or in flight."""

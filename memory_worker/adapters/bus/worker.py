@@ -184,13 +184,13 @@ class EngineWorker:
         )
         hook = PreGenerate(service, resolver, state)
         queue = QueueClient(call)
+        transcript = TranscriptClient(call)
         extractor = Extractor(
-            service,
-            TranscriptClient(call),
-            RouterCompleter(call, lambda: service.settings),
-            StateClient(call),
+            service, transcript, RouterCompleter(call, lambda: service.settings), StateClient(call)
         )
-        self._pipeline = pipeline = TurnPipeline(service, resolver, state, queue, extractor)
+        self._pipeline = pipeline = TurnPipeline(
+            service, resolver, state, queue, extractor, transcript
+        )
         self._reconfigure = Reconfigurer(
             service,
             lambda s: resolve_data_dir(self.data_dir_flag, s),
