@@ -530,3 +530,17 @@ class TestProvenance:
         assert texts["The user lives in Lisbon."].confidence is Confidence.EXTRACTED
         assert texts["The user probably speaks Portuguese."].confidence is Confidence.INFERRED
         assert texts["The user likes the river."].confidence is Confidence.INFERRED
+
+
+async def test_session_deleted_drops_the_extraction_cursor(rig: Rig) -> None:
+    from memory_worker.harness.turns import TurnPipeline
+
+    from .test_pregenerate import Hooked
+
+    hooked = Hooked(rig.service)
+    pipeline = TurnPipeline(rig.service, hooked.resolver, hooked.state, None, rig.extractor)
+    await rig.turn(("user", "I live in Lisbon and work as a nurse."), reply={})
+    rig.kv.data[(CURSOR_SCOPE, "s2")] = {"last_entry_id": "e9"}
+    assert (CURSOR_SCOPE, "s1") in rig.kv.data
+    await pipeline.on_session_deleted({"session_id": "s1"})
+    assert (CURSOR_SCOPE, "s1") not in rig.kv.data and (CURSOR_SCOPE, "s2") in rig.kv.data

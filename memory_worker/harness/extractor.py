@@ -236,6 +236,14 @@ class Extractor:
             span = await self._read(job, cursor, 1)
             await self._advance(job.session_id, cursor, span)
 
+    async def forget(self, session_id: str) -> None:
+        """Drop the session's extraction cursor (`session::deleted`): nothing of it is kept."""
+        async with self._session(session_id):
+            try:
+                await self._kv.delete(CURSOR_SCOPE, session_id)
+            except SiblingUnavailable as exc:
+                log.warning("extraction_cursor_not_dropped", session_id=session_id, error=str(exc))
+
     def _deleted(self, bank: str) -> bool:
         service = self._service
         return bank != service.settings.default_bank and service.store.was_deleted(bank)

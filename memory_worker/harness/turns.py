@@ -96,6 +96,10 @@ class Extractor(Protocol):
         """Step the session's cursor past what it holds now without reading anything out."""
         ...
 
+    async def forget(self, session_id: str) -> None:
+        """Drop the session's extraction cursor."""
+        ...
+
 
 def _agent_name(raw: object) -> str | None:
     """`agent` as a harness build sends it: a name, or an object with one."""
@@ -247,6 +251,8 @@ class TurnPipeline:
         session_id = payload.get("session_id") if isinstance(payload, dict) else None
         if isinstance(session_id, str) and session_id:
             await self._state.drop(session_id)
+            if self._extractor is not None:
+                await self._extractor.forget(session_id)
         return {"ok": True}
 
     async def close(self) -> None:

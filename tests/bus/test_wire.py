@@ -338,20 +338,23 @@ class TestTurns:
             harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
             worker.stop()  # flushes the record's pending write: it is in the state worker now
             assert "s1" in state.data["memory_sessions"]
+            state.data["memory_cursor"] = {"s1": {"last_entry_id": "e1"}, "s2": {"x": 1}}
             worker.start()
             engine.wait_binding("session::deleted", "memory::on-session-deleted")
             start = len(engine.frames)
             sessions.delete("s1")
-            # The state worker answering the worker's state::delete: the drop has happened.
-            engine.wait_frame(
+            # The state worker answering both state::delete calls: the drops have happened.
+            engine.wait_frames(
                 lambda d, _w, m: (
                     d == "in"
                     and m.get("type") == "invocationresult"
                     and m.get("function_id") == "state::delete"
                 ),
+                count=2,
                 start=start,
             )
             assert "s1" not in state.data.get("memory_sessions", {})
+            assert state.data["memory_cursor"] == {"s2": {"x": 1}}  # its cursor, and only its
 
 
 class TestConfiguration:
