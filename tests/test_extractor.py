@@ -544,3 +544,16 @@ async def test_session_deleted_drops_the_extraction_cursor(rig: Rig) -> None:
     assert (CURSOR_SCOPE, "s1") in rig.kv.data
     await pipeline.on_session_deleted({"session_id": "s1"})
     assert (CURSOR_SCOPE, "s1") not in rig.kv.data and (CURSOR_SCOPE, "s2") in rig.kv.data
+
+
+async def test_a_secret_the_model_puts_in_an_entity_or_tag_is_redacted_not_lowercased(
+    rig: Rig,
+) -> None:
+    key = "AKIAIOSFODNN7EXAMPLE"
+    reply = {
+        "memories": [add("The user deploys with the ops account.", entities=[key], tags=[key])]
+    }
+    await rig.turn(("user", "I deploy with the ops account, nothing secret here."), reply=reply)
+    [memory] = (await rig.texts()).values()
+    assert memory.entities == ("user", "[REDACTED:aws-access-key]")
+    assert memory.tags == ("[REDACTED:aws-access-key]",)

@@ -431,6 +431,25 @@ class TestRedaction:
             if path.is_file():
                 assert self.SECRET.encode() not in path.read_bytes(), path
 
+    async def test_markers_in_entities_and_tags_stay_exactly_as_the_redactor_writes_them(
+        self, service: MemoryService
+    ) -> None:
+        saved = await call(
+            service,
+            "memory::save",
+            text="The deploy key lives in the vault.",
+            entities=[self.SECRET],
+            tags=[f"Key {self.SECRET}"],
+        )
+        marker = "[REDACTED:openai-key]"
+        assert saved["memory"]["entities"] == [marker]
+        assert saved["memory"]["tags"] == [f"key {marker}"]
+        for tag in (f"key {marker}", f"KEY {self.SECRET}"):  # a filter is normalised the same way
+            listed = await call(service, "memory::list", tag=tag)
+            assert [m["id"] for m in listed["memories"]] == [saved["memory"]["id"]]
+            recalled = await call(service, "memory::recall", query="deploy key vault", tag=tag)
+            assert [m["memory"]["id"] for m in recalled["memories"]] == [saved["memory"]["id"]]
+
 
 class TestDoctorAndReload:
     async def test_doctor_roundtrip_passes_and_leaves_no_scratch(

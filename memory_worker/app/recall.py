@@ -15,6 +15,7 @@ from memory_worker.app.wire import (
     RecallResponse,
     ScoredMemory,
 )
+from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
 from memory_worker.core.models import Hit
 from memory_worker.search.ranking import RecallMode, RecallQuery, rank
@@ -72,7 +73,7 @@ class RecallUseCases(EmbeddingWork):
             now_ms=self.clock(),
             half_life_days=self.settings.decay_half_life_days,
             mode=req.mode,
-            tag=req.tag.strip().lower() if req.tag else None,
+            tag=transitions.prepare_label(req.tag) if req.tag else None,
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
             vector=vector,

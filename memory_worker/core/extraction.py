@@ -147,17 +147,21 @@ def _json_values(text: str) -> list[Any]:
 
 def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
     """Labels a model suggested, kept only when they are labels (short, one line): a bad one is
-    dropped here rather than failing the whole pass at the store's validation."""
+    dropped here rather than failing the whole pass at the store's validation. Not lowercased
+    here: the store redacts first (a key's shape depends on its case), then lowercases."""
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list):
         return ()
     out = [
-        " ".join(item.split()).lower()
+        " ".join(item.split())
         for item in raw
         if isinstance(item, str) and item.strip() and len(item.strip()) <= MAX_LABEL_CHARS
     ]
-    return tuple(dict.fromkeys(out))[:limit]
+    first: dict[str, str] = {}
+    for item in out:
+        first.setdefault(item.lower(), item)  # "Porto" and "porto" are one label
+    return tuple(first.values())[:limit]
 
 
 def _ref(raw: object, known: int) -> int | None:

@@ -8,11 +8,12 @@ supersede; resurrection continues the revision counter so the tombstone cannot w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import Confidence, ItemEvent, Memory, Provenance
-from memory_worker.core.redact import redact
+from memory_worker.core.redact import MARKER_PREFIX, redact
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "check_unicode",
     "new_memory",
     "pin",
+    "prepare_label",
     "prepare_labels",
     "prepare_reason",
     "prepare_text",
@@ -41,6 +43,7 @@ MAX_LABEL_CHARS = 64
 MAX_REASON_CHARS = 500
 
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
+_MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
 
 
 def check_unicode(value: str, field: str) -> None:
@@ -62,15 +65,36 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     return text, redaction.labels
 
 
+def _lower_outside_markers(text: str) -> str:
+    """Lowercase, except the `[REDACTED:<label>]` markers: they read the same everywhere."""
+    parts: list[str] = []
+    at = 0
+    for match in _MARKER.finditer(text):
+        parts += (text[at : match.start()].lower(), match.group())
+        at = match.end()
+    parts.append(text[at:].lower())
+    return "".join(parts)
+
+
+def _label(raw: str, field: str) -> tuple[str, tuple[str, ...]]:
+    check_unicode(raw, field)
+    redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
+    return _lower_outside_markers(collapse_whitespace(redaction.text)), redaction.labels
+
+
+def prepare_label(raw: str, field: str = "tag") -> str:
+    """One label as stored (a `tag` filter, say), normalised exactly like `prepare_labels`."""
+    return _label(raw, field)[0]
+
+
 def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Entities or tags: redacted, whitespace-collapsed, lowercased, deduplicated, first 8 kept."""
+    """Entities or tags: redacted, whitespace-collapsed, lowercased (redaction markers kept as
+    written), deduplicated, first 8 kept."""
     out: list[str] = []
     labels: set[str] = set()
     for raw in values:
-        check_unicode(raw, field)
-        redaction = redact(raw)
-        labels.update(redaction.labels)
-        value = collapse_whitespace(redaction.text).lower()
+        value, found = _label(raw, field)
+        labels.update(found)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:
