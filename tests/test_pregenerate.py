@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from memory_worker.app.service import MemoryService
-from memory_worker.app.wire import BankDeleteRequest, PinRequest, RuleSetRequest, SaveRequest
+from memory_worker.app.wire import (
+    BankCreateRequest,
+    BankDeleteRequest,
+    PinRequest,
+    PreviewRequest,
+    RuleSetRequest,
+    SaveRequest,
+)
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, SiblingUnavailable
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_rules_update
@@ -523,3 +530,44 @@ async def test_a_finished_turn_bounds_its_job_between_the_previous_turn_and_its_
     assert (job2["after"], job2["until"]) == (first, second)
     record = await h.state.get("s1")
     assert record is not None and record.close_turn("t1", "e-late")[:2] == (None, first)
+
+
+BANK_STATES = ["rules-and-memories", "empty", "never-created", "deleted"]
+SETTINGS = [
+    {},
+    {"extraction_enabled": False},
+    {"inject_rules": False},
+    {"inject_memories": False},
+    {"inject_rules": False, "inject_memories": False},
+]
+
+
+async def _bank_in_state(service: MemoryService, bank: str, state: str) -> None:
+    if state in ("rules-and-memories", "deleted"):
+        await set_rule(service, "style", "Answer in British English.", bank=bank)
+        await save(service, "The user's cat is called Miso.", bank=bank)
+    elif state == "empty":
+        await service.bank_create(BankCreateRequest(name=bank))
+    if state == "deleted":
+        await service.bank_delete(BankDeleteRequest(name=bank))
+
+
+@pytest.mark.parametrize("overrides", SETTINGS, ids=lambda o: ",".join(o) or "defaults")
+@pytest.mark.parametrize("state", BANK_STATES)
+@pytest.mark.parametrize("bank", ["main", "blog"], ids=["default-bank", "named-bank"])
+async def test_preview_is_what_the_hook_sends_in_every_bank_state(
+    service: MemoryService, bank: str, state: str, overrides: dict[str, bool]
+) -> None:
+    await _bank_in_state(service, bank, state)
+    service.settings = Settings(**overrides)
+    query = "what is my cat called?"
+    preview = await service.preview(PreviewRequest(bank=bank, query=query))
+    h = Hooked(service)
+    reply = await h.step("s1", query, metadata={"memory_bank": bank}) or {}
+    mutations = reply.get("mutations") or {}
+    section = preview.system_prompt_section
+    assert mutations.get("system_prompt") == (f"BASE{section}" if section else None)
+    assert appended(reply) == ([preview.message] if preview.message else [])
+    assert reply.get("annotations", {}).get("memory_ids", []) == [
+        m.memory.id for m in preview.memories
+    ]

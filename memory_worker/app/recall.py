@@ -49,6 +49,11 @@ class Injection:
     message: str | None
     retrieval: str
 
+    @classmethod
+    def only_section(cls, bank: str, section: str = "") -> Injection:
+        """No memories; `section` "" means no memory section at all."""
+        return cls(bank, section, 0, False, [], None, "none")
+
 
 class RecallUseCases(EmbeddingWork):
     """Recall use cases."""
@@ -88,16 +93,27 @@ class RecallUseCases(EmbeddingWork):
     async def injection(
         self, name: str, query: str, *, carried: frozenset[str] = frozenset(), recall: bool = True
     ) -> Injection:
-        """The rules section and recalled-memory message a turn on `query` gets (hook = preview).
-        `carried`: memory texts the window already holds (not handed twice); `recall=False` for a
-        step that only needs the section."""
+        """The rules section and recalled-memory message a turn on `query` gets: the hook sends
+        exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
+        holds (not handed twice); `recall=False` for a step that only needs the section.
+
+        A bank that does not exist gets the ambient header alone while extraction is on (the
+        turn's extraction creates it) and nothing while it is off; a deleted bank other than the
+        default gets nothing (it is never brought back); with both `inject_*` off, nothing."""
         settings = self.settings
-        bank = self._readable(name)
+        if not settings.inject_rules and not settings.inject_memories:
+            return Injection.only_section(name)
+        bank = self.store.find(name)
+        if bank is None:
+            deleted = name != settings.default_bank and self.store.was_deleted(name)
+            if deleted or not settings.extraction_enabled:
+                return Injection.only_section(name)
+            return Injection.only_section(name, render_section(name, [], 0).text)
         rules = bank.rules() if bank is not None and settings.inject_rules else []
         section = render_section(name, rules, settings.max_rule_chars)
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
-        vector = await self._query_vector(query) if bank is not None else None
+        vector = await self._query_vector(query)
         now_ms = self.clock()
         hits = self._rank(
             bank,
@@ -110,7 +126,7 @@ class RecallUseCases(EmbeddingWork):
             ),
         )
         floor = min(AMBIENT_FLOOR, settings.recall_limit)
-        if bank is not None and len(hits) < floor:
+        if len(hits) < floor:
             hits = apply_floor(hits, bank.standing(floor), floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
         return Injection(
