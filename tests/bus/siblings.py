@@ -437,6 +437,28 @@ class FakeHarness(SdkWorker):
 
 # ── session-manager ───────────────────────────────────────────────────────────────────────
 
+
+def meta_changed(engine: Any, cli: Cli, change: Callable[[], Any]) -> None:
+    """Run `change` (a `session::set-meta`) and return once the memory worker has handled the
+    resulting `session::meta-updated`, so its next turn sees the new meta.
+
+    Waiting for the engine to forward the event is not enough: the SDK starts a fire-and-forget
+    handler one task later than a call's, so a call right behind it can overtake it. One round
+    trip through the worker after the event was forwarded closes that gap."""
+    engine.wait_binding("session::meta-updated", "memory::on-session-meta-updated")
+    start = len(engine.frames)
+    change()
+    engine.wait_frame(
+        lambda d, _w, m: (
+            d == "out"
+            and m.get("type") == "invokefunction"
+            and m.get("function_id") == "memory::on-session-meta-updated"
+        ),
+        start=start,
+    )
+    cli.call("memory::bank::list", {})
+
+
 SESSION_DELETED = "session::deleted"
 SESSION_META_UPDATED = "session::meta-updated"
 

@@ -19,6 +19,7 @@ from .siblings import (
     FakeSubscriber,
     assistant_message,
     envelope,
+    meta_changed,
     turn_event,
     user_message,
 )
@@ -30,6 +31,7 @@ SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 
 class Siblings:
     def __init__(self, engine: EngineDouble) -> None:
+        self.engine = engine
         self.harness = FakeHarness(engine.url)
         self.sessions = FakeSessions(engine.url)
         self.queue = FakeQueue(engine.url)
@@ -260,7 +262,7 @@ def two_turns_in_two_banks(sib: Siblings, cli: Cli) -> tuple[str, str]:
     sib.sessions.append("s1", assistant_message("Noted: Thursdays at 3pm."))
     receipt1 = finish_turn(sib, "s1", "t1")
     sib.queue.wait_held(1)
-    sib.sessions.set_meta("s1", {"memory_bank": "personal"})
+    meta_changed(sib.engine, cli, lambda: sib.sessions.set_meta("s1", {"memory_bank": "personal"}))
     second = user_message("On another note: my therapist is Dr. Silva, I see her weekly.")
     sib.sessions.append("s1", second)
     run = sib.harness.hook(envelope("s1", "t2", messages=[first, second]))

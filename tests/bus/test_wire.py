@@ -27,6 +27,7 @@ from .siblings import (
     FakeState,
     FakeSubscriber,
     envelope,
+    meta_changed,
     turn_event,
     user_message,
 )
@@ -40,23 +41,6 @@ GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 def _cli(engine: EngineDouble) -> Any:
     with Cli(engine.url) as cli:
         yield cli
-
-
-def meta_changed(engine: EngineDouble, change: Any) -> None:
-    """Run `change` (a `session::set-meta`) and wait until the engine forwarded the resulting
-    `session::meta-updated` to the worker: on its one socket, it is handled before any later
-    call (a hook), so the next turn sees the new meta."""
-    engine.wait_binding("session::meta-updated", "memory::on-session-meta-updated")
-    start = len(engine.frames)
-    change()
-    engine.wait_frame(
-        lambda d, _w, m: (
-            d == "out"
-            and m.get("type") == "invokefunction"
-            and m.get("function_id") == "memory::on-session-meta-updated"
-        ),
-        start=start,
-    )
 
 
 def texts(messages: list[dict[str, Any]]) -> list[str]:
@@ -215,7 +199,7 @@ class TestHook:
             assert run.annotations["memory_bank"] == "blog"
             assert "Fridays" in texts(run.appended)[0]
             # The session's meta changes, so the worker must ask again — and the ask fails.
-            meta_changed(engine, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
+            meta_changed(engine, cli, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
             sessions.fail_get = True
             later = harness.hook(envelope("s1", "t2", 0, [user_message("posts?")]))
             assert later.errors == [] and later.appended == []
@@ -259,7 +243,7 @@ class TestHook:
             sessions.add("s1", metadata={"memory_bank": "blog"})
             first = harness.hook(envelope("s1", "t1", 0, [user_message("posts and risotto?")]))
             assert first.annotations["memory_bank"] == "blog"
-            meta_changed(engine, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
+            meta_changed(engine, cli, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
             window = [user_message("posts and risotto?"), *first.appended, user_message("rice?")]
             second = harness.hook(envelope("s1", "t2", 0, window))
             assert second.annotations["memory_bank"] == "cooking"
