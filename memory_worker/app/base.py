@@ -96,6 +96,7 @@ class ServiceBase:
         self.clock = clock
         self.embedder = embedder
         self._embedding: dict[str, asyncio.Task[None]] = {}
+        self._last_embed_failure: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"

@@ -139,6 +139,7 @@ class EngineWorker:
         *,
         data_dir_flag: str | None = None,
         embedder: Embedder | None = None,
+        embedder_for: Callable[[Settings], Embedder | None] | None = None,
         router_embeddings: bool = True,
         reason: str = "",
     ) -> None:
@@ -150,6 +151,7 @@ class EngineWorker:
         self.seed = seed
         self.data_dir_flag = data_dir_flag
         self.local_embedder = embedder
+        self.embedder_for = embedder_for  # what a configuration change loads (a local model)
         self.router_embeddings = router_embeddings
         self.reason = reason
         self.client: III | None = None
@@ -194,6 +196,7 @@ class EngineWorker:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+
         def refused(code: str, namespace: str, what: str, owner: str) -> None:  # SDK thread
             loop.call_soon_threadsafe(self.fail, refusal(code, namespace, what, owner))
 
@@ -256,6 +259,7 @@ class EngineWorker:
             service,
             lambda s: resolve_data_dir(self.data_dir_flag, s),
             lambda path: Store.open(path, holder=self._holder()),
+            self.embedder_for,
         )
 
         async def public(spec: catalog.FunctionSpec, data: Any, metadata: Any) -> Any:
@@ -456,6 +460,7 @@ async def serve_engine(
     embedder: Embedder | None,
     router_embeddings: bool,
     reason: str,
+    embedder_for: Callable[[Settings], Embedder | None] | None = None,
 ) -> int:
     """Run engine mode until SIGTERM or SIGINT; exit status 0 after a clean close."""
     worker = EngineWorker(
@@ -463,6 +468,7 @@ async def serve_engine(
         seed,
         data_dir_flag=data_dir_flag,
         embedder=embedder,
+        embedder_for=embedder_for,
         router_embeddings=router_embeddings,
         reason=reason,
     )
