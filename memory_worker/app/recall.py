@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     PreviewMemory,
@@ -65,7 +66,7 @@ class RecallUseCases(EmbeddingWork):
         """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
         return self._rank(bank, query)
 
-    async def recall(self, req: RecallRequest) -> RecallResponse:
+    async def recall(self, req: RecallRequest, caller: Caller = SYSTEM) -> RecallResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
@@ -105,8 +106,7 @@ class RecallUseCases(EmbeddingWork):
             return Injection.only_section(name)
         bank = self.store.find(name)
         if bank is None:
-            deleted = name != settings.default_bank and self.store.was_deleted(name)
-            if deleted or not settings.extraction_enabled:
+            if self.was_deleted(name) or not settings.extraction_enabled:
                 return Injection.only_section(name)
             return Injection.only_section(name, render_section(name, [], 0).text)
         rules = bank.rules() if bank is not None and settings.inject_rules else []
@@ -139,7 +139,7 @@ class RecallUseCases(EmbeddingWork):
             _retrieval(RecallMode.HYBRID, vector is not None),
         )
 
-    async def preview(self, req: PreviewRequest) -> PreviewResponse:
+    async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
         plan = await self.injection(self._name(req.bank), req.query)
         return PreviewResponse(
             bank=plan.bank,

@@ -22,8 +22,10 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "check_revision",
     "check_unicode",
     "new_memory",
+    "normalize_label",
     "pin",
     "prepare_label",
     "prepare_labels",
@@ -53,6 +55,16 @@ def check_unicode(value: str, field: str) -> None:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
 
 
+def check_revision(record: Memory, expected: int | None) -> None:
+    """Optimistic concurrency: a caller that read revision `expected` may only change the record
+    while it is still at that revision (None: no guard)."""
+    if expected is not None and record.revision != expected:
+        raise Conflict(
+            f"stale revision: memory {record.id} is at revision {record.revision}, "
+            f"expected {expected}; read it again and retry"
+        )
+
+
 def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     """Redact secrets, trim, and check the length; returns the text and the redaction labels."""
     check_unicode(raw, field)
@@ -65,8 +77,10 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     return text, redaction.labels
 
 
-def _lower_outside_markers(text: str) -> str:
-    """Lowercase, except the `[REDACTED:<label>]` markers: they read the same everywhere."""
+def normalize_label(value: str) -> str:
+    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase —
+    except the `[REDACTED:<label>]` markers, which read the same everywhere."""
+    text = collapse_whitespace(value)
     parts: list[str] = []
     at = 0
     for match in _MARKER.finditer(text):
@@ -76,15 +90,10 @@ def _lower_outside_markers(text: str) -> str:
     return "".join(parts)
 
 
-def _label(raw: str, field: str) -> tuple[str, tuple[str, ...]]:
-    check_unicode(raw, field)
-    redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
-    return _lower_outside_markers(collapse_whitespace(redaction.text)), redaction.labels
-
-
 def prepare_label(raw: str, field: str = "tag") -> str:
-    """One label as stored (a `tag` filter, say), normalised exactly like `prepare_labels`."""
-    return _label(raw, field)[0]
+    """One label as stored (a `tag` filter, say): redacted, then `normalize_label`."""
+    check_unicode(raw, field)
+    return normalize_label(redact(raw).text)
 
 
 def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -93,8 +102,10 @@ def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], 
     out: list[str] = []
     labels: set[str] = set()
     for raw in values:
-        value, found = _label(raw, field)
-        labels.update(found)
+        check_unicode(raw, field)
+        redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
+        labels.update(redaction.labels)
+        value = normalize_label(redaction.text)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:
