@@ -36,6 +36,7 @@ class Resolution:
     outcome: Outcome
     bank: str | None = None
     source: str = ""  # turn | session | parent-turn | parent-session | default (or why not)
+    exists: bool = False  # (what a missing bank is told is `service.injection`'s to decide)
 
     @property
     def has_memory(self) -> bool:
@@ -171,4 +172,4 @@ class BankResolver:
             return Resolution(Outcome.NO_MEMORY, bank=name, source=f"bank {name} was deleted")
         # A bank that does not exist yet is still this session's: what it gets then is
         # `service.injection`'s to say (the one function `memory::preview` shows too).
-        return Resolution(Outcome.BANK, bank=name, source=source)
+        return Resolution(Outcome.BANK, bank=name, source=source, exists=not missing)
