@@ -1177,22 +1177,6 @@ class EngineDouble:
 
         return self._wait(ready, timeout, "matching frame")
 
-    def wait_frames(
-        self,
-        predicate: Callable[[str, str, JSON], bool],
-        count: int,
-        timeout: float = 10,
-        start: int = 0,
-    ) -> list[tuple[str, str, JSON]]:
-        """Wait until ``count`` frames (from index ``start``) satisfy the predicate."""
-
-        def ready() -> list[tuple[str, str, JSON]] | None:
-            frames = [(d, conn.label, msg) for d, conn, msg in self._frames[start:]]
-            found = [f for f in frames if predicate(*f)]
-            return found if len(found) >= count else None
-
-        return self._wait(ready, timeout, f"{count} matching frames")
-
     def connection_count(self) -> int:
         """Live worker connections (telemetry sockets excluded)."""
         with self._cond:

@@ -411,16 +411,25 @@ class TestTurns:
             engine.wait_binding("session::deleted", "memory::on-session-deleted")
             start = len(engine.frames)
             sessions.delete("s1")
-            # The state worker answering both state::delete calls: the drops have happened.
-            engine.wait_frames(
-                lambda d, _w, m: (
-                    d == "in"
-                    and m.get("type") == "invocationresult"
-                    and m.get("function_id") == "state::delete"
-                ),
-                count=2,
-                start=start,
-            )
+            # The state worker answering the state::delete of each scope: the drops happened.
+            for scope in ("memory_sessions", "memory_cursor"):
+                _, _, forwarded = engine.wait_frame(
+                    lambda d, _w, m, scope=scope: (
+                        d == "out"
+                        and m.get("type") == "invokefunction"
+                        and m.get("function_id") == "state::delete"
+                        and (m.get("data") or {}).get("scope") == scope
+                    ),
+                    start=start,
+                )
+                engine.wait_frame(
+                    lambda d, _w, m, call=forwarded: (
+                        d == "in"
+                        and m.get("type") == "invocationresult"
+                        and m.get("invocation_id") == call.get("invocation_id")
+                    ),
+                    start=start,
+                )
             assert "s1" not in state.data.get("memory_sessions", {})
             assert state.data["memory_cursor"] == {"s2": {"x": 1}}  # its cursor, and only its
 
