@@ -40,7 +40,6 @@ EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
 DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
-UI_CONTENT = "memory::ui-content"  # the console page's content function (an internal seam)
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 
@@ -438,10 +437,7 @@ async def _hook(args: argparse.Namespace) -> int:
 
 async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
-    from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
-
-    internal = list(dict.fromkeys([*(spec.id for spec in INTERNAL), UI_CONTENT]))
-    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, internal))
+    sys.stdout.write(catalog.render_permissions())
     return 0
 
 
