@@ -78,6 +78,7 @@ class ServiceBase:
         clock: Clock = system_clock,
         embedder: Embedder | None = None,
         siblings: HealthProbe | None = None,
+        embed_writes: bool = True,
     ) -> None:
         self.store = store
         self.siblings = siblings
@@ -85,6 +86,9 @@ class ServiceBase:
         self.emitter: Emitter = emitter or NullEmitter()
         self.clock = clock
         self.embedder = embedder
+        # False for one-shot CLI commands: they embed queries over vectors a server made, never a
+        # bank's backlog (a long import would pay for every memory before the command exits).
+        self.embed_writes = embed_writes
         self._embedding: dict[str, asyncio.Task[None]] = {}
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ import asyncio
 import structlog
 
 from memory_worker.app.base import ServiceBase
+from memory_worker.app.ports import QueryEmbedder
 from memory_worker.core.errors import WorkerError
 from memory_worker.storage.bank import Bank
 
@@ -26,21 +27,30 @@ class EmbeddingWork(ServiceBase):
     def _embedding_on(self) -> bool:
         return self.embedder is not None and self.settings.embeddings_enabled
 
-    async def _query_vector(self, text: str) -> tuple[float, ...] | None:
+    async def _query_vector(self, text: str, bank: Bank) -> tuple[float, ...] | None:
         """The query's embedding, or None (lexical recall) when there is no embedder or it fails:
-        the semantic arm is an enrichment, never a reason for recall to fail."""
+        the semantic arm is an enrichment, never a reason for recall to fail. A service that does
+        not embed writes (a one-shot command) embeds a query only over a bank that holds vectors
+        of its model."""
         if self.embedder is None or not self._embedding_on() or not text.strip():
             return None
+        if not self.embed_writes and not bank.embedded_by(self.embedder.model):
+            return None
+        embedder = self.embedder
         try:
-            vectors = await asyncio.wait_for(self.embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
+            if isinstance(embedder, QueryEmbedder):
+                vector = await asyncio.wait_for(embedder.embed_query(text), QUERY_EMBED_TIMEOUT_S)
+            else:
+                vectors = await asyncio.wait_for(embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
+                vector = vectors[0] if vectors else []
         except (WorkerError, TimeoutError) as exc:
             log.warning("query_embedding_failed", error=str(exc))
             return None
-        return tuple(vectors[0]) if vectors else None
+        return tuple(vector) if vector else None
 
     def _embed_soon(self, bank: Bank) -> None:
         """Embed the bank's new or edited memories in the background (explicit saves included)."""
-        if not self._embedding_on():
+        if not self._embedding_on() or not self.embed_writes:
             return
         running = self._embedding.get(bank.name)
         if running is not None and not running.done():

@@ -65,7 +65,7 @@ class RecallUseCases(EmbeddingWork):
         limit = req.limit if req.limit is not None else self.settings.recall_limit
         vector = None
         if bank is not None and req.mode is not RecallMode.LEXICAL:
-            vector = await self._query_vector(req.query)
+            vector = await self._query_vector(req.query, bank)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
@@ -96,7 +96,7 @@ class RecallUseCases(EmbeddingWork):
         section = render_section(name, rules, settings.max_rule_chars)
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
-        vector = await self._query_vector(query) if bank is not None else None
+        vector = await self._query_vector(query, bank) if bank is not None else None
         now_ms = self.clock()
         hits = self._rank(
             bank,

@@ -176,6 +176,11 @@ class Bank:
             if current and self.index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model
 
+    def embedded_by(self, model: str) -> bool:
+        """Whether any live memory holds a vector from `model` (a scan: for one-shot commands,
+        which embed a query only when there is something to compare it with)."""
+        return model in self._vector_models.values()
+
     def needs_embedding(self, model: str, limit: int) -> list[Memory]:
         """Live memories with no vector from `model` (new, edited, or embedded by another model).
         The first call for a model scans the bank; after that the set is kept up to date."""
