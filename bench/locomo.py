@@ -56,7 +56,12 @@ from memory_worker.app.catalog import call  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
+_DATA_PATH = ("shared", "datasets", "locomo", "locomo10.json")
+# ../shared beside the repo; a git worktree one level deeper finds it further up.
+DEFAULT_DATA = next(
+    (p.joinpath(*_DATA_PATH) for p in ROOT.parents if p.joinpath(*_DATA_PATH).is_file()),
+    ROOT.parent.joinpath(*_DATA_PATH),
+)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KS = (1, 5, 10)
 LIMIT = 10

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Choose the fusion weights honestly: a grid over `search.scoring.Fusion` on LoCoMo's tuning half.
+
+Loads every LoCoMo conversation into a real bank once (turn level, as `bench/locomo.py` does),
+with vectors from the disk cache (`bench/embed_cache.py`), then ranks every question with
+`search.ranking.rank()` directly under each candidate `Fusion` — no service round trip, so a
+grid of dozens of settings takes minutes. By default only the TUNING half (conversations 0-4) is
+scored; `--report` adds the report half (5-9) and the full set for the settings given, which is
+what BENCHMARKS quotes after the choice was made.
+
+    .venv/bin/python bench/tune_recall.py --embedder e5 --grid 'semantic=0.5,1,2' [--report]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import itertools
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from embed_cache import cached  # noqa: E402
+from locomo import CATEGORIES, DEFAULT_DATA, HOLDER, Conversation, load, score  # noqa: E402
+
+from memory_worker.adapters.embedders import load_local  # noqa: E402
+from memory_worker.adapters.logs import configure_logging  # noqa: E402
+from memory_worker.app.ports import QueryEmbedder  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.search.ranking import RecallMode, RecallQuery, candidates, order  # noqa: E402
+from memory_worker.search.scoring import Fusion, FusionMethod  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
+
+TUNING = range(5)
+REPORT = range(5, 10)
+HALF_LIFE_DAYS = 60.0
+
+
+@dataclasses.dataclass
+class Loaded:
+    conv: Conversation
+    bank: Any
+    keys: dict[str, str]  # memory id -> dia_id
+    vectors: list[tuple[float, ...] | None]  # per question
+
+
+async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Loaded]:
+    store = Store.open(root, holder=HOLDER)
+    service = MemoryService(store, embedder=embedder)
+    out = []
+    for conv in convs:
+        name = conv.sample_id.lower()
+        rows = [
+            {
+                "id": f"fp{i:016x}",
+                "text": d.text,
+                "entities": [d.speaker.lower()],
+                "created_at": d.created_at,
+                "confidence": "extracted",
+            }
+            for i, d in enumerate(conv.turns)
+        ]
+        await service.import_records(name, rows)
+        await service.settle()
+        vectors: list[tuple[float, ...] | None] = []
+        for q in conv.questions:
+            if embedder is None:
+                vectors.append(None)
+            elif isinstance(embedder, QueryEmbedder):
+                vectors.append(tuple(await embedder.embed_query(q.text)))
+            else:
+                vectors.append(tuple((await embedder.embed([q.text]))[0]))
+        keys = {f"fp{i:016x}": d.key for i, d in enumerate(conv.turns)}
+        out.append(Loaded(conv, store.get(name), keys, vectors))
+    return out
+
+
+_POOLS: dict[tuple[int, int, str, bool, float], Any] = {}
+
+
+def evaluate(
+    loaded: list[Loaded],
+    indices: range | list[int],
+    mode: RecallMode,
+    fusion: Fusion,
+    semantic: bool,
+) -> dict[str, float]:
+    """recall@10 per category over `indices`. Each question's candidate pool (lexical hits,
+    cosines, columns) does not depend on the weights, so it is computed once per question and
+    reused by every setting of the grid; the ordering is `ranking.order`, as `rank` runs it."""
+    per: dict[int, list[float]] = {c: [] for c in CATEGORIES}
+    for i in indices:
+        item = loaded[i]
+        for n, (q, vector) in enumerate(zip(item.conv.questions, item.vectors, strict=True)):
+            relevant = {d.key for d in item.conv.turns if d.evidence & q.evidence}
+            if not relevant:
+                continue
+            query = RecallQuery(
+                text=q.text,
+                limit=10,
+                now_ms=item.conv.as_of,
+                half_life_days=HALF_LIFE_DAYS,
+                mode=mode,
+                as_of=item.conv.as_of,
+                vector=vector if semantic else None,
+                fusion=fusion,
+            )
+            key = (i, n, str(mode), semantic, fusion.semantic_reference)
+            pool = _POOLS.get(key)
+            if pool is None:
+                pool = _POOLS[key] = candidates(item.bank.memories, item.bank.index, query)
+            hits = order(pool, item.bank.index, query)
+            ranked = [item.keys[h.memory.id] for h in hits]
+            per[q.category].append(score(ranked, relevant)["recall@10"])
+    out = {str(c): sum(v) / len(v) for c, v in per.items() if v}
+    every = [x for v in per.values() for x in v]
+    out["all"] = sum(every) / len(every)
+    return out
+
+
+def _grid(spec: str) -> list[dict[str, Any]]:
+    if not spec:
+        return [{}]
+    axes = []
+    for part in spec.split(";"):
+        name, _, values = part.partition("=")
+        field = next(f for f in dataclasses.fields(Fusion) if f.name == name.strip())
+        kind = {"method": FusionMethod, "expand_docs": int, "expand_terms": int}.get(
+            field.name, float
+        )
+        parsed = [kind(v) for v in values.split(",")]
+        axes.append([(field.name, v) for v in parsed])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def _row(label: str, result: dict[str, float]) -> str:
+    cells = [f"{result.get(k, float('nan')):.3f}" for k in ("1", "2", "3", "4", "all")]
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    convs = load(args.data)
+    embedder = cached(load_local(args.embedder)) if args.embedder != "none" else None
+    with tempfile.TemporaryDirectory(prefix="tune-recall-") as tmp:
+        loaded = await _load(convs, embedder, Path(tmp))
+        halves: list[tuple[str, range | list[int]]] = [("tune 0-4", TUNING)]
+        if args.report:
+            halves += [("report 5-9", REPORT), ("all 0-9", range(len(loaded)))]
+        print("| system | cat 1 | cat 2 | cat 3 | cat 4 | all |\n|---|---|---|---|---|---|")
+        for half, indices in halves:
+            print(
+                _row(
+                    f"{half} lexical",
+                    evaluate(loaded, indices, RecallMode.LEXICAL, Fusion(), False),
+                )
+            )
+            if embedder is not None:
+                sem = evaluate(loaded, indices, RecallMode.SEMANTIC, Fusion(), True)
+                print(_row(f"{half} semantic", sem))
+            for overrides in _grid(args.grid):
+                fusion = dataclasses.replace(Fusion(), **overrides)
+                label = ",".join(f"{k}={v}" for k, v in overrides.items()) or "default"
+                no_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, False)
+                print(_row(f"{half} hybrid-no-embed {label}", no_embed))
+                if embedder is not None:
+                    with_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, True)
+                    print(_row(f"{half} hybrid+{args.embedder} {label}", with_embed))
+                sys.stdout.flush()
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--embedder", default="e5", help="e5, minilm or none")
+    parser.add_argument("--grid", default="", help="'field=v1,v2;field2=v3' over Fusion")
+    parser.add_argument("--report", action="store_true", help="also score the report half")
+    args = parser.parse_args()
+    configure_logging("warning")
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
