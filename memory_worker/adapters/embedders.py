@@ -18,6 +18,7 @@ from memory_worker.adapters.local_embedder import DEFAULT_MODEL as MINILM_MODEL
 from memory_worker.adapters.local_embedder import EmbedderUnavailable, LocalEmbedder
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.search.ranking import DUPLICATE_COSINE
 
 __all__ = [
     "ALIASES",
@@ -93,6 +94,11 @@ class LazyEmbedder:
             if self._loaded is None:
                 raise SiblingUnavailable(f"local embedder {self._name}: {self._failed}")
             return self._loaded
+
+    @property
+    def duplicate_cosine(self) -> float:
+        """The loaded model's paraphrase threshold (asked only after a query was embedded)."""
+        return float(getattr(self._loaded, "duplicate_cosine", DUPLICATE_COSINE))
 
     @property
     def model(self) -> str:

@@ -32,6 +32,7 @@ from memory_worker.storage.store import Store
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
+    "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
     "clean_short",
     "item_event",
@@ -66,6 +67,9 @@ def clean_short(raw: str | None, field: str, limit: int) -> str | None:
     return cleaned or None
 
 
+QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
+
+
 class ServiceBase:
     """State and helpers every use case shares: the store, the settings snapshot, events, time."""
 
@@ -89,6 +93,9 @@ class ServiceBase:
         # False for one-shot CLI commands: they embed queries over vectors a server made, never a
         # bank's backlog (a long import would pay for every memory before the command exits).
         self.embed_writes = embed_writes
+        # Inside the hook's budget: a slow embedder costs the turn nothing (recall runs lexical).
+        # Evaluations that must measure the semantic arm on a loaded machine raise it.
+        self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S
         self._embedding: dict[str, asyncio.Task[None]] = {}
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ import asyncio
 
 import structlog
 
-from memory_worker.app.base import ServiceBase
+from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import QueryEmbedder
 from memory_worker.core.errors import WorkerError
 from memory_worker.storage.bank import Bank
@@ -17,7 +17,6 @@ __all__ = ["EMBED_BATCH", "QUERY_EMBED_TIMEOUT_S", "EmbeddingWork"]
 
 log = structlog.get_logger(__name__)
 
-QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
 EMBED_BATCH = 64
 
 
@@ -39,9 +38,11 @@ class EmbeddingWork(ServiceBase):
         embedder = self.embedder
         try:
             if isinstance(embedder, QueryEmbedder):
-                vector = await asyncio.wait_for(embedder.embed_query(text), QUERY_EMBED_TIMEOUT_S)
+                vector = await asyncio.wait_for(
+                    embedder.embed_query(text), self.query_embed_timeout_s
+                )
             else:
-                vectors = await asyncio.wait_for(embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
+                vectors = await asyncio.wait_for(embedder.embed([text]), self.query_embed_timeout_s)
                 vector = vectors[0] if vectors else []
         except (WorkerError, TimeoutError) as exc:
             log.warning("query_embedding_failed", error=str(exc))

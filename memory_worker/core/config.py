@@ -85,7 +85,10 @@ class Settings(BaseModel):
         default=True, description="Fuse a semantic signal into recall when an embedder answers."
     )
     embedding_model: str = Field(
-        default="", description="Embedding model; empty uses the provider default."
+        default="",
+        description="Embedding model. Local embedder: multilingual-e5-small-enpt-q4 (empty, the "
+        "default; alias e5) or all-minilm-l6-v2-int8 (alias minilm, needs the embed extra); "
+        "under an engine, the model router::embed is asked for (empty: the router's default).",
     )
 
 

@@ -379,6 +379,17 @@ class LexicalIndex:
         slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
         return Candidates(slots, acc[slots])
 
+    def query_weight(self, weights: Mapping[str, float]) -> float:
+        """What a document of average length holding each query term once would score: the sum
+        of the terms' idf (a term no memory has counts at its full idf). BM25 over this says how
+        much of the question a memory matched, on a scale that does not grow with its length."""
+        total = 0.0
+        for term, count in weights.items():
+            term_id = self._vocab.get(term)
+            df = 0 if term_id is None else self._df[term_id]
+            total += count * self._idf(df)
+        return total
+
     def expansion(self, slots: Sequence[int], exclude: set[str], limit: int) -> dict[str, float]:
         """The `limit` most telling terms of the documents in `slots` (pseudo-relevance feedback):
         each term's idf times its share of each document, summed, over terms not in `exclude`
@@ -417,19 +428,25 @@ class LexicalIndex:
         return self._norm_cache
 
     def entity_hits(self, query_terms: list[str], slots: Ints) -> Floats:
-        """For each slot, how many distinct query terms name one of its entities."""
-        named = []
+        """For each slot, how many distinct query terms name one of its entities, each weighted
+        by the share of the bank that does NOT carry that entity: naming the person every memory
+        is about (`user`) tells nothing, naming one of two speakers halves the field, naming
+        Pipoca picks a handful."""
+        named: list[tuple[Ints, float]] = []
+        n_docs = max(len(self._slot_of), 1)
         for term in set(query_terms):
             term_id = self._vocab.get(term)
             if term_id is not None:
                 entity_slots, _ = self._entities.get(term_id)
                 if entity_slots.size:
-                    named.append(entity_slots)
+                    entity_slots = entity_slots[self._alive[entity_slots]]
+                    weight = 1.0 - entity_slots.size / n_docs
+                    named.append((entity_slots, weight))
         if not named:  # most queries name no entity: skip the per-slot tally
             return np.zeros(slots.size, np.float64)
         hits = np.zeros(len(self._ids), np.float64)
-        for entity_slots in named:
-            hits[entity_slots] += 1.0
+        for entity_slots, weight in named:
+            hits[entity_slots] += weight
         return hits[slots]
 
     def tagged(self, tag: str) -> Ints:

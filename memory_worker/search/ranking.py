@@ -7,6 +7,7 @@ index's columns; retired ones (history views, `as_of`) are few and scored one by
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,11 +25,13 @@ from memory_worker.search.scoring import (
     Fusion,
     Recency,
     fused_scores,
+    lexical_relevance,
     rank_order,
     semantic_relevance,
 )
 
 __all__ = [
+    "DUPLICATE_COSINE",
     "Pool",
     "RecallMode",
     "RecallQuery",
@@ -42,9 +45,9 @@ __all__ = [
 
 _TIE_MARGIN = 8  # extra candidates taken past `limit` so exact ties are broken by the sort key
 RELEVANCE_CUTOFF = 0.25  # fraction of the best hybrid score a memory needs to be returned
-ARM_TOP = 3  # a memory either arm alone ranks this high is never cut
+ARM_TOP = 3  # a memory either arm alone ranks this high is never cut…
+ARM_EVIDENCE = 0.2  # …when the lexical arm found this much of the question's weight in it
 DUPLICATE_COSINE = 0.75  # paraphrases of one fact embed this close (MiniLM: 0.77-0.88 measured)
-DUPLICATE_PENALTY = 0.5
 SEMANTIC_POOL = 100  # semantically closest memories added to the lexical candidates in hybrid mode
 
 
@@ -117,6 +120,7 @@ class Pool:
     stated_at: Floats
     dated: npt.NDArray[np.bool_]
     semantic: Floats | None = None  # per-query semantic relevance in [0, 1]; None: no arm ran
+    query_weight: float = 0.0  # `LexicalIndex.query_weight` of the query (expansion included)
 
 
 _NO_SLOTS = np.empty(0, np.int64)
@@ -207,8 +211,9 @@ def _expand(
     second = index.weighted(extra)
     if second.slots.size == 0:
         return slots, bm25, cosines
-    scale = fusion.expand_weight * (float(bm25.max()) if bm25.size else 1.0)
-    scale /= float(second.bm25.max())
+    # In relevance terms: the second pass counts `expand_weight` of the question's own words.
+    scale = fusion.expand_weight * index.query_weight(Counter(query_terms))
+    scale /= max(index.query_weight(extra), 1e-9)
     merged = np.union1d(slots, second.slots)
     total = np.zeros(merged.size, np.float64)
     total[np.searchsorted(merged, slots)] += bm25
@@ -272,6 +277,7 @@ def _scores(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
     now_ms = query.as_of if query.as_of is not None else query.now_ms
     arms = Arms(
         bm25=pool.bm25,
+        query_weight=pool.query_weight,
         entity_hits=pool.entity_hits,
         corroboration=pool.corroboration,
         pinned=pool.pinned,
@@ -285,14 +291,20 @@ def _scores(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
     )
 
 
-def _keep(scores: Floats, pool: Pool, semantic: Floats | None) -> npt.NDArray[np.bool_]:
-    """The relevance cutoff: weak matches (one common word) are noise next to a strong hit, but
-    never a memory that either arm alone ranks in its top `ARM_TOP` (the fusion may not undo what
-    an arm is sure of)."""
-    keep = scores >= RELEVANCE_CUTOFF * float(scores.max())
-    keep |= rank_order(pool.bm25) <= ARM_TOP
+def _keep(
+    scores: Floats, pool: Pool, semantic: Floats | None, fusion: Fusion
+) -> npt.NDArray[np.bool_]:
+    """The relevance cutoff: weak matches (one common word) are noise next to a strong hit, and a
+    memory neither arm finds relevant at all (`min_relevance`) is never recalled. But a memory
+    either arm alone ranks in its top `ARM_TOP` on real evidence (a fifth of the question's
+    words, or closer than the bank's unrelated reference) is always kept: the fusion may not undo
+    what an arm is sure of."""
+    lexical = lexical_relevance(pool.bm25, pool.query_weight)
+    relevance = lexical + (semantic if semantic is not None else 0.0)
+    keep = (scores >= RELEVANCE_CUTOFF * float(scores.max())) & (relevance >= fusion.min_relevance)
+    keep |= (rank_order(pool.bm25) <= ARM_TOP) & (lexical >= ARM_EVIDENCE)
     if semantic is not None:
-        keep |= rank_order(semantic) <= ARM_TOP
+        keep |= (rank_order(semantic) <= ARM_TOP) & (semantic > 0.0)
     return keep
 
 
@@ -314,6 +326,7 @@ def candidates(memories: Mapping[str, Memory], index: LexicalIndex, query: Recal
     if cosines is not None:
         reference, best = _semantic_reference(index, cosines, query.fusion.semantic_reference)
         pool.semantic = semantic_relevance(pool.cosine, reference, best)
+    pool.query_weight = index.query_weight(Counter(query_terms))
     return pool
 
 
@@ -330,13 +343,18 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         scores = _scores(pool, query, semantic)
     chosen = np.arange(scores.size)
     if query.mode is RecallMode.HYBRID:
-        chosen = chosen[_keep(scores, pool, semantic)]
+        chosen = chosen[_keep(scores, pool, semantic, query.fusion)]
     take = min(chosen.size, query.limit + _TIE_MARGIN)
     if take < chosen.size:
         chosen = chosen[np.argpartition(-scores[chosen], take - 1)[:take]]
     final = scores[chosen]
     if query.mode is RecallMode.HYBRID and semantic is not None:
-        final = _demote_near_duplicates(index, pool.slots[chosen], final, query.duplicate_cosine)
+        final, demoted = _demote_near_duplicates(
+            index, pool.slots[chosen], final, query.duplicate_cosine, query.fusion.duplicate
+        )
+        # A restatement pushed under the cutoff leaves: its better twin already carries the fact.
+        kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
+        chosen, final = chosen[kept], final[kept]
     hits = [
         Hit(pool.memories[i], score)
         for i, score in zip(chosen.tolist(), final.tolist(), strict=True)
@@ -351,23 +369,26 @@ def rank(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery
 
 
 def _demote_near_duplicates(
-    index: LexicalIndex, slots: Ints, scores: Floats, threshold: float
-) -> Floats:
-    """A memory that restates a better-ranked one (embedding cosine ≥ `threshold`) drops in rank:
-    it stays recallable, but no longer takes a second slot of a small injection."""
+    index: LexicalIndex, slots: Ints, scores: Floats, threshold: float, penalty: float
+) -> tuple[Floats, npt.NDArray[np.bool_]]:
+    """A memory that restates a better-ranked one (embedding cosine ≥ `threshold`) is scored down
+    by `penalty`, so it does not take a second slot of a small injection. Returns the scores and
+    which were demoted."""
     order = np.argsort(-scores, kind="stable")
     kept: list[int] = []
     out = scores.copy()
+    demoted = np.zeros(scores.size, bool)
     live = slots >= 0
     safe = np.where(live, slots, 0)
     vectors = index.vectors[safe].astype(np.float32)
     has = index.has_vector[safe] & live
     for i in order.tolist():
         if has[i] and kept and float(np.max(vectors[kept] @ vectors[i])) >= threshold:
-            out[i] = scores[i] * DUPLICATE_PENALTY
+            out[i] = scores[i] * penalty
+            demoted[i] = True
         elif has[i]:
             kept.append(i)
-    return out
+    return out, demoted
 
 
 def top_memories(memories: Iterable[Memory], limit: int) -> list[Memory]:

@@ -1,7 +1,8 @@
 """The fused recall score: two arms (lexical BM25, semantic cosine) on one scale, plus boosts.
 
-Each arm is first turned into a per-query relevance in [0, 1] — BM25 over the query's best BM25,
-cosine between the query's "unrelated" reference and its best cosine — so neither arm's raw
+Each arm is first turned into a per-query relevance around [0, 1] — BM25 over what a memory holding
+every query word once would score, cosine between the bank's "unrelated" reference and the query's
+best cosine — so neither arm's raw
 scale (BM25 grows with query length; a model's cosines crowd into its own band) decides the
 mix. The relevances are fused (a weighted sum, or reciprocal-rank fusion), entity, corroboration
 and pin boosts are added, and the sum is decayed by recency under a policy the question's shape
@@ -65,6 +66,8 @@ class Fusion:
     entity: float = 0.15  # per query term naming one of the memory's entities
     corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
     pinned: float = 0.07  # a bonus, not a trump: pinned memories still decay
+    min_relevance: float = 0.05  # lexical + semantic relevance a memory needs at all
+    duplicate: float = 0.5  # × the score of a restatement of a better hit
     dated: float = 0.0  # a memory stating a date or time, when the question asks "when"
     expand_docs: int = 0  # second hop: first hits per arm lending terms (0: no second hop)
     expand_terms: int = 10  # terms taken from them
@@ -89,6 +92,7 @@ class Arms:
     """What ranking knows of each candidate, as aligned arrays (one element per candidate)."""
 
     bm25: Floats
+    query_weight: float  # `LexicalIndex.query_weight` of the query's terms
     entity_hits: Floats
     corroboration: Floats
     pinned: Bools
@@ -110,12 +114,13 @@ def recency(age_ms: Floats, half_life_days: float, floor: float = 0.7) -> Floats
     return np.maximum(fast, slow)
 
 
-def lexical_relevance(bm25: Floats) -> Floats:
-    """BM25 over the best BM25 among the candidates: 1.0 for the best lexical match."""
-    best = float(bm25.max()) if bm25.size else 0.0
-    if best <= 0.0:
+def lexical_relevance(bm25: Floats, query_weight: float) -> Floats:
+    """BM25 over the query's own weight (`LexicalIndex.query_weight`): about 1.0 for a memory of
+    average length holding every query word, near 0 for one matching only a common word — even
+    when that is the best match there is (normalising by the best match would make it 1.0)."""
+    if query_weight <= 0.0:
         return np.zeros(bm25.size, np.float64)
-    relevance: Floats = bm25 / best
+    relevance: Floats = bm25 / query_weight
     return relevance
 
 
@@ -140,7 +145,7 @@ def rank_order(values: Floats) -> Floats:
 def fused_scores(
     arms: Arms, *, half_life_days: float, policy: Recency, fusion: Fusion = DEFAULT_FUSION
 ) -> Floats:
-    lexical = lexical_relevance(arms.bm25)
+    lexical = lexical_relevance(arms.bm25, arms.query_weight)
     if fusion.method is FusionMethod.RRF:
         base = fusion.lexical * fusion.rrf_k / (fusion.rrf_k + rank_order(lexical))
         if arms.semantic is not None:
