@@ -81,7 +81,7 @@ async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Lo
     return out
 
 
-_POOLS: dict[tuple[int, int, str, bool, float], Any] = {}
+_POOLS: dict[tuple[Any, ...], Any] = {}
 
 
 def evaluate(
@@ -111,7 +111,11 @@ def evaluate(
                 vector=vector if semantic else None,
                 fusion=fusion,
             )
-            key = (i, n, str(mode), semantic, fusion.semantic_reference)
+            # Everything `candidates` reads of the weights (the rest only orders the pool).
+            key = (
+                i, n, str(mode), semantic, fusion.semantic_reference, fusion.expand_docs,
+                fusion.expand_terms, fusion.expand_weight, fusion.expand_vector,
+            )  # fmt: skip
             pool = _POOLS.get(key)
             if pool is None:
                 pool = _POOLS[key] = candidates(item.bank.memories, item.bank.index, query)
@@ -122,6 +126,103 @@ def evaluate(
     every = [x for v in per.values() for x in v]
     out["all"] = sum(every) / len(every)
     return out
+
+
+@dataclasses.dataclass
+class GoldenLoaded:
+    golden: Any
+    bank: Any
+    key_of: dict[str, str]  # memory id -> persona key
+    vectors: list[tuple[float, ...] | None]
+    duplicate_cosine: float
+
+
+async def _load_golden(embedder: Any, root: Path) -> GoldenLoaded:
+    from tests import recall_quality as rq
+
+    golden = rq.load()
+    async with rq.open_service(root, golden.as_of_ms, embedder) as service:
+        ids = await rq.build_bank(service, golden)
+        vectors: list[tuple[float, ...] | None] = []
+        for q in golden.queries:
+            if embedder is None:
+                vectors.append(None)
+            elif isinstance(embedder, QueryEmbedder):
+                vectors.append(tuple(await embedder.embed_query(q.query)))
+            else:
+                vectors.append(tuple((await embedder.embed([q.query]))[0]))
+        bank = service.store.get(rq.BANK)
+        duplicate = float(getattr(getattr(embedder, "inner", None), "duplicate_cosine", 0.75))
+        return GoldenLoaded(golden, bank, {v: k for k, v in ids.items()}, vectors, duplicate)
+
+
+def evaluate_golden(
+    item: GoldenLoaded, half: str, mode: RecallMode, fusion: Fusion, semantic: bool
+) -> dict[str, Any]:
+    """hit@3 per language, MRR, traps and pollution over the golden queries of `half`."""
+    from tests import recall_quality as rq
+
+    scores = []
+    for q, vector in zip(item.golden.queries, item.vectors, strict=True):
+        if half != "all" and q.half != half:
+            continue
+        query = RecallQuery(
+            text=q.query,
+            limit=10,
+            now_ms=item.golden.as_of_ms,
+            half_life_days=HALF_LIFE_DAYS,
+            mode=mode,
+            vector=vector if semantic else None,
+            fusion=fusion,
+            duplicate_cosine=item.duplicate_cosine,
+        )
+        hits = order(candidates(item.bank.memories, item.bank.index, query), item.bank.index, query)
+        ranked = [item.key_of.get(h.memory.id) for h in hits]
+        scores.append(rq.score_query(item.golden, q, ranked))
+    out: dict[str, Any] = {}
+    for lang in ("en", "pt"):
+        rows = [s.metrics() for s in scores if s.query.lang == lang]
+        out[lang] = sum(r["hit@3"] for r in rows) / max(len(rows), 1)
+    rows = [s.metrics() for s in scores]
+    out["all"] = sum(r["hit@3"] for r in rows) / max(len(rows), 1)
+    out["mrr"] = sum(r["mrr@10"] for r in rows) / max(len(rows), 1)
+    out["traps"] = [s.query.id for s in scores if s.trapped]
+    out["polluted"] = [s.query.id for s in scores if s.polluted]
+    out["missed"] = [s.query.id for s in scores if not s.metrics()["hit@3"]]
+    return out
+
+
+def _golden_row(label: str, r: dict[str, Any]) -> str:
+    return (
+        f"| {label} | {r['en']:.3f} | {r['pt']:.3f} | {r['all']:.3f} | {r['mrr']:.3f} | "
+        f"{','.join(r['traps']) or '-'} | {','.join(r['polluted']) or '-'} | "
+        f"{','.join(r['missed']) or '-'} |"
+    )
+
+
+async def golden_main(args: argparse.Namespace, embedder: Any, root: Path) -> None:
+    item = await _load_golden(embedder, root / "golden")
+    halves = ["tuning", *(("report", "all") if args.report else ())]
+    print("| system | hit@3 en | hit@3 pt | hit@3 | mrr | traps | polluted | missed@3 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for half in halves:
+        print(
+            _golden_row(
+                f"{half} lexical", evaluate_golden(item, half, RecallMode.LEXICAL, Fusion(), False)
+            )
+        )
+        if embedder is not None:
+            sem = evaluate_golden(item, half, RecallMode.SEMANTIC, Fusion(), True)
+            print(_golden_row(f"{half} semantic", sem))
+        for overrides in _grid(args.grid):
+            fusion = dataclasses.replace(Fusion(), **overrides)
+            label = ",".join(f"{k}={v}" for k, v in overrides.items()) or "default"
+            r = evaluate_golden(item, half, RecallMode.HYBRID, fusion, False)
+            print(_golden_row(f"{half} no-embed {label}", r))
+            if embedder is not None:
+                r = evaluate_golden(item, half, RecallMode.HYBRID, fusion, True)
+                print(_golden_row(f"{half} +{args.embedder} {label}", r))
+            sys.stdout.flush()
 
 
 def _grid(spec: str) -> list[dict[str, Any]]:
@@ -148,7 +249,11 @@ async def main_async(args: argparse.Namespace) -> int:
     convs = load(args.data)
     embedder = cached(load_local(args.embedder)) if args.embedder != "none" else None
     with tempfile.TemporaryDirectory(prefix="tune-recall-") as tmp:
-        loaded = await _load(convs, embedder, Path(tmp))
+        if args.golden:
+            await golden_main(args, embedder, Path(tmp))
+            return 0
+        # Without --report only the tuning half is even loaded (embedded): nothing else is seen.
+        loaded = await _load(convs if args.report else convs[: len(TUNING)], embedder, Path(tmp))
         halves: list[tuple[str, range | list[int]]] = [("tune 0-4", TUNING)]
         if args.report:
             halves += [("report 5-9", REPORT), ("all 0-9", range(len(loaded)))]
@@ -166,8 +271,9 @@ async def main_async(args: argparse.Namespace) -> int:
             for overrides in _grid(args.grid):
                 fusion = dataclasses.replace(Fusion(), **overrides)
                 label = ",".join(f"{k}={v}" for k, v in overrides.items()) or "default"
-                no_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, False)
-                print(_row(f"{half} hybrid-no-embed {label}", no_embed))
+                if not args.embedded_only:
+                    no_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, False)
+                    print(_row(f"{half} hybrid-no-embed {label}", no_embed))
                 if embedder is not None:
                     with_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, True)
                     print(_row(f"{half} hybrid+{args.embedder} {label}", with_embed))
@@ -181,6 +287,10 @@ def main() -> int:
     parser.add_argument("--embedder", default="e5", help="e5, minilm or none")
     parser.add_argument("--grid", default="", help="'field=v1,v2;field2=v3' over Fusion")
     parser.add_argument("--report", action="store_true", help="also score the report half")
+    parser.add_argument("--golden", action="store_true", help="the golden set instead of LoCoMo")
+    parser.add_argument(
+        "--embedded-only", action="store_true", help="skip the hybrid-without-embedder rows"
+    )
     args = parser.parse_args()
     configure_logging("warning")
     return asyncio.run(main_async(args))
