@@ -260,7 +260,8 @@ def test_weighted_scores_are_bm25_with_a_weight_per_query_term() -> None:
     index = _small_index()
     plain = index.scores(["clay", "kids"])
     found = index.weighted({"clay": 1.0, "kids": 0.5})
-    weighted = {index.doc_id(s): b for s, b in zip(found.slots.tolist(), found.bm25.tolist())}
+    pairs = zip(found.slots.tolist(), found.bm25.tolist(), strict=True)
+    weighted = {index.doc_id(slot): bm25 for slot, bm25 in pairs}
     assert weighted["d0"] == pytest.approx(plain["d0"])  # clay only
     assert weighted["d2"] == pytest.approx(plain["d2"] / 2)  # kids only, at half weight
 
