@@ -41,7 +41,7 @@ def test_lexical_relevance_is_bm25_over_the_query_weight_not_over_the_best_match
 def test_semantic_relevance_runs_from_the_reference_to_the_best_cosine() -> None:
     cosine = np.asarray([0.9, 0.85, 0.8, 0.7])
     assert semantic_relevance(cosine, 0.8, 0.9).tolist() == pytest.approx([1.0, 0.5, 0.0, 0.0])
-    assert semantic_relevance(cosine, 0.9, 0.9).tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert semantic_relevance(cosine, 0.9, 0.9).tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_rank_order_is_one_based_and_never_ranks_a_zero() -> None:
@@ -56,7 +56,9 @@ def test_score_fusion_adds_the_normalised_arms_and_the_boosts() -> None:
 
 
 def test_rrf_counts_ranks_not_scale() -> None:
-    fusion = Fusion(method=FusionMethod.RRF, rrf_k=10, entity=0, corroboration=0, pinned=0)
+    fusion = Fusion(
+        method=FusionMethod.RRF, rrf_k=10, semantic=1, entity=0, corroboration=0, pinned=0
+    )
     arms = _arms([400.0, 1.0, 0.0], [0.0, 1.0, 0.5])
     scores = fused_scores(arms, half_life_days=60, policy=Recency.PAST, fusion=fusion)
     # lexical ranks 1, 2, -; semantic ranks -, 1, 2

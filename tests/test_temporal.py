@@ -14,6 +14,8 @@ from memory_worker.core.temporal import asks_when, recency_policy, states_time
         ("what book am I reading at the moment?", "current"),
         ("qual é a minha série favorita agora?", "current"),
         ("onde eu trabalho atualmente?", "current"),
+        ("que livro eu estou lendo?", "current"),
+        ("what am I reading?", "current"),
         ("when did I move to Lisbon?", "past"),
         ("what did I do last month?", "past"),
         ("where did I live before I moved?", "past"),

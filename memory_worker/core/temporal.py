@@ -43,7 +43,8 @@ _WHEN = re.compile(
 )
 _CURRENT = re.compile(
     r"\b(?:now|currently|current|these days|nowadays|at the moment|right now|anymore|still|"
-    r"agora|atualmente|atual|hoje em dia|no momento|ainda)\b"
+    r"am i \w+ing|are you \w+ing|agora|atualmente|atual|hoje em dia|no momento|ainda|"
+    r"estou \w+ndo|tô \w+ndo)\b"
 )
 _PAST = re.compile(
     r"\b(?:when did|did (?:i|you|he|she|they|we)|ago|last (?:week|month|year|weekend|summer|"

@@ -315,6 +315,11 @@ class LexicalIndex:
         return True
 
     @property
+    def alive(self) -> npt.NDArray[np.bool_]:
+        """Per slot: holds a live document (dead slots wait for compaction)."""
+        return self._alive
+
+    @property
     def vector_width(self) -> int:
         return self._dim
 

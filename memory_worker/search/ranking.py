@@ -265,7 +265,7 @@ def _semantic_reference(
 ) -> tuple[float, float]:
     """(reference, best) cosine of the query over the bank's embedded memories: the reference is
     the `quantile` of them all (what an unrelated memory scores with this model), best the top."""
-    embedded = cosines[index.has_vector[: cosines.size] & (cosines != 0.0)]
+    embedded = cosines[index.has_vector[: cosines.size] & index.alive[: cosines.size]]
     if embedded.size == 0:
         return 0.0, 0.0
     k = min(int(quantile * (embedded.size - 1)), embedded.size - 1)
@@ -348,7 +348,7 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     if take < chosen.size:
         chosen = chosen[np.argpartition(-scores[chosen], take - 1)[:take]]
     final = scores[chosen]
-    if query.mode is RecallMode.HYBRID and semantic is not None:
+    if query.mode is RecallMode.HYBRID and semantic is not None and final.size:
         final, demoted = _demote_near_duplicates(
             index, pool.slots[chosen], final, query.duplicate_cosine, query.fusion.duplicate
         )

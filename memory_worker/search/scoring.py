@@ -49,7 +49,7 @@ class Recency(StrEnum):
     """How much the age of a statement counts, by what the question asks."""
 
     CURRENT = "current"  # "where do I live now?": the newest statement of a fact should win
-    DEFAULT = "default"  # no cue: a mild preference for newer statements
+    DEFAULT = "default"  # no cue: age only breaks ties (LoCoMo asks about every session alike)
     PAST = "past"  # "when did I…", "last year": an old statement is as good as a new one
 
 
@@ -59,23 +59,23 @@ class Fusion:
     queries; docs/BENCHMARKS.md has the side-by-side runs)."""
 
     method: FusionMethod = FusionMethod.SCORE
-    lexical: float = 1.0  # weight of the lexical relevance (1.0 = the query's best BM25)
-    semantic: float = 1.0  # weight of the semantic relevance (1.0 = the query's best cosine)
+    lexical: float = 1.0  # weight of the lexical relevance (1.0 ≈ every query word, once)
+    semantic: float = 0.75  # weight of the semantic relevance (1.0 = the query's best cosine)
     semantic_reference: float = 0.5  # the quantile of the bank's cosines that counts as unrelated
     rrf_k: float = 10.0  # RRF's rank offset: small, because only the top ~10 matter here
-    entity: float = 0.15  # per query term naming one of the memory's entities
+    entity: float = 0.6  # per query term naming one of the memory's entities (× its specificity)
     corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
     pinned: float = 0.07  # a bonus, not a trump: pinned memories still decay
     min_relevance: float = 0.05  # lexical + semantic relevance a memory needs at all
-    duplicate: float = 0.5  # × the score of a restatement of a better hit
-    dated: float = 0.0  # a memory stating a date or time, when the question asks "when"
-    expand_docs: int = 0  # second hop: first hits per arm lending terms (0: no second hop)
+    duplicate: float = 0.2  # × the score of a restatement of a better hit
+    dated: float = 0.2  # a memory stating a date or time, when the question asks "when"
+    expand_docs: int = 4  # second hop: first hits per arm lending terms (0: no second hop)
     expand_terms: int = 10  # terms taken from them
-    expand_weight: float = 0.3  # their BM25 against the query's own
+    expand_weight: float = 0.5  # their BM25 against the query's own
     expand_vector: float = 0.0  # how far their mean vector pulls the query's
     # Where the recency decay stops, per question shape (1.0: no decay at all).
     current_floor: float = 0.5
-    default_floor: float = 0.7
+    default_floor: float = 1.0
     past_floor: float = 1.0
 
     def floor(self, policy: Recency) -> float:
@@ -127,8 +127,9 @@ def lexical_relevance(bm25: Floats, query_weight: float) -> Floats:
 def semantic_relevance(cosine: Floats, reference: float, best: float) -> Floats:
     """Cosine rescaled so the query's "unrelated" reference is 0 and its best match 1."""
     span = best - reference
-    if span <= 1e-9:
-        return np.zeros(cosine.size, np.float64)
+    if span <= 1e-9:  # one memory, or all alike: the best are relevant when at all close
+        flat: Floats = ((cosine >= best) & (best > 0.0)).astype(np.float64)
+        return flat
     relevance: Floats = np.clip((cosine - reference) / span, 0.0, 1.0)
     return relevance
 
