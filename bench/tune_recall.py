@@ -48,6 +48,7 @@ class Loaded:
     bank: Any
     keys: dict[str, str]  # memory id -> dia_id
     vectors: list[tuple[float, ...] | None]  # per question
+    duplicate_cosine: float  # the embedder's paraphrase threshold, as the service passes it
 
 
 async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Loaded]:
@@ -77,7 +78,8 @@ async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Lo
             else:
                 vectors.append(tuple((await embedder.embed([q.text]))[0]))
         keys = {f"fp{i:016x}": d.key for i, d in enumerate(conv.turns)}
-        out.append(Loaded(conv, store.get(name), keys, vectors))
+        duplicate = float(getattr(getattr(embedder, "inner", None), "duplicate_cosine", 0.75))
+        out.append(Loaded(conv, store.get(name), keys, vectors, duplicate))
     return out
 
 
@@ -110,6 +112,7 @@ def evaluate(
                 as_of=item.conv.as_of,
                 vector=vector if semantic else None,
                 fusion=fusion,
+                duplicate_cosine=item.duplicate_cosine,
             )
             # Everything `candidates` reads of the weights (the rest only orders the pool).
             key = (

@@ -606,10 +606,30 @@ def _ranks(ranks: Mapping[str, int | None], ids: Sequence[str]) -> str:
     return ", ".join(f"{qid}@{ranks[qid] if ranks[qid] is not None else '-'}" for qid in ids)
 
 
+BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"
+DOC_REGION = ("<!-- golden:begin -->", "<!-- golden:end -->")
+
+
+def write_doc(snapshot: Mapping[str, Any], command: str) -> None:
+    """Replace the golden region of docs/BENCHMARKS.md with this run's tables."""
+    begin, end = DOC_REGION
+    text = BENCHMARKS.read_text(encoding="utf-8")
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{BENCHMARKS} has no {begin} ... {end} region")
+    taken = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    body = f"- command: `{command}`\n- taken: {taken}; load average {load}\n\n"
+    body += render_table(snapshot)
+    BENCHMARKS.write_text(f"{text[:i]}{begin}\n{body}\n{text[j:]}", encoding="utf-8")
+
+
 def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with tempfile.TemporaryDirectory(prefix="recall-quality-") as tmp:
         snapshot = asyncio.run(run(Path(tmp)))
+    if "--write-doc" in sys.argv[1:]:
+        write_doc(snapshot, "python -m tests.recall_quality --write-doc")
     out = [render_table(snapshot)]
     if SNAPSHOT.is_file():
         stored = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
