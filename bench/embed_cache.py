@@ -84,6 +84,11 @@ class CachedEmbedder:
     def model(self) -> str:
         return str(self.inner.model)
 
+    @property
+    def duplicate_cosine(self) -> float:
+        """The wrapped model's paraphrase threshold: the service reads it off its embedder."""
+        return float(getattr(self.inner, "duplicate_cosine", 0.97))
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return await self._lookup(self._passages, list(texts), query=False)
 

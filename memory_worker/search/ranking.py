@@ -46,8 +46,13 @@ __all__ = [
 _TIE_MARGIN = 8  # extra candidates taken past `limit` so exact ties are broken by the sort key
 RELEVANCE_CUTOFF = 0.25  # fraction of the best hybrid score a memory needs to be returned
 ARM_TOP = 3  # a memory either arm alone ranks this high is never cut…
-ARM_EVIDENCE = 0.2  # …when the lexical arm found this much of the question's weight in it
-DUPLICATE_COSINE = 0.75  # paraphrases of one fact embed this close (MiniLM: 0.77-0.88 measured)
+ARM_EVIDENCE = 0.2  # …when the lexical arm found this much of the question's weight in it,
+ARM_EVIDENCE_SHARE = 0.5  # or half of what its best match holds…
+ARM_EVIDENCE_MIN = 0.02  # …when that is more than a common word's worth
+# Two memories this close restate one fact, for an embedder that does not say its own threshold
+# (`duplicate_cosine`). High on purpose: a model whose cosines crowd into a narrow band would
+# otherwise see every memory of a topic as a restatement of the best one (MiniLM says 0.75).
+DUPLICATE_COSINE = 0.97
 SEMANTIC_POOL = 100  # semantically closest memories added to the lexical candidates in hybrid mode
 
 
@@ -297,12 +302,18 @@ def _keep(
     """The relevance cutoff: weak matches (one common word) are noise next to a strong hit, and a
     memory neither arm finds relevant at all (`min_relevance`) is never recalled. But a memory
     either arm alone ranks in its top `ARM_TOP` on real evidence (a fifth of the question's
-    words, or closer than the bank's unrelated reference) is always kept: the fusion may not undo
-    what an arm is sure of."""
+    words or half its best match's, or closer than the bank's unrelated reference) is always
+    kept: the fusion may not undo what an arm is sure of."""
     lexical = lexical_relevance(pool.bm25, pool.query_weight)
     relevance = lexical + (semantic if semantic is not None else 0.0)
     keep = (scores >= RELEVANCE_CUTOFF * float(scores.max())) & (relevance >= fusion.min_relevance)
-    keep |= (rank_order(pool.bm25) <= ARM_TOP) & (lexical >= ARM_EVIDENCE)
+    best = float(lexical.max()) if lexical.size else 0.0
+    # Long queries (extraction asks with a whole chat message) dilute every match: there, half of
+    # the best match is real evidence too; a pool of common-word matches only is not.
+    evident = (lexical >= ARM_EVIDENCE) | (
+        (lexical >= ARM_EVIDENCE_SHARE * best) & (lexical >= ARM_EVIDENCE_MIN)
+    )
+    keep |= (rank_order(pool.bm25) <= ARM_TOP) & evident
     if semantic is not None:
         keep |= (rank_order(semantic) <= ARM_TOP) & (semantic > 0.0)
     return keep
