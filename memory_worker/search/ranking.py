@@ -48,7 +48,7 @@ RELEVANCE_CUTOFF = 0.25  # fraction of the best hybrid score a memory needs to b
 ARM_TOP = 3  # a memory either arm alone ranks this high is never cut…
 ARM_EVIDENCE = 0.2  # …when the lexical arm found this much of the question's weight in it,
 ARM_EVIDENCE_SHARE = 0.5  # or half of what its best match holds…
-ARM_EVIDENCE_MIN = 0.02  # …when that is more than a common word's worth
+ARM_EVIDENCE_MIN = 0.05  # …when that is more than a common word's worth (in a tiny bank too)
 # Two memories this close restate one fact, for an embedder that does not say its own threshold
 # (`duplicate_cosine`). High on purpose: a model whose cosines crowd into a narrow band would
 # otherwise see every memory of a topic as a restatement of the best one (MiniLM says 0.75).
