@@ -364,11 +364,18 @@ class LexicalIndex:
 
     def weighted(self, weights: Mapping[str, float]) -> Candidates:
         """BM25 with a weight per query term (an expanded query's added terms weigh less)."""
-        empty = Candidates(np.empty(0, np.int64), np.empty(0, np.float64))
+        acc = self.accumulate(weights)
+        if acc is None:
+            return Candidates(np.empty(0, np.int64), np.empty(0, np.float64))
+        return self.matching(acc)
+
+    def accumulate(self, weights: Mapping[str, float], into: Floats | None = None) -> Floats | None:
+        """Weighted BM25 added into a per-slot array (`into`, or a new one); None when no term
+        matches anything and there was no array to add to."""
         if not self._slot_of:
-            return empty
+            return into
         norms = self._norms()
-        acc: Floats | None = None
+        acc = into
         for term, count in weights.items():
             term_id = self._vocab.get(term)
             if term_id is None or self._df[term_id] == 0 or count <= 0:
@@ -379,8 +386,10 @@ class LexicalIndex:
             norm = norms[slots]
             weight = count * self._idf(self._df[term_id])
             acc[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norm)
-        if acc is None:
-            return empty
+        return acc
+
+    def matching(self, acc: Floats) -> Candidates:
+        """The live slots of a per-slot score array that scored above 0."""
         slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
         return Candidates(slots, acc[slots])
 

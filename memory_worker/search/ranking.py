@@ -26,7 +26,6 @@ from memory_worker.search.scoring import (
     Recency,
     fused_scores,
     lexical_relevance,
-    rank_order,
     semantic_relevance,
 )
 
@@ -115,7 +114,9 @@ class Pool:
     """The candidates of one query: live slots (index order) then retired memories, with every
     signal ranking reads, aligned."""
 
-    memories: list[Memory]
+    source: Mapping[str, Memory]  # the bank's memories, by id
+    index: LexicalIndex | None
+    retired: list[Memory]  # the retired candidates, in order, after every live one
     slots: Ints  # index slot per live candidate; -1 for a retired one
     bm25: Floats
     cosine: Floats  # 0 where no vector (retired, not yet embedded, no semantic arm)
@@ -127,13 +128,24 @@ class Pool:
     semantic: Floats | None = None  # per-query semantic relevance in [0, 1]; None: no arm ran
     query_weight: float = 0.0  # `LexicalIndex.query_weight` of the query (expansion included)
 
+    def __len__(self) -> int:
+        return int(self.slots.size)
+
+    def memory(self, i: int) -> Memory:
+        """Candidate `i`, resolved only when it is returned (a pool holds thousands)."""
+        slot = int(self.slots[i])
+        if slot >= 0 and self.index is not None:
+            return self.source[self.index.doc_id(slot)]
+        return self.retired[i - (len(self) - len(self.retired))]
+
 
 _NO_SLOTS = np.empty(0, np.int64)
 _NO_FLOATS = np.empty(0, np.float64)
 _NO_BOOLS = np.empty(0, bool)
 _EMPTY = Pool(
-    [], _NO_SLOTS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_BOOLS, _NO_FLOATS, _NO_BOOLS
-)
+    {}, None, [], _NO_SLOTS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_BOOLS,
+    _NO_FLOATS, _NO_BOOLS,
+)  # fmt: skip
 
 
 def _live_pool(
@@ -143,10 +155,11 @@ def _live_pool(
     query_terms: list[str],
     cosines: Floats | None,
 ) -> tuple[Pool, Floats | None]:
-    found = index.lexical(query_terms)
-    slots, bm25 = found.slots, found.bm25
     if query.mode is RecallMode.HYBRID and query.fusion.expand_docs > 0:
-        slots, bm25, cosines = _expand(index, query, query_terms, slots, bm25, cosines)
+        slots, bm25, cosines = _expand(index, query, query_terms, cosines)
+    else:
+        found = index.lexical(query_terms)
+        slots, bm25 = found.slots, found.bm25
     if cosines is not None:
         if query.mode is RecallMode.SEMANTIC:
             slots = np.flatnonzero(cosines > 0)
@@ -164,7 +177,9 @@ def _live_pool(
         keep &= index.created_at[slots] <= query.as_of
     slots, bm25 = slots[keep], bm25[keep]
     pool = Pool(
-        memories=[memories[index.doc_id(slot)] for slot in slots.tolist()],
+        source=memories,
+        index=index,
+        retired=[],
         slots=slots,
         bm25=bm25,
         cosine=cosines[slots] if cosines is not None else np.zeros(slots.size, np.float64),
@@ -189,41 +204,37 @@ def _expand(
     index: LexicalIndex,
     query: RecallQuery,
     query_terms: list[str],
-    slots: Ints,
-    bm25: Floats,
     cosines: Floats | None,
 ) -> tuple[Ints, Floats, Floats | None]:
     """A second hop (pseudo-relevance feedback): the best first hits of each arm lend their most
     telling terms to a second lexical pass (weighted `expand_weight` against the query's own), and
     their vectors pull the query vector toward them (`expand_vector`). Questions whose answer is
     spread over several memories ("what activities does she do?") find the ones that share no
-    word with the question but several with its first answers."""
+    word with the question but several with its first answers. One per-slot array holds both
+    passes, so the hop costs a second BM25 accumulation and nothing more."""
     fusion = query.fusion
-    first = slots[_top(bm25, fusion.expand_docs)]
+    weights = Counter(query_terms)
+    acc = index.accumulate(weights)
+    found = index.matching(acc) if acc is not None else None
+    first = found.slots[_top(found.bm25, fusion.expand_docs)] if found is not None else _NO_SLOTS
     if cosines is not None:
         first = np.union1d(first, _top(cosines, fusion.expand_docs))
-    if first.size == 0:
-        return slots, bm25, cosines
-    if fusion.expand_vector > 0 and cosines is not None:
+    if first.size and fusion.expand_vector > 0 and cosines is not None:
         pulled = index.vectors[: cosines.size].astype(np.float32) @ index.vectors[first].astype(
             np.float32
         ).mean(axis=0)
         pulled[~index.has_vector[: cosines.size]] = 0.0
         cosines = cosines + fusion.expand_vector * pulled.astype(np.float64)
     extra = index.expansion(first.tolist(), set(query_terms), fusion.expand_terms)
-    if not extra or fusion.expand_weight <= 0:
-        return slots, bm25, cosines
-    second = index.weighted(extra)
-    if second.slots.size == 0:
-        return slots, bm25, cosines
-    # In relevance terms: the second pass counts `expand_weight` of the question's own words.
-    scale = fusion.expand_weight * index.query_weight(Counter(query_terms))
-    scale /= max(index.query_weight(extra), 1e-9)
-    merged = np.union1d(slots, second.slots)
-    total = np.zeros(merged.size, np.float64)
-    total[np.searchsorted(merged, slots)] += bm25
-    total[np.searchsorted(merged, second.slots)] += scale * second.bm25
-    return merged, total, cosines
+    if extra and fusion.expand_weight > 0 and acc is not None:
+        # In relevance terms: the second pass counts `expand_weight` of the question's own words.
+        scale = fusion.expand_weight * index.query_weight(weights)
+        scale /= max(index.query_weight(extra), 1e-9)
+        acc = index.accumulate({term: w * scale for term, w in extra.items()}, into=acc)
+    if acc is None:
+        return _NO_SLOTS, _NO_FLOATS, cosines
+    merged = index.matching(acc)
+    return merged.slots, merged.bm25, cosines
 
 
 def _with_retired(
@@ -249,7 +260,9 @@ def _with_retired(
         return pool
     n = len(extra)
     return Pool(
-        memories=pool.memories + [m for m, _, _, _ in extra],
+        source=pool.source,
+        index=pool.index,
+        retired=pool.retired + [m for m, _, _, _ in extra],
         slots=np.concatenate((pool.slots, np.full(n, -1, np.int64))),
         bm25=np.concatenate((pool.bm25, np.asarray([b for _, b, _, _ in extra]))),
         cosine=np.concatenate((pool.cosine, np.zeros(n))),
@@ -313,10 +326,17 @@ def _keep(
     evident = (lexical >= ARM_EVIDENCE) | (
         (lexical >= ARM_EVIDENCE_SHARE * best) & (lexical >= ARM_EVIDENCE_MIN)
     )
-    keep |= (rank_order(pool.bm25) <= ARM_TOP) & evident
+    keep |= _top_mask(pool.bm25, ARM_TOP) & evident
     if semantic is not None:
-        keep |= (rank_order(semantic) <= ARM_TOP) & (semantic > 0.0)
+        keep |= _top_mask(semantic, ARM_TOP) & (semantic > 0.0)
     return keep
+
+
+def _top_mask(values: Floats, k: int) -> npt.NDArray[np.bool_]:
+    """Which of `values` are among the `k` largest positive ones (a partition, not a sort)."""
+    mask = np.zeros(values.size, bool)
+    mask[_top(values, k)] = True
+    return mask
 
 
 def candidates(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery) -> Pool:
@@ -343,7 +363,7 @@ def candidates(memories: Mapping[str, Memory], index: LexicalIndex, query: Recal
 
 def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     """The top `limit` of `pool`, best first; ties go to the newest statement."""
-    if not pool.memories:
+    if not len(pool):
         return []
     semantic = pool.semantic
     if query.mode is RecallMode.LEXICAL:
@@ -367,8 +387,7 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
         chosen, final = chosen[kept], final[kept]
     hits = [
-        Hit(pool.memories[i], score)
-        for i, score in zip(chosen.tolist(), final.tolist(), strict=True)
+        Hit(pool.memory(i), score) for i, score in zip(chosen.tolist(), final.tolist(), strict=True)
     ]
     hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
     return hits[: query.limit]
