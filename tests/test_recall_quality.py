@@ -246,7 +246,7 @@ SYSTEM_NAMES = [system.name for system in rq.SYSTEMS]
 # snapshot was taken (docs/BENCHMARKS.md), so a slide is caught even after a careless re-baseline.
 FLOORS: dict[str, dict[str, float]] = {
     rq.DEFAULT_SYSTEM: {"hit@3": 0.77, "traps": 2, "duplicate_pollution": 12},
-    "hybrid+minilm": {"hit@3": 0.70, "traps": 4, "duplicate_pollution": 0},
+    "hybrid+minilm": {"hit@3": 0.70, "traps": 4, "duplicate_pollution": 19},
     "bm25-entity": {"hit@3": 0.54},
     "lexical": {"hit@3": 0.58},
 }
