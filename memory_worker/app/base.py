@@ -15,6 +15,7 @@ from memory_worker.app.ports import (
     BANK_CHANGED,
     ITEM_CHANGED,
     Clock,
+    Deliveries,
     Embedder,
     Emitter,
     HealthProbe,
@@ -84,8 +85,12 @@ class ServiceBase:
         embedder: Embedder | None = None,
         siblings: HealthProbe | None = None,
         embed_writes: bool = True,
+        deliveries: Deliveries | None = None,
     ) -> None:
+        """`deliveries`: where lesson deliveries are kept (the state worker under an engine);
+        None keeps them in the data dir."""
         self.store = store
+        self.deliveries_port = deliveries
         self.siblings = siblings
         self.settings = settings or Settings()
         self.emitter: Emitter = emitter or NullEmitter()

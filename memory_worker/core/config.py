@@ -90,6 +90,18 @@ class Settings(BaseModel):
         "default; alias e5) or all-minilm-l6-v2-int8 (alias minilm, needs the embed extra); "
         "under an engine, the model router::embed is asked for (empty: the router's default).",
     )
+    inject_lessons: bool = Field(
+        default=True,
+        description="Append the lesson cards matching a turn's tool calls on its later steps.",
+    )
+    lesson_injection_tokens: int = Field(
+        default=8000,
+        ge=1,
+        le=64_000,
+        description="Token budget of the lesson cards delivered for one tool call or step (about "
+        "4 UTF-8 bytes a token, card framing included, 1 through 64000); a card that does not "
+        "fit stays eligible.",
+    )
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

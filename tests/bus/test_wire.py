@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from iii import InvocationError
 
+from memory_worker.adapters import console
 from memory_worker.app import catalog
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text
 
@@ -27,6 +28,8 @@ from .siblings import (
     FakeState,
     FakeSubscriber,
     envelope,
+    function_call,
+    function_result,
     turn_event,
     user_message,
 )
@@ -92,6 +95,35 @@ class TestRegistration:
         assert hook["config"] == {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
         routes = {b["config"]["api_path"] for b in engine.bindings("http")}
         assert routes == {spec.http_path for spec in catalog.CATALOG}
+
+    def test_the_console_page_is_registered_and_served_through_ui_content(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """One `console:*` trigger per page asset, all pointing at `memory::ui-content`, which
+        serves each one's source; the settings panel's read is `memory::ui-settings`."""
+        spawn()
+        functions = engine.functions()
+        for internal in ("memory::ui-content", "memory::ui-settings"):
+            assert functions[internal]["metadata"]["internal"] is True
+        assert functions["memory::ui-content"]["description"].startswith(
+            "Serve the memory worker's injected console UI assets"
+        )
+        bound = {
+            b["config"]["path"]: (kind, b["function_id"])
+            for kind in ("console:script", "console:style", "console:module")
+            for b in engine.bindings(kind)
+        }
+        assert bound == {path: (kind, "memory::ui-content") for path, kind in console.bus_assets()}
+        page = cli.call("memory::ui-content", {"path": "memory/page.js"})
+        assert page["content_type"].startswith("text/javascript")
+        assert "export default function setup(host)" in page["content"]
+        with pytest.raises(InvocationError) as unknown:
+            cli.call("memory::ui-content", {"path": "memory/index.html"})
+        assert unknown.value.message.startswith("invalid_input: unknown ui asset")
+        view = cli.call("memory::ui-settings", {})
+        assert (view["mode"], view["editable"]) == ("engine", False)
+        assert "configuration worker" in view["reason"]
+        assert [f["name"] for f in view["fields"]][:2] == ["data_dir", "default_bank"]
 
     def test_the_worker_says_which_mode_and_why(self, spawn: Any) -> None:
         worker: WorkerProcess = spawn()
@@ -186,6 +218,52 @@ class TestHook:
             window += third.appended
             fourth = harness.hook(envelope("s1", "t2", 1, window))
             assert fourth.appended == []
+
+    def test_a_tool_call_earns_its_lesson_on_the_next_step_and_never_again(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness, FakeState(engine.url) as state:
+            worker: WorkerProcess = spawn()
+            harness.wait_bound("harness::hook::pre-generate")
+            saved = cli.call(
+                "memory::save",
+                {
+                    "text": "Editing the proto files needs make gen, or the stubs go stale.",
+                    "category": "lesson",
+                    "title": "Run make gen after editing protos",
+                    "recommendation": "After editing `proto/*.proto`, run `make gen`.",
+                    "anchors": {"files": ["proto/user.proto"]},
+                },
+            )["memory"]
+            window = [user_message("rename the user's email field")]
+
+            def lessons(run: Any) -> list[str]:
+                return [t for t in texts(run.appended) if t.startswith('<memory lessons="main">')]
+
+            for step in (0, 1):
+                run = harness.hook(envelope("s1", "t1", step, window))
+                assert run.errors == [] and lessons(run) == []
+                window += run.appended
+            # What the model did at step 1: read the proto (and the harness ran it).
+            window += [function_call("shell::fs::read", path="proto/user.proto"), function_result()]
+            second = harness.hook(envelope("s1", "t1", 2, window))
+            [block] = lessons(second)
+            assert "Run make gen after editing protos" in block
+            assert second.annotations["memory_lessons"] == [saved["id"]]
+            window += second.appended
+            key = f"main/{saved['id']}@{saved['revision']}"
+            assert key in state.data["memory_lessons"]["s1"]["delivered"]
+
+            window += [function_call("shell::fs::read", path="proto/user.proto"), function_result()]
+            assert lessons(harness.hook(envelope("s1", "t1", 3, window))) == []
+            worker.restart()  # what the session was given is in the state worker, not in RAM
+            window += [
+                user_message("now the phone field"),
+                function_call("Read", path="proto/user.proto"),
+            ]
+            assert lessons(harness.hook(envelope("s1", "t2", 1, window))) == []
+            other = [user_message("hi"), function_call("shell::fs::read", path="proto/user.proto")]
+            assert len(lessons(harness.hook(envelope("s2", "t1", 1, other)))) == 1
 
     def test_what_a_session_was_told_survives_a_worker_restart(
         self, engine: EngineDouble, spawn: Any, cli: Cli
