@@ -1,16 +1,15 @@
 """The wire surface is pinned: golden schemas per function, catalog shape, and the seed contract.
 
-`golden/schemas/<id>.json` is what each catalog entry publishes; `UPDATE_GOLDENS=1` rewrites them
-after an intended change, so a renamed field never ships without a reviewed diff. The seed contract
-compares our schemas with the published API reference (`golden/api-reference.seed.json`, copied
-verbatim from the user's seed document): names, descriptions, defaults and required fields are
-kept; additions are allowed.
+`golden/schemas/<id>.json` is what each catalog entry publishes; `UPDATE_GOLDENS=schemas` rewrites
+them after an intended change, so a renamed field never ships without a reviewed diff. The seed
+contract compares our schemas with the published API reference
+(`golden/api-reference.seed.json`, copied verbatim from the user's seed document): names,
+descriptions, defaults and required fields are kept; additions are allowed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,11 +22,13 @@ from pydantic import BaseModel
 from memory_worker.app import catalog
 from memory_worker.app.catalog import CATALOG, SEAMS, FunctionSpec, SeamSpec
 
+from .goldens import updating
+
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_SCHEMAS = ROOT / "golden" / "schemas"
 SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
-UPDATE = os.environ.get("UPDATE_GOLDENS") == "1"
-REBASELINE = "UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/test_catalog.py"
+UPDATE = updating("schemas")
+REBASELINE = "UPDATE_GOLDENS=schemas .venv/bin/python -m pytest tests/test_catalog.py"
 
 _SEGMENT = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 

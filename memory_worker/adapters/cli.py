@@ -100,31 +100,33 @@ def _embedder_choice(default: str) -> str:
     return choice
 
 
-def _embedder(settings: Settings, *, default: str) -> Embedder | None:
+def _embedder(settings: Settings, *, default: str, lazy: bool = False) -> Embedder | None:
     """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local`, `router` or `none`; by default
-    a standalone server loads the local model (when the `embed` extra is installed), engine mode
-    asks `router::embed` (returns None here: the bus adapter builds it), and one-shot commands stay
-    lexical, so a `trigger` does not pay the model's load time.
-
-    The local model is the one `embedding_model` names (empty: the default); a name the local
-    embedder does not have gets an `UnavailableEmbedder` saying so (recall lexical, doctor
-    explains), never another model."""
+    a standalone server and one-shot commands use the local model `embedding_model` names (empty:
+    the default), engine mode asks `router::embed` (returns None here: the bus adapter builds it).
+    `lazy`: loaded on first use, so a one-shot command that embeds nothing never pays for it. A
+    name the local embedder does not have gets an `UnavailableEmbedder` saying so (recall
+    lexical, doctor explains), never another model."""
     choice = _embedder_choice(default)
     if choice != "local" or not settings.embeddings_enabled:
         return None
-    from memory_worker.adapters.local_embedder import (
+    from memory_worker.adapters.embedders import (
         EmbedderUnavailable,
+        LazyEmbedder,
         UnavailableEmbedder,
-        local_model,
+        load_local,
+        resolve_local,
     )
 
     try:
-        model = local_model(settings.embedding_model)
+        resolve_local(settings.embedding_model)
     except EmbedderUnavailable as exc:
         log.error("embedding_model_refused", detail=str(exc), retrieval="bm25-entity")
         return UnavailableEmbedder(settings.embedding_model, str(exc))
     try:
-        return model.load()
+        if lazy:
+            return LazyEmbedder(settings.embedding_model)
+        return load_local(settings.embedding_model)
     except EmbedderUnavailable as exc:
         log.warning("embedder_unavailable", detail=str(exc), retrieval="bm25-entity")
         return None
@@ -140,9 +142,11 @@ def _embedder_for(default: str) -> Callable[[Settings], Embedder | None] | None:
 
 async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
     settings = _settings(args)
-    embedder = _embedder(settings, default="none")
+    # A one-shot command embeds queries over the vectors a server made, never what it writes (the
+    # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
+    embedder = _embedder(settings, default="local", lazy=True)
     store = await asyncio.to_thread(_open, args, settings, command)
-    service = MemoryService(store, settings, embedder=embedder)
+    service = MemoryService(store, settings, embedder=embedder, embed_writes=False)
     try:
         result: int = await work(service)
         await service.settle()  # the vectors of what this command saved land before it exits
