@@ -48,6 +48,8 @@ class ImportRecord(BaseModel):
     recommendation: str | None = None
     anchors: dict[str, Any] | None = None
     evidence: list[str] = Field(default_factory=list)
+    context: str | None = None  # association lanes, checked as `memory::save` checks them
+    intention: str | None = None
 
 
 # A validated import row: the record, its cleaned text, entities and tags, its card, and the
@@ -83,12 +85,23 @@ class ImportUseCases(EmbeddingWork):
                 card, card_labels = prepare_card(
                     item.category, item.title, item.recommendation, item.anchors, item.evidence
                 )
-                item = item.model_copy(update={"source": _clean_source(item.source)})
+                context, context_labels = transitions.prepare_lane(item.context, "context")
+                intention, intention_labels = transitions.prepare_lane(item.intention, "intention")
+                item = item.model_copy(
+                    update={
+                        "source": _clean_source(item.source),
+                        "context": context,
+                        "intention": intention,
+                    }
+                )
             except ValidationError as exc:
                 raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"record {number}: {exc.message}") from None
-            found = [*labels, *entity_labels, *tag_labels, *card_labels]
+            found = [
+                *labels, *entity_labels, *tag_labels, *card_labels, *context_labels,
+                *intention_labels,
+            ]  # fmt: skip
             prepared.append((item, text, entities, tags, card, found))
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
@@ -128,6 +141,8 @@ class ImportUseCases(EmbeddingWork):
                     recommendation=card.recommendation,
                     anchors=card.anchors,
                     evidence=card.evidence,
+                    context=item.context,
+                    intention=item.intention,
                 )
             )
         return records

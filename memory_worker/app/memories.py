@@ -65,7 +65,12 @@ class MemoryUseCases(EmbeddingWork):
             req.anchors.model_dump() if req.anchors is not None else None,
             req.evidence,
         )
-        labels = (*text_labels, *entity_labels, *tag_labels, *card_labels)
+        context, context_labels = transitions.prepare_lane(req.context, "context")
+        intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
+        labels = (
+            *text_labels, *entity_labels, *tag_labels, *card_labels, *context_labels,
+            *intention_labels,
+        )  # fmt: skip
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
@@ -87,6 +92,8 @@ class MemoryUseCases(EmbeddingWork):
                 recommendation=card.recommendation,
                 anchors=card.anchors,
                 evidence=card.evidence,
+                context=context,
+                intention=intention,
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)
@@ -132,11 +139,11 @@ class MemoryUseCases(EmbeddingWork):
         card_given = any(
             v is not None for v in (req.title, req.recommendation, req.anchors, req.evidence)
         )
-        plain = (req.text, req.entities, req.tags, req.pinned)
+        plain = (req.text, req.entities, req.tags, req.pinned, req.context, req.intention)
         if all(v is None for v in plain) and not card_given:
             raise InvalidInput(
-                "update needs at least one of text, entities, tags, pinned, title, "
-                "recommendation, anchors, evidence"
+                "update needs at least one of text, entities, tags, pinned, context, intention, "
+                "title, recommendation, anchors, evidence"
             )
         name = self._name(req.bank)
         text, labels = (None, ()) if req.text is None else transitions.prepare_text(req.text)
@@ -148,7 +155,9 @@ class MemoryUseCases(EmbeddingWork):
             tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
             labels = (*labels, *tag_labels)
         title, recommendation, anchors, evidence, card_labels = _card_update(req)
-        labels = (*labels, *card_labels)
+        context, context_labels = transitions.prepare_lane(req.context, "context")
+        intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
+        labels = (*labels, *card_labels, *context_labels, *intention_labels)
         bank, existing = self._existing(name, req.id)
         transitions.check_revision(existing, req.expected_revision)
         if card_given and existing.category != lessons.LESSON:
@@ -173,6 +182,8 @@ class MemoryUseCases(EmbeddingWork):
             recommendation=recommendation,
             anchors=anchors,
             evidence=evidence,
+            context=context,
+            intention=intention,
         )
         if record is None:
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))

@@ -20,7 +20,9 @@ from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Hit
+from memory_worker.search.lanes import LaneQuery
 from memory_worker.search.ranking import DUPLICATE_COSINE, RecallMode, RecallQuery, rank
+from memory_worker.search.scoring import DEFAULT_LANE_WEIGHTS, LaneWeights
 from memory_worker.storage.bank import Bank
 
 __all__ = ["Injection", "RecallUseCases"]
@@ -68,7 +70,11 @@ class RecallUseCases(EmbeddingWork):
         return float(getattr(self.embedder, "duplicate_cosine", DUPLICATE_COSINE))
 
     def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
-        return [] if bank is None else rank(bank.memories, bank.index, query)
+        return [] if bank is None else rank(bank.memories, bank.index, query, bank.lanes)
+
+    def _lane_policy(self, bank: Bank | None) -> tuple[LaneWeights, float]:
+        """The bank's `association_weights` and `relevance_threshold`."""
+        return DEFAULT_LANE_WEIGHTS, 0.0
 
     def rank_in(self, bank: Bank, query: RecallQuery) -> list[Hit]:
         """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
@@ -81,6 +87,7 @@ class RecallUseCases(EmbeddingWork):
         vector = None
         if req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
+        weights, threshold = self._lane_policy(bank)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
@@ -92,6 +99,9 @@ class RecallUseCases(EmbeddingWork):
             as_of=req.as_of,
             vector=vector,
             duplicate_cosine=self._duplicate_cosine(vector),
+            lanes=LaneQuery(context=req.context, intention=req.intention),
+            lane_weights=weights,
+            threshold=threshold,
         )
         hits = self._rank(bank, query)
         return RecallResponse(
@@ -101,11 +111,18 @@ class RecallUseCases(EmbeddingWork):
         )
 
     async def injection(
-        self, name: str, query: str, *, carried: frozenset[str] = frozenset(), recall: bool = True
+        self,
+        name: str,
+        query: str,
+        *,
+        carried: frozenset[str] = frozenset(),
+        recall: bool = True,
+        lanes: LaneQuery | None = None,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
-        holds (not handed twice); `recall=False` for a step that only needs the section.
+        holds (not handed twice); `recall=False` for a step that only needs the section;
+        `lanes`: the turn's window and goal (the hook's), for the association lanes.
 
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
@@ -127,6 +144,7 @@ class RecallUseCases(EmbeddingWork):
         # Lessons reach a turn through the tool calls they are anchored to, once per
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
         lessons = min(len(bank.lessons), RECALL_MAX_LIMIT) if bank is not None else 0
+        weights, threshold = self._lane_policy(bank)
         hits = self._rank(
             bank,
             RecallQuery(
@@ -136,6 +154,9 @@ class RecallUseCases(EmbeddingWork):
                 half_life_days=settings.decay_half_life_days,
                 vector=vector,
                 duplicate_cosine=self._duplicate_cosine(vector),
+                lanes=lanes if lanes is not None else LaneQuery(),
+                lane_weights=weights,
+                threshold=threshold,
             ),
         )
         hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]

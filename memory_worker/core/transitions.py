@@ -20,6 +20,7 @@ from memory_worker.core.text import collapse_whitespace
 __all__ = [
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
+    "MAX_LANE_CHARS",
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
@@ -30,6 +31,7 @@ __all__ = [
     "pin",
     "prepare_label",
     "prepare_labels",
+    "prepare_lane",
     "prepare_reason",
     "prepare_text",
     "reinforce",
@@ -44,6 +46,9 @@ MAX_TEXT_CHARS = 2_000  # a memory is one self-contained statement, not a docume
 MAX_LABELS = 8  # entities and tags each; more dilutes the signal and bloats every line
 MAX_LABEL_CHARS = 64
 MAX_REASON_CHARS = 500
+# The association lanes (C21): a window summary is a few lines, a goal one sentence. Longer input
+# is refused (an explicit save) or cut before it gets here (extraction).
+MAX_LANE_CHARS = {"context": 1_000, "intention": 300}
 
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
 _MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
@@ -76,6 +81,22 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(text)})")
     return text, redaction.labels
+
+
+def prepare_lane(raw: str | None, lane: str) -> tuple[str | None, tuple[str, ...]]:
+    """A `context` or `intention`: redacted like text, whitespace collapsed, length-checked;
+    None or blank is no lane."""
+    if raw is None:
+        return None, ()
+    check_unicode(raw, lane)
+    redaction = redact(raw)
+    value = collapse_whitespace(redaction.text)
+    if not value:
+        return None, ()
+    limit = MAX_LANE_CHARS[lane]
+    if len(value) > limit:
+        raise InvalidInput(f"{lane} must be at most {limit} characters (got {len(value)})")
+    return value, redaction.labels
 
 
 def normalize_label(value: str) -> str:
@@ -143,6 +164,8 @@ def new_memory(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    context: str | None = None,
+    intention: str | None = None,
     now_ms: int,
 ) -> Memory:
     return Memory(
@@ -161,6 +184,8 @@ def new_memory(
         recommendation=recommendation,
         anchors=anchors,
         evidence=evidence,
+        context=context,
+        intention=intention,
     )
 
 
@@ -223,6 +248,10 @@ def save(
             "pinned": existing.pinned or fresh.pinned,
             "confidence": max(existing.confidence, fresh.confidence, key=_TRUST.__getitem__),
             "source": existing.source or fresh.source,
+            # The situation a fact was first formed in stays its own; a record without one
+            # takes the re-observation's.
+            "context": existing.context or fresh.context,
+            "intention": existing.intention or fresh.intention,
             **card,
         }
     )
@@ -244,11 +273,15 @@ def update(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    context: str | None = None,
+    intention: str | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag, entity and card edits do not."""
+    statement (`stated_at`); pin, tag, entity, lane and card edits do not."""
     changes: dict[str, object] = {}
     for field, value in (
+        ("context", context),
+        ("intention", intention),
         ("title", title),
         ("recommendation", recommendation),
         ("anchors", anchors),

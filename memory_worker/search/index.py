@@ -320,6 +320,24 @@ class LexicalIndex:
         return self._alive
 
     @property
+    def version(self) -> int:
+        """Bumped whenever slots or lengths change (what a slot-aligned cache is keyed on)."""
+        return self._version
+
+    @property
+    def slot_count(self) -> int:
+        """Slots in use, dead ones included (the length of every per-slot array ranking reads)."""
+        return len(self._ids)
+
+    def slot_ids(self) -> list[str]:
+        """The doc id of every slot (dead slots keep theirs until compaction); do not mutate."""
+        return self._ids
+
+    def slot(self, doc_id: str) -> int:
+        """The live slot of `doc_id`, or -1."""
+        return self._slot_of.get(doc_id, -1)
+
+    @property
     def vector_width(self) -> int:
         return self._dim
 

@@ -32,6 +32,7 @@ from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import LexicalIndex
+from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
@@ -94,6 +95,7 @@ class Bank:
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
+        self.lanes = LaneIndexes()  # live memories' context and intention (association lanes)
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
@@ -193,6 +195,7 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self.lanes.add_many(record for record in memories.values() if record.live)
         self._index_lessons()
 
     def _index_lessons(self) -> None:
@@ -474,6 +477,10 @@ class Bank:
             and previous.entities == record.entities
         )
         if not record.live:
+            self.lanes.remove(record.id)
+        elif not (indexed_same and _same_lanes(previous, record)):
+            self.lanes.add(record)
+        if not record.live:
             self.index.remove(record.id)
             self._vector_models.pop(record.id, None)
             self._to_embed.pop(record.id, None)
@@ -602,6 +609,8 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self.lanes = LaneIndexes()
+        self.lanes.add_many(record for record in memories.values() if record.live)
         self.lessons = LessonIndex()
         self._index_lessons()
         self._load_vectors()
@@ -673,6 +682,12 @@ class Bank:
     def _disk_description(self) -> str:
         """`bank.yaml`'s description as `load()` would read it, without recording damage."""
         return self._description_on_disk()[0]
+
+
+def _same_lanes(previous: Memory | None, record: Memory) -> bool:
+    return previous is not None and all(
+        getattr(previous, lane) == getattr(record, lane) for lane in LANES
+    )
 
 
 def _consume_exception(future: asyncio.Future[None]) -> None:

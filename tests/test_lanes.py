@@ -1,0 +1,257 @@
+"""Association lanes (C21): `context` and `intention` captured at store time (explicit saves,
+imports, extraction), redacted and length-checked like text, indexed per lane, and blended into
+recall by the bank's weights — a memory found only through the situation it was formed in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.app.catalog import call
+from memory_worker.app.seams import ExtractJob
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.lanes import goal_text, window_text
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.transitions import MAX_LANE_CHARS
+from memory_worker.harness.extractor import Extractor
+from memory_worker.harness.pregenerate import _lanes
+from memory_worker.search.index import LexicalIndex
+from memory_worker.search.lanes import LaneIndexes, LaneQuery
+from memory_worker.search.ranking import RecallQuery, indexed, rank
+from memory_worker.search.scoring import LaneWeights
+
+from .fakes import FakeKeyValue
+from .test_extractor import Model, Transcript
+
+SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
+NOW = 1_772_445_600_000
+
+
+def memory(
+    mid: str, text: str, *, context: str | None = None, intention: str | None = None
+) -> Memory:
+    return Memory(
+        id=mid,
+        text=text,
+        confidence=Confidence.STATED,
+        created_at=NOW,
+        updated_at=NOW,
+        context=context,
+        intention=intention,
+    )
+
+
+def bank_of(*memories: Memory) -> tuple[dict[str, Memory], LexicalIndex, LaneIndexes]:
+    index, lanes = LexicalIndex(), LaneIndexes()
+    for m in memories:
+        index.add_doc(indexed(m))
+        lanes.add(m)
+    return {m.id: m for m in memories}, index, lanes
+
+
+def query(text: str, **extra: Any) -> RecallQuery:
+    return RecallQuery(text=text, limit=5, now_ms=NOW, half_life_days=30.0, **extra)
+
+
+FORMED = [
+    memory("m1", "Sofia prefers the window seat", context="booking flights to Rome for the trip"),
+    memory("m2", "The budget is three thousand euros", context="planning the kitchen renovation"),
+    memory("m3", "Bruno plays the cello on weekends", context="talking about music lessons"),
+]
+for n in range(4, 12):  # filler so BM25 and the cutoff see a real bank
+    FORMED.append(memory(f"m{n}", f"Unrelated note number {n} about gardening"))
+
+
+class TestRanking:
+    def test_a_memory_is_found_by_its_context_alone(self) -> None:
+        memories, index, lanes = bank_of(*FORMED)
+        asked = LaneQuery(context="we are booking flights to Rome next month")
+        weights = LaneWeights(content=0.7, context=0.3)
+        hits = rank(
+            memories, index, query("what did she want?", lanes=asked, lane_weights=weights), lanes
+        )
+        assert hits and hits[0].memory.id == "m1"  # shares no word with the query itself
+        # Without the lane (no window, or a zero weight) nothing connects the question to it.
+        assert not rank(memories, index, query("what did she want?"), lanes)
+        off = query("what did she want?", lanes=asked, lane_weights=LaneWeights())
+        assert not rank(memories, index, off, lanes)
+
+    def test_no_lanes_asked_scores_exactly_as_content_alone(self) -> None:
+        memories, index, lanes = bank_of(*FORMED)
+        weights = LaneWeights(content=0.5, context=0.3, intention=0.2)
+        plain = rank(memories, index, query("cello weekends"), lanes)
+        weighted = rank(memories, index, query("cello weekends", lane_weights=weights), lanes)
+        assert [(h.memory.id, h.score) for h in plain] == [(h.memory.id, h.score) for h in weighted]
+
+    def test_the_lane_reorders_between_equal_texts(self) -> None:
+        a = memory("a", "The meeting is on Tuesday", context="project alpha standup notes")
+        b = memory("b", "The meeting is on Tuesday too", context="family dinner planning")
+        memories, index, lanes = bank_of(a, b, *FORMED[3:])
+        weights = LaneWeights(content=0.8, intention=0.0, context=0.2)
+        for window, first in (("the family dinner", "b"), ("alpha standup", "a")):
+            asked = LaneQuery(context=window)
+            hits = rank(
+                memories,
+                index,
+                query("when is the meeting", lanes=asked, lane_weights=weights),
+                lanes,
+            )
+            assert hits[0].memory.id == first
+
+    def test_intention_lane(self) -> None:
+        a = memory("a", "Use the staging database", intention="deploying the billing service")
+        b = memory("b", "Use the staging bucket", intention="writing a blog post")
+        memories, index, lanes = bank_of(a, b, *FORMED[3:])
+        asked = LaneQuery(intention="help me deploy billing")
+        weights = LaneWeights(content=0.6, intention=0.4)
+        hits = rank(memories, index, query("use staging", lanes=asked, lane_weights=weights), lanes)
+        assert hits[0].memory.id == "a"
+
+    def test_relevance_threshold_drops_weak_blends(self) -> None:
+        memories, index, lanes = bank_of(*FORMED)
+        loose = rank(memories, index, query("cello gardening"), lanes)
+        strict = rank(memories, index, query("cello gardening", threshold=0.9), lanes)
+        assert len(strict) < len(loose)
+        assert all(h.memory.id in {x.memory.id for x in loose} for h in strict)
+        assert not rank(memories, index, query("cello gardening", threshold=1.01), lanes)
+
+    def test_lanes_follow_edits_and_deletes(self) -> None:
+        lanes = LaneIndexes()
+        m = memory("x", "Some fact here", context="first situation")
+        lanes.add(m)
+        assert lanes.count("context") == 1 and lanes.count("intention") == 0
+        lanes.add(m.model_copy(update={"context": None, "intention": "a goal"}))
+        assert lanes.count("context") == 0 and lanes.count("intention") == 1
+        lanes.remove("x")
+        assert lanes.count("intention") == 0
+
+    def test_weights_are_normalised_over_the_asked_lanes(self) -> None:
+        weights = LaneWeights(content=2.0, context=1.0, intention=1.0)
+        assert weights.shares(("context",)) == pytest.approx({"content": 2 / 3, "context": 1 / 3})
+        assert weights.shares(()) == {"content": 1.0}
+        assert LaneWeights(content=0.0).shares(()) == {"content": 1.0}
+
+
+class TestLaneTexts:
+    def test_window_keeps_the_newest_messages(self) -> None:
+        text = window_text(["a" * 900, "the middle message", "the newest message"], limit=100)
+        assert text is not None and len(text) <= 100
+        assert text.endswith("the middle message the newest message")
+        assert window_text([" ", ""]) is None
+
+    def test_goal_is_cut(self) -> None:
+        goal = goal_text("x " * 400)
+        assert goal is not None and len(goal) <= MAX_LANE_CHARS["intention"]
+
+    def test_the_hook_window_skips_our_own_blocks(self) -> None:
+        messages = [
+            {"role": "user", "content": [{"type": "text", "text": "planning the trip to Rome"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "<memory bank=x>noise</memory>"}],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "Sure, which dates?"}]},
+            {"role": "user", "content": [{"type": "text", "text": "book the window seat"}]},
+        ]
+        lanes = _lanes(messages, "book the window seat")
+        assert lanes.context == "planning the trip to Rome Sure, which dates? book the window seat"
+        assert lanes.intention == "book the window seat"
+
+
+class TestCapture:
+    async def test_save_keeps_lanes_redacted(self, service: MemoryService) -> None:
+        result = await call(
+            service,
+            "memory::save",
+            {
+                "bank": "main",
+                "text": "The user flies on Friday",
+                "context": f"talking about travel, key {SECRET}",
+                "intention": "book a flight",
+            },
+        )
+        stored = result["memory"]
+        assert SECRET not in json.dumps(result)
+        assert stored["context"] == "talking about travel, key [REDACTED:openai-key]"
+        assert stored["intention"] == "book a flight"
+        assert result["redacted"] == ["openai-key"]
+
+    async def test_overlong_lane_is_refused_and_changes_nothing(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        with pytest.raises(InvalidInput, match=r"^invalid_input: context must be at most 1000"):
+            await call(
+                service,
+                "memory::save",
+                {"bank": "main", "text": "The user flies on Friday", "context": "x" * 1001},
+            )
+        listed = await call(service, "memory::list", {"bank": "main"})
+        assert listed["total"] == 0
+
+    async def test_update_replaces_a_lane_and_recall_uses_it(self, service: MemoryService) -> None:
+        saved = await call(service, "memory::save", {"bank": "main", "text": "The code is 4512"})
+        mid = saved["memory"]["id"]
+        updated = await call(
+            service, "memory::update", {"bank": "main", "id": mid, "intention": "open the garage"}
+        )
+        assert updated["memory"]["intention"] == "open the garage"
+        assert updated["memory"]["text"] == "The code is 4512"
+        bank = service.store.find("main")
+        assert bank is not None and bank.lanes.count("intention") == 1
+
+    async def test_lanes_survive_a_reload(self, service: MemoryService, data_dir: Path) -> None:
+        from memory_worker.storage.bank import Bank
+
+        await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "The user flies on Friday", "context": "travel talk"},
+        )
+        bank = service.store.find("main")
+        assert bank is not None
+        await bank.drain()
+        again = Bank.load("main", bank.path)
+        assert again.lanes.count("context") == 1
+        again.close()
+
+    async def test_recall_takes_context_and_intention(self, service: MemoryService) -> None:
+        result = await call(
+            service,
+            "memory::recall",
+            {"bank": "main", "query": "anything", "context": "a window", "intention": "a goal"},
+        )
+        assert result["memories"] == []
+
+    async def test_extraction_writes_both_lanes(self, service: MemoryService) -> None:
+        chat, model = Transcript(size=10), Model()
+        extractor = Extractor(service, chat, model, FakeKeyValue())
+        chat.say("user", "We are planning the kitchen renovation this spring.")
+        chat.say("assistant", "Great, what is the budget?")
+        chat.say("user", "Our budget is three thousand euros, and I hate grey tiles.")
+        model.replies.append(
+            json.dumps(
+                {
+                    "memories": [
+                        {"op": "add", "text": "The user's renovation budget is 3000 euros."},
+                        {
+                            "op": "add",
+                            "text": "The user dislikes grey tiles.",
+                            "intention": "choosing kitchen tiles",
+                        },
+                    ]
+                }
+            )
+        )
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        listed = await call(service, "memory::list", {"bank": "main"})
+        by_text = {m["text"]: m for m in listed["memories"]}
+        budget = by_text["The user's renovation budget is 3000 euros."]
+        assert budget["context"].startswith("We are planning the kitchen renovation")
+        assert budget["context"].endswith("I hate grey tiles.")
+        # no intention from the model: the person's message the fact came from
+        assert budget["intention"] == "Our budget is three thousand euros, and I hate grey tiles."
+        assert by_text["The user dislikes grey tiles."]["intention"] == "choosing kitchen tiles"
