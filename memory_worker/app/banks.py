@@ -7,6 +7,7 @@ import asyncio
 
 import structlog
 
+from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
@@ -33,6 +34,10 @@ log = structlog.get_logger(__name__)
 
 class BankUseCases(EmbeddingWork):
     """Bank use cases."""
+
+    def access_level(self, bank: str) -> AccessLevel:
+        """What agents may do on `bank` (C22): the configured default for every bank."""
+        return AccessLevel(self.settings.conscious_access)
 
     async def bank_create(
         self, req: BankCreateRequest, caller: Caller = SYSTEM

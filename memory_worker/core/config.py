@@ -39,6 +39,13 @@ class Settings(BaseModel):
         description="Bank used when neither the turn, the session nor the call names one. "
         "Materializes on first write.",
     )
+    conscious_access: Literal["none", "read", "read_write"] = Field(
+        default="read_write",
+        description="What agents may do on a bank that does not set its own `conscious_access`: "
+        "none (memory is involuntary: the hook and extraction only), read (recall, get, list, "
+        "tags, preview), read_write (also save, update, delete, pin). People and the involuntary "
+        "path are never limited.",
+    )
     inject_rules: bool = Field(
         default=True, description="Inject the bank's rules into each session's system prompt."
     )
