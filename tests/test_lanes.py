@@ -13,6 +13,7 @@ import pytest
 from memory_worker.app.catalog import call
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.models import Confidence, Memory
@@ -23,8 +24,9 @@ from memory_worker.search.index import LexicalIndex
 from memory_worker.search.lanes import LaneIndexes, LaneQuery
 from memory_worker.search.ranking import RecallQuery, indexed, rank
 from memory_worker.search.scoring import LaneWeights
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 
-from .fakes import FakeKeyValue
+from .fakes import FakeEmbedder, FakeKeyValue
 from .test_extractor import Model, Transcript
 
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
@@ -255,3 +257,102 @@ class TestCapture:
         # no intention from the model: the person's message the fact came from
         assert budget["intention"] == "Our budget is three thousand euros, and I hate grey tiles."
         assert by_text["The user dislikes grey tiles."]["intention"] == "choosing kitchen tiles"
+
+
+class TestLaneVectors:
+    async def _service(self, store: Any, clock: Any) -> tuple[MemoryService, FakeEmbedder]:
+        embedder = FakeEmbedder()
+        return MemoryService(store, Settings(), clock=clock, embedder=embedder), embedder
+
+    async def test_lanes_are_embedded_persisted_and_reloaded(
+        self, store: Any, clock: Any, data_dir: Path
+    ) -> None:
+        service, embedder = await self._service(store, clock)
+        for text, context in (
+            ("The vet visit is on Monday", "my puppy was sick"),
+            ("The deadline is Friday", None),
+        ):
+            body: dict[str, Any] = {"bank": "main", "text": text}
+            if context:
+                body["context"] = context
+            await call(service, "memory::save", body)
+        await service.settle()
+        bank = service.store.find("main")
+        assert bank is not None and bank.lane_vectors.ready(embedder.model)
+        assert ["my puppy was sick"] in embedder.calls  # the lane, as its own vector
+        lines = (bank.path / LANE_VECTORS_FILE).read_text().splitlines()
+        assert [json.loads(line)["id"].rpartition("#")[2] for line in lines] == ["context"]
+        await bank.drain()
+        from memory_worker.storage.bank import Bank
+
+        again = Bank.load("main", bank.path)
+        assert again.lane_vectors.ready(embedder.model)  # nothing to re-embed
+        assert again.lanes.indexes["context"].has_vector_for(
+            json.loads(lines[0])["id"].split("#")[0]
+        )
+        again.close()
+
+    async def test_a_lane_edit_re_embeds_it(self, store: Any, clock: Any) -> None:
+        service, embedder = await self._service(store, clock)
+        saved = await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "The vet is Dr Silva", "context": "my puppy"},
+        )
+        await service.settle()
+        mid = saved["memory"]["id"]
+        await call(
+            service, "memory::update", {"bank": "main", "id": mid, "context": "the company offsite"}
+        )
+        bank = service.store.find("main")
+        assert bank is not None and not bank.lane_vectors.ready(embedder.model)
+        await service.settle()
+        assert bank.lane_vectors.ready(embedder.model)
+        assert embedder.calls[-1] == ["the company offsite"]
+
+    async def test_the_window_finds_a_memory_by_meaning(self, store: Any, clock: Any) -> None:
+        """No word of the query or the window is in the memory or its stored context: only the
+        context lane's vectors (pet ~ puppy ~ dog) connect them."""
+        service, embedder = await self._service(store, clock)
+        await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "Appointment moved to Monday", "context": "my puppy Pipoca"},
+        )
+        # Fillers whose texts and contexts share no fake-embedding axis with the query or window.
+        fillers = (
+            "Receipt for fuel",
+            "Ticket for parking",
+            "Reminder on invoices",
+            "Bill for water",
+        )
+        for text, context in zip(
+            fillers, ("office rent", "office lease", "office chairs", "office plants"), strict=True
+        ):
+            await call(service, "memory::save", {"bank": "main", "text": text, "context": context})
+        await service.settle()
+        service._lane_policy = lambda _bank: (LaneWeights(content=0.6, context=0.4), 0.0)  # type: ignore[method-assign]
+        body = {"bank": "main", "query": "when is it?", "context": "we talked about the dog"}
+        found = await call(service, "memory::recall", body)
+        assert [m["memory"]["text"] for m in found["memories"]][:1] == [
+            "Appointment moved to Monday"
+        ]
+        assert ["we talked about the dog"] in embedder.calls  # the window embedded like a lane
+        plain = await call(service, "memory::recall", {"bank": "main", "query": "when is it?"})
+        assert "Appointment moved to Monday" not in [m["memory"]["text"] for m in plain["memories"]]
+
+    async def test_no_lane_weight_costs_no_embedding(self, store: Any, clock: Any) -> None:
+        service, embedder = await self._service(store, clock)
+        await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "Appointment moved to Monday", "context": "my puppy"},
+        )
+        await service.settle()
+        before = len(embedder.calls)
+        await call(
+            service,
+            "memory::recall",
+            {"bank": "main", "query": "appointment", "context": "the dog"},
+        )
+        assert all(call_ != ["the dog"] for call_ in embedder.calls[before:])

@@ -88,6 +88,9 @@ class RecallUseCases(EmbeddingWork):
         if req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
         weights, threshold = self._lane_policy(bank)
+        lanes = LaneQuery(context=req.context, intention=req.intention)
+        if vector is not None and req.mode is RecallMode.HYBRID:
+            lanes = await self._lane_vectors(lanes, bank, weights)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
@@ -99,7 +102,7 @@ class RecallUseCases(EmbeddingWork):
             as_of=req.as_of,
             vector=vector,
             duplicate_cosine=self._duplicate_cosine(vector),
-            lanes=LaneQuery(context=req.context, intention=req.intention),
+            lanes=lanes,
             lane_weights=weights,
             threshold=threshold,
         )
@@ -145,6 +148,8 @@ class RecallUseCases(EmbeddingWork):
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
         lessons = min(len(bank.lessons), RECALL_MAX_LIMIT) if bank is not None else 0
         weights, threshold = self._lane_policy(bank)
+        if lanes is not None and vector is not None:
+            lanes = await self._lane_vectors(lanes, bank, weights)
         hits = self._rank(
             bank,
             RecallQuery(

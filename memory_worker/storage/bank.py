@@ -37,6 +37,7 @@ from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage, DurabilityWarnings
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
 from memory_worker.storage.log import (
     MEMORIES_FILE,
     encode,
@@ -96,6 +97,7 @@ class Bank:
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
         self.lanes = LaneIndexes()  # live memories' context and intention (association lanes)
+        self.lane_vectors = LaneVectors(path, self.lanes)  # their embeddings' sidecar
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
@@ -219,6 +221,13 @@ class Bank:
             )
             if current and self.index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model
+        if skipped := self.lane_vectors.load(self.lanes, self._memories):
+            self.damage.append(
+                Damage(
+                    LANE_VECTORS_FILE,
+                    f"{skipped} unreadable line(s) skipped; their lanes are re-embedded",
+                )
+            )
 
     def _holds(self, model: str) -> bool:
         """Whether the index's vectors are `model`'s. At first sight (boot) a model that some
@@ -246,6 +255,7 @@ class Bank:
             if m.live and self._vector_models.get(m.id) != model
         }
         self._embed_ready = not self._to_embed
+        self.lane_vectors.take_over(model, self._memories)
 
     def embedded_by(self, model: str) -> bool:
         """Whether any live memory holds a vector from `model` (a scan: for one-shot commands,
@@ -478,8 +488,10 @@ class Bank:
         )
         if not record.live:
             self.lanes.remove(record.id)
+            self.lane_vectors.changed(record)
         elif not (indexed_same and _same_lanes(previous, record)):
-            self.lanes.add(record)
+            self.lanes.add(record)  # new lane slots: their old vectors are gone with them
+            self.lane_vectors.changed(record)
         if not record.live:
             self.index.remove(record.id)
             self._vector_models.pop(record.id, None)
