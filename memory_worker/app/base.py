@@ -24,6 +24,7 @@ from memory_worker.app.ports import (
     system_clock,
 )
 from memory_worker.core import transitions
+from memory_worker.core.bank_settings import BankSettings, effective
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, MemoryNotFound
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
@@ -171,6 +172,10 @@ class ServiceBase:
         payload = {"event_type": str(event), "bank": name, "event_id": event_id()}
         self.emitter.emit(BANK_CHANGED, payload)
 
+    def bank_settings(self, bank: Bank) -> BankSettings:
+        """What `bank` runs with: its `bank.yaml` choices over the configured defaults."""
+        return effective(self.settings.bank_defaults(), bank.overrides)
+
     def _info(self, bank: Bank) -> BankInfo:
         return BankInfo(
             name=bank.name,
@@ -178,6 +183,8 @@ class ServiceBase:
             memories=bank.live_count(),
             pinned=bank.pinned_count(),
             rules=len(bank.rules()),
+            subjects=len({m.subject for m in bank.memories.values() if m.live and m.subject}),
+            settings=self.bank_settings(bank),
         )
 
     def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:

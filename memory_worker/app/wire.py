@@ -10,19 +10,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
+from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
 from memory_worker.core.models import MAX_INT, BankInfo, Memory, Rule
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
     "AnchorsInput",
+    "BankConfigureRequest",
+    "BankConfigureResponse",
     "BankCreateRequest",
     "BankCreateResponse",
     "BankDeleteRequest",
     "BankDeleteResponse",
+    "BankGetRequest",
+    "BankGetResponse",
     "BankListRequest",
     "BankListResponse",
+    "BankSettingsFields",
     "DeleteRequest",
     "DoctorCheck",
     "DoctorRequest",
@@ -118,7 +124,47 @@ class Response(BaseModel):
 # --- banks -----------------------------------------------------------------------------------
 
 
-class BankCreateRequest(Request):
+class BankSettingsFields(Request):
+    """The per-bank settings a request may choose; omitted: the configured default."""
+
+    subject_scoping: bool | None = Field(
+        default=None,
+        description="Partition memories by who they are about: recall, injection, list, tags and "
+        "preview for a subject surface general memories plus that subject's own.",
+    )
+    max_memories: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Live memories kept (0 = unlimited); at the cap a new memory evicts the "
+        "least-accessed, oldest non-pinned one (recorded, an event).",
+    )
+    max_per_subject: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Per-subject cap with subject_scoping on (0 = unlimited).",
+    )
+    retention: dict[str, StrictInt] | None = Field(
+        default=None,
+        description="Per-category TTL in days, e.g. `{context: 30}`; categories without an entry "
+        "never expire. Replaces the whole mapping.",
+    )
+    association_weights: AssociationWeights | None = Field(
+        default=None, description="Recall's content / context / intention blend weights."
+    )
+    relevance_threshold: float | None = Field(
+        default=None, ge=0, le=1, description="Minimum blended similarity for recall (0 to 1)."
+    )
+    conscious_access: ConsciousAccess | None = Field(
+        default=None, description="Memory tools agents get: none, read, read_write."
+    )
+    scope: Scope | None = Field(
+        default=None, description="Declared sharing intent: private or shared."
+    )
+
+
+class BankCreateRequest(BankSettingsFields):
     name: Text = Field(
         description="Bank name, `[a-z0-9][a-z0-9_-]{0,63}` (it becomes a folder name)."
     )
@@ -138,6 +184,28 @@ class BankListRequest(Request):
 
 class BankListResponse(Response):
     banks: list[BankInfo]
+
+
+class BankGetRequest(Request):
+    name: Text = Field(description="The bank to show.")
+
+
+class BankGetResponse(Response):
+    bank: BankInfo
+
+
+class BankConfigureRequest(BankSettingsFields):
+    name: Text = Field(description="The bank to configure (it must exist).")
+    description: Text | None = Field(
+        default=None, description="A new human description; omitted: unchanged."
+    )
+
+
+class BankConfigureResponse(Response):
+    bank: BankInfo = Field(description="The bank with its settings after the change.")
+    changed: list[str] = Field(
+        description="The settings whose effective value changed (empty: the call changed nothing)."
+    )
 
 
 class BankDeleteRequest(Request):
