@@ -99,6 +99,18 @@ BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
 Group = Annotated[list[Text], BeforeValidator(_words_to_list)]
 
 _BANK = "Bank; omitted: the calling session's bank, else the configured default."
+_FOR_SUBJECT = (
+    "Who the call is for (the person speaking, a stable id such as a handle). With the bank's "
+    "subject_scoping on, only general memories and this subject's own are seen; omitted: general "
+    "memories only (a person's own call — CLI, REST, console — sees every subject). With "
+    "subject_scoping off it is ignored."
+)
+
+
+def _for_subject() -> Any:
+    return Field(default=None, description=_FOR_SUBJECT)
+
+
 _EXPECTED = (
     "Optimistic concurrency: the revision the caller last read. When the memory has moved on "
     "since, the call fails with `conflict: stale revision …` and changes nothing; omitted: no "
@@ -267,6 +279,11 @@ class SaveRequest(Request):
     session_id: Text | None = Field(
         default=None, description="Provenance session, when saved on behalf of a conversation."
     )
+    subject: Text | None = Field(
+        default=None,
+        description="Who the memory is about (a stable id such as a person's handle); omitted: a "
+        "general memory. The same text about another subject is another memory.",
+    )
     category: Text | None = Field(
         default=None,
         description="fact, preference, procedure, context, correction or lesson. A `lesson` needs "
@@ -309,6 +326,7 @@ class SaveResponse(Response):
 class GetRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
     id: Text
+    subject: Text | None = _for_subject()
 
 
 class GetResponse(Response):
@@ -326,8 +344,11 @@ class ListRequest(Request):
     offset: int | None = Field(default=None, ge=0, le=MAX_INT)
     tag: Text | None = Field(default=None, description="Only memories carrying this tag.")
     category: Text | None = Field(
-        default=None, description="Only memories of this category (`lesson` lists the lessons)."
+        default=None,
+        description="Only memories of this category (`lesson` lists the lessons; `fact` includes "
+        "memories saved without one).",
     )
+    subject: Text | None = _for_subject()
 
 
 class ListResponse(Response):
@@ -344,6 +365,16 @@ class UpdateRequest(Request):
         default=None, description="Replace the tag set (empty list clears)."
     )
     pinned: bool | None = None
+    subject: Text | None = Field(
+        default=None,
+        description="Who the memory is about from now on; an empty string makes it general; "
+        "omitted: unchanged.",
+    )
+    category: Text | None = Field(
+        default=None,
+        description="A new category (fact, preference, procedure, context, correction); omitted: "
+        "unchanged. A lesson stays a lesson.",
+    )
     expected_revision: int | None = _expected_revision()
     title: Text | None = Field(default=None, description="A lesson's new title.")
     recommendation: Text | None = Field(default=None, description="A lesson's new recommendation.")
@@ -428,6 +459,7 @@ class HistoryResponse(Response):
 
 class TagsRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
+    subject: Text | None = _for_subject()
 
 
 class TagCount(Response):
@@ -464,6 +496,12 @@ class RecallRequest(Request):
         "the fused rank.",
     )
     tag: Text | None = Field(default=None, description="Only rank memories carrying this tag.")
+    category: Text | None = Field(
+        default=None,
+        description="Only rank memories of this category (`fact` includes memories saved "
+        "without one).",
+    )
+    subject: Text | None = _for_subject()
     include_superseded: bool | None = Field(
         default=None, description="Also rank superseded/tombstoned records (the history view)."
     )
@@ -500,6 +538,12 @@ class PreviewRequest(Request):
     )
     query: Text = Field(
         description="The hypothetical user message (what someone would type in chat)."
+    )
+    subject: Text | None = Field(
+        default=None,
+        description="Who would be speaking (the turn's `memory_subject`): with subject_scoping on, "
+        "the preview shows what a turn of theirs gets; omitted: a turn with no known speaker "
+        "(general memories only).",
     )
 
 

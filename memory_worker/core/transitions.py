@@ -143,6 +143,7 @@ def new_memory(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    subject: str | None = None,
     now_ms: int,
 ) -> Memory:
     return Memory(
@@ -161,6 +162,7 @@ def new_memory(
         recommendation=recommendation,
         anchors=anchors,
         evidence=evidence,
+        subject=subject,
     )
 
 
@@ -244,10 +246,17 @@ def update(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    subject: str | None = None,
+    category: str | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag, entity and card edits do not."""
+    statement (`stated_at`); pin, tag, entity, subject, category and card edits do not.
+    `subject=""` makes the memory general."""
     changes: dict[str, object] = {}
+    if subject is not None and (subject or None) != existing.subject:
+        changes["subject"] = subject or None
+    if category is not None and category != existing.category:
+        changes["category"] = category
     for field, value in (
         ("title", title),
         ("recommendation", recommendation),

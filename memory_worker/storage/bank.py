@@ -352,18 +352,19 @@ class Bank:
         staged = self._staged.get(memory_id)
         return staged[0] if staged is not None else self._memories.get(memory_id)
 
-    def match_text(self, text: str) -> Memory | None:
-        """The record whose text is `text` up to case and whitespace: a live one first, else a
-        retired one (to resurrect), else None. Among several, the most recently updated wins, so
-        the answer depends only on the records, never on the order they were loaded in."""
+    def match_text(self, text: str, subject: str | None = None) -> Memory | None:
+        """The record about `subject` (None: a general one) whose text is `text` up to case and
+        whitespace: a live one first, else a retired one (to resurrect), else None. Among several,
+        the most recently updated wins, so the answer depends only on the records, never on the
+        order they were loaded in. The same words about another person are another memory."""
         norm = normalize(text)
         candidates = {
             record.id: record
             for record, staged_norm in self._staged.values()
-            if staged_norm == norm
+            if staged_norm == norm and record.subject == subject
         }
         for memory_id in self._by_text.get(norm, ()):
-            if memory_id not in self._staged:
+            if memory_id not in self._staged and self._memories[memory_id].subject == subject:
                 candidates[memory_id] = self._memories[memory_id]
         if not candidates:
             return None
