@@ -12,17 +12,22 @@ from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
+    BankConfigureRequest,
+    BankConfigureResponse,
     BankCreateRequest,
     BankCreateResponse,
     BankDeleteRequest,
     BankDeleteResponse,
+    BankGetRequest,
+    BankGetResponse,
     BankListRequest,
     BankListResponse,
     ReloadRequest,
     ReloadResponse,
 )
+from memory_worker.core.bank_settings import SETTING_NAMES, BankOverrides, parse_overrides
 from memory_worker.core.compaction import DAY_MS, compaction_plan
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
 from memory_worker.storage.bank import Rewrite
@@ -36,18 +41,68 @@ class BankUseCases(EmbeddingWork):
     """Bank use cases."""
 
     def access_level(self, bank: str) -> AccessLevel:
-        """What agents may do on `bank` (C22): the configured default for every bank."""
-        return AccessLevel(self.settings.conscious_access)
+        """What agents may do on `bank` (C22): its bank.yaml's `conscious_access`, else the
+        configured default (also for a bank that does not exist yet)."""
+        found = self.store.find(bank)
+        chosen = self.bank_settings(found) if found is not None else self.settings.bank_defaults()
+        return AccessLevel(chosen.conscious_access)
 
     async def bank_create(
         self, req: BankCreateRequest, caller: Caller = SYSTEM
     ) -> BankCreateResponse:
+        """Idempotent: creating a bank that exists changes nothing. Settings given for one that
+        exists must be what it already has (`conflict` otherwise: `memory::bank::configure`
+        changes settings, never a create that happens to run second)."""
         name = check_name(req.name, "bank")
         description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
-        bank, created = await self.store.ensure(name, description)
+        chosen = {f: getattr(req, f) for f in SETTING_NAMES if getattr(req, f) is not None}
+        overrides = parse_overrides(chosen, source="memory::bank::create")
+        bank, created = await self.store.ensure(name, description, overrides=overrides)
+        if not created:
+            mine = bank.overrides
+            differing = [f for f in overrides.chosen() if getattr(mine, f) != getattr(overrides, f)]
+            if differing:
+                raise Conflict(
+                    f"bank {name} exists with other {', '.join(differing)}; change its settings "
+                    "with memory::bank::configure"
+                )
         if created:
             self._emit_bank(BankEvent.CREATED, name)
         return BankCreateResponse(bank=self._info(bank), created=created)
+
+    async def bank_get(self, req: BankGetRequest, caller: Caller = SYSTEM) -> BankGetResponse:
+        return BankGetResponse(bank=self._info(self.store.get(check_name(req.name, "bank"))))
+
+    async def bank_configure(
+        self, req: BankConfigureRequest, caller: Caller = SYSTEM
+    ) -> BankConfigureResponse:
+        """Change a bank's settings: a field given sets it, a field given as null returns it to
+        the configured default, a field omitted stays. Checked whole before `bank.yaml` is
+        replaced (atomically); announced as a `configured` bank event when anything changed."""
+        given = req.model_fields_set
+        changes = {f: getattr(req, f) for f in SETTING_NAMES if f in given}
+        if not changes and "description" not in given:
+            raise InvalidInput(
+                f"configure needs at least one of description, {', '.join(SETTING_NAMES)}"
+            )
+        name = check_name(req.name, "bank")
+        description = req.description
+        if "description" in given:
+            description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS)
+        bank = self.store.get(name)
+        overrides: BankOverrides = bank.overrides.merged(changes)
+        old_description = bank.description
+        new_description = old_description if description is None else description
+        before = self.bank_settings(bank)
+        if overrides != bank.overrides or new_description != old_description:
+            await bank.configure(new_description, overrides)
+        after = self.bank_settings(bank)
+        changed = [f for f in SETTING_NAMES if getattr(before, f) != getattr(after, f)]
+        if new_description != old_description:
+            changed.insert(0, "description")
+        if changed:
+            self._emit_bank(BankEvent.CONFIGURED, name)
+        return BankConfigureResponse(bank=self._info(bank), changed=changed)
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]

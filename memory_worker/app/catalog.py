@@ -122,6 +122,30 @@ CATALOG: tuple[FunctionSpec, ...] = (
         READ,
     ),
     _spec(
+        "memory::bank::get",
+        "Show one memory bank: its counts and its effective settings (subject scoping, capacity, "
+        "retention, recall blend and threshold, access, scope).",
+        wire.BankGetRequest,
+        wire.BankGetResponse,
+        MemoryService.bank_get,
+        Policy.APPROVAL,
+        READ,
+    ),
+    _spec(
+        "memory::bank::configure",
+        "Change a bank's settings, kept in its bank.yaml: subject_scoping, max_memories, "
+        "max_per_subject, retention (per-category TTL days), association_weights, "
+        "relevance_threshold, conscious_access, scope, description. A field given sets it, one "
+        "given as null returns it to the configured default, one omitted stays. Lower caps evict "
+        "at the next save and a retention entry expires old memories of its category (pinned "
+        "ones never), each recorded with an event.",
+        wire.BankConfigureRequest,
+        wire.BankConfigureResponse,
+        MemoryService.bank_configure,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,
+    ),
+    _spec(
         "memory::bank::delete",
         "Delete a memory bank: the folder moves to the store's .trash, recoverable by hand.",
         wire.BankDeleteRequest,
@@ -466,7 +490,8 @@ _POLICY_NOTES: dict[Policy, str] = {
         "function: an agent allowed it would bypass this whole list)."
     ),
     Policy.HUMANS: (
-        "Human-owned surfaces (console, REST, CLI): creating or trashing banks, rewriting the "
+        "Human-owned surfaces (console, REST, CLI): creating, configuring or trashing banks, "
+        "rewriting the "
         "always-injected rules, retiring one memory for another (the consolidation seam) and "
         "reloading from disk are a person's decisions, not an agent's."
     ),

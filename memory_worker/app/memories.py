@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import structlog
 
-from memory_worker.app.base import clean_short, redaction_reason
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short, redaction_reason
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -35,6 +35,7 @@ from memory_worker.app.wire import (
 from memory_worker.core import lessons, transitions
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
+from memory_worker.search.ranking import kind_of
 
 __all__ = ["MemoryUseCases"]
 
@@ -58,6 +59,7 @@ class MemoryUseCases(EmbeddingWork):
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        subject = clean_short(req.subject, "subject", MAX_SUBJECT_CHARS)
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -75,7 +77,7 @@ class MemoryUseCases(EmbeddingWork):
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
             # Decide and commit with no await in between: concurrent saves see each other's records.
-            existing = bank.match_text(text)
+            existing = bank.match_text(text, subject)
             if caller.automatic and existing is not None and (existing.pinned or not existing.live):
                 state = "pinned" if existing.pinned else "retired"
                 raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
@@ -94,6 +96,7 @@ class MemoryUseCases(EmbeddingWork):
                 evidence=card.evidence,
                 context=context,
                 intention=intention,
+                subject=subject,
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)
@@ -107,7 +110,11 @@ class MemoryUseCases(EmbeddingWork):
         bank = self._readable(name)
         if bank is None:
             raise MemoryNotFound(f"{req.id} in bank {name}")
-        return GetResponse(memory=self._record(bank, req.id))
+        record = self._record(bank, req.id)
+        scoped, subject = self.scope_of(bank, req.subject, caller)
+        if scoped and record.subject is not None and record.subject != subject:
+            raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
+        return GetResponse(memory=record)
 
     async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
         name = self._name(req.bank)
@@ -125,12 +132,14 @@ class MemoryUseCases(EmbeddingWork):
         offset = req.offset or 0
         tag = transitions.prepare_label(req.tag) if req.tag else None
         category = lessons.prepare_category(req.category)
+        scoped, subject = self.scope_of(bank, req.subject, caller)
         rows = [
             m
             for m in bank.memories.values()
             if (req.include_superseded or m.live)
             and (tag is None or tag in m.tags)
-            and (category is None or m.category == category)
+            and (category is None or kind_of(m) == category)
+            and (not scoped or m.subject is None or m.subject == subject)
         ]
         rows.sort(key=lambda m: (-m.updated_at, m.id))
         return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
@@ -139,10 +148,14 @@ class MemoryUseCases(EmbeddingWork):
         card_given = any(
             v is not None for v in (req.title, req.recommendation, req.anchors, req.evidence)
         )
-        plain = (req.text, req.entities, req.tags, req.pinned, req.context, req.intention)
+        plain = (
+            req.text, req.entities, req.tags, req.pinned, req.subject, req.category, req.context,
+            req.intention,
+        )  # fmt: skip
         if all(v is None for v in plain) and not card_given:
             raise InvalidInput(
-                "update needs at least one of text, entities, tags, pinned, context, intention, "
+                "update needs at least one of text, entities, tags, pinned, subject, category, "
+                "context, intention, "
                 "title, recommendation, anchors, evidence"
             )
         name = self._name(req.bank)
@@ -158,15 +171,27 @@ class MemoryUseCases(EmbeddingWork):
         context, context_labels = transitions.prepare_lane(req.context, "context")
         intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
         labels = (*labels, *card_labels, *context_labels, *intention_labels)
+        # "" makes the memory general again: a subject is cleared, never left half-set.
+        subject = (
+            None
+            if req.subject is None
+            else clean_short(req.subject, "subject", MAX_SUBJECT_CHARS) or ""
+        )
+        category = None if req.category is None else lessons.prepare_category(req.category)
+        if category == lessons.LESSON:
+            raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
         bank, existing = self._existing(name, req.id)
         transitions.check_revision(existing, req.expected_revision)
+        if category is not None and existing.category == lessons.LESSON:
+            raise InvalidInput(f"memory {existing.id} is a lesson: its category stays lesson")
         if card_given and existing.category != lessons.LESSON:
             raise InvalidInput(
                 f"memory {existing.id} is not a lesson: title, recommendation, anchors and "
                 "evidence are lesson fields"
             )
-        if text is not None and existing.live:
-            twin = bank.match_text(text)
+        new_subject = existing.subject if subject is None else (subject or None)
+        if (text is not None or subject is not None) and existing.live:
+            twin = bank.match_text(text if text is not None else existing.text, new_subject)
             if twin is not None and twin.id != existing.id and twin.live:
                 raise Conflict(
                     f"the new text duplicates memory {twin.id}; supersede one with the other"
@@ -184,6 +209,8 @@ class MemoryUseCases(EmbeddingWork):
             evidence=evidence,
             context=context,
             intention=intention,
+            subject=subject,
+            category=category,
         )
         if record is None:
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
@@ -250,9 +277,10 @@ class MemoryUseCases(EmbeddingWork):
         name = self._name(req.bank)
         bank = self._readable(name)
         counts: Counter[str] = Counter()
+        scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is not None:
             for memory in bank.memories.values():
-                if memory.live:
+                if memory.live and not (scoped and memory.subject not in (None, subject)):
                     counts.update(memory.tags)
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])

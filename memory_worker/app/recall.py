@@ -18,11 +18,17 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
-from memory_worker.core.lessons import is_lesson
-from memory_worker.core.models import Hit
+from memory_worker.core.lessons import is_lesson, prepare_category
+from memory_worker.core.models import Hit, Memory
 from memory_worker.search.lanes import LaneQuery
-from memory_worker.search.ranking import DUPLICATE_COSINE, RecallMode, RecallQuery, rank
-from memory_worker.search.scoring import DEFAULT_LANE_WEIGHTS, LaneWeights
+from memory_worker.search.ranking import (
+    DUPLICATE_COSINE,
+    RecallMode,
+    RecallQuery,
+    rank,
+    top_memories,
+)
+from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 
 __all__ = ["Injection", "RecallUseCases"]
@@ -73,8 +79,14 @@ class RecallUseCases(EmbeddingWork):
         return [] if bank is None else rank(bank.memories, bank.index, query, bank.lanes)
 
     def _lane_policy(self, bank: Bank | None) -> tuple[LaneWeights, float]:
-        """The bank's `association_weights` and `relevance_threshold`."""
-        return DEFAULT_LANE_WEIGHTS, 0.0
+        """The bank's `association_weights` and `relevance_threshold` (its bank.yaml over the
+        configured defaults)."""
+        chosen = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
+        weights = chosen.association_weights
+        return (
+            LaneWeights(weights.content, weights.context, weights.intention),
+            chosen.relevance_threshold,
+        )
 
     def rank_in(self, bank: Bank, query: RecallQuery) -> list[Hit]:
         """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
@@ -85,6 +97,8 @@ class RecallUseCases(EmbeddingWork):
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
         vector = None
+        scoped, subject = self.scope_of(bank, req.subject, caller)
+        category = prepare_category(req.category)
         if req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
         weights, threshold = self._lane_policy(bank)
@@ -100,6 +114,9 @@ class RecallUseCases(EmbeddingWork):
             tag=transitions.prepare_label(req.tag) if req.tag else None,
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
+            scoped=scoped,
+            subject=subject,
+            category=category,
             vector=vector,
             duplicate_cosine=self._duplicate_cosine(vector),
             lanes=lanes,
@@ -121,11 +138,14 @@ class RecallUseCases(EmbeddingWork):
         carried: frozenset[str] = frozenset(),
         recall: bool = True,
         lanes: LaneQuery | None = None,
+        subject: str | None = None,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
         holds (not handed twice); `recall=False` for a step that only needs the section;
         `lanes`: the turn's window and goal (the hook's), for the association lanes.
+        `subject`: who is speaking (with the bank's subject_scoping on, general memories and theirs
+        only, the ambient floor included; None: general memories only).
 
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
@@ -142,6 +162,7 @@ class RecallUseCases(EmbeddingWork):
         section = render_section(name, rules, settings.max_rule_chars)
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
+        scoped, subject = self.scope_of(bank, subject, SYSTEM)
         vector = await self._query_vector(query, bank)
         now_ms = self.clock()
         # Lessons reach a turn through the tool calls they are anchored to, once per
@@ -157,6 +178,8 @@ class RecallUseCases(EmbeddingWork):
                 limit=settings.recall_limit + lessons,
                 now_ms=now_ms,
                 half_life_days=settings.decay_half_life_days,
+                scoped=scoped,
+                subject=subject,
                 vector=vector,
                 duplicate_cosine=self._duplicate_cosine(vector),
                 lanes=lanes if lanes is not None else LaneQuery(),
@@ -167,7 +190,7 @@ class RecallUseCases(EmbeddingWork):
         hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]
         floor = min(AMBIENT_FLOOR, settings.recall_limit)
         if len(hits) < floor:
-            standing = [m for m in bank.standing(floor + lessons) if not is_lesson(m)]
+            standing = self._standing(bank, floor + lessons, scoped, subject)
             hits = apply_floor(hits, standing, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
         return Injection(
@@ -180,8 +203,17 @@ class RecallUseCases(EmbeddingWork):
             _retrieval(RecallMode.HYBRID, vector is not None),
         )
 
+    def _standing(self, bank: Bank, limit: int, scoped: bool, subject: str | None) -> list[Memory]:
+        """The ambient floor's memories: the bank's cached standing set, or, scoped, the same
+        order over general memories and the subject's own (sorted per call: a speaker's floor
+        must never be filled from another person's memories)."""
+        if not scoped:
+            return [m for m in bank.standing(limit) if not is_lesson(m)]
+        mine = (m for m in bank.memories.values() if m.subject is None or m.subject == subject)
+        return [m for m in top_memories(mine, limit) if not is_lesson(m)]
+
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
-        plan = await self.injection(self._name(req.bank), req.query)
+        plan = await self.injection(self._name(req.bank), req.query, subject=req.subject)
         return PreviewResponse(
             bank=plan.bank,
             system_prompt_section=plan.section,

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
+from memory_worker.core.bank_settings import MEMORY_CATEGORIES
 from memory_worker.core.lanes import goal_text
 from memory_worker.core.models import Memory
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE_CHARS
@@ -42,6 +43,7 @@ PROMPT_VERSIONS = ("extraction-v1", "extraction-v2")  # files in prompts/; old o
 PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
 MAX_TEXT_CHARS = 300
+EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _OPS = {
     "add": "add",
     "new": "add",
@@ -110,6 +112,8 @@ class Add:
     entities: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     inferred: bool = False  # derived by the model rather than stated in the conversation
+    category: str = "fact"  # the model's kind for it; anything it cannot name is a fact
+    general: bool = False  # not about the person speaking (a shared fact: no subject)
     context: str | None = None  # the model's summary of the situation (association lane)
     intention: str | None = None  # the model's reading of what the user was trying to do
 
@@ -209,6 +213,21 @@ def _lane(raw: object, lane: str) -> str | None:
     return goal_text(raw, MAX_LANE_CHARS[lane])
 
 
+def _category(raw: object) -> str:
+    """The model's category when it is one of the five kinds; anything else (absent, misspelt,
+    `lesson`: lessons are authored, not extracted) is a fact."""
+    kind = raw.strip().lower() if isinstance(raw, str) else ""
+    return kind if kind in EXTRACTED_CATEGORIES else "fact"
+
+
+def _general(item: dict[str, Any]) -> bool:
+    """`"about": "general"` (or `"general": true`): a fact about no one in particular."""
+    about = item.get("about")
+    return item.get("general") is True or (
+        isinstance(about, str) and about.strip().lower() == "general"
+    )
+
+
 def _add(item: dict[str, Any]) -> Add | None:
     text = _text(item.get("text") or item.get("memory") or item.get("fact"))
     if text is None:
@@ -218,6 +237,8 @@ def _add(item: dict[str, Any]) -> Add | None:
         _strings(item.get("entities")),
         _strings(item.get("tags"), 3),
         _inferred(item),
+        _category(item.get("category")),
+        _general(item),
         context=_lane(item.get("context") or item.get("situation"), "context"),
         intention=_lane(
             item.get("intention") or item.get("goal") or item.get("purpose"), "intention"

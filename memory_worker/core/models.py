@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 
+from memory_worker.core.bank_settings import BankSettings
+
 __all__ = [
     "MAX_INT",
     "Anchors",
@@ -68,6 +70,7 @@ class BankEvent(StrEnum):
     TRASHED = "trashed"
     RULES_CHANGED = "rules-changed"
     COMPACTED = "compacted"  # old superseded revisions left its log (no memory changed)
+    CONFIGURED = "configured"  # its description or settings changed (memory::bank::configure)
 
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")
@@ -261,6 +264,14 @@ class BankInfo(BaseModel):
     memories: int = Field(ge=0, le=MAX_INT, description="Live memory (memory) count.")
     pinned: int = Field(ge=0, le=MAX_INT)
     rules: int = Field(ge=0, le=MAX_INT, description="Rule (always-injected markdown) count.")
+    subjects: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Distinct subjects among live memories."
+    )
+    settings: BankSettings | None = Field(
+        default=None,
+        description="The bank's effective settings: what its bank.yaml chose (memory::bank::create "
+        "or memory::bank::configure), the configured defaults for the rest.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,7 @@ def new_memory(
     evidence: tuple[str, ...] | None = None,
     context: str | None = None,
     intention: str | None = None,
+    subject: str | None = None,
     now_ms: int,
 ) -> Memory:
     return Memory(
@@ -186,6 +187,7 @@ def new_memory(
         evidence=evidence,
         context=context,
         intention=intention,
+        subject=subject,
     )
 
 
@@ -273,12 +275,19 @@ def update(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    subject: str | None = None,
+    category: str | None = None,
     context: str | None = None,
     intention: str | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag, entity, lane and card edits do not."""
+    statement (`stated_at`); pin, tag, entity, subject, category, lane and card edits do not.
+    `subject=""` makes the memory general."""
     changes: dict[str, object] = {}
+    if subject is not None and (subject or None) != existing.subject:
+        changes["subject"] = subject or None
+    if category is not None and category != existing.category:
+        changes["category"] = category
     for field, value in (
         ("context", context),
         ("intention", intention),

@@ -301,6 +301,9 @@ class PreGenerate:
         first_step = (env.step or 0) == 0
         recall = first_step and settings.inject_memories
         query = _query(env.messages) if recall else ""
+        subject = (
+            await self._resolver.subject(env.session_id or "", env.metadata) if recall else None
+        )
         plan = await self._service.injection(
             bank,
             query,
@@ -308,7 +311,10 @@ class PreGenerate:
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
             lanes=_lanes(env.messages, query) if recall else None,
+            subject=subject,
         )
+        if subject is not None:
+            reply.annotations["memory_subject"] = subject
         if plan.section:
             reply.annotations["memory_rules"] = plan.rules
         if plan.rules_truncated:

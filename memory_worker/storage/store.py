@@ -14,6 +14,7 @@ from pathlib import Path
 
 import structlog
 
+from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import BankNotFound, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
@@ -115,7 +116,12 @@ class Store:
         raise BankNotFound(name)
 
     async def ensure(
-        self, name: str, description: str = "", *, revive: bool = True
+        self,
+        name: str,
+        description: str = "",
+        *,
+        revive: bool = True,
+        overrides: BankOverrides | None = None,
     ) -> tuple[Bank, bool]:
         """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing. `revive=False`:
         a bank that was deleted stays deleted (`bank_not_found`), decided under the same lock as
@@ -134,7 +140,9 @@ class Store:
                 bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
                 self._banks[name] = bank
                 return bank, False
-            bank = await asyncio.to_thread(Bank.create, name, path, description, self.durability)
+            bank = await asyncio.to_thread(
+                Bank.create, name, path, description, self.durability, overrides
+            )
             self._banks[name] = bank
             return bank, True
 
