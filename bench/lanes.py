@@ -60,7 +60,6 @@ from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.app.catalog import call  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.core.lanes import window_text  # noqa: E402
-from memory_worker.search.scoring import LaneWeights  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
 
 WINDOW_TURNS = 12  # what one extraction pass reads (`extraction_window`'s default)
@@ -123,8 +122,10 @@ class Bank:
         return {_memory_id(d.key): d.key for d in conv.turns}
 
     async def configure(self, bank: str, context_weight: float) -> None:
-        weights = LaneWeights(content=round(1.0 - context_weight, 6), context=context_weight)
-        self.service._lane_policy = lambda _bank: (weights, 0.0)  # type: ignore[method-assign]
+        weights = {"content": round(1.0 - context_weight, 6), "context": context_weight}
+        await call(
+            self.service, "memory::bank::configure", {"name": bank, "association_weights": weights}
+        )
 
     async def ask(self, bank: str, question: str, context: str | None, as_of: int) -> list[str]:
         payload: dict[str, Any] = {"bank": bank, "query": question, "limit": LIMIT, "as_of": as_of}
@@ -135,6 +136,7 @@ class Bank:
 
 
 async def run(args: argparse.Namespace) -> list[str]:
+    args.started = (commit(), " ".join(f"{x:.2f}" for x in os.getloadavg()))
     convs = load(args.data)
     systems: list[tuple[str, Any]] = []
     for name in args.systems.split(","):
@@ -190,8 +192,8 @@ def render(
     command = shlex.join(["python", "bench/lanes.py", *sys.argv[1:]])
     out = [
         f"- command: `{command}`",
-        f"- taken at commit `{commit()}` on {machine()}; load average at start "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        f"- taken at commit `{args.started[0]}` on {machine()}; load average at start "
+        + args.started[1],
         "",
         "| system | context window | weights (content/context) | half | n | recall@5 | "
         "recall@10 | mrr@10 | ndcg@10 | ms/query |",

@@ -152,3 +152,33 @@ async def test_bank_functions_are_checked_on_the_bank_they_name(
 def test_forbidden_is_a_stable_code_mapped_to_403() -> None:
     assert Forbidden("x").to_dict() == {"code": "forbidden", "message": "x"}
     assert HTTP_STATUS["forbidden"] == 403
+
+
+async def test_each_bank_has_its_own_level(store: Store, clock: FixedClock) -> None:
+    """The configured default (read_write) for `main`; `diary` chose none, `wiki` read — and a
+    change by `memory::bank::configure` applies to the very next call."""
+    service = service_with(store, clock, "read_write")
+    await call(service, "memory::bank::create", {"name": "diary", "conscious_access": "none"})
+    await call(service, "memory::bank::create", {"name": "wiki", "conscious_access": "read"})
+    save = {"text": "The user likes tea."}
+    await call(service, "memory::save", {"bank": "main", **save}, AGENT)
+    with pytest.raises(Forbidden, match="conscious_access: none"):
+        await call(service, "memory::recall", {"bank": "diary", "query": "tea"}, AGENT)
+    await call(service, "memory::recall", {"bank": "wiki", "query": "tea"}, AGENT)
+    with pytest.raises(Forbidden, match="conscious_access: read"):
+        await call(service, "memory::save", {"bank": "wiki", **save}, AGENT)
+    await call(
+        service, "memory::bank::configure", {"name": "wiki", "conscious_access": "read_write"}
+    )
+    await call(service, "memory::save", {"bank": "wiki", **save}, AGENT)
+    # An agent may not raise its own level: configuring a bank is a change.
+    with pytest.raises(Forbidden):
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "diary", "conscious_access": "read_write"},
+            AGENT,
+        )
+    listed = await call(service, "memory::bank::list", {})
+    levels = {b["name"]: b["settings"]["conscious_access"] for b in listed["banks"]}
+    assert levels == {"main": "read_write", "diary": "none", "wiki": "read_write"}

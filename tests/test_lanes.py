@@ -331,7 +331,11 @@ class TestLaneVectors:
         ):
             await call(service, "memory::save", {"bank": "main", "text": text, "context": context})
         await service.settle()
-        service._lane_policy = lambda _bank: (LaneWeights(content=0.6, context=0.4), 0.0)  # type: ignore[method-assign]
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "main", "association_weights": {"content": 0.6, "context": 0.4}},
+        )
         body = {"bank": "main", "query": "when is it?", "context": "we talked about the dog"}
         found = await call(service, "memory::recall", body)
         assert [m["memory"]["text"] for m in found["memories"]][:1] == [
@@ -356,3 +360,35 @@ class TestLaneVectors:
             {"bank": "main", "query": "appointment", "context": "the dog"},
         )
         assert all(call_ != ["the dog"] for call_ in embedder.calls[before:])
+
+
+class TestBankSettings:
+    """The lanes through the public surface: the bank's own weights and threshold."""
+
+    async def test_weights_and_threshold_come_from_the_bank(self, service: MemoryService) -> None:
+        await call(service, "memory::bank::create", {"name": "trip"})
+        for m in FORMED:
+            body = {"bank": "trip", "text": m.text, "context": m.context}
+            await call(service, "memory::save", {k: v for k, v in body.items() if v})
+        ask = {"bank": "trip", "query": "what did she want?", "context": "booking flights to Rome"}
+        assert (await call(service, "memory::recall", ask))["memories"] == []  # default: content
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "trip", "association_weights": {"content": 0.7, "context": 0.3}},
+        )
+        found = await call(service, "memory::recall", ask)
+        assert [m["memory"]["text"] for m in found["memories"]][:1] == [FORMED[0].text]
+        # The blended similarity of a context-only match is the lane's share (0.3): a threshold
+        # above it drops the memory, one below keeps it.
+        for threshold, kept in ((0.35, False), (0.25, True)):
+            await call(
+                service,
+                "memory::bank::configure",
+                {"name": "trip", "relevance_threshold": threshold},
+            )
+            texts = [
+                m["memory"]["text"]
+                for m in (await call(service, "memory::recall", ask))["memories"]
+            ]
+            assert (FORMED[0].text in texts) is kept

@@ -26,6 +26,9 @@ async def extract_as(
 
 
 async def test_two_agents_share_one_bank(service: MemoryService) -> None:
+    await call(service, "memory::bank::create", {"name": "team", "scope": "shared"})
+    listed = await call(service, "memory::bank::list", {})
+    assert [b["settings"]["scope"] for b in listed["banks"] if b["name"] == "team"] == ["shared"]
     await extract_as(
         service, "planner", "s1", "The launch is set for March 3.", "The launch is on March 3."
     )
