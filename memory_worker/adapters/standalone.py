@@ -152,7 +152,9 @@ async def _payload(request: web.Request) -> object:
 
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
-        payload = await _payload(request)
+        payload = catalog.with_confirm(
+            spec, await _payload(request), request.headers.get(catalog.CONFIRM_HEADER)
+        )
         result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, REST_CALLER)
         return web.json_response(result, dumps=_dumps)
 

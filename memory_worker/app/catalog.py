@@ -26,6 +26,7 @@ from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
     "CATALOG",
+    "CONFIRM_HEADER",
     "SEAMS",
     "FunctionSpec",
     "Hints",
@@ -37,6 +38,7 @@ __all__ = [
     "render_permissions",
     "request_of",
     "respond",
+    "with_confirm",
 ]
 
 Method = Callable[[MemoryService, Any, Caller], Awaitable[wire.Response]]
@@ -234,6 +236,19 @@ CATALOG: tuple[FunctionSpec, ...] = (
         MemoryService.supersede,
         Policy.HUMANS,
         DESTRUCTIVE,
+    ),
+    _spec(
+        "memory::forget-subject",
+        "Erase ALL memories about one subject (the right to be forgotten): every revision in the "
+        "log, their vectors and the bank's trashed copies, all or nothing. Destructive and "
+        'irreversible: requires confirm: "destructive" (REST: the X-Confirm: destructive '
+        "header); refused while one of them is pinned. General memories are untouched; one "
+        "`erased` event per id, without text.",
+        wire.ForgetSubjectRequest,
+        wire.ForgetSubjectResponse,
+        MemoryService.forget_subject,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
         "memory::tags",
@@ -447,6 +462,18 @@ def _describe(exc: ValidationError) -> str:
         where = ".".join(str(part) for part in err["loc"]) or "payload"
         problems.append(f"{where}: {err['msg']}")
     return "; ".join(problems)
+
+
+CONFIRM_HEADER = "X-Confirm"
+
+
+def with_confirm(spec: FunctionSpec, payload: object, header: str | None) -> object:
+    """A REST request's `X-Confirm` header as the request's `confirm` (the seed's way of saying
+    "yes, destroy"); the header wins over a body field. Other functions ignore it."""
+    if header is None or "confirm" not in spec.request.model_fields:
+        return payload
+    body = dict(payload) if isinstance(payload, Mapping) else {}
+    return {**body, "confirm": header}
 
 
 def request_of(spec: FunctionSpec, payload: object) -> wire.Request:

@@ -225,6 +225,9 @@ class HttpEnvelope(BaseModel):
     model_config = _READS
     path: str | None = None
     body: Any = None
+    headers: dict[str, Any] | None = Field(
+        default=None, description="Request headers (`X-Confirm` for a destructive call)."
+    )
     trigger: dict[str, Any] | None = None
 
 

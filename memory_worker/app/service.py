@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from memory_worker.app.banks import BankUseCases
 from memory_worker.app.doctor import DoctorUseCases
+from memory_worker.app.forget import ForgetUseCases
 from memory_worker.app.imports import ImportReport, ImportUseCases
 from memory_worker.app.lessons import LessonUseCases
 from memory_worker.app.memories import MemoryUseCases
@@ -28,5 +29,6 @@ class MemoryService(
     DoctorUseCases,
     ImportUseCases,
     LessonUseCases,
+    ForgetUseCases,
 ):
     """Every use case of the worker over one store (see the modules it is made of)."""

@@ -33,6 +33,8 @@ __all__ = [
     "DoctorCheck",
     "DoctorRequest",
     "DoctorResponse",
+    "ForgetSubjectRequest",
+    "ForgetSubjectResponse",
     "GetRequest",
     "GetResponse",
     "HistoryRequest",
@@ -467,6 +469,33 @@ class HistoryResponse(Response):
         description="Every revision of the memory as the log holds it, oldest first: edits, pins, "
         "reinforcements, the tombstone of a delete or a supersede (a compaction may have dropped "
         "old superseded revisions)."
+    )
+
+
+class ForgetSubjectRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    subject: Text = Field(description="Who to forget: every memory about this subject is erased.")
+    confirm: Text | None = Field(
+        default=None,
+        description='Must be "destructive": the erasure cannot be undone (REST: the `X-Confirm: '
+        "destructive` header).",
+    )
+
+
+class ForgetSubjectResponse(Response):
+    bank: str
+    subject: str
+    erased: list[str] = Field(
+        description="Ids of the memories erased: every revision, vector and trashed copy is gone."
+    )
+    trash_copies: int = Field(
+        ge=0, le=MAX_INT, description="Trashed copies of the bank that held memories about them."
+    )
+    damaged_dropped: int = Field(
+        ge=0,
+        le=MAX_INT,
+        description="Unreadable log lines dropped with them (what cannot be read cannot be shown "
+        "not to be theirs).",
     )
 
 

@@ -63,6 +63,7 @@ class ItemEvent(StrEnum):
     UPDATED = "updated"
     SUPERSEDED = "superseded"
     DELETED = "deleted"
+    ERASED = "erased"  # forget-subject destroyed it: the event carries its id, never its text
 
 
 class BankEvent(StrEnum):

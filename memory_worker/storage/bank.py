@@ -35,7 +35,7 @@ from memory_worker.search.index import LexicalIndex
 from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
-from memory_worker.storage import files
+from memory_worker.storage import erasure, files
 from memory_worker.storage.bank_file import (
     BANK_FILE,
     read_bank_file,
@@ -175,6 +175,7 @@ class Bank:
         bank = cls(name, path, warnings=warnings)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
+        erasure.resume(path.parent, name, path)  # an interrupted forget-subject finishes first
         bank._read_bank_file()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
