@@ -392,3 +392,34 @@ class TestBankSettings:
                 for m in (await call(service, "memory::recall", ask))["memories"]
             ]
             assert (FORMED[0].text in texts) is kept
+
+
+async def test_forget_subject_erases_their_lane_vectors(service: MemoryService) -> None:
+    await call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
+    ana = await call(
+        service,
+        "memory::save",
+        {
+            "bank": "main",
+            "text": "Ana hides a key under the mat",
+            "context": "talking about Ana's house",
+            "subject": "ana",
+        },
+    )
+    other = await call(
+        service,
+        "memory::save",
+        {"bank": "main", "text": "The office opens at 9", "context": "work talk"},
+    )
+    bank = service.store.get("main")
+    items = [(lane, m, [1.0, 0.0]) for lane, m in bank.lane_vectors.pending(bank.memories, 10)]
+    assert await bank.lane_vectors.store("test-model", items, bank.memories) == 2
+    path = bank.path / LANE_VECTORS_FILE
+    assert ana["memory"]["id"] in path.read_text()
+    await call(
+        service,
+        "memory::forget-subject",
+        {"bank": "main", "subject": "ana", "confirm": "destructive"},
+    )
+    text = path.read_text()
+    assert ana["memory"]["id"] not in text and other["memory"]["id"] in text

@@ -22,6 +22,7 @@ from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import ItemEvent
 from memory_worker.storage import erasure
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = ["CONFIRM", "ForgetUseCases"]
@@ -61,6 +62,7 @@ class ForgetUseCases(EmbeddingWork):
         result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
         # After the log: a vector stored meanwhile for a memory about them is caught too.
         await asyncio.to_thread(erasure.erase_vectors, bank.path / VECTORS_FILE, set(about))
+        await asyncio.to_thread(erasure.erase_vectors, bank.path / LANE_VECTORS_FILE, set(about))
         await asyncio.to_thread(erasure.clear_intent, bank.path)
         log.info(
             "subject_forgotten",

@@ -1,12 +1,12 @@
 """Erasing every trace of one subject from a bank's files: the right to be forgotten.
 
 What holds a memory about the subject: the bank's `memories.jsonl` (every revision), its derived
-`vectors.jsonl`, and the same two files in each trashed copy of the bank under `.trash/`. They are
-separate files, so the erasure is made all-or-nothing by an intent: `.forget-subject.json` is
-written (atomically) before the first file changes, and removed after the last; a bank that loads
-with an intent finishes the erasure first (`resume`). A crash before the intent leaves everything,
-after it the next load erases everything. Each file is replaced crash-safely
-(`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
+`vectors.jsonl` and `lane-vectors.jsonl`, and the same files in each trashed copy of the bank
+under `.trash/`. They are separate files, so the erasure is made all-or-nothing by an intent:
+`.forget-subject.json` is written (atomically) before the first file changes, and removed after
+the last; a bank that loads with an intent finishes the erasure first (`resume`). A crash before
+the intent leaves everything, after it the next load erases everything. Each file is replaced
+crash-safely (`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
 """
@@ -24,6 +24,7 @@ import structlog
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE, lines_of, read_all, replayed
 from memory_worker.storage.vectors import VECTORS_FILE
 
@@ -120,7 +121,8 @@ def erase_vectors(path: Path, ids: set[str]) -> None:
     for _, line, _ in files.iter_lines(path):
         try:
             row = json.loads(line)
-            keep = isinstance(row, dict) and row.get("id") not in ids
+            # A lane vector's id is `<memory id>#<lane>`: it goes with its memory.
+            keep = isinstance(row, dict) and str(row.get("id")).split("#")[0] not in ids
         except ValueError:
             keep = False
         if keep:
@@ -151,6 +153,7 @@ def erase_copies(root: Path, bank: str, subject: str) -> int:
     for copy in _trashed_copies(root, bank):
         gone = erase_log_file(copy / MEMORIES_FILE, subject)
         erase_vectors(copy / VECTORS_FILE, gone)
+        erase_vectors(copy / LANE_VECTORS_FILE, gone)
         touched += bool(gone)
     return touched
 
@@ -163,6 +166,7 @@ def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
         erase_copies(root, bank, subject)
         gone = erase_log_file(bank_path / MEMORIES_FILE, subject)
         erase_vectors(bank_path / VECTORS_FILE, gone)
+        erase_vectors(bank_path / LANE_VECTORS_FILE, gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
     if subjects:
         clear_intent(bank_path)
