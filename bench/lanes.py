@@ -16,7 +16,10 @@ LoCoMo has no goals, so the intention lane is not measured here (it is by tests/
 Weights are the bank's `association_weights` (content, context); tuned on conversations 0-4 and
 reported on 5-9 like the other recall figures.
 
-    nice -n 19 .venv/bin/python bench/lanes.py [--systems bm25-entity,hybrid+e5] [--json OUT]
+    nice -n 19 .venv/bin/python bench/lanes.py [--systems S,…] [--conversations 0,5]
+
+With a model, the context lane's weight makes the bank embed every stored window as its own vector
+(the lane's semantic half); on a loaded 2-core machine that is about a second a window.
 
 The data is read in place and never copied here; e5 vectors come from the bench embedding cache.
 """
@@ -126,6 +129,7 @@ class Bank:
         await call(
             self.service, "memory::bank::configure", {"name": bank, "association_weights": weights}
         )
+        await _settle(self.service)  # a lane that gained a weight is embedded now (with a model)
 
     async def ask(self, bank: str, question: str, context: str | None, as_of: int) -> list[str]:
         payload: dict[str, Any] = {"bank": bank, "query": question, "limit": LIMIT, "as_of": as_of}
@@ -157,6 +161,8 @@ async def run(args: argparse.Namespace) -> list[str]:
     try:
         for system, embedder in systems:
             for position, conv in enumerate(convs):
+                if args.conversations and position not in args.conversations:
+                    continue
                 holder = Bank(root, f"{system}-{position}", embedder)
                 bank = f"c{position}"
                 keys = await holder.fill(bank, conv)
@@ -231,6 +237,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--systems", default="bm25-entity,hybrid+e5")
+    parser.add_argument(
+        "--conversations",
+        type=lambda raw: {int(x) for x in raw.split(",")},
+        default=set(),
+        help="only these conversations, e.g. 0,5 (embedding 600 windows each is slow on a CPU)",
+    )
     args = parser.parse_args()
     configure_logging("warning")
     for line in asyncio.run(run(args)):

@@ -260,9 +260,32 @@ class TestCapture:
 
 
 class TestLaneVectors:
-    async def _service(self, store: Any, clock: Any) -> tuple[MemoryService, FakeEmbedder]:
+    async def _service(
+        self, store: Any, clock: Any, weights: dict[str, float] | None = None
+    ) -> tuple[MemoryService, FakeEmbedder]:
+        """A service with an embedder over bank `main`, weighted so both lanes count (lane
+        vectors are only made for lanes the bank weights)."""
         embedder = FakeEmbedder()
-        return MemoryService(store, Settings(), clock=clock, embedder=embedder), embedder
+        service = MemoryService(store, Settings(), clock=clock, embedder=embedder)
+        chosen = weights or {"content": 0.6, "context": 0.2, "intention": 0.2}
+        await call(service, "memory::bank::create", {"name": "main", "association_weights": chosen})
+        return service, embedder
+
+    async def test_only_weighted_lanes_are_embedded(self, store: Any, clock: Any) -> None:
+        service, embedder = await self._service(store, clock, {"content": 1.0})
+        body = {"bank": "main", "text": "The vet is Dr Silva", "context": "my puppy was sick"}
+        await call(service, "memory::save", body)
+        await service.settle()
+        assert ["my puppy was sick"] not in embedder.calls  # no weight: never compared, never paid
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "main", "association_weights": {"content": 0.8, "context": 0.2}},
+        )
+        await service.settle()
+        assert ["my puppy was sick"] in embedder.calls
+        bank = service.store.get("main")
+        assert bank.lane_vectors.ready(embedder.model, ("context",))
 
     async def test_lanes_are_embedded_persisted_and_reloaded(
         self, store: Any, clock: Any, data_dir: Path
@@ -346,7 +369,7 @@ class TestLaneVectors:
         assert "Appointment moved to Monday" not in [m["memory"]["text"] for m in plain["memories"]]
 
     async def test_no_lane_weight_costs_no_embedding(self, store: Any, clock: Any) -> None:
-        service, embedder = await self._service(store, clock)
+        service, embedder = await self._service(store, clock, {"content": 1.0})
         await call(
             service,
             "memory::save",

@@ -100,6 +100,8 @@ class BankUseCases(EmbeddingWork):
         changed = [f for f in SETTING_NAMES if getattr(before, f) != getattr(after, f)]
         if new_description != old_description:
             changed.insert(0, "description")
+        if "association_weights" in changed:
+            self._embed_soon(bank)  # a lane that gained a weight gets its vectors now
         if changed:
             self._emit_bank(BankEvent.CONFIGURED, name)
         return BankConfigureResponse(bank=self._info(bank), changed=changed)

@@ -16,7 +16,7 @@ import structlog
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
-from memory_worker.search.lanes import LaneQuery
+from memory_worker.search.lanes import LANES, LaneQuery
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 
@@ -100,8 +100,13 @@ class EmbeddingWork(ServiceBase):
 
     async def _embed_lanes(self, bank: Bank, embedder: Embedder, model: str) -> bool:
         """One batch of the association lanes' vectors (after the content's: recall needs those
-        first); False when there is nothing (more) to do."""
-        lanes = bank.lane_vectors.pending(bank.memories, EMBED_BATCH)
+        first), of the lanes the bank weights only — embedding a window costs several times a
+        memory's text, and a lane without weight is never compared; a weight set later embeds
+        them then. False when there is nothing (more) to do."""
+        weighted = self._weighted_lanes(bank)
+        if not weighted:
+            return False
+        lanes = bank.lane_vectors.pending(bank.memories, EMBED_BATCH, weighted)
         if not lanes:
             return False
         try:
@@ -126,7 +131,7 @@ class EmbeddingWork(ServiceBase):
         if embedder is None or bank is None or not asked or not self._embedding_on():
             return lanes
         model = embedder.model
-        if not bank.semantic_ready(model) or not bank.lane_vectors.ready(model):
+        if not bank.semantic_ready(model) or not bank.lane_vectors.ready(model, asked):
             return lanes
         texts = [lanes.text(lane) or "" for lane in asked]
         try:
@@ -140,6 +145,10 @@ class EmbeddingWork(ServiceBase):
         return dataclasses.replace(
             lanes, context_vector=found.get("context"), intention_vector=found.get("intention")
         )
+
+    def _weighted_lanes(self, bank: Bank) -> tuple[str, ...]:
+        weights = self.bank_settings(bank).association_weights
+        return tuple(lane for lane in LANES if float(getattr(weights, lane)) > 0.0)
 
     def _embedding_failed(self, bank: str, model: str, exc: Exception) -> None:
         """Logged once per model and error: a model that cannot embed fails on every save."""

@@ -10,7 +10,7 @@ fsynced, a damaged or stale line is dropped and its lane re-embedded.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -85,10 +85,13 @@ class LaneVectors:
             (lane, m.id): None for m in memories.values() for lane in LANES if _lane_text(m, lane)
         }
 
-    def pending(self, memories: Mapping[str, Memory], limit: int) -> list[tuple[str, Memory]]:
-        """Up to `limit` lanes lacking a vector, as (lane, memory)."""
+    def pending(
+        self, memories: Mapping[str, Memory], limit: int, lanes: Collection[str] = LANES
+    ) -> list[tuple[str, Memory]]:
+        """Up to `limit` texts of `lanes` lacking a vector, as (lane, memory)."""
         out = []
-        for lane, memory_id in islice(self._pending, limit):
+        wanted = (key for key in self._pending if key[0] in lanes)
+        for lane, memory_id in list(islice(wanted, limit)):
             memory = memories.get(memory_id)
             if _lane_text(memory, lane) is None:
                 self._pending.pop((lane, memory_id), None)
@@ -97,10 +100,12 @@ class LaneVectors:
             out.append((lane, memory))
         return out
 
-    def ready(self, model: str) -> bool:
-        """Whether a query's lane vectors from `model` may be compared here: every lane text has
-        its vector, all of `model`."""
-        return not self._pending and all(m == model for m in self._models.values())
+    def ready(self, model: str, lanes: Collection[str] = LANES) -> bool:
+        """Whether a query's vectors of `lanes` from `model` may be compared here: every text of
+        those lanes has its vector, all of `model`."""
+        return not any(key[0] in lanes for key in self._pending) and all(
+            m == model for (lane, _), m in self._models.items() if lane in lanes
+        )
 
     async def store(
         self,
