@@ -25,6 +25,9 @@ __all__ = ["LANES", "LANE_POOL", "NO_LANES", "LaneIndexes", "LaneQuery"]
 LANES = ("context", "intention")
 LANE_POOL = 50  # a lane's closest memories added to the candidates (like the semantic pool)
 LANE_SEMANTIC_REFERENCE = 0.5  # the quantile of a lane's cosines that counts as unrelated
+# The window's most specific terms a lane is asked with: a window holds a hundred words, most of
+# them common, and every one would walk its whole posting list (measured: bench/lanes_speed.py).
+LANE_QUERY_TERMS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +55,23 @@ class LaneQuery:
 NO_LANES = LaneQuery()
 
 
+def _specific(index: LexicalIndex, words: list[str]) -> Counter[str]:
+    """The `LANE_QUERY_TERMS` rarest of `words` the lane holds at all (ties: the first said)."""
+    counts = Counter(words)
+    held = [(index.document_frequency(term), at, term) for at, term in enumerate(counts)]
+    kept = sorted(item for item in held if item[0] > 0)[:LANE_QUERY_TERMS]
+    return Counter({term: counts[term] for _, _, term in kept})
+
+
 class LaneIndexes:
     """One index per lane, kept in step with the bank's records (`Bank._apply`)."""
 
     def __init__(self) -> None:
-        self.indexes: dict[str, LexicalIndex] = {lane: LexicalIndex() for lane in LANES}
+        # float32 vectors: a recall compares its window and goal with every lane vector, and
+        # converting float16 columns per query cost more than the comparison (bench/lanes_speed.py).
+        self.indexes: dict[str, LexicalIndex] = {
+            lane: LexicalIndex(vector_dtype=np.float32) for lane in LANES
+        }
         # main slot → lane slot (-1: none), rebuilt when either index's slots moved.
         self._aligned: dict[str, tuple[tuple[int, int, int, int], Ints]] = {}
 
@@ -115,7 +130,7 @@ class LaneIndexes:
             return None
         aligned = self._alignment(lane, main)
         lexical = np.zeros(index.slot_count, np.float64)
-        acc = index.accumulate(Counter(terms(text)))
+        acc = index.accumulate(_specific(index, terms(text)))
         if acc is not None:
             acc = np.where(index.alive[: acc.size], acc, 0.0)
             best = float(acc.max()) if acc.size else 0.0
