@@ -15,7 +15,7 @@ from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput
-from memory_worker.core.lanes import goal_text, window_text
+from memory_worker.core.lanes import EMBED_CHARS, embedding_text, goal_text, window_text
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.core.transitions import MAX_LANE_CHARS
 from memory_worker.harness.extractor import Extractor
@@ -144,6 +144,12 @@ class TestLaneTexts:
         assert text is not None and len(text) <= 100
         assert text.endswith("the middle message the newest message")
         assert window_text([" ", ""]) is None
+
+    def test_only_the_newest_part_of_a_window_is_embedded(self) -> None:
+        window = " ".join(f"word{n}" for n in range(300))
+        part = embedding_text(window)
+        assert len(part) <= EMBED_CHARS and window.endswith(part) and part.startswith("word")
+        assert embedding_text("short window") == "short window"
 
     def test_goal_is_cut(self) -> None:
         goal = goal_text("x " * 400)

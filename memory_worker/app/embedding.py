@@ -16,6 +16,7 @@ import structlog
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
+from memory_worker.core.lanes import embedding_text
 from memory_worker.search.lanes import LANES, LaneQuery
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
@@ -110,7 +111,9 @@ class EmbeddingWork(ServiceBase):
         if not lanes:
             return False
         try:
-            vectors = await embedder.embed([getattr(memory, lane) for lane, memory in lanes])
+            vectors = await embedder.embed(
+                [embedding_text(getattr(memory, lane)) for lane, memory in lanes]
+            )
         except (WorkerError, ValueError) as exc:
             self._embedding_failed(bank.name, model, exc)
             return False
@@ -133,7 +136,7 @@ class EmbeddingWork(ServiceBase):
         model = embedder.model
         if not bank.semantic_ready(model) or not bank.lane_vectors.ready(model, asked):
             return lanes
-        texts = [lanes.text(lane) or "" for lane in asked]
+        texts = [embedding_text(lanes.text(lane) or "") for lane in asked]
         try:
             vectors = await asyncio.wait_for(embedder.embed(texts), self.query_embed_timeout_s)
         except (WorkerError, ValueError, TimeoutError) as exc:

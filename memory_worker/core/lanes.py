@@ -13,9 +13,14 @@ from collections.abc import Iterable
 from memory_worker.core.text import collapse_whitespace
 from memory_worker.core.transitions import MAX_LANE_CHARS
 
-__all__ = ["goal_text", "window_text"]
+__all__ = ["EMBED_CHARS", "embedding_text", "goal_text", "window_text"]
 
 CUT = " …"
+# What of a lane is embedded: its newest characters. A small local model reads a 1000-character
+# window in about a second on a loaded CPU (a query-time window is embedded inside the hook's
+# budget), and the newest lines are the situation closest to the fact; the lexical half of the
+# lane still reads the whole window.
+EMBED_CHARS = 320
 
 
 def window_text(messages: Iterable[str], limit: int = MAX_LANE_CHARS["context"]) -> str | None:
@@ -44,3 +49,13 @@ def goal_text(message: str | None, limit: int = MAX_LANE_CHARS["intention"]) -> 
     if not text:
         return None
     return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
+
+
+def embedding_text(text: str, limit: int = EMBED_CHARS) -> str:
+    """The part of a lane text that is embedded: the newest `limit` characters, from a word
+    start. Both sides use it, so a stored lane and a recall's compare alike."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    space = tail.find(" ")
+    return tail[space + 1 :] if 0 <= space < limit // 4 else tail
