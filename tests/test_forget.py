@@ -123,7 +123,7 @@ class TestForget:
     ) -> None:
         ids = await _populate(service)
         await call(service, "memory::pin", id=ids["ana"][0], pinned=True)
-        with pytest.raises(Conflict, match="pinned.*unpin them first — nothing was erased"):
+        with pytest.raises(Conflict, match=r"pinned.*unpin them first — nothing was erased"):
             await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
         assert _grep(data_dir, "flowerpot") and _grep(data_dir, "Porto")
 

@@ -61,6 +61,7 @@ class ForgetUseCases(EmbeddingWork):
         result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
         # After the log: a vector stored meanwhile for a memory about them is caught too.
         await asyncio.to_thread(erasure.erase_vectors, bank.path / VECTORS_FILE, set(about))
+        await asyncio.to_thread(bank.access.forget, about)
         await asyncio.to_thread(erasure.clear_intent, bank.path)
         log.info(
             "subject_forgotten",

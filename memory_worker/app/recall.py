@@ -105,6 +105,8 @@ class RecallUseCases(EmbeddingWork):
             duplicate_cosine=self._duplicate_cosine(vector),
         )
         hits = self._rank(bank, query)
+        if bank is not None and not caller.automatic:  # extraction looking is not a use
+            bank.access.bump((h.memory.id for h in hits), query.now_ms)
         return RecallResponse(
             bank=name,
             memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
@@ -119,12 +121,14 @@ class RecallUseCases(EmbeddingWork):
         carried: frozenset[str] = frozenset(),
         recall: bool = True,
         subject: str | None = None,
+        count_access: bool = False,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
         holds (not handed twice); `recall=False` for a step that only needs the section;
         `subject`: who is speaking (with the bank's subject_scoping on, general memories and theirs
-        only, the ambient floor included; None: general memories only).
+        only, the ambient floor included; None: general memories only); `count_access`: a real
+        turn (not a preview) counts as an access of what it was handed.
 
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
@@ -166,6 +170,8 @@ class RecallUseCases(EmbeddingWork):
             standing = self._standing(bank, floor + lessons, scoped, subject)
             hits = apply_floor(hits, standing, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
+        if count_access:
+            bank.access.bump((hit.memory.id for hit in block.included), now_ms)
         return Injection(
             name,
             section.text,

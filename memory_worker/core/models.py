@@ -175,6 +175,11 @@ class Memory(BaseModel):
     superseded_by: str | None = Field(
         default=None, description="Memory id that replaced this one, when superseded by content."
     )
+    invalid_reason: str | None = Field(
+        default=None,
+        description="Why an automatic path retired it: `evicted` (the bank was at its capacity) "
+        "or `expired` (its category's retention). Absent for deletes and supersedes.",
+    )
     revision: int = Field(
         default=0,
         ge=0,

@@ -281,17 +281,19 @@ def update(
     return existing.model_copy(update=changes)
 
 
-def tombstone(existing: Memory, *, now_ms: int) -> Memory | None:
-    """Retire the record (it leaves recall, stays on disk); None when it is already retired."""
+def tombstone(existing: Memory, *, now_ms: int, reason: str | None = None) -> Memory | None:
+    """Retire the record (it leaves recall, stays on disk); None when it is already retired.
+    `reason`: why an automatic path retired it (`evicted`, `expired`), kept on the record."""
     if not existing.live:
         return None
-    return existing.model_copy(
-        update={
-            "invalid_at": max(now_ms, existing.created_at),
-            "updated_at": max(now_ms, existing.updated_at),
-            "revision": existing.revision + 1,
-        }
-    )
+    changes: dict[str, object] = {
+        "invalid_at": max(now_ms, existing.created_at),
+        "updated_at": max(now_ms, existing.updated_at),
+        "revision": existing.revision + 1,
+    }
+    if reason is not None:
+        changes["invalid_reason"] = reason
+    return existing.model_copy(update=changes)
 
 
 def pin(existing: Memory, pinned: bool, *, now_ms: int) -> Memory | None:

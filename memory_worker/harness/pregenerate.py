@@ -292,6 +292,7 @@ class PreGenerate:
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
             subject=subject,
+            count_access=True,
         )
         if subject is not None:
             reply.annotations["memory_subject"] = subject

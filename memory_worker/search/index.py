@@ -492,6 +492,14 @@ class LexicalIndex:
             mask |= codes == code
         return mask
 
+    def subject_count(self, subject: str | None) -> int:
+        """Live documents about `subject` (None: general ones)."""
+        n = len(self._ids)
+        code = self._subject_codes.get(subject) if subject is not None else 0
+        if code is None:
+            return 0
+        return int(np.count_nonzero((self.subject[:n] == code) & self._alive[:n]))
+
     def tagged(self, tag: str) -> Ints:
         """Live slots carrying `tag`."""
         return np.fromiter(sorted(self._tags.get(tag, ())), np.int64)

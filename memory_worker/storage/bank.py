@@ -35,6 +35,7 @@ from memory_worker.search.index import LexicalIndex
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import erasure, files
+from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.bank_file import (
     BANK_FILE,
     read_bank_file,
@@ -98,6 +99,7 @@ class Bank:
         # The settings this bank chose in bank.yaml (the rest follow the configuration).
         self.overrides = overrides if overrides is not None else BankOverrides()
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
+        self.access = AccessStats(path / ACCESS_FILE)  # recall counts: derived, never the log
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
@@ -177,6 +179,7 @@ class Bank:
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._replay()
         bank._load_vectors()
+        bank.access.load()
         bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())

@@ -24,6 +24,7 @@ import structlog
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
+from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.log import MEMORIES_FILE, lines_of, read_all, replayed
 from memory_worker.storage.vectors import VECTORS_FILE
 
@@ -163,6 +164,9 @@ def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
         erase_copies(root, bank, subject)
         gone = erase_log_file(bank_path / MEMORIES_FILE, subject)
         erase_vectors(bank_path / VECTORS_FILE, gone)
+        access = AccessStats(bank_path / ACCESS_FILE)
+        access.load()
+        access.forget(gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
     if subjects:
         clear_intent(bank_path)
