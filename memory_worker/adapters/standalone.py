@@ -286,6 +286,7 @@ class StandaloneServer:
                 store, self.settings, embedder=self.embedder, emitter=self.feed
             )
             service.backfill_embeddings()
+            await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,

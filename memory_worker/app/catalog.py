@@ -250,6 +250,18 @@ CATALOG: tuple[FunctionSpec, ...] = (
         IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
+        "memory::stats",
+        "Memory store statistics and maintenance: live counts by category and subject, the "
+        "bank's capacity and retention, and it runs the retention reaper — memories older than "
+        "their category's TTL are retired (tombstones, reason `expired`, never a pinned one) and "
+        "listed in expired. The consolidation sibling calls it on its schedule.",
+        wire.StatsRequest,
+        wire.StatsResponse,
+        MemoryService.stats,
+        Policy.APPROVAL,
+        DESTRUCTIVE,  # the reaper retires expired memories (recoverable tombstones)
+    ),
+    _spec(
         "memory::tags",
         "List the tags across a bank's live memories with usage counts, most used first — the "
         "filter source for tag-scoped list/recall.",

@@ -131,7 +131,10 @@ class MemoryUseCases(EmbeddingWork):
         now_ms = self.clock()
         out = []
         for victim in victims(caps, lambda i: _seen_at(bank, i)):
-            gone = transitions.tombstone(victim, now_ms=now_ms, reason=EVICTED)
+            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
+            if current.pinned:
+                continue
+            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
             if gone is not None:
                 out.append(gone)
         if out:

@@ -16,6 +16,7 @@ from memory_worker.app.imports import ImportReport, ImportUseCases
 from memory_worker.app.lessons import LessonUseCases
 from memory_worker.app.memories import MemoryUseCases
 from memory_worker.app.recall import Injection, RecallUseCases
+from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.rules import RuleUseCases
 
 __all__ = ["ImportReport", "Injection", "MemoryService"]
@@ -30,5 +31,6 @@ class MemoryService(
     ImportUseCases,
     LessonUseCases,
     ForgetUseCases,
+    RetentionUseCases,
 ):
     """Every use case of the worker over one store (see the modules it is made of)."""

@@ -62,6 +62,8 @@ __all__ = [
     "SaveRequest",
     "SaveResponse",
     "ScoredMemory",
+    "StatsRequest",
+    "StatsResponse",
     "SupersedeRequest",
     "SupersedeResponse",
     "TagCount",
@@ -483,6 +485,29 @@ class ForgetSubjectResponse(Response):
         le=MAX_INT,
         description="Unreadable log lines dropped with them (what cannot be read cannot be shown "
         "not to be theirs).",
+    )
+
+
+class StatsRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+
+
+class StatsResponse(Response):
+    bank: str
+    memories: int = Field(ge=0, le=MAX_INT, description="Live memories after the reaper ran.")
+    pinned: int = Field(ge=0, le=MAX_INT)
+    by_category: dict[str, int] = Field(
+        description="Live memories per category (`fact` includes those saved without one)."
+    )
+    by_subject: dict[str, int] = Field(description="Live memories per subject.")
+    general: int = Field(ge=0, le=MAX_INT, description="Live memories about no one in particular.")
+    max_memories: int = Field(ge=0, le=MAX_INT, description="The bank's cap (0 = unlimited).")
+    max_per_subject: int = Field(
+        ge=0, le=MAX_INT, description="The per-subject cap with scoping on (0 = unlimited)."
+    )
+    retention: dict[str, int] = Field(description="TTL days per category (absent: never).")
+    expired: list[str] = Field(
+        description="Ids this call's reaper retired (tombstones with invalid_reason `expired`)."
     )
 
 

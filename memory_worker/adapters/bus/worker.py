@@ -329,6 +329,7 @@ class EngineWorker:
         self._watcher = DataDirWatcher(lambda: service)
         await self._watcher.start()
         service.backfill_embeddings()
+        await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
         self._spawn(self._define_queue(queue))
         self._bind(
             client,
