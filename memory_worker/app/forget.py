@@ -77,6 +77,7 @@ class ForgetUseCases(EmbeddingWork):
                     "event_type": str(ItemEvent.ERASED),
                     "bank": name,
                     "id": memory_id,
+                    "subject": subject,  # who it was about (an id): their live views hear it
                     "reason": REASON,
                     "event_id": event_id(),
                 },
