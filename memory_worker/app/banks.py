@@ -136,10 +136,12 @@ class BankUseCases(EmbeddingWork):
         """Pick up a hand edit of one bank's folder (the data-dir watcher calls this): reload it,
         re-embed it in the background, and announce what subscribers can act on: `created` for a
         folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
-        or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
+        or not it went through `.trash`), `rules-changed` when its rules differ, `configured` when
+        its `bank.yaml` (description, settings) does. Returns the
         store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken"."""
         before = self.store.find(name)
         old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
+        old_file = (before.description, before.overrides) if before is not None else None
         outcome = await self.store.reload_bank(name)
         if outcome == "unchanged":
             return outcome
@@ -158,6 +160,9 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.TRASHED, name)
         elif outcome == "reloaded" and rules != old_rules:
             self._emit_bank(BankEvent.RULES_CHANGED, name)
+        edited = bank is not None and (bank.description, bank.overrides) != old_file
+        if outcome == "reloaded" and old_file is not None and edited:  # bank.yaml by hand
+            self._emit_bank(BankEvent.CONFIGURED, name)
         log.info(
             "bank_reloaded",
             bank=name,
