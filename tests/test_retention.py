@@ -39,6 +39,12 @@ async def _bank(service: MemoryService) -> dict[str, str]:
 
 
 class TestReaper:
+    async def test_stats_of_the_default_bank_before_its_first_write_is_empty(
+        self, service: MemoryService
+    ) -> None:
+        stats = await call(service, "memory::stats")
+        assert (stats["memories"], stats["expired"], stats["by_category"]) == (0, [], {})
+
     async def test_stats_expires_only_old_unpinned_memories_of_a_category_with_a_ttl(
         self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
     ) -> None:

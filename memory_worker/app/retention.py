@@ -69,10 +69,10 @@ class RetentionUseCases(EmbeddingWork):
 
     async def stats(self, req: StatsRequest, caller: Caller = SYSTEM) -> StatsResponse:
         name = self._name(req.bank)
-        bank = self.store.get(name)
-        gone = await self.reap(bank)
-        live = [m for m in bank.memories.values() if m.live]
-        settings = self.bank_settings(bank)
+        bank = self._readable(name)  # the default bank before its first write: empty
+        gone = await self.reap(bank) if bank is not None else []
+        live = [m for m in bank.memories.values() if m.live] if bank is not None else []
+        settings = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
         by_subject = Counter(m.subject for m in live if m.subject is not None)
         return StatsResponse(
             bank=name,
