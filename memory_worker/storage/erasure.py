@@ -150,6 +150,8 @@ def erase_copies(root: Path, bank: str, subject: str) -> int:
     something of theirs."""
     touched = 0
     for copy in _trashed_copies(root, bank):
+        for name in (MEMORIES_FILE, VECTORS_FILE):  # an earlier, killed attempt's temp files
+            files.remove_replacements(copy / name)
         gone = erase_log_file(copy / MEMORIES_FILE, subject)
         erase_vectors(copy / VECTORS_FILE, gone)
         touched += bool(gone)
@@ -160,6 +162,8 @@ def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
     """Finish the erasures a crash interrupted (blocking; at load, before the log is replayed).
     Returns the subjects it finished."""
     subjects = pending(bank_path)
+    for name in (VECTORS_FILE, ACCESS_FILE):  # the log's own are removed by `Bank.load`
+        files.remove_replacements(bank_path / name)
     for subject in subjects:
         erase_copies(root, bank, subject)
         gone = erase_log_file(bank_path / MEMORIES_FILE, subject)
