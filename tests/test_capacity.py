@@ -132,6 +132,18 @@ class TestEviction:
             "Ana likes opera.",
         }
 
+    async def test_a_bank_full_of_other_peoples_rows_refuses_rather_than_evict_them(
+        self, service: MemoryService
+    ) -> None:
+        await call(
+            service, "memory::bank::create", name="main", subject_scoping=True, max_memories=2
+        )
+        await save(service, "Bruno likes tea.", subject="bruno")
+        await save(service, "Ana likes cello.", subject="ana")
+        with pytest.raises(Conflict, match=r"max_memories \(2\) is reached .* in this scope"):
+            await save(service, "The office opens at 9.")
+        assert await live_texts(service) == {"Bruno likes tea.", "Ana likes cello."}
+
 
 class TestAccessSidecar:
     async def test_recall_never_writes_the_log_and_counts_survive_a_reload(

@@ -127,7 +127,9 @@ class MemoryUseCases(EmbeddingWork):
             # Room in a full bank comes from the new memory's own scope, never another person's:
             # its scope may hold what the others leave of the cap.
             others = len(live) - len(mine)
-            caps.append(Cap("max_memories", settings.max_memories - others, mine))
+            caps.append(
+                Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
+            )
         now_ms = self.clock()
         out = []
         for victim in victims(caps, lambda i: _seen_at(bank, i)):

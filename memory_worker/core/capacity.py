@@ -29,6 +29,7 @@ class Cap:
     name: str
     limit: int
     rows: Sequence[Memory]
+    setting: int | None = None  # the configured value, when `limit` is what is left of it
 
 
 def eviction_order(
@@ -57,9 +58,10 @@ def victims(caps: Sequence[Cap], access: Callable[[str], tuple[int, int] | None]
             continue
         order = [m for m in eviction_order(cap.rows, access) if m.id not in chosen]
         if len(order) < excess:
+            shown = cap.limit if cap.setting is None else cap.setting
             raise Conflict(
-                f"{cap.name} ({cap.limit}) is reached and what is left to evict is pinned or a "
-                "lesson; unpin something, delete something, or raise the cap"
+                f"{cap.name} ({shown}) is reached and what is left to evict in this scope is "
+                "pinned or a lesson; unpin something, delete something, or raise the cap"
             )
         chosen.update((m.id, m) for m in order[:excess])
     return list(chosen.values())
