@@ -55,11 +55,12 @@ class BankUseCases(EmbeddingWork):
         re-embed it in the background, and announce what subscribers can act on: `created` for a
         folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
         or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
-        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken"."""
+        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken" | "deferred"
+        (out of file descriptors: RAM kept as it was, retried later)."""
         before = self.store.find(name)
         old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
         outcome = await self.store.reload_bank(name)
-        if outcome == "unchanged":
+        if outcome in ("unchanged", "deferred"):
             return outcome
         # A running embed task holds the old bank object: replace it, or the new one waits.
         task = self._embedding.pop(name, None)

@@ -86,6 +86,7 @@ class ServiceBase:
         self.clock = clock
         self.embedder = embedder
         self._embedding: dict[str, asyncio.Task[None]] = {}
+        self._scratch_taken: set[str] = set()  # doctor runs in flight each own their scratch bank
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"

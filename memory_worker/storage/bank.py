@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -62,22 +62,26 @@ class Bank:
         path: Path,
         description: str = "",
         warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.name = name
         self.path = path
+        self.root = path.parent  # the data dir: no folder below it is followed as a link
         self.description = description
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
+        # Raises when this process may no longer write the data dir (its lock is gone).
+        self.guard = guard
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
-        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings)
+        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         self._embed_model: str | None = None  # the model `_to_embed` is kept for
         self._to_embed: dict[str, None] = {}  # live ids lacking its vector, in arrival order
-        self._log = files.AppendLog(path / MEMORIES_FILE)
+        self._log = files.AppendLog(path / MEMORIES_FILE, within=self.root)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
         self._flusher: asyncio.Task[None] | None = None
@@ -95,15 +99,23 @@ class Bank:
 
     @classmethod
     def create(
-        cls, name: str, path: Path, description: str, warnings: DurabilityWarnings | None = None
+        cls,
+        name: str,
+        path: Path,
+        description: str,
+        warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
     ) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
         hidden temporary name and renamed into place, so a crash never leaves half a bank."""
+        if guard is not None:
+            guard()
         staging = path.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
         try:
-            (staging / RULES_DIR).mkdir(parents=True)
+            staging.mkdir()  # its parent is the data dir: never a planted folder
+            (staging / RULES_DIR).mkdir()
             body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
-            files.atomic_write(staging / BANK_FILE, body)
+            files.atomic_write(staging / BANK_FILE, body, within=path.parent)
             files.fsync_dir(staging)
             os.rename(staging, path)  # fails when the name is taken: never merge into a folder
         except (OSError, StorageError) as exc:
@@ -111,7 +123,7 @@ class Bank:
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
-        bank = cls(name, path, description, warnings)
+        bank = cls(name, path, description, warnings, guard)
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:
@@ -120,9 +132,16 @@ class Bank:
         return bank
 
     @classmethod
-    def load(cls, name: str, path: Path, warnings: DurabilityWarnings | None = None) -> Bank:
-        """Replay a bank folder (blocking): description, memories, rules, leftovers."""
-        bank = cls(name, path, warnings=warnings)
+    def load(
+        cls,
+        name: str,
+        path: Path,
+        warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
+    ) -> Bank:
+        """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
+        link where a file of ours belongs is reported and never followed."""
+        bank = cls(name, path, warnings=warnings, guard=guard)
         bank.description = bank._read_description()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
@@ -142,17 +161,21 @@ class Bank:
     def _description_on_disk(self) -> tuple[str, bool]:
         """`bank.yaml`'s description, and whether the file parsed (absent counts as parsed)."""
         path = self.path / BANK_FILE
-        if not path.exists():
+        if not os.path.lexists(path):
             return "", True
         try:
-            data = yaml.safe_load(files.read_text(path))
-        except yaml.YAMLError:
+            data = yaml.safe_load(files.read_text(path, within=self.root))
+        except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
+            return "", False
+        except StorageError as exc:  # a planted link (or unreadable): reported, the bank loads
+            if files.is_transient(exc):
+                raise  # out of descriptors says nothing about the file: the load fails, retried
             return "", False
         value = data.get("description") if isinstance(data, dict) else None
         return (value if isinstance(value, str) else ""), True
 
     def _replay(self) -> None:
-        memories, found = replay(self.path / MEMORIES_FILE)
+        memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
         self._memories = memories
         self.damage.extend(found)
         for record in memories.values():
@@ -160,7 +183,13 @@ class Bank:
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
 
     def _load_vectors(self) -> None:
-        records, skipped = load_vectors(self.path / VECTORS_FILE)
+        try:
+            records, skipped = load_vectors(self.path / VECTORS_FILE, within=self.root)
+        except StorageError as exc:  # a planted link: derived data, so rebuilt without it
+            if files.is_transient(exc):
+                raise
+            self.damage.append(Damage(VECTORS_FILE, f"{exc.message}; re-embedded"))
+            return
         if skipped:
             self.damage.append(
                 Damage(
@@ -210,7 +239,7 @@ class Bank:
                     )
                 )
         if kept:
-            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept)
+            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept, self.root)
         return len(kept)
 
     # --- reads (durable state) -----------------------------------------------------------------
@@ -286,6 +315,8 @@ class Bank:
             )
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+        if self.guard is not None:
+            self.guard()
         try:
             data = encode(records)
         except ValueError as exc:  # pydantic's serialization error is a ValueError
@@ -400,6 +431,8 @@ class Bank:
     async def set_rule(self, name: str, content: str) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
         the rule exists afterwards."""
+        if self.guard is not None:
+            self.guard()
         return await self._rules.set(name, content, refusal=self._frozen)
 
     # --- hand edits ----------------------------------------------------------------------------
@@ -452,11 +485,12 @@ def _consume_exception(future: asyncio.Future[None]) -> None:
 
 # (inode, size, mtime_ns) of a file, or None when it is missing: what `disk_changed` compares.
 _Stamp = tuple[int, int, int]
+Guard = Callable[[], None]
 
 
 def _stat_stamp(path: Path) -> _Stamp | None:
     try:
-        stat = os.stat(path)
+        stat = os.lstat(path)
     except OSError:
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns

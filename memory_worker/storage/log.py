@@ -99,12 +99,15 @@ def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
         return None
 
 
-def replay(path: Path) -> tuple[dict[str, Memory], list[Damage]]:
-    """The records `path` holds (last wins by id and revision) and what was skipped on the way."""
+def replay(path: Path, *, within: Path | None = None) -> tuple[dict[str, Memory], list[Damage]]:
+    """The records `path` holds (last wins by id and revision) and what was skipped on the way.
+    A link planted in its place is reported and not read (writes to it are refused too)."""
     memories: dict[str, Memory] = {}
     damage: list[Damage] = []
     batch: _OpenBatch | None = None
-    for number, line, complete in files.iter_lines(path):
+    if files.is_link(path):
+        return memories, [Damage(MEMORIES_FILE, files.planted(path).message)]
+    for number, line, complete in files.iter_lines(path, within=within):
         try:
             record = Memory.model_validate_json(line)
         except ValidationError as exc:
