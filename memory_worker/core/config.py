@@ -87,6 +87,24 @@ class Settings(BaseModel):
     embedding_model: str = Field(
         default="", description="Embedding model; empty uses the provider default."
     )
+    max_banks: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="Most banks a data dir may hold: creating one more is refused (`conflict`). "
+        "Folders a person adds by hand still load.",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra host names the standalone server answers to (the `Host` header), "
+        "besides localhost, 127.0.0.1, [::1] and the address it listens on; any other name is "
+        "refused, which is what stops DNS rebinding.",
+    )
+    require_token: bool = Field(
+        default=False,
+        description="Require the bearer token (`<data_dir>/.token`) on loopback too; it is "
+        "always required when the standalone server listens beyond loopback.",
+    )
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
