@@ -83,9 +83,7 @@ async def test_a_non_json_post_without_origin_is_refused_too(
 async def test_a_json_post_from_another_origin_is_refused(server: StandaloneServer) -> None:
     """A page can only send JSON cross-site after a preflight; were one allowed, its POST would
     still carry the foreign Origin."""
-    answer = await _send(
-        server, "POST", "/memory/rule/set", body=RULE, headers=_json(Origin=EVIL)
-    )
+    answer = await _send(server, "POST", "/memory/rule/set", body=RULE, headers=_json(Origin=EVIL))
     assert (answer.status, answer.code) == (403, "forbidden")
     assert _rules(server) == []
 
@@ -123,9 +121,7 @@ async def test_a_request_a_browser_marks_cross_site_is_refused(
 
 async def test_a_null_origin_is_refused(server: StandaloneServer) -> None:
     """A sandboxed iframe or a `file://` page sends `Origin: null`."""
-    answer = await _send(
-        server, "POST", "/memory/bank/list", body={}, headers=_json(Origin="null")
-    )
+    answer = await _send(server, "POST", "/memory/bank/list", body={}, headers=_json(Origin="null"))
     assert (answer.status, answer.code) == (403, "forbidden")
 
 
@@ -213,9 +209,7 @@ def _token(server: StandaloneServer) -> str:
 async def _local(server: StandaloneServer, method: str, path: str, **kwargs: Any) -> Answer:
     """`server` is reached on 127.0.0.1 whatever address it listens on."""
     _, port = split_url(server.url or "")
-    return await asyncio.to_thread(
-        request, f"http://127.0.0.1:{port}", method, path, **kwargs
-    )
+    return await asyncio.to_thread(request, f"http://127.0.0.1:{port}", method, path, **kwargs)
 
 
 async def test_beyond_loopback_every_call_needs_the_token(exposed: StandaloneServer) -> None:

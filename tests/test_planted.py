@@ -158,9 +158,7 @@ async def test_a_symlinked_memory_log_gets_no_record_appended(
     _untouched(outside)
 
 
-async def test_a_symlinked_vector_sidecar_is_not_appended_to(
-    data_dir: Path, outside: Path
-) -> None:
+async def test_a_symlinked_vector_sidecar_is_not_appended_to(data_dir: Path, outside: Path) -> None:
     await _seeded(data_dir)
     (data_dir / "main" / "vectors.jsonl").symlink_to(outside / "victim.txt")
     store = Store.open(data_dir, holder=HOLDER)

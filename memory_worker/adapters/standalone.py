@@ -264,6 +264,7 @@ def _url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
+_BUSY_LINGER_S = 1.0  # how long a refused connection's unread request is drained
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _BUSY_BODY = _json(
     {
@@ -281,12 +282,28 @@ _BUSY = (
 
 
 class _Busy(asyncio.Protocol):
-    """A connection over the cap: answered 503 at once and closed, never parsed."""
+    """A connection over the cap: answered 503 at once, never parsed. The write side is shut
+    first and whatever the client still sends is read and dropped for a moment, since closing
+    with unread bytes resets the connection and the client would never see the answer."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
         transport.write(_BUSY)
-        transport.close()
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(_BUSY_LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # dropped: nothing of a refused connection is parsed
+
+    def eof_received(self) -> bool:
+        if self._transport is not None:
+            self._transport.close()
+        return False
 
 
 class _CappedSite(web.SockSite):

@@ -6,7 +6,7 @@ import asyncio
 
 import structlog
 
-from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
+from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     BankCreateRequest,
@@ -31,11 +31,15 @@ class BankUseCases(EmbeddingWork):
 
     async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
         name = check_name(req.name, "bank")
-        description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
-        bank, created = await self.store.ensure(name, description)
+        if self.store.find(name) is None:
+            self._new_name(name, "bank")
+        description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
+        bank, created = await self.store.ensure(
+            name, description or "", limit=self.settings.max_banks
+        )
         if created:
             self._emit_bank(BankEvent.CREATED, name)
-        return BankCreateResponse(bank=self._info(bank), created=created)
+        return BankCreateResponse(bank=self._info(bank), created=created, redacted=list(labels))
 
     async def bank_list(self, req: BankListRequest) -> BankListResponse:
         banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]

@@ -33,6 +33,7 @@ from memory_worker.storage.store import Store
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "ServiceBase",
+    "clean_line",
     "clean_short",
     "item_event",
     "redaction_reason",
@@ -57,13 +58,21 @@ def redaction_reason(labels: Iterable[str]) -> str | None:
 
 def clean_short(raw: str | None, field: str, limit: int) -> str | None:
     """A one-line label (description, session id): redacted, whitespace collapsed, bounded."""
+    return clean_line(raw, field, limit)[0]
+
+
+def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tuple[str, ...]]:
+    """`clean_short`, and the labels of the secrets it redacted (for the answer's `redacted`)."""
     if raw is None:
-        return None
+        return None, ()
     transitions.check_unicode(raw, field)
-    cleaned = collapse_whitespace(redact(raw).text)
+    if len(raw) > 4 * limit:  # bounded before any work: redaction only shortens so much
+        raise InvalidInput(f"{field} must be at most {limit} characters")
+    redaction = redact(raw)
+    cleaned = collapse_whitespace(redaction.text)
     if len(cleaned) > limit:
         raise InvalidInput(f"{field} must be at most {limit} characters")
-    return cleaned or None
+    return cleaned or None, redaction.labels
 
 
 class ServiceBase:
@@ -96,6 +105,18 @@ class ServiceBase:
     def _name(self, requested: str | None) -> str:
         return check_name(requested or self.settings.default_bank, "bank")
 
+    def _new_name(self, requested: str, what: str) -> str:
+        """A bank or rule name that is about to become a folder or file name: checked, and
+        refused when it is shaped like a secret (a token pasted as a name would sit on disk, in
+        listings and in every event)."""
+        name = check_name(requested, what)
+        found = redact(name).labels
+        if found:
+            raise InvalidInput(
+                f"{what} looks like a secret ({', '.join(found)}); choose another name"
+            )
+        return name
+
     def _readable(self, name: str) -> Bank | None:
         """The bank to read; None for the default bank before its first write."""
         try:
@@ -123,7 +144,9 @@ class ServiceBase:
     async def _writing_into(self, name: str) -> AsyncIterator[Bank]:
         """The bank a write goes into, created when missing. A bank this call created is announced
         once the write landed, and removed again when it did not: a failed call changes nothing."""
-        bank, created = await self.store.ensure(name)
+        if self.store.find(name) is None:
+            self._new_name(name, "bank")
+        bank, created = await self.store.ensure(name, limit=self.settings.max_banks)
         try:
             yield bank
         except BaseException:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from memory_worker.app import wire
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = ["CATALOG", "FunctionSpec", "call", "find", "json_schema"]
@@ -214,6 +215,7 @@ async def call(service: MemoryService, function_id: str, payload: object) -> dic
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    check_depth(payload)  # before validation, which recurses
     try:
         request = spec.request.model_validate(payload)
     except ValidationError as exc:

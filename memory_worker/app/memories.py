@@ -9,7 +9,7 @@ from collections import Counter
 
 import structlog
 
-from memory_worker.app.base import clean_short, redaction_reason
+from memory_worker.app.base import clean_line, redaction_reason
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     DeleteRequest,
@@ -53,8 +53,8 @@ class MemoryUseCases(EmbeddingWork):
         text, text_labels = transitions.prepare_text(req.text)
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
-        session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
-        labels = (*text_labels, *entity_labels, *tag_labels)
+        session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        labels = (*text_labels, *entity_labels, *tag_labels, *session_labels)
         async with self._writing_into(name) as bank:
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text)

@@ -35,6 +35,9 @@ class RuleUseCases(ServiceBase):
     async def rule_set(self, req: RuleSetRequest) -> RuleSetResponse:
         name = self._name(req.bank)
         rule = check_name(req.name, "rule name")
+        existing = self.store.find(name)
+        if existing is None or existing.rule(rule) is None:
+            self._new_name(rule, "rule name")  # a new file name; an existing rule stays editable
         transitions.check_unicode(req.content, "content")
         if len(req.content) > MAX_RULE_CONTENT_CHARS:
             raise InvalidInput(f"content must be at most {MAX_RULE_CONTENT_CHARS} characters")

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 
 __all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
 
@@ -125,6 +126,7 @@ def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
         raw = {}
     if not isinstance(raw, dict):
         raise InvalidInput(f"{source}: expected a mapping of settings")
+    check_depth(raw, source)
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
@@ -146,6 +148,8 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
         raise InvalidInput(f"cannot read config {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise InvalidInput(f"config {path} is not valid YAML: {exc}") from exc
+    except RecursionError:  # the YAML parser recurses: a deeply nested file is refused, not fatal
+        raise InvalidInput(f"config {path} is nested too deeply") from None
     return parse_settings(_expand(raw, env), source=str(path))
 
 

@@ -42,7 +42,7 @@ from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.core.redact import redact
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.core.transitions import prepare_text
+from memory_worker.core.transitions import MAX_LABELS, prepare_text
 from memory_worker.harness.turns import ExtractJob
 from memory_worker.search.ranking import RecallQuery
 
@@ -360,7 +360,7 @@ class Extractor:
         person pinned or retired (extraction never edits the one nor revives the other), or the
         model's item does not pass validation (skipped, the rest of the pass goes on)."""
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
-            entities = ("user", *entities)
+            entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
         found = self._service.store.find(bank)
         existing = found.match_text(prepare_text(text)[0]) if found is not None else None
         if existing is not None and (existing.pinned or not existing.live):
