@@ -6,7 +6,6 @@ import asyncio
 import os
 import secrets
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
@@ -15,6 +14,7 @@ from memory_worker.app.embedding import QUERY_EMBED_TIMEOUT_S, EmbeddingWork
 from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, WorkerError
+from memory_worker.core.models import utc_datetime
 from memory_worker.search.ranking import RecallQuery, rank
 from memory_worker.storage import files
 
@@ -272,4 +272,4 @@ class DoctorUseCases(EmbeddingWork):
 
 
 def _utc(at_ms: int) -> str:
-    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
+    return utc_datetime(at_ms).isoformat(timespec="seconds")

@@ -58,13 +58,31 @@ def _sealed(body: bytes) -> bytes:
     return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
 
 
+def _readable(record: Memory) -> bytes:
+    """`record`'s line, once replay is known to read it back: a record built with `model_copy`
+    skips validation, and a line replay refuses would be an acknowledged write lost at the next
+    boot. Raises `ValueError` (the commit answers `storage` and writes nothing)."""
+    line = record.to_line()
+    try:
+        Memory.model_validate_json(line)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        raise ValueError(
+            f"refusing to write memory {record.id}: replay could not read it back "
+            f"({where}: {first['msg']})"
+        ) from None
+    return line
+
+
 def encode(records: Sequence[Memory]) -> bytes:
+    """The lines of one commit; every record is checked to replay before anything is written."""
     if len(records) == 1:
-        return _sealed(records[0].to_line())
+        return _sealed(_readable(records[0]))
     nonce = f"{_NONCE}{next(_batches):x}"
     size = len(records)
     return b"".join(
-        _sealed(record.to_line()[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
+        _sealed(_readable(record)[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
         for index, record in enumerate(records)
     )
 
