@@ -23,8 +23,10 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "check_revision",
     "check_unicode",
     "new_memory",
+    "normalize_label",
     "pin",
     "prepare_labels",
     "prepare_reason",
@@ -61,6 +63,16 @@ def check_unicode(value: str, field: str) -> None:
         raise InvalidInput(f"{field} contains a NUL character")
 
 
+def check_revision(record: Memory, expected: int | None) -> None:
+    """Optimistic concurrency: a caller that read revision `expected` may only change the record
+    while it is still at that revision (None: no guard)."""
+    if expected is not None and record.revision != expected:
+        raise Conflict(
+            f"stale revision: memory {record.id} is at revision {record.revision}, "
+            f"expected {expected}; read it again and retry"
+        )
+
+
 def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     """Redact secrets, trim, and check the length; returns the text and the redaction labels."""
     if len(raw) > MAX_RAW_TEXT_CHARS:  # refused before any work: the cost of a call is bounded
@@ -73,6 +85,11 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(text)})")
     return text, redaction.labels
+
+
+def normalize_label(value: str) -> str:
+    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase."""
+    return collapse_whitespace(value).lower()
 
 
 def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -89,7 +106,7 @@ def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], 
         check_unicode(raw, field)
         redaction = redact(raw)
         labels.update(redaction.labels)
-        value = collapse_whitespace(redaction.text).lower()
+        value = normalize_label(redaction.text)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:
