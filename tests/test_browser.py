@@ -251,16 +251,16 @@ async def test_beyond_loopback_any_ip_of_the_machine_is_a_valid_host(
 async def test_the_console_page_needs_no_token_but_passes_the_host_check(
     exposed: StandaloneServer,
 ) -> None:
-    """`GET /` and `/console/<asset>` are the console's static page (no data): past the gate
-    without a token (404 here: this server has no console routes), but never for a foreign
-    Host."""
+    """`GET /` and `/console/<asset>` are the console's static page (no data): served without a
+    token, but never for a foreign Host; the console's own calls need the token like any other."""
     _, port = split_url(exposed.url or "")
     page = await _local(exposed, "GET", "/")
     asset = await _local(exposed, "GET", "/console/app.js")
     foreign = await _local(exposed, "GET", "/", headers={"Host": f"evil.example:{port}"})
-    assert (page.status, page.code) == (404, "not_found")
-    assert (asset.status, asset.code) == (404, "not_found")
+    events = await _local(exposed, "POST", "/console/settings", body={}, headers=_json())
+    assert (page.status, asset.status) == (200, 200)
     assert (foreign.status, foreign.code) == (403, "forbidden")
+    assert (events.status, events.code) == (401, "unauthorized")
 
 
 async def test_on_loopback_the_token_is_optional_but_a_wrong_one_is_refused(
