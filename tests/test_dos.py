@@ -231,6 +231,24 @@ async def test_connections_past_the_cap_are_answered_503_and_the_server_recovers
     assert again.status == 200
 
 
+async def test_a_burst_of_connections_is_capped_as_it_arrives(tight: StandaloneServer) -> None:
+    """asyncio makes the protocols of a burst of accepts before any of them is connected: the
+    cap must count them as they are handed out (the campaign's 300 connections all got in)."""
+
+    def burst() -> list[bytes]:
+        socks = [_connect(tight) for _ in range(10)]
+        try:
+            for sock in socks:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            return [sock.recv(12)[9:12] for sock in socks]
+        finally:
+            for sock in socks:
+                sock.close()
+
+    statuses = await asyncio.to_thread(burst)
+    assert sorted(statuses) == [b"200"] * 3 + [b"503"] * 7, statuses
+
+
 # --- out of file descriptors -----------------------------------------------------------------
 
 

@@ -319,6 +319,35 @@ class _Busy(asyncio.Protocol):
         return False
 
 
+class _Counted(asyncio.Protocol):
+    """aiohttp's request handler for one connection, counted from the moment it is handed out
+    (asyncio creates the protocols of a burst of accepts before any of them is connected, so the
+    server's own connection list lags behind) until the connection is lost."""
+
+    def __init__(self, inner: asyncio.Protocol, site: _CappedSite) -> None:
+        self._inner = inner
+        self._site = site
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._site.open -= 1
+        self._inner.connection_lost(exc)
+
+
 class _CappedSite(web.SockSite):
     """`SockSite` whose connections are counted: past `max_connections` open ones, a new one
     gets `_Busy` instead of a request handler."""
@@ -326,6 +355,7 @@ class _CappedSite(web.SockSite):
     def __init__(self, runner: web.AppRunner, sock: socket.socket, max_connections: int) -> None:
         super().__init__(runner, sock)
         self._max_connections = max_connections
+        self.open = 0
         self.refused = 0
         self.accepting: Callable[[], None] = lambda: None  # told of every accepted connection
 
@@ -336,10 +366,11 @@ class _CappedSite(web.SockSite):
 
         def factory() -> asyncio.BaseProtocol:
             self.accepting()
-            if len(server.connections) >= self._max_connections:
+            if self.open >= self._max_connections:
                 self.refused += 1
                 return _Busy()
-            return server()
+            self.open += 1
+            return _Counted(server(), self)
 
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
