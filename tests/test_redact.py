@@ -184,8 +184,24 @@ def test_text_around_a_token_is_preserved() -> None:
             f"GH_TOKEN={GITHUB_APP[:20]}\n    {GITHUB_APP[20:]}\nnext line",
             "GH_TOKEN=[REDACTED:github-token]\nnext line",
         ),
+        (
+            f"clone https://x:{GITHUB_APP[:7]}\n{GITHUB_APP[7:]}@github.com/a.git",
+            "clone https://x:[REDACTED:github-token]@github.com/a.git",
+        ),
+        (
+            f"Uses {STRIPE_LIVE[:14]}\n{STRIPE_LIVE[14:]}; never log it.",
+            "Uses [REDACTED:stripe-key]; never log it.",
+        ),
     ],
-    ids=["zero-width", "soft-hyphen", "full-width", "cyrillic", "split-across-lines"],
+    ids=[
+        "zero-width",
+        "soft-hyphen",
+        "full-width",
+        "cyrillic",
+        "split-across-lines",
+        "split-then-at",
+        "split-then-semicolon",
+    ],
 )
 def test_an_obfuscated_token_is_cut_from_the_original_text(text: str, expected: str) -> None:
     """Matching reads the normalised text; what is replaced is the original span, everything
