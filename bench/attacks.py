@@ -644,7 +644,7 @@ def _poll_health(url: str, stop: float) -> list[float]:
 
 
 def _label_flood(served: Served, out: Findings, stats: dict[str, Any]) -> None:
-    tags = [f"label-{n}" for n in range(110_000)]
+    tags = [str(n) for n in range(110_000)]  # the 810 KB save
     body = json.dumps({"text": "The user likes tea", "tags": tags})
     result: dict[str, Any] = {}
 

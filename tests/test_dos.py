@@ -67,9 +67,17 @@ async def test_a_save_with_110000_labels_is_refused_before_any_work(
     """The attack that froze the server for 55 s: one save with 110,000 tags. It is refused
     without looking at a single label (no redaction, no de-duplication)."""
     seen = _counting_redact(monkeypatch)
-    payload = {"text": "The user likes tea", field: [f"label-{n}" for n in range(110_000)]}
+    many = [f"label-{n}" for n in range(110_000)]
+    for value in (many, ",".join(many)):  # a list, or `tags=a,b,…` as one string
+        with pytest.raises(InvalidInput, match=r"more than 10000 values|at most 1000 comma"):
+            await catalog.call(
+                service, "memory::save", {"text": "The user likes tea", field: value}
+            )
+    assert seen == []  # refused before validation, let alone redaction
     with pytest.raises(InvalidInput, match=f"{field} takes at most 8 values"):
-        await catalog.call(service, "memory::save", payload)
+        await catalog.call(
+            service, "memory::save", {"text": "The user likes tea", field: many[:900]}
+        )
     assert not [text for text in seen if text.startswith("label-")]
     assert service.store.names() == []
 
@@ -127,7 +135,7 @@ def test_the_cli_refuses_a_huge_tag_list_without_a_data_dir(
                      "--data-dir", str(data)])  # fmt: skip
     error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert (code, error["code"]) == (1, "invalid_input")
-    assert "tags takes at most 8 values" in error["message"]
+    assert "at most 1000 comma-separated values" in error["message"]
 
 
 # --- connections -----------------------------------------------------------------------------

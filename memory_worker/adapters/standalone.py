@@ -84,7 +84,7 @@ SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long after SIGTERM, then
 IDLE_TIMEOUT_S = 15.0  # a connection sends a whole request head this long after it opens or idles
 BODY_TIMEOUT_S = 30.0  # then its body within this
 MAX_CONNECTIONS = 256  # open at once; one more is answered 503 and closed
-MAX_BODY_BYTES = 4 * 1024 * 1024  # an import-sized call; anything bigger is a mistake or an attack
+MAX_BODY_BYTES = 1024 * 1024  # the largest call is a 64K-character rule; more is an attack
 MODE = "standalone"
 READY_LINE = "memory-worker serving on {url}"  # scripts and tests wait for this line on stdout
 CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a person
@@ -204,7 +204,7 @@ async def _payload(request: web.Request) -> object:
         ) from None
     if not raw.strip():
         return {}
-    return loads(raw, "request body")
+    return loads(raw, "request body")  # bounded by MAX_BODY_BYTES and payload.MAX_VALUES
 
 
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:

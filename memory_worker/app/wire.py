@@ -69,8 +69,13 @@ def _scalar_to_text(value: Any) -> Any:
     return value
 
 
+_MAX_LISTED = 1000  # `tags=a,b,…`: more parts than this is an attack, refused before splitting
+
+
 def _text_to_list(value: Any) -> Any:
     if isinstance(value, str):
+        if value.count(",") >= _MAX_LISTED:
+            raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
 
