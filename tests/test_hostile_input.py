@@ -18,6 +18,7 @@ from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
+from memory_worker.storage.bank import Bank
 
 from .rawhttp import request
 
@@ -235,3 +236,23 @@ async def test_sixteen_concurrent_doctors_each_pass(service: MemoryService) -> N
     failed = [c["detail"] for a in answers for c in a["checks"] if c["required"] and not c["ok"]]
     assert failed == []
     assert service.store.names() == []  # every scratch bank removed
+
+
+async def test_a_stale_rule_write_into_a_missing_bank_touches_no_file(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the campaign's fuzzer: the bank was made (a folder created and removed again)
+    before the revision check refused the write."""
+    made: list[str] = []
+    real = Bank.create
+
+    def create(name: str, *args: Any, **kwargs: Any) -> Bank:
+        made.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(Bank, "create", create)
+    payload = {"bank": "work", "name": "style", "content": "Be brief.", "expected_revision": "x"}
+    with pytest.raises(Conflict, match="stale revision"):
+        await catalog.call(service, "memory::rule::set", payload)
+    assert made == []
+    assert sorted(p.name for p in service.store.root.iterdir()) == [".lock"]

@@ -58,6 +58,11 @@ class RuleUseCases(ServiceBase):
             if existed:
                 self._emit_bank(BankEvent.RULES_CHANGED, name)
             return RuleSetResponse(ok=True, exists=False)
+        if expected and self.store.find(name) is None:  # decided before a bank is made for it
+            raise Conflict(
+                f"stale revision: rule {rule} is absent (bank {name} does not exist), "
+                f"expected {expected}"
+            )
         async with self._writing_into(name, caller) as bank:
             await bank.set_rule(rule, redaction.text, expected_revision=expected)
         self._emit_bank(BankEvent.RULES_CHANGED, name)
