@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import io
 import json
 import os
 import resource
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 import structlog
 
-from memory_worker.adapters import cli
+from memory_worker.adapters import agent_hooks, cli
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
@@ -552,6 +553,23 @@ async def test_a_deeply_nested_bank_yaml_does_not_take_its_bank_offline(data_dir
         assert "bank.yaml" in intact["detail"]
     finally:
         await service.store.close()
+
+
+async def test_deep_nesting_in_a_console_call_is_invalid_input(data_dir: Path) -> None:
+    server = StandaloneServer(Settings(), data_dir, port=0)
+    url = await server.start()
+    try:
+        answer = await asyncio.to_thread(
+            request, url, "POST", "/console/settings", '{"x": ' + DEEP + "}", headers=JSON
+        )
+    finally:
+        await server.close()
+    assert (answer.status, answer.code) == (400, "invalid_input"), answer.body
+
+
+def test_deep_nesting_in_a_hook_payload_is_read_as_no_payload() -> None:
+    """The hook fails open: a payload nested past the limit is logged and ignored, not a crash."""
+    assert agent_hooks._read_payload(io.StringIO('{"tool_input": ' + DEEP + "}")) is None
 
 
 def test_a_deeply_nested_settings_file_is_invalid_input(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -354,6 +355,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
+    agent_hooks.add_parser(sub, common)
     compact = sub.add_parser(
         "compact",
         parents=[common],
@@ -409,6 +411,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _hook(args: argparse.Namespace) -> int:
+    return await agent_hooks.run(args, _with_service)
+
+
 async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
     from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
@@ -422,6 +428,7 @@ _COMMANDS = {
     "trigger": _trigger,
     "call": _call,
     "import": _import,
+    "hook": _hook,
     "serve": _serve,
     "permissions": _permissions,
     "compact": _compact,

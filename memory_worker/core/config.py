@@ -106,6 +106,18 @@ class Settings(BaseModel):
         description="Require the bearer token (`<data_dir>/.token`) on loopback too; it is "
         "always required when the standalone server listens beyond loopback.",
     )
+    inject_lessons: bool = Field(
+        default=True,
+        description="Append the lesson cards matching a turn's tool calls on its later steps.",
+    )
+    lesson_injection_tokens: int = Field(
+        default=8000,
+        ge=1,
+        le=64_000,
+        description="Token budget of the lesson cards delivered for one tool call or step (about "
+        "4 UTF-8 bytes a token, card framing included, 1 through 64000); a card that does not "
+        "fit stays eligible.",
+    )
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
