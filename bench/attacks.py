@@ -1073,9 +1073,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated: " + ",".join(SECTIONS))
     parser.add_argument("--banks", type=int, help="empty banks for the RSS figure (10000)")
     parser.add_argument("--json", help="write every figure and defect example to this file")
+    parser.add_argument(
+        "--rss-of",
+        action="append",
+        metavar="CHECKOUT",
+        help="only measure the RSS of --banks empty banks, for this checkout and the given ones",
+    )
     args = parser.parse_args(argv)
     sections = set((args.only or ",".join(SECTIONS)).split(","))
     banks = args.banks or (1000 if args.quick else 10_000)
+    if args.rss_of:
+        for code in (ROOT, *(Path(c).resolve() for c in args.rss_of)):
+            empty, full = empty_banks_rss(banks, code)
+            print(
+                f"{code}: RSS {empty:.1f} MB -> {full:.1f} MB with {banks:,} empty banks, "
+                f"{(full - empty) * 1024 / banks:.1f} KB per bank"
+            )
+        return 0
     out = Findings()
     with tempfile.TemporaryDirectory(prefix="mw-attacks-") as tmp:
         run(sections, random.Random(args.seed), Path(tmp), args.quick, banks, out)
