@@ -216,18 +216,27 @@ _TORN_BATCH = re.compile(
     r"([a-z0-9][a-z0-9_-]*)/memories\.jsonl:(\d+): interrupted write of \d+ records "
     r"\((\d+) on disk\)"
 )
+# A line whose JSON just stops: the kill came before the rest of its write() reached the file
+# (a write that straddles a page boundary can be cut after its first page, even a small one; a
+# multi-record write cut inside its first line leaves no complete line to report it by).
+_CUT_LINE = re.compile(
+    r"([a-z0-9][a-z0-9_-]*)/memories\.jsonl:(\d+): (?:corrupt line|torn last line "
+    r"\(interrupted write\)): Invalid JSON: EOF while parsing"
+)
 
 
 def _torn_batches_only(detail: str) -> bool:
-    """Whether every `memories.jsonl` damage doctor lists is a multi-record write cut short (a
-    SIGKILL can stop a write() of several pages between two of them): the write reported as
-    interrupted, and the cut line right after its lines on disk. That is the designed outcome —
-    nothing of it applied, the damage reported — not a defect."""
+    """Whether every `memories.jsonl` damage doctor lists is a write cut short (a SIGKILL can
+    stop a write() between two of the pages it copies): a multi-record write reported as
+    interrupted with the cut line right after its lines on disk, or a line whose JSON just stops.
+    That is the designed outcome — nothing of it applied (the model check above passed), the
+    damage reported — not a defect."""
     if "… and" in detail:  # a truncated list cannot be checked whole
         return False
     explained = set()
     for bank, first, written in _TORN_BATCH.findall(detail):
         explained |= {(bank, int(first)), (bank, int(first) + int(written))}
+    explained |= {(bank, int(line)) for bank, line in _CUT_LINE.findall(detail)}
     damaged = {(bank, int(line)) for bank, line in _DAMAGED_LINE.findall(detail)}
     return bool(explained) and damaged <= explained
 
