@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ from memory_worker.core.injection import (
 )
 from memory_worker.core.models import Hit, Memory, Rule
 
+from .goldens import updating
+
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "injection"
 DAY_MS = 86_400_000
 NOW = 1_793_491_200_000  # 2026-11-01
@@ -30,10 +31,10 @@ def _memory(text: str, days_ago: float = 0, **changes: object) -> Memory:
 
 def _check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDENS"):
+    if updating("injection"):
         path.write_text(text, encoding="utf-8")
     assert path.read_text(encoding="utf-8") == text, (
-        f"{name} changed; review the diff and re-baseline with UPDATE_GOLDENS=1"
+        f"{name} changed; review the diff and re-baseline with UPDATE_GOLDENS=injection"
     )
 
 
@@ -54,6 +55,15 @@ class TestSection:
         assert section.text.startswith("\n\n# Memory — bank: blog\n")
         assert "saved without any tool call" in section.text
         assert (section.rules, section.truncated) == (0, False)
+
+    def test_the_header_speaks_of_rules_below_only_when_a_rule_follows(self) -> None:
+        sentence = "Treat the rules below as standing instructions."
+        assert sentence in render_section("main", RULES, max_rule_chars=6000).text
+        for rules in ([], [Rule(name="empty", content="  \n", updated_at=1)]):
+            text = render_section("main", rules, max_rule_chars=6000).text
+            assert sentence not in text and text.endswith("without any tool call.\n")
+        omitted = render_section("main", [Rule(name="big", content="x" * 50, updated_at=1)], 10)
+        assert omitted.rules == 0 and sentence not in omitted.text
 
     def test_rules_come_in_name_order(self) -> None:
         text = render_section("main", RULES, max_rule_chars=6000).text

@@ -13,7 +13,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,7 +41,6 @@ EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
 DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
-UI_CONTENT = "memory::ui-content"  # the console page's content function (an internal seam)
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 
@@ -107,28 +106,53 @@ def _embedder_choice(default: str) -> str:
     return choice
 
 
-def _embedder(settings: Settings, *, default: str) -> Embedder | None:
+def _embedder(settings: Settings, *, default: str, lazy: bool = False) -> Embedder | None:
     """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local`, `router` or `none`; by default
-    a standalone server loads the local model (when the `embed` extra is installed), engine mode
-    asks `router::embed` (returns None here: the bus adapter builds it), and one-shot commands stay
-    lexical, so a `trigger` does not pay the model's load time."""
+    a standalone server and one-shot commands use the local model `embedding_model` names (empty:
+    the default), engine mode asks `router::embed` (returns None here: the bus adapter builds it).
+    `lazy`: loaded on first use, so a one-shot command that embeds nothing never pays for it. A
+    name the local embedder does not have gets an `UnavailableEmbedder` saying so (recall
+    lexical, doctor explains), never another model."""
     choice = _embedder_choice(default)
     if choice != "local" or not settings.embeddings_enabled:
         return None
-    from memory_worker.adapters.local_embedder import EmbedderUnavailable, LocalEmbedder
+    from memory_worker.adapters.embedders import (
+        EmbedderUnavailable,
+        LazyEmbedder,
+        UnavailableEmbedder,
+        load_local,
+        resolve_local,
+    )
 
     try:
-        return LocalEmbedder.default()
+        resolve_local(settings.embedding_model)
+    except EmbedderUnavailable as exc:
+        log.error("embedding_model_refused", detail=str(exc), retrieval="bm25-entity")
+        return UnavailableEmbedder(settings.embedding_model, str(exc))
+    try:
+        if lazy:
+            return LazyEmbedder(settings.embedding_model)
+        return load_local(settings.embedding_model)
     except EmbedderUnavailable as exc:
         log.warning("embedder_unavailable", detail=str(exc), retrieval="bm25-entity")
         return None
 
 
+def _embedder_for(default: str) -> Callable[[Settings], Embedder | None] | None:
+    """What a settings change loads (`Reconfigurer`): the local model it names, when the local
+    embedder is the one in use; None when the embedder follows the settings itself."""
+    if _embedder_choice(default) != "local":
+        return None
+    return lambda settings: _embedder(settings, default=default)
+
+
 async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
     settings = _settings(args)
-    embedder = _embedder(settings, default="none")
+    # A one-shot command embeds queries over the vectors a server made, never what it writes (the
+    # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
+    embedder = _embedder(settings, default="local", lazy=True)
     store = await asyncio.to_thread(_open, args, settings, command)
-    service = MemoryService(store, settings, embedder=embedder)
+    service = MemoryService(store, settings, embedder=embedder, embed_writes=False)
     try:
         result: int = await work(service)
         await service.settle()  # the vectors of what this command saved land before it exits
@@ -282,6 +306,7 @@ async def _serve(args: argparse.Namespace) -> int:
             settings,
             data_dir_flag=args.data_dir,
             embedder=_embedder(settings, default="router"),
+            embedder_for=_embedder_for("router"),
             router_embeddings=_embedder_choice("router") == "router",
             reason=reason,
         )
@@ -298,6 +323,7 @@ async def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         embedder=embedder,
+        embedder_for=_embedder_for("local"),
         reason=reason,
         config_path=Path(config_path) if config_path else None,
         data_dir_flag=args.data_dir,
@@ -417,10 +443,7 @@ async def _hook(args: argparse.Namespace) -> int:
 
 async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
-    from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
-
-    internal = list(dict.fromkeys([*(spec.id for spec in INTERNAL), UI_CONTENT]))
-    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, internal))
+    sys.stdout.write(catalog.render_permissions())
     return 0
 
 

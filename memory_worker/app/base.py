@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -34,9 +35,11 @@ from memory_worker.storage.store import Store
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
+    "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
     "clean_line",
     "clean_short",
+    "event_id",
     "item_event",
     "redaction_reason",
 ]
@@ -46,10 +49,18 @@ log = structlog.get_logger(__name__)
 MAX_DESCRIPTION_CHARS = 500
 
 
+def event_id() -> str:
+    """A fresh identity for one change event: delivery is at-least-once (a failed fan-out is
+    retried), so a subscriber dedupes on it. Random, not derived from the change: a bank
+    deleted and created again replays the same ids and revisions."""
+    return uuid.uuid4().hex
+
+
 def item_event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> dict[str, Any]:
     payload: dict[str, Any] = {"event_type": str(event), "bank": bank, "memory": memory.to_wire()}
     if reason:
         payload["reason"] = reason
+    payload["event_id"] = event_id()
     return payload
 
 
@@ -77,6 +88,9 @@ def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tup
     return cleaned or None, redaction.labels
 
 
+QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
+
+
 class ServiceBase:
     """State and helpers every use case shares: the store, the settings snapshot, events, time."""
 
@@ -89,6 +103,7 @@ class ServiceBase:
         clock: Clock = system_clock,
         embedder: Embedder | None = None,
         siblings: HealthProbe | None = None,
+        embed_writes: bool = True,
         deliveries: Deliveries | None = None,
     ) -> None:
         """`deliveries`: where lesson deliveries are kept (the state worker under an engine);
@@ -100,8 +115,15 @@ class ServiceBase:
         self.emitter: Emitter = emitter or NullEmitter()
         self.clock = clock
         self.embedder = embedder
+        # False for one-shot CLI commands: they embed queries over vectors a server made, never a
+        # bank's backlog (a long import would pay for every memory before the command exits).
+        self.embed_writes = embed_writes
+        # Inside the hook's budget: a slow embedder costs the turn nothing (recall runs lexical).
+        # Evaluations that must measure the semantic arm on a loaded machine raise it.
+        self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S
         self._embedding: dict[str, asyncio.Task[None]] = {}
         self._scratch_taken: set[str] = set()  # doctor runs in flight each own their scratch bank
+        self._last_embed_failure: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
@@ -170,7 +192,8 @@ class ServiceBase:
             self._emit_bank(BankEvent.CREATED, name)
 
     def _emit_bank(self, event: BankEvent, name: str) -> None:
-        self.emitter.emit(BANK_CHANGED, {"event_type": str(event), "bank": name})
+        payload = {"event_type": str(event), "bank": name, "event_id": event_id()}
+        self.emitter.emit(BANK_CHANGED, payload)
 
     def _info(self, bank: Bank) -> BankInfo:
         return BankInfo(

@@ -22,7 +22,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Redaction", "redact"]
+__all__ = ["MARKER_PREFIX", "Redaction", "redact"]
 
 # --- labels ---------------------------------------------------------------------------------
 

@@ -10,12 +10,13 @@ record at the last revision refuses further changes (`conflict`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import LESSON
 from memory_worker.core.models import MAX_INT, Anchors, Confidence, ItemEvent, Memory, Provenance
-from memory_worker.core.redact import redact
+from memory_worker.core.redact import MARKER_PREFIX, redact
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "new_memory",
     "normalize_label",
     "pin",
+    "prepare_label",
     "prepare_labels",
     "prepare_reason",
     "prepare_text",
@@ -51,6 +53,7 @@ MAX_RAW_LABEL_CHARS = 16 * MAX_LABEL_CHARS
 MAX_RAW_LABELS = 4 * MAX_LABELS  # values given, duplicates and blanks included
 
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
+_MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
 
 
 def check_unicode(value: str, field: str) -> None:
@@ -89,14 +92,28 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
 
 
 def normalize_label(value: str) -> str:
-    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase."""
-    return collapse_whitespace(value).lower()
+    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase —
+    except the `[REDACTED:<label>]` markers, which read the same everywhere."""
+    text = collapse_whitespace(value)
+    parts: list[str] = []
+    at = 0
+    for match in _MARKER.finditer(text):
+        parts += (text[at : match.start()].lower(), match.group())
+        at = match.end()
+    parts.append(text[at:].lower())
+    return "".join(parts)
+
+
+def prepare_label(raw: str, field: str = "tag") -> str:
+    """One label as stored (a `tag` filter, say): redacted, then `normalize_label`."""
+    check_unicode(raw, field)
+    return normalize_label(redact(raw).text)
 
 
 def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Entities or tags: redacted, whitespace-collapsed, lowercased, deduplicated (first
-    occurrence kept). More than `MAX_LABELS` distinct values is refused, never cut silently;
-    linear in what was given, which is bounded before any work."""
+    """Entities or tags: redacted, whitespace-collapsed, lowercased (redaction markers kept as
+    written), deduplicated (first occurrence kept). More than `MAX_LABELS` distinct values is
+    refused, never cut silently; linear in what was given, which is bounded before any work."""
     if len(values) > MAX_RAW_LABELS:
         raise InvalidInput(f"{field} takes at most {MAX_LABELS} values (got {len(values)})")
     out: dict[str, None] = {}  # ordered and O(1) membership
@@ -105,7 +122,7 @@ def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], 
         if len(raw) > MAX_RAW_LABEL_CHARS:
             raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
         check_unicode(raw, field)
-        redaction = redact(raw)
+        redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
         labels.update(redaction.labels)
         value = normalize_label(redaction.text)
         if not value or value in out:

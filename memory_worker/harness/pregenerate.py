@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from memory_worker.app.lessons import ToolCall
+from memory_worker.app.seams import HookEnvelope
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.injection import (
@@ -42,12 +43,11 @@ from memory_worker.core.injection import (
     carried_texts,
     message_text,
     render_rules_update,
-    render_section,
 )
 from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
 
-__all__ = ["HOOK_BUDGET_S", "HookEnvelope", "PreGenerate", "step_calls", "user_message"]
+__all__ = ["HOOK_BUDGET_S", "PreGenerate", "step_calls", "user_message"]
 
 log = structlog.get_logger(__name__)
 
@@ -56,32 +56,6 @@ MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extr
 MAX_STEP_CALLS = 32  # the newest tool calls a step matches: a long turn costs no more than this
 # Content blocks that carry a tool call: the harness's own, and the shapes providers pass through.
 _CALL_BLOCKS = frozenset({"function_call", "tool_call", "tool_use", "toolCall"})
-
-
-class GenerateInput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    system_prompt: str | None = ""
-    messages: list[Any] | None = None
-
-
-class HookEnvelope(BaseModel):
-    """The fields of the harness envelope this hook reads; everything else is ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-    session_id: str | None = ""
-    turn_id: str | None = None
-    step: int | None = 0
-    metadata: Any = None
-    parent: Any = None
-    generate: GenerateInput | None = None
-
-    @property
-    def messages(self) -> list[Any]:
-        return (self.generate.messages if self.generate else None) or []
-
-    @property
-    def base_prompt(self) -> str:
-        return (self.generate.system_prompt if self.generate else None) or ""
 
 
 def user_message(text: str, now_ms: int) -> dict[str, Any]:
@@ -293,7 +267,7 @@ class PreGenerate:
             bank = resolution.bank
             assert bank is not None
             reply.annotations["memory_bank"] = bank
-            section = await self._section_and_memories(env, bank, resolution.exists, reply)
+            section = await self._section_and_memories(env, bank, reply)
             if resolution.exists and (env.step or 0) > 0 and self._service.settings.inject_lessons:
                 await self._lessons(env, session_id, bank, reply)
         first_sight = record.system is None
@@ -302,16 +276,10 @@ class PreGenerate:
             self._state.put(session_id, record, urgent=first_sight)
         return delivered
 
-    async def _section_and_memories(
-        self, env: HookEnvelope, bank: str, exists: bool, reply: _Reply
-    ) -> str:
+    async def _section_and_memories(self, env: HookEnvelope, bank: str, reply: _Reply) -> str:
+        """What `service.injection` gives (the one function `memory::preview` shows, missing
+        and deleted banks included), into the reply."""
         settings = self._service.settings
-        if not exists:
-            # A bank that does not exist yet: extraction will create it after this turn, so the
-            # model is told memory is on; with extraction off there is nothing to say.
-            if not settings.extraction_enabled:
-                return ""
-            return render_section(bank, [], settings.max_rule_chars).text
         first_step = (env.step or 0) == 0
         recall = first_step and settings.inject_memories
         plan = await self._service.injection(
@@ -321,7 +289,8 @@ class PreGenerate:
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
         )
-        reply.annotations["memory_rules"] = plan.rules
+        if plan.section:
+            reply.annotations["memory_rules"] = plan.rules
         if plan.rules_truncated:
             reply.annotations["memory_rules_truncated"] = True
             log.warning("rules_truncated", bank=bank, max_rule_chars=settings.max_rule_chars)
