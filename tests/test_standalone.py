@@ -84,7 +84,8 @@ def _post(
     url: str, path: str, body: object = None, *, raw: bytes | None = None, method: str = "POST"
 ) -> tuple[int, Any]:
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url + path, data=data, method=method)
+    headers = {"Content-Type": "application/json"} if method == "POST" else {}
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
     try:
         with _OPENER.open(request, timeout=5) as response:
             return response.status, json.loads(response.read())

@@ -27,7 +27,8 @@ import structlog
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import WorkerError
+from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.payload import loads
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
 
@@ -142,8 +143,8 @@ def _read_payload(stream: TextIO) -> dict[str, Any] | None:
         log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
         return None
     try:
-        payload = json.loads(raw)
-    except ValueError as exc:
+        payload = loads(raw, "hook input")  # bounded nesting: a deep payload is not a crash
+    except InvalidInput as exc:
         log.warning("hook_input_not_json", error=str(exc))
         return None
     if not isinstance(payload, dict):
