@@ -4,7 +4,11 @@ Every catalog function is `POST /memory/<http_path>` (the paths the iii http tri
 is the JSON payload (empty = `{}`), the answer is the JSON result, and every failure is
 `{"error": {"code", "message"}}` with a status from `STATUS_BY_CODE`. `GET /healthz` says which mode
 runs on which data dir. `GET /` is the console (`adapters.console`); its live stream is fed by the
-service's change events (`ConsoleFeed` is this mode's `Emitter`).
+service's change events (`ConsoleFeed` is this mode's `Emitter`). `/mcp` and `/mcp/<bank>` serve
+the same functions to MCP clients (`adapters.mcp_server`, when the `mcp` extra is installed).
+
+A call forwarded by another door (the CLI, `memory-worker mcp`, a hook: `adapters.doors`) says
+who it speaks for in its `Memory-Caller` header; `doors.decode_caller` decides what is believed.
 
 Lifecycle, explicit rather than hidden in `web.run_app`:
 - `start()` binds the socket first (so the real port is known), then opens the store with a lock
@@ -21,6 +25,7 @@ answered 500 `internal`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import ipaddress
@@ -30,10 +35,11 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -41,6 +47,7 @@ from aiohttp.typedefs import Handler
 
 from memory_worker.adapters.console.feed import ConsoleFeed
 from memory_worker.adapters.console.web import ConsoleContext, add_routes
+from memory_worker.adapters.doors import CALLER_HEADER, Door, LocalDoor, decode_caller
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -77,6 +84,8 @@ CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a
 STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
 _SERVICE_KEY = web.AppKey("service", MemoryService)
+_MCP_KEY = web.AppKey("mcp", object)  # the McpHttp endpoint, when the `mcp` extra is installed
+MCP_CALLER = Caller.for_agent("mcp")  # whoever speaks MCP to us is an agent
 _dumps = functools.partial(json.dumps, ensure_ascii=False)
 
 
@@ -150,13 +159,34 @@ async def _payload(request: web.Request) -> object:
         raise InvalidInput(f"request body is not valid JSON: {exc}") from None
 
 
+def _caller(request: web.Request) -> Caller:
+    """Who a call speaks for: a person at the REST door, unless a forwarding door says otherwise
+    (believed as `doors.decode_caller` rules: an agent from anyone, the rest only from a request
+    that presented the server's token — and this server has no token yet, so never)."""
+    return decode_caller(request.headers.get(CALLER_HEADER), trusted=False, default=REST_CALLER)
+
+
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
+        caller = _caller(request)
         payload = await _payload(request)
-        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, REST_CALLER)
+        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, caller)
         return web.json_response(result, dumps=_dumps)
 
     return handle
+
+
+async def _mcp(request: web.Request) -> web.StreamResponse:
+    endpoint = request.app.get(_MCP_KEY)
+    if endpoint is None:
+        raise InvalidInput(
+            "this server has no MCP endpoint: install the mcp extra (pip install "
+            "'memory-worker[mcp]'; ./scripts/run installs it) and restart it"
+        )
+    from memory_worker.adapters.mcp_server import McpHttp
+
+    assert isinstance(endpoint, McpHttp)
+    return await endpoint.handle(request, bank=request.match_info.get("bank"), caller=MCP_CALLER)
 
 
 async def _healthz(request: web.Request) -> web.StreamResponse:
@@ -166,14 +196,21 @@ async def _healthz(request: web.Request) -> web.StreamResponse:
     )
 
 
-def build_app(service: MemoryService, console: ConsoleContext | None = None) -> web.Application:
+def build_app(
+    service: MemoryService, console: ConsoleContext | None = None, mcp: object | None = None
+) -> web.Application:
     """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`,
-    and the console's routes when `console` is given."""
+    `/mcp` (answered by `mcp`, an `McpHttp`, when given), and the console's routes when `console`
+    is given."""
     app = web.Application(middlewares=[_errors])
     app[_SERVICE_KEY] = service
+    if mcp is not None:
+        app[_MCP_KEY] = mcp
     app.router.add_get("/healthz", _healthz)
     for spec in catalog.CATALOG:
         app.router.add_post(f"/{spec.http_path}", _function_handler(spec))
+    app.router.add_route("*", "/mcp", _mcp)
+    app.router.add_route("*", "/mcp/{bank}", _mcp)
     if console is not None:
         add_routes(app, console)
     return app
@@ -206,6 +243,15 @@ def _url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memory-worker")
+    except PackageNotFoundError:
+        return ""
 
 
 def _is_loopback(host: str) -> bool:
@@ -246,6 +292,7 @@ class StandaloneServer:
         self._watchers: list[DataDirWatcher | SettingsFileWatcher] = []
         self.feed = ConsoleFeed()  # the console tabs' live stream: this mode's change events
         self._apply_settings: Callable[[Settings], Awaitable[Applied]] | None = None
+        self._mcp: Any = None  # McpHttp, when the mcp extra is installed
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -283,8 +330,9 @@ class StandaloneServer:
                 config_path=self.config_path,
                 apply=self._apply_settings,
             )
+            self._mcp = await self._start_mcp()
             self._runner = web.AppRunner(
-                build_app(service, console),
+                build_app(service, console, self._mcp),
                 access_log=None,
                 shutdown_timeout=self.shutdown_timeout_s,
             )
@@ -296,6 +344,23 @@ class StandaloneServer:
         if not _is_loopback(self._sock.getsockname()[0]):
             log.warning("serving_beyond_loopback", url=self.url, detail="no authentication")
         return self.url
+
+    @contextlib.asynccontextmanager
+    async def _door(self, caller: Caller) -> AsyncIterator[Door]:
+        """The in-process door MCP calls go through: whichever store this server runs on now."""
+        if self.service is None:
+            raise Conflict("the server is stopping")
+        yield LocalDoor(self.service, caller)
+
+    async def _start_mcp(self) -> Any:
+        try:
+            from memory_worker.adapters.mcp_server import McpHttp, McpTools
+        except ImportError as exc:  # the mcp extra is not installed: /mcp says how to get it
+            log.info("mcp_unavailable", detail=str(exc))
+            return None
+        endpoint = McpHttp(McpTools(self._door), version=_version())
+        await endpoint.start()
+        return endpoint
 
     async def _watch(self, service: MemoryService) -> None:
         """Hand edits of the data dir, and of the settings file when there is one."""
@@ -341,6 +406,9 @@ class StandaloneServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        mcp, self._mcp = self._mcp, None
+        if mcp is not None:
+            await mcp.close()
         if self._sock is not None:
             self._sock.close()  # only matters when start() failed before listening
             self._sock = None
