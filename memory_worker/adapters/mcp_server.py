@@ -67,7 +67,7 @@ INSTRUCTIONS = (
 ALIASES: dict[str, tuple[str, ...]] = {
     "query": ("q", "text", "search", "question", "prompt", "message", "query_text"),
     "text": ("content", "memory", "fact", "note", "value"),
-    "id": ("memory_id", "memoryid", "mid", "key"),
+    "id": ("memory_id", "mid", "key"),
     "limit": ("k", "top_k", "n", "max_results", "count", "size"),
     "tags": ("tag", "labels", "label"),
     "entities": ("entity",),
@@ -132,8 +132,7 @@ def forgiving(spec: FunctionSpec, arguments: Mapping[str, Any]) -> dict[str, Any
     fields = set(spec.request.model_fields)
     args: dict[str, Any] = {}
     for key, value in arguments.items():
-        snake = _CAMEL.sub("_", key).lower()
-        args[snake if key not in fields and snake in fields else key] = value
+        args[key if key in fields else _CAMEL.sub("_", key).lower()] = value
     for field, aliases in ALIASES.items():
         if field not in fields or field in args:
             continue
