@@ -34,8 +34,10 @@ from typing import Any, TextIO
 import structlog
 
 from memory_worker.adapters.doors import Door
+from memory_worker.adapters.transcripts import read_transcript
 from memory_worker.app.caller import Caller
 from memory_worker.core.errors import WorkerError
+from memory_worker.harness.capture import MAX_JOB_ENTRIES
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
 
@@ -131,6 +133,32 @@ async def _user_prompt_submit(
     return _context("UserPromptSubmit", preview.get("message"))
 
 
+async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) -> None:
+    """The turn just finished: its messages (the transcript's tail; the queue's cursor keeps
+    what was captured before) go to capture. Nothing is printed: a Stop hook's output could
+    only ask the agent to keep going."""
+    session = _session(payload)
+    path = payload.get("transcript_path")
+    if session is None or not isinstance(path, str) or not path:
+        log.warning("hook_input_unusable", hook="Stop", detail="no session_id/transcript_path")
+        return None
+    try:
+        entries = await asyncio.to_thread(
+            read_transcript, Path(path).expanduser(), limit=MAX_JOB_ENTRIES
+        )
+    except OSError as exc:
+        log.warning("hook_transcript_unreadable", hook="Stop", error=str(exc))
+        return None
+    if not entries:
+        return None
+    job: dict[str, Any] = {"session_id": session, "entries": entries}
+    if options.bank:
+        job["bank"] = options.bank
+    queued = await door.capture(job)
+    log.info("hook_captured", hook="Stop", queued=queued.get("queued"), via=door.remote or "dir")
+    return None
+
+
 async def _pre_tool_use(
     door: Door, payload: Mapping[str, Any], options: HookOptions
 ) -> dict[str, Any] | None:
@@ -177,6 +205,13 @@ EVENTS: dict[str, HookEvent] = {
             "PreToolUse",
             "before a tool runs: the lesson cards its paths and names meet, as additionalContext",
             _pre_tool_use,
+        ),
+        HookEvent(
+            "stop",
+            "Stop",
+            "the agent finished its turn: the turn's messages from the transcript, to capture "
+            "(prints nothing)",
+            _stop,
         ),
     )
 }

@@ -44,11 +44,14 @@ from memory_worker.core.errors import (
     StorageError,
     WorkerError,
 )
+from memory_worker.harness.capture import CaptureRunner
 from memory_worker.storage import files
+from memory_worker.storage.capture import CaptureQueue
 from memory_worker.storage.store import Store
 
 __all__ = [
     "CALLER_HEADER",
+    "CAPTURE_PATH",
     "Door",
     "LocalDoor",
     "RemoteDoor",
@@ -62,6 +65,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 CALLER_HEADER = "Memory-Caller"
+CAPTURE_PATH = "capture"  # POST /capture on the standalone server: queue one turn
 FORWARD_TIMEOUT_S = 300.0  # a forwarded doctor, import or compaction may take a while
 _MAX_CALLER_HEADER = 2048
 _CALLER_FIELDS = ("via", "worker_id", "session_id", "turn_id", "agent")
@@ -88,6 +92,10 @@ class Door(Protocol):
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]: ...
 
+    async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Queue one turn for extraction (`harness.capture.CaptureJob`): `{"queued", "new"}`."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LocalDoor:
@@ -102,6 +110,15 @@ class LocalDoor:
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
         return await catalog.call(self.service, function_id, payload, self.caller)
+
+    async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Into the data dir's queue (this process holds the lock); a server started later, or
+        `memory-worker capture`, runs it."""
+        queue = await asyncio.to_thread(CaptureQueue, self.service.store.root)
+        try:
+            return await CaptureRunner(self.service, queue, None).enqueue(job)
+        finally:
+            await asyncio.to_thread(queue.close)
 
 
 class RemoteError(WorkerError):
@@ -166,7 +183,13 @@ class RemoteDoor:
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
         spec = catalog.find(function_id)  # an unknown function fails here, as in-process
-        url = f"{self.url}/{spec.http_path}"
+        return await self._post(f"{self.url}/{spec.http_path}", payload)
+
+    async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
+        """To the server's queue: it runs the job as soon as it can."""
+        return await self._post(f"{self.url}/{CAPTURE_PATH}", job)
+
+    async def _post(self, url: str, payload: object) -> dict[str, Any]:
         try:
             body = json.dumps({} if payload is None else payload, ensure_ascii=False)
         except (TypeError, ValueError) as exc:

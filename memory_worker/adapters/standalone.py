@@ -47,16 +47,24 @@ from aiohttp.typedefs import Handler
 
 from memory_worker.adapters.console.feed import ConsoleFeed
 from memory_worker.adapters.console.web import ConsoleContext, add_routes
-from memory_worker.adapters.doors import CALLER_HEADER, Door, LocalDoor, decode_caller
+from memory_worker.adapters.doors import (
+    CALLER_HEADER,
+    CAPTURE_PATH,
+    Door,
+    LocalDoor,
+    decode_caller,
+)
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
-from memory_worker.app.ports import Embedder
+from memory_worker.app.ports import Completer, Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, resolve_data_dir
 from memory_worker.core.errors import HTTP_STATUS, Conflict, InvalidInput, WorkerError
+from memory_worker.harness.capture import CaptureRunner
+from memory_worker.storage.capture import CaptureQueue
 from memory_worker.storage.store import Store
 
 __all__ = [
@@ -85,6 +93,7 @@ STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
 _SERVICE_KEY = web.AppKey("service", MemoryService)
 _MCP_KEY = web.AppKey("mcp", object)  # the McpHttp endpoint, when the `mcp` extra is installed
+_CAPTURE_KEY = web.AppKey("capture", CaptureRunner)
 MCP_CALLER = Caller.for_agent("mcp")  # whoever speaks MCP to us is an agent
 _dumps = functools.partial(json.dumps, ensure_ascii=False)
 
@@ -176,6 +185,14 @@ def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     return handle
 
 
+async def _capture(request: web.Request) -> web.StreamResponse:
+    """A Stop hook's turn, into the durable queue; the capture loop runs it."""
+    runner = request.app.get(_CAPTURE_KEY)
+    if runner is None:
+        raise InvalidInput("this server does not capture turns")
+    return web.json_response(await runner.enqueue(await _payload(request)), dumps=_dumps)
+
+
 async def _mcp(request: web.Request) -> web.StreamResponse:
     endpoint = request.app.get(_MCP_KEY)
     if endpoint is None:
@@ -197,15 +214,21 @@ async def _healthz(request: web.Request) -> web.StreamResponse:
 
 
 def build_app(
-    service: MemoryService, console: ConsoleContext | None = None, mcp: object | None = None
+    service: MemoryService,
+    console: ConsoleContext | None = None,
+    mcp: object | None = None,
+    capture: CaptureRunner | None = None,
 ) -> web.Application:
     """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`,
-    `/mcp` (answered by `mcp`, an `McpHttp`, when given), and the console's routes when `console`
-    is given."""
+    `/mcp` (answered by `mcp`, an `McpHttp`, when given), `POST /capture` (into `capture`'s
+    queue), and the console's routes when `console` is given."""
     app = web.Application(middlewares=[_errors])
     app[_SERVICE_KEY] = service
     if mcp is not None:
         app[_MCP_KEY] = mcp
+    if capture is not None:
+        app[_CAPTURE_KEY] = capture
+    app.router.add_post(f"/{CAPTURE_PATH}", _capture)
     app.router.add_get("/healthz", _healthz)
     for spec in catalog.CATALOG:
         app.router.add_post(f"/{spec.http_path}", _function_handler(spec))
@@ -275,8 +298,11 @@ class StandaloneServer:
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         config_path: Path | None = None,
         data_dir_flag: str | None = None,
+        completer: Completer | None = None,
     ) -> None:
         self.settings = settings
+        # What capture's passes ask (the extraction endpoint); None: turns wait in the queue.
+        self.completer = completer
         self.data_dir = data_dir
         self.config_path = config_path  # hot-reloaded when given
         self.data_dir_flag = data_dir_flag  # wins over the file's data_dir, as at start
@@ -293,6 +319,7 @@ class StandaloneServer:
         self.feed = ConsoleFeed()  # the console tabs' live stream: this mode's change events
         self._apply_settings: Callable[[Settings], Awaitable[Applied]] | None = None
         self._mcp: Any = None  # McpHttp, when the mcp extra is installed
+        self.capture: CaptureRunner | None = None
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -323,6 +350,9 @@ class StandaloneServer:
                 store, self.settings, embedder=self.embedder, emitter=self.feed
             )
             service.backfill_embeddings()
+            queue = await asyncio.to_thread(CaptureQueue, store.root)
+            self.capture = CaptureRunner(service, queue, self.completer)
+            self.capture.start()
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,
@@ -332,7 +362,7 @@ class StandaloneServer:
             )
             self._mcp = await self._start_mcp()
             self._runner = web.AppRunner(
-                build_app(service, console, self._mcp),
+                build_app(service, console, self._mcp, self.capture),
                 access_log=None,
                 shutdown_timeout=self.shutdown_timeout_s,
             )
@@ -409,6 +439,9 @@ class StandaloneServer:
         mcp, self._mcp = self._mcp, None
         if mcp is not None:
             await mcp.close()
+        capture, self.capture = self.capture, None
+        if capture is not None:
+            await capture.close()
         if self._sock is not None:
             self._sock.close()  # only matters when start() failed before listening
             self._sock = None

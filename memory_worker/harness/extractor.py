@@ -13,6 +13,12 @@
    auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
+
+With a `PassJournal` (the capture queue outside an engine), the reply and the memories the model
+was shown are recorded durably before the first write; a pass that finds a recorded decision
+(its earlier attempt crashed after deciding) applies THAT decision, against the same memories,
+and skips every write whose memory changed after the decision (the crashed attempt wrote it), so
+a turn is never applied twice.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import structlog
 
@@ -30,6 +37,8 @@ from memory_worker.app.catalog import respond
 from memory_worker.app.ports import Completer, KeyValue, TranscriptSource
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import (
+    GetRequest,
+    GetResponse,
     RecallRequest,
     RecallResponse,
     RuleListRequest,
@@ -60,7 +69,9 @@ __all__ = [
     "LEARNED_HEADER",
     "LEARNED_RULE",
     "MAX_RULES_PER_TURN",
+    "Decision",
     "Extractor",
+    "PassJournal",
     "merge_learned",
 ]
 
@@ -149,6 +160,28 @@ def _at_ms(message: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, int | float) and value > 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a pass decided before writing: the reply, the ids of the memories shown (in the
+    order the reply's refs count them) and when (ms, the service's clock)."""
+
+    reply: str
+    known: tuple[str, ...]
+    at_ms: int
+
+
+class PassJournal(Protocol):
+    """Where a pass records its decision before writing (the capture queue)."""
+
+    def recorded(self) -> Decision | None:
+        """The decision an earlier attempt of this pass recorded, if any."""
+        ...
+
+    async def record(self, decision: Decision) -> None:
+        """Make `decision` durable; it returns before any write is made because of it."""
+        ...
+
+
 class Extractor:
     def __init__(
         self,
@@ -156,11 +189,13 @@ class Extractor:
         transcript: TranscriptSource,
         completer: Completer,
         kv: KeyValue,
+        journal: PassJournal | None = None,
     ) -> None:
         self._service = service
         self._transcript = transcript
         self._completer = completer
         self._kv = kv
+        self._journal = journal
         # One pass per session at a time (a retry, a lagging queue and an inline job can
         # overlap): each reads the cursor the previous one left, so it never moves backwards.
         self._sessions: dict[str, asyncio.Lock] = {}
@@ -201,18 +236,26 @@ class Extractor:
         if sum(len(line.text) for line in lines) < MIN_EXCERPT_CHARS:
             await self._advance(job.session_id, newest)
             return 0
-        known = await self._known(bank, lines, _caller(job.session_id))
-        reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+        recorded = self._journal.recorded() if self._journal is not None else None
+        since: int | None = None
+        if recorded is None:
+            known = await self._known(bank, lines, _caller(job.session_id))
+            reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+        else:  # an earlier attempt decided, then stopped: finish THAT decision, once
+            known = await self._shown(bank, recorded.known, _caller(job.session_id))
+            reply, since = recorded.reply, recorded.at_ms
         decisions = parse_reply(reply, len(known))
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
             raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
+        if recorded is None and self._journal is not None:
+            await self._record(tuple(memory.id for memory in known), reply)
         if self._deleted(bank):  # deleted while the model was thinking: drop, never recreate
             await self._advance(job.session_id, newest)
             return 0
         if decisions.skipped:
             log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
         try:
-            written = await self._apply(bank, decisions, known, job.session_id)
+            written = await self._apply(bank, decisions, known, job.session_id, since=since)
         except BankNotFound:  # deleted while the pass was writing: the rest is dropped too
             log.info("extraction_bank_deleted", session_id=job.session_id, bank=bank)
             written = 0
@@ -302,10 +345,46 @@ class Extractor:
         assert isinstance(found, RecallResponse)
         return [hit.memory for hit in found.memories]
 
+    async def _shown(self, bank: str, ids: tuple[str, ...], caller: Caller) -> list[Memory]:
+        """The memories a recorded decision was made against, read again by id (tombstones
+        included: they were in the bank when it was made)."""
+        shown: list[Memory] = []
+        for memory_id in ids:
+            found = await respond(
+                self._service, "memory::get", GetRequest(bank=bank, id=memory_id), caller
+            )
+            assert isinstance(found, GetResponse)
+            shown.append(found.memory)
+        return shown
+
+    async def _record(self, known: tuple[str, ...], reply: str) -> None:
+        """Journal the decision, then let the clock pass its millisecond: every write of this
+        pass is stamped after it, every write before it at or before it."""
+        assert self._journal is not None
+        at_ms = self._service.clock()
+        await self._journal.record(Decision(reply, known, at_ms))
+        while self._service.clock() <= at_ms:
+            await asyncio.sleep(0.001)
+
+    def _written_since(self, bank: str, text: str, since: int | None) -> Memory | None:
+        """The memory holding `text`, when it changed after a recorded decision (the attempt
+        that recorded it wrote it before stopping): that write is not made again."""
+        if since is None:
+            return None
+        held = self._service.store.find(bank)
+        found = held.match_text(text) if held is not None else None
+        return found if found is not None and found.updated_at > since else None
+
     # --- writing ---------------------------------------------------------------------------------
 
     async def _apply(
-        self, bank: str, decisions: Decisions, known: list[Memory], session_id: str
+        self,
+        bank: str,
+        decisions: Decisions,
+        known: list[Memory],
+        session_id: str,
+        *,
+        since: int | None = None,
     ) -> int:
         """Restatements, then corrections, then new facts, within `max_memories_per_turn`
         writes; then rules (their own limit)."""
@@ -316,19 +395,21 @@ class Extractor:
         for index in restates:
             memory = known[index]
             labels = (memory.entities, memory.tags)
-            if written < budget and await self._save(bank, memory.text, *labels, session_id):
+            if written < budget and await self._save(
+                bank, memory.text, *labels, session_id, since=since
+            ):
                 written += 1  # (a pinned memory is never touched: `_save` declines it)
         corrected: set[int] = set()
         for correction in decisions.corrections:
             if written < budget and await self._correct(
-                bank, correction, known, corrected, session_id
+                bank, correction, known, corrected, session_id, since=since
             ):
                 written += 1
         room = max(budget - written, 0)
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
         for add in adds[:room]:
-            if await self._save(bank, add.text, add.entities, add.tags, session_id):
+            if await self._save(bank, add.text, add.entities, add.tags, session_id, since=since):
                 written += 1
         if settings.rule_learning_enabled and decisions.rules:
             written += await self._learn(bank, decisions.rules, session_id)
@@ -341,6 +422,8 @@ class Extractor:
         known: list[Memory],
         corrected: set[int],
         session_id: str,
+        *,
+        since: int | None = None,
     ) -> bool:
         """Save the corrected text and retire the old memory by it; False when nothing was
         written. A pinned memory is never rewritten by extraction; a second correction of the same
@@ -348,7 +431,7 @@ class Extractor:
         old, new = known[correction.ref], correction.new
         if old.pinned or _carries_secret(new.text):
             return False
-        saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
+        saved = await self._save(bank, new.text, new.entities, new.tags, session_id, since=since)
         if saved is None:
             return False
         if correction.ref in corrected or saved.id == old.id or not saved.live:
@@ -370,11 +453,15 @@ class Extractor:
         entities: tuple[str, ...],
         tags: tuple[str, ...],
         session_id: str,
+        *,
+        since: int | None = None,
     ) -> Memory | None:
         """Save one fact; None when extraction must not write it: its text matches a memory a
         person pinned or retired (the save refuses an automatic caller that: extraction never
         edits the one nor revives the other), or the model's item does not pass validation
         (skipped, the rest of the pass goes on). A bank deleted meanwhile raises `BankNotFound`."""
+        if (again := self._written_since(bank, text, since)) is not None:
+            return again
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
             entities = ("user", *entities)
         request = SaveRequest(
