@@ -152,9 +152,31 @@ class TestParse:
         assert parse_reply("I could not find anything.", 0).empty
 
     def test_the_prompt_file_is_sent_without_its_design_notes(self) -> None:
-        prompt = system_prompt()
-        assert prompt.startswith("You maintain the long-term memory")
-        assert "Why it reads" not in prompt
+        assert system_prompt("extraction-v1").startswith("You maintain the long-term memory")
+        assert "Why it reads" not in system_prompt("extraction-v1")
+        prompt = system_prompt()  # the default version
+        assert prompt.startswith("You keep the long-term memory") and "<!--" not in prompt
+        assert "What changed from v1" not in prompt
+        with pytest.raises(ValueError, match="unknown extraction prompt"):
+            system_prompt("extraction-v0")
+
+    async def test_the_prompt_version_setting_chooses_the_system_prompt(self, rig: Rig) -> None:
+        seen: list[str] = []
+
+        class Recording:
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                seen.append(system_prompt)
+                return '{"memories": [], "rules": []}'
+
+        extractor = Extractor(rig.service, rig.chat, Recording(), rig.kv)
+        rig.chat.say("user", "I moved to Porto last week, for good.")
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        rig.service.settings = rig.service.settings.model_copy(
+            update={"extraction_prompt": "extraction-v1"}
+        )
+        rig.chat.say("user", "And I started pottery classes on Mondays.")
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        assert seen == [system_prompt("extraction-v2"), system_prompt("extraction-v1")]
 
     def test_the_request_shows_refs_and_dates(self) -> None:
         from memory_worker.core.extraction import Line
@@ -212,6 +234,73 @@ class TestPass:
         memories = await rig.texts()
         assert list(memories) == ["The user lives in Lisbon."]
         assert memories["The user lives in Lisbon."].corroboration == 2
+
+    async def test_a_restatement_the_user_did_not_make_reinforces_nothing(self, rig: Rig) -> None:
+        """A real model restates known memories out of habit, and ones the assistant echoed:
+        only what the user's own words carry counts."""
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+        await rig.service.save(SaveRequest(text="The user has a dog named Pipoca."))
+        await rig.turn(
+            ("user", "Can you fix the retry loop in client.py?"),
+            ("assistant", "Sure. As I remember, you live in Lisbon and have a dog named Pipoca."),
+            reply={
+                "memories": [
+                    {"op": "restate", "ref": "m1"},
+                    {"op": "restate", "ref": "m2"},
+                    add("The user lives in Lisbon."),
+                ]
+            },
+        )
+        memories = await rig.texts()
+        assert {m.corroboration for m in memories.values()} == {0}
+        await rig.turn(
+            ("user", "Pipoca chewed my charger again."),
+            reply={"memories": [{"op": "restate", "ref": "m1"}, {"op": "restate", "ref": "m2"}]},
+        )
+        memories = await rig.texts()
+        assert memories["The user has a dog named Pipoca."].corroboration == 1
+        assert memories["The user lives in Lisbon."].corroboration == 0
+
+    async def test_a_repeated_add_of_an_unshown_memory_needs_the_users_words_too(
+        self, rig: Rig
+    ) -> None:
+        await rig.service.save(SaveRequest(text="The user plays the cello."))
+        await rig.turn(
+            ("user", "What is the capital of Australia?"),
+            reply={"memories": [add("The user plays the cello.")]},
+        )
+        assert (await rig.texts())["The user plays the cello."].corroboration == 0
+
+    async def test_a_correction_to_another_known_memory_or_unsaid_retires_nothing(
+        self, rig: Rig
+    ) -> None:
+        await rig.service.save(SaveRequest(text="The user lost their job as a banker."))
+        await rig.service.save(SaveRequest(text="The user started a dance studio."))
+        await rig.turn(
+            ("user", "Since the banker job ended, the dance studio takes all my time."),
+            reply=lambda shown: json.dumps(
+                {
+                    "memories": [
+                        {  # the wrong ref, pointing at another known memory's text
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user lost their job as a banker."),
+                            "text": "The user started a dance studio.",
+                        },
+                        {  # nothing the user said carries it
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user started a dance studio."),
+                            "text": "The user moved to Berlin in 2021.",
+                        },
+                    ]
+                }
+            ),
+        )
+        everything = await rig.texts(include_superseded=True)
+        assert set(everything) == {
+            "The user lost their job as a banker.",
+            "The user started a dance studio.",
+        }
+        assert all(m.live for m in everything.values())
 
     async def test_a_correction_supersedes_with_the_reason_and_spares_pinned(
         self, rig: Rig

@@ -9,6 +9,7 @@ the known memories shown. Parsing is lenient — code fences, prose around the J
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS
 __all__ = [
     "MAX_MESSAGE_CHARS",
     "PROMPT_VERSION",
+    "PROMPT_VERSIONS",
     "Add",
     "Correct",
     "Decisions",
@@ -31,7 +33,8 @@ __all__ = [
     "system_prompt",
 ]
 
-PROMPT_VERSION = "extraction-v1"
+PROMPT_VERSIONS = ("extraction-v1", "extraction-v2")  # files in prompts/; old ones are kept
+PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
 MAX_TEXT_CHARS = 300
 _OPS = {
@@ -49,9 +52,12 @@ _OPS = {
 }
 
 
-def system_prompt() -> str:
+@functools.cache
+def system_prompt(version: str = PROMPT_VERSION) -> str:
     """The prompt file without its design notes (the leading HTML comment)."""
-    text = resources.files(__package__).joinpath(f"prompts/{PROMPT_VERSION}.md").read_text("utf-8")
+    if version not in PROMPT_VERSIONS:
+        raise ValueError(f"unknown extraction prompt {version!r}")
+    text = resources.files(__package__).joinpath(f"prompts/{version}.md").read_text("utf-8")
     return re.sub(r"\A\s*<!--.*?-->\s*", "", text, flags=re.S)
 
 

@@ -1,4 +1,4 @@
-"""The extraction pass: one finished turn's new messages → one `router::complete` → writes.
+"""The extraction pass: one finished turn's new messages → one completion → writes.
 
 1. Read the session's messages after its cursor (state scope `memory_cursor`), walking every page
    (`session::messages` is oldest first, so the new turn is on the last page), keeping at most
@@ -6,10 +6,12 @@
    that is never met (a branch switch, trimmed history) falls back to the tail.
 2. Redact secrets in the excerpt BEFORE anything leaves the worker.
 3. Show the model what the bank already holds about it (the top recall hits, with refs).
-4. One completion; the reply is parsed leniently (`extraction.parse_reply`).
+4. One completion (`router::complete`, or the `extraction_endpoint`), with the prompt version
+   `extraction_prompt` names; the reply is parsed leniently (`extraction.parse_reply`).
 5. Apply, at most `max_memories_per_turn` memory writes: add (fingerprint-deduped: a repeat
    reinforces), restate (reinforce), correct (save the new text, supersede the old with the
-   reason; a pinned memory is never touched); standing instructions are appended to the bank's
+   reason; a pinned memory is never touched). A restatement or a correction counts only when
+   the user's own words carry it (`grounded`); standing instructions are appended to the bank's
    auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -48,7 +51,13 @@ from memory_worker.app.wire import (
     SaveResponse,
     SupersedeRequest,
 )
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, SiblingUnavailable
+from memory_worker.core.errors import (
+    BankNotFound,
+    Conflict,
+    InvalidInput,
+    MemoryNotFound,
+    SiblingUnavailable,
+)
 from memory_worker.core.extraction import (
     Add,
     Correct,
@@ -61,7 +70,7 @@ from memory_worker.core.extraction import (
 from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
-from memory_worker.core.text import fingerprint, normalize
+from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
 from memory_worker.harness.turns import ExtractJob
 
 __all__ = [
@@ -72,7 +81,9 @@ __all__ = [
     "Decision",
     "Extractor",
     "PassJournal",
+    "grounded",
     "merge_learned",
+    "said_terms",
 ]
 
 log = structlog.get_logger(__name__)
@@ -92,6 +103,7 @@ MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
 USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
 MEMORY_PREFIX = "<memory "
 MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
+GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words must carry
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
 
 
@@ -139,9 +151,31 @@ def _carries_secret(text: str) -> bool:
     return REDACTED_MARK in redact(text).text
 
 
-def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], list[Add]]:
-    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement,
-    and a fact carrying a redaction marker is not worth keeping."""
+def said_terms(lines: list[Line]) -> frozenset[str]:
+    """The content terms of what the user said in the excerpt (the only source of facts)."""
+    return frozenset(terms(" ".join(line.text for line in lines if line.role == "user")))
+
+
+def grounded(text: str, said: frozenset[str]) -> bool:
+    """Whether the user's own words carry `text`: at least a quarter of its content terms (one at
+    least), leaving out `user` and numbers (dates the model computed are not in the words).
+
+    Measured with a real 1.5B model (docs/BENCHMARKS.md, "Live extraction"): it restated the
+    same known memory on nearly every turn, and restated memories the assistant had echoed, so
+    corroboration counted the model's habit, not the user. A restatement, or a correction that
+    would retire a memory, must be visible in what the user said."""
+    own = {term for term in terms(text) if term != USER_ENTITY and not term.isdigit()}
+    if not own:
+        return False
+    return len(own & said) >= max(1, math.ceil(len(own) * GROUNDING_SHARE))
+
+
+def _split_known(
+    decisions: Decisions, known: list[Memory], said: frozenset[str]
+) -> tuple[list[int], list[Add]]:
+    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement;
+    a restatement the user's words do not carry is dropped; a fact carrying a redaction marker
+    is not worth keeping."""
     by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
     restates = list(dict.fromkeys(decisions.restates))
     adds: list[Add] = []
@@ -152,7 +186,7 @@ def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], 
                 adds.append(add)
         elif again not in restates:
             restates.append(again)
-    return restates, adds
+    return [i for i in restates if grounded(known[i].text, said)], adds
 
 
 def _at_ms(message: dict[str, Any]) -> int | None:
@@ -240,7 +274,8 @@ class Extractor:
         since: int | None = None
         if recorded is None:
             known = await self._known(bank, lines, _caller(job.session_id))
-            reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+            prompt = system_prompt(settings.extraction_prompt)
+            reply = await self._completer.complete(prompt, render_request(lines, known))
         else:  # an earlier attempt decided, then stopped: finish THAT decision, once
             known = await self._shown(bank, recorded.known, _caller(job.session_id))
             reply, since = recorded.reply, recorded.at_ms
@@ -255,7 +290,9 @@ class Extractor:
         if decisions.skipped:
             log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
         try:
-            written = await self._apply(bank, decisions, known, job.session_id, since=since)
+            written = await self._apply(
+                bank, decisions, known, job.session_id, said_terms(lines), since=since
+            )
         except BankNotFound:  # deleted while the pass was writing: the rest is dropped too
             log.info("extraction_bank_deleted", session_id=job.session_id, bank=bank)
             written = 0
@@ -383,13 +420,14 @@ class Extractor:
         decisions: Decisions,
         known: list[Memory],
         session_id: str,
+        said: frozenset[str],
         *,
         since: int | None = None,
     ) -> int:
         """Restatements, then corrections, then new facts, within `max_memories_per_turn`
         writes; then rules (their own limit)."""
         settings = self._service.settings
-        restates, adds = _split_known(decisions, known)
+        restates, adds = _split_known(decisions, known, said)
         budget = settings.max_memories_per_turn
         written = 0
         for index in restates:
@@ -402,9 +440,15 @@ class Extractor:
         corrected: set[int] = set()
         for correction in decisions.corrections:
             if written < budget and await self._correct(
-                bank, correction, known, corrected, session_id, since=since
+                bank, correction, known, corrected, session_id, said, since=since
             ):
                 written += 1
+        # a fact the bank already holds (not shown this time) is a restatement too
+        adds = [
+            add
+            for add in adds
+            if grounded(add.text, said) or not await self._held(bank, add, session_id)
+        ]
         room = max(budget - written, 0)
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
@@ -422,14 +466,20 @@ class Extractor:
         known: list[Memory],
         corrected: set[int],
         session_id: str,
+        said: frozenset[str],
         *,
         since: int | None = None,
     ) -> bool:
         """Save the corrected text and retire the old memory by it; False when nothing was
         written. A pinned memory is never rewritten by extraction; a second correction of the same
-        memory keeps its text as a new fact."""
+        memory keeps its text as a new fact. A correction the user's words do not carry, or
+        whose text is another known memory (a model pointing at the wrong ref), retires
+        nothing: it would replace a good memory by an unrelated one."""
         old, new = known[correction.ref], correction.new
-        if old.pinned or _carries_secret(new.text):
+        if old.pinned or _carries_secret(new.text) or not grounded(new.text, said):
+            return False
+        others = {normalize(m.text) for i, m in enumerate(known) if i != correction.ref}
+        if normalize(new.text) in others:
             return False
         saved = await self._save(bank, new.text, new.entities, new.tags, session_id, since=since)
         if saved is None:
@@ -445,6 +495,16 @@ class Extractor:
         except Conflict as exc:  # retired meanwhile (a person, consolidation): nothing to do
             log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
         return True
+
+    async def _held(self, bank: str, add: Add, session_id: str) -> bool:
+        """Whether the bank holds this text live already (ids are content fingerprints)."""
+        request = GetRequest(bank=bank, id=fingerprint(add.text))
+        try:
+            found = await respond(self._service, "memory::get", request, _caller(session_id))
+        except (BankNotFound, MemoryNotFound, InvalidInput):
+            return False
+        assert isinstance(found, GetResponse)
+        return found.memory.live
 
     async def _save(
         self,

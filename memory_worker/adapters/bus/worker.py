@@ -47,6 +47,7 @@ from memory_worker.adapters.bus.siblings import (
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
+from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -144,6 +145,7 @@ class EngineWorker:
         self._reconfigure: Reconfigurer | None = None
         self._watcher: DataDirWatcher | None = None
         self._pipeline: TurnPipeline | None = None
+        self._completer: EndpointOrRouter | None = None
         self._state: SessionState | None = None
         self._emitter: BusEmitter | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -210,12 +212,10 @@ class EngineWorker:
         )
         hook = PreGenerate(service, resolver, state)
         queue = QueueClient(call)
-        extractor = Extractor(
-            service,
-            TranscriptClient(call),
-            RouterCompleter(call, lambda: service.settings),
-            StateClient(call),
+        self._completer = completer = EndpointOrRouter(
+            lambda: service.settings, RouterCompleter(call, lambda: service.settings)
         )
+        extractor = Extractor(service, TranscriptClient(call), completer, StateClient(call))
         self._pipeline = pipeline = TurnPipeline(service, resolver, state, queue, extractor)
         self._reconfigure = Reconfigurer(
             service,
@@ -294,6 +294,8 @@ class EngineWorker:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._pipeline is not None:
             await self._pipeline.close()
+        if self._completer is not None:
+            await self._completer.aclose()
         if self._state is not None:
             await self._state.flush()
         if self._emitter is not None:
