@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from memory_worker.adapters import agent_hooks
-from memory_worker.adapters.doors import Door, open_door
+from memory_worker.adapters.doors import Door, LocalDoor, open_door
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -418,6 +418,15 @@ def _parser() -> argparse.ArgumentParser:
         "approves per use (bank list, tags, rules, history, preview, lessons, doctor, export)",
     )
 
+    sub.add_parser(
+        "capture",
+        parents=[common],
+        help="extract the queued turns (the Stop hook's) when no server runs",
+        description="Run the capture queue's due jobs in this process through the configured "
+        "extraction_endpoint, then exit. A running server does this by itself; this command is "
+        "for a data dir nobody serves.",
+    )
+
     agent_hooks.add_parser(sub, common)
     compact = sub.add_parser(
         "compact",
@@ -474,6 +483,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _capture(args: argparse.Namespace) -> int:
+    """Run the capture queue's due jobs in-process (no server holds the data dir; a server
+    runs them itself): each through the extraction endpoint the settings name."""
+    from memory_worker.adapters.openai_chat import OpenAIChatCompleter
+    from memory_worker.harness.capture import CaptureRunner
+    from memory_worker.storage.capture import CaptureQueue
+
+    settings = _settings(args)
+    root = resolve_data_dir(args.data_dir, settings)
+    if not settings.extraction_endpoint:
+        raise InvalidInput("no extraction_endpoint is configured: turns stay queued")
+
+    async def work(door: Door) -> int:
+        if not isinstance(door, LocalDoor):
+            _dump({"forwarded": door.remote, "detail": "the server runs the queue"}, sys.stdout)
+            return 0
+        service = door.service
+        completer = OpenAIChatCompleter(lambda: service.settings)
+        queue = await asyncio.to_thread(CaptureQueue, root)
+        runner = CaptureRunner(service, queue, completer)
+        try:
+            finished = await runner.run_once()
+            waiting = queue.pending()
+            _dump(
+                {
+                    "finished": finished,
+                    "pending": len(waiting),
+                    "dead": queue.dead,
+                    "next_retry_at": min((p.retry_at for p in waiting), default=None),
+                },
+                sys.stdout,
+                pretty=True,
+            )
+        finally:
+            await runner.close()
+            await completer.aclose()
+        return 0
+
+    return await _with_door(args, "memory-worker capture", work)
+
+
 async def _mcp(args: argparse.Namespace) -> int:
     """MCP over stdio: each tool call goes through the data dir's door, opened for that call
     (so hooks, the CLI and other agents' MCP processes get their turn between calls) or
@@ -523,6 +573,7 @@ _COMMANDS = {
     "export": _export,
     "hook": _hook,
     "mcp": _mcp,
+    "capture": _capture,
     "serve": _serve,
     "permissions": _permissions,
     "compact": _compact,

@@ -54,6 +54,7 @@ from memory_worker.adapters.doors import (
     LocalDoor,
     decode_caller,
 )
+from memory_worker.adapters.openai_chat import OpenAIChatCompleter
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -320,6 +321,7 @@ class StandaloneServer:
         self._apply_settings: Callable[[Settings], Awaitable[Applied]] | None = None
         self._mcp: Any = None  # McpHttp, when the mcp extra is installed
         self.capture: CaptureRunner | None = None
+        self._own_completer: OpenAIChatCompleter | None = None
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -351,7 +353,15 @@ class StandaloneServer:
             )
             service.backfill_embeddings()
             queue = await asyncio.to_thread(CaptureQueue, store.root)
-            self.capture = CaptureRunner(service, queue, self.completer)
+            if self.completer is None:
+                self._own_completer = OpenAIChatCompleter(lambda: service.settings)
+            self.capture = CaptureRunner(
+                service,
+                queue,
+                self.completer or self._own_completer,
+                # Without an endpoint, turns wait in the queue (never fail for want of one).
+                available=lambda: bool(service.settings.extraction_endpoint),
+            )
             self.capture.start()
             await self._watch(service)
             console = ConsoleContext(
@@ -442,6 +452,9 @@ class StandaloneServer:
         capture, self.capture = self.capture, None
         if capture is not None:
             await capture.close()
+        completer, self._own_completer = self._own_completer, None
+        if completer is not None:
+            await completer.aclose()
         if self._sock is not None:
             self._sock.close()  # only matters when start() failed before listening
             self._sock = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -43,6 +44,7 @@ MAX_JOB_ENTRIES = 200  # the transcript's tail a job carries; the cursor picks w
 MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts are in the words)
 RETRY_FIRST_MS = 5_000
 RETRY_MAX_MS = 10 * 60_000
+UNAVAILABLE_POLL_S = 30.0  # with no endpoint configured, how often to look again
 
 
 class CaptureEntry(BaseModel):
@@ -140,13 +142,21 @@ class CaptureRunner:
     job that is due now (tests, `memory-worker capture`); `start()` / `close()` own the loop."""
 
     def __init__(
-        self, service: MemoryService, queue: CaptureQueue, completer: Completer | None
+        self,
+        service: MemoryService,
+        queue: CaptureQueue,
+        completer: Completer | None,
+        *,
+        available: Callable[[], bool] = lambda: True,
     ) -> None:
         self.service = service
         self.queue = queue
-        self.completer = completer  # None: jobs wait (no endpoint configured)
+        self.completer = completer  # None: jobs only wait (an enqueue-only runner)
+        # Whether the completer can answer now (an endpoint is configured): jobs wait, not fail.
+        self.available = available
         self._lock = asyncio.Lock()  # one job, and one queue write, at a time
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set while the loop has nothing due to run
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.finished = 0
@@ -173,6 +183,7 @@ class CaptureRunner:
                 self.queue.enqueue, data, job_id=job.job_id(), now_ms=self.service.clock()
             )
         if new:
+            self._idle.clear()
             self._wake.set()
         return {"queued": job_id, "new": new}
 
@@ -182,7 +193,7 @@ class CaptureRunner:
     async def run_once(self) -> int:
         """Run every job due now, oldest first; the number finished (done or dead)."""
         finished = 0
-        if self.completer is None:
+        if self.completer is None or not self.available():
             return 0
         for pending in self._due(self.service.clock()):
             if self._closing:
@@ -247,6 +258,10 @@ class CaptureRunner:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="memory-capture")
 
+    async def settle(self) -> None:
+        """Wait until the loop has run every job due (tests, benchmarks)."""
+        await self._idle.wait()
+
     async def _loop(self) -> None:
         while not self._closing:
             self._wake.clear()
@@ -255,9 +270,15 @@ class CaptureRunner:
             except Exception:  # a bug: logged, the loop goes on (the job stays queued)
                 log.exception("capture_loop_failed")
             due = self.next_due_ms()
+            if self._wake.is_set():
+                continue  # enqueued while running: run again before saying idle
+            if due is None or due > self.service.clock() or not self.available():
+                self._idle.set()
             timeout = None if due is None else max(due - self.service.clock(), 0) / 1000 + 0.01
             if self.completer is None:
-                timeout = None  # nothing can run until a restart brings an endpoint
+                timeout = None  # an enqueue-only runner: nothing runs here
+            elif not self.available():
+                timeout = UNAVAILABLE_POLL_S  # a settings edit may bring an endpoint
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
