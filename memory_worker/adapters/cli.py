@@ -24,6 +24,7 @@ import structlog
 
 from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door
+from memory_worker.adapters.formats import FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -207,10 +208,18 @@ def _read_records(path: str) -> list[dict[str, Any]]:
 
 
 async def _import(args: argparse.Namespace) -> int:
-    rows = _read_records(args.file)
+    skipped: dict[str, int] = {}
+    if args.source_format == "memory-worker":
+        rows = _read_records(args.file)
+    else:
+        foreign = read_foreign(Path(args.file), args.source_format)
+        rows, skipped = foreign.records, foreign.skipped
+        if not rows:
+            raise InvalidInput(f"{args.file} holds no memory in the {args.source_format} format")
 
     async def work(door: Door) -> int:
-        _dump(await import_rows(door, args.bank, rows), sys.stdout, pretty=True)
+        report = await import_rows(door, args.bank, rows)
+        _dump({**report, "skipped": skipped} if skipped else report, sys.stdout, pretty=True)
         return 0
 
     return await _with_door(args, f"memory-worker import --bank {args.bank}", work)
@@ -383,9 +392,19 @@ def _parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser("import", parents=[common], help="bulk import whole memory records")
     imp.add_argument(
-        "file", metavar="FILE.jsonl", help="records, one JSON object a line (- = stdin)"
+        "file",
+        metavar="FILE",
+        help="records, one JSON object a line (- = stdin); with --from: the other system's export",
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
+    imp.add_argument(
+        "--from",
+        dest="source_format",
+        choices=FORMATS,
+        default="memory-worker",
+        help="what FILE is: memory-worker (JSON lines, what export writes; default), mem0 (its "
+        "get_all/export JSON), markdown (a folder of .md memory files, or one file)",
+    )
 
     export = sub.add_parser(
         "export",
