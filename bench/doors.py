@@ -1,7 +1,8 @@
-"""What each door costs: one `memory::recall` on a bank of N memories, answered in-process, forwarded
-to the server holding the data dir, over MCP through `/mcp`, over MCP through a `memory-worker mcp`
-stdio process (which opens the data dir for each call), and a coding agent's UserPromptSubmit hook
-as the agent runs it (a new process per prompt, forwarded to the server). Prints a table, exits 0.
+"""What each door costs: one `memory::recall` on a bank of N memories, answered in-process,
+forwarded to the server holding the data dir, over MCP through `/mcp`, over MCP through a
+`memory-worker mcp` stdio process (which opens the data dir for each call), and a coding agent's
+UserPromptSubmit hook as the agent runs it (a new process per prompt, forwarded to the server).
+Prints a table, exits 0.
 
     .venv/bin/python bench/doors.py [--memories 2000] [--calls 40]
 """
@@ -23,7 +24,6 @@ from mcp import Client, StdioServerParameters
 
 from memory_worker.adapters.doors import LocalDoor, RemoteDoor
 from memory_worker.adapters.standalone import StandaloneServer
-from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
@@ -98,8 +98,12 @@ async def main(n: int, calls: int) -> None:
 
         async def run_hook(i: int) -> None:
             proc = await asyncio.create_subprocess_exec(
-                *hook, "--data-dir", str(root), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, env=ENV,
+                *hook,
+                "--data-dir",
+                str(root),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=ENV,
             )
             out, _ = await proc.communicate(json.dumps(prompt).encode())
             assert b"additionalContext" in out, out
@@ -117,7 +121,8 @@ async def main(n: int, calls: int) -> None:
         )
 
     load = os.getloadavg()[0]
-    print(f"memory_recall on {n} memories, {calls} calls; load average {load:.1f} on {os.cpu_count()} cores")
+    cores = os.cpu_count()
+    print(f"memory_recall on {n} memories, {calls} calls; load average {load:.1f}, {cores} cores")
     print(f"{'door':52} {'p50 ms':>8} {'p90 ms':>8}")
     for name, samples in results.items():
         print(f"{name:52} {_ms(samples)}")

@@ -94,7 +94,9 @@ STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
 _SERVICE_KEY = web.AppKey("service", MemoryService)
 _MCP_KEY = web.AppKey("mcp", object)  # the McpHttp endpoint, when the `mcp` extra is installed
-_CAPTURE_KEY = web.AppKey("capture", CaptureRunner)
+# The capture loop the route hands turns to (looked up per request: a data_dir change replaces it).
+CurrentCapture = Callable[[], CaptureRunner | None]
+_CAPTURE_KEY: web.AppKey[CurrentCapture] = web.AppKey("capture")
 MCP_CALLER = Caller.for_agent("mcp")  # whoever speaks MCP to us is an agent
 _dumps = functools.partial(json.dumps, ensure_ascii=False)
 
@@ -188,7 +190,8 @@ def _function_handler(spec: catalog.FunctionSpec) -> Handler:
 
 async def _capture(request: web.Request) -> web.StreamResponse:
     """A Stop hook's turn, into the durable queue; the capture loop runs it."""
-    runner = request.app.get(_CAPTURE_KEY)
+    current = request.app.get(_CAPTURE_KEY)
+    runner = current() if current is not None else None
     if runner is None:
         raise InvalidInput("this server does not capture turns")
     return web.json_response(await runner.enqueue(await _payload(request)), dumps=_dumps)
@@ -218,11 +221,11 @@ def build_app(
     service: MemoryService,
     console: ConsoleContext | None = None,
     mcp: object | None = None,
-    capture: CaptureRunner | None = None,
+    capture: Callable[[], CaptureRunner | None] | None = None,
 ) -> web.Application:
     """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`,
-    `/mcp` (answered by `mcp`, an `McpHttp`, when given), `POST /capture` (into `capture`'s
-    queue), and the console's routes when `console` is given."""
+    `/mcp` (answered by `mcp`, an `McpHttp`, when given), `POST /capture` (into the queue of the
+    runner `capture()` gives), and the console's routes when `console` is given."""
     app = web.Application(middlewares=[_errors])
     app[_SERVICE_KEY] = service
     if mcp is not None:
@@ -352,17 +355,9 @@ class StandaloneServer:
                 store, self.settings, embedder=self.embedder, emitter=self.feed
             )
             service.backfill_embeddings()
-            queue = await asyncio.to_thread(CaptureQueue, store.root)
             if self.completer is None:
                 self._own_completer = OpenAIChatCompleter(lambda: service.settings)
-            self.capture = CaptureRunner(
-                service,
-                queue,
-                self.completer or self._own_completer,
-                # Without an endpoint, turns wait in the queue (never fail for want of one).
-                available=lambda: bool(service.settings.extraction_endpoint),
-            )
-            self.capture.start()
+            await self._start_capture(service)
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,
@@ -372,7 +367,7 @@ class StandaloneServer:
             )
             self._mcp = await self._start_mcp()
             self._runner = web.AppRunner(
-                build_app(service, console, self._mcp, self.capture),
+                build_app(service, console, self._mcp, lambda: self.capture),
                 access_log=None,
                 shutdown_timeout=self.shutdown_timeout_s,
             )
@@ -384,6 +379,21 @@ class StandaloneServer:
         if not _is_loopback(self._sock.getsockname()[0]):
             log.warning("serving_beyond_loopback", url=self.url, detail="no authentication")
         return self.url
+
+    async def _start_capture(self, service: MemoryService) -> None:
+        """The capture loop over the queue of the data dir the service runs on now (again
+        after a `data_dir` change: the queue belongs to its data dir)."""
+        if self.capture is not None:
+            await self.capture.close()
+        queue = await asyncio.to_thread(CaptureQueue, service.store.root)
+        self.capture = CaptureRunner(
+            service,
+            queue,
+            self.completer or self._own_completer,
+            # Without an endpoint, turns wait in the queue (never fail for want of one).
+            available=lambda: bool(service.settings.extraction_endpoint),
+        )
+        self.capture.start()
 
     @contextlib.asynccontextmanager
     async def _door(self, caller: Caller) -> AsyncIterator[Door]:
@@ -417,6 +427,7 @@ class StandaloneServer:
                 applied = await reconfigure.apply(settings)
                 if applied is Applied.REOPENED:
                     await data_dir_watcher.restart()  # follow the new data dir at once
+                    await self._start_capture(service)
                 return applied
 
             self._apply_settings = apply  # the console's settings edits apply the same way
