@@ -209,3 +209,23 @@ def test_cli_export_and_import_round_trip_through_files(
     assert [json.loads(line) for line in lines] == [
         json.loads(line) for line in out.read_text().splitlines()
     ]
+
+
+async def test_a_data_dir_change_moves_capture_to_the_new_data_dirs_queue(tmp_path: Path) -> None:
+    """Capture's queue belongs to its data dir: after a `data_dir` edit of the settings file, a
+    Stop hook's turn lands in the new data dir's queue."""
+    config = tmp_path / "memory.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'old'}\n")
+    server = StandaloneServer(Settings(), tmp_path / "old", port=0, config_path=config)
+    await server.start()
+    try:
+        assert server._apply_settings is not None
+        await server._apply_settings(Settings(data_dir=str(tmp_path / "new")))
+        turn = {"entry_id": "e1", "role": "user", "text": "I water the plants on Sundays"}
+        async with RemoteDoor(server.url or "", Caller.internal("hook")) as door:
+            queued = await door.capture({"session_id": "s1", "entries": [turn]})
+        assert queued == {"queued": "s1:e1", "new": True}
+        assert (tmp_path / "new" / ".capture.jsonl").exists()
+        assert not (tmp_path / "old" / ".capture.jsonl").exists()
+    finally:
+        await server.close()
