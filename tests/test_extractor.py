@@ -529,3 +529,121 @@ class TestReviewFindings:
         rig.chat.say("user", "From now on the blog posts go out on Mondays.")
         assert await extractor.extract(ExtractJob(session_id="s1"), "blog") == 0
         assert service.store.find("blog") is None
+
+
+class TestTurnBounds:
+    """Issue 21: a job reads its own turn only — from the previous turn's last entry (`after`)
+    to its own (`until`) — whenever it runs and whatever the cursor says."""
+
+    async def test_a_late_job_stops_at_its_until(self, rig: Rig) -> None:
+        rig.chat.say("user", "I live in Lisbon and work as a nurse.")
+        until = rig.chat.say("assistant", "Noted.")
+        rig.chat.say("user", "My therapist is Dr. Silva; keep it to this bank.")  # a later turn
+        await rig.extractor.extract(ExtractJob(session_id="s1", until=until), "main")
+        [sent] = rig.model.sent
+        assert "nurse" in sent and "Silva" not in sent
+        assert rig.kv.data[(CURSOR_SCOPE, "s1")] == {"last_entry_id": until, "done": [until]}
+
+    async def test_a_job_starts_after_the_previous_turn_even_when_that_one_is_pending(
+        self, rig: Rig
+    ) -> None:
+        rig.chat.say("user", "I live in Lisbon and work as a nurse.")
+        first = rig.chat.say("assistant", "Noted.")
+        rig.chat.say("user", "My sister Rita lives in Braga these days.")
+        second = rig.chat.say("assistant", "Nice.")
+        job2 = ExtractJob(session_id="s1", after=first, until=second)
+        await rig.extractor.extract(job2, "main")  # the second turn's job runs first
+        await rig.extractor.extract(ExtractJob(session_id="s1", until=first), "main")
+        assert "Rita" in rig.model.sent[0] and "nurse" not in rig.model.sent[0]
+        assert "nurse" in rig.model.sent[1] and "Rita" not in rig.model.sent[1]
+        cursor = rig.kv.data[(CURSOR_SCOPE, "s1")]
+        assert cursor["last_entry_id"] == second  # never moved back
+        assert await rig.extractor.extract(job2, "main") == 0  # redelivered: already done
+        assert len(rig.model.sent) == 2
+
+    async def test_an_until_that_is_not_in_the_session_reads_nothing(self, rig: Rig) -> None:
+        rig.chat.say("user", "My therapist is Dr. Silva; keep it to this bank.")
+        job = ExtractJob(session_id="s1", until="e-from-another-branch")
+        assert await rig.extractor.extract(job, "main") == 0
+        assert rig.model.sent == []
+
+
+class TestProvenance:
+    async def test_a_fact_points_at_the_message_it_came_from_and_the_agent(self, rig: Rig) -> None:
+        lisbon = rig.chat.say("user", "I live in Lisbon, by the river.")
+        rig.chat.items.append(
+            {
+                "entry_id": "e-answer",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Lovely city."}],
+                    "model": "claude-x",
+                    "provider": "anthropic",
+                },
+            }
+        )
+        cats = rig.chat.say("user", "Also, I have two cats called Tom and Kit.")
+        reply = {
+            "memories": [
+                add("The user has two cats, Tom and Kit."),
+                add("The user lives in Lisbon."),
+            ]
+        }
+        rig.model.replies.append(json.dumps(reply))
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        texts = await rig.texts()
+        cats_source = texts["The user has two cats, Tom and Kit."].source
+        assert cats_source is not None
+        assert (cats_source.session_id, cats_source.entry_id) == ("s1", cats)
+        assert cats_source.agent == "anthropic/claude-x"  # the model that answered the turn
+        assert texts["The user lives in Lisbon."].source.entry_id == lisbon  # type: ignore[union-attr]
+
+    async def test_the_agent_named_by_the_harness_wins(self, rig: Rig) -> None:
+        rig.chat.say("user", "I live in Lisbon, by the river.")
+        rig.model.replies.append(json.dumps({"memories": [add("The user lives in Lisbon.")]}))
+        await rig.extractor.extract(ExtractJob(session_id="s1", agent="planner"), "main")
+        [memory] = (await rig.texts()).values()
+        assert memory.source is not None and memory.source.agent == "planner"
+
+    async def test_an_inferred_fact_is_stored_as_inferred_the_rest_as_extracted(
+        self, rig: Rig
+    ) -> None:
+        reply = {
+            "memories": [
+                add("The user lives in Lisbon."),
+                add("The user probably speaks Portuguese.", confidence="inferred"),
+                add("The user likes the river.", inferred=True),
+            ]
+        }
+        await rig.turn(("user", "I live in Lisbon and walk by the river daily."), reply=reply)
+        texts = await rig.texts()
+        assert texts["The user lives in Lisbon."].confidence is Confidence.EXTRACTED
+        assert texts["The user probably speaks Portuguese."].confidence is Confidence.INFERRED
+        assert texts["The user likes the river."].confidence is Confidence.INFERRED
+
+
+async def test_session_deleted_drops_the_extraction_cursor(rig: Rig) -> None:
+    from memory_worker.harness.turns import TurnPipeline
+
+    from .test_pregenerate import Hooked
+
+    hooked = Hooked(rig.service)
+    pipeline = TurnPipeline(rig.service, hooked.resolver, hooked.state, None, rig.extractor)
+    await rig.turn(("user", "I live in Lisbon and work as a nurse."), reply={})
+    rig.kv.data[(CURSOR_SCOPE, "s2")] = {"last_entry_id": "e9"}
+    assert (CURSOR_SCOPE, "s1") in rig.kv.data
+    await pipeline.on_session_deleted({"session_id": "s1"})
+    assert (CURSOR_SCOPE, "s1") not in rig.kv.data and (CURSOR_SCOPE, "s2") in rig.kv.data
+
+
+async def test_a_secret_the_model_puts_in_an_entity_or_tag_is_redacted_not_lowercased(
+    rig: Rig,
+) -> None:
+    key = "AKIAIOSFODNN7EXAMPLE"
+    reply = {
+        "memories": [add("The user deploys with the ops account.", entities=[key], tags=[key])]
+    }
+    await rig.turn(("user", "I deploy with the ops account, nothing secret here."), reply=reply)
+    [memory] = (await rig.texts()).values()
+    assert memory.entities == ("user", "[REDACTED:aws-access-key]")
+    assert memory.tags == ("[REDACTED:aws-access-key]",)

@@ -314,6 +314,9 @@ class StandaloneServer:
         self.port = port
         self.shutdown_timeout_s = shutdown_timeout_s
         self.embedder: Embedder | None = None  # the semantic arm, when one was loaded
+        # What a settings-file change loads (a local model), so turning embeddings on or picking
+        # another model needs no restart.
+        self.embedder_for: Callable[[Settings], Embedder | None] | None = None
         self.url: str | None = None
         self.service: MemoryService | None = None
         self._sock: socket.socket | None = None
@@ -333,6 +336,11 @@ class StandaloneServer:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    @property
+    def settings_watcher(self) -> SettingsFileWatcher | None:
+        """The watcher of the settings file, when one is served (tests wait on its changes)."""
+        return next((w for w in self._watchers if isinstance(w, SettingsFileWatcher)), None)
 
     def _holder(self) -> dict[str, object]:
         return {
@@ -421,6 +429,7 @@ class StandaloneServer:
                 service,
                 lambda s: resolve_data_dir(self.data_dir_flag, s),
                 lambda path: Store.open(path, holder=self._holder()),
+                self.embedder_for,
             )
 
             async def apply(settings: Settings) -> Applied:
@@ -483,6 +492,7 @@ async def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     embedder: Embedder | None = None,
+    embedder_for: Callable[[Settings], Embedder | None] | None = None,
     reason: str = "",
     config_path: Path | None = None,
     data_dir_flag: str | None = None,
@@ -497,6 +507,7 @@ async def serve(
         data_dir_flag=data_dir_flag,
     )
     server.embedder = embedder
+    server.embedder_for = embedder_for
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:

@@ -101,10 +101,16 @@ class Settings(BaseModel):
         "stated.",
     )
     embeddings_enabled: bool = Field(
-        default=True, description="Fuse a semantic signal into recall when an embedder answers."
+        default=True,
+        description="Fuse a semantic signal into recall when an embedder answers; turning it on "
+        "embeds what was saved meanwhile first.",
     )
     embedding_model: str = Field(
-        default="", description="Embedding model; empty uses the provider default."
+        default="",
+        description="Embedding model: passed to router::embed (empty: the router's default), or "
+        "one the local embedder has (empty: all-minilm-l6-v2-int8; another name is refused). A "
+        "change re-embeds every bank in the background; until a bank is done its recall runs "
+        "without the semantic arm.",
     )
     inject_lessons: bool = Field(
         default=True,

@@ -95,20 +95,22 @@ class JobTranscript:
 
 
 class _Cursors:
-    """`KeyValue` for the pass's cursor: read from the queue; a move is kept here and written
-    with the job's `done` line (one fsync: done and cursor cannot disagree)."""
+    """`KeyValue` for the pass's cursor (the Extractor's own value: the entry it got to and the
+    turns it finished): read from the queue; a move is kept here and written with the job's
+    `done` line (one fsync: done and cursor cannot disagree)."""
 
     def __init__(self, queue: CaptureQueue) -> None:
         self._queue = queue
-        self.moved: str | None = None
+        self.moved: dict[str, Any] | None = None
 
     async def get(self, scope: str, key: str) -> Any:
-        cursor = self.moved or (self._queue.cursor(key) if scope == CURSOR_SCOPE else None)
-        return {"last_entry_id": cursor} if cursor else None
+        if scope != CURSOR_SCOPE:
+            return None
+        return self.moved if self.moved is not None else self._queue.cursor(key)
 
     async def set(self, scope: str, key: str, value: Any) -> None:
         if scope == CURSOR_SCOPE and isinstance(value, dict):
-            self.moved = str(value.get("last_entry_id") or "") or None
+            self.moved = value
 
     async def delete(self, scope: str, key: str) -> None:
         return None
@@ -216,7 +218,8 @@ class CaptureRunner:
             self.service, JobTranscript(job), self.completer, cursors, _Journal(self, pending)
         )
         until = job["entries"][-1]["entry_id"] if job.get("entries") else None
-        extract_job = ExtractJob(session_id=session_id, bank=bank, until=until)
+        agent = job.get("agent")
+        extract_job = ExtractJob(session_id=session_id, bank=bank, until=until, agent=agent)
         try:
             if not self.service.settings.extraction_enabled or self.service.was_deleted(bank):
                 await extractor.pass_over(extract_job)  # its words must never reach a later pass

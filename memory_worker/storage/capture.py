@@ -11,9 +11,10 @@ its step did not happen):
   same decisions, and what it already wrote is not written again (`harness.capture`).
 - `{"op": "failed", "id", "at", "error", "retry_at"}` — a failed attempt (retried after
   `retry_at`); past the attempt limit the job is `dead` (kept, never run again).
-- `{"op": "done", "id", "at", "session", "cursor", "written"}` — finished; `cursor` is the last
-  transcript entry it read, so the session's next turn starts after it. Done in the same line as
-  the cursor: the two cannot disagree.
+- `{"op": "done", "id", "at", "session", "cursor", "written"}` — finished; `cursor` is where the
+  session's passes got to (the pass's own value: the last entry read, the turns finished), so
+  the session's next turn starts after it. Done in the same line as the cursor: the two cannot
+  disagree.
 
 When nothing is pending and the file has grown, it is rewritten (atomically) to the cursors alone.
 Only the holder of the data dir's lock writes it.
@@ -57,7 +58,7 @@ class Pending:
 class _State:
     pending: dict[str, Pending] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
-    cursors: dict[str, str] = field(default_factory=dict)
+    cursors: dict[str, Any] = field(default_factory=dict)
     dead: int = 0
     done: int = 0
     skipped_lines: int = 0
@@ -86,7 +87,8 @@ class CaptureQueue:
         """Jobs not done yet, oldest first."""
         return sorted(self._state.pending.values(), key=lambda p: (p.enqueued_at, p.id))
 
-    def cursor(self, session_id: str) -> str | None:
+    def cursor(self, session_id: str) -> Any:
+        """The session's cursor as the last finished job left it (None before the first)."""
         return self._state.cursors.get(session_id)
 
     def _append(self, record: dict[str, Any]) -> None:
@@ -109,9 +111,7 @@ class CaptureQueue:
         self._append(record)
         self._state.pending[job_id].decided = {"at": now_ms, "reply": reply, "known": known}
 
-    def done(
-        self, job_id: str, *, session_id: str, cursor: str | None, written: int, now_ms: int
-    ) -> None:
+    def done(self, job_id: str, *, session_id: str, cursor: Any, written: int, now_ms: int) -> None:
         record = {
             "op": "done",
             "id": job_id,
@@ -178,7 +178,7 @@ def _replay(path: Path) -> _State:
 def _apply(state: _State, record: dict[str, Any]) -> None:
     op, job_id = record["op"], str(record.get("id"))
     if op == "cursor":
-        state.cursors[str(record["session"])] = str(record["cursor"])
+        state.cursors[str(record["session"])] = record["cursor"]
         return
     if op == "job":
         if job_id not in state.seen:
@@ -202,7 +202,7 @@ def _apply(state: _State, record: dict[str, Any]) -> None:
         del state.pending[job_id]
         state.done += 1
         if record.get("cursor"):
-            state.cursors[str(record["session"])] = str(record["cursor"])
+            state.cursors[str(record["session"])] = record["cursor"]
     elif op == "dead":
         del state.pending[job_id]
         state.dead += 1
