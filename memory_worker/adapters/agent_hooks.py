@@ -16,7 +16,7 @@ a log line.
 - `pre-tool-use` (PreToolUse): the lesson cards the tool call meets, each revision once per agent
   session, as `additionalContext`.
 - `stop` (Stop): the turn's messages, read from the agent's transcript file, handed to capture
-  (`adapters.capture`); it prints nothing, so it never asks the agent to go on.
+  (`harness.capture`); it prints nothing, so it never asks the agent to go on.
 """
 
 from __future__ import annotations
