@@ -11,8 +11,7 @@ from typing import Any
 
 import yaml
 
-from memory_worker.adapters.bus import catalog as bus_catalog
-from memory_worker.app.catalog import CATALOG, render_permissions
+from memory_worker.app.catalog import CATALOG, SEAMS, render_permissions
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import ERROR_CODES
 
@@ -125,7 +124,7 @@ SEED_AGENT_SET = {
     "memory::delete",
     "memory::pin",
 }
-BUS_INTERNAL = {spec.id for spec in bus_catalog.INTERNAL}
+BUS_INTERNAL = {spec.id for spec in SEAMS}
 
 
 def _permission_rules() -> tuple[list[str], list[str]]:
@@ -139,8 +138,7 @@ def _permission_rules() -> tuple[list[str], list[str]]:
 
 
 def test_permissions_file_is_what_the_catalog_generates() -> None:
-    internal = dict.fromkeys([*(s.id for s in bus_catalog.INTERNAL), "memory::ui-content"])
-    rendered = render_permissions(CATALOG, list(internal))
+    rendered = render_permissions()
     assert PERMISSIONS.read_text(encoding="utf-8") == rendered, (
         "iii-permissions.yaml differs from the catalog's policy: regenerate it with "
         "`.venv/bin/memory-worker permissions > iii-permissions.yaml`"

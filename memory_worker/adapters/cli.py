@@ -41,7 +41,6 @@ EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
 DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
-UI_CONTENT = "memory::ui-content"  # the console page's content function (an internal seam)
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 # A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
@@ -94,31 +93,33 @@ def _embedder_choice(default: str) -> str:
     return choice
 
 
-def _embedder(settings: Settings, *, default: str) -> Embedder | None:
+def _embedder(settings: Settings, *, default: str, lazy: bool = False) -> Embedder | None:
     """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local`, `router` or `none`; by default
-    a standalone server loads the local model (when the `embed` extra is installed), engine mode
-    asks `router::embed` (returns None here: the bus adapter builds it), and one-shot commands stay
-    lexical, so a `trigger` does not pay the model's load time.
-
-    The local model is the one `embedding_model` names (empty: the default); a name the local
-    embedder does not have gets an `UnavailableEmbedder` saying so (recall lexical, doctor
-    explains), never another model."""
+    a standalone server and one-shot commands use the local model `embedding_model` names (empty:
+    the default), engine mode asks `router::embed` (returns None here: the bus adapter builds it).
+    `lazy`: loaded on first use, so a one-shot command that embeds nothing never pays for it. A
+    name the local embedder does not have gets an `UnavailableEmbedder` saying so (recall
+    lexical, doctor explains), never another model."""
     choice = _embedder_choice(default)
     if choice != "local" or not settings.embeddings_enabled:
         return None
-    from memory_worker.adapters.local_embedder import (
+    from memory_worker.adapters.embedders import (
         EmbedderUnavailable,
+        LazyEmbedder,
         UnavailableEmbedder,
-        local_model,
+        load_local,
+        resolve_local,
     )
 
     try:
-        model = local_model(settings.embedding_model)
+        resolve_local(settings.embedding_model)
     except EmbedderUnavailable as exc:
         log.error("embedding_model_refused", detail=str(exc), retrieval="bm25-entity")
         return UnavailableEmbedder(settings.embedding_model, str(exc))
     try:
-        return model.load()
+        if lazy:
+            return LazyEmbedder(settings.embedding_model)
+        return load_local(settings.embedding_model)
     except EmbedderUnavailable as exc:
         log.warning("embedder_unavailable", detail=str(exc), retrieval="bm25-entity")
         return None
@@ -144,9 +145,17 @@ async def _with_door(
     that holds it."""
     settings = _settings(args)
     root = resolve_data_dir(args.data_dir, settings)
-    embedder = _embedder(settings, default="none")
+    # A one-shot command embeds queries over the vectors a server made, never what it writes (the
+    # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
+    embedder = _embedder(settings, default="local", lazy=True)
     async with open_door(
-        root, settings, caller, command=command, lock_wait_s=lock_wait_s, embedder=embedder
+        root,
+        settings,
+        caller,
+        command=command,
+        lock_wait_s=lock_wait_s,
+        embedder=embedder,
+        embed_writes=False,
     ) as door:
         return await work(door)
 
@@ -601,10 +610,7 @@ async def _hook(args: argparse.Namespace) -> int:
 
 async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
-    from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
-
-    internal = list(dict.fromkeys([*(spec.id for spec in INTERNAL), UI_CONTENT]))
-    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, internal))
+    sys.stdout.write(catalog.render_permissions())
     return 0
 
 

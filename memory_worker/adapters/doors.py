@@ -302,6 +302,7 @@ async def open_door(
     command: str,
     lock_wait_s: float,
     embedder: Embedder | None = None,
+    embed_writes: bool = True,
     forward_timeout_s: float = FORWARD_TIMEOUT_S,
 ) -> AsyncIterator[Door]:
     """The door to `root` for one command: the data dir opened in-process (its lock held until
@@ -320,7 +321,7 @@ async def open_door(
         ) as door:
             yield door
         return
-    service = MemoryService(store, settings, embedder=embedder)
+    service = MemoryService(store, settings, embedder=embedder, embed_writes=embed_writes)
     try:
         yield LocalDoor(service, caller)
         await service.settle()  # the vectors of what this command saved land before it exits

@@ -35,6 +35,7 @@ from memory_worker.storage.store import Store
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
+    "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
     "clean_short",
     "event_id",
@@ -78,6 +79,9 @@ def clean_short(raw: str | None, field: str, limit: int) -> str | None:
     return cleaned or None
 
 
+QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
+
+
 class ServiceBase:
     """State and helpers every use case shares: the store, the settings snapshot, events, time."""
 
@@ -90,6 +94,7 @@ class ServiceBase:
         clock: Clock = system_clock,
         embedder: Embedder | None = None,
         siblings: HealthProbe | None = None,
+        embed_writes: bool = True,
         deliveries: Deliveries | None = None,
     ) -> None:
         """`deliveries`: where lesson deliveries are kept (the state worker under an engine);
@@ -101,6 +106,12 @@ class ServiceBase:
         self.emitter: Emitter = emitter or NullEmitter()
         self.clock = clock
         self.embedder = embedder
+        # False for one-shot CLI commands: they embed queries over vectors a server made, never a
+        # bank's backlog (a long import would pay for every memory before the command exits).
+        self.embed_writes = embed_writes
+        # Inside the hook's budget: a slow embedder costs the turn nothing (recall runs lexical).
+        # Evaluations that must measure the semantic arm on a loaded machine raise it.
+        self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S
         self._embedding: dict[str, asyncio.Task[None]] = {}
         self._last_embed_failure: tuple[str, str] | None = None
 

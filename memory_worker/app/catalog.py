@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.app import wire
+from memory_worker.app import seams, wire
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
@@ -25,9 +25,11 @@ from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
     "CATALOG",
+    "SEAMS",
     "FunctionSpec",
     "Hints",
     "Policy",
+    "SeamSpec",
     "call",
     "find",
     "json_schema",
@@ -338,6 +340,110 @@ CATALOG: tuple[FunctionSpec, ...] = (
 _BY_ID: dict[str, FunctionSpec] = {spec.id: spec for spec in CATALOG}
 
 
+@dataclass(frozen=True, slots=True)
+class SeamSpec:
+    """An internal function: invoked by the harness, the queue, a sibling or the console, never
+    by `call()` (its handler is the harness's or an adapter's); denied to agents."""
+
+    id: str
+    description: str
+    request: type[BaseModel]
+    response: type[BaseModel]
+    trace_hidden: bool = False
+
+    @property
+    def policy(self) -> Policy:
+        return Policy.INTERNAL
+
+    @property
+    def internal(self) -> bool:
+        return True
+
+    @property
+    def hints(self) -> Hints:
+        return Hints()  # never offered as a tool: how a caller should treat it does not arise
+
+
+HOOK = "memory::hook::pre-generate"
+TURN_COMPLETED = "memory::on-turn-completed"
+EXTRACT_JOB = "memory::extract-job"
+SESSION_DELETED = "memory::on-session-deleted"
+SESSION_META_UPDATED = "memory::on-session-meta-updated"
+CONFIG_CHANGE = "memory::on-config-change"
+UI_CONTENT = "memory::ui-content"
+UI_SETTINGS = "memory::ui-settings"
+HTTP = "memory::http"
+
+SEAMS: tuple[SeamSpec, ...] = (
+    SeamSpec(
+        HOOK,
+        "Internal: harness pre-generate hook — injects the session bank's rules into the system "
+        "prompt and recalled memories as one appended message. Never denies.",
+        seams.HookEnvelope,
+        seams.HookResponse,
+    ),
+    SeamSpec(
+        TURN_COMPLETED,
+        "Internal: harness turn-completed handler — enqueues one durable extraction job (a single "
+        "router::complete call) for the finished turn; inline fallback without a queue.",
+        seams.TurnCompleted,
+        seams.Ack,
+    ),
+    SeamSpec(
+        EXTRACT_JOB,
+        "Internal: queue-delivered extraction job — errors propagate so the queue retries and "
+        "dead-letters instead of losing the pass.",
+        seams.ExtractJob,
+        seams.Ack,
+    ),
+    SeamSpec(
+        SESSION_DELETED,
+        "Internal: session::deleted handler — drops the session's extraction cursor.",
+        seams.SessionDeleted,
+        seams.Ack,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        SESSION_META_UPDATED,
+        "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
+        "changed memory_bank applies from the session's next turn.",
+        seams.SessionDeleted,
+        seams.Ack,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        CONFIG_CHANGE,
+        "Internal: hot-reload memory from the authoritative configuration when it changes — "
+        "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",
+        seams.ConfigChanged,
+        seams.ConfigAck,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        UI_CONTENT,
+        "Serve the memory worker's injected console UI assets (content function for its "
+        "console:script / console:style / console:module triggers).",
+        seams.UiContentInput,
+        seams.UiContentResult,
+    ),
+    SeamSpec(
+        UI_SETTINGS,
+        "Internal: the console page's settings panel — every configuration field with its "
+        "description and effective value. Read-only: the configuration worker owns the entry.",
+        seams.UiSettingsInput,
+        seams.UiSettingsResult,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        HTTP,
+        "Internal: REST adapter for the http worker — POST /memory/<function path> with the JSON "
+        "payload; answers the result, or {error: {code, message}} with a fitting status.",
+        seams.HttpEnvelope,
+        seams.HttpReply,
+    ),
+)
+
+
 def find(function_id: str) -> FunctionSpec:
     spec = _BY_ID.get(function_id)
     if spec is None:
@@ -410,11 +516,10 @@ _POLICY_NOTES: dict[Policy, str] = {
 }
 
 
-def render_permissions(specs: Sequence[FunctionSpec], internal: Sequence[str]) -> str:
+def render_permissions(specs: Sequence[FunctionSpec | SeamSpec] = (*CATALOG, *SEAMS)) -> str:
     """`iii-permissions.yaml` as the catalog decides it: denies first (first match wins), then
     the agent set; functions needing approval are named in a comment, not listed."""
     by_policy: dict[Policy, list[str]] = {policy: [] for policy in Policy}
-    by_policy[Policy.INTERNAL].extend(internal)
     for spec in specs:
         by_policy[spec.policy].append(spec.id)
     lines = [

@@ -107,10 +107,11 @@ class Settings(BaseModel):
     )
     embedding_model: str = Field(
         default="",
-        description="Embedding model: passed to router::embed (empty: the router's default), or "
-        "one the local embedder has (empty: all-minilm-l6-v2-int8; another name is refused). A "
-        "change re-embeds every bank in the background; until a bank is done its recall runs "
-        "without the semantic arm.",
+        description="Embedding model. Local embedder: multilingual-e5-small-enpt-q4 (empty, the "
+        "default; alias e5) or all-minilm-l6-v2-int8 (alias minilm, needs the embed extra); "
+        "another name is refused. Under an engine, the model router::embed is asked for (empty: "
+        "the router's default). A change re-embeds every bank in the background; until a bank is "
+        "done its recall runs without the semantic arm.",
     )
     inject_lessons: bool = Field(
         default=True,

@@ -24,11 +24,11 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_worker.app.ports import Completer
+from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
-from memory_worker.harness.turns import ExtractJob
 from memory_worker.storage.capture import CaptureQueue, Pending
 
 __all__ = [

@@ -38,6 +38,7 @@ import structlog
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import respond
 from memory_worker.app.ports import Completer, KeyValue, TranscriptSource
+from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import (
     GetRequest,
@@ -71,7 +72,6 @@ from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
-from memory_worker.harness.turns import ExtractJob
 
 __all__ = [
     "CURSOR_SCOPE",

@@ -244,6 +244,11 @@ class Bank:
         }
         self._embed_ready = not self._to_embed
 
+    def embedded_by(self, model: str) -> bool:
+        """Whether any live memory holds a vector from `model` (a scan: for one-shot commands,
+        which embed a query only when there is something to compare it with)."""
+        return model in self._vector_models.values()
+
     def needs_embedding(self, model: str, limit: int) -> list[Memory]:
         """Live memories with no vector from `model` (new, edited, or embedded by another model);
         for a model that has not taken over yet, any live ones (it needs them all)."""
