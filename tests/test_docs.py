@@ -79,10 +79,14 @@ def test_config_example_names_every_setting() -> None:
 
 def test_config_example_values_are_the_defaults() -> None:
     raw = _example_keys()
-    wrong = {
-        name: (raw[name], info.default)
+    defaults = {
+        name: info.get_default(call_default_factory=True)
         for name, info in Settings.model_fields.items()
-        if name in raw and (raw[name] != info.default or type(raw[name]) is not type(info.default))
+    }
+    wrong = {
+        name: (raw[name], default)
+        for name, default in defaults.items()
+        if name in raw and (raw[name] != default or type(raw[name]) is not type(default))
     }
     assert not wrong, (
         f"config.example.yaml values differ from the defaults (value, default): {wrong}"

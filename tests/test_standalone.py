@@ -84,7 +84,8 @@ def _post(
     url: str, path: str, body: object = None, *, raw: bytes | None = None, method: str = "POST"
 ) -> tuple[int, Any]:
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url + path, data=data, method=method)
+    headers = {"Content-Type": "application/json"} if method == "POST" else {}
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
     try:
         with _OPENER.open(request, timeout=5) as response:
             return response.status, json.loads(response.read())
@@ -274,11 +275,13 @@ class TestInProcess:
         assert set(STATUS_BY_CODE) == set(ERROR_CODES)
 
     def test_every_catalog_function_has_a_route(self) -> None:
-        """`build_app` routes POST /<http_path> for each catalog entry, and nothing else POSTs."""
+        """`build_app` routes POST /<http_path> for each catalog entry, and nothing else POSTs
+        but the capture queue's door."""
         app = standalone.build_app(object())  # type: ignore[arg-type]
         routes = [r for r in app.router.routes() if r.method == "POST"]
         posts = {r.resource.canonical for r in routes if r.resource is not None}
-        assert posts == {f"/{spec.http_path}" for spec in catalog.CATALOG}
+        expected = {f"/{spec.http_path}" for spec in catalog.CATALOG}
+        assert posts == expected | {f"/{standalone.CAPTURE_PATH}"}
 
     async def test_a_bug_is_logged_and_answered_500_without_detail(
         self, data_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -36,7 +36,8 @@ import structlog
 from memory_worker.adapters.doors import Door
 from memory_worker.adapters.transcripts import read_transcript
 from memory_worker.app.caller import Caller
-from memory_worker.core.errors import WorkerError
+from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.payload import loads
 from memory_worker.harness.capture import MAX_JOB_ENTRIES
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
@@ -243,8 +244,8 @@ def _read_payload(stream: TextIO) -> dict[str, Any] | None:
         log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
         return None
     try:
-        payload = json.loads(raw)
-    except ValueError as exc:
+        payload = loads(raw, "hook input")  # bounded nesting: a deep payload is not a crash
+    except InvalidInput as exc:
         log.warning("hook_input_not_json", error=str(exc))
         return None
     if not isinstance(payload, dict):

@@ -31,6 +31,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import Embedder
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.payload import loads
 
 log = structlog.get_logger(__name__)
 
@@ -53,10 +54,7 @@ def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str
     value is JSON-decoded when possible, else kept as a string."""
     payload: dict[str, Any] = {}
     if base:
-        try:
-            decoded = json.loads(base)
-        except ValueError as exc:
-            raise InvalidInput(f"--json is not valid JSON: {exc}") from None
+        decoded = loads(base, "--json")
         if not isinstance(decoded, dict):
             raise InvalidInput("--json must be a JSON object")
         payload.update(decoded)
@@ -65,14 +63,22 @@ def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str
         if not sep or not key:
             raise InvalidInput(f"expected key=value, got {pair!r}")
         try:
-            payload[key] = json.loads(raw)
-        except ValueError:
+            payload[key] = loads(raw, key)
+        except InvalidInput as err:
+            if "nested" in err.message:
+                raise  # JSON, but too deep to take: refused like every other edge refuses it
             payload[key] = raw
     return payload
 
 
 def _dump(value: object, stream: TextIO, *, pretty: bool = False) -> None:
-    stream.write(json.dumps(value, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+    indent = 2 if pretty else None
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate echoed from the input: escape, never crash
+        text = json.dumps(value, indent=indent)
+    stream.write(text + "\n")
     stream.flush()
 
 
@@ -185,10 +191,7 @@ async def _trigger(args: argparse.Namespace) -> int:
 
 async def _batch_line(door: Door, line: str) -> dict[str, Any]:
     try:
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise InvalidInput(f"not a JSON line: {exc}") from None
+        item = loads(line, "the line")
         if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
             raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
         return {"result": await door.call(item["function_id"], item.get("payload"))}
@@ -224,13 +227,12 @@ def _read_records(path: str) -> list[dict[str, Any]]:
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSON lines end at "\n" only: U+2028, U+0085 or a form feed inside a string are valid JSON
+    # (`str.splitlines` would cut a record there); a "\r" before the "\n" is JSON whitespace.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InvalidInput(f"{path}:{number} is not JSON: {exc}") from None
+        row = loads(line, f"{path}:{number}")
         if not isinstance(row, dict):
             raise InvalidInput(f"{path}:{number} is not a JSON object")
         rows.append(row)

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import httpx
 import structlog
 
+from memory_worker.adapters import access
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.ports import Embedder
@@ -153,13 +154,7 @@ class RemoteDoor:
     ) -> None:
         self.url = url.rstrip("/")
         self.caller = caller
-        self._headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            CALLER_HEADER: encode_caller(caller),
-        }
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        self._headers = {**access.request_headers(token), CALLER_HEADER: encode_caller(caller)}
         # Never proxies or netrc from the environment: the holder's URL is on this machine's word.
         self._client = httpx.AsyncClient(
             timeout=timeout_s, transport=transport, trust_env=False, follow_redirects=False
@@ -272,18 +267,6 @@ def serving_url(root: Path) -> str | None:
     return None
 
 
-def client_token(root: Path, env: Mapping[str, str] | None = None) -> str | None:
-    """The token a forwarded call presents: `$MEMORY_TOKEN`, else the data dir's token file."""
-    env = os.environ if env is None else env
-    if given := env.get("MEMORY_TOKEN", "").strip():
-        return given
-    try:
-        token = (root / ".token").read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return token or None
-
-
 def _holder(command: str) -> dict[str, object]:
     return {
         "pid": os.getpid(),
@@ -317,7 +300,7 @@ async def open_door(
             raise
         log.debug("forwarding", url=url, command=command)
         async with RemoteDoor(
-            url, caller, token=client_token(root), timeout_s=forward_timeout_s
+            url, caller, token=access.client_token(root), timeout_s=forward_timeout_s
         ) as door:
             yield door
         return

@@ -21,6 +21,7 @@ from memory_worker.app import seams, wire
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -467,6 +468,7 @@ def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    check_depth(payload)  # before validation, which recurses
     try:
         return spec.request.model_validate(payload)
     except ValidationError as exc:

@@ -8,11 +8,12 @@ null fields. Field names, defaults and descriptions follow the published API ref
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from memory_worker.core.models import MAX_INT, BankInfo, Memory, Rule
+from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
@@ -71,13 +72,20 @@ __all__ = [
 def _scalar_to_text(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and Infinity are not text (nor JSON)")
     if isinstance(value, int | float):
         return str(value)
     return value
 
 
+_MAX_LISTED = 1000  # `tags=a,b,…`: more parts than this is an attack, refused before splitting
+
+
 def _text_to_list(value: Any) -> Any:
     if isinstance(value, str):
+        if value.count(",") >= _MAX_LISTED:
+            raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
 
@@ -136,6 +144,10 @@ class BankCreateRequest(Request):
 class BankCreateResponse(Response):
     bank: BankInfo
     created: bool = Field(description="False when the bank already existed (create is idempotent).")
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the description before it was stored.",
+    )
 
 
 class BankListRequest(Request):
@@ -408,7 +420,7 @@ class RecallRequest(Request):
     as_of: int | None = Field(
         default=None,
         ge=0,
-        le=MAX_INT,
+        le=MAX_TIME_MS,
         description="Epoch ms: rank as if now were then, over the memories that were live then "
         "(created before it, not yet invalid at it).",
     )

@@ -72,6 +72,7 @@ from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
+from memory_worker.core.transitions import MAX_LABELS
 
 __all__ = [
     "CURSOR_SCOPE",
@@ -629,7 +630,7 @@ class Extractor:
             return again
         text, entities = fact.text, fact.entities
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
-            entities = ("user", *entities)
+            entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
         request = SaveRequest(
             bank=bank,
             text=text,
