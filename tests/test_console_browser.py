@@ -406,10 +406,24 @@ def test_each_row_shows_entities_tags_corroboration_confidence_time_and_session(
 def test_a_memory_saved_elsewhere_appears_live_without_a_reload(
     server: Server, open_tab: Any
 ) -> None:
+    """Saved with the CLI while the server holds the data dir: the CLI forwards the call to the
+    server (one writer, many doors), and the open tab shows it live."""
     bank = _bank(server, "live")
     page = open_tab(bank).page
     page.evaluate("window.__sameDocument = true")
-    _save(server, bank, "Saved by another door while the tab is open")
+    saved = subprocess.run(
+        [
+            *(sys.executable, "-m", "memory_worker", "trigger", "memory::save"),
+            *(f"bank={bank}", "text=Saved by another door while the tab is open"),
+            *("--data-dir", str(server.data_dir)),
+        ],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in _ISOLATED},
+        timeout=60,
+        check=False,
+    )
+    assert saved.returncode == 0, saved.stderr
     expect(_row(page, "another door")).to_have_count(1)
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 

@@ -4,7 +4,11 @@ Every catalog function is `POST /memory/<http_path>` (the paths the iii http tri
 is the JSON payload (empty = `{}`), the answer is the JSON result, and every failure is
 `{"error": {"code", "message"}}` with a status from `STATUS_BY_CODE`. `GET /healthz` says which mode
 runs on which data dir. `GET /` is the console (`adapters.console`); its live stream is fed by the
-service's change events (`ConsoleFeed` is this mode's `Emitter`).
+service's change events (`ConsoleFeed` is this mode's `Emitter`). `/mcp` and `/mcp/<bank>` serve
+the same functions to MCP clients (`adapters.mcp_server`, when the `mcp` extra is installed).
+
+A call forwarded by another door (the CLI, `memory-worker mcp`, a hook: `adapters.doors`) says
+who it speaks for in its `Memory-Caller` header; `doors.decode_caller` decides what is believed.
 
 Lifecycle, explicit rather than hidden in `web.run_app`:
 - `start()` binds the socket first (so the real port is known), then opens the store with a lock
@@ -38,11 +42,12 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -51,16 +56,26 @@ from aiohttp.typedefs import Handler
 from memory_worker.adapters import access
 from memory_worker.adapters.console.feed import ConsoleFeed
 from memory_worker.adapters.console.web import ConsoleContext, add_routes
+from memory_worker.adapters.doors import (
+    CALLER_HEADER,
+    CAPTURE_PATH,
+    Door,
+    LocalDoor,
+    decode_caller,
+)
+from memory_worker.adapters.openai_chat import OpenAIChatCompleter
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
-from memory_worker.app.ports import Embedder
+from memory_worker.app.ports import Completer, Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, resolve_data_dir
 from memory_worker.core.errors import HTTP_STATUS, Conflict, InvalidInput, WorkerError
 from memory_worker.core.payload import loads
+from memory_worker.harness.capture import CaptureRunner
+from memory_worker.storage.capture import CaptureQueue
 from memory_worker.storage.store import Store
 
 __all__ = [
@@ -92,6 +107,11 @@ CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a
 STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
 _SERVICE_KEY = web.AppKey("service", MemoryService)
+_MCP_KEY = web.AppKey("mcp", object)  # the McpHttp endpoint, when the `mcp` extra is installed
+# The capture loop the route hands turns to (looked up per request: a data_dir change replaces it).
+CurrentCapture = Callable[[], CaptureRunner | None]
+_CAPTURE_KEY: web.AppKey[CurrentCapture] = web.AppKey("capture")
+MCP_CALLER = Caller.for_agent("mcp")  # whoever speaks MCP to us is an agent
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,13 +227,44 @@ async def _payload(request: web.Request) -> object:
     return loads(raw, "request body")  # bounded by MAX_BODY_BYTES and payload.MAX_VALUES
 
 
+def _caller(request: web.Request) -> Caller:
+    """Who a call speaks for: a person at the REST door, unless a forwarding door says otherwise
+    (believed as `doors.decode_caller` rules: an agent from anyone, the rest only from a request
+    that presented the server's token — the gate has refused every request with a wrong one)."""
+    trusted = request.headers.get("Authorization") is not None
+    return decode_caller(request.headers.get(CALLER_HEADER), trusted=trusted, default=REST_CALLER)
+
+
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
+        caller = _caller(request)
         payload = await _payload(request)
-        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, REST_CALLER)
+        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, caller)
         return web.json_response(result, dumps=_dumps)
 
     return handle
+
+
+async def _capture(request: web.Request) -> web.StreamResponse:
+    """A Stop hook's turn, into the durable queue; the capture loop runs it."""
+    current = request.app.get(_CAPTURE_KEY)
+    runner = current() if current is not None else None
+    if runner is None:
+        raise InvalidInput("this server does not capture turns")
+    return web.json_response(await runner.enqueue(await _payload(request)), dumps=_dumps)
+
+
+async def _mcp(request: web.Request) -> web.StreamResponse:
+    endpoint = request.app.get(_MCP_KEY)
+    if endpoint is None:
+        raise InvalidInput(
+            "this server has no MCP endpoint: install the mcp extra (pip install "
+            "'memory-worker[mcp]'; ./scripts/run installs it) and restart it"
+        )
+    from memory_worker.adapters.mcp_server import McpHttp
+
+    assert isinstance(endpoint, McpHttp)
+    return await endpoint.handle(request, bank=request.match_info.get("bank"), caller=MCP_CALLER)
 
 
 async def _healthz(request: web.Request) -> web.StreamResponse:
@@ -226,13 +277,16 @@ async def _healthz(request: web.Request) -> web.StreamResponse:
 def build_app(
     service: MemoryService,
     console: ConsoleContext | None = None,
+    mcp: object | None = None,
+    capture: Callable[[], CaptureRunner | None] | None = None,
     *,
     policy: Callable[[], access.Policy] | None = None,
     body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> web.Application:
     """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`,
-    and the console's routes when `console` is given, all behind the access gate (`policy`: what
-    it accepts now; by default a loopback server's)."""
+    `/mcp` (answered by `mcp`, an `McpHttp`, when given), `POST /capture` (into the queue of the
+    runner `capture()` gives), and the console's routes when `console` is given, all behind the
+    access gate (`policy`: what it accepts now; by default a loopback server's)."""
     if policy is None:
         fixed = access.Policy.build(secrets.token_urlsafe(32), DEFAULT_HOST, DEFAULT_HOST)
         policy = lambda: fixed  # noqa: E731 - a constant policy
@@ -240,9 +294,16 @@ def build_app(
     app[_SERVICE_KEY] = service
     app[_POLICY_KEY] = _PolicySource(policy)
     app[_BODY_TIMEOUT_KEY] = body_timeout_s
+    if mcp is not None:
+        app[_MCP_KEY] = mcp
+    if capture is not None:
+        app[_CAPTURE_KEY] = capture
+    app.router.add_post(f"/{CAPTURE_PATH}", _capture)
     app.router.add_get("/healthz", _healthz)
     for spec in catalog.CATALOG:
         app.router.add_post(f"/{spec.http_path}", _function_handler(spec))
+    app.router.add_route("*", "/mcp", _mcp)
+    app.router.add_route("*", "/mcp/{bank}", _mcp)
     if console is not None:
         add_routes(app, console)
     return app
@@ -275,6 +336,15 @@ def _url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memory-worker")
+    except PackageNotFoundError:
+        return ""
 
 
 _BUSY_LINGER_S = 1.0  # how long a refused connection's unread request is drained
@@ -390,11 +460,14 @@ class StandaloneServer:
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         config_path: Path | None = None,
         data_dir_flag: str | None = None,
+        completer: Completer | None = None,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.settings = settings
+        # What capture's passes ask (the extraction endpoint); None: turns wait in the queue.
+        self.completer = completer
         self.data_dir = data_dir
         self.config_path = config_path  # hot-reloaded when given
         self.data_dir_flag = data_dir_flag  # wins over the file's data_dir, as at start
@@ -421,6 +494,9 @@ class StandaloneServer:
         self._out_of_descriptors = False  # one log line per episode, not one per failed accept
         self.feed = ConsoleFeed()  # the console tabs' live stream: this mode's change events
         self._apply_settings: Callable[[Settings], Awaitable[Applied]] | None = None
+        self._mcp: Any = None  # McpHttp, when the mcp extra is installed
+        self.capture: CaptureRunner | None = None
+        self._own_completer: OpenAIChatCompleter | None = None
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -486,6 +562,9 @@ class StandaloneServer:
             )
             await asyncio.to_thread(self._token, store.root)
             service.backfill_embeddings()
+            if self.completer is None:
+                self._own_completer = OpenAIChatCompleter(lambda: service.settings)
+            await self._start_capture(service)
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,
@@ -493,8 +572,16 @@ class StandaloneServer:
                 config_path=self.config_path,
                 apply=self._apply_settings,
             )
+            self._mcp = await self._start_mcp()
             self._runner = web.AppRunner(
-                build_app(service, console, policy=self.policy, body_timeout_s=self.body_timeout_s),
+                build_app(
+                    service,
+                    console,
+                    self._mcp,
+                    lambda: self.capture,
+                    policy=self.policy,
+                    body_timeout_s=self.body_timeout_s,
+                ),
                 access_log=None,
                 shutdown_timeout=self.shutdown_timeout_s,
                 keepalive_timeout=self.idle_timeout_s,
@@ -517,6 +604,38 @@ class StandaloneServer:
                 token_file=str(self.token_path),
             )
         return self.url
+
+    async def _start_capture(self, service: MemoryService) -> None:
+        """The capture loop over the queue of the data dir the service runs on now (again
+        after a `data_dir` change: the queue belongs to its data dir)."""
+        if self.capture is not None:
+            await self.capture.close()
+        queue = await asyncio.to_thread(CaptureQueue, service.store.root)
+        self.capture = CaptureRunner(
+            service,
+            queue,
+            self.completer or self._own_completer,
+            # Without an endpoint, turns wait in the queue (never fail for want of one).
+            available=lambda: bool(service.settings.extraction_endpoint),
+        )
+        self.capture.start()
+
+    @contextlib.asynccontextmanager
+    async def _door(self, caller: Caller) -> AsyncIterator[Door]:
+        """The in-process door MCP calls go through: whichever store this server runs on now."""
+        if self.service is None:
+            raise Conflict("the server is stopping")
+        yield LocalDoor(self.service, caller)
+
+    async def _start_mcp(self) -> Any:
+        try:
+            from memory_worker.adapters.mcp_server import McpHttp, McpTools
+        except ImportError as exc:  # the mcp extra is not installed: /mcp says how to get it
+            log.info("mcp_unavailable", detail=str(exc))
+            return None
+        endpoint = McpHttp(McpTools(self._door), version=_version())
+        await endpoint.start()
+        return endpoint
 
     def _accepted(self) -> None:
         if self._out_of_descriptors:
@@ -560,6 +679,7 @@ class StandaloneServer:
                 if applied is Applied.REOPENED:
                     await asyncio.to_thread(self._token, service.store.root)  # its own token
                     await data_dir_watcher.restart()  # follow the new data dir at once
+                    await self._start_capture(service)
                 return applied
 
             self._apply_settings = apply  # the console's settings edits apply the same way
@@ -595,6 +715,15 @@ class StandaloneServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        mcp, self._mcp = self._mcp, None
+        if mcp is not None:
+            await mcp.close()
+        capture, self.capture = self.capture, None
+        if capture is not None:
+            await capture.close()
+        completer, self._own_completer = self._own_completer, None
+        if completer is not None:
+            await completer.aclose()
         if self._sock is not None:
             self._sock.close()  # only matters when start() failed before listening
             self._sock = None

@@ -67,10 +67,11 @@ class ImportUseCases(EmbeddingWork):
     """Import use cases."""
 
     async def import_records(
-        self, bank_name: str, rows: Sequence[Mapping[str, Any]]
+        self, bank_name: str, rows: Sequence[Mapping[str, Any]], *, dry_run: bool = False
     ) -> ImportReport:
         """Append whole records, history included, as one write and one fsync. Every row is
-        validated first: one bad row rejects the import and nothing is written."""
+        validated first: one bad row rejects the import and nothing is written. `dry_run` stops
+        after the validation (nothing is written, `imported` is 0)."""
         name = check_name(bank_name, "bank")
         now_ms = self.clock()
         prepared: list[_Prepared] = []
@@ -93,6 +94,9 @@ class ImportUseCases(EmbeddingWork):
                 raise InvalidInput(f"record {number}: {exc.message}") from None
             found = [*labels, *entity_labels, *tag_labels, *card_labels, *source_labels]
             prepared.append((item, text, entities, tags, card, found))
+        if dry_run:
+            redacted = sum(1 for *_, found in prepared if found)
+            return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
             await bank.commit(records)

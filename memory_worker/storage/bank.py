@@ -351,6 +351,13 @@ class Bank:
         path = self.path / MEMORIES_FILE
         return await asyncio.to_thread(history, path, memory_id, within=self.root)
 
+    async def records(self) -> list[Memory]:
+        """Every intact record of the log in log order, every revision of every memory (an
+        export): read from the file, as `revisions()` is; damaged lines are left out."""
+        await self.drain()
+        records, _ = await asyncio.to_thread(read_all, self.path / MEMORIES_FILE)
+        return records
+
     def is_empty(self) -> bool:
         """No memory, rule or write in flight: what a bank just created looks like."""
         return not (self._memories or self._rules or self._queue or self._held or self._staged)
