@@ -285,6 +285,12 @@ async def _serve(args: argparse.Namespace) -> int:
     )
 
 
+async def _consolidate(args: argparse.Namespace) -> int:
+    from memory_worker.adapters.consolidate.cli import run_once  # httpx only for this command
+
+    return await run_once(args)
+
+
 # --- parser ------------------------------------------------------------------------------------
 
 
@@ -336,6 +342,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
+    consolidate = sub.add_parser(
+        "consolidate",
+        parents=[common],
+        help="run one memory-consolidate pass now (dedup, supersede-only)",
+        description="One consolidation pass over the local data dir (or through the standalone "
+        "server that holds it, or --server URL): exact duplicates merge, reorders and guarded "
+        "near-duplicates are reported, pinned memories are never retired. Prints the report.",
+    )
+    from memory_worker.adapters.consolidate.options import add_run_arguments
+
+    add_run_arguments(consolidate)
+
     # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
     # --log-level would change every command's.
     serve = sub.add_parser(
@@ -366,7 +384,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_COMMANDS = {"trigger": _trigger, "call": _call, "import": _import, "serve": _serve}
+_COMMANDS = {
+    "trigger": _trigger,
+    "call": _call,
+    "import": _import,
+    "serve": _serve,
+    "consolidate": _consolidate,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
