@@ -12,8 +12,8 @@ question's `evidence` turns (observation level: the observations whose evidence 
 
 The data is read in place (CC BY-NC 4.0, see SOURCE.md beside it) and never copied here. Prints
 markdown tables and exits 0. The `ours-hybrid+embed` column needs the local embedder
-(`memory_worker.adapters.local_embedder.LocalEmbedder.default()` and `MemoryService(embedder=...)`); when
-either is missing it is skipped with a note.
+(`memory_worker.adapters.local_embedder.LocalEmbedder.default()` and
+`MemoryService(embedder=...)`); when either is missing it is skipped with a note.
 """
 
 from __future__ import annotations

@@ -239,8 +239,8 @@ def import_rows(golden: Golden) -> list[dict[str, Any]]:
 
 
 def local_embedder() -> tuple[object | None, str]:
-    """The offline embedder when `memory_worker.adapters.local_embedder` exists and its model loads; else
-    None and why not (hybrid then runs without a semantic arm)."""
+    """The offline embedder when `memory_worker.adapters.local_embedder` exists and its model
+    loads; else None and why not (hybrid then runs without a semantic arm)."""
     try:  # imported by name: the module is optional, and newer than this runner
         module = importlib.import_module("memory_worker.adapters.local_embedder")
     except ImportError as exc:

@@ -1,4 +1,5 @@
-"""Behaviour of memory_worker.core.redact: what is removed, what is kept, and that it is safe to run."""
+"""Behaviour of memory_worker.core.redact: what is removed, what is kept, and that it is safe to
+run."""
 
 from __future__ import annotations
 

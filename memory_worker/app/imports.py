@@ -1,0 +1,135 @@
+"""Bulk import of whole records, history included: validated first, written as one batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.core import transitions
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.models import MAX_INT, Confidence, Memory, Provenance
+from memory_worker.core.names import check_name
+from memory_worker.core.redact import redact
+from memory_worker.storage.bank import Bank
+
+__all__ = ["ImportRecord", "ImportReport", "ImportUseCases"]
+
+log = structlog.get_logger(__name__)
+
+
+class ImportRecord(BaseModel):
+    """One line of `memory-worker import`: a whole record, history fields included."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+    text: str
+    entities: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    confidence: Confidence = Confidence.STATED
+    corroboration: int = Field(default=0, ge=0, le=MAX_INT)
+    pinned: bool = False
+    source: Provenance | None = None
+    created_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    updated_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    stated_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    invalid_at: int | None = Field(default=None, ge=0, le=MAX_INT)
+    superseded_by: str | None = None
+    revision: int = Field(default=0, ge=0, le=MAX_INT)
+
+
+# A validated import row: the record, its cleaned text, entities and tags, and redaction labels.
+_Prepared = tuple["ImportRecord", str, tuple[str, ...], tuple[str, ...], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    bank: str
+    imported: int
+    live: int
+    redacted: int
+
+
+class ImportUseCases(EmbeddingWork):
+    """Import use cases."""
+
+    async def import_records(
+        self, bank_name: str, rows: Sequence[Mapping[str, Any]]
+    ) -> ImportReport:
+        """Append whole records, history included, as one write and one fsync. Every row is
+        validated first: one bad row rejects the import and nothing is written."""
+        name = check_name(bank_name, "bank")
+        now_ms = self.clock()
+        prepared: list[_Prepared] = []
+        for number, row in enumerate(rows, start=1):
+            try:
+                item = ImportRecord.model_validate(row)
+                text, labels = transitions.prepare_text(item.text)
+                entities, entity_labels = transitions.prepare_labels(item.entities, "entities")
+                tags, tag_labels = transitions.prepare_labels(item.tags, "tags")
+                item = item.model_copy(update={"source": _clean_source(item.source)})
+            except ValidationError as exc:
+                raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"record {number}: {exc.message}") from None
+            prepared.append((item, text, entities, tags, [*labels, *entity_labels, *tag_labels]))
+        async with self._writing_into(name) as bank:
+            records = self._import_records(bank, prepared, now_ms)
+            await bank.commit(records)
+        self._embed_soon(bank)
+        return ImportReport(
+            bank=name,
+            imported=len(records),
+            live=sum(1 for r in records if bank.get(r.id) == r and r.live),
+            redacted=sum(1 for *_, found in prepared if found),
+        )
+
+    @staticmethod
+    def _import_records(bank: Bank, prepared: list[_Prepared], now_ms: int) -> list[Memory]:
+        records: list[Memory] = []
+        for item, text, entities, tags, _ in prepared:
+            created_at = item.created_at if item.created_at is not None else now_ms
+            updated_at = item.updated_at if item.updated_at is not None else created_at
+            records.append(
+                Memory(
+                    id=item.id or bank.new_id(text),
+                    text=text,
+                    entities=entities,
+                    tags=tags,
+                    confidence=item.confidence,
+                    corroboration=item.corroboration,
+                    pinned=item.pinned,
+                    source=item.source,
+                    created_at=created_at,
+                    updated_at=updated_at,
+                    stated_at=item.stated_at,
+                    invalid_at=item.invalid_at,
+                    superseded_by=item.superseded_by,
+                    revision=item.revision,
+                )
+            )
+        return records
+
+
+def _clean_source(source: Provenance | None) -> Provenance | None:
+    """Provenance is written to disk too: its fields get the same redaction as any other text."""
+    if source is None:
+        return None
+    fields = {}
+    for field in ("session_id", "entry_id", "agent"):
+        value = getattr(source, field)
+        if value is not None:
+            transitions.check_unicode(value, f"source.{field}")
+            fields[field] = redact(value).text
+    return Provenance(**fields)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else str(err["msg"])

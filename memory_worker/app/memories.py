@@ -1,0 +1,179 @@
+"""Memory CRUD: save (fingerprinted, reinforcing), get, list, update, delete, pin, supersede, tags.
+
+Every write validates and redacts the whole request first, decides with a pure transition against
+the bank's latest records, commits with no await in between, and only then emits its event."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import structlog
+
+from memory_worker.app.base import clean_short, redaction_reason
+from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.wire import (
+    DeleteRequest,
+    GetRequest,
+    GetResponse,
+    ListRequest,
+    ListResponse,
+    MemoryResponse,
+    PinRequest,
+    SaveRequest,
+    SaveResponse,
+    SupersedeRequest,
+    SupersedeResponse,
+    TagCount,
+    TagsRequest,
+    TagsResponse,
+    UpdateRequest,
+)
+from memory_worker.core import transitions
+from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
+from memory_worker.core.models import Confidence, ItemEvent, Provenance
+
+__all__ = ["MemoryUseCases"]
+
+log = structlog.get_logger(__name__)
+
+LIST_DEFAULT_LIMIT = 50
+LIST_MAX_LIMIT = 500
+MAX_SESSION_ID_CHARS = 256
+
+
+class MemoryUseCases(EmbeddingWork):
+    """Memory use cases."""
+
+    async def save(
+        self, req: SaveRequest, *, confidence: Confidence = Confidence.STATED
+    ) -> SaveResponse:
+        """`confidence`: how the text arrived — a call states it, extraction reads it from a
+        conversation (a re-save keeps the higher of the two)."""
+        name = self._name(req.bank)
+        text, text_labels = transitions.prepare_text(req.text)
+        entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
+        tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
+        session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        labels = (*text_labels, *entity_labels, *tag_labels)
+        async with self._writing_into(name) as bank:
+            # Decide and commit with no await in between: concurrent saves see each other's records.
+            existing = bank.match_text(text)
+            fresh = transitions.new_memory(
+                existing.id if existing else bank.new_id(text),
+                text,
+                entities=entities,
+                tags=tags,
+                pinned=req.pinned,
+                confidence=confidence,
+                source=Provenance(session_id=session_id) if session_id else None,
+                now_ms=self.clock(),
+            )
+            record, event, created = transitions.save(existing, fresh)
+            await bank.commit([record])
+        self._embed_soon(bank)
+        self._emit_item(event, name, record, redaction_reason(labels))
+        return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
+
+    async def get(self, req: GetRequest) -> GetResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        if bank is None:
+            raise MemoryNotFound(f"{req.id} in bank {name}")
+        return GetResponse(memory=self._record(bank, req.id))
+
+    async def list_memories(self, req: ListRequest) -> ListResponse:
+        bank = self._readable(self._name(req.bank))
+        if bank is None:
+            return ListResponse(memories=[], total=0)
+        limit = min(req.limit if req.limit is not None else LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
+        offset = req.offset or 0
+        tag = req.tag.strip().lower() if req.tag else None
+        rows = [
+            m
+            for m in bank.memories.values()
+            if (req.include_superseded or m.live) and (tag is None or tag in m.tags)
+        ]
+        rows.sort(key=lambda m: (-m.updated_at, m.id))
+        return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
+
+    async def update(self, req: UpdateRequest) -> MemoryResponse:
+        if req.text is None and req.entities is None and req.tags is None and req.pinned is None:
+            raise InvalidInput("update needs at least one of text, entities, tags, pinned")
+        name = self._name(req.bank)
+        text, labels = (None, ()) if req.text is None else transitions.prepare_text(req.text)
+        entities, tags = None, None
+        if req.entities is not None:
+            entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
+            labels = (*labels, *entity_labels)
+        if req.tags is not None:
+            tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
+            labels = (*labels, *tag_labels)
+        bank, existing = self._existing(name, req.id)
+        if text is not None and existing.live:
+            twin = bank.match_text(text)
+            if twin is not None and twin.id != existing.id and twin.live:
+                raise Conflict(
+                    f"the new text duplicates memory {twin.id}; supersede one with the other"
+                )
+        record = transitions.update(
+            existing,
+            now_ms=self.clock(),
+            text=text,
+            entities=entities,
+            tags=tags,
+            pinned=req.pinned,
+        )
+        if record is None:
+            return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
+        await bank.commit([record])
+        self._embed_soon(bank)
+        self._emit_item(ItemEvent.UPDATED, name, record, redaction_reason(labels))
+        return MemoryResponse(memory=record, redacted=sorted(set(labels)))
+
+    async def delete(self, req: DeleteRequest) -> MemoryResponse:
+        name = self._name(req.bank)
+        bank, existing = self._existing(name, req.id)
+        record = transitions.tombstone(existing, now_ms=self.clock())
+        if record is None:
+            return MemoryResponse(memory=existing)
+        await bank.commit([record])
+        self._emit_item(ItemEvent.DELETED, name, record, None)
+        return MemoryResponse(memory=record)
+
+    async def pin(self, req: PinRequest) -> MemoryResponse:
+        name = self._name(req.bank)
+        bank, existing = self._existing(name, req.id)
+        record = transitions.pin(existing, req.pinned, now_ms=self.clock())
+        if record is None:
+            return MemoryResponse(memory=existing)
+        await bank.commit([record])
+        self._emit_item(ItemEvent.UPDATED, name, record, None)
+        return MemoryResponse(memory=record)
+
+    async def supersede(self, req: SupersedeRequest) -> SupersedeResponse:
+        name = self._name(req.bank)
+        reason = transitions.prepare_reason(req.reason)
+        bank, target = self._existing(name, req.id)
+
+        winner = bank.latest(req.superseded_by)
+        if winner is None:
+            raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")
+        retired, absorbed = transitions.supersede(
+            target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
+        )
+        await bank.commit([retired] if absorbed is None else [retired, absorbed])
+        self._emit_item(ItemEvent.SUPERSEDED, name, retired, reason)
+        if absorbed is not None:
+            self._emit_item(ItemEvent.UPDATED, name, absorbed, reason)
+        return SupersedeResponse(memory=retired, reinforced=absorbed is not None)
+
+    async def tags(self, req: TagsRequest) -> TagsResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        counts: Counter[str] = Counter()
+        if bank is not None:
+            for memory in bank.memories.values():
+                if memory.live:
+                    counts.update(memory.tags)
+        ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])

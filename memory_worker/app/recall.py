@@ -1,0 +1,135 @@
+"""Recall and injection: the scorer the hook uses; `memory::preview` runs the hook's own code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.wire import (
+    PreviewMemory,
+    PreviewRequest,
+    PreviewResponse,
+    RecallRequest,
+    RecallResponse,
+    ScoredMemory,
+)
+from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
+from memory_worker.core.models import Hit
+from memory_worker.search.ranking import RecallMode, RecallQuery, rank
+from memory_worker.storage.bank import Bank
+
+__all__ = ["Injection", "RecallUseCases"]
+
+log = structlog.get_logger(__name__)
+
+RECALL_MAX_LIMIT = 100
+
+
+def _retrieval(mode: RecallMode, embedded: bool) -> str:
+    """The name of the retrieval that actually ran: degradation is explicit, never silent."""
+    if mode is RecallMode.LEXICAL:
+        return "lexical"
+    if mode is RecallMode.SEMANTIC:
+        return "semantic" if embedded else "semantic-unavailable"
+    return "bm25-entity-semantic" if embedded else "bm25-entity"
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """What a turn on `query` would be given: the hook and `memory::preview` both build this."""
+
+    bank: str
+    section: str
+    rules: int
+    rules_truncated: bool
+    memories: list[Hit]
+    message: str | None
+    retrieval: str
+
+
+class RecallUseCases(EmbeddingWork):
+    """Recall use cases."""
+
+    def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
+        return [] if bank is None else rank(bank.memories, bank.index, query)
+
+    def rank_in(self, bank: Bank, query: RecallQuery) -> list[Hit]:
+        """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
+        return self._rank(bank, query)
+
+    async def recall(self, req: RecallRequest) -> RecallResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        limit = req.limit if req.limit is not None else self.settings.recall_limit
+        vector = None
+        if bank is not None and req.mode is not RecallMode.LEXICAL:
+            vector = await self._query_vector(req.query)
+        query = RecallQuery(
+            text=req.query,
+            limit=min(limit, RECALL_MAX_LIMIT),
+            now_ms=self.clock(),
+            half_life_days=self.settings.decay_half_life_days,
+            mode=req.mode,
+            tag=req.tag.strip().lower() if req.tag else None,
+            include_superseded=bool(req.include_superseded),
+            as_of=req.as_of,
+            vector=vector,
+        )
+        hits = self._rank(bank, query)
+        return RecallResponse(
+            bank=name,
+            memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
+            retrieval=_retrieval(req.mode, vector is not None),
+        )
+
+    async def injection(
+        self, name: str, query: str, *, carried: frozenset[str] = frozenset(), recall: bool = True
+    ) -> Injection:
+        """The rules section and recalled-memory message a turn on `query` gets (hook = preview).
+        `carried`: memory texts the window already holds (not handed twice); `recall=False` for a
+        step that only needs the section."""
+        settings = self.settings
+        bank = self._readable(name)
+        rules = bank.rules() if bank is not None and settings.inject_rules else []
+        section = render_section(name, rules, settings.max_rule_chars)
+        if not settings.inject_memories or not recall:
+            return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
+        vector = await self._query_vector(query) if bank is not None else None
+        now_ms = self.clock()
+        hits = self._rank(
+            bank,
+            RecallQuery(
+                text=query,
+                limit=settings.recall_limit,
+                now_ms=now_ms,
+                half_life_days=settings.decay_half_life_days,
+                vector=vector,
+            ),
+        )
+        floor = min(AMBIENT_FLOOR, settings.recall_limit)
+        if bank is not None and len(hits) < floor:
+            hits = apply_floor(hits, bank.standing(floor), floor)
+        block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
+        return Injection(
+            name,
+            section.text,
+            section.rules,
+            section.truncated,
+            block.included,
+            block.message,
+            _retrieval(RecallMode.HYBRID, vector is not None),
+        )
+
+    async def preview(self, req: PreviewRequest) -> PreviewResponse:
+        plan = await self.injection(self._name(req.bank), req.query)
+        return PreviewResponse(
+            bank=plan.bank,
+            system_prompt_section=plan.section,
+            rules=plan.rules,
+            rules_truncated=plan.rules_truncated,
+            memories=[PreviewMemory(memory=h.memory, score=h.score) for h in plan.memories],
+            message=plan.message,
+            retrieval=plan.retrieval,
+        )

@@ -1,0 +1,54 @@
+"""Rules: the always-injected markdown files of a bank, written atomically, removed when emptied."""
+
+from __future__ import annotations
+
+import structlog
+
+from memory_worker.app.base import ServiceBase
+from memory_worker.app.wire import (
+    RuleListRequest,
+    RuleListResponse,
+    RuleSetRequest,
+    RuleSetResponse,
+)
+from memory_worker.core import transitions
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.models import BankEvent
+from memory_worker.core.names import check_name
+from memory_worker.core.redact import redact
+
+__all__ = ["RuleUseCases"]
+
+log = structlog.get_logger(__name__)
+
+MAX_RULE_CONTENT_CHARS = 65_536  # rules are injected whole; a bigger file is a mistake
+
+
+class RuleUseCases(ServiceBase):
+    """Rule use cases."""
+
+    async def rule_list(self, req: RuleListRequest) -> RuleListResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        return RuleListResponse(bank=name, rules=bank.rules() if bank is not None else [])
+
+    async def rule_set(self, req: RuleSetRequest) -> RuleSetResponse:
+        name = self._name(req.bank)
+        rule = check_name(req.name, "rule name")
+        transitions.check_unicode(req.content, "content")
+        if len(req.content) > MAX_RULE_CONTENT_CHARS:
+            raise InvalidInput(f"content must be at most {MAX_RULE_CONTENT_CHARS} characters")
+        redaction = redact(req.content)
+        if not redaction.text.strip():
+            bank = self.store.find(name)
+            if bank is None:  # removing from a bank that does not exist creates nothing
+                return RuleSetResponse(ok=True, exists=False)
+            existed = bank.rule(rule) is not None
+            await bank.set_rule(rule, "")
+            if existed:
+                self._emit_bank(BankEvent.RULES_CHANGED, name)
+            return RuleSetResponse(ok=True, exists=False)
+        async with self._writing_into(name) as bank:
+            await bank.set_rule(rule, redaction.text)
+        self._emit_bank(BankEvent.RULES_CHANGED, name)
+        return RuleSetResponse(ok=True, exists=True, redacted=list(redaction.labels))
