@@ -143,7 +143,9 @@ class Consolidator:
         self, name: str, settings: ConsolidateSettings, dry_run: bool, budget: Budget
     ) -> BankReport:
         began = time.perf_counter()
-        state = _Bank(name, dry_run, BankReport(bank=name, at=self.clock(), dry_run=dry_run))
+        state = _Bank(
+            name, dry_run, BankReport(bank=name, at=self.clock(), dry_run=dry_run, semantic="off")
+        )
         semantic = "off"
         llm: LlmReport | None = None
         groups: list[Group] = []

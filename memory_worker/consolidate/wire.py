@@ -58,7 +58,6 @@ class GroupReport(Response):
 
 class LlmReport(Response):
     status: str = Field(
-        default="off",
         description="`off` (disabled or a dry run), `idle` (nothing to ask), `ran`, or "
         "`skipped` (the call or its reply failed: nothing from it was written).",
     )
@@ -86,7 +85,7 @@ class BankReport(Response):
         default=0, ge=0, description="Merges the per-run budget postponed to the next pass."
     )
     semantic: str = Field(
-        default="off",
+        default="",
         description="`ran`, `unavailable` (the bank has no embedder: no semantic tier), `off`, "
         "or `partial` (`semantic_max_queries` reached).",
     )
