@@ -36,9 +36,9 @@ import threading
 import traceback
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from websockets.asyncio.server import Server, ServerConnection, serve
