@@ -232,9 +232,16 @@ class Scheduler:
             error=error,
         )
 
-    async def backstop(self, first_s: float, every_s: float, stopping: asyncio.Event) -> None:
+    async def backstop(
+        self,
+        first_s: float,
+        every_s: float,
+        stopping: asyncio.Event,
+        on_tick: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         """The schedule without (or besides) cron: a tick soon after boot — a machine that was off
-        catches up — then one every `every_s`. Returns when `stopping` is set."""
+        catches up — then one every `every_s`, each outcome handed to `on_tick`. Returns when
+        `stopping` is set."""
         delay = first_s
         while True:
             with contextlib.suppress(TimeoutError):
@@ -244,6 +251,8 @@ class Scheduler:
             try:
                 outcome = await self.tick("backstop")
                 log.info("backstop_tick", **outcome)
+                if on_tick is not None:
+                    on_tick(outcome)
             except Exception:  # a bug must not end the schedule; it is logged with its trace
                 log.exception("backstop_tick_failed")
             delay = every_s

@@ -184,8 +184,13 @@ async def _serve_rest(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stopping.set)
     log.info("serving", mode="rest", server=args.server, state=args.state, inert=config.inert)
     print(f"memory-consolidate scheduling {args.server}", flush=True)
+
+    def announce(outcome: dict[str, Any]) -> None:  # one JSON line per tick on stdout
+        print(json.dumps({"tick": outcome}, ensure_ascii=False), flush=True)
+
     try:
-        await scheduler.backstop(args.first_tick_s, args.backstop_s or BACKSTOP_S, stopping)
+        every_s = args.backstop_s or BACKSTOP_S
+        await scheduler.backstop(args.first_tick_s, every_s, stopping, announce)
     finally:
         await client.close()
     return 0

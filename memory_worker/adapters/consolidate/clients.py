@@ -14,6 +14,7 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -49,7 +50,9 @@ class HttpClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+        # A proxy from the environment must not sit between us and a server on this machine.
+        local = urlsplit(self.base_url).hostname in ("127.0.0.1", "localhost", "::1")
+        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport, trust_env=not local)
 
     async def close(self) -> None:
         await self._http.aclose()
