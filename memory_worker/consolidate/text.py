@@ -4,8 +4,9 @@
 and everything that can change a fact kept — digits with their separators (`3.5`, `6:30`), signs
 (`-18`), and symbols such as `+ # $ € % °` (`C++` is not `C`). Accents are kept: in Portuguese they
 tell words apart (`avó` / `avô`, `é` / `e`). `disagreement()` is the semantic tier's guard: two
-texts that embed close are still not one fact when a number, a date word, a name, a negation or a
-polarity word differs, when the shared words come in another order (a role swap), or when exactly
+texts that embed close are still not one fact when a number, a date word, a name, a family word,
+a tense word, a negation or a polarity word differs, when one text's words are a part of the
+other's (it says more), when the shared words come in another order (a role swap), or when exactly
 one word differs.
 """
 
@@ -19,7 +20,9 @@ from collections.abc import Sequence
 from memory_worker.core.text import STOPWORDS
 
 __all__ = [
+    "ASPECT_WORDS",
     "DATE_WORDS",
+    "KINSHIP_WORDS",
     "NEGATIONS",
     "NUMBER_WORDS",
     "POLAR_WORDS",
@@ -77,7 +80,8 @@ NEGATIONS = frozenset(
     """.split()
 )
 # Words whose swap turns a statement into another one: likes and dislikes, frequency, comparison,
-# order in time, direction of a transfer, the start or end of something, former and current.
+# order in time, direction of a transfer, the start or end of something (joining and leaving,
+# hiring and firing, marrying and divorcing), former and current.
 POLAR_WORDS = frozenset(
     """
     love loves loved loving hate hates hated hating like likes liked dislike dislikes disliked
@@ -89,10 +93,40 @@ POLAR_WORDS = frozenset(
     finished buy buys bought sell sells sold give gives gave given receive receives received
     lend lends lent borrow borrows borrowed win wins won lose loses lost allow allows allowed
     forbid forbids forbidden must should ex former current previous new old
+    join joins joined joining leave leaves leaving left enter enters entered exit exits exited
+    arrive arrives arrived depart departs departed hire hires hired fire fires fired open opens
+    opened close closes closed marry marries married divorce divorced accept accepts accepted
+    reject rejects rejected pass passes passed fail fails failed increase increased decrease
+    decreased raise raised cut up down
     ama amo amam adora adoro odeia odeio detesta detesto gosta gosto gostava prefere prefiro evita
     evito teme sempre frequentemente geralmente raramente mais menos melhor pior antes depois
     maior menor primeiro primeira último última ultimo ultima começou comecou parou deixou comprou
     vendeu deu recebeu emprestou pegou ganhou perdeu ex antigo antiga atual novo nova velho velha
+    entrou entra entrar saiu sai sair chegou chega partiu parte contratou contratado contratada
+    demitiu demitido demitida abriu abre fechou fecha casou casado casada divorciou divorciado
+    divorciada aceitou aceita recusou recusa passou reprovou aumentou aumenta diminuiu diminui
+    subiu desceu
+    """.split()
+)
+# When a statement holds: "used to live" and "will move" are not "lives" and "moved".
+ASPECT_WORDS = frozenset(
+    """
+    used formerly previously once still anymore yet will would shall going gonna plan plans
+    planned planning until since
+    costumava costumavam antigamente anteriormente ainda já ja vai vão vao irá ira iremos
+    pretende pretendia planeja planejava até ate desde
+    """.split()
+)
+# Family roles, which also carry a gender: "the user's grandmother" is not "the user's grandfather".
+KINSHIP_WORDS = frozenset(
+    """
+    mother father mom mum dad parent parents sister brother sisters brothers daughter son
+    daughters sons wife husband wives husbands aunt uncle niece nephew grandmother grandfather
+    grandma grandpa granddaughter grandson cousin girlfriend boyfriend fiancee fiance stepmother
+    stepfather
+    mãe mae pai pais irmã irma irmão irmao irmãs irmas irmãos irmaos filha filho filhas filhos
+    esposa esposo marido mulher tia tio sobrinha sobrinho avó avô avo avós avôs neta neto prima
+    primo namorada namorado noiva noivo madrasta padrasto sogra sogro
     """.split()
 )
 # Capitalised words that are not names when they open a sentence.
@@ -143,7 +177,7 @@ def _words(text: str) -> list[str]:
 
 
 def _numbers(toks: Sequence[str]) -> Counter[str]:
-    return Counter(t for t in toks if t[-1].isdigit() or t in NUMBER_WORDS)
+    return Counter(t for t in toks if any(c.isdigit() for c in t) or t in NUMBER_WORDS)
 
 
 def _in(words: Sequence[str], vocabulary: frozenset[str]) -> Counter[str]:
@@ -196,6 +230,8 @@ def disagreement(a: str, b: str) -> str | None:
         ("numbers", _numbers(toks_a), _numbers(toks_b)),
         ("dates", _in(words_a, DATE_WORDS), _in(words_b, DATE_WORDS)),
         ("names", Counter(names(a)), Counter(names(b))),
+        ("family words", _in(words_a, KINSHIP_WORDS), _in(words_b, KINSHIP_WORDS)),
+        ("tense words", _in(words_a, ASPECT_WORDS), _in(words_b, ASPECT_WORDS)),
         ("negations", _in(words_a, NEGATIONS), _in(words_b, NEGATIONS)),
         ("polarity words", _in(words_a, POLAR_WORDS), _in(words_b, POLAR_WORDS)),
     )
@@ -204,6 +240,11 @@ def disagreement(a: str, b: str) -> str | None:
             return why
     if names(a) != names(b):
         return "names in another order"
+    content_a = {t for t in toks_a if t not in STOPWORDS}
+    content_b = {t for t in toks_b if t not in STOPWORDS}
+    if content_a != content_b and (content_a <= content_b or content_b <= content_a):
+        extra = sorted(content_a ^ content_b)
+        return f"one text says more ({' '.join(extra)})"
     order_a, order_b = _shared_order(toks_a, toks_b)
     if order_a != order_b:
         return "shared words in another order"
