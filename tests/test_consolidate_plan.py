@@ -88,6 +88,14 @@ class TestGuards:
                 "shared words in another order",
             ),
             ("O usuário não gosta de café.", "O usuário gosta muito de café.", "negations"),
+            (
+                "The user is allergic to eggs.",
+                "The user is allergic to milk and eggs.",
+                "says more",
+            ),
+            ("The user used to live in Madrid.", "The user lives in Madrid.", "tense words"),
+            ("A avó do usuário é costureira.", "O avô do usuário é costureiro.", "family words"),
+            ("O usuário entrou na empresa em 2022.", "O usuário saiu da empresa em 2022.", "polar"),
         ],
     )
     def test_blocks(self, a: str, b: str, why: str) -> None:
