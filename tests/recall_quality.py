@@ -7,8 +7,14 @@ is scored with hit@1/3, MRR@10, nDCG@10 (graded, log2 discount, ideal-ordering n
 recall@10, traps and duplicate pollution — overall, per category and per language. A `dup_of` pair
 is one fact: the second member found earns nothing (and both in the top 10 is pollution).
 
-`python -m tests.recall_quality` prints lexical and hybrid side by side; the gate is
-`tests/test_recall_quality.py` against the snapshot `golden/recall_quality.json`.
+A third mode, `hybrid-consolidated`, first replays the decisions memory-consolidate makes on the
+persona bank (recorded in `golden/recall/consolidation.json`: every merge its writing tiers would
+make, as `memory::supersede {reinforce: true}`), then scores hybrid recall with each expectation
+carried from a retired memory to its survivor — consolidation must not make recall worse.
+
+`python -m tests.recall_quality` prints the modes side by side (`--what-if-dup-of` adds the bound:
+every labelled duplicate pair merged); the gate is `tests/test_recall_quality.py` against the
+snapshot `golden/recall_quality.json`.
 """
 
 from __future__ import annotations
@@ -32,8 +38,11 @@ from typing import Any
 
 import structlog
 
+from memory_worker.adapters.consolidate.clients import InProcessClient
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
+from memory_worker.consolidate.config import ConsolidateSettings
+from memory_worker.consolidate.runner import Consolidator
 from memory_worker.core.config import Settings
 from memory_worker.core.text import fingerprint
 from memory_worker.storage.store import Store
@@ -42,6 +51,7 @@ from .fakes import FixedClock
 
 __all__ = [
     "CATEGORIES",
+    "CONSOLIDATION",
     "COUNT_METRICS",
     "GOLDEN_DIR",
     "LIMIT",
@@ -50,28 +60,36 @@ __all__ = [
     "SNAPSHOT",
     "TOLERANCE",
     "Comparison",
+    "Decision",
     "Golden",
     "GoldenMemory",
     "GoldenQuery",
     "build_bank",
+    "carry",
     "compare",
+    "decide",
     "describe_embedder",
     "evaluate",
     "golden_digest",
     "load",
+    "load_decisions",
     "local_embedder",
     "open_service",
     "render_snapshot",
     "render_table",
+    "replay",
     "run",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "golden" / "recall"
 SNAPSHOT = ROOT / "golden" / "recall_quality.json"
+CONSOLIDATION = GOLDEN_DIR / "consolidation.json"
 BANK = "golden"
 LIMIT = 10
-MODES = ("lexical", "hybrid")
+MODES = ("lexical", "hybrid", "hybrid-consolidated")
+SHORT = {"lexical": "lex", "hybrid": "hyb", "hybrid-consolidated": "h+c"}
+CONSOLIDATED_REASON = "recall-quality: replay of a recorded memory-consolidate decision"
 CATEGORIES = (
     "lexical",
     "paraphrase",
@@ -301,6 +319,100 @@ async def build_bank(service: MemoryService, golden: Golden | None = None) -> di
     return ids
 
 
+# --- consolidation ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One merge memory-consolidate makes on the persona bank, by golden keys."""
+
+    winner: str
+    losers: tuple[str, ...]
+    tier: str
+    why: str
+
+
+def load_decisions(path: Path = CONSOLIDATION) -> list[Decision]:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    return [
+        Decision(row["winner"], tuple(row["losers"]), row["tier"], row["why"])
+        for row in raw["decisions"]
+    ]
+
+
+def render_decisions(decisions: Sequence[Decision], embedder: str | None) -> str:
+    body = {
+        "description": "What memory-consolidate's writing tiers merge in the golden persona bank "
+        "(a dry run with the defaults; the semantic tier needs the local embedder). Replayed by "
+        "the hybrid-consolidated mode of tests/recall_quality.py; re-record with UPDATE_GOLDENS=1.",
+        "settings": ConsolidateSettings().model_dump(include={"semantic_threshold"}),
+        "embedder": embedder,
+        "decisions": [
+            {"winner": d.winner, "losers": list(d.losers), "tier": d.tier, "why": d.why}
+            for d in decisions
+        ],
+    }
+    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+
+
+async def decide(service: MemoryService, ids: Mapping[str, str]) -> list[Decision]:
+    """The merges memory-consolidate would make on bank `golden` now (one dry-run pass)."""
+    key_of = {memory_id: key for key, memory_id in ids.items()}
+    consolidator = Consolidator(InProcessClient(service), clock=service.clock)
+    report = await consolidator.run(ConsolidateSettings(), bank=BANK, dry_run=True)
+    [bank] = report.banks
+    if bank.errors:
+        raise AssertionError(f"memory-consolidate failed on the golden bank: {bank.errors}")
+    return [
+        Decision(
+            key_of[group.winner_id],
+            tuple(key_of[loser] for loser in group.loser_ids),
+            group.tier,
+            group.why,
+        )
+        for group in bank.groups
+        if group.action == "planned"
+    ]
+
+
+async def replay(
+    service: MemoryService, decisions: Sequence[Decision], ids: Mapping[str, str]
+) -> dict[str, str]:
+    """Apply the decisions as memory-consolidate does; returns retired key -> survivor key."""
+    carried: dict[str, str] = {}
+    for decision in decisions:
+        for loser in decision.losers:
+            await catalog.call(
+                service,
+                "memory::supersede",
+                {
+                    "bank": BANK,
+                    "id": ids[loser],
+                    "superseded_by": ids[decision.winner],
+                    "reinforce": True,
+                    "reason": CONSOLIDATED_REASON,
+                },
+            )
+            carried[loser] = decision.winner
+    return carried
+
+
+def carry(golden: Golden, carried: Mapping[str, str]) -> dict[str, str]:
+    """Every key -> the fact it stands for, after the merges: a retired memory's expectations
+    belong to its survivor (followed through chains), then `dup_of` collapses as before."""
+    facts = golden.facts()
+    out: dict[str, str] = {}
+    for key in facts:
+        target, seen = key, {key}
+        while target in carried:
+            target = carried[target]
+            if target in seen:
+                raise ValueError(f"consolidation cycle through {target!r}")
+            seen.add(target)
+        out[key] = facts.get(target, target)
+    return out
+
+
 # --- metrics ---------------------------------------------------------------------------------
 
 
@@ -327,10 +439,16 @@ class QueryScore:
         }
 
 
-def score_query(golden: Golden, query: GoldenQuery, ranked: Sequence[str | None]) -> QueryScore:
-    """Graded relevance over facts: each dup pair counts once, at its best-ranked member."""
+def score_query(
+    golden: Golden,
+    query: GoldenQuery,
+    ranked: Sequence[str | None],
+    fact_of: Mapping[str, str] | None = None,
+) -> QueryScore:
+    """Graded relevance over facts: each dup pair counts once, at its best-ranked member.
+    `fact_of` (default `golden.facts()`) maps every key to the fact it stands for."""
     top = tuple(ranked[:LIMIT])
-    fact_of = golden.facts()
+    fact_of = golden.facts() if fact_of is None else fact_of
     relevant: dict[str, int] = {}
     for key, grade in query.relevant.items():
         fact = fact_of.get(key, key)
@@ -383,10 +501,12 @@ async def evaluate(
     golden: Golden | None = None,
     ids: Mapping[str, str] | None = None,
     embedder: str | None = None,
+    carried: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every query through `memory::recall` in `mode` on a bank `build_bank` filled; a plain,
     rounded dict (the snapshot's shape). The caller decides whether the service has an
-    embedder and names it in `embedder`."""
+    embedder and names it in `embedder`. `hybrid-consolidated` ranks in hybrid mode and scores
+    with the expectations `carried` to the survivors of the merges `replay` made."""
     golden = golden or load()
     if service.clock() != golden.as_of_ms:
         raise ValueError(
@@ -395,17 +515,19 @@ async def evaluate(
         )
     ids = ids or {memory.key: memory.id for memory in golden.memories}
     key_of = {memory_id: key for key, memory_id in ids.items()}
+    fact_of = carry(golden, carried or {})
+    recall_mode = "hybrid" if mode == "hybrid-consolidated" else mode
     retrievals: set[str] = set()
     scores: list[QueryScore] = []
     for query in golden.queries:
         result = await catalog.call(
             service,
             "memory::recall",
-            {"bank": BANK, "query": query.query, "limit": LIMIT, "mode": mode},
+            {"bank": BANK, "query": query.query, "limit": LIMIT, "mode": recall_mode},
         )
         retrievals.add(result["retrieval"])
         ranked = [key_of.get(hit["memory"]["id"]) for hit in result["memories"]]
-        scores.append(score_query(golden, query, ranked))
+        scores.append(score_query(golden, query, ranked, fact_of))
     return {
         "mode": mode,
         "embedder": embedder,
@@ -434,13 +556,19 @@ async def run(data_root: Path, golden: Golden | None = None) -> dict[str, Any]:
         embedder, why = None, "MemoryService takes no embedder= yet (none loaded)"
     results: dict[str, Any] = {}
     for mode in MODES:
-        use = embedder if mode == "hybrid" else None
+        use = embedder if mode != "lexical" else None
         async with open_service(data_root / mode, golden.as_of_ms, use) as service:
             ids = await build_bank(service, golden)
+            carried: dict[str, str] = {}
+            if mode == "hybrid-consolidated":
+                carried = await replay(service, load_decisions(), ids)
             results[mode] = await evaluate(
-                service, mode, golden, ids, embedder=describe_embedder(use)
+                service, mode, golden, ids, embedder=describe_embedder(use), carried=carried
             )
+            if mode == "hybrid-consolidated":
+                results[mode]["merged"] = dict(sorted(carried.items()))
     results["hybrid"]["embedder_note"] = why
+    results["hybrid-consolidated"]["embedder_note"] = why
     return {
         "golden": {
             "digest": golden.digest,
@@ -518,8 +646,10 @@ def _lost_ground(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[st
 
 
 def render_table(snapshot: Mapping[str, Any]) -> str:
-    """Group × metric, lexical | hybrid side by side, then the trapped and polluted queries."""
+    """Group × metric, the modes side by side, then the trapped and polluted queries."""
     modes = snapshot["modes"]
+    shown = [mode for mode in MODES if mode in modes]
+    width = 10 * len(shown) - 1
     metrics = (*RATE_METRICS, *COUNT_METRICS)
     groups: list[tuple[str, str, str | None]] = [("overall", "overall", None)]
     groups += [(f"cat:{c}", "by_category", c) for c in CATEGORIES]
@@ -530,8 +660,9 @@ def render_table(snapshot: Mapping[str, Any]) -> str:
         value = block[metric]
         return f"{value:d}" if metric in COUNT_METRICS else f"{value:.3f}"
 
-    header = f"{'group':<22}{'n':>4}  " + "  ".join(f"{m:>19}" for m in metrics)
-    sub = f"{'':<22}{'':>4}  " + "  ".join(f"{'lex':>9} {'hyb':>9}" for _ in metrics)
+    header = f"{'group':<22}{'n':>4}  " + "  ".join(f"{m:>{width}}" for m in metrics)
+    labels = " ".join(f"{SHORT.get(mode, mode):>9}" for mode in shown)
+    sub = f"{'':<22}{'':>4}  " + "  ".join(labels for _ in metrics)
     lines = [
         f"recall quality: {snapshot['golden']['memories']} memories, "
         f"{snapshot['golden']['queries']} queries, as of {snapshot['golden']['as_of']}, "
@@ -539,7 +670,7 @@ def render_table(snapshot: Mapping[str, Any]) -> str:
         "retrieval: "
         + "; ".join(
             f"{mode}={modes[mode]['retrieval']} (embedder: {modes[mode]['embedder']})"
-            for mode in MODES
+            for mode in shown
         ),
         f"hybrid embedder: {modes['hybrid'].get('embedder_note', '')}",
         "",
@@ -549,12 +680,17 @@ def render_table(snapshot: Mapping[str, Any]) -> str:
     for label, section, name in groups:
         block = modes["lexical"][section] if name is None else modes["lexical"][section][name]
         row = f"{label:<22}{block['queries']:>4}  " + "  ".join(
-            f"{cell('lexical', section, name, m):>9} {cell('hybrid', section, name, m):>9}"
-            for m in metrics
+            " ".join(f"{cell(mode, section, name, m):>9}" for mode in shown) for m in metrics
         )
         lines.append(row)
     lines.append("")
-    for mode in MODES:
+    if "hybrid-consolidated" in modes:
+        merged = modes["hybrid-consolidated"].get("merged", {})
+        lines.append(
+            "hybrid-consolidated: merges replayed: "
+            + (", ".join(f"{loser}->{winner}" for loser, winner in merged.items()) or "none")
+        )
+    for mode in shown:
         ranks = modes[mode]["first_relevant_rank"]
         missed = [qid for qid, rank in ranks.items() if rank != 1]
         lines.append(f"{mode}: not at rank 1 ({len(missed)}): " + _ranks(ranks, missed))
@@ -567,17 +703,56 @@ def _ranks(ranks: Mapping[str, int | None], ids: Sequence[str]) -> str:
     return ", ".join(f"{qid}@{ranks[qid] if ranks[qid] is not None else '-'}" for qid in ids)
 
 
+async def what_if_dup_of(data_root: Path, golden: Golden | None = None) -> dict[str, Any]:
+    """The bound: hybrid recall after merging every labelled duplicate pair into its head (as a
+    confirming judge would), scored with the expectations carried."""
+    golden = golden or load()
+    embedder, _why = local_embedder() if _accepts_embedder() else (None, "")
+    decisions = [
+        Decision(m.dup_of, (m.key,), "dup_of", "labelled duplicate")
+        for m in golden.memories
+        if m.dup_of is not None
+    ]
+    async with open_service(data_root, golden.as_of_ms, embedder) as service:
+        ids = await build_bank(service, golden)
+        carried = await replay(service, decisions, ids)
+        return await evaluate(
+            service,
+            "hybrid-consolidated",
+            golden,
+            ids,
+            embedder=describe_embedder(embedder),
+            carried=carried,
+        )
+
+
 def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with tempfile.TemporaryDirectory(prefix="recall-quality-") as tmp:
         snapshot = asyncio.run(run(Path(tmp)))
+        bound = (
+            asyncio.run(what_if_dup_of(Path(tmp) / "what-if"))
+            if "--what-if-dup-of" in sys.argv[1:]
+            else None
+        )
     out = [render_table(snapshot)]
+    if bound is not None:
+        overall = bound["overall"]
+        out.append(
+            "\nwhat if every dup_of pair were merged (hybrid, expectations carried): "
+            + ", ".join(f"{m} {overall[m]:.4f}" for m in RATE_METRICS)
+            + ", "
+            + ", ".join(f"{m} {overall[m]}" for m in COUNT_METRICS)
+        )
     if SNAPSHOT.is_file():
         stored = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
         same_set = stored.get("golden", {}).get("digest") == snapshot["golden"]["digest"]
         if not same_set:
             out.append(f"\n{SNAPSHOT.name}: taken on a different golden set; not compared")
         for mode in MODES if same_set else ():
+            if mode not in stored["modes"]:
+                out.append(f"\n{SNAPSHOT.name} has no {mode} mode yet; not compared")
+                continue
             diff = compare(stored["modes"][mode], snapshot["modes"][mode])
             out.append(f"\nvs {SNAPSHOT.name} ({mode}):")
             out += [f"  worse  {line}" for line in diff.regressions]

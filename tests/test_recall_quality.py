@@ -35,8 +35,32 @@ def _golden() -> rq.Golden:
     return rq.load()
 
 
+@pytest.fixture(name="decided", scope="module")
+def _decided(golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory) -> list[rq.Decision]:
+    """What memory-consolidate decides on the persona bank now (its semantic tier needs the
+    local embedder); with UPDATE_GOLDENS=1 it is recorded for the hybrid-consolidated mode."""
+    embedder, why = rq.local_embedder()
+    if embedder is None:
+        pytest.skip(f"the semantic tier needs the local embedder: {why}")
+
+    async def decide() -> list[rq.Decision]:
+        root = tmp_path_factory.mktemp("consolidation")
+        async with rq.open_service(root, golden.as_of_ms, embedder) as service:
+            return await rq.decide(service, await rq.build_bank(service, golden))
+
+    decisions = asyncio.run(decide())
+    if UPDATE:
+        text = rq.render_decisions(decisions, rq.describe_embedder(embedder))
+        rq.CONSOLIDATION.write_text(text, encoding="utf-8")
+    return decisions
+
+
 @pytest.fixture(name="fresh", scope="module")
-def _fresh(golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def _fresh(
+    golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict[str, Any]:
+    if UPDATE:
+        request.getfixturevalue("decided")  # record the decisions before they are replayed
     return asyncio.run(rq.run(tmp_path_factory.mktemp("recall-quality"), golden))
 
 
@@ -216,6 +240,35 @@ def test_a_trap_counts_above_the_first_relevant_or_when_none_is_found() -> None:
     missed = rq.score_query(golden, query, ["c", "old"])
     assert missed.trapped and missed.first_rank is None and missed.metrics()["ndcg@10"] == 0.0
     assert not rq.score_query(golden, query, ["c"]).trapped
+
+
+def test_a_replayed_merge_carries_expectations_to_the_survivor() -> None:
+    golden = _tiny()
+    (query,) = golden.queries
+    fact_of = rq.carry(golden, {"b": "c"})  # memory-consolidate retired b into c
+    score = rq.score_query(golden, query, ["c", "a"], fact_of)
+    assert score.first_rank == 1 and score.metrics()["recall@10"] == 1.0
+    assert rq.carry(golden, {"a2": "c"})["a2"] == "c"  # a merge outranks the dup label
+    assert rq.score_query(golden, query, ["c", "a"]).first_rank == 2  # without the carry
+
+
+# --- consolidation ---------------------------------------------------------------------------
+
+
+def test_the_recorded_consolidation_is_what_memory_consolidate_decides(
+    decided: list[rq.Decision],
+) -> None:
+    recorded = rq.load_decisions()
+    assert recorded == decided, (
+        f"memory-consolidate now decides {decided}, {rq.CONSOLIDATION.name} holds {recorded}: "
+        f"re-record with `{REBASELINE}` and review the diff"
+    )
+
+
+def test_consolidation_does_not_make_recall_worse(fresh: dict[str, Any]) -> None:
+    hybrid, consolidated = fresh["modes"]["hybrid"], fresh["modes"]["hybrid-consolidated"]
+    diff = rq.compare(hybrid, consolidated)
+    assert not diff.regressions, diff.regressions
 
 
 # --- the gate --------------------------------------------------------------------------------
