@@ -13,6 +13,8 @@ import yaml
 
 from memory_worker.adapters.bus import catalog as bus_catalog
 from memory_worker.app.catalog import CATALOG
+from memory_worker.consolidate import catalog as consolidate_catalog
+from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import ERROR_CODES
 
@@ -20,11 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "memory_worker"
 README = ROOT / "README.md"
 CONFIG_EXAMPLE = ROOT / "config.example.yaml"
+CONSOLIDATE_EXAMPLE = ROOT / "consolidate.example.yaml"
 PERMISSIONS = ROOT / "iii-permissions.yaml"
 WORKER_MANIFEST = ROOT / "iii.worker.yaml"
 SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
 
 CATALOG_IDS = {spec.id for spec in CATALOG}
+# memory-consolidate's functions: its own worker, documented and permissioned beside ours.
+CONSOLIDATE_IDS = {spec.id for spec in consolidate_catalog.FUNCTIONS}
+CONSOLIDATE_INTERNAL = {
+    consolidate_catalog.ON_TICK,
+    consolidate_catalog.ON_CONFIG_CHANGE,
+    consolidate_catalog.HTTP,
+}
 
 
 def _seed_internal_ids() -> set[str]:
@@ -48,7 +58,7 @@ def _readme_table_names() -> set[str]:
 
 
 def test_readme_has_a_table_row_for_every_function() -> None:
-    missing = sorted(CATALOG_IDS - _readme_table_names())
+    missing = sorted((CATALOG_IDS | CONSOLIDATE_IDS) - _readme_table_names())
     assert not missing, f"README.md has no table row naming these functions: {missing}"
 
 
@@ -88,6 +98,40 @@ def test_config_example_values_are_the_defaults() -> None:
     assert not wrong, (
         f"config.example.yaml values differ from the defaults (value, default): {wrong}"
     )
+
+
+def _commented_keys(path: Path) -> dict[str, str]:
+    """Each key of an example file -> the comment block right above it, on one line."""
+    comment: list[str] = []
+    found: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            comment.append(line.lstrip("#").strip())
+        elif match := re.match(r"([a-z_][a-z0-9_]*):", line):
+            found[match.group(1)] = " ".join(" ".join(comment).split())
+            comment = []
+        elif not line.strip():
+            comment = []
+    return found
+
+
+def test_consolidate_example_is_every_field_at_its_default_with_its_description() -> None:
+    raw = yaml.safe_load(CONSOLIDATE_EXAMPLE.read_text(encoding="utf-8"))
+    assert parse_settings(raw, source="consolidate.example.yaml") == ConsolidateSettings()
+    assert set(raw) == set(ConsolidateSettings.model_fields)
+    found = _commented_keys(CONSOLIDATE_EXAMPLE)
+    wrong = {
+        name: found.get(name)
+        for name, info in ConsolidateSettings.model_fields.items()
+        if found.get(name) != " ".join((info.description or "").split())
+    }
+    assert not wrong, f"comment above these keys is not the field description: {wrong}"
+
+
+def test_readme_documents_every_consolidate_setting() -> None:
+    readme = README.read_text(encoding="utf-8")
+    missing = [name for name in ConsolidateSettings.model_fields if f"`{name}`" not in readme]
+    assert not missing, f"README.md does not name these memory-consolidate settings: {missing}"
 
 
 def test_config_example_comments_each_key_with_its_description() -> None:
@@ -158,7 +202,8 @@ def _permission_rules() -> tuple[list[str], list[str]]:
 
 def test_permission_ids_are_known_functions() -> None:
     allowed, denied = _permission_rules()
-    unknown = sorted(set(allowed + denied) - CATALOG_IDS - SEED_INTERNAL - BUS_INTERNAL)
+    known = CATALOG_IDS | SEED_INTERNAL | BUS_INTERNAL | CONSOLIDATE_IDS | CONSOLIDATE_INTERNAL
+    unknown = sorted(set(allowed + denied) - known)
     assert not unknown, f"iii-permissions.yaml names functions that do not exist: {unknown}"
 
 
@@ -170,12 +215,15 @@ def test_permission_rules_are_not_repeated() -> None:
 
 def test_agents_are_allowed_exactly_the_agent_set() -> None:
     allowed, _ = _permission_rules()
-    assert set(allowed) == AGENT_FUNCTIONS | READ_ONLY_EXTRAS
+    assert set(allowed) == AGENT_FUNCTIONS | READ_ONLY_EXTRAS | {consolidate_catalog.STATUS}
 
 
 def test_agents_are_denied_internals_and_human_owned_surfaces() -> None:
+    """memory-consolidate's run retires memories: human-owned like supersede; its seams are
+    internal. Its status is a read-only view."""
     _, denied = _permission_rules()
-    assert set(denied) == SEED_INTERNAL | BUS_INTERNAL | HUMAN_OWNED
+    consolidate = CONSOLIDATE_INTERNAL | {consolidate_catalog.RUN}
+    assert set(denied) == SEED_INTERNAL | BUS_INTERNAL | HUMAN_OWNED | consolidate
 
 
 def test_every_catalog_function_has_a_deliberate_permission() -> None:
