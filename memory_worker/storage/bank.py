@@ -8,21 +8,15 @@ Invariants:
   decide and call `commit()` with no `await` in between.
 - A failed write or fsync cuts the log back to its last durable size and fails every commit that was
   waiting on it: RAM never holds what the disk does not.
-- Replay is last-wins by id and revision (a tie goes to the later line); torn or corrupt lines are
-  skipped and reported with their line numbers, never fatal.
-- Every line this worker writes ends with its checksum (`"crc"`); a line whose bytes no longer match
-  it is corrupt, even when it still parses. Lines without one (older logs, hand-written) still load.
+- The line format, checksums, batches and replay are `storage.log`'s; the rules folder is
+  `storage.rules`'s; the vector sidecar `storage.vectors`'s. This module keeps them in step in RAM.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import secrets
-import time
-import zlib
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -30,7 +24,6 @@ from pathlib import Path
 
 import structlog
 import yaml
-from pydantic import ValidationError
 
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory, Rule
@@ -38,6 +31,9 @@ from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import LexicalIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
+from memory_worker.storage.damage import Damage, DurabilityWarnings
+from memory_worker.storage.log import MEMORIES_FILE, encode, replay
+from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
     VectorRecord,
@@ -46,150 +42,17 @@ from memory_worker.storage.vectors import (
     text_hash,
 )
 
-__all__ = ["Bank", "Damage", "DurabilityWarning", "DurabilityWarnings"]
+__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank"]
 
 log = structlog.get_logger(__name__)
 
-MEMORIES_FILE = "memories.jsonl"
 BANK_FILE = "bank.yaml"
-RULES_DIR = "rules"
-
-
-@dataclass(frozen=True, slots=True)
-class Damage:
-    """Something found broken on disk and skipped: reported by doctor and in the logs."""
-
-    file: str
-    reason: str
-    line: int | None = None
-
-    def describe(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.reason}"
-
-
-@dataclass(frozen=True, slots=True)
-class DurabilityWarning:
-    """A change that landed (RAM and disk have it) whose directory sync failed: a power loss
-    before the file system writes that directory out could still undo it."""
-
-    at_ms: int
-    bank: str
-    change: str
-    error: str
-
-
-class DurabilityWarnings:
-    """The store's recent durability warnings, for doctor: the last `LIMIT`, and how many in all.
-    Kept in RAM only: after a restart the disk is what it is, and is served as such."""
-
-    LIMIT = 20
-
-    def __init__(self) -> None:
-        self._recent: deque[DurabilityWarning] = deque(maxlen=self.LIMIT)
-        self.total = 0
-
-    def note(self, bank: str, change: str, error: StorageError) -> None:
-        self._recent.append(DurabilityWarning(int(time.time() * 1000), bank, change, error.message))
-        self.total += 1
-        log.warning("durability_unknown", bank=bank, change=change, error=str(error))
-
-    def recent(self) -> list[DurabilityWarning]:
-        return list(self._recent)
-
-    def take(self, bank: str) -> list[DurabilityWarning]:
-        """Remove and return the warnings about `bank` (doctor's scratch bank reports its own)."""
-        taken = [w for w in self._recent if w.bank == bank]
-        if taken:
-            self._recent = deque((w for w in self._recent if w.bank != bank), maxlen=self.LIMIT)
-            self.total -= len(taken)
-        return taken
-
-
-@dataclass(slots=True)
-class _OpenBatch:
-    nonce: str
-    size: int
-    first_line: int
-    records: list[Memory] = field(default_factory=list)
-
-
-# A commit of several records (supersede with reinforce, an import) is one write; each of its lines
-# carries `"batch": "<nonce>:<index>:<size>"` so replay applies the write whole or not at all.
-_BATCH_KEY = b'"batch":"'
-_batches = itertools.count()
-_NONCE = secrets.token_hex(3)
-
-
-# Every line ends with `,"crc":"<8 hex>"}`: the CRC-32 of the line as it reads without that member
-# (so `{...}` → `{...,"crc":"…"}`). It catches a changed byte that still leaves valid JSON (a
-# `"revision":0` turned into `"revision":9` would otherwise win replay), and costs one C call per
-# line. zlib's CRC-32 rather than CRC-32C: it is in the standard library, and for lines of a few
-# hundred bytes both detect every burst of up to 32 bits and miss random damage with odds of 2^-32;
-# CRC-32C's edge is hardware speed, which does not matter here. It guards against accidents (disk,
-# editor, copy), not tampering: anyone can recompute it. A line without the member (written before
-# checksums, or by hand) is still loaded; a person editing a line removes its `crc`.
-_CRC_KEY = b',"crc":"'
-_CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
-
-
-def _sealed(body: bytes) -> bytes:
-    """`body` (one JSON object, no newline) with its checksum as the last member."""
-    return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
-
-
-def _encode(records: Sequence[Memory]) -> bytes:
-    if len(records) == 1:
-        return _sealed(records[0].to_line())
-    nonce = f"{_NONCE}{next(_batches):x}"
-    size = len(records)
-    return b"".join(
-        _sealed(record.to_line()[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
-        for index, record in enumerate(records)
-    )
-
-
-def _checksum_problem(line: bytes) -> str | None:
-    """Why `line` (which parsed) fails its checksum; None when it matches or it carries none."""
-    if line[-_CRC_SUFFIX:-10] == _CRC_KEY:
-        try:
-            if zlib.crc32(b"}", zlib.crc32(line[:-_CRC_SUFFIX])) == int(line[-10:-2], 16):
-                return None
-        except ValueError:
-            return "unreadable checksum"
-        return (
-            "checksum mismatch (the line changed after it was written; "
-            'a line edited by hand must have its "crc" field removed)'
-        )
-    if b'"crc":' in line:  # a key: a string value is never followed by a colon
-        return 'a "crc" field not in the form the worker writes'
-    return None
-
-
-def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
-    """`(nonce, index, size)` of a line written as part of a multi-record commit."""
-    start = line.rfind(_BATCH_KEY)
-    if start < 0:
-        return None
-    end = line.find(b'"', start + len(_BATCH_KEY))
-    try:
-        nonce, index, size = line[start + len(_BATCH_KEY) : end].decode().split(":")
-        return nonce, int(index), int(size)
-    except ValueError:
-        return None
 
 
 @dataclass(slots=True)
 class _Pending:
     records: Sequence[Memory]
     future: asyncio.Future[None] = field(repr=False)
-
-
-def _mtime_ms(path: Path) -> int:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return 0
 
 
 class Bank:
@@ -210,7 +73,7 @@ class Bank:
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
-        self._rules: dict[str, Rule] = {}
+        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         self._embed_model: str | None = None  # the model `_to_embed` is kept for
         self._to_embed: dict[str, None] = {}  # live ids lacking its vector, in arrival order
@@ -218,7 +81,6 @@ class Bank:
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
         self._flusher: asyncio.Task[None] | None = None
-        self._rules_lock = asyncio.Lock()
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
@@ -266,7 +128,7 @@ class Bank:
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._replay()
         bank._load_vectors()
-        bank._load_rules()
+        bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
         return bank
@@ -290,53 +152,12 @@ class Bank:
         return (value if isinstance(value, str) else ""), True
 
     def _replay(self) -> None:
-        memories = self._memories
-        batch: _OpenBatch | None = None
-        for number, line, complete in files.iter_lines(self.path / MEMORIES_FILE):
-            try:
-                record = Memory.model_validate_json(line)
-            except ValidationError as exc:
-                reason = "torn last line (interrupted write)" if not complete else "corrupt line"
-                first = exc.errors()[0]
-                detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
-                self.damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
-                continue
-            problem = _checksum_problem(line)
-            if problem is not None:
-                reason = "torn last line (interrupted write)" if not complete else "corrupt line"
-                self.damage.append(Damage(MEMORIES_FILE, f"{reason}: {problem}", number))
-                continue
-            tag = _batch_tag(line)
-            if batch is not None and (tag is None or tag[0] != batch.nonce):
-                self._drop_torn_batch(batch)  # the rest of that write never made it to disk
-                batch = None
-            if tag is not None:
-                batch = batch or _OpenBatch(tag[0], tag[2], number)
-                batch.records.append(record)
-                if len(batch.records) < batch.size:
-                    continue
-                ready, batch = batch.records, None
-            else:
-                ready = [record]
-            for item in ready:
-                previous = memories.get(item.id)
-                if previous is None or item.revision >= previous.revision:
-                    memories[item.id] = item
-        if batch is not None:
-            self._drop_torn_batch(batch)
+        memories, found = replay(self.path / MEMORIES_FILE)
+        self._memories = memories
+        self.damage.extend(found)
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
-
-    def _drop_torn_batch(self, batch: _OpenBatch) -> None:
-        self.damage.append(
-            Damage(
-                MEMORIES_FILE,
-                f"interrupted write of {batch.size} records ({len(batch.records)} on disk): "
-                "none of them applied",
-                batch.first_line,
-            )
-        )
 
     def _load_vectors(self) -> None:
         records, skipped = load_vectors(self.path / VECTORS_FILE)
@@ -392,35 +213,6 @@ class Bank:
             await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept)
         return len(kept)
 
-    def _load_rules(self) -> None:
-        folder = self.path / RULES_DIR
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []
-        except OSError as exc:
-            self.damage.append(Damage(RULES_DIR, f"unreadable: {exc.strerror or exc}"))
-            return
-        for entry in entries:
-            if entry.name.startswith("."):
-                if entry.name.endswith(".tmp"):
-                    self.damage.append(
-                        Damage(
-                            f"{RULES_DIR}/{entry.name}",
-                            "leftover temp file of an interrupted "
-                            "rule write (the rule itself is intact); safe to delete",
-                        )
-                    )
-                continue
-            if not entry.name.endswith(".md") or not entry.is_file():
-                continue
-            path = Path(entry.path)
-            try:
-                content = files.read_text(path)
-            except StorageError as exc:
-                self.damage.append(Damage(f"{RULES_DIR}/{entry.name}", exc.message))
-                continue
-            name = entry.name[: -len(".md")]
-            self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
-
     # --- reads (durable state) -----------------------------------------------------------------
 
     @property
@@ -441,7 +233,7 @@ class Bank:
         return sum(1 for m in self._memories.values() if m.pinned and m.live)
 
     def rules(self) -> list[Rule]:
-        return [self._rules[name] for name in sorted(self._rules)]
+        return self._rules.all()
 
     def rule(self, name: str) -> Rule | None:
         return self._rules.get(name)
@@ -495,7 +287,7 @@ class Bank:
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
         try:
-            data = _encode(records)
+            data = encode(records)
         except ValueError as exc:  # pydantic's serialization error is a ValueError
             raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
         self._log.write(data)
@@ -598,8 +390,7 @@ class Bank:
         """Wait for every write in flight to land (or fail): memory commits and rule writes."""
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
-        async with self._rules_lock:
-            pass
+        await self._rules.drain()
 
     def close(self) -> None:
         self._log.close()
@@ -609,33 +400,7 @@ class Bank:
     async def set_rule(self, name: str, content: str) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
         the rule exists afterwards."""
-        path = self.path / RULES_DIR / f"{name}.md"
-        async with self._rules_lock:
-            if self._frozen is not None:
-                raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
-            removing = not content.strip()
-            try:
-                if removing:
-                    await asyncio.to_thread(files.remove_file, path)
-                else:
-                    await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
-            except files.UnsyncedChange as exc:
-                change = f"rule {name} {'removed' if removing else 'written'}"
-                self.warnings.note(self.name, change, exc)
-                raise
-            finally:
-                # Even a failed call may have reached the disk (the rename happened, its directory
-                # sync did not): RAM follows what the file now says, so a reboot changes nothing.
-                self._sync_rule(name, path)
-            return name in self._rules
-
-    def _sync_rule(self, name: str, path: Path) -> None:
-        try:
-            content = files.read_text(path)
-        except StorageError:
-            self._rules.pop(name, None)
-            return
-        self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+        return await self._rules.set(name, content, refusal=self._frozen)
 
     # --- hand edits ----------------------------------------------------------------------------
 
@@ -645,7 +410,7 @@ class Bank:
         replay or fsync, the rule files' names and contents, and `bank.yaml`'s description.
         False while writes are in flight: the file is mid-write by us; ask again after `drain()`.
         Blocking, but only a stat and the small rule and `bank.yaml` files are read."""
-        if self._queue or self._rules_lock.locked():
+        if self._queue or self._rules.busy:
             return False
         if self._flusher is not None and not self._flusher.done():
             return False
@@ -657,7 +422,7 @@ class Bank:
             return True  # unreadable: a reload reports it (the bank becomes broken)
         if description != self.description:
             return True
-        return self._disk_rules() != {name: rule.content for name, rule in self._rules.items()}
+        return self._rules.on_disk() != self._rules.contents()
 
     def is_frozen(self) -> bool:
         """Being trashed or reloaded: whoever froze it decides what happens to it next."""
@@ -677,32 +442,6 @@ class Bank:
     def _disk_description(self) -> str:
         """`bank.yaml`'s description as `load()` would read it, without recording damage."""
         return self._description_on_disk()[0]
-
-    def _disk_rules(self) -> dict[str, str]:
-        """The rules `load()` would read (same filter, unreadable files skipped alike)."""
-        folder = self.path / RULES_DIR
-        try:
-            entries = list(os.scandir(folder)) if folder.is_dir() else []
-        except OSError:
-            return {}
-        found: dict[str, str] = {}
-        for entry in entries:
-            if entry.name.startswith(".") or not entry.name.endswith(".md"):
-                continue
-            try:
-                if entry.is_file():
-                    found[entry.name[: -len(".md")]] = files.read_text(Path(entry.path))
-            except (OSError, StorageError):
-                continue
-        return found
-
-
-def _write_rule(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
-    files.atomic_write(path, data)
 
 
 def _consume_exception(future: asyncio.Future[None]) -> None:

@@ -17,7 +17,8 @@ import structlog
 from memory_worker.core.errors import BankNotFound, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
-from memory_worker.storage.bank import Bank, DurabilityWarnings
+from memory_worker.storage.bank import Bank
+from memory_worker.storage.damage import DurabilityWarnings
 
 __all__ = ["TRASH_DIR", "Store"]
 

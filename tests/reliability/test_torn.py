@@ -15,7 +15,8 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.models import Memory
 from memory_worker.core.text import fingerprint
-from memory_worker.storage.bank import Bank, Damage
+from memory_worker.storage.bank import Bank
+from memory_worker.storage.damage import Damage
 from memory_worker.storage.store import Store
 from memory_worker.storage.vectors import VectorRecord, text_hash
 

@@ -1,0 +1,148 @@
+"""The `memories.jsonl` line format and its replay.
+
+Every line is one whole `Memory` record ending with its checksum (`"crc"`); a commit of several
+records is one write whose lines carry `"batch"`, applied whole or not at all. Replay is last-wins
+by id and revision (a tie goes to the later line); torn or corrupt lines are skipped and reported
+with their line numbers, never fatal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from memory_worker.core.models import Memory
+from memory_worker.storage import files
+from memory_worker.storage.damage import Damage
+
+__all__ = ["MEMORIES_FILE", "checksum_problem", "encode", "replay"]
+
+MEMORIES_FILE = "memories.jsonl"
+
+
+@dataclass(slots=True)
+class _OpenBatch:
+    nonce: str
+    size: int
+    first_line: int
+    records: list[Memory] = field(default_factory=list)
+
+
+# A commit of several records (supersede with reinforce, an import) is one write; each of its lines
+# carries `"batch": "<nonce>:<index>:<size>"` so replay applies the write whole or not at all.
+_BATCH_KEY = b'"batch":"'
+_batches = itertools.count()
+_NONCE = secrets.token_hex(3)
+
+
+# Every line ends with `,"crc":"<8 hex>"}`: the CRC-32 of the line as it reads without that member
+# (so `{...}` → `{...,"crc":"…"}`). It catches a changed byte that still leaves valid JSON (a
+# `"revision":0` turned into `"revision":9` would otherwise win replay), and costs one C call per
+# line. zlib's CRC-32 rather than CRC-32C: it is in the standard library, and for lines of a few
+# hundred bytes both detect every burst of up to 32 bits and miss random damage with odds of 2^-32;
+# CRC-32C's edge is hardware speed, which does not matter here. It guards against accidents (disk,
+# editor, copy), not tampering: anyone can recompute it. A line without the member (written before
+# checksums, or by hand) is still loaded; a person editing a line removes its `crc`.
+_CRC_KEY = b',"crc":"'
+_CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
+
+
+def _sealed(body: bytes) -> bytes:
+    """`body` (one JSON object, no newline) with its checksum as the last member."""
+    return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
+
+
+def encode(records: Sequence[Memory]) -> bytes:
+    if len(records) == 1:
+        return _sealed(records[0].to_line())
+    nonce = f"{_NONCE}{next(_batches):x}"
+    size = len(records)
+    return b"".join(
+        _sealed(record.to_line()[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
+        for index, record in enumerate(records)
+    )
+
+
+def checksum_problem(line: bytes) -> str | None:
+    """Why `line` (which parsed) fails its checksum; None when it matches or it carries none."""
+    if line[-_CRC_SUFFIX:-10] == _CRC_KEY:
+        try:
+            if zlib.crc32(b"}", zlib.crc32(line[:-_CRC_SUFFIX])) == int(line[-10:-2], 16):
+                return None
+        except ValueError:
+            return "unreadable checksum"
+        return (
+            "checksum mismatch (the line changed after it was written; "
+            'a line edited by hand must have its "crc" field removed)'
+        )
+    if b'"crc":' in line:  # a key: a string value is never followed by a colon
+        return 'a "crc" field not in the form the worker writes'
+    return None
+
+
+def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
+    """`(nonce, index, size)` of a line written as part of a multi-record commit."""
+    start = line.rfind(_BATCH_KEY)
+    if start < 0:
+        return None
+    end = line.find(b'"', start + len(_BATCH_KEY))
+    try:
+        nonce, index, size = line[start + len(_BATCH_KEY) : end].decode().split(":")
+        return nonce, int(index), int(size)
+    except ValueError:
+        return None
+
+
+def replay(path: Path) -> tuple[dict[str, Memory], list[Damage]]:
+    """The records `path` holds (last wins by id and revision) and what was skipped on the way."""
+    memories: dict[str, Memory] = {}
+    damage: list[Damage] = []
+    batch: _OpenBatch | None = None
+    for number, line, complete in files.iter_lines(path):
+        try:
+            record = Memory.model_validate_json(line)
+        except ValidationError as exc:
+            reason = "torn last line (interrupted write)" if not complete else "corrupt line"
+            first = exc.errors()[0]
+            detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
+            damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
+            continue
+        problem = checksum_problem(line)
+        if problem is not None:
+            reason = "torn last line (interrupted write)" if not complete else "corrupt line"
+            damage.append(Damage(MEMORIES_FILE, f"{reason}: {problem}", number))
+            continue
+        tag = _batch_tag(line)
+        if batch is not None and (tag is None or tag[0] != batch.nonce):
+            damage.append(_torn(batch))  # the rest of that write never made it to disk
+            batch = None
+        if tag is not None:
+            batch = batch or _OpenBatch(tag[0], tag[2], number)
+            batch.records.append(record)
+            if len(batch.records) < batch.size:
+                continue
+            ready, batch = batch.records, None
+        else:
+            ready = [record]
+        for item in ready:
+            previous = memories.get(item.id)
+            if previous is None or item.revision >= previous.revision:
+                memories[item.id] = item
+    if batch is not None:
+        damage.append(_torn(batch))
+    return memories, damage
+
+
+def _torn(batch: _OpenBatch) -> Damage:
+    return Damage(
+        MEMORIES_FILE,
+        f"interrupted write of {batch.size} records ({len(batch.records)} on disk): "
+        "none of them applied",
+        batch.first_line,
+    )

@@ -1,0 +1,149 @@
+"""A bank's `rules/` folder: one markdown file per rule, read at load, written atomically.
+
+RAM follows the disk, never the other way round: after every write or removal (failed ones too —
+a rename may have landed whose directory sync did not) the rule is re-read from its file, so a
+reboot changes nothing a caller was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from memory_worker.core.errors import StorageError
+from memory_worker.core.models import Rule
+from memory_worker.storage import files
+from memory_worker.storage.damage import Damage, DurabilityWarnings
+
+__all__ = ["RULES_DIR", "RuleFiles"]
+
+RULES_DIR = "rules"
+_SUFFIX = ".md"
+
+
+def _mtime_ms(path: Path) -> int:
+    try:
+        return int(path.stat().st_mtime * 1000)
+    except OSError:
+        return 0
+
+
+class RuleFiles:
+    """The rules of one bank, by name."""
+
+    def __init__(self, bank: str, folder: Path, warnings: DurabilityWarnings) -> None:
+        self._bank = bank
+        self._folder = folder
+        self._warnings = warnings
+        self._rules: dict[str, Rule] = {}
+        self._lock = asyncio.Lock()
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def load(self) -> list[Damage]:
+        """Read every rule file (blocking); returns what was skipped."""
+        damage: list[Damage] = []
+        try:
+            folder = self._folder
+            entries = sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []
+        except OSError as exc:
+            return [Damage(RULES_DIR, f"unreadable: {exc.strerror or exc}")]
+        for entry in entries:
+            if entry.name.startswith("."):
+                if entry.name.endswith(".tmp"):
+                    damage.append(
+                        Damage(
+                            f"{RULES_DIR}/{entry.name}",
+                            "leftover temp file of an interrupted "
+                            "rule write (the rule itself is intact); safe to delete",
+                        )
+                    )
+                continue
+            if not entry.name.endswith(_SUFFIX) or not entry.is_file():
+                continue
+            path = Path(entry.path)
+            try:
+                content = files.read_text(path)
+            except StorageError as exc:
+                damage.append(Damage(f"{RULES_DIR}/{entry.name}", exc.message))
+                continue
+            name = entry.name[: -len(_SUFFIX)]
+            self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+        return damage
+
+    def all(self) -> list[Rule]:
+        return [self._rules[name] for name in sorted(self._rules)]
+
+    def get(self, name: str) -> Rule | None:
+        return self._rules.get(name)
+
+    def contents(self) -> dict[str, str]:
+        return {name: rule.content for name, rule in self._rules.items()}
+
+    @property
+    def busy(self) -> bool:
+        """A write is in flight: the folder is ours mid-change."""
+        return self._lock.locked()
+
+    async def drain(self) -> None:
+        async with self._lock:
+            pass
+
+    async def set(self, name: str, content: str, *, refusal: str | None = None) -> bool:
+        """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
+        the rule exists afterwards. `refusal`: why the bank takes no writes now (checked under the
+        lock, so a write never slips past a freeze)."""
+        path = self._folder / f"{name}{_SUFFIX}"
+        async with self._lock:
+            if refusal is not None:
+                raise StorageError(f"bank {self._bank} cannot be written: {refusal}")
+            removing = not content.strip()
+            try:
+                if removing:
+                    await asyncio.to_thread(files.remove_file, path)
+                else:
+                    await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
+            except files.UnsyncedChange as exc:
+                change = f"rule {name} {'removed' if removing else 'written'}"
+                self._warnings.note(self._bank, change, exc)
+                raise
+            finally:
+                self._sync(name, path)
+            return name in self._rules
+
+    def _sync(self, name: str, path: Path) -> None:
+        try:
+            content = files.read_text(path)
+        except StorageError:
+            self._rules.pop(name, None)
+            return
+        self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+
+    def on_disk(self) -> dict[str, str]:
+        """The rules `load()` would read (same filter, unreadable files skipped alike): what a
+        hand edit is detected against. Blocking."""
+        try:
+            folder = self._folder
+            entries = list(os.scandir(folder)) if folder.is_dir() else []
+        except OSError:
+            return {}
+        found: dict[str, str] = {}
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.name.endswith(_SUFFIX):
+                continue
+            try:
+                if entry.is_file():
+                    found[entry.name[: -len(_SUFFIX)]] = files.read_text(Path(entry.path))
+            except (OSError, StorageError):
+                continue
+        return found
+
+
+def _write_rule(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+    files.atomic_write(path, data)
