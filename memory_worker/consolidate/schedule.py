@@ -130,6 +130,8 @@ class Scheduler:
         stored: dict[str, BankReport] = {}
         if self.state is not None:
             raw = await self.state.get(SCOPE, LAST_REPORT)
+            if isinstance(raw, dict) and "value" in raw and "banks" not in raw:
+                raw = raw["value"]  # older engines wrap what state::get returns
             banks = raw.get("banks") if isinstance(raw, dict) else None
             for name, report in (banks or {}).items():
                 with contextlib.suppress(ValueError):
