@@ -12,6 +12,7 @@ from memory_worker.adapters.consolidate.clients import InProcessClient
 from memory_worker.app import catalog
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import SupersedeRequest
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.consolidate.runner import Consolidator
 from memory_worker.consolidate.schedule import (
@@ -201,6 +202,32 @@ class TestPass:
         [bank] = report.banks
         assert bank.merged == 0 and bank.errors and "conflict" in bank.errors[0]
         assert (await live(service))[loser["id"]]["pinned"] is True
+
+    @pytest.mark.skipif(
+        "expected_revision" not in SupersedeRequest.model_fields,
+        reason="memory::supersede has no expected_revision yet (issue 10)",
+    )
+    async def test_a_loser_changed_after_the_listing_is_refused_as_stale(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """A person tags the loser between the listing and the merge: its revision moved, so
+        `expected_revision` refuses the supersede and nothing changes."""
+        loser = await save(service, "the user likes tea")
+        await save(service, "The user likes tea.")
+        await save(service, "The user likes tea.")
+
+        class TagBeforeSupersede(FlakyClient):
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id == "memory::supersede":
+                    await self.inner.call(
+                        "memory::update", {"bank": "main", "id": loser["id"], "tags": ["x"]}
+                    )
+                return await super().call(function_id, payload)
+
+        report = await Consolidator(TagBeforeSupersede(client, set()), clock=clock).run(settings())
+        [bank] = report.banks
+        assert bank.merged == 0 and "stale revision" in bank.errors[0]
+        assert loser["id"] in await live(service)
 
     async def test_an_unreachable_memory_worker_ends_the_bank_with_one_error(
         self, service: MemoryService, client: InProcessClient, clock: FixedClock
