@@ -878,7 +878,7 @@ async def live_completer(url: str, model: str) -> Any:
     try:
         from iii import InitOptions, register_worker
 
-        from memory_worker.adapters.bus.siblings import Caller, RouterCompleter
+        from memory_worker.adapters.bus.siblings import BusCall, RouterCompleter
     except ImportError as exc:
         raise SystemExit(
             f"--live needs memory_worker.bus.siblings.RouterCompleter: {exc}"
@@ -891,7 +891,7 @@ async def live_completer(url: str, model: str) -> Any:
     client = await asyncio.to_thread(register_worker, url, options)
     settings = Settings(extraction_model=model)
     try:
-        yield RouterCompleter(Caller(client), lambda: settings)
+        yield RouterCompleter(BusCall(client), lambda: settings)
     finally:
         await asyncio.to_thread(client.shutdown)
         with contextlib.suppress(AttributeError):  # shutdown joins the SDK's loop, never closes it

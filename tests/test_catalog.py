@@ -55,6 +55,12 @@ def _snapshot(spec: FunctionSpec) -> dict[str, Any]:
         "function_id": spec.id,
         "description": spec.description,
         "internal": spec.internal,
+        "policy": str(spec.policy),
+        "hints": {
+            "read_only": spec.hints.read_only,
+            "destructive": spec.hints.destructive,
+            "idempotent": spec.hints.idempotent,
+        },
         "request_schema": catalog.json_schema(spec.request),
         "response_schema": catalog.json_schema(spec.response),
     }

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from memory_worker.adapters.bus import catalog as bus_catalog
-from memory_worker.app.catalog import CATALOG
+from memory_worker.app.catalog import CATALOG, render_permissions
 from memory_worker.consolidate import catalog as consolidate_catalog
 from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.core.config import Settings, load_settings
@@ -28,13 +28,8 @@ WORKER_MANIFEST = ROOT / "iii.worker.yaml"
 SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
 
 CATALOG_IDS = {spec.id for spec in CATALOG}
-# memory-consolidate's functions: its own worker, documented and permissioned beside ours.
+# memory-consolidate's functions: its own worker, documented beside ours.
 CONSOLIDATE_IDS = {spec.id for spec in consolidate_catalog.FUNCTIONS}
-CONSOLIDATE_INTERNAL = {
-    consolidate_catalog.ON_TICK,
-    consolidate_catalog.ON_CONFIG_CHANGE,
-    consolidate_catalog.HTTP,
-}
 
 
 def _seed_internal_ids() -> set[str]:
@@ -157,8 +152,10 @@ def test_config_example_comments_each_key_with_its_description() -> None:
 
 # --- iii-permissions.yaml --------------------------------------------------------------------
 
-# The seed's agent set: recall and the memory CRUD.
-AGENT_FUNCTIONS = {
+# The agent set that seed 000 grants ("agents get memory::recall, memory::save, memory::get,
+# memory::list, memory::update, memory::delete, memory::pin"): the one fact the catalog's policy
+# is checked against here, so a policy change that widens it cannot slip through.
+SEED_AGENT_SET = {
     "memory::recall",
     "memory::save",
     "memory::get",
@@ -167,26 +164,6 @@ AGENT_FUNCTIONS = {
     "memory::delete",
     "memory::pin",
 }
-# Read-only views we also allow: they return nothing recall/list do not already show (tag counts,
-# the injection dry run a turn gets anyway, the rules and the bank names). `memory::doctor` is not
-# here: it writes a scratch bank to `.trash/` on every call and probes siblings, so it stays at the
-# "needs approval" default.
-READ_ONLY_EXTRAS = {
-    "memory::tags",
-    "memory::preview",
-    "memory::rule::list",
-    "memory::bank::list",
-}
-# History rewrites and the human-owned surfaces (console, REST, CLI).
-HUMAN_OWNED = {
-    "memory::supersede",
-    "memory::bank::create",
-    "memory::bank::delete",
-    "memory::rule::set",
-    "memory::reload",
-}
-NEEDS_APPROVAL = {"memory::doctor"}
-# Internal functions the bus registers beyond the seed's (the http-worker REST adapter).
 BUS_INTERNAL = {spec.id for spec in bus_catalog.INTERNAL}
 
 
@@ -200,38 +177,32 @@ def _permission_rules() -> tuple[list[str], list[str]]:
     return allowed, denied
 
 
-def test_permission_ids_are_known_functions() -> None:
-    allowed, denied = _permission_rules()
-    known = CATALOG_IDS | SEED_INTERNAL | BUS_INTERNAL | CONSOLIDATE_IDS | CONSOLIDATE_INTERNAL
-    unknown = sorted(set(allowed + denied) - known)
-    assert not unknown, f"iii-permissions.yaml names functions that do not exist: {unknown}"
+def test_permissions_file_is_what_the_catalog_generates() -> None:
+    internal = [spec.id for spec in bus_catalog.INTERNAL]
+    rendered = render_permissions(CATALOG, [*internal, "memory::ui-content"])
+    assert PERMISSIONS.read_text(encoding="utf-8") == rendered, (
+        "iii-permissions.yaml differs from the catalog's policy: regenerate it with "
+        "`.venv/bin/memory-worker permissions > iii-permissions.yaml`"
+    )
 
 
-def test_permission_rules_are_not_repeated() -> None:
+def test_agents_get_exactly_the_seed_agent_set() -> None:
+    allowed, _ = _permission_rules()
+    assert set(allowed) == SEED_AGENT_SET
+    assert {spec.id for spec in CATALOG if spec.agents} == SEED_AGENT_SET
+
+
+def test_every_internal_seam_of_the_seed_and_the_bus_is_denied() -> None:
+    _, denied = _permission_rules()
+    assert set(denied) >= SEED_INTERNAL | BUS_INTERNAL
+
+
+def test_permission_ids_are_known_functions_and_not_repeated() -> None:
     allowed, denied = _permission_rules()
     rules = allowed + denied
+    unknown = sorted(set(rules) - CATALOG_IDS - SEED_INTERNAL - BUS_INTERNAL)
+    assert not unknown, f"iii-permissions.yaml names functions that do not exist: {unknown}"
     assert len(rules) == len(set(rules)), sorted({r for r in rules if rules.count(r) > 1})
-
-
-def test_agents_are_allowed_exactly_the_agent_set() -> None:
-    allowed, _ = _permission_rules()
-    assert set(allowed) == AGENT_FUNCTIONS | READ_ONLY_EXTRAS | {consolidate_catalog.STATUS}
-
-
-def test_agents_are_denied_internals_and_human_owned_surfaces() -> None:
-    """memory-consolidate's run retires memories: human-owned like supersede; its seams are
-    internal. Its status is a read-only view."""
-    _, denied = _permission_rules()
-    consolidate = CONSOLIDATE_INTERNAL | {consolidate_catalog.RUN}
-    assert set(denied) == SEED_INTERNAL | BUS_INTERNAL | HUMAN_OWNED | consolidate
-
-
-def test_every_catalog_function_has_a_deliberate_permission() -> None:
-    """A new function must be placed: allowed, denied, or knowingly left to approval."""
-    placed = AGENT_FUNCTIONS | READ_ONLY_EXTRAS | HUMAN_OWNED | NEEDS_APPROVAL | SEED_INTERNAL
-    unplaced = sorted(CATALOG_IDS - placed)
-    assert not unplaced, f"decide the agent permission of {unplaced} in iii-permissions.yaml"
-    assert NEEDS_APPROVAL <= CATALOG_IDS
 
 
 def test_deny_rules_come_before_allow_rules() -> None:

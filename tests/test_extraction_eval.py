@@ -16,11 +16,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip(
-    "memory_worker.harness.extractor",
-    reason="memory_worker.harness.extractor (the extraction pass) is not there yet",
-)
-
 ROOT = Path(__file__).resolve().parent.parent
 MIN_FIXTURES = 25
 MIN_RECALL = 0.9

@@ -18,6 +18,7 @@ from memory_worker.core.extraction import parse_reply, render_request, system_pr
 from memory_worker.core.models import Confidence
 from memory_worker.harness.extractor import CURSOR_SCOPE, LEARNED_HEADER, Extractor, merge_learned
 from memory_worker.harness.turns import ExtractJob
+from memory_worker.storage.bank import Bank
 
 from .fakes import FakeKeyValue as KV
 
@@ -314,17 +315,17 @@ class TestPass:
         self, rig: Rig, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         reply = {"memories": [add("The user lives in Lisbon."), add("The user has two cats.")]}
-        original = rig.service.save
+        original = Bank.commit
         calls = 0
 
-        async def failing_second(*args: Any, **kwargs: Any) -> Any:
+        async def failing_second(bank: Bank, records: Any) -> None:
             nonlocal calls
             calls += 1
-            if calls == 2:
+            if calls == 2:  # the disk refuses the second write of the pass
                 raise StorageError("disk full")
-            return await original(*args, **kwargs)
+            await original(bank, records)
 
-        monkeypatch.setattr(rig.service, "save", failing_second)
+        monkeypatch.setattr(Bank, "commit", failing_second)
         with pytest.raises(StorageError):
             await rig.turn(("user", "I live in Lisbon and have two cats."), reply=reply)
         assert (CURSOR_SCOPE, "s1") not in rig.kv.data

@@ -19,7 +19,7 @@ from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_
 from memory_worker.harness.pregenerate import PreGenerate, user_message
 from memory_worker.harness.selection import BankResolver, Outcome, Parent
 from memory_worker.harness.sessions import SCOPE, SessionRecord, SessionState
-from memory_worker.harness.turns import EXTRACT_JOB, TurnPipeline
+from memory_worker.harness.turns import EXTRACT_JOB, ExtractJob, TurnPipeline
 
 from .fakes import FakeKeyValue as KV
 
@@ -57,6 +57,20 @@ class Queue:
         if self.present:
             self.jobs.setdefault(receipt, data)
         return self.present
+
+
+class RecordingExtractor:
+    """Stands in for the extraction pass: records what it was asked to extract."""
+
+    def __init__(self) -> None:
+        self.extracted: list[tuple[ExtractJob, str]] = []
+
+    async def extract(self, job: ExtractJob, bank: str) -> int:
+        self.extracted.append((job, bank))
+        return 0
+
+    async def pass_over(self, job: ExtractJob) -> None:
+        raise AssertionError("a turn with memory must be extracted, not passed over")
 
 
 class Hooked:
@@ -435,9 +449,19 @@ class TestTurnPipeline:
             await pipeline.extract_job({"session_id": "s1"})
 
     async def test_without_a_queue_the_job_runs_inline(self, h: Hooked) -> None:
-        pipeline = TurnPipeline(h.service, h.resolver, h.state, Queue(present=False), None)
+        extractor = RecordingExtractor()
+        pipeline = TurnPipeline(
+            h.service,
+            h.resolver,
+            h.state,
+            Queue(present=False),
+            extractor,  # type: ignore[arg-type]
+        )
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
         reply = await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
-        assert reply["inline"]
+        assert reply["inline"] == "memx-s1-t1"
+        await pipeline.settle()
+        assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
         await pipeline.close()
 
     async def test_session_deleted_drops_what_was_kept(

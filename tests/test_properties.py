@@ -646,14 +646,17 @@ def test_a_reopen_anywhere_is_invisible_to_every_later_call(program: list[Op]) -
 
 
 async def _reads_back(data: Path, function_id: str, payload: dict[str, Any], read: str) -> None:
-    """What `read` returns after `function_id` is the same before and after a reopen."""
+    """What `read` returns after `function_id` is the same before and after a reopen; and a call
+    refused as `invalid_input` left `read`'s answer as it was, before and after the reopen."""
     clock = FixedClock()
     service = _service(data, clock)
     try:
+        untouched = await catalog.call(service, read, {})
         try:
             await catalog.call(service, function_id, payload)
         except InvalidInput:
-            return
+            event("refused")
+            assert await catalog.call(service, read, {}) == untouched
         before = await catalog.call(service, read, {})
         service = await _reopen(service, clock)
         assert await catalog.call(service, read, {}) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,17 @@ class TestReadsAndHistory:
         got = (await call(service, "memory::get", id=memory["id"]))["memory"]
         assert got == deleted and got["invalid_at"] is not None
 
+    async def test_a_tag_filter_is_normalised_like_the_stored_tags(
+        self, service: MemoryService
+    ) -> None:
+        tagged = await save(service, "one thing here", tags=["My  Tag"])
+        assert tagged["tags"] == ["my tag"]
+        for asked in ("my  tag", " MY tag ", "my\ttag"):
+            listed = await call(service, "memory::list", tag=asked)
+            assert [m["id"] for m in listed["memories"]] == [tagged["id"]], asked
+            found = await call(service, "memory::recall", query="one thing", tag=asked)
+            assert [h["memory"]["id"] for h in found["memories"]] == [tagged["id"]], asked
+
     async def test_tags_count_live_memories_most_used_first(self, service: MemoryService) -> None:
         await save(service, "one thing here", tags=["b", "a"])
         await save(service, "two things here", tags=["b"])
@@ -368,10 +380,13 @@ class TestRulesAndPreview:
         result = await call(
             service, "memory::rule::set", name="style", content="# Style\nNo em-dashes."
         )
-        assert result == {"ok": True, "exists": True, "redacted": []}
+        revision = hashlib.sha256(b"# Style\nNo em-dashes.").hexdigest()[:16]
+        assert result == {"ok": True, "exists": True, "revision": revision, "redacted": []}
         assert (data_dir / "main" / "rules" / "style.md").read_text() == "# Style\nNo em-dashes."
         rules = (await call(service, "memory::rule::list"))["rules"]
-        assert [(r["name"], r["content"]) for r in rules] == [("style", "# Style\nNo em-dashes.")]
+        assert [(r["name"], r["content"], r["revision"]) for r in rules] == [
+            ("style", "# Style\nNo em-dashes.", revision)
+        ]
         removed = await call(service, "memory::rule::set", name="style", content="  ")
         assert removed["exists"] is False
         assert not (data_dir / "main" / "rules" / "style.md").exists()

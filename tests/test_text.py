@@ -96,6 +96,11 @@ class TestTokenizer:
         assert sorted(terms("Eu moro em Lisboa")) == ["lisbo", "mor", "user"]
         assert sorted(terms("O usuário mora em Lisboa")) == ["lisbo", "mor", "user"]
 
+    def test_id_im_and_ive_without_an_apostrophe_are_words_not_the_user(self) -> None:
+        assert "user" not in terms("the session id of the IM chat")
+        assert "user" not in terms("ive league")
+        assert "user" in terms("I'm sure I've said it")
+
     def test_inflections_meet_at_one_stem(self) -> None:
         assert terms("publishes articles") == terms("publish article")
         assert terms("as publicações") == terms("para publicar")

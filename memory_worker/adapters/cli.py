@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import socket
@@ -22,6 +23,7 @@ import structlog
 
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import Embedder
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
@@ -35,6 +37,9 @@ __all__ = ["main", "parse_assignments"]
 CONFIG_ENV = "MEMORY_CONFIG"
 EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
+DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
+CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
+UI_CONTENT = "memory::ui-content"  # the console page's content function (an internal seam)
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 
@@ -143,7 +148,8 @@ async def _trigger(args: argparse.Namespace) -> int:
     payload = parse_assignments(args.pairs, args.json)
 
     async def work(service: MemoryService) -> int:
-        _dump(await catalog.call(service, args.function, payload), sys.stdout, pretty=True)
+        result = await catalog.call(service, args.function, payload, CLI_CALLER)
+        _dump(result, sys.stdout, pretty=True)
         return 0
 
     return await _with_service(args, f"memory-worker trigger {args.function}", work)
@@ -157,7 +163,8 @@ async def _batch_line(service: MemoryService, line: str) -> dict[str, Any]:
             raise InvalidInput(f"not a JSON line: {exc}") from None
         if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
             raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
-        return {"result": await catalog.call(service, item["function_id"], item.get("payload"))}
+        result = await catalog.call(service, item["function_id"], item.get("payload"), CLI_CALLER)
+        return {"result": result}
     except WorkerError as err:
         return {"error": err.to_dict()}
 
@@ -221,6 +228,15 @@ async def _import(args: argparse.Namespace) -> int:
         return 0
 
     return await _with_service(args, f"memory-worker import --bank {args.bank}", work)
+
+
+async def _compact(args: argparse.Namespace) -> int:
+    async def work(service: MemoryService) -> int:
+        report = await service.compact(args.bank, horizon_days=args.horizon_days)
+        _dump({"bank": args.bank, **dataclasses.asdict(report)}, sys.stdout, pretty=True)
+        return 0
+
+    return await _with_service(args, f"memory-worker compact --bank {args.bank}", work)
 
 
 def _engine_answers(url: str, timeout_s: float = ENGINE_PROBE_TIMEOUT_S) -> bool:
@@ -353,6 +369,30 @@ def _parser() -> argparse.ArgumentParser:
     from memory_worker.adapters.consolidate.options import add_run_arguments
 
     add_run_arguments(consolidate)
+    compact = sub.add_parser(
+        "compact",
+        parents=[common],
+        help="drop a bank's old superseded revisions from its log (crash-safe rewrite)",
+        description="Rewrite a bank's memories.jsonl without the superseded revisions written "
+        "before the horizon. Every memory keeps its latest revision or tombstone, so recall, list "
+        "and get answer the same; memory::history gets shorter. A log with damaged lines is "
+        "refused (repair them first).",
+    )
+    compact.add_argument("--bank", required=True, help="bank to compact")
+    compact.add_argument(
+        "--horizon-days",
+        type=float,
+        default=DEFAULT_COMPACT_HORIZON_DAYS,
+        help="keep every revision written within this many days "
+        f"(default {DEFAULT_COMPACT_HORIZON_DAYS:g}; 0 keeps only the latest of each memory)",
+    )
+
+    sub.add_parser(
+        "permissions",
+        help="print iii-permissions.yaml as the function catalog decides it",
+        description="Print the agent permission manifest generated from the function catalog "
+        "(each function's policy: allowed to agents, human-owned, internal, or approval).",
+    )
 
     # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
     # --log-level would change every command's.
@@ -384,12 +424,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _permissions(args: argparse.Namespace) -> int:
+    """Print `iii-permissions.yaml` as the catalog decides it."""
+    from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
+
+    internal = [spec.id for spec in INTERNAL]
+    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, [*internal, UI_CONTENT]))
+    return 0
+
+
 _COMMANDS = {
     "trigger": _trigger,
     "call": _call,
     "import": _import,
     "serve": _serve,
     "consolidate": _consolidate,
+    "permissions": _permissions,
+    "compact": _compact,
 }
 
 
@@ -404,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    configure_logging(args.log_level)
+    configure_logging(getattr(args, "log_level", "warning"))
     try:
         return asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:

@@ -40,6 +40,7 @@ from aiohttp.typedefs import Handler
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
@@ -57,6 +58,10 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+# The person the local service answers to (an agent token, when access levels need one, will
+# name an agent instead).
+REST_CALLER = Caller.human("rest")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -143,7 +148,7 @@ async def _payload(request: web.Request) -> object:
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         payload = await _payload(request)
-        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload)
+        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, REST_CALLER)
         return web.json_response(result, dumps=_dumps)
 
     return handle

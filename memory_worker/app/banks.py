@@ -1,4 +1,5 @@
-"""Banks as named scopes: create, list, trash, reload, and a person's hand edits picked up."""
+"""Banks as named scopes: create, list, trash, compact, reload, and a person's hand edits picked
+up."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import structlog
 
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     BankCreateRequest,
@@ -18,8 +20,11 @@ from memory_worker.app.wire import (
     ReloadRequest,
     ReloadResponse,
 )
+from memory_worker.core.compaction import DAY_MS, compaction_plan
+from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
+from memory_worker.storage.bank import Rewrite
 
 __all__ = ["BankUseCases"]
 
@@ -29,7 +34,9 @@ log = structlog.get_logger(__name__)
 class BankUseCases(EmbeddingWork):
     """Bank use cases."""
 
-    async def bank_create(self, req: BankCreateRequest) -> BankCreateResponse:
+    async def bank_create(
+        self, req: BankCreateRequest, caller: Caller = SYSTEM
+    ) -> BankCreateResponse:
         name = check_name(req.name, "bank")
         description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
         bank, created = await self.store.ensure(name, description)
@@ -37,17 +44,40 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.CREATED, name)
         return BankCreateResponse(bank=self._info(bank), created=created)
 
-    async def bank_list(self, req: BankListRequest) -> BankListResponse:
+    async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
         return BankListResponse(banks=banks)
 
-    async def bank_delete(self, req: BankDeleteRequest) -> BankDeleteResponse:
+    async def bank_delete(
+        self, req: BankDeleteRequest, caller: Caller = SYSTEM
+    ) -> BankDeleteResponse:
         name = check_name(req.name, "bank")
         target = await self.store.trash(name, self.clock())
         self._emit_bank(BankEvent.TRASHED, name)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
 
-    async def reload(self, req: ReloadRequest) -> ReloadResponse:
+    async def compact(self, bank_name: str, *, horizon_days: float) -> Rewrite:
+        """Drop a bank's superseded revisions written more than `horizon_days` ago from its log
+        (every memory keeps its latest revision or tombstone: nothing recall, list or get answers
+        changes; `memory::history` gets shorter). Announced as a `compacted` bank event."""
+        if horizon_days < 0:
+            raise InvalidInput("horizon_days must be 0 or more")
+        name = check_name(bank_name, "bank")
+        bank = self.store.get(name)
+        horizon_ms = self.clock() - int(horizon_days * DAY_MS)
+        result = await bank.rewrite(lambda records: compaction_plan(records, horizon_ms=horizon_ms))
+        log.info(
+            "bank_compacted",
+            bank=name,
+            lines_before=result.lines_before,
+            lines_after=result.lines_after,
+            bytes_before=result.bytes_before,
+            bytes_after=result.bytes_after,
+        )
+        self._emit_bank(BankEvent.COMPACTED, name)
+        return result
+
+    async def reload(self, req: ReloadRequest, caller: Caller = SYSTEM) -> ReloadResponse:
         return ReloadResponse(ok=True, banks=await self.store.reload())
 
     async def reload_bank(self, name: str) -> str:

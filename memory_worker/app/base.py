@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.ports import (
     BANK_CHANGED,
     ITEM_CHANGED,
@@ -104,6 +105,10 @@ class ServiceBase:
                 return None
             raise
 
+    def was_deleted(self, name: str) -> bool:
+        """A bank deleted since boot (the default bank never counts: it materializes on use)."""
+        return name != self.settings.default_bank and self.store.was_deleted(name)
+
     def _record(self, bank: Bank, memory_id: str) -> Memory:
         record = bank.latest(memory_id)
         if record is None:
@@ -119,10 +124,13 @@ class ServiceBase:
         return bank, self._record(bank, memory_id)
 
     @contextlib.asynccontextmanager
-    async def _writing_into(self, name: str) -> AsyncIterator[Bank]:
+    async def _writing_into(self, name: str, caller: Caller = SYSTEM) -> AsyncIterator[Bank]:
         """The bank a write goes into, created when missing. A bank this call created is announced
-        once the write landed, and removed again when it did not: a failed call changes nothing."""
-        bank, created = await self.store.ensure(name)
+        once the write landed, and removed again when it did not: a failed call changes nothing.
+        An automatic caller never brings a deleted bank back (the default bank excepted: it
+        materializes on first use)."""
+        revive = not caller.automatic or name == self.settings.default_bank
+        bank, created = await self.store.ensure(name, revive=revive)
         try:
             yield bank
         except BaseException:

@@ -1,24 +1,67 @@
-"""The one table of public functions: id, description, request/response models, service method.
+"""The one table of public functions: id, description, request/response models, the use case that
+serves it, who may call it and how it behaves.
 
-It drives the CLI, the golden schemas, the README table and (later) bus registration, so a function
-cannot exist in one surface and be missing from another. `call()` is the single place a raw payload
-becomes a validated request: validation errors become `invalid_input` here, for every adapter.
+It drives the CLI, REST, the bus registration, MCP, the golden schemas, the README table and
+`iii-permissions.yaml`, so a function cannot exist in one surface and be missing from another, and
+its policy is written once. `call()` is THE entry of every call, from every adapter and internal
+path, carrying who is calling: a raw payload becomes a validated request here (validation errors
+become `invalid_input`), so access and audit have one place to live.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from memory_worker.app import wire
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.text import collapse_whitespace
 
-__all__ = ["CATALOG", "FunctionSpec", "call", "find", "json_schema"]
+__all__ = [
+    "CATALOG",
+    "FunctionSpec",
+    "Hints",
+    "Policy",
+    "call",
+    "find",
+    "json_schema",
+    "render_permissions",
+    "request_of",
+    "respond",
+]
+
+Method = Callable[[MemoryService, Any, Caller], Awaitable[wire.Response]]
+
+
+class Policy(StrEnum):
+    """Who may call a function: what `iii-permissions.yaml` says of it."""
+
+    AGENTS = "agents"  # allowed to agents (the seed's agent set)
+    APPROVAL = "approval"  # not listed: each use by an agent needs an operator's approval
+    HUMANS = "humans"  # denied to agents: a human-owned surface (console, REST, CLI)
+    INTERNAL = "internal"  # denied to agents: a seam the harness or a sibling drives
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """How a call behaves, for clients that decide whether to ask first (MCP tool annotations)."""
+
+    read_only: bool = False  # changes nothing
+    destructive: bool = False  # may retire, replace or trash what exists (recoverable or not)
+    idempotent: bool = False  # the same call twice leaves the same state as once
+
+
+READ = Hints(read_only=True, idempotent=True)
+WRITE = Hints()
+IDEMPOTENT_WRITE = Hints(idempotent=True)
+DESTRUCTIVE = Hints(destructive=True)
+IDEMPOTENT_DESTRUCTIVE = Hints(destructive=True, idempotent=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +70,9 @@ class FunctionSpec:
     description: str
     request: type[wire.Request]
     response: type[wire.Response]
-    method: Callable[[MemoryService, Any], Awaitable[wire.Response]]
+    method: Method
+    policy: Policy
+    hints: Hints
     internal: bool = False
 
     @property
@@ -35,15 +80,22 @@ class FunctionSpec:
         """`memory::rule::set` → `memory/rule/set`, as the iii http triggers name it."""
         return self.id.replace("::", "/")
 
+    @property
+    def agents(self) -> bool:
+        """Whether agents are allowed to call it without asking."""
+        return self.policy is Policy.AGENTS
+
 
 def _spec(
     function_id: str,
     description: str,
     request: type[wire.Request],
     response: type[wire.Response],
-    method: Callable[[MemoryService, Any], Awaitable[wire.Response]],
+    method: Method,
+    policy: Policy,
+    hints: Hints,
 ) -> FunctionSpec:
-    return FunctionSpec(function_id, description, request, response, method)
+    return FunctionSpec(function_id, description, request, response, method, policy, hints)
 
 
 CATALOG: tuple[FunctionSpec, ...] = (
@@ -54,6 +106,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.BankCreateRequest,
         wire.BankCreateResponse,
         MemoryService.bank_create,
+        Policy.HUMANS,
+        IDEMPOTENT_WRITE,
     ),
     _spec(
         "memory::bank::list",
@@ -61,6 +115,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.BankListRequest,
         wire.BankListResponse,
         MemoryService.bank_list,
+        Policy.APPROVAL,
+        READ,
     ),
     _spec(
         "memory::bank::delete",
@@ -68,6 +124,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.BankDeleteRequest,
         wire.BankDeleteResponse,
         MemoryService.bank_delete,
+        Policy.HUMANS,
+        DESTRUCTIVE,
     ),
     _spec(
         "memory::save",
@@ -76,6 +134,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.SaveRequest,
         wire.SaveResponse,
         MemoryService.save,
+        Policy.AGENTS,
+        WRITE,
     ),
     _spec(
         "memory::get",
@@ -83,6 +143,18 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.GetRequest,
         wire.GetResponse,
         MemoryService.get,
+        Policy.AGENTS,
+        READ,
+    ),
+    _spec(
+        "memory::history",
+        "Every revision of one memory as the on-disk log holds it, oldest first: its edits, pins, "
+        "reinforcements and its tombstone — what changed, when, and what it said before.",
+        wire.HistoryRequest,
+        wire.HistoryResponse,
+        MemoryService.history,
+        Policy.APPROVAL,
+        READ,
     ),
     _spec(
         "memory::list",
@@ -91,6 +163,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.ListRequest,
         wire.ListResponse,
         MemoryService.list_memories,
+        Policy.AGENTS,
+        READ,
     ),
     _spec(
         "memory::update",
@@ -99,6 +173,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.UpdateRequest,
         wire.MemoryResponse,
         MemoryService.update,
+        Policy.AGENTS,
+        IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
         "memory::delete",
@@ -107,6 +183,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.DeleteRequest,
         wire.MemoryResponse,
         MemoryService.delete,
+        Policy.AGENTS,
+        IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
         "memory::pin",
@@ -115,6 +193,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.PinRequest,
         wire.MemoryResponse,
         MemoryService.pin,
+        Policy.AGENTS,
+        IDEMPOTENT_WRITE,
     ),
     _spec(
         "memory::supersede",
@@ -125,6 +205,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.SupersedeRequest,
         wire.SupersedeResponse,
         MemoryService.supersede,
+        Policy.HUMANS,
+        DESTRUCTIVE,
     ),
     _spec(
         "memory::tags",
@@ -133,6 +215,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.TagsRequest,
         wire.TagsResponse,
         MemoryService.tags,
+        Policy.APPROVAL,
+        READ,
     ),
     _spec(
         "memory::recall",
@@ -142,6 +226,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.RecallRequest,
         wire.RecallResponse,
         MemoryService.recall,
+        Policy.AGENTS,
+        READ,
     ),
     _spec(
         "memory::preview",
@@ -153,6 +239,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.PreviewRequest,
         wire.PreviewResponse,
         MemoryService.preview,
+        Policy.APPROVAL,
+        READ,
     ),
     _spec(
         "memory::rule::list",
@@ -161,6 +249,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.RuleListRequest,
         wire.RuleListResponse,
         MemoryService.rule_list,
+        Policy.APPROVAL,
+        READ,
     ),
     _spec(
         "memory::rule::set",
@@ -169,6 +259,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.RuleSetRequest,
         wire.RuleSetResponse,
         MemoryService.rule_set,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
         "memory::doctor",
@@ -178,6 +270,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.DoctorRequest,
         wire.DoctorResponse,
         MemoryService.doctor,
+        Policy.APPROVAL,
+        IDEMPOTENT_WRITE,
     ),
     _spec(
         "memory::reload",
@@ -186,6 +280,8 @@ CATALOG: tuple[FunctionSpec, ...] = (
         wire.ReloadRequest,
         wire.ReloadResponse,
         MemoryService.reload,
+        Policy.HUMANS,
+        IDEMPOTENT_WRITE,
     ),
 )
 
@@ -207,19 +303,98 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-async def call(service: MemoryService, function_id: str, payload: object) -> dict[str, Any]:
-    """Validate `payload` for `function_id`, run it, and return the wire-shaped result."""
-    spec = find(function_id)
+def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
+    """`payload` validated as `spec`'s request (an already built request passes as it is)."""
+    if isinstance(payload, spec.request):
+        return payload
     if payload is None:
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
     try:
-        request = spec.request.model_validate(payload)
+        return spec.request.model_validate(payload)
     except ValidationError as exc:
         raise InvalidInput(_describe(exc)) from None
-    response = await spec.method(service, request)
-    return response.to_wire()
+
+
+async def call(
+    service: MemoryService, function_id: str, payload: object, caller: Caller = SYSTEM
+) -> dict[str, Any]:
+    """Validate `payload` for `function_id`, run it on behalf of `caller`, and return the
+    wire-shaped result. Every adapter and internal path calls through here."""
+    return (await respond(service, function_id, payload, caller)).to_wire()
+
+
+async def respond(
+    service: MemoryService, function_id: str, payload: object, caller: Caller = SYSTEM
+) -> wire.Response:
+    """`call()` with the response model instead of its wire dict (for internal callers)."""
+    spec = find(function_id)
+    request = request_of(spec, payload)
+    return await spec.method(service, request, caller)
+
+
+_POLICY_NOTES: dict[Policy, str] = {
+    Policy.INTERNAL: (
+        "Internal seams: the harness invokes the hook, the queue delivers extraction jobs, "
+        "session-manager, the configuration worker and the http worker drive the rest, and the "
+        "console fetches the page assets. Never agent-callable (memory::http reaches every "
+        "function: an agent allowed it would bypass this whole list)."
+    ),
+    Policy.HUMANS: (
+        "Human-owned surfaces (console, REST, CLI): creating or trashing banks, rewriting the "
+        "always-injected rules, retiring one memory for another (the consolidation seam) and "
+        "reloading from disk are a person's decisions, not an agent's."
+    ),
+    Policy.AGENTS: (
+        "The agent set of the seed: recall and the memory CRUD. Every write is fingerprinted, "
+        "redacted and recoverable (revisions and tombstones stay in the log)."
+    ),
+    Policy.APPROVAL: (
+        "Not listed, so each use by an agent needs an operator's approval: read-only views the "
+        "seed does not grant (bank names and counts, tags, rules, history, the injection dry "
+        "run — each can show another bank than the agent's own) and doctor (it writes and "
+        "trashes a scratch bank, and probes siblings)."
+    ),
+}
+
+
+def render_permissions(specs: Sequence[FunctionSpec], internal: Sequence[str]) -> str:
+    """`iii-permissions.yaml` as the catalog decides it: denies first (first match wins), then
+    the agent set; functions needing approval are named in a comment, not listed."""
+    by_policy: dict[Policy, list[str]] = {policy: [] for policy in Policy}
+    by_policy[Policy.INTERNAL].extend(internal)
+    for spec in specs:
+        by_policy[spec.policy].append(spec.id)
+    lines = [
+        "# Agent permissions for the memory worker (first match wins).",
+        "#   bare string     → allow",
+        "#   '!function_id'  → deny (quoted: a bare `!` is YAML tag syntax)",
+        "#   no match        → needs approval",
+        "# Generated from the function catalog (`memory-worker permissions`); a test keeps this",
+        "# file equal to what the catalog says. Change a function's policy there, not here.",
+        "version: 1",
+        "",
+        "rules:",
+    ]
+    for policy, prefix in ((Policy.INTERNAL, "!"), (Policy.HUMANS, "!"), (Policy.AGENTS, "")):
+        lines.extend(_comment(_POLICY_NOTES[policy]))
+        lines.extend(
+            f"  - '{prefix}{fid}'" if prefix else f"  - {fid}" for fid in by_policy[policy]
+        )
+    lines.extend(_comment(_POLICY_NOTES[Policy.APPROVAL]))
+    lines.extend(f"  #   {fid}" for fid in by_policy[Policy.APPROVAL])
+    return "\n".join(lines) + "\n"
+
+
+def _comment(text: str, width: int = 96) -> list[str]:
+    out, line = [], "  #"
+    for word in text.split():
+        if len(line) + 1 + len(word) > width:
+            out.append(line)
+            line = "  #"
+        line += " " + word
+    return [*out, line]
 
 
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import structlog
 
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import QUERY_EMBED_TIMEOUT_S, EmbeddingWork
 from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
 from memory_worker.core import transitions
@@ -27,7 +28,7 @@ DOCTOR_PROBE_QUERY = "memory roundtrip probe"
 class DoctorUseCases(EmbeddingWork):
     """Doctor use cases."""
 
-    async def doctor(self, req: DoctorRequest) -> DoctorResponse:
+    async def doctor(self, req: DoctorRequest, caller: Caller = SYSTEM) -> DoctorResponse:
         checks = [
             await self._check_writable(),
             await self._check_roundtrip(),

@@ -10,11 +10,14 @@ from collections import Counter
 import structlog
 
 from memory_worker.app.base import clean_short, redaction_reason
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     DeleteRequest,
     GetRequest,
     GetResponse,
+    HistoryRequest,
+    HistoryResponse,
     ListRequest,
     ListResponse,
     MemoryResponse,
@@ -30,7 +33,7 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
-from memory_worker.core.models import Confidence, ItemEvent, Provenance
+from memory_worker.core.models import ItemEvent, Provenance
 
 __all__ = ["MemoryUseCases"]
 
@@ -44,28 +47,33 @@ MAX_SESSION_ID_CHARS = 256
 class MemoryUseCases(EmbeddingWork):
     """Memory use cases."""
 
-    async def save(
-        self, req: SaveRequest, *, confidence: Confidence = Confidence.STATED
-    ) -> SaveResponse:
-        """`confidence`: how the text arrived — a call states it, extraction reads it from a
-        conversation (a re-save keeps the higher of the two)."""
+    async def save(self, req: SaveRequest, caller: Caller = SYSTEM) -> SaveResponse:
+        """The caller says how the text arrived: a person or an agent states it, extraction reads
+        it from a conversation (a re-save keeps the higher of the two), and where it came from
+        (its session, entry and agent). An automatic caller never touches a pinned or retired
+        memory: that is decided here, in the same step as the write."""
         name = self._name(req.bank)
         text, text_labels = transitions.prepare_text(req.text)
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         labels = (*text_labels, *entity_labels, *tag_labels)
-        async with self._writing_into(name) as bank:
+        caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        source = _provenance(session_id or caller_session, caller)
+        async with self._writing_into(name, caller) as bank:
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text)
+            if caller.automatic and existing is not None and (existing.pinned or not existing.live):
+                state = "pinned" if existing.pinned else "retired"
+                raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
             fresh = transitions.new_memory(
                 existing.id if existing else bank.new_id(text),
                 text,
                 entities=entities,
                 tags=tags,
                 pinned=req.pinned,
-                confidence=confidence,
-                source=Provenance(session_id=session_id) if session_id else None,
+                confidence=caller.confidence,
+                source=source,
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)
@@ -74,20 +82,28 @@ class MemoryUseCases(EmbeddingWork):
         self._emit_item(event, name, record, redaction_reason(labels))
         return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
 
-    async def get(self, req: GetRequest) -> GetResponse:
+    async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
         if bank is None:
             raise MemoryNotFound(f"{req.id} in bank {name}")
         return GetResponse(memory=self._record(bank, req.id))
 
-    async def list_memories(self, req: ListRequest) -> ListResponse:
+    async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)
+        revisions = await bank.revisions(req.id) if bank is not None else []
+        if not revisions:
+            raise MemoryNotFound(f"{req.id} in bank {name}")
+        return HistoryResponse(bank=name, id=req.id, revisions=revisions)
+
+    async def list_memories(self, req: ListRequest, caller: Caller = SYSTEM) -> ListResponse:
         bank = self._readable(self._name(req.bank))
         if bank is None:
             return ListResponse(memories=[], total=0)
         limit = min(req.limit if req.limit is not None else LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
         offset = req.offset or 0
-        tag = req.tag.strip().lower() if req.tag else None
+        tag = transitions.normalize_label(req.tag) if req.tag else None
         rows = [
             m
             for m in bank.memories.values()
@@ -96,7 +112,7 @@ class MemoryUseCases(EmbeddingWork):
         rows.sort(key=lambda m: (-m.updated_at, m.id))
         return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
 
-    async def update(self, req: UpdateRequest) -> MemoryResponse:
+    async def update(self, req: UpdateRequest, caller: Caller = SYSTEM) -> MemoryResponse:
         if req.text is None and req.entities is None and req.tags is None and req.pinned is None:
             raise InvalidInput("update needs at least one of text, entities, tags, pinned")
         name = self._name(req.bank)
@@ -109,6 +125,7 @@ class MemoryUseCases(EmbeddingWork):
             tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
             labels = (*labels, *tag_labels)
         bank, existing = self._existing(name, req.id)
+        transitions.check_revision(existing, req.expected_revision)
         if text is not None and existing.live:
             twin = bank.match_text(text)
             if twin is not None and twin.id != existing.id and twin.live:
@@ -130,9 +147,10 @@ class MemoryUseCases(EmbeddingWork):
         self._emit_item(ItemEvent.UPDATED, name, record, redaction_reason(labels))
         return MemoryResponse(memory=record, redacted=sorted(set(labels)))
 
-    async def delete(self, req: DeleteRequest) -> MemoryResponse:
+    async def delete(self, req: DeleteRequest, caller: Caller = SYSTEM) -> MemoryResponse:
         name = self._name(req.bank)
         bank, existing = self._existing(name, req.id)
+        transitions.check_revision(existing, req.expected_revision)
         record = transitions.tombstone(existing, now_ms=self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
@@ -140,9 +158,10 @@ class MemoryUseCases(EmbeddingWork):
         self._emit_item(ItemEvent.DELETED, name, record, None)
         return MemoryResponse(memory=record)
 
-    async def pin(self, req: PinRequest) -> MemoryResponse:
+    async def pin(self, req: PinRequest, caller: Caller = SYSTEM) -> MemoryResponse:
         name = self._name(req.bank)
         bank, existing = self._existing(name, req.id)
+        transitions.check_revision(existing, req.expected_revision)
         record = transitions.pin(existing, req.pinned, now_ms=self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
@@ -150,10 +169,11 @@ class MemoryUseCases(EmbeddingWork):
         self._emit_item(ItemEvent.UPDATED, name, record, None)
         return MemoryResponse(memory=record)
 
-    async def supersede(self, req: SupersedeRequest) -> SupersedeResponse:
+    async def supersede(self, req: SupersedeRequest, caller: Caller = SYSTEM) -> SupersedeResponse:
         name = self._name(req.bank)
         reason = transitions.prepare_reason(req.reason)
         bank, target = self._existing(name, req.id)
+        transitions.check_revision(target, req.expected_revision)
 
         winner = bank.latest(req.superseded_by)
         if winner is None:
@@ -167,7 +187,7 @@ class MemoryUseCases(EmbeddingWork):
             self._emit_item(ItemEvent.UPDATED, name, absorbed, reason)
         return SupersedeResponse(memory=retired, reinforced=absorbed is not None)
 
-    async def tags(self, req: TagsRequest) -> TagsResponse:
+    async def tags(self, req: TagsRequest, caller: Caller = SYSTEM) -> TagsResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
         counts: Counter[str] = Counter()
@@ -177,3 +197,16 @@ class MemoryUseCases(EmbeddingWork):
                     counts.update(memory.tags)
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
+
+
+def _provenance(session_id: str | None, caller: Caller) -> Provenance | None:
+    """Where a saved memory came from: the session it was said in, the transcript entry and the
+    agent when the caller knows them."""
+    fields = {
+        "session_id": session_id,
+        "entry_id": clean_short(caller.entry_id, "source.entry_id", MAX_SESSION_ID_CHARS),
+        "agent": clean_short(caller.agent, "source.agent", MAX_SESSION_ID_CHARS),
+    }
+    if not any(fields.values()):
+        return None
+    return Provenance(**fields)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     PreviewMemory,
@@ -15,6 +16,7 @@ from memory_worker.app.wire import (
     RecallResponse,
     ScoredMemory,
 )
+from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
 from memory_worker.core.models import Hit
 from memory_worker.search.ranking import RecallMode, RecallQuery, rank
@@ -59,7 +61,7 @@ class RecallUseCases(EmbeddingWork):
         """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
         return self._rank(bank, query)
 
-    async def recall(self, req: RecallRequest) -> RecallResponse:
+    async def recall(self, req: RecallRequest, caller: Caller = SYSTEM) -> RecallResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
@@ -72,7 +74,7 @@ class RecallUseCases(EmbeddingWork):
             now_ms=self.clock(),
             half_life_days=self.settings.decay_half_life_days,
             mode=req.mode,
-            tag=req.tag.strip().lower() if req.tag else None,
+            tag=transitions.normalize_label(req.tag) if req.tag else None,
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
             vector=vector,
@@ -122,7 +124,7 @@ class RecallUseCases(EmbeddingWork):
             _retrieval(RecallMode.HYBRID, vector is not None),
         )
 
-    async def preview(self, req: PreviewRequest) -> PreviewResponse:
+    async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
         plan = await self.injection(self._name(req.bank), req.query)
         return PreviewResponse(
             bank=plan.bank,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog
 
 from memory_worker.app.base import ServiceBase
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.wire import (
     RuleListRequest,
     RuleListResponse,
@@ -12,7 +13,7 @@ from memory_worker.app.wire import (
     RuleSetResponse,
 )
 from memory_worker.core import transitions
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
@@ -27,28 +28,40 @@ MAX_RULE_CONTENT_CHARS = 65_536  # rules are injected whole; a bigger file is a 
 class RuleUseCases(ServiceBase):
     """Rule use cases."""
 
-    async def rule_list(self, req: RuleListRequest) -> RuleListResponse:
+    async def rule_list(self, req: RuleListRequest, caller: Caller = SYSTEM) -> RuleListResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
         return RuleListResponse(bank=name, rules=bank.rules() if bank is not None else [])
 
-    async def rule_set(self, req: RuleSetRequest) -> RuleSetResponse:
+    async def rule_set(self, req: RuleSetRequest, caller: Caller = SYSTEM) -> RuleSetResponse:
         name = self._name(req.bank)
         rule = check_name(req.name, "rule name")
         transitions.check_unicode(req.content, "content")
         if len(req.content) > MAX_RULE_CONTENT_CHARS:
             raise InvalidInput(f"content must be at most {MAX_RULE_CONTENT_CHARS} characters")
         redaction = redact(req.content)
+        expected = req.expected_revision
         if not redaction.text.strip():
             bank = self.store.find(name)
             if bank is None:  # removing from a bank that does not exist creates nothing
+                if expected:
+                    raise Conflict(
+                        f"stale revision: rule {rule} is absent (bank {name} does not exist), "
+                        f"expected {expected}"
+                    )
                 return RuleSetResponse(ok=True, exists=False)
             existed = bank.rule(rule) is not None
-            await bank.set_rule(rule, "")
+            await bank.set_rule(rule, "", expected_revision=expected)
             if existed:
                 self._emit_bank(BankEvent.RULES_CHANGED, name)
             return RuleSetResponse(ok=True, exists=False)
-        async with self._writing_into(name) as bank:
-            await bank.set_rule(rule, redaction.text)
+        async with self._writing_into(name, caller) as bank:
+            await bank.set_rule(rule, redaction.text, expected_revision=expected)
         self._emit_bank(BankEvent.RULES_CHANGED, name)
-        return RuleSetResponse(ok=True, exists=True, redacted=list(redaction.labels))
+        written = bank.rule(rule)
+        return RuleSetResponse(
+            ok=True,
+            exists=True,
+            revision=written.revision if written is not None else None,
+            redacted=list(redaction.labels),
+        )

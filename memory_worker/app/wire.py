@@ -28,6 +28,8 @@ __all__ = [
     "DoctorResponse",
     "GetRequest",
     "GetResponse",
+    "HistoryRequest",
+    "HistoryResponse",
     "ListRequest",
     "ListResponse",
     "MemoryResponse",
@@ -79,6 +81,15 @@ TextList = Annotated[list[Text], BeforeValidator(_text_to_list)]
 BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
 
 _BANK = "Bank; omitted: the calling session's bank, else the configured default."
+_EXPECTED = (
+    "Optimistic concurrency: the revision the caller last read. When the memory has moved on "
+    "since, the call fails with `conflict: stale revision …` and changes nothing; omitted: no "
+    "check."
+)
+
+
+def _expected_revision() -> Any:
+    return Field(default=None, ge=0, le=MAX_INT, description=_EXPECTED)
 
 
 class Request(BaseModel):
@@ -200,6 +211,7 @@ class UpdateRequest(Request):
         default=None, description="Replace the tag set (empty list clears)."
     )
     pinned: bool | None = None
+    expected_revision: int | None = _expected_revision()
 
 
 class MemoryResponse(Response):
@@ -215,12 +227,14 @@ class MemoryResponse(Response):
 class DeleteRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
     id: Text
+    expected_revision: int | None = _expected_revision()
 
 
 class PinRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
     id: Text
     pinned: bool
+    expected_revision: int | None = _expected_revision()
 
 
 class SupersedeRequest(Request):
@@ -238,6 +252,14 @@ class SupersedeRequest(Request):
         "(corroboration += retired + 1) in the same call. A pinned survivor is never written. "
         "Default false (a state change: the new record replaces the old, nothing to absorb).",
     )
+    expected_revision: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Optimistic concurrency on the memory to retire (`id`): the revision the "
+        "caller last read; when it has moved on, the call fails with `conflict: stale revision "
+        "…` and changes nothing. Omitted: no check.",
+    )
 
 
 class SupersedeResponse(Response):
@@ -245,6 +267,21 @@ class SupersedeResponse(Response):
     reinforced: bool = Field(
         description="True when the survivor was reinforced (`reinforce` asked and the survivor is "
         "not pinned)."
+    )
+
+
+class HistoryRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    id: Text = Field(description="The memory whose revisions to return.")
+
+
+class HistoryResponse(Response):
+    bank: str
+    id: str
+    revisions: list[Memory] = Field(
+        description="Every revision of the memory as the log holds it, oldest first: edits, pins, "
+        "reinforcements, the tombstone of a delete or a supersede (a compaction may have dropped "
+        "old superseded revisions)."
     )
 
 
@@ -383,11 +420,21 @@ class RuleSetRequest(Request):
         description="Rule name, `[a-z0-9][a-z0-9_-]{0,63}` (it becomes `<name>.md`)."
     )
     content: Text = Field(description="Markdown content. Empty removes the rule.")
+    expected_revision: str | None = Field(
+        default=None,
+        description="Optimistic concurrency: the rule's `revision` as the caller last read it "
+        "(`memory::rule::list`), or an empty string for a rule that must not exist yet. When the "
+        "file says otherwise — another writer, or a hand edit — the call fails with `conflict: "
+        "stale revision …` and changes nothing. Omitted: no check.",
+    )
 
 
 class RuleSetResponse(Response):
     ok: bool
     exists: bool = Field(description="False when the empty content removed the rule.")
+    revision: str | None = Field(
+        default=None, description="The rule's revision after the write (absent once removed)."
+    )
     redacted: list[str] = Field(
         default_factory=list,
         description="Labels of secrets redacted from the content before it was written.",

@@ -66,6 +66,7 @@ class BankEvent(StrEnum):
     CREATED = "created"
     TRASHED = "trashed"
     RULES_CHANGED = "rules-changed"
+    COMPACTED = "compacted"  # old superseded revisions left its log (no memory changed)
 
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")
@@ -193,6 +194,11 @@ class Rule(BaseModel):
     name: str
     content: str
     updated_at: int = Field(ge=0, le=MAX_INT, description="Milliseconds since epoch (file mtime).")
+    revision: str = Field(
+        default="",
+        description="16 hex digits of the SHA-256 of the file's bytes: changes with every write, "
+        "hand edits included. Pass it back as `expected_revision` to `memory::rule::set`.",
+    )
 
 
 class BankInfo(BaseModel):

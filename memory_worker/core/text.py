@@ -69,8 +69,10 @@ _ASCII_TOKEN = re.compile("[a-z0-9]+")
 USER_ENTITY = "user"
 # First-person words (English and Portuguese) stand for the person talking, whom memories call
 # "the user": mapping them to one term lets "what's my name?" reach "The user's name is Ana".
+# Only the forms with their apostrophe: written without one, "id", "im" and "ive" are words of
+# their own ("session id", "IM"), and would make a memory about them look like one about the user.
 FIRST_PERSON = frozenset(
-    "i me my mine myself i'm im i've ive i'd id i'll eu mim meu minha meus minhas comigo".split()
+    "i me my mine myself i'm i've i'd i'll eu mim meu minha meus minhas comigo".split()
 )
 
 _EN_STOPWORDS = """

@@ -21,8 +21,10 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "check_revision",
     "check_unicode",
     "new_memory",
+    "normalize_label",
     "pin",
     "prepare_labels",
     "prepare_reason",
@@ -50,6 +52,16 @@ def check_unicode(value: str, field: str) -> None:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
 
 
+def check_revision(record: Memory, expected: int | None) -> None:
+    """Optimistic concurrency: a caller that read revision `expected` may only change the record
+    while it is still at that revision (None: no guard)."""
+    if expected is not None and record.revision != expected:
+        raise Conflict(
+            f"stale revision: memory {record.id} is at revision {record.revision}, "
+            f"expected {expected}; read it again and retry"
+        )
+
+
 def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     """Redact secrets, trim, and check the length; returns the text and the redaction labels."""
     check_unicode(raw, field)
@@ -62,6 +74,11 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     return text, redaction.labels
 
 
+def normalize_label(value: str) -> str:
+    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase."""
+    return collapse_whitespace(value).lower()
+
+
 def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Entities or tags: redacted, whitespace-collapsed, lowercased, deduplicated, first 8 kept."""
     out: list[str] = []
@@ -70,7 +87,7 @@ def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], 
         check_unicode(raw, field)
         redaction = redact(raw)
         labels.update(redaction.labels)
-        value = collapse_whitespace(redaction.text).lower()
+        value = normalize_label(redaction.text)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:

@@ -25,10 +25,21 @@ from typing import Any
 
 import structlog
 
+from memory_worker.app.caller import Caller
+from memory_worker.app.catalog import respond
 from memory_worker.app.ports import Completer, KeyValue, TranscriptSource
 from memory_worker.app.service import MemoryService
-from memory_worker.app.wire import RuleSetRequest, SaveRequest, SupersedeRequest
-from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable
+from memory_worker.app.wire import (
+    RecallRequest,
+    RecallResponse,
+    RuleListRequest,
+    RuleListResponse,
+    RuleSetRequest,
+    SaveRequest,
+    SaveResponse,
+    SupersedeRequest,
+)
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, SiblingUnavailable
 from memory_worker.core.extraction import (
     Add,
     Correct,
@@ -39,12 +50,10 @@ from memory_worker.core.extraction import (
     system_prompt,
 )
 from memory_worker.core.injection import message_text
-from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.core.transitions import prepare_text
 from memory_worker.harness.turns import ExtractJob
-from memory_worker.search.ranking import RecallQuery
 
 __all__ = [
     "CURSOR_SCOPE",
@@ -58,6 +67,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 CURSOR_SCOPE = "memory_cursor"
+LEARN_ATTEMPTS = 3  # a learned-rule write raced by edits is merged again this many times
 LEARNED_RULE = "learned"
 LEARNED_HEADER = (
     "# Learned\n"
@@ -91,6 +101,11 @@ def merge_learned(
         return None
     base = existing.rstrip() + "\n" if existing.strip() else LEARNED_HEADER
     return base + "\n".join(new) + "\n"
+
+
+def _caller(session_id: str) -> Caller:
+    """Extraction acts on its own: what it saves was read from the session's conversation."""
+    return Caller.internal("extraction", session_id=session_id, confidence=Confidence.EXTRACTED)
 
 
 def _window(lines: list[Line], size: int) -> list[Line]:
@@ -175,8 +190,7 @@ class Extractor:
                 await self._advance(job.session_id, newest)
 
     def _deleted(self, bank: str) -> bool:
-        service = self._service
-        return bank != service.settings.default_bank and service.store.was_deleted(bank)
+        return self._service.was_deleted(bank)
 
     async def _extract(self, job: ExtractJob, bank: str) -> int:
         settings = self._service.settings
@@ -187,7 +201,7 @@ class Extractor:
         if sum(len(line.text) for line in lines) < MIN_EXCERPT_CHARS:
             await self._advance(job.session_id, newest)
             return 0
-        known = self._known(bank, lines)
+        known = await self._known(bank, lines, _caller(job.session_id))
         reply = await self._completer.complete(system_prompt(), render_request(lines, known))
         decisions = parse_reply(reply, len(known))
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
@@ -197,7 +211,11 @@ class Extractor:
             return 0
         if decisions.skipped:
             log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
-        written = await self._apply(bank, decisions, known, job.session_id)
+        try:
+            written = await self._apply(bank, decisions, known, job.session_id)
+        except BankNotFound:  # deleted while the pass was writing: the rest is dropped too
+            log.info("extraction_bank_deleted", session_id=job.session_id, bank=bank)
+            written = 0
         await self._advance(job.session_id, newest)
         log.info(
             "extraction_pass",
@@ -271,21 +289,18 @@ class Extractor:
             return None
         return Line(str(message["role"]), redact(text).text, _at_ms(message))
 
-    def _known(self, bank: str, lines: list[Line]) -> list[Memory]:
-        found = self._service.store.find(bank)
-        if found is None:
-            return []
+    async def _known(self, bank: str, lines: list[Line], caller: Caller) -> list[Memory]:
+        """What the bank already holds about the excerpt: recall's top hits for its user side."""
         query = " ".join(line.text for line in lines if line.role == "user")
-        hits = self._service.rank_in(
-            found,
-            RecallQuery(
-                text=query or " ".join(line.text for line in lines),
-                limit=KNOWN_SHOWN,
-                now_ms=self._service.clock(),
-                half_life_days=self._service.settings.decay_half_life_days,
-            ),
+        request = RecallRequest(
+            bank=bank, query=query or " ".join(line.text for line in lines), limit=KNOWN_SHOWN
         )
-        return [hit.memory for hit in hits]
+        try:
+            found = await respond(self._service, "memory::recall", request, caller)
+        except BankNotFound:  # a bank this pass is about to create holds nothing yet
+            return []
+        assert isinstance(found, RecallResponse)
+        return [hit.memory for hit in found.memories]
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -316,7 +331,7 @@ class Extractor:
             if await self._save(bank, add.text, add.entities, add.tags, session_id):
                 written += 1
         if settings.rule_learning_enabled and decisions.rules:
-            written += await self._learn(bank, decisions.rules)
+            written += await self._learn(bank, decisions.rules, session_id)
         return written
 
     async def _correct(
@@ -343,7 +358,7 @@ class Extractor:
             bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
         )
         try:
-            await self._service.supersede(request)
+            await respond(self._service, "memory::supersede", request, _caller(session_id))
         except Conflict as exc:  # retired meanwhile (a person, consolidation): nothing to do
             log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
         return True
@@ -357,36 +372,57 @@ class Extractor:
         session_id: str,
     ) -> Memory | None:
         """Save one fact; None when extraction must not write it: its text matches a memory a
-        person pinned or retired (extraction never edits the one nor revives the other), or the
-        model's item does not pass validation (skipped, the rest of the pass goes on)."""
+        person pinned or retired (the save refuses an automatic caller that: extraction never
+        edits the one nor revives the other), or the model's item does not pass validation
+        (skipped, the rest of the pass goes on). A bank deleted meanwhile raises `BankNotFound`."""
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
             entities = ("user", *entities)
-        found = self._service.store.find(bank)
-        existing = found.match_text(prepare_text(text)[0]) if found is not None else None
-        if existing is not None and (existing.pinned or not existing.live):
-            return None
         request = SaveRequest(
             bank=bank, text=text, entities=list(entities), tags=list(tags), session_id=session_id
         )
         try:
-            response = await self._service.save(request, confidence=Confidence.EXTRACTED)
+            response = await respond(self._service, "memory::save", request, _caller(session_id))
+        except Conflict as err:
+            log.info("extraction_item_untouchable", bank=bank, error=str(err))
+            return None
         except InvalidInput as err:
             log.info("extraction_item_invalid", bank=bank, error=str(err))
             return None
+        assert isinstance(response, SaveResponse)
         return response.memory
 
-    async def _learn(self, bank: str, rules: list[str]) -> int:
+    async def _learn(self, bank: str, rules: list[str], session_id: str) -> int:
+        """Append new standing instructions to the `learned` rule, guarded by its revision: a
+        person editing the file meanwhile is never overwritten (the merge is redone on theirs)."""
         cleaned = [rule for rule in rules if not _carries_secret(rule)]
-        found = self._service.store.find(bank)
-        existing = found.rule(LEARNED_RULE) if found is not None else None
-        merged = merge_learned(existing.content if existing else "", cleaned)
-        if merged is None:
-            return 0
-        try:
-            await self._service.rule_set(
-                RuleSetRequest(bank=bank, name=LEARNED_RULE, content=merged)
+        caller = _caller(session_id)
+        for _ in range(LEARN_ATTEMPTS):
+            existing = await self._learned(bank, caller)
+            merged = merge_learned(existing.content if existing else "", cleaned)
+            if merged is None:
+                return 0
+            request = RuleSetRequest(
+                bank=bank,
+                name=LEARNED_RULE,
+                content=merged,
+                expected_revision=existing.revision if existing else "",
             )
-        except InvalidInput as err:  # the learned rule is full: a person should prune it
-            log.warning("learned_rule_not_extended", bank=bank, error=str(err))
-            return 0
-        return 1
+            try:
+                await respond(self._service, "memory::rule::set", request, caller)
+            except InvalidInput as err:  # the learned rule is full: a person should prune it
+                log.warning("learned_rule_not_extended", bank=bank, error=str(err))
+                return 0
+            except Conflict:  # changed under us (a hand edit): merge into what it says now
+                continue
+            return 1
+        log.warning("learned_rule_kept_changing", bank=bank)
+        return 0
+
+    async def _learned(self, bank: str, caller: Caller) -> Rule | None:
+        try:
+            request = RuleListRequest(bank=bank)
+            found = await respond(self._service, "memory::rule::list", request, caller)
+        except BankNotFound:
+            return None
+        assert isinstance(found, RuleListResponse)
+        return next((rule for rule in found.rules if rule.name == LEARNED_RULE), None)

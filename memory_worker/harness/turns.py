@@ -162,14 +162,18 @@ class TurnPipeline:
 
     def _deleted(self, bank: str) -> bool:
         """Deleted and not the default (the default bank is recreated by its first write)."""
-        default = self._service.settings.default_bank
-        return bank != default and self._service.store.was_deleted(bank)
+        return self._service.was_deleted(bank)
 
     async def on_session_deleted(self, payload: object) -> dict[str, Any]:
         session_id = payload.get("session_id") if isinstance(payload, dict) else None
         if isinstance(session_id, str) and session_id:
             await self._state.drop(session_id)
         return {"ok": True}
+
+    async def settle(self) -> None:
+        """Wait for the inline jobs running now to finish (tests, benchmarks)."""
+        while running := [task for task in self._inline if not task.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def close(self) -> None:
         for task in list(self._inline):

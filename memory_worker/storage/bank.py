@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -25,14 +25,22 @@ from pathlib import Path
 import structlog
 import yaml
 
-from memory_worker.core.errors import StorageError
+from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import LexicalIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage, DurabilityWarnings
-from memory_worker.storage.log import MEMORIES_FILE, encode, replay
+from memory_worker.storage.log import (
+    MEMORIES_FILE,
+    encode,
+    history,
+    lines_of,
+    read_all,
+    replay,
+    replayed,
+)
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
@@ -42,7 +50,7 @@ from memory_worker.storage.vectors import (
     text_hash,
 )
 
-__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank"]
+__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "Rewrite"]
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +60,19 @@ BANK_FILE = "bank.yaml"
 @dataclass(slots=True)
 class _Pending:
     records: Sequence[Memory]
+    data: bytes = field(repr=False)  # the encoded lines, written now or once a rewrite is done
     future: asyncio.Future[None] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """What a rewrite of `memories.jsonl` did."""
+
+    lines_before: int
+    lines_after: int
+    bytes_before: int
+    bytes_after: int
+    damaged_dropped: int  # unreadable lines that were not carried over (only when asked to)
 
 
 class Bank:
@@ -81,6 +101,10 @@ class Bank:
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
         self._flusher: asyncio.Task[None] | None = None
+        # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
+        # they are written to the new log once it is in place.
+        self._rewriting: asyncio.Event | None = None  # set when the running rewrite is over
+        self._held: list[_Pending] = []
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
@@ -123,6 +147,8 @@ class Bank:
     def load(cls, name: str, path: Path, warnings: DurabilityWarnings | None = None) -> Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers."""
         bank = cls(name, path, warnings=warnings)
+        for leftover in files.remove_replacements(path / MEMORIES_FILE):
+            log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
         bank.description = bank._read_description()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
@@ -222,9 +248,15 @@ class Bank:
     def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)
 
+    async def revisions(self, memory_id: str) -> list[Memory]:
+        """Every durable revision of `memory_id` as the log holds it, oldest first (read from the
+        file: RAM keeps only the latest)."""
+        await self.drain()  # what was acknowledged is on disk before we read it back
+        return await asyncio.to_thread(history, self.path / MEMORIES_FILE, memory_id)
+
     def is_empty(self) -> bool:
         """No memory, rule or write in flight: what a bank just created looks like."""
-        return not (self._memories or self._rules or self._queue or self._staged)
+        return not (self._memories or self._rules or self._queue or self._held or self._staged)
 
     def live_count(self) -> int:
         return len(self.index)
@@ -280,26 +312,35 @@ class Bank:
         """
         if not records:
             return
+        self._check_writable()
+        try:
+            data = encode(records)
+        except ValueError as exc:  # pydantic's serialization error is a ValueError
+            raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
+        pending = _Pending(records, data, asyncio.get_running_loop().create_future())
+        if self._rewriting is not None:
+            self._held.append(pending)
+        else:
+            self._log.write(data)
+            self._queue.append(pending)
+            self._start_flusher()
+        pending.future.add_done_callback(_consume_exception)
+        for record in records:
+            self._staged[record.id] = (record, normalize(record.text))
+        # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
+        await asyncio.shield(pending.future)
+
+    def _check_writable(self) -> None:
         if self._broken is not None:
             raise StorageError(
                 f"bank {self.name} refuses writes until memory::reload: {self._broken}"
             )
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
-        try:
-            data = encode(records)
-        except ValueError as exc:  # pydantic's serialization error is a ValueError
-            raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
-        self._log.write(data)
-        pending = _Pending(records, asyncio.get_running_loop().create_future())
-        pending.future.add_done_callback(_consume_exception)
-        self._queue.append(pending)
-        for record in records:
-            self._staged[record.id] = (record, normalize(record.text))
+
+    def _start_flusher(self) -> None:
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name=f"memory-flush:{self.name}")
-        # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
-        await asyncio.shield(pending.future)
 
     async def _flush(self) -> None:
         while self._queue:
@@ -315,11 +356,15 @@ class Bank:
                 for record in pending.records:
                     self._apply(record)
                 pending.future.set_result(None)
-            self._staged = {
-                record.id: (record, normalize(record.text))
-                for pending in self._queue
-                for record in pending.records
-            }
+            self._restage()
+
+    def _restage(self) -> None:
+        """What decisions must see beyond RAM: every record written or held but not yet durable."""
+        self._staged = {
+            record.id: (record, normalize(record.text))
+            for pending in (*self._queue, *self._held)
+            for record in pending.records
+        }
 
     def _abort(self, exc: StorageError) -> None:
         log.error("commit_failed", bank=self.name, error=str(exc), waiting=len(self._queue))
@@ -328,7 +373,8 @@ class Bank:
         except StorageError as cut:
             self._broken = cut.message
             log.error("bank_write_disabled", bank=self.name, error=str(cut))
-        failed, self._queue, self._staged = self._queue, [], {}
+        failed, self._queue = self._queue, []
+        self._restage()
         for pending in failed:
             pending.future.set_exception(exc)
 
@@ -387,20 +433,132 @@ class Bank:
         self._frozen = None
 
     async def drain(self) -> None:
-        """Wait for every write in flight to land (or fail): memory commits and rule writes."""
+        """Wait for every write in flight to land (or fail): memory commits, a rewrite and the
+        commits it held, and rule writes."""
+        while self._rewriting is not None:
+            await self._rewriting.wait()
+        await self._drain_commits()
+        await self._rules.drain()
+
+    async def _drain_commits(self) -> None:
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
-        await self._rules.drain()
+
+    # --- rewriting the log ---------------------------------------------------------------------
+
+    async def rewrite(
+        self, plan: Callable[[list[Memory]], list[Memory]], *, drop_damaged: bool = False
+    ) -> Rewrite:
+        """Replace `memories.jsonl` by `plan(records)` — the intact records in log order in, the
+        records to keep (or rewrite) out — crash-safely (`files.replace_with`): the new file is
+        checked to replay to exactly what the plan's records replay to before it is renamed
+        over the old one, so a crash leaves the old log or the new, never a mix. Commits made
+        meanwhile are staged as usual and land in the new log right after; RAM follows the new
+        log's replay. A log with damaged lines is refused (a rewrite would destroy what cannot
+        be read) unless `drop_damaged` (erasure: nothing of a chosen record may survive)."""
+        if self._broken is not None:
+            raise StorageError(
+                f"bank {self.name} refuses writes until memory::reload: {self._broken}"
+            )
+        if self._frozen is not None:
+            raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+        if self._rewriting is not None:
+            raise Conflict(f"a rewrite of bank {self.name} is already running")
+        done = self._rewriting = asyncio.Event()
+        try:
+            await self._drain_commits()  # every acknowledged line is in the file being read
+            if self._broken is not None:
+                raise StorageError(f"bank {self.name} refuses writes: {self._broken}")
+            result, memories, unsynced = await asyncio.to_thread(
+                self._rewrite_file, plan, drop_damaged
+            )
+            self._adopt(memories, dropped_damage=drop_damaged)  # the new log is in place
+            if unsynced is not None:
+                # Renamed in, its folder not synced: RAM follows the disk, the caller is told.
+                self.warnings.note(self.name, "memories.jsonl rewritten", unsynced)
+                raise unsynced
+        finally:
+            self._rewriting = None
+            done.set()
+            self._release_held()
+        return result
+
+    def _rewrite_file(
+        self, plan: Callable[[list[Memory]], list[Memory]], drop_damaged: bool
+    ) -> tuple[Rewrite, dict[str, Memory], files.UnsyncedChange | None]:
+        path = self.path / MEMORIES_FILE
+        records, damage = read_all(path)
+        if damage and not drop_damaged:
+            raise Conflict(
+                f"bank {self.name} has {len(damage)} damaged line(s) in {MEMORIES_FILE} "
+                f"(first: {damage[0].describe()}); a rewrite would drop them — repair or remove "
+                "them by hand first (doctor lists them)"
+            )
+        planned = plan(records)
+        expected = replayed(planned)
+
+        def check(candidate: Path) -> None:
+            written, problems = read_all(candidate)
+            if problems or replayed(written) != expected:
+                raise StorageError(
+                    f"rewrite of bank {self.name} did not read back as planned; the log is "
+                    "left as it was"
+                )
+
+        before = path.stat().st_size if path.exists() else 0
+        unsynced = None
+        try:
+            files.replace_with(path, lines_of(planned), check)
+        except files.UnsyncedChange as exc:
+            unsynced = exc
+        after = path.stat().st_size
+        result = Rewrite(len(records) + len(damage), len(planned), before, after, len(damage))
+        return result, expected, unsynced
+
+    def _adopt(self, memories: dict[str, Memory], *, dropped_damage: bool) -> None:
+        """RAM after a rewrite: what the new log replays to (unchanged for a compaction)."""
+        self._log_stamp = _stat_stamp(self.path / MEMORIES_FILE)
+        if dropped_damage:
+            self.damage = [d for d in self.damage if d.file != MEMORIES_FILE]
+        if memories == self._memories:
+            return
+        self._applied += 1
+        self._memories = memories
+        self._by_text = {}
+        self.index = LexicalIndex()
+        self._vector_models.clear()
+        self._embed_model, self._to_embed = None, {}
+        for record in memories.values():
+            self._map_text(record)
+        self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self._load_vectors()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for pending in held:
+            try:
+                self._log.write(pending.data)
+            except StorageError as exc:
+                pending.future.set_exception(exc)
+                continue
+            self._queue.append(pending)
+        self._restage()
+        if self._queue:
+            self._start_flusher()
 
     def close(self) -> None:
         self._log.close()
 
     # --- rules ---------------------------------------------------------------------------------
 
-    async def set_rule(self, name: str, content: str) -> bool:
+    async def set_rule(
+        self, name: str, content: str, *, expected_revision: str | None = None
+    ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
-        the rule exists afterwards."""
-        return await self._rules.set(name, content, refusal=self._frozen)
+        the rule exists afterwards (`expected_revision`: see `RuleFiles.set`)."""
+        return await self._rules.set(
+            name, content, refusal=self._frozen, expected_revision=expected_revision
+        )
 
     # --- hand edits ----------------------------------------------------------------------------
 
@@ -410,7 +568,7 @@ class Bank:
         replay or fsync, the rule files' names and contents, and `bank.yaml`'s description.
         False while writes are in flight: the file is mid-write by us; ask again after `drain()`.
         Blocking, but only a stat and the small rule and `bank.yaml` files are read."""
-        if self._queue or self._rules.busy:
+        if self._queue or self._held or self._rewriting is not None or self._rules.busy:
             return False
         if self._flusher is not None and not self._flusher.done():
             return False

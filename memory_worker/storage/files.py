@@ -15,7 +15,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from memory_worker.core.errors import Conflict, StorageError
@@ -33,7 +33,9 @@ __all__ = [
     "probe_writable",
     "read_text",
     "remove_file",
+    "remove_replacements",
     "remove_tree",
+    "replace_with",
 ]
 
 PROBE_NAME = ".write-probe"
@@ -111,6 +113,52 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise _storage("write", path, exc) from exc
     _sync_landed(path.parent)
+
+
+REPLACEMENT_SUFFIX = ".replacing"  # `.<name>.<random>.replacing`: a rewrite not yet in place
+
+
+def replace_with(path: Path, chunks: Iterable[bytes], check: Callable[[Path], None]) -> None:
+    """Replace `path` with the concatenation of `chunks`, crash-safely: written to a new file
+    beside it (exclusive, random name), fsynced, `check`ed (it raises to abort), renamed over
+    `path`, and the folder fsynced. A crash at any point leaves the old file or the new one at
+    `path`, never a mix; an aborted or interrupted attempt leaves at most a temp file that
+    `remove_replacements` clears. Past the rename a failed folder sync is `UnsyncedChange`."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{REPLACEMENT_SUFFIX}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            for chunk in chunks:
+                _write_all(fd, chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        check(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _storage("rewrite", path, exc) from exc
+        raise
+    _sync_landed(path.parent)
+
+
+def remove_replacements(path: Path) -> list[str]:
+    """Remove the temp files of rewrites of `path` that never reached their rename (the old file
+    is still the truth); returns their names."""
+    removed: list[str] = []
+    prefix = f".{path.name}."
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.name.startswith(prefix) and entry.name.endswith(REPLACEMENT_SUFFIX):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(entry.name)
+    return removed
 
 
 def read_text(path: Path) -> str:

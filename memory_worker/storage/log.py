@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,16 @@ from memory_worker.core.models import Memory
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage
 
-__all__ = ["MEMORIES_FILE", "checksum_problem", "encode", "replay"]
+__all__ = [
+    "MEMORIES_FILE",
+    "checksum_problem",
+    "encode",
+    "history",
+    "lines_of",
+    "read_all",
+    "replay",
+    "replayed",
+]
 
 MEMORIES_FILE = "memories.jsonl"
 
@@ -101,10 +110,53 @@ def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
 
 def replay(path: Path) -> tuple[dict[str, Memory], list[Damage]]:
     """The records `path` holds (last wins by id and revision) and what was skipped on the way."""
-    memories: dict[str, Memory] = {}
     damage: list[Damage] = []
+    return replayed(_intact(path, damage)), damage
+
+
+def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
+    """What replay makes of `records` in this order: last wins by id and revision."""
+    memories: dict[str, Memory] = {}
+    for record in records:
+        previous = memories.get(record.id)
+        if previous is None or record.revision >= previous.revision:
+            memories[record.id] = record
+    return memories
+
+
+def read_all(path: Path) -> tuple[list[Memory], list[Damage]]:
+    """Every intact record of `path` in log order, and what was skipped."""
+    damage: list[Damage] = []
+    return list(_intact(path, damage)), damage
+
+
+def lines_of(records: Iterable[Memory]) -> Iterator[bytes]:
+    """`records` as log lines, one sealed line each (a rewrite is atomic as a whole: no batch
+    tags are needed)."""
+    for record in records:
+        yield _sealed(record.to_line())
+
+
+def history(path: Path, memory_id: str) -> list[Memory]:
+    """Every intact record of `memory_id` in log order: its revisions, oldest first. Lines that
+    cannot hold it (no id, no batch tag) are passed over without being parsed."""
+    needle = memory_id.encode()
+    return [
+        record
+        for record in _intact(path, [], keep=lambda line: needle in line or _BATCH_KEY in line)
+        if record.id == memory_id
+    ]
+
+
+def _intact(
+    path: Path, damage: list[Damage], keep: Callable[[bytes], bool] | None = None
+) -> Iterator[Memory]:
+    """The records of `path` in log order, skipping (and noting in `damage`) what is torn or
+    corrupt and every record of a multi-record write that did not land whole."""
     batch: _OpenBatch | None = None
     for number, line, complete in files.iter_lines(path):
+        if keep is not None and not keep(line):
+            continue
         try:
             record = Memory.model_validate_json(line)
         except ValidationError as exc:
@@ -122,21 +174,16 @@ def replay(path: Path) -> tuple[dict[str, Memory], list[Damage]]:
         if batch is not None and (tag is None or tag[0] != batch.nonce):
             damage.append(_torn(batch))  # the rest of that write never made it to disk
             batch = None
-        if tag is not None:
-            batch = batch or _OpenBatch(tag[0], tag[2], number)
-            batch.records.append(record)
-            if len(batch.records) < batch.size:
-                continue
-            ready, batch = batch.records, None
-        else:
-            ready = [record]
-        for item in ready:
-            previous = memories.get(item.id)
-            if previous is None or item.revision >= previous.revision:
-                memories[item.id] = item
+        if tag is None:
+            yield record
+            continue
+        batch = batch or _OpenBatch(tag[0], tag[2], number)
+        batch.records.append(record)
+        if len(batch.records) == batch.size:
+            yield from batch.records
+            batch = None
     if batch is not None:
         damage.append(_torn(batch))
-    return memories, damage
 
 
 def _torn(batch: _OpenBatch) -> Damage:

@@ -8,18 +8,31 @@ reboot changes nothing a caller was told.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from pathlib import Path
 
-from memory_worker.core.errors import StorageError
+from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.models import Rule
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 
-__all__ = ["RULES_DIR", "RuleFiles"]
+__all__ = ["RULES_DIR", "RuleFiles", "revision_of"]
 
 RULES_DIR = "rules"
 _SUFFIX = ".md"
+
+
+def revision_of(content: str) -> str:
+    """A rule's revision: derived from its bytes, so it survives restarts and a hand edit changes
+    it like any write (no counter to keep beside the file)."""
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+def _rule(name: str, content: str, path: Path) -> Rule:
+    return Rule(
+        name=name, content=content, updated_at=_mtime_ms(path), revision=revision_of(content)
+    )
 
 
 def _mtime_ms(path: Path) -> int:
@@ -70,7 +83,7 @@ class RuleFiles:
                 damage.append(Damage(f"{RULES_DIR}/{entry.name}", exc.message))
                 continue
             name = entry.name[: -len(_SUFFIX)]
-            self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+            self._rules[name] = _rule(name, content, path)
         return damage
 
     def all(self) -> list[Rule]:
@@ -91,14 +104,25 @@ class RuleFiles:
         async with self._lock:
             pass
 
-    async def set(self, name: str, content: str, *, refusal: str | None = None) -> bool:
+    async def set(
+        self,
+        name: str,
+        content: str,
+        *,
+        refusal: str | None = None,
+        expected_revision: str | None = None,
+    ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
         the rule exists afterwards. `refusal`: why the bank takes no writes now (checked under the
-        lock, so a write never slips past a freeze)."""
+        lock, so a write never slips past a freeze). `expected_revision`: the revision the caller
+        read ("" for none); checked against the file itself under the lock, so a hand edit that
+        RAM has not seen yet is a conflict too."""
         path = self._folder / f"{name}{_SUFFIX}"
         async with self._lock:
             if refusal is not None:
                 raise StorageError(f"bank {self._bank} cannot be written: {refusal}")
+            if expected_revision is not None:
+                await asyncio.to_thread(self._check_revision, name, path, expected_revision)
             removing = not content.strip()
             try:
                 if removing:
@@ -113,13 +137,26 @@ class RuleFiles:
                 self._sync(name, path)
             return name in self._rules
 
+    @staticmethod
+    def _check_revision(name: str, path: Path, expected: str) -> None:
+        try:
+            current = revision_of(files.read_text(path)) if path.exists() else ""
+        except StorageError:
+            current = "unreadable"
+        if current != expected:
+            now = f"at revision {current}" if current else "absent"
+            wanted = f"expected {expected}" if expected else "expected it not to exist"
+            raise Conflict(
+                f"stale revision: rule {name} is {now}, {wanted}; read it again and retry"
+            )
+
     def _sync(self, name: str, path: Path) -> None:
         try:
             content = files.read_text(path)
         except StorageError:
             self._rules.pop(name, None)
             return
-        self._rules[name] = Rule(name=name, content=content, updated_at=_mtime_ms(path))
+        self._rules[name] = _rule(name, content, path)
 
     def on_disk(self) -> dict[str, str]:
         """The rules `load()` would read (same filter, unreadable files skipped alike): what a

@@ -114,13 +114,19 @@ class Store:
             raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
         raise BankNotFound(name)
 
-    async def ensure(self, name: str, description: str = "") -> tuple[Bank, bool]:
-        """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing."""
+    async def ensure(
+        self, name: str, description: str = "", *, revive: bool = True
+    ) -> tuple[Bank, bool]:
+        """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing. `revive=False`:
+        a bank that was deleted stays deleted (`bank_not_found`), decided under the same lock as
+        the creation, so a delete racing the caller cannot be undone by it."""
         check_name(name, "bank")
         async with self._create_lock:
             bank = self._banks.get(name)
             if bank is not None:
                 return bank, False
+            if not revive and name in self._trashed:
+                raise BankNotFound(f"{name} was deleted")
             if name in self.broken:
                 raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
             path = self.root / name

@@ -23,7 +23,7 @@ from memory_worker.core.errors import SiblingUnavailable
 __all__ = [
     "FUNCTION_NOT_FOUND",
     "NOT_FOUND",
-    "Caller",
+    "BusCall",
     "ConfigClient",
     "QueueClient",
     "RouterCompleter",
@@ -49,7 +49,7 @@ CONFIG_ATTEMPTS = 3
 PROBE_TIMEOUT_MS = 3000
 
 
-class Caller:
+class BusCall:
     """`trigger_async` with a timeout, from any event loop."""
 
     def __init__(self, client: III) -> None:
@@ -77,7 +77,7 @@ class SessionsClient:
     META_TTL_S = 60.0
     META_CACHE = 4096
 
-    def __init__(self, call: Caller) -> None:
+    def __init__(self, call: BusCall) -> None:
         self._call = call
         self._missing_logged = False
         self._metas: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
@@ -116,7 +116,7 @@ class TranscriptClient:
 
     PAGE = 100
 
-    def __init__(self, call: Caller) -> None:
+    def __init__(self, call: BusCall) -> None:
         self._call = call
 
     async def page(
@@ -147,7 +147,7 @@ class RouterCompleter:
 
     MAX_OUTPUT_TOKENS = 1024
 
-    def __init__(self, call: Caller, settings: Callable[[], Settings]) -> None:
+    def __init__(self, call: BusCall, settings: Callable[[], Settings]) -> None:
         self._call = call
         self._settings = settings
         self._default_model: str | None = None
@@ -204,7 +204,7 @@ class RouterCompleter:
 class StateClient:
     """The state worker as a `KeyValue`."""
 
-    def __init__(self, call: Caller) -> None:
+    def __init__(self, call: BusCall) -> None:
         self._call = call
         self._missing_logged = False
 
@@ -235,7 +235,7 @@ class QueueClient:
     """The durable extraction queue. `enqueue` answers False when there is no queue worker, so
     the caller runs the job inline rather than losing it."""
 
-    def __init__(self, call: Caller) -> None:
+    def __init__(self, call: BusCall) -> None:
         self._call = call
 
     async def define(self) -> bool:
@@ -269,7 +269,7 @@ class RouterEmbedder:
     """`router::embed` as the semantic arm. After a failure it stays quiet for a while (one
     failed call per `EMBED_RETRY_AFTER_S`, not one per save) and recall runs lexical."""
 
-    def __init__(self, call: Caller, settings: Callable[[], Settings]) -> None:
+    def __init__(self, call: BusCall, settings: Callable[[], Settings]) -> None:
         self._call = call
         self._settings = settings
         self._failed_at: float | None = None
@@ -309,7 +309,7 @@ class ConfigClient:
 
     def __init__(
         self,
-        call: Caller,
+        call: BusCall,
         config_id: str,
         *,
         name: str = "Memory",
@@ -367,7 +367,7 @@ class ConfigClient:
         )
 
 
-async def probe_siblings(call: Caller) -> list[tuple[str, bool, str]]:
+async def probe_siblings(call: BusCall) -> list[tuple[str, bool, str]]:
     """Advisory reachability for `memory::doctor`: which sibling answers, and what its absence
     costs. Run concurrently, each bounded by `PROBE_TIMEOUT_MS`."""
     probes: list[tuple[str, str, dict[str, Any], str]] = [

@@ -35,7 +35,7 @@ from memory_worker.adapters.bus import catalog as bus_catalog
 from memory_worker.adapters.bus.events import CONFIG_SCHEMA, TRIGGER_TYPES, BindingTable, BusEmitter
 from memory_worker.adapters.bus.siblings import (
     FUNCTION_NOT_FOUND,
-    Caller,
+    BusCall,
     ConfigClient,
     QueueClient,
     RouterCompleter,
@@ -47,6 +47,7 @@ from memory_worker.adapters.bus.siblings import (
 )
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
@@ -58,6 +59,26 @@ from memory_worker.harness.selection import BankResolver
 from memory_worker.harness.sessions import SessionState
 from memory_worker.harness.turns import TurnPipeline
 from memory_worker.storage.store import Store
+
+HTTP_CALLER = Caller.human("http")  # REST through the engine's http worker
+
+
+def bus_caller(data: Any, metadata: Any) -> Caller:
+    """Who made a bus call: an agent when it was made inside a harness turn (the invocation
+    metadata names its session), else whoever drives the bus for a person (the console, `iii
+    trigger`, another worker) — an owner, like the CLI."""
+    worker = data.get("_caller_worker_id") if isinstance(data, dict) else None
+    context = metadata if isinstance(metadata, dict) else {}
+    session, turn = context.get("session_id"), context.get("turn_id")
+    if isinstance(session, str) and session:
+        return Caller.for_agent(
+            "bus",
+            worker_id=worker if isinstance(worker, str) else None,
+            session_id=session,
+            turn_id=turn if isinstance(turn, str) else None,
+        )
+    return Caller.human("bus")
+
 
 __all__ = ["CONFIG_ID_ENV", "DEFAULT_CONFIG_ID", "HOOK_BINDING", "READY_LINE", "EngineWorker"]
 
@@ -145,7 +166,7 @@ class EngineWorker:
             "recalled per turn, stored as plain files.",
         )
         self.client = client = await asyncio.to_thread(register_worker, self.url, options)
-        call = Caller(client)
+        call = BusCall(client)
         self._config = ConfigClient(call, config_id())
         settings = await self._initial_settings()
         data_dir = resolve_data_dir(self.data_dir_flag, settings)
@@ -203,10 +224,13 @@ class EngineWorker:
             if unnamed and "bank" in spec.request.model_fields:
                 bank = await resolver.for_call(metadata)
                 data = {**data, "bank": bank} if bank else data
-            return await catalog.call(service, spec.id, data)
+            return await catalog.call(service, spec.id, data, bus_caller(data, metadata))
 
         async def http(data: Any, metadata: Any) -> Any:
-            return await bus_catalog.http_reply(data, lambda spec, body: public(spec, body, None))
+            async def through(spec: catalog.FunctionSpec, body: Any) -> dict[str, Any]:
+                return await catalog.call(service, spec.id, body, HTTP_CALLER)
+
+            return await bus_catalog.http_reply(data, through)
 
         bridge = bus_catalog.Bridge(loop)
         bus_catalog.register_public(client, bridge, public)

@@ -19,24 +19,29 @@ from urllib.parse import urlsplit
 import httpx
 
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.consolidate.ports import error_from
 from memory_worker.core.errors import SiblingUnavailable, StorageError
 from memory_worker.storage import files
 
-__all__ = ["DEFAULT_TIMEOUT_S", "FileState", "HttpClient", "InProcessClient"]
+__all__ = ["CONSOLIDATE", "DEFAULT_TIMEOUT_S", "FileState", "HttpClient", "InProcessClient"]
 
 DEFAULT_TIMEOUT_S = 15.0  # one memory call; a pass is many short calls, never one long one
 
 
+CONSOLIDATE = Caller.internal("consolidate")  # automatic: never a pinned, retired or gone target
+
+
 class InProcessClient:
-    """The memory worker's catalog in this process: validation and errors exactly as on the wire."""
+    """The memory worker's catalog in this process: validation and errors exactly as on the wire,
+    every call made as the automatic `consolidate` caller."""
 
     def __init__(self, service: MemoryService) -> None:
         self.service = service
 
     async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        return await catalog.call(self.service, function_id, payload)
+        return await catalog.call(self.service, function_id, payload, CONSOLIDATE)
 
 
 class HttpClient:

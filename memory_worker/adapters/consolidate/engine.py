@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from memory_worker.adapters.bus import catalog as bus_catalog
 from memory_worker.adapters.bus.siblings import (
     FUNCTION_NOT_FOUND,
-    Caller,
+    BusCall,
     ConfigClient,
     StateClient,
 )
@@ -87,7 +87,7 @@ def _mapped(function_id: str, exc: InvocationError) -> WorkerError:
 class BusMemoryClient:
     """The memory worker's public functions over the bus, each call bounded."""
 
-    def __init__(self, call: Caller, timeout_ms: int) -> None:
+    def __init__(self, call: BusCall, timeout_ms: int) -> None:
         self._call = call
         self.timeout_ms = timeout_ms
 
@@ -102,7 +102,7 @@ class BusMemoryClient:
 class RouterJudge:
     """`router::complete` for the LLM tier: `llm_model`, else the router's first model."""
 
-    def __init__(self, call: Caller) -> None:
+    def __init__(self, call: BusCall) -> None:
         self._call = call
         self._default_model: str | None = None
 
@@ -212,7 +212,7 @@ class ConsolidateEngine:
             "schedule, supersede-only, never touching a pinned memory.",
         )
         self.client = client = await asyncio.to_thread(register_worker, self.url, options)
-        call = Caller(client)
+        call = BusCall(client)
         self._config = ConfigClient(
             call,
             CONFIG_ID,

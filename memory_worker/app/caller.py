@@ -1,0 +1,110 @@
+"""Who is calling: carried by every call through `catalog.call`, so access, provenance and audit
+are decided in one place.
+
+Three kinds: a **human** (the CLI on the machine, the REST service, the console — owners of their
+data), an **agent** (a call made from inside a harness turn over the bus, or through MCP), and an
+**internal** path of the worker itself (the hook, the extraction pass, doctor). The automatic
+internal paths never touch a pinned or retired memory and never bring a deleted bank back; the
+use cases enforce that from the caller, in the same step as the write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from memory_worker.core.models import Confidence
+
+__all__ = ["SYSTEM", "Caller", "CallerKind"]
+
+
+class CallerKind(StrEnum):
+    HUMAN = "human"
+    AGENT = "agent"
+    INTERNAL = "internal"
+
+
+# Internal paths that act on their own, with no person or agent asking: the pinned and retired
+# records and the deleted banks are out of their reach.
+_AUTOMATIC = frozenset({"extraction", "consolidate"})
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    kind: CallerKind
+    via: str  # the door: cli, rest, console, bus, mcp, hook, extraction, doctor, system, …
+    worker_id: str | None = None  # the bus worker that invoked us (`_caller_worker_id`)
+    session_id: str | None = None  # the harness session the call was made in
+    turn_id: str | None = None
+    agent: str | None = None  # the agent that ran the turn, when known
+    entry_id: str | None = None  # the transcript entry a captured fact came from
+    # How what this caller saves entered the store: what a person or an agent says is stated;
+    # extraction reads it from a conversation (or infers it).
+    confidence: Confidence = Confidence.STATED
+
+    @classmethod
+    def human(cls, via: str) -> Caller:
+        return cls(CallerKind.HUMAN, via)
+
+    @classmethod
+    def for_agent(
+        cls,
+        via: str,
+        *,
+        worker_id: str | None = None,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        agent: str | None = None,
+    ) -> Caller:
+        return cls(
+            CallerKind.AGENT,
+            via,
+            worker_id=worker_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            agent=agent,
+        )
+
+    @classmethod
+    def internal(
+        cls,
+        via: str,
+        *,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        agent: str | None = None,
+        entry_id: str | None = None,
+        confidence: Confidence = Confidence.STATED,
+    ) -> Caller:
+        return cls(
+            CallerKind.INTERNAL,
+            via,
+            session_id=session_id,
+            turn_id=turn_id,
+            agent=agent,
+            entry_id=entry_id,
+            confidence=confidence,
+        )
+
+    @property
+    def automatic(self) -> bool:
+        """An internal path acting on its own (extraction, consolidation), not on someone's word."""
+        return self.kind is CallerKind.INTERNAL and self.via in _AUTOMATIC
+
+    def describe(self) -> str:
+        """For logs and audit lines: `agent via bus (worker w1, session s1)`."""
+        details = [
+            f"{label} {value}"
+            for label, value in (
+                ("worker", self.worker_id),
+                ("session", self.session_id),
+                ("turn", self.turn_id),
+                ("agent", self.agent),
+            )
+            if value
+        ]
+        return f"{self.kind} via {self.via}" + (f" ({', '.join(details)})" if details else "")
+
+
+# The worker itself, for calls made by code rather than through an adapter (tests, tools).
+SYSTEM = Caller.internal("system")
