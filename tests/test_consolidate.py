@@ -364,6 +364,30 @@ class TestLlmTier:
         assert await everything(service) == before
         assert (await call(service, "memory::rule::list"))["rules"] == []
 
+    async def test_a_learned_rule_edited_meanwhile_is_not_overwritten(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """A person edits `learned` between the tier's read and its write: the rule's revision
+        moved, the write is refused, the tier is skipped and the person's edit stays."""
+        ids = await self.seed(service)
+        await call(service, "memory::rule::set", name="learned", content="# Learned\n- Be brief.\n")
+
+        class EditBeforeWrite(FlakyClient):
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id == "memory::rule::set":
+                    edit = {"bank": "main", "name": "learned", "content": "# Mine\n- Be kind.\n"}
+                    await self.inner.call("memory::rule::set", edit)
+                return await super().call(function_id, payload)
+
+        reply = json.dumps({"promotions": [{"id": ids["style"], "rule": "Answer in Portuguese."}]})
+        report = await Consolidator(
+            EditBeforeWrite(client, set()), ScriptedJudge(reply), clock=clock
+        ).run(settings(llm_assist_enabled=True))
+        llm = report.banks[0].llm
+        assert llm is not None and llm.status == "skipped" and "stale revision" in str(llm.detail)
+        [rule] = (await call(service, "memory::rule::list"))["rules"]
+        assert rule["content"] == "# Mine\n- Be kind.\n"
+
     async def test_a_dry_run_never_asks(
         self, service: MemoryService, client: InProcessClient, clock: FixedClock
     ) -> None:
