@@ -295,6 +295,41 @@ class TestPass:
             expected = sum(before[ids[t]]["corroboration"] + 1 for t in group) - 1
             assert survivor["corroboration"] == expected, group
 
+    def test_the_memory_worker_killed_mid_pass_loses_nothing_and_duplicates_nothing(
+        self, engine: EngineDouble, spawn: Any, spawn_consolidate: Any, cli: Cli, state: FakeState
+    ) -> None:
+        worker = spawn()
+        ids = seed(cli)
+        before = history(cli)
+        spawn_consolidate(args=("--call-timeout-ms", "3000"))
+        with FakeSubscriber(engine.url, "memory::item-changed") as events:
+            engine.wait_binding("memory::item-changed", events.function_id)
+            engine.set_delay("memory::supersede", 0.5)
+            engine.fire_cron(TICK, wait=False)
+            events.wait_events(1)  # a merge landed; the next one is in flight
+        worker.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        worker.kill()
+        # A manual run waits for the gate, so when it answers the interrupted pass is over.
+        with pytest.raises(InvocationError, match="sibling_unavailable"):
+            cli.call("memory-consolidate::run", {"dry_run": True})
+        assert "last_run" not in state.data.get(SCOPE, {})
+        engine.set_delay("memory::supersede", 0)
+        worker.start()
+        again = tick(engine)
+        assert again["ran"] and again["checkpointed"], again
+        assert_each_group_has_one_live_member(cli, ids)
+        after = history(cli)
+        assert set(after) == set(before)
+        for group in GROUPS:
+            members = [ids[text] for text in group]
+            [survivor] = [after[m] for m in members if "invalid_at" not in after[m]]
+            for memory_id in members:  # each loser retired by exactly one revision
+                revisions = cli.call("memory::history", {"id": memory_id})["revisions"]
+                retiring = sum("invalid_at" in r for r in revisions)
+                assert retiring == (0 if memory_id == survivor["id"] else 1), revisions
+            expected = sum(before[m]["corroboration"] + 1 for m in members) - 1
+            assert survivor["corroboration"] == expected, group
+
     def test_a_merge_can_be_seen_in_history_and_reverted(
         self, engine: EngineDouble, spawn: Any, spawn_consolidate: Any, cli: Cli, state: FakeState
     ) -> None:
