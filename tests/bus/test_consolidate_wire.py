@@ -126,7 +126,7 @@ class TestRegistration:
         self, engine: EngineDouble, spawn: Any, spawn_consolidate: Any
     ) -> None:
         spawn()
-        spawn_consolidate()
+        sibling = spawn_consolidate()
         functions = engine.functions()
         for public in ("memory-consolidate::run", "memory-consolidate::status"):
             assert functions[public]["description"]
@@ -142,6 +142,7 @@ class TestRegistration:
         assert engine.config_value("memory-consolidate") == ConsolidateSettings().model_dump()
         schema = engine.config.entries["memory-consolidate"]["schema"]
         assert all(field.get("description") for field in schema["properties"].values())
+        assert sibling.stop() == 0  # SIGTERM: a clean exit
 
 
 class TestSchedule:
