@@ -288,7 +288,7 @@ class TestSemanticTier:
         assert {reported.winner_id, *reported.loser_ids} == {cats["id"], cats3["id"]}
         assert "numbers" in reported.why
         [event] = [e for e in emitter.of(ITEM_CHANGED) if e["event_type"] == "superseded"]
-        assert event["reason"].startswith("memory-consolidate: semantic duplicate (cosine")
+        assert event["reason"].startswith("memory-consolidate: semantic duplicate (lowest cosine")
 
     async def test_without_an_embedder_the_tier_says_unavailable(
         self, service: MemoryService, consolidator: Consolidator

@@ -98,11 +98,11 @@ def _group(
     tier: Tier, members: Iterable[Row], *, writable: bool, why: str, score: float | None = None
 ) -> Group | None:
     ordered = survivor_order(members)
+    if len(ordered) < 2:
+        return None
     winner, rest = ordered[0], ordered[1:]
     losers = tuple(r for r in rest if not r.pinned)
     skipped = tuple(r for r in rest if r.pinned)
-    if not rest:
-        return None
     return Group(tier, winner, losers, skipped, writable, why, score)
 
 
@@ -204,12 +204,15 @@ def _semantic_group(
                 why = found
                 break
     if why is None:
-        agreed = f"cosine ≥ {threshold:.2f}; numbers, dates, names and negations agree"
+        agreed = (
+            f"every pair at cosine ≥ {threshold:.2f}; numbers, dates, names, family and tense "
+            "words, negations and polarity agree"
+        )
         return _group(Tier.SEMANTIC, members, writable=True, why=agreed, score=lowest)
     return _group(Tier.SEMANTIC, members, writable=False, why=why, score=lowest)
 
 
 def reason(group: Group) -> str:
     """The `reason` a merge carries on its `memory::item-changed` events: the rule that fired."""
-    detail = group.why if group.score is None else f"cosine {group.score:.3f}; {group.why}"
+    detail = group.why if group.score is None else f"lowest cosine {group.score:.3f}; {group.why}"
     return f"memory-consolidate: {group.tier} duplicate ({detail})"
