@@ -6,6 +6,7 @@ the bank's latest records, commits with no await in between, and only then emits
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import structlog
 
@@ -33,7 +34,7 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
-from memory_worker.core.models import ItemEvent, Provenance
+from memory_worker.core.models import ItemEvent, Memory, Provenance
 
 __all__ = ["MemoryUseCases"]
 
@@ -148,25 +149,39 @@ class MemoryUseCases(EmbeddingWork):
         return MemoryResponse(memory=record, redacted=sorted(set(labels)))
 
     async def delete(self, req: DeleteRequest, caller: Caller = SYSTEM) -> MemoryResponse:
-        name = self._name(req.bank)
-        bank, existing = self._existing(name, req.id)
-        transitions.check_revision(existing, req.expected_revision)
-        record = transitions.tombstone(existing, now_ms=self.clock())
-        if record is None:
-            return MemoryResponse(memory=existing)
-        await bank.commit([record])
-        self._emit_item(ItemEvent.DELETED, name, record, None)
-        return MemoryResponse(memory=record)
+        def deleting(existing: Memory, now_ms: int) -> Memory | None:
+            return transitions.tombstone(existing, now_ms=now_ms)
+
+        return await self._change(
+            req.bank, req.id, req.expected_revision, ItemEvent.DELETED, deleting
+        )
 
     async def pin(self, req: PinRequest, caller: Caller = SYSTEM) -> MemoryResponse:
-        name = self._name(req.bank)
-        bank, existing = self._existing(name, req.id)
-        transitions.check_revision(existing, req.expected_revision)
-        record = transitions.pin(existing, req.pinned, now_ms=self.clock())
+        def pinning(existing: Memory, now_ms: int) -> Memory | None:
+            return transitions.pin(existing, req.pinned, now_ms=now_ms)
+
+        return await self._change(
+            req.bank, req.id, req.expected_revision, ItemEvent.UPDATED, pinning
+        )
+
+    async def _change(
+        self,
+        bank_name: str | None,
+        memory_id: str,
+        expected_revision: int | None,
+        event: ItemEvent,
+        transition: Callable[[Memory, int], Memory | None],
+    ) -> MemoryResponse:
+        """One record's change by a pure transition (None: nothing to change), guarded by the
+        caller's revision, committed with no await after the decision, then announced."""
+        name = self._name(bank_name)
+        bank, existing = self._existing(name, memory_id)
+        transitions.check_revision(existing, expected_revision)
+        record = transition(existing, self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
         await bank.commit([record])
-        self._emit_item(ItemEvent.UPDATED, name, record, None)
+        self._emit_item(event, name, record, None)
         return MemoryResponse(memory=record)
 
     async def supersede(self, req: SupersedeRequest, caller: Caller = SYSTEM) -> SupersedeResponse:

@@ -8,6 +8,8 @@ Invariants:
   decide and call `commit()` with no `await` in between.
 - A failed write or fsync cuts the log back to its last durable size and fails every commit that was
   waiting on it: RAM never holds what the disk does not.
+- Past 500 lines on purpose: the group commit, the held commits of a rewrite and the RAM state
+  (memories, text map, index, vectors) must change in one place under one set of invariants.
 - The line format, checksums, batches and replay are `storage.log`'s; the rules folder is
   `storage.rules`'s; the vector sidecar `storage.vectors`'s. This module keeps them in step in RAM.
 """
