@@ -178,8 +178,8 @@ def _permission_rules() -> tuple[list[str], list[str]]:
 
 
 def test_permissions_file_is_what_the_catalog_generates() -> None:
-    internal = [spec.id for spec in bus_catalog.INTERNAL]
-    rendered = render_permissions(CATALOG, [*internal, "memory::ui-content"])
+    internal = dict.fromkeys([*(s.id for s in bus_catalog.INTERNAL), "memory::ui-content"])
+    rendered = render_permissions(CATALOG, list(internal))
     assert PERMISSIONS.read_text(encoding="utf-8") == rendered, (
         "iii-permissions.yaml differs from the catalog's policy: regenerate it with "
         "`.venv/bin/memory-worker permissions > iii-permissions.yaml`"

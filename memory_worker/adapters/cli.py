@@ -428,8 +428,8 @@ async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
     from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
 
-    internal = [spec.id for spec in INTERNAL]
-    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, [*internal, UI_CONTENT]))
+    internal = list(dict.fromkeys([*(spec.id for spec in INTERNAL), UI_CONTENT]))
+    sys.stdout.write(catalog.render_permissions(catalog.CATALOG, internal))
     return 0
 
 

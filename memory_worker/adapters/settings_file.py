@@ -1,23 +1,33 @@
-"""Hot reload of the YAML settings file when there is no engine (standalone mode).
+"""Hot reload of the YAML settings file when there is no engine (standalone mode), and the
+console's edits of it.
 
 The same fields as the configuration worker's entry; an edit is applied like a configuration change
 (`Reconfigurer`). A file that does not parse, or a `data_dir` that cannot be opened, is logged and
 the last good settings and store stay in service: a typo never takes a running worker down.
+
+`write_values` changes only the lines of the keys it sets (their comments, every other line and the
+order stay as the person wrote them), checks the result parses to what was asked, and replaces the
+file atomically.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import json
+import os
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import structlog
 import watchfiles
+import yaml
 
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import InvalidInput, WorkerError
 
-__all__ = ["SettingsFileWatcher"]
+__all__ = ["SettingsFileWatcher", "rewrite", "write_values"]
 
 log = structlog.get_logger(__name__)
 
@@ -79,3 +89,70 @@ class SettingsFileWatcher:
             self.attempts += 1
             self.applied += outcome is not None
             self.changed.notify_all()
+
+
+_KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*:(?P<rest>.*?)(?P<end>\r?\n)?$")
+
+
+def _comment(rest: str) -> str:
+    """The trailing ` # comment` of a `key: value` line's remainder, kept on rewrite."""
+    for match in re.finditer(r"[ \t]+#", rest):
+        try:
+            yaml.safe_load(rest[: match.start()] or "null")
+        except yaml.YAMLError:
+            continue  # the `#` sits inside a quoted value
+        return rest[match.start() :]
+    return ""
+
+
+def rewrite(text: str, values: Mapping[str, object]) -> str:
+    """`text` with each top-level `key:` line set to its new value (JSON is YAML, so values are
+    written as JSON scalars); a key the file lacks is appended. An indented continuation of a
+    replaced key (a block scalar) goes with it."""
+    left = dict(values)
+    out: list[str] = []
+    replacing = False
+    for line in text.splitlines(keepends=True):
+        if replacing and line[:1] in (" ", "\t"):
+            continue
+        replacing = False
+        match = _KEY_LINE.match(line)
+        if match and match["key"] in left:
+            value = json.dumps(left.pop(match["key"]), ensure_ascii=False)
+            out.append(f"{match['key']}: {value}{_comment(match['rest'])}\n")
+            replacing = True
+            continue
+        out.append(line)
+    if left and out and not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    out += [f"{key}: {json.dumps(value, ensure_ascii=False)}\n" for key, value in left.items()]
+    return "".join(out)
+
+
+def write_values(path: Path, values: Mapping[str, object]) -> None:
+    """Set `values` in the settings file at `path` (created when missing). Raises `InvalidInput`
+    when the file does not hold a mapping or the edit would not read back as asked; nothing is
+    written then. Blocking: run it in a thread."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    updated = rewrite(text, values)
+    try:
+        parsed = yaml.safe_load(updated)
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path} would not parse after the edit: {exc}") from None
+    if not isinstance(parsed, dict) or any(parsed.get(k) != v for k, v in values.items()):
+        raise InvalidInput(f"{path} is not a flat mapping of settings the console can edit")
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise

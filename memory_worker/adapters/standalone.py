@@ -3,7 +3,8 @@
 Every catalog function is `POST /memory/<http_path>` (the paths the iii http triggers use); the body
 is the JSON payload (empty = `{}`), the answer is the JSON result, and every failure is
 `{"error": {"code", "message"}}` with a status from `STATUS_BY_CODE`. `GET /healthz` says which mode
-runs on which data dir.
+runs on which data dir. `GET /` is the console (`adapters.console`); its live stream is fed by the
+service's change events (`ConsoleFeed` is this mode's `Emitter`).
 
 Lifecycle, explicit rather than hidden in `web.run_app`:
 - `start()` binds the socket first (so the real port is known), then opens the store with a lock
@@ -29,6 +30,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
@@ -37,6 +39,8 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from memory_worker.adapters.console.feed import ConsoleFeed
+from memory_worker.adapters.console.web import ConsoleContext, add_routes
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -68,6 +72,7 @@ DEFAULT_PORT = 8765
 SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long after SIGTERM, then are cancelled
 MODE = "standalone"
 READY_LINE = "memory-worker serving on {url}"  # scripts and tests wait for this line on stdout
+CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a person
 
 STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
@@ -161,13 +166,16 @@ async def _healthz(request: web.Request) -> web.StreamResponse:
     )
 
 
-def build_app(service: MemoryService) -> web.Application:
-    """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`."""
+def build_app(service: MemoryService, console: ConsoleContext | None = None) -> web.Application:
+    """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`,
+    and the console's routes when `console` is given."""
     app = web.Application(middlewares=[_errors])
     app[_SERVICE_KEY] = service
     app.router.add_get("/healthz", _healthz)
     for spec in catalog.CATALOG:
         app.router.add_post(f"/{spec.http_path}", _function_handler(spec))
+    if console is not None:
+        add_routes(app, console)
     return app
 
 
@@ -236,6 +244,8 @@ class StandaloneServer:
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self._watchers: list[DataDirWatcher | SettingsFileWatcher] = []
+        self.feed = ConsoleFeed()  # the console tabs' live stream: this mode's change events
+        self._apply_settings: Callable[[Settings], Awaitable[Applied]] | None = None
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -262,11 +272,21 @@ class StandaloneServer:
             self._sock = _bind(self.host, self.port)
             self.url = _url(self._sock)
             store = await asyncio.to_thread(Store.open, self.data_dir, holder=self._holder())
-            self.service = MemoryService(store, self.settings, embedder=self.embedder)
-            self.service.backfill_embeddings()
-            await self._watch(self.service)
+            self.service = service = MemoryService(
+                store, self.settings, embedder=self.embedder, emitter=self.feed
+            )
+            service.backfill_embeddings()
+            await self._watch(service)
+            console = ConsoleContext(
+                feed=self.feed,
+                settings=lambda: service.settings,
+                config_path=self.config_path,
+                apply=self._apply_settings,
+            )
             self._runner = web.AppRunner(
-                build_app(self.service), access_log=None, shutdown_timeout=self.shutdown_timeout_s
+                build_app(service, console),
+                access_log=None,
+                shutdown_timeout=self.shutdown_timeout_s,
             )
             await self._runner.setup()
             await web.SockSite(self._runner, self._sock).start()
@@ -294,6 +314,7 @@ class StandaloneServer:
                     await data_dir_watcher.restart()  # follow the new data dir at once
                 return applied
 
+            self._apply_settings = apply  # the console's settings edits apply the same way
             watchers.append(SettingsFileWatcher(self.config_path, apply))
         for watcher in watchers:
             await watcher.start()
@@ -313,6 +334,7 @@ class StandaloneServer:
         """Stop listening, finish (or after the timeout cancel) in-flight requests, then drain and
         close the store. Safe to call more than once and after a failed `start()`."""
         self._stopping.set()
+        self.feed.close()  # live streams end now, so they do not hold the runner's shutdown
         for watcher in self._watchers:
             await watcher.stop()
         self._watchers.clear()
@@ -366,6 +388,7 @@ async def serve(
         )
         if not server.stopping:
             print(READY_LINE.format(url=url), flush=True)
+            print(CONSOLE_LINE.format(url=url), flush=True)
         await server.wait()
     finally:
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from iii import InvocationError
 
+from memory_worker.adapters import console
 from memory_worker.app import catalog
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text
 
@@ -92,6 +93,35 @@ class TestRegistration:
         assert hook["config"] == {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
         routes = {b["config"]["api_path"] for b in engine.bindings("http")}
         assert routes == {spec.http_path for spec in catalog.CATALOG}
+
+    def test_the_console_page_is_registered_and_served_through_ui_content(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """One `console:*` trigger per page asset, all pointing at `memory::ui-content`, which
+        serves each one's source; the settings panel's read is `memory::ui-settings`."""
+        spawn()
+        functions = engine.functions()
+        for internal in ("memory::ui-content", "memory::ui-settings"):
+            assert functions[internal]["metadata"]["internal"] is True
+        assert functions["memory::ui-content"]["description"].startswith(
+            "Serve the memory worker's injected console UI assets"
+        )
+        bound = {
+            b["config"]["path"]: (kind, b["function_id"])
+            for kind in ("console:script", "console:style", "console:module")
+            for b in engine.bindings(kind)
+        }
+        assert bound == {path: (kind, "memory::ui-content") for path, kind in console.bus_assets()}
+        page = cli.call("memory::ui-content", {"path": "memory/page.js"})
+        assert page["content_type"].startswith("text/javascript")
+        assert "export default function setup(host)" in page["content"]
+        with pytest.raises(InvocationError) as unknown:
+            cli.call("memory::ui-content", {"path": "memory/index.html"})
+        assert unknown.value.message.startswith("invalid_input: unknown ui asset")
+        view = cli.call("memory::ui-settings", {})
+        assert (view["mode"], view["editable"]) == ("engine", False)
+        assert "configuration worker" in view["reason"]
+        assert [f["name"] for f in view["fields"]][:2] == ["data_dir", "default_bank"]
 
     def test_the_worker_says_which_mode_and_why(self, spawn: Any) -> None:
         worker: WorkerProcess = spawn()

@@ -20,19 +20,30 @@ from typing import Any
 
 import structlog
 from iii.iii import III
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from memory_worker.app import catalog
 from memory_worker.core.errors import HTTP_STATUS, InvalidInput, WorkerError
 from memory_worker.harness.pregenerate import HookEnvelope
 from memory_worker.harness.turns import ExtractJob, TurnCompleted
 
-__all__ = ["HTTP_FUNCTION", "INTERNAL", "Bridge", "InternalSpec", "http_reply"]
+__all__ = [
+    "HTTP_FUNCTION",
+    "INTERNAL",
+    "UI_CONTENT",
+    "UI_SETTINGS",
+    "Bridge",
+    "InternalSpec",
+    "UiContentInput",
+    "http_reply",
+]
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 HTTP_FUNCTION = "memory::http"
+UI_CONTENT = "memory::ui-content"
+UI_SETTINGS = "memory::ui-settings"
 
 
 class Bridge:
@@ -90,6 +101,19 @@ class HttpEnvelope(BaseModel):
     trigger: dict[str, Any] | None = None
 
 
+class UiContentInput(BaseModel):
+    """Input of the content function: the console asks for one asset by path."""
+
+    model_config = ConfigDict(extra="ignore")
+    path: str = Field(description="The asset path from the trigger config (e.g. `state/page.js`).")
+
+
+class UiSettingsInput(BaseModel):
+    """No fields: the worker answers for its own configuration entry."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 class Ack(BaseModel):
     ok: bool
 
@@ -140,6 +164,20 @@ INTERNAL: tuple[InternalSpec, ...] = (
         "Internal: hot-reload memory from the authoritative configuration when it changes — "
         "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",
         ConfigChanged,
+        trace_hidden=True,
+    ),
+    InternalSpec(
+        UI_CONTENT,
+        "Serve the memory worker's injected console UI assets (content function for its "
+        "console:script / console:style / console:module triggers).",
+        UiContentInput,
+        trace_hidden=True,
+    ),
+    InternalSpec(
+        UI_SETTINGS,
+        "Internal: the console page's settings panel — every configuration field with its "
+        "description and effective value. Read-only: the configuration worker owns the entry.",
+        UiSettingsInput,
         trace_hidden=True,
     ),
     InternalSpec(

@@ -31,6 +31,7 @@ import structlog
 from iii import InitOptions, InvocationError, register_worker
 from iii.iii import III
 
+from memory_worker.adapters import console
 from memory_worker.adapters.bus import catalog as bus_catalog
 from memory_worker.adapters.bus.events import CONFIG_SCHEMA, TRIGGER_TYPES, BindingTable, BusEmitter
 from memory_worker.adapters.bus.siblings import (
@@ -45,6 +46,7 @@ from memory_worker.adapters.bus.siblings import (
     TranscriptClient,
     probe_siblings,
 )
+from memory_worker.adapters.console.settings_view import describe
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -245,9 +247,12 @@ class EngineWorker:
                 "memory::on-session-meta-updated": lambda data, _: _forget_meta(data, sessions),
                 "memory::on-config-change": lambda data, _: self._on_config_change(),
                 bus_catalog.HTTP_FUNCTION: http,
+                bus_catalog.UI_CONTENT: lambda data, _: _ui_content(data),
+                bus_catalog.UI_SETTINGS: lambda data, _: self._ui_settings(),
             },
         )
         self._bind_seams(client)
+        self._bind_console(client)
         self._watcher = DataDirWatcher(lambda: service)
         await self._watcher.start()
         service.backfill_embeddings()
@@ -338,6 +343,28 @@ class EngineWorker:
                 {"api_path": spec.http_path, "http_method": "POST"},
             )
 
+    def _bind_console(self, client: III) -> None:
+        """One `console:*` trigger per page asset, all served by `memory::ui-content`. The page is
+        an accessory: a refused registration is logged, never fatal."""
+        for path, trigger_type in console.bus_assets():
+            try:
+                self._bind(client, trigger_type, bus_catalog.UI_CONTENT, {"path": path})
+            except Exception as exc:
+                log.warning("console_asset_not_registered", path=path, error=str(exc))
+
+    async def _ui_settings(self) -> dict[str, Any]:
+        assert self.service is not None and self._config is not None
+        entry = self._config.config_id
+        return describe(
+            self.service.settings,
+            mode="engine",
+            editable=False,
+            reason=f"Under iii the configuration worker owns these settings (entry `{entry}`): "
+            "edit them in the iii console's Settings; every change applies live, and this page "
+            "shows it on its next refresh.",
+            source=entry,
+        )
+
     async def _session_gone(self, data: Any, sessions: SessionsClient) -> dict[str, Any]:
         await _forget_meta(data, sessions)
         assert self._pipeline is not None
@@ -398,6 +425,11 @@ class EngineWorker:
         while not await queue.define():
             await asyncio.sleep(delay)
             delay = min(delay * 2, QUEUE_DEFINE_MAX_RETRY_S)
+
+
+async def _ui_content(data: Any) -> dict[str, str]:
+    request = bus_catalog.UiContentInput.model_validate(data if isinstance(data, dict) else {})
+    return console.ui_content(request.path)
 
 
 async def _forget_meta(data: Any, sessions: SessionsClient) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""What the console's settings panel shows: every configuration field with its description,
+constraints, default and effective value, and whether (and why not) it can be edited from here.
+
+The fields come from `Settings`' own JSON schema (the one the configuration worker publishes), so a
+new field shows up with no console change. `data_dir` is never editable from a browser: it moves
+the whole store, so it stays a file or flag decision.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from memory_worker.core.config import Settings, parse_settings
+from memory_worker.core.errors import InvalidInput
+
+__all__ = ["NOT_FROM_CONSOLE", "describe", "validate_changes"]
+
+NOT_FROM_CONSOLE = frozenset({"data_dir"})
+_KEPT = ("type", "description", "default", "minimum", "maximum", "exclusiveMinimum")
+
+
+@functools.cache
+def _schema() -> dict[str, dict[str, Any]]:
+    properties: dict[str, dict[str, Any]] = Settings.model_json_schema()["properties"]
+    return {name: {k: v for k, v in p.items() if k in _KEPT} for name, p in properties.items()}
+
+
+def describe(
+    settings: Settings, *, mode: str, editable: bool, reason: str, source: str | None
+) -> dict[str, Any]:
+    """The panel's whole view. `editable`: whether this home may write the settings at all;
+    `reason` says why not (or where the edits go)."""
+    fields = [
+        {
+            "name": name,
+            **schema,
+            "value": getattr(settings, name),
+            "editable": editable and name not in NOT_FROM_CONSOLE,
+        }
+        for name, schema in _schema().items()
+    ]
+    return {
+        "mode": mode,
+        "editable": editable,
+        "reason": reason,
+        "source": source,
+        "fields": fields,
+    }
+
+
+def validate_changes(settings: Settings, changes: object) -> dict[str, Any]:
+    """The changed fields, checked against the model (types, ranges): raises `InvalidInput`
+    through `parse_settings`; a field the console may not edit is refused the same way."""
+    if not isinstance(changes, dict) or not changes:
+        raise InvalidInput("`values` must be a non-empty object of setting → value")
+    refused = sorted(set(changes) & NOT_FROM_CONSOLE)
+    if refused:
+        raise InvalidInput(
+            f"{', '.join(refused)} cannot be changed from the console: edit the settings file or "
+            "pass --data-dir"
+        )
+    merged = parse_settings({**settings.model_dump(), **changes}, source="settings")
+    return {name: getattr(merged, name) for name in changes}

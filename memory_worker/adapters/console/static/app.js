@@ -1,0 +1,302 @@
+// The console page, home-independent: `mountConsole(root, {transport})` builds it inside `root`.
+// The standalone server (main.js) and the iii console (page.js) differ only in their transport:
+// how a function is called, how changes arrive, how settings are read and written.
+//
+// Layout: a header (title, live indicator, reload from disk), the bank rail, and the workspace
+// with its tabs. Live changes refresh in place (keyed rows, fixed-size counters), so nothing the
+// person is reading or editing jumps or loses its state.
+
+import { h, setText, toast, confirmDialog, typing } from './dom.js'
+import { errorParts, plural } from './format.js'
+import { follow, ITEM_CHANGED, BANK_CHANGED } from './live.js'
+import { createBankRail } from './banks.js'
+import { createRulesPanel } from './rules.js'
+import { createMemoriesPanel } from './memories.js'
+import { createPreviewPanel } from './preview.js'
+import { createSettingsPanel } from './settings.js'
+import { createDoctorPanel } from './doctor.js'
+
+const TABS = [
+  { id: 'rules', label: 'Rules', bank: true },
+  { id: 'memories', label: 'Memories', bank: true },
+  { id: 'preview', label: 'Preview', bank: true },
+  { id: 'settings', label: 'Settings', bank: false },
+  { id: 'doctor', label: 'Doctor', bank: false },
+]
+const NARROW_PX = 800 // below this container width the rail and the workspace take turns
+const MODE_TEXT = { connecting: 'connecting…', live: 'live', polling: 'polling' }
+const MODE_TITLE = {
+  connecting: 'Opening the live stream of changes…',
+  live: 'Changes from every door (agents, CLI, REST, other tabs) appear as they happen.',
+  polling: 'The live stream is not available; refreshing every 15 s (not while the tab is hidden).',
+}
+
+export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {}) {
+  const standalone = transport.home === 'standalone'
+  const state = { bank: null, tab: 'rules', banks: [], view: 'workspace' }
+  const ui = { root, toast: (msg, kind) => toast(root, msg, kind), confirm: (opts) => confirmDialog(root, opts) }
+
+  /** Call a worker function; failures become a toast unless the caller handles them. */
+  const call = async (fn, payload, { quiet = false } = {}) => {
+    try {
+      return await transport.call(fn, payload)
+    } catch (err) {
+      const parts = errorParts(err)
+      if (!quiet) ui.toast(`${fn}: ${parts.code}: ${parts.message}`, 'error')
+      throw parts
+    }
+  }
+
+  // --- header ----------------------------------------------------------------------------------
+  const dot = h('span', { class: 'mw-dot', attrs: { 'aria-hidden': 'true' } })
+  const modeText = h('span', { class: 'mw-mode-text', text: MODE_TEXT.connecting })
+  const indicator = h('span', { class: 'mw-indicator', dataset: { mode: 'connecting' }, attrs: { role: 'status', title: MODE_TITLE.connecting } }, dot, modeText)
+  const reloadButton = h('button', {
+    type: 'button', class: 'mw-btn mw-ghost', text: 'Reload from disk',
+    title: 'Re-read every bank from its files (after editing them by hand)',
+    on: { click: async () => {
+      const result = await call('memory::reload', {})
+      ui.toast(`Reloaded ${result.banks} bank(s) from disk`)
+      resync()
+    } },
+  })
+  const header = h('header', { class: 'mw-header' },
+    h('div', { class: 'mw-title' },
+      h('h1', { text: 'Memory' }),
+      h('p', { class: 'mw-subtitle', text: 'Banks of rules and memories, injected per turn' })),
+    h('div', { class: 'mw-header-actions' }, indicator, reloadButton))
+
+  // --- workspace -------------------------------------------------------------------------------
+  const ctx = { call, ui, transport, bank: () => state.bank, banks: () => state.banks, changed: () => reportDirty() }
+  const panels = {
+    rules: createRulesPanel(ctx),
+    memories: createMemoriesPanel(ctx),
+    preview: createPreviewPanel(ctx),
+    settings: createSettingsPanel(ctx),
+    doctor: createDoctorPanel(ctx),
+  }
+  const tabButtons = TABS.map((tab) => h('button', {
+    type: 'button', class: 'mw-tab', text: tab.label, id: `mw-tab-${tab.id}`,
+    attrs: { role: 'tab', 'aria-controls': `mw-panel-${tab.id}`, 'aria-selected': 'false', tabindex: '-1' },
+    dataset: { tab: tab.id },
+    on: { click: () => selectTab(tab.id), keydown: onTabKey },
+  }))
+  const tablist = h('div', { class: 'mw-tabs', attrs: { role: 'tablist', 'aria-label': 'Views' } }, tabButtons)
+  const bankTitle = h('h2', { class: 'mw-bank-name' })
+  const bankCounts = h('span', { class: 'mw-bank-counts' })
+  const backButton = h('button', { type: 'button', class: 'mw-btn mw-ghost mw-back', text: '← Banks', on: { click: () => setView('banks') } })
+  const deleteBank = h('button', {
+    type: 'button', class: 'mw-btn mw-ghost mw-danger-text', text: 'Delete bank…',
+    on: { click: () => rail.remove(state.bank) },
+  })
+  const workspaceHeader = h('div', { class: 'mw-workspace-header' },
+    backButton, h('div', { class: 'mw-bank-heading' }, bankTitle, bankCounts), deleteBank)
+  const panelHosts = TABS.map((tab) => h('section', {
+    class: 'mw-panel', id: `mw-panel-${tab.id}`, hidden: true,
+    attrs: { role: 'tabpanel', 'aria-labelledby': `mw-tab-${tab.id}`, tabindex: '-1' },
+  }, panels[tab.id].el))
+  const workspace = h('main', { class: 'mw-workspace' }, workspaceHeader, tablist, panelHosts)
+
+  const rail = createBankRail(ctx, {
+    select: (name) => selectBank(name),
+    created: (name) => { refreshBanks().then(() => selectBank(name)) },
+    removed: (name) => { if (state.bank === name) state.bank = null; refreshBanks() },
+  })
+
+  const shell = h('div', { class: 'mw-shell' }, rail.el, workspace)
+  root.classList.add('mw-root')
+  root.replaceChildren(header, shell)
+
+  // --- navigation ------------------------------------------------------------------------------
+  function dirty() {
+    return Object.values(panels).some((panel) => panel.dirty?.())
+  }
+  function reportDirty() {
+    onDirty(dirty())
+  }
+
+  async function selectBank(name, { fromHash = false } = {}) {
+    if (name === state.bank) return setView('workspace')
+    if (state.bank && dirty()) {
+      const discard = await ui.confirm({
+        title: 'Discard unsaved changes?',
+        body: `You have unsaved edits in bank "${state.bank}". Switching banks discards them.`,
+        confirm: 'Discard and switch', danger: true,
+      })
+      if (!discard) return
+    }
+    state.bank = name
+    for (const panel of Object.values(panels)) panel.setBank?.(name)
+    reportDirty()
+    rail.setSelected(name)
+    renderBankHeading()
+    setView('workspace')
+    if (!fromHash) writeHash()
+  }
+
+  function selectTab(id, { focus = false, fromHash = false } = {}) {
+    state.tab = id
+    for (const button of tabButtons) {
+      const selected = button.dataset.tab === id
+      button.setAttribute('aria-selected', String(selected))
+      button.tabIndex = selected ? 0 : -1
+      if (selected && focus) button.focus()
+    }
+    for (const host of panelHosts) host.hidden = host.id !== `mw-panel-${id}`
+    const tab = TABS.find((t) => t.id === id)
+    workspace.dataset.scope = tab.bank ? 'bank' : 'global'
+    panels[id].shown?.()
+    if (!fromHash) writeHash()
+  }
+
+  function onTabKey(event) {
+    const index = TABS.findIndex((t) => t.id === state.tab)
+    const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key]
+    if (step) {
+      event.preventDefault()
+      selectTab(TABS[(index + step + TABS.length) % TABS.length].id, { focus: true })
+    } else if (event.key === 'Home' || event.key === 'End') {
+      event.preventDefault()
+      selectTab(TABS[event.key === 'Home' ? 0 : TABS.length - 1].id, { focus: true })
+    }
+  }
+
+  function setView(view) {
+    state.view = view
+    root.dataset.view = view
+  }
+
+  function renderBankHeading() {
+    const info = state.banks.find((b) => b.name === state.bank)
+    setText(bankTitle, state.bank || 'No bank')
+    setText(bankCounts, info ? `${plural(info.memories, 'memory', 'memories')} · ${info.pinned} pinned · ${plural(info.rules, 'rule')}` : '')
+    deleteBank.disabled = !info
+  }
+
+  // Standalone only: the place in the page survives a reload (#/bank/<name>/<tab>). Under iii the
+  // console owns the URL.
+  function writeHash() {
+    if (!standalone || !state.bank) return
+    const hash = `#/bank/${encodeURIComponent(state.bank)}/${state.tab}`
+    if (location.hash !== hash) history.replaceState(null, '', hash)
+  }
+  function readHash() {
+    const match = standalone && /^#\/bank\/([^/]+)\/([a-z]+)$/.exec(location.hash)
+    return match ? { bank: decodeURIComponent(match[1]), tab: match[2] } : null
+  }
+
+  // --- data ------------------------------------------------------------------------------------
+  let banksInFlight = null
+  async function refreshBanks() {
+    if (banksInFlight) return banksInFlight
+    banksInFlight = (async () => {
+      try {
+        const { banks } = await call('memory::bank::list', {}, { quiet: true })
+        state.banks = banks
+        rail.render(banks, state.bank)
+        renderBankHeading()
+      } catch (err) {
+        rail.failed(err)
+      } finally {
+        banksInFlight = null
+      }
+    })()
+    return banksInFlight
+  }
+
+  // Live events arrive in bursts (an import, a consolidation pass): coalesce them into one
+  // refresh per animation frame per concern.
+  let pending = null
+  const touched = { banks: false, items: new Set(), rules: new Set(), all: false }
+  function schedule() {
+    if (pending) return
+    pending = setTimeout(flush, 120)
+  }
+  function flush() {
+    pending = null
+    const { all } = touched
+    const items = new Set(touched.items)
+    const rules = new Set(touched.rules)
+    touched.all = false
+    touched.banks = false
+    touched.items.clear()
+    touched.rules.clear()
+    refreshBanks()
+    for (const panel of Object.values(panels)) {
+      if (all) panel.resync?.()
+      else panel.changed?.({ items, rules })
+    }
+  }
+  function onEvent({ type, payload }) {
+    touched.banks = true
+    if (type === ITEM_CHANGED && payload?.bank) touched.items.add(payload.bank)
+    if (type === BANK_CHANGED && payload?.bank) {
+      touched.rules.add(payload.bank)
+      // Anything but a rules change (created, trashed, compacted) can change what is listed.
+      if (payload.event_type !== 'rules-changed') touched.items.add(payload.bank)
+      if (payload.event_type === 'trashed' && payload.bank === state.bank && !dirty()) {
+        ui.toast(`Bank "${payload.bank}" was moved to the trash`)
+      }
+    }
+    schedule()
+  }
+  function resync() {
+    touched.all = true
+    schedule()
+  }
+
+  const stopLive = follow(transport, {
+    onEvent,
+    onResync: resync,
+    onMode: (mode) => {
+      indicator.dataset.mode = mode
+      indicator.title = MODE_TITLE[mode]
+      setText(modeText, MODE_TEXT[mode])
+    },
+    pollMs,
+  })
+
+  // --- keyboard --------------------------------------------------------------------------------
+  function onKey(event) {
+    if (event.key === '/' && !typing(event)) {
+      event.preventDefault()
+      selectTab('memories')
+      panels.memories.focusSearch()
+    }
+  }
+  root.addEventListener('keydown', onKey)
+  const onBeforeUnload = (event) => {
+    if (dirty()) { event.preventDefault(); event.returnValue = '' }
+  }
+  if (standalone) window.addEventListener('beforeunload', onBeforeUnload)
+
+  // Container width, not the viewport: under iii the page may sit in a narrow split pane.
+  const resize = new ResizeObserver(([entry]) => {
+    root.classList.toggle('mw-narrow', entry.contentRect.width < NARROW_PX)
+  })
+  resize.observe(root)
+
+  // --- start -----------------------------------------------------------------------------------
+  const start = readHash()
+  setView(start ? 'workspace' : 'banks')
+  selectTab(start && TABS.some((t) => t.id === start.tab) ? start.tab : 'rules', { fromHash: true })
+  refreshBanks().then(() => {
+    const names = state.banks.map((b) => b.name)
+    const wanted = start?.bank
+    const first = wanted && names.includes(wanted) ? wanted : names[0] ?? wanted ?? 'main'
+    selectBank(first, { fromHash: true })
+    if (!start) setView(root.classList.contains('mw-narrow') ? 'banks' : 'workspace')
+  })
+
+  return {
+    dispose() {
+      stopLive()
+      resize.disconnect()
+      root.removeEventListener('keydown', onKey)
+      window.removeEventListener('beforeunload', onBeforeUnload)
+      for (const panel of Object.values(panels)) panel.dispose?.()
+      root.replaceChildren()
+    },
+    dirty,
+  }
+}

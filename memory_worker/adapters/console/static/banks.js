@@ -1,0 +1,93 @@
+// The bank rail: every bank with its counts, a create box, and delete (to the trash) with a
+// confirmation that says exactly what moves.
+
+import { h, reconcile, setText } from './dom.js'
+import { NAME_PATTERN, plural, slugify } from './format.js'
+
+export function createBankRail(ctx, { select, created, removed }) {
+  const list = h('ul', { class: 'mw-bank-list', attrs: { 'aria-label': 'Banks' } })
+  const status = h('p', { class: 'mw-rail-status' })
+  const input = h('input', {
+    class: 'mw-input', placeholder: 'new-bank', maxLength: 64,
+    attrs: { 'aria-label': 'New bank name', autocomplete: 'off', spellcheck: 'false' },
+    on: { input: () => { input.value = input.value.toLowerCase().replace(/[^a-z0-9_-]/g, '-') } },
+  })
+  const form = h('form', { class: 'mw-bank-create', on: { submit: onCreate } },
+    input, h('button', { type: 'submit', class: 'mw-btn', text: 'Create' }))
+  const el = h('nav', { class: 'mw-rail', attrs: { 'aria-label': 'Memory banks' } },
+    h('h2', { class: 'mw-rail-title', text: 'Banks' }), list, status, form)
+
+  let selected = null
+  let banks = []
+
+  async function onCreate(event) {
+    event.preventDefault()
+    const name = slugify(input.value)
+    if (!NAME_PATTERN.test(name)) {
+      ctx.ui.toast('A bank name is lowercase letters, digits, - and _ (up to 64)', 'error')
+      return
+    }
+    const result = await ctx.call('memory::bank::create', { name })
+    input.value = ''
+    ctx.ui.toast(result.created ? `Created bank "${name}"` : `Bank "${name}" already exists`)
+    created(name)
+  }
+
+  function row(bank) {
+    const name = h('span', { class: 'mw-bank-label' })
+    const counts = h('span', { class: 'mw-bank-meta' })
+    const button = h('button', { type: 'button', class: 'mw-bank-button', on: { click: () => select(bank.name) } }, name, counts)
+    const item = h('li', { class: 'mw-bank-item' }, button)
+    update(item, bank)
+    return item
+  }
+
+  function update(item, bank) {
+    const button = item.firstElementChild
+    const [name, counts] = button.children
+    setText(name, bank.name)
+    setText(counts, `${plural(bank.memories, 'memory', 'memories')} · ${bank.pinned} pinned · ${plural(bank.rules, 'rule')}`)
+    const current = bank.name === selected
+    button.classList.toggle('mw-selected', current)
+    if (current) button.setAttribute('aria-current', 'true')
+    else button.removeAttribute('aria-current')
+  }
+
+  function render(next, current) {
+    banks = next
+    selected = current ?? selected
+    reconcile(list, banks, (b) => b.name, row, update)
+    setText(status, banks.length ? '' : 'No banks yet: the default bank appears with its first memory.')
+  }
+
+  async function remove(name) {
+    const bank = banks.find((b) => b.name === name)
+    if (!bank) return
+    const ok = await ctx.ui.confirm({
+      title: `Move bank "${name}" to the trash?`,
+      body: [
+        `${plural(bank.memories, 'memory', 'memories')} and ${plural(bank.rules, 'rule')} leave every session that uses this bank.`,
+        'The folder moves to .trash/ in the data dir: recoverable by hand, not from here.',
+      ],
+      confirm: 'Move to trash',
+      danger: true,
+    })
+    if (!ok) return
+    const result = await ctx.call('memory::bank::delete', { name })
+    ctx.ui.toast(`Bank "${name}" moved to ${result.trashed_to}`)
+    removed(name)
+  }
+
+  return {
+    el,
+    render,
+    remove,
+    setSelected(name) {
+      selected = name
+      render(banks, name)
+    },
+    failed(err) {
+      setText(status, `Could not list banks: ${err.code}: ${err.message}`)
+    },
+  }
+}

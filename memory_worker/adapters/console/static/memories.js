@@ -1,0 +1,464 @@
+// The memories panel: newest first with paging, search through memory::recall (scores and the
+// retrieval mode that ran), tag chips, the history toggle, and per memory: pin, edit, delete and
+// its full revision history (memory::history). Every mutation carries the revision it was made
+// against (`expected_revision`); a refusal says so instead of overwriting.
+
+import { h, reconcile, setText } from './dom.js'
+import { absoluteTime, plural, relativeTime, score as formatScore, splitList } from './format.js'
+
+const PAGE = 50
+const SEARCH_LIMIT = 50
+const SEARCH_DEBOUNCE_MS = 300
+const CONFIDENCE = {
+  stated: ['saved explicitly', 'Saved by an agent or a person with memory::save (highest trust)'],
+  extracted: ['from chat', 'Stated directly in a conversation and captured by extraction'],
+  inferred: ['inferred', 'Derived by the extraction model rather than stated verbatim'],
+}
+
+export function createMemoriesPanel(ctx) {
+  const state = { bank: null, query: '', mode: 'hybrid', tag: null, history: false, offset: 0 }
+  const rows = new Map() // id → row controller
+
+  // --- toolbar ---------------------------------------------------------------------------------
+  const saveText = h('textarea', {
+    class: 'mw-input mw-save-text', rows: 2, maxLength: 2000, placeholder: 'Remember something… (one self-contained sentence)',
+    attrs: { 'aria-label': 'New memory text' },
+    on: { keydown: (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); saveForm.requestSubmit() } } },
+  })
+  const saveTags = h('input', { class: 'mw-input', placeholder: 'tags, comma separated', attrs: { 'aria-label': 'New memory tags', autocomplete: 'off' } })
+  const savePinned = h('input', { type: 'checkbox', attrs: { 'aria-label': 'Pin the new memory' } })
+  const saveForm = h('form', { class: 'mw-save', on: { submit: onSave } },
+    saveText,
+    h('div', { class: 'mw-save-row' },
+      saveTags,
+      h('label', { class: 'mw-check' }, savePinned, h('span', { text: 'pinned' })),
+      h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save memory' })))
+
+  const searchInput = h('input', {
+    type: 'search', class: 'mw-input mw-search', placeholder: 'Search memories (press / from anywhere)',
+    attrs: { 'aria-label': 'Search memories', autocomplete: 'off' },
+    on: { input: onSearchInput, keydown: (e) => { if (e.key === 'Enter') { e.preventDefault(); runSearch() } } },
+  })
+  const modeSelect = h('select', { class: 'mw-input mw-mode', attrs: { 'aria-label': 'Retrieval mode' }, on: { change: () => { state.mode = modeSelect.value; if (state.query) refresh() } } },
+    h('option', { value: 'hybrid', text: 'hybrid (what the hook uses)' }),
+    h('option', { value: 'lexical', text: 'lexical (BM25 only)' }),
+    h('option', { value: 'semantic', text: 'semantic (cosine only)' }))
+  const historyToggle = h('input', { type: 'checkbox', on: { change: () => { state.history = historyToggle.checked; state.offset = 0; refresh() } } })
+  const chips = h('div', { class: 'mw-chips', attrs: { role: 'group', 'aria-label': 'Filter by tag' } })
+  const summaryText = h('span')
+  const summary = h('p', { class: 'mw-summary', attrs: { 'aria-live': 'polite' } }, summaryText)
+  const list = h('ol', { class: 'mw-memory-list', attrs: { 'aria-label': 'Memories' } })
+  const empty = h('p', { class: 'mw-empty', hidden: true })
+  const prev = h('button', { type: 'button', class: 'mw-btn', text: '← Newer', on: { click: () => page(-1) } })
+  const next = h('button', { type: 'button', class: 'mw-btn', text: 'Older →', on: { click: () => page(1) } })
+  const pageText = h('span', { class: 'mw-muted mw-page-text' })
+  const pager = h('nav', { class: 'mw-pager', attrs: { 'aria-label': 'Pages' } }, prev, pageText, next)
+
+  const el = h('div', { class: 'mw-memories' },
+    saveForm,
+    h('div', { class: 'mw-search-row' }, searchInput, modeSelect,
+      h('label', { class: 'mw-check', title: 'Also show superseded and deleted records' }, historyToggle, h('span', { text: 'show history' }))),
+    chips, summary, list, empty, pager)
+
+  // --- data ------------------------------------------------------------------------------------
+  let inFlight = null
+  let again = false
+  let liveOnly = true // every refresh asked since the last one ran came from a live event
+  async function refresh({ live = false } = {}) {
+    if (!state.bank) return
+    if (!live) liveOnly = false
+    if (inFlight) { again = true; return inFlight }
+    inFlight = (async () => {
+      do {
+        again = false
+        const fromLive = liveOnly
+        liveOnly = true
+        await Promise.all([loadItems(fromLive), loadTags()])
+      } while (again)
+    })().finally(() => { inFlight = null })
+    return inFlight
+  }
+
+  // While the person edits a row or reads a history, memories arriving live are held (and
+  // counted in the summary line, which has a fixed height) instead of pushing that row down;
+  // rows already shown still update in place. Finishing the edit, or "show", lets them in.
+  let held = 0
+  const showHeld = h('button', { type: 'button', class: 'mw-btn mw-small mw-held', hidden: true, on: { click: () => { held = 0; refresh() } } })
+  summary.append(' ', showHeld)
+  function holding() {
+    return [...rows.values()].some((row) => row.busy())
+  }
+
+  async function loadItems(fromLive) {
+    const bank = state.bank
+    const base = { bank }
+    if (state.tag) base.tag = state.tag
+    if (state.history) base.include_superseded = true
+    try {
+      if (state.query) {
+        const result = await ctx.call('memory::recall', { ...base, query: state.query, limit: SEARCH_LIMIT, mode: state.mode }, { quiet: true })
+        if (bank !== state.bank) return
+        render(result.memories.map((hit) => ({ memory: hit.memory, score: hit.score })), fromLive)
+        setText(summaryText, `${plural(result.memories.length, 'result')} for “${state.query}” · retrieval ${result.retrieval}`)
+        summary.dataset.retrieval = result.retrieval
+        pager.hidden = true
+      } else {
+        const result = await ctx.call('memory::list', { ...base, limit: PAGE, offset: state.offset }, { quiet: true })
+        if (bank !== state.bank) return
+        if (result.total > 0 && state.offset >= result.total) {
+          state.offset = Math.max(0, Math.floor((result.total - 1) / PAGE) * PAGE)
+          again = true
+          return
+        }
+        if (render(result.memories.map((memory) => ({ memory, score: null })), fromLive)) return
+        const shown = result.memories.length
+        setText(summaryText, `${plural(result.total, state.history ? 'record' : 'memory', state.history ? 'records' : 'memories')}${state.tag ? ` tagged #${state.tag}` : ''}, newest first`)
+        delete summary.dataset.retrieval
+        pager.hidden = result.total <= PAGE
+        setText(pageText, shown ? `${state.offset + 1}–${state.offset + shown} of ${result.total}` : '')
+        prev.disabled = state.offset === 0
+        next.disabled = state.offset + shown >= result.total
+      }
+    } catch (err) {
+      if (bank !== state.bank) return
+      if (err.code === 'bank_not_found') { render([]); setText(summaryText, 'This bank does not exist (any more).'); return }
+      setText(summaryText, `Could not load memories: ${err.code}: ${err.message}`)
+    }
+  }
+
+  async function loadTags() {
+    const bank = state.bank
+    let tags = []
+    try {
+      ({ tags } = await ctx.call('memory::tags', { bank }, { quiet: true }))
+    } catch { /* the list reports the bank's trouble */ }
+    if (bank !== state.bank) return
+    const shown = tags.slice(0, 30)
+    if (state.tag && !shown.some((t) => t.tag === state.tag)) shown.push({ tag: state.tag, count: 0 })
+    reconcile(chips, shown, (t) => t.tag, chip, updateChip)
+    chips.hidden = shown.length === 0
+  }
+
+  function chip(tag) {
+    const button = h('button', { type: 'button', class: 'mw-chip', on: { click: () => setTag(button.dataset.tag === state.tag ? null : button.dataset.tag) } })
+    updateChip(button, tag)
+    return button
+  }
+  function updateChip(button, tag) {
+    button.dataset.tag = tag.tag
+    setText(button, `#${tag.tag} ${tag.count}`)
+    button.setAttribute('aria-pressed', String(tag.tag === state.tag))
+  }
+  function setTag(tag) {
+    state.tag = tag
+    state.offset = 0
+    refresh()
+  }
+
+  /** Show `items`; returns true when live arrivals were held back instead. */
+  function render(items, fromLive = false) {
+    const maxScore = Math.max(0, ...items.map((i) => i.score ?? 0))
+    const fresh = items.filter((i) => !rows.has(i.memory.id)).length
+    if (fromLive && fresh > 0 && holding()) {
+      for (const item of items) rows.get(item.memory.id)?.update(item, maxScore)
+      held = fresh
+      setText(showHeld, `${plural(held, 'new memory', 'new memories')} — show`)
+      showHeld.hidden = false
+      return true
+    }
+    held = 0
+    showHeld.hidden = true
+    reconcile(list, items, (i) => i.memory.id, (item) => {
+      const row = makeRow(item.memory)
+      rows.set(item.memory.id, row)
+      row.update(item, maxScore)
+      return row.el
+    }, (node, item) => rows.get(item.memory.id)?.update(item, maxScore))
+    for (const id of [...rows.keys()]) if (!items.some((i) => i.memory.id === id)) rows.delete(id)
+    empty.hidden = items.length > 0
+    setText(empty, state.query ? 'Nothing in this bank matches that search.' : state.tag ? 'No memory carries this tag.' : 'No memories in this bank yet. Save one above, or let extraction capture them from chat.')
+    ctx.changed()
+  }
+
+  // --- one row ---------------------------------------------------------------------------------
+  function makeRow(initial) {
+    let memory = initial
+    let editing = null // {base revision, form}
+    const text = h('p', { class: 'mw-memory-text' })
+    const body = h('div', { class: 'mw-memory-body' }, text)
+    const scoreBar = h('span', { class: 'mw-score-fill' })
+    const scoreText = h('span', { class: 'mw-score-text' })
+    const scoreBox = h('span', { class: 'mw-score', hidden: true, title: 'Recall score for this search' }, h('span', { class: 'mw-score-bar' }, scoreBar), scoreText)
+    const meta = h('div', { class: 'mw-memory-meta' })
+    const labels = h('div', { class: 'mw-memory-labels' })
+    const pinButton = h('button', { type: 'button', class: 'mw-btn mw-small', on: { click: togglePin } })
+    const editButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Edit', on: { click: startEdit } })
+    const historyButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'History', attrs: { 'aria-expanded': 'false' }, on: { click: toggleHistory } })
+    const deleteButton = h('button', { type: 'button', class: 'mw-btn mw-small mw-danger-text', text: 'Delete', on: { click: remove } })
+    const historyBox = h('div', { class: 'mw-history', hidden: true })
+    const el = h('li', { class: 'mw-memory' },
+      h('div', { class: 'mw-memory-main' }, body, scoreBox),
+      labels, meta,
+      h('div', { class: 'mw-memory-actions' }, pinButton, editButton, historyButton, deleteButton),
+      historyBox)
+
+    function update(item, maxScore) {
+      const previous = memory
+      memory = item.memory
+      el.dataset.id = memory.id
+      el.dataset.revision = String(memory.revision ?? 0)
+      const live = memory.invalid_at === undefined || memory.invalid_at === null
+      el.classList.toggle('mw-retired', !live)
+      el.classList.toggle('mw-pinned', Boolean(memory.pinned))
+      setText(text, memory.text)
+      if (item.score !== null && item.score !== undefined) {
+        scoreBox.hidden = false
+        setText(scoreText, formatScore(item.score))
+        scoreBar.style.width = `${maxScore > 0 ? Math.max(4, (item.score / maxScore) * 100) : 0}%`
+      } else scoreBox.hidden = true
+      renderLabels()
+      renderMeta(live)
+      setText(pinButton, memory.pinned ? 'Unpin' : 'Pin')
+      pinButton.setAttribute('aria-pressed', String(Boolean(memory.pinned)))
+      for (const b of [pinButton, editButton, deleteButton]) b.disabled = !live
+      if (editing && previous.revision !== memory.revision && !editing.refused) {
+        editing.notice.hidden = false
+        setText(editing.notice, `Changed elsewhere while you edit (now revision ${memory.revision}). Saving is refused until you load the latest.`)
+        editing.reload.hidden = false
+      }
+      if (!historyBox.hidden && previous.revision !== memory.revision) loadHistory()
+    }
+
+    function renderLabels() {
+      const nodes = [
+        ...(memory.entities ?? []).map((entity) => h('span', { class: 'mw-badge mw-entity', text: entity, title: 'entity' })),
+        ...(memory.tags ?? []).map((tag) => h('button', { type: 'button', class: 'mw-chip mw-chip-small', text: `#${tag}`, on: { click: () => setTag(tag) } })),
+      ]
+      labels.replaceChildren(...nodes)
+      labels.hidden = nodes.length === 0
+    }
+
+    function renderMeta(live) {
+      const [label, why] = CONFIDENCE[memory.confidence] ?? [memory.confidence, '']
+      const parts = []
+      if (memory.pinned) parts.push(h('span', { class: 'mw-badge mw-badge-pin', text: 'pinned' }))
+      if (!live) parts.push(h('span', { class: 'mw-badge mw-badge-retired', text: memory.superseded_by ? `superseded by ${memory.superseded_by}` : 'deleted' }))
+      parts.push(h('span', { text: label, title: why }))
+      parts.push(h('span', { text: `seen ×${(memory.corroboration ?? 0) + 1}`, title: `Re-observed ${memory.corroboration ?? 0} time(s) after the first` }))
+      parts.push(h('time', { text: relativeTime(memory.updated_at), title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: new Date(memory.updated_at).toISOString() } }))
+      if (memory.source?.session_id) parts.push(h('span', { class: 'mw-mono', text: `session ${memory.source.session_id.slice(0, 12)}`, title: `Captured in session ${memory.source.session_id}` }))
+      parts.push(h('span', { class: 'mw-mono', text: `rev ${memory.revision ?? 0}`, title: memory.id }))
+      meta.replaceChildren(...parts)
+    }
+
+    async function mutate(fn, payload, done) {
+      try {
+        const result = await ctx.call(fn, { bank: state.bank, id: memory.id, expected_revision: memory.revision ?? 0, ...payload }, { quiet: true })
+        done?.(result)
+      } catch (err) {
+        const why = err.code === 'conflict' ? `${err.message} — the list was refreshed` : `${err.code}: ${err.message}`
+        ctx.ui.toast(`Not done: ${why}`, 'error')
+        el.dataset.error = err.code
+      }
+      refresh()
+    }
+
+    function togglePin() {
+      mutate('memory::pin', { pinned: !memory.pinned }, (r) => ctx.ui.toast(r.memory.pinned ? 'Pinned' : 'Unpinned'))
+    }
+
+    async function remove() {
+      const ok = await ctx.ui.confirm({
+        title: 'Delete this memory?',
+        body: [memory.text, 'It leaves recall at once; the record stays on disk and in its history.'],
+        confirm: 'Delete memory', danger: true,
+      })
+      if (ok) mutate('memory::delete', {}, () => ctx.ui.toast('Memory deleted'))
+    }
+
+    function startEdit() {
+      if (editing) { editing.textarea.focus(); return }
+      const textarea = h('textarea', { class: 'mw-input mw-edit-text', value: memory.text, maxLength: 2000, rows: 3, attrs: { 'aria-label': 'Edit memory text' } })
+      const tags = h('input', { class: 'mw-input', value: (memory.tags ?? []).join(', '), attrs: { 'aria-label': 'Tags' } })
+      const entities = h('input', { class: 'mw-input', value: (memory.entities ?? []).join(', '), attrs: { 'aria-label': 'Entities' } })
+      const notice = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
+      // Rebase the draft on the latest revision: the person's text stays; the fields they did not
+      // touch take the other writer's values instead of silently reverting them.
+      const rebase = async () => {
+        let latest
+        try {
+          ({ memory: latest } = await ctx.call('memory::get', { bank: state.bank, id: memory.id }, { quiet: true }))
+        } catch (err) {
+          setText(notice, `Could not load the latest: ${err.code}: ${err.message}`)
+          return
+        }
+        if (!editing) return
+        for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
+          if (input.value === editing[key]) input.value = editing[key] = (latest[key] ?? []).join(', ')
+        }
+        editing.revision = latest.revision
+        editing.refused = false
+        notice.hidden = true
+        reload.hidden = true
+      }
+      const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Load latest (keep my text)', hidden: true, on: { click: rebase } })
+      const form = h('form', { class: 'mw-edit', on: { submit: (e) => { e.preventDefault(); saveEdit() }, keydown: (e) => { if (e.key === 'Escape') cancelEdit() } } },
+        textarea,
+        h('div', { class: 'mw-edit-row' },
+          h('label', { class: 'mw-field' }, h('span', { text: 'tags' }), tags),
+          h('label', { class: 'mw-field' }, h('span', { text: 'entities' }), entities)),
+        notice,
+        h('div', { class: 'mw-card-actions' },
+          h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save' }),
+          h('button', { type: 'button', class: 'mw-btn', text: 'Cancel', on: { click: cancelEdit } }),
+          reload))
+      editing = {
+        revision: memory.revision ?? 0, textarea, notice, reload, form, original: memory.text,
+        tags: tags.value, entities: entities.value, tagsInput: tags, entitiesInput: entities,
+      }
+      body.replaceChildren(form)
+      el.classList.add('mw-editing')
+      textarea.focus()
+      ctx.changed()
+    }
+
+    function cancelEdit() {
+      editing = null
+      body.replaceChildren(text)
+      el.classList.remove('mw-editing')
+      ctx.changed()
+      if (held) refresh()
+    }
+
+    async function saveEdit() {
+      const payload = {
+        bank: state.bank, id: memory.id, expected_revision: editing.revision,
+        text: editing.textarea.value, tags: splitList(editing.tagsInput.value), entities: splitList(editing.entitiesInput.value),
+      }
+      try {
+        await ctx.call('memory::update', payload, { quiet: true })
+      } catch (err) {
+        editing.notice.hidden = false
+        setText(editing.notice, err.code === 'conflict'
+          ? `Not saved: ${err.message}. Someone changed this memory after you started editing; your text is still here.`
+          : `Not saved: ${err.code}: ${err.message}`)
+        if (err.code === 'conflict') {
+          editing.refused = true // this message says more than a later "changed elsewhere"
+          editing.reload.hidden = false
+        }
+        return
+      }
+      cancelEdit()
+      ctx.ui.toast('Memory updated')
+      refresh()
+    }
+
+    async function toggleHistory() {
+      const open = historyBox.hidden
+      historyBox.hidden = !open
+      historyButton.setAttribute('aria-expanded', String(open))
+      if (open) await loadHistory()
+      else if (held) refresh()
+    }
+
+    async function loadHistory() {
+      try {
+        const { revisions } = await ctx.call('memory::history', { bank: state.bank, id: memory.id }, { quiet: true })
+        historyBox.replaceChildren(
+          h('h4', { class: 'mw-history-title', text: `${plural(revisions.length, 'revision')}, oldest first` }),
+          h('ol', { class: 'mw-revisions' }, revisions.map((rev, i) => revision(rev, revisions[i - 1]))))
+      } catch (err) {
+        historyBox.replaceChildren(h('p', { class: 'mw-notice', text: `History unavailable: ${err.code}: ${err.message}` }))
+      }
+    }
+
+    function revision(rev, before) {
+      const kind = !before ? 'created'
+        : rev.invalid_at && rev.superseded_by ? `superseded by ${rev.superseded_by}`
+          : rev.invalid_at && !before.invalid_at ? 'deleted'
+            : before.invalid_at && !rev.invalid_at ? 'restored'
+              : rev.text !== before.text ? 'text edited'
+                : (rev.corroboration ?? 0) > (before.corroboration ?? 0) ? 'reinforced'
+                  : rev.pinned !== before.pinned ? (rev.pinned ? 'pinned' : 'unpinned') : 'updated'
+      const changes = []
+      if (before) {
+        if (String(rev.tags ?? []) !== String(before.tags ?? [])) changes.push(`tags: ${(rev.tags ?? []).join(', ') || '(none)'}`)
+        if (String(rev.entities ?? []) !== String(before.entities ?? [])) changes.push(`entities: ${(rev.entities ?? []).join(', ') || '(none)'}`)
+      }
+      return h('li', { class: 'mw-revision', dataset: { revision: String(rev.revision ?? 0) } },
+        h('div', { class: 'mw-revision-head' },
+          h('span', { class: 'mw-mono', text: `rev ${rev.revision ?? 0}` }),
+          h('span', { class: 'mw-revision-kind', text: kind }),
+          h('time', { class: 'mw-muted', text: relativeTime(rev.updated_at), title: absoluteTime(rev.updated_at) })),
+        !before || rev.text !== before.text ? h('p', { class: 'mw-revision-text', text: rev.text }) : null,
+        changes.length ? h('p', { class: 'mw-muted', text: changes.join(' · ') }) : null)
+    }
+
+    return {
+      el, update,
+      dirty: () => Boolean(editing) && (editing.textarea.value !== editing.original),
+      busy: () => Boolean(editing) || !historyBox.hidden,
+    }
+  }
+
+  // --- actions ---------------------------------------------------------------------------------
+  async function onSave(event) {
+    event.preventDefault()
+    const text = saveText.value.trim()
+    if (text.length < 3) {
+      ctx.ui.toast('A memory needs at least 3 characters', 'error')
+      return
+    }
+    const payload = { bank: state.bank, text, tags: splitList(saveTags.value), pinned: savePinned.checked }
+    const result = await ctx.call('memory::save', payload)
+    saveText.value = ''
+    saveTags.value = ''
+    savePinned.checked = false
+    const redacted = result.redacted?.length ? ` (redacted: ${result.redacted.join(', ')})` : ''
+    ctx.ui.toast((result.created ? 'Saved' : 'Already known: reinforced') + redacted)
+    refresh()
+  }
+
+  let searchTimer = null
+  function onSearchInput() {
+    clearTimeout(searchTimer)
+    searchTimer = setTimeout(runSearch, SEARCH_DEBOUNCE_MS)
+  }
+  function runSearch() {
+    clearTimeout(searchTimer)
+    const query = searchInput.value.trim()
+    if (query === state.query) return
+    state.query = query
+    state.offset = 0
+    refresh()
+  }
+
+  function page(step) {
+    state.offset = Math.max(0, state.offset + step * PAGE)
+    refresh()
+    list.scrollIntoView?.({ block: 'start' })
+  }
+
+  return {
+    el,
+    setBank(name) {
+      state.bank = name
+      state.offset = 0
+      state.tag = null
+      rows.clear()
+      list.replaceChildren()
+      chips.replaceChildren()
+      setText(summaryText, '')
+      refresh()
+    },
+    changed({ items }) {
+      if (items.has(state.bank)) refresh({ live: true })
+    },
+    resync: () => refresh({ live: true }),
+    focusSearch() {
+      searchInput.focus()
+      searchInput.select()
+    },
+    dirty: () => [...rows.values()].some((row) => row.dirty()),
+  }
+}

@@ -1,0 +1,99 @@
+// The preview panel: what a turn on this bank would get for a message — the system-prompt
+// section (rules), the memories handed to the turn in order with their scores (ambient ones, added
+// by the floor with score 0, marked), and the appended message verbatim. It runs the pre-generate
+// hook's own code (memory::preview).
+
+import { h, setText } from './dom.js'
+import { plural, score as formatScore } from './format.js'
+
+export function createPreviewPanel(ctx) {
+  let bank = null
+  let last = null
+  const query = h('input', {
+    class: 'mw-input', placeholder: 'What someone would type in chat, e.g. "draft this week\'s post"',
+    attrs: { 'aria-label': 'Message to preview', autocomplete: 'off' },
+  })
+  const form = h('form', { class: 'mw-inline-form mw-preview-form', on: { submit: (e) => { e.preventDefault(); run() } } },
+    query, h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Preview' }))
+  const suggestions = h('div', { class: 'mw-chips', attrs: { 'aria-label': 'Suggested messages' } })
+  const result = h('div', { class: 'mw-preview-result', attrs: { 'aria-live': 'polite' } })
+  const el = h('div', { class: 'mw-preview' },
+    h('p', { class: 'mw-hint', text: 'What a new turn on this bank would be handed for a message, computed by the hook\'s own code.' }),
+    form, suggestions, result)
+
+  async function suggest() {
+    const current = bank
+    const picks = []
+    try {
+      const { tags } = await ctx.call('memory::tags', { bank: current }, { quiet: true })
+      picks.push(...tags.slice(0, 2).map((t) => `what about ${t.tag}?`))
+      const { memories } = await ctx.call('memory::list', { bank: current, limit: 50 }, { quiet: true })
+      const entities = [...new Set(memories.flatMap((m) => m.entities ?? []))].filter((e) => e !== 'user')
+      picks.push(...entities.slice(0, 2).map((e) => `tell me about ${e}`))
+    } catch { /* suggestions are a convenience */ }
+    picks.push('who is the user?')
+    if (current !== bank) return
+    suggestions.replaceChildren(...picks.map((text) => h('button', {
+      type: 'button', class: 'mw-chip', text,
+      on: { click: () => { query.value = text; run() } },
+    })))
+  }
+
+  async function run() {
+    const text = query.value.trim()
+    if (!text) { query.focus(); return }
+    let preview
+    try {
+      preview = await ctx.call('memory::preview', { bank, query: text }, { quiet: true })
+    } catch (err) {
+      result.replaceChildren(h('p', { class: 'mw-notice', text: `Preview failed: ${err.code}: ${err.message}` }))
+      return
+    }
+    last = text
+    render(preview)
+  }
+
+  function render(p) {
+    const top = Math.max(0, ...p.memories.map((m) => m.score))
+    const section = h('details', { class: 'mw-card mw-section' },
+      h('summary', { text: `System prompt gets: ${plural(p.rules, 'rule')}${p.rules_truncated ? ' · over budget, truncated' : ''}` }),
+      h('pre', { class: 'mw-pre', text: p.system_prompt_section || '(nothing: inject_rules is off or the bank has no rules)' }))
+    const memories = p.memories.length
+      ? h('ol', { class: 'mw-preview-memories' }, p.memories.map((m, i) => {
+        const ambient = m.score === 0
+        const fill = h('span', { class: 'mw-score-fill' })
+        fill.style.width = `${ambient || top === 0 ? 0 : Math.max(4, (m.score / top) * 100)}%`
+        return h('li', { class: ambient ? 'mw-preview-memory mw-ambient' : 'mw-preview-memory' },
+          h('span', { class: 'mw-rank', text: `${i + 1}` }),
+          h('p', { class: 'mw-memory-text', text: m.memory.text }),
+          ambient
+            ? h('span', { class: 'mw-badge mw-badge-ambient', text: 'ambient', title: 'Added by the ambient floor (top memories), not matched by the message' })
+            : h('span', { class: 'mw-score', title: 'Recall score' }, h('span', { class: 'mw-score-bar' }, fill), h('span', { class: 'mw-score-text', text: formatScore(m.score) })))
+      }))
+      : h('p', { class: 'mw-empty', text: 'No memory would be appended to this turn.' })
+    const message = h('details', { class: 'mw-card mw-section' },
+      h('summary', { text: 'Appended message, verbatim' }),
+      h('pre', { class: 'mw-pre', text: p.message ?? '(none: no memory fits the budget)' }))
+    result.replaceChildren(
+      h('p', { class: 'mw-summary', dataset: { retrieval: p.retrieval } }, `Retrieval ${p.retrieval} · ${plural(p.memories.length, 'memory', 'memories')} handed to the turn, in this order`),
+      section,
+      h('h3', { class: 'mw-subhead', text: 'Recalled memories' }),
+      memories,
+      message)
+  }
+
+  return {
+    el,
+    setBank(name) {
+      bank = name
+      last = null
+      result.replaceChildren()
+      setText(query, '')
+      suggest()
+    },
+    changed({ items, rules }) {
+      if ((items.has(bank) || rules.has(bank)) && last) { query.value = last; run() }
+    },
+    resync() { if (last) run() },
+  }
+}

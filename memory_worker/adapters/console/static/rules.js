@@ -1,0 +1,274 @@
+// The rules panel: one editor per rule file. A save carries the revision the editor started from
+// (`expected_revision`), so two editors never overwrite each other silently: the second save is
+// refused and shown as a conflict, with the person's text kept. Emptying a rule deletes it, after
+// a confirmation. The `learned` rule is grown by extraction and marked as such.
+
+import { h, reconcile, setText } from './dom.js'
+import { absoluteTime, NAME_PATTERN, relativeTime, slugify } from './format.js'
+
+const LEARNED = 'learned'
+
+export function createRulesPanel(ctx) {
+  const list = h('div', { class: 'mw-rule-list' })
+  const empty = h('p', { class: 'mw-empty', hidden: true, text: 'No rules in this bank yet. Add one below: it is injected into every new session\'s system prompt.' })
+  const nameInput = h('input', {
+    class: 'mw-input', placeholder: 'rule-name', maxLength: 64,
+    attrs: { 'aria-label': 'New rule name', autocomplete: 'off', spellcheck: 'false' },
+    on: { input: () => { nameInput.value = nameInput.value.toLowerCase().replace(/[^a-z0-9_-]/g, '-') } },
+  })
+  const addForm = h('form', { class: 'mw-inline-form', on: { submit: onAdd } },
+    nameInput, h('button', { type: 'submit', class: 'mw-btn', text: 'Add rule' }))
+  const el = h('div', { class: 'mw-rules' },
+    h('p', { class: 'mw-hint', text: 'Rules are markdown, injected whole into the system prompt of every session on this bank. A running session gets a change as one appended update; corrections heard in chat grow the learned rule.' }),
+    list, empty, addForm)
+
+  const cards = new Map() // name → card state
+  let bank = null
+  let loaded = null // the bank whose rules are shown
+
+  async function load() {
+    if (!bank) return
+    const current = bank
+    let rules
+    try {
+      ({ rules } = await ctx.call('memory::rule::list', { bank: current }, { quiet: true }))
+    } catch (err) {
+      if (err.code === 'bank_not_found') rules = []
+      else { ctx.ui.toast(`Rules: ${err.code}: ${err.message}`, 'error'); return }
+    }
+    if (current !== bank) return
+    if (loaded !== current) { cards.clear(); list.replaceChildren(); loaded = current }
+    merge(rules)
+  }
+
+  function merge(rules) {
+    const seen = new Set(rules.map((r) => r.name))
+    for (const rule of rules) {
+      const card = cards.get(rule.name)
+      if (!card) cards.set(rule.name, makeCard(rule))
+      else card.serverChanged(rule)
+    }
+    for (const [name, card] of cards) {
+      if (!seen.has(name) && !card.isNew) {
+        if (card.dirty()) card.goneElsewhere()
+        else cards.delete(name)
+      }
+    }
+    const ordered = [...cards.values()].sort((a, b) => a.name.localeCompare(b.name))
+    reconcile(list, ordered, (c) => c.name, (c) => c.el, () => {})
+    empty.hidden = cards.size > 0
+    ctx.changed()
+  }
+
+  function makeCard(rule) {
+    const learned = rule.name === LEARNED
+    let base = rule
+    let status = 'clean'
+    const textarea = h('textarea', {
+      class: 'mw-editor', value: rule.content, spellcheck: false,
+      attrs: { 'aria-label': `Rule ${rule.name}`, rows: 6 },
+      on: { input: () => setStatus(textarea.value === base.content ? 'clean' : 'dirty'), keydown: onKey },
+    })
+    const stateText = h('span', { class: 'mw-rule-state', attrs: { 'aria-live': 'polite' } })
+    const when = h('span', { class: 'mw-muted' })
+    const saveButton = h('button', { type: 'button', class: 'mw-btn mw-primary', text: 'Save', on: { click: () => save() } })
+    const revertButton = h('button', { type: 'button', class: 'mw-btn', text: 'Revert', on: { click: () => revert() } })
+    const deleteButton = h('button', { type: 'button', class: 'mw-btn mw-ghost mw-danger-text', text: 'Delete…', on: { click: () => remove() } })
+    const notice = h('div', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
+    const theirs = h('pre', { class: 'mw-theirs', hidden: true })
+    const el = h('article', { class: 'mw-card mw-rule', dataset: { rule: rule.name } },
+      h('header', { class: 'mw-card-header' },
+        h('h3', { class: 'mw-rule-name', text: `${rule.name}.md` }),
+        learned ? h('span', { class: 'mw-badge mw-badge-auto', text: 'auto-managed', title: 'Extraction appends the standing instructions it hears in chat here (rule_learning_enabled). Edit or delete lines freely; new ones keep arriving.' }) : null,
+        when, stateText),
+      learned ? h('p', { class: 'mw-hint', text: 'Grown by extraction from corrections and standing instructions heard in chat. Your edits are kept; new lines keep arriving.' }) : null,
+      textarea, notice, theirs,
+      h('div', { class: 'mw-card-actions' }, saveButton, revertButton, deleteButton))
+
+    const card = {
+      name: rule.name, el, isNew: false,
+      dirty: () => status === 'dirty' || status === 'conflict',
+      serverChanged(next) {
+        const moved = next.revision !== base.revision || next.content !== base.content
+        if (!moved) return
+        if (status === 'clean') {
+          base = next
+          textarea.value = next.content
+          renderWhen()
+          hideNotice()
+        } else if (status === 'conflict') {
+          base = { ...base, latest: next } // the refusal on screen already says it
+        } else {
+          base = { ...base, latest: next }
+          showNotice('This rule was changed elsewhere while you were editing. Saving now is refused; you can compare, overwrite or discard.', true)
+        }
+      },
+      goneElsewhere() {
+        showNotice('This rule was deleted elsewhere. Save to create it again with your text.', false)
+        base = { ...base, revision: '' }
+      },
+    }
+
+    function renderWhen() {
+      setText(when, base.updated_at ? `saved ${relativeTime(base.updated_at)}` : '')
+      when.title = absoluteTime(base.updated_at)
+    }
+    function setStatus(next) {
+      status = next
+      el.dataset.status = next
+      setText(stateText, { clean: '', dirty: 'unsaved changes', saving: 'saving…', conflict: 'conflict' }[next])
+      saveButton.disabled = next === 'clean' || next === 'saving'
+      revertButton.disabled = next === 'clean' || next === 'saving'
+      ctx.changed()
+    }
+    function showNotice(text, offerActions) {
+      notice.replaceChildren(h('p', { text }))
+      if (offerActions) {
+        notice.append(h('div', { class: 'mw-notice-actions' },
+          h('button', { type: 'button', class: 'mw-btn', text: 'Compare with theirs', on: { click: compare } }),
+          h('button', { type: 'button', class: 'mw-btn mw-danger', text: 'Overwrite with mine', on: { click: overwrite } }),
+          h('button', { type: 'button', class: 'mw-btn', text: 'Discard mine', on: { click: discard } })))
+      }
+      notice.hidden = false
+    }
+    function hideNotice() {
+      notice.hidden = true
+      theirs.hidden = true
+    }
+    async function latest() {
+      const { rules } = await ctx.call('memory::rule::list', { bank }, { quiet: true })
+      return rules.find((r) => r.name === rule.name) ?? null
+    }
+    async function compare() {
+      const current = await latest()
+      theirs.textContent = current ? current.content : '(the rule no longer exists)'
+      theirs.hidden = false
+    }
+    async function overwrite() {
+      const current = await latest()
+      base = { ...base, revision: current ? current.revision : '' }
+      await save()
+    }
+    async function discard() {
+      const current = await latest()
+      base = current ?? { ...base, content: '', revision: '' }
+      textarea.value = base.content
+      hideNotice()
+      setStatus('clean')
+      renderWhen()
+      if (!current) { cards.delete(rule.name); el.remove(); empty.hidden = cards.size > 0 }
+    }
+    function revert() {
+      textarea.value = base.latest ? base.latest.content : base.content
+      if (base.latest) base = base.latest
+      hideNotice()
+      setStatus('clean')
+      renderWhen()
+    }
+    async function remove() {
+      const ok = await ctx.ui.confirm({
+        title: `Delete rule "${rule.name}"?`,
+        body: 'Its file is removed and new sessions on this bank no longer get it in their system prompt.',
+        confirm: 'Delete rule', danger: true,
+      })
+      if (ok) await write('')
+    }
+    async function save() {
+      const content = textarea.value
+      if (!content.trim()) {
+        const ok = await ctx.ui.confirm({
+          title: `Empty rule "${rule.name}"?`,
+          body: 'An empty rule is deleted: its file is removed and new sessions no longer get it.',
+          confirm: 'Delete rule', danger: true,
+        })
+        if (!ok) return
+      }
+      await write(content)
+    }
+    async function write(content) {
+      setStatus('saving')
+      const payload = { bank, name: rule.name, content }
+      if (typeof base.revision === 'string') payload.expected_revision = base.revision
+      try {
+        await ctx.call('memory::rule::set', payload, { quiet: true })
+      } catch (err) {
+        if (err.code === 'conflict') {
+          setStatus('conflict')
+          showNotice(`Not saved: ${err.message}. Someone else saved this rule after you opened it; your text is still here.`, true)
+        } else {
+          setStatus('dirty')
+          ctx.ui.toast(`Rule ${rule.name}: ${err.code}: ${err.message}`, 'error')
+        }
+        return
+      }
+      hideNotice()
+      const current = await latest().catch(() => null)
+      base = current ?? { name: rule.name, content: '', revision: '' }
+      if (!current) {
+        cards.delete(rule.name)
+        el.remove()
+        empty.hidden = cards.size > 0
+        ctx.ui.toast(`Rule "${rule.name}" deleted`)
+      } else {
+        textarea.value = current.content
+        ctx.ui.toast(`Rule "${rule.name}" saved`)
+      }
+      setStatus('clean')
+      renderWhen()
+    }
+    function onKey(event) {
+      if ((event.metaKey || event.ctrlKey) && event.key.toLowerCase() === 's') {
+        event.preventDefault()
+        save()
+      } else if (event.key === 'Escape' && status === 'dirty') {
+        revert()
+      }
+    }
+
+    setStatus('clean')
+    renderWhen()
+    card.textarea = textarea
+    return card
+  }
+
+  async function onAdd(event) {
+    event.preventDefault()
+    const name = slugify(nameInput.value)
+    if (!NAME_PATTERN.test(name)) {
+      ctx.ui.toast('A rule name is lowercase letters, digits, - and _ (up to 64)', 'error')
+      return
+    }
+    if (cards.has(name)) {
+      cards.get(name).textarea.focus()
+      return
+    }
+    try {
+      await ctx.call('memory::rule::set', { bank, name, content: `# ${name}\n`, expected_revision: '' }, { quiet: true })
+    } catch (err) {
+      ctx.ui.toast(err.code === 'conflict' ? `Rule "${name}" already exists` : `${err.code}: ${err.message}`, 'error')
+    }
+    nameInput.value = ''
+    await load()
+    const card = cards.get(name)
+    if (card) {
+      card.textarea.focus()
+      card.textarea.setSelectionRange(card.textarea.value.length, card.textarea.value.length)
+    }
+  }
+
+  return {
+    el,
+    setBank(name) {
+      bank = name
+      loaded = null
+      cards.clear()
+      list.replaceChildren()
+      load()
+    },
+    changed({ rules }) {
+      if (rules.has(bank)) load()
+    },
+    resync: load,
+    dirty: () => [...cards.values()].some((c) => c.dirty()),
+  }
+}

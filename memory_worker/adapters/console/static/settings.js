@@ -1,0 +1,99 @@
+// The settings panel: every configuration field with its description, default and effective
+// value. Editable where the home allows it (standalone with a --config file); otherwise it says
+// where the settings live and how to change them.
+
+import { h, setText } from './dom.js'
+
+export function createSettingsPanel(ctx) {
+  const banner = h('p', { class: 'mw-banner' })
+  const form = h('form', { class: 'mw-settings', on: { submit: onSubmit } })
+  const saveButton = h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save settings', disabled: true })
+  const message = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
+  const el = h('div', {}, banner, form)
+  let view = null
+  let inputs = new Map()
+
+  async function load() {
+    try {
+      view = await ctx.transport.settings()
+    } catch (err) {
+      setText(banner, `Settings unavailable: ${err.code ?? 'error'}: ${err.message ?? err}`)
+      return
+    }
+    render()
+  }
+
+  function render() {
+    banner.dataset.editable = String(view.editable)
+    setText(banner, view.reason)
+    inputs = new Map()
+    const rows = view.fields.map((field) => {
+      const id = `mw-setting-${field.name}`
+      let input
+      if (field.type === 'boolean') {
+        input = h('input', { type: 'checkbox', id, checked: Boolean(field.value) })
+      } else if (field.type === 'integer' || field.type === 'number') {
+        input = h('input', {
+          type: 'number', id, class: 'mw-input', value: String(field.value),
+          step: field.type === 'integer' ? '1' : 'any',
+          attrs: { min: field.minimum ?? field.exclusiveMinimum ?? null, max: field.maximum ?? null },
+        })
+      } else {
+        input = h('input', { type: 'text', id, class: 'mw-input', value: String(field.value ?? ''), attrs: { spellcheck: 'false' } })
+      }
+      input.disabled = !field.editable
+      input.addEventListener('input', () => { saveButton.disabled = changes().size === 0 })
+      input.addEventListener('change', () => { saveButton.disabled = changes().size === 0 })
+      inputs.set(field.name, { input, field })
+      const note = !field.editable && view.editable ? 'Not editable here: it moves the whole store (edit the file or pass --data-dir).' : null
+      return h('div', { class: 'mw-setting', dataset: { name: field.name } },
+        h('label', { class: 'mw-setting-name mw-mono', attrs: { for: id }, text: field.name }),
+        h('div', { class: 'mw-setting-input' }, input),
+        h('p', { class: 'mw-setting-help' }, field.description,
+          h('span', { class: 'mw-muted', text: ` Default: ${JSON.stringify(field.default)}.` }),
+          note ? h('span', { class: 'mw-muted', text: ` ${note}` }) : null))
+    })
+    form.replaceChildren(...rows, message, view.editable ? h('div', { class: 'mw-card-actions' }, saveButton) : null)
+    saveButton.disabled = true
+  }
+
+  function valueOf({ input, field }) {
+    if (field.type === 'boolean') return input.checked
+    if (field.type === 'integer') return input.value === '' ? NaN : Number.parseInt(input.value, 10)
+    if (field.type === 'number') return input.value === '' ? NaN : Number(input.value)
+    return input.value
+  }
+
+  function changes() {
+    const changed = new Map()
+    for (const [name, entry] of inputs) {
+      if (!entry.field.editable) continue
+      const value = valueOf(entry)
+      if (value !== entry.field.value) changed.set(name, value)
+    }
+    return changed
+  }
+
+  async function onSubmit(event) {
+    event.preventDefault()
+    const values = Object.fromEntries(changes())
+    if (!Object.keys(values).length) return
+    try {
+      view = await ctx.transport.saveSettings(values)
+    } catch (err) {
+      message.hidden = false
+      setText(message, `Not saved: ${err.code}: ${err.message}`)
+      return
+    }
+    render()
+    ctx.ui.toast(`Saved ${Object.keys(values).join(', ')}`)
+  }
+
+  let loadedOnce = false
+  return {
+    el,
+    shown() { if (!loadedOnce) { loadedOnce = true; load() } },
+    resync() { if (loadedOnce && changes().size === 0) load() },
+    dirty: () => changes().size > 0,
+  }
+}

@@ -1,0 +1,201 @@
+"""The console's routes on the standalone server: the page, its assets, the live stream and the
+settings panel's two calls.
+
+- `GET /` and `GET /console/<asset>`: only names in `ASSETS` (nothing else on disk is reachable),
+  with a strict Content-Security-Policy (scripts and styles from this origin only, no inline code,
+  no framing), `nosniff` and `no-referrer`.
+- `POST /console/events`: a server-sent-events stream of the feed (a POST read with `fetch`, so it
+  carries the same JSON content type and `Authorization` header as every other call — an
+  `EventSource` could do neither). `hello` first, then one frame per change, a comment every
+  `HEARTBEAT_S` so a proxy keeps it open and a closed tab is noticed.
+- `POST /console/settings` and `/console/settings/set`: the fields with their descriptions; edits
+  land in the `--config` file (only the changed lines) and apply at once.
+
+Every POST here takes only `application/json` (a cross-site form cannot send it without a
+preflight, and the server answers no preflight), and refuses an `Origin` other than the page's own
+(compared by host, so a TLS-terminating proxy in front still works).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+from aiohttp import web
+
+from memory_worker.adapters import console
+from memory_worker.adapters.console.feed import ConsoleFeed, FeedFull
+from memory_worker.adapters.console.settings_view import describe, validate_changes
+from memory_worker.adapters.settings_file import write_values
+from memory_worker.core.config import Settings, load_settings
+from memory_worker.core.errors import InvalidInput
+
+__all__ = ["CSP", "HEARTBEAT_S", "ConsoleContext", "add_routes"]
+
+log = structlog.get_logger(__name__)
+
+HEARTBEAT_S = 15.0
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",  # revalidate: an upgraded worker serves its new page at once
+}
+_MAX_BODY_BYTES = 64 * 1024
+
+
+@dataclass
+class ConsoleContext:
+    """What the routes need from the server that hosts them."""
+
+    feed: ConsoleFeed
+    settings: Callable[[], Settings]
+    config_path: Path | None  # the `--config` file, when there is one: the edits go there
+    apply: Callable[[Settings], Awaitable[object]] | None  # applies a new settings snapshot
+
+
+_CONTEXT = web.AppKey("console", ConsoleContext)
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    """The POST body as an object; `application/json` only, from this origin only."""
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        raise web.HTTPForbidden(reason=f"cross-origin console call from {origin} refused")
+    if request.content_type != "application/json":
+        raise web.HTTPUnsupportedMediaType(reason="console calls must be application/json")
+    raw = await request.content.read(_MAX_BODY_BYTES + 1)
+    if len(raw) > _MAX_BODY_BYTES:
+        raise InvalidInput("request body is too large")
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return body
+
+
+def _asset(name: str) -> web.Response:
+    asset = console.ASSETS[name]
+    return web.Response(
+        text=console.read(name),
+        content_type=asset.content_type.split(";")[0],
+        charset="utf-8",
+        headers=_PAGE_HEADERS,
+    )
+
+
+async def _index(request: web.Request) -> web.StreamResponse:
+    return _asset("index.html")
+
+
+async def _static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    if name not in console.ASSETS:
+        raise web.HTTPNotFound()
+    return _asset(name)
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    await _json_body(request)
+    feed = request.app[_CONTEXT].feed
+    try:
+        client = feed.open()
+    except FeedFull as exc:
+        return _error(503, "unavailable", f"{exc}; this tab polls instead")
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",  # a buffering proxy (nginx) would hold the events back
+        }
+    )
+    try:
+        await response.prepare(request)
+        await response.write(b'retry: 5000\nevent: hello\ndata: {"mode": "standalone"}\n\n')
+        while True:
+            try:
+                frame = await asyncio.wait_for(client.next(), HEARTBEAT_S)
+            except TimeoutError:
+                await response.write(b": ping\n\n")
+                continue
+            if frame is None:
+                break
+            event, data = frame
+            await response.write(f"event: {event}\ndata: {data}\n\n".encode())
+    except ConnectionError:
+        pass  # the tab went away: nobody to answer
+    finally:
+        feed.drop(client)
+    return response
+
+
+def _editability(context: ConsoleContext) -> tuple[bool, str, str | None]:
+    if context.config_path is None or context.apply is None:
+        return (
+            False,
+            "This server was started without a settings file, so it runs on the defaults and "
+            "there is nothing a console could write to. Start it with --config FILE (or "
+            "$MEMORY_CONFIG) to edit the settings here.",
+            None,
+        )
+    return (
+        True,
+        f"Changes are written to {context.config_path} (only the lines of the settings you "
+        "change) and apply at once; data_dir stays a file or --data-dir decision.",
+        str(context.config_path),
+    )
+
+
+async def _settings(request: web.Request) -> web.StreamResponse:
+    await _json_body(request)
+    context = request.app[_CONTEXT]
+    editable, reason, source = _editability(context)
+    view = describe(
+        context.settings(), mode="standalone", editable=editable, reason=reason, source=source
+    )
+    return web.json_response(view)
+
+
+async def _settings_set(request: web.Request) -> web.StreamResponse:
+    body = await _json_body(request)
+    context = request.app[_CONTEXT]
+    editable, reason, source = _editability(context)
+    if not editable or context.config_path is None or context.apply is None:
+        raise InvalidInput(reason)
+    values = validate_changes(context.settings(), body.get("values"))
+    await asyncio.to_thread(write_values, context.config_path, values)
+    settings = await asyncio.to_thread(load_settings, context.config_path)
+    await context.apply(settings)
+    log.info("settings_edited", path=source, fields=sorted(values))
+    view = describe(
+        context.settings(), mode="standalone", editable=editable, reason=reason, source=source
+    )
+    return web.json_response(view)
+
+
+def add_routes(app: web.Application, context: ConsoleContext) -> None:
+    app[_CONTEXT] = context
+    app.router.add_get("/", _index)
+    app.router.add_get("/console/{name}", _static)
+    app.router.add_post("/console/events", _events)
+    app.router.add_post("/console/settings", _settings)
+    app.router.add_post("/console/settings/set", _settings_set)

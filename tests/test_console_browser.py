@@ -1,0 +1,867 @@
+"""The console in a real browser: headless Chromium (Debian's package) driven by Playwright,
+against a real `memory-worker serve` on a temp data dir.
+
+Every wait is on a condition (Playwright's auto-waiting `expect`, or a readiness line), never a
+sleep. Each test works in its own bank so the module can share one server. Skips (with the reason)
+only when no Chromium or no Playwright is installed; CI installs both.
+
+`UPDATE_SCREENSHOTS=1` rewrites the panel screenshots under docs/console/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .processes import read_line
+
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright is not installed (pip install '.[dev]')"
+)
+expect = playwright_api.expect
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "docs" / "console"
+UPDATE_SHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+START_TIMEOUT_S = 15.0
+_ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+
+expect.set_options(timeout=10_000)
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    url: str
+    data_dir: Path
+    config: Path
+
+    def call(self, function_id: str, payload: dict[str, Any] | None = None) -> Any:
+        """A call from another door (as curl or an agent would): not through the page."""
+        request = urllib.request.Request(
+            f"{self.url}/{function_id.replace('::', '/')}",
+            data=json.dumps(payload or {}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with _OPENER.open(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+@pytest.fixture(name="server", scope="module")
+def _server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("console")
+    config = root / "memory.yaml"
+    config.write_text("# the console test's settings\nrecall_limit: 6  # per turn\n")
+    env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+    env["MEMORY_EMBEDDER"] = "none"  # lexical: fast and deterministic scores
+    stderr = (root / "serve.stderr").open("wb")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "memory_worker", "serve", "--standalone", "--port", "0"),
+            *("--data-dir", str(root / "data"), "--config", str(config)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=env,
+        bufsize=0,
+    )
+    try:
+        line = read_line(proc, time.monotonic() + START_TIMEOUT_S)
+        url = line.removeprefix("memory-worker serving on ")
+        # The next line is for a person: where the console is.
+        assert (
+            read_line(proc, time.monotonic() + START_TIMEOUT_S)
+            == f"console: open {url}/ in a browser"
+        )
+        yield Server(proc, url, root / "data", config)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        stderr.close()
+    assert "Traceback" not in (root / "serve.stderr").read_text()
+
+
+@pytest.fixture(name="browser", scope="module")
+def _browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium; .ci/run does)")
+    with playwright_api.sync_playwright() as driver:
+        # A fresh temporary profile per launch (Playwright's own), removed at close.
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@dataclass
+class Tab:
+    """One page plus everything it did: errors, and every request it sent."""
+
+    page: Any
+    errors: list[str] = field(default_factory=list)
+    requests: list[Any] = field(default_factory=list)
+
+
+@pytest.fixture(name="open_tab")
+def _open_tab(browser: Any, server: Server) -> Iterator[Any]:
+    contexts: list[Any] = []
+    tabs: list[Tab] = []
+
+    def open_tab(
+        bank: str,
+        panel: str = "memories",
+        *,
+        viewport: dict[str, int] = DESKTOP,
+        query: str = "",
+        context: Any = None,
+    ) -> Tab:
+        if context is None:
+            context = browser.new_context(viewport=viewport)
+            contexts.append(context)
+        page = context.new_page()
+        tab = Tab(page)
+        page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+        page.on("console", lambda msg: _console_error(tab, msg))
+        page.on("request", lambda request: tab.requests.append(request))
+        page.goto(f"{server.url}/{query}#/bank/{bank}/{panel}")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
+        expect(page.locator(".mw-bank-name")).to_have_text(bank)
+        tabs.append(tab)
+        return tab
+
+    yield open_tab
+    for context in contexts:
+        context.close()
+    for tab in tabs:
+        assert tab.errors == [], tab.errors
+
+
+def _console_error(tab: Tab, message: Any) -> None:
+    """Every console error fails the test, except Chromium's line for a refused save: a stale
+    revision is answered 409 on purpose (the page shows it as a conflict)."""
+    if message.type == "error" and "status of 409" not in message.text:
+        tab.errors.append(message.text)
+
+
+def _bank(server: Server, name: str) -> str:
+    server.call("memory::bank::create", {"name": name})
+    return name
+
+
+def _save(server: Server, bank: str, text: str, **extra: Any) -> Any:
+    return server.call("memory::save", {"bank": bank, "text": text, **extra})
+
+
+def _rule(server: Server, bank: str, name: str, content: str) -> Any:
+    return server.call("memory::rule::set", {"bank": bank, "name": name, "content": content})
+
+
+def _row(page: Any, text: str) -> Any:
+    return page.locator(".mw-memory").filter(has=page.locator(".mw-memory-text", has_text=text))
+
+
+# --- banks ---------------------------------------------------------------------------------------
+
+
+def test_a_bank_created_in_the_rail_is_selected_and_deleted_to_trash_after_confirming(
+    server: Server, open_tab: Any
+) -> None:
+    tab = open_tab(_bank(server, "rail-start"))
+    page = tab.page
+    page.get_by_label("New bank name").fill("Travel Plans")
+    expect(page.get_by_label("New bank name")).to_have_value("travel-plans")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator(".mw-bank-name")).to_have_text("travel-plans")
+    rail = page.locator(".mw-bank-button", has_text="travel-plans")
+    expect(rail).to_have_attribute("aria-current", "true")
+    assert "travel-plans" in {b["name"] for b in server.call("memory::bank::list")["banks"]}
+
+    page.get_by_role("button", name="Delete bank…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text('Move bank "travel-plans" to the trash?')
+    dialog.get_by_role("button", name="Cancel").click()  # cancelling changes nothing
+    expect(dialog).to_have_count(0)
+    assert "travel-plans" in {b["name"] for b in server.call("memory::bank::list")["banks"]}
+
+    page.get_by_role("button", name="Delete bank…").click()
+    page.get_by_role("dialog").get_by_role("button", name="Move to trash").click()
+    expect(rail).to_have_count(0)
+    assert "travel-plans" not in {b["name"] for b in server.call("memory::bank::list")["banks"]}
+    assert any(p.name.startswith("travel-plans-") for p in (server.data_dir / ".trash").iterdir())
+
+
+def test_rail_counts_follow_changes_made_elsewhere(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "counts")
+    page = open_tab(bank).page
+    counts = page.locator(".mw-bank-button", has_text=bank).locator(".mw-bank-meta")
+    expect(counts).to_have_text("0 memories · 0 pinned · 0 rules")
+    _save(server, bank, "Counts move live", pinned=True)
+    _rule(server, bank, "tone", "Be brief.")
+    expect(counts).to_have_text("1 memory · 1 pinned · 1 rule")
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+def test_a_rule_written_in_the_editor_is_saved_and_emptying_it_deletes_after_confirming(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "rules-edit")
+    page = open_tab(bank, "rules").page
+    page.get_by_label("New rule name").fill("Tone Of Voice")
+    page.get_by_role("button", name="Add rule").click()
+    editor = page.get_by_label("Rule tone-of-voice")
+    expect(editor).to_be_focused()
+    editor.fill("# Tone\nWarm, brief, no exclamation marks.")
+    card = page.locator(".mw-rule[data-rule='tone-of-voice']")
+    expect(card.locator(".mw-rule-state")).to_have_text("unsaved changes")
+    editor.press("Control+s")  # the keyboard save
+    expect(card).to_have_attribute("data-status", "clean")
+    [rule] = server.call("memory::rule::list", {"bank": bank})["rules"]
+    assert rule["content"] == "# Tone\nWarm, brief, no exclamation marks."
+
+    editor.fill("")
+    card.get_by_role("button", name="Save").click()
+    page.get_by_role("dialog").get_by_role("button", name="Delete rule").click()
+    expect(card).to_have_count(0)
+    assert server.call("memory::rule::list", {"bank": bank})["rules"] == []
+
+
+def test_the_learned_rule_is_marked_auto_managed(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "learned")
+    _rule(server, bank, "learned", "- Use metric units.")
+    _rule(server, bank, "style", "Short.")
+    page = open_tab(bank, "rules").page
+    expect(page.locator(".mw-rule[data-rule='learned'] .mw-badge-auto")).to_have_text(
+        "auto-managed"
+    )
+    expect(page.locator(".mw-rule[data-rule='style'] .mw-badge-auto")).to_have_count(0)
+
+
+def test_two_tabs_editing_one_rule_the_second_save_is_refused_with_a_visible_conflict(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "two-tabs")
+    _rule(server, bank, "style", "Original.")
+    first = open_tab(bank, "rules").page
+    second = open_tab(bank, "rules").page
+    first.get_by_label("Rule style").fill("First tab's version.")
+    second.get_by_label("Rule style").fill("Second tab's version.")
+    first.get_by_label("Rule style").press("Control+s")
+    expect(first.locator(".mw-rule[data-rule='style']")).to_have_attribute("data-status", "clean")
+
+    second.get_by_label("Rule style").press("Control+s")
+    card = second.locator(".mw-rule[data-rule='style']")
+    expect(card).to_have_attribute("data-status", "conflict")
+    expect(card.get_by_role("alert")).to_contain_text("stale revision")
+    expect(second.get_by_label("Rule style")).to_have_value("Second tab's version.")  # kept
+    [rule] = server.call("memory::rule::list", {"bank": bank})["rules"]
+    assert rule["content"] == "First tab's version."  # nothing was overwritten silently
+
+    card.get_by_role("button", name="Compare with theirs").click()
+    expect(card.locator(".mw-theirs")).to_have_text("First tab's version.")
+    card.get_by_role("button", name="Overwrite with mine").click()  # a conscious overwrite
+    expect(card).to_have_attribute("data-status", "clean")
+    [rule] = server.call("memory::rule::list", {"bank": bank})["rules"]
+    assert rule["content"] == "Second tab's version."
+
+
+# --- memories ------------------------------------------------------------------------------------
+
+
+def test_save_search_pin_edit_and_delete_a_memory(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "crud")
+    _save(server, bank, "The office plant needs water on Mondays")
+    page = open_tab(bank).page
+    page.get_by_label("New memory text").fill("The user drinks green tea every afternoon")
+    page.get_by_label("New memory tags").fill("drinks, habits")
+    page.get_by_role("button", name="Save memory").click()
+    row = _row(page, "green tea")
+    expect(row).to_have_count(1)
+    expect(page.locator(".mw-memory").first).to_contain_text("green tea")  # newest first
+    expect(row.locator(".mw-memory-labels")).to_contain_text("#drinks")
+
+    page.keyboard.press("Escape")
+    page.locator("body").press("/")  # the search shortcut
+    expect(page.get_by_label("Search memories")).to_be_focused()
+    page.get_by_label("Search memories").fill("what tea does the user drink")
+    page.get_by_label("Search memories").press("Enter")
+    expect(page.locator(".mw-summary")).to_contain_text("retrieval bm25-entity")
+    expect(page.locator(".mw-memory")).to_have_count(1)
+    expect(row.locator(".mw-score-text")).to_have_text(re.compile(r"^\d+\.\d+$"))
+    page.get_by_label("Search memories").fill("")
+    page.get_by_label("Search memories").press("Enter")
+    expect(page.locator(".mw-memory")).to_have_count(2)
+
+    row.get_by_role("button", name="Pin").click()
+    expect(row.locator(".mw-badge-pin")).to_have_text("pinned")
+    expect(row.get_by_role("button", name="Unpin")).to_have_attribute("aria-pressed", "true")
+
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The user drinks jasmine tea every afternoon")
+    page.get_by_role("button", name="Save", exact=True).click()
+    edited = _row(page, "jasmine tea")
+    expect(edited.locator(".mw-memory-meta")).to_contain_text("rev 2")
+    memories = server.call("memory::list", {"bank": bank})["memories"]
+    assert "The user drinks jasmine tea every afternoon" in [m["text"] for m in memories]
+
+    edited.get_by_role("button", name="Unpin").click()  # a pinned memory is not deleted
+    expect(edited.locator(".mw-badge-pin")).to_have_count(0)
+    edited.get_by_role("button", name="Delete").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("jasmine tea")
+    dialog.get_by_role("button", name="Delete memory").click()
+    expect(edited).to_have_count(0)
+    assert [m["text"] for m in server.call("memory::list", {"bank": bank})["memories"]] == [
+        "The office plant needs water on Mondays"
+    ]
+    page.get_by_text("show history").click()  # the tombstone is still there, marked
+    expect(_row(page, "jasmine tea").locator(".mw-badge-retired")).to_have_text("deleted")
+
+
+def test_tag_chips_filter_the_list(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "tags")
+    server.call("memory::save", {"bank": bank, "text": "Posts go out on Fridays", "tags": ["blog"]})
+    server.call("memory::save", {"bank": bank, "text": "Gym on Tuesdays", "tags": ["health"]})
+    page = open_tab(bank).page
+    expect(page.locator(".mw-memory")).to_have_count(2)
+    page.locator(".mw-chips .mw-chip", has_text="#blog").click()
+    expect(page.locator(".mw-memory")).to_have_count(1)
+    expect(page.locator(".mw-memory-text")).to_have_text("Posts go out on Fridays")
+    page.locator(".mw-chips .mw-chip", has_text="#blog").click()
+    expect(page.locator(".mw-memory")).to_have_count(2)
+
+
+def test_paging_walks_the_bank_newest_first(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "paging")
+    for i in range(55):
+        server.call("memory::save", {"bank": bank, "text": f"Numbered fact {i:02d} for paging"})
+    page = open_tab(bank).page
+    expect(page.locator(".mw-memory")).to_have_count(50)
+    expect(page.locator(".mw-memory-text").first).to_have_text("Numbered fact 54 for paging")
+    expect(page.locator(".mw-page-text")).to_have_text("1–50 of 55")
+    page.get_by_role("button", name="Older →").click()
+    expect(page.locator(".mw-memory")).to_have_count(5)
+    expect(page.locator(".mw-memory-text").last).to_have_text("Numbered fact 00 for paging")
+
+
+def test_each_row_shows_entities_tags_corroboration_confidence_time_and_session(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "row-meta")
+    payload = {
+        "bank": bank,
+        "text": "Ana leads the billing project",
+        "entities": ["ana"],
+        "tags": ["work"],
+        "session_id": "sess-1234567890abcdef",
+    }
+    server.call("memory::save", payload)
+    server.call("memory::save", payload)  # the same text again: reinforced
+    page = open_tab(bank).page
+    row = _row(page, "billing project")
+    expect(row.locator(".mw-entity")).to_have_text("ana")
+    expect(row.locator(".mw-memory-labels")).to_contain_text("#work")
+    meta = row.locator(".mw-memory-meta")
+    expect(meta).to_contain_text("saved explicitly")
+    expect(meta).to_contain_text("seen ×2")
+    expect(meta).to_contain_text("just now")
+    expect(meta).to_contain_text("session sess-1234567")
+
+
+def test_a_memory_saved_elsewhere_appears_live_without_a_reload(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "live")
+    page = open_tab(bank).page
+    page.evaluate("window.__sameDocument = true")
+    _save(server, bank, "Saved by another door while the tab is open")
+    expect(_row(page, "another door")).to_have_count(1)
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
+
+
+def test_live_arrivals_never_move_the_row_being_edited(server: Server, open_tab: Any) -> None:
+    """While a row is being edited, memories arriving live are held and counted in the summary
+    line (a fixed-height slot): nothing on the page moves, the draft and its focus stay; ending
+    the edit lets them in."""
+    bank = _bank(server, "no-shift")
+    _save(server, bank, "A memory being edited right now")
+    page = open_tab(bank).page
+    row = _row(page, "being edited")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("My unsaved draft")
+    watched = ".mw-header, .mw-tabs, .mw-save, .mw-search-row, .mw-summary, .mw-memory, .mw-edit"
+    rects = (
+        f"() => [...document.querySelectorAll('{watched}')]"
+        ".map(e => JSON.stringify(e.getBoundingClientRect()))"
+    )
+    before = page.evaluate(rects)
+    page.evaluate(
+        """() => { window.__shifts = 0; new PerformanceObserver(list => { for (const e of
+        list.getEntries()) if (!e.hadRecentInput) { window.__shifts += e.value;
+        window.__why = (window.__why || []).concat(e.sources.map(x => (x.node && (x.node.className
+        || x.node.nodeName)) + ' ' + JSON.stringify([x.previousRect, x.currentRect]))) } })
+        .observe({type: 'layout-shift'}) }"""
+    )
+    for i in range(5):
+        _save(server, bank, f"Live arrival number {i} while editing")
+    expect(page.locator(".mw-bank-counts")).to_contain_text("6 memories")
+    expect(page.locator(".mw-held")).to_have_text("5 new memories — show")
+    assert page.evaluate(rects) == before
+    assert page.evaluate("window.__shifts") == 0, page.evaluate("window.__why")
+    expect(page.get_by_label("Edit memory text")).to_have_value("My unsaved draft")
+    expect(page.get_by_label("Edit memory text")).to_be_focused()
+    page.locator(".mw-editing").get_by_role("button", name="Cancel").click()
+    expect(page.locator(".mw-memory")).to_have_count(6)
+    expect(page.locator(".mw-held")).to_be_hidden()
+
+
+def test_a_memorys_history_lists_every_revision(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "history")
+    saved = _save(server, bank, "The user lives in Lisbon")
+    memory_id = saved["memory"]["id"]
+    server.call(
+        "memory::update", {"bank": bank, "id": memory_id, "text": "The user lives in Porto"}
+    )
+    server.call("memory::pin", {"bank": bank, "id": memory_id, "pinned": True})
+    page = open_tab(bank).page
+    row = _row(page, "Porto")
+    row.get_by_role("button", name="History").click()
+    history = row.locator(".mw-history")
+    expect(history.locator(".mw-revision")).to_have_count(3)
+    expect(history.locator(".mw-history-title")).to_have_text("3 revisions, oldest first")
+    kinds = history.locator(".mw-revision-kind")
+    expect(kinds).to_have_text(["created", "text edited", "pinned"])
+    expect(history.locator(".mw-revision").first).to_contain_text("The user lives in Lisbon")
+    server.call("memory::pin", {"bank": bank, "id": memory_id, "pinned": False})
+    expect(history.locator(".mw-revision")).to_have_count(4)  # an open history follows live
+
+
+def test_an_edit_against_a_stale_revision_is_refused_and_the_draft_kept(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "stale-edit")
+    saved = _save(server, bank, "The meeting is on Thursday")
+    page = open_tab(bank).page
+    row = _row(page, "meeting")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The meeting is on Friday")
+    server.call("memory::update", {"bank": bank, "id": saved["memory"]["id"], "tags": ["work"]})
+    page.get_by_role("button", name="Save", exact=True).click()
+    editing = page.locator(".mw-editing")
+    expect(editing.get_by_role("alert")).to_contain_text("stale revision")
+    expect(page.get_by_label("Edit memory text")).to_have_value("The meeting is on Friday")
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert memory["text"] == "The meeting is on Thursday"
+    rebase = editing.get_by_role("button", name="Load latest (keep my text)")
+    rebase.click()
+    expect(rebase).to_be_hidden()  # rebased on the revision read from the server
+    editing.get_by_role("button", name="Save", exact=True).click()  # now knowingly over rev 1
+    expect(_row(page, "on Friday")).to_have_count(1)
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert (memory["text"], memory["tags"]) == ("The meeting is on Friday", ["work"])
+
+
+# --- preview, settings, doctor -------------------------------------------------------------------
+
+
+def test_preview_shows_the_section_and_the_memories_in_order_with_ambient_ones_marked(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "preview")
+    _rule(server, bank, "style", "Answer in one line.")
+    _save(server, bank, "The user's dog is called Rex", pinned=True)
+    _save(server, bank, "Invoices are due on the 5th")
+    page = open_tab(bank, "preview").page
+    page.get_by_label("Message to preview").fill("what is my dog called?")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    result = page.locator(".mw-preview-result")
+    expect(result.locator(".mw-summary")).to_contain_text("Retrieval bm25-entity")
+    expect(result.locator("summary").first).to_have_text("System prompt gets: 1 rule")
+    result.locator("summary").first.click()
+    expect(result.locator(".mw-pre").first).to_contain_text("Answer in one line.")
+    items = result.locator(".mw-preview-memory")
+    expect(items.first).to_contain_text("Rex")
+    expect(items.first.locator(".mw-score-text")).to_have_text(re.compile(r"^\d+\.\d+$"))
+    preview = server.call("memory::preview", {"bank": bank, "query": "what is my dog called?"})
+    assert [m["memory"]["text"] for m in preview["memories"]] == [
+        t.strip() for t in items.locator(".mw-memory-text").all_inner_texts()
+    ]
+    ambient = sum(1 for m in preview["memories"] if m["score"] == 0)
+    expect(result.locator(".mw-badge-ambient")).to_have_count(ambient)
+
+
+def test_settings_show_every_field_and_an_edit_lands_in_the_config_file(
+    server: Server, open_tab: Any
+) -> None:
+    page = open_tab(_bank(server, "settings"), "settings").page
+    expect(page.locator(".mw-banner")).to_have_attribute("data-editable", "true")
+    expect(page.locator(".mw-setting")).to_have_count(len(json.loads(_settings_names())))
+    expect(page.locator(".mw-setting[data-name='data_dir'] input")).to_be_disabled()
+    expect(page.locator(".mw-setting[data-name='recall_limit']")).to_contain_text(
+        "Max memories injected per turn"
+    )
+    page.locator("#mw-setting-recall_limit").fill("9")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+    expect(page.get_by_role("button", name="Save settings")).to_be_disabled()
+    text = server.config.read_text()
+    assert "recall_limit: 9  # per turn\n" in text
+    assert text.startswith("# the console test's settings\n")  # the person's comments stay
+    server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def _settings_names() -> str:
+    from memory_worker.core.config import Settings
+
+    return json.dumps(list(Settings.model_fields))
+
+
+def test_doctor_lists_its_checks_with_what_each_degradation_means(
+    server: Server, open_tab: Any
+) -> None:
+    page = open_tab(_bank(server, "doctor"), "doctor").page
+    expect(page.locator(".mw-verdict")).to_have_attribute("data-ok", "true")
+    writable = page.locator(".mw-check-item[data-check='data-dir-writable']")
+    expect(writable).to_contain_text("required")
+    embeddings = page.locator(".mw-check-item[data-check='embeddings']")
+    expect(embeddings).to_have_class(re.compile("mw-warn"))  # MEMORY_EMBEDDER=none here
+    expect(embeddings).to_contain_text("What this means: Without an embedder recall is lexical")
+
+
+# --- safety --------------------------------------------------------------------------------------
+
+
+def test_memory_and_rule_text_is_shown_as_text_never_as_html(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "xss")
+    hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+    server.call("memory::save", {"bank": bank, "text": f"{hostile} remember this"})
+    server.call("memory::rule::set", {"bank": bank, "name": "evil", "content": hostile})
+    tab = open_tab(bank)
+    page = tab.page
+    row = _row(page, "remember this")
+    expect(row.locator(".mw-memory-text")).to_have_text(f"{hostile} remember this")
+    page.locator("#mw-tab-rules").click()
+    expect(page.get_by_label("Rule evil")).to_have_value(hostile)
+    page.locator("#mw-tab-preview").click()
+    page.get_by_label("Message to preview").fill("remember this")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    expect(page.locator(".mw-preview-memory").first).to_contain_text("<img src=x")
+    assert page.locator("[data-iii-ui='memory'] img, [data-iii-ui='memory'] script").count() == 0
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_every_call_is_a_same_origin_json_post_and_no_token_rides_a_url(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "wire")
+    tab = open_tab(bank)
+    tab.page.get_by_label("New memory text").fill("Wire discipline memory")
+    tab.page.get_by_role("button", name="Save memory").click()
+    expect(_row(tab.page, "Wire discipline")).to_have_count(1)
+    calls = [r for r in tab.requests if r.resource_type in ("fetch", "xhr")]
+    assert calls, "the page made no calls"
+    for request in calls:
+        assert request.url.startswith(server.url + "/"), request.url
+        assert request.method == "POST", request.url
+        assert request.headers.get("content-type") == "application/json", request.url
+    for request in tab.requests:
+        assert "token" not in request.url.lower(), request.url
+
+
+def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
+    server: Server, browser: Any
+) -> None:
+    """The server side of the token is the hardening issue's; here the page's side: a 401 → one
+    prompt → `Authorization: Bearer` on every later call, the token in sessionStorage only."""
+    context = browser.new_context(viewport=DESKTOP)
+    seen: list[dict[str, str]] = []
+
+    def guard(route: Any) -> None:
+        headers = route.request.headers
+        seen.append(headers)
+        if headers.get("authorization") != "Bearer s3cret-token":
+            route.fulfill(
+                status=401,
+                content_type="application/json",
+                body=json.dumps(
+                    {"error": {"code": "unauthorized", "message": "a bearer token is required"}}
+                ),
+            )
+        else:
+            route.continue_()
+
+    try:
+        context.route(re.compile(r".*/(memory|console/(events|settings))(/.*)?$"), guard)
+        page = context.new_page()
+        page.goto(f"{server.url}/#/bank/main/memories")
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("a bearer token is required")
+        dialog.get_by_label("Access token").fill("s3cret-token")
+        dialog.get_by_role("button", name="Continue").click()
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
+        expect(page.get_by_role("dialog")).to_have_count(0)  # asked once, not per call
+        assert page.evaluate("sessionStorage.getItem('memory-worker.token')") == "s3cret-token"
+        assert page.evaluate("localStorage.length") == 0
+        assert seen[-1].get("authorization") == "Bearer s3cret-token"
+        assert "s3cret" not in page.url
+    finally:
+        context.close()
+
+
+def test_polling_takes_over_when_the_live_stream_is_unavailable(
+    server: Server, browser: Any
+) -> None:
+    bank = _bank(server, "polling")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.route("**/console/events", lambda route: route.abort())
+        page = context.new_page()
+        page.goto(f"{server.url}/?poll_ms=300#/bank/{bank}/memories")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "polling")
+        expect(page.locator(".mw-mode-text")).to_have_text("polling")
+        _save(server, bank, "Found by the polling fallback")
+        expect(_row(page, "polling fallback")).to_have_count(1)
+    finally:
+        context.close()
+
+
+# --- narrow width and screenshots ----------------------------------------------------------------
+
+
+PANELS = ("rules", "memories", "preview", "settings", "doctor")
+
+
+def _seed_showcase(server: Server) -> str:
+    bank = "showcase"
+    if bank in {b["name"] for b in server.call("memory::bank::list")["banks"]}:
+        return bank
+    server.call("memory::bank::create", {"name": bank, "description": "screenshots"})
+    server.call("memory::bank::create", {"name": "work"})
+    server.call(
+        "memory::rule::set",
+        {
+            "bank": bank,
+            "name": "style",
+            "content": "# Style\nFormal register. No em-dashes.\nAnswer in the user's language.",
+        },
+    )
+    server.call(
+        "memory::rule::set",
+        {
+            "bank": bank,
+            "name": "learned",
+            "content": "- Prefer metric units.\n- Never schedule meetings before 10:00.",
+        },
+    )
+    for text, extra in (
+        (
+            "The user publishes blog posts on Tuesday mornings",
+            {"tags": ["blog"], "pinned": True, "entities": ["user"]},
+        ),
+        (
+            "Ana leads the billing project",
+            {"entities": ["ana"], "tags": ["work"], "session_id": "sess-7f3a9c21b0"},
+        ),
+        ("The user's dog is called Rex", {"entities": ["user", "rex"], "tags": ["family"]}),
+        ("Invoices are due on the 5th of each month", {"tags": ["work", "billing"]}),
+    ):
+        server.call("memory::save", {"bank": bank, "text": text, **extra})
+    server.call(
+        "memory::save",
+        {
+            "bank": bank,
+            "text": "Ana leads the billing project",
+            "entities": ["ana"],
+            "tags": ["work"],
+        },
+    )
+    return bank
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_every_panel_is_readable_without_sideways_scrolling(
+    server: Server, open_tab: Any, viewport: dict[str, int]
+) -> None:
+    bank = _seed_showcase(server)
+    page = open_tab(bank, "rules", viewport=viewport).page
+    width = "desktop" if viewport is DESKTOP else "phone"
+    for panel in PANELS:
+        page.locator(f"#mw-tab-{panel}").click()
+        if panel == "preview":
+            page.get_by_label("Message to preview").fill("when do I publish posts?")
+            page.get_by_role("button", name="Preview", exact=True).click()
+            expect(page.locator(".mw-preview-memory").first).to_be_visible()
+            page.locator(".mw-preview-result summary").first.click()
+        elif panel == "doctor":
+            expect(page.locator(".mw-check-item").first).to_be_visible()
+        elif panel == "settings":
+            expect(page.locator(".mw-setting").first).to_be_visible()
+        elif panel == "memories":
+            expect(page.locator(".mw-memory").first).to_be_visible()
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{panel} at {width} scrolls sideways by {overflow}px"
+        if UPDATE_SHOTS:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / f"{panel}-{width}.png"), full_page=True)
+
+
+# --- the iii home --------------------------------------------------------------------------------
+
+# A stand-in for the iii console around page.js: an import map for `react` (a stub that runs one
+# function component with useRef/useEffect), and a `host` whose bus client forwards each trigger
+# to the real server's REST route, so the very modules the iii console loads run end to end.
+_REACT_STUB = """
+export function createElement(type, props) { return { type, props: props || {} } }
+export function useRef(value) { return { current: value } }
+const effects = []
+export function useEffect(fn) { effects.push(fn) }
+export function __render(element, container) {
+  const node = element.type(element.props)
+  const div = document.createElement(node.type)
+  div.className = node.props.className
+  node.props.ref.current = div
+  container.append(div)
+  const cleanups = effects.splice(0).map((fn) => fn())
+  return () => cleanups.forEach((fn) => fn && fn())
+}
+"""
+_III_HOST_PAGE = """<!doctype html><html><head>
+<script type="importmap">{"imports": {"react": "/iii-test/react.js"}}</script>
+<link rel="stylesheet" href="/console/styles.css"></head>
+<body><div data-iii-ui="memory" id="pane"></div>
+<script type="module">
+import setup from '/console/page.js'
+import { __render } from 'react'
+const handlers = new Map()
+const bindings = []
+window.__iii = { handlers, bindings, calls: [], dirty: [] }
+const iii = {
+  browserId: 'tab-1',
+  connectionState: 'connected',
+  async trigger(fn, payload) {
+    window.__iii.calls.push(fn)
+    if (fn === 'memory::ui-settings') return { mode: 'engine', editable: false, source: 'memory',
+      reason: 'owned by the configuration worker', fields: [{ name: 'recall_limit',
+      type: 'integer', description: 'Max memories injected per turn.', default: 6, value: 6,
+      editable: false }] }
+    const r = await fetch('/' + fn.replaceAll('::', '/'), { method: 'POST',
+      headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(payload) })
+    const body = await r.json()
+    if (!r.ok) throw new Error(body.error.code + ': ' + body.error.message)
+    return body
+  },
+  on(id, fn) { handlers.set(id, fn); return () => handlers.delete(id) },
+  registerTrigger(t) { bindings.push(t); return () => {} },
+  addConnectionStateListener() { return () => {} },
+}
+const pages = []
+setup({ iii, pages: { register: (p) => pages.push(p) } })
+window.__iii.pages = pages.map((p) => ({ id: p.id, title: p.title }))
+window.__iii.unmount = __render(pages[0].render({ setDirty: (d) => window.__iii.dirty.push(d) }),
+  document.getElementById('pane'))
+</script></body></html>"""
+
+
+def test_the_iii_home_registers_the_page_and_runs_it_over_the_bus_client(
+    server: Server, browser: Any
+) -> None:
+    bank = _bank(server, "iii-home")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.route(
+            f"{server.url}/iii-test/page.html",
+            lambda route: route.fulfill(content_type="text/html", body=_III_HOST_PAGE),
+        )
+        context.route(
+            f"{server.url}/iii-test/react.js",
+            lambda route: route.fulfill(content_type="text/javascript", body=_REACT_STUB),
+        )
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/iii-test/page.html")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
+        assert page.evaluate("window.__iii.pages") == [{"id": "memory", "title": "Memory"}]
+        bindings = page.evaluate("window.__iii.bindings")
+        assert sorted(b["type"] for b in bindings) == [
+            "memory::bank-changed",
+            "memory::item-changed",
+        ]
+        assert all(b["function_id"].startswith("iii::memory-ui::") for b in bindings)
+        page.locator(".mw-bank-button", has_text=bank).click()
+        expect(page.locator(".mw-bank-name")).to_have_text(bank)
+        assert page.evaluate("location.hash") == ""  # under iii the console owns the URL
+
+        saved = _save(server, bank, "Delivered by a bus binding")
+        handler = next(b["function_id"] for b in bindings if b["type"] == "memory::item-changed")
+        page.evaluate(
+            "([id, payload]) => window.__iii.handlers.get(id)(payload)",
+            [handler, {"event_type": "created", "bank": bank, "memory": saved["memory"]}],
+        )
+        page.locator("#mw-tab-memories").click()
+        expect(_row(page, "bus binding")).to_have_count(1)
+        page.locator("#mw-tab-settings").click()
+        expect(page.locator(".mw-banner")).to_have_attribute("data-editable", "false")
+        assert "memory::ui-settings" in page.evaluate("window.__iii.calls")
+
+        page.locator("#mw-tab-rules").click()
+        page.get_by_label("New rule name").fill("draft")
+        page.get_by_role("button", name="Add rule").click()
+        page.get_by_label("Rule draft").fill("# draft\nunsaved")
+        assert page.evaluate("window.__iii.dirty.at(-1)") == "memory"  # the host's dirty guard
+        page.evaluate("window.__iii.unmount()")
+        assert page.locator(".mw-header").count() == 0  # unmounting leaves nothing behind
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_a_hand_edit_of_a_rule_file_reaches_the_open_editor(server: Server, open_tab: Any) -> None:
+    """A clean editor follows the file; a dirty one keeps the person's text and says so."""
+    bank = _bank(server, "hand-edit")
+    _rule(server, bank, "style", "Before the hand edit.")
+    _rule(server, bank, "tone", "Tone before.")
+    page = open_tab(bank, "rules").page
+    page.get_by_label("Rule tone").fill("My draft of tone.")
+    rules = server.data_dir / bank / "rules"
+    (rules / "style.md").write_text("Edited in a text editor.")
+    (rules / "tone.md").write_text("Tone edited by hand.")
+    expect(page.get_by_label("Rule style")).to_have_value("Edited in a text editor.")
+    tone = page.locator(".mw-rule[data-rule='tone']")
+    expect(tone.get_by_role("alert")).to_contain_text("changed elsewhere")
+    expect(page.get_by_label("Rule tone")).to_have_value("My draft of tone.")
