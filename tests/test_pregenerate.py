@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 
+from memory_worker.app.lessons import KeyValueDeliveries
 from memory_worker.app.service import MemoryService
-from memory_worker.app.wire import BankDeleteRequest, PinRequest, RuleSetRequest, SaveRequest
+from memory_worker.app.wire import (
+    AnchorsInput,
+    BankDeleteRequest,
+    PinRequest,
+    RuleSetRequest,
+    SaveRequest,
+)
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, SiblingUnavailable
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_rules_update
-from memory_worker.harness.pregenerate import PreGenerate, user_message
+from memory_worker.harness.pregenerate import PreGenerate, step_calls, user_message
 from memory_worker.harness.selection import BankResolver, Outcome, Parent
 from memory_worker.harness.sessions import SCOPE, SessionRecord, SessionState
 from memory_worker.harness.turns import EXTRACT_JOB, ExtractJob, TurnPipeline
@@ -507,3 +514,130 @@ def test_session_record_round_trips_and_accepts_the_wrapped_shape() -> None:
     assert SessionRecord.from_json(record.to_json()) == record
     assert SessionRecord.from_json({"value": record.to_json()}) == record
     assert SessionRecord.from_json("garbage") is None
+
+
+# --- lessons on later steps --------------------------------------------------------------------
+
+PROTO_LESSON = SaveRequest(
+    text="Editing the proto files needs make gen, or the checked-in stubs go stale.",
+    category="lesson",
+    title="Run make gen after editing protos",
+    recommendation="After editing `proto/*.proto`, run `make gen` and commit the stubs.",
+    anchors=AnchorsInput(files=["proto/user.proto"]),
+)
+
+
+def tool_call(function_id: str, **arguments: Any) -> dict[str, Any]:
+    """The assistant message a step produces when the model calls a function, and its result."""
+    return {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "function_call",
+                "id": "c1",
+                "function_id": function_id,
+                "arguments": arguments,
+            }
+        ],
+        "stop_reason": "function_call",
+        "model": "m",
+        "provider": "p",
+        "timestamp": 2,
+    }
+
+
+def function_result() -> dict[str, Any]:
+    return {
+        "role": "function_result",
+        "function_call_id": "c1",
+        "function_id": "shell::fs::read",
+        "content": [{"type": "text", "text": "syntax = 'proto3';"}],
+        "details": {},
+        "is_error": False,
+        "timestamp": 3,
+    }
+
+
+@pytest.fixture(name="lh")
+async def _lessons_hooked(store: Any, clock: Any) -> Hooked:
+    kv = KV()
+    service = MemoryService(store, Settings(), clock=clock, deliveries=KeyValueDeliveries(kv))
+    await service.save(PROTO_LESSON)
+    hooked = Hooked(service)
+    hooked.kv = kv
+    return hooked
+
+
+def lesson_blocks(reply: dict[str, Any] | None) -> list[str]:
+    return [t for t in appended(reply) if t.startswith('<memory lessons="main">')]
+
+
+async def test_a_later_step_gets_the_lesson_its_tool_calls_earn_once_per_session(
+    lh: Hooked,
+) -> None:
+    first = await lh.step("s1", "fix the user proto")
+    assert lesson_blocks(first) == []  # step 0: no tool call yet, and no lesson by recall
+    lh.windows["s1"] += [tool_call("shell::fs::read", path="proto/user.proto"), function_result()]
+    second = await lh.step("s1", None, step=1)
+    [block] = lesson_blocks(second)
+    assert "Run make gen after editing protos" in block
+    assert second is not None and len(second["annotations"]["memory_lessons"]) == 1
+    lh.windows["s1"] += [tool_call("shell::fs::read", path="proto/user.proto"), function_result()]
+    assert lesson_blocks(await lh.step("s1", None, step=2)) == []
+    await lh.step("s1", "and again", turn="t2")
+    lh.windows["s1"] += [tool_call("shell::fs::read", path="proto/user.proto"), function_result()]
+    assert lesson_blocks(await lh.step("s1", None, turn="t2", step=1)) == []
+    lh.windows["s2"] = [
+        user_message("other session", 1),
+        tool_call("shell::fs::read", path="proto/user.proto"),
+    ]
+    assert len(lesson_blocks(await lh.step("s2", None, step=1))) == 1
+
+
+async def test_a_retried_step_gets_the_same_lesson_again(lh: Hooked) -> None:
+    await lh.step("s1", "fix the user proto")
+    lh.windows["s1"].append(tool_call("Read", file_path="proto/user.proto"))
+    first = await lh.step("s1", None, step=1, persist=False)  # the step failed: nothing kept
+    retry = await lh.step("s1", None, step=1)
+    assert lesson_blocks(first) == lesson_blocks(retry) and len(lesson_blocks(retry)) == 1
+
+
+async def test_calls_before_the_newest_user_message_are_not_matched_again(lh: Hooked) -> None:
+    lh.windows["s1"] = [
+        user_message("earlier turn", 1),
+        tool_call("shell::fs::read", path="proto/user.proto"),
+        function_result(),
+        user_message("a new question", 4),
+    ]
+    assert lesson_blocks(await lh.step("s1", None, turn="t2", step=1)) == []
+
+
+async def test_a_state_worker_down_adds_no_lesson_and_keeps_it_eligible(lh: Hooked) -> None:
+    await lh.step("s1", "fix the user proto")
+    lh.windows["s1"].append(tool_call("shell::fs::read", path="proto/user.proto"))
+    lh.kv.fail = True
+    down = await lh.step("s1", None, step=1, persist=False)
+    assert down is not None and down["decision"] == "continue"
+    assert lesson_blocks(down) == [] and down["mutations"]["system_prompt"].startswith("BASE")
+    lh.kv.fail = False
+    assert len(lesson_blocks(await lh.step("s1", None, step=1))) == 1
+
+
+async def test_lessons_can_be_turned_off(lh: Hooked) -> None:
+    lh.service.settings = Settings(inject_lessons=False)
+    await lh.step("s1", "fix the user proto")
+    lh.windows["s1"].append(tool_call("shell::fs::read", path="proto/user.proto"))
+    assert lesson_blocks(await lh.step("s1", None, step=1)) == []
+
+
+def test_step_calls_reads_function_calls_in_order_and_stops_at_the_user() -> None:
+    window = [
+        user_message("q", 1),
+        tool_call("a", path="old"),
+        user_message("<memory lessons=...>", 2),
+        tool_call("b", path="x"),
+        {"role": "assistant", "content": [{"type": "tool_use", "name": "c", "input": {"p": 1}}]},
+        {"role": "assistant", "content": [{"type": "toolCall", "name": "d", "arguments": "{}"}]},
+        {"role": "assistant", "content": [{"type": "function_call", "arguments": {}}]},  # no name
+    ]
+    assert step_calls(window) == [("b", {"path": "x"}), ("c", {"p": 1}), ("d", {})]

@@ -35,7 +35,7 @@ from memory_worker.core.errors import (
     MemoryNotFound,
     WorkerError,
 )
-from memory_worker.core.models import MAX_INT, Confidence, Memory, Provenance
+from memory_worker.core.models import MAX_INT, Anchors, Confidence, Memory, Provenance
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.storage.store import Store
 
@@ -470,7 +470,17 @@ memories = st.builds(
     subject=st.none() | texts,
     context=st.none() | texts,
     intention=st.none() | texts,
-    anchors=st.none() | label_tuples,
+    title=st.none() | texts,
+    recommendation=st.none() | texts,
+    anchors=st.none()
+    | st.builds(
+        Anchors,
+        files=label_tuples,
+        folders=label_tuples,
+        identifiers=label_tuples,
+        keyword_groups=st.lists(label_tuples, max_size=3).map(tuple),
+    ),
+    evidence=st.none() | label_tuples,
     expires_at=optional_ms,
     access_count=optional_ms,
     last_accessed_at=optional_ms,

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -358,6 +359,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
 
+    agent_hooks.add_parser(sub, common)
+
     consolidate = sub.add_parser(
         "consolidate",
         parents=[common],
@@ -369,6 +372,7 @@ def _parser() -> argparse.ArgumentParser:
     from memory_worker.adapters.consolidate.options import add_run_arguments
 
     add_run_arguments(consolidate)
+
     compact = sub.add_parser(
         "compact",
         parents=[common],
@@ -424,6 +428,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _hook(args: argparse.Namespace) -> int:
+    return await agent_hooks.run(args, _with_service)
+
+
 async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
     from memory_worker.adapters.bus.catalog import INTERNAL  # the SDK: only this command needs it
@@ -437,6 +445,7 @@ _COMMANDS = {
     "trigger": _trigger,
     "call": _call,
     "import": _import,
+    "hook": _hook,
     "serve": _serve,
     "consolidate": _consolidate,
     "permissions": _permissions,

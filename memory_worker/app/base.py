@@ -15,6 +15,7 @@ from memory_worker.app.ports import (
     BANK_CHANGED,
     ITEM_CHANGED,
     Clock,
+    Deliveries,
     Embedder,
     Emitter,
     HealthProbe,
@@ -79,8 +80,12 @@ class ServiceBase:
         clock: Clock = system_clock,
         embedder: Embedder | None = None,
         siblings: HealthProbe | None = None,
+        deliveries: Deliveries | None = None,
     ) -> None:
+        """`deliveries`: where lesson deliveries are kept (the state worker under an engine);
+        None keeps them in the data dir."""
         self.store = store
+        self.deliveries_port = deliveries
         self.siblings = siblings
         self.settings = settings or Settings()
         self.emitter: Emitter = emitter or NullEmitter()

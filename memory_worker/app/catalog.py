@@ -243,6 +243,21 @@ CATALOG: tuple[FunctionSpec, ...] = (
         READ,
     ),
     _spec(
+        "memory::lessons::match",
+        "Match one coding-agent tool call (its tool name, arguments, working directory) against "
+        "the bank's lesson cards — anchored to root-relative files, folders, whole identifiers "
+        "and keyword groups; deterministic, no LLM — and return the cards that fit "
+        "`lesson_injection_tokens`, best match first. With `conversation`, each lesson revision "
+        "is delivered once in it. Call it before a tool runs (a PreToolUse hook).",
+        wire.LessonsMatchRequest,
+        wire.LessonsMatchResponse,
+        MemoryService.lessons_match,
+        # Not in the seed's agent set: the hooks deliver the cards themselves; an agent asking
+        # for another conversation's lessons is an operator's call.
+        Policy.APPROVAL,
+        WRITE,  # records what a conversation was given (nothing else changes)
+    ),
+    _spec(
         "memory::rule::list",
         "List a bank's rules (markdown, injected whole into the system prompt on every turn). "
         "Stored as plain files under the bank's rules/ folder; editing them by hand is equivalent.",

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.core import transitions
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.lessons import Card, prepare_card
 from memory_worker.core.models import MAX_INT, Confidence, Memory, Provenance
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
@@ -41,10 +42,17 @@ class ImportRecord(BaseModel):
     invalid_at: int | None = Field(default=None, ge=0, le=MAX_INT)
     superseded_by: str | None = None
     revision: int = Field(default=0, ge=0, le=MAX_INT)
+    # A lesson's card (checked as `memory::save` checks it).
+    category: str | None = None
+    title: str | None = None
+    recommendation: str | None = None
+    anchors: dict[str, Any] | None = None
+    evidence: list[str] = Field(default_factory=list)
 
 
-# A validated import row: the record, its cleaned text, entities and tags, and redaction labels.
-_Prepared = tuple["ImportRecord", str, tuple[str, ...], tuple[str, ...], list[str]]
+# A validated import row: the record, its cleaned text, entities and tags, its card, and the
+# redaction labels.
+_Prepared = tuple["ImportRecord", str, tuple[str, ...], tuple[str, ...], Card, list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +80,16 @@ class ImportUseCases(EmbeddingWork):
                 text, labels = transitions.prepare_text(item.text)
                 entities, entity_labels = transitions.prepare_labels(item.entities, "entities")
                 tags, tag_labels = transitions.prepare_labels(item.tags, "tags")
+                card, card_labels = prepare_card(
+                    item.category, item.title, item.recommendation, item.anchors, item.evidence
+                )
                 item = item.model_copy(update={"source": _clean_source(item.source)})
             except ValidationError as exc:
                 raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"record {number}: {exc.message}") from None
-            prepared.append((item, text, entities, tags, [*labels, *entity_labels, *tag_labels]))
+            found = [*labels, *entity_labels, *tag_labels, *card_labels]
+            prepared.append((item, text, entities, tags, card, found))
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
             await bank.commit(records)
@@ -92,7 +104,7 @@ class ImportUseCases(EmbeddingWork):
     @staticmethod
     def _import_records(bank: Bank, prepared: list[_Prepared], now_ms: int) -> list[Memory]:
         records: list[Memory] = []
-        for item, text, entities, tags, _ in prepared:
+        for item, text, entities, tags, card, _ in prepared:
             created_at = item.created_at if item.created_at is not None else now_ms
             updated_at = item.updated_at if item.updated_at is not None else created_at
             records.append(
@@ -111,6 +123,11 @@ class ImportUseCases(EmbeddingWork):
                     invalid_at=item.invalid_at,
                     superseded_by=item.superseded_by,
                     revision=item.revision,
+                    category=card.category,
+                    title=card.title,
+                    recommendation=card.recommendation,
+                    anchors=card.anchors,
+                    evidence=card.evidence,
                 )
             )
         return records

@@ -32,9 +32,9 @@ from memory_worker.app.wire import (
     TagsResponse,
     UpdateRequest,
 )
-from memory_worker.core import transitions
+from memory_worker.core import lessons, transitions
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
-from memory_worker.core.models import ItemEvent, Memory, Provenance
+from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 
 __all__ = ["MemoryUseCases"]
 
@@ -58,7 +58,14 @@ class MemoryUseCases(EmbeddingWork):
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
-        labels = (*text_labels, *entity_labels, *tag_labels)
+        card, card_labels = lessons.prepare_card(
+            req.category,
+            req.title,
+            req.recommendation,
+            req.anchors.model_dump() if req.anchors is not None else None,
+            req.evidence,
+        )
+        labels = (*text_labels, *entity_labels, *tag_labels, *card_labels)
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
@@ -75,6 +82,11 @@ class MemoryUseCases(EmbeddingWork):
                 pinned=req.pinned,
                 confidence=caller.confidence,
                 source=source,
+                category=card.category,
+                title=card.title,
+                recommendation=card.recommendation,
+                anchors=card.anchors,
+                evidence=card.evidence,
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)
@@ -105,17 +117,27 @@ class MemoryUseCases(EmbeddingWork):
         limit = min(req.limit if req.limit is not None else LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
         offset = req.offset or 0
         tag = transitions.normalize_label(req.tag) if req.tag else None
+        category = lessons.prepare_category(req.category)
         rows = [
             m
             for m in bank.memories.values()
-            if (req.include_superseded or m.live) and (tag is None or tag in m.tags)
+            if (req.include_superseded or m.live)
+            and (tag is None or tag in m.tags)
+            and (category is None or m.category == category)
         ]
         rows.sort(key=lambda m: (-m.updated_at, m.id))
         return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
 
     async def update(self, req: UpdateRequest, caller: Caller = SYSTEM) -> MemoryResponse:
-        if req.text is None and req.entities is None and req.tags is None and req.pinned is None:
-            raise InvalidInput("update needs at least one of text, entities, tags, pinned")
+        card_given = any(
+            v is not None for v in (req.title, req.recommendation, req.anchors, req.evidence)
+        )
+        plain = (req.text, req.entities, req.tags, req.pinned)
+        if all(v is None for v in plain) and not card_given:
+            raise InvalidInput(
+                "update needs at least one of text, entities, tags, pinned, title, "
+                "recommendation, anchors, evidence"
+            )
         name = self._name(req.bank)
         text, labels = (None, ()) if req.text is None else transitions.prepare_text(req.text)
         entities, tags = None, None
@@ -125,8 +147,15 @@ class MemoryUseCases(EmbeddingWork):
         if req.tags is not None:
             tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
             labels = (*labels, *tag_labels)
+        title, recommendation, anchors, evidence, card_labels = _card_update(req)
+        labels = (*labels, *card_labels)
         bank, existing = self._existing(name, req.id)
         transitions.check_revision(existing, req.expected_revision)
+        if card_given and existing.category != lessons.LESSON:
+            raise InvalidInput(
+                f"memory {existing.id} is not a lesson: title, recommendation, anchors and "
+                "evidence are lesson fields"
+            )
         if text is not None and existing.live:
             twin = bank.match_text(text)
             if twin is not None and twin.id != existing.id and twin.live:
@@ -140,6 +169,10 @@ class MemoryUseCases(EmbeddingWork):
             entities=entities,
             tags=tags,
             pinned=req.pinned,
+            title=title,
+            recommendation=recommendation,
+            anchors=anchors,
+            evidence=evidence,
         )
         if record is None:
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
@@ -225,3 +258,23 @@ def _provenance(session_id: str | None, caller: Caller) -> Provenance | None:
     if not any(fields.values()):
         return None
     return Provenance(**fields)
+
+
+def _card_update(
+    req: UpdateRequest,
+) -> tuple[str | None, str | None, Anchors | None, tuple[str, ...] | None, list[str]]:
+    """The lesson fields an update replaces (None: unchanged), checked, and their labels."""
+    labels: list[str] = []
+    title = recommendation = None
+    if req.title is not None:
+        title, found = lessons.prepare_title(req.title)
+        labels += found
+    if req.recommendation is not None:
+        recommendation, found = lessons.prepare_recommendation(req.recommendation)
+        labels += found
+    anchors = None if req.anchors is None else lessons.anchors_from(req.anchors.model_dump())
+    evidence = None
+    if req.evidence is not None:
+        evidence, found = lessons.prepare_evidence(req.evidence)
+        labels += found
+    return title, recommendation, anchors, evidence, labels

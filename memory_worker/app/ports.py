@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "ITEM_CHANGED",
     "Clock",
     "Completer",
+    "Deliveries",
     "Embedder",
     "Emitter",
     "HealthProbe",
@@ -80,6 +81,20 @@ class KeyValue(Protocol):
     async def set(self, scope: str, key: str, value: Any) -> None: ...
 
     async def delete(self, scope: str, key: str) -> None: ...
+
+
+class Deliveries(Protocol):
+    """Which lesson revisions each conversation was given (`lesson key → step`), so each is given
+    once: the state worker in engine mode, a small file per conversation under the data dir
+    otherwise. Raises `SiblingUnavailable` (or `StorageError`) when it cannot say or keep it."""
+
+    async def delivered(self, conversation: str) -> dict[str, str]: ...
+
+    async def record(self, conversation: str, delivered: Mapping[str, str]) -> None:
+        """Replace the conversation's whole mapping with `delivered`."""
+        ...
+
+    async def forget(self, conversation: str) -> None: ...
 
 
 class JobQueue(Protocol):

@@ -18,6 +18,7 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
+from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Hit
 from memory_worker.search.ranking import RecallMode, RecallQuery, rank
 from memory_worker.storage.bank import Bank
@@ -100,19 +101,24 @@ class RecallUseCases(EmbeddingWork):
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
         vector = await self._query_vector(query) if bank is not None else None
         now_ms = self.clock()
+        # Lessons reach a turn through the tool calls they are anchored to, once per
+        # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
+        lessons = min(len(bank.lessons), RECALL_MAX_LIMIT) if bank is not None else 0
         hits = self._rank(
             bank,
             RecallQuery(
                 text=query,
-                limit=settings.recall_limit,
+                limit=settings.recall_limit + lessons,
                 now_ms=now_ms,
                 half_life_days=settings.decay_half_life_days,
                 vector=vector,
             ),
         )
+        hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]
         floor = min(AMBIENT_FLOOR, settings.recall_limit)
         if bank is not None and len(hits) < floor:
-            hits = apply_floor(hits, bank.standing(floor), floor)
+            standing = [m for m in bank.standing(floor + lessons) if not is_lesson(m)]
+            hits = apply_floor(hits, standing, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
         return Injection(
             name,

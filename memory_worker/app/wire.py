@@ -16,6 +16,7 @@ from memory_worker.core.models import MAX_INT, BankInfo, Memory, Rule
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
+    "AnchorsInput",
     "BankCreateRequest",
     "BankCreateResponse",
     "BankDeleteRequest",
@@ -30,6 +31,9 @@ __all__ = [
     "GetResponse",
     "HistoryRequest",
     "HistoryResponse",
+    "LessonCard",
+    "LessonsMatchRequest",
+    "LessonsMatchResponse",
     "ListRequest",
     "ListResponse",
     "MemoryResponse",
@@ -76,9 +80,17 @@ def _blank_to_none(value: Any) -> Any:
     return None if isinstance(value, str) and not value.strip() else value
 
 
+def _words_to_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part for part in value.replace(",", " ").split() if part]
+    return value
+
+
 Text = Annotated[str, BeforeValidator(_scalar_to_text)]
 TextList = Annotated[list[Text], BeforeValidator(_text_to_list)]
 BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
+# A keyword group: a list of terms, or one string of them ("bedrock region" / "bedrock,region").
+Group = Annotated[list[Text], BeforeValidator(_words_to_list)]
 
 _BANK = "Bank; omitted: the calling session's bank, else the configured default."
 _EXPECTED = (
@@ -142,6 +154,32 @@ class BankDeleteResponse(Response):
 # --- memories --------------------------------------------------------------------------------
 
 
+class AnchorsInput(BaseModel):
+    """A lesson's anchors as a request gives them; checked and normalized at admission. Unknown
+    keys are refused (a misspelt `file` would silently anchor nothing)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    files: TextList = Field(
+        default_factory=list,
+        description="Root-relative files (`proto/user.proto`): the strongest anchor (score 1000).",
+    )
+    folders: TextList = Field(
+        default_factory=list,
+        description="Root-relative folders (`proto`): any path inside one matches (score 800).",
+    )
+    identifiers: TextList = Field(
+        default_factory=list,
+        description="Whole compound names (`configure_bedrock`, `CLAUDE_CODE_USE_BEDROCK`), "
+        "case-sensitive (score 700).",
+    )
+    keyword_groups: list[Group] = Field(
+        default_factory=list,
+        description="Groups of 2-4 specific terms that must ALL appear in a tool call (score "
+        "500); a single broad word never matches.",
+    )
+
+
 class SaveRequest(Request):
     bank: BankName = Field(
         default=None,
@@ -160,6 +198,30 @@ class SaveRequest(Request):
     pinned: bool = False
     session_id: Text | None = Field(
         default=None, description="Provenance session, when saved on behalf of a conversation."
+    )
+    category: Text | None = Field(
+        default=None,
+        description="fact, preference, procedure, context, correction or lesson. A `lesson` needs "
+        "`title`, `recommendation` and `anchors`, and is delivered by `memory::lessons::match` "
+        "(not by per-turn recall).",
+    )
+    title: Text | None = Field(
+        default=None,
+        description="A lesson's title, one line of at most 96 UTF-8 bytes: with the "
+        "recommendation, the card a model is shown.",
+    )
+    recommendation: Text | None = Field(
+        default=None,
+        description="A lesson's advice, at most 640 UTF-8 bytes. Name files and identifiers, not "
+        "line numbers (they go stale; keep positions in `evidence`).",
+    )
+    anchors: AnchorsInput | None = Field(
+        default=None, description="The files, folders, identifiers and keyword groups it is about."
+    )
+    evidence: TextList = Field(
+        default_factory=list,
+        description="A lesson's evidence pointers (commit, file:line, session entry): stored, "
+        "never injected.",
     )
 
 
@@ -195,6 +257,9 @@ class ListRequest(Request):
     )
     offset: int | None = Field(default=None, ge=0, le=MAX_INT)
     tag: Text | None = Field(default=None, description="Only memories carrying this tag.")
+    category: Text | None = Field(
+        default=None, description="Only memories of this category (`lesson` lists the lessons)."
+    )
 
 
 class ListResponse(Response):
@@ -212,6 +277,14 @@ class UpdateRequest(Request):
     )
     pinned: bool | None = None
     expected_revision: int | None = _expected_revision()
+    title: Text | None = Field(default=None, description="A lesson's new title.")
+    recommendation: Text | None = Field(default=None, description="A lesson's new recommendation.")
+    anchors: AnchorsInput | None = Field(
+        default=None, description="A lesson's new anchors (replace the old ones whole)."
+    )
+    evidence: TextList | None = Field(
+        default=None, description="A lesson's evidence pointers (replace; empty list clears)."
+    )
 
 
 class MemoryResponse(Response):
@@ -391,6 +464,75 @@ class PreviewResponse(Response):
     retrieval: str = Field(
         description="Retrieval mode that ran (`bm25-entity` or `bm25-entity-semantic`; `none` when "
         "memories are not injected)."
+    )
+
+
+# --- lessons ---------------------------------------------------------------------------------
+
+
+class LessonsMatchRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    tool: Text = Field(
+        description="The tool's name as the agent calls it (`Read`, `Bash`, `shell::fs::read`)."
+    )
+    arguments: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The tool call's arguments as the agent sent them (`file_path`, `path`, "
+        "`command`, `pattern`, …); paths, shell commands, patches and text are read from them.",
+    )
+    cwd: Text | None = Field(
+        default=None,
+        description="The tool's working directory (absolute, or relative to the workspace root).",
+    )
+    workspace_root: Text | None = Field(
+        default=None,
+        description="Absolute path anchors are relative to; omitted: `cwd`.",
+    )
+    conversation: Text | None = Field(
+        default=None,
+        description="Deliver each lesson revision once in this conversation (a session id): cards "
+        "already delivered are left out and the new ones are recorded. Omitted: nothing is "
+        "recorded and every matching card is returned.",
+    )
+    step: Text | None = Field(
+        default=None,
+        description="The step (or tool call id) this delivery belongs to: the same conversation "
+        "and step asked again (a retry) gets the same cards again.",
+    )
+
+
+class LessonCard(Response):
+    id: str
+    revision: int = Field(ge=0, le=MAX_INT)
+    title: str
+    recommendation: str
+    score: int = Field(
+        ge=0, le=MAX_INT, description="1000 file, 800 folder, 700 identifier, 500 keyword group."
+    )
+    matched: str = Field(description="The anchor that matched, e.g. `file proto/user.proto`.")
+
+
+class LessonsMatchResponse(Response):
+    bank: str
+    cards: list[LessonCard] = Field(
+        description="The cards delivered now: score descending, then id, complete cards within "
+        "`lesson_injection_tokens`."
+    )
+    message: str | None = Field(
+        default=None,
+        description="The `<memory lessons=…>` text carrying them, verbatim; absent when no card.",
+    )
+    matched: int = Field(ge=0, le=MAX_INT, description="Cards the call matched at all.")
+    already_delivered: int = Field(
+        ge=0, le=MAX_INT, description="Matched cards this conversation was already given."
+    )
+    withheld: int = Field(
+        ge=0,
+        le=MAX_INT,
+        description="Matched, undelivered cards that did not fit the budget: still eligible.",
+    )
+    paths: list[str] = Field(
+        description="The root-relative paths read from the call (what it was matched on)."
     )
 
 

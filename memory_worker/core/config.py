@@ -87,6 +87,18 @@ class Settings(BaseModel):
     embedding_model: str = Field(
         default="", description="Embedding model; empty uses the provider default."
     )
+    inject_lessons: bool = Field(
+        default=True,
+        description="Append the lesson cards matching a turn's tool calls on its later steps.",
+    )
+    lesson_injection_tokens: int = Field(
+        default=8000,
+        ge=1,
+        le=64_000,
+        description="Token budget of the lesson cards delivered for one tool call or step (about "
+        "4 UTF-8 bytes a token, card framing included, 1 through 64000); a card that does not "
+        "fit stays eligible.",
+    )
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

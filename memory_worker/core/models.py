@@ -17,6 +17,7 @@ from pydantic.json_schema import JsonSchemaValue
 
 __all__ = [
     "MAX_INT",
+    "Anchors",
     "BankEvent",
     "BankInfo",
     "Confidence",
@@ -84,6 +85,38 @@ class Provenance(BaseModel):
     agent: str | None = None
 
 
+class Anchors(BaseModel):
+    """What a lesson is about, as literals a tool call can name: root-relative files and folders,
+    whole identifiers, and groups of 2-4 specific keywords that must all appear. Normalized at
+    admission (`core.lessons.prepare_anchors`)."""
+
+    model_config = _RECORD
+
+    files: tuple[str, ...] = Field(
+        default=(), description="Root-relative files (`proto/user.proto`); an exact path match."
+    )
+    folders: tuple[str, ...] = Field(
+        default=(),
+        description="Root-relative folders (`proto`); a path inside one matches, component by "
+        "component (`proto2/x` is not inside `proto`).",
+    )
+    identifiers: tuple[str, ...] = Field(
+        default=(),
+        description="Whole names (`configure_bedrock`, `CLAUDE_CODE_USE_BEDROCK`), matched exactly "
+        "and case-sensitively; single words are refused as too broad.",
+    )
+    keyword_groups: tuple[tuple[str, ...], ...] = Field(
+        default=(),
+        description="Groups of 2-4 specific lowercase terms, all required; a call's words come "
+        "from its text and from splitting its identifiers into snake/camel words.",
+    )
+
+    def count(self) -> int:
+        return (
+            len(self.files) + len(self.folders) + len(self.identifiers) + len(self.keyword_groups)
+        )
+
+
 class Memory(BaseModel):
     """One memory item. Serialized whole as a `memories.jsonl` line; replay is last-wins by
     `id`, so an update appends a full record with a bumped `revision` and a delete appends a
@@ -146,15 +179,32 @@ class Memory(BaseModel):
     )
     # Room for the capabilities that build on this record (C19–C23); unset means "not used".
     category: str | None = Field(
-        default=None, description="fact, preference, procedure, context or correction (optional)."
+        default=None,
+        description="fact, preference, procedure, context, correction or lesson (optional). A "
+        "`lesson` carries `title`, `recommendation` and `anchors` and is delivered by "
+        "`memory::lessons::match`, not by per-turn recall.",
     )
     subject: str | None = Field(
         default=None, description="The person this memory is about, for per-subject scoping."
     )
     context: str | None = Field(default=None, description="Conversation context at capture time.")
     intention: str | None = Field(default=None, description="What the agent was trying to do.")
-    anchors: tuple[str, ...] | None = Field(
+    title: str | None = Field(
+        default=None,
+        description="A lesson's title, at most 96 UTF-8 bytes (the card's first line).",
+    )
+    recommendation: str | None = Field(
+        default=None,
+        description="A lesson's recommendation, at most 640 UTF-8 bytes: with the title, all a "
+        "model is shown.",
+    )
+    anchors: Anchors | None = Field(
         default=None, description="Files, folders, identifiers or keyword groups it applies to."
+    )
+    evidence: tuple[str, ...] | None = Field(
+        default=None,
+        description="A lesson's evidence pointers (commit, file:line, session entry): kept with "
+        "the record, never injected.",
     )
     expires_at: int | None = Field(
         default=None, ge=0, le=MAX_INT, description="Retention deadline, epoch ms."

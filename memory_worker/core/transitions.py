@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from memory_worker.core.errors import Conflict, InvalidInput
-from memory_worker.core.models import Confidence, ItemEvent, Memory, Provenance
+from memory_worker.core.lessons import LESSON
+from memory_worker.core.models import Anchors, Confidence, ItemEvent, Memory, Provenance
 from memory_worker.core.redact import redact
 from memory_worker.core.text import collapse_whitespace
 
@@ -119,6 +120,11 @@ def new_memory(
     pinned: bool = False,
     confidence: Confidence = Confidence.STATED,
     source: Provenance | None = None,
+    category: str | None = None,
+    title: str | None = None,
+    recommendation: str | None = None,
+    anchors: Anchors | None = None,
+    evidence: tuple[str, ...] | None = None,
     now_ms: int,
 ) -> Memory:
     return Memory(
@@ -132,7 +138,38 @@ def new_memory(
         created_at=now_ms,
         updated_at=now_ms,
         stated_at=now_ms,
+        category=category,
+        title=title,
+        recommendation=recommendation,
+        anchors=anchors,
+        evidence=evidence,
     )
+
+
+def _card(memory: Memory) -> tuple[object, ...]:
+    return (memory.category, memory.title, memory.recommendation, memory.anchors, memory.evidence)
+
+
+def _merged_card(existing: Memory, fresh: Memory) -> dict[str, object]:
+    """The card fields a re-save keeps. A save that names no category reinforces whatever card the
+    text has; a lesson saved over a different card (or a card over a lesson) would overwrite
+    another writer's lesson unseen, so it is refused: that change is `update` with a revision."""
+    if fresh.category is None or _card(fresh) == _card(existing):
+        return {}
+    if not existing.live:
+        return dict(
+            zip(
+                ("category", "title", "recommendation", "anchors", "evidence"),
+                _card(fresh),
+                strict=True,
+            )
+        )
+    if LESSON in (existing.category, fresh.category):
+        raise Conflict(
+            f"memory {existing.id} already holds this text with a different card (revision "
+            f"{existing.revision}); change it with memory::update and expected_revision"
+        )
+    return {"category": existing.category or fresh.category}
 
 
 def reinforce(existing: Memory, *, now_ms: int) -> Memory:
@@ -160,6 +197,7 @@ def save(
     if existing is None:
         return fresh, ItemEvent.CREATED, True
     now_ms = fresh.updated_at
+    card = _merged_card(existing, fresh)
     merged = reinforce(existing, now_ms=now_ms).model_copy(
         update={
             "entities": _union(existing.entities, fresh.entities),
@@ -167,6 +205,7 @@ def save(
             "pinned": existing.pinned or fresh.pinned,
             "confidence": max(existing.confidence, fresh.confidence, key=_TRUST.__getitem__),
             "source": existing.source or fresh.source,
+            **card,
         }
     )
     if existing.live:
@@ -183,10 +222,22 @@ def update(
     entities: tuple[str, ...] | None = None,
     tags: tuple[str, ...] | None = None,
     pinned: bool | None = None,
+    title: str | None = None,
+    recommendation: str | None = None,
+    anchors: Anchors | None = None,
+    evidence: tuple[str, ...] | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag and entity edits do not."""
+    statement (`stated_at`); pin, tag, entity and card edits do not."""
     changes: dict[str, object] = {}
+    for field, value in (
+        ("title", title),
+        ("recommendation", recommendation),
+        ("anchors", anchors),
+        ("evidence", evidence),
+    ):
+        if value is not None and value != getattr(existing, field):
+            changes[field] = value
     if text is not None and text != existing.text:
         changes["text"] = text
         changes["stated_at"] = max(now_ms, existing.last_stated_at)

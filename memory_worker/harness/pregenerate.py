@@ -12,6 +12,10 @@ Append-only by construction (prompt caches and the transcript stay valid):
   gets it again.
 - On a turn's first step (`step == 0`) up to `recall_limit` memories arrive as one appended
   `<memory bank=…>` message, minus those the window already carries.
+- On its later steps, the tool calls the window shows since its newest user message are matched
+  against the bank's lessons, and the cards this session was not given yet arrive as one appended
+  `<memory lessons=…>` message (each lesson revision once per session, kept in the state worker;
+  a retried step gets the same cards).
 
 It never denies and never fails a turn: a failed session lookup keeps what the session already has
 (nothing new), and the whole computation runs under `HOOK_BUDGET_S`, past which the same
@@ -21,13 +25,16 @@ keep-what-you-have reply is sent.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from memory_worker.app.lessons import ToolCall
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.injection import (
@@ -40,12 +47,15 @@ from memory_worker.core.injection import (
 from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
 
-__all__ = ["HOOK_BUDGET_S", "HookEnvelope", "PreGenerate", "user_message"]
+__all__ = ["HOOK_BUDGET_S", "HookEnvelope", "PreGenerate", "step_calls", "user_message"]
 
 log = structlog.get_logger(__name__)
 
 HOOK_BUDGET_S = 2.5  # under the binding's 3 s timeout: our own fail-open comes first
 MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extracted
+MAX_STEP_CALLS = 32  # the newest tool calls a step matches: a long turn costs no more than this
+# Content blocks that carry a tool call: the harness's own, and the shapes providers pass through.
+_CALL_BLOCKS = frozenset({"function_call", "tool_call", "tool_use", "toolCall"})
 
 
 class GenerateInput(BaseModel):
@@ -86,6 +96,53 @@ def _query(messages: list[Any]) -> str:
             if text and not text.startswith(MEMORY_PREFIX):
                 return text
     return ""
+
+
+def _call_of(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    name = block.get("function_id") or block.get("name")
+    arguments = block.get("arguments", block.get("input"))
+    if isinstance(arguments, str):  # some providers pass the arguments as JSON text
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return None
+    return name, arguments
+
+
+def step_calls(messages: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The tool calls the window shows since its newest user message (function results are their
+    own role; our own `<memory>` blocks are user messages, so calls a step already matched and
+    appended lessons for are behind one): `(tool, arguments)`, oldest first, the newest
+    `MAX_STEP_CALLS`."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for message in reversed(messages):
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "user":
+            break
+        content = message.get("content")
+        if role != "assistant" or not isinstance(content, list):
+            continue
+        for block in reversed(content):
+            if isinstance(block, dict) and block.get("type") in _CALL_BLOCKS:
+                call = _call_of(block)
+                if call is not None:
+                    calls.append(call)
+        if len(calls) >= MAX_STEP_CALLS:
+            break
+    return calls[:MAX_STEP_CALLS][::-1]
+
+
+def _workspace(metadata: Any) -> tuple[str | None, str | None]:
+    """`(cwd, workspace_root)` from the turn metadata, when the harness or the caller puts them
+    there: what absolute paths in tool calls are relative to."""
+    if not isinstance(metadata, dict):
+        return None, None
+    cwd, root = metadata.get("cwd"), metadata.get("workspace_root")
+    return (cwd if isinstance(cwd, str) else None), (root if isinstance(root, str) else None)
 
 
 def _shown_update(messages: list[Any]) -> str | None:
@@ -237,6 +294,8 @@ class PreGenerate:
             assert bank is not None
             reply.annotations["memory_bank"] = bank
             section = await self._section_and_memories(env, bank, resolution.exists, reply)
+            if resolution.exists and (env.step or 0) > 0 and self._service.settings.inject_lessons:
+                await self._lessons(env, session_id, bank, reply)
         first_sight = record.system is None
         delivered = self._deliver(env, record, section, reply)
         if (changed or first_sight) and persist:
@@ -273,6 +332,28 @@ class PreGenerate:
         if plan.retrieval != "none" and first_step:
             reply.annotations["memory_retrieval"] = plan.retrieval
         return plan.section
+
+    async def _lessons(self, env: HookEnvelope, session_id: str, bank: str, reply: _Reply) -> None:
+        """The lesson cards this step's tool calls earn, as one appended message. Fail-open: a
+        ledger that cannot answer, or anything else, adds nothing (the cards stay eligible)."""
+        found = step_calls(env.messages)
+        if not found:
+            return
+        cwd, root = _workspace(env.metadata)
+        calls = [ToolCall(tool, arguments, cwd, root) for tool, arguments in found]
+        try:
+            delivery = await self._service.deliver_lessons(
+                bank, calls, conversation=session_id, step=f"{env.turn_id or ''}:{env.step or 0}"
+            )
+        except SiblingUnavailable as exc:
+            log.warning("hook_lessons_unavailable", session_id=session_id, error=str(exc))
+            return
+        except Exception:
+            log.exception("hook_lessons_failed", session_id=session_id)
+            return
+        if delivery.message is not None:
+            reply.append.append(user_message(delivery.message, self._service.clock()))
+            reply.annotations["memory_lessons"] = [m.memory.id for m in delivery.cards]
 
     def _deliver(
         self, env: HookEnvelope, record: SessionRecord, section: str, reply: _Reply

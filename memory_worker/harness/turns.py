@@ -168,6 +168,7 @@ class TurnPipeline:
         session_id = payload.get("session_id") if isinstance(payload, dict) else None
         if isinstance(session_id, str) and session_id:
             await self._state.drop(session_id)
+            await self._service.forget_deliveries(session_id)  # what lessons it was given
         return {"ok": True}
 
     async def settle(self) -> None:

@@ -28,9 +28,11 @@ import structlog
 import yaml
 
 from memory_worker.core.errors import Conflict, StorageError
+from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import LexicalIndex
+from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage, DurabilityWarnings
@@ -91,6 +93,7 @@ class Bank:
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
+        self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
@@ -186,6 +189,12 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self._index_lessons()
+
+    def _index_lessons(self) -> None:
+        for record in self._memories.values():
+            if record.live and record.anchors is not None and is_lesson(record):
+                self.lessons.add(record.id, record.anchors)
 
     def _load_vectors(self) -> None:
         records, skipped = load_vectors(self.path / VECTORS_FILE)
@@ -395,6 +404,10 @@ class Bank:
             return
         self._applied += 1
         self._memories[record.id] = record
+        if record.live and record.anchors is not None and is_lesson(record):
+            self.lessons.add(record.id, record.anchors)
+        else:
+            self.lessons.remove(record.id)
         if previous is not None:
             self._unmap_text(previous)
         self._map_text(record)
@@ -533,6 +546,8 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self.lessons = LessonIndex()
+        self._index_lessons()
         self._load_vectors()
 
     def _release_held(self) -> None:

@@ -278,6 +278,38 @@ def assistant_message(text: str, ts: int | None = None) -> JSON:
     }
 
 
+def function_call(function_id: str, ts: int | None = None, **arguments: Any) -> JSON:
+    """The assistant message of a step whose model called one function."""
+    return {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "function_call",
+                "id": "call-1",
+                "function_id": function_id,
+                "arguments": arguments,
+            }
+        ],
+        "stop_reason": "function_call",
+        "model": "fake-model",
+        "provider": "fake",
+        "timestamp": ts or now_ms(),
+    }
+
+
+def function_result(text: str = "ok", ts: int | None = None) -> JSON:
+    """The harness's record of a function call's result (its own role, not a user message)."""
+    return {
+        "role": "function_result",
+        "function_call_id": "call-1",
+        "function_id": "shell::fs::read",
+        "content": [{"type": "text", "text": text}],
+        "details": {},
+        "is_error": False,
+        "timestamp": ts or now_ms(),
+    }
+
+
 def envelope(
     session_id: str,
     turn_id: str,

@@ -28,6 +28,8 @@ from .siblings import (
     FakeState,
     FakeSubscriber,
     envelope,
+    function_call,
+    function_result,
     turn_event,
     user_message,
 )
@@ -216,6 +218,52 @@ class TestHook:
             window += third.appended
             fourth = harness.hook(envelope("s1", "t2", 1, window))
             assert fourth.appended == []
+
+    def test_a_tool_call_earns_its_lesson_on_the_next_step_and_never_again(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        with FakeHarness(engine.url) as harness, FakeState(engine.url) as state:
+            worker: WorkerProcess = spawn()
+            harness.wait_bound("harness::hook::pre-generate")
+            saved = cli.call(
+                "memory::save",
+                {
+                    "text": "Editing the proto files needs make gen, or the stubs go stale.",
+                    "category": "lesson",
+                    "title": "Run make gen after editing protos",
+                    "recommendation": "After editing `proto/*.proto`, run `make gen`.",
+                    "anchors": {"files": ["proto/user.proto"]},
+                },
+            )["memory"]
+            window = [user_message("rename the user's email field")]
+
+            def lessons(run: Any) -> list[str]:
+                return [t for t in texts(run.appended) if t.startswith('<memory lessons="main">')]
+
+            for step in (0, 1):
+                run = harness.hook(envelope("s1", "t1", step, window))
+                assert run.errors == [] and lessons(run) == []
+                window += run.appended
+            # What the model did at step 1: read the proto (and the harness ran it).
+            window += [function_call("shell::fs::read", path="proto/user.proto"), function_result()]
+            second = harness.hook(envelope("s1", "t1", 2, window))
+            [block] = lessons(second)
+            assert "Run make gen after editing protos" in block
+            assert second.annotations["memory_lessons"] == [saved["id"]]
+            window += second.appended
+            key = f"main/{saved['id']}@{saved['revision']}"
+            assert key in state.data["memory_lessons"]["s1"]["delivered"]
+
+            window += [function_call("shell::fs::read", path="proto/user.proto"), function_result()]
+            assert lessons(harness.hook(envelope("s1", "t1", 3, window))) == []
+            worker.restart()  # what the session was given is in the state worker, not in RAM
+            window += [
+                user_message("now the phone field"),
+                function_call("Read", path="proto/user.proto"),
+            ]
+            assert lessons(harness.hook(envelope("s1", "t2", 1, window))) == []
+            other = [user_message("hi"), function_call("shell::fs::read", path="proto/user.proto")]
+            assert len(lessons(harness.hook(envelope("s2", "t1", 1, other)))) == 1
 
     def test_what_a_session_was_told_survives_a_worker_restart(
         self, engine: EngineDouble, spawn: Any, cli: Cli

@@ -50,6 +50,7 @@ from memory_worker.adapters.console.settings_view import describe
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
+from memory_worker.app.lessons import KeyValueDeliveries
 from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
@@ -193,6 +194,8 @@ class EngineWorker:
             emitter=self._emitter,
             embedder=self.local_embedder,
             siblings=lambda: probe_siblings(call),
+            # What lessons each session was given lives beside what its prompt was told.
+            deliveries=KeyValueDeliveries(StateClient(call)),
         )
         if service.embedder is None and self.router_embeddings:
             service.embedder = RouterEmbedder(call, lambda: service.settings)

@@ -1,0 +1,404 @@
+"""Lesson cards: their fields' checks and normal forms, the card text, packing cards in a budget.
+
+A lesson is a memory with `category: "lesson"`, a `title`, a `recommendation` and `anchors`
+(literal root-relative files and folders, whole identifiers, groups of 2-4 specific keywords). The
+CARD (title and recommendation) is all a model is shown; evidence and provenance stay on the
+record. Anchors are normalized here, once, at admission, so matching a tool call is a handful of
+exact lookups.
+Budgets count approximate tokens: one token per 4 UTF-8 bytes, card framing included.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.models import Anchors, Memory
+from memory_worker.core.redact import redact
+from memory_worker.core.text import STOPWORDS, collapse_whitespace
+
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "CATEGORIES",
+    "IDENTIFIER",
+    "LESSON",
+    "MAX_RECOMMENDATION_BYTES",
+    "MAX_TITLE_BYTES",
+    "Card",
+    "LessonBlock",
+    "anchors_from",
+    "is_lesson",
+    "lesson_key",
+    "normalize_path",
+    "prepare_anchors",
+    "prepare_card",
+    "prepare_category",
+    "prepare_evidence",
+    "prepare_recommendation",
+    "prepare_title",
+    "render_card",
+    "render_lessons",
+    "split_words",
+    "tokens",
+]
+
+LESSON = "lesson"
+# The categories a memory may carry: the record's documented set plus lessons.
+CATEGORIES = frozenset({"fact", "preference", "procedure", "context", "correction", LESSON})
+
+MAX_TITLE_BYTES = 96  # seed 002: a card's title
+MAX_RECOMMENDATION_BYTES = 640  # seed 002: a card's recommendation
+MIN_CARD_CHARS = 3
+MAX_ANCHORS_PER_KIND = 32  # a card about more than this is not about anything in particular
+MAX_PATH_CHARS = 512
+MAX_IDENTIFIER_CHARS = 128
+MIN_GROUP_TERMS = 2  # one broad word alone never retrieves a card
+MAX_GROUP_TERMS = 4
+MIN_TERM_CHARS = 3  # "db", "io": too broad to be a specific term
+MAX_EVIDENCE = 16
+MAX_EVIDENCE_CHARS = 300
+BYTES_PER_TOKEN = 4
+
+# A name in code or configuration: `configure_bedrock`, `CLAUDE_CODE_USE_BEDROCK`, `MemoryService`.
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Topic words of a name: snake_case parts, camelCase humps (`HTTPServer` → http, server), digits
+# kept on the word they follow (`sha256`, `utf8`).
+_WORD = re.compile(r"[A-Z]+[0-9]*(?![a-z])|[A-Z]?[a-z]+[0-9]*|[0-9]+")
+_GLOB = re.compile(r"[*?\[\]{}]")
+# `src/app.py:42` in a card goes stale with the next edit above line 42 (seed 002: admission
+# detects literal file:line pointers); evidence is where positions belong.
+_POSITION = re.compile(
+    r"(?<![\w/:.])(?:[\w.-]+/)*[\w.-]+\.(?:py|pyi|ts|tsx|js|jsx|mjs|rs|go|java|kt|kts|c|h|cc|cpp|"
+    r"hpp|cs|rb|php|swift|scala|proto|sql|sh|bash|yaml|yml|json|toml|md|rst|txt|ini|cfg|lua|ex|exs|"
+    r"erl|hs|ml|vue|svelte|css|scss|html):\d+"
+)
+
+
+def is_lesson(memory: Memory) -> bool:
+    return memory.category == LESSON and memory.anchors is not None
+
+
+def lesson_key(bank: str, memory: Memory) -> str:
+    """What "delivered once per conversation" counts: a bank's id at one revision."""
+    return f"{bank}/{memory.id}@{memory.revision}"
+
+
+def tokens(text: str) -> int:
+    """Approximate tokens of `text`: UTF-8 bytes / 4, rounded up."""
+    return -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN)
+
+
+@lru_cache(maxsize=65_536)
+def split_words(name: str) -> tuple[str, ...]:
+    """The lowercase topic words of an identifier (`CLAUDE_CODE_USE_BEDROCK` → claude, code, use,
+    bedrock; `configureBedrock` → configure, bedrock)."""
+    return tuple(word.lower() for word in _WORD.findall(name))
+
+
+def normalize_path(raw: str) -> str | None:
+    """A root-relative path in one spelling (`./a//b/../c/` → `a/c`), or None when it is empty,
+    absolute, or climbs out of the root. Lexical only: nothing is looked up on disk."""
+    path = raw.strip().replace("\\", "/")
+    if not path or path.startswith("/") or _drive(path):
+        return None
+    path = posixpath.normpath(path)
+    if path == "." or path == ".." or path.startswith("../"):
+        return None
+    return path
+
+
+def _drive(path: str) -> bool:
+    return len(path) >= 2 and path[1] == ":" and path[0].isalpha()
+
+
+# --- admission -------------------------------------------------------------------------------
+
+
+def _check_unicode(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
+
+
+def _card_text(raw: str, field: str, max_bytes: int, *, one_line: bool) -> tuple[str, list[str]]:
+    _check_unicode(raw, field)
+    redaction = redact(raw)
+    text = collapse_whitespace(redaction.text) if one_line else redaction.text.strip()
+    if len(text) < MIN_CARD_CHARS:
+        raise InvalidInput(f"{field} must be at least {MIN_CARD_CHARS} characters")
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidInput(f"{field} must be at most {max_bytes} UTF-8 bytes (got {size})")
+    position = _POSITION.search(text)
+    if position is not None:
+        raise InvalidInput(
+            f"{field} cites a source position ({position.group(0)}); name the file and the "
+            "identifier instead (positions go stale with the next edit) and keep positions in "
+            "evidence"
+        )
+    return text, list(redaction.labels)
+
+
+def prepare_title(raw: str) -> tuple[str, list[str]]:
+    """One line, redacted, at most 96 UTF-8 bytes; returns the title and the redaction labels."""
+    return _card_text(raw, "title", MAX_TITLE_BYTES, one_line=True)
+
+
+def prepare_recommendation(raw: str) -> tuple[str, list[str]]:
+    """Redacted, trimmed, at most 640 UTF-8 bytes; returns it and the redaction labels."""
+    return _card_text(raw, "recommendation", MAX_RECOMMENDATION_BYTES, one_line=False)
+
+
+def prepare_evidence(values: Iterable[str]) -> tuple[tuple[str, ...], list[str]]:
+    """Evidence pointers (a commit, a file:line, a session entry): redacted, one line each,
+    deduplicated, bounded. Stored with the lesson, never injected."""
+    out: list[str] = []
+    labels: list[str] = []
+    for raw in values:
+        _check_unicode(raw, "evidence")
+        redaction = redact(raw)
+        labels.extend(redaction.labels)
+        value = collapse_whitespace(redaction.text)
+        if not value or value in out:
+            continue
+        if len(value) > MAX_EVIDENCE_CHARS:
+            raise InvalidInput(
+                f"each evidence item must be at most {MAX_EVIDENCE_CHARS} characters"
+            )
+        out.append(value)
+    if len(out) > MAX_EVIDENCE:
+        raise InvalidInput(f"at most {MAX_EVIDENCE} evidence items (got {len(out)})")
+    return tuple(out), labels
+
+
+def _no_secret(raw: str, kind: str) -> None:
+    """Anchors are stored and matched verbatim, so a secret cannot be redacted out of one: refuse
+    it instead."""
+    labels = redact(raw).labels
+    if labels:
+        raise InvalidInput(f"{kind} must not hold a secret (looks like {', '.join(labels)})")
+
+
+def _anchor_path(raw: str, kind: str) -> str:
+    _check_unicode(raw, kind)
+    _no_secret(raw, kind)
+    text = raw.strip()
+    if len(text) > MAX_PATH_CHARS:
+        raise InvalidInput(f"each of {kind} must be at most {MAX_PATH_CHARS} characters")
+    if _GLOB.search(text):
+        raise InvalidInput(
+            f"{kind} are literal paths, not patterns ({text!r}); anchor the folder instead"
+        )
+    if text.replace("\\", "/").startswith("/") or _drive(text):
+        raise InvalidInput(f"{kind} must be root-relative (like proto/user.proto), got {text!r}")
+    path = normalize_path(text)
+    if path is None:
+        raise InvalidInput(f"{kind} must name a path inside the workspace, got {text!r}")
+    return path
+
+
+def _identifier(raw: str) -> str:
+    _check_unicode(raw, "identifiers")
+    _no_secret(raw, "identifiers")
+    name = raw.strip()
+    if len(name) > MAX_IDENTIFIER_CHARS or not IDENTIFIER.fullmatch(name):
+        raise InvalidInput(
+            f"identifiers are names like configure_bedrock or CLAUDE_CODE_USE_BEDROCK (letters, "
+            f"digits and _, at most {MAX_IDENTIFIER_CHARS} characters), got {name!r}"
+        )
+    if len(split_words(name)) < 2:
+        raise InvalidInput(
+            f"identifier {name!r} is a single word, too broad to anchor a lesson; use a compound "
+            "name or a keyword group of 2-4 specific terms"
+        )
+    return name
+
+
+def _term(raw: str) -> str:
+    _check_unicode(raw, "keyword_groups")
+    term = raw.strip().lower()
+    if split_words(term) != (term,):
+        raise InvalidInput(f"each keyword is one word of letters and digits, got {raw!r}")
+    if len(term) < MIN_TERM_CHARS or term in STOPWORDS or term.isdigit():
+        raise InvalidInput(f"keyword {raw!r} is too broad to be a specific term")
+    return term
+
+
+def _group(raw: Sequence[str]) -> tuple[str, ...]:
+    terms = sorted({_term(term) for term in raw})  # repeated words never add
+    if not MIN_GROUP_TERMS <= len(terms) <= MAX_GROUP_TERMS:
+        raise InvalidInput(
+            f"a keyword group needs {MIN_GROUP_TERMS}-{MAX_GROUP_TERMS} distinct specific terms, "
+            f"got {list(raw)!r}"
+        )
+    return tuple(terms)
+
+
+def _unique(values: Iterable[str], kind: str) -> tuple[str, ...]:
+    out = tuple(dict.fromkeys(values))
+    if len(out) > MAX_ANCHORS_PER_KIND:
+        raise InvalidInput(f"at most {MAX_ANCHORS_PER_KIND} {kind} per lesson (got {len(out)})")
+    return out
+
+
+def prepare_anchors(
+    files: Iterable[str] = (),
+    folders: Iterable[str] = (),
+    identifiers: Iterable[str] = (),
+    keyword_groups: Iterable[Sequence[str]] = (),
+) -> Anchors:
+    """Checked, normalized and deduplicated anchors (at least one); raises `InvalidInput`."""
+    anchors = Anchors(
+        files=_unique((_anchor_path(p, "files") for p in files), "files"),
+        folders=_unique((_anchor_path(p, "folders") for p in folders), "folders"),
+        identifiers=_unique((_identifier(n) for n in identifiers), "identifiers"),
+        keyword_groups=tuple(
+            dict.fromkeys(_group(g) for g in keyword_groups)
+        ),  # groups compare as sorted tuples
+    )
+    if len(anchors.keyword_groups) > MAX_ANCHORS_PER_KIND:
+        raise InvalidInput(f"at most {MAX_ANCHORS_PER_KIND} keyword_groups per lesson")
+    if anchors.count() == 0:
+        raise InvalidInput(
+            "a lesson needs at least one anchor: files, folders, identifiers or keyword_groups"
+        )
+    return anchors
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A save's category and, for a lesson, its checked card fields."""
+
+    category: str | None = None
+    title: str | None = None
+    recommendation: str | None = None
+    anchors: Anchors | None = None
+    evidence: tuple[str, ...] | None = None
+
+
+def prepare_category(raw: str | None) -> str | None:
+    if raw is None or not raw.strip():
+        return None
+    category = raw.strip().lower()
+    if category not in CATEGORIES:
+        raise InvalidInput(f"category must be one of {', '.join(sorted(CATEGORIES))}, got {raw!r}")
+    return category
+
+
+def prepare_card(
+    category: str | None,
+    title: str | None,
+    recommendation: str | None,
+    anchors: Mapping[str, Any] | None,
+    evidence: Sequence[str],
+) -> tuple[Card, list[str]]:
+    """The category and lesson fields of a save, checked whole; returns them and the redaction
+    labels. A lesson needs all three card fields; the others must not carry any."""
+    kind = prepare_category(category)
+    if kind != LESSON:
+        if title is not None or recommendation is not None or anchors is not None or evidence:
+            raise InvalidInput(
+                "title, recommendation, anchors and evidence are lesson fields: set category to "
+                "lesson"
+            )
+        return Card(category=kind), []
+    if title is None or recommendation is None or anchors is None:
+        raise InvalidInput("a lesson needs title, recommendation and anchors")
+    clean_title, labels = prepare_title(title)
+    clean_recommendation, more = prepare_recommendation(recommendation)
+    kept, evidence_labels = prepare_evidence(evidence)
+    card = Card(
+        category=LESSON,
+        title=clean_title,
+        recommendation=clean_recommendation,
+        anchors=anchors_from(anchors),
+        evidence=kept or None,
+    )
+    return card, [*labels, *more, *evidence_labels]
+
+
+def _items(value: Any, *, words: bool = False) -> list[str]:
+    """A list of strings as a request may give it: a list, or one string (comma-separated; for a
+    keyword group, words too)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        parts = value.replace(",", " ").split() if words else value.split(",")
+        return [part.strip() for part in parts if part.strip()]
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    raise InvalidInput(f"expected a list of strings, got {type(value).__name__}")
+
+
+def anchors_from(raw: Mapping[str, Any]) -> Anchors:
+    """`prepare_anchors` over a mapping as a request or an import row gives it."""
+    unknown = set(raw) - {"files", "folders", "identifiers", "keyword_groups"}
+    if unknown:
+        raise InvalidInput(f"unknown anchor kinds {sorted(unknown)}")
+    return prepare_anchors(
+        files=_items(raw.get("files")),
+        folders=_items(raw.get("folders")),
+        identifiers=_items(raw.get("identifiers")),
+        keyword_groups=[_items(g, words=True) for g in _items_raw(raw.get("keyword_groups"))],
+    )
+
+
+def _items_raw(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]  # one group given alone
+
+
+# --- the injected text -----------------------------------------------------------------------
+
+
+def render_card(memory: Memory) -> str:
+    """One card: its id and revision (so a receipt can name it), the title, the recommendation."""
+    return (
+        f'<lesson id="{memory.id}" revision="{memory.revision}">\n'
+        f"{memory.title}\n{memory.recommendation}\n</lesson>\n"
+    )
+
+
+def _envelope(bank: str) -> tuple[str, str]:
+    return (
+        f'<memory lessons="{bank}">\n'
+        "Lessons from earlier work on the files and names this step touches. Each is given once "
+        "per conversation; follow it unless the code in front of you says otherwise.\n",
+        "</memory>",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LessonBlock:
+    message: str | None
+    included: list[Memory]
+
+
+def render_lessons(bank: str, cards: Sequence[Memory], budget_tokens: int) -> LessonBlock:
+    """The `<memory lessons=…>` message: complete cards in the given order while the whole message
+    stays within `budget_tokens`. A card that does not fit is skipped (it stays eligible for a
+    later match) and smaller ones after it are still tried."""
+    head, tail = _envelope(bank)
+    budget = budget_tokens * BYTES_PER_TOKEN - len(head.encode()) - len(tail.encode())
+    parts: list[str] = []
+    included: list[Memory] = []
+    for memory in cards:
+        card = render_card(memory)
+        size = len(card.encode("utf-8"))
+        if size > budget:
+            continue
+        budget -= size
+        parts.append(card)
+        included.append(memory)
+    if not included:
+        return LessonBlock(None, [])
+    return LessonBlock(head + "".join(parts) + tail, included)

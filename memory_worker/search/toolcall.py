@@ -1,0 +1,414 @@
+"""What a tool call names: the root-relative paths, whole identifiers and words lessons match on.
+
+Deterministic and local: only the call's own text is read — no model, no network, no file-system
+lookup. Native path fields come first; shell commands add their arguments (`cd dir && …` moves the
+working directory for what follows), patch and diff headers their files, globs their literal
+folder. Every path is read against the tool's working directory and, when relative, as written
+from the workspace root; lexically normalized, and dropped when it leaves the root. An opaque
+script that never names its files names nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TypeGuard
+
+from memory_worker.core.lessons import IDENTIFIER, MAX_IDENTIFIER_CHARS, normalize_path, split_words
+
+__all__ = ["Signals", "ancestors", "signals"]
+
+# Bounds on what one call is read for: a Write of a whole file must not cost the step a scan of
+# megabytes. Paths come first (they are short); text beyond these limits adds no identifiers.
+MAX_SCAN_CHARS_PER_VALUE = 8_192
+MAX_SCAN_CHARS = 32_768
+MAX_SHELL_CHARS = 8_192
+MAX_DEPTH = 6  # nested argument objects (MultiEdit `edits`, MCP payloads)
+MAX_PATHS = 64
+
+# Native path fields of the coding agents' tools (Claude Code Read/Edit/Write/NotebookEdit/LS,
+# Grep/Glob `path`, iii shell `path`, generic MCP file tools).
+_PATH_KEYS = frozenset(
+    {
+        "file_path",
+        "filePath",
+        "filepath",
+        "notebook_path",
+        "path",
+        "paths",
+        "file",
+        "files",
+        "filename",
+        "dir",
+        "directory",
+        "folder",
+        "target_file",
+        "source",
+        "destination",
+        "old_path",
+        "new_path",
+        "from",
+        "to",
+    }
+)
+_COMMAND_KEYS = frozenset({"command", "cmd", "script"})  # a shell command line (or a patch)
+_ARGV_KEYS = frozenset({"args", "argv"})  # iii `shell::exec {command, args}`
+_CWD_KEYS = frozenset({"cwd", "workdir", "working_directory", "workingDirectory"})
+_GLOB_KEYS = frozenset({"glob", "include"})
+# Free text (file contents, edit strings, regexes, prompts): read for names and words, never taken
+# for a path (code is full of `a/b`).
+_TEXT_KEYS = frozenset(
+    {
+        "content",
+        "old_string",
+        "new_string",
+        "new_source",
+        "text",
+        "pattern",
+        "query",
+        "prompt",
+        "description",
+        "message",
+        "body",
+        "stdin",
+        "todos",
+    }
+)
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&", "\n"})
+_CD = frozenset({"cd", "pushd"})
+_GLOB_CHARS = frozenset("*?[{")
+_PATCH_HEADERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+_DIFF_HEADERS = ("+++ ", "--- ")
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What one tool call names: root-relative paths (in the order found), whole identifiers and
+    lowercase words."""
+
+    paths: tuple[str, ...] = ()
+    identifiers: frozenset[str] = frozenset()
+    words: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class _Reader:
+    root: str | None  # the workspace root, absolute, posix
+    cwd: str | None  # the working directory, root-relative ("" = the root); None = unknown
+    glob_pattern: bool  # the tool's `pattern` is a path glob (Glob), not a regex (Grep)
+    glob_base: str | None = None  # where such a pattern starts: the tool's `path`, else the cwd
+    paths: dict[str, None] = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list)
+    scanned: int = 0
+
+    def text(self, value: str) -> None:
+        if self.scanned >= MAX_SCAN_CHARS:
+            return
+        piece = value[: min(MAX_SCAN_CHARS_PER_VALUE, MAX_SCAN_CHARS - self.scanned)]
+        self.scanned += len(piece)
+        self.texts.append(piece)
+
+    def path(
+        self, raw: str, cwd: str | None = None, *, glob: bool = False, strict: bool = False
+    ) -> None:
+        """Record the root-relative readings of `raw`: against the working directory and, for a
+        relative path, as written from the root. `strict` for a string that is only maybe a path
+        (an argument of unknown meaning): then one with spaces or `=` is taken for text."""
+        if len(self.paths) >= MAX_PATHS:
+            return
+        raw = raw.strip().strip("\"'")
+        if glob:
+            raw = _glob_prefix(raw)
+        if not _pathlike(raw) or (strict and _NOT_A_PATH.search(raw) is not None):
+            return
+        for candidate in _resolve(raw, self.cwd if cwd is None else cwd, self.root):
+            self.paths.setdefault(candidate)
+
+    def resolve_dir(self, raw: str, cwd: str | None) -> str | None:
+        """The root-relative directory `cd raw` lands in from `cwd`; None when unknown."""
+        raw = raw.strip().strip("\"'")
+        if not _pathlike(raw):
+            return None
+        if _absolute(raw):
+            return _under_root(raw, self.root)
+        if cwd is None:
+            return None
+        joined = posixpath.normpath(posixpath.join(cwd or ".", raw.replace("\\", "/")))
+        return "" if joined == "." else normalize_path(joined)
+
+
+def _absolute(raw: str) -> bool:
+    return raw.startswith(("/", "\\")) or (len(raw) >= 2 and raw[1] == ":" and raw[0].isalpha())
+
+
+_SHELL_PUNCTUATION = frozenset("<>|&;()")
+_NOT_A_PATH = re.compile(r"\s|=")  # in a string of unknown meaning: words, assignments
+
+
+def _pathlike(raw: str) -> bool:
+    """Could name a file (quoted shell words and native path fields may hold spaces)."""
+    return (
+        bool(raw)
+        and len(raw) <= 1024
+        and raw[0] not in "~-$"
+        and "://" not in raw  # a URL
+        and "\n" not in raw
+        and not raw.isdigit()
+        and not _SHELL_PUNCTUATION.issuperset(raw)  # `>`, `2>&1`'s pieces: redirections
+    )
+
+
+def _glob_prefix(pattern: str) -> str:
+    """The literal folder a glob starts from (`proto/**/*.proto` → `proto`), "" when none."""
+    parts = pattern.replace("\\", "/").split("/")
+    literal: list[str] = []
+    for part in parts[:-1]:
+        if _GLOB_CHARS.intersection(part):
+            break
+        literal.append(part)
+    else:
+        if not _GLOB_CHARS.intersection(parts[-1]):
+            literal.append(parts[-1])
+    return "/".join(literal)
+
+
+def _under_root(raw: str, root: str | None) -> str | None:
+    """An absolute path as root-relative; None outside the root (or with no root to compare)."""
+    if root is None:
+        return None
+    path = posixpath.normpath(raw.replace("\\", "/"))
+    if path == root:
+        return None  # the root itself: every folder anchor would contain it
+    prefix = root.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return None
+    return normalize_path(path[len(prefix) :])
+
+
+def _resolve(raw: str, cwd: str | None, root: str | None) -> Iterator[str]:
+    if _absolute(raw):
+        rel = _under_root(raw, root)
+        if rel is not None:
+            yield rel
+        return
+    if cwd:
+        joined = normalize_path(posixpath.join(cwd, raw.replace("\\", "/")))
+        if joined is not None:
+            yield joined
+    own = normalize_path(raw)
+    if own is not None:
+        yield own
+
+
+def _patch_paths(text: str) -> list[str]:
+    """Files named by an `apply_patch` body (`*** Update File: p`) or a unified diff (`+++ b/p`)."""
+    found: list[str] = []
+    for line in text.splitlines():
+        for header in _PATCH_HEADERS:
+            if line.startswith(header):
+                found.append(line[len(header) :].strip())
+                break
+        else:
+            if line.startswith(_DIFF_HEADERS):
+                target = line[4:].split("\t", 1)[0].strip()
+                if target != "/dev/null":
+                    found.append(target[2:] if target[:2] in ("a/", "b/") else target)
+    return found
+
+
+# One shell token: an operator, a word (quotes and escapes kept inside it), or a redirection.
+_SHELL_TOKEN = re.compile(
+    r"[ \t\r]*(?:"
+    r"(&&|\|\||;;|\|&|[;&|()\n])"  # an operator
+    r"|((?:[^\s;&|()<>'\"\\]|\\.|'[^']*'|\"(?:[^\"\\]|\\.)*\")+)"  # a word
+    r"|([<>]+&?\d*)"  # a redirection
+    r"|(.))",  # anything else (an unbalanced quote)
+    re.S,
+)
+_QUOTES = frozenset("'\"\\")
+
+
+def _unquote(word: str) -> str:
+    if _QUOTES.isdisjoint(word):
+        return word
+    try:
+        return "".join(shlex.split(word, comments=False, posix=True))
+    except ValueError:
+        return word
+
+
+def _shell_words(command: str) -> list[str]:
+    """Tokens of a command line: words unquoted, `&&`/`;`/`|`/newlines as separators. A regex
+    rather than `shlex`, which is several times slower and gives up on an unbalanced quote."""
+    out: list[str] = []
+    for operator, word, _redirect, _other in _SHELL_TOKEN.findall(command[:MAX_SHELL_CHARS]):
+        if operator:
+            out.append(operator)
+        elif word:
+            out.append(_unquote(word))
+    return out
+
+
+def _read_shell(reader: _Reader, command: str, cwd: str | None, depth: int = 0) -> None:
+    """Paths in a shell command line: `cd dir && …` moves the working directory for what follows;
+    every other argument that could be a path is tried as one (an opaque script that never names
+    its files cannot be traced)."""
+    if command.lstrip().startswith("*** Begin Patch") or "\n+++ " in command:
+        for target in _patch_paths(command):
+            reader.path(target, cwd)
+        return
+    segment: list[str] = []
+    for word in [*_shell_words(command), ";"]:
+        if word not in _SEPARATORS:
+            segment.append(word)
+            continue
+        cwd = _read_argv(reader, segment, cwd, depth)
+        segment = []
+
+
+def _read_argv(reader: _Reader, argv: list[str], cwd: str | None, depth: int = 0) -> str | None:
+    """One simple command: returns the working directory after it (changed only by `cd`)."""
+    while argv and "=" in argv[0] and not argv[0].startswith("="):
+        argv = argv[1:]  # `FOO=1 make gen`: environment assignments
+    if not argv:
+        return cwd
+    name = posixpath.basename(argv[0])
+    if name in _CD:
+        target = next((a for a in argv[1:] if not a.startswith("-")), None)
+        if target is None:
+            return None
+        reader.path(target, cwd)
+        return reader.resolve_dir(target, cwd)
+    if name in _SHELLS and depth < 2:
+        for flag, script in itertools.pairwise(argv[1:]):
+            if flag.startswith("-") and "c" in flag:
+                _read_shell(reader, script, cwd, depth + 1)
+                return cwd
+    if "/" in argv[0]:
+        reader.path(argv[0], cwd)  # `./scripts/gen.sh`
+    for arg in argv[1:]:
+        if arg.startswith("--") and "=" in arg:
+            arg = arg.split("=", 1)[1]
+        reader.path(arg, cwd)
+    return cwd
+
+
+def _read_string(reader: _Reader, value: str, key: str) -> None:
+    reader.text(value)
+    if key in _PATH_KEYS:
+        reader.path(value)
+    elif key in _COMMAND_KEYS:
+        _read_shell(reader, value, reader.cwd)
+    elif key in _GLOB_KEYS or (key == "pattern" and reader.glob_pattern):
+        reader.path(value, reader.glob_base, glob=True)
+    elif key not in _CWD_KEYS and key not in _TEXT_KEYS:
+        reader.path(value, strict=True)  # an argument that may itself be a path
+
+
+def _argv(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _walk(reader: _Reader, value: object, key: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        _read_string(reader, value, key)
+    elif key in _COMMAND_KEYS and _argv(value):
+        # Codex `shell {command: ["bash", "-lc", "cd proto && make gen"]}`: an argv.
+        _read_argv(reader, value, reader.cwd)
+        reader.text(" ".join(value))
+    elif isinstance(value, Mapping):
+        for child_key, child in value.items():
+            _walk(reader, child, str(child_key), depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _walk(reader, item, key, depth + 1)
+
+
+def _root(workspace_root: str | None, cwd: str | None) -> str | None:
+    for candidate in (workspace_root, cwd):
+        if candidate and _absolute(candidate.strip()):
+            return posixpath.normpath(candidate.strip().replace("\\", "/"))
+    return None
+
+
+def _start_cwd(cwd: str | None, root: str | None) -> str | None:
+    if not cwd or not cwd.strip():
+        return ""
+    cwd = cwd.strip()
+    if _absolute(cwd):
+        if root is not None and posixpath.normpath(cwd.replace("\\", "/")) == root:
+            return ""
+        return _under_root(cwd, root)
+    return normalize_path(cwd)
+
+
+def signals(
+    tool: str,
+    arguments: Mapping[str, object],
+    *,
+    cwd: str | None = None,
+    workspace_root: str | None = None,
+) -> Signals:
+    """The paths, identifiers and words of one tool call.
+
+    `cwd` is the tool's working directory (absolute, or relative to the root); a `cwd`/`workdir`
+    argument overrides it. `workspace_root` (absolute) is what anchors are relative to; omitted, it
+    is `cwd`. Relative paths are read against the working directory and, as written, from the root.
+    """
+    root = _root(workspace_root, cwd)
+    reader = _Reader(root=root, cwd=_start_cwd(cwd, root), glob_pattern="glob" in tool.lower())
+    override = next(
+        (v for k, v in arguments.items() if k in _CWD_KEYS and isinstance(v, str) and v.strip()),
+        None,
+    )
+    if override is not None:
+        reader.cwd = (
+            _start_cwd(override, root)
+            if _absolute(override)
+            else reader.resolve_dir(override, reader.cwd)
+        )
+    base = arguments.get("path")
+    if reader.glob_pattern and isinstance(base, str):
+        reader.glob_base = reader.resolve_dir(base, reader.cwd)
+    argv = next((v for k, v in arguments.items() if k in _ARGV_KEYS and isinstance(v, list)), None)
+    command = arguments.get("command")
+    if argv is not None and isinstance(command, str):
+        # iii `shell::exec {command: "make", args: ["-C", "proto"]}`: one argv, never re-split.
+        words = [command, *(a for a in argv if isinstance(a, str))]
+        _read_argv(reader, words, reader.cwd)
+        reader.text(" ".join(words))
+        rest = {k: v for k, v in arguments.items() if k != "command" and k not in _ARGV_KEYS}
+    else:
+        rest = dict(arguments)
+    for key, value in rest.items():
+        _walk(reader, value, str(key), 0)
+    return _finish(reader)
+
+
+def _finish(reader: _Reader) -> Signals:
+    identifiers: set[str] = set()
+    for text in reader.texts:
+        identifiers.update(IDENTIFIER.findall(text))
+    identifiers = {name for name in identifiers if len(name) <= MAX_IDENTIFIER_CHARS}
+    words: set[str] = set()
+    for name in identifiers:
+        words.update(split_words(name))
+    return Signals(tuple(reader.paths), frozenset(identifiers), frozenset(words))
+
+
+def ancestors(path: str) -> Iterator[str]:
+    """`a/b/c` → `a/b/c`, `a/b`, `a`: the path itself (a folder the call names) and every folder
+    it lies in, whole components only."""
+    yield path
+    end = path.rfind("/")
+    while end > 0:
+        path = path[:end]
+        yield path
+        end = path.rfind("/")

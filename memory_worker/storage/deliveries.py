@@ -1,0 +1,123 @@
+"""Which lesson revisions each conversation was given, kept under the data dir (no engine).
+
+One small JSON file per conversation, `<data_dir>/.lessons-delivered/<sha256 of its id>.json`,
+replaced atomically on every delivery. One file per conversation rather than one shared log because
+outside iii every coding-agent hook call is a new process: it reads its own conversation's file
+(a few hundred bytes) instead of replaying everybody's history, and a crash mid-write leaves the
+previous file whole. The data dir's lock means one process writes at a time, so the RAM copy a
+long-lived server keeps in front stays true. Conversations untouched for `RETENTION_DAYS` are
+pruned (once per process, at its first delivery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+
+import structlog
+
+from memory_worker.core.errors import StorageError
+from memory_worker.storage import files
+
+__all__ = ["DELIVERIES_DIR", "MAX_KEYS_PER_CONVERSATION", "FileDeliveries"]
+
+log = structlog.get_logger(__name__)
+
+DELIVERIES_DIR = ".lessons-delivered"  # a dot name: never taken for a bank, never watched
+MAX_KEYS_PER_CONVERSATION = 4096  # oldest first out: a conversation never needs more cards
+RETENTION_DAYS = 30  # a coding session is over long before; a later one may get the cards again
+CACHE_CONVERSATIONS = 1024
+
+
+def _file_name(conversation: str) -> str:
+    return hashlib.sha256(conversation.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".json"
+
+
+class FileDeliveries:
+    """The `Deliveries` port on files: `delivered` → `{lesson key: step}`, `record` replaces it."""
+
+    def __init__(self, root: Path) -> None:
+        self.folder = root / DELIVERIES_DIR
+        self._cache: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._pruned = False
+
+    def __repr__(self) -> str:
+        return f"<FileDeliveries {str(self.folder)!r} cached={len(self._cache)}>"
+
+    async def delivered(self, conversation: str) -> dict[str, str]:
+        cached = self._cache.get(conversation)
+        if cached is None:
+            cached = await asyncio.to_thread(self._read, conversation)
+            self._remember(conversation, cached)
+        return dict(cached)
+
+    async def record(self, conversation: str, delivered: Mapping[str, str]) -> None:
+        """Persist `delivered` (the whole mapping) before RAM believes it."""
+        kept = dict(delivered)
+        if len(kept) > MAX_KEYS_PER_CONVERSATION:
+            kept = dict(list(kept.items())[-MAX_KEYS_PER_CONVERSATION:])
+        await asyncio.to_thread(self._write, conversation, kept)
+        self._remember(conversation, kept)
+        if not self._pruned:
+            self._pruned = True
+            await asyncio.to_thread(self._prune)
+
+    async def forget(self, conversation: str) -> None:
+        self._cache.pop(conversation, None)
+        try:
+            await asyncio.to_thread(files.remove_file, self.folder / _file_name(conversation))
+        except StorageError as exc:  # the file outlives the session: it is pruned later
+            log.warning("deliveries_forget_failed", error=str(exc))
+
+    def _remember(self, conversation: str, delivered: dict[str, str]) -> None:
+        self._cache[conversation] = delivered
+        self._cache.move_to_end(conversation)
+        while len(self._cache) > CACHE_CONVERSATIONS:
+            self._cache.popitem(last=False)
+
+    def _read(self, conversation: str) -> dict[str, str]:
+        path = self.folder / _file_name(conversation)
+        if not path.exists():
+            return {}
+        try:
+            raw = json.loads(files.read_text(path))
+        except ValueError:
+            # A damaged file (a hand edit, a disk fault) costs re-delivery, never the call.
+            log.warning("deliveries_unreadable", path=str(path))
+            return {}
+        delivered = raw.get("delivered") if isinstance(raw, dict) else None
+        if not isinstance(delivered, dict) or raw.get("conversation") != conversation:
+            return {}
+        return {str(k): v for k, v in delivered.items() if isinstance(v, str)}
+
+    def _write(self, conversation: str, delivered: dict[str, str]) -> None:
+        try:
+            self.folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create {self.folder}: {exc.strerror or exc}") from exc
+        body = {
+            "conversation": conversation,
+            "delivered": delivered,
+            "updated_at": int(time.time() * 1000),
+        }
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        files.atomic_write(self.folder / _file_name(conversation), data)
+
+    def _prune(self) -> None:
+        horizon = time.time() - RETENTION_DAYS * 86_400
+        try:
+            entries = list(os.scandir(self.folder))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                if entry.name.endswith(".json") and entry.stat().st_mtime < horizon:
+                    os.unlink(entry.path)
+            except OSError:
+                continue

@@ -1,0 +1,178 @@
+"""`memory-worker hook pre-tool-use` (adapters.agent_hooks): a coding agent's PreToolUse JSON on
+stdin, the documented `hookSpecificOutput.additionalContext` reply on stdout, once per session, and
+never a failure the agent would see."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters import agent_hooks, cli
+from memory_worker.storage.store import Store
+
+LESSON = {
+    "text": "Editing the proto files needs make gen, or the checked-in stubs go stale.",
+    "category": "lesson",
+    "title": "Run make gen after editing protos",
+    "recommendation": "After editing `proto/*.proto`, run `make gen` and commit the stubs.",
+    "anchors": {"files": ["proto/user.proto"]},
+}
+
+
+@pytest.fixture(name="repo")
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "svc").mkdir()
+    return repo
+
+
+@pytest.fixture(name="data")
+def _data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    data = tmp_path / "data"
+    assert (
+        cli.main(["trigger", "memory::save", "--data-dir", str(data), "--json", json.dumps(LESSON)])
+        == 0
+    )
+    capsys.readouterr()
+    return data
+
+
+def _hook(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    payload: Any,
+    *extra: str,
+) -> tuple[int, str]:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    code = cli.main(["hook", "pre-tool-use", "--data-dir", str(data), *extra])
+    captured = capsys.readouterr()
+    _errors.append(captured.err)
+    return code, captured.out
+
+
+_errors: list[str] = []  # stderr of each hook run, newest last
+
+
+def _claude(repo: Path, tool: str, tool_input: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A PreToolUse payload as Claude Code sends it."""
+    return {
+        "session_id": "sess-1",
+        "transcript_path": str(repo / "t.jsonl"),
+        "cwd": str(repo),
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": tool_input,
+        "tool_use_id": "toolu_01",
+        **extra,
+    }
+
+
+def test_a_read_of_an_anchored_file_gets_the_card_as_additional_context(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
+) -> None:
+    payload = _claude(repo, "Read", {"file_path": str(repo / "proto" / "user.proto")})
+    code, out = _hook(monkeypatch, capsys, data, payload)
+    assert code == 0
+    reply = json.loads(out)
+    assert list(reply) == ["hookSpecificOutput"]
+    assert reply["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
+    context = reply["hookSpecificOutput"]["additionalContext"]
+    assert context.startswith('<memory lessons="main">')
+    assert "Run make gen after editing protos" in context
+    assert set(reply["hookSpecificOutput"]) == {"hookEventName", "additionalContext"}
+
+
+def test_the_card_is_given_once_per_session_and_again_to_a_retried_call(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
+) -> None:
+    read = {"file_path": str(repo / "proto" / "user.proto")}
+    first = _hook(monkeypatch, capsys, data, _claude(repo, "Read", read))[1]
+    assert _hook(monkeypatch, capsys, data, _claude(repo, "Read", read))[1] == first  # same call
+    later = _claude(repo, "Read", read, tool_use_id="toolu_02")
+    assert _hook(monkeypatch, capsys, data, later) == (0, "")
+    other = _claude(repo, "Read", read, session_id="sess-2", tool_use_id="toolu_03")
+    assert _hook(monkeypatch, capsys, data, other)[1] == first
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "cwd"),
+    [
+        ("Bash", {"command": "cd proto && buf lint user.proto"}, "."),
+        ("Edit", {"file_path": "proto/user.proto", "old_string": "a", "new_string": "b"}, "."),
+        ("Grep", {"pattern": "message User", "path": "../proto/user.proto"}, "svc"),
+        # Codex: apply_patch carries the patch body in tool_input.command.
+        (
+            "apply_patch",
+            {"command": "*** Begin Patch\n*** Update File: proto/user.proto\n@@\n-a\n+b\n"},
+            ".",
+        ),
+    ],
+)
+def test_claude_code_and_codex_tool_shapes_are_read(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    repo: Path,
+    tool: str,
+    tool_input: dict[str, Any],
+    cwd: str,
+) -> None:
+    payload = _claude(repo, tool, tool_input, cwd=str((repo / cwd).resolve()))
+    code, out = _hook(monkeypatch, capsys, data, payload)
+    assert (
+        code == 0 and "Run make gen" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    )
+
+
+def test_the_workspace_root_is_the_git_root_above_the_cwd(repo: Path) -> None:
+    assert agent_hooks.workspace_root(str(repo / "svc"), None, {}) == str(repo)
+    assert agent_hooks.workspace_root(str(repo), None, {"CLAUDE_PROJECT_DIR": "/p"}) == "/p"
+    assert agent_hooks.workspace_root(str(repo), "/x", {"CLAUDE_PROJECT_DIR": "/p"}) == "/x"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "not json",
+        "[1, 2]",
+        {"hook_event_name": "PreToolUse", "session_id": "s"},  # no tool
+        {"hook_event_name": "PostToolUse", "tool_name": "Read", "tool_input": {"file_path": "x"}},
+    ],
+)
+def test_unusable_input_prints_nothing_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    payload: Any,
+) -> None:
+    assert _hook(monkeypatch, capsys, data, payload) == (0, "")
+
+
+def test_a_data_dir_held_by_a_server_fails_open_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
+) -> None:
+    holder = {"pid": os.getpid(), "kind": "serve", "command": "memory-worker serve"}
+    store = Store.open(data, holder=holder)
+    try:
+        payload = _claude(repo, "Read", {"file_path": str(repo / "proto" / "user.proto")})
+        code, out = _hook(monkeypatch, capsys, data, payload)
+        assert (code, out) == (0, "")
+        assert "hook_failed" in _errors[-1] and "in use by" in _errors[-1]  # logged, not shown
+    finally:
+        asyncio.run(store.close())
+
+
+def test_every_event_has_a_command_and_an_agent_event_name() -> None:
+    assert set(agent_hooks.EVENTS) == {"pre-tool-use"}
+    for name, event in agent_hooks.EVENTS.items():
+        assert event.name == name and event.agent_event and event.help

@@ -1,0 +1,427 @@
+"""The lesson matcher: each rule of seed 002's "Indexing and retrieval" as a table, and properties.
+
+Each case is a set of lessons (id → anchors), one tool call, and the `(id, score)` list the matcher
+must return — order included (score descending, then id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_worker.core.lessons import prepare_anchors
+from memory_worker.core.models import Anchors
+from memory_worker.search.lessons import (
+    FILE_SCORE,
+    FOLDER_SCORE,
+    GROUP_SCORE,
+    IDENTIFIER_SCORE,
+    LessonIndex,
+)
+from memory_worker.search.toolcall import signals
+
+ROOT = "/work/repo"
+
+
+def _anchors(spec: dict[str, Any]) -> Anchors:
+    return prepare_anchors(
+        files=spec.get("files", ()),
+        folders=spec.get("folders", ()),
+        identifiers=spec.get("identifiers", ()),
+        keyword_groups=spec.get("groups", ()),
+    )
+
+
+LESSONS: dict[str, dict[str, Any]] = {
+    "proto-file": {"files": ["proto/user.proto"]},
+    "proto-folder": {"folders": ["proto"]},
+    "api-folder": {"folders": ["svc/api"]},
+    "bedrock-ident": {"identifiers": ["configure_bedrock", "CLAUDE_CODE_USE_BEDROCK"]},
+    "bedrock-group": {"groups": [["bedrock", "region"]]},
+    "gen-group": {"groups": [["proto", "stubs", "regenerate"]]},
+    "camel-ident": {"identifiers": ["MemoryService"]},
+    "notes": {"files": ["docs/my notes.md"]},
+    "everything": {
+        "files": ["proto/user.proto"],
+        "folders": ["proto"],
+        "identifiers": ["configure_bedrock"],
+        "groups": [["bedrock", "region"]],
+    },
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    tool: str
+    arguments: dict[str, Any]
+    expected: list[tuple[str, int]]
+    cwd: str | None = ROOT
+    root: str | None = ROOT
+    lessons: tuple[str, ...] = field(default=tuple(n for n in LESSONS if n != "notes"))
+
+
+CASES = [
+    # --- scores and "each card scores its strongest match once" --------------------------------
+    Case(
+        "exact file beats containing folder; a card with both scores its best once",
+        "Read",
+        {"file_path": f"{ROOT}/proto/user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a sibling file only gets the folder",
+        "Read",
+        {"file_path": f"{ROOT}/proto/order.proto"},
+        [("everything", FOLDER_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "ties sort by lesson id",
+        "Read",
+        {"file_path": "proto/a.proto"},
+        [("a", FOLDER_SCORE), ("b", FOLDER_SCORE), ("c", FOLDER_SCORE)],
+        lessons=("c", "a", "b"),
+    ),
+    Case(
+        "whole identifier in a search pattern",
+        "Grep",
+        {"pattern": "def configure_bedrock\\(", "path": f"{ROOT}/src"},
+        [("bedrock-ident", IDENTIFIER_SCORE), ("everything", IDENTIFIER_SCORE)],
+    ),
+    Case(
+        "identifiers are case-sensitive and whole",
+        "Grep",
+        {"pattern": "CONFIGURE_BEDROCK|configure_bedrock_v2"},
+        [],
+    ),
+    Case(
+        "an identifier matches inside an environment assignment",
+        "Bash",
+        {"command": "CLAUDE_CODE_USE_BEDROCK=1 claude -p hello"},
+        [("bedrock-ident", IDENTIFIER_SCORE)],
+    ),
+    Case(
+        "camelCase identifier matched whole",
+        "Edit",
+        {"file_path": "src/app.py", "old_string": "MemoryService(store)", "new_string": "x"},
+        [("camel-ident", IDENTIFIER_SCORE)],
+    ),
+    # --- keyword groups --------------------------------------------------------------------------
+    Case(
+        "all terms of a group, from plain words",
+        "Grep",
+        {"pattern": "bedrock region"},
+        [("bedrock-group", GROUP_SCORE), ("everything", GROUP_SCORE)],
+    ),
+    Case(
+        "one term of a group is not enough: a broad single word never matches",
+        "Grep",
+        {"pattern": "bedrock"},
+        [],
+    ),
+    Case(
+        "repeated words never add: one word said three times is still one term",
+        "Grep",
+        {"pattern": "bedrock bedrock bedrock"},
+        [],
+    ),
+    Case(
+        "identifiers split into snake words feed the groups",
+        "Edit",
+        {"file_path": "src/x.py", "old_string": "BEDROCK_REGION = 'us'", "new_string": ""},
+        [("bedrock-group", GROUP_SCORE), ("everything", GROUP_SCORE)],
+    ),
+    Case(
+        "identifiers split into camel words feed the groups",
+        "Grep",
+        {"pattern": "regenerateProtoStubs"},
+        [("gen-group", GROUP_SCORE)],
+    ),
+    Case(
+        "a group's terms may come from different places of one call",
+        "Bash",
+        {"command": "make regenerate", "description": "refresh the proto stubs"},
+        [("gen-group", GROUP_SCORE)],
+    ),
+    Case(
+        "a stronger match of the same card wins over its group",
+        "Grep",
+        {"pattern": "configure_bedrock region"},
+        [
+            ("bedrock-ident", IDENTIFIER_SCORE),
+            ("everything", IDENTIFIER_SCORE),  # its group matches too: the identifier wins
+            ("bedrock-group", GROUP_SCORE),  # `configure_bedrock` split gives "bedrock"
+        ],
+    ),
+    # --- folders, component by component ---------------------------------------------------------
+    Case(
+        "a folder named by the call itself matches",
+        "LS",
+        {"path": f"{ROOT}/proto"},
+        [("everything", FOLDER_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a folder prefix that is not a whole component does not match",
+        "Read",
+        {"file_path": f"{ROOT}/proto2/user.proto"},
+        [],
+    ),
+    Case(
+        "folders are root-relative: a nested folder of the same name does not match",
+        "Read",
+        {"file_path": f"{ROOT}/vendor/proto/user.proto"},
+        [],
+    ),
+    Case(
+        "a deep path matches a multi-component folder",
+        "Write",
+        {"file_path": f"{ROOT}/svc/api/handlers/users.go", "content": "package handlers"},
+        [("api-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "svc/apiary is not inside svc/api",
+        "Read",
+        {"file_path": f"{ROOT}/svc/apiary/x.go"},
+        [],
+    ),
+    # --- paths against the working directory and the root ----------------------------------------
+    Case(
+        "relative path resolved against the tool's cwd",
+        "Read",
+        {"file_path": "user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+        cwd=f"{ROOT}/proto",
+    ),
+    Case(
+        "relative path read from the workspace root too",
+        "Read",
+        {"file_path": "proto/user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+        cwd=f"{ROOT}/svc",
+    ),
+    Case(
+        "dot segments are resolved lexically",
+        "Read",
+        {"file_path": "./../proto/./user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+        cwd=f"{ROOT}/svc",
+    ),
+    Case(
+        "an absolute path outside the workspace matches nothing",
+        "Read",
+        {"file_path": "/etc/proto/user.proto"},
+        [],
+    ),
+    Case(
+        "with no cwd and no root, a relative path is root-relative",
+        "Read",
+        {"file_path": "proto/user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+        cwd=None,
+        root=None,
+    ),
+    # --- shell forms ----------------------------------------------------------------------------
+    Case(
+        "cd dir && … moves the working directory for what follows",
+        "Bash",
+        {"command": "cd proto && protoc --go_out=. user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "cd with an absolute directory, then a relative argument",
+        "Bash",
+        {"command": f"cd {ROOT}/svc/api; go test ./handlers/..."},
+        [("api-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "arguments that are paths",
+        "Bash",
+        {"command": "git diff --stat -- proto/user.proto | head -20"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "--flag=path arguments",
+        "Bash",
+        {"command": "buf lint --path=proto/user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "bash -lc 'cd … && …' as an argv (Codex shell)",
+        "shell",
+        {"command": ["bash", "-lc", "cd svc/api && make test"]},
+        [("api-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "iii shell::exec {command, args, cwd}",
+        "shell::exec",
+        {"command": "cat", "args": ["user.proto"], "cwd": "proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a Codex apply_patch body names its files",
+        "apply_patch",
+        {"command": f"*** Begin Patch\n*** Update File: {ROOT}/proto/user.proto\n@@\n+x\n"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a unified diff names its files",
+        "Bash",
+        {"command": "git apply <<'EOF'\n--- a/proto/user.proto\n+++ b/proto/user.proto\n"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a glob starts from its literal folder",
+        "Glob",
+        {"pattern": "**/*.go", "path": f"{ROOT}/svc/api"},
+        [("api-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "an opaque script that never names its files matches nothing",
+        "Bash",
+        {"command": "./run-everything.sh"},
+        [],
+    ),
+    Case(
+        "a native path field may hold spaces, and so may a quoted shell word",
+        "Bash",
+        {"command": "cat 'docs/my notes.md'", "description": "show proto/user.proto notes"},
+        [("notes", FILE_SCORE)],
+        lessons=("notes",),
+    ),
+    Case(
+        "an argument of unknown meaning with spaces is text, not a path",
+        "mcp__tool",
+        {"note": "docs/my notes.md"},
+        [],
+        lessons=("notes",),
+    ),
+    Case(
+        "file contents are never taken for paths",
+        "Write",
+        {"file_path": f"{ROOT}/README.md", "content": "see proto/user.proto"},
+        [],
+    ),
+]
+
+
+def _index(names: tuple[str, ...]) -> LessonIndex:
+    index = LessonIndex()
+    for name in names:
+        index.add(name, _anchors(LESSONS.get(name, {"folders": ["proto"]})))
+    return index
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_matcher_table(case: Case) -> None:
+    found = signals(case.tool, case.arguments, cwd=case.cwd, workspace_root=case.root)
+    assert _index(case.lessons).match(found) == case.expected
+
+
+def test_the_four_scores_are_ordered_as_the_seed_says() -> None:
+    assert FILE_SCORE > FOLDER_SCORE > IDENTIFIER_SCORE > GROUP_SCORE
+
+
+def test_remove_forgets_every_anchor_and_readding_works() -> None:
+    index = _index(tuple(LESSONS))
+    for name in LESSONS:
+        index.remove(name)
+    assert len(index) == 0
+    assert index.anchor_count == 0
+    assert index._files == index._folders == index._identifiers == index._groups == {}
+    assert index._keyed == index._settled == {}
+    assert not index._term_use
+    index.add("proto-file", _anchors(LESSONS["proto-file"]))
+    found = signals("Read", {"file_path": "proto/user.proto"})
+    assert index.match(found) == [("proto-file", FILE_SCORE)]
+
+
+def test_readding_with_new_anchors_replaces_the_old_ones() -> None:
+    index = LessonIndex()
+    index.add("x", _anchors({"files": ["a/b.py"]}))
+    index.add("x", _anchors({"folders": ["c"]}))
+    assert index.match(signals("Read", {"file_path": "a/b.py"})) == []
+    assert index.match(signals("Read", {"file_path": "c/d.py"})) == [("x", FOLDER_SCORE)]
+    assert index.anchor_count == 1
+
+
+def test_a_common_term_does_not_collect_every_group_that_uses_it() -> None:
+    index = LessonIndex()
+    # "aaa" sorts first, so while every count is zero each new group is filed under it; the
+    # bucket is re-keyed as it grows and the groups move to their rarer terms.
+    for n in range(200):
+        index.add(f"g{n:03}", _anchors({"groups": [["aaa", f"rare{n}"]]}))
+    assert len(index._groups.get("aaa", {})) < LessonIndex.REKEY_AT
+    assert index.match(signals("Grep", {"pattern": "aaa rare7"})) == [("g007", GROUP_SCORE)]
+    assert index.match(signals("Grep", {"pattern": "aaa"})) == []
+    for n in range(200):
+        index.remove(f"g{n:03}")
+    assert index._groups == index._keyed == {}
+
+
+# --- properties ------------------------------------------------------------------------------
+
+_SEGMENTS = st.sampled_from(["proto", "svc", "api", "src", "user.proto", "a.go", "x"])
+_PATHS = st.lists(_SEGMENTS, min_size=1, max_size=4).map("/".join)
+_IDENTS = st.sampled_from(["configure_bedrock", "MemoryService", "CLAUDE_CODE_USE_BEDROCK", "a_b"])
+_TERMS = st.sampled_from(["bedrock", "region", "proto", "stubs", "regenerate", "deploy", "canary"])
+_ANCHORS = st.fixed_dictionaries(
+    {
+        "files": st.lists(_PATHS, max_size=2),
+        "folders": st.lists(_PATHS, max_size=2),
+        "identifiers": st.lists(_IDENTS, max_size=2),
+        "groups": st.lists(st.lists(_TERMS, min_size=2, max_size=4, unique=True), max_size=2),
+    }
+).filter(lambda spec: any(spec.values()))
+_LESSON_SETS = st.dictionaries(st.text("abcdef", min_size=1, max_size=4), _ANCHORS, max_size=12)
+_CALLS = st.fixed_dictionaries(
+    {
+        "file_path": _PATHS,
+        "command": st.lists(st.one_of(_PATHS, _IDENTS, _TERMS), max_size=6).map(" ".join),
+        "pattern": st.lists(st.one_of(_IDENTS, _TERMS), max_size=4).map(" ".join),
+    }
+)
+
+
+def _build(lessons: dict[str, dict[str, Any]], order: list[str]) -> LessonIndex:
+    index = LessonIndex()
+    for name in order:
+        index.add(name, _anchors(lessons[name]))
+    return index
+
+
+@settings(max_examples=200, deadline=None)
+@given(lessons=_LESSON_SETS, call=_CALLS, data=st.data())
+def test_matching_is_deterministic_and_independent_of_insertion_order(
+    lessons: dict[str, dict[str, Any]], call: dict[str, str], data: st.DataObject
+) -> None:
+    names = list(lessons)
+    shuffled = data.draw(st.permutations(names))
+    found = signals("Bash", call, cwd=ROOT)
+    first = _build(lessons, names).match(found)
+    assert first == _build(lessons, list(shuffled)).match(found)
+    assert first == _build(lessons, names).match(signals("Bash", call, cwd=ROOT))
+    assert first == sorted(first, key=lambda item: (-item[1], item[0]))
+    assert len({lesson_id for lesson_id, _ in first}) == len(first)  # each card once
+
+
+@settings(max_examples=200, deadline=None)
+@given(lessons=_LESSON_SETS, call=_CALLS, data=st.data())
+def test_matching_is_independent_of_argument_order_and_of_churn(
+    lessons: dict[str, dict[str, Any]], call: dict[str, str], data: st.DataObject
+) -> None:
+    names = list(lessons)
+    index = _build(lessons, names)
+    reversed_call = dict(reversed(list(call.items())))
+    expected = index.match(signals("Bash", call, cwd=ROOT))
+    assert index.match(signals("Bash", reversed_call, cwd=ROOT)) == expected
+    # Removing and re-adding any subset leaves the same answers.
+    churn = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
+    for name in churn:
+        index.remove(name)
+    for name in churn:
+        index.add(name, _anchors(lessons[name]))
+    assert index.match(signals("Bash", call, cwd=ROOT)) == expected
