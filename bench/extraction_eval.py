@@ -509,8 +509,16 @@ def _fits(item: Any, text: str, entities: Iterable[str] = ()) -> bool:
 class Run:
     """One fixture on its own data dir."""
 
-    def __init__(self, fx: Fixture, root: Path, inner: Any, page_size: int) -> None:
+    def __init__(
+        self,
+        fx: Fixture,
+        root: Path,
+        inner: Any,
+        page_size: int,
+        overrides: dict[str, Any] | None = None,
+    ) -> None:
         self.fx = fx
+        self.settings = Settings(**{**fx.settings, **(overrides or {})})
         self.data_dir = root / fx.name
         self.clock = Clock()
         self.emitter = RecordingEmitter()
@@ -527,8 +535,7 @@ class Run:
         from memory_worker.harness.turns import ExtractJob
 
         store = Store.open(self.data_dir, holder=HOLDER)
-        settings = Settings(**self.fx.settings)
-        service = MemoryService(store, settings, emitter=self.emitter, clock=self.clock)
+        service = MemoryService(store, self.settings, emitter=self.emitter, clock=self.clock)
         try:
             await self.seed(service)
             completer = Completer([m.text for m in self.before.values()], self.inner)
@@ -612,7 +619,7 @@ class Run:
         self, number: int, body: str, shown: list[tuple[Message, str]], earlier: list[str]
     ) -> None:
         excerpt = body.split("NEW MESSAGES", 1)[-1]
-        window = Settings(**self.fx.settings).extraction_window
+        window = self.settings.extraction_window
         texts = {text for _, text in shown}
         for message, text in shown:
             if text[:80] in excerpt:
@@ -854,14 +861,22 @@ def summary(results: list[Result]) -> dict[str, Any]:
 
 
 async def evaluate(
-    fixtures: list[Fixture], *, inner: Any = None, page_size: int = PAGE_SIZE
+    fixtures: list[Fixture],
+    *,
+    inner: Any = None,
+    page_size: int = PAGE_SIZE,
+    overrides: dict[str, Any] | None = None,
+    progress: Any = None,
 ) -> list[Result]:
-    """Every fixture on a fresh temp data dir; `inner` is a live completer (None: recorded)."""
+    """Every fixture on a fresh temp data dir; `inner` is a live completer (None: recorded);
+    `overrides` are settings applied over each fixture's own (e.g. the prompt version)."""
     root = Path(tempfile.mkdtemp(prefix="extraction-eval-"))
     try:
         results = []
         for fx in fixtures:
-            run = Run(fx, root, inner, page_size)
+            if progress is not None:
+                progress(f"fixture {fx.name}")
+            run = Run(fx, root, inner, page_size, overrides)
             try:
                 results.append(await run.go())
             except Exception as exc:  # seeding or scoring broke: a harness error, not a crash
@@ -899,7 +914,280 @@ async def live_completer(url: str, model: str) -> Any:
                 client._loop.close()
 
 
+def live_key(prompt: str) -> str:
+    return f"extraction-live-{prompt.removeprefix('extraction-')}"
+
+
+async def live_endpoint(args: argparse.Namespace) -> int:
+    """`--live http://…/v1`: fixtures, LoCoMo and the echo session through the production
+    client and pass (`bench/extraction_live.py`)."""
+    live = await live_run(args)
+    return live_report(args, live)
+
+
+@dataclass
+class Live:
+    parts: list[str]
+    started: datetime
+    model: str
+    fixtures: list[Result] = field(default_factory=list)
+    fixture_calls: Any = None
+    locomo: list[Any] = field(default_factory=list)
+    data: list[dict[str, Any]] = field(default_factory=list)
+    ids: tuple[str, ...] = ()
+    echo: Any = None
+
+
+async def live_run(args: argparse.Namespace) -> Live:
+    import extraction_live as lv
+
+    from memory_worker.adapters.openai_chat import OpenAIChatCompleter
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if unknown := set(parts) - {"fixtures", "locomo", "echo"}:
+        raise SystemExit(f"--parts: unknown {sorted(unknown)}")
+    settings = Settings(
+        extraction_endpoint=args.live,
+        extraction_model=args.model,
+        extraction_timeout_ms=args.timeout_ms,
+        extraction_prompt=args.prompt,
+    )
+    client = OpenAIChatCompleter(lambda: settings)
+    counting = lv.Counting(client)
+    if args.replay is not None:  # the recorded replies of a live run, applied by this code
+        recorded = json.loads(args.replay.read_text(encoding="utf-8"))
+        counting = lv.Counting(lv.Replayer(lv.recorded_replies(recorded)))
+    started = datetime.now(UTC)
+
+    def progress(text: str) -> None:
+        print(f"  … {text}", file=sys.stderr, flush=True)
+
+    root = lv.temp_root()
+    try:
+        models = (
+            f"replayed from {args.replay.name}: {recorded['meta']['model']}"
+            if args.replay is not None
+            else await client.model()
+        )
+        overrides = {"extraction_prompt": args.prompt}
+        fixture_results: list[Result] = []
+        fixture_calls = lv.CallLog()
+        if "fixtures" in parts:
+            fixtures = load_fixtures(args.fixtures, args.fixture)
+            calls = counting.fresh()
+            fixture_results = await evaluate(
+                fixtures, inner=counting, overrides=overrides, progress=progress
+            )
+            fixture_calls = calls
+        locomo: list[Any] = []
+        data: list[dict[str, Any]] = []
+        ids: tuple[str, ...] = ()
+        if "locomo" in parts:
+            data = lv.load_locomo(args.locomo)
+            ids = (
+                tuple(args.conversations.split(",")) if args.conversations else lv.SPLIT[args.half]
+            )
+            locomo = await lv.run_locomo(
+                data, ids, args.sessions, counting, Settings(**overrides), root, progress
+            )
+        echo = None
+        if "echo" in parts:
+            secret = secret_values()["GITHUB_CLASSIC"]
+            progress("echo session (50 turns)")
+            echo = await lv.run_echo(counting, Settings(**overrides), root, secret)
+    finally:
+        await client.aclose()
+        lv.remove(root)
+    return Live(parts, started, models, fixture_results, fixture_calls, locomo, data, ids, echo)
+
+
+def live_report(args: argparse.Namespace, live: Live) -> int:
+    import extraction_live as lv
+
+    parts, models = live.parts, live.model
+    fixture_results, fixture_calls = live.fixtures, live.fixture_calls
+    locomo, data, ids, echo = live.locomo, live.data, live.ids, live.echo
+    started = live.started
+    lines: list[str] = []
+
+    def emit(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    report: dict[str, Any] = {"parts": parts}
+    finished = datetime.now(UTC)
+    meta = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "minutes": round((finished - started).total_seconds() / 60, 1),
+        "commit": commit(),
+        "source": source_digest(),
+        "command": shlex.join(["python", "bench/extraction_eval.py", *sys.argv[1:]]),
+        "machine": machine(),
+        "load_average": load_average(),
+        "model": models,
+        "prompt": args.prompt,
+    }
+    report["meta"] = meta
+    emit(f"- command: `{meta['command']}`")
+    emit(
+        f"- taken: {meta['date']} ({meta['minutes']} min) at commit `{meta['commit']}`, "
+        f"memory_worker source sha256 `{meta['source']}`"
+    )
+    emit(f"- machine: {meta['machine']}; load average at the end {meta['load_average']}")
+    emit(f"- endpoint model `{models}`, prompt `{args.prompt}`, JSON mode, temperature 0")
+    if "fixtures" in parts:
+        emit()
+        emit(f"#### {len(fixture_results)} scripted conversations, the model's own replies")
+        emit()
+        emit(table(fixture_results))
+        emit()
+        emit(calls_line(fixture_calls))
+        report["fixtures"] = {
+            "summary": summary(fixture_results),
+            "results": [
+                {
+                    "name": r.name,
+                    "passed": r.passed,
+                    "failures": r.failures,
+                    "worker": r.worker,
+                    "created": r.created,
+                    "learned": r.learned,
+                    "replies": r.replies,
+                }
+                for r in fixture_results
+            ],
+        }
+    if "locomo" in parts:
+        matcher = lv.Matcher()
+        totals, judged = lv.judge_locomo(locomo, data, matcher)
+        emit()
+        halves = [h for h, members in lv.SPLIT.items() if set(ids) <= set(members)]
+        half = f"the {halves[0]} half" if halves else "both halves"
+        sample = "" if halves and set(ids) == set(lv.SPLIT[halves[0]]) else " (a sample)"
+        emit(
+            f"#### LoCoMo, {half}{sample}: {', '.join(ids)}, "
+            f"session{'s 1–' + str(args.sessions) if args.sessions > 1 else ' 1'} of each"
+        )
+        emit()
+        emit(locomo_table(locomo, data, matcher))
+        emit()
+        emit(calls_line(totals))
+        report["locomo"] = {
+            "totals": totals,
+            "judged": [asdict(j) for j in judged],
+            "sessions": [
+                {
+                    "conversation": r.conversation,
+                    "session": r.session,
+                    "created": [m.text for m in r.change.created],
+                    "reinforced": [m.text for m in r.change.reinforced],
+                    "superseded": [[o.text, n.text if n else None] for o, n in r.change.superseded],
+                    "rules_added": r.change.rules_added,
+                    "errors": r.errors,
+                    "replies": r.calls.replies,
+                }
+                for r in locomo
+            ],
+        }
+        if args.calibrate:
+            args.calibrate.write_text(
+                "\n".join(json.dumps(asdict(j), ensure_ascii=False) for j in judged) + "\n",
+                encoding="utf-8",
+            )
+    if echo is not None:
+        emit()
+        emit("#### The echo session: 50 turns, the assistant restating its instructions")
+        emit()
+        emit(echo_table(echo))
+        emit()
+        emit(calls_line(echo.calls))
+        report["echo"] = {
+            "created": [m.text for m in echo.change.created],
+            "reinforced": [m.text for m in echo.change.reinforced],
+            "rules_added": echo.change.rules_added,
+            "junk": echo.junk,
+            "leaked": echo.leaked,
+            "errors": echo.errors,
+            "reinforcements": echo.change.reinforcements,
+            "replies": echo.calls.replies,
+        }
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+        )
+        print(f"\nwrote {args.json}")
+    if args.write_doc:
+        key = live_key(args.prompt)
+        write_doc(args.write_doc, key, "\n".join(lines))
+        print(f"updated the {key} section of {args.write_doc}")
+    return 0
+
+
+def calls_line(calls: Any) -> str:
+    get = calls.get if isinstance(calls, dict) else lambda k: getattr(calls, k)
+    n = get("calls")
+    per = get("seconds") / n if n else 0.0
+    return (
+        f"Calls: {n}, failed {get('failed')}, unreadable replies {get('unreadable')}, "
+        f"items skipped {get('skipped_items')}; {per:.1f} s per call."
+    )
+
+
+def locomo_table(results: list[Any], data: list[dict[str, Any]], matcher: Any) -> str:
+    import extraction_live as lv
+
+    head = (
+        "| conversation | turns | reference facts | found | missed | created | matched | "
+        "about speaker B | matching nothing | reinforced | duplicates | superseded | "
+        "rules learned | errors |"
+    )
+    lines = [head, "|" + "---|" * 14]
+    groups: dict[str, list[Any]] = {}
+    for r in results:
+        groups.setdefault(r.conversation, []).append(r)
+    rows = [*groups.items(), ("**all**", results)]
+    for label, group in rows:
+        t, _ = lv.judge_locomo(group, data, matcher)
+        errors = sum(len(r.errors) for r in group)
+        lines.append(
+            f"| {label} | {t['turns']} | {t['references']} | {t['found']} | "
+            f"{t['references'] - t['found']} | {t['created']} | {t['matched']} | "
+            f"{t['other_speaker']} | {t['unmatched']} | {t['reinforced']} | {t['duplicates']} | "
+            f"{t['superseded']} | {t['rules_added']} | {errors} |"
+        )
+    t, _ = lv.judge_locomo(results, data, matcher)
+    recall = t["found"] / t["references"] if t["references"] else 0.0
+    precision = t["matched"] / t["created"] if t["created"] else 0.0
+    lines += [
+        "",
+        f"Reference facts found: {recall:.2f}; created memories matching a reference fact "
+        f"about the user: {precision:.2f}; created memories per turn: "
+        f"{t['created'] / max(t['turns'], 1):.2f}.",
+    ]
+    return "\n".join(lines)
+
+
+def echo_table(echo: Any) -> str:
+    created = len(echo.change.created)
+    junk = len(echo.junk)
+    lines = [
+        "| turns | memories created | per turn | the 3 user facts found | junk created | "
+        "junk per turn | echoed memories reinforced | rules learned | secrets leaked | errors |",
+        "|" + "---|" * 10,
+        f"| {echo.turns} | {created} | {created / echo.turns:.3f} | {echo.facts_found} | {junk} | "
+        f"{junk / echo.turns:.3f} | {echo.change.reinforcements} | "
+        f"{len(echo.change.rules_added)} | {len(echo.leaked)} | {len(echo.errors)} |",
+    ]
+    if echo.junk:
+        lines += ["", "Junk created: " + "; ".join(f"“{t}”" for t in echo.junk[:8])]
+    if echo.change.rules_added:
+        lines += ["", "Rules learned: " + "; ".join(f"“{t}”" for t in echo.change.rules_added)]
+    return "\n".join(lines)
+
+
 async def main_async(args: argparse.Namespace) -> int:
+    if args.live and args.live.startswith(("http://", "https://")):
+        return await live_endpoint(args)
     fixtures = load_fixtures(args.fixtures, args.fixture)
     lines: list[str] = []
 
@@ -976,11 +1264,55 @@ def main() -> int:
     parser.add_argument(
         "--page-size", type=int, default=PAGE_SIZE, help="items per transcript page (default 50)"
     )
-    parser.add_argument("--live", metavar="URL", help="ask a real router::complete via this engine")
+    parser.add_argument(
+        "--live",
+        metavar="URL",
+        help="a real model: an OpenAI-compatible endpoint (http://…/v1) through the production "
+        "client, or an iii engine (ws://…) through router::complete",
+    )
     parser.add_argument("--model", default="", help="live mode: the extraction model id")
+    parser.add_argument(
+        "--prompt",
+        default="extraction-v2",
+        choices=("extraction-v1", "extraction-v2"),
+        help="endpoint mode: the prompt version (the extraction_prompt setting)",
+    )
+    parser.add_argument(
+        "--parts", default="fixtures,locomo,echo", help="endpoint mode: which parts to run"
+    )
+    parser.add_argument(
+        "--half", default="report", choices=("tune", "report"), help="endpoint mode: LoCoMo half"
+    )
+    parser.add_argument("--conversations", default="", help="endpoint mode: LoCoMo ids (a,b)")
+    parser.add_argument(
+        "--sessions", type=int, default=2, help="endpoint mode: LoCoMo sessions per conversation"
+    )
+    parser.add_argument("--locomo", type=Path, default=None, help="the LoCoMo file")
+    parser.add_argument(
+        "--timeout-ms", type=int, default=600_000, help="endpoint mode: per-call timeout"
+    )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        metavar="JSON",
+        help="endpoint mode: answer with the replies a live run recorded in its --json report "
+        "(the same model output through this code's write rules; no model is asked)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        type=Path,
+        metavar="OUT",
+        help="endpoint mode: write each captured LoCoMo memory with its best reference (JSONL)",
+    )
     add_write_doc_option(parser, DOC_KEY)
     args = parser.parse_args()
-    check_doc_region(parser, args.write_doc, DOC_KEY)
+    endpoint_mode = bool(args.live and args.live.startswith(("http://", "https://")))
+    key = live_key(args.prompt) if endpoint_mode else DOC_KEY
+    check_doc_region(parser, args.write_doc, key)
+    if endpoint_mode and args.locomo is None:
+        import extraction_live
+
+        args.locomo = extraction_live.LOCOMO
     configure_logging("warning")
     try:
         with contextlib.suppress(KeyboardInterrupt):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))  # extraction_eval imports its siblings by name
 MIN_FIXTURES = 25
 MIN_RECALL = 0.9
 
@@ -103,3 +104,129 @@ def test_a_malformed_fixture_is_rejected(tmp_path: Path, change: Any, message: s
     path.write_text(json.dumps(fixture), encoding="utf-8")
     with pytest.raises(ev.FixtureError, match=message):
         ev.load_fixture(path, ev.secret_values())
+
+
+async def test_live_mode_runs_every_part_through_the_endpoint_client(tmp_path: Path) -> None:
+    """`--live http://…` against a fake OpenAI-compatible server: the fixtures, a LoCoMo session
+    and the echo session each go through the production client (one call per turn), and the
+    report counts what the replies did (here: one junk memory and one learned rule per bank)."""
+    import argparse
+
+    import extraction_live as lv
+
+    from .openai_server import FakeOpenAI
+
+    if not lv.LOCOMO.exists():
+        pytest.skip(f"LoCoMo is not at {lv.LOCOMO}")
+    pytest.importorskip("onnxruntime", reason="the matcher needs the local embedder")
+    async with FakeOpenAI() as server:
+        server.default = json.dumps(
+            {
+                "memories": [{"op": "add", "text": "The user went to a support group."}],
+                "rules": ["Always be kind."],
+            }
+        )
+        args = argparse.Namespace(
+            live=server.url,
+            model="",
+            prompt="extraction-v2",
+            parts="fixtures,locomo,echo",
+            half="tune",
+            conversations="conv-26",
+            sessions=1,
+            locomo=lv.LOCOMO,
+            timeout_ms=5000,
+            fixtures=ev.FIXTURES,
+            fixture="correct-moved-city",
+            json=tmp_path / "live.json",
+            write_doc=None,
+            calibrate=tmp_path / "cal.jsonl",
+            replay=None,
+        )
+        assert await ev.live_endpoint(args) == 0
+    conv = {c["sample_id"]: c for c in lv.load_locomo(lv.LOCOMO)}["conv-26"]
+    turns = len(lv.locomo_turns(conv, 1))
+    assert len(server.chats) == 1 + turns + lv.ECHO_TURNS
+    assert all(c.body["response_format"] == {"type": "json_object"} for c in server.chats)
+    report = json.loads((tmp_path / "live.json").read_text(encoding="utf-8"))
+    assert report["meta"]["model"] == "local-model"
+    totals = report["locomo"]["totals"]
+    assert totals["created"] == 1 and totals["calls"] == turns
+    # the same text again reinforces, but only on a turn whose user lines carry it
+    from memory_worker.core.extraction import Line
+    from memory_worker.harness.extractor import grounded, said_terms
+
+    text = "The user went to a support group."
+    carried = [
+        grounded(text, said_terms([Line(m["role"], m["content"][0]["text"], 0) for m in turn]))
+        for turn in lv.locomo_turns(conv, 1)[1:]
+    ]
+    assert 0 < sum(carried) < len(carried)
+    assert totals["reinforced"] == sum(carried)
+    assert report["echo"]["junk"] == ["The user went to a support group."]
+    assert report["echo"]["rules_added"] == ["Always be kind."]
+    assert report["echo"]["leaked"] == []
+    assert (tmp_path / "cal.jsonl").read_text(encoding="utf-8").count("\n") == 1
+
+
+def test_live_matching_names_the_speakers_and_pairs_one_to_one() -> None:
+    import extraction_live as lv
+    import numpy as np
+
+    assert lv.named("The user's dog likes the assistant.", "Jon", "Gina") == "Jon's dog likes Gina."
+    assert lv.named("User moved; the user is happy.", "Jon", "Gina") == "Jon moved; Jon is happy."
+    scores = np.array([[0.9, 0.8], [0.85, 0.1], [0.2, 0.3]])
+    # the best pair first (0,0); row 1 then has only column 0, taken; row 0's 0.8 is not reused
+    assert lv.one_to_one(scores) == [(0, 0)]
+    assert lv.one_to_one(np.array([[0.7, 0.9], [0.95, 0.1]])) == [(1, 0), (0, 1)]
+
+
+def test_a_locomo_session_becomes_turns_of_user_then_assistant() -> None:
+    import extraction_live as lv
+
+    conv = {
+        "conversation": {
+            "speaker_a": "Jon",
+            "speaker_b": "Gina",
+            "session_1_date_time": "4:04 pm on 20 January, 2023",
+            "session_1": [
+                {"speaker": "Gina", "text": "Hi!"},
+                {"speaker": "Jon", "text": "Hey."},
+                {"speaker": "Jon", "text": "I lost my job.", "blip_caption": "a desk"},
+                {"speaker": "Gina", "text": "Oh no."},
+                {"speaker": "Jon", "text": "Bye."},
+            ],
+        }
+    }
+    turns = lv.locomo_turns(conv, 1)
+    roles = [[m["role"] for m in turn] for turn in turns]
+    assert roles == [["assistant"], ["user", "user", "assistant"], ["user"]]
+    assert turns[1][1]["content"][0]["text"] == "I lost my job. [shares a photo: a desk]"
+    stamps = [m["timestamp"] for turn in turns for m in turn]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 5
+
+
+async def test_a_recorded_live_run_replays_through_the_current_write_rules(
+    tmp_path: Path,
+) -> None:
+    """`--replay` answers each unit's calls with the recorded replies, in order, and asks no
+    model (the endpoint given is never contacted)."""
+    import argparse
+
+    import extraction_live as lv
+
+    echo_reply = '{"memories": [{"op": "add", "text": "The user switched to uv."}], "rules": []}'
+    recorded = {"meta": {"model": "m"}, "echo": {"replies": [echo_reply]}}
+    (tmp_path / "run.json").write_text(json.dumps(recorded), encoding="utf-8")
+    args = argparse.Namespace(
+        live="http://127.0.0.1:9/v1", model="", prompt="extraction-v2", parts="echo",
+        half="tune", conversations="", sessions=1, locomo=lv.LOCOMO, timeout_ms=1000,
+        fixtures=ev.FIXTURES, fixture=None, json=tmp_path / "out.json", write_doc=None,
+        calibrate=None, replay=tmp_path / "run.json",
+    )  # fmt: skip
+    assert await ev.live_endpoint(args) == 0
+    out = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert out["echo"]["created"] == ["The user switched to uv."]
+    assert out["echo"]["replies"][0] == echo_reply
+    assert out["echo"]["replies"][1:] == [lv.Replayer.EMPTY] * (lv.ECHO_TURNS - 1)
+    assert out["meta"]["model"] == "replayed from run.json: m"

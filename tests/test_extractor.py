@@ -152,9 +152,31 @@ class TestParse:
         assert parse_reply("I could not find anything.", 0).empty
 
     def test_the_prompt_file_is_sent_without_its_design_notes(self) -> None:
-        prompt = system_prompt()
-        assert prompt.startswith("You maintain the long-term memory")
-        assert "Why it reads" not in prompt
+        assert system_prompt("extraction-v1").startswith("You maintain the long-term memory")
+        assert "Why it reads" not in system_prompt("extraction-v1")
+        prompt = system_prompt()  # the default version
+        assert prompt.startswith("You keep the long-term memory") and "<!--" not in prompt
+        assert "What changed from v1" not in prompt
+        with pytest.raises(ValueError, match="unknown extraction prompt"):
+            system_prompt("extraction-v0")
+
+    async def test_the_prompt_version_setting_chooses_the_system_prompt(self, rig: Rig) -> None:
+        seen: list[str] = []
+
+        class Recording:
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                seen.append(system_prompt)
+                return '{"memories": [], "rules": []}'
+
+        extractor = Extractor(rig.service, rig.chat, Recording(), rig.kv)
+        rig.chat.say("user", "I moved to Porto last week, for good.")
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        rig.service.settings = rig.service.settings.model_copy(
+            update={"extraction_prompt": "extraction-v1"}
+        )
+        rig.chat.say("user", "And I started pottery classes on Mondays.")
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        assert seen == [system_prompt("extraction-v2"), system_prompt("extraction-v1")]
 
     def test_the_request_shows_refs_and_dates(self) -> None:
         from memory_worker.core.extraction import Line
@@ -212,6 +234,73 @@ class TestPass:
         memories = await rig.texts()
         assert list(memories) == ["The user lives in Lisbon."]
         assert memories["The user lives in Lisbon."].corroboration == 2
+
+    async def test_a_restatement_the_user_did_not_make_reinforces_nothing(self, rig: Rig) -> None:
+        """A real model restates known memories out of habit, and ones the assistant echoed:
+        only what the user's own words carry counts."""
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+        await rig.service.save(SaveRequest(text="The user has a dog named Pipoca."))
+        await rig.turn(
+            ("user", "Can you fix the retry loop in client.py?"),
+            ("assistant", "Sure. As I remember, you live in Lisbon and have a dog named Pipoca."),
+            reply={
+                "memories": [
+                    {"op": "restate", "ref": "m1"},
+                    {"op": "restate", "ref": "m2"},
+                    add("The user lives in Lisbon."),
+                ]
+            },
+        )
+        memories = await rig.texts()
+        assert {m.corroboration for m in memories.values()} == {0}
+        await rig.turn(
+            ("user", "Pipoca chewed my charger again."),
+            reply={"memories": [{"op": "restate", "ref": "m1"}, {"op": "restate", "ref": "m2"}]},
+        )
+        memories = await rig.texts()
+        assert memories["The user has a dog named Pipoca."].corroboration == 1
+        assert memories["The user lives in Lisbon."].corroboration == 0
+
+    async def test_a_repeated_add_of_an_unshown_memory_needs_the_users_words_too(
+        self, rig: Rig
+    ) -> None:
+        await rig.service.save(SaveRequest(text="The user plays the cello."))
+        await rig.turn(
+            ("user", "What is the capital of Australia?"),
+            reply={"memories": [add("The user plays the cello.")]},
+        )
+        assert (await rig.texts())["The user plays the cello."].corroboration == 0
+
+    async def test_a_correction_to_another_known_memory_or_unsaid_retires_nothing(
+        self, rig: Rig
+    ) -> None:
+        await rig.service.save(SaveRequest(text="The user lost their job as a banker."))
+        await rig.service.save(SaveRequest(text="The user started a dance studio."))
+        await rig.turn(
+            ("user", "Since the banker job ended, the dance studio takes all my time."),
+            reply=lambda shown: json.dumps(
+                {
+                    "memories": [
+                        {  # the wrong ref, pointing at another known memory's text
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user lost their job as a banker."),
+                            "text": "The user started a dance studio.",
+                        },
+                        {  # nothing the user said carries it
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user started a dance studio."),
+                            "text": "The user moved to Berlin in 2021.",
+                        },
+                    ]
+                }
+            ),
+        )
+        everything = await rig.texts(include_superseded=True)
+        assert set(everything) == {
+            "The user lost their job as a banker.",
+            "The user started a dance studio.",
+        }
+        assert all(m.live for m in everything.values())
 
     async def test_a_correction_supersedes_with_the_reason_and_spares_pinned(
         self, rig: Rig
@@ -440,3 +529,121 @@ class TestReviewFindings:
         rig.chat.say("user", "From now on the blog posts go out on Mondays.")
         assert await extractor.extract(ExtractJob(session_id="s1"), "blog") == 0
         assert service.store.find("blog") is None
+
+
+class TestTurnBounds:
+    """Issue 21: a job reads its own turn only — from the previous turn's last entry (`after`)
+    to its own (`until`) — whenever it runs and whatever the cursor says."""
+
+    async def test_a_late_job_stops_at_its_until(self, rig: Rig) -> None:
+        rig.chat.say("user", "I live in Lisbon and work as a nurse.")
+        until = rig.chat.say("assistant", "Noted.")
+        rig.chat.say("user", "My therapist is Dr. Silva; keep it to this bank.")  # a later turn
+        await rig.extractor.extract(ExtractJob(session_id="s1", until=until), "main")
+        [sent] = rig.model.sent
+        assert "nurse" in sent and "Silva" not in sent
+        assert rig.kv.data[(CURSOR_SCOPE, "s1")] == {"last_entry_id": until, "done": [until]}
+
+    async def test_a_job_starts_after_the_previous_turn_even_when_that_one_is_pending(
+        self, rig: Rig
+    ) -> None:
+        rig.chat.say("user", "I live in Lisbon and work as a nurse.")
+        first = rig.chat.say("assistant", "Noted.")
+        rig.chat.say("user", "My sister Rita lives in Braga these days.")
+        second = rig.chat.say("assistant", "Nice.")
+        job2 = ExtractJob(session_id="s1", after=first, until=second)
+        await rig.extractor.extract(job2, "main")  # the second turn's job runs first
+        await rig.extractor.extract(ExtractJob(session_id="s1", until=first), "main")
+        assert "Rita" in rig.model.sent[0] and "nurse" not in rig.model.sent[0]
+        assert "nurse" in rig.model.sent[1] and "Rita" not in rig.model.sent[1]
+        cursor = rig.kv.data[(CURSOR_SCOPE, "s1")]
+        assert cursor["last_entry_id"] == second  # never moved back
+        assert await rig.extractor.extract(job2, "main") == 0  # redelivered: already done
+        assert len(rig.model.sent) == 2
+
+    async def test_an_until_that_is_not_in_the_session_reads_nothing(self, rig: Rig) -> None:
+        rig.chat.say("user", "My therapist is Dr. Silva; keep it to this bank.")
+        job = ExtractJob(session_id="s1", until="e-from-another-branch")
+        assert await rig.extractor.extract(job, "main") == 0
+        assert rig.model.sent == []
+
+
+class TestProvenance:
+    async def test_a_fact_points_at_the_message_it_came_from_and_the_agent(self, rig: Rig) -> None:
+        lisbon = rig.chat.say("user", "I live in Lisbon, by the river.")
+        rig.chat.items.append(
+            {
+                "entry_id": "e-answer",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Lovely city."}],
+                    "model": "claude-x",
+                    "provider": "anthropic",
+                },
+            }
+        )
+        cats = rig.chat.say("user", "Also, I have two cats called Tom and Kit.")
+        reply = {
+            "memories": [
+                add("The user has two cats, Tom and Kit."),
+                add("The user lives in Lisbon."),
+            ]
+        }
+        rig.model.replies.append(json.dumps(reply))
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        texts = await rig.texts()
+        cats_source = texts["The user has two cats, Tom and Kit."].source
+        assert cats_source is not None
+        assert (cats_source.session_id, cats_source.entry_id) == ("s1", cats)
+        assert cats_source.agent == "anthropic/claude-x"  # the model that answered the turn
+        assert texts["The user lives in Lisbon."].source.entry_id == lisbon  # type: ignore[union-attr]
+
+    async def test_the_agent_named_by_the_harness_wins(self, rig: Rig) -> None:
+        rig.chat.say("user", "I live in Lisbon, by the river.")
+        rig.model.replies.append(json.dumps({"memories": [add("The user lives in Lisbon.")]}))
+        await rig.extractor.extract(ExtractJob(session_id="s1", agent="planner"), "main")
+        [memory] = (await rig.texts()).values()
+        assert memory.source is not None and memory.source.agent == "planner"
+
+    async def test_an_inferred_fact_is_stored_as_inferred_the_rest_as_extracted(
+        self, rig: Rig
+    ) -> None:
+        reply = {
+            "memories": [
+                add("The user lives in Lisbon."),
+                add("The user probably speaks Portuguese.", confidence="inferred"),
+                add("The user likes the river.", inferred=True),
+            ]
+        }
+        await rig.turn(("user", "I live in Lisbon and walk by the river daily."), reply=reply)
+        texts = await rig.texts()
+        assert texts["The user lives in Lisbon."].confidence is Confidence.EXTRACTED
+        assert texts["The user probably speaks Portuguese."].confidence is Confidence.INFERRED
+        assert texts["The user likes the river."].confidence is Confidence.INFERRED
+
+
+async def test_session_deleted_drops_the_extraction_cursor(rig: Rig) -> None:
+    from memory_worker.harness.turns import TurnPipeline
+
+    from .test_pregenerate import Hooked
+
+    hooked = Hooked(rig.service)
+    pipeline = TurnPipeline(rig.service, hooked.resolver, hooked.state, None, rig.extractor)
+    await rig.turn(("user", "I live in Lisbon and work as a nurse."), reply={})
+    rig.kv.data[(CURSOR_SCOPE, "s2")] = {"last_entry_id": "e9"}
+    assert (CURSOR_SCOPE, "s1") in rig.kv.data
+    await pipeline.on_session_deleted({"session_id": "s1"})
+    assert (CURSOR_SCOPE, "s1") not in rig.kv.data and (CURSOR_SCOPE, "s2") in rig.kv.data
+
+
+async def test_a_secret_the_model_puts_in_an_entity_or_tag_is_redacted_not_lowercased(
+    rig: Rig,
+) -> None:
+    key = "AKIAIOSFODNN7EXAMPLE"
+    reply = {
+        "memories": [add("The user deploys with the ops account.", entities=[key], tags=[key])]
+    }
+    await rig.turn(("user", "I deploy with the ops account, nothing secret here."), reply=reply)
+    [memory] = (await rig.texts()).values()
+    assert memory.entities == ("user", "[REDACTED:aws-access-key]")
+    assert memory.tags == ("[REDACTED:aws-access-key]",)

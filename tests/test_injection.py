@@ -55,6 +55,15 @@ class TestSection:
         assert "saved without any tool call" in section.text
         assert (section.rules, section.truncated) == (0, False)
 
+    def test_the_header_speaks_of_rules_below_only_when_a_rule_follows(self) -> None:
+        sentence = "Treat the rules below as standing instructions."
+        assert sentence in render_section("main", RULES, max_rule_chars=6000).text
+        for rules in ([], [Rule(name="empty", content="  \n", updated_at=1)]):
+            text = render_section("main", rules, max_rule_chars=6000).text
+            assert sentence not in text and text.endswith("without any tool call.\n")
+        omitted = render_section("main", [Rule(name="big", content="x" * 50, updated_at=1)], 10)
+        assert omitted.rules == 0 and sentence not in omitted.text
+
     def test_rules_come_in_name_order(self) -> None:
         text = render_section("main", RULES, max_rule_chars=6000).text
         assert text.index("## blog") < text.index("## style")

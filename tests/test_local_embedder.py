@@ -264,3 +264,47 @@ class _FailingSession:
         if self.fail:
             raise _RunError("[ONNXRuntimeError] : 1 : FAIL : out of memory")
         return self._inner.run(outputs, feeds)
+
+
+class TestModelSelection:
+    """`embedding_model` picks the local model; a name it does not have is refused, clearly."""
+
+    def test_empty_and_every_alias_name_the_default(self) -> None:
+        from memory_worker.adapters.local_embedder import local_model
+
+        for name in (
+            "",
+            "  ",
+            DEFAULT_MODEL,
+            "all-MiniLM-L6-v2",
+            "SENTENCE-TRANSFORMERS/all-minilm-l6-v2",
+        ):
+            assert local_model(name).name == DEFAULT_MODEL
+
+    def test_a_model_it_does_not_have_is_refused_listing_those_it_has(self) -> None:
+        from memory_worker.adapters.local_embedder import load_local
+
+        with pytest.raises(EmbedderUnavailable) as refused:
+            load_local("text-embedding-3-small")
+        message = str(refused.value)
+        assert "'text-embedding-3-small' is not a model the local embedder has" in message
+        assert DEFAULT_MODEL in message and "router::embed" in message
+
+    async def test_the_cli_embedder_honours_embedding_model(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from memory_worker.adapters import cli
+        from memory_worker.adapters.local_embedder import UnavailableEmbedder
+        from memory_worker.core.config import Settings
+
+        monkeypatch.setenv("MEMORY_EMBEDDER", "local")
+        refused = cli._embedder(Settings(embedding_model="nomic-embed-text"), default="none")
+        assert isinstance(refused, UnavailableEmbedder)
+        assert refused.model == "unavailable:nomic-embed-text"
+        with pytest.raises(SiblingUnavailable, match="not a model the local embedder has"):
+            await refused.embed(["x"])
+        chosen = cli._embedder(Settings(embedding_model="all-MiniLM-L6-v2"), default="none")
+        assert isinstance(chosen, LocalEmbedder) and chosen.model.startswith(DEFAULT_MODEL)
+        load = cli._embedder_for("none")
+        assert load is not None  # $MEMORY_EMBEDDER=local: a settings change loads the model
+        assert cli._embedder(Settings(embeddings_enabled=False), default="none") is None

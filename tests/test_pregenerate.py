@@ -15,8 +15,10 @@ from memory_worker.app.lessons import KeyValueDeliveries
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import (
     AnchorsInput,
+    BankCreateRequest,
     BankDeleteRequest,
     PinRequest,
+    PreviewRequest,
     RuleSetRequest,
     SaveRequest,
 )
@@ -641,3 +643,84 @@ def test_step_calls_reads_function_calls_in_order_and_stops_at_the_user() -> Non
         {"role": "assistant", "content": [{"type": "function_call", "arguments": {}}]},  # no name
     ]
     assert step_calls(window) == [("b", {"path": "x"}), ("c", {"p": 1}), ("d", {})]
+
+
+class Chat:
+    """session::messages over a list (one page)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def say(self, role: str, text: str) -> str:
+        entry_id = f"e{len(self.items) + 1}"
+        message = {"role": role, "content": [{"type": "text", "text": text}]}
+        self.items.append({"entry_id": entry_id, "message": message})
+        return entry_id
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        return list(self.items), None
+
+
+async def test_a_finished_turn_bounds_its_job_between_the_previous_turn_and_its_last_entry(
+    h: Hooked,
+) -> None:
+    chat, queue = Chat(), Queue()
+    pipeline = TurnPipeline(h.service, h.resolver, h.state, queue, None, chat)
+    await h.step("s1", "hi", turn="t1")
+    chat.say("user", "hi")
+    first = chat.say("assistant", "hello")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1", "agent": "planner"})
+    await h.step("s1", "and now?", turn="t2")
+    chat.say("user", "and now?")
+    second = chat.say("assistant", "now this")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t2"})
+    chat.say("user", "a third turn began")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})  # redelivered late
+    job1, job2 = queue.jobs.values()
+    assert (job1.get("after"), job1["until"], job1["agent"]) == (None, first, "planner")
+    assert (job2["after"], job2["until"]) == (first, second)
+    record = await h.state.get("s1")
+    assert record is not None and record.close_turn("t1", "e-late")[:2] == (None, first)
+
+
+BANK_STATES = ["rules-and-memories", "empty", "never-created", "deleted"]
+SETTINGS = [
+    {},
+    {"extraction_enabled": False},
+    {"inject_rules": False},
+    {"inject_memories": False},
+    {"inject_rules": False, "inject_memories": False},
+]
+
+
+async def _bank_in_state(service: MemoryService, bank: str, state: str) -> None:
+    if state in ("rules-and-memories", "deleted"):
+        await set_rule(service, "style", "Answer in British English.", bank=bank)
+        await save(service, "The user's cat is called Miso.", bank=bank)
+    elif state == "empty":
+        await service.bank_create(BankCreateRequest(name=bank))
+    if state == "deleted":
+        await service.bank_delete(BankDeleteRequest(name=bank))
+
+
+@pytest.mark.parametrize("overrides", SETTINGS, ids=lambda o: ",".join(o) or "defaults")
+@pytest.mark.parametrize("state", BANK_STATES)
+@pytest.mark.parametrize("bank", ["main", "blog"], ids=["default-bank", "named-bank"])
+async def test_preview_is_what_the_hook_sends_in_every_bank_state(
+    service: MemoryService, bank: str, state: str, overrides: dict[str, bool]
+) -> None:
+    await _bank_in_state(service, bank, state)
+    service.settings = Settings(**overrides)
+    query = "what is my cat called?"
+    preview = await service.preview(PreviewRequest(bank=bank, query=query))
+    h = Hooked(service)
+    reply = await h.step("s1", query, metadata={"memory_bank": bank}) or {}
+    mutations = reply.get("mutations") or {}
+    section = preview.system_prompt_section
+    assert mutations.get("system_prompt") == (f"BASE{section}" if section else None)
+    assert appended(reply) == ([preview.message] if preview.message else [])
+    assert reply.get("annotations", {}).get("memory_ids", []) == [
+        m.memory.id for m in preview.memories
+    ]

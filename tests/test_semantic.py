@@ -140,3 +140,123 @@ class TestEmbedderChoice:
         from memory_worker.adapters.cli import _embedder
 
         assert _embedder(Settings(), default="router") is None  # the bus adapter builds it
+
+
+class RotatedEmbedder(FakeEmbedder):
+    """Another model of the same width: the same concepts on other axes. Its vectors compared
+    with FakeEmbedder's are noise — exactly what must never happen."""
+
+    def vector(self, text: str) -> list[float]:
+        base = super().vector(text)
+        return base[7:] + base[:7]
+
+
+async def _retrieval(service: MemoryService, query: str, mode: str = "hybrid") -> str:
+    result = await catalog.call(service, "memory::recall", {"query": query, "mode": mode})
+    return str(result["retrieval"])
+
+
+class TestModelChange:
+    """Issue 21: vectors of two models are never compared; a change re-embeds in the background
+    and recall names the degraded mode until every bank is done."""
+
+    async def test_a_new_model_is_not_compared_with_the_old_vectors_until_re_embedded(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        service = _service(store, clock, FakeEmbedder("model-a"))
+        target = await _save(service, "Rafa publishes blog posts weekly")
+        await service.settle()
+        assert await _retrieval(service, "writes essays") == "bm25-entity-semantic"
+        new = RotatedEmbedder("model-b")
+        service.embedder = new
+        assert await _retrieval(service, "writes essays") == "bm25-entity"
+        assert await _retrieval(service, "writes essays", "semantic") == "semantic-unavailable"
+        report = await catalog.call(service, "memory::doctor", {})
+        [check] = [c for c in report["checks"] if c["name"] == "embeddings"]
+        assert not check["ok"] and "main 0/1" in check["detail"]
+        service.embedding_changed()
+        await service.settle()
+        assert new.calls[-1] == ["Rafa publishes blog posts weekly"]  # (after the doctor probe)
+        result = await catalog.call(service, "memory::recall", {"query": "writes essays"})
+        assert result["retrieval"] == "bm25-entity-semantic"
+        assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
+        rows = (store.root / "main" / "vectors.jsonl").read_text().splitlines()
+        assert json.loads(rows[-1])["model"] == "model-b"
+
+    async def test_at_boot_only_the_current_models_vectors_count(
+        self, store: Store, clock: FixedClock, data_dir: Path
+    ) -> None:
+        service = _service(store, clock, FakeEmbedder("model-a"))
+        await _save(service, "Rafa publishes blog posts weekly")
+        await service.settle()
+        await store.close()
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            after = _service(reopened, clock, RotatedEmbedder("model-b"))
+            assert await _retrieval(after, "writes essays") == "bm25-entity"
+            after.backfill_embeddings()
+            await after.settle()
+            assert await _retrieval(after, "writes essays") == "bm25-entity-semantic"
+        finally:
+            await reopened.close()
+
+    async def test_a_model_that_cannot_embed_leaves_the_old_vectors_in_place(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        old = FakeEmbedder("model-a")
+        service = _service(store, clock, old)
+        await _save(service, "Rafa publishes blog posts weekly")
+        await service.settle()
+        service.embedder = FakeEmbedder("typo-model", fail=True)
+        service.embedding_changed()
+        await service.settle()
+        assert await _retrieval(service, "writes essays") == "bm25-entity"
+        service.embedder = old  # the typo fixed: nothing to redo
+        calls = len(old.calls)
+        service.embedding_changed()
+        await service.settle()
+        assert await _retrieval(service, "writes essays") == "bm25-entity-semantic"
+        assert len(old.calls) == calls + 1  # the query only
+
+    async def test_turning_embeddings_back_on_embeds_what_was_saved_meanwhile_first(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        service = _service(store, clock, FakeEmbedder())
+        await _save(service, "Rafa publishes blog posts weekly")
+        await service.settle()
+        service.settings = Settings(embeddings_enabled=False)
+        await _save(service, "The user walks the puppy at dawn")
+        assert await _retrieval(service, "dog") == "bm25-entity"
+        service.settings = Settings()
+        service.embedding_changed(turned_on=True)
+        assert await _retrieval(service, "dog") == "bm25-entity"  # the backlog runs first
+        await service.settle()
+        assert await _retrieval(service, "dog") == "bm25-entity-semantic"
+
+
+class TestReconfigure:
+    async def test_a_model_change_loads_it_and_re_embeds_in_the_background(
+        self, store: Store, clock: FixedClock, tmp_path: Path
+    ) -> None:
+        from memory_worker.app.reconfigure import Reconfigurer
+
+        loaded: list[str] = []
+
+        def embedder_for(settings: Settings) -> FakeEmbedder:
+            loaded.append(settings.embedding_model)
+            return RotatedEmbedder(settings.embedding_model)
+
+        service = _service(store, clock, None)
+        service.settings = Settings(embeddings_enabled=False, data_dir=str(store.root))
+        reconfigure = Reconfigurer(service, lambda s: Path(s.data_dir), Store.open, embedder_for)
+        await _save(service, "Rafa publishes blog posts weekly")
+        await reconfigure.apply(service.settings.model_copy(update={"embeddings_enabled": True}))
+        await service.settle()
+        assert loaded == [""] and await _retrieval(service, "writes essays") == (
+            "bm25-entity-semantic"
+        )
+        await reconfigure.apply(service.settings.model_copy(update={"embedding_model": "m2"}))
+        assert loaded == ["", "m2"] and service.embedder is not None
+        assert service.embedder.model == "m2"
+        await service.settle()
+        assert await _retrieval(service, "writes essays") == "bm25-entity-semantic"

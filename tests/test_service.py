@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -44,7 +45,9 @@ class TestBanks:
         again = await call(service, "memory::bank::create", name="blog", description="other")
         assert first["created"] and not again["created"]
         assert again["bank"]["description"] == "Posts"  # the first create wins
-        assert emitter.of(BANK_CHANGED) == [{"event_type": "created", "bank": "blog"}]
+        assert emitter.of(BANK_CHANGED) == [
+            {"event_type": "created", "bank": "blog", "event_id": ANY}
+        ]
 
     @pytest.mark.parametrize("name", ["../evil", "Bad", "-lead", "", "a" * 65, ".trash", "a/b"])
     async def test_invalid_names_are_refused_and_create_nothing(
@@ -72,7 +75,9 @@ class TestBanks:
         assert trashed.parent == store.root / ".trash"
         assert trashed.name == f"blog-{clock()}"
         assert (trashed / "memories.jsonl").read_text().count("Secret plans") == 1
-        assert {"event_type": "trashed", "bank": "blog"} in emitter.of(BANK_CHANGED)
+        assert {"event_type": "trashed", "bank": "blog", "event_id": ANY} in emitter.of(
+            BANK_CHANGED
+        )
         with pytest.raises(BankNotFound):
             await call(service, "memory::list", bank="blog")
         await call(service, "memory::bank::create", name="blog")
@@ -91,11 +96,22 @@ class TestSave:
         assert result["created"] and result["redacted"] == []
         memory = result["memory"]
         assert memory["tags"] == ["people"] and memory["confidence"] == "stated"
-        assert emitter.events[0] == (BANK_CHANGED, {"event_type": "created", "bank": "main"})
+        bank_event = {"event_type": "created", "bank": "main", "event_id": ANY}
+        assert emitter.events[0] == (BANK_CHANGED, bank_event)
         assert emitter.events[1] == (
             ITEM_CHANGED,
-            {"event_type": "created", "bank": "main", "memory": memory},
+            {"event_type": "created", "bank": "main", "memory": memory, "event_id": ANY},
         )
+
+    async def test_every_event_carries_its_own_identity(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        first = await save(service, "The user is called Ana")
+        await save(service, "The user is called Ana")  # reinforced: another change, another event
+        await call(service, "memory::delete", id=first["id"])
+        ids = [payload["event_id"] for _, payload in emitter.events]
+        assert len(ids) == 4 and len(set(ids)) == 4
+        assert all(isinstance(i, str) and len(i) == 32 for i in ids)
 
     async def test_resave_reinforces_instead_of_duplicating(self, service: MemoryService) -> None:
         first = await save(service, "User prefers short names", tags=["style"], pinned=True)
@@ -445,6 +461,25 @@ class TestRedaction:
         for path in data_dir.rglob("*"):
             if path.is_file():
                 assert self.SECRET.encode() not in path.read_bytes(), path
+
+    async def test_markers_in_entities_and_tags_stay_exactly_as_the_redactor_writes_them(
+        self, service: MemoryService
+    ) -> None:
+        saved = await call(
+            service,
+            "memory::save",
+            text="The deploy key lives in the vault.",
+            entities=[self.SECRET],
+            tags=[f"Key {self.SECRET}"],
+        )
+        marker = "[REDACTED:openai-key]"
+        assert saved["memory"]["entities"] == [marker]
+        assert saved["memory"]["tags"] == [f"key {marker}"]
+        for tag in (f"key {marker}", f"KEY {self.SECRET}"):  # a filter is normalised the same way
+            listed = await call(service, "memory::list", tag=tag)
+            assert [m["id"] for m in listed["memories"]] == [saved["memory"]["id"]]
+            recalled = await call(service, "memory::recall", query="deploy key vault", tag=tag)
+            assert [m["memory"]["id"] for m in recalled["memories"]] == [saved["memory"]["id"]]
 
 
 class TestDoctorAndReload:

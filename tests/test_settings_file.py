@@ -92,3 +92,48 @@ class TestSettingsFile:
             assert service.settings.recall_limit == 3  # unknown keys are rejected, not ignored
         finally:
             await watcher.stop()
+
+
+async def test_standalone_turns_embeddings_on_without_a_restart(tmp_path: Path) -> None:
+    """Issue 21: the settings file turns embeddings on (or picks another local model) and the
+    running server loads it and re-embeds; nothing to restart."""
+    from memory_worker.adapters.standalone import StandaloneServer
+    from memory_worker.app import catalog
+
+    from .fakes import FakeEmbedder
+
+    data_dir = tmp_path / "data"
+    path = tmp_path / "memory.yaml"
+    path.write_text(f"data_dir: {data_dir}\nembeddings_enabled: false\n", encoding="utf-8")
+    loaded: list[str] = []
+
+    def embedder_for(settings: Settings) -> FakeEmbedder:
+        loaded.append(settings.embedding_model)
+        return FakeEmbedder(settings.embedding_model or "fake-default")
+
+    server = StandaloneServer(
+        Settings(data_dir=str(data_dir), embeddings_enabled=False),
+        data_dir,
+        port=0,
+        config_path=path,
+    )
+    server.embedder_for = embedder_for
+    await server.start()
+    try:
+        service = server.service
+        watcher = server.settings_watcher
+        assert service is not None and watcher is not None and service.embedder is None
+        await catalog.call(service, "memory::save", {"text": "Rafa publishes blog posts weekly"})
+        query = {"query": "writes essays"}
+        assert (await catalog.call(service, "memory::recall", query))["retrieval"] == "bm25-entity"
+        await _edit(watcher, f"data_dir: {data_dir}\nembeddings_enabled: true\n")
+        await service.settle()
+        assert loaded == [""] and service.embedder is not None
+        result = await catalog.call(service, "memory::recall", query)
+        assert result["retrieval"] == "bm25-entity-semantic" and result["memories"]
+        await _edit(watcher, f"data_dir: {data_dir}\nembedding_model: other\n")
+        await service.settle()
+        assert loaded == ["", "other"] and service.embedder.model == "other"
+        assert (await catalog.call(service, "memory::recall", query))["memories"]
+    finally:
+        await server.close()

@@ -32,6 +32,13 @@ class TestPrepare:
         assert labels == ("blog", "iii", "t0", "t1", "t2", "t3", "t4", "t5")
         assert redacted == ()
 
+    def test_a_redaction_marker_in_a_label_keeps_its_exact_form(self) -> None:
+        token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+        labels, redacted = transitions.prepare_labels([f"Deploy {token}", token], "tags")
+        assert labels == ("deploy [REDACTED:github-token]", "[REDACTED:github-token]")
+        assert redacted == ("github-token",)
+        assert transitions.prepare_label(f"DEPLOY {token}") == "deploy [REDACTED:github-token]"
+
     def test_overlong_label_is_refused(self) -> None:
         with pytest.raises(InvalidInput, match="at most 64"):
             transitions.prepare_labels(["x" * 65], "tags")

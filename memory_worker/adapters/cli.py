@@ -13,7 +13,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -105,17 +105,38 @@ def _embedder(settings: Settings, *, default: str) -> Embedder | None:
     """The local embedder when chosen: `$MEMORY_EMBEDDER` = `local`, `router` or `none`; by default
     a standalone server loads the local model (when the `embed` extra is installed), engine mode
     asks `router::embed` (returns None here: the bus adapter builds it), and one-shot commands stay
-    lexical, so a `trigger` does not pay the model's load time."""
+    lexical, so a `trigger` does not pay the model's load time.
+
+    The local model is the one `embedding_model` names (empty: the default); a name the local
+    embedder does not have gets an `UnavailableEmbedder` saying so (recall lexical, doctor
+    explains), never another model."""
     choice = _embedder_choice(default)
     if choice != "local" or not settings.embeddings_enabled:
         return None
-    from memory_worker.adapters.local_embedder import EmbedderUnavailable, LocalEmbedder
+    from memory_worker.adapters.local_embedder import (
+        EmbedderUnavailable,
+        UnavailableEmbedder,
+        local_model,
+    )
 
     try:
-        return LocalEmbedder.default()
+        model = local_model(settings.embedding_model)
+    except EmbedderUnavailable as exc:
+        log.error("embedding_model_refused", detail=str(exc), retrieval="bm25-entity")
+        return UnavailableEmbedder(settings.embedding_model, str(exc))
+    try:
+        return model.load()
     except EmbedderUnavailable as exc:
         log.warning("embedder_unavailable", detail=str(exc), retrieval="bm25-entity")
         return None
+
+
+def _embedder_for(default: str) -> Callable[[Settings], Embedder | None] | None:
+    """What a settings change loads (`Reconfigurer`): the local model it names, when the local
+    embedder is the one in use; None when the embedder follows the settings itself."""
+    if _embedder_choice(default) != "local":
+        return None
+    return lambda settings: _embedder(settings, default=default)
 
 
 async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
@@ -280,6 +301,7 @@ async def _serve(args: argparse.Namespace) -> int:
             settings,
             data_dir_flag=args.data_dir,
             embedder=_embedder(settings, default="router"),
+            embedder_for=_embedder_for("router"),
             router_embeddings=_embedder_choice("router") == "router",
             reason=reason,
         )
@@ -296,6 +318,7 @@ async def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         embedder=embedder,
+        embedder_for=_embedder_for("local"),
         reason=reason,
         config_path=Path(config_path) if config_path else None,
         data_dir_flag=args.data_dir,

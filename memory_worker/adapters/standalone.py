@@ -238,6 +238,9 @@ class StandaloneServer:
         self.port = port
         self.shutdown_timeout_s = shutdown_timeout_s
         self.embedder: Embedder | None = None  # the semantic arm, when one was loaded
+        # What a settings-file change loads (a local model), so turning embeddings on or picking
+        # another model needs no restart.
+        self.embedder_for: Callable[[Settings], Embedder | None] | None = None
         self.url: str | None = None
         self.service: MemoryService | None = None
         self._sock: socket.socket | None = None
@@ -254,6 +257,11 @@ class StandaloneServer:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    @property
+    def settings_watcher(self) -> SettingsFileWatcher | None:
+        """The watcher of the settings file, when one is served (tests wait on its changes)."""
+        return next((w for w in self._watchers if isinstance(w, SettingsFileWatcher)), None)
 
     def _holder(self) -> dict[str, object]:
         return {
@@ -306,6 +314,7 @@ class StandaloneServer:
                 service,
                 lambda s: resolve_data_dir(self.data_dir_flag, s),
                 lambda path: Store.open(path, holder=self._holder()),
+                self.embedder_for,
             )
 
             async def apply(settings: Settings) -> Applied:
@@ -358,6 +367,7 @@ async def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     embedder: Embedder | None = None,
+    embedder_for: Callable[[Settings], Embedder | None] | None = None,
     reason: str = "",
     config_path: Path | None = None,
     data_dir_flag: str | None = None,
@@ -372,6 +382,7 @@ async def serve(
         data_dir_flag=data_dir_flag,
     )
     server.embedder = embedder
+    server.embedder_for = embedder_for
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "ServiceBase",
     "clean_short",
+    "event_id",
     "item_event",
     "redaction_reason",
 ]
@@ -45,10 +47,18 @@ log = structlog.get_logger(__name__)
 MAX_DESCRIPTION_CHARS = 500
 
 
+def event_id() -> str:
+    """A fresh identity for one change event: delivery is at-least-once (a failed fan-out is
+    retried), so a subscriber dedupes on it. Random, not derived from the change: a bank
+    deleted and created again replays the same ids and revisions."""
+    return uuid.uuid4().hex
+
+
 def item_event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> dict[str, Any]:
     payload: dict[str, Any] = {"event_type": str(event), "bank": bank, "memory": memory.to_wire()}
     if reason:
         payload["reason"] = reason
+    payload["event_id"] = event_id()
     return payload
 
 
@@ -92,6 +102,7 @@ class ServiceBase:
         self.clock = clock
         self.embedder = embedder
         self._embedding: dict[str, asyncio.Task[None]] = {}
+        self._last_embed_failure: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
@@ -146,7 +157,8 @@ class ServiceBase:
             self._emit_bank(BankEvent.CREATED, name)
 
     def _emit_bank(self, event: BankEvent, name: str) -> None:
-        self.emitter.emit(BANK_CHANGED, {"event_type": str(event), "bank": name})
+        payload = {"event_type": str(event), "bank": name, "event_id": event_id()}
+        self.emitter.emit(BANK_CHANGED, payload)
 
     def _info(self, bank: Bank) -> BankInfo:
         return BankInfo(

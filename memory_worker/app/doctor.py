@@ -68,16 +68,21 @@ class DoctorUseCases(EmbeddingWork):
                 "lexical (`bm25-entity`) until it answers",
             )
         model = self.embedder.model
-        waiting = sum(
-            len(bank.needs_embedding(model, 1_000_000))
-            for name in self.store.names()
-            if (bank := self.store.find(name)) is not None
-        )
+        behind = self.embedding_progress()
+        if behind:
+            progress = ", ".join(f"{name} {done}/{live}" for name, done, live in behind)
+            return DoctorCheck(
+                name="embeddings",
+                ok=False,
+                detail=f"embedder {model} answers; re-embedding with it in the background "
+                f"({progress} embedded): until a bank is done its recall runs without the "
+                "semantic arm (`bm25-entity`) rather than compare vectors of two models",
+            )
         return DoctorCheck(
             name="embeddings",
             ok=True,
-            detail=f"embedder {model} answers (retrieval `bm25-entity-semantic`); "
-            f"{waiting} memory(ies) waiting for a vector",
+            detail=f"embedder {model} answers (retrieval `bm25-entity-semantic`); every bank's "
+            "vectors are from it",
         )
 
     async def _check_writable(self) -> DoctorCheck:

@@ -1,6 +1,10 @@
 """Embeddings are derived data: every save is embedded in the background, queries on demand.
 
-A failing or missing embedder never fails a call: recall degrades to lexical and says so."""
+A failing or missing embedder never fails a call: recall degrades to lexical and says so. Vectors
+of two models are never compared: a query vector is used in a bank only when that bank's vectors
+all come from the query's model. A model change (`embedding_model`, `embeddings_enabled`, another
+embedder) re-embeds every bank in the background; until a bank is done its recall runs without
+the semantic arm (`retrieval: bm25-entity`) and `memory::doctor` shows how far it got."""
 
 from __future__ import annotations
 
@@ -26,16 +30,23 @@ class EmbeddingWork(ServiceBase):
     def _embedding_on(self) -> bool:
         return self.embedder is not None and self.settings.embeddings_enabled
 
-    async def _query_vector(self, text: str) -> tuple[float, ...] | None:
-        """The query's embedding, or None (lexical recall) when there is no embedder or it fails:
-        the semantic arm is an enrichment, never a reason for recall to fail."""
-        if self.embedder is None or not self._embedding_on() or not text.strip():
+    async def _query_vector(self, text: str, bank: Bank | None) -> tuple[float, ...] | None:
+        """The query's embedding for `bank`, or None (lexical recall) when there is no embedder,
+        it fails, or the bank's vectors are not (all) from its model yet: the semantic arm is an
+        enrichment, never a reason for recall to fail, and never a comparison across models."""
+        embedder = self.embedder
+        if embedder is None or bank is None or not self._embedding_on() or not text.strip():
             return None
+        model = embedder.model
+        if not bank.semantic_ready(model):
+            return None  # its re-embedding (started by the change) has not finished
         try:
-            vectors = await asyncio.wait_for(self.embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
+            vectors = await asyncio.wait_for(embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
         except (WorkerError, TimeoutError) as exc:
             log.warning("query_embedding_failed", error=str(exc))
             return None
+        if self.embedder is not embedder or embedder.model != model:
+            return None  # the model changed while the query was embedded
         return tuple(vectors[0]) if vectors else None
 
     def _embed_soon(self, bank: Bank) -> None:
@@ -50,17 +61,57 @@ class EmbeddingWork(ServiceBase):
         )
 
     async def _embed_bank(self, bank: Bank) -> None:
-        assert self.embedder is not None
-        model = self.embedder.model
-        while pending := bank.needs_embedding(model, EMBED_BATCH):
+        """Embed what the bank lacks, batch by batch, following the embedder and its model as
+        they are NOW (a change mid-pass switches the pass to the new model)."""
+        while (embedder := self.embedder) is not None and self._embedding_on():
+            model = embedder.model
+            pending = bank.needs_embedding(model, EMBED_BATCH)
+            if not pending:
+                return
             try:
-                vectors = await self.embedder.embed([memory.text for memory in pending])
-                stored = await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
+                vectors = await embedder.embed([memory.text for memory in pending])
             except (WorkerError, ValueError) as exc:
-                log.warning("embedding_failed", bank=bank.name, error=str(exc))
+                self._embedding_failed(bank.name, model, exc)
+                return
+            if self.embedder is not embedder or embedder.model != model:
+                continue  # changed while this batch ran: never store it under the new one
+            try:
+                stored = await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
+            except ValueError as exc:
+                self._embedding_failed(bank.name, model, exc)
                 return
             if not stored:
-                return  # nothing could be kept (edited meanwhile, or a width mismatch)
+                return  # nothing could be kept (edited meanwhile): their commit re-queues them
+
+    def _embedding_failed(self, bank: str, model: str, exc: Exception) -> None:
+        """Logged once per model and error: a model that cannot embed fails on every save."""
+        key = (model, str(exc))
+        if key != self._last_embed_failure:
+            self._last_embed_failure = key
+            log.warning("embedding_failed", bank=bank, model=model, error=str(exc))
+
+    def embedding_changed(self, *, turned_on: bool = False) -> None:
+        """The embedder, its model or `embeddings_enabled` changed: re-embed in the background
+        what the current model lacks (`turned_on`: what was saved while embeddings were off
+        must be embedded before the semantic arm counts again)."""
+        self._last_embed_failure = None
+        if turned_on:
+            for name in self.store.names():
+                if (bank := self.store.find(name)) is not None:
+                    bank.restart_embedding()
+        self.backfill_embeddings()
+
+    def embedding_progress(self) -> list[tuple[str, int, int]]:
+        """`(bank, embedded, live)` of every bank not fully embedded by the current model."""
+        if self.embedder is None:
+            return []
+        model = self.embedder.model
+        out = []
+        for name in self.store.names():
+            bank = self.store.find(name)
+            if bank is not None and not bank.semantic_ready(model):
+                out.append((name, *bank.embedding_progress(model)))
+        return out
 
     def backfill_embeddings(self) -> None:
         """Start embedding every bank's memories that lack a vector from the current model."""

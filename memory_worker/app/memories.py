@@ -116,7 +116,7 @@ class MemoryUseCases(EmbeddingWork):
             return ListResponse(memories=[], total=0)
         limit = min(req.limit if req.limit is not None else LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
         offset = req.offset or 0
-        tag = transitions.normalize_label(req.tag) if req.tag else None
+        tag = transitions.prepare_label(req.tag) if req.tag else None
         category = lessons.prepare_category(req.category)
         rows = [
             m

@@ -51,6 +51,11 @@ class Injection:
     message: str | None
     retrieval: str
 
+    @classmethod
+    def only_section(cls, bank: str, section: str = "") -> Injection:
+        """No memories; `section` "" means no memory section at all."""
+        return cls(bank, section, 0, False, [], None, "none")
+
 
 class RecallUseCases(EmbeddingWork):
     """Recall use cases."""
@@ -67,15 +72,15 @@ class RecallUseCases(EmbeddingWork):
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
         vector = None
-        if bank is not None and req.mode is not RecallMode.LEXICAL:
-            vector = await self._query_vector(req.query)
+        if req.mode is not RecallMode.LEXICAL:
+            vector = await self._query_vector(req.query, bank)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
             now_ms=self.clock(),
             half_life_days=self.settings.decay_half_life_days,
             mode=req.mode,
-            tag=transitions.normalize_label(req.tag) if req.tag else None,
+            tag=transitions.prepare_label(req.tag) if req.tag else None,
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
             vector=vector,
@@ -90,16 +95,26 @@ class RecallUseCases(EmbeddingWork):
     async def injection(
         self, name: str, query: str, *, carried: frozenset[str] = frozenset(), recall: bool = True
     ) -> Injection:
-        """The rules section and recalled-memory message a turn on `query` gets (hook = preview).
-        `carried`: memory texts the window already holds (not handed twice); `recall=False` for a
-        step that only needs the section."""
+        """The rules section and recalled-memory message a turn on `query` gets: the hook sends
+        exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
+        holds (not handed twice); `recall=False` for a step that only needs the section.
+
+        A bank that does not exist gets the ambient header alone while extraction is on (the
+        turn's extraction creates it) and nothing while it is off; a deleted bank other than the
+        default gets nothing (it is never brought back); with both `inject_*` off, nothing."""
         settings = self.settings
-        bank = self._readable(name)
+        if not settings.inject_rules and not settings.inject_memories:
+            return Injection.only_section(name)
+        bank = self.store.find(name)
+        if bank is None:
+            if self.was_deleted(name) or not settings.extraction_enabled:
+                return Injection.only_section(name)
+            return Injection.only_section(name, render_section(name, [], 0).text)
         rules = bank.rules() if bank is not None and settings.inject_rules else []
         section = render_section(name, rules, settings.max_rule_chars)
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
-        vector = await self._query_vector(query) if bank is not None else None
+        vector = await self._query_vector(query, bank)
         now_ms = self.clock()
         # Lessons reach a turn through the tool calls they are anchored to, once per
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
@@ -116,7 +131,7 @@ class RecallUseCases(EmbeddingWork):
         )
         hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]
         floor = min(AMBIENT_FLOOR, settings.recall_limit)
-        if bank is not None and len(hits) < floor:
+        if len(hits) < floor:
             standing = [m for m in bank.standing(floor + lessons) if not is_lesson(m)]
             hits = apply_floor(hits, standing, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)

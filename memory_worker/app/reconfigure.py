@@ -2,8 +2,10 @@
 
 Every field but `data_dir` takes effect on the next call (the service reads its settings per call).
 A `data_dir` change opens the new store first and swaps only when that succeeded, so a bad value
-keeps the last good store AND the last good settings (the caller reports the error). Reloads are
-serialized: two changes arriving together apply in order, never interleaved.
+keeps the last good store AND the last good settings (the caller reports the error). A change of
+`embedding_model` or `embeddings_enabled` loads the embedder it asks for (when the adapter builds
+one: a local model) and re-embeds in the background. Reloads are serialized: two changes arriving
+together apply in order, never interleaved.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import structlog
 
+from memory_worker.app.ports import Embedder
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.storage.store import Store
@@ -36,12 +39,16 @@ class Reconfigurer:
         service: MemoryService,
         data_dir_for: Callable[[Settings], Path],
         open_store: Callable[[Path], Store],
+        embedder_for: Callable[[Settings], Embedder | None] | None = None,
     ) -> None:
         """`data_dir_for`: where a settings snapshot puts the data (a `--data-dir` flag wins over
-        the configuration); `open_store`: blocking open (probe, lock, replay), run in a thread."""
+        the configuration); `open_store`: blocking open (probe, lock, replay), run in a thread;
+        `embedder_for`: blocking load of the embedder a snapshot asks for, run in a thread
+        (None: the embedder follows the settings by itself, as `router::embed` does)."""
         self._service = service
         self._data_dir_for = data_dir_for
         self._open_store = open_store
+        self._embedder_for = embedder_for
         self._lock = asyncio.Lock()
 
     async def apply(self, settings: Settings) -> Applied:
@@ -49,18 +56,42 @@ class Reconfigurer:
         nothing changed."""
         async with self._lock:
             service = self._service
-            if settings == service.settings:
+            previous = service.settings
+            if settings == previous:
                 return Applied.UNCHANGED
             target = self._data_dir_for(settings).resolve()
             if target == service.store.root:
                 service.settings = settings
                 log.info("settings_reloaded", data_dir=str(target))
-                return Applied.UPDATED
-            store = await asyncio.to_thread(self._open_store, target)
-            old = service.store
-            service.store, service.settings = store, settings
-            await service.close()  # background embedding of the old banks
-            await old.close()
-            service.backfill_embeddings()
-            log.info("store_reopened", old=str(old.root), new=str(target))
-            return Applied.REOPENED
+                applied = Applied.UPDATED
+            else:
+                store = await asyncio.to_thread(self._open_store, target)
+                old = service.store
+                service.store, service.settings = store, settings
+                await service.close()  # background embedding of the old banks
+                await old.close()
+                service.backfill_embeddings()
+                log.info("store_reopened", old=str(old.root), new=str(target))
+                applied = Applied.REOPENED
+            if _embedding(previous) != _embedding(settings):
+                await self._reembed(previous, settings)
+            return applied
+
+    async def _reembed(self, previous: Settings, settings: Settings) -> None:
+        service = self._service
+        wanted = settings.embeddings_enabled and (
+            service.embedder is None or previous.embedding_model != settings.embedding_model
+        )
+        if self._embedder_for is not None and wanted:
+            service.embedder = await asyncio.to_thread(self._embedder_for, settings)
+        turned_on = settings.embeddings_enabled and not previous.embeddings_enabled
+        log.info(
+            "embeddings_reconfigured",
+            enabled=settings.embeddings_enabled,
+            model=service.embedder.model if service.embedder is not None else None,
+        )
+        service.embedding_changed(turned_on=turned_on)
+
+
+def _embedding(settings: Settings) -> tuple[bool, str]:
+    return settings.embeddings_enabled, settings.embedding_model

@@ -10,10 +10,10 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memory_worker.core.errors import InvalidInput
 
@@ -57,13 +57,32 @@ class Settings(BaseModel):
         default=True, description="Extract memories in the background after each completed turn."
     )
     extraction_model: str = Field(
-        default="", description="Model for extraction; empty uses the router's first model."
+        default="",
+        description="Model for extraction; empty uses the router's first model (with "
+        "`extraction_endpoint`: the endpoint's first listed model).",
+    )
+    extraction_endpoint: str = Field(
+        default="",
+        description="Base URL of an OpenAI-compatible chat-completions endpoint for extraction "
+        "(a local llama.cpp or Ollama server, or a hosted API), e.g. http://127.0.0.1:8088/v1; "
+        "empty uses router::complete on the engine.",
+    )
+    extraction_api_key_env: str = Field(
+        default="MEMORY_EXTRACTION_API_KEY",
+        description="Name of the environment variable holding the endpoint's API key (sent as a "
+        "bearer token; the key itself is never stored or logged). Unset or empty sends none.",
+    )
+    extraction_prompt: Literal["extraction-v1", "extraction-v2"] = Field(
+        default="extraction-v2",
+        description="Extraction prompt version (memory_worker/core/prompts/<version>.md).",
     )
     extraction_window: int = Field(
         default=12, ge=1, le=200, description="Max new user/assistant messages read per pass."
     )
     extraction_timeout_ms: int = Field(
-        default=60_000, ge=1000, description="Timeout of the extraction router::complete call."
+        default=60_000,
+        ge=1000,
+        description="Timeout of the extraction completion call (router::complete or the endpoint).",
     )
     max_memories_per_turn: int = Field(
         default=8, ge=0, le=50, description="Max memories one extraction pass may write."
@@ -82,10 +101,16 @@ class Settings(BaseModel):
         "stated.",
     )
     embeddings_enabled: bool = Field(
-        default=True, description="Fuse a semantic signal into recall when an embedder answers."
+        default=True,
+        description="Fuse a semantic signal into recall when an embedder answers; turning it on "
+        "embeds what was saved meanwhile first.",
     )
     embedding_model: str = Field(
-        default="", description="Embedding model; empty uses the provider default."
+        default="",
+        description="Embedding model: passed to router::embed (empty: the router's default), or "
+        "one the local embedder has (empty: all-minilm-l6-v2-int8; another name is refused). A "
+        "change re-embeds every bank in the background; until a bank is done its recall runs "
+        "without the semantic arm.",
     )
     inject_lessons: bool = Field(
         default=True,
@@ -99,6 +124,22 @@ class Settings(BaseModel):
         "4 UTF-8 bytes a token, card framing included, 1 through 64000); a card that does not "
         "fit stays eligible.",
     )
+
+    @field_validator("extraction_endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and not re.match(r"https?://[^\s/]+", value):
+            raise ValueError("must be an http:// or https:// URL, or empty")
+        return value.rstrip("/")
+
+    @field_validator("extraction_api_key_env")
+    @classmethod
+    def _env_is_a_name(cls, value: str) -> str:
+        # A NAME, never the key: a value that looks like a key is refused before it is stored.
+        if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+            raise ValueError("must be an environment variable name (letters, digits, _)")
+        return value
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

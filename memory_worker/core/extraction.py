@@ -1,14 +1,17 @@
 """Extraction, the pure part: the prompt, what the model is shown, and how its reply is read.
 
 The reply contract (prompt `extraction-v1`, `prompts/extraction-v1.md`) is one JSON object
-`{"memories": [op, …], "rules": [str, …]}` with ops `add {text, entities, tags}`,
-`restate {ref}` and `correct {ref, text, entities, tags, reason}`; refs are the `m<N>` labels of
-the known memories shown. Parsing is lenient — code fences, prose around the JSON, a bare list
-(= memories), op synonyms — and never raises: what cannot be read is skipped and counted.
+`{"memories": [op, …], "rules": [str, …]}` with ops `add {text, entities, tags, confidence?}`,
+`restate {ref}` and `correct {ref, text, entities, tags, reason, confidence?}`; refs are the
+`m<N>` labels of the known memories shown; `confidence: "inferred"` marks a fact the model
+derived rather than read (absent: `extracted`). Parsing is lenient — code fences, prose around
+the JSON, a bare list (= memories), op synonyms — and never raises: what cannot be read is
+skipped and counted.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS
 __all__ = [
     "MAX_MESSAGE_CHARS",
     "PROMPT_VERSION",
+    "PROMPT_VERSIONS",
     "Add",
     "Correct",
     "Decisions",
@@ -31,7 +35,8 @@ __all__ = [
     "system_prompt",
 ]
 
-PROMPT_VERSION = "extraction-v1"
+PROMPT_VERSIONS = ("extraction-v1", "extraction-v2")  # files in prompts/; old ones are kept
+PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
 MAX_TEXT_CHARS = 300
 _OPS = {
@@ -49,19 +54,25 @@ _OPS = {
 }
 
 
-def system_prompt() -> str:
+@functools.cache
+def system_prompt(version: str = PROMPT_VERSION) -> str:
     """The prompt file without its design notes (the leading HTML comment)."""
-    text = resources.files(__package__).joinpath(f"prompts/{PROMPT_VERSION}.md").read_text("utf-8")
+    if version not in PROMPT_VERSIONS:
+        raise ValueError(f"unknown extraction prompt {version!r}")
+    text = resources.files(__package__).joinpath(f"prompts/{version}.md").read_text("utf-8")
     return re.sub(r"\A\s*<!--.*?-->\s*", "", text, flags=re.S)
 
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One transcript message as the model sees it (already redacted)."""
+    """One transcript message as the model sees it (already redacted); `entry_id` and `model`
+    (what answered, on assistant messages) are provenance, never shown."""
 
     role: str
     text: str
     at_ms: int | None
+    entry_id: str | None = None
+    model: str | None = None
 
 
 def _stamp(ms: int | None) -> str:
@@ -95,6 +106,7 @@ class Add:
     text: str
     entities: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    inferred: bool = False  # derived by the model rather than stated in the conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,17 +153,21 @@ def _json_values(text: str) -> list[Any]:
 
 def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
     """Labels a model suggested, kept only when they are labels (short, one line): a bad one is
-    dropped here rather than failing the whole pass at the store's validation."""
+    dropped here rather than failing the whole pass at the store's validation. Not lowercased
+    here: the store redacts first (a key's shape depends on its case), then lowercases."""
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list):
         return ()
     out = [
-        " ".join(item.split()).lower()
+        " ".join(item.split())
         for item in raw
         if isinstance(item, str) and item.strip() and len(item.strip()) <= MAX_LABEL_CHARS
     ]
-    return tuple(dict.fromkeys(out))[:limit]
+    first: dict[str, str] = {}
+    for item in out:
+        first.setdefault(item.lower(), item)  # "Porto" and "porto" are one label
+    return tuple(first.values())[:limit]
 
 
 def _ref(raw: object, known: int) -> int | None:
@@ -172,11 +188,20 @@ def _text(raw: object) -> str | None:
     return text[:MAX_TEXT_CHARS]
 
 
+def _inferred(item: dict[str, Any]) -> bool:
+    """`"confidence": "inferred"` (or `"inferred": true`): the model derived the fact rather than
+    read it in the conversation. Anything else, absent included, is `extracted`."""
+    confidence = item.get("confidence")
+    return item.get("inferred") is True or (
+        isinstance(confidence, str) and confidence.strip().lower() == "inferred"
+    )
+
+
 def _add(item: dict[str, Any]) -> Add | None:
     text = _text(item.get("text") or item.get("memory") or item.get("fact"))
     if text is None:
         return None
-    return Add(text, _strings(item.get("entities")), _strings(item.get("tags"), 3))
+    return Add(text, _strings(item.get("entities")), _strings(item.get("tags"), 3), _inferred(item))
 
 
 def parse_reply(reply: str, known: int) -> Decisions:

@@ -34,15 +34,17 @@ AMBIENT_FLOOR = 3  # identity questions and session openers recall little lexica
 MIN_TRUNCATED_RULE_CHARS = 200  # below this a cut rule is noise: omit it whole instead
 
 
-def ambient_header(bank: str) -> str:
+def ambient_header(bank: str, rules_follow: bool = True) -> str:
     # Always present: without it models claim they "cannot remember" or "cannot save to memory".
+    # "The rules below" only when some follow: pointing at nothing invites the model to invent.
+    rules = " Treat the rules below as standing instructions." if rules_follow else ""
     return (
         f"\n\n# Memory — bank: {bank}\n"
         "You have persistent memory across conversations. Durable facts, preferences and standing "
         "instructions are captured automatically after each turn, and the ones relevant to the "
         "current message are provided to you in a <memory> block when they exist. When the user "
-        "asks you to remember something, acknowledge it: it is saved without any tool call. Treat "
-        "the rules below as standing instructions.\n"
+        "asks you to remember something, acknowledge it: it is saved without any tool call."
+        f"{rules}\n"
     )
 
 
@@ -57,9 +59,10 @@ def render_section(bank: str, rules: list[Rule], max_rule_chars: int) -> RulesSe
     """Ambient header plus rules in name order within `max_rule_chars` (content characters only).
 
     A rule that does not fit is cut with a visible marker when enough budget remains, else omitted
-    with a marker; after the first cut every later rule is omitted.
+    with a marker; after the first cut every later rule is omitted. The header's "treat the rules
+    below as standing instructions" is there only when some rule's text is.
     """
-    parts = [ambient_header(bank)]
+    parts: list[str] = []
     budget = max_rule_chars
     included = 0
     truncated = False
@@ -83,7 +86,7 @@ def render_section(bank: str, rules: list[Rule], max_rule_chars: int) -> RulesSe
         else:
             parts.append(f"\n## {rule.name} [omitted: over the injection budget]\n")
             truncated = True
-    return RulesSection("".join(parts), included, truncated)
+    return RulesSection(ambient_header(bank, included > 0) + "".join(parts), included, truncated)
 
 
 def apply_floor(hits: list[Hit], top: list[Memory], floor: int) -> list[Hit]:

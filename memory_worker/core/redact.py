@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Redaction", "redact"]
+__all__ = ["MARKER_PREFIX", "Redaction", "redact"]
 
 # --- labels ---------------------------------------------------------------------------------
 

@@ -8,12 +8,13 @@ supersede; resurrection continues the revision counter so the tombstone cannot w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import LESSON
 from memory_worker.core.models import Anchors, Confidence, ItemEvent, Memory, Provenance
-from memory_worker.core.redact import redact
+from memory_worker.core.redact import MARKER_PREFIX, redact
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "new_memory",
     "normalize_label",
     "pin",
+    "prepare_label",
     "prepare_labels",
     "prepare_reason",
     "prepare_text",
@@ -44,6 +46,7 @@ MAX_LABEL_CHARS = 64
 MAX_REASON_CHARS = 500
 
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
+_MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
 
 
 def check_unicode(value: str, field: str) -> None:
@@ -76,17 +79,32 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
 
 
 def normalize_label(value: str) -> str:
-    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase."""
-    return collapse_whitespace(value).lower()
+    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase —
+    except the `[REDACTED:<label>]` markers, which read the same everywhere."""
+    text = collapse_whitespace(value)
+    parts: list[str] = []
+    at = 0
+    for match in _MARKER.finditer(text):
+        parts += (text[at : match.start()].lower(), match.group())
+        at = match.end()
+    parts.append(text[at:].lower())
+    return "".join(parts)
+
+
+def prepare_label(raw: str, field: str = "tag") -> str:
+    """One label as stored (a `tag` filter, say): redacted, then `normalize_label`."""
+    check_unicode(raw, field)
+    return normalize_label(redact(raw).text)
 
 
 def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Entities or tags: redacted, whitespace-collapsed, lowercased, deduplicated, first 8 kept."""
+    """Entities or tags: redacted, whitespace-collapsed, lowercased (redaction markers kept as
+    written), deduplicated, first 8 kept."""
     out: list[str] = []
     labels: set[str] = set()
     for raw in values:
         check_unicode(raw, field)
-        redaction = redact(raw)
+        redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
         labels.update(redaction.labels)
         value = normalize_label(redaction.text)
         if not value or value in out:

@@ -1,4 +1,4 @@
-"""The extraction pass: one finished turn's new messages → one `router::complete` → writes.
+"""The extraction pass: one finished turn's new messages → one completion → writes.
 
 1. Read the session's messages after its cursor (state scope `memory_cursor`), walking every page
    (`session::messages` is oldest first, so the new turn is on the last page), keeping at most
@@ -6,10 +6,12 @@
    that is never met (a branch switch, trimmed history) falls back to the tail.
 2. Redact secrets in the excerpt BEFORE anything leaves the worker.
 3. Show the model what the bank already holds about it (the top recall hits, with refs).
-4. One completion; the reply is parsed leniently (`extraction.parse_reply`).
+4. One completion (`router::complete`, or the `extraction_endpoint`), with the prompt version
+   `extraction_prompt` names; the reply is parsed leniently (`extraction.parse_reply`).
 5. Apply, at most `max_memories_per_turn` memory writes: add (fingerprint-deduped: a repeat
    reinforces), restate (reinforce), correct (save the new text, supersede the old with the
-   reason; a pinned memory is never touched); standing instructions are appended to the bank's
+   reason; a pinned memory is never touched). A restatement or a correction counts only when
+   the user's own words carry it (`grounded`); standing instructions are appended to the bank's
    auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -30,6 +34,8 @@ from memory_worker.app.catalog import respond
 from memory_worker.app.ports import Completer, KeyValue, TranscriptSource
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import (
+    GetRequest,
+    GetResponse,
     RecallRequest,
     RecallResponse,
     RuleListRequest,
@@ -39,7 +45,13 @@ from memory_worker.app.wire import (
     SaveResponse,
     SupersedeRequest,
 )
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, SiblingUnavailable
+from memory_worker.core.errors import (
+    BankNotFound,
+    Conflict,
+    InvalidInput,
+    MemoryNotFound,
+    SiblingUnavailable,
+)
 from memory_worker.core.extraction import (
     Add,
     Correct,
@@ -52,7 +64,7 @@ from memory_worker.core.extraction import (
 from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
-from memory_worker.core.text import fingerprint, normalize
+from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
 from memory_worker.harness.turns import ExtractJob
 
 __all__ = [
@@ -61,7 +73,9 @@ __all__ = [
     "LEARNED_RULE",
     "MAX_RULES_PER_TURN",
     "Extractor",
+    "grounded",
     "merge_learned",
+    "said_terms",
 ]
 
 log = structlog.get_logger(__name__)
@@ -81,7 +95,10 @@ MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
 USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
 MEMORY_PREFIX = "<memory "
 MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
+GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words must carry
+DONE_KEPT = 64  # turns remembered as extracted (as many as a session record keeps turns)
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
+_NOT_EVIDENCE = frozenset({"user"})  # every fact about the person carries it: it points nowhere
 
 
 def merge_learned(
@@ -101,11 +118,6 @@ def merge_learned(
         return None
     base = existing.rstrip() + "\n" if existing.strip() else LEARNED_HEADER
     return base + "\n".join(new) + "\n"
-
-
-def _caller(session_id: str) -> Caller:
-    """Extraction acts on its own: what it saves was read from the session's conversation."""
-    return Caller.internal("extraction", session_id=session_id, confidence=Confidence.EXTRACTED)
 
 
 def _window(lines: list[Line], size: int) -> list[Line]:
@@ -128,9 +140,31 @@ def _carries_secret(text: str) -> bool:
     return REDACTED_MARK in redact(text).text
 
 
-def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], list[Add]]:
-    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement,
-    and a fact carrying a redaction marker is not worth keeping."""
+def said_terms(lines: list[Line]) -> frozenset[str]:
+    """The content terms of what the user said in the excerpt (the only source of facts)."""
+    return frozenset(terms(" ".join(line.text for line in lines if line.role == "user")))
+
+
+def grounded(text: str, said: frozenset[str]) -> bool:
+    """Whether the user's own words carry `text`: at least a quarter of its content terms (one at
+    least), leaving out `user` and numbers (dates the model computed are not in the words).
+
+    Measured with a real 1.5B model (docs/BENCHMARKS.md, "Live extraction"): it restated the
+    same known memory on nearly every turn, and restated memories the assistant had echoed, so
+    corroboration counted the model's habit, not the user. A restatement, or a correction that
+    would retire a memory, must be visible in what the user said."""
+    own = {term for term in terms(text) if term != USER_ENTITY and not term.isdigit()}
+    if not own:
+        return False
+    return len(own & said) >= max(1, math.ceil(len(own) * GROUNDING_SHARE))
+
+
+def _split_known(
+    decisions: Decisions, known: list[Memory], said: frozenset[str]
+) -> tuple[list[int], list[Add]]:
+    """(memories to reinforce, facts to add): an "add" of a text already known is a restatement;
+    a restatement the user's words do not carry is dropped; a fact carrying a redaction marker
+    is not worth keeping."""
     by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
     restates = list(dict.fromkeys(decisions.restates))
     adds: list[Add] = []
@@ -141,7 +175,78 @@ def _split_known(decisions: Decisions, known: list[Memory]) -> tuple[list[int], 
                 adds.append(add)
         elif again not in restates:
             restates.append(again)
-    return restates, adds
+    return [i for i in restates if grounded(known[i].text, said)], adds
+
+
+@dataclass(frozen=True, slots=True)
+class _Cursor:
+    """A session's extraction progress (state scope `memory_cursor`). `entry`: the furthest entry
+    a pass read up to; `done`: the `until`s of recent passes, so a redelivered or late job is
+    recognised even once the cursor went past its turn."""
+
+    entry: str | None = None
+    done: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """What a pass reads: its lines, the entry the cursor moves to, and the turn's `until`."""
+
+    lines: list[Line]
+    end: str | None
+    until: str | None
+
+
+class _Origin:
+    """Provenance of what one pass writes: the session, the agent that ran the turn (named by
+    the harness, else the model that answered) and, per fact, the message it came from."""
+
+    def __init__(self, job: ExtractJob, lines: list[Line]) -> None:
+        self.session_id = job.session_id
+        answered = [line.model for line in lines if line.model]
+        self.agent = job.agent or (answered[-1] if answered else None)
+        self._lines = [(line, frozenset(terms(line.text)) - _NOT_EVIDENCE) for line in lines]
+
+    def entry_of(self, text: str) -> str | None:
+        """The message a fact most likely came from: the one sharing most of its content words
+        (the person's own messages first on a tie, then the newest), else the turn's last
+        message from the person."""
+        wanted = frozenset(terms(text)) - _NOT_EVIDENCE
+        best: tuple[int, int, int] | None = None
+        entry: str | None = None
+        for at, (line, words) in enumerate(self._lines):
+            rank = (len(wanted & words), line.role == "user", at)
+            if line.entry_id is not None and (best is None or rank > best):
+                best, entry = rank, line.entry_id
+        if best is not None and best[0] == 0:
+            said = [line.entry_id for line, _ in self._lines if line.role == "user"]
+            entry = said[-1] if said else entry
+        return entry
+
+    def caller(self, fact: Add | None = None) -> Caller:
+        """Extraction acts on its own: what it saves was read from the session's conversation
+        (or, the model says, inferred from it), with the entry it came from."""
+        if fact is None:
+            return Caller.internal(
+                "extraction", session_id=self.session_id, confidence=Confidence.EXTRACTED
+            )
+        return Caller.internal(
+            "extraction",
+            session_id=self.session_id,
+            agent=self.agent,
+            entry_id=self.entry_of(fact.text),
+            confidence=Confidence.INFERRED if fact.inferred else Confidence.EXTRACTED,
+        )
+
+
+def _model_of(message: dict[str, Any]) -> str | None:
+    """`provider/model` of an assistant message: what answered the turn."""
+    model = message.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return None
+    provider = message.get("provider")
+    prefix = f"{provider.strip()}/" if isinstance(provider, str) and provider.strip() else ""
+    return f"{prefix}{model.strip()}"
 
 
 def _at_ms(message: dict[str, Any]) -> int | None:
@@ -181,13 +286,20 @@ class Extractor:
             return await self._extract(job, bank)
 
     async def pass_over(self, job: ExtractJob) -> None:
-        """Move the cursor past what the session holds now, reading nothing out: the turn ran
-        without memory, so its words must never reach a later pass (or another bank)."""
+        """Move the cursor past the turn, reading nothing out: the turn ran without memory, so
+        its words must never reach a later pass (or another bank)."""
         async with self._session(job.session_id):
             cursor = await self._cursor(job.session_id)
-            _, newest = await self._read(job, cursor, 1)
-            if newest is not None:
-                await self._advance(job.session_id, newest)
+            span = await self._read(job, cursor, 1)
+            await self._advance(job.session_id, cursor, span)
+
+    async def forget(self, session_id: str) -> None:
+        """Drop the session's extraction cursor (`session::deleted`): nothing of it is kept."""
+        async with self._session(session_id):
+            try:
+                await self._kv.delete(CURSOR_SCOPE, session_id)
+            except SiblingUnavailable as exc:
+                log.warning("extraction_cursor_not_dropped", session_id=session_id, error=str(exc))
 
     def _deleted(self, bank: str) -> bool:
         return self._service.was_deleted(bank)
@@ -195,28 +307,32 @@ class Extractor:
     async def _extract(self, job: ExtractJob, bank: str) -> int:
         settings = self._service.settings
         cursor = await self._cursor(job.session_id)
-        lines, newest = await self._read(job, cursor, settings.extraction_window)
-        if newest is None:
-            return 0  # nothing after the cursor
+        if job.until is not None and job.until in (cursor.entry, *cursor.done):
+            log.info("extraction_already_done", session_id=job.session_id, until=job.until)
+            return 0  # a redelivered job: its turn was read already
+        span = await self._read(job, cursor, settings.extraction_window)
+        lines = span.lines
         if sum(len(line.text) for line in lines) < MIN_EXCERPT_CHARS:
-            await self._advance(job.session_id, newest)
-            return 0
-        known = await self._known(bank, lines, _caller(job.session_id))
-        reply = await self._completer.complete(system_prompt(), render_request(lines, known))
+            await self._advance(job.session_id, cursor, span)
+            return 0  # nothing new, or nothing worth a model call ("ok", "thanks")
+        origin = _Origin(job, lines)
+        known = await self._known(bank, lines, origin.caller())
+        prompt = system_prompt(settings.extraction_prompt)
+        reply = await self._completer.complete(prompt, render_request(lines, known))
         decisions = parse_reply(reply, len(known))
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
             raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
         if self._deleted(bank):  # deleted while the model was thinking: drop, never recreate
-            await self._advance(job.session_id, newest)
+            await self._advance(job.session_id, cursor, span)
             return 0
         if decisions.skipped:
             log.info("extraction_items_skipped", session_id=job.session_id, n=decisions.skipped)
         try:
-            written = await self._apply(bank, decisions, known, job.session_id)
+            written = await self._apply(bank, decisions, known, origin, said_terms(lines))
         except BankNotFound:  # deleted while the pass was writing: the rest is dropped too
             log.info("extraction_bank_deleted", session_id=job.session_id, bank=bank)
             written = 0
-        await self._advance(job.session_id, newest)
+        await self._advance(job.session_id, cursor, span)
         log.info(
             "extraction_pass",
             session_id=job.session_id,
@@ -229,65 +345,108 @@ class Extractor:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    async def _cursor(self, session_id: str) -> str | None:
-        """The last entry a pass finished; None when there is none or the state worker cannot
-        say (the pass then reads the tail again: repeats reinforce, nothing is duplicated)."""
+    async def _cursor(self, session_id: str) -> _Cursor:
+        """Where the session's passes got to; empty when there is none or the state worker cannot
+        say (the pass then reads its own turn again: repeats reinforce, nothing is duplicated)."""
         try:
             raw = await self._kv.get(CURSOR_SCOPE, session_id)
         except SiblingUnavailable as exc:
             log.warning("extraction_cursor_unreadable", session_id=session_id, error=str(exc))
-            return None
+            return _Cursor()
         wrapped = isinstance(raw, dict) and "last_entry_id" not in raw
         if wrapped and isinstance(raw.get("value"), dict):
             raw = raw["value"]  # older state workers wrap the stored value
-        entry = raw.get("last_entry_id") if isinstance(raw, dict) else None
-        return entry if isinstance(entry, str) and entry else None
+        if not isinstance(raw, dict):
+            return _Cursor()
+        entry = raw.get("last_entry_id")
+        done = raw.get("done")
+        return _Cursor(
+            entry if isinstance(entry, str) and entry else None,
+            tuple(d for d in done if isinstance(d, str)) if isinstance(done, list) else (),
+        )
 
-    async def _advance(self, session_id: str, entry_id: str) -> None:
+    async def _advance(self, session_id: str, cursor: _Cursor, span: _Span) -> None:
+        """Keep where the pass got to: the cursor moves forward only (a job that ran out of order
+        leaves it where a later turn's pass put it), and the turn is remembered as done."""
+        done = cursor.done
+        if span.until is not None and span.until not in done:
+            done = (*done, span.until)[-DONE_KEPT:]
+        moved = _Cursor(span.end or cursor.entry, done)
+        if moved == cursor:
+            return
+        value: dict[str, Any] = {"last_entry_id": moved.entry}
+        if moved.done:
+            value["done"] = list(moved.done)
         try:
-            await self._kv.set(CURSOR_SCOPE, session_id, {"last_entry_id": entry_id})
+            await self._kv.set(CURSOR_SCOPE, session_id, value)
         except SiblingUnavailable as exc:  # the writes landed; a stale cursor only re-reads
             log.warning("extraction_cursor_not_saved", session_id=session_id, error=str(exc))
 
-    async def _read(
-        self, job: ExtractJob, cursor: str | None, window: int
-    ) -> tuple[list[Line], str | None]:
-        """The new messages (redacted) and the newest entry id read, None when nothing is new."""
+    async def _read(self, job: ExtractJob, cursor: _Cursor, window: int) -> _Span:
+        """The turn's messages (redacted): after the later of the cursor and `job.after`, up to
+        `job.until` (to the end of the session when the job has none).
+
+        When the cursor is not met before `until`, the walk goes on to find it: a cursor past
+        the turn (a later turn's job ran first) must not move back. An `until` that is not in
+        the session (trimmed, another branch) reads nothing: what follows is other turns'."""
         kept: deque[Line] = deque(maxlen=MAX_SCANNED)
         newest: str | None = None
-        met = cursor is None
-        page: str | None = None
-        for _ in range(MAX_PAGES):
-            items, page = await self._transcript.page(job.session_id, page)
-            for item in items:
-                entry_id = item.get("entry_id") if isinstance(item, dict) else None
-                if not isinstance(entry_id, str):
-                    continue
-                if entry_id == cursor:
-                    met, newest = True, None
-                    kept.clear()
-                    continue
+        starts = {entry for entry in (cursor.entry, job.after) if entry}
+        met = cursor.entry is None
+        reached = beyond = False
+        async for entry_id, message in self._entries(job.session_id):
+            if reached:  # only looking for the cursor now
+                if entry_id == cursor.entry:
+                    met = beyond = True
+                    break
+                continue
+            if entry_id in starts:
+                kept.clear()  # only what follows is this turn's
+                newest = None
+                met |= entry_id == cursor.entry
+            else:
                 newest = entry_id
-                line = self._line(item.get("message"))
+                line = self._line(entry_id, message)
                 if line is not None:
                     kept.append(line)
-                if entry_id == job.until:
-                    page = None
+            if entry_id == job.until:
+                reached = True
+                if met:
                     break
-            if page is None:
-                break
         if not met:
-            log.info("extraction_cursor_not_found", session_id=job.session_id, cursor=cursor)
-        return _window(list(kept), window), newest
+            log.info("extraction_cursor_not_found", session_id=job.session_id, cursor=cursor.entry)
+        if job.until is not None and not reached:
+            log.warning("extraction_until_not_found", session_id=job.session_id, until=job.until)
+            return _Span([], None, job.until)
+        end = cursor.entry if beyond else job.until or newest
+        return _Span(_window(list(kept), window), end, job.until)
+
+    async def _entries(self, session_id: str) -> AsyncIterator[tuple[str, object]]:
+        """`(entry_id, message)` of the session, oldest first, page after page."""
+        page: str | None = None
+        for _ in range(MAX_PAGES):
+            items, page = await self._transcript.page(session_id, page)
+            for item in items:
+                entry_id = item.get("entry_id") if isinstance(item, dict) else None
+                if isinstance(entry_id, str):
+                    yield entry_id, item.get("message")
+            if page is None:
+                return
 
     @staticmethod
-    def _line(message: object) -> Line | None:
+    def _line(entry_id: str, message: object) -> Line | None:
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             return None
         text = message_text(message).strip()
         if not text or text.startswith(MEMORY_PREFIX):
             return None
-        return Line(str(message["role"]), redact(text).text, _at_ms(message))
+        return Line(
+            str(message["role"]),
+            redact(text).text,
+            _at_ms(message),
+            entry_id=entry_id,
+            model=_model_of(message),
+        )
 
     async def _known(self, bank: str, lines: list[Line], caller: Caller) -> list[Memory]:
         """What the bank already holds about the excerpt: recall's top hits for its user side."""
@@ -305,33 +464,44 @@ class Extractor:
     # --- writing ---------------------------------------------------------------------------------
 
     async def _apply(
-        self, bank: str, decisions: Decisions, known: list[Memory], session_id: str
+        self,
+        bank: str,
+        decisions: Decisions,
+        known: list[Memory],
+        origin: _Origin,
+        said: frozenset[str],
     ) -> int:
         """Restatements, then corrections, then new facts, within `max_memories_per_turn`
         writes; then rules (their own limit)."""
         settings = self._service.settings
-        restates, adds = _split_known(decisions, known)
+        restates, adds = _split_known(decisions, known, said)
         budget = settings.max_memories_per_turn
         written = 0
         for index in restates:
             memory = known[index]
-            labels = (memory.entities, memory.tags)
-            if written < budget and await self._save(bank, memory.text, *labels, session_id):
+            again = Add(memory.text, memory.entities, memory.tags)
+            if written < budget and await self._save(bank, again, origin):
                 written += 1  # (a pinned memory is never touched: `_save` declines it)
         corrected: set[int] = set()
         for correction in decisions.corrections:
             if written < budget and await self._correct(
-                bank, correction, known, corrected, session_id
+                bank, correction, known, corrected, origin, said
             ):
                 written += 1
+        # a fact the bank already holds (not shown this time) is a restatement too
+        adds = [
+            add
+            for add in adds
+            if grounded(add.text, said) or not await self._held(bank, add, origin.caller())
+        ]
         room = max(budget - written, 0)
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
         for add in adds[:room]:
-            if await self._save(bank, add.text, add.entities, add.tags, session_id):
+            if await self._save(bank, add, origin):
                 written += 1
         if settings.rule_learning_enabled and decisions.rules:
-            written += await self._learn(bank, decisions.rules, session_id)
+            written += await self._learn(bank, decisions.rules, origin.caller())
         return written
 
     async def _correct(
@@ -340,15 +510,21 @@ class Extractor:
         correction: Correct,
         known: list[Memory],
         corrected: set[int],
-        session_id: str,
+        origin: _Origin,
+        said: frozenset[str],
     ) -> bool:
         """Save the corrected text and retire the old memory by it; False when nothing was
         written. A pinned memory is never rewritten by extraction; a second correction of the same
-        memory keeps its text as a new fact."""
+        memory keeps its text as a new fact. A correction the user's words do not carry, or
+        whose text is another known memory (a model pointing at the wrong ref), retires
+        nothing: it would replace a good memory by an unrelated one."""
         old, new = known[correction.ref], correction.new
-        if old.pinned or _carries_secret(new.text):
+        if old.pinned or _carries_secret(new.text) or not grounded(new.text, said):
             return False
-        saved = await self._save(bank, new.text, new.entities, new.tags, session_id)
+        others = {normalize(m.text) for i, m in enumerate(known) if i != correction.ref}
+        if normalize(new.text) in others:
+            return False
+        saved = await self._save(bank, new, origin)
         if saved is None:
             return False
         if correction.ref in corrected or saved.id == old.id or not saved.live:
@@ -358,30 +534,38 @@ class Extractor:
             bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
         )
         try:
-            await respond(self._service, "memory::supersede", request, _caller(session_id))
+            await respond(self._service, "memory::supersede", request, origin.caller())
         except Conflict as exc:  # retired meanwhile (a person, consolidation): nothing to do
             log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
         return True
 
-    async def _save(
-        self,
-        bank: str,
-        text: str,
-        entities: tuple[str, ...],
-        tags: tuple[str, ...],
-        session_id: str,
-    ) -> Memory | None:
+    async def _held(self, bank: str, add: Add, caller: Caller) -> bool:
+        """Whether the bank holds this text live already (ids are content fingerprints)."""
+        request = GetRequest(bank=bank, id=fingerprint(add.text))
+        try:
+            found = await respond(self._service, "memory::get", request, caller)
+        except (BankNotFound, MemoryNotFound, InvalidInput):
+            return False
+        assert isinstance(found, GetResponse)
+        return found.memory.live
+
+    async def _save(self, bank: str, fact: Add, origin: _Origin) -> Memory | None:
         """Save one fact; None when extraction must not write it: its text matches a memory a
         person pinned or retired (the save refuses an automatic caller that: extraction never
         edits the one nor revives the other), or the model's item does not pass validation
         (skipped, the rest of the pass goes on). A bank deleted meanwhile raises `BankNotFound`."""
+        text, entities = fact.text, fact.entities
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
             entities = ("user", *entities)
         request = SaveRequest(
-            bank=bank, text=text, entities=list(entities), tags=list(tags), session_id=session_id
+            bank=bank,
+            text=text,
+            entities=list(entities),
+            tags=list(fact.tags),
+            session_id=origin.session_id,
         )
         try:
-            response = await respond(self._service, "memory::save", request, _caller(session_id))
+            response = await respond(self._service, "memory::save", request, origin.caller(fact))
         except Conflict as err:
             log.info("extraction_item_untouchable", bank=bank, error=str(err))
             return None
@@ -391,11 +575,10 @@ class Extractor:
         assert isinstance(response, SaveResponse)
         return response.memory
 
-    async def _learn(self, bank: str, rules: list[str], session_id: str) -> int:
+    async def _learn(self, bank: str, rules: list[str], caller: Caller) -> int:
         """Append new standing instructions to the `learned` rule, guarded by its revision: a
         person editing the file meanwhile is never overwritten (the merge is redone on theirs)."""
         cleaned = [rule for rule in rules if not _carries_secret(rule)]
-        caller = _caller(session_id)
         for _ in range(LEARN_ATTEMPTS):
             existing = await self._learned(bank, caller)
             merged = merge_learned(existing.content if existing else "", cleaned)

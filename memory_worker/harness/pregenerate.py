@@ -42,7 +42,6 @@ from memory_worker.core.injection import (
     carried_texts,
     message_text,
     render_rules_update,
-    render_section,
 )
 from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
@@ -293,7 +292,7 @@ class PreGenerate:
             bank = resolution.bank
             assert bank is not None
             reply.annotations["memory_bank"] = bank
-            section = await self._section_and_memories(env, bank, resolution.exists, reply)
+            section = await self._section_and_memories(env, bank, reply)
             if resolution.exists and (env.step or 0) > 0 and self._service.settings.inject_lessons:
                 await self._lessons(env, session_id, bank, reply)
         first_sight = record.system is None
@@ -302,16 +301,10 @@ class PreGenerate:
             self._state.put(session_id, record, urgent=first_sight)
         return delivered
 
-    async def _section_and_memories(
-        self, env: HookEnvelope, bank: str, exists: bool, reply: _Reply
-    ) -> str:
+    async def _section_and_memories(self, env: HookEnvelope, bank: str, reply: _Reply) -> str:
+        """What `service.injection` gives (the one function `memory::preview` shows, missing
+        and deleted banks included), into the reply."""
         settings = self._service.settings
-        if not exists:
-            # A bank that does not exist yet: extraction will create it after this turn, so the
-            # model is told memory is on; with extraction off there is nothing to say.
-            if not settings.extraction_enabled:
-                return ""
-            return render_section(bank, [], settings.max_rule_chars).text
         first_step = (env.step or 0) == 0
         recall = first_step and settings.inject_memories
         plan = await self._service.injection(
@@ -321,7 +314,8 @@ class PreGenerate:
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
         )
-        reply.annotations["memory_rules"] = plan.rules
+        if plan.section:
+            reply.annotations["memory_rules"] = plan.rules
         if plan.rules_truncated:
             reply.annotations["memory_rules_truncated"] = True
             log.warning("rules_truncated", bank=bank, max_rule_chars=settings.max_rule_chars)

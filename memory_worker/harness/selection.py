@@ -36,7 +36,7 @@ class Resolution:
     outcome: Outcome
     bank: str | None = None
     source: str = ""  # turn | session | parent-turn | parent-session | default (or why not)
-    exists: bool = False
+    exists: bool = False  # (what a missing bank is told is `service.injection`'s to decide)
 
     @property
     def has_memory(self) -> bool:
@@ -167,7 +167,9 @@ class BankResolver:
         except InvalidInput:
             return Resolution(Outcome.NO_MEMORY, source=f"invalid bank name from {source}")
         store = self._store()
-        exists = store.find(name) is not None
-        if not exists and name != self._default_bank() and store.was_deleted(name):
+        missing = store.find(name) is None
+        if missing and name != self._default_bank() and store.was_deleted(name):
             return Resolution(Outcome.NO_MEMORY, bank=name, source=f"bank {name} was deleted")
-        return Resolution(Outcome.BANK, bank=name, source=source, exists=exists)
+        # A bank that does not exist yet is still this session's: what it gets then is
+        # `service.injection`'s to say (the one function `memory::preview` shows too).
+        return Resolution(Outcome.BANK, bank=name, source=source, exists=not missing)

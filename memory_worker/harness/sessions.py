@@ -32,10 +32,13 @@ MAX_TURNS_KEPT = 64  # a turn's bank is needed until its extraction job and its 
 @dataclass
 class SessionRecord:
     """`system`: the section sent in the system prompt since the session's first step ("" = none),
-    None before the first step. `turns`: turn id → bank ("" = the turn ran without memory)."""
+    None before the first step. `turns`: turn id → bank ("" = the turn ran without memory).
+    `untils`: finished turn id → its last user/assistant entry, in the order the turns finished:
+    each extraction job reads from the previous turn's entry to its own, never beyond."""
 
     system: str | None = None
     turns: dict[str, str] = field(default_factory=dict)
+    untils: dict[str, str] = field(default_factory=dict)
 
     def remember_turn(self, turn_id: str, bank: str | None) -> bool:
         """Record the bank of a turn at its first sight; True when something changed."""
@@ -50,8 +53,25 @@ class SessionRecord:
         """The bank the turn ran with; "" when it ran without memory; None when never seen."""
         return self.turns.get(turn_id)
 
+    def close_turn(self, turn_id: str, until: str | None) -> tuple[str | None, str | None, bool]:
+        """`(after, until, changed)` for a finished turn: the entry its extraction stops at (as
+        first recorded: a redelivered event keeps it, even when later turns exist by now) and the
+        previous finished turn's, where it starts. `until=None` (the transcript could not be
+        read) records nothing."""
+        finished = list(self.untils)
+        if turn_id in self.untils:
+            at = finished.index(turn_id)
+            return (self.untils[finished[at - 1]] if at else None), self.untils[turn_id], False
+        after = self.untils[finished[-1]] if finished else None
+        if until is None:
+            return after, None, False
+        self.untils[turn_id] = until
+        while len(self.untils) > MAX_TURNS_KEPT:
+            del self.untils[next(iter(self.untils))]
+        return after, until, True
+
     def to_json(self) -> dict[str, Any]:
-        return {"system": self.system, "turns": dict(self.turns)}
+        return {"system": self.system, "turns": dict(self.turns), "untils": dict(self.untils)}
 
     @classmethod
     def from_json(cls, raw: object) -> SessionRecord | None:
@@ -60,13 +80,17 @@ class SessionRecord:
         if not isinstance(raw, dict):
             return None
         system = raw.get("system")
-        turns = raw.get("turns")
         return cls(
             system=system if isinstance(system, str) else None,
-            turns={str(k): v for k, v in turns.items() if isinstance(v, str)}
-            if isinstance(turns, dict)
-            else {},
+            turns=_strings(raw.get("turns")),
+            untils=_strings(raw.get("untils")),
         )
+
+
+def _strings(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, str)}
 
 
 class SessionState:

@@ -14,13 +14,13 @@ import uuid
 from typing import Any, Protocol
 
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memory_worker.app.ports import JobQueue
+from memory_worker.app.ports import JobQueue, TranscriptSource
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 from memory_worker.harness.selection import BankResolver, Outcome, parent_of
-from memory_worker.harness.sessions import SessionState
+from memory_worker.harness.sessions import SessionRecord, SessionState
 
 __all__ = [
     "EXTRACT_JOB",
@@ -34,6 +34,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 EXTRACT_JOB = "memory::extract-job"
+MAX_PAGES = 10_000  # session::messages pages walked to find the turn's last entry
+MAX_AGENT_CHARS = 128
 
 
 class TurnCompleted(BaseModel):
@@ -47,6 +49,7 @@ class TurnCompleted(BaseModel):
     parent: Any = None
     parent_session_id: str | None = None
     timestamp: int | None = None
+    agent: Any = None
 
 
 class ExtractJob(BaseModel):
@@ -54,11 +57,33 @@ class ExtractJob(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     session_id: str
-    bank: str | None = None
-    skip: bool = False
-    until: str | None = None
+    bank: str | None = Field(
+        default=None,
+        description="The bank the turn was injected with. Absent: resolved when the job runs "
+        "(the worker never saw the turn, or the job predates this).",
+    )
+    skip: bool = Field(
+        default=False,
+        description="The turn ran without memory (an invalid or deleted bank): the job only "
+        "steps the cursor past it.",
+    )
+    until: str | None = Field(
+        default=None,
+        description="The turn's last user/assistant entry: the pass reads no further.",
+    )
+    after: str | None = Field(
+        default=None,
+        description="The previous finished turn's last entry: the pass reads nothing up to it "
+        "(a job that runs late or out of order never reads another turn's messages). Absent: "
+        "from the session's extraction cursor.",
+    )
     turn_id: str | None = None
     status: str | None = None
+    agent: str | None = Field(
+        default=None,
+        description="The agent that ran the turn (`harness::turn-completed` `agent`), recorded "
+        "in the provenance of what the pass writes; absent: the model that answered.",
+    )
 
 
 class Extractor(Protocol):
@@ -70,6 +95,19 @@ class Extractor(Protocol):
     async def pass_over(self, job: ExtractJob) -> None:
         """Step the session's cursor past what it holds now without reading anything out."""
         ...
+
+    async def forget(self, session_id: str) -> None:
+        """Drop the session's extraction cursor."""
+        ...
+
+
+def _agent_name(raw: object) -> str | None:
+    """`agent` as a harness build sends it: a name, or an object with one."""
+    if isinstance(raw, dict):
+        raw = raw.get("name") or raw.get("id")
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    return raw.strip()[:MAX_AGENT_CHARS]
 
 
 def receipt_for(turn: TurnCompleted) -> str:
@@ -86,12 +124,16 @@ class TurnPipeline:
         state: SessionState,
         queue: JobQueue | None,
         extractor: Extractor | None,
+        transcript: TranscriptSource | None = None,
     ) -> None:
+        """`transcript`: where the turn's last entry is read when it completes (the job's
+        `until`); without one the job reads to the end of the session when it runs."""
         self._service = service
         self._resolver = resolver
         self._state = state
         self._queue = queue
         self._extractor = extractor
+        self._transcript = transcript
         self._inline: set[asyncio.Task[Any]] = set()
 
     async def on_turn_completed(self, payload: object) -> dict[str, Any]:
@@ -106,17 +148,18 @@ class TurnPipeline:
             return {"ok": True, "skipped": "sub-agent turn"}  # its parent's turn covers it
         if not self._service.settings.extraction_enabled:
             return {"ok": True, "skipped": "extraction_enabled is false"}
-        job = ExtractJob(session_id=session_id, turn_id=turn.turn_id, status=turn.status)
+        job = ExtractJob(
+            session_id=session_id,
+            turn_id=turn.turn_id,
+            status=turn.status,
+            agent=_agent_name(turn.agent),
+        )
+        # Read now, while the turn is the newest thing in the session: a job that runs late must
+        # not read what later turns said (they may run in another bank).
+        until = await self._last_entry(session_id)
+        job.until = until
         if turn.turn_id:
-            try:
-                record = await self._state.get(session_id)
-            except SiblingUnavailable:
-                record = None  # the job resolves the bank when it runs
-            bank = record.turn_bank(turn.turn_id) if record is not None else None
-            if bank == "":
-                job.skip = True  # the turn ran without memory: only step the cursor past it
-            elif bank is not None:
-                job.bank = bank
+            await self._bound_by_turns(job, turn.turn_id, until)
         data = job.model_dump(exclude_none=True)
         receipt = receipt_for(turn)
         if self._queue is not None and await self._queue.enqueue(EXTRACT_JOB, data, receipt):
@@ -125,6 +168,45 @@ class TurnPipeline:
         self._inline.add(task)
         task.add_done_callback(self._inline.discard)
         return {"ok": True, "inline": receipt}
+
+    async def _bound_by_turns(self, job: ExtractJob, turn_id: str, until: str | None) -> None:
+        """The bank the hook recorded for the turn, and where the previous finished turn ended."""
+        try:
+            record = await self._state.get(job.session_id)
+        except SiblingUnavailable:
+            return  # the job resolves the bank when it runs, and starts at the cursor
+        if record is None:
+            record = SessionRecord()
+        bank = record.turn_bank(turn_id)
+        if bank == "":
+            job.skip = True  # the turn ran without memory: only step the cursor past it
+        elif bank is not None:
+            job.bank = bank
+        job.after, job.until, changed = record.close_turn(turn_id, until)
+        if changed:
+            self._state.put(job.session_id, record, urgent=False)
+
+    async def _last_entry(self, session_id: str) -> str | None:
+        """The session's newest user/assistant entry id; None when it cannot be read."""
+        if self._transcript is None:
+            return None
+        newest: str | None = None
+        page: str | None = None
+        try:
+            for _ in range(MAX_PAGES):
+                items, page = await self._transcript.page(session_id, page)
+                for item in items:
+                    entry_id = item.get("entry_id")
+                    message = item.get("message")
+                    role = message.get("role") if isinstance(message, dict) else None
+                    if isinstance(entry_id, str) and entry_id and role in ("user", "assistant"):
+                        newest = entry_id
+                if page is None:
+                    break
+        except SiblingUnavailable as exc:
+            log.warning("extraction_until_unknown", session_id=session_id, error=str(exc))
+            return None
+        return newest
 
     async def _inline_job(self, data: dict[str, Any]) -> None:
         try:
@@ -169,6 +251,8 @@ class TurnPipeline:
         if isinstance(session_id, str) and session_id:
             await self._state.drop(session_id)
             await self._service.forget_deliveries(session_id)  # what lessons it was given
+            if self._extractor is not None:
+                await self._extractor.forget(session_id)
         return {"ok": True}
 
     async def settle(self) -> None:

@@ -319,6 +319,12 @@ class LexicalIndex:
         self.vectors = np.zeros((self._capacity, 0), np.float16)
         self.has_vector[:] = False
 
+    def clear_vector(self, doc_id: str) -> None:
+        """Forget one doc's embedding (it came from a model no longer in use)."""
+        slot = self._slot_of.get(doc_id)
+        if slot is not None:
+            self.has_vector[slot] = False
+
     def has_vector_for(self, doc_id: str) -> bool:
         slot = self._slot_of.get(doc_id)
         return slot is not None and bool(self.has_vector[slot])

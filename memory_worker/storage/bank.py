@@ -100,8 +100,12 @@ class Bank:
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
-        self._embed_model: str | None = None  # the model `_to_embed` is kept for
+        # The model whose vectors the index holds: only its vectors are ever compared with a
+        # query. A new model takes over when its first vectors are stored (never before: one
+        # that cannot embed — a typo, a model the local embedder lacks — leaves the old ones).
+        self._embed_model: str | None = None
         self._to_embed: dict[str, None] = {}  # live ids lacking its vector, in arrival order
+        self._embed_ready = False  # every live memory had its vector since the model took over
         self._log = files.AppendLog(path / MEMORIES_FILE)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
@@ -213,39 +217,86 @@ class Bank:
             if current and self.index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model
 
+    def _holds(self, model: str) -> bool:
+        """Whether the index's vectors are `model`'s. At first sight (boot) a model that some
+        loaded vectors come from — or any model, when there are none — takes over at once."""
+        if self._embed_model is None and (
+            not self._vector_models or model in set(self._vector_models.values())
+        ):
+            self._take_over(model)
+        return model == self._embed_model
+
+    def _take_over(self, model: str) -> None:
+        """`model` becomes the one whose vectors count: every other model's leaves the index."""
+        self._embed_model = model
+        stale = [i for i, m in self._vector_models.items() if m != model]
+        if stale and len(stale) == len(self._vector_models):
+            self.index.reset_vectors()  # none left: a model of another width may follow
+        else:
+            for memory_id in stale:
+                self.index.clear_vector(memory_id)
+        for memory_id in stale:
+            del self._vector_models[memory_id]
+        self._to_embed = {
+            m.id: None
+            for m in self._memories.values()
+            if m.live and self._vector_models.get(m.id) != model
+        }
+        self._embed_ready = not self._to_embed
+
     def needs_embedding(self, model: str, limit: int) -> list[Memory]:
-        """Live memories with no vector from `model` (new, edited, or embedded by another model).
-        The first call for a model scans the bank; after that the set is kept up to date."""
-        if model != self._embed_model:
-            self._embed_model = model
-            self._to_embed = {
-                m.id: None
-                for m in self._memories.values()
-                if m.live and self._vector_models.get(m.id) != model
-            }
+        """Live memories with no vector from `model` (new, edited, or embedded by another model);
+        for a model that has not taken over yet, any live ones (it needs them all)."""
+        if not self._holds(model):
+            live = (m for m in self._memories.values() if m.live)
+            return list(islice(live, limit))
         return [self._memories[memory_id] for memory_id in islice(self._to_embed, limit)]
 
+    def semantic_ready(self, model: str) -> bool:
+        """Whether a query embedded by `model` may be compared here: the index holds `model`'s
+        vectors only, for every live memory (new ones arriving since are in flight). Until then
+        recall runs without its semantic arm and says so."""
+        return self._holds(model) and self._embed_ready
+
+    def restart_embedding(self) -> None:
+        """Embeddings were turned on again: what was saved meanwhile must be embedded before the
+        semantic arm counts again."""
+        self._embed_ready = self._embed_ready and not self._to_embed
+
+    def embedding_progress(self, model: str) -> tuple[int, int]:
+        """`(embedded, live)`: how many live memories have a vector from `model`."""
+        live = len(self.index)
+        if not self._holds(model):
+            return 0, live
+        return live - len(self._to_embed), live
+
     async def store_vectors(self, model: str, pairs: Sequence[tuple[Memory, list[float]]]) -> int:
-        """Keep the vectors whose memory is still live with the same text; returns how many."""
+        """Keep the vectors whose memory is still live with the same text; returns how many. The
+        first vectors of a new model make it take over (the old ones are never mixed in)."""
         kept: list[VectorRecord] = []
+        if pairs and model != self._embed_model:
+            self._take_over(model)
         width = self.index.vector_width
         if pairs and width and len(pairs[0][1]) != width:
-            # A model of another width: its vectors replace every old one (they cannot be mixed).
+            # The same model name now answers with another width: start it over.
             self.index.reset_vectors()
             self._vector_models.clear()
+            self._to_embed = {m.id: None for m in self._memories.values() if m.live}
+            self._embed_ready = False
         for memory, vector in pairs:
             current = self._memories.get(memory.id)
             if current is None or not current.live or current.text != memory.text:
                 continue  # edited or retired while it was being embedded: a later pass redoes it
             if self.index.set_vector(memory.id, vector):
                 self._vector_models[memory.id] = model
-                if model == self._embed_model:
-                    self._to_embed.pop(memory.id, None)
+                self._to_embed.pop(memory.id, None)
                 kept.append(
                     VectorRecord(
                         memory.id, model, current.revision, text_hash(current.text), vector
                     )
                 )
+        if not self._to_embed:
+            self._embed_ready = True
         if kept:
             await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept)
         return len(kept)

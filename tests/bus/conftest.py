@@ -74,22 +74,7 @@ class WorkerProcess:
         self.starts = 0
 
     def start(self) -> WorkerProcess:
-        command = [
-            sys.executable,
-            "-m",
-            "memory_worker",
-            "serve",
-            "--engine",
-            self.engine.url,
-            *(("--data-dir", str(self.data_dir)) if self.data_dir_flag else ()),
-            "--log-level",
-            "debug",
-            *self.args,
-        ]
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, env=self.env, bufsize=0
-            )
+        self.proc = self._popen()
         self.starts += 1
         try:
             line = read_line(self.proc, time.monotonic() + START_TIMEOUT_S)
@@ -105,6 +90,34 @@ class WorkerProcess:
             self.kill()
             raise AssertionError(f"worker did not start; log:\n{self.log()}") from None
         return self
+
+    def run_to_exit(self, timeout: float = START_TIMEOUT_S) -> tuple[int, str]:
+        """Start a worker that is expected to stop on its own (refused, say): its exit status
+        and stdout. Waits for the process itself, never a fixed time."""
+        self.proc = self._popen()
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+            return self.proc.returncode, out.decode(errors="replace")
+        finally:
+            self.kill()
+
+    def _popen(self) -> subprocess.Popen[bytes]:
+        command = [
+            sys.executable,
+            "-m",
+            "memory_worker",
+            "serve",
+            "--engine",
+            self.engine.url,
+            *(("--data-dir", str(self.data_dir)) if self.data_dir_flag else ()),
+            "--log-level",
+            "debug",
+            *self.args,
+        ]
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log, env=self.env, bufsize=0
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -150,8 +163,12 @@ def _spawn(engine: EngineDouble, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProcess] = []
 
     def spawn(
-        env: dict[str, str] | None = None, args: tuple[str, ...] = (), data_dir_flag: bool = True
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        data_dir_flag: bool = True,
+        start: bool = True,
     ) -> WorkerProcess:
+        """`start=False`: the process is made, not started (`run_to_exit`, or `start()`)."""
         index = len(started)
         worker = WorkerProcess(
             engine,
@@ -162,7 +179,7 @@ def _spawn(engine: EngineDouble, tmp_path: Path) -> Iterator[Any]:
             data_dir_flag,
         )
         started.append(worker)
-        return worker.start()
+        return worker.start() if start else worker
 
     try:
         yield spawn

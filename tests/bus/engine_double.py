@@ -6,8 +6,18 @@ of §5.3 over the message catalogue of §2.3 and the invocation and trigger sema
 
 - ``workerregistered`` without ``features``, so the SDK turns observe and local dispatch off and
   every call crosses the wire (even a worker calling its own function);
+- namespaces as engine 0.23 has them (``engine/src/engine/mod.rs``): a connection's registrations
+  are buffered until its ``engine::workers::register`` fixes its namespace (or a grace period
+  files them under ``default``); one live worker per ``(namespace, name)`` — a second one gets
+  ``registrationrejected`` ``WORKER_NAMESPACE_CONFLICT`` and is disconnected, its buffered
+  registrations dropped; functions are keyed by ``(namespace, function_id)`` and owned by one
+  live connection — a second live one gets ``FUNCTION_NAMESPACE_CONFLICT`` for that id (its
+  connection and other functions stay) and calls keep going to the first owner; an owner that has
+  gone away is replaced; routing is strict: the call's ``namespace``, else ``default``, never a
+  fallback (the SDK fills in its own namespace);
 - function / trigger-type / binding registration, parking of bindings whose provider is absent,
-  forwarding to providers and replay when a provider (re)registers;
+  forwarding to providers and replay when a provider (re)registers (trigger types are keyed by
+  id alone: every test runs in ``default``);
 - request/response routing with fresh engine invocation ids, ``void`` fan-out, ``enqueue``
   through the ``engine::queue::enqueue`` provider, ``_caller_worker_id`` injection;
 - engine builtins ``engine::workers::register|list``, ``engine::functions::list|info``,
@@ -36,8 +46,8 @@ import threading
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -51,6 +61,23 @@ T = TypeVar("T")
 ENGINE_TRIGGER_TYPES = frozenset({"configuration", "cron"})
 CRON_CONFIG_KEYS = frozenset({"expression", "condition_function_id"})
 QUEUE_ENQUEUE = "engine::queue::enqueue"
+WORKERS_REGISTER = "engine::workers::register"
+DEFAULT_NAMESPACE = "default"
+FUNCTION_NAMESPACE_CONFLICT = "FUNCTION_NAMESPACE_CONFLICT"
+WORKER_NAMESPACE_CONFLICT = "WORKER_NAMESPACE_CONFLICT"
+#: Messages whose effect depends on the connection's namespace: held until it is known.
+BUFFERED = frozenset(
+    {
+        "registerfunction",
+        "unregisterfunction",
+        "registertriggertype",
+        "unregistertriggertype",
+        "registertrigger",
+        "unregistertrigger",
+    }
+)
+#: How long registrations wait for ``engine::workers::register`` (the engine's default is 5 s).
+NAMESPACE_GRACE_S = 5.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _CONFIG_ID = re.compile(r"^[a-z0-9_-]{1,64}$")
 _ENV_VAR = re.compile(r"\$\{([^}:]+)(?::([^}]*))?\}")
@@ -346,10 +373,21 @@ class _Conn:
     worker_id: str
     name: str | None = None
     alive: bool = True
+    #: fixed by ``engine::workers::register`` (or the grace period); None while unknown
+    namespace: str | None = None
+    #: the namespace being applied to the buffered registrations (while they drain)
+    resolving: str | None = None
+    #: registration messages waiting for the namespace, in arrival order
+    buffer: list[JSON] = field(default_factory=list)
+    grace: asyncio.TimerHandle | None = None
 
     @property
     def label(self) -> str:
         return self.name or self.worker_id
+
+    @property
+    def ns(self) -> str:
+        return self.namespace or self.resolving or DEFAULT_NAMESPACE
 
 
 @dataclass(eq=False)
@@ -376,10 +414,12 @@ class _Pending:
     receipt: str | None = None
 
 
-def _not_found(function_id: str, namespace: str | None) -> JSON:
+def _not_found(function_id: str, namespace: str | None, elsewhere: Sequence[str] = ()) -> JSON:
+    hint = f" It is registered in namespace(s): {', '.join(elsewhere)}." if elsewhere else ""
     return {
         "code": "function_not_found",
-        "message": f"Function {function_id} not found in namespace {namespace or 'default'}.",
+        "message": f"Function {function_id} not found in namespace "
+        f"{namespace or DEFAULT_NAMESPACE}.{hint}",
     }
 
 
@@ -399,8 +439,11 @@ class EngineDouble:
     ``fire_cron``, ``errors``.
     """
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", namespace_grace_s: float = NAMESPACE_GRACE_S
+    ) -> None:
         self._host = host
+        self._grace_s = namespace_grace_s
         self._cond = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -409,8 +452,11 @@ class EngineDouble:
         self._port = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._conns: list[_Conn] = []
-        self._functions: dict[str, tuple[_Conn, JSON]] = {}
+        #: (namespace, function_id) → (owner, registerfunction message)
+        self._functions: dict[tuple[str, str], tuple[_Conn, JSON]] = {}
         self._registrations: Counter[str] = Counter()
+        #: (namespace, worker name) → the live connection holding that name
+        self._names: dict[tuple[str, str], _Conn] = {}
         self._trigger_types: dict[str, tuple[_Conn, JSON]] = {}
         self._bindings: dict[str, _Binding] = {}
         self._pending: dict[str, _Pending] = {}
@@ -423,7 +469,7 @@ class EngineDouble:
         self._engine_calls: dict[str, asyncio.Future[JSON]] = {}
         self.config = ConfigStore()
         self._builtins: dict[str, Callable[[_Conn, JSON, list[JSON]], Any]] = {
-            "engine::workers::register": self._b_workers_register,
+            WORKERS_REGISTER: lambda _c, _d, _e: None,  # handled by `_on_worker_announce`
             "engine::workers::list": lambda _c, _d, _e: {"workers": copy.deepcopy(self._workers)},
             "engine::functions::list": self._b_functions_list,
             "engine::functions::info": self._b_functions_info,
@@ -526,6 +572,10 @@ class EngineDouble:
         with self._cond:
             self._conns.append(conn)
             self._cond.notify_all()
+        loop = asyncio.get_running_loop()
+        conn.grace = loop.call_later(
+            self._grace_s, lambda: self._spawn(self._resolve(conn, DEFAULT_NAMESPACE))
+        )
         try:
             await self._send(
                 conn,
@@ -552,6 +602,13 @@ class EngineDouble:
         if not isinstance(msg, dict):
             return
         self._record("in", conn, msg)
+        kind = str(msg.get("type"))
+        if kind in BUFFERED and conn.namespace is None:
+            conn.buffer.append(msg)  # applied once the namespace is known, in order
+            return
+        await self._handle_message(conn, msg)
+
+    async def _handle_message(self, conn: _Conn, msg: JSON) -> None:
         handler = self._dispatch.get(str(msg.get("type")))
         if handler is None:
             return  # unknown types are ignored, like the engine does
@@ -561,6 +618,19 @@ class EngineDouble:
             with self._cond:
                 self._errors.append(traceback.format_exc())
                 self._cond.notify_all()
+
+    async def _resolve(self, conn: _Conn, namespace: str) -> None:
+        """Fix the connection's namespace and apply what it sent before, in arrival order.
+        Messages arriving meanwhile join the back of the queue, so nothing overtakes."""
+        if conn.namespace is not None or conn.resolving is not None or not conn.alive:
+            return
+        if conn.grace is not None:
+            conn.grace.cancel()
+            conn.grace = None
+        conn.resolving = namespace
+        while conn.buffer and conn.alive:
+            await self._handle_message(conn, conn.buffer.pop(0))
+        conn.namespace = namespace
 
     def _record(self, direction: str, conn: _Conn, msg: JSON) -> None:
         with self._cond:
@@ -602,9 +672,14 @@ class EngineDouble:
             if not conn.alive:
                 return
             conn.alive = False
+            conn.buffer.clear()  # registrations still waiting die with the connection
+            if conn.grace is not None:
+                conn.grace.cancel()
             self._conns = [c for c in self._conns if c is not conn]
-            for fid in [f for f, (owner, _) in self._functions.items() if owner is conn]:
-                del self._functions[fid]
+            for key in [k for k, (owner, _) in self._functions.items() if owner is conn]:
+                del self._functions[key]
+            for key in [k for k, owner in self._names.items() if owner is conn]:
+                del self._names[key]
             for tid in [t for t, (owner, _) in self._trigger_types.items() if owner is conn]:
                 del self._trigger_types[tid]
             for binding in self._bindings.values():
@@ -655,18 +730,35 @@ class EngineDouble:
             self._spawn(old.ws.close())
 
     async def _on_register_function(self, conn: _Conn, msg: JSON) -> None:
+        """Claim ``(namespace, id)`` (``claim_in``): refused while another LIVE connection owns
+        it — only that function, the connection stays — and taken over from one that left."""
         function_id = str(msg.get("id"))
+        key = (conn.ns, function_id)
         with self._cond:
-            self._functions[function_id] = (conn, copy.deepcopy(msg))
-            self._registrations[function_id] += 1
+            owner = self._functions.get(key)
+            builtin = conn.ns == DEFAULT_NAMESPACE and function_id in self._builtins
+            reserved = function_id.startswith("engine::") and conn.ns != DEFAULT_NAMESPACE
+            taken = owner is not None and owner[0] is not conn and owner[0].alive
+            if not (builtin or reserved or taken):
+                self._functions[key] = (conn, copy.deepcopy(msg))
+                self._registrations[function_id] += 1
             self._cond.notify_all()
+        if builtin or reserved or taken:
+            rejection: JSON = {
+                "type": "registrationrejected",
+                "code": FUNCTION_NAMESPACE_CONFLICT,
+                "namespace": conn.ns,
+                "function_id": function_id,
+                "owner_worker_id": owner[0].worker_id if taken and owner is not None else "",
+            }
+            await self._send(conn, rejection)
 
     async def _on_unregister_function(self, conn: _Conn, msg: JSON) -> None:
-        function_id = str(msg.get("id"))
+        key = (conn.ns, str(msg.get("id")))
         with self._cond:
-            owner = self._functions.get(function_id)
-            if owner is not None and owner[0] is conn:
-                del self._functions[function_id]
+            owner = self._functions.get(key)
+            if owner is not None and owner[0] is conn:  # release only if it is the owner
+                del self._functions[key]
             self._cond.notify_all()
 
     async def _on_register_trigger_type(self, conn: _Conn, msg: JSON) -> None:
@@ -760,7 +852,10 @@ class EngineDouble:
         raw_action = msg.get("action")
         action: JSON = raw_action if isinstance(raw_action, dict) else {}
         builtin = self._builtins.get(function_id)
-        if builtin is not None:
+        requested = msg.get("namespace")
+        if function_id == WORKERS_REGISTER:
+            await self._on_worker_announce(conn, msg)
+        elif builtin is not None and requested in (None, DEFAULT_NAMESPACE):
             await self._run_builtin(conn, msg, builtin)
         elif action.get("type") == "enqueue":
             await self._enqueue(conn, msg, str(action.get("queue", "")))
@@ -786,9 +881,11 @@ class EngineDouble:
         for key in ("metadata", "traceparent", "baggage"):
             if msg.get(key) is not None:
                 out[key] = msg[key]
+        namespace = msg.get("namespace") or DEFAULT_NAMESPACE  # never the caller's: strict
         with self._cond:
-            owner = self._functions.get(function_id)
+            owner = self._functions.get((namespace, function_id))
             target = owner[0] if owner is not None else None
+            elsewhere = sorted(ns for ns, fid in self._functions if fid == function_id)
             if target is not None and not void:
                 out["invocation_id"] = str(uuid.uuid4())
                 self._pending[out["invocation_id"]] = _Pending(
@@ -796,7 +893,7 @@ class EngineDouble:
                 )
         if target is None:
             if not void:
-                error = _not_found(function_id, msg.get("namespace"))
+                error = _not_found(function_id, namespace, elsewhere)
                 await self._answer(caller, invocation_id, function_id, error=error)
             return
         await self._send(target, out)
@@ -816,7 +913,7 @@ class EngineDouble:
                 envelope[key] = msg[key]
         out: JSON = {"type": "invokefunction", "function_id": QUEUE_ENQUEUE, "data": envelope}
         with self._cond:
-            owner = self._functions.get(QUEUE_ENQUEUE)
+            owner = self._functions.get((DEFAULT_NAMESPACE, QUEUE_ENQUEUE))
             if owner is not None and invocation_id:
                 out["invocation_id"] = str(uuid.uuid4())
                 self._pending[out["invocation_id"]] = _Pending(
@@ -879,7 +976,12 @@ class EngineDouble:
         """Engine-side fan-out of the ``configuration`` trigger type: one void call per match."""
         with self._cond:
             targets = [
-                (self._functions.get(str(b.msg.get("function_id"))), b.msg.get("metadata"))
+                (
+                    self._functions.get(
+                        (b.msg.get("namespace") or DEFAULT_NAMESPACE, str(b.msg.get("function_id")))
+                    ),
+                    b.msg.get("metadata"),
+                )
                 for b in self._bindings.values()
                 if b.trigger_type == "configuration"
                 and _config_binding_matches(b.msg.get("config"), event)
@@ -894,9 +996,38 @@ class EngineDouble:
 
     # ── builtins ───────────────────────────────────────────────────────────────────────────
 
-    def _b_workers_register(self, conn: _Conn, data: JSON, _events: list[JSON]) -> None:
-        conn.name = str(data.get("name") or conn.worker_id)
-        self._workers.append({**copy.deepcopy(data), "worker_id": conn.worker_id})
+    async def _on_worker_announce(self, conn: _Conn, msg: JSON) -> None:
+        """``engine::workers::register``: fixes the connection's namespace, claims its name
+        (``claim_worker_name``) and applies the registrations it sent before. A name a different
+        LIVE connection holds is fatal: rejected, disconnected, its registrations never applied."""
+        raw = msg.get("data")
+        data: JSON = raw if isinstance(raw, dict) else {}
+        namespace = str(data.get("namespace") or DEFAULT_NAMESPACE)
+        name = data.get("name")
+        with self._cond:
+            holder = self._names.get((namespace, name)) if isinstance(name, str) else None
+            rejected = holder is not None and holder is not conn and holder.alive
+            if not rejected:
+                conn.name = str(name or conn.worker_id)
+                if isinstance(name, str):
+                    self._names[(namespace, name)] = conn
+                self._workers.append({**copy.deepcopy(data), "worker_id": conn.worker_id})
+            self._cond.notify_all()
+        if rejected:
+            assert holder is not None
+            rejection: JSON = {
+                "type": "registrationrejected",
+                "code": WORKER_NAMESPACE_CONFLICT,
+                "namespace": namespace,
+                "worker_name": name,
+                "owner_worker_id": holder.worker_id,
+            }
+            await self._send(conn, rejection)
+            await self._disconnect(conn)
+            self._spawn(conn.ws.close(1008, "worker name already held in this namespace"))
+            return
+        await self._answer(conn, msg.get("invocation_id"), WORKERS_REGISTER, result={})
+        await self._resolve(conn, namespace)
 
     def _function_view(self, msg: JSON) -> JSON:
         return {
@@ -908,14 +1039,18 @@ class EngineDouble:
         }
 
     def _b_functions_list(self, _conn: _Conn, _data: JSON, _events: list[JSON]) -> JSON:
-        views = [self._function_view(msg) for _owner, msg in self._functions.values()]
+        views = [
+            {**self._function_view(msg), "namespace": namespace}
+            for (namespace, _fid), (_owner, msg) in self._functions.items()
+        ]
         return {"functions": copy.deepcopy(views)}
 
     def _b_functions_info(self, _conn: _Conn, data: JSON, _events: list[JSON]) -> JSON:
         function_id = str(data.get("function_id"))
-        owner = self._functions.get(function_id)
+        namespace = str(data.get("namespace") or DEFAULT_NAMESPACE)
+        owner = self._functions.get((namespace, function_id))
         if owner is None:
-            error = _not_found(function_id, None)
+            error = _not_found(function_id, namespace)
             raise EngineError(error["code"], error["message"])
         return copy.deepcopy(self._function_view(owner[1]))
 
@@ -965,10 +1100,31 @@ class EngineDouble:
         with self._cond:
             return copy.deepcopy(self._rejections)
 
-    def functions(self) -> dict[str, JSON]:
-        """Live functions: id → the ``registerfunction`` message as received."""
+    def functions(self, namespace: str = DEFAULT_NAMESPACE) -> dict[str, JSON]:
+        """Live functions of a namespace: id → the ``registerfunction`` message as received."""
         with self._cond:
-            return {fid: copy.deepcopy(msg) for fid, (_owner, msg) in self._functions.items()}
+            return {
+                fid: copy.deepcopy(msg)
+                for (ns, fid), (_owner, msg) in self._functions.items()
+                if ns == namespace
+            }
+
+    def owner(self, function_id: str, namespace: str = DEFAULT_NAMESPACE) -> str | None:
+        """The worker name (else id) serving a function; None when nobody does."""
+        with self._cond:
+            owner = self._functions.get((namespace, function_id))
+            return owner[0].label if owner is not None else None
+
+    def rejections_sent(self, code: str | None = None) -> list[tuple[str, JSON]]:
+        """Every ``registrationrejected`` sent, as (worker name or id, message)."""
+        with self._cond:
+            return [
+                (conn.label, copy.deepcopy(msg))
+                for direction, conn, msg in self._frames
+                if direction == "out"
+                and msg.get("type") == "registrationrejected"
+                and code in (None, msg.get("code"))
+            ]
 
     def trigger_types(self) -> dict[str, JSON]:
         """Live worker-provided trigger types: id → ``registertriggertype`` message."""
@@ -976,17 +1132,23 @@ class EngineDouble:
             return {tid: copy.deepcopy(msg) for tid, (_owner, msg) in self._trigger_types.items()}
 
     def registration_count(self, function_id: str) -> int:
-        """How many ``registerfunction`` frames arrived for this id: one per connection
-        (the SDK replays every registration after a reconnect)."""
+        """How many ``registerfunction`` frames for this id were accepted: one per connection
+        (the SDK replays every registration after a reconnect; a refused one does not count)."""
         with self._cond:
             return self._registrations[function_id]
 
-    def wait_function(self, function_id: str, timeout: float = 10, min_count: int = 1) -> JSON:
+    def wait_function(
+        self,
+        function_id: str,
+        timeout: float = 10,
+        min_count: int = 1,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> JSON:
         """Wait until the function is live and was registered at least ``min_count`` times
         (``min_count=2`` waits for the replay after a reconnect)."""
 
         def ready() -> JSON | None:
-            owner = self._functions.get(function_id)
+            owner = self._functions.get((namespace, function_id))
             if owner is None or self._registrations[function_id] < min_count:
                 return None
             return copy.deepcopy(owner[1])

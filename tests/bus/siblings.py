@@ -469,6 +469,28 @@ class FakeHarness(SdkWorker):
 
 # ── session-manager ───────────────────────────────────────────────────────────────────────
 
+
+def meta_changed(engine: Any, cli: Cli, change: Callable[[], Any]) -> None:
+    """Run `change` (a `session::set-meta`) and return once the memory worker has handled the
+    resulting `session::meta-updated`, so its next turn sees the new meta.
+
+    Waiting for the engine to forward the event is not enough: the SDK starts a fire-and-forget
+    handler one task later than a call's, so a call right behind it can overtake it. One round
+    trip through the worker after the event was forwarded closes that gap."""
+    engine.wait_binding("session::meta-updated", "memory::on-session-meta-updated")
+    start = len(engine.frames)
+    change()
+    engine.wait_frame(
+        lambda d, _w, m: (
+            d == "out"
+            and m.get("type") == "invokefunction"
+            and m.get("function_id") == "memory::on-session-meta-updated"
+        ),
+        start=start,
+    )
+    cli.call("memory::bank::list", {})
+
+
 SESSION_DELETED = "session::deleted"
 SESSION_META_UPDATED = "session::meta-updated"
 
@@ -694,6 +716,7 @@ class FakeQueue(SdkWorker):
         self._done: set[str] = set()
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._held: list[_Job] | None = None  # jobs accepted but not delivered yet (queue lag)
         self.subscribers = BindingStore(_validate_subscriber)
         super().__init__(url, **kwargs)
 
@@ -769,6 +792,14 @@ class FakeQueue(SdkWorker):
     # delivery (on the SDK loop)
 
     def _start(self, job: _Job) -> None:
+        with self._cond:
+            if self._held is not None:
+                self._held.append(job)
+                self._cond.notify_all()
+                return
+        self._begin(job)
+
+    def _begin(self, job: _Job) -> None:
         task = asyncio.ensure_future(self._deliver(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -830,6 +861,40 @@ class FakeQueue(SdkWorker):
         return delivery.error is None
 
     # test-side API
+
+    def hold(self) -> None:
+        """Accept jobs but deliver none until released: a lagging queue, under test control."""
+        with self._cond:
+            if self._held is None:
+                self._held = []
+
+    def held(self) -> list[str]:
+        """Receipts of the jobs waiting, oldest first."""
+        with self._cond:
+            return [job.receipt for job in self._held or []]
+
+    def release(self, receipt: str) -> None:
+        """Deliver one held job now (the others keep waiting)."""
+        with self._cond:
+            held = self._held or []
+            job = next((j for j in held if j.receipt == receipt), None)
+            if job is None:
+                raise KeyError(f"no held job {receipt}; held: {[j.receipt for j in held]}")
+            held.remove(job)
+        self.client._loop.call_soon_threadsafe(self._begin, job)
+
+    def resume(self) -> None:
+        """Stop holding: every held job is delivered, in the order it arrived."""
+        with self._cond:
+            held, self._held = self._held or [], None
+        for job in held:
+            self.client._loop.call_soon_threadsafe(self._begin, job)
+
+    def wait_held(self, n: int = 1, timeout: float = 10) -> list[str]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._held or []) >= n, timeout):
+                raise TimeoutError(f"fewer than {n} held jobs after {timeout}s")
+            return [job.receipt for job in self._held or []]
 
     def wait_idle(self, timeout: float = 10) -> None:
         """Wait until no job is pending, retrying or in flight."""

@@ -595,3 +595,81 @@ def test_state_router_and_http(
     response = http.request("POST", "/demo/42", {"a": 1})
     assert (response["status_code"], response["body"]) == (201, {"a": 1})
     assert http.request("GET", "/demo/42")["status_code"] == 404
+
+
+# ── namespaces and ownership (engine 0.23) ────────────────────────────────────────────────
+
+
+def _client(engine: EngineDouble, name: str, namespace: str | None = None) -> III:
+    options = InitOptions(
+        worker_name=name,
+        namespace=namespace,
+        otel={"enabled": False},
+        enable_metrics_reporting=False,
+        reconnection_config=FAST_RECONNECT,
+    )
+    return register_worker(engine.url, options)
+
+
+def test_a_second_live_owner_of_a_function_is_refused_and_calls_stay_with_the_first(
+    engine: EngineDouble, raw_client: Callable[[str], III], cli: Cli
+) -> None:
+    first = _client(engine, "first")  # shut down by the test itself, half-way
+    try:
+        first.register_function("demo::who", lambda _data: "first")
+        engine.wait_function("demo::who")
+        second = raw_client("second")
+        second.register_function("demo::who", lambda _data: "second")
+        second.register_function("demo::other", lambda _data: "other")
+        engine.wait_function("demo::other")  # the rest of its exports are served
+        [(who, rejection)] = engine.rejections_sent("FUNCTION_NAMESPACE_CONFLICT")
+        assert who == "second" and rejection["function_id"] == "demo::who"
+        assert rejection["owner_worker_id"] == first.worker_id
+        assert cli.call("demo::who") == "first" and cli.call("demo::other") == "other"
+        assert second.get_connection_state() == "connected"
+    finally:
+        shutdown_client(first)  # the owner goes away: its id can be taken over
+    third = raw_client("third")
+    third.register_function("demo::who", lambda _data: "third")
+    engine.wait_function("demo::who", min_count=2)
+    assert cli.call("demo::who") == "third"
+
+
+def test_a_second_live_worker_with_the_same_name_is_rejected_and_disconnected(
+    engine: EngineDouble, raw_client: Callable[[str], III], cli: Cli
+) -> None:
+    first = raw_client("twin")
+    first.register_function("demo::twin", lambda _data: "first")
+    engine.wait_worker("twin")
+    clone = _client(engine, "twin")
+    try:
+        clone.register_function("demo::clone", lambda _data: "clone")
+        engine.wait_frame(lambda d, _w, m: d == "out" and m.get("type") == "registrationrejected")
+        [(_, rejection)] = engine.rejections_sent("WORKER_NAMESPACE_CONFLICT")
+        assert (
+            rejection["worker_name"] == "twin" and rejection["owner_worker_id"] == first.worker_id
+        )
+        assert "function_id" not in rejection
+        assert "demo::clone" not in engine.functions()  # its registrations were never applied
+        assert cli.call("demo::twin") == "first"
+        assert len([w for w in engine.workers if w.get("name") == "twin"]) == 1
+    finally:
+        shutdown_client(clone)
+
+
+def test_routing_is_strict_by_namespace(engine: EngineDouble, cli: Cli) -> None:
+    analytics = _client(engine, "analytics-worker", namespace="analytics")
+    try:
+        analytics.register_function("demo::count", lambda _data: 42)
+        engine.wait_function("demo::count", namespace="analytics")
+        assert "demo::count" not in engine.functions()  # not in default
+        with pytest.raises(InvocationError) as missing:
+            cli.call("demo::count")
+        assert missing.value.code == "function_not_found"
+        assert "namespace default" in missing.value.message and "analytics" in missing.value.message
+        named = {"function_id": "demo::count", "payload": {}, "namespace": "analytics"}
+        assert cli.client.trigger(named) == 42
+        # The worker's own implicit calls stay in its namespace (the SDK names it).
+        assert analytics.trigger({"function_id": "demo::count", "payload": {}}) == 42
+    finally:
+        shutdown_client(analytics)

@@ -18,6 +18,8 @@ from .siblings import (
     FakeState,
     FakeSubscriber,
     assistant_message,
+    envelope,
+    meta_changed,
     turn_event,
     user_message,
 )
@@ -29,6 +31,7 @@ SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 
 class Siblings:
     def __init__(self, engine: EngineDouble) -> None:
+        self.engine = engine
         self.harness = FakeHarness(engine.url)
         self.sessions = FakeSessions(engine.url)
         self.queue = FakeQueue(engine.url)
@@ -220,3 +223,92 @@ def test_extraction_into_a_deleted_bank_never_recreates_it(
         assert delivery.error is None and "skipped" in delivery.result
         assert [b["name"] for b in cli.call("memory::bank::list", {})["banks"]] == []
     assert sib.router.requests == []
+
+
+FACTS = {
+    "sprint review": "The user's sprint review is every Thursday at 3pm.",
+    "therapist": "The user's therapist is Dr. Silva.",
+}
+
+
+def facts_said(request: dict[str, Any]) -> str:
+    """A model that keeps one fact per user message it was shown (and nothing else)."""
+    shown = request["messages"][0]["content"][0]["text"].split("NEW MESSAGES:", 1)[1]
+    adds = [
+        {"op": "add", "text": fact}
+        for line in shown.splitlines()
+        if " user: " in line
+        for key, fact in FACTS.items()
+        if key in line
+    ]
+    return json.dumps({"memories": adds, "rules": []})
+
+
+def bank_texts(cli: Cli, bank: str) -> set[str]:
+    return {m["text"] for m in cli.call("memory::list", {"bank": bank})["memories"]}
+
+
+def two_turns_in_two_banks(sib: Siblings, cli: Cli) -> tuple[str, str]:
+    """Turn 1 runs in bank `work`; the session then switches to `personal`, where turn 2 says
+    something private. Both jobs are held in the queue (lag); returns their receipts."""
+    for bank in ("work", "personal"):
+        cli.call("memory::bank::create", {"name": bank})
+    sib.harness.wait_bound("harness::hook::pre-generate")
+    sib.queue.hold()
+    first = user_message("Our sprint review is every Thursday at 3pm, please note it.")
+    sib.sessions.add("s1", metadata={"memory_bank": "work"}, messages=[first])
+    run = sib.harness.hook(envelope("s1", "t1", messages=[first]))
+    assert run.annotations["memory_bank"] == "work"
+    sib.sessions.append("s1", assistant_message("Noted: Thursdays at 3pm."))
+    receipt1 = finish_turn(sib, "s1", "t1")
+    sib.queue.wait_held(1)
+    meta_changed(sib.engine, cli, lambda: sib.sessions.set_meta("s1", {"memory_bank": "personal"}))
+    second = user_message("On another note: my therapist is Dr. Silva, I see her weekly.")
+    sib.sessions.append("s1", second)
+    run = sib.harness.hook(envelope("s1", "t2", messages=[first, second]))
+    assert run.annotations["memory_bank"] == "personal"
+    sib.sessions.append("s1", assistant_message("Thanks for sharing that."))
+    receipt2 = finish_turn(sib, "s1", "t2")
+    sib.queue.wait_held(2)
+    return receipt1, receipt2
+
+
+def test_a_late_job_reads_only_its_own_turn_so_nothing_leaks_into_the_old_bank(
+    engine: EngineDouble, spawn: Any, sib: Siblings
+) -> None:
+    spawn()
+    sib.router.script([facts_said, facts_said])
+    with Cli(engine.url) as cli:
+        receipt1, receipt2 = two_turns_in_two_banks(sib, cli)
+        sib.queue.release(receipt1)  # turn 1's job runs after turn 2 happened
+        [first] = sib.queue.wait_done(receipt1)
+        sib.queue.release(receipt2)
+        [second] = sib.queue.wait_done(receipt2)
+        assert first.error is None and second.error is None
+        assert bank_texts(cli, "work") == {FACTS["sprint review"]}
+        assert bank_texts(cli, "personal") == {FACTS["therapist"]}
+    [request1, request2] = sib.router.requests
+    assert "therapist" not in json.dumps(request1)  # turn 2 never reached turn 1's pass
+    assert "sprint review" not in json.dumps(request2)
+
+
+def test_jobs_run_out_of_order_each_reads_its_own_turn(
+    engine: EngineDouble, spawn: Any, sib: Siblings
+) -> None:
+    """A retried job can run after the next turn's: neither reads the other's messages, and the
+    earlier one is not lost because the cursor already went past it."""
+    spawn()
+    sib.router.script([facts_said, facts_said])
+    with Cli(engine.url) as cli:
+        receipt1, receipt2 = two_turns_in_two_banks(sib, cli)
+        sib.queue.release(receipt2)
+        [second] = sib.queue.wait_done(receipt2)
+        sib.queue.release(receipt1)
+        [first] = sib.queue.wait_done(receipt1)
+        assert first.error is None and second.error is None
+        assert first.result["written"] == 1
+        assert bank_texts(cli, "personal") == {FACTS["therapist"]}
+        assert bank_texts(cli, "work") == {FACTS["sprint review"]}
+        again = cli.call("memory::extract-job", sib.queue.enqueued[1]["data"])  # redelivered
+        assert again["written"] == 0
+    assert len(sib.router.requests) == 2

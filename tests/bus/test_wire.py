@@ -30,6 +30,7 @@ from .siblings import (
     envelope,
     function_call,
     function_result,
+    meta_changed,
     turn_event,
     user_message,
 )
@@ -43,23 +44,6 @@ GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 def _cli(engine: EngineDouble) -> Any:
     with Cli(engine.url) as cli:
         yield cli
-
-
-def meta_changed(engine: EngineDouble, change: Any) -> None:
-    """Run `change` (a `session::set-meta`) and wait until the engine forwarded the resulting
-    `session::meta-updated` to the worker: on its one socket, it is handled before any later
-    call (a hook), so the next turn sees the new meta."""
-    engine.wait_binding("session::meta-updated", "memory::on-session-meta-updated")
-    start = len(engine.frames)
-    change()
-    engine.wait_frame(
-        lambda d, _w, m: (
-            d == "out"
-            and m.get("type") == "invokefunction"
-            and m.get("function_id") == "memory::on-session-meta-updated"
-        ),
-        start=start,
-    )
 
 
 def texts(messages: list[dict[str, Any]]) -> list[str]:
@@ -293,7 +277,7 @@ class TestHook:
             assert run.annotations["memory_bank"] == "blog"
             assert "Fridays" in texts(run.appended)[0]
             # The session's meta changes, so the worker must ask again — and the ask fails.
-            meta_changed(engine, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
+            meta_changed(engine, cli, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
             sessions.fail_get = True
             later = harness.hook(envelope("s1", "t2", 0, [user_message("posts?")]))
             assert later.errors == [] and later.appended == []
@@ -343,7 +327,7 @@ class TestHook:
             sessions.add("s1", metadata={"memory_bank": "blog"})
             first = harness.hook(envelope("s1", "t1", 0, [user_message("posts and risotto?")]))
             assert first.annotations["memory_bank"] == "blog"
-            meta_changed(engine, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
+            meta_changed(engine, cli, lambda: sessions.set_meta("s1", {"memory_bank": "cooking"}))
             window = [user_message("posts and risotto?"), *first.appended, user_message("rice?")]
             second = harness.hook(envelope("s1", "t2", 0, window))
             assert second.annotations["memory_bank"] == "cooking"
@@ -422,20 +406,32 @@ class TestTurns:
             harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
             worker.stop()  # flushes the record's pending write: it is in the state worker now
             assert "s1" in state.data["memory_sessions"]
+            state.data["memory_cursor"] = {"s1": {"last_entry_id": "e1"}, "s2": {"x": 1}}
             worker.start()
             engine.wait_binding("session::deleted", "memory::on-session-deleted")
             start = len(engine.frames)
             sessions.delete("s1")
-            # The state worker answering the worker's state::delete: the drop has happened.
-            engine.wait_frame(
-                lambda d, _w, m: (
-                    d == "in"
-                    and m.get("type") == "invocationresult"
-                    and m.get("function_id") == "state::delete"
-                ),
-                start=start,
-            )
+            # The state worker answering the state::delete of each scope: the drops happened.
+            for scope in ("memory_sessions", "memory_cursor"):
+                _, _, forwarded = engine.wait_frame(
+                    lambda d, _w, m, scope=scope: (
+                        d == "out"
+                        and m.get("type") == "invokefunction"
+                        and m.get("function_id") == "state::delete"
+                        and (m.get("data") or {}).get("scope") == scope
+                    ),
+                    start=start,
+                )
+                engine.wait_frame(
+                    lambda d, _w, m, call=forwarded: (
+                        d == "in"
+                        and m.get("type") == "invocationresult"
+                        and m.get("invocation_id") == call.get("invocation_id")
+                    ),
+                    start=start,
+                )
             assert "s1" not in state.data.get("memory_sessions", {})
+            assert state.data["memory_cursor"] == {"s2": {"x": 1}}  # its cursor, and only its
 
 
 class TestConfiguration:

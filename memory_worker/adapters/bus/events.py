@@ -2,15 +2,17 @@
 
 The engine does not fan out events of worker-provided types: it forwards each binding here
 (`register_trigger`), and we fire every matching binding ourselves as a fire-and-forget (`Void`)
-call. Delivery is at-least-once and unordered; a failed delivery is logged, never retried, and
-never slows the write that caused it. A binding's config is `{bank?}`; anything else is refused,
-which the engine reports to whoever bound it.
+call. Delivery is at-least-once and unordered: a send that fails is tried again, up to
+`MAX_ATTEMPTS` times with a doubling backoff, carrying the same `event_id` (subscribers dedupe on
+it); it never slows the write that caused it. A binding's config is `{bank?}`; anything else is
+refused, which the engine reports to whoever bound it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -22,9 +24,12 @@ from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
 
-__all__ = ["TRIGGER_TYPES", "BindingTable", "BusEmitter"]
+__all__ = ["BACKOFF_S", "MAX_ATTEMPTS", "TRIGGER_TYPES", "BindingTable", "BusEmitter"]
 
 log = structlog.get_logger(__name__)
+
+MAX_ATTEMPTS = 5  # per binding and event: a reconnect of the SDK takes ~1-2 s
+BACKOFF_S = 0.25  # before the 2nd attempt; doubled each time (0.25 + 0.5 + 1 + 2 ≈ 4 s in all)
 
 CONFIG_SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
@@ -90,9 +95,18 @@ class BusEmitter:
     """The core's `Emitter` over the bus: each event becomes one `Void` call per matching
     binding, sent in the background from the service's loop."""
 
-    def __init__(self, client: III, tables: dict[str, BindingTable]) -> None:
+    def __init__(
+        self,
+        client: III,
+        tables: dict[str, BindingTable],
+        *,
+        backoff_s: float = BACKOFF_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._client = client
         self._tables = tables
+        self._backoff_s = backoff_s
+        self._sleep = sleep
         self._sending: set[asyncio.Task[None]] = set()
 
     def emit(self, trigger_type: str, payload: dict[str, Any]) -> None:
@@ -116,15 +130,24 @@ class BusEmitter:
             request["namespace"] = binding.namespace
         if binding.metadata:
             request["metadata"] = binding.metadata
-        try:
-            await self._client.trigger_async(request)
-        except Exception as exc:  # fire-and-forget: a subscriber's trouble is not the writer's
-            log.warning(
-                "event_delivery_failed",
-                type=trigger_type,
-                function_id=binding.function_id,
-                error=str(exc),
-            )
+        delay_s = self._backoff_s
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                await self._client.trigger_async(request)
+                return
+            except Exception as exc:  # fire-and-forget: a subscriber's trouble is not the writer's
+                last = attempt == MAX_ATTEMPTS
+                log.warning(
+                    "event_delivery_dropped" if last else "event_delivery_retried",
+                    type=trigger_type,
+                    function_id=binding.function_id,
+                    event_id=payload.get("event_id"),
+                    attempt=attempt,
+                    error=str(exc),
+                )
+            if attempt < MAX_ATTEMPTS:
+                await self._sleep(delay_s)
+                delay_s *= 2
 
     async def flush(self) -> None:
         """Wait for in-flight deliveries (shutdown)."""

@@ -24,11 +24,12 @@ import logging
 import os
 import signal
 import warnings
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from iii import InitOptions, InvocationError, register_worker
+from iii import InitOptions, InvocationError, RegistrationRejectedError, register_worker
 from iii.iii import III
 
 from memory_worker.adapters import console
@@ -47,6 +48,7 @@ from memory_worker.adapters.bus.siblings import (
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
+from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -55,7 +57,7 @@ from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, parse_settings, resolve_data_dir
-from memory_worker.core.errors import WorkerError
+from memory_worker.core.errors import Conflict, WorkerError
 from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.pregenerate import PreGenerate
 from memory_worker.harness.selection import BankResolver
@@ -96,6 +98,44 @@ QUEUE_DEFINE_FIRST_RETRY_S = 2.0
 QUEUE_DEFINE_MAX_RETRY_S = 60.0
 
 
+class _Refusals(logging.Filter):
+    """Sees the engine refusing this worker. The SDK's only signal for a refused function is a
+    log line (it keeps the connection and carries on), and for a refused worker name the same
+    plus a dead client: both come here as `(code, namespace, what, owner)`. The line itself is
+    kept."""
+
+    PREFIXES = ("Function registration rejected", "Worker registration rejected")
+
+    def __init__(self, on_refusal: Callable[[str, str, str, str], None]) -> None:
+        super().__init__()
+        self._on_refusal = on_refusal
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith(self.PREFIXES)
+            and isinstance(args, tuple)
+            and len(args) == 4
+        ):
+            code, namespace, what, owner = (str(arg) for arg in args)
+            self._on_refusal(code, namespace, what, owner)
+        return True
+
+
+def refusal(code: str, namespace: str, what: str, owner: str) -> Conflict:
+    """The error a refused worker stops with: which worker holds what, and what to do."""
+    if code == "FUNCTION_NAMESPACE_CONFLICT":
+        held = f"function {what} is served by another live worker ({owner or 'the engine'})"
+    else:
+        held = f"another live worker ({owner}) is named {what}"
+    return Conflict(
+        f"the engine refused this worker: {held} in namespace {namespace or 'default'}; a second "
+        "memory worker would split the banks between two data dirs — stop the other one, or give "
+        "this one its own namespace (III_NAMESPACE)"
+    )
+
+
 class _HandlerErrorsLoggedByUs(logging.Filter):
     """The SDK logs a traceback for every handler that raised. Ours raise domain errors by design
     (`memory_not_found: …` is an answer, not an incident), and a real bug is already logged by
@@ -124,6 +164,7 @@ class EngineWorker:
         *,
         data_dir_flag: str | None = None,
         embedder: Embedder | None = None,
+        embedder_for: Callable[[Settings], Embedder | None] | None = None,
         router_embeddings: bool = True,
         reason: str = "",
     ) -> None:
@@ -135,6 +176,7 @@ class EngineWorker:
         self.seed = seed
         self.data_dir_flag = data_dir_flag
         self.local_embedder = embedder
+        self.embedder_for = embedder_for  # what a configuration change loads (a local model)
         self.router_embeddings = router_embeddings
         self.reason = reason
         self.client: III | None = None
@@ -144,10 +186,13 @@ class EngineWorker:
         self._reconfigure: Reconfigurer | None = None
         self._watcher: DataDirWatcher | None = None
         self._pipeline: TurnPipeline | None = None
+        self._completer: EndpointOrRouter | None = None
         self._state: SessionState | None = None
         self._emitter: BusEmitter | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._config_lock = asyncio.Lock()
+        self.failure: WorkerError | None = None  # why the worker stopped on its own, if it did
+        self._log_filters: list[logging.Filter] = []
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -160,9 +205,30 @@ class EngineWorker:
             log.info("stopping", reason=reason)
             self._stopping.set()
 
+    def fail(self, error: WorkerError) -> None:
+        """Stop because of `error` (the first one wins); `serve_engine` exits with it."""
+        if self.failure is None:
+            self.failure = error
+            log.error("worker_failed", error=str(error))
+        self.stop(str(error))
+
     async def start(self) -> None:
+        """Raises `Conflict` when the engine refuses this worker (its name or its functions are
+        held by another live worker)."""
+        try:
+            await self._start()
+        except RegistrationRejectedError as exc:
+            raise refusal(exc.code, exc.namespace, exc.worker_name, exc.owner_worker_id) from None
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        logging.getLogger("iii.iii").addFilter(_HandlerErrorsLoggedByUs())
+
+        def refused(code: str, namespace: str, what: str, owner: str) -> None:  # SDK thread
+            loop.call_soon_threadsafe(self.fail, refusal(code, namespace, what, owner))
+
+        self._log_filters = [_HandlerErrorsLoggedByUs(), _Refusals(refused)]
+        for log_filter in self._log_filters:
+            logging.getLogger("iii.iii").addFilter(log_filter)
         options = InitOptions(
             worker_name=WORKER_NAME,
             worker_description="Durable cross-session memory: banks of rules and memories, "
@@ -210,17 +276,19 @@ class EngineWorker:
         )
         hook = PreGenerate(service, resolver, state)
         queue = QueueClient(call)
-        extractor = Extractor(
-            service,
-            TranscriptClient(call),
-            RouterCompleter(call, lambda: service.settings),
-            StateClient(call),
+        self._completer = completer = EndpointOrRouter(
+            lambda: service.settings, RouterCompleter(call, lambda: service.settings)
         )
-        self._pipeline = pipeline = TurnPipeline(service, resolver, state, queue, extractor)
+        transcript = TranscriptClient(call)
+        extractor = Extractor(service, transcript, completer, StateClient(call))
+        self._pipeline = pipeline = TurnPipeline(
+            service, resolver, state, queue, extractor, transcript
+        )
         self._reconfigure = Reconfigurer(
             service,
             lambda s: resolve_data_dir(self.data_dir_flag, s),
             lambda path: Store.open(path, holder=self._holder()),
+            self.embedder_for,
         )
 
         async def public(spec: catalog.FunctionSpec, data: Any, metadata: Any) -> Any:
@@ -294,6 +362,8 @@ class EngineWorker:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._pipeline is not None:
             await self._pipeline.close()
+        if self._completer is not None:
+            await self._completer.aclose()
         if self._state is not None:
             await self._state.flush()
         if self._emitter is not None:
@@ -306,6 +376,8 @@ class EngineWorker:
             await service.close()
             await service.store.close()
             log.info("stopped", data_dir=str(service.store.root))
+        for log_filter in self._log_filters:
+            logging.getLogger("iii.iii").removeFilter(log_filter)
 
     # --- pieces ----------------------------------------------------------------------------------
 
@@ -412,6 +484,8 @@ class EngineWorker:
 
     def _on_connection(self, state: str) -> None:
         log.info("engine_connection", state=state, engine=self.url)
+        if state == "failed" and not self._stopping.is_set():  # the SDK gave up for good
+            self.fail(WorkerError(f"the connection to {self.url} failed for good"))
         if state == "connected" and self.service is not None and not self._stopping.is_set():
             self._spawn(self._refresh_config())
 
@@ -450,6 +524,7 @@ async def serve_engine(
     embedder: Embedder | None,
     router_embeddings: bool,
     reason: str,
+    embedder_for: Callable[[Settings], Embedder | None] | None = None,
 ) -> int:
     """Run engine mode until SIGTERM or SIGINT; exit status 0 after a clean close."""
     worker = EngineWorker(
@@ -457,6 +532,7 @@ async def serve_engine(
         seed,
         data_dir_flag=data_dir_flag,
         embedder=embedder,
+        embedder_for=embedder_for,
         router_embeddings=router_embeddings,
         reason=reason,
     )
@@ -475,4 +551,6 @@ async def serve_engine(
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
+    if worker.failure is not None:
+        raise worker.failure  # after a clean close: the data dir is released
     return 0

@@ -1,0 +1,208 @@
+"""Extraction through an OpenAI-compatible chat-completions endpoint (`extraction_endpoint`).
+
+The `Completer` port over `POST <endpoint>/chat/completions`: a local llama.cpp or Ollama server
+or a hosted API, with the same prompt, parser and write rules as `router::complete`. Invariants:
+- The API key is read from the environment variable NAMED by `extraction_api_key_env` at each
+  call and only ever placed in the request's `Authorization` header: never stored, never logged
+  (an error body is redacted before it reaches a log line or an exception).
+- JSON mode (`response_format: {"type": "json_object"}`) is asked for; an endpoint that refuses
+  the field (400/422 naming it) is asked again without it, and remembered per endpoint.
+- Every failure — connect, timeout (`extraction_timeout_ms`), an error status, a reply cut off
+  by its token limit, no message — raises `SiblingUnavailable`, so the pass retries like a
+  failed `router::complete`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import structlog
+
+from memory_worker.app.ports import Completer
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.redact import redact
+
+__all__ = ["MAX_OUTPUT_TOKENS", "EndpointOrRouter", "OpenAIChatCompleter"]
+
+log = structlog.get_logger(__name__)
+
+MAX_OUTPUT_TOKENS = 1024  # as router::complete: a pass writes at most a few short sentences
+ERROR_SNIPPET_CHARS = 200  # how much of an error body a log line or exception carries
+
+
+class OpenAIChatCompleter:
+    """One chat completion per call against `settings().extraction_endpoint`."""
+
+    def __init__(
+        self,
+        settings: Callable[[], Settings],
+        *,
+        env: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._settings = settings
+        self._env = os.environ if env is None else env
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._json_mode: dict[str, bool] = {}  # endpoint -> accepts response_format
+        self._default_model: dict[str, str] = {}  # endpoint -> first model it lists
+        self.calls = 0
+
+    def __repr__(self) -> str:
+        endpoint = self._settings().extraction_endpoint
+        return f"OpenAIChatCompleter(endpoint={endpoint!r}, calls={self.calls})"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # Timeouts are per request (the setting hot-reloads); never read proxies or netrc
+            # from the environment: the endpoint is exactly what the configuration says.
+            self._client = httpx.AsyncClient(transport=self._transport, trust_env=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _headers(self, settings: Settings) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        name = settings.extraction_api_key_env
+        key = self._env.get(name, "").strip() if name else ""
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    async def _request(
+        self, method: str, url: str, settings: Settings, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        timeout = settings.extraction_timeout_ms / 1000
+        try:
+            return await self._http().request(
+                method, url, json=body, headers=self._headers(settings), timeout=timeout
+            )
+        except httpx.TimeoutException:
+            limit = settings.extraction_timeout_ms
+            raise SiblingUnavailable(
+                f"extraction endpoint {url} did not answer within {limit} ms"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise SiblingUnavailable(
+                f"extraction endpoint {url} unreachable: {type(exc).__name__}"
+            ) from None
+
+    async def model(self) -> str:
+        """The model id the next call asks for (the endpoint's first one when none is set)."""
+        settings = self._settings()
+        if not settings.extraction_endpoint:
+            raise SiblingUnavailable("no extraction_endpoint is configured")
+        return await self._model(settings.extraction_endpoint, settings)
+
+    async def _model(self, endpoint: str, settings: Settings) -> str:
+        if settings.extraction_model:
+            return settings.extraction_model
+        if endpoint not in self._default_model:
+            response = await self._request("GET", f"{endpoint}/models", settings)
+            body = _json_body(response, f"{endpoint}/models")
+            data = body.get("data") if isinstance(body, dict) else None
+            ids = [m.get("id") for m in data or [] if isinstance(m, dict)]
+            if not ids or not isinstance(ids[0], str) or not ids[0]:
+                raise SiblingUnavailable(f"{endpoint}/models lists no model for extraction")
+            self._default_model[endpoint] = ids[0]
+            log.info("extraction_model_chosen", endpoint=endpoint, model=ids[0])
+        return self._default_model[endpoint]
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        settings = self._settings()
+        endpoint = settings.extraction_endpoint
+        if not endpoint:
+            raise SiblingUnavailable("no extraction_endpoint is configured")
+        url = f"{endpoint}/chat/completions"
+        body: dict[str, Any] = {
+            "model": await self._model(endpoint, settings),
+            "messages": [
+                {"role": "system", "content": system_prompt},
+                {"role": "user", "content": user_text},
+            ],
+            "temperature": 0,
+            "max_tokens": MAX_OUTPUT_TOKENS,
+            "stream": False,
+        }
+        json_mode = self._json_mode.get(endpoint, True)
+        if json_mode:
+            body["response_format"] = {"type": "json_object"}
+        self.calls += 1
+        response = await self._request("POST", url, settings, body)
+        if json_mode and _refuses_json_mode(response):
+            self._json_mode[endpoint] = False
+            log.info("extraction_json_mode_refused", endpoint=endpoint, status=response.status_code)
+            del body["response_format"]
+            response = await self._request("POST", url, settings, body)
+        return _reply_text(_json_body(response, url), url)
+
+
+def _snippet(response: httpx.Response) -> str:
+    text = " ".join(response.text.split())[:ERROR_SNIPPET_CHARS]
+    return redact(text).text
+
+
+def _refuses_json_mode(response: httpx.Response) -> bool:
+    return response.status_code in (400, 422) and "response_format" in response.text
+
+
+def _json_body(response: httpx.Response, url: str) -> Any:
+    if response.status_code >= 400:
+        raise SiblingUnavailable(
+            f"extraction endpoint {url} answered {response.status_code}: {_snippet(response)}"
+        )
+    try:
+        return response.json()
+    except ValueError:
+        raise SiblingUnavailable(
+            f"extraction endpoint {url} answered {response.status_code} with no JSON: "
+            f"{_snippet(response)}"
+        ) from None
+
+
+def _reply_text(body: Any, url: str) -> str:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or not isinstance(message, dict):
+        raise SiblingUnavailable(f"extraction endpoint {url} answered without a message")
+    if choice.get("finish_reason") == "length":  # cut off: retry, never half-read it
+        raise SiblingUnavailable(f"extraction endpoint {url} cut the reply off at its token limit")
+    content = message.get("content")
+    if isinstance(content, list):  # some servers answer content parts
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    if not isinstance(content, str):
+        raise SiblingUnavailable(f"extraction endpoint {url} answered a message with no text")
+    return content
+
+
+class EndpointOrRouter:
+    """The extraction completer the worker holds: the OpenAI-compatible endpoint while
+    `extraction_endpoint` is set, else `fallback` (`router::complete`); chosen per call, so a
+    configuration change applies from the next pass."""
+
+    def __init__(
+        self,
+        settings: Callable[[], Settings],
+        fallback: Completer,
+        endpoint: OpenAIChatCompleter | None = None,
+    ) -> None:
+        self._settings = settings
+        self._fallback = fallback
+        self.endpoint = endpoint or OpenAIChatCompleter(settings)
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        chosen: Completer = (
+            self.endpoint if self._settings().extraction_endpoint else self._fallback
+        )
+        return await chosen.complete(system_prompt, user_text)
+
+    async def aclose(self) -> None:
+        await self.endpoint.aclose()

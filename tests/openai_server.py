@@ -1,0 +1,124 @@
+"""A fake OpenAI-compatible chat-completions server on loopback, for the endpoint client's tests.
+
+Real HTTP (aiohttp on 127.0.0.1, an ephemeral port), scripted replies and failure modes; every
+request is recorded (path, headers, JSON body). `async with FakeOpenAI() as server:` starts it and
+always stops it. Modes for the next chat calls: `reply(text)`, `fail(status, body)`,
+`hang()` (never answers until the server stops), `cut_off(text)` (finish_reason `length`),
+`refuse_json_mode()` (400 naming `response_format`, as an endpoint without JSON mode does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["FakeOpenAI", "Seen"]
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeOpenAI:
+    def __init__(self, models: tuple[str, ...] = ("local-model",)) -> None:
+        self.models = models
+        self.seen: list[Seen] = []
+        self.script: deque[tuple[str, Any]] = deque()
+        self.default = '{"memories": [], "rules": []}'
+        self.json_mode = True  # False: refuse `response_format` like an older server
+        self._stop = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # --- scripting ---------------------------------------------------------------------------
+
+    def reply(self, text: str) -> None:
+        self.script.append(("reply", text))
+
+    def fail(self, status: int, body: str = '{"error": {"message": "boom"}}') -> None:
+        self.script.append(("fail", (status, body)))
+
+    def hang(self) -> None:
+        self.script.append(("hang", None))
+
+    def cut_off(self, text: str) -> None:
+        self.script.append(("length", text))
+
+    def refuse_json_mode(self) -> None:
+        self.json_mode = False
+
+    @property
+    def chats(self) -> list[Seen]:
+        return [s for s in self.seen if s.path.endswith("/chat/completions")]
+
+    # --- the server --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeOpenAI:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()  # releases hanging handlers
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _record(self, request: web.Request) -> Any:
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        self.seen.append(Seen(request.method, request.path, dict(request.headers), body))
+        return body
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        data = [{"id": m, "object": "model", "owned_by": "test"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        if not self.json_mode and "response_format" in body:
+            message = "Unrecognized request argument supplied: response_format"
+            return web.json_response({"error": {"message": message}}, status=400)
+        kind, value = self.script.popleft() if self.script else ("reply", self.default)
+        if kind == "fail":
+            status, text = value
+            return web.Response(status=status, text=text, content_type="application/json")
+        if kind == "hang":
+            await self._stop.wait()
+            return web.json_response({"error": "stopped"}, status=503)
+        finish = "length" if kind == "length" else "stop"
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{len(self.seen)}",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": value},
+                        "finish_reason": finish,
+                    }
+                ],
+            }
+        )

@@ -1,0 +1,280 @@
+"""The OpenAI-compatible extraction client against a fake endpoint over real HTTP: the request it
+sends, JSON mode and its fallback, the model choice, the API key (sent, never logged or raised),
+every failure as `sibling_unavailable`, and a whole extraction pass through it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from memory_worker.adapters.openai_chat import EndpointOrRouter, OpenAIChatCompleter
+from memory_worker.app.service import MemoryService
+from memory_worker.app.wire import ListRequest
+from memory_worker.core.config import Settings, parse_settings
+from memory_worker.core.errors import InvalidInput, SiblingUnavailable
+from memory_worker.harness.extractor import CURSOR_SCOPE, Extractor
+from memory_worker.harness.turns import ExtractJob
+
+from .fakes import FakeKeyValue
+from .openai_server import FakeOpenAI
+from .secret_corpus import OPENAI_PROJECT
+
+KEY_ENV = "TEST_EXTRACTION_KEY"
+T0 = 1_772_445_600_000  # 2026-03-02 10:00 UTC
+
+
+class Settable:
+    """A settings source a test can change between calls (hot reload)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.value = Settings(**fields)
+
+    def __call__(self) -> Settings:
+        return self.value
+
+    def set(self, **fields: Any) -> None:
+        self.value = self.value.model_copy(update=fields)
+
+
+def client_for(
+    server: FakeOpenAI, env: dict[str, str] | None = None, **fields: Any
+) -> tuple[OpenAIChatCompleter, Settable]:
+    settings = Settable(extraction_endpoint=server.url, extraction_api_key_env=KEY_ENV, **fields)
+    return OpenAIChatCompleter(settings, env=env or {}), settings
+
+
+async def test_a_reply_comes_back_and_the_request_is_openai_shaped() -> None:
+    async with FakeOpenAI() as server:
+        server.reply('{"memories": [], "rules": ["Answer in Portuguese."]}')
+        client, _ = client_for(server, {KEY_ENV: "local-key-123"}, extraction_model="qwen")
+        try:
+            text = await client.complete("SYSTEM", "USER TEXT")
+        finally:
+            await client.aclose()
+    assert text == '{"memories": [], "rules": ["Answer in Portuguese."]}'
+    [seen] = server.seen
+    assert seen.path == "/v1/chat/completions"
+    assert seen.headers["Authorization"] == "Bearer local-key-123"
+    assert seen.body["model"] == "qwen"
+    assert seen.body["messages"] == [
+        {"role": "system", "content": "SYSTEM"},
+        {"role": "user", "content": "USER TEXT"},
+    ]
+    assert seen.body["response_format"] == {"type": "json_object"}
+    assert seen.body["temperature"] == 0 and seen.body["stream"] is False
+    assert seen.body["max_tokens"] > 0
+
+
+async def test_without_a_model_setting_the_endpoints_first_model_is_asked_once() -> None:
+    async with FakeOpenAI(models=("first-model", "second-model")) as server:
+        client, _ = client_for(server)
+        try:
+            await client.complete("S", "U")
+            await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert [s.path for s in server.seen] == [
+        "/v1/models",
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+    ]
+    assert {s.body["model"] for s in server.chats} == {"first-model"}
+
+
+async def test_no_key_in_the_environment_sends_no_authorization() -> None:
+    async with FakeOpenAI() as server:
+        client, _ = client_for(server, {"SOME_OTHER_VAR": "x"})
+        try:
+            await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert "Authorization" not in server.chats[0].headers
+
+
+async def test_the_key_is_sent_but_never_logged_nor_raised() -> None:
+    """An endpoint that echoes the key in its error body: the exception and the logs carry
+    the redaction marker, never the key."""
+    async with FakeOpenAI() as server:
+        server.fail(401, json.dumps({"error": f"invalid api key {OPENAI_PROJECT}"}))
+        client, _ = client_for(server, {KEY_ENV: OPENAI_PROJECT})
+        try:
+            with capture_logs() as logs, pytest.raises(SiblingUnavailable) as raised:
+                await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert server.chats[0].headers["Authorization"] == f"Bearer {OPENAI_PROJECT}"
+    assert "401" in str(raised.value) and "[REDACTED:" in str(raised.value)
+    assert OPENAI_PROJECT not in str(raised.value)
+    assert OPENAI_PROJECT not in repr(client)
+    assert OPENAI_PROJECT not in json.dumps(logs, default=str)
+
+
+async def test_an_endpoint_without_json_mode_is_asked_again_without_it_and_remembered() -> None:
+    async with FakeOpenAI() as server:
+        server.refuse_json_mode()
+        server.reply('{"memories": []}')
+        server.reply('{"memories": [], "rules": []}')
+        client, _ = client_for(server, extraction_model="m")
+        try:
+            first = await client.complete("S", "U")
+            second = await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert (first, second) == ('{"memories": []}', '{"memories": [], "rules": []}')
+    asked = ["response_format" in s.body for s in server.chats]
+    assert asked == [True, False, False]  # refused once, then never asked again
+
+
+async def test_a_hanging_endpoint_times_out_as_sibling_unavailable() -> None:
+    async with FakeOpenAI() as server:
+        server.hang()
+        client, _ = client_for(server, extraction_model="m", extraction_timeout_ms=1000)
+        try:
+            with pytest.raises(SiblingUnavailable, match="within 1000 ms"):
+                await client.complete("S", "U")
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        (lambda s: s.fail(500, '{"error": "overloaded"}'), "answered 500"),
+        (lambda s: s.fail(200, "<html>proxy page</html>"), "no JSON"),
+        (lambda s: s.fail(200, '{"choices": []}'), "without a message"),
+        (lambda s: s.fail(200, '{"choices": [{"message": {"content": null}}]}'), "no text"),
+        (lambda s: s.cut_off('{"memories": [{"op": "add", "te'), "token limit"),
+    ],
+)
+async def test_every_failed_answer_is_sibling_unavailable(script: Any, message: str) -> None:
+    async with FakeOpenAI() as server:
+        script(server)
+        client, _ = client_for(server, extraction_model="m")
+        try:
+            with pytest.raises(SiblingUnavailable, match=message):
+                await client.complete("S", "U")
+        finally:
+            await client.aclose()
+
+
+async def test_an_unreachable_endpoint_is_sibling_unavailable() -> None:
+    async with FakeOpenAI() as server:
+        url = server.url
+    client = OpenAIChatCompleter(lambda: Settings(extraction_endpoint=url, extraction_model="m"))
+    try:
+        with pytest.raises(SiblingUnavailable, match="unreachable"):
+            await client.complete("S", "U")
+    finally:
+        await client.aclose()
+
+
+async def test_no_endpoint_configured_is_sibling_unavailable() -> None:
+    client = OpenAIChatCompleter(Settings)
+    with pytest.raises(SiblingUnavailable, match="no extraction_endpoint"):
+        await client.complete("S", "U")
+
+
+class Router:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        self.calls += 1
+        return '{"memories": [], "rules": []}'
+
+
+async def test_the_endpoint_is_chosen_per_call_from_the_settings() -> None:
+    async with FakeOpenAI() as server:
+        router = Router()
+        settings = Settable(extraction_model="m")
+        chooser = EndpointOrRouter(settings, router)
+        try:
+            await chooser.complete("S", "U")
+            settings.set(extraction_endpoint=server.url)
+            await chooser.complete("S", "U")
+            settings.set(extraction_endpoint="")
+            await chooser.complete("S", "U")
+        finally:
+            await chooser.aclose()
+    assert router.calls == 2 and len(server.chats) == 1
+
+
+class Transcript:
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def say(self, role: str, text: str) -> None:
+        message = {"role": role, "content": [{"type": "text", "text": text}], "timestamp": T0}
+        self.items.append({"entry_id": f"e{len(self.items) + 1}", "message": message})
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        return list(self.items), None
+
+
+async def test_an_extraction_pass_through_the_endpoint_writes_and_retries(
+    service: MemoryService,
+) -> None:
+    """The real pass: the turn reaches the endpoint redacted, the reply lands as a memory; a
+    failing endpoint leaves the cursor where it was, so the retry reads the turn again."""
+    chat, kv = Transcript(), FakeKeyValue()
+    chat.say("user", f"I live in Porto now. My token is {OPENAI_PROJECT}, keep it safe.")
+    chat.say("assistant", "Noted, Porto it is.")
+    async with FakeOpenAI() as server:
+        service.settings = service.settings.model_copy(
+            update={"extraction_endpoint": server.url, "extraction_model": "m"}
+        )
+        client = OpenAIChatCompleter(lambda: service.settings)
+        extractor = Extractor(service, chat, client, kv)
+        job = ExtractJob(session_id="s1")
+        server.fail(503, '{"error": "loading model"}')
+        server.reply(
+            json.dumps(
+                {
+                    "memories": [
+                        {"op": "add", "text": "The user lives in Porto.", "entities": ["porto"]}
+                    ],
+                    "rules": [],
+                }
+            )
+        )
+        try:
+            with pytest.raises(SiblingUnavailable, match="503"):
+                await extractor.extract(job, "main")
+            assert await kv.get(CURSOR_SCOPE, "s1") is None
+            written = await extractor.extract(job, "main")
+        finally:
+            await client.aclose()
+    assert written == 1
+    sent = server.chats[-1].body["messages"]
+    assert "I live in Porto now" in sent[1]["content"]
+    assert OPENAI_PROJECT not in json.dumps(server.chats[0].body)
+    assert "[REDACTED:" in sent[1]["content"]
+    listed = await service.list_memories(ListRequest(bank="main"))
+    [memory] = listed.memories
+    assert memory.text == "The user lives in Porto." and "user" in memory.entities
+    assert (await kv.get(CURSOR_SCOPE, "s1")) == {"last_entry_id": "e2"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"extraction_endpoint": "127.0.0.1:8088"}, "extraction_endpoint"),
+        ({"extraction_endpoint": "ftp://host/v1"}, "extraction_endpoint"),
+        ({"extraction_api_key_env": OPENAI_PROJECT}, "extraction_api_key_env"),
+        ({"extraction_api_key_env": "MY KEY"}, "extraction_api_key_env"),
+        ({"extraction_prompt": "extraction-v9"}, "extraction_prompt"),
+    ],
+)
+def test_bad_endpoint_settings_are_refused(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_settings(fields)
+
+
+def test_the_endpoint_setting_is_normalised() -> None:
+    settings = parse_settings({"extraction_endpoint": " http://127.0.0.1:8088/v1/ "})
+    assert settings.extraction_endpoint == "http://127.0.0.1:8088/v1"
