@@ -1267,7 +1267,12 @@ class EngineDouble:
     async def _fire_cron(self, function_id: str | None, wait: bool) -> list[JSON]:
         with self._cond:
             targets = [
-                (b, self._functions.get(str(b.msg.get("function_id"))))
+                (
+                    b,
+                    self._functions.get(
+                        (b.msg.get("namespace") or DEFAULT_NAMESPACE, str(b.msg.get("function_id")))
+                    ),
+                )
                 for b in self._bindings.values()
                 if b.trigger_type == "cron"
                 and b.state == "active"
