@@ -58,7 +58,7 @@ from memory_worker.consolidate.runner import Consolidator  # noqa: E402
 from memory_worker.core.config import Settings  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
 
-__all__ = ["FIXTURES", "TIERS", "WRITING_TIERS", "Outcome", "evaluate", "load_pairs", "metrics"]
+__all__ = ["FIXTURES", "TIERS", "WRITING_TIERS", "Outcome", "evaluate", "load_pairs", "metrics", "path_cosines"]
 
 FIXTURES = (
     ROOT / "bench" / "fixtures" / "dedup" / "pairs.json",
@@ -107,10 +107,10 @@ def load_pairs(paths: Sequence[Path] = FIXTURES) -> list[Pair]:
 
 def _embedder() -> tuple[Any, str]:
     try:
-        from memory_worker.adapters.local_embedder import LocalEmbedder
+        from memory_worker.adapters.embedders import load_local
 
-        embedder = LocalEmbedder.default()
-    except Exception as exc:  # the embed extra is optional: the semantic tiers are then skipped
+        embedder = load_local()  # the default local model: what a fresh install serves
+    except Exception as exc:  # a model that does not load: the semantic tiers are then skipped
         return None, f"no embedder ({type(exc).__name__}: {exc}); semantic tiers not measured"
     return embedder, str(getattr(embedder, "model", "local"))
 
@@ -120,6 +120,22 @@ def _cosine(u: Sequence[float], v: Sequence[float]) -> float:
     nu = sum(x * x for x in u) ** 0.5
     nv = sum(y * y for y in v) ** 0.5
     return dot / (nu * nv) if nu and nv else 0.0
+
+
+def path_cosines(embedder: Any, pairs: Sequence[Pair]) -> dict[str, float]:
+    """Each pair's cosine as the semantic tier sees it: memory-consolidate recalls each text as a
+    query (`memory::recall` mode semantic) against the other's stored vector, and keeps the
+    larger of the two directions. A model with a query form (e5's `query: `) embeds the query
+    side with it, so this is not the two stored vectors' cosine."""
+    texts = [t for p in pairs for t in (p.a, p.b)]
+    stored = embedder.embed_sync(texts)
+    as_query = getattr(embedder, "embed_query_sync", None)
+    queries = [as_query(t) for t in texts] if as_query is not None else stored
+    out: dict[str, float] = {}
+    for i, pair in enumerate(pairs):
+        a, b = 2 * i, 2 * i + 1
+        out[pair.id] = max(_cosine(queries[a], stored[b]), _cosine(queries[b], stored[a]))
+    return out
 
 
 async def evaluate(
@@ -140,11 +156,7 @@ async def evaluate(
             if len(ids) != 2:
                 raise ValueError(f"{pair.id}: both texts have one fingerprint (case/space only)")
         await service.settle()
-        cosines: dict[str, float] = {}
-        if embedder is not None:
-            vectors = await embedder.embed([t for p in pairs for t in (p.a, p.b)])
-            for i, pair in enumerate(pairs):
-                cosines[pair.id] = _cosine(vectors[2 * i], vectors[2 * i + 1])
+        cosines = path_cosines(embedder, pairs) if embedder is not None else {}
         settings = ConsolidateSettings(semantic_threshold=threshold)
         report = await Consolidator(InProcessClient(service)).run(settings, dry_run=True)
     finally:

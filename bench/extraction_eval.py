@@ -531,8 +531,8 @@ class Run:
         self.rule_files: dict[str, bytes] = {}
 
     async def go(self) -> Result:
+        from memory_worker.app.seams import ExtractJob
         from memory_worker.harness.extractor import Extractor
-        from memory_worker.harness.turns import ExtractJob
 
         store = Store.open(self.data_dir, holder=HOLDER)
         service = MemoryService(store, self.settings, emitter=self.emitter, clock=self.clock)

@@ -240,7 +240,7 @@ class Bench:
         return [line[2:] for line in lines if line.startswith("- ")]
 
     async def turn(self, session_id: str, messages: list[dict[str, Any]], turn_id: str) -> None:
-        from memory_worker.harness.turns import ExtractJob
+        from memory_worker.app.seams import ExtractJob
 
         for item in messages:
             self.transcript.append(session_id, item)

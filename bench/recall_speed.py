@@ -58,12 +58,12 @@ from runinfo import (  # noqa: E402
     write_doc,
 )
 
-from memory_worker import recall as recall_module  # noqa: E402
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.app.catalog import call  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.core.config import Settings  # noqa: E402
 from memory_worker.core.text import terms  # noqa: E402
+from memory_worker.search import ranking as recall_module  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
 
 BANK = "bench"

@@ -7,22 +7,18 @@ is scored with hit@1/3, MRR@10, nDCG@10 (graded, log2 discount, ideal-ordering n
 recall@10, traps and duplicate pollution — overall, per category and per language. A `dup_of` pair
 is one fact: the second member found earns nothing (and both in the top 10 is pollution).
 
-A third mode, `hybrid-consolidated`, first replays the decisions memory-consolidate makes on the
-persona bank (recorded in `golden/recall/consolidation.json`: every merge its writing tiers would
-make, as `memory::supersede {reinforce: true}`), then scores hybrid recall with each expectation
-carried from a retired memory to its survivor — consolidation must not make recall worse.
-
-`python -m tests.recall_quality` prints the modes side by side (`--what-if-dup-of` adds the bound:
-every labelled duplicate pair merged); the gate is `tests/test_recall_quality.py` against the
-snapshot `golden/recall_quality.json`.
+Every system runs on its own fresh bank, side by side in one run: `lexical` (plain BM25),
+`bm25-entity` (the fused ranking without an embedder: what a one-shot CLI without the model or a
+server without one serves), and `semantic+<model>` / `hybrid+<model>` for each local embedding
+model. The queries are split into a tuning half (ids listed in `queries.json`) and a report half;
+metrics are given for both. `python -m tests.recall_quality` prints the tables; the gate is
+`tests/test_recall_quality.py` against the snapshot `golden/recall_quality.json`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
-import inspect
 import json
 import logging
 import math
@@ -38,11 +34,15 @@ from typing import Any
 
 import structlog
 
-from memory_worker.adapters.consolidate.clients import InProcessClient
+from memory_worker.adapters.embedders import (
+    ALIASES,
+    DEFAULT_LOCAL_MODEL,
+    LOCAL_MODELS,
+    EmbedderUnavailable,
+    load_local,
+)
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
-from memory_worker.consolidate.config import ConsolidateSettings
-from memory_worker.consolidate.runner import Consolidator
 from memory_worker.core.config import Settings
 from memory_worker.core.text import fingerprint
 from memory_worker.storage.store import Store
@@ -51,45 +51,36 @@ from .fakes import FixedClock
 
 __all__ = [
     "CATEGORIES",
-    "CONSOLIDATION",
     "COUNT_METRICS",
+    "DEFAULT_SYSTEM",
     "GOLDEN_DIR",
+    "HALVES",
     "LIMIT",
-    "MODES",
     "RATE_METRICS",
     "SNAPSHOT",
+    "SYSTEMS",
     "TOLERANCE",
     "Comparison",
-    "Decision",
     "Golden",
     "GoldenMemory",
     "GoldenQuery",
+    "System",
     "build_bank",
-    "carry",
     "compare",
-    "decide",
-    "describe_embedder",
     "evaluate",
     "golden_digest",
     "load",
-    "load_decisions",
-    "local_embedder",
     "open_service",
     "render_snapshot",
     "render_table",
-    "replay",
     "run",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "golden" / "recall"
 SNAPSHOT = ROOT / "golden" / "recall_quality.json"
-CONSOLIDATION = GOLDEN_DIR / "consolidation.json"
 BANK = "golden"
 LIMIT = 10
-MODES = ("lexical", "hybrid", "hybrid-consolidated")
-SHORT = {"lexical": "lex", "hybrid": "hyb", "hybrid-consolidated": "h+c"}
-CONSOLIDATED_REASON = "recall-quality: replay of a recorded memory-consolidate decision"
 CATEGORIES = (
     "lexical",
     "paraphrase",
@@ -99,9 +90,38 @@ CATEGORIES = (
     "durable-old",
 )
 LANGUAGES = ("en", "pt")
+HALVES = ("tuning", "report")
 RATE_METRICS = ("hit@1", "hit@3", "mrr@10", "ndcg@10", "recall@10")
 COUNT_METRICS = ("traps", "duplicate_pollution")  # numbers of queries; lower is better
 HOLDER = {"pid": os.getpid(), "kind": "test", "command": "recall-quality"}
+EVAL_EMBED_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    """One way of recalling, measured on its own bank: a `memory::recall` mode and the local
+    embedding model the service has (None: no embedder)."""
+
+    name: str
+    mode: str
+    model: str | None = None
+
+
+def _short(model: str) -> str:
+    """`e5`, `minilm`: the shortest alias of a local model, for table columns."""
+    return min((alias for alias, base in ALIASES.items() if base == model), key=len, default=model)
+
+
+SYSTEMS: tuple[System, ...] = (
+    System("lexical", "lexical"),
+    System("bm25-entity", "hybrid"),
+    *(
+        System(f"{mode}+{_short(model)}", mode, model)
+        for model in LOCAL_MODELS
+        for mode in ("semantic", "hybrid")
+    ),
+)
+DEFAULT_SYSTEM = f"hybrid+{_short(DEFAULT_LOCAL_MODEL)}"  # what `./scripts/run` serves
 
 
 # --- the golden set --------------------------------------------------------------------------
@@ -134,6 +154,7 @@ class GoldenQuery:
     category: str
     relevant: Mapping[str, int]  # key -> grade 1..3
     trap: tuple[str, ...] = ()
+    half: str = "report"  # "tuning": fusion weights may be chosen on it; "report": never
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +219,7 @@ def golden_digest(directory: Path = GOLDEN_DIR) -> str:
 def load(directory: Path = GOLDEN_DIR) -> Golden:
     persona = json.loads((directory / "persona.json").read_text(encoding="utf-8"))
     queries = json.loads((directory / "queries.json").read_text(encoding="utf-8"))
+    tuning = frozenset(queries.get("tuning", ()))
     memories = tuple(
         GoldenMemory(
             key=row["key"],
@@ -221,6 +243,7 @@ def load(directory: Path = GOLDEN_DIR) -> Golden:
             category=row["category"],
             relevant=_relevant(row["relevant"]),
             trap=tuple(row.get("trap", ())),
+            half="tuning" if row["id"] in tuning else "report",
         )
         for row in queries["queries"]
     )
@@ -256,46 +279,21 @@ def import_rows(golden: Golden) -> list[dict[str, Any]]:
 # --- the service under test ------------------------------------------------------------------
 
 
-def local_embedder() -> tuple[object | None, str]:
-    """The offline embedder when `memory_worker.adapters.local_embedder` exists and its model
-    loads; else None and why not (hybrid then runs without a semantic arm)."""
-    try:  # imported by name: the module is optional, and newer than this runner
-        module = importlib.import_module("memory_worker.adapters.local_embedder")
-    except ImportError as exc:
-        return None, f"memory_worker.adapters.local_embedder is not importable ({exc})"
-    try:
-        return module.LocalEmbedder.default(), "loaded"
-    except Exception as exc:  # a missing model or extra is an environment fact, not a failure
-        return None, f"LocalEmbedder.default() failed: {type(exc).__name__}: {exc}"
-
-
-def describe_embedder(embedder: object | None) -> str | None:
-    """A stable name for the snapshot: the model's name when the embedder exposes one."""
-    if embedder is None:
-        return None
-    for attribute in ("model_name", "model_id", "name", "model"):
-        value = getattr(embedder, attribute, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(embedder).__name__
-
-
-def _accepts_embedder() -> bool:
-    return "embedder" in inspect.signature(MemoryService.__init__).parameters
-
-
 @asynccontextmanager
 async def open_service(
     data_dir: Path, as_of_ms: int, embedder: object | None = None
 ) -> AsyncIterator[MemoryService]:
-    """A store on `data_dir` and a service whose clock is frozen at `as_of_ms`. The embedder is
-    passed only when `MemoryService` takes one (an older service simply runs without it)."""
+    """A store on `data_dir` and a service whose clock is frozen at `as_of_ms`."""
     store = Store.open(data_dir, holder=HOLDER)
     try:
         kwargs: dict[str, Any] = {"clock": FixedClock(as_of_ms)}
-        if embedder is not None and _accepts_embedder():
+        if embedder is not None:
             kwargs["embedder"] = embedder
-        yield MemoryService(store, Settings(), **kwargs)
+        service = MemoryService(store, Settings(), **kwargs)
+        # The gate measures the semantic arm, not how busy the machine is: a query embedding that
+        # is slow under load must not quietly turn a hybrid run into a lexical one.
+        service.query_embed_timeout_s = EVAL_EMBED_TIMEOUT_S
+        yield service
     finally:
         await store.close()
 
@@ -317,100 +315,6 @@ async def build_bank(service: MemoryService, golden: Golden | None = None) -> di
     if missing:
         raise AssertionError(f"golden memories missing after import: {missing}")
     return ids
-
-
-# --- consolidation ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One merge memory-consolidate makes on the persona bank, by golden keys."""
-
-    winner: str
-    losers: tuple[str, ...]
-    tier: str
-    why: str
-
-
-def load_decisions(path: Path = CONSOLIDATION) -> list[Decision]:
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    return [
-        Decision(row["winner"], tuple(row["losers"]), row["tier"], row["why"])
-        for row in raw["decisions"]
-    ]
-
-
-def render_decisions(decisions: Sequence[Decision], embedder: str | None) -> str:
-    body = {
-        "description": "What memory-consolidate's writing tiers merge in the golden persona bank "
-        "(a dry run with the defaults; the semantic tier needs the local embedder). Replayed by "
-        "the hybrid-consolidated mode of tests/recall_quality.py; re-record with UPDATE_GOLDENS=1.",
-        "settings": ConsolidateSettings().model_dump(include={"semantic_threshold"}),
-        "embedder": embedder,
-        "decisions": [
-            {"winner": d.winner, "losers": list(d.losers), "tier": d.tier, "why": d.why}
-            for d in decisions
-        ],
-    }
-    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
-
-
-async def decide(service: MemoryService, ids: Mapping[str, str]) -> list[Decision]:
-    """The merges memory-consolidate would make on bank `golden` now (one dry-run pass)."""
-    key_of = {memory_id: key for key, memory_id in ids.items()}
-    consolidator = Consolidator(InProcessClient(service), clock=service.clock)
-    report = await consolidator.run(ConsolidateSettings(), bank=BANK, dry_run=True)
-    [bank] = report.banks
-    if bank.errors:
-        raise AssertionError(f"memory-consolidate failed on the golden bank: {bank.errors}")
-    return [
-        Decision(
-            key_of[group.winner_id],
-            tuple(key_of[loser] for loser in group.loser_ids),
-            group.tier,
-            group.why,
-        )
-        for group in bank.groups
-        if group.action == "planned"
-    ]
-
-
-async def replay(
-    service: MemoryService, decisions: Sequence[Decision], ids: Mapping[str, str]
-) -> dict[str, str]:
-    """Apply the decisions as memory-consolidate does; returns retired key -> survivor key."""
-    carried: dict[str, str] = {}
-    for decision in decisions:
-        for loser in decision.losers:
-            await catalog.call(
-                service,
-                "memory::supersede",
-                {
-                    "bank": BANK,
-                    "id": ids[loser],
-                    "superseded_by": ids[decision.winner],
-                    "reinforce": True,
-                    "reason": CONSOLIDATED_REASON,
-                },
-            )
-            carried[loser] = decision.winner
-    return carried
-
-
-def carry(golden: Golden, carried: Mapping[str, str]) -> dict[str, str]:
-    """Every key -> the fact it stands for, after the merges: a retired memory's expectations
-    belong to its survivor (followed through chains), then `dup_of` collapses as before."""
-    facts = golden.facts()
-    out: dict[str, str] = {}
-    for key in facts:
-        target, seen = key, {key}
-        while target in carried:
-            target = carried[target]
-            if target in seen:
-                raise ValueError(f"consolidation cycle through {target!r}")
-            seen.add(target)
-        out[key] = facts.get(target, target)
-    return out
 
 
 # --- metrics ---------------------------------------------------------------------------------
@@ -446,7 +350,8 @@ def score_query(
     fact_of: Mapping[str, str] | None = None,
 ) -> QueryScore:
     """Graded relevance over facts: each dup pair counts once, at its best-ranked member.
-    `fact_of` (default `golden.facts()`) maps every key to the fact it stands for."""
+    `fact_of` (default `golden.facts()`) maps every key to the fact it stands for (after a
+    consolidation, a retired memory's expectations belong to its survivor)."""
     top = tuple(ranked[:LIMIT])
     fact_of = golden.facts() if fact_of is None else fact_of
     relevant: dict[str, int] = {}
@@ -501,12 +406,11 @@ async def evaluate(
     golden: Golden | None = None,
     ids: Mapping[str, str] | None = None,
     embedder: str | None = None,
-    carried: Mapping[str, str] | None = None,
+    fact_of: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every query through `memory::recall` in `mode` on a bank `build_bank` filled; a plain,
-    rounded dict (the snapshot's shape). The caller decides whether the service has an
-    embedder and names it in `embedder`. `hybrid-consolidated` ranks in hybrid mode and scores
-    with the expectations `carried` to the survivors of the merges `replay` made."""
+    rounded dict (the snapshot's shape). `embedder` names the service's model (None: none);
+    `fact_of` is passed to `score_query`."""
     golden = golden or load()
     if service.clock() != golden.as_of_ms:
         raise ValueError(
@@ -515,15 +419,13 @@ async def evaluate(
         )
     ids = ids or {memory.key: memory.id for memory in golden.memories}
     key_of = {memory_id: key for key, memory_id in ids.items()}
-    fact_of = carry(golden, carried or {})
-    recall_mode = "hybrid" if mode == "hybrid-consolidated" else mode
     retrievals: set[str] = set()
     scores: list[QueryScore] = []
     for query in golden.queries:
         result = await catalog.call(
             service,
             "memory::recall",
-            {"bank": BANK, "query": query.query, "limit": LIMIT, "mode": recall_mode},
+            {"bank": BANK, "query": query.query, "limit": LIMIT, "mode": mode},
         )
         retrievals.add(result["retrieval"])
         ranked = [key_of.get(hit["memory"]["id"]) for hit in result["memories"]]
@@ -540,6 +442,7 @@ async def evaluate(
         "by_language": {
             lang: _aggregate(s for s in scores if s.query.lang == lang) for lang in LANGUAGES
         },
+        "by_half": {half: _aggregate(s for s in scores if s.query.half == half) for half in HALVES},
         "first_relevant_rank": {s.query.id: s.first_rank for s in scores},
         "trapped": [s.query.id for s in scores if s.trapped],
         "polluted": [s.query.id for s in scores if s.polluted],
@@ -547,37 +450,37 @@ async def evaluate(
 
 
 async def run(data_root: Path, golden: Golden | None = None) -> dict[str, Any]:
-    """Both modes, each on its own fresh bank: lexical on a plain service, hybrid on one built
-    with the local embedder when it loads. The whole snapshot."""
+    """Every system of `SYSTEMS`, side by side: one fresh bank per embedder (none, then each
+    local model), every mode of that embedder on it. A model that does not load is recorded
+    with why (`error`), so the gate can fail on it. The whole snapshot."""
     golden = golden or load()
-    if _accepts_embedder():
-        embedder, why = local_embedder()
-    else:
-        embedder, why = None, "MemoryService takes no embedder= yet (none loaded)"
     results: dict[str, Any] = {}
-    for mode in MODES:
-        use = embedder if mode != "lexical" else None
-        async with open_service(data_root / mode, golden.as_of_ms, use) as service:
-            ids = await build_bank(service, golden)
-            carried: dict[str, str] = {}
-            if mode == "hybrid-consolidated":
-                carried = await replay(service, load_decisions(), ids)
-            results[mode] = await evaluate(
-                service, mode, golden, ids, embedder=describe_embedder(use), carried=carried
-            )
-            if mode == "hybrid-consolidated":
-                results[mode]["merged"] = dict(sorted(carried.items()))
-    results["hybrid"]["embedder_note"] = why
-    results["hybrid-consolidated"]["embedder_note"] = why
+    models: list[str | None] = [None, *LOCAL_MODELS]
+    for model in models:
+        systems = [system for system in SYSTEMS if system.model == model]
+        embedder: Any = None
+        if model is not None:
+            try:
+                embedder = load_local(model)
+            except EmbedderUnavailable as exc:
+                for system in systems:
+                    results[system.name] = {"mode": system.mode, "error": str(exc)}
+                continue
+        name = embedder.model if embedder is not None else None
+        async with open_service(data_root / (model or "none"), golden.as_of_ms, embedder) as svc:
+            ids = await build_bank(svc, golden)
+            for system in systems:
+                results[system.name] = await evaluate(svc, system.mode, golden, ids, name)
     return {
         "golden": {
             "digest": golden.digest,
             "as_of": golden.as_of,
             "memories": len(golden.memories),
             "queries": len(golden.queries),
+            "tuning_queries": sum(1 for q in golden.queries if q.half == "tuning"),
             "limit": LIMIT,
         },
-        "modes": results,
+        "systems": results,
     }
 
 
@@ -599,15 +502,22 @@ class Comparison:
 
 
 def compare(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> Comparison:
-    """One mode's fresh metrics against its snapshot: overall and per category, every rate may
-    drop at most `TOLERANCE`, and the trap / duplicate-pollution counts may not grow."""
+    """One system's fresh metrics against its snapshot: overall, per category, language and half,
+    every rate may drop at most `TOLERANCE`; the trap / duplicate-pollution counts may not grow,
+    and a query trapped or polluted now that was not before is a regression by name (a new trap
+    cannot hide behind a fixed one)."""
     regressions: list[str] = []
     improvements: list[str] = []
     blocks = [("overall", stored["overall"], fresh["overall"])]
-    blocks += [
-        (f"category {name}", stored["by_category"].get(name), fresh["by_category"][name])
-        for name in CATEGORIES
-    ]
+    for section, label, names in (
+        ("by_category", "category", CATEGORIES),
+        ("by_language", "language", LANGUAGES),
+        ("by_half", "half", HALVES),
+    ):
+        blocks += [
+            (f"{label} {name}", stored.get(section, {}).get(name), fresh[section][name])
+            for name in names
+        ]
     for label, old, new in blocks:
         if old is None:
             regressions.append(f"{label}: not in the snapshot")
@@ -625,7 +535,26 @@ def compare(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> Comparison:
                 regressions.append(line)
             elif new[metric] < old[metric]:
                 improvements.append(line)
+    named_regressions, named_improvements = _named_changes(stored, fresh)
+    regressions += named_regressions
+    improvements += named_improvements
     return Comparison(regressions, improvements, _lost_ground(stored, fresh))
+
+
+def _named_changes(
+    stored: Mapping[str, Any], fresh: Mapping[str, Any]
+) -> tuple[list[str], list[str]]:
+    """Queries trapped or polluted now and not before (regressions), and the other way round."""
+    worse: list[str] = []
+    better: list[str] = []
+    for kind in ("trapped", "polluted"):
+        added = sorted(set(fresh[kind]) - set(stored.get(kind, ())))
+        if added:
+            worse.append(f"newly {kind}: {', '.join(added)}")
+        fixed = sorted(set(stored.get(kind, ())) - set(fresh[kind]))
+        if fixed:
+            better.append(f"no longer {kind}: {', '.join(fixed)}")
+    return worse, better
 
 
 def _lost_ground(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
@@ -635,10 +564,6 @@ def _lost_ground(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[st
         before = old_ranks.get(qid)
         if before is not None and (rank is None or rank > before):
             lost.append(f"{qid} {before}->{rank if rank is not None else '-'}")
-    for kind in ("trapped", "polluted"):
-        added = sorted(set(fresh[kind]) - set(stored.get(kind, ())))
-        if added:
-            lost.append(f"newly {kind}: {', '.join(added)}")
     return lost
 
 
@@ -646,56 +571,43 @@ def _lost_ground(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[st
 
 
 def render_table(snapshot: Mapping[str, Any]) -> str:
-    """Group × metric, the modes side by side, then the trapped and polluted queries."""
-    modes = snapshot["modes"]
-    shown = [mode for mode in MODES if mode in modes]
-    width = 10 * len(shown) - 1
-    metrics = (*RATE_METRICS, *COUNT_METRICS)
+    """One markdown table per metric: a row per group (overall, category, language, half), a
+    column per system; then each system's traps, pollution and the queries it misses at rank 1."""
+    systems = {n: r for n, r in snapshot["systems"].items() if "error" not in r}
+    names = list(systems)
     groups: list[tuple[str, str, str | None]] = [("overall", "overall", None)]
     groups += [(f"cat:{c}", "by_category", c) for c in CATEGORIES]
     groups += [(f"lang:{lang}", "by_language", lang) for lang in LANGUAGES]
-
-    def cell(mode: str, section: str, name: str | None, metric: str) -> str:
-        block = modes[mode][section] if name is None else modes[mode][section][name]
-        value = block[metric]
-        return f"{value:d}" if metric in COUNT_METRICS else f"{value:.3f}"
-
-    header = f"{'group':<22}{'n':>4}  " + "  ".join(f"{m:>{width}}" for m in metrics)
-    labels = " ".join(f"{SHORT.get(mode, mode):>9}" for mode in shown)
-    sub = f"{'':<22}{'':>4}  " + "  ".join(labels for _ in metrics)
+    groups += [(f"half:{half}", "by_half", half) for half in HALVES]
+    golden = snapshot["golden"]
     lines = [
-        f"recall quality: {snapshot['golden']['memories']} memories, "
-        f"{snapshot['golden']['queries']} queries, as of {snapshot['golden']['as_of']}, "
-        f"top {snapshot['golden']['limit']}",
-        "retrieval: "
-        + "; ".join(
-            f"{mode}={modes[mode]['retrieval']} (embedder: {modes[mode]['embedder']})"
-            for mode in shown
-        ),
-        f"hybrid embedder: {modes['hybrid'].get('embedder_note', '')}",
+        f"recall quality: {golden['memories']} memories, {golden['queries']} queries "
+        f"({golden.get('tuning_queries', 0)} tuning), as of {golden['as_of']}, "
+        f"top {golden['limit']}",
         "",
-        header,
-        sub,
     ]
-    for label, section, name in groups:
-        block = modes["lexical"][section] if name is None else modes["lexical"][section][name]
-        row = f"{label:<22}{block['queries']:>4}  " + "  ".join(
-            " ".join(f"{cell(mode, section, name, m):>9}" for mode in shown) for m in metrics
+    for name, result in snapshot["systems"].items():
+        what = (
+            result.get("error") or f"retrieval {result['retrieval']}, embedder {result['embedder']}"
         )
-        lines.append(row)
+        lines.append(f"- {name}: {what}")
+    for metric in (*RATE_METRICS, *COUNT_METRICS):
+        lines += ["", f"{metric}:", "", "| group | n | " + " | ".join(names) + " |"]
+        lines.append("|---|---:|" + "---:|" * len(names))
+        for label, section, key in groups:
+            blocks = [r[section] if key is None else r[section][key] for r in systems.values()]
+            cells = [
+                f"{b[metric]:d}" if metric in COUNT_METRICS else f"{b[metric]:.3f}" for b in blocks
+            ]
+            count = blocks[0]["queries"] if blocks else 0
+            lines.append(f"| {label} | {count} | " + " | ".join(cells) + " |")
     lines.append("")
-    if "hybrid-consolidated" in modes:
-        merged = modes["hybrid-consolidated"].get("merged", {})
-        lines.append(
-            "hybrid-consolidated: merges replayed: "
-            + (", ".join(f"{loser}->{winner}" for loser, winner in merged.items()) or "none")
-        )
-    for mode in shown:
-        ranks = modes[mode]["first_relevant_rank"]
+    for name, result in systems.items():
+        ranks = result["first_relevant_rank"]
         missed = [qid for qid, rank in ranks.items() if rank != 1]
-        lines.append(f"{mode}: not at rank 1 ({len(missed)}): " + _ranks(ranks, missed))
-        lines.append(f"{mode}: trapped: {', '.join(modes[mode]['trapped']) or '-'}")
-        lines.append(f"{mode}: duplicate pollution: {', '.join(modes[mode]['polluted']) or '-'}")
+        lines.append(f"- {name}: not at rank 1 ({len(missed)}): " + _ranks(ranks, missed))
+        lines.append(f"- {name}: trapped: {', '.join(result['trapped']) or '-'}")
+        lines.append(f"- {name}: duplicate pollution: {', '.join(result['polluted']) or '-'}")
     return "\n".join(lines)
 
 
@@ -703,58 +615,42 @@ def _ranks(ranks: Mapping[str, int | None], ids: Sequence[str]) -> str:
     return ", ".join(f"{qid}@{ranks[qid] if ranks[qid] is not None else '-'}" for qid in ids)
 
 
-async def what_if_dup_of(data_root: Path, golden: Golden | None = None) -> dict[str, Any]:
-    """The bound: hybrid recall after merging every labelled duplicate pair into its head (as a
-    confirming judge would), scored with the expectations carried."""
-    golden = golden or load()
-    embedder, _why = local_embedder() if _accepts_embedder() else (None, "")
-    decisions = [
-        Decision(m.dup_of, (m.key,), "dup_of", "labelled duplicate")
-        for m in golden.memories
-        if m.dup_of is not None
-    ]
-    async with open_service(data_root, golden.as_of_ms, embedder) as service:
-        ids = await build_bank(service, golden)
-        carried = await replay(service, decisions, ids)
-        return await evaluate(
-            service,
-            "hybrid-consolidated",
-            golden,
-            ids,
-            embedder=describe_embedder(embedder),
-            carried=carried,
-        )
+BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"
+DOC_REGION = ("<!-- golden:begin -->", "<!-- golden:end -->")
+
+
+def write_doc(snapshot: Mapping[str, Any], command: str) -> None:
+    """Replace the golden region of docs/BENCHMARKS.md with this run's tables."""
+    begin, end = DOC_REGION
+    text = BENCHMARKS.read_text(encoding="utf-8")
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{BENCHMARKS} has no {begin} ... {end} region")
+    taken = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    body = f"- command: `{command}`\n- taken: {taken}; load average {load}\n\n"
+    body += render_table(snapshot)
+    BENCHMARKS.write_text(f"{text[:i]}{begin}\n{body}\n{text[j:]}", encoding="utf-8")
 
 
 def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with tempfile.TemporaryDirectory(prefix="recall-quality-") as tmp:
         snapshot = asyncio.run(run(Path(tmp)))
-        bound = (
-            asyncio.run(what_if_dup_of(Path(tmp) / "what-if"))
-            if "--what-if-dup-of" in sys.argv[1:]
-            else None
-        )
+    if "--write-doc" in sys.argv[1:]:
+        write_doc(snapshot, "python -m tests.recall_quality --write-doc")
     out = [render_table(snapshot)]
-    if bound is not None:
-        overall = bound["overall"]
-        out.append(
-            "\nwhat if every dup_of pair were merged (hybrid, expectations carried): "
-            + ", ".join(f"{m} {overall[m]:.4f}" for m in RATE_METRICS)
-            + ", "
-            + ", ".join(f"{m} {overall[m]}" for m in COUNT_METRICS)
-        )
     if SNAPSHOT.is_file():
         stored = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
         same_set = stored.get("golden", {}).get("digest") == snapshot["golden"]["digest"]
         if not same_set:
             out.append(f"\n{SNAPSHOT.name}: taken on a different golden set; not compared")
-        for mode in MODES if same_set else ():
-            if mode not in stored["modes"]:
-                out.append(f"\n{SNAPSHOT.name} has no {mode} mode yet; not compared")
+        for name, fresh in snapshot["systems"].items() if same_set else ():
+            old = stored.get("systems", {}).get(name)
+            if old is None or "error" in old or "error" in fresh:
                 continue
-            diff = compare(stored["modes"][mode], snapshot["modes"][mode])
-            out.append(f"\nvs {SNAPSHOT.name} ({mode}):")
+            diff = compare(old, fresh)
+            out.append(f"\nvs {SNAPSHOT.name} ({name}):")
             out += [f"  worse  {line}" for line in diff.regressions]
             out += [f"  better {line}" for line in diff.improvements]
             out += [f"  lost   {line}" for line in diff.lost_ground]

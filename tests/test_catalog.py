@@ -1,16 +1,15 @@
 """The wire surface is pinned: golden schemas per function, catalog shape, and the seed contract.
 
-`golden/schemas/<id>.json` is what each catalog entry publishes; `UPDATE_GOLDENS=1` rewrites them
-after an intended change, so a renamed field never ships without a reviewed diff. The seed contract
-compares our schemas with the published API reference (`golden/api-reference.seed.json`, copied
-verbatim from the user's seed document): names, descriptions, defaults and required fields are
-kept; additions are allowed.
+`golden/schemas/<id>.json` is what each catalog entry publishes; `UPDATE_GOLDENS=schemas` rewrites
+them after an intended change, so a renamed field never ships without a reviewed diff. The seed
+contract compares our schemas with the published API reference
+(`golden/api-reference.seed.json`, copied verbatim from the user's seed document): names,
+descriptions, defaults and required fields are kept; additions are allowed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,24 +20,15 @@ import pytest
 from pydantic import BaseModel
 
 from memory_worker.app import catalog
-from memory_worker.app.catalog import CATALOG, FunctionSpec
+from memory_worker.app.catalog import CATALOG, SEAMS, FunctionSpec, SeamSpec
+
+from .goldens import updating
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_SCHEMAS = ROOT / "golden" / "schemas"
 SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
-UPDATE = os.environ.get("UPDATE_GOLDENS") == "1"
-REBASELINE = "UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/test_catalog.py"
-
-# Internal seams of the seed reference, implemented in a later issue (bus adapters): the harness
-# hook, the turn/queue/session/config triggers and the console page. Not agent-callable.
-LATER = {
-    "memory::hook::pre-generate",
-    "memory::on-turn-completed",
-    "memory::extract-job",
-    "memory::on-session-deleted",
-    "memory::on-config-change",
-    "memory::ui-content",
-}
+UPDATE = updating("schemas")
+REBASELINE = "UPDATE_GOLDENS=schemas .venv/bin/python -m pytest tests/test_catalog.py"
 
 _SEGMENT = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
@@ -50,7 +40,11 @@ def _golden_path(function_id: str) -> Path:
     return GOLDEN_SCHEMAS / f"{function_id.replace('::', '.')}.json"
 
 
-def _snapshot(spec: FunctionSpec) -> dict[str, Any]:
+Spec = FunctionSpec | SeamSpec
+EVERY = (*CATALOG, *SEAMS)  # what the worker registers: public functions and internal seams
+
+
+def _snapshot(spec: Spec) -> dict[str, Any]:
     return {
         "function_id": spec.id,
         "description": spec.description,
@@ -81,7 +75,8 @@ SEED_INTERNAL = {
     name for name, fn in SEED_FUNCTIONS.items() if (fn.get("metadata") or {}).get("internal")
 }
 SEED_PUBLIC = sorted(set(SEED_FUNCTIONS) - SEED_INTERNAL)
-BY_ID = {spec.id: spec for spec in CATALOG}
+SEED_NAMES = sorted(SEED_FUNCTIONS)
+BY_ID: dict[str, Spec] = {spec.id: spec for spec in EVERY}
 
 
 def _collapse(text: str) -> str:
@@ -273,8 +268,8 @@ def _report(problems: list[str]) -> str:
 # --- golden schema snapshots -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.id)
-def test_golden_schema_matches_the_catalog(spec: FunctionSpec) -> None:
+@pytest.mark.parametrize("spec", EVERY, ids=lambda spec: spec.id)
+def test_golden_schema_matches_the_catalog(spec: Spec) -> None:
     """The published id, description and schemas of each function equal its reviewed snapshot."""
     path = _golden_path(spec.id)
     rendered = _render(_snapshot(spec))
@@ -294,7 +289,7 @@ def test_golden_schema_matches_the_catalog(spec: FunctionSpec) -> None:
 
 def test_no_orphan_golden_schemas() -> None:
     """Every golden schema file is produced by some catalog entry (stale files are removed)."""
-    expected = {_golden_path(spec.id).name for spec in CATALOG}
+    expected = {_golden_path(spec.id).name for spec in EVERY}
     orphans = sorted(p.name for p in GOLDEN_SCHEMAS.glob("*.json") if p.name not in expected)
     assert not orphans, (
         f"golden/schemas has files no catalog function produces: {orphans}; delete them"
@@ -312,12 +307,12 @@ def test_golden_files_are_pretty_printed_with_trailing_newline() -> None:
 
 
 def test_function_ids_are_unique() -> None:
-    ids = [spec.id for spec in CATALOG]
+    ids = [spec.id for spec in EVERY]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
 
 
-@pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.id)
-def test_function_id_is_memory_namespaced_kebab_case(spec: FunctionSpec) -> None:
+@pytest.mark.parametrize("spec", EVERY, ids=lambda spec: spec.id)
+def test_function_id_is_memory_namespaced_kebab_case(spec: Spec) -> None:
     """`memory::` prefix, then `::`-separated kebab-case segments (never `_`)."""
     segments = spec.id.split("::")
     assert segments[0] == "memory" and len(segments) >= 2, spec.id
@@ -325,8 +320,8 @@ def test_function_id_is_memory_namespaced_kebab_case(spec: FunctionSpec) -> None
     assert not bad, f"{spec.id}: segments {bad} are not kebab-case"
 
 
-@pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.id)
-def test_function_has_description_and_object_schemas(spec: FunctionSpec) -> None:
+@pytest.mark.parametrize("spec", EVERY, ids=lambda spec: spec.id)
+def test_function_has_description_and_object_schemas(spec: Spec) -> None:
     assert spec.description.strip(), f"{spec.id} has no description"
     assert catalog.json_schema(spec.request)["type"] == "object"
     assert catalog.json_schema(spec.response)["type"] == "object"
@@ -346,25 +341,23 @@ def test_seed_reference_copy_is_canonical() -> None:
     assert set(SEED) == {"functions", "triggers"}
 
 
-def test_later_lists_exactly_the_seed_internal_functions() -> None:
-    assert LATER == SEED_INTERNAL
-
-
-def test_every_public_seed_function_is_in_the_catalog() -> None:
-    missing = [name for name in SEED_PUBLIC if name not in BY_ID]
-    assert not missing, f"public seed functions missing from the catalog: {missing}"
+def test_every_seed_function_is_in_the_catalog_public_or_internal() -> None:
+    missing = [name for name in SEED_NAMES if name not in BY_ID]
+    assert not missing, f"seed functions missing from the catalog: {missing}"
+    assert {spec.id for spec in SEAMS} >= SEED_INTERNAL
+    assert {spec.id for spec in CATALOG} >= set(SEED_PUBLIC)
 
 
 def test_seed_functions_in_the_catalog_keep_their_internal_flag() -> None:
     wrong = [
         spec.id
-        for spec in CATALOG
+        for spec in EVERY
         if spec.id in SEED_FUNCTIONS and spec.internal != (spec.id in SEED_INTERNAL)
     ]
     assert not wrong, f"internal flag differs from the seed reference for {wrong}"
 
 
-@pytest.mark.parametrize("function_id", SEED_PUBLIC)
+@pytest.mark.parametrize("function_id", SEED_NAMES)
 def test_catalog_description_equals_the_seed(function_id: str) -> None:
     spec = BY_ID.get(function_id)
     if spec is None:
@@ -372,7 +365,7 @@ def test_catalog_description_equals_the_seed(function_id: str) -> None:
     assert spec.description == SEED_FUNCTIONS[function_id]["description"]
 
 
-@pytest.mark.parametrize("function_id", SEED_PUBLIC)
+@pytest.mark.parametrize("function_id", SEED_NAMES)
 def test_request_keeps_the_seed_fields_descriptions_defaults_and_required(
     function_id: str,
 ) -> None:
@@ -382,7 +375,7 @@ def test_request_keeps_the_seed_fields_descriptions_defaults_and_required(
     assert not problems, _report(problems)
 
 
-@pytest.mark.parametrize("function_id", SEED_PUBLIC)
+@pytest.mark.parametrize("function_id", SEED_NAMES)
 def test_response_keeps_the_seed_fields_and_descriptions(function_id: str) -> None:
     if function_id not in BY_ID:
         pytest.fail(f"{function_id} is missing from the catalog")
@@ -407,7 +400,7 @@ def _variant_descriptions(node: dict[str, Any]) -> dict[Any, str]:
 def test_enum_values_keep_their_seed_descriptions() -> None:
     """Where the seed documents each enum value (e.g. `Confidence`), our schema documents it too."""
     problems: dict[str, str] = {}
-    for name in SEED_PUBLIC:
+    for name in SEED_NAMES:
         if name not in BY_ID:
             continue
         for key, model in (
@@ -514,7 +507,7 @@ def test_seed_definitions_we_compare_are_reached() -> None:
     """Every definition a public seed function uses is visited by the contract walk."""
     reached: set[str] = set()
     expected: set[str] = set()
-    for name in SEED_PUBLIC:
+    for name in SEED_NAMES:
         if name not in BY_ID:
             continue
         for key in ("request_schema", "response_schema"):

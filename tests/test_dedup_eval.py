@@ -9,7 +9,6 @@ semantic tier through `memory::recall`), and both must agree on it.
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from memory_worker.adapters.embedders import load_local
 from memory_worker.consolidate.plan import Row, Tier, plan_exact, plan_semantic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,13 +45,8 @@ def _pairs() -> list[Any]:
 
 @pytest.fixture(name="embedder", scope="module")
 def _embedder() -> Any:
-    pytest.importorskip("onnxruntime")
-    from memory_worker.adapters.local_embedder import LocalEmbedder
-
-    try:
-        return LocalEmbedder.default()
-    except Exception as exc:  # the embed extra's model: an environment fact
-        pytest.skip(f"the local embedder does not load: {exc}")
+    # The default local model (what a fresh install serves, a core dependency): never skipped.
+    return load_local()
 
 
 def test_the_pairs_meet_their_spec(pairs: list[Any]) -> None:
@@ -88,14 +83,8 @@ def test_the_deterministic_tiers_write_only_true_duplicates(pairs: list[Any]) ->
 
 
 def test_the_semantic_tier_writes_only_true_duplicates(pairs: list[Any], embedder: Any) -> None:
-    vectors = embedder.embed_sync([text for p in pairs for text in (p.a, p.b)])
-    outcomes = []
-    for i, pair in enumerate(pairs):
-        u, v = vectors[2 * i], vectors[2 * i + 1]
-        cosine = sum(x * y for x, y in zip(u, v, strict=True)) / math.sqrt(
-            sum(x * x for x in u) * sum(y * y for y in v)
-        )
-        outcomes.append(ev.Outcome(pair, _tier(pair, cosine), None, cosine))
+    cosines = ev.path_cosines(embedder, pairs)  # as memory-consolidate's recalls see them
+    outcomes = [ev.Outcome(p, _tier(p, cosines[p.id]), None, cosines[p.id]) for p in pairs]
     rows = ev.metrics(outcomes)
     false = [o.pair.id for o in outcomes if o.tier in ev.WRITING_TIERS and not o.pair.dup]
     assert false == [], f"a writing tier merged pairs that are not duplicates: {false}"

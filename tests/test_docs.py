@@ -11,8 +11,7 @@ from typing import Any
 
 import yaml
 
-from memory_worker.adapters.bus import catalog as bus_catalog
-from memory_worker.app.catalog import CATALOG, render_permissions
+from memory_worker.app.catalog import CATALOG, SEAMS, render_permissions
 from memory_worker.consolidate import catalog as consolidate_catalog
 from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.core.config import Settings, load_settings
@@ -85,10 +84,14 @@ def test_config_example_names_every_setting() -> None:
 
 def test_config_example_values_are_the_defaults() -> None:
     raw = _example_keys()
-    wrong = {
-        name: (raw[name], info.default)
+    defaults = {
+        name: info.get_default(call_default_factory=True)
         for name, info in Settings.model_fields.items()
-        if name in raw and (raw[name] != info.default or type(raw[name]) is not type(info.default))
+    }
+    wrong = {
+        name: (raw[name], default)
+        for name, default in defaults.items()
+        if name in raw and (raw[name] != default or type(raw[name]) is not type(default))
     }
     assert not wrong, (
         f"config.example.yaml values differ from the defaults (value, default): {wrong}"
@@ -164,7 +167,7 @@ SEED_AGENT_SET = {
     "memory::delete",
     "memory::pin",
 }
-BUS_INTERNAL = {spec.id for spec in bus_catalog.INTERNAL}
+BUS_INTERNAL = {spec.id for spec in SEAMS}
 
 
 def _permission_rules() -> tuple[list[str], list[str]]:
@@ -178,8 +181,7 @@ def _permission_rules() -> tuple[list[str], list[str]]:
 
 
 def test_permissions_file_is_what_the_catalog_generates() -> None:
-    internal = dict.fromkeys([*(s.id for s in bus_catalog.INTERNAL), "memory::ui-content"])
-    rendered = render_permissions(CATALOG, list(internal))
+    rendered = render_permissions()
     assert PERMISSIONS.read_text(encoding="utf-8") == rendered, (
         "iii-permissions.yaml differs from the catalog's policy: regenerate it with "
         "`.venv/bin/memory-worker permissions > iii-permissions.yaml`"

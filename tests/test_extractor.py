@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import ListRequest, PinRequest, SaveRequest
 from memory_worker.core.config import Settings
@@ -17,7 +18,6 @@ from memory_worker.core.errors import SiblingUnavailable, StorageError
 from memory_worker.core.extraction import parse_reply, render_request, system_prompt
 from memory_worker.core.models import Confidence
 from memory_worker.harness.extractor import CURSOR_SCOPE, LEARNED_HEADER, Extractor, merge_learned
-from memory_worker.harness.turns import ExtractJob
 from memory_worker.storage.bank import Bank
 
 from .fakes import FakeKeyValue as KV

@@ -11,6 +11,7 @@ import math
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -235,3 +236,54 @@ def test_multi_term_scores_are_rank_bm25_terms_reweighted_by_our_idf(query: list
     their_top = sorted(their_total.values(), reverse=True)
     if our_top[0] > 1.5 * our_top[1] and their_top[0] > 1.5 * their_top[1]:
         assert max(ours, key=ours.__getitem__) == max(their_total, key=their_total.__getitem__)
+
+
+# --- weighted queries, query weight, pseudo-relevance feedback, entity specificity ------------
+
+
+def _small_index() -> LexicalIndex:
+    from memory_worker.search.index import IndexedDoc
+
+    index = LexicalIndex()
+    docs = {
+        "d0": (["pottery", "class", "clay", "user"], {"user"}),
+        "d1": (["clay", "bowl", "kiln", "user"], {"user", "pipoca"}),
+        "d2": (["swim", "kids", "lake", "user"], {"user"}),
+        "d3": (["camp", "lake", "kids", "user"], {"user"}),
+    }
+    for doc_id, (doc_terms, entities) in docs.items():
+        index.add_doc(IndexedDoc(doc_id, doc_terms, entity_terms=frozenset(entities)))
+    return index
+
+
+def test_weighted_scores_are_bm25_with_a_weight_per_query_term() -> None:
+    index = _small_index()
+    plain = index.scores(["clay", "kids"])
+    found = index.weighted({"clay": 1.0, "kids": 0.5})
+    pairs = zip(found.slots.tolist(), found.bm25.tolist(), strict=True)
+    weighted = {index.doc_id(slot): bm25 for slot, bm25 in pairs}
+    assert weighted["d0"] == pytest.approx(plain["d0"])  # clay only
+    assert weighted["d2"] == pytest.approx(plain["d2"] / 2)  # kids only, at half weight
+
+
+def test_query_weight_is_the_idf_sum_counting_absent_terms_in_full() -> None:
+    index = _small_index()
+    assert index.query_weight({"clay": 1.0}) == pytest.approx(math.log((4 - 2 + 0.5) / 2.5 + 1))
+    absent = index.query_weight({"zebra": 1.0})
+    assert absent == pytest.approx(math.log((4 + 0.5) / 0.5 + 1))
+    assert index.query_weight({"user": 1.0}) < 0.2  # on every document: tells nothing
+
+
+def test_expansion_lends_the_first_hits_shared_terms_and_skips_the_query_and_one_offs() -> None:
+    index = _small_index()
+    first = [index._slot_of["d2"]]  # "swim kids lake user"
+    extra = index.expansion(first, exclude={"swim"}, limit=5)
+    assert set(extra) == {"kids", "lake", "user"}  # "swim" is the query's own word
+    assert max(extra.values()) == 1.0 and extra["user"] < extra["kids"]
+
+
+def test_an_entity_on_every_memory_weighs_nothing_and_a_rare_one_a_lot() -> None:
+    index = _small_index()
+    slots = np.arange(4)
+    assert index.entity_hits(["user"], slots).tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert index.entity_hits(["pipoca"], slots).tolist() == [0.0, 0.75, 0.0, 0.0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ from memory_worker.core.injection import (
 )
 from memory_worker.core.models import Hit, Memory, Rule
 
+from .goldens import updating
+
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "injection"
 DAY_MS = 86_400_000
 NOW = 1_793_491_200_000  # 2026-11-01
@@ -30,10 +31,10 @@ def _memory(text: str, days_ago: float = 0, **changes: object) -> Memory:
 
 def _check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDENS"):
+    if updating("injection"):
         path.write_text(text, encoding="utf-8")
     assert path.read_text(encoding="utf-8") == text, (
-        f"{name} changed; review the diff and re-baseline with UPDATE_GOLDENS=1"
+        f"{name} changed; review the diff and re-baseline with UPDATE_GOLDENS=injection"
     )
 
 

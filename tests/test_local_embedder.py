@@ -269,20 +269,20 @@ class _FailingSession:
 class TestModelSelection:
     """`embedding_model` picks the local model; a name it does not have is refused, clearly."""
 
-    def test_empty_and_every_alias_name_the_default(self) -> None:
-        from memory_worker.adapters.local_embedder import local_model
+    def test_empty_names_the_default_and_every_alias_names_minilm(self) -> None:
+        from memory_worker.adapters.embedders import DEFAULT_LOCAL_MODEL, resolve_local
 
+        assert resolve_local("") == resolve_local("  ") == DEFAULT_LOCAL_MODEL
         for name in (
-            "",
-            "  ",
             DEFAULT_MODEL,
+            "minilm",
             "all-MiniLM-L6-v2",
             "SENTENCE-TRANSFORMERS/all-minilm-l6-v2",
         ):
-            assert local_model(name).name == DEFAULT_MODEL
+            assert resolve_local(name) == DEFAULT_MODEL
 
     def test_a_model_it_does_not_have_is_refused_listing_those_it_has(self) -> None:
-        from memory_worker.adapters.local_embedder import load_local
+        from memory_worker.adapters.embedders import load_local
 
         with pytest.raises(EmbedderUnavailable) as refused:
             load_local("text-embedding-3-small")
@@ -294,7 +294,7 @@ class TestModelSelection:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         from memory_worker.adapters import cli
-        from memory_worker.adapters.local_embedder import UnavailableEmbedder
+        from memory_worker.adapters.embedders import UnavailableEmbedder
         from memory_worker.core.config import Settings
 
         monkeypatch.setenv("MEMORY_EMBEDDER", "local")

@@ -11,12 +11,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from memory_worker.adapters.openai_chat import EndpointOrRouter, OpenAIChatCompleter
+from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import ListRequest
 from memory_worker.core.config import Settings, parse_settings
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 from memory_worker.harness.extractor import CURSOR_SCOPE, Extractor
-from memory_worker.harness.turns import ExtractJob
 
 from .fakes import FakeKeyValue
 from .openai_server import FakeOpenAI

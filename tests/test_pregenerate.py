@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from memory_worker.app.lessons import KeyValueDeliveries
+from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import (
     AnchorsInput,
@@ -28,7 +29,7 @@ from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_
 from memory_worker.harness.pregenerate import PreGenerate, step_calls, user_message
 from memory_worker.harness.selection import BankResolver, Outcome, Parent
 from memory_worker.harness.sessions import SCOPE, SessionRecord, SessionState
-from memory_worker.harness.turns import EXTRACT_JOB, ExtractJob, TurnPipeline
+from memory_worker.harness.turns import EXTRACT_JOB, TurnPipeline
 
 from .fakes import FakeKeyValue as KV
 

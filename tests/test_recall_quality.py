@@ -1,26 +1,30 @@
 """The recall-quality gate (SPEC C17): fresh metrics on the golden set against the snapshot.
 
 `golden/recall_quality.json` holds hit@1/3, MRR@10, nDCG@10, recall@10, traps and duplicate
-pollution per mode, category and language (`tests/recall_quality.py` computes them). A rate that
-drops by more than 0.02 overall or in a category, or a trap / pollution count that grows, fails;
-`UPDATE_GOLDENS=1` re-baselines after an intended change. The golden set is checked against its own
-spec first, so a typo in a key cannot quietly make a query unanswerable.
+pollution per system (lexical, bm25-entity, semantic and hybrid with each local embedder),
+category, language and half (`tests/recall_quality.py` computes them). Two kinds of check:
+absolute floors (the SPEC §4 bars on the default hybrid, and floors for the other systems), and
+"no worse than the snapshot": a rate that drops by more than 0.02, a trap / pollution count that
+grows, or a query trapped or polluted by name that was not before, fails. An embedder that does not
+load, or is not the one the snapshot ran with, fails (a missing model must not pass as "skipped").
+`UPDATE_GOLDENS=recall` re-baselines after an intended change. The golden set is checked against
+its own spec first, so a typo in a key cannot quietly make a query unanswerable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from . import recall_quality as rq
+from .goldens import updating
 
-UPDATE = os.environ.get("UPDATE_GOLDENS") == "1"
-REBASELINE = "UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/test_recall_quality.py"
+UPDATE = updating("recall")
+REBASELINE = "UPDATE_GOLDENS=recall .venv/bin/python -m pytest tests/test_recall_quality.py"
 DAY_MS = 86_400_000
 
 MIN_MEMORIES = 76
@@ -35,32 +39,8 @@ def _golden() -> rq.Golden:
     return rq.load()
 
 
-@pytest.fixture(name="decided", scope="module")
-def _decided(golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory) -> list[rq.Decision]:
-    """What memory-consolidate decides on the persona bank now (its semantic tier needs the
-    local embedder); with UPDATE_GOLDENS=1 it is recorded for the hybrid-consolidated mode."""
-    embedder, why = rq.local_embedder()
-    if embedder is None:
-        pytest.skip(f"the semantic tier needs the local embedder: {why}")
-
-    async def decide() -> list[rq.Decision]:
-        root = tmp_path_factory.mktemp("consolidation")
-        async with rq.open_service(root, golden.as_of_ms, embedder) as service:
-            return await rq.decide(service, await rq.build_bank(service, golden))
-
-    decisions = asyncio.run(decide())
-    if UPDATE:
-        text = rq.render_decisions(decisions, rq.describe_embedder(embedder))
-        rq.CONSOLIDATION.write_text(text, encoding="utf-8")
-    return decisions
-
-
 @pytest.fixture(name="fresh", scope="module")
-def _fresh(
-    golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> dict[str, Any]:
-    if UPDATE:
-        request.getfixturevalue("decided")  # record the decisions before they are replayed
+def _fresh(golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return asyncio.run(rq.run(tmp_path_factory.mktemp("recall-quality"), golden))
 
 
@@ -242,35 +222,6 @@ def test_a_trap_counts_above_the_first_relevant_or_when_none_is_found() -> None:
     assert not rq.score_query(golden, query, ["c"]).trapped
 
 
-def test_a_replayed_merge_carries_expectations_to_the_survivor() -> None:
-    golden = _tiny()
-    (query,) = golden.queries
-    fact_of = rq.carry(golden, {"b": "c"})  # memory-consolidate retired b into c
-    score = rq.score_query(golden, query, ["c", "a"], fact_of)
-    assert score.first_rank == 1 and score.metrics()["recall@10"] == 1.0
-    assert rq.carry(golden, {"a2": "c"})["a2"] == "c"  # a merge outranks the dup label
-    assert rq.score_query(golden, query, ["c", "a"]).first_rank == 2  # without the carry
-
-
-# --- consolidation ---------------------------------------------------------------------------
-
-
-def test_the_recorded_consolidation_is_what_memory_consolidate_decides(
-    decided: list[rq.Decision],
-) -> None:
-    recorded = rq.load_decisions()
-    assert recorded == decided, (
-        f"memory-consolidate now decides {decided}, {rq.CONSOLIDATION.name} holds {recorded}: "
-        f"re-record with `{REBASELINE}` and review the diff"
-    )
-
-
-def test_consolidation_does_not_make_recall_worse(fresh: dict[str, Any]) -> None:
-    hybrid, consolidated = fresh["modes"]["hybrid"], fresh["modes"]["hybrid-consolidated"]
-    diff = rq.compare(hybrid, consolidated)
-    assert not diff.regressions, diff.regressions
-
-
 # --- the gate --------------------------------------------------------------------------------
 
 
@@ -288,47 +239,179 @@ def test_snapshot_is_of_this_golden_set(stored: dict[str, Any], golden: rq.Golde
     )
 
 
-@pytest.mark.parametrize("mode", rq.MODES)
-def test_recall_quality_does_not_regress(
-    mode: str, stored: dict[str, Any], fresh: dict[str, Any], golden: rq.Golden
-) -> None:
-    if stored["golden"]["digest"] != golden.digest:
-        pytest.skip("the snapshot is of another golden set (see test_snapshot_is_of_this_...)")
-    old, new = stored["modes"][mode], fresh["modes"][mode]
-    if old["embedder"] is not None and old["embedder"] != new["embedder"]:
-        pytest.skip(
-            f"{mode}: the snapshot ran with embedder {old['embedder']!r}, this run has "
-            f"{new['embedder']!r} ({new.get('embedder_note', '')}); install the embed extra "
-            f"or re-baseline with `{REBASELINE}`"
+SYSTEM_NAMES = [system.name for system in rq.SYSTEMS]
+
+# Absolute floors, whatever the snapshot says, on the whole set and on each half. A rate floor is
+# a minimum, a count floor a maximum. They sit a little under what each system measured when the
+# snapshot was taken (docs/BENCHMARKS.md), so a slide is caught even after a careless re-baseline.
+FLOORS: dict[str, dict[str, float]] = {
+    rq.DEFAULT_SYSTEM: {"hit@3": 0.77, "traps": 2, "duplicate_pollution": 12},
+    "hybrid+minilm": {"hit@3": 0.70, "traps": 4, "duplicate_pollution": 19},
+    "bm25-entity": {"hit@3": 0.54},
+    "lexical": {"hit@3": 0.58},
+}
+# SPEC §4's bars for the default hybrid, not reached yet (test_spec_bars_for_the_default_hybrid).
+SPEC_BARS = {"hit@3": 0.90, "traps": 0, "duplicate_pollution": 0}
+LANGUAGE_GAP = 0.05  # SPEC §4: Portuguese hit@3 within this of English's
+
+
+def _system(fresh: dict[str, Any], name: str) -> dict[str, Any]:
+    result: dict[str, Any] = fresh["systems"][name]
+    if "error" in result:
+        pytest.fail(
+            f"{name}: the embedder did not load ({result['error']}); `./scripts/test` installs "
+            "every local model, so this is a broken install, not a reason to skip",
+            pytrace=False,
         )
+    return result
+
+
+@pytest.mark.parametrize("name", SYSTEM_NAMES)
+def test_recall_quality_does_not_regress(
+    name: str, stored: dict[str, Any], fresh: dict[str, Any], golden: rq.Golden
+) -> None:
+    assert stored["golden"]["digest"] == golden.digest, "see test_snapshot_is_of_this_golden_set"
+    new = _system(fresh, name)
+    old = stored.get("systems", {}).get(name)
+    assert old is not None and "error" not in old, (
+        f"{name} is not in {rq.SNAPSHOT.name}: re-baseline with `{REBASELINE}`"
+    )
+    assert old["embedder"] == new["embedder"], (
+        f"{name}: the snapshot ran with embedder {old['embedder']!r}, this run has "
+        f"{new['embedder']!r}; a changed model is re-baselined on purpose with `{REBASELINE}`"
+    )
     diff = rq.compare(old, new)
     if diff.regressions:
         lines = [
-            f"recall quality regressed in {mode} mode (retrieval {old['retrieval']!r} -> "
-            f"{new['retrieval']!r}, embedder {old['embedder']!r} -> {new['embedder']!r}):",
+            f"recall quality regressed for {name} (retrieval {old['retrieval']!r} -> "
+            f"{new['retrieval']!r}):",
             *(f"  {line}" for line in diff.regressions),
         ]
         if diff.lost_ground:
             lines.append("queries that lost ground: " + "; ".join(diff.lost_ground))
         lines.append(
             f"If the change is intended, re-baseline with `{REBASELINE}` and review the diff "
-            "(`.venv/bin/python -m tests.recall_quality` prints the table)."
+            "(`.venv/bin/python -m tests.recall_quality` prints the tables)."
         )
         pytest.fail("\n".join(lines), pytrace=False)
     if diff.improvements:
         print(
-            f"\nrecall quality improved in {mode} mode: "
+            f"\nrecall quality improved for {name}: "
             + "; ".join(diff.improvements)
             + f"\nconsider re-baselining with `{REBASELINE}` so the gate holds the gain"
         )
 
 
-@pytest.mark.xfail(reason="issue 3 goal, not reached yet: hybrid traps 0 and pollution 0")
-def test_hybrid_has_no_traps_and_no_duplicate_pollution(fresh: dict[str, Any]) -> None:
-    hybrid = fresh["modes"]["hybrid"]
-    assert (hybrid["trapped"], hybrid["polluted"]) == ([], []), (
-        f"trapped: {hybrid['trapped']}; polluted: {hybrid['polluted']}"
-    )
+@pytest.mark.parametrize("name", sorted(FLOORS))
+def test_absolute_floors(name: str, fresh: dict[str, Any]) -> None:
+    result = _system(fresh, name)
+    problems = []
+    for block_name, block in (("overall", result["overall"]), *result["by_half"].items()):
+        for metric, floor in FLOORS[name].items():
+            value = block[metric]
+            if metric in rq.COUNT_METRICS and value > floor:
+                named = result["trapped"] if metric == "traps" else result["polluted"]
+                problems.append(f"{block_name} {metric} {value} > {floor:g} ({', '.join(named)})")
+            elif metric in rq.RATE_METRICS and value < floor:
+                problems.append(f"{block_name} {metric} {value:.3f} < {floor:.2f}")
+    assert not problems, f"{name}: " + "; ".join(problems)
+
+
+def _spec_misses(fresh: dict[str, Any]) -> list[str]:
+    result = _system(fresh, rq.DEFAULT_SYSTEM)
+    misses = []
+    overall = result["overall"]
+    if overall["hit@3"] < SPEC_BARS["hit@3"]:
+        misses.append(f"hit@3 {overall['hit@3']:.3f} < {SPEC_BARS['hit@3']}")
+    if result["trapped"]:
+        misses.append(f"trapped: {', '.join(result['trapped'])}")
+    if result["polluted"]:
+        misses.append(f"duplicate pollution: {', '.join(result['polluted'])}")
+    languages = result["by_language"]
+    gap = languages["en"]["hit@3"] - languages["pt"]["hit@3"]
+    if gap > LANGUAGE_GAP:
+        misses.append(
+            f"Portuguese hit@3 {languages['pt']['hit@3']:.3f} trails English "
+            f"{languages['en']['hit@3']:.3f} by {gap:.3f} > {LANGUAGE_GAP}"
+        )
+    return misses
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SPEC §4 golden bars (hit@3 ≥ 0.90, traps 0, pollution 0, PT within 0.05 of EN) are not "
+    "reached: e5-small's own ranking caps hit@3 near 0.79 and Portuguese near 0.66 "
+    "(docs/BENCHMARKS.md); strict, so reaching them turns this red until the mark goes",
+)
+def test_spec_bars_for_the_default_hybrid(fresh: dict[str, Any]) -> None:
+    misses = _spec_misses(fresh)
+    assert not misses, f"{rq.DEFAULT_SYSTEM}: " + "; ".join(misses)
+
+
+def _arm_losses(fresh: dict[str, Any]) -> list[str]:
+    problems = []
+    for system in rq.SYSTEMS:
+        if system.mode != "hybrid" or system.model is None:
+            continue
+        hybrid = _system(fresh, system.name)
+        arms = [
+            _system(fresh, "lexical"),
+            _system(fresh, system.name.replace("hybrid", "semantic")),
+        ]
+        for section, names in (("by_category", rq.CATEGORIES), ("by_language", rq.LANGUAGES)):
+            for group in names:
+                best = max(arm[section][group]["recall@10"] for arm in arms)
+                got = hybrid[section][group]["recall@10"]
+                if got < best - 0.01:
+                    problems.append(f"{system.name} {group}: recall@10 {got:.3f} < {best:.3f}")
+    return problems
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="on the golden set the arms are measured without a cutoff (lexical and semantic mode "
+    "rank every memory) and the hybrid with one: its shorter lists lose recall@10 in identity "
+    "(0.65 against the semantic arm's 0.76), where the arm's lower places still hold weak relevant "
+    "memories",
+)
+def test_hybrid_is_no_worse_than_its_arms(fresh: dict[str, Any]) -> None:
+    """SPEC §4: the fusion never loses to its own arms (by more than one query in a hundred)."""
+    problems = _arm_losses(fresh)
+    assert not problems, "; ".join(problems)
+
+
+def test_hybrid_beats_its_arms_at_the_top(fresh: dict[str, Any]) -> None:
+    """What the cutoff cannot excuse: the default hybrid's hit@3 is no worse than either arm's
+    (− 0.01), overall and per language."""
+    hybrid = _system(fresh, rq.DEFAULT_SYSTEM)
+    arms = [
+        _system(fresh, "lexical"),
+        _system(fresh, rq.DEFAULT_SYSTEM.replace("hybrid", "semantic")),
+    ]
+    groups = [("overall", None), *(("by_language", lang) for lang in rq.LANGUAGES)]
+    problems = []
+    for section, key in groups:
+
+        def hit3(result: dict[str, Any], section: str = section, key: str | None = key) -> float:
+            block = result[section] if key is None else result[section][key]
+            return float(block["hit@3"])
+
+        best = max(hit3(arm) for arm in arms)
+        if hit3(hybrid) < best - 0.01:
+            problems.append(f"{key or 'overall'}: {hit3(hybrid):.3f} < {best:.3f}")
+    assert not problems, "; ".join(problems)
+
+
+def test_every_system_ran_what_it_says(fresh: dict[str, Any]) -> None:
+    """A hybrid with a model must have fused the semantic arm on every query (a slow or failing
+    embedder would quietly measure `bm25-entity` under the model's name)."""
+    expected = {"lexical": "lexical", "semantic": "semantic"}
+    for system in rq.SYSTEMS:
+        result = _system(fresh, system.name)
+        wanted = expected.get(system.mode) or (
+            "bm25-entity-semantic" if system.model else "bm25-entity"
+        )
+        assert result["retrieval"] == wanted, (system.name, result["retrieval"])
 
 
 def test_the_report_renders(fresh: dict[str, Any]) -> None:

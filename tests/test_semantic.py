@@ -111,10 +111,20 @@ async def test_a_reinforcement_keeps_the_vector(store: Store, clock: FixedClock)
 
 
 class TestEmbedderChoice:
-    def test_one_shot_commands_stay_lexical_by_default(self) -> None:
+    def test_one_shot_commands_load_the_model_only_when_used(self) -> None:
         from memory_worker.adapters.cli import _embedder
+        from memory_worker.adapters.embedders import LazyEmbedder
 
-        assert _embedder(Settings(), default="none") is None
+        embedder = _embedder(Settings(), default="local", lazy=True)
+        assert isinstance(embedder, LazyEmbedder) and embedder._loaded is None
+
+    def test_an_unknown_local_model_is_refused_by_name(self) -> None:
+        from memory_worker.adapters.cli import _embedder
+        from memory_worker.adapters.embedders import UnavailableEmbedder
+
+        refused = _embedder(Settings(embedding_model="text-embedding-3-small"), default="local")
+        assert isinstance(refused, UnavailableEmbedder)  # recall runs lexical, doctor says why
+        assert refused.model == "unavailable:text-embedding-3-small"
 
     def test_an_unknown_choice_is_invalid_input(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from memory_worker.adapters.cli import _embedder
@@ -129,11 +139,16 @@ class TestEmbedderChoice:
         monkeypatch.setenv("MEMORY_EMBEDDER", "local")
         assert _embedder(Settings(embeddings_enabled=False), default="local") is None
 
-    def test_the_server_loads_the_local_model_when_installed(self) -> None:
-        pytest.importorskip("onnxruntime")
+    def test_the_server_loads_the_default_local_model(self) -> None:
         from memory_worker.adapters.cli import _embedder
 
         embedder = _embedder(Settings(), default="local")
+        assert embedder is not None and embedder.model.startswith("multilingual-e5-small-enpt-q4")
+
+    def test_embedding_model_picks_another_local_model(self) -> None:
+        from memory_worker.adapters.cli import _embedder
+
+        embedder = _embedder(Settings(embedding_model="minilm"), default="local")
         assert embedder is not None and embedder.model.startswith("all-minilm-l6-v2-int8")
 
     def test_engine_mode_asks_the_router_unless_told_otherwise(self) -> None:

@@ -17,17 +17,20 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.app import wire
+from memory_worker.app import seams, wire
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
     "CATALOG",
+    "SEAMS",
     "FunctionSpec",
     "Hints",
     "Policy",
+    "SeamSpec",
     "call",
     "find",
     "json_schema",
@@ -289,6 +292,41 @@ CATALOG: tuple[FunctionSpec, ...] = (
         IDEMPOTENT_WRITE,
     ),
     _spec(
+        "memory::import",
+        "Bulk import of whole memory records, history included (the format memory::export "
+        "writes): validated first — one bad record rejects the import and nothing is written — "
+        "then appended as one write with one fsync. For migrations between systems and banks.",
+        wire.ImportRequest,
+        wire.ImportResponse,
+        MemoryService.import_memories,
+        Policy.HUMANS,
+        WRITE,
+    ),
+    _spec(
+        "memory::export",
+        "Every record of a bank's log in log order — every revision of every memory, "
+        "tombstones included — in the format memory::import reads back: a whole bank, history "
+        "and all, to move or back up.",
+        wire.ExportRequest,
+        wire.ExportResponse,
+        MemoryService.export,
+        # A whole bank's history at once: an operator's call for an agent, like memory::history.
+        Policy.APPROVAL,
+        READ,
+    ),
+    _spec(
+        "memory::compact",
+        "Rewrite a bank's log without the superseded revisions written before the horizon "
+        "(crash-safe: written beside the old log, checked, renamed in). Every memory keeps its "
+        "latest revision or tombstone, so recall, list and get answer the same; memory::history "
+        "gets shorter. A log with damaged lines is refused.",
+        wire.CompactRequest,
+        wire.CompactResponse,
+        MemoryService.compact_bank,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,  # old revisions are gone for good; a second run drops nothing
+    ),
+    _spec(
         "memory::reload",
         "Drop all in-RAM state and reload every bank from disk — the recovery hatch after editing "
         "bank files by hand.",
@@ -301,6 +339,110 @@ CATALOG: tuple[FunctionSpec, ...] = (
 )
 
 _BY_ID: dict[str, FunctionSpec] = {spec.id: spec for spec in CATALOG}
+
+
+@dataclass(frozen=True, slots=True)
+class SeamSpec:
+    """An internal function: invoked by the harness, the queue, a sibling or the console, never
+    by `call()` (its handler is the harness's or an adapter's); denied to agents."""
+
+    id: str
+    description: str
+    request: type[BaseModel]
+    response: type[BaseModel]
+    trace_hidden: bool = False
+
+    @property
+    def policy(self) -> Policy:
+        return Policy.INTERNAL
+
+    @property
+    def internal(self) -> bool:
+        return True
+
+    @property
+    def hints(self) -> Hints:
+        return Hints()  # never offered as a tool: how a caller should treat it does not arise
+
+
+HOOK = "memory::hook::pre-generate"
+TURN_COMPLETED = "memory::on-turn-completed"
+EXTRACT_JOB = "memory::extract-job"
+SESSION_DELETED = "memory::on-session-deleted"
+SESSION_META_UPDATED = "memory::on-session-meta-updated"
+CONFIG_CHANGE = "memory::on-config-change"
+UI_CONTENT = "memory::ui-content"
+UI_SETTINGS = "memory::ui-settings"
+HTTP = "memory::http"
+
+SEAMS: tuple[SeamSpec, ...] = (
+    SeamSpec(
+        HOOK,
+        "Internal: harness pre-generate hook — injects the session bank's rules into the system "
+        "prompt and recalled memories as one appended message. Never denies.",
+        seams.HookEnvelope,
+        seams.HookResponse,
+    ),
+    SeamSpec(
+        TURN_COMPLETED,
+        "Internal: harness turn-completed handler — enqueues one durable extraction job (a single "
+        "router::complete call) for the finished turn; inline fallback without a queue.",
+        seams.TurnCompleted,
+        seams.Ack,
+    ),
+    SeamSpec(
+        EXTRACT_JOB,
+        "Internal: queue-delivered extraction job — errors propagate so the queue retries and "
+        "dead-letters instead of losing the pass.",
+        seams.ExtractJob,
+        seams.Ack,
+    ),
+    SeamSpec(
+        SESSION_DELETED,
+        "Internal: session::deleted handler — drops the session's extraction cursor.",
+        seams.SessionDeleted,
+        seams.Ack,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        SESSION_META_UPDATED,
+        "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
+        "changed memory_bank applies from the session's next turn.",
+        seams.SessionDeleted,
+        seams.Ack,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        CONFIG_CHANGE,
+        "Internal: hot-reload memory from the authoritative configuration when it changes — "
+        "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",
+        seams.ConfigChanged,
+        seams.ConfigAck,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        UI_CONTENT,
+        "Serve the memory worker's injected console UI assets (content function for its "
+        "console:script / console:style / console:module triggers).",
+        seams.UiContentInput,
+        seams.UiContentResult,
+    ),
+    SeamSpec(
+        UI_SETTINGS,
+        "Internal: the console page's settings panel — every configuration field with its "
+        "description and effective value. Read-only: the configuration worker owns the entry.",
+        seams.UiSettingsInput,
+        seams.UiSettingsResult,
+        trace_hidden=True,
+    ),
+    SeamSpec(
+        HTTP,
+        "Internal: REST adapter for the http worker — POST /memory/<function path> with the JSON "
+        "payload; answers the result, or {error: {code, message}} with a fitting status.",
+        seams.HttpEnvelope,
+        seams.HttpReply,
+    ),
+)
 
 
 def find(function_id: str) -> FunctionSpec:
@@ -326,6 +468,7 @@ def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    check_depth(payload)  # before validation, which recurses
     try:
         return spec.request.model_validate(payload)
     except ValidationError as exc:
@@ -358,8 +501,9 @@ _POLICY_NOTES: dict[Policy, str] = {
     ),
     Policy.HUMANS: (
         "Human-owned surfaces (console, REST, CLI): creating or trashing banks, rewriting the "
-        "always-injected rules, retiring one memory for another (the consolidation seam) and "
-        "reloading from disk are a person's decisions, not an agent's."
+        "always-injected rules, retiring one memory for another (the consolidation seam), bulk "
+        "imports, compacting a log and reloading from disk are a person's decisions, not an "
+        "agent's."
     ),
     Policy.AGENTS: (
         "The agent set of the seed: recall and the memory CRUD. Every write is fingerprinted, "
@@ -368,17 +512,16 @@ _POLICY_NOTES: dict[Policy, str] = {
     Policy.APPROVAL: (
         "Not listed, so each use by an agent needs an operator's approval: read-only views the "
         "seed does not grant (bank names and counts, tags, rules, history, the injection dry "
-        "run — each can show another bank than the agent's own) and doctor (it writes and "
-        "trashes a scratch bank, and probes siblings)."
+        "run, a bank's whole export — each can show another bank than the agent's own) and "
+        "doctor (it writes and trashes a scratch bank, and probes siblings)."
     ),
 }
 
 
-def render_permissions(specs: Sequence[FunctionSpec], internal: Sequence[str]) -> str:
+def render_permissions(specs: Sequence[FunctionSpec | SeamSpec] = (*CATALOG, *SEAMS)) -> str:
     """`iii-permissions.yaml` as the catalog decides it: denies first (first match wins), then
     the agent set; functions needing approval are named in a comment, not listed."""
     by_policy: dict[Policy, list[str]] = {policy: [] for policy in Policy}
-    by_policy[Policy.INTERNAL].extend(internal)
     for spec in specs:
         by_policy[spec.policy].append(spec.id)
     lines = [

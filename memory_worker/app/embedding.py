@@ -12,7 +12,8 @@ import asyncio
 
 import structlog
 
-from memory_worker.app.base import ServiceBase
+from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
+from memory_worker.app.ports import QueryEmbedder
 from memory_worker.core.errors import WorkerError
 from memory_worker.storage.bank import Bank
 
@@ -20,7 +21,6 @@ __all__ = ["EMBED_BATCH", "QUERY_EMBED_TIMEOUT_S", "EmbeddingWork"]
 
 log = structlog.get_logger(__name__)
 
-QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
 EMBED_BATCH = 64
 
 
@@ -33,25 +33,35 @@ class EmbeddingWork(ServiceBase):
     async def _query_vector(self, text: str, bank: Bank | None) -> tuple[float, ...] | None:
         """The query's embedding for `bank`, or None (lexical recall) when there is no embedder,
         it fails, or the bank's vectors are not (all) from its model yet: the semantic arm is an
-        enrichment, never a reason for recall to fail, and never a comparison across models."""
+        enrichment, never a reason for recall to fail, and never a comparison across models. A
+        service that does not embed writes (a one-shot command) embeds a query only over a bank
+        that holds vectors of its model."""
         embedder = self.embedder
         if embedder is None or bank is None or not self._embedding_on() or not text.strip():
+            return None
+        if not self.embed_writes and not bank.embedded_by(embedder.model):
             return None
         model = embedder.model
         if not bank.semantic_ready(model):
             return None  # its re-embedding (started by the change) has not finished
         try:
-            vectors = await asyncio.wait_for(embedder.embed([text]), QUERY_EMBED_TIMEOUT_S)
+            if isinstance(embedder, QueryEmbedder):
+                vector = await asyncio.wait_for(
+                    embedder.embed_query(text), self.query_embed_timeout_s
+                )
+            else:
+                vectors = await asyncio.wait_for(embedder.embed([text]), self.query_embed_timeout_s)
+                vector = vectors[0] if vectors else []
         except (WorkerError, TimeoutError) as exc:
             log.warning("query_embedding_failed", error=str(exc))
             return None
         if self.embedder is not embedder or embedder.model != model:
             return None  # the model changed while the query was embedded
-        return tuple(vectors[0]) if vectors else None
+        return tuple(vector) if vector else None
 
     def _embed_soon(self, bank: Bank) -> None:
         """Embed the bank's new or edited memories in the background (explicit saves included)."""
-        if not self._embedding_on():
+        if not self._embedding_on() or not self.embed_writes:
             return
         running = self._embedding.get(bank.name)
         if running is not None and not running.done():

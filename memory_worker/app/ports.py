@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "BANK_CHANGED",
@@ -18,6 +18,7 @@ __all__ = [
     "JobQueue",
     "KeyValue",
     "NullEmitter",
+    "QueryEmbedder",
     "SessionDirectory",
     "TranscriptSource",
     "system_clock",
@@ -42,6 +43,16 @@ class Embedder(Protocol):
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order. Raises `SiblingUnavailable` when it cannot answer."""
+        ...
+
+
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """An embedder whose model embeds a search query differently from a memory (e5's `query: ` and
+    `passage: ` prefixes). Without `embed_query`, a query is embedded as `embed([query])[0]`."""
+
+    async def embed_query(self, text: str) -> list[float]:
+        """The query's vector. Raises `SiblingUnavailable` when it cannot answer."""
         ...
 
 

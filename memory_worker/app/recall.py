@@ -20,7 +20,7 @@ from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Hit
-from memory_worker.search.ranking import RecallMode, RecallQuery, rank
+from memory_worker.search.ranking import DUPLICATE_COSINE, RecallMode, RecallQuery, rank
 from memory_worker.storage.bank import Bank
 
 __all__ = ["Injection", "RecallUseCases"]
@@ -60,6 +60,13 @@ class Injection:
 class RecallUseCases(EmbeddingWork):
     """Recall use cases."""
 
+    def _duplicate_cosine(self, vector: tuple[float, ...] | None) -> float:
+        """How close two memories embed when one restates the other: each model has its own band
+        (an embedder may say, as `duplicate_cosine`; else MiniLM's measured threshold)."""
+        if vector is None:
+            return DUPLICATE_COSINE  # unused: without a query vector nothing is compared
+        return float(getattr(self.embedder, "duplicate_cosine", DUPLICATE_COSINE))
+
     def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
         return [] if bank is None else rank(bank.memories, bank.index, query)
 
@@ -84,6 +91,7 @@ class RecallUseCases(EmbeddingWork):
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
             vector=vector,
+            duplicate_cosine=self._duplicate_cosine(vector),
         )
         hits = self._rank(bank, query)
         return RecallResponse(
@@ -127,6 +135,7 @@ class RecallUseCases(EmbeddingWork):
                 now_ms=now_ms,
                 half_life_days=settings.decay_half_life_days,
                 vector=vector,
+                duplicate_cosine=self._duplicate_cosine(vector),
             ),
         )
         hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]

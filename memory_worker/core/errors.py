@@ -26,6 +26,7 @@ class WorkerError(Exception):
     code = "internal"
 
     def __init__(self, message: str) -> None:
+        message = _encodable(message)
         super().__init__(message)
         self.message = message
 
@@ -34,6 +35,16 @@ class WorkerError(Exception):
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
+
+
+def _encodable(message: str) -> str:
+    """A message every edge can write out: a lone surrogate echoed from a caller's input (an id,
+    a name) becomes its `\\udXXX` escape instead of failing the answer that carries it."""
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:
+        return message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return message
 
 
 class InvalidInput(WorkerError):

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from memory_worker.app.lessons import ToolCall
+from memory_worker.app.seams import HookEnvelope
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.injection import (
@@ -46,7 +47,7 @@ from memory_worker.core.injection import (
 from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
 
-__all__ = ["HOOK_BUDGET_S", "HookEnvelope", "PreGenerate", "step_calls", "user_message"]
+__all__ = ["HOOK_BUDGET_S", "PreGenerate", "step_calls", "user_message"]
 
 log = structlog.get_logger(__name__)
 
@@ -55,32 +56,6 @@ MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extr
 MAX_STEP_CALLS = 32  # the newest tool calls a step matches: a long turn costs no more than this
 # Content blocks that carry a tool call: the harness's own, and the shapes providers pass through.
 _CALL_BLOCKS = frozenset({"function_call", "tool_call", "tool_use", "toolCall"})
-
-
-class GenerateInput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    system_prompt: str | None = ""
-    messages: list[Any] | None = None
-
-
-class HookEnvelope(BaseModel):
-    """The fields of the harness envelope this hook reads; everything else is ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-    session_id: str | None = ""
-    turn_id: str | None = None
-    step: int | None = 0
-    metadata: Any = None
-    parent: Any = None
-    generate: GenerateInput | None = None
-
-    @property
-    def messages(self) -> list[Any]:
-        return (self.generate.messages if self.generate else None) or []
-
-    @property
-    def base_prompt(self) -> str:
-        return (self.generate.system_prompt if self.generate else None) or ""
 
 
 def user_message(text: str, now_ms: int) -> dict[str, Any]:

@@ -14,9 +14,11 @@ import uuid
 from typing import Any, Protocol
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from memory_worker.app import catalog
 from memory_worker.app.ports import JobQueue, TranscriptSource
+from memory_worker.app.seams import ExtractJob, TurnCompleted
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 from memory_worker.harness.selection import BankResolver, Outcome, parent_of
@@ -24,66 +26,16 @@ from memory_worker.harness.sessions import SessionRecord, SessionState
 
 __all__ = [
     "EXTRACT_JOB",
-    "ExtractJob",
     "Extractor",
-    "TurnCompleted",
     "TurnPipeline",
     "receipt_for",
 ]
 
 log = structlog.get_logger(__name__)
 
-EXTRACT_JOB = "memory::extract-job"
+EXTRACT_JOB = catalog.EXTRACT_JOB
 MAX_PAGES = 10_000  # session::messages pages walked to find the turn's last entry
 MAX_AGENT_CHARS = 128
-
-
-class TurnCompleted(BaseModel):
-    """`harness::turn-completed` (the fields read). `parent` is set on a sub-agent's turn;
-    `parent_session_id` alone is a parentless spawn's display parent (extracted normally)."""
-
-    model_config = ConfigDict(extra="ignore")
-    session_id: str | None = ""
-    turn_id: str | None = None
-    status: str | None = None
-    parent: Any = None
-    parent_session_id: str | None = None
-    timestamp: int | None = None
-    agent: Any = None
-
-
-class ExtractJob(BaseModel):
-    """One durable extraction job (the `data` of a queue message)."""
-
-    model_config = ConfigDict(extra="ignore")
-    session_id: str
-    bank: str | None = Field(
-        default=None,
-        description="The bank the turn was injected with. Absent: resolved when the job runs "
-        "(the worker never saw the turn, or the job predates this).",
-    )
-    skip: bool = Field(
-        default=False,
-        description="The turn ran without memory (an invalid or deleted bank): the job only "
-        "steps the cursor past it.",
-    )
-    until: str | None = Field(
-        default=None,
-        description="The turn's last user/assistant entry: the pass reads no further.",
-    )
-    after: str | None = Field(
-        default=None,
-        description="The previous finished turn's last entry: the pass reads nothing up to it "
-        "(a job that runs late or out of order never reads another turn's messages). Absent: "
-        "from the session's extraction cursor.",
-    )
-    turn_id: str | None = None
-    status: str | None = None
-    agent: str | None = Field(
-        default=None,
-        description="The agent that ran the turn (`harness::turn-completed` `agent`), recorded "
-        "in the provenance of what the pass writes; absent: the model that answered.",
-    )
 
 
 class Extractor(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ __all__ = ["BM25_B", "BM25_K1", "Candidates", "Floats", "IndexedDoc", "Ints", "L
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-_MIN_CAPACITY = 1024
+_MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
+_INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
 
 Ints = npt.NDArray[np.int64]
@@ -41,6 +42,7 @@ class IndexedDoc:
     pinned: bool = False
     stated_at: int = 0
     created_at: int = 0
+    dated: bool = False  # the text states a date or a time (`core.temporal.states_time`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,7 @@ class _Postings:
 class LexicalIndex:
     def __init__(self) -> None:
         self._vocab: dict[str, int] = {}
+        self._terms: list[str] = []  # term id → term
         self._df: list[int] = []  # live documents per term id
         self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []  # slot → doc id (dead slots keep theirs until compaction)
@@ -134,7 +137,7 @@ class LexicalIndex:
         self._version = 0  # bumped by every change of slots or lengths
         self._norm_key = -1
         self._norm_cache: Floats = np.empty(0, np.float64)
-        self._allocate(_MIN_CAPACITY)
+        self._allocate(_INITIAL_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
         self._capacity = capacity
@@ -146,6 +149,7 @@ class LexicalIndex:
         self.pinned = np.zeros(capacity, bool)
         self.stated_at = np.zeros(capacity, np.float64)
         self.created_at = np.zeros(capacity, np.float64)
+        self.dated = np.zeros(capacity, bool)
 
     def _grow(self) -> None:
         n = len(self._ids)
@@ -159,7 +163,7 @@ class LexicalIndex:
     def _columns(self) -> tuple[npt.NDArray[Any], ...]:
         return (
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
-            self.created_at, self.has_vector, self.vectors,
+            self.created_at, self.dated, self.has_vector, self.vectors,
         )  # fmt: skip
 
     def __len__(self) -> int:
@@ -190,6 +194,7 @@ class LexicalIndex:
         if term_id is None:
             term_id = self._vocab[term] = len(self._df)
             self._df.append(0)
+            self._terms.append(term)
         return term_id
 
     def _add(self, doc: IndexedDoc) -> None:
@@ -225,6 +230,7 @@ class LexicalIndex:
         self.pinned[slot] = doc.pinned
         self.stated_at[slot] = doc.stated_at
         self.created_at[slot] = doc.created_at
+        self.dated[slot] = doc.dated
         for tag in self._doc_tags.get(doc_id, ()):
             self._tags[tag].discard(slot)
         self._doc_tags[doc_id] = doc.tags
@@ -262,7 +268,7 @@ class LexicalIndex:
         live = list(self._slot_of.items())
         old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
-        self._allocate(max(_MIN_CAPACITY, 2 * len(live)))
+        self._allocate(max(_INITIAL_CAPACITY, 2 * len(live)))
         n = len(live)
         for new, old in zip(self._columns(), old_columns, strict=True):
             new[:n] = old[old_slots]
@@ -308,6 +314,11 @@ class LexicalIndex:
         self.vectors[slot] = np.asarray(vector, np.float32)
         self.has_vector[slot] = True
         return True
+
+    @property
+    def alive(self) -> npt.NDArray[np.bool_]:
+        """Per slot: holds a live document (dead slots wait for compaction)."""
+        return self._alive
 
     @property
     def vector_width(self) -> int:
@@ -356,14 +367,25 @@ class LexicalIndex:
     def lexical(self, query_terms: list[str]) -> Candidates:
         """BM25 of every live document matching at least one query term (a repeated query term
         counts again)."""
-        empty = Candidates(np.empty(0, np.int64), np.empty(0, np.float64))
+        return self.weighted(Counter(query_terms))
+
+    def weighted(self, weights: Mapping[str, float]) -> Candidates:
+        """BM25 with a weight per query term (an expanded query's added terms weigh less)."""
+        acc = self.accumulate(weights)
+        if acc is None:
+            return Candidates(np.empty(0, np.int64), np.empty(0, np.float64))
+        return self.matching(acc)
+
+    def accumulate(self, weights: Mapping[str, float], into: Floats | None = None) -> Floats | None:
+        """Weighted BM25 added into a per-slot array (`into`, or a new one); None when no term
+        matches anything and there was no array to add to."""
         if not self._slot_of:
-            return empty
+            return into
         norms = self._norms()
-        acc: Floats | None = None
-        for term, count in Counter(query_terms).items():
+        acc = into
+        for term, count in weights.items():
             term_id = self._vocab.get(term)
-            if term_id is None or self._df[term_id] == 0:
+            if term_id is None or self._df[term_id] == 0 or count <= 0:
                 continue
             slots, tfs = self._postings.get(term_id)
             if acc is None:
@@ -371,10 +393,50 @@ class LexicalIndex:
             norm = norms[slots]
             weight = count * self._idf(self._df[term_id])
             acc[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norm)
-        if acc is None:
-            return empty
+        return acc
+
+    def matching(self, acc: Floats) -> Candidates:
+        """The live slots of a per-slot score array that scored above 0."""
         slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
         return Candidates(slots, acc[slots])
+
+    def query_weight(self, weights: Mapping[str, float]) -> float:
+        """What a document of average length holding each query term once would score: the sum
+        of the terms' idf (a term no memory has counts at its full idf). BM25 over this says how
+        much of the question a memory matched, on a scale that does not grow with its length."""
+        total = 0.0
+        for term, count in weights.items():
+            term_id = self._vocab.get(term)
+            df = 0 if term_id is None else self._df[term_id]
+            total += count * self._idf(df)
+        return total
+
+    def expansion(self, slots: Sequence[int], exclude: set[str], limit: int) -> dict[str, float]:
+        """The `limit` most telling terms of the documents in `slots` (pseudo-relevance feedback):
+        each term's idf times its share of each document, summed, over terms not in `exclude`
+        and found in more than one document of the bank (a typo or a one-off name adds nothing).
+        Weights are scaled so the best term weighs 1."""
+        n_docs = len(self._slot_of)
+        if not slots or n_docs == 0:
+            return {}
+        names = self._terms
+        gathered: dict[int, float] = {}
+        for slot in slots:
+            pairs = self._doc_terms.get(self._ids[slot], ())
+            length = max(sum(tf for _, tf in pairs), 1)
+            for term_id, tf in pairs:
+                if self._df[term_id] > 1:
+                    share = tf / length * self._idf(self._df[term_id])
+                    gathered[term_id] = gathered.get(term_id, 0.0) + share
+        best = [
+            (term_id, weight)
+            for term_id, weight in sorted(gathered.items(), key=lambda item: -item[1])
+            if names[term_id] not in exclude
+        ][:limit]
+        if not best:
+            return {}
+        top = best[0][1]
+        return {names[term_id]: weight / top for term_id, weight in best}
 
     def _norms(self) -> Floats:
         """Per-slot BM25 length normalisation, recomputed only when the corpus changed."""
@@ -387,19 +449,25 @@ class LexicalIndex:
         return self._norm_cache
 
     def entity_hits(self, query_terms: list[str], slots: Ints) -> Floats:
-        """For each slot, how many distinct query terms name one of its entities."""
-        named = []
+        """For each slot, how many distinct query terms name one of its entities, each weighted
+        by the share of the bank that does NOT carry that entity: naming the person every memory
+        is about (`user`) tells nothing, naming one of two speakers halves the field, naming
+        Pipoca picks a handful."""
+        named: list[tuple[Ints, float]] = []
+        n_docs = max(len(self._slot_of), 1)
         for term in set(query_terms):
             term_id = self._vocab.get(term)
             if term_id is not None:
                 entity_slots, _ = self._entities.get(term_id)
                 if entity_slots.size:
-                    named.append(entity_slots)
+                    entity_slots = entity_slots[self._alive[entity_slots]]
+                    weight = 1.0 - entity_slots.size / n_docs
+                    named.append((entity_slots, weight))
         if not named:  # most queries name no entity: skip the per-slot tally
             return np.zeros(slots.size, np.float64)
         hits = np.zeros(len(self._ids), np.float64)
-        for entity_slots in named:
-            hits[entity_slots] += 1.0
+        for entity_slots, weight in named:
+            hits[entity_slots] += weight
         return hits[slots]
 
     def tagged(self, tag: str) -> Ints:

@@ -1,66 +1,173 @@
-"""The fused recall score: BM25 plus entity, corroboration and pin boosts, decayed by recency.
+"""The fused recall score: two arms (lexical BM25, semantic cosine) on one scale, plus boosts.
 
-Pure arithmetic over aligned numpy arrays (one element per candidate); the weights are named so a
-tuning change is one reviewed line.
+Each arm is first turned into a per-query relevance around [0, 1] — BM25 over what a memory holding
+every query word once would score, cosine between the bank's "unrelated" reference and the query's
+best cosine — so neither arm's raw
+scale (BM25 grows with query length; a model's cosines crowd into its own band) decides the
+mix. The relevances are fused (a weighted sum, or reciprocal-rank fusion), entity, corroboration
+and pin boosts are added, and the sum is decayed by recency under a policy the question's shape
+picks. Pure arithmetic over aligned numpy arrays; the weights are named so a tuning change is one
+reviewed line (the figures behind them: docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "CORROBORATION_WEIGHT",
     "DAY_MS",
-    "ENTITY_WEIGHT",
+    "DEFAULT_FUSION",
     "LONG_HALF_LIFE_DAYS",
-    "PINNED_BONUS",
-    "RECENCY_FLOOR",
-    "SEMANTIC_FLOOR",
-    "SEMANTIC_WEIGHT",
+    "Arms",
+    "Fusion",
+    "FusionMethod",
+    "Recency",
     "fused_scores",
+    "lexical_relevance",
+    "rank_order",
     "recency",
+    "semantic_relevance",
 ]
 
 Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
 
 DAY_MS = 86_400_000
-ENTITY_WEIGHT = 1.2  # per query term naming one of its entities (golden + LoCoMo tuned)
-CORROBORATION_WEIGHT = 0.3  # × ln(1 + times re-observed): diminishing returns
-PINNED_BONUS = 0.75  # a bonus, not a trump: pinned memories still decay
-RECENCY_FLOOR = 0.7  # old-but-relevant memories stay reachable (LoCoMo: 0.35 cost 5 points)
 LONG_HALF_LIFE_DAYS = 3650.0  # past the floor, age still orders otherwise-equal statements
-SEMANTIC_FLOOR = 0.25  # cosine below this is noise for sentence embeddings of short facts
-SEMANTIC_WEIGHT = 6.0  # full weight at cosine 1.0; decayed with the rest, unlike the reference
 
 
-def recency(age_ms: Floats, half_life_days: float) -> Floats:
-    """Decay by age since the fact was last stated: the configured half-life down to the floor,
-    then a much slower slope, so between two old statements of one fact the newer still wins."""
+class FusionMethod(StrEnum):
+    SCORE = "score"  # weighted sum of the normalised arms
+    RRF = "rrf"  # reciprocal-rank fusion: Σ weight / (k + rank in the arm)
+
+
+class Recency(StrEnum):
+    """How much the age of a statement counts, by what the question asks."""
+
+    CURRENT = "current"  # "where do I live now?": the newest statement of a fact should win
+    DEFAULT = "default"  # no cue: age only breaks ties (LoCoMo asks about every session alike)
+    PAST = "past"  # "when did I…", "last year": an old statement is as good as a new one
+
+
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    """The weights of the fused score (tuned on LoCoMo conversations 0-4 and the golden tuning
+    queries; docs/BENCHMARKS.md has the side-by-side runs)."""
+
+    method: FusionMethod = FusionMethod.SCORE
+    lexical: float = 1.0  # weight of the lexical relevance (1.0 ≈ every query word, once)
+    semantic: float = 0.75  # weight of the semantic relevance (1.0 = the query's best cosine)
+    semantic_reference: float = 0.5  # the quantile of the bank's cosines that counts as unrelated
+    rrf_k: float = 10.0  # RRF's rank offset: small, because only the top ~10 matter here
+    entity: float = 0.6  # per query term naming one of the memory's entities (× its specificity)
+    corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
+    pinned: float = 0.07  # a bonus, not a trump: pinned memories still decay
+    # Lexical + semantic relevance a memory needs at all. Off: a long query (extraction asks with a
+    # whole chat message) matches a real memory with a small share of its words, and on the
+    # golden tuning queries 0.05 changed nothing but one pollution.
+    min_relevance: float = 0.0
+    duplicate: float = 0.2  # × the score of a restatement of a better hit
+    dated: float = 0.2  # a memory stating a date or time, when the question asks "when"
+    expand_docs: int = 4  # second hop: first hits per arm lending terms (0: no second hop)
+    expand_terms: int = 10  # terms taken from them
+    expand_weight: float = 0.5  # their BM25 against the query's own
+    expand_vector: float = 0.0  # how far their mean vector pulls the query's
+    # Where the recency decay stops, per question shape (1.0: no decay at all).
+    current_floor: float = 0.5
+    default_floor: float = 1.0
+    past_floor: float = 1.0
+
+    def floor(self, policy: Recency) -> float:
+        if policy is Recency.CURRENT:
+            return self.current_floor
+        return self.past_floor if policy is Recency.PAST else self.default_floor
+
+
+DEFAULT_FUSION = Fusion()
+
+
+@dataclass(frozen=True, slots=True)
+class Arms:
+    """What ranking knows of each candidate, as aligned arrays (one element per candidate)."""
+
+    bm25: Floats
+    query_weight: float  # `LexicalIndex.query_weight` of the query's terms
+    entity_hits: Floats
+    corroboration: Floats
+    pinned: Bools
+    age_ms: Floats
+    semantic: Floats | None = None  # relevance in [0, 1] (`semantic_relevance`); None: no arm
+    dated: Bools | None = None  # the memory states a date or a time of day
+
+
+def recency(age_ms: Floats, half_life_days: float, floor: float = 0.7) -> Floats:
+    """Decay by age since the fact was last stated: the half-life down to `floor`, then a much
+    slower slope, so between two old statements of one fact the newer still wins."""
     age_days = np.maximum(age_ms, 0.0) / DAY_MS
     fast: Floats = np.exp2(age_days / -max(half_life_days, 1e-9))
-    slow: Floats = RECENCY_FLOOR * np.exp2(age_days / -LONG_HALF_LIFE_DAYS)
+    if floor >= 1.0:
+        # No decay, but a vanishing tie-break toward the newer statement of equal relevance.
+        tie: Floats = 1.0 - 1e-6 * (1.0 - np.exp2(age_days / -LONG_HALF_LIFE_DAYS))
+        return tie
+    slow: Floats = floor * np.exp2(age_days / -LONG_HALF_LIFE_DAYS)
     return np.maximum(fast, slow)
 
 
+def lexical_relevance(bm25: Floats, query_weight: float) -> Floats:
+    """BM25 over the query's own weight (`LexicalIndex.query_weight`): about 1.0 for a memory of
+    average length holding every query word, near 0 for one matching only a common word — even
+    when that is the best match there is (normalising by the best match would make it 1.0)."""
+    if query_weight <= 0.0:
+        return np.zeros(bm25.size, np.float64)
+    relevance: Floats = bm25 / query_weight
+    return relevance
+
+
+def semantic_relevance(cosine: Floats, reference: float, best: float) -> Floats:
+    """Cosine rescaled so the query's "unrelated" reference is 0 and its best match 1."""
+    span = best - reference
+    if span <= 1e-9:  # one memory, or all alike: the best are relevant when at all close
+        flat: Floats = ((cosine >= best) & (best > 0.0)).astype(np.float64)
+        return flat
+    relevance: Floats = np.clip((cosine - reference) / span, 0.0, 1.0)
+    return relevance
+
+
+def rank_order(values: Floats) -> Floats:
+    """1-based rank of each value, best (largest) first; zeros rank last (never "found")."""
+    order = np.argsort(-values, kind="stable")
+    ranks = np.empty(values.size, np.float64)
+    ranks[order] = np.arange(1, values.size + 1, dtype=np.float64)
+    ranks[values <= 0.0] = np.inf
+    return ranks
+
+
 def fused_scores(
-    bm25: Floats,
-    *,
-    entity_hits: Floats,
-    corroboration: Floats,
-    pinned: npt.NDArray[np.bool_],
-    age_ms: Floats,
-    half_life_days: float,
-    semantic: Floats | None = None,
+    arms: Arms, *, half_life_days: float, policy: Recency, fusion: Fusion = DEFAULT_FUSION
 ) -> Floats:
+    lexical = lexical_relevance(arms.bm25, arms.query_weight)
+    if fusion.method is FusionMethod.RRF:
+        base = fusion.lexical * fusion.rrf_k / (fusion.rrf_k + rank_order(lexical))
+        if arms.semantic is not None:
+            base = base + fusion.semantic * fusion.rrf_k / (
+                fusion.rrf_k + rank_order(arms.semantic)
+            )
+    else:
+        base = fusion.lexical * lexical
+        if arms.semantic is not None:
+            base = base + fusion.semantic * arms.semantic
     base = (
-        bm25
-        + ENTITY_WEIGHT * entity_hits
-        + CORROBORATION_WEIGHT * np.log1p(corroboration)
-        + PINNED_BONUS * pinned
+        base
+        + fusion.entity * arms.entity_hits
+        + fusion.corroboration * np.log1p(arms.corroboration)
+        + fusion.pinned * arms.pinned
     )
-    if semantic is not None:
-        closeness = np.clip((semantic - SEMANTIC_FLOOR) / (1.0 - SEMANTIC_FLOOR), 0.0, 1.0)
-        base = base + SEMANTIC_WEIGHT * closeness
-    scored: Floats = base * recency(age_ms, half_life_days)
+    if fusion.dated and arms.dated is not None:
+        base = base + fusion.dated * arms.dated
+    decay = recency(arms.age_ms, half_life_days, fusion.floor(policy))
+    scored: Floats = base * decay
     return scored

@@ -56,7 +56,7 @@ class TestRegistration:
     ) -> None:
         spawn()
         functions = engine.functions()
-        for spec in catalog.CATALOG:
+        for spec in (*catalog.CATALOG, *catalog.SEAMS):
             registered = functions[spec.id]
             golden = json.loads(
                 (GOLDEN / "schemas" / f"{spec.id.replace('::', '.')}.json").read_text()
@@ -64,16 +64,8 @@ class TestRegistration:
             assert registered["description"] == spec.description
             assert registered["request_format"] == golden["request_schema"]
             assert registered["response_format"] == golden["response_schema"]
-            assert not (registered.get("metadata") or {}).get("internal")
-        for internal in (
-            "memory::hook::pre-generate",
-            "memory::on-turn-completed",
-            "memory::extract-job",
-            "memory::on-session-deleted",
-            "memory::on-config-change",
-            "memory::http",
-        ):
-            assert functions[internal]["metadata"]["internal"] is True, internal
+            metadata = registered.get("metadata") or {}
+            assert bool(metadata.get("internal")) is spec.internal, spec.id
         assert set(engine.trigger_types()) >= {"memory::item-changed", "memory::bank-changed"}
         [hook] = engine.bindings("harness::hook::pre-generate")
         assert hook["config"] == {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}

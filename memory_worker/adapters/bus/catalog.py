@@ -15,17 +15,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from iii.iii import III
-from pydantic import BaseModel, ConfigDict, Field
 
 from memory_worker.app import catalog
+from memory_worker.app.seams import HttpEnvelope
 from memory_worker.core.errors import HTTP_STATUS, InvalidInput, WorkerError
-from memory_worker.harness.pregenerate import HookEnvelope
-from memory_worker.harness.turns import ExtractJob, TurnCompleted
 
 __all__ = [
     "HTTP_FUNCTION",
@@ -33,17 +30,15 @@ __all__ = [
     "UI_CONTENT",
     "UI_SETTINGS",
     "Bridge",
-    "InternalSpec",
-    "UiContentInput",
     "http_reply",
 ]
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
-HTTP_FUNCTION = "memory::http"
-UI_CONTENT = "memory::ui-content"
-UI_SETTINGS = "memory::ui-settings"
+HTTP_FUNCTION = catalog.HTTP
+UI_CONTENT = catalog.UI_CONTENT
+UI_SETTINGS = catalog.UI_SETTINGS
 
 
 class Bridge:
@@ -77,116 +72,8 @@ class Bridge:
             ) from exc
 
 
-class SessionDeleted(BaseModel):
-    """`session::deleted` payload (the field this worker reads)."""
-
-    model_config = ConfigDict(extra="ignore")
-    session_id: str | None = ""
-
-
-class ConfigChanged(BaseModel):
-    """`configuration` trigger payload. The handler re-fetches the authoritative value: trusting
-    `new_value` from a discoverable bus function would let any caller inject configuration."""
-
-    model_config = ConfigDict(extra="ignore")
-    id: str | None = None
-
-
-class HttpEnvelope(BaseModel):
-    """What the http worker posts to a bound function (the fields read)."""
-
-    model_config = ConfigDict(extra="ignore")
-    path: str | None = None
-    body: Any = None
-    trigger: dict[str, Any] | None = None
-
-
-class UiContentInput(BaseModel):
-    """Input of the content function: the console asks for one asset by path."""
-
-    model_config = ConfigDict(extra="ignore")
-    path: str = Field(description="The asset path from the trigger config (e.g. `state/page.js`).")
-
-
-class UiSettingsInput(BaseModel):
-    """No fields: the worker answers for its own configuration entry."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-class Ack(BaseModel):
-    ok: bool
-
-
-@dataclass(frozen=True)
-class InternalSpec:
-    id: str
-    description: str
-    request: type[BaseModel]
-    trace_hidden: bool = False
-
-
-INTERNAL: tuple[InternalSpec, ...] = (
-    InternalSpec(
-        "memory::hook::pre-generate",
-        "Internal: harness pre-generate hook — injects the session bank's rules into the system "
-        "prompt and recalled memories as one appended message. Never denies.",
-        HookEnvelope,
-    ),
-    InternalSpec(
-        "memory::on-turn-completed",
-        "Internal: harness turn-completed handler — enqueues one durable extraction job (a single "
-        "router::complete call) for the finished turn; inline fallback without a queue.",
-        TurnCompleted,
-    ),
-    InternalSpec(
-        "memory::extract-job",
-        "Internal: queue-delivered extraction job — errors propagate so the queue retries and "
-        "dead-letters instead of losing the pass.",
-        ExtractJob,
-    ),
-    InternalSpec(
-        "memory::on-session-deleted",
-        "Internal: session::deleted handler — drops what the worker kept for the session (what it "
-        "was told, its turns' banks).",
-        SessionDeleted,
-        trace_hidden=True,
-    ),
-    InternalSpec(
-        "memory::on-session-meta-updated",
-        "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
-        "changed memory_bank applies from the session's next turn.",
-        SessionDeleted,
-        trace_hidden=True,
-    ),
-    InternalSpec(
-        "memory::on-config-change",
-        "Internal: hot-reload memory from the authoritative configuration when it changes — "
-        "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",
-        ConfigChanged,
-        trace_hidden=True,
-    ),
-    InternalSpec(
-        UI_CONTENT,
-        "Serve the memory worker's injected console UI assets (content function for its "
-        "console:script / console:style / console:module triggers).",
-        UiContentInput,
-        trace_hidden=True,
-    ),
-    InternalSpec(
-        UI_SETTINGS,
-        "Internal: the console page's settings panel — every configuration field with its "
-        "description and effective value. Read-only: the configuration worker owns the entry.",
-        UiSettingsInput,
-        trace_hidden=True,
-    ),
-    InternalSpec(
-        HTTP_FUNCTION,
-        "Internal: REST adapter for the http worker — POST /memory/<function path> with the JSON "
-        "payload; answers the result, or {error: {code, message}} with a fitting status.",
-        HttpEnvelope,
-    ),
-)
+# Every internal function, with its models, from the one catalog.
+INTERNAL = catalog.SEAMS
 
 
 def register(
@@ -240,7 +127,7 @@ def register_internal(client: III, bridge: Bridge, handlers: dict[str, Handler])
             bridge.handler(spec.id, handlers[spec.id]),
             description=spec.description,
             request=catalog.json_schema(spec.request),
-            response=None,
+            response=catalog.json_schema(spec.response),
             internal=True,
             trace_hidden=spec.trace_hidden,
         )

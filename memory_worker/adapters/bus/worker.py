@@ -55,6 +55,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.lessons import KeyValueDeliveries
 from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
+from memory_worker.app.seams import UiContentInput
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, parse_settings, resolve_data_dir
 from memory_worker.core.errors import Conflict, WorkerError
@@ -505,7 +506,7 @@ class EngineWorker:
 
 
 async def _ui_content(data: Any) -> dict[str, str]:
-    request = bus_catalog.UiContentInput.model_validate(data if isinstance(data, dict) else {})
+    request = UiContentInput.model_validate(data if isinstance(data, dict) else {})
     return console.ui_content(request.path)
 
 

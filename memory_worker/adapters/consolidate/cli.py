@@ -18,26 +18,25 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 import yaml
 
-from memory_worker.adapters.consolidate.clients import FileState, HttpClient, InProcessClient
+from memory_worker.adapters.consolidate.clients import CONSOLIDATE, FileState, HttpClient
 from memory_worker.adapters.consolidate.options import CONFIG_ENV, add_run_arguments
+from memory_worker.adapters.doors import LocalDoor, open_door
+from memory_worker.adapters.embedders import EmbedderUnavailable, load_local
 from memory_worker.adapters.logs import configure_logging
-from memory_worker.app.service import MemoryService
+from memory_worker.app.ports import Embedder
 from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.consolidate.ports import MemoryClient
 from memory_worker.consolidate.runner import Consolidator
 from memory_worker.consolidate.schedule import Scheduler
 from memory_worker.consolidate.wire import PassReport
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
-from memory_worker.core.errors import Conflict, InvalidInput, WorkerError
-from memory_worker.storage import files
-from memory_worker.storage.store import Store
+from memory_worker.core.errors import InvalidInput, WorkerError
 
 __all__ = ["FileSettings", "main", "run_once"]
 
@@ -111,15 +110,9 @@ async def _pass(client: MemoryClient, args: argparse.Namespace) -> PassReport:
     return await Consolidator(client).run(settings, bank=args.bank, dry_run=dry_run)
 
 
-def _server_holding(root: Path) -> str | None:
-    """The URL of a standalone server holding the data dir, from its lock record."""
-    holder = files.DataDirLock(root.resolve(), {}).read_holder()
-    url = holder.get("url")
-    return url if isinstance(url, str) and url.startswith("http") else None
-
-
 async def run_once(args: argparse.Namespace) -> int:
-    """One pass; `args.server` (REST) or the data dir in process (`args.data_dir`/`--config`)."""
+    """One pass; `args.server` (REST), else through the data dir's door (`args.data_dir` /
+    `--config`): opened in process, or forwarded to the standalone server holding it."""
     if args.server:
         client = HttpClient(args.server)
         try:
@@ -129,42 +122,33 @@ async def run_once(args: argparse.Namespace) -> int:
         return 0
     settings = load_settings(Path(args.config) if args.config else None)
     root = resolve_data_dir(args.data_dir, settings)
-    holder = {
-        "pid": os.getpid(),
-        "kind": "cli",
-        "command": "memory-worker consolidate",
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    try:
-        store = await asyncio.to_thread(Store.open, root, holder=holder, lock_wait_s=10.0)
-    except Conflict:
-        url = _server_holding(root)
-        if url is None:
-            raise
-        log.info("consolidating_through_server", url=url)
-        args.server = url
-        return await run_once(args)
-    service = MemoryService(store, settings, embedder=_embedder(settings))
-    try:
-        if service.embedder is not None:  # the semantic tier needs every memory's vector
-            service.backfill_embeddings()
-            await service.settle()
-        _dump((await _pass(InProcessClient(service), args)).to_wire())
-    finally:
-        await service.close()
-        await store.close()
+    async with open_door(
+        root,
+        settings,
+        CONSOLIDATE,
+        command="memory-worker consolidate",
+        lock_wait_s=10.0,
+        embedder=_embedder(settings),
+    ) as door:
+        if isinstance(door, LocalDoor) and door.service.embedder is not None:
+            # The semantic tier compares every memory's vector: the backlog is embedded first
+            # (a server holding the data dir has done that in the background already).
+            door.service.backfill_embeddings()
+            await door.service.settle()
+        elif door.remote is not None:
+            log.info("consolidating_through_server", url=door.remote)
+        _dump((await _pass(door, args)).to_wire())
     return 0
 
 
-def _embedder(settings: Settings) -> Any:
-    """The local model unless `$MEMORY_EMBEDDER` says otherwise: without it no semantic tier."""
+def _embedder(settings: Settings) -> Embedder | None:
+    """The bank's local model (`embedding_model`) unless `$MEMORY_EMBEDDER` says otherwise:
+    without one, no semantic tier."""
     choice = os.environ.get("MEMORY_EMBEDDER", "local").strip().lower()
     if choice != "local" or not settings.embeddings_enabled:
         return None
-    from memory_worker.adapters.local_embedder import EmbedderUnavailable, LocalEmbedder
-
     try:
-        return LocalEmbedder.default()
+        return load_local(settings.embedding_model)
     except EmbedderUnavailable as exc:
         log.warning("embedder_unavailable", detail=str(exc), semantic_tier="off")
         return None

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from memory_worker.adapters import access
+from memory_worker.adapters.doors import CALLER_HEADER, encode_caller
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
@@ -57,7 +59,19 @@ class HttpClient:
         self.base_url = base_url.rstrip("/")
         # A proxy from the environment must not sit between us and a server on this machine.
         local = urlsplit(self.base_url).hostname in ("127.0.0.1", "localhost", "::1")
-        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport, trust_env=not local)
+        # The server's token ($MEMORY_TOKEN) when it needs one; with it, the server believes
+        # these calls are consolidate's (automatic: never a pinned, retired or gone target).
+        self._headers = {
+            **access.request_headers(access.client_token(None)),
+            CALLER_HEADER: encode_caller(CONSOLIDATE),
+        }
+        self._http = httpx.AsyncClient(
+            timeout=timeout_s,
+            transport=transport,
+            trust_env=not local,
+            headers=self._headers,
+            follow_redirects=False,
+        )
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -35,6 +35,7 @@ from memory_worker.adapters.bus.siblings import (
     StateClient,
 )
 from memory_worker.app.catalog import json_schema
+from memory_worker.app.seams import HttpEnvelope
 from memory_worker.consolidate import catalog
 from memory_worker.consolidate.config import CONFIG_ID, ConsolidateSettings, parse_settings
 from memory_worker.consolidate.ports import error_from
@@ -381,7 +382,7 @@ class ConsolidateEngine:
 
     async def _http(self, envelope: Any) -> dict[str, Any]:
         """REST through the http worker: POST /memory-consolidate/run|status."""
-        parsed = bus_catalog.HttpEnvelope.model_validate(
+        parsed = HttpEnvelope.model_validate(
             envelope if isinstance(envelope, dict) else {}
         )
         path = bus_catalog.http_path_of(parsed)

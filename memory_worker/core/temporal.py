@@ -1,0 +1,74 @@
+"""Time in questions and memories, read from the words (English and Portuguese).
+
+`recency_policy(question)` picks how much a statement's age counts: a question about the present
+("where do I live now?") wants the newest statement, one about the past ("when did I…", "last
+year", "before I moved") has no reason to prefer new text. `asks_when(question)` tells a question
+whose answer is a date or time; `states_time(text)` tells a memory that carries one (an absolute
+date, a month, a weekday, a clock time, or a relative one such as "yesterday" or "last week").
+Pure regular expressions over lowercased text; no dates are computed here.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["asks_when", "recency_policy", "states_time"]
+
+_MONTHS_EN = (
+    # "may" and "mar" (Portuguese "sea") are left out as words of their own: too often not a month.
+    "january|february|march|april|june|july|august|september|october|november|december|"
+    r"jan|feb|apr|jun|jul|aug|sep|sept|oct|nov|dec|may \d|\d+ may"
+)
+_MONTHS_PT = (
+    "janeiro|fevereiro|março|marco|abril|maio|junho|julho|agosto|setembro|outubro|novembro|dezembro"
+)
+_WEEKDAYS = (
+    "monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|"
+    "segunda|terça|terca|quarta|quinta|sexta|sábado|sabado|domingo|fim de semana"
+)
+_RELATIVE = (
+    r"yesterday|today|tonight|tomorrow|ago|last (?:week|month|year|night|weekend|summer|winter|"
+    r"spring|fall|time)|next (?:week|month|year|weekend)|this (?:week|month|year|weekend|morning)|"
+    r"recently|the other day|since|ontem|hoje|amanhã|amanha|semana passada|mês passado|"
+    r"mes passado|ano passado|próxima semana|proxima semana|há \d+|desde"
+)
+_TIME = re.compile(
+    rf"\b(?:\d{{4}}-\d{{2}}-\d{{2}}|(?:19|20)\d{{2}}|\d{{1,2}}:\d{{2}}|\d{{1,2}} ?(?:am|pm)|"
+    rf"{_MONTHS_EN}|{_MONTHS_PT}|{_WEEKDAYS}|{_RELATIVE})\b"
+)
+_WHEN = re.compile(
+    r"\b(?:when|what (?:date|day|time|year|month)|which (?:date|day|year|month)|how long ago|"
+    r"how long (?:has|have|did)|quando|que dia|qual dia|que horas|em que (?:data|dia|ano|mês|mes)|"
+    r"há quanto tempo)\b"
+)
+_CURRENT = re.compile(
+    r"\b(?:now|currently|current|these days|nowadays|at the moment|right now|anymore|still|"
+    r"am i \w+ing|are you \w+ing|agora|atualmente|atual|hoje em dia|no momento|ainda|"
+    r"estou \w+ndo|tô \w+ndo)\b"
+)
+_PAST = re.compile(
+    r"\b(?:when did|did (?:i|you|he|she|they|we)|ago|last (?:week|month|year|weekend|summer|"
+    r"winter|spring|fall|time)|yesterday|before|used to|back then|originally|first time|"
+    r"in (?:19|20)\d{2}|quando (?:eu )?(?:fui|fiz|foi|comecei|mudei|conheci)|ontem|"
+    r"ano passado|mês passado|mes passado|semana passada|antes|há \d+)\b"
+)
+
+
+def recency_policy(question: str) -> str:
+    """`current`, `past` or `default` (the names of `search.scoring.Recency`)."""
+    text = question.lower()
+    if _CURRENT.search(text):
+        return "current"
+    if _PAST.search(text):
+        return "past"
+    return "default"
+
+
+def asks_when(question: str) -> bool:
+    """The answer is a date or a time ("when…", "what day…", "quando…")."""
+    return _WHEN.search(question.lower()) is not None
+
+
+def states_time(text: str) -> bool:
+    """The text carries a date or a time, absolute or relative."""
+    return _TIME.search(text.lower()) is not None

