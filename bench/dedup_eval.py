@@ -58,7 +58,16 @@ from memory_worker.consolidate.runner import Consolidator  # noqa: E402
 from memory_worker.core.config import Settings  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
 
-__all__ = ["FIXTURES", "TIERS", "WRITING_TIERS", "Outcome", "evaluate", "load_pairs", "metrics", "path_cosines"]
+__all__ = [
+    "FIXTURES",
+    "TIERS",
+    "WRITING_TIERS",
+    "Outcome",
+    "evaluate",
+    "load_pairs",
+    "metrics",
+    "path_cosines",
+]
 
 FIXTURES = (
     ROOT / "bench" / "fixtures" / "dedup" / "pairs.json",

@@ -144,15 +144,16 @@ async def run(
     golden: rq.Golden | None = None,
 ) -> dict[str, Any]:
     """Hybrid recall on the default embedder before and after replaying `decisions` (default:
-    the recorded ones), each on its own bank: `{"hybrid": …, "consolidated": …, "merged": …}`."""
+    the recorded ones), each on its own bank: `{"hybrid": …, "hybrid-consolidated": …,
+    "merged": …}` (seed 000's third recall-quality mode)."""
     golden = golden or rq.load()
     decisions = load_decisions() if decisions is None else decisions
     embedder = load_local(DEFAULT_LOCAL_MODEL)
     out: dict[str, Any] = {}
-    for name in ("hybrid", "consolidated"):
+    for name in ("hybrid", "hybrid-consolidated"):
         async with rq.open_service(data_root / name, golden.as_of_ms, embedder) as service:
             ids = await rq.build_bank(service, golden)
-            carried = await replay(service, decisions, ids) if name == "consolidated" else {}
+            carried = await replay(service, decisions, ids) if name == "hybrid-consolidated" else {}
             out[name] = await rq.evaluate(
                 service, "hybrid", golden, ids, embedder.model, fact_of=carry(golden, carried)
             )
@@ -175,7 +176,7 @@ def main() -> None:
         result = asyncio.run(run(Path(tmp) / "recorded", golden=golden))
         lines = [
             _line("hybrid", result["hybrid"]),
-            _line("after the recorded merges", result["consolidated"]),
+            _line("hybrid-consolidated", result["hybrid-consolidated"]),
             "merged: "
             + (", ".join(f"{a}->{b}" for a, b in result.get("merged", {}).items()) or "none"),
         ]
@@ -186,7 +187,7 @@ def main() -> None:
                 if m.dup_of is not None
             ]
             bound = asyncio.run(run(Path(tmp) / "what-if", labelled, golden))
-            lines.append(_line("every dup_of pair merged", bound["consolidated"]))
+            lines.append(_line("every dup_of pair merged", bound["hybrid-consolidated"]))
     sys.stdout.write("\n".join(lines) + "\n")
 
 

@@ -58,7 +58,7 @@ def test_consolidation_does_not_make_recall_worse(
     result: dict[str, Any] = asyncio.run(
         rc.run(tmp_path_factory.mktemp("consolidated"), rc.load_decisions(), golden)
     )
-    diff = rq.compare(result["hybrid"], result["consolidated"])
+    diff = rq.compare(result["hybrid"], result["hybrid-consolidated"])
     assert not diff.regressions, diff.regressions
 
 

@@ -382,9 +382,7 @@ class ConsolidateEngine:
 
     async def _http(self, envelope: Any) -> dict[str, Any]:
         """REST through the http worker: POST /memory-consolidate/run|status."""
-        parsed = HttpEnvelope.model_validate(
-            envelope if isinstance(envelope, dict) else {}
-        )
+        parsed = HttpEnvelope.model_validate(envelope if isinstance(envelope, dict) else {})
         path = bus_catalog.http_path_of(parsed)
         body = {} if parsed.body is None else parsed.body
         try:
