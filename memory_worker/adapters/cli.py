@@ -379,6 +379,12 @@ async def _serve(args: argparse.Namespace) -> int:
     )
 
 
+async def _consolidate(args: argparse.Namespace) -> int:
+    from memory_worker.adapters.consolidate.cli import run_once  # httpx only for this command
+
+    return await run_once(args)
+
+
 # --- parser ------------------------------------------------------------------------------------
 
 
@@ -481,6 +487,19 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     agent_hooks.add_parser(sub, common)
+
+    consolidate = sub.add_parser(
+        "consolidate",
+        parents=[common],
+        help="run one memory-consolidate pass now (dedup, supersede-only)",
+        description="One consolidation pass over the local data dir (or through the standalone "
+        "server that holds it, or --server URL): exact duplicates merge, reorders and guarded "
+        "near-duplicates are reported, pinned memories are never retired. Prints the report.",
+    )
+    from memory_worker.adapters.consolidate.options import add_run_arguments
+
+    add_run_arguments(consolidate)
+
     compact = sub.add_parser(
         "compact",
         parents=[common],
@@ -625,6 +644,7 @@ _COMMANDS = {
     "mcp": _mcp,
     "capture": _capture,
     "serve": _serve,
+    "consolidate": _consolidate,
     "permissions": _permissions,
     "compact": _compact,
 }
