@@ -37,12 +37,10 @@ from memory_worker.app.ports import Embedder
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import (
-    BankNotFound,
+    ERROR_CLASSES,
     Conflict,
     InvalidInput,
-    MemoryNotFound,
     SiblingUnavailable,
-    StorageError,
     WorkerError,
 )
 from memory_worker.harness.capture import CaptureRunner
@@ -70,17 +68,6 @@ CAPTURE_PATH = "capture"  # POST /capture on the standalone server: queue one tu
 FORWARD_TIMEOUT_S = 300.0  # a forwarded doctor, import or compaction may take a while
 _MAX_CALLER_HEADER = 2048
 _CALLER_FIELDS = ("via", "worker_id", "session_id", "turn_id", "agent")
-_ERRORS: dict[str, type[WorkerError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidInput,
-        BankNotFound,
-        MemoryNotFound,
-        Conflict,
-        StorageError,
-        SiblingUnavailable,
-    )
-}
 
 
 class Door(Protocol):
@@ -135,7 +122,7 @@ def _error_of(status: int, body: object, url: str) -> WorkerError:
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("code"), str):
         code, message = error["code"], str(error.get("message", ""))
-        known = _ERRORS.get(code)
+        known = ERROR_CLASSES.get(code)
         return known(message) if known is not None else RemoteError(code, message)
     return SiblingUnavailable(f"the server at {url} answered {status} without an error body")
 

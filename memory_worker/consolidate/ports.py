@@ -11,28 +11,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from memory_worker.core.errors import (
-    BankNotFound,
-    Conflict,
-    InvalidInput,
-    MemoryNotFound,
+    ERROR_CLASSES,
     SiblingUnavailable,
-    StorageError,
     WorkerError,
 )
 
 __all__ = ["Completer", "MemoryClient", "StateStore", "error_from"]
-
-_BY_CODE: dict[str, type[WorkerError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidInput,
-        BankNotFound,
-        MemoryNotFound,
-        Conflict,
-        StorageError,
-        SiblingUnavailable,
-    )
-}
 
 
 class MemoryClient(Protocol):
@@ -64,7 +48,7 @@ def error_from(text: str, *, fallback: type[WorkerError] = SiblingUnavailable) -
     """`"conflict: memory fp… is pinned"` → `Conflict("memory fp… is pinned")`; text without a
     known code becomes `fallback` with the whole text."""
     code, sep, message = text.partition(": ")
-    cls = _BY_CODE.get(code.strip()) if sep else None
+    cls = ERROR_CLASSES.get(code.strip()) if sep else None
     if cls is None:
         return fallback(text)
     return cls(message)

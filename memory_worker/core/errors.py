@@ -8,6 +8,7 @@ translates once.
 from __future__ import annotations
 
 __all__ = [
+    "ERROR_CLASSES",
     "ERROR_CODES",
     "HTTP_STATUS",
     "BankNotFound",
@@ -83,8 +84,10 @@ class SiblingUnavailable(WorkerError):
     code = "sibling_unavailable"
 
 
-ERROR_CODES: dict[str, str] = {
-    cls.code: (cls.__doc__ or "").strip()
+# Every stable code and its class: what a client reading `code: message` (a forwarded call, a
+# sibling's reply) turns back into the same exception.
+ERROR_CLASSES: dict[str, type[WorkerError]] = {
+    cls.code: cls
     for cls in (
         InvalidInput,
         BankNotFound,
@@ -93,6 +96,10 @@ ERROR_CODES: dict[str, str] = {
         StorageError,
         SiblingUnavailable,
     )
+}
+
+ERROR_CODES: dict[str, str] = {
+    code: (cls.__doc__ or "").strip() for code, cls in ERROR_CLASSES.items()
 }
 
 # The HTTP status each code maps to, for both REST edges (standalone and the http worker).

@@ -34,6 +34,7 @@ from memory_worker.adapters.bus.siblings import (
     ConfigClient,
     StateClient,
 )
+from memory_worker.adapters.lifecycle import serve_until_signalled
 from memory_worker.app.catalog import json_schema
 from memory_worker.app.seams import HttpEnvelope
 from memory_worker.consolidate import catalog
@@ -418,8 +419,6 @@ async def serve_engine(
     call_timeout_ms: int,
 ) -> int:
     """Run until SIGTERM or SIGINT; 0 after a clean close."""
-    import signal
-
     worker = ConsolidateEngine(
         url,
         seed,
@@ -427,19 +426,5 @@ async def serve_engine(
         backstop_s=backstop_s,
         call_timeout_ms=call_timeout_ms,
     )
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, worker.stop, sig.name)
-    try:
-        await worker.start()
-        if not worker.stopping:
-            print(READY_LINE.format(url=url), flush=True)
-        await worker.wait()
-    finally:
-        try:
-            await worker.close()
-        finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+    await serve_until_signalled(worker, READY_LINE.format(url=url))
     return 0
