@@ -32,8 +32,9 @@ class Access:
 
 
 class AccessStats:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, within: Path | None = None) -> None:
         self.path = path
+        self.within = within  # the data dir: no link below it is followed
         self._stats: dict[str, Access] = {}
 
     def __len__(self) -> int:
@@ -46,7 +47,13 @@ class AccessStats:
         """Fold the file into counts (blocking); unreadable lines are skipped (derived data).
         Returns how many lines it had."""
         lines = 0
-        for _, line, _ in files.iter_lines(self.path):
+        try:
+            found = list(files.iter_lines(self.path, within=self.within))
+        except StorageError as exc:  # a planted link: derived data, counts start over
+            if files.is_transient(exc):
+                raise
+            found = []
+        for _, line, _ in found:
             lines += 1
             try:
                 row = json.loads(line)
@@ -82,7 +89,7 @@ class AccessStats:
         line = json.dumps({"at": now_ms, "ids": unique}, separators=(",", ":")).encode() + b"\n"
         # Derived data: a failed append loses these counts from the file, RAM keeps them.
         with contextlib.suppress(StorageError):
-            files.append_unsynced(self.path, line)
+            files.append_unsynced(self.path, line, within=self.within)
 
     def forget(self, ids: Iterable[str]) -> None:
         """Drop `ids` from RAM and the file (blocking): erased memories leave no trace here."""
@@ -94,7 +101,7 @@ class AccessStats:
 
     def _ids_on_disk(self) -> set[str]:
         found: set[str] = set()
-        for _, line, _ in files.iter_lines(self.path):
+        for _, line, _ in files.iter_lines(self.path, within=self.within):
             try:
                 ids = json.loads(line).get("ids")
             except (ValueError, AttributeError):
@@ -115,4 +122,4 @@ class AccessStats:
             + b"\n"
             for at, rows in sorted(by_time.items())
         ]
-        files.replace_with(self.path, lines, lambda _: None)
+        files.replace_with(self.path, lines, lambda _: None, within=self.within)
