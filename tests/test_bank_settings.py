@@ -230,14 +230,18 @@ class TestBankFile:
         assert bank.description == "d" and bank.overrides == BankOverrides()
         assert any("settings ignored" in d.describe() for d in bank.damage)
 
-    async def test_a_valid_hand_edit_is_picked_up(
-        self, store: Store, service: MemoryService, data_dir: Path
+    async def test_a_valid_hand_edit_is_picked_up_and_announced(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
     ) -> None:
         await call(service, "memory::bank::create", name="b")
+        emitter.clear()
         (data_dir / "b" / "bank.yaml").write_text("description: ''\nsubject_scoping: true\n")
-        assert await store.reload_bank("b") == "reloaded"
+        assert await service.reload_bank("b") == "reloaded"
         got = await call(service, "memory::bank::get", name="b")
         assert got["bank"]["settings"]["subject_scoping"] is True
+        assert emitter.of(BANK_CHANGED) == [
+            {"event_type": "configured", "bank": "b", "event_id": ANY}
+        ]
 
 
 _weights = st.fixed_dictionaries(
@@ -264,7 +268,8 @@ _overrides = st.fixed_dictionaries(
 
 
 class TestProperties:
-    @given(raw=_overrides, description=st.text(max_size=40))
+    # Descriptions as the service stores them: whitespace collapsed (`clean_short`).
+    @given(raw=_overrides, description=st.text(max_size=40).map(lambda t: " ".join(t.split())))
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     def test_any_valid_choice_round_trips_through_bank_yaml(
         self, raw: dict[str, Any], description: str, tmp_path_factory: pytest.TempPathFactory

@@ -134,6 +134,7 @@ class Tab:
     page: Any
     errors: list[str] = field(default_factory=list)
     requests: list[Any] = field(default_factory=list)
+    refusals: set[int] = field(default_factory=lambda: {409})  # statuses the test provokes
 
 
 @pytest.fixture(name="open_tab")
@@ -171,9 +172,12 @@ def _open_tab(browser: Any, server: Server) -> Iterator[Any]:
 
 
 def _console_error(tab: Tab, message: Any) -> None:
-    """Every console error fails the test, except Chromium's line for a refused save: a stale
-    revision is answered 409 on purpose (the page shows it as a conflict)."""
-    if message.type == "error" and "status of 409" not in message.text:
+    """Every console error fails the test, except Chromium's line for a call the test makes fail
+    on purpose (`Tab.refusals`): a stale revision is answered 409 (the page shows it as a
+    conflict), a bad setting 400 in the one test that sends one."""
+    if message.type == "error" and not any(
+        f"status of {status}" in message.text for status in tab.refusals
+    ):
         tab.errors.append(message.text)
 
 
@@ -232,6 +236,46 @@ def test_rail_counts_follow_changes_made_elsewhere(server: Server, open_tab: Any
     _save(server, bank, "Counts move live", pinned=True)
     _rule(server, bank, "tone", "Be brief.")
     expect(counts).to_have_text("1 memory · 1 pinned · 1 rule")
+
+
+def test_bank_settings_are_shown_and_an_edit_lands_in_bank_yaml(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "family")
+    tab = open_tab(bank)
+    tab.refusals.add(400)  # the bad retention below is refused on purpose
+    page = tab.page
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text('Settings of bank "family"')
+    expect(dialog.get_by_label("max memories (0 = unlimited)")).to_have_value("10000")
+    dialog.get_by_role("checkbox").check()
+    dialog.get_by_label("Retention days per category").fill("context=30")
+    dialog.get_by_role("button", name="Save settings").click()
+    expect(dialog).to_have_count(0)
+    settings = server.call("memory::bank::get", {"name": bank})["bank"]["settings"]
+    assert settings["subject_scoping"] is True and settings["retention"] == {"context": 30}
+    text = (server.data_dir / bank / "bank.yaml").read_text()
+    assert "subject_scoping: true" in text and "max_memories" not in text  # only what changed
+
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Retention days per category").fill("gossip=3")
+    dialog.get_by_role("button", name="Save settings").click()
+    expect(dialog).to_contain_text("invalid_input")  # refused whole: the dialog stays, says why
+    dialog.get_by_role("button", name="Close").click()
+    assert server.call("memory::bank::get", {"name": bank})["bank"]["settings"]["retention"] == {
+        "context": 30
+    }
+
+
+def test_a_memorys_subject_and_category_are_shown(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "people")
+    _save(server, bank, "Ana plays the cello.", subject="ana", category="preference")
+    page = open_tab(bank).page
+    row = _row(page, "Ana plays the cello.")
+    expect(row.locator(".mw-memory-meta")).to_contain_text("about ana")
+    expect(row.locator(".mw-memory-meta")).to_contain_text("preference")
 
 
 # --- rules ---------------------------------------------------------------------------------------
@@ -406,10 +450,24 @@ def test_each_row_shows_entities_tags_corroboration_confidence_time_and_session(
 def test_a_memory_saved_elsewhere_appears_live_without_a_reload(
     server: Server, open_tab: Any
 ) -> None:
+    """Saved with the CLI while the server holds the data dir: the CLI forwards the call to the
+    server (one writer, many doors), and the open tab shows it live."""
     bank = _bank(server, "live")
     page = open_tab(bank).page
     page.evaluate("window.__sameDocument = true")
-    _save(server, bank, "Saved by another door while the tab is open")
+    saved = subprocess.run(
+        [
+            *(sys.executable, "-m", "memory_worker", "trigger", "memory::save"),
+            *(f"bank={bank}", "text=Saved by another door while the tab is open"),
+            *("--data-dir", str(server.data_dir)),
+        ],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in _ISOLATED},
+        timeout=60,
+        check=False,
+    )
+    assert saved.returncode == 0, saved.stderr
     expect(_row(page, "another door")).to_have_count(1)
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 
@@ -606,15 +664,17 @@ def test_every_call_is_a_same_origin_json_post_and_no_token_rides_a_url(
 def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
     server: Server, browser: Any
 ) -> None:
-    """The server side of the token is the hardening issue's; here the page's side: a 401 → one
-    prompt → `Authorization: Bearer` on every later call, the token in sessionStorage only."""
+    """The page's side of the token: a 401 → one prompt → `Authorization: Bearer` on every later
+    call, the token in sessionStorage only. The guard asks for the server's real token (its data
+    dir's `.token`), since the server itself refuses a wrong one even on loopback."""
+    token = (server.data_dir / ".token").read_text().strip()
     context = browser.new_context(viewport=DESKTOP)
     seen: list[dict[str, str]] = []
 
     def guard(route: Any) -> None:
         headers = route.request.headers
         seen.append(headers)
-        if headers.get("authorization") != "Bearer s3cret-token":
+        if headers.get("authorization") != f"Bearer {token}":
             route.fulfill(
                 status=401,
                 content_type="application/json",
@@ -631,14 +691,14 @@ def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
         page.goto(f"{server.url}/#/bank/main/memories")
         dialog = page.get_by_role("dialog")
         expect(dialog).to_contain_text("a bearer token is required")
-        dialog.get_by_label("Access token").fill("s3cret-token")
+        dialog.get_by_label("Access token").fill(token)
         dialog.get_by_role("button", name="Continue").click()
         expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
         expect(page.get_by_role("dialog")).to_have_count(0)  # asked once, not per call
-        assert page.evaluate("sessionStorage.getItem('memory-worker.token')") == "s3cret-token"
+        assert page.evaluate("sessionStorage.getItem('memory-worker.token')") == token
         assert page.evaluate("localStorage.length") == 0
-        assert seen[-1].get("authorization") == "Bearer s3cret-token"
-        assert "s3cret" not in page.url
+        assert seen[-1].get("authorization") == f"Bearer {token}"
+        assert token not in page.url
     finally:
         context.close()
 

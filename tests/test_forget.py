@@ -96,6 +96,7 @@ class TestForget:
                 "event_type": "erased",
                 "bank": "main",
                 "id": i,
+                "subject": "ana",
                 "reason": "forget-subject",
                 "event_id": ANY,
             }

@@ -8,7 +8,7 @@ import asyncio
 import structlog
 
 from memory_worker.app.access import AccessLevel
-from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
+from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -54,10 +54,14 @@ class BankUseCases(EmbeddingWork):
         exists must be what it already has (`conflict` otherwise: `memory::bank::configure`
         changes settings, never a create that happens to run second)."""
         name = check_name(req.name, "bank")
-        description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
+        if self.store.find(name) is None:
+            self._new_name(name, "bank")
+        description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
         chosen = {f: getattr(req, f) for f in SETTING_NAMES if getattr(req, f) is not None}
         overrides = parse_overrides(chosen, source="memory::bank::create")
-        bank, created = await self.store.ensure(name, description, overrides=overrides)
+        bank, created = await self.store.ensure(
+            name, description or "", limit=self.settings.max_banks, overrides=overrides
+        )
         if not created:
             mine = bank.overrides
             differing = [f for f in overrides.chosen() if getattr(mine, f) != getattr(overrides, f)]
@@ -68,7 +72,7 @@ class BankUseCases(EmbeddingWork):
                 )
         if created:
             self._emit_bank(BankEvent.CREATED, name)
-        return BankCreateResponse(bank=self._info(bank), created=created)
+        return BankCreateResponse(bank=self._info(bank), created=created, redacted=list(labels))
 
     async def bank_get(self, req: BankGetRequest, caller: Caller = SYSTEM) -> BankGetResponse:
         return BankGetResponse(bank=self._info(self.store.get(check_name(req.name, "bank"))))
@@ -87,8 +91,9 @@ class BankUseCases(EmbeddingWork):
             )
         name = check_name(req.name, "bank")
         description = req.description
+        labels: tuple[str, ...] = ()
         if "description" in given:
-            description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS)
+            description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
         bank = self.store.get(name)
         overrides: BankOverrides = bank.overrides.merged(changes)
         old_description = bank.description
@@ -104,7 +109,7 @@ class BankUseCases(EmbeddingWork):
             self._embed_soon(bank)  # a lane that gained a weight gets its vectors now
         if changed:
             self._emit_bank(BankEvent.CONFIGURED, name)
-        return BankConfigureResponse(bank=self._info(bank), changed=changed)
+        return BankConfigureResponse(bank=self._info(bank), changed=changed, redacted=list(labels))
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
@@ -146,12 +151,15 @@ class BankUseCases(EmbeddingWork):
         """Pick up a hand edit of one bank's folder (the data-dir watcher calls this): reload it,
         re-embed it in the background, and announce what subscribers can act on: `created` for a
         folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
-        or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
-        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken"."""
+        or not it went through `.trash`), `rules-changed` when its rules differ, `configured` when
+        its `bank.yaml` (description, settings) does. Returns the store's outcome: "reloaded" |
+        "added" | "removed" | "unchanged" | "broken" | "deferred" (out of file descriptors: RAM
+        kept as it was, retried later)."""
         before = self.store.find(name)
         old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
+        old_file = (before.description, before.overrides) if before is not None else None
         outcome = await self.store.reload_bank(name)
-        if outcome == "unchanged":
+        if outcome in ("unchanged", "deferred"):
             return outcome
         # A running embed task holds the old bank object: replace it, or the new one waits.
         task = self._embedding.pop(name, None)
@@ -168,6 +176,9 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.TRASHED, name)
         elif outcome == "reloaded" and rules != old_rules:
             self._emit_bank(BankEvent.RULES_CHANGED, name)
+        edited = bank is not None and (bank.description, bank.overrides) != old_file
+        if outcome == "reloaded" and old_file is not None and edited:  # bank.yaml by hand
+            self._emit_bank(BankEvent.CONFIGURED, name)
         log.info(
             "bank_reloaded",
             bank=name,

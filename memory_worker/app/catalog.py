@@ -22,6 +22,7 @@ from memory_worker.app.access import check_access
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -251,6 +252,18 @@ CATALOG: tuple[FunctionSpec, ...] = (
         IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
+        "memory::stats",
+        "Memory store statistics and maintenance: live counts by category and subject, the "
+        "bank's capacity and retention, and it runs the retention reaper — memories older than "
+        "their category's TTL are retired (tombstones, reason `expired`, never a pinned one) and "
+        "listed in expired. The consolidation sibling calls it on its schedule.",
+        wire.StatsRequest,
+        wire.StatsResponse,
+        MemoryService.stats,
+        Policy.APPROVAL,
+        DESTRUCTIVE,  # the reaper retires expired memories (recoverable tombstones)
+    ),
+    _spec(
         "memory::tags",
         "List the tags across a bank's live memories with usage counts, most used first — the "
         "filter source for tag-scoped list/recall.",
@@ -329,6 +342,41 @@ CATALOG: tuple[FunctionSpec, ...] = (
         MemoryService.doctor,
         Policy.APPROVAL,
         IDEMPOTENT_WRITE,
+    ),
+    _spec(
+        "memory::import",
+        "Bulk import of whole memory records, history included (the format memory::export "
+        "writes): validated first — one bad record rejects the import and nothing is written — "
+        "then appended as one write with one fsync. For migrations between systems and banks.",
+        wire.ImportRequest,
+        wire.ImportResponse,
+        MemoryService.import_memories,
+        Policy.HUMANS,
+        WRITE,
+    ),
+    _spec(
+        "memory::export",
+        "Every record of a bank's log in log order — every revision of every memory, "
+        "tombstones included — in the format memory::import reads back: a whole bank, history "
+        "and all, to move or back up.",
+        wire.ExportRequest,
+        wire.ExportResponse,
+        MemoryService.export,
+        # A whole bank's history at once: an operator's call for an agent, like memory::history.
+        Policy.APPROVAL,
+        READ,
+    ),
+    _spec(
+        "memory::compact",
+        "Rewrite a bank's log without the superseded revisions written before the horizon "
+        "(crash-safe: written beside the old log, checked, renamed in). Every memory keeps its "
+        "latest revision or tombstone, so recall, list and get answer the same; memory::history "
+        "gets shorter. A log with damaged lines is refused.",
+        wire.CompactRequest,
+        wire.CompactResponse,
+        MemoryService.compact_bank,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,  # old revisions are gone for good; a second run drops nothing
     ),
     _spec(
         "memory::reload",
@@ -484,6 +532,7 @@ def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    check_depth(payload)  # before validation, which recurses
     try:
         return spec.request.model_validate(payload)
     except ValidationError as exc:
@@ -518,9 +567,9 @@ _POLICY_NOTES: dict[Policy, str] = {
     ),
     Policy.HUMANS: (
         "Human-owned surfaces (console, REST, CLI): creating, configuring or trashing banks, "
-        "rewriting the "
-        "always-injected rules, retiring one memory for another (the consolidation seam) and "
-        "reloading from disk are a person's decisions, not an agent's."
+        "forgetting a subject, rewriting the always-injected rules, retiring one memory for "
+        "another (the consolidation seam), bulk imports, compacting a log and reloading from disk "
+        "are a person's decisions, not an agent's."
     ),
     Policy.AGENTS: (
         "The agent set of the seed: recall and the memory CRUD. Every write is fingerprinted, "
@@ -529,8 +578,8 @@ _POLICY_NOTES: dict[Policy, str] = {
     Policy.APPROVAL: (
         "Not listed, so each use by an agent needs an operator's approval: read-only views the "
         "seed does not grant (bank names and counts, tags, rules, history, the injection dry "
-        "run — each can show another bank than the agent's own) and doctor (it writes and "
-        "trashes a scratch bank, and probes siblings)."
+        "run, a bank's whole export — each can show another bank than the agent's own) and "
+        "doctor (it writes and trashes a scratch bank, and probes siblings)."
     ),
 }
 

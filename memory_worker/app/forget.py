@@ -11,6 +11,7 @@ first, nothing is erased meanwhile), and announces one `erased` event per id, wi
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import structlog
 
@@ -61,8 +62,17 @@ class ForgetUseCases(EmbeddingWork):
         copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
         result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
         # After the log: a vector stored meanwhile for a memory about them is caught too.
-        await asyncio.to_thread(erasure.erase_vectors, bank.path / VECTORS_FILE, set(about))
-        await asyncio.to_thread(erasure.erase_vectors, bank.path / LANE_VECTORS_FILE, set(about))
+        await asyncio.to_thread(
+            functools.partial(erasure.erase_vectors, within=bank.root),
+            bank.path / VECTORS_FILE,
+            set(about),
+        )
+        await asyncio.to_thread(
+            functools.partial(erasure.erase_vectors, within=bank.root),
+            bank.path / LANE_VECTORS_FILE,
+            set(about),
+        )
+        await asyncio.to_thread(bank.access.forget, about)
         await asyncio.to_thread(erasure.clear_intent, bank.path)
         log.info(
             "subject_forgotten",
@@ -78,6 +88,7 @@ class ForgetUseCases(EmbeddingWork):
                     "event_type": str(ItemEvent.ERASED),
                     "bank": name,
                     "id": memory_id,
+                    "subject": subject,  # who it was about (an id): their live views hear it
                     "reason": REASON,
                     "event_id": event_id(),
                 },

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import structlog
 
-from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short, redaction_reason
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_line, clean_short, redaction_reason
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -33,9 +33,11 @@ from memory_worker.app.wire import (
     UpdateRequest,
 )
 from memory_worker.core import lessons, transitions
+from memory_worker.core.capacity import EVICTED, Cap, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.search.ranking import kind_of
+from memory_worker.storage.bank import Bank
 
 __all__ = ["MemoryUseCases"]
 
@@ -58,8 +60,8 @@ class MemoryUseCases(EmbeddingWork):
         text, text_labels = transitions.prepare_text(req.text)
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
-        session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
-        subject = clean_short(req.subject, "subject", MAX_SUBJECT_CHARS)
+        session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        subject, subject_labels = clean_line(req.subject, "subject", MAX_SUBJECT_CHARS)
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -70,9 +72,15 @@ class MemoryUseCases(EmbeddingWork):
         context, context_labels = transitions.prepare_lane(req.context, "context")
         intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
         labels = (
-            *text_labels, *entity_labels, *tag_labels, *card_labels, *context_labels,
+            *text_labels,
+            *entity_labels,
+            *tag_labels,
+            *card_labels,
+            *session_labels,
+            *subject_labels,
+            *context_labels,
             *intention_labels,
-        )  # fmt: skip
+        )
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
@@ -100,10 +108,53 @@ class MemoryUseCases(EmbeddingWork):
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)
-            await bank.commit([record])
+            evicted = self._evictions(bank, record, caller) if created else []
+            await bank.commit([record, *evicted])
         self._embed_soon(bank)
         self._emit_item(event, name, record, redaction_reason(labels))
+        for gone in evicted:
+            self._emit_item(ItemEvent.DELETED, name, gone, EVICTED)
         return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
+
+    def _evictions(self, bank: Bank, record: Memory, caller: Caller) -> list[Memory]:
+        """Tombstones (reason `evicted`) for what `record` displaces at the bank's caps: its
+        subject's own rows past max_per_subject (subject scoping on), then its scope's rows past
+        max_memories (the subject's, else the general pool; the whole bank with scoping off).
+        Counted from the index first, so a bank under its caps pays no scan."""
+        settings = self.bank_settings(bank)
+        scoped = settings.subject_scoping
+        subject = record.subject if scoped else None
+        per_subject = scoped and subject is not None and settings.max_per_subject > 0
+        over_subject = (
+            per_subject and bank.index.subject_count(subject) + 1 > settings.max_per_subject
+        )
+        over_total = 0 < settings.max_memories < bank.live_count() + 1
+        if not over_subject and not over_total:
+            return []
+        live = [m for m in bank.memories.values() if m.live and m.id != record.id]
+        mine = [m for m in live if m.subject == subject] if scoped else live
+        caps = []
+        if over_subject:
+            caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
+        if over_total:
+            # Room in a full bank comes from the new memory's own scope, never another person's:
+            # its scope may hold what the others leave of the cap.
+            others = len(live) - len(mine)
+            caps.append(
+                Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
+            )
+        now_ms = self.clock()
+        out = []
+        for victim in victims(caps, lambda i: _seen_at(bank, i)):
+            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
+            if current.pinned:
+                continue
+            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
+            if gone is not None:
+                out.append(gone)
+        if out:
+            log.info("memories_evicted", bank=bank.name, n=len(out), by=caller.describe())
+        return out
 
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
@@ -114,7 +165,7 @@ class MemoryUseCases(EmbeddingWork):
         scoped, subject = self.scope_of(bank, req.subject, caller)
         if scoped and record.subject is not None and record.subject != subject:
             raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
-        return GetResponse(memory=record)
+        return GetResponse(memory=with_access(bank, record))
 
     async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
         name = self._name(req.bank)
@@ -142,7 +193,8 @@ class MemoryUseCases(EmbeddingWork):
             and (not scoped or m.subject is None or m.subject == subject)
         ]
         rows.sort(key=lambda m: (-m.updated_at, m.id))
-        return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
+        page = [with_access(bank, m) for m in rows[offset : offset + limit]]
+        return ListResponse(memories=page, total=len(rows))
 
     async def update(self, req: UpdateRequest, caller: Caller = SYSTEM) -> MemoryResponse:
         card_given = any(
@@ -317,3 +369,16 @@ def _card_update(
         evidence, found = lessons.prepare_evidence(req.evidence)
         labels += found
     return title, recommendation, anchors, evidence, labels
+
+
+def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:
+    seen = bank.access.get(memory_id)
+    return None if seen is None else (seen.count, seen.last_ms)
+
+
+def with_access(bank: Bank, memory: Memory) -> Memory:
+    """`memory` with its access counts from the sidecar (they are never in the log)."""
+    seen = bank.access.get(memory.id)
+    if seen is None:
+        return memory
+    return memory.model_copy(update={"access_count": seen.count, "last_accessed_at": seen.last_ms})

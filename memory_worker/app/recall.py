@@ -124,6 +124,8 @@ class RecallUseCases(EmbeddingWork):
             threshold=threshold,
         )
         hits = self._rank(bank, query)
+        if bank is not None and not caller.automatic:  # extraction looking is not a use
+            bank.access.bump((h.memory.id for h in hits), query.now_ms)
         return RecallResponse(
             bank=name,
             memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
@@ -139,13 +141,15 @@ class RecallUseCases(EmbeddingWork):
         recall: bool = True,
         lanes: LaneQuery | None = None,
         subject: str | None = None,
+        count_access: bool = False,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
         holds (not handed twice); `recall=False` for a step that only needs the section;
         `lanes`: the turn's window and goal (the hook's), for the association lanes.
         `subject`: who is speaking (with the bank's subject_scoping on, general memories and theirs
-        only, the ambient floor included; None: general memories only).
+        only, the ambient floor included; None: general memories only); `count_access`: a real
+        turn (not a preview) counts as an access of what it was handed.
 
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
@@ -193,6 +197,8 @@ class RecallUseCases(EmbeddingWork):
             standing = self._standing(bank, floor + lessons, scoped, subject)
             hits = apply_floor(hits, standing, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
+        if count_access:
+            bank.access.bump((hit.memory.id for hit in block.included), now_ms)
         return Injection(
             name,
             section.text,

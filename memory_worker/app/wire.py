@@ -8,12 +8,13 @@ null fields. Field names, defaults and descriptions follow the published API ref
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
-from memory_worker.core.models import MAX_INT, BankInfo, Memory, Rule
+from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
@@ -29,16 +30,22 @@ __all__ = [
     "BankListRequest",
     "BankListResponse",
     "BankSettingsFields",
+    "CompactRequest",
+    "CompactResponse",
     "DeleteRequest",
     "DoctorCheck",
     "DoctorRequest",
     "DoctorResponse",
+    "ExportRequest",
+    "ExportResponse",
     "ForgetSubjectRequest",
     "ForgetSubjectResponse",
     "GetRequest",
     "GetResponse",
     "HistoryRequest",
     "HistoryResponse",
+    "ImportRequest",
+    "ImportResponse",
     "LessonCard",
     "LessonsMatchRequest",
     "LessonsMatchResponse",
@@ -62,6 +69,8 @@ __all__ = [
     "SaveRequest",
     "SaveResponse",
     "ScoredMemory",
+    "StatsRequest",
+    "StatsResponse",
     "SupersedeRequest",
     "SupersedeResponse",
     "TagCount",
@@ -73,13 +82,20 @@ __all__ = [
 def _scalar_to_text(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and Infinity are not text (nor JSON)")
     if isinstance(value, int | float):
         return str(value)
     return value
 
 
+_MAX_LISTED = 1000  # `tags=a,b,…`: more parts than this is an attack, refused before splitting
+
+
 def _text_to_list(value: Any) -> Any:
     if isinstance(value, str):
+        if value.count(",") >= _MAX_LISTED:
+            raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
 
@@ -199,6 +215,10 @@ class BankCreateRequest(BankSettingsFields):
 class BankCreateResponse(Response):
     bank: BankInfo
     created: bool = Field(description="False when the bank already existed (create is idempotent).")
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the description before it was stored.",
+    )
 
 
 class BankListRequest(Request):
@@ -228,6 +248,10 @@ class BankConfigureResponse(Response):
     bank: BankInfo = Field(description="The bank with its settings after the change.")
     changed: list[str] = Field(
         description="The settings whose effective value changed (empty: the call changed nothing)."
+    )
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the description before it was stored.",
     )
 
 
@@ -499,6 +523,29 @@ class ForgetSubjectResponse(Response):
     )
 
 
+class StatsRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+
+
+class StatsResponse(Response):
+    bank: str
+    memories: int = Field(ge=0, le=MAX_INT, description="Live memories after the reaper ran.")
+    pinned: int = Field(ge=0, le=MAX_INT)
+    by_category: dict[str, int] = Field(
+        description="Live memories per category (`fact` includes those saved without one)."
+    )
+    by_subject: dict[str, int] = Field(description="Live memories per subject.")
+    general: int = Field(ge=0, le=MAX_INT, description="Live memories about no one in particular.")
+    max_memories: int = Field(ge=0, le=MAX_INT, description="The bank's cap (0 = unlimited).")
+    max_per_subject: int = Field(
+        ge=0, le=MAX_INT, description="The per-subject cap with scoping on (0 = unlimited)."
+    )
+    retention: dict[str, int] = Field(description="TTL days per category (absent: never).")
+    expired: list[str] = Field(
+        description="Ids this call's reaper retired (tombstones with invalid_reason `expired`)."
+    )
+
+
 class TagsRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
     subject: Text | None = _for_subject()
@@ -550,7 +597,7 @@ class RecallRequest(Request):
     as_of: int | None = Field(
         default=None,
         ge=0,
-        le=MAX_INT,
+        le=MAX_TIME_MS,
         description="Epoch ms: rank as if now were then, over the memories that were live then "
         "(created before it, not yet invalid at it).",
     )
@@ -778,3 +825,69 @@ class ReloadRequest(Request):
 class ReloadResponse(Response):
     ok: bool
     banks: int = Field(ge=0, le=MAX_INT)
+
+
+# --- moving records ---------------------------------------------------------------------------
+
+
+class ImportRequest(Request):
+    bank: Text = Field(description="Bank to import into (created when missing).")
+    records: list[dict[str, Any]] = Field(
+        description="Whole memory records, history included, as `memory::export` writes them "
+        "(`text`; optional `id`, `entities`, `tags`, `pinned`, `confidence`, `corroboration`, "
+        "`source`, `created_at`/`updated_at`/`stated_at`/`invalid_at` in epoch ms, "
+        "`superseded_by`, `revision`, lesson fields). Every record is validated first: one bad "
+        "record rejects the import and nothing is written."
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="Validate every record and write nothing (a client sending an import in "
+        "several requests checks them all first).",
+    )
+
+
+class ImportResponse(Response):
+    bank: str
+    imported: int = Field(ge=0, le=MAX_INT, description="Records written (one write, one fsync).")
+    live: int = Field(
+        ge=0, le=MAX_INT, description="Of those, the ones now live (latest revision, not retired)."
+    )
+    redacted: int = Field(
+        ge=0, le=MAX_INT, description="Records in which a secret was replaced by a marker."
+    )
+
+
+class ExportRequest(Request):
+    bank: BankName = Field(
+        default=None, description="Bank to export; omitted: the configured default."
+    )
+
+
+class ExportResponse(Response):
+    bank: str
+    records: list[Memory] = Field(
+        description="Every record of the bank's log in log order — every revision of every "
+        "memory, tombstones included — in the format `memory::import` reads back."
+    )
+
+
+class CompactRequest(Request):
+    bank: Text = Field(description="Bank whose log to compact.")
+    horizon_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=36_500,
+        description="Keep every revision written within this many days; 0 keeps only the latest "
+        "revision (or tombstone) of each memory.",
+    )
+
+
+class CompactResponse(Response):
+    bank: str
+    lines_before: int = Field(ge=0, le=MAX_INT)
+    lines_after: int = Field(ge=0, le=MAX_INT)
+    bytes_before: int = Field(ge=0, le=MAX_INT)
+    bytes_after: int = Field(ge=0, le=MAX_INT)
+    damaged_dropped: int = Field(
+        ge=0, le=MAX_INT, description="Unreadable lines not carried over (never, unless asked)."
+    )

@@ -17,13 +17,12 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
 from memory_worker.core.bank_settings import MEMORY_CATEGORIES
 from memory_worker.core.lanes import goal_text
-from memory_worker.core.models import Memory
+from memory_worker.core.models import Memory, utc_datetime
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE_CHARS
 
 __all__ = [
@@ -83,7 +82,7 @@ class Line:
 def _stamp(ms: int | None) -> str:
     if ms is None:
         return "[date unknown]"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("[%Y-%m-%d %H:%M]")
+    return utc_datetime(ms).strftime("[%Y-%m-%d %H:%M]")
 
 
 def render_request(lines: list[Line], known: list[Memory]) -> str:

@@ -312,6 +312,7 @@ class PreGenerate:
             recall=recall,
             lanes=_lanes(env.messages, query) if recall else None,
             subject=subject,
+            count_access=True,
         )
         if subject is not None:
             reply.annotations["memory_subject"] = subject

@@ -22,7 +22,8 @@ __all__ = ["BM25_B", "BM25_K1", "Candidates", "Floats", "IndexedDoc", "Ints", "L
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-_MIN_CAPACITY = 1024
+_MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
+_INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
 
 Ints = npt.NDArray[np.int64]
@@ -143,7 +144,7 @@ class LexicalIndex:
         self._version = 0  # bumped by every change of slots or lengths
         self._norm_key = -1
         self._norm_cache: Floats = np.empty(0, np.float64)
-        self._allocate(_MIN_CAPACITY)
+        self._allocate(_INITIAL_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
         self._capacity = capacity
@@ -278,7 +279,7 @@ class LexicalIndex:
         live = list(self._slot_of.items())
         old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
-        self._allocate(max(_MIN_CAPACITY, 2 * len(live)))
+        self._allocate(max(_INITIAL_CAPACITY, 2 * len(live)))
         n = len(live)
         for new, old in zip(self._columns(), old_columns, strict=True):
             new[:n] = old[old_slots]
@@ -515,6 +516,14 @@ class LexicalIndex:
         if code is not None:
             mask |= codes == code
         return mask
+
+    def subject_count(self, subject: str | None) -> int:
+        """Live documents about `subject` (None: general ones)."""
+        n = len(self._ids)
+        code = self._subject_codes.get(subject) if subject is not None else 0
+        if code is None:
+            return 0
+        return int(np.count_nonzero((self.subject[:n] == code) & self._alive[:n]))
 
     def tagged(self, tag: str) -> Ints:
         """Live slots carrying `tag`."""

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_worker.core.models import Hit, Memory
+from memory_worker.core.retention import kind_of
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
 from memory_worker.core.text import terms
 from memory_worker.search.index import Candidates, Floats, IndexedDoc, Ints, LexicalIndex
@@ -116,11 +117,6 @@ def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
 def in_scope(memory: Memory, query: RecallQuery) -> bool:
     """Whether a scoped query may see `memory`: a general memory, or one about its subject."""
     return not query.scoped or memory.subject is None or memory.subject == query.subject
-
-
-def kind_of(memory: Memory) -> str:
-    """A memory's category; one saved without any counts as a fact."""
-    return memory.category or "fact"
 
 
 def _eligible(memory: Memory, query: RecallQuery) -> bool:

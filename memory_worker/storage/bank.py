@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import erasure, files
+from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.bank_file import (
     BANK_FILE,
     read_bank_file,
@@ -92,15 +94,21 @@ class Bank:
         path: Path,
         description: str = "",
         warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
         overrides: BankOverrides | None = None,
     ) -> None:
         self.name = name
         self.path = path
+        self.root = path.parent  # the data dir: no folder below it is followed as a link
         self.description = description
         # The settings this bank chose in bank.yaml (the rest follow the configuration).
         self.overrides = overrides if overrides is not None else BankOverrides()
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
+        # Recall counts: derived, never the log.
+        self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
+        # Raises when this process may no longer write the data dir (its lock is gone).
+        self.guard = guard
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
@@ -110,7 +118,7 @@ class Bank:
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
-        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings)
+        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
         # query. A new model takes over when its first vectors are stored (never before: one
@@ -118,7 +126,7 @@ class Bank:
         self._embed_model: str | None = None
         self._to_embed: dict[str, None] = {}  # live ids lacking its vector, in arrival order
         self._embed_ready = False  # every live memory had its vector since the model took over
-        self._log = files.AppendLog(path / MEMORIES_FILE)
+        self._log = files.AppendLog(path / MEMORIES_FILE, within=self.root)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
         self._flusher: asyncio.Task[None] | None = None
@@ -145,15 +153,21 @@ class Bank:
         path: Path,
         description: str,
         warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
         overrides: BankOverrides | None = None,
     ) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
         hidden temporary name and renamed into place, so a crash never leaves half a bank."""
+        if guard is not None:
+            guard()
         staging = path.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
         try:
-            (staging / RULES_DIR).mkdir(parents=True)
+            staging.mkdir()  # its parent is the data dir: never a planted folder
+            (staging / RULES_DIR).mkdir()
             chosen = overrides if overrides is not None else BankOverrides()
-            files.atomic_write(staging / BANK_FILE, render_bank_file(description, chosen))
+            files.atomic_write(
+                staging / BANK_FILE, render_bank_file(description, chosen), within=path.parent
+            )
             files.fsync_dir(staging)
             os.rename(staging, path)  # fails when the name is taken: never merge into a folder
         except (OSError, StorageError) as exc:
@@ -161,7 +175,7 @@ class Bank:
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
-        bank = cls(name, path, description, warnings, overrides)
+        bank = cls(name, path, description, warnings, guard, overrides)
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:
@@ -170,9 +184,16 @@ class Bank:
         return bank
 
     @classmethod
-    def load(cls, name: str, path: Path, warnings: DurabilityWarnings | None = None) -> Bank:
-        """Replay a bank folder (blocking): description, memories, rules, leftovers."""
-        bank = cls(name, path, warnings=warnings)
+    def load(
+        cls,
+        name: str,
+        path: Path,
+        warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
+    ) -> Bank:
+        """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
+        link where a file of ours belongs is reported and never followed."""
+        bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
         erasure.resume(path.parent, name, path)  # an interrupted forget-subject finishes first
@@ -181,13 +202,14 @@ class Bank:
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._replay()
         bank._load_vectors()
+        bank.access.load()
         bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
         return bank
 
     def _read_bank_file(self) -> None:
-        found = read_bank_file(self.path / BANK_FILE)
+        found = read_bank_file(self.path / BANK_FILE, within=self.root)
         self.description, self.overrides = found.description, found.overrides
         if found.problem is not None:
             self.damage.append(Damage(BANK_FILE, found.problem))
@@ -197,11 +219,16 @@ class Bank:
         adopt them: a failed write (`StorageError`) leaves file and RAM as they were."""
         self._check_writable()
         async with self._settings_lock:
-            await asyncio.to_thread(write_bank_file, self.path / BANK_FILE, description, overrides)
+            await asyncio.to_thread(
+                functools.partial(write_bank_file, within=self.root),
+                self.path / BANK_FILE,
+                description,
+                overrides,
+            )
             self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
-        memories, found = replay(self.path / MEMORIES_FILE)
+        memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
         self._memories = memories
         self.damage.extend(found)
         for record in memories.values():
@@ -216,7 +243,13 @@ class Bank:
                 self.lessons.add(record.id, record.anchors)
 
     def _load_vectors(self) -> None:
-        records, skipped = load_vectors(self.path / VECTORS_FILE)
+        try:
+            records, skipped = load_vectors(self.path / VECTORS_FILE, within=self.root)
+        except StorageError as exc:  # a planted link: derived data, so rebuilt without it
+            if files.is_transient(exc):
+                raise
+            self.damage.append(Damage(VECTORS_FILE, f"{exc.message}; re-embedded"))
+            return
         if skipped:
             self.damage.append(
                 Damage(
@@ -326,7 +359,7 @@ class Bank:
         if not self._to_embed:
             self._embed_ready = True
         if kept:
-            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept)
+            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept, self.root)
         return len(kept)
 
     # --- reads (durable state) -----------------------------------------------------------------
@@ -342,7 +375,15 @@ class Bank:
         """Every durable revision of `memory_id` as the log holds it, oldest first (read from the
         file: RAM keeps only the latest)."""
         await self.drain()  # what was acknowledged is on disk before we read it back
-        return await asyncio.to_thread(history, self.path / MEMORIES_FILE, memory_id)
+        path = self.path / MEMORIES_FILE
+        return await asyncio.to_thread(history, path, memory_id, within=self.root)
+
+    async def records(self) -> list[Memory]:
+        """Every intact record of the log in log order, every revision of every memory (an
+        export): read from the file, as `revisions()` is; damaged lines are left out."""
+        await self.drain()
+        records, _ = await asyncio.to_thread(read_all, self.path / MEMORIES_FILE)
+        return records
 
     def is_empty(self) -> bool:
         """No memory, rule or write in flight: what a bank just created looks like."""
@@ -428,6 +469,8 @@ class Bank:
             )
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+        if self.guard is not None:
+            self.guard()
 
     def _start_flusher(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -565,6 +608,8 @@ class Bank:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
         if self._rewriting is not None:
             raise Conflict(f"a rewrite of bank {self.name} is already running")
+        if self.guard is not None:
+            self.guard()
         done = self._rewriting = asyncio.Event()
         try:
             await self._drain_commits()  # every acknowledged line is in the file being read
@@ -588,7 +633,7 @@ class Bank:
         self, plan: Callable[[list[Memory]], list[Memory]], drop_damaged: bool
     ) -> tuple[Rewrite, dict[str, Memory], files.UnsyncedChange | None]:
         path = self.path / MEMORIES_FILE
-        records, damage = read_all(path)
+        records, damage = read_all(path, within=self.root)
         if damage and not drop_damaged:
             raise Conflict(
                 f"bank {self.name} has {len(damage)} damaged line(s) in {MEMORIES_FILE} "
@@ -606,10 +651,10 @@ class Bank:
                     "left as it was"
                 )
 
-        before = path.stat().st_size if path.exists() else 0
+        before = path.lstat().st_size if os.path.lexists(path) else 0
         unsynced = None
         try:
-            files.replace_with(path, lines_of(planned), check)
+            files.replace_with(path, lines_of(planned), check, within=self.root)
         except files.UnsyncedChange as exc:
             unsynced = exc
         after = path.stat().st_size
@@ -661,6 +706,8 @@ class Bank:
     ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
         the rule exists afterwards (`expected_revision`: see `RuleFiles.set`)."""
+        if self.guard is not None:
+            self.guard()
         return await self._rules.set(
             name, content, refusal=self._frozen, expected_revision=expected_revision
         )
@@ -683,7 +730,7 @@ class Bank:
         if _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return True
         try:
-            found = read_bank_file(self.path / BANK_FILE)
+            found = read_bank_file(self.path / BANK_FILE, within=self.root)
         except StorageError:
             return True  # unreadable: a reload reports it (the bank becomes broken)
         if found.description != self.description or found.overrides != self.overrides:
@@ -720,11 +767,12 @@ def _consume_exception(future: asyncio.Future[None]) -> None:
 
 # (inode, size, mtime_ns) of a file, or None when it is missing: what `disk_changed` compares.
 _Stamp = tuple[int, int, int]
+Guard = Callable[[], None]
 
 
 def _stat_stamp(path: Path) -> _Stamp | None:
     try:
-        stat = os.stat(path)
+        stat = os.lstat(path)
     except OSError:
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns

@@ -8,13 +8,14 @@ configuration.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from memory_worker.core.bank_settings import BankOverrides, parse_overrides
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import InvalidInput, StorageError
 from memory_worker.storage import files
 
 __all__ = ["BANK_FILE", "BankFile", "read_bank_file", "render_bank_file", "write_bank_file"]
@@ -29,14 +30,20 @@ class BankFile:
     problem: str | None = None  # why (part of) the file was ignored, for the damage report
 
 
-def read_bank_file(path: Path) -> BankFile:
-    """What `path` says; an absent file is an empty description with no choices. Blocking."""
-    if not path.exists():
+def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
+    """What `path` says; an absent file is an empty description with no choices. Blocking. A
+    link planted there (or above it, below `within`) is reported, never followed; running out of
+    file descriptors says nothing about the file and raises (`StorageError`)."""
+    if not os.path.lexists(path):
         return BankFile("", BankOverrides())
     try:
-        data = yaml.safe_load(files.read_text(path))
-    except yaml.YAMLError:
+        data = yaml.safe_load(files.read_text(path, within=within))
+    except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
         return BankFile("", BankOverrides(), "not valid YAML; description and settings ignored")
+    except StorageError as exc:
+        if files.is_transient(exc):
+            raise
+        return BankFile("", BankOverrides(), f"{exc.message}; description and settings ignored")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -56,6 +63,8 @@ def render_bank_file(description: str, overrides: BankOverrides) -> bytes:
     return yaml.safe_dump(body, allow_unicode=True, sort_keys=False).encode()
 
 
-def write_bank_file(path: Path, description: str, overrides: BankOverrides) -> None:
+def write_bank_file(
+    path: Path, description: str, overrides: BankOverrides, *, within: Path | None = None
+) -> None:
     """Replace `path` atomically (blocking; `StorageError` on failure, the old file intact)."""
-    files.atomic_write(path, render_bank_file(description, overrides))
+    files.atomic_write(path, render_bank_file(description, overrides), within=within)

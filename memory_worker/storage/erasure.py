@@ -24,6 +24,7 @@ import structlog
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
+from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE, lines_of, read_all, replayed
 from memory_worker.storage.vectors import VECTORS_FILE
@@ -69,17 +70,17 @@ def erased_ids(records: Iterable[Memory], subject: str) -> set[str]:
 def write_intent(bank_path: Path, subject: str) -> None:
     """Commit to erasing `subject` (blocking): once this is durable, the erasure finishes."""
     body = json.dumps({"subjects": sorted({*pending(bank_path), subject})}).encode()
-    files.atomic_write(bank_path / INTENT_FILE, body)
+    files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
     files.fsync_dir(bank_path)
 
 
 def pending(bank_path: Path) -> list[str]:
     """The subjects whose erasure started and did not finish."""
     path = bank_path / INTENT_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
     try:
-        data = json.loads(files.read_text(path))
+        data = json.loads(files.read_text(path, within=bank_path.parent))
     except ValueError:
         return []  # a torn intent was never durable: the erasure had not started
     subjects = data.get("subjects") if isinstance(data, dict) else None
@@ -87,15 +88,16 @@ def pending(bank_path: Path) -> list[str]:
 
 
 def clear_intent(bank_path: Path) -> None:
-    files.remove_file(bank_path / INTENT_FILE)  # its folder is synced by `remove_file`
+    # Its folder is synced by `remove_file`.
+    files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
 
 
-def erase_log_file(path: Path, subject: str) -> set[str]:
+def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> set[str]:
     """Rewrite a log without `subject` (blocking; unreadable lines go too: what cannot be read
     cannot be shown to be someone else's). Returns the ids removed whole."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return set()
-    records, damage = read_all(path)
+    records, damage = read_all(path, within=within)
     gone = erased_ids(records, subject)
     kept = forget_plan(subject)(records)
     if len(kept) == len(records) and not damage:
@@ -103,22 +105,22 @@ def erase_log_file(path: Path, subject: str) -> set[str]:
     expected = replayed(kept)
 
     def check(candidate: Path) -> None:
-        written, problems = read_all(candidate)
+        written, problems = read_all(candidate, within=within)
         if problems or replayed(written) != expected:
             raise StorageError(f"erasure of {path} did not read back as planned; left as it was")
 
-    files.replace_with(path, lines_of(kept), check)
+    files.replace_with(path, lines_of(kept), check, within=within)
     return gone
 
 
-def erase_vectors(path: Path, ids: set[str]) -> None:
+def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> None:
     """Rewrite a vector sidecar without `ids` (and without unreadable lines: derived data, a
     later pass re-embeds whatever it misses)."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return
     kept: list[bytes] = []
     dropped = False
-    for _, line, _ in files.iter_lines(path):
+    for _, line, _ in files.iter_lines(path, within=within):
         try:
             row = json.loads(line)
             # A lane vector's id is `<memory id>#<lane>`: it goes with its memory.
@@ -130,7 +132,7 @@ def erase_vectors(path: Path, ids: set[str]) -> None:
         else:
             dropped = True
     if dropped:
-        files.replace_with(path, kept, lambda _: None)
+        files.replace_with(path, kept, lambda _: None, within=within)
 
 
 def _trashed_copies(root: Path, bank: str) -> list[Path]:
@@ -151,9 +153,12 @@ def erase_copies(root: Path, bank: str, subject: str) -> int:
     something of theirs."""
     touched = 0
     for copy in _trashed_copies(root, bank):
-        gone = erase_log_file(copy / MEMORIES_FILE, subject)
-        erase_vectors(copy / VECTORS_FILE, gone)
-        erase_vectors(copy / LANE_VECTORS_FILE, gone)
+        # An earlier, killed attempt's temp files.
+        for name in (MEMORIES_FILE, VECTORS_FILE, LANE_VECTORS_FILE):
+            files.remove_replacements(copy / name)
+        gone = erase_log_file(copy / MEMORIES_FILE, subject, within=root)
+        erase_vectors(copy / VECTORS_FILE, gone, within=root)
+        erase_vectors(copy / LANE_VECTORS_FILE, gone, within=root)
         touched += bool(gone)
     return touched
 
@@ -162,11 +167,16 @@ def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
     """Finish the erasures a crash interrupted (blocking; at load, before the log is replayed).
     Returns the subjects it finished."""
     subjects = pending(bank_path)
+    for name in (VECTORS_FILE, LANE_VECTORS_FILE, ACCESS_FILE):  # the log's: `Bank.load`
+        files.remove_replacements(bank_path / name)
     for subject in subjects:
         erase_copies(root, bank, subject)
-        gone = erase_log_file(bank_path / MEMORIES_FILE, subject)
-        erase_vectors(bank_path / VECTORS_FILE, gone)
-        erase_vectors(bank_path / LANE_VECTORS_FILE, gone)
+        gone = erase_log_file(bank_path / MEMORIES_FILE, subject, within=root)
+        erase_vectors(bank_path / VECTORS_FILE, gone, within=root)
+        erase_vectors(bank_path / LANE_VECTORS_FILE, gone, within=root)
+        access = AccessStats(bank_path / ACCESS_FILE, within=root)
+        access.load()
+        access.forget(gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
     if subjects:
         clear_intent(bank_path)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -48,6 +47,7 @@ from memory_worker.adapters.bus.siblings import (
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
+from memory_worker.adapters.lifecycle import serve_until_signalled
 from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -329,6 +329,7 @@ class EngineWorker:
         self._watcher = DataDirWatcher(lambda: service)
         await self._watcher.start()
         service.backfill_embeddings()
+        await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
         self._spawn(self._define_queue(queue))
         self._bind(
             client,
@@ -554,21 +555,7 @@ async def serve_engine(
         router_embeddings=router_embeddings,
         reason=reason,
     )
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, worker.stop, sig.name)
-    try:
-        await worker.start()
-        if not worker.stopping:
-            print(READY_LINE.format(url=url), flush=True)
-        await worker.wait()
-    finally:
-        try:
-            await worker.close()
-        finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+    await serve_until_signalled(worker, READY_LINE.format(url=url))
     if worker.failure is not None:
         raise worker.failure  # after a clean close: the data dir is released
     return 0
