@@ -27,6 +27,10 @@ after `IDLE_TIMEOUT_S` (aiohttp's keep-alive timer runs from the connection's st
 request is read), a body must arrive within `BODY_TIMEOUT_S`, and past `MAX_CONNECTIONS` open
 connections a new one is answered 503 and closed. Running out of file descriptors makes the accept
 loop back off (asyncio retries a second later) with one log line per episode, not one per attempt.
+
+Past 500 lines on purpose: `StandaloneServer` owns one data dir's whole life behind one URL
+(store, token, watchers, settings reload, console feed, MCP, capture loop) and the routes that
+reach it; the gate (`access`) and the connection cap (`connections`) live apart.
 """
 
 from __future__ import annotations
