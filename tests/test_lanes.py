@@ -392,6 +392,24 @@ class TestLaneVectors:
 
 
 class TestBankSettings:
+    async def test_preview_asks_the_lanes_as_the_hook_does(self, service: MemoryService) -> None:
+        await call(
+            service,
+            "memory::bank::create",
+            {"name": "trip", "association_weights": {"content": 0.7, "context": 0.3}},
+        )
+        for m in FORMED:
+            body = {"bank": "trip", "text": m.text, "context": m.context}
+            await call(service, "memory::save", {k: v for k, v in body.items() if v})
+        ask = {"bank": "trip", "query": "what did she want?"}
+        plain = await call(service, "memory::preview", ask)
+        shown = await call(
+            service, "memory::preview", {**ask, "context": "booking flights to Rome"}
+        )
+        first = [m for m in shown["memories"] if m["score"] > 0]
+        assert [m["memory"]["text"] for m in first][:1] == [FORMED[0].text]
+        assert not [m for m in plain["memories"] if m["score"] > 0]  # only the ambient floor
+
     """The lanes through the public surface: the bank's own weights and threshold."""
 
     async def test_weights_and_threshold_come_from_the_bank(self, service: MemoryService) -> None:

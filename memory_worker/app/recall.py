@@ -18,6 +18,7 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
+from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.lessons import is_lesson, prepare_category
 from memory_worker.core.models import Hit, Memory
 from memory_worker.search.lanes import LaneQuery
@@ -219,7 +220,13 @@ class RecallUseCases(EmbeddingWork):
         return [m for m in top_memories(mine, limit) if not is_lesson(m)]
 
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
-        plan = await self.injection(self._name(req.bank), req.query, subject=req.subject)
+        # The lanes as the hook would ask them: the window (else the message alone) and the goal.
+        lanes = LaneQuery(
+            context=window_text([req.context or req.query]), intention=goal_text(req.query)
+        )
+        plan = await self.injection(
+            self._name(req.bank), req.query, subject=req.subject, lanes=lanes
+        )
         return PreviewResponse(
             bank=plan.bank,
             system_prompt_section=plan.section,

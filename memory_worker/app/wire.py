@@ -644,6 +644,12 @@ class PreviewRequest(Request):
         "the preview shows what a turn of theirs gets; omitted: a turn with no known speaker "
         "(general memories only).",
     )
+    context: Text | None = Field(
+        default=None,
+        description="The conversation window the turn would be in, for the association lanes "
+        "(the hook passes the recent messages); omitted: the message alone, as on a "
+        "conversation's first turn. The message is the turn's goal (`intention`), as in the hook.",
+    )
 
 
 class PreviewMemory(Response):
