@@ -67,40 +67,53 @@ class LaneIndexes:
     """One index per lane, kept in step with the bank's records (`Bank._apply`)."""
 
     def __init__(self) -> None:
-        # float32 vectors: a recall compares its window and goal with every lane vector, and
-        # converting float16 columns per query cost more than the comparison (bench/lanes_speed.py).
-        self.indexes: dict[str, LexicalIndex] = {
-            lane: LexicalIndex(vector_dtype=np.float32) for lane in LANES
-        }
+        # A lane's index exists once a memory carries that lane: a bank without lanes (most of
+        # them; thousands may be open) pays nothing for them.
+        self.indexes: dict[str, LexicalIndex] = {}
         # main slot → lane slot (-1: none), rebuilt when either index's slots moved.
         self._aligned: dict[str, tuple[tuple[int, int, int, int], Ints]] = {}
 
+    def _index(self, lane: str) -> LexicalIndex:
+        index = self.indexes.get(lane)
+        if index is None:
+            # float32 vectors: a recall compares its window and goal with every lane vector, and
+            # converting float16 rows per query cost more than the comparison
+            # (bench/lanes_speed.py).
+            index = self.indexes[lane] = LexicalIndex(vector_dtype=np.float32)
+        return index
+
     def add(self, memory: Memory) -> None:
         """Index `memory`'s lanes (a live record); a lane it no longer carries is dropped."""
-        for lane, index in self.indexes.items():
+        for lane in LANES:
             text: str | None = getattr(memory, lane)
             if text:
-                index.add_doc(IndexedDoc(memory.id, terms(text)))
-            else:
-                index.remove(memory.id)
+                self._index(lane).add_doc(IndexedDoc(memory.id, terms(text)))
+            elif lane in self.indexes:
+                self.indexes[lane].remove(memory.id)
 
     def add_many(self, memories: Iterable[Memory]) -> None:
         """Bulk load (boot, rewrite): the live records' lanes, bases built once per lane."""
         rows = list(memories)
-        for lane, index in self.indexes.items():
-            index.add_many(
-                IndexedDoc(m.id, terms(text)) for m in rows if (text := getattr(m, lane))
-            )
+        for lane in LANES:
+            docs = [IndexedDoc(m.id, terms(text)) for m in rows if (text := getattr(m, lane))]
+            if docs:
+                self._index(lane).add_many(docs)
 
     def remove(self, memory_id: str) -> None:
         for index in self.indexes.values():
             index.remove(memory_id)
 
     def count(self, lane: str) -> int:
-        return len(self.indexes[lane])
+        index = self.indexes.get(lane)
+        return 0 if index is None else len(index)
+
+    def vector_width(self, lane: str) -> int:
+        index = self.indexes.get(lane)
+        return 0 if index is None else index.vector_width
 
     def set_vector(self, lane: str, memory_id: str, vector: Sequence[float]) -> bool:
-        return self.indexes[lane].set_vector(memory_id, vector)
+        index = self.indexes.get(lane)
+        return index is not None and index.set_vector(memory_id, vector)
 
     def reset_vectors(self) -> None:
         for index in self.indexes.values():
@@ -125,8 +138,8 @@ class LaneIndexes:
         matters is which memories were formed in the most similar situation. With vectors, the
         lane's cosines rescaled like the content arm's, and the two averaged."""
         text = query.text(lane)
-        index = self.indexes[lane]
-        if text is None or len(index) == 0:
+        index = self.indexes.get(lane)
+        if text is None or index is None or len(index) == 0:
             return None
         aligned = self._alignment(lane, main)
         lexical = np.zeros(index.slot_count, np.float64)

@@ -120,7 +120,7 @@ class LaneVectors:
             text = _lane_text(current, lane)
             if current is None or text is None or text != getattr(memory, lane):
                 continue  # edited or retired meanwhile: its change queued it again
-            width = self.lanes.indexes[lane].vector_width
+            width = self.lanes.vector_width(lane)
             if width and width != len(vector):
                 self._reset(memories)  # the model answers with another width: start over
             if self.lanes.set_vector(lane, memory.id, vector):
