@@ -15,11 +15,14 @@ a conscious decision about where it sits. DESIGN.md draws the same picture.
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+import memory_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "memory_worker"
@@ -259,3 +262,20 @@ class TestChecker:
         internal, external = _imports(PACKAGE_DIR / "app" / "catalog.py")
         assert {"app.wire", "core.errors", "app.service"} <= internal
         assert "pydantic" in external
+
+
+def test_importing_the_package_loads_no_layer_until_a_name_is_used() -> None:
+    """`import memory_worker.<module>` runs the package's `__init__` first: it must not pull in
+    the whole service (a coding agent's hook starts a process per prompt)."""
+    probe = (
+        "import sys, memory_worker as m\n"
+        "before = 'memory_worker.app.service' in sys.modules\n"
+        "names = [getattr(m, name) for name in m.__all__]\n"
+        "print(before, 'memory_worker.app.service' in sys.modules, len(names))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert out == ["False", "True", str(len(memory_worker.__all__))]
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        memory_worker.nothing_here  # noqa: B018 - the lookup is the test

@@ -249,6 +249,15 @@ def _top_level_names(tree: ast.Module) -> set[str]:
             names.add(node.target.id)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+    for node in tree.body if lazy else ():  # PEP 562: names typed under TYPE_CHECKING, loaded late
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            names.update(
+                alias.asname or alias.name
+                for child in node.body
+                if isinstance(child, ast.ImportFrom)
+                for alias in child.names
+            )
     return names
 
 

@@ -27,6 +27,10 @@ after `IDLE_TIMEOUT_S` (aiohttp's keep-alive timer runs from the connection's st
 request is read), a body must arrive within `BODY_TIMEOUT_S`, and past `MAX_CONNECTIONS` open
 connections a new one is answered 503 and closed. Running out of file descriptors makes the accept
 loop back off (asyncio retries a second later) with one log line per episode, not one per attempt.
+
+Past 500 lines on purpose: `StandaloneServer` owns one data dir's whole life behind one URL
+(store, token, watchers, settings reload, console feed, MCP, capture loop) and the routes that
+reach it; the gate (`access`) and the connection cap (`connections`) live apart.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from memory_worker.adapters import access
+from memory_worker.adapters.connections import OUT_OF_DESCRIPTORS, CappedSite
 from memory_worker.adapters.console.feed import ConsoleFeed
 from memory_worker.adapters.console.web import ConsoleContext, add_routes
 from memory_worker.adapters.doors import (
@@ -349,105 +354,6 @@ def _version() -> str:
         return ""
 
 
-_BUSY_LINGER_S = 1.0  # how long a refused connection's unread request is drained
-_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_BUSY_BODY = _json(
-    {
-        "error": {
-            "code": "unavailable",
-            "message": f"the server has {MAX_CONNECTIONS} connections open; retry shortly",
-        }
-    }
-).encode()
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-    % (len(_BUSY_BODY), _BUSY_BODY)
-)
-
-
-class _Busy(asyncio.Protocol):
-    """A connection over the cap: answered 503 at once, never parsed. The write side is shut
-    first and whatever the client still sends is read and dropped for a moment, since closing
-    with unread bytes resets the connection and the client would never see the answer."""
-
-    def __init__(self) -> None:
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.write(_BUSY)
-        if transport.can_write_eof():
-            transport.write_eof()
-        asyncio.get_running_loop().call_later(_BUSY_LINGER_S, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        pass  # dropped: nothing of a refused connection is parsed
-
-    def eof_received(self) -> bool:
-        if self._transport is not None:
-            self._transport.close()
-        return False
-
-
-class _Counted(asyncio.Protocol):
-    """aiohttp's request handler for one connection, counted from the moment it is handed out
-    (asyncio creates the protocols of a burst of accepts before any of them is connected, so the
-    server's own connection list lags behind) until the connection is lost."""
-
-    def __init__(self, inner: asyncio.Protocol, site: _CappedSite) -> None:
-        self._inner = inner
-        self._site = site
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._site.open -= 1
-        self._inner.connection_lost(exc)
-
-
-class _CappedSite(web.SockSite):
-    """`SockSite` whose connections are counted: past `max_connections` open ones, a new one
-    gets `_Busy` instead of a request handler."""
-
-    def __init__(self, runner: web.AppRunner, sock: socket.socket, max_connections: int) -> None:
-        super().__init__(runner, sock)
-        self._max_connections = max_connections
-        self.open = 0
-        self.refused = 0
-        self.accepting: Callable[[], None] = lambda: None  # told of every accepted connection
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        server = self._runner.server
-        assert server is not None
-
-        def factory() -> asyncio.BaseProtocol:
-            self.accepting()
-            if self.open >= self._max_connections:
-                self.refused += 1
-                return _Busy()
-            self.open += 1
-            return _Counted(server(), self)
-
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
-
-
 class StandaloneServer:
     """The REST service over one data dir: `start()` / `wait()` / `close()`; `stop()` from a
     signal handler (or a test) ends `wait()`."""
@@ -489,7 +395,7 @@ class StandaloneServer:
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self._watchers: list[DataDirWatcher | SettingsFileWatcher] = []
-        self._site: _CappedSite | None = None
+        self._site: CappedSite | None = None
         self._tokens: dict[Path, str] = {}  # data dir → its token (made at start, or on reopen)
         self._policy: tuple[tuple[object, ...], access.Policy] | None = None
         self._previous_handler: object = None
@@ -593,7 +499,7 @@ class StandaloneServer:
             await self._runner.setup()
             self._previous_handler = loop.get_exception_handler()
             loop.set_exception_handler(self._loop_exception)
-            self._site = _CappedSite(self._runner, self._sock, self.max_connections)
+            self._site = CappedSite(self._runner, self._sock, self.max_connections)
             self._site.accepting = self._accepted
             await self._site.start()
         except BaseException:
@@ -649,7 +555,7 @@ class StandaloneServer:
         """asyncio's accept loop already backs off a second when the process (or the system) is
         out of file descriptors, but reports every attempt with a traceback: one line instead."""
         exc = context.get("exception")
-        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:
             if not self._out_of_descriptors:
                 self._out_of_descriptors = True
                 log.error(

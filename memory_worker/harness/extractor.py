@@ -21,6 +21,10 @@ was shown are recorded durably before the first write; a pass that finds a recor
 (its earlier attempt crashed after deciding) applies THAT decision, against the same memories,
 and skips every write whose memory changed after the decision (the crashed attempt wrote it), so
 a turn is never applied twice.
+
+Past 500 lines on purpose: one extraction pass (cursor, window, redaction, the completion, the
+write rules for add / restate / correct / learned rule, provenance and the journal) is one
+sequence whose ordering is the correctness argument; split, the order would be spread out.
 """
 
 from __future__ import annotations

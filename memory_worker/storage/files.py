@@ -10,6 +10,10 @@ name and `O_EXCL`, and a symbolic link where a file or folder of ours should be 
 `storage` ("a planted link"), so no write, read or delete reaches outside the data dir through one.
 The data dir is locked on the directory itself (a deleted `.lock` fools nobody), and the holder
 re-checks its lock before every write (`DataDirLock.verify`).
+
+Past 500 lines on purpose: every byte the worker writes goes through here (appends, atomic
+replaces, the directory lock, no-follow opens); one module keeps one set of durability and
+no-link rules.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ work, drain the banks, release the lock.
 The service lives on this process's main loop; SDK handlers hop onto it (`Bridge`). On every
 reconnect the SDK replays our registrations by itself; we re-read the configuration, since it may
 have changed while we were away.
+
+Past 500 lines on purpose: `EngineWorker` is the one place the SDK meets the service
+(registration, the bridge, configuration on every reconnect, the seams' handlers); the
+catalog's tables, events and sibling clients live in their own modules.
 """
 
 from __future__ import annotations
