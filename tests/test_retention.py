@@ -118,3 +118,22 @@ def test_property_expiry_is_exactly_the_old_unpinned_ones(
         m.id for m, (age, pinned) in zip(memories, ages, strict=True) if age >= ttl and not pinned
     }
     assert expired(memories, {}, now) == [] and expired(memories, {"fact": 1}, now) == []
+
+
+class TestScheduledByConsolidation:
+    async def test_a_consolidation_pass_runs_the_reaper_first_and_reports_it(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        from memory_worker.adapters.consolidate.clients import InProcessClient
+        from memory_worker.consolidate.config import ConsolidateSettings
+        from memory_worker.consolidate.runner import Consolidator
+
+        ids = await _bank(service)
+        clock.advance_days(31)
+        consolidator = Consolidator(InProcessClient(service), clock=clock)
+        dry = await consolidator.run(ConsolidateSettings(), bank="main", dry_run=True)
+        assert dry.banks[0].expired == 0  # a dry run changes nothing
+        report = await consolidator.run(ConsolidateSettings(), bank="main")
+        assert report.banks[0].expired == 1 and report.banks[0].errors == []
+        gone = (await call(service, "memory::get", id=ids["context"]))["memory"]
+        assert gone["invalid_reason"] == "expired"

@@ -268,3 +268,42 @@ async def test_property_a_scoped_read_never_shows_another_subject(
         assert memory.get("subject") in (None, asker)
     for bank in service.store.names():  # hypothesis reuses the fixture: start each example empty
         await service.store.trash(bank, service.clock())
+
+
+class TestConsolidation:
+    async def test_the_same_words_about_two_people_are_never_merged(
+        self, service: MemoryService
+    ) -> None:
+        from memory_worker.adapters.consolidate.clients import InProcessClient
+        from memory_worker.consolidate.config import ConsolidateSettings
+        from memory_worker.consolidate.runner import Consolidator
+
+        await call(service, "memory::bank::create", PERSON, name="main")  # scoping off: all seen
+        ana = await call(service, "memory::save", PERSON, text="The user likes tea.", subject="ana")
+        bruno = await call(
+            service, "memory::save", PERSON, text="the user likes tea", subject="bruno"
+        )
+        twin = await call(
+            service, "memory::save", PERSON, text="The user likes tea!", subject="ana"
+        )
+        report = await Consolidator(InProcessClient(service)).run(
+            ConsolidateSettings(), bank="main"
+        )
+        assert report.banks[0].merged == 1  # Ana's two restatements, nothing of Bruno's
+        live = {m["id"] for m in (await call(service, "memory::list", PERSON))["memories"]}
+        assert (
+            bruno["memory"]["id"] in live
+            and len(live & {ana["memory"]["id"], twin["memory"]["id"]}) == 1
+        )
+
+    async def test_an_automatic_supersede_across_subjects_is_refused(
+        self, service: MemoryService
+    ) -> None:
+        ana = await call(service, "memory::save", PERSON, text="Likes tea.", subject="ana")
+        bruno = await call(service, "memory::save", PERSON, text="Likes coffee.", subject="bruno")
+        payload = {"id": ana["memory"]["id"], "superseded_by": bruno["memory"]["id"]}
+        with pytest.raises(Conflict, match="different subjects"):
+            await catalog.call(
+                service, "memory::supersede", payload, Caller.internal("consolidate")
+            )
+        await catalog.call(service, "memory::supersede", payload, PERSON)  # a person may

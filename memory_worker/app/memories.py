@@ -316,6 +316,12 @@ class MemoryUseCases(EmbeddingWork):
         winner = bank.latest(req.superseded_by)
         if winner is None:
             raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")
+        if caller.automatic and winner.subject != target.subject:
+            # Consolidation or a correction must never fold one person's memory into another's.
+            raise Conflict(
+                f"memory {target.id} and {winner.id} are about different subjects; "
+                f"{caller.via} never merges them"
+            )
         retired, absorbed = transitions.supersede(
             target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
         )

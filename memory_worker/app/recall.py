@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     PreviewMemory,
@@ -125,7 +125,9 @@ class RecallUseCases(EmbeddingWork):
             threshold=threshold,
         )
         hits = self._rank(bank, query)
-        if bank is not None and not caller.automatic:  # extraction looking is not a use
+        if bank is not None and caller.kind is not CallerKind.INTERNAL:
+            # A person's or an agent's read is a use; the worker's own paths (extraction's and
+            # consolidation's looks, internal calls) are not.
             bank.access.bump((h.memory.id for h in hits), query.now_ms)
         return RecallResponse(
             bank=name,

@@ -1,9 +1,10 @@
 """The `access.jsonl` sidecar: how often and how lately each memory was recalled or injected.
 
 Derived data, like `vectors.jsonl`: recall must never write the log (an fsynced append per read
-would make every turn a disk flush), so each recall appends one unsynced line naming the ids it
-returned, `{"at": <ms>, "ids": [...]}`. A crash may lose the last few lines: eviction then sees a
-memory as slightly less used than it was, which is the price of reads that never wait on a disk.
+would make every turn a disk flush), so each counted recall (a person's or an agent's, or a turn's
+injection) appends one unsynced line naming the ids it returned, `{"at": <ms>, "ids": [...]}`.
+A crash may lose the last few lines: eviction then sees a memory as slightly less used than it
+was, which is the price of reads that never wait on a disk.
 Loading folds the lines into counts, and rewrites the file one line per id when it has grown to
 many times that (so it stays proportional to the bank, not to its traffic).
 """
