@@ -134,6 +134,7 @@ class Tab:
     page: Any
     errors: list[str] = field(default_factory=list)
     requests: list[Any] = field(default_factory=list)
+    refusals: set[int] = field(default_factory=lambda: {409})  # statuses the test provokes
 
 
 @pytest.fixture(name="open_tab")
@@ -171,9 +172,12 @@ def _open_tab(browser: Any, server: Server) -> Iterator[Any]:
 
 
 def _console_error(tab: Tab, message: Any) -> None:
-    """Every console error fails the test, except Chromium's line for a refused save: a stale
-    revision is answered 409 on purpose (the page shows it as a conflict)."""
-    if message.type == "error" and "status of 409" not in message.text:
+    """Every console error fails the test, except Chromium's line for a call the test makes fail
+    on purpose (`Tab.refusals`): a stale revision is answered 409 (the page shows it as a
+    conflict), a bad setting 400 in the one test that sends one."""
+    if message.type == "error" and not any(
+        f"status of {status}" in message.text for status in tab.refusals
+    ):
         tab.errors.append(message.text)
 
 
@@ -232,6 +236,46 @@ def test_rail_counts_follow_changes_made_elsewhere(server: Server, open_tab: Any
     _save(server, bank, "Counts move live", pinned=True)
     _rule(server, bank, "tone", "Be brief.")
     expect(counts).to_have_text("1 memory · 1 pinned · 1 rule")
+
+
+def test_bank_settings_are_shown_and_an_edit_lands_in_bank_yaml(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "family")
+    tab = open_tab(bank)
+    tab.refusals.add(400)  # the bad retention below is refused on purpose
+    page = tab.page
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text('Settings of bank "family"')
+    expect(dialog.get_by_label("max memories (0 = unlimited)")).to_have_value("10000")
+    dialog.get_by_role("checkbox").check()
+    dialog.get_by_label("Retention days per category").fill("context=30")
+    dialog.get_by_role("button", name="Save settings").click()
+    expect(dialog).to_have_count(0)
+    settings = server.call("memory::bank::get", {"name": bank})["bank"]["settings"]
+    assert settings["subject_scoping"] is True and settings["retention"] == {"context": 30}
+    text = (server.data_dir / bank / "bank.yaml").read_text()
+    assert "subject_scoping: true" in text and "max_memories" not in text  # only what changed
+
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Retention days per category").fill("gossip=3")
+    dialog.get_by_role("button", name="Save settings").click()
+    expect(dialog).to_contain_text("invalid_input")  # refused whole: the dialog stays, says why
+    dialog.get_by_role("button", name="Close").click()
+    assert server.call("memory::bank::get", {"name": bank})["bank"]["settings"]["retention"] == {
+        "context": 30
+    }
+
+
+def test_a_memorys_subject_and_category_are_shown(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "people")
+    _save(server, bank, "Ana plays the cello.", subject="ana", category="preference")
+    page = open_tab(bank).page
+    row = _row(page, "Ana plays the cello.")
+    expect(row.locator(".mw-memory-meta")).to_contain_text("about ana")
+    expect(row.locator(".mw-memory-meta")).to_contain_text("preference")
 
 
 # --- rules ---------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
 
-_TIMES = ("created_at", "updated_at", "stated_at", "invalid_at")
+_TIMES = ("created_at", "updated_at", "stated_at", "invalid_at", "last_accessed_at")
 
 
 @pytest.fixture(name="server")

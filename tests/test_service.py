@@ -64,7 +64,17 @@ class TestBanks:
         await call(service, "memory::delete", bank="b1", id=doomed["id"])
         await call(service, "memory::rule::set", bank="b1", name="style", content="Be brief.")
         banks = (await call(service, "memory::bank::list"))["banks"]
-        assert banks == [{"name": "b1", "description": "", "memories": 1, "pinned": 1, "rules": 1}]
+        assert banks == [
+            {
+                "name": "b1",
+                "description": "",
+                "memories": 1,
+                "pinned": 1,
+                "rules": 1,
+                "subjects": 0,
+                "settings": ANY,  # tests/test_bank_settings.py
+            }
+        ]
 
     async def test_delete_moves_to_trash_and_a_recreated_bank_starts_empty(
         self, service: MemoryService, store: Store, emitter: RecordingEmitter, clock: FixedClock

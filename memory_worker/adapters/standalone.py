@@ -243,7 +243,9 @@ def _caller(request: web.Request) -> Caller:
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         caller = _caller(request)
-        payload = await _payload(request)
+        payload = catalog.with_confirm(
+            spec, await _payload(request), request.headers.get(catalog.CONFIRM_HEADER)
+        )
         result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, caller)
         return web.json_response(result, dumps=_dumps)
 
@@ -471,6 +473,7 @@ class StandaloneServer:
             if self.completer is None:
                 self._own_completer = OpenAIChatCompleter(lambda: service.settings)
             await self._start_capture(service)
+            await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,

@@ -11,17 +11,22 @@ from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
+    BankConfigureRequest,
+    BankConfigureResponse,
     BankCreateRequest,
     BankCreateResponse,
     BankDeleteRequest,
     BankDeleteResponse,
+    BankGetRequest,
+    BankGetResponse,
     BankListRequest,
     BankListResponse,
     ReloadRequest,
     ReloadResponse,
 )
+from memory_worker.core.bank_settings import SETTING_NAMES, BankOverrides, parse_overrides
 from memory_worker.core.compaction import DAY_MS, compaction_plan
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
 from memory_worker.storage.bank import Rewrite
@@ -37,16 +42,64 @@ class BankUseCases(EmbeddingWork):
     async def bank_create(
         self, req: BankCreateRequest, caller: Caller = SYSTEM
     ) -> BankCreateResponse:
+        """Idempotent: creating a bank that exists changes nothing. Settings given for one that
+        exists must be what it already has (`conflict` otherwise: `memory::bank::configure`
+        changes settings, never a create that happens to run second)."""
         name = check_name(req.name, "bank")
         if self.store.find(name) is None:
             self._new_name(name, "bank")
         description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
+        chosen = {f: getattr(req, f) for f in SETTING_NAMES if getattr(req, f) is not None}
+        overrides = parse_overrides(chosen, source="memory::bank::create")
         bank, created = await self.store.ensure(
-            name, description or "", limit=self.settings.max_banks
+            name, description or "", limit=self.settings.max_banks, overrides=overrides
         )
+        if not created:
+            mine = bank.overrides
+            differing = [f for f in overrides.chosen() if getattr(mine, f) != getattr(overrides, f)]
+            if differing:
+                raise Conflict(
+                    f"bank {name} exists with other {', '.join(differing)}; change its settings "
+                    "with memory::bank::configure"
+                )
         if created:
             self._emit_bank(BankEvent.CREATED, name)
         return BankCreateResponse(bank=self._info(bank), created=created, redacted=list(labels))
+
+    async def bank_get(self, req: BankGetRequest, caller: Caller = SYSTEM) -> BankGetResponse:
+        return BankGetResponse(bank=self._info(self.store.get(check_name(req.name, "bank"))))
+
+    async def bank_configure(
+        self, req: BankConfigureRequest, caller: Caller = SYSTEM
+    ) -> BankConfigureResponse:
+        """Change a bank's settings: a field given sets it, a field given as null returns it to
+        the configured default, a field omitted stays. Checked whole before `bank.yaml` is
+        replaced (atomically); announced as a `configured` bank event when anything changed."""
+        given = req.model_fields_set
+        changes = {f: getattr(req, f) for f in SETTING_NAMES if f in given}
+        if not changes and "description" not in given:
+            raise InvalidInput(
+                f"configure needs at least one of description, {', '.join(SETTING_NAMES)}"
+            )
+        name = check_name(req.name, "bank")
+        description = req.description
+        labels: tuple[str, ...] = ()
+        if "description" in given:
+            description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
+        bank = self.store.get(name)
+        overrides: BankOverrides = bank.overrides.merged(changes)
+        old_description = bank.description
+        new_description = old_description if description is None else description
+        before = self.bank_settings(bank)
+        if overrides != bank.overrides or new_description != old_description:
+            await bank.configure(new_description, overrides)
+        after = self.bank_settings(bank)
+        changed = [f for f in SETTING_NAMES if getattr(before, f) != getattr(after, f)]
+        if new_description != old_description:
+            changed.insert(0, "description")
+        if changed:
+            self._emit_bank(BankEvent.CONFIGURED, name)
+        return BankConfigureResponse(bank=self._info(bank), changed=changed, redacted=list(labels))
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
@@ -88,11 +141,13 @@ class BankUseCases(EmbeddingWork):
         """Pick up a hand edit of one bank's folder (the data-dir watcher calls this): reload it,
         re-embed it in the background, and announce what subscribers can act on: `created` for a
         folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
-        or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
-        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken" | "deferred"
-        (out of file descriptors: RAM kept as it was, retried later)."""
+        or not it went through `.trash`), `rules-changed` when its rules differ, `configured` when
+        its `bank.yaml` (description, settings) does. Returns the store's outcome: "reloaded" |
+        "added" | "removed" | "unchanged" | "broken" | "deferred" (out of file descriptors: RAM
+        kept as it was, retried later)."""
         before = self.store.find(name)
         old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
+        old_file = (before.description, before.overrides) if before is not None else None
         outcome = await self.store.reload_bank(name)
         if outcome in ("unchanged", "deferred"):
             return outcome
@@ -111,6 +166,9 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.TRASHED, name)
         elif outcome == "reloaded" and rules != old_rules:
             self._emit_bank(BankEvent.RULES_CHANGED, name)
+        edited = bank is not None and (bank.description, bank.overrides) != old_file
+        if outcome == "reloaded" and old_file is not None and edited:  # bank.yaml by hand
+            self._emit_bank(BankEvent.CONFIGURED, name)
         log.info(
             "bank_reloaded",
             bank=name,

@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.ports import (
     BANK_CHANGED,
     ITEM_CHANGED,
@@ -24,6 +24,7 @@ from memory_worker.app.ports import (
     system_clock,
 )
 from memory_worker.core import transitions
+from memory_worker.core.bank_settings import BankSettings, effective
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, MemoryNotFound
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
@@ -35,6 +36,7 @@ from memory_worker.storage.store import Store
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
+    "MAX_SUBJECT_CHARS",
     "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
     "clean_line",
@@ -47,6 +49,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MAX_DESCRIPTION_CHARS = 500
+MAX_SUBJECT_CHARS = 128  # a handle or an id, not a description of the person
 
 
 def event_id() -> str:
@@ -195,6 +198,23 @@ class ServiceBase:
         payload = {"event_type": str(event), "bank": name, "event_id": event_id()}
         self.emitter.emit(BANK_CHANGED, payload)
 
+    def bank_settings(self, bank: Bank) -> BankSettings:
+        """What `bank` runs with: its `bank.yaml` choices over the configured defaults."""
+        return effective(self.settings.bank_defaults(), bank.overrides)
+
+    def scope_of(
+        self, bank: Bank | None, subject: str | None, caller: Caller
+    ) -> tuple[bool, str | None]:
+        """`(scoped, subject)` of a read of `bank` for `subject`: scoped when the bank partitions
+        by subject, unless a person asks with no subject (their own view of the whole bank).
+        An agent or internal path that names no subject sees general memories only."""
+        subject = clean_short(subject, "subject", MAX_SUBJECT_CHARS)
+        if bank is None or not self.bank_settings(bank).subject_scoping:
+            return False, subject
+        if subject is None and caller.kind is CallerKind.HUMAN:
+            return False, None
+        return True, subject
+
     def _info(self, bank: Bank) -> BankInfo:
         return BankInfo(
             name=bank.name,
@@ -202,6 +222,8 @@ class ServiceBase:
             memories=bank.live_count(),
             pinned=bank.pinned_count(),
             rules=len(bank.rules()),
+            subjects=len({m.subject for m in bank.memories.values() if m.live and m.subject}),
+            settings=self.bank_settings(bank),
         )
 
     def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:

@@ -26,6 +26,7 @@ from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
     "CATALOG",
+    "CONFIRM_HEADER",
     "SEAMS",
     "FunctionSpec",
     "Hints",
@@ -37,6 +38,7 @@ __all__ = [
     "render_permissions",
     "request_of",
     "respond",
+    "with_confirm",
 ]
 
 Method = Callable[[MemoryService, Any, Caller], Awaitable[wire.Response]]
@@ -120,6 +122,30 @@ CATALOG: tuple[FunctionSpec, ...] = (
         MemoryService.bank_list,
         Policy.APPROVAL,
         READ,
+    ),
+    _spec(
+        "memory::bank::get",
+        "Show one memory bank: its counts and its effective settings (subject scoping, capacity, "
+        "retention, recall blend and threshold, access, scope).",
+        wire.BankGetRequest,
+        wire.BankGetResponse,
+        MemoryService.bank_get,
+        Policy.APPROVAL,
+        READ,
+    ),
+    _spec(
+        "memory::bank::configure",
+        "Change a bank's settings, kept in its bank.yaml: subject_scoping, max_memories, "
+        "max_per_subject, retention (per-category TTL days), association_weights, "
+        "relevance_threshold, conscious_access, scope, description. A field given sets it, one "
+        "given as null returns it to the configured default, one omitted stays. Lower caps evict "
+        "at the next save and a retention entry expires old memories of its category (pinned "
+        "ones never), each recorded with an event.",
+        wire.BankConfigureRequest,
+        wire.BankConfigureResponse,
+        MemoryService.bank_configure,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,
     ),
     _spec(
         "memory::bank::delete",
@@ -210,6 +236,31 @@ CATALOG: tuple[FunctionSpec, ...] = (
         MemoryService.supersede,
         Policy.HUMANS,
         DESTRUCTIVE,
+    ),
+    _spec(
+        "memory::forget-subject",
+        "Erase ALL memories about one subject (the right to be forgotten): every revision in the "
+        "log, their vectors and the bank's trashed copies, all or nothing. Destructive and "
+        'irreversible: requires confirm: "destructive" (REST: the X-Confirm: destructive '
+        "header); refused while one of them is pinned. General memories are untouched; one "
+        "`erased` event per id, without text.",
+        wire.ForgetSubjectRequest,
+        wire.ForgetSubjectResponse,
+        MemoryService.forget_subject,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,
+    ),
+    _spec(
+        "memory::stats",
+        "Memory store statistics and maintenance: live counts by category and subject, the "
+        "bank's capacity and retention, and it runs the retention reaper — memories older than "
+        "their category's TTL are retired (tombstones, reason `expired`, never a pinned one) and "
+        "listed in expired. The consolidation sibling calls it on its schedule.",
+        wire.StatsRequest,
+        wire.StatsResponse,
+        MemoryService.stats,
+        Policy.APPROVAL,
+        DESTRUCTIVE,  # the reaper retires expired memories (recoverable tombstones)
     ),
     _spec(
         "memory::tags",
@@ -460,6 +511,18 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
+CONFIRM_HEADER = "X-Confirm"
+
+
+def with_confirm(spec: FunctionSpec, payload: object, header: str | None) -> object:
+    """A REST request's `X-Confirm` header as the request's `confirm` (the seed's way of saying
+    "yes, destroy"); the header wins over a body field. Other functions ignore it."""
+    if header is None or "confirm" not in spec.request.model_fields:
+        return payload
+    body = dict(payload) if isinstance(payload, Mapping) else {}
+    return {**body, "confirm": header}
+
+
 def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
     """`payload` validated as `spec`'s request (an already built request passes as it is)."""
     if isinstance(payload, spec.request):
@@ -500,10 +563,10 @@ _POLICY_NOTES: dict[Policy, str] = {
         "function: an agent allowed it would bypass this whole list)."
     ),
     Policy.HUMANS: (
-        "Human-owned surfaces (console, REST, CLI): creating or trashing banks, rewriting the "
-        "always-injected rules, retiring one memory for another (the consolidation seam), bulk "
-        "imports, compacting a log and reloading from disk are a person's decisions, not an "
-        "agent's."
+        "Human-owned surfaces (console, REST, CLI): creating, configuring or trashing banks, "
+        "forgetting a subject, rewriting the always-injected rules, retiring one memory for "
+        "another (the consolidation seam), bulk imports, compacting a log and reloading from disk "
+        "are a person's decisions, not an agent's."
     ),
     Policy.AGENTS: (
         "The agent set of the seed: recall and the memory CRUD. Every write is fingerprinted, "

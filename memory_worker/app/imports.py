@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.core import transitions
 from memory_worker.core.errors import InvalidInput
@@ -44,6 +45,7 @@ class ImportRecord(BaseModel):
     revision: int = Field(default=0, ge=0, le=MAX_INT)
     # A lesson's card (checked as `memory::save` checks it).
     category: str | None = None
+    subject: str | None = None
     title: str | None = None
     recommendation: str | None = None
     anchors: dict[str, Any] | None = None
@@ -85,7 +87,8 @@ class ImportUseCases(EmbeddingWork):
                     item.category, item.title, item.recommendation, item.anchors, item.evidence
                 )
                 source, source_labels = _clean_source(item.source)
-                item = item.model_copy(update={"source": source})
+                subject = clean_short(item.subject, "subject", MAX_SUBJECT_CHARS)
+                item = item.model_copy(update={"source": source, "subject": subject})
                 for field in ("id", "superseded_by"):
                     _check_identifier(getattr(item, field), field)
             except ValidationError as exc:
@@ -135,6 +138,7 @@ class ImportUseCases(EmbeddingWork):
                     recommendation=card.recommendation,
                     anchors=card.anchors,
                     evidence=card.evidence,
+                    subject=item.subject,
                 )
             )
         return records

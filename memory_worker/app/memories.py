@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import structlog
 
-from memory_worker.app.base import clean_line, clean_short, redaction_reason
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_line, clean_short, redaction_reason
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -33,8 +33,11 @@ from memory_worker.app.wire import (
     UpdateRequest,
 )
 from memory_worker.core import lessons, transitions
+from memory_worker.core.capacity import EVICTED, Cap, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
+from memory_worker.search.ranking import kind_of
+from memory_worker.storage.bank import Bank
 
 __all__ = ["MemoryUseCases"]
 
@@ -58,6 +61,7 @@ class MemoryUseCases(EmbeddingWork):
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        subject, subject_labels = clean_line(req.subject, "subject", MAX_SUBJECT_CHARS)
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -65,12 +69,19 @@ class MemoryUseCases(EmbeddingWork):
             req.anchors.model_dump() if req.anchors is not None else None,
             req.evidence,
         )
-        labels = (*text_labels, *entity_labels, *tag_labels, *card_labels, *session_labels)
+        labels = (
+            *text_labels,
+            *entity_labels,
+            *tag_labels,
+            *card_labels,
+            *session_labels,
+            *subject_labels,
+        )
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
             # Decide and commit with no await in between: concurrent saves see each other's records.
-            existing = bank.match_text(text)
+            existing = bank.match_text(text, subject)
             if caller.automatic and existing is not None and (existing.pinned or not existing.live):
                 state = "pinned" if existing.pinned else "retired"
                 raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
@@ -87,20 +98,68 @@ class MemoryUseCases(EmbeddingWork):
                 recommendation=card.recommendation,
                 anchors=card.anchors,
                 evidence=card.evidence,
+                subject=subject,
                 now_ms=self.clock(),
             )
             record, event, created = transitions.save(existing, fresh)
-            await bank.commit([record])
+            evicted = self._evictions(bank, record, caller) if created else []
+            await bank.commit([record, *evicted])
         self._embed_soon(bank)
         self._emit_item(event, name, record, redaction_reason(labels))
+        for gone in evicted:
+            self._emit_item(ItemEvent.DELETED, name, gone, EVICTED)
         return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
+
+    def _evictions(self, bank: Bank, record: Memory, caller: Caller) -> list[Memory]:
+        """Tombstones (reason `evicted`) for what `record` displaces at the bank's caps: its
+        subject's own rows past max_per_subject (subject scoping on), then its scope's rows past
+        max_memories (the subject's, else the general pool; the whole bank with scoping off).
+        Counted from the index first, so a bank under its caps pays no scan."""
+        settings = self.bank_settings(bank)
+        scoped = settings.subject_scoping
+        subject = record.subject if scoped else None
+        per_subject = scoped and subject is not None and settings.max_per_subject > 0
+        over_subject = (
+            per_subject and bank.index.subject_count(subject) + 1 > settings.max_per_subject
+        )
+        over_total = 0 < settings.max_memories < bank.live_count() + 1
+        if not over_subject and not over_total:
+            return []
+        live = [m for m in bank.memories.values() if m.live and m.id != record.id]
+        mine = [m for m in live if m.subject == subject] if scoped else live
+        caps = []
+        if over_subject:
+            caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
+        if over_total:
+            # Room in a full bank comes from the new memory's own scope, never another person's:
+            # its scope may hold what the others leave of the cap.
+            others = len(live) - len(mine)
+            caps.append(
+                Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
+            )
+        now_ms = self.clock()
+        out = []
+        for victim in victims(caps, lambda i: _seen_at(bank, i)):
+            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
+            if current.pinned:
+                continue
+            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
+            if gone is not None:
+                out.append(gone)
+        if out:
+            log.info("memories_evicted", bank=bank.name, n=len(out), by=caller.describe())
+        return out
 
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
         if bank is None:
             raise MemoryNotFound(f"{req.id} in bank {name}")
-        return GetResponse(memory=self._record(bank, req.id))
+        record = self._record(bank, req.id)
+        scoped, subject = self.scope_of(bank, req.subject, caller)
+        if scoped and record.subject is not None and record.subject != subject:
+            raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
+        return GetResponse(memory=with_access(bank, record))
 
     async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
         name = self._name(req.bank)
@@ -118,25 +177,28 @@ class MemoryUseCases(EmbeddingWork):
         offset = req.offset or 0
         tag = transitions.prepare_label(req.tag) if req.tag else None
         category = lessons.prepare_category(req.category)
+        scoped, subject = self.scope_of(bank, req.subject, caller)
         rows = [
             m
             for m in bank.memories.values()
             if (req.include_superseded or m.live)
             and (tag is None or tag in m.tags)
-            and (category is None or m.category == category)
+            and (category is None or kind_of(m) == category)
+            and (not scoped or m.subject is None or m.subject == subject)
         ]
         rows.sort(key=lambda m: (-m.updated_at, m.id))
-        return ListResponse(memories=rows[offset : offset + limit], total=len(rows))
+        page = [with_access(bank, m) for m in rows[offset : offset + limit]]
+        return ListResponse(memories=page, total=len(rows))
 
     async def update(self, req: UpdateRequest, caller: Caller = SYSTEM) -> MemoryResponse:
         card_given = any(
             v is not None for v in (req.title, req.recommendation, req.anchors, req.evidence)
         )
-        plain = (req.text, req.entities, req.tags, req.pinned)
+        plain = (req.text, req.entities, req.tags, req.pinned, req.subject, req.category)
         if all(v is None for v in plain) and not card_given:
             raise InvalidInput(
-                "update needs at least one of text, entities, tags, pinned, title, "
-                "recommendation, anchors, evidence"
+                "update needs at least one of text, entities, tags, pinned, subject, category, "
+                "title, recommendation, anchors, evidence"
             )
         name = self._name(req.bank)
         text, labels = (None, ()) if req.text is None else transitions.prepare_text(req.text)
@@ -149,15 +211,27 @@ class MemoryUseCases(EmbeddingWork):
             labels = (*labels, *tag_labels)
         title, recommendation, anchors, evidence, card_labels = _card_update(req)
         labels = (*labels, *card_labels)
+        # "" makes the memory general again: a subject is cleared, never left half-set.
+        subject = (
+            None
+            if req.subject is None
+            else clean_short(req.subject, "subject", MAX_SUBJECT_CHARS) or ""
+        )
+        category = None if req.category is None else lessons.prepare_category(req.category)
+        if category == lessons.LESSON:
+            raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
         bank, existing = self._existing(name, req.id)
         transitions.check_revision(existing, req.expected_revision)
+        if category is not None and existing.category == lessons.LESSON:
+            raise InvalidInput(f"memory {existing.id} is a lesson: its category stays lesson")
         if card_given and existing.category != lessons.LESSON:
             raise InvalidInput(
                 f"memory {existing.id} is not a lesson: title, recommendation, anchors and "
                 "evidence are lesson fields"
             )
-        if text is not None and existing.live:
-            twin = bank.match_text(text)
+        new_subject = existing.subject if subject is None else (subject or None)
+        if (text is not None or subject is not None) and existing.live:
+            twin = bank.match_text(text if text is not None else existing.text, new_subject)
             if twin is not None and twin.id != existing.id and twin.live:
                 raise Conflict(
                     f"the new text duplicates memory {twin.id}; supersede one with the other"
@@ -173,6 +247,8 @@ class MemoryUseCases(EmbeddingWork):
             recommendation=recommendation,
             anchors=anchors,
             evidence=evidence,
+            subject=subject,
+            category=category,
         )
         if record is None:
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
@@ -226,6 +302,12 @@ class MemoryUseCases(EmbeddingWork):
         winner = bank.latest(req.superseded_by)
         if winner is None:
             raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")
+        if caller.automatic and winner.subject != target.subject:
+            # Consolidation or a correction must never fold one person's memory into another's.
+            raise Conflict(
+                f"memory {target.id} and {winner.id} are about different subjects; "
+                f"{caller.via} never merges them"
+            )
         retired, absorbed = transitions.supersede(
             target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
         )
@@ -239,9 +321,10 @@ class MemoryUseCases(EmbeddingWork):
         name = self._name(req.bank)
         bank = self._readable(name)
         counts: Counter[str] = Counter()
+        scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is not None:
             for memory in bank.memories.values():
-                if memory.live:
+                if memory.live and not (scoped and memory.subject not in (None, subject)):
                     counts.update(memory.tags)
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
@@ -278,3 +361,16 @@ def _card_update(
         evidence, found = lessons.prepare_evidence(req.evidence)
         labels += found
     return title, recommendation, anchors, evidence, labels
+
+
+def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:
+    seen = bank.access.get(memory_id)
+    return None if seen is None else (seen.count, seen.last_ms)
+
+
+def with_access(bank: Bank, memory: Memory) -> Memory:
+    """`memory` with its access counts from the sidecar (they are never in the log)."""
+    seen = bank.access.get(memory.id)
+    if seen is None:
+        return memory
+    return memory.model_copy(update={"access_count": seen.count, "last_accessed_at": seen.last_ms})

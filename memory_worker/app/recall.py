@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     PreviewMemory,
@@ -18,9 +18,15 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
-from memory_worker.core.lessons import is_lesson
-from memory_worker.core.models import Hit
-from memory_worker.search.ranking import DUPLICATE_COSINE, RecallMode, RecallQuery, rank
+from memory_worker.core.lessons import is_lesson, prepare_category
+from memory_worker.core.models import Hit, Memory
+from memory_worker.search.ranking import (
+    DUPLICATE_COSINE,
+    RecallMode,
+    RecallQuery,
+    rank,
+    top_memories,
+)
 from memory_worker.storage.bank import Bank
 
 __all__ = ["Injection", "RecallUseCases"]
@@ -79,6 +85,8 @@ class RecallUseCases(EmbeddingWork):
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
         vector = None
+        scoped, subject = self.scope_of(bank, req.subject, caller)
+        category = prepare_category(req.category)
         if req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
         query = RecallQuery(
@@ -90,10 +98,17 @@ class RecallUseCases(EmbeddingWork):
             tag=transitions.prepare_label(req.tag) if req.tag else None,
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
+            scoped=scoped,
+            subject=subject,
+            category=category,
             vector=vector,
             duplicate_cosine=self._duplicate_cosine(vector),
         )
         hits = self._rank(bank, query)
+        if bank is not None and caller.kind is not CallerKind.INTERNAL:
+            # A person's or an agent's read is a use; the worker's own paths (extraction's and
+            # consolidation's looks, internal calls) are not.
+            bank.access.bump((h.memory.id for h in hits), query.now_ms)
         return RecallResponse(
             bank=name,
             memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
@@ -101,11 +116,21 @@ class RecallUseCases(EmbeddingWork):
         )
 
     async def injection(
-        self, name: str, query: str, *, carried: frozenset[str] = frozenset(), recall: bool = True
+        self,
+        name: str,
+        query: str,
+        *,
+        carried: frozenset[str] = frozenset(),
+        recall: bool = True,
+        subject: str | None = None,
+        count_access: bool = False,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
-        holds (not handed twice); `recall=False` for a step that only needs the section.
+        holds (not handed twice); `recall=False` for a step that only needs the section;
+        `subject`: who is speaking (with the bank's subject_scoping on, general memories and theirs
+        only, the ambient floor included; None: general memories only); `count_access`: a real
+        turn (not a preview) counts as an access of what it was handed.
 
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
@@ -122,6 +147,7 @@ class RecallUseCases(EmbeddingWork):
         section = render_section(name, rules, settings.max_rule_chars)
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
+        scoped, subject = self.scope_of(bank, subject, SYSTEM)
         vector = await self._query_vector(query, bank)
         now_ms = self.clock()
         # Lessons reach a turn through the tool calls they are anchored to, once per
@@ -134,6 +160,8 @@ class RecallUseCases(EmbeddingWork):
                 limit=settings.recall_limit + lessons,
                 now_ms=now_ms,
                 half_life_days=settings.decay_half_life_days,
+                scoped=scoped,
+                subject=subject,
                 vector=vector,
                 duplicate_cosine=self._duplicate_cosine(vector),
             ),
@@ -141,9 +169,11 @@ class RecallUseCases(EmbeddingWork):
         hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]
         floor = min(AMBIENT_FLOOR, settings.recall_limit)
         if len(hits) < floor:
-            standing = [m for m in bank.standing(floor + lessons) if not is_lesson(m)]
+            standing = self._standing(bank, floor + lessons, scoped, subject)
             hits = apply_floor(hits, standing, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
+        if count_access:
+            bank.access.bump((hit.memory.id for hit in block.included), now_ms)
         return Injection(
             name,
             section.text,
@@ -154,8 +184,17 @@ class RecallUseCases(EmbeddingWork):
             _retrieval(RecallMode.HYBRID, vector is not None),
         )
 
+    def _standing(self, bank: Bank, limit: int, scoped: bool, subject: str | None) -> list[Memory]:
+        """The ambient floor's memories: the bank's cached standing set, or, scoped, the same
+        order over general memories and the subject's own (sorted per call: a speaker's floor
+        must never be filled from another person's memories)."""
+        if not scoped:
+            return [m for m in bank.standing(limit) if not is_lesson(m)]
+        mine = (m for m in bank.memories.values() if m.subject is None or m.subject == subject)
+        return [m for m in top_memories(mine, limit) if not is_lesson(m)]
+
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
-        plan = await self.injection(self._name(req.bank), req.query)
+        plan = await self.injection(self._name(req.bank), req.query, subject=req.subject)
         return PreviewResponse(
             bank=plan.bank,
             system_prompt_section=plan.section,

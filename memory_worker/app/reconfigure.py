@@ -71,6 +71,7 @@ class Reconfigurer:
                 await service.close()  # background embedding of the old banks
                 await old.close()
                 service.backfill_embeddings()
+                await service.reap_all()
                 log.info("store_reopened", old=str(old.root), new=str(target))
                 applied = Applied.REOPENED
             if _embedding(previous) != _embedding(settings):

@@ -113,6 +113,11 @@ class TurnCompleted(BaseModel):
         description="The agent that ran the turn, when the harness names it: recorded in the "
         "provenance of what extraction writes.",
     )
+    metadata: Any = Field(
+        default=None,
+        description="The turn's metadata; `memory_subject` names who was speaking (else the "
+        "session's metadata does): what extraction writes from the turn is about them.",
+    )
 
 
 class ExtractJob(BaseModel):
@@ -146,6 +151,12 @@ class ExtractJob(BaseModel):
         default=None,
         description="The agent that ran the turn (`harness::turn-completed` `agent`), recorded "
         "in the provenance of what the pass writes; absent: the model that answered.",
+    )
+    subject: str | None = Field(
+        default=None,
+        description="Who was speaking in the turn (turn metadata `memory_subject`, else the "
+        "session's): the memories the pass writes are about them, and only general memories and "
+        "theirs are shown to the model. Absent: general memories.",
     )
 
 
@@ -214,6 +225,9 @@ class HttpEnvelope(BaseModel):
     model_config = _READS
     path: str | None = None
     body: Any = None
+    headers: dict[str, Any] | None = Field(
+        default=None, description="Request headers (`X-Confirm` for a destructive call)."
+    )
     trigger: dict[str, Any] | None = None
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from memory_worker.app.banks import BankUseCases
 from memory_worker.app.doctor import DoctorUseCases
+from memory_worker.app.forget import ForgetUseCases
 from memory_worker.app.imports import ImportReport, ImportUseCases
 from memory_worker.app.lessons import LessonUseCases
 from memory_worker.app.memories import MemoryUseCases
 from memory_worker.app.recall import Injection, RecallUseCases
+from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.rules import RuleUseCases
 from memory_worker.app.transfer import TransferUseCases
 
@@ -31,5 +33,7 @@ class MemoryService(
     DoctorUseCases,
     ImportUseCases,
     LessonUseCases,
+    ForgetUseCases,
+    RetentionUseCases,
 ):
     """Every use case of the worker over one store (see the modules it is made of)."""

@@ -11,19 +11,25 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
+from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
     "AnchorsInput",
+    "BankConfigureRequest",
+    "BankConfigureResponse",
     "BankCreateRequest",
     "BankCreateResponse",
     "BankDeleteRequest",
     "BankDeleteResponse",
+    "BankGetRequest",
+    "BankGetResponse",
     "BankListRequest",
     "BankListResponse",
+    "BankSettingsFields",
     "CompactRequest",
     "CompactResponse",
     "DeleteRequest",
@@ -32,6 +38,8 @@ __all__ = [
     "DoctorResponse",
     "ExportRequest",
     "ExportResponse",
+    "ForgetSubjectRequest",
+    "ForgetSubjectResponse",
     "GetRequest",
     "GetResponse",
     "HistoryRequest",
@@ -61,6 +69,8 @@ __all__ = [
     "SaveRequest",
     "SaveResponse",
     "ScoredMemory",
+    "StatsRequest",
+    "StatsResponse",
     "SupersedeRequest",
     "SupersedeResponse",
     "TagCount",
@@ -107,6 +117,18 @@ BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
 Group = Annotated[list[Text], BeforeValidator(_words_to_list)]
 
 _BANK = "Bank; omitted: the calling session's bank, else the configured default."
+_FOR_SUBJECT = (
+    "Who the call is for (the person speaking, a stable id such as a handle). With the bank's "
+    "subject_scoping on, only general memories and this subject's own are seen; omitted: general "
+    "memories only (a person's own call — CLI, REST, console — sees every subject). With "
+    "subject_scoping off it is ignored."
+)
+
+
+def _for_subject() -> Any:
+    return Field(default=None, description=_FOR_SUBJECT)
+
+
 _EXPECTED = (
     "Optimistic concurrency: the revision the caller last read. When the memory has moved on "
     "since, the call fails with `conflict: stale revision …` and changes nothing; omitted: no "
@@ -132,7 +154,47 @@ class Response(BaseModel):
 # --- banks -----------------------------------------------------------------------------------
 
 
-class BankCreateRequest(Request):
+class BankSettingsFields(Request):
+    """The per-bank settings a request may choose; omitted: the configured default."""
+
+    subject_scoping: bool | None = Field(
+        default=None,
+        description="Partition memories by who they are about: recall, injection, list, tags and "
+        "preview for a subject surface general memories plus that subject's own.",
+    )
+    max_memories: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Live memories kept (0 = unlimited); at the cap a new memory evicts the "
+        "least-accessed, oldest non-pinned one (recorded, an event).",
+    )
+    max_per_subject: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Per-subject cap with subject_scoping on (0 = unlimited).",
+    )
+    retention: dict[str, StrictInt] | None = Field(
+        default=None,
+        description="Per-category TTL in days, e.g. `{context: 30}`; categories without an entry "
+        "never expire. Replaces the whole mapping.",
+    )
+    association_weights: AssociationWeights | None = Field(
+        default=None, description="Recall's content / context / intention blend weights."
+    )
+    relevance_threshold: float | None = Field(
+        default=None, ge=0, le=1, description="Minimum blended similarity for recall (0 to 1)."
+    )
+    conscious_access: ConsciousAccess | None = Field(
+        default=None, description="Memory tools agents get: none, read, read_write."
+    )
+    scope: Scope | None = Field(
+        default=None, description="Declared sharing intent: private or shared."
+    )
+
+
+class BankCreateRequest(BankSettingsFields):
     name: Text = Field(
         description="Bank name, `[a-z0-9][a-z0-9_-]{0,63}` (it becomes a folder name)."
     )
@@ -156,6 +218,32 @@ class BankListRequest(Request):
 
 class BankListResponse(Response):
     banks: list[BankInfo]
+
+
+class BankGetRequest(Request):
+    name: Text = Field(description="The bank to show.")
+
+
+class BankGetResponse(Response):
+    bank: BankInfo
+
+
+class BankConfigureRequest(BankSettingsFields):
+    name: Text = Field(description="The bank to configure (it must exist).")
+    description: Text | None = Field(
+        default=None, description="A new human description; omitted: unchanged."
+    )
+
+
+class BankConfigureResponse(Response):
+    bank: BankInfo = Field(description="The bank with its settings after the change.")
+    changed: list[str] = Field(
+        description="The settings whose effective value changed (empty: the call changed nothing)."
+    )
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the description before it was stored.",
+    )
 
 
 class BankDeleteRequest(Request):
@@ -217,6 +305,11 @@ class SaveRequest(Request):
     session_id: Text | None = Field(
         default=None, description="Provenance session, when saved on behalf of a conversation."
     )
+    subject: Text | None = Field(
+        default=None,
+        description="Who the memory is about (a stable id such as a person's handle); omitted: a "
+        "general memory. The same text about another subject is another memory.",
+    )
     category: Text | None = Field(
         default=None,
         description="fact, preference, procedure, context, correction or lesson. A `lesson` needs "
@@ -259,6 +352,7 @@ class SaveResponse(Response):
 class GetRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
     id: Text
+    subject: Text | None = _for_subject()
 
 
 class GetResponse(Response):
@@ -276,8 +370,11 @@ class ListRequest(Request):
     offset: int | None = Field(default=None, ge=0, le=MAX_INT)
     tag: Text | None = Field(default=None, description="Only memories carrying this tag.")
     category: Text | None = Field(
-        default=None, description="Only memories of this category (`lesson` lists the lessons)."
+        default=None,
+        description="Only memories of this category (`lesson` lists the lessons; `fact` includes "
+        "memories saved without one).",
     )
+    subject: Text | None = _for_subject()
 
 
 class ListResponse(Response):
@@ -294,6 +391,16 @@ class UpdateRequest(Request):
         default=None, description="Replace the tag set (empty list clears)."
     )
     pinned: bool | None = None
+    subject: Text | None = Field(
+        default=None,
+        description="Who the memory is about from now on; an empty string makes it general; "
+        "omitted: unchanged.",
+    )
+    category: Text | None = Field(
+        default=None,
+        description="A new category (fact, preference, procedure, context, correction); omitted: "
+        "unchanged. A lesson stays a lesson.",
+    )
     expected_revision: int | None = _expected_revision()
     title: Text | None = Field(default=None, description="A lesson's new title.")
     recommendation: Text | None = Field(default=None, description="A lesson's new recommendation.")
@@ -376,8 +483,59 @@ class HistoryResponse(Response):
     )
 
 
+class ForgetSubjectRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+    subject: Text = Field(description="Who to forget: every memory about this subject is erased.")
+    confirm: Text | None = Field(
+        default=None,
+        description='Must be "destructive": the erasure cannot be undone (REST: the `X-Confirm: '
+        "destructive` header).",
+    )
+
+
+class ForgetSubjectResponse(Response):
+    bank: str
+    subject: str
+    erased: list[str] = Field(
+        description="Ids of the memories erased: every revision, vector and trashed copy is gone."
+    )
+    trash_copies: int = Field(
+        ge=0, le=MAX_INT, description="Trashed copies of the bank that held memories about them."
+    )
+    damaged_dropped: int = Field(
+        ge=0,
+        le=MAX_INT,
+        description="Unreadable log lines dropped with them (what cannot be read cannot be shown "
+        "not to be theirs).",
+    )
+
+
+class StatsRequest(Request):
+    bank: BankName = Field(default=None, description=_BANK)
+
+
+class StatsResponse(Response):
+    bank: str
+    memories: int = Field(ge=0, le=MAX_INT, description="Live memories after the reaper ran.")
+    pinned: int = Field(ge=0, le=MAX_INT)
+    by_category: dict[str, int] = Field(
+        description="Live memories per category (`fact` includes those saved without one)."
+    )
+    by_subject: dict[str, int] = Field(description="Live memories per subject.")
+    general: int = Field(ge=0, le=MAX_INT, description="Live memories about no one in particular.")
+    max_memories: int = Field(ge=0, le=MAX_INT, description="The bank's cap (0 = unlimited).")
+    max_per_subject: int = Field(
+        ge=0, le=MAX_INT, description="The per-subject cap with scoping on (0 = unlimited)."
+    )
+    retention: dict[str, int] = Field(description="TTL days per category (absent: never).")
+    expired: list[str] = Field(
+        description="Ids this call's reaper retired (tombstones with invalid_reason `expired`)."
+    )
+
+
 class TagsRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
+    subject: Text | None = _for_subject()
 
 
 class TagCount(Response):
@@ -414,6 +572,12 @@ class RecallRequest(Request):
         "the fused rank.",
     )
     tag: Text | None = Field(default=None, description="Only rank memories carrying this tag.")
+    category: Text | None = Field(
+        default=None,
+        description="Only rank memories of this category (`fact` includes memories saved "
+        "without one).",
+    )
+    subject: Text | None = _for_subject()
     include_superseded: bool | None = Field(
         default=None, description="Also rank superseded/tombstoned records (the history view)."
     )
@@ -450,6 +614,12 @@ class PreviewRequest(Request):
     )
     query: Text = Field(
         description="The hypothetical user message (what someone would type in chat)."
+    )
+    subject: Text | None = Field(
+        default=None,
+        description="Who would be speaking (the turn's `memory_subject`): with subject_scoping on, "
+        "the preview shows what a turn of theirs gets; omitted: a turn with no known speaker "
+        "(general memories only).",
     )
 
 

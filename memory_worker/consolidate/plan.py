@@ -53,6 +53,7 @@ class Row:
     corroboration: int = 0
     created_at: int = 0
     revision: int = 0
+    subject: str | None = None  # who it is about: memories about different people never merge
 
     @classmethod
     def from_wire(cls, raw: Any) -> Row:
@@ -68,7 +69,14 @@ class Row:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"memory {memory_id}: {field} is not a count: {value!r}")
             numbers[field] = value
-        return cls(id=memory_id, text=text, pinned=raw.get("pinned") is True, **numbers)
+        subject = raw.get("subject")
+        return cls(
+            id=memory_id,
+            text=text,
+            pinned=raw.get("pinned") is True,
+            subject=subject if isinstance(subject, str) else None,
+            **numbers,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +117,10 @@ def _group(
 def plan_exact(rows: Sequence[Row]) -> list[Group]:
     """Exact duplicates (writable) and reorders of what is left (report-only), in a stable order:
     by the survivor's id."""
-    by_key: dict[str, list[Row]] = defaultdict(list)
+    # The same words about two people are two facts (subjects): grouped per subject.
+    by_key: dict[tuple[str | None, str], list[Row]] = defaultdict(list)
     for row in rows:
-        by_key[normalize(row.text)].append(row)
+        by_key[(row.subject, normalize(row.text))].append(row)
     groups: list[Group] = []
     singles: list[Row] = []
     for members in by_key.values():
@@ -123,9 +132,9 @@ def plan_exact(rows: Sequence[Row]) -> list[Group]:
                 groups.append(group)
         else:
             singles.extend(members)
-    by_bag: dict[tuple[str, ...], list[Row]] = defaultdict(list)
+    by_bag: dict[tuple[str | None, tuple[str, ...]], list[Row]] = defaultdict(list)
     for row in singles:
-        by_bag[reorder_key(row.text)].append(row)
+        by_bag[(row.subject, reorder_key(row.text))].append(row)
     for members in by_bag.values():
         if len(members) > 1:
             group = _group(
@@ -168,7 +177,10 @@ def plan_semantic(
     cosine: dict[frozenset[str], float] = {}
     for source, found in neighbours.items():
         for other, score in found.items():
-            if source != other and source in by_id and other in by_id and score >= threshold:
+            same_person = (
+                source in by_id and other in by_id and by_id[source].subject == by_id[other].subject
+            )
+            if source != other and same_person and score >= threshold:
                 pair = frozenset((source, other))
                 cosine[pair] = max(score, cosine.get(pair, 0.0))
     components = _Components()

@@ -1,9 +1,10 @@
 """What memory-consolidate needs from outside, as Protocols; the transports live in `adapters`.
 
 `MemoryClient` is the ONLY way this package reaches memories: the memory worker's public functions
-(`memory::bank::list`, `list`, `recall`, `supersede`, `save`, `rule::list`, `rule::set`), over the
-bus, REST or in process. Errors arrive as the memory worker's own (`conflict: …`): `error_from()`
-turns a `code: message` text back into the matching class, so every transport reports alike.
+(`memory::bank::list`, `list`, `recall`, `supersede`, `save`, `rule::list`, `rule::set`, and
+`stats`, which runs the retention reaper), over the bus, REST or in process. Errors arrive as the
+memory worker's own (`conflict: …`): `error_from()` turns a `code: message` text back into the
+matching class, so every transport reports alike.
 """
 
 from __future__ import annotations

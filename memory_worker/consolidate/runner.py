@@ -149,7 +149,10 @@ class Consolidator:
         semantic = "off"
         llm: LlmReport | None = None
         groups: list[Group] = []
+        expired = 0
         try:
+            if not dry_run:
+                expired = await self._expire(state)
             await self._scan(state)
             groups = plan_exact(state.rows)
             if settings.semantic_enabled:
@@ -181,6 +184,7 @@ class Consolidator:
                 "merged": state.merged,
                 "report_only": sum(g.action == "report-only" for g in state.groups),
                 "skipped_pinned": sum(len(g.skipped_pinned) for g in state.groups),
+                "expired": expired,
                 "capped": state.capped,
                 "semantic": semantic,
                 "llm": llm,
@@ -188,6 +192,17 @@ class Consolidator:
                 "duration_ms": round((time.perf_counter() - began) * 1000, 1),
             }
         )
+
+    async def _expire(self, state: _Bank) -> int:
+        """Run the memory worker's retention reaper on this bank before reading it: the reaper
+        lives with the files (`memory::stats`), the schedule is this sibling's. A memory worker
+        that predates `memory::stats` has no retention: nothing to run."""
+        try:
+            stats = await self._call(state, "memory::stats", {"bank": state.name})
+        except InvalidInput:
+            return 0
+        expired = stats.get("expired") if isinstance(stats, dict) else None
+        return len(expired) if isinstance(expired, list) else 0
 
     async def _call(self, state: _Bank, function_id: str, payload: dict[str, Any]) -> Any:
         """A memory call whose transport failure ends this bank's pass (reported once)."""

@@ -81,6 +81,12 @@ class BankReport(Response):
     merged: int = Field(default=0, ge=0, description="Memories retired into a survivor.")
     report_only: int = Field(default=0, ge=0, description="Groups left for a person to decide.")
     skipped_pinned: int = Field(default=0, ge=0, description="Pinned members left untouched.")
+    expired: int = Field(
+        default=0,
+        ge=0,
+        description="Memories the memory worker's retention reaper retired first (`memory::stats`; "
+        "not in a dry run).",
+    )
     capped: int = Field(
         default=0, ge=0, description="Merges the per-run budget postponed to the next pass."
     )

@@ -13,8 +13,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from memory_worker.core.bank_settings import AssociationWeights, BankSettings
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.payload import check_depth
 
@@ -144,6 +152,75 @@ class Settings(BaseModel):
         "4 UTF-8 bytes a token, card framing included, 1 through 64000); a card that does not "
         "fit stays eligible.",
     )
+
+    # Defaults of the per-bank settings (`memory::bank::configure` changes one bank's).
+    subject_scoping: bool = Field(
+        default=False,
+        description="Default of each bank's subject_scoping: recall for a subject surfaces only "
+        "general memories plus that subject's own.",
+    )
+    max_memories: int = Field(
+        default=10_000,
+        ge=0,
+        description="Default of each bank's max_memories (live memories kept; 0 = unlimited). At "
+        "the cap a new memory evicts the least-accessed, oldest non-pinned one, recorded.",
+    )
+    max_per_subject: int = Field(
+        default=200,
+        ge=0,
+        description="Default of each bank's max_per_subject (per-subject cap with subject_scoping; "
+        "0 = unlimited).",
+    )
+    association_weight_content: float = Field(
+        default=1.0, ge=0, le=1, description="Default content-lane weight of recall's blend."
+    )
+    association_weight_context: float = Field(
+        default=0.0, ge=0, le=1, description="Default context-lane weight of recall's blend."
+    )
+    association_weight_intention: float = Field(
+        default=0.0, ge=0, le=1, description="Default intention-lane weight of recall's blend."
+    )
+    relevance_threshold: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Default of each bank's relevance_threshold (minimum blended similarity).",
+    )
+    conscious_access: Literal["none", "read", "read_write"] = Field(
+        default="read_write",
+        description="Default of each bank's conscious_access: the memory tools agents get (none, "
+        "read, read_write).",
+    )
+    scope: Literal["private", "shared"] = Field(
+        default="private", description="Default of each bank's declared scope (private, shared)."
+    )
+
+    def bank_defaults(self) -> BankSettings:
+        """The settings a bank has when it chose none (a bank's `bank.yaml` overrides them)."""
+        return BankSettings(
+            subject_scoping=self.subject_scoping,
+            max_memories=self.max_memories,
+            max_per_subject=self.max_per_subject,
+            association_weights=AssociationWeights(
+                content=self.association_weight_content,
+                context=self.association_weight_context,
+                intention=self.association_weight_intention,
+            ),
+            relevance_threshold=self.relevance_threshold,
+            conscious_access=self.conscious_access,
+            scope=self.scope,
+        )
+
+    @model_validator(mode="after")
+    def _some_association_weight(self) -> Settings:
+        weights = (
+            self.association_weight_content,
+            self.association_weight_context,
+            self.association_weight_intention,
+        )
+        if sum(weights) <= 0:
+            raise ValueError("at least one association_weight_* must be above 0")
+        return self
 
     @field_validator("extraction_endpoint")
     @classmethod

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from memory_worker.core.bank_settings import MEMORY_CATEGORIES
 from memory_worker.core.models import Memory, utc_datetime
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS
 
@@ -38,6 +39,7 @@ PROMPT_VERSIONS = ("extraction-v1", "extraction-v2")  # files in prompts/; old o
 PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
 MAX_TEXT_CHARS = 300
+EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _OPS = {
     "add": "add",
     "new": "add",
@@ -106,6 +108,8 @@ class Add:
     entities: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     inferred: bool = False  # derived by the model rather than stated in the conversation
+    category: str = "fact"  # the model's kind for it; anything it cannot name is a fact
+    general: bool = False  # not about the person speaking (a shared fact: no subject)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +200,33 @@ def _inferred(item: dict[str, Any]) -> bool:
     )
 
 
+def _category(raw: object) -> str:
+    """The model's category when it is one of the five kinds; anything else (absent, misspelt,
+    `lesson`: lessons are authored, not extracted) is a fact."""
+    kind = raw.strip().lower() if isinstance(raw, str) else ""
+    return kind if kind in EXTRACTED_CATEGORIES else "fact"
+
+
+def _general(item: dict[str, Any]) -> bool:
+    """`"about": "general"` (or `"general": true`): a fact about no one in particular."""
+    about = item.get("about")
+    return item.get("general") is True or (
+        isinstance(about, str) and about.strip().lower() == "general"
+    )
+
+
 def _add(item: dict[str, Any]) -> Add | None:
     text = _text(item.get("text") or item.get("memory") or item.get("fact"))
     if text is None:
         return None
-    return Add(text, _strings(item.get("entities")), _strings(item.get("tags"), 3), _inferred(item))
+    return Add(
+        text,
+        _strings(item.get("entities")),
+        _strings(item.get("tags"), 3),
+        _inferred(item),
+        _category(item.get("category")),
+        _general(item),
+    )
 
 
 def parse_reply(reply: str, known: int) -> Decisions:

@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 
+from memory_worker.core.bank_settings import BankSettings
+
 __all__ = [
     "MAX_INT",
     "MAX_TIME_MS",
@@ -64,6 +66,7 @@ class ItemEvent(StrEnum):
     UPDATED = "updated"
     SUPERSEDED = "superseded"
     DELETED = "deleted"
+    ERASED = "erased"  # forget-subject destroyed it: the event carries its id, never its text
 
 
 class BankEvent(StrEnum):
@@ -71,6 +74,7 @@ class BankEvent(StrEnum):
     TRASHED = "trashed"
     RULES_CHANGED = "rules-changed"
     COMPACTED = "compacted"  # old superseded revisions left its log (no memory changed)
+    CONFIGURED = "configured"  # its description or settings changed (memory::bank::configure)
 
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")
@@ -183,6 +187,11 @@ class Memory(BaseModel):
     superseded_by: str | None = Field(
         default=None, description="Memory id that replaced this one, when superseded by content."
     )
+    invalid_reason: str | None = Field(
+        default=None,
+        description="Why an automatic path retired it: `evicted` (the bank was at its capacity) "
+        "or `expired` (its category's retention). Absent for deletes and supersedes.",
+    )
     revision: int = Field(
         default=0,
         ge=0,
@@ -273,6 +282,14 @@ class BankInfo(BaseModel):
     memories: int = Field(ge=0, le=MAX_INT, description="Live memory (memory) count.")
     pinned: int = Field(ge=0, le=MAX_INT)
     rules: int = Field(ge=0, le=MAX_INT, description="Rule (always-injected markdown) count.")
+    subjects: int | None = Field(
+        default=None, ge=0, le=MAX_INT, description="Distinct subjects among live memories."
+    )
+    settings: BankSettings | None = Field(
+        default=None,
+        description="The bank's effective settings: what its bank.yaml chose (memory::bank::create "
+        "or memory::bank::configure), the configured defaults for the rest.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,6 +182,7 @@ def new_memory(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    subject: str | None = None,
     now_ms: int,
 ) -> Memory:
     return Memory(
@@ -200,6 +201,7 @@ def new_memory(
         recommendation=recommendation,
         anchors=anchors,
         evidence=evidence,
+        subject=subject,
     )
 
 
@@ -283,13 +285,20 @@ def update(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    subject: str | None = None,
+    category: str | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag, entity and card edits do not. A retired record is
-    refused, as `pin` refuses it: only a re-save brings it back."""
+    statement (`stated_at`); pin, tag, entity, subject, category and card edits do not.
+    `subject=""` makes the memory general. A retired record is refused, as `pin` refuses it: only
+    a re-save brings it back."""
     if not existing.live:
         raise Conflict(f"memory {existing.id} is retired; save its text again to bring it back")
     changes: dict[str, object] = {}
+    if subject is not None and (subject or None) != existing.subject:
+        changes["subject"] = subject or None
+    if category is not None and category != existing.category:
+        changes["category"] = category
     for field, value in (
         ("title", title),
         ("recommendation", recommendation),
@@ -314,17 +323,19 @@ def update(
     return existing.model_copy(update=changes)
 
 
-def tombstone(existing: Memory, *, now_ms: int) -> Memory | None:
-    """Retire the record (it leaves recall, stays on disk); None when it is already retired."""
+def tombstone(existing: Memory, *, now_ms: int, reason: str | None = None) -> Memory | None:
+    """Retire the record (it leaves recall, stays on disk); None when it is already retired.
+    `reason`: why an automatic path retired it (`evicted`, `expired`), kept on the record."""
     if not existing.live:
         return None
-    return existing.model_copy(
-        update={
-            "invalid_at": max(now_ms, existing.created_at),
-            "updated_at": max(now_ms, existing.updated_at),
-            "revision": _next_revision(existing),
-        }
-    )
+    changes: dict[str, object] = {
+        "invalid_at": max(now_ms, existing.created_at),
+        "updated_at": max(now_ms, existing.updated_at),
+        "revision": _next_revision(existing),
+    }
+    if reason is not None:
+        changes["invalid_reason"] = reason
+    return existing.model_copy(update=changes)
 
 
 def pin(existing: Memory, pinned: bool, *, now_ms: int) -> Memory | None:

@@ -216,6 +216,7 @@ class _Origin:
 
     def __init__(self, job: ExtractJob, lines: list[Line]) -> None:
         self.session_id = job.session_id
+        self.subject = job.subject
         answered = [line.model for line in lines if line.model]
         self.agent = job.agent or (answered[-1] if answered else None)
         self._lines = [(line, frozenset(terms(line.text)) - _NOT_EVIDENCE) for line in lines]
@@ -357,7 +358,7 @@ class Extractor:
         origin = _Origin(job, lines)
         recorded = self._journal.recorded() if self._journal is not None else None
         if recorded is None:
-            known = await self._known(bank, lines, origin.caller())
+            known = await self._known(bank, lines, origin)
             prompt = system_prompt(settings.extraction_prompt)
             reply = await self._completer.complete(prompt, render_request(lines, known))
         else:  # an earlier attempt decided, then stopped: finish THAT decision, once
@@ -494,14 +495,19 @@ class Extractor:
             model=_model_of(message),
         )
 
-    async def _known(self, bank: str, lines: list[Line], caller: Caller) -> list[Memory]:
-        """What the bank already holds about the excerpt: recall's top hits for its user side."""
+    async def _known(self, bank: str, lines: list[Line], origin: _Origin) -> list[Memory]:
+        """What the bank already holds about the excerpt: recall's top hits for its user side,
+        for the speaker (with subject scoping, no one else's memory is shown, restated or
+        corrected)."""
         query = " ".join(line.text for line in lines if line.role == "user")
         request = RecallRequest(
-            bank=bank, query=query or " ".join(line.text for line in lines), limit=KNOWN_SHOWN
+            bank=bank,
+            query=query or " ".join(line.text for line in lines),
+            limit=KNOWN_SHOWN,
+            subject=origin.subject,
         )
         try:
-            found = await respond(self._service, "memory::recall", request, caller)
+            found = await respond(self._service, "memory::recall", request, origin.caller())
         except BankNotFound:  # a bank this pass is about to create holds nothing yet
             return []
         assert isinstance(found, RecallResponse)
@@ -641,6 +647,8 @@ class Extractor:
             entities=list(entities),
             tags=list(fact.tags),
             session_id=origin.session_id,
+            subject=None if fact.general else origin.subject,
+            category=fact.category,
         )
         try:
             response = await respond(self._service, "memory::save", request, origin.caller(fact))

@@ -282,13 +282,20 @@ class PreGenerate:
         settings = self._service.settings
         first_step = (env.step or 0) == 0
         recall = first_step and settings.inject_memories
+        subject = (
+            await self._resolver.subject(env.session_id or "", env.metadata) if recall else None
+        )
         plan = await self._service.injection(
             bank,
             _query(env.messages) if recall else "",
             # Scanning the window for our blocks only pays when memories are handed out.
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
+            subject=subject,
+            count_access=True,
         )
+        if subject is not None:
+            reply.annotations["memory_subject"] = subject
         if plan.section:
             reply.annotations["memory_rules"] = plan.rules
         if plan.rules_truncated:

@@ -1,5 +1,8 @@
 """Bank selection: one resolver for the hook, extraction and agent calls (SPEC C12).
 
+The speaker (`subject`, for subject scoping) is read the same way: turn metadata `memory_subject` →
+session metadata `memory_subject` → nobody.
+
 Order: the turn's metadata `memory_bank` → the session's metadata `memory_bank` → for a sub-agent,
 the parent turn's bank, else the parent session's (walked up) → `default_bank`. An invalid name, a
 deleted bank other than the default, or a parent session that no longer exists means NO memory —
@@ -71,6 +74,14 @@ def _named_bank(metadata: object) -> str | None:
     return None
 
 
+def _named_subject(metadata: object) -> str | None:
+    if isinstance(metadata, dict):
+        subject = metadata.get("memory_subject")
+        if isinstance(subject, str) and subject.strip():
+            return subject.strip()
+    return None
+
+
 class BankResolver:
     """Resolves the bank of a session (and turn). `store` and `default_bank` are read at each call:
     a configuration reload may swap them."""
@@ -94,6 +105,19 @@ class BankResolver:
         if named is not None:
             return self._check(named, "turn")
         return await self._from_session(session_id, parent, depth=0)
+
+    async def subject(self, session_id: str, turn_metadata: object = None) -> str | None:
+        """Who is speaking in a turn: the turn's metadata `memory_subject` → the session's →
+        nobody. A failed session lookup is nobody too: with subject scoping that means general
+        memories only, never someone else's."""
+        named = _named_subject(turn_metadata)
+        if named is not None or self._sessions is None or not session_id:
+            return named
+        try:
+            meta = await self._sessions.get(session_id)
+        except SiblingUnavailable:
+            return None
+        return _named_subject(meta.get("metadata")) if isinstance(meta, dict) else None
 
     def recorded(self, bank: str) -> Resolution:
         """A turn's bank as recorded at its first step ("" = it ran without memory): later

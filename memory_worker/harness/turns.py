@@ -105,6 +105,7 @@ class TurnPipeline:
             turn_id=turn.turn_id,
             status=turn.status,
             agent=_agent_name(turn.agent),
+            subject=await self._resolver.subject(session_id, turn.metadata),
         )
         # Read now, while the turn is the newest thing in the session: a job that runs late must
         # not read what later turns said (they may run in another bank).

@@ -43,6 +43,7 @@ class IndexedDoc:
     stated_at: int = 0
     created_at: int = 0
     dated: bool = False  # the text states a date or a time (`core.temporal.states_time`)
+    subject: str | None = None  # who the memory is about; None: a general memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,8 @@ class LexicalIndex:
         self._doc_entities: dict[str, tuple[int, ...]] = {}
         self._doc_tags: dict[str, tuple[str, ...]] = {}
         self._tags: dict[str, set[int]] = {}
+        # Subjects as small ints in a column (0: general), so scoping a query is one vector compare.
+        self._subject_codes: dict[str, int] = {}
         self._total_length = 0
         self._postings = _Postings()
         self._entities = _Postings()
@@ -150,6 +153,7 @@ class LexicalIndex:
         self.stated_at = np.zeros(capacity, np.float64)
         self.created_at = np.zeros(capacity, np.float64)
         self.dated = np.zeros(capacity, bool)
+        self.subject = np.zeros(capacity, np.int64)
 
     def _grow(self) -> None:
         n = len(self._ids)
@@ -163,7 +167,7 @@ class LexicalIndex:
     def _columns(self) -> tuple[npt.NDArray[Any], ...]:
         return (
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
-            self.created_at, self.dated, self.has_vector, self.vectors,
+            self.created_at, self.dated, self.has_vector, self.vectors, self.subject,
         )  # fmt: skip
 
     def __len__(self) -> int:
@@ -231,6 +235,7 @@ class LexicalIndex:
         self.stated_at[slot] = doc.stated_at
         self.created_at[slot] = doc.created_at
         self.dated[slot] = doc.dated
+        self.subject[slot] = self._subject_code(doc.subject)
         for tag in self._doc_tags.get(doc_id, ()):
             self._tags[tag].discard(slot)
         self._doc_tags[doc_id] = doc.tags
@@ -469,6 +474,32 @@ class LexicalIndex:
         for entity_slots, weight in named:
             hits[entity_slots] += weight
         return hits[slots]
+
+    def _subject_code(self, subject: str | None) -> int:
+        if subject is None:
+            return 0
+        code = self._subject_codes.get(subject)
+        if code is None:
+            code = self._subject_codes[subject] = len(self._subject_codes) + 1
+        return code
+
+    def in_scope(self, subject: str | None) -> npt.NDArray[np.bool_]:
+        """Per slot (every slot so far): whether it is a general memory or `subject`'s own. A
+        subject the index never saw matches general memories only."""
+        codes = self.subject[: len(self._ids)]
+        mask: npt.NDArray[np.bool_] = codes == 0
+        code = self._subject_codes.get(subject) if subject is not None else None
+        if code is not None:
+            mask |= codes == code
+        return mask
+
+    def subject_count(self, subject: str | None) -> int:
+        """Live documents about `subject` (None: general ones)."""
+        n = len(self._ids)
+        code = self._subject_codes.get(subject) if subject is not None else 0
+        if code is None:
+            return 0
+        return int(np.count_nonzero((self.subject[:n] == code) & self._alive[:n]))
 
     def tagged(self, tag: str) -> Ints:
         """Live slots carrying `tag`."""

@@ -16,9 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_worker.core.models import Hit, Memory
+from memory_worker.core.retention import kind_of
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
 from memory_worker.core.text import terms
-from memory_worker.search.index import Floats, IndexedDoc, Ints, LexicalIndex
+from memory_worker.search.index import Candidates, Floats, IndexedDoc, Ints, LexicalIndex
 from memory_worker.search.scoring import (
     DEFAULT_FUSION,
     Arms,
@@ -36,7 +37,9 @@ __all__ = [
     "RecallQuery",
     "candidates",
     "document_terms",
+    "in_scope",
     "indexed",
+    "kind_of",
     "order",
     "rank",
     "top_memories",
@@ -71,6 +74,11 @@ class RecallQuery:
     tag: str | None = None
     include_superseded: bool = False
     as_of: int | None = None
+    # Subject scoping (a bank with `subject_scoping` on): only general memories and `subject`'s
+    # own are candidates — filtered before any arm or the second hop looks at them.
+    scoped: bool = False
+    subject: str | None = None
+    category: str | None = None  # only this kind (`fact` includes memories saved without one)
     vector: tuple[float, ...] | None = None  # the query's embedding, when an embedder answered
     duplicate_cosine: float = DUPLICATE_COSINE  # the embedder's paraphrase threshold
     fusion: Fusion = DEFAULT_FUSION
@@ -96,11 +104,21 @@ def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
         stated_at=memory.last_stated_at,
         created_at=memory.created_at,
         dated=states_time(memory.text),
+        subject=memory.subject,
     )
+
+
+def in_scope(memory: Memory, query: RecallQuery) -> bool:
+    """Whether a scoped query may see `memory`: a general memory, or one about its subject."""
+    return not query.scoped or memory.subject is None or memory.subject == query.subject
 
 
 def _eligible(memory: Memory, query: RecallQuery) -> bool:
     if query.tag is not None and query.tag not in memory.tags:
+        return False
+    if query.category is not None and kind_of(memory) != query.category:
+        return False
+    if not in_scope(memory, query):
         return False
     if query.as_of is not None:
         if memory.created_at > query.as_of:
@@ -154,9 +172,12 @@ def _live_pool(
     query: RecallQuery,
     query_terms: list[str],
     cosines: Floats | None,
+    scope: npt.NDArray[np.bool_] | None,
 ) -> tuple[Pool, Floats | None]:
     if query.mode is RecallMode.HYBRID and query.fusion.expand_docs > 0:
-        slots, bm25, cosines = _expand(index, query, query_terms, cosines)
+        slots, bm25, cosines = _expand(index, query, query_terms, cosines, scope)
+        if cosines is not None and scope is not None:  # the hop's pull reached every slot
+            cosines = np.where(scope[: cosines.size], cosines, 0.0)
     else:
         found = index.lexical(query_terms)
         slots, bm25 = found.slots, found.bm25
@@ -171,10 +192,17 @@ def _live_pool(
             lexical[np.searchsorted(merged, slots)] = bm25
             slots, bm25 = merged, lexical
     keep = np.ones(slots.size, bool)
+    if scope is not None:
+        keep &= scope[slots]
     if query.tag is not None:
         keep &= np.isin(slots, index.tagged(query.tag))
     if query.as_of is not None:
         keep &= index.created_at[slots] <= query.as_of
+    if query.category is not None:
+        wanted = query.category
+        keep &= np.fromiter(
+            (kind_of(memories[index.doc_id(int(s))]) == wanted for s in slots), bool, slots.size
+        )
     slots, bm25 = slots[keep], bm25[keep]
     pool = Pool(
         source=memories,
@@ -205,6 +233,7 @@ def _expand(
     query: RecallQuery,
     query_terms: list[str],
     cosines: Floats | None,
+    scope: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[Ints, Floats, Floats | None]:
     """A second hop (pseudo-relevance feedback): the best first hits of each arm lend their most
     telling terms to a second lexical pass (weighted `expand_weight` against the query's own), and
@@ -216,6 +245,8 @@ def _expand(
     weights = Counter(query_terms)
     acc = index.accumulate(weights)
     found = index.matching(acc) if acc is not None else None
+    if found is not None and scope is not None:  # out-of-scope hits lend the hop nothing
+        found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
     first = found.slots[_top(found.bm25, fusion.expand_docs)] if found is not None else _NO_SLOTS
     if cosines is not None:
         first = np.union1d(first, _top(cosines, fusion.expand_docs))
@@ -350,7 +381,11 @@ def candidates(memories: Mapping[str, Memory], index: LexicalIndex, query: Recal
     if not query_terms and not semantic_ready:
         return _EMPTY
     cosines = index.cosine(query.vector) if semantic_ready and query.vector else None
-    pool, cosines = _live_pool(memories, index, query, query_terms, cosines)
+    scope = index.in_scope(query.subject) if query.scoped else None
+    if cosines is not None and scope is not None:
+        # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
+        cosines = np.where(scope[: cosines.size], cosines, 0.0)
+    pool, cosines = _live_pool(memories, index, query, query_terms, cosines, scope)
     history = query.include_superseded or query.as_of is not None
     if history and query.mode is not RecallMode.SEMANTIC:
         pool = _with_retired(pool, memories, index, query, query_terms)

@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -25,8 +26,8 @@ from itertools import islice
 from pathlib import Path
 
 import structlog
-import yaml
 
+from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
@@ -34,7 +35,14 @@ from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import LexicalIndex
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
-from memory_worker.storage import files
+from memory_worker.storage import erasure, files
+from memory_worker.storage.access import ACCESS_FILE, AccessStats
+from memory_worker.storage.bank_file import (
+    BANK_FILE,
+    read_bank_file,
+    render_bank_file,
+    write_bank_file,
+)
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 from memory_worker.storage.log import (
     MEMORIES_FILE,
@@ -57,8 +65,6 @@ from memory_worker.storage.vectors import (
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "Rewrite"]
 
 log = structlog.get_logger(__name__)
-
-BANK_FILE = "bank.yaml"
 
 
 @dataclass(slots=True)
@@ -87,11 +93,17 @@ class Bank:
         description: str = "",
         warnings: DurabilityWarnings | None = None,
         guard: Guard | None = None,
+        overrides: BankOverrides | None = None,
     ) -> None:
         self.name = name
         self.path = path
         self.root = path.parent  # the data dir: no folder below it is followed as a link
         self.description = description
+        # The settings this bank chose in bank.yaml (the rest follow the configuration).
+        self.overrides = overrides if overrides is not None else BankOverrides()
+        self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
+        # Recall counts: derived, never the log.
+        self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
         # Raises when this process may no longer write the data dir (its lock is gone).
         self.guard = guard
@@ -138,6 +150,7 @@ class Bank:
         description: str,
         warnings: DurabilityWarnings | None = None,
         guard: Guard | None = None,
+        overrides: BankOverrides | None = None,
     ) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
         hidden temporary name and renamed into place, so a crash never leaves half a bank."""
@@ -147,8 +160,10 @@ class Bank:
         try:
             staging.mkdir()  # its parent is the data dir: never a planted folder
             (staging / RULES_DIR).mkdir()
-            body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
-            files.atomic_write(staging / BANK_FILE, body, within=path.parent)
+            chosen = overrides if overrides is not None else BankOverrides()
+            files.atomic_write(
+                staging / BANK_FILE, render_bank_file(description, chosen), within=path.parent
+            )
             files.fsync_dir(staging)
             os.rename(staging, path)  # fails when the name is taken: never merge into a folder
         except (OSError, StorageError) as exc:
@@ -156,7 +171,7 @@ class Bank:
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
-        bank = cls(name, path, description, warnings, guard)
+        bank = cls(name, path, description, warnings, guard, overrides)
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:
@@ -177,37 +192,36 @@ class Bank:
         bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
-        bank.description = bank._read_description()
+        erasure.resume(path.parent, name, path)  # an interrupted forget-subject finishes first
+        bank._read_bank_file()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._replay()
         bank._load_vectors()
+        bank.access.load()
         bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
         return bank
 
-    def _read_description(self) -> str:
-        description, valid = self._description_on_disk()
-        if not valid:
-            self.damage.append(Damage(BANK_FILE, "not valid YAML; description ignored"))
-        return description
+    def _read_bank_file(self) -> None:
+        found = read_bank_file(self.path / BANK_FILE, within=self.root)
+        self.description, self.overrides = found.description, found.overrides
+        if found.problem is not None:
+            self.damage.append(Damage(BANK_FILE, found.problem))
 
-    def _description_on_disk(self) -> tuple[str, bool]:
-        """`bank.yaml`'s description, and whether the file parsed (absent counts as parsed)."""
-        path = self.path / BANK_FILE
-        if not os.path.lexists(path):
-            return "", True
-        try:
-            data = yaml.safe_load(files.read_text(path, within=self.root))
-        except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
-            return "", False
-        except StorageError as exc:  # a planted link (or unreadable): reported, the bank loads
-            if files.is_transient(exc):
-                raise  # out of descriptors says nothing about the file: the load fails, retried
-            return "", False
-        value = data.get("description") if isinstance(data, dict) else None
-        return (value if isinstance(value, str) else ""), True
+    async def configure(self, description: str, overrides: BankOverrides) -> None:
+        """Write the bank's description and chosen settings to `bank.yaml` (atomically), then
+        adopt them: a failed write (`StorageError`) leaves file and RAM as they were."""
+        self._check_writable()
+        async with self._settings_lock:
+            await asyncio.to_thread(
+                functools.partial(write_bank_file, within=self.root),
+                self.path / BANK_FILE,
+                description,
+                overrides,
+            )
+            self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
         memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
@@ -380,18 +394,19 @@ class Bank:
         staged = self._staged.get(memory_id)
         return staged[0] if staged is not None else self._memories.get(memory_id)
 
-    def match_text(self, text: str) -> Memory | None:
-        """The record whose text is `text` up to case and whitespace: a live one first, else a
-        retired one (to resurrect), else None. Among several, the most recently updated wins, so
-        the answer depends only on the records, never on the order they were loaded in."""
+    def match_text(self, text: str, subject: str | None = None) -> Memory | None:
+        """The record about `subject` (None: a general one) whose text is `text` up to case and
+        whitespace: a live one first, else a retired one (to resurrect), else None. Among several,
+        the most recently updated wins, so the answer depends only on the records, never on the
+        order they were loaded in. The same words about another person are another memory."""
         norm = normalize(text)
         candidates = {
             record.id: record
             for record, staged_norm in self._staged.values()
-            if staged_norm == norm
+            if staged_norm == norm and record.subject == subject
         }
         for memory_id in self._by_text.get(norm, ()):
-            if memory_id not in self._staged:
+            if memory_id not in self._staged and self._memories[memory_id].subject == subject:
                 candidates[memory_id] = self._memories[memory_id]
         if not candidates:
             return None
@@ -681,20 +696,23 @@ class Bank:
     def disk_changed(self) -> bool:
         """Whether the folder says something RAM does not (an edit by hand), by content and file
         identity, never by timing: `memories.jsonl` against its stamp from this bank's own last
-        replay or fsync, the rule files' names and contents, and `bank.yaml`'s description.
+        replay or fsync, the rule files' names and contents, and `bank.yaml`'s description and
+        settings.
         False while writes are in flight: the file is mid-write by us; ask again after `drain()`.
         Blocking, but only a stat and the small rule and `bank.yaml` files are read."""
         if self._queue or self._held or self._rewriting is not None or self._rules.busy:
+            return False
+        if self._settings_lock.locked():  # bank.yaml is being replaced by us
             return False
         if self._flusher is not None and not self._flusher.done():
             return False
         if _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return True
         try:
-            description = self._disk_description()
+            found = read_bank_file(self.path / BANK_FILE, within=self.root)
         except StorageError:
             return True  # unreadable: a reload reports it (the bank becomes broken)
-        if description != self.description:
+        if found.description != self.description or found.overrides != self.overrides:
             return True
         return self._rules.on_disk() != self._rules.contents()
 
@@ -712,10 +730,6 @@ class Bank:
         if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
             return
         self._log_stamp = stamp
-
-    def _disk_description(self) -> str:
-        """`bank.yaml`'s description as `load()` would read it, without recording damage."""
-        return self._description_on_disk()[0]
 
 
 def _consume_exception(future: asyncio.Future[None]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import structlog
 
+from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import BankNotFound, Conflict, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
@@ -133,6 +134,7 @@ class Store:
         description: str = "",
         *,
         revive: bool = True,
+        overrides: BankOverrides | None = None,
         limit: int | None = None,
     ) -> tuple[Bank, bool]:
         """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing. `revive=False`:
@@ -163,7 +165,7 @@ class Store:
                     f"banks and max_banks is {limit}; delete a bank or raise max_banks"
                 )
             bank = await asyncio.to_thread(
-                Bank.create, name, path, description, self.durability, self._lock.verify
+                Bank.create, name, path, description, self.durability, self._lock.verify, overrides
             )
             self._banks[name] = bank
             return bank, True

@@ -351,6 +351,24 @@ class TestEvents:
             assert [e["event_type"] for e in banks.wait_events(1)] == ["created"]
             assert len(blog.events) == 1  # the later main-bank save did not reach it
 
+    def test_a_subject_filtered_subscriber_never_hears_of_another_persons_memories(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        spawn()
+        with FakeSubscriber(engine.url, "memory::item-changed", {"subject": "bruno"}) as bruno:
+            engine.wait_binding("memory::item-changed", bruno.function_id)
+            cli.call(
+                "memory::save", {"text": "Ana's spare key is under the mat.", "subject": "ana"}
+            )
+            cli.call("memory::save", {"text": "The office opens at nine."})
+            cli.call("memory::save", {"text": "Bruno likes chess.", "subject": "bruno"})
+            seen = bruno.wait_events(2)
+            assert [e["memory"]["text"] for e in seen] == [
+                "The office opens at nine.",
+                "Bruno likes chess.",
+            ]
+            assert len(bruno.events) == 2  # Ana's save, the first, never reached it
+
     def test_a_binding_with_an_unknown_key_is_refused(
         self, engine: EngineDouble, spawn: Any
     ) -> None:

@@ -138,6 +138,17 @@ def http_path_of(envelope: HttpEnvelope) -> str:
     return str(path).strip("/")
 
 
+def _header(envelope: HttpEnvelope, name: str) -> str | None:
+    """A request header from the http worker's envelope (names are case-insensitive)."""
+    headers = envelope.headers or (envelope.trigger or {}).get("headers") or {}
+    if not isinstance(headers, dict):
+        return None
+    for key, value in headers.items():
+        if isinstance(key, str) and key.lower() == name and isinstance(value, str):
+            return value
+    return None
+
+
 async def http_reply(
     envelope_raw: Any, call: Callable[[catalog.FunctionSpec, Any], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
@@ -148,7 +159,8 @@ async def http_reply(
     try:
         if spec is None:
             raise InvalidInput(f"no memory function at /{path}; e.g. /memory/save, /memory/recall")
-        result = await call(spec, {} if envelope.body is None else envelope.body)
+        body = {} if envelope.body is None else envelope.body
+        result = await call(spec, catalog.with_confirm(spec, body, _header(envelope, "x-confirm")))
     except WorkerError as err:
         return {"status_code": HTTP_STATUS.get(err.code, 500), "body": {"error": err.to_dict()}}
     return {"status_code": 200, "body": result}

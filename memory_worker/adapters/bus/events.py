@@ -4,8 +4,9 @@ The engine does not fan out events of worker-provided types: it forwards each bi
 (`register_trigger`), and we fire every matching binding ourselves as a fire-and-forget (`Void`)
 call. Delivery is at-least-once and unordered: a send that fails is tried again, up to
 `MAX_ATTEMPTS` times with a doubling backoff, carrying the same `event_id` (subscribers dedupe on
-it); it never slows the write that caused it. A binding's config is `{bank?}`; anything else is
-refused, which the engine reports to whoever bound it.
+it); it never slows the write that caused it. A binding's config is `{bank?, subject?}`; anything
+else is refused, which the engine reports to whoever bound it. A binding for a subject gets the
+events of general memories and of that subject's own, never another person's (subject scoping).
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "bank": {"type": ["string", "null"], "description": "Only deliver events for this bank."}
+        "bank": {"type": ["string", "null"], "description": "Only deliver events for this bank."},
+        "subject": {
+            "type": ["string", "null"],
+            "description": "Only deliver events of general memories and of this subject's own.",
+        },
     },
 }
 
@@ -51,21 +56,38 @@ TRIGGER_TYPES: dict[str, str] = {
 }
 
 
-def _bank_filter(trigger_type: str, config: object) -> str | None:
-    """The binding's bank filter; raises `InvalidInput` on anything but `{bank?}`."""
+_Filter = tuple[str | None, str | None]  # (bank, subject); None: any
+
+
+def _bank_filter(trigger_type: str, config: object) -> _Filter:
+    """The binding's (bank, subject) filters; `InvalidInput` on anything but `{bank?, subject?}`."""
     if config is None:
-        return None
+        return None, None
     if not isinstance(config, dict):
-        raise InvalidInput(f"{trigger_type} binding config must be an object like {{bank?}}")
-    unknown = sorted(set(config) - {"bank"})
+        raise InvalidInput(
+            f"{trigger_type} binding config must be an object like {{bank?, subject?}}"
+        )
+    unknown = sorted(set(config) - {"bank", "subject"})
     if unknown:
-        raise InvalidInput(f"{trigger_type} binding config accepts only `bank`; got {unknown}")
-    bank = config.get("bank")
-    if bank is None:
-        return None
-    if not isinstance(bank, str):
+        raise InvalidInput(
+            f"{trigger_type} binding config accepts only `bank` and `subject`; got {unknown}"
+        )
+    bank, subject = config.get("bank"), config.get("subject")
+    if bank is not None and not isinstance(bank, str):
         raise InvalidInput(f"{trigger_type} binding `bank` must be a string")
-    return check_name(bank, "bank")
+    if subject is not None and (not isinstance(subject, str) or not subject.strip()):
+        raise InvalidInput(f"{trigger_type} binding `subject` must be a non-empty string")
+    return (
+        check_name(bank, "bank") if bank is not None else None,
+        subject.strip() if subject is not None else None,
+    )
+
+
+def subject_of(payload: dict[str, Any]) -> str | None:
+    """Who an event is about: its memory's subject (or, for an erasure, the subject named)."""
+    memory = payload.get("memory")
+    subject = memory.get("subject") if isinstance(memory, dict) else payload.get("subject")
+    return subject if isinstance(subject, str) else None
 
 
 class BindingTable(TriggerHandler[Any]):
@@ -74,21 +96,33 @@ class BindingTable(TriggerHandler[Any]):
     def __init__(self, trigger_type: str) -> None:
         self.trigger_type = trigger_type
         self._lock = threading.Lock()
-        self._bindings: dict[str, tuple[TriggerConfig[Any], str | None]] = {}
+        self._bindings: dict[str, tuple[TriggerConfig[Any], _Filter]] = {}
 
     async def register_trigger(self, config: TriggerConfig[Any]) -> None:
-        bank = _bank_filter(self.trigger_type, config.config)
+        bank, subject = _bank_filter(self.trigger_type, config.config)
         with self._lock:
-            self._bindings[config.id] = (config, bank)
-        log.info("binding_added", type=self.trigger_type, function_id=config.function_id, bank=bank)
+            self._bindings[config.id] = (config, (bank, subject))
+        log.info(
+            "binding_added",
+            type=self.trigger_type,
+            function_id=config.function_id,
+            bank=bank,
+            subject=subject,
+        )
 
     async def unregister_trigger(self, config: TriggerConfig[Any]) -> None:
         with self._lock:
             self._bindings.pop(config.id, None)
 
-    def matching(self, bank: str) -> list[TriggerConfig[Any]]:
+    def matching(self, bank: str, subject: str | None = None) -> list[TriggerConfig[Any]]:
+        """Bindings for an event of `bank` about `subject` (None: a general memory)."""
         with self._lock:
-            return [b for b, only in self._bindings.values() if only is None or only == bank]
+            return [
+                b
+                for b, (only_bank, only_subject) in self._bindings.values()
+                if only_bank in (None, bank)
+                and (subject is None or only_subject in (None, subject))
+            ]
 
 
 class BusEmitter:
@@ -113,7 +147,7 @@ class BusEmitter:
         table = self._tables.get(trigger_type)
         if table is None:
             return
-        for binding in table.matching(str(payload.get("bank", ""))):
+        for binding in table.matching(str(payload.get("bank", "")), subject_of(payload)):
             task = asyncio.create_task(self._deliver(trigger_type, binding, payload))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)

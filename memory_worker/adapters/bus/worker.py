@@ -302,6 +302,7 @@ class EngineWorker:
             if unnamed and "bank" in spec.request.model_fields:
                 bank = await resolver.for_call(metadata)
                 data = {**data, "bank": bank} if bank else data
+            data = await _turn_subject(spec, data, metadata, resolver)
             return await catalog.call(service, spec.id, data, bus_caller(data, metadata))
 
         async def http(data: Any, metadata: Any) -> Any:
@@ -332,6 +333,7 @@ class EngineWorker:
         self._watcher = DataDirWatcher(lambda: service)
         await self._watcher.start()
         service.backfill_embeddings()
+        await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
         self._spawn(self._define_queue(queue))
         self._bind(
             client,
@@ -512,6 +514,22 @@ class EngineWorker:
 async def _ui_content(data: Any) -> dict[str, str]:
     request = UiContentInput.model_validate(data if isinstance(data, dict) else {})
     return console.ui_content(request.path)
+
+
+async def _turn_subject(
+    spec: catalog.FunctionSpec, data: Any, metadata: Any, resolver: BankResolver
+) -> Any:
+    """Inside a turn, a call is for the person speaking in it: a read sees what subject scoping
+    lets them see whatever subject the agent names (an agent must not read one person's memories
+    in another's turn), and a save without a subject is about them."""
+    if not isinstance(data, dict) or "subject" not in spec.request.model_fields:
+        return data
+    session_id = metadata.get("session_id") if isinstance(metadata, dict) else None
+    if not isinstance(session_id, str) or not session_id:
+        return data
+    if not spec.hints.read_only and data.get("subject") is not None:
+        return data
+    return {**data, "subject": await resolver.subject(session_id, metadata)}
 
 
 async def _forget_meta(data: Any, sessions: SessionsClient) -> dict[str, Any]:

@@ -54,6 +54,7 @@ ASSETS: dict[str, Asset] = {
         Asset("format.js", _JS, "console:module"),
         Asset("live.js", _JS, "console:module"),
         Asset("banks.js", _JS, "console:module"),
+        Asset("banksettings.js", _JS, "console:module"),
         Asset("rules.js", _JS, "console:module"),
         Asset("memories.js", _JS, "console:module"),
         Asset("preview.js", _JS, "console:module"),

@@ -10,6 +10,7 @@ import { h, setText, toast, confirmDialog, typing } from './dom.js'
 import { errorParts, plural } from './format.js'
 import { follow, ITEM_CHANGED, BANK_CHANGED } from './live.js'
 import { createBankRail } from './banks.js'
+import { openBankSettings } from './banksettings.js'
 import { createRulesPanel } from './rules.js'
 import { createMemoriesPanel } from './memories.js'
 import { createPreviewPanel } from './preview.js'
@@ -89,8 +90,16 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     type: 'button', class: 'mw-btn mw-ghost mw-danger-text', text: 'Delete bank…',
     on: { click: () => rail.remove(state.bank) },
   })
+  const bankSettings = h('button', {
+    type: 'button', class: 'mw-btn mw-ghost', text: 'Settings…',
+    on: { click: async () => {
+      const { bank } = await ctx.call('memory::bank::get', { name: state.bank })
+      await openBankSettings(ctx, bank)
+      refreshBanks()
+    } },
+  })
   const workspaceHeader = h('div', { class: 'mw-workspace-header' },
-    backButton, h('div', { class: 'mw-bank-heading' }, bankTitle, bankCounts), deleteBank)
+    backButton, h('div', { class: 'mw-bank-heading' }, bankTitle, bankCounts), bankSettings, deleteBank)
   const panelHosts = TABS.map((tab) => h('section', {
     class: 'mw-panel', id: `mw-panel-${tab.id}`, hidden: true,
     attrs: { role: 'tabpanel', 'aria-labelledby': `mw-tab-${tab.id}`, tabindex: '-1' },

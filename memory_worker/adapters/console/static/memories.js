@@ -242,7 +242,9 @@ export function createMemoriesPanel(ctx) {
       const [label, why] = CONFIDENCE[memory.confidence] ?? [memory.confidence, '']
       const parts = []
       if (memory.pinned) parts.push(h('span', { class: 'mw-badge mw-badge-pin', text: 'pinned' }))
-      if (!live) parts.push(h('span', { class: 'mw-badge mw-badge-retired', text: memory.superseded_by ? `superseded by ${memory.superseded_by}` : 'deleted' }))
+      if (!live) parts.push(h('span', { class: 'mw-badge mw-badge-retired', text: memory.superseded_by ? `superseded by ${memory.superseded_by}` : (memory.invalid_reason ?? 'deleted') }))
+      if (memory.category) parts.push(h('span', { class: 'mw-badge', text: memory.category, title: 'Category' }))
+      if (memory.subject) parts.push(h('span', { class: 'mw-badge', text: `about ${memory.subject}`, title: 'Subject: who this memory is about' }))
       parts.push(h('span', { text: label, title: why }))
       parts.push(h('span', { text: `seen ×${(memory.corroboration ?? 0) + 1}`, title: `Re-observed ${memory.corroboration ?? 0} time(s) after the first` }))
       parts.push(h('time', { text: relativeTime(memory.updated_at), title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: new Date(memory.updated_at).toISOString() } }))

@@ -1,0 +1,100 @@
+// A bank's settings (subject scoping, capacity, retention, recall blend, access, scope): shown as
+// they are in effect and changed through memory::bank::configure, which checks them whole; only the
+// fields edited are sent, so a field left alone keeps following the configured default.
+
+import { h } from './dom.js'
+
+const CATEGORIES = ['fact', 'preference', 'procedure', 'context', 'correction']
+
+function retentionText(retention) {
+  return Object.entries(retention ?? {}).map(([k, v]) => `${k}=${v}`).join(', ')
+}
+
+function parseRetention(text) {
+  const out = {}
+  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const [key, days] = part.split('=').map((p) => p.trim())
+    out[key] = Number.parseInt(days, 10)
+  }
+  return out
+}
+
+/** Open the settings dialog of `bank` (a `BankInfo` with `settings`); resolves when closed. */
+export function openBankSettings(ctx, bank) {
+  const s = bank.settings ?? {}
+  const weights = s.association_weights ?? {}
+  const field = (label, input) => h('label', { class: 'mw-field' }, h('span', { text: label }), input)
+  const number = (value, step) => h('input', { type: 'number', class: 'mw-input', value: String(value ?? ''), attrs: { step, min: '0' } })
+  const select = (value, options) => {
+    const el = h('select', { class: 'mw-input' }, ...options.map((o) => h('option', { value: o, text: o })))
+    el.value = value
+    return el
+  }
+  const scoping = h('input', { type: 'checkbox' })
+  scoping.checked = Boolean(s.subject_scoping)
+  const inputs = {
+    subject_scoping: scoping,
+    max_memories: number(s.max_memories, '1'),
+    max_per_subject: number(s.max_per_subject, '1'),
+    retention: h('input', { class: 'mw-input', value: retentionText(s.retention), placeholder: 'context=30, preference=365', attrs: { 'aria-label': 'Retention days per category' } }),
+    relevance_threshold: number(s.relevance_threshold, 'any'),
+    conscious_access: select(s.conscious_access ?? 'read_write', ['none', 'read', 'read_write']),
+    scope: select(s.scope ?? 'private', ['private', 'shared']),
+    content: number(weights.content, 'any'),
+    context: number(weights.context, 'any'),
+    intention: number(weights.intention, 'any'),
+  }
+  const read = () => ({
+    subject_scoping: inputs.subject_scoping.checked,
+    max_memories: Number.parseInt(inputs.max_memories.value, 10),
+    max_per_subject: Number.parseInt(inputs.max_per_subject.value, 10),
+    retention: parseRetention(inputs.retention.value),
+    relevance_threshold: Number(inputs.relevance_threshold.value),
+    conscious_access: inputs.conscious_access.value,
+    scope: inputs.scope.value,
+    association_weights: {
+      content: Number(inputs.content.value), context: Number(inputs.context.value), intention: Number(inputs.intention.value),
+    },
+  })
+  const initial = JSON.stringify(read())
+  const before = read()
+  const status = h('p', { class: 'mw-rail-status' })
+  const ok = h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save settings' })
+  const cancel = h('button', { type: 'button', class: 'mw-btn', text: 'Close' })
+  const form = h('form', { method: 'dialog' },
+    h('h2', { class: 'mw-dialog-title', text: `Settings of bank "${bank.name}"` }),
+    h('label', { class: 'mw-check' }, scoping, h('span', { text: 'subject scoping: a person only ever sees general memories and their own' })),
+    field('max memories (0 = unlimited)', inputs.max_memories),
+    field('max per subject (0 = unlimited)', inputs.max_per_subject),
+    field(`retention days per category (${CATEGORIES.join(', ')})`, inputs.retention),
+    field('relevance threshold (0 to 1)', inputs.relevance_threshold),
+    field('weights: content', inputs.content), field('weights: context', inputs.context), field('weights: intention', inputs.intention),
+    field('conscious access', inputs.conscious_access),
+    field('scope', inputs.scope),
+    status,
+    h('div', { class: 'mw-dialog-actions' }, cancel, ok))
+  const dialog = h('dialog', { class: 'mw-dialog', attrs: { 'aria-label': `Settings of bank ${bank.name}` } }, form)
+  return new Promise((resolve) => {
+    form.addEventListener('submit', async (event) => {
+      event.preventDefault()
+      const now = read()
+      if (JSON.stringify(now) === initial) { dialog.close(); return }
+      const changes = { name: bank.name }
+      for (const [key, value] of Object.entries(now)) {
+        if (JSON.stringify(value) !== JSON.stringify(before[key])) changes[key] = value
+      }
+      try {
+        const result = await ctx.call('memory::bank::configure', changes, { quiet: true })
+        ctx.ui.toast(result.changed.length ? `Changed ${result.changed.join(', ')}` : 'Nothing changed')
+        dialog.close()
+      } catch (err) {
+        status.textContent = `${err.code}: ${err.message}`
+      }
+    })
+    cancel.addEventListener('click', () => dialog.close())
+    dialog.addEventListener('close', () => { dialog.remove(); resolve() })
+    ctx.ui.root.append(dialog)
+    dialog.showModal()
+    cancel.focus()
+  })
+}

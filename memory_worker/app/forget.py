@@ -1,0 +1,96 @@
+"""The right to be forgotten: `memory::forget-subject` erases every memory about one subject.
+
+Unlike a delete (a tombstone, recoverable), this destroys: every revision of each memory about the
+subject leaves the log, its vectors leave the sidecar, and the bank's trashed copies under
+`.trash/` are erased the same way, so nothing of theirs stays on disk. It is all-or-nothing across
+those files (`storage.erasure`: an intent first, finished at the next load after a crash), asks an
+explicit `confirm`, refuses while a memory about them is pinned (a person pinned it: they unpin it
+first, nothing is erased meanwhile), and announces one `erased` event per id, with no text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import structlog
+
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short, event_id
+from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.ports import ITEM_CHANGED
+from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
+from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.core.models import ItemEvent
+from memory_worker.storage import erasure
+from memory_worker.storage.vectors import VECTORS_FILE
+
+__all__ = ["CONFIRM", "ForgetUseCases"]
+
+log = structlog.get_logger(__name__)
+
+CONFIRM = "destructive"  # seed 004: `X-Confirm: destructive`
+REASON = "forget-subject"
+
+
+class ForgetUseCases(EmbeddingWork):
+    """Erasure use cases."""
+
+    async def forget_subject(
+        self, req: ForgetSubjectRequest, caller: Caller = SYSTEM
+    ) -> ForgetSubjectResponse:
+        if (req.confirm or "").strip().lower() != CONFIRM:
+            raise InvalidInput(
+                'forget-subject erases for good and requires confirm: "destructive" (REST: the '
+                "X-Confirm: destructive header)"
+            )
+        subject = clean_short(req.subject, "subject", MAX_SUBJECT_CHARS)
+        if subject is None:
+            raise InvalidInput("subject must name who to forget")
+        name = self._name(req.bank)
+        bank = self.store.get(name)
+        about = sorted(m.id for m in bank.memories.values() if m.subject == subject)
+        pinned = [i for i in about if (m := bank.memories[i]).live and m.pinned]
+        if pinned:
+            raise Conflict(
+                f"{len(pinned)} memory(ies) about {subject} are pinned ({', '.join(pinned[:5])}); "
+                "unpin them first — nothing was erased"
+            )
+        await asyncio.to_thread(erasure.write_intent, bank.path, subject)
+        # From here on the erasure finishes: now, or at the next load if this process dies.
+        copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
+        result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
+        # After the log: a vector stored meanwhile for a memory about them is caught too.
+        await asyncio.to_thread(
+            functools.partial(erasure.erase_vectors, within=bank.root),
+            bank.path / VECTORS_FILE,
+            set(about),
+        )
+        await asyncio.to_thread(bank.access.forget, about)
+        await asyncio.to_thread(erasure.clear_intent, bank.path)
+        log.info(
+            "subject_forgotten",
+            bank=name,
+            erased=len(about),
+            trash_copies=copies,
+            damaged_dropped=result.damaged_dropped,
+        )
+        for memory_id in about:
+            self.emitter.emit(
+                ITEM_CHANGED,
+                {
+                    "event_type": str(ItemEvent.ERASED),
+                    "bank": name,
+                    "id": memory_id,
+                    "subject": subject,  # who it was about (an id): their live views hear it
+                    "reason": REASON,
+                    "event_id": event_id(),
+                },
+            )
+        return ForgetSubjectResponse(
+            bank=name,
+            subject=subject,
+            erased=about,
+            trash_copies=copies,
+            damaged_dropped=result.damaged_dropped,
+        )

@@ -1,0 +1,88 @@
+"""Retention and the bank's statistics: `memory::stats` counts a bank by category and subject,
+shows its capacity, and runs the retention reaper (seed 004's "stats op").
+
+Where the reaper runs, and why: here, in the worker that owns the files, at boot (every bank) and on
+each `memory::stats`; the schedule belongs to the consolidation sibling, which calls `memory::stats`
+like any client (seed 000: this worker never grows a scheduler). An expiry is a tombstone with
+`invalid_reason: expired` — recoverable, in history until a compaction — never of a pinned memory,
+and each is announced.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import structlog
+
+from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.wire import StatsRequest, StatsResponse
+from memory_worker.core import transitions
+from memory_worker.core.models import ItemEvent, Memory
+from memory_worker.core.retention import EXPIRED, expired, kind_of
+from memory_worker.storage.bank import Bank
+
+__all__ = ["RetentionUseCases"]
+
+log = structlog.get_logger(__name__)
+
+
+class RetentionUseCases(EmbeddingWork):
+    """Retention use cases."""
+
+    async def reap(self, bank: Bank) -> list[Memory]:
+        """Tombstone `bank`'s memories past their category's TTL (one write), and announce each.
+        Decided on the newest record of each (in-flight ones included) with no await before the
+        commit, so a pin landing meanwhile is never overwritten by an expiry."""
+        retention = self.bank_settings(bank).retention
+        if not retention:
+            return []
+        now_ms = self.clock()
+        due = expired(bank.memories.values(), retention, now_ms)
+        latest = [bank.latest(m.id) or m for m in due]
+        gone = [
+            t
+            for m in expired(latest, retention, now_ms)
+            if (t := transitions.tombstone(m, now_ms=now_ms, reason=EXPIRED)) is not None
+        ]
+        if not gone:
+            return []
+        await bank.commit(gone)
+        log.info("memories_expired", bank=bank.name, n=len(gone))
+        for record in gone:
+            self._emit_item(ItemEvent.DELETED, bank.name, record, EXPIRED)
+        return gone
+
+    async def reap_all(self) -> int:
+        """The boot sweep: every bank reaped; one that cannot be written is logged and skipped
+        (retention must never keep the worker from starting)."""
+        total = 0
+        for name in self.store.names():
+            bank = self.store.find(name)
+            if bank is None:
+                continue
+            try:
+                total += len(await self.reap(bank))
+            except Exception:
+                log.exception("retention_sweep_failed", bank=name)
+        return total
+
+    async def stats(self, req: StatsRequest, caller: Caller = SYSTEM) -> StatsResponse:
+        name = self._name(req.bank)
+        bank = self._readable(name)  # the default bank before its first write: empty
+        gone = await self.reap(bank) if bank is not None else []
+        live = [m for m in bank.memories.values() if m.live] if bank is not None else []
+        settings = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
+        by_subject = Counter(m.subject for m in live if m.subject is not None)
+        return StatsResponse(
+            bank=name,
+            memories=len(live),
+            pinned=sum(1 for m in live if m.pinned),
+            by_category=dict(sorted(Counter(kind_of(m) for m in live).items())),
+            by_subject=dict(sorted(by_subject.items())),
+            general=sum(1 for m in live if m.subject is None),
+            max_memories=settings.max_memories,
+            max_per_subject=settings.max_per_subject,
+            retention=settings.retention,
+            expired=[m.id for m in gone],
+        )

@@ -1,0 +1,126 @@
+"""The `access.jsonl` sidecar: how often and how lately each memory was recalled or injected.
+
+Derived data, like `vectors.jsonl`: recall must never write the log (an fsynced append per read
+would make every turn a disk flush), so each counted recall (a person's or an agent's, or a turn's
+injection) appends one unsynced line naming the ids it returned, `{"at": <ms>, "ids": [...]}`.
+A crash may lose the last few lines: eviction then sees a memory as slightly less used than it
+was, which is the price of reads that never wait on a disk.
+Loading folds the lines into counts, and rewrites the file one line per id when it has grown to
+many times that (so it stays proportional to the bank, not to its traffic).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memory_worker.core.errors import StorageError
+from memory_worker.storage import files
+
+__all__ = ["ACCESS_FILE", "Access", "AccessStats"]
+
+ACCESS_FILE = "access.jsonl"
+_COMPACT_FACTOR = 4  # lines per tracked id past which a load folds the file
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    count: int
+    last_ms: int
+
+
+class AccessStats:
+    def __init__(self, path: Path, *, within: Path | None = None) -> None:
+        self.path = path
+        self.within = within  # the data dir: no link below it is followed
+        self._stats: dict[str, Access] = {}
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+    def get(self, memory_id: str) -> Access | None:
+        return self._stats.get(memory_id)
+
+    def load(self) -> int:
+        """Fold the file into counts (blocking); unreadable lines are skipped (derived data).
+        Returns how many lines it had."""
+        lines = 0
+        try:
+            found = list(files.iter_lines(self.path, within=self.within))
+        except StorageError as exc:  # a planted link: derived data, counts start over
+            if files.is_transient(exc):
+                raise
+            found = []
+        for _, line, _ in found:
+            lines += 1
+            try:
+                row = json.loads(line)
+                at, ids = int(row["at"]), row["ids"]
+                counts = row.get("n")
+            except (ValueError, KeyError, TypeError):
+                continue
+            if not isinstance(ids, list):
+                continue
+            for i, memory_id in enumerate(ids):
+                if isinstance(memory_id, str):
+                    n = counts[i] if isinstance(counts, list) and i < len(counts) else 1
+                    self._add(memory_id, int(n), at)
+        if lines > _COMPACT_FACTOR * max(len(self._stats), 1):
+            self._rewrite(self._stats)
+        return lines
+
+    def _add(self, memory_id: str, n: int, at_ms: int) -> None:
+        old = self._stats.get(memory_id)
+        if old is None:
+            self._stats[memory_id] = Access(n, at_ms)
+        else:
+            self._stats[memory_id] = Access(old.count + n, max(old.last_ms, at_ms))
+
+    def bump(self, ids: Iterable[str], now_ms: int) -> None:
+        """Count one access of each of `ids` (blocking but unsynced: one small append). A failed
+        append loses only these counts: the read it belongs to has already been answered."""
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            return
+        for memory_id in unique:
+            self._add(memory_id, 1, now_ms)
+        line = json.dumps({"at": now_ms, "ids": unique}, separators=(",", ":")).encode() + b"\n"
+        # Derived data: a failed append loses these counts from the file, RAM keeps them.
+        with contextlib.suppress(StorageError):
+            files.append_unsynced(self.path, line, within=self.within)
+
+    def forget(self, ids: Iterable[str]) -> None:
+        """Drop `ids` from RAM and the file (blocking): erased memories leave no trace here."""
+        gone = set(ids)
+        if not gone & (set(self._stats) | self._ids_on_disk()):
+            return
+        self._stats = {i: a for i, a in self._stats.items() if i not in gone}
+        self._rewrite(self._stats)
+
+    def _ids_on_disk(self) -> set[str]:
+        found: set[str] = set()
+        for _, line, _ in files.iter_lines(self.path, within=self.within):
+            try:
+                ids = json.loads(line).get("ids")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(ids, list):
+                found.update(i for i in ids if isinstance(i, str))
+        return found
+
+    def _rewrite(self, stats: dict[str, Access]) -> None:
+        by_time: dict[int, list[tuple[str, int]]] = {}
+        for memory_id, access in stats.items():
+            by_time.setdefault(access.last_ms, []).append((memory_id, access.count))
+        lines = [
+            json.dumps(
+                {"at": at, "ids": [i for i, _ in rows], "n": [n for _, n in rows]},
+                separators=(",", ":"),
+            ).encode()
+            + b"\n"
+            for at, rows in sorted(by_time.items())
+        ]
+        files.replace_with(self.path, lines, lambda _: None, within=self.within)

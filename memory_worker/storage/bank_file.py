@@ -1,0 +1,70 @@
+"""`bank.yaml`: a bank's description and the settings it chose, one small YAML mapping.
+
+Read tolerantly (a hand edit that breaks it is reported as damage and the bank runs on its
+configured defaults, never refused), written atomically (temp file, fsync, rename), so a crash
+leaves the old file or the new one. Only chosen settings are written: the others follow the
+configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from memory_worker.core.bank_settings import BankOverrides, parse_overrides
+from memory_worker.core.errors import InvalidInput, StorageError
+from memory_worker.storage import files
+
+__all__ = ["BANK_FILE", "BankFile", "read_bank_file", "render_bank_file", "write_bank_file"]
+
+BANK_FILE = "bank.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class BankFile:
+    description: str
+    overrides: BankOverrides
+    problem: str | None = None  # why (part of) the file was ignored, for the damage report
+
+
+def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
+    """What `path` says; an absent file is an empty description with no choices. Blocking. A
+    link planted there (or above it, below `within`) is reported, never followed; running out of
+    file descriptors says nothing about the file and raises (`StorageError`)."""
+    if not os.path.lexists(path):
+        return BankFile("", BankOverrides())
+    try:
+        data = yaml.safe_load(files.read_text(path, within=within))
+    except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
+        return BankFile("", BankOverrides(), "not valid YAML; description and settings ignored")
+    except StorageError as exc:
+        if files.is_transient(exc):
+            raise
+        return BankFile("", BankOverrides(), f"{exc.message}; description and settings ignored")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return BankFile("", BankOverrides(), "not a mapping; description and settings ignored")
+    value = data.get("description")
+    description = value if isinstance(value, str) else ""
+    chosen = {key: v for key, v in data.items() if key != "description"}
+    try:
+        overrides = parse_overrides(chosen, source=BANK_FILE)
+    except InvalidInput as exc:
+        return BankFile(description, BankOverrides(), f"settings ignored: {exc.message}")
+    return BankFile(description, overrides)
+
+
+def render_bank_file(description: str, overrides: BankOverrides) -> bytes:
+    body = {"description": description, **overrides.chosen()}
+    return yaml.safe_dump(body, allow_unicode=True, sort_keys=False).encode()
+
+
+def write_bank_file(
+    path: Path, description: str, overrides: BankOverrides, *, within: Path | None = None
+) -> None:
+    """Replace `path` atomically (blocking; `StorageError` on failure, the old file intact)."""
+    files.atomic_write(path, render_bank_file(description, overrides), within=within)

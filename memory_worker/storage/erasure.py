@@ -1,0 +1,178 @@
+"""Erasing every trace of one subject from a bank's files: the right to be forgotten.
+
+What holds a memory about the subject: the bank's `memories.jsonl` (every revision), its derived
+`vectors.jsonl`, and the same two files in each trashed copy of the bank under `.trash/`. They are
+separate files, so the erasure is made all-or-nothing by an intent: `.forget-subject.json` is
+written (atomically) before the first file changes, and removed after the last; a bank that loads
+with an intent finishes the erasure first (`resume`). A crash before the intent leaves everything,
+after it the next load erases everything. Each file is replaced crash-safely
+(`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
+
+The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import structlog
+
+from memory_worker.core.errors import StorageError
+from memory_worker.core.models import Memory
+from memory_worker.storage import files
+from memory_worker.storage.access import ACCESS_FILE, AccessStats
+from memory_worker.storage.log import MEMORIES_FILE, lines_of, read_all, replayed
+from memory_worker.storage.vectors import VECTORS_FILE
+
+__all__ = [
+    "INTENT_FILE",
+    "clear_intent",
+    "erase_copies",
+    "erase_log_file",
+    "erase_vectors",
+    "erased_ids",
+    "forget_plan",
+    "pending",
+    "resume",
+    "write_intent",
+]
+
+log = structlog.get_logger(__name__)
+
+INTENT_FILE = ".forget-subject.json"
+_TRASH_DIR = ".trash"  # as `store.TRASH_DIR` (store imports the bank, which imports this)
+_STAMP = re.compile(r"^\d{10,}(?:-\d+)?$")  # the `-<ms>[-<n>]` a trashed folder's name ends with
+
+
+def forget_plan(subject: str) -> Callable[[list[Memory]], list[Memory]]:
+    """A rewrite plan (records in log order in, records kept out) that drops every revision of
+    each memory whose latest record is about `subject`, and any other revision about them (a
+    memory moved to someone else keeps its later revisions, never the ones that were theirs)."""
+
+    def plan(records: list[Memory]) -> list[Memory]:
+        latest = replayed(records)
+        gone = {memory_id for memory_id, m in latest.items() if m.subject == subject}
+        return [r for r in records if r.id not in gone and r.subject != subject]
+
+    return plan
+
+
+def erased_ids(records: Iterable[Memory], subject: str) -> set[str]:
+    """The ids `forget_plan(subject)` removes whole."""
+    return {memory_id for memory_id, m in replayed(records).items() if m.subject == subject}
+
+
+def write_intent(bank_path: Path, subject: str) -> None:
+    """Commit to erasing `subject` (blocking): once this is durable, the erasure finishes."""
+    body = json.dumps({"subjects": sorted({*pending(bank_path), subject})}).encode()
+    files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
+    files.fsync_dir(bank_path)
+
+
+def pending(bank_path: Path) -> list[str]:
+    """The subjects whose erasure started and did not finish."""
+    path = bank_path / INTENT_FILE
+    if not os.path.lexists(path):
+        return []
+    try:
+        data = json.loads(files.read_text(path, within=bank_path.parent))
+    except ValueError:
+        return []  # a torn intent was never durable: the erasure had not started
+    subjects = data.get("subjects") if isinstance(data, dict) else None
+    return [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
+
+
+def clear_intent(bank_path: Path) -> None:
+    # Its folder is synced by `remove_file`.
+    files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
+
+
+def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> set[str]:
+    """Rewrite a log without `subject` (blocking; unreadable lines go too: what cannot be read
+    cannot be shown to be someone else's). Returns the ids removed whole."""
+    if not os.path.lexists(path):
+        return set()
+    records, damage = read_all(path, within=within)
+    gone = erased_ids(records, subject)
+    kept = forget_plan(subject)(records)
+    if len(kept) == len(records) and not damage:
+        return gone
+    expected = replayed(kept)
+
+    def check(candidate: Path) -> None:
+        written, problems = read_all(candidate, within=within)
+        if problems or replayed(written) != expected:
+            raise StorageError(f"erasure of {path} did not read back as planned; left as it was")
+
+    files.replace_with(path, lines_of(kept), check, within=within)
+    return gone
+
+
+def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> None:
+    """Rewrite a vector sidecar without `ids` (and without unreadable lines: derived data, a
+    later pass re-embeds whatever it misses)."""
+    if not os.path.lexists(path):
+        return
+    kept: list[bytes] = []
+    dropped = False
+    for _, line, _ in files.iter_lines(path, within=within):
+        try:
+            row = json.loads(line)
+            keep = isinstance(row, dict) and row.get("id") not in ids
+        except ValueError:
+            keep = False
+        if keep:
+            kept.append(line.rstrip(b"\n") + b"\n")
+        else:
+            dropped = True
+    if dropped:
+        files.replace_with(path, kept, lambda _: None, within=within)
+
+
+def _trashed_copies(root: Path, bank: str) -> list[Path]:
+    try:
+        entries = sorted(os.listdir(root / _TRASH_DIR))
+    except OSError:
+        return []
+    prefix = f"{bank}-"
+    return [
+        root / _TRASH_DIR / name
+        for name in entries
+        if name.startswith(prefix) and _STAMP.match(name[len(prefix) :])
+    ]
+
+
+def erase_copies(root: Path, bank: str, subject: str) -> int:
+    """Erase `subject` from every trashed copy of `bank` (blocking); returns how many copies held
+    something of theirs."""
+    touched = 0
+    for copy in _trashed_copies(root, bank):
+        for name in (MEMORIES_FILE, VECTORS_FILE):  # an earlier, killed attempt's temp files
+            files.remove_replacements(copy / name)
+        gone = erase_log_file(copy / MEMORIES_FILE, subject, within=root)
+        erase_vectors(copy / VECTORS_FILE, gone, within=root)
+        touched += bool(gone)
+    return touched
+
+
+def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
+    """Finish the erasures a crash interrupted (blocking; at load, before the log is replayed).
+    Returns the subjects it finished."""
+    subjects = pending(bank_path)
+    for name in (VECTORS_FILE, ACCESS_FILE):  # the log's own are removed by `Bank.load`
+        files.remove_replacements(bank_path / name)
+    for subject in subjects:
+        erase_copies(root, bank, subject)
+        gone = erase_log_file(bank_path / MEMORIES_FILE, subject, within=root)
+        erase_vectors(bank_path / VECTORS_FILE, gone, within=root)
+        access = AccessStats(bank_path / ACCESS_FILE, within=root)
+        access.load()
+        access.forget(gone)
+        log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
+    if subjects:
+        clear_intent(bank_path)
+    return subjects

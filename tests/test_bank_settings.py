@@ -1,0 +1,297 @@
+"""Per-bank settings: chosen in `bank.yaml` by create/configure, the configuration for the rest,
+validated whole (a bad value changes nothing), shown by list/get, announced when changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from unittest.mock import ANY
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_worker.app import catalog
+from memory_worker.app.ports import BANK_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core.bank_settings import (
+    MEMORY_CATEGORIES,
+    BankOverrides,
+    effective,
+    parse_overrides,
+)
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
+from memory_worker.storage.bank_file import read_bank_file, render_bank_file
+from memory_worker.storage.store import Store
+
+from .fakes import FixedClock, RecordingEmitter
+
+DEFAULTS = Settings().bank_defaults().model_dump(mode="json")
+
+
+async def call(service: MemoryService, function_id: str, **payload: Any) -> dict[str, Any]:
+    return await catalog.call(service, function_id, payload)
+
+
+def _yaml(data_dir: Path, bank: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((data_dir / bank / "bank.yaml").read_text())
+    return data
+
+
+class TestDefaults:
+    async def test_a_bank_that_chose_nothing_shows_the_configured_defaults(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        created = await call(service, "memory::bank::create", name="team")
+        assert created["bank"]["settings"] == DEFAULTS
+        assert _yaml(data_dir, "team") == {"description": ""}  # nothing chosen, nothing written
+
+    async def test_a_changed_default_reaches_banks_that_never_chose(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        first = MemoryService(store, Settings(), clock=clock)
+        await call(first, "memory::bank::create", name="quiet")
+        await call(first, "memory::bank::create", name="loud", max_memories=50)
+        tuned = MemoryService(store, Settings(max_memories=300, subject_scoping=True), clock=clock)
+        banks = {
+            b["name"]: b["settings"] for b in (await call(tuned, "memory::bank::list"))["banks"]
+        }
+        assert banks["quiet"]["max_memories"] == 300 and banks["quiet"]["subject_scoping"]
+        assert banks["loud"]["max_memories"] == 50  # its own choice wins
+
+
+class TestCreate:
+    async def test_settings_given_at_create_are_kept_in_bank_yaml_and_survive_a_restart(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(
+            service,
+            "memory::bank::create",
+            name="family",
+            description="Home",
+            subject_scoping=True,
+            max_per_subject=20,
+            retention={"Context": 30},
+            association_weights={"content": 0.6, "context": 0.3, "intention": 0.1},
+            conscious_access="read",
+            scope="shared",
+        )
+        assert _yaml(data_dir, "family") == {
+            "description": "Home",
+            "subject_scoping": True,
+            "max_per_subject": 20,
+            "retention": {"context": 30},
+            "association_weights": {"content": 0.6, "context": 0.3, "intention": 0.1},
+            "conscious_access": "read",
+            "scope": "shared",
+        }
+        await service.store.reload()  # as a restart: every bank replayed from its folder
+        shown = (await call(service, "memory::bank::get", name="family"))["bank"]
+        assert shown["description"] == "Home"
+        assert shown["settings"] == {
+            **DEFAULTS,
+            "subject_scoping": True,
+            "max_per_subject": 20,
+            "retention": {"context": 30},
+            "association_weights": {"content": 0.6, "context": 0.3, "intention": 0.1},
+            "conscious_access": "read",
+            "scope": "shared",
+        }
+
+    async def test_create_again_with_the_same_settings_is_idempotent(
+        self, service: MemoryService
+    ) -> None:
+        await call(service, "memory::bank::create", name="b", max_memories=5)
+        again = await call(service, "memory::bank::create", name="b", max_memories=5)
+        assert not again["created"]
+
+    async def test_create_of_an_existing_bank_with_other_settings_is_a_conflict(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="b", max_memories=5)
+        before = (data_dir / "b" / "bank.yaml").read_bytes()
+        with pytest.raises(Conflict, match=r"exists with other max_memories.*configure"):
+            await call(service, "memory::bank::create", name="b", max_memories=6)
+        assert (data_dir / "b" / "bank.yaml").read_bytes() == before
+
+    @pytest.mark.parametrize(
+        ("field", "value", "message"),
+        [
+            ("retention", {"gossip": 3}, "unknown category 'gossip'"),
+            ("retention", {"context": 0}, "whole number of days"),
+            ("retention", {"context": True}, "retention.context: Input should be a valid integer"),
+            ("max_memories", -1, "greater than or equal to 0"),
+            ("relevance_threshold", 1.5, "less than or equal to 1"),
+            ("conscious_access", "admin", "conscious_access"),
+            ("scope", "public", "scope"),
+            ("association_weights", {"content": 0, "context": 0, "intention": 0}, "above 0"),
+            ("association_weights", {"content": 0.5, "mood": 0.5}, "mood"),
+        ],
+    )
+    async def test_a_bad_setting_is_invalid_input_and_creates_nothing(
+        self, service: MemoryService, data_dir: Path, field: str, value: object, message: str
+    ) -> None:
+        with pytest.raises(InvalidInput, match=message):
+            await call(service, "memory::bank::create", name="b", **{field: value})
+        assert not (data_dir / "b").exists()
+
+
+class TestConfigure:
+    async def test_configure_sets_resets_with_null_and_keeps_what_it_omits(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        await call(service, "memory::bank::create", name="b", scope="shared")
+        emitter.clear()
+        out = await call(
+            service, "memory::bank::configure", name="b", max_memories=7, retention={"context": 2}
+        )
+        assert out["changed"] == ["max_memories", "retention"]
+        assert out["bank"]["settings"]["scope"] == "shared"  # omitted: kept
+        assert _yaml(data_dir, "b") == {
+            "description": "",
+            "max_memories": 7,
+            "retention": {"context": 2},
+            "scope": "shared",
+        }
+        reset = await call(service, "memory::bank::configure", name="b", max_memories=None)
+        assert reset["changed"] == ["max_memories"]
+        assert reset["bank"]["settings"]["max_memories"] == DEFAULTS["max_memories"]
+        assert "max_memories" not in _yaml(data_dir, "b")
+        assert emitter.of(BANK_CHANGED) == [
+            {"event_type": "configured", "bank": "b", "event_id": ANY},
+            {"event_type": "configured", "bank": "b", "event_id": ANY},
+        ]
+
+    async def test_a_configure_that_changes_nothing_writes_and_announces_nothing(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        await call(service, "memory::bank::create", name="b", max_memories=7)
+        before = (data_dir / "b" / "bank.yaml").stat().st_mtime_ns
+        emitter.clear()
+        out = await call(service, "memory::bank::configure", name="b", max_memories=7)
+        assert out["changed"] == []
+        assert emitter.of(BANK_CHANGED) == []
+        assert (data_dir / "b" / "bank.yaml").stat().st_mtime_ns == before
+
+    async def test_configure_changes_the_description_too(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="b", description="old")
+        out = await call(service, "memory::bank::configure", name="b", description="new one")
+        assert out["changed"] == ["description"]
+        assert out["bank"]["description"] == "new one"
+        assert _yaml(data_dir, "b")["description"] == "new one"
+
+    async def test_a_bad_value_among_good_ones_changes_nothing(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        await call(service, "memory::bank::create", name="b")
+        before = (data_dir / "b" / "bank.yaml").read_bytes()
+        emitter.clear()
+        with pytest.raises(InvalidInput, match="retention"):
+            await call(
+                service,
+                "memory::bank::configure",
+                name="b",
+                max_memories=3,
+                retention={"feelings": 1},
+            )
+        assert (data_dir / "b" / "bank.yaml").read_bytes() == before
+        assert (await call(service, "memory::bank::get", name="b"))["bank"]["settings"] == DEFAULTS
+        assert emitter.events == []
+
+    async def test_configure_with_no_field_is_invalid_input(self, service: MemoryService) -> None:
+        await call(service, "memory::bank::create", name="b")
+        with pytest.raises(InvalidInput, match="at least one of description, subject_scoping"):
+            await call(service, "memory::bank::configure", name="b")
+
+    async def test_configure_of_a_missing_bank_is_bank_not_found_and_creates_nothing(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        with pytest.raises(BankNotFound):
+            await call(service, "memory::bank::configure", name="ghost", max_memories=3)
+        assert not (data_dir / "ghost").exists()
+
+    async def test_configure_is_denied_to_agents(self) -> None:
+        assert catalog.find("memory::bank::configure").policy is catalog.Policy.HUMANS
+
+
+class TestBankFile:
+    async def test_a_hand_edit_with_a_bad_setting_is_damage_and_the_defaults_apply(
+        self, store: Store, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="b", max_memories=9)
+        (data_dir / "b" / "bank.yaml").write_text("description: d\nmax_memories: lots\n")
+        assert store.get("b").disk_changed()
+        assert await store.reload_bank("b") == "reloaded"
+        bank = store.get("b")
+        assert bank.description == "d" and bank.overrides == BankOverrides()
+        assert any("settings ignored" in d.describe() for d in bank.damage)
+
+    async def test_a_valid_hand_edit_is_picked_up_and_announced(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        await call(service, "memory::bank::create", name="b")
+        emitter.clear()
+        (data_dir / "b" / "bank.yaml").write_text("description: ''\nsubject_scoping: true\n")
+        assert await service.reload_bank("b") == "reloaded"
+        got = await call(service, "memory::bank::get", name="b")
+        assert got["bank"]["settings"]["subject_scoping"] is True
+        assert emitter.of(BANK_CHANGED) == [
+            {"event_type": "configured", "bank": "b", "event_id": ANY}
+        ]
+
+
+_weights = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": st.floats(0.1, 1),
+        "context": st.floats(0, 1),
+        "intention": st.floats(0, 1),
+    },
+)
+_overrides = st.fixed_dictionaries(
+    {},
+    optional={
+        "subject_scoping": st.booleans(),
+        "max_memories": st.integers(0, 2**63 - 1),
+        "max_per_subject": st.integers(0, 10**6),
+        "retention": st.dictionaries(st.sampled_from(MEMORY_CATEGORIES), st.integers(1, 36_500)),
+        "association_weights": _weights.filter(lambda w: w.get("content", 1.0) > 0),
+        "relevance_threshold": st.floats(0, 1),
+        "conscious_access": st.sampled_from(["none", "read", "read_write"]),
+        "scope": st.sampled_from(["private", "shared"]),
+    },
+)
+
+
+class TestProperties:
+    # Descriptions as the service stores them: whitespace collapsed (`clean_short`).
+    @given(raw=_overrides, description=st.text(max_size=40).map(lambda t: " ".join(t.split())))
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def test_any_valid_choice_round_trips_through_bank_yaml(
+        self, raw: dict[str, Any], description: str, tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        overrides = parse_overrides(raw, source="test")
+        path = tmp_path_factory.mktemp("b") / "bank.yaml"
+        path.write_bytes(render_bank_file(description, overrides))
+        found = read_bank_file(path)
+        assert found.problem is None
+        assert found.overrides == overrides and found.description == description
+        shown = effective(Settings().bank_defaults(), overrides)
+        for name, value in overrides.chosen().items():
+            assert getattr(shown, name).__eq__(getattr(overrides, name)) or value is None
+
+    @given(junk=st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=5)))
+    @settings(max_examples=100, deadline=None)
+    def test_arbitrary_keys_are_refused_with_a_coded_error_never_a_crash(
+        self, junk: dict[str, Any]
+    ) -> None:
+        try:
+            parsed = parse_overrides(junk, source="test")
+        except InvalidInput as exc:
+            assert str(exc).startswith("invalid_input: test: ")
+        else:
+            assert set(parsed.chosen()) <= set(junk)

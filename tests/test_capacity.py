@@ -1,0 +1,218 @@
+"""Capacity (C20): at a cap a new memory evicts the least-accessed, oldest non-pinned memory of
+its own scope, recorded as a tombstone (reason `evicted`) with an event; access counts live in an
+unsynced sidecar, so recall never writes the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
+from memory_worker.app.ports import ITEM_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import Conflict
+from memory_worker.storage.access import ACCESS_FILE
+
+from .fakes import FixedClock, RecordingEmitter
+
+PERSON = Caller.human("cli")
+
+
+async def call(service: MemoryService, function_id: str, **payload: Any) -> dict[str, Any]:
+    return await catalog.call(service, function_id, payload, PERSON)
+
+
+async def save(service: MemoryService, text: str, **payload: Any) -> dict[str, Any]:
+    memory: dict[str, Any] = (await call(service, "memory::save", text=text, **payload))["memory"]
+    return memory
+
+
+async def live_texts(service: MemoryService) -> set[str]:
+    listed = await call(service, "memory::list", limit=500)
+    return {m["text"] for m in listed["memories"]}
+
+
+class TestEviction:
+    async def test_at_the_cap_the_least_accessed_oldest_goes_recorded_and_announced(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", max_memories=3)
+        old = await save(service, "The user owns a red bicycle.")
+        clock.advance(10)
+        used = await save(service, "The user drinks green tea.")
+        clock.advance(10)
+        await save(service, "The user lives in Porto.")
+        clock.advance(10)
+        await call(service, "memory::recall", query="green tea")  # `used` is accessed once
+        emitter.clear()
+        await save(service, "The user plays chess.")
+        assert await live_texts(service) == {
+            "The user drinks green tea.",
+            "The user lives in Porto.",
+            "The user plays chess.",
+        }
+        gone = (await call(service, "memory::get", id=old["id"]))["memory"]
+        assert gone["invalid_reason"] == "evicted" and gone["invalid_at"] is not None
+        events = [e for e in emitter.of(ITEM_CHANGED) if e.get("reason") == "evicted"]
+        assert [
+            (e["event_type"], e["memory"]["id"], e["memory"]["invalid_reason"]) for e in events
+        ] == [("deleted", old["id"], "evicted")]
+        kept = (await call(service, "memory::get", id=used["id"]))["memory"]
+        assert kept["access_count"] == 1
+
+    async def test_a_pinned_memory_is_never_evicted_and_a_full_pinned_bank_refuses(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", max_memories=2)
+        await save(service, "The user was born in 1990.", pinned=True)
+        await save(service, "The user likes jazz.")
+        await save(service, "The user likes blues.")  # evicts jazz, never the pinned one
+        assert await live_texts(service) == {"The user was born in 1990.", "The user likes blues."}
+        await call(
+            service,
+            "memory::pin",
+            id=(await save(service, "The user likes blues."))["id"],
+            pinned=True,
+        )
+        before = (data_dir / "main" / "memories.jsonl").read_bytes()
+        with pytest.raises(Conflict, match=r"max_memories \(2\) is reached"):
+            await save(service, "The user likes rock.")
+        assert (data_dir / "main" / "memories.jsonl").read_bytes() == before
+
+    async def test_reinforcing_at_the_cap_evicts_nothing(self, service: MemoryService) -> None:
+        await call(service, "memory::bank::create", name="main", max_memories=2)
+        await save(service, "The user likes jazz.")
+        await save(service, "The user likes blues.")
+        again = await call(service, "memory::save", text="The user likes jazz.")
+        assert not again["created"]
+        assert len(await live_texts(service)) == 2
+
+    async def test_a_chatty_subject_evicts_only_its_own_rows(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        await call(
+            service,
+            "memory::bank::create",
+            name="main",
+            subject_scoping=True,
+            max_per_subject=2,
+            max_memories=6,
+        )
+        await save(service, "Bruno likes tea.", subject="bruno")
+        await save(service, "Bruno likes chess.", subject="bruno")
+        await save(service, "The office opens at 9.")
+        for n in range(6):
+            clock.advance(10)  # older first: the oldest of Ana's go
+            await save(service, f"Ana said thing number {n}.", subject="ana")
+        texts = await live_texts(service)
+        assert {"Bruno likes tea.", "Bruno likes chess.", "The office opens at 9."} <= texts
+        assert sorted(t for t in texts if t.startswith("Ana")) == [
+            "Ana said thing number 4.",
+            "Ana said thing number 5.",
+        ]
+
+    async def test_a_full_bank_makes_room_in_the_new_memorys_own_scope(
+        self, service: MemoryService
+    ) -> None:
+        await call(
+            service, "memory::bank::create", name="main", subject_scoping=True, max_memories=3
+        )
+        await save(service, "Bruno likes tea.", subject="bruno")
+        await save(service, "The office opens at 9.")
+        await save(service, "Ana likes cello.", subject="ana")
+        await save(service, "Ana likes opera.", subject="ana")  # the bank is full: Ana's room
+        assert await live_texts(service) == {
+            "Bruno likes tea.",
+            "The office opens at 9.",
+            "Ana likes opera.",
+        }
+
+    async def test_a_bank_full_of_other_peoples_rows_refuses_rather_than_evict_them(
+        self, service: MemoryService
+    ) -> None:
+        await call(
+            service, "memory::bank::create", name="main", subject_scoping=True, max_memories=2
+        )
+        await save(service, "Bruno likes tea.", subject="bruno")
+        await save(service, "Ana likes cello.", subject="ana")
+        with pytest.raises(Conflict, match=r"max_memories \(2\) is reached .* in this scope"):
+            await save(service, "The office opens at 9.")
+        assert await live_texts(service) == {"Bruno likes tea.", "Ana likes cello."}
+
+
+class TestAccessSidecar:
+    async def test_recall_never_writes_the_log_and_counts_survive_a_reload(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        memory = await save(service, "The user drinks green tea.")
+        log_before = (data_dir / "main" / "memories.jsonl").read_bytes()
+        for _ in range(3):
+            await call(service, "memory::recall", query="green tea")
+        assert (data_dir / "main" / "memories.jsonl").read_bytes() == log_before
+        assert (data_dir / "main" / ACCESS_FILE).read_text().count(memory["id"]) == 3
+        await service.store.reload()
+        got = (await call(service, "memory::get", id=memory["id"]))["memory"]
+        assert got["access_count"] == 3
+
+    async def test_preview_and_extractions_look_do_not_count(self, service: MemoryService) -> None:
+        memory = await save(service, "The user drinks green tea.")
+        await call(service, "memory::preview", query="green tea")
+        await catalog.call(
+            service, "memory::recall", {"query": "green tea"}, Caller.internal("extraction")
+        )
+        assert "access_count" not in (await call(service, "memory::get", id=memory["id"]))["memory"]
+
+    async def test_a_grown_sidecar_is_folded_at_load(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        memory = await save(service, "The user drinks green tea.")
+        for _ in range(20):
+            await call(service, "memory::recall", query="green tea")
+        await service.store.reload()
+        assert len((data_dir / "main" / ACCESS_FILE).read_text().splitlines()) == 1
+        got = (await call(service, "memory::get", id=memory["id"]))["memory"]
+        assert got["access_count"] == 20
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["ana", "bruno", None]), st.integers(0, 30), st.booleans()),
+        min_size=1,
+        max_size=25,
+    )
+)
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+async def test_property_caps_hold_and_pinned_memories_survive(
+    service: MemoryService, ops: list[tuple[str | None, int, bool]]
+) -> None:
+    await call(
+        service,
+        "memory::bank::create",
+        name="main",
+        subject_scoping=True,
+        max_per_subject=3,
+        max_memories=7,
+    )
+    pinned: set[str] = set()
+    for who, n, pin in ops:
+        try:
+            memory = await save(service, f"{who} fact {n}.", subject=who, pinned=pin)
+        except Conflict:
+            continue  # everything in scope pinned: refused, nothing lost
+        if pin:
+            pinned.add(memory["id"])
+    listed = (await call(service, "memory::list", limit=500))["memories"]
+    assert len(listed) <= 7 or len(pinned) >= 7
+    for who in ("ana", "bruno"):
+        mine = [m for m in listed if m.get("subject") == who]
+        assert len(mine) <= 3 or all(m["pinned"] for m in mine)
+    assert pinned <= {m["id"] for m in listed}
+    for bank in service.store.names():
+        await service.store.trash(bank, service.clock())

@@ -1,0 +1,268 @@
+"""`memory::forget-subject`: every trace of one subject erased — log revisions, vectors, trashed
+copies — so a grep of the data dir finds none of their texts; general memories and other people's
+untouched; confirmed, refused while pinned, one event per id, all-or-nothing under kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import time
+from multiprocessing.context import ForkServerContext
+from pathlib import Path
+from typing import Any
+from unittest.mock import ANY
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from memory_worker.adapters.standalone import build_app
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
+from memory_worker.app.ports import ITEM_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.storage import erasure, log
+from memory_worker.storage.store import Store
+
+from .conftest import HOLDER
+from .fakes import RecordingEmitter
+
+PERSON = Caller.human("cli")
+ANA_TEXTS = [
+    "Ana keeps her spare key under the blue flowerpot.",
+    "Ana's blood type is AB negative.",
+    "Ana is moving to Porto in March.",
+]
+ANA_EDITED = "Ana is moving to Braga in April."  # a later revision of the third
+BRUNO_TEXT = "Bruno keeps his spare key under the doormat."
+GENERAL_TEXT = "The building's front door code changes every Monday."
+
+
+async def call(service: MemoryService, function_id: str, **payload: Any) -> dict[str, Any]:
+    return await catalog.call(service, function_id, payload, PERSON)
+
+
+def _grep(root: Path, needle: str) -> list[str]:
+    """Every file under `root` whose bytes contain `needle` (as `grep -r` would find it)."""
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file() and needle.encode() in path.read_bytes():
+            hits.append(str(path.relative_to(root)))
+    return hits
+
+
+async def _populate(service: MemoryService) -> dict[str, list[str]]:
+    """Ana's memories with every kind of trace: revisions, a tombstone, vectors, a trashed copy."""
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    await call(service, "memory::save", text="Ana's old locker is number 12.", subject="ana")
+    await call(service, "memory::bank::delete", name="main")  # a copy in .trash/ holds it
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    ids: dict[str, list[str]] = {"ana": [], "other": []}
+    for text in ANA_TEXTS:
+        saved = await call(service, "memory::save", text=text, subject="ana")
+        ids["ana"].append(saved["memory"]["id"])
+    await call(service, "memory::update", id=ids["ana"][2], text=ANA_EDITED)
+    await call(service, "memory::delete", id=ids["ana"][1])  # a tombstone still holds the text
+    bruno = await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+    general = await call(service, "memory::save", text=GENERAL_TEXT)
+    ids["other"] = [bruno["memory"]["id"], general["memory"]["id"]]
+    bank = service.store.get("main")
+    pairs = [(m, [1.0, 0.0, 0.0]) for m in bank.memories.values() if m.live]
+    await bank.store_vectors("test-model", pairs)
+    return ids
+
+
+class TestForget:
+    async def test_a_grep_of_the_data_dir_finds_nothing_of_theirs_and_the_rest_stays(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        ids = await _populate(service)
+        assert _grep(data_dir, "flowerpot") and _grep(data_dir, "locker")  # the traces exist
+        assert ids["ana"][0] in (data_dir / "main" / "vectors.jsonl").read_text()
+        emitter.clear()
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert sorted(out["erased"]) == sorted(ids["ana"])
+        assert out["trash_copies"] == 1
+        for needle in ("flowerpot", "AB negative", "Porto", "Braga", "locker", *ids["ana"]):
+            assert _grep(data_dir, needle) == [], needle
+        for needle in (BRUNO_TEXT, GENERAL_TEXT):
+            assert _grep(data_dir, needle.split()[-1].rstrip(".")), needle
+        assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
+        # One event per erased id, with no text; nothing else announced.
+        assert emitter.of(ITEM_CHANGED) == [
+            {
+                "event_type": "erased",
+                "bank": "main",
+                "id": i,
+                "subject": "ana",
+                "reason": "forget-subject",
+                "event_id": ANY,
+            }
+            for i in sorted(ids["ana"])
+        ]
+        listed = await call(service, "memory::list", include_superseded=True)
+        assert sorted(m["id"] for m in listed["memories"]) == sorted(ids["other"])
+        recalled = await call(service, "memory::recall", query="spare key", subject="bruno")
+        assert [m["memory"]["id"] for m in recalled["memories"]] == [ids["other"][0]]
+        again = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert again["erased"] == []  # idempotent
+
+    @pytest.mark.parametrize("confirm", [None, "", "yes", "destroy"])
+    async def test_without_the_confirmation_nothing_changes(
+        self, service: MemoryService, data_dir: Path, confirm: str | None
+    ) -> None:
+        await _populate(service)
+        before = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+        with pytest.raises(InvalidInput, match='requires confirm: "destructive"'):
+            await call(service, "memory::forget-subject", subject="ana", confirm=confirm)
+        assert {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()} == before
+
+    async def test_a_pinned_memory_about_them_refuses_the_whole_erasure(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        ids = await _populate(service)
+        await call(service, "memory::pin", id=ids["ana"][0], pinned=True)
+        with pytest.raises(Conflict, match=r"pinned.*unpin them first — nothing was erased"):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert _grep(data_dir, "flowerpot") and _grep(data_dir, "Porto")
+
+    async def test_an_interrupted_erasure_is_finished_by_the_next_load(
+        self, service: MemoryService, store: Store, data_dir: Path
+    ) -> None:
+        await _populate(service)
+        erasure.write_intent(data_dir / "main", "ana")  # as if the process died right after
+        await store.reload()
+        for needle in ("flowerpot", "Braga", "locker"):
+            assert _grep(data_dir, needle) == [], needle
+        assert _grep(data_dir, "doormat") and erasure.pending(data_dir / "main") == []
+
+    async def test_rest_takes_the_confirmation_as_the_x_confirm_header(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await _populate(service)
+        async with TestClient(TestServer(build_app(service))) as client:
+            refused = await client.post("/memory/forget-subject", json={"subject": "ana"})
+            assert refused.status == 400
+            assert (await refused.json())["error"]["code"] == "invalid_input"
+            done = await client.post(
+                "/memory/forget-subject",
+                json={"subject": "ana"},
+                headers={"X-Confirm": "destructive"},
+            )
+            assert done.status == 200 and len((await done.json())["erased"]) == 3
+        assert _grep(data_dir, "flowerpot") == []
+
+    def test_it_is_denied_to_agents(self) -> None:
+        assert catalog.find("memory::forget-subject").policy is catalog.Policy.HUMANS
+        permissions = (Path(__file__).parent.parent / "iii-permissions.yaml").read_text()
+        assert "'!memory::forget-subject'" in permissions
+
+
+# --- killed at random moments ----------------------------------------------------------------
+
+KILLS = 60
+ANA_MEMORIES = 400  # enough lines that a run lasts long enough to be killed in its middle
+
+
+def _forget_child(data_dir: str) -> None:
+    from memory_worker.adapters.cli import main
+
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    args = ["trigger", "memory::forget-subject", "subject=ana", "confirm=destructive"]
+    os._exit(main([*args, "--data-dir", data_dir]))
+
+
+@pytest.fixture(name="forkserver", scope="module")
+def _forkserver() -> ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["memory_worker.adapters.cli"])
+    return context
+
+
+def _seed(data_dir: Path) -> None:
+    async def build() -> None:
+        store = Store.open(data_dir, holder=HOLDER)
+        try:
+            service = MemoryService(store)
+            await call(service, "memory::bank::create", name="main", subject_scoping=True)
+            await call(service, "memory::save", text="Ana trashed secret 0.", subject="ana")
+            await call(service, "memory::bank::delete", name="main")
+            for n in range(ANA_MEMORIES):
+                await call(service, "memory::save", text=f"Ana fact {n} xyzzy.", subject="ana")
+                if n % 10 == 0:
+                    await call(service, "memory::save", text=f"General fact {n}.")
+        finally:
+            await store.close()
+
+    asyncio.run(build())
+
+
+def _snapshot(data_dir: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(data_dir)): p.read_bytes()
+        for p in sorted(data_dir.rglob("*"))
+        if p.is_file() and p.name != ".lock" and not p.name.endswith(".replacing")
+    }
+
+
+def _state(data_dir: Path) -> str:
+    """After the next open (which finishes an interrupted erasure): "none" when every trace of
+    Ana is still there, "all" when none is, anything else is a failure."""
+    store = Store.open(data_dir, holder=HOLDER)
+    try:
+        memories = log.replay(data_dir / "main" / "memories.jsonl")[0]
+    finally:
+        asyncio.run(store.close())
+    ana = sum(1 for m in memories.values() if m.subject == "ana")
+    general = sum(1 for m in memories.values() if m.subject is None)
+    assert general == ANA_MEMORIES // 10, "general memories were touched"
+    found = len(_grep(data_dir, "xyzzy")) + len(_grep(data_dir, "trashed secret"))
+    if ana == ANA_MEMORIES and found == 2:
+        return "none"
+    assert ana == 0 and found == 0, f"half erased: {ana} memories, {found} files with traces"
+    return "all"
+
+
+@pytest.mark.timeout(900)
+def test_forget_subject_killed_at_random_moments_erases_all_or_nothing(
+    tmp_path: Path, forkserver: ForkServerContext
+) -> None:
+    seeded = tmp_path / "seeded"
+    _seed(seeded)
+    original = _snapshot(seeded)
+    data_dir = tmp_path / "data"
+
+    def reset() -> None:
+        if data_dir.exists():
+            import shutil
+
+            shutil.rmtree(data_dir)
+        for name, body in original.items():
+            path = data_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+
+    reset()
+    started = time.monotonic()
+    child = forkserver.Process(target=_forget_child, args=(str(data_dir),))
+    child.start()
+    child.join(60)
+    duration = time.monotonic() - started
+    assert child.exitcode == 0
+    assert _state(data_dir) == "all"
+
+    rng = random.Random(5)
+    outcomes = {"none": 0, "all": 0}
+    for _ in range(KILLS):
+        reset()
+        child = forkserver.Process(target=_forget_child, args=(str(data_dir),))
+        child.start()
+        time.sleep(rng.uniform(0, duration * 1.1))  # the kill moment: anywhere in the run
+        child.kill()
+        child.join(10)
+        outcomes[_state(data_dir)] += 1
+    assert outcomes["none"] > 0 and outcomes["all"] > 0, outcomes
