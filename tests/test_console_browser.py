@@ -925,3 +925,22 @@ def test_a_hand_edit_of_a_rule_file_reaches_the_open_editor(server: Server, open
     tone = page.locator(".mw-rule[data-rule='tone']")
     expect(tone.get_by_role("alert")).to_contain_text("changed elsewhere")
     expect(page.get_by_label("Rule tone")).to_have_value("My draft of tone.")
+
+
+def test_a_shared_banks_rail_row_and_a_memorys_lanes(server: Server, open_tab: Any) -> None:
+    """C21/C22 in the console: the rail says a bank is shared and what agents may do with it; a
+    memory shows its goal and context (whole on hover)."""
+    server.call(
+        "memory::bank::create", {"name": "team", "scope": "shared", "conscious_access": "read"}
+    )
+    window = "we were booking flights to Rome for the spring trip " * 3
+    _save(server, "team", "Sofia prefers the window seat.", context=window, intention="book seats")
+    page = open_tab("team").page
+    counts = page.locator(".mw-bank-button", has_text="team").locator(".mw-bank-meta")
+    expect(counts).to_have_text("1 memory · 0 pinned · 0 rules · shared · agents: read only")
+    meta = _row(page, "Sofia prefers the window seat.").locator(".mw-memory-meta")
+    expect(meta).to_contain_text("goal: book seats")
+    lane = meta.locator(".mw-lane", has_text="context:")
+    expect(lane).to_have_attribute(
+        "title", f"context — the conversation it was formed in: {window.strip()}"
+    )

@@ -725,3 +725,29 @@ async def test_preview_is_what_the_hook_sends_in_every_bank_state(
     assert reply.get("annotations", {}).get("memory_ids", []) == [
         m.memory.id for m in preview.memories
     ]
+
+
+class TestLanes:
+    async def test_the_hook_recalls_by_the_window_it_is_in(self, h: Hooked) -> None:
+        """Association lanes (C21): the hook asks with the recent window and the latest message,
+        so on a bank that weights the context lane a memory formed in a conversation like this one
+        comes back even though the question shares no word with it."""
+        await h.service.bank_create(
+            BankCreateRequest(name="main", association_weights={"content": 0.7, "context": 0.3})
+        )
+        await h.service.save(
+            SaveRequest(
+                bank="main",
+                text="Sofia prefers the window seat.",
+                context="booking flights to Rome for the spring trip",
+            )
+        )
+        for n in range(6):  # newer: the ambient floor, with nothing recalled, picks these
+            h.service.clock.advance(1000)  # type: ignore[attr-defined]
+            await save(h.service, f"Gardening note number {n} about tomatoes.")
+        h.windows["s1"] = [user_message("We are booking flights to Rome this spring.", 1)]
+        reply = await h.step("s1", "what did she ask for?")
+        assert any("window seat" in block for block in appended(reply))
+        h.windows["s2"] = [user_message("Let us talk about the garden.", 1)]
+        other = await h.step("s2", "what did she ask for?")
+        assert not any("window seat" in block for block in appended(other))

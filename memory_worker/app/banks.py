@@ -7,6 +7,7 @@ import asyncio
 
 import structlog
 
+from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
@@ -38,6 +39,13 @@ log = structlog.get_logger(__name__)
 
 class BankUseCases(EmbeddingWork):
     """Bank use cases."""
+
+    def access_level(self, bank: str) -> AccessLevel:
+        """What agents may do on `bank` (C22): its bank.yaml's `conscious_access`, else the
+        configured default (also for a bank that does not exist yet)."""
+        found = self.store.find(bank)
+        chosen = self.bank_settings(found) if found is not None else self.settings.bank_defaults()
+        return AccessLevel(chosen.conscious_access)
 
     async def bank_create(
         self, req: BankCreateRequest, caller: Caller = SYSTEM
@@ -97,6 +105,8 @@ class BankUseCases(EmbeddingWork):
         changed = [f for f in SETTING_NAMES if getattr(before, f) != getattr(after, f)]
         if new_description != old_description:
             changed.insert(0, "description")
+        if "association_weights" in changed:
+            self._embed_soon(bank)  # a lane that gained a weight gets its vectors now
         if changed:
             self._emit_bank(BankEvent.CONFIGURED, name)
         return BankConfigureResponse(bank=self._info(bank), changed=changed, redacted=list(labels))

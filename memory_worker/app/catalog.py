@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from memory_worker.app import seams, wire
+from memory_worker.app.access import check_access
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
@@ -552,6 +553,8 @@ async def respond(
     """`call()` with the response model instead of its wire dict (for internal callers)."""
     spec = find(function_id)
     request = request_of(spec, payload)
+    # Access levels are decided here, once, before any use case can change anything.
+    check_access(service, spec.id, request, spec.hints.read_only, caller)
     return await spec.method(service, request, caller)
 
 

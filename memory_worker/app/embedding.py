@@ -9,12 +9,16 @@ the semantic arm (`retrieval: bm25-entity`) and `memory::doctor` shows how far i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import structlog
 
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
-from memory_worker.app.ports import QueryEmbedder
+from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
+from memory_worker.core.lanes import embedding_text
+from memory_worker.search.lanes import LANES, LaneQuery
+from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 
 __all__ = ["EMBED_BATCH", "QUERY_EMBED_TIMEOUT_S", "EmbeddingWork"]
@@ -77,7 +81,9 @@ class EmbeddingWork(ServiceBase):
             model = embedder.model
             pending = bank.needs_embedding(model, EMBED_BATCH)
             if not pending:
-                return
+                if not await self._embed_lanes(bank, embedder, model):
+                    return
+                continue
             try:
                 vectors = await embedder.embed([memory.text for memory in pending])
             except (WorkerError, ValueError) as exc:
@@ -92,6 +98,60 @@ class EmbeddingWork(ServiceBase):
                 return
             if not stored:
                 return  # nothing could be kept (edited meanwhile): their commit re-queues them
+
+    async def _embed_lanes(self, bank: Bank, embedder: Embedder, model: str) -> bool:
+        """One batch of the association lanes' vectors (after the content's: recall needs those
+        first), of the lanes the bank weights only — embedding a window costs several times a
+        memory's text, and a lane without weight is never compared; a weight set later embeds
+        them then. False when there is nothing (more) to do."""
+        weighted = self._weighted_lanes(bank)
+        if not weighted:
+            return False
+        lanes = bank.lane_vectors.pending(bank.memories, EMBED_BATCH, weighted)
+        if not lanes:
+            return False
+        try:
+            vectors = await embedder.embed(
+                [embedding_text(getattr(memory, lane)) for lane, memory in lanes]
+            )
+        except (WorkerError, ValueError) as exc:
+            self._embedding_failed(bank.name, model, exc)
+            return False
+        if self.embedder is not embedder or embedder.model != model:
+            return True  # changed meanwhile: the loop starts over with the new one
+        items = [(lane, memory, v) for (lane, memory), v in zip(lanes, vectors, strict=True)]
+        return await bank.lane_vectors.store(model, items, bank.memories) > 0
+
+    async def _lane_vectors(
+        self, lanes: LaneQuery, bank: Bank | None, weights: LaneWeights
+    ) -> LaneQuery:
+        """The recall's window and goal embedded as the stored lanes are (passages: the two sides
+        are alike), when the bank's lane vectors are all of the query's model; else the lanes run
+        lexically. One call for both, under the query embedding's timeout; a lane the bank gives
+        no weight costs nothing."""
+        embedder = self.embedder
+        asked = tuple(lane for lane in lanes.asked if float(getattr(weights, lane)) > 0.0)
+        if embedder is None or bank is None or not asked or not self._embedding_on():
+            return lanes
+        model = embedder.model
+        if not bank.semantic_ready(model) or not bank.lane_vectors.ready(model, asked):
+            return lanes
+        texts = [embedding_text(lanes.text(lane) or "") for lane in asked]
+        try:
+            vectors = await asyncio.wait_for(embedder.embed(texts), self.query_embed_timeout_s)
+        except (WorkerError, ValueError, TimeoutError) as exc:
+            log.warning("lane_embedding_failed", error=str(exc))
+            return lanes
+        if self.embedder is not embedder or embedder.model != model or len(vectors) != len(asked):
+            return lanes
+        found = {lane: tuple(v) for lane, v in zip(asked, vectors, strict=True) if v}
+        return dataclasses.replace(
+            lanes, context_vector=found.get("context"), intention_vector=found.get("intention")
+        )
+
+    def _weighted_lanes(self, bank: Bank) -> tuple[str, ...]:
+        weights = self.bank_settings(bank).association_weights
+        return tuple(lane for lane in LANES if float(getattr(weights, lane)) > 0.0)
 
     def _embedding_failed(self, bank: str, model: str, exc: Exception) -> None:
         """Logged once per model and error: a model that cannot embed fails on every save."""

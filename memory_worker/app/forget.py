@@ -23,6 +23,7 @@ from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import ItemEvent
 from memory_worker.storage import erasure
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = ["CONFIRM", "ForgetUseCases"]
@@ -64,6 +65,11 @@ class ForgetUseCases(EmbeddingWork):
         await asyncio.to_thread(
             functools.partial(erasure.erase_vectors, within=bank.root),
             bank.path / VECTORS_FILE,
+            set(about),
+        )
+        await asyncio.to_thread(
+            functools.partial(erasure.erase_vectors, within=bank.root),
+            bank.path / LANE_VECTORS_FILE,
             set(about),
         )
         await asyncio.to_thread(bank.access.forget, about)

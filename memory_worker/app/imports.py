@@ -50,6 +50,8 @@ class ImportRecord(BaseModel):
     recommendation: str | None = None
     anchors: dict[str, Any] | None = None
     evidence: list[str] = Field(default_factory=list)
+    context: str | None = None  # association lanes, checked as `memory::save` checks them
+    intention: str | None = None
 
 
 # A validated import row: the record, its cleaned text, entities and tags, its card, and the
@@ -88,14 +90,26 @@ class ImportUseCases(EmbeddingWork):
                 )
                 source, source_labels = _clean_source(item.source)
                 subject = clean_short(item.subject, "subject", MAX_SUBJECT_CHARS)
-                item = item.model_copy(update={"source": source, "subject": subject})
+                context, context_labels = transitions.prepare_lane(item.context, "context")
+                intention, intention_labels = transitions.prepare_lane(item.intention, "intention")
+                item = item.model_copy(
+                    update={
+                        "source": source,
+                        "subject": subject,
+                        "context": context,
+                        "intention": intention,
+                    }
+                )
                 for field in ("id", "superseded_by"):
                     _check_identifier(getattr(item, field), field)
             except ValidationError as exc:
                 raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"record {number}: {exc.message}") from None
-            found = [*labels, *entity_labels, *tag_labels, *card_labels, *source_labels]
+            found = [
+                *labels, *entity_labels, *tag_labels, *card_labels, *source_labels,
+                *context_labels, *intention_labels,
+            ]  # fmt: skip
             prepared.append((item, text, entities, tags, card, found))
         if dry_run:
             redacted = sum(1 for *_, found in prepared if found)
@@ -138,6 +152,8 @@ class ImportUseCases(EmbeddingWork):
                     recommendation=card.recommendation,
                     anchors=card.anchors,
                     evidence=card.evidence,
+                    context=item.context,
+                    intention=item.intention,
                     subject=item.subject,
                 )
             )

@@ -69,6 +69,8 @@ class MemoryUseCases(EmbeddingWork):
             req.anchors.model_dump() if req.anchors is not None else None,
             req.evidence,
         )
+        context, context_labels = transitions.prepare_lane(req.context, "context")
+        intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
         labels = (
             *text_labels,
             *entity_labels,
@@ -76,6 +78,8 @@ class MemoryUseCases(EmbeddingWork):
             *card_labels,
             *session_labels,
             *subject_labels,
+            *context_labels,
+            *intention_labels,
         )
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
@@ -98,6 +102,8 @@ class MemoryUseCases(EmbeddingWork):
                 recommendation=card.recommendation,
                 anchors=card.anchors,
                 evidence=card.evidence,
+                context=context,
+                intention=intention,
                 subject=subject,
                 now_ms=self.clock(),
             )
@@ -194,10 +200,14 @@ class MemoryUseCases(EmbeddingWork):
         card_given = any(
             v is not None for v in (req.title, req.recommendation, req.anchors, req.evidence)
         )
-        plain = (req.text, req.entities, req.tags, req.pinned, req.subject, req.category)
+        plain = (
+            req.text, req.entities, req.tags, req.pinned, req.subject, req.category, req.context,
+            req.intention,
+        )  # fmt: skip
         if all(v is None for v in plain) and not card_given:
             raise InvalidInput(
                 "update needs at least one of text, entities, tags, pinned, subject, category, "
+                "context, intention, "
                 "title, recommendation, anchors, evidence"
             )
         name = self._name(req.bank)
@@ -210,7 +220,9 @@ class MemoryUseCases(EmbeddingWork):
             tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
             labels = (*labels, *tag_labels)
         title, recommendation, anchors, evidence, card_labels = _card_update(req)
-        labels = (*labels, *card_labels)
+        context, context_labels = transitions.prepare_lane(req.context, "context")
+        intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
+        labels = (*labels, *card_labels, *context_labels, *intention_labels)
         # "" makes the memory general again: a subject is cleared, never left half-set.
         subject = (
             None
@@ -247,6 +259,8 @@ class MemoryUseCases(EmbeddingWork):
             recommendation=recommendation,
             anchors=anchors,
             evidence=evidence,
+            context=context,
+            intention=intention,
             subject=subject,
             category=category,
         )

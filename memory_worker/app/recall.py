@@ -18,8 +18,10 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import transitions
 from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
+from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.lessons import is_lesson, prepare_category
 from memory_worker.core.models import Hit, Memory
+from memory_worker.search.lanes import LaneQuery
 from memory_worker.search.ranking import (
     DUPLICATE_COSINE,
     RecallMode,
@@ -27,6 +29,7 @@ from memory_worker.search.ranking import (
     rank,
     top_memories,
 )
+from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 
 __all__ = ["Injection", "RecallUseCases"]
@@ -74,7 +77,17 @@ class RecallUseCases(EmbeddingWork):
         return float(getattr(self.embedder, "duplicate_cosine", DUPLICATE_COSINE))
 
     def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
-        return [] if bank is None else rank(bank.memories, bank.index, query)
+        return [] if bank is None else rank(bank.memories, bank.index, query, bank.lanes)
+
+    def _lane_policy(self, bank: Bank | None) -> tuple[LaneWeights, float]:
+        """The bank's `association_weights` and `relevance_threshold` (its bank.yaml over the
+        configured defaults)."""
+        chosen = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
+        weights = chosen.association_weights
+        return (
+            LaneWeights(weights.content, weights.context, weights.intention),
+            chosen.relevance_threshold,
+        )
 
     def rank_in(self, bank: Bank, query: RecallQuery) -> list[Hit]:
         """The recall scorer over one loaded bank (extraction shows the model what it holds)."""
@@ -89,6 +102,10 @@ class RecallUseCases(EmbeddingWork):
         category = prepare_category(req.category)
         if req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
+        weights, threshold = self._lane_policy(bank)
+        lanes = LaneQuery(context=req.context, intention=req.intention)
+        if vector is not None and req.mode is RecallMode.HYBRID:
+            lanes = await self._lane_vectors(lanes, bank, weights)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
@@ -103,6 +120,9 @@ class RecallUseCases(EmbeddingWork):
             category=category,
             vector=vector,
             duplicate_cosine=self._duplicate_cosine(vector),
+            lanes=lanes,
+            lane_weights=weights,
+            threshold=threshold,
         )
         hits = self._rank(bank, query)
         if bank is not None and caller.kind is not CallerKind.INTERNAL:
@@ -122,12 +142,14 @@ class RecallUseCases(EmbeddingWork):
         *,
         carried: frozenset[str] = frozenset(),
         recall: bool = True,
+        lanes: LaneQuery | None = None,
         subject: str | None = None,
         count_access: bool = False,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
         holds (not handed twice); `recall=False` for a step that only needs the section;
+        `lanes`: the turn's window and goal (the hook's), for the association lanes.
         `subject`: who is speaking (with the bank's subject_scoping on, general memories and theirs
         only, the ambient floor included; None: general memories only); `count_access`: a real
         turn (not a preview) counts as an access of what it was handed.
@@ -153,6 +175,9 @@ class RecallUseCases(EmbeddingWork):
         # Lessons reach a turn through the tool calls they are anchored to, once per
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
         lessons = min(len(bank.lessons), RECALL_MAX_LIMIT) if bank is not None else 0
+        weights, threshold = self._lane_policy(bank)
+        if lanes is not None and vector is not None:
+            lanes = await self._lane_vectors(lanes, bank, weights)
         hits = self._rank(
             bank,
             RecallQuery(
@@ -164,6 +189,9 @@ class RecallUseCases(EmbeddingWork):
                 subject=subject,
                 vector=vector,
                 duplicate_cosine=self._duplicate_cosine(vector),
+                lanes=lanes if lanes is not None else LaneQuery(),
+                lane_weights=weights,
+                threshold=threshold,
             ),
         )
         hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]
@@ -194,7 +222,13 @@ class RecallUseCases(EmbeddingWork):
         return [m for m in top_memories(mine, limit) if not is_lesson(m)]
 
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
-        plan = await self.injection(self._name(req.bank), req.query, subject=req.subject)
+        # The lanes as the hook would ask them: the window (else the message alone) and the goal.
+        lanes = LaneQuery(
+            context=window_text([req.context or req.query]), intention=goal_text(req.query)
+        )
+        plan = await self.injection(
+            self._name(req.bank), req.query, subject=req.subject, lanes=lanes
+        )
         return PreviewResponse(
             bank=plan.bank,
             system_prompt_section=plan.section,

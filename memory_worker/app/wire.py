@@ -116,6 +116,15 @@ BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
 # A keyword group: a list of terms, or one string of them ("bedrock region" / "bedrock,region").
 Group = Annotated[list[Text], BeforeValidator(_words_to_list)]
 
+_CONTEXT = (
+    "Association lane (C21): the conversation the memory was formed in, a short summary or the "
+    "recent window (at most 1000 characters; redacted like text). Recall finds it by the "
+    "situation as well as by what it says."
+)
+_INTENTION = (
+    "Association lane (C21): what the person was trying to do when it came up (at most 300 "
+    "characters; redacted like text)."
+)
 _BANK = "Bank; omitted: the calling session's bank, else the configured default."
 _FOR_SUBJECT = (
     "Who the call is for (the person speaking, a stable id such as a handle). With the bank's "
@@ -334,6 +343,8 @@ class SaveRequest(Request):
         description="A lesson's evidence pointers (commit, file:line, session entry): stored, "
         "never injected.",
     )
+    context: Text | None = Field(default=None, description=_CONTEXT)
+    intention: Text | None = Field(default=None, description=_INTENTION)
 
 
 class SaveResponse(Response):
@@ -410,6 +421,8 @@ class UpdateRequest(Request):
     evidence: TextList | None = Field(
         default=None, description="A lesson's evidence pointers (replace; empty list clears)."
     )
+    context: Text | None = Field(default=None, description=_CONTEXT + " Replaces the old one.")
+    intention: Text | None = Field(default=None, description=_INTENTION + " Replaces the old one.")
 
 
 class MemoryResponse(Response):
@@ -588,6 +601,16 @@ class RecallRequest(Request):
         description="Epoch ms: rank as if now were then, over the memories that were live then "
         "(created before it, not yet invalid at it).",
     )
+    context: Text | None = Field(
+        default=None,
+        description="The current conversation window (hybrid only): compared with each "
+        "memory's stored `context`, weighted by the bank's `association_weights`.",
+    )
+    intention: Text | None = Field(
+        default=None,
+        description="The current turn's goal (hybrid only): compared with each memory's stored "
+        "`intention`, weighted by the bank's `association_weights`.",
+    )
 
 
 class ScoredMemory(Response):
@@ -620,6 +643,12 @@ class PreviewRequest(Request):
         description="Who would be speaking (the turn's `memory_subject`): with subject_scoping on, "
         "the preview shows what a turn of theirs gets; omitted: a turn with no known speaker "
         "(general memories only).",
+    )
+    context: Text | None = Field(
+        default=None,
+        description="The conversation window the turn would be in, for the association lanes "
+        "(the hook passes the recent messages); omitted: the message alone, as on a "
+        "conversation's first turn. The message is the turn's goal (`intention`), as in the hook.",
     )
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "HTTP_STATUS",
     "BankNotFound",
     "Conflict",
+    "Forbidden",
     "InvalidInput",
     "MemoryNotFound",
     "SiblingUnavailable",
@@ -72,6 +73,12 @@ class Conflict(WorkerError):
     code = "conflict"
 
 
+class Forbidden(WorkerError):
+    """An agent asked for more than its bank's `conscious_access` allows: none, read, read_write."""
+
+    code = "forbidden"
+
+
 class StorageError(WorkerError):
     """The disk refused: unwritable data dir, failed write or fsync, unreadable bank."""
 
@@ -93,6 +100,7 @@ ERROR_CLASSES: dict[str, type[WorkerError]] = {
         BankNotFound,
         MemoryNotFound,
         Conflict,
+        Forbidden,
         StorageError,
         SiblingUnavailable,
     )
@@ -108,6 +116,7 @@ HTTP_STATUS: dict[str, int] = {
     BankNotFound.code: 404,
     MemoryNotFound.code: 404,
     Conflict.code: 409,
+    Forbidden.code: 403,
     StorageError.code: 503,
     SiblingUnavailable.code: 503,
 }

@@ -4,9 +4,11 @@ The reply contract (prompt `extraction-v1`, `prompts/extraction-v1.md`) is one J
 `{"memories": [op, …], "rules": [str, …]}` with ops `add {text, entities, tags, confidence?}`,
 `restate {ref}` and `correct {ref, text, entities, tags, reason, confidence?}`; refs are the
 `m<N>` labels of the known memories shown; `confidence: "inferred"` marks a fact the model
-derived rather than read (absent: `extracted`). Parsing is lenient — code fences, prose around
-the JSON, a bare list (= memories), op synonyms — and never raises: what cannot be read is
-skipped and counted.
+derived rather than read (absent: `extracted`); an add or correct may carry the association
+lanes `context` (the situation it came up in) and `intention` (what the user was trying to do),
+under any prompt version — absent, the extractor writes them from the window itself. Parsing
+is lenient — code fences, prose around the JSON, a bare list (= memories), op synonyms — and
+never raises: what cannot be read is skipped and counted.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from importlib import resources
 from typing import Any
 
 from memory_worker.core.bank_settings import MEMORY_CATEGORIES
+from memory_worker.core.lanes import goal_text
 from memory_worker.core.models import Memory, utc_datetime
-from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS
+from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE_CHARS
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -110,6 +113,8 @@ class Add:
     inferred: bool = False  # derived by the model rather than stated in the conversation
     category: str = "fact"  # the model's kind for it; anything it cannot name is a fact
     general: bool = False  # not about the person speaking (a shared fact: no subject)
+    context: str | None = None  # the model's summary of the situation (association lane)
+    intention: str | None = None  # the model's reading of what the user was trying to do
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +205,13 @@ def _inferred(item: dict[str, Any]) -> bool:
     )
 
 
+def _lane(raw: object, lane: str) -> str | None:
+    """A lane the model wrote, cut to the lane's length (never a reason to drop the fact)."""
+    if not isinstance(raw, str) or len(raw.strip()) < 3:
+        return None
+    return goal_text(raw, MAX_LANE_CHARS[lane])
+
+
 def _category(raw: object) -> str:
     """The model's category when it is one of the five kinds; anything else (absent, misspelt,
     `lesson`: lessons are authored, not extracted) is a fact."""
@@ -226,6 +238,10 @@ def _add(item: dict[str, Any]) -> Add | None:
         _inferred(item),
         _category(item.get("category")),
         _general(item),
+        context=_lane(item.get("context") or item.get("situation"), "context"),
+        intention=_lane(
+            item.get("intention") or item.get("goal") or item.get("purpose"), "intention"
+        ),
     )
 
 

@@ -22,6 +22,7 @@ from memory_worker.core.text import collapse_whitespace
 __all__ = [
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
+    "MAX_LANE_CHARS",
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
@@ -32,6 +33,7 @@ __all__ = [
     "pin",
     "prepare_label",
     "prepare_labels",
+    "prepare_lane",
     "prepare_reason",
     "prepare_text",
     "reinforce",
@@ -46,6 +48,9 @@ MAX_TEXT_CHARS = 2_000  # a memory is one self-contained statement, not a docume
 MAX_LABELS = 8  # entities and tags each; more dilutes the signal and bloats every line
 MAX_LABEL_CHARS = 64
 MAX_REASON_CHARS = 500
+# The association lanes (C21): a window summary is a few lines, a goal one sentence. Longer input
+# is refused (an explicit save) or cut before it gets here (extraction).
+MAX_LANE_CHARS = {"context": 1_000, "intention": 300}
 # What a value may measure before redaction: a secret is replaced by a shorter marker, so the
 # limits above apply after it, but the work done on the way is bounded by these.
 MAX_RAW_TEXT_CHARS = 16 * MAX_TEXT_CHARS
@@ -89,6 +94,24 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(text)})")
     return text, redaction.labels
+
+
+def prepare_lane(raw: str | None, lane: str) -> tuple[str | None, tuple[str, ...]]:
+    """A `context` or `intention`: redacted like text, whitespace collapsed, length-checked;
+    None or blank is no lane."""
+    if raw is None:
+        return None, ()
+    limit = MAX_LANE_CHARS[lane]
+    if len(raw) > 16 * limit:  # refused before any work, as a text is: a call's cost is bounded
+        raise InvalidInput(f"{lane} must be at most {limit} characters (got {len(raw)})")
+    check_unicode(raw, lane)
+    redaction = redact(raw)
+    value = collapse_whitespace(redaction.text)
+    if not value:
+        return None, ()
+    if len(value) > limit:
+        raise InvalidInput(f"{lane} must be at most {limit} characters (got {len(value)})")
+    return value, redaction.labels
 
 
 def normalize_label(value: str) -> str:
@@ -182,6 +205,8 @@ def new_memory(
     recommendation: str | None = None,
     anchors: Anchors | None = None,
     evidence: tuple[str, ...] | None = None,
+    context: str | None = None,
+    intention: str | None = None,
     subject: str | None = None,
     now_ms: int,
 ) -> Memory:
@@ -201,6 +226,8 @@ def new_memory(
         recommendation=recommendation,
         anchors=anchors,
         evidence=evidence,
+        context=context,
+        intention=intention,
         subject=subject,
     )
 
@@ -264,6 +291,10 @@ def save(
             "pinned": existing.pinned or fresh.pinned,
             "confidence": max(existing.confidence, fresh.confidence, key=_TRUST.__getitem__),
             "source": existing.source or fresh.source,
+            # The situation a fact was first formed in stays its own; a record without one
+            # takes the re-observation's.
+            "context": existing.context or fresh.context,
+            "intention": existing.intention or fresh.intention,
             **card,
         }
     )
@@ -287,9 +318,11 @@ def update(
     evidence: tuple[str, ...] | None = None,
     subject: str | None = None,
     category: str | None = None,
+    context: str | None = None,
+    intention: str | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag, entity, subject, category and card edits do not.
+    statement (`stated_at`); pin, tag, entity, subject, category, lane and card edits do not.
     `subject=""` makes the memory general. A retired record is refused, as `pin` refuses it: only
     a re-save brings it back."""
     if not existing.live:
@@ -300,6 +333,8 @@ def update(
     if category is not None and category != existing.category:
         changes["category"] = category
     for field, value in (
+        ("context", context),
+        ("intention", intention),
         ("title", title),
         ("recommendation", recommendation),
         ("anchors", anchors),

@@ -73,6 +73,7 @@ from memory_worker.core.extraction import (
     system_prompt,
 )
 from memory_worker.core.injection import message_text
+from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
@@ -220,8 +221,23 @@ class _Origin:
         answered = [line.model for line in lines if line.model]
         self.agent = job.agent or (answered[-1] if answered else None)
         self._lines = [(line, frozenset(terms(line.text)) - _NOT_EVIDENCE) for line in lines]
+        # The association lanes: the window the pass read is every fact's context.
+        self.context = window_text(line.text for line in lines)
         # When the pass finishes a journaled decision: the decision's time (see `_written_since`).
         self.since: int | None = None
+
+    def intention_of(self, fact: Add) -> str | None:
+        """The fact's goal lane: the model's reading, else the person's message it came from
+        (the one sharing most of its words, the newest on a tie; else their last message)."""
+        if fact.intention:
+            return fact.intention
+        wanted = frozenset(terms(fact.text)) - _NOT_EVIDENCE
+        said = [(len(wanted & words), at, line) for at, (line, words) in enumerate(self._lines)]
+        said = [item for item in said if item[2].role == "user"]
+        if not said:
+            return None
+        best = max(said, key=lambda item: (item[0], item[1]))
+        return goal_text(best[2].text)
 
     def entry_of(self, text: str) -> str | None:
         """The message a fact most likely came from: the one sharing most of its content words
@@ -647,6 +663,8 @@ class Extractor:
             entities=list(entities),
             tags=list(fact.tags),
             session_id=origin.session_id,
+            context=fact.context or origin.context,
+            intention=origin.intention_of(fact),
             subject=None if fact.general else origin.subject,
             category=fact.category,
         )

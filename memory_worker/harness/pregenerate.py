@@ -44,8 +44,10 @@ from memory_worker.core.injection import (
     message_text,
     render_rules_update,
 )
+from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
+from memory_worker.search.lanes import LaneQuery
 
 __all__ = ["HOOK_BUDGET_S", "PreGenerate", "step_calls", "user_message"]
 
@@ -70,6 +72,22 @@ def _query(messages: list[Any]) -> str:
             if text and not text.startswith(MEMORY_PREFIX):
                 return text
     return ""
+
+
+WINDOW_MESSAGES = 12  # the recent window the context lane compares (cut to its length anyway)
+
+
+def _lanes(messages: list[Any], query: str) -> LaneQuery:
+    """The turn's situation for the association lanes: the recent window (user and assistant
+    lines, never our own memory blocks) and the latest user message as its goal — written as
+    extraction writes a memory's, so the two compare."""
+    texts = []
+    for message in messages[-WINDOW_MESSAGES:]:
+        if isinstance(message, dict) and message.get("role") in ("user", "assistant"):
+            text = message_text(message).strip()
+            if text and not text.startswith(MEMORY_PREFIX):
+                texts.append(text)
+    return LaneQuery(context=window_text(texts), intention=goal_text(query))
 
 
 def _call_of(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -282,15 +300,17 @@ class PreGenerate:
         settings = self._service.settings
         first_step = (env.step or 0) == 0
         recall = first_step and settings.inject_memories
+        query = _query(env.messages) if recall else ""
         subject = (
             await self._resolver.subject(env.session_id or "", env.metadata) if recall else None
         )
         plan = await self._service.injection(
             bank,
-            _query(env.messages) if recall else "",
+            query,
             # Scanning the window for our blocks only pays when memories are handed out.
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
+            lanes=_lanes(env.messages, query) if recall else None,
             subject=subject,
             count_access=True,
         )

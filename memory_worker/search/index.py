@@ -121,7 +121,11 @@ class _Postings:
 
 
 class LexicalIndex:
-    def __init__(self) -> None:
+    def __init__(self, vector_dtype: type[np.floating[Any]] = np.float16) -> None:
+        # float16 halves the RAM of a bank's embeddings; a caller that compares every query
+        # with several vector sets (the association lanes) may keep float32 and skip the
+        # per-query conversion.
+        self._vector_dtype = vector_dtype
         self._vocab: dict[str, int] = {}
         self._terms: list[str] = []  # term id → term
         self._df: list[int] = []  # live documents per term id
@@ -144,7 +148,9 @@ class LexicalIndex:
 
     def _allocate(self, capacity: int) -> None:
         self._capacity = capacity
-        self.vectors: npt.NDArray[np.float16] = np.zeros((capacity, self._dim), np.float16)
+        self.vectors: npt.NDArray[np.floating[Any]] = np.zeros(
+            (capacity, self._dim), self._vector_dtype
+        )
         self.has_vector = np.zeros(capacity, bool)
         self._alive = np.zeros(capacity, bool)
         self._length = np.zeros(capacity, np.float64)
@@ -313,7 +319,7 @@ class LexicalIndex:
             return False
         if self._dim == 0:
             self._dim = len(vector)
-            self.vectors = np.zeros((self._capacity, self._dim), np.float16)
+            self.vectors = np.zeros((self._capacity, self._dim), self._vector_dtype)
         if len(vector) != self._dim:
             return False
         self.vectors[slot] = np.asarray(vector, np.float32)
@@ -326,13 +332,31 @@ class LexicalIndex:
         return self._alive
 
     @property
+    def version(self) -> int:
+        """Bumped whenever slots or lengths change (what a slot-aligned cache is keyed on)."""
+        return self._version
+
+    @property
+    def slot_count(self) -> int:
+        """Slots in use, dead ones included (the length of every per-slot array ranking reads)."""
+        return len(self._ids)
+
+    def slot_ids(self) -> list[str]:
+        """The doc id of every slot (dead slots keep theirs until compaction); do not mutate."""
+        return self._ids
+
+    def slot(self, doc_id: str) -> int:
+        """The live slot of `doc_id`, or -1."""
+        return self._slot_of.get(doc_id, -1)
+
+    @property
     def vector_width(self) -> int:
         return self._dim
 
     def reset_vectors(self) -> None:
         """Forget every embedding (a model of another width replaces them)."""
         self._dim = 0
-        self.vectors = np.zeros((self._capacity, 0), np.float16)
+        self.vectors = np.zeros((self._capacity, 0), self._vector_dtype)
         self.has_vector[:] = False
 
     def clear_vector(self, doc_id: str) -> None:
@@ -352,7 +376,7 @@ class LexicalIndex:
             return np.zeros(n, np.float64)
         q = np.asarray(query, np.float32)
         q /= max(float(np.linalg.norm(q)), 1e-12)
-        sims = (self.vectors[:n].astype(np.float32) @ q).astype(np.float64)
+        sims = (np.asarray(self.vectors[:n], np.float32) @ q).astype(np.float64)
         sims[~(self.has_vector[:n] & self._alive[:n])] = 0.0
         return sims
 

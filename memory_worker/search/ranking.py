@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
@@ -20,10 +20,13 @@ from memory_worker.core.retention import kind_of
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
 from memory_worker.core.text import terms
 from memory_worker.search.index import Candidates, Floats, IndexedDoc, Ints, LexicalIndex
+from memory_worker.search.lanes import LANE_POOL, NO_LANES, LaneIndexes, LaneQuery
 from memory_worker.search.scoring import (
     DEFAULT_FUSION,
+    DEFAULT_LANE_WEIGHTS,
     Arms,
     Fusion,
+    LaneWeights,
     Recency,
     fused_scores,
     lexical_relevance,
@@ -82,6 +85,9 @@ class RecallQuery:
     vector: tuple[float, ...] | None = None  # the query's embedding, when an embedder answered
     duplicate_cosine: float = DUPLICATE_COSINE  # the embedder's paraphrase threshold
     fusion: Fusion = DEFAULT_FUSION
+    lanes: LaneQuery = NO_LANES  # the situation asked about (hybrid recall only)
+    lane_weights: LaneWeights = DEFAULT_LANE_WEIGHTS  # the bank's `association_weights`
+    threshold: float = 0.0  # the bank's `relevance_threshold` on the blended similarity
 
 
 def document_terms(memory: Memory) -> list[str]:
@@ -145,6 +151,7 @@ class Pool:
     dated: npt.NDArray[np.bool_]
     semantic: Floats | None = None  # per-query semantic relevance in [0, 1]; None: no arm ran
     query_weight: float = 0.0  # `LexicalIndex.query_weight` of the query (expansion included)
+    lanes: dict[str, Floats] = field(default_factory=dict)  # asked lane → relevance in [0, 1]
 
     def __len__(self) -> int:
         return int(self.slots.size)
@@ -173,6 +180,7 @@ def _live_pool(
     query_terms: list[str],
     cosines: Floats | None,
     scope: npt.NDArray[np.bool_] | None,
+    lanes: Mapping[str, Floats],
 ) -> tuple[Pool, Floats | None]:
     if query.mode is RecallMode.HYBRID and query.fusion.expand_docs > 0:
         slots, bm25, cosines = _expand(index, query, query_terms, cosines, scope)
@@ -191,6 +199,14 @@ def _live_pool(
             lexical = np.zeros(merged.size, np.float64)
             lexical[np.searchsorted(merged, slots)] = bm25
             slots, bm25 = merged, lexical
+    if lanes:  # the memories formed in the most similar situation, whatever their text says
+        near = np.unique(
+            np.concatenate([_top(r * index.alive[: r.size], LANE_POOL) for r in lanes.values()])
+        )
+        merged = np.union1d(slots, near)
+        lexical = np.zeros(merged.size, np.float64)
+        lexical[np.searchsorted(merged, slots)] = bm25
+        slots, bm25 = merged, lexical
     keep = np.ones(slots.size, bool)
     if scope is not None:
         keep &= scope[slots]
@@ -216,6 +232,7 @@ def _live_pool(
         pinned=index.pinned[slots],
         stated_at=index.stated_at[slots],
         dated=index.dated[slots],
+        lanes={lane: relevance[slots] for lane, relevance in lanes.items()},
     )
     return pool, cosines
 
@@ -306,6 +323,7 @@ def _with_retired(
             (pool.stated_at, np.asarray([float(m.last_stated_at) for m, _, _, _ in extra]))
         ),
         dated=np.concatenate((pool.dated, np.asarray([d for _, _, _, d in extra], bool))),
+        lanes={lane: np.concatenate((r, np.zeros(n))) for lane, r in pool.lanes.items()},
     )
 
 
@@ -324,6 +342,7 @@ def _semantic_reference(
 
 def _scores(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
     now_ms = query.as_of if query.as_of is not None else query.now_ms
+    lanes, content_off = _lane_arms(pool, query)
     arms = Arms(
         bm25=pool.bm25,
         query_weight=pool.query_weight,
@@ -333,11 +352,43 @@ def _scores(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
         age_ms=now_ms - pool.stated_at,
         semantic=semantic,
         dated=pool.dated if asks_when(query.text) else None,
+        lanes=lanes,
+        content_off=content_off,
     )
     policy = Recency(recency_policy(query.text))
     return fused_scores(
         arms, half_life_days=query.half_life_days, policy=policy, fusion=query.fusion
     )
+
+
+def _lane_shares(pool: Pool, query: RecallQuery) -> dict[str, float]:
+    """The normalised weights of content and of the lanes this recall asks and the bank holds."""
+    return query.lane_weights.shares(tuple(lane for lane in pool.lanes))
+
+
+def _lane_arms(pool: Pool, query: RecallQuery) -> tuple[tuple[tuple[float, Floats], ...], bool]:
+    shares = _lane_shares(pool, query)
+    content = shares.get("content", 0.0)
+    lanes = tuple(
+        (shares[lane] / content if content > 0.0 else shares[lane], relevance)
+        for lane, relevance in pool.lanes.items()
+        if lane in shares
+    )
+    return lanes, content <= 0.0
+
+
+def _blended(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
+    """Seed 004's blended similarity in [0, 1], what `relevance_threshold` is compared with:
+    content's similarity (the stronger of its arms, capped at 1) and each asked lane's, by their
+    normalised weights. Boosts and recency are ranking, not similarity: they are left out."""
+    content = lexical_relevance(pool.bm25, pool.query_weight)
+    if semantic is not None:
+        content = np.maximum(content, semantic)
+    shares = _lane_shares(pool, query)
+    blended: Floats = shares.get("content", 0.0) * np.clip(content, 0.0, 1.0)
+    for lane, relevance in pool.lanes.items():
+        blended = blended + shares.get(lane, 0.0) * relevance
+    return blended
 
 
 def _keep(
@@ -370,22 +421,49 @@ def _top_mask(values: Floats, k: int) -> npt.NDArray[np.bool_]:
     return mask
 
 
-def candidates(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery) -> Pool:
+def _lane_relevance(
+    lanes: LaneIndexes | None, index: LexicalIndex, query: RecallQuery
+) -> dict[str, Floats]:
+    """Per asked lane with weight and holders, its relevance of every slot (hybrid only)."""
+    if lanes is None or query.mode is not RecallMode.HYBRID:
+        return {}
+    out: dict[str, Floats] = {}
+    for lane in query.lanes.asked:
+        if float(getattr(query.lane_weights, lane)) <= 0.0:
+            continue
+        relevance = lanes.relevance(lane, query.lanes, index)
+        if relevance is not None and relevance.any():
+            out[lane] = relevance
+    return out
+
+
+def candidates(
+    memories: Mapping[str, Memory],
+    index: LexicalIndex,
+    query: RecallQuery,
+    lanes: LaneIndexes | None = None,
+) -> Pool:
     """What may be recalled for `query`, with every signal ranking reads: the lexical hits, the
-    semantically closest memories (hybrid) or every embedded one (semantic), the retired records
-    history and `as_of` ask for, filtered by tag and time before anything is ranked."""
+    semantically closest memories (hybrid) or every embedded one (semantic), the memories formed
+    in the most similar situation (asked lanes), the retired records history and `as_of` ask
+    for, filtered by tag and time before anything is ranked."""
     semantic_ready = query.vector is not None and query.mode is not RecallMode.LEXICAL
     query_terms = terms(query.text)
     if query.limit <= 0 or (query.mode is RecallMode.SEMANTIC and not semantic_ready):
         return _EMPTY
-    if not query_terms and not semantic_ready:
+    lane_relevance = _lane_relevance(lanes, index, query)
+    if not query_terms and not semantic_ready and not lane_relevance:
         return _EMPTY
     cosines = index.cosine(query.vector) if semantic_ready and query.vector else None
     scope = index.in_scope(query.subject) if query.scoped else None
     if cosines is not None and scope is not None:
         # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
         cosines = np.where(scope[: cosines.size], cosines, 0.0)
-    pool, cosines = _live_pool(memories, index, query, query_terms, cosines, scope)
+    if scope is not None:  # the lanes never bring in a memory out of the speaker's scope
+        lane_relevance = {
+            lane: np.where(scope[: r.size], r, 0.0) for lane, r in lane_relevance.items()
+        }
+    pool, cosines = _live_pool(memories, index, query, query_terms, cosines, scope, lane_relevance)
     history = query.include_superseded or query.as_of is not None
     if history and query.mode is not RecallMode.SEMANTIC:
         pool = _with_retired(pool, memories, index, query, query_terms)
@@ -409,7 +487,10 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         scores = _scores(pool, query, semantic)
     chosen = np.arange(scores.size)
     if query.mode is RecallMode.HYBRID:
-        chosen = chosen[_keep(scores, pool, semantic, query.fusion)]
+        keep = _keep(scores, pool, semantic, query.fusion)
+        if query.threshold > 0.0:
+            keep &= _blended(pool, query, semantic) >= query.threshold
+        chosen = chosen[keep]
     take = min(chosen.size, query.limit + _TIE_MARGIN)
     if take < chosen.size:
         chosen = chosen[np.argpartition(-scores[chosen], take - 1)[:take]]
@@ -428,9 +509,14 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     return hits[: query.limit]
 
 
-def rank(memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery) -> list[Hit]:
+def rank(
+    memories: Mapping[str, Memory],
+    index: LexicalIndex,
+    query: RecallQuery,
+    lanes: LaneIndexes | None = None,
+) -> list[Hit]:
     """The top `limit` memories for `query.text`, best first; ties go to the newest statement."""
-    return order(candidates(memories, index, query), index, query)
+    return order(candidates(memories, index, query, lanes), index, query)
 
 
 def _demote_near_duplicates(

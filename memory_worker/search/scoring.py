@@ -21,10 +21,12 @@ import numpy.typing as npt
 __all__ = [
     "DAY_MS",
     "DEFAULT_FUSION",
+    "DEFAULT_LANE_WEIGHTS",
     "LONG_HALF_LIFE_DAYS",
     "Arms",
     "Fusion",
     "FusionMethod",
+    "LaneWeights",
     "Recency",
     "fused_scores",
     "lexical_relevance",
@@ -91,6 +93,30 @@ DEFAULT_FUSION = Fusion()
 
 
 @dataclass(frozen=True, slots=True)
+class LaneWeights:
+    """Seed 004's `association_weights`: how much each lane counts, normalised over the lanes a
+    recall actually asks (a recall with no window and no goal is content alone, exactly as
+    without lanes). Defaults and their measurement: docs/BENCHMARKS.md "Association lanes"."""
+
+    content: float = 1.0
+    context: float = 0.0
+    intention: float = 0.0
+
+    def shares(self, asked: tuple[str, ...]) -> dict[str, float]:
+        """The normalised weight of content and of each asked lane (they sum to 1; all-zero
+        weights fall back to content alone)."""
+        raw = {"content": max(self.content, 0.0)}
+        raw.update({lane: max(float(getattr(self, lane)), 0.0) for lane in asked})
+        total = sum(raw.values())
+        if total <= 0.0:
+            return {"content": 1.0}
+        return {lane: weight / total for lane, weight in raw.items() if weight > 0.0}
+
+
+DEFAULT_LANE_WEIGHTS = LaneWeights()
+
+
+@dataclass(frozen=True, slots=True)
 class Arms:
     """What ranking knows of each candidate, as aligned arrays (one element per candidate)."""
 
@@ -102,6 +128,10 @@ class Arms:
     age_ms: Floats
     semantic: Floats | None = None  # relevance in [0, 1] (`semantic_relevance`); None: no arm
     dated: Bools | None = None  # the memory states a date or a time of day
+    # Per asked lane: its share relative to content's (`LaneWeights.shares`) and its relevance
+    # in [0, 1]; content's share 0 (a purely situational recall) is marked by `content_off`.
+    lanes: tuple[tuple[float, Floats], ...] = ()
+    content_off: bool = False
 
 
 def recency(age_ms: Floats, half_life_days: float, floor: float = 0.7) -> Floats:
@@ -160,6 +190,11 @@ def fused_scores(
         base = fusion.lexical * lexical
         if arms.semantic is not None:
             base = base + fusion.semantic * arms.semantic
+    if arms.lanes:
+        # Relative to content's share, so content keeps its scale against the boosts below.
+        base = np.zeros(base.size, np.float64) if arms.content_off else base
+        for share, relevance in arms.lanes:
+            base = base + share * relevance
     base = (
         base
         + fusion.entity * arms.entity_hits

@@ -33,6 +33,7 @@ from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import LexicalIndex
+from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import erasure, files
@@ -44,6 +45,7 @@ from memory_worker.storage.bank_file import (
     write_bank_file,
 )
 from memory_worker.storage.damage import Damage, DurabilityWarnings
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
 from memory_worker.storage.log import (
     MEMORIES_FILE,
     encode,
@@ -110,6 +112,8 @@ class Bank:
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
+        self.lanes = LaneIndexes()  # live memories' context and intention (association lanes)
+        self.lane_vectors = LaneVectors(path, self.lanes)  # their embeddings' sidecar
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
@@ -230,6 +234,7 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self.lanes.add_many(record for record in memories.values() if record.live)
         self._index_lessons()
 
     def _index_lessons(self) -> None:
@@ -259,6 +264,13 @@ class Bank:
             )
             if current and self.index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model
+        if skipped := self.lane_vectors.load(self.lanes, self._memories):
+            self.damage.append(
+                Damage(
+                    LANE_VECTORS_FILE,
+                    f"{skipped} unreadable line(s) skipped; their lanes are re-embedded",
+                )
+            )
 
     def _holds(self, model: str) -> bool:
         """Whether the index's vectors are `model`'s. At first sight (boot) a model that some
@@ -286,6 +298,7 @@ class Bank:
             if m.live and self._vector_models.get(m.id) != model
         }
         self._embed_ready = not self._to_embed
+        self.lane_vectors.take_over(model, self._memories)
 
     def embedded_by(self, model: str) -> bool:
         """Whether any live memory holds a vector from `model` (a scan: for one-shot commands,
@@ -528,6 +541,12 @@ class Bank:
             and previous.entities == record.entities
         )
         if not record.live:
+            self.lanes.remove(record.id)
+            self.lane_vectors.changed(record)
+        elif not (indexed_same and _same_lanes(previous, record)):
+            self.lanes.add(record)  # new lane slots: their old vectors are gone with them
+            self.lane_vectors.changed(record)
+        if not record.live:
             self.index.remove(record.id)
             self._vector_models.pop(record.id, None)
             self._to_embed.pop(record.id, None)
@@ -658,6 +677,8 @@ class Bank:
         for record in memories.values():
             self._map_text(record)
         self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        self.lanes = LaneIndexes()
+        self.lanes.add_many(record for record in memories.values() if record.live)
         self.lessons = LessonIndex()
         self._index_lessons()
         self._load_vectors()
@@ -730,6 +751,12 @@ class Bank:
         if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
             return
         self._log_stamp = stamp
+
+
+def _same_lanes(previous: Memory | None, record: Memory) -> bool:
+    return previous is not None and all(
+        getattr(previous, lane) == getattr(record, lane) for lane in LANES
+    )
 
 
 def _consume_exception(future: asyncio.Future[None]) -> None:

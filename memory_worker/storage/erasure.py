@@ -1,12 +1,12 @@
 """Erasing every trace of one subject from a bank's files: the right to be forgotten.
 
 What holds a memory about the subject: the bank's `memories.jsonl` (every revision), its derived
-`vectors.jsonl`, and the same two files in each trashed copy of the bank under `.trash/`. They are
-separate files, so the erasure is made all-or-nothing by an intent: `.forget-subject.json` is
-written (atomically) before the first file changes, and removed after the last; a bank that loads
-with an intent finishes the erasure first (`resume`). A crash before the intent leaves everything,
-after it the next load erases everything. Each file is replaced crash-safely
-(`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
+`vectors.jsonl` and `lane-vectors.jsonl`, and the same files in each trashed copy of the bank
+under `.trash/`. They are separate files, so the erasure is made all-or-nothing by an intent:
+`.forget-subject.json` is written (atomically) before the first file changes, and removed after
+the last; a bank that loads with an intent finishes the erasure first (`resume`). A crash before
+the intent leaves everything, after it the next load erases everything. Each file is replaced
+crash-safely (`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
 """
@@ -25,6 +25,7 @@ from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE, lines_of, read_all, replayed
 from memory_worker.storage.vectors import VECTORS_FILE
 
@@ -122,7 +123,8 @@ def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> N
     for _, line, _ in files.iter_lines(path, within=within):
         try:
             row = json.loads(line)
-            keep = isinstance(row, dict) and row.get("id") not in ids
+            # A lane vector's id is `<memory id>#<lane>`: it goes with its memory.
+            keep = isinstance(row, dict) and str(row.get("id")).split("#")[0] not in ids
         except ValueError:
             keep = False
         if keep:
@@ -151,10 +153,12 @@ def erase_copies(root: Path, bank: str, subject: str) -> int:
     something of theirs."""
     touched = 0
     for copy in _trashed_copies(root, bank):
-        for name in (MEMORIES_FILE, VECTORS_FILE):  # an earlier, killed attempt's temp files
+        # An earlier, killed attempt's temp files.
+        for name in (MEMORIES_FILE, VECTORS_FILE, LANE_VECTORS_FILE):
             files.remove_replacements(copy / name)
         gone = erase_log_file(copy / MEMORIES_FILE, subject, within=root)
         erase_vectors(copy / VECTORS_FILE, gone, within=root)
+        erase_vectors(copy / LANE_VECTORS_FILE, gone, within=root)
         touched += bool(gone)
     return touched
 
@@ -163,12 +167,13 @@ def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
     """Finish the erasures a crash interrupted (blocking; at load, before the log is replayed).
     Returns the subjects it finished."""
     subjects = pending(bank_path)
-    for name in (VECTORS_FILE, ACCESS_FILE):  # the log's own are removed by `Bank.load`
+    for name in (VECTORS_FILE, LANE_VECTORS_FILE, ACCESS_FILE):  # the log's: `Bank.load`
         files.remove_replacements(bank_path / name)
     for subject in subjects:
         erase_copies(root, bank, subject)
         gone = erase_log_file(bank_path / MEMORIES_FILE, subject, within=root)
         erase_vectors(bank_path / VECTORS_FILE, gone, within=root)
+        erase_vectors(bank_path / LANE_VECTORS_FILE, gone, within=root)
         access = AccessStats(bank_path / ACCESS_FILE, within=root)
         access.load()
         access.forget(gone)

@@ -46,7 +46,13 @@ export function createBankRail(ctx, { select, created, removed }) {
     const button = item.firstElementChild
     const [name, counts] = button.children
     setText(name, bank.name)
-    setText(counts, `${plural(bank.memories, 'memory', 'memories')} · ${bank.pinned} pinned · ${plural(bank.rules, 'rule')}`)
+    // Sharing intent and what agents may do with the bank (C22), when they are not the usual.
+    const access = bank.settings?.conscious_access
+    const extra = [
+      bank.settings?.scope === 'shared' ? 'shared' : '',
+      access && access !== 'read_write' ? `agents: ${access === 'none' ? 'no tools' : 'read only'}` : '',
+    ].filter(Boolean).map((part) => ` · ${part}`).join('')
+    setText(counts, `${plural(bank.memories, 'memory', 'memories')} · ${bank.pinned} pinned · ${plural(bank.rules, 'rule')}${extra}`)
     const current = bank.name === selected
     button.classList.toggle('mw-selected', current)
     if (current) button.setAttribute('aria-current', 'true')

@@ -249,6 +249,12 @@ export function createMemoriesPanel(ctx) {
       parts.push(h('span', { text: `seen ×${(memory.corroboration ?? 0) + 1}`, title: `Re-observed ${memory.corroboration ?? 0} time(s) after the first` }))
       parts.push(h('time', { text: relativeTime(memory.updated_at), title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: new Date(memory.updated_at).toISOString() } }))
       if (memory.source?.session_id) parts.push(h('span', { class: 'mw-mono', text: `session ${memory.source.session_id.slice(0, 12)}`, title: `Captured in session ${memory.source.session_id}` }))
+      if (memory.source?.agent) parts.push(h('span', { text: `by ${memory.source.agent}`, title: `Captured from a turn run by ${memory.source.agent}` }))
+      // The association lanes (C21): recall also finds a memory by these, so they are shown whole on hover.
+      for (const [lane, label, why] of [['intention', 'goal', 'what the person was trying to do'], ['context', 'context', 'the conversation it was formed in']]) {
+        const value = memory[lane]
+        if (value) parts.push(h('span', { class: 'mw-lane', text: `${label}: ${value.length > 60 ? value.slice(0, 59) + '…' : value}`, title: `${lane} — ${why}: ${value}` }))
+      }
       parts.push(h('span', { class: 'mw-mono', text: `rev ${memory.revision ?? 0}`, title: memory.id }))
       meta.replaceChildren(...parts)
     }

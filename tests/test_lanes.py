@@ -1,0 +1,472 @@
+"""Association lanes (C21): `context` and `intention` captured at store time (explicit saves,
+imports, extraction), redacted and length-checked like text, indexed per lane, and blended into
+recall by the bank's weights — a memory found only through the situation it was formed in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.app.catalog import call
+from memory_worker.app.seams import ExtractJob
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.lanes import EMBED_CHARS, embedding_text, goal_text, window_text
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.transitions import MAX_LANE_CHARS
+from memory_worker.harness.extractor import Extractor
+from memory_worker.harness.pregenerate import _lanes
+from memory_worker.search.index import LexicalIndex
+from memory_worker.search.lanes import LaneIndexes, LaneQuery
+from memory_worker.search.ranking import RecallQuery, indexed, rank
+from memory_worker.search.scoring import LaneWeights
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
+
+from .fakes import FakeEmbedder, FakeKeyValue
+from .test_extractor import Model, Transcript
+
+SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
+NOW = 1_772_445_600_000
+
+
+def memory(
+    mid: str, text: str, *, context: str | None = None, intention: str | None = None
+) -> Memory:
+    return Memory(
+        id=mid,
+        text=text,
+        confidence=Confidence.STATED,
+        created_at=NOW,
+        updated_at=NOW,
+        context=context,
+        intention=intention,
+    )
+
+
+def bank_of(*memories: Memory) -> tuple[dict[str, Memory], LexicalIndex, LaneIndexes]:
+    index, lanes = LexicalIndex(), LaneIndexes()
+    for m in memories:
+        index.add_doc(indexed(m))
+        lanes.add(m)
+    return {m.id: m for m in memories}, index, lanes
+
+
+def query(text: str, **extra: Any) -> RecallQuery:
+    return RecallQuery(text=text, limit=5, now_ms=NOW, half_life_days=30.0, **extra)
+
+
+FORMED = [
+    memory("m1", "Sofia prefers the window seat", context="booking flights to Rome for the trip"),
+    memory("m2", "The budget is three thousand euros", context="planning the kitchen renovation"),
+    memory("m3", "Bruno plays the cello on weekends", context="talking about music lessons"),
+]
+for n in range(4, 12):  # filler so BM25 and the cutoff see a real bank
+    FORMED.append(memory(f"m{n}", f"Unrelated note number {n} about gardening"))
+
+
+class TestRanking:
+    def test_a_memory_is_found_by_its_context_alone(self) -> None:
+        memories, index, lanes = bank_of(*FORMED)
+        asked = LaneQuery(context="we are booking flights to Rome next month")
+        weights = LaneWeights(content=0.7, context=0.3)
+        hits = rank(
+            memories, index, query("what did she want?", lanes=asked, lane_weights=weights), lanes
+        )
+        assert hits and hits[0].memory.id == "m1"  # shares no word with the query itself
+        # Without the lane (no window, or a zero weight) nothing connects the question to it.
+        assert not rank(memories, index, query("what did she want?"), lanes)
+        off = query("what did she want?", lanes=asked, lane_weights=LaneWeights())
+        assert not rank(memories, index, off, lanes)
+
+    def test_no_lanes_asked_scores_exactly_as_content_alone(self) -> None:
+        memories, index, lanes = bank_of(*FORMED)
+        weights = LaneWeights(content=0.5, context=0.3, intention=0.2)
+        plain = rank(memories, index, query("cello weekends"), lanes)
+        weighted = rank(memories, index, query("cello weekends", lane_weights=weights), lanes)
+        assert [(h.memory.id, h.score) for h in plain] == [(h.memory.id, h.score) for h in weighted]
+
+    def test_the_lane_reorders_between_equal_texts(self) -> None:
+        a = memory("a", "The meeting is on Tuesday", context="project alpha standup notes")
+        b = memory("b", "The meeting is on Tuesday too", context="family dinner planning")
+        memories, index, lanes = bank_of(a, b, *FORMED[3:])
+        weights = LaneWeights(content=0.8, intention=0.0, context=0.2)
+        for window, first in (("the family dinner", "b"), ("alpha standup", "a")):
+            asked = LaneQuery(context=window)
+            hits = rank(
+                memories,
+                index,
+                query("when is the meeting", lanes=asked, lane_weights=weights),
+                lanes,
+            )
+            assert hits[0].memory.id == first
+
+    def test_intention_lane(self) -> None:
+        a = memory("a", "Use the staging database", intention="deploying the billing service")
+        b = memory("b", "Use the staging bucket", intention="writing a blog post")
+        memories, index, lanes = bank_of(a, b, *FORMED[3:])
+        asked = LaneQuery(intention="help me deploy billing")
+        weights = LaneWeights(content=0.6, intention=0.4)
+        hits = rank(memories, index, query("use staging", lanes=asked, lane_weights=weights), lanes)
+        assert hits[0].memory.id == "a"
+
+    def test_relevance_threshold_drops_weak_blends(self) -> None:
+        memories, index, lanes = bank_of(*FORMED)
+        loose = rank(memories, index, query("cello gardening"), lanes)
+        strict = rank(memories, index, query("cello gardening", threshold=0.9), lanes)
+        assert len(strict) < len(loose)
+        assert all(h.memory.id in {x.memory.id for x in loose} for h in strict)
+        assert not rank(memories, index, query("cello gardening", threshold=1.01), lanes)
+
+    def test_lanes_follow_edits_and_deletes(self) -> None:
+        lanes = LaneIndexes()
+        m = memory("x", "Some fact here", context="first situation")
+        lanes.add(m)
+        assert lanes.count("context") == 1 and lanes.count("intention") == 0
+        lanes.add(m.model_copy(update={"context": None, "intention": "a goal"}))
+        assert lanes.count("context") == 0 and lanes.count("intention") == 1
+        lanes.remove("x")
+        assert lanes.count("intention") == 0
+
+    def test_weights_are_normalised_over_the_asked_lanes(self) -> None:
+        weights = LaneWeights(content=2.0, context=1.0, intention=1.0)
+        assert weights.shares(("context",)) == pytest.approx({"content": 2 / 3, "context": 1 / 3})
+        assert weights.shares(()) == {"content": 1.0}
+        assert LaneWeights(content=0.0).shares(()) == {"content": 1.0}
+
+
+class TestLaneTexts:
+    def test_window_keeps_the_newest_messages(self) -> None:
+        text = window_text(["a" * 900, "the middle message", "the newest message"], limit=100)
+        assert text is not None and len(text) <= 100
+        assert text.endswith("the middle message the newest message")
+        assert window_text([" ", ""]) is None
+
+    def test_only_the_newest_part_of_a_window_is_embedded(self) -> None:
+        window = " ".join(f"word{n}" for n in range(300))
+        part = embedding_text(window)
+        assert len(part) <= EMBED_CHARS and window.endswith(part) and part.startswith("word")
+        assert embedding_text("short window") == "short window"
+
+    def test_goal_is_cut(self) -> None:
+        goal = goal_text("x " * 400)
+        assert goal is not None and len(goal) <= MAX_LANE_CHARS["intention"]
+
+    def test_the_hook_window_skips_our_own_blocks(self) -> None:
+        messages = [
+            {"role": "user", "content": [{"type": "text", "text": "planning the trip to Rome"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "<memory bank=x>noise</memory>"}],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "Sure, which dates?"}]},
+            {"role": "user", "content": [{"type": "text", "text": "book the window seat"}]},
+        ]
+        lanes = _lanes(messages, "book the window seat")
+        assert lanes.context == "planning the trip to Rome Sure, which dates? book the window seat"
+        assert lanes.intention == "book the window seat"
+
+
+class TestCapture:
+    async def test_save_keeps_lanes_redacted(self, service: MemoryService) -> None:
+        result = await call(
+            service,
+            "memory::save",
+            {
+                "bank": "main",
+                "text": "The user flies on Friday",
+                "context": f"talking about travel, key {SECRET}",
+                "intention": "book a flight",
+            },
+        )
+        stored = result["memory"]
+        assert SECRET not in json.dumps(result)
+        assert stored["context"] == "talking about travel, key [REDACTED:openai-key]"
+        assert stored["intention"] == "book a flight"
+        assert result["redacted"] == ["openai-key"]
+
+    async def test_overlong_lane_is_refused_and_changes_nothing(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        with pytest.raises(InvalidInput, match=r"^invalid_input: context must be at most 1000"):
+            await call(
+                service,
+                "memory::save",
+                {"bank": "main", "text": "The user flies on Friday", "context": "x" * 1001},
+            )
+        listed = await call(service, "memory::list", {"bank": "main"})
+        assert listed["total"] == 0
+
+    async def test_update_replaces_a_lane_and_recall_uses_it(self, service: MemoryService) -> None:
+        saved = await call(service, "memory::save", {"bank": "main", "text": "The code is 4512"})
+        mid = saved["memory"]["id"]
+        updated = await call(
+            service, "memory::update", {"bank": "main", "id": mid, "intention": "open the garage"}
+        )
+        assert updated["memory"]["intention"] == "open the garage"
+        assert updated["memory"]["text"] == "The code is 4512"
+        bank = service.store.find("main")
+        assert bank is not None and bank.lanes.count("intention") == 1
+
+    async def test_lanes_survive_a_reload(self, service: MemoryService, data_dir: Path) -> None:
+        from memory_worker.storage.bank import Bank
+
+        await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "The user flies on Friday", "context": "travel talk"},
+        )
+        bank = service.store.find("main")
+        assert bank is not None
+        await bank.drain()
+        again = Bank.load("main", bank.path)
+        assert again.lanes.count("context") == 1
+        again.close()
+
+    async def test_recall_takes_context_and_intention(self, service: MemoryService) -> None:
+        result = await call(
+            service,
+            "memory::recall",
+            {"bank": "main", "query": "anything", "context": "a window", "intention": "a goal"},
+        )
+        assert result["memories"] == []
+
+    async def test_extraction_writes_both_lanes(self, service: MemoryService) -> None:
+        chat, model = Transcript(size=10), Model()
+        extractor = Extractor(service, chat, model, FakeKeyValue())
+        chat.say("user", "We are planning the kitchen renovation this spring.")
+        chat.say("assistant", "Great, what is the budget?")
+        chat.say("user", "Our budget is three thousand euros, and I hate grey tiles.")
+        model.replies.append(
+            json.dumps(
+                {
+                    "memories": [
+                        {"op": "add", "text": "The user's renovation budget is 3000 euros."},
+                        {
+                            "op": "add",
+                            "text": "The user dislikes grey tiles.",
+                            "intention": "choosing kitchen tiles",
+                        },
+                    ]
+                }
+            )
+        )
+        await extractor.extract(ExtractJob(session_id="s1"), "main")
+        listed = await call(service, "memory::list", {"bank": "main"})
+        by_text = {m["text"]: m for m in listed["memories"]}
+        budget = by_text["The user's renovation budget is 3000 euros."]
+        assert budget["context"].startswith("We are planning the kitchen renovation")
+        assert budget["context"].endswith("I hate grey tiles.")
+        # no intention from the model: the person's message the fact came from
+        assert budget["intention"] == "Our budget is three thousand euros, and I hate grey tiles."
+        assert by_text["The user dislikes grey tiles."]["intention"] == "choosing kitchen tiles"
+
+
+class TestLaneVectors:
+    async def _service(
+        self, store: Any, clock: Any, weights: dict[str, float] | None = None
+    ) -> tuple[MemoryService, FakeEmbedder]:
+        """A service with an embedder over bank `main`, weighted so both lanes count (lane
+        vectors are only made for lanes the bank weights)."""
+        embedder = FakeEmbedder()
+        service = MemoryService(store, Settings(), clock=clock, embedder=embedder)
+        chosen = weights or {"content": 0.6, "context": 0.2, "intention": 0.2}
+        await call(service, "memory::bank::create", {"name": "main", "association_weights": chosen})
+        return service, embedder
+
+    async def test_only_weighted_lanes_are_embedded(self, store: Any, clock: Any) -> None:
+        service, embedder = await self._service(store, clock, {"content": 1.0})
+        body = {"bank": "main", "text": "The vet is Dr Silva", "context": "my puppy was sick"}
+        await call(service, "memory::save", body)
+        await service.settle()
+        assert ["my puppy was sick"] not in embedder.calls  # no weight: never compared, never paid
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "main", "association_weights": {"content": 0.8, "context": 0.2}},
+        )
+        await service.settle()
+        assert ["my puppy was sick"] in embedder.calls
+        bank = service.store.get("main")
+        assert bank.lane_vectors.ready(embedder.model, ("context",))
+
+    async def test_lanes_are_embedded_persisted_and_reloaded(
+        self, store: Any, clock: Any, data_dir: Path
+    ) -> None:
+        service, embedder = await self._service(store, clock)
+        for text, context in (
+            ("The vet visit is on Monday", "my puppy was sick"),
+            ("The deadline is Friday", None),
+        ):
+            body: dict[str, Any] = {"bank": "main", "text": text}
+            if context:
+                body["context"] = context
+            await call(service, "memory::save", body)
+        await service.settle()
+        bank = service.store.find("main")
+        assert bank is not None and bank.lane_vectors.ready(embedder.model)
+        assert ["my puppy was sick"] in embedder.calls  # the lane, as its own vector
+        lines = (bank.path / LANE_VECTORS_FILE).read_text().splitlines()
+        assert [json.loads(line)["id"].rpartition("#")[2] for line in lines] == ["context"]
+        await bank.drain()
+        from memory_worker.storage.bank import Bank
+
+        again = Bank.load("main", bank.path)
+        assert again.lane_vectors.ready(embedder.model)  # nothing to re-embed
+        assert again.lanes.indexes["context"].has_vector_for(
+            json.loads(lines[0])["id"].split("#")[0]
+        )
+        again.close()
+
+    async def test_a_lane_edit_re_embeds_it(self, store: Any, clock: Any) -> None:
+        service, embedder = await self._service(store, clock)
+        saved = await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "The vet is Dr Silva", "context": "my puppy"},
+        )
+        await service.settle()
+        mid = saved["memory"]["id"]
+        await call(
+            service, "memory::update", {"bank": "main", "id": mid, "context": "the company offsite"}
+        )
+        bank = service.store.find("main")
+        assert bank is not None and not bank.lane_vectors.ready(embedder.model)
+        await service.settle()
+        assert bank.lane_vectors.ready(embedder.model)
+        assert embedder.calls[-1] == ["the company offsite"]
+
+    async def test_the_window_finds_a_memory_by_meaning(self, store: Any, clock: Any) -> None:
+        """No word of the query or the window is in the memory or its stored context: only the
+        context lane's vectors (pet ~ puppy ~ dog) connect them."""
+        service, embedder = await self._service(store, clock)
+        await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "Appointment moved to Monday", "context": "my puppy Pipoca"},
+        )
+        # Fillers whose texts and contexts share no fake-embedding axis with the query or window.
+        fillers = (
+            "Receipt for fuel",
+            "Ticket for parking",
+            "Reminder on invoices",
+            "Bill for water",
+        )
+        for text, context in zip(
+            fillers, ("office rent", "office lease", "office chairs", "office plants"), strict=True
+        ):
+            await call(service, "memory::save", {"bank": "main", "text": text, "context": context})
+        await service.settle()
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "main", "association_weights": {"content": 0.6, "context": 0.4}},
+        )
+        body = {"bank": "main", "query": "when is it?", "context": "we talked about the dog"}
+        found = await call(service, "memory::recall", body)
+        assert [m["memory"]["text"] for m in found["memories"]][:1] == [
+            "Appointment moved to Monday"
+        ]
+        assert ["we talked about the dog"] in embedder.calls  # the window embedded like a lane
+        plain = await call(service, "memory::recall", {"bank": "main", "query": "when is it?"})
+        assert "Appointment moved to Monday" not in [m["memory"]["text"] for m in plain["memories"]]
+
+    async def test_no_lane_weight_costs_no_embedding(self, store: Any, clock: Any) -> None:
+        service, embedder = await self._service(store, clock, {"content": 1.0})
+        await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "Appointment moved to Monday", "context": "my puppy"},
+        )
+        await service.settle()
+        before = len(embedder.calls)
+        await call(
+            service,
+            "memory::recall",
+            {"bank": "main", "query": "appointment", "context": "the dog"},
+        )
+        assert all(call_ != ["the dog"] for call_ in embedder.calls[before:])
+
+
+class TestBankSettings:
+    async def test_preview_asks_the_lanes_as_the_hook_does(self, service: MemoryService) -> None:
+        await call(
+            service,
+            "memory::bank::create",
+            {"name": "trip", "association_weights": {"content": 0.7, "context": 0.3}},
+        )
+        for m in FORMED:
+            body = {"bank": "trip", "text": m.text, "context": m.context}
+            await call(service, "memory::save", {k: v for k, v in body.items() if v})
+        ask = {"bank": "trip", "query": "what did she want?"}
+        plain = await call(service, "memory::preview", ask)
+        shown = await call(
+            service, "memory::preview", {**ask, "context": "booking flights to Rome"}
+        )
+        first = [m for m in shown["memories"] if m["score"] > 0]
+        assert [m["memory"]["text"] for m in first][:1] == [FORMED[0].text]
+        assert not [m for m in plain["memories"] if m["score"] > 0]  # only the ambient floor
+
+    """The lanes through the public surface: the bank's own weights and threshold."""
+
+    async def test_weights_and_threshold_come_from_the_bank(self, service: MemoryService) -> None:
+        await call(service, "memory::bank::create", {"name": "trip"})
+        for m in FORMED:
+            body = {"bank": "trip", "text": m.text, "context": m.context}
+            await call(service, "memory::save", {k: v for k, v in body.items() if v})
+        ask = {"bank": "trip", "query": "what did she want?", "context": "booking flights to Rome"}
+        assert (await call(service, "memory::recall", ask))["memories"] == []  # default: content
+        await call(
+            service,
+            "memory::bank::configure",
+            {"name": "trip", "association_weights": {"content": 0.7, "context": 0.3}},
+        )
+        found = await call(service, "memory::recall", ask)
+        assert [m["memory"]["text"] for m in found["memories"]][:1] == [FORMED[0].text]
+        # The blended similarity of a context-only match is the lane's share (0.3): a threshold
+        # above it drops the memory, one below keeps it.
+        for threshold, kept in ((0.35, False), (0.25, True)):
+            await call(
+                service,
+                "memory::bank::configure",
+                {"name": "trip", "relevance_threshold": threshold},
+            )
+            texts = [
+                m["memory"]["text"]
+                for m in (await call(service, "memory::recall", ask))["memories"]
+            ]
+            assert (FORMED[0].text in texts) is kept
+
+
+async def test_forget_subject_erases_their_lane_vectors(service: MemoryService) -> None:
+    await call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
+    ana = await call(
+        service,
+        "memory::save",
+        {
+            "bank": "main",
+            "text": "Ana hides a key under the mat",
+            "context": "talking about Ana's house",
+            "subject": "ana",
+        },
+    )
+    other = await call(
+        service,
+        "memory::save",
+        {"bank": "main", "text": "The office opens at 9", "context": "work talk"},
+    )
+    bank = service.store.get("main")
+    items = [(lane, m, [1.0, 0.0]) for lane, m in bank.lane_vectors.pending(bank.memories, 10)]
+    assert await bank.lane_vectors.store("test-model", items, bank.memories) == 2
+    path = bank.path / LANE_VECTORS_FILE
+    assert ana["memory"]["id"] in path.read_text()
+    await call(
+        service,
+        "memory::forget-subject",
+        {"bank": "main", "subject": "ana", "confirm": "destructive"},
+    )
+    text = path.read_text()
+    assert ana["memory"]["id"] not in text and other["memory"]["id"] in text
