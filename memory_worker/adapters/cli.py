@@ -90,7 +90,9 @@ def _open(args: argparse.Namespace, settings: Settings, command: str) -> Store:
         "command": command,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S)
+    # Lazy: a one-shot command replays only the banks it names (`memory::bank::list` reads their
+    # counts files), so one line appended to one bank of a hundred costs that bank alone.
+    return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S, lazy=True)
 
 
 def _embedder_choice(default: str) -> str:

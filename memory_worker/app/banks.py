@@ -45,7 +45,8 @@ class BankUseCases(EmbeddingWork):
         return BankCreateResponse(bank=self._info(bank), created=created)
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
-        banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
+        # Summaries, not banks: a one-shot CLI lists a hundred banks without replaying them.
+        banks = [self._info(s) for name in self.store.names() if (s := self.store.summary(name))]
         return BankListResponse(banks=banks)
 
     async def bank_delete(

@@ -35,6 +35,7 @@ from memory_worker.search.index import LexicalIndex
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
+from memory_worker.storage.counts import Counts, read_counts, write_counts
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 from memory_worker.storage.log import (
     MEMORIES_FILE,
@@ -54,7 +55,7 @@ from memory_worker.storage.vectors import (
     text_hash,
 )
 
-__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "Rewrite"]
+__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
 log = structlog.get_logger(__name__)
 
@@ -77,6 +78,17 @@ class Rewrite:
     bytes_before: int
     bytes_after: int
     damaged_dropped: int  # unreadable lines that were not carried over (only when asked to)
+
+
+@dataclass(frozen=True, slots=True)
+class BankSummary:
+    """What listing banks shows of one: its description and how many live, pinned and rules."""
+
+    name: str
+    description: str
+    live: int
+    pinned: int
+    rules: int
 
 
 class Bank:
@@ -167,6 +179,34 @@ class Bank:
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
         return bank
+
+    @classmethod
+    def peek(cls, name: str, path: Path) -> BankSummary | None:
+        """The summary of the bank folder at `path` without replaying its log (blocking): from its
+        counts file, while that still matches the log (`storage.counts`); None otherwise."""
+        counts = read_counts(path, path / MEMORIES_FILE)
+        if counts is None:
+            return None
+        bank = cls(name, path)
+        rules = RuleFiles(name, path / RULES_DIR, bank.warnings)
+        rules.load()
+        return BankSummary(
+            name, bank._description_on_disk()[0], counts.live, counts.pinned, len(rules)
+        )
+
+    def summary(self) -> BankSummary:
+        return BankSummary(
+            self.name, self.description, self.live_count(), self.pinned_count(), len(self._rules)
+        )
+
+    def _save_counts(self) -> None:
+        """Leave the counts for the next listing, when RAM says exactly what the log does: nothing
+        in flight, nothing broken, the log as this bank last replayed or fsynced it."""
+        if self._queue or self._held or self._broken is not None or self._log_stamp is None:
+            return
+        if _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
+            return  # edited behind our back: the next replay counts it
+        write_counts(self.path, self._log_stamp, Counts(self.live_count(), self.pinned_count()))
 
     def _read_description(self) -> str:
         description, valid = self._description_on_disk()
@@ -621,6 +661,8 @@ class Bank:
 
     def close(self) -> None:
         self._log.close()
+        if self.path.is_dir():  # not when the folder was trashed or removed
+            self._save_counts()
 
     # --- rules ---------------------------------------------------------------------------------
 

@@ -3,6 +3,11 @@
 Opening is all-or-nothing about the directory: an unwritable data dir or one held by another process
 is fatal, never a silent RAM-only store. A single bank that fails to load is reported and skipped
 (reads and writes of it fail with `storage`), so one bad folder cannot take the others down.
+
+A lazy store (`open(..., lazy=True)`: the one-shot CLI) lists the bank folders at open and replays
+a bank only when a call first names it, so appending one line to one bank of a hundred does not
+replay the other ninety-nine; `summary()` answers `memory::bank::list` from a bank's derived
+counts file when it still matches the log, without a replay.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import structlog
 from memory_worker.core.errors import BankNotFound, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
-from memory_worker.storage.bank import Bank
+from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.damage import DurabilityWarnings
 
-__all__ = ["TRASH_DIR", "Store"]
+__all__ = ["TRASH_DIR", "BankSummary", "Store"]
 
 log = structlog.get_logger(__name__)
 
@@ -37,22 +42,35 @@ def _trashed_names(root: Path) -> set[str]:
     return {m["bank"] for m in map(_TRASHED.match, entries) if m is not None}
 
 
-def _load_all(root: Path, warnings: DurabilityWarnings) -> tuple[dict[str, Bank], dict[str, str]]:
-    banks: dict[str, Bank] = {}
-    broken: dict[str, str] = {}
+def _folders(root: Path) -> list[str]:
+    """The bank folders under `root` (dot entries and plain files are not banks), sorted."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
         raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
-    for entry in entries:
-        if entry.name.startswith(".") or not entry.is_dir():
-            continue
-        try:
-            check_name(entry.name, "bank folder")
-            banks[entry.name] = Bank.load(entry.name, Path(entry.path), warnings)
-        except Exception as exc:  # one bad folder must not stop the others from loading
-            broken[entry.name] = str(exc)
-            log.error("bank_load_failed", bank=entry.name, error=str(exc))
+    return [e.name for e in entries if not e.name.startswith(".") and e.is_dir()]
+
+
+def _load_one(
+    root: Path,
+    name: str,
+    warnings: DurabilityWarnings,
+    banks: dict[str, Bank],
+    broken: dict[str, str],
+) -> None:
+    try:
+        check_name(name, "bank folder")
+        banks[name] = Bank.load(name, root / name, warnings)
+    except Exception as exc:  # one bad folder must not stop the others from loading
+        broken[name] = str(exc)
+        log.error("bank_load_failed", bank=name, error=str(exc))
+
+
+def _load_all(root: Path, warnings: DurabilityWarnings) -> tuple[dict[str, Bank], dict[str, str]]:
+    banks: dict[str, Bank] = {}
+    broken: dict[str, str] = {}
+    for name in _folders(root):
+        _load_one(root, name, warnings, banks, broken)
     return banks, broken
 
 
@@ -64,10 +82,14 @@ class Store:
         broken: dict[str, str],
         lock: files.DataDirLock,
         durability: DurabilityWarnings | None = None,
+        unloaded: set[str] | None = None,
     ) -> None:
         self.root = root
         self._banks = banks
         self.broken = broken
+        # Bank folders seen at open and not replayed yet (a lazy store): each is loaded the first
+        # time a call names it, and never again looked at otherwise.
+        self._unloaded = unloaded if unloaded is not None else set()
         self._lock = lock
         # Changes that landed but whose directory sync failed (doctor `durability-warnings`).
         self.durability = durability if durability is not None else DurabilityWarnings()
@@ -75,38 +97,86 @@ class Store:
         self._trashed = _trashed_names(root)
 
     def __repr__(self) -> str:
-        return f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)}>"
+        return (
+            f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)} "
+            f"unloaded={len(self._unloaded)}>"
+        )
 
     @classmethod
-    def open(cls, root: Path, *, holder: dict[str, object], lock_wait_s: float = 0.0) -> Store:
-        """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`."""
+    def open(
+        cls,
+        root: Path,
+        *,
+        holder: dict[str, object],
+        lock_wait_s: float = 0.0,
+        lazy: bool = False,
+    ) -> Store:
+        """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`.
+        `lazy`: list the bank folders only; each is replayed when first named (`find`)."""
         root = root.resolve()
         files.probe_writable(root)
         lock = files.DataDirLock(root, holder)
         lock.acquire(lock_wait_s)
         durability = DurabilityWarnings()
+        banks: dict[str, Bank] = {}
+        broken: dict[str, str] = {}
+        unloaded: set[str] = set()
         try:
-            banks, broken = _load_all(root, durability)
+            if lazy:
+                unloaded = set(_folders(root))
+            else:
+                banks, broken = _load_all(root, durability)
         except BaseException:
             lock.release()
             raise
-        log.info("store_opened", data_dir=str(root), banks=len(banks), broken=len(broken))
-        return cls(root, banks, broken, lock, durability)
+        log.info(
+            "store_opened",
+            data_dir=str(root),
+            banks=len(banks),
+            broken=len(broken),
+            unloaded=len(unloaded),
+        )
+        return cls(root, banks, broken, lock, durability, unloaded)
 
     def names(self) -> list[str]:
-        return sorted(self._banks)
+        """Every bank that is (or, in a lazy store, would be once named) loaded."""
+        return sorted(self._banks.keys() | self._unloaded)
 
     def find(self, name: str) -> Bank | None:
-        return self._banks.get(name)
+        """The bank `name`, replayed now if a lazy store has not yet (blocking); None when there
+        is no such bank or it failed to load (then it is in `broken`)."""
+        bank = self._banks.get(name)
+        if bank is None and name in self._unloaded:
+            self._unloaded.discard(name)
+            _load_one(self.root, name, self.durability, self._banks, self.broken)
+            bank = self._banks.get(name)
+        return bank
+
+    def load_all(self) -> None:
+        """Replay every bank a lazy store has not yet (blocking): for what looks at them all, such
+        as the doctor's damage and load checks. A no-op for a store opened eagerly."""
+        for name in sorted(self._unloaded):
+            self.find(name)
+
+    def summary(self, name: str) -> BankSummary | None:
+        """What `memory::bank::list` shows of `name`: from RAM when the bank is loaded, else from
+        its folder (the description, the rules and the derived counts file) without a replay; a
+        bank whose counts file is missing or no longer matches its log is replayed instead."""
+        if name in self._unloaded:
+            summary = Bank.peek(name, self.root / name)
+            if summary is not None:
+                return summary
+        bank = self.find(name)
+        return bank.summary() if bank is not None else None
 
     def was_deleted(self, name: str) -> bool:
         """True for a bank that is not live but sits in `.trash`: a session bound to it gets no
         memory, and extraction must not bring it back (only an explicit create or save does)."""
-        return name not in self._banks and name in self._trashed
+        return name not in self._banks and name not in self._unloaded and name in self._trashed
 
     def get(self, name: str) -> Bank:
         """The loaded bank `name`; `bank_not_found` if absent, `storage` if it failed to load."""
-        bank = self._banks.get(name)
+        bank = self.find(name)
         if bank is not None:
             return bank
         check_name(name, "bank")
@@ -122,7 +192,7 @@ class Store:
         the creation, so a delete racing the caller cannot be undone by it."""
         check_name(name, "bank")
         async with self._create_lock:
-            bank = self._banks.get(name)
+            bank = self.find(name)
             if bank is not None:
                 return bank, False
             if not revive and name in self._trashed:
@@ -186,7 +256,7 @@ class Store:
                 for bank in old:
                     bank.unfreeze()
                 raise
-            self._banks, self.broken = banks, broken
+            self._banks, self.broken, self._unloaded = banks, broken, set()
             self._trashed = _trashed_names(self.root)
         for bank in old:
             bank.close()
@@ -210,6 +280,9 @@ class Store:
         check_name(name, "bank")
         async with self._create_lock:
             bank = self._banks.get(name)
+            if bank is None and name in self._unloaded:
+                # Never replayed (a lazy store): replaying it now is all a reload would do.
+                return "reloaded" if self.find(name) is not None else "broken"
             if bank is None:
                 return await self._load_appeared(name)
             if bank.is_frozen():

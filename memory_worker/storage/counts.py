@@ -1,0 +1,80 @@
+"""`.counts.json`: a bank's live and pinned memory counts, derived from its log, so listing banks
+does not replay them.
+
+The file is written when a bank is closed, and only when RAM still says what the log says (the log
+is exactly as this bank last replayed or fsynced it). It records the log's stamp — inode, size and
+modification time, the identity `Bank.disk_changed` compares — and is believed only while the log
+still carries that stamp: any append, rewrite or hand edit of the log changes it, and the bank is
+replayed instead. It is never needed for correctness: a missing, stale or unreadable file costs a
+replay and nothing else. The leading dot keeps it out of the watcher's view (a derived file, like
+`vectors.jsonl`, is not an edit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["COUNTS_FILE", "Counts", "Stamp", "read_counts", "stat_stamp", "write_counts"]
+
+COUNTS_FILE = ".counts.json"
+_VERSION = 1
+
+# (inode, size, mtime_ns) of a file, or None when it is missing.
+Stamp = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    live: int
+    pinned: int
+
+
+def stat_stamp(path: Path) -> Stamp | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def read_counts(folder: Path, log: Path) -> Counts | None:
+    """The counts `folder` holds for `log` as it stands now; None when absent, unreadable or
+    written for another state of the log."""
+    try:
+        data = json.loads((folder / COUNTS_FILE).read_bytes())
+        stamp = stat_stamp(log)
+        if (
+            isinstance(data, dict)
+            and data.get("version") == _VERSION
+            and stamp is not None
+            and data.get("log") == list(stamp)
+        ):
+            live, pinned = data["live"], data["pinned"]
+            if type(live) is int and type(pinned) is int and 0 <= pinned <= live:
+                return Counts(live, pinned)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # derived data: anything wrong with it means "replay instead"
+    return None
+
+
+def write_counts(folder: Path, stamp: Stamp, counts: Counts) -> None:
+    """Record `counts` for the log as `stamp` says it is: a temp file renamed over the old one, not
+    fsynced (a crash leaves the old file, none, or one that fails to parse, and each of those only
+    costs a replay). A failure is swallowed for the same reason."""
+    body = {"version": _VERSION, "log": list(stamp), "live": counts.live, "pinned": counts.pinned}
+    path = folder / COUNTS_FILE
+    tmp = folder / f".{COUNTS_FILE}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, json.dumps(body).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:  # a derived file that cannot be written is simply absent: a replay reads it
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
