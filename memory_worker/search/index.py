@@ -2,7 +2,10 @@
 
 Documents live in slots. Postings are a compacted CSR base plus small per-term appends, so `add` and
 `remove` are O(terms of the document) and never rebuild on a save; a removed slot is only masked
-dead, and the whole index is compacted once dead slots outnumber live ones (amortized O(1)).
+dead, and the whole index is compacted once dead slots outnumber live ones (amortized O(1)). Each
+document's own (term, tf) pairs are kept the same way, by slot (a CSR base plus the documents added
+since), rather than as Python tuples per document: a bulk load builds both in numpy, and a memory
+costs a few dozen bytes of arrays instead of a few hundred of objects.
 It knows documents as ids, term lists and a few numeric columns; ranking policy lives in `scoring`.
 Only live memories are indexed. numpy values never leave `index`/`scoring`/`recall`.
 """
@@ -13,6 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -118,6 +122,66 @@ class _Postings:
         self.delta_size = 0
 
 
+class _Forward:
+    """slot → that document's (term id, tf) pairs in the order its terms first occur (ranking's
+    second hop breaks ties by that order): a CSR base over the slots of the last compaction plus
+    the documents recorded since, one pair of tuples each."""
+
+    def __init__(self) -> None:
+        self._offsets: Ints = np.zeros(1, np.int64)
+        self._terms: npt.NDArray[np.int32] = np.empty(0, np.int32)
+        self._tfs: npt.NDArray[np.int32] = np.empty(0, np.int32)
+        self._extra: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def append(self, slot: int, pairs: tuple[tuple[int, int], ...]) -> None:
+        self._extra[slot] = (tuple(t for t, _ in pairs), tuple(f for _, f in pairs))
+
+    def term_ids(self, slot: int) -> Sequence[int]:
+        extra = self._extra.get(slot)
+        if extra is not None:
+            return extra[0]
+        if slot + 1 < self._offsets.size:
+            return list(self._terms[self._offsets[slot] : self._offsets[slot + 1]].tolist())
+        return ()
+
+    def pairs(self, slot: int) -> list[tuple[int, int]]:
+        extra = self._extra.get(slot)
+        if extra is not None:
+            return list(zip(*extra, strict=True))
+        if slot + 1 < self._offsets.size:
+            start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
+            return list(
+                zip(self._terms[start:end].tolist(), self._tfs[start:end].tolist(), strict=True)
+            )
+        return []
+
+    def gather(self, slots: Ints) -> tuple[Ints, Ints, Floats]:
+        """The pairs of `slots` (ascending), in that order: (pairs per slot, term ids, tfs)."""
+        base_n = self._offsets.size - 1
+        in_base = slots[slots < base_n]
+        later = slots[slots >= base_n].tolist()
+        sizes = np.diff(self._offsets)
+        keep = np.zeros(base_n, bool)
+        keep[in_base] = True
+        mask = np.repeat(keep, sizes)
+        extra = [self._extra[slot] for slot in later]
+        counts = np.concatenate((sizes[in_base], [len(t) for t, _ in extra])).astype(np.int64)
+        term_ids = np.concatenate(
+            (self._terms[mask], [t for terms, _ in extra for t in terms])
+        ).astype(np.int64)
+        tfs = np.concatenate((self._tfs[mask], [f for _, found in extra for f in found])).astype(
+            np.float64
+        )
+        return counts, term_ids, tfs
+
+    def rebuild(self, counts: Ints, term_ids: Ints, tfs: Floats) -> None:
+        """Slots 0..len(counts)-1 hold `counts[i]` pairs each, laid out in slot order."""
+        self._offsets = np.concatenate((np.zeros(1, np.int64), np.cumsum(counts)))
+        self._terms = term_ids.astype(np.int32)
+        self._tfs = tfs.astype(np.int32)
+        self._extra = {}
+
+
 class LexicalIndex:
     def __init__(self) -> None:
         self._vocab: dict[str, int] = {}
@@ -125,8 +189,7 @@ class LexicalIndex:
         self._df: list[int] = []  # live documents per term id
         self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []  # slot → doc id (dead slots keep theirs until compaction)
-        self._doc_terms: dict[str, tuple[tuple[int, int], ...]] = {}  # (term id, tf) per doc
-        self._doc_entities: dict[str, tuple[int, ...]] = {}
+        self._forward = _Forward()  # slot → its (term id, tf) pairs, in first-occurrence order
         self._doc_tags: dict[str, tuple[str, ...]] = {}
         self._tags: dict[str, set[int]] = {}
         self._total_length = 0
@@ -183,10 +246,68 @@ class LexicalIndex:
         self._maybe_merge()
 
     def add_many(self, docs: Iterable[IndexedDoc]) -> None:
-        """Bulk load (boot): record every doc, then build the CSR bases once (no appends)."""
-        for doc in docs:
-            self._record(doc)
-        self._compact()
+        """Bulk load (boot): record every doc, then build the CSR bases once (no appends). Into an
+        empty index the terms are counted in one pass and every array is built in numpy."""
+        batch = list(docs)
+        if self._ids or len({doc.doc_id for doc in batch}) != len(batch):
+            for doc in batch:
+                self._record(doc)
+            self._compact()
+            return
+        self._load(batch)
+
+    def _load(self, docs: list[IndexedDoc]) -> None:
+        """`add_many` of distinct docs into an empty index: the arrays `_record` then `_compact`
+        would leave, with no Python work per term occurrence (a dict walk over the distinct
+        terms, then numpy). Term ids may be numbered otherwise than one by one would; nothing
+        observable depends on their numbering."""
+        self._version += 1
+        n = len(docs)
+        term_lists = [doc.terms for doc in docs]
+        lengths = np.fromiter(map(len, term_lists), np.int64, n)
+        flat = list(chain.from_iterable(term_lists))
+        entity_lists = [doc.entity_terms for doc in docs]
+        entity_flat = list(chain.from_iterable(entity_lists))
+        vocab, names = self._vocab, self._terms
+        for term in dict.fromkeys(chain(flat, entity_flat)):
+            if term not in vocab:
+                vocab[term] = len(names)
+                names.append(term)
+        n_terms = len(names)
+        tid = np.fromiter(map(vocab.__getitem__, flat), np.int64, len(flat))
+        # (doc, term) pairs with their tf, each doc's in the order its terms first occur (what
+        # `Counter(doc.terms)` yields): unique keys, put back in order of first position.
+        keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * n_terms + tid
+        unique, first, tf = np.unique(keys, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        pair_doc, pair_term = np.divmod(unique[order], n_terms)
+        pair_tf = tf[order].astype(np.float64)
+        per_doc = np.bincount(pair_doc, minlength=n).astype(np.int64)
+        self._allocate(max(_MIN_CAPACITY, 2 * n))
+        self._ids = [doc.doc_id for doc in docs]
+        self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
+        self._df = np.bincount(pair_term, minlength=n_terms).tolist()
+        self._total_length = int(lengths.sum())
+        self._alive[:n] = True
+        self._length[:n] = lengths
+        self.corroboration[:n] = [doc.corroboration for doc in docs]
+        self.pinned[:n] = [doc.pinned for doc in docs]
+        self.stated_at[:n] = [doc.stated_at for doc in docs]
+        self.created_at[:n] = [doc.created_at for doc in docs]
+        self.dated[:n] = [doc.dated for doc in docs]
+        for slot, doc in enumerate(docs):
+            self._doc_tags[doc.doc_id] = doc.tags
+            for tag in doc.tags:
+                self._tags.setdefault(tag, set()).add(slot)
+        self._forward.rebuild(per_doc, pair_term, pair_tf)
+        self._postings.rebuild(pair_term, pair_doc, pair_tf, n_terms)
+        entity_ids = np.fromiter(map(vocab.__getitem__, entity_flat), np.int64, len(entity_flat))
+        entity_slots = np.repeat(
+            np.arange(n, dtype=np.int64), np.fromiter(map(len, entity_lists), np.int64, n)
+        )
+        self._entities.rebuild(
+            entity_ids, entity_slots, np.ones(entity_ids.size, np.float64), n_terms
+        )
 
     def _term_id(self, term: str) -> int:
         term_id = self._vocab.get(term)
@@ -216,8 +337,7 @@ class LexicalIndex:
         for term_id, _ in pairs:
             self._df[term_id] += 1
         entities = tuple(self._term_id(term) for term in doc.entity_terms)
-        self._doc_terms[doc.doc_id] = pairs
-        self._doc_entities[doc.doc_id] = entities
+        self._forward.append(slot, pairs)
         self._total_length += len(doc.terms)
         self._alive[slot] = True
         self._length[slot] = len(doc.terms)
@@ -248,9 +368,8 @@ class LexicalIndex:
         self._version += 1
         self._alive[slot] = False
         self._total_length -= int(self._length[slot])
-        for term_id, _ in self._doc_terms.pop(doc_id):
+        for term_id in self._forward.term_ids(slot):
             self._df[term_id] -= 1
-        del self._doc_entities[doc_id]
         for tag in self._doc_tags.pop(doc_id, ()):
             self._tags[tag].discard(slot)
         if len(self._ids) > 2 * len(self._slot_of) + _MIN_CAPACITY:
@@ -267,6 +386,7 @@ class LexicalIndex:
         live = list(self._slot_of.items())
         old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
+        n_old = len(self._ids)
         self._allocate(max(_MIN_CAPACITY, 2 * len(live)))
         n = len(live)
         for new, old in zip(self._columns(), old_columns, strict=True):
@@ -277,27 +397,20 @@ class LexicalIndex:
         for doc_id, slot in self._slot_of.items():
             for tag in self._doc_tags[doc_id]:
                 self._tags.setdefault(tag, set()).add(slot)
-        term_ids: list[int] = []
-        slots: list[int] = []
-        tfs: list[float] = []
-        entity_terms: list[int] = []
-        entity_slots: list[int] = []
-        for slot, doc_id in enumerate(self._ids):
-            for term_id, tf in self._doc_terms[doc_id]:
-                term_ids.append(term_id)
-                slots.append(slot)
-                tfs.append(tf)
-            for term_id in self._doc_entities[doc_id]:
-                entity_terms.append(term_id)
-                entity_slots.append(slot)
+        # Live slots keep their order (`_slot_of` is in slot order), so old → new is monotonic and
+        # every term's postings stay in ascending slot order, as a fresh bulk load lays them.
+        remap = np.full(n_old + 1, -1, np.int64)
+        remap[old_slots] = np.arange(n, dtype=np.int64)
+        counts, term_ids, tfs = self._forward.gather(old_slots)
+        self._forward.rebuild(counts, term_ids, tfs)
         n_terms = len(self._df)
-        self._postings.rebuild(
-            np.asarray(term_ids, np.int64), np.asarray(slots, np.int64),
-            np.asarray(tfs, np.float64), n_terms,
-        )  # fmt: skip
+        slots = np.repeat(np.arange(n, dtype=np.int64), counts)
+        self._postings.rebuild(term_ids, slots, tfs, n_terms)
+        entity_terms, entity_slots, _ = self._entities.triples()
+        kept = remap[entity_slots] >= 0
         self._entities.rebuild(
-            np.asarray(entity_terms, np.int64), np.asarray(entity_slots, np.int64),
-            np.ones(len(entity_terms), np.float64), n_terms,
+            entity_terms[kept], remap[entity_slots[kept]],
+            np.ones(int(kept.sum()), np.float64), n_terms,
         )  # fmt: skip
 
     def set_vector(self, doc_id: str, vector: Sequence[float]) -> bool:
@@ -421,7 +534,7 @@ class LexicalIndex:
         names = self._terms
         gathered: dict[int, float] = {}
         for slot in slots:
-            pairs = self._doc_terms.get(self._ids[slot], ())
+            pairs = self._forward.pairs(slot)
             length = max(sum(tf for _, tf in pairs), 1)
             for term_id, tf in pairs:
                 if self._df[term_id] > 1:
