@@ -341,3 +341,26 @@ def test_a_bulk_load_answers_exactly_as_documents_added_one_by_one(
     assert _state(bulk, query) == _state(single, query)
     bulk._compact()
     assert _state(bulk, query) == _state(single, query)
+    # The snapshot's round trip: the analysis of the live docs, loaded into an empty index, is
+    # the index a bulk load of those docs (in that order) builds.
+    final = dict(corpus)
+    for doc_id, terms in later:
+        if terms is None:
+            final.pop(doc_id, None)
+        else:
+            final.pop(doc_id, None)
+            final[doc_id] = terms
+    order = [doc_id for doc_id in final if doc_id in single]
+    restored, reference = LexicalIndex(), LexicalIndex()
+    reference.add_many(doc(d, final[d]) for d in order)
+    docs = [doc(d, final[d]) for d in order]
+    restored.load_analysis(
+        order,
+        single.analysis_of(order),
+        corroboration=[d.corroboration for d in docs],
+        pinned=[d.pinned for d in docs],
+        stated_at=[d.stated_at for d in docs],
+        created_at=[d.created_at for d in docs],
+        tags=[d.tags for d in docs],
+    )
+    assert _state(restored, query) == _state(reference, query)

@@ -22,7 +22,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25_B", "BM25_K1", "Candidates", "Floats", "IndexedDoc", "Ints", "LexicalIndex"]
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "Analysis",
+    "Candidates",
+    "Floats",
+    "IndexedDoc",
+    "Ints",
+    "LexicalIndex",
+]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -54,6 +63,22 @@ class Candidates:
 
     slots: Ints
     bm25: Floats
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What indexing computes of each document beyond its ranking columns — the analyzer's terms,
+    the costly part — for documents in a given order. Term ids index `vocab`; each document's
+    (term, tf) pairs are in the order its terms first occur."""
+
+    vocab: list[str]
+    pair_counts: Ints  # (term, tf) pairs per document
+    pair_terms: Ints
+    pair_tfs: Ints
+    lengths: Ints  # terms per document, repeats included (BM25's document length)
+    entity_counts: Ints  # entity terms per document
+    entity_terms: Ints
+    dated: npt.NDArray[np.bool_]
 
 
 class _Postings:
@@ -156,23 +181,31 @@ class _Forward:
         return []
 
     def gather(self, slots: Ints) -> tuple[Ints, Ints, Floats]:
-        """The pairs of `slots` (ascending), in that order: (pairs per slot, term ids, tfs)."""
+        """The pairs of `slots`, in that order: (pairs per slot, term ids, tfs), one multi-slice
+        gather over the base and the later documents laid end to end."""
         base_n = self._offsets.size - 1
-        in_base = slots[slots < base_n]
-        later = slots[slots >= base_n].tolist()
-        sizes = np.diff(self._offsets)
-        keep = np.zeros(base_n, bool)
-        keep[in_base] = True
-        mask = np.repeat(keep, sizes)
-        extra = [self._extra[slot] for slot in later]
-        counts = np.concatenate((sizes[in_base], [len(t) for t, _ in extra])).astype(np.int64)
-        term_ids = np.concatenate(
-            (self._terms[mask], [t for terms, _ in extra for t in terms])
+        later = list(self._extra)
+        later_sizes = [len(self._extra[slot][0]) for slot in later]
+        span = max(base_n, max(later, default=-1) + 1)
+        start_of = np.zeros(span, np.int64)
+        size_of = np.zeros(span, np.int64)
+        start_of[:base_n] = self._offsets[:-1]
+        size_of[:base_n] = np.diff(self._offsets)
+        if later:
+            later_at = np.cumsum([0, *later_sizes[:-1]], dtype=np.int64)
+            start_of[later] = int(self._offsets[-1]) + later_at
+            size_of[later] = later_sizes
+        all_terms = np.concatenate(
+            (self._terms, [t for slot in later for t in self._extra[slot][0]])
         ).astype(np.int64)
-        tfs = np.concatenate((self._tfs[mask], [f for _, found in extra for f in found])).astype(
-            np.float64
-        )
-        return counts, term_ids, tfs
+        all_tfs = np.concatenate(
+            (self._tfs, [f for slot in later for f in self._extra[slot][1]])
+        ).astype(np.float64)
+        counts = size_of[slots]
+        total = int(counts.sum())
+        before = np.cumsum(counts) - counts
+        positions = np.repeat(start_of[slots] - before, counts) + np.arange(total, dtype=np.int64)
+        return counts, all_terms[positions], all_tfs[positions]
 
     def rebuild(self, counts: Ints, term_ids: Ints, tfs: Floats) -> None:
         """Slots 0..len(counts)-1 hold `counts[i]` pairs each, laid out in slot order."""
@@ -261,19 +294,17 @@ class LexicalIndex:
         would leave, with no Python work per term occurrence (a dict walk over the distinct
         terms, then numpy). Term ids may be numbered otherwise than one by one would; nothing
         observable depends on their numbering."""
-        self._version += 1
         n = len(docs)
         term_lists = [doc.terms for doc in docs]
         lengths = np.fromiter(map(len, term_lists), np.int64, n)
         flat = list(chain.from_iterable(term_lists))
         entity_lists = [doc.entity_terms for doc in docs]
         entity_flat = list(chain.from_iterable(entity_lists))
-        vocab, names = self._vocab, self._terms
-        for term in dict.fromkeys(chain(flat, entity_flat)):
+        vocab: dict[str, int] = {}
+        for term in chain(flat, entity_flat):
             if term not in vocab:
-                vocab[term] = len(names)
-                names.append(term)
-        n_terms = len(names)
+                vocab[term] = len(vocab)
+        n_terms = len(vocab)
         tid = np.fromiter(map(vocab.__getitem__, flat), np.int64, len(flat))
         # (doc, term) pairs with their tf, each doc's in the order its terms first occur (what
         # `Counter(doc.terms)` yields): unique keys, put back in order of first position.
@@ -281,32 +312,91 @@ class LexicalIndex:
         unique, first, tf = np.unique(keys, return_index=True, return_counts=True)
         order = np.argsort(first, kind="stable")
         pair_doc, pair_term = np.divmod(unique[order], n_terms)
-        pair_tf = tf[order].astype(np.float64)
-        per_doc = np.bincount(pair_doc, minlength=n).astype(np.int64)
-        self._allocate(max(_MIN_CAPACITY, 2 * n))
-        self._ids = [doc.doc_id for doc in docs]
-        self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
-        self._df = np.bincount(pair_term, minlength=n_terms).tolist()
-        self._total_length = int(lengths.sum())
-        self._alive[:n] = True
-        self._length[:n] = lengths
-        self.corroboration[:n] = [doc.corroboration for doc in docs]
-        self.pinned[:n] = [doc.pinned for doc in docs]
-        self.stated_at[:n] = [doc.stated_at for doc in docs]
-        self.created_at[:n] = [doc.created_at for doc in docs]
-        self.dated[:n] = [doc.dated for doc in docs]
-        for slot, doc in enumerate(docs):
-            self._doc_tags[doc.doc_id] = doc.tags
-            for tag in doc.tags:
-                self._tags.setdefault(tag, set()).add(slot)
-        self._forward.rebuild(per_doc, pair_term, pair_tf)
-        self._postings.rebuild(pair_term, pair_doc, pair_tf, n_terms)
-        entity_ids = np.fromiter(map(vocab.__getitem__, entity_flat), np.int64, len(entity_flat))
-        entity_slots = np.repeat(
-            np.arange(n, dtype=np.int64), np.fromiter(map(len, entity_lists), np.int64, n)
+        analysis = Analysis(
+            vocab=list(vocab),
+            pair_counts=np.bincount(pair_doc, minlength=n).astype(np.int64),
+            pair_terms=pair_term,
+            pair_tfs=tf[order].astype(np.int64),
+            lengths=lengths,
+            entity_counts=np.fromiter(map(len, entity_lists), np.int64, n),
+            entity_terms=np.fromiter(map(vocab.__getitem__, entity_flat), np.int64),
+            dated=np.fromiter((doc.dated for doc in docs), bool, n),
         )
+        self.load_analysis(
+            [doc.doc_id for doc in docs],
+            analysis,
+            corroboration=[doc.corroboration for doc in docs],
+            pinned=[doc.pinned for doc in docs],
+            stated_at=[doc.stated_at for doc in docs],
+            created_at=[doc.created_at for doc in docs],
+            tags=[doc.tags for doc in docs],
+        )
+
+    def load_analysis(
+        self,
+        doc_ids: list[str],
+        analysis: Analysis,
+        *,
+        corroboration: Sequence[int],
+        pinned: Sequence[bool],
+        stated_at: Sequence[int],
+        created_at: Sequence[int],
+        tags: Sequence[tuple[str, ...]],
+    ) -> None:
+        """Fill an empty index with distinct `doc_ids` (slots in that order) from their analysis
+        (`analysis_of`, or a bulk load's) and their ranking columns, all in numpy."""
+        if self._ids:
+            raise ValueError("load_analysis needs an empty index")
+        self._version += 1
+        n = len(doc_ids)
+        self._terms = list(analysis.vocab)
+        self._vocab = {term: term_id for term_id, term in enumerate(self._terms)}
+        n_terms = len(self._terms)
+        self._allocate(max(_MIN_CAPACITY, 2 * n))
+        self._ids = list(doc_ids)
+        self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
+        self._df = np.bincount(analysis.pair_terms, minlength=n_terms).tolist()
+        self._total_length = int(analysis.lengths.sum())
+        self._alive[:n] = True
+        self._length[:n] = analysis.lengths
+        self.corroboration[:n] = corroboration
+        self.pinned[:n] = pinned
+        self.stated_at[:n] = stated_at
+        self.created_at[:n] = created_at
+        self.dated[:n] = analysis.dated
+        for slot, (doc_id, labels) in enumerate(zip(self._ids, tags, strict=True)):
+            self._doc_tags[doc_id] = labels
+            for tag in labels:
+                self._tags.setdefault(tag, set()).add(slot)
+        slots = np.repeat(np.arange(n, dtype=np.int64), analysis.pair_counts)
+        tfs = analysis.pair_tfs.astype(np.float64)
+        self._forward.rebuild(analysis.pair_counts, analysis.pair_terms, tfs)
+        self._postings.rebuild(analysis.pair_terms, slots, tfs, n_terms)
+        entity_slots = np.repeat(np.arange(n, dtype=np.int64), analysis.entity_counts)
         self._entities.rebuild(
-            entity_ids, entity_slots, np.ones(entity_ids.size, np.float64), n_terms
+            analysis.entity_terms, entity_slots, np.ones(entity_slots.size, np.float64), n_terms
+        )
+
+    def analysis_of(self, doc_ids: Sequence[str]) -> Analysis:
+        """The analysis of the live `doc_ids`, in that order: what `load_analysis` takes back (a
+        snapshot of the costly part of indexing). Raises KeyError for an id not indexed."""
+        slots = np.fromiter(map(self._slot_of.__getitem__, doc_ids), np.int64, len(doc_ids))
+        counts, term_ids, tfs = self._forward.gather(slots)
+        position = np.full(len(self._ids), -1, np.int64)
+        position[slots] = np.arange(slots.size, dtype=np.int64)
+        entity_terms, entity_slots, _ = self._entities.triples()
+        keep = position[entity_slots] >= 0
+        entity_terms, owner = entity_terms[keep], position[entity_slots[keep]]
+        by_owner = np.argsort(owner, kind="stable")
+        return Analysis(
+            vocab=list(self._terms),
+            pair_counts=counts,
+            pair_terms=term_ids,
+            pair_tfs=tfs.astype(np.int64),
+            lengths=self._length[slots].astype(np.int64),
+            entity_counts=np.bincount(owner, minlength=slots.size).astype(np.int64),
+            entity_terms=entity_terms[by_owner],
+            dated=self.dated[slots].copy(),
         )
 
     def _term_id(self, term: str) -> int:

@@ -47,6 +47,12 @@ from memory_worker.storage.log import (
     replayed,
 )
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
+from memory_worker.storage.snapshot import (
+    SNAPSHOT_MIN_LIVE,
+    log_identity,
+    read_snapshot,
+    write_snapshot,
+)
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
     VectorRecord,
@@ -129,6 +135,7 @@ class Bank:
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
+        self._snapshot_stamp: _Stamp | None = None  # the log state `.index.npz` was made for
 
     def __repr__(self) -> str:
         return (
@@ -232,8 +239,50 @@ class Bank:
         self.damage.extend(found)
         for record in memories.values():
             self._map_text(record)
-        self.index.add_many(indexed(record) for record in memories.values() if record.live)
+        live = [record for record in memories.values() if record.live]
+        if not self._index_from_snapshot(live):
+            self.index.add_many(indexed(record) for record in live)
         self._index_lessons()
+
+    def _index_from_snapshot(self, live: list[Memory]) -> bool:
+        """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log
+        unchanged since the stamp taken before replaying: `storage.snapshot`)."""
+        if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
+            return False
+        ids = [record.id for record in live]
+        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids)
+        if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
+            return False
+        self.index.load_analysis(
+            ids,
+            analysis,
+            corroboration=[record.corroboration for record in live],
+            pinned=[record.pinned for record in live],
+            stated_at=[record.last_stated_at for record in live],
+            created_at=[record.created_at for record in live],
+            tags=[record.tags for record in live],
+        )
+        self._snapshot_stamp = self._log_stamp
+        return True
+
+    def _save_snapshot(self) -> None:
+        """Leave `.index.npz` for the next boot, when the one on disk is not for this log and RAM
+        says exactly what the log does (nothing in flight, the log as we last replayed or
+        fsynced it, before and after reading it for its checksum)."""
+        stamp = self._log_stamp
+        if self._queue or self._held or self._broken is not None or stamp is None:
+            return
+        if stamp == self._snapshot_stamp or len(self.index) < SNAPSHOT_MIN_LIVE:
+            return
+        log_path = self.path / MEMORIES_FILE
+        if _stat_stamp(log_path) != stamp:
+            return
+        identity = log_identity(log_path)
+        if identity is None or _stat_stamp(log_path) != stamp:
+            return
+        ids = [memory_id for memory_id, record in self._memories.items() if record.live]
+        write_snapshot(self.path, identity, ids, self.index.analysis_of(ids))
+        self._snapshot_stamp = stamp
 
     def _index_lessons(self) -> None:
         for record in self._memories.values():
@@ -663,6 +712,7 @@ class Bank:
         self._log.close()
         if self.path.is_dir():  # not when the folder was trashed or removed
             self._save_counts()
+            self._save_snapshot()
 
     # --- rules ---------------------------------------------------------------------------------
 

@@ -62,6 +62,10 @@ _CRC_KEY = b',"crc":"'
 _CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
 
 
+# `Memory.model_validate_json` without its Python wrapper: replay calls it once per line.
+_validate_json = Memory.__pydantic_validator__.validate_json
+
+
 def _sealed(body: bytes) -> bytes:
     """`body` (one JSON object, no newline) with its checksum as the last member."""
     return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
@@ -158,7 +162,7 @@ def _intact(
         if keep is not None and not keep(line):
             continue
         try:
-            record = Memory.model_validate_json(line)
+            record = _validate_json(line)
         except ValidationError as exc:
             reason = "torn last line (interrupted write)" if not complete else "corrupt line"
             first = exc.errors()[0]
