@@ -36,6 +36,7 @@ from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import files
 from memory_worker.storage.counts import Counts, read_counts, write_counts
+from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 from memory_worker.storage.log import (
     MEMORIES_FILE,
@@ -211,9 +212,13 @@ class Bank:
         in flight, nothing broken, the log as this bank last replayed or fsynced it."""
         if self._queue or self._held or self._broken is not None or self._log_stamp is None:
             return
-        if _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
+        log_path = self.path / MEMORIES_FILE
+        if _stat_stamp(log_path) != self._log_stamp:
             return  # edited behind our back: the next replay counts it
-        write_counts(self.path, self._log_stamp, Counts(self.live_count(), self.pinned_count()))
+        stamp = counts_stamp(log_path)
+        if stamp is None or _stat_stamp(log_path) != self._log_stamp:
+            return
+        write_counts(self.path, stamp, Counts(self.live_count(), self.pinned_count()))
 
     def _read_description(self) -> str:
         description, valid = self._description_on_disk()

@@ -2,12 +2,13 @@
 does not replay them.
 
 The file is written when a bank is closed, and only when RAM still says what the log says (the log
-is exactly as this bank last replayed or fsynced it). It records the log's stamp — inode, size and
-modification time, the identity `Bank.disk_changed` compares — and is believed only while the log
-still carries that stamp: any append, rewrite or hand edit of the log changes it, and the bank is
-replayed instead. It is never needed for correctness: a missing, stale or unreadable file costs a
-replay and nothing else. The leading dot keeps it out of the watcher's view (a derived file, like
-`vectors.jsonl`, is not an edit).
+is exactly as this bank last replayed or fsynced it) and the file does not already say the same. It
+records the log's stamp — size, modification time and the CRC-32 of its last 4 KiB — and is believed
+only while the log still carries that stamp: any append, rewrite or hand edit of the log changes
+it, and the bank is replayed instead. The inode is left out on purpose, so a data dir copied with
+its times (`cp -a`, a backup restored) keeps its counts. It is never needed for correctness: a
+missing, stale or unreadable file costs a replay and nothing else. The leading dot keeps it out of
+the watcher's view (a derived file, like `vectors.jsonl`, is not an edit).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +25,9 @@ __all__ = ["COUNTS_FILE", "Counts", "Stamp", "read_counts", "stat_stamp", "write
 COUNTS_FILE = ".counts.json"
 _VERSION = 1
 
-# (inode, size, mtime_ns) of a file, or None when it is missing.
+# (size, mtime_ns, CRC-32 of the last 4 KiB) of the log.
 Stamp = tuple[int, int, int]
+_TAIL = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +37,15 @@ class Counts:
 
 
 def stat_stamp(path: Path) -> Stamp | None:
+    """The log's stamp, or None when it is missing or unreadable."""
     try:
-        stat = os.stat(path)
+        with open(path, "rb") as fh:
+            stat = os.fstat(fh.fileno())
+            fh.seek(max(stat.st_size - _TAIL, 0))
+            tail = fh.read(_TAIL)
     except OSError:
         return None
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+    return stat.st_size, stat.st_mtime_ns, zlib.crc32(tail)
 
 
 def read_counts(folder: Path, log: Path) -> Counts | None:
@@ -67,11 +74,15 @@ def write_counts(folder: Path, stamp: Stamp, counts: Counts) -> None:
     costs a replay). A failure is swallowed for the same reason."""
     body = {"version": _VERSION, "log": list(stamp), "live": counts.live, "pinned": counts.pinned}
     path = folder / COUNTS_FILE
+    data = json.dumps(body).encode()
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return  # already says so: a session that changed nothing writes nothing
     tmp = folder / f".{COUNTS_FILE}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
-            os.write(fd, json.dumps(body).encode())
+            os.write(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)
