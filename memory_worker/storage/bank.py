@@ -116,7 +116,9 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
+        # hash of the normalized text → ids whose text it is: the hash, not the text, so RAM does
+        # not hold every text twice; a lookup checks the texts themselves (`match_text`).
+        self._by_text: dict[int, list[str]] = {}
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
@@ -447,9 +449,10 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm
         }
-        for memory_id in self._by_text.get(norm, ()):
-            if memory_id not in self._staged:
-                candidates[memory_id] = self._memories[memory_id]
+        for memory_id in self._by_text.get(hash(norm), ()):
+            record = self._memories[memory_id]
+            if memory_id not in self._staged and normalize(record.text) == norm:
+                candidates[memory_id] = record
         if not candidates:
             return None
         return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
@@ -580,15 +583,17 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        self._by_text.setdefault(normalize(record.text), set()).add(record.id)
+        ids = self._by_text.setdefault(hash(normalize(record.text)), [])
+        if record.id not in ids:
+            ids.append(record.id)
 
     def _unmap_text(self, record: Memory) -> None:
-        norm = normalize(record.text)
-        ids = self._by_text.get(norm)
-        if ids is not None:
-            ids.discard(record.id)
+        key = hash(normalize(record.text))
+        ids = self._by_text.get(key)
+        if ids is not None and record.id in ids:
+            ids.remove(record.id)
             if not ids:
-                del self._by_text[norm]
+                del self._by_text[key]
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
