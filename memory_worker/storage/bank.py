@@ -46,6 +46,7 @@ from memory_worker.storage.log import (
     read_all,
     replay,
     replayed,
+    shared_fields,
 )
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.snapshot import (
@@ -556,7 +557,7 @@ class Bank:
         if previous is not None and record.revision < previous.revision:
             return
         self._applied += 1
-        self._memories[record.id] = record
+        self._memories[record.id] = shared_fields(record)
         if record.live and record.anchors is not None and is_lesson(record):
             self.lessons.add(record.id, record.anchors)
         else:
