@@ -157,3 +157,19 @@ def test_the_doctor_of_a_one_shot_store_checks_banks_it_was_not_asked_about(
 
     intact = next(c for c in report["checks"] if c["name"] == "files-intact")
     assert intact["ok"] is False and "beta" in intact["detail"]
+
+
+def test_a_counts_file_planted_as_a_link_is_not_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    seed(data_dir, {"alpha": ["one fact", "two facts"]})
+    counts = data_dir / "alpha" / COUNTS_FILE
+    forged = json.loads(counts.read_bytes())
+    forged["live"] = 99  # the right stamp, a lie about the count, outside the data dir
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(forged))
+    counts.unlink()
+    counts.symlink_to(elsewhere)
+
+    assert listed(capsys, data_dir)["alpha"]["memories"] == 2

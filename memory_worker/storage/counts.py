@@ -19,6 +19,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = ["COUNTS_FILE", "Counts", "Stamp", "read_counts", "stat_stamp", "write_counts"]
 
@@ -36,10 +37,15 @@ class Counts:
     pinned: int
 
 
+def _open(path: Path) -> BinaryIO:
+    # Nothing planted in the data dir is followed: a link in place of a file is an error here.
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
 def stat_stamp(path: Path) -> Stamp | None:
     """The log's stamp, or None when it is missing or unreadable."""
     try:
-        with open(path, "rb") as fh:
+        with _open(path) as fh:
             stat = os.fstat(fh.fileno())
             fh.seek(max(stat.st_size - _TAIL, 0))
             tail = fh.read(_TAIL)
@@ -52,7 +58,8 @@ def read_counts(folder: Path, log: Path) -> Counts | None:
     """The counts `folder` holds for `log` as it stands now; None when absent, unreadable or
     written for another state of the log."""
     try:
-        data = json.loads((folder / COUNTS_FILE).read_bytes())
+        with _open(folder / COUNTS_FILE) as fh:
+            data = json.loads(fh.read())
         stamp = stat_stamp(log)
         if (
             isinstance(data, dict)
@@ -75,8 +82,8 @@ def write_counts(folder: Path, stamp: Stamp, counts: Counts) -> None:
     body = {"version": _VERSION, "log": list(stamp), "live": counts.live, "pinned": counts.pinned}
     path = folder / COUNTS_FILE
     data = json.dumps(body).encode()
-    with contextlib.suppress(OSError):
-        if path.read_bytes() == data:
+    with contextlib.suppress(OSError), _open(path) as fh:
+        if fh.read() == data:
             return  # already says so: a session that changed nothing writes nothing
     tmp = folder / f".{COUNTS_FILE}.tmp"
     try:

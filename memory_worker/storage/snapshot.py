@@ -25,6 +25,7 @@ import zlib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -61,11 +62,16 @@ def analyzer_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+def _open(path: Path) -> BinaryIO:
+    # Nothing planted in the data dir is followed: a link in place of a file is an error here.
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
 def log_identity(log: Path) -> tuple[int, int] | None:
     """(length, CRC-32) of the log's bytes; None when it cannot be read."""
     crc, size = 0, 0
     try:
-        with open(log, "rb") as fh:
+        with _open(log) as fh:
             while chunk := fh.read(_CHUNK):
                 crc = zlib.crc32(chunk, crc)
                 size += len(chunk)
@@ -83,7 +89,7 @@ def read_snapshot(folder: Path, log: Path, live_ids: list[str]) -> Analysis | No
         return None
     try:
         # Our own handle: numpy leaves its own open when the file is not a valid archive.
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
+        with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta"]).decode())
             if (
                 meta.get("version") != _VERSION
@@ -135,7 +141,8 @@ def write_snapshot(
     path = folder / SNAPSHOT_FILE
     tmp = folder / f".{SNAPSHOT_FILE}.tmp"
     try:
-        with open(tmp, "wb") as fh:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
             np.savez(
                 fh,
                 meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
