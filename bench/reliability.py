@@ -25,6 +25,8 @@ single thread):
 6. bus — `memory-worker serve --engine` on the engine double of the wire tests, SIGKILLed while
    `iii trigger`-style clients save through the engine, then restarted: every acknowledged save is
    served, each unanswered one whole or absent, nothing damaged (last: it starts threads).
+7–12. browser, planted, lock, overflow, dos, bypass — the hardening sections of issue 11
+   (`bench/attacks.py`, which says what each attacks): run before the bus section.
 
 Exits 0 and prints a table; `--json OUT` keeps every figure and every defect example.
 """
@@ -55,7 +57,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memory_worker import catalog  # noqa: E402
+import attacks  # noqa: E402 - bench/ is on sys.path when this script runs
+
+from memory_worker.app import catalog  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.core.config import Settings  # noqa: E402
 from memory_worker.core.errors import (  # noqa: E402
@@ -212,18 +216,27 @@ _TORN_BATCH = re.compile(
     r"([a-z0-9][a-z0-9_-]*)/memories\.jsonl:(\d+): interrupted write of \d+ records "
     r"\((\d+) on disk\)"
 )
+# A line whose JSON just stops: the kill came before the rest of its write() reached the file
+# (a write that straddles a page boundary can be cut after its first page, even a small one; a
+# multi-record write cut inside its first line leaves no complete line to report it by).
+_CUT_LINE = re.compile(
+    r"([a-z0-9][a-z0-9_-]*)/memories\.jsonl:(\d+): (?:corrupt line|torn last line "
+    r"\(interrupted write\)): Invalid JSON: EOF while parsing"
+)
 
 
 def _torn_batches_only(detail: str) -> bool:
-    """Whether every `memories.jsonl` damage doctor lists is a multi-record write cut short (a
-    SIGKILL can stop a write() of several pages between two of them): the write reported as
-    interrupted, and the cut line right after its lines on disk. That is the designed outcome —
-    nothing of it applied, the damage reported — not a defect."""
+    """Whether every `memories.jsonl` damage doctor lists is a write cut short (a SIGKILL can
+    stop a write() between two of the pages it copies): a multi-record write reported as
+    interrupted with the cut line right after its lines on disk, or a line whose JSON just stops.
+    That is the designed outcome — nothing of it applied (the model check above passed), the
+    damage reported — not a defect."""
     if "… and" in detail:  # a truncated list cannot be checked whole
         return False
     explained = set()
     for bank, first, written in _TORN_BATCH.findall(detail):
         explained |= {(bank, int(first)), (bank, int(first) + int(written))}
+    explained |= {(bank, int(line)) for bank, line in _CUT_LINE.findall(detail)}
     damaged = {(bank, int(line)) for bank, line in _DAMAGED_LINE.findall(detail)}
     return bool(explained) and damaged <= explained
 
@@ -1318,6 +1331,7 @@ def print_table(report: Report) -> None:  # noqa: C901 - one table, section by s
             f"{secrets.get('caught', 0)} / {secrets.get('missed', 0)}",
         ),
         ("look-alike false positives", secrets.get("false_positives", 0)),
+        *attacks.rows(f),
         ("engine-mode worker SIGKILLs (bus), restarted", bus.get("kills", 0)),
         (
             "  saves acked over the bus / served after restart",
@@ -1369,7 +1383,7 @@ def print_table(report: Report) -> None:  # noqa: C901 - one table, section by s
                 "    e.g. "
                 + json.dumps(entry["examples"][0], ensure_ascii=False, default=str)[:400]
             )
-    for section in ("kills", "fuzz", "bus"):
+    for section in ("kills", "fuzz", "bus", *attacks.SECTIONS):
         if section in f:
             print(f"\n{section}: {json.dumps(f[section], default=str)[:1500]}")
 
@@ -1384,13 +1398,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every figure and defect example to this file")
     parser.add_argument("--bus-kills", type=int, help="engine-mode SIGKILLs (default 40; quick 5)")
     parser.add_argument(
-        "--only", help="comma-separated sections: kills,big,faults,fuzz,secrets,bus"
+        "--only",
+        help="comma-separated sections: kills,big,faults,fuzz,secrets,"
+        + ",".join(attacks.SECTIONS)
+        + ",bus",
     )
+    parser.add_argument("--banks", type=int, help="empty banks for the RSS figure (10000)")
     args = parser.parse_args(argv)
     kills = args.kills if args.kills is not None else (120 if args.quick else 2000)
     payloads = args.payloads if args.payloads is not None else (5000 if args.quick else 120_000)
     bus_kills = args.bus_kills if args.bus_kills is not None else (5 if args.quick else 40)
-    sections = set((args.only or "kills,big,faults,fuzz,secrets,bus").split(","))
+    everything = ["kills", "big", "faults", "fuzz", "secrets", *attacks.SECTIONS, "bus"]
+    sections = set((args.only or ",".join(everything)).split(","))
     if args.quick:
         sections.discard("big")
     report = Report(seed=args.seed, quick=args.quick)
@@ -1414,6 +1433,13 @@ def main(argv: list[str] | None = None) -> int:
         if "secrets" in sections:
             asyncio.run(secrets_campaign(root, report))
             print(f"secrets done in {time.perf_counter() - begun:.0f}s", flush=True)
+        hardening = sections & set(attacks.SECTIONS)
+        if hardening:
+            found = attacks.Findings()
+            banks = args.banks or (1000 if args.quick else 10_000)
+            attacks.run(hardening, random.Random(rng.random()), root, args.quick, banks, found)
+            report.figures.update(found.figures)
+            report.defects.update(found.defects)
         if "bus" in sections:  # last: it starts threads (the engine double, SDK clients)
             bus_campaign(random.Random(rng.random()), root, bus_kills, report)
     report.figures["seconds"] = round(time.perf_counter() - begun, 1)

@@ -343,10 +343,17 @@ class QueryScore:
         }
 
 
-def score_query(golden: Golden, query: GoldenQuery, ranked: Sequence[str | None]) -> QueryScore:
-    """Graded relevance over facts: each dup pair counts once, at its best-ranked member."""
+def score_query(
+    golden: Golden,
+    query: GoldenQuery,
+    ranked: Sequence[str | None],
+    fact_of: Mapping[str, str] | None = None,
+) -> QueryScore:
+    """Graded relevance over facts: each dup pair counts once, at its best-ranked member.
+    `fact_of` (default `golden.facts()`) maps every key to the fact it stands for (after a
+    consolidation, a retired memory's expectations belong to its survivor)."""
     top = tuple(ranked[:LIMIT])
-    fact_of = golden.facts()
+    fact_of = golden.facts() if fact_of is None else fact_of
     relevant: dict[str, int] = {}
     for key, grade in query.relevant.items():
         fact = fact_of.get(key, key)
@@ -399,9 +406,11 @@ async def evaluate(
     golden: Golden | None = None,
     ids: Mapping[str, str] | None = None,
     embedder: str | None = None,
+    fact_of: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every query through `memory::recall` in `mode` on a bank `build_bank` filled; a plain,
-    rounded dict (the snapshot's shape). `embedder` names the service's model (None: none)."""
+    rounded dict (the snapshot's shape). `embedder` names the service's model (None: none);
+    `fact_of` is passed to `score_query`."""
     golden = golden or load()
     if service.clock() != golden.as_of_ms:
         raise ValueError(
@@ -420,7 +429,7 @@ async def evaluate(
         )
         retrievals.add(result["retrieval"])
         ranked = [key_of.get(hit["memory"]["id"]) for hit in result["memories"]]
-        scores.append(score_query(golden, query, ranked))
+        scores.append(score_query(golden, query, ranked, fact_of))
     return {
         "mode": mode,
         "embedder": embedder,

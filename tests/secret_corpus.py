@@ -89,6 +89,53 @@ EC_LINES = [_pick(64, f"ec-{i}", _B64) for i in range(3)]
 URL_PASSWORD_1 = _mixed(16, "url-pw-1")
 URL_PASSWORD_2 = _mixed(20, "url-pw-2", "!*")
 URL_PASSWORD_3 = "s3cr3t-" + _mixed(8, "url-pw-3")
+# Provider shapes added with issue 11.
+XAI = "xa" + "i-" + _mixed(80, "xai")
+GROQ = "gs" + "k_" + _mixed(52, "groq")
+MAILGUN = "ke" + "y-" + _pick(32, "mailgun", _HEX)
+SENTRY_KEY = _pick(32, "sentry", _HEX)
+SENTRY = f"https://{SENTRY_KEY}@o4504.ingest.sentry" + ".io/4505123"
+TELEGRAM = _pick(10, "tg-id", _DIGITS).replace("0", "7", 1) + ":AA" + _mixed(33, "tg", "_-")
+DISCORD_BOT = (
+    base64.urlsafe_b64encode(b"123456789012345678").rstrip(b"=").decode()
+    + "." + _mixed(6, "dc-bot-2", "_") + "." + _mixed(38, "dc-bot-3", "_-")
+)  # fmt: skip
+TWILIO_AUTH = _pick(32, "twilio-auth", _HEX)
+GCP_KEY_ID = _pick(40, "gcp-key-id", _HEX)
+DIGITALOCEAN = "do" + "p_v1_" + _pick(64, "do", _HEX)
+LINEAR = "lin" + "_api_" + _mixed(40, "linear")
+REPLICATE = "r" + "8_" + _mixed(37, "replicate")
+PERPLEXITY = "pp" + "lx-" + _mixed(48, "pplx")
+NOTION = "nt" + "n_" + _mixed(46, "notion")
+POSTMAN = "PM" + "AK-" + _pick(24, "pm-1", _HEX) + "-" + _pick(34, "pm-2", _HEX)
+AGE = "AGE-" + "SECRET-KEY-1" + _pick(58, "age", _UPPER + _DIGITS)
+GRAFANA = "gl" + "sa_" + _mixed(32, "grafana") + "_" + _pick(8, "grafana-2", _HEX)
+NEWRELIC = "NR" + "AK-" + _pick(27, "newrelic", _UPPER + _DIGITS)
+FIGMA = "fi" + "gd_" + _mixed(40, "figma", "_-")
+AWS_SECRET_3 = _mixed(40, "aws-secret-3", "/")
+AWS_SECRET_4 = _mixed(40, "aws-secret-4", "+")
+# Obfuscated forms of known shapes: what a person (or a model) pastes, or an attacker types.
+ZWSP, ZWJ, SHY = "\u200b", "\u200d", "\u00ad"
+_FULL_WIDTH = str.maketrans({c: chr(ord(c) + 0xFEE0) for c in string.ascii_letters + "_-"})
+GITHUB_ZWSP = GITHUB_CLASSIC[:2] + ZWSP + GITHUB_CLASSIC[2:]
+STRIPE_SHY = STRIPE_LIVE[:2] + SHY + STRIPE_LIVE[2:]
+ANTHROPIC_ZWJ = ANTHROPIC_2[:6] + ZWJ + ANTHROPIC_2[6:]
+AWS_ZWSP = AWS_ACCESS[:2] + ZWSP + AWS_ACCESS[2:]
+GITHUB_FULL_WIDTH = GITHUB_APP[:4].translate(_FULL_WIDTH) + GITHUB_APP[4:]
+STRIPE_FULL_WIDTH = STRIPE_RESTRICTED.translate(_FULL_WIDTH)
+AWS_CYRILLIC = "\u0410" + "\u041a" + AWS_SESSION[2:].replace("A", "A")  # А and К
+GITHUB_CYRILLIC = "gh\u0440_" + _mixed(36, "gh-cyr")  # a Cyrillic р
+OPENAI_GREEK = "sk-" + _mixed(40, "openai-greek").replace("o", "\u03bf")  # Greek omicron
+GITHUB_SPLIT = GITHUB_FINE[:30] + "\n" + GITHUB_FINE[30:]
+ANTHROPIC_SPLIT = ANTHROPIC_1[:20] + "\n   " + ANTHROPIC_1[20:]
+FAKE_MARKED = "Hunter2xyzQ"
+FAKE_MARKED_URL = _mixed(14, "fake-marked-url")
+# Encoded secrets: base64 or hex of a known shape.
+B64_GITHUB = base64.b64encode(GITHUB_CLASSIC.encode()).decode()
+B64_PASSWORD = base64.b64encode(b"db_password=Plumb3r-Cr4ck-91").decode()
+B64URL_SLACK = base64.urlsafe_b64encode(SLACK_BOT.encode()).decode().rstrip("=")
+HEX_STRIPE = STRIPE_LIVE.encode().hex()
+HEX_AWS = (AWS_ACCESS + " " + AWS_SECRET_1).encode().hex()
 
 _RSA_BLOCK = "\n".join(
     ["-----BEGIN RSA PRIVATE KEY-----", *PEM_LINES, "-----END RSA PRIVATE KEY-----"]
@@ -208,6 +255,69 @@ SECRETS: list[tuple[str, str, str]] = [
     ("password", "<settings><password>m4v3nR3po!</password></settings>", "m4v3nR3po!"),
     ("password", "The webhook secret = whk_7Hq2Lx9Rt4Vb", "whk_7Hq2Lx9Rt4Vb"),
     ("password", "mysql -u root --password S3cretRoot9 -h db", "S3cretRoot9"),
+    # --- provider shapes (issue 11)
+    ("xai-key", f"XAI_API_KEY={XAI}", XAI),
+    ("groq-key", f"The Groq client reads {GROQ} from the env.", GROQ),
+    ("mailgun-key", f"Mailgun: api:{MAILGUN} for mg.example.com", MAILGUN),
+    ("sentry-dsn", f"SENTRY_DSN={SENTRY}", SENTRY_KEY),
+    ("telegram-bot-token", f"The bot token is {TELEGRAM} (from BotFather).", TELEGRAM),
+    ("discord-bot-token", f"client.login('{DISCORD_BOT}')", DISCORD_BOT),
+    ("twilio-auth-token", f"TWILIO_AUTH_TOKEN={TWILIO_AUTH}", TWILIO_AUTH),
+    ("twilio-auth-token", f"Twilio auth token: {TWILIO_AUTH}", TWILIO_AUTH),
+    (
+        "gcp-private-key-id",
+        f'{{"type": "service_account", "private_key_id": "{GCP_KEY_ID}"}}',
+        GCP_KEY_ID,
+    ),
+    ("digitalocean-token", f"doctl auth init -t {DIGITALOCEAN}", DIGITALOCEAN),
+    ("linear-key", f"LINEAR_API_KEY={LINEAR}", LINEAR),
+    ("replicate-token", f"export REPLICATE_API_TOKEN={REPLICATE}", REPLICATE),
+    ("perplexity-key", f"Perplexity key {PERPLEXITY} for the research agent", PERPLEXITY),
+    ("notion-token", f"The Notion integration uses {NOTION}.", NOTION),
+    ("postman-key", f"Postman API key: {POSTMAN}", POSTMAN),
+    ("age-secret-key", f"# created: 2024-01-01\n{AGE}\n", AGE),
+    ("grafana-token", f"Grafana service account token {GRAFANA}", GRAFANA),
+    ("newrelic-key", f"NEW_RELIC_API_KEY={NEWRELIC}", NEWRELIC),
+    ("figma-token", f"Figma personal token {FIGMA} for the design sync", FIGMA),
+    # --- AWS secret keys written with spaces, or bare in prose
+    ("aws-secret-key", f"AWS Secret Access Key: {AWS_SECRET_3}", AWS_SECRET_3),
+    ("aws-secret-key", f"my aws secret key is {AWS_SECRET_4}", AWS_SECRET_4),
+    ("aws-secret-key", f"The AWS keys are {AWS_ACCESS} and {AWS_SECRET_3} for CI.", AWS_SECRET_3),
+    # --- obfuscated known shapes
+    ("github-token", f"Push with {GITHUB_ZWSP} please", GITHUB_CLASSIC[3:]),
+    ("stripe-key", f"Live key: {STRIPE_SHY}", STRIPE_LIVE[3:]),
+    ("anthropic-key", f"Use {ANTHROPIC_ZWJ} for Claude", ANTHROPIC_2[7:]),
+    ("aws-access-key", f"Key id {AWS_ZWSP} in the vault", AWS_ACCESS[3:]),
+    ("github-token", f"Token: {GITHUB_FULL_WIDTH}", GITHUB_APP[4:]),
+    ("stripe-key", f"Restricted key {STRIPE_FULL_WIDTH}", STRIPE_FULL_WIDTH[8:]),
+    ("aws-access-key", f"AccessKeyId {AWS_CYRILLIC}", AWS_CYRILLIC[2:]),
+    ("github-token", f"A token with a Cyrillic letter: {GITHUB_CYRILLIC}", GITHUB_CYRILLIC[4:]),
+    ("openai-key", f"OpenAI key with Greek omicrons {OPENAI_GREEK}", OPENAI_GREEK[3:]),
+    ("github-token", f"GITHUB_TOKEN={GITHUB_SPLIT}", GITHUB_FINE[30:]),
+    ("anthropic-key", f"key: {ANTHROPIC_SPLIT}\nthanks", ANTHROPIC_1[20:]),
+    ("password", f"password={FAKE_MARKED}[REDACTED:x]", FAKE_MARKED),
+    (
+        "credentialed-url",
+        f"postgres://app:{FAKE_MARKED_URL}[REDACTED:x]@db.example.com/app",
+        FAKE_MARKED_URL,
+    ),
+    # --- phrasings
+    ("password", "the password is Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("password", "My password was 'letmein-2024' until Friday.", "letmein-2024"),
+    ("password", "The wifi password is Kp9-Lm2-Qx7!", "Kp9-Lm2-Qx7!"),
+    ("password", "password: correct horse battery staple", "correct horse battery staple"),
+    ("password", "curl -u admin:S3cr3t-Pa55 https://api.example.com/v1", "S3cr3t-Pa55"),
+    ("password", "curl --user deploy:Jk8-Wq3-Zr9 https://ci.example.com", "Jk8-Wq3-Zr9"),
+    ("password", "mysql -h db -u root -pS3cretRoot! appdb", "S3cretRoot!"),
+    ("password", "mysqldump -uroot -pDumpP4ss-77 --all-databases", "DumpP4ss-77"),
+    ("password", "sshpass -p 'Gr33n-Tea-42' ssh ops@bastion", "Gr33n-Tea-42"),
+    ("password", "sshpass -p Bl4ckC0ffee ssh ops@bastion", "Bl4ckC0ffee"),
+    # --- encoded
+    ("github-token", f"The secret is base64 encoded: {B64_GITHUB}", B64_GITHUB),
+    ("password", f"config blob {B64_PASSWORD}", B64_PASSWORD),
+    ("slack-token", f"SLACK_B64={B64URL_SLACK}", B64URL_SLACK),
+    ("stripe-key", f"hex dump: {HEX_STRIPE}", HEX_STRIPE),
+    ("aws-access-key", f"creds={HEX_AWS}", HEX_AWS),
 ]
 
 # Text that mentions secrets, or has a similar shape, but holds none.
@@ -276,4 +386,57 @@ LOOKALIKES: list[str] = [
     'password = input("Password: ") and token = os.getenv("API_TOKEN")',
     "password = getpass.getpass()",
     "Pass the --token flag, or --password-stdin, never --password on the command line.",
+    # --- next to the shapes issue 11 added: a look-alike for each
+    "The xai- prefix marks xAI keys; the model is grok-2.",
+    "gsk_ is the prefix of Groq keys (see their docs).",
+    "Redis is a key-value store; see key-value-pairs.md.",
+    "The DSN format is https://<key>@<org>.ingest.sentry.io/<project>.",
+    "Sentry docs: https://docs.sentry.io/platforms/python/",
+    "Call 0123456789:30 minutes past the hour, ticket 123456789:ABC.",
+    "Release M.1.2 shipped on 2024.05.01 with build N.3.4.",
+    "The Twilio account SID starts with AC and is not a secret.",
+    '"private_key_id": "YOUR_PRIVATE_KEY_ID"',
+    "Set TWILIO_AUTH_TOKEN in the environment, never in code.",
+    "DigitalOcean tokens start with dop_v1_; rotate them yearly.",
+    "Linear keys look like lin_api_ followed by 40 characters.",
+    "r8_ is Replicate's token prefix.",
+    "pplx-api is the name of the Perplexity client.",
+    "Notion integration tokens begin with ntn_ or secret_.",
+    "Postman keys start with PMAK- and a hex id.",
+    "age keys: AGE-SECRET-KEY-1... (never commit them).",
+    "Grafana tokens begin with glsa_ (service accounts).",
+    "New Relic user keys start with NRAK-.",
+    "Figma tokens begin with figd_; see the developer settings.",
+    "The AWS region is us-east-1 and the account is 123456789012.",
+    "aws secret access key: see 1Password, entry 'ci-deploy'",
+    "My AWS notes: S3 bucket names are at most 63 characters long.",
+    "Git commit 3f786850e387550fdab836ed7e6dc881de23001b touched aws.py",
+    "zero\u200bwidth spaces and soft\u00adhyphens in ordinary words",
+    "ｆｕｌｌ－ｗｉｄｔｈ ｔｅｘｔ ｆｒｏｍ ａ ｊａｐａｎｅｓｅ ｋｅｙｂｏａｒｄ",
+    "Привет! Встреча в среду, в кабинете 4.",
+    "Καλημέρα, η συνάντηση είναι την Τρίτη.",
+    "The ghp\u200b_ prefix, typed with a zero-width space, is still just a prefix.",
+    "Use the sk-\nlearn library for the baseline.",
+    "AKIA\nis where long-term AWS key ids begin.",
+    "password=[REDACTED:password] was already handled",
+    "[REDACTED:github-token] was rotated on Monday.",
+    "the password is stored in 1Password",
+    "The password is required.",
+    "the password was reset yesterday",
+    "the password is too short, try again",
+    "The password for the demo account is in the vault.",
+    "password: see the vault entry",
+    "password: at least twelve characters",
+    "Password: must contain a number and a symbol.",
+    "curl -u $USER:$TOKEN https://api.example.com",
+    "curl -u alice https://api.example.com (it prompts for the password)",
+    'curl -u "${API_USER}:${API_PASS}" https://api.example.com',
+    "mysql -u root -p appdb (it prompts for the password)",
+    "mysql -p -h db.example.com",
+    "sshpass -f ~/.ssh/pass.txt ssh ops@bastion",
+    "sshpass -e ssh ops@bastion reads SSHPASS",
+    "Base64 of hello: aGVsbG8gd29ybGQsIHRoaXMgaXMgYSBub3JtYWwgc2VudGVuY2Uu",
+    "hex 48656c6c6f2c207468697320697320706c61696e20746578742e",
+    "UUID 123e4567-e89b-12d3-a456-426614174000 and sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
+    "The build id is 1f8ac10f23c5b5bc1167bda84b833e5c057a77d2 (a sha1).",
 ]

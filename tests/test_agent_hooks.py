@@ -158,7 +158,7 @@ def test_unusable_input_prints_nothing_and_exits_0(
     assert _hook(monkeypatch, capsys, data, payload) == (0, "")
 
 
-def test_a_data_dir_held_by_a_server_fails_open_at_once(
+def test_a_data_dir_held_by_a_process_without_a_url_fails_open_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
 ) -> None:
     holder = {"pid": os.getpid(), "kind": "serve", "command": "memory-worker serve"}
@@ -173,6 +173,11 @@ def test_a_data_dir_held_by_a_server_fails_open_at_once(
 
 
 def test_every_event_has_a_command_and_an_agent_event_name() -> None:
-    assert set(agent_hooks.EVENTS) == {"pre-tool-use"}
+    assert set(agent_hooks.EVENTS) == {
+        "session-start",
+        "user-prompt-submit",
+        "pre-tool-use",
+        "stop",
+    }
     for name, event in agent_hooks.EVENTS.items():
         assert event.name == name and event.agent_event and event.help

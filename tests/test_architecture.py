@@ -2,6 +2,10 @@
 
     core → search → storage → app → harness → adapters
 
+beside it one sibling package, `consolidate` (memory-consolidate), which may import `core` and
+itself only (it reaches memories through the memory worker's public functions, never its code) and
+is imported by `adapters` only.
+
 Every module is parsed with `ast` (imports inside functions and under `TYPE_CHECKING` count too).
 Its package decides its layer; it may import its own layer and the ones below, and only the
 third-party packages its layer is allowed. A package missing from `LAYERS` fails: a new room needs
@@ -11,11 +15,14 @@ a conscious decision about where it sits. DESIGN.md draws the same picture.
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+import memory_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "memory_worker"
@@ -30,10 +37,12 @@ ADAPTER_LIBRARIES = frozenset(
 @dataclass(frozen=True)
 class Layer:
     """One package: its height (an import may only reach the same height or lower) and the
-    third-party packages it may use (None: any)."""
+    third-party packages it may use (None: any). A sibling (`only` set) stands beside the chain:
+    it may import only the packages in `only` (and itself), and only `adapters` import it."""
 
     height: int
     external: frozenset[str] | None
+    only: frozenset[str] | None = None
 
 
 _CORE_LIBS = frozenset({"pydantic", "Stemmer", "yaml", "orjson"})
@@ -54,7 +63,11 @@ LAYERS: dict[str, Layer] = {
     "harness": Layer(4, _SERVICE_LIBS),
     # CLI, REST, the bus, the watcher, logging setup, the local embedder: anything goes.
     "adapters": Layer(5, None),
+    # memory-consolidate's plan, pass and schedule: talks to the memory worker only through its
+    # public functions (a MemoryClient the adapters provide), so it imports the core and itself.
+    "consolidate": Layer(3, _SERVICE_LIBS, only=frozenset({"core"})),
 }
+SIBLINGS = frozenset(name for name, layer in LAYERS.items() if layer.only is not None)
 
 # The package root: `__init__` re-exports the public surface (so it must not pull an adapter in:
 # importing any module runs it first), `__main__` is the `python -m` entry.
@@ -136,11 +149,22 @@ def _violations(module: str, internal: set[str], external: set[str]) -> list[str
     layer = _layer_of(module)
     assert layer is not None
     problems: list[str] = []
+    package = module.split(".")[0]
     for target in sorted(internal - {module}):
         target_layer = _layer_of(target)
+        target_package = target.split(".")[0]
         if target_layer is None:
             problems.append(f"imports memory_worker.{target}, which sits in no layer")
-        elif target_layer.height > layer.height:
+        elif layer.only is not None and target_package not in layer.only | {package}:
+            problems.append(
+                f"imports memory_worker.{target}; {package} may import only "
+                f"{sorted(layer.only)} and itself"
+            )
+        elif target_package in SIBLINGS and package not in (target_package, "adapters"):
+            problems.append(
+                f"imports memory_worker.{target}; only adapters import {target_package}"
+            )
+        elif target_layer.height > layer.height and layer.only is None:
             problems.append(f"imports memory_worker.{target}, a layer above it")
     allowed_internal = ONLY_INTERNAL.get(module)
     if allowed_internal is not None:
@@ -180,8 +204,11 @@ def test_every_package_on_disk_is_a_layer_and_every_layer_has_a_tenant() -> None
 
 def test_design_map_names_every_layer_in_order() -> None:
     design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
-    picture = " → ".join(sorted(LAYERS, key=lambda name: LAYERS[name].height))
+    chain = [name for name in LAYERS if name not in SIBLINGS]
+    picture = " → ".join(sorted(chain, key=lambda name: LAYERS[name].height))
     assert picture in design, f"docs/DESIGN.md should draw the layers as `{picture}`"
+    for sibling in SIBLINGS:
+        assert f"`{sibling}`" in design, f"docs/DESIGN.md should name the sibling `{sibling}`"
 
 
 # --- the checker itself ----------------------------------------------------------------------
@@ -214,6 +241,20 @@ class TestChecker:
             "['core.errors', 'core.models', 'core.names', 'core.text'])"
         ]
 
+    def test_the_sibling_may_import_only_the_core_and_itself(self) -> None:
+        problems = _violations(
+            "consolidate.runner", {"core.errors", "consolidate.plan", "app.catalog"}, set()
+        )
+        assert problems == [
+            "imports memory_worker.app.catalog; consolidate may import only ['core'] and itself"
+        ]
+
+    def test_only_adapters_import_the_sibling(self) -> None:
+        assert _violations("harness.turns", {"consolidate.plan"}, set()) == [
+            "imports memory_worker.consolidate.plan; only adapters import consolidate"
+        ]
+        assert _violations("adapters.cli", {"consolidate.runner"}, set()) == []
+
     def test_adapters_may_import_anything(self) -> None:
         assert _violations("adapters.cli", {"app.service", "adapters.logs"}, {"argparse"}) == []
 
@@ -221,3 +262,20 @@ class TestChecker:
         internal, external = _imports(PACKAGE_DIR / "app" / "catalog.py")
         assert {"app.wire", "core.errors", "app.service"} <= internal
         assert "pydantic" in external
+
+
+def test_importing_the_package_loads_no_layer_until_a_name_is_used() -> None:
+    """`import memory_worker.<module>` runs the package's `__init__` first: it must not pull in
+    the whole service (a coding agent's hook starts a process per prompt)."""
+    probe = (
+        "import sys, memory_worker as m\n"
+        "before = 'memory_worker.app.service' in sys.modules\n"
+        "names = [getattr(m, name) for name in m.__all__]\n"
+        "print(before, 'memory_worker.app.service' in sys.modules, len(names))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert out == ["False", "True", str(len(memory_worker.__all__))]
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        memory_worker.nothing_here  # noqa: B018 - the lookup is the test

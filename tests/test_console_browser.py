@@ -406,10 +406,24 @@ def test_each_row_shows_entities_tags_corroboration_confidence_time_and_session(
 def test_a_memory_saved_elsewhere_appears_live_without_a_reload(
     server: Server, open_tab: Any
 ) -> None:
+    """Saved with the CLI while the server holds the data dir: the CLI forwards the call to the
+    server (one writer, many doors), and the open tab shows it live."""
     bank = _bank(server, "live")
     page = open_tab(bank).page
     page.evaluate("window.__sameDocument = true")
-    _save(server, bank, "Saved by another door while the tab is open")
+    saved = subprocess.run(
+        [
+            *(sys.executable, "-m", "memory_worker", "trigger", "memory::save"),
+            *(f"bank={bank}", "text=Saved by another door while the tab is open"),
+            *("--data-dir", str(server.data_dir)),
+        ],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in _ISOLATED},
+        timeout=60,
+        check=False,
+    )
+    assert saved.returncode == 0, saved.stderr
     expect(_row(page, "another door")).to_have_count(1)
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 
@@ -606,15 +620,17 @@ def test_every_call_is_a_same_origin_json_post_and_no_token_rides_a_url(
 def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
     server: Server, browser: Any
 ) -> None:
-    """The server side of the token is the hardening issue's; here the page's side: a 401 → one
-    prompt → `Authorization: Bearer` on every later call, the token in sessionStorage only."""
+    """The page's side of the token: a 401 → one prompt → `Authorization: Bearer` on every later
+    call, the token in sessionStorage only. The guard asks for the server's real token (its data
+    dir's `.token`), since the server itself refuses a wrong one even on loopback."""
+    token = (server.data_dir / ".token").read_text().strip()
     context = browser.new_context(viewport=DESKTOP)
     seen: list[dict[str, str]] = []
 
     def guard(route: Any) -> None:
         headers = route.request.headers
         seen.append(headers)
-        if headers.get("authorization") != "Bearer s3cret-token":
+        if headers.get("authorization") != f"Bearer {token}":
             route.fulfill(
                 status=401,
                 content_type="application/json",
@@ -631,14 +647,14 @@ def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
         page.goto(f"{server.url}/#/bank/main/memories")
         dialog = page.get_by_role("dialog")
         expect(dialog).to_contain_text("a bearer token is required")
-        dialog.get_by_label("Access token").fill("s3cret-token")
+        dialog.get_by_label("Access token").fill(token)
         dialog.get_by_role("button", name="Continue").click()
         expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
         expect(page.get_by_role("dialog")).to_have_count(0)  # asked once, not per call
-        assert page.evaluate("sessionStorage.getItem('memory-worker.token')") == "s3cret-token"
+        assert page.evaluate("sessionStorage.getItem('memory-worker.token')") == token
         assert page.evaluate("localStorage.length") == 0
-        assert seen[-1].get("authorization") == "Bearer s3cret-token"
-        assert "s3cret" not in page.url
+        assert seen[-1].get("authorization") == f"Bearer {token}"
+        assert token not in page.url
     finally:
         context.close()
 

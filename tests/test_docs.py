@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 
 from memory_worker.app.catalog import CATALOG, SEAMS, render_permissions
+from memory_worker.consolidate import catalog as consolidate_catalog
+from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import ERROR_CODES
 
@@ -19,11 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "memory_worker"
 README = ROOT / "README.md"
 CONFIG_EXAMPLE = ROOT / "config.example.yaml"
+CONSOLIDATE_EXAMPLE = ROOT / "consolidate.example.yaml"
 PERMISSIONS = ROOT / "iii-permissions.yaml"
 WORKER_MANIFEST = ROOT / "iii.worker.yaml"
 SEED_REFERENCE = ROOT / "golden" / "api-reference.seed.json"
 
 CATALOG_IDS = {spec.id for spec in CATALOG}
+# memory-consolidate's functions: its own worker, documented beside ours.
+CONSOLIDATE_IDS = {spec.id for spec in consolidate_catalog.FUNCTIONS}
 
 
 def _seed_internal_ids() -> set[str]:
@@ -47,7 +52,7 @@ def _readme_table_names() -> set[str]:
 
 
 def test_readme_has_a_table_row_for_every_function() -> None:
-    missing = sorted(CATALOG_IDS - _readme_table_names())
+    missing = sorted((CATALOG_IDS | CONSOLIDATE_IDS) - _readme_table_names())
     assert not missing, f"README.md has no table row naming these functions: {missing}"
 
 
@@ -79,14 +84,52 @@ def test_config_example_names_every_setting() -> None:
 
 def test_config_example_values_are_the_defaults() -> None:
     raw = _example_keys()
-    wrong = {
-        name: (raw[name], info.default)
+    defaults = {
+        name: info.get_default(call_default_factory=True)
         for name, info in Settings.model_fields.items()
-        if name in raw and (raw[name] != info.default or type(raw[name]) is not type(info.default))
+    }
+    wrong = {
+        name: (raw[name], default)
+        for name, default in defaults.items()
+        if name in raw and (raw[name] != default or type(raw[name]) is not type(default))
     }
     assert not wrong, (
         f"config.example.yaml values differ from the defaults (value, default): {wrong}"
     )
+
+
+def _commented_keys(path: Path) -> dict[str, str]:
+    """Each key of an example file -> the comment block right above it, on one line."""
+    comment: list[str] = []
+    found: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            comment.append(line.lstrip("#").strip())
+        elif match := re.match(r"([a-z_][a-z0-9_]*):", line):
+            found[match.group(1)] = " ".join(" ".join(comment).split())
+            comment = []
+        elif not line.strip():
+            comment = []
+    return found
+
+
+def test_consolidate_example_is_every_field_at_its_default_with_its_description() -> None:
+    raw = yaml.safe_load(CONSOLIDATE_EXAMPLE.read_text(encoding="utf-8"))
+    assert parse_settings(raw, source="consolidate.example.yaml") == ConsolidateSettings()
+    assert set(raw) == set(ConsolidateSettings.model_fields)
+    found = _commented_keys(CONSOLIDATE_EXAMPLE)
+    wrong = {
+        name: found.get(name)
+        for name, info in ConsolidateSettings.model_fields.items()
+        if found.get(name) != " ".join((info.description or "").split())
+    }
+    assert not wrong, f"comment above these keys is not the field description: {wrong}"
+
+
+def test_readme_documents_every_consolidate_setting() -> None:
+    readme = README.read_text(encoding="utf-8")
+    missing = [name for name in ConsolidateSettings.model_fields if f"`{name}`" not in readme]
+    assert not missing, f"README.md does not name these memory-consolidate settings: {missing}"
 
 
 def test_config_example_comments_each_key_with_its_description() -> None:
@@ -206,6 +249,15 @@ def _top_level_names(tree: ast.Module) -> set[str]:
             names.add(node.target.id)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+    for node in tree.body if lazy else ():  # PEP 562: names typed under TYPE_CHECKING, loaded late
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            names.update(
+                alias.asname or alias.name
+                for child in node.body
+                if isinstance(child, ast.ImportFrom)
+                for alias in child.names
+            )
     return names
 
 

@@ -18,7 +18,6 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.counts import COUNTS_FILE
-from memory_worker.storage.damage import DurabilityWarnings
 from memory_worker.storage.store import Store
 
 HOLDER: dict[str, object] = {"pid": 0, "kind": "test"}
@@ -31,9 +30,9 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     seen: list[str] = []
     real = Bank.load
 
-    def spy(name: str, path: Path, warnings: DurabilityWarnings | None = None) -> Bank:
+    def spy(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
         seen.append(name)
-        return real(name, path, warnings)
+        return real(name, path, *args, **kwargs)
 
     monkeypatch.setattr(Bank, "load", spy)
     yield seen

@@ -84,7 +84,8 @@ def _post(
     url: str, path: str, body: object = None, *, raw: bytes | None = None, method: str = "POST"
 ) -> tuple[int, Any]:
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url + path, data=data, method=method)
+    headers = {"Content-Type": "application/json"} if method == "POST" else {}
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
     try:
         with _OPENER.open(request, timeout=5) as response:
             return response.status, json.loads(response.read())
@@ -190,7 +191,6 @@ def _refusals(served: Served, tmp_path_factory: pytest.TempPathFactory) -> dict[
     blocker.write_text("not a dir")
     commands = {
         "second_serve": _cli("serve", "--port", "0", "--data-dir", str(served.data_dir)),
-        "trigger": _cli("trigger", "memory::bank::list", "--data-dir", str(served.data_dir)),
         "unwritable": _cli("serve", "--port", "0", "--data-dir", str(blocker / "data")),
     }
     procs = {
@@ -222,13 +222,15 @@ class TestOneWriter:
         assert f"pid {served.proc.pid}" in result.error["message"]
         assert served.url in result.error["message"]
 
-    def test_trigger_is_refused_naming_the_url(
-        self, served: Served, refusals: dict[str, Refused]
+    def test_trigger_is_forwarded_to_the_server_and_answers_as_rest_does(
+        self, served: Served
     ) -> None:
-        """An embedded `trigger` never becomes a second writer: `conflict` names the server."""
-        result = refusals["trigger"]
-        assert (result.returncode, result.error["code"]) == (1, "conflict")
-        assert served.url in result.error["message"]
+        """A `trigger` never becomes a second writer: it forwards to the server holding the data
+        dir (its URL is in the lock) and prints what the REST call answers."""
+        result = _trigger(served.data_dir, "memory::bank::list")
+        assert result.returncode == 0, result.stderr
+        status, direct = _post(served.url, "/memory/bank/list", {})
+        assert status == 200 and json.loads(result.stdout) == direct
 
     def test_unwritable_data_dir_refuses_to_start(self, refusals: dict[str, Refused]) -> None:
         """A data dir that cannot be created: exit 1 with `storage`, and no readiness line."""
@@ -273,11 +275,13 @@ class TestInProcess:
         assert set(STATUS_BY_CODE) == set(ERROR_CODES)
 
     def test_every_catalog_function_has_a_route(self) -> None:
-        """`build_app` routes POST /<http_path> for each catalog entry, and nothing else POSTs."""
+        """`build_app` routes POST /<http_path> for each catalog entry, and nothing else POSTs
+        but the capture queue's door."""
         app = standalone.build_app(object())  # type: ignore[arg-type]
         routes = [r for r in app.router.routes() if r.method == "POST"]
         posts = {r.resource.canonical for r in routes if r.resource is not None}
-        assert posts == {f"/{spec.http_path}" for spec in catalog.CATALOG}
+        expected = {f"/{spec.http_path}" for spec in catalog.CATALOG}
+        assert posts == expected | {f"/{standalone.CAPTURE_PATH}"}
 
     async def test_a_bug_is_logged_and_answered_500_without_detail(
         self, data_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -26,11 +26,16 @@ class TestPrepare:
         with pytest.raises(InvalidInput, match="surrogate"):
             transitions.prepare_text("bad \ud800 text")
 
-    def test_labels_are_lowercased_deduplicated_and_capped(self) -> None:
-        values = ["Blog", "blog", " iii ", "", *[f"t{i}" for i in range(10)]]
+    def test_labels_are_lowercased_and_deduplicated(self) -> None:
+        values = ["Blog", "blog", " iii ", "", *[f"t{i}" for i in range(6)], "T5"]
         labels, redacted = transitions.prepare_labels(values, "tags")
         assert labels == ("blog", "iii", "t0", "t1", "t2", "t3", "t4", "t5")
         assert redacted == ()
+
+    def test_more_labels_than_the_cap_are_refused_not_cut(self) -> None:
+        """Issue 11: nine distinct tags used to be cut to eight without a word."""
+        with pytest.raises(InvalidInput, match="at most 8 values"):
+            transitions.prepare_labels([f"t{i}" for i in range(9)], "tags")
 
     def test_a_redaction_marker_in_a_label_keeps_its_exact_form(self) -> None:
         token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"

@@ -1,19 +1,28 @@
 """Coding agents' native hooks as `memory-worker hook EVENT`: Claude Code and Codex command hooks.
 
-The agent runs the command with its hook JSON on stdin (`hook_event_name`, `session_id`, `cwd`, and
-per event `tool_name`/`tool_input`, …) and reads the reply from stdout. Each event is one row of
-`EVENTS`: a handler that turns the agent's payload into catalog calls (`catalog.call`, in-process on
-the data dir) and the agent's documented reply. Fail-open by construction: a hook never blocks or
-breaks the agent — bad input, a data dir held by another process, any error: nothing is printed,
-the exit status is 0, and the reason goes to stderr as a log line.
+The agent runs the command with its hook JSON on stdin (`hook_event_name`, `session_id`, `cwd`,
+`transcript_path`, and per event `prompt`, `tool_name`/`tool_input`, …) and reads the reply from
+stdout. Each event is one row of `EVENTS`: a handler that turns the agent's payload into catalog
+calls through the data dir's door (in-process, or forwarded to the server that holds it) and the
+agent's documented reply. Fail-open by construction: a hook never blocks or breaks the agent — bad
+input, a data dir held by a process with no URL, a server that does not answer, any error, or more
+than `budget_s` spent: nothing is printed, the exit status is 0, and the reason goes to stderr as
+a log line.
 
-`pre-tool-use` (PreToolUse): the lesson cards the tool call meets, each revision once per agent
-session, as `hookSpecificOutput.additionalContext`.
+- `session-start` (SessionStart): the bank's memory section (header + rules), exactly as
+  `memory::preview` renders it for a new session, as `hookSpecificOutput.additionalContext`.
+- `user-prompt-submit` (UserPromptSubmit): the memories recalled for the prompt, the `<memory>`
+  message `memory::preview` renders for it, as `additionalContext`.
+- `pre-tool-use` (PreToolUse): the lesson cards the tool call meets, each revision once per agent
+  session, as `additionalContext`.
+- `stop` (Stop): the turn's messages, read from the agent's transcript file, handed to capture
+  (`harness.capture`); it prints nothing, so it never asks the agent to go on.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -24,10 +33,12 @@ from typing import Any, TextIO
 
 import structlog
 
-from memory_worker.app import catalog
+from memory_worker.adapters.doors import Door
+from memory_worker.adapters.transcripts import read_transcript
 from memory_worker.app.caller import Caller
-from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import WorkerError
+from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.payload import loads
+from memory_worker.harness.capture import MAX_JOB_ENTRIES
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
 
@@ -35,6 +46,10 @@ log = structlog.get_logger(__name__)
 
 MAX_INPUT_BYTES = 8 * 1024 * 1024  # a Write of a large file still fits; beyond, the call is skipped
 PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"  # what Claude Code sets for hook commands
+# The agent waits on these hooks before its prompt or tool goes on: what memory cannot say in this
+# long is left unsaid (the agent's own hook timeout is far longer, 60 s by default).
+HOOK_BUDGET_S = 3.0
+HOOK_LOCK_WAIT_S = 1.0  # a data dir held by another short CLI call is waited for this long at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +59,7 @@ class HookOptions:
 
 
 Reply = dict[str, Any] | None  # the JSON printed on stdout; None prints nothing
-Handler = Callable[[MemoryService, Mapping[str, Any], HookOptions], Awaitable[Reply]]
+Handler = Callable[[Door, Mapping[str, Any], HookOptions], Awaitable[Reply]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +89,79 @@ def workspace_root(cwd: str | None, explicit: str | None, env: Mapping[str, str]
     return cwd
 
 
+def _context(event: str, text: str | None) -> Reply:
+    """The reply both agents document for added context; None (print nothing) when empty."""
+    if not text or not text.strip():
+        return None
+    return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
+
+
+def _session(payload: Mapping[str, Any]) -> str | None:
+    session = payload.get("session_id")
+    return session if isinstance(session, str) and session else None
+
+
+def _caller(payload: Mapping[str, Any]) -> Caller:
+    return Caller.internal("hook", session_id=_session(payload))
+
+
+async def _preview(
+    door: Door, payload: Mapping[str, Any], options: HookOptions, query: str
+) -> dict[str, Any]:
+    request: dict[str, Any] = {"query": query}
+    if options.bank:
+        request["bank"] = options.bank
+    return await door.call("memory::preview", request)
+
+
+async def _session_start(
+    door: Door, payload: Mapping[str, Any], options: HookOptions
+) -> dict[str, Any] | None:
+    """Startup, resume, /clear and after a compaction (which drops what the session was told):
+    the memory section once, as a new session's system prompt gets it."""
+    preview = await _preview(door, payload, options, "")
+    return _context("SessionStart", preview.get("system_prompt_section"))
+
+
+async def _user_prompt_submit(
+    door: Door, payload: Mapping[str, Any], options: HookOptions
+) -> dict[str, Any] | None:
+    prompt = payload.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        log.warning("hook_input_unusable", hook="UserPromptSubmit", detail="no prompt")
+        return None
+    preview = await _preview(door, payload, options, prompt)
+    return _context("UserPromptSubmit", preview.get("message"))
+
+
+async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) -> None:
+    """The turn just finished: its messages (the transcript's tail; the queue's cursor keeps
+    what was captured before) go to capture. Nothing is printed: a Stop hook's output could
+    only ask the agent to keep going."""
+    session = _session(payload)
+    path = payload.get("transcript_path")
+    if session is None or not isinstance(path, str) or not path:
+        log.warning("hook_input_unusable", hook="Stop", detail="no session_id/transcript_path")
+        return None
+    try:
+        entries = await asyncio.to_thread(
+            read_transcript, Path(path).expanduser(), limit=MAX_JOB_ENTRIES
+        )
+    except OSError as exc:
+        log.warning("hook_transcript_unreadable", hook="Stop", error=str(exc))
+        return None
+    if not entries:
+        return None
+    job: dict[str, Any] = {"session_id": session, "entries": entries}
+    if options.bank:
+        job["bank"] = options.bank
+    queued = await door.capture(job)
+    log.info("hook_captured", hook="Stop", queued=queued.get("queued"), via=door.remote or "dir")
+    return None
+
+
 async def _pre_tool_use(
-    service: MemoryService, payload: Mapping[str, Any], options: HookOptions
+    door: Door, payload: Mapping[str, Any], options: HookOptions
 ) -> dict[str, Any] | None:
     tool = payload.get("tool_name")
     arguments = payload.get("tool_input")
@@ -95,22 +181,38 @@ async def _pre_tool_use(
     }
     if options.bank:
         request["bank"] = options.bank
-    caller = Caller.internal("hook", session_id=request["conversation"])
-    result = await catalog.call(service, "memory::lessons::match", request, caller)
-    message = result.get("message")
-    if not message:
-        return None
-    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": message}}
+    result = await door.call("memory::lessons::match", request)
+    return _context("PreToolUse", result.get("message"))
 
 
 EVENTS: dict[str, HookEvent] = {
     event.name: event
     for event in (
         HookEvent(
+            "session-start",
+            "SessionStart",
+            "a session starts, resumes, is cleared or compacted: the bank's rules section, as "
+            "additionalContext",
+            _session_start,
+        ),
+        HookEvent(
+            "user-prompt-submit",
+            "UserPromptSubmit",
+            "the user sends a prompt: the memories recalled for it, as additionalContext",
+            _user_prompt_submit,
+        ),
+        HookEvent(
             "pre-tool-use",
             "PreToolUse",
             "before a tool runs: the lesson cards its paths and names meet, as additionalContext",
             _pre_tool_use,
+        ),
+        HookEvent(
+            "stop",
+            "Stop",
+            "the agent finished its turn: the turn's messages from the transcript, to capture "
+            "(prints nothing)",
+            _stop,
         ),
     )
 }
@@ -142,8 +244,8 @@ def _read_payload(stream: TextIO) -> dict[str, Any] | None:
         log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
         return None
     try:
-        payload = json.loads(raw)
-    except ValueError as exc:
+        payload = loads(raw, "hook input")  # bounded nesting: a deep payload is not a crash
+    except InvalidInput as exc:
         log.warning("hook_input_not_json", error=str(exc))
         return None
     if not isinstance(payload, dict):
@@ -152,14 +254,16 @@ def _read_payload(stream: TextIO) -> dict[str, Any] | None:
     return payload
 
 
-WithService = Callable[[argparse.Namespace, str, Callable[[MemoryService], Awaitable[int]]], Any]
+WithDoor = Callable[..., Awaitable[int]]  # cli._with_door(args, command, work, *, caller, …)
 
 
 async def run(
     args: argparse.Namespace,
-    with_service: WithService,
+    with_door: WithDoor,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
+    *,
+    budget_s: float = HOOK_BUDGET_S,
 ) -> int:
     """`memory-worker hook EVENT`: always exit status 0; a reply only when there is one."""
     event = EVENTS[args.event]
@@ -173,16 +277,25 @@ async def run(
         return 0
     options = HookOptions(bank=args.bank, workspace_root=args.workspace_root)
 
-    async def work(service: MemoryService) -> int:
-        reply = await event.handle(service, payload, options)
+    async def work(door: Door) -> int:
+        reply = await event.handle(door, payload, options)
         if reply is not None:
             out.write(json.dumps(reply, ensure_ascii=False) + "\n")
             out.flush()
         return 0
 
-    # Fail-open: whatever happens, the agent's tool call goes ahead (without memory).
+    # Fail-open: whatever happens, the agent's prompt or tool call goes ahead (without memory).
     try:
-        await with_service(args, f"memory-worker hook {event.name}", work)
+        async with asyncio.timeout(budget_s):
+            await with_door(
+                args,
+                f"memory-worker hook {event.name}",
+                work,
+                caller=_caller(payload),
+                lock_wait_s=min(HOOK_LOCK_WAIT_S, budget_s),
+            )
+    except TimeoutError:
+        log.warning("hook_timed_out", hook=event.agent_event, budget_s=budget_s)
     except WorkerError as exc:  # a held data dir, a bad payload: expected, one line
         log.warning("hook_failed", hook=event.agent_event, error=str(exc))
     except Exception:  # a bug: its traceback on stderr, still never the agent's problem

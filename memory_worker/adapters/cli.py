@@ -1,6 +1,7 @@
-"""`memory-worker`: the embedded CLI. A thin layer over `MemoryService` and the catalog.
+"""`memory-worker`: the embedded CLI. A thin layer over the catalog.
 
-Commands open the data dir in-process (taking its lock), run, and close. Results go to stdout as
+Commands go through the data dir's door (`adapters.doors`): opened in-process (taking its lock),
+run, and closed — or, when a server holds the data dir, forwarded to it. Results go to stdout as
 JSON; errors go to stderr as JSON `{code, message}` with exit status 1.
 """
 
@@ -8,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
+import contextlib
+import importlib.metadata
 import json
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -22,14 +23,15 @@ from urllib.parse import urlsplit
 import structlog
 
 from memory_worker.adapters import agent_hooks
+from memory_worker.adapters.doors import Door, LocalDoor, open_door
+from memory_worker.adapters.formats import FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.ports import Embedder
-from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
-from memory_worker.storage.store import Store
+from memory_worker.core.payload import loads
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +44,9 @@ DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memo
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
+# A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
+# past 1 MiB; half of it leaves room for a record's escaping).
+FORWARD_CHUNK_BYTES = 512 * 1024
 
 
 def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str, Any]:
@@ -49,10 +54,7 @@ def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str
     value is JSON-decoded when possible, else kept as a string."""
     payload: dict[str, Any] = {}
     if base:
-        try:
-            decoded = json.loads(base)
-        except ValueError as exc:
-            raise InvalidInput(f"--json is not valid JSON: {exc}") from None
+        decoded = loads(base, "--json")
         if not isinstance(decoded, dict):
             raise InvalidInput("--json must be a JSON object")
         payload.update(decoded)
@@ -61,14 +63,22 @@ def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str
         if not sep or not key:
             raise InvalidInput(f"expected key=value, got {pair!r}")
         try:
-            payload[key] = json.loads(raw)
-        except ValueError:
+            payload[key] = loads(raw, key)
+        except InvalidInput as err:
+            if "nested" in err.message:
+                raise  # JSON, but too deep to take: refused like every other edge refuses it
             payload[key] = raw
     return payload
 
 
 def _dump(value: object, stream: TextIO, *, pretty: bool = False) -> None:
-    stream.write(json.dumps(value, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+    indent = 2 if pretty else None
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate echoed from the input: escape, never crash
+        text = json.dumps(value, indent=indent)
+    stream.write(text + "\n")
     stream.flush()
 
 
@@ -80,19 +90,6 @@ def _fail(err: WorkerError) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     path = args.config or os.environ.get(CONFIG_ENV)
     return load_settings(Path(path) if path else None)
-
-
-def _open(args: argparse.Namespace, settings: Settings, command: str) -> Store:
-    root = resolve_data_dir(args.data_dir, settings)
-    holder = {
-        "pid": os.getpid(),
-        "kind": "cli",
-        "command": command,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    # Lazy: a one-shot command replays only the banks it names (`memory::bank::list` reads their
-    # counts files), so one line appended to one bank of a hundred costs that bank alone.
-    return Store.open(root, holder=holder, lock_wait_s=CLI_LOCK_WAIT_S, lazy=True)
 
 
 def _embedder_choice(default: str) -> str:
@@ -142,20 +139,31 @@ def _embedder_for(default: str) -> Callable[[Settings], Embedder | None] | None:
     return lambda settings: _embedder(settings, default=default)
 
 
-async def _with_service(args: argparse.Namespace, command: str, work: Any) -> int:
+async def _with_door(
+    args: argparse.Namespace,
+    command: str,
+    work: Callable[[Door], Awaitable[int]],
+    *,
+    caller: Caller = CLI_CALLER,
+    lock_wait_s: float = CLI_LOCK_WAIT_S,
+) -> int:
+    """Run `work` through the data dir's door: opened in-process, or forwarded to the server
+    that holds it."""
     settings = _settings(args)
+    root = resolve_data_dir(args.data_dir, settings)
     # A one-shot command embeds queries over the vectors a server made, never what it writes (the
     # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
     embedder = _embedder(settings, default="local", lazy=True)
-    store = await asyncio.to_thread(_open, args, settings, command)
-    service = MemoryService(store, settings, embedder=embedder, embed_writes=False)
-    try:
-        result: int = await work(service)
-        await service.settle()  # the vectors of what this command saved land before it exits
-        return result
-    finally:
-        await service.close()
-        await store.close()
+    async with open_door(
+        root,
+        settings,
+        caller,
+        command=command,
+        lock_wait_s=lock_wait_s,
+        embedder=embedder,
+        embed_writes=False,
+    ) as door:
+        return await work(door)
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -174,24 +182,19 @@ async def _trigger(args: argparse.Namespace) -> int:
     catalog.find(args.function)  # an unknown function fails before the data dir is opened
     payload = parse_assignments(args.pairs, args.json)
 
-    async def work(service: MemoryService) -> int:
-        result = await catalog.call(service, args.function, payload, CLI_CALLER)
-        _dump(result, sys.stdout, pretty=True)
+    async def work(door: Door) -> int:
+        _dump(await door.call(args.function, payload), sys.stdout, pretty=True)
         return 0
 
-    return await _with_service(args, f"memory-worker trigger {args.function}", work)
+    return await _with_door(args, f"memory-worker trigger {args.function}", work)
 
 
-async def _batch_line(service: MemoryService, line: str) -> dict[str, Any]:
+async def _batch_line(door: Door, line: str) -> dict[str, Any]:
     try:
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise InvalidInput(f"not a JSON line: {exc}") from None
+        item = loads(line, "the line")
         if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
             raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
-        result = await catalog.call(service, item["function_id"], item.get("payload"), CLI_CALLER)
-        return {"result": result}
+        return {"result": await door.call(item["function_id"], item.get("payload"))}
     except WorkerError as err:
         return {"error": err.to_dict()}
 
@@ -199,7 +202,7 @@ async def _batch_line(service: MemoryService, line: str) -> dict[str, Any]:
 async def _call(args: argparse.Namespace) -> int:
     source = sys.stdin if args.batch == "-" else None
 
-    async def work(service: MemoryService) -> int:
+    async def work(door: Door) -> int:
         stream = source or Path(args.batch).open(encoding="utf-8")  # noqa: SIM115 - closed below
         try:
             while True:
@@ -208,14 +211,14 @@ async def _call(args: argparse.Namespace) -> int:
                 if not line:
                     return 0
                 if line.strip():
-                    _dump(await _batch_line(service, line), sys.stdout)
+                    _dump(await _batch_line(door, line), sys.stdout)
         finally:
             if stream is not sys.stdin:
                 stream.close()
 
     if source is None and not Path(args.batch).is_file():
         raise InvalidInput(f"batch file {args.batch} does not exist")
-    return await _with_service(args, "memory-worker call --batch", work)
+    return await _with_door(args, "memory-worker call --batch", work)
 
 
 def _read_records(path: str) -> list[dict[str, Any]]:
@@ -224,13 +227,12 @@ def _read_records(path: str) -> list[dict[str, Any]]:
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSON lines end at "\n" only: U+2028, U+0085 or a form feed inside a string are valid JSON
+    # (`str.splitlines` would cut a record there); a "\r" before the "\n" is JSON whitespace.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InvalidInput(f"{path}:{number} is not JSON: {exc}") from None
+        row = loads(line, f"{path}:{number}")
         if not isinstance(row, dict):
             raise InvalidInput(f"{path}:{number} is not a JSON object")
         rows.append(row)
@@ -238,32 +240,79 @@ def _read_records(path: str) -> list[dict[str, Any]]:
 
 
 async def _import(args: argparse.Namespace) -> int:
-    rows = _read_records(args.file)
+    skipped: dict[str, int] = {}
+    if args.source_format == "memory-worker":
+        rows = _read_records(args.file)
+    else:
+        foreign = read_foreign(Path(args.file), args.source_format)
+        rows, skipped = foreign.records, foreign.skipped
+        if not rows:
+            raise InvalidInput(f"{args.file} holds no memory in the {args.source_format} format")
 
-    async def work(service: MemoryService) -> int:
-        report = await service.import_records(args.bank, rows)
-        _dump(
-            {
-                "bank": report.bank,
-                "imported": report.imported,
-                "live": report.live,
-                "redacted": report.redacted,
-            },
-            sys.stdout,
-            pretty=True,
-        )
+    async def work(door: Door) -> int:
+        report = await import_rows(door, args.bank, rows)
+        _dump({**report, "skipped": skipped} if skipped else report, sys.stdout, pretty=True)
         return 0
 
-    return await _with_service(args, f"memory-worker import --bank {args.bank}", work)
+    return await _with_door(args, f"memory-worker import --bank {args.bank}", work)
+
+
+async def import_rows(door: Door, bank: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`memory::import` of `rows`: one call in-process; forwarded, in requests of at most
+    `FORWARD_CHUNK_BYTES` (the server caps a request's body), every one validated by the server
+    (`dry_run`) before the first is written, so a bad record still writes nothing."""
+    chunks = [rows] if door.remote is None else _chunks(rows, FORWARD_CHUNK_BYTES)
+    if len(chunks) == 1:
+        return await door.call("memory::import", {"bank": bank, "records": rows})
+    for chunk in chunks:
+        await door.call("memory::import", {"bank": bank, "records": chunk, "dry_run": True})
+    total = {"bank": bank, "imported": 0, "live": 0, "redacted": 0}
+    for chunk in chunks:
+        result = await door.call("memory::import", {"bank": bank, "records": chunk})
+        total["bank"] = result["bank"]
+        for key in ("imported", "live", "redacted"):
+            total[key] += result[key]
+    return total
+
+
+def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[dict[str, Any]]]:
+    chunks: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for row in rows:
+        row_size = len(json.dumps(row, ensure_ascii=False).encode()) + 1
+        if chunks[-1] and size + row_size > limit_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += row_size
+    return chunks
+
+
+async def _export(args: argparse.Namespace) -> int:
+    async def work(door: Door) -> int:
+        result = await door.call("memory::export", {"bank": args.bank})
+        out = sys.stdout if args.output == "-" else None
+        stream = out or Path(args.output).open("w", encoding="utf-8")  # noqa: SIM115 - closed below
+        try:
+            for record in result["records"]:
+                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        finally:
+            if stream is not sys.stdout:
+                stream.close()
+        if out is None:
+            _dump({"bank": result["bank"], "records": len(result["records"])}, sys.stdout)
+        return 0
+
+    return await _with_door(args, f"memory-worker export --bank {args.bank}", work)
 
 
 async def _compact(args: argparse.Namespace) -> int:
-    async def work(service: MemoryService) -> int:
-        report = await service.compact(args.bank, horizon_days=args.horizon_days)
-        _dump({"bank": args.bank, **dataclasses.asdict(report)}, sys.stdout, pretty=True)
+    async def work(door: Door) -> int:
+        payload = {"bank": args.bank, "horizon_days": args.horizon_days}
+        _dump(await door.call("memory::compact", payload), sys.stdout, pretty=True)
         return 0
 
-    return await _with_service(args, f"memory-worker compact --bank {args.bank}", work)
+    return await _with_door(args, f"memory-worker compact --bank {args.bank}", work)
 
 
 def _engine_answers(url: str, timeout_s: float = ENGINE_PROBE_TIMEOUT_S) -> bool:
@@ -330,6 +379,12 @@ async def _serve(args: argparse.Namespace) -> int:
     )
 
 
+async def _consolidate(args: argparse.Namespace) -> int:
+    from memory_worker.adapters.consolidate.cli import run_once  # httpx only for this command
+
+    return await run_once(args)
+
+
 # --- parser ------------------------------------------------------------------------------------
 
 
@@ -377,11 +432,74 @@ def _parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser("import", parents=[common], help="bulk import whole memory records")
     imp.add_argument(
-        "file", metavar="FILE.jsonl", help="records, one JSON object a line (- = stdin)"
+        "file",
+        metavar="FILE",
+        help="records, one JSON object a line (- = stdin); with --from: the other system's export",
     )
     imp.add_argument("--bank", required=True, help="bank to import into (created when missing)")
+    imp.add_argument(
+        "--from",
+        dest="source_format",
+        choices=FORMATS,
+        default="memory-worker",
+        help="what FILE is: memory-worker (JSON lines, what export writes; default), mem0 (its "
+        "get_all/export JSON), markdown (a folder of .md memory files, or one file)",
+    )
+
+    export = sub.add_parser(
+        "export",
+        parents=[common],
+        help="write a bank's whole records, history included, as JSON lines (the import format)",
+        description="Write every record of a bank's log — every revision of every memory, "
+        "tombstones included, in log order — one JSON object a line: what `memory-worker "
+        "import` reads back.",
+    )
+    export.add_argument("--bank", required=True, help="bank to export")
+    export.add_argument(
+        "-o", "--output", default="-", metavar="FILE", help="file to write (default: stdout)"
+    )
+
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve the memory functions to an MCP client over stdio",
+        description="An MCP server on stdin/stdout (what an MCP client such as Claude Code or "
+        "Codex launches). Tools are the catalog's functions agents may call, with their "
+        "descriptions, schemas and read-only/destructive/idempotent hints. Each call opens the "
+        "data dir for itself, or is forwarded to the server holding it.",
+    )
+    mcp.add_argument("--bank", help="pin every call to this bank (bank leaves the schemas)")
+    mcp.add_argument(
+        "--tools",
+        choices=("agents", "approval"),
+        default="agents",
+        help="agents: the functions agents may call (default); approval: also those an operator "
+        "approves per use (bank list, tags, rules, history, preview, lessons, doctor, export)",
+    )
+
+    sub.add_parser(
+        "capture",
+        parents=[common],
+        help="extract the queued turns (the Stop hook's) when no server runs",
+        description="Run the capture queue's due jobs in this process through the configured "
+        "extraction_endpoint, then exit. A running server does this by itself; this command is "
+        "for a data dir nobody serves.",
+    )
 
     agent_hooks.add_parser(sub, common)
+
+    consolidate = sub.add_parser(
+        "consolidate",
+        parents=[common],
+        help="run one memory-consolidate pass now (dedup, supersede-only)",
+        description="One consolidation pass over the local data dir (or through the standalone "
+        "server that holds it, or --server URL): exact duplicates merge, reorders and guarded "
+        "near-duplicates are reported, pinned memories are never retired. Prints the report.",
+    )
+    from memory_worker.adapters.consolidate.options import add_run_arguments
+
+    add_run_arguments(consolidate)
+
     compact = sub.add_parser(
         "compact",
         parents=[common],
@@ -437,8 +555,78 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _capture(args: argparse.Namespace) -> int:
+    """Run the capture queue's due jobs in-process (no server holds the data dir; a server
+    runs them itself): each through the extraction endpoint the settings name."""
+    from memory_worker.adapters.openai_chat import OpenAIChatCompleter
+    from memory_worker.harness.capture import CaptureRunner
+    from memory_worker.storage.capture import CaptureQueue
+
+    settings = _settings(args)
+    root = resolve_data_dir(args.data_dir, settings)
+    if not settings.extraction_endpoint:
+        raise InvalidInput("no extraction_endpoint is configured: turns stay queued")
+
+    async def work(door: Door) -> int:
+        if not isinstance(door, LocalDoor):
+            _dump({"forwarded": door.remote, "detail": "the server runs the queue"}, sys.stdout)
+            return 0
+        service = door.service
+        completer = OpenAIChatCompleter(lambda: service.settings)
+        queue = await asyncio.to_thread(CaptureQueue, root)
+        runner = CaptureRunner(service, queue, completer)
+        try:
+            finished = await runner.run_once()
+            waiting = queue.pending()
+            _dump(
+                {
+                    "finished": finished,
+                    "pending": len(waiting),
+                    "dead": queue.dead,
+                    "next_retry_at": min((p.retry_at for p in waiting), default=None),
+                },
+                sys.stdout,
+                pretty=True,
+            )
+        finally:
+            await runner.close()
+            await completer.aclose()
+        return 0
+
+    return await _with_door(args, "memory-worker capture", work)
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    """MCP over stdio: each tool call goes through the data dir's door, opened for that call
+    (so hooks, the CLI and other agents' MCP processes get their turn between calls) or
+    forwarded to the server holding it."""
+    try:
+        from memory_worker.adapters.mcp_server import McpTools, serve_stdio
+    except ImportError as exc:
+        raise InvalidInput(
+            f"the mcp extra is not installed ({exc}); pip install 'memory-worker[mcp]'"
+        ) from None
+    settings = _settings(args)
+    root = resolve_data_dir(args.data_dir, settings)
+
+    def door_for(caller: Caller) -> contextlib.AbstractAsyncContextManager[Door]:
+        return open_door(
+            root, settings, caller, command="memory-worker mcp", lock_wait_s=CLI_LOCK_WAIT_S
+        )
+
+    tools = McpTools(door_for, tools=args.tools, bank=args.bank)
+    return await serve_stdio(tools, version=_version())
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("memory-worker")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 async def _hook(args: argparse.Namespace) -> int:
-    return await agent_hooks.run(args, _with_service)
+    return await agent_hooks.run(args, _with_door)
 
 
 async def _permissions(args: argparse.Namespace) -> int:
@@ -451,8 +639,12 @@ _COMMANDS = {
     "trigger": _trigger,
     "call": _call,
     "import": _import,
+    "export": _export,
     "hook": _hook,
+    "mcp": _mcp,
+    "capture": _capture,
     "serve": _serve,
+    "consolidate": _consolidate,
     "permissions": _permissions,
     "compact": _compact,
 }

@@ -4,7 +4,11 @@ Every catalog function is `POST /memory/<http_path>` (the paths the iii http tri
 is the JSON payload (empty = `{}`), the answer is the JSON result, and every failure is
 `{"error": {"code", "message"}}` with a status from `STATUS_BY_CODE`. `GET /healthz` says which mode
 runs on which data dir. `GET /` is the console (`adapters.console`); its live stream is fed by the
-service's change events (`ConsoleFeed` is this mode's `Emitter`).
+service's change events (`ConsoleFeed` is this mode's `Emitter`). `/mcp` and `/mcp/<bank>` serve
+the same functions to MCP clients (`adapters.mcp_server`, when the `mcp` extra is installed).
+
+A call forwarded by another door (the CLI, `memory-worker mcp`, a hook: `adapters.doors`) says
+who it speaks for in its `Memory-Caller` header; `doors.decode_caller` decides what is believed.
 
 Lifecycle, explicit rather than hidden in `web.run_app`:
 - `start()` binds the socket first (so the real port is known), then opens the store with a lock
@@ -16,40 +20,67 @@ Lifecycle, explicit rather than hidden in `web.run_app`:
 
 A bug never reaches the client as a traceback: it is logged with one (under an incident id) and
 answered 500 `internal`.
+
+Who may call is `adapters.access`'s (Host, Origin, JSON-only calls, the bearer token); every request
+passes that gate first. No request can hold the server: an idle or half-sent connection is closed
+after `IDLE_TIMEOUT_S` (aiohttp's keep-alive timer runs from the connection's start until its
+request is read), a body must arrive within `BODY_TIMEOUT_S`, and past `MAX_CONNECTIONS` open
+connections a new one is answered 503 and closed. Running out of file descriptors makes the accept
+loop back off (asyncio retries a second later) with one log line per episode, not one per attempt.
+
+Past 500 lines on purpose: `StandaloneServer` owns one data dir's whole life behind one URL
+(store, token, watchers, settings reload, console feed, MCP, capture loop) and the routes that
+reach it; the gate (`access`) and the connection cap (`connections`) live apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
-import ipaddress
 import json
 import os
+import secrets
 import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from memory_worker.adapters import access
+from memory_worker.adapters.connections import OUT_OF_DESCRIPTORS, CappedSite
 from memory_worker.adapters.console.feed import ConsoleFeed
 from memory_worker.adapters.console.web import ConsoleContext, add_routes
+from memory_worker.adapters.doors import (
+    CALLER_HEADER,
+    CAPTURE_PATH,
+    Door,
+    LocalDoor,
+    decode_caller,
+)
+from memory_worker.adapters.openai_chat import OpenAIChatCompleter
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
-from memory_worker.app.ports import Embedder
+from memory_worker.app.ports import Completer, Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, resolve_data_dir
 from memory_worker.core.errors import HTTP_STATUS, Conflict, InvalidInput, WorkerError
+from memory_worker.core.payload import loads
+from memory_worker.harness.capture import CaptureRunner
+from memory_worker.storage.capture import CaptureQueue
 from memory_worker.storage.store import Store
 
 __all__ = [
@@ -70,6 +101,10 @@ REST_CALLER = Caller.human("rest")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long after SIGTERM, then are cancelled
+IDLE_TIMEOUT_S = 15.0  # a connection sends a whole request head this long after it opens or idles
+BODY_TIMEOUT_S = 30.0  # then its body within this
+MAX_CONNECTIONS = 256  # open at once; one more is answered 503 and closed
+MAX_BODY_BYTES = 1024 * 1024  # the largest call is a 64K-character rule; more is an attack
 MODE = "standalone"
 READY_LINE = "memory-worker serving on {url}"  # scripts and tests wait for this line on stdout
 CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a person
@@ -77,7 +112,32 @@ CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a
 STATUS_BY_CODE = HTTP_STATUS  # kept under its old name for importers
 
 _SERVICE_KEY = web.AppKey("service", MemoryService)
-_dumps = functools.partial(json.dumps, ensure_ascii=False)
+_MCP_KEY = web.AppKey("mcp", object)  # the McpHttp endpoint, when the `mcp` extra is installed
+# The capture loop the route hands turns to (looked up per request: a data_dir change replaces it).
+CurrentCapture = Callable[[], CaptureRunner | None]
+_CAPTURE_KEY: web.AppKey[CurrentCapture] = web.AppKey("capture")
+MCP_CALLER = Caller.for_agent("mcp")  # whoever speaks MCP to us is an agent
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicySource:
+    current: Callable[[], access.Policy]  # what the gate accepts now (settings hot-reload)
+
+
+_POLICY_KEY = web.AppKey("policy", _PolicySource)
+_BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
+_json = functools.partial(json.dumps, ensure_ascii=False)
+
+
+def _dumps(value: object) -> str:
+    """JSON text aiohttp can encode: a lone surrogate (echoed from a caller's input) is escaped
+    rather than failing the whole answer with a plain-text 500."""
+    text = _json(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)  # ASCII escapes: `\ud800` is valid JSON text
+    return text
 
 
 def _error(status: int, code: str, message: str, **headers: str) -> web.Response:
@@ -105,6 +165,10 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
         )
     if exc.status == 413:
         return _error(413, "invalid_input", f"request body is too large ({exc.reason})")
+    if exc.status == 408:
+        response = _error(408, "request_timeout", exc.reason)
+        response.force_close()  # the rest of a slow body is not waited for
+        return response
     code = HTTPStatus(exc.status).phrase.lower().replace(" ", "_").replace("-", "_")
     return _error(exc.status, code, exc.reason)
 
@@ -140,23 +204,72 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
+@web.middleware
+async def _gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """`access.check` before anything else runs: a refused request reads no body, touches
+    nothing, and gets no `Access-Control-*` header (so no browser hands its answer to a page)."""
+    policy = request.app[_POLICY_KEY].current()
+    refusal = access.check(policy, request.method, request.path, request.headers)
+    if refusal is None:
+        return await handler(request)
+    headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else {}
+    log.info("request_refused", method=request.method, path=request.path, code=refusal.code)
+    response = _error(refusal.status, refusal.code, refusal.message, **headers)
+    response.force_close()  # whatever body it sent is not read
+    return response
+
+
 async def _payload(request: web.Request) -> object:
-    raw = await request.read()
+    try:
+        async with asyncio.timeout(request.app[_BODY_TIMEOUT_KEY]):
+            raw = await request.read()
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(
+            reason=f"the request body did not arrive within {request.app[_BODY_TIMEOUT_KEY]:g} s"
+        ) from None
     if not raw.strip():
         return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:  # UnicodeDecodeError is one too
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    return loads(raw, "request body")  # bounded by MAX_BODY_BYTES and payload.MAX_VALUES
+
+
+def _caller(request: web.Request) -> Caller:
+    """Who a call speaks for: a person at the REST door, unless a forwarding door says otherwise
+    (believed as `doors.decode_caller` rules: an agent from anyone, the rest only from a request
+    that presented the server's token — the gate has refused every request with a wrong one)."""
+    trusted = request.headers.get("Authorization") is not None
+    return decode_caller(request.headers.get(CALLER_HEADER), trusted=trusted, default=REST_CALLER)
 
 
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
+        caller = _caller(request)
         payload = await _payload(request)
-        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, REST_CALLER)
+        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, caller)
         return web.json_response(result, dumps=_dumps)
 
     return handle
+
+
+async def _capture(request: web.Request) -> web.StreamResponse:
+    """A Stop hook's turn, into the durable queue; the capture loop runs it."""
+    current = request.app.get(_CAPTURE_KEY)
+    runner = current() if current is not None else None
+    if runner is None:
+        raise InvalidInput("this server does not capture turns")
+    return web.json_response(await runner.enqueue(await _payload(request)), dumps=_dumps)
+
+
+async def _mcp(request: web.Request) -> web.StreamResponse:
+    endpoint = request.app.get(_MCP_KEY)
+    if endpoint is None:
+        raise InvalidInput(
+            "this server has no MCP endpoint: install the mcp extra (pip install "
+            "'memory-worker[mcp]'; ./scripts/run installs it) and restart it"
+        )
+    from memory_worker.adapters.mcp_server import McpHttp
+
+    assert isinstance(endpoint, McpHttp)
+    return await endpoint.handle(request, bank=request.match_info.get("bank"), caller=MCP_CALLER)
 
 
 async def _healthz(request: web.Request) -> web.StreamResponse:
@@ -166,14 +279,36 @@ async def _healthz(request: web.Request) -> web.StreamResponse:
     )
 
 
-def build_app(service: MemoryService, console: ConsoleContext | None = None) -> web.Application:
+def build_app(
+    service: MemoryService,
+    console: ConsoleContext | None = None,
+    mcp: object | None = None,
+    capture: Callable[[], CaptureRunner | None] | None = None,
+    *,
+    policy: Callable[[], access.Policy] | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+) -> web.Application:
     """The REST surface over `service`: one POST route per catalog entry, plus `GET /healthz`,
-    and the console's routes when `console` is given."""
-    app = web.Application(middlewares=[_errors])
+    `/mcp` (answered by `mcp`, an `McpHttp`, when given), `POST /capture` (into the queue of the
+    runner `capture()` gives), and the console's routes when `console` is given, all behind the
+    access gate (`policy`: what it accepts now; by default a loopback server's)."""
+    if policy is None:
+        fixed = access.Policy.build(secrets.token_urlsafe(32), DEFAULT_HOST, DEFAULT_HOST)
+        policy = lambda: fixed  # noqa: E731 - a constant policy
+    app = web.Application(middlewares=[_errors, _gate], client_max_size=MAX_BODY_BYTES)
     app[_SERVICE_KEY] = service
+    app[_POLICY_KEY] = _PolicySource(policy)
+    app[_BODY_TIMEOUT_KEY] = body_timeout_s
+    if mcp is not None:
+        app[_MCP_KEY] = mcp
+    if capture is not None:
+        app[_CAPTURE_KEY] = capture
+    app.router.add_post(f"/{CAPTURE_PATH}", _capture)
     app.router.add_get("/healthz", _healthz)
     for spec in catalog.CATALOG:
         app.router.add_post(f"/{spec.http_path}", _function_handler(spec))
+    app.router.add_route("*", "/mcp", _mcp)
+    app.router.add_route("*", "/mcp/{bank}", _mcp)
     if console is not None:
         add_routes(app, console)
     return app
@@ -208,11 +343,13 @@ def _url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def _is_loopback(host: str) -> bool:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+        return version("memory-worker")
+    except PackageNotFoundError:
+        return ""
 
 
 class StandaloneServer:
@@ -229,14 +366,23 @@ class StandaloneServer:
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         config_path: Path | None = None,
         data_dir_flag: str | None = None,
+        completer: Completer | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.settings = settings
+        # What capture's passes ask (the extraction endpoint); None: turns wait in the queue.
+        self.completer = completer
         self.data_dir = data_dir
         self.config_path = config_path  # hot-reloaded when given
         self.data_dir_flag = data_dir_flag  # wins over the file's data_dir, as at start
         self.host = host
         self.port = port
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.max_connections = max_connections
         self.embedder: Embedder | None = None  # the semantic arm, when one was loaded
         # What a settings-file change loads (a local model), so turning embeddings on or picking
         # another model needs no restart.
@@ -247,8 +393,16 @@ class StandaloneServer:
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self._watchers: list[DataDirWatcher | SettingsFileWatcher] = []
+        self._site: CappedSite | None = None
+        self._tokens: dict[Path, str] = {}  # data dir → its token (made at start, or on reopen)
+        self._policy: tuple[tuple[object, ...], access.Policy] | None = None
+        self._previous_handler: object = None
+        self._out_of_descriptors = False  # one log line per episode, not one per failed accept
         self.feed = ConsoleFeed()  # the console tabs' live stream: this mode's change events
         self._apply_settings: Callable[[Settings], Awaitable[Applied]] | None = None
+        self._mcp: Any = None  # McpHttp, when the mcp extra is installed
+        self.capture: CaptureRunner | None = None
+        self._own_completer: OpenAIChatCompleter | None = None
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -272,10 +426,39 @@ class StandaloneServer:
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
 
+    @property
+    def token_path(self) -> Path | None:
+        """Where the bearer token of the data dir being served is (never logged itself)."""
+        return self.service.store.root / access.TOKEN_FILE if self.service else None
+
+    def _token(self, root: Path) -> str:
+        token = self._tokens.get(root)
+        if token is None:
+            token = self._tokens[root] = access.ensure_token(root)
+        return token
+
+    def policy(self) -> access.Policy:
+        """What the gate accepts now: the served data dir's token and the live settings."""
+        service = self.service
+        assert service is not None and self._sock is not None
+        settings, root = service.settings, service.store.root
+        key = (root, tuple(settings.allowed_hosts), settings.require_token)
+        if self._policy is None or self._policy[0] != key:
+            built = access.Policy.build(
+                self._token(root),
+                self.host,
+                self._sock.getsockname()[0],
+                settings.allowed_hosts,
+                require_token=settings.require_token,
+            )
+            self._policy = (key, built)
+        return self._policy[1]
+
     async def start(self) -> str:
-        """Bind, open the store (lock holder names the URL), listen; returns the URL. Raises
-        `Conflict` (port or data dir taken), `StorageError` or `InvalidInput`, leaving nothing
-        open."""
+        """Bind, open the store (lock holder names the URL), make its token, listen; returns the
+        URL. Raises `Conflict` (port or data dir taken), `StorageError` or `InvalidInput`,
+        leaving nothing open."""
+        loop = asyncio.get_running_loop()
         try:
             self._sock = _bind(self.host, self.port)
             self.url = _url(self._sock)
@@ -283,7 +466,11 @@ class StandaloneServer:
             self.service = service = MemoryService(
                 store, self.settings, embedder=self.embedder, emitter=self.feed
             )
+            await asyncio.to_thread(self._token, store.root)
             service.backfill_embeddings()
+            if self.completer is None:
+                self._own_completer = OpenAIChatCompleter(lambda: service.settings)
+            await self._start_capture(service)
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,
@@ -291,19 +478,95 @@ class StandaloneServer:
                 config_path=self.config_path,
                 apply=self._apply_settings,
             )
+            self._mcp = await self._start_mcp()
             self._runner = web.AppRunner(
-                build_app(service, console),
+                build_app(
+                    service,
+                    console,
+                    self._mcp,
+                    lambda: self.capture,
+                    policy=self.policy,
+                    body_timeout_s=self.body_timeout_s,
+                ),
                 access_log=None,
                 shutdown_timeout=self.shutdown_timeout_s,
+                keepalive_timeout=self.idle_timeout_s,
+                lingering_time=1.0,
             )
             await self._runner.setup()
-            await web.SockSite(self._runner, self._sock).start()
+            self._previous_handler = loop.get_exception_handler()
+            loop.set_exception_handler(self._loop_exception)
+            self._site = CappedSite(self._runner, self._sock, self.max_connections)
+            self._site.accepting = self._accepted
+            await self._site.start()
         except BaseException:
             await self.close()
             raise
-        if not _is_loopback(self._sock.getsockname()[0]):
-            log.warning("serving_beyond_loopback", url=self.url, detail="no authentication")
+        if self.policy().token_required:
+            log.warning(
+                "serving_beyond_loopback",
+                url=self.url,
+                detail="every request needs the bearer token",
+                token_file=str(self.token_path),
+            )
         return self.url
+
+    async def _start_capture(self, service: MemoryService) -> None:
+        """The capture loop over the queue of the data dir the service runs on now (again
+        after a `data_dir` change: the queue belongs to its data dir)."""
+        if self.capture is not None:
+            await self.capture.close()
+        queue = await asyncio.to_thread(CaptureQueue, service.store.root)
+        self.capture = CaptureRunner(
+            service,
+            queue,
+            self.completer or self._own_completer,
+            # Without an endpoint, turns wait in the queue (never fail for want of one).
+            available=lambda: bool(service.settings.extraction_endpoint),
+        )
+        self.capture.start()
+
+    @contextlib.asynccontextmanager
+    async def _door(self, caller: Caller) -> AsyncIterator[Door]:
+        """The in-process door MCP calls go through: whichever store this server runs on now."""
+        if self.service is None:
+            raise Conflict("the server is stopping")
+        yield LocalDoor(self.service, caller)
+
+    async def _start_mcp(self) -> Any:
+        try:
+            from memory_worker.adapters.mcp_server import McpHttp, McpTools
+        except ImportError as exc:  # the mcp extra is not installed: /mcp says how to get it
+            log.info("mcp_unavailable", detail=str(exc))
+            return None
+        endpoint = McpHttp(McpTools(self._door), version=_version())
+        await endpoint.start()
+        return endpoint
+
+    def _accepted(self) -> None:
+        if self._out_of_descriptors:
+            self._out_of_descriptors = False
+            log.info("accepting_again", url=self.url)
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        """asyncio's accept loop already backs off a second when the process (or the system) is
+        out of file descriptors, but reports every attempt with a traceback: one line instead."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:
+            if not self._out_of_descriptors:
+                self._out_of_descriptors = True
+                log.error(
+                    "accept_paused",
+                    url=self.url,
+                    error=exc.strerror or str(exc),
+                    detail="out of file descriptors: new connections wait, retried every second",
+                )
+            return
+        previous = self._previous_handler
+        if callable(previous):
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
     async def _watch(self, service: MemoryService) -> None:
         """Hand edits of the data dir, and of the settings file when there is one."""
@@ -320,7 +583,9 @@ class StandaloneServer:
             async def apply(settings: Settings) -> Applied:
                 applied = await reconfigure.apply(settings)
                 if applied is Applied.REOPENED:
+                    await asyncio.to_thread(self._token, service.store.root)  # its own token
                     await data_dir_watcher.restart()  # follow the new data dir at once
+                    await self._start_capture(service)
                 return applied
 
             self._apply_settings = apply  # the console's settings edits apply the same way
@@ -347,9 +612,24 @@ class StandaloneServer:
         for watcher in self._watchers:
             await watcher.stop()
         self._watchers.clear()
+        if self._site is not None:
+            with contextlib.suppress(RuntimeError):  # the loop may be another one's (tests)
+                asyncio.get_running_loop().set_exception_handler(
+                    self._previous_handler  # type: ignore[arg-type]
+                )
+            self._site = None
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        mcp, self._mcp = self._mcp, None
+        if mcp is not None:
+            await mcp.close()
+        capture, self.capture = self.capture, None
+        if capture is not None:
+            await capture.close()
+        completer, self._own_completer = self._own_completer, None
+        if completer is not None:
+            await completer.aclose()
         if self._sock is not None:
             self._sock.close()  # only matters when start() failed before listening
             self._sock = None

@@ -14,7 +14,8 @@ so, or when its folder appeared or vanished.
 
 The data dir is read from the service at every batch and at every idle wake-up (`idle_s`), so when
 the service's store is swapped for another dir the watcher follows it within `idle_s`; `restart()`
-switches at once.
+switches at once. A reload the store deferred (the process ran out of file descriptors: nothing
+is wrong with the files) is tried again at the next wake-up.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from watchfiles import Change, awatch
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
+from memory_worker.storage import files
 from memory_worker.storage.bank import BANK_FILE, MEMORIES_FILE, RULES_DIR
 from memory_worker.storage.store import Store
 
@@ -70,7 +72,7 @@ def bank_of(root: Path, path: str) -> str | None:
 
 async def _needs_reload(store: Store, name: str) -> bool:
     """A folder that appeared or vanished, or a bank whose files say something RAM does not."""
-    present = (store.root / name).is_dir()
+    present = files.is_real_dir(store.root / name)  # a link is never a bank folder
     bank = store.find(name)
     if bank is None:
         return present or name in store.broken
@@ -106,6 +108,7 @@ class DataDirWatcher:
         self.checked: Counter[str] = Counter()
         self.root: Path | None = None  # the dir being followed now
         self._handed: Counter[str] = Counter()  # outcomes per bank `wait_reloaded` returned
+        self._retry: set[str] = set()  # banks whose reload was deferred: tried at the next wake
         self._updated = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -236,18 +239,24 @@ class DataDirWatcher:
                 service = self._service()
                 if self._stopping.is_set() or service is None or service.store.root != root:
                     return
-                if changes:
+                if changes or self._retry:
                     await self._handle(service, root, changes)
 
     async def _handle(
         self, service: MemoryService, root: Path, changes: Iterable[tuple[Change, str]]
     ) -> None:
-        names = sorted({name for _, path in changes if (name := bank_of(root, path)) is not None})
+        names = sorted(
+            {name for _, path in changes if (name := bank_of(root, path)) is not None} | self._retry
+        )
+        self._retry.clear()
         done: list[tuple[str, str]] = []
         for name in names:
             try:
                 if await _needs_reload(service.store, name):
-                    done.append((name, await service.reload_bank(name)))
+                    outcome = await service.reload_bank(name)
+                    if outcome == "deferred":
+                        self._retry.add(name)
+                    done.append((name, outcome))
             except Exception as exc:  # one bank's trouble must not stop the others or the watcher
                 log.error("watch_reload_failed", bank=name, error=str(exc))
                 done.append((name, "error"))

@@ -7,7 +7,7 @@ import asyncio
 
 import structlog
 
-from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_short
+from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -38,11 +38,15 @@ class BankUseCases(EmbeddingWork):
         self, req: BankCreateRequest, caller: Caller = SYSTEM
     ) -> BankCreateResponse:
         name = check_name(req.name, "bank")
-        description = clean_short(req.description, "description", MAX_DESCRIPTION_CHARS) or ""
-        bank, created = await self.store.ensure(name, description)
+        if self.store.find(name) is None:
+            self._new_name(name, "bank")
+        description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
+        bank, created = await self.store.ensure(
+            name, description or "", limit=self.settings.max_banks
+        )
         if created:
             self._emit_bank(BankEvent.CREATED, name)
-        return BankCreateResponse(bank=self._info(bank), created=created)
+        return BankCreateResponse(bank=self._info(bank), created=created, redacted=list(labels))
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         # Summaries, not banks: a one-shot CLI lists a hundred banks without replaying them.
@@ -86,11 +90,12 @@ class BankUseCases(EmbeddingWork):
         re-embed it in the background, and announce what subscribers can act on: `created` for a
         folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
         or not it went through `.trash`), `rules-changed` when its rules differ. Returns the
-        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken"."""
+        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken" | "deferred"
+        (out of file descriptors: RAM kept as it was, retried later)."""
         before = self.store.find(name)
         old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
         outcome = await self.store.reload_bank(name)
-        if outcome == "unchanged":
+        if outcome in ("unchanged", "deferred"):
             return outcome
         # A running embed task holds the old bank object: replace it, or the new one waits.
         task = self._embedding.pop(name, None)

@@ -37,6 +37,7 @@ __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
+    "clean_line",
     "clean_short",
     "event_id",
     "item_event",
@@ -70,13 +71,21 @@ def redaction_reason(labels: Iterable[str]) -> str | None:
 
 def clean_short(raw: str | None, field: str, limit: int) -> str | None:
     """A one-line label (description, session id): redacted, whitespace collapsed, bounded."""
+    return clean_line(raw, field, limit)[0]
+
+
+def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tuple[str, ...]]:
+    """`clean_short`, and the labels of the secrets it redacted (for the answer's `redacted`)."""
     if raw is None:
-        return None
+        return None, ()
     transitions.check_unicode(raw, field)
-    cleaned = collapse_whitespace(redact(raw).text)
+    if len(raw) > 4 * limit:  # bounded before any work: redaction only shortens so much
+        raise InvalidInput(f"{field} must be at most {limit} characters")
+    redaction = redact(raw)
+    cleaned = collapse_whitespace(redaction.text)
     if len(cleaned) > limit:
         raise InvalidInput(f"{field} must be at most {limit} characters")
-    return cleaned or None
+    return cleaned or None, redaction.labels
 
 
 QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
@@ -113,6 +122,7 @@ class ServiceBase:
         # Evaluations that must measure the semantic arm on a loaded machine raise it.
         self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S
         self._embedding: dict[str, asyncio.Task[None]] = {}
+        self._scratch_taken: set[str] = set()  # doctor runs in flight each own their scratch bank
         self._last_embed_failure: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
@@ -122,6 +132,18 @@ class ServiceBase:
 
     def _name(self, requested: str | None) -> str:
         return check_name(requested or self.settings.default_bank, "bank")
+
+    def _new_name(self, requested: str, what: str) -> str:
+        """A bank or rule name that is about to become a folder or file name: checked, and
+        refused when it is shaped like a secret (a token pasted as a name would sit on disk, in
+        listings and in every event)."""
+        name = check_name(requested, what)
+        found = redact(name).labels
+        if found:
+            raise InvalidInput(
+                f"{what} looks like a secret ({', '.join(found)}); choose another name"
+            )
+        return name
 
     def _readable(self, name: str) -> Bank | None:
         """The bank to read; None for the default bank before its first write."""
@@ -156,8 +178,10 @@ class ServiceBase:
         once the write landed, and removed again when it did not: a failed call changes nothing.
         An automatic caller never brings a deleted bank back (the default bank excepted: it
         materializes on first use)."""
+        if self.store.find(name) is None:
+            self._new_name(name, "bank")
         revive = not caller.automatic or name == self.settings.default_bank
-        bank, created = await self.store.ensure(name, revive=revive)
+        bank, created = await self.store.ensure(name, revive=revive, limit=self.settings.max_banks)
         try:
             yield bank
         except BaseException:

@@ -21,6 +21,7 @@ from memory_worker.app import seams, wire
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -291,6 +292,41 @@ CATALOG: tuple[FunctionSpec, ...] = (
         IDEMPOTENT_WRITE,
     ),
     _spec(
+        "memory::import",
+        "Bulk import of whole memory records, history included (the format memory::export "
+        "writes): validated first — one bad record rejects the import and nothing is written — "
+        "then appended as one write with one fsync. For migrations between systems and banks.",
+        wire.ImportRequest,
+        wire.ImportResponse,
+        MemoryService.import_memories,
+        Policy.HUMANS,
+        WRITE,
+    ),
+    _spec(
+        "memory::export",
+        "Every record of a bank's log in log order — every revision of every memory, "
+        "tombstones included — in the format memory::import reads back: a whole bank, history "
+        "and all, to move or back up.",
+        wire.ExportRequest,
+        wire.ExportResponse,
+        MemoryService.export,
+        # A whole bank's history at once: an operator's call for an agent, like memory::history.
+        Policy.APPROVAL,
+        READ,
+    ),
+    _spec(
+        "memory::compact",
+        "Rewrite a bank's log without the superseded revisions written before the horizon "
+        "(crash-safe: written beside the old log, checked, renamed in). Every memory keeps its "
+        "latest revision or tombstone, so recall, list and get answer the same; memory::history "
+        "gets shorter. A log with damaged lines is refused.",
+        wire.CompactRequest,
+        wire.CompactResponse,
+        MemoryService.compact_bank,
+        Policy.HUMANS,
+        IDEMPOTENT_DESTRUCTIVE,  # old revisions are gone for good; a second run drops nothing
+    ),
+    _spec(
         "memory::reload",
         "Drop all in-RAM state and reload every bank from disk — the recovery hatch after editing "
         "bank files by hand.",
@@ -432,6 +468,7 @@ def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    check_depth(payload)  # before validation, which recurses
     try:
         return spec.request.model_validate(payload)
     except ValidationError as exc:
@@ -464,8 +501,9 @@ _POLICY_NOTES: dict[Policy, str] = {
     ),
     Policy.HUMANS: (
         "Human-owned surfaces (console, REST, CLI): creating or trashing banks, rewriting the "
-        "always-injected rules, retiring one memory for another (the consolidation seam) and "
-        "reloading from disk are a person's decisions, not an agent's."
+        "always-injected rules, retiring one memory for another (the consolidation seam), bulk "
+        "imports, compacting a log and reloading from disk are a person's decisions, not an "
+        "agent's."
     ),
     Policy.AGENTS: (
         "The agent set of the seed: recall and the memory CRUD. Every write is fingerprinted, "
@@ -474,8 +512,8 @@ _POLICY_NOTES: dict[Policy, str] = {
     Policy.APPROVAL: (
         "Not listed, so each use by an agent needs an operator's approval: read-only views the "
         "seed does not grant (bank names and counts, tags, rules, history, the injection dry "
-        "run — each can show another bank than the agent's own) and doctor (it writes and "
-        "trashes a scratch bank, and probes siblings)."
+        "run, a bank's whole export — each can show another bank than the agent's own) and "
+        "doctor (it writes and trashes a scratch bank, and probes siblings)."
     ),
 }
 

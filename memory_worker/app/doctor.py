@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
@@ -14,6 +15,7 @@ from memory_worker.app.embedding import QUERY_EMBED_TIMEOUT_S, EmbeddingWork
 from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, WorkerError
+from memory_worker.core.models import utc_datetime
 from memory_worker.search.ranking import RecallQuery, rank
 from memory_worker.storage import files
 
@@ -36,6 +38,7 @@ class DoctorUseCases(EmbeddingWork):
             self._check_banks(),
             self._check_damage(),
             self._check_durability(),
+            await self._check_links(),
             await self._check_embeddings(),
         ]
         if self.siblings is not None:  # advisory: what is degraded around us, and what that means
@@ -104,11 +107,13 @@ class DoctorUseCases(EmbeddingWork):
         the probe got through, but the disk just refused to make a change durable."""
         started = time.perf_counter()
         name = self._scratch_name()
+        self._scratch_taken.add(name)
         try:
             return await self._roundtrip(name, started)
         finally:
             # What the scratch bank's own changes noted is this check's to report, not a user's.
             self.store.durability.take(name)
+            self._scratch_taken.discard(name)
 
     async def _roundtrip(self, name: str, started: float) -> DoctorCheck:
         trashed: Path | None = None
@@ -179,15 +184,38 @@ class DoctorUseCases(EmbeddingWork):
             log.warning("doctor_scratch_left", bank=name, error=str(exc))
 
     def _scratch_name(self) -> str:
-        """A bank name no user bank (loaded, broken, or a folder on disk) has: doctor deletes its
-        scratch afterwards, so it must never pick a name that already holds someone's data."""
-        seed = self.clock() % 1_000_000
+        """A bank name no user bank (loaded, broken, or a folder on disk) has and no doctor run in
+        flight uses: doctor deletes its scratch afterwards, so it must never pick a name that
+        already holds someone's data, and concurrent runs must not share one. Random, so two
+        runs in the same millisecond do not even try the same name first."""
+        seed = secrets.randbelow(1_000_000)
         for offset in range(1_000_000):
             name = f"doctor-{(seed + offset) % 1_000_000:06d}"
             taken = self.store.find(name) or name in self.store.broken
-            if not taken and not (self.store.root / name).exists():
+            taken = taken or name in self._scratch_taken
+            if not taken and not os.path.lexists(self.store.root / name):
                 return name
         raise Conflict("no free scratch bank name for the doctor roundtrip")
+
+    async def _check_links(self) -> DoctorCheck:
+        """Advisory: symbolic links where the worker keeps data. None is followed (a link named
+        like a bank is not loaded, a file that is a link is neither read nor written), so they
+        are reported for a person to remove."""
+        links = await asyncio.to_thread(files.find_links, self.store.root)
+        if not links:
+            return DoctorCheck(
+                name="planted-links", ok=True, detail="no symbolic link inside the data dir"
+            )
+        more = f", … and {len(links) - 20} more" if len(links) > 20 else ""
+        shown = ", ".join(links[:20]) + more
+        return DoctorCheck(
+            name="planted-links",
+            ok=False,
+            detail=f"{len(links)} symbolic link(s) inside the data dir, never followed (a link "
+            "named like a bank is not loaded as one; a bank file that is a link is neither read "
+            f"nor written, so writes to it fail): {shown}. Remove them, or put the real file or "
+            "folder there",
+        )
 
     def _check_banks(self) -> DoctorCheck:
         broken = self.store.broken
@@ -251,4 +279,4 @@ class DoctorUseCases(EmbeddingWork):
 
 
 def _utc(at_ms: int) -> str:
-    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
+    return utc_datetime(at_ms).isoformat(timespec="seconds")

@@ -13,7 +13,7 @@ from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.core import transitions
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.lessons import Card, prepare_card
-from memory_worker.core.models import MAX_INT, Confidence, Memory, Provenance
+from memory_worker.core.models import MAX_INT, MAX_TIME_MS, Confidence, Memory, Provenance
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.storage.bank import Bank
@@ -36,11 +36,11 @@ class ImportRecord(BaseModel):
     corroboration: int = Field(default=0, ge=0, le=MAX_INT)
     pinned: bool = False
     source: Provenance | None = None
-    created_at: int | None = Field(default=None, ge=0, le=MAX_INT)
-    updated_at: int | None = Field(default=None, ge=0, le=MAX_INT)
-    stated_at: int | None = Field(default=None, ge=0, le=MAX_INT)
-    invalid_at: int | None = Field(default=None, ge=0, le=MAX_INT)
-    superseded_by: str | None = None
+    created_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
+    updated_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
+    stated_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
+    invalid_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
+    superseded_by: str | None = Field(default=None, min_length=1, max_length=128)
     revision: int = Field(default=0, ge=0, le=MAX_INT)
     # A lesson's card (checked as `memory::save` checks it).
     category: str | None = None
@@ -67,10 +67,11 @@ class ImportUseCases(EmbeddingWork):
     """Import use cases."""
 
     async def import_records(
-        self, bank_name: str, rows: Sequence[Mapping[str, Any]]
+        self, bank_name: str, rows: Sequence[Mapping[str, Any]], *, dry_run: bool = False
     ) -> ImportReport:
         """Append whole records, history included, as one write and one fsync. Every row is
-        validated first: one bad row rejects the import and nothing is written."""
+        validated first: one bad row rejects the import and nothing is written. `dry_run` stops
+        after the validation (nothing is written, `imported` is 0)."""
         name = check_name(bank_name, "bank")
         now_ms = self.clock()
         prepared: list[_Prepared] = []
@@ -83,13 +84,19 @@ class ImportUseCases(EmbeddingWork):
                 card, card_labels = prepare_card(
                     item.category, item.title, item.recommendation, item.anchors, item.evidence
                 )
-                item = item.model_copy(update={"source": _clean_source(item.source)})
+                source, source_labels = _clean_source(item.source)
+                item = item.model_copy(update={"source": source})
+                for field in ("id", "superseded_by"):
+                    _check_identifier(getattr(item, field), field)
             except ValidationError as exc:
                 raise InvalidInput(f"record {number}: {_first_error(exc)}") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"record {number}: {exc.message}") from None
-            found = [*labels, *entity_labels, *tag_labels, *card_labels]
+            found = [*labels, *entity_labels, *tag_labels, *card_labels, *source_labels]
             prepared.append((item, text, entities, tags, card, found))
+        if dry_run:
+            redacted = sum(1 for *_, found in prepared if found)
+            return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
             await bank.commit(records)
@@ -133,17 +140,32 @@ class ImportUseCases(EmbeddingWork):
         return records
 
 
-def _clean_source(source: Provenance | None) -> Provenance | None:
-    """Provenance is written to disk too: its fields get the same redaction as any other text."""
+def _check_identifier(value: str | None, field: str) -> None:
+    """An id is kept as given (it names the record in every event and every later call), so one
+    that is a secret is refused rather than changed: redacting it would merge distinct records."""
+    if value is None:
+        return
+    transitions.check_unicode(value, field)
+    found = redact(value).labels
+    if found:
+        raise InvalidInput(f"{field} looks like a secret ({', '.join(found)}); use another id")
+
+
+def _clean_source(source: Provenance | None) -> tuple[Provenance | None, tuple[str, ...]]:
+    """Provenance is written to disk too: its fields get the same redaction as any other text.
+    Returns the labels of what was redacted, so the report counts it."""
     if source is None:
-        return None
+        return None, ()
     fields = {}
+    labels: list[str] = []
     for field in ("session_id", "entry_id", "agent"):
         value = getattr(source, field)
         if value is not None:
             transitions.check_unicode(value, f"source.{field}")
-            fields[field] = redact(value).text
-    return Provenance(**fields)
+            redaction = redact(value)
+            fields[field] = redaction.text
+            labels.extend(redaction.labels)
+    return Provenance(**fields), tuple(labels)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import structlog
 
-from memory_worker.app.base import clean_short, redaction_reason
+from memory_worker.app.base import clean_line, clean_short, redaction_reason
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -57,7 +57,7 @@ class MemoryUseCases(EmbeddingWork):
         text, text_labels = transitions.prepare_text(req.text)
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
-        session_id = clean_short(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
+        session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -65,7 +65,7 @@ class MemoryUseCases(EmbeddingWork):
             req.anchors.model_dump() if req.anchors is not None else None,
             req.evidence,
         )
-        labels = (*text_labels, *entity_labels, *tag_labels, *card_labels)
+        labels = (*text_labels, *entity_labels, *tag_labels, *card_labels, *session_labels)
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:

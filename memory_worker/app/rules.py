@@ -36,6 +36,9 @@ class RuleUseCases(ServiceBase):
     async def rule_set(self, req: RuleSetRequest, caller: Caller = SYSTEM) -> RuleSetResponse:
         name = self._name(req.bank)
         rule = check_name(req.name, "rule name")
+        existing = self.store.find(name)
+        if existing is None or existing.rule(rule) is None:
+            self._new_name(rule, "rule name")  # a new file name; an existing rule stays editable
         transitions.check_unicode(req.content, "content")
         if len(req.content) > MAX_RULE_CONTENT_CHARS:
             raise InvalidInput(f"content must be at most {MAX_RULE_CONTENT_CHARS} characters")
@@ -55,6 +58,11 @@ class RuleUseCases(ServiceBase):
             if existed:
                 self._emit_bank(BankEvent.RULES_CHANGED, name)
             return RuleSetResponse(ok=True, exists=False)
+        if expected and self.store.find(name) is None:  # decided before a bank is made for it
+            raise Conflict(
+                f"stale revision: rule {rule} is absent (bank {name} does not exist), "
+                f"expected {expected}"
+            )
         async with self._writing_into(name, caller) as bank:
             await bank.set_rule(rule, redaction.text, expected_revision=expected)
         self._emit_bank(BankEvent.RULES_CHANGED, name)

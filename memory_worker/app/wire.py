@@ -8,11 +8,12 @@ null fields. Field names, defaults and descriptions follow the published API ref
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from memory_worker.core.models import MAX_INT, BankInfo, Memory, Rule
+from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
@@ -23,14 +24,20 @@ __all__ = [
     "BankDeleteResponse",
     "BankListRequest",
     "BankListResponse",
+    "CompactRequest",
+    "CompactResponse",
     "DeleteRequest",
     "DoctorCheck",
     "DoctorRequest",
     "DoctorResponse",
+    "ExportRequest",
+    "ExportResponse",
     "GetRequest",
     "GetResponse",
     "HistoryRequest",
     "HistoryResponse",
+    "ImportRequest",
+    "ImportResponse",
     "LessonCard",
     "LessonsMatchRequest",
     "LessonsMatchResponse",
@@ -65,13 +72,20 @@ __all__ = [
 def _scalar_to_text(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and Infinity are not text (nor JSON)")
     if isinstance(value, int | float):
         return str(value)
     return value
 
 
+_MAX_LISTED = 1000  # `tags=a,b,…`: more parts than this is an attack, refused before splitting
+
+
 def _text_to_list(value: Any) -> Any:
     if isinstance(value, str):
+        if value.count(",") >= _MAX_LISTED:
+            raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
 
@@ -130,6 +144,10 @@ class BankCreateRequest(Request):
 class BankCreateResponse(Response):
     bank: BankInfo
     created: bool = Field(description="False when the bank already existed (create is idempotent).")
+    redacted: list[str] = Field(
+        default_factory=list,
+        description="Labels of secrets redacted from the description before it was stored.",
+    )
 
 
 class BankListRequest(Request):
@@ -402,7 +420,7 @@ class RecallRequest(Request):
     as_of: int | None = Field(
         default=None,
         ge=0,
-        le=MAX_INT,
+        le=MAX_TIME_MS,
         description="Epoch ms: rank as if now were then, over the memories that were live then "
         "(created before it, not yet invalid at it).",
     )
@@ -614,3 +632,69 @@ class ReloadRequest(Request):
 class ReloadResponse(Response):
     ok: bool
     banks: int = Field(ge=0, le=MAX_INT)
+
+
+# --- moving records ---------------------------------------------------------------------------
+
+
+class ImportRequest(Request):
+    bank: Text = Field(description="Bank to import into (created when missing).")
+    records: list[dict[str, Any]] = Field(
+        description="Whole memory records, history included, as `memory::export` writes them "
+        "(`text`; optional `id`, `entities`, `tags`, `pinned`, `confidence`, `corroboration`, "
+        "`source`, `created_at`/`updated_at`/`stated_at`/`invalid_at` in epoch ms, "
+        "`superseded_by`, `revision`, lesson fields). Every record is validated first: one bad "
+        "record rejects the import and nothing is written."
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="Validate every record and write nothing (a client sending an import in "
+        "several requests checks them all first).",
+    )
+
+
+class ImportResponse(Response):
+    bank: str
+    imported: int = Field(ge=0, le=MAX_INT, description="Records written (one write, one fsync).")
+    live: int = Field(
+        ge=0, le=MAX_INT, description="Of those, the ones now live (latest revision, not retired)."
+    )
+    redacted: int = Field(
+        ge=0, le=MAX_INT, description="Records in which a secret was replaced by a marker."
+    )
+
+
+class ExportRequest(Request):
+    bank: BankName = Field(
+        default=None, description="Bank to export; omitted: the configured default."
+    )
+
+
+class ExportResponse(Response):
+    bank: str
+    records: list[Memory] = Field(
+        description="Every record of the bank's log in log order — every revision of every "
+        "memory, tombstones included — in the format `memory::import` reads back."
+    )
+
+
+class CompactRequest(Request):
+    bank: Text = Field(description="Bank whose log to compact.")
+    horizon_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=36_500,
+        description="Keep every revision written within this many days; 0 keeps only the latest "
+        "revision (or tombstone) of each memory.",
+    )
+
+
+class CompactResponse(Response):
+    bank: str
+    lines_before: int = Field(ge=0, le=MAX_INT)
+    lines_after: int = Field(ge=0, le=MAX_INT)
+    bytes_before: int = Field(ge=0, le=MAX_INT)
+    bytes_after: int = Field(ge=0, le=MAX_INT)
+    damaged_dropped: int = Field(
+        ge=0, le=MAX_INT, description="Unreadable lines not carried over (never, unless asked)."
+    )

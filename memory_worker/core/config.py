@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import check_depth
 
 __all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
 
@@ -113,6 +114,24 @@ class Settings(BaseModel):
         "the router's default). A change re-embeds every bank in the background; until a bank is "
         "done its recall runs without the semantic arm.",
     )
+    max_banks: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="Most banks a data dir may hold: creating one more is refused (`conflict`). "
+        "Folders a person adds by hand still load.",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra host names the standalone server answers to (the `Host` header), "
+        "besides localhost, 127.0.0.1, [::1] and the address it listens on; any other name is "
+        "refused, which is what stops DNS rebinding.",
+    )
+    require_token: bool = Field(
+        default=False,
+        description="Require the bearer token (`<data_dir>/.token`) on loopback too; it is "
+        "always required when the standalone server listens beyond loopback.",
+    )
     inject_lessons: bool = Field(
         default=True,
         description="Append the lesson cards matching a turn's tool calls on its later steps.",
@@ -161,6 +180,7 @@ def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
         raw = {}
     if not isinstance(raw, dict):
         raise InvalidInput(f"{source}: expected a mapping of settings")
+    check_depth(raw, source)
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
@@ -182,6 +202,8 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
         raise InvalidInput(f"cannot read config {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise InvalidInput(f"config {path} is not valid YAML: {exc}") from exc
+    except RecursionError:  # the YAML parser recurses: a deeply nested file is refused, not fatal
+        raise InvalidInput(f"config {path} is nested too deeply") from None
     return parse_settings(_expand(raw, env), source=str(path))
 
 

@@ -8,6 +8,7 @@ translates once.
 from __future__ import annotations
 
 __all__ = [
+    "ERROR_CLASSES",
     "ERROR_CODES",
     "HTTP_STATUS",
     "BankNotFound",
@@ -26,6 +27,7 @@ class WorkerError(Exception):
     code = "internal"
 
     def __init__(self, message: str) -> None:
+        message = _encodable(message)
         super().__init__(message)
         self.message = message
 
@@ -34,6 +36,16 @@ class WorkerError(Exception):
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
+
+
+def _encodable(message: str) -> str:
+    """A message every edge can write out: a lone surrogate echoed from a caller's input (an id,
+    a name) becomes its `\\udXXX` escape instead of failing the answer that carries it."""
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:
+        return message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return message
 
 
 class InvalidInput(WorkerError):
@@ -72,8 +84,10 @@ class SiblingUnavailable(WorkerError):
     code = "sibling_unavailable"
 
 
-ERROR_CODES: dict[str, str] = {
-    cls.code: (cls.__doc__ or "").strip()
+# Every stable code and its class: what a client reading `code: message` (a forwarded call, a
+# sibling's reply) turns back into the same exception.
+ERROR_CLASSES: dict[str, type[WorkerError]] = {
+    cls.code: cls
     for cls in (
         InvalidInput,
         BankNotFound,
@@ -82,6 +96,10 @@ ERROR_CODES: dict[str, str] = {
         StorageError,
         SiblingUnavailable,
     )
+}
+
+ERROR_CODES: dict[str, str] = {
+    code: (cls.__doc__ or "").strip() for code, cls in ERROR_CLASSES.items()
 }
 
 # The HTTP status each code maps to, for both REST edges (standalone and the http worker).

@@ -15,11 +15,10 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
-from memory_worker.core.models import Memory
+from memory_worker.core.models import Memory, utc_datetime
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS
 
 __all__ = [
@@ -78,7 +77,7 @@ class Line:
 def _stamp(ms: int | None) -> str:
     if ms is None:
         return "[date unknown]"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("[%Y-%m-%d %H:%M]")
+    return utc_datetime(ms).strftime("[%Y-%m-%d %H:%M]")
 
 
 def render_request(lines: list[Line], known: list[Memory]) -> str:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from memory_worker.core.models import Hit, Memory, Rule
+from memory_worker.core.models import Hit, Memory, Rule, utc_datetime
 from memory_worker.core.text import collapse_whitespace, normalize
 
 __all__ = [
@@ -155,7 +154,7 @@ def carried_texts(messages: Iterable[object]) -> frozenset[str]:
 
 
 def _day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+    return utc_datetime(ms).strftime("%Y-%m-%d")
 
 
 @dataclass(frozen=True, slots=True)

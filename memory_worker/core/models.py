@@ -9,6 +9,7 @@ loading and new ones stay compact.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic.json_schema import JsonSchemaValue
 
 __all__ = [
     "MAX_INT",
+    "MAX_TIME_MS",
     "Anchors",
     "BankEvent",
     "BankInfo",
@@ -26,6 +28,7 @@ __all__ = [
     "Memory",
     "Provenance",
     "Rule",
+    "utc_datetime",
 ]
 
 
@@ -72,6 +75,15 @@ class BankEvent(StrEnum):
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")
 MAX_INT = 2**63 - 1  # timestamps and counters are u64 on the wire; Python ints are unbounded
+# 9999-12-31T23:59:59.999Z, the last instant a date can be shown for: every timestamp a caller gives
+# is bounded by it (records already on disk keep loading up to MAX_INT; rendering clamps them).
+MAX_TIME_MS = 253_402_300_799_999
+
+
+def utc_datetime(ms: int) -> datetime:
+    """`ms` since the epoch as an aware UTC datetime, clamped to what a datetime can hold: a record
+    written before timestamps were bounded must not fail a prompt or a listing that shows it."""
+    return datetime.fromtimestamp(min(max(ms, 0), MAX_TIME_MS) / 1000, tz=UTC)
 
 
 class Provenance(BaseModel):

@@ -2,11 +2,27 @@
 
 Invariants: deterministic denylist of secret shapes; never raises on any ``str``; linear time
 (every regex is prefiltered and backtracking-safe); idempotent (a marker is never re-matched).
+
+Matching runs on a normalised copy of the text, and what matched is cut out of the original:
+compatibility forms folded (NFKC: full-width and mathematical letters become ASCII), invisible
+characters dropped (zero-width spaces and joiners, soft hyphens, combining marks), Cyrillic and
+Greek letters that look Latin read as Latin, and a known token prefix broken across a line joined
+back up — so `gh\u200bp_…`, `ｓｋ＿ｌｉｖｅ＿…` or `AКIA…` (a Cyrillic К) are found for what they
+are.
+A base64 or hex run whose decoded text holds a secret is redacted whole, under that secret's
+label. A marker-looking suffix (`hunter2[REDACTED:x]`) does not shield the value before it.
+
+Past 500 lines on purpose: the deny-list is one table of some 45 secret shapes (400 lines of
+patterns) with the value heuristics its rules call and the normalisation they read through;
+adding or auditing a shape means reading them together.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,6 +30,7 @@ __all__ = ["MARKER_PREFIX", "Redaction", "redact"]
 
 # --- labels ---------------------------------------------------------------------------------
 
+AGE_SECRET_KEY = "age-secret-key"
 ANTHROPIC_KEY = "anthropic-key"
 AWS_ACCESS_KEY = "aws-access-key"
 AWS_SECRET_KEY = "aws-secret-key"
@@ -21,25 +38,42 @@ AZURE_KEY = "azure-key"
 BASIC_AUTH = "basic-auth"
 BEARER_TOKEN = "bearer-token"
 CREDENTIALED_URL = "credentialed-url"
+DIGITALOCEAN_TOKEN = "digitalocean-token"
+DISCORD_BOT_TOKEN = "discord-bot-token"
 DISCORD_WEBHOOK = "discord-webhook"
 DOCKER_TOKEN = "docker-token"
+FIGMA_TOKEN = "figma-token"
+GCP_KEY_ID = "gcp-private-key-id"
 GITHUB_TOKEN = "github-token"
 GITLAB_TOKEN = "gitlab-token"
 GOOGLE_API_KEY = "google-api-key"
 GOOGLE_OAUTH = "google-oauth"
+GRAFANA_TOKEN = "grafana-token"
+GROQ_KEY = "groq-key"
 HUGGINGFACE_TOKEN = "huggingface-token"
 JWT = "jwt"
+LINEAR_KEY = "linear-key"
+MAILGUN_KEY = "mailgun-key"
+NEWRELIC_KEY = "newrelic-key"
+NOTION_TOKEN = "notion-token"
 NPM_TOKEN = "npm-token"
 OPENAI_KEY = "openai-key"
 PASSWORD = "password"
+PERPLEXITY_KEY = "perplexity-key"
+POSTMAN_KEY = "postman-key"
 PRIVATE_KEY = "private-key"
 PYPI_TOKEN = "pypi-token"
+REPLICATE_TOKEN = "replicate-token"
 SENDGRID_KEY = "sendgrid-key"
+SENTRY_DSN = "sentry-dsn"
 SHOPIFY_TOKEN = "shopify-token"
 SLACK_TOKEN = "slack-token"
 SLACK_WEBHOOK = "slack-webhook"
 STRIPE_KEY = "stripe-key"
+TELEGRAM_TOKEN = "telegram-bot-token"
+TWILIO_AUTH_TOKEN = "twilio-auth-token"
 TWILIO_KEY = "twilio-key"
+XAI_KEY = "xai-key"
 
 MARKER_PREFIX = "[REDACTED:"
 _MAX_PASSES = 8  # re-run until nothing changes (a bound, never reached in practice: <= 3)
@@ -106,7 +140,7 @@ _KEY_PREFIX = re.compile(
     r"[_.-]?\Z",
     re.ASCII,
 )
-_AWS_PREFIX = re.compile(r"aws[_.-]?\Z", re.ASCII)
+_AWS_PREFIX = re.compile(r"aws[_. \t-]?\Z", re.ASCII)
 
 
 def _is_secret_value(value: str, *, weak: bool) -> bool:
@@ -155,6 +189,7 @@ def _assignment(
             return None  # bare `pass:` / `pwd:` is too often a heading or a test status
         kind = m.lastgroup or "bare"  # "dq", "sq" or "bare": the value groups close last
         start, raw_end = m.span(kind)
+        raw_end = _before_marker(text, start, raw_end)
         end = raw_end
         if kind == "bare":
             if m.group("sep") == ":" and _looks_like_prose(text, start, end):
@@ -174,6 +209,13 @@ def _assignment(
         return None
 
     return pick
+
+
+def _before_marker(text: str, start: int, end: int) -> int:
+    """Where a value really ends: a marker-looking suffix (`hunter2[REDACTED:x]`, typed to make
+    the value look handled) is not part of it and does not shield what comes before."""
+    cut = text.find(MARKER_PREFIX, start, end)
+    return end if cut < 0 else cut
 
 
 def _whole(m: re.Match[str], text: str) -> _Span | None:
@@ -223,13 +265,101 @@ def _bearer_value(s: str) -> bool:
 
 
 def _url_password(s: str) -> bool:
-    if _PLACEHOLDER.fullmatch(s) or s.lower() in _NOT_SECRET_WORDS or MARKER_PREFIX in s:
+    if not s or _PLACEHOLDER.fullmatch(s) or s.lower() in _NOT_SECRET_WORDS:
         return False
     return not (len(s) <= _LONG_VALUE and _REFERENCE.match(s))
 
 
 def _value(m: re.Match[str], text: str) -> _Span | None:
     return m.span("value")
+
+
+def _value_before_marker(check: Callable[[str], bool]) -> _Pick:
+    """`_value_if`, with a marker-looking suffix cut off the value first."""
+
+    def pick(m: re.Match[str], text: str) -> _Span | None:
+        start, end = m.span("value")
+        end = _before_marker(text, start, end)
+        return (start, end) if end > start and check(text[start:end]) else None
+
+    return pick
+
+
+_FUNCTION_WORDS = frozenset(
+    {
+        "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in",
+        "is", "it", "must", "not", "of", "on", "or", "see", "set", "should", "the", "this", "to",
+        "was", "will", "with", "you", "your", "all", "each", "every", "any", "can", "only",
+    }
+)  # fmt: skip
+_TRAILING = ".,;:!?)]}'\""
+
+
+def _phrase_value(s: str) -> bool:
+    """`the password is X`: X must look made up (a digit, a symbol or mixed case), not a word."""
+    s = s.rstrip(_TRAILING)
+    if len(s) < 6 or not _is_secret_value(s, weak=False):
+        return False
+    return not (s.isalpha() and (s.islower() or s.istitle()))  # "is expired", "is Required"
+
+
+def _phrase(m: re.Match[str], text: str) -> _Span | None:
+    if m.group("dq") is not None or m.group("sq") is not None:
+        kind = "dq" if m.group("dq") is not None else "sq"
+        start, end = m.span(kind)
+        end = _before_marker(text, start, end)
+        return (start, end) if end > start and _strong_value(text[start:end]) else None
+    start, end = m.span("bare")
+    end = _before_marker(text, start, end)
+    while end > start and text[end - 1] in _TRAILING:
+        end -= 1
+    return (start, end) if _phrase_value(text[start:end]) else None
+
+
+def _passphrase(m: re.Match[str], text: str) -> _Span | None:
+    """`password: correct horse battery staple`: several lower-case words, none of them the
+    little words prose is made of (`Password: required for all admins` is a sentence)."""
+    start, end = m.span("value")
+    words = text[start:end].split()
+    if any(word in _FUNCTION_WORDS for word in words):
+        return None
+    return start, end
+
+
+def _cli_secret(s: str) -> bool:
+    s = s.strip("'\"")
+    return len(s) >= 3 and not s.startswith(("$", "%")) and _url_password(s)
+
+
+def _aws_bare(m: re.Match[str], text: str) -> _Span | None:
+    """A 40-character AWS secret key in prose: every character class present, and AWS named
+    within a sentence before it."""
+    value = m.group()
+    if not (_UPPER.search(value) and _LOWER.search(value) and _DIGIT.search(value)):
+        return None
+    before = text[max(0, m.start() - 120) : m.start()].lower()
+    return m.span() if "aws" in before or "secret" in before else None
+
+
+def _discord_bot(m: re.Match[str], text: str) -> _Span | None:
+    """A bot token's first part is the bot's user id (digits) in base64url."""
+    head = m.group("head")
+    try:
+        decoded = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return m.span() if decoded.isdigit() and len(decoded) >= 15 else None
+
+
+def _sentry_key(m: re.Match[str], text: str) -> _Span | None:
+    return m.span("value")
+
+
+def _sshpass(m: re.Match[str], text: str) -> _Span | None:
+    kind = m.lastgroup or "value"
+    start, end = m.span(kind)
+    end = _before_marker(text, start, end)
+    return (start, end) if end > start and _cli_secret(text[start:end]) else None
 
 
 # --- rules ----------------------------------------------------------------------------------
@@ -242,6 +372,7 @@ class _Rule:
     triggers: tuple[str, ...]  # the rule runs only when one of these occurs (cheap prefilter)
     on_lower: bool = False  # pattern and triggers are lower-case and see the case-folded text
     pick: _Pick = _whole  # the span to replace, or None to reject the match
+    min_word: int = 0  # skipped unless the text has a word (whitespace-free run) this long
 
 
 def _re(pattern: str) -> re.Pattern[str]:
@@ -373,6 +504,93 @@ _RULES: tuple[_Rule, ...] = (
         _re(r"SG\.(?<![A-Za-z0-9_]SG\.)[A-Za-z0-9_-]{16,32}+\.[A-Za-z0-9_-]{16,64}+"),
         ("SG.",),
     ),
+    _Rule(XAI_KEY, _re(r"xai-(?<![A-Za-z0-9_-]xai-)[A-Za-z0-9]{70,}+"), ("xai-",)),
+    _Rule(GROQ_KEY, _re(r"gsk_(?<![A-Za-z0-9_]gsk_)[A-Za-z0-9]{48,}+"), ("gsk_",)),
+    _Rule(
+        MAILGUN_KEY,
+        _re(r"key-(?<![A-Za-z0-9_-]key-)[0-9a-f]{32}(?![A-Za-z0-9])"),
+        ("key-",),
+    ),
+    _Rule(
+        DIGITALOCEAN_TOKEN,
+        _re(r"do[poa](?<![A-Za-z0-9_]do[poa])_v1_[a-f0-9]{64}(?![A-Za-z0-9])"),
+        ("dop_v1_", "doo_v1_", "doa_v1_"),
+    ),
+    _Rule(
+        LINEAR_KEY,
+        _re(r"lin_(?<![A-Za-z0-9_]lin_)(?:api|oauth)_[A-Za-z0-9]{40}(?![A-Za-z0-9])"),
+        ("lin_api_", "lin_oauth_"),
+    ),
+    _Rule(
+        REPLICATE_TOKEN,
+        _re(r"r8_(?<![A-Za-z0-9_]r8_)[A-Za-z0-9]{37}(?![A-Za-z0-9])"),
+        ("r8_",),
+        pick=_whole_if(_has_digit),
+    ),
+    _Rule(
+        PERPLEXITY_KEY,
+        _re(r"pplx-(?<![A-Za-z0-9_-]pplx-)[A-Za-z0-9]{48}(?![A-Za-z0-9])"),
+        ("pplx-",),
+    ),
+    _Rule(
+        NOTION_TOKEN,
+        _re(
+            r"(?:ntn_(?<![A-Za-z0-9_]ntn_)[A-Za-z0-9]{46}"
+            r"|secret_(?<![A-Za-z0-9_]secret_)[A-Za-z0-9]{43})(?![A-Za-z0-9])"
+        ),
+        ("ntn_", "secret_"),
+        pick=_whole_if(lambda v: _has_digit(v) and _mixed_case(v)),
+    ),
+    _Rule(
+        POSTMAN_KEY,
+        _re(r"PMAK-(?<![A-Za-z0-9_-]PMAK-)[a-f0-9]{24}-[a-f0-9]{34}(?![A-Za-z0-9])"),
+        ("PMAK-",),
+    ),
+    _Rule(
+        AGE_SECRET_KEY,
+        _re(r"AGE-SECRET-KEY-1[0-9A-Z]{58}(?![A-Za-z0-9])"),
+        ("AGE-SECRET-KEY-1",),
+    ),
+    _Rule(
+        GRAFANA_TOKEN,
+        _re(r"gl(?<![A-Za-z0-9_]gl)(?:sa|c)_[A-Za-z0-9_=+/]{32,}+"),
+        ("glsa_", "glc_"),
+        pick=_whole_if(_has_digit),
+    ),
+    _Rule(
+        NEWRELIC_KEY,
+        _re(r"NR(?<![A-Za-z0-9_-]NR)(?:AK|II|JS)-[A-Z0-9]{27}(?![A-Za-z0-9])"),
+        ("NRAK-", "NRII-", "NRJS-"),
+    ),
+    _Rule(
+        FIGMA_TOKEN,
+        _re(r"fig(?<![A-Za-z0-9_]fig)[dou]_[A-Za-z0-9_-]{40,}+"),
+        ("figd_", "figo_", "figu_"),
+    ),
+    _Rule(
+        SENTRY_DSN,
+        _re(
+            r"https?://(?P<value>[0-9a-f]{32}(?::[0-9a-f]{32})?)"
+            r"@[A-Za-z0-9.-]*(?:sentry|ingest)[A-Za-z0-9.-]*(?::[0-9]+)?/[0-9]+"
+        ),
+        ("sentry", "ingest"),
+        pick=_sentry_key,
+    ),
+    _Rule(
+        TELEGRAM_TOKEN,
+        _re(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
+        (":AA",),
+    ),
+    _Rule(
+        DISCORD_BOT_TOKEN,
+        _re(
+            r"(?P<head>[MNO](?<![A-Za-z0-9_.-][MNO])[A-Za-z0-9_-]{23,27})"
+            r"\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"
+        ),
+        (".",),
+        pick=_discord_bot,
+        min_word=59,
+    ),
     _Rule(
         SHOPIFY_TOKEN,
         _re(r"shp(?<![A-Za-z0-9_]shp)(?:at|ss|ca|pa)_[A-Fa-f0-9]{32}(?![A-Za-z0-9])"),
@@ -391,13 +609,38 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         AWS_SECRET_KEY,
         _re(
-            r"secret(?P<access>[_.-]?access)?[_.-]?key(?![a-z0-9_.-])"
-            r"""["']?[ \t]*(?::=|=>|[:=])[ \t]*["']?"""
+            r"secret(?P<access>[_. \t-]?access)?[_. \t-]?key(?![a-z0-9_.-])"
+            r"""["']?[ \t]*(?::=|=>|[:=]|[ \t]is)[ \t]*["']?"""
             r"(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
         ),
         ("secret",),
         on_lower=True,
         pick=_aws_secret,
+    ),
+    _Rule(  # bare in prose: "my AWS secret is wJalr…" (see `_aws_bare` for the context)
+        AWS_SECRET_KEY,
+        _re(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+        ("aws", "AWS", "Aws"),
+        pick=_aws_bare,
+        min_word=40,
+    ),
+    _Rule(
+        TWILIO_AUTH_TOKEN,
+        _re(
+            r"(?:auth[_.\ -]?token|twilio[_.\ -]?(?:auth|secret|token))"
+            r"""["']?[ \t]*(?::=|=>|[:=]|[ \t]is)?[ \t]*["']?"""
+            r"(?P<value>[0-9a-f]{32})(?![0-9a-z])"
+        ),
+        ("auth", "twilio"),
+        on_lower=True,
+        pick=_value,
+    ),
+    _Rule(
+        GCP_KEY_ID,
+        _re(r"""private_key_id["']?[ \t]*[:=][ \t]*["']?(?P<value>[0-9a-f]{40})(?![0-9a-z])"""),
+        ("private_key_id",),
+        on_lower=True,
+        pick=_value,
     ),
     _Rule(
         AZURE_KEY,
@@ -452,7 +695,7 @@ _RULES: tuple[_Rule, ...] = (
             r":(?P<value>[^\s/?#@\[][^\s/?#]*)@(?=[A-Za-z0-9\[])"
         ),
         ("://",),
-        pick=_value_if(_url_password),
+        pick=_value_before_marker(_url_password),
     ),
     _Rule(
         PASSWORD,
@@ -509,6 +752,57 @@ _RULES: tuple[_Rule, ...] = (
         on_lower=True,
         pick=_value_if(_strong_value),
     ),
+    _Rule(  # "the password is X", "my passphrase was 'X'", "the wifi password is X"
+        PASSWORD,
+        _re(
+            r"pass(?:word|phrase|code|wd)s?(?![a-z0-9_-])"
+            r"(?:[ \t]+(?:for|to|of|on)[ \t]+[a-z0-9_.@-]{1,40}(?:[ \t]+[a-z0-9_.@-]{1,40})?)?"
+            r"[ \t]+(?:is|was|will[ \t]+be|would[ \t]+be|should[ \t]+be|=)[ \t]+"
+            r"""(?:"(?P<dq>[^"\n]{4,200}+)"|'(?P<sq>[^'\n]{4,200}+)'|(?P<bare>[^\s"'`]{4,200}+))"""
+        ),
+        ("pass",),
+        on_lower=True,
+        pick=_phrase,
+    ),
+    _Rule(  # "password: correct horse battery staple" (a passphrase, not a sentence)
+        PASSWORD,
+        re.compile(
+            r"(?i:pass(?:word|phrase))[ \t]*:[ \t]*"
+            r"(?P<value>[a-z]{3,20}(?:[ ][a-z]{3,20}){2,7})(?=[ \t]*(?:$|[\n.,;)]))",
+            re.ASCII | re.MULTILINE,
+        ),
+        ("assword", "ASSWORD", "assphrase", "ASSPHRASE"),
+        pick=_passphrase,
+    ),
+    _Rule(  # curl -u user:pass, curl --user user:pass, wget --http-user … (the password only)
+        PASSWORD,
+        _re(
+            r"""(?:[ \t]-u[ \t]*|--user[= \t]+)["']?(?P<user>[^\s:"'@]{1,100}+)"""
+            r""":(?P<value>[^\s"'@]{3,200}+)"""
+        ),
+        (" -u", "\t-u", "--user"),
+        pick=_value_before_marker(_cli_secret),
+    ),
+    _Rule(  # mysql -pX (no space: the password is glued to the flag)
+        PASSWORD,
+        _re(
+            r"(?<![a-z0-9_-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb)(?![a-z0-9_-])"
+            r"[^\n]{0,200}?[ \t]-p(?P<value>[^\s\-'\"][^\s'\"]{2,200}+)"
+        ),
+        ("mysql", "mariadb"),
+        on_lower=True,
+        pick=_value_before_marker(_cli_secret),
+    ),
+    _Rule(  # sshpass -p X
+        PASSWORD,
+        _re(
+            r"sshpass(?![a-z0-9_-])[^\n]{0,100}?[ \t]-p[ \t]*"
+            r"""(?:"(?P<dq>[^"\n]{3,200}+)"|'(?P<sq>[^'\n]{3,200}+)'|(?P<value>[^\s"'\-][^\s"']{2,200}+))"""
+        ),
+        ("sshpass",),
+        on_lower=True,
+        pick=_sshpass,
+    ),
 )
 
 LABELS: frozenset[str] = frozenset(rule.label for rule in _RULES)
@@ -526,6 +820,44 @@ def _trigger_index(on_lower: bool) -> dict[str, tuple[int, ...]]:
 
 _FOLDED_TRIGGERS = _trigger_index(on_lower=True)  # looked up in the case-folded text
 _CASED_TRIGGERS = _trigger_index(on_lower=False)  # looked up in the text as given
+_MARKS = "_-.:/"  # most token prefixes hold one of these, and prose seldom does
+
+
+def _grouped(index: dict[str, tuple[int, ...]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Triggers grouped by the first of `_MARKS` they hold ("" for none): a group is searched
+    only when its mark occurs, so plain prose pays a handful of substring searches."""
+    groups: dict[str, list[str]] = {}
+    for trigger in index:
+        mark = next((c for c in trigger if c in _MARKS), "")
+        groups.setdefault(mark, []).append(trigger)
+    return tuple((mark, tuple(triggers)) for mark, triggers in sorted(groups.items()))
+
+
+_FOLDED_GROUPS = _grouped(_FOLDED_TRIGGERS)
+_CASED_GROUPS = _grouped(_CASED_TRIGGERS)
+
+
+def _any_present(text: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> bool:
+    return any(
+        (not mark or mark in text) and any(map(text.__contains__, strings))
+        for mark, strings in groups
+    )
+
+
+def _active(text: str, low: str) -> set[int]:
+    """Indexes of the rules whose trigger occurs (the prefilter: substring searches in C)."""
+    active: set[int] = set()
+    for haystack, groups, index in (
+        (low, _FOLDED_GROUPS, _FOLDED_TRIGGERS),
+        (text, _CASED_GROUPS, _CASED_TRIGGERS),
+    ):
+        for mark, triggers in groups:
+            if mark and mark not in haystack:
+                continue
+            for trigger in filter(haystack.__contains__, triggers):
+                active.update(index[trigger])
+    return active
+
 
 # --- engine ---------------------------------------------------------------------------------
 
@@ -544,18 +876,23 @@ def _fold(text: str) -> str:
     return text.translate(_ASCII_FOLD)  # pragma: no cover - future Unicode versions only
 
 
-def _find(text: str) -> list[list[tuple[int, int, str]]]:
-    """Accepted hits per rule, in rule order; each list is sorted and free of overlaps."""
+def _longest_word(text: str) -> int:
+    return max(map(len, text.split()), default=0)
+
+
+def _find(text: str, longest: int | None = None) -> list[list[tuple[int, int, str]]]:
+    """Accepted hits per rule, in rule order; each list is sorted and free of overlaps.
+    `longest`: the length of the text's longest word, when the caller measured it."""
     low = _fold(text)
-    # the prefilter: `filter` runs the substring tests in C, which keeps clean text cheap
-    active: set[int] = set()
-    for trigger in filter(low.__contains__, _FOLDED_TRIGGERS):
-        active.update(_FOLDED_TRIGGERS[trigger])
-    for trigger in filter(text.__contains__, _CASED_TRIGGERS):
-        active.update(_CASED_TRIGGERS[trigger])
+    active = _active(text, low)
     found: list[list[tuple[int, int, str]]] = []
     for index in sorted(active):
         rule = _RULES[index]
+        if rule.min_word:
+            if longest is None:
+                longest = _longest_word(text)
+            if longest < rule.min_word:
+                continue
         hits: list[tuple[int, int, str]] = []
         for m in rule.pattern.finditer(low if rule.on_lower else text):
             span = rule.pick(m, text)
@@ -582,14 +919,246 @@ def _merge(
     return out
 
 
-def _redact_once(text: str) -> tuple[str, set[str]]:
+# --- normalisation: what the rules see ---------------------------------------------------------
+
+# Letters of other scripts drawn like Latin ones (the confusables an attacker reaches for first).
+_LOOKALIKES = str.maketrans(
+    {
+        # Cyrillic capitals and small letters
+        "\u0410": "A", "\u0412": "B", "\u0415": "E", "\u0405": "S", "\u0406": "I",
+        "\u0408": "J", "\u041a": "K", "\u041c": "M", "\u041d": "H", "\u041e": "O",
+        "\u0420": "P", "\u0421": "C", "\u0422": "T", "\u0425": "X", "\u0423": "Y",
+        "\u0430": "a", "\u0435": "e", "\u0456": "i", "\u0458": "j", "\u043e": "o",
+        "\u0455": "s", "\u0440": "p", "\u0441": "c", "\u0445": "x", "\u0443": "y",
+        "\u0501": "d", "\u04bb": "h", "\u04cf": "l", "\u051b": "q", "\u051d": "w",
+        "\u043a": "k",
+        # Greek capitals and small letters
+        "\u0391": "A", "\u0392": "B", "\u0395": "E", "\u0396": "Z", "\u0397": "H",
+        "\u0399": "I", "\u039a": "K", "\u039c": "M", "\u039d": "N", "\u039f": "O",
+        "\u03a1": "P", "\u03a4": "T", "\u03a5": "Y", "\u03a7": "X", "\u03bf": "o",
+        "\u03b9": "i", "\u03ba": "k", "\u03bd": "v", "\u03c1": "p", "\u03c4": "t",
+        "\u03c5": "u", "\u03c7": "x",
+    }
+)  # fmt: skip
+_FOLD_CACHE: dict[str, str] = {}
+_DROPPED_CATEGORIES = frozenset({"Cf", "Mn", "Me"})  # zero-width, soft hyphen, joiners, marks
+# A known token prefix whose run is cut by a line break (a paste wrapped at the terminal's width),
+# with the shortest body its token has: only a run still shorter than that is joined with the run
+# of token characters that starts the next line, so two complete lines never merge.
+_SPLIT_MIN_BODY = {
+    **{f"gh{kind}_": 36 for kind in "pousr"},
+    "github_pat_": 22,
+    "glpat-": 20,
+    "sk-ant-": 32,
+    "sk-": 32,
+    **{f"{kind}k_{mode}_": 16 for kind in "rs" for mode in ("live", "test")},
+    **{f"xox{kind}-": 10 for kind in "abprs"},
+    "xapp-": 12,
+    "AKIA": 16,
+    "ASIA": 16,
+    "AIza": 35,
+    "GOCSPX-": 24,
+    "ya29.": 20,
+    "hf_": 30,
+    "npm_": 36,
+    "pypi-": 50,
+    "dckr_pat_": 20,
+    "xai-": 70,
+    "gsk_": 48,
+    "shpat_": 32,
+}
+_SPLIT_GROUPS = _grouped(dict.fromkeys(_SPLIT_MIN_BODY, ()))
+_SPLIT_PREFIX = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?:"
+    + "|".join(re.escape(p) for p in sorted(_SPLIT_MIN_BODY, key=len, reverse=True))
+    + ")",
+    re.ASCII,
+)
+_RUN = re.compile(r"[A-Za-z0-9_-]*", re.ASCII)
+_CONTINUATION = re.compile(r"[ \t]*\r?\n[ \t]*(?P<word>[A-Za-z0-9_-]++)", re.ASCII)
+
+
+def _fold_char(ch: str) -> str:
+    """`ch` as the rules read it: NFKC, look-alikes as Latin, invisible characters dropped."""
+    folded = _FOLD_CACHE.get(ch)
+    if folded is None:
+        if unicodedata.category(ch) in _DROPPED_CATEGORIES:
+            folded = ""
+        else:
+            folded = "".join(
+                c
+                for c in unicodedata.normalize("NFKC", ch).translate(_LOOKALIKES)
+                if unicodedata.category(c) not in _DROPPED_CATEGORIES
+            )
+        if len(_FOLD_CACHE) < 65_536:
+            _FOLD_CACHE[ch] = folded
+    return folded
+
+
+# The characters `_fold_char` may change: compatibility forms of ASCII (full-width, mathematical,
+# enclosed, letterlike, ligatures, super- and subscripts), invisible ones (zero-width, joiners,
+# soft hyphen, bidi controls, variation selectors, tags, combining marks) and the Greek and
+# Cyrillic blocks the look-alikes live in. Everything else (CJK, accented Latin, emoji) is left
+# as it is without being looked at one by one.
+_FOLDABLE = re.compile(
+    "["
+    "\u00a0\u00ad\u00b2\u00b3\u00b9\u00bc-\u00be"
+    "\u0300-\u036f\u0370-\u03ff\u0400-\u052f\u061c\u115f\u1160\u17b4\u17b5"
+    "\u180b-\u180f\u1ab0-\u1aff\u1dc0-\u1dff\u2000-\u206f\u2070-\u209f\u20d0-\u20ff"
+    "\u2100-\u218f\u2460-\u24ff\u3164\ufb00-\ufb06\ufe00-\ufe0f\ufe20-\ufe2f\ufeff"
+    # full-width letters, digits and the marks tokens and URLs use (- . / = @ _), not the
+    # punctuation CJK prose is full of (，：！？), which would only slow it down
+    "\uff0d-\uff0f\uff10-\uff19\uff1d\uff20-\uff3a\uff3f\uff41-\uff5a\uffa0"
+    "\U0001d400-\U0001d7ff\U000e0000-\U000e007f"
+    "]+"
+)
+
+
+def _fold_script(text: str) -> tuple[str, list[int] | None]:
+    """Text with every foldable character folded (`_fold_char`), and for each character of the
+    result the index of the character it came from (None: nothing changed)."""
+    if text.isascii() or _FOLDABLE.search(text) is None:
+        return text, None
+    out: list[str] = []
+    origin: list[int] = []
+    pos = 0
+    changed = False
+    for m in _FOLDABLE.finditer(text):
+        out.append(text[pos : m.start()])
+        origin.extend(range(pos, m.start()))
+        for index in range(m.start(), m.end()):
+            ch = text[index]
+            folded = _fold_char(ch)
+            changed = changed or folded != ch
+            out.append(folded)
+            origin.extend([index] * len(folded))
+        pos = m.end()
+    if not changed:
+        return text, None
+    out.append(text[pos:])
+    origin.extend(range(pos, len(text)))
+    return "".join(out), origin
+
+
+def _join_splits(text: str) -> tuple[str, list[int] | None]:
+    """Text with the line breaks inside a known token's run removed (None: there were none)."""
+    if "\n" not in text or not _any_present(text, _SPLIT_GROUPS):
+        return text, None  # the common case, decided by substring searches in C
+    gaps: list[tuple[int, int]] = []
+    for m in _SPLIT_PREFIX.finditer(text):
+        need = _SPLIT_MIN_BODY[m.group()]
+        at = _RUN.match(text, m.end()).end()  # type: ignore[union-attr]
+        body = at - m.end()
+        while body < need:
+            more = _CONTINUATION.match(text, at)
+            if more is None:
+                break
+            gaps.append((at, more.start("word")))
+            body += more.end() - more.start("word")
+            at = more.end()
+    if not gaps:
+        return text, None
+    out: list[str] = []
+    origin: list[int] = []
+    pos = 0
+    for start, end in gaps:
+        if start < pos:
+            continue  # the same break, reached from two prefixes
+        out.append(text[pos:start])
+        origin.extend(range(pos, start))
+        pos = end
+    out.append(text[pos:])
+    origin.extend(range(pos, len(text)))
+    return "".join(out), origin
+
+
+def _normalized(text: str) -> tuple[str, list[int] | None]:
+    """What the rules read, and where each of its characters came from in `text`."""
+    folded, first = _fold_script(text)
+    joined, second = _join_splits(folded)
+    if second is None:
+        return folded, first
+    if first is None:
+        return joined, second
+    return joined, [first[i] for i in second]
+
+
+def _to_original(
+    hits: list[tuple[int, int, str]], origin: list[int], size: int
+) -> list[tuple[int, int, str]]:
+    out: list[tuple[int, int, str]] = []
+    floor = 0
+    for start, end, label in hits:
+        begin = max(origin[start] if start < len(origin) else size, floor)
+        stop = origin[end - 1] + 1 if end - 1 < len(origin) else size
+        if stop > begin:
+            out.append((begin, stop, label))
+            floor = stop
+    return out
+
+
+# --- encoded secrets ---------------------------------------------------------------------------
+
+_MIN_ENCODED = 20  # 15 bytes of text: shorter than any secret shape
+_ENCODED = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{20,}+={0,2}(?![A-Za-z0-9+/=_-])")
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+", re.ASCII)
+_MAX_ENCODED = 4096  # longer runs are data (an image, a key file), not an encoded credential
+
+
+def _decoded(run: str) -> str | None:
+    """The text a base64 or hex run encodes, when it is text (None: binary, or not an encoding)."""
+    body = run.rstrip("=")
+    try:
+        if len(run) >= 32 and _HEX.fullmatch(run):
+            raw = bytes.fromhex(run)
+        elif "-" in body or "_" in body:
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        else:
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+        decoded = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    printable = sum(1 for c in decoded if c.isprintable() or c in "\n\r\t")
+    return decoded if len(decoded) >= 12 and printable >= 0.95 * len(decoded) else None
+
+
+def _encoded_hits(text: str, longest: int) -> list[tuple[int, int, str]]:
+    """Base64 or hex runs whose decoded text holds a secret, labelled as that secret."""
+    hits: list[tuple[int, int, str]] = []
+    if longest < _MIN_ENCODED:
+        return hits  # prose: no word is long enough to be an encoded secret
+    for m in _ENCODED.finditer(text):
+        if m.end() - m.start() > _MAX_ENCODED:
+            continue
+        decoded = _decoded(m.group())
+        if decoded is None:
+            continue
+        inner = _rule_hits(_normalized(decoded)[0])
+        if inner:
+            hits.append((m.start(), m.end(), inner[0][2]))
+    return hits
+
+
+def _rule_hits(text: str, longest: int | None = None) -> list[tuple[int, int, str]]:
     # Rules are ordered most specific first; a hit overlapping an earlier rule's hit is dropped,
     # so `x-access-token:ghs_…@github.com` keeps the github-token label and the visible host.
     kept: list[tuple[int, int, str]] = []
-    for hits in _find(text):
+    for hits in _find(text, longest):
         kept = _merge(kept, hits) if kept else hits
+    return kept
+
+
+def _redact_once(text: str) -> tuple[str, set[str]]:
+    norm, origin = _normalized(text)
+    longest = _longest_word(norm)
+    kept = _rule_hits(norm, longest)
+    encoded = _encoded_hits(norm, longest)
+    if encoded:
+        kept = _merge(kept, encoded) if kept else encoded
     if not kept:
         return text, set()
+    if origin is not None:
+        kept = _to_original(kept, origin, len(text))
     out: list[str] = []
     pos = 0
     for start, end, label in kept:

@@ -3,17 +3,19 @@
 Each takes the current record (or None) and the request's values and returns the next record to
 commit, or raises. No I/O, no clock: `now_ms` is passed in, so every invariant is testable with
 values. Invariants: revisions only grow; a re-save never unpins; pinned records are never retired by
-supersede; resurrection continues the revision counter so the tombstone cannot win replay.
+supersede; resurrection continues the revision counter so the tombstone cannot win replay; a
+counter never passes `MAX_INT` (replay would refuse the line): corroboration saturates, and a
+record at the last revision refuses further changes (`conflict`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import LESSON
-from memory_worker.core.models import Anchors, Confidence, ItemEvent, Memory, Provenance
+from memory_worker.core.models import MAX_INT, Anchors, Confidence, ItemEvent, Memory, Provenance
 from memory_worker.core.redact import MARKER_PREFIX, redact
 from memory_worker.core.text import collapse_whitespace
 
@@ -44,16 +46,25 @@ MAX_TEXT_CHARS = 2_000  # a memory is one self-contained statement, not a docume
 MAX_LABELS = 8  # entities and tags each; more dilutes the signal and bloats every line
 MAX_LABEL_CHARS = 64
 MAX_REASON_CHARS = 500
+# What a value may measure before redaction: a secret is replaced by a shorter marker, so the
+# limits above apply after it, but the work done on the way is bounded by these.
+MAX_RAW_TEXT_CHARS = 16 * MAX_TEXT_CHARS
+MAX_RAW_LABEL_CHARS = 16 * MAX_LABEL_CHARS
+MAX_RAW_LABELS = 4 * MAX_LABELS  # values given, duplicates and blanks included
 
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
 _MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
 
 
 def check_unicode(value: str, field: str) -> None:
+    """Text the disk, every event and every edge can carry: valid UTF-8 and no NUL (a NUL cuts
+    C strings and many terminals and tools short)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
+    if "\x00" in value:
+        raise InvalidInput(f"{field} contains a NUL character")
 
 
 def check_revision(record: Memory, expected: int | None) -> None:
@@ -68,6 +79,8 @@ def check_revision(record: Memory, expected: int | None) -> None:
 
 def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     """Redact secrets, trim, and check the length; returns the text and the redaction labels."""
+    if len(raw) > MAX_RAW_TEXT_CHARS:  # refused before any work: the cost of a call is bounded
+        raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(raw)})")
     check_unicode(raw, field)
     redaction = redact(raw)
     text = redaction.text.strip()
@@ -97,12 +110,17 @@ def prepare_label(raw: str, field: str = "tag") -> str:
     return normalize_label(redact(raw).text)
 
 
-def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Entities or tags: redacted, whitespace-collapsed, lowercased (redaction markers kept as
-    written), deduplicated, first 8 kept."""
-    out: list[str] = []
+    written), deduplicated (first occurrence kept). More than `MAX_LABELS` distinct values is
+    refused, never cut silently; linear in what was given, which is bounded before any work."""
+    if len(values) > MAX_RAW_LABELS:
+        raise InvalidInput(f"{field} takes at most {MAX_LABELS} values (got {len(values)})")
+    out: dict[str, None] = {}  # ordered and O(1) membership
     labels: set[str] = set()
     for raw in values:
+        if len(raw) > MAX_RAW_LABEL_CHARS:
+            raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
         check_unicode(raw, field)
         redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
         labels.update(redaction.labels)
@@ -111,16 +129,37 @@ def prepare_labels(values: Iterable[str], field: str) -> tuple[tuple[str, ...], 
             continue
         if len(value) > MAX_LABEL_CHARS:
             raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
-        out.append(value)
-    return tuple(out[:MAX_LABELS]), tuple(sorted(labels))
+        out[value] = None
+    if len(out) > MAX_LABELS:
+        raise InvalidInput(f"{field} takes at most {MAX_LABELS} values (got {len(out)} distinct)")
+    return tuple(out), tuple(sorted(labels))
 
 
 def prepare_reason(raw: str | None) -> str | None:
     if raw is None:
         return None
+    if len(raw) > MAX_RAW_TEXT_CHARS:
+        raise InvalidInput(f"reason must be at most {MAX_REASON_CHARS} characters")
     check_unicode(raw, "reason")
     reason = redact(raw).text.strip()[:MAX_REASON_CHARS]
     return reason or None
+
+
+def _next_revision(record: Memory) -> int:
+    """The revision after `record`'s: every change needs one higher, and there is none past
+    `MAX_INT` (a line holding it would be acknowledged, then refused at replay)."""
+    if record.revision >= MAX_INT:
+        raise Conflict(
+            f"memory {record.id} is at the last revision ({MAX_INT}); save its text as a new "
+            "memory and supersede this one"
+        )
+    return record.revision + 1
+
+
+def _count(*parts: int) -> int:
+    """A corroboration count: a sum that stops at `MAX_INT` (more observations than that is
+    still "very many")."""
+    return min(sum(parts), MAX_INT)
 
 
 def _union(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
@@ -194,10 +233,10 @@ def reinforce(existing: Memory, *, now_ms: int) -> Memory:
     """The fact was observed again: corroboration+1, and it counts as freshly stated."""
     return existing.model_copy(
         update={
-            "corroboration": existing.corroboration + 1,
+            "corroboration": _count(existing.corroboration, 1),
             "updated_at": max(now_ms, existing.updated_at),
             "stated_at": max(now_ms, existing.last_stated_at),
-            "revision": existing.revision + 1,
+            "revision": _next_revision(existing),
         }
     )
 
@@ -246,7 +285,10 @@ def update(
     evidence: tuple[str, ...] | None = None,
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
-    statement (`stated_at`); pin, tag, entity and card edits do not."""
+    statement (`stated_at`); pin, tag, entity and card edits do not. A retired record is
+    refused, as `pin` refuses it: only a re-save brings it back."""
+    if not existing.live:
+        raise Conflict(f"memory {existing.id} is retired; save its text again to bring it back")
     changes: dict[str, object] = {}
     for field, value in (
         ("title", title),
@@ -268,7 +310,7 @@ def update(
     if not changes:
         return None
     changes["updated_at"] = max(now_ms, existing.updated_at)
-    changes["revision"] = existing.revision + 1
+    changes["revision"] = _next_revision(existing)
     return existing.model_copy(update=changes)
 
 
@@ -280,7 +322,7 @@ def tombstone(existing: Memory, *, now_ms: int) -> Memory | None:
         update={
             "invalid_at": max(now_ms, existing.created_at),
             "updated_at": max(now_ms, existing.updated_at),
-            "revision": existing.revision + 1,
+            "revision": _next_revision(existing),
         }
     )
 
@@ -309,19 +351,19 @@ def supersede(
             "invalid_at": max(now_ms, target.created_at),
             "superseded_by": winner.id,
             "updated_at": max(now_ms, target.updated_at),
-            "revision": target.revision + 1,
+            "revision": _next_revision(target),
         }
     )
     if not reinforce_winner or winner.pinned:
         return retired, None
     absorbed = winner.model_copy(
         update={
-            "corroboration": winner.corroboration + target.corroboration + 1,
+            "corroboration": _count(winner.corroboration, target.corroboration, 1),
             "stated_at": max(winner.last_stated_at, target.last_stated_at),
             "tags": _union(winner.tags, target.tags),
             "entities": _union(winner.entities, target.entities),
             "updated_at": max(now_ms, winner.updated_at),
-            "revision": winner.revision + 1,
+            "revision": _next_revision(winner),
         }
     )
     return retired, absorbed

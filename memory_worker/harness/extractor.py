@@ -15,6 +15,16 @@
    auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
+
+With a `PassJournal` (the capture queue outside an engine), the reply and the memories the model
+was shown are recorded durably before the first write; a pass that finds a recorded decision
+(its earlier attempt crashed after deciding) applies THAT decision, against the same memories,
+and skips every write whose memory changed after the decision (the crashed attempt wrote it), so
+a turn is never applied twice.
+
+Past 500 lines on purpose: one extraction pass (cursor, window, redaction, the completion, the
+write rules for add / restate / correct / learned rule, provenance and the journal) is one
+sequence whose ordering is the correctness argument; split, the order would be spread out.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -66,13 +76,16 @@ from memory_worker.core.injection import message_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
+from memory_worker.core.transitions import MAX_LABELS
 
 __all__ = [
     "CURSOR_SCOPE",
     "LEARNED_HEADER",
     "LEARNED_RULE",
     "MAX_RULES_PER_TURN",
+    "Decision",
     "Extractor",
+    "PassJournal",
     "grounded",
     "merge_learned",
     "said_terms",
@@ -206,6 +219,8 @@ class _Origin:
         answered = [line.model for line in lines if line.model]
         self.agent = job.agent or (answered[-1] if answered else None)
         self._lines = [(line, frozenset(terms(line.text)) - _NOT_EVIDENCE) for line in lines]
+        # When the pass finishes a journaled decision: the decision's time (see `_written_since`).
+        self.since: int | None = None
 
     def entry_of(self, text: str) -> str | None:
         """The message a fact most likely came from: the one sharing most of its content words
@@ -254,6 +269,28 @@ def _at_ms(message: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, int | float) and value > 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a pass decided before writing: the reply, the ids of the memories shown (in the
+    order the reply's refs count them) and when (ms, the service's clock)."""
+
+    reply: str
+    known: tuple[str, ...]
+    at_ms: int
+
+
+class PassJournal(Protocol):
+    """Where a pass records its decision before writing (the capture queue)."""
+
+    def recorded(self) -> Decision | None:
+        """The decision an earlier attempt of this pass recorded, if any."""
+        ...
+
+    async def record(self, decision: Decision) -> None:
+        """Make `decision` durable; it returns before any write is made because of it."""
+        ...
+
+
 class Extractor:
     def __init__(
         self,
@@ -261,11 +298,13 @@ class Extractor:
         transcript: TranscriptSource,
         completer: Completer,
         kv: KeyValue,
+        journal: PassJournal | None = None,
     ) -> None:
         self._service = service
         self._transcript = transcript
         self._completer = completer
         self._kv = kv
+        self._journal = journal
         # One pass per session at a time (a retry, a lagging queue and an inline job can
         # overlap): each reads the cursor the previous one left, so it never moves backwards.
         self._sessions: dict[str, asyncio.Lock] = {}
@@ -316,12 +355,19 @@ class Extractor:
             await self._advance(job.session_id, cursor, span)
             return 0  # nothing new, or nothing worth a model call ("ok", "thanks")
         origin = _Origin(job, lines)
-        known = await self._known(bank, lines, origin.caller())
-        prompt = system_prompt(settings.extraction_prompt)
-        reply = await self._completer.complete(prompt, render_request(lines, known))
+        recorded = self._journal.recorded() if self._journal is not None else None
+        if recorded is None:
+            known = await self._known(bank, lines, origin.caller())
+            prompt = system_prompt(settings.extraction_prompt)
+            reply = await self._completer.complete(prompt, render_request(lines, known))
+        else:  # an earlier attempt decided, then stopped: finish THAT decision, once
+            known = await self._shown(bank, recorded.known, origin.caller())
+            reply, origin.since = recorded.reply, recorded.at_ms
         decisions = parse_reply(reply, len(known))
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
             raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
+        if recorded is None and self._journal is not None:
+            await self._record(tuple(memory.id for memory in known), reply)
         if self._deleted(bank):  # deleted while the model was thinking: drop, never recreate
             await self._advance(job.session_id, cursor, span)
             return 0
@@ -461,6 +507,36 @@ class Extractor:
         assert isinstance(found, RecallResponse)
         return [hit.memory for hit in found.memories]
 
+    async def _shown(self, bank: str, ids: tuple[str, ...], caller: Caller) -> list[Memory]:
+        """The memories a recorded decision was made against, read again by id (tombstones
+        included: they were in the bank when it was made)."""
+        shown: list[Memory] = []
+        for memory_id in ids:
+            found = await respond(
+                self._service, "memory::get", GetRequest(bank=bank, id=memory_id), caller
+            )
+            assert isinstance(found, GetResponse)
+            shown.append(found.memory)
+        return shown
+
+    async def _record(self, known: tuple[str, ...], reply: str) -> None:
+        """Journal the decision, then let the clock pass its millisecond: every write of this
+        pass is stamped after it, every write before it at or before it."""
+        assert self._journal is not None
+        at_ms = self._service.clock()
+        await self._journal.record(Decision(reply, known, at_ms))
+        while self._service.clock() <= at_ms:
+            await asyncio.sleep(0.001)
+
+    def _written_since(self, bank: str, text: str, since: int | None) -> Memory | None:
+        """The memory holding `text`, when it changed after a recorded decision (the attempt
+        that recorded it wrote it before stopping): that write is not made again."""
+        if since is None:
+            return None
+        held = self._service.store.find(bank)
+        found = held.match_text(text) if held is not None else None
+        return found if found is not None and found.updated_at > since else None
+
     # --- writing ---------------------------------------------------------------------------------
 
     async def _apply(
@@ -554,9 +630,11 @@ class Extractor:
         person pinned or retired (the save refuses an automatic caller that: extraction never
         edits the one nor revives the other), or the model's item does not pass validation
         (skipped, the rest of the pass goes on). A bank deleted meanwhile raises `BankNotFound`."""
+        if (again := self._written_since(bank, fact.text, origin.since)) is not None:
+            return again
         text, entities = fact.text, fact.entities
         if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
-            entities = ("user", *entities)
+            entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
         request = SaveRequest(
             bank=bank,
             text=text,

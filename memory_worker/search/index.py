@@ -35,7 +35,8 @@ __all__ = [
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-_MIN_CAPACITY = 1024
+_MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
+_INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
 
 Ints = npt.NDArray[np.int64]
@@ -232,7 +233,7 @@ class LexicalIndex:
         self._version = 0  # bumped by every change of slots or lengths
         self._norm_key = -1
         self._norm_cache: Floats = np.empty(0, np.float64)
-        self._allocate(_MIN_CAPACITY)
+        self._allocate(_INITIAL_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
         self._capacity = capacity
@@ -352,7 +353,7 @@ class LexicalIndex:
         self._terms = list(analysis.vocab)
         self._vocab = {term: term_id for term_id, term in enumerate(self._terms)}
         n_terms = len(self._terms)
-        self._allocate(max(_MIN_CAPACITY, 2 * n))
+        self._allocate(max(_INITIAL_CAPACITY, 2 * n))
         self._ids = list(doc_ids)
         self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
         self._df = np.bincount(analysis.pair_terms, minlength=n_terms).tolist()
@@ -477,7 +478,7 @@ class LexicalIndex:
         old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
         n_old = len(self._ids)
-        self._allocate(max(_MIN_CAPACITY, 2 * len(live)))
+        self._allocate(max(_INITIAL_CAPACITY, 2 * len(live)))
         n = len(live)
         for new, old in zip(self._columns(), old_columns, strict=True):
             new[:n] = old[old_slots]

@@ -106,11 +106,15 @@ class Bank:
         path: Path,
         description: str = "",
         warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.name = name
         self.path = path
+        self.root = path.parent  # the data dir: no folder below it is followed as a link
         self.description = description
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
+        # Raises when this process may no longer write the data dir (its lock is gone).
+        self.guard = guard
         self.damage: list[Damage] = []
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
@@ -120,7 +124,7 @@ class Bank:
         # hash of the normalized text → ids whose text it is: the hash, not the text, so RAM does
         # not hold every text twice; a lookup checks the texts themselves (`match_text`).
         self._by_text: dict[int, list[str]] = {}
-        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings)
+        self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
         # query. A new model takes over when its first vectors are stored (never before: one
@@ -128,7 +132,7 @@ class Bank:
         self._embed_model: str | None = None
         self._to_embed: dict[str, None] = {}  # live ids lacking its vector, in arrival order
         self._embed_ready = False  # every live memory had its vector since the model took over
-        self._log = files.AppendLog(path / MEMORIES_FILE)
+        self._log = files.AppendLog(path / MEMORIES_FILE, within=self.root)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
         self._flusher: asyncio.Task[None] | None = None
@@ -151,15 +155,23 @@ class Bank:
 
     @classmethod
     def create(
-        cls, name: str, path: Path, description: str, warnings: DurabilityWarnings | None = None
+        cls,
+        name: str,
+        path: Path,
+        description: str,
+        warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
     ) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
         hidden temporary name and renamed into place, so a crash never leaves half a bank."""
+        if guard is not None:
+            guard()
         staging = path.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
         try:
-            (staging / RULES_DIR).mkdir(parents=True)
+            staging.mkdir()  # its parent is the data dir: never a planted folder
+            (staging / RULES_DIR).mkdir()
             body = yaml.safe_dump({"description": description}, allow_unicode=True).encode()
-            files.atomic_write(staging / BANK_FILE, body)
+            files.atomic_write(staging / BANK_FILE, body, within=path.parent)
             files.fsync_dir(staging)
             os.rename(staging, path)  # fails when the name is taken: never merge into a folder
         except (OSError, StorageError) as exc:
@@ -167,7 +179,7 @@ class Bank:
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
-        bank = cls(name, path, description, warnings)
+        bank = cls(name, path, description, warnings, guard)
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:
@@ -176,9 +188,16 @@ class Bank:
         return bank
 
     @classmethod
-    def load(cls, name: str, path: Path, warnings: DurabilityWarnings | None = None) -> Bank:
-        """Replay a bank folder (blocking): description, memories, rules, leftovers."""
-        bank = cls(name, path, warnings=warnings)
+    def load(
+        cls,
+        name: str,
+        path: Path,
+        warnings: DurabilityWarnings | None = None,
+        guard: Guard | None = None,
+    ) -> Bank:
+        """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
+        link where a file of ours belongs is reported and never followed."""
+        bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
         bank.description = bank._read_description()
@@ -198,11 +217,10 @@ class Bank:
         counts = read_counts(path, path / MEMORIES_FILE)
         if counts is None:
             return None
-        bank = cls(name, path)
-        rules = RuleFiles(name, path / RULES_DIR, bank.warnings)
-        rules.load()
+        bank = cls(name, path)  # files are opened on first write: nothing but its rules is read
+        bank._rules.load()
         return BankSummary(
-            name, bank._description_on_disk()[0], counts.live, counts.pinned, len(rules)
+            name, bank._description_on_disk()[0], counts.live, counts.pinned, len(bank._rules)
         )
 
     def summary(self) -> BankSummary:
@@ -232,17 +250,21 @@ class Bank:
     def _description_on_disk(self) -> tuple[str, bool]:
         """`bank.yaml`'s description, and whether the file parsed (absent counts as parsed)."""
         path = self.path / BANK_FILE
-        if not path.exists():
+        if not os.path.lexists(path):
             return "", True
         try:
-            data = yaml.safe_load(files.read_text(path))
-        except yaml.YAMLError:
+            data = yaml.safe_load(files.read_text(path, within=self.root))
+        except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
+            return "", False
+        except StorageError as exc:  # a planted link (or unreadable): reported, the bank loads
+            if files.is_transient(exc):
+                raise  # out of descriptors says nothing about the file: the load fails, retried
             return "", False
         value = data.get("description") if isinstance(data, dict) else None
         return (value if isinstance(value, str) else ""), True
 
     def _replay(self) -> None:
-        memories, found = replay(self.path / MEMORIES_FILE)
+        memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
         self._memories = memories
         self.damage.extend(found)
         for record in memories.values():
@@ -298,7 +320,13 @@ class Bank:
                 self.lessons.add(record.id, record.anchors)
 
     def _load_vectors(self) -> None:
-        records, skipped = load_vectors(self.path / VECTORS_FILE)
+        try:
+            records, skipped = load_vectors(self.path / VECTORS_FILE, within=self.root)
+        except StorageError as exc:  # a planted link: derived data, so rebuilt without it
+            if files.is_transient(exc):
+                raise
+            self.damage.append(Damage(VECTORS_FILE, f"{exc.message}; re-embedded"))
+            return
         if skipped:
             self.damage.append(
                 Damage(
@@ -400,7 +428,7 @@ class Bank:
         if not self._to_embed:
             self._embed_ready = True
         if kept:
-            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept)
+            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept, self.root)
         return len(kept)
 
     # --- reads (durable state) -----------------------------------------------------------------
@@ -416,7 +444,15 @@ class Bank:
         """Every durable revision of `memory_id` as the log holds it, oldest first (read from the
         file: RAM keeps only the latest)."""
         await self.drain()  # what was acknowledged is on disk before we read it back
-        return await asyncio.to_thread(history, self.path / MEMORIES_FILE, memory_id)
+        path = self.path / MEMORIES_FILE
+        return await asyncio.to_thread(history, path, memory_id, within=self.root)
+
+    async def records(self) -> list[Memory]:
+        """Every intact record of the log in log order, every revision of every memory (an
+        export): read from the file, as `revisions()` is; damaged lines are left out."""
+        await self.drain()
+        records, _ = await asyncio.to_thread(read_all, self.path / MEMORIES_FILE)
+        return records
 
     def is_empty(self) -> bool:
         """No memory, rule or write in flight: what a bank just created looks like."""
@@ -502,6 +538,8 @@ class Bank:
             )
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
+        if self.guard is not None:
+            self.guard()
 
     def _start_flusher(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -635,6 +673,8 @@ class Bank:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
         if self._rewriting is not None:
             raise Conflict(f"a rewrite of bank {self.name} is already running")
+        if self.guard is not None:
+            self.guard()
         done = self._rewriting = asyncio.Event()
         try:
             await self._drain_commits()  # every acknowledged line is in the file being read
@@ -658,7 +698,7 @@ class Bank:
         self, plan: Callable[[list[Memory]], list[Memory]], drop_damaged: bool
     ) -> tuple[Rewrite, dict[str, Memory], files.UnsyncedChange | None]:
         path = self.path / MEMORIES_FILE
-        records, damage = read_all(path)
+        records, damage = read_all(path, within=self.root)
         if damage and not drop_damaged:
             raise Conflict(
                 f"bank {self.name} has {len(damage)} damaged line(s) in {MEMORIES_FILE} "
@@ -676,10 +716,10 @@ class Bank:
                     "left as it was"
                 )
 
-        before = path.stat().st_size if path.exists() else 0
+        before = path.lstat().st_size if os.path.lexists(path) else 0
         unsynced = None
         try:
-            files.replace_with(path, lines_of(planned), check)
+            files.replace_with(path, lines_of(planned), check, within=self.root)
         except files.UnsyncedChange as exc:
             unsynced = exc
         after = path.stat().st_size
@@ -732,6 +772,8 @@ class Bank:
     ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
         the rule exists afterwards (`expected_revision`: see `RuleFiles.set`)."""
+        if self.guard is not None:
+            self.guard()
         return await self._rules.set(
             name, content, refusal=self._frozen, expected_revision=expected_revision
         )
@@ -786,11 +828,12 @@ def _consume_exception(future: asyncio.Future[None]) -> None:
 
 # (inode, size, mtime_ns) of a file, or None when it is missing: what `disk_changed` compares.
 _Stamp = tuple[int, int, int]
+Guard = Callable[[], None]
 
 
 def _stat_stamp(path: Path) -> _Stamp | None:
     try:
-        stat = os.stat(path)
+        stat = os.lstat(path)
     except OSError:
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns

@@ -3,6 +3,17 @@
 Every `OSError` becomes `StorageError` here, chained, naming the path. Appends are fsynced by the
 caller's choice of `AppendLog.sync()`; whole-file writes are atomic (temp file, fsync, rename, fsync
 the directory) so a reader sees the old file or the new one, never half of either.
+
+Nothing planted in the data dir is ever followed: data files are opened with `O_NOFOLLOW`, the
+folders between the data dir (`within`) and a file are checked with `lstat`, temp files get a random
+name and `O_EXCL`, and a symbolic link where a file or folder of ours should be is refused as
+`storage` ("a planted link"), so no write, read or delete reaches outside the data dir through one.
+The data dir is locked on the directory itself (a deleted `.lock` fools nobody), and the holder
+re-checks its lock before every write (`DataDirLock.verify`).
+
+Past 500 lines on purpose: every byte the worker writes goes through here (appends, atomic
+replaces, the directory lock, no-follow opens); one module keeps one set of durability and
+no-link rules.
 """
 
 from __future__ import annotations
@@ -12,8 +23,10 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -26,11 +39,18 @@ __all__ = [
     "UnsyncedChange",
     "append_unsynced",
     "atomic_write",
+    "check_folders",
     "describe",
+    "find_links",
     "fsync_dir",
+    "is_link",
+    "is_real_dir",
+    "is_transient",
     "iter_lines",
     "move_to_trash",
+    "planted",
     "probe_writable",
+    "read_private",
     "read_text",
     "remove_file",
     "remove_replacements",
@@ -44,8 +64,80 @@ _LOCK_POLL_S = 0.02
 
 
 def _storage(action: str, path: Path | str, exc: OSError) -> StorageError:
+    if exc.errno == errno.ELOOP:
+        return planted(path)
     reason = exc.strerror or exc.__class__.__name__
     return StorageError(f"cannot {action} {path}: {reason}")
+
+
+def planted(path: Path | str) -> StorageError:
+    return StorageError(
+        f"refusing to follow the symbolic link {path}: nothing inside the data dir may be a link "
+        "(remove it, or put the real file or folder there)"
+    )
+
+
+_TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """A failure that says nothing about the files (the process or the system ran out of file
+    descriptors or memory): retry later, never mark anything broken or damaged for it."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError) and exc.errno in _TRANSIENT:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def is_link(path: Path) -> bool:
+    """Whether `path` itself is a symbolic link (never followed)."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_real_dir(path: Path) -> bool:
+    """A directory, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_folders(folder: Path, within: Path | None) -> None:
+    """Refuse (`storage`) when `folder`, or a folder between `within` (exclusive) and it, is a
+    symbolic link: a write or read through it would land outside the data dir. `within` None
+    checks `folder` alone."""
+    current = folder
+    while within is None or current != within:
+        if is_link(current):
+            raise planted(current)
+        if within is None or current.parent == current:
+            return
+        current = current.parent
+
+
+def find_links(root: Path) -> list[str]:
+    """Every symbolic link where the worker keeps data (the data dir's entries, each bank folder's
+    and its `rules/`), relative to `root`: what doctor reports as planted."""
+    found: list[str] = []
+
+    def scan(folder: Path, prefix: str, depth: int) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if entry.is_symlink():
+                found.append(f"{prefix}{entry.name}")
+            elif depth > 0 and entry.is_dir(follow_symlinks=False) and entry.name != ".trash":
+                scan(Path(entry.path), f"{prefix}{entry.name}/", depth - 1)
+
+    scan(root, "", 2)
+    return found
 
 
 class UnsyncedChange(StorageError):
@@ -97,33 +189,50 @@ def probe_writable(root: Path, *, create: bool = True) -> None:
         raise StorageError(f"data_dir {root} is not writable: {exc.strerror or exc}") from exc
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` through a synced temp file `.<name>.tmp` and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
+# A temp file of `atomic_write`: `.<name>.<8 hex>.tmp` (random, created with O_EXCL), or the
+# `.<name>.tmp` older versions used; leftovers of a crash are reported at load and removed by the
+# next write of the same file.
+_TEMP = re.compile(r"^\.(?P<name>.+?)(?:\.[0-9a-f]{8})?\.tmp$")
+
+
+def atomic_write(path: Path, data: bytes, *, within: Path | None = None, mode: int = 0o644) -> None:
+    """Replace `path` with `data` through a synced temp file (random name, `O_EXCL`, never through
+    a link) and a rename; the folders between `within` and `path` must not be links."""
+    check_folders(path.parent, within)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         try:
             _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces a link planted at `path` itself, never its target
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise _storage("write", path, exc) from exc
+    _remove_leftovers(path)
     _sync_landed(path.parent)
 
 
 REPLACEMENT_SUFFIX = ".replacing"  # `.<name>.<random>.replacing`: a rewrite not yet in place
 
 
-def replace_with(path: Path, chunks: Iterable[bytes], check: Callable[[Path], None]) -> None:
+def replace_with(
+    path: Path,
+    chunks: Iterable[bytes],
+    check: Callable[[Path], None],
+    *,
+    within: Path | None = None,
+) -> None:
     """Replace `path` with the concatenation of `chunks`, crash-safely: written to a new file
     beside it (exclusive, random name), fsynced, `check`ed (it raises to abort), renamed over
     `path`, and the folder fsynced. A crash at any point leaves the old file or the new one at
     `path`, never a mix; an aborted or interrupted attempt leaves at most a temp file that
-    `remove_replacements` clears. Past the rename a failed folder sync is `UnsyncedChange`."""
+    `remove_replacements` clears. Past the rename a failed folder sync is `UnsyncedChange`. The
+    folders between `within` and `path` must not be links."""
+    check_folders(path.parent, within)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{REPLACEMENT_SUFFIX}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -161,17 +270,54 @@ def remove_replacements(path: Path) -> list[str]:
     return removed
 
 
-def read_text(path: Path) -> str:
-    """The file's text exactly as written: no newline translation (`\r\n` stays `\r\n`)."""
+def _remove_leftovers(path: Path) -> None:
+    """Temp files an interrupted write of `path` left behind (best effort; unlink never follows)."""
     try:
-        with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        match = _TEMP.match(name)
+        if match is not None and match["name"] == path.name:
+            with contextlib.suppress(OSError):
+                os.unlink(path.parent / name)
+
+
+def _open_nofollow(path: Path, flags: int, within: Path | None, mode: int = 0o644) -> int:
+    check_folders(path.parent, within)
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def read_text(path: Path, *, within: Path | None = None) -> str:
+    """The file's text exactly as written: no newline translation (`\r\n` stays `\r\n`). A link
+    is refused, as are folders between `within` and the file that are links."""
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY, within)
+        with open(fd, encoding="utf-8", errors="replace", newline="") as handle:
             return handle.read()
     except OSError as exc:
         raise _storage("read", path, exc) from exc
 
 
-def remove_file(path: Path) -> bool:
-    """Remove `path`; False when it did not exist."""
+def read_private(path: Path) -> bytes | None:
+    """The bytes of an owner-only file (a secret such as the server token): None when it is
+    missing, a link, not a regular file, not ours, or readable by anyone else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        private = stat.S_ISREG(info.st_mode) and not info.st_mode & 0o077
+        if not private or info.st_uid != os.geteuid():
+            return None
+        return handle.read()
+
+
+def remove_file(path: Path, *, within: Path | None = None) -> bool:
+    """Remove `path` (a link planted there is removed itself, never its target); False when it did
+    not exist. The folders between `within` and it must not be links."""
+    check_folders(path.parent, within)
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -183,12 +329,16 @@ def remove_file(path: Path) -> bool:
 
 
 def move_to_trash(folder: Path, trash_root: Path, stem: str) -> Path:
-    """Rename `folder` to `trash_root/<stem>` (suffixed when taken); nothing is ever deleted."""
+    """Rename `folder` to `trash_root/<stem>` (suffixed when taken); nothing is ever deleted. A
+    `trash_root` that is a link is refused: the bank would move outside the data dir."""
+    check_folders(folder, None)
+    check_folders(trash_root, None)
     try:
         trash_root.mkdir(exist_ok=True)
+        check_folders(trash_root, None)  # planted between the check and the mkdir
         target = trash_root / stem
         suffix = 1
-        while target.exists():
+        while os.path.lexists(target):
             target = trash_root / f"{stem}-{suffix}"
             suffix += 1
         os.rename(folder, target)
@@ -199,11 +349,11 @@ def move_to_trash(folder: Path, trash_root: Path, stem: str) -> Path:
     return target
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+def iter_lines(path: Path, *, within: Path | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """Yield `(line_number, line, complete)` for each non-empty line; `complete` is False only for a
-    last line with no trailing newline (possibly torn by a crash mid-write)."""
+    last line with no trailing newline (possibly torn by a crash mid-write). A link is refused."""
     try:
-        handle = path.open("rb")
+        handle = open(_open_nofollow(path, os.O_RDONLY, within), "rb")  # noqa: SIM115
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -219,16 +369,17 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
             raise _storage("read", path, exc) from exc
 
 
-def append_unsynced(path: Path, data: bytes) -> None:
+def append_unsynced(path: Path, data: bytes, *, within: Path | None = None) -> None:
     """Append derived data (rebuildable, so not fsynced), starting on a line of its own."""
     try:
-        with path.open("ab+") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            if size:
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":
-                    data = b"\n" + data
-            handle.write(data)
+        fd = _open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, within)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _storage("append to", path, exc) from exc
 
@@ -243,10 +394,12 @@ def _write_all(fd: int, data: bytes) -> None:
 class AppendLog:
     """An append-only file: `write()` adds bytes at the end, `sync()` makes them durable, and
     `truncate()` cuts back to a durable size after a failure, so a later write is never glued onto
-    a torn or unsynced tail. Reopened automatically when the file was replaced by hand."""
+    a torn or unsynced tail. Reopened automatically when the file was replaced by hand; never
+    opened through a link (`within`: the data dir, down from which no folder may be a link)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, within: Path | None = None) -> None:
         self.path = path
+        self.within = within
         self._fd: int | None = None
         self._inode: int | None = None
         self.size = 0
@@ -256,40 +409,36 @@ class AppendLog:
     def _open(self) -> int:
         if self._fd is not None:
             try:
-                current = os.stat(self.path).st_ino
+                current = os.lstat(self.path).st_ino
             except FileNotFoundError:
                 current = None
             if current == self._inode:
                 return self._fd
             self.close()  # replaced or removed behind our back: follow the path, not the inode
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            stat = os.fstat(fd)
-            size = stat.st_size
+            fd = _open_nofollow(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, self.within)
+            stat_ = os.fstat(fd)
+            size = stat_.st_size
         except OSError as exc:
             raise _storage("open", self.path, exc) from exc
         try:
             if size == 0:
                 fsync_dir(self.path.parent)
-            needs_newline = size > 0 and not self._ends_with_newline(size)
+            needs_newline = size > 0 and not self._ends_with_newline(fd, size)
         except StorageError:
             # Not kept open: the next open tries again, so no line is ever acknowledged in a file
             # whose directory entry may not survive a power loss, or glued onto a torn line.
             with contextlib.suppress(OSError):
                 os.close(fd)
             raise
-        self._fd, self._inode = fd, stat.st_ino
+        self._fd, self._inode = fd, stat_.st_ino
         self.size = self.synced_size = size
         self._needs_newline = needs_newline
         return fd
 
-    def _ends_with_newline(self, size: int) -> bool:
+    def _ends_with_newline(self, fd: int, size: int) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                return os.pread(fd, 1, size - 1) == b"\n"
-            finally:
-                os.close(fd)
+            return os.pread(fd, 1, size - 1) == b"\n"
         except OSError as exc:
             raise _storage("read", self.path, exc) from exc
 
@@ -341,64 +490,116 @@ class AppendLog:
         self._fd = self._inode = None
 
 
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
 class DataDirLock:
-    """One writer per data dir: an exclusive `flock` on `<root>/.lock`, which also records who holds
-    it so a refused process can name the holder."""
+    """One writer per data dir: an exclusive `flock` on the data dir itself (a deleted or replaced
+    `.lock` cannot fool it) and on `<root>/.lock` (what versions before it lock), which also
+    records who holds it so a refused process can name the holder.
+
+    `verify()` (before every write) refuses once the lock is no longer what was taken: `.lock`
+    deleted or replaced, or the data dir itself moved or replaced. Another process could then be
+    writing the same files, so this one stops writing until it is restarted."""
 
     def __init__(self, root: Path, holder: dict[str, object]) -> None:
+        self.root = root
         self.path = root / LOCK_NAME
         self.holder = holder
         self._fd: int | None = None
+        self._dir_fd: int | None = None
+        self._ids: tuple[tuple[int, int], tuple[int, int]] | None = None
+        self._lost: str | None = None
 
     def acquire(self, wait_s: float = 0.0) -> None:
         """Take the lock, waiting up to `wait_s` for a short-lived CLI holder; a long-running
         holder (a served worker) is refused at once."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            dir_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            raise _storage("open", self.path, exc) from exc
-        deadline = time.monotonic() + wait_s
+            raise _storage("open", self.root, exc) from exc
+        fd = -1
+        try:
+            try:
+                fd = os.open(
+                    self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+                )
+            except OSError as exc:
+                raise _storage("open", self.path, exc) from exc
+            deadline = time.monotonic() + wait_s
+            self._wait_for(dir_fd, self.root, deadline)
+            self._wait_for(fd, self.path, deadline)  # what a worker of an older version locks
+            record = json.dumps(self.holder).encode()
+            try:
+                os.pwrite(fd, record, 0)  # write first, then cut: the record is never seen empty
+                os.ftruncate(fd, len(record))
+            except OSError as exc:
+                raise _storage("write", self.path, exc) from exc
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            os.close(dir_fd)  # closing drops the flocks
+            raise
+        self._fd, self._dir_fd = fd, dir_fd
+        self._ids = (_identity(os.fstat(dir_fd)), _identity(os.fstat(fd)))
+        self._lost = None
+
+    def _wait_for(self, fd: int, what: Path, deadline: float) -> None:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise _storage("lock", self.path, exc) from exc
-                holder = self.read_holder()
-                # An empty record is a holder still writing its name (or just releasing): wait.
-                short_lived = not holder or holder.get("kind") == "cli"
-                if short_lived and time.monotonic() < deadline:
-                    time.sleep(_LOCK_POLL_S)
-                    continue
-                os.close(fd)
-                raise Conflict(
-                    f"data dir {self.path.parent} is in use by {describe(holder)}"
-                ) from None
-        record = json.dumps(self.holder).encode()
-        try:
-            os.pwrite(fd, record, 0)  # write first, then cut: the record is never seen empty
-            os.ftruncate(fd, len(record))
-        except OSError as exc:
-            os.close(fd)
-            raise _storage("write", self.path, exc) from exc
-        self._fd = fd
+                    raise _storage("lock", what, exc) from exc
+            holder = self.read_holder()
+            # An empty record is a holder still writing its name (or just releasing): wait.
+            short_lived = not holder or holder.get("kind") == "cli"
+            if short_lived and time.monotonic() < deadline:
+                time.sleep(_LOCK_POLL_S)
+                continue
+            raise Conflict(f"data dir {self.root} is in use by {describe(holder)}") from None
+
+    def verify(self) -> None:
+        """Raise `StorageError` when this process no longer holds what it locked (see the class).
+        Two `lstat`s; once lost, the lock stays lost."""
+        if self._lost is None and self._ids is not None:
+            try:
+                now = (_identity(os.stat(self.root)), _identity(os.lstat(self.path)))
+            except OSError as exc:
+                now = None
+                reason = f"{exc.filename or self.path}: {exc.strerror or exc}"
+            else:
+                reason = f"{self.path} or {self.root} was replaced"
+            if now != self._ids:
+                self._lost = (
+                    f"the data dir lock is gone ({reason}); another process may be writing this "
+                    "data dir, so this one refuses writes until it is restarted"
+                )
+        if self._lost is not None:
+            raise StorageError(self._lost)
 
     def read_holder(self) -> dict[str, object]:
         try:
-            raw = self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with open(fd, "rb") as handle:
+                raw = handle.read(64 * 1024)
             value = json.loads(raw) if raw else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return {}
         return value if isinstance(value, dict) else {}
 
     def release(self) -> None:
         if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
+            if self._lost is None:  # a `.lock` that is not ours any more is left alone
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, 0)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
 
 def describe(holder: dict[str, object]) -> str:

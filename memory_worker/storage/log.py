@@ -85,13 +85,31 @@ def _sealed(body: bytes) -> bytes:
     return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
 
 
+def _readable(record: Memory) -> bytes:
+    """`record`'s line, once replay is known to read it back: a record built with `model_copy`
+    skips validation, and a line replay refuses would be an acknowledged write lost at the next
+    boot. Raises `ValueError` (the commit answers `storage` and writes nothing)."""
+    line = record.to_line()
+    try:
+        Memory.model_validate_json(line)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        raise ValueError(
+            f"refusing to write memory {record.id}: replay could not read it back "
+            f"({where}: {first['msg']})"
+        ) from None
+    return line
+
+
 def encode(records: Sequence[Memory]) -> bytes:
+    """The lines of one commit; every record is checked to replay before anything is written."""
     if len(records) == 1:
-        return _sealed(records[0].to_line())
+        return _sealed(_readable(records[0]))
     nonce = f"{_NONCE}{next(_batches):x}"
     size = len(records)
     return b"".join(
-        _sealed(record.to_line()[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
+        _sealed(_readable(record)[:-1] + b',"batch":"%s:%d:%d"}' % (nonce.encode(), index, size))
         for index, record in enumerate(records)
     )
 
@@ -126,10 +144,11 @@ def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
         return None
 
 
-def replay(path: Path) -> tuple[dict[str, Memory], list[Damage]]:
-    """The records `path` holds (last wins by id and revision) and what was skipped on the way."""
+def replay(path: Path, *, within: Path | None = None) -> tuple[dict[str, Memory], list[Damage]]:
+    """The records `path` holds (last wins by id and revision) and what was skipped on the way.
+    A link planted in its place is reported and not read (writes to it are refused too)."""
     damage: list[Damage] = []
-    return replayed(_intact(path, damage)), damage
+    return replayed(_intact(path, damage, within=within)), damage
 
 
 def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
@@ -142,10 +161,10 @@ def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
     return memories
 
 
-def read_all(path: Path) -> tuple[list[Memory], list[Damage]]:
+def read_all(path: Path, *, within: Path | None = None) -> tuple[list[Memory], list[Damage]]:
     """Every intact record of `path` in log order, and what was skipped."""
     damage: list[Damage] = []
-    return list(_intact(path, damage)), damage
+    return list(_intact(path, damage, within=within)), damage
 
 
 def lines_of(records: Iterable[Memory]) -> Iterator[bytes]:
@@ -155,24 +174,33 @@ def lines_of(records: Iterable[Memory]) -> Iterator[bytes]:
         yield _sealed(record.to_line())
 
 
-def history(path: Path, memory_id: str) -> list[Memory]:
+def history(path: Path, memory_id: str, *, within: Path | None = None) -> list[Memory]:
     """Every intact record of `memory_id` in log order: its revisions, oldest first. Lines that
     cannot hold it (no id, no batch tag) are passed over without being parsed."""
-    needle = memory_id.encode()
+    needle = memory_id.encode("utf-8", "surrogatepass")
     return [
         record
-        for record in _intact(path, [], keep=lambda line: needle in line or _BATCH_KEY in line)
+        for record in _intact(
+            path, [], keep=lambda line: needle in line or _BATCH_KEY in line, within=within
+        )
         if record.id == memory_id
     ]
 
 
 def _intact(
-    path: Path, damage: list[Damage], keep: Callable[[bytes], bool] | None = None
+    path: Path,
+    damage: list[Damage],
+    keep: Callable[[bytes], bool] | None = None,
+    within: Path | None = None,
 ) -> Iterator[Memory]:
     """The records of `path` in log order, skipping (and noting in `damage`) what is torn or
-    corrupt and every record of a multi-record write that did not land whole."""
+    corrupt and every record of a multi-record write that did not land whole. A link planted in
+    the log's place is reported and never read."""
+    if files.is_link(path):
+        damage.append(Damage(MEMORIES_FILE, files.planted(path).message))
+        return
     batch: _OpenBatch | None = None
-    for number, line, complete in files.iter_lines(path):
+    for number, line, complete in files.iter_lines(path, within=within):
         if keep is not None and not keep(line):
             continue
         try:

@@ -2,7 +2,8 @@
 
 RAM follows the disk, never the other way round: after every write or removal (failed ones too —
 a rename may have landed whose directory sync did not) the rule is re-read from its file, so a
-reboot changes nothing a caller was told.
+reboot changes nothing a caller was told. A link (the `rules/` folder, or a rule file) is never
+followed: reported at load, refused on write, so no rule reads or replaces a file elsewhere.
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def _mtime_ms(path: Path) -> int:
 class RuleFiles:
     """The rules of one bank, by name."""
 
-    def __init__(self, bank: str, folder: Path, warnings: DurabilityWarnings) -> None:
+    def __init__(
+        self, bank: str, folder: Path, warnings: DurabilityWarnings, *, within: Path | None = None
+    ) -> None:
         self._bank = bank
         self._folder = folder
+        self._within = within  # the data dir: no folder from it down to a rule may be a link
         self._warnings = warnings
         self._rules: dict[str, Rule] = {}
         self._lock = asyncio.Lock()
@@ -58,12 +62,21 @@ class RuleFiles:
     def load(self) -> list[Damage]:
         """Read every rule file (blocking); returns what was skipped."""
         damage: list[Damage] = []
+        folder = self._folder
+        if files.is_link(folder):
+            return [Damage(RULES_DIR, f"{files.planted(folder).message}; no rule was read")]
         try:
-            folder = self._folder
             entries = sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []
         except OSError as exc:
+            if files.is_transient(exc):
+                raise
             return [Damage(RULES_DIR, f"unreadable: {exc.strerror or exc}")]
         for entry in entries:
+            if entry.is_symlink():
+                if entry.name.endswith(_SUFFIX) or entry.name.startswith("."):
+                    reason = f"{files.planted(entry.path).message}; not read as a rule"
+                    damage.append(Damage(f"{RULES_DIR}/{entry.name}", reason))
+                continue
             if entry.name.startswith("."):
                 if entry.name.endswith(".tmp"):
                     damage.append(
@@ -74,12 +87,14 @@ class RuleFiles:
                         )
                     )
                 continue
-            if not entry.name.endswith(_SUFFIX) or not entry.is_file():
+            if not entry.name.endswith(_SUFFIX) or not entry.is_file(follow_symlinks=False):
                 continue
             path = Path(entry.path)
             try:
-                content = files.read_text(path)
+                content = files.read_text(path, within=self._within)
             except StorageError as exc:
+                if files.is_transient(exc):
+                    raise  # out of descriptors: the load fails (and is retried), no rule lost
                 damage.append(Damage(f"{RULES_DIR}/{entry.name}", exc.message))
                 continue
             name = entry.name[: -len(_SUFFIX)]
@@ -126,9 +141,10 @@ class RuleFiles:
             removing = not content.strip()
             try:
                 if removing:
-                    await asyncio.to_thread(files.remove_file, path)
+                    await asyncio.to_thread(files.remove_file, path, within=self._within)
                 else:
-                    await asyncio.to_thread(_write_rule, path, content.encode("utf-8"))
+                    data = content.encode("utf-8")
+                    await asyncio.to_thread(_write_rule, path, data, self._within)
             except files.UnsyncedChange as exc:
                 change = f"rule {name} {'removed' if removing else 'written'}"
                 self._warnings.note(self._bank, change, exc)
@@ -152,7 +168,7 @@ class RuleFiles:
 
     def _sync(self, name: str, path: Path) -> None:
         try:
-            content = files.read_text(path)
+            content = files.read_text(path, within=self._within)
         except StorageError:
             self._rules.pop(name, None)
             return
@@ -161,9 +177,9 @@ class RuleFiles:
     def on_disk(self) -> dict[str, str]:
         """The rules `load()` would read (same filter, unreadable files skipped alike): what a
         hand edit is detected against. Blocking."""
+        folder = self._folder
         try:
-            folder = self._folder
-            entries = list(os.scandir(folder)) if folder.is_dir() else []
+            entries = list(os.scandir(folder)) if files.is_real_dir(folder) else []
         except OSError:
             return {}
         found: dict[str, str] = {}
@@ -171,16 +187,18 @@ class RuleFiles:
             if entry.name.startswith(".") or not entry.name.endswith(_SUFFIX):
                 continue
             try:
-                if entry.is_file():
-                    found[entry.name[: -len(_SUFFIX)]] = files.read_text(Path(entry.path))
+                if entry.is_file(follow_symlinks=False):
+                    text = files.read_text(Path(entry.path), within=self._within)
+                    found[entry.name[: -len(_SUFFIX)]] = text
             except (OSError, StorageError):
                 continue
         return found
 
 
-def _write_rule(path: Path, data: bytes) -> None:
+def _write_rule(path: Path, data: bytes, within: Path | None) -> None:
+    files.check_folders(path.parent.parent, within)
     try:
         path.parent.mkdir(exist_ok=True)
     except OSError as exc:
         raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
-    files.atomic_write(path, data)
+    files.atomic_write(path, data, within=within)

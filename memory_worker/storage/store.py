@@ -2,12 +2,15 @@
 
 Opening is all-or-nothing about the directory: an unwritable data dir or one held by another process
 is fatal, never a silent RAM-only store. A single bank that fails to load is reported and skipped
-(reads and writes of it fail with `storage`), so one bad folder cannot take the others down.
+(reads and writes of it fail with `storage`), so one bad folder cannot take the others down — but a
+load that failed only for want of file descriptors (`EMFILE`/`ENFILE`, transient) never marks a
+bank broken: a reload keeps the bank RAM holds, and boot fails instead. A symbolic link in the
+data dir is never loaded as a bank (doctor lists it).
 
-A lazy store (`open(..., lazy=True)`: the one-shot CLI) lists the bank folders at open and replays
-a bank only when a call first names it, so appending one line to one bank of a hundred does not
-replay the other ninety-nine; `summary()` answers `memory::bank::list` from a bank's derived
-counts file when it still matches the log, without a replay.
+A lazy store (`open(..., lazy=True)`: one-shot commands) lists the bank folders at open and
+replays a bank only when a call first names it, so appending one line to one bank of a hundred
+does not replay the other ninety-nine; `summary()` answers `memory::bank::list` from a bank's
+derived counts file when it still matches the log, without a replay.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from pathlib import Path
 
 import structlog
 
-from memory_worker.core.errors import BankNotFound, StorageError
+from memory_worker.core.errors import BankNotFound, Conflict, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
-from memory_worker.storage.bank import Bank, BankSummary
+from memory_worker.storage.bank import Bank, BankSummary, Guard
 from memory_worker.storage.damage import DurabilityWarnings
 
 __all__ = ["TRASH_DIR", "BankSummary", "Store"]
@@ -43,12 +46,15 @@ def _trashed_names(root: Path) -> set[str]:
 
 
 def _folders(root: Path) -> list[str]:
-    """The bank folders under `root` (dot entries and plain files are not banks), sorted."""
+    """The bank folders under `root` (dot entries, plain files and links are not banks), sorted."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
         raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
-    return [e.name for e in entries if not e.name.startswith(".") and e.is_dir()]
+    # A link is never a bank (doctor lists it): following it would read and write elsewhere.
+    return [
+        e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+    ]
 
 
 def _load_one(
@@ -57,20 +63,25 @@ def _load_one(
     warnings: DurabilityWarnings,
     banks: dict[str, Bank],
     broken: dict[str, str],
+    guard: Guard | None = None,
 ) -> None:
     try:
         check_name(name, "bank folder")
-        banks[name] = Bank.load(name, root / name, warnings)
+        banks[name] = Bank.load(name, root / name, warnings, guard)
     except Exception as exc:  # one bad folder must not stop the others from loading
+        if files.is_transient(exc):
+            raise StorageError(f"cannot load bank {name}: {exc}") from exc
         broken[name] = str(exc)
         log.error("bank_load_failed", bank=name, error=str(exc))
 
 
-def _load_all(root: Path, warnings: DurabilityWarnings) -> tuple[dict[str, Bank], dict[str, str]]:
+def _load_all(
+    root: Path, warnings: DurabilityWarnings, guard: Guard | None = None
+) -> tuple[dict[str, Bank], dict[str, str]]:
     banks: dict[str, Bank] = {}
     broken: dict[str, str] = {}
     for name in _folders(root):
-        _load_one(root, name, warnings, banks, broken)
+        _load_one(root, name, warnings, banks, broken, guard)
     return banks, broken
 
 
@@ -94,6 +105,7 @@ class Store:
         # Changes that landed but whose directory sync failed (doctor `durability-warnings`).
         self.durability = durability if durability is not None else DurabilityWarnings()
         self._create_lock = asyncio.Lock()
+        self._trash_lock = asyncio.Lock()  # one bank delete at a time: a second one finds it gone
         self._trashed = _trashed_names(root)
 
     def __repr__(self) -> str:
@@ -125,7 +137,7 @@ class Store:
             if lazy:
                 unloaded = set(_folders(root))
             else:
-                banks, broken = _load_all(root, durability)
+                banks, broken = _load_all(root, durability, lock.verify)
         except BaseException:
             lock.release()
             raise
@@ -148,7 +160,13 @@ class Store:
         bank = self._banks.get(name)
         if bank is None and name in self._unloaded:
             self._unloaded.discard(name)
-            _load_one(self.root, name, self.durability, self._banks, self.broken)
+            try:
+                _load_one(
+                    self.root, name, self.durability, self._banks, self.broken, self._lock.verify
+                )
+            except StorageError:
+                self._unloaded.add(name)  # transient (out of descriptors): the next call retries
+                raise
             bank = self._banks.get(name)
         return bank
 
@@ -184,12 +202,22 @@ class Store:
             raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
         raise BankNotFound(name)
 
+    def verify_lock(self) -> None:
+        """Raise `StorageError` when this process no longer holds the data dir's lock."""
+        self._lock.verify()
+
     async def ensure(
-        self, name: str, description: str = "", *, revive: bool = True
+        self,
+        name: str,
+        description: str = "",
+        *,
+        revive: bool = True,
+        limit: int | None = None,
     ) -> tuple[Bank, bool]:
         """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing. `revive=False`:
         a bank that was deleted stays deleted (`bank_not_found`), decided under the same lock as
-        the creation, so a delete racing the caller cannot be undone by it."""
+        the creation, so a delete racing the caller cannot be undone by it. `limit`: how many
+        banks may exist; creating one more is a `conflict` (folders made by hand still load)."""
         check_name(name, "bank")
         async with self._create_lock:
             bank = self.find(name)
@@ -200,11 +228,23 @@ class Store:
             if name in self.broken:
                 raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
             path = self.root / name
-            if path.exists():  # created by hand since boot: load it rather than overwrite
-                bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
+            if files.is_link(path):
+                raise files.planted(path)
+            if os.path.lexists(path):  # created by hand since boot: load it, never overwrite
+                bank = await asyncio.to_thread(
+                    Bank.load, name, path, self.durability, self._lock.verify
+                )
                 self._banks[name] = bank
                 return bank, False
-            bank = await asyncio.to_thread(Bank.create, name, path, description, self.durability)
+            held = len(self._banks) + len(self._unloaded)  # a lazy store's unread ones count
+            if limit is not None and held >= limit:
+                raise Conflict(
+                    f"cannot create bank {name}: the data dir already holds {held} "
+                    f"banks and max_banks is {limit}; delete a bank or raise max_banks"
+                )
+            bank = await asyncio.to_thread(
+                Bank.create, name, path, description, self.durability, self._lock.verify
+            )
             self._banks[name] = bank
             return bank, True
 
@@ -220,8 +260,14 @@ class Store:
 
     async def trash(self, name: str, now_ms: int) -> Path:
         """Move the bank folder to `.trash/<name>-<ms>`: disk first, so a failed rename leaves the
-        bank usable."""
+        bank usable. Deletes run one at a time: a second delete of one bank waits for the first
+        and then finds no bank (`bank_not_found`), never a folder that already moved."""
+        async with self._trash_lock:
+            return await self._trash(name, now_ms)
+
+    async def _trash(self, name: str, now_ms: int) -> Path:
         bank = self.get(name)
+        self._lock.verify()
         bank.freeze("the bank was deleted")
         await bank.drain()
         try:
@@ -229,7 +275,7 @@ class Store:
                 files.move_to_trash, bank.path, self.root / TRASH_DIR, f"{name}-{now_ms}"
             )
         except StorageError as exc:
-            if bank.path.exists():  # not moved: the bank stays, usable
+            if not isinstance(exc, files.UnsyncedChange):  # not moved: the bank stays, usable
                 bank.unfreeze()
             else:  # moved, but its directory sync failed: RAM follows the disk, then report
                 self._banks.pop(name, None)
@@ -251,7 +297,9 @@ class Store:
             for bank in old:
                 await bank.drain()
             try:
-                banks, broken = await asyncio.to_thread(_load_all, self.root, self.durability)
+                banks, broken = await asyncio.to_thread(
+                    _load_all, self.root, self.durability, self._lock.verify
+                )
             except StorageError:
                 for bank in old:
                     bank.unfreeze()
@@ -271,8 +319,9 @@ class Store:
     async def reload_bank(self, name: str, *, force: bool = False) -> str:
         """Bring one bank in line with its folder (a hand edit, a folder added or removed by hand);
         the other banks are not touched. Returns "reloaded" | "added" | "removed" | "unchanged" |
-        "broken". Without `force`, a bank whose files say what RAM holds is left alone (and never
-        frozen, so writes to it do not fail meanwhile).
+        "broken" | "deferred" (a transient failure, such as no file descriptor left: RAM is kept
+        and nothing is marked broken; try again later). Without `force`, a bank whose files say
+        what RAM holds is left alone (and never frozen, so writes to it do not fail meanwhile).
 
         Same discipline as `reload()`: under the create lock, freeze, drain, load, swap, close. A
         folder that fails to load goes to `broken` and its old bank is dropped and closed, as a
@@ -288,20 +337,26 @@ class Store:
             if bank.is_frozen():
                 return "unchanged"  # a trash in progress owns it: it drops the bank itself
             await bank.drain()
-            present = (self.root / name).is_dir()
+            present = files.is_real_dir(self.root / name)
             if present and not force and not bank.disk_changed():
                 return "unchanged"
             bank.freeze("the bank is reloading; retry")
             await bank.drain()
-            if not (self.root / name).is_dir():
+            if not files.is_real_dir(self.root / name):
                 del self._banks[name]
                 self._trashed = _trashed_names(self.root)
                 bank.close()
                 log.info("bank_folder_removed", bank=name)
                 return "removed"
             try:
-                fresh = await asyncio.to_thread(Bank.load, name, self.root / name, self.durability)
+                fresh = await asyncio.to_thread(
+                    Bank.load, name, self.root / name, self.durability, self._lock.verify
+                )
             except Exception as exc:  # as at boot: the folder is reported, the others go on
+                if files.is_transient(exc):  # out of descriptors: keep serving what RAM holds
+                    bank.unfreeze()
+                    log.warning("bank_reload_deferred", bank=name, error=str(exc))
+                    return "deferred"
                 del self._banks[name]
                 self.broken[name] = str(exc)
                 bank.close()
@@ -314,11 +369,16 @@ class Store:
     async def _load_appeared(self, name: str) -> str:
         """A name not in RAM: load its folder if one is there now (caller holds the create lock)."""
         path = self.root / name
-        if not path.is_dir():
+        if not files.is_real_dir(path):  # gone, or a link (never loaded: doctor lists it)
             return "removed" if self.broken.pop(name, None) is not None else "unchanged"
         try:
-            bank = await asyncio.to_thread(Bank.load, name, path, self.durability)
+            bank = await asyncio.to_thread(
+                Bank.load, name, path, self.durability, self._lock.verify
+            )
         except Exception as exc:
+            if files.is_transient(exc):
+                log.warning("bank_reload_deferred", bank=name, error=str(exc))
+                return "deferred"
             self.broken[name] = str(exc)
             log.error("bank_load_failed", bank=name, error=str(exc))
             return "broken"

@@ -65,11 +65,11 @@ def _decode(line: bytes) -> VectorRecord | None:
         return None
 
 
-def load_vectors(path: Path) -> tuple[dict[str, VectorRecord], int]:
+def load_vectors(path: Path, within: Path | None = None) -> tuple[dict[str, VectorRecord], int]:
     """Last-wins records by id, and how many lines were unreadable."""
     out: dict[str, VectorRecord] = {}
     skipped = 0
-    for _, line, _ in files.iter_lines(path):
+    for _, line, _ in files.iter_lines(path, within=within):
         record = _decode(line)
         if record is None:
             skipped += 1
@@ -78,5 +78,6 @@ def load_vectors(path: Path) -> tuple[dict[str, VectorRecord], int]:
     return out, skipped
 
 
-def append_vectors(path: Path, records: Iterable[VectorRecord]) -> None:
-    files.append_unsynced(path, b"".join(record.to_line() for record in records))
+def append_vectors(path: Path, records: Iterable[VectorRecord], within: Path | None = None) -> None:
+    data = b"".join(record.to_line() for record in records)
+    files.append_unsynced(path, data, within=within)

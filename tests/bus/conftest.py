@@ -186,3 +186,103 @@ def _spawn(engine: EngineDouble, tmp_path: Path) -> Iterator[Any]:
     finally:
         for worker in started:
             worker.kill()
+
+
+CONSOLIDATE_READY_PREFIX = "memory-consolidate connected to "
+
+
+class ConsolidateProcess:
+    """One `memory-consolidate serve --engine` process (the sibling), backstop off unless asked:
+    the test fires `cron` itself. `restart()` keeps its arguments; `kill()` is SIGKILL."""
+
+    def __init__(self, engine: EngineDouble, log_path: Path, args: tuple[str, ...] = ()) -> None:
+        self.engine = engine
+        self.log_path = log_path
+        self.args = args
+        self.env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+        self.env.update({"OTEL_ENABLED": "false"})
+        self.env.setdefault("HOME", str(log_path.parent))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> ConsolidateProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "memory_worker.adapters.consolidate.cli",
+            "--log-level",
+            "debug",
+            "serve",
+            "--engine",
+            self.engine.url,
+            "--backstop-s",
+            "0",
+            *self.args,
+        ]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log, env=self.env, bufsize=0
+            )
+        self.starts += 1
+        try:
+            line = read_line(self.proc, time.monotonic() + START_TIMEOUT_S)
+            assert line.startswith(CONSOLIDATE_READY_PREFIX), line
+            self.engine.wait_binding(
+                "configuration", "memory-consolidate::on-config-change", timeout=START_TIMEOUT_S
+            )
+            self.engine.wait_function(
+                "memory-consolidate::run", min_count=self.starts, timeout=START_TIMEOUT_S
+            )
+        except BaseException:
+            self.kill()
+            raise AssertionError(f"memory-consolidate did not start; log:\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == name:
+                    out.append(event)
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        proc = self.proc
+        assert proc is not None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        try:
+            return proc.wait(timeout=EXIT_TIMEOUT_S)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=EXIT_TIMEOUT_S)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.fixture(name="spawn_consolidate")
+def _spawn_consolidate(engine: EngineDouble, tmp_path: Path) -> Iterator[Any]:
+    """`spawn_consolidate(args=...)` starts memory-consolidate on this test's engine."""
+    started: list[ConsolidateProcess] = []
+
+    def spawn(args: tuple[str, ...] = ()) -> ConsolidateProcess:
+        process = ConsolidateProcess(engine, tmp_path / f"consolidate{len(started)}.log", args)
+        started.append(process)
+        return process.start()
+
+    try:
+        yield spawn
+    finally:
+        for process in started:
+            process.kill()

@@ -23,7 +23,11 @@ of §5.3 over the message catalogue of §2.3 and the invocation and trigger sema
 - engine builtins ``engine::workers::register|list``, ``engine::functions::list|info``,
   ``engine::triggers::info`` and the configuration worker that real engines embed
   (``configuration::ensure|register|get|set|list|schema`` plus the engine-fanned-out
-  ``configuration`` trigger type, §6.4), with the real engine's error codes.
+  ``configuration`` trigger type, §6.4), with the real engine's error codes;
+- the ``cron`` trigger type (the iii-cron worker's): bindings ``{expression,
+  condition_function_id?}`` are validated (6 or 7 fields) and fired by the TEST with
+  ``fire_cron()``, never by a clock, with the cron worker's payload ``{trigger, job_id,
+  scheduled_time, actual_time}``.
 
 The server runs its own asyncio loop in a daemon thread, so synchronous tests and SDK clients
 (each with its own loop thread) can all use it. Engine state is mutated on that loop under a
@@ -44,6 +48,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -53,7 +58,8 @@ JSON = dict[str, Any]
 T = TypeVar("T")
 
 #: Trigger types the engine itself provides and fans out (bindings never go to a worker).
-ENGINE_TRIGGER_TYPES = frozenset({"configuration"})
+ENGINE_TRIGGER_TYPES = frozenset({"configuration", "cron"})
+CRON_CONFIG_KEYS = frozenset({"expression", "condition_function_id"})
 QUEUE_ENQUEUE = "engine::queue::enqueue"
 WORKERS_REGISTER = "engine::workers::register"
 DEFAULT_NAMESPACE = "default"
@@ -336,6 +342,19 @@ class ConfigStore:
         return copy.deepcopy({key: val for key, val in entry.items() if key != "value"})
 
 
+def cron_config_error(config: Any) -> str | None:
+    """Why the cron worker would refuse a binding config, or None (6- or 7-field expressions)."""
+    if not isinstance(config, dict):
+        return "cron binding config must be an object"
+    unknown = sorted(set(config) - CRON_CONFIG_KEYS)
+    if unknown:
+        return f"unknown cron config keys {unknown}"
+    expression = config.get("expression")
+    if not isinstance(expression, str) or len(expression.split()) not in (6, 7):
+        return f"expression must be a 6- or 7-field cron expression, got {expression!r}"
+    return None
+
+
 def _config_binding_matches(config: Any, event: JSON) -> bool:
     config = config if isinstance(config, dict) else {}
     wanted_id = config.get("configuration_id")
@@ -417,7 +436,7 @@ class EngineDouble:
     ``wait_function``, ``registration_count``, ``bindings``, ``wait_binding``, ``rejections``,
     ``wait_rejection``, ``workers``, ``wait_worker``, ``connection_count``, ``wait_frame``,
     ``drop_connections``, ``drop_worker``, ``set_delay``, ``set_config``, ``config_value``,
-    ``errors``.
+    ``fire_cron``, ``errors``.
     """
 
     def __init__(
@@ -446,6 +465,8 @@ class EngineDouble:
         self._workers: list[JSON] = []
         self._rejections: list[JSON] = []
         self._errors: list[str] = []
+        #: invocations the engine itself sends (cron firings): invocation id → its answer
+        self._engine_calls: dict[str, asyncio.Future[JSON]] = {}
         self.config = ConfigStore()
         self._builtins: dict[str, Callable[[_Conn, JSON, list[JSON]], Any]] = {
             WORKERS_REGISTER: lambda _c, _d, _e: None,  # handled by `_on_worker_announce`
@@ -771,6 +792,23 @@ class EngineDouble:
 
     async def _on_register_trigger(self, conn: _Conn, msg: JSON) -> None:
         binding = _Binding(msg=copy.deepcopy(msg), owner=conn)
+        refusal = cron_config_error(msg.get("config")) if binding.trigger_type == "cron" else None
+        if refusal is not None:
+            error = {"code": "trigger_registration_failed", "message": refusal}
+            with self._cond:
+                binding.state, binding.error = "rejected", error
+                self._bindings[str(msg.get("id"))] = binding
+                self._rejections.append({**copy.deepcopy(msg), "error": error})
+                self._cond.notify_all()
+            result = {
+                "type": "triggerregistrationresult",
+                "id": msg.get("id"),
+                "trigger_type": binding.trigger_type,
+                "function_id": msg.get("function_id"),
+                "error": error,
+            }
+            await self._send(conn, result)
+            return
         with self._cond:
             self._bindings[str(msg.get("id"))] = binding
             if binding.trigger_type in ENGINE_TRIGGER_TYPES:
@@ -891,6 +929,11 @@ class EngineDouble:
         await self._send(owner[0], out)
 
     async def _on_invocation_result(self, conn: _Conn, msg: JSON) -> None:
+        engine_call = self._engine_calls.pop(str(msg.get("invocation_id")), None)
+        if engine_call is not None:
+            if not engine_call.done():
+                engine_call.set_result(copy.deepcopy(msg))
+            return
         with self._cond:
             pending = self._pending.pop(str(msg.get("invocation_id")), None)
         if pending is None:
@@ -1210,6 +1253,55 @@ class EngineDouble:
             await self._disconnect(conn)
         await asyncio.gather(*(c.ws.close(1012, "engine double restart") for c in conns))
         return len(conns)
+
+    def fire_cron(
+        self, function_id: str | None = None, *, wait: bool = True, timeout: float = 60
+    ) -> list[JSON]:
+        """Fire every live ``cron`` binding (of ``function_id`` when given) once, as the cron
+        worker does when its expression comes due: the bound function gets ``{trigger: "cron",
+        job_id, scheduled_time, actual_time}``. With ``wait`` each answer comes back as the
+        ``invocationresult`` message (``result`` or ``error``); without, the firing is void and
+        the list is empty. Raises when no such binding is live."""
+        return self._call(self._fire_cron(function_id, wait), timeout=timeout)
+
+    async def _fire_cron(self, function_id: str | None, wait: bool) -> list[JSON]:
+        with self._cond:
+            targets = [
+                (
+                    b,
+                    self._functions.get(
+                        (b.msg.get("namespace") or DEFAULT_NAMESPACE, str(b.msg.get("function_id")))
+                    ),
+                )
+                for b in self._bindings.values()
+                if b.trigger_type == "cron"
+                and b.state == "active"
+                and function_id in (None, b.msg.get("function_id"))
+            ]
+        live = [(b, owner) for b, owner in targets if owner is not None]
+        if not live:
+            raise RuntimeError(f"engine double: no live cron binding for {function_id}")
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+        waiting: list[asyncio.Future[JSON]] = []
+        for binding, owner in live:
+            out: JSON = {
+                "type": "invokefunction",
+                "function_id": binding.msg.get("function_id"),
+                "data": {
+                    "trigger": "cron",
+                    "job_id": binding.msg.get("id"),
+                    "scheduled_time": stamp,
+                    "actual_time": stamp,
+                },
+            }
+            if wait:
+                invocation_id = str(uuid.uuid4())
+                out["invocation_id"] = invocation_id
+                future: asyncio.Future[JSON] = asyncio.get_running_loop().create_future()
+                self._engine_calls[invocation_id] = future
+                waiting.append(future)
+            await self._send(owner[0], out)
+        return list(await asyncio.gather(*waiting))
 
     def set_delay(self, function_id: str, seconds: float) -> None:
         """Hold invocations of ``function_id`` this long before forwarding them (0 clears)."""

@@ -919,10 +919,24 @@ class FakeState(SdkWorker):
     prefix = "state"
 
     def __init__(self, url: str, **kwargs: Any) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self.data: dict[str, dict[str, Any]] = {}
         self.fail = False
         super().__init__(url, **kwargs)
+
+    def wait_value(
+        self, scope: str, key: str, predicate: Callable[[Any], bool] = bool, timeout: float = 10
+    ) -> Any:
+        """Wait until ``data[scope][key]`` satisfies ``predicate``; returns a copy of it."""
+
+        def ready() -> bool:
+            return predicate(self.data.get(scope, {}).get(key))
+
+        with self._lock:
+            if not self._lock.wait_for(ready, timeout):
+                found = self.data.get(scope, {}).get(key)
+                raise TimeoutError(f"state {scope}/{key} is {found!r} after {timeout}s")
+            return copy.deepcopy(self.data[scope][key])
 
     def _setup(self) -> None:
         register = self.client.register_function
@@ -946,6 +960,7 @@ class FakeState(SdkWorker):
             scope = self.data.setdefault(str(data["scope"]), {})
             old_value = scope.get(str(data["key"]))
             scope[str(data["key"])] = copy.deepcopy(data.get("value"))
+            self._lock.notify_all()
         return {"old_value": old_value, "new_value": data.get("value")}
 
     async def _delete(self, data: JSON) -> Any:

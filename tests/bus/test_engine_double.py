@@ -320,6 +320,40 @@ def test_binding_with_bad_config_is_rejected(
     )
 
 
+# ── cron (fired by the test) ──────────────────────────────────────────────────────────────
+
+
+def test_cron_bindings_fire_only_when_the_test_says_so(
+    engine: EngineDouble, raw_client: Callable[[str], III]
+) -> None:
+    client = raw_client("scheduled")
+    fired: list[JSON] = []
+    client.register_function("test::tick", lambda data: fired.append(data) or {"ok": len(fired)})
+    bind(client, "cron", "test::tick", {"expression": "0 0 * * * *"})
+    binding = engine.wait_binding("cron", "test::tick")
+    assert fired == []  # no clock: nothing fires by itself
+
+    [answer] = engine.fire_cron("test::tick")
+
+    assert answer["result"] == {"ok": 1}
+    [event] = fired
+    assert event["trigger"] == "cron" and event["job_id"] == binding["id"]
+    assert event["scheduled_time"] and event["actual_time"]
+    assert engine.fire_cron("test::tick", wait=False) == []
+
+
+def test_cron_binding_with_a_bad_expression_is_rejected(
+    engine: EngineDouble, raw_client: Callable[[str], III]
+) -> None:
+    client = raw_client("scheduled")
+    client.register_function("test::tick", lambda data: {"ok": True})
+    bind(client, "cron", "test::tick", {"expression": "0 * * * *"})  # 5 fields: minutes first
+    rejected = engine.wait_rejection("cron", "test::tick")
+    assert "6- or 7-field" in rejected["error"]["message"]
+    with pytest.raises(RuntimeError, match="no live cron binding"):
+        engine.fire_cron("test::tick")
+
+
 # ── configuration (built into the engine) ─────────────────────────────────────────────────
 
 MEMORY_SCHEMA = {

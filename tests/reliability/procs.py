@@ -163,7 +163,7 @@ def _fork_cli(argv: list[str], *, cwd: Path, stdin: bool) -> tuple[int, int | No
             os.chdir(cwd)
             for var in ISOLATED_VARS:
                 os.environ.pop(var, None)
-            from memory_worker import cli
+            from memory_worker.adapters import cli
 
             code = cli.main(argv)
         except BaseException:

@@ -170,7 +170,7 @@ async def test_a_bank_create_cut_short_by_a_crash_leaves_no_bank_without_its_des
     service = open_service(data)
     try:
 
-        def die(path: Path, data: bytes) -> None:
+        def die(path: Path, data: bytes, **_: object) -> None:
             raise _Died
 
         monkeypatch.setattr(files, "atomic_write", die)

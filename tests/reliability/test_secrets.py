@@ -11,6 +11,7 @@ import pytest
 from memory_worker.app import catalog
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.text import collapse_whitespace
+from memory_worker.core.transitions import normalize_label
 
 from ..fakes import FixedClock, RecordingEmitter
 from ..secret_corpus import LOOKALIKES, SECRETS
@@ -63,8 +64,8 @@ async def test_lookalikes_are_stored_unchanged_through_every_write_path(
         await catalog.call(service, "memory::save", {"text": "The bank exists"})
         for n, lookalike in enumerate(LOOKALIKES):
             expected = lookalike.strip()
-            if path in LABELS:
-                expected = collapse_whitespace(lookalike).lower()
+            if path in LABELS:  # lowercased, a redaction marker kept as written
+                expected = normalize_label(lookalike)
             elif path in ONE_LINE:
                 expected = collapse_whitespace(lookalike)
             elif path == "rule.content" or path.startswith("import.source"):
@@ -79,3 +80,69 @@ async def test_lookalikes_are_stored_unchanged_through_every_write_path(
     finally:
         await service.store.close()
     assert not changed, f"{len(changed)} look-alikes changed through {path}: {changed[:3]}"
+
+
+# --- the fields around the text (issue 11) ----------------------------------------------------
+
+TOKEN_NAME = "xoxb-123456789012-123456789012-abcdefghij1234567890abcd"  # a valid bank name
+
+
+@pytest.mark.parametrize(
+    ("function_id", "payload"),
+    [
+        ("memory::bank::create", {"name": TOKEN_NAME}),
+        ("memory::save", {"bank": TOKEN_NAME, "text": "The user likes tea"}),
+        ("memory::rule::set", {"bank": TOKEN_NAME, "name": "style", "content": "Be brief."}),
+        ("memory::rule::set", {"name": TOKEN_NAME, "content": "Be brief."}),
+    ],
+    ids=["bank-create", "save-new-bank", "rule-new-bank", "rule-name"],
+)
+async def test_a_token_shaped_name_never_becomes_a_folder_or_file(
+    tmp_path: Path, function_id: str, payload: dict[str, object]
+) -> None:
+    """A bank or rule name becomes a folder or file name and rides every event: one shaped like
+    a secret is refused (`invalid_input`), nothing is created."""
+    data = tmp_path / "data"
+    service = open_service(data)
+    try:
+        with pytest.raises(InvalidInput, match="looks like a secret"):
+            await catalog.call(service, function_id, payload)
+    finally:
+        await service.store.close()
+    assert not on_disk(disk_texts(data), TOKEN_NAME)
+    assert not [p for p in data.rglob("*") if TOKEN_NAME in p.name]
+
+
+@pytest.mark.parametrize("field", ["id", "superseded_by"])
+async def test_an_import_id_that_is_a_secret_is_refused(tmp_path: Path, field: str) -> None:
+    data = tmp_path / "data"
+    service = open_service(data)
+    _, _, secret = next(s for s in SECRETS if s[0] == "github-token")
+    try:
+        with pytest.raises(InvalidInput, match=f"record 1: {field} looks like a secret"):
+            await service.import_records("main", [{"text": "The user likes tea", field: secret}])
+    finally:
+        await service.store.close()
+    assert not on_disk(disk_texts(data), secret)
+
+
+async def test_redactions_of_the_side_fields_are_reported(tmp_path: Path) -> None:
+    """`redacted` names what was taken out of `session_id` and a bank's description too, and an
+    import counts a row whose `source` held a secret."""
+    _, _, secret = next(s for s in SECRETS if s[0] == "github-token")
+    service = open_service(tmp_path / "data")
+    try:
+        saved = await catalog.call(
+            service, "memory::save", {"text": "The user likes tea", "session_id": secret}
+        )
+        created = await catalog.call(
+            service, "memory::bank::create", {"name": "work", "description": f"uses {secret}"}
+        )
+        report = await service.import_records(
+            "main", [{"text": "The user likes coffee", "source": {"agent": secret}}]
+        )
+    finally:
+        await service.store.close()
+    assert saved["redacted"] == ["github-token"]
+    assert created["redacted"] == ["github-token"]
+    assert report.redacted == 1

@@ -44,8 +44,10 @@ UI_SETTINGS = catalog.UI_SETTINGS
 class Bridge:
     """Runs coroutines of the service's loop on behalf of SDK handlers."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, worker: str = "memory worker") -> None:
+        """`worker`: whose log a bug's incident id points to."""
         self.loop = loop
+        self.worker = worker
 
     def handler(self, function_id: str, work: Handler) -> Callable[..., Awaitable[Any]]:
         async def handle(data: Any, metadata: Any = None) -> Any:
@@ -56,8 +58,7 @@ class Bridge:
 
         return handle
 
-    @staticmethod
-    async def _guarded(function_id: str, work: Handler, data: Any, metadata: Any) -> Any:
+    async def _guarded(self, function_id: str, work: Handler, data: Any, metadata: Any) -> Any:
         try:
             return await work(data, metadata)
         except WorkerError:
@@ -67,7 +68,7 @@ class Bridge:
             log.exception("handler_failed", function_id=function_id, incident=incident)
             raise RuntimeError(
                 f"internal: unexpected error in {function_id} (incident {incident}); the details "
-                "are in the memory worker's log"
+                f"are in the {self.worker}'s log"
             ) from exc
 
 

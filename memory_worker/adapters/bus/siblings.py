@@ -307,9 +307,18 @@ class ConfigClient:
     else propagates, so a stored value is never overwritten by mistake), seeding never replaces a
     stored value, and each call is retried a few times."""
 
-    def __init__(self, call: BusCall, config_id: str) -> None:
+    def __init__(
+        self,
+        call: BusCall,
+        config_id: str,
+        *,
+        name: str = "Memory",
+        description: str = "Durable agent memory: banks, injection, recall and extraction.",
+    ) -> None:
         self._call = call
         self.config_id = config_id
+        self.name = name
+        self.description = description
 
     async def _rpc(self, function_id: str, payload: dict[str, Any]) -> Any:
         for attempt in range(1, CONFIG_ATTEMPTS + 1):
@@ -340,8 +349,8 @@ class ConfigClient:
         """Register the entry, seeding `initial` only when nothing is stored."""
         entry = {
             "id": self.config_id,
-            "name": "Memory",
-            "description": "Durable agent memory: banks, injection, recall and extraction.",
+            "name": self.name,
+            "description": self.description,
             "schema": schema,
         }
         try:

@@ -15,6 +15,10 @@ work, drain the banks, release the lock.
 The service lives on this process's main loop; SDK handlers hop onto it (`Bridge`). On every
 reconnect the SDK replays our registrations by itself; we re-read the configuration, since it may
 have changed while we were away.
+
+Past 500 lines on purpose: `EngineWorker` is the one place the SDK meets the service
+(registration, the bridge, configuration on every reconnect, the seams' handlers); the
+catalog's tables, events and sibling clients live in their own modules.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -48,6 +51,7 @@ from memory_worker.adapters.bus.siblings import (
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
+from memory_worker.adapters.lifecycle import serve_until_signalled
 from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -537,21 +541,7 @@ async def serve_engine(
         router_embeddings=router_embeddings,
         reason=reason,
     )
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, worker.stop, sig.name)
-    try:
-        await worker.start()
-        if not worker.stopping:
-            print(READY_LINE.format(url=url), flush=True)
-        await worker.wait()
-    finally:
-        try:
-            await worker.close()
-        finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+    await serve_until_signalled(worker, READY_LINE.format(url=url))
     if worker.failure is not None:
         raise worker.failure  # after a clean close: the data dir is released
     return 0

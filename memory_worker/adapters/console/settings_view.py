@@ -16,7 +16,9 @@ from memory_worker.core.errors import InvalidInput
 
 __all__ = ["NOT_FROM_CONSOLE", "describe", "validate_changes"]
 
-NOT_FROM_CONSOLE = frozenset({"data_dir"})
+# data_dir moves the whole store; allowed_hosts is who may reach the server at all (and a list,
+# which the panel's inputs do not edit): both stay a file or flag decision.
+NOT_FROM_CONSOLE = frozenset({"data_dir", "allowed_hosts"})
 _KEPT = ("type", "description", "default", "minimum", "maximum", "exclusiveMinimum")
 
 

@@ -19,7 +19,6 @@ preflight, and the server answers no preflight), and refuses an `Origin` other t
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from memory_worker.adapters.console.settings_view import describe, validate_chan
 from memory_worker.adapters.settings_file import write_values
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.payload import loads
 
 __all__ = ["CSP", "HEARTBEAT_S", "ConsoleContext", "add_routes"]
 
@@ -84,10 +84,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
         raise InvalidInput("request body is too large")
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    body = loads(raw, "request body")  # bounded nesting and size, like every other edge
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object")
     return body

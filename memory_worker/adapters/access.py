@@ -1,0 +1,255 @@
+"""Who may call the standalone server, and how a client proves it may.
+
+The server listens on a port that every local process and every web page the user visits can
+reach (a page's `fetch` to 127.0.0.1 is sent; only reading the answer is up to CORS). So a request
+passes only when it is not from a web page of another site, and carries the token when one is due:
+
+- `Host` must be a name this server answers to: localhost, 127.0.0.1, [::1], the address it
+  listens on (any IP literal when that is a wildcard address) or a configured `allowed_hosts`
+  name. A DNS-rebinding page reaches us under its own name and is refused here.
+- `Origin`, when sent, must be this server's own origin (the console page it serves), and
+  `Sec-Fetch-Site`, when sent, `same-origin` or `none`.
+- A call (any method but GET/HEAD) must be `application/json`: a cross-site page can send that
+  only after a CORS preflight, and an `OPTIONS` request has no route here and no response carries
+  an `Access-Control-*` header. An HTML form or a "simple" `text/plain` POST is refused.
+- The token (`<data_dir>/.token`, owner-only, made at the first start) rides as `Authorization:
+  Bearer <token>`. It is required on every request when the server listens beyond loopback (or
+  `require_token` says so) and optional on loopback, where a wrong one is still refused. The page
+  and its static assets (`GET /`, `GET /console/…`) need none: they hold no data.
+
+`check()` is pure (headers in, refusal out) so every rule is tested with values; the client half
+(`client_token`, `request_headers`) is what the CLI, MCP and console forwarders use.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from memory_worker.storage import files
+
+__all__ = [
+    "TOKEN_ENV",
+    "TOKEN_FILE",
+    "Policy",
+    "Refusal",
+    "check",
+    "client_token",
+    "ensure_token",
+    "host_name",
+    "is_loopback",
+    "request_headers",
+]
+
+TOKEN_FILE = ".token"  # a dot name: never taken for a bank, never watched
+TOKEN_ENV = "MEMORY_TOKEN"  # a client that cannot read the data dir (another machine) passes it
+_TOKEN_BYTES = 32
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_SAFE_METHODS = frozenset({"GET", "HEAD"})
+_SAME_SITE = frozenset({"same-origin", "none"})
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request is refused: HTTP status, stable code, and a sentence for the caller."""
+
+    status: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What this server accepts. `hosts`: lower-case names and IP literals it answers to;
+    `any_ip`: it listens on a wildcard address, so any IP literal is one of its own (a rebinding
+    page can only send a name); `token_required`: every request but the public pages needs it."""
+
+    token: str
+    hosts: frozenset[str]
+    any_ip: bool = False
+    token_required: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        token: str,
+        listen_host: str,
+        bound_address: str,
+        extra_hosts: Iterable[str] = (),
+        *,
+        require_token: bool = False,
+    ) -> Policy:
+        wildcard = _is_wildcard(bound_address)
+        hosts = {*_LOOPBACK_NAMES, *(_normal(h) for h in extra_hosts)}
+        if not wildcard:
+            hosts.update((_normal(listen_host), _normal(bound_address)))
+        return cls(
+            token=token,
+            hosts=frozenset(h for h in hosts if h),
+            any_ip=wildcard,
+            token_required=require_token or not is_loopback(bound_address),
+        )
+
+
+def _normal(name: str) -> str:
+    """`Localhost.` → `localhost`; `[::1]` → `::1`."""
+    return name.strip().strip("[]").rstrip(".").lower()
+
+
+def host_name(header: str) -> str | None:
+    """The name part of a `Host` header (`[::1]:8765` → `::1`), or None when it is malformed."""
+    header = header.strip()
+    if not header:
+        return None
+    if header.startswith("["):
+        end = header.find("]")
+        rest = header[end + 1 :] if end >= 0 else None
+        if rest is None or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+        return _normal(header[1:end]) or None
+    name, _, port = header.partition(":")
+    if port and not port.isdigit():
+        return None
+    return _normal(name) or None
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_wildcard(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(_normal(address)).is_unspecified
+    except ValueError:
+        return False
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listening address is reachable from this machine only."""
+    name = _normal(address)
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return name == "localhost"
+
+
+def _is_public(method: str, path: str) -> bool:
+    """The console's page and static assets: readable without a token (they hold no data)."""
+    return method in _SAFE_METHODS and (path == "/" or path.startswith("/console/"))
+
+
+def check(policy: Policy, method: str, path: str, headers: Mapping[str, str]) -> Refusal | None:
+    """None when the request may go on, else why not. `headers` is case-insensitive (aiohttp's
+    `CIMultiDict`, or a dict with the canonical names)."""
+    host = headers.get("Host", "")
+    name = host_name(host)
+    if name is None or not (name in policy.hosts or (policy.any_ip and _is_ip(name))):
+        return Refusal(
+            403,
+            "forbidden",
+            f"this server does not answer to host {host[:100]!r}; use "
+            f"http://127.0.0.1 or a name listed in allowed_hosts",
+        )
+    origin = headers.get("Origin")
+    if origin is not None and not _same_origin(origin, host):
+        return Refusal(
+            403, "forbidden", f"cross-origin requests are refused (Origin {origin[:100]!r})"
+        )
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None and site.lower() not in _SAME_SITE:
+        return Refusal(403, "forbidden", f"cross-site requests are refused ({site[:40]})")
+    if method not in _SAFE_METHODS and _media_type(headers.get("Content-Type", "")) != (
+        "application/json"
+    ):
+        return Refusal(
+            415,
+            "unsupported_media_type",
+            "calls must be sent as Content-Type: application/json",
+        )
+    return _token_refusal(policy, method, path, headers.get("Authorization"))
+
+
+def _token_refusal(
+    policy: Policy, method: str, path: str, authorization: str | None
+) -> Refusal | None:
+    if authorization is None:
+        if not policy.token_required or _is_public(method, path):
+            return None
+        return Refusal(
+            401,
+            "unauthorized",
+            "a bearer token is required (Authorization: Bearer <token>); it is in the data "
+            f"dir's {TOKEN_FILE} file",
+        )
+    scheme, _, given = authorization.strip().partition(" ")
+    valid = scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), policy.token.encode()
+    )
+    if valid:
+        return None
+    return Refusal(
+        401, "unauthorized", f"the bearer token is wrong; it is in the data dir's {TOKEN_FILE} file"
+    )
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False  # `null` (a sandboxed page, a file://) included
+    return parts.netloc.lower() == host.strip().lower()
+
+
+# --- the token ----------------------------------------------------------------------------------
+
+
+def _valid(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    token = raw.decode("ascii", "replace").strip()
+    if len(token) < 32 or not token.replace("-", "").replace("_", "").isalnum():
+        return None
+    return token
+
+
+def ensure_token(root: Path) -> str:
+    """The server token of the data dir `root`, made (owner-only, atomic) when there is none or
+    the file is not one only its owner can read (blocking)."""
+    path = root / TOKEN_FILE
+    token = _valid(files.read_private(path))
+    if token is None:
+        token = secrets.token_urlsafe(_TOKEN_BYTES)
+        files.atomic_write(path, token.encode() + b"\n", within=root, mode=0o600)
+    return token
+
+
+def client_token(data_dir: Path | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The token a client sends: `$MEMORY_TOKEN`, else the data dir's token file (when this user
+    can read it), else None (a loopback server takes calls without one)."""
+    env = os.environ if env is None else env
+    if given := env.get(TOKEN_ENV, "").strip():
+        return given
+    if data_dir is None:
+        return None
+    return _valid(files.read_private(data_dir / TOKEN_FILE))
+
+
+def request_headers(token: str | None) -> dict[str, str]:
+    """The headers of a call to the standalone server: JSON, and the token when there is one."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers

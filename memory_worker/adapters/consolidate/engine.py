@@ -1,0 +1,430 @@
+"""`memory-consolidate serve --engine URL`: the sibling on the iii bus.
+
+Boot order:
+1. connect as worker `memory-consolidate`; register the configuration entry `memory-consolidate`
+   (seeded only when nothing is stored) and read it. When it cannot be read the worker is INERT:
+   ticks do nothing, manual runs still work, and nothing is written over the stored value;
+2. register `memory-consolidate::run` and `::status` (public), `::on-tick`, `::on-config-change`
+   and `::http` (internal);
+3. bind the engine's `cron` trigger (hourly) to `::on-tick`, one `http` route per public function,
+   and, last, the `configuration` trigger;
+4. start the backstop loop (first tick shortly after boot, then periodically).
+Every memory access is a bus call to the memory worker's public functions; the checkpoint and the
+last reports live in the state worker (scope `memory_consolidate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import warnings
+from typing import Any
+
+import structlog
+from iii import InitOptions, InvocationError, register_worker
+from iii.iii import III
+from pydantic import BaseModel, ValidationError
+
+from memory_worker.adapters.bus import catalog as bus_catalog
+from memory_worker.adapters.bus.siblings import (
+    FUNCTION_NOT_FOUND,
+    BusCall,
+    ConfigClient,
+    StateClient,
+)
+from memory_worker.adapters.lifecycle import serve_until_signalled
+from memory_worker.app.catalog import json_schema
+from memory_worker.app.seams import HttpEnvelope
+from memory_worker.consolidate import catalog
+from memory_worker.consolidate.config import CONFIG_ID, ConsolidateSettings, parse_settings
+from memory_worker.consolidate.ports import error_from
+from memory_worker.consolidate.runner import Consolidator
+from memory_worker.consolidate.schedule import Scheduler
+from memory_worker.consolidate.wire import RunRequest
+from memory_worker.core.errors import HTTP_STATUS, InvalidInput, SiblingUnavailable, WorkerError
+
+__all__ = [
+    "CRON_EXPRESSION",
+    "READY_LINE",
+    "WORKER_NAME",
+    "BusMemoryClient",
+    "ConsolidateEngine",
+    "RouterJudge",
+    "settings_schema",
+]
+
+log = structlog.get_logger(__name__)
+
+WORKER_NAME = "memory-consolidate"
+READY_LINE = "memory-consolidate connected to {url}"  # tests and scripts wait for this line
+CRON_EXPRESSION = "0 0 * * * *"  # hourly, 6-field with seconds: the heartbeat, not the interval
+TICK_REPLY_S = 20.0  # a tick answers within this; a longer pass goes on in the background
+MAX_OUTPUT_TOKENS = 1024
+
+
+class _HandlerErrorsLoggedByUs(logging.Filter):
+    """The SDK logs every raising handler; ours raise coded answers on purpose (see bus.worker)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Error in handler memory-consolidate::")
+
+
+def settings_schema() -> dict[str, Any]:
+    schema = json_schema(ConsolidateSettings)
+    schema["example"] = ConsolidateSettings().model_dump()
+    return schema
+
+
+def _mapped(function_id: str, exc: InvocationError) -> WorkerError:
+    """A failed bus call as the memory worker's own error when it sent one (`conflict: …`)."""
+    if exc.code == FUNCTION_NOT_FOUND:
+        return SiblingUnavailable(f"{function_id}: not registered (is the worker running?)")
+    fallback = SiblingUnavailable(f"{function_id} failed ({exc.code}): {exc.message}")
+    mapped = error_from(exc.message)
+    return fallback if isinstance(mapped, SiblingUnavailable) else mapped
+
+
+class BusMemoryClient:
+    """The memory worker's public functions over the bus, each call bounded."""
+
+    def __init__(self, call: BusCall, timeout_ms: int) -> None:
+        self._call = call
+        self.timeout_ms = timeout_ms
+
+    async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await self._call(function_id, payload, self.timeout_ms)
+        except InvocationError as exc:
+            raise _mapped(function_id, exc) from None
+        return reply if isinstance(reply, dict) else {}
+
+
+class RouterJudge:
+    """`router::complete` for the LLM tier: `llm_model`, else the router's first model."""
+
+    def __init__(self, call: BusCall) -> None:
+        self._call = call
+        self._default_model: str | None = None
+
+    async def _model(self, configured: str) -> str:
+        if configured:
+            return configured
+        if self._default_model is None:
+            try:
+                reply = await self._call("router::models::list", {}, 5000)
+            except InvocationError as exc:
+                raise _mapped("router::models::list", exc) from None
+            models = reply.get("models") if isinstance(reply, dict) else None
+            ids = [m.get("id") for m in models or [] if isinstance(m, dict)]
+            if not ids or not isinstance(ids[0], str):
+                raise SiblingUnavailable("router::models::list offers no model")
+            self._default_model = ids[0]
+        return self._default_model
+
+    async def complete(
+        self, system_prompt: str, user_text: str, *, model: str, timeout_ms: int
+    ) -> str:
+        request = {
+            "model": await self._model(model),
+            "system_prompt": system_prompt,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": user_text}],
+                    "timestamp": int(time.time() * 1000),
+                }
+            ],
+            "max_output_tokens": MAX_OUTPUT_TOKENS,
+        }
+        try:
+            reply = await self._call("router::complete", request, timeout_ms)
+        except InvocationError as exc:
+            raise _mapped("router::complete", exc) from None
+        message = reply.get("message") if isinstance(reply, dict) else None
+        if not isinstance(message, dict):
+            raise SiblingUnavailable("router::complete answered without a message")
+        if message.get("stop_reason") in ("error", "aborted", "length"):
+            raise SiblingUnavailable(
+                f"router::complete gave no complete reply ({message.get('stop_reason')})"
+            )
+        return "".join(
+            part.get("text", "")
+            for part in message.get("content") or []
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+
+
+def _request(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(data if isinstance(data, dict) else {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "payload"
+        raise InvalidInput(f"{where}: {first['msg']}") from None
+
+
+class ConsolidateEngine:
+    """The worker process on the bus: `start()`, `wait()` until `stop()`, `close()`."""
+
+    def __init__(
+        self,
+        url: str,
+        seed: ConsolidateSettings,
+        *,
+        first_tick_s: float,
+        backstop_s: float,
+        call_timeout_ms: int,
+    ) -> None:
+        """`seed`: what a first registration stores (the `--config` file or the defaults);
+        `backstop_s` 0 turns the backstop loop off (cron alone then drives the schedule)."""
+        self.url = url
+        self.seed = seed
+        self.first_tick_s = first_tick_s
+        self.backstop_s = backstop_s
+        self.call_timeout_ms = call_timeout_ms
+        self.settings = seed
+        self.inert_reason: str | None = None
+        self.client: III | None = None
+        self.scheduler: Scheduler | None = None
+        self._config: ConfigClient | None = None
+        self._config_lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self, reason: str = "stop requested") -> None:
+        if not self._stopping.is_set():
+            log.info("stopping", reason=reason)
+            self._stopping.set()
+
+    async def wait(self) -> None:
+        await self._stopping.wait()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        logging.getLogger("iii.iii").addFilter(_HandlerErrorsLoggedByUs())
+        options = InitOptions(
+            worker_name=WORKER_NAME,
+            worker_description="Background hygiene for memory banks: deterministic dedup on a "
+            "schedule, supersede-only, never touching a pinned memory.",
+        )
+        self.client = client = await asyncio.to_thread(register_worker, self.url, options)
+        call = BusCall(client)
+        self._config = ConfigClient(
+            call,
+            CONFIG_ID,
+            name="Memory Consolidate",
+            description="memory-consolidate: when banks are cleaned and how conservatively.",
+        )
+        await self._initial_settings()
+        consolidator = Consolidator(BusMemoryClient(call, self.call_timeout_ms), RouterJudge(call))
+        self.scheduler = scheduler = Scheduler(
+            consolidator,
+            StateClient(call),
+            lambda: self.settings,
+            inert=lambda: self.inert_reason,
+        )
+        bridge = bus_catalog.Bridge(loop, worker="memory-consolidate worker")
+        handlers = {
+            catalog.RUN: lambda data, _: self._run(data),
+            catalog.STATUS: lambda data, _: self._status(),
+            catalog.ON_TICK: lambda data, _: self._tick(),
+            catalog.ON_CONFIG_CHANGE: lambda data, _: self._on_config_change(),
+            catalog.HTTP: lambda data, _: self._http(data),
+        }
+        for spec in catalog.FUNCTIONS:
+            bus_catalog.register(
+                client,
+                spec.id,
+                bridge.handler(spec.id, handlers[spec.id]),
+                description=spec.description,
+                request=json_schema(spec.request),
+                response=json_schema(spec.response),
+                internal=False,
+            )
+        for function_id, description in _INTERNAL.items():
+            bus_catalog.register(
+                client,
+                function_id,
+                bridge.handler(function_id, handlers[function_id]),
+                description=description,
+                request={"type": "object"},
+                response=None,
+                internal=True,
+                trace_hidden=function_id != catalog.HTTP,
+            )
+        self._bind(client, "cron", catalog.ON_TICK, {"expression": CRON_EXPRESSION})
+        for spec in catalog.FUNCTIONS:
+            self._bind(
+                client, "http", catalog.HTTP, {"api_path": spec.http_path, "http_method": "POST"}
+            )
+        if self.backstop_s > 0:
+            self._spawn(scheduler.backstop(self.first_tick_s, self.backstop_s, self._stopping))
+        self._bind(
+            client,
+            "configuration",
+            catalog.ON_CONFIG_CHANGE,
+            {"configuration_id": CONFIG_ID, "event_types": ["configuration:updated"]},
+        )
+        client.add_connection_state_listener(
+            lambda state: loop.call_soon_threadsafe(self._on_connection, state)
+        )
+        log.info(
+            "serving",
+            mode="engine",
+            engine=self.url,
+            inert=self.inert_reason,
+            backstop_s=self.backstop_s,
+            pid=os.getpid(),
+        )
+
+    async def close(self) -> None:
+        self._stopping.set()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        client, self.client = self.client, None
+        if client is not None:
+            await asyncio.to_thread(client.shutdown)
+        log.info("stopped", passes=self.scheduler.passes if self.scheduler else 0)
+
+    # --- pieces ----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    @staticmethod
+    def _bind(client: III, trigger_type: str, function_id: str, config: dict[str, Any]) -> None:
+        with warnings.catch_warnings():  # 0.25 deprecates bindings; cron and http still use them
+            warnings.simplefilter("ignore", DeprecationWarning)
+            client.register_trigger(
+                {"type": trigger_type, "function_id": function_id, "config": config}
+            )
+
+    async def _initial_settings(self) -> None:
+        """Seed (only when nothing is stored) and read the entry. Unreadable → inert: the seed
+        or defaults are used for manual runs only, and never written over the stored value."""
+        assert self._config is not None
+        try:
+            await self._config.ensure(settings_schema(), self.seed.model_dump())
+            value = await self._config.get()
+        except InvocationError as exc:
+            if exc.code == FUNCTION_NOT_FOUND:
+                log.warning("configuration_absent", using="local settings")
+                return
+            self.inert_reason = f"configuration {CONFIG_ID} unreadable ({exc.code}): {exc.message}"
+            log.error("configuration_unreadable", reason=self.inert_reason, schedule="off")
+            return
+        except WorkerError as err:
+            self.inert_reason = f"configuration {CONFIG_ID} unreadable: {err}"
+            log.error("configuration_unreadable", reason=self.inert_reason, schedule="off")
+            return
+        if value is None:
+            return
+        try:
+            self.settings = parse_settings(value, source=f"configuration {CONFIG_ID}")
+        except InvalidInput as err:
+            self.inert_reason = str(err)
+            log.error("configuration_unreadable", reason=self.inert_reason, schedule="off")
+
+    async def _on_config_change(self) -> dict[str, Any]:
+        """Re-fetch (never trust the event) and apply; a bad value keeps what runs now."""
+        assert self._config is not None
+        async with self._config_lock:
+            try:
+                value = await self._config.get()
+            except InvocationError as exc:
+                raise SiblingUnavailable(f"configuration::get failed: {exc}") from None
+            if value is None:
+                return {"ok": True}
+            settings = parse_settings(value, source=f"configuration {CONFIG_ID}")
+            self.settings, self.inert_reason = settings, None
+        log.info("configuration_applied", enabled=settings.enabled, dry_run=settings.dry_run)
+        return {"ok": True}
+
+    def _on_connection(self, state: str) -> None:
+        log.info("engine_connection", state=state, engine=self.url)
+        if state == "connected" and not self._stopping.is_set():
+            self._spawn(self._refresh_config())
+
+    async def _refresh_config(self) -> None:
+        try:
+            await self._on_config_change()
+        except Exception as exc:
+            log.warning("configuration_refresh_failed", error=str(exc))
+
+    async def _run(self, data: Any) -> dict[str, Any]:
+        assert self.scheduler is not None
+        report = await self.scheduler.run(_request(RunRequest, data))
+        return report.to_wire()
+
+    async def _status(self) -> dict[str, Any]:
+        assert self.scheduler is not None
+        return (await self.scheduler.status()).to_wire()
+
+    async def _tick(self) -> dict[str, Any]:
+        """The cron heartbeat. A pass that outlasts `TICK_REPLY_S` goes on in the background (the
+        cron worker does not wait for it; the gate keeps the next tick from starting another)."""
+        assert self.scheduler is not None
+        task = self._spawn(self.scheduler.tick("cron"))
+        done, _ = await asyncio.wait({task}, timeout=TICK_REPLY_S)
+        if not done:
+            return {"ran": True, "running": True}
+        outcome: dict[str, Any] = task.result()
+        return outcome
+
+    async def _http(self, envelope: Any) -> dict[str, Any]:
+        """REST through the http worker: POST /memory-consolidate/run|status."""
+        parsed = HttpEnvelope.model_validate(envelope if isinstance(envelope, dict) else {})
+        path = bus_catalog.http_path_of(parsed)
+        body = {} if parsed.body is None else parsed.body
+        try:
+            if path == "memory-consolidate/run":
+                result = await self._run(body)
+            elif path == "memory-consolidate/status":
+                result = await self._status()
+            else:
+                raise InvalidInput(
+                    f"no function at /{path}; use /memory-consolidate/run or /status"
+                )
+        except WorkerError as err:
+            return {"status_code": HTTP_STATUS.get(err.code, 500), "body": {"error": err.to_dict()}}
+        return {"status_code": 200, "body": result}
+
+
+_INTERNAL = {
+    catalog.ON_TICK: "Internal: the cron heartbeat (hourly) — runs a consolidation pass when one "
+    "is due by the last_run checkpoint; otherwise does nothing.",
+    catalog.ON_CONFIG_CHANGE: "Internal: re-reads the memory-consolidate configuration when it "
+    "changes and applies it from the next tick or run.",
+    catalog.HTTP: "Internal: REST adapter for the http worker — POST /memory-consolidate/run and "
+    "/memory-consolidate/status.",
+}
+
+
+async def serve_engine(
+    url: str,
+    seed: ConsolidateSettings,
+    *,
+    first_tick_s: float,
+    backstop_s: float,
+    call_timeout_ms: int,
+) -> int:
+    """Run until SIGTERM or SIGINT; 0 after a clean close."""
+    worker = ConsolidateEngine(
+        url,
+        seed,
+        first_tick_s=first_tick_s,
+        backstop_s=backstop_s,
+        call_timeout_ms=call_timeout_ms,
+    )
+    await serve_until_signalled(worker, READY_LINE.format(url=url))
+    return 0

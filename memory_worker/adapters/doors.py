@@ -1,0 +1,302 @@
+"""One writer, many doors: every client of a data dir (the CLI, `memory-worker mcp`, the agent
+hooks) calls through a `Door`, which is the data dir opened in-process when nobody holds it, or
+the server that holds it, over HTTP, when one does.
+
+- Only one process writes a data dir (its `.lock`). A served worker records its URL in the lock's
+  holder record, so a client refused the lock reads where to go instead of failing. A data dir
+  held by a short CLI call is waited for (the lock's own wait); one held by a process with no URL
+  (an engine-mode worker) is still refused, naming it.
+- A forwarded call is the same catalog call: `POST <url>/memory/<path>` with the payload, the
+  result or `{"error": {code, message}}` back, the error re-raised with its code, so a caller
+  cannot tell the doors apart by what they answer.
+- Who is calling travels in the `Memory-Caller` header (`encode_caller`). The server believes a
+  claim that narrows what the caller may do (an agent) from anyone, and any other claim (a person
+  at the CLI, an internal path such as a hook) only from a request that presented the server's
+  token: see `decode_caller`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import structlog
+
+from memory_worker.adapters import access
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller, CallerKind
+from memory_worker.app.ports import Embedder
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import (
+    ERROR_CLASSES,
+    Conflict,
+    InvalidInput,
+    SiblingUnavailable,
+    WorkerError,
+)
+from memory_worker.harness.capture import CaptureRunner
+from memory_worker.storage import files
+from memory_worker.storage.capture import CaptureQueue
+from memory_worker.storage.store import Store
+
+__all__ = [
+    "CALLER_HEADER",
+    "CAPTURE_PATH",
+    "Door",
+    "LocalDoor",
+    "RemoteDoor",
+    "RemoteError",
+    "decode_caller",
+    "encode_caller",
+    "open_door",
+    "serving_url",
+]
+
+log = structlog.get_logger(__name__)
+
+CALLER_HEADER = "Memory-Caller"
+CAPTURE_PATH = "capture"  # POST /capture on the standalone server: queue one turn
+FORWARD_TIMEOUT_S = 300.0  # a forwarded doctor, import or compaction may take a while
+_MAX_CALLER_HEADER = 2048
+_CALLER_FIELDS = ("via", "worker_id", "session_id", "turn_id", "agent")
+
+
+class Door(Protocol):
+    """Where a client's calls go: `call` is `catalog.call` on behalf of the door's caller."""
+
+    @property
+    def remote(self) -> str | None:
+        """The server's URL when calls are forwarded; None in-process."""
+        ...
+
+    async def call(self, function_id: str, payload: object) -> dict[str, Any]: ...
+
+    async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Queue one turn for extraction (`harness.capture.CaptureJob`): `{"queued", "new"}`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalDoor:
+    """The data dir opened in this process."""
+
+    service: MemoryService
+    caller: Caller
+
+    @property
+    def remote(self) -> str | None:
+        return None
+
+    async def call(self, function_id: str, payload: object) -> dict[str, Any]:
+        return await catalog.call(self.service, function_id, payload, self.caller)
+
+    async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Into the data dir's queue (this process holds the lock); a server started later, or
+        `memory-worker capture`, runs it."""
+        queue = await asyncio.to_thread(CaptureQueue, self.service.store.root)
+        try:
+            return await CaptureRunner(self.service, queue, None).enqueue(job)
+        finally:
+            await asyncio.to_thread(queue.close)
+
+
+class RemoteError(WorkerError):
+    """An error the server answered with a code this side has no class for (`unauthorized`,
+    `forbidden`, `internal`, …): the code is carried as it came."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _error_of(status: int, body: object, url: str) -> WorkerError:
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        code, message = error["code"], str(error.get("message", ""))
+        known = ERROR_CLASSES.get(code)
+        return known(message) if known is not None else RemoteError(code, message)
+    return SiblingUnavailable(f"the server at {url} answered {status} without an error body")
+
+
+class RemoteDoor:
+    """Calls forwarded to the server holding the data dir. Use as `async with`."""
+
+    def __init__(
+        self,
+        url: str,
+        caller: Caller,
+        *,
+        token: str | None = None,
+        timeout_s: float = FORWARD_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.caller = caller
+        self._headers = {**access.request_headers(token), CALLER_HEADER: encode_caller(caller)}
+        # Never proxies or netrc from the environment: the holder's URL is on this machine's word.
+        self._client = httpx.AsyncClient(
+            timeout=timeout_s, transport=transport, trust_env=False, follow_redirects=False
+        )
+
+    def __repr__(self) -> str:
+        return f"RemoteDoor({self.url!r}, caller={self.caller.describe()!r})"
+
+    @property
+    def remote(self) -> str | None:
+        return self.url
+
+    async def __aenter__(self) -> RemoteDoor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def call(self, function_id: str, payload: object) -> dict[str, Any]:
+        spec = catalog.find(function_id)  # an unknown function fails here, as in-process
+        return await self._post(f"{self.url}/{spec.http_path}", payload)
+
+    async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
+        """To the server's queue: it runs the job as soon as it can."""
+        return await self._post(f"{self.url}/{CAPTURE_PATH}", job)
+
+    async def _post(self, url: str, payload: object) -> dict[str, Any]:
+        try:
+            body = json.dumps({} if payload is None else payload, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"payload is not JSON: {exc}") from None
+        try:
+            response = await self._client.post(url, content=body.encode(), headers=self._headers)
+        except httpx.TimeoutException:
+            raise SiblingUnavailable(f"the server at {self.url} did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise SiblingUnavailable(
+                f"the server at {self.url} holds the data dir but cannot be reached: "
+                f"{type(exc).__name__}"
+            ) from None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if response.status_code >= 400:
+            raise _error_of(response.status_code, answer, self.url)
+        if not isinstance(answer, dict):
+            raise SiblingUnavailable(f"the server at {self.url} answered {url} with no JSON object")
+        return answer
+
+
+# --- who is calling, over HTTP -----------------------------------------------------------------
+
+
+def encode_caller(caller: Caller) -> str:
+    """The `Memory-Caller` header of a forwarded call (JSON, ASCII)."""
+    fields = {"kind": str(caller.kind)}
+    fields.update({name: value for name in _CALLER_FIELDS if (value := getattr(caller, name))})
+    return json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
+
+
+def decode_caller(header: str | None, *, trusted: bool, default: Caller) -> Caller:
+    """The caller a REST request speaks for. Without a header: `default` (a person at the REST
+    door). An agent claim narrows what the call may do, so it is believed from anyone; a human
+    or internal claim widens it (or changes how automatic paths treat it), so it is believed
+    only when `trusted` (the request presented the server's token); otherwise `default`. A
+    malformed header is `invalid_input`, never silently someone else."""
+    if header is None:
+        return default
+    if len(header) > _MAX_CALLER_HEADER:
+        raise InvalidInput(f"{CALLER_HEADER} header is longer than {_MAX_CALLER_HEADER} bytes")
+    try:
+        fields = json.loads(header)
+    except ValueError:
+        raise InvalidInput(f"{CALLER_HEADER} header is not JSON") from None
+    if not isinstance(fields, dict):
+        raise InvalidInput(f"{CALLER_HEADER} header must be a JSON object")
+    try:
+        kind = CallerKind(str(fields.get("kind")))
+    except ValueError:
+        raise InvalidInput(f"{CALLER_HEADER} kind must be human, agent or internal") from None
+    values = {name: fields.get(name) for name in _CALLER_FIELDS}
+    if any(v is not None and not isinstance(v, str) for v in values.values()):
+        raise InvalidInput(f"{CALLER_HEADER} fields must be strings")
+    via = values.pop("via") or default.via
+    if kind is CallerKind.AGENT:
+        return Caller.for_agent(via, **values)
+    if not trusted:
+        return default
+    if kind is CallerKind.HUMAN:
+        return Caller.human(via)
+    return Caller.internal(
+        via, session_id=values["session_id"], turn_id=values["turn_id"], agent=values["agent"]
+    )
+
+
+# --- choosing the door -------------------------------------------------------------------------
+
+
+def serving_url(root: Path) -> str | None:
+    """The URL of the server holding `root`, from its lock's holder record; None when the holder
+    is not a server with a URL (or nothing holds it)."""
+    holder = files.DataDirLock(root, {}).read_holder()
+    url = holder.get("url")
+    if holder.get("kind") == "serve" and isinstance(url, str) and url.startswith("http"):
+        return url
+    return None
+
+
+def _holder(command: str) -> dict[str, object]:
+    return {
+        "pid": os.getpid(),
+        "kind": "cli",
+        "command": command,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+@contextlib.asynccontextmanager
+async def open_door(
+    root: Path,
+    settings: Settings,
+    caller: Caller,
+    *,
+    command: str,
+    lock_wait_s: float,
+    embedder: Embedder | None = None,
+    embed_writes: bool = True,
+    forward_timeout_s: float = FORWARD_TIMEOUT_S,
+) -> AsyncIterator[Door]:
+    """The door to `root` for one command: the data dir opened in-process (its lock held until
+    the block ends, what was saved embedded before it closes), or the server holding it."""
+    try:
+        # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
+        # files), so one line appended to one bank of a hundred costs that bank alone.
+        store = await asyncio.to_thread(
+            Store.open, root, holder=_holder(command), lock_wait_s=lock_wait_s, lazy=True
+        )
+    except Conflict:
+        url = serving_url(root)
+        if url is None:
+            raise
+        log.debug("forwarding", url=url, command=command)
+        async with RemoteDoor(
+            url, caller, token=access.client_token(root), timeout_s=forward_timeout_s
+        ) as door:
+            yield door
+        return
+    service = MemoryService(store, settings, embedder=embedder, embed_writes=embed_writes)
+    try:
+        yield LocalDoor(service, caller)
+        await service.settle()  # the vectors of what this command saved land before it exits
+    finally:
+        await service.close()
+        await store.close()

@@ -1,0 +1,188 @@
+"""Other systems' memories, read as `memory::import` records (`memory-worker import --from`).
+
+- `mem0`: what mem0's `get_all()` / export gives — a JSON list, or an object whose `results`
+  (or `memories`) is one — of `{"id", "memory", "categories", "metadata", "created_at",
+  "updated_at", "user_id", …}`. The text is `memory`; `categories` become tags; the times (ISO
+  8601 or epoch) are kept; mem0's id is kept as the record's provenance entry (our ids are
+  content fingerprints, so the same fact from two systems is one memory).
+- `markdown`: a folder of markdown memory files (a coding agent's memory folder, an Obsidian
+  notes folder) or one file. A file's list items are its memories, one each (nested items join
+  their parent); a file without list items gives one memory per paragraph. Headings, code
+  blocks and a front matter block are never memories; each memory is tagged with its file's
+  name, and dated by the file's modification time.
+
+An item a memory cannot hold (longer than `MAX_TEXT_CHARS`, shorter than `MIN_TEXT_CHARS`) is
+left out and counted, never cut silently into something it did not say.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.transitions import MAX_LABELS, MAX_TEXT_CHARS, MIN_TEXT_CHARS
+
+__all__ = ["FORMATS", "Foreign", "read_foreign"]
+
+FORMATS = ("memory-worker", "mem0", "markdown")
+_MAX_FILES = 10_000
+_MAX_FILE_BYTES = 4 * 1024 * 1024
+_LIST_ITEM = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.*)$")
+_TAG_CHARS = re.compile(r"[^a-z0-9_-]+")
+
+
+@dataclass
+class Foreign:
+    """What a foreign export gave: import records, and how many items were left out (why)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def add(self, text: str, **fields: Any) -> None:
+        text = " ".join(text.split())
+        if len(text) < MIN_TEXT_CHARS:
+            self.skipped["too_short"] = self.skipped.get("too_short", 0) + 1
+        elif len(text) > MAX_TEXT_CHARS:
+            self.skipped["too_long"] = self.skipped.get("too_long", 0) + 1
+        else:
+            self.records.append({"text": text, **fields})
+
+
+def _ms(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and value > 0:
+        return int(value * 1000) if value < 10**11 else int(value)  # seconds or ms
+    if isinstance(value, str) and value.strip():
+        try:
+            stamp = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if stamp.tzinfo is None:  # a naive time is read as UTC (what mem0 stores)
+            stamp = stamp.replace(tzinfo=UTC)
+        return int(stamp.timestamp() * 1000)
+    return None
+
+
+def _tag(value: object) -> str | None:
+    tag = _TAG_CHARS.sub("-", str(value).strip().lower()).strip("-")
+    return tag[:64] or None
+
+
+def _mem0(path: Path) -> Foreign:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise InvalidInput(f"{path} is not JSON: {exc}") from None
+    items = document
+    if isinstance(document, dict):
+        items = document.get("results", document.get("memories"))
+    if not isinstance(items, list):
+        raise InvalidInput(f"{path}: expected a list of memories or an object with `results`")
+    out = Foreign()
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"{path}: item {number} is not an object")
+        text = item.get("memory", item.get("text", item.get("content")))
+        if not isinstance(text, str):
+            raise InvalidInput(f"{path}: item {number} has no `memory` text")
+        categories = item.get("categories") or []
+        tags = [t for c in categories if (t := _tag(c))] if isinstance(categories, list) else []
+        fields: dict[str, Any] = {"tags": list(dict.fromkeys(tags))[:MAX_LABELS]}
+        created = _ms(item.get("created_at"))
+        updated = _ms(item.get("updated_at")) or created
+        if created is not None:
+            fields["created_at"] = created
+            fields["stated_at"] = created
+        if updated is not None and (created is None or updated >= created):
+            fields["updated_at"] = updated
+        if isinstance(item.get("id"), str) and item["id"]:
+            fields["source"] = {"entry_id": item["id"][:128], "agent": "mem0"}
+        out.add(text, **fields)
+    return out
+
+
+def _prose(text: str) -> list[str]:
+    """A markdown file's lines without front matter, headings and fenced code."""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":
+        end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
+        if end is not None:
+            lines = lines[end + 1 :]
+    kept: list[str] = []
+    fenced = False
+    for line in lines:
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and not line.lstrip().startswith("#"):
+            kept.append(line)
+    return kept
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """A markdown file's memories as lines: its list items (nested items and indented
+    continuations joined to their top-level item), else its paragraphs."""
+    kept = _prose(text)
+    has_list = any(_LIST_ITEM.match(line) for line in kept)
+    items: list[list[str]] = []
+    current: list[str] | None = None
+    for line in kept:
+        match = _LIST_ITEM.match(line)
+        if not has_list:
+            if not line.strip():
+                current = None
+            elif current is None:
+                current = [line.strip()]
+                items.append(current)
+            else:
+                current.append(line.strip())
+        elif match and not match.group(1):  # a top-level item starts a memory
+            current = [match.group(2)]
+            items.append(current)
+        elif current is not None and (match or (line.strip() and line[:1] in " \t")):
+            current.append(match.group(2) if match else line.strip())
+        else:
+            current = None
+    return items
+
+
+def _markdown(path: Path) -> Foreign:
+    if path.is_dir():
+        paths = sorted(p for p in path.rglob("*.md") if p.is_file() and not p.is_symlink())
+    else:
+        paths = [path]
+    if len(paths) > _MAX_FILES:
+        raise InvalidInput(f"{path} holds more than {_MAX_FILES} markdown files")
+    out = Foreign()
+    for file in paths:
+        try:
+            if file.stat().st_size > _MAX_FILE_BYTES:
+                out.skipped["file_too_large"] = out.skipped.get("file_too_large", 0) + 1
+                continue
+            text = file.read_text(encoding="utf-8")
+            stamp = int(file.stat().st_mtime * 1000)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"cannot read {file}: {exc}") from None
+        tag = _tag(file.stem)
+        for block in _blocks(text):
+            joined = " ".join(part for part in block if part)
+            out.add(joined, tags=[tag] if tag else [], created_at=stamp, stated_at=stamp)
+    return out
+
+
+def read_foreign(path: Path, fmt: str) -> Foreign:
+    """Import records from another system's export at `path`."""
+    if fmt == "mem0":
+        return _mem0(path)
+    if fmt == "markdown":
+        if not path.exists():
+            raise InvalidInput(f"{path} does not exist")
+        return _markdown(path)
+    raise InvalidInput(f"unknown import format {fmt!r}; formats: {', '.join(FORMATS)}")

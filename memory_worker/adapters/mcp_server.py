@@ -1,0 +1,349 @@
+"""The memory functions as an MCP server (the official `mcp` SDK, its low-level `Server`): over
+stdio (`memory-worker mcp`) and as streamable HTTP at `/mcp` and `/mcp/<bank>` on the standalone
+server.
+
+- Tools come from the catalog, nothing is written twice: by default the functions agents may call
+  (`spec.agents`), with `--tools approval` also those an operator approves per use. Each tool's
+  name is its REST path with `_` (`memory::save` → `memory_save`: MCP names allow no `:`), its
+  description and input/output schemas the catalog's (the golden schemas' source), its
+  read-only / destructive / idempotent annotations the catalog's hints.
+- Models guess argument names: `q` or `text` for `query`, `memory_id` for `id`, `k` for
+  `limit`, camelCase for snake_case, … (`ALIASES`) are read as the real field when that field was
+  not given and the guess is not itself a field of the request.
+- Every call is `catalog.call` through a door (`adapters.doors`) on behalf of an agent
+  (`Caller.for_agent("mcp")`). A failure is a tool error (`isError`) whose text is our
+  `code: message` and whose structured content is `{"error": {"code", "message"}}`.
+- A pinned bank (`--bank`, `/mcp/<bank>`) leaves `bank` out of the schemas and fills it in; a call
+  naming another bank is refused (`invalid_input`), never served from the other bank.
+- HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
+  client): it sits behind the standalone server's own access checks like every other route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import mcp_types as types
+import structlog
+from aiohttp import web
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from memory_worker.adapters.doors import Door
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
+from memory_worker.app.catalog import FunctionSpec, Policy
+from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.names import check_name
+
+__all__ = [
+    "ALIASES",
+    "SERVER_NAME",
+    "McpHttp",
+    "McpTools",
+    "build_server",
+    "serve_stdio",
+    "tool_name",
+]
+
+log = structlog.get_logger(__name__)
+
+SERVER_NAME = "memory-worker"
+INSTRUCTIONS = (
+    "Durable memory across sessions. Recall before answering questions about the user, their "
+    "projects or past decisions (memory_recall); save a self-contained fact when the user asks "
+    "you to remember something or states a lasting preference (memory_save). Facts about the "
+    'person read "The user …".'
+)
+# Argument names models reach for, by the field they mean (only where unambiguous).
+ALIASES: dict[str, tuple[str, ...]] = {
+    "query": ("q", "text", "search", "question", "prompt", "message", "query_text"),
+    "text": ("content", "memory", "fact", "note", "value"),
+    "id": ("memory_id", "mid", "key"),
+    "limit": ("k", "top_k", "n", "max_results", "count", "size"),
+    "tags": ("tag", "labels", "label"),
+    "entities": ("entity",),
+    "bank": ("bank_name", "namespace", "memory_bank"),
+    "pinned": ("pin",),
+    "superseded_by": ("by", "winner"),
+}
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_STATE_BANK = "memory_bank"  # the ASGI scope state key the HTTP route sets for `/mcp/<bank>`
+_STATE_CALLER = "memory_caller"
+
+DoorFor = Callable[[Caller], AbstractAsyncContextManager[Door]]
+
+
+def tool_name(spec: FunctionSpec) -> str:
+    return spec.http_path.replace("/", "_")
+
+
+def _offered(tools: str) -> tuple[FunctionSpec, ...]:
+    if tools == "agents":
+        return tuple(spec for spec in catalog.CATALOG if spec.agents)
+    if tools == "approval":
+        allowed = (Policy.AGENTS, Policy.APPROVAL)
+        return tuple(spec for spec in catalog.CATALOG if spec.policy in allowed)
+    raise InvalidInput(f"tools must be agents or approval, not {tools!r}")
+
+
+def _schema(spec: FunctionSpec, model: Any, *, pinned: bool) -> dict[str, Any]:
+    schema = catalog.json_schema(model)
+    if pinned and "bank" in schema.get("properties", {}):
+        schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "bank"}
+        if "required" in schema:
+            schema["required"] = [k for k in schema["required"] if k != "bank"]
+    return schema
+
+
+def _title(spec: FunctionSpec) -> str:
+    return spec.id.removeprefix("memory::").replace("::", " ").replace("-", " ").capitalize()
+
+
+def _tool(spec: FunctionSpec, *, pinned: bool) -> types.Tool:
+    hints = spec.hints
+    return types.Tool(
+        name=tool_name(spec),
+        title=_title(spec),
+        description=spec.description,
+        input_schema=_schema(spec, spec.request, pinned=pinned),
+        output_schema=catalog.json_schema(spec.response),
+        annotations=types.ToolAnnotations(
+            title=_title(spec),
+            read_only_hint=hints.read_only,
+            # The spec reads destructive/idempotent only when a tool is not read-only.
+            destructive_hint=None if hints.read_only else hints.destructive,
+            idempotent_hint=hints.idempotent,
+            open_world_hint=False,  # a bank on this machine, nothing beyond it
+        ),
+    )
+
+
+def forgiving(spec: FunctionSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """`arguments` with the names models guess read as the request's own fields."""
+    fields = set(spec.request.model_fields)
+    args: dict[str, Any] = {}
+    for key, value in arguments.items():
+        args[key if key in fields else _CAMEL.sub("_", key).lower()] = value
+    for field, aliases in ALIASES.items():
+        if field not in fields or field in args:
+            continue
+        for alias in aliases:
+            if alias in args and alias not in fields:
+                args[field] = args.pop(alias)
+                break
+    return args
+
+
+def _ok(result: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(result, ensure_ascii=False))],
+        structured_content=result,
+    )
+
+
+def _failed(err: WorkerError) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=str(err))],
+        structured_content={"error": err.to_dict()},
+        is_error=True,
+    )
+
+
+class McpTools:
+    """The tool list and the tool calls, over doors opened per call (`door_for(caller)`)."""
+
+    def __init__(self, door_for: DoorFor, *, tools: str = "agents", bank: str | None = None):
+        self._door_for = door_for
+        self.specs = _offered(tools)
+        self._by_name = {tool_name(spec): spec for spec in self.specs}
+        self.bank = check_name(bank, "bank") if bank else None
+        self.calls = 0
+
+    def __repr__(self) -> str:
+        return f"<McpTools tools={len(self.specs)} bank={self.bank!r} calls={self.calls}>"
+
+    def list(self, *, bank: str | None = None) -> list[types.Tool]:
+        pinned = (bank or self.bank) is not None
+        return [_tool(spec, pinned=pinned) for spec in self.specs]
+
+    async def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        bank: str | None = None,
+        caller: Caller | None = None,
+    ) -> types.CallToolResult:
+        self.calls += 1
+        try:
+            spec = self._by_name.get(name)
+            if spec is None:
+                raise InvalidInput(f"unknown tool {name!r}; tools: {', '.join(self._by_name)}")
+            payload = forgiving(spec, arguments or {})
+            pinned = bank or self.bank
+            if pinned is not None and "bank" in spec.request.model_fields:
+                given = payload.get("bank")
+                if given not in (None, "", pinned):
+                    raise InvalidInput(f"this MCP endpoint serves bank {pinned} only, not {given}")
+                payload["bank"] = pinned
+            async with self._door_for(caller or Caller.for_agent("mcp")) as door:
+                result = await door.call(spec.id, payload)
+        except WorkerError as err:
+            log.info("mcp_tool_failed", tool=name, error=str(err))
+            return _failed(err)
+        return _ok(result)
+
+
+def _request_state(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any]:
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    return state if isinstance(state, dict) else {}
+
+
+def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
+    """The low-level MCP server over `tools`; over HTTP the route's pinned bank and caller
+    arrive in the request's ASGI state."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        bank = _request_state(ctx).get(_STATE_BANK)
+        return types.ListToolsResult(tools=tools.list(bank=bank))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        state = _request_state(ctx)
+        return await tools.call(
+            params.name,
+            params.arguments,
+            bank=state.get(_STATE_BANK),
+            caller=state.get(_STATE_CALLER),
+        )
+
+    return Server(
+        SERVER_NAME,
+        version=version,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(tools: McpTools, *, version: str = "") -> int:
+    """MCP over this process's stdin/stdout until the client closes it."""
+    server = build_server(tools, version=version)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+    return 0
+
+
+# --- streamable HTTP on the standalone server ---------------------------------------------------
+
+
+class McpHttp:
+    """`/mcp` and `/mcp/<bank>` on the aiohttp server: the SDK's streamable-HTTP session manager
+    (stateless, JSON answers) driven through a small ASGI bridge. `start()` / `close()` own the
+    manager's task (it must enter and leave its task group in one task)."""
+
+    def __init__(self, tools: McpTools, *, version: str = "") -> None:
+        self.tools = tools
+        self._manager = StreamableHTTPSessionManager(
+            app=build_server(tools, version=version), json_response=True, stateless=True
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="memory-mcp-http")
+        ready = asyncio.create_task(self._ready.wait())
+        await asyncio.wait({self._task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._task.done():
+            self._task.result()  # it failed to start: raise why
+
+    async def _run(self) -> None:
+        async with self._manager.run():
+            self._ready.set()
+            await self._stop.wait()
+
+    async def close(self) -> None:
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def handle(
+        self, request: web.Request, *, bank: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        if self._task is None or not self._ready.is_set():
+            raise web.HTTPServiceUnavailable(reason="the MCP endpoint is not running")
+        state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
+        return await _asgi(self._manager.handle_request, request, state)
+
+
+async def _asgi(app: Any, request: web.Request, state: dict[str, Any]) -> web.StreamResponse:
+    """One aiohttp request through an ASGI app: the body is read whole (bounded by the server's
+    body cap), the answer is streamed back as the app sends it."""
+    body = await request.read()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": f"{request.version.major}.{request.version.minor}",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.raw_path.split("?", 1)[0].encode(),
+        "query_string": request.query_string.encode(),
+        "root_path": "",
+        "headers": [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()
+        ],
+        "client": request.transport.get_extra_info("peername") if request.transport else None,
+        "server": None,
+        "state": state,
+    }
+    delivered = False
+    disconnected = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await disconnected.wait()
+        return {"type": "http.disconnect"}
+
+    response: web.StreamResponse | None = None
+
+    async def send(message: Mapping[str, Any]) -> None:
+        nonlocal response
+        if message["type"] == "http.response.start":
+            response = web.StreamResponse(status=message["status"])
+            for key, value in message.get("headers", ()):
+                response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
+            await response.prepare(request)
+        elif message["type"] == "http.response.body" and response is not None:
+            await response.write(message.get("body", b""))
+            if not message.get("more_body", False):
+                await response.write_eof()
+
+    try:
+        await app(scope, receive, send)
+    finally:
+        disconnected.set()
+    if response is None:
+        raise web.HTTPInternalServerError(reason="the MCP transport sent no response")
+    return response

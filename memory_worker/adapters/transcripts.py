@@ -1,0 +1,126 @@
+"""Coding agents' transcript files, read for capture: the user's and the assistant's words of a
+session, oldest first, as `CaptureEntry` dicts (`entry_id`, `role`, `text`, `timestamp` ms).
+
+- Claude Code writes one JSON object a line (`~/.claude/projects/<project>/<session>.jsonl`):
+  `type` `user` / `assistant`, `uuid`, `timestamp` (ISO 8601), `message.content` a string or
+  content blocks. Only `text` blocks are words: tool calls, tool results, thinking, images are
+  not; sub-agent lines (`isSidechain`), meta lines (`isMeta`), compaction summaries
+  (`isCompactSummary`) and a session's own command echoes are left out.
+- Codex writes a rollout JSONL: `{"type": "response_item", "payload": {"type": "message",
+  "role", "content": [{"type": "input_text" | "output_text", "text"}]}}`, with a `timestamp`;
+  entries are numbered by line, as it gives messages no ids.
+
+Every text is redacted here, before the job is written to the queue on disk or sent anywhere.
+Unreadable lines are skipped (a line being written while we read is the usual one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memory_worker.core.redact import redact
+
+__all__ = ["MAX_TRANSCRIPT_BYTES", "read_transcript"]
+
+MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much of a long session
+_TEXT_BLOCKS = ("text", "input_text", "output_text")
+_COMMAND_MARKS = ("<command-name>", "<local-command-stdout>", "<command-message>")
+_MAX_TEXT_CHARS = 20_000
+
+
+def _ms(value: object) -> int | None:
+    if isinstance(value, int | float) and value > 0:
+        return int(value)
+    if isinstance(value, str) and value:
+        try:
+            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            return None
+    return None
+
+
+def _words(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            for block in content
+            if isinstance(block, dict)
+            and block.get("type") in _TEXT_BLOCKS
+            and isinstance(block.get("text"), str)
+        )
+    return ""
+
+
+def _claude(line: dict[str, Any]) -> tuple[str, str, str, int | None] | None:
+    kind = line.get("type")
+    message = line.get("message")
+    if kind not in ("user", "assistant") or not isinstance(message, dict):
+        return None
+    if line.get("isSidechain") or line.get("isMeta") or line.get("isCompactSummary"):
+        return None
+    entry_id = line.get("uuid")
+    if not isinstance(entry_id, str) or not entry_id:
+        return None
+    return entry_id, str(kind), _words(message.get("content")), _ms(line.get("timestamp"))
+
+
+def _codex(line: dict[str, Any], number: int) -> tuple[str, str, str, int | None] | None:
+    payload = line.get("payload")
+    if line.get("type") != "response_item" or not isinstance(payload, dict):
+        return None
+    role = payload.get("role")
+    if payload.get("type") != "message" or role not in ("user", "assistant"):
+        return None
+    entry_id = payload.get("id") if isinstance(payload.get("id"), str) else f"line-{number}"
+    return str(entry_id), str(role), _words(payload.get("content")), _ms(line.get("timestamp"))
+
+
+def _entry(line: object, number: int) -> dict[str, Any] | None:
+    if not isinstance(line, dict):
+        return None
+    found = _claude(line) or _codex(line, number)
+    if found is None:
+        return None
+    entry_id, role, text, at_ms = found
+    text = text.strip()
+    if not text or text.startswith(_COMMAND_MARKS) or text.startswith("<memory "):
+        return None
+    entry: dict[str, Any] = {
+        "entry_id": entry_id[:200],
+        "role": role,
+        "text": redact(text[:_MAX_TEXT_CHARS]).text,
+    }
+    if at_ms is not None:
+        entry["timestamp"] = at_ms
+    return entry
+
+
+def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
+    """The last `limit` user/assistant messages of the transcript at `path`, oldest first."""
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        size = handle.tell()
+        start = max(size - MAX_TRANSCRIPT_BYTES, 0)
+        handle.seek(start)
+        raw = handle.read()
+    lines = raw.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line was cut by where the read started
+    kept: deque[dict[str, Any]] = deque(maxlen=limit)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            decoded = json.loads(line)
+        except ValueError:
+            continue
+        entry = _entry(decoded, number)
+        if entry is not None:
+            kept.append(entry)
+    return list(kept)

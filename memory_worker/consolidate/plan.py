@@ -1,0 +1,218 @@
+"""The consolidation plan: which memories of one bank state the same fact, and what may be merged.
+
+Pure and deterministic — the same rows always give the same plan, in the same order:
+- **exact**: equal `normalize()` keys (case, spacing, sentence punctuation) — writable;
+- **reorder**: the same words in another order — report-only (word order can flip meaning);
+- **semantic**: pairs the embedder puts at or above the threshold — writable only when every pair
+  of the group is that close AND `text.disagreement()` finds nothing load-bearing that differs,
+  else report-only with the reason. One differing word is never a duplicate, in any tier.
+
+The survivor of a group is pinned first, then the most corroborated, then the oldest (it carries
+the provenance), then the smallest id. A pinned member that is not the survivor is skipped, never
+retired.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from memory_worker.consolidate.text import disagreement, normalize, reorder_key
+
+__all__ = [
+    "MAX_SEMANTIC_GROUP",
+    "Group",
+    "Row",
+    "Tier",
+    "plan_exact",
+    "plan_semantic",
+    "reason",
+    "survivor_order",
+]
+
+MAX_SEMANTIC_GROUP = 6  # a larger cluster of near-duplicates is a topic, not one fact: report it
+
+
+class Tier(StrEnum):
+    EXACT = "exact"
+    REORDER = "reorder"
+    SEMANTIC = "semantic"
+    LLM = "llm"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """The fields of a live memory the plan reads (from `memory::list`)."""
+
+    id: str
+    text: str
+    pinned: bool = False
+    corroboration: int = 0
+    created_at: int = 0
+    revision: int = 0
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> Row:
+        """A `Memory` as `memory::list` returns it; ValueError for anything that is not one."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"not a memory object: {raw!r:.80}")
+        memory_id, text = raw.get("id"), raw.get("text")
+        if not isinstance(memory_id, str) or not memory_id or not isinstance(text, str):
+            raise ValueError(f"memory without id or text: {raw!r:.80}")
+        numbers = {}
+        for field in ("corroboration", "created_at", "revision"):
+            value = raw.get(field, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"memory {memory_id}: {field} is not a count: {value!r}")
+            numbers[field] = value
+        return cls(id=memory_id, text=text, pinned=raw.get("pinned") is True, **numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Members that state one fact: the survivor, the members it would retire, the pinned members
+    it may not retire, whether the tier may write, and why (the rule that fired or the guard that
+    stopped it)."""
+
+    tier: Tier
+    winner: Row
+    losers: tuple[Row, ...]
+    skipped_pinned: tuple[Row, ...]
+    writable: bool
+    why: str
+    score: float | None = None  # the lowest cosine in a semantic group
+
+    @property
+    def members(self) -> tuple[Row, ...]:
+        return (self.winner, *self.losers, *self.skipped_pinned)
+
+
+def survivor_order(rows: Iterable[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: (not r.pinned, -r.corroboration, r.created_at, r.id))
+
+
+def _group(
+    tier: Tier, members: Iterable[Row], *, writable: bool, why: str, score: float | None = None
+) -> Group | None:
+    ordered = survivor_order(members)
+    if len(ordered) < 2:
+        return None
+    winner, rest = ordered[0], ordered[1:]
+    losers = tuple(r for r in rest if not r.pinned)
+    skipped = tuple(r for r in rest if r.pinned)
+    return Group(tier, winner, losers, skipped, writable, why, score)
+
+
+def plan_exact(rows: Sequence[Row]) -> list[Group]:
+    """Exact duplicates (writable) and reorders of what is left (report-only), in a stable order:
+    by the survivor's id."""
+    by_key: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_key[normalize(row.text)].append(row)
+    groups: list[Group] = []
+    singles: list[Row] = []
+    for members in by_key.values():
+        if len(members) > 1:
+            group = _group(
+                Tier.EXACT, members, writable=True, why="the same words after normalisation"
+            )
+            if group is not None:
+                groups.append(group)
+        else:
+            singles.extend(members)
+    by_bag: dict[tuple[str, ...], list[Row]] = defaultdict(list)
+    for row in singles:
+        by_bag[reorder_key(row.text)].append(row)
+    for members in by_bag.values():
+        if len(members) > 1:
+            group = _group(
+                Tier.REORDER,
+                members,
+                writable=False,
+                why="the same words in another order (order can change the meaning)",
+            )
+            if group is not None:
+                groups.append(group)
+    groups.sort(key=lambda g: (g.tier != Tier.EXACT, g.winner.id))
+    return groups
+
+
+class _Components:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, key: str) -> str:
+        root = self.parent.setdefault(key, key)
+        while root != self.parent[root]:
+            root = self.parent[root]
+        while self.parent[key] != root:
+            self.parent[key], key = root, self.parent[key]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        root_a, root_b = self.find(a), self.find(b)
+        if root_a != root_b:
+            self.parent[max(root_a, root_b)] = min(root_a, root_b)
+
+
+def plan_semantic(
+    rows: Sequence[Row], neighbours: Mapping[str, Mapping[str, float]], threshold: float
+) -> list[Group]:
+    """Near-duplicate groups from `neighbours` (row id → {other id: cosine}, both directions as
+    recall answered them). Pairs below `threshold` are ignored; a group is writable only when every
+    pair of members is at or above it and agrees on what carries the fact."""
+    by_id = {row.id: row for row in rows}
+    cosine: dict[frozenset[str], float] = {}
+    for source, found in neighbours.items():
+        for other, score in found.items():
+            if source != other and source in by_id and other in by_id and score >= threshold:
+                pair = frozenset((source, other))
+                cosine[pair] = max(score, cosine.get(pair, 0.0))
+    components = _Components()
+    for pair in cosine:
+        components.union(*sorted(pair))
+    clusters: dict[str, list[Row]] = defaultdict(list)
+    for member in {m for pair in cosine for m in pair}:
+        clusters[components.find(member)].append(by_id[member])
+    groups: list[Group] = []
+    for members in clusters.values():
+        group = _semantic_group(members, cosine, threshold)
+        if group is not None:
+            groups.append(group)
+    groups.sort(key=lambda g: g.winner.id)
+    return groups
+
+
+def _semantic_group(
+    members: list[Row], cosine: Mapping[frozenset[str], float], threshold: float
+) -> Group | None:
+    ordered = sorted(members, key=lambda r: r.id)
+    pairs = [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1 :]]
+    known = [cosine.get(frozenset((a.id, b.id))) for a, b in pairs]
+    lowest = min((score for score in known if score is not None), default=None)
+    why: str | None = None
+    if len(members) > MAX_SEMANTIC_GROUP:
+        why = f"{len(members)} memories are too many to be one fact"
+    elif any(score is None for score in known):
+        why = f"not every pair is at cosine ≥ {threshold:.2f}"
+    else:
+        for a, b in pairs:
+            if (found := disagreement(a.text, b.text)) is not None:
+                why = found
+                break
+    if why is None:
+        agreed = (
+            f"every pair at cosine ≥ {threshold:.2f}; numbers, dates, names, family and tense "
+            "words, negations and polarity agree"
+        )
+        return _group(Tier.SEMANTIC, members, writable=True, why=agreed, score=lowest)
+    return _group(Tier.SEMANTIC, members, writable=False, why=why, score=lowest)
+
+
+def reason(group: Group) -> str:
+    """The `reason` a merge carries on its `memory::item-changed` events: the rule that fired."""
+    detail = group.why if group.score is None else f"lowest cosine {group.score:.3f}; {group.why}"
+    return f"memory-consolidate: {group.tier} duplicate ({detail})"

@@ -1,0 +1,260 @@
+"""When a pass runs: the checkpoint, the due rule, the run gate, and the backstop loop.
+
+- `last_run` (`{ms}`, state scope `memory_consolidate`) is written only after a complete pass over
+  every bank with no error and nothing capped; an errored or capped pass stays due.
+- Due means `now − last_run + slack ≥ interval`, with `slack = min(5 min, interval / 10)`, so a
+  heartbeat that fires a little early does not push the pass back a whole hour. A `last_run` in the
+  future (clock skew) is not due. `status` uses the same rule.
+- One gate: a tick (cron or backstop) and a manual run never overlap, and a tick re-checks `due`
+  under the gate, so two ticks in a row run one pass.
+- Inert: while the configuration cannot be read, ticks do nothing (never a pass on defaults the
+  person did not choose); manual runs still work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from memory_worker.consolidate.config import ConsolidateSettings
+from memory_worker.consolidate.ports import StateStore
+from memory_worker.consolidate.runner import Consolidator, system_ms
+from memory_worker.consolidate.wire import BankReport, PassReport, RunRequest, StatusResponse
+from memory_worker.core.errors import WorkerError
+
+__all__ = [
+    "LAST_REPORT",
+    "LAST_RUN",
+    "SCOPE",
+    "SLACK_MAX_MS",
+    "Scheduler",
+    "interval_ms",
+    "is_due",
+    "next_due_at",
+    "slack_ms",
+]
+
+log = structlog.get_logger(__name__)
+
+SCOPE = "memory_consolidate"
+LAST_RUN = "last_run"
+LAST_REPORT = "last_report"
+SLACK_MAX_MS = 300_000
+HOUR_MS = 3_600_000
+
+
+def interval_ms(hours: float) -> int:
+    return int(hours * HOUR_MS)
+
+
+def slack_ms(interval: int) -> int:
+    return min(SLACK_MAX_MS, interval // 10)
+
+
+def is_due(now_ms: int, last_ms: int | None, hours: float) -> bool:
+    if last_ms is None:
+        return True
+    elapsed = now_ms - last_ms
+    if elapsed < 0:
+        return False  # a checkpoint from the future: the clock moved back, wait for it
+    interval = interval_ms(hours)
+    return elapsed + slack_ms(interval) >= interval
+
+
+def next_due_at(last_ms: int | None, hours: float) -> int | None:
+    if last_ms is None:
+        return None
+    interval = interval_ms(hours)
+    return last_ms + interval - slack_ms(interval)
+
+
+def _ms(value: Any) -> int | None:
+    """`{ms}` as stored; older engines wrap the value as `{value: …}`."""
+    if isinstance(value, dict) and "value" in value and "ms" not in value:
+        value = value["value"]
+    if isinstance(value, dict):
+        value = value.get("ms")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+class Scheduler:
+    """Owns the gate, the checkpoint and the last reports; runs passes through a `Consolidator`."""
+
+    def __init__(
+        self,
+        consolidator: Consolidator,
+        state: StateStore | None,
+        settings: Callable[[], ConsolidateSettings],
+        *,
+        inert: Callable[[], str | None] = lambda: None,
+        clock: Callable[[], int] = system_ms,
+    ) -> None:
+        """`state` None: no state worker (the checkpoint then lives in this process only);
+        `inert()` returns why the configuration is unreadable, or None."""
+        self.consolidator = consolidator
+        self.state = state
+        self.settings = settings
+        self.inert = inert
+        self.clock = clock
+        self.gate = asyncio.Lock()
+        self._last_run: int | None = None  # what this process checkpointed (state may lag)
+        self._reports: dict[str, BankReport] = {}
+        self.passes = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Scheduler(passes={self.passes}, running={self.gate.locked()}, "
+            f"last_run={self._last_run})"
+        )
+
+    # --- checkpoint -------------------------------------------------------------------------
+
+    async def last_run(self) -> int | None:
+        """The last complete pass; raises `SiblingUnavailable` when the state worker fails."""
+        stored = None if self.state is None else _ms(await self.state.get(SCOPE, LAST_RUN))
+        known = [ms for ms in (stored, self._last_run) if ms is not None]
+        return max(known) if known else None
+
+    async def _checkpoint(self, started_ms: int) -> None:
+        self._last_run = started_ms
+        if self.state is not None:
+            await self.state.set(SCOPE, LAST_RUN, {"ms": started_ms})
+
+    async def reports(self) -> dict[str, BankReport]:
+        stored: dict[str, BankReport] = {}
+        if self.state is not None:
+            raw = await self.state.get(SCOPE, LAST_REPORT)
+            if isinstance(raw, dict) and "value" in raw and "banks" not in raw:
+                raw = raw["value"]  # older engines wrap what state::get returns
+            banks = raw.get("banks") if isinstance(raw, dict) else None
+            for name, report in (banks or {}).items():
+                with contextlib.suppress(ValueError):
+                    stored[str(name)] = BankReport.model_validate(report)
+        return {**stored, **self._reports}
+
+    async def _keep_reports(self, report: PassReport) -> None:
+        for bank in report.banks:
+            self._reports[bank.bank] = bank
+        if self.state is None:
+            return
+        try:
+            merged = await self.reports()
+            await self.state.set(
+                SCOPE,
+                LAST_REPORT,
+                {"banks": {name: r.to_wire() for name, r in sorted(merged.items())}},
+            )
+        except WorkerError as err:  # the reports are a view; the checkpoint decides what runs
+            log.warning("report_not_stored", error=str(err))
+
+    # --- passes -----------------------------------------------------------------------------
+
+    async def run(self, request: RunRequest, *, scheduled: bool = False) -> PassReport:
+        """A manual run (`memory-consolidate::run`): waits for the gate, then one pass."""
+        async with self.gate:
+            return await self._pass(request, scheduled=scheduled)
+
+    async def _pass(self, request: RunRequest, *, scheduled: bool) -> PassReport:
+        settings = self.settings()
+        dry_run = settings.dry_run if request.dry_run is None else request.dry_run
+        report = await self.consolidator.run(settings, bank=request.bank, dry_run=dry_run)
+        self.passes += 1
+        await self._keep_reports(report)
+        complete = request.bank is None and (not dry_run or scheduled)
+        clean = all(not b.errors and not b.capped for b in report.banks) and not report.errors
+        if not (complete and clean):
+            return report
+        try:
+            await self._checkpoint(report.started_at)
+        except WorkerError as err:
+            return report.model_copy(update={"errors": [*report.errors, f"checkpoint: {err}"]})
+        return report.model_copy(update={"checkpointed": True})
+
+    async def tick(self, source: str) -> dict[str, Any]:
+        """One heartbeat (cron or backstop): a pass if one is due, else nothing."""
+        settings = self.settings()
+        if (why := self.inert()) is not None:
+            return {"ran": False, "reason": f"inert: {why}"}
+        if not settings.enabled:
+            return {"ran": False, "reason": "disabled"}
+        async with self.gate:
+            try:
+                last = await self.last_run()
+            except WorkerError as err:
+                log.warning("tick_skipped", source=source, error=str(err))
+                return {"ran": False, "reason": f"last_run unreadable: {err}"}
+            if not is_due(self.clock(), last, settings.interval_hours):
+                return {
+                    "ran": False,
+                    "reason": "not due",
+                    "next_due_at": next_due_at(last, settings.interval_hours),
+                }
+            log.info("pass_due", source=source, last_run=last)
+            try:
+                report = await self._pass(RunRequest(), scheduled=True)
+            except WorkerError as err:  # the bank list itself failed: stays due
+                log.warning("pass_failed", source=source, error=str(err))
+                return {"ran": False, "reason": f"pass failed: {err}"}
+        return {
+            "ran": True,
+            "superseded": report.superseded,
+            "checkpointed": report.checkpointed,
+            "banks": len(report.banks),
+        }
+
+    async def status(self) -> StatusResponse:
+        settings = self.settings()
+        why = self.inert()
+        error: str | None = None
+        try:
+            last = await self.last_run()
+            reports = await self.reports()
+        except WorkerError as err:
+            last, reports, error = self._last_run, dict(self._reports), str(err)
+        due = (
+            why is None and settings.enabled and is_due(self.clock(), last, settings.interval_hours)
+        )
+        return StatusResponse(
+            enabled=settings.enabled,
+            inert=why is not None,
+            inert_reason=why,
+            interval_hours=settings.interval_hours,
+            dry_run=settings.dry_run,
+            last_run=last,
+            due=due,
+            next_due_at=next_due_at(last, settings.interval_hours),
+            running=self.gate.locked(),
+            banks=reports,
+            error=error,
+        )
+
+    async def backstop(
+        self,
+        first_s: float,
+        every_s: float,
+        stopping: asyncio.Event,
+        on_tick: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """The schedule without (or besides) cron: a tick soon after boot — a machine that was off
+        catches up — then one every `every_s`, each outcome handed to `on_tick`. Returns when
+        `stopping` is set."""
+        delay = first_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=delay)
+            if stopping.is_set():
+                return
+            try:
+                outcome = await self.tick("backstop")
+                log.info("backstop_tick", **outcome)
+                if on_tick is not None:
+                    on_tick(outcome)
+            except Exception:  # a bug must not end the schedule; it is logged with its trace
+                log.exception("backstop_tick_failed")
+            delay = every_s

@@ -1,0 +1,60 @@
+"""Decoding a caller's JSON, bounded: every edge (REST, `trigger`, `call --batch`, `import`, the
+bus) turns raw text into a payload here or checks an already decoded one with `check_depth`.
+
+A payload is an object of scalars and short lists, so nesting past `MAX_DEPTH` is refused as
+`invalid_input` before anything recursive (the decoder, validation, a log line) could hit
+Python's recursion limit, and so is a payload of more than `MAX_VALUES` values in all, before
+validation spends a Python call on each (110,000 tags once held the event loop for seconds);
+`NaN` and `Infinity` are not JSON and are refused too. Linear in the size of the input, and the
+check stops at the first value past a limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from memory_worker.core.errors import InvalidInput
+
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "check_depth", "loads"]
+
+MAX_DEPTH = 32  # an honest payload nests 3 deep (object → list → string); 32 leaves room
+MAX_VALUES = 10_000  # an honest call carries a few dozen (text, 8 tags, 8 entities, …)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loads(raw: bytes | str, what: str) -> object:
+    """Decode `raw` (UTF-8) or raise `InvalidInput("<what> is not valid JSON: …")`."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # UnicodeDecodeError is one too
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    check_depth(value, what)
+    return value
+
+
+def check_depth(value: object, what: str = "payload", *, max_values: int = MAX_VALUES) -> None:
+    """Refuse containers nested more than `MAX_DEPTH` deep, or more than `max_values` values in
+    all (iterative: never recursion itself)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > max_values:
+            raise InvalidInput(f"{what} holds more than {max_values} values")
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise InvalidInput(f"{what} is nested more than {MAX_DEPTH} levels deep")
+        stack.extend((child, depth + 1) for child in children)

@@ -1,0 +1,297 @@
+"""Capture without an engine: the turns a coding agent's Stop hook hands over, extracted into
+memories by the same `Extractor` (prompt, parser, write rules) as the bus path, from the durable
+queue in the data dir (`storage.capture`).
+
+- A job carries the turn's messages (the hook read them from the agent's transcript and redacted
+  them); `JobTranscript` serves them to the pass as `session::messages` would. The session's
+  cursor is the queue's: the last entry a finished job read, so a job carrying the whole tail of
+  a transcript only extracts what is new.
+- Jobs run one at a time, oldest first. The pass journals its decision in the queue before it
+  writes (`Extractor` with a `PassJournal`), and a job is done in the same fsynced line as its
+  cursor: killed at any moment, a job is finished after the restart exactly once.
+- A failed attempt (the endpoint down, slow, answering garbage) is retried with a growing delay;
+  past the attempt limit the job is dead, kept in the file, never run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memory_worker.app.ports import Completer
+from memory_worker.app.seams import ExtractJob
+from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import InvalidInput
+from memory_worker.core.names import check_name
+from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
+from memory_worker.storage.capture import CaptureQueue, Pending
+
+__all__ = [
+    "MAX_JOB_ENTRIES",
+    "CaptureEntry",
+    "CaptureJob",
+    "CaptureRunner",
+]
+
+log = structlog.get_logger(__name__)
+
+MAX_JOB_ENTRIES = 200  # the transcript's tail a job carries; the cursor picks what is new in it
+MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts are in the words)
+RETRY_FIRST_MS = 5_000
+RETRY_MAX_MS = 10 * 60_000
+UNAVAILABLE_POLL_S = 30.0  # with no endpoint configured, how often to look again
+
+
+class CaptureEntry(BaseModel):
+    """One transcript message: the agent's entry id, its role and text, when it was written."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    entry_id: str = Field(min_length=1, max_length=200)
+    role: str = Field(pattern="^(user|assistant)$")
+    text: str = Field(max_length=MAX_ENTRY_CHARS)
+    timestamp: int | None = Field(default=None, ge=0)
+
+
+class CaptureJob(BaseModel):
+    """What the Stop hook hands to capture: one turn (and the tail before it) of one session."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    session_id: str = Field(min_length=1, max_length=200)
+    bank: str | None = None
+    agent: str | None = Field(default=None, max_length=100)
+    entries: list[CaptureEntry] = Field(max_length=MAX_JOB_ENTRIES)
+
+    def job_id(self) -> str | None:
+        """Stable per turn (a Stop hook fired twice enqueues once): the session and its newest
+        entry."""
+        return f"{self.session_id}:{self.entries[-1].entry_id}" if self.entries else None
+
+
+class JobTranscript:
+    """`TranscriptSource` over one job's messages: a single page."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self._items = [
+            {
+                "entry_id": entry["entry_id"],
+                "message": {
+                    "role": entry["role"],
+                    "content": entry["text"],
+                    "timestamp": entry.get("timestamp"),
+                },
+            }
+            for entry in job.get("entries", [])
+        ]
+
+    async def page(
+        self, session_id: str, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        return self._items, None
+
+
+class _Cursors:
+    """`KeyValue` for the pass's cursor (the Extractor's own value: the entry it got to and the
+    turns it finished): read from the queue; a move is kept here and written with the job's
+    `done` line (one fsync: done and cursor cannot disagree)."""
+
+    def __init__(self, queue: CaptureQueue) -> None:
+        self._queue = queue
+        self.moved: dict[str, Any] | None = None
+
+    async def get(self, scope: str, key: str) -> Any:
+        if scope != CURSOR_SCOPE:
+            return None
+        return self.moved if self.moved is not None else self._queue.cursor(key)
+
+    async def set(self, scope: str, key: str, value: Any) -> None:
+        if scope == CURSOR_SCOPE and isinstance(value, dict):
+            self.moved = value
+
+    async def delete(self, scope: str, key: str) -> None:
+        return None
+
+
+class _Journal:
+    """`PassJournal` over the queue's `decided` line of one job."""
+
+    def __init__(self, runner: CaptureRunner, pending: Pending) -> None:
+        self._runner = runner
+        self._pending = pending
+
+    def recorded(self) -> Decision | None:
+        decided = self._pending.decided
+        if decided is None:
+            return None
+        return Decision(decided["reply"], tuple(decided["known"]), int(decided["at"]))
+
+    async def record(self, decision: Decision) -> None:
+        await self._runner._blocking(
+            self._runner.queue.decide,
+            self._pending.id,
+            decision.reply,
+            list(decision.known),
+            now_ms=decision.at_ms,
+        )
+
+
+class CaptureRunner:
+    """Runs the queue's jobs: `enqueue()` adds one and wakes the loop; `run_once()` runs every
+    job that is due now (tests, `memory-worker capture`); `start()` / `close()` own the loop."""
+
+    def __init__(
+        self,
+        service: MemoryService,
+        queue: CaptureQueue,
+        completer: Completer | None,
+        *,
+        available: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.service = service
+        self.queue = queue
+        self.completer = completer  # None: jobs only wait (an enqueue-only runner)
+        # Whether the completer can answer now (an endpoint is configured): jobs wait, not fail.
+        self.available = available
+        self._lock = asyncio.Lock()  # one job, and one queue write, at a time
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set while the loop has nothing due to run
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.finished = 0
+
+    def __repr__(self) -> str:
+        return f"<CaptureRunner {self.queue!r} finished={self.finished}>"
+
+    async def _blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def enqueue(self, payload: object) -> dict[str, Any]:
+        """Validate and durably queue one turn; `{"queued": id, "new": bool}`."""
+        try:
+            job = CaptureJob.model_validate(payload if isinstance(payload, dict) else {})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "payload"
+            raise InvalidInput(f"capture job: {where}: {err['msg']}") from None
+        if job.bank is not None:
+            check_name(job.bank, "bank")
+        data = job.model_dump(exclude_none=True)
+        async with self._lock:
+            job_id, new = await self._blocking(
+                self.queue.enqueue, data, job_id=job.job_id(), now_ms=self.service.clock()
+            )
+        if new:
+            self._idle.clear()
+            self._wake.set()
+        return {"queued": job_id, "new": new}
+
+    def _due(self, now_ms: int) -> list[Pending]:
+        return [p for p in self.queue.pending() if p.retry_at <= now_ms]
+
+    async def run_once(self) -> int:
+        """Run every job due now, oldest first; the number finished (done or dead)."""
+        finished = 0
+        if self.completer is None or not self.available():
+            return 0
+        for pending in self._due(self.service.clock()):
+            if self._closing:
+                break
+            async with self._lock:
+                finished += await self._run(pending)
+        if finished:
+            async with self._lock:
+                await self._blocking(self.queue.compact)
+        self.finished += finished
+        return finished
+
+    async def _run(self, pending: Pending) -> int:
+        assert self.completer is not None
+        job = pending.job
+        session_id = str(job["session_id"])
+        bank = str(job.get("bank") or self.service.settings.default_bank)
+        cursors = _Cursors(self.queue)
+        extractor = Extractor(
+            self.service, JobTranscript(job), self.completer, cursors, _Journal(self, pending)
+        )
+        until = job["entries"][-1]["entry_id"] if job.get("entries") else None
+        agent = job.get("agent")
+        extract_job = ExtractJob(session_id=session_id, bank=bank, until=until, agent=agent)
+        try:
+            if not self.service.settings.extraction_enabled or self.service.was_deleted(bank):
+                await extractor.pass_over(extract_job)  # its words must never reach a later pass
+                written = 0
+            else:
+                written = await extractor.extract(extract_job, bank)
+        except Exception as exc:  # the endpoint, the disk: retried, never lost
+            retry_in = min(RETRY_FIRST_MS * 2**pending.attempts, RETRY_MAX_MS)
+            retried = await self._blocking(
+                self.queue.failed,
+                pending.id,
+                str(exc)[:500],
+                now_ms=self.service.clock(),
+                retry_in_ms=retry_in,
+            )
+            log.warning(
+                "capture_failed",
+                job=pending.id,
+                error=str(exc),
+                retry_in_ms=retry_in if retried else None,
+                dead=not retried,
+            )
+            return 0 if retried else 1
+        await self._blocking(
+            self.queue.done,
+            pending.id,
+            session_id=session_id,
+            cursor=cursors.moved or self.queue.cursor(session_id),
+            written=written,
+            now_ms=self.service.clock(),
+        )
+        log.info("captured", job=pending.id, bank=bank, written=written)
+        return 1
+
+    def next_due_ms(self) -> int | None:
+        pending = self.queue.pending()
+        return min((p.retry_at for p in pending), default=None)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="memory-capture")
+
+    async def settle(self) -> None:
+        """Wait until the loop has run every job due (tests, benchmarks)."""
+        await self._idle.wait()
+
+    async def _loop(self) -> None:
+        while not self._closing:
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except Exception:  # a bug: logged, the loop goes on (the job stays queued)
+                log.exception("capture_loop_failed")
+            due = self.next_due_ms()
+            if self._wake.is_set():
+                continue  # enqueued while running: run again before saying idle
+            if due is None or due > self.service.clock() or not self.available():
+                self._idle.set()
+            timeout = None if due is None else max(due - self.service.clock(), 0) / 1000 + 0.01
+            if self.completer is None:
+                timeout = None  # an enqueue-only runner: nothing runs here
+            elif not self.available():
+                timeout = UNAVAILABLE_POLL_S  # a settings edit may bring an endpoint
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            # A job mid-way is cut off: its journal and cursor make the next start finish it.
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._blocking(self.queue.close)

@@ -1,0 +1,208 @@
+"""The durable capture queue: turns waiting for extraction outside an engine, one file in the
+data dir (`.capture.jsonl`), so a crash or a restart loses no pending turn and runs none twice.
+
+One fsynced JSON line per step of a job, replayed at open (a torn or unreadable line is skipped:
+its step did not happen):
+
+- `{"op": "job", "id", "at", "job"}` — enqueued (the turn's messages, already redacted); an id
+  seen before (a retried Stop hook) adds nothing.
+- `{"op": "decided", "id", "at", "reply", "known"}` — the model's reply and the memories it was
+  shown, written BEFORE the first memory write: a job that crashes after it is finished with the
+  same decisions, and what it already wrote is not written again (`harness.capture`).
+- `{"op": "failed", "id", "at", "error", "retry_at"}` — a failed attempt (retried after
+  `retry_at`); past the attempt limit the job is `dead` (kept, never run again).
+- `{"op": "done", "id", "at", "session", "cursor", "written"}` — finished; `cursor` is where the
+  session's passes got to (the pass's own value: the last entry read, the turns finished), so
+  the session's next turn starts after it. Done in the same line as the cursor: the two cannot
+  disagree.
+
+When nothing is pending and the file has grown, it is rewritten (atomically) to the cursors alone.
+Only the holder of the data dir's lock writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memory_worker.storage import files
+
+__all__ = ["CAPTURE_FILE", "CaptureQueue", "Pending"]
+
+log = structlog.get_logger(__name__)
+
+CAPTURE_FILE = ".capture.jsonl"  # a dot name: never taken for a bank
+COMPACT_BYTES = 1024 * 1024  # rewritten to the cursors once idle past this size
+MAX_ATTEMPTS = 8  # then the job is dead: kept in the file for a person, never run again
+
+
+@dataclass
+class Pending:
+    """A job not done yet, as replayed."""
+
+    id: str
+    job: dict[str, Any]
+    enqueued_at: int
+    attempts: int = 0
+    retry_at: int = 0
+    decided: dict[str, Any] | None = None  # {"at", "reply", "known"} once the model answered
+    error: str | None = None
+
+
+@dataclass
+class _State:
+    pending: dict[str, Pending] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    cursors: dict[str, Any] = field(default_factory=dict)
+    dead: int = 0
+    done: int = 0
+    skipped_lines: int = 0
+
+
+class CaptureQueue:
+    """The queue file of one data dir. Blocking methods: call them off the event loop."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / CAPTURE_FILE
+        self._log = files.AppendLog(self.path)
+        self._state = _replay(self.path)
+
+    def __repr__(self) -> str:
+        s = self._state
+        return (
+            f"<CaptureQueue pending={len(s.pending)} done={s.done} dead={s.dead} "
+            f"sessions={len(s.cursors)}>"
+        )
+
+    @property
+    def dead(self) -> int:
+        return self._state.dead
+
+    def pending(self) -> list[Pending]:
+        """Jobs not done yet, oldest first."""
+        return sorted(self._state.pending.values(), key=lambda p: (p.enqueued_at, p.id))
+
+    def cursor(self, session_id: str) -> Any:
+        """The session's cursor as the last finished job left it (None before the first)."""
+        return self._state.cursors.get(session_id)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self._log.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+        self._log.sync()
+
+    def enqueue(self, job: dict[str, Any], *, job_id: str | None, now_ms: int) -> tuple[str, bool]:
+        """Durably add `job`; (its id, whether it is new). A known id adds nothing."""
+        job_id = job_id or f"job-{now_ms}-{secrets.token_hex(4)}"
+        if job_id in self._state.seen:
+            return job_id, False
+        self._append({"op": "job", "id": job_id, "at": now_ms, "job": job})
+        self._state.seen.add(job_id)
+        self._state.pending[job_id] = Pending(job_id, job, now_ms)
+        return job_id, True
+
+    def decide(self, job_id: str, reply: str, known: list[str], *, now_ms: int) -> None:
+        """Durably record what the model answered, before anything is written because of it."""
+        record = {"op": "decided", "id": job_id, "at": now_ms, "reply": reply, "known": known}
+        self._append(record)
+        self._state.pending[job_id].decided = {"at": now_ms, "reply": reply, "known": known}
+
+    def done(self, job_id: str, *, session_id: str, cursor: Any, written: int, now_ms: int) -> None:
+        record = {
+            "op": "done",
+            "id": job_id,
+            "at": now_ms,
+            "session": session_id,
+            "cursor": cursor,
+            "written": written,
+        }
+        self._append(record)
+        self._state.pending.pop(job_id, None)
+        self._state.done += 1
+        if cursor:
+            self._state.cursors[session_id] = cursor
+
+    def failed(self, job_id: str, error: str, *, now_ms: int, retry_in_ms: int) -> bool:
+        """Record a failed attempt; True when the job will be retried, False when it is dead."""
+        pending = self._state.pending[job_id]
+        if pending.attempts + 1 >= MAX_ATTEMPTS:
+            self._append({"op": "dead", "id": job_id, "at": now_ms, "error": error})
+            self._state.pending.pop(job_id)
+            self._state.dead += 1
+            return False
+        retry_at = now_ms + retry_in_ms
+        self._append(
+            {"op": "failed", "id": job_id, "at": now_ms, "error": error, "retry_at": retry_at}
+        )
+        pending.attempts += 1
+        pending.retry_at = retry_at
+        pending.error = error
+        return True
+
+    def compact(self) -> bool:
+        """Rewrite the file to the sessions' cursors when nothing is pending and it has grown."""
+        if self._state.pending or self._log.size < COMPACT_BYTES:
+            return False
+        lines = [
+            json.dumps({"op": "cursor", "session": s, "cursor": c}, ensure_ascii=False).encode()
+            + b"\n"
+            for s, c in sorted(self._state.cursors.items())
+        ]
+        self._log.close()
+        files.atomic_write(self.path, b"".join(lines))
+        self._log = files.AppendLog(self.path)
+        self._state.seen.clear()  # what was done is behind the cursors now
+        return True
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def _replay(path: Path) -> _State:
+    state = _State()
+    for _, raw, _complete in files.iter_lines(path):
+        try:
+            record = json.loads(raw)
+            _apply(state, record)
+        except (ValueError, KeyError, TypeError):
+            state.skipped_lines += 1  # a torn or damaged line: that step did not happen
+    if state.skipped_lines:
+        log.warning("capture_queue_lines_skipped", path=str(path), lines=state.skipped_lines)
+    return state
+
+
+def _apply(state: _State, record: dict[str, Any]) -> None:
+    op, job_id = record["op"], str(record.get("id"))
+    if op == "cursor":
+        state.cursors[str(record["session"])] = record["cursor"]
+        return
+    if op == "job":
+        if job_id not in state.seen:
+            state.seen.add(job_id)
+            state.pending[job_id] = Pending(job_id, dict(record["job"]), int(record["at"]))
+        return
+    pending = state.pending.get(job_id)
+    if pending is None:
+        return
+    if op == "decided":
+        pending.decided = {
+            "at": int(record["at"]),
+            "reply": str(record["reply"]),
+            "known": [str(k) for k in record["known"]],
+        }
+    elif op == "failed":
+        pending.attempts += 1
+        pending.retry_at = int(record["retry_at"])
+        pending.error = str(record["error"])
+    elif op == "done":
+        del state.pending[job_id]
+        state.done += 1
+        if record.get("cursor"):
+            state.cursors[str(record["session"])] = record["cursor"]
+    elif op == "dead":
+        del state.pending[job_id]
+        state.dead += 1

@@ -1,0 +1,245 @@
+"""End to end with no iii engine: a Claude Code–style session (the hook payloads Claude Code sends,
+its JSONL transcript) against a standalone server whose extraction goes to a fake
+OpenAI-compatible endpoint over real HTTP. The session is told the rules and the memories that
+fit each prompt, its turn is captured into memories, and the next session is told those."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters import cli
+from memory_worker.adapters.standalone import StandaloneServer
+from memory_worker.core.config import load_settings
+from memory_worker.storage.capture import CaptureQueue
+
+from .openai_server import FakeOpenAI
+from .served import ENV
+from .test_capture import claude_line, write_transcript
+
+SESSION = "3f1d0c5e-5b7a-4f3e-9a61-2c8f2d1e9b70"
+
+
+def payload(event: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """A hook's stdin as Claude Code sends it (the common fields, then the event's own)."""
+    return {
+        "session_id": SESSION,
+        "transcript_path": str(tmp_path / f"{SESSION}.jsonl"),
+        "cwd": str(tmp_path / "shop"),
+        "permission_mode": "default",
+        "hook_event_name": event,
+        **extra,
+    }
+
+
+async def hook(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    event: str,
+    body: dict[str, Any],
+) -> dict[str, Any] | None:
+    """`memory-worker hook EVENT` with `body` on stdin (the CLI in a thread: its own loop)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(body)))
+    code = await asyncio.to_thread(cli.main, ["hook", event, "--data-dir", str(data)])
+    out = capsys.readouterr().out
+    assert code == 0
+    return json.loads(out) if out.strip() else None
+
+
+@pytest.fixture(name="model")
+async def _model() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as model:
+        yield model
+
+
+@pytest.fixture(name="server")
+async def _server(tmp_path: Path, model: FakeOpenAI) -> AsyncIterator[StandaloneServer]:
+    config = tmp_path / "memory.yaml"
+    config.write_text(f"extraction_endpoint: {model.url}\nextraction_model: local-model\n")
+    server = StandaloneServer(load_settings(config), tmp_path / "data", port=0, config_path=config)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def test_a_claude_code_session_is_told_its_memory_and_its_turns_are_captured(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    model: FakeOpenAI,
+    server: StandaloneServer,
+) -> None:
+    data = server.data_dir
+    trigger = ["trigger", "--data-dir", str(data)]
+    rule = ["memory::rule::set", "name=style", "content=# Style\nAnswer in short sentences."]
+    fact = ["memory::save", "text=The user's shop sells handmade ceramic mugs"]
+    for argv in (rule, fact):  # the CLI, forwarded to the running server
+        assert await asyncio.to_thread(cli.main, [trigger[0], *argv, *trigger[1:]]) == 0
+    capsys.readouterr()
+
+    started = await hook(
+        monkeypatch,
+        capsys,
+        data,
+        "session-start",
+        payload("SessionStart", tmp_path, source="startup"),
+    )
+    assert started is not None
+    context = started["hookSpecificOutput"]
+    assert context["hookEventName"] == "SessionStart"
+    assert "Answer in short sentences." in context["additionalContext"]
+    preview = await cli_preview(data, "")
+    assert context["additionalContext"] == preview["system_prompt_section"]  # preview's output
+
+    prompt = "Write a product description for the mugs in my shop"
+    asked = await hook(
+        monkeypatch,
+        capsys,
+        data,
+        "user-prompt-submit",
+        payload("UserPromptSubmit", tmp_path, prompt=prompt),
+    )
+    assert asked is not None
+    assert asked["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    told = asked["hookSpecificOutput"]["additionalContext"]
+    assert "handmade ceramic mugs" in told
+    assert told == (await cli_preview(data, prompt))["message"]
+
+    # The turn: what Claude Code writes to the transcript, then its Stop hook.
+    write_transcript(
+        tmp_path / f"{SESSION}.jsonl",
+        [
+            claude_line("user", "e1", prompt),
+            claude_line(
+                "assistant",
+                "e2",
+                [{"type": "text", "text": "Here is a short description of your mugs."}],
+            ),
+            claude_line(
+                "user", "e3", "Nice. By the way, my cat is called Miso and sits on the kiln."
+            ),
+            claude_line("assistant", "e4", [{"type": "text", "text": "Miso sounds lovely."}]),
+        ],
+    )
+    model.reply(
+        json.dumps(
+            {
+                "memories": [
+                    {"op": "add", "text": "The user's cat is called Miso", "entities": ["user"]}
+                ]
+            }
+        )
+    )
+    stopped = await hook(
+        monkeypatch, capsys, data, "stop", payload("Stop", tmp_path, stop_hook_active=False)
+    )
+    assert stopped is None  # a Stop hook prints nothing: it never asks the agent to go on
+    assert server.capture is not None
+    await asyncio.wait_for(server.capture.settle(), 30)
+    chat = model.chats[-1].body
+    assert chat["model"] == "local-model"
+    assert "my cat is called Miso" in chat["messages"][1]["content"]
+
+    later = await hook(
+        monkeypatch,
+        capsys,
+        data,
+        "user-prompt-submit",
+        payload("UserPromptSubmit", tmp_path, prompt="what is my cat called"),
+    )
+    assert later is not None
+    assert "The user's cat is called Miso" in later["hookSpecificOutput"]["additionalContext"]
+
+    # the same Stop again (Claude Code fires it per turn; a retry): captured once, nothing new
+    await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path))
+    await asyncio.wait_for(server.capture.settle(), 30)
+    assert len(model.chats) == 1
+
+
+async def cli_preview(data: Path, query: str) -> dict[str, Any]:
+    """memory::preview through the CLI (forwarded), for comparing with what a hook printed."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "memory_worker",
+        "trigger",
+        "memory::preview",
+        "--data-dir",
+        str(data),
+        "--json",
+        json.dumps({"query": query}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+async def test_without_a_server_the_stop_hook_queues_in_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    write_transcript(
+        tmp_path / f"{SESSION}.jsonl",
+        [claude_line("user", "e1", "Remember that I deploy on Mondays")],
+    )
+    assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
+    queue = CaptureQueue(data)
+    try:
+        [pending] = queue.pending()
+        assert pending.job["session_id"] == SESSION
+        assert pending.job["entries"][0]["text"] == "Remember that I deploy on Mondays"
+    finally:
+        queue.close()
+
+
+LESSON = {
+    "text": "Editing the proto files needs make gen, or the checked-in stubs go stale.",
+    "category": "lesson",
+    "title": "Run make gen after editing protos",
+    "recommendation": "After editing `proto/*.proto`, run `make gen` and commit the stubs.",
+    "anchors": {"files": ["proto/user.proto"]},
+}
+
+
+async def test_the_lessons_hook_forwards_to_the_running_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: StandaloneServer,
+) -> None:
+    """PreToolUse while a server holds the data dir: the card comes from the server (it used
+    to print nothing), once per session."""
+    saved = ["trigger", "memory::save", "--data-dir", str(server.data_dir)]
+    assert await asyncio.to_thread(cli.main, [*saved, "--json", json.dumps(LESSON)]) == 0
+    capsys.readouterr()
+    repo = tmp_path / "shop"
+    (repo / ".git").mkdir(parents=True)
+    body = payload(
+        "PreToolUse",
+        tmp_path,
+        tool_name="Read",
+        tool_input={"file_path": str(repo / "proto" / "user.proto")},
+        tool_use_id="toolu_01",
+    )
+    first = await hook(monkeypatch, capsys, server.data_dir, "pre-tool-use", body)
+    assert first is not None
+    assert "Run make gen" in first["hookSpecificOutput"]["additionalContext"]
+    again = await hook(
+        monkeypatch, capsys, server.data_dir, "pre-tool-use", {**body, "tool_use_id": "toolu_02"}
+    )
+    assert again is None

@@ -1,0 +1,335 @@
+"""Capture without an engine: the agents' transcripts read (adapters.transcripts), the durable
+queue (storage.capture) and its runner (harness.capture) — the same Extractor as the bus path,
+each turn once, through failures, restarts and SIGKILL at random moments."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters.transcripts import read_transcript
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import InvalidInput
+from memory_worker.harness.capture import CaptureRunner
+from memory_worker.storage.capture import CAPTURE_FILE, MAX_ATTEMPTS, CaptureQueue
+from memory_worker.storage.store import Store
+
+from .capture_fakes import GARDEN, ScriptedModel
+from .processes import read_line
+
+SECRET = "sk-ant-api03-" + "A1b2C3d4E5f6G7h8I9j0" * 4
+
+
+def claude_line(kind: str, uuid: str, content: Any, **extra: Any) -> dict[str, Any]:
+    """One line of a Claude Code transcript, as it writes them."""
+    line: dict[str, Any] = {
+        "parentUuid": None,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/home/dev/shop",
+        "sessionId": "7f3c-sess",
+        "version": "2.1.0",
+        "gitBranch": "main",
+        "type": kind,
+        "message": {"role": kind, "content": content},
+        "uuid": uuid,
+        "timestamp": "2026-11-30T10:00:00.000Z",
+    }
+    if kind == "assistant":
+        line["message"] |= {"model": "claude-sonnet-4-5", "stop_reason": "end_turn"}
+    return line | extra
+
+
+def write_transcript(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def turn(n: int, fruit: str, *, garden: bool = False) -> list[dict[str, Any]]:
+    said = f"I like {fruit}" + (" in my garden" if garden else "")
+    return [
+        claude_line("user", f"u{n}", said),
+        claude_line(
+            "assistant",
+            f"a{n}",
+            [
+                {"type": "thinking", "thinking": "the user shares a preference"},
+                {"type": "text", "text": f"Noted, {fruit} it is."},
+                {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"p": "x"}},
+            ],
+        ),
+        claude_line(
+            "user",
+            f"r{n}",
+            [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "file body"}],
+        ),
+    ]
+
+
+class TestTranscripts:
+    def test_claude_codes_lines_give_the_words_only(self, tmp_path: Path) -> None:
+        path = write_transcript(
+            tmp_path / "t.jsonl",
+            [
+                {"type": "summary", "summary": "Shop work", "leafUuid": "x"},
+                *turn(1, "figs"),
+                claude_line("user", "m1", "<command-name>/clear</command-name>"),
+                claude_line("user", "s1", "sub-agent words", isSidechain=True),
+                claude_line("user", "meta", "Caveat: local commands", isMeta=True),
+                claude_line("user", "k1", f"my key is {SECRET} keep it"),
+            ],
+        )
+        with path.open("a") as handle:
+            handle.write('{"type": "user", "uuid": "torn", "mess')  # being written right now
+        entries = read_transcript(path, limit=50)
+        assert [(e["entry_id"], e["role"]) for e in entries] == [
+            ("u1", "user"),
+            ("a1", "assistant"),
+            ("k1", "user"),
+        ]
+        assert entries[0]["text"] == "I like figs"
+        assert entries[1]["text"] == "Noted, figs it is."  # no thinking, no tool call
+        assert SECRET not in entries[2]["text"] and "[REDACTED:" in entries[2]["text"]
+        assert entries[0]["timestamp"] == 1796032800000
+        assert len(read_transcript(path, limit=2)) == 2
+
+    def test_codex_rollout_lines_are_read_too(self, tmp_path: Path) -> None:
+        rollout = [
+            {"timestamp": "2026-11-30T10:00:00.000Z", "type": "session_meta", "payload": {}},
+            {
+                "timestamp": "2026-11-30T10:00:01.000Z",
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "I like plums"}],
+                },
+            },
+            {
+                "timestamp": "2026-11-30T10:00:02.000Z",
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Plums, noted."}],
+                },
+            },
+        ]
+        entries = read_transcript(write_transcript(tmp_path / "r.jsonl", rollout), limit=10)
+        assert [(e["role"], e["text"]) for e in entries] == [
+            ("user", "I like plums"),
+            ("assistant", "Plums, noted."),
+        ]
+        assert entries[0]["entry_id"] != entries[1]["entry_id"]
+
+
+@pytest.fixture(name="root")
+def _root(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture(name="service")
+async def _service(root: Path) -> AsyncIterator[MemoryService]:
+    store = Store.open(root, holder={"pid": 0, "kind": "test"})
+    service = MemoryService(store, Settings())
+    try:
+        yield service
+    finally:
+        await service.close()
+        await store.close()
+
+
+def job(session: str, entries: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"session_id": session, "entries": entries, **extra}
+
+
+def entries_of(tmp_path: Path, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return read_transcript(write_transcript(tmp_path / "t.jsonl", lines), limit=200)
+
+
+async def _memories(service: MemoryService, bank: str = "main") -> dict[str, dict[str, Any]]:
+    listed = await catalog.call(service, "memory::list", {"bank": bank, "limit": 500})
+    return {m["text"]: m for m in listed["memories"]}
+
+
+class TestRunner:
+    async def test_a_turn_becomes_memories_and_only_new_messages_are_read_next_time(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        model = ScriptedModel()
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        first = entries_of(tmp_path, turn(1, "figs"))
+        queued = await runner.enqueue(job("s1", first))
+        assert queued == {"queued": "s1:a1", "new": True}
+        assert await runner.enqueue(job("s1", first)) == {"queued": "s1:a1", "new": False}
+        assert await runner.run_once() == 1
+        assert "The user likes figs" in await _memories(service)
+        both = entries_of(tmp_path, [*turn(1, "figs"), *turn(2, "kiwis")])
+        await runner.enqueue(job("s1", both))
+        assert await runner.run_once() == 1
+        assert "I like kiwis" in model.asked[-1] and "I like figs" not in model.asked[-1]
+        memories = await _memories(service)
+        assert memories["The user likes figs"]["corroboration"] == 0
+        assert memories["The user likes kiwis"]["source"]["session_id"] == "s1"
+        assert memories["The user likes kiwis"]["confidence"] == "extracted"
+        assert runner.queue.cursor("s1")["last_entry_id"] == "a2"
+        await runner.close()
+
+    async def test_a_job_into_another_bank_and_bad_jobs_are_refused(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        runner = CaptureRunner(service, CaptureQueue(root), ScriptedModel())
+        await runner.enqueue(job("s2", entries_of(tmp_path, turn(1, "pears")), bank="home"))
+        await runner.run_once()
+        assert "The user likes pears" in await _memories(service, "home")
+        for bad in (
+            {"entries": []},
+            job("s", [{"entry_id": "x", "role": "system", "text": "hi"}]),
+            job("s", [], bank="Not A Bank"),
+        ):
+            with pytest.raises(InvalidInput):
+                await runner.enqueue(bad)
+        assert len(runner.queue.pending()) == 0
+        await runner.close()
+
+    async def test_a_failing_endpoint_is_retried_then_the_job_is_dead_not_lost(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        model = ScriptedModel(fail=2)
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s3", entries_of(tmp_path, turn(1, "limes"))))
+        assert await runner.run_once() == 0
+        pending = runner.queue.pending()
+        assert pending[0].attempts == 1 and "did not answer" in (pending[0].error or "")
+        assert await runner.run_once() == 0  # not due yet: retried after its delay
+        pending[0].retry_at = 0  # (the delay, fast-forwarded)
+        await runner.run_once()
+        runner.queue.pending()[0].retry_at = 0
+        assert await runner.run_once() == 1
+        assert "The user likes limes" in await _memories(service)
+        dead = CaptureRunner(service, runner.queue, ScriptedModel(fail=MAX_ATTEMPTS))
+        await dead.enqueue(job("s4", entries_of(tmp_path, turn(1, "dates"))))
+        for _ in range(MAX_ATTEMPTS):
+            for waiting in dead.queue.pending():
+                waiting.retry_at = 0
+            await dead.run_once()
+        assert dead.queue.pending() == [] and dead.queue.dead == 1
+        await runner.close()
+
+    async def test_a_job_stopped_after_its_decision_is_finished_without_writing_twice(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """The queue as a kill right after the last write leaves it (the `done` line never
+        written): the restart finishes the job from its journal, writing nothing again."""
+        await catalog.call(service, "memory::save", {"text": GARDEN})
+        model = ScriptedModel()
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s5", entries_of(tmp_path, turn(1, "quinces", garden=True))))
+        await runner.run_once()
+        await runner.close()
+        before = await _memories(service)
+        assert before[GARDEN]["corroboration"] == 1
+        path = root / CAPTURE_FILE
+        lines = path.read_text().splitlines()
+        assert json.loads(lines[-1])["op"] == "done"
+        path.write_text("\n".join(lines[:-1]) + "\n")  # the kill: no done line
+        again = CaptureRunner(service, CaptureQueue(root), model)
+        assert again.queue.pending()[0].decided is not None
+        assert await again.run_once() == 1
+        assert len(model.asked) == 1  # the recorded reply was used, the model not asked again
+        assert await _memories(service) == before
+        assert again.queue.pending() == []
+        assert again.queue.cursor("s5")["last_entry_id"] == "a1"
+        await again.close()
+
+
+def _op(line: str) -> str:
+    try:
+        return str(json.loads(line)["op"])
+    except ValueError:
+        return "torn"  # killed mid-line: replay skips it
+
+
+def test_sigkill_at_random_moments_loses_no_turn_and_runs_none_twice(tmp_path: Path) -> None:
+    """Sixty sessions' turns queued; a worker draining them is SIGKILLed at random moments
+    and started again until it drains: every fact is saved once (corroboration 0), and the
+    garden memory every turn restates is reinforced exactly once per turn."""
+    root = tmp_path / "data"
+    sessions = 60
+
+    async def seed() -> None:
+        store = Store.open(root, holder={"pid": 0, "kind": "test"})
+        service = MemoryService(store, Settings())
+        await catalog.call(service, "memory::save", {"text": GARDEN})
+        runner = CaptureRunner(service, CaptureQueue(root), None)
+        for n in range(sessions):
+            lines = turn(n, f"fruit{n}", garden=True)
+            entries = read_transcript(write_transcript(tmp_path / f"t{n}.jsonl", lines), limit=9)
+            await runner.enqueue(job(f"s{n}", entries))
+        await runner.close()
+        await service.close()
+        await store.close()
+
+    import asyncio
+
+    asyncio.run(seed())
+    env = {**os.environ, "MEMORY_EMBEDDER": "none"}
+    argv = [sys.executable, "-m", "tests.capture_worker", str(root)]
+    cwd = Path(__file__).resolve().parent.parent
+    rng = random.Random(15)
+    kills = 0
+    moments: list[tuple[int, str]] = []  # (jobs done, the last step on disk) at each kill
+    for _ in range(60):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, cwd=cwd)
+        try:
+            assert read_line(proc, time.monotonic() + 60) == "ready"
+            if kills < 8:
+                time.sleep(rng.uniform(0.05, 0.4))  # the crash's moment, not a wait for work
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+                kills += 1
+                steps = [_op(line) for line in (root / CAPTURE_FILE).read_text().splitlines()]
+                done = steps.count("done")
+                moments.append((done, steps[-1]))
+                continue
+            assert read_line(proc, time.monotonic() + 120) == "drained"
+            assert proc.wait(timeout=30) == 0
+            break
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            assert proc.stdout is not None
+            proc.stdout.close()
+
+    async def check() -> None:
+        store = Store.open(root, holder={"pid": 0, "kind": "test"})
+        service = MemoryService(store, Settings())
+        memories = await _memories(service)
+        queue = CaptureQueue(root)
+        assert queue.pending() == [] and queue.dead == 0
+        for n in range(sessions):
+            assert memories[f"The user likes fruit{n}"]["corroboration"] == 0
+            assert queue.cursor(f"s{n}")["last_entry_id"] == f"a{n}"
+        assert memories[GARDEN]["corroboration"] == sessions
+        queue.close()
+        await service.close()
+        await store.close()
+
+    asyncio.run(check())
+    assert kills == 8
+    # the kills landed while jobs were running, some between a decision and its done line
+    assert any(0 < done < sessions for done, _ in moments)
+    assert any(last == "decided" for _, last in moments)

@@ -1,0 +1,187 @@
+"""memory-consolidate without an engine: `memory-worker consolidate` on a local data dir and
+through the standalone server holding it, `memory-consolidate serve --server` (its own schedule
+against the REST API), and the REST client, checkpoint file and settings file it uses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from memory_worker.adapters.consolidate.cli import FileSettings
+from memory_worker.adapters.consolidate.clients import FileState, HttpClient
+from memory_worker.core.errors import Conflict, MemoryNotFound, SiblingUnavailable, StorageError
+
+from .processes import read_line
+from .test_cli import cli_env, run_cli
+from .test_standalone import _OPENER, Served, _kill, _start
+
+pytestmark = pytest.mark.timeout(120)
+
+TEXTS = ["The user lives in Porto.", "the user lives in porto", "The user lives in Porto!"]
+ENV = cli_env(MEMORY_EMBEDDER="none")
+
+
+def post(url: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{url}/{path}",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with _OPENER.open(request, timeout=10) as response:
+        body: dict[str, Any] = json.loads(response.read())
+        return body
+
+
+def seed_local(data_dir: Path, cwd: Path) -> None:
+    for text in TEXTS:
+        run_cli("trigger", "memory::save", f"text={text}", "--data-dir", str(data_dir),
+                cwd=cwd, env=ENV).result()  # fmt: skip
+
+
+def live_count(data_dir: Path, cwd: Path) -> int:
+    listed = run_cli("trigger", "memory::list", "--data-dir", str(data_dir), cwd=cwd, env=ENV)
+    return int(listed.result()["total"])
+
+
+class TestOnePass:
+    def test_memory_worker_consolidate_on_the_local_data_dir(self, tmp_path: Path) -> None:
+        data_dir = tmp_path / "data"
+        seed_local(data_dir, tmp_path)
+        dry = run_cli("consolidate", "--dry-run", "--data-dir", str(data_dir),
+                      cwd=tmp_path, env=ENV).result()  # fmt: skip
+        assert dry["dry_run"] is True and dry["banks"][0]["groups"][0]["action"] == "planned"
+        assert live_count(data_dir, tmp_path) == 3
+        done = run_cli("consolidate", "--data-dir", str(data_dir), cwd=tmp_path, env=ENV).result()
+        assert done["superseded"] == 2 and done["checkpointed"] is False
+        assert done["banks"][0]["semantic"] == "unavailable"  # MEMORY_EMBEDDER=none
+        assert live_count(data_dir, tmp_path) == 1
+
+    def test_an_unknown_bank_is_a_coded_error(self, tmp_path: Path) -> None:
+        data_dir = tmp_path / "data"
+        seed_local(data_dir, tmp_path)
+        failed = run_cli("consolidate", "--bank", "nope", "--data-dir", str(data_dir),
+                         cwd=tmp_path, env=ENV)  # fmt: skip
+        assert failed.error()["code"] == "bank_not_found"
+
+    def test_through_the_standalone_server_that_holds_the_data_dir(self, tmp_path: Path) -> None:
+        served = _start(tmp_path / "data", tmp_path / "server.err")
+        try:
+            for text in TEXTS:
+                post(served.url, "memory/save", {"text": text})
+            done = run_cli("consolidate", "--data-dir", str(served.data_dir),
+                           cwd=tmp_path, env=ENV).result()  # fmt: skip
+            assert done["superseded"] == 2
+            assert post(served.url, "memory/list", {})["total"] == 1
+        finally:
+            _kill(served.proc)
+
+
+@pytest.fixture(name="served")
+def _served(tmp_path: Path) -> Iterator[Served]:
+    served = _start(tmp_path / "data", tmp_path / "server.err")
+    try:
+        yield served
+    finally:
+        _kill(served.proc)
+
+
+class TestOwnSchedule:
+    def test_serve_against_a_standalone_server_catches_up_at_boot_and_checkpoints(
+        self, served: Served, tmp_path: Path
+    ) -> None:
+        for text in TEXTS:
+            post(served.url, "memory/save", {"text": text})
+        state = tmp_path / "consolidate" / "state.json"
+        command = [
+            sys.executable, "-m", "memory_worker.adapters.consolidate.cli", "serve",
+            "--server", served.url, "--state", str(state),
+            "--first-tick-s", "0", "--backstop-s", "3600",
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, bufsize=0
+        )
+        try:
+            deadline = time.monotonic() + 30
+            assert read_line(proc, deadline).startswith("memory-consolidate scheduling")
+            tick = json.loads(read_line(proc, deadline))["tick"]
+            assert tick == {"ran": True, "superseded": 2, "checkpointed": True, "banks": 1}
+            stored = json.loads(state.read_text())["memory_consolidate"]
+            assert stored["last_run"]["ms"] > 0
+            assert stored["last_report"]["banks"]["main"]["merged"] == 2
+            assert post(served.url, "memory/list", {})["total"] == 1
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+        finally:
+            _kill(proc)  # type: ignore[arg-type]
+
+
+class TestHttpClient:
+    async def test_errors_come_back_as_the_memory_workers_own(self) -> None:
+        def handler(request: httpx.Request) -> httpx.Response:
+            path = request.url.path
+            if path == "/memory/supersede":
+                body = {"error": {"code": "conflict", "message": "memory fp1 is pinned"}}
+                return httpx.Response(409, json=body)
+            if path == "/memory/get":
+                body = {"error": {"code": "memory_not_found", "message": "fp2 in bank main"}}
+                return httpx.Response(404, json=body)
+            if path == "/memory/list":
+                return httpx.Response(502, text="bad gateway")
+            return httpx.Response(200, json={"banks": []})
+
+        client = HttpClient("http://127.0.0.1:1", transport=httpx.MockTransport(handler))
+        try:
+            assert await client.call("memory::bank::list", {}) == {"banks": []}
+            with pytest.raises(Conflict, match="pinned"):
+                await client.call("memory::supersede", {})
+            with pytest.raises(MemoryNotFound):
+                await client.call("memory::get", {})
+            with pytest.raises(SiblingUnavailable, match="HTTP 502"):
+                await client.call("memory::list", {})
+        finally:
+            await client.close()
+
+    async def test_a_server_that_is_not_there_is_sibling_unavailable(self) -> None:
+        client = HttpClient("http://127.0.0.1:9", timeout_s=2)
+        try:
+            with pytest.raises(SiblingUnavailable, match="did not answer"):
+                await client.call("memory::bank::list", {})
+        finally:
+            await client.close()
+
+
+class TestFiles:
+    async def test_file_state_keeps_scopes_and_keys(self, tmp_path: Path) -> None:
+        state = FileState(tmp_path / "deep" / "state.json")
+        assert await state.get("s", "k") is None
+        await asyncio.gather(state.set("s", "a", {"ms": 1}), state.set("s", "b", 2))
+        assert (await state.get("s", "a"), await state.get("s", "b")) == ({"ms": 1}, 2)
+        (tmp_path / "deep" / "state.json").write_text("{not json")
+        with pytest.raises(StorageError, match="not JSON"):
+            await state.get("s", "a")
+
+    def test_settings_file_unreadable_at_first_is_inert_then_a_later_bad_edit_keeps_the_last(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "consolidate.yaml"
+        path.write_text("enabled: [oops\n")
+        config = FileSettings(path)
+        assert config.inert is not None and "consolidate.yaml" in config.inert
+        path.write_text("interval_hours: 2\n")
+        assert config.settings().interval_hours == 2 and config.inert is None
+        path.write_text("max_supersedes_per_run: -5\n")
+        bump = path.stat().st_mtime + 5
+        os.utime(path, (bump, bump))  # a new mtime, whatever the clock's resolution
+        assert config.settings().interval_hours == 2 and config.inert is None

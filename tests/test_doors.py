@@ -1,0 +1,231 @@
+"""One writer, many doors (adapters.doors): a client of a data dir that a server holds forwards
+its calls there and gets what a direct call answers; who is calling travels with the call, and
+is believed only as far as it narrows what the call may do; import, export and compaction go
+through the same door."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters import cli
+from memory_worker.adapters.doors import (
+    LocalDoor,
+    RemoteDoor,
+    decode_caller,
+    encode_caller,
+    open_door,
+    serving_url,
+)
+from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
+from memory_worker.app.caller import Caller, CallerKind
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
+
+_TIMES = ("created_at", "updated_at", "stated_at", "invalid_at")
+
+
+@pytest.fixture(name="server")
+async def _server(tmp_path: Path) -> AsyncIterator[StandaloneServer]:
+    server = StandaloneServer(Settings(), tmp_path / "served", port=0)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+def _timeless(value: Any) -> Any:
+    """A result with its clock readings and scores left out (two data dirs, two clocks)."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k not in (*_TIMES, "score")}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("memory::save", {"text": "The user keeps bees on the roof", "tags": ["home"]}),
+    ("memory::save", {"text": "The deploy runs on Fridays", "pinned": True}),
+    ("memory::save", {"text": "The user keeps bees on the roof"}),  # reinforces
+    ("memory::recall", {"query": "bees"}),
+    ("memory::list", {}),
+    ("memory::tags", {}),
+    ("memory::get", {"id": "fp45e4f3a8a3f9f1a7"}),  # memory_not_found
+    ("memory::save", {"text": ""}),  # invalid_input
+    ("memory::bank::create", {"name": "Not A Name"}),  # invalid_input
+    ("memory::rule::set", {"name": "style", "content": "# Style\nShort answers."}),
+    ("memory::preview", {"query": "what about bees"}),
+    ("memory::bank::list", {}),
+]
+
+
+async def _run(door: Any) -> list[Any]:
+    out: list[Any] = []
+    for function_id, payload in CALLS:
+        try:
+            out.append({"result": await door.call(function_id, payload)})
+        except WorkerError as err:
+            out.append({"error": err.to_dict()})
+    return out
+
+
+class TestForwarding:
+    async def test_a_held_data_dir_forwards_and_answers_as_a_direct_call(
+        self, server: StandaloneServer, tmp_path: Path
+    ) -> None:
+        """The same calls on a served data dir (forwarded) and on a free one (in-process):
+        identical results and identical coded errors."""
+        assert serving_url(server.data_dir) == server.url
+        settings = Settings()
+        async with open_door(
+            server.data_dir, settings, Caller.human("cli"), command="test", lock_wait_s=0
+        ) as door:
+            assert isinstance(door, RemoteDoor) and door.remote == server.url
+            forwarded = await _run(door)
+        async with open_door(
+            tmp_path / "free", settings, Caller.human("cli"), command="test", lock_wait_s=0
+        ) as door:
+            assert isinstance(door, LocalDoor) and door.remote is None
+            direct = await _run(door)
+        assert _timeless(forwarded) == _timeless(direct)
+        codes = [item["error"]["code"] for item in forwarded if "error" in item]
+        assert codes == ["memory_not_found", "invalid_input", "invalid_input"]
+
+    async def test_an_unknown_function_fails_before_any_request(
+        self, server: StandaloneServer
+    ) -> None:
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            with pytest.raises(InvalidInput, match="unknown function"):
+                await door.call("memory::nope", {})
+
+    async def test_the_callers_claim_travels_and_an_agent_is_believed(
+        self, server: StandaloneServer
+    ) -> None:
+        """A forwarded agent call saves with the agent's session and name as provenance; an
+        internal claim from a request without the server's token is a person at REST."""
+        agent = Caller.for_agent("mcp", session_id="sess-9", agent="claude-code")
+        async with RemoteDoor(server.url, agent) as door:
+            saved = await door.call("memory::save", {"text": "The user prefers tabs"})
+        assert saved["memory"]["source"] == {"session_id": "sess-9", "agent": "claude-code"}
+        internal = Caller.internal("hook", session_id="sess-hook")
+        async with RemoteDoor(server.url, internal) as door:
+            saved = await door.call("memory::save", {"text": "The user prefers spaces"})
+        assert "source" not in saved["memory"]  # not believed: no session, no agent
+
+    def test_the_caller_header_rules(self) -> None:
+        agent = Caller.for_agent("mcp", session_id="s", agent="a")
+        for trusted in (False, True):
+            decoded = decode_caller(encode_caller(agent), trusted=trusted, default=REST_CALLER)
+            assert decoded == agent
+        human = Caller.human("cli")
+        internal = Caller.internal("hook", session_id="s")
+        assert decode_caller(encode_caller(human), trusted=False, default=REST_CALLER) is (
+            REST_CALLER
+        )
+        assert decode_caller(encode_caller(human), trusted=True, default=REST_CALLER) == human
+        assert decode_caller(encode_caller(internal), trusted=False, default=REST_CALLER) is (
+            REST_CALLER
+        )
+        trusted = decode_caller(encode_caller(internal), trusted=True, default=REST_CALLER)
+        assert trusted.kind is CallerKind.INTERNAL and trusted.session_id == "s"
+        assert decode_caller(None, trusted=True, default=REST_CALLER) is REST_CALLER
+        for bad in ("nope", "[]", '{"kind": "god"}', '{"kind": "agent", "via": 3}', "x" * 3000):
+            with pytest.raises(InvalidInput):
+                decode_caller(bad, trusted=True, default=REST_CALLER)
+
+
+class TestMovingRecords:
+    async def _history(self, door: Any, bank: str) -> list[dict[str, Any]]:
+        exported = await door.call("memory::export", {"bank": bank})
+        return [{k: v for k, v in record.items() if k != "bank"} for record in exported["records"]]
+
+    async def test_export_then_import_replays_to_the_same_bank_history_included(
+        self, server: StandaloneServer
+    ) -> None:
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            first = await door.call("memory::save", {"bank": "src", "text": "The user runs"})
+            memory_id = first["memory"]["id"]
+            await door.call("memory::pin", {"bank": "src", "id": memory_id, "pinned": True})
+            await door.call("memory::save", {"bank": "src", "text": "Gone soon"})
+            gone = (await door.call("memory::list", {"bank": "src"}))["memories"][0]["id"]
+            await door.call("memory::delete", {"bank": "src", "id": gone})
+            records = await self._history(door, "src")
+            assert len(records) == 4  # two saves, a pin, a tombstone: every revision
+            imported = await door.call("memory::import", {"bank": "dst", "records": records})
+            assert (imported["imported"], imported["live"]) == (4, 1)
+            assert await self._history(door, "dst") == records
+            for bank in ("src", "dst"):
+                history = await door.call("memory::history", {"bank": bank, "id": memory_id})
+                assert [r["revision"] for r in history["revisions"]] == [0, 1]
+            listed = [
+                await door.call("memory::list", {"bank": bank, "include_superseded": True})
+                for bank in ("src", "dst")
+            ]
+            assert listed[0]["memories"] == listed[1]["memories"]
+
+    async def test_a_forwarded_import_in_many_requests_writes_nothing_when_one_row_is_bad(
+        self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(cli, "FORWARD_CHUNK_BYTES", 200)
+        rows = [{"text": f"Imported fact number {i} about the garden"} for i in range(12)]
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            assert len(cli._chunks(rows, cli.FORWARD_CHUNK_BYTES)) > 3
+            with pytest.raises(InvalidInput, match="record"):
+                await cli.import_rows(door, "garden", [*rows, {"text": 5, "pinned": "maybe"}])
+            with pytest.raises(BankNotFound):  # nothing was written: not even the bank
+                await door.call("memory::list", {"bank": "garden"})
+            report = await cli.import_rows(door, "garden", rows)
+            assert (report["imported"], report["live"]) == (12, 12)
+            assert (await door.call("memory::list", {"bank": "garden"}))["total"] == 12
+
+    async def test_compact_is_forwarded(self, server: StandaloneServer) -> None:
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            saved = await door.call("memory::save", {"bank": "c", "text": "Compact me"})
+            await door.call(
+                "memory::update", {"bank": "c", "id": saved["memory"]["id"], "tags": "t"}
+            )
+            result = await door.call("memory::compact", {"bank": "c", "horizon_days": 0})
+            assert (result["lines_before"], result["lines_after"]) == (2, 1)
+
+
+def test_cli_export_and_import_round_trip_through_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    for text in ("The user likes plums", "The user likes figs"):
+        assert cli.main(["trigger", "memory::save", f"text={text}", "--data-dir", data]) == 0
+    out = tmp_path / "main.jsonl"
+    assert cli.main(["export", "--bank", "main", "-o", str(out), "--data-dir", data]) == 0
+    capsys.readouterr()
+    assert cli.main(["import", str(out), "--bank", "copy", "--data-dir", data]) == 0
+    assert json.loads(capsys.readouterr().out)["imported"] == 2
+    assert cli.main(["export", "--bank", "copy", "--data-dir", data]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [
+        json.loads(line) for line in out.read_text().splitlines()
+    ]
+
+
+async def test_a_data_dir_change_moves_capture_to_the_new_data_dirs_queue(tmp_path: Path) -> None:
+    """Capture's queue belongs to its data dir: after a `data_dir` edit of the settings file, a
+    Stop hook's turn lands in the new data dir's queue."""
+    config = tmp_path / "memory.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'old'}\n")
+    server = StandaloneServer(Settings(), tmp_path / "old", port=0, config_path=config)
+    await server.start()
+    try:
+        assert server._apply_settings is not None
+        await server._apply_settings(Settings(data_dir=str(tmp_path / "new")))
+        turn = {"entry_id": "e1", "role": "user", "text": "I water the plants on Sundays"}
+        async with RemoteDoor(server.url or "", Caller.internal("hook")) as door:
+            queued = await door.capture({"session_id": "s1", "entries": [turn]})
+        assert queued == {"queued": "s1:e1", "new": True}
+        assert (tmp_path / "new" / ".capture.jsonl").exists()
+        assert not (tmp_path / "old" / ".capture.jsonl").exists()
+    finally:
+        await server.close()

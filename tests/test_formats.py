@@ -1,0 +1,173 @@
+"""Moving between systems (adapters.formats): mem0's export and a folder of markdown memory
+files come in through `memory-worker import --from`, and what `export` then writes imports back
+to the same bank, history included."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters import cli
+from memory_worker.adapters.formats import read_foreign
+from memory_worker.core.errors import InvalidInput
+
+MEM0 = {
+    "results": [
+        {
+            "id": "7a8f9c2e-1b3d-4e5f-8a9b-0c1d2e3f4a5b",
+            "memory": "Prefers morning meetings and async communication",
+            "hash": "3c5e…",
+            "metadata": {"type": "preference"},
+            "categories": ["work", "Preferences"],
+            "user_id": "arjun",
+            "created_at": "2026-03-02T09:15:00.000000-08:00",
+            "updated_at": "2026-04-11T12:00:00.000000-07:00",
+        },
+        {
+            "id": "0b1c2d3e-4f5a-6b7c-8d9e-0f1a2b3c4d5e",
+            "memory": "Is leading the API redesign, targeting a Q2 launch",
+            "categories": None,
+            "user_id": "arjun",
+            "created_at": "2026-05-20T08:00:00",
+            "updated_at": None,
+        },
+        {"id": "x", "memory": "ok"},  # too short to be a memory: left out, counted
+    ],
+    "count": 3,
+}
+
+NOTES = """---
+title: project notes
+---
+# Shop
+
+- The shop ships on Tuesdays and Fridays
+- Glazes are fired at cone 6
+  - never above cone 7, the kiln's limit
+- [x] Photos go in the `media/` folder
+
+```
+- not a memory: inside code
+```
+"""
+
+DIARY = """Customers in Lisbon prefer the blue mugs.
+
+The studio is closed in August
+for the holidays.
+"""
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    assert cli.main(list(argv)) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    return json.loads(out) if out.strip().startswith("{") else out
+
+
+def test_mem0s_export_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "mem0.json"
+    path.write_text(json.dumps(MEM0))
+    foreign = read_foreign(path, "mem0")
+    assert foreign.skipped == {"too_short": 1}
+    first, second = foreign.records
+    assert first["text"] == "Prefers morning meetings and async communication"
+    assert first["tags"] == ["work", "preferences"]
+    assert first["created_at"] == 1772471700000  # 2026-03-02T17:15:00Z
+    assert first["updated_at"] == 1775934000000
+    assert first["source"] == {"entry_id": MEM0["results"][0]["id"], "agent": "mem0"}
+    assert second["created_at"] == 1779264000000  # a naive time is UTC
+    assert second["updated_at"] == second["created_at"]
+    path.write_text(json.dumps([{"memory": "A plain list of mem0 items works too"}]))
+    assert len(read_foreign(path, "mem0").records) == 1
+    path.write_text('{"results": [{"id": 1}]}')
+    with pytest.raises(InvalidInput, match="no `memory`"):
+        read_foreign(path, "mem0")
+
+
+def test_a_markdown_memory_folder_is_read(tmp_path: Path) -> None:
+    folder = tmp_path / "memory"
+    (folder / "old").mkdir(parents=True)
+    (folder / "shop-notes.md").write_text(NOTES)
+    (folder / "old" / "Diary 2025.md").write_text(DIARY)
+    (folder / "ignored.txt").write_text("- not markdown")
+    os.utime(folder / "shop-notes.md", (1_780_000_000, 1_780_000_000))
+    foreign = read_foreign(folder, "markdown")
+    texts = [(r["text"], r["tags"]) for r in foreign.records]
+    assert texts == [
+        ("Customers in Lisbon prefer the blue mugs.", ["diary-2025"]),
+        ("The studio is closed in August for the holidays.", ["diary-2025"]),
+        ("The shop ships on Tuesdays and Fridays", ["shop-notes"]),
+        ("Glazes are fired at cone 6 never above cone 7, the kiln's limit", ["shop-notes"]),
+        ("Photos go in the `media/` folder", ["shop-notes"]),
+    ]
+    assert foreign.records[2]["created_at"] == 1_780_000_000_000
+
+
+def test_mem0_then_export_then_import_round_trips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    path = tmp_path / "mem0.json"
+    path.write_text(json.dumps(MEM0))
+    report = _run(
+        capsys, "import", str(path), "--from", "mem0", "--bank", "moved", "--data-dir", data
+    )
+    assert (report["imported"], report["skipped"]) == (2, {"too_short": 1})
+    saved = _run(
+        capsys,
+        "trigger",
+        "memory::save",
+        "bank=moved",
+        "text=Prefers morning meetings and async communication",
+        "--data-dir",
+        data,
+    )
+    assert saved["created"] is False  # the same fact from mem0 is one memory: reinforced
+    exported = tmp_path / "moved.jsonl"
+    _run(capsys, "export", "--bank", "moved", "-o", str(exported), "--data-dir", data)
+    _run(capsys, "import", str(exported), "--bank", "copy", "--data-dir", data)
+    listings = [
+        _run(
+            capsys,
+            "trigger",
+            "memory::list",
+            f"bank={bank}",
+            "include_superseded=true",
+            "--data-dir",
+            data,
+        )
+        for bank in ("moved", "copy")
+    ]
+    assert listings[0]["memories"] == listings[1]["memories"]
+    assert listings[0]["total"] == 2
+    again = tmp_path / "copy.jsonl"
+    _run(capsys, "export", "--bank", "copy", "-o", str(again), "--data-dir", data)
+    assert again.read_text() == exported.read_text()  # every revision, in log order
+
+
+def test_markdown_import_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    (folder / "notes.md").write_text(NOTES)
+    data = str(tmp_path / "data")
+    report = _run(
+        capsys, "import", str(folder), "--from", "markdown", "--bank", "notes", "--data-dir", data
+    )
+    assert report["imported"] == 3
+    found = _run(
+        capsys, "trigger", "memory::recall", "bank=notes", "query=kiln limit", "--data-dir", data
+    )
+    assert found["memories"][0]["memory"]["text"].startswith("Glazes are fired at cone 6")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (
+        cli.main(["import", str(empty), "--from", "markdown", "--bank", "x", "--data-dir", data])
+        == 1
+    )
+    assert "no memory" in capsys.readouterr().err

@@ -1,0 +1,258 @@
+"""Bad input that used to escape the error contract (issue 11): every one now gets a coded error
+that changes nothing, on every edge, and the next call still runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters import cli
+from memory_worker.adapters.standalone import StandaloneServer
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
+from memory_worker.storage.bank import Bank
+
+from .rawhttp import request
+
+JSON = {"Content-Type": "application/json"}
+LONE = "\ud800"  # a lone surrogate: valid in a JSON string escape, not in UTF-8
+
+
+@pytest.fixture(name="server")
+async def _server(data_dir: Path) -> AsyncIterator[StandaloneServer]:
+    server = StandaloneServer(Settings(), data_dir, port=0)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def _post(server: StandaloneServer, path: str, body: str) -> Any:
+    assert server.url is not None
+    return await asyncio.to_thread(request, server.url, "POST", path, body, headers=JSON)
+
+
+# --- lone surrogates -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/memory/get", ""),
+        ("/memory/update", ', "text": "The user likes tea"'),
+        ("/memory/delete", ""),
+        ("/memory/pin", ', "pinned": true'),
+        ("/memory/supersede", ', "superseded_by": "fp0000000000000000"'),
+    ],
+)
+async def test_a_lone_surrogate_echoed_in_an_error_is_a_json_answer(
+    server: StandaloneServer, path: str, extra: str
+) -> None:
+    """The id is echoed in `memory_not_found: <id> in bank main`; encoding that as UTF-8 used to
+    fail the answer itself (aiohttp's plain-text 500)."""
+    assert server.service is not None
+    await catalog.call(server.service, "memory::save", {"text": "The user likes tea"})
+    answer = await _post(server, path, '{"id": "fp\\ud800"' + extra + "}")
+    assert answer.headers["content-type"].startswith("application/json")
+    assert (answer.status, answer.code) == (404, "memory_not_found"), answer.body
+    assert "\\ud800" in answer.json()["error"]["message"]
+
+
+def test_a_lone_surrogate_in_a_batch_line_is_answered_and_the_next_line_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batch = tmp_path / "calls.jsonl"
+    lines = [
+        '{"function_id": "memory::get", "payload": {"id": "fp\\ud800"}}',
+        '{"function_id": "memory::save", "payload": {"text": "fp\\ud800 tea"}}',
+        json.dumps({"function_id": "memory::save", "payload": {"text": "The user likes tea"}}),
+    ]
+    batch.write_text("\n".join(lines) + "\n")
+    code = cli.main(["call", "--batch", str(batch), "--data-dir", str(tmp_path / "data")])
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0
+    assert [a.get("error", {}).get("code") for a in answers] == [
+        "memory_not_found",
+        "invalid_input",
+        None,
+    ]
+    assert answers[2]["result"]["created"] is True
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"id": "fp" + LONE, "text": "The user likes tea"},
+        {"text": "The user likes tea", "superseded_by": "fp" + LONE},
+        {"text": "The user likes tea", "source": {"agent": LONE}},
+        {"text": "The user likes tea", "tags": [LONE]},
+    ],
+    ids=["id", "superseded_by", "source.agent", "tags"],
+)
+async def test_a_lone_surrogate_in_an_import_is_invalid_input(
+    service: MemoryService, row: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidInput, match="record 1"):
+        await service.import_records("main", [row])
+    assert service.store.names() == []
+
+
+# --- import lines ------------------------------------------------------------------------------
+
+
+def test_import_splits_lines_at_newlines_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """U+2028, U+2029, U+0085, a form feed or a vertical tab inside a JSON string are valid JSON;
+    `str.splitlines` cut the record there and refused the file."""
+    texts = [
+        f"The user wrote note {n}{sep}across lines"
+        for n, sep in enumerate("\u2028\u2029\x85\x0c\x0b\x1c")
+    ]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\r\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in texts) + "\n")
+    data = tmp_path / "data"
+    code = cli.main(["import", str(rows), "--bank", "main", "--data-dir", str(data)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["imported"] == len(texts)
+    code = cli.main(["trigger", "memory::list", "--data-dir", str(data)])
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(m["text"] for m in listed["memories"]) == sorted(texts)
+
+
+# --- NaN, NUL ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", ['{"text": NaN}', '{"text": Infinity}', '{"text": -Infinity}'])
+async def test_nan_is_not_saved_as_text_over_rest(server: StandaloneServer, body: str) -> None:
+    answer = await _post(server, "/memory/save", body)
+    assert (answer.status, answer.code) == (400, "invalid_input")
+    assert server.service is not None and server.service.store.names() == []
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+async def test_nan_from_an_already_decoded_payload_is_invalid_input(
+    service: MemoryService, value: float
+) -> None:
+    with pytest.raises(InvalidInput):
+        await catalog.call(service, "memory::save", {"text": value})
+    with pytest.raises(InvalidInput):
+        await catalog.call(service, "memory::recall", {"query": value})
+
+
+def test_nan_in_trigger_json_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["trigger", "memory::save", "--json", '{"text": NaN}',
+                     "--data-dir", str(tmp_path / "data")])  # fmt: skip
+    error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (code, error["code"]) == (1, "invalid_input")
+
+
+@pytest.mark.parametrize(
+    ("function_id", "payload"),
+    [
+        ("memory::save", {"text": "The user\x00 likes tea"}),
+        ("memory::save", {"text": "The user likes tea", "tags": ["te\x00a"]}),
+        ("memory::save", {"text": "The user likes tea", "entities": ["\x00"]}),
+        ("memory::save", {"text": "The user likes tea", "session_id": "s\x001"}),
+        ("memory::rule::set", {"name": "style", "content": "Be\x00 brief."}),
+        ("memory::bank::create", {"name": "work", "description": "W\x00rk"}),
+    ],
+    ids=["text", "tags", "entities", "session_id", "rule", "description"],
+)
+async def test_a_nul_character_is_refused(
+    service: MemoryService, function_id: str, payload: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidInput, match="NUL"):
+        await catalog.call(service, function_id, payload)
+    assert service.store.names() == []
+
+
+async def test_a_nul_character_is_refused_in_an_update_and_an_import(
+    service: MemoryService,
+) -> None:
+    saved = await catalog.call(service, "memory::save", {"text": "The user likes tea"})
+    with pytest.raises(InvalidInput, match="NUL"):
+        await catalog.call(
+            service, "memory::update", {"id": saved["memory"]["id"], "text": "tea\x00 time"}
+        )
+    with pytest.raises(InvalidInput, match="NUL"):
+        await service.import_records("main", [{"text": "The user\x00 likes coffee"}])
+    listed = await catalog.call(service, "memory::list", {"include_superseded": True})
+    assert [m["text"] for m in listed["memories"]] == ["The user likes tea"]
+
+
+# --- state ---------------------------------------------------------------------------------
+
+
+async def test_update_of_a_deleted_memory_is_refused_like_pin(service: MemoryService) -> None:
+    saved = await catalog.call(service, "memory::save", {"text": "The user likes tea"})
+    memory_id = saved["memory"]["id"]
+    deleted = await catalog.call(service, "memory::delete", {"id": memory_id})
+    for function_id, payload in (
+        ("memory::update", {"id": memory_id, "text": "The user likes coffee"}),
+        ("memory::update", {"id": memory_id, "tags": ["drinks"]}),
+        ("memory::pin", {"id": memory_id, "pinned": True}),
+    ):
+        with pytest.raises(Conflict, match="retired"):
+            await catalog.call(service, function_id, payload)
+    got = await catalog.call(service, "memory::get", {"id": memory_id})
+    assert got["memory"] == deleted["memory"]
+
+
+async def test_two_concurrent_deletes_of_one_bank_one_wins_one_finds_no_bank(
+    service: MemoryService,
+) -> None:
+    await catalog.call(service, "memory::bank::create", {"name": "work"})
+    outcomes = await asyncio.gather(
+        catalog.call(service, "memory::bank::delete", {"name": "work"}),
+        catalog.call(service, "memory::bank::delete", {"name": "work"}),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(o, dict) and o["ok"] for o in outcomes) == 1
+    assert sum(isinstance(o, BankNotFound) for o in outcomes) == 1
+    assert service.store.durability.total == 0  # no false "power loss could undo it"
+    doctor = await catalog.call(service, "memory::doctor", {})
+    warnings = next(c for c in doctor["checks"] if c["name"] == "durability-warnings")
+    assert warnings["ok"] is True
+
+
+async def test_sixteen_concurrent_doctors_each_pass(service: MemoryService) -> None:
+    """They ran in the same millisecond and picked the same scratch bank: 11 of 16 failed."""
+    answers = await asyncio.gather(
+        *(catalog.call(service, "memory::doctor", {}) for _ in range(16))
+    )
+    failed = [c["detail"] for a in answers for c in a["checks"] if c["required"] and not c["ok"]]
+    assert failed == []
+    assert service.store.names() == []  # every scratch bank removed
+
+
+async def test_a_stale_rule_write_into_a_missing_bank_touches_no_file(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the campaign's fuzzer: the bank was made (a folder created and removed again)
+    before the revision check refused the write."""
+    made: list[str] = []
+    real = Bank.create
+
+    def create(name: str, *args: Any, **kwargs: Any) -> Bank:
+        made.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(Bank, "create", create)
+    payload = {"bank": "work", "name": "style", "content": "Be brief.", "expected_revision": "x"}
+    with pytest.raises(Conflict, match="stale revision"):
+        await catalog.call(service, "memory::rule::set", payload)
+    assert made == []
+    assert sorted(p.name for p in service.store.root.iterdir()) == [".lock"]

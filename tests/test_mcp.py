@@ -1,0 +1,214 @@
+"""The MCP server (adapters.mcp_server), driven by the SDK's own client: in-process for the tool
+surface, over stdio (`memory-worker mcp` as a real subprocess) and over streamable HTTP against a
+real standalone server (`/mcp`, `/mcp/<bank>`), which `memory-worker mcp` also forwards to."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from memory_worker.adapters.doors import Door, LocalDoor
+from memory_worker.adapters.mcp_server import McpTools, build_server, forgiving, tool_name
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller, CallerKind
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.storage.store import Store
+
+from .served import ENV, cli, serving
+
+AGENT_SET = {
+    "memory_recall",
+    "memory_save",
+    "memory_get",
+    "memory_list",
+    "memory_update",
+    "memory_delete",
+    "memory_pin",
+}
+
+
+@pytest.fixture(name="service")
+async def _service(tmp_path: Path) -> AsyncIterator[MemoryService]:
+    store = Store.open(tmp_path / "data", holder={"pid": 0, "kind": "test"})
+    service = MemoryService(store, Settings())
+    try:
+        yield service
+    finally:
+        await service.close()
+        await store.close()
+
+
+def _tools(service: MemoryService, seen: list[Caller], **options: Any) -> McpTools:
+    @contextlib.asynccontextmanager
+    async def door_for(caller: Caller) -> AsyncIterator[Door]:
+        seen.append(caller)
+        yield LocalDoor(service, caller)
+
+    return McpTools(door_for, **options)
+
+
+def _text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+class TestToolSurface:
+    async def test_tools_are_the_agent_set_with_the_catalogs_hints_and_schemas(
+        self, service: MemoryService
+    ) -> None:
+        """Listed through the SDK client: exactly the functions agents may call, each with the
+        catalog's description, request schema (the golden schema's source) and hints."""
+        async with Client(build_server(_tools(service, []))) as client:
+            listed = (await client.list_tools()).tools
+        assert {tool.name for tool in listed} == AGENT_SET
+        for tool in listed:
+            spec = next(s for s in catalog.CATALOG if tool_name(s) == tool.name)
+            assert tool.description == spec.description
+            assert tool.input_schema == catalog.json_schema(spec.request)
+            assert tool.output_schema == catalog.json_schema(spec.response)
+            hints = tool.annotations
+            assert hints is not None
+            assert hints.read_only_hint is spec.hints.read_only
+            assert hints.idempotent_hint is spec.hints.idempotent
+            if not spec.hints.read_only:
+                assert hints.destructive_hint is spec.hints.destructive
+        by_name = {tool.name: tool.annotations for tool in listed}
+        assert by_name["memory_recall"].read_only_hint is True  # type: ignore[union-attr]
+        assert by_name["memory_delete"].destructive_hint is True  # type: ignore[union-attr]
+        assert by_name["memory_save"].destructive_hint is False  # type: ignore[union-attr]
+
+    async def test_approval_tools_and_a_pinned_bank(self, service: MemoryService) -> None:
+        """`tools="approval"` adds the functions an operator approves; a pinned bank leaves
+        `bank` out of every schema."""
+        tools = _tools(service, [], tools="approval", bank="blog")
+        names = {tool.name for tool in tools.list()}
+        assert names > AGENT_SET and "memory_preview" in names and "memory_export" in names
+        assert "memory_rule_set" not in names and "memory_bank_delete" not in names
+        assert all("bank" not in tool.input_schema["properties"] for tool in tools.list())
+
+    def test_guessed_argument_names_are_read_as_the_real_fields(self) -> None:
+        recall = catalog.find("memory::recall")
+        assert forgiving(recall, {"q": "tea", "k": 3}) == {"query": "tea", "limit": 3}
+        assert forgiving(recall, {"text": "tea", "includeSuperseded": True}) == {
+            "query": "tea",
+            "include_superseded": True,
+        }
+        save = catalog.find("memory::save")
+        # `text` is save's own field: never renamed; `content` is the guess for it
+        assert forgiving(save, {"content": "x", "tag": "a"}) == {"text": "x", "tags": "a"}
+        assert forgiving(save, {"text": "x", "content": "y"}) == {"text": "x", "content": "y"}
+        get = catalog.find("memory::get")
+        assert forgiving(get, {"memoryId": "fp1"}) == {"id": "fp1"}
+
+    async def test_save_and_recall_through_aliases_as_an_agent(
+        self, service: MemoryService
+    ) -> None:
+        seen: list[Caller] = []
+        async with Client(build_server(_tools(service, seen))) as client:
+            saved = await client.call_tool(
+                "memory_save", {"content": "The user drinks oolong tea", "tags": "tea"}
+            )
+            assert not saved.is_error, _text(saved)
+            assert saved.structured_content["memory"]["tags"] == ["tea"]  # type: ignore[index]
+            found = await client.call_tool("memory_recall", {"q": "which tea"})
+        assert not found.is_error
+        hits = found.structured_content["memories"]  # type: ignore[index]
+        assert hits[0]["memory"]["text"] == "The user drinks oolong tea"
+        assert json.loads(_text(found)) == found.structured_content
+        assert seen and all(c.kind is CallerKind.AGENT and c.via == "mcp" for c in seen)
+
+    async def test_errors_are_tool_errors_with_our_codes(self, service: MemoryService) -> None:
+        async with Client(build_server(_tools(service, [], bank="blog"))) as client:
+            missing = await client.call_tool("memory_get", {"id": "fp0000000000000000"})
+            bad = await client.call_tool("memory_save", {"text": ""})
+            unknown = await client.call_tool("memory_rule_set", {"name": "x", "content": "y"})
+            other = await client.call_tool("memory_recall", {"query": "x", "bank": "main"})
+        for result, code in (
+            (missing, "bank_not_found"),
+            (bad, "invalid_input"),
+            (unknown, "invalid_input"),
+            (other, "invalid_input"),
+        ):
+            assert result.is_error, _text(result)
+            assert _text(result).startswith(f"{code}: ")
+            assert result.structured_content == {
+                "error": {"code": code, "message": _text(result).split(": ", 1)[1]}
+            }
+        assert "serves bank blog only" in _text(other)
+        assert not (service.store.root / "main").exists()  # the other bank was never touched
+
+
+def _stdio(data_dir: Path, *extra: str) -> StdioServerParameters:
+    argv = cli("mcp", "--data-dir", str(data_dir), *extra)
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=ENV)
+
+
+async def test_stdio_subprocess_lists_saves_recalls_and_codes_errors(tmp_path: Path) -> None:
+    """`memory-worker mcp` as an MCP client launches it: tools with hints, a save then a recall
+    of it, a coded error; the data dir is free between calls (a `trigger` runs meanwhile)."""
+    data = tmp_path / "data"
+    async with Client(_stdio(data)) as client:
+        listed = (await client.list_tools()).tools
+        assert {tool.name for tool in listed} == AGENT_SET
+        recall = next(tool for tool in listed if tool.name == "memory_recall")
+        assert recall.annotations is not None and recall.annotations.read_only_hint is True
+        saved = await client.call_tool("memory_save", {"text": "The user rides a blue bicycle"})
+        assert not saved.is_error, _text(saved)
+        between = subprocess.run(
+            cli("trigger", "memory::list", "--data-dir", str(data)),
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=60,
+            check=False,
+        )
+        assert between.returncode == 0, between.stderr
+        assert json.loads(between.stdout)["total"] == 1
+        found = await client.call_tool("memory_recall", {"query": "bicycle"})
+        assert (
+            found.structured_content["memories"][0]["memory"]["id"]
+            == (  # type: ignore[index]
+                saved.structured_content["memory"]["id"]  # type: ignore[index]
+            )
+        )
+        failed = await client.call_tool("memory_delete", {"id": "fp0000000000000000"})
+        assert failed.is_error and _text(failed).startswith("memory_not_found: ")
+
+
+async def test_http_at_mcp_and_a_pinned_bank_against_a_real_server(tmp_path: Path) -> None:
+    """Streamable HTTP on the standalone server: `/mcp` lists the tools, `/mcp/blog` saves into
+    and recalls from bank blog only; a stdio `memory-worker mcp` on the same data dir forwards
+    to the server and sees the same memories; errors keep their codes on every path."""
+    data = tmp_path / "data"
+    with serving(data, tmp_path / "serve.stderr") as served:
+        async with Client(f"{served.url}/mcp") as client:
+            listed = (await client.list_tools()).tools
+            assert {tool.name for tool in listed} == AGENT_SET
+            assert "bank" in listed[0].input_schema["properties"]
+        async with Client(f"{served.url}/mcp/blog") as client:
+            listed = (await client.list_tools()).tools
+            assert all("bank" not in tool.input_schema["properties"] for tool in listed)
+            saved = await client.call_tool("memory_save", {"text": "The user edits on Sundays"})
+            assert not saved.is_error, _text(saved)
+            found = await client.call_tool("memory_recall", {"q": "sundays"})
+            assert len(found.structured_content["memories"]) == 1  # type: ignore[index]
+            refused = await client.call_tool("memory_list", {"bank": "main"})
+            assert refused.is_error and _text(refused).startswith("invalid_input: ")
+        async with Client(_stdio(data, "--bank", "blog")) as client:
+            forwarded = await client.call_tool("memory_recall", {"query": "sundays"})
+            assert not forwarded.is_error, _text(forwarded)
+
+            def ids(result: Any) -> list[str]:
+                return [hit["memory"]["id"] for hit in result.structured_content["memories"]]
+
+            assert ids(forwarded) == ids(found)  # (scores move with recency between calls)
+            missing = await client.call_tool("memory_get", {"id": "fp0000000000000000"})
+            assert missing.is_error and _text(missing).startswith("memory_not_found: ")
+        assert "Traceback" not in served.stderr()
