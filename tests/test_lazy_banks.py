@@ -16,6 +16,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
+from memory_worker.core.errors import Conflict
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.counts import COUNTS_FILE
 from memory_worker.storage.store import Store
@@ -172,3 +173,20 @@ def test_a_counts_file_planted_as_a_link_is_not_followed(
     counts.symlink_to(elsewhere)
 
     assert listed(capsys, data_dir)["alpha"]["memories"] == 2
+
+
+def test_max_banks_counts_the_banks_a_one_shot_store_has_not_replayed(tmp_path: Path) -> None:
+    seed(tmp_path, {"alpha": ["one fact"], "beta": ["a note"]})
+
+    async def create() -> Any:
+        store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+        service = MemoryService(store, Settings(max_banks=2))
+        try:
+            return await call(service, "memory::save", {"bank": "gamma", "text": "a third bank"}, HUMAN)
+        finally:
+            await service.close()
+            await store.close()
+
+    with pytest.raises(Conflict, match="already holds 2 banks"):
+        asyncio.run(create())
+    assert not (tmp_path / "gamma").exists()
