@@ -182,7 +182,8 @@ def test_max_banks_counts_the_banks_a_one_shot_store_has_not_replayed(tmp_path: 
         store = Store.open(tmp_path, holder=HOLDER, lazy=True)
         service = MemoryService(store, Settings(max_banks=2))
         try:
-            return await call(service, "memory::save", {"bank": "gamma", "text": "a third bank"}, HUMAN)
+            payload = {"bank": "gamma", "text": "a third bank"}
+            return await call(service, "memory::save", payload, HUMAN)
         finally:
             await service.close()
             await store.close()
