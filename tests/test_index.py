@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from memory_worker.search.index import BM25_B, BM25_K1, LexicalIndex
+from memory_worker.search.index import BM25_B, BM25_K1, IndexedDoc, LexicalIndex
 
 VOCABULARY = ("tea", "coffee", "ana", "berlin", "rust", "python", "blog", "iii", "用户", "café")
 
@@ -242,8 +242,6 @@ def test_multi_term_scores_are_rank_bm25_terms_reweighted_by_our_idf(query: list
 
 
 def _small_index() -> LexicalIndex:
-    from memory_worker.search.index import IndexedDoc
-
     index = LexicalIndex()
     docs = {
         "d0": (["pottery", "class", "clay", "user"], {"user"}),
@@ -287,3 +285,97 @@ def test_an_entity_on_every_memory_weighs_nothing_and_a_rare_one_a_lot() -> None
     slots = np.arange(4)
     assert index.entity_hits(["user"], slots).tolist() == [0.0, 0.0, 0.0, 0.0]
     assert index.entity_hits(["pipoca"], slots).tolist() == [0.0, 0.75, 0.0, 0.0]
+
+
+def _state(index: LexicalIndex, query: list[str]) -> tuple[object, ...]:
+    """Everything a query can observe of an index: exact scores by id, entity hits, the second
+    hop's terms (their order breaks ties), statistics per term."""
+    found = index.lexical(query)
+    slots = found.slots
+    by_id = {
+        index.doc_id(s): float(b) for s, b in zip(slots.tolist(), found.bm25.tolist(), strict=True)
+    }
+    hits = dict(
+        zip((index.doc_id(s) for s in slots.tolist()), index.entity_hits(query, slots), strict=True)
+    )
+    return (
+        by_id,
+        {k: float(v) for k, v in hits.items()},
+        list(index.expansion(slots.tolist(), set(query), 5).items()),
+        {t: index.document_frequency(t) for t in VOCABULARY},
+        index.query_weight(Counter(query)),
+        len(index),
+        {  # who each subject's scope holds (the codes may be numbered otherwise)
+            subject: sorted(
+                index.doc_id(slot)
+                for slot in np.flatnonzero(
+                    index.in_scope(subject) & index._alive[: index.in_scope(subject).size]
+                ).tolist()
+            )
+            for subject in (None, "s0", "s1")
+        },
+    )
+
+
+edits = st.lists(
+    st.tuples(st.sampled_from([f"d{i}" for i in range(12)]), st.none() | terms_of), max_size=20
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(corpora, edits, queries)
+def test_a_bulk_load_answers_exactly_as_documents_added_one_by_one(
+    corpus: dict[str, list[str]], later: list[tuple[str, list[str] | None]], query: list[str]
+) -> None:
+    """`add_many` into an empty index (the boot path, built in numpy) against `add_doc` one at a
+    time (the save path): equal answers, bit for bit, before and after the same edits and a
+    compaction (a None edit removes the doc)."""
+
+    def doc(doc_id: str, terms: list[str]) -> IndexedDoc:
+        subject = None if len(terms) % 3 == 0 else f"s{len(terms) % 2}"  # scoping survives too
+        return IndexedDoc(
+            doc_id,
+            terms,
+            entity_terms=frozenset(terms[:2]),
+            corroboration=len(terms),
+            subject=subject,
+        )
+
+    bulk, single = LexicalIndex(), LexicalIndex()
+    bulk.add_many(doc(d, t) for d, t in corpus.items())
+    for d, t in corpus.items():
+        single.add_doc(doc(d, t))
+    assert _state(bulk, query) == _state(single, query)
+    for index in (bulk, single):
+        for doc_id, terms in later:
+            if terms is None:
+                index.remove(doc_id)
+            else:
+                index.add_doc(doc(doc_id, terms))
+    assert _state(bulk, query) == _state(single, query)
+    bulk._compact()
+    assert _state(bulk, query) == _state(single, query)
+    # The snapshot's round trip: the analysis of the live docs, loaded into an empty index, is
+    # the index a bulk load of those docs (in that order) builds.
+    final = dict(corpus)
+    for doc_id, terms in later:
+        if terms is None:
+            final.pop(doc_id, None)
+        else:
+            final.pop(doc_id, None)
+            final[doc_id] = terms
+    order = [doc_id for doc_id in final if doc_id in single]
+    restored, reference = LexicalIndex(), LexicalIndex()
+    reference.add_many(doc(d, final[d]) for d in order)
+    docs = [doc(d, final[d]) for d in order]
+    restored.load_analysis(
+        order,
+        single.analysis_of(order),
+        corroboration=[d.corroboration for d in docs],
+        pinned=[d.pinned for d in docs],
+        stated_at=[d.stated_at for d in docs],
+        created_at=[d.created_at for d in docs],
+        tags=[d.tags for d in docs],
+        subjects=[d.subject for d in docs],
+    )
+    assert _state(restored, query) == _state(reference, query)

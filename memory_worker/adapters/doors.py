@@ -278,8 +278,10 @@ async def open_door(
     """The door to `root` for one command: the data dir opened in-process (its lock held until
     the block ends, what was saved embedded before it closes), or the server holding it."""
     try:
+        # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
+        # files), so one line appended to one bank of a hundred costs that bank alone.
         store = await asyncio.to_thread(
-            Store.open, root, holder=_holder(command), lock_wait_s=lock_wait_s
+            Store.open, root, holder=_holder(command), lock_wait_s=lock_wait_s, lazy=True
         )
     except Conflict:
         url = serving_url(root)

@@ -112,7 +112,8 @@ class BankUseCases(EmbeddingWork):
         return BankConfigureResponse(bank=self._info(bank), changed=changed, redacted=list(labels))
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
-        banks = [self._info(bank) for name in self.store.names() if (bank := self.store.find(name))]
+        # Summaries, not banks: a one-shot CLI lists a hundred banks without replaying them.
+        banks = [self._info(s) for name in self.store.names() if (s := self.store.summary(name))]
         return BankListResponse(banks=banks)
 
     async def bank_delete(

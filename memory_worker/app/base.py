@@ -31,7 +31,7 @@ from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.core.text import collapse_whitespace
-from memory_worker.storage.bank import Bank
+from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.store import Store
 
 __all__ = [
@@ -215,15 +215,16 @@ class ServiceBase:
             return False, None
         return True, subject
 
-    def _info(self, bank: Bank) -> BankInfo:
+    def _info(self, bank: Bank | BankSummary) -> BankInfo:
+        summary = bank.summary() if isinstance(bank, Bank) else bank
         return BankInfo(
-            name=bank.name,
-            description=bank.description,
-            memories=bank.live_count(),
-            pinned=bank.pinned_count(),
-            rules=len(bank.rules()),
-            subjects=len({m.subject for m in bank.memories.values() if m.live and m.subject}),
-            settings=self.bank_settings(bank),
+            name=summary.name,
+            description=summary.description,
+            memories=summary.live,
+            pinned=summary.pinned,
+            rules=summary.rules,
+            subjects=summary.subjects,
+            settings=effective(self.settings.bank_defaults(), summary.overrides),
         )
 
     def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:

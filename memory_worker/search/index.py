@@ -2,7 +2,10 @@
 
 Documents live in slots. Postings are a compacted CSR base plus small per-term appends, so `add` and
 `remove` are O(terms of the document) and never rebuild on a save; a removed slot is only masked
-dead, and the whole index is compacted once dead slots outnumber live ones (amortized O(1)).
+dead, and the whole index is compacted once dead slots outnumber live ones (amortized O(1)). Each
+document's own (term, tf) pairs are kept the same way, by slot (a CSR base plus the documents added
+since), rather than as Python tuples per document: a bulk load builds both in numpy, and a memory
+costs a few dozen bytes of arrays instead of a few hundred of objects.
 It knows documents as ids, term lists and a few numeric columns; ranking policy lives in `scoring`.
 Only live memories are indexed. numpy values never leave `index`/`scoring`/`recall`.
 """
@@ -13,12 +16,22 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25_B", "BM25_K1", "Candidates", "Floats", "IndexedDoc", "Ints", "LexicalIndex"]
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "Analysis",
+    "Candidates",
+    "Floats",
+    "IndexedDoc",
+    "Ints",
+    "LexicalIndex",
+]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -52,6 +65,22 @@ class Candidates:
 
     slots: Ints
     bm25: Floats
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What indexing computes of each document beyond its ranking columns — the analyzer's terms,
+    the costly part — for documents in a given order. Term ids index `vocab`; each document's
+    (term, tf) pairs are in the order its terms first occur."""
+
+    vocab: list[str]
+    pair_counts: Ints  # (term, tf) pairs per document
+    pair_terms: Ints
+    pair_tfs: Ints
+    lengths: Ints  # terms per document, repeats included (BM25's document length)
+    entity_counts: Ints  # entity terms per document
+    entity_terms: Ints
+    dated: npt.NDArray[np.bool_]
 
 
 class _Postings:
@@ -120,6 +149,74 @@ class _Postings:
         self.delta_size = 0
 
 
+class _Forward:
+    """slot → that document's (term id, tf) pairs in the order its terms first occur (ranking's
+    second hop breaks ties by that order): a CSR base over the slots of the last compaction plus
+    the documents recorded since, one pair of tuples each."""
+
+    def __init__(self) -> None:
+        self._offsets: Ints = np.zeros(1, np.int64)
+        self._terms: npt.NDArray[np.int32] = np.empty(0, np.int32)
+        self._tfs: npt.NDArray[np.int32] = np.empty(0, np.int32)
+        self._extra: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def append(self, slot: int, pairs: tuple[tuple[int, int], ...]) -> None:
+        self._extra[slot] = (tuple(t for t, _ in pairs), tuple(f for _, f in pairs))
+
+    def term_ids(self, slot: int) -> Sequence[int]:
+        extra = self._extra.get(slot)
+        if extra is not None:
+            return extra[0]
+        if slot + 1 < self._offsets.size:
+            return list(self._terms[self._offsets[slot] : self._offsets[slot + 1]].tolist())
+        return ()
+
+    def pairs(self, slot: int) -> list[tuple[int, int]]:
+        extra = self._extra.get(slot)
+        if extra is not None:
+            return list(zip(*extra, strict=True))
+        if slot + 1 < self._offsets.size:
+            start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
+            return list(
+                zip(self._terms[start:end].tolist(), self._tfs[start:end].tolist(), strict=True)
+            )
+        return []
+
+    def gather(self, slots: Ints) -> tuple[Ints, Ints, Floats]:
+        """The pairs of `slots`, in that order: (pairs per slot, term ids, tfs), one multi-slice
+        gather over the base and the later documents laid end to end."""
+        base_n = self._offsets.size - 1
+        later = list(self._extra)
+        later_sizes = [len(self._extra[slot][0]) for slot in later]
+        span = max(base_n, max(later, default=-1) + 1)
+        start_of = np.zeros(span, np.int64)
+        size_of = np.zeros(span, np.int64)
+        start_of[:base_n] = self._offsets[:-1]
+        size_of[:base_n] = np.diff(self._offsets)
+        if later:
+            later_at = np.cumsum([0, *later_sizes[:-1]], dtype=np.int64)
+            start_of[later] = int(self._offsets[-1]) + later_at
+            size_of[later] = later_sizes
+        all_terms = np.concatenate(
+            (self._terms, [t for slot in later for t in self._extra[slot][0]])
+        ).astype(np.int64)
+        all_tfs = np.concatenate(
+            (self._tfs, [f for slot in later for f in self._extra[slot][1]])
+        ).astype(np.float64)
+        counts = size_of[slots]
+        total = int(counts.sum())
+        before = np.cumsum(counts) - counts
+        positions = np.repeat(start_of[slots] - before, counts) + np.arange(total, dtype=np.int64)
+        return counts, all_terms[positions], all_tfs[positions]
+
+    def rebuild(self, counts: Ints, term_ids: Ints, tfs: Floats) -> None:
+        """Slots 0..len(counts)-1 hold `counts[i]` pairs each, laid out in slot order."""
+        self._offsets = np.concatenate((np.zeros(1, np.int64), np.cumsum(counts)))
+        self._terms = term_ids.astype(np.int32)
+        self._tfs = tfs.astype(np.int32)
+        self._extra = {}
+
+
 class LexicalIndex:
     def __init__(self, vector_dtype: type[np.floating[Any]] = np.float16) -> None:
         # float16 halves the RAM of a bank's embeddings; a caller that compares every query
@@ -131,8 +228,7 @@ class LexicalIndex:
         self._df: list[int] = []  # live documents per term id
         self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []  # slot → doc id (dead slots keep theirs until compaction)
-        self._doc_terms: dict[str, tuple[tuple[int, int], ...]] = {}  # (term id, tf) per doc
-        self._doc_entities: dict[str, tuple[int, ...]] = {}
+        self._forward = _Forward()  # slot → its (term id, tf) pairs, in first-occurrence order
         self._doc_tags: dict[str, tuple[str, ...]] = {}
         self._tags: dict[str, set[int]] = {}
         # Subjects as small ints in a column (0: general), so scoping a query is one vector compare.
@@ -194,10 +290,128 @@ class LexicalIndex:
         self._maybe_merge()
 
     def add_many(self, docs: Iterable[IndexedDoc]) -> None:
-        """Bulk load (boot): record every doc, then build the CSR bases once (no appends)."""
-        for doc in docs:
-            self._record(doc)
-        self._compact()
+        """Bulk load (boot): record every doc, then build the CSR bases once (no appends). Into an
+        empty index the terms are counted in one pass and every array is built in numpy."""
+        batch = list(docs)
+        if self._ids or len({doc.doc_id for doc in batch}) != len(batch):
+            for doc in batch:
+                self._record(doc)
+            self._compact()
+            return
+        self._load(batch)
+
+    def _load(self, docs: list[IndexedDoc]) -> None:
+        """`add_many` of distinct docs into an empty index: the arrays `_record` then `_compact`
+        would leave, with no Python work per term occurrence (a dict walk over the distinct
+        terms, then numpy). Term ids may be numbered otherwise than one by one would; nothing
+        observable depends on their numbering."""
+        n = len(docs)
+        term_lists = [doc.terms for doc in docs]
+        lengths = np.fromiter(map(len, term_lists), np.int64, n)
+        flat = list(chain.from_iterable(term_lists))
+        entity_lists = [doc.entity_terms for doc in docs]
+        entity_flat = list(chain.from_iterable(entity_lists))
+        vocab: dict[str, int] = {}
+        for term in chain(flat, entity_flat):
+            if term not in vocab:
+                vocab[term] = len(vocab)
+        n_terms = len(vocab)
+        tid = np.fromiter(map(vocab.__getitem__, flat), np.int64, len(flat))
+        # (doc, term) pairs with their tf, each doc's in the order its terms first occur (what
+        # `Counter(doc.terms)` yields): unique keys, put back in order of first position.
+        keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * n_terms + tid
+        unique, first, tf = np.unique(keys, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        pair_doc, pair_term = np.divmod(unique[order], n_terms)
+        analysis = Analysis(
+            vocab=list(vocab),
+            pair_counts=np.bincount(pair_doc, minlength=n).astype(np.int64),
+            pair_terms=pair_term,
+            pair_tfs=tf[order].astype(np.int64),
+            lengths=lengths,
+            entity_counts=np.fromiter(map(len, entity_lists), np.int64, n),
+            entity_terms=np.fromiter(map(vocab.__getitem__, entity_flat), np.int64),
+            dated=np.fromiter((doc.dated for doc in docs), bool, n),
+        )
+        self.load_analysis(
+            [doc.doc_id for doc in docs],
+            analysis,
+            corroboration=[doc.corroboration for doc in docs],
+            pinned=[doc.pinned for doc in docs],
+            stated_at=[doc.stated_at for doc in docs],
+            created_at=[doc.created_at for doc in docs],
+            tags=[doc.tags for doc in docs],
+            subjects=[doc.subject for doc in docs],
+        )
+
+    def load_analysis(
+        self,
+        doc_ids: list[str],
+        analysis: Analysis,
+        *,
+        corroboration: Sequence[int],
+        pinned: Sequence[bool],
+        stated_at: Sequence[int],
+        created_at: Sequence[int],
+        tags: Sequence[tuple[str, ...]],
+        subjects: Sequence[str | None],
+    ) -> None:
+        """Fill an empty index with distinct `doc_ids` (slots in that order) from their analysis
+        (`analysis_of`, or a bulk load's) and their ranking columns, all in numpy."""
+        if self._ids:
+            raise ValueError("load_analysis needs an empty index")
+        self._version += 1
+        n = len(doc_ids)
+        self._terms = list(analysis.vocab)
+        self._vocab = {term: term_id for term_id, term in enumerate(self._terms)}
+        n_terms = len(self._terms)
+        self._allocate(max(_INITIAL_CAPACITY, 2 * n))
+        self._ids = list(doc_ids)
+        self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
+        self._df = np.bincount(analysis.pair_terms, minlength=n_terms).tolist()
+        self._total_length = int(analysis.lengths.sum())
+        self._alive[:n] = True
+        self._length[:n] = analysis.lengths
+        self.corroboration[:n] = corroboration
+        self.pinned[:n] = pinned
+        self.stated_at[:n] = stated_at
+        self.created_at[:n] = created_at
+        self.dated[:n] = analysis.dated
+        self.subject[:n] = [self._subject_code(subject) for subject in subjects]
+        for slot, (doc_id, labels) in enumerate(zip(self._ids, tags, strict=True)):
+            self._doc_tags[doc_id] = labels
+            for tag in labels:
+                self._tags.setdefault(tag, set()).add(slot)
+        slots = np.repeat(np.arange(n, dtype=np.int64), analysis.pair_counts)
+        tfs = analysis.pair_tfs.astype(np.float64)
+        self._forward.rebuild(analysis.pair_counts, analysis.pair_terms, tfs)
+        self._postings.rebuild(analysis.pair_terms, slots, tfs, n_terms)
+        entity_slots = np.repeat(np.arange(n, dtype=np.int64), analysis.entity_counts)
+        self._entities.rebuild(
+            analysis.entity_terms, entity_slots, np.ones(entity_slots.size, np.float64), n_terms
+        )
+
+    def analysis_of(self, doc_ids: Sequence[str]) -> Analysis:
+        """The analysis of the live `doc_ids`, in that order: what `load_analysis` takes back (a
+        snapshot of the costly part of indexing). Raises KeyError for an id not indexed."""
+        slots = np.fromiter(map(self._slot_of.__getitem__, doc_ids), np.int64, len(doc_ids))
+        counts, term_ids, tfs = self._forward.gather(slots)
+        position = np.full(len(self._ids), -1, np.int64)
+        position[slots] = np.arange(slots.size, dtype=np.int64)
+        entity_terms, entity_slots, _ = self._entities.triples()
+        keep = position[entity_slots] >= 0
+        entity_terms, owner = entity_terms[keep], position[entity_slots[keep]]
+        by_owner = np.argsort(owner, kind="stable")
+        return Analysis(
+            vocab=list(self._terms),
+            pair_counts=counts,
+            pair_terms=term_ids,
+            pair_tfs=tfs.astype(np.int64),
+            lengths=self._length[slots].astype(np.int64),
+            entity_counts=np.bincount(owner, minlength=slots.size).astype(np.int64),
+            entity_terms=entity_terms[by_owner],
+            dated=self.dated[slots].copy(),
+        )
 
     def _term_id(self, term: str) -> int:
         term_id = self._vocab.get(term)
@@ -227,8 +441,7 @@ class LexicalIndex:
         for term_id, _ in pairs:
             self._df[term_id] += 1
         entities = tuple(self._term_id(term) for term in doc.entity_terms)
-        self._doc_terms[doc.doc_id] = pairs
-        self._doc_entities[doc.doc_id] = entities
+        self._forward.append(slot, pairs)
         self._total_length += len(doc.terms)
         self._alive[slot] = True
         self._length[slot] = len(doc.terms)
@@ -260,9 +473,8 @@ class LexicalIndex:
         self._version += 1
         self._alive[slot] = False
         self._total_length -= int(self._length[slot])
-        for term_id, _ in self._doc_terms.pop(doc_id):
+        for term_id in self._forward.term_ids(slot):
             self._df[term_id] -= 1
-        del self._doc_entities[doc_id]
         for tag in self._doc_tags.pop(doc_id, ()):
             self._tags[tag].discard(slot)
         if len(self._ids) > 2 * len(self._slot_of) + _MIN_CAPACITY:
@@ -279,6 +491,7 @@ class LexicalIndex:
         live = list(self._slot_of.items())
         old_columns = self._columns()
         old_slots = np.asarray([slot for _, slot in live], np.int64)
+        n_old = len(self._ids)
         self._allocate(max(_INITIAL_CAPACITY, 2 * len(live)))
         n = len(live)
         for new, old in zip(self._columns(), old_columns, strict=True):
@@ -289,27 +502,20 @@ class LexicalIndex:
         for doc_id, slot in self._slot_of.items():
             for tag in self._doc_tags[doc_id]:
                 self._tags.setdefault(tag, set()).add(slot)
-        term_ids: list[int] = []
-        slots: list[int] = []
-        tfs: list[float] = []
-        entity_terms: list[int] = []
-        entity_slots: list[int] = []
-        for slot, doc_id in enumerate(self._ids):
-            for term_id, tf in self._doc_terms[doc_id]:
-                term_ids.append(term_id)
-                slots.append(slot)
-                tfs.append(tf)
-            for term_id in self._doc_entities[doc_id]:
-                entity_terms.append(term_id)
-                entity_slots.append(slot)
+        # Live slots keep their order (`_slot_of` is in slot order), so old → new is monotonic and
+        # every term's postings stay in ascending slot order, as a fresh bulk load lays them.
+        remap = np.full(n_old + 1, -1, np.int64)
+        remap[old_slots] = np.arange(n, dtype=np.int64)
+        counts, term_ids, tfs = self._forward.gather(old_slots)
+        self._forward.rebuild(counts, term_ids, tfs)
         n_terms = len(self._df)
-        self._postings.rebuild(
-            np.asarray(term_ids, np.int64), np.asarray(slots, np.int64),
-            np.asarray(tfs, np.float64), n_terms,
-        )  # fmt: skip
+        slots = np.repeat(np.arange(n, dtype=np.int64), counts)
+        self._postings.rebuild(term_ids, slots, tfs, n_terms)
+        entity_terms, entity_slots, _ = self._entities.triples()
+        kept = remap[entity_slots] >= 0
         self._entities.rebuild(
-            np.asarray(entity_terms, np.int64), np.asarray(entity_slots, np.int64),
-            np.ones(len(entity_terms), np.float64), n_terms,
+            entity_terms[kept], remap[entity_slots[kept]],
+            np.ones(int(kept.sum()), np.float64), n_terms,
         )  # fmt: skip
 
     def set_vector(self, doc_id: str, vector: Sequence[float]) -> bool:
@@ -451,7 +657,7 @@ class LexicalIndex:
         names = self._terms
         gathered: dict[int, float] = {}
         for slot in slots:
-            pairs = self._doc_terms.get(self._ids[slot], ())
+            pairs = self._forward.pairs(slot)
             length = max(sum(tf for _, tf in pairs), 1)
             for term_id, tf in pairs:
                 if self._df[term_id] > 1:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -90,16 +91,22 @@ class RecallQuery:
     threshold: float = 0.0  # the bank's `relevance_threshold` on the blended similarity
 
 
+@lru_cache(maxsize=8192)
+def _entity_terms(entity: str) -> tuple[str, ...]:
+    # Entities repeat across a bank (the same few people and projects): analysed once each.
+    return tuple(terms(entity))
+
+
 def document_terms(memory: Memory) -> list[str]:
     """What the index sees of a memory: its text and its entity handles (tags are not ranked)."""
     out = terms(memory.text)
     for entity in memory.entities:
-        out.extend(terms(entity))
+        out.extend(_entity_terms(entity))
     return out
 
 
 def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
-    entity_terms = frozenset(term for entity in memory.entities for term in terms(entity))
+    entity_terms = frozenset(term for entity in memory.entities for term in _entity_terms(entity))
     return IndexedDoc(
         doc_id=memory.id,
         terms=document_terms(memory) if with_terms else [],

@@ -44,6 +44,8 @@ from memory_worker.storage.bank_file import (
     render_bank_file,
     write_bank_file,
 )
+from memory_worker.storage.counts import Counts, read_counts, write_counts
+from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
 from memory_worker.storage.log import (
@@ -54,8 +56,15 @@ from memory_worker.storage.log import (
     read_all,
     replay,
     replayed,
+    shared_fields,
 )
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
+from memory_worker.storage.snapshot import (
+    SNAPSHOT_MIN_LIVE,
+    log_identity,
+    read_snapshot,
+    write_snapshot,
+)
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
     VectorRecord,
@@ -64,7 +73,7 @@ from memory_worker.storage.vectors import (
     text_hash,
 )
 
-__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "Rewrite"]
+__all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
 log = structlog.get_logger(__name__)
 
@@ -85,6 +94,19 @@ class Rewrite:
     bytes_before: int
     bytes_after: int
     damaged_dropped: int  # unreadable lines that were not carried over (only when asked to)
+
+
+@dataclass(frozen=True, slots=True)
+class BankSummary:
+    """What listing banks shows of one: its description and how many live, pinned and rules."""
+
+    name: str
+    description: str
+    live: int
+    pinned: int
+    rules: int
+    subjects: int  # how many subjects the live memories are about
+    overrides: BankOverrides  # its bank.yaml's chosen settings
 
 
 class Bank:
@@ -117,7 +139,9 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        self._by_text: dict[str, set[str]] = {}  # normalized text → ids whose text it is
+        # hash of the normalized text → ids whose text it is: the hash, not the text, so RAM does
+        # not hold every text twice; a lookup checks the texts themselves (`match_text`).
+        self._by_text: dict[int, list[str]] = {}
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
@@ -137,6 +161,7 @@ class Bank:
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
+        self._snapshot_stamp: _Stamp | None = None  # the log state `.index.npz` was made for
 
     def __repr__(self) -> str:
         return (
@@ -214,6 +239,58 @@ class Bank:
         if found.problem is not None:
             self.damage.append(Damage(BANK_FILE, found.problem))
 
+    @classmethod
+    def peek(cls, name: str, path: Path) -> BankSummary | None:
+        """The summary of the bank folder at `path` without replaying its log (blocking): from its
+        counts file, while that still matches the log (`storage.counts`); None otherwise (and when
+        its `bank.yaml` has a problem, which a replay reports as damage)."""
+        counts = read_counts(path, path / MEMORIES_FILE)
+        if counts is None:
+            return None
+        found = read_bank_file(path / BANK_FILE, within=path.parent)
+        if found.problem is not None:
+            return None
+        bank = cls(name, path)  # files are opened on first write: nothing but its rules is read
+        bank._rules.load()
+        return BankSummary(
+            name,
+            found.description,
+            counts.live,
+            counts.pinned,
+            len(bank._rules),
+            counts.subjects,
+            found.overrides,
+        )
+
+    def summary(self) -> BankSummary:
+        return BankSummary(
+            self.name,
+            self.description,
+            self.live_count(),
+            self.pinned_count(),
+            len(self._rules),
+            self.subject_count(),
+            self.overrides,
+        )
+
+    def subject_count(self) -> int:
+        """How many subjects the live memories are about (general ones not counted)."""
+        return len({m.subject for m in self._memories.values() if m.live and m.subject})
+
+    def _save_counts(self) -> None:
+        """Leave the counts for the next listing, when RAM says exactly what the log does: nothing
+        in flight, nothing broken, the log as this bank last replayed or fsynced it."""
+        if self._queue or self._held or self._broken is not None or self._log_stamp is None:
+            return
+        log_path = self.path / MEMORIES_FILE
+        if _stat_stamp(log_path) != self._log_stamp:
+            return  # edited behind our back: the next replay counts it
+        stamp = counts_stamp(log_path)
+        if stamp is None or _stat_stamp(log_path) != self._log_stamp:
+            return
+        counts = Counts(self.live_count(), self.pinned_count(), self.subject_count())
+        write_counts(self.path, stamp, counts)
+
     async def configure(self, description: str, overrides: BankOverrides) -> None:
         """Write the bank's description and chosen settings to `bank.yaml` (atomically), then
         adopt them: a failed write (`StorageError`) leaves file and RAM as they were."""
@@ -233,9 +310,52 @@ class Bank:
         self.damage.extend(found)
         for record in memories.values():
             self._map_text(record)
-        self.index.add_many(indexed(record) for record in memories.values() if record.live)
-        self.lanes.add_many(record for record in memories.values() if record.live)
+        live = [record for record in memories.values() if record.live]
+        if not self._index_from_snapshot(live):
+            self.index.add_many(indexed(record) for record in live)
+        self.lanes.add_many(live)
         self._index_lessons()
+
+    def _index_from_snapshot(self, live: list[Memory]) -> bool:
+        """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log
+        unchanged since the stamp taken before replaying: `storage.snapshot`)."""
+        if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
+            return False
+        ids = [record.id for record in live]
+        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids)
+        if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
+            return False
+        self.index.load_analysis(
+            ids,
+            analysis,
+            corroboration=[record.corroboration for record in live],
+            pinned=[record.pinned for record in live],
+            stated_at=[record.last_stated_at for record in live],
+            created_at=[record.created_at for record in live],
+            tags=[record.tags for record in live],
+            subjects=[record.subject for record in live],
+        )
+        self._snapshot_stamp = self._log_stamp
+        return True
+
+    def _save_snapshot(self) -> None:
+        """Leave `.index.npz` for the next boot, when the one on disk is not for this log and RAM
+        says exactly what the log does (nothing in flight, the log as we last replayed or
+        fsynced it, before and after reading it for its checksum)."""
+        stamp = self._log_stamp
+        if self._queue or self._held or self._broken is not None or stamp is None:
+            return
+        if stamp == self._snapshot_stamp or len(self.index) < SNAPSHOT_MIN_LIVE:
+            return
+        log_path = self.path / MEMORIES_FILE
+        if _stat_stamp(log_path) != stamp:
+            return
+        identity = log_identity(log_path)
+        if identity is None or _stat_stamp(log_path) != stamp:
+            return
+        ids = [memory_id for memory_id, record in self._memories.items() if record.live]
+        write_snapshot(self.path, identity, ids, self.index.analysis_of(ids))
+        self._snapshot_stamp = stamp
 
     def _index_lessons(self) -> None:
         for record in self._memories.values():
@@ -418,9 +538,14 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm and record.subject == subject
         }
-        for memory_id in self._by_text.get(norm, ()):
-            if memory_id not in self._staged and self._memories[memory_id].subject == subject:
-                candidates[memory_id] = self._memories[memory_id]
+        for memory_id in self._by_text.get(hash(norm), ()):
+            record = self._memories[memory_id]
+            if (
+                memory_id not in self._staged
+                and record.subject == subject
+                and normalize(record.text) == norm
+            ):
+                candidates[memory_id] = record
         if not candidates:
             return None
         return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
@@ -526,7 +651,7 @@ class Bank:
         if previous is not None and record.revision < previous.revision:
             return
         self._applied += 1
-        self._memories[record.id] = record
+        self._memories[record.id] = shared_fields(record)
         if record.live and record.anchors is not None and is_lesson(record):
             self.lessons.add(record.id, record.anchors)
         else:
@@ -559,15 +684,17 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        self._by_text.setdefault(normalize(record.text), set()).add(record.id)
+        ids = self._by_text.setdefault(hash(normalize(record.text)), [])
+        if record.id not in ids:
+            ids.append(record.id)
 
     def _unmap_text(self, record: Memory) -> None:
-        norm = normalize(record.text)
-        ids = self._by_text.get(norm)
-        if ids is not None:
-            ids.discard(record.id)
+        key = hash(normalize(record.text))
+        ids = self._by_text.get(key)
+        if ids is not None and record.id in ids:
+            ids.remove(record.id)
             if not ids:
-                del self._by_text[norm]
+                del self._by_text[key]
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
@@ -698,6 +825,9 @@ class Bank:
 
     def close(self) -> None:
         self._log.close()
+        if self.path.is_dir():  # not when the folder was trashed or removed
+            self._save_counts()
+            self._save_snapshot()
 
     # --- rules ---------------------------------------------------------------------------------
 

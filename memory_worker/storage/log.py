@@ -62,6 +62,24 @@ _CRC_KEY = b',"crc":"'
 _CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
 
 
+# `Memory.model_validate_json` without its Python wrapper: replay calls it once per line.
+_validate_json = Memory.__pydantic_validator__.validate_json
+
+# pydantic gives every record its own set of the field names it was given (~700 bytes: as much
+# as the rest of the record). Records are frozen, so nothing adds to it (pydantic copies the set
+# before a `model_copy` updates it): records given the same fields share one set.
+_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+
+
+def shared_fields(record: Memory) -> Memory:
+    """`record`, its set of given field names replaced by the one shared by equal sets."""
+    fields = record.__pydantic_fields_set__
+    shared = _FIELD_SETS.setdefault(frozenset(fields), fields)
+    if shared is not fields:
+        object.__setattr__(record, "__pydantic_fields_set__", shared)
+    return record
+
+
 def _sealed(body: bytes) -> bytes:
     """`body` (one JSON object, no newline) with its checksum as the last member."""
     return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
@@ -186,7 +204,7 @@ def _intact(
         if keep is not None and not keep(line):
             continue
         try:
-            record = Memory.model_validate_json(line)
+            record = shared_fields(_validate_json(line))
         except ValidationError as exc:
             reason = "torn last line (interrupted write)" if not complete else "corrupt line"
             first = exc.errors()[0]

@@ -6,6 +6,11 @@ is fatal, never a silent RAM-only store. A single bank that fails to load is rep
 load that failed only for want of file descriptors (`EMFILE`/`ENFILE`, transient) never marks a
 bank broken: a reload keeps the bank RAM holds, and boot fails instead. A symbolic link in the
 data dir is never loaded as a bank (doctor lists it).
+
+A lazy store (`open(..., lazy=True)`: one-shot commands) lists the bank folders at open and
+replays a bank only when a call first names it, so appending one line to one bank of a hundred
+does not replay the other ninety-nine; `summary()` answers `memory::bank::list` from a bank's
+derived counts file when it still matches the log, without a replay.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import BankNotFound, Conflict, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
-from memory_worker.storage.bank import Bank, Guard
+from memory_worker.storage.bank import Bank, BankSummary, Guard
 from memory_worker.storage.damage import DurabilityWarnings
 
-__all__ = ["TRASH_DIR", "Store"]
+__all__ = ["TRASH_DIR", "BankSummary", "Store"]
 
 log = structlog.get_logger(__name__)
 
@@ -41,27 +46,43 @@ def _trashed_names(root: Path) -> set[str]:
     return {m["bank"] for m in map(_TRASHED.match, entries) if m is not None}
 
 
+def _folders(root: Path) -> list[str]:
+    """The bank folders under `root` (dot entries, plain files and links are not banks), sorted."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
+    # A link is never a bank (doctor lists it): following it would read and write elsewhere.
+    return [
+        e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+    ]
+
+
+def _load_one(
+    root: Path,
+    name: str,
+    warnings: DurabilityWarnings,
+    banks: dict[str, Bank],
+    broken: dict[str, str],
+    guard: Guard | None = None,
+) -> None:
+    try:
+        check_name(name, "bank folder")
+        banks[name] = Bank.load(name, root / name, warnings, guard)
+    except Exception as exc:  # one bad folder must not stop the others from loading
+        if files.is_transient(exc):
+            raise StorageError(f"cannot load bank {name}: {exc}") from exc
+        broken[name] = str(exc)
+        log.error("bank_load_failed", bank=name, error=str(exc))
+
+
 def _load_all(
     root: Path, warnings: DurabilityWarnings, guard: Guard | None = None
 ) -> tuple[dict[str, Bank], dict[str, str]]:
     banks: dict[str, Bank] = {}
     broken: dict[str, str] = {}
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError as exc:
-        raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
-    for entry in entries:
-        # A link is never a bank (doctor lists it): following it would read and write elsewhere.
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            check_name(entry.name, "bank folder")
-            banks[entry.name] = Bank.load(entry.name, Path(entry.path), warnings, guard)
-        except Exception as exc:  # one bad folder must not stop the others from loading
-            if files.is_transient(exc):
-                raise StorageError(f"cannot load bank {entry.name}: {exc}") from exc
-            broken[entry.name] = str(exc)
-            log.error("bank_load_failed", bank=entry.name, error=str(exc))
+    for name in _folders(root):
+        _load_one(root, name, warnings, banks, broken, guard)
     return banks, broken
 
 
@@ -73,10 +94,14 @@ class Store:
         broken: dict[str, str],
         lock: files.DataDirLock,
         durability: DurabilityWarnings | None = None,
+        unloaded: set[str] | None = None,
     ) -> None:
         self.root = root
         self._banks = banks
         self.broken = broken
+        # Bank folders seen at open and not replayed yet (a lazy store): each is loaded the first
+        # time a call names it, and never again looked at otherwise.
+        self._unloaded = unloaded if unloaded is not None else set()
         self._lock = lock
         # Changes that landed but whose directory sync failed (doctor `durability-warnings`).
         self.durability = durability if durability is not None else DurabilityWarnings()
@@ -85,38 +110,92 @@ class Store:
         self._trashed = _trashed_names(root)
 
     def __repr__(self) -> str:
-        return f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)}>"
+        return (
+            f"<Store {str(self.root)!r} banks={len(self._banks)} broken={len(self.broken)} "
+            f"unloaded={len(self._unloaded)}>"
+        )
 
     @classmethod
-    def open(cls, root: Path, *, holder: dict[str, object], lock_wait_s: float = 0.0) -> Store:
-        """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`."""
+    def open(
+        cls,
+        root: Path,
+        *,
+        holder: dict[str, object],
+        lock_wait_s: float = 0.0,
+        lazy: bool = False,
+    ) -> Store:
+        """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`.
+        `lazy`: list the bank folders only; each is replayed when first named (`find`)."""
         root = root.resolve()
         files.probe_writable(root)
         lock = files.DataDirLock(root, holder)
         lock.acquire(lock_wait_s)
         durability = DurabilityWarnings()
+        banks: dict[str, Bank] = {}
+        broken: dict[str, str] = {}
+        unloaded: set[str] = set()
         try:
-            banks, broken = _load_all(root, durability, lock.verify)
+            if lazy:
+                unloaded = set(_folders(root))
+            else:
+                banks, broken = _load_all(root, durability, lock.verify)
         except BaseException:
             lock.release()
             raise
-        log.info("store_opened", data_dir=str(root), banks=len(banks), broken=len(broken))
-        return cls(root, banks, broken, lock, durability)
+        log.info(
+            "store_opened",
+            data_dir=str(root),
+            banks=len(banks),
+            broken=len(broken),
+            unloaded=len(unloaded),
+        )
+        return cls(root, banks, broken, lock, durability, unloaded)
 
     def names(self) -> list[str]:
-        return sorted(self._banks)
+        """Every bank that is (or, in a lazy store, would be once named) loaded."""
+        return sorted(self._banks.keys() | self._unloaded)
 
     def find(self, name: str) -> Bank | None:
-        return self._banks.get(name)
+        """The bank `name`, replayed now if a lazy store has not yet (blocking); None when there
+        is no such bank or it failed to load (then it is in `broken`)."""
+        bank = self._banks.get(name)
+        if bank is None and name in self._unloaded:
+            self._unloaded.discard(name)
+            try:
+                _load_one(
+                    self.root, name, self.durability, self._banks, self.broken, self._lock.verify
+                )
+            except StorageError:
+                self._unloaded.add(name)  # transient (out of descriptors): the next call retries
+                raise
+            bank = self._banks.get(name)
+        return bank
+
+    def load_all(self) -> None:
+        """Replay every bank a lazy store has not yet (blocking): for what looks at them all, such
+        as the doctor's damage and load checks. A no-op for a store opened eagerly."""
+        for name in sorted(self._unloaded):
+            self.find(name)
+
+    def summary(self, name: str) -> BankSummary | None:
+        """What `memory::bank::list` shows of `name`: from RAM when the bank is loaded, else from
+        its folder (the description, the rules and the derived counts file) without a replay; a
+        bank whose counts file is missing or no longer matches its log is replayed instead."""
+        if name in self._unloaded:
+            summary = Bank.peek(name, self.root / name)
+            if summary is not None:
+                return summary
+        bank = self.find(name)
+        return bank.summary() if bank is not None else None
 
     def was_deleted(self, name: str) -> bool:
         """True for a bank that is not live but sits in `.trash`: a session bound to it gets no
         memory, and extraction must not bring it back (only an explicit create or save does)."""
-        return name not in self._banks and name in self._trashed
+        return name not in self._banks and name not in self._unloaded and name in self._trashed
 
     def get(self, name: str) -> Bank:
         """The loaded bank `name`; `bank_not_found` if absent, `storage` if it failed to load."""
-        bank = self._banks.get(name)
+        bank = self.find(name)
         if bank is not None:
             return bank
         check_name(name, "bank")
@@ -143,7 +222,7 @@ class Store:
         banks may exist; creating one more is a `conflict` (folders made by hand still load)."""
         check_name(name, "bank")
         async with self._create_lock:
-            bank = self._banks.get(name)
+            bank = self.find(name)
             if bank is not None:
                 return bank, False
             if not revive and name in self._trashed:
@@ -159,9 +238,10 @@ class Store:
                 )
                 self._banks[name] = bank
                 return bank, False
-            if limit is not None and len(self._banks) >= limit:
+            held = len(self._banks) + len(self._unloaded)  # a lazy store's unread ones count
+            if limit is not None and held >= limit:
                 raise Conflict(
-                    f"cannot create bank {name}: the data dir already holds {len(self._banks)} "
+                    f"cannot create bank {name}: the data dir already holds {held} "
                     f"banks and max_banks is {limit}; delete a bank or raise max_banks"
                 )
             bank = await asyncio.to_thread(
@@ -226,7 +306,7 @@ class Store:
                 for bank in old:
                     bank.unfreeze()
                 raise
-            self._banks, self.broken = banks, broken
+            self._banks, self.broken, self._unloaded = banks, broken, set()
             self._trashed = _trashed_names(self.root)
         for bank in old:
             bank.close()
@@ -251,6 +331,9 @@ class Store:
         check_name(name, "bank")
         async with self._create_lock:
             bank = self._banks.get(name)
+            if bank is None and name in self._unloaded:
+                # Never replayed (a lazy store): replaying it now is all a reload would do.
+                return "reloaded" if self.find(name) is not None else "broken"
             if bank is None:
                 return await self._load_appeared(name)
             if bank.is_frozen():

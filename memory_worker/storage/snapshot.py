@@ -1,0 +1,156 @@
+"""`.index.npz`: a derived snapshot of the costly part of indexing a bank — the analyzer's terms
+of every live memory (`search.index.Analysis`) — so a restart replays the log but does not
+re-analyse every text.
+
+It is never needed for correctness and never trusted on its word. It is used only when all of these
+still hold, else ignored and the index is rebuilt from the log as if it were absent:
+- the log's length and CRC-32 are the ones it was written for (any append, rewrite or hand edit of
+  `memories.jsonl` changes them), and the log did not change while it was being replayed;
+- the analyzer is the same code (a digest of the modules that turn a memory into terms);
+- it lists exactly the live ids the replay produced, in replay order, and its arrays are
+  consistent (sizes, term ids within the vocabulary).
+It is written when a bank of at least `SNAPSHOT_MIN_LIVE` live memories is closed and the one on
+disk (if any) is not for the log as it stands; a temp file renamed into place, not fsynced (a
+crash leaves an old, missing or unreadable one: each costs one rebuild). numpy reads it with
+`allow_pickle=False`: plain arrays, no code. The leading dot keeps it out of the watcher's view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import zlib
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from memory_worker.core import temporal, text
+from memory_worker.search import index, ranking
+from memory_worker.search.index import Analysis
+
+__all__ = ["SNAPSHOT_FILE", "SNAPSHOT_MIN_LIVE", "log_identity", "read_snapshot", "write_snapshot"]
+
+SNAPSHOT_FILE = ".index.npz"
+# Below this a rebuild takes tens of milliseconds: not worth a file.
+SNAPSHOT_MIN_LIVE = 2000
+_VERSION = 1
+_CHUNK = 1 << 20
+_ARRAYS = (
+    "pair_counts", "pair_terms", "pair_tfs", "lengths", "entity_counts", "entity_terms", "dated",
+)  # fmt: skip
+
+
+@cache
+def analyzer_digest() -> str:
+    """What the snapshot's terms depend on: the source of the modules that make them, and the
+    stemmer library's version. Unreadable source (a frozen build) → "", and no snapshot is used."""
+    try:
+        stemmer = metadata.version("PyStemmer")
+    except metadata.PackageNotFoundError:
+        stemmer = ""
+    digest = hashlib.sha256(stemmer.encode())
+    for module in (text, temporal, ranking, index):
+        try:
+            digest.update(Path(str(module.__file__)).read_bytes())
+        except (OSError, TypeError):
+            return ""
+    return digest.hexdigest()[:16]
+
+
+def _open(path: Path) -> BinaryIO:
+    # Nothing planted in the data dir is followed: a link in place of a file is an error here.
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
+def log_identity(log: Path) -> tuple[int, int] | None:
+    """(length, CRC-32) of the log's bytes; None when it cannot be read."""
+    crc, size = 0, 0
+    try:
+        with _open(log) as fh:
+            while chunk := fh.read(_CHUNK):
+                crc = zlib.crc32(chunk, crc)
+                size += len(chunk)
+    except OSError:
+        return None
+    return size, crc
+
+
+def read_snapshot(folder: Path, log: Path, live_ids: list[str]) -> Analysis | None:
+    """The analysis of `live_ids` the snapshot holds for `log` as it is now; None unless every
+    check in the module's docstring passes."""
+    path = folder / SNAPSHOT_FILE
+    digest = analyzer_digest()
+    if not digest or not path.is_file():
+        return None
+    try:
+        # Our own handle: numpy leaves its own open when the file is not a valid archive.
+        with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode())
+            if (
+                meta.get("version") != _VERSION
+                or meta.get("analyzer") != digest
+                or meta.get("count") != len(live_ids)
+                or [meta.get("log_size"), meta.get("log_crc")] != list(log_identity(log) or ())
+                or bytes(data["ids"]).decode().split("\n") != (live_ids or [""])
+            ):
+                return None
+            vocab = bytes(data["vocab"]).decode().split("\n") if data["vocab"].size else []
+            arrays = {name: np.asarray(data[name]) for name in _ARRAYS}
+    except Exception:  # derived data: anything wrong with it means "rebuild"
+        return None
+    analysis = Analysis(vocab=vocab, **arrays)
+    return analysis if _consistent(analysis, len(live_ids)) else None
+
+
+def _consistent(a: Analysis, n: int) -> bool:
+    ints = (a.pair_counts, a.pair_terms, a.pair_tfs, a.lengths, a.entity_counts, a.entity_terms)
+    if any(x.ndim != 1 or x.dtype != np.int64 for x in ints) or a.dated.dtype != np.bool_:
+        return False
+    if not (a.pair_counts.size == a.lengths.size == a.entity_counts.size == a.dated.size == n):
+        return False
+    if int(a.pair_counts.sum()) != a.pair_terms.size or a.pair_terms.size != a.pair_tfs.size:
+        return False
+    if int(a.entity_counts.sum()) != a.entity_terms.size:
+        return False
+    if any(x.size and int(x.min()) < 0 for x in ints) or (a.pair_tfs.size and a.pair_tfs.min() < 1):
+        return False
+    vocab = len(a.vocab)
+    return all(not x.size or int(x.max()) < vocab for x in (a.pair_terms, a.entity_terms))
+
+
+def write_snapshot(
+    folder: Path, identity: tuple[int, int], live_ids: list[str], analysis: Analysis
+) -> None:
+    """Leave `analysis` for the log of `identity` (see the module docstring); a failure, or ids or
+    terms the line-joined format cannot hold, leaves no snapshot, which only costs a rebuild."""
+    digest = analyzer_digest()
+    if not digest or any("\n" in x for x in live_ids) or any("\n" in x for x in analysis.vocab):
+        return
+    meta = {
+        "version": _VERSION,
+        "analyzer": digest,
+        "count": len(live_ids),
+        "log_size": identity[0],
+        "log_crc": identity[1],
+    }
+    path = folder / SNAPSHOT_FILE
+    tmp = folder / f".{SNAPSHOT_FILE}.tmp"
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
+            np.savez(
+                fh,
+                meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                ids=np.frombuffer("\n".join(live_ids).encode(), np.uint8),
+                vocab=np.frombuffer("\n".join(analysis.vocab).encode(), np.uint8),
+                **{name: getattr(analysis, name) for name in _ARRAYS},
+            )
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

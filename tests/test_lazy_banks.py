@@ -1,0 +1,203 @@
+"""Lazy banks: a one-shot CLI call replays only the bank it names, and `memory::bank::list` reads
+the derived counts file instead of replaying, without that file ever changing an answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_worker.adapters import cli
+from memory_worker.app.caller import Caller
+from memory_worker.app.catalog import call
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import Conflict
+from memory_worker.storage.bank import MEMORIES_FILE, Bank
+from memory_worker.storage.counts import COUNTS_FILE
+from memory_worker.storage.store import Store
+
+HOLDER: dict[str, object] = {"pid": 0, "kind": "test"}
+HUMAN = Caller.human("cli")
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the banks replayed (`Bank.load`) while the test runs."""
+    seen: list[str] = []
+    real = Bank.load
+
+    def spy(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
+        seen.append(name)
+        return real(name, path, *args, **kwargs)
+
+    monkeypatch.setattr(Bank, "load", spy)
+    yield seen
+
+
+def trigger(capsys: pytest.CaptureFixture[str], data_dir: Path, function: str, *pairs: str) -> Any:
+    capsys.readouterr()
+    code = cli.main(["trigger", function, "--data-dir", str(data_dir), *pairs])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def seed(data_dir: Path, banks: dict[str, list[str]]) -> None:
+    """Banks of memories written through the service, as a server leaves them; the first memory
+    of each bank is pinned."""
+
+    async def write() -> None:
+        store = Store.open(data_dir, holder=HOLDER)
+        service = MemoryService(store, Settings())
+        for name, texts in banks.items():
+            for text in texts:
+                saved = await call(service, "memory::save", {"bank": name, "text": text}, HUMAN)
+                if text == texts[0]:
+                    pin = {"bank": name, "id": saved["memory"]["id"], "pinned": True}
+                    await call(service, "memory::pin", pin, HUMAN)
+        await service.close()
+        await store.close()
+
+    asyncio.run(write())
+
+
+def listed(capsys: pytest.CaptureFixture[str], data_dir: Path) -> dict[str, dict[str, Any]]:
+    banks = trigger(capsys, data_dir, "memory::bank::list")["banks"]
+    return {b["name"]: b for b in banks}
+
+
+def test_a_one_shot_save_replays_only_the_bank_it_writes_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loads: list[str]
+) -> None:
+    seed(tmp_path, {"alpha": ["Ana lives in Lisbon"], "beta": ["Rui plays chess"]})
+    beta_log = tmp_path / "beta" / MEMORIES_FILE
+    beta_log.write_bytes(beta_log.read_bytes() + b'{"torn": \n')  # damage only a replay reports
+    damaged = beta_log.read_bytes()
+    loads.clear()
+
+    saved = trigger(capsys, tmp_path, "memory::save", "bank=alpha", "text=Ana lives in Lisbon")
+
+    assert saved["created"] is False  # the bank's existing memory was found: it was replayed
+    assert saved["memory"]["corroboration"] == 1
+    assert loads == ["alpha"]
+    assert beta_log.read_bytes() == damaged
+
+
+def test_bank_list_reads_counts_without_replaying_and_matches_a_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loads: list[str]
+) -> None:
+    seed(tmp_path, {"alpha": ["one fact", "two facts", "three facts"], "beta": ["a note"]})
+    about_ana = {"bank": "alpha", "text": "Ana takes the night train", "subject": "ana"}
+    configure = {"name": "alpha", "subject_scoping": True, "max_memories": 50}
+    store = Store.open(tmp_path, holder=HOLDER)
+    service = MemoryService(store, Settings())
+    asyncio.run(call(service, "memory::save", about_ana, HUMAN))
+    asyncio.run(call(service, "memory::bank::configure", configure, HUMAN))
+    asyncio.run(service.close())
+    asyncio.run(store.close())
+    loads.clear()
+
+    quick = listed(capsys, tmp_path)
+
+    assert loads == []
+    assert quick["alpha"]["memories"] == 4 and quick["alpha"]["pinned"] == 1
+    assert quick["alpha"]["subjects"] == 1  # from the counts file, as a replay counts them
+    assert quick["alpha"]["settings"]["subject_scoping"] is True  # from bank.yaml
+    assert quick["beta"]["memories"] == 1 and quick["beta"]["rules"] == 0
+    # What an eager store (a server) answers, replaying everything:
+    store = Store.open(tmp_path, holder=HOLDER)
+    full = asyncio.run(call(MemoryService(store, Settings()), "memory::bank::list", {}, HUMAN))
+    asyncio.run(store.close())
+    assert {b["name"]: b for b in full["banks"]} == quick
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage", "lies about another log"])
+def test_a_missing_or_damaged_counts_file_changes_nothing_but_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loads: list[str], damage: str
+) -> None:
+    seed(tmp_path, {"alpha": ["one fact", "two facts"], "beta": ["a note"]})
+    before = listed(capsys, tmp_path)
+    counts = tmp_path / "alpha" / COUNTS_FILE
+    if damage == "deleted":
+        counts.unlink()
+    elif damage == "garbage":
+        counts.write_bytes(b"\x00{not json")
+    else:  # the right shape, for a log that is not this one any more
+        data = json.loads(counts.read_bytes())
+        data["log"][1] += 1
+        data["live"] = 99
+        counts.write_text(json.dumps(data))
+    loads.clear()
+
+    assert listed(capsys, tmp_path) == before
+    assert loads == ["alpha"]  # the one bank whose counts could not be believed was replayed
+    assert json.loads(counts.read_bytes())["live"] == 2  # and its counts written afresh
+
+
+def test_a_hand_edited_log_is_counted_from_the_log_not_the_stale_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed(tmp_path, {"alpha": ["one fact", "two facts"]})
+    assert listed(capsys, tmp_path)["alpha"]["memories"] == 2
+    log = tmp_path / "alpha" / MEMORIES_FILE
+    first = json.loads(log.read_bytes().splitlines()[0])
+    first.pop("crc")  # a line edited by hand drops its checksum
+    first.update(id="fphandwritten0001", text="a third fact, typed by hand", revision=0)
+    with log.open("ab") as fh:
+        fh.write(json.dumps(first).encode() + b"\n")
+
+    assert listed(capsys, tmp_path)["alpha"]["memories"] == 3
+
+
+def test_the_doctor_of_a_one_shot_store_checks_banks_it_was_not_asked_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed(tmp_path, {"alpha": ["one fact"], "beta": ["a note"]})
+    beta_log = tmp_path / "beta" / MEMORIES_FILE
+    beta_log.write_bytes(beta_log.read_bytes() + b"not json at all\n")
+
+    capsys.readouterr()
+    cli.main(["trigger", "memory::doctor", "--data-dir", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+
+    intact = next(c for c in report["checks"] if c["name"] == "files-intact")
+    assert intact["ok"] is False and "beta" in intact["detail"]
+
+
+def test_a_counts_file_planted_as_a_link_is_not_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    seed(data_dir, {"alpha": ["one fact", "two facts"]})
+    counts = data_dir / "alpha" / COUNTS_FILE
+    forged = json.loads(counts.read_bytes())
+    forged["live"] = 99  # the right stamp, a lie about the count, outside the data dir
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(forged))
+    counts.unlink()
+    counts.symlink_to(elsewhere)
+
+    assert listed(capsys, data_dir)["alpha"]["memories"] == 2
+
+
+def test_max_banks_counts_the_banks_a_one_shot_store_has_not_replayed(tmp_path: Path) -> None:
+    seed(tmp_path, {"alpha": ["one fact"], "beta": ["a note"]})
+
+    async def create() -> Any:
+        store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+        service = MemoryService(store, Settings(max_banks=2))
+        try:
+            payload = {"bank": "gamma", "text": "a third bank"}
+            return await call(service, "memory::save", payload, HUMAN)
+        finally:
+            await service.close()
+            await store.close()
+
+    with pytest.raises(Conflict, match="already holds 2 banks"):
+        asyncio.run(create())
+    assert not (tmp_path / "gamma").exists()

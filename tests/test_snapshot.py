@@ -1,0 +1,191 @@
+"""The derived index snapshot (`.index.npz`): used only when it is for exactly the log replayed,
+and deleting, corrupting or outdating it changes nothing but boot time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory_worker.app.caller import Caller
+from memory_worker.app.catalog import call
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.storage import bank as bank_module
+from memory_worker.storage import snapshot
+from memory_worker.storage.bank import MEMORIES_FILE
+from memory_worker.storage.snapshot import SNAPSHOT_FILE
+from memory_worker.storage.store import Store
+
+HOLDER: dict[str, object] = {"pid": 0, "kind": "test"}
+HUMAN = Caller.human("cli")
+NOW_MS = 1_760_000_000_000
+TEXTS = [
+    "Ana moved to Lisbon in 2021 and works at a bakery",
+    "Rui plays chess every Tuesday with his brother",
+    "The user prefers green tea over coffee",
+    "Ana's bakery sells pastel de nata on weekends",
+    "Rui's brother is called Tiago and lives in Porto",
+    "The user is learning Portuguese on weekday evenings",
+]
+QUERIES = ["where does Ana work", "who plays chess", "what does the user drink", "Tiago Porto"]
+
+
+@pytest.fixture(autouse=True)
+def small_banks_get_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 3)
+
+
+@pytest.fixture
+def snapshot_uses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """Whether each bank load took its index from the snapshot."""
+    seen: list[bool] = []
+    real = bank_module.Bank._index_from_snapshot
+
+    def spy(self: bank_module.Bank, live: list[Any]) -> bool:
+        used = real(self, live)
+        seen.append(used)
+        return used
+
+    monkeypatch.setattr(bank_module.Bank, "_index_from_snapshot", spy)
+    yield seen
+
+
+def session(data_dir: Path, work: Any) -> Any:
+    async def run() -> Any:
+        store = Store.open(data_dir, holder=HOLDER)
+        # A fixed clock: recency moves every score a little as real time passes between boots.
+        service = MemoryService(store, Settings(), clock=lambda: NOW_MS)
+        try:
+            return await work(service)
+        finally:
+            await service.close()
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def seed(data_dir: Path) -> None:
+    async def work(service: MemoryService) -> None:
+        for text in TEXTS:
+            saved = await call(service, "memory::save", {"bank": "b", "text": text}, HUMAN)
+        await call(
+            service,
+            "memory::pin",
+            {"bank": "b", "id": saved["memory"]["id"], "pinned": True},
+            HUMAN,
+        )
+        await call(service, "memory::delete", {"bank": "b", "id": saved["memory"]["id"]}, HUMAN)
+
+    session(data_dir, work)
+
+
+def answers(data_dir: Path) -> list[Any]:
+    async def work(service: MemoryService) -> list[Any]:
+        out = []
+        for query in QUERIES:
+            found = await call(service, "memory::recall", {"bank": "b", "query": query}, HUMAN)
+            out.append([(h["memory"]["id"], h["score"]) for h in found["memories"]])
+        return out
+
+    return list(session(data_dir, work))
+
+
+def test_a_closed_bank_leaves_a_snapshot_the_next_boot_uses_with_the_same_answers(
+    tmp_path: Path, snapshot_uses: list[bool]
+) -> None:
+    seed(tmp_path)
+    assert (tmp_path / "b" / SNAPSHOT_FILE).is_file()
+    rebuilt = answers(tmp_path)  # the seed session's own snapshot: used
+    (tmp_path / "b" / SNAPSHOT_FILE).unlink()
+    from_log = answers(tmp_path)  # rebuilt from the log, and the snapshot written again
+    again = answers(tmp_path)
+
+    assert snapshot_uses == [True, False, True]
+    assert rebuilt == from_log == again
+    assert any(hits for hits in from_log)
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"PK\x03\x04 not a zip at all")
+
+
+def _truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _out_of_range_term(path: Path) -> None:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    arrays["pair_terms"][0] = 10**9
+    np.savez(path, **arrays)
+
+
+def _another_analyzer(path: Path) -> None:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    meta["analyzer"] = "0" * 16
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+def _pickled(path: Path) -> None:
+    # An object array needs pickle to load: refused (`allow_pickle=False`), never executed.
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    arrays["dated"] = np.array([object()] * arrays["dated"].size, dtype=object)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    "damage", [_garbage, _truncated, _out_of_range_term, _another_analyzer, _pickled]
+)
+def test_a_damaged_snapshot_is_ignored_and_changes_no_answer(
+    tmp_path: Path, snapshot_uses: list[bool], damage: Any
+) -> None:
+    seed(tmp_path)
+    before = answers(tmp_path)
+    damage(tmp_path / "b" / SNAPSHOT_FILE)
+    snapshot_uses.clear()
+
+    assert answers(tmp_path) == before
+    assert snapshot_uses == [False]
+
+
+def test_a_log_changed_behind_the_snapshot_is_indexed_from_the_log(
+    tmp_path: Path, snapshot_uses: list[bool]
+) -> None:
+    seed(tmp_path)
+    log = tmp_path / "b" / MEMORIES_FILE
+    line = json.loads(log.read_bytes().splitlines()[0])
+    line.pop("crc")  # a line edited by hand drops its checksum
+    line.update(id="fphandwritten0001", text="Zelda keeps bees on the roof", revision=0)
+    with log.open("ab") as fh:
+        fh.write(json.dumps(line).encode() + b"\n")
+    snapshot_uses.clear()
+
+    found = answers_for(tmp_path, "who keeps bees")
+
+    assert snapshot_uses == [False]
+    assert found and found[0] == "fphandwritten0001"
+
+
+def answers_for(data_dir: Path, query: str) -> list[str]:
+    async def work(service: MemoryService) -> list[str]:
+        found = await call(service, "memory::recall", {"bank": "b", "query": query}, HUMAN)
+        return [h["memory"]["id"] for h in found["memories"]]
+
+    return list(session(data_dir, work))
+
+
+def test_the_log_identity_is_its_length_and_crc(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_bytes(b"abc")
+    assert snapshot.log_identity(log) == (3, 0x352441C2)
+    assert snapshot.log_identity(tmp_path / "missing") is None
