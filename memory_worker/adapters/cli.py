@@ -3,6 +3,10 @@
 Commands go through the data dir's door (`adapters.doors`): opened in-process (taking its lock),
 run, and closed — or, when a server holds the data dir, forwarded to it. Results go to stdout as
 JSON; errors go to stderr as JSON `{code, message}` with exit status 1.
+
+Past 500 lines on purpose: one module per command would scatter a parser that must read as one
+(`memory-worker --help`); each command body is a few lines over a door, the hooks and
+memory-consolidate's commands live in their own modules.
 """
 
 from __future__ import annotations

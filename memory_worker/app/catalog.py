@@ -6,6 +6,10 @@ It drives the CLI, REST, the bus registration, MCP, the golden schemas, the READ
 its policy is written once. `call()` is THE entry of every call, from every adapter and internal
 path, carrying who is calling: a raw payload becomes a validated request here (validation errors
 become `invalid_input`), so access and audit have one place to live.
+
+Past 500 lines on purpose: the catalog is the single source of every function's metadata — its
+description, policy, hints, request and response — and the one call entry; split, the table
+would no longer be one place to read.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Requests accept payloads as `iii trigger k=v` builds them: unknown keys are igno
 `_caller_worker_id`), numbers and booleans given for text become text, and a string given for a list
 becomes a list (`tags=blog` → `["blog"]`, `tags=a,b` → `["a", "b"]`). Responses are dumped without
 null fields. Field names, defaults and descriptions follow the published API reference.
+
+Past 500 lines on purpose: every public request and response model in one place, in the
+catalog's order, so the wire contract (what the golden schemas pin) reads as one document.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ since), rather than as Python tuples per document: a bulk load builds both in nu
 costs a few dozen bytes of arrays instead of a few hundred of objects.
 It knows documents as ids, term lists and a few numeric columns; ranking policy lives in `scoring`.
 Only live memories are indexed. numpy values never leave `index`/`scoring`/`recall`.
+
+Past 500 lines on purpose: postings, the forward pairs, the columns and the bulk load share one
+slot numbering and one compaction; they change together or the index answers wrong.
 """
 
 from __future__ import annotations

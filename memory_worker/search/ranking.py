@@ -3,6 +3,9 @@
 Filters (tag, time travel with `as_of`, history) apply BEFORE ranking and truncation, so a
 tag-scoped recall is never starved by other tags' hits. Live memories are ranked in numpy over the
 index's columns; retired ones (history views, `as_of`) are few and scored one by one.
+
+Past 500 lines on purpose: `candidates()` and `order()` are one recall pipeline (arms, second
+hop, lanes, filters, fusion, cutoff) whose steps read each other's arrays.
 """
 
 from __future__ import annotations
