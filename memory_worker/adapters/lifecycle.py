@@ -8,7 +8,11 @@ import asyncio
 import signal
 from typing import Protocol
 
-__all__ = ["Servable", "serve_until_signalled"]
+import structlog
+
+__all__ = ["Servable", "Stoppable", "serve_until_signalled"]
+
+log = structlog.get_logger(__name__)
 
 
 class Servable(Protocol):
@@ -22,6 +26,25 @@ class Servable(Protocol):
     async def wait(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class Stoppable:
+    """The stop half of a `Servable`: `stop()` (once, logged with why) ends `wait()`."""
+
+    def __init__(self) -> None:
+        self._stopping = asyncio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self, reason: str = "stop requested") -> None:
+        if not self._stopping.is_set():
+            log.info("stopping", reason=reason)
+            self._stopping.set()
+
+    async def wait(self) -> None:
+        await self._stopping.wait()
 
 
 async def serve_until_signalled(worker: Servable, ready_line: str) -> None:

@@ -51,7 +51,7 @@ from memory_worker.adapters.bus.siblings import (
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
-from memory_worker.adapters.lifecycle import serve_until_signalled
+from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
 from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -161,7 +161,7 @@ def settings_schema() -> dict[str, Any]:
     return schema
 
 
-class EngineWorker:
+class EngineWorker(Stoppable):
     def __init__(
         self,
         url: str,
@@ -177,6 +177,7 @@ class EngineWorker:
         `data_dir_flag`: `--data-dir`/`MEMORY_DATA_DIR`, which wins over the configuration;
         `embedder`: a local embedder; without one, `router::embed` when `router_embeddings`
         (`MEMORY_EMBEDDER=none` turns the semantic arm off altogether)."""
+        super().__init__()
         self.url = url
         self.seed = seed
         self.data_dir_flag = data_dir_flag
@@ -186,7 +187,6 @@ class EngineWorker:
         self.reason = reason
         self.client: III | None = None
         self.service: MemoryService | None = None
-        self._stopping = asyncio.Event()
         self._config: ConfigClient | None = None
         self._reconfigure: Reconfigurer | None = None
         self._watcher: DataDirWatcher | None = None
@@ -200,15 +200,6 @@ class EngineWorker:
         self._log_filters: list[logging.Filter] = []
 
     # --- lifecycle -------------------------------------------------------------------------------
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
-    def stop(self, reason: str = "stop requested") -> None:
-        if not self._stopping.is_set():
-            log.info("stopping", reason=reason)
-            self._stopping.set()
 
     def fail(self, error: WorkerError) -> None:
         """Stop because of `error` (the first one wins); `serve_engine` exits with it."""
@@ -356,9 +347,6 @@ class EngineWorker:
             config_id=self._config.config_id,
             pid=os.getpid(),
         )
-
-    async def wait(self) -> None:
-        await self._stopping.wait()
 
     async def close(self) -> None:
         self._stopping.set()

@@ -34,7 +34,7 @@ from memory_worker.adapters.bus.siblings import (
     ConfigClient,
     StateClient,
 )
-from memory_worker.adapters.lifecycle import serve_until_signalled
+from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
 from memory_worker.app.catalog import json_schema
 from memory_worker.app.seams import HttpEnvelope
 from memory_worker.consolidate import catalog
@@ -165,7 +165,7 @@ def _request(model: type[BaseModel], data: Any) -> Any:
         raise InvalidInput(f"{where}: {first['msg']}") from None
 
 
-class ConsolidateEngine:
+class ConsolidateEngine(Stoppable):
     """The worker process on the bus: `start()`, `wait()` until `stop()`, `close()`."""
 
     def __init__(
@@ -179,6 +179,7 @@ class ConsolidateEngine:
     ) -> None:
         """`seed`: what a first registration stores (the `--config` file or the defaults);
         `backstop_s` 0 turns the backstop loop off (cron alone then drives the schedule)."""
+        super().__init__()
         self.url = url
         self.seed = seed
         self.first_tick_s = first_tick_s
@@ -190,20 +191,7 @@ class ConsolidateEngine:
         self.scheduler: Scheduler | None = None
         self._config: ConfigClient | None = None
         self._config_lock = asyncio.Lock()
-        self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
-    def stop(self, reason: str = "stop requested") -> None:
-        if not self._stopping.is_set():
-            log.info("stopping", reason=reason)
-            self._stopping.set()
-
-    async def wait(self) -> None:
-        await self._stopping.wait()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
