@@ -291,14 +291,11 @@ def test_sigkill_at_random_moments_loses_no_turn_and_runs_none_twice(tmp_path: P
     rng = random.Random(15)
     kills = 0
     moments: list[tuple[int, str]] = []  # (jobs done, the last step on disk) at each kill
-    for _ in range(80):
+    for _ in range(60):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, cwd=cwd)
         try:
             assert read_line(proc, time.monotonic() + 60) == "ready"
-            # At least 8 kills, and more (up to 40) until one has landed between a decision and
-            # its done line: where a kill lands depends on how fast the machine is right now.
-            covered = any(last == "decided" for _, last in moments)
-            if kills < 8 or (not covered and kills < 40):
+            if kills < 8:
                 time.sleep(rng.uniform(0.05, 0.4))  # the crash's moment, not a wait for work
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
@@ -332,7 +329,8 @@ def test_sigkill_at_random_moments_loses_no_turn_and_runs_none_twice(tmp_path: P
         await store.close()
 
     asyncio.run(check())
-    assert kills >= 8
-    # the kills landed while jobs were running, some between a decision and its done line
+    assert kills == 8
+    # The kills landed while jobs were running. Whether one lands in the sub-millisecond moment
+    # between a decision and its done line depends on the machine's speed, so that moment is
+    # tested deterministically instead (`test_a_job_stopped_after_its_decision_is_finished_…`).
     assert any(0 < done < sessions for done, _ in moments)
-    assert any(last == "decided" for _, last in moments)
