@@ -1165,21 +1165,26 @@ class EngineDouble:
             ]
 
     def wait_binding(
-        self, trigger_type: str, function_id: str | None = None, timeout: float = 10
+        self,
+        trigger_type: str,
+        function_id: str | None = None,
+        timeout: float = 10,
+        state: str = "active",
     ) -> JSON:
-        """Wait until a binding is live: acked by its provider, or stored for engine types."""
+        """Wait until a binding is in `state`: by default live (acked by its provider, or stored
+        for engine types); ``"parked"`` waits for one stored while its provider is absent."""
 
         def ready() -> JSON | None:
             for b in self._bindings.values():
                 if (
                     b.trigger_type == trigger_type
-                    and b.state == "active"
+                    and b.state == state
                     and (function_id is None or b.msg.get("function_id") == function_id)
                 ):
                     return copy.deepcopy(b.msg)
             return None
 
-        return self._wait(ready, timeout, f"live {trigger_type} binding for {function_id}")
+        return self._wait(ready, timeout, f"{state} {trigger_type} binding for {function_id}")
 
     def wait_rejection(
         self, trigger_type: str, function_id: str | None = None, timeout: float = 10

@@ -289,6 +289,7 @@ def test_binding_parks_until_provider_registers(
 ) -> None:
     config = {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
     hook: FakeSubscriber = start(FakeSubscriber, PRE_GENERATE, config)
+    engine.wait_binding(PRE_GENERATE, hook.function_id, state="parked")  # registered async
     assert [b["state"] for b in engine.bindings(PRE_GENERATE)] == ["parked"]
 
     harness: FakeHarness = start(FakeHarness)
