@@ -116,8 +116,8 @@ def evaluate(
             )
             # Everything `candidates` reads of the weights (the rest only orders the pool).
             key = (
-                i, n, str(mode), semantic, fusion.semantic_reference, fusion.expand_docs,
-                fusion.expand_terms, fusion.expand_weight, fusion.expand_vector,
+                i, n, str(mode), semantic, fusion.semantic_reference, fusion.center,
+                fusion.expand_docs, fusion.expand_terms, fusion.expand_weight, fusion.expand_vector,
             )  # fmt: skip
             pool = _POOLS.get(key)
             if pool is None:

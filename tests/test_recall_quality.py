@@ -245,8 +245,10 @@ SYSTEM_NAMES = [system.name for system in rq.SYSTEMS]
 # a minimum, a count floor a maximum. They sit a little under what each system measured when the
 # snapshot was taken (docs/BENCHMARKS.md), so a slide is caught even after a careless re-baseline.
 FLOORS: dict[str, dict[str, float]] = {
-    rq.DEFAULT_SYSTEM: {"hit@3": 0.77, "traps": 2, "duplicate_pollution": 12},
-    "hybrid+minilm": {"hit@3": 0.70, "traps": 4, "duplicate_pollution": 19},
+    # The centred semantic arm (search.index.centered_cosine) raised e5's hit@3 0.790 → 0.827 and
+    # MRR 0.737 → 0.772 for one more polluted query, and trapped one more MiniLM query.
+    rq.DEFAULT_SYSTEM: {"hit@3": 0.80, "traps": 2, "duplicate_pollution": 13},
+    "hybrid+minilm": {"hit@3": 0.70, "traps": 5, "duplicate_pollution": 19},
     "bm25-entity": {"hit@3": 0.54},
     "lexical": {"hit@3": 0.58},
 }

@@ -464,7 +464,14 @@ def candidates(
     lane_relevance = _lane_relevance(lanes, index, query)
     if not query_terms and not semantic_ready and not lane_relevance:
         return _EMPTY
-    cosines = index.cosine(query.vector) if semantic_ready and query.vector else None
+    cosines = None
+    if semantic_ready and query.vector:
+        # The hybrid's arm ranks by what sets a memory apart from the bank's others (centred
+        # cosine); `mode=semantic` stays plain cosine, the score its callers threshold on.
+        if query.mode is RecallMode.HYBRID:
+            cosines = index.centered_cosine(query.vector, query.fusion.center)
+        else:
+            cosines = index.cosine(query.vector)
     scope = index.in_scope(query.subject) if query.scoped else None
     if cosines is not None and scope is not None:
         # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
