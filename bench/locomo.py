@@ -290,6 +290,28 @@ class Ours(System):
         await self.store.close()
 
 
+class CentredArm(Ours):
+    """The hybrid's own semantic arm alone: the bank's memories by `centered_cosine` at the
+    default `Fusion.center` (what `mode=semantic`, plain cosine, is not), so the arms check
+    compares the hybrid with the arm it actually fuses."""
+
+    def __init__(self, name: str, root: Path, embedder: Any) -> None:
+        super().__init__(name, "semantic", root, embedder)
+        self.embedder = embedder
+
+    async def query(self, bank: str, question: str, as_of: int) -> list[str]:
+        from memory_worker.search.scoring import DEFAULT_FUSION
+
+        vector = await self.embedder.embed_query(question)
+        index = self.store.get(bank).index
+        sims = index.centered_cosine(vector, DEFAULT_FUSION.center)
+        ids = index.slot_ids()
+        top = sorted(range(len(ids)), key=lambda i: -sims[i])[:LIMIT]
+        keys = self._keys[bank]
+        self.retrieval.add("centred-cosine")
+        return [keys[ids[i]] for i in top if sims[i] > 0]
+
+
 def _memory_id(key: str) -> str:
     return "fp" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
@@ -457,6 +479,11 @@ def arms_check(systems: dict[str, Any]) -> list[str]:
         for name in systems
         if name.startswith("ours-hybrid+")
     ]
+    pairs += [
+        (name, [name.replace("ours-hybrid", "arm-centred")])
+        for name in systems
+        if name.startswith("ours-hybrid+") and name.replace("ours-hybrid", "arm-centred") in systems
+    ]
     for hybrid, arms in pairs:
         if hybrid not in systems or any(arm not in systems for arm in arms):
             continue
@@ -504,6 +531,8 @@ async def main_async(args: argparse.Namespace) -> int:
         systems += [Ours("ours-lexical", "lexical", root), Ours("ours-bm25-entity", None, root)]
         for short, embedder in embedders:
             systems.append(Ours(f"ours-semantic+{short}", "semantic", root, embedder))
+            if hasattr(embedder, "embed_query"):
+                systems.append(CentredArm(f"arm-centred+{short}", root, embedder))
             systems.append(Ours(f"ours-hybrid+{short}", None, root, embedder))
             notes.append(f"{short} is the local embedder {embedder.model} (vectors cached on disk)")
         meta = {

@@ -264,10 +264,11 @@ def _expand(
 ) -> tuple[Ints, Floats, Floats | None]:
     """A second hop (pseudo-relevance feedback): the best first hits of each arm lend their most
     telling terms to a second lexical pass (weighted `expand_weight` against the query's own), and
-    their vectors pull the query vector toward them (`expand_vector`). Questions whose answer is
+    their vectors pull the query vector toward them (`expand_vector`, a second centred pass
+    over the matrix: it doubles the semantic arm's arithmetic). Questions whose answer is
     spread over several memories ("what activities does she do?") find the ones that share no
     word with the question but several with its first answers. One per-slot array holds both
-    passes, so the hop costs a second BM25 accumulation and nothing more."""
+    passes, so the lexical hop costs a second BM25 accumulation and nothing more."""
     fusion = query.fusion
     weights = Counter(query_terms)
     acc = index.accumulate(weights)
@@ -278,11 +279,10 @@ def _expand(
     if cosines is not None:
         first = np.union1d(first, _top(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
-        pulled = index.vectors[: cosines.size].astype(np.float32) @ index.vectors[first].astype(
-            np.float32
-        ).mean(axis=0)
-        pulled[~index.has_vector[: cosines.size]] = 0.0
-        cosines = cosines + fusion.expand_vector * pulled.astype(np.float64)
+        # The first hits' mean vector, compared as the query is (centred, on the same scale).
+        toward = index.vectors[first].astype(np.float32).mean(axis=0).tolist()
+        pulled = index.centered_cosine(toward, fusion.center)[: cosines.size]
+        cosines = cosines + fusion.expand_vector * pulled
     extra = index.expansion(first.tolist(), set(query_terms), fusion.expand_terms)
     if extra and fusion.expand_weight > 0 and acc is not None:
         # In relevance terms: the second pass counts `expand_weight` of the question's own words.
