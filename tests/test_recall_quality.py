@@ -342,7 +342,7 @@ def _spec_misses(fresh: dict[str, Any]) -> list[str]:
 @pytest.mark.xfail(
     strict=True,
     reason="SPEC §4 golden bars (hit@3 ≥ 0.90, traps 0, pollution 0, PT within 0.05 of EN) are not "
-    "reached: e5-small's own ranking caps hit@3 near 0.79 and Portuguese near 0.66 "
+    "reached: the default hybrid reaches hit@3 0.83 and Portuguese 0.69 "
     "(docs/BENCHMARKS.md); strict, so reaching them turns this red until the mark goes",
 )
 def test_spec_bars_for_the_default_hybrid(fresh: dict[str, Any]) -> None:
