@@ -103,7 +103,12 @@ def test_acknowledged_mutations_survive_sigkill_of_a_mixed_stream_and_of_an_impo
         assert imported in (0, len(rows))
         doctor = reader.result("memory::doctor", {})
         (intact,) = [c for c in doctor["checks"] if c["name"] == "files-intact"]
-        assert "memories.jsonl" not in intact["detail"], intact["detail"]
+        # A kill inside the import's write leaves its lines short at the log's end: the load
+        # sets them aside (never acknowledged), so the log ends whole and nothing is damage.
+        assert intact["ok"], intact["detail"]
+        assert ("interrupted write" in intact["detail"]) is (
+            log.with_name("interrupted-writes.jsonl").exists()
+        ), intact["detail"]
         assert reader.close() == 0
 
 
