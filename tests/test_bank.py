@@ -150,7 +150,9 @@ class TestCommit:
             kept = data_dir / "main" / "interrupted-writes.jsonl"
             assert kept.read_bytes() == b'{"id":"fptorn","text":"half a rec\n'  # kept, not lost
             await bank.commit([_memory("The user likes cocoa")])
-            texts = [Memory.model_validate_json(line).text for line in log.read_bytes().splitlines()]
+            texts = [
+                Memory.model_validate_json(line).text for line in log.read_bytes().splitlines()
+            ]
             assert texts == ["The user likes tea", "The user likes cocoa"]
         finally:
             await reopened.close()
