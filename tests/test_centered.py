@@ -113,3 +113,17 @@ def test_hybrid_ranks_the_specific_memory_above_a_generic_one_every_query_is_nea
     )  # fmt: skip
     hits = rank(memories, index, query)
     assert hits[0].memory.id == "topic1"
+
+
+def test_a_memory_at_or_past_orthogonal_to_the_query_is_not_similar() -> None:
+    index = LexicalIndex()
+    for i in range(1, 6):
+        index.add_doc(IndexedDoc(f"d{i}", ["w"]))
+        index.set_vector(f"d{i}", _unit(_basis(i)))
+    index.add_doc(IndexedDoc("opposite", ["w"]))
+    index.set_vector("opposite", _unit(-_basis(1) - _basis(2)))
+    sims = index.centered_cosine(_unit(_basis(1) + 0.2 * _basis(2)))
+    assert sims[index.slot("d1")] > 0.5
+    # d3…d5 are orthogonal to the query and `opposite` points away: centring alone would give
+    # them a similarity above 0, and a bank with nothing related would still "match".
+    assert [float(sims[index.slot(d)]) for d in ("d3", "d4", "d5", "opposite")] == [0.0] * 4

@@ -635,7 +635,8 @@ class LexicalIndex:
         band and a short generic memory ("Bye! Have fun!") is near every query. Taking the
         shared part out ranks by what a memory says that the bank's others do not: semantic
         recall@10 on LoCoMo 0.552 → 0.602 (tuning half), 0.491 → 0.578 (report half),
-        docs/BENCHMARKS.md "The semantic arm". 0.5 is as close as the average memory."""
+        docs/BENCHMARKS.md "The semantic arm". 0.5 is as close as the average memory; a memory
+        whose plain cosine is ≤ 0 gets 0, as one with no vector."""
         n = len(self._ids)
         if self._dim == 0 or len(query) != self._dim or n == 0:
             return np.zeros(n, np.float64)
@@ -644,13 +645,15 @@ class LexicalIndex:
         mean = (strength * self.vector_mean()).astype(np.float32)
         shifted = q - mean
         # (d − m)·(q − m) = d·(q − m) − m·(q − m), and |d − m|² = |d|² − 2 d·m + |m|²: one
-        # pass over the matrix gives both products.
-        both = np.asarray(self.vectors[:n], np.float32) @ np.stack((shifted, mean), axis=1)
+        # pass over the matrix gives both products (and the plain cosine d·q).
+        both = np.asarray(self.vectors[:n], np.float32) @ np.stack((shifted, mean, q), axis=1)
         dot = both[:, 0].astype(np.float64) - float(mean @ shifted)
         norm2 = self.vector_norm2[:n].astype(np.float64) - 2.0 * both[:, 1] + float(mean @ mean)
         scale = np.sqrt(np.maximum(norm2, 1e-12)) * max(float(np.linalg.norm(shifted)), 1e-12)
         sims: Floats = 0.5 * (1.0 + np.clip(dot / scale, -1.0, 1.0))
-        sims[~(self.has_vector[:n] & self._alive[:n])] = 0.0
+        # A memory the plain cosine puts at or past orthogonal is not similar at all, however the
+        # bank's mean leans (as `cosine`'s candidates are its positive values).
+        sims[~(self.has_vector[:n] & self._alive[:n]) | (both[:, 2] <= 0.0)] = 0.0
         return sims
 
     # --- queries ---------------------------------------------------------------------------------

@@ -342,7 +342,10 @@ def _semantic_reference(
 ) -> tuple[float, float]:
     """(reference, best) cosine of the query over the bank's embedded memories: the reference is
     the `quantile` of them all (what an unrelated memory scores with this model), best the top."""
-    embedded = cosines[index.has_vector[: cosines.size] & index.alive[: cosines.size]]
+    # Similar at all (> 0): a memory the arm says nothing about does not lower the reference.
+    embedded = cosines[
+        index.has_vector[: cosines.size] & index.alive[: cosines.size] & (cosines > 0)
+    ]
     if embedded.size == 0:
         return 0.0, 0.0
     k = min(int(quantile * (embedded.size - 1)), embedded.size - 1)
