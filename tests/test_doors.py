@@ -6,6 +6,8 @@ through the same door."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
+
+from .served import ENV, START_TIMEOUT_S, serving
 
 _TIMES = ("created_at", "updated_at", "stated_at", "invalid_at", "last_accessed_at")
 
@@ -229,3 +233,52 @@ async def test_a_data_dir_change_moves_capture_to_the_new_data_dirs_queue(tmp_pa
         assert not (tmp_path / "old" / ".capture.jsonl").exists()
     finally:
         await server.close()
+
+
+# What a forwarded one-shot process may not import: a coding agent's hook runs one per prompt,
+# and these are most of a second of CPU before the call leaves (bench/oneshot.py).
+_HEAVY = (
+    "numpy",
+    "memory_worker.app.catalog",
+    "memory_worker.app.wire",
+    "memory_worker.app.service",
+    "memory_worker.storage.store",
+    "memory_worker.core.models",
+    "memory_worker.adapters.embedders",
+)
+_FORWARDED_PROBE = """
+import json, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[2:])
+print(json.dumps([code, [m for m in sys.argv[1].split(",") if m in sys.modules]]), file=sys.stderr)
+"""
+
+
+def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Path) -> None:
+    """The CLI and the prompt hook, forwarded to the server holding the data dir, answer without
+    loading the catalog's models, the service, the store or numpy (the server does that work);
+    the same command on a data dir nobody holds does load them, so the probe can tell."""
+    data = tmp_path / "data"
+    prompt = {"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "tea?"}
+    commands = {
+        "trigger": (["trigger", "memory::bank::list", "--data-dir", str(data)], ""),
+        "hook": (["hook", "user-prompt-submit", "--data-dir", str(data)], json.dumps(prompt)),
+    }
+
+    def probe(argv: list[str], stdin: str) -> list[Any]:
+        done = subprocess.run(
+            [sys.executable, "-c", _FORWARDED_PROBE, ",".join(_HEAVY), *argv],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=START_TIMEOUT_S,
+            check=True,
+        )
+        return list(json.loads(done.stderr.strip().splitlines()[-1]))
+
+    # In-process it loads them all (the embedders aside: the tests' MEMORY_EMBEDDER is none).
+    assert probe(*commands["trigger"]) == [0, list(_HEAVY[:-1])]
+    with serving(data, tmp_path / "serve.stderr"):
+        for argv, stdin in commands.values():
+            assert probe(argv, stdin) == [0, []], argv

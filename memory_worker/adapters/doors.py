@@ -21,21 +21,18 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import structlog
 
 from memory_worker.adapters import access
-from memory_worker.app import catalog
+from memory_worker.app import functions
 from memory_worker.app.caller import Caller, CallerKind
-from memory_worker.app.ports import Embedder
-from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
 from memory_worker.core.errors import (
     ERROR_CLASSES,
     Conflict,
@@ -43,10 +40,16 @@ from memory_worker.core.errors import (
     SiblingUnavailable,
     WorkerError,
 )
-from memory_worker.harness.capture import CaptureRunner
 from memory_worker.storage import files
-from memory_worker.storage.capture import CaptureQueue
-from memory_worker.storage.store import Store
+
+# A forwarded call (the data dir is held by a server) needs none of the service: a one-shot CLI
+# call or a coding agent's hook, a new process each time, would import the catalog's models,
+# numpy and the whole store for nothing (most of a second of CPU). The in-process door imports
+# them when it opens the data dir itself.
+if TYPE_CHECKING:
+    from memory_worker.app.ports import Embedder
+    from memory_worker.app.service import MemoryService
+    from memory_worker.core.config import Settings
 
 __all__ = [
     "CALLER_HEADER",
@@ -97,11 +100,16 @@ class LocalDoor:
         return None
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
+        from memory_worker.app import catalog
+
         return await catalog.call(self.service, function_id, payload, self.caller)
 
     async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
         """Into the data dir's queue (this process holds the lock); a server started later, or
         `memory-worker capture`, runs it."""
+        from memory_worker.harness.capture import CaptureRunner
+        from memory_worker.storage.capture import CaptureQueue
+
         queue = await asyncio.to_thread(CaptureQueue, self.service.store.root)
         try:
             return await CaptureRunner(self.service, queue, None).enqueue(job)
@@ -164,8 +172,8 @@ class RemoteDoor:
         await self._client.aclose()
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
-        spec = catalog.find(function_id)  # an unknown function fails here, as in-process
-        return await self._post(f"{self.url}/{spec.http_path}", payload)
+        functions.check_known(function_id)  # an unknown function fails here, as in-process
+        return await self._post(f"{self.url}/{functions.http_path(function_id)}", payload)
 
     async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
         """To the server's queue: it runs the job as soon as it can."""
@@ -263,6 +271,14 @@ def _holder(command: str) -> dict[str, object]:
     }
 
 
+def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:
+    """`root` probed and locked for this process, as `Store.open` does (`Conflict` when held)."""
+    files.probe_writable(root)
+    lock = files.DataDirLock(root, _holder(command))
+    lock.acquire(wait_s)
+    return lock
+
+
 @contextlib.asynccontextmanager
 async def open_door(
     root: Path,
@@ -272,17 +288,19 @@ async def open_door(
     command: str,
     lock_wait_s: float,
     embedder: Embedder | None = None,
+    make_embedder: Callable[[], Embedder | None] | None = None,
     embed_writes: bool = True,
     forward_timeout_s: float = FORWARD_TIMEOUT_S,
 ) -> AsyncIterator[Door]:
     """The door to `root` for one command: the data dir opened in-process (its lock held until
-    the block ends, what was saved embedded before it closes), or the server holding it."""
+    the block ends, what was saved embedded before it closes), or the server holding it.
+    `make_embedder` (instead of `embedder`) is called only in-process: a forwarded call never
+    loads an embedder (the server embeds)."""
+    root = root.resolve()
     try:
-        # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
-        # files), so one line appended to one bank of a hundred costs that bank alone.
-        store = await asyncio.to_thread(
-            Store.open, root, holder=_holder(command), lock_wait_s=lock_wait_s, lazy=True
-        )
+        # The lock first, with nothing but `storage.files`: refused, the call is forwarded before
+        # anything of the store or the service is imported.
+        lock = await asyncio.to_thread(_lock, root, command, lock_wait_s)
     except Conflict:
         url = serving_url(root)
         if url is None:
@@ -293,6 +311,18 @@ async def open_door(
         ) as door:
             yield door
         return
+    try:
+        from memory_worker.app.service import MemoryService
+        from memory_worker.storage.store import Store
+
+        if make_embedder is not None:
+            embedder = make_embedder()
+    except BaseException:
+        lock.release()  # from here on, the store owns the lock (adopt releases it on failure)
+        raise
+    # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
+    # files), so one line appended to one bank of a hundred costs that bank alone.
+    store = await asyncio.to_thread(Store.adopt, lock, lazy=True)
     service = MemoryService(store, settings, embedder=embedder, embed_writes=embed_writes)
     try:
         yield LocalDoor(service, caller)
