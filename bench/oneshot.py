@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""What a one-shot `memory-worker` process costs before it does anything: the CLI forwarded to
+the standalone server holding the data dir, a coding agent's UserPromptSubmit hook (a new process
+per prompt, forwarded), and a local one-shot save on a data dir nobody holds; whole process, wall
+and CPU (user + system), and how many modules it imported (`python -X importtime`).
+
+Every tree given (this one, and `--before DIR`: e.g. `git archive <commit> | tar -x -C DIR`) runs
+the same commands against the same data dirs, interleaved round by round, so load drifting on a
+shared machine falls on both alike. Each process runs as `python -m memory_worker` with
+`PYTHONPATH=<tree>` from a neutral working directory, so the tree's code is what is imported.
+
+    nice -n 19 .venv/bin/python bench/oneshot.py [--before DIR] [--memories 2000] [--rounds 7]
+
+Prints a markdown table and exits 0; the data dirs are temp dirs, removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from runinfo import commit, load_average, machine  # noqa: E402
+
+from memory_worker.adapters.logs import configure_logging  # noqa: E402
+from memory_worker.adapters.standalone import StandaloneServer  # noqa: E402
+from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.core.config import Settings  # noqa: E402
+from memory_worker.storage.store import Store  # noqa: E402
+
+BANK = "main"
+WORDS = "tea garden kiln glaze mug shop deploy friday river bicycle oolong fig plum lisbon".split()
+PROMPT = {
+    "session_id": "bench",
+    "transcript_path": "/dev/null",
+    "cwd": "/tmp",
+    "hook_event_name": "UserPromptSubmit",
+    "prompt": "what about the tea garden",
+}
+WATCHED = ("numpy", "pydantic", "memory_worker.app.service", "memory_worker.app.wire")
+
+
+def _row(i: int) -> dict[str, object]:
+    words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(6)]
+    return {"text": f"The user note {i}: " + " ".join(words), "entities": ["user"]}
+
+
+async def _seed(root: Path, n: int) -> None:
+    store = Store.open(root, holder={"pid": os.getpid(), "kind": "cli"})
+    service = MemoryService(store, Settings())
+    await service.import_records(BANK, [_row(i) for i in range(n)])
+    await service.close()
+    await store.close()
+
+
+def _env(tree: Path) -> dict[str, str]:
+    isolated = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL", "MEMORY_TOKEN")
+    env = {k: v for k, v in os.environ.items() if k not in isolated}
+    return env | {"PYTHONPATH": str(tree), "MEMORY_EMBEDDER": "none"}
+
+
+async def _run(
+    tree: Path, args: list[str], stdin: bytes | None = None, *, importtime: bool = False
+) -> tuple[float, float, bytes, bytes]:
+    """(wall s, CPU s, stdout, stderr) of one `python -m memory_worker ARGS` process."""
+    flags = ["-X", "importtime"] if importtime else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *flags,
+        "-m",
+        "memory_worker",
+        *args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tree),
+        cwd="/",
+    )
+    out, err = await proc.communicate(stdin)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args} exited {proc.returncode}: {err.decode()[-2000:]}")
+    return wall, cpu, out, err
+
+
+def _scenarios(held: Path, free: Path) -> dict[str, tuple[list[str], bytes | None, bytes]]:
+    """name → (arguments, stdin, what stdout must contain)."""
+    return {
+        "`trigger memory::recall`, forwarded": (
+            ["trigger", "memory::recall", "--data-dir", str(held), f"bank={BANK}", "query=tea"],
+            None,
+            b'"memories"',
+        ),
+        "`hook user-prompt-submit`, forwarded": (
+            ["hook", "user-prompt-submit", "--data-dir", str(held)],
+            json.dumps(PROMPT).encode(),
+            b"additionalContext",
+        ),
+        "`trigger memory::save`, local (nobody holds the dir)": (
+            ["trigger", "memory::save", "--data-dir", str(free), f"bank={BANK}", "text=x"],
+            None,
+            b'"id"',
+        ),
+    }
+
+
+def _modules(stderr: bytes) -> tuple[int, list[str]]:
+    names = [
+        line.split("|")[-1].strip()
+        for line in stderr.decode(errors="replace").splitlines()
+        if line.startswith("import time:") and "|" in line and "imported package" not in line
+    ]
+    names = [n for n in names if n != "imported package"]
+    return len(names), [w for w in WATCHED if w in names]
+
+
+async def main(args: argparse.Namespace) -> list[str]:
+    trees = {"after": ROOT}
+    if args.before:
+        trees = {"before": args.before.resolve(), **trees}
+    load_before = load_average()
+    tmp = Path(tempfile.mkdtemp(prefix="oneshot-"))
+    try:
+        held, free = tmp / "held", tmp / "free"
+        await _seed(held, args.memories)
+        await _seed(free, args.memories)
+        server = StandaloneServer(Settings(), held, port=0)
+        await server.start()
+        scenarios = _scenarios(held, free)
+        samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        imports: dict[tuple[str, str], tuple[int, list[str]]] = {}
+        try:
+            for tree_name, tree in trees.items():  # once each, for the import counts
+                for name, (argv, stdin, _) in scenarios.items():
+                    *_, err = await _run(tree, argv, stdin, importtime=True)
+                    imports[(tree_name, name)] = _modules(err)
+            for text in ("warm", *range(args.rounds)):
+                for tree_name, tree in trees.items():
+                    for name, (argv, stdin, expect) in scenarios.items():
+                        wall, cpu, out, _ = await _run(tree, argv, stdin)
+                        assert expect in out, (tree_name, name, out[:500])
+                        if text != "warm":
+                            samples.setdefault((tree_name, name), []).append((wall, cpu))
+        finally:
+            await server.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    command = shlex.join(["python", "bench/oneshot.py", *sys.argv[1:]])
+    lines = [
+        f"- command: `{command}`",
+        f"- taken: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit `{commit()}`",
+        f"- machine: {machine()}",
+        f"- load average before {load_before}, after {load_average()} (a shared machine)",
+        f"- bank `{BANK}` of {args.memories} memories in each data dir; MEMORY_EMBEDDER=none; "
+        f"median of {args.rounds} interleaved rounds",
+        "",
+        "| command | tree | wall ms | CPU ms | modules imported | of "
+        + ", ".join(f"`{w}`" for w in WATCHED)
+        + " |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for name in scenarios:
+        for tree_name in trees:
+            rows = samples[(tree_name, name)]
+            wall = statistics.median(w for w, _ in rows) * 1000
+            cpu = statistics.median(c for _, c in rows) * 1000
+            count, watched = imports[(tree_name, name)]
+            lines.append(
+                f"| {name} | {tree_name} | {wall:,.0f} | {cpu:,.0f} | {count} | "
+                f"{', '.join(watched) or 'none'} |"
+            )
+    return lines
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, help="another tree to run the same commands from")
+    parser.add_argument("--memories", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    configure_logging("warning")
+    for line in asyncio.run(main(parser.parse_args())):
+        print(line)
