@@ -72,7 +72,7 @@ def child(rows_path: Path, queries_path: Path) -> None:
         return store, service, bank
 
     with tempfile.TemporaryDirectory(prefix="semantic-speed-") as tmp:
-        store, service, bank = asyncio.run(build(Path(tmp)))
+        _store, service, bank = asyncio.run(build(Path(tmp)))
         rng = np.random.default_rng(QUERY_SEED)
         vectors = [unit(rng) for _ in queries]
         settings = service.settings
