@@ -18,6 +18,7 @@ from memory_worker.adapters import cli
 from memory_worker.adapters.doors import (
     LocalDoor,
     RemoteDoor,
+    _parse_response,
     decode_caller,
     encode_caller,
     open_door,
@@ -282,3 +283,32 @@ def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Pa
     with serving(data, tmp_path / "serve.stderr"):
         for argv, stdin in commands.values():
             assert probe(argv, stdin) == [0, []], argv
+
+
+def test_a_forwarded_answer_is_read_whole_chunked_or_sized_and_garbage_is_refused() -> None:
+    sized = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{"a": true}trailing'
+    assert _parse_response(sized) == (200, b'{"a": true}')
+    chunked = (
+        b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'4;x=y\r\n{"a"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n'
+    )
+    assert _parse_response(chunked) == (404, b'{"a": 1}')
+    assert _parse_response(b"HTTP/1.0 200 OK\r\n\r\n{}") == (200, b"{}")  # to the end
+    for garbage in (b"", b"HTTP/1.1 200 OK\r\n", b"SSH-2.0-x\r\n\r\n", b"HTTP/1.1 OK\r\n\r\n"):
+        with pytest.raises(ValueError):
+            _parse_response(garbage)
+    with pytest.raises(ValueError, match="body"):
+        _parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}")
+
+
+async def test_a_server_that_is_gone_is_sibling_unavailable_naming_it(tmp_path: Path) -> None:
+    """A holder record left by a server that no longer listens: the call fails with
+    `sibling_unavailable` naming the URL, it is never run in-process behind the holder's back."""
+    server = StandaloneServer(Settings(), tmp_path / "gone", port=0)
+    url = await server.start()
+    await server.close()  # the port is free again: nothing answers there now
+    async with RemoteDoor(url, Caller.human("cli")) as door:
+        with pytest.raises(WorkerError) as failed:
+            await door.call("memory::bank::list", {})
+    assert failed.value.code == "sibling_unavailable"
+    assert f"the server at {url} holds the data dir but cannot be reached" in str(failed.value)

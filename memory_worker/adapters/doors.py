@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
-import httpx
 import structlog
 
 from memory_worker.adapters import access
@@ -136,7 +136,13 @@ def _error_of(status: int, body: object, url: str) -> WorkerError:
 
 
 class RemoteDoor:
-    """Calls forwarded to the server holding the data dir. Use as `async with`."""
+    """Calls forwarded to the server holding the data dir. Use as `async with`.
+
+    One HTTP/1.1 exchange per call over asyncio streams (`Connection: close`), not an HTTP client
+    library: a forwarded one-shot process (a coding agent's hook, one per prompt) would spend
+    more importing one (httpx, and the CLI tools it loads when they are installed) than the call
+    takes. The holder's URL is on this machine's word: no proxy, netrc or redirect is followed.
+    A cancelled call closes its connection at once."""
 
     def __init__(
         self,
@@ -145,15 +151,24 @@ class RemoteDoor:
         *,
         token: str | None = None,
         timeout_s: float = FORWARD_TIMEOUT_S,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.caller = caller
-        self._headers = {**access.request_headers(token), CALLER_HEADER: encode_caller(caller)}
-        # Never proxies or netrc from the environment: the holder's URL is on this machine's word.
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s, transport=transport, trust_env=False, follow_redirects=False
-        )
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"the server URL {url!r} is not an http(s) URL")
+        self._tls = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._tls else 80)
+        self._base = parts.path  # what the server's paths sit under ("" for a plain server)
+        netloc = parts.netloc.rpartition("@")[2]  # never credentials in a Host header
+        self._headers = {
+            "Host": netloc,
+            **access.request_headers(token),
+            CALLER_HEADER: encode_caller(caller),
+            "Connection": "close",
+        }
+        self._timeout_s = timeout_s
 
     def __repr__(self) -> str:
         return f"RemoteDoor({self.url!r}, caller={self.caller.describe()!r})"
@@ -169,39 +184,101 @@ class RemoteDoor:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        """Nothing stays open between calls (each has its own connection)."""
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
         functions.check_known(function_id)  # an unknown function fails here, as in-process
-        return await self._post(f"{self.url}/{functions.http_path(function_id)}", payload)
+        return await self._post(functions.http_path(function_id), payload)
 
     async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
         """To the server's queue: it runs the job as soon as it can."""
-        return await self._post(f"{self.url}/{CAPTURE_PATH}", job)
+        return await self._post(CAPTURE_PATH, job)
 
-    async def _post(self, url: str, payload: object) -> dict[str, Any]:
+    async def _post(self, path: str, payload: object) -> dict[str, Any]:
+        url = f"{self.url}/{path}"
         try:
-            body = json.dumps({} if payload is None else payload, ensure_ascii=False)
+            body = json.dumps({} if payload is None else payload, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"payload is not JSON: {exc}") from None
         try:
-            response = await self._client.post(url, content=body.encode(), headers=self._headers)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self._timeout_s):
+                status, raw = await self._exchange(f"{self._base}/{path}", body)
+        except TimeoutError:
             raise SiblingUnavailable(f"the server at {self.url} did not answer in time") from None
-        except httpx.HTTPError as exc:
+        except (OSError, ValueError) as exc:
             raise SiblingUnavailable(
                 f"the server at {self.url} holds the data dir but cannot be reached: "
                 f"{type(exc).__name__}"
             ) from None
         try:
-            answer = response.json()
+            answer = json.loads(raw)
         except ValueError:
             answer = None
-        if response.status_code >= 400:
-            raise _error_of(response.status_code, answer, self.url)
+        if status >= 400:
+            raise _error_of(status, answer, self.url)
         if not isinstance(answer, dict):
             raise SiblingUnavailable(f"the server at {self.url} answered {url} with no JSON object")
         return answer
+
+    async def _exchange(self, target: str, body: bytes) -> tuple[int, bytes]:
+        """POST `body` to `target`: (status, response body). `ValueError`: not an HTTP answer."""
+        reader, writer = await asyncio.open_connection(
+            self._host, self._port, ssl=True if self._tls else None
+        )
+        try:
+            head = [f"POST {target} HTTP/1.1"]
+            head += [f"{name}: {value}" for name, value in self._headers.items()]
+            head.append(f"Content-Length: {len(body)}")
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            await writer.drain()
+            raw = await reader.read()  # `Connection: close`: the answer ends with the stream
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        return _parse_response(raw)
+
+
+def _parse_response(raw: bytes) -> tuple[int, bytes]:
+    """(status, body) of a whole HTTP/1.1 response; `ValueError` when it is not one."""
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise ValueError("the answer ended before its headers did")
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, status_text = lines[0].partition(" ")
+    status = int(status_text.partition(" ")[0])  # ValueError for anything but a number
+    if not version.startswith("HTTP/"):
+        raise ValueError(f"not an HTTP status line: {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return status, _unchunk(rest)
+    if (length := headers.get("content-length")) is not None:
+        size = int(length)
+        if len(rest) < size:
+            raise ValueError("the answer ended before its body did")
+        return status, rest[:size]
+    return status, rest
+
+
+def _unchunk(data: bytes) -> bytes:
+    """A chunked body decoded (extensions and trailers ignored)."""
+    out: list[bytes] = []
+    at = 0
+    while True:
+        end = data.find(b"\r\n", at)
+        if end < 0:
+            raise ValueError("a chunk size line is cut")
+        size = int(data[at:end].split(b";", 1)[0], 16)
+        if size == 0:
+            return b"".join(out)
+        start = end + 2
+        if len(data) < start + size + 2:
+            raise ValueError("a chunk is cut")
+        out.append(data[start : start + size])
+        at = start + size + 2
 
 
 # --- who is calling, over HTTP -----------------------------------------------------------------
