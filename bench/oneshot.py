@@ -105,9 +105,12 @@ async def _run(
     return wall, cpu, out, err
 
 
-def _scenarios(held: Path, free: Path) -> dict[str, tuple[list[str], bytes | None, bytes]]:
+def _scenarios(
+    held: Path, free: Path, many: Path | None, banks: int
+) -> dict[str, tuple[list[str], bytes | None, bytes]]:
     """name → (arguments, stdin, what stdout must contain)."""
-    return {
+    save = ["trigger", "memory::save", "text=a note from the one-shot bench"]
+    out = {
         "`trigger memory::recall`, forwarded": (
             ["trigger", "memory::recall", "--data-dir", str(held), f"bank={BANK}", "query=tea"],
             None,
@@ -119,18 +122,18 @@ def _scenarios(held: Path, free: Path) -> dict[str, tuple[list[str], bytes | Non
             b"additionalContext",
         ),
         "`trigger memory::save`, local (nobody holds the dir)": (
-            [
-                "trigger",
-                "memory::save",
-                "--data-dir",
-                str(free),
-                f"bank={BANK}",
-                "text=a note from the one-shot bench",
-            ],
+            [*save, "--data-dir", str(free), f"bank={BANK}"],
             None,
             b'"id"',
         ),
     }
+    if many is not None:
+        out[f"`trigger memory::save` into one of {banks} banks, local"] = (
+            [*save, "--data-dir", str(many), f"bank=b{banks // 2:03d}"],
+            None,
+            b'"id"',
+        )
+    return out
 
 
 def _modules(stderr: bytes) -> tuple[int, list[str]]:
@@ -153,9 +156,14 @@ async def main(args: argparse.Namespace) -> list[str]:
         held, free = tmp / "held", tmp / "free"
         await _seed(held, args.memories)
         await _seed(free, args.memories)
+        many = None
+        if args.banks > 1:  # one bank's files copied: what a lazy open must not replay
+            many = tmp / "many"
+            for i in range(args.banks):
+                shutil.copytree(free / BANK, many / f"b{i:03d}")
         server = StandaloneServer(Settings(), held, port=0)
         await server.start()
-        scenarios = _scenarios(held, free)
+        scenarios = _scenarios(held, free, many, args.banks)
         samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
         imports: dict[tuple[str, str], tuple[int, list[str]]] = {}
         try:
@@ -180,7 +188,8 @@ async def main(args: argparse.Namespace) -> list[str]:
         f"- taken: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit `{commit()}`",
         f"- machine: {machine()}",
         f"- load average before {load_before}, after {load_average()} (a shared machine)",
-        f"- bank `{BANK}` of {args.memories} memories in each data dir; MEMORY_EMBEDDER=none; "
+        f"- bank `{BANK}` of {args.memories:,} memories in each data dir (and {args.banks} such "
+        "banks in the last row's); MEMORY_EMBEDDER=none; "
         f"bytecode caches on; median of {args.rounds} interleaved rounds after a warm-up round",
         "",
         "| command | tree | wall ms | CPU ms | modules imported | of "
@@ -206,6 +215,9 @@ if __name__ == "__main__":
     parser.add_argument("--before", type=Path, help="another tree to run the same commands from")
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--banks", type=int, default=100, help="banks of --memories each for the last row (0: none)"
+    )
     configure_logging("warning")
     for line in asyncio.run(main(parser.parse_args())):
         print(line)
