@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -348,6 +349,17 @@ def _holder(command: str) -> dict[str, object]:
     }
 
 
+@contextlib.asynccontextmanager
+async def _forwarded(
+    root: Path, url: str, caller: Caller, command: str, timeout_s: float
+) -> AsyncIterator[Door]:
+    log.debug("forwarding", url=url, command=command)
+    async with RemoteDoor(
+        url, caller, token=access.client_token(root), timeout_s=timeout_s
+    ) as door:
+        yield door
+
+
 def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:
     """`root` probed and locked for this process, as `Store.open` does (`Conflict` when held)."""
     files.probe_writable(root)
@@ -374,29 +386,42 @@ async def open_door(
     `make_embedder` (instead of `embedder`) is called only in-process: a forwarded call never
     loads an embedder (the server embeds)."""
     root = root.resolve()
+    lock = None
+    if serving_url(root) is not None:
+        # A server's record in the lock: it most likely holds the data dir, so the lock is tried
+        # at once, with nothing but `storage.files` imported, and a refused call is forwarded
+        # before anything of the store or the service is.
+        try:
+            lock = await asyncio.to_thread(_lock, root, command, 0.0)
+        except Conflict:
+            lock = None
+            if (url := serving_url(root)) is None:
+                raise
+            async with _forwarded(root, url, caller, command, forward_timeout_s) as door:
+                yield door
+            return
     try:
-        # The lock first, with nothing but `storage.files`: refused, the call is forwarded before
-        # anything of the store or the service is imported.
-        lock = await asyncio.to_thread(_lock, root, command, lock_wait_s)
-    except Conflict:
-        url = serving_url(root)
-        if url is None:
-            raise
-        log.debug("forwarding", url=url, command=command)
-        async with RemoteDoor(
-            url, caller, token=access.client_token(root), timeout_s=forward_timeout_s
-        ) as door:
-            yield door
-        return
-    try:
+        # The store and the service are imported before the lock is waited for, not while it is
+        # held: twelve CLI calls queued on one data dir would each hold it for the imports too.
         from memory_worker.app.service import MemoryService
         from memory_worker.storage.store import Store
 
+        importlib.import_module("memory_worker.app.catalog")  # what LocalDoor.call runs
         if make_embedder is not None:
             embedder = make_embedder()
     except BaseException:
-        lock.release()  # from here on, the store owns the lock (adopt releases it on failure)
+        if lock is not None:
+            lock.release()
         raise
+    if lock is None:
+        try:
+            lock = await asyncio.to_thread(_lock, root, command, lock_wait_s)
+        except Conflict:
+            if (url := serving_url(root)) is None:
+                raise
+            async with _forwarded(root, url, caller, command, forward_timeout_s) as door:
+                yield door
+            return
     # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
     # files), so one line appended to one bank of a hundred costs that bank alone.
     store = await asyncio.to_thread(Store.adopt, lock, lazy=True)
