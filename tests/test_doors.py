@@ -5,6 +5,7 @@ through the same door."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -18,7 +19,6 @@ from memory_worker.adapters import cli
 from memory_worker.adapters.doors import (
     LocalDoor,
     RemoteDoor,
-    _parse_response,
     decode_caller,
     encode_caller,
     open_door,
@@ -285,20 +285,63 @@ def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Pa
             assert probe(argv, stdin) == [0, []], argv
 
 
-def test_a_forwarded_answer_is_read_whole_chunked_or_sized_and_garbage_is_refused() -> None:
-    sized = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{"a": true}trailing'
-    assert _parse_response(sized) == (200, b'{"a": true}')
-    chunked = (
-        b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b'4;x=y\r\n{"a"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n'
-    )
-    assert _parse_response(chunked) == (404, b'{"a": 1}')
-    assert _parse_response(b"HTTP/1.0 200 OK\r\n\r\n{}") == (200, b"{}")  # to the end
-    for garbage in (b"", b"HTTP/1.1 200 OK\r\n", b"SSH-2.0-x\r\n\r\n", b"HTTP/1.1 OK\r\n\r\n"):
-        with pytest.raises(ValueError):
-            _parse_response(garbage)
-    with pytest.raises(ValueError, match="body"):
-        _parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}")
+async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:
+    """A server that answers every connection with `raw` once the request's head has arrived."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(raw)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("raw", "answer"),
+    [
+        (b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{"a": true}', {"a": True}),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b'4;x=y\r\n{"a"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n',
+            {"a": 1},
+        ),
+        (b"HTTP/1.0 200 OK\r\n\r\n{}", {}),  # read to the end of the stream
+    ],
+)
+async def test_a_forwarded_answer_is_read_sized_chunked_or_to_its_end(
+    raw: bytes, answer: dict[str, Any]
+) -> None:
+    server, url = await _answering(raw)
+    try:
+        async with RemoteDoor(url, Caller.human("cli")) as door:
+            assert await door.call("memory::bank::list", {}) == answer
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"SSH-2.0-x\r\n\r\n",
+        b"HTTP/1.1 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}",
+    ],
+)
+async def test_an_answer_that_is_not_whole_http_is_sibling_unavailable(raw: bytes) -> None:
+    server, url = await _answering(raw)
+    try:
+        async with RemoteDoor(url, Caller.human("cli")) as door:
+            with pytest.raises(WorkerError) as failed:
+                await door.call("memory::bank::list", {})
+        assert failed.value.code == "sibling_unavailable", failed.value
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_a_server_that_is_gone_is_sibling_unavailable_naming_it(tmp_path: Path) -> None:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import importlib
 import json
 import os
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -139,9 +141,9 @@ def _error_of(status: int, body: object, url: str) -> WorkerError:
 class RemoteDoor:
     """Calls forwarded to the server holding the data dir. Use as `async with`.
 
-    One HTTP/1.1 exchange per call over asyncio streams (`Connection: close`), not an HTTP client
-    library: a forwarded one-shot process (a coding agent's hook, one per prompt) would spend
-    more importing one (httpx, and the CLI tools it loads when they are installed) than the call
+    One HTTP/1.1 exchange per call with the standard library's `http.client` (`Connection:
+    close`), not httpx: a forwarded one-shot process (a coding agent's hook, one per prompt) would
+    spend more importing it (and the CLI tools it loads when they are installed) than the call
     takes. The holder's URL is on this machine's word: no proxy, netrc or redirect is followed.
     A cancelled call closes its connection at once."""
 
@@ -206,7 +208,7 @@ class RemoteDoor:
                 status, raw = await self._exchange(f"{self._base}/{path}", body)
         except TimeoutError:
             raise SiblingUnavailable(f"the server at {self.url} did not answer in time") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise SiblingUnavailable(
                 f"the server at {self.url} holds the data dir but cannot be reached: "
                 f"{type(exc).__name__}"
@@ -222,64 +224,24 @@ class RemoteDoor:
         return answer
 
     async def _exchange(self, target: str, body: bytes) -> tuple[int, bytes]:
-        """POST `body` to `target`: (status, response body). `ValueError`: not an HTTP answer."""
-        reader, writer = await asyncio.open_connection(
-            self._host, self._port, ssl=True if self._tls else None
-        )
+        """POST `body` to `target`: (status, response body), through the standard library's
+        HTTP client in a thread. A cancelled call (the hook's budget) shuts the socket, so the
+        thread returns at once instead of waiting for the server."""
+        connection_class = http.client.HTTPSConnection if self._tls else http.client.HTTPConnection
+        connection = connection_class(self._host, self._port, timeout=self._timeout_s)
+
+        def exchange() -> tuple[int, bytes]:
+            connection.request("POST", target, body=body, headers=self._headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+
         try:
-            head = [f"POST {target} HTTP/1.1"]
-            head += [f"{name}: {value}" for name, value in self._headers.items()]
-            head.append(f"Content-Length: {len(body)}")
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-            await writer.drain()
-            raw = await reader.read()  # `Connection: close`: the answer ends with the stream
+            return await asyncio.to_thread(exchange)
         finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-        return _parse_response(raw)
-
-
-def _parse_response(raw: bytes) -> tuple[int, bytes]:
-    """(status, body) of a whole HTTP/1.1 response; `ValueError` when it is not one."""
-    head, sep, rest = raw.partition(b"\r\n\r\n")
-    if not sep:
-        raise ValueError("the answer ended before its headers did")
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, status_text = lines[0].partition(" ")
-    status = int(status_text.partition(" ")[0])  # ValueError for anything but a number
-    if not version.startswith("HTTP/"):
-        raise ValueError(f"not an HTTP status line: {lines[0][:80]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return status, _unchunk(rest)
-    if (length := headers.get("content-length")) is not None:
-        size = int(length)
-        if len(rest) < size:
-            raise ValueError("the answer ended before its body did")
-        return status, rest[:size]
-    return status, rest
-
-
-def _unchunk(data: bytes) -> bytes:
-    """A chunked body decoded (extensions and trailers ignored)."""
-    out: list[bytes] = []
-    at = 0
-    while True:
-        end = data.find(b"\r\n", at)
-        if end < 0:
-            raise ValueError("a chunk size line is cut")
-        size = int(data[at:end].split(b";", 1)[0], 16)
-        if size == 0:
-            return b"".join(out)
-        start = end + 2
-        if len(data) < start + size + 2:
-            raise ValueError("a chunk is cut")
-        out.append(data[start : start + size])
-        at = start + size + 2
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+            connection.close()
 
 
 # --- who is calling, over HTTP -----------------------------------------------------------------
