@@ -56,7 +56,7 @@ def recall_rows(
         for i in members:
             conv = convs[i]
             vectors = loop.run_until_complete(embedder.embed([d.text for d in conv.turns]))
-            index = LexicalIndex(np.float32)
+            index = LexicalIndex(half_precision=False)
             for d, vector in zip(conv.turns, vectors, strict=True):
                 index.add(d.key, ["x"])
                 index.set_vector(d.key, vector)

@@ -280,7 +280,7 @@ def _expand(
         first = np.union1d(first, _top(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
         # The first hits' mean vector, compared as the query is (centred, on the same scale).
-        toward = index.vectors[first].astype(np.float32).mean(axis=0).tolist()
+        toward = index.vectors[first].mean(axis=0).tolist()
         pulled = index.centered_cosine(toward, fusion.center)[: cosines.size]
         cosines = cosines + fusion.expand_vector * pulled
     extra = index.expansion(first.tolist(), set(query_terms), fusion.expand_terms)
@@ -551,7 +551,7 @@ def _demote_near_duplicates(
     demoted = np.zeros(scores.size, bool)
     live = slots >= 0
     safe = np.where(live, slots, 0)
-    vectors = index.vectors[safe].astype(np.float32)
+    vectors = index.vectors[safe]  # the chosen few rows (a copy: fancy indexing), float32
     has = index.has_vector[safe] & live
     for i in order.tolist():
         if has[i] and kept and float(np.max(vectors[kept] @ vectors[i])) >= threshold:
