@@ -45,6 +45,8 @@ _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (o
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
 CENTER_PRIOR = 4.0
+_NO_SUM = np.zeros(0, np.float64)  # shared by every index without vectors; never written
+_NO_NORMS = np.zeros(0, np.float32)  # the same for `vector_norm2`
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -253,7 +255,7 @@ class LexicalIndex:
         self._norm_cache: Floats = np.empty(0, np.float64)
         # Sum and count of the live slots' vectors (as stored), kept on every vector change, so
         # the bank's mean is there for each query without a pass over the matrix.
-        self._vector_sum: Floats = np.zeros(0, np.float64)
+        self._vector_sum: Floats = _NO_SUM  # replaced (never written) when the width is known
         self._vector_count = 0
         self._allocate(_INITIAL_CAPACITY)
 
@@ -261,7 +263,8 @@ class LexicalIndex:
         self._capacity = capacity
         self.vectors: npt.NDArray[np.float32] = np.zeros((capacity, self._dim), np.float32)
         self.has_vector = np.zeros(capacity, bool)
-        self.vector_norm2 = np.zeros(capacity, np.float32)  # |stored vector|²
+        # |stored vector|² per slot; empty until a vector is stored (an empty bank stays small)
+        self.vector_norm2 = np.zeros(capacity, np.float32) if self._dim else _NO_NORMS
         self._alive = np.zeros(capacity, bool)
         self._length = np.zeros(capacity, np.float64)
         self.corroboration = np.zeros(capacity, np.float64)
@@ -284,8 +287,7 @@ class LexicalIndex:
         return (
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
             self.created_at, self.dated, self.has_vector, self.vectors, self.subject,
-            self.vector_norm2,
-        )  # fmt: skip
+        ) + ((self.vector_norm2,) if self._dim else ())  # fmt: skip
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -377,7 +379,7 @@ class LexicalIndex:
             raise ValueError("load_analysis needs an empty index")
         self._version += 1
         n = len(doc_ids)
-        self._vector_sum = np.zeros(self._dim, np.float64)  # no slot of a fresh load has a vector
+        self._vector_sum = np.zeros(self._dim, np.float64) if self._dim else _NO_SUM
         self._vector_count = 0
         self._terms = list(analysis.vocab)
         self._vocab = {term: term_id for term_id, term in enumerate(self._terms)}
@@ -545,6 +547,7 @@ class LexicalIndex:
         if self._dim == 0:
             self._dim = len(vector)
             self.vectors = np.zeros((self._capacity, self._dim), np.float32)
+            self.vector_norm2 = np.zeros(self._capacity, np.float32)
             self._vector_sum = np.zeros(self._dim, np.float64)
             self._vector_count = 0
         if len(vector) != self._dim:
@@ -597,7 +600,8 @@ class LexicalIndex:
         self._dim = 0
         self.vectors = np.zeros((self._capacity, 0), np.float32)
         self.has_vector[:] = False
-        self._vector_sum = np.zeros(0, np.float64)
+        self.vector_norm2 = _NO_NORMS
+        self._vector_sum = _NO_SUM
         self._vector_count = 0
 
     def clear_vector(self, doc_id: str) -> None:
