@@ -37,7 +37,7 @@ from .siblings import (
     user_message,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # a hang's: each worker start may take a minute under load
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
