@@ -311,7 +311,7 @@ def _starved(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Pat
             preexec_fn=lambda: _limited(64),
         )
     try:
-        line = read_line(proc, time.monotonic() + 30)
+        line = read_line(proc, time.monotonic() + 60)  # a cold interpreter, on a loaded machine
         yield proc, line.rsplit(" ", 1)[-1], stderr, tmp_path / "data"
     finally:
         if proc.poll() is None:
