@@ -25,8 +25,9 @@ from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.text import fingerprint
 
 ISOLATED_VARS = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
-ANSWER_TIMEOUT_S = 15.0
-RUN_TIMEOUT_S = 30.0  # one command alone: ~1.5 s on an idle machine, 20 times that is a hang
+ANSWER_TIMEOUT_S = 60.0  # a hang's: the first answer includes a cold start (15 s under load)
+RUN_TIMEOUT_S = 60.0  # one command: ~1.5 s idle, 26 s measured at load 25 on 2 cores
+SIDE_BY_SIDE_S = 15.0  # more per command run beside others (~1.2 s of CPU each to import)
 
 
 # --- process helpers -------------------------------------------------------------------------
@@ -92,7 +93,7 @@ def finish_all(procs: Sequence[subprocess.Popen[str]]) -> list[Outcome]:
     They share the machine's cores: on a loaded 2-core machine sixteen cold interpreters (~1.2 s of
     CPU each just to import) all finish after about a minute, together, so a fixed cap per
     process failed the first one waited for. Whatever still runs at the deadline is killed."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S * max(1.0, len(procs) / 2)
+    deadline = time.monotonic() + RUN_TIMEOUT_S + SIDE_BY_SIDE_S * len(procs)
     try:
         # `communicate` gives up at once on a zero timeout, even with the output ready to read.
         return [finish(proc, max(1.0, deadline - time.monotonic())) for proc in procs]

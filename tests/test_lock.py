@@ -225,7 +225,7 @@ def test_openers_probing_one_dir_at_the_same_time_do_not_fail_each_other(tmp_pat
 CONCURRENT_CALLS = 16
 
 
-@pytest.mark.timeout(360)  # finish_all's deadline for 16 side by side is 240 s
+@pytest.mark.timeout(420)  # finish_all's deadline for 16 side by side is 300 s
 async def test_concurrent_cli_saves_queue_on_the_lock_and_none_is_lost(tmp_path: Path) -> None:
     data = tmp_path / "data"
     texts = [f"The user keeps concurrent note number {n}" for n in range(CONCURRENT_CALLS)]
