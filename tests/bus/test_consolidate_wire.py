@@ -20,7 +20,7 @@ from .conftest import ConsolidateProcess
 from .engine_double import EngineDouble
 from .siblings import Cli, FakeHttp, FakeRouter, FakeState, FakeSubscriber
 
-pytestmark = pytest.mark.timeout(300)  # a hang's: each worker start may take a minute under load
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 SCOPE = "memory_consolidate"
 TICK = "memory-consolidate::on-tick"

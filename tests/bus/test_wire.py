@@ -37,7 +37,7 @@ from .siblings import (
     user_message,
 )
 
-pytestmark = pytest.mark.timeout(300)  # a hang's: each worker start may take a minute under load
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
