@@ -554,6 +554,52 @@ def test_an_edit_against_a_stale_revision_is_refused_and_the_draft_kept(
     assert (memory["text"], memory["tags"]) == ("The meeting is on Friday", ["work"])
 
 
+def test_a_live_refresh_landing_after_load_latest_does_not_bring_the_conflict_back(
+    server: Server, open_tab: Any
+) -> None:
+    """The order a loaded machine produces (CI hit it): the other writer's change reaches the
+    list only after the person has been refused and has loaded the latest. That late refresh
+    carries the very revision the draft was just rebased on, so it must not say "changed
+    elsewhere" again. The test holds the list's answers to force that order."""
+    bank = _bank(server, "late-refresh")
+    saved = _save(server, bank, "The train leaves at nine")
+    tab = open_tab(bank)
+    page = tab.page
+    row = _row(page, "train leaves")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The train leaves at ten")
+    held: list[Any] = []
+    holding = True
+
+    def hold(route: Any) -> None:  # answered only when the test lets go
+        if holding:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/memory/list", hold)
+    with page.expect_request("**/memory/list"):  # the live refresh the change below sets off
+        server.call("memory::update", {"bank": bank, "id": saved["memory"]["id"], "tags": ["rail"]})
+    editing = page.locator(".mw-editing")
+    editing.get_by_role("button", name="Save", exact=True).click()
+    expect(editing.get_by_role("alert")).to_contain_text("stale revision")
+    rebase = editing.get_by_role("button", name="Load latest (keep my text)")
+    rebase.click()
+    expect(rebase).to_be_hidden()
+    assert held, "the live refresh was not held"
+    holding = False
+    for route in held:
+        route.continue_()
+    expect(editing.locator(".mw-memory-labels")).to_contain_text("#rail")  # the late list landed
+    expect(rebase).to_be_hidden()
+    expect(editing.get_by_role("alert")).to_be_hidden()
+    expect(page.get_by_label("Edit memory text")).to_have_value("The train leaves at ten")
+    editing.get_by_role("button", name="Save", exact=True).click()
+    expect(_row(page, "at ten")).to_have_count(1)
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert (memory["text"], memory["tags"]) == ("The train leaves at ten", ["rail"])
+
+
 # --- preview, settings, doctor -------------------------------------------------------------------
 
 
