@@ -74,7 +74,7 @@ export function createMemoriesPanel(ctx) {
         const fromLive = liveOnly
         liveOnly = true
         await Promise.all([loadItems(fromLive), loadTags()])
-      } while (again)
+      } while (again && state.bank) // no bank any more (it is being deleted): nothing to ask
     })().finally(() => { inFlight = null })
     return inFlight
   }

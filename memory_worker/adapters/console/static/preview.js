@@ -23,6 +23,7 @@ export function createPreviewPanel(ctx) {
 
   async function suggest() {
     const current = bank
+    if (!current) return // no bank shown (one is being deleted)
     const picks = []
     try {
       const { tags } = await ctx.call('memory::tags', { bank: current }, { quiet: true })
