@@ -211,21 +211,26 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   }
 
   // --- data ------------------------------------------------------------------------------------
+  // One list call at a time; one asked for meanwhile runs again once that one is answered (its
+  // answer may predate the change that asked), and the promise settles after the last run, so
+  // `refreshBanks().then(…)` always sees what was there when it was called.
   let banksInFlight = null
+  let banksAgain = false
   async function refreshBanks() {
-    if (banksInFlight) return banksInFlight
+    if (banksInFlight) { banksAgain = true; return banksInFlight }
     banksInFlight = (async () => {
-      try {
-        const { banks } = await call('memory::bank::list', {}, { quiet: true })
-        state.banks = banks
-        rail.render(banks, state.bank)
-        renderBankHeading()
-      } catch (err) {
-        rail.failed(err)
-      } finally {
-        banksInFlight = null
-      }
-    })()
+      do {
+        banksAgain = false
+        try {
+          const { banks } = await call('memory::bank::list', {}, { quiet: true })
+          state.banks = banks
+          rail.render(banks, state.bank)
+          renderBankHeading()
+        } catch (err) {
+          rail.failed(err)
+        }
+      } while (banksAgain)
+    })().finally(() => { banksInFlight = null })
     return banksInFlight
   }
 

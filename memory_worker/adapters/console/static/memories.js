@@ -375,13 +375,19 @@ export function createMemoriesPanel(ctx) {
       else if (held) refresh()
     }
 
+    // Opening the history and a live change can each ask for it: only the latest answer is
+    // shown, so a slow older one cannot land last and drop the newest revision.
+    let historyAsked = 0
     async function loadHistory() {
+      const asked = ++historyAsked
       try {
         const { revisions } = await ctx.call('memory::history', { bank: state.bank, id: memory.id }, { quiet: true })
+        if (asked !== historyAsked) return
         historyBox.replaceChildren(
           h('h4', { class: 'mw-history-title', text: `${plural(revisions.length, 'revision')}, oldest first` }),
           h('ol', { class: 'mw-revisions' }, revisions.map((rev, i) => revision(rev, revisions[i - 1]))))
       } catch (err) {
+        if (asked !== historyAsked) return
         historyBox.replaceChildren(h('p', { class: 'mw-notice', text: `History unavailable: ${err.code}: ${err.message}` }))
       }
     }
