@@ -46,7 +46,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-START_TIMEOUT_S = 15.0
+START_TIMEOUT_S = (
+    60.0  # a bound, not a wait: a cold interpreter on a loaded 2-core machine (as tests/served.py)
+)
 _ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 DESKTOP = {"width": 1280, "height": 860}
@@ -249,6 +251,39 @@ def test_rail_counts_follow_changes_made_elsewhere(server: Server, open_tab: Any
     expect(counts).to_have_text("0 memories · 0 pinned · 0 rules")
     _save(server, bank, "Counts move live", pinned=True)
     _rule(server, bank, "tone", "Be brief.")
+    expect(counts).to_have_text("1 memory · 1 pinned · 1 rule")
+
+
+def test_a_change_seen_while_the_bank_list_is_in_flight_still_reaches_the_rail(
+    server: Server, open_tab: Any
+) -> None:
+    """The order a loaded machine produces: a second change arrives while the rail's list call
+    for the first is still out, so that call's answer predates it. The rail must ask again
+    rather than keep the older answer. The test forces the order: the first list call is
+    answered by the server at once, the rule is written, and only then is the answer delivered."""
+    bank = _bank(server, "counts-late")
+    page = open_tab(bank, "rules").page
+    counts = page.locator(".mw-bank-button", has_text=bank).locator(".mw-bank-meta")
+    expect(counts).to_have_text("0 memories · 0 pinned · 0 rules")
+    held: list[tuple[Any, Any]] = []
+    holding = True
+
+    def hold(route: Any) -> None:
+        if not holding:
+            route.continue_()
+            return
+        held.append((route, route.fetch()))  # the server's answer now, before the rule exists
+        if len(held) == 1:
+            _rule(server, bank, "tone", "Be brief.")  # the change the answer does not know
+
+    page.route("**/memory/bank/list", hold)
+    _save(server, bank, "Counts move live", pinned=True)
+    # The rule's live event has been handled (its rules refresh drew the card) while the list
+    # call was still out.
+    expect(page.locator(".mw-rule[data-rule='tone']")).to_have_count(1)
+    holding = False
+    for route, answer in held:
+        route.fulfill(response=answer)
     expect(counts).to_have_text("1 memory · 1 pinned · 1 rule")
 
 
