@@ -130,21 +130,51 @@ class TestCommit:
         await bank.drain()
         assert bank.get(record.id) == record
 
-    async def test_a_write_never_glues_onto_a_torn_line(self, store: Store, data_dir: Path) -> None:
+    async def test_a_torn_last_line_is_set_aside_at_load_so_the_log_ends_whole(
+        self, store: Store, data_dir: Path
+    ) -> None:
         bank, _ = await store.ensure("main")
         await bank.commit([_memory("The user likes tea")])
         await store.close()
         log = data_dir / "main" / "memories.jsonl"
+        whole = log.read_bytes()
         with log.open("ab") as handle:
             handle.write(b'{"id":"fptorn","text":"half a rec')
         reopened = Store.open(data_dir, holder=HOLDER)
         try:
             bank = reopened.get("main")
-            assert [d.line for d in bank.damage] == [2]
+            assert bank.damage == []
+            [note] = bank.set_aside
+            assert "interrupted write" in note and "interrupted-writes.jsonl" in note
+            assert log.read_bytes() == whole  # cut back to where the torn write began
+            kept = data_dir / "main" / "interrupted-writes.jsonl"
+            assert kept.read_bytes() == b'{"id":"fptorn","text":"half a rec\n'  # kept, not lost
+            await bank.commit([_memory("The user likes cocoa")])
+            texts = [
+                Memory.model_validate_json(line).text for line in log.read_bytes().splitlines()
+            ]
+            assert texts == ["The user likes tea", "The user likes cocoa"]
+        finally:
+            await reopened.close()
+
+    async def test_a_write_never_glues_onto_a_last_line_without_its_newline(
+        self, store: Store, data_dir: Path
+    ) -> None:
+        bank, _ = await store.ensure("main")
+        await bank.commit([_memory("The user likes tea")])
+        await store.close()
+        log = data_dir / "main" / "memories.jsonl"
+        log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a whole record, its newline lost
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            bank = reopened.get("main")
+            assert bank.damage == [] and bank.set_aside == []
             await bank.commit([_memory("The user likes cocoa")])
             lines = log.read_bytes().splitlines()
-            assert lines[1] == b'{"id":"fptorn","text":"half a rec'
-            assert Memory.model_validate_json(lines[2]).text == "The user likes cocoa"
+            assert [Memory.model_validate_json(line).text for line in lines] == [
+                "The user likes tea",
+                "The user likes cocoa",
+            ]
         finally:
             await reopened.close()
 

@@ -24,6 +24,7 @@ from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import ItemEvent
 from memory_worker.storage import erasure
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
+from memory_worker.storage.log import MEMORIES_FILE
 from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = ["CONFIRM", "ForgetUseCases"]
@@ -61,6 +62,10 @@ class ForgetUseCases(EmbeddingWork):
         # From here on the erasure finishes: now, or at the next load if this process dies.
         copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
         result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
+        await asyncio.to_thread(
+            functools.partial(erasure.drop_interrupted, within=bank.root),
+            bank.path / MEMORIES_FILE,
+        )
         # After the log: a vector stored meanwhile for a memory about them is caught too.
         await asyncio.to_thread(
             functools.partial(erasure.erase_vectors, within=bank.root),

@@ -49,9 +49,11 @@ from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
 from memory_worker.storage.log import (
+    INTERRUPTED_FILE,
     MEMORIES_FILE,
     encode,
     history,
+    interrupted_tail,
     lines_of,
     read_all,
     replay,
@@ -132,6 +134,7 @@ class Bank:
         # Raises when this process may no longer write the data dir (its lock is gone).
         self.guard = guard
         self.damage: list[Damage] = []
+        self.set_aside: list[str] = []  # interrupted writes moved out of the log's end at load
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
         self.lanes = LaneIndexes()  # live memories' context and intention (association lanes)
@@ -223,6 +226,7 @@ class Bank:
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
         erasure.resume(path.parent, name, path)  # an interrupted forget-subject finishes first
         bank._read_bank_file()
+        bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._replay()
@@ -232,6 +236,32 @@ class Bank:
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
         return bank
+
+    def _set_aside_interrupted_tail(self) -> None:
+        """Move a write that a crash cut short at the end of the log (never acknowledged, so
+        nothing is lost) into `interrupted-writes.jsonl`, so the log ends whole again: otherwise
+        its torn lines stay damage for good, and every rewrite (erasure, retention, compaction)
+        is refused. The bytes are kept, not dropped: a last line a person typed without a newline
+        and a typo looks the same as a torn one."""
+        path = self.path / MEMORIES_FILE
+        if files.is_link(path):
+            return  # planted: reported by the replay, never read or cut
+        try:
+            offset = interrupted_tail(path, within=self.root)
+            if offset is None:
+                return
+            moved = files.set_aside_tail(
+                path, offset, self.path / INTERRUPTED_FILE, within=self.root
+            )
+        except StorageError as exc:
+            log.warning("interrupted_tail_not_set_aside", bank=self.name, error=exc.message)
+            return  # the replay reports those lines as damage, as before
+        note = (
+            f"{self.name}/{MEMORIES_FILE}: an interrupted write at its end ({moved} bytes, never "
+            f"acknowledged) was moved to {self.name}/{INTERRUPTED_FILE}"
+        )
+        self.set_aside.append(note)
+        log.warning("interrupted_tail_set_aside", bank=self.name, bytes=moved, offset=offset)
 
     def _read_bank_file(self) -> None:
         found = read_bank_file(self.path / BANK_FILE, within=self.root)

@@ -26,12 +26,19 @@ from memory_worker.core.models import Memory
 from memory_worker.storage import files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
-from memory_worker.storage.log import MEMORIES_FILE, lines_of, read_all, replayed
+from memory_worker.storage.log import (
+    INTERRUPTED_FILE,
+    MEMORIES_FILE,
+    lines_of,
+    read_all,
+    replayed,
+)
 from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = [
     "INTENT_FILE",
     "clear_intent",
+    "drop_interrupted",
     "erase_copies",
     "erase_log_file",
     "erase_vectors",
@@ -92,9 +99,17 @@ def clear_intent(bank_path: Path) -> None:
     files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
 
 
+def drop_interrupted(log_path: Path, *, within: Path | None = None) -> None:
+    """Remove the interrupted writes a load set aside beside `log_path`: torn bytes no one was
+    ever told were stored, which an erasure cannot parse to spare what is someone else's."""
+    files.remove_file(log_path.with_name(INTERRUPTED_FILE), within=within)
+
+
 def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> set[str]:
     """Rewrite a log without `subject` (blocking; unreadable lines go too: what cannot be read
-    cannot be shown to be someone else's). Returns the ids removed whole."""
+    cannot be shown to be someone else's), and drop its set-aside interrupted writes. Returns
+    the ids removed whole."""
+    drop_interrupted(path, within=within)
     if not os.path.lexists(path):
         return set()
     records, damage = read_all(path, within=within)

@@ -47,6 +47,8 @@ __all__ = [
     "is_real_dir",
     "is_transient",
     "iter_lines",
+    "iter_lines_at",
+    "last_line",
     "move_to_trash",
     "planted",
     "probe_writable",
@@ -56,6 +58,7 @@ __all__ = [
     "remove_replacements",
     "remove_tree",
     "replace_with",
+    "set_aside_tail",
 ]
 
 PROBE_NAME = ".write-probe"
@@ -352,21 +355,89 @@ def move_to_trash(folder: Path, trash_root: Path, stem: str) -> Path:
 def iter_lines(path: Path, *, within: Path | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """Yield `(line_number, line, complete)` for each non-empty line; `complete` is False only for a
     last line with no trailing newline (possibly torn by a crash mid-write). A link is refused."""
+    for number, _, line, complete in iter_lines_at(path, within=within):
+        yield number, line, complete
+
+
+def iter_lines_at(
+    path: Path, *, within: Path | None = None
+) -> Iterator[tuple[int, int, bytes, bool]]:
+    """`iter_lines` with each line's byte offset: `(line_number, offset, line, complete)`."""
     try:
         handle = open(_open_nofollow(path, os.O_RDONLY, within), "rb")  # noqa: SIM115
     except FileNotFoundError:
         return
     except OSError as exc:
         raise _storage("read", path, exc) from exc
+    offset = 0
     with handle:
         try:
             for number, line in enumerate(handle, start=1):
                 complete = line.endswith(b"\n")
                 stripped = line.strip()
                 if stripped:
-                    yield number, stripped, complete
+                    yield number, offset, stripped, complete
+                offset += len(line)
         except OSError as exc:
             raise _storage("read", path, exc) from exc
+
+
+def last_line(path: Path, *, within: Path | None = None) -> tuple[bytes, bool] | None:
+    """The file's last non-empty line (stripped) and whether it ends with a newline, read from
+    the end (a boot checks every log's tail, so this must not read the whole file); None when
+    the file is missing or blank."""
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY, within)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _storage("read", path, exc) from exc
+    try:
+        end = os.fstat(fd).st_size
+        tail = b""
+        while end > 0:
+            start = max(0, end - 65536)
+            tail = os.pread(fd, end - start, start) + tail
+            end = start
+            body = tail.rstrip()
+            if not body:
+                continue
+            newline = body.rfind(b"\n")
+            if newline >= 0 or end == 0:
+                return body[newline + 1 :].strip(), tail.endswith(b"\n")
+        return None
+    except OSError as exc:
+        raise _storage("read", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def set_aside_tail(path: Path, offset: int, keep: Path, *, within: Path | None = None) -> int:
+    """Move the bytes of `path` from `offset` to its end onto the end of `keep` (fsynced first,
+    so a crash between the two steps only copies them twice), then cut `path` back to `offset`
+    (fsynced). Returns how many bytes moved."""
+    try:
+        fd = _open_nofollow(path, os.O_RDWR, within)
+    except OSError as exc:
+        raise _storage("open", path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        moved = os.pread(fd, size - offset, offset) if size > offset else b""
+        if moved:
+            kept = _open_nofollow(keep, os.O_WRONLY | os.O_APPEND | os.O_CREAT, within)
+            try:
+                _write_all(kept, moved if moved.endswith(b"\n") else moved + b"\n")
+                os.fsync(kept)
+            finally:
+                os.close(kept)
+            fsync_dir(keep.parent)
+            os.ftruncate(fd, offset)
+            os.fsync(fd)
+        return len(moved)
+    except OSError as exc:
+        raise _storage("set aside the interrupted end of", path, exc) from exc
+    finally:
+        os.close(fd)
 
 
 def append_unsynced(path: Path, data: bytes, *, within: Path | None = None) -> None:

@@ -22,10 +22,12 @@ from memory_worker.storage import files
 from memory_worker.storage.damage import Damage
 
 __all__ = [
+    "INTERRUPTED_FILE",
     "MEMORIES_FILE",
     "checksum_problem",
     "encode",
     "history",
+    "interrupted_tail",
     "lines_of",
     "read_all",
     "replay",
@@ -33,6 +35,8 @@ __all__ = [
 ]
 
 MEMORIES_FILE = "memories.jsonl"
+# Where a load moves a write that a crash cut short at the log's end (`interrupted_tail`).
+INTERRUPTED_FILE = "interrupted-writes.jsonl"
 
 
 @dataclass(slots=True)
@@ -230,6 +234,52 @@ def _intact(
             batch = None
     if batch is not None:
         damage.append(_torn(batch))
+
+
+def interrupted_tail(path: Path, *, within: Path | None = None) -> int | None:
+    """The byte offset where a write that never finished begins, when that write is the END of
+    the log: a torn last line, and the lines before it of the same multi-record write that stops
+    short. None when the log ends whole (the common case costs one read of its last line).
+
+    Such a write was never acknowledged: a commit answers only after its whole write is fsynced,
+    and the next commit starts after it. Damage anywhere else in the log is not a tail: it stays
+    reported, never cut."""
+    found = files.last_line(path, within=within)
+    if found is None or not _ends_short(*found):
+        return None
+    cut: int | None = None
+    batch: tuple[str, int] | None = None  # (nonce, offset of its first line) while one is open
+    for _, offset, line, complete in files.iter_lines_at(path, within=within):
+        whole = _whole(line)
+        if not complete and not whole:
+            return batch[1] if batch is not None else offset  # the torn last line
+        tag = _batch_tag(line) if whole else None
+        if tag is None:
+            batch = None
+        elif batch is None or tag[0] != batch[0]:
+            batch = (tag[0], offset) if tag[1] + 1 < tag[2] else None
+        elif tag[1] + 1 == tag[2]:
+            batch = None
+        cut = batch[1] if batch is not None else None
+    return cut
+
+
+def _ends_short(line: bytes, complete: bool) -> bool:
+    """Whether a log whose last line is `line` ends inside a write: torn, or a line of a
+    multi-record write that is not its last."""
+    if not _whole(line):
+        return not complete
+    tag = _batch_tag(line)
+    return tag is not None and tag[1] + 1 < tag[2]
+
+
+def _whole(line: bytes) -> bool:
+    """Whether `line` reads as a record and passes its checksum."""
+    try:
+        _validate_json(line)
+    except ValidationError:
+        return False
+    return checksum_problem(line) is None
 
 
 def _torn(batch: _OpenBatch) -> Damage:

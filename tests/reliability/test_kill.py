@@ -81,6 +81,8 @@ def test_acknowledged_mutations_survive_sigkill_of_a_mixed_stream_and_of_an_impo
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
     log = data / bank / "memories.jsonl"
     size = log.stat().st_size if log.exists() else 0
+    kept = log.with_name("interrupted-writes.jsonl")  # earlier rounds' cut writes, set aside
+    kept_size = kept.stat().st_size if kept.exists() else 0
     with Child(
         ["import", str(source), "--bank", bank, "--data-dir", str(data)],
         cwd=tmp_path,
@@ -103,7 +105,12 @@ def test_acknowledged_mutations_survive_sigkill_of_a_mixed_stream_and_of_an_impo
         assert imported in (0, len(rows))
         doctor = reader.result("memory::doctor", {})
         (intact,) = [c for c in doctor["checks"] if c["name"] == "files-intact"]
-        assert "memories.jsonl" not in intact["detail"], intact["detail"]
+        # A kill inside the import's write leaves its lines short at the log's end: the load
+        # sets them aside (never acknowledged), so the log ends whole and nothing is damage.
+        assert intact["ok"], intact["detail"]
+        set_aside = (kept.stat().st_size if kept.exists() else 0) != kept_size
+        note = f"{bank}/memories.jsonl: an interrupted write at its end"
+        assert (note in intact["detail"]) is set_aside, intact["detail"]
         assert reader.close() == 0
 
 
