@@ -56,7 +56,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from recall_speed import pct, timed, timed_async, vm_rss_kb  # noqa: E402  # one timing loop
 from runinfo import (  # noqa: E402
     add_write_doc_option,
     check_doc_region,
@@ -160,43 +160,6 @@ def rows_of(texts: list[str]) -> list[dict[str, Any]]:
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def vm_rss_kb() -> int:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def timed(fn: Callable[[str], Any], items: list[str], warm: int = 20) -> list[float]:
-    for item in items[:warm]:
-        fn(item)
-    gc.collect()
-    out = []
-    for item in items:
-        started = time.perf_counter_ns()
-        fn(item)
-        out.append((time.perf_counter_ns() - started) / 1e6)
-    return out
-
-
-async def timed_async(fn: Callable[[str], Awaitable[Any]], items: list[str]) -> list[float]:
-    for item in items[:20]:
-        await fn(item)
-    gc.collect()
-    out = []
-    for item in items:
-        started = time.perf_counter_ns()
-        await fn(item)
-        out.append((time.perf_counter_ns() - started) / 1e6)
-    return out
 
 
 def words(text: str) -> list[str]:
@@ -412,7 +375,11 @@ async def measure_cli(root: Path, turns: list[str], banks: int, total: int) -> d
         shutil.copytree(source, data_dir / f"b{i:03d}")
     shutil.rmtree(source)
     exe = str(Path(sys.executable).with_name("memory-worker"))
-    env = {**os.environ, "MEMORY_EMBEDDER": "none"}
+    # Bytecode caches written and used, as an installed package has them (pip compiles at
+    # install): with PYTHONDONTWRITEBYTECODE set (this sandbox sets it) every process compiles
+    # the package's sources again, a cost of the checkout, not of the command.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["MEMORY_EMBEDDER"] = "none"
 
     def wall(args: list[str]) -> float:
         runs = []

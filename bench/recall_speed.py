@@ -189,8 +189,10 @@ def vm_rss_kb() -> int:
     return 0
 
 
-def timed(fn: Callable[[str], Any], queries: list[str]) -> list[float]:
-    for q in queries[:20]:  # warm-up
+def timed(fn: Callable[[str], Any], queries: list[str], warm: int = 20) -> list[float]:
+    """Milliseconds of `fn` on each query, after `warm` of them as a warm-up (bench/growth.py
+    times its peers with this too)."""
+    for q in queries[:warm]:
         fn(q)
     gc.collect()
     out = []

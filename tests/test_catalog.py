@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from memory_worker.app import catalog
+from memory_worker.app import catalog, functions
 from memory_worker.app.catalog import CATALOG, SEAMS, FunctionSpec, SeamSpec
+from memory_worker.core.errors import InvalidInput
 
 from .goldens import updating
 
@@ -329,6 +330,18 @@ def test_function_has_description_and_object_schemas(spec: Spec) -> None:
 
 def test_http_path_mirrors_the_function_id() -> None:
     assert BY_ID["memory::rule::set"].http_path == "memory/rule/set"
+
+
+def test_the_light_id_table_is_the_catalog_in_order() -> None:
+    """`app.functions` (what a forwarded call checks its id against, without the catalog) names
+    exactly the catalog's public functions, and refuses the rest with `find`'s own message."""
+    assert tuple(spec.id for spec in CATALOG) == functions.FUNCTION_IDS
+    with pytest.raises(InvalidInput) as light:
+        functions.check_known("memory::nope")
+    with pytest.raises(InvalidInput) as full:
+        catalog.find("memory::nope")
+    assert str(light.value) == str(full.value)
+    functions.check_known("memory::recall")  # a known one passes
 
 
 # --- seed contract ---------------------------------------------------------------------------

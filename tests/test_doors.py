@@ -5,7 +5,10 @@ through the same door."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,8 @@ from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
+
+from .served import ENV, START_TIMEOUT_S, serving
 
 _TIMES = ("created_at", "updated_at", "stated_at", "invalid_at", "last_accessed_at")
 
@@ -229,3 +234,124 @@ async def test_a_data_dir_change_moves_capture_to_the_new_data_dirs_queue(tmp_pa
         assert not (tmp_path / "old" / ".capture.jsonl").exists()
     finally:
         await server.close()
+
+
+# What a forwarded one-shot process may not import: a coding agent's hook runs one per prompt,
+# and these are most of a second of CPU before the call leaves (bench/oneshot.py).
+_HEAVY = (
+    "numpy",
+    "memory_worker.app.catalog",
+    "memory_worker.app.wire",
+    "memory_worker.app.service",
+    "memory_worker.storage.store",
+    "memory_worker.core.models",
+    "memory_worker.adapters.embedders",
+)
+_FORWARDED_PROBE = """
+import json, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[2:])
+print(json.dumps([code, [m for m in sys.argv[1].split(",") if m in sys.modules]]), file=sys.stderr)
+"""
+
+
+def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Path) -> None:
+    """The CLI and the prompt hook, forwarded to the server holding the data dir, answer without
+    loading the catalog's models, the service, the store or numpy (the server does that work);
+    the same command on a data dir nobody holds does load them, so the probe can tell."""
+    data = tmp_path / "data"
+    prompt = {"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "tea?"}
+    commands = {
+        "trigger": (["trigger", "memory::bank::list", "--data-dir", str(data)], ""),
+        "hook": (["hook", "user-prompt-submit", "--data-dir", str(data)], json.dumps(prompt)),
+    }
+
+    def probe(argv: list[str], stdin: str) -> list[Any]:
+        done = subprocess.run(
+            [sys.executable, "-c", _FORWARDED_PROBE, ",".join(_HEAVY), *argv],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=START_TIMEOUT_S,
+            check=True,
+        )
+        return list(json.loads(done.stderr.strip().splitlines()[-1]))
+
+    # In-process it loads them all (the embedders aside: the tests' MEMORY_EMBEDDER is none).
+    assert probe(*commands["trigger"]) == [0, list(_HEAVY[:-1])]
+    with serving(data, tmp_path / "serve.stderr"):
+        for argv, stdin in commands.values():
+            assert probe(argv, stdin) == [0, []], argv
+
+
+async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:
+    """A server that answers every connection with `raw` once the request's head has arrived."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(raw)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("raw", "answer"),
+    [
+        (b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{"a": true}', {"a": True}),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b'4;x=y\r\n{"a"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n',
+            {"a": 1},
+        ),
+        (b"HTTP/1.0 200 OK\r\n\r\n{}", {}),  # read to the end of the stream
+    ],
+)
+async def test_a_forwarded_answer_is_read_sized_chunked_or_to_its_end(
+    raw: bytes, answer: dict[str, Any]
+) -> None:
+    server, url = await _answering(raw)
+    try:
+        async with RemoteDoor(url, Caller.human("cli")) as door:
+            assert await door.call("memory::bank::list", {}) == answer
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"SSH-2.0-x\r\n\r\n",
+        b"HTTP/1.1 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}",
+    ],
+)
+async def test_an_answer_that_is_not_whole_http_is_sibling_unavailable(raw: bytes) -> None:
+    server, url = await _answering(raw)
+    try:
+        async with RemoteDoor(url, Caller.human("cli")) as door:
+            with pytest.raises(WorkerError) as failed:
+                await door.call("memory::bank::list", {})
+        assert failed.value.code == "sibling_unavailable", failed.value
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_server_that_is_gone_is_sibling_unavailable_naming_it(tmp_path: Path) -> None:
+    """A holder record left by a server that no longer listens: the call fails with
+    `sibling_unavailable` naming the URL, it is never run in-process behind the holder's back."""
+    server = StandaloneServer(Settings(), tmp_path / "gone", port=0)
+    url = await server.start()
+    await server.close()  # the port is free again: nothing answers there now
+    async with RemoteDoor(url, Caller.human("cli")) as door:
+        with pytest.raises(WorkerError) as failed:
+            await door.call("memory::bank::list", {})
+    assert failed.value.code == "sibling_unavailable"
+    assert f"the server at {url} holds the data dir but cannot be reached" in str(failed.value)

@@ -379,3 +379,26 @@ def test_a_bulk_load_answers_exactly_as_documents_added_one_by_one(
         subjects=[d.subject for d in docs],
     )
     assert _state(restored, query) == _state(reference, query)
+
+
+def test_vectors_are_float32_rows_holding_what_float16_rows_held() -> None:
+    """Recall multiplies the rows in place (no per-query conversion), and each stored value is
+    rounded as float16 storage rounded it, so every cosine is what it was; an index that keeps
+    full precision (the association lanes) stores the values as given."""
+    rng = np.random.default_rng(5)
+    rounded, full = LexicalIndex(), LexicalIndex(half_precision=False)
+    given_vectors = {f"d{i}": rng.standard_normal(8).tolist() for i in range(40)}
+    for index in (rounded, full):
+        for doc_id, vector in given_vectors.items():
+            index.add(doc_id, ["tea"])
+            assert index.set_vector(doc_id, vector)
+    as_float32 = np.asarray(list(given_vectors.values()), np.float32)
+    assert rounded.vectors.dtype == full.vectors.dtype == np.float32
+    assert np.array_equal(rounded.vectors[:40], as_float32.astype(np.float16).astype(np.float32))
+    assert np.array_equal(full.vectors[:40], as_float32)
+    query = rng.standard_normal(8).tolist()
+    q = np.asarray(query, np.float32)
+    q /= np.linalg.norm(q)
+    held_as_float16 = as_float32.astype(np.float16)
+    expected = (np.asarray(held_as_float16, np.float32) @ q).astype(np.float64)
+    assert np.array_equal(rounded.cosine(query), expected)

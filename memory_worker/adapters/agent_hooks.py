@@ -34,11 +34,10 @@ from typing import Any, TextIO
 import structlog
 
 from memory_worker.adapters.doors import Door
-from memory_worker.adapters.transcripts import read_transcript
 from memory_worker.app.caller import Caller
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
-from memory_worker.harness.capture import MAX_JOB_ENTRIES
+from memory_worker.storage.capture import MAX_JOB_ENTRIES
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
 
@@ -143,6 +142,9 @@ async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) ->
     if session is None or not isinstance(path, str) or not path:
         log.warning("hook_input_unusable", hook="Stop", detail="no session_id/transcript_path")
         return None
+    # Here, not at the top: it compiles the redaction patterns, which only this hook needs.
+    from memory_worker.adapters.transcripts import read_transcript
+
     try:
         entries = await asyncio.to_thread(
             read_transcript, Path(path).expanduser(), limit=MAX_JOB_ENTRIES

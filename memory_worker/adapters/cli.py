@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.metadata
 import json
 import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 import structlog
@@ -30,12 +29,17 @@ from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door
 from memory_worker.adapters.formats import FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging
-from memory_worker.app import catalog
+from memory_worker.app import functions
 from memory_worker.app.caller import Caller
-from memory_worker.app.ports import Embedder
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
+
+# The catalog (every request and response model, the whole service), the embedders and numpy
+# are imported where a command needs them: a call forwarded to the server holding the data dir
+# (a coding agent's hook runs one per prompt) needs none of them.
+if TYPE_CHECKING:
+    from memory_worker.app.ports import Embedder
 
 log = structlog.get_logger(__name__)
 
@@ -158,14 +162,15 @@ async def _with_door(
     root = resolve_data_dir(args.data_dir, settings)
     # A one-shot command embeds queries over the vectors a server made, never what it writes (the
     # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
-    embedder = _embedder(settings, default="local", lazy=True)
+    _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails whichever door opens
     async with open_door(
         root,
         settings,
         caller,
         command=command,
         lock_wait_s=CLI_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s,
-        embedder=embedder,
+        # Loaded only in-process (and lazily there): a forwarded call lets the server embed.
+        make_embedder=lambda: _embedder(settings, default="local", lazy=True),
         embed_writes=False,
     ) as door:
         return await work(door)
@@ -175,6 +180,8 @@ async def _with_door(
 
 
 def _trigger_help(function_id: str) -> int:
+    from memory_worker.app import catalog
+
     spec = catalog.find(function_id)
     print(f"{spec.id}\n\n{spec.description}\n\nRequest schema:")
     _dump(catalog.json_schema(spec.request), sys.stdout, pretty=True)
@@ -184,7 +191,7 @@ def _trigger_help(function_id: str) -> int:
 async def _trigger(args: argparse.Namespace) -> int:
     if args.help_function:
         return _trigger_help(args.function)
-    catalog.find(args.function)  # an unknown function fails before the data dir is opened
+    functions.check_known(args.function)  # an unknown function fails before the dir is opened
     payload = parse_assignments(args.pairs, args.json)
 
     async def work(door: Door) -> int:
@@ -624,6 +631,8 @@ async def _mcp(args: argparse.Namespace) -> int:
 
 
 def _version() -> str:
+    import importlib.metadata  # only `mcp` says its version: not on every command's path
+
     try:
         return importlib.metadata.version("memory-worker")
     except importlib.metadata.PackageNotFoundError:
@@ -636,6 +645,8 @@ async def _hook(args: argparse.Namespace) -> int:
 
 async def _permissions(args: argparse.Namespace) -> int:
     """Print `iii-permissions.yaml` as the catalog decides it."""
+    from memory_worker.app import catalog
+
     sys.stdout.write(catalog.render_permissions())
     return 0
 

@@ -19,23 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
+import importlib
 import json
 import os
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
-import httpx
 import structlog
 
 from memory_worker.adapters import access
-from memory_worker.app import catalog
+from memory_worker.app import functions
 from memory_worker.app.caller import Caller, CallerKind
-from memory_worker.app.ports import Embedder
-from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
 from memory_worker.core.errors import (
     ERROR_CLASSES,
     Conflict,
@@ -43,10 +43,16 @@ from memory_worker.core.errors import (
     SiblingUnavailable,
     WorkerError,
 )
-from memory_worker.harness.capture import CaptureRunner
 from memory_worker.storage import files
-from memory_worker.storage.capture import CaptureQueue
-from memory_worker.storage.store import Store
+
+# A forwarded call (the data dir is held by a server) needs none of the service: a one-shot CLI
+# call or a coding agent's hook, a new process each time, would import the catalog's models,
+# numpy and the whole store for nothing (most of a second of CPU). The in-process door imports
+# them when it opens the data dir itself.
+if TYPE_CHECKING:
+    from memory_worker.app.ports import Embedder
+    from memory_worker.app.service import MemoryService
+    from memory_worker.core.config import Settings
 
 __all__ = [
     "CALLER_HEADER",
@@ -97,11 +103,16 @@ class LocalDoor:
         return None
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
+        from memory_worker.app import catalog
+
         return await catalog.call(self.service, function_id, payload, self.caller)
 
     async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
         """Into the data dir's queue (this process holds the lock); a server started later, or
         `memory-worker capture`, runs it."""
+        from memory_worker.harness.capture import CaptureRunner
+        from memory_worker.storage.capture import CaptureQueue
+
         queue = await asyncio.to_thread(CaptureQueue, self.service.store.root)
         try:
             return await CaptureRunner(self.service, queue, None).enqueue(job)
@@ -128,7 +139,13 @@ def _error_of(status: int, body: object, url: str) -> WorkerError:
 
 
 class RemoteDoor:
-    """Calls forwarded to the server holding the data dir. Use as `async with`."""
+    """Calls forwarded to the server holding the data dir. Use as `async with`.
+
+    One HTTP/1.1 exchange per call with the standard library's `http.client` (`Connection:
+    close`), not httpx: a forwarded one-shot process (a coding agent's hook, one per prompt) would
+    spend more importing it (and the CLI tools it loads when they are installed) than the call
+    takes. The holder's URL is on this machine's word: no proxy, netrc or redirect is followed.
+    A cancelled call closes its connection at once."""
 
     def __init__(
         self,
@@ -137,15 +154,24 @@ class RemoteDoor:
         *,
         token: str | None = None,
         timeout_s: float = FORWARD_TIMEOUT_S,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.caller = caller
-        self._headers = {**access.request_headers(token), CALLER_HEADER: encode_caller(caller)}
-        # Never proxies or netrc from the environment: the holder's URL is on this machine's word.
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s, transport=transport, trust_env=False, follow_redirects=False
-        )
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"the server URL {url!r} is not an http(s) URL")
+        self._tls = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._tls else 80)
+        self._base = parts.path  # what the server's paths sit under ("" for a plain server)
+        netloc = parts.netloc.rpartition("@")[2]  # never credentials in a Host header
+        self._headers = {
+            "Host": netloc,
+            **access.request_headers(token),
+            CALLER_HEADER: encode_caller(caller),
+            "Connection": "close",
+        }
+        self._timeout_s = timeout_s
 
     def __repr__(self) -> str:
         return f"RemoteDoor({self.url!r}, caller={self.caller.describe()!r})"
@@ -161,39 +187,61 @@ class RemoteDoor:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        """Nothing stays open between calls (each has its own connection)."""
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
-        spec = catalog.find(function_id)  # an unknown function fails here, as in-process
-        return await self._post(f"{self.url}/{spec.http_path}", payload)
+        functions.check_known(function_id)  # an unknown function fails here, as in-process
+        return await self._post(functions.http_path(function_id), payload)
 
     async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
         """To the server's queue: it runs the job as soon as it can."""
-        return await self._post(f"{self.url}/{CAPTURE_PATH}", job)
+        return await self._post(CAPTURE_PATH, job)
 
-    async def _post(self, url: str, payload: object) -> dict[str, Any]:
+    async def _post(self, path: str, payload: object) -> dict[str, Any]:
+        url = f"{self.url}/{path}"
         try:
-            body = json.dumps({} if payload is None else payload, ensure_ascii=False)
+            body = json.dumps({} if payload is None else payload, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"payload is not JSON: {exc}") from None
         try:
-            response = await self._client.post(url, content=body.encode(), headers=self._headers)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self._timeout_s):
+                status, raw = await self._exchange(f"{self._base}/{path}", body)
+        except TimeoutError:
             raise SiblingUnavailable(f"the server at {self.url} did not answer in time") from None
-        except httpx.HTTPError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise SiblingUnavailable(
                 f"the server at {self.url} holds the data dir but cannot be reached: "
                 f"{type(exc).__name__}"
             ) from None
         try:
-            answer = response.json()
+            answer = json.loads(raw)
         except ValueError:
             answer = None
-        if response.status_code >= 400:
-            raise _error_of(response.status_code, answer, self.url)
+        if status >= 400:
+            raise _error_of(status, answer, self.url)
         if not isinstance(answer, dict):
             raise SiblingUnavailable(f"the server at {self.url} answered {url} with no JSON object")
         return answer
+
+    async def _exchange(self, target: str, body: bytes) -> tuple[int, bytes]:
+        """POST `body` to `target`: (status, response body), through the standard library's
+        HTTP client in a thread. A cancelled call (the hook's budget) shuts the socket, so the
+        thread returns at once instead of waiting for the server."""
+        connection_class = http.client.HTTPSConnection if self._tls else http.client.HTTPConnection
+        connection = connection_class(self._host, self._port, timeout=self._timeout_s)
+
+        def exchange() -> tuple[int, bytes]:
+            connection.request("POST", target, body=body, headers=self._headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+
+        try:
+            return await asyncio.to_thread(exchange)
+        finally:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+            connection.close()
 
 
 # --- who is calling, over HTTP -----------------------------------------------------------------
@@ -264,6 +312,25 @@ def _holder(command: str) -> dict[str, object]:
 
 
 @contextlib.asynccontextmanager
+async def _forwarded(
+    root: Path, url: str, caller: Caller, command: str, timeout_s: float
+) -> AsyncIterator[Door]:
+    log.debug("forwarding", url=url, command=command)
+    async with RemoteDoor(
+        url, caller, token=access.client_token(root), timeout_s=timeout_s
+    ) as door:
+        yield door
+
+
+def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:
+    """`root` probed and locked for this process, as `Store.open` does (`Conflict` when held)."""
+    files.probe_writable(root)
+    lock = files.DataDirLock(root, _holder(command))
+    lock.acquire(wait_s)
+    return lock
+
+
+@contextlib.asynccontextmanager
 async def open_door(
     root: Path,
     settings: Settings,
@@ -272,27 +339,54 @@ async def open_door(
     command: str,
     lock_wait_s: float,
     embedder: Embedder | None = None,
+    make_embedder: Callable[[], Embedder | None] | None = None,
     embed_writes: bool = True,
     forward_timeout_s: float = FORWARD_TIMEOUT_S,
 ) -> AsyncIterator[Door]:
     """The door to `root` for one command: the data dir opened in-process (its lock held until
-    the block ends, what was saved embedded before it closes), or the server holding it."""
+    the block ends, what was saved embedded before it closes), or the server holding it.
+    `make_embedder` (instead of `embedder`) is called only in-process: a forwarded call never
+    loads an embedder (the server embeds)."""
+    root = root.resolve()
+    lock = None
+    if serving_url(root) is not None:
+        # A server's record in the lock: it most likely holds the data dir, so the lock is tried
+        # at once, with nothing but `storage.files` imported, and a refused call is forwarded
+        # before anything of the store or the service is.
+        try:
+            lock = await asyncio.to_thread(_lock, root, command, 0.0)
+        except Conflict:
+            lock = None
+            if (url := serving_url(root)) is None:
+                raise
+            async with _forwarded(root, url, caller, command, forward_timeout_s) as door:
+                yield door
+            return
     try:
-        # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
-        # files), so one line appended to one bank of a hundred costs that bank alone.
-        store = await asyncio.to_thread(
-            Store.open, root, holder=_holder(command), lock_wait_s=lock_wait_s, lazy=True
-        )
-    except Conflict:
-        url = serving_url(root)
-        if url is None:
-            raise
-        log.debug("forwarding", url=url, command=command)
-        async with RemoteDoor(
-            url, caller, token=access.client_token(root), timeout_s=forward_timeout_s
-        ) as door:
-            yield door
-        return
+        # The store and the service are imported before the lock is waited for, not while it is
+        # held: twelve CLI calls queued on one data dir would each hold it for the imports too.
+        from memory_worker.app.service import MemoryService
+        from memory_worker.storage.store import Store
+
+        importlib.import_module("memory_worker.app.catalog")  # what LocalDoor.call runs
+        if make_embedder is not None:
+            embedder = make_embedder()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if lock is None:
+        try:
+            lock = await asyncio.to_thread(_lock, root, command, lock_wait_s)
+        except Conflict:
+            if (url := serving_url(root)) is None:
+                raise
+            async with _forwarded(root, url, caller, command, forward_timeout_s) as door:
+                yield door
+            return
+    # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
+    # files), so one line appended to one bank of a hundred costs that bank alone.
+    store = await asyncio.to_thread(Store.adopt, lock, lazy=True)
     service = MemoryService(store, settings, embedder=embedder, embed_writes=embed_writes)
     try:
         yield LocalDoor(service, caller)

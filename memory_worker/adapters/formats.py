@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from memory_worker.core.errors import InvalidInput
-from memory_worker.core.transitions import MAX_LABELS, MAX_TEXT_CHARS, MIN_TEXT_CHARS
+
+# `core.transitions` (the memory limits) is imported where a record is read, not here: every
+# command's parser names FORMATS, and a forwarded call should not load the memory models for it.
 
 __all__ = ["FORMATS", "Foreign", "read_foreign"]
 
@@ -44,6 +46,8 @@ class Foreign:
     skipped: dict[str, int] = field(default_factory=dict)
 
     def add(self, text: str, **fields: Any) -> None:
+        from memory_worker.core.transitions import MAX_TEXT_CHARS, MIN_TEXT_CHARS
+
         text = " ".join(text.split())
         if len(text) < MIN_TEXT_CHARS:
             self.skipped["too_short"] = self.skipped.get("too_short", 0) + 1
@@ -75,6 +79,8 @@ def _tag(value: object) -> str | None:
 
 
 def _mem0(path: Path) -> Foreign:
+    from memory_worker.core.transitions import MAX_LABELS
+
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from memory_worker.core.models import Confidence
+from memory_worker.core.confidence import Confidence
 
 __all__ = ["SYSTEM", "Caller", "CallerKind"]
 

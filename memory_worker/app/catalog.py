@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.app import seams, wire
+from memory_worker.app import functions, seams, wire
 from memory_worker.app.access import check_access
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
@@ -88,7 +88,7 @@ class FunctionSpec:
     @property
     def http_path(self) -> str:
         """`memory::rule::set` → `memory/rule/set`, as the iii http triggers name it."""
-        return self.id.replace("::", "/")
+        return functions.http_path(self.id)
 
     @property
     def agents(self) -> bool:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
-from pydantic.json_schema import JsonSchemaValue
+from pydantic import BaseModel, ConfigDict, Field
 
 from memory_worker.core.bank_settings import BankSettings
+from memory_worker.core.confidence import Confidence
 
 __all__ = [
     "MAX_INT",
@@ -32,33 +31,6 @@ __all__ = [
     "Rule",
     "utc_datetime",
 ]
-
-
-class Confidence(StrEnum):
-    """How a memory entered the store."""
-
-    EXTRACTED = "extracted"
-    INFERRED = "inferred"
-    STATED = "stated"
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, core_schema: Any, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return {
-            "description": cls.__doc__,
-            "oneOf": [
-                {"description": meaning, "enum": [value], "type": "string"}
-                for value, meaning in _CONFIDENCE_MEANINGS.items()
-            ],
-        }
-
-
-_CONFIDENCE_MEANINGS = {
-    "extracted": "Stated directly in the source conversation.",
-    "inferred": "Derived by the extraction model rather than stated verbatim.",
-    "stated": "Saved explicitly by an agent or a human (highest trust).",
-}
 
 
 class ItemEvent(StrEnum):

@@ -29,7 +29,7 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
-from memory_worker.storage.capture import CaptureQueue, Pending
+from memory_worker.storage.capture import MAX_JOB_ENTRIES, CaptureQueue, Pending
 
 __all__ = [
     "MAX_JOB_ENTRIES",
@@ -40,7 +40,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-MAX_JOB_ENTRIES = 200  # the transcript's tail a job carries; the cursor picks what is new in it
 MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts are in the words)
 RETRY_FIRST_MS = 5_000
 RETRY_MAX_MS = 10 * 60_000

@@ -76,10 +76,9 @@ class LaneIndexes:
     def _index(self, lane: str) -> LexicalIndex:
         index = self.indexes.get(lane)
         if index is None:
-            # float32 vectors: a recall compares its window and goal with every lane vector, and
-            # converting float16 rows per query cost more than the comparison
-            # (bench/lanes_speed.py).
-            index = self.indexes[lane] = LexicalIndex(vector_dtype=np.float32)
+            # Full float32 values: lane vectors were never rounded to float16 (their figures
+            # were taken so).
+            index = self.indexes[lane] = LexicalIndex(half_precision=False)
         return index
 
     def add(self, memory: Memory) -> None:

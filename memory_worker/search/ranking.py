@@ -278,9 +278,8 @@ def _expand(
     if cosines is not None:
         first = np.union1d(first, _top(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
-        pulled = index.vectors[: cosines.size].astype(np.float32) @ index.vectors[first].astype(
-            np.float32
-        ).mean(axis=0)
+        # float32 rows in place (no copy of the matrix per query)
+        pulled = index.vectors[: cosines.size] @ index.vectors[first].mean(axis=0)
         pulled[~index.has_vector[: cosines.size]] = 0.0
         cosines = cosines + fusion.expand_vector * pulled.astype(np.float64)
     extra = index.expansion(first.tolist(), set(query_terms), fusion.expand_terms)
@@ -541,7 +540,7 @@ def _demote_near_duplicates(
     demoted = np.zeros(scores.size, bool)
     live = slots >= 0
     safe = np.where(live, slots, 0)
-    vectors = index.vectors[safe].astype(np.float32)
+    vectors = index.vectors[safe]  # the chosen few rows (a copy: fancy indexing), float32
     has = index.has_vector[safe] & live
     for i in order.tolist():
         if has[i] and kept and float(np.max(vectors[kept] @ vectors[i])) >= threshold:

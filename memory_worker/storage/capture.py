@@ -32,13 +32,17 @@ import structlog
 
 from memory_worker.storage import files
 
-__all__ = ["CAPTURE_FILE", "CaptureQueue", "Pending"]
+__all__ = ["CAPTURE_FILE", "MAX_JOB_ENTRIES", "CaptureQueue", "Pending"]
 
 log = structlog.get_logger(__name__)
 
 CAPTURE_FILE = ".capture.jsonl"  # a dot name: never taken for a bank
 COMPACT_BYTES = 1024 * 1024  # rewritten to the cursors once idle past this size
 MAX_ATTEMPTS = 8  # then the job is dead: kept in the file for a person, never run again
+# The transcript's tail a job carries; the cursor picks what is new in it. Here, not in
+# harness.capture (which validates jobs by it), so the Stop hook reads that tail without
+# importing the service.
+MAX_JOB_ENTRIES = 200
 
 
 @dataclass

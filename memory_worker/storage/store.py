@@ -130,6 +130,14 @@ class Store:
         files.probe_writable(root)
         lock = files.DataDirLock(root, holder)
         lock.acquire(lock_wait_s)
+        return cls.adopt(lock, lazy=lazy)
+
+    @classmethod
+    def adopt(cls, lock: files.DataDirLock, *, lazy: bool = False) -> Store:
+        """Replay the data dir of `lock`, which this process has just acquired (a door takes the
+        lock before it imports the store, to forward the call when it is refused). The lock is
+        released when the replay fails."""
+        root = lock.root
         durability = DurabilityWarnings()
         banks: dict[str, Bank] = {}
         broken: dict[str, str] = {}
