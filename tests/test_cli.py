@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,8 +25,9 @@ from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.text import fingerprint
 
 ISOLATED_VARS = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
-ANSWER_TIMEOUT_S = 15.0
-RUN_TIMEOUT_S = 30.0
+ANSWER_TIMEOUT_S = 60.0  # a hang's: the first answer includes a cold start (15 s under load)
+RUN_TIMEOUT_S = 60.0  # one command: ~1.5 s idle, 26 s measured at load 25 on 2 cores
+SIDE_BY_SIDE_S = 15.0  # more per command run beside others (~1.2 s of CPU each to import)
 
 
 # --- process helpers -------------------------------------------------------------------------
@@ -86,6 +88,27 @@ def finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT_S) -> Outco
     return Outcome(proc.returncode, stdout, stderr)
 
 
+def finish_all(procs: Sequence[subprocess.Popen[str]]) -> list[Outcome]:
+    """Wait for commands started side by side, under one deadline that grows with their number.
+    They share the machine's cores: on a loaded 2-core machine sixteen cold interpreters (~1.2 s of
+    CPU each just to import) all finish after about a minute, together, so a fixed cap per
+    process failed the first one waited for. Whatever still runs at the deadline is killed."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S + SIDE_BY_SIDE_S * len(procs)
+    try:
+        # `communicate` gives up at once on a zero timeout, even with the output ready to read.
+        return [finish(proc, max(1.0, deadline - time.monotonic())) for proc in procs]
+    finally:
+        kill_all(procs)
+
+
+def kill_all(procs: Iterable[subprocess.Popen[str]]) -> None:
+    """Kill and reap whatever still runs (a test that failed half way leaves nothing behind)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Outcome:
     """Run one command to completion. `cwd` is always a temp dir, so the default `./data/memory`
     can never land in the repository."""
@@ -98,12 +121,9 @@ def run_many(commands: list[tuple[str, ...]], *, cwd: Path) -> list[Outcome]:
     try:
         for args in commands:
             procs.append(start_cli(*args, cwd=cwd))
-        return [finish(proc) for proc in procs]
+        return finish_all(procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        kill_all(procs)
 
 
 class BatchProcess:
@@ -364,12 +384,12 @@ def _one_shots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
     try:
         for name, (args, env) in commands.items():
             procs[name] = start_cli(*args, cwd=root / name, env=env)
-        return {name: Ran(finish(proc), root / name) for name, proc in procs.items()}
+        outcomes = finish_all(list(procs.values()))
+        return {
+            name: Ran(outcome, root / name) for name, outcome in zip(procs, outcomes, strict=True)
+        }
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        kill_all(procs.values())
 
 
 # --- trigger ---------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from memory_worker.storage.store import Store
 
 from .processes import read_line
 
-START_TIMEOUT_S = 10.0
-EXIT_TIMEOUT_S = 5.0
+START_TIMEOUT_S = 60.0  # a cold interpreter: ~2 s alone, 15 s and more on a loaded 2-core machine
+EXIT_TIMEOUT_S = 30.0  # a clean stop with nothing in flight: well under a second alone
 _ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
 _ENV = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
 # Straight to 127.0.0.1 even when the environment sets an http proxy.

@@ -153,10 +153,11 @@ async def _with_door(
     work: Callable[[Door], Awaitable[int]],
     *,
     caller: Caller = CLI_CALLER,
-    lock_wait_s: float = CLI_LOCK_WAIT_S,
+    lock_wait_s: float | None = None,
 ) -> int:
     """Run `work` through the data dir's door: opened in-process, or forwarded to the server
-    that holds it."""
+    that holds it. `lock_wait_s` defaults to `CLI_LOCK_WAIT_S` as it is at the call (read then,
+    not when this was defined, so a test can shorten it)."""
     settings = _settings(args)
     root = resolve_data_dir(args.data_dir, settings)
     # A one-shot command embeds queries over the vectors a server made, never what it writes (the
@@ -167,7 +168,7 @@ async def _with_door(
         settings,
         caller,
         command=command,
-        lock_wait_s=lock_wait_s,
+        lock_wait_s=CLI_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s,
         # Loaded only in-process (and lazily there): a forwarded call lets the server embed.
         make_embedder=lambda: _embedder(settings, default="local", lazy=True),
         embed_writes=False,

@@ -584,8 +584,11 @@ class DataDirLock:
         self._lost: str | None = None
 
     def acquire(self, wait_s: float = 0.0) -> None:
-        """Take the lock, waiting up to `wait_s` for a short-lived CLI holder; a long-running
-        holder (a served worker) is refused at once."""
+        """Take the lock, waiting up to `wait_s` for each short-lived CLI holder ahead of this
+        one; a long-running holder (a served worker) is refused at once. The wait starts over when
+        the holder changes: sixteen CLI calls at once queue behind each other, and the last must
+        not be refused because fifteen quick ones (slow on a loaded machine) added up to more than
+        one long one."""
         try:
             dir_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
@@ -598,9 +601,8 @@ class DataDirLock:
                 )
             except OSError as exc:
                 raise _storage("open", self.path, exc) from exc
-            deadline = time.monotonic() + wait_s
-            self._wait_for(dir_fd, self.root, deadline)
-            self._wait_for(fd, self.path, deadline)  # what a worker of an older version locks
+            self._wait_for(dir_fd, self.root, wait_s)
+            self._wait_for(fd, self.path, wait_s)  # what a worker of an older version locks
             record = json.dumps(self.holder).encode()
             try:
                 os.pwrite(fd, record, 0)  # write first, then cut: the record is never seen empty
@@ -616,7 +618,9 @@ class DataDirLock:
         self._ids = (_identity(os.fstat(dir_fd)), _identity(os.fstat(fd)))
         self._lost = None
 
-    def _wait_for(self, fd: int, what: Path, deadline: float) -> None:
+    def _wait_for(self, fd: int, what: Path, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        seen: dict[str, object] = {}
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -625,6 +629,10 @@ class DataDirLock:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise _storage("lock", what, exc) from exc
             holder = self.read_holder()
+            if holder and holder != seen:  # the queue moved: this holder gets its own wait
+                if seen:
+                    deadline = time.monotonic() + wait_s
+                seen = holder
             # An empty record is a holder still writing its name (or just releasing): wait.
             short_lived = not holder or holder.get("kind") == "cli"
             if short_lived and time.monotonic() < deadline:

@@ -23,8 +23,8 @@ import pytest
 from ..processes import read_line
 from .engine_double import EngineDouble
 
-START_TIMEOUT_S = 20.0
-EXIT_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 120.0  # a cold interpreter: ~2 s alone, over 60 s seen at load 28 on 2 cores
+EXIT_TIMEOUT_S = 30.0  # a graceful stop flushes to siblings and closes the SDK: seconds under load
 READY_PREFIX = "memory-worker connected to "
 _ISOLATED = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL", "III_CONFIG_NAME")
 
@@ -86,6 +86,9 @@ class WorkerProcess:
             self.engine.wait_function(
                 "memory::save", min_count=self.starts, timeout=START_TIMEOUT_S
             )
+            # Bindings to a sibling's trigger type reach that sibling after the engine has them:
+            # a test that fires one (a hook, a session deletion) at once found nobody bound.
+            self.engine.wait_settled(timeout=START_TIMEOUT_S)
         except BaseException:
             self.kill()
             raise AssertionError(f"worker did not start; log:\n{self.log()}") from None
@@ -233,6 +236,7 @@ class ConsolidateProcess:
             self.engine.wait_function(
                 "memory-consolidate::run", min_count=self.starts, timeout=START_TIMEOUT_S
             )
+            self.engine.wait_settled(timeout=START_TIMEOUT_S)  # as WorkerProcess.start
         except BaseException:
             self.kill()
             raise AssertionError(f"memory-consolidate did not start; log:\n{self.log()}") from None

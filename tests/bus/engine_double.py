@@ -1202,6 +1202,17 @@ class EngineDouble:
 
         return self._wait(ready, timeout, f"rejected {trigger_type} binding")
 
+    def wait_settled(self, timeout: float = 10) -> None:
+        """Wait until no binding is ``delivered`` (forwarded to its provider, the answer not in
+        yet). A provider acknowledges a binding once it holds it, so every provider then holds
+        what it accepted; and, reading its socket in order, has dropped what was unregistered
+        before (a restarted worker's previous bindings)."""
+
+        def ready() -> bool:
+            return all(b.state != "delivered" for b in self._bindings.values())
+
+        self._wait(ready, timeout, "settled bindings (one still awaits its provider's answer)")
+
     def wait_worker(self, name: str, timeout: float = 10, min_count: int = 1) -> JSON:
         """Wait for the ``min_count``-th ``engine::workers::register`` of a worker name."""
 

@@ -12,7 +12,7 @@ from iii import InvocationError
 from .engine_double import EngineDouble
 from .siblings import Cli, FakeHarness, envelope, user_message
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 
 def as_agent(cli: Cli, function_id: str, payload: dict[str, Any]) -> Any:

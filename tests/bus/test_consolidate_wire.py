@@ -20,7 +20,7 @@ from .conftest import ConsolidateProcess
 from .engine_double import EngineDouble
 from .siblings import Cli, FakeHttp, FakeRouter, FakeState, FakeSubscriber
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 SCOPE = "memory_consolidate"
 TICK = "memory-consolidate::on-tick"

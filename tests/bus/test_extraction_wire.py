@@ -24,7 +24,7 @@ from .siblings import (
     user_message,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 

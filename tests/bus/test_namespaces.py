@@ -12,7 +12,7 @@ from .conftest import WorkerProcess
 from .engine_double import WORKER_NAMESPACE_CONFLICT, EngineDouble
 from .siblings import Cli, FakeHarness, envelope, user_message
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 
 def test_a_second_memory_worker_is_refused_and_the_first_keeps_serving(

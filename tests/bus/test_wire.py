@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from iii import InvocationError
 from memory_worker.adapters import console
 from memory_worker.app import catalog
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text
+from memory_worker.storage.vectors import VECTORS_FILE, load_vectors
 
 from .conftest import WorkerProcess
 from .engine_double import EngineDouble
@@ -35,7 +37,7 @@ from .siblings import (
     user_message,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
@@ -48,6 +50,15 @@ def _cli(engine: EngineDouble) -> Any:
 
 def texts(messages: list[dict[str, Any]]) -> list[str]:
     return [message_text(m) for m in messages]
+
+
+def wait_embedded(bank_dir: Path, memory_id: str, timeout: float = 30.0) -> None:
+    """Until the bank's vectors file holds the memory's vector (polling a condition on the
+    worker's files, not waiting for work: the embedding takes a round trip to the router)."""
+    deadline = time.monotonic() + timeout
+    while memory_id not in load_vectors(bank_dir / VECTORS_FILE)[0]:
+        assert time.monotonic() < deadline, f"{memory_id} was not embedded in {timeout} s"
+        time.sleep(0.02)
 
 
 class TestRegistration:
@@ -143,10 +154,14 @@ class TestCalls:
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:
         with FakeRouter(engine.url) as router:
-            spawn()
-            cli.call("memory::save", {"text": "The user's cat is called Miso."})
+            worker: WorkerProcess = spawn()
+            saved = cli.call("memory::save", {"text": "The user's cat is called Miso."})
+            # A save is embedded in the background, and a new bank's recall runs lexical until
+            # its first vectors are in (it says so): wait for the vector the worker keeps.
+            wait_embedded(worker.data_dir / "main", saved["memory"]["id"])
             recalled = cli.call("memory::recall", {"query": "cat name"})
-            assert recalled["retrieval"] == "bm25-entity-semantic"
+            slow = worker.events("query_embedding_failed")  # past its 2 s budget, say
+            assert recalled["retrieval"] == "bm25-entity-semantic", slow
             assert router.embed_requests
             checks = {c["name"]: c for c in cli.call("memory::doctor", {})["checks"]}
             assert checks["router-reachable"]["ok"] is True

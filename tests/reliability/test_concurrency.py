@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import subprocess
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -21,7 +22,7 @@ from memory_worker.core.models import Memory
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.storage.bank import Bank
 
-from ..test_cli import finish, start_cli
+from ..test_cli import finish_all, kill_all, start_cli
 from ..test_properties import CONCURRENT_POOL
 from .helpers import answers, open_service
 
@@ -125,9 +126,10 @@ async def test_64_concurrent_writers_lose_no_update_and_replay_to_the_live_state
         await reopened.store.close()
 
 
+@pytest.mark.timeout(360)  # finish_all's deadline for 12 side by side is 240 s
 def test_concurrent_cli_processes_share_one_data_dir_one_at_a_time(tmp_path: Path) -> None:
-    """Twelve processes at once: each waits for the lock (up to 10 s), none is refused, and the
-    log holds exactly one line per mutation (two writers would tear or duplicate lines)."""
+    """Twelve processes at once: each waits for the lock (up to 10 s a holder), none is refused,
+    and the log holds exactly one line per mutation (two writers would tear or duplicate lines)."""
     data = tmp_path / "data"
     commands: list[tuple[str, ...]] = []
     for text in ("The user likes tea", "The user likes chess", "The user likes Porto") * 2:
@@ -147,14 +149,13 @@ def test_concurrent_cli_processes_share_one_data_dir_one_at_a_time(tmp_path: Pat
         rows = tmp_path / f"rows-{n}.jsonl"
         rows.write_text("".join(json.dumps({"text": f"Row {n} {i}"}) + "\n" for i in range(5)))
         commands.append(("import", str(rows), "--bank", "work"))
-    procs = [start_cli(*c, "--data-dir", str(data), cwd=tmp_path) for c in commands]
+    procs: list[subprocess.Popen[str]] = []
     try:
-        outcomes = [finish(proc, timeout=60) for proc in procs]
+        for command in commands:
+            procs.append(start_cli(*command, "--data-dir", str(data), cwd=tmp_path))
+        outcomes = finish_all(procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        kill_all(procs)
     failed = [
         (c, o.stderr.strip()[-300:]) for c, o in zip(commands, outcomes, strict=True) if o.code
     ]

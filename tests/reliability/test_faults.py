@@ -310,7 +310,7 @@ def test_every_command_refuses_to_run_on_an_unusable_data_dir(
     tmp_path: Path, command: tuple[str, ...]
 ) -> None:
     data = _unusable(tmp_path, "under-a-regular-file")
-    outcome = finish(start_cli(*command, "--data-dir", str(data), cwd=tmp_path), timeout=30)
+    outcome = finish(start_cli(*command, "--data-dir", str(data), cwd=tmp_path))
     assert outcome.code == 1, (outcome.stdout, outcome.stderr)
     assert outcome.stdout == ""  # no answer, no ready line: nothing ran on RAM alone
     assert '"code": "storage"' in outcome.stderr.splitlines()[-1]

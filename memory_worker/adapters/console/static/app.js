@@ -109,7 +109,14 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   const rail = createBankRail(ctx, {
     select: (name) => selectBank(name),
     created: (name) => { refreshBanks().then(() => selectBank(name)) },
-    removed: (name) => { if (state.bank === name) state.bank = null; refreshBanks() },
+    removing: (name) => { if (state.bank === name) show(null) },
+    removed: (name, done) => {
+      refreshBanks().then(() => {
+        // Still on no bank (nobody picked one meanwhile): the first remaining one, as at start;
+        // or, when the delete was refused, the bank again.
+        if (state.bank === null) selectBank(done ? firstBank() : name)
+      })
+    },
   })
 
   const shell = h('div', { class: 'mw-shell' }, rail.el, workspace)
@@ -134,13 +141,22 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
       })
       if (!discard) return
     }
+    show(name)
+    setView('workspace')
+    if (!fromHash) writeHash()
+  }
+
+  /** Point the workspace at bank `name`; null: at none, so no panel asks the server anything. */
+  function show(name) {
     state.bank = name
     for (const panel of Object.values(panels)) panel.setBank?.(name)
     reportDirty()
     rail.setSelected(name)
     renderBankHeading()
-    setView('workspace')
-    if (!fromHash) writeHash()
+  }
+
+  function firstBank() {
+    return state.banks[0]?.name ?? 'main' // the default bank reads as empty until its first write
   }
 
   function selectTab(id, { focus = false, fromHash = false } = {}) {
@@ -195,21 +211,26 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   }
 
   // --- data ------------------------------------------------------------------------------------
+  // One list call at a time; one asked for meanwhile runs again once that one is answered (its
+  // answer may predate the change that asked), and the promise settles after the last run, so
+  // `refreshBanks().then(…)` always sees what was there when it was called.
   let banksInFlight = null
+  let banksAgain = false
   async function refreshBanks() {
-    if (banksInFlight) return banksInFlight
+    if (banksInFlight) { banksAgain = true; return banksInFlight }
     banksInFlight = (async () => {
-      try {
-        const { banks } = await call('memory::bank::list', {}, { quiet: true })
-        state.banks = banks
-        rail.render(banks, state.bank)
-        renderBankHeading()
-      } catch (err) {
-        rail.failed(err)
-      } finally {
-        banksInFlight = null
-      }
-    })()
+      do {
+        banksAgain = false
+        try {
+          const { banks } = await call('memory::bank::list', {}, { quiet: true })
+          state.banks = banks
+          rail.render(banks, state.bank)
+          renderBankHeading()
+        } catch (err) {
+          rail.failed(err)
+        }
+      } while (banksAgain)
+    })().finally(() => { banksInFlight = null })
     return banksInFlight
   }
 

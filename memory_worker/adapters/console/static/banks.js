@@ -4,7 +4,7 @@
 import { h, reconcile, setText } from './dom.js'
 import { NAME_PATTERN, plural, slugify } from './format.js'
 
-export function createBankRail(ctx, { select, created, removed }) {
+export function createBankRail(ctx, { select, created, removing, removed }) {
   const list = h('ul', { class: 'mw-bank-list', attrs: { 'aria-label': 'Banks' } })
   const status = h('p', { class: 'mw-rail-status' })
   const input = h('input', {
@@ -61,7 +61,7 @@ export function createBankRail(ctx, { select, created, removed }) {
 
   function render(next, current) {
     banks = next
-    selected = current ?? selected
+    if (current !== undefined) selected = current // null: no bank is shown (one is being deleted)
     reconcile(list, banks, (b) => b.name, row, update)
     setText(status, banks.length ? '' : 'No banks yet: the default bank appears with its first memory.')
   }
@@ -79,9 +79,19 @@ export function createBankRail(ctx, { select, created, removed }) {
       danger: true,
     })
     if (!ok) return
-    const result = await ctx.call('memory::bank::delete', { name })
+    // Said before the call goes out: the workspace stops asking about this bank now, so neither
+    // a refresh set off by its own "trashed" event (which may arrive before this call's answer)
+    // nor a poll asks the server for a bank that is gone.
+    removing(name)
+    let result
+    try {
+      result = await ctx.call('memory::bank::delete', { name })
+    } catch {
+      removed(name, false) // refused: the toast says why, the bank is shown again
+      return
+    }
     ctx.ui.toast(`Bank "${name}" moved to ${result.trashed_to}`)
-    removed(name)
+    removed(name, true)
   }
 
   return {

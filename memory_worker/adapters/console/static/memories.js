@@ -74,7 +74,7 @@ export function createMemoriesPanel(ctx) {
         const fromLive = liveOnly
         liveOnly = true
         await Promise.all([loadItems(fromLive), loadTags()])
-      } while (again)
+      } while (again && state.bank) // no bank any more (it is being deleted): nothing to ask
     })().finally(() => { inFlight = null })
     return inFlight
   }
@@ -221,7 +221,11 @@ export function createMemoriesPanel(ctx) {
       setText(pinButton, memory.pinned ? 'Unpin' : 'Pin')
       pinButton.setAttribute('aria-pressed', String(Boolean(memory.pinned)))
       for (const b of [pinButton, editButton, deleteButton]) b.disabled = !live
-      if (editing && previous.revision !== memory.revision && !editing.refused) {
+      // Compared with the revision the draft is based on, not with what this row showed before:
+      // a live refresh can land after "Load latest" already rebased the draft on this very
+      // revision (a slow list answer), and must not say "changed elsewhere" again. Revisions
+      // only grow, so an answer older than the draft's base says nothing either.
+      if (editing && (memory.revision ?? 0) > editing.revision && !editing.refused) {
         editing.notice.hidden = false
         setText(editing.notice, `Changed elsewhere while you edit (now revision ${memory.revision}). Saving is refused until you load the latest.`)
         editing.reload.hidden = false
@@ -300,11 +304,11 @@ export function createMemoriesPanel(ctx) {
           setText(notice, `Could not load the latest: ${err.code}: ${err.message}`)
           return
         }
-        if (!editing) return
+        if (editing?.reload !== reload) return // this edit ended (or another began) meanwhile
         for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
           if (input.value === editing[key]) input.value = editing[key] = (latest[key] ?? []).join(', ')
         }
-        editing.revision = latest.revision
+        editing.revision = latest.revision ?? 0
         editing.refused = false
         notice.hidden = true
         reload.hidden = true
@@ -339,24 +343,26 @@ export function createMemoriesPanel(ctx) {
     }
 
     async function saveEdit() {
+      const session = editing // the answer may come back after this edit was cancelled
       const payload = {
-        bank: state.bank, id: memory.id, expected_revision: editing.revision,
-        text: editing.textarea.value, tags: splitList(editing.tagsInput.value), entities: splitList(editing.entitiesInput.value),
+        bank: state.bank, id: memory.id, expected_revision: session.revision,
+        text: session.textarea.value, tags: splitList(session.tagsInput.value), entities: splitList(session.entitiesInput.value),
       }
       try {
         await ctx.call('memory::update', payload, { quiet: true })
       } catch (err) {
-        editing.notice.hidden = false
-        setText(editing.notice, err.code === 'conflict'
+        if (editing !== session) return
+        session.notice.hidden = false
+        setText(session.notice, err.code === 'conflict'
           ? `Not saved: ${err.message}. Someone changed this memory after you started editing; your text is still here.`
           : `Not saved: ${err.code}: ${err.message}`)
         if (err.code === 'conflict') {
-          editing.refused = true // this message says more than a later "changed elsewhere"
-          editing.reload.hidden = false
+          session.refused = true // this message says more than a later "changed elsewhere"
+          session.reload.hidden = false
         }
         return
       }
-      cancelEdit()
+      if (editing === session) cancelEdit()
       ctx.ui.toast('Memory updated')
       refresh()
     }
@@ -369,13 +375,19 @@ export function createMemoriesPanel(ctx) {
       else if (held) refresh()
     }
 
+    // Opening the history and a live change can each ask for it: only the latest answer is
+    // shown, so a slow older one cannot land last and drop the newest revision.
+    let historyAsked = 0
     async function loadHistory() {
+      const asked = ++historyAsked
       try {
         const { revisions } = await ctx.call('memory::history', { bank: state.bank, id: memory.id }, { quiet: true })
+        if (asked !== historyAsked) return
         historyBox.replaceChildren(
           h('h4', { class: 'mw-history-title', text: `${plural(revisions.length, 'revision')}, oldest first` }),
           h('ol', { class: 'mw-revisions' }, revisions.map((rev, i) => revision(rev, revisions[i - 1]))))
       } catch (err) {
+        if (asked !== historyAsked) return
         historyBox.replaceChildren(h('p', { class: 'mw-notice', text: `History unavailable: ${err.code}: ${err.message}` }))
       }
     }

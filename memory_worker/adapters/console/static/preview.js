@@ -23,6 +23,7 @@ export function createPreviewPanel(ctx) {
 
   async function suggest() {
     const current = bank
+    if (!current) return // no bank shown (one is being deleted)
     const picks = []
     try {
       const { tags } = await ctx.call('memory::tags', { bank: current }, { quiet: true })
@@ -39,16 +40,24 @@ export function createPreviewPanel(ctx) {
     })))
   }
 
+  // A run set off by a live change can overlap the person's own: only the latest one asked for
+  // is shown (an older answer landing last would show a stale turn), and never for another bank.
+  let runs = 0
   async function run() {
     const text = query.value.trim()
     if (!text) { query.focus(); return }
+    const current = bank
+    if (!current) return
+    const seq = ++runs
     let preview
     try {
-      preview = await ctx.call('memory::preview', { bank, query: text }, { quiet: true })
+      preview = await ctx.call('memory::preview', { bank: current, query: text }, { quiet: true })
     } catch (err) {
+      if (seq !== runs || current !== bank) return
       result.replaceChildren(h('p', { class: 'mw-notice', text: `Preview failed: ${err.code}: ${err.message}` }))
       return
     }
+    if (seq !== runs || current !== bank) return
     last = text
     render(preview)
   }
@@ -74,12 +83,15 @@ export function createPreviewPanel(ctx) {
     const message = h('details', { class: 'mw-card mw-section' },
       h('summary', { text: 'Appended message, verbatim' }),
       h('pre', { class: 'mw-pre', text: p.message ?? '(none: no memory fits the budget)' }))
+    // A live re-run replaces the result: the sections the person opened stay open.
+    const opened = [...result.querySelectorAll('details')].map((d) => d.open)
     result.replaceChildren(
       h('p', { class: 'mw-summary', dataset: { retrieval: p.retrieval } }, `Retrieval ${p.retrieval} · ${plural(p.memories.length, 'memory', 'memories')} handed to the turn, in this order`),
       section,
       h('h3', { class: 'mw-subhead', text: 'Recalled memories' }),
       memories,
       message)
+    result.querySelectorAll('details').forEach((d, i) => { d.open = opened[i] ?? false })
   }
 
   return {

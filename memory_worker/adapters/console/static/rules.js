@@ -26,8 +26,23 @@ export function createRulesPanel(ctx) {
   let bank = null
   let loaded = null // the bank whose rules are shown
 
-  async function load() {
-    if (!bank) return
+  // One list call at a time, run again when asked meanwhile: two answers racing back (a burst of
+  // live events on a loaded machine) could otherwise land oldest last and show a rule as it was.
+  let loading = null
+  let loadAgain = false
+  function load() {
+    if (!bank) return Promise.resolve()
+    if (loading) { loadAgain = true; return loading }
+    loading = (async () => {
+      do {
+        loadAgain = false
+        await loadOnce()
+      } while (loadAgain && bank)
+    })().finally(() => { loading = null })
+    return loading
+  }
+
+  async function loadOnce() {
     const current = bank
     let rules
     try {
@@ -98,6 +113,9 @@ export function createRulesPanel(ctx) {
           hideNotice()
         } else if (status === 'conflict') {
           base = { ...base, latest: next } // the refusal on screen already says it
+        } else if (status === 'saving') {
+          // Most likely this very save, seen live before its own answer: write() re-reads the
+          // rule when that answer comes; a save that lost to another writer is refused instead.
         } else {
           base = { ...base, latest: next }
           showNotice('This rule was changed elsewhere while you were editing. Saving now is refused; you can compare, overwrite or discard.', true)
