@@ -227,6 +227,10 @@ class _Forward:
 
 
 class LexicalIndex:
+    # A class default, not set per instance until a vector is stored: one more attribute in every
+    # index's __dict__ cost an empty bank ~1.3 KB (tests/test_dos.py).
+    vector_norm2: npt.NDArray[np.float32] = _NO_NORMS
+
     def __init__(self, half_precision: bool = True) -> None:
         # Embeddings are held as one contiguous float32 matrix, the dtype BLAS multiplies: every
         # semantic recall compares the query with every row, and numpy's float16 → float32 cast
@@ -255,16 +259,17 @@ class LexicalIndex:
         self._norm_cache: Floats = np.empty(0, np.float64)
         # Sum and count of the live slots' vectors (as stored), kept on every vector change, so
         # the bank's mean is there for each query without a pass over the matrix.
-        self._vector_sum: Floats = _NO_SUM  # replaced (never written) when the width is known
-        self._vector_count = 0
+        # The live vectors' sum, then their count, in one array (one attribute: an empty bank's
+        # indexes stay small); the shared empty one until the width is known, never written.
+        self._vector_sum: Floats = _NO_SUM
         self._allocate(_INITIAL_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
         self._capacity = capacity
         self.vectors: npt.NDArray[np.float32] = np.zeros((capacity, self._dim), np.float32)
         self.has_vector = np.zeros(capacity, bool)
-        # |stored vector|² per slot; empty until a vector is stored (an empty bank stays small)
-        self.vector_norm2 = np.zeros(capacity, np.float32) if self._dim else _NO_NORMS
+        if self._dim:  # |stored vector|² per slot (the class's shared empty one until then)
+            self.vector_norm2 = np.zeros(capacity, np.float32)
         self._alive = np.zeros(capacity, bool)
         self._length = np.zeros(capacity, np.float64)
         self.corroboration = np.zeros(capacity, np.float64)
@@ -379,8 +384,7 @@ class LexicalIndex:
             raise ValueError("load_analysis needs an empty index")
         self._version += 1
         n = len(doc_ids)
-        self._vector_sum = np.zeros(self._dim, np.float64) if self._dim else _NO_SUM
-        self._vector_count = 0
+        self._vector_sum = np.zeros(self._dim + 1, np.float64) if self._dim else _NO_SUM
         self._terms = list(analysis.vocab)
         self._vocab = {term: term_id for term_id, term in enumerate(self._terms)}
         n_terms = len(self._terms)
@@ -548,8 +552,7 @@ class LexicalIndex:
             self._dim = len(vector)
             self.vectors = np.zeros((self._capacity, self._dim), np.float32)
             self.vector_norm2 = np.zeros(self._capacity, np.float32)
-            self._vector_sum = np.zeros(self._dim, np.float64)
-            self._vector_count = 0
+            self._vector_sum = np.zeros(self._dim + 1, np.float64)
         if len(vector) != self._dim:
             return False
         if self.has_vector[slot]:
@@ -565,8 +568,8 @@ class LexicalIndex:
 
     def _count_vector(self, slot: int, sign: int) -> None:
         """Add (1) or take back (-1) a live slot's stored vector in the running mean."""
-        self._vector_sum += sign * self.vectors[slot].astype(np.float64)
-        self._vector_count += sign
+        self._vector_sum[:-1] += sign * self.vectors[slot].astype(np.float64)
+        self._vector_sum[-1] += sign
 
     @property
     def alive(self) -> npt.NDArray[np.bool_]:
@@ -602,7 +605,6 @@ class LexicalIndex:
         self.has_vector[:] = False
         self.vector_norm2 = _NO_NORMS
         self._vector_sum = _NO_SUM
-        self._vector_count = 0
 
     def clear_vector(self, doc_id: str) -> None:
         """Forget one doc's embedding (it came from a model no longer in use)."""
@@ -631,7 +633,7 @@ class LexicalIndex:
         """The mean of the live embeddings, shrunk toward zero by `CENTER_PRIOR` empty ones."""
         if self._dim == 0:
             return np.zeros(0, np.float64)
-        mean: Floats = self._vector_sum / (self._vector_count + CENTER_PRIOR)
+        mean: Floats = self._vector_sum[:-1] / (self._vector_sum[-1] + CENTER_PRIOR)
         return mean
 
     def centered_cosine(self, query: Sequence[float], strength: float = 1.0) -> Floats:
