@@ -133,10 +133,7 @@ class TestCommit:
     async def test_a_torn_last_line_is_set_aside_at_load_so_the_log_ends_whole(
         self, store: Store, data_dir: Path
     ) -> None:
-        bank, _ = await store.ensure("main")
-        await bank.commit([_memory("The user likes tea")])
-        await store.close()
-        log = data_dir / "main" / "memories.jsonl"
+        log = await _closed_with_one_record(store, data_dir)
         whole = log.read_bytes()
         with log.open("ab") as handle:
             handle.write(b'{"id":"fptorn","text":"half a rec')
@@ -160,10 +157,7 @@ class TestCommit:
     async def test_a_write_never_glues_onto_a_last_line_without_its_newline(
         self, store: Store, data_dir: Path
     ) -> None:
-        bank, _ = await store.ensure("main")
-        await bank.commit([_memory("The user likes tea")])
-        await store.close()
-        log = data_dir / "main" / "memories.jsonl"
+        log = await _closed_with_one_record(store, data_dir)
         log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a whole record, its newline lost
         reopened = Store.open(data_dir, holder=HOLDER)
         try:
@@ -177,6 +171,14 @@ class TestCommit:
             ]
         finally:
             await reopened.close()
+
+
+async def _closed_with_one_record(store: Store, data_dir: Path) -> Path:
+    """Bank `main` holding one memory, its store closed; returns its log."""
+    bank, _ = await store.ensure("main")
+    await bank.commit([_memory("The user likes tea")])
+    await store.close()
+    return data_dir / "main" / "memories.jsonl"
 
 
 class TestReplay:
