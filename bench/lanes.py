@@ -47,23 +47,20 @@ from locomo import (  # noqa: E402
     CATEGORIES,
     DEFAULT_DATA,
     HALVES,
-    HOLDER,
     LIMIT,
     Conversation,
-    FixedClock,
     _memory_id,
     _settle,
     load,
     mean,
+    open_service,
     score,
 )
 from runinfo import commit, machine  # noqa: E402
 
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.app.catalog import call  # noqa: E402
-from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.core.lanes import window_text  # noqa: E402
-from memory_worker.storage.store import Store  # noqa: E402
 
 WINDOW_TURNS = 12  # what one extraction pass reads (`extraction_window`'s default)
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5)  # the context lane's weight; content gets 1 - it
@@ -98,13 +95,7 @@ class Bank:
     """One service and bank per (system, conversation), queried at every weight."""
 
     def __init__(self, root: Path, name: str, embedder: Any) -> None:
-        self.clock = FixedClock()
-        self.store = Store.open(root / name, holder=HOLDER)
-        kwargs: dict[str, Any] = {"clock": self.clock}
-        if embedder is not None:
-            kwargs["embedder"] = embedder
-        self.service = MemoryService(self.store, **kwargs)
-        self.service.query_embed_timeout_s = 120.0
+        self.clock, self.store, self.service = open_service(root / name, embedder)
 
     async def fill(self, bank: str, conv: Conversation) -> dict[str, str]:
         contexts = stored_contexts(conv)

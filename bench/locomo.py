@@ -241,21 +241,27 @@ class PlainBM25(System):
         return [keys[i] for i in order[:LIMIT]]
 
 
+def open_service(data: Path, embedder: Any = None) -> tuple[FixedClock, Store, MemoryService]:
+    """A MemoryService on its own data dir and fixed clock, with `embedder` when one is given."""
+    clock = FixedClock()
+    store = Store.open(data, holder=HOLDER)
+    kwargs: dict[str, Any] = {"clock": clock}
+    if embedder is not None:
+        kwargs["embedder"] = embedder
+    service = MemoryService(store, **kwargs)
+    # Measure the semantic arm, not the machine's load: a slow query embedding must not
+    # quietly run lexical (query embedding time is reported on its own).
+    service.query_embed_timeout_s = 120.0
+    return clock, store, service
+
+
 class Ours(System):
     """`memory::recall` through the catalog, on one MemoryService with its own temp data dir."""
 
     def __init__(self, name: str, mode: str | None, root: Path, embedder: Any = None) -> None:
         self.name = name
         self.mode = mode
-        self.clock = FixedClock()
-        self.store = Store.open(root / name, holder=HOLDER)
-        kwargs: dict[str, Any] = {"clock": self.clock}
-        if embedder is not None:
-            kwargs["embedder"] = embedder
-        self.service = MemoryService(self.store, **kwargs)
-        # Measure the semantic arm, not the machine's load: a slow query embedding must not
-        # quietly run lexical (query embedding time is reported on its own).
-        self.service.query_embed_timeout_s = 120.0
+        self.clock, self.store, self.service = open_service(root / name, embedder)
         self._keys: dict[str, dict[str, str]] = {}
         self.retrieval: set[str] = set()
 

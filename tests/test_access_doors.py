@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mcp import Client
 
 from memory_worker.adapters.doors import CALLER_HEADER, Door, LocalDoor, encode_caller
@@ -20,23 +19,10 @@ from memory_worker.adapters.mcp_server import McpTools, build_server
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
-from memory_worker.storage.store import Store
 
 from .served import serving
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-@pytest.fixture(name="mcp_service")
-async def _mcp_service(tmp_path: Path) -> AsyncIterator[MemoryService]:
-    store = Store.open(tmp_path / "data", holder={"pid": 0, "kind": "test"})
-    service = MemoryService(store, Settings())
-    try:
-        yield service
-    finally:
-        await service.close()
-        await store.close()
 
 
 def _tools(service: MemoryService, bank: str) -> McpTools:
@@ -47,8 +33,7 @@ def _tools(service: MemoryService, bank: str) -> McpTools:
     return McpTools(door_for, bank=bank)
 
 
-async def test_mcp_tools_are_held_to_the_banks_level(mcp_service: MemoryService) -> None:
-    service = mcp_service
+async def test_mcp_tools_are_held_to_the_banks_level(service: MemoryService) -> None:
     await call(service, "memory::bank::create", {"name": "diary", "conscious_access": "none"})
     await call(service, "memory::bank::create", {"name": "wiki", "conscious_access": "read"})
     await call(service, "memory::save", {"bank": "wiki", "text": "Deploys happen on Tuesdays."})

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mcp import Client, StdioServerParameters
 
 from memory_worker.adapters.doors import Door, LocalDoor
@@ -19,8 +18,6 @@ from memory_worker.adapters.mcp_server import McpTools, build_server, forgiving,
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
-from memory_worker.storage.store import Store
 
 from .served import ENV, cli, serving
 
@@ -33,17 +30,6 @@ AGENT_SET = {
     "memory_delete",
     "memory_pin",
 }
-
-
-@pytest.fixture(name="service")
-async def _service(tmp_path: Path) -> AsyncIterator[MemoryService]:
-    store = Store.open(tmp_path / "data", holder={"pid": 0, "kind": "test"})
-    service = MemoryService(store, Settings())
-    try:
-        yield service
-    finally:
-        await service.close()
-        await store.close()
 
 
 def _tools(service: MemoryService, seen: list[Caller], **options: Any) -> McpTools:
