@@ -10,8 +10,9 @@
    `extraction_prompt` names; the reply is parsed leniently (`extraction.parse_reply`).
 5. Apply, at most `max_memories_per_turn` memory writes: add (fingerprint-deduped: a repeat
    reinforces), restate (reinforce), correct (save the new text, supersede the old with the
-   reason; a pinned memory is never touched). A restatement or a correction counts only when
-   the user's own words carry it (`grounded`); standing instructions are appended to the bank's
+   reason; a pinned memory is never touched). A restatement counts only when the user's own
+   words carry it (`grounded`), and a new fact or a correction only when it is the user's
+   (`the_users`: not the assistant's news or echo); standing instructions are appended to the bank's
    auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
