@@ -187,25 +187,27 @@ class TestParse:
         assert "m1: The user lives in Lisbon. [pinned]" in text
         assert "[2026-03-02 10:00] user: I moved!" in text
 
-    def test_v3_cuts_the_lines_that_are_not_the_users_short(self) -> None:
-        from memory_worker.core.extraction import MAX_CONTEXT_CHARS, MAX_MESSAGE_CHARS, Line
+    def test_v3_shows_the_users_lines_apart_and_the_rest_cut_short(self) -> None:
+        from memory_worker.core.extraction import MAX_CONTEXT_CHARS, Line
 
-        long = "I live in Faro myself. " + "x" * 1000
         lines = [
             Line("assistant", "Where do you live now?", T0),
-            Line("user", "Porto,   since the spring. " + "y" * 1000, T0 + 60_000),
-            Line("assistant", long, T0 + 120_000),
+            Line("user", "Porto,   since the spring.", T0 + 60_000),
+            Line("assistant", "I live in Faro myself. " + "x" * 1000, T0 + 120_000),
+            Line("tool", "ls: 3 files", None),
         ]
-        shown = render_request(lines, [], "extraction-v3").splitlines()
-        assert shown[:4] == ["KNOWN MEMORIES:", "(none)", "", "NEW MESSAGES:"]
-        assert shown[4] == "[2026-03-02 10:00] assistant: Where do you live now?"
-        assert shown[5].startswith("[2026-03-02 10:01] user: Porto, since the spring. yyy")
-        assert "[cut]" not in shown[5]  # the user's words keep their whole share
-        assert MAX_MESSAGE_CHARS > 1000 > MAX_CONTEXT_CHARS
-        assert shown[6].startswith("[2026-03-02 10:02] assistant: I live in Faro myself. xxx")
-        assert shown[6].endswith(" [cut]") and len(shown[6]) < MAX_CONTEXT_CHARS + 50
-        # v2 shows the same lines uncut
-        assert long in render_request(lines, [], "extraction-v2")
+        text = render_request(lines, [], "extraction-v3")
+        head, said, context = text.split("\n\n")
+        assert head == "KNOWN MEMORIES:\n(none)"
+        assert said == "THE USER SAID:\n[2026-03-02 10:01] Porto, since the spring."
+        shown = context.splitlines()
+        assert shown[:2] == ["THE ASSISTANT SAID:", "[2026-03-02 10:00] Where do you live now?"]
+        assert shown[2].startswith("[2026-03-02 10:02] I live in Faro myself. xxx")
+        assert shown[2].endswith(" [cut]") and len(shown[2]) < MAX_CONTEXT_CHARS + 30
+        assert shown[3] == "[date unknown] tool: ls: 3 files"
+        # the prompt names the sections it is given; the older versions keep their format
+        assert "THE USER SAID:" in system_prompt("extraction-v3")
+        assert "NEW MESSAGES:" in render_request(lines, [], "extraction-v2")
 
 
 class TestLearned:

@@ -41,10 +41,10 @@ __all__ = [
 PROMPT_VERSIONS = ("extraction-v1", "extraction-v2", "extraction-v3")  # prompts/; old ones kept
 PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
-MAX_CONTEXT_CHARS = 400  # one non-user message's share, from v3 on
+MAX_CONTEXT_CHARS = 400  # one non-user message's share under a prompt that shows them apart
 MAX_TEXT_CHARS = 300
-# Prompts under which the lines that are not the user's are cut short (`render_request`).
-_CUT_CONTEXT_VERSIONS = frozenset({"extraction-v3"})
+# Prompts that show the user's lines and the rest in two sections (`render_request`).
+_SPLIT_VERSIONS = frozenset({"extraction-v3"})
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _OPS = {
     "add": "add",
@@ -94,23 +94,37 @@ def _shown_text(text: str, limit: int) -> str:
 
 
 def render_request(lines: list[Line], known: list[Memory], version: str = PROMPT_VERSION) -> str:
-    """The user message: the known memories with refs, then the new messages with their dates,
-    in order; from v3 on, a message that is not the user's is cut to `MAX_CONTEXT_CHARS` (it is
-    context, and a long one is what a small model copied as facts about the user)."""
+    """The user message: the known memories with refs, then the new messages with their dates —
+    in order (v1, v2), or the user's lines first and the rest apart and cut short (v3: a small
+    model wrote what the assistant said, interleaved, as facts about the user)."""
     shown = [
         f"m{i}: {memory.text}{' [pinned]' if memory.pinned else ''}"
         for i, memory in enumerate(known, start=1)
     ]
-    cut_context = version in _CUT_CONTEXT_VERSIONS
-    excerpt = []
-    for line in lines:
-        limit = MAX_CONTEXT_CHARS if cut_context and line.role != "user" else MAX_MESSAGE_CHARS
-        excerpt.append(f"{_stamp(line.at_ms)} {line.role}: {_shown_text(line.text, limit)}")
+    head = "KNOWN MEMORIES:\n" + ("\n".join(shown) if shown else "(none)")
+    if version not in _SPLIT_VERSIONS:
+        excerpt = [
+            f"{_stamp(line.at_ms)} {line.role}: {_shown_text(line.text, MAX_MESSAGE_CHARS)}"
+            for line in lines
+        ]
+        return head + "\n\nNEW MESSAGES:\n" + "\n".join(excerpt)
+    said = [
+        f"{_stamp(line.at_ms)} {_shown_text(line.text, MAX_MESSAGE_CHARS)}"
+        for line in lines
+        if line.role == "user"
+    ]
+    context = [
+        f"{_stamp(line.at_ms)} {'' if line.role == 'assistant' else line.role + ': '}"
+        f"{_shown_text(line.text, MAX_CONTEXT_CHARS)}"
+        for line in lines
+        if line.role != "user"
+    ]
     return (
-        "KNOWN MEMORIES:\n"
-        + ("\n".join(shown) if shown else "(none)")
-        + "\n\nNEW MESSAGES:\n"
-        + "\n".join(excerpt)
+        head
+        + "\n\nTHE USER SAID:\n"
+        + ("\n".join(said) if said else "(nothing)")
+        + "\n\nTHE ASSISTANT SAID:\n"
+        + ("\n".join(context) if context else "(nothing)")
     )
 
 
