@@ -76,7 +76,6 @@ from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.app.wire import ListRequest, PinRequest, RuleSetRequest, SaveRequest  # noqa: E402
 from memory_worker.core.config import Settings  # noqa: E402
-from memory_worker.core.extraction import PROMPT_VERSIONS  # noqa: E402
 from memory_worker.core.redact import redact  # noqa: E402
 from memory_worker.core.text import normalize  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
@@ -1275,7 +1274,7 @@ def main() -> int:
     parser.add_argument(
         "--prompt",
         default="extraction-v2",
-        choices=PROMPT_VERSIONS,
+        choices=("extraction-v1", "extraction-v2"),
         help="endpoint mode: the prompt version (the extraction_prompt setting)",
     )
     parser.add_argument(

@@ -111,7 +111,7 @@ class Counting:
             raise
         finally:
             log.seconds += time.monotonic() - started
-        known = len(_KNOWN_LINE.findall(user_text.split("\n\n", 1)[0]))  # the first section
+        known = len(_KNOWN_LINE.findall(user_text.split("NEW MESSAGES", 1)[0]))
         decisions = parse_reply(reply, known)
         log.unreadable += not decisions.readable
         log.skipped_items += decisions.skipped

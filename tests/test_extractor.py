@@ -187,28 +187,6 @@ class TestParse:
         assert "m1: The user lives in Lisbon. [pinned]" in text
         assert "[2026-03-02 10:00] user: I moved!" in text
 
-    def test_v3_shows_the_users_lines_apart_and_the_rest_cut_short(self) -> None:
-        from memory_worker.core.extraction import MAX_CONTEXT_CHARS, Line
-
-        lines = [
-            Line("assistant", "Where do you live now?", T0),
-            Line("user", "Porto,   since the spring.", T0 + 60_000),
-            Line("assistant", "I live in Faro myself. " + "x" * 1000, T0 + 120_000),
-            Line("tool", "ls: 3 files", None),
-        ]
-        text = render_request(lines, [], "extraction-v3")
-        head, said, context = text.split("\n\n")
-        assert head == "KNOWN MEMORIES:\n(none)"
-        assert said == "THE USER SAID:\n[2026-03-02 10:01] Porto, since the spring."
-        shown = context.splitlines()
-        assert shown[:2] == ["THE ASSISTANT SAID:", "[2026-03-02 10:00] Where do you live now?"]
-        assert shown[2].startswith("[2026-03-02 10:02] I live in Faro myself. xxx")
-        assert shown[2].endswith(" [cut]") and len(shown[2]) < MAX_CONTEXT_CHARS + 30
-        assert shown[3] == "[date unknown] tool: ls: 3 files"
-        # the prompt names the sections it is given; the older versions keep their format
-        assert "THE USER SAID:" in system_prompt("extraction-v3")
-        assert "NEW MESSAGES:" in render_request(lines, [], "extraction-v2")
-
 
 class TestLearned:
     def test_appends_new_lines_under_a_header_and_dedupes(self) -> None:

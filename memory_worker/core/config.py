@@ -81,7 +81,7 @@ class Settings(BaseModel):
         description="Name of the environment variable holding the endpoint's API key (sent as a "
         "bearer token; the key itself is never stored or logged). Unset or empty sends none.",
     )
-    extraction_prompt: Literal["extraction-v1", "extraction-v2", "extraction-v3"] = Field(
+    extraction_prompt: Literal["extraction-v1", "extraction-v2"] = Field(
         default="extraction-v2",
         description="Extraction prompt version (memory_worker/core/prompts/<version>.md).",
     )

@@ -38,13 +38,10 @@ __all__ = [
     "system_prompt",
 ]
 
-PROMPT_VERSIONS = ("extraction-v1", "extraction-v2", "extraction-v3")  # prompts/; old ones kept
+PROMPT_VERSIONS = ("extraction-v1", "extraction-v2")  # files in prompts/; old ones are kept
 PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
-MAX_CONTEXT_CHARS = 400  # one non-user message's share under a prompt that shows them apart
 MAX_TEXT_CHARS = 300
-# Prompts that show the user's lines and the rest in two sections (`render_request`).
-_SPLIT_VERSIONS = frozenset({"extraction-v3"})
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _OPS = {
     "add": "add",
@@ -88,43 +85,23 @@ def _stamp(ms: int | None) -> str:
     return utc_datetime(ms).strftime("[%Y-%m-%d %H:%M]")
 
 
-def _shown_text(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text[:limit] + " [cut]" if len(text) > limit else text
-
-
-def render_request(lines: list[Line], known: list[Memory], version: str = PROMPT_VERSION) -> str:
-    """The user message: the known memories with refs, then the new messages with their dates —
-    in order (v1, v2), or the user's lines first and the rest apart and cut short (v3: a small
-    model wrote what the assistant said, interleaved, as facts about the user)."""
+def render_request(lines: list[Line], known: list[Memory]) -> str:
+    """The user message: the known memories with refs, then the new messages with their dates."""
     shown = [
         f"m{i}: {memory.text}{' [pinned]' if memory.pinned else ''}"
         for i, memory in enumerate(known, start=1)
     ]
-    head = "KNOWN MEMORIES:\n" + ("\n".join(shown) if shown else "(none)")
-    if version not in _SPLIT_VERSIONS:
-        excerpt = [
-            f"{_stamp(line.at_ms)} {line.role}: {_shown_text(line.text, MAX_MESSAGE_CHARS)}"
-            for line in lines
-        ]
-        return head + "\n\nNEW MESSAGES:\n" + "\n".join(excerpt)
-    said = [
-        f"{_stamp(line.at_ms)} {_shown_text(line.text, MAX_MESSAGE_CHARS)}"
-        for line in lines
-        if line.role == "user"
-    ]
-    context = [
-        f"{_stamp(line.at_ms)} {'' if line.role == 'assistant' else line.role + ': '}"
-        f"{_shown_text(line.text, MAX_CONTEXT_CHARS)}"
-        for line in lines
-        if line.role != "user"
-    ]
+    excerpt = []
+    for line in lines:
+        text = " ".join(line.text.split())
+        if len(text) > MAX_MESSAGE_CHARS:
+            text = text[:MAX_MESSAGE_CHARS] + " [cut]"
+        excerpt.append(f"{_stamp(line.at_ms)} {line.role}: {text}")
     return (
-        head
-        + "\n\nTHE USER SAID:\n"
-        + ("\n".join(said) if said else "(nothing)")
-        + "\n\nTHE ASSISTANT SAID:\n"
-        + ("\n".join(context) if context else "(nothing)")
+        "KNOWN MEMORIES:\n"
+        + ("\n".join(shown) if shown else "(none)")
+        + "\n\nNEW MESSAGES:\n"
+        + "\n".join(excerpt)
     )
 
 

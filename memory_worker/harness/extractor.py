@@ -404,8 +404,7 @@ class Extractor:
         if recorded is None:
             known = await self._known(bank, lines, origin)
             prompt = system_prompt(settings.extraction_prompt)
-            request = render_request(lines, known, settings.extraction_prompt)
-            reply = await self._completer.complete(prompt, request)
+            reply = await self._completer.complete(prompt, render_request(lines, known))
         else:  # an earlier attempt decided, then stopped: finish THAT decision, once
             known = await self._shown(bank, recorded.known, origin.caller())
             reply, origin.since = recorded.reply, recorded.at_ms
