@@ -33,9 +33,18 @@ from memory_worker.core import temporal, text
 from memory_worker.search import index, ranking
 from memory_worker.search.index import Analysis
 
-__all__ = ["SNAPSHOT_FILE", "SNAPSHOT_MIN_LIVE", "log_identity", "read_snapshot", "write_snapshot"]
+__all__ = [
+    "DERIVED_FILES",
+    "SNAPSHOT_FILE",
+    "SNAPSHOT_MIN_LIVE",
+    "log_identity",
+    "read_snapshot",
+    "write_snapshot",
+]
 
 SNAPSHOT_FILE = ".index.npz"
+# What a bank folder holds that is derived from its texts: an erasure removes them whole.
+DERIVED_FILES = (SNAPSHOT_FILE,)
 # Below this a rebuild takes tens of milliseconds: not worth a file.
 SNAPSHOT_MIN_LIVE = 2000
 _VERSION = 1
