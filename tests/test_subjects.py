@@ -222,7 +222,10 @@ class TestExtraction:
     ) -> None:
         await _people(service)
         rig = Rig(service)
-        rig.chat.say("user", "I am allergic to peanuts and the office closes at 18:00 on Fridays.")
+        rig.chat.say(
+            "user",
+            "I am allergic to peanuts, I love hiking in Sintra, and the cafeteria opens at 8:00.",
+        )
         rig.model.replies.append(
             json.dumps(
                 {
