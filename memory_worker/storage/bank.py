@@ -20,6 +20,7 @@ import asyncio
 import functools
 import os
 import secrets
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -56,15 +57,21 @@ from memory_worker.storage.log import (
     interrupted_tail,
     lines_of,
     read_all,
+    records_at,
     replay,
     replayed,
     shared_fields,
+    winning_spans,
 )
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.snapshot import (
+    RECORDS_FILE,
     SNAPSHOT_MIN_LIVE,
     log_identity,
+    read_records,
     read_snapshot,
+    text_key,
+    write_records,
     write_snapshot,
 )
 from memory_worker.storage.vectors import (
@@ -142,8 +149,8 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        # hash of the normalized text → ids whose text it is: the hash, not the text, so RAM does
-        # not hold every text twice; a lookup checks the texts themselves (`match_text`).
+        # `text_key` of the normalized text → ids whose text it is: the key, not the text, so RAM
+        # does not hold every text twice; a lookup checks the texts themselves (`match_text`).
         self._by_text: dict[int, list[str]] = {}
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
@@ -165,6 +172,7 @@ class Bank:
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
         self._snapshot_stamp: _Stamp | None = None  # the log state `.index.npz` was made for
+        self._records_stamp: _Stamp | None = None  # the log state `.records.npz` was made for
 
     def __repr__(self) -> str:
         return (
@@ -335,24 +343,92 @@ class Bank:
             self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
-        memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
-        self._memories = memories
-        self.damage.extend(found)
-        for record in memories.values():
-            self._map_text(record)
-        live = [record for record in memories.values() if record.live]
-        if not self._index_from_snapshot(live):
+        identity = self._replay_from_records()
+        if identity is None:
+            memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
+            self._memories = memories
+            self.damage.extend(found)
+            for record in memories.values():
+                self._map_text(record)
+        live = [record for record in self._memories.values() if record.live]
+        if not self._index_from_snapshot(live, identity):
             self.index.add_many(indexed(record) for record in live)
         self.lanes.add_many(live)
         self._index_lessons()
 
-    def _index_from_snapshot(self, live: list[Memory]) -> bool:
+    def _replay_from_records(self) -> tuple[int, int] | None:
+        """Load the records `.records.npz` names when it is for exactly the log's bytes as read
+        now (`storage.snapshot`): only the winning lines are validated, and the exact-text map
+        comes from its keys. Returns the log's (length, CRC-32) when it did; None (nothing
+        loaded) sends the boot through the full replay."""
+        path = self.path / MEMORIES_FILE
+        if self._log_stamp is None or not (self.path / RECORDS_FILE).is_file():
+            return None
+        if files.is_link(path):
+            return None  # the replay reports it
+        try:
+            data = files.read_bytes(path, within=self.root)
+        except StorageError:
+            return None
+        identity = (len(data), zlib.crc32(data))
+        spans = read_records(self.path, identity)
+        if spans is None or _stat_stamp(path) != self._log_stamp:
+            return None
+        starts, ends = spans.starts.tolist(), spans.ends.tolist()
+        memories = records_at(data, zip(starts, ends, strict=True))
+        if memories is None or len(memories) != len(starts):
+            return None
+        by_text: dict[int, list[str]] = {}
+        for memory_id, key in zip(memories, spans.text_keys.tolist(), strict=True):
+            by_text.setdefault(key, []).append(memory_id)
+        self._memories, self._by_text = memories, by_text
+        self._records_stamp = self._log_stamp
+        return identity
+
+    def _save_records(self) -> None:
+        """Leave `.records.npz` for the next boot, when the one on disk is not for this log, the
+        log replayed without damage and has changed since only by our own durable writes (its
+        stamp is ours), and a scan of its bytes finds exactly the ids, order and revisions RAM
+        holds (`storage.snapshot`)."""
+        stamp = self._log_stamp
+        if self._queue or self._held or self._broken is not None or stamp is None:
+            return
+        if stamp == self._records_stamp or len(self._memories) < SNAPSHOT_MIN_LIVE:
+            return
+        if any(damage.file == MEMORIES_FILE for damage in self.damage):
+            return  # a replay must keep reporting it
+        log_path = self.path / MEMORIES_FILE
+        if files.is_link(log_path) or _stat_stamp(log_path) != stamp:
+            return
+        try:
+            data = files.read_bytes(log_path, within=self.root)
+        except StorageError:
+            return
+        if _stat_stamp(log_path) != stamp:
+            return
+        winners = winning_spans(data)
+        if winners is None or list(winners) != list(self._memories):
+            return
+        if any(self._memories[i].revision != won[0] for i, won in winners.items()):
+            return
+        key_of = {memory_id: key for key, ids in self._by_text.items() for memory_id in ids}
+        if len(key_of) != len(winners):
+            return
+        spans = [(start, end) for _, start, end in winners.values()]
+        keys = [key_of[memory_id] for memory_id in winners]
+        write_records(self.path, (len(data), zlib.crc32(data)), spans, keys)
+        self._records_stamp = stamp
+
+    def _index_from_snapshot(
+        self, live: list[Memory], identity: tuple[int, int] | None = None
+    ) -> bool:
         """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log
-        unchanged since the stamp taken before replaying: `storage.snapshot`)."""
+        unchanged since the stamp taken before replaying: `storage.snapshot`; `identity`, the
+        log's length and CRC-32 when the boot just read them)."""
         if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
             return False
         ids = [record.id for record in live]
-        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids)
+        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, identity)
         if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return False
         self.index.load_analysis(
@@ -568,7 +644,7 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm and record.subject == subject
         }
-        for memory_id in self._by_text.get(hash(norm), ()):
+        for memory_id in self._by_text.get(text_key(norm), ()):
             record = self._memories[memory_id]
             if (
                 memory_id not in self._staged
@@ -714,12 +790,12 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        ids = self._by_text.setdefault(hash(normalize(record.text)), [])
+        ids = self._by_text.setdefault(text_key(normalize(record.text)), [])
         if record.id not in ids:
             ids.append(record.id)
 
     def _unmap_text(self, record: Memory) -> None:
-        key = hash(normalize(record.text))
+        key = text_key(normalize(record.text))
         ids = self._by_text.get(key)
         if ids is not None and record.id in ids:
             ids.remove(record.id)
@@ -858,6 +934,7 @@ class Bank:
         if self.path.is_dir():  # not when the folder was trashed or removed
             self._save_counts()
             self._save_snapshot()
+            self._save_records()
 
     # --- rules ---------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
@@ -30,8 +31,10 @@ __all__ = [
     "interrupted_tail",
     "lines_of",
     "read_all",
+    "records_at",
     "replay",
     "replayed",
+    "winning_spans",
 ]
 
 MEMORIES_FILE = "memories.jsonl"
@@ -182,6 +185,51 @@ def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
         if previous is None or record.revision >= previous.revision:
             memories[record.id] = record
     return memories
+
+
+def winning_spans(data: bytes) -> dict[str, tuple[int, int, int]] | None:
+    """id → (revision, start, end) of the line that wins replay for each id in `data` (a whole
+    log), in replay order, read with pydantic's own JSON parser; None unless every line is a
+    JSON object with a string id and an integer revision (or none), and the log ends whole.
+    Only for a log already known to replay without damage (a records snapshot is made of it):
+    it does not check checksums or batches."""
+    if data and not data.endswith(b"\n"):
+        return None
+    winners: dict[str, tuple[int, int, int]] = {}
+    offset = 0
+    for raw in data.split(b"\n"):
+        line = raw.strip()
+        if line:
+            start = offset + len(raw) - len(raw.lstrip())
+            try:
+                doc = from_json(line)
+            except ValueError:
+                return None
+            memory_id = doc.get("id") if isinstance(doc, dict) else None
+            revision = doc.get("revision", 0) if isinstance(doc, dict) else None
+            if not isinstance(memory_id, str) or type(revision) is not int:
+                return None
+            previous = winners.get(memory_id)
+            if previous is None or revision >= previous[0]:
+                winners[memory_id] = (revision, start, start + len(line))
+        offset += len(raw) + 1
+    return winners
+
+
+def records_at(data: bytes, spans: Iterable[tuple[int, int]]) -> dict[str, Memory] | None:
+    """The records of the lines of `data` at `spans` (start, end), by id in that order, as RAM
+    keeps them; None when one does not read as a record or two share an id. Only for spans a
+    records snapshot vouches are a replay's winners (no checksum or batch check here)."""
+    memories: dict[str, Memory] = {}
+    count = 0
+    try:
+        for start, end in spans:
+            record = shared_fields(_validate_json(data[start:end]))
+            memories[record.id] = record
+            count += 1
+    except ValidationError:
+        return None
+    return memories if len(memories) == count else None
 
 
 def read_all(path: Path, *, within: Path | None = None) -> tuple[list[Memory], list[Damage]]:
