@@ -9,6 +9,7 @@ with their line numbers, never fatal.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
-from pydantic_core import from_json
 
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
@@ -189,8 +189,8 @@ def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
 
 def winning_spans(data: bytes) -> dict[str, tuple[int, int, int]] | None:
     """id → (revision, start, end) of the line that wins replay for each id in `data` (a whole
-    log), in replay order, read with pydantic's own JSON parser; None unless every line is a
-    JSON object with a string id and an integer revision (or none), and the log ends whole.
+    log), in replay order; None unless every line is a JSON object with a string id and an
+    integer revision (or none), and the log ends whole.
     Only for a log already known to replay without damage (a records snapshot is made of it):
     it does not check checksums or batches."""
     if data and not data.endswith(b"\n"):
@@ -202,8 +202,8 @@ def winning_spans(data: bytes) -> dict[str, tuple[int, int, int]] | None:
         if line:
             start = offset + len(raw) - len(raw.lstrip())
             try:
-                doc = from_json(line)
-            except ValueError:
+                doc = json.loads(line)
+            except ValueError:  # UnicodeDecodeError and JSONDecodeError included
                 return None
             memory_id = doc.get("id") if isinstance(doc, dict) else None
             revision = doc.get("revision", 0) if isinstance(doc, dict) else None
