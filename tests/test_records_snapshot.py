@@ -105,7 +105,7 @@ def state(bank: Bank) -> dict[str, Any]:
         "records": [
             (r.to_line(), r.model_dump(), r.model_fields_set) for r in bank.memories.values()
         ],
-        "by_text": {key: list(ids) for key, ids in bank._by_text.items()},
+        "by_text": dict(bank._by_text),
         "damage": [d.describe() for d in bank.damage],
         "live": bank.live_count(),
         "index": [i in bank.index for i in bank.memories],

@@ -151,7 +151,8 @@ class Bank:
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         # `text_key` of the normalized text → ids whose text it is: the key, not the text, so RAM
         # does not hold every text twice; a lookup checks the texts themselves (`match_text`).
-        self._by_text: dict[int, list[str]] = {}
+        # The value is the one id (the common case: no list per memory) or a list of several.
+        self._by_text: dict[int, str | list[str]] = {}
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
@@ -173,6 +174,8 @@ class Bank:
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
         self._snapshot_stamp: _Stamp | None = None  # the log state `.index.npz` was made for
         self._records_stamp: _Stamp | None = None  # the log state `.records.npz` was made for
+        # The log's (length, CRC-32) while a boot that read it whole for `.records.npz` indexes.
+        self._boot_identity: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -343,16 +346,17 @@ class Bank:
             self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
-        identity = self._replay_from_records()
-        if identity is None:
+        self._boot_identity = self._replay_from_records()
+        if self._boot_identity is None:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
             self._memories = memories
             self.damage.extend(found)
             for record in memories.values():
                 self._map_text(record)
         live = [record for record in self._memories.values() if record.live]
-        if not self._index_from_snapshot(live, identity):
+        if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
+        self._boot_identity = None
         self.lanes.add_many(live)
         self._index_lessons()
 
@@ -378,10 +382,9 @@ class Bank:
         memories = records_at(data, zip(starts, ends, strict=True))
         if memories is None or len(memories) != len(starts):
             return None
-        by_text: dict[int, list[str]] = {}
+        self._memories, self._by_text = memories, {}
         for memory_id, key in zip(memories, spans.text_keys.tolist(), strict=True):
-            by_text.setdefault(key, []).append(memory_id)
-        self._memories, self._by_text = memories, by_text
+            self._add_text_key(key, memory_id)
         self._records_stamp = self._log_stamp
         return identity
 
@@ -411,7 +414,9 @@ class Bank:
             return
         if any(self._memories[i].revision != won[0] for i, won in winners.items()):
             return
-        key_of = {memory_id: key for key, ids in self._by_text.items() for memory_id in ids}
+        key_of = {
+            memory_id: key for key, ids in self._by_text.items() for memory_id in _ids_of(ids)
+        }
         if len(key_of) != len(winners):
             return
         spans = [(start, end) for _, start, end in winners.values()]
@@ -419,16 +424,13 @@ class Bank:
         write_records(self.path, (len(data), zlib.crc32(data)), spans, keys)
         self._records_stamp = stamp
 
-    def _index_from_snapshot(
-        self, live: list[Memory], identity: tuple[int, int] | None = None
-    ) -> bool:
+    def _index_from_snapshot(self, live: list[Memory]) -> bool:
         """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log
-        unchanged since the stamp taken before replaying: `storage.snapshot`; `identity`, the
-        log's length and CRC-32 when the boot just read them)."""
+        unchanged since the stamp taken before replaying: `storage.snapshot`)."""
         if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
             return False
         ids = [record.id for record in live]
-        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, identity)
+        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, self._boot_identity)
         if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return False
         self.index.load_analysis(
@@ -644,7 +646,7 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm and record.subject == subject
         }
-        for memory_id in self._by_text.get(text_key(norm), ()):
+        for memory_id in _ids_of(self._by_text.get(text_key(norm))):
             record = self._memories[memory_id]
             if (
                 memory_id not in self._staged
@@ -790,17 +792,30 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        ids = self._by_text.setdefault(text_key(normalize(record.text)), [])
-        if record.id not in ids:
-            ids.append(record.id)
+        self._add_text_key(text_key(normalize(record.text)), record.id)
+
+    def _add_text_key(self, key: int, memory_id: str) -> None:
+        found = self._by_text.get(key)
+        if found is None:
+            self._by_text[key] = memory_id
+        elif isinstance(found, str):
+            if found != memory_id:
+                self._by_text[key] = [found, memory_id]
+        elif memory_id not in found:
+            found.append(memory_id)
 
     def _unmap_text(self, record: Memory) -> None:
         key = text_key(normalize(record.text))
-        ids = self._by_text.get(key)
-        if ids is not None and record.id in ids:
-            ids.remove(record.id)
-            if not ids:
+        found = self._by_text.get(key)
+        if found is None:
+            return
+        if isinstance(found, str):
+            if found == record.id:
                 del self._by_text[key]
+        elif record.id in found:
+            found.remove(record.id)
+            if len(found) == 1:
+                self._by_text[key] = found[0]
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
@@ -988,6 +1003,13 @@ class Bank:
         if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
             return
         self._log_stamp = stamp
+
+
+def _ids_of(found: str | list[str] | None) -> Sequence[str]:
+    """The ids an exact-text map entry holds."""
+    if found is None:
+        return ()
+    return (found,) if isinstance(found, str) else found
 
 
 def _same_lanes(previous: Memory | None, record: Memory) -> bool:
