@@ -162,6 +162,47 @@ def test_materialised_records_answer_recall_and_saves_as_replayed_ones(
     assert records_uses[-2:] == [True, False]
 
 
+def _arrays(path: Path) -> dict[str, Any]:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]).tolist() for name in data.files if name != "meta"}
+        arrays["meta"] = json.loads(bytes(data["meta"]).decode())
+    return arrays
+
+
+def test_records_of_a_grown_log_scan_only_its_new_lines_and_equal_a_full_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed(tmp_path)
+    ids = list(load(tmp_path).memories)
+    scans: list[int] = []
+    real = bank_module.winning_spans
+
+    def spy(data: bytes, start_at: int = 0) -> Any:
+        scans.append(start_at)
+        return real(data, start_at)
+
+    monkeypatch.setattr(bank_module, "winning_spans", spy)
+
+    async def grow(service: MemoryService) -> None:
+        await call(
+            service, "memory::update", {"bank": "b", "id": ids[0], "text": "Ana moved"}, HUMAN
+        )
+        await call(
+            service, "memory::save", {"bank": "b", "text": "a memory past the prefix"}, HUMAN
+        )
+        await call(service, "memory::delete", {"bank": "b", "id": ids[4]}, HUMAN)
+
+    session(tmp_path, grow)
+    records = tmp_path / "b" / RECORDS_FILE
+    grown = _arrays(records)
+    records.unlink()
+    session(tmp_path, lambda service: asyncio.sleep(0))  # no change: its close scans it all
+
+    assert scans[0] > 0 and scans[1:] == [0]  # first only the new lines, then the whole log
+    assert _arrays(records) == grown
+    assert state(load(tmp_path)) == plain_replay(tmp_path)
+
+
 def _append_hand_line(log: Path) -> None:
     line = json.loads(log.read_bytes().splitlines()[0])
     line.pop("crc")  # a line edited by hand drops its checksum

@@ -60,6 +60,7 @@ from memory_worker.storage.log import (
     records_at,
     replay,
     replayed,
+    revision_at,
     shared_fields,
     winning_spans,
 )
@@ -70,6 +71,7 @@ from memory_worker.storage.snapshot import (
     log_identity,
     read_records,
     read_snapshot,
+    records_prefix,
     text_key,
     write_records,
     write_snapshot,
@@ -392,7 +394,8 @@ class Bank:
         """Leave `.records.npz` for the next boot, when the one on disk is not for this log, the
         log replayed without damage and has changed since only by our own durable writes (its
         stamp is ours), and a scan of its bytes finds exactly the ids, order and revisions RAM
-        holds (`storage.snapshot`)."""
+        holds (`storage.snapshot`). When the one on disk is for a prefix of this log (it grew by
+        appends) only the lines past that prefix are scanned."""
         stamp = self._log_stamp
         if self._queue or self._held or self._broken is not None or stamp is None:
             return
@@ -409,20 +412,58 @@ class Bank:
             return
         if _stat_stamp(log_path) != stamp:
             return
-        winners = winning_spans(data)
-        if winners is None or list(winners) != list(self._memories):
-            return
-        if any(self._memories[i].revision != won[0] for i, won in winners.items()):
-            return
+        spans = self._spans_past_prefix(data)
+        if spans is None:
+            winners = winning_spans(data)
+            if winners is None or list(winners) != list(self._memories):
+                return
+            if any(self._memories[i].revision != won[0] for i, won in winners.items()):
+                return
+            spans = [(start, end) for _, start, end in winners.values()]
         key_of = {
             memory_id: key for key, ids in self._by_text.items() for memory_id in _ids_of(ids)
         }
-        if len(key_of) != len(winners):
+        if len(key_of) != len(self._memories):
             return
-        spans = [(start, end) for _, start, end in winners.values()]
-        keys = [key_of[memory_id] for memory_id in winners]
+        keys = [key_of[memory_id] for memory_id in self._memories]
         write_records(self.path, (len(data), zlib.crc32(data)), spans, keys)
         self._records_stamp = stamp
+
+    def _spans_past_prefix(self, data: bytes) -> list[tuple[int, int]] | None:
+        """The winning spans of the log `data`, from the records on disk for a prefix of it and a
+        scan of the lines past it: replay order is the prefix's winners then the ids first seen
+        past it, so the prefix's spans belong to RAM's first ids (each of their lines is checked
+        to begin with its id). None when that does not hold: the caller scans the whole log."""
+        found = records_prefix(self.path, data)
+        if found is None:
+            return None
+        prior, size = found
+        ids = list(self._memories)
+        starts, ends = prior.starts.tolist(), prior.ends.tolist()
+        if len(starts) > len(ids):
+            return None
+        for memory_id, start in zip(ids, starts, strict=False):
+            head = b'{"id":"%s"' % memory_id.encode("utf-8", "surrogatepass")
+            if not data.startswith(head, start):
+                return None
+        tail = winning_spans(data, size)
+        if tail is None:
+            return None
+        merged = {memory_id: (s, e) for memory_id, s, e in zip(ids, starts, ends, strict=False)}
+        for memory_id, (revision, start, end) in tail.items():
+            held = merged.get(memory_id)
+            won = revision
+            if held is not None:
+                before = revision_at(data, *held)
+                if before is None:
+                    return None
+                won = max(revision, before)
+            if won == revision:
+                merged[memory_id] = (start, end)
+            record = self._memories.get(memory_id)
+            if record is None or record.revision != won:
+                return None
+        return list(merged.values()) if list(merged) == ids else None
 
     def _index_from_snapshot(self, live: list[Memory]) -> bool:
         """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log

@@ -34,6 +34,7 @@ __all__ = [
     "records_at",
     "replay",
     "replayed",
+    "revision_at",
     "winning_spans",
 ]
 
@@ -187,17 +188,17 @@ def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
     return memories
 
 
-def winning_spans(data: bytes) -> dict[str, tuple[int, int, int]] | None:
+def winning_spans(data: bytes, start_at: int = 0) -> dict[str, tuple[int, int, int]] | None:
     """id → (revision, start, end) of the line that wins replay for each id in `data` (a whole
-    log), in replay order; None unless every line is a JSON object with a string id and an
-    integer revision (or none), and the log ends whole.
+    log) from the line starting at `start_at` on, in replay order; None unless every such line
+    is a JSON object with a string id and an integer revision (or none), and the log ends whole.
     Only for a log already known to replay without damage (a records snapshot is made of it):
     it does not check checksums or batches."""
     if data and not data.endswith(b"\n"):
         return None
     winners: dict[str, tuple[int, int, int]] = {}
-    offset = 0
-    for raw in data.split(b"\n"):
+    offset = start_at
+    for raw in data[start_at:].split(b"\n"):
         line = raw.strip()
         if line:
             start = offset + len(raw) - len(raw.lstrip())
@@ -205,15 +206,32 @@ def winning_spans(data: bytes) -> dict[str, tuple[int, int, int]] | None:
                 doc = json.loads(line)
             except ValueError:  # UnicodeDecodeError and JSONDecodeError included
                 return None
-            memory_id = doc.get("id") if isinstance(doc, dict) else None
-            revision = doc.get("revision", 0) if isinstance(doc, dict) else None
-            if not isinstance(memory_id, str) or type(revision) is not int:
+            memory_id, revision = _id_and_revision(doc)
+            if memory_id is None or revision is None:
                 return None
             previous = winners.get(memory_id)
             if previous is None or revision >= previous[0]:
                 winners[memory_id] = (revision, start, start + len(line))
         offset += len(raw) + 1
     return winners
+
+
+def revision_at(data: bytes, start: int, end: int) -> int | None:
+    """The revision of the record line `data[start:end]`; None when it does not read as one."""
+    try:
+        return _id_and_revision(json.loads(data[start:end]))[1]
+    except ValueError:
+        return None
+
+
+def _id_and_revision(doc: object) -> tuple[str | None, int | None]:
+    if not isinstance(doc, dict):
+        return None, None
+    memory_id, revision = doc.get("id"), doc.get("revision", 0)
+    return (
+        memory_id if isinstance(memory_id, str) else None,
+        revision if type(revision) is int else None,
+    )
 
 
 def records_at(data: bytes, spans: Iterable[tuple[int, int]]) -> dict[str, Memory] | None:

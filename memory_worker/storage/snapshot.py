@@ -54,6 +54,7 @@ __all__ = [
     "log_identity",
     "read_records",
     "read_snapshot",
+    "records_prefix",
     "text_key",
     "write_records",
     "write_snapshot",
@@ -251,6 +252,23 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
     if n and int(spans.ends.max()) > identity[0]:
         return None
     return spans
+
+
+def records_prefix(folder: Path, data: bytes) -> tuple[RecordSpans, int] | None:
+    """The spans `.records.npz` holds when it was written for a prefix of the log `data` that
+    ends at a line boundary (the log has grown by appends since), and that prefix's length."""
+    path = folder / RECORDS_FILE
+    if not path.is_file():
+        return None
+    try:
+        with _open(path) as fh, np.load(fh, allow_pickle=False) as found:
+            size = json.loads(bytes(found["meta"]).decode()).get("log_size")
+    except Exception:  # derived data: anything wrong with it means "scan the log"
+        return None
+    if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
+        return None
+    spans = read_records(folder, (size, zlib.crc32(memoryview(data)[:size])))
+    return None if spans is None else (spans, size)
 
 
 def write_records(
