@@ -154,15 +154,22 @@ def main() -> int:
         for i in range(args.banks):
             shutil.copytree(data / growth.BANK, data / f"b{i:03d}")
         shutil.rmtree(data / growth.BANK)
+        # As for boots: each tree its own copy, its derived files left by one untimed save.
+        dirs = {"before": root / "cli-before", "after": data}
+        shutil.copytree(data, dirs["before"])
+        for label, tree in (("before", before), ("after", after)):
+            warm = ["memory::save", "bank=b050", f"text=an A/B warm-up {label}"]
+            cli(tree, [*warm, "--data-dir", str(dirs[label])])
         empty = root / "empty"
         empty.mkdir()
         times: dict[tuple[str, str], list[float]] = {}
         for r in range(args.cli_rounds):
             for label, tree in (("before", before), ("after", after)):
                 save = ["memory::save", "bank=b050", f"text=an A/B note {label} {r}"]
+                own = str(dirs[label])
                 for what, call_args in (
-                    ("save", [*save, "--data-dir", str(data)]),
-                    ("bank::list", ["memory::bank::list", "--data-dir", str(data)]),
+                    ("save", [*save, "--data-dir", own]),
+                    ("bank::list", ["memory::bank::list", "--data-dir", own]),
                     ("save, empty data dir", [*save, "--data-dir", str(empty)]),
                 ):
                     times.setdefault((what, label), []).append(cli(tree, call_args))
