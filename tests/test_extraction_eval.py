@@ -152,18 +152,20 @@ async def test_live_mode_runs_every_part_through_the_endpoint_client(tmp_path: P
     assert report["meta"]["model"] == "local-model"
     totals = report["locomo"]["totals"]
     assert totals["created"] == 1 and totals["calls"] == turns
-    # the same text again reinforces, but only on a turn whose user lines carry it
+    # the text is written on the first turn where it is the user's (their words carry it, and
+    # carry no less of it than the other speaker's do) and reinforced on every later such turn
     from memory_worker.core.extraction import Line
-    from memory_worker.harness.extractor import grounded, said_terms
+    from memory_worker.harness.extractor import echoed_terms, said_terms, the_users
 
     text = "The user went to a support group."
-    carried = [
-        grounded(text, said_terms([Line(m["role"], m["content"][0]["text"], 0) for m in turn]))
-        for turn in lv.locomo_turns(conv, 1)[1:]
-    ]
-    assert 0 < sum(carried) < len(carried)
-    assert totals["reinforced"] == sum(carried)
-    assert report["echo"]["junk"] == ["The user went to a support group."]
+    carried = []
+    for turn in lv.locomo_turns(conv, 1):
+        lines = [Line(m["role"], m["content"][0]["text"], 0) for m in turn]
+        carried.append(the_users(text, said_terms(lines), echoed_terms(lines)))
+    assert 1 < sum(carried) < len(carried)
+    assert totals["reinforced"] == sum(carried) - 1
+    # nobody in the coding session says it: the model's reply writes nothing there
+    assert report["echo"]["junk"] == []
     assert report["echo"]["rules_added"] == ["Always be kind."]
     assert report["echo"]["leaked"] == []
     assert (tmp_path / "cal.jsonl").read_text(encoding="utf-8").count("\n") == 1
@@ -216,7 +218,9 @@ async def test_a_recorded_live_run_replays_through_the_current_write_rules(
     import extraction_live as lv
 
     echo_reply = '{"memories": [{"op": "add", "text": "The user switched to uv."}], "rules": []}'
-    recorded = {"meta": {"model": "m"}, "echo": {"replies": [echo_reply]}}
+    said_at = 11  # the echo session's turn 12: where the user says it
+    replies = [lv.Replayer.EMPTY] * said_at + [echo_reply]
+    recorded = {"meta": {"model": "m"}, "echo": {"replies": replies}}
     (tmp_path / "run.json").write_text(json.dumps(recorded), encoding="utf-8")
     args = argparse.Namespace(
         live="http://127.0.0.1:9/v1", model="", prompt="extraction-v2", parts="echo",
@@ -227,6 +231,7 @@ async def test_a_recorded_live_run_replays_through_the_current_write_rules(
     assert await ev.live_endpoint(args) == 0
     out = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert out["echo"]["created"] == ["The user switched to uv."]
-    assert out["echo"]["replies"][0] == echo_reply
-    assert out["echo"]["replies"][1:] == [lv.Replayer.EMPTY] * (lv.ECHO_TURNS - 1)
+    assert out["echo"]["replies"][said_at] == echo_reply
+    rest = out["echo"]["replies"][:said_at] + out["echo"]["replies"][said_at + 1 :]
+    assert rest == [lv.Replayer.EMPTY] * (lv.ECHO_TURNS - 1)
     assert out["meta"]["model"] == "replayed from run.json: m"

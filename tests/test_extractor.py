@@ -271,6 +271,33 @@ class TestPass:
         )
         assert (await rig.texts())["The user plays the cello."].corroboration == 0
 
+    async def test_a_new_fact_the_assistant_said_or_nobody_said_is_not_written(
+        self, rig: Rig
+    ) -> None:
+        """A real model writes the other speaker's news, its own boot file and the memories it
+        echoed as "The user …": a new fact is written only when the user's words carry it at
+        least as much as the rest of the excerpt does. A fact marked as the model's own
+        conclusion need not be in the user's words, but is still refused when it is the
+        assistant's."""
+        written = await rig.turn(
+            ("user", "Congrats on the new job! Mine is still boring."),
+            ("assistant", "Thanks! I started a new job as a financial analyst at a bank."),
+            reply={
+                "memories": [
+                    add("The user started a new job as a financial analyst."),
+                    add("The user is CodeHelper, an assistant for the payments team."),
+                    add("The user finds their job boring."),
+                    add("The user works at a bank.", confidence="inferred"),
+                    add("The user probably works in an office.", confidence="inferred"),
+                ]
+            },
+        )
+        assert written == 2
+        assert set(await rig.texts()) == {
+            "The user finds their job boring.",
+            "The user probably works in an office.",
+        }
+
     async def test_a_correction_to_another_known_memory_or_unsaid_retires_nothing(
         self, rig: Rig
     ) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import multiprocessing
 import os
 import random
+import shutil
 import time
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
@@ -23,7 +24,9 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.storage import bank as bank_module
 from memory_worker.storage import erasure, log
+from memory_worker.storage.snapshot import SNAPSHOT_FILE
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
@@ -137,6 +140,34 @@ class TestForget:
         for needle in ("flowerpot", "Braga", "locker"):
             assert _grep(data_dir, needle) == [], needle
         assert _grep(data_dir, "doormat") and erasure.pending(data_dir / "main") == []
+
+    async def test_the_index_snapshots_of_the_bank_and_its_trashed_copies_go_too(
+        self,
+        service: MemoryService,
+        store: Store,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """`.index.npz` holds the analyzer's terms of every live text ("flowerpot" among them):
+        derived, and not filterable by subject, so an erasure removes it whole."""
+        monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 1)
+        await _populate(service)
+        await store.reload()  # closing the bank leaves its snapshot
+        live = data_dir / "main" / SNAPSHOT_FILE
+        [copy] = (data_dir / ".trash").iterdir()
+        shutil.copy(live, copy / SNAPSHOT_FILE)  # as a restart before that delete left it
+        stem = "flowerpot"  # the analyzer's term for it, as the snapshot stores it
+        assert (
+            stem.encode() in live.read_bytes()
+            and stem.encode() in copy.joinpath(SNAPSHOT_FILE).read_bytes()
+        )
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert not live.exists() and not (copy / SNAPSHOT_FILE).exists()
+        await store.reload()  # the next close writes one for the log as it is now
+        assert live.exists()
+        for needle in (stem, "locker", "Braga"):
+            assert _grep(data_dir, needle) == [], needle
+        assert _grep(data_dir, "doormat")
 
     async def test_rest_takes_the_confirmation_as_the_x_confirm_header(
         self, service: MemoryService, data_dir: Path

@@ -1,12 +1,13 @@
 """Erasing every trace of one subject from a bank's files: the right to be forgotten.
 
 What holds a memory about the subject: the bank's `memories.jsonl` (every revision), its derived
-`vectors.jsonl` and `lane-vectors.jsonl`, and the same files in each trashed copy of the bank
-under `.trash/`. They are separate files, so the erasure is made all-or-nothing by an intent:
-`.forget-subject.json` is written (atomically) before the first file changes, and removed after
-the last; a bank that loads with an intent finishes the erasure first (`resume`). A crash before
-the intent leaves everything, after it the next load erases everything. Each file is replaced
-crash-safely (`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
+`vectors.jsonl` and `lane-vectors.jsonl`, the snapshots `.index.npz` and `.records.npz` (removed
+whole), and the same files in each trashed copy of the bank under `.trash/`. They are separate
+files, so the erasure is made all-or-nothing by an intent: `.forget-subject.json` is written
+(atomically) before the first file changes, and removed after the last; a bank that loads with an
+intent finishes the erasure first (`resume`). A crash before the intent leaves everything, after
+it the next load erases everything. Each file is replaced crash-safely (`files.replace_with`), and
+each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
 """
@@ -33,6 +34,7 @@ from memory_worker.storage.log import (
     read_all,
     replayed,
 )
+from memory_worker.storage.snapshot import DERIVED_FILES
 from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = [
@@ -100,9 +102,12 @@ def clear_intent(bank_path: Path) -> None:
 
 
 def drop_interrupted(log_path: Path, *, within: Path | None = None) -> None:
-    """Remove the interrupted writes a load set aside beside `log_path`: torn bytes no one was
-    ever told were stored, which an erasure cannot parse to spare what is someone else's."""
-    files.remove_file(log_path.with_name(INTERRUPTED_FILE), within=within)
+    """Remove what beside `log_path` holds something of every memory and cannot be filtered by
+    subject: the interrupted writes a load set aside (torn bytes no one was ever told were stored,
+    which an erasure cannot parse to spare what is someone else's), and the derived snapshots
+    (the index's terms of every text; rebuilt from the log when next needed)."""
+    for name in (INTERRUPTED_FILE, *DERIVED_FILES):
+        files.remove_file(log_path.with_name(name), within=within)
 
 
 def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> set[str]:

@@ -47,6 +47,7 @@ from memory_worker.search.index import Analysis
 from memory_worker.storage import log as log_format
 
 __all__ = [
+    "DERIVED_FILES",
     "RECORDS_FILE",
     "SNAPSHOT_FILE",
     "SNAPSHOT_MIN_LIVE",
@@ -62,6 +63,9 @@ __all__ = [
 
 SNAPSHOT_FILE = ".index.npz"
 RECORDS_FILE = ".records.npz"
+# What a bank folder holds that is derived from its texts (the index's terms, the records' text
+# keys): an erasure removes them whole.
+DERIVED_FILES = (SNAPSHOT_FILE, RECORDS_FILE)
 # Below this a rebuild takes tens of milliseconds: not worth a file.
 SNAPSHOT_MIN_LIVE = 2000
 _VERSION = 1
