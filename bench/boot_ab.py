@@ -4,7 +4,8 @@ source trees, interleaved round by round on the same data.
 
 A shared machine's load drifts by 2-3× within minutes, so figures from two runs taken at different
 times cannot be compared. This script alternates the trees in every round (before, after, after
-without its derived index snapshot) on the very same data dirs, and reports medians.
+without its derived snapshots) on copies of the same data dir (each tree keeps its own derived
+files), and reports medians.
 
     git archive <old-commit> | tar -x -C /tmp/before
     nice -n 19 .venv/bin/python bench/boot_ab.py --before /tmp/before [--sizes 10000,100000]
@@ -127,12 +128,19 @@ def main() -> int:
         for n in [int(s) for s in args.sizes.split(",") if s.strip()]:
             data = root / f"n{n}"
             asyncio.run(growth.build_ours(data, growth.documents(turns, n)))
-            snapshot = data / growth.BANK / growth.SNAPSHOT_FILE
+            # Each tree boots its own copy of the same log: a tree's close leaves derived files
+            # for its own code, which the other tree would otherwise have to rebuild every round.
+            old = root / f"n{n}-before"
+            shutil.copytree(data, old)
+            for name in growth.DERIVED:
+                (old / growth.BANK / name).unlink(missing_ok=True)
+            probe(before, old, query)  # leaves the old tree's own derived files
             seen: dict[str, list[dict[str, Any]]] = {"before": [], "after": [], "rebuild": []}
             for _ in range(args.rounds):
-                seen["before"].append(probe(before, data, query))
-                seen["after"].append(probe(after, data, query))  # its close keeps the snapshot
-                snapshot.unlink(missing_ok=True)
+                seen["before"].append(probe(before, old, query))
+                seen["after"].append(probe(after, data, query))  # its close keeps the snapshots
+                for name in growth.DERIVED:
+                    (data / growth.BANK / name).unlink(missing_ok=True)
                 seen["rebuild"].append(probe(after, data, query))
             for label, runs in seen.items():
                 boot = statistics.median(r["boot_s"] for r in runs)
@@ -140,20 +148,28 @@ def main() -> int:
                 rows.append(f"| {n:,} | {label} | {boot:.3f} | {ram:,.0f} |")
                 print(rows[-1], flush=True)
             shutil.rmtree(data)
+            shutil.rmtree(old)
         data = root / "cli"
         asyncio.run(growth.build_ours(data, growth.documents(turns, args.per_bank, 13)))
         for i in range(args.banks):
             shutil.copytree(data / growth.BANK, data / f"b{i:03d}")
         shutil.rmtree(data / growth.BANK)
+        # As for boots: each tree its own copy, its derived files left by one untimed save.
+        dirs = {"before": root / "cli-before", "after": data}
+        shutil.copytree(data, dirs["before"])
+        for label, tree in (("before", before), ("after", after)):
+            warm = ["memory::save", "bank=b050", f"text=an A/B warm-up {label}"]
+            cli(tree, [*warm, "--data-dir", str(dirs[label])])
         empty = root / "empty"
         empty.mkdir()
         times: dict[tuple[str, str], list[float]] = {}
         for r in range(args.cli_rounds):
             for label, tree in (("before", before), ("after", after)):
                 save = ["memory::save", "bank=b050", f"text=an A/B note {label} {r}"]
+                own = str(dirs[label])
                 for what, call_args in (
-                    ("save", [*save, "--data-dir", str(data)]),
-                    ("bank::list", ["memory::bank::list", "--data-dir", str(data)]),
+                    ("save", [*save, "--data-dir", own]),
+                    ("bank::list", ["memory::bank::list", "--data-dir", own]),
                     ("save, empty data dir", [*save, "--data-dir", str(empty)]),
                 ):
                     times.setdefault((what, label), []).append(cli(tree, call_args))

@@ -12,8 +12,8 @@ Ours, per size:
 - import: `import_records` of the whole bank (one write, one fsync per chunk);
 - boot: a fresh process opens the data dir and answers its first `memory::recall` (replay and index
   included, whether they are built at open or on first use); median of 3 cold processes (1 at 1M);
-  RSS that adds per memory, minus the UTF-8 text; then the same with the derived index snapshot
-  (`.index.npz`) deleted before each process (replay and full indexing);
+  RSS that adds per memory, minus the UTF-8 text; then the same with the derived snapshots
+  (`.index.npz`, `.records.npz`) deleted before each process (full replay and indexing);
 - recall p50/p99: `catalog.call(service, "memory::recall", …)` (validation and encoding included),
   no embedder;
 - save p50: `memory::save` through `catalog.call`, durable (fsynced), one at a time;
@@ -79,7 +79,7 @@ from memory_worker.app.caller import Caller  # noqa: E402
 from memory_worker.app.catalog import call  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
 from memory_worker.core.config import Settings  # noqa: E402
-from memory_worker.storage.snapshot import SNAPSHOT_FILE  # noqa: E402
+from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
 
 _DATA_PATH = ("shared", "datasets", "locomo", "locomo10.json")
@@ -89,6 +89,7 @@ LOCOMO = next(
     Path(os.environ.get("LOCOMO_JSON", "/work/shared/datasets/locomo/locomo10.json")),
 )
 BANK = "bench"
+DERIVED = (SNAPSHOT_FILE, RECORDS_FILE)  # what a boot may use instead of replaying, never needs
 SEED = 12
 NOW_MS = 1_760_000_000_000
 QUERIES = 200
@@ -521,8 +522,9 @@ async def measure_size(
     probes = [run_probe(work / "ours", queries[0]) for _ in range(boots)]
     snapshot = work / "ours" / BANK / SNAPSHOT_FILE
     rebuilds = []
-    for _ in range(boots):  # the same boot without the derived snapshot: replay + full indexing
-        snapshot.unlink(missing_ok=True)
+    for _ in range(boots):  # the same boot without the derived snapshots: replay + full indexing
+        for name in DERIVED:
+            (work / "ours" / BANK / name).unlink(missing_ok=True)
         rebuilds.append(run_probe(work / "ours", queries[0])["boot_s"])
     ours["rebuild_s"] = statistics.median(rebuilds)
     ours["snapshot"] = snapshot.is_file()

@@ -246,6 +246,7 @@ class LexicalIndex:
         self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []  # slot → doc id (dead slots keep theirs until compaction)
         self._forward = _Forward()  # slot → its (term id, tf) pairs, in first-occurrence order
+        # Only docs with tags have an entry (most have none: no dict entry per memory).
         self._doc_tags: dict[str, tuple[str, ...]] = {}
         self._tags: dict[str, set[int]] = {}
         # Subjects as small ints in a column (0: general), so scoping a query is one vector compare.
@@ -402,7 +403,8 @@ class LexicalIndex:
         self.dated[:n] = analysis.dated
         self.subject[:n] = [self._subject_code(subject) for subject in subjects]
         for slot, (doc_id, labels) in enumerate(zip(self._ids, tags, strict=True)):
-            self._doc_tags[doc_id] = labels
+            if labels:
+                self._doc_tags[doc_id] = labels
             for tag in labels:
                 self._tags.setdefault(tag, set()).add(slot)
         slots = np.repeat(np.arange(n, dtype=np.int64), analysis.pair_counts)
@@ -480,7 +482,10 @@ class LexicalIndex:
         self.subject[slot] = self._subject_code(doc.subject)
         for tag in self._doc_tags.get(doc_id, ()):
             self._tags[tag].discard(slot)
-        self._doc_tags[doc_id] = doc.tags
+        if doc.tags:
+            self._doc_tags[doc_id] = doc.tags
+        else:
+            self._doc_tags.pop(doc_id, None)
         for tag in doc.tags:
             self._tags.setdefault(tag, set()).add(slot)
 
@@ -525,7 +530,7 @@ class LexicalIndex:
         self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
         self._tags = {}
         for doc_id, slot in self._slot_of.items():
-            for tag in self._doc_tags[doc_id]:
+            for tag in self._doc_tags.get(doc_id, ()):
                 self._tags.setdefault(tag, set()).add(slot)
         # Live slots keep their order (`_slot_of` is in slot order), so old → new is monotonic and
         # every term's postings stay in ascending slot order, as a fresh bulk load lays them.

@@ -20,6 +20,7 @@ import asyncio
 import functools
 import os
 import secrets
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -56,15 +57,23 @@ from memory_worker.storage.log import (
     interrupted_tail,
     lines_of,
     read_all,
+    records_at,
     replay,
     replayed,
+    revision_at,
     shared_fields,
+    winning_spans,
 )
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.snapshot import (
+    RECORDS_FILE,
     SNAPSHOT_MIN_LIVE,
     log_identity,
+    read_records,
     read_snapshot,
+    records_prefix,
+    text_key,
+    write_records,
     write_snapshot,
 )
 from memory_worker.storage.vectors import (
@@ -142,9 +151,10 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        # hash of the normalized text → ids whose text it is: the hash, not the text, so RAM does
-        # not hold every text twice; a lookup checks the texts themselves (`match_text`).
-        self._by_text: dict[int, list[str]] = {}
+        # `text_key` of the normalized text → ids whose text it is: the key, not the text, so RAM
+        # does not hold every text twice; a lookup checks the texts themselves (`match_text`).
+        # The value is the one id (the common case: no list per memory) or a list of several.
+        self._by_text: dict[int, str | list[str]] = {}
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
@@ -165,6 +175,9 @@ class Bank:
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
         self._snapshot_stamp: _Stamp | None = None  # the log state `.index.npz` was made for
+        self._records_stamp: _Stamp | None = None  # the log state `.records.npz` was made for
+        # The log's (length, CRC-32) while a boot that read it whole for `.records.npz` indexes.
+        self._boot_identity: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -335,16 +348,122 @@ class Bank:
             self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
-        memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
-        self._memories = memories
-        self.damage.extend(found)
-        for record in memories.values():
-            self._map_text(record)
-        live = [record for record in memories.values() if record.live]
+        self._boot_identity = self._replay_from_records()
+        if self._boot_identity is None:
+            memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
+            self._memories = memories
+            self.damage.extend(found)
+            for record in memories.values():
+                self._map_text(record)
+        live = [record for record in self._memories.values() if record.live]
         if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
+        self._boot_identity = None
         self.lanes.add_many(live)
         self._index_lessons()
+
+    def _replay_from_records(self) -> tuple[int, int] | None:
+        """Load the records `.records.npz` names when it is for exactly the log's bytes as read
+        now (`storage.snapshot`): only the winning lines are validated, and the exact-text map
+        comes from its keys. Returns the log's (length, CRC-32) when it did; None (nothing
+        loaded) sends the boot through the full replay."""
+        path = self.path / MEMORIES_FILE
+        if self._log_stamp is None or not (self.path / RECORDS_FILE).is_file():
+            return None
+        if files.is_link(path):
+            return None  # the replay reports it
+        try:
+            data = files.read_bytes(path, within=self.root)
+        except StorageError:
+            return None
+        identity = (len(data), zlib.crc32(data))
+        spans = read_records(self.path, identity)
+        if spans is None or _stat_stamp(path) != self._log_stamp:
+            return None
+        starts, ends = spans.starts.tolist(), spans.ends.tolist()
+        memories = records_at(data, zip(starts, ends, strict=True))
+        if memories is None or len(memories) != len(starts):
+            return None
+        self._memories, self._by_text = memories, {}
+        for memory_id, key in zip(memories, spans.text_keys.tolist(), strict=True):
+            self._add_text_key(key, memory_id)
+        self._records_stamp = self._log_stamp
+        return identity
+
+    def _save_records(self) -> None:
+        """Leave `.records.npz` for the next boot, when the one on disk is not for this log, the
+        log replayed without damage and has changed since only by our own durable writes (its
+        stamp is ours), and a scan of its bytes finds exactly the ids, order and revisions RAM
+        holds (`storage.snapshot`). When the one on disk is for a prefix of this log (it grew by
+        appends) only the lines past that prefix are scanned."""
+        stamp = self._log_stamp
+        if self._queue or self._held or self._broken is not None or stamp is None:
+            return
+        if stamp == self._records_stamp or len(self._memories) < SNAPSHOT_MIN_LIVE:
+            return
+        if any(damage.file == MEMORIES_FILE for damage in self.damage):
+            return  # a replay must keep reporting it
+        log_path = self.path / MEMORIES_FILE
+        if files.is_link(log_path) or _stat_stamp(log_path) != stamp:
+            return
+        try:
+            data = files.read_bytes(log_path, within=self.root)
+        except StorageError:
+            return
+        if _stat_stamp(log_path) != stamp:
+            return
+        spans = self._spans_past_prefix(data)
+        if spans is None:
+            winners = winning_spans(data)
+            if winners is None or list(winners) != list(self._memories):
+                return
+            if any(self._memories[i].revision != won[0] for i, won in winners.items()):
+                return
+            spans = [(start, end) for _, start, end in winners.values()]
+        key_of = {
+            memory_id: key for key, ids in self._by_text.items() for memory_id in _ids_of(ids)
+        }
+        if len(key_of) != len(self._memories):
+            return
+        keys = [key_of[memory_id] for memory_id in self._memories]
+        write_records(self.path, (len(data), zlib.crc32(data)), spans, keys)
+        self._records_stamp = stamp
+
+    def _spans_past_prefix(self, data: bytes) -> list[tuple[int, int]] | None:
+        """The winning spans of the log `data`, from the records on disk for a prefix of it and a
+        scan of the lines past it: replay order is the prefix's winners then the ids first seen
+        past it, so the prefix's spans belong to RAM's first ids (each of their lines is checked
+        to begin with its id). None when that does not hold: the caller scans the whole log."""
+        found = records_prefix(self.path, data)
+        if found is None:
+            return None
+        prior, size = found
+        ids = list(self._memories)
+        starts, ends = prior.starts.tolist(), prior.ends.tolist()
+        if len(starts) > len(ids):
+            return None
+        for memory_id, start in zip(ids, starts, strict=False):
+            head = b'{"id":"%s"' % memory_id.encode("utf-8", "surrogatepass")
+            if not data.startswith(head, start):
+                return None
+        tail = winning_spans(data, size)
+        if tail is None:
+            return None
+        merged = {memory_id: (s, e) for memory_id, s, e in zip(ids, starts, ends, strict=False)}
+        for memory_id, (revision, start, end) in tail.items():
+            held = merged.get(memory_id)
+            won = revision
+            if held is not None:
+                before = revision_at(data, *held)
+                if before is None:
+                    return None
+                won = max(revision, before)
+            if won == revision:
+                merged[memory_id] = (start, end)
+            record = self._memories.get(memory_id)
+            if record is None or record.revision != won:
+                return None
+        return list(merged.values()) if list(merged) == ids else None
 
     def _index_from_snapshot(self, live: list[Memory]) -> bool:
         """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log
@@ -352,7 +471,7 @@ class Bank:
         if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
             return False
         ids = [record.id for record in live]
-        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids)
+        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, self._boot_identity)
         if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return False
         self.index.load_analysis(
@@ -568,7 +687,7 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm and record.subject == subject
         }
-        for memory_id in self._by_text.get(hash(norm), ()):
+        for memory_id in _ids_of(self._by_text.get(text_key(norm))):
             record = self._memories[memory_id]
             if (
                 memory_id not in self._staged
@@ -714,17 +833,30 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        ids = self._by_text.setdefault(hash(normalize(record.text)), [])
-        if record.id not in ids:
-            ids.append(record.id)
+        self._add_text_key(text_key(normalize(record.text)), record.id)
+
+    def _add_text_key(self, key: int, memory_id: str) -> None:
+        found = self._by_text.get(key)
+        if found is None:
+            self._by_text[key] = memory_id
+        elif isinstance(found, str):
+            if found != memory_id:
+                self._by_text[key] = [found, memory_id]
+        elif memory_id not in found:
+            found.append(memory_id)
 
     def _unmap_text(self, record: Memory) -> None:
-        key = hash(normalize(record.text))
-        ids = self._by_text.get(key)
-        if ids is not None and record.id in ids:
-            ids.remove(record.id)
-            if not ids:
+        key = text_key(normalize(record.text))
+        found = self._by_text.get(key)
+        if found is None:
+            return
+        if isinstance(found, str):
+            if found == record.id:
                 del self._by_text[key]
+        elif record.id in found:
+            found.remove(record.id)
+            if len(found) == 1:
+                self._by_text[key] = found[0]
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
@@ -858,6 +990,7 @@ class Bank:
         if self.path.is_dir():  # not when the folder was trashed or removed
             self._save_counts()
             self._save_snapshot()
+            self._save_records()
 
     # --- rules ---------------------------------------------------------------------------------
 
@@ -911,6 +1044,13 @@ class Bank:
         if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
             return
         self._log_stamp = stamp
+
+
+def _ids_of(found: str | list[str] | None) -> Sequence[str]:
+    """The ids an exact-text map entry holds."""
+    if found is None:
+        return ()
+    return (found,) if isinstance(found, str) else found
 
 
 def _same_lanes(previous: Memory | None, record: Memory) -> bool:

@@ -1,13 +1,13 @@
 """Erasing every trace of one subject from a bank's files: the right to be forgotten.
 
 What holds a memory about the subject: the bank's `memories.jsonl` (every revision), its derived
-`vectors.jsonl` and `lane-vectors.jsonl`, the index snapshot `.index.npz` (removed whole), and the
-same files in each trashed copy of the bank under `.trash/`. They are separate files, so the
-erasure is made all-or-nothing by an intent: `.forget-subject.json` is written (atomically) before
-the first file changes, and removed after the last; a bank that loads with an intent finishes the
-erasure first (`resume`). A crash before the intent leaves everything, after it the next load
-erases everything. Each file is replaced crash-safely (`files.replace_with`), and each step is
-idempotent, so finishing twice is harmless.
+`vectors.jsonl` and `lane-vectors.jsonl`, the snapshots `.index.npz` and `.records.npz` (removed
+whole), and the same files in each trashed copy of the bank under `.trash/`. They are separate
+files, so the erasure is made all-or-nothing by an intent: `.forget-subject.json` is written
+(atomically) before the first file changes, and removed after the last; a bank that loads with an
+intent finishes the erasure first (`resume`). A crash before the intent leaves everything, after
+it the next load erases everything. Each file is replaced crash-safely (`files.replace_with`), and
+each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
 """

@@ -302,6 +302,17 @@ def read_text(path: Path, *, within: Path | None = None) -> str:
         raise _storage("read", path, exc) from exc
 
 
+def read_bytes(path: Path, *, within: Path | None = None) -> bytes:
+    """The file's bytes in one read. A link is refused, as are folders between `within` and the
+    file that are links (`StorageError`, as for a missing file)."""
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY, within)
+        with open(fd, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise _storage("read", path, exc) from exc
+
+
 def read_private(path: Path) -> bytes | None:
     """The bytes of an owner-only file (a secret such as the server token): None when it is
     missing, a link, not a regular file, not ours, or readable by anyone else."""

@@ -54,9 +54,12 @@ class LaneVectors:
                 continue
             if lanes.set_vector(lane, memory_id, record.vector):
                 self._models[(lane, memory_id)] = record.model
+        # Most memories carry no lane: two attribute reads pass them over (a boot of 100k records
+        # spent half a second calling `_lane_text` twice on each).
+        carrying = (m for m in memories.values() if m.context or m.intention)
         self._pending = {
             (lane, m.id): None
-            for m in memories.values()
+            for m in carrying
             for lane in LANES
             if _lane_text(m, lane) and (lane, m.id) not in self._models
         }

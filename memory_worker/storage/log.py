@@ -9,6 +9,7 @@ with their line numbers, never fatal.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,8 +31,11 @@ __all__ = [
     "interrupted_tail",
     "lines_of",
     "read_all",
+    "records_at",
     "replay",
     "replayed",
+    "revision_at",
+    "winning_spans",
 ]
 
 MEMORIES_FILE = "memories.jsonl"
@@ -70,18 +74,37 @@ _CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
 _validate_json = Memory.__pydantic_validator__.validate_json
 
 # pydantic gives every record its own set of the field names it was given (~700 bytes: as much
-# as the rest of the record). Records are frozen, so nothing adds to it (pydantic copies the set
-# before a `model_copy` updates it): records given the same fields share one set.
-_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+# as the rest of the record) and its own dict of values (~830 bytes for Memory's 26 fields).
+# Records are frozen, so nothing adds to either (pydantic copies both before a `model_copy`
+# updates them): records given the same fields share one set, and a record kept in RAM holds its
+# values in a key-sharing instance dict (CPython shares the keys among instances of a class: ~280
+# bytes). Both are invisible to callers: equality, dumps, copies and validation read the same
+# values.
+_FIELD_SETS: list[set[str]] = []  # the distinct sets seen: a handful (which optional fields)
+_MAX_FIELD_SETS = 64  # a log of odd records cannot make the lookup long
+_new_record = object.__new__
+_set = object.__setattr__
 
 
 def shared_fields(record: Memory) -> Memory:
-    """`record`, its set of given field names replaced by the one shared by equal sets."""
+    """`record` as RAM keeps it: the same values in a key-sharing dict, its set of given field
+    names the one shared by equal sets. A new object (the given one is left as it was)."""
     fields = record.__pydantic_fields_set__
-    shared = _FIELD_SETS.setdefault(frozenset(fields), fields)
-    if shared is not fields:
-        object.__setattr__(record, "__pydantic_fields_set__", shared)
-    return record
+    for shared in _FIELD_SETS:
+        if shared == fields:
+            fields = shared
+            break
+    else:
+        if len(_FIELD_SETS) < _MAX_FIELD_SETS:
+            _FIELD_SETS.append(fields)
+    compact = _new_record(type(record))
+    values = compact.__dict__  # created empty with the class's shared keys
+    for name, value in record.__dict__.items():
+        values[name] = value
+    _set(compact, "__pydantic_fields_set__", fields)
+    _set(compact, "__pydantic_extra__", record.__pydantic_extra__)
+    _set(compact, "__pydantic_private__", record.__pydantic_private__)
+    return compact
 
 
 def _sealed(body: bytes) -> bytes:
@@ -163,6 +186,68 @@ def replayed(records: Iterable[Memory]) -> dict[str, Memory]:
         if previous is None or record.revision >= previous.revision:
             memories[record.id] = record
     return memories
+
+
+def winning_spans(data: bytes, start_at: int = 0) -> dict[str, tuple[int, int, int]] | None:
+    """id → (revision, start, end) of the line that wins replay for each id in `data` (a whole
+    log) from the line starting at `start_at` on, in replay order; None unless every such line
+    is a JSON object with a string id and an integer revision (or none), and the log ends whole.
+    Only for a log already known to replay without damage (a records snapshot is made of it):
+    it does not check checksums or batches."""
+    if data and not data.endswith(b"\n"):
+        return None
+    winners: dict[str, tuple[int, int, int]] = {}
+    offset = start_at
+    for raw in data[start_at:].split(b"\n"):
+        line = raw.strip()
+        if line:
+            start = offset + len(raw) - len(raw.lstrip())
+            try:
+                doc = json.loads(line)
+            except ValueError:  # UnicodeDecodeError and JSONDecodeError included
+                return None
+            memory_id, revision = _id_and_revision(doc)
+            if memory_id is None or revision is None:
+                return None
+            previous = winners.get(memory_id)
+            if previous is None or revision >= previous[0]:
+                winners[memory_id] = (revision, start, start + len(line))
+        offset += len(raw) + 1
+    return winners
+
+
+def revision_at(data: bytes, start: int, end: int) -> int | None:
+    """The revision of the record line `data[start:end]`; None when it does not read as one."""
+    try:
+        return _id_and_revision(json.loads(data[start:end]))[1]
+    except ValueError:
+        return None
+
+
+def _id_and_revision(doc: object) -> tuple[str | None, int | None]:
+    if not isinstance(doc, dict):
+        return None, None
+    memory_id, revision = doc.get("id"), doc.get("revision", 0)
+    return (
+        memory_id if isinstance(memory_id, str) else None,
+        revision if type(revision) is int else None,
+    )
+
+
+def records_at(data: bytes, spans: Iterable[tuple[int, int]]) -> dict[str, Memory] | None:
+    """The records of the lines of `data` at `spans` (start, end), by id in that order, as RAM
+    keeps them; None when one does not read as a record or two share an id. Only for spans a
+    records snapshot vouches are a replay's winners (no checksum or batch check here)."""
+    memories: dict[str, Memory] = {}
+    count = 0
+    try:
+        for start, end in spans:
+            record = shared_fields(_validate_json(data[start:end]))
+            memories[record.id] = record
+            count += 1
+    except ValidationError:
+        return None
+    return memories if len(memories) == count else None
 
 
 def read_all(path: Path, *, within: Path | None = None) -> tuple[list[Memory], list[Damage]]:

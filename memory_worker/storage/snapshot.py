@@ -1,6 +1,7 @@
-"""`.index.npz`: a derived snapshot of the costly part of indexing a bank — the analyzer's terms
-of every live memory (`search.index.Analysis`) — so a restart replays the log but does not
-re-analyse every text.
+"""`.index.npz` and `.records.npz`: derived snapshots of a bank's costly boot work.
+
+`.index.npz` holds the analyzer's terms of every live memory (`search.index.Analysis`), so a
+restart does not re-analyse every text.
 
 It is never needed for correctness and never trusted on its word. It is used only when all of these
 still hold, else ignored and the index is rebuilt from the log as if it were absent:
@@ -13,6 +14,16 @@ It is written when a bank of at least `SNAPSHOT_MIN_LIVE` live memories is close
 disk (if any) is not for the log as it stands; a temp file renamed into place, not fsynced (a
 crash leaves an old, missing or unreadable one: each costs one rebuild). numpy reads it with
 `allow_pickle=False`: plain arrays, no code. The leading dot keeps it out of the watcher's view.
+
+`.records.npz` spares a boot the replay's per-line work: for each id, where the line that wins
+replay lies in the log (byte start and end), in replay order, and a stable 64-bit key of its
+normalized text (`text_key`, the exact-text map's key). A boot whose log bytes have exactly the
+length and CRC-32 it was written for validates only those lines into records; any other log is
+replayed line by line with its checksums, batches and damage report, as if the file were absent.
+It is written only for a log that replayed without damage and has changed since only by this
+process's own durable writes, and only when a scan of that log finds exactly the ids and
+revisions RAM holds; it is tied to the code of the line format and the record model
+(`replay_digest`).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import hashlib
 import json
 import os
 import zlib
+from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -29,22 +41,31 @@ from typing import BinaryIO
 
 import numpy as np
 
-from memory_worker.core import temporal, text
+from memory_worker.core import confidence, models, temporal, text
 from memory_worker.search import index, ranking
 from memory_worker.search.index import Analysis
+from memory_worker.storage import log as log_format
 
 __all__ = [
     "DERIVED_FILES",
+    "RECORDS_FILE",
     "SNAPSHOT_FILE",
     "SNAPSHOT_MIN_LIVE",
+    "RecordSpans",
     "log_identity",
+    "read_records",
     "read_snapshot",
+    "records_prefix",
+    "text_key",
+    "write_records",
     "write_snapshot",
 ]
 
 SNAPSHOT_FILE = ".index.npz"
-# What a bank folder holds that is derived from its texts: an erasure removes them whole.
-DERIVED_FILES = (SNAPSHOT_FILE,)
+RECORDS_FILE = ".records.npz"
+# What a bank folder holds that is derived from its texts (the index's terms, the records' text
+# keys): an erasure removes them whole.
+DERIVED_FILES = (SNAPSHOT_FILE, RECORDS_FILE)
 # Below this a rebuild takes tens of milliseconds: not worth a file.
 SNAPSHOT_MIN_LIVE = 2000
 _VERSION = 1
@@ -52,6 +73,40 @@ _CHUNK = 1 << 20
 _ARRAYS = (
     "pair_counts", "pair_terms", "pair_tfs", "lengths", "entity_counts", "entity_terms", "dated",
 )  # fmt: skip
+
+
+_RECORDS_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpans:
+    """What `.records.npz` holds: per record in replay order, its winning line's byte span in
+    the log and its `text_key`."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    text_keys: np.ndarray
+
+
+def text_key(normalized: str) -> int:
+    """A stable 64-bit key of a normalized text: the exact-text map's key, the same in every
+    process (Python's `hash` of a str is salted per process, so it cannot be kept on disk)."""
+    digest = hashlib.blake2b(normalized.encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "little")
+
+
+@cache
+def replay_digest() -> str:
+    """What a records snapshot's spans depend on: the source of the line format and the record
+    model, and pydantic-core's version (it validates the lines). "" when unreadable."""
+    digest = hashlib.sha256(metadata.version("pydantic-core").encode())
+    for module in (models, confidence, log_format, text):
+        try:
+            digest.update(Path(str(module.__file__)).read_bytes())
+        except (OSError, TypeError):
+            return ""
+    digest.update(b"records/%d" % _RECORDS_VERSION)
+    return digest.hexdigest()[:16]
 
 
 @cache
@@ -89,9 +144,12 @@ def log_identity(log: Path) -> tuple[int, int] | None:
     return size, crc
 
 
-def read_snapshot(folder: Path, log: Path, live_ids: list[str]) -> Analysis | None:
-    """The analysis of `live_ids` the snapshot holds for `log` as it is now; None unless every
-    check in the module's docstring passes."""
+def read_snapshot(
+    folder: Path, log: Path, live_ids: list[str], identity: tuple[int, int] | None = None
+) -> Analysis | None:
+    """The analysis of `live_ids` the snapshot holds for `log` as it is now (`identity`: its
+    length and CRC-32 when the caller just read it); None unless every check in the module's
+    docstring passes."""
     path = folder / SNAPSHOT_FILE
     digest = analyzer_digest()
     if not digest or not path.is_file():
@@ -104,7 +162,8 @@ def read_snapshot(folder: Path, log: Path, live_ids: list[str]) -> Analysis | No
                 meta.get("version") != _VERSION
                 or meta.get("analyzer") != digest
                 or meta.get("count") != len(live_ids)
-                or [meta.get("log_size"), meta.get("log_crc")] != list(log_identity(log) or ())
+                or [meta.get("log_size"), meta.get("log_crc")]
+                != list(identity or log_identity(log) or ())
                 or bytes(data["ids"]).decode().split("\n") != (live_ids or [""])
             ):
                 return None
@@ -158,6 +217,94 @@ def write_snapshot(
                 ids=np.frombuffer("\n".join(live_ids).encode(), np.uint8),
                 vocab=np.frombuffer("\n".join(analysis.vocab).encode(), np.uint8),
                 **{name: getattr(analysis, name) for name in _ARRAYS},
+            )
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
+    """The spans `.records.npz` holds for the log whose bytes have `identity` (length, CRC-32);
+    None when it is missing, unreadable, for another log or other code, or inconsistent."""
+    path = folder / RECORDS_FILE
+    digest = replay_digest()
+    if not digest or not path.is_file():
+        return None
+    try:
+        with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode())
+            if (
+                meta.get("version") != _RECORDS_VERSION
+                or meta.get("code") != digest
+                or [meta.get("log_size"), meta.get("log_crc")] != list(identity)
+            ):
+                return None
+            spans = RecordSpans(
+                np.asarray(data["starts"]), np.asarray(data["ends"]), np.asarray(data["keys"])
+            )
+    except Exception:  # derived data: anything wrong with it means "replay"
+        return None
+    n = meta.get("count")
+    ints = (spans.starts, spans.ends)
+    if any(x.ndim != 1 or x.dtype != np.int64 or x.size != n for x in ints):
+        return None
+    if spans.text_keys.ndim != 1 or spans.text_keys.dtype != np.uint64 or spans.text_keys.size != n:
+        return None
+    if n and (spans.starts.min() < 0 or (spans.ends <= spans.starts).any()):
+        return None
+    if n and int(spans.ends.max()) > identity[0]:
+        return None
+    return spans
+
+
+def records_prefix(folder: Path, data: bytes) -> tuple[RecordSpans, int] | None:
+    """The spans `.records.npz` holds when it was written for a prefix of the log `data` that
+    ends at a line boundary (the log has grown by appends since), and that prefix's length."""
+    path = folder / RECORDS_FILE
+    if not path.is_file():
+        return None
+    try:
+        with _open(path) as fh, np.load(fh, allow_pickle=False) as found:
+            size = json.loads(bytes(found["meta"]).decode()).get("log_size")
+    except Exception:  # derived data: anything wrong with it means "scan the log"
+        return None
+    if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
+        return None
+    spans = read_records(folder, (size, zlib.crc32(memoryview(data)[:size])))
+    return None if spans is None else (spans, size)
+
+
+def write_records(
+    folder: Path,
+    identity: tuple[int, int],
+    spans: list[tuple[int, int]],
+    keys: list[int],
+) -> None:
+    """Leave `.records.npz` for the log of `identity` (see the module docstring); a failure
+    leaves none, which only costs a replay."""
+    digest = replay_digest()
+    if not digest or len(spans) != len(keys):
+        return
+    meta = {
+        "version": _RECORDS_VERSION,
+        "code": digest,
+        "count": len(spans),
+        "log_size": identity[0],
+        "log_crc": identity[1],
+    }
+    bounds = np.array(spans, dtype=np.int64).reshape(-1, 2)
+    path = folder / RECORDS_FILE
+    tmp = folder / f".{RECORDS_FILE}.tmp"
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
+            np.savez(
+                fh,
+                meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                starts=np.ascontiguousarray(bounds[:, 0]),
+                ends=np.ascontiguousarray(bounds[:, 1]),
+                keys=np.array(keys, dtype=np.uint64),
             )
         os.replace(tmp, path)
     except OSError:
