@@ -17,17 +17,15 @@ import pytest
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.log import encode, read_all, replayed, winning_spans
 from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE
-from memory_worker.storage.store import Store
 
-HOLDER: dict[str, object] = {"pid": 0, "kind": "test"}
+from .boots import NOW_MS, session
+
 HUMAN = Caller.human("cli")
-NOW_MS = 1_760_000_000_000
 TEXTS = [
     "Ana moved to Lisbon in 2021 and works at a bakery",
     "Rui plays chess every Tuesday with his brother",
@@ -56,19 +54,6 @@ def records_uses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
     monkeypatch.setattr(bank_module.Bank, "_replay_from_records", spy)
     yield seen
-
-
-def session(data_dir: Path, work: Callable[[MemoryService], Any]) -> Any:
-    async def run() -> Any:
-        store = Store.open(data_dir, holder=HOLDER)
-        service = MemoryService(store, Settings(), clock=lambda: NOW_MS)
-        try:
-            return await work(service)
-        finally:
-            await service.close()
-            await store.close()
-
-    return asyncio.run(run())
 
 
 def seed(data_dir: Path) -> None:

@@ -3,7 +3,6 @@ and deleting, corrupting or outdating it changes nothing but boot time."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,16 +14,14 @@ import pytest
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import snapshot
 from memory_worker.storage.bank import MEMORIES_FILE
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
-from memory_worker.storage.store import Store
 
-HOLDER: dict[str, object] = {"pid": 0, "kind": "test"}
+from .boots import session
+
 HUMAN = Caller.human("cli")
-NOW_MS = 1_760_000_000_000
 TEXTS = [
     "Ana moved to Lisbon in 2021 and works at a bakery",
     "Rui plays chess every Tuesday with his brother",
@@ -54,20 +51,6 @@ def snapshot_uses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
     monkeypatch.setattr(bank_module.Bank, "_index_from_snapshot", spy)
     yield seen
-
-
-def session(data_dir: Path, work: Any) -> Any:
-    async def run() -> Any:
-        store = Store.open(data_dir, holder=HOLDER)
-        # A fixed clock: recency moves every score a little as real time passes between boots.
-        service = MemoryService(store, Settings(), clock=lambda: NOW_MS)
-        try:
-            return await work(service)
-        finally:
-            await service.close()
-            await store.close()
-
-    return asyncio.run(run())
 
 
 def seed(data_dir: Path) -> None:

@@ -144,6 +144,22 @@ def log_identity(log: Path) -> tuple[int, int] | None:
     return size, crc
 
 
+def _made_for(
+    meta: dict[str, object],
+    version: int,
+    code: tuple[str, str],
+    identity: tuple[int, int] | None,
+) -> bool:
+    """Whether a snapshot's `meta` says it was made by this format `version` and this code (its
+    digest under the key `code[0]`) for the log of `identity` (length, CRC-32)."""
+    return (
+        identity is not None
+        and meta.get("version") == version
+        and meta.get(code[0]) == code[1]
+        and [meta.get("log_size"), meta.get("log_crc")] == list(identity)
+    )
+
+
 def read_snapshot(
     folder: Path, log: Path, live_ids: list[str], identity: tuple[int, int] | None = None
 ) -> Analysis | None:
@@ -159,11 +175,8 @@ def read_snapshot(
         with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta"]).decode())
             if (
-                meta.get("version") != _VERSION
-                or meta.get("analyzer") != digest
+                not _made_for(meta, _VERSION, ("analyzer", digest), identity or log_identity(log))
                 or meta.get("count") != len(live_ids)
-                or [meta.get("log_size"), meta.get("log_crc")]
-                != list(identity or log_identity(log) or ())
                 or bytes(data["ids"]).decode().split("\n") != (live_ids or [""])
             ):
                 return None
@@ -234,11 +247,7 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
     try:
         with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta"]).decode())
-            if (
-                meta.get("version") != _RECORDS_VERSION
-                or meta.get("code") != digest
-                or [meta.get("log_size"), meta.get("log_crc")] != list(identity)
-            ):
+            if not _made_for(meta, _RECORDS_VERSION, ("code", digest), identity):
                 return None
             spans = RecordSpans(
                 np.asarray(data["starts"]), np.asarray(data["ends"]), np.asarray(data["keys"])
