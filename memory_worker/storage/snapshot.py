@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -212,25 +212,28 @@ def write_snapshot(
     digest = analyzer_digest()
     if not digest or any("\n" in x for x in live_ids) or any("\n" in x for x in analysis.vocab):
         return
-    meta = {
-        "version": _VERSION,
-        "analyzer": digest,
-        "count": len(live_ids),
-        "log_size": identity[0],
-        "log_crc": identity[1],
-    }
-    path = folder / SNAPSHOT_FILE
-    tmp = folder / f".{SNAPSHOT_FILE}.tmp"
+    meta = {"version": _VERSION, "analyzer": digest, "count": len(live_ids)}
+    _write_archive(
+        folder / SNAPSHOT_FILE,
+        meta,
+        identity,
+        ids=np.frombuffer("\n".join(live_ids).encode(), np.uint8),
+        vocab=np.frombuffer("\n".join(analysis.vocab).encode(), np.uint8),
+        **{name: getattr(analysis, name) for name in _ARRAYS},
+    )
+
+
+def _write_archive(
+    path: Path, meta: dict[str, object], identity: tuple[int, int], **arrays: Any
+) -> None:
+    """Write a snapshot archive: `meta` (with the log's identity added) and `arrays`, through a
+    temp file renamed into place (never through a planted link); a failure leaves none."""
+    meta = {**meta, "log_size": identity[0], "log_crc": identity[1]}
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
-            np.savez(
-                fh,
-                meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                ids=np.frombuffer("\n".join(live_ids).encode(), np.uint8),
-                vocab=np.frombuffer("\n".join(analysis.vocab).encode(), np.uint8),
-                **{name: getattr(analysis, name) for name in _ARRAYS},
-            )
+            np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -295,27 +298,13 @@ def write_records(
     digest = replay_digest()
     if not digest or len(spans) != len(keys):
         return
-    meta = {
-        "version": _RECORDS_VERSION,
-        "code": digest,
-        "count": len(spans),
-        "log_size": identity[0],
-        "log_crc": identity[1],
-    }
+    meta = {"version": _RECORDS_VERSION, "code": digest, "count": len(spans)}
     bounds = np.array(spans, dtype=np.int64).reshape(-1, 2)
-    path = folder / RECORDS_FILE
-    tmp = folder / f".{RECORDS_FILE}.tmp"
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
-            np.savez(
-                fh,
-                meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                starts=np.ascontiguousarray(bounds[:, 0]),
-                ends=np.ascontiguousarray(bounds[:, 1]),
-                keys=np.array(keys, dtype=np.uint64),
-            )
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    _write_archive(
+        folder / RECORDS_FILE,
+        meta,
+        identity,
+        starts=np.ascontiguousarray(bounds[:, 0]),
+        ends=np.ascontiguousarray(bounds[:, 1]),
+        keys=np.array(keys, dtype=np.uint64),
+    )
