@@ -63,7 +63,7 @@ class ForgetUseCases(EmbeddingWork):
         copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
         result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
         await asyncio.to_thread(
-            functools.partial(erasure.drop_interrupted, within=bank.root),
+            functools.partial(erasure.drop_unfilterable, within=bank.root),
             bank.path / MEMORIES_FILE,
         )
         # After the log: a vector stored meanwhile for a memory about them is caught too.

@@ -40,7 +40,7 @@ from memory_worker.storage.vectors import VECTORS_FILE
 __all__ = [
     "INTENT_FILE",
     "clear_intent",
-    "drop_interrupted",
+    "drop_unfilterable",
     "erase_copies",
     "erase_log_file",
     "erase_vectors",
@@ -101,7 +101,7 @@ def clear_intent(bank_path: Path) -> None:
     files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
 
 
-def drop_interrupted(log_path: Path, *, within: Path | None = None) -> None:
+def drop_unfilterable(log_path: Path, *, within: Path | None = None) -> None:
     """Remove what beside `log_path` holds something of every memory and cannot be filtered by
     subject: the interrupted writes a load set aside (torn bytes no one was ever told were stored,
     which an erasure cannot parse to spare what is someone else's), and the derived snapshots
@@ -112,9 +112,9 @@ def drop_interrupted(log_path: Path, *, within: Path | None = None) -> None:
 
 def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> set[str]:
     """Rewrite a log without `subject` (blocking; unreadable lines go too: what cannot be read
-    cannot be shown to be someone else's), and drop its set-aside interrupted writes. Returns
-    the ids removed whole."""
-    drop_interrupted(path, within=within)
+    cannot be shown to be someone else's), and drop what beside it cannot be filtered
+    (`drop_unfilterable`). Returns the ids removed whole."""
+    drop_unfilterable(path, within=within)
     if not os.path.lexists(path):
         return set()
     records, damage = read_all(path, within=within)
