@@ -291,17 +291,6 @@ def _open_nofollow(path: Path, flags: int, within: Path | None, mode: int = 0o64
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
-def read_text(path: Path, *, within: Path | None = None) -> str:
-    """The file's text exactly as written: no newline translation (`\r\n` stays `\r\n`). A link
-    is refused, as are folders between `within` and the file that are links."""
-    try:
-        fd = _open_nofollow(path, os.O_RDONLY, within)
-        with open(fd, encoding="utf-8", errors="replace", newline="") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise _storage("read", path, exc) from exc
-
-
 def read_bytes(path: Path, *, within: Path | None = None) -> bytes:
     """The file's bytes in one read. A link is refused, as are folders between `within` and the
     file that are links (`StorageError`, as for a missing file)."""
@@ -311,6 +300,12 @@ def read_bytes(path: Path, *, within: Path | None = None) -> bytes:
             return handle.read()
     except OSError as exc:
         raise _storage("read", path, exc) from exc
+
+
+def read_text(path: Path, *, within: Path | None = None) -> str:
+    """The file's text exactly as written: no newline translation (`\r\n` stays `\r\n`); bytes
+    that are not UTF-8 read as U+FFFD. Refused as `read_bytes` refuses."""
+    return read_bytes(path, within=within).decode("utf-8", errors="replace")
 
 
 def read_private(path: Path) -> bytes | None:
