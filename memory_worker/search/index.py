@@ -19,7 +19,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress, repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,20 @@ class Analysis:
     dated: npt.NDArray[np.bool_]
 
 
+def _stable_order(keys: Ints, bound: int) -> Ints:
+    """`np.argsort(keys, kind="stable")` for keys in [0, bound): the same permutation (a stable
+    sort has only one), by numpy's radix sort of 16-bit keys — one pass when every key fits in
+    16 bits, two (low half, then high) below 2^32 — instead of a merge sort of int64 keys (a
+    boot's postings of 100k memories spent ~0.15 s there)."""
+    if bound <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if bound > 1 << 32:
+        return np.argsort(keys, kind="stable")
+    low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+    high = (keys[low] >> 16).astype(np.uint16)
+    return low[np.argsort(high, kind="stable")]
+
+
 class _Postings:
     """term id → (slots, term frequencies): a CSR base plus per-term appended lists."""
 
@@ -148,7 +163,7 @@ class _Postings:
         )
 
     def rebuild(self, term_ids: Ints, slots: Ints, tfs: Floats, n_terms: int) -> None:
-        order = np.argsort(term_ids, kind="stable")
+        order = _stable_order(term_ids, n_terms)
         counts = np.bincount(term_ids, minlength=n_terms)
         self._offsets = np.concatenate((np.zeros(1, np.int64), np.cumsum(counts)))
         self._slots = slots[order]
@@ -391,7 +406,7 @@ class LexicalIndex:
         n_terms = len(self._terms)
         self._allocate(max(_INITIAL_CAPACITY, 2 * n))
         self._ids = list(doc_ids)
-        self._slot_of = {doc_id: slot for slot, doc_id in enumerate(self._ids)}
+        self._slot_of = dict(zip(self._ids, range(n), strict=True))
         self._df = np.bincount(analysis.pair_terms, minlength=n_terms).tolist()
         self._total_length = int(analysis.lengths.sum())
         self._alive[:n] = True
@@ -401,10 +416,15 @@ class LexicalIndex:
         self.stated_at[:n] = stated_at
         self.created_at[:n] = created_at
         self.dated[:n] = analysis.dated
-        self.subject[:n] = [self._subject_code(subject) for subject in subjects]
-        for slot, (doc_id, labels) in enumerate(zip(self._ids, tags, strict=True)):
-            if labels:
-                self._doc_tags[doc_id] = labels
+        # Only the few memories with a subject or tags cost a Python step (`compress` skips the
+        # rest in C); codes are given in slot order, as one by one would.
+        if len(subjects) != n or len(tags) != n:
+            raise ValueError("load_analysis: one subject and one tags tuple per document")
+        for slot in compress(range(n), map(is_not, subjects, repeat(None))):
+            self.subject[slot] = self._subject_code(subjects[slot])
+        for slot in compress(range(n), tags):
+            labels = tags[slot]
+            self._doc_tags[self._ids[slot]] = labels
             for tag in labels:
                 self._tags.setdefault(tag, set()).add(slot)
         slots = np.repeat(np.arange(n, dtype=np.int64), analysis.pair_counts)

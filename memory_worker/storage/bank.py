@@ -21,9 +21,11 @@ import functools
 import os
 import secrets
 import zlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import attrgetter
 from pathlib import Path
 
 import structlog
@@ -52,6 +54,7 @@ from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
+    collector_paused,
     encode,
     history,
     interrupted_tail,
@@ -87,6 +90,9 @@ from memory_worker.storage.vectors import (
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
 log = structlog.get_logger(__name__)
+
+_ID = attrgetter("id")
+_ANCHORS = attrgetter("anchors")
 
 
 @dataclass(slots=True)
@@ -348,6 +354,10 @@ class Bank:
             self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
+        with collector_paused():
+            self._replay_all()
+
+    def _replay_all(self) -> None:
         self._boot_identity = self._replay_from_records()
         if self._boot_identity is None:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
@@ -355,11 +365,12 @@ class Bank:
             self.damage.extend(found)
             for record in memories.values():
                 self._map_text(record)
-        live = [record for record in self._memories.values() if record.live]
+        live = [record for record in self._memories.values() if record.invalid_at is None]
         if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
         self._boot_identity = None
-        self.lanes.add_many(live)
+        # Most memories carry no lane: the lanes' bulk load sees only those that do.
+        self.lanes.add_many([m for m in live if m.context or m.intention])
         self._index_lessons()
 
     def _replay_from_records(self) -> tuple[int, int] | None:
@@ -384,9 +395,18 @@ class Bank:
         memories = records_at(data, zip(starts, ends, strict=True))
         if memories is None or len(memories) != len(starts):
             return None
-        self._memories, self._by_text = memories, {}
-        for memory_id, key in zip(memories, spans.text_keys.tolist(), strict=True):
-            self._add_text_key(key, memory_id)
+        self._memories = memories
+        keys = spans.text_keys.tolist()
+        # key → id in one C call; only keys that several ids share go one by one, in replay
+        # order, as `_add_text_key` lists them.
+        self._by_text = dict(zip(keys, memories, strict=True))
+        if len(self._by_text) != len(keys):
+            repeated = {key for key, count in Counter(keys).items() if count > 1}
+            for key in repeated:
+                del self._by_text[key]
+            for memory_id, key in zip(memories, keys, strict=True):
+                if key in repeated:
+                    self._add_text_key(key, memory_id)
         self._records_stamp = self._log_stamp
         return identity
 
@@ -470,19 +490,20 @@ class Bank:
         unchanged since the stamp taken before replaying: `storage.snapshot`)."""
         if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
             return False
-        ids = [record.id for record in live]
+        ids = list(map(_ID, live))
         analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, self._boot_identity)
         if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return False
+        # Each column in one C-level pass over the records (`attrgetter`), not a Python loop.
         self.index.load_analysis(
             ids,
             analysis,
-            corroboration=[record.corroboration for record in live],
-            pinned=[record.pinned for record in live],
-            stated_at=[record.last_stated_at for record in live],
-            created_at=[record.created_at for record in live],
-            tags=[record.tags for record in live],
-            subjects=[record.subject for record in live],
+            corroboration=list(map(attrgetter("corroboration"), live)),
+            pinned=list(map(attrgetter("pinned"), live)),
+            stated_at=list(map(attrgetter("last_stated_at"), live)),
+            created_at=list(map(attrgetter("created_at"), live)),
+            tags=list(map(attrgetter("tags"), live)),
+            subjects=list(map(attrgetter("subject"), live)),
         )
         self._snapshot_stamp = self._log_stamp
         return True
@@ -507,7 +528,8 @@ class Bank:
         self._snapshot_stamp = stamp
 
     def _index_lessons(self) -> None:
-        for record in self._memories.values():
+        # Only records with anchors can be lessons: `filter` passes the rest over from C.
+        for record in filter(_ANCHORS, self._memories.values()):
             if record.live and record.anchors is not None and is_lesson(record):
                 self.lessons.add(record.id, record.anchors)
 
