@@ -21,7 +21,6 @@ import functools
 import os
 import secrets
 import zlib
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -79,6 +78,7 @@ from memory_worker.storage.snapshot import (
     write_records,
     write_snapshot,
 )
+from memory_worker.storage.text_map import TextMap
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
     VectorRecord,
@@ -157,10 +157,9 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        # `text_key` of the normalized text → ids whose text it is: the key, not the text, so RAM
-        # does not hold every text twice; a lookup checks the texts themselves (`match_text`).
-        # The value is the one id (the common case: no list per memory) or a list of several.
-        self._by_text: dict[int, str | list[str]] = {}
+        # `text_key` of the normalized text → ids whose text it is (`storage.text_map`); a lookup
+        # checks the texts themselves (`match_text`).
+        self._by_text = TextMap()
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
@@ -363,8 +362,8 @@ class Bank:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
             self._memories = memories
             self.damage.extend(found)
-            for record in memories.values():
-                self._map_text(record)
+            keys = [text_key(normalize(record.text)) for record in memories.values()]
+            self._by_text = TextMap.bulk(keys, list(memories))
         live = [record for record in self._memories.values() if record.invalid_at is None]
         if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
@@ -396,17 +395,7 @@ class Bank:
         if memories is None or len(memories) != len(starts):
             return None
         self._memories = memories
-        keys = spans.text_keys.tolist()
-        # key → id in one C call; only keys that several ids share go one by one, in replay
-        # order, as `_add_text_key` lists them.
-        self._by_text = dict(zip(keys, memories, strict=True))
-        if len(self._by_text) != len(keys):
-            repeated = {key for key, count in Counter(keys).items() if count > 1}
-            for key in repeated:
-                del self._by_text[key]
-            for memory_id, key in zip(memories, keys, strict=True):
-                if key in repeated:
-                    self._add_text_key(key, memory_id)
+        self._by_text = TextMap.bulk(spans.text_keys, list(memories))
         self._records_stamp = self._log_stamp
         return identity
 
@@ -440,9 +429,7 @@ class Bank:
             if any(self._memories[i].revision != won[0] for i, won in winners.items()):
                 return
             spans = [(start, end) for _, start, end in winners.values()]
-        key_of = {
-            memory_id: key for key, ids in self._by_text.items() for memory_id in _ids_of(ids)
-        }
+        key_of = self._by_text.key_of()
         if len(key_of) != len(self._memories):
             return
         keys = [key_of[memory_id] for memory_id in self._memories]
@@ -709,7 +696,7 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm and record.subject == subject
         }
-        for memory_id in _ids_of(self._by_text.get(text_key(norm))):
+        for memory_id in self._by_text.ids(text_key(norm)):
             record = self._memories[memory_id]
             if (
                 memory_id not in self._staged
@@ -855,30 +842,10 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        self._add_text_key(text_key(normalize(record.text)), record.id)
-
-    def _add_text_key(self, key: int, memory_id: str) -> None:
-        found = self._by_text.get(key)
-        if found is None:
-            self._by_text[key] = memory_id
-        elif isinstance(found, str):
-            if found != memory_id:
-                self._by_text[key] = [found, memory_id]
-        elif memory_id not in found:
-            found.append(memory_id)
+        self._by_text.add(text_key(normalize(record.text)), record.id)
 
     def _unmap_text(self, record: Memory) -> None:
-        key = text_key(normalize(record.text))
-        found = self._by_text.get(key)
-        if found is None:
-            return
-        if isinstance(found, str):
-            if found == record.id:
-                del self._by_text[key]
-        elif record.id in found:
-            found.remove(record.id)
-            if len(found) == 1:
-                self._by_text[key] = found[0]
+        self._by_text.remove(text_key(normalize(record.text)), record.id)
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
@@ -981,7 +948,7 @@ class Bank:
             return
         self._applied += 1
         self._memories = memories
-        self._by_text = {}
+        self._by_text = TextMap()
         self.index = LexicalIndex()
         self._vector_models.clear()
         self._embed_model, self._to_embed = None, {}
@@ -1066,13 +1033,6 @@ class Bank:
         if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
             return
         self._log_stamp = stamp
-
-
-def _ids_of(found: str | list[str] | None) -> Sequence[str]:
-    """The ids an exact-text map entry holds."""
-    if found is None:
-        return ()
-    return (found,) if isinstance(found, str) else found
 
 
 def _same_lanes(previous: Memory | None, record: Memory) -> bool:
