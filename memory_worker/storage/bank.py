@@ -46,6 +46,7 @@ from memory_worker.storage.bank_file import (
     render_bank_file,
     write_bank_file,
 )
+from memory_worker.storage.boot import booting
 from memory_worker.storage.counts import Counts, read_counts, write_counts
 from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
@@ -53,7 +54,6 @@ from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
-    collector_paused,
     encode,
     history,
     interrupted_tail,
@@ -247,9 +247,10 @@ class Bank:
         bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
-        bank._replay()
-        bank._load_vectors()
-        bank.access.load()
+        with booting():  # the bulk build: no collector passes, its freed heap handed back after
+            bank._replay()
+            bank._load_vectors()
+            bank.access.load()
         bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
@@ -353,10 +354,6 @@ class Bank:
             self.description, self.overrides = description, overrides
 
     def _replay(self) -> None:
-        with collector_paused():
-            self._replay_all()
-
-    def _replay_all(self) -> None:
         self._boot_identity = self._replay_from_records()
         if self._boot_identity is None:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)

@@ -8,13 +8,10 @@ with their line numbers, never fatal.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import json
 import operator
 import secrets
-import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +27,6 @@ __all__ = [
     "INTERRUPTED_FILE",
     "MEMORIES_FILE",
     "checksum_problem",
-    "collector_paused",
     "encode",
     "history",
     "interrupted_tail",
@@ -121,31 +117,6 @@ def shared_fields(record: Memory) -> Memory:
     _set(compact, "__pydantic_extra__", record.__pydantic_extra__)
     _set(compact, "__pydantic_private__", record.__pydantic_private__)
     return compact
-
-
-_pause_lock = threading.Lock()
-_pauses = [0, False]  # boots under way, and whether the collector was on when the first began
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a boot builds a bank's records and index: each of the
-    collector's passes walks every object made so far, and a 100k-record boot makes hundreds of
-    thousands (a third of its time went to those passes). Nothing a boot makes is garbage, so
-    nothing is left uncollected; the collector is back on (if it was on) when the last
-    concurrent boot ends (banks may load on other threads)."""
-    with _pause_lock:
-        if _pauses[0] == 0:
-            _pauses[1] = gc.isenabled()
-            gc.disable()
-        _pauses[0] += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses[0] -= 1
-            if _pauses[0] == 0 and _pauses[1]:
-                gc.enable()
 
 
 def _sealed(body: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """A boot pauses the cyclic garbage collector while it builds a bank's records and index
-(`storage.log.collector_paused`): it must come back on exactly as it was, when the last of
-several overlapping boots ends, and after a boot that failed."""
+(`storage.boot.booting`): it must come back on exactly as it was, when the last of several
+overlapping boots ends, and after a boot that failed; then the freed heap goes back to the OS."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from memory_worker.storage.log import collector_paused
+from memory_worker.storage import boot
+from memory_worker.storage.boot import booting as collector_paused
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +60,20 @@ def test_overlapping_boots_on_two_threads_leave_it_on_once_both_end() -> None:
     release.set()
     other.join()
     assert gc.isenabled()
+
+
+def test_freed_memory_goes_back_once_the_last_boot_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[None] = []
+    monkeypatch.setattr(boot, "return_freed_memory", lambda: calls.append(None) or True)
+    with collector_paused():
+        with collector_paused():
+            pass
+        assert not calls  # the outer boot's temporaries are still in use
+    assert len(calls) == 1
+
+
+def test_glibc_hands_freed_memory_back() -> None:
+    import platform
+
+    returned = boot.return_freed_memory()
+    assert returned == (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
