@@ -23,8 +23,8 @@ import secrets
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import attrgetter
+from itertools import compress, islice, repeat
+from operator import attrgetter, is_
 from pathlib import Path
 
 import structlog
@@ -50,7 +50,7 @@ from memory_worker.storage.boot import booting
 from memory_worker.storage.counts import Counts, read_counts, write_counts
 from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
-from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors, lane_carriers
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
@@ -93,6 +93,7 @@ log = structlog.get_logger(__name__)
 
 _ID = attrgetter("id")
 _ANCHORS = attrgetter("anchors")
+_INVALID_AT = attrgetter("invalid_at")
 
 
 @dataclass(slots=True)
@@ -361,12 +362,13 @@ class Bank:
             self.damage.extend(found)
             keys = [text_key(normalize(record.text)) for record in memories.values()]
             self._by_text = TextMap.bulk(keys, list(memories))
-        live = [record for record in self._memories.values() if record.invalid_at is None]
+        records = self._memories.values()
+        # The live ones, picked from C: `invalid_at is None` for each, no Python frame per record.
+        live = list(compress(records, map(is_, map(_INVALID_AT, records), repeat(None))))
         if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
         self._boot_identity = None
-        # Most memories carry no lane: the lanes' bulk load sees only those that do.
-        self.lanes.add_many([m for m in live if m.context or m.intention])
+        self.lanes.add_many(lane_carriers(live))
         self._index_lessons()
 
     def _replay_from_records(self) -> tuple[int, int] | None:
@@ -388,7 +390,7 @@ class Bank:
         if spans is None or _stat_stamp(path) != self._log_stamp:
             return None
         starts, ends = spans.starts.tolist(), spans.ends.tolist()
-        memories = records_at(data, zip(starts, ends, strict=True))
+        memories = records_at(data, starts, ends)
         if memories is None or len(memories) != len(starts):
             return None
         self._memories = memories

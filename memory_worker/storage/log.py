@@ -246,11 +246,13 @@ def _id_and_revision(doc: object) -> tuple[str | None, int | None]:
     )
 
 
-def records_at(data: bytes, spans: Iterable[tuple[int, int]]) -> dict[str, Memory] | None:
-    """The records of the lines of `data` at `spans` (start, end), by id in that order, as RAM
-    keeps them; None when one does not read as a record or two share an id. Only for spans a
-    records snapshot vouches are a replay's winners (no checksum or batch check here)."""
-    lines = (data[start:end] for start, end in spans)
+def records_at(data: bytes, starts: Sequence[int], ends: Sequence[int]) -> dict[str, Memory] | None:
+    """The records of the lines `data[starts[i]:ends[i]]`, by id in that order, as RAM keeps
+    them; None when one does not read as a record or two share an id. Only for spans a records
+    snapshot vouches are a replay's winners (no checksum or batch check here)."""
+    if len(starts) != len(ends):
+        return None
+    lines = map(data.__getitem__, map(slice, starts, ends))
     try:
         # Chained maps: the per-record steps run from C, with no Python frame of ours per line.
         records = list(map(shared_fields, map(_validate_json, lines)))

@@ -40,7 +40,8 @@ class TextMap(Mapping[int, str | list[str]]):
         array = np.asarray(keys, np.uint64)
         order = np.argsort(array, kind="stable")  # equal keys keep the order they came in
         found._keys = array[order]
-        found._ids = [ids[i] for i in order.tolist()]
+        # The ids put in key order from C (an object array's gather), back as a list.
+        found._ids = np.asarray(ids, dtype=object)[order].tolist() if len(ids) else []
         sorted_keys = found._keys
         found._distinct = int(np.count_nonzero(sorted_keys[1:] != sorted_keys[:-1])) + (
             1 if sorted_keys.size else 0
