@@ -166,13 +166,8 @@ class TestEviction:
     async def test_concurrent_saves_about_one_subject_hold_its_cap(
         self, service: MemoryService
     ) -> None:
-        await call(
-            service,
-            "memory::bank::create",
-            name="main",
-            subject_scoping=True,
-            max_per_subject=3,
-        )
+        scoped = {"subject_scoping": True, "max_per_subject": 3}
+        await call(service, "memory::bank::create", name="main", **scoped)
         await save(service, "Bruno likes tea.", subject="bruno")
         await asyncio.gather(
             *(save(service, f"Ana said thing number {n}.", subject="ana") for n in range(8))
