@@ -101,6 +101,44 @@ def cli(tree: Path, args: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def cli_table(
+    args: argparse.Namespace, before: Path, after: Path, root: Path, turns: list[str]
+) -> list[str]:
+    """The one-shot CLI rows: `args.banks` banks of `args.per_bank` memories, each tree its own
+    copy of the data dir."""
+    data = root / "cli"
+    asyncio.run(growth.build_ours(data, growth.documents(turns, args.per_bank, 13)))
+    for i in range(args.banks):
+        shutil.copytree(data / growth.BANK, data / f"b{i:03d}")
+    shutil.rmtree(data / growth.BANK)
+    # As for boots: each tree its own copy, its derived files left by one untimed save.
+    dirs = {"before": root / "cli-before", "after": data}
+    shutil.copytree(data, dirs["before"])
+    for label, tree in (("before", before), ("after", after)):
+        warm = ["memory::save", "bank=b050", f"text=an A/B warm-up {label}"]
+        cli(tree, [*warm, "--data-dir", str(dirs[label])])
+    empty = root / "empty"
+    empty.mkdir()
+    times: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.cli_rounds):
+        for label, tree in (("before", before), ("after", after)):
+            save = ["memory::save", "bank=b050", f"text=an A/B note {label} {r}"]
+            own = str(dirs[label])
+            for what, call_args in (
+                ("save", [*save, "--data-dir", own]),
+                ("bank::list", ["memory::bank::list", "--data-dir", own]),
+                ("save, empty data dir", [*save, "--data-dir", str(empty)]),
+            ):
+                times.setdefault((what, label), []).append(cli(tree, call_args))
+                print(f"  cli {what} {label}: {times[(what, label)][-1]:.3f} s", flush=True)
+    cli_rows = [
+        f"| {what} | {statistics.median(times[(what, 'before')]):.3f} | "
+        f"{statistics.median(times[(what, 'after')]):.3f} |"
+        for what in ("save", "bank::list", "save, empty data dir")
+    ]
+    return cli_rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the old source tree")
@@ -113,7 +151,8 @@ def main() -> int:
         type=int,
         default=3,
         help="rounds of the CLI rows (the old tree replays "
-        "every bank per call: at 100 × 10k a round of it takes minutes)",
+        "every bank per call: at 100 × 10k a round of it takes minutes); 0, or --banks 0, "
+        "times boots only",
     )
     args = parser.parse_args()
     configure_logging("warning")
@@ -149,36 +188,9 @@ def main() -> int:
                 print(rows[-1], flush=True)
             shutil.rmtree(data)
             shutil.rmtree(old)
-        data = root / "cli"
-        asyncio.run(growth.build_ours(data, growth.documents(turns, args.per_bank, 13)))
-        for i in range(args.banks):
-            shutil.copytree(data / growth.BANK, data / f"b{i:03d}")
-        shutil.rmtree(data / growth.BANK)
-        # As for boots: each tree its own copy, its derived files left by one untimed save.
-        dirs = {"before": root / "cli-before", "after": data}
-        shutil.copytree(data, dirs["before"])
-        for label, tree in (("before", before), ("after", after)):
-            warm = ["memory::save", "bank=b050", f"text=an A/B warm-up {label}"]
-            cli(tree, [*warm, "--data-dir", str(dirs[label])])
-        empty = root / "empty"
-        empty.mkdir()
-        times: dict[tuple[str, str], list[float]] = {}
-        for r in range(args.cli_rounds):
-            for label, tree in (("before", before), ("after", after)):
-                save = ["memory::save", "bank=b050", f"text=an A/B note {label} {r}"]
-                own = str(dirs[label])
-                for what, call_args in (
-                    ("save", [*save, "--data-dir", own]),
-                    ("bank::list", ["memory::bank::list", "--data-dir", own]),
-                    ("save, empty data dir", [*save, "--data-dir", str(empty)]),
-                ):
-                    times.setdefault((what, label), []).append(cli(tree, call_args))
-                    print(f"  cli {what} {label}: {times[(what, label)][-1]:.3f} s", flush=True)
-        cli_rows = [
-            f"| {what} | {statistics.median(times[(what, 'before')]):.3f} | "
-            f"{statistics.median(times[(what, 'after')]):.3f} |"
-            for what in ("save", "bank::list", "save, empty data dir")
-        ]
+        cli_rows = (
+            cli_table(args, before, after, root, turns) if args.banks and args.cli_rounds else []
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     command = shlex.join(["python", "bench/boot_ab.py", *sys.argv[1:]])
@@ -193,16 +205,23 @@ def main() -> int:
                 "| memories | tree | boot to first recall s (median) | RSS B/memory beyond text |",
                 "|---:|---|---:|---:|",
                 *rows,
-                "",
-                f"One-shot CLI, {args.banks} banks × {args.per_bank:,} memories, whole process, "
-                f"median of {args.cli_rounds}:",
-                "",
-                "| command | before s | after s |",
-                "|---|---:|---:|",
-                *cli_rows,
             ]
         )
     )
+    if cli_rows:
+        print(
+            "\n".join(
+                [
+                    "",
+                    f"One-shot CLI, {args.banks} banks × {args.per_bank:,} memories, whole "
+                    f"process, median of {args.cli_rounds}:",
+                    "",
+                    "| command | before s | after s |",
+                    "|---|---:|---:|",
+                    *cli_rows,
+                ]
+            )
+        )
     return 0
 
 

@@ -402,3 +402,17 @@ def test_vectors_are_float32_rows_holding_what_float16_rows_held() -> None:
     held_as_float16 = as_float32.astype(np.float16)
     expected = (np.asarray(held_as_float16, np.float32) @ q).astype(np.float64)
     assert np.array_equal(rounded.cosine(query), expected)
+
+
+@pytest.mark.parametrize("bound", [1, 7, 1 << 16, (1 << 16) + 1, 3 << 20, (1 << 32) + 5])
+def test_the_postings_order_is_numpys_stable_argsort_at_every_key_width(bound: int) -> None:
+    # Postings are laid out by a radix sort of 16-bit halves (`_stable_order`): it must be the one
+    # permutation a stable sort gives, or a term's postings leave ascending slot order.
+    from memory_worker.search.index import _stable_order
+
+    rng = np.random.default_rng(bound)
+    keys = rng.integers(0, bound, 20_000, dtype=np.int64)
+    keys[:50] = bound - 1  # the widest key, and many ties
+    expected = np.argsort(keys, kind="stable")
+    assert np.array_equal(_stable_order(keys, bound), expected)
+    assert _stable_order(keys[:0], bound).size == 0

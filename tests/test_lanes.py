@@ -470,3 +470,17 @@ async def test_forget_subject_erases_their_lane_vectors(service: MemoryService) 
     )
     text = path.read_text()
     assert ana["memory"]["id"] not in text and other["memory"]["id"] in text
+
+
+def test_lane_carriers_are_the_records_with_a_lane_text_in_their_order() -> None:
+    from memory_worker.core.models import Confidence, Memory
+    from memory_worker.storage.lane_vectors import lane_carriers
+
+    def rec(i: int, **lanes: str) -> Memory:
+        return Memory(id=f"fp{i}", text=f"t{i}", confidence=Confidence.STATED, created_at=1,
+                      updated_at=1, **lanes)  # fmt: skip
+
+    records = [rec(0), rec(1, intention="plan"), rec(2, context=""), rec(3, context="chat"),
+               rec(4, context="a", intention="b"), rec(5)]  # fmt: skip
+    assert [m.id for m in lane_carriers(records)] == ["fp1", "fp3", "fp4"]
+    assert lane_carriers([rec(0), rec(2, context="")]) == []

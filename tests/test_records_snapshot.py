@@ -360,3 +360,26 @@ def test_winning_spans_follow_replays_rule(tmp_path: Path) -> None:
     )
     assert winning_spans(data[:-1]) is None  # a log that does not end whole
     assert winning_spans(data + b"{not json}\n") is None
+
+
+def test_ids_sharing_a_text_get_the_same_text_map_from_records_as_from_a_replay(
+    tmp_path: Path, records_uses: list[bool]
+) -> None:
+    # The records boot maps text key → id in one call and only walks the keys several ids share
+    # (a hand-written log, or an edit that made one text another's): both must end as a replay's.
+    seed(tmp_path)
+    twins = [
+        Memory(id=f"fptwin{i}", text="The user prefers green tea over coffee",
+               confidence=Confidence.STATED, created_at=NOW_MS + i, updated_at=NOW_MS + i)
+        for i in range(3)
+    ]  # fmt: skip
+    with (tmp_path / "b" / MEMORIES_FILE).open("ab") as fh:
+        fh.write(b"".join(encode([twin]) for twin in twins))
+    session(tmp_path, lambda service: asyncio.sleep(0))  # a full replay; its close vouches
+
+    loaded = state(load(tmp_path))
+
+    assert records_uses == [False, True]
+    assert loaded == plain_replay(tmp_path)
+    shared = [ids for ids in loaded["by_text"].values() if isinstance(ids, list)]
+    assert shared and len(shared[0]) == 4  # the seeded text's id, then the three twins in order

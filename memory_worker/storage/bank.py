@@ -23,7 +23,8 @@ import secrets
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import compress, islice, repeat
+from operator import attrgetter, is_
 from pathlib import Path
 
 import structlog
@@ -45,10 +46,11 @@ from memory_worker.storage.bank_file import (
     render_bank_file,
     write_bank_file,
 )
+from memory_worker.storage.boot import booting
 from memory_worker.storage.counts import Counts, read_counts, write_counts
 from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
-from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors
+from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors, lane_carriers
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
@@ -76,6 +78,7 @@ from memory_worker.storage.snapshot import (
     write_records,
     write_snapshot,
 )
+from memory_worker.storage.text_map import TextMap
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
     VectorRecord,
@@ -87,6 +90,10 @@ from memory_worker.storage.vectors import (
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
 log = structlog.get_logger(__name__)
+
+_ID = attrgetter("id")
+_ANCHORS = attrgetter("anchors")
+_INVALID_AT = attrgetter("invalid_at")
 
 
 @dataclass(slots=True)
@@ -151,10 +158,9 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        # `text_key` of the normalized text → ids whose text it is: the key, not the text, so RAM
-        # does not hold every text twice; a lookup checks the texts themselves (`match_text`).
-        # The value is the one id (the common case: no list per memory) or a list of several.
-        self._by_text: dict[int, str | list[str]] = {}
+        # `text_key` of the normalized text → ids whose text it is (`storage.text_map`); a lookup
+        # checks the texts themselves (`match_text`).
+        self._by_text = TextMap()
         self._rules = RuleFiles(name, path / RULES_DIR, self.warnings, within=self.root)
         self._vector_models: dict[str, str] = {}  # id → model of the vector the index holds
         # The model whose vectors the index holds: only its vectors are ever compared with a
@@ -242,9 +248,10 @@ class Bank:
         bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
-        bank._replay()
-        bank._load_vectors()
-        bank.access.load()
+        with booting():  # the bulk build: no collector passes, its freed heap handed back after
+            bank._replay()
+            bank._load_vectors()
+            bank.access.load()
         bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
             log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
@@ -353,13 +360,15 @@ class Bank:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
             self._memories = memories
             self.damage.extend(found)
-            for record in memories.values():
-                self._map_text(record)
-        live = [record for record in self._memories.values() if record.live]
+            keys = [text_key(normalize(record.text)) for record in memories.values()]
+            self._by_text = TextMap.bulk(keys, list(memories))
+        records = self._memories.values()
+        # The live ones, picked from C: `invalid_at is None` for each, no Python frame per record.
+        live = list(compress(records, map(is_, map(_INVALID_AT, records), repeat(None))))
         if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
         self._boot_identity = None
-        self.lanes.add_many(live)
+        self.lanes.add_many(lane_carriers(live))
         self._index_lessons()
 
     def _replay_from_records(self) -> tuple[int, int] | None:
@@ -381,12 +390,11 @@ class Bank:
         if spans is None or _stat_stamp(path) != self._log_stamp:
             return None
         starts, ends = spans.starts.tolist(), spans.ends.tolist()
-        memories = records_at(data, zip(starts, ends, strict=True))
+        memories = records_at(data, starts, ends)
         if memories is None or len(memories) != len(starts):
             return None
-        self._memories, self._by_text = memories, {}
-        for memory_id, key in zip(memories, spans.text_keys.tolist(), strict=True):
-            self._add_text_key(key, memory_id)
+        self._memories = memories
+        self._by_text = TextMap.bulk(spans.text_keys, list(memories))
         self._records_stamp = self._log_stamp
         return identity
 
@@ -420,9 +428,7 @@ class Bank:
             if any(self._memories[i].revision != won[0] for i, won in winners.items()):
                 return
             spans = [(start, end) for _, start, end in winners.values()]
-        key_of = {
-            memory_id: key for key, ids in self._by_text.items() for memory_id in _ids_of(ids)
-        }
+        key_of = self._by_text.key_of()
         if len(key_of) != len(self._memories):
             return
         keys = [key_of[memory_id] for memory_id in self._memories]
@@ -470,19 +476,20 @@ class Bank:
         unchanged since the stamp taken before replaying: `storage.snapshot`)."""
         if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
             return False
-        ids = [record.id for record in live]
+        ids = list(map(_ID, live))
         analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, self._boot_identity)
         if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
             return False
+        # Each column in one C-level pass over the records (`attrgetter`), not a Python loop.
         self.index.load_analysis(
             ids,
             analysis,
-            corroboration=[record.corroboration for record in live],
-            pinned=[record.pinned for record in live],
-            stated_at=[record.last_stated_at for record in live],
-            created_at=[record.created_at for record in live],
-            tags=[record.tags for record in live],
-            subjects=[record.subject for record in live],
+            corroboration=list(map(attrgetter("corroboration"), live)),
+            pinned=list(map(attrgetter("pinned"), live)),
+            stated_at=list(map(attrgetter("last_stated_at"), live)),
+            created_at=list(map(attrgetter("created_at"), live)),
+            tags=list(map(attrgetter("tags"), live)),
+            subjects=list(map(attrgetter("subject"), live)),
         )
         self._snapshot_stamp = self._log_stamp
         return True
@@ -507,7 +514,8 @@ class Bank:
         self._snapshot_stamp = stamp
 
     def _index_lessons(self) -> None:
-        for record in self._memories.values():
+        # Only records with anchors can be lessons: `filter` passes the rest over from C.
+        for record in filter(_ANCHORS, self._memories.values()):
             if record.live and record.anchors is not None and is_lesson(record):
                 self.lessons.add(record.id, record.anchors)
 
@@ -692,7 +700,7 @@ class Bank:
             for record, staged_norm in self._staged.values()
             if staged_norm == norm and record.subject == subject
         }
-        for memory_id in _ids_of(self._by_text.get(text_key(norm))):
+        for memory_id in self._by_text.ids(text_key(norm)):
             record = self._memories[memory_id]
             if (
                 memory_id not in self._staged
@@ -838,30 +846,10 @@ class Bank:
                 self._to_embed[record.id] = None
 
     def _map_text(self, record: Memory) -> None:
-        self._add_text_key(text_key(normalize(record.text)), record.id)
-
-    def _add_text_key(self, key: int, memory_id: str) -> None:
-        found = self._by_text.get(key)
-        if found is None:
-            self._by_text[key] = memory_id
-        elif isinstance(found, str):
-            if found != memory_id:
-                self._by_text[key] = [found, memory_id]
-        elif memory_id not in found:
-            found.append(memory_id)
+        self._by_text.add(text_key(normalize(record.text)), record.id)
 
     def _unmap_text(self, record: Memory) -> None:
-        key = text_key(normalize(record.text))
-        found = self._by_text.get(key)
-        if found is None:
-            return
-        if isinstance(found, str):
-            if found == record.id:
-                del self._by_text[key]
-        elif record.id in found:
-            found.remove(record.id)
-            if len(found) == 1:
-                self._by_text[key] = found[0]
+        self._by_text.remove(text_key(normalize(record.text)), record.id)
 
     def freeze(self, reason: str) -> None:
         """Refuse new commits (bank being trashed or reloaded); writes in flight still land."""
@@ -964,7 +952,7 @@ class Bank:
             return
         self._applied += 1
         self._memories = memories
-        self._by_text = {}
+        self._by_text = TextMap()
         self.index = LexicalIndex()
         self._vector_models.clear()
         self._embed_model, self._to_embed = None, {}
@@ -1049,13 +1037,6 @@ class Bank:
         if self._log_stamp is not None and stamp[0] != self._log_stamp[0]:
             return
         self._log_stamp = stamp
-
-
-def _ids_of(found: str | list[str] | None) -> Sequence[str]:
-    """The ids an exact-text map entry holds."""
-    if found is None:
-        return ()
-    return (found,) if isinstance(found, str) else found
 
 
 def _same_lanes(previous: Memory | None, record: Memory) -> bool:

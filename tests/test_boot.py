@@ -1,0 +1,79 @@
+"""A boot pauses the cyclic garbage collector while it builds a bank's records and index
+(`storage.boot.booting`): it must come back on exactly as it was, when the last of several
+overlapping boots ends, and after a boot that failed; then the freed heap goes back to the OS."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from memory_worker.storage import boot
+from memory_worker.storage.boot import booting as collector_paused
+
+
+@pytest.fixture(autouse=True)
+def collector_on() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+def test_the_collector_is_off_inside_and_back_on_after() -> None:
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():  # a bank loading inside another's load
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer boot is still building
+    assert gc.isenabled()
+
+
+def test_a_failed_boot_turns_it_back_on() -> None:
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("replay failed")
+    assert gc.isenabled()
+
+
+def test_a_collector_someone_turned_off_stays_off() -> None:
+    gc.disable()
+    with collector_paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_overlapping_boots_on_two_threads_leave_it_on_once_both_end() -> None:
+    inside, release = threading.Barrier(2), threading.Event()
+
+    def boot() -> None:
+        with collector_paused():
+            inside.wait()
+            release.wait()
+
+    other = threading.Thread(target=boot)
+    other.start()
+    with collector_paused():
+        inside.wait()
+    assert not gc.isenabled()  # the other thread's boot is still building
+    release.set()
+    other.join()
+    assert gc.isenabled()
+
+
+def test_freed_memory_goes_back_once_the_last_boot_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[None] = []
+    monkeypatch.setattr(boot, "return_freed_memory", lambda: calls.append(None) or True)
+    with collector_paused():
+        with collector_paused():
+            pass
+        assert not calls  # the outer boot's temporaries are still in use
+    assert len(calls) == 1
+
+
+def test_glibc_hands_freed_memory_back() -> None:
+    import platform
+
+    returned = boot.return_freed_memory()
+    assert returned == (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
