@@ -51,7 +51,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     try:
         # The process's own symbols (libc's among them): no `find_library`, which runs ldconfig.
         trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except OSError:
+    except (OSError, TypeError):  # TypeError: Windows' CDLL takes no None
         return None
     if trim is None:
         return None
