@@ -15,6 +15,7 @@ slot numbering and one compaction; they change together or the index answers wro
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,6 +42,7 @@ BM25_B = 0.75
 _MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
 _INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
+_SATURATION_MIN = 65_536  # floats of cached BM25 denominators any bank may hold (512 KB)
 # The bank's mean vector, for `centered_cosine`, counts this many zero vectors too: a bank of one
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
@@ -90,6 +92,10 @@ class Analysis:
     entity_counts: Ints  # entity terms per document
     entity_terms: Ints
     dated: npt.NDArray[np.bool_]
+
+
+def _negated_weight(item: tuple[int, float]) -> float:
+    return -item[1]
 
 
 class _Postings:
@@ -180,6 +186,16 @@ class _Forward:
             return list(self._terms[self._offsets[slot] : self._offsets[slot + 1]].tolist())
         return ()
 
+    def columns(self, slot: int) -> tuple[Sequence[int], Sequence[int]]:
+        """`pairs` as (term ids, tfs), without a tuple per pair."""
+        extra = self._extra.get(slot)
+        if extra is not None:
+            return extra
+        if slot + 1 < self._offsets.size:
+            start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
+            return self._terms[start:end].tolist(), self._tfs[start:end].tolist()
+        return (), ()
+
     def pairs(self, slot: int) -> list[tuple[int, int]]:
         extra = self._extra.get(slot)
         if extra is not None:
@@ -226,10 +242,26 @@ class _Forward:
         self._extra = {}
 
 
+class _QueryCache:
+    """Per corpus version (`norms` is that version's normalisation array): idf by document
+    frequency, and BM25's denominator over each queried term's postings."""
+
+    __slots__ = ("idf", "n_docs", "norms", "saturation", "size")
+
+    def __init__(self, norms: Floats, n_docs: int) -> None:
+        self.norms = norms
+        self.n_docs = n_docs
+        self.idf: dict[int, float] = {}
+        self.saturation: dict[int, Floats] = {}
+        self.size = 0  # floats held in `saturation`
+
+
 class LexicalIndex:
     # A class default, not set per instance until a vector is stored: one more attribute in every
     # index's __dict__ cost an empty bank ~1.3 KB (tests/test_dos.py).
     vector_norm2: npt.NDArray[np.float32] = _NO_NORMS
+    # Made by the first query (a bank never queried carries none), replaced when the corpus moves.
+    _cache: _QueryCache | None = None
 
     def __init__(self, half_precision: bool = True) -> None:
         # Embeddings are held as one contiguous float32 matrix, the dtype BLAS multiplies: every
@@ -682,6 +714,23 @@ class LexicalIndex:
         n_docs = len(self._slot_of)
         return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
 
+    def _query_cache(self) -> _QueryCache:
+        """What queries reuse until the corpus changes (a new version: new norms, new cache)."""
+        cache = self._cache
+        norms = self._norms()
+        if cache is None or cache.norms is not norms or cache.n_docs != len(self._slot_of):
+            cache = self._cache = _QueryCache(norms, len(self._slot_of))
+        return cache
+
+    def _term_idf(self, df: int) -> float:
+        """`_idf`, memoised by document frequency for the current corpus: a query asks for
+        dozens (its terms, the second hop's, each first hit's), mostly of a few df values."""
+        memo = self._query_cache().idf
+        idf = memo.get(df)
+        if idf is None:
+            idf = memo[df] = self._idf(df)
+        return idf
+
     def _avgdl(self) -> float:
         return max(self._total_length / max(len(self._slot_of), 1), 1.0)
 
@@ -699,22 +748,67 @@ class LexicalIndex:
 
     def accumulate(self, weights: Mapping[str, float], into: Floats | None = None) -> Floats | None:
         """Weighted BM25 added into a per-slot array (`into`, or a new one); None when no term
-        matches anything and there was no array to add to."""
-        if not self._slot_of:
+        matches anything and there was no array to add to.
+
+        Every term's postings are laid end to end and scored in one pass, each posting
+        `weight * tf * (k1 + 1) / (tf + norm)` as a term at a time computed it; then added per
+        slot in the terms' order (one bincount into a new array, one `add.at` into `into`), so
+        each slot gets the same floats, summed in the same order, to the last bit."""
+        found = self._postings_of(weights)
+        if found is None:
             return into
-        norms = self._norms()
-        acc = into
+        slots, values = found
+        if into is not None:
+            np.add.at(into, slots, values)
+            return into
+        acc = np.bincount(slots, weights=values, minlength=len(self._ids))
+        return acc.astype(np.float64, copy=False)
+
+    def _postings_of(self, weights: Mapping[str, float]) -> tuple[Ints, Floats] | None:
+        """The matching terms' postings end to end (in `weights`' order) and each one's weighted
+        BM25; None when no term matches."""
+        if not self._slot_of:
+            return None
+        vocab, df = self._vocab, self._df
+        slot_parts: list[Ints] = []
+        tf_parts: list[Floats] = []
+        den_parts: list[Floats] = []
+        term_weights: list[float] = []
         for term, count in weights.items():
-            term_id = self._vocab.get(term)
-            if term_id is None or self._df[term_id] == 0 or count <= 0:
+            term_id = vocab.get(term)
+            if term_id is None or df[term_id] == 0 or count <= 0:
                 continue
             slots, tfs = self._postings.get(term_id)
-            if acc is None:
-                acc = np.zeros(len(self._ids), np.float64)
-            norm = norms[slots]
-            weight = count * self._idf(self._df[term_id])
-            acc[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norm)
-        return acc
+            slot_parts.append(slots)
+            tf_parts.append(tfs)
+            den_parts.append(self._saturation(term_id))
+            term_weights.append(count * self._term_idf(df[term_id]))
+        if not slot_parts:
+            return None
+        if len(slot_parts) == 1:
+            slots, tfs, den = slot_parts[0], tf_parts[0], den_parts[0]
+            return slots, term_weights[0] * tfs * (BM25_K1 + 1.0) / den
+        tfs = np.concatenate(tf_parts)
+        weight = np.repeat(term_weights, [part.size for part in slot_parts])
+        values: Floats = weight * tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
+        return np.concatenate(slot_parts), values
+
+    def _saturation(self, term_id: int) -> Floats:
+        """tf + the slot's length normalisation over one term's postings (BM25's denominator),
+        cached per term until the corpus changes: the same few names and words recur in query
+        after query, and this gather over their postings was half of a query's BM25 cost.
+        Bounded: at most two floats per slot in all (16 bytes a memory)."""
+        cache = self._query_cache()
+        found = cache.saturation.get(term_id)
+        if found is None:
+            slots, tfs = self._postings.get(term_id)
+            found = tfs + cache.norms[slots]
+            if cache.size + found.size > max(_SATURATION_MIN, 2 * len(self._ids)):
+                cache.saturation.clear()  # full: start over with the terms asked from now on
+                cache.size = 0
+            cache.saturation[term_id] = found
+            cache.size += found.size
+        return found
 
     def matching(self, acc: Floats) -> Candidates:
         """The live slots of a per-slot score array that scored above 0."""
@@ -726,10 +820,11 @@ class LexicalIndex:
         of the terms' idf (a term no memory has counts at its full idf). BM25 over this says how
         much of the question a memory matched, on a scale that does not grow with its length."""
         total = 0.0
+        vocab, dfs = self._vocab, self._df
         for term, count in weights.items():
-            term_id = self._vocab.get(term)
-            df = 0 if term_id is None else self._df[term_id]
-            total += count * self._idf(df)
+            term_id = vocab.get(term)
+            df = 0 if term_id is None else dfs[term_id]
+            total += count * self._term_idf(df)
         return total
 
     def expansion(self, slots: Sequence[int], exclude: set[str], limit: int) -> dict[str, float]:
@@ -740,20 +835,23 @@ class LexicalIndex:
         n_docs = len(self._slot_of)
         if not slots or n_docs == 0:
             return {}
-        names = self._terms
+        names, dfs, idf = self._terms, self._df, self._term_idf
         gathered: dict[int, float] = {}
         for slot in slots:
-            pairs = self._forward.pairs(slot)
-            length = max(sum(tf for _, tf in pairs), 1)
-            for term_id, tf in pairs:
-                if self._df[term_id] > 1:
-                    share = tf / length * self._idf(self._df[term_id])
+            term_ids, tfs = self._forward.columns(slot)
+            length = max(sum(tfs), 1)
+            for term_id, tf in zip(term_ids, tfs, strict=True):
+                df = dfs[term_id]
+                if df > 1:
+                    share = tf / length * idf(df)
                     gathered[term_id] = gathered.get(term_id, 0.0) + share
-        best = [
-            (term_id, weight)
-            for term_id, weight in sorted(gathered.items(), key=lambda item: -item[1])
-            if names[term_id] not in exclude
-        ][:limit]
+        # heapq.nsmallest is sorted(...)[:limit], stable on ties (first gathered first).
+        best = heapq.nsmallest(
+            limit,
+            ((term_id, weight) for term_id, weight in gathered.items()
+             if names[term_id] not in exclude),
+            key=_negated_weight,
+        )  # fmt: skip
         if not best:
             return {}
         top = best[0][1]
@@ -774,6 +872,14 @@ class LexicalIndex:
         by the share of the bank that does NOT carry that entity: naming the person every memory
         is about (`user`) tells nothing, naming one of two speakers halves the field, naming
         Pipoca picks a handful."""
+        hits = self.entity_tally(query_terms)
+        if hits is None:  # most queries name no entity: skip the per-slot tally
+            return np.zeros(slots.size, np.float64)
+        return hits[slots]
+
+    def entity_tally(self, query_terms: list[str]) -> Floats | None:
+        """`entity_hits` of every slot (None when the query names no entity at all), for a
+        caller that reads it at a few slots only."""
         named: list[tuple[Ints, float]] = []
         n_docs = max(len(self._slot_of), 1)
         for term in set(query_terms):
@@ -784,12 +890,12 @@ class LexicalIndex:
                     entity_slots = entity_slots[self._alive[entity_slots]]
                     weight = 1.0 - entity_slots.size / n_docs
                     named.append((entity_slots, weight))
-        if not named:  # most queries name no entity: skip the per-slot tally
-            return np.zeros(slots.size, np.float64)
+        if not named:
+            return None
         hits = np.zeros(len(self._ids), np.float64)
         for entity_slots, weight in named:
             hits[entity_slots] += weight
-        return hits[slots]
+        return hits
 
     def _subject_code(self, subject: str | None) -> int:
         if subject is None:
