@@ -602,13 +602,17 @@ def _contenders(
         arms = arms + fusion.semantic * semantic
     if pool.entity_tally is not None:
         arms = arms + fusion.entity * pool.signal("entity_hits")
-    # The boosts' bound over the whole bank (a column read in order; the candidates' own would
-    # be a gather, slower): the most corroborated memory's, a pin, a date.
+    # The boosts' bound: the bank's most corroborated memory's and a pin (whole columns read in
+    # order: the candidates' own would be a gather, slower), and each candidate's date when the
+    # question asks "when" (the only time the score counts it).
     n = index.slot_count
     most = max(float(index.corroboration[:n].max()), 0.0) if n else 0.0
     boosts = fusion.corroboration * float(np.log1p(most))
     boosts += fusion.pinned * float(index.pinned[:n].any())
-    boosts += fusion.dated  # whether or not the question asks "when": a bound
+    upper = arms + boosts
+    if fusion.dated and asks_when(query.text):
+        upper = upper + fusion.dated * pool.signal("dated")
+    upper *= 1.0 + _UPPER_SLACK
     # Where to start: any rows do (the loop below adds what the bound says is missing); the
     # candidates within half of the best arms' part usually hold the top k, else the 4k best.
     start = np.flatnonzero(arms >= 0.5 * float(arms.max()))
@@ -616,18 +620,24 @@ def _contenders(
         start = np.flatnonzero(arms >= float(np.partition(arms, arms.size - m)[arms.size - m]))
     tops = [_arm_top(pool, "bm25")] + ([_arm_top(pool, "semantic")] if semantic is not None else [])
     rows = np.union1d(start, np.concatenate(tops))
-    upper = (arms + boosts) * (1.0 + _UPPER_SLACK)
+    scores = _scores(pool, query, semantic, rows)
     while True:
-        scores = _scores(pool, query, semantic, rows)
         passing = scores[_passes(pool, query, semantic, rows)]
         if passing.size < k:
             return None
         kth = float(np.partition(passing, passing.size - k)[passing.size - k])
-        reach = np.flatnonzero(upper >= kth)
+        # Under the cutoff (a quarter of the best score, which is at least the best here) only
+        # the arms' top ranks are kept, and those are scored already.
+        floor = max(kth, RELEVANCE_CUTOFF * float(scores.max()))
+        reach = np.flatnonzero(upper >= floor)
         at = np.minimum(np.searchsorted(rows, reach), rows.size - 1)
-        if (rows[at] == reach).all():
+        missing = reach[rows[at] != reach]
+        if not missing.size:
             return rows, scores
-        rows = np.union1d(rows, reach)
+        rows = np.concatenate((rows, missing))
+        scores = np.concatenate((scores, _scores(pool, query, semantic, missing)))
+        ordered = np.argsort(rows, kind="stable")
+        rows, scores = rows[ordered], scores[ordered]
 
 
 def _arm_top(pool: Pool, arm: str) -> Ints:
