@@ -51,15 +51,17 @@ SCORE_TOLERANCE = 1e-9
 
 def run_probe(tree: Path, what: str, data_dir: Path, corpus: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, str(PROBE), what, str(data_dir), str(corpus)],
         env=env,
         cwd=tree,
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout
-    return dict(json.loads(out.strip().splitlines()[-1]))
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"recall_probe {what} on {tree} failed:\n{done.stderr[-4000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def differences(old: Any, new: Any, where: str = "") -> list[str]:
@@ -73,9 +75,9 @@ def differences(old: Any, new: Any, where: str = "") -> list[str]:
             return [f"{where}: {len(old)} items != {len(new)}"]
         return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in
                 differences(a, b, f"{where}[{i}]")]  # fmt: skip
-    if isinstance(old, float) and isinstance(new, float) and where.endswith(".score"):
-        if math.isclose(old, new, rel_tol=SCORE_TOLERANCE, abs_tol=1e-12):
-            return []
+    scores = isinstance(old, float) and isinstance(new, float) and where.endswith(".score")
+    if scores and math.isclose(old, new, rel_tol=SCORE_TOLERANCE, abs_tol=1e-12):
+        return []
     return [] if old == new else [f"{where}: {old!r} != {new!r}"]
 
 
@@ -99,6 +101,57 @@ def max_score_gap(old: Any, new: Any) -> float:
     return 0.0
 
 
+def identity(
+    before: Path,
+    after: Path,
+    copies: dict[str, Path],
+    root: Path,
+    corpus: Path,
+    n: int,
+    notes: list[str],
+) -> list[str]:
+    """Both trees' answers on copies of the same bank; their differences, noted in `notes`."""
+    got = {}
+    for name, tree in (("before", before), ("after", after)):
+        scratch = root / f"id-{name}"
+        shutil.copytree(copies[name], scratch)
+        got[name] = run_probe(tree, "dump", scratch, corpus)
+        shutil.rmtree(scratch)
+    found = differences(got["before"], got["after"])
+    gap = max_score_gap(got["before"], got["after"])
+    notes.append(
+        f"identity at {n:,} memories + the golden bank: {answers(got['after']):,} "
+        f"answers, {len(found)} differences, largest relative score gap {gap:.1e}"
+    )
+    notes.extend(f"  {d}" for d in found[:20])
+    return found
+
+
+def timings(
+    before: Path,
+    after: Path,
+    copies: dict[str, Path],
+    root: Path,
+    corpus: Path,
+    texts: list[str],
+    queries: list[str],
+    rounds: int,
+) -> dict[str, list[dict[str, float]]]:
+    """p50/p99 of each tree and tantivy's p50, round by round (the trees alternate)."""
+    seen: dict[str, list[dict[str, float]]] = {"before": [], "after": [], "tantivy": []}
+    for _ in range(rounds):
+        for name, tree in (("before", before), ("after", after)):
+            samples = run_probe(tree, "time", copies[name], corpus)["samples_ms"]
+            seen[name].append({"p50": pct(samples, 0.5), "p99": pct(samples, 0.99)})
+        work = root / "tantivy-work"
+        work.mkdir()
+        t = growth.measure_tantivy(work, texts, queries)
+        shutil.rmtree(work)
+        if "recall_p50_ms" in t:
+            seen["tantivy"].append({"p50": t["recall_p50_ms"], "p99": math.nan})
+    return seen
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the old source tree")
@@ -120,6 +173,7 @@ def main() -> int:
     load_before = load_average()
     status = 0
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    timed_sizes = list(sizes)
     if not args.skip_identity and args.identity_size not in sizes:
         sizes.insert(0, args.identity_size)
     lines: list[str] = []  # the timing table's rows
@@ -134,33 +188,11 @@ def main() -> int:
                 copies[name] = root / f"n{n}-{name}"
                 shutil.copytree(data, copies[name])
             if not args.skip_identity and n == args.identity_size:
-                got = {}
-                for name, tree in (("before", before), ("after", after)):
-                    scratch = root / f"id-{name}"
-                    shutil.copytree(copies[name], scratch)
-                    got[name] = run_probe(tree, "dump", scratch, corpus)
-                    shutil.rmtree(scratch)
-                found = differences(got["before"], got["after"])
-                gap = max_score_gap(got["before"], got["after"])
-                notes.append(
-                    f"identity at {n:,} memories + the golden bank: {answers(got['after']):,} "
-                    f"answers, {len(found)} differences, largest relative score gap {gap:.1e}"
-                )
-                notes.extend(f"  {d}" for d in found[:20])
+                found = identity(before, after, copies, root, corpus, n, notes)
                 status |= bool(found)
-            if args.skip_time or n not in [int(s) for s in args.sizes.split(",") if s.strip()]:
+            if args.skip_time or n not in timed_sizes:
                 continue
-            seen: dict[str, list[dict[str, float]]] = {"before": [], "after": [], "tantivy": []}
-            for _ in range(args.rounds):
-                for name, tree in (("before", before), ("after", after)):
-                    samples = run_probe(tree, "time", copies[name], corpus)["samples_ms"]
-                    seen[name].append({"p50": pct(samples, 0.5), "p99": pct(samples, 0.99)})
-                work = root / "tantivy-work"
-                work.mkdir()
-                t = growth.measure_tantivy(work, texts, queries)
-                shutil.rmtree(work)
-                if "recall_p50_ms" in t:
-                    seen["tantivy"].append({"p50": t["recall_p50_ms"], "p99": math.nan})
+            seen = timings(before, after, copies, root, corpus, texts, queries, args.rounds)
             row = [f"| {n:,}"]
             for name in ("before", "after", "tantivy"):
                 p50 = statistics.median(r["p50"] for r in seen[name]) if seen[name] else math.nan

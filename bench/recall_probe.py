@@ -27,12 +27,12 @@ from typing import Any
 
 sys.path.insert(0, os.getcwd())  # the tree under test (its tests/ package too)
 
-from memory_worker.adapters.logs import configure_logging  # noqa: E402
-from memory_worker.app.caller import Caller  # noqa: E402
-from memory_worker.app.catalog import call  # noqa: E402
-from memory_worker.app.service import MemoryService  # noqa: E402
-from memory_worker.core.config import Settings  # noqa: E402
-from memory_worker.storage.store import Store  # noqa: E402
+from memory_worker.adapters.logs import configure_logging
+from memory_worker.app.caller import Caller
+from memory_worker.app.catalog import call
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.storage.store import Store
 
 BANK = "bench"
 NOW_MS = 1_760_000_000_000
