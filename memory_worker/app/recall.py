@@ -129,11 +129,9 @@ class RecallUseCases(EmbeddingWork):
             # A person's or an agent's read is a use; the worker's own paths (extraction's and
             # consolidation's looks, internal calls) are not.
             bank.access.bump((h.memory.id for h in hits), query.now_ms)
-        # Built without validation: every field is already of its type (a Memory record, a
-        # float, strings), and validating them again cost a small bank's recall a tenth.
-        return RecallResponse.model_construct(
+        return RecallResponse(
             bank=name,
-            memories=[ScoredMemory.model_construct(memory=h.memory, score=h.score) for h in hits],
+            memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
             retrieval=_retrieval(req.mode, vector is not None),
         )
 

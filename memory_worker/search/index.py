@@ -15,7 +15,6 @@ slot numbering and one compaction; they change together or the index answers wro
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -770,19 +769,26 @@ class LexicalIndex:
         if not self._slot_of:
             return None
         vocab, df = self._vocab, self._df
+        cache = self._query_cache()
+        saturation, idf_of = cache.saturation, cache.idf
         slot_parts: list[Ints] = []
         tf_parts: list[Floats] = []
         den_parts: list[Floats] = []
         term_weights: list[float] = []
         for term, count in weights.items():
             term_id = vocab.get(term)
-            if term_id is None or df[term_id] == 0 or count <= 0:
+            if term_id is None or count <= 0:
+                continue
+            term_df = df[term_id]
+            if term_df == 0:
                 continue
             slots, tfs = self._postings.get(term_id)
             slot_parts.append(slots)
             tf_parts.append(tfs)
-            den_parts.append(self._saturation(term_id))
-            term_weights.append(count * self._term_idf(df[term_id]))
+            den = saturation.get(term_id)
+            den_parts.append(den if den is not None else self._saturation(term_id))
+            idf = idf_of.get(term_df)
+            term_weights.append(count * (idf if idf is not None else self._term_idf(term_df)))
         if not slot_parts:
             return None
         if len(slot_parts) == 1:
@@ -821,10 +827,12 @@ class LexicalIndex:
         much of the question a memory matched, on a scale that does not grow with its length."""
         total = 0.0
         vocab, dfs = self._vocab, self._df
+        memo = self._query_cache().idf
         for term, count in weights.items():
             term_id = vocab.get(term)
             df = 0 if term_id is None else dfs[term_id]
-            total += count * self._term_idf(df)
+            idf = memo.get(df)
+            total += count * (idf if idf is not None else self._term_idf(df))
         return total
 
     def expansion(self, slots: Sequence[int], exclude: set[str], limit: int) -> dict[str, float]:
@@ -835,7 +843,8 @@ class LexicalIndex:
         n_docs = len(self._slot_of)
         if not slots or n_docs == 0:
             return {}
-        names, dfs, idf = self._terms, self._df, self._term_idf
+        names, dfs = self._terms, self._df
+        memo = self._query_cache().idf
         gathered: dict[int, float] = {}
         for slot in slots:
             term_ids, tfs = self._forward.columns(slot)
@@ -843,15 +852,16 @@ class LexicalIndex:
             for term_id, tf in zip(term_ids, tfs, strict=True):
                 df = dfs[term_id]
                 if df > 1:
-                    share = tf / length * idf(df)
+                    idf = memo.get(df)
+                    if idf is None:
+                        idf = self._term_idf(df)
+                    share = tf / length * idf
                     gathered[term_id] = gathered.get(term_id, 0.0) + share
-        # heapq.nsmallest is sorted(...)[:limit], stable on ties (first gathered first).
-        best = heapq.nsmallest(
-            limit,
-            ((term_id, weight) for term_id, weight in gathered.items()
-             if names[term_id] not in exclude),
-            key=_negated_weight,
-        )  # fmt: skip
+        # Filtered, then sorted (stable: ties keep the order they were gathered in), then cut:
+        # what sorting all, filtering and cutting gave.
+        best = [item for item in gathered.items() if names[item[0]] not in exclude]
+        best.sort(key=_negated_weight)
+        best = best[:limit]
         if not best:
             return {}
         top = best[0][1]

@@ -597,11 +597,6 @@ def _contenders(
         return None
     index = pool.index
     assert index is not None  # a live-only pool
-    arms = fusion.lexical * lexical_relevance(pool.bm25, pool.query_weight)
-    if semantic is not None:
-        arms = arms + fusion.semantic * semantic
-    if pool.entity_tally is not None:
-        arms = arms + fusion.entity * pool.signal("entity_hits")
     # The boosts' bound: the bank's most corroborated memory's and a pin (whole columns read in
     # order: the candidates' own would be a gather, slower), and each candidate's date when the
     # question asks "when" (the only time the score counts it).
@@ -609,17 +604,45 @@ def _contenders(
     most = max(float(index.corroboration[:n].max()), 0.0) if n else 0.0
     boosts = fusion.corroboration * float(np.log1p(most))
     boosts += fusion.pinned * float(index.pinned[:n].any())
-    upper = arms + boosts
-    if fusion.dated and asks_when(query.text):
-        upper = upper + fusion.dated * pool.signal("dated")
-    upper *= 1.0 + _UPPER_SLACK
+    dated = bool(fusion.dated) and asks_when(query.text)
+    bm25, weight = pool.bm25, pool.query_weight
+    size = bm25.size
+    # `key` orders the candidates by their bound and `reaching(score)` is where the bound
+    # reaches `score`. With the lexical arm alone (no vector, no entity named, no date asked:
+    # most queries) the bound grows with bm25, so bm25 itself is the key: no array is made.
+    monotone = semantic is None and pool.entity_tally is None and not dated and fusion.lexical > 0
+    if monotone:
+        key = bm25
+        part = np.partition(bm25, (size - m, size - ARM_TOP - 1, size - ARM_TOP))
+        third, fourth = float(part[size - ARM_TOP]), float(part[size - ARM_TOP - 1])
+        if third > fourth and third > 0.0:  # `_top_set`'s answer, from the same partition
+            pool.tops.setdefault("bm25", np.flatnonzero(bm25 >= third))
+        start_at = float(part[size - m])
+
+        def reaching(score: float) -> float:
+            # (lexical × bm25 / weight + boosts)(1 + slack) ≥ score, solved for bm25 (a shade
+            # low: a bound may take in more, never less).
+            lowest = (score / (1.0 + _UPPER_SLACK) - boosts) * weight / fusion.lexical
+            return lowest * (1.0 - _UPPER_SLACK)
+
+    else:
+        upper = fusion.lexical * lexical_relevance(bm25, weight) + boosts
+        if semantic is not None:
+            upper = upper + fusion.semantic * semantic
+        if pool.entity_tally is not None:
+            upper = upper + fusion.entity * pool.signal("entity_hits")
+        if dated:
+            upper = upper + fusion.dated * pool.signal("dated")
+        key = upper * (1.0 + _UPPER_SLACK)
+        start_at = float(np.partition(key, size - m)[size - m])
+
+        def reaching(score: float) -> float:
+            return score
+
     # Where to start: any rows do (the loop below adds what the bound says is missing); the
-    # candidates within half of the best arms' part usually hold the top k, else the 4k best.
-    start = np.flatnonzero(arms >= 0.5 * float(arms.max()))
-    if not m <= start.size <= 16 * m:
-        start = np.flatnonzero(arms >= float(np.partition(arms, arms.size - m)[arms.size - m]))
+    # `m` best by the bound usually hold the top k.
     tops = [_arm_top(pool, "bm25")] + ([_arm_top(pool, "semantic")] if semantic is not None else [])
-    rows = np.union1d(start, np.concatenate(tops))
+    rows = np.union1d(np.flatnonzero(key >= start_at), np.concatenate(tops))
     scores = _scores(pool, query, semantic, rows)
     while True:
         passing = scores[_passes(pool, query, semantic, rows)]
@@ -629,7 +652,7 @@ def _contenders(
         # Under the cutoff (a quarter of the best score, which is at least the best here) only
         # the arms' top ranks are kept, and those are scored already.
         floor = max(kth, RELEVANCE_CUTOFF * float(scores.max()))
-        reach = np.flatnonzero(upper >= floor)
+        reach = np.flatnonzero(key >= reaching(floor))
         at = np.minimum(np.searchsorted(rows, reach), rows.size - 1)
         missing = reach[rows[at] != reach]
         if not missing.size:
