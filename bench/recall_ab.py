@@ -155,6 +155,7 @@ def timings(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the old source tree")
+    parser.add_argument("--after", type=Path, default=ROOT, help="the new tree (this one)")
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--identity-size", type=int, default=10_000)
@@ -162,7 +163,7 @@ def main() -> int:
     parser.add_argument("--skip-time", action="store_true")
     args = parser.parse_args()
     configure_logging("warning")
-    before, after = args.before.resolve(), ROOT
+    before, after = args.before.resolve(), args.after.resolve()
     turns, questions = growth.locomo()
     queries = random.Random(growth.SEED).sample(questions, growth.QUERIES)
     fresh = growth.documents(turns, 200, growth.SEED + 7)

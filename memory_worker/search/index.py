@@ -840,9 +840,24 @@ class LexicalIndex:
         each term's idf times its share of each document, summed, over terms not in `exclude`
         and found in more than one document of the bank (a typo or a one-off name adds nothing).
         Weights are scaled so the best term weighs 1."""
+        return self._expansion(slots, exclude, limit)[0]
+
+    def settled_expansion(
+        self, slots: Sequence[int], exclude: set[str], limit: int
+    ) -> dict[str, float] | None:
+        """`expansion`, or None when the order of `slots` could change which terms it takes:
+        equal weights (to 1e-12) on both sides of the `limit` cut, where the order the terms
+        were gathered in breaks the tie. Otherwise any order of `slots` takes the same terms,
+        with the same weights up to the last bits of their sums."""
+        extra, tied = self._expansion(slots, exclude, limit)
+        return None if tied else extra
+
+    def _expansion(
+        self, slots: Sequence[int], exclude: set[str], limit: int
+    ) -> tuple[dict[str, float], bool]:
         n_docs = len(self._slot_of)
         if not slots or n_docs == 0:
-            return {}
+            return {}, False
         names, dfs = self._terms, self._df
         memo = self._query_cache().idf
         gathered: dict[int, float] = {}
@@ -859,13 +874,14 @@ class LexicalIndex:
                     gathered[term_id] = gathered.get(term_id, 0.0) + share
         # Filtered, then sorted (stable: ties keep the order they were gathered in), then cut:
         # what sorting all, filtering and cutting gave.
-        best = [item for item in gathered.items() if names[item[0]] not in exclude]
-        best.sort(key=_negated_weight)
-        best = best[:limit]
+        ranked = [item for item in gathered.items() if names[item[0]] not in exclude]
+        ranked.sort(key=_negated_weight)
+        best = ranked[:limit]
+        tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
         if not best:
-            return {}
+            return {}, tied
         top = best[0][1]
-        return {names[term_id]: weight / top for term_id, weight in best}
+        return {names[term_id]: weight / top for term_id, weight in best}, tied
 
     def _norms(self) -> Floats:
         """Per-slot BM25 length normalisation, recomputed only when the corpus changed."""

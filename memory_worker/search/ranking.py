@@ -319,7 +319,20 @@ def _expand(
     found = index.matching(acc) if acc is not None else None
     if found is not None and scope is not None:  # out-of-scope hits lend the hop nothing
         found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
-    first = found.slots[_top(found.bm25, fusion.expand_docs)] if found is not None else _NO_SLOTS
+    extra: dict[str, float] | None = None
+    exclude = set(query_terms)
+    if found is None:
+        first = _NO_SLOTS
+    elif cosines is None:
+        # The first hits as a set (a partition: several times quicker than `_top`'s
+        # argpartition on a big bank); their order only breaks ties between expansion terms,
+        # so when one sits at the cut, the first hits are taken in `_top`'s order, as ever.
+        first = found.slots[_top_set(found.bm25, fusion.expand_docs)]
+        extra = index.settled_expansion(first.tolist(), exclude, fusion.expand_terms)
+        if extra is None:
+            first = found.slots[_top(found.bm25, fusion.expand_docs)]
+    else:  # joined with the semantic arm's first hits as a set
+        first = found.slots[_top_set(found.bm25, fusion.expand_docs)]
     if cosines is not None:
         first = np.union1d(first, _top_set(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
@@ -327,7 +340,8 @@ def _expand(
         toward = index.vectors[first].mean(axis=0).tolist()
         pulled = index.centered_cosine(toward, fusion.center)[: cosines.size]
         cosines = cosines + fusion.expand_vector * pulled
-    extra = index.expansion(first.tolist(), set(query_terms), fusion.expand_terms)
+    if extra is None:
+        extra = index.expansion(first.tolist(), exclude, fusion.expand_terms)
     if extra and fusion.expand_weight > 0 and acc is not None:
         # In relevance terms: the second pass counts `expand_weight` of the question's own words.
         scale = fusion.expand_weight * index.query_weight(weights)
