@@ -41,7 +41,8 @@ BM25_B = 0.75
 _MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
 _INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
-_SATURATION_MIN = 65_536  # floats of cached BM25 denominators any bank may hold (512 KB)
+_SATURATION_MIN = 16_384  # floats of cached BM25 denominators any bank may hold (128 KB)
+_SATURATION_PER_SLOT = 4  # and past that, this many per slot (32 bytes a memory)
 # The bank's mean vector, for `centered_cosine`, counts this many zero vectors too: a bank of one
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
@@ -803,13 +804,14 @@ class LexicalIndex:
         """tf + the slot's length normalisation over one term's postings (BM25's denominator),
         cached per term until the corpus changes: the same few names and words recur in query
         after query, and this gather over their postings was half of a query's BM25 cost.
-        Bounded: at most two floats per slot in all (16 bytes a memory)."""
+        Bounded (`_SATURATION_MIN`, `_SATURATION_PER_SLOT`); when full it starts over."""
         cache = self._query_cache()
         found = cache.saturation.get(term_id)
         if found is None:
             slots, tfs = self._postings.get(term_id)
             found = tfs + cache.norms[slots]
-            if cache.size + found.size > max(_SATURATION_MIN, 2 * len(self._ids)):
+            budget = max(_SATURATION_MIN, _SATURATION_PER_SLOT * len(self._ids))
+            if cache.size + found.size > budget:
                 cache.saturation.clear()  # full: start over with the terms asked from now on
                 cache.size = 0
             cache.saturation[term_id] = found
@@ -818,7 +820,10 @@ class LexicalIndex:
 
     def matching(self, acc: Floats) -> Candidates:
         """The live slots of a per-slot score array that scored above 0."""
-        slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
+        if len(self._slot_of) == len(self._ids):  # no dead slot: every slot is alive
+            slots = np.flatnonzero(acc > 0)
+        else:
+            slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
         return Candidates(slots, acc[slots])
 
     def query_weight(self, weights: Mapping[str, float]) -> float:
@@ -847,8 +852,10 @@ class LexicalIndex:
     ) -> dict[str, float] | None:
         """`expansion`, or None when the order of `slots` could change which terms it takes:
         equal weights (to 1e-12) on both sides of the `limit` cut, where the order the terms
-        were gathered in breaks the tie. Otherwise any order of `slots` takes the same terms,
-        with the same weights up to the last bits of their sums."""
+        were gathered in breaks the tie, unless every tied term comes from one and the same
+        document (then that document's own order breaks it, whatever the order of `slots`).
+        Otherwise any order of `slots` takes the same terms, with the same weights up to the last
+        bits of their sums."""
         extra, tied = self._expansion(slots, exclude, limit)
         return None if tied else extra
 
@@ -861,6 +868,7 @@ class LexicalIndex:
         names, dfs = self._terms, self._df
         memo = self._query_cache().idf
         gathered: dict[int, float] = {}
+        source: dict[int, int] = {}  # term → the one document it came from; -1: several
         for slot in slots:
             term_ids, tfs = self._forward.columns(slot)
             length = max(sum(tfs), 1)
@@ -871,13 +879,23 @@ class LexicalIndex:
                     if idf is None:
                         idf = self._term_idf(df)
                     share = tf / length * idf
-                    gathered[term_id] = gathered.get(term_id, 0.0) + share
+                    known = gathered.get(term_id)
+                    if known is None:
+                        gathered[term_id] = share
+                        source[term_id] = slot
+                    else:
+                        gathered[term_id] = known + share
+                        source[term_id] = -1
         # Filtered, then sorted (stable: ties keep the order they were gathered in), then cut:
         # what sorting all, filtering and cutting gave.
         ranked = [item for item in gathered.items() if names[item[0]] not in exclude]
         ranked.sort(key=_negated_weight)
         best = ranked[:limit]
         tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
+        if tied:
+            cut = ranked[limit - 1][1]
+            near = {source[t] for t, w in ranked if abs(w - cut) <= cut * 1e-12}
+            tied = len(near) != 1 or -1 in near
         if not best:
             return {}, tied
         top = best[0][1]

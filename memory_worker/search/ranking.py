@@ -11,7 +11,7 @@ hop, lanes, filters, fusion, cutoff) whose steps read each other's arrays.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -100,6 +100,17 @@ class RecallQuery:
 def _entity_terms(entity: str) -> tuple[str, ...]:
     # Entities repeat across a bank (the same few people and projects): analysed once each.
     return tuple(terms(entity))
+
+
+# The question's shape, read once per text: ranking asks it for every batch of rows it scores.
+@lru_cache(maxsize=1024)
+def _asks_when(text: str) -> bool:
+    return asks_when(text)
+
+
+@lru_cache(maxsize=1024)
+def _policy(text: str) -> Recency:
+    return Recency(recency_policy(text))
 
 
 def document_terms(memory: Memory) -> list[str]:
@@ -287,6 +298,12 @@ def _top_set(values: Floats, k: int) -> Ints:
     values finds the k-th and (k+1)-th largest; when they differ the set is exactly the values
     at or above the k-th (numpy's argpartition, which `_top` runs, takes several times as long
     on a big pool). On a tie there the set is whatever `_top`'s partition picks: it runs."""
+    found = _top_untied(values, k)
+    return found if found is not None else np.sort(_top(values, k))
+
+
+def _top_untied(values: Floats, k: int) -> Ints | None:
+    """`_top_set` when no tie at the k-th value leaves the choice to a partition, else None."""
     n = values.size
     if n <= k:
         return np.flatnonzero(values > 0)
@@ -294,9 +311,7 @@ def _top_set(values: Floats, k: int) -> Ints:
     kth, after = float(bounds[n - k]), float(bounds[n - k - 1])
     if kth <= 0.0:  # fewer than k positive values: every one of them
         return np.flatnonzero(values > 0)
-    if kth > after:
-        return np.flatnonzero(values >= kth)
-    return np.sort(_top(values, k))
+    return np.flatnonzero(values >= kth) if kth > after else None
 
 
 def _expand(
@@ -428,11 +443,11 @@ def _scores(
         pinned=pool.signal("pinned", rows),
         age_ms=now_ms - pool.signal("stated_at", rows),
         semantic=semantic if semantic is None or rows is None else semantic[rows],
-        dated=pool.signal("dated", rows) if asks_when(query.text) else None,
+        dated=pool.signal("dated", rows) if _asks_when(query.text) else None,
         lanes=lanes,
         content_off=content_off,
     )
-    policy = Recency(recency_policy(query.text))
+    policy = _policy(query.text)
     return fused_scores(
         arms, half_life_days=query.half_life_days, policy=policy, fusion=query.fusion
     )
@@ -582,6 +597,21 @@ def candidates(
 
 _PRUNE_MIN = 256  # pools up to this many candidates are scored whole
 _UPPER_SLACK = 1e-9  # relative: the bound's floats are summed otherwise than the score's
+_START_SHARE = 0.3  # of the best bm25: where the contenders search starts (any share is exact)
+
+
+def _prunable(pool: Pool, fusion: Fusion, m: int) -> bool:
+    """Whether `_contenders`' bound holds (the score method, every weight non-negative, live
+    memories only, no lane) and the pool is big enough for it to pay."""
+    return not (
+        fusion.method is not FusionMethod.SCORE
+        or pool.lanes
+        or pool.retired
+        or len(pool) <= max(_PRUNE_MIN, 2 * m)
+        or pool.query_weight <= 0.0
+        or min(fusion.lexical, fusion.semantic, fusion.entity, fusion.corroboration) < 0.0
+        or min(fusion.pinned, fusion.dated) < 0.0
+    )
 
 
 def _contenders(
@@ -599,15 +629,7 @@ def _contenders(
     fusion = query.fusion
     k = query.limit + _TIE_MARGIN
     m = 4 * k
-    if (
-        fusion.method is not FusionMethod.SCORE
-        or pool.lanes
-        or pool.retired
-        or len(pool) <= max(_PRUNE_MIN, 2 * m)
-        or pool.query_weight <= 0.0
-        or min(fusion.lexical, fusion.semantic, fusion.entity, fusion.corroboration) < 0.0
-        or min(fusion.pinned, fusion.dated) < 0.0
-    ):
+    if not _prunable(pool, fusion, m):
         return None
     index = pool.index
     assert index is not None  # a live-only pool
@@ -618,7 +640,7 @@ def _contenders(
     most = max(float(index.corroboration[:n].max()), 0.0) if n else 0.0
     boosts = fusion.corroboration * float(np.log1p(most))
     boosts += fusion.pinned * float(index.pinned[:n].any())
-    dated = bool(fusion.dated) and asks_when(query.text)
+    dated = bool(fusion.dated) and _asks_when(query.text)
     bm25, weight = pool.bm25, pool.query_weight
     size = bm25.size
     # `key` orders the candidates by their bound and `reaching(score)` is where the bound
@@ -627,11 +649,18 @@ def _contenders(
     monotone = semantic is None and pool.entity_tally is None and not dated and fusion.lexical > 0
     if monotone:
         key = bm25
-        part = np.partition(bm25, (size - m, size - ARM_TOP - 1, size - ARM_TOP))
-        third, fourth = float(part[size - ARM_TOP]), float(part[size - ARM_TOP - 1])
-        if third > fourth and third > 0.0:  # `_top_set`'s answer, from the same partition
-            pool.tops.setdefault("bm25", np.flatnonzero(bm25 >= third))
-        start_at = float(part[size - m])
+        # Start from the candidates within 30% of the best bm25 when they are a handful (on
+        # LoCoMo at 100k: 50-1,300 of ~30,000), else from the `m` best (a partition); the top
+        # three are among them either way, found in that small set.
+        start_at = _START_SHARE * float(bm25.max())
+        start = np.flatnonzero(bm25 >= start_at)
+        if not 2 * k <= start.size <= 16 * m:
+            start_at = float(np.partition(bm25, size - m)[size - m])
+            start = np.flatnonzero(bm25 >= start_at)
+        if "bm25" not in pool.tops:  # the start holds more than ARM_TOP: the top are in it
+            within = _top_untied(bm25[start], ARM_TOP)
+            if within is not None and within.size == ARM_TOP:
+                pool.tops["bm25"] = start[within]
 
         def reaching(score: float) -> float:
             # (lexical × bm25 / weight + boosts)(1 + slack) ≥ score, solved for bm25 (a shade
@@ -648,7 +677,7 @@ def _contenders(
         if dated:
             upper = upper + fusion.dated * pool.signal("dated")
         key = upper * (1.0 + _UPPER_SLACK)
-        start_at = float(np.partition(key, size - m)[size - m])
+        start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
 
         def reaching(score: float) -> float:
             return score
@@ -656,7 +685,21 @@ def _contenders(
     # Where to start: any rows do (the loop below adds what the bound says is missing); the
     # `m` best by the bound usually hold the top k.
     tops = [_arm_top(pool, "bm25")] + ([_arm_top(pool, "semantic")] if semantic is not None else [])
-    rows = np.union1d(np.flatnonzero(key >= start_at), np.concatenate(tops))
+    rows = np.union1d(start, np.concatenate(tops))
+    return _closed(pool, query, semantic, rows, key, reaching)
+
+
+def _closed(
+    pool: Pool,
+    query: RecallQuery,
+    semantic: Floats | None,
+    rows: Ints,
+    key: Floats,
+    reaching: Callable[[float], float],
+) -> tuple[Ints, Floats] | None:
+    """`rows` scored, grown until no candidate outside them has a bound (`key` ≥
+    `reaching(score)`) that reaches the k-th best passing score or the cutoff."""
+    k = query.limit + _TIE_MARGIN
     scores = _scores(pool, query, semantic, rows)
     while True:
         passing = scores[_passes(pool, query, semantic, rows)]
