@@ -244,16 +244,18 @@ class _Forward:
 
 class _QueryCache:
     """Per corpus version (`norms` is that version's normalisation array): idf by document
-    frequency, and BM25's denominator over each queried term's postings."""
+    frequency, BM25's denominator over each queried term's postings, and a first pass's
+    scores of them by weight."""
 
-    __slots__ = ("idf", "n_docs", "norms", "saturation", "size")
+    __slots__ = ("idf", "n_docs", "norms", "saturation", "scored", "size")
 
     def __init__(self, norms: Floats, n_docs: int) -> None:
         self.norms = norms
         self.n_docs = n_docs
         self.idf: dict[int, float] = {}
         self.saturation: dict[int, Floats] = {}
-        self.size = 0  # floats held in `saturation`
+        self.scored: dict[tuple[int, float], Floats] = {}  # (term, weight) → its postings' BM25
+        self.size = 0  # floats held in `saturation` and `scored`
 
 
 class LexicalIndex:
@@ -754,7 +756,9 @@ class LexicalIndex:
         `weight * tf * (k1 + 1) / (tf + norm)` as a term at a time computed it; then added per
         slot in the terms' order (one bincount into a new array, one `add.at` into `into`), so
         each slot gets the same floats, summed in the same order, to the last bit."""
-        found = self._postings_of(weights)
+        # A first pass's weights (a query's term counts × idf) recur query after query, its
+        # postings' scores are kept; a second pass's weights are the query's own.
+        found = self._postings_of(weights, keep=into is None)
         if found is None:
             return into
         slots, values = found
@@ -764,9 +768,12 @@ class LexicalIndex:
         acc = np.bincount(slots, weights=values, minlength=len(self._ids))
         return acc.astype(np.float64, copy=False)
 
-    def _postings_of(self, weights: Mapping[str, float]) -> tuple[Ints, Floats] | None:
+    def _postings_of(
+        self, weights: Mapping[str, float], *, keep: bool = False
+    ) -> tuple[Ints, Floats] | None:
         """The matching terms' postings end to end (in `weights`' order) and each one's weighted
-        BM25; None when no term matches."""
+        BM25; None when no term matches. `keep`: each term's scores are kept (and reused) for
+        its weight until the corpus changes."""
         if not self._slot_of:
             return None
         vocab, df = self._vocab, self._df
@@ -776,6 +783,7 @@ class LexicalIndex:
         tf_parts: list[Floats] = []
         den_parts: list[Floats] = []
         term_weights: list[float] = []
+        term_ids: list[int] = []
         for term, count in weights.items():
             term_id = vocab.get(term)
             if term_id is None or count <= 0:
@@ -784,6 +792,7 @@ class LexicalIndex:
             if term_df == 0:
                 continue
             slots, tfs = self._postings.get(term_id)
+            term_ids.append(term_id)
             slot_parts.append(slots)
             tf_parts.append(tfs)
             den = saturation.get(term_id)
@@ -792,6 +801,15 @@ class LexicalIndex:
             term_weights.append(count * (idf if idf is not None else self._term_idf(term_df)))
         if not slot_parts:
             return None
+        if keep:
+            return np.concatenate(slot_parts), np.concatenate(
+                [
+                    self._scored(term_id, weight, tfs, den)
+                    for term_id, weight, tfs, den in zip(
+                        term_ids, term_weights, tf_parts, den_parts, strict=True
+                    )
+                ]
+            )
         if len(slot_parts) == 1:
             slots, tfs, den = slot_parts[0], tf_parts[0], den_parts[0]
             return slots, term_weights[0] * tfs * (BM25_K1 + 1.0) / den
@@ -799,6 +817,25 @@ class LexicalIndex:
         weight = np.repeat(term_weights, [part.size for part in slot_parts])
         values: Floats = weight * tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
         return np.concatenate(slot_parts), values
+
+    def _scored(self, term_id: int, weight: float, tfs: Floats, den: Floats) -> Floats:
+        """One term's postings scored at `weight`, as `_postings_of` scores them, kept."""
+        cache = self._query_cache()
+        found = cache.scored.get((term_id, weight))
+        if found is None:
+            found = weight * tfs * (BM25_K1 + 1.0) / den
+            self._keep(cache)
+            cache.scored[(term_id, weight)] = found
+            cache.size += found.size
+        return found
+
+    def _keep(self, cache: _QueryCache) -> None:
+        """Room for one more term's floats in `cache`: when full it starts over with the terms
+        asked from now on."""
+        if cache.size > max(_SATURATION_MIN, _SATURATION_PER_SLOT * len(self._ids)):
+            cache.saturation.clear()
+            cache.scored.clear()
+            cache.size = 0
 
     def _saturation(self, term_id: int) -> Floats:
         """tf + the slot's length normalisation over one term's postings (BM25's denominator),
@@ -810,10 +847,7 @@ class LexicalIndex:
         if found is None:
             slots, tfs = self._postings.get(term_id)
             found = tfs + cache.norms[slots]
-            budget = max(_SATURATION_MIN, _SATURATION_PER_SLOT * len(self._ids))
-            if cache.size + found.size > budget:
-                cache.saturation.clear()  # full: start over with the terms asked from now on
-                cache.size = 0
+            self._keep(cache)
             cache.saturation[term_id] = found
             cache.size += found.size
         return found
