@@ -9,6 +9,9 @@ scored; `--report` adds the report half (5-9) and the full set for the settings 
 what BENCHMARKS quotes after the choice was made.
 
     .venv/bin/python bench/tune_recall.py --embedder e5 --grid 'semantic=0.5,1,2' [--report]
+
+`--bm25 '1.2:0.75,1.2:0.2'` repeats everything for each BM25 (k1, b), patched into
+`search.index` (module constants, read at query time) with every cached norm and pool dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from memory_worker.adapters.embedders import load_local  # noqa: E402
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.app.ports import QueryEmbedder  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.search import index as bm25  # noqa: E402
 from memory_worker.search.ranking import RecallMode, RecallQuery, candidates, order  # noqa: E402
 from memory_worker.search.scoring import Fusion, FusionMethod  # noqa: E402
 from memory_worker.storage.store import Store  # noqa: E402
@@ -208,24 +212,40 @@ async def golden_main(args: argparse.Namespace, embedder: Any, root: Path) -> No
     halves = ["tuning", *(("report", "all") if args.report else ())]
     print("| system | hit@3 en | hit@3 pt | hit@3 | mrr | traps | polluted | missed@3 |")
     print("|---|---|---|---|---|---|---|---|")
-    for half in halves:
-        print(
-            _golden_row(
-                f"{half} lexical", evaluate_golden(item, half, RecallMode.LEXICAL, Fusion(), False)
-            )
-        )
+    for setting, half in itertools.product(_bm25_settings(args.bm25), halves):
+        half_label = _use_bm25(setting, [item.bank]) + half
+        lexical = evaluate_golden(item, half, RecallMode.LEXICAL, Fusion(), False)
+        print(_golden_row(f"{half_label} lexical", lexical))
         if embedder is not None:
             sem = evaluate_golden(item, half, RecallMode.SEMANTIC, Fusion(), True)
-            print(_golden_row(f"{half} semantic", sem))
+            print(_golden_row(f"{half_label} semantic", sem))
         for overrides in _grid(args.grid):
             fusion = dataclasses.replace(Fusion(), **overrides)
             label = ",".join(f"{k}={v}" for k, v in overrides.items()) or "default"
             r = evaluate_golden(item, half, RecallMode.HYBRID, fusion, False)
-            print(_golden_row(f"{half} no-embed {label}", r))
+            print(_golden_row(f"{half_label} no-embed {label}", r))
             if embedder is not None:
                 r = evaluate_golden(item, half, RecallMode.HYBRID, fusion, True)
-                print(_golden_row(f"{half} +{args.embedder} {label}", r))
+                print(_golden_row(f"{half_label} +{args.embedder} {label}", r))
             sys.stdout.flush()
+
+
+def _bm25_settings(spec: str) -> list[tuple[float, float] | None]:
+    """Each `k1:b` of `--bm25`, or [None]: the index's own constants."""
+    if not spec:
+        return [None]
+    return [(float(k1), float(b)) for k1, b in (part.split(":") for part in spec.split(","))]
+
+
+def _use_bm25(setting: tuple[float, float] | None, banks: list[Any]) -> str:
+    """Patch the BM25 constants in, drop what was computed with the old ones; a label prefix."""
+    if setting is None:
+        return ""
+    bm25.BM25_K1, bm25.BM25_B = setting
+    for bank in banks:
+        bank.index._norm_key = None  # the per-slot length norms are cached by corpus version
+    _POOLS.clear()
+    return f"k1={setting[0]:g},b={setting[1]:g} "
 
 
 def _grid(spec: str) -> list[dict[str, Any]]:
@@ -261,7 +281,9 @@ async def main_async(args: argparse.Namespace) -> int:
         if args.report:
             halves += [("report 5-9", REPORT), ("all 0-9", range(len(loaded)))]
         print("| system | cat 1 | cat 2 | cat 3 | cat 4 | all |\n|---|---|---|---|---|---|")
-        for half, indices in halves:
+        banks = [item.bank for item in loaded]
+        for setting, (name, indices) in itertools.product(_bm25_settings(args.bm25), halves):
+            half = _use_bm25(setting, banks) + name
             print(
                 _row(
                     f"{half} lexical",
@@ -291,6 +313,7 @@ def main() -> int:
     parser.add_argument("--grid", default="", help="'field=v1,v2;field2=v3' over Fusion")
     parser.add_argument("--report", action="store_true", help="also score the report half")
     parser.add_argument("--golden", action="store_true", help="the golden set instead of LoCoMo")
+    parser.add_argument("--bm25", default="", help="'k1:b,k1:b': BM25 constants to compare")
     parser.add_argument(
         "--embedded-only", action="store_true", help="skip the hybrid-without-embedder rows"
     )

