@@ -49,7 +49,7 @@ _MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twic
 _INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
 _SATURATION_MIN = 16_384  # floats of cached BM25 denominators any bank may hold (128 KB)
-_SATURATION_PER_SLOT = 4  # and past that, this many per slot (32 bytes a memory)
+_SATURATION_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
 # The bank's mean vector, for `centered_cosine`, counts this many zero vectors too: a bank of one
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
@@ -785,12 +785,12 @@ class LexicalIndex:
             return None
         vocab, df = self._vocab, self._df
         cache = self._query_cache()
-        saturation, idf_of = cache.saturation, cache.idf
+        idf_of, scored = cache.idf, cache.scored
         slot_parts: list[Ints] = []
         tf_parts: list[Floats] = []
         den_parts: list[Floats] = []
+        value_parts: list[Floats] = []
         term_weights: list[float] = []
-        term_ids: list[int] = []
         for term, count in weights.items():
             term_id = vocab.get(term)
             if term_id is None or count <= 0:
@@ -799,44 +799,35 @@ class LexicalIndex:
             if term_df == 0:
                 continue
             slots, tfs = self._postings.get(term_id)
-            term_ids.append(term_id)
-            slot_parts.append(slots)
-            tf_parts.append(tfs)
-            den = saturation.get(term_id)
-            den_parts.append(den if den is not None else self._saturation(term_id))
             idf = idf_of.get(term_df)
-            term_weights.append(count * (idf if idf is not None else self._term_idf(term_df)))
+            weight = count * (idf if idf is not None else self._term_idf(term_df))
+            slot_parts.append(slots)
+            if keep:
+                values = scored.get((term_id, weight))
+                if values is None:
+                    den = self._saturation(term_id, slots, tfs, cache)
+                    values = weight * tfs * (BM25_K1 + 1.0) / den
+                    self._make_room(cache)
+                    scored[(term_id, weight)] = values
+                    cache.size += values.size
+                value_parts.append(values)
+            else:
+                tf_parts.append(tfs)
+                den_parts.append(self._saturation(term_id, slots, tfs, cache))
+                term_weights.append(weight)
         if not slot_parts:
             return None
         if keep:
-            return np.concatenate(slot_parts), np.concatenate(
-                [
-                    self._scored(term_id, weight, tfs, den)
-                    for term_id, weight, tfs, den in zip(
-                        term_ids, term_weights, tf_parts, den_parts, strict=True
-                    )
-                ]
-            )
+            return np.concatenate(slot_parts), np.concatenate(value_parts)
         if len(slot_parts) == 1:
             slots, tfs, den = slot_parts[0], tf_parts[0], den_parts[0]
             return slots, term_weights[0] * tfs * (BM25_K1 + 1.0) / den
         tfs = np.concatenate(tf_parts)
-        weight = np.repeat(term_weights, [part.size for part in slot_parts])
-        values: Floats = weight * tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
-        return np.concatenate(slot_parts), values
+        weight_of = np.repeat(term_weights, [part.size for part in slot_parts])
+        found: Floats = weight_of * tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
+        return np.concatenate(slot_parts), found
 
-    def _scored(self, term_id: int, weight: float, tfs: Floats, den: Floats) -> Floats:
-        """One term's postings scored at `weight`, as `_postings_of` scores them, kept."""
-        cache = self._query_cache()
-        found = cache.scored.get((term_id, weight))
-        if found is None:
-            found = weight * tfs * (BM25_K1 + 1.0) / den
-            self._keep(cache)
-            cache.scored[(term_id, weight)] = found
-            cache.size += found.size
-        return found
-
-    def _keep(self, cache: _QueryCache) -> None:
+    def _make_room(self, cache: _QueryCache) -> None:
         """Room for one more term's floats in `cache`: when full it starts over with the terms
         asked from now on."""
         if cache.size > max(_SATURATION_MIN, _SATURATION_PER_SLOT * len(self._ids)):
@@ -844,17 +835,15 @@ class LexicalIndex:
             cache.scored.clear()
             cache.size = 0
 
-    def _saturation(self, term_id: int) -> Floats:
+    def _saturation(self, term_id: int, slots: Ints, tfs: Floats, cache: _QueryCache) -> Floats:
         """tf + the slot's length normalisation over one term's postings (BM25's denominator),
         cached per term until the corpus changes: the same few names and words recur in query
         after query, and this gather over their postings was half of a query's BM25 cost.
         Bounded (`_SATURATION_MIN`, `_SATURATION_PER_SLOT`); when full it starts over."""
-        cache = self._query_cache()
         found = cache.saturation.get(term_id)
-        if found is None:
-            slots, tfs = self._postings.get(term_id)
+        if found is None:  # `slots` and `tfs` are the term's postings
             found = tfs + cache.norms[slots]
-            self._keep(cache)
+            self._make_room(cache)
             cache.saturation[term_id] = found
             cache.size += found.size
         return found
