@@ -6,8 +6,9 @@ Recall's speed work must not change a single answer. `identity` runs `bench/reca
 on each tree (the golden persona bank in every mode and filter, with and without an embedder, and
 a LoCoMo bank through saves, re-saves, deletes, pins and updates) and compares the wire answers:
 the same ids in the same order, the same fields, scores equal to 1e-9 relative. `time` alternates
-the trees (`recall_probe.py time`, a fresh process each) and tantivy's search (`bench/growth.py`'s
-peer) on the same documents and queries, and prints medians over the rounds.
+the trees query by query (a warm `recall_probe.py serve` process each, which goes first
+alternating) with tantivy's search (`bench/growth.py`'s peer) on the same documents and queries,
+and prints p50/p99 over every query of every round.
 
     git archive <old-commit> | tar -x -C /tmp/before
     nice -n 19 .venv/bin/python bench/recall_ab.py --before /tmp/before [--sizes 10000,100000]
@@ -27,10 +28,11 @@ import os
 import random
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -136,20 +138,75 @@ def timings(
     texts: list[str],
     queries: list[str],
     rounds: int,
-) -> dict[str, list[dict[str, float]]]:
-    """p50/p99 of each tree and tantivy's p50, round by round (the trees alternate)."""
-    seen: dict[str, list[dict[str, float]]] = {"before": [], "after": [], "tantivy": []}
-    for _ in range(rounds):
-        for name, tree in (("before", before), ("after", after)):
-            samples = run_probe(tree, "time", copies[name], corpus)["samples_ms"]
-            seen[name].append({"p50": pct(samples, 0.5), "p99": pct(samples, 0.99)})
-        work = root / "tantivy-work"
-        work.mkdir()
-        t = growth.measure_tantivy(work, texts, queries)
-        shutil.rmtree(work)
-        if "recall_p50_ms" in t:
-            seen["tantivy"].append({"p50": t["recall_p50_ms"], "p99": math.nan})
+) -> dict[str, list[float]]:
+    """Milliseconds per query of each tree and of tantivy, interleaved query by query (each tree
+    a warm `recall_probe.py serve` process; which tree goes first alternates), `rounds` passes
+    over the queries: a load swing on this shared machine hits all three alike."""
+    procs = {}
+    for name, tree in (("before", before), ("after", after)):
+        procs[name] = subprocess.Popen(
+            [sys.executable, str(PROBE), "serve", str(copies[name]), str(corpus)],
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            cwd=tree,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    seen: dict[str, list[float]] = {"before": [], "after": [], "tantivy": []}
+    try:
+        for proc in procs.values():
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit("recall_probe serve did not start")
+        search = tantivy_search(root, texts, queries[:20])
+        for round_ in range(rounds):
+            for i, q in enumerate(queries):
+                order = ("before", "after") if (i + round_) % 2 == 0 else ("after", "before")
+                for name in order:
+                    proc = procs[name]
+                    assert proc.stdin is not None and proc.stdout is not None
+                    proc.stdin.write(f"{i}\n")
+                    proc.stdin.flush()
+                    seen[name].append(float(proc.stdout.readline()))
+                if search is not None:
+                    started = time.perf_counter_ns()
+                    search(q)
+                    seen["tantivy"].append((time.perf_counter_ns() - started) / 1e6)
+    finally:
+        for proc in procs.values():
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=120)
     return seen
+
+
+def tantivy_search(root: Path, texts: list[str], warm: list[str]) -> Callable[[str], Any] | None:
+    """`bench/growth.py`'s tantivy peer: one text field, default tokenizer, parse + top 10."""
+    try:
+        import tantivy
+    except ImportError:
+        return None
+    path = root / "tantivy-work"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("text", stored=False)
+    index = tantivy.Index(builder.build(), path=str(path))
+    writer = index.writer(heap_size=200_000_000, num_threads=1)
+    for text in texts:
+        writer.add_document(tantivy.Document(text=text))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    searcher = index.searcher()
+
+    def search(q: str) -> Any:
+        words = " ".join(growth.words(q)) or "x"
+        return searcher.search(index.parse_query(words, ["text"]), 10).hits
+
+    for q in warm:
+        search(q)
+    return search
 
 
 def main() -> int:
@@ -196,9 +253,8 @@ def main() -> int:
             seen = timings(before, after, copies, root, corpus, texts, queries, args.rounds)
             row = [f"| {n:,}"]
             for name in ("before", "after", "tantivy"):
-                p50 = statistics.median(r["p50"] for r in seen[name]) if seen[name] else math.nan
-                p99 = statistics.median(r["p99"] for r in seen[name]) if seen[name] else math.nan
-                row.append(f"{p50:.3f} / {p99:.2f}" if not math.isnan(p99) else f"{p50:.3f}")
+                got = seen[name]
+                row.append(f"{pct(got, 0.5):.3f} / {pct(got, 0.99):.2f}" if got else "—")
             lines.append(" | ".join(row) + " |")
             for name in ("before", "after"):
                 shutil.rmtree(copies[name])
@@ -211,7 +267,7 @@ def main() -> int:
     for note in notes:
         print(note)
     print()
-    print("| memories | before p50 / p99 ms | after p50 / p99 ms | tantivy p50 ms |")
+    print("| memories | before p50 / p99 ms | after p50 / p99 ms | tantivy p50 / p99 ms |")
     print("|---:|---:|---:|---:|")
     for line in lines:
         print(line)

@@ -11,7 +11,7 @@ queries come from a JSON file the parent wrote. `dump` answers, through `catalog
 - a copy of the LoCoMo bank: the queries, then writes (saves of new texts and of texts it holds,
   deletes, pins, updates), then the queries again (every write must reach the next recall).
 
-    PYTHONPATH=<tree> python bench/recall_probe.py dump|time <data dir> <corpus.json>
+    PYTHONPATH=<tree> python bench/recall_probe.py dump|time|serve <data dir> <corpus.json>
 """
 
 from __future__ import annotations
@@ -149,10 +149,33 @@ async def timing(data_dir: Path, corpus: dict[str, Any]) -> dict[str, Any]:
     return {"samples_ms": samples}
 
 
+async def serve(data_dir: Path, corpus: dict[str, Any]) -> None:
+    """Time one query per line of stdin (its index in the corpus), each answered on stdout in
+    milliseconds: the parent interleaves two trees query by query, so load swings hit both."""
+    queries: list[str] = corpus["queries"]
+    store = Store.open(data_dir, holder=HOLDER)
+    service = MemoryService(store, Settings(), clock=lambda: NOW_MS)
+    try:
+        for q in queries[:20]:  # warm-up, as bench/recall_speed.timed_async
+            await call(service, "memory::recall", {"bank": BANK, "query": q, "limit": 10}, CALLER)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            payload = {"bank": BANK, "query": queries[int(line)], "limit": 10}
+            started = time.perf_counter_ns()
+            await call(service, "memory::recall", payload, CALLER)
+            print((time.perf_counter_ns() - started) / 1e6, flush=True)
+    finally:
+        await service.close()
+        await store.close()
+
+
 def main() -> int:
     configure_logging("warning")
     what, data_dir, corpus_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     corpus = json.loads(corpus_path.read_text(encoding="utf-8"))
+    if what == "serve":
+        asyncio.run(serve(data_dir, corpus))
+        return 0
     if what == "time":
         result = asyncio.run(timing(data_dir, corpus))
     else:
