@@ -6,9 +6,9 @@ Recall's speed work must not change a single answer. `identity` runs `bench/reca
 on each tree (the golden persona bank in every mode and filter, with and without an embedder, and
 a LoCoMo bank through saves, re-saves, deletes, pins and updates) and compares the wire answers:
 the same ids in the same order, the same fields, scores equal to 1e-9 relative. `time` alternates
-the trees query by query (a warm `recall_probe.py serve` process each, which goes first
-alternating) with tantivy's search (`bench/growth.py`'s peer) on the same documents and queries,
-and prints p50/p99 over every query of every round.
+the trees by blocks of 20 queries (a warm `recall_probe.py serve` process each, which goes
+first alternating) with tantivy's search (`bench/growth.py`'s peer) on the same documents and
+queries, and prints p50/p99 over every query of every round.
 
     git archive <old-commit> | tar -x -C /tmp/before
     nice -n 19 .venv/bin/python bench/recall_ab.py --before /tmp/before [--sizes 10000,100000]
@@ -49,6 +49,7 @@ from memory_worker.adapters.logs import configure_logging  # noqa: E402
 
 PROBE = ROOT / "bench" / "recall_probe.py"
 SCORE_TOLERANCE = 1e-9
+BLOCK = 20  # queries each tree answers back to back before the other's turn
 
 
 def run_probe(tree: Path, what: str, data_dir: Path, corpus: Path) -> dict[str, Any]:
@@ -139,9 +140,10 @@ def timings(
     queries: list[str],
     rounds: int,
 ) -> dict[str, list[float]]:
-    """Milliseconds per query of each tree and of tantivy, interleaved query by query (each tree
-    a warm `recall_probe.py serve` process; which tree goes first alternates), `rounds` passes
-    over the queries: a load swing on this shared machine hits all three alike."""
+    """Milliseconds per query of each tree and of tantivy, interleaved by blocks of `BLOCK`
+    queries (each tree a warm `recall_probe.py serve` process; which tree goes first
+    alternates), `rounds` passes over the queries: a load swing on this shared machine hits all
+    three alike, and each block runs back to back as `bench/growth.py` times it."""
     procs = {}
     for name, tree in (("before", before), ("after", after)):
         procs[name] = subprocess.Popen(
@@ -159,19 +161,22 @@ def timings(
             if proc.stdout.readline().strip() != "ready":
                 raise SystemExit("recall_probe serve did not start")
         search = tantivy_search(root, texts, queries[:20])
+        blocks = range(0, len(queries), BLOCK)
         for round_ in range(rounds):
-            for i, q in enumerate(queries):
-                order = ("before", "after") if (i + round_) % 2 == 0 else ("after", "before")
+            for b, start in enumerate(blocks):
+                end = start + BLOCK
+                order = ("before", "after") if (b + round_) % 2 == 0 else ("after", "before")
                 for name in order:
                     proc = procs[name]
                     assert proc.stdin is not None and proc.stdout is not None
-                    proc.stdin.write(f"{i}\n")
+                    proc.stdin.write(f"{start} {end}\n")
                     proc.stdin.flush()
-                    seen[name].append(float(proc.stdout.readline()))
+                    seen[name].extend(json.loads(proc.stdout.readline()))
                 if search is not None:
-                    started = time.perf_counter_ns()
-                    search(q)
-                    seen["tantivy"].append((time.perf_counter_ns() - started) / 1e6)
+                    for q in queries[start:end]:
+                        started = time.perf_counter_ns()
+                        search(q)
+                        seen["tantivy"].append((time.perf_counter_ns() - started) / 1e6)
     finally:
         for proc in procs.values():
             assert proc.stdin is not None

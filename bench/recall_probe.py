@@ -150,8 +150,9 @@ async def timing(data_dir: Path, corpus: dict[str, Any]) -> dict[str, Any]:
 
 
 async def serve(data_dir: Path, corpus: dict[str, Any]) -> None:
-    """Time one query per line of stdin (its index in the corpus), each answered on stdout in
-    milliseconds: the parent interleaves two trees query by query, so load swings hit both."""
+    """Time the queries `start` to `end` of each line of stdin back to back, answering their
+    milliseconds as a JSON list: the parent interleaves two trees block by block, so a load
+    swing hits both while each block runs warm, as a server answering a stream of recalls."""
     queries: list[str] = corpus["queries"]
     store = Store.open(data_dir, holder=HOLDER)
     service = MemoryService(store, Settings(), clock=lambda: NOW_MS)
@@ -160,10 +161,14 @@ async def serve(data_dir: Path, corpus: dict[str, Any]) -> None:
             await call(service, "memory::recall", {"bank": BANK, "query": q, "limit": 10}, CALLER)
         print("ready", flush=True)
         for line in sys.stdin:
-            payload = {"bank": BANK, "query": queries[int(line)], "limit": 10}
-            started = time.perf_counter_ns()
-            await call(service, "memory::recall", payload, CALLER)
-            print((time.perf_counter_ns() - started) / 1e6, flush=True)
+            start, end = (int(part) for part in line.split())
+            samples = []
+            for q in queries[start:end]:
+                payload = {"bank": BANK, "query": q, "limit": 10}
+                started = time.perf_counter_ns()
+                await call(service, "memory::recall", payload, CALLER)
+                samples.append((time.perf_counter_ns() - started) / 1e6)
+            print(json.dumps(samples), flush=True)
     finally:
         await service.close()
         await store.close()
