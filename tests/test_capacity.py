@@ -4,6 +4,7 @@ unsynced sidecar, so recall never writes the log."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,37 @@ class TestEviction:
         with pytest.raises(Conflict, match=r"max_memories \(2\) is reached .* in this scope"):
             await save(service, "The office opens at 9.")
         assert await live_texts(service) == {"Bruno likes tea.", "Ana likes cello."}
+
+    async def test_concurrent_saves_into_a_full_bank_each_evict_their_own_victim(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        """Saves in flight count: 16 saves racing into a full bank must not all pick the same
+        victim (the bank ended 15 over its cap, and a later save evicted all 15 at once)."""
+        await call(service, "memory::bank::create", name="main", max_memories=10)
+        for n in range(10):
+            clock.advance(10)
+            await save(service, f"The user noted old thing {n}.")
+        emitter.clear()
+        clock.advance(10)
+        await asyncio.gather(*(save(service, f"The user noted new thing {n}.") for n in range(16)))
+        texts = await live_texts(service)
+        assert len(texts) == 10
+        assert {t for t in texts if "old" in t} == set()  # the 16 new ones pushed out all 10 old
+        evicted = [e for e in emitter.of(ITEM_CHANGED) if e.get("reason") == "evicted"]
+        assert len(evicted) == 16 and len({e["memory"]["id"] for e in evicted}) == 16
+
+    async def test_concurrent_saves_about_one_subject_hold_its_cap(
+        self, service: MemoryService
+    ) -> None:
+        scoped = {"subject_scoping": True, "max_per_subject": 3}
+        await call(service, "memory::bank::create", name="main", **scoped)
+        await save(service, "Bruno likes tea.", subject="bruno")
+        await asyncio.gather(
+            *(save(service, f"Ana said thing number {n}.", subject="ana") for n in range(8))
+        )
+        texts = await live_texts(service)
+        assert "Bruno likes tea." in texts
+        assert len([t for t in texts if t.startswith("Ana")]) == 3
 
 
 class TestAccessSidecar:

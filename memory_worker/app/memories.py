@@ -6,7 +6,7 @@ the bank's latest records, commits with no await in between, and only then emits
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 import structlog
 
@@ -120,18 +120,32 @@ class MemoryUseCases(EmbeddingWork):
         """Tombstones (reason `evicted`) for what `record` displaces at the bank's caps: its
         subject's own rows past max_per_subject (subject scoping on), then its scope's rows past
         max_memories (the subject's, else the general pool; the whole bank with scoping off).
-        Counted from the index first, so a bank under its caps pays no scan."""
+        Counted from the index first, so a bank under its caps pays no scan. Writes still in
+        flight count as done: concurrent saves into a full bank must each evict their own
+        victim, not all the same one (which left the bank over its cap)."""
         settings = self.bank_settings(bank)
         scoped = settings.subject_scoping
         subject = record.subject if scoped else None
         per_subject = scoped and subject is not None and settings.max_per_subject > 0
-        over_subject = (
-            per_subject and bank.index.subject_count(subject) + 1 > settings.max_per_subject
+        flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
+
+        def change(counted: Callable[[Memory], bool]) -> int:
+            """Live rows of a scope the writes in flight add (or take away)."""
+            delta = 0
+            for memory in flying.values():
+                before = bank.memories.get(memory.id)
+                delta += memory.live and counted(memory)
+                delta -= before is not None and before.live and counted(before)
+            return delta
+
+        over_subject = per_subject and (
+            bank.index.subject_count(subject) + change(lambda m: m.subject == subject) + 1
+            > settings.max_per_subject
         )
-        over_total = 0 < settings.max_memories < bank.live_count() + 1
+        over_total = 0 < settings.max_memories < bank.live_count() + change(lambda _: True) + 1
         if not over_subject and not over_total:
             return []
-        live = [m for m in bank.memories.values() if m.live and m.id != record.id]
+        live = [m for m in _decided(bank, flying) if m.live and m.id != record.id]
         mine = [m for m in live if m.subject == subject] if scoped else live
         caps = []
         if over_subject:
@@ -375,6 +389,16 @@ def _card_update(
         evidence, found = lessons.prepare_evidence(req.evidence)
         labels += found
     return title, recommendation, anchors, evidence, labels
+
+
+def _decided(bank: Bank, flying: Mapping[str, Memory]) -> Iterator[Memory]:
+    """The bank's records as a decision sees them: each durable one or its revision still in
+    flight, then the records only in flight."""
+    for memory_id, memory in bank.memories.items():
+        yield flying.get(memory_id, memory)
+    for memory_id, memory in flying.items():
+        if memory_id not in bank.memories:
+            yield memory
 
 
 def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:

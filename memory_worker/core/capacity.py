@@ -9,6 +9,7 @@ than letting a cap be silently exceeded or something pinned be lost.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -33,10 +34,14 @@ class Cap:
 
 
 def eviction_order(
-    rows: Iterable[Memory], access: Callable[[str], tuple[int, int] | None]
+    rows: Iterable[Memory],
+    access: Callable[[str], tuple[int, int] | None],
+    first: int | None = None,
 ) -> list[Memory]:
     """Evictable rows, first to go first: fewest accesses, then least recently accessed (never
-    accessed counts as longest ago), then oldest, then id (a stable order)."""
+    accessed counts as longest ago), then oldest, then id (a stable order). `first`: only that
+    many of them (a selection in one pass, not a sort of the whole scope: a full bank pays this
+    on every save)."""
 
     def key(memory: Memory) -> tuple[int, int, int, str]:
         seen = access(memory.id)
@@ -44,6 +49,8 @@ def eviction_order(
         return count, last, memory.created_at, memory.id
 
     evictable = [m for m in rows if m.live and not m.pinned and m.category != "lesson"]
+    if first is not None:
+        return heapq.nsmallest(first, evictable, key=key)
     return sorted(evictable, key=key)
 
 
@@ -56,7 +63,8 @@ def victims(caps: Sequence[Cap], access: Callable[[str], tuple[int, int] | None]
         excess -= sum(1 for m in cap.rows if m.id in chosen)  # already going for another cap
         if excess <= 0:
             continue
-        order = [m for m in eviction_order(cap.rows, access) if m.id not in chosen]
+        order = eviction_order(cap.rows, access, first=excess + len(chosen))
+        order = [m for m in order if m.id not in chosen]
         if len(order) < excess:
             shown = cap.limit if cap.setting is None else cap.setting
             raise Conflict(

@@ -676,6 +676,11 @@ class Bank:
         staged = self._staged.get(memory_id)
         return staged[0] if staged is not None else self._memories.get(memory_id)
 
+    def in_flight(self) -> list[Memory]:
+        """Every record written (or held) but not yet durable, newest revision of each: what a
+        decision about the bank's contents (a cap) must count beside `memories`."""
+        return [record for record, _ in self._staged.values()]
+
     def match_text(self, text: str, subject: str | None = None) -> Memory | None:
         """The record about `subject` (None: a general one) whose text is `text` up to case and
         whitespace: a live one first, else a retired one (to resurrect), else None. Among several,
