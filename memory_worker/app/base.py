@@ -24,7 +24,7 @@ from memory_worker.app.ports import (
     system_clock,
 )
 from memory_worker.core import transitions
-from memory_worker.core.bank_settings import BankSettings, effective
+from memory_worker.core.bank_settings import BankOverrides, BankSettings, effective
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, MemoryNotFound
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
@@ -92,6 +92,7 @@ def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tup
 
 
 QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
+_BANK_SETTINGS_KEPT = 1024  # banks whose effective settings are kept (a bound, not a tuning)
 
 
 class ServiceBase:
@@ -127,6 +128,7 @@ class ServiceBase:
         self._embedding: dict[str, asyncio.Task[None]] = {}
         self._scratch_taken: set[str] = set()  # doctor runs in flight each own their scratch bank
         self._last_embed_failure: tuple[str, str] | None = None
+        self._bank_settings: dict[str, tuple[Settings, BankOverrides, BankSettings]] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
@@ -199,8 +201,19 @@ class ServiceBase:
         self.emitter.emit(BANK_CHANGED, payload)
 
     def bank_settings(self, bank: Bank) -> BankSettings:
-        """What `bank` runs with: its `bank.yaml` choices over the configured defaults."""
-        return effective(self.settings.bank_defaults(), bank.overrides)
+        """What `bank` runs with: its `bank.yaml` choices over the configured defaults. Kept per
+        bank while neither the settings nor the bank's overrides were replaced (both are frozen
+        models: a change is a new object): every recall asks twice, and building them was a
+        tenth of a small bank's recall."""
+        settings, overrides = self.settings, bank.overrides
+        cached = self._bank_settings.get(bank.name)
+        if cached is not None and cached[0] is settings and cached[1] is overrides:
+            return cached[2]
+        chosen = effective(settings.bank_defaults(), overrides)
+        if len(self._bank_settings) >= _BANK_SETTINGS_KEPT:
+            self._bank_settings.clear()
+        self._bank_settings[bank.name] = (settings, overrides, chosen)
+        return chosen
 
     def scope_of(
         self, bank: Bank | None, subject: str | None, caller: Caller

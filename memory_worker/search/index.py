@@ -49,6 +49,8 @@ BM25_B = 0.2
 _MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
 _INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
+_SATURATION_MIN = 16_384  # floats of cached BM25 denominators any bank may hold (128 KB)
+_SATURATION_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
 # The bank's mean vector, for `centered_cosine`, counts this many zero vectors too: a bank of one
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
@@ -122,6 +124,10 @@ def _narrow(values: npt.NDArray[Any]) -> npt.NDArray[np.unsignedinteger[Any]]:
         if top <= np.iinfo(dtype).max:
             return values.astype(dtype)
     raise ValueError("forward pairs past 2^32")
+
+
+def _negated_weight(item: tuple[int, float]) -> float:
+    return -item[1]
 
 
 class _Postings:
@@ -215,6 +221,16 @@ class _Forward:
             return list(self._terms[self._offsets[slot] : self._offsets[slot + 1]].tolist())
         return ()
 
+    def columns(self, slot: int) -> tuple[Sequence[int], Sequence[int]]:
+        """`pairs` as (term ids, tfs), without a tuple per pair."""
+        extra = self._extra.get(slot)
+        if extra is not None:
+            return extra
+        if slot + 1 < self._offsets.size:
+            start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
+            return self._terms[start:end].tolist(), self._tfs[start:end].tolist()
+        return (), ()
+
     def pairs(self, slot: int) -> list[tuple[int, int]]:
         extra = self._extra.get(slot)
         if extra is not None:
@@ -261,10 +277,28 @@ class _Forward:
         self._extra = {}
 
 
+class _QueryCache:
+    """Per corpus version (`norms` is that version's normalisation array): idf by document
+    frequency, BM25's denominator over each queried term's postings, and a first pass's
+    scores of them by weight."""
+
+    __slots__ = ("idf", "n_docs", "norms", "saturation", "scored", "size")
+
+    def __init__(self, norms: Floats, n_docs: int) -> None:
+        self.norms = norms
+        self.n_docs = n_docs
+        self.idf: dict[int, float] = {}
+        self.saturation: dict[int, Floats] = {}
+        self.scored: dict[tuple[int, float], Floats] = {}  # (term, weight) → its postings' BM25
+        self.size = 0  # floats held in `saturation` and `scored`
+
+
 class LexicalIndex:
     # A class default, not set per instance until a vector is stored: one more attribute in every
     # index's __dict__ cost an empty bank ~1.3 KB (tests/test_dos.py).
     vector_norm2: npt.NDArray[np.float32] = _NO_NORMS
+    # Made by the first query (a bank never queried carries none), replaced when the corpus moves.
+    _cache: _QueryCache | None = None
 
     def __init__(self, half_precision: bool = True) -> None:
         # Embeddings are held as one contiguous float32 matrix, the dtype BLAS multiplies: every
@@ -722,6 +756,23 @@ class LexicalIndex:
         n_docs = len(self._slot_of)
         return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
 
+    def _query_cache(self) -> _QueryCache:
+        """What queries reuse until the corpus changes (a new version: new norms, new cache)."""
+        cache = self._cache
+        norms = self._norms()
+        if cache is None or cache.norms is not norms or cache.n_docs != len(self._slot_of):
+            cache = self._cache = _QueryCache(norms, len(self._slot_of))
+        return cache
+
+    def _term_idf(self, df: int) -> float:
+        """`_idf`, memoised by document frequency for the current corpus: a query asks for
+        dozens (its terms, the second hop's, each first hit's), mostly of a few df values."""
+        memo = self._query_cache().idf
+        idf = memo.get(df)
+        if idf is None:
+            idf = memo[df] = self._idf(df)
+        return idf
+
     def _avgdl(self) -> float:
         return max(self._total_length / max(len(self._slot_of), 1), 1.0)
 
@@ -739,26 +790,103 @@ class LexicalIndex:
 
     def accumulate(self, weights: Mapping[str, float], into: Floats | None = None) -> Floats | None:
         """Weighted BM25 added into a per-slot array (`into`, or a new one); None when no term
-        matches anything and there was no array to add to."""
-        if not self._slot_of:
+        matches anything and there was no array to add to.
+
+        Every term's postings are laid end to end and scored in one pass, each posting
+        `weight * tf * (k1 + 1) / (tf + norm)` as a term at a time computed it; then added per
+        slot in the terms' order (one bincount into a new array, one `add.at` into `into`), so
+        each slot gets the same floats, summed in the same order, to the last bit."""
+        # A first pass's weights (a query's term counts × idf) recur query after query, its
+        # postings' scores are kept; a second pass's weights are the query's own.
+        found = self._postings_of(weights, keep=into is None)
+        if found is None:
             return into
-        norms = self._norms()
-        acc = into
+        slots, values = found
+        if into is not None:
+            np.add.at(into, slots, values)
+            return into
+        acc = np.bincount(slots, weights=values, minlength=len(self._ids))
+        return acc.astype(np.float64, copy=False)
+
+    def _postings_of(
+        self, weights: Mapping[str, float], *, keep: bool = False
+    ) -> tuple[Ints, Floats] | None:
+        """The matching terms' postings end to end (in `weights`' order) and each one's weighted
+        BM25; None when no term matches. `keep`: each term's scores are kept (and reused) for
+        its weight until the corpus changes."""
+        if not self._slot_of:
+            return None
+        vocab, df = self._vocab, self._df
+        cache = self._query_cache()
+        idf_of, scored = cache.idf, cache.scored
+        slot_parts: list[Ints] = []
+        tf_parts: list[Floats] = []
+        den_parts: list[Floats] = []
+        value_parts: list[Floats] = []
+        term_weights: list[float] = []
         for term, count in weights.items():
-            term_id = self._vocab.get(term)
-            if term_id is None or self._df[term_id] == 0 or count <= 0:
+            term_id = vocab.get(term)
+            if term_id is None or count <= 0:
+                continue
+            term_df = df[term_id]
+            if term_df == 0:
                 continue
             slots, tfs = self._postings.get(term_id)
-            if acc is None:
-                acc = np.zeros(len(self._ids), np.float64)
-            norm = norms[slots]
-            weight = count * self._idf(self._df[term_id])
-            acc[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norm)
-        return acc
+            idf = idf_of.get(term_df)
+            weight = count * (idf if idf is not None else self._term_idf(term_df))
+            slot_parts.append(slots)
+            if keep:
+                values = scored.get((term_id, weight))
+                if values is None:
+                    den = self._saturation(term_id, slots, tfs, cache)
+                    values = weight * tfs * (BM25_K1 + 1.0) / den
+                    self._make_room(cache)
+                    scored[(term_id, weight)] = values
+                    cache.size += values.size
+                value_parts.append(values)
+            else:
+                tf_parts.append(tfs)
+                den_parts.append(self._saturation(term_id, slots, tfs, cache))
+                term_weights.append(weight)
+        if not slot_parts:
+            return None
+        if keep:
+            return np.concatenate(slot_parts), np.concatenate(value_parts)
+        if len(slot_parts) == 1:
+            slots, tfs, den = slot_parts[0], tf_parts[0], den_parts[0]
+            return slots, term_weights[0] * tfs * (BM25_K1 + 1.0) / den
+        tfs = np.concatenate(tf_parts)
+        weight_of = np.repeat(term_weights, [part.size for part in slot_parts])
+        found: Floats = weight_of * tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
+        return np.concatenate(slot_parts), found
+
+    def _make_room(self, cache: _QueryCache) -> None:
+        """Room for one more term's floats in `cache`: when full it starts over with the terms
+        asked from now on."""
+        if cache.size > max(_SATURATION_MIN, _SATURATION_PER_SLOT * len(self._ids)):
+            cache.saturation.clear()
+            cache.scored.clear()
+            cache.size = 0
+
+    def _saturation(self, term_id: int, slots: Ints, tfs: Floats, cache: _QueryCache) -> Floats:
+        """tf + the slot's length normalisation over one term's postings (BM25's denominator),
+        cached per term until the corpus changes: the same few names and words recur in query
+        after query, and this gather over their postings was half of a query's BM25 cost.
+        Bounded (`_SATURATION_MIN`, `_SATURATION_PER_SLOT`); when full it starts over."""
+        found = cache.saturation.get(term_id)
+        if found is None:  # `slots` and `tfs` are the term's postings
+            found = tfs + cache.norms[slots]
+            self._make_room(cache)
+            cache.saturation[term_id] = found
+            cache.size += found.size
+        return found
 
     def matching(self, acc: Floats) -> Candidates:
         """The live slots of a per-slot score array that scored above 0."""
-        slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
+        if len(self._slot_of) == len(self._ids):  # no dead slot: every slot is alive
+            slots = np.flatnonzero(acc > 0)
+        else:
+            slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
         return Candidates(slots, acc[slots])
 
     def query_weight(self, weights: Mapping[str, float]) -> float:
@@ -766,10 +894,13 @@ class LexicalIndex:
         of the terms' idf (a term no memory has counts at its full idf). BM25 over this says how
         much of the question a memory matched, on a scale that does not grow with its length."""
         total = 0.0
+        vocab, dfs = self._vocab, self._df
+        memo = self._query_cache().idf
         for term, count in weights.items():
-            term_id = self._vocab.get(term)
-            df = 0 if term_id is None else self._df[term_id]
-            total += count * self._idf(df)
+            term_id = vocab.get(term)
+            df = 0 if term_id is None else dfs[term_id]
+            idf = memo.get(df)
+            total += count * (idf if idf is not None else self._term_idf(df))
         return total
 
     def expansion(self, slots: Sequence[int], exclude: set[str], limit: int) -> dict[str, float]:
@@ -777,27 +908,61 @@ class LexicalIndex:
         each term's idf times its share of each document, summed, over terms not in `exclude`
         and found in more than one document of the bank (a typo or a one-off name adds nothing).
         Weights are scaled so the best term weighs 1."""
+        return self._expansion(slots, exclude, limit)[0]
+
+    def settled_expansion(
+        self, slots: Sequence[int], exclude: set[str], limit: int
+    ) -> dict[str, float] | None:
+        """`expansion`, or None when the order of `slots` could change which terms it takes:
+        equal weights (to 1e-12) on both sides of the `limit` cut, where the order the terms
+        were gathered in breaks the tie, unless every tied term comes from one and the same
+        document (then that document's own order breaks it, whatever the order of `slots`).
+        Otherwise any order of `slots` takes the same terms, with the same weights up to the last
+        bits of their sums."""
+        extra, tied = self._expansion(slots, exclude, limit)
+        return None if tied else extra
+
+    def _expansion(
+        self, slots: Sequence[int], exclude: set[str], limit: int
+    ) -> tuple[dict[str, float], bool]:
         n_docs = len(self._slot_of)
         if not slots or n_docs == 0:
-            return {}
-        names = self._terms
+            return {}, False
+        names, dfs = self._terms, self._df
+        memo = self._query_cache().idf
         gathered: dict[int, float] = {}
+        source: dict[int, int] = {}  # term → the one document it came from; -1: several
         for slot in slots:
-            pairs = self._forward.pairs(slot)
-            length = max(sum(tf for _, tf in pairs), 1)
-            for term_id, tf in pairs:
-                if self._df[term_id] > 1:
-                    share = tf / length * self._idf(self._df[term_id])
-                    gathered[term_id] = gathered.get(term_id, 0.0) + share
-        best = [
-            (term_id, weight)
-            for term_id, weight in sorted(gathered.items(), key=lambda item: -item[1])
-            if names[term_id] not in exclude
-        ][:limit]
+            term_ids, tfs = self._forward.columns(slot)
+            length = max(sum(tfs), 1)
+            for term_id, tf in zip(term_ids, tfs, strict=True):
+                df = dfs[term_id]
+                if df > 1:
+                    idf = memo.get(df)
+                    if idf is None:
+                        idf = self._term_idf(df)
+                    share = tf / length * idf
+                    known = gathered.get(term_id)
+                    if known is None:
+                        gathered[term_id] = share
+                        source[term_id] = slot
+                    else:
+                        gathered[term_id] = known + share
+                        source[term_id] = -1
+        # Filtered, then sorted (stable: ties keep the order they were gathered in), then cut:
+        # what sorting all, filtering and cutting gave.
+        ranked = [item for item in gathered.items() if names[item[0]] not in exclude]
+        ranked.sort(key=_negated_weight)
+        best = ranked[:limit]
+        tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
+        if tied:
+            cut = ranked[limit - 1][1]
+            near = {source[t] for t, w in ranked if abs(w - cut) <= cut * 1e-12}
+            tied = len(near) != 1 or -1 in near
         if not best:
-            return {}
+            return {}, tied
         top = best[0][1]
-        return {names[term_id]: weight / top for term_id, weight in best}
+        return {names[term_id]: weight / top for term_id, weight in best}, tied
 
     def _norms(self) -> Floats:
         """Per-slot BM25 length normalisation, recomputed only when the corpus changed."""
@@ -814,6 +979,14 @@ class LexicalIndex:
         by the share of the bank that does NOT carry that entity: naming the person every memory
         is about (`user`) tells nothing, naming one of two speakers halves the field, naming
         Pipoca picks a handful."""
+        hits = self.entity_tally(query_terms)
+        if hits is None:  # most queries name no entity: skip the per-slot tally
+            return np.zeros(slots.size, np.float64)
+        return hits[slots]
+
+    def entity_tally(self, query_terms: list[str]) -> Floats | None:
+        """`entity_hits` of every slot (None when the query names no entity at all), for a
+        caller that reads it at a few slots only."""
         named: list[tuple[Ints, float]] = []
         n_docs = max(len(self._slot_of), 1)
         for term in set(query_terms):
@@ -824,12 +997,12 @@ class LexicalIndex:
                     entity_slots = entity_slots[self._alive[entity_slots]]
                     weight = 1.0 - entity_slots.size / n_docs
                     named.append((entity_slots, weight))
-        if not named:  # most queries name no entity: skip the per-slot tally
-            return np.zeros(slots.size, np.float64)
+        if not named:
+            return None
         hits = np.zeros(len(self._ids), np.float64)
         for entity_slots, weight in named:
             hits[entity_slots] += weight
-        return hits[slots]
+        return hits
 
     def _subject_code(self, subject: str | None) -> int:
         if subject is None:

@@ -11,10 +11,11 @@ hop, lanes, filters, fusion, cutoff) whose steps read each other's arrays.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,7 @@ from memory_worker.search.scoring import (
     DEFAULT_LANE_WEIGHTS,
     Arms,
     Fusion,
+    FusionMethod,
     LaneWeights,
     Recency,
     fused_scores,
@@ -100,6 +102,17 @@ def _entity_terms(entity: str) -> tuple[str, ...]:
     return tuple(terms(entity))
 
 
+# The question's shape, read once per text: ranking asks it for every batch of rows it scores.
+@lru_cache(maxsize=1024)
+def _asks_when(text: str) -> bool:
+    return asks_when(text)
+
+
+@lru_cache(maxsize=1024)
+def _policy(text: str) -> Recency:
+    return Recency(recency_policy(text))
+
+
 def document_terms(memory: Memory) -> list[str]:
     """What the index sees of a memory: its text and its entity handles (tags are not ranked)."""
     out = terms(memory.text)
@@ -146,7 +159,9 @@ def _eligible(memory: Memory, query: RecallQuery) -> bool:
 @dataclass(slots=True)
 class Pool:
     """The candidates of one query: live slots (index order) then retired memories, with every
-    signal ranking reads, aligned."""
+    signal ranking reads, aligned. A live-only pool leaves the per-memory columns (`entity_hits`
+    … `dated`) None and `signal` reads them from the index at the rows ranking asks for: a big
+    bank's query has tens of thousands of candidates, of which only the contenders are scored."""
 
     source: Mapping[str, Memory]  # the bank's memories, by id
     index: LexicalIndex | None
@@ -154,14 +169,17 @@ class Pool:
     slots: Ints  # index slot per live candidate; -1 for a retired one
     bm25: Floats
     cosine: Floats  # 0 where no vector (retired, not yet embedded, no semantic arm)
-    entity_hits: Floats
-    corroboration: Floats
-    pinned: npt.NDArray[np.bool_]
-    stated_at: Floats
-    dated: npt.NDArray[np.bool_]
+    entity_hits: Floats | None
+    corroboration: Floats | None
+    pinned: npt.NDArray[np.bool_] | None
+    stated_at: Floats | None
+    dated: npt.NDArray[np.bool_] | None
     semantic: Floats | None = None  # per-query semantic relevance in [0, 1]; None: no arm ran
     query_weight: float = 0.0  # `LexicalIndex.query_weight` of the query (expansion included)
     lanes: dict[str, Floats] = field(default_factory=dict)  # asked lane → relevance in [0, 1]
+    # Per index slot, the entity tally (`LexicalIndex.entity_tally`); None: the query names none.
+    entity_tally: Floats | None = None
+    tops: dict[str, Ints] = field(default_factory=dict)  # `_arm_top`'s, once computed
 
     def __len__(self) -> int:
         return int(self.slots.size)
@@ -173,6 +191,20 @@ class Pool:
             return self.source[self.index.doc_id(slot)]
         return self.retired[i - (len(self) - len(self.retired))]
 
+    def signal(self, name: str, rows: Ints | None = None) -> npt.NDArray[Any]:
+        """Per-memory signal `name` (`entity_hits`, `corroboration`, `pinned`, `stated_at`,
+        `dated`) of the candidates at `rows` (None: every one), in that order."""
+        stored: npt.NDArray[Any] | None = getattr(self, name)
+        if stored is not None:
+            return stored if rows is None else stored[rows]
+        slots = self.slots if rows is None else self.slots[rows]
+        if name == "entity_hits":
+            tally = self.entity_tally
+            return np.zeros(slots.size, np.float64) if tally is None else tally[slots]
+        assert self.index is not None  # a pool without an index stores every signal
+        column: npt.NDArray[Any] = getattr(self.index, name)[slots]
+        return column
+
 
 _NO_SLOTS = np.empty(0, np.int64)
 _NO_FLOATS = np.empty(0, np.float64)
@@ -181,6 +213,7 @@ _EMPTY = Pool(
     {}, None, [], _NO_SLOTS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_BOOLS,
     _NO_FLOATS, _NO_BOOLS,
 )  # fmt: skip
+_SIGNALS = ("entity_hits", "corroboration", "pinned", "stated_at", "dated")
 
 
 def _live_pool(
@@ -204,32 +237,36 @@ def _live_pool(
             slots = np.flatnonzero(cosines > 0)
             bm25 = np.zeros(slots.size, np.float64)
         else:  # hybrid: the lexical hits plus the semantically closest memories
-            near = _top(cosines, SEMANTIC_POOL)
+            near = _top_set(cosines, SEMANTIC_POOL)
             merged = np.union1d(slots, near)
             lexical = np.zeros(merged.size, np.float64)
             lexical[np.searchsorted(merged, slots)] = bm25
             slots, bm25 = merged, lexical
     if lanes:  # the memories formed in the most similar situation, whatever their text says
         near = np.unique(
-            np.concatenate([_top(r * index.alive[: r.size], LANE_POOL) for r in lanes.values()])
+            np.concatenate([_top_set(r * index.alive[: r.size], LANE_POOL) for r in lanes.values()])
         )
         merged = np.union1d(slots, near)
         lexical = np.zeros(merged.size, np.float64)
         lexical[np.searchsorted(merged, slots)] = bm25
         slots, bm25 = merged, lexical
-    keep = np.ones(slots.size, bool)
-    if scope is not None:
-        keep &= scope[slots]
-    if query.tag is not None:
-        keep &= np.isin(slots, index.tagged(query.tag))
-    if query.as_of is not None:
-        keep &= index.created_at[slots] <= query.as_of
-    if query.category is not None:
-        wanted = query.category
-        keep &= np.fromiter(
-            (kind_of(memories[index.doc_id(int(s))]) == wanted for s in slots), bool, slots.size
-        )
-    slots, bm25 = slots[keep], bm25[keep]
+    filtered = scope is not None or query.tag is not None or query.as_of is not None
+    if filtered or query.category is not None:
+        keep = np.ones(slots.size, bool)
+        if scope is not None:
+            keep &= scope[slots]
+        if query.tag is not None:
+            keep &= np.isin(slots, index.tagged(query.tag))
+        if query.as_of is not None:
+            keep &= index.created_at[slots] <= query.as_of
+        if query.category is not None:
+            wanted = query.category
+            keep &= np.fromiter(
+                (kind_of(memories[index.doc_id(int(s))]) == wanted for s in slots),
+                bool,
+                slots.size,
+            )
+        slots, bm25 = slots[keep], bm25[keep]
     pool = Pool(
         source=memories,
         index=index,
@@ -237,12 +274,13 @@ def _live_pool(
         slots=slots,
         bm25=bm25,
         cosine=cosines[slots] if cosines is not None else np.zeros(slots.size, np.float64),
-        entity_hits=index.entity_hits(query_terms, slots),
-        corroboration=index.corroboration[slots],
-        pinned=index.pinned[slots],
-        stated_at=index.stated_at[slots],
-        dated=index.dated[slots],
+        entity_hits=None,
+        corroboration=None,
+        pinned=None,
+        stated_at=None,
+        dated=None,
         lanes={lane: relevance[slots] for lane, relevance in lanes.items()},
+        entity_tally=index.entity_tally(query_terms),
     )
     return pool, cosines
 
@@ -253,6 +291,27 @@ def _top(values: Floats, k: int) -> Ints:
     if positive.size > k:
         positive = positive[np.argpartition(-values[positive], k - 1)[:k]]
     return positive
+
+
+def _top_set(values: Floats, k: int) -> Ints:
+    """`_top` as a set (ascending indices), for callers that use it as one. A partition of the
+    values finds the k-th and (k+1)-th largest; when they differ the set is exactly the values
+    at or above the k-th (numpy's argpartition, which `_top` runs, takes several times as long
+    on a big pool). On a tie there the set is whatever `_top`'s partition picks: it runs."""
+    found = _top_untied(values, k)
+    return found if found is not None else np.sort(_top(values, k))
+
+
+def _top_untied(values: Floats, k: int) -> Ints | None:
+    """`_top_set` when no tie at the k-th value leaves the choice to a partition, else None."""
+    n = values.size
+    if n <= k:
+        return np.flatnonzero(values > 0)
+    bounds = np.partition(values, (n - k - 1, n - k))
+    kth, after = float(bounds[n - k]), float(bounds[n - k - 1])
+    if kth <= 0.0:  # fewer than k positive values: every one of them
+        return np.flatnonzero(values > 0)
+    return np.flatnonzero(values >= kth) if kth > after else None
 
 
 def _expand(
@@ -275,15 +334,29 @@ def _expand(
     found = index.matching(acc) if acc is not None else None
     if found is not None and scope is not None:  # out-of-scope hits lend the hop nothing
         found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
-    first = found.slots[_top(found.bm25, fusion.expand_docs)] if found is not None else _NO_SLOTS
+    extra: dict[str, float] | None = None
+    exclude = set(query_terms)
+    if found is None:
+        first = _NO_SLOTS
+    elif cosines is None:
+        # The first hits as a set (a partition: several times quicker than `_top`'s
+        # argpartition on a big bank); their order only breaks ties between expansion terms,
+        # so when one sits at the cut, the first hits are taken in `_top`'s order, as ever.
+        first = found.slots[_top_set(found.bm25, fusion.expand_docs)]
+        extra = index.settled_expansion(first.tolist(), exclude, fusion.expand_terms)
+        if extra is None:
+            first = found.slots[_top(found.bm25, fusion.expand_docs)]
+    else:  # joined with the semantic arm's first hits as a set
+        first = found.slots[_top_set(found.bm25, fusion.expand_docs)]
     if cosines is not None:
-        first = np.union1d(first, _top(cosines, fusion.expand_docs))
+        first = np.union1d(first, _top_set(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
         # The first hits' mean vector, compared as the query is (centred, on the same scale).
         toward = index.vectors[first].mean(axis=0).tolist()
         pulled = index.centered_cosine(toward, fusion.center)[: cosines.size]
         cosines = cosines + fusion.expand_vector * pulled
-    extra = index.expansion(first.tolist(), set(query_terms), fusion.expand_terms)
+    if extra is None:
+        extra = index.expansion(first.tolist(), exclude, fusion.expand_terms)
     if extra and fusion.expand_weight > 0 and acc is not None:
         # In relevance terms: the second pass counts `expand_weight` of the question's own words.
         scale = fusion.expand_weight * index.query_weight(weights)
@@ -317,6 +390,7 @@ def _with_retired(
     if not extra:
         return pool
     n = len(extra)
+    entity_hits, corroboration, pinned, stated_at, dated = (pool.signal(name) for name in _SIGNALS)
     return Pool(
         source=pool.source,
         index=pool.index,
@@ -324,15 +398,15 @@ def _with_retired(
         slots=np.concatenate((pool.slots, np.full(n, -1, np.int64))),
         bm25=np.concatenate((pool.bm25, np.asarray([b for _, b, _, _ in extra]))),
         cosine=np.concatenate((pool.cosine, np.zeros(n))),
-        entity_hits=np.concatenate((pool.entity_hits, np.asarray([e for _, _, e, _ in extra]))),
+        entity_hits=np.concatenate((entity_hits, np.asarray([e for _, _, e, _ in extra]))),
         corroboration=np.concatenate(
-            (pool.corroboration, np.asarray([float(m.corroboration) for m, _, _, _ in extra]))
+            (corroboration, np.asarray([float(m.corroboration) for m, _, _, _ in extra]))
         ),
-        pinned=np.concatenate((pool.pinned, np.asarray([m.pinned for m, _, _, _ in extra]))),
+        pinned=np.concatenate((pinned, np.asarray([m.pinned for m, _, _, _ in extra]))),
         stated_at=np.concatenate(
-            (pool.stated_at, np.asarray([float(m.last_stated_at) for m, _, _, _ in extra]))
+            (stated_at, np.asarray([float(m.last_stated_at) for m, _, _, _ in extra]))
         ),
-        dated=np.concatenate((pool.dated, np.asarray([d for _, _, _, d in extra], bool))),
+        dated=np.concatenate((dated, np.asarray([d for _, _, _, d in extra], bool))),
         lanes={lane: np.concatenate((r, np.zeros(n))) for lane, r in pool.lanes.items()},
     )
 
@@ -353,22 +427,27 @@ def _semantic_reference(
     return reference, float(embedded.max())
 
 
-def _scores(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
+def _scores(
+    pool: Pool, query: RecallQuery, semantic: Floats | None, rows: Ints | None = None
+) -> Floats:
+    """The fused score of the candidates at `rows` (None: every one), in that order. Every step
+    is elementwise (the score method; RRF ranks over the whole pool and gets every row), so a
+    row scores the same floats whichever others are scored with it."""
     now_ms = query.as_of if query.as_of is not None else query.now_ms
-    lanes, content_off = _lane_arms(pool, query)
+    lanes, content_off = _lane_arms(pool, query, rows)
     arms = Arms(
-        bm25=pool.bm25,
+        bm25=pool.bm25 if rows is None else pool.bm25[rows],
         query_weight=pool.query_weight,
-        entity_hits=pool.entity_hits,
-        corroboration=pool.corroboration,
-        pinned=pool.pinned,
-        age_ms=now_ms - pool.stated_at,
-        semantic=semantic,
-        dated=pool.dated if asks_when(query.text) else None,
+        entity_hits=pool.signal("entity_hits", rows),
+        corroboration=pool.signal("corroboration", rows),
+        pinned=pool.signal("pinned", rows),
+        age_ms=now_ms - pool.signal("stated_at", rows),
+        semantic=semantic if semantic is None or rows is None else semantic[rows],
+        dated=pool.signal("dated", rows) if _asks_when(query.text) else None,
         lanes=lanes,
         content_off=content_off,
     )
-    policy = Recency(recency_policy(query.text))
+    policy = _policy(query.text)
     return fused_scores(
         arms, half_life_days=query.half_life_days, policy=policy, fusion=query.fusion
     )
@@ -379,59 +458,81 @@ def _lane_shares(pool: Pool, query: RecallQuery) -> dict[str, float]:
     return query.lane_weights.shares(tuple(lane for lane in pool.lanes))
 
 
-def _lane_arms(pool: Pool, query: RecallQuery) -> tuple[tuple[tuple[float, Floats], ...], bool]:
+def _lane_arms(
+    pool: Pool, query: RecallQuery, rows: Ints | None = None
+) -> tuple[tuple[tuple[float, Floats], ...], bool]:
     shares = _lane_shares(pool, query)
     content = shares.get("content", 0.0)
     lanes = tuple(
-        (shares[lane] / content if content > 0.0 else shares[lane], relevance)
+        (
+            shares[lane] / content if content > 0.0 else shares[lane],
+            relevance if rows is None else relevance[rows],
+        )
         for lane, relevance in pool.lanes.items()
         if lane in shares
     )
     return lanes, content <= 0.0
 
 
-def _blended(pool: Pool, query: RecallQuery, semantic: Floats | None) -> Floats:
+def _blended(
+    pool: Pool, query: RecallQuery, semantic: Floats | None, rows: Ints | None = None
+) -> Floats:
     """Seed 004's blended similarity in [0, 1], what `relevance_threshold` is compared with:
     content's similarity (the stronger of its arms, capped at 1) and each asked lane's, by their
-    normalised weights. Boosts and recency are ranking, not similarity: they are left out."""
-    content = lexical_relevance(pool.bm25, pool.query_weight)
+    normalised weights. Boosts and recency are ranking, not similarity: they are left out.
+    Of the candidates at `rows` (None: every one)."""
+    content = lexical_relevance(pool.bm25 if rows is None else pool.bm25[rows], pool.query_weight)
     if semantic is not None:
-        content = np.maximum(content, semantic)
+        content = np.maximum(content, semantic if rows is None else semantic[rows])
     shares = _lane_shares(pool, query)
     blended: Floats = shares.get("content", 0.0) * np.clip(content, 0.0, 1.0)
     for lane, relevance in pool.lanes.items():
-        blended = blended + shares.get(lane, 0.0) * relevance
+        blended = blended + shares.get(lane, 0.0) * (relevance if rows is None else relevance[rows])
     return blended
 
 
 def _keep(
-    scores: Floats, pool: Pool, semantic: Floats | None, fusion: Fusion
+    scores: Floats, pool: Pool, semantic: Floats | None, fusion: Fusion, rows: Ints | None = None
 ) -> npt.NDArray[np.bool_]:
     """The relevance cutoff: weak matches (one common word) are noise next to a strong hit, and a
     memory neither arm finds relevant at all (`min_relevance`) is never recalled. But a memory
     either arm alone ranks in its top `ARM_TOP` on real evidence (a fifth of the question's
     words or half its best match's, or closer than the bank's unrelated reference) is always
-    kept: the fusion may not undo what an arm is sure of."""
-    lexical = lexical_relevance(pool.bm25, pool.query_weight)
-    relevance = lexical + (semantic if semantic is not None else 0.0)
+    kept: the fusion may not undo what an arm is sure of.
+
+    `scores` are those of the candidates at `rows` (None: every one); `rows` must hold the
+    pool's best score and each arm's top `ARM_TOP` (`_contenders` sees to it)."""
+    bm25 = pool.bm25 if rows is None else pool.bm25[rows]
+    lexical = lexical_relevance(bm25, pool.query_weight)
+    arm = semantic if semantic is None or rows is None else semantic[rows]
+    relevance = lexical + (arm if arm is not None else 0.0)
     keep = (scores >= RELEVANCE_CUTOFF * float(scores.max())) & (relevance >= fusion.min_relevance)
-    best = float(lexical.max()) if lexical.size else 0.0
+    # The best lexical relevance of the whole pool: bm25 over a positive weight is monotonic, so
+    # the quotient of the best bm25 is the best quotient, to the last bit.
+    best = _best_lexical(pool) if lexical.size else 0.0
     # Long queries (extraction asks with a whole chat message) dilute every match: there, half of
     # the best match is real evidence too; a pool of common-word matches only is not.
     evident = (lexical >= ARM_EVIDENCE) | (
         (lexical >= ARM_EVIDENCE_SHARE * best) & (lexical >= ARM_EVIDENCE_MIN)
     )
-    keep |= _top_mask(pool.bm25, ARM_TOP) & evident
-    if semantic is not None:
-        keep |= _top_mask(semantic, ARM_TOP) & (semantic > 0.0)
+    keep |= _top_mask(pool, "bm25", rows) & evident
+    if semantic is not None and arm is not None:
+        keep |= _top_mask(pool, "semantic", rows) & (arm > 0.0)
     return keep
 
 
-def _top_mask(values: Floats, k: int) -> npt.NDArray[np.bool_]:
-    """Which of `values` are among the `k` largest positive ones (a partition, not a sort)."""
-    mask = np.zeros(values.size, bool)
-    mask[_top(values, k)] = True
-    return mask
+def _best_lexical(pool: Pool) -> float:
+    if pool.query_weight <= 0.0 or not pool.bm25.size:
+        return 0.0
+    return float(pool.bm25.max()) / pool.query_weight
+
+
+def _top_mask(pool: Pool, arm: str, rows: Ints | None = None) -> npt.NDArray[np.bool_]:
+    """Which candidates (at `rows`; None: all) are among the `ARM_TOP` best of `arm` (bm25 or
+    semantic) over the whole pool (a partition, not a sort)."""
+    mask = np.zeros(len(pool), bool)
+    mask[_arm_top(pool, arm)] = True
+    return mask if rows is None else mask[rows]
 
 
 def _lane_relevance(
@@ -494,27 +595,183 @@ def candidates(
     return pool
 
 
+_PRUNE_MIN = 256  # pools up to this many candidates are scored whole
+_UPPER_SLACK = 1e-9  # relative: the bound's floats are summed otherwise than the score's
+_START_SHARE = 0.3  # of the best bm25: where the contenders search starts (any share is exact)
+
+
+def _prunable(pool: Pool, fusion: Fusion, m: int) -> bool:
+    """Whether `_contenders`' bound holds (the score method, every weight non-negative, live
+    memories only, no lane) and the pool is big enough for it to pay."""
+    return not (
+        fusion.method is not FusionMethod.SCORE
+        or pool.lanes
+        or pool.retired
+        or len(pool) <= max(_PRUNE_MIN, 2 * m)
+        or pool.query_weight <= 0.0
+        or min(fusion.lexical, fusion.semantic, fusion.entity, fusion.corroboration) < 0.0
+        or min(fusion.pinned, fusion.dated) < 0.0
+    )
+
+
+def _contenders(
+    pool: Pool, query: RecallQuery, semantic: Floats | None
+) -> tuple[Ints, Floats] | None:
+    """The candidates that may be returned and their fused scores, without scoring a big pool
+    whole (None: score every candidate). Exact, not a heuristic: recency's decay is at most 1 and
+    every term of the score is non-negative, so a candidate's score is at most its arms' part
+    (lexical, semantic, entity) plus the largest boosts any candidate has. The `4 × k` best by
+    that part are scored; then every candidate whose bound reaches the k-th best score among
+    them (k = limit + the tie margin, counting only candidates the per-memory filters pass) is
+    scored too. Whatever is left scores below k candidates that pass every filter and is never
+    returned, nor the pool's best: the cutoff and the top-k see what they saw over the whole
+    pool. Returns (positions in the pool, ascending; their scores)."""
+    fusion = query.fusion
+    k = query.limit + _TIE_MARGIN
+    m = 4 * k
+    if not _prunable(pool, fusion, m):
+        return None
+    index = pool.index
+    assert index is not None  # a live-only pool
+    # The boosts' bound: the bank's most corroborated memory's and a pin (whole columns read in
+    # order: the candidates' own would be a gather, slower), and each candidate's date when the
+    # question asks "when" (the only time the score counts it).
+    n = index.slot_count
+    most = max(float(index.corroboration[:n].max()), 0.0) if n else 0.0
+    boosts = fusion.corroboration * float(np.log1p(most))
+    boosts += fusion.pinned * float(index.pinned[:n].any())
+    dated = bool(fusion.dated) and _asks_when(query.text)
+    bm25, weight = pool.bm25, pool.query_weight
+    size = bm25.size
+    # `key` orders the candidates by their bound and `reaching(score)` is where the bound
+    # reaches `score`. With the lexical arm alone (no vector, no entity named, no date asked:
+    # most queries) the bound grows with bm25, so bm25 itself is the key: no array is made.
+    monotone = semantic is None and pool.entity_tally is None and not dated and fusion.lexical > 0
+    if monotone:
+        key = bm25
+        # Start from the candidates within 30% of the best bm25 when they are a handful (on
+        # LoCoMo at 100k: 50-1,300 of ~30,000), else from the `m` best (a partition); the top
+        # three are among them either way, found in that small set.
+        start_at = _START_SHARE * float(bm25.max())
+        start = np.flatnonzero(bm25 >= start_at)
+        if not 2 * k <= start.size <= 16 * m:
+            start_at = float(np.partition(bm25, size - m)[size - m])
+            start = np.flatnonzero(bm25 >= start_at)
+        if "bm25" not in pool.tops:  # the start holds more than ARM_TOP: the top are in it
+            within = _top_untied(bm25[start], ARM_TOP)
+            if within is not None and within.size == ARM_TOP:
+                pool.tops["bm25"] = start[within]
+
+        def reaching(score: float) -> float:
+            # (lexical × bm25 / weight + boosts)(1 + slack) ≥ score, solved for bm25 (a shade
+            # low: a bound may take in more, never less).
+            lowest = (score / (1.0 + _UPPER_SLACK) - boosts) * weight / fusion.lexical
+            return lowest * (1.0 - _UPPER_SLACK)
+
+    else:
+        upper = fusion.lexical * lexical_relevance(bm25, weight) + boosts
+        if semantic is not None:
+            upper = upper + fusion.semantic * semantic
+        if pool.entity_tally is not None:
+            upper = upper + fusion.entity * pool.signal("entity_hits")
+        if dated:
+            upper = upper + fusion.dated * pool.signal("dated")
+        key = upper * (1.0 + _UPPER_SLACK)
+        start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
+
+        def reaching(score: float) -> float:
+            return score
+
+    # Where to start: any rows do (the loop below adds what the bound says is missing); the
+    # `m` best by the bound usually hold the top k.
+    tops = [_arm_top(pool, "bm25")] + ([_arm_top(pool, "semantic")] if semantic is not None else [])
+    rows = np.union1d(start, np.concatenate(tops))
+    return _closed(pool, query, semantic, rows, key, reaching)
+
+
+def _closed(
+    pool: Pool,
+    query: RecallQuery,
+    semantic: Floats | None,
+    rows: Ints,
+    key: Floats,
+    reaching: Callable[[float], float],
+) -> tuple[Ints, Floats] | None:
+    """`rows` scored, grown until no candidate outside them has a bound (`key` ≥
+    `reaching(score)`) that reaches the k-th best passing score or the cutoff."""
+    k = query.limit + _TIE_MARGIN
+    scores = _scores(pool, query, semantic, rows)
+    while True:
+        passing = scores[_passes(pool, query, semantic, rows)]
+        if passing.size < k:
+            return None
+        kth = float(np.partition(passing, passing.size - k)[passing.size - k])
+        # Under the cutoff (a quarter of the best score, which is at least the best here) only
+        # the arms' top ranks are kept, and those are scored already.
+        floor = max(kth, RELEVANCE_CUTOFF * float(scores.max()))
+        reach = np.flatnonzero(key >= reaching(floor))
+        at = np.minimum(np.searchsorted(rows, reach), rows.size - 1)
+        missing = reach[rows[at] != reach]
+        if not missing.size:
+            return rows, scores
+        rows = np.concatenate((rows, missing))
+        scores = np.concatenate((scores, _scores(pool, query, semantic, missing)))
+        ordered = np.argsort(rows, kind="stable")
+        rows, scores = rows[ordered], scores[ordered]
+
+
+def _arm_top(pool: Pool, arm: str) -> Ints:
+    """`_top_set` of the pool's bm25 or semantic relevance at `ARM_TOP`, computed once a pool."""
+    found = pool.tops.get(arm)
+    if found is None:
+        values = pool.bm25 if arm == "bm25" else pool.semantic
+        assert values is not None
+        found = pool.tops[arm] = _top_set(values, ARM_TOP)
+    return found
+
+
+def _passes(
+    pool: Pool, query: RecallQuery, semantic: Floats | None, rows: Ints
+) -> npt.NDArray[np.bool_]:
+    """The per-memory filters of `_keep` and the threshold, at `rows` (the cutoff and the arms'
+    top ranks are the pool's, not a memory's)."""
+    lexical = lexical_relevance(pool.bm25[rows], pool.query_weight)
+    relevance = lexical + (semantic[rows] if semantic is not None else 0.0)
+    passes: npt.NDArray[np.bool_] = relevance >= query.fusion.min_relevance
+    if query.threshold > 0.0:
+        passes &= _blended(pool, query, semantic, rows) >= query.threshold
+    return passes
+
+
 def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     """The top `limit` of `pool`, best first; ties go to the newest statement."""
     if not len(pool):
         return []
     semantic = pool.semantic
+    chosen = np.arange(len(pool))
     if query.mode is RecallMode.LEXICAL:
         scores = pool.bm25
     elif query.mode is RecallMode.SEMANTIC:
         scores = pool.cosine
     else:
-        scores = _scores(pool, query, semantic)
-    chosen = np.arange(scores.size)
-    if query.mode is RecallMode.HYBRID:
-        keep = _keep(scores, pool, semantic, query.fusion)
+        # A big pool scores its contenders only (`_contenders`); `scores` is then theirs, aligned
+        # with `chosen`, as the whole pool's are with every position.
+        contenders = _contenders(pool, query, semantic)
+        scored: Ints | None = None
+        if contenders is not None:
+            chosen, scores = contenders
+            scored = chosen
+        else:
+            scores = _scores(pool, query, semantic)
+        keep = _keep(scores, pool, semantic, query.fusion, scored)
         if query.threshold > 0.0:
-            keep &= _blended(pool, query, semantic) >= query.threshold
-        chosen = chosen[keep]
+            keep &= _blended(pool, query, semantic, scored) >= query.threshold
+        chosen, scores = chosen[keep], scores[keep]
     take = min(chosen.size, query.limit + _TIE_MARGIN)
     if take < chosen.size:
-        chosen = chosen[np.argpartition(-scores[chosen], take - 1)[:take]]
-    final = scores[chosen]
+        picked = np.argpartition(-scores, take - 1)[:take]
+        chosen, scores = chosen[picked], scores[picked]
+    final = scores
     if query.mode is RecallMode.HYBRID and semantic is not None and final.size:
         final, demoted = _demote_near_duplicates(
             index, pool.slots[chosen], final, query.duplicate_cosine, query.fusion.duplicate

@@ -1,0 +1,241 @@
+"""Recall's speed paths answer exactly what the plain computation answers.
+
+`ranking.order` scores only the contenders of a big pool (`_contenders`); the index sums BM25 in
+one pass and keeps per-term denominators and scores per corpus version; the second hop takes its
+first hits as a set. Each is checked against the straightforward computation on the same data:
+the same memories in the same order with the same scores (to the last bit where the floats are
+the same operations, to 1e-12 where only their summation order differs).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.search import ranking
+from memory_worker.search.index import BM25_K1, LexicalIndex
+from memory_worker.search.ranking import RecallMode, RecallQuery, candidates, indexed, order, rank
+from memory_worker.search.scoring import Fusion
+
+DAY_MS = 86_400_000
+NOW_MS = 1_800_000_000_000
+WORDS = (
+    "tea coffee garden piano violin dog cat hiking trip paris lisbon book novel movie concert "
+    "work office project deadline family sister brother birthday party cake recipe bread run "
+    "swim yoga beach mountain camera photo painting museum friend neighbour school class exam"
+).split()
+PEOPLE = ("ana", "bruno", "carla", "diego")
+
+
+def _bank(n: int, seed: int = 7) -> tuple[dict[str, Memory], LexicalIndex]:
+    """`n` memories of 4-14 words from a small vocabulary (many exact BM25 ties), a few pinned,
+    corroborated, dated or naming a person as an entity, stated over the past year."""
+    rng = random.Random(seed)
+    memories: dict[str, Memory] = {}
+    for i in range(n):
+        words = rng.choices(WORDS, k=rng.randint(4, 14))
+        person = rng.choice(PEOPLE) if rng.random() < 0.3 else None
+        text = " ".join([*(([person]) if person else []), *words]) + f" n{i}"
+        if rng.random() < 0.05:
+            text += " on 3 May 2024"
+        stated = NOW_MS - rng.randrange(365) * DAY_MS
+        memory = Memory(
+            id=f"fp{i:016x}",
+            text=text,
+            entities=(person,) if person else (),
+            confidence=Confidence.EXTRACTED,
+            corroboration=rng.choice((0, 0, 0, 0, 1, 3)),
+            pinned=rng.random() < 0.02,
+            created_at=stated,
+            updated_at=stated,
+        )
+        memories[memory.id] = memory
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in memories.values())
+    return memories, index
+
+
+def _answer(memories: dict[str, Memory], index: LexicalIndex, query: RecallQuery) -> list:
+    return [(hit.memory.id, hit.score) for hit in rank(memories, index, query)]
+
+
+def _plain(
+    memories: dict[str, Memory], index: LexicalIndex, query: RecallQuery, monkeypatch
+) -> list:
+    """The same recall with every candidate scored (no contenders pruning)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(ranking, "_contenders", lambda *_: None)
+        return _answer(memories, index, query)
+
+
+QUERIES = (
+    "tea with ana in the garden",
+    "when did bruno go on the trip to lisbon",
+    "piano concert",
+    "where does carla work now",
+    "what does diego cook for a birthday party",
+    "the dog and the cat at the beach",
+    "photo camera museum painting",
+)
+
+
+@pytest.mark.parametrize("limit", [1, 3, 10, 40])
+@pytest.mark.parametrize("text", QUERIES)
+def test_pruned_order_is_the_order_of_every_candidate_scored(
+    text: str, limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memories, index = _bank(3000)
+    query = RecallQuery(text=text, limit=limit, now_ms=NOW_MS, half_life_days=30.0)
+    assert len(candidates(memories, index, query)) > 256  # big enough to be pruned
+    assert _answer(memories, index, query) == _plain(memories, index, query, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        Fusion(min_relevance=0.3),
+        Fusion(entity=2.0, pinned=1.0, corroboration=0.5),
+        Fusion(dated=0.0),
+    ],
+)
+def test_pruning_holds_for_other_weights_and_filters(
+    fusion: Fusion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memories, index = _bank(3000, seed=11)
+    for text in QUERIES:
+        for threshold in (0.0, 0.2):
+            query = RecallQuery(
+                text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0, fusion=fusion,
+                threshold=threshold,
+            )  # fmt: skip
+            assert _answer(memories, index, query) == _plain(memories, index, query, monkeypatch)
+
+
+def test_accumulate_is_a_term_at_a_time_sum_to_the_last_bit() -> None:
+    """One bincount / add.at over every term's postings gives the floats adding one term's
+    scores after another into a zeroed array gives."""
+    _, index = _bank(2000)
+    weights = {"tea": 1.0, "garden": 2.0, "ana": 1.0, "zebra": 1.0, "cake": 0.37}
+    norms = BM25_K1 * (1.0 - ranking_b() + ranking_b() * _lengths(index) / index._avgdl())
+    expected = np.zeros(index.slot_count)
+    for term, count in weights.items():
+        term_id = index._vocab.get(term)
+        if term_id is None:
+            continue
+        slots, tfs = index._postings.get(term_id)
+        weight = count * index._idf(index.document_frequency(term))
+        expected[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norms[slots])
+    for _ in range(2):  # the second time from the kept denominators and scores
+        got = index.accumulate(weights)
+        assert got is not None
+        assert got.tolist() == expected.tolist()
+    into = np.arange(index.slot_count, dtype=np.float64) / 7.0
+    again = into.copy()
+    for term, count in weights.items():
+        term_id = index._vocab.get(term)
+        if term_id is not None:
+            slots, tfs = index._postings.get(term_id)
+            weight = count * index._idf(index.document_frequency(term))
+            again[slots] += weight * tfs * (BM25_K1 + 1.0) / (tfs + norms[slots])
+    assert index.accumulate(weights, into=into) is into
+    assert into.tolist() == again.tolist()
+
+
+def ranking_b() -> float:
+    from memory_worker.search import index as module
+
+    return module.BM25_B
+
+
+def _lengths(index: LexicalIndex) -> np.ndarray:
+    return index._length[: index.slot_count]
+
+
+def test_every_write_reaches_the_next_query_through_the_kept_scores() -> None:
+    """Adds, replacements and removals change df, lengths and postings: the kept idf,
+    denominators and scores must not outlive them (the answer equals a fresh index's)."""
+    memories, index = _bank(1500)
+    query = RecallQuery(
+        text="tea with ana in the garden", limit=10, now_ms=NOW_MS, half_life_days=30.0
+    )
+    rank(memories, index, query)  # fill the caches
+    rng = random.Random(3)
+    ids = list(memories)
+    for step in range(6):
+        if step % 3 == 0:
+            victim = memories.pop(ids.pop(rng.randrange(len(ids))))
+            index.remove(victim.id)
+        else:
+            text = f"tea garden ana {' '.join(rng.choices(WORDS, k=5))} new{step}"
+            memory = Memory(
+                id=f"fpnew{step:012x}", text=text, entities=("ana",),
+                confidence=Confidence.EXTRACTED, created_at=NOW_MS, updated_at=NOW_MS,
+            )  # fmt: skip
+            memories[memory.id] = memory
+            ids.append(memory.id)
+            index.add_doc(indexed(memory))
+        fresh = LexicalIndex()
+        fresh.add_many(indexed(m) for m in memories.values())
+        got = [(hit.memory.id, hit.score) for hit in rank(memories, index, query)]
+        want = [(hit.memory.id, hit.score) for hit in rank(memories, fresh, query)]
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12)
+
+
+def test_top_set_is_tops_set_ties_included() -> None:
+    rng = np.random.default_rng(5)
+    for size in (1, 3, 4, 5, 50, 2000):
+        for _ in range(20):
+            values = rng.integers(0, 6, size).astype(np.float64)  # many ties, zeros too
+            for k in (1, 3, 4, 10):
+                got = ranking._top_set(values, k)
+                assert got.tolist() == sorted(ranking._top(values, k).tolist())
+
+
+def test_settled_expansion_refuses_a_tie_at_the_cut_between_documents() -> None:
+    index = LexicalIndex()
+    # "alpha" and "beta" each sit in one first hit with equal weight: the cut at one term
+    # falls between them, and which comes first depends on the first hits' order.
+    for doc_id, terms in {
+        "a": ["alpha", "shared"], "b": ["beta", "shared"], "c": ["alpha"], "d": ["beta"],
+        "e": ["gamma", "delta"], "f": ["gamma"], "g": ["delta"],
+    }.items():  # fmt: skip
+        index.add(doc_id, terms)
+    a, b, e = index.slot("a"), index.slot("b"), index.slot("e")
+    assert index.settled_expansion([a, b], {"shared"}, 1) is None
+    assert index.expansion([a, b], {"shared"}, 1) == {"alpha": 1.0}
+    assert index.expansion([b, a], {"shared"}, 1) == {"beta": 1.0}
+    # One document's tied terms: its own order breaks the tie, whatever the first hits' order.
+    assert index.settled_expansion([e], set(), 1) == index.expansion([e], set(), 1)
+    assert index.settled_expansion([a, b], {"shared"}, 2) == index.expansion([a, b], {"shared"}, 2)
+
+
+def test_the_hybrid_second_hop_matches_its_argpartition_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second hop's first hits taken as a set give what `_top`'s order gave."""
+    memories, index = _bank(3000, seed=19)
+    for text in QUERIES:
+        query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0)
+        got = _answer(memories, index, query)
+        with monkeypatch.context() as patch:
+            patch.setattr(ranking, "_top_set", lambda v, k: np.sort(ranking._top(v, k)))
+            patch.setattr(LexicalIndex, "settled_expansion", lambda *_: None)
+            want = _answer(memories, index, query)
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12)
+
+
+def test_lexical_mode_is_untouched_by_pruning(monkeypatch: pytest.MonkeyPatch) -> None:
+    memories, index = _bank(1000)
+    query = RecallQuery(
+        text="tea garden", limit=10, now_ms=NOW_MS, half_life_days=30.0, mode=RecallMode.LEXICAL
+    )
+    found = index.lexical(list(Counter(["tea", "garden"]).elements()))
+    best = sorted(found.bm25.tolist(), reverse=True)[:10]
+    assert sorted((s for _, s in _answer(memories, index, query)), reverse=True) == best
+    assert order(candidates(memories, index, query), index, query)
