@@ -15,6 +15,15 @@ from memory_worker.storage.store import Store
 from .conftest import HOLDER
 
 NOW_MS = 1_760_000_000_000
+# What both snapshot test files save: a few people's facts, sharing words across memories.
+TEXTS = [
+    "Ana moved to Lisbon in 2021 and works at a bakery",
+    "Rui plays chess every Tuesday with his brother",
+    "The user prefers green tea over coffee",
+    "Ana's bakery sells pastel de nata on weekends",
+    "Rui's brother is called Tiago and lives in Porto",
+    "The user is learning Portuguese on weekday evenings",
+]
 
 
 def session(data_dir: Path, work: Callable[[MemoryService], Awaitable[Any]]) -> Any:

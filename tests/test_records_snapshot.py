@@ -23,17 +23,9 @@ from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.log import encode, read_all, replayed, winning_spans
 from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE
 
-from .boots import NOW_MS, session
+from .boots import NOW_MS, TEXTS, session
 
 HUMAN = Caller.human("cli")
-TEXTS = [
-    "Ana moved to Lisbon in 2021 and works at a bakery",
-    "Rui plays chess every Tuesday with his brother",
-    "The user prefers green tea over coffee",
-    "Ana's bakery sells pastel de nata on weekends",
-    "Rui's brother is called Tiago and lives in Porto",
-    "The user is learning Portuguese on weekday evenings",
-]
 
 
 @pytest.fixture(autouse=True)

@@ -19,17 +19,9 @@ from memory_worker.storage import snapshot
 from memory_worker.storage.bank import MEMORIES_FILE
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
 
-from .boots import session
+from .boots import TEXTS, session
 
 HUMAN = Caller.human("cli")
-TEXTS = [
-    "Ana moved to Lisbon in 2021 and works at a bakery",
-    "Rui plays chess every Tuesday with his brother",
-    "The user prefers green tea over coffee",
-    "Ana's bakery sells pastel de nata on weekends",
-    "Rui's brother is called Tiago and lives in Porto",
-    "The user is learning Portuguese on weekday evenings",
-]
 QUERIES = ["where does Ana work", "who plays chess", "what does the user drink", "Tiago Porto"]
 
 

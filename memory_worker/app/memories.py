@@ -127,6 +127,8 @@ class MemoryUseCases(EmbeddingWork):
         scoped = settings.subject_scoping
         subject = record.subject if scoped else None
         per_subject = scoped and subject is not None and settings.max_per_subject > 0
+        if not per_subject and settings.max_memories <= 0:
+            return []  # no cap applies: nothing to count
         flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
 
         def change(counted: Callable[[Memory], bool]) -> int:

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -160,6 +161,14 @@ def _made_for(
     )
 
 
+@contextlib.contextmanager
+def _archive(path: Path) -> Iterator[tuple[dict[str, Any], Any]]:
+    """A snapshot archive's `meta` and its arrays, read through our own handle (numpy leaves its
+    own open when the file is not a valid archive); any exception means the file is unusable."""
+    with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
+        yield json.loads(bytes(data["meta"]).decode()), data
+
+
 def read_snapshot(
     folder: Path, log: Path, live_ids: list[str], identity: tuple[int, int] | None = None
 ) -> Analysis | None:
@@ -171,9 +180,7 @@ def read_snapshot(
     if not digest or not path.is_file():
         return None
     try:
-        # Our own handle: numpy leaves its own open when the file is not a valid archive.
-        with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
-            meta = json.loads(bytes(data["meta"]).decode())
+        with _archive(path) as (meta, data):
             if (
                 not _made_for(meta, _VERSION, ("analyzer", digest), identity or log_identity(log))
                 or meta.get("count") != len(live_ids)
@@ -248,8 +255,7 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
     if not digest or not path.is_file():
         return None
     try:
-        with _open(path) as fh, np.load(fh, allow_pickle=False) as data:
-            meta = json.loads(bytes(data["meta"]).decode())
+        with _archive(path) as (meta, data):
             if not _made_for(meta, _RECORDS_VERSION, ("code", digest), identity):
                 return None
             spans = RecordSpans(
@@ -277,8 +283,8 @@ def records_prefix(folder: Path, data: bytes) -> tuple[RecordSpans, int] | None:
     if not path.is_file():
         return None
     try:
-        with _open(path) as fh, np.load(fh, allow_pickle=False) as found:
-            size = json.loads(bytes(found["meta"]).decode()).get("log_size")
+        with _archive(path) as (meta, _):
+            size = meta.get("log_size")
     except Exception:  # derived data: anything wrong with it means "scan the log"
         return None
     if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
