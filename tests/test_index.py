@@ -416,3 +416,63 @@ def test_the_postings_order_is_numpys_stable_argsort_at_every_key_width(bound: i
     expected = np.argsort(keys, kind="stable")
     assert np.array_equal(_stable_order(keys, bound), expected)
     assert _stable_order(keys[:0], bound).size == 0
+
+
+def _bm25_state(index: LexicalIndex, queries: list[list[str]]) -> list[dict[str, float]]:
+    return [index.scores(query) for query in queries] + [
+        index.scores(query)
+        for query in queries  # the second time from the per-corpus caches
+    ]
+
+
+@pytest.mark.parametrize("repeats", [3, 255, 256, 70_000])
+def test_narrow_postings_score_as_float64_ones_even_past_a_tf_of_255(repeats: int) -> None:
+    """The base keeps slots as int32 and tfs in the narrowest unsigned dtype that holds the
+    largest (one tf of 256 widens them all to uint16, one past 65,535 to uint32); BM25 reads
+    them back as float64. A bulk load (narrow base) answers bit for bit what the same documents
+    added one by one (appended float64 postings, never narrowed) answer, and so does the index
+    after its compaction narrows them."""
+    docs = {
+        "loud": ["tea"] * repeats + ["ana"],
+        "calm": ["tea", "coffee", "ana"],
+        "other": ["coffee", "berlin"] * 2,
+    }
+    queries = [["tea"], ["tea", "ana", "tea"], ["coffee", "berlin", "absent"], ["ana"]]
+    bulk, single = LexicalIndex(), LexicalIndex()
+    bulk.add_many(IndexedDoc(d, t) for d, t in docs.items())
+    for d, t in docs.items():
+        single.add_doc(IndexedDoc(d, t))
+    expected = _bm25_state(single, queries)
+    assert _bm25_state(bulk, queries) == expected
+    # The expansion reads the forward pairs (narrowed the same way) and a second pass's weights.
+    assert bulk.expansion([0, 1], {"tea"}, 3) == single.expansion([0, 1], {"tea"}, 3)
+    wanted = np.uint8 if repeats <= 255 else np.uint16 if repeats <= 65_535 else np.uint32
+    assert bulk._postings._tfs.dtype == wanted
+    assert bulk._postings._slots.dtype == np.int32
+    # naive Okapi confirms the loud document's tf counted in full
+    corpus = list(docs.values())
+    assert bulk.scores(["tea"])["loud"] == pytest.approx(
+        naive_bm25(["tea"], docs["loud"], corpus), rel=1e-12
+    )
+    single._compact()  # its appended postings merged into a narrow base
+    assert single._postings._tfs.dtype == wanted
+    assert _bm25_state(single, queries) == expected
+
+
+def test_narrow_keeps_every_count_exact_at_every_width() -> None:
+    from memory_worker.search.index import _narrow
+
+    for top, dtype in [
+        (0, np.uint8),
+        (255, np.uint8),
+        (256, np.uint16),
+        (65_535, np.uint16),
+        (65_536, np.uint32),
+        ((1 << 32) - 1, np.uint32),
+        (1 << 40, np.uint64),  # a damaged snapshot's absurd count still loads, exactly
+    ]:
+        values = np.array([1, 2, top], np.int64)
+        narrow = _narrow(values)
+        assert narrow.dtype == dtype
+        assert narrow.astype(np.int64).tolist() == values.tolist()
+    assert _narrow(np.empty(0, np.int64)).dtype == np.uint8

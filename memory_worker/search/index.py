@@ -123,8 +123,8 @@ def _narrow(values: npt.NDArray[Any]) -> npt.NDArray[np.unsignedinteger[Any]]:
     top = int(values.max()) if values.size else 0
     for dtype in (np.uint8, np.uint16, np.uint32):
         if top <= np.iinfo(dtype).max:
-            return values.astype(dtype)
-    return values.astype(np.uint64)
+            return values.astype(dtype, copy=False)
+    return values.astype(np.uint64, copy=False)
 
 
 def _slot_dtype(bound: int) -> type[np.signedinteger[Any]]:
@@ -207,7 +207,11 @@ class _Postings:
         )
 
     def rebuild(
-        self, term_ids: Ints, slots: npt.NDArray[np.integer[Any]], tfs: Ints, n_terms: int
+        self,
+        term_ids: Ints,
+        slots: npt.NDArray[np.integer[Any]],
+        tfs: npt.NDArray[np.unsignedinteger[Any]] | Ints,
+        n_terms: int,
     ) -> None:
         """The base of postings (term_ids[i], slots[i], tfs[i]); tfs are integral counts ≥ 0."""
         order = _stable_order(term_ids, n_terms)
@@ -299,7 +303,9 @@ class _Forward:
         positions = np.repeat(start_of[slots] - before, counts) + np.arange(total, dtype=np.int64)
         return counts, all_terms[positions], all_tfs[positions]
 
-    def rebuild(self, counts: Ints, term_ids: Ints, tfs: Ints) -> None:
+    def rebuild(
+        self, counts: Ints, term_ids: Ints, tfs: npt.NDArray[np.unsignedinteger[Any]] | Ints
+    ) -> None:
         """Slots 0..len(counts)-1 hold `counts[i]` pairs each, laid out in slot order."""
         self._offsets = np.concatenate((np.zeros(1, np.int64), np.cumsum(counts)))
         self._terms = _narrow(term_ids)
@@ -511,8 +517,10 @@ class LexicalIndex:
             self._doc_tags[self._ids[slot]] = labels
             for tag in labels:
                 self._tags.setdefault(tag, set()).add(slot)
-        slots = np.repeat(np.arange(n, dtype=np.int64), analysis.pair_counts)
-        tfs = analysis.pair_tfs
+        # Made narrow once (slots as the postings keep them, tfs as both keep them): no second
+        # pass over a boot's million pairs to narrow them.
+        slots = np.repeat(np.arange(n, dtype=_slot_dtype(n)), analysis.pair_counts)
+        tfs = _narrow(analysis.pair_tfs)
         self._forward.rebuild(analysis.pair_counts, analysis.pair_terms, tfs)
         self._postings.rebuild(analysis.pair_terms, slots, tfs, n_terms)
         entity_slots = np.repeat(np.arange(n, dtype=np.int64), analysis.entity_counts)
@@ -641,10 +649,11 @@ class LexicalIndex:
         remap = np.full(n_old + 1, -1, np.int64)
         remap[old_slots] = np.arange(n, dtype=np.int64)
         counts, term_ids, tfs = self._forward.gather(old_slots)
-        self._forward.rebuild(counts, term_ids, tfs)
         n_terms = len(self._df)
-        slots = np.repeat(np.arange(n, dtype=np.int64), counts)
-        self._postings.rebuild(term_ids, slots, tfs, n_terms)
+        slots = np.repeat(np.arange(n, dtype=_slot_dtype(n)), counts)
+        narrow_tfs = _narrow(tfs)
+        self._forward.rebuild(counts, term_ids, narrow_tfs)
+        self._postings.rebuild(term_ids, slots, narrow_tfs, n_terms)
         entity_terms, entity_slots, _ = self._entities.triples()
         kept = remap[entity_slots] >= 0
         self._entities.rebuild(
@@ -840,7 +849,7 @@ class LexicalIndex:
 
     def _postings_of(
         self, weights: Mapping[str, float], *, keep: bool = False
-    ) -> tuple[npt.NDArray[np.signedinteger[Any]], Floats] | None:
+    ) -> tuple[Ints, Floats] | None:
         """The matching terms' postings end to end (in `weights`' order) and each one's weighted
         BM25; None when no term matches. `keep`: each term's scores are kept (and reused) for
         its weight until the corpus changes."""
@@ -880,15 +889,17 @@ class LexicalIndex:
                 term_weights.append(weight)
         if not slot_parts:
             return None
+        # Slots as int64 in one contiguous cast: `bincount` and `add.at` index with intp, and
+        # handed int32 they convert it on a slower path (~2x the cast's cost at 30k postings).
         if keep:
-            return np.concatenate(slot_parts), np.concatenate(value_parts)
+            return np.concatenate(slot_parts, dtype=np.int64), np.concatenate(value_parts)
         if len(slot_parts) == 1:
-            slots, den = slot_parts[0], den_parts[0]
+            slots, den = slot_parts[0].astype(np.int64), den_parts[0]
             return slots, term_weights[0] * _float_tfs(tf_parts[0]) * (BM25_K1 + 1.0) / den
         all_tfs = np.concatenate(tf_parts, dtype=np.float64)  # narrow counts, back exactly
         weight_of = np.repeat(term_weights, [part.size for part in slot_parts])
         found: Floats = weight_of * all_tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
-        return np.concatenate(slot_parts), found
+        return np.concatenate(slot_parts, dtype=np.int64), found
 
     def _make_room(self, cache: _QueryCache) -> None:
         """Room for one more term's floats in `cache`: when full it starts over with the terms
@@ -911,7 +922,7 @@ class LexicalIndex:
         Bounded (`_SATURATION_MIN`, `_SATURATION_PER_SLOT`); when full it starts over."""
         found = cache.saturation.get(term_id)
         if found is None:  # `slots` and `tfs` are the term's postings
-            found = _float_tfs(tfs) + cache.norms[slots]
+            found = _float_tfs(tfs) + cache.norms[slots.astype(np.int64)]  # a gather by intp
             self._make_room(cache)
             cache.saturation[term_id] = found
             cache.size += found.size
@@ -1028,7 +1039,7 @@ class LexicalIndex:
         for term in set(query_terms):
             term_id = self._vocab.get(term)
             if term_id is not None:
-                entity_slots, _ = self._entities.get(term_id)
+                entity_slots = self._entities.slots(term_id).astype(np.int64)  # index by intp
                 if entity_slots.size:
                     entity_slots = entity_slots[self._alive[entity_slots]]
                     weight = 1.0 - entity_slots.size / n_docs
