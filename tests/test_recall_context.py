@@ -8,14 +8,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.models import Confidence, Memory, Provenance
+from memory_worker.search import index as index_module
 from memory_worker.search.index import IndexedDoc, LexicalIndex
 from memory_worker.search.ranking import RecallMode, RecallQuery, indexed, rank
 from memory_worker.search.scoring import Fusion
@@ -194,6 +198,56 @@ def test_session_neighbours_are_in_saving_order_and_skip_removed_memories() -> N
     assert around("t3", 1, 1) == ["t2", "t5"]
     index.add_doc(IndexedDoc("alone", ["w"], created_at=3))
     assert around("alone", 2, 2) == []
+
+
+# (op, doc number, session number, created_at): add or re-add a doc, remove it
+SESSION_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove"]),
+        st.integers(0, 12),
+        st.integers(0, 3),
+        st.integers(0, 5),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(SESSION_OPS)
+@example(
+    [("add", n, 1 + n % 2, n % 3) for n in range(10)] + [("remove", n, 0, 0) for n in range(8)]
+)
+def test_session_neighbours_match_a_scan_of_the_live_memories_after_any_changes(
+    ops: list[tuple[str, int, int, int]],
+) -> None:
+    with mock.patch.object(index_module, "_MIN_CAPACITY", 2):  # removals compact the index too
+        _check_session_neighbours(ops)
+
+
+def _check_session_neighbours(ops: list[tuple[str, int, int, int]]) -> None:
+    index = LexicalIndex()
+    for op, n, session_no, created in ops:
+        if op == "add":
+            session_id = None if session_no == 0 else f"s{session_no}"
+            index.add_doc(IndexedDoc(f"d{n}", ["w"], created_at=created, session=session_id))
+        else:
+            index.remove(f"d{n}")
+    sessions = {f"d{n}": (sn, c) for op, n, sn, c in ops if op == "add"}
+    for doc_id in list(index._slot_of):
+        session_no, _ = sessions[doc_id]
+        slot = index.slot(doc_id)
+        got = [index.doc_id(int(s)) for s in index.session_neighbours(slot, before=2, after=2)]
+        if session_no == 0:
+            assert got == []
+            continue
+        same = sorted(
+            (int(index.created_at[index.slot(d)]), index.slot(d), d)
+            for d in index._slot_of
+            if sessions[d][0] == session_no
+        )
+        names = [d for _, _, d in same]
+        at = names.index(doc_id)
+        assert got == names[max(0, at - 2) : at] + names[at + 1 : at + 3]
 
 
 def test_a_bulk_load_keeps_each_memorys_session() -> None:

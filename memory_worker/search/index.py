@@ -335,6 +335,9 @@ class LexicalIndex:
         # Subjects as small ints in a column (0: general), so scoping a query is one vector compare.
         self._subject_codes: dict[str, int] = {}
         self._session_codes: dict[str, int] = {}
+        # Live slots by session code: a session's few memories, found without a pass over the
+        # bank (a transcript bank asks for them on every recall that hits a question).
+        self._session_slots: dict[int, set[int]] = {}
         self._total_length = 0
         self._postings = _Postings()
         self._entities = _Postings()
@@ -499,7 +502,7 @@ class LexicalIndex:
             if len(sessions) != n:
                 raise ValueError("load_analysis: one session per document")
             for slot in compress(range(n), map(is_not, sessions, repeat(None))):
-                self.session[slot] = _code(self._session_codes, sessions[slot])
+                self._set_session(slot, sessions[slot])
         for slot in compress(range(n), tags):
             labels = tags[slot]
             self._doc_tags[self._ids[slot]] = labels
@@ -578,7 +581,7 @@ class LexicalIndex:
         self.created_at[slot] = doc.created_at
         self.dated[slot] = doc.dated
         self.subject[slot] = self._subject_code(doc.subject)
-        self.session[slot] = _code(self._session_codes, doc.session)
+        self._set_session(slot, doc.session)
         for tag in self._doc_tags.get(doc_id, ()):
             self._tags[tag].discard(slot)
         if doc.tags:
@@ -606,6 +609,7 @@ class LexicalIndex:
             self._df[term_id] -= 1
         for tag in self._doc_tags.pop(doc_id, ()):
             self._tags[tag].discard(slot)
+        self._set_session(slot, None)
         if len(self._ids) > 2 * len(self._slot_of) + _MIN_CAPACITY:
             self._compact()
 
@@ -631,6 +635,9 @@ class LexicalIndex:
         for doc_id, slot in self._slot_of.items():
             for tag in self._doc_tags.get(doc_id, ()):
                 self._tags.setdefault(tag, set()).add(slot)
+        self._session_slots = {}
+        for slot in np.flatnonzero(self.session[:n]).tolist():
+            self._session_slots.setdefault(int(self.session[slot]), set()).add(slot)
         # Live slots keep their order (`_slot_of` is in slot order), so old → new is monotonic and
         # every term's postings stay in ascending slot order, as a fresh bulk load lays them.
         remap = np.full(n_old + 1, -1, np.int64)
@@ -1032,6 +1039,16 @@ class LexicalIndex:
     def _subject_code(self, subject: str | None) -> int:
         return _code(self._subject_codes, subject)
 
+    def _set_session(self, slot: int, session: str | None) -> None:
+        code, old = _code(self._session_codes, session), int(self.session[slot])
+        if code == old:
+            return
+        if old:
+            self._session_slots[old].discard(slot)
+        self.session[slot] = code
+        if code:
+            self._session_slots.setdefault(code, set()).add(slot)
+
     def session_neighbours(self, slot: int, *, before: int, after: int) -> Ints:
         """The live slots saved in `slot`'s session just before it (up to `before`, nearest
         last) and just after it (up to `after`, nearest first), in the order they were saved
@@ -1039,8 +1056,7 @@ class LexicalIndex:
         code = int(self.session[slot])
         if code == 0 or before + after <= 0:
             return _NO_INTS
-        n = len(self._ids)
-        same = np.flatnonzero((self.session[:n] == code) & self._alive[:n])
+        same = np.fromiter(self._session_slots[code], np.int64)
         ordered = same[np.lexsort((same, self.created_at[same]))]
         found = np.flatnonzero(ordered == slot)
         if not found.size:  # a dead slot has no place in its session any more
