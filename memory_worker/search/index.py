@@ -343,12 +343,35 @@ class _QueryCache:
         self.size = 0  # floats held in `saturation` and `scored`
 
 
+class _Sessions:
+    """Each slot's session as a small int in a column (0: saved outside any session), and the
+    live slots of each code: a session's few memories, found without a pass over the bank (a
+    transcript bank asks for them on every recall that hits a question)."""
+
+    __slots__ = ("codes", "column", "slots")
+
+    def __init__(self, capacity: int) -> None:
+        self.codes: dict[str, int] = {}
+        self.column: Ints = np.zeros(capacity, np.int64)
+        self.slots: dict[int, set[int]] = {}
+
+    def reindex(self, n: int) -> None:
+        """`slots` again from the column's first `n` slots (after a compaction renumbered them)."""
+        self.slots = {}
+        column = self.column
+        for slot in np.flatnonzero(column[:n]).tolist():
+            self.slots.setdefault(int(column[slot]), set()).add(slot)
+
+
 class LexicalIndex:
     # A class default, not set per instance until a vector is stored: one more attribute in every
     # index's __dict__ cost an empty bank ~1.3 KB (tests/test_dos.py).
     vector_norm2: npt.NDArray[np.float32] = _NO_NORMS
     # Made by the first query (a bank never queried carries none), replaced when the corpus moves.
     _cache: _QueryCache | None = None
+    # Made by the first memory saved in a session (an empty bank's indexes carry none: three
+    # attributes per index took an empty bank past 12 KB, tests/test_dos.py).
+    _sessions: _Sessions | None = None
 
     def __init__(self, half_precision: bool = True) -> None:
         # Embeddings are held as one contiguous float32 matrix, the dtype BLAS multiplies: every
@@ -370,10 +393,6 @@ class LexicalIndex:
         self._tags: dict[str, set[int]] = {}
         # Subjects as small ints in a column (0: general), so scoping a query is one vector compare.
         self._subject_codes: dict[str, int] = {}
-        self._session_codes: dict[str, int] = {}
-        # Live slots by session code: a session's few memories, found without a pass over the
-        # bank (a transcript bank asks for them on every recall that hits a question).
-        self._session_slots: dict[int, set[int]] = {}
         self._total_length = 0
         self._postings = _Postings()
         self._entities = _Postings()
@@ -402,7 +421,8 @@ class LexicalIndex:
         self.created_at = np.zeros(capacity, np.float64)
         self.dated = np.zeros(capacity, bool)
         self.subject = np.zeros(capacity, np.int64)
-        self.session = np.zeros(capacity, np.int64)  # 0: saved outside any session
+        if self._sessions is not None:
+            self._sessions.column = np.zeros(capacity, np.int64)
 
     def _grow(self) -> None:
         n = len(self._ids)
@@ -417,8 +437,9 @@ class LexicalIndex:
         return (
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
             self.created_at, self.dated, self.has_vector, self.vectors, self.subject,
-            self.session,
-        ) + ((self.vector_norm2,) if self._dim else ())  # fmt: skip
+        ) + ((self.vector_norm2,) if self._dim else ()) + (
+            (self._sessions.column,) if self._sessions is not None else ()
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -673,9 +694,8 @@ class LexicalIndex:
         for doc_id, slot in self._slot_of.items():
             for tag in self._doc_tags.get(doc_id, ()):
                 self._tags.setdefault(tag, set()).add(slot)
-        self._session_slots = {}
-        for slot in np.flatnonzero(self.session[:n]).tolist():
-            self._session_slots.setdefault(int(self.session[slot]), set()).add(slot)
+        if self._sessions is not None:
+            self._sessions.reindex(n)
         # Live slots keep their order (`_slot_of` is in slot order), so old → new is monotonic and
         # every term's postings stay in ascending slot order, as a fresh bulk load lays them.
         remap = np.full(n_old + 1, -1, np.int64)
@@ -1087,23 +1107,29 @@ class LexicalIndex:
         return _code(self._subject_codes, subject)
 
     def _set_session(self, slot: int, session: str | None) -> None:
-        code, old = _code(self._session_codes, session), int(self.session[slot])
+        sessions = self._sessions
+        if sessions is None:
+            if session is None:
+                return
+            sessions = self._sessions = _Sessions(self._capacity)
+        code, old = _code(sessions.codes, session), int(sessions.column[slot])
         if code == old:
             return
         if old:
-            self._session_slots[old].discard(slot)
-        self.session[slot] = code
+            sessions.slots[old].discard(slot)
+        sessions.column[slot] = code
         if code:
-            self._session_slots.setdefault(code, set()).add(slot)
+            sessions.slots.setdefault(code, set()).add(slot)
 
     def session_neighbours(self, slot: int, *, before: int, after: int) -> Ints:
         """The live slots saved in `slot`'s session just before it (up to `before`, nearest
         last) and just after it (up to `after`, nearest first), in the order they were saved
         (creation time, then slot); empty for a memory saved outside any session."""
-        code = int(self.session[slot])
-        if code == 0 or before + after <= 0:
+        sessions = self._sessions
+        code = 0 if sessions is None else int(sessions.column[slot])
+        if sessions is None or code == 0 or before + after <= 0:
             return _NO_INTS
-        same = np.fromiter(self._session_slots[code], np.int64)
+        same = np.fromiter(sessions.slots[code], np.int64)
         ordered = same[np.lexsort((same, self.created_at[same]))]
         found = np.flatnonzero(ordered == slot)
         if not found.size:  # a dead slot has no place in its session any more
