@@ -285,7 +285,6 @@ def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Pa
             assert probe(argv, stdin) == [0, []], argv
 
 
-
 _LOCAL_PROBE = """
 import json, sys
 from memory_worker.adapters import cli
