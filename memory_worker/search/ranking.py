@@ -822,9 +822,8 @@ def _with_context(
     the best `context_anchors` that asks something ("what got you into running?") lends
     `context` × its score to each of the `context_span` memories saved after it in its session,
     which join the hits if they were not ones (unless the bank sets a relevance threshold), up to
-    just under the question's own score.
-    Only memories the query's filters admit; not a restatement of the question (by vector,
-    when both have one: those stay demoted)."""
+    just under the question's own score. Only memories the query's filters admit; not a
+    restatement of the question (by vector, when both have one: those stay demoted)."""
     fusion = query.fusion
     ranked = sorted(hits, key=lambda hit: -hit.score)[: fusion.context_anchors]
     asking = [hit for hit in ranked if asks(hit.memory.text)]
