@@ -84,6 +84,20 @@ class Doc:
     speaker: str
     created_at: int
     evidence: frozenset[str]  # the dia_ids this doc stands for
+    session: str = ""  # "session_<n>": the conversation session it was said in
+
+
+def row(bank: str, memory_id: str, doc: Doc) -> dict[str, Any]:
+    """`doc` as a `memory::import` record: a turn saved from its session, as a transcript import
+    or a capture would save it (the session is what ranking reads conversational context from)."""
+    return {
+        "id": memory_id,
+        "text": doc.text,
+        "entities": [doc.speaker.lower()],
+        "created_at": doc.created_at,
+        "confidence": "extracted",
+        "source": {"session_id": f"{bank}/{doc.session}"},
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +153,7 @@ def load(path: Path) -> list[Conversation]:
                         turn["speaker"],
                         when[n],
                         frozenset({turn["dia_id"]}),
+                        f"session_{n}",
                     )
                 )
         for key, per_speaker in sample.get("observation", {}).items():
@@ -154,6 +169,7 @@ def load(path: Path) -> list[Conversation]:
                             speaker,
                             when[n],
                             frozenset(dia_ids(evidence)),
+                            f"session_{n}",
                         )
                     )
         for qa in sample["qa"]:
@@ -268,16 +284,7 @@ class Ours(System):
     async def index(self, bank: str, docs: list[Doc], as_of: int) -> None:
         self.clock.now_ms = as_of
         ids = {_memory_id(d.key): d.key for d in docs}
-        rows = [
-            {
-                "id": _memory_id(d.key),
-                "text": d.text,
-                "entities": [d.speaker.lower()],
-                "created_at": d.created_at,
-                "confidence": "extracted",
-            }
-            for d in docs
-        ]
+        rows = [row(bank, _memory_id(d.key), d) for d in docs]
         await self.service.import_records(bank, rows)
         await _settle(self.service)
         self._keys[bank] = ids

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from embed_cache import cached  # noqa: E402
-from locomo import CATEGORIES, DEFAULT_DATA, HOLDER, Conversation, load, score  # noqa: E402
+from locomo import CATEGORIES, DEFAULT_DATA, HOLDER, Conversation, load, row, score  # noqa: E402
 
 from memory_worker.adapters.embedders import load_local  # noqa: E402
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
@@ -61,16 +61,7 @@ async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Lo
     out = []
     for conv in convs:
         name = conv.sample_id.lower()
-        rows = [
-            {
-                "id": f"fp{i:016x}",
-                "text": d.text,
-                "entities": [d.speaker.lower()],
-                "created_at": d.created_at,
-                "confidence": "extracted",
-            }
-            for i, d in enumerate(conv.turns)
-        ]
+        rows = [row(name, f"fp{i:016x}", d) for i, d in enumerate(conv.turns)]
         await service.import_records(name, rows)
         await service.settle()
         vectors: list[tuple[float, ...] | None] = []
@@ -255,9 +246,13 @@ def _grid(spec: str) -> list[dict[str, Any]]:
     for part in spec.split(";"):
         name, _, values = part.partition("=")
         field = next(f for f in dataclasses.fields(Fusion) if f.name == name.strip())
-        kind = {"method": FusionMethod, "expand_docs": int, "expand_terms": int}.get(
-            field.name, float
-        )
+        kind = {
+            "method": FusionMethod,
+            "expand_docs": int,
+            "expand_terms": int,
+            "context_span": int,
+            "context_anchors": int,
+        }.get(field.name, float)
         parsed = [kind(v) for v in values.split(",")]
         axes.append([(field.name, v) for v in parsed])
     return [dict(combo) for combo in itertools.product(*axes)]

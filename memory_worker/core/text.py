@@ -16,6 +16,7 @@ __all__ = [
     "FIRST_PERSON",
     "STOPWORDS",
     "USER_ENTITY",
+    "asks",
     "collapse_whitespace",
     "fingerprint",
     "language",
@@ -101,6 +102,15 @@ porque sobre tenho tens temos têm ter estar estava sou és somos seja sejam
 STOPWORDS_EN = frozenset(_EN_STOPWORDS)
 STOPWORDS_PT = frozenset(_PT_STOPWORDS)
 STOPWORDS = STOPWORDS_EN | STOPWORDS_PT
+
+
+_QUESTION_MARKS = ("?", "\uff1f")  # ASCII and full-width (CJK)
+
+
+def asks(text: str) -> bool:
+    """Whether `text` asks something (holds a question mark): a stated fact never does, a
+    conversation turn often does, and what answers it is the turn after."""
+    return any(mark in text for mark in _QUESTION_MARKS)
 
 
 def tokenize(text: str) -> list[str]:

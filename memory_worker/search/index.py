@@ -62,6 +62,19 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 
 
+_NO_INTS: Ints = np.empty(0, np.int64)
+
+
+def _code(codes: dict[str, int], name: str | None) -> int:
+    """`name`'s small integer code in `codes` (new names get the next one); 0 for None."""
+    if name is None:
+        return 0
+    code = codes.get(name)
+    if code is None:
+        code = codes[name] = len(codes) + 1
+    return code
+
+
 @dataclass(frozen=True, slots=True)
 class IndexedDoc:
     """What the index keeps of a memory: terms to match and the columns ranking reads."""
@@ -76,6 +89,7 @@ class IndexedDoc:
     created_at: int = 0
     dated: bool = False  # the text states a date or a time (`core.temporal.states_time`)
     subject: str | None = None  # who the memory is about; None: a general memory
+    session: str | None = None  # the conversation it was saved from (`source.session_id`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +334,10 @@ class LexicalIndex:
         self._tags: dict[str, set[int]] = {}
         # Subjects as small ints in a column (0: general), so scoping a query is one vector compare.
         self._subject_codes: dict[str, int] = {}
+        self._session_codes: dict[str, int] = {}
+        # Live slots by session code: a session's few memories, found without a pass over the
+        # bank (a transcript bank asks for them on every recall that hits a question).
+        self._session_slots: dict[int, set[int]] = {}
         self._total_length = 0
         self._postings = _Postings()
         self._entities = _Postings()
@@ -348,6 +366,7 @@ class LexicalIndex:
         self.created_at = np.zeros(capacity, np.float64)
         self.dated = np.zeros(capacity, bool)
         self.subject = np.zeros(capacity, np.int64)
+        self.session = np.zeros(capacity, np.int64)  # 0: saved outside any session
 
     def _grow(self) -> None:
         n = len(self._ids)
@@ -362,6 +381,7 @@ class LexicalIndex:
         return (
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
             self.created_at, self.dated, self.has_vector, self.vectors, self.subject,
+            self.session,
         ) + ((self.vector_norm2,) if self._dim else ())  # fmt: skip
 
     def __len__(self) -> int:
@@ -434,6 +454,7 @@ class LexicalIndex:
             created_at=[doc.created_at for doc in docs],
             tags=[doc.tags for doc in docs],
             subjects=[doc.subject for doc in docs],
+            sessions=[doc.session for doc in docs],
         )
 
     def load_analysis(
@@ -447,6 +468,7 @@ class LexicalIndex:
         created_at: Sequence[int],
         tags: Sequence[tuple[str, ...]],
         subjects: Sequence[str | None],
+        sessions: Sequence[str | None] | None = None,
     ) -> None:
         """Fill an empty index with distinct `doc_ids` (slots in that order) from their analysis
         (`analysis_of`, or a bulk load's) and their ranking columns, all in numpy."""
@@ -476,6 +498,11 @@ class LexicalIndex:
             raise ValueError("load_analysis: one subject and one tags tuple per document")
         for slot in compress(range(n), map(is_not, subjects, repeat(None))):
             self.subject[slot] = self._subject_code(subjects[slot])
+        if sessions is not None:
+            if len(sessions) != n:
+                raise ValueError("load_analysis: one session per document")
+            for slot in compress(range(n), map(is_not, sessions, repeat(None))):
+                self._set_session(slot, sessions[slot])
         for slot in compress(range(n), tags):
             labels = tags[slot]
             self._doc_tags[self._ids[slot]] = labels
@@ -554,6 +581,7 @@ class LexicalIndex:
         self.created_at[slot] = doc.created_at
         self.dated[slot] = doc.dated
         self.subject[slot] = self._subject_code(doc.subject)
+        self._set_session(slot, doc.session)
         for tag in self._doc_tags.get(doc_id, ()):
             self._tags[tag].discard(slot)
         if doc.tags:
@@ -581,6 +609,7 @@ class LexicalIndex:
             self._df[term_id] -= 1
         for tag in self._doc_tags.pop(doc_id, ()):
             self._tags[tag].discard(slot)
+        self._set_session(slot, None)
         if len(self._ids) > 2 * len(self._slot_of) + _MIN_CAPACITY:
             self._compact()
 
@@ -606,6 +635,9 @@ class LexicalIndex:
         for doc_id, slot in self._slot_of.items():
             for tag in self._doc_tags.get(doc_id, ()):
                 self._tags.setdefault(tag, set()).add(slot)
+        self._session_slots = {}
+        for slot in np.flatnonzero(self.session[:n]).tolist():
+            self._session_slots.setdefault(int(self.session[slot]), set()).add(slot)
         # Live slots keep their order (`_slot_of` is in slot order), so old → new is monotonic and
         # every term's postings stay in ascending slot order, as a fresh bulk load lays them.
         remap = np.full(n_old + 1, -1, np.int64)
@@ -1005,12 +1037,32 @@ class LexicalIndex:
         return hits
 
     def _subject_code(self, subject: str | None) -> int:
-        if subject is None:
-            return 0
-        code = self._subject_codes.get(subject)
-        if code is None:
-            code = self._subject_codes[subject] = len(self._subject_codes) + 1
-        return code
+        return _code(self._subject_codes, subject)
+
+    def _set_session(self, slot: int, session: str | None) -> None:
+        code, old = _code(self._session_codes, session), int(self.session[slot])
+        if code == old:
+            return
+        if old:
+            self._session_slots[old].discard(slot)
+        self.session[slot] = code
+        if code:
+            self._session_slots.setdefault(code, set()).add(slot)
+
+    def session_neighbours(self, slot: int, *, before: int, after: int) -> Ints:
+        """The live slots saved in `slot`'s session just before it (up to `before`, nearest
+        last) and just after it (up to `after`, nearest first), in the order they were saved
+        (creation time, then slot); empty for a memory saved outside any session."""
+        code = int(self.session[slot])
+        if code == 0 or before + after <= 0:
+            return _NO_INTS
+        same = np.fromiter(self._session_slots[code], np.int64)
+        ordered = same[np.lexsort((same, self.created_at[same]))]
+        found = np.flatnonzero(ordered == slot)
+        if not found.size:  # a dead slot has no place in its session any more
+            return _NO_INTS
+        at = int(found[0])
+        return np.concatenate((ordered[max(0, at - before) : at], ordered[at + 1 : at + 1 + after]))
 
     def in_scope(self, subject: str | None) -> npt.NDArray[np.bool_]:
         """Per slot (every slot so far): whether it is a general memory or `subject`'s own. A

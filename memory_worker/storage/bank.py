@@ -490,6 +490,7 @@ class Bank:
             created_at=list(map(attrgetter("created_at"), live)),
             tags=list(map(attrgetter("tags"), live)),
             subjects=list(map(attrgetter("subject"), live)),
+            sessions=[None if m.source is None else m.source.session_id for m in live],
         )
         self._snapshot_stamp = self._log_stamp
         return True
