@@ -285,6 +285,42 @@ def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Pa
             assert probe(argv, stdin) == [0, []], argv
 
 
+_LOCAL_PROBE = """
+import json, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[1:])
+from memory_worker.app import wire
+built = sorted(
+    name for name, model in vars(wire).items()
+    if isinstance(model, type) and issubclass(model, wire.BaseModel)
+    and model.__module__ == wire.__name__ and model.__pydantic_complete__
+)
+print(json.dumps([code, "http.client" in sys.modules, built]), file=sys.stderr)
+"""
+
+
+def test_a_local_one_shot_save_loads_no_http_client_and_builds_only_its_own_models(
+    tmp_path: Path,
+) -> None:
+    """A `trigger memory::save` the process answers itself (nobody holds the data dir) never
+    imports the HTTP client (only a forwarded call posts), and of the catalog's request and
+    response models only those the save validates and answers with are built (pydantic's
+    `defer_build`): building all of them at import was tens of milliseconds of every one-shot."""
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOCAL_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    code, http_loaded, built = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (code, http_loaded) == (0, False)
+    assert json.loads(done.stdout)["memory"]["text"] == "tea at five"
+    assert "SaveRequest" in built and "RecallRequest" not in built and "ImportRequest" not in built
+
+
 async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:
     """A server that answers every connection with `raw` once the request's head has arrived."""
 

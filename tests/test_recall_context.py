@@ -125,6 +125,19 @@ def test_the_turn_after_the_best_hit_in_its_session_is_recalled() -> None:
     assert with_context[0] == "q" and "a" in with_context
 
 
+def test_a_raised_answer_ranks_just_under_the_question_never_above_it() -> None:
+    memories, index = _bank()
+    closer = memories["a"].model_copy(update={"text": "Melanie: running, because my kids asked."})
+    memories["a"] = closer
+    index.add_doc(indexed(closer))
+    index.set_vector("a", _unit(0.6 * _axis(TOPIC) + 0.8 * _axis(ANSWER)))
+    plain = _scores(memories, index, 0.0)
+    assert plain["a"] + Fusion().context * plain["q"] > plain["q"]  # uncapped, it would lead
+    hits = rank(memories, index, _query())
+    assert [hit.memory.id for hit in hits[:2]] == ["q", "a"]
+    assert plain["a"] < hits[1].score < hits[0].score
+
+
 def test_only_a_question_lends_context_and_only_to_what_came_after_it() -> None:
     memories, index = _bank()
     statement = memories["q"].model_copy(update={"text": "Caroline: I got into running."})

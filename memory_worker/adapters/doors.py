@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import importlib
 import json
 import os
@@ -198,6 +197,10 @@ class RemoteDoor:
         return await self._post(CAPTURE_PATH, job)
 
     async def _post(self, path: str, payload: object) -> dict[str, Any]:
+        # Here, not at the top: a call the process answers itself (nobody holds the data dir)
+        # never loads the HTTP client, nor the email parser and ssl it imports.
+        import http.client
+
         url = f"{self.url}/{path}"
         try:
             body = json.dumps({} if payload is None else payload, ensure_ascii=False).encode()
@@ -227,6 +230,8 @@ class RemoteDoor:
         """POST `body` to `target`: (status, response body), through the standard library's
         HTTP client in a thread. A cancelled call (the hook's budget) shuts the socket, so the
         thread returns at once instead of waiting for the server."""
+        import http.client
+
         connection_class = http.client.HTTPSConnection if self._tls else http.client.HTTPConnection
         connection = connection_class(self._host, self._port, timeout=self._timeout_s)
 

@@ -152,12 +152,17 @@ def _expected_revision() -> Any:
     return Field(default=None, ge=0, le=MAX_INT, description=_EXPECTED)
 
 
+# Every model is built (its core schema, validator and serializer) on first use, not at import:
+# a one-shot CLI call uses a handful of the ~80 and would otherwise pay for building them all.
+_DEFERRED = ConfigDict(defer_build=True)
+
+
 class Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, **_DEFERRED)
 
 
 class Response(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, **_DEFERRED)
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -276,7 +281,7 @@ class AnchorsInput(BaseModel):
     """A lesson's anchors as a request gives them; checked and normalized at admission. Unknown
     keys are refused (a misspelt `file` would silently anchor nothing)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, **_DEFERRED)
 
     files: TextList = Field(
         default_factory=list,
