@@ -24,7 +24,14 @@ from memory_worker.core.models import Hit, Memory
 from memory_worker.core.retention import kind_of
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
 from memory_worker.core.text import asks, terms
-from memory_worker.search.index import Candidates, Floats, IndexedDoc, Ints, LexicalIndex
+from memory_worker.search.index import (
+    CENTER_PRIOR,
+    Candidates,
+    Floats,
+    IndexedDoc,
+    Ints,
+    LexicalIndex,
+)
 from memory_worker.search.lanes import LANE_POOL, NO_LANES, LaneIndexes, LaneQuery
 from memory_worker.search.scoring import (
     DEFAULT_FUSION,
@@ -226,6 +233,7 @@ def _live_pool(
     cosines: Floats | None,
     scope: npt.NDArray[np.bool_] | None,
     lanes: Mapping[str, Floats],
+    tally: Floats | None,
 ) -> tuple[Pool, Floats | None]:
     if query.mode is RecallMode.HYBRID and query.fusion.expand_docs > 0:
         slots, bm25, cosines = _expand(index, query, query_terms, cosines, scope)
@@ -268,7 +276,7 @@ def _live_pool(
         stated_at=None,
         dated=None,
         lanes={lane: relevance[slots] for lane, relevance in lanes.items()},
-        entity_tally=index.entity_tally(query_terms),
+        entity_tally=tally,
     )
     return pool, cosines
 
@@ -426,6 +434,37 @@ def _with_retired(
         dated=np.concatenate((dated, np.asarray([d for _, _, _, d in extra], bool))),
         lanes={lane: np.concatenate((r, np.zeros(n))) for lane, r in pool.lanes.items()},
     )
+
+
+ENTITY_CENTRE_PRIOR = 8.0  # an entity of this many memories moves the centre half as far
+
+
+def _centre(index: LexicalIndex, tally: Floats | None, strength: float) -> Floats | None:
+    """The centre of the hybrid's semantic arm when the query names an entity (None: the bank's
+    mean, `LexicalIndex.vector_mean`). Every memory about Jon shares Jon's direction, so with the
+    bank's centre a bare "Jon: Thanks!" is near every question about him; the entity boost
+    already counts the name, and with the mean of the memories carrying it as the centre this
+    arm ranks what is said about him. The centre moves from the bank's mean toward theirs by
+    `strength` × their entity specificity (`tally`: 1 - the share of the bank carrying it), at
+    most all the way, and less for an entity of a few memories (`ENTITY_CENTRE_PRIOR`): the
+    bank's owner (`user`, on nearly every memory) and a one-off name hardly move it. One
+    matrix-vector product over the vectors, only for a query that names an entity."""
+    if tally is None or strength <= 0.0 or index.vector_width == 0:
+        return None
+    n = min(tally.size, index.slot_count)
+    carrying = (tally[:n] > 0.0) & index.has_vector[:n] & index.alive[:n]
+    count = int(np.count_nonzero(carrying))
+    if count == 0:
+        return None
+    bank = index.vector_mean()
+    # A product over the rows (BLAS), not a gather of the entity's; shrunk as `vector_mean` is,
+    # so an entity on every memory has the bank's very mean.
+    total = carrying.astype(np.float32) @ index.vectors[:n]
+    own = total.astype(np.float64) / (count + CENTER_PRIOR)
+    specificity = float(tally[:n][carrying].mean())
+    share = min(strength * specificity, 1.0) * count / (count + ENTITY_CENTRE_PRIOR)
+    centre: Floats = bank + share * (own - bank)
+    return centre
 
 
 def _semantic_reference(
@@ -586,11 +625,13 @@ def candidates(
     if not query_terms and not semantic_ready and not lane_relevance:
         return _EMPTY
     cosines = None
+    tally = index.entity_tally(query_terms)
     if semantic_ready and query.vector:
         # The hybrid's arm ranks by what sets a memory apart from the bank's others (centred
         # cosine); `mode=semantic` stays plain cosine, the score its callers threshold on.
         if query.mode is RecallMode.HYBRID:
-            cosines = index.centered_cosine(query.vector, query.fusion.center)
+            centre = _centre(index, tally, query.fusion.entity_center)
+            cosines = index.centered_cosine(query.vector, query.fusion.center, centre)
         else:
             cosines = index.cosine(query.vector)
     scope = index.in_scope(query.subject) if query.scoped else None
@@ -601,7 +642,9 @@ def candidates(
         lane_relevance = {
             lane: np.where(scope[: r.size], r, 0.0) for lane, r in lane_relevance.items()
         }
-    pool, cosines = _live_pool(memories, index, query, query_terms, cosines, scope, lane_relevance)
+    pool, cosines = _live_pool(
+        memories, index, query, query_terms, cosines, scope, lane_relevance, tally
+    )
     history = query.include_superseded or query.as_of is not None
     if history and query.mode is not RecallMode.SEMANTIC:
         pool = _with_retired(pool, memories, index, query, query_terms)

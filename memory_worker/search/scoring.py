@@ -70,6 +70,17 @@ class Fusion:
     # that leave the golden tuning queries no worse on hit@3, MRR and traps (full centring at
     # 0.75 scored 0.722 on LoCoMo but trapped two more golden queries; BENCHMARKS has the grid).
     center: float = 0.75
+    # When the query names an entity (a person, a project), the centre moves from the bank's
+    # mean toward the mean of the memories carrying it, by `entity_center` × the entity's
+    # specificity (the share of the bank NOT carrying it), at most all the way
+    # (`ranking._centre`). Every memory that names "Jon" shares Jon's direction, so a bare "Jon:
+    # Thanks!" sat near every question about Jon; the entity boost already counts the name, and
+    # the arm then ranks what is said about him. An entity on half the bank or less moves it all
+    # the way; the bank's owner (`user`, on nearly every memory) hardly moves it. 0: off. Chosen
+    # on LoCoMo 0-4 and the golden tuning queries (`bench/tune_recall.py --grid
+    # 'entity_center=…'`; docs/BENCHMARKS.md): 0 / 1 / 2 / 3 gave recall@10 0.730 / 0.733 /
+    # 0.738 / 0.738, and 3 lost a golden tuning query at hit@3.
+    entity_center: float = 2.0
     rrf_k: float = 10.0  # RRF's rank offset: small, because only the top ~10 matter here
     entity: float = 0.6  # per query term naming one of the memory's entities (× its specificity)
     corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
