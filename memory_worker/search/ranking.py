@@ -457,10 +457,14 @@ def _centre(index: LexicalIndex, tally: Floats | None, strength: float) -> Float
     if count == 0:
         return None
     bank = index.vector_mean()
-    # A product over the rows (BLAS), not a gather of the entity's; shrunk as `vector_mean` is,
-    # so an entity on every memory has the bank's very mean.
-    total = carrying.astype(np.float32) @ index.vectors[:n]
-    own = total.astype(np.float64) / (count + CENTER_PRIOR)
+    # A few rows are gathered; a big share of the bank is one product over every row (BLAS)
+    # rather than a copy of most of the matrix. Shrunk as `vector_mean` is, so an entity on
+    # every memory has the bank's very mean.
+    if 4 * count < n:
+        total = index.vectors[np.flatnonzero(carrying)].sum(axis=0, dtype=np.float64)
+    else:
+        total = (carrying.astype(np.float32) @ index.vectors[:n]).astype(np.float64)
+    own = total / (count + CENTER_PRIOR)
     specificity = float(tally[:n][carrying].mean())
     share = min(strength * specificity, 1.0) * count / (count + ENTITY_CENTRE_PRIOR)
     centre: Floats = bank + share * (own - bank)
