@@ -15,7 +15,7 @@ from memory_worker.search.ranking import RecallMode, RecallQuery, indexed, rank
 from memory_worker.search.scoring import Fusion
 
 DIM = 40
-COMMON, JON, GINA, TRAVEL = 0, 1, 2, 3  # shared by every memory; each person's; the topic asked
+COMMON, ANA, BRUNO, TRAVEL = 0, 1, 2, 3  # shared by every memory; each person's; the topic asked
 REMARK, ASKING = 38, 39  # what a bare "thanks!" says besides the name; what a question does
 TOPICS = range(4, 38)  # everything else said
 
@@ -47,19 +47,19 @@ def _bank(vectors: dict[str, tuple[str, np.ndarray]]) -> tuple[dict[str, Memory]
 
 
 def _two_people() -> tuple[dict[str, Memory], LexicalIndex]:
-    """30 memories of Jon's and 30 of Gina's, each on a topic of its own; Jon's trip to Rome;
-    and a bare remark of Jon's ("Jon: Thanks!"): his name and something generic."""
+    """30 memories of Ana's and 30 of Bruno's, each on a topic of its own; Ana's trip to Porto;
+    and a bare remark of Ana's ("Ana: Thanks!"): her name and something generic."""
     vectors = {}
     for i in range(30):
-        vectors[f"jon{i}"] = ("jon", _e(COMMON) + _e(JON) + _e(TOPICS[i % 12]))
-        vectors[f"gina{i}"] = ("gina", _e(COMMON) + _e(GINA) + _e(TOPICS[12 + i % 12]))
-    vectors["jon_trip"] = ("jon", _e(COMMON) + _e(JON) + _e(TRAVEL))
-    vectors["jon_thanks"] = ("jon", _e(COMMON) + _e(JON) + 0.6 * _e(REMARK))
+        vectors[f"ana{i}"] = ("ana", _e(COMMON) + _e(ANA) + _e(TOPICS[i % 12]))
+        vectors[f"bruno{i}"] = ("bruno", _e(COMMON) + _e(BRUNO) + _e(TOPICS[12 + i % 12]))
+    vectors["ana_trip"] = ("ana", _e(COMMON) + _e(ANA) + _e(TRAVEL))
+    vectors["ana_thanks"] = ("ana", _e(COMMON) + _e(ANA) + 0.6 * _e(REMARK))
     return _bank(vectors)
 
 
-# "Which cities has Jon visited?": Jon, a question, and only a little of the travel it is about.
-QUESTION = _unit(_e(COMMON) + _e(JON) + 0.2 * _e(TRAVEL) + 0.5 * _e(ASKING))
+# "Which cities has Ana been to?": Ana, a question, and only a little of the travel it is about.
+QUESTION = _unit(_e(COMMON) + _e(ANA) + 0.2 * _e(TRAVEL) + 0.5 * _e(ASKING))
 
 
 def _ask(
@@ -78,10 +78,10 @@ def _ask(
 
 def test_a_question_about_someone_ranks_what_they_said_on_it_above_a_bare_remark() -> None:
     memories, index = _two_people()
-    # Centred on the bank's mean (the arm before), Jon's bare remark came first: what it shares
-    # with the question is Jon, whom every memory of his names.
-    assert _ask(memories, index, "jon", QUESTION, entity_center=0.0)[0] == "jon_thanks"
-    assert _ask(memories, index, "jon", QUESTION)[0] == "jon_trip"
+    # Centred on the bank's mean (the arm before), Ana's bare remark came first: what it shares
+    # with the question is Ana, whom every memory of hers names.
+    assert _ask(memories, index, "ana", QUESTION, entity_center=0.0)[0] == "ana_thanks"
+    assert _ask(memories, index, "ana", QUESTION)[0] == "ana_trip"
 
 
 def test_a_question_naming_no_entity_is_ranked_as_before() -> None:
@@ -93,8 +93,8 @@ def test_a_question_naming_no_entity_is_ranked_as_before() -> None:
 
 def test_an_entity_on_every_memory_leaves_the_semantic_arm_as_the_banks_centre_has_it() -> None:
     # The bank's owner: every memory carries `user`, so naming them sets nothing apart.
-    vectors = {f"m{i}": ("user", _e(COMMON) + _e(JON) + _e(TOPICS[i])) for i in range(12)}
-    vectors["bare"] = ("user", _e(COMMON) + _e(JON) + 0.6 * _e(REMARK))
+    vectors = {f"m{i}": ("user", _e(COMMON) + _e(ANA) + _e(TOPICS[i])) for i in range(12)}
+    vectors["bare"] = ("user", _e(COMMON) + _e(ANA) + 0.6 * _e(REMARK))
     memories, index = _bank(vectors)
     query = RecallQuery(
         text="user", limit=5, now_ms=2, half_life_days=60.0, mode=RecallMode.HYBRID,
@@ -110,8 +110,8 @@ def test_a_name_on_one_memory_does_not_become_its_own_centre() -> None:
     """One memory about Marta among the owner's: centred on it alone, it would be compared with
     itself taken out; the prior keeps the centre near the bank's, and a question about her
     finds it first."""
-    vectors = {f"m{i}": ("user", _e(COMMON) + _e(GINA) + _e(TOPICS[i])) for i in range(15)}
-    vectors["marta"] = ("marta", _e(COMMON) + _e(JON) + _e(TRAVEL))
+    vectors = {f"m{i}": ("user", _e(COMMON) + _e(BRUNO) + _e(TOPICS[i])) for i in range(15)}
+    vectors["marta"] = ("marta", _e(COMMON) + _e(ANA) + _e(TRAVEL))
     memories, index = _bank(vectors)
-    question = _unit(_e(COMMON) + 0.5 * _e(JON) + 0.5 * _e(TRAVEL) + 0.5 * _e(ASKING))
+    question = _unit(_e(COMMON) + 0.5 * _e(ANA) + 0.5 * _e(TRAVEL) + 0.5 * _e(ASKING))
     assert _ask(memories, index, "marta", question)[0] == "marta"

@@ -441,14 +441,14 @@ ENTITY_CENTRE_PRIOR = 8.0  # an entity of this many memories moves the centre ha
 
 def _centre(index: LexicalIndex, tally: Floats | None, strength: float) -> Floats | None:
     """The centre of the hybrid's semantic arm when the query names an entity (None: the bank's
-    mean, `LexicalIndex.vector_mean`). Every memory about Jon shares Jon's direction, so with the
-    bank's centre a bare "Jon: Thanks!" is near every question about him; the entity boost
+    mean, `LexicalIndex.vector_mean`). Every memory about Ana shares Ana's direction, so with the
+    bank's centre a bare "Ana: Thanks!" is near every question about her; the entity boost
     already counts the name, and with the mean of the memories carrying it as the centre this
-    arm ranks what is said about him. The centre moves from the bank's mean toward theirs by
+    arm ranks what is said about her. The centre moves from the bank's mean toward theirs by
     `strength` × their entity specificity (`tally`: 1 - the share of the bank carrying it), at
     most all the way, and less for an entity of a few memories (`ENTITY_CENTRE_PRIOR`): the
     bank's owner (`user`, on nearly every memory) and a one-off name hardly move it. One
-    matrix-vector product over the vectors, only for a query that names an entity."""
+    matrix-vector product (a gather for a small entity), only for a query that names one."""
     if tally is None or strength <= 0.0 or index.vector_width == 0:
         return None
     n = min(tally.size, index.slot_count)

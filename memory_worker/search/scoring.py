@@ -73,9 +73,9 @@ class Fusion:
     # When the query names an entity (a person, a project), the centre moves from the bank's
     # mean toward the mean of the memories carrying it, by `entity_center` × the entity's
     # specificity (the share of the bank NOT carrying it), at most all the way
-    # (`ranking._centre`). Every memory that names "Jon" shares Jon's direction, so a bare "Jon:
-    # Thanks!" sat near every question about Jon; the entity boost already counts the name, and
-    # the arm then ranks what is said about him. An entity on half the bank or less moves it all
+    # (`ranking._centre`). Every memory that names "Ana" shares Ana's direction, so a bare "Ana:
+    # Thanks!" sat near every question about Ana; the entity boost already counts the name, and
+    # the arm then ranks what is said about her. An entity on half the bank or less moves it all
     # the way; the bank's owner (`user`, on nearly every memory) hardly moves it. 0: off. Chosen
     # on LoCoMo 0-4 and the golden tuning queries (`bench/tune_recall.py --grid
     # 'entity_center=…'`; docs/BENCHMARKS.md): 0 / 1 / 2 / 3 gave recall@10 0.730 / 0.733 /
