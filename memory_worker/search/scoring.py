@@ -81,6 +81,12 @@ class Fusion:
     # 'entity_center=…'`; docs/BENCHMARKS.md): 0 / 1 / 2 / 3 gave recall@10 0.730 / 0.733 /
     # 0.738 / 0.738, and 3 lost a golden tuning query at hit@3.
     entity_center: float = 2.0
+    # How much of the question form the arm takes out of the query (`ranking._question_form`):
+    # the direction from the bank's stated memories' mean vector to its questions' ("Cool! What
+    # did it look like?"). A question's embedding leans toward stored questions by form alone,
+    # and what answers it is a statement. Only in a bank holding both (a transcript; extracted
+    # facts ask nothing, and their bank is untouched). 0: off, 1: all of it.
+    question_form: float = 1.0
     rrf_k: float = 10.0  # RRF's rank offset: small, because only the top ~10 matter here
     entity: float = 0.6  # per query term naming one of the memory's entities (× its specificity)
     corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
