@@ -82,8 +82,8 @@ class Fusion:
     # 0.738 / 0.738, and 3 lost a golden tuning query at hit@3.
     entity_center: float = 2.0
     # How much of the question form the arm takes out of the query (`ranking._question_form`):
-    # the direction from the bank's stated memories' mean vector to its questions' ("Cool! What
-    # did it look like?"). A question's embedding leans toward stored questions by form alone,
+    # the direction from the bank's stated memories' mean vector to its questions' ("What did you
+    # make of it?"). A question's embedding leans toward stored questions by form alone,
     # and what answers it is a statement. Only in a bank holding both (a transcript; extracted
     # facts ask nothing, and their bank is untouched). 0: off, 1: all of it. Chosen on LoCoMo 0-4
     # (`bench/tune_recall.py --grid 'question_form=…'`): 0 / 0.5 / 1 gave recall@10 0.738 / 0.743
