@@ -112,6 +112,7 @@ def evaluate(
             # Everything `candidates` reads of the weights (the rest only orders the pool).
             key = (
                 i, n, str(mode), semantic, fusion.semantic_reference, fusion.center,
+                fusion.entity_center, fusion.question_form,
                 fusion.expand_docs, fusion.expand_terms, fusion.expand_weight, fusion.expand_vector,
             )  # fmt: skip
             pool = _POOLS.get(key)

@@ -796,10 +796,13 @@ class LexicalIndex:
         mean: Floats = self._vector_sum[:-1] / (self._vector_sum[-1] + CENTER_PRIOR)
         return mean
 
-    def centered_cosine(self, query: Sequence[float], strength: float = 1.0) -> Floats:
+    def centered_cosine(
+        self, query: Sequence[float], strength: float = 1.0, centre: Floats | None = None
+    ) -> Floats:
         """Cosine of `query` with every slot's embedding after `strength` × the bank's mean
-        vector (`vector_mean`) is taken out of both, mapped from [-1, 1] onto [0, 1]; 0 where
-        there is none. `strength` 0 is plain cosine (rescaled), 1 full centring.
+        vector (`vector_mean`, or the caller's `centre`) is taken out of both, mapped from
+        [-1, 1] onto [0, 1]; 0 where there is none. `strength` 0 is plain cosine (rescaled), 1
+        full centring.
 
         Why: a sentence model's vectors share one large common direction (multilingual-e5's
         LoCoMo turns have a mean vector of norm ~0.92), so every cosine crowds into a narrow
@@ -813,7 +816,7 @@ class LexicalIndex:
             return np.zeros(n, np.float64)
         q = np.asarray(query, np.float32)
         q /= max(float(np.linalg.norm(q)), 1e-12)
-        mean = (strength * self.vector_mean()).astype(np.float32)
+        mean = (strength * (self.vector_mean() if centre is None else centre)).astype(np.float32)
         shifted = q - mean
         # (d − m)·(q − m) = d·(q − m) − m·(q − m), and |d − m|² = |d|² − 2 d·m + |m|²: one
         # pass over the matrix gives both products (and the plain cosine d·q).

@@ -70,6 +70,25 @@ class Fusion:
     # that leave the golden tuning queries no worse on hit@3, MRR and traps (full centring at
     # 0.75 scored 0.722 on LoCoMo but trapped two more golden queries; BENCHMARKS has the grid).
     center: float = 0.75
+    # When the query names an entity (a person, a project), the centre moves from the bank's
+    # mean toward the mean of the memories carrying it, by `entity_center` × the entity's
+    # specificity (the share of the bank NOT carrying it), at most all the way
+    # (`ranking._centre`). Every memory that names "Ana" shares Ana's direction, so a bare "Ana:
+    # Thanks!" sat near every question about Ana; the entity boost already counts the name, and
+    # the arm then ranks what is said about her. An entity on half the bank or less moves it all
+    # the way; the bank's owner (`user`, on nearly every memory) hardly moves it. 0: off. Chosen
+    # on LoCoMo 0-4 and the golden tuning queries (`bench/tune_recall.py --grid
+    # 'entity_center=…'`; docs/BENCHMARKS.md): 0 / 1 / 2 / 3 gave recall@10 0.730 / 0.733 /
+    # 0.738 / 0.738, and 3 lost a golden tuning query at hit@3.
+    entity_center: float = 2.0
+    # How much of the question form the arm takes out of the query (`ranking._question_form`):
+    # the direction from the bank's stated memories' mean vector to its questions' ("What did you
+    # make of it?"). A question's embedding leans toward stored questions by form alone,
+    # and what answers it is a statement. Only in a bank holding both (a transcript; extracted
+    # facts ask nothing, and their bank is untouched). 0: off, 1: all of it. Chosen on LoCoMo 0-4
+    # (`bench/tune_recall.py --grid 'question_form=…'`): 0 / 0.5 / 1 gave recall@10 0.738 / 0.743
+    # / 0.747, category 1 0.483 / 0.503 / 0.505; the golden persona asks nothing.
+    question_form: float = 1.0
     rrf_k: float = 10.0  # RRF's rank offset: small, because only the top ~10 matter here
     entity: float = 0.6  # per query term naming one of the memory's entities (× its specificity)
     corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
