@@ -5,6 +5,7 @@ the bank's latest records, commits with no await in between, and only then emits
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
@@ -33,7 +34,8 @@ from memory_worker.app.wire import (
     UpdateRequest,
 )
 from memory_worker.core import lessons, transitions
-from memory_worker.core.capacity import EVICTED, Cap, victims
+from memory_worker.core.bank_settings import BankSettings
+from memory_worker.core.capacity import EVICTED, Cap, evictable, eviction_key, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.search.ranking import kind_of
@@ -147,21 +149,15 @@ class MemoryUseCases(EmbeddingWork):
         over_total = 0 < settings.max_memories < bank.live_count() + change(lambda _: True) + 1
         if not over_subject and not over_total:
             return []
-        live = [m for m in _decided(bank, flying) if m.live and m.id != record.id]
-        mine = [m for m in live if m.subject == subject] if scoped else live
-        caps = []
-        if over_subject:
-            caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
-        if over_total:
-            # Room in a full bank comes from the new memory's own scope, never another person's:
-            # its scope may hold what the others leave of the cap.
-            others = len(live) - len(mine)
-            caps.append(
-                Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
-            )
+        chosen = None
+        if not scoped:  # the whole bank is the scope: its kept eviction order, no scan
+            added = change(lambda _: True) - _durable_live(bank, record.id)
+            chosen = _first_victims(bank, flying, record.id, settings.max_memories, added)
+        if chosen is None:
+            chosen = _scanned_victims(bank, flying, record, settings, over_subject, over_total)
         now_ms = self.clock()
         out = []
-        for victim in victims(caps, lambda i: _seen_at(bank, i)):
+        for victim in chosen:
             current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
             if current.pinned:
                 continue
@@ -401,6 +397,56 @@ def _decided(bank: Bank, flying: Mapping[str, Memory]) -> Iterator[Memory]:
     for memory_id, memory in flying.items():
         if memory_id not in bank.memories:
             yield memory
+
+
+def _scanned_victims(
+    bank: Bank,
+    flying: Mapping[str, Memory],
+    record: Memory,
+    settings: BankSettings,
+    over_subject: bool,
+    over_total: bool,
+) -> list[Memory]:
+    """`victims` of the caps `record` is over, from a scan of every decided row."""
+    scoped = settings.subject_scoping
+    subject = record.subject if scoped else None
+    live = [m for m in _decided(bank, flying) if m.live and m.id != record.id]
+    mine = [m for m in live if m.subject == subject] if scoped else live
+    caps = []
+    if over_subject:
+        caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
+    if over_total:
+        # Room in a full bank comes from the new memory's own scope, never another person's:
+        # its scope may hold what the others leave of the cap.
+        others = len(live) - len(mine)
+        caps.append(
+            Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
+        )
+    return victims(caps, lambda i: _seen_at(bank, i))
+
+
+def _durable_live(bank: Bank, memory_id: str) -> int:
+    durable = bank.memories.get(memory_id)
+    return int(durable is not None and durable.live)
+
+
+def _first_victims(
+    bank: Bank, flying: Mapping[str, Memory], new_id: str, limit: int, change: int
+) -> list[Memory] | None:
+    """What `victims` picks for the one cap `max_memories` over the whole bank (scoping off), from
+    the bank's kept eviction order instead of a scan: the `excess` smallest keys among the durable
+    rows (each id in flight, and the new record's, left out: their decided revision is another)
+    and the evictable rows in flight. None when there are too few (the scan then refuses, with
+    its message). `change` is how many live rows the writes in flight add, less the new record's
+    own durable row."""
+    excess = bank.live_count() + change + 1 - limit
+    if excess <= 0:
+        return []
+    skip = {*flying, new_id}
+    pool = bank.first_evictable(excess, skip)
+    pool += (m for m in flying.values() if evictable(m))
+    order = heapq.nsmallest(excess, pool, key=lambda m: eviction_key(m, _seen_at(bank, m.id)))
+    return order if len(order) == excess else None
 
 
 def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:

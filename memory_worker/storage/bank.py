@@ -21,7 +21,7 @@ import functools
 import os
 import secrets
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, is_
@@ -30,6 +30,7 @@ from pathlib import Path
 import structlog
 
 from memory_worker.core.bank_settings import BankOverrides
+from memory_worker.core.capacity import EvictionQueue, Key, evictable, eviction_key
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
@@ -146,6 +147,7 @@ class Bank:
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
         # Recall counts: derived, never the log.
         self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
+        self.access.on_change = self._access_changed
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
         # Raises when this process may no longer write the data dir (its lock is gone).
         self.guard = guard
@@ -158,6 +160,9 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
+        # The durable memories a cap may take, in eviction order: built on first use (a full
+        # bank's save), then kept by `_apply` and the access counts; dropped when RAM is replaced.
+        self._eviction: EvictionQueue | None = None
         # `text_key` of the normalized text → ids whose text it is (`storage.text_map`); a lookup
         # checks the texts themselves (`match_text`).
         self._by_text = TextMap()
@@ -359,6 +364,7 @@ class Bank:
         if self._boot_identity is None:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
             self._memories = memories
+            self._eviction = None
             self.damage.extend(found)
             keys = [text_key(normalize(record.text)) for record in memories.values()]
             self._by_text = TextMap.bulk(keys, list(memories))
@@ -394,6 +400,7 @@ class Bank:
         if memories is None or len(memories) != len(starts):
             return None
         self._memories = memories
+        self._eviction = None
         self._by_text = TextMap.bulk(spans.text_keys, list(memories))
         self._records_stamp = self._log_stamp
         return identity
@@ -713,6 +720,30 @@ class Bank:
             return None
         return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
 
+    def first_evictable(self, n: int, skip: Container[str] = ()) -> list[Memory]:
+        """The first `n` durable memories in `capacity.eviction_order` (what a cap takes first),
+        leaving out `skip`; from the kept order, not a scan of the bank."""
+        if self._eviction is None:
+            keys = {m.id: self._eviction_key(m) for m in self._memories.values()}
+            self._eviction = EvictionQueue({i: k for i, k in keys.items() if k is not None})
+        return [self._memories[i] for i in self._eviction.first(n, skip)]
+
+    def _eviction_key(self, record: Memory) -> Key | None:
+        if not evictable(record):
+            return None
+        seen = self.access.get(record.id)
+        return eviction_key(record, None if seen is None else (seen.count, seen.last_ms))
+
+    def _access_changed(self, ids: Iterable[str] | None) -> None:
+        if self._eviction is None:
+            return
+        if ids is None:
+            self._eviction = None  # counts reloaded: rebuilt on next use
+            return
+        for memory_id in ids:
+            record = self._memories.get(memory_id)
+            self._eviction.set(memory_id, None if record is None else self._eviction_key(record))
+
     def new_id(self, text: str) -> str:
         """The content fingerprint of `text`; salted deterministically in the rare case another
         record already owns it (its text was edited away from this one)."""
@@ -815,6 +846,8 @@ class Bank:
             return
         self._applied += 1
         self._memories[record.id] = shared_fields(record)
+        if self._eviction is not None:
+            self._eviction.set(record.id, self._eviction_key(record))
         if record.live and record.anchors is not None and is_lesson(record):
             self.lessons.add(record.id, record.anchors)
         else:
@@ -953,6 +986,7 @@ class Bank:
             return
         self._applied += 1
         self._memories = memories
+        self._eviction = None
         self._by_text = TextMap()
         self.index = LexicalIndex()
         self._vector_models.clear()
