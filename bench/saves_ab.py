@@ -3,11 +3,12 @@
 round in fresh processes on copies of the same bank, beside SQLite's WAL insert with
 `synchronous=FULL` in the same run.
 
-A shared machine's load drifts by 2-3× within minutes, so each round runs the old tree and then
-the new one (and the order flips every round), each a fresh process on its own copy of the data
-dir, and the tables report medians over the rounds. Per process: a single save's p50 (saves one
-at a time, each acknowledged after its fsync), then saves/s with 1, 8 and 32 concurrent writers
-(`--writers`), every writer saving new texts until the total is done.
+A shared machine's load (and its disk's fsync latency) drifts by 2-3× within minutes, so every
+cell is its own fresh process on its own copy of the data dir, the old tree's and the new one's
+run back to back (the order flips every round), and the tables report medians over the rounds.
+The cells: a single save's p50 (saves one at a time, each acknowledged after its fsync), and
+saves/s with 1, 8 and 32 concurrent writers (`--writers`), every writer saving new texts until the
+total is done, with the process's CPU time per save (less noisy than the wall clock here).
 
     git archive <old-commit> | tar -x -C /tmp/before
     nice -n 19 .venv/bin/python bench/saves_ab.py --before /tmp/before [--rounds 3]
@@ -61,7 +62,7 @@ from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.storage.store import Store
-data_dir, texts_file, cap, single, writers, total = sys.argv[1:7]
+data_dir, texts_file, cap, writers, total = sys.argv[1:6]
 texts = iter(json.loads(Path(texts_file).read_text()))
 store = Store.open(Path(data_dir), holder={'pid': 0, 'kind': 'bench'})
 service = MemoryService(store, Settings(max_memories=int(cap)), clock=lambda: 1_760_000_000_000)
@@ -74,21 +75,23 @@ async def main():
     for _ in range(20):
         await save()
     gc.collect()
-    samples = []
-    for _ in range(int(single)):
-        started = time.perf_counter_ns()
-        await save()
-        samples.append((time.perf_counter_ns() - started) / 1e6)
-    out['single_p50_ms'] = statistics.median(samples)
-    for w in map(int, writers.split(',')):
+    if writers == 'single':
+        samples = []
+        for _ in range(int(total)):
+            started = time.perf_counter_ns()
+            await save()
+            samples.append((time.perf_counter_ns() - started) / 1e6)
+        out['p50_ms'] = statistics.median(samples)
+    else:
+        w = int(writers)
         each = int(total) // w
         async def writer():
             for _ in range(each):
                 await save()
-        gc.collect()
-        started = time.perf_counter()
+        cpu, started = time.process_time(), time.perf_counter()
         await asyncio.gather(*(writer() for _ in range(w)))
-        out[f'saves_per_s_{w}'] = w * each / (time.perf_counter() - started)
+        out['per_s'] = w * each / (time.perf_counter() - started)
+        out['cpu_ms'] = (time.process_time() - cpu) * 1000 / (w * each)
     await service.close()
     await store.close()
     print(json.dumps(out))
@@ -277,6 +280,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--writers", default="1,8,32")
     parser.add_argument("--total", type=int, default=3200, help="saves per writer count")
+    parser.add_argument("--full-total", type=int, default=640, help="the same, full bank")
     parser.add_argument("--single", type=int, default=200, help="one-at-a-time saves timed")
     parser.add_argument("--caps", default="10000,0", help="max_memories settings measured")
     parser.add_argument("--identity", action="store_true", help="compare the trees' bytes")
@@ -287,8 +291,8 @@ def main() -> int:
     turns, _ = growth.locomo()
     writers = [int(w) for w in args.writers.split(",")]
     caps = [int(c) for c in args.caps.split(",")]
-    per_process = 20 + args.single + args.total * len(writers)
-    docs = growth.documents(turns, args.size + per_process * 2 * args.rounds * len(caps) + 200)
+    per_round = (args.single + args.total * len(writers) + 20 * (1 + len(writers))) * len(caps)
+    docs = growth.documents(turns, args.size + per_round * 2 * args.rounds + 200)
     with tempfile.TemporaryDirectory(prefix="saves-ab-") as tmp:
         root = Path(tmp)
         base = root / "base"
@@ -301,34 +305,28 @@ def main() -> int:
             return 0 if ok else 1
         load_before = load_average()
         started = datetime.now(UTC)
-        results: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        kinds = ["single", *map(str, writers)]
+        results: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
         sqlite: list[float] = []
         at = 0
         for r in range(args.rounds):
             order = _ORDER if r % 2 == 0 else _ORDER[::-1]
             for cap in caps:
-                for label, _ in order:
-                    tree = before if label == "before" else after
-                    copy = root / "copy"
-                    shutil.copytree(base, copy)
-                    texts = root / "texts.json"
-                    texts.write_text(json.dumps(fresh[at : at + per_process]))
-                    at += per_process
-                    got = run(
-                        tree,
-                        PROBE,
-                        [
-                            str(copy),
-                            str(texts),
-                            str(cap),
-                            str(args.single),
-                            args.writers,
-                            str(args.total),
-                        ],
-                    )
-                    shutil.rmtree(copy)
-                    results.setdefault((cap, label), []).append(got)
-                    print(f"round {r} cap {cap} {label}: {json.dumps(got)}", flush=True)
+                for kind in kinds:
+                    n = args.single if kind == "single" else args.total
+                    if cap and cap <= args.size and kind != "single":
+                        n = min(n, args.full_total)
+                    for label, _ in order:
+                        tree = before if label == "before" else after
+                        copy = root / "copy"
+                        shutil.copytree(base, copy)
+                        texts = root / "texts.json"
+                        texts.write_text(json.dumps(fresh[at : at + n + 20]))
+                        at += n + 20
+                        got = run(tree, PROBE, [str(copy), str(texts), str(cap), kind, str(n)])
+                        shutil.rmtree(copy)
+                        results.setdefault((cap, kind, label), []).append(got)
+                        print(f"round {r} cap {cap} {kind} {label}: {json.dumps(got)}", flush=True)
             sqlite.append(sqlite_p50(root, docs[: args.size], fresh, args.single))
             print(f"round {r} sqlite p50 {sqlite[-1]:.3f} ms", flush=True)
         print()
@@ -337,27 +335,27 @@ def main() -> int:
         print(f"- machine: {machine()}")
         print(f"- load average before {load_before}, after {load_average()}")
         print(
-            f"- {args.size:,} memories (LoCoMo turns), {args.rounds} rounds, medians; "
-            f"{args.total:,} saves per writer count, {args.single} single saves"
+            f"- {args.size:,} memories (LoCoMo turns), {args.rounds} rounds, medians of the "
+            f"rounds; each cell a fresh process; {args.total:,} saves per writer count "
+            f"({args.full_total:,} into the full bank), {args.single} single saves"
         )
         print()
         head = " | ".join(f"saves/s, {w} writer{'s' if w > 1 else ''}" for w in writers)
-        print(f"| max_memories | tree | single save p50 ms | {head} |")
-        print("|---|---|---:|" + "---:|" * len(writers))
+        cpu = " | ".join(f"CPU ms/save, {w}" for w in writers)
+        print(f"| max_memories | tree | single save p50 ms | {head} | {cpu} |")
+        print("|---|---|---:|" + "---:|" * 2 * len(writers))
+
+        def med(cap: int, kind: str, label: str, key: str) -> float:
+            return statistics.median(x[key] for x in results[(cap, kind, label)])
+
         for cap in caps:
             for label, _ in _ORDER:
-                runs = results[(cap, label)]
-                single = statistics.median(x["single_p50_ms"] for x in runs)
-                rates = " | ".join(
-                    f"{statistics.median(x[f'saves_per_s_{w}'] for x in runs):,.0f}"
-                    for w in writers
-                )
-                name = (
-                    f"{cap:,} (full)"
-                    if cap and cap <= args.size
-                    else (f"{cap:,}" if cap else "0 (off)")
-                )
-                print(f"| {name} | {label} | {single:.3f} | {rates} |")
+                rates = " | ".join(f"{med(cap, str(w), label, 'per_s'):,.0f}" for w in writers)
+                cpus = " | ".join(f"{med(cap, str(w), label, 'cpu_ms'):.3f}" for w in writers)
+                full = cap and cap <= args.size
+                name = f"{cap:,} (full)" if full else (f"{cap:,}" if cap else "0 (off)")
+                single = med(cap, "single", label, "p50_ms")
+                print(f"| {name} | {label} | {single:.3f} | {rates} | {cpus} |")
         print()
         print(
             f"SQLite WAL synchronous=FULL insert + commit p50: {statistics.median(sqlite):.3f} ms "

@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import os
 import secrets
@@ -35,7 +36,7 @@ from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.search.index import LexicalIndex
+from memory_worker.search.index import IndexedDoc, LexicalIndex
 from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
@@ -102,6 +103,20 @@ class _Pending:
     records: Sequence[Memory]
     data: bytes = field(repr=False)  # the encoded lines, written now or once a rewrite is done
     future: asyncio.Future[None] = field(repr=False)
+    norms: Sequence[str] = field(repr=False)  # each record's normalized text, computed once
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What applying a record to RAM computes from the record alone: its index document (None
+    for a retired record, which leaves the index) and its normalized text's key."""
+
+    doc: IndexedDoc | None
+    text_key: int
+
+    @classmethod
+    def of(cls, record: Memory, norm: str) -> _Prepared:
+        return cls(indexed(record) if record.live else None, text_key(norm))
 
 
 @dataclass(frozen=True, slots=True)
@@ -768,7 +783,8 @@ class Bank:
             data = encode(records)
         except ValueError as exc:  # pydantic's serialization error is a ValueError
             raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
-        pending = _Pending(records, data, asyncio.get_running_loop().create_future())
+        norms = [normalize(record.text) for record in records]
+        pending = _Pending(records, data, asyncio.get_running_loop().create_future(), norms)
         if self._rewriting is not None:
             self._held.append(pending)
         else:
@@ -776,8 +792,8 @@ class Bank:
             self._queue.append(pending)
             self._start_flusher()
         pending.future.add_done_callback(_consume_exception)
-        for record in records:
-            self._staged[record.id] = (record, normalize(record.text))
+        for record, norm in zip(records, norms, strict=True):
+            self._staged[record.id] = (record, norm)
         # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
         await asyncio.shield(pending.future)
 
@@ -796,27 +812,34 @@ class Bank:
             self._flusher = asyncio.create_task(self._flush(), name=f"memory-flush:{self.name}")
 
     async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._queue:
             batch = list(self._queue)
+            # The fsync runs in a thread (as `asyncio.to_thread` runs it); meanwhile this thread
+            # does the pure part of applying the batch (analysing each record for the index, its
+            # text's key), which only the RAM changes after the fsync need.
+            sync = functools.partial(contextvars.copy_context().run, self._log.sync)
+            syncing = loop.run_in_executor(None, sync)
+            prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
             try:
-                await asyncio.to_thread(self._log.sync)
+                await syncing
             except StorageError as exc:
                 self._abort(exc)
                 return
             self._stamp_own_write()
             del self._queue[: len(batch)]
-            for pending in batch:
-                for record in pending.records:
-                    self._apply(record)
+            for pending, ready in zip(batch, prepared, strict=True):
+                for record, doc in zip(pending.records, ready, strict=True):
+                    self._apply(record, doc)
                 pending.future.set_result(None)
             self._restage()
 
     def _restage(self) -> None:
         """What decisions must see beyond RAM: every record written or held but not yet durable."""
         self._staged = {
-            record.id: (record, normalize(record.text))
+            record.id: (record, norm)
             for pending in (*self._queue, *self._held)
-            for record in pending.records
+            for record, norm in zip(pending.records, pending.norms, strict=True)
         }
 
     def _abort(self, exc: StorageError) -> None:
@@ -839,8 +862,9 @@ class Bank:
             self._standing = (key, top_memories(self._memories.values(), limit))
         return self._standing[1]
 
-    def _apply(self, record: Memory) -> None:
-        """Make a durable record visible, with replay's rule: a lower revision never wins."""
+    def _apply(self, record: Memory, prepared: _Prepared | None = None) -> None:
+        """Make a durable record visible, with replay's rule: a lower revision never wins.
+        `prepared`: its index document and text key, computed while its fsync ran."""
         previous = self._memories.get(record.id)
         if previous is not None and record.revision < previous.revision:
             return
@@ -854,7 +878,10 @@ class Bank:
             self.lessons.remove(record.id)
         if previous is not None:
             self._unmap_text(previous)
-        self._map_text(record)
+        if prepared is None:
+            self._map_text(record)
+        else:
+            self._by_text.add(prepared.text_key, record.id)
         indexed_same = (
             previous is not None
             and previous.live
@@ -871,10 +898,12 @@ class Bank:
             self.index.remove(record.id)
             self._vector_models.pop(record.id, None)
             self._to_embed.pop(record.id, None)
-        elif indexed_same:
-            self.index.update_columns(indexed(record, with_terms=False))
+        elif indexed_same:  # the columns only (a prepared document's terms go unread)
+            doc = prepared.doc if prepared is not None else None
+            self.index.update_columns(indexed(record, with_terms=False) if doc is None else doc)
         else:
-            self.index.add_doc(indexed(record))  # a new slot: any old vector is gone with it
+            doc = prepared.doc if prepared is not None else None
+            self.index.add_doc(indexed(record) if doc is None else doc)  # a new slot
             self._vector_models.pop(record.id, None)
             if self._embed_model is not None:
                 self._to_embed[record.id] = None
