@@ -284,6 +284,13 @@ def main() -> int:
     parser.add_argument("--single", type=int, default=200, help="one-at-a-time saves timed")
     parser.add_argument("--caps", default="10000,0", help="max_memories settings measured")
     parser.add_argument("--identity", action="store_true", help="compare the trees' bytes")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the data dirs live (default $TMPDIR; /dev/shm: tmpfs, an fsync costs nothing, "
+        "so the rates are what the Python path allows)",
+    )
     parser.add_argument("--skip-time", action="store_true")
     args = parser.parse_args()
     configure_logging("warning")
@@ -293,7 +300,7 @@ def main() -> int:
     caps = [int(c) for c in args.caps.split(",")]
     per_round = (args.single + args.total * len(writers) + 20 * (1 + len(writers))) * len(caps)
     docs = growth.documents(turns, args.size + per_round * 2 * args.rounds + 200)
-    with tempfile.TemporaryDirectory(prefix="saves-ab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="saves-ab-", dir=args.dir) as tmp:
         root = Path(tmp)
         base = root / "base"
         asyncio.run(growth.build_ours(base, docs[: args.size]))
@@ -332,7 +339,7 @@ def main() -> int:
         print()
         print(f"- command: `python bench/saves_ab.py {' '.join(sys.argv[1:])}`")
         print(f"- taken: {started:%Y-%m-%d %H:%M} UTC; after = commit `{commit()}`")
-        print(f"- machine: {machine()}")
+        print(f"- machine: {machine()}; data dirs in {root.parent}")
         print(f"- load average before {load_before}, after {load_average()}")
         print(
             f"- {args.size:,} memories (LoCoMo turns), {args.rounds} rounds, medians of the "

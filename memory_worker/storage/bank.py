@@ -809,17 +809,25 @@ class Bank:
 
     def _start_flusher(self) -> None:
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name=f"memory-flush:{self.name}")
+            # The first fsync is handed to its thread now, not when the task first runs (after
+            # every callback already queued: the other writers' next saves), so the disk works
+            # while they compute and their writes make the next group.
+            first = (self._sync_soon(), list(self._queue))
+            self._flusher = asyncio.create_task(
+                self._flush(first), name=f"memory-flush:{self.name}"
+            )
 
-    async def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _sync_soon(self) -> asyncio.Future[int]:
+        """The log's fsync, running in a thread (as `asyncio.to_thread` runs it)."""
+        sync = functools.partial(contextvars.copy_context().run, self._log.sync)
+        return asyncio.get_running_loop().run_in_executor(None, sync)
+
+    async def _flush(self, first: tuple[asyncio.Future[int], list[_Pending]] | None = None) -> None:
         while self._queue:
-            batch = list(self._queue)
-            # The fsync runs in a thread (as `asyncio.to_thread` runs it); meanwhile this thread
-            # does the pure part of applying the batch (analysing each record for the index, its
-            # text's key), which only the RAM changes after the fsync need.
-            sync = functools.partial(contextvars.copy_context().run, self._log.sync)
-            syncing = loop.run_in_executor(None, sync)
+            syncing, batch = first if first is not None else (self._sync_soon(), list(self._queue))
+            first = None
+            # While the fsync runs, this thread does the pure part of applying the batch
+            # (analysing each record for the index, its text's key); only the RAM changes wait.
             prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
             try:
                 await syncing
