@@ -6,6 +6,7 @@ that the same saves one at a time leave."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 from pathlib import Path
@@ -15,11 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_worker.app import catalog, memories
+from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.capacity import EvictionQueue, Key
 from memory_worker.core.config import Settings
+from memory_worker.core.models import Memory
+from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
 
 from .fakes import FixedClock, RecordingEmitter
@@ -63,6 +66,24 @@ async def _full_bank_story(service: MemoryService, clock: FixedClock) -> list[An
     answers += await asyncio.gather(
         *(_call(service, "memory::save", text=f"The user reads book {i}.") for i in range(20))
     )
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    os.fsync = failing_fsync  # a group whose fsync fails: its evictions never happened
+    try:
+        answers += await asyncio.gather(
+            *(_call(service, "memory::save", text=f"The user lost note {i}.") for i in range(5)),
+            return_exceptions=True,
+        )
+    finally:
+        os.fsync = real_fsync
+    answers[-5:] = [type(a).__name__ if isinstance(a, BaseException) else a for a in answers[-5:]]
+    clock.advance(10)
+    answers += await asyncio.gather(
+        *(_call(service, "memory::save", text=f"The user writes poem {i}.") for i in range(6))
+    )
     await service.store.reload()  # access counts reloaded: the kept order starts over
     for query in ("book 3", "book 17"):
         clock.advance(5)
@@ -92,20 +113,22 @@ async def _story(data_dir: Path) -> tuple[list[Any], bytes, list[Any]]:
 async def test_a_full_bank_evicts_what_a_scan_of_every_row_evicts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    picked: list[object] = []
-    first_victims = memories._first_victims
+    picked: list[int] = []
+    first_evictable = Bank.first_evictable
 
-    def spy(*args: Any) -> Any:
-        picked.append(first_victims(*args))
-        return picked[-1]
+    def spy(bank: Bank, n: int, skip: Any = ()) -> list[Memory]:
+        chosen = first_evictable(bank, n, skip)
+        picked.append(len(chosen))
+        return chosen
 
     with monkeypatch.context() as patched:
-        patched.setattr(memories, "_first_victims", spy)
+        patched.setattr(Bank, "first_evictable", spy)
         kept = await _story(tmp_path / "kept")
-    assert len([p for p in picked if p]) >= 25  # the kept order chose (no scan fallback)
+    assert len([n for n in picked if n]) >= 25  # the kept order chose (no scan fallback)
     with monkeypatch.context() as patched:
-        patched.setattr(memories, "_first_victims", lambda *_: None)  # always the scan
+        patched.setattr(Bank, "first_evictable", lambda *_, **__: [])  # too few: the scan
         scanned = await _story(tmp_path / "scanned")
+    assert kept[0].count("StorageError") == 5  # the group whose fsync failed
     assert kept[0] == scanned[0]
     assert kept[1] == scanned[1]  # the log, byte for byte (batch nonces and CRCs aside)
     assert kept[2] == scanned[2]
@@ -142,3 +165,42 @@ def test_the_kept_eviction_order_is_the_sorted_order_after_any_changes(
             expected = [k[3] for k in sorted(current.values()) if k[3] not in skip][:a]
             assert queue.first(a, skip) == expected
         assert len(queue) == len(current)
+
+
+async def _saves(data_dir: Path, texts: list[str], *, together: bool) -> tuple[Any, ...]:
+    store = Store.open(data_dir, holder=HOLDER)
+    service = MemoryService(store, Settings(), clock=FixedClock())
+    try:
+        await _call(service, "memory::bank::create", name="main", max_memories=30)
+        requests = [
+            {"text": text, "entities": ["Ana"] if i % 4 == 0 else [], "tags": [f"t{i % 3}"]}
+            for i, text in enumerate(texts)
+        ]
+        if together:
+            answers = await asyncio.gather(*(_call(service, "memory::save", **r) for r in requests))
+        else:
+            answers = [await _call(service, "memory::save", **r) for r in requests]
+        bank = store.get("main")
+        memories = dict(bank.memories)
+        found = [
+            await _call(service, "memory::recall", query=q, limit=5)
+            for q in ("fruit", "Ana book", "city 3")
+        ]
+    finally:
+        await store.close()
+    log = _comparable((data_dir / "main" / "memories.jsonl").read_bytes())
+    return list(answers), memories, found, log
+
+
+async def test_concurrent_saves_leave_the_log_ram_and_answers_of_the_same_saves_in_turn(
+    tmp_path: Path,
+) -> None:
+    texts = [f"The user likes fruit {i % 25}." for i in range(40)]  # re-saves among them
+    texts += [f"Ana reads book {i} in city {i % 5}." for i in range(20)]  # past the cap of 30
+    one_by_one = await _saves(tmp_path / "seq", texts, together=False)
+    grouped = await _saves(tmp_path / "group", texts, together=True)
+    assert grouped[0] == one_by_one[0]
+    assert grouped[1] == one_by_one[1]
+    assert grouped[2] == one_by_one[2]
+    assert grouped[3] == one_by_one[3]
+    assert one_by_one[3].count(b'"invalid_reason":"evicted"') > 0

@@ -5,7 +5,6 @@ the bank's latest records, commits with no await in between, and only then emits
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
@@ -35,7 +34,7 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import lessons, transitions
 from memory_worker.core.bank_settings import BankSettings
-from memory_worker.core.capacity import EVICTED, Cap, evictable, eviction_key, victims
+from memory_worker.core.capacity import EVICTED, Cap, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.search.ranking import kind_of
@@ -126,9 +125,28 @@ class MemoryUseCases(EmbeddingWork):
         flight count as done: concurrent saves into a full bank must each evict their own
         victim, not all the same one (which left the bank over its cap)."""
         settings = self.bank_settings(bank)
-        scoped = settings.subject_scoping
-        subject = record.subject if scoped else None
-        per_subject = scoped and subject is not None and settings.max_per_subject > 0
+        if settings.subject_scoping:
+            chosen = self._scoped_victims(bank, record, settings)
+        else:
+            chosen = _unscoped_victims(bank, record, settings)
+        now_ms = self.clock()
+        out = []
+        for victim in chosen:
+            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
+            if current.pinned:
+                continue
+            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
+            if gone is not None:
+                out.append(gone)
+        if out:
+            log.info("memories_evicted", bank=bank.name, n=len(out), by=caller.describe())
+        return out
+
+    def _scoped_victims(self, bank: Bank, record: Memory, settings: BankSettings) -> list[Memory]:
+        """`victims` for a bank partitioned by subject: its caps counted from the index and the
+        writes in flight, the rows of its scope scanned."""
+        subject = record.subject
+        per_subject = subject is not None and settings.max_per_subject > 0
         if not per_subject and settings.max_memories <= 0:
             return []  # no cap applies: nothing to count
         flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
@@ -149,24 +167,7 @@ class MemoryUseCases(EmbeddingWork):
         over_total = 0 < settings.max_memories < bank.live_count() + change(lambda _: True) + 1
         if not over_subject and not over_total:
             return []
-        chosen = None
-        if not scoped:  # the whole bank is the scope: its kept eviction order, no scan
-            added = change(lambda _: True) - _durable_live(bank, record.id)
-            chosen = _first_victims(bank, flying, record.id, settings.max_memories, added)
-        if chosen is None:
-            chosen = _scanned_victims(bank, flying, record, settings, over_subject, over_total)
-        now_ms = self.clock()
-        out = []
-        for victim in chosen:
-            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
-            if current.pinned:
-                continue
-            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
-            if gone is not None:
-                out.append(gone)
-        if out:
-            log.info("memories_evicted", bank=bank.name, n=len(out), by=caller.describe())
-        return out
+        return _scanned_victims(bank, flying, record, settings, over_subject, over_total)
 
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
@@ -430,23 +431,24 @@ def _durable_live(bank: Bank, memory_id: str) -> int:
     return int(durable is not None and durable.live)
 
 
-def _first_victims(
-    bank: Bank, flying: Mapping[str, Memory], new_id: str, limit: int, change: int
-) -> list[Memory] | None:
-    """What `victims` picks for the one cap `max_memories` over the whole bank (scoping off), from
-    the bank's kept eviction order instead of a scan: the `excess` smallest keys among the durable
-    rows (each id in flight, and the new record's, left out: their decided revision is another)
-    and the evictable rows in flight. None when there are too few (the scan then refuses, with
-    its message). `change` is how many live rows the writes in flight add, less the new record's
-    own durable row."""
-    excess = bank.live_count() + change + 1 - limit
+def _unscoped_victims(bank: Bank, record: Memory, settings: BankSettings) -> list[Memory]:
+    """`victims` of the one cap of a bank not partitioned by subject (max_memories over the whole
+    bank), counted and chosen from what the bank keeps (`decided_live_count`,
+    `first_evictable`: the records in flight included, `record`'s own left out) instead of a scan
+    of every row. Too few to evict: the scan decides (it refuses, with its message)."""
+    if settings.max_memories <= 0:
+        return []
+    live = bank.decided_live_count(leaving_out=record.id)
+    if live + 1 <= settings.max_memories:
+        return []
+    excess = live - _durable_live(bank, record.id) + 1 - settings.max_memories
     if excess <= 0:
         return []
-    skip = {*flying, new_id}
-    pool = bank.first_evictable(excess, skip)
-    pool += (m for m in flying.values() if evictable(m))
-    order = heapq.nsmallest(excess, pool, key=lambda m: eviction_key(m, _seen_at(bank, m.id)))
-    return order if len(order) == excess else None
+    chosen = bank.first_evictable(excess, skip=(record.id,))
+    if len(chosen) < excess:
+        flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
+        return _scanned_victims(bank, flying, record, settings, False, True)
+    return chosen
 
 
 def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:

@@ -175,8 +175,9 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
-        # The durable memories a cap may take, in eviction order: built on first use (a full
-        # bank's save), then kept by `_apply` and the access counts; dropped when RAM is replaced.
+        # The memories a cap may take, in eviction order, as decisions see them (each one's
+        # latest record: durable or in flight): built on first use (a full bank's save), then
+        # kept by `commit`, `_restage` and the access counts; dropped when RAM is replaced.
         self._eviction: EvictionQueue | None = None
         # `text_key` of the normalized text → ids whose text it is (`storage.text_map`); a lookup
         # checks the texts themselves (`match_text`).
@@ -192,6 +193,8 @@ class Bank:
         self._log = files.AppendLog(path / MEMORIES_FILE, within=self.root)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
+        # Live memories the staged records add (a retired one: take away) to the durable ones.
+        self._staged_live = 0
         self._flusher: asyncio.Task[None] | None = None
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
@@ -735,29 +738,50 @@ class Bank:
             return None
         return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
 
-    def first_evictable(self, n: int, skip: Container[str] = ()) -> list[Memory]:
-        """The first `n` durable memories in `capacity.eviction_order` (what a cap takes first),
-        leaving out `skip`; from the kept order, not a scan of the bank."""
-        if self._eviction is None:
-            keys = {m.id: self._eviction_key(m) for m in self._memories.values()}
-            self._eviction = EvictionQueue({i: k for i, k in keys.items() if k is not None})
-        return [self._memories[i] for i in self._eviction.first(n, skip)]
+    def decided_live_count(self, leaving_out: str | None = None) -> int:
+        """Live memories as decisions see them (each one's latest record, written or durable),
+        counting `leaving_out`'s durable record instead of its record in flight, if any."""
+        count = len(self.index) + self._staged_live
+        if leaving_out is not None and leaving_out in self._staged:
+            count -= self._live_added(self._staged[leaving_out][0])
+        return count
 
-    def _eviction_key(self, record: Memory) -> Key | None:
-        if not evictable(record):
+    def _live_added(self, staged: Memory) -> int:
+        durable = self._memories.get(staged.id)
+        return int(staged.live) - int(durable is not None and durable.live)
+
+    def first_evictable(self, n: int, skip: Container[str] = ()) -> list[Memory]:
+        """The first `n` memories in `capacity.eviction_order` (what a cap takes first) among the
+        latest records (`latest`: in flight or durable), leaving out `skip`; from the kept
+        order, not a scan of the bank."""
+        if self._eviction is None:
+            latest = {**self._memories, **{i: r for i, (r, _) in self._staged.items()}}
+            keys = {i: self._eviction_key(record) for i, record in latest.items()}
+            self._eviction = EvictionQueue({i: k for i, k in keys.items() if k is not None})
+        return [self._decided(i) for i in self._eviction.first(n, skip)]
+
+    def _decided(self, memory_id: str) -> Memory:
+        latest = self.latest(memory_id)
+        assert latest is not None  # the queue holds latest records only
+        return latest
+
+    def _eviction_key(self, record: Memory | None) -> Key | None:
+        if record is None or not evictable(record):
             return None
         seen = self.access.get(record.id)
         return eviction_key(record, None if seen is None else (seen.count, seen.last_ms))
 
+    def _requeue(self, ids: Iterable[str]) -> None:
+        """The kept eviction order after `ids`' latest records (or counts) changed."""
+        if self._eviction is not None:
+            for memory_id in ids:
+                self._eviction.set(memory_id, self._eviction_key(self.latest(memory_id)))
+
     def _access_changed(self, ids: Iterable[str] | None) -> None:
-        if self._eviction is None:
-            return
         if ids is None:
             self._eviction = None  # counts reloaded: rebuilt on next use
-            return
-        for memory_id in ids:
-            record = self._memories.get(memory_id)
-            self._eviction.set(memory_id, None if record is None else self._eviction_key(record))
+        else:
+            self._requeue(ids)
 
     def new_id(self, text: str) -> str:
         """The content fingerprint of `text`; salted deterministically in the rare case another
@@ -793,7 +817,12 @@ class Bank:
             self._start_flusher()
         pending.future.add_done_callback(_consume_exception)
         for record, norm in zip(records, norms, strict=True):
+            before = self._staged.get(record.id)
+            if before is not None:
+                self._staged_live -= self._live_added(before[0])
+            self._staged_live += self._live_added(record)
             self._staged[record.id] = (record, norm)
+        self._requeue(record.id for record in records)
         # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
         await asyncio.shield(pending.future)
 
@@ -844,11 +873,14 @@ class Bank:
 
     def _restage(self) -> None:
         """What decisions must see beyond RAM: every record written or held but not yet durable."""
+        was = self._staged
         self._staged = {
             record.id: (record, norm)
             for pending in (*self._queue, *self._held)
             for record, norm in zip(pending.records, pending.norms, strict=True)
         }
+        self._staged_live = sum(self._live_added(record) for record, _ in self._staged.values())
+        self._requeue(was)  # each one's latest record is now its durable one, or a newer write
 
     def _abort(self, exc: StorageError) -> None:
         log.error("commit_failed", bank=self.name, error=str(exc), waiting=len(self._queue))
@@ -878,8 +910,6 @@ class Bank:
             return
         self._applied += 1
         self._memories[record.id] = shared_fields(record)
-        if self._eviction is not None:
-            self._eviction.set(record.id, self._eviction_key(record))
         if record.live and record.anchors is not None and is_lesson(record):
             self.lessons.add(record.id, record.anchors)
         else:
