@@ -914,12 +914,7 @@ class Bank:
             self.lessons.add(record.id, record.anchors)
         else:
             self.lessons.remove(record.id)
-        if previous is not None:
-            self._unmap_text(previous)
-        if prepared is None:
-            self._map_text(record)
-        else:
-            self._by_text.add(prepared.text_key, record.id)
+        self._remap_text(previous, record, prepared)
         indexed_same = (
             previous is not None
             and previous.live
@@ -945,6 +940,20 @@ class Bank:
             self._vector_models.pop(record.id, None)
             if self._embed_model is not None:
                 self._to_embed[record.id] = None
+
+    def _remap_text(
+        self, previous: Memory | None, record: Memory, prepared: _Prepared | None
+    ) -> None:
+        """The exact-text map after `record` replaced `previous`. The same text when its key
+        lists this id alone (a tombstone, a re-save) leaves the map as it is; among other ids,
+        it moves to the end of the list, as a removal and an addition always did."""
+        key = text_key(normalize(record.text)) if prepared is None else prepared.text_key
+        same = previous is not None and previous.text == record.text
+        if same and list(self._by_text.ids(key)) == [record.id]:
+            return
+        if previous is not None:
+            self._unmap_text(previous)
+        self._by_text.add(key, record.id)
 
     def _map_text(self, record: Memory) -> None:
         self._by_text.add(text_key(normalize(record.text)), record.id)
