@@ -204,3 +204,34 @@ async def test_concurrent_saves_leave_the_log_ram_and_answers_of_the_same_saves_
     assert grouped[2] == one_by_one[2]
     assert grouped[3] == one_by_one[3]
     assert one_by_one[3].count(b'"invalid_reason":"evicted"') > 0
+
+
+async def test_writes_landing_leave_the_staged_records_and_live_count_a_full_restage_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unstage = Bank._unstage
+    checked: list[bool] = []
+
+    def checking(bank: Bank, landed: dict[str, Memory], added: dict[str, int]) -> None:
+        unstage(bank, landed, added)
+        pendings = (*bank._queue, *bank._held)
+        expected = {r.id: (r, n) for p in pendings for r, n in zip(p.records, p.norms, strict=True)}
+        live = sum(bank._live_added(record) for record, _ in expected.values())
+        checked.append(bank._staged == expected and bank._staged_live == live)
+
+    monkeypatch.setattr(Bank, "_unstage", checking)
+    store = Store.open(tmp_path / "data", holder=HOLDER)
+    service = MemoryService(store, Settings(), clock=FixedClock())
+    try:
+        await _call(service, "memory::bank::create", name="main", max_memories=12)
+        first = [await _call(service, "memory::save", text=f"Old fact {i}.") for i in range(8)]
+        calls = [_call(service, "memory::save", text=f"New fact {i % 6}.") for i in range(18)]
+        calls += [_call(service, "memory::delete", id=m["memory"]["id"]) for m in first[:3]]
+        calls += [_call(service, "memory::save", text=f"Old fact {i}.") for i in range(6)]
+        await asyncio.gather(*calls)
+        bank = store.get("main")
+        assert bank.in_flight() == []
+        assert bank.decided_live_count() == bank.live_count() == 12
+    finally:
+        await store.close()
+    assert len(checked) >= 2 and all(checked)

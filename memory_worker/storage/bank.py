@@ -865,11 +865,28 @@ class Bank:
                 return
             self._stamp_own_write()
             del self._queue[: len(batch)]
+            landed = {record.id: record for pending in batch for record in pending.records}
+            added = {i: self._live_added(self._staged[i][0]) for i in landed}
             for pending, ready in zip(batch, prepared, strict=True):
                 for record, doc in zip(pending.records, ready, strict=True):
                     self._apply(record, doc)
                 pending.future.set_result(None)
-            self._restage()
+            self._unstage(landed, added)
+
+    def _unstage(self, landed: dict[str, Memory], added: dict[str, int]) -> None:
+        """`_restage` after the queue's first writes landed, touching only their ids: an id whose
+        latest write landed leaves the staged records; one written again since stays, its count
+        against the new durable record. `landed`: each id's last record in those writes; `added`:
+        what its staged record added to the live count before they were applied."""
+        staged = self._staged
+        for memory_id, record in landed.items():
+            self._staged_live -= added[memory_id]
+            latest = staged[memory_id][0]
+            if latest is record:
+                del staged[memory_id]
+            else:
+                self._staged_live += self._live_added(latest)
+        self._requeue(landed)
 
     def _restage(self) -> None:
         """What decisions must see beyond RAM: every record written or held but not yet durable."""
