@@ -129,6 +129,8 @@ class MemoryUseCases(EmbeddingWork):
             chosen = self._scoped_victims(bank, record, settings)
         else:
             chosen = _unscoped_victims(bank, record, settings)
+        if not chosen:
+            return []  # under its caps: no clock read, no log line
         now_ms = self.clock()
         out = []
         for victim in chosen:
