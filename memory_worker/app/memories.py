@@ -33,6 +33,7 @@ from memory_worker.app.wire import (
     UpdateRequest,
 )
 from memory_worker.core import lessons, transitions
+from memory_worker.core.bank_settings import BankSettings
 from memory_worker.core.capacity import EVICTED, Cap, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
@@ -124,9 +125,30 @@ class MemoryUseCases(EmbeddingWork):
         flight count as done: concurrent saves into a full bank must each evict their own
         victim, not all the same one (which left the bank over its cap)."""
         settings = self.bank_settings(bank)
-        scoped = settings.subject_scoping
-        subject = record.subject if scoped else None
-        per_subject = scoped and subject is not None and settings.max_per_subject > 0
+        if settings.subject_scoping:
+            chosen = self._scoped_victims(bank, record, settings)
+        else:
+            chosen = _unscoped_victims(bank, record, settings)
+        if not chosen:
+            return []  # under its caps: no clock read, no log line
+        now_ms = self.clock()
+        out = []
+        for victim in chosen:
+            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
+            if current.pinned:
+                continue
+            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
+            if gone is not None:
+                out.append(gone)
+        if out:
+            log.info("memories_evicted", bank=bank.name, n=len(out), by=caller.describe())
+        return out
+
+    def _scoped_victims(self, bank: Bank, record: Memory, settings: BankSettings) -> list[Memory]:
+        """`victims` for a bank partitioned by subject: its caps counted from the index and the
+        writes in flight, the rows of its scope scanned."""
+        subject = record.subject
+        per_subject = subject is not None and settings.max_per_subject > 0
         if not per_subject and settings.max_memories <= 0:
             return []  # no cap applies: nothing to count
         flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
@@ -147,30 +169,7 @@ class MemoryUseCases(EmbeddingWork):
         over_total = 0 < settings.max_memories < bank.live_count() + change(lambda _: True) + 1
         if not over_subject and not over_total:
             return []
-        live = [m for m in _decided(bank, flying) if m.live and m.id != record.id]
-        mine = [m for m in live if m.subject == subject] if scoped else live
-        caps = []
-        if over_subject:
-            caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
-        if over_total:
-            # Room in a full bank comes from the new memory's own scope, never another person's:
-            # its scope may hold what the others leave of the cap.
-            others = len(live) - len(mine)
-            caps.append(
-                Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
-            )
-        now_ms = self.clock()
-        out = []
-        for victim in victims(caps, lambda i: _seen_at(bank, i)):
-            current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
-            if current.pinned:
-                continue
-            gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
-            if gone is not None:
-                out.append(gone)
-        if out:
-            log.info("memories_evicted", bank=bank.name, n=len(out), by=caller.describe())
-        return out
+        return _scanned_victims(bank, flying, record, settings, over_subject, over_total)
 
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
@@ -401,6 +400,57 @@ def _decided(bank: Bank, flying: Mapping[str, Memory]) -> Iterator[Memory]:
     for memory_id, memory in flying.items():
         if memory_id not in bank.memories:
             yield memory
+
+
+def _scanned_victims(
+    bank: Bank,
+    flying: Mapping[str, Memory],
+    record: Memory,
+    settings: BankSettings,
+    over_subject: bool,
+    over_total: bool,
+) -> list[Memory]:
+    """`victims` of the caps `record` is over, from a scan of every decided row."""
+    scoped = settings.subject_scoping
+    subject = record.subject if scoped else None
+    live = [m for m in _decided(bank, flying) if m.live and m.id != record.id]
+    mine = [m for m in live if m.subject == subject] if scoped else live
+    caps = []
+    if over_subject:
+        caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
+    if over_total:
+        # Room in a full bank comes from the new memory's own scope, never another person's:
+        # its scope may hold what the others leave of the cap.
+        others = len(live) - len(mine)
+        caps.append(
+            Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
+        )
+    return victims(caps, lambda i: _seen_at(bank, i))
+
+
+def _durable_live(bank: Bank, memory_id: str) -> int:
+    durable = bank.memories.get(memory_id)
+    return int(durable is not None and durable.live)
+
+
+def _unscoped_victims(bank: Bank, record: Memory, settings: BankSettings) -> list[Memory]:
+    """`victims` of the one cap of a bank not partitioned by subject (max_memories over the whole
+    bank), counted and chosen from what the bank keeps (`decided_live_count`,
+    `first_evictable`: the records in flight included, `record`'s own left out) instead of a scan
+    of every row. Too few to evict: the scan decides (it refuses, with its message)."""
+    if settings.max_memories <= 0:
+        return []
+    live = bank.decided_live_count(leaving_out=record.id)
+    if live + 1 <= settings.max_memories:
+        return []
+    excess = live - _durable_live(bank, record.id) + 1 - settings.max_memories
+    if excess <= 0:
+        return []
+    chosen = bank.first_evictable(excess, skip=(record.id,))
+    if len(chosen) < excess:
+        flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
+        return _scanned_victims(bank, flying, record, settings, False, True)
+    return chosen
 
 
 def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:

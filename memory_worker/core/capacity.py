@@ -10,15 +10,26 @@ than letting a cap be silently exceeded or something pinned be lost.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from memory_worker.core.errors import Conflict
 from memory_worker.core.models import Memory
 
-__all__ = ["EVICTED", "Cap", "eviction_order", "victims"]
+__all__ = [
+    "EVICTED",
+    "Cap",
+    "EvictionQueue",
+    "Key",
+    "evictable",
+    "eviction_key",
+    "eviction_order",
+    "victims",
+]
 
 EVICTED = "evicted"
+
+Key = tuple[int, int, int, str]  # accesses, last access, created, id: smallest goes first
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +54,77 @@ def eviction_order(
     many of them (a selection in one pass, not a sort of the whole scope: a full bank pays this
     on every save)."""
 
-    def key(memory: Memory) -> tuple[int, int, int, str]:
-        seen = access(memory.id)
-        count, last = seen if seen is not None else (0, 0)
-        return count, last, memory.created_at, memory.id
+    def key(memory: Memory) -> Key:
+        return eviction_key(memory, access(memory.id))
 
-    evictable = [m for m in rows if m.live and not m.pinned and m.category != "lesson"]
+    candidates = [m for m in rows if evictable(m)]
     if first is not None:
-        return heapq.nsmallest(first, evictable, key=key)
-    return sorted(evictable, key=key)
+        return heapq.nsmallest(first, candidates, key=key)
+    return sorted(candidates, key=key)
+
+
+def evictable(memory: Memory) -> bool:
+    """Whether a cap may take `memory`: live, not pinned, not a lesson."""
+    return memory.live and not memory.pinned and memory.category != "lesson"
+
+
+def eviction_key(memory: Memory, seen: tuple[int, int] | None) -> Key:
+    """Where `memory` stands in `eviction_order`, given its (accesses, last access) or None."""
+    count, last = seen if seen is not None else (0, 0)
+    return count, last, memory.created_at, memory.id
+
+
+class EvictionQueue:
+    """The evictable memories of a bank in `eviction_order`, kept one change at a time, so a full
+    bank finds its next victims without looking at every row (a scan cost ~2 ms a save per 1,000
+    memories). A binary heap of keys; a key that is no longer its id's current one is stale and
+    skipped (a change pushes the new key; the heap is rebuilt when stale keys outnumber the
+    current ones). `first` walks the heap in key order without popping, so nothing it skips (a
+    record in flight) is lost."""
+
+    def __init__(self, keys: dict[str, Key]) -> None:
+        self._keys = keys  # id → its current key (evictable ids only)
+        self._heap = list(keys.values())
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def set(self, memory_id: str, key: Key | None) -> None:
+        """`memory_id`'s key now (None: not evictable any more)."""
+        old = self._keys.get(memory_id)
+        if key == old:
+            return
+        if key is None:
+            del self._keys[memory_id]
+        else:
+            self._keys[memory_id] = key
+            heapq.heappush(self._heap, key)
+        if len(self._heap) > 2 * len(self._keys) + 1024:
+            self._heap = list(self._keys.values())
+            heapq.heapify(self._heap)
+
+    def first(self, n: int, skip: Container[str] = ()) -> list[str]:
+        """The ids of the first `n` evictable memories in eviction order, leaving out `skip`."""
+        heap, keys = self._heap, self._keys
+        while heap and keys.get(heap[0][3]) != heap[0]:
+            heapq.heappop(heap)  # stale at the top: gone for good
+        out: list[str] = []
+        if n <= 0 or not heap:
+            return out
+        taken: set[str] = set()
+        frontier = [(heap[0], 0)]
+        size = len(heap)
+        while frontier and len(out) < n:
+            key, at = heapq.heappop(frontier)
+            memory_id = key[3]
+            if keys.get(memory_id) == key and memory_id not in skip and memory_id not in taken:
+                taken.add(memory_id)
+                out.append(memory_id)
+            for child in (2 * at + 1, 2 * at + 2):
+                if child < size:
+                    heapq.heappush(frontier, (heap[child], child))
+        return out
 
 
 def victims(caps: Sequence[Cap], access: Callable[[str], tuple[int, int] | None]) -> list[Memory]:

@@ -182,6 +182,19 @@ class _Postings:
         self.delta_size += 1
         self._delta_arrays.pop(term_id, None)
 
+    def append_doc(self, slot: int, term_ids: Sequence[int], tfs: Sequence[int]) -> None:
+        """`append` of each of one document's terms (one call, not one a term)."""
+        delta, arrays = self._delta, self._delta_arrays
+        for term_id, tf in zip(term_ids, tfs, strict=True):
+            entry = delta.get(term_id)
+            if entry is None:
+                delta[term_id] = ([slot], [tf])
+            else:
+                entry[0].append(slot)
+                entry[1].append(tf)
+            arrays.pop(term_id, None)
+        self.delta_size += len(term_ids)
+
     def get(
         self, term_id: int
     ) -> tuple[npt.NDArray[np.signedinteger[Any]], npt.NDArray[np.number[Any]]]:
@@ -258,8 +271,9 @@ class _Forward:
         self._tfs: npt.NDArray[np.unsignedinteger[Any]] = np.empty(0, np.uint8)
         self._extra: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
-    def append(self, slot: int, pairs: tuple[tuple[int, int], ...]) -> None:
-        self._extra[slot] = (tuple(t for t, _ in pairs), tuple(f for _, f in pairs))
+    def append(self, slot: int, term_ids: tuple[int, ...], tfs: tuple[int, ...]) -> None:
+        """A document recorded since the last compaction: its pairs as their two columns."""
+        self._extra[slot] = (term_ids, tfs)
 
     def term_ids(self, slot: int) -> Sequence[int]:
         extra = self._extra.get(slot)
@@ -599,14 +613,17 @@ class LexicalIndex:
         return term_id
 
     def _add(self, doc: IndexedDoc) -> None:
-        slot, pairs, entities = self._record(doc)
-        for term_id, tf in pairs:
-            self._postings.append(term_id, slot, tf)
-        for term_id in entities:
-            self._entities.append(term_id, slot, 1)
+        slot, term_ids, tfs, entities = self._record(doc)
+        self._postings.append_doc(slot, term_ids, tfs)
+        if entities:
+            self._entities.append_doc(slot, entities, (1,) * len(entities))
 
-    def _record(self, doc: IndexedDoc) -> tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """Give `doc` a fresh slot and count its terms; postings are the caller's business."""
+    def _record(
+        self, doc: IndexedDoc
+    ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """Give `doc` a fresh slot and count its terms; postings are the caller's business.
+        Returns the slot, its terms' ids and tfs (in the order they first occur) and its entity
+        terms' ids."""
         self._version += 1
         if doc.doc_id in self._slot_of:
             self.remove(doc.doc_id)
@@ -614,16 +631,23 @@ class LexicalIndex:
         slot = len(self._ids)
         self._ids.append(doc.doc_id)
         self._slot_of[doc.doc_id] = slot
-        pairs = tuple((self._term_id(term), tf) for term, tf in Counter(doc.terms).items())
-        for term_id, _ in pairs:
-            self._df[term_id] += 1
+        vocab, df = self._vocab, self._df
+        counts = Counter(doc.terms)
+        found: list[int] = []
+        for term in counts:
+            term_id = vocab.get(term)
+            if term_id is None:
+                term_id = self._term_id(term)
+            df[term_id] += 1
+            found.append(term_id)
+        term_ids, tfs = tuple(found), tuple(counts.values())
         entities = tuple(self._term_id(term) for term in doc.entity_terms)
-        self._forward.append(slot, pairs)
+        self._forward.append(slot, term_ids, tfs)
         self._total_length += len(doc.terms)
         self._alive[slot] = True
         self._length[slot] = len(doc.terms)
         self._set_columns(doc.doc_id, slot, doc)
-        return slot, pairs, entities
+        return slot, term_ids, tfs, entities
 
     def _set_columns(self, doc_id: str, slot: int, doc: IndexedDoc) -> None:
         self.corroboration[slot] = doc.corroboration

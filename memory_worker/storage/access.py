@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,8 @@ class AccessStats:
         self.path = path
         self.within = within  # the data dir: no link below it is followed
         self._stats: dict[str, Access] = {}
+        # Told which ids' counts changed (None: any may have): the bank's eviction order.
+        self.on_change: Callable[[Iterable[str] | None], None] | None = None
 
     def __len__(self) -> int:
         return len(self._stats)
@@ -70,6 +72,8 @@ class AccessStats:
                     self._add(memory_id, int(n), at)
         if lines > _COMPACT_FACTOR * max(len(self._stats), 1):
             self._rewrite(self._stats)
+        if self.on_change is not None:
+            self.on_change(None)
         return lines
 
     def _add(self, memory_id: str, n: int, at_ms: int) -> None:
@@ -87,6 +91,8 @@ class AccessStats:
             return
         for memory_id in unique:
             self._add(memory_id, 1, now_ms)
+        if self.on_change is not None:
+            self.on_change(unique)
         line = json.dumps({"at": now_ms, "ids": unique}, separators=(",", ":")).encode() + b"\n"
         # Derived data: a failed append loses these counts from the file, RAM keeps them.
         with contextlib.suppress(StorageError):
@@ -98,6 +104,8 @@ class AccessStats:
         if not gone & (set(self._stats) | self._ids_on_disk()):
             return
         self._stats = {i: a for i, a in self._stats.items() if i not in gone}
+        if self.on_change is not None:
+            self.on_change(gone)
         self._rewrite(self._stats)
 
     def _ids_on_disk(self) -> set[str]:

@@ -17,11 +17,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import os
 import secrets
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, is_
@@ -30,11 +31,12 @@ from pathlib import Path
 import structlog
 
 from memory_worker.core.bank_settings import BankOverrides
+from memory_worker.core.capacity import EvictionQueue, Key, evictable, eviction_key
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.search.index import LexicalIndex
+from memory_worker.search.index import IndexedDoc, LexicalIndex
 from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
@@ -101,6 +103,20 @@ class _Pending:
     records: Sequence[Memory]
     data: bytes = field(repr=False)  # the encoded lines, written now or once a rewrite is done
     future: asyncio.Future[None] = field(repr=False)
+    norms: Sequence[str] = field(repr=False)  # each record's normalized text, computed once
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What applying a record to RAM computes from the record alone: its index document (None
+    for a retired record, which leaves the index) and its normalized text's key."""
+
+    doc: IndexedDoc | None
+    text_key: int
+
+    @classmethod
+    def of(cls, record: Memory, norm: str) -> _Prepared:
+        return cls(indexed(record) if record.live else None, text_key(norm))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +162,7 @@ class Bank:
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
         # Recall counts: derived, never the log.
         self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
+        self.access.on_change = self._access_changed
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
         # Raises when this process may no longer write the data dir (its lock is gone).
         self.guard = guard
@@ -158,6 +175,10 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
+        # The memories a cap may take, in eviction order, as decisions see them (each one's
+        # latest record: durable or in flight): built on first use (a full bank's save), then
+        # kept by `commit`, `_restage` and the access counts; dropped when RAM is replaced.
+        self._eviction: EvictionQueue | None = None
         # `text_key` of the normalized text → ids whose text it is (`storage.text_map`); a lookup
         # checks the texts themselves (`match_text`).
         self._by_text = TextMap()
@@ -172,6 +193,8 @@ class Bank:
         self._log = files.AppendLog(path / MEMORIES_FILE, within=self.root)
         self._queue: list[_Pending] = []
         self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
+        # Live memories the staged records add (a retired one: take away) to the durable ones.
+        self._staged_live = 0
         self._flusher: asyncio.Task[None] | None = None
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
@@ -359,6 +382,7 @@ class Bank:
         if self._boot_identity is None:
             memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
             self._memories = memories
+            self._eviction = None
             self.damage.extend(found)
             keys = [text_key(normalize(record.text)) for record in memories.values()]
             self._by_text = TextMap.bulk(keys, list(memories))
@@ -394,6 +418,7 @@ class Bank:
         if memories is None or len(memories) != len(starts):
             return None
         self._memories = memories
+        self._eviction = None
         self._by_text = TextMap.bulk(spans.text_keys, list(memories))
         self._records_stamp = self._log_stamp
         return identity
@@ -713,6 +738,51 @@ class Bank:
             return None
         return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
 
+    def decided_live_count(self, leaving_out: str | None = None) -> int:
+        """Live memories as decisions see them (each one's latest record, written or durable),
+        counting `leaving_out`'s durable record instead of its record in flight, if any."""
+        count = len(self.index) + self._staged_live
+        if leaving_out is not None and leaving_out in self._staged:
+            count -= self._live_added(self._staged[leaving_out][0])
+        return count
+
+    def _live_added(self, staged: Memory) -> int:
+        durable = self._memories.get(staged.id)
+        return int(staged.live) - int(durable is not None and durable.live)
+
+    def first_evictable(self, n: int, skip: Container[str] = ()) -> list[Memory]:
+        """The first `n` memories in `capacity.eviction_order` (what a cap takes first) among the
+        latest records (`latest`: in flight or durable), leaving out `skip`; from the kept
+        order, not a scan of the bank."""
+        if self._eviction is None:
+            latest = {**self._memories, **{i: r for i, (r, _) in self._staged.items()}}
+            keys = {i: self._eviction_key(record) for i, record in latest.items()}
+            self._eviction = EvictionQueue({i: k for i, k in keys.items() if k is not None})
+        return [self._decided(i) for i in self._eviction.first(n, skip)]
+
+    def _decided(self, memory_id: str) -> Memory:
+        latest = self.latest(memory_id)
+        assert latest is not None  # the queue holds latest records only
+        return latest
+
+    def _eviction_key(self, record: Memory | None) -> Key | None:
+        if record is None or not evictable(record):
+            return None
+        seen = self.access.get(record.id)
+        return eviction_key(record, None if seen is None else (seen.count, seen.last_ms))
+
+    def _requeue(self, ids: Iterable[str]) -> None:
+        """The kept eviction order after `ids`' latest records (or counts) changed."""
+        if self._eviction is not None:
+            for memory_id in ids:
+                self._eviction.set(memory_id, self._eviction_key(self.latest(memory_id)))
+
+    def _access_changed(self, ids: Iterable[str] | None) -> None:
+        if ids is None:
+            self._eviction = None  # counts reloaded: rebuilt on next use
+        else:
+            self._requeue(ids)
+
     def new_id(self, text: str) -> str:
         """The content fingerprint of `text`; salted deterministically in the rare case another
         record already owns it (its text was edited away from this one)."""
@@ -737,7 +807,8 @@ class Bank:
             data = encode(records)
         except ValueError as exc:  # pydantic's serialization error is a ValueError
             raise StorageError(f"cannot serialize a record of bank {self.name}: {exc}") from exc
-        pending = _Pending(records, data, asyncio.get_running_loop().create_future())
+        norms = [normalize(record.text) for record in records]
+        pending = _Pending(records, data, asyncio.get_running_loop().create_future(), norms)
         if self._rewriting is not None:
             self._held.append(pending)
         else:
@@ -745,8 +816,13 @@ class Bank:
             self._queue.append(pending)
             self._start_flusher()
         pending.future.add_done_callback(_consume_exception)
-        for record in records:
-            self._staged[record.id] = (record, normalize(record.text))
+        for record, norm in zip(records, norms, strict=True):
+            before = self._staged.get(record.id)
+            if before is not None:
+                self._staged_live -= self._live_added(before[0])
+            self._staged_live += self._live_added(record)
+            self._staged[record.id] = (record, norm)
+        self._requeue(record.id for record in records)
         # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
         await asyncio.shield(pending.future)
 
@@ -762,31 +838,66 @@ class Bank:
 
     def _start_flusher(self) -> None:
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name=f"memory-flush:{self.name}")
+            # The first fsync is handed to its thread now, not when the task first runs (after
+            # every callback already queued: the other writers' next saves), so the disk works
+            # while they compute and their writes make the next group.
+            first = (self._sync_soon(), list(self._queue))
+            self._flusher = asyncio.create_task(
+                self._flush(first), name=f"memory-flush:{self.name}"
+            )
 
-    async def _flush(self) -> None:
+    def _sync_soon(self) -> asyncio.Future[int]:
+        """The log's fsync, running in a thread (as `asyncio.to_thread` runs it)."""
+        sync = functools.partial(contextvars.copy_context().run, self._log.sync)
+        return asyncio.get_running_loop().run_in_executor(None, sync)
+
+    async def _flush(self, first: tuple[asyncio.Future[int], list[_Pending]] | None = None) -> None:
         while self._queue:
-            batch = list(self._queue)
+            syncing, batch = first if first is not None else (self._sync_soon(), list(self._queue))
+            first = None
+            # While the fsync runs, this thread does the pure part of applying the batch
+            # (analysing each record for the index, its text's key); only the RAM changes wait.
+            prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
             try:
-                await asyncio.to_thread(self._log.sync)
+                await syncing
             except StorageError as exc:
                 self._abort(exc)
                 return
             self._stamp_own_write()
             del self._queue[: len(batch)]
-            for pending in batch:
-                for record in pending.records:
-                    self._apply(record)
+            landed = {record.id: record for pending in batch for record in pending.records}
+            added = {i: self._live_added(self._staged[i][0]) for i in landed}
+            for pending, ready in zip(batch, prepared, strict=True):
+                for record, doc in zip(pending.records, ready, strict=True):
+                    self._apply(record, doc)
                 pending.future.set_result(None)
-            self._restage()
+            self._unstage(landed, added)
+
+    def _unstage(self, landed: dict[str, Memory], added: dict[str, int]) -> None:
+        """`_restage` after the queue's first writes landed, touching only their ids: an id whose
+        latest write landed leaves the staged records; one written again since stays, its count
+        against the new durable record. `landed`: each id's last record in those writes; `added`:
+        what its staged record added to the live count before they were applied."""
+        staged = self._staged
+        for memory_id, record in landed.items():
+            self._staged_live -= added[memory_id]
+            latest = staged[memory_id][0]
+            if latest is record:
+                del staged[memory_id]
+            else:
+                self._staged_live += self._live_added(latest)
+        self._requeue(landed)
 
     def _restage(self) -> None:
         """What decisions must see beyond RAM: every record written or held but not yet durable."""
+        was = self._staged
         self._staged = {
-            record.id: (record, normalize(record.text))
+            record.id: (record, norm)
             for pending in (*self._queue, *self._held)
-            for record in pending.records
+            for record, norm in zip(pending.records, pending.norms, strict=True)
         }
+        self._staged_live = sum(self._live_added(record) for record, _ in self._staged.values())
+        self._requeue(was)  # each one's latest record is now its durable one, or a newer write
 
     def _abort(self, exc: StorageError) -> None:
         log.error("commit_failed", bank=self.name, error=str(exc), waiting=len(self._queue))
@@ -808,8 +919,9 @@ class Bank:
             self._standing = (key, top_memories(self._memories.values(), limit))
         return self._standing[1]
 
-    def _apply(self, record: Memory) -> None:
-        """Make a durable record visible, with replay's rule: a lower revision never wins."""
+    def _apply(self, record: Memory, prepared: _Prepared | None = None) -> None:
+        """Make a durable record visible, with replay's rule: a lower revision never wins.
+        `prepared`: its index document and text key, computed while its fsync ran."""
         previous = self._memories.get(record.id)
         if previous is not None and record.revision < previous.revision:
             return
@@ -819,9 +931,7 @@ class Bank:
             self.lessons.add(record.id, record.anchors)
         else:
             self.lessons.remove(record.id)
-        if previous is not None:
-            self._unmap_text(previous)
-        self._map_text(record)
+        self._remap_text(previous, record, prepared)
         indexed_same = (
             previous is not None
             and previous.live
@@ -838,13 +948,29 @@ class Bank:
             self.index.remove(record.id)
             self._vector_models.pop(record.id, None)
             self._to_embed.pop(record.id, None)
-        elif indexed_same:
-            self.index.update_columns(indexed(record, with_terms=False))
+        elif indexed_same:  # the columns only (a prepared document's terms go unread)
+            doc = prepared.doc if prepared is not None else None
+            self.index.update_columns(indexed(record, with_terms=False) if doc is None else doc)
         else:
-            self.index.add_doc(indexed(record))  # a new slot: any old vector is gone with it
+            doc = prepared.doc if prepared is not None else None
+            self.index.add_doc(indexed(record) if doc is None else doc)  # a new slot
             self._vector_models.pop(record.id, None)
             if self._embed_model is not None:
                 self._to_embed[record.id] = None
+
+    def _remap_text(
+        self, previous: Memory | None, record: Memory, prepared: _Prepared | None
+    ) -> None:
+        """The exact-text map after `record` replaced `previous`. The same text when its key
+        lists this id alone (a tombstone, a re-save) leaves the map as it is; among other ids,
+        it moves to the end of the list, as a removal and an addition always did."""
+        key = text_key(normalize(record.text)) if prepared is None else prepared.text_key
+        same = previous is not None and previous.text == record.text
+        if same and list(self._by_text.ids(key)) == [record.id]:
+            return
+        if previous is not None:
+            self._unmap_text(previous)
+        self._by_text.add(key, record.id)
 
     def _map_text(self, record: Memory) -> None:
         self._by_text.add(text_key(normalize(record.text)), record.id)
@@ -953,6 +1079,7 @@ class Bank:
             return
         self._applied += 1
         self._memories = memories
+        self._eviction = None
         self._by_text = TextMap()
         self.index = LexicalIndex()
         self._vector_models.clear()

@@ -229,6 +229,9 @@ class Store:
         the creation, so a delete racing the caller cannot be undone by it. `limit`: how many
         banks may exist; creating one more is a `conflict` (folders made by hand still load)."""
         check_name(name, "bank")
+        bank = self.find(name)
+        if bank is not None and not self._create_lock.locked():
+            return bank, False  # what taking the free lock would find, without taking it
         async with self._create_lock:
             bank = self.find(name)
             if bank is not None:

@@ -60,11 +60,15 @@ class TextMap(Mapping[int, str | list[str]]):
     def _base(self, key: int) -> Sequence[str]:
         if not self._ids:
             return _NONE
+        keys = self._keys
         probe = np.uint64(key)
-        start = int(np.searchsorted(self._keys, probe, side="left"))
-        if start == len(self._ids) or self._keys[start] != probe:
+        start = int(keys.searchsorted(probe))
+        size = len(self._ids)
+        if start == size or keys[start] != probe:
             return _NONE
-        end = int(np.searchsorted(self._keys, probe, side="right"))
+        if start + 1 == size or keys[start + 1] != probe:
+            return self._ids[start : start + 1]  # one id (nearly always): no second search
+        end = int(keys.searchsorted(probe, side="right"))
         return self._ids[start:end]
 
     def add(self, key: int, memory_id: str) -> None:
