@@ -177,6 +177,41 @@ class TestEviction:
         assert len([t for t in texts if t.startswith("Ana")]) == 3
 
 
+class TestOverTheCap:
+    """A bank past its cap (an import is not held to the caps; a cap can be lowered) is not cut
+    back by the next save: a save retires at most the one memory it makes room for."""
+
+    async def test_a_save_after_an_import_past_the_cap_retires_one_memory_not_the_excess(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", max_memories=5)
+        rows = [
+            {"text": f"The user imported note {n}.", "created_at": 1_000 + n} for n in range(20)
+        ]
+        await call(service, "memory::import", bank="main", records=rows)
+        assert len(await live_texts(service)) == 20
+        emitter.clear()
+        await save(service, "The user plays chess.")
+        texts = await live_texts(service)
+        assert len(texts) == 20 and "The user imported note 0." not in texts  # the oldest went
+        evicted = [e for e in emitter.of(ITEM_CHANGED) if e.get("reason") == "evicted"]
+        assert len(evicted) == 1
+
+    async def test_a_lowered_subject_cap_is_not_enforced_by_a_mass_eviction(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        scoped = {"subject_scoping": True, "max_per_subject": 10}
+        await call(service, "memory::bank::create", name="main", **scoped)
+        for n in range(6):
+            clock.advance(10)
+            await save(service, f"Ana said thing number {n}.", subject="ana")
+        await call(service, "memory::bank::configure", name="main", max_per_subject=2)
+        await save(service, "Ana said one more thing.", subject="ana")
+        texts = await live_texts(service)
+        assert len([t for t in texts if t.startswith("Ana")]) == 6
+        assert "Ana said thing number 0." not in texts
+
+
 class TestAccessSidecar:
     async def test_recall_never_writes_the_log_and_counts_survive_a_reload(
         self, service: MemoryService, data_dir: Path

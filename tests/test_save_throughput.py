@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
-from memory_worker.core.capacity import EvictionQueue, Key
+from memory_worker.core.capacity import EvictionQueue, Key, evictable
 from memory_worker.core.config import Settings
 from memory_worker.core.models import Memory
 from memory_worker.storage.bank import Bank
@@ -125,8 +125,14 @@ async def test_a_full_bank_evicts_what_a_scan_of_every_row_evicts(
         patched.setattr(Bank, "first_evictable", spy)
         kept = await _story(tmp_path / "kept")
     assert len([n for n in picked if n]) >= 25  # the kept order chose (no scan fallback)
+
+    def scan(bank: Bank, n: int, skip: Any = ()) -> list[Memory]:
+        """Every evictable latest record: the policy sorts the whole bank itself."""
+        latest = {**bank.memories, **{m.id: m for m in bank.in_flight()}}
+        return [m for m in latest.values() if evictable(m) and m.id not in skip]
+
     with monkeypatch.context() as patched:
-        patched.setattr(Bank, "first_evictable", lambda *_, **__: [])  # too few: the scan
+        patched.setattr(Bank, "first_evictable", scan)
         scanned = await _story(tmp_path / "scanned")
     assert kept[0].count("StorageError") == 5  # the group whose fsync failed
     assert kept[0] == scanned[0]

@@ -6,7 +6,7 @@ the bank's latest records, commits with no await in between, and only then emits
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 
 import structlog
 
@@ -34,11 +34,12 @@ from memory_worker.app.wire import (
 )
 from memory_worker.core import lessons, transitions
 from memory_worker.core.bank_settings import BankSettings
-from memory_worker.core.capacity import EVICTED, Cap, victims
+from memory_worker.core.capacity import EVICTED, Cap, evictable, excess, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.search.ranking import kind_of
 from memory_worker.storage.bank import Bank
+from memory_worker.storage.eviction import first_to_go
 
 __all__ = ["MemoryUseCases"]
 
@@ -146,12 +147,15 @@ class MemoryUseCases(EmbeddingWork):
 
     def _scoped_victims(self, bank: Bank, record: Memory, settings: BankSettings) -> list[Memory]:
         """`victims` for a bank partitioned by subject: its caps counted from the index and the
-        writes in flight, the rows of its scope scanned."""
+        writes in flight, its candidates found over the index's columns (`first_to_go`)."""
         subject = record.subject
         per_subject = subject is not None and settings.max_per_subject > 0
         if not per_subject and settings.max_memories <= 0:
             return []  # no cap applies: nothing to count
         flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
+
+        def mine(memory: Memory) -> bool:
+            return memory.subject == subject
 
         def change(counted: Callable[[Memory], bool]) -> int:
             """Live rows of a scope the writes in flight add (or take away)."""
@@ -162,14 +166,33 @@ class MemoryUseCases(EmbeddingWork):
                 delta -= before is not None and before.live and counted(before)
             return delta
 
-        over_subject = per_subject and (
-            bank.index.subject_count(subject) + change(lambda m: m.subject == subject) + 1
-            > settings.max_per_subject
-        )
-        over_total = 0 < settings.max_memories < bank.live_count() + change(lambda _: True) + 1
-        if not over_subject and not over_total:
+        total = bank.live_count() + change(lambda _: True)
+        held = bank.index.subject_count(subject) + change(mine)
+        caps = []
+        if per_subject and held + 1 > settings.max_per_subject:
+            caps.append(Cap("max_per_subject", settings.max_per_subject, held))
+        if 0 < settings.max_memories < total + 1:
+            # Room in a full bank comes from the new memory's own scope, never another person's:
+            # its scope may hold what the others leave of the cap.
+            others = total - held
+            caps.append(
+                Cap("max_memories", settings.max_memories - others, held, settings.max_memories)
+            )
+        need = excess(caps)
+        if need <= 0:
             return []
-        return _scanned_victims(bank, flying, record, settings, over_subject, over_total)
+        candidates = first_to_go(
+            bank.index,
+            bank.memories,
+            bank.access,
+            subject=subject,
+            scoped=True,
+            exclude=flying.keys(),
+            k=need,
+            evictable=evictable,
+        )
+        candidates += [m for m in flying.values() if m.live and mine(m)]
+        return victims(caps, candidates, lambda i: _seen_at(bank, i))
 
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
@@ -392,42 +415,6 @@ def _card_update(
     return title, recommendation, anchors, evidence, labels
 
 
-def _decided(bank: Bank, flying: Mapping[str, Memory]) -> Iterator[Memory]:
-    """The bank's records as a decision sees them: each durable one or its revision still in
-    flight, then the records only in flight."""
-    for memory_id, memory in bank.memories.items():
-        yield flying.get(memory_id, memory)
-    for memory_id, memory in flying.items():
-        if memory_id not in bank.memories:
-            yield memory
-
-
-def _scanned_victims(
-    bank: Bank,
-    flying: Mapping[str, Memory],
-    record: Memory,
-    settings: BankSettings,
-    over_subject: bool,
-    over_total: bool,
-) -> list[Memory]:
-    """`victims` of the caps `record` is over, from a scan of every decided row."""
-    scoped = settings.subject_scoping
-    subject = record.subject if scoped else None
-    live = [m for m in _decided(bank, flying) if m.live and m.id != record.id]
-    mine = [m for m in live if m.subject == subject] if scoped else live
-    caps = []
-    if over_subject:
-        caps.append(Cap("max_per_subject", settings.max_per_subject, mine))
-    if over_total:
-        # Room in a full bank comes from the new memory's own scope, never another person's:
-        # its scope may hold what the others leave of the cap.
-        others = len(live) - len(mine)
-        caps.append(
-            Cap("max_memories", settings.max_memories - others, mine, settings.max_memories)
-        )
-    return victims(caps, lambda i: _seen_at(bank, i))
-
-
 def _durable_live(bank: Bank, memory_id: str) -> int:
     durable = bank.memories.get(memory_id)
     return int(durable is not None and durable.live)
@@ -437,20 +424,19 @@ def _unscoped_victims(bank: Bank, record: Memory, settings: BankSettings) -> lis
     """`victims` of the one cap of a bank not partitioned by subject (max_memories over the whole
     bank), counted and chosen from what the bank keeps (`decided_live_count`,
     `first_evictable`: the records in flight included, `record`'s own left out) instead of a scan
-    of every row. Too few to evict: the scan decides (it refuses, with its message)."""
+    of every row."""
     if settings.max_memories <= 0:
         return []
     live = bank.decided_live_count(leaving_out=record.id)
     if live + 1 <= settings.max_memories:
         return []
-    excess = live - _durable_live(bank, record.id) + 1 - settings.max_memories
-    if excess <= 0:
+    held = live - _durable_live(bank, record.id)
+    caps = [Cap("max_memories", settings.max_memories, held)]
+    need = excess(caps)
+    if need <= 0:
         return []
-    chosen = bank.first_evictable(excess, skip=(record.id,))
-    if len(chosen) < excess:
-        flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
-        return _scanned_victims(bank, flying, record, settings, False, True)
-    return chosen
+    candidates = bank.first_evictable(need, skip=(record.id,))
+    return victims(caps, candidates, lambda i: _seen_at(bank, i))
 
 
 def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:

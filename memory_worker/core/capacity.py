@@ -18,29 +18,32 @@ from memory_worker.core.models import Memory
 
 __all__ = [
     "EVICTED",
+    "PER_SAVE",
     "Cap",
     "EvictionQueue",
     "Key",
     "evictable",
     "eviction_key",
     "eviction_order",
+    "excess",
     "victims",
 ]
 
 EVICTED = "evicted"
+PER_SAVE = 1  # a save adds one memory: it retires at most one for room (`excess`)
 
 Key = tuple[int, int, int, str]  # accesses, last access, created, id: smallest goes first
 
 
 @dataclass(frozen=True, slots=True)
 class Cap:
-    """One limit the new memory is under: `rows` are the live memories of its scope (without the
-    new one), `limit` how many that scope may hold with it (0 or less: none can), `name` the
-    setting (for the refusal). An unlimited setting makes no cap at all."""
+    """One limit the new memory is under, over its own scope: `held` is how many live memories
+    that scope holds now (without the new one), `limit` how many it may hold with it (0 or less:
+    none can), `name` the setting (for the refusal). An unlimited setting makes no cap at all."""
 
     name: str
     limit: int
-    rows: Sequence[Memory]
+    held: int
     setting: int | None = None  # the configured value, when `limit` is what is left of it
 
 
@@ -127,22 +130,36 @@ class EvictionQueue:
         return out
 
 
-def victims(caps: Sequence[Cap], access: Callable[[str], tuple[int, int] | None]) -> list[Memory]:
-    """What must go so the new memory fits every cap; `Conflict` when a cap cannot be met
-    without touching a pinned memory or a lesson (nothing is saved or evicted then)."""
-    chosen: dict[str, Memory] = {}
-    for cap in caps:
-        excess = len(cap.rows) + 1 - cap.limit
-        excess -= sum(1 for m in cap.rows if m.id in chosen)  # already going for another cap
-        if excess <= 0:
-            continue
-        order = eviction_order(cap.rows, access, first=excess + len(chosen))
-        order = [m for m in order if m.id not in chosen]
-        if len(order) < excess:
-            shown = cap.limit if cap.setting is None else cap.setting
-            raise Conflict(
-                f"{cap.name} ({shown}) is reached and what is left to evict in this scope is "
-                "pinned or a lesson; unpin something, delete something, or raise the cap"
-            )
-        chosen.update((m.id, m) for m in order[:excess])
-    return list(chosen.values())
+def excess(caps: Sequence[Cap]) -> int:
+    """How many memories of the scope the new one displaces: one when it reaches a cap, none
+    under every cap. A scope already past a cap (an import is not held to the caps, and a cap
+    can be lowered) is not cut back by a save, which then takes one and so keeps it from
+    growing: a save never destroys more than it adds (a save into a 100,000-memory import at
+    the default cap of 10,000 would otherwise retire 90,001 memories in one write)."""
+    over = max((cap.held + 1 - cap.limit for cap in caps), default=0)
+    return min(over, PER_SAVE)
+
+
+def victims(
+    caps: Sequence[Cap],
+    candidates: Iterable[Memory],
+    access: Callable[[str], tuple[int, int] | None],
+) -> list[Memory]:
+    """What must go so the new memory fits every cap: the first `excess(caps)` of its scope in
+    eviction order. Every cap counts that one scope (the new memory's own: a chatty person never
+    evicts another's memories). `candidates` are the scope's rows: all of them, or at least
+    every evictable one that can come first (what a kept order or a bulk selection finds).
+    `Conflict` when a cap cannot be met without touching a pinned memory or a lesson (nothing is
+    saved or evicted then), naming the first cap reached."""
+    need = excess(caps)
+    if need <= 0:
+        return []
+    order = eviction_order(candidates, access, first=need)
+    if len(order) < need:
+        cap = next(cap for cap in caps if cap.held + 1 > cap.limit)
+        shown = cap.limit if cap.setting is None else cap.setting
+        raise Conflict(
+            f"{cap.name} ({shown}) is reached and what is left to evict in this scope is "
+            "pinned or a lesson; unpin something, delete something, or raise the cap"
+        )
+    return order

@@ -1157,6 +1157,16 @@ class LexicalIndex:
             mask |= codes == code
         return mask
 
+    def about(self, subject: str | None) -> npt.NDArray[np.bool_]:
+        """Per slot (every slot so far): whether it is about `subject` exactly (None: whether it
+        is a general memory). A subject the index never saw matches nothing."""
+        codes = self.subject[: len(self._ids)]
+        code = self._subject_codes.get(subject) if subject is not None else 0
+        if code is None:
+            return np.zeros(codes.size, bool)
+        mask: npt.NDArray[np.bool_] = codes == code
+        return mask
+
     def subject_count(self, subject: str | None) -> int:
         """Live documents about `subject` (None: general ones)."""
         n = len(self._ids)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, ItemsView, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +45,10 @@ class AccessStats:
 
     def get(self, memory_id: str) -> Access | None:
         return self._stats.get(memory_id)
+
+    def items(self) -> ItemsView[str, Access]:
+        """Every counted id with its access (a live view: do not hold it across a recall)."""
+        return self._stats.items()
 
     def load(self) -> int:
         """Fold the file into counts (blocking); unreadable lines are skipped (derived data).
