@@ -27,6 +27,7 @@ __all__ = [
     "INTERRUPTED_FILE",
     "MEMORIES_FILE",
     "checksum_problem",
+    "continues_batch",
     "encode",
     "history",
     "interrupted_tail",
@@ -36,6 +37,7 @@ __all__ = [
     "replay",
     "replayed",
     "revision_at",
+    "tail_records",
     "winning_spans",
 ]
 
@@ -300,10 +302,53 @@ def _intact(
     if files.is_link(path):
         damage.append(Damage(MEMORIES_FILE, files.planted(path).message))
         return
+    lines = files.iter_lines(path, within=within)
+    if keep is not None:
+        lines = (entry for entry in lines if keep(entry[1]))
+    yield from _intact_lines(lines, damage)
+
+
+def tail_records(data: bytes, start: int) -> list[Memory] | None:
+    """The records of the lines of `data` (a whole log) from the one starting at `start` on, in
+    log order, with replay's checks (checksums, batches applied whole); None when one of those
+    lines is torn, corrupt or part of a write that did not land whole, or when the log does not
+    end whole: the caller replays the whole log then, for its damage report. Only for a `start`
+    that ends a prefix known to replay without damage (a records snapshot was made of it), which
+    leaves no batch open: what these lines replay to is what they add to a full replay."""
+    if start < 0 or start > len(data) or (start and data[start - 1] != ord("\n")):
+        return None
+    if data and not data.endswith(b"\n"):
+        return None
+    damage: list[Damage] = []
+    lines = (
+        (number, stripped, True)
+        for number, raw in enumerate(data[start:].split(b"\n"), start=1)
+        if (stripped := raw.strip())
+    )
+    records = list(_intact_lines(lines, damage))
+    return None if damage else records
+
+
+def continues_batch(data: bytes, start: int) -> bool:
+    """Whether the first line of `data` at or past `start` belongs to a multi-record write whose
+    tag was seen before `start` (the two halves of one write would replay together, not apart)."""
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        line = data[start:end].strip()
+        if line:
+            tag = _batch_tag(line)
+            return tag is not None and data.rfind(_BATCH_KEY + tag[0].encode(), 0, start) >= 0
+        start = end + 1
+    return False
+
+
+def _intact_lines(
+    lines: Iterable[tuple[int, bytes, bool]], damage: list[Damage]
+) -> Iterator[Memory]:
+    """`_intact` over `(line_number, line, complete)` of non-empty stripped lines."""
     batch: _OpenBatch | None = None
-    for number, line, complete in files.iter_lines(path, within=within):
-        if keep is not None and not keep(line):
-            continue
+    for number, line, complete in lines:
         try:
             record = shared_fields(_validate_json(line))
         except ValidationError as exc:

@@ -52,11 +52,14 @@ __all__ = [
     "RECORDS_FILE",
     "SNAPSHOT_FILE",
     "SNAPSHOT_MIN_LIVE",
+    "TAIL_MAX",
+    "TAIL_SHARE",
     "RecordSpans",
     "log_identity",
     "read_records",
-    "read_snapshot",
     "records_prefix",
+    "snapshot_prefix",
+    "tail_is_short",
     "text_key",
     "write_records",
     "write_snapshot",
@@ -69,6 +72,10 @@ RECORDS_FILE = ".records.npz"
 DERIVED_FILES = (SNAPSHOT_FILE, RECORDS_FILE)
 # Below this a rebuild takes tens of milliseconds: not worth a file.
 SNAPSHOT_MIN_LIVE = 2000
+# A snapshot for a prefix of the log is kept at close while the lines past it are few: at most
+# this share of the prefix's bytes and this many bytes (`tail_is_short`).
+TAIL_SHARE = 0.01
+TAIL_MAX = 256 * 1024
 _VERSION = 1
 _CHUNK = 1 << 20
 _ARRAYS = (
@@ -169,30 +176,44 @@ def _archive(path: Path) -> Iterator[tuple[dict[str, Any], Any]]:
         yield json.loads(bytes(data["meta"]).decode()), data
 
 
-def read_snapshot(
-    folder: Path, log: Path, live_ids: list[str], identity: tuple[int, int] | None = None
-) -> Analysis | None:
-    """The analysis of `live_ids` the snapshot holds for `log` as it is now (`identity`: its
-    length and CRC-32 when the caller just read it); None unless every check in the module's
-    docstring passes."""
+def snapshot_prefix(folder: Path, data: bytes) -> tuple[list[str], Analysis, int] | None:
+    """What `.index.npz` holds when it was written for a prefix of the log `data` that ends at a
+    line boundary (the log has grown by appends since, or is exactly that prefix): the live ids
+    of that prefix's replay in replay order, their analysis, and the prefix's length. None
+    unless it is for that prefix's exact bytes, by the same analyzer, and consistent; which of
+    its ids still hold those texts is the caller's to check (the lines past the prefix)."""
     path = folder / SNAPSHOT_FILE
     digest = analyzer_digest()
     if not digest or not path.is_file():
         return None
     try:
-        with _archive(path) as (meta, data):
-            if (
-                not _made_for(meta, _VERSION, ("analyzer", digest), identity or log_identity(log))
-                or meta.get("count") != len(live_ids)
-                or bytes(data["ids"]).decode().split("\n") != (live_ids or [""])
-            ):
+        with _archive(path) as (meta, data_):
+            size = meta.get("log_size")
+            if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
                 return None
-            vocab = bytes(data["vocab"]).decode().split("\n") if data["vocab"].size else []
-            arrays = {name: np.asarray(data[name]) for name in _ARRAYS}
+            identity = (size, zlib.crc32(memoryview(data)[:size]))
+            count = meta.get("count")
+            if not _made_for(meta, _VERSION, ("analyzer", digest), identity):
+                return None
+            ids = bytes(data_["ids"]).decode().split("\n") if count else []
+            if type(count) is not int or len(ids) != count:
+                return None
+            vocab = bytes(data_["vocab"]).decode().split("\n") if data_["vocab"].size else []
+            arrays = {name: np.asarray(data_[name]) for name in _ARRAYS}
     except Exception:  # derived data: anything wrong with it means "rebuild"
         return None
     analysis = Analysis(vocab=vocab, **arrays)
-    return analysis if _consistent(analysis, len(live_ids)) else None
+    return (ids, analysis, size) if _consistent(analysis, len(ids)) else None
+
+
+def tail_is_short(prefix: int, total: int) -> bool:
+    """Whether a snapshot written for the first `prefix` bytes of a log now `total` bytes long
+    is still worth keeping: the lines past it are analysed again at every boot (tens of
+    microseconds each), while writing the snapshot again costs a closing one-shot process tens
+    of milliseconds at 10,000 memories. Kept while the tail is at most `TAIL_SHARE` of the
+    prefix and at most `TAIL_MAX` bytes."""
+    tail = total - prefix
+    return 0 <= tail <= min(prefix * TAIL_SHARE, TAIL_MAX)
 
 
 def _consistent(a: Analysis, n: int) -> bool:
