@@ -26,8 +26,10 @@ from memory_worker.adapters.doors import (
 )
 from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
 from memory_worker.app.caller import Caller, CallerKind
-from memory_worker.core.config import Settings
+from memory_worker.core.bank_settings import BankOverrides, BankSettings, parse_overrides
+from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
+from memory_worker.storage.bank_file import BANK_FILE, read_bank_file
 
 from .served import ENV, START_TIMEOUT_S, serving
 
@@ -319,6 +321,51 @@ def test_a_local_one_shot_save_loads_no_http_client_and_builds_only_its_own_mode
     assert (code, http_loaded) == (0, False)
     assert json.loads(done.stdout)["memory"]["text"] == "tea at five"
     assert "SaveRequest" in built and "RecallRequest" not in built and "ImportRequest" not in built
+
+
+_SETTINGS_PROBE = """
+import json, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[1:])
+from memory_worker.app import seams
+from memory_worker.core import bank_settings, config, models
+models_ = [config.Settings, bank_settings.BankOverrides, bank_settings.BankSettings,
+           bank_settings.AssociationWeights, models.Rule, models.BankInfo, seams.HookEnvelope]
+built = [m.__name__ for m in models_ if m.__pydantic_complete__]
+print(json.dumps([code, built]), file=sys.stderr)
+"""
+
+
+def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model(
+    tmp_path: Path,
+) -> None:
+    """With no configuration file and a `bank.yaml` that chose no setting there is nothing to
+    validate: the settings are the models' defaults, made without building the models (each
+    build is milliseconds of every one-shot process), and equal to validated ones."""
+    data = tmp_path / "data"
+    first = ["trigger", "memory::save", "--data-dir", str(data), "text=tea at five"]
+    subprocess.run([sys.executable, "-m", "memory_worker", *first], env=ENV, check=True,
+                   capture_output=True, timeout=START_TIMEOUT_S)  # fmt: skip
+    argv = ["trigger", "memory::save", "--data-dir", str(data), "text=coffee at six"]
+    done = subprocess.run(
+        [sys.executable, "-c", _SETTINGS_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    code, built = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (code, built) == (0, [])
+    assert json.loads(done.stdout)["memory"]["text"] == "coffee at six"
+    defaults = load_settings(None)
+    assert defaults == Settings() == Settings.model_validate({})
+    validated = Settings.model_validate({"scope": "private"}).bank_defaults()  # chosen: validated
+    assert (
+        defaults.bank_defaults() == validated == BankSettings.model_validate(validated.model_dump())
+    )
+    assert parse_overrides({}, source="test") == BankOverrides()
+    assert read_bank_file(data / "main" / BANK_FILE).overrides == BankOverrides()
 
 
 async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:

@@ -27,7 +27,7 @@ log = structlog.get_logger(__name__)
 class ImportRecord(BaseModel):
     """One line of `memory-worker import`: a whole record, history fields included."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built by the first import
 
     id: str | None = Field(default=None, min_length=1, max_length=128)
     text: str

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import structlog
 
-from memory_worker.core.bank_settings import BankOverrides
+from memory_worker.core.bank_settings import BankOverrides, no_overrides
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
@@ -145,7 +145,7 @@ class Bank:
         self.root = path.parent  # the data dir: no folder below it is followed as a link
         self.description = description
         # The settings this bank chose in bank.yaml (the rest follow the configuration).
-        self.overrides = overrides if overrides is not None else BankOverrides()
+        self.overrides = overrides if overrides is not None else no_overrides()
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
         # Recall counts: derived, never the log.
         self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
@@ -219,7 +219,7 @@ class Bank:
         try:
             staging.mkdir()  # its parent is the data dir: never a planted folder
             (staging / RULES_DIR).mkdir()
-            chosen = overrides if overrides is not None else BankOverrides()
+            chosen = overrides if overrides is not None else no_overrides()
             files.atomic_write(
                 staging / BANK_FILE, render_bank_file(description, chosen), within=path.parent
             )

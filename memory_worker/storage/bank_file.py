@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from memory_worker.core.bank_settings import BankOverrides, parse_overrides
+from memory_worker.core.bank_settings import BankOverrides, no_overrides, parse_overrides
 from memory_worker.core.errors import InvalidInput, StorageError
 from memory_worker.storage import files
 
@@ -35,26 +35,26 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     link planted there (or above it, below `within`) is reported, never followed; running out of
     file descriptors says nothing about the file and raises (`StorageError`)."""
     if not os.path.lexists(path):
-        return BankFile("", BankOverrides())
+        return BankFile("", no_overrides())
     try:
         data = yaml.safe_load(files.read_text(path, within=within))
     except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
-        return BankFile("", BankOverrides(), "not valid YAML; description and settings ignored")
+        return BankFile("", no_overrides(), "not valid YAML; description and settings ignored")
     except StorageError as exc:
         if files.is_transient(exc):
             raise
-        return BankFile("", BankOverrides(), f"{exc.message}; description and settings ignored")
+        return BankFile("", no_overrides(), f"{exc.message}; description and settings ignored")
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        return BankFile("", BankOverrides(), "not a mapping; description and settings ignored")
+        return BankFile("", no_overrides(), "not a mapping; description and settings ignored")
     value = data.get("description")
     description = value if isinstance(value, str) else ""
     chosen = {key: v for key, v in data.items() if key != "description"}
     try:
         overrides = parse_overrides(chosen, source=BANK_FILE)
     except InvalidInput as exc:
-        return BankFile(description, BankOverrides(), f"settings ignored: {exc.message}")
+        return BankFile(description, no_overrides(), f"settings ignored: {exc.message}")
     return BankFile(description, overrides)
 
 
