@@ -332,11 +332,11 @@ from memory_worker.core import bank_settings, config, models
 models_ = [config.Settings, bank_settings.BankOverrides, bank_settings.BankSettings,
            bank_settings.AssociationWeights, models.Rule, models.BankInfo, seams.HookEnvelope]
 built = [m.__name__ for m in models_ if m.__pydantic_complete__]
-print(json.dumps([code, built]), file=sys.stderr)
+print(json.dumps([code, built, "yaml" in sys.modules]), file=sys.stderr)
 """
 
 
-def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model(
+def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model_nor_loads_yaml(
     tmp_path: Path,
 ) -> None:
     """With no configuration file and a `bank.yaml` that chose no setting there is nothing to
@@ -355,8 +355,8 @@ def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model(
         timeout=START_TIMEOUT_S,
         check=True,
     )
-    code, built = json.loads(done.stderr.strip().splitlines()[-1])
-    assert (code, built) == (0, [])
+    code, built, yaml_loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (code, built, yaml_loaded) == (0, [], False)  # nor the YAML parser (a plain bank.yaml)
     assert json.loads(done.stdout)["memory"]["text"] == "coffee at six"
     defaults = load_settings(None)
     assert defaults == Settings() == Settings.model_validate({})

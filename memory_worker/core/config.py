@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -297,6 +296,8 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
     to `Settings()`, made without validating them: they are the model's own defaults)."""
     if path is None:
         return Settings.model_construct()
+    import yaml  # a call with no configuration file never loads the parser
+
     env = os.environ if env is None else env
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
