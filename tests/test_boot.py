@@ -4,14 +4,22 @@ overlapping boots ends, and after a boot that failed; then the freed heap goes b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import io
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from memory_worker.adapters import cli
 from memory_worker.storage import boot
 from memory_worker.storage.boot import booting as collector_paused
+from memory_worker.storage.store import Store
+
+from .conftest import HOLDER
 
 
 @pytest.fixture(autouse=True)
@@ -77,3 +85,37 @@ def test_glibc_hands_freed_memory_back() -> None:
 
     returned = boot.return_freed_memory()
     assert returned == (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+
+
+def test_a_boot_that_does_not_ask_hands_nothing_back_unless_an_overlapping_one_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[None] = []
+    monkeypatch.setattr(boot, "return_freed_memory", lambda: calls.append(None) or True)
+    with collector_paused(hand_back=False):
+        pass
+    assert not calls
+    with collector_paused(hand_back=False), collector_paused():
+        pass
+    assert len(calls) == 1
+
+
+def test_a_one_shot_cli_save_hands_no_heap_back_a_store_that_stays_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one-shot process exits right after its command: glibc's malloc_trim (~10 ms at 10k
+    # memories) would return memory the exit returns anyway. A store that stays open trims.
+    calls: list[None] = []
+    monkeypatch.setattr(boot, "return_freed_memory", lambda: calls.append(None) or True)
+    data = tmp_path / "data"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["trigger", "memory::save", "--data-dir", str(data), "text=tea"]) == 0
+        assert cli.main(["trigger", "memory::save", "--data-dir", str(data), "text=tea"]) == 0
+    assert not calls  # the second replayed bank `main`, without trimming
+
+    store = Store.open(data, holder=HOLDER, lazy=True)
+    try:
+        assert store.find("main") is not None
+    finally:
+        asyncio.run(store.close())
+    assert len(calls) == 1

@@ -172,6 +172,7 @@ async def _with_door(
         # Loaded only in-process (and lazily there): a forwarded call lets the server embed.
         make_embedder=lambda: _embedder(settings, default="local", lazy=True),
         embed_writes=False,
+        short_lived=True,  # one command, then the process exits
     ) as door:
         return await work(door)
 

@@ -245,9 +245,12 @@ class Bank:
         path: Path,
         warnings: DurabilityWarnings | None = None,
         guard: Guard | None = None,
+        *,
+        hand_back_heap: bool = True,
     ) -> Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
-        link where a file of ours belongs is reported and never followed."""
+        link where a file of ours belongs is reported and never followed. `hand_back_heap`:
+        whether the heap the build freed is handed back to the OS (`storage.boot`)."""
         bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
@@ -256,7 +259,7 @@ class Bank:
         bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
-        with booting():  # the bulk build: no collector passes, its freed heap handed back after
+        with booting(hand_back_heap):  # the bulk build: no collector passes
             bank._replay()
             bank._load_vectors()
             bank.access.load()

@@ -65,10 +65,12 @@ def _load_one(
     banks: dict[str, Bank],
     broken: dict[str, str],
     guard: Guard | None = None,
+    *,
+    hand_back_heap: bool = True,
 ) -> None:
     try:
         check_name(name, "bank folder")
-        banks[name] = Bank.load(name, root / name, warnings, guard)
+        banks[name] = Bank.load(name, root / name, warnings, guard, hand_back_heap=hand_back_heap)
     except Exception as exc:  # one bad folder must not stop the others from loading
         if files.is_transient(exc):
             raise StorageError(f"cannot load bank {name}: {exc}") from exc
@@ -102,6 +104,8 @@ class Store:
         # Bank folders seen at open and not replayed yet (a lazy store): each is loaded the first
         # time a call names it, and never again looked at otherwise.
         self._unloaded = unloaded if unloaded is not None else set()
+        # Whether a bank replayed on first use hands its boot's freed heap back (`adopt`).
+        self._hand_back_heap = True
         self._lock = lock
         # Changes that landed but whose directory sync failed (doctor `durability-warnings`).
         self.durability = durability if durability is not None else DurabilityWarnings()
@@ -123,20 +127,26 @@ class Store:
         holder: dict[str, object],
         lock_wait_s: float = 0.0,
         lazy: bool = False,
+        short_lived: bool = False,
     ) -> Store:
         """Probe, lock and replay `root` (blocking). Raises `StorageError` or `Conflict`.
-        `lazy`: list the bank folders only; each is replayed when first named (`find`)."""
+        `lazy`: list the bank folders only; each is replayed when first named (`find`).
+        `short_lived`: the process exits after one command (see `adopt`)."""
         root = root.resolve()
         files.probe_writable(root)
         lock = files.DataDirLock(root, holder)
         lock.acquire(lock_wait_s)
-        return cls.adopt(lock, lazy=lazy)
+        return cls.adopt(lock, lazy=lazy, short_lived=short_lived)
 
     @classmethod
-    def adopt(cls, lock: files.DataDirLock, *, lazy: bool = False) -> Store:
+    def adopt(
+        cls, lock: files.DataDirLock, *, lazy: bool = False, short_lived: bool = False
+    ) -> Store:
         """Replay the data dir of `lock`, which this process has just acquired (a door takes the
         lock before it imports the store, to forward the call when it is refused). The lock is
-        released when the replay fails."""
+        released when the replay fails. `short_lived` (a lazy store of a process that exits after
+        one command): a bank's boot does not hand its freed heap back to the OS (glibc's
+        `malloc_trim`, ~10 ms at 10,000 memories); the exit returns it all."""
         root = lock.root
         durability = DurabilityWarnings()
         banks: dict[str, Bank] = {}
@@ -157,7 +167,9 @@ class Store:
             broken=len(broken),
             unloaded=len(unloaded),
         )
-        return cls(root, banks, broken, lock, durability, unloaded)
+        store = cls(root, banks, broken, lock, durability, unloaded)
+        store._hand_back_heap = not short_lived
+        return store
 
     def names(self) -> list[str]:
         """Every bank that is (or, in a lazy store, would be once named) loaded."""
@@ -171,7 +183,13 @@ class Store:
             self._unloaded.discard(name)
             try:
                 _load_one(
-                    self.root, name, self.durability, self._banks, self.broken, self._lock.verify
+                    self.root,
+                    name,
+                    self.durability,
+                    self._banks,
+                    self.broken,
+                    self._lock.verify,
+                    hand_back_heap=self._hand_back_heap,
                 )
             except StorageError:
                 self._unloaded.add(name)  # transient (out of descriptors): the next call retries
