@@ -192,6 +192,9 @@ class Bank:
         # this log: kept at close while the lines past it are few (`snapshot.tail_is_short`).
         self._snapshot_base: tuple[int, int] | None = None
         self._records_base: tuple[int, int] | None = None
+        # Whether a boot compacts its records for RAM (`log.shared_fields`); not in a process
+        # that exits after one command (`load(short_lived=True)`).
+        self._compact_records = True
 
     def __repr__(self) -> str:
         return (
@@ -246,11 +249,13 @@ class Bank:
         warnings: DurabilityWarnings | None = None,
         guard: Guard | None = None,
         *,
-        hand_back_heap: bool = True,
+        short_lived: bool = False,
     ) -> Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
-        link where a file of ours belongs is reported and never followed. `hand_back_heap`:
-        whether the heap the build freed is handed back to the OS (`storage.boot`)."""
+        link where a file of ours belongs is reported and never followed. `short_lived`: the
+        process exits after one command, so what only pays off over a long life is skipped: the
+        heap the build freed is not handed back to the OS (`storage.boot`), replayed records are
+        not compacted for RAM (`log.shared_fields`: equal records either way)."""
         bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
@@ -259,7 +264,8 @@ class Bank:
         bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
-        with booting(hand_back_heap):  # the bulk build: no collector passes
+        bank._compact_records = not short_lived
+        with booting(hand_back=not short_lived):  # the bulk build: no collector passes
             bank._replay()
             bank._load_vectors()
             bank.access.load()
@@ -369,7 +375,9 @@ class Bank:
         self._boot_identity = self._replay_from_records()
         if self._boot_identity is None:
             self._boot_data = None
-            memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
+            memories, found = replay(
+                self.path / MEMORIES_FILE, within=self.root, compact=self._compact_records
+            )
             self._memories = memories
             self.damage.extend(found)
             keys = [text_key(normalize(record.text)) for record in memories.values()]
@@ -415,7 +423,7 @@ class Bank:
         if _stat_stamp(path) != self._log_stamp:
             return None
         starts, ends = spans.starts.tolist(), spans.ends.tolist()
-        memories = records_at(data, starts, ends)
+        memories = records_at(data, starts, ends, compact=self._compact_records)
         if memories is None or len(memories) != len(starts):
             return None
         self._memories = memories
