@@ -5,25 +5,32 @@ restart does not re-analyse every text.
 
 It is never needed for correctness and never trusted on its word. It is used only when all of these
 still hold, else ignored and the index is rebuilt from the log as if it were absent:
-- the log's length and CRC-32 are the ones it was written for (any append, rewrite or hand edit of
-  `memories.jsonl` changes them), and the log did not change while it was being replayed;
+- the log's length and CRC-32 are the ones it was written for (any rewrite or hand edit of
+  `memories.jsonl` changes them), or the log's first bytes have that length and CRC-32 and end a
+  line (it grew by appends since), and the log did not change while it was being replayed;
 - the analyzer is the same code (a digest of the modules that turn a memory into terms);
-- it lists exactly the live ids the replay produced, in replay order, and its arrays are
-  consistent (sizes, term ids within the vocabulary).
+- its arrays are consistent (sizes, term ids within the vocabulary) and it lists exactly the live
+  ids the replay produced, in replay order; for a prefix, exactly those with no line past it
+  (`storage.bank` analyses the others again, and uses a prefix only for a log that replayed
+  without damage and whose lines past it do not finish a write begun before it).
 It is written when a bank of at least `SNAPSHOT_MIN_LIVE` live memories is closed and the one on
-disk (if any) is not for the log as it stands; a temp file renamed into place, not fsynced (a
-crash leaves an old, missing or unreadable one: each costs one rebuild). numpy reads it with
-`allow_pickle=False`: plain arrays, no code. The leading dot keeps it out of the watcher's view.
+disk (if any) is not for the log as it stands, unless it is for a prefix of that same log file
+that the log outgrew only a little (`tail_is_short`): a one-shot save of one line must not
+rewrite megabytes. A temp file renamed into place, not fsynced (a crash leaves an old, missing or
+unreadable one: each costs one rebuild). numpy reads it with `allow_pickle=False`: plain arrays,
+no code. The leading dot keeps it out of the watcher's view.
 
 `.records.npz` spares a boot the replay's per-line work: for each id, where the line that wins
 replay lies in the log (byte start and end), in replay order, and a stable 64-bit key of its
 normalized text (`text_key`, the exact-text map's key). A boot whose log bytes have exactly the
-length and CRC-32 it was written for validates only those lines into records; any other log is
-replayed line by line with its checksums, batches and damage report, as if the file were absent.
-It is written only for a log that replayed without damage and has changed since only by this
-process's own durable writes, and only when a scan of that log finds exactly the ids and
-revisions RAM holds; it is tied to the code of the line format and the record model
-(`replay_digest`).
+length and CRC-32 it was written for validates only those lines into records; one whose first
+bytes do (`records_prefix`) does so for them and replays the lines past them with replay's
+checks (`log.tail_records`); any other log, or a damaged line past the prefix, is replayed line
+by line with its checksums, batches and damage report, as if the file were absent. It is written
+only for a log that replayed without damage and has changed since only by this process's own
+durable writes, and only when a scan of that log finds exactly the ids and revisions RAM holds
+(and, like `.index.npz`, not while the one on disk is for a short-outgrown prefix); it is tied to
+the code of the line format and the record model (`replay_digest`).
 """
 
 from __future__ import annotations
