@@ -332,11 +332,11 @@ from memory_worker.core import bank_settings, config, models
 models_ = [config.Settings, bank_settings.BankOverrides, bank_settings.BankSettings,
            bank_settings.AssociationWeights, models.Rule, models.BankInfo, seams.HookEnvelope]
 built = [m.__name__ for m in models_ if m.__pydantic_complete__]
-print(json.dumps([code, built, "yaml" in sys.modules]), file=sys.stderr)
+print(json.dumps([code, built, "yaml" in sys.modules, "structlog" in sys.modules]), file=sys.stderr)
 """
 
 
-def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model_nor_loads_yaml(
+def test_a_local_save_into_a_plain_bank_builds_no_settings_model_nor_loads_yaml_or_structlog(
     tmp_path: Path,
 ) -> None:
     """With no configuration file and a `bank.yaml` that chose no setting there is nothing to
@@ -355,8 +355,10 @@ def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model_no
         timeout=START_TIMEOUT_S,
         check=True,
     )
-    code, built, yaml_loaded = json.loads(done.stderr.strip().splitlines()[-1])
-    assert (code, built, yaml_loaded) == (0, [], False)  # nor the YAML parser (a plain bank.yaml)
+    code, built, yaml_loaded, structlog_loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (code, built) == (0, [])
+    assert not yaml_loaded  # nor the YAML parser (a plain bank.yaml)
+    assert not structlog_loaded  # nor structlog: nothing was logged at the CLI's level
     assert json.loads(done.stdout)["memory"]["text"] == "coffee at six"
     defaults = load_settings(None)
     assert defaults == Settings() == Settings.model_validate({})
@@ -366,6 +368,32 @@ def test_a_local_save_into_a_bank_that_chose_nothing_builds_no_settings_model_no
     )
     assert parse_overrides({}, source="test") == BankOverrides()
     assert read_bank_file(data / "main" / BANK_FILE).overrides == BankOverrides()
+
+
+def test_a_one_shot_process_writes_its_logs_at_its_level_as_json_lines(tmp_path: Path) -> None:
+    """structlog is loaded on the first record at the chosen level (`storage.logger`), and
+    configured then as `configure_logging` chose: JSON lines on stderr, level and timestamp."""
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_worker", *argv, "--log-level", "info"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    opened = [r for r in records if r["event"] == "store_opened"]
+    assert opened and opened[0]["level"] == "info" and opened[0]["timestamp"].endswith("Z")
+    quiet = subprocess.run(
+        [sys.executable, "-m", "memory_worker", *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    assert "store_opened" not in quiet.stderr  # below the default level (warning)
 
 
 async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:

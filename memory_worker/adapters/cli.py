@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
-import structlog
-
 from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door
 from memory_worker.adapters.formats import FORMATS, read_foreign
@@ -34,6 +32,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
+from memory_worker.storage.logger import get_logger
 
 # The catalog (every request and response model, the whole service), the embedders and numpy
 # are imported where a command needs them: a call forwarded to the server holding the data dir
@@ -41,7 +40,7 @@ from memory_worker.core.payload import loads
 if TYPE_CHECKING:
     from memory_worker.app.ports import Embedder
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["main", "parse_assignments"]
 
@@ -667,6 +666,11 @@ _COMMANDS = {
 }
 
 
+# Commands that run one call or batch through a door and exit, and run no memory-consolidate code
+# (`consolidate` does; `serve` and `mcp` stay up).
+_ONE_SHOT = frozenset({"trigger", "call", "import", "export", "hook", "capture", "compact"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
@@ -678,7 +682,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    configure_logging(getattr(args, "log_level", "warning"))
+    # One-shot commands log only through `storage.logger`: structlog is loaded on their first
+    # record at that level, if any (a save logs none at warning).
+    configure_logging(getattr(args, "log_level", "warning"), lazy=args.command in _ONE_SHOT)
     try:
         return asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:

@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-import structlog
-
 from memory_worker.adapters import access
 from memory_worker.app import functions
 from memory_worker.app.caller import Caller, CallerKind
@@ -44,6 +42,7 @@ from memory_worker.core.errors import (
     WorkerError,
 )
 from memory_worker.storage import files
+from memory_worker.storage.logger import get_logger
 
 # A forwarded call (the data dir is held by a server) needs none of the service: a one-shot CLI
 # call or a coding agent's hook, a new process each time, would import the catalog's models,
@@ -67,7 +66,7 @@ __all__ = [
     "serving_url",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CALLER_HEADER = "Memory-Caller"
 CAPTURE_PATH = "capture"  # POST /capture on the standalone server: queue one turn

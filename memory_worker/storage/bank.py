@@ -27,8 +27,6 @@ from itertools import compress, islice, repeat
 from operator import attrgetter, is_
 from pathlib import Path
 
-import structlog
-
 from memory_worker.core.bank_settings import BankOverrides, no_overrides
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
@@ -68,6 +66,7 @@ from memory_worker.storage.log import (
     tail_records,
     winning_spans,
 )
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.snapshot import (
     RECORDS_FILE,
@@ -92,7 +91,7 @@ from memory_worker.storage.vectors import (
 
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _ID = attrgetter("id")
 _ANCHORS = attrgetter("anchors")

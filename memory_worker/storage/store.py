@@ -20,18 +20,17 @@ import os
 import re
 from pathlib import Path
 
-import structlog
-
 from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import BankNotFound, Conflict, StorageError
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
 from memory_worker.storage.bank import Bank, BankSummary, Guard
 from memory_worker.storage.damage import DurabilityWarnings
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["TRASH_DIR", "BankSummary", "Store"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 TRASH_DIR = ".trash"
 # `.trash/<bank>-<ms>[-<n>]`: the name a trashed bank folder gets (files.move_to_trash).
