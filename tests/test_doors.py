@@ -396,6 +396,36 @@ def test_a_one_shot_process_writes_its_logs_at_its_level_as_json_lines(tmp_path:
     assert "store_opened" not in quiet.stderr  # below the default level (warning)
 
 
+_BLAS_PROBE = """
+import json, os, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[1:])
+print(json.dumps([code, os.environ.get("OPENBLAS_NUM_THREADS")]), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_a_local_one_shot_process_loads_numpy_with_one_blas_thread_unless_told(
+    tmp_path: Path, given: str | None, expected: str
+) -> None:
+    """OpenBLAS starts (and spins) a thread per core when numpy loads: ~60 ms of CPU of a
+    process that multiplies one query vector at most. A one-shot command asks for one before
+    the door loads numpy; a value in the environment is kept."""
+    env = {k: v for k, v in ENV.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    done = subprocess.run(
+        [sys.executable, "-c", _BLAS_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, expected]
+
+
 async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:
     """A server that answers every connection with `raw` once the request's head has arrived."""
 

@@ -45,6 +45,7 @@ log = get_logger(__name__)
 __all__ = ["main", "parse_assignments"]
 
 CONFIG_ENV = "MEMORY_CONFIG"
+BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
 DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
@@ -682,9 +683,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    one_shot = args.command in _ONE_SHOT
     # One-shot commands log only through `storage.logger`: structlog is loaded on their first
     # record at that level, if any (a save logs none at warning).
-    configure_logging(getattr(args, "log_level", "warning"), lazy=args.command in _ONE_SHOT)
+    configure_logging(getattr(args, "log_level", "warning"), lazy=one_shot)
+    if one_shot:
+        # OpenBLAS starts a thread per core when numpy loads, and they spin a while: ~60 ms of
+        # CPU of every local one-shot process (a second core's worth on two), for a process that
+        # multiplies one query vector at most. Read when numpy loads, which the door does later;
+        # a choice already in the environment is kept.
+        os.environ.setdefault(BLAS_THREADS_ENV, "1")
     try:
         return asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:
