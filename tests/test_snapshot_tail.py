@@ -321,3 +321,26 @@ def test_an_edit_of_the_prefix_ignores_both_snapshots(
 
     assert uses == [(False, False)]
     assert booted == without_snapshots(tmp_path)
+
+
+def test_a_rewritten_log_gets_new_snapshots_at_close_however_little_it_changed(
+    tmp_path: Path, short_tails: None, uses: list[tuple[bool, bool]]
+) -> None:
+    # A compaction replaces the log by another file: the snapshots on disk are of the old one,
+    # never a prefix of the new one, so close writes them again (the tail rule is for appends).
+    ids = seed(tmp_path)
+    grow(tmp_path, ids)
+    before = derived(tmp_path)
+
+    async def compact(service: MemoryService) -> None:
+        await call(service, "memory::compact", {"bank": "b", "horizon_days": 0}, HUMAN)
+
+    session(tmp_path, compact)
+    after = derived(tmp_path)
+
+    assert after[RECORDS_FILE] != before[RECORDS_FILE]
+    assert after[SNAPSHOT_FILE] != before[SNAPSHOT_FILE]
+    uses.clear()
+    booted = observed(tmp_path)
+    assert uses == [(True, True)]
+    assert booted == without_snapshots(tmp_path)

@@ -1054,6 +1054,9 @@ class Bank:
     def _adopt(self, memories: dict[str, Memory], *, dropped_damage: bool) -> None:
         """RAM after a rewrite: what the new log replays to (unchanged for a compaction)."""
         self._log_stamp = _stat_stamp(self.path / MEMORIES_FILE)
+        # The snapshots on disk are of the old file: none is a prefix of the new one (a boot would
+        # find so by their CRC; this only keeps close from sparing them for it).
+        self._snapshot_base = self._records_base = None
         if dropped_damage:
             self.damage = [d for d in self.damage if d.file != MEMORIES_FILE]
         if memories == self._memories:
