@@ -69,7 +69,10 @@ def _load_one(
 ) -> None:
     try:
         check_name(name, "bank folder")
-        banks[name] = Bank.load(name, root / name, warnings, guard, short_lived=short_lived)
+        if short_lived:
+            banks[name] = Bank.load(name, root / name, warnings, guard, short_lived=True)
+        else:  # the call every other path (and a test's stand-in for `load`) has always made
+            banks[name] = Bank.load(name, root / name, warnings, guard)
     except Exception as exc:  # one bad folder must not stop the others from loading
         if files.is_transient(exc):
             raise StorageError(f"cannot load bank {name}: {exc}") from exc
