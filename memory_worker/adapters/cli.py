@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import json
 import os
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -694,11 +696,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a choice already in the environment is kept.
         os.environ.setdefault(BLAS_THREADS_ENV, "1")
     try:
-        return asyncio.run(_COMMANDS[args.command](args))
+        code = asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:
-        return _fail(err)
+        code = _fail(err)
     except KeyboardInterrupt:
         return 130
+    if argv is None and one_shot:  # the program itself (a caller passing argv gets the code)
+        _end_at_once(code)
+    return code
+
+
+def _end_at_once(code: int) -> None:
+    """End a one-shot process whose command is over — its loop and worker threads shut down by
+    `asyncio.run`, its data dir closed, its answer written — without tearing the interpreter
+    down: freeing every module and object one by one is 50-90 ms of CPU once a 10,000-memory
+    bank was loaded, for memory the OS takes back at once. As at a normal exit, the exit
+    handlers run and the standard streams are flushed first. Returns (a normal exit follows)
+    while another thread is alive: a normal exit waits for it."""
+    if threading.active_count() > 1:
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
