@@ -48,10 +48,12 @@ class Logger:
     def _emit(self, method: str, event: str, fields: dict[str, Any]) -> None:
         if _LEVELS[method] < _state["threshold"]:
             return
-        with _lock:
-            apply, _state["pending"] = _state["pending"], None
-        if apply is not None:
-            apply()
+        if _state["pending"] is not None:
+            with _lock:  # held while configuring: no other thread writes through structlog first
+                apply = _state["pending"]
+                if apply is not None:
+                    apply()
+                    _state["pending"] = None
         import structlog  # first use: see the module docstring
 
         getattr(structlog.get_logger(self._name), method)(event, **fields)
