@@ -5,9 +5,13 @@ per prompt, forwarded), and a local one-shot save on a data dir nobody holds; wh
 and CPU (user + system), and how many modules it imported (`python -X importtime`).
 
 Every tree given (this one, and `--before DIR`: e.g. `git archive <commit> | tar -x -C DIR`) runs
-the same commands against the same data dirs, interleaved round by round, so load drifting on a
-shared machine falls on both alike. Each process runs as `python -m memory_worker` with
-`PYTHONPATH=<tree>` from a neutral working directory, so the tree's code is what is imported.
+the same commands, interleaved round by round, so load drifting on a shared machine falls on both
+alike. Each tree writes its own copy of the local data dirs (copied from one seed): a tree's close
+leaves snapshots only its own code may use (they name the digest of the code that made them), so
+on shared data dirs each tree would rebuild what the other wrote, and neither row would show what
+its own closes leave for its next boot. The forwarded rows share the one server. Each process
+runs as `python -m memory_worker` with `PYTHONPATH=<tree>` from a neutral working directory, so
+the tree's code is what is imported.
 
     nice -n 19 .venv/bin/python bench/oneshot.py [--before DIR] [--memories 2000] [--rounds 7]
 
@@ -108,6 +112,7 @@ async def _run(
 def _scenarios(
     held: Path, free: Path, many: Path | None, banks: int
 ) -> dict[str, tuple[list[str], bytes | None, bytes]]:
+    # (`free` and `many` are a tree's own copies: see the module docstring.)
     """name → (arguments, stdin, what stdout must contain)."""
     save = ["trigger", "memory::save", "text=a note from the one-shot bench"]
     out = {
@@ -151,20 +156,21 @@ Key = tuple[str, str]  # (tree, scenario)
 
 async def _measure(
     trees: dict[str, Path],
-    scenarios: dict[str, tuple[list[str], bytes | None, bytes]],
+    scenarios: dict[str, dict[str, tuple[list[str], bytes | None, bytes]]],
     rounds: int,
 ) -> tuple[dict[Key, list[tuple[float, float]]], dict[Key, int], dict[Key, tuple[int, list[str]]]]:
-    """(wall, CPU) samples, how many runs answered, and (modules, watched ones) per row."""
+    """(wall, CPU) samples, how many runs answered, and (modules, watched ones) per row;
+    `scenarios` by tree (each its own data dirs)."""
     samples: dict[Key, list[tuple[float, float]]] = {}
     imports: dict[Key, tuple[int, list[str]]] = {}
     answered: dict[Key, int] = {}
     for tree_name, tree in trees.items():  # once each, for the import counts
-        for name, (argv, stdin, _) in scenarios.items():
+        for name, (argv, stdin, _) in scenarios[tree_name].items():
             *_, err = await _run(tree, argv, stdin, importtime=True)
             imports[(tree_name, name)] = _modules(err)
     for text in ("warm", *range(rounds)):
         for tree_name, tree in trees.items():
-            for name, (argv, stdin, expect) in scenarios.items():
+            for name, (argv, stdin, expect) in scenarios[tree_name].items():
                 wall, cpu, out, _ = await _run(tree, argv, stdin)
                 if text == "warm":
                     continue
@@ -192,7 +198,15 @@ async def main(args: argparse.Namespace) -> list[str]:
                 shutil.copytree(free / BANK, many / f"b{i:03d}")
         server = StandaloneServer(Settings(), held, port=0)
         await server.start()
-        scenarios = _scenarios(held, free, many, args.banks)
+        scenarios = {}
+        for tree_name in trees:
+            own = tmp / tree_name
+            shutil.copytree(free, own / "free")
+            if many is not None:
+                shutil.copytree(many, own / "many")
+            scenarios[tree_name] = _scenarios(
+                held, own / "free", None if many is None else own / "many", args.banks
+            )
         try:
             samples, answered, imports = await _measure(trees, scenarios, args.rounds)
         finally:
@@ -214,7 +228,7 @@ async def main(args: argparse.Namespace) -> list[str]:
         + " |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
-    for name in scenarios:
+    for name in scenarios["after"]:
         for tree_name in trees:
             rows = samples[(tree_name, name)]
             wall = statistics.median(w for w, _ in rows) * 1000

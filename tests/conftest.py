@@ -9,6 +9,7 @@ import structlog
 
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
+from memory_worker.storage import logger
 from memory_worker.storage.store import Store
 
 from .fakes import FixedClock, RecordingEmitter
@@ -21,8 +22,10 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for var in ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL"):
         monkeypatch.delenv(var, raising=False)
     structlog.reset_defaults()
+    logger.reset()  # what a `configure_logging` of an earlier test chose goes with it
     yield
     structlog.reset_defaults()
+    logger.reset()
 
 
 @pytest.fixture(name="data_dir")

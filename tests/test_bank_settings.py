@@ -23,7 +23,12 @@ from memory_worker.core.bank_settings import (
 )
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
-from memory_worker.storage.bank_file import read_bank_file, render_bank_file
+from memory_worker.storage.bank_file import (
+    PLAIN_BANK_FILE,
+    BankFile,
+    read_bank_file,
+    render_bank_file,
+)
 from memory_worker.storage.store import Store
 
 from .fakes import FixedClock, RecordingEmitter
@@ -265,6 +270,20 @@ _overrides = st.fixed_dictionaries(
         "scope": st.sampled_from(["private", "shared"]),
     },
 )
+
+
+def test_a_plain_bank_yaml_is_what_rendering_no_description_and_no_choice_writes(
+    tmp_path: Path,
+) -> None:
+    # `read_bank_file` answers that file without the YAML parser: it must read as the parser does.
+    rendered = render_bank_file("", BankOverrides())
+    path = tmp_path / "bank.yaml"
+    path.write_bytes(rendered)
+    assert rendered == PLAIN_BANK_FILE
+    assert read_bank_file(path) == BankFile("", BankOverrides())
+    assert yaml.safe_load(rendered) == {"description": ""}
+    path.write_bytes(b"description: ''\nmax_memories: 5\n")  # anything more: parsed
+    assert read_bank_file(path).overrides == BankOverrides(max_memories=5)
 
 
 class TestProperties:

@@ -4,14 +4,26 @@ overlapping boots ends, and after a boot that failed; then the freed heap goes b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import io
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from memory_worker.adapters import cli
+from memory_worker.storage import bank as bank_module
 from memory_worker.storage import boot
+from memory_worker.storage import log as log_module
 from memory_worker.storage.boot import booting as collector_paused
+from memory_worker.storage.snapshot import RECORDS_FILE
+from memory_worker.storage.store import Store
+
+from .conftest import HOLDER
 
 
 @pytest.fixture(autouse=True)
@@ -77,3 +89,75 @@ def test_glibc_hands_freed_memory_back() -> None:
 
     returned = boot.return_freed_memory()
     assert returned == (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+
+
+def test_a_boot_that_does_not_ask_hands_nothing_back_unless_an_overlapping_one_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[None] = []
+    monkeypatch.setattr(boot, "return_freed_memory", lambda: calls.append(None) or True)
+    with collector_paused(hand_back=False):
+        pass
+    assert not calls
+    with collector_paused(hand_back=False), collector_paused():
+        pass
+    assert len(calls) == 1
+
+
+def test_a_one_shot_cli_save_hands_no_heap_back_a_store_that_stays_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one-shot process exits right after its command: glibc's malloc_trim (~10 ms at 10k
+    # memories) would return memory the exit returns anyway. A store that stays open trims.
+    calls: list[None] = []
+    monkeypatch.setattr(boot, "return_freed_memory", lambda: calls.append(None) or True)
+    data = tmp_path / "data"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["trigger", "memory::save", "--data-dir", str(data), "text=tea"]) == 0
+        assert cli.main(["trigger", "memory::save", "--data-dir", str(data), "text=tea"]) == 0
+    assert not calls  # the second replayed bank `main`, without trimming
+
+    store = Store.open(data, holder=HOLDER, lazy=True)
+    try:
+        assert store.find("main") is not None
+    finally:
+        asyncio.run(store.close())
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("with_records", [True, False])
+def test_a_short_lived_boot_loads_the_same_records_without_compacting_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_records: bool
+) -> None:
+    # Compacting records for RAM (`log.shared_fields`) pays off over a server's life, not a
+    # one-shot process's: its boot keeps them as validated, equal record for record.
+    monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 3)
+    data = tmp_path / "data"
+    with contextlib.redirect_stdout(io.StringIO()):
+        for text in ("tea at five", "coffee at six", "Ana lives in Porto", "tea at five"):
+            assert (
+                cli.main(["trigger", "memory::save", "--data-dir", str(data), f"text={text}"]) == 0
+            )
+    if not with_records:
+        (data / "main" / RECORDS_FILE).unlink()
+    compacted: list[str] = []
+    real = log_module.shared_fields
+    monkeypatch.setattr(
+        log_module, "shared_fields", lambda record: compacted.append(record.id) or real(record)
+    )
+
+    def load(short_lived: bool) -> list[Any]:
+        store = Store.open(data, holder=HOLDER, lazy=True, short_lived=short_lived)
+        try:
+            bank = store.find("main")
+            assert bank is not None
+            return [
+                (m.to_line(), m.model_dump(), m.model_fields_set) for m in bank.memories.values()
+            ]
+        finally:
+            asyncio.run(store.close())
+
+    short = load(True)
+    assert not compacted
+    assert short == load(False) and len(short) == 3
+    assert len(compacted) >= 3

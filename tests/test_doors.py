@@ -26,8 +26,10 @@ from memory_worker.adapters.doors import (
 )
 from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
 from memory_worker.app.caller import Caller, CallerKind
-from memory_worker.core.config import Settings
+from memory_worker.core.bank_settings import BankOverrides, BankSettings, parse_overrides
+from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
+from memory_worker.storage.bank_file import BANK_FILE, read_bank_file
 
 from .served import ENV, START_TIMEOUT_S, serving
 
@@ -319,6 +321,151 @@ def test_a_local_one_shot_save_loads_no_http_client_and_builds_only_its_own_mode
     assert (code, http_loaded) == (0, False)
     assert json.loads(done.stdout)["memory"]["text"] == "tea at five"
     assert "SaveRequest" in built and "RecallRequest" not in built and "ImportRequest" not in built
+
+
+_SETTINGS_PROBE = """
+import json, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[1:])
+from memory_worker.app import seams
+from memory_worker.core import bank_settings, config, models
+models_ = [config.Settings, bank_settings.BankOverrides, bank_settings.BankSettings,
+           bank_settings.AssociationWeights, models.Rule, models.BankInfo, seams.HookEnvelope]
+built = [m.__name__ for m in models_ if m.__pydantic_complete__]
+print(json.dumps([code, built, "yaml" in sys.modules, "structlog" in sys.modules]), file=sys.stderr)
+"""
+
+
+def test_a_local_save_into_a_plain_bank_builds_no_settings_model_nor_loads_yaml_or_structlog(
+    tmp_path: Path,
+) -> None:
+    """With no configuration file and a `bank.yaml` that chose no setting there is nothing to
+    validate: the settings are the models' defaults, made without building the models (each
+    build is milliseconds of every one-shot process), and equal to validated ones."""
+    data = tmp_path / "data"
+    first = ["trigger", "memory::save", "--data-dir", str(data), "text=tea at five"]
+    subprocess.run([sys.executable, "-m", "memory_worker", *first], env=ENV, check=True,
+                   capture_output=True, timeout=START_TIMEOUT_S)  # fmt: skip
+    argv = ["trigger", "memory::save", "--data-dir", str(data), "text=coffee at six"]
+    done = subprocess.run(
+        [sys.executable, "-c", _SETTINGS_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    code, built, yaml_loaded, structlog_loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (code, built) == (0, [])
+    assert not yaml_loaded  # nor the YAML parser (a plain bank.yaml)
+    assert not structlog_loaded  # nor structlog: nothing was logged at the CLI's level
+    assert json.loads(done.stdout)["memory"]["text"] == "coffee at six"
+    defaults = load_settings(None)
+    assert defaults == Settings() == Settings.model_validate({})
+    validated = Settings.model_validate({"scope": "private"}).bank_defaults()  # chosen: validated
+    assert (
+        defaults.bank_defaults() == validated == BankSettings.model_validate(validated.model_dump())
+    )
+    assert parse_overrides({}, source="test") == BankOverrides()
+    assert read_bank_file(data / "main" / BANK_FILE).overrides == BankOverrides()
+
+
+def test_a_one_shot_process_writes_its_logs_at_its_level_as_json_lines(tmp_path: Path) -> None:
+    """structlog is loaded on the first record at the chosen level (`storage.logger`), and
+    configured then as `configure_logging` chose: JSON lines on stderr, level and timestamp."""
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_worker", *argv, "--log-level", "info"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    opened = [r for r in records if r["event"] == "store_opened"]
+    assert opened and opened[0]["level"] == "info" and opened[0]["timestamp"].endswith("Z")
+    quiet = subprocess.run(
+        [sys.executable, "-m", "memory_worker", *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    assert "store_opened" not in quiet.stderr  # below the default level (warning)
+
+
+_BLAS_PROBE = """
+import json, os, sys
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[1:])
+print(json.dumps([code, os.environ.get("OPENBLAS_NUM_THREADS")]), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_a_local_one_shot_process_loads_numpy_with_one_blas_thread_unless_told(
+    tmp_path: Path, given: str | None, expected: str
+) -> None:
+    """OpenBLAS starts (and spins) a thread per core when numpy loads: ~60 ms of CPU of a
+    process that multiplies one query vector at most. A one-shot command asks for one before
+    the door loads numpy; a value in the environment is kept."""
+    env = {k: v for k, v in ENV.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    done = subprocess.run(
+        [sys.executable, "-c", _BLAS_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, expected]
+
+
+_EXIT_PROBE = """
+import atexit, os, sys
+class Witness:
+    def __del__(self):
+        os.write(2, b"torn down\\n")
+witness = Witness()
+atexit.register(lambda: os.write(2, b"exit handler ran\\n"))
+from memory_worker.adapters import cli
+sys.argv = ["memory-worker", *sys.argv[1:]]
+sys.exit(cli.main())
+"""
+
+
+def test_a_one_shot_program_ends_at_once_after_its_exit_handlers_and_answer(
+    tmp_path: Path,
+) -> None:
+    """The program (no argv given) ends a finished one-shot command with `os._exit`: no
+    interpreter teardown (50-90 ms of CPU after a 10k-memory bank), the same answer, exit
+    status and exit handlers. A caller passing argv gets the code back instead."""
+    data = str(tmp_path / "data")
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _EXIT_PROBE, *argv],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=START_TIMEOUT_S,
+        )
+
+    saved = run("trigger", "memory::save", "--data-dir", data, "text=tea at five")
+    assert saved.returncode == 0
+    assert json.loads(saved.stdout)["memory"]["text"] == "tea at five"
+    assert "exit handler ran" in saved.stderr and "torn down" not in saved.stderr
+    missing = run("trigger", "memory::get", "--data-dir", data, "id=nope")
+    assert missing.returncode == 1
+    assert json.loads(missing.stderr.splitlines()[0])["code"] == "memory_not_found"
+    assert "torn down" not in missing.stderr
+    listed = run("permissions")  # not a one-shot command: the normal exit, teardown included
+    assert listed.returncode == 0 and "torn down" in listed.stderr
 
 
 async def _answering(raw: bytes) -> tuple[asyncio.Server, str]:

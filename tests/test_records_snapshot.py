@@ -212,7 +212,7 @@ def _drop_first_line(log: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "change", [_append_hand_line, _edit_in_place, _raise_a_revision, _torn_tail, _drop_first_line]
+    "change", [_edit_in_place, _raise_a_revision, _torn_tail, _drop_first_line]
 )
 def test_a_log_changed_behind_the_records_is_replayed_line_by_line(
     tmp_path: Path, records_uses: list[bool], change: Callable[[Path], None]
@@ -225,6 +225,20 @@ def test_a_log_changed_behind_the_records_is_replayed_line_by_line(
 
     assert records_uses == [False, False]
     assert loaded == expected
+
+
+def test_a_log_appended_behind_the_records_replays_only_the_new_line_over_them(
+    tmp_path: Path, records_uses: list[bool]
+) -> None:
+    # The records are for a prefix of the log; the hand-written line past it is replayed.
+    seed(tmp_path)
+    _append_hand_line(tmp_path / "b" / MEMORIES_FILE)
+
+    loaded = state(load(tmp_path))
+    expected = plain_replay(tmp_path)
+
+    assert records_uses == [True, False]
+    assert loaded == expected and "fphandwritten0001" in loaded["ids"]
 
 
 @pytest.mark.parametrize("change", [_edit_in_place, _raise_a_revision])
@@ -367,11 +381,12 @@ def test_ids_sharing_a_text_get_the_same_text_map_from_records_as_from_a_replay(
     ]  # fmt: skip
     with (tmp_path / "b" / MEMORIES_FILE).open("ab") as fh:
         fh.write(b"".join(encode([twin]) for twin in twins))
-    session(tmp_path, lambda service: asyncio.sleep(0))  # a full replay; its close vouches
+    # The records of the prefix, the twins replayed over them; its close vouches for them all.
+    session(tmp_path, lambda service: asyncio.sleep(0))
 
     loaded = state(load(tmp_path))
 
-    assert records_uses == [False, True]
+    assert records_uses == [True, True]
     assert loaded == plain_replay(tmp_path)
     shared = [ids for ids in loaded["by_text"].values() if isinstance(ids, list)]
     assert shared and len(shared[0]) == 4  # the seeded text's id, then the three twins in order

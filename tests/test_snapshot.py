@@ -133,9 +133,10 @@ def test_a_damaged_snapshot_is_ignored_and_changes_no_answer(
     assert snapshot_uses == [False]
 
 
-def test_a_log_changed_behind_the_snapshot_is_indexed_from_the_log(
+def test_a_log_appended_behind_the_snapshot_indexes_the_new_line_from_the_log(
     tmp_path: Path, snapshot_uses: list[bool]
 ) -> None:
+    # The snapshot is for a prefix of the log: its terms are used, the line past it analysed.
     seed(tmp_path)
     log = tmp_path / "b" / MEMORIES_FILE
     line = json.loads(log.read_bytes().splitlines()[0])
@@ -146,9 +147,32 @@ def test_a_log_changed_behind_the_snapshot_is_indexed_from_the_log(
     snapshot_uses.clear()
 
     found = answers_for(tmp_path, "who keeps bees")
+    (tmp_path / "b" / SNAPSHOT_FILE).unlink()
+
+    assert snapshot_uses == [True]
+    assert found and found[0] == "fphandwritten0001"
+    assert answers(tmp_path) == answers(tmp_path)  # built from the log, then from its snapshot
+
+
+def test_a_log_edited_behind_the_snapshot_is_indexed_from_the_log(
+    tmp_path: Path, snapshot_uses: list[bool]
+) -> None:
+    seed(tmp_path)
+    log = tmp_path / "b" / MEMORIES_FILE
+    data = log.read_bytes()
+    at = data.index(b"Lisbon")
+    line_start = data.rindex(b"\n", 0, at) + 1 if b"\n" in data[:at] else 0
+    line_end = data.index(b"\n", at)
+    line = json.loads(data[line_start:line_end])
+    line.pop("crc")
+    line["text"] = "Ana moved to Zanzibar in 2021 and works at a bakery"
+    log.write_bytes(data[:line_start] + json.dumps(line).encode() + data[line_end:])
+    snapshot_uses.clear()
+
+    found = answers_for(tmp_path, "Zanzibar")
 
     assert snapshot_uses == [False]
-    assert found and found[0] == "fphandwritten0001"
+    assert found and found[0] == line["id"]
 
 
 def answers_for(data_dir: Path, query: str) -> list[str]:

@@ -31,17 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import structlog
-
 from memory_worker.adapters.doors import Door
 from memory_worker.app.caller import Caller
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
 from memory_worker.storage.capture import MAX_JOB_ENTRIES
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_INPUT_BYTES = 8 * 1024 * 1024  # a Write of a large file still fits; beyond, the call is skipped
 PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"  # what Claude Code sets for hook commands

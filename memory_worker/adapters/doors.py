@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -29,8 +30,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
-
-import structlog
 
 from memory_worker.adapters import access
 from memory_worker.app import functions
@@ -43,6 +42,7 @@ from memory_worker.core.errors import (
     WorkerError,
 )
 from memory_worker.storage import files
+from memory_worker.storage.logger import get_logger
 
 # A forwarded call (the data dir is held by a server) needs none of the service: a one-shot CLI
 # call or a coding agent's hook, a new process each time, would import the catalog's models,
@@ -66,7 +66,7 @@ __all__ = [
     "serving_url",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CALLER_HEADER = "Memory-Caller"
 CAPTURE_PATH = "capture"  # POST /capture on the standalone server: queue one turn
@@ -347,11 +347,13 @@ async def open_door(
     make_embedder: Callable[[], Embedder | None] | None = None,
     embed_writes: bool = True,
     forward_timeout_s: float = FORWARD_TIMEOUT_S,
+    short_lived: bool = False,
 ) -> AsyncIterator[Door]:
     """The door to `root` for one command: the data dir opened in-process (its lock held until
     the block ends, what was saved embedded before it closes), or the server holding it.
     `make_embedder` (instead of `embedder`) is called only in-process: a forwarded call never
-    loads an embedder (the server embeds)."""
+    loads an embedder (the server embeds). `short_lived`: the process exits after this command
+    (`Store.adopt`), unlike an MCP server opening a door per call."""
     root = root.resolve()
     lock = None
     if serving_url(root) is not None:
@@ -391,7 +393,9 @@ async def open_door(
             return
     # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
     # files), so one line appended to one bank of a hundred costs that bank alone.
-    store = await asyncio.to_thread(Store.adopt, lock, lazy=True)
+    store = await asyncio.to_thread(
+        functools.partial(Store.adopt, lock, lazy=True, short_lived=short_lived)
+    )
     service = MemoryService(store, settings, embedder=embedder, embed_writes=embed_writes)
     try:
         yield LocalDoor(service, caller)

@@ -11,14 +11,13 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 
-import structlog
-
 from memory_worker.adapters.e5_embedder import E5_MODEL, E5Embedder
 from memory_worker.adapters.local_embedder import DEFAULT_MODEL as MINILM_MODEL
 from memory_worker.adapters.local_embedder import EmbedderUnavailable, LocalEmbedder
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.search.ranking import DUPLICATE_COSINE
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "ALIASES",
@@ -31,7 +30,7 @@ __all__ = [
     "resolve_local",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The default is the English+Portuguese e5 (docs/BENCHMARKS.md, "Embedders": it ranks Portuguese
 # questions as well as English ones; MiniLM is English-only).

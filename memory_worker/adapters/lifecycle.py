@@ -8,11 +8,11 @@ import asyncio
 import signal
 from typing import Protocol
 
-import structlog
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["Servable", "Stoppable", "serve_until_signalled"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Servable(Protocol):

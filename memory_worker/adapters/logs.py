@@ -1,26 +1,41 @@
-"""Structured logs (structlog) to stderr, one JSON object per line, so stdout stays the answer."""
+"""Structured logs (structlog) to stderr, one JSON object per line, so stdout stays the answer.
+
+With `lazy`, structlog itself is imported, and configured, when the first record at the chosen
+level is written (`storage.logger`): a one-shot command that logs nothing never loads it. Only
+for a process whose every logger is `storage.logger`'s: memory-consolidate's modules (a sibling
+package, which may not import storage) log through structlog directly, so a process that runs
+them configures it at once."""
 
 from __future__ import annotations
 
 import logging
 import sys
 
-import structlog
+from memory_worker.storage import logger
 
 __all__ = ["configure_logging"]
 
 
-def configure_logging(level: str = "warning") -> None:
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+def configure_logging(level: str = "warning", *, lazy: bool = False) -> None:
+    threshold = logging.getLevelNamesMapping()[level.upper()]
+    stream = sys.stderr  # as it is now, as configuring at once would have bound it
+
+    def apply() -> None:
+        import structlog
+
+        structlog.configure(
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(threshold),
+            logger_factory=structlog.PrintLoggerFactory(file=stream),
+            cache_logger_on_first_use=False,
+        )
+
+    logger.configure(threshold, apply)
+    if not lazy:
+        apply()
+        logger.configure(threshold, None)

@@ -30,7 +30,6 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import mcp_types as types
-import structlog
 from aiohttp import web
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
@@ -43,6 +42,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import FunctionSpec, Policy
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.names import check_name
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "ALIASES",
@@ -54,7 +54,7 @@ __all__ = [
     "tool_name",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SERVER_NAME = "memory-worker"
 INSTRUCTIONS = (

@@ -19,16 +19,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
-import structlog
 
 from memory_worker.app.ports import Completer
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.redact import redact
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["MAX_OUTPUT_TOKENS", "EndpointOrRouter", "OpenAIChatCompleter"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_OUTPUT_TOKENS = 1024  # as router::complete: a pass writes at most a few short sentences
 ERROR_SNIPPET_CHARS = 200  # how much of an error body a log line or exception carries

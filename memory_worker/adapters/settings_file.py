@@ -20,16 +20,16 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
-import structlog
 import watchfiles
 import yaml
 
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["SettingsFileWatcher", "rewrite", "write_values"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEBOUNCE_MS = 100
 

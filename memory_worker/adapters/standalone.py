@@ -53,7 +53,6 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -81,6 +80,7 @@ from memory_worker.core.errors import HTTP_STATUS, Conflict, InvalidInput, Worke
 from memory_worker.core.payload import loads
 from memory_worker.harness.capture import CaptureRunner
 from memory_worker.storage.capture import CaptureQueue
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
 
 __all__ = [
@@ -92,7 +92,7 @@ __all__ = [
     "serve",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The person the local service answers to (an agent token, when access levels need one, will
 # name an agent instead).

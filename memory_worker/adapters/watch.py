@@ -26,7 +26,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import structlog
 from watchfiles import Change, awatch
 
 from memory_worker.app.service import MemoryService
@@ -34,11 +33,12 @@ from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
 from memory_worker.storage import files
 from memory_worker.storage.bank import BANK_FILE, MEMORIES_FILE, RULES_DIR
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
 
 __all__ = ["DataDirWatcher", "bank_of"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEBOUNCE_MS = 100  # a burst of changes (an editor's save, `cp -r`) becomes one batch
 STEP_MS = 20  # quiet time that ends a batch early; also how fast a stop request is seen

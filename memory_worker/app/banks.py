@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import structlog
-
 from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
 from memory_worker.app.caller import SYSTEM, Caller
@@ -31,10 +29,11 @@ from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
 from memory_worker.storage.bank import Rewrite
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["BankUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class BankUseCases(EmbeddingWork):

@@ -9,8 +9,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-import structlog
-
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.ports import (
     BANK_CHANGED,
@@ -32,6 +30,7 @@ from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.core.text import collapse_whitespace
 from memory_worker.storage.bank import Bank, BankSummary
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
 
 __all__ = [
@@ -46,7 +45,7 @@ __all__ = [
     "redaction_reason",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_DESCRIPTION_CHARS = 500
 MAX_SUBJECT_CHARS = 128  # a handle or an id, not a description of the person

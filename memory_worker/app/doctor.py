@@ -8,8 +8,6 @@ import secrets
 import time
 from pathlib import Path
 
-import structlog
-
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import QUERY_EMBED_TIMEOUT_S, EmbeddingWork
 from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
@@ -18,10 +16,11 @@ from memory_worker.core.errors import Conflict, WorkerError
 from memory_worker.core.models import utc_datetime
 from memory_worker.search.ranking import RecallQuery, rank
 from memory_worker.storage import files
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["DoctorUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DOCTOR_PROBE_TEXT = "doctor probe memory: memory roundtrip"
 DOCTOR_PROBE_QUERY = "memory roundtrip probe"

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-import structlog
-
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
@@ -20,10 +18,11 @@ from memory_worker.core.lanes import embedding_text
 from memory_worker.search.lanes import LANES, LaneQuery
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["EMBED_BATCH", "QUERY_EMBED_TIMEOUT_S", "EmbeddingWork"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 EMBED_BATCH = 64
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 
-import structlog
-
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short, event_id
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
@@ -25,11 +23,12 @@ from memory_worker.core.models import ItemEvent
 from memory_worker.storage import erasure
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = ["CONFIRM", "ForgetUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CONFIRM = "destructive"  # seed 004: `X-Confirm: destructive`
 REASON = "forget-subject"

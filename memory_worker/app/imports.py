@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
@@ -18,16 +17,17 @@ from memory_worker.core.models import MAX_INT, MAX_TIME_MS, Confidence, Memory, 
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.storage.bank import Bank
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["ImportRecord", "ImportReport", "ImportUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ImportRecord(BaseModel):
     """One line of `memory-worker import`: a whole record, history fields included."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built by the first import
 
     id: str | None = Field(default=None, min_length=1, max_length=128)
     text: str

@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from memory_worker.app.base import ServiceBase, clean_short
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.ports import Deliveries, KeyValue
@@ -28,6 +26,7 @@ from memory_worker.core.models import Memory
 from memory_worker.search.lessons import explain
 from memory_worker.search.toolcall import signals
 from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION, FileDeliveries
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "DELIVERIES_SCOPE",
@@ -38,7 +37,7 @@ __all__ = [
     "ToolCall",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DELIVERIES_SCOPE = "memory_lessons"  # state-worker scope: conversation id → {lesson key: step}
 MAX_CONVERSATION_CHARS = 256

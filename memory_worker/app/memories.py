@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-import structlog
-
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_line, clean_short, redaction_reason
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
@@ -40,10 +38,11 @@ from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.search.ranking import kind_of
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.eviction import first_to_go
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["MemoryUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LIST_DEFAULT_LIMIT = 50
 LIST_MAX_LIMIT = 500

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import structlog
-
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -31,10 +29,11 @@ from memory_worker.search.ranking import (
 )
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["Injection", "RecallUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RECALL_MAX_LIMIT = 100
 

@@ -15,16 +15,15 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-import structlog
-
 from memory_worker.app.ports import Embedder
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
 
 __all__ = ["Applied", "Reconfigurer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Applied(StrEnum):

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import structlog
-
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import StatsRequest, StatsResponse
@@ -21,10 +19,11 @@ from memory_worker.core import transitions
 from memory_worker.core.models import ItemEvent, Memory
 from memory_worker.core.retention import EXPIRED, expired, kind_of
 from memory_worker.storage.bank import Bank
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["RetentionUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class RetentionUseCases(EmbeddingWork):

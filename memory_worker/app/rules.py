@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import structlog
-
 from memory_worker.app.base import ServiceBase
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.wire import (
@@ -17,10 +15,11 @@ from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["RuleUseCases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_RULE_CONTENT_CHARS = 65_536  # rules are injected whole; a bigger file is a mistake
 

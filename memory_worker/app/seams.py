@@ -33,8 +33,11 @@ __all__ = [
     "UiSettingsResult",
 ]
 
-_READS = ConfigDict(extra="ignore")
-_ANSWERS = ConfigDict(extra="allow")
+# Built (core schema, validator, serializer) on first use, not at import: the catalog names them
+# in `SEAMS`, and a one-shot CLI call, which imports the catalog, uses none of them.
+_DEFERRED = ConfigDict(defer_build=True)
+_READS = ConfigDict(extra="ignore", **_DEFERRED)
+_ANSWERS = ConfigDict(extra="allow", **_DEFERRED)
 
 
 class GenerateInput(BaseModel):
@@ -52,7 +55,7 @@ class HookEnvelope(BaseModel):
     """Envelope the harness posts to `pre-generate` hooks. Only the fields this worker reads are
     typed; everything else is ignored."""
 
-    model_config = ConfigDict(extra="ignore", title="PreGenerateInput")
+    model_config = ConfigDict(extra="ignore", title="PreGenerateInput", **_DEFERRED)
     session_id: str | None = ""
     turn_id: str | None = Field(
         default=None, description="The turn this step belongs to; its bank is recorded under it."
@@ -97,7 +100,7 @@ class HookResponse(BaseModel):
 class TurnCompleted(BaseModel):
     """`harness::turn-completed` payload (the fields this worker reads)."""
 
-    model_config = ConfigDict(extra="ignore", title="TurnCompletedInput")
+    model_config = ConfigDict(extra="ignore", title="TurnCompletedInput", **_DEFERRED)
     session_id: str | None = ""
     turn_id: str | None = None
     status: str | None = None
@@ -123,7 +126,7 @@ class TurnCompleted(BaseModel):
 class ExtractJob(BaseModel):
     """One durable extraction job (the `data` of a queue message)."""
 
-    model_config = ConfigDict(extra="ignore", title="ExtractJobInput")
+    model_config = ConfigDict(extra="ignore", title="ExtractJobInput", **_DEFERRED)
     session_id: str
     bank: str | None = Field(
         default=None,
@@ -163,7 +166,7 @@ class ExtractJob(BaseModel):
 class SessionDeleted(BaseModel):
     """`session::deleted` payload (the field this worker reads)."""
 
-    model_config = ConfigDict(extra="ignore", title="SessionDeletedInput")
+    model_config = ConfigDict(extra="ignore", title="SessionDeletedInput", **_DEFERRED)
     session_id: str | None = ""
 
 
@@ -172,7 +175,7 @@ class ConfigChanged(BaseModel):
     authoritative configuration (trusting `new_value` from a discoverable bus function would let
     any caller inject config)."""
 
-    model_config = ConfigDict(extra="ignore", title="OnConfigChangeEvent")
+    model_config = ConfigDict(extra="ignore", title="OnConfigChangeEvent", **_DEFERRED)
     id: str | None = Field(
         default=None,
         description="Configuration id that changed (advisory; the handler re-fetches).",
@@ -183,12 +186,12 @@ class Ack(BaseModel):
     """`ok`, and what the seam did when it says more (`queued`/`inline` job receipt, `skipped`
     with the reason, the `bank` and `written` count of an extraction pass)."""
 
-    model_config = ConfigDict(extra="allow", title="AckResponse")
+    model_config = ConfigDict(extra="allow", title="AckResponse", **_DEFERRED)
     ok: bool
 
 
 class ConfigAck(BaseModel):
-    model_config = ConfigDict(extra="allow", title="OnConfigChangeResponse")
+    model_config = ConfigDict(extra="allow", title="OnConfigChangeResponse", **_DEFERRED)
     ok: bool
 
 

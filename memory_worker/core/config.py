@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,7 +34,9 @@ COMPOSE_DIR_ENV = "III_COMPOSE_DIR"
 class Settings(BaseModel):
     """Memory worker configuration. Every field hot-reloads; `data_dir` reopens the store."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built on first validation, not at import: with no configuration file there is nothing to
+    # validate (`load_settings(None)`), and a one-shot CLI call then never builds it (~20 ms).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     data_dir: str = Field(
         default="data/memory",
@@ -196,20 +197,27 @@ class Settings(BaseModel):
     )
 
     def bank_defaults(self) -> BankSettings:
-        """The settings a bank has when it chose none (a bank's `bank.yaml` overrides them)."""
-        return BankSettings(
-            subject_scoping=self.subject_scoping,
-            max_memories=self.max_memories,
-            max_per_subject=self.max_per_subject,
-            association_weights=AssociationWeights(
-                content=self.association_weight_content,
-                context=self.association_weight_context,
-                intention=self.association_weight_intention,
-            ),
-            relevance_threshold=self.relevance_threshold,
-            conscious_access=self.conscious_access,
-            scope=self.scope,
-        )
+        """The settings a bank has when it chose none (a bank's `bank.yaml` overrides them).
+        When no configuration chose any of them they are the fields' declared defaults, which a
+        test checks validate to the same settings: made without validating, so a one-shot call
+        with no configuration file builds neither model."""
+        weights: dict[str, Any] = {
+            "content": self.association_weight_content,
+            "context": self.association_weight_context,
+            "intention": self.association_weight_intention,
+        }
+        values: dict[str, Any] = {
+            "subject_scoping": self.subject_scoping,
+            "max_memories": self.max_memories,
+            "max_per_subject": self.max_per_subject,
+            "relevance_threshold": self.relevance_threshold,
+            "conscious_access": self.conscious_access,
+            "scope": self.scope,
+        }
+        if self.model_fields_set.isdisjoint(_BANK_DEFAULTS):
+            association = AssociationWeights.model_construct(**weights)
+            return BankSettings.model_construct(association_weights=association, **values)
+        return BankSettings(association_weights=AssociationWeights(**weights), **values)
 
     @model_validator(mode="after")
     def _some_association_weight(self) -> Settings:
@@ -238,6 +246,21 @@ class Settings(BaseModel):
             raise ValueError("must be an environment variable name (letters, digits, _)")
         return value
 
+
+# The fields `bank_defaults` reads.
+_BANK_DEFAULTS = frozenset(
+    {
+        "subject_scoping",
+        "max_memories",
+        "max_per_subject",
+        "association_weight_content",
+        "association_weight_context",
+        "association_weight_intention",
+        "relevance_threshold",
+        "conscious_access",
+        "scope",
+    }
+)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -269,9 +292,12 @@ def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
 
 
 def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from a YAML file (`${VAR}` expanded), or the defaults when `path` is None."""
+    """Settings from a YAML file (`${VAR}` expanded), or the defaults when `path` is None (equal
+    to `Settings()`, made without validating them: they are the model's own defaults)."""
     if path is None:
-        return Settings()
+        return Settings.model_construct()
+    import yaml  # a call with no configuration file never loads the parser
+
     env = os.environ if env is None else env
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -50,6 +50,9 @@ class BankEvent(StrEnum):
 
 
 _RECORD = ConfigDict(frozen=True, extra="ignore")
+# Built on first use: a one-shot save of a bank with no rule file, listing no bank, uses neither
+# `Rule` nor `BankInfo` (a memory is read on every boot: `Memory` and its parts are built at once).
+_DEFERRED = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 MAX_INT = 2**63 - 1  # timestamps and counters are u64 on the wire; Python ints are unbounded
 # 9999-12-31T23:59:59.999Z, the last instant a date can be shown for: every timestamp a caller gives
 # is bounded by it (records already on disk keep loading up to MAX_INT; rendering clamps them).
@@ -246,7 +249,7 @@ class Rule(BaseModel):
     """One markdown rule: always injected whole into the system prompt for sessions using its bank.
     Stored as `rules/<name>.md` — open it in any editor."""
 
-    model_config = _RECORD
+    model_config = _DEFERRED
 
     name: str
     content: str
@@ -261,7 +264,7 @@ class Rule(BaseModel):
 class BankInfo(BaseModel):
     """Summary row for `memory::bank::list` and the console page."""
 
-    model_config = _RECORD
+    model_config = _DEFERRED
 
     name: str
     description: str = ""

@@ -20,7 +20,6 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_worker.app.ports import Completer
@@ -30,6 +29,7 @@ from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
 from memory_worker.storage.capture import MAX_JOB_ENTRIES, CaptureQueue, Pending
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "MAX_JOB_ENTRIES",
@@ -38,7 +38,7 @@ __all__ = [
     "CaptureRunner",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts are in the words)
 RETRY_FIRST_MS = 5_000

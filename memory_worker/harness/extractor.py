@@ -38,8 +38,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import structlog
-
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import respond
 from memory_worker.app.ports import Completer, KeyValue, TranscriptSource
@@ -78,6 +76,7 @@ from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
 from memory_worker.core.transitions import MAX_LABELS
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "CURSOR_SCOPE",
@@ -92,7 +91,7 @@ __all__ = [
     "said_terms",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CURSOR_SCOPE = "memory_cursor"
 LEARN_ATTEMPTS = 3  # a learned-rule write raced by edits is merged again this many times

@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
 from memory_worker.app.lessons import ToolCall
@@ -48,10 +47,11 @@ from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.harness.selection import BankResolver, Outcome, Resolution, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
 from memory_worker.search.lanes import LaneQuery
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["HOOK_BUDGET_S", "PreGenerate", "step_calls", "user_message"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HOOK_BUDGET_S = 2.5  # under the binding's 3 s timeout: our own fail-open comes first
 MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extracted

@@ -14,14 +14,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from memory_worker.app.ports import KeyValue
 from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["MAX_TURNS_KEPT", "SCOPE", "SessionRecord", "SessionState"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SCOPE = "memory_sessions"
 CACHE_SESSIONS = 4096

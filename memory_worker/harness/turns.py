@@ -13,7 +13,6 @@ import asyncio
 import uuid
 from typing import Any, Protocol
 
-import structlog
 from pydantic import ValidationError
 
 from memory_worker.app import catalog
@@ -23,6 +22,7 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 from memory_worker.harness.selection import BankResolver, Outcome, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "EXTRACT_JOB",
@@ -31,7 +31,7 @@ __all__ = [
     "receipt_for",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 EXTRACT_JOB = catalog.EXTRACT_JOB
 MAX_PAGES = 10_000  # session::messages pages walked to find the turn's last entry

@@ -35,6 +35,8 @@ __all__ = [
     "IndexedDoc",
     "Ints",
     "LexicalIndex",
+    "analyze",
+    "combine",
 ]
 
 BM25_K1 = 1.2
@@ -145,6 +147,92 @@ def _slot_dtype(bound: int) -> type[np.signedinteger[Any]]:
     """int32 for slot numbers below 2^31 (every bank this side of two billion memories): half
     the RAM of int64 postings, and numpy indexes with either."""
     return np.int32 if bound < 1 << 31 else np.int64
+
+
+def analyze(docs: Sequence[IndexedDoc]) -> Analysis:
+    """The analysis of `docs` in that order (a bulk load's): a dict walk over the distinct terms,
+    then numpy, no Python work per term occurrence."""
+    n = len(docs)
+    term_lists = [doc.terms for doc in docs]
+    lengths = np.fromiter(map(len, term_lists), np.int64, n)
+    flat = list(chain.from_iterable(term_lists))
+    entity_lists = [doc.entity_terms for doc in docs]
+    entity_flat = list(chain.from_iterable(entity_lists))
+    vocab: dict[str, int] = {}
+    for term in chain(flat, entity_flat):
+        if term not in vocab:
+            vocab[term] = len(vocab)
+    n_terms = len(vocab)
+    tid = np.fromiter(map(vocab.__getitem__, flat), np.int64, len(flat))
+    # (doc, term) pairs with their tf, each doc's in the order its terms first occur (what
+    # `Counter(doc.terms)` yields): unique keys, put back in order of first position.
+    keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * n_terms + tid
+    unique, first, tf = np.unique(keys, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    pair_doc, pair_term = np.divmod(unique[order], n_terms)
+    return Analysis(
+        vocab=list(vocab),
+        pair_counts=np.bincount(pair_doc, minlength=n).astype(np.int64),
+        pair_terms=pair_term,
+        pair_tfs=tf[order].astype(np.int64),
+        lengths=lengths,
+        entity_counts=np.fromiter(map(len, entity_lists), np.int64, n),
+        entity_terms=np.fromiter(map(vocab.__getitem__, entity_flat), np.int64),
+        dated=np.fromiter((doc.dated for doc in docs), bool, n),
+    )
+
+
+def combine(base: Analysis, extra: Analysis, rows: Sequence[int]) -> Analysis:
+    """The analysis of documents picked from two: `rows[i]` < len(base's documents) is base's
+    document of that number, any other is extra's document `rows[i] - len(base's)`; extra's
+    terms are numbered in base's vocabulary (its new terms appended). What analysing the picked
+    documents afresh gives, up to the numbering of terms."""
+    picks = np.asarray(rows, np.int64)
+    number = {term: term_id for term_id, term in enumerate(base.vocab)}
+    vocab = list(base.vocab)
+    remap = np.empty(len(extra.vocab), np.int64)
+    for j, term in enumerate(extra.vocab):
+        term_id = number.get(term)
+        if term_id is None:
+            term_id = number[term] = len(vocab)
+            vocab.append(term)
+        remap[j] = term_id
+    pair_counts, (pair_terms, pair_tfs) = _take_rows(
+        np.concatenate((base.pair_counts, extra.pair_counts)),
+        (
+            np.concatenate((base.pair_terms, remap[extra.pair_terms])),
+            np.concatenate((base.pair_tfs, extra.pair_tfs)),
+        ),
+        picks,
+    )
+    entity_counts, (entity_terms,) = _take_rows(
+        np.concatenate((base.entity_counts, extra.entity_counts)),
+        (np.concatenate((base.entity_terms, remap[extra.entity_terms])),),
+        picks,
+    )
+    return Analysis(
+        vocab=vocab,
+        pair_counts=pair_counts,
+        pair_terms=pair_terms,
+        pair_tfs=pair_tfs,
+        lengths=np.concatenate((base.lengths, extra.lengths))[picks],
+        entity_counts=entity_counts,
+        entity_terms=entity_terms,
+        dated=np.concatenate((base.dated, extra.dated))[picks],
+    )
+
+
+def _take_rows(
+    counts: Ints, columns: tuple[Ints, ...], rows: Ints
+) -> tuple[Ints, tuple[Ints, ...]]:
+    """Rows `rows` of ragged columns (row r holds `counts[r]` values of each), in that order."""
+    offsets = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    picked = counts[rows]
+    total = int(picked.sum())
+    ends = np.cumsum(picked)
+    at = np.repeat(offsets[rows] - (ends - picked), picked) + np.arange(total, dtype=np.int64)
+    return picked, tuple(column[at] for column in columns)
 
 
 def _negated_weight(item: tuple[int, float]) -> float:
@@ -477,40 +565,12 @@ class LexicalIndex:
 
     def _load(self, docs: list[IndexedDoc]) -> None:
         """`add_many` of distinct docs into an empty index: the arrays `_record` then `_compact`
-        would leave, with no Python work per term occurrence (a dict walk over the distinct
-        terms, then numpy). Term ids may be numbered otherwise than one by one would; nothing
-        observable depends on their numbering."""
-        n = len(docs)
-        term_lists = [doc.terms for doc in docs]
-        lengths = np.fromiter(map(len, term_lists), np.int64, n)
-        flat = list(chain.from_iterable(term_lists))
-        entity_lists = [doc.entity_terms for doc in docs]
-        entity_flat = list(chain.from_iterable(entity_lists))
-        vocab: dict[str, int] = {}
-        for term in chain(flat, entity_flat):
-            if term not in vocab:
-                vocab[term] = len(vocab)
-        n_terms = len(vocab)
-        tid = np.fromiter(map(vocab.__getitem__, flat), np.int64, len(flat))
-        # (doc, term) pairs with their tf, each doc's in the order its terms first occur (what
-        # `Counter(doc.terms)` yields): unique keys, put back in order of first position.
-        keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * n_terms + tid
-        unique, first, tf = np.unique(keys, return_index=True, return_counts=True)
-        order = np.argsort(first, kind="stable")
-        pair_doc, pair_term = np.divmod(unique[order], n_terms)
-        analysis = Analysis(
-            vocab=list(vocab),
-            pair_counts=np.bincount(pair_doc, minlength=n).astype(np.int64),
-            pair_terms=pair_term,
-            pair_tfs=tf[order].astype(np.int64),
-            lengths=lengths,
-            entity_counts=np.fromiter(map(len, entity_lists), np.int64, n),
-            entity_terms=np.fromiter(map(vocab.__getitem__, entity_flat), np.int64),
-            dated=np.fromiter((doc.dated for doc in docs), bool, n),
-        )
+        would leave, with no Python work per term occurrence (`analyze`, then numpy). Term ids
+        may be numbered otherwise than one by one would; nothing observable depends on their
+        numbering."""
         self.load_analysis(
             [doc.doc_id for doc in docs],
-            analysis,
+            analyze(docs),
             corroboration=[doc.corroboration for doc in docs],
             pinned=[doc.pinned for doc in docs],
             stated_at=[doc.stated_at for doc in docs],

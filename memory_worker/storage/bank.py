@@ -28,15 +28,13 @@ from itertools import compress, islice, repeat
 from operator import attrgetter, is_
 from pathlib import Path
 
-import structlog
-
-from memory_worker.core.bank_settings import BankOverrides
+from memory_worker.core.bank_settings import BankOverrides, no_overrides
 from memory_worker.core.capacity import EvictionQueue, Key, evictable, eviction_key
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.search.index import IndexedDoc, LexicalIndex
+from memory_worker.search.index import Analysis, IndexedDoc, LexicalIndex, analyze, combine
 from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
@@ -56,6 +54,7 @@ from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors, l
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
+    continues_batch,
     encode,
     history,
     interrupted_tail,
@@ -66,16 +65,19 @@ from memory_worker.storage.log import (
     replayed,
     revision_at,
     shared_fields,
+    tail_records,
     winning_spans,
 )
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.snapshot import (
     RECORDS_FILE,
     SNAPSHOT_MIN_LIVE,
     log_identity,
     read_records,
-    read_snapshot,
     records_prefix,
+    snapshot_prefix,
+    tail_is_short,
     text_key,
     write_records,
     write_snapshot,
@@ -91,7 +93,7 @@ from memory_worker.storage.vectors import (
 
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _ID = attrgetter("id")
 _ANCHORS = attrgetter("anchors")
@@ -158,7 +160,7 @@ class Bank:
         self.root = path.parent  # the data dir: no folder below it is followed as a link
         self.description = description
         # The settings this bank chose in bank.yaml (the rest follow the configuration).
-        self.overrides = overrides if overrides is not None else BankOverrides()
+        self.overrides = overrides if overrides is not None else no_overrides()
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
         # Recall counts: derived, never the log.
         self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
@@ -207,6 +209,14 @@ class Bank:
         self._records_stamp: _Stamp | None = None  # the log state `.records.npz` was made for
         # The log's (length, CRC-32) while a boot that read it whole for `.records.npz` indexes.
         self._boot_identity: tuple[int, int] | None = None
+        self._boot_data: bytes | None = None  # its bytes, while that boot indexes
+        # (inode, length) of the log prefix the snapshot on disk is for, when it is for one of
+        # this log: kept at close while the lines past it are few (`snapshot.tail_is_short`).
+        self._snapshot_base: tuple[int, int] | None = None
+        self._records_base: tuple[int, int] | None = None
+        # Whether a boot compacts its records for RAM (`log.shared_fields`); not in a process
+        # that exits after one command (`load(short_lived=True)`).
+        self._compact_records = True
 
     def __repr__(self) -> str:
         return (
@@ -234,7 +244,7 @@ class Bank:
         try:
             staging.mkdir()  # its parent is the data dir: never a planted folder
             (staging / RULES_DIR).mkdir()
-            chosen = overrides if overrides is not None else BankOverrides()
+            chosen = overrides if overrides is not None else no_overrides()
             files.atomic_write(
                 staging / BANK_FILE, render_bank_file(description, chosen), within=path.parent
             )
@@ -260,9 +270,14 @@ class Bank:
         path: Path,
         warnings: DurabilityWarnings | None = None,
         guard: Guard | None = None,
+        *,
+        short_lived: bool = False,
     ) -> Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
-        link where a file of ours belongs is reported and never followed."""
+        link where a file of ours belongs is reported and never followed. `short_lived`: the
+        process exits after one command, so what only pays off over a long life is skipped: the
+        heap the build freed is not handed back to the OS (`storage.boot`), replayed records are
+        not compacted for RAM (`log.shared_fields`: equal records either way)."""
         bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
@@ -271,7 +286,8 @@ class Bank:
         bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
-        with booting():  # the bulk build: no collector passes, its freed heap handed back after
+        bank._compact_records = not short_lived
+        with booting(hand_back=not short_lived):  # the bulk build: no collector passes
             bank._replay()
             bank._load_vectors()
             bank.access.load()
@@ -380,7 +396,10 @@ class Bank:
     def _replay(self) -> None:
         self._boot_identity = self._replay_from_records()
         if self._boot_identity is None:
-            memories, found = replay(self.path / MEMORIES_FILE, within=self.root)
+            self._boot_data = None
+            memories, found = replay(
+                self.path / MEMORIES_FILE, within=self.root, compact=self._compact_records
+            )
             self._memories = memories
             self._eviction = None
             self.damage.extend(found)
@@ -391,15 +410,17 @@ class Bank:
         live = list(compress(records, map(is_, map(_INVALID_AT, records), repeat(None))))
         if not self._index_from_snapshot(live):
             self.index.add_many(indexed(record) for record in live)
-        self._boot_identity = None
+        self._boot_identity, self._boot_data = None, None
         self.lanes.add_many(lane_carriers(live))
         self._index_lessons()
 
     def _replay_from_records(self) -> tuple[int, int] | None:
         """Load the records `.records.npz` names when it is for exactly the log's bytes as read
-        now (`storage.snapshot`): only the winning lines are validated, and the exact-text map
-        comes from its keys. Returns the log's (length, CRC-32) when it did; None (nothing
-        loaded) sends the boot through the full replay."""
+        now, or for a prefix of them (the log grew by appends since) whose lines past it replay
+        without damage (`storage.snapshot`, `log.tail_records`): only the winning lines of the
+        prefix are validated, the exact-text map comes from its keys, and the lines past it are
+        replayed over them by replay's rule. Returns the log's (length, CRC-32) when it did; None
+        (nothing loaded) sends the boot through the full replay."""
         path = self.path / MEMORIES_FILE
         if self._log_stamp is None or not (self.path / RECORDS_FILE).is_file():
             return None
@@ -410,17 +431,35 @@ class Bank:
         except StorageError:
             return None
         identity = (len(data), zlib.crc32(data))
+        size = len(data)
         spans = read_records(self.path, identity)
-        if spans is None or _stat_stamp(path) != self._log_stamp:
+        tail: list[Memory] = []
+        if spans is None:
+            found = records_prefix(self.path, data)
+            if found is None:
+                return None
+            spans, size = found
+            grown = tail_records(data, size)
+            if grown is None:
+                return None
+            tail = grown
+        if _stat_stamp(path) != self._log_stamp:
             return None
         starts, ends = spans.starts.tolist(), spans.ends.tolist()
-        memories = records_at(data, starts, ends)
+        memories = records_at(data, starts, ends, compact=self._compact_records)
         if memories is None or len(memories) != len(starts):
             return None
         self._memories = memories
         self._eviction = None
-        self._by_text = TextMap.bulk(spans.text_keys, list(memories))
-        self._records_stamp = self._log_stamp
+        if tail:
+            keys = _replayed_over(memories, spans.text_keys.tolist(), tail)
+            self._by_text = TextMap.bulk(keys, list(memories))
+        else:
+            self._by_text = TextMap.bulk(spans.text_keys, list(memories))
+        if size == len(data):
+            self._records_stamp = self._log_stamp
+        self._records_base = (self._log_stamp[0], size)
+        self._boot_data = data
         return identity
 
     def _save_records(self) -> None:
@@ -434,6 +473,8 @@ class Bank:
             return
         if stamp == self._records_stamp or len(self._memories) < SNAPSHOT_MIN_LIVE:
             return
+        if _short_tail(self._records_base, stamp):
+            return  # on disk: records of a prefix of this log (a boot replays the lines past it)
         if any(damage.file == MEMORIES_FILE for damage in self.damage):
             return  # a replay must keep reporting it
         log_path = self.path / MEMORIES_FILE
@@ -458,7 +499,7 @@ class Bank:
             return
         keys = [key_of[memory_id] for memory_id in self._memories]
         write_records(self.path, (len(data), zlib.crc32(data)), spans, keys)
-        self._records_stamp = stamp
+        self._records_stamp, self._records_base = stamp, (stamp[0], len(data))
 
     def _spans_past_prefix(self, data: bytes) -> list[tuple[int, int]] | None:
         """The winning spans of the log `data`, from the records on disk for a prefix of it and a
@@ -497,14 +538,37 @@ class Bank:
         return list(merged.values()) if list(merged) == ids else None
 
     def _index_from_snapshot(self, live: list[Memory]) -> bool:
-        """Fill the index from `.index.npz` when it is for exactly the log just replayed (the log
-        unchanged since the stamp taken before replaying: `storage.snapshot`)."""
+        """Fill the index from `.index.npz` when it is for exactly the log just replayed, or for
+        a prefix of it (`storage.snapshot`): then every memory with a line past the prefix is
+        analysed again and the rest taken from the snapshot, in replay order, which is what a
+        build from the log gives. The log must be unchanged since the stamp taken before
+        replaying, and a prefix is used only for a log that replayed without damage and whose
+        lines past it do not finish a write begun before it."""
         if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
             return False
-        ids = list(map(_ID, live))
-        analysis = read_snapshot(self.path, self.path / MEMORIES_FILE, ids, self._boot_identity)
-        if analysis is None or _stat_stamp(self.path / MEMORIES_FILE) != self._log_stamp:
+        path = self.path / MEMORIES_FILE
+        data = self._boot_data
+        if data is None:
+            if files.is_link(path):
+                return False
+            try:
+                data = files.read_bytes(path, within=self.root)
+            except StorageError:
+                return False
+        found = snapshot_prefix(self.path, data)
+        if found is None or _stat_stamp(path) != self._log_stamp:
             return False
+        snapshot_ids, analysis, size = found
+        ids = list(map(_ID, live))
+        if size == len(data):
+            if snapshot_ids != ids:
+                return False
+            self._snapshot_stamp = self._log_stamp
+        else:
+            grown = self._grown_analysis(data, size, live, ids, snapshot_ids, analysis)
+            if grown is None:
+                return False
+            analysis = grown
         # Each column in one C-level pass over the records (`attrgetter`), not a Python loop.
         self.index.load_analysis(
             ids,
@@ -517,8 +581,49 @@ class Bank:
             subjects=list(map(attrgetter("subject"), live)),
             sessions=[None if m.source is None else m.source.session_id for m in live],
         )
-        self._snapshot_stamp = self._log_stamp
+        self._snapshot_base = (self._log_stamp[0], size)
         return True
+
+    def _grown_analysis(
+        self,
+        data: bytes,
+        size: int,
+        live: list[Memory],
+        ids: list[str],
+        snapshot_ids: list[str],
+        analysis: Analysis,
+    ) -> Analysis | None:
+        """The analysis of `live` from a snapshot of the log's first `size` bytes (`analysis`
+        of `snapshot_ids`): the memories with a line past it analysed afresh, every other one
+        taken from the snapshot; None when that cannot be vouched for (damage, a write across
+        the prefix's end, an unreadable line past it, a memory the snapshot lacks)."""
+        if any(damage.file == MEMORIES_FILE for damage in self.damage):
+            return None
+        if continues_batch(data, size):
+            return None
+        past = winning_spans(data, size)
+        if past is None:
+            return None
+        row_of = dict(zip(snapshot_ids, range(len(snapshot_ids)), strict=False))
+        if len(row_of) != len(snapshot_ids):
+            return None
+        rows: list[int] = []
+        fresh: list[Memory] = []
+        kept = 0
+        for memory_id, record in zip(ids, live, strict=True):
+            if memory_id in past:
+                rows.append(len(snapshot_ids) + len(fresh))
+                fresh.append(record)
+                continue
+            row = row_of.get(memory_id)
+            if row is None:
+                return None
+            rows.append(row)
+            kept += 1
+        if kept != sum(1 for memory_id in snapshot_ids if memory_id not in past):
+            return None  # a memory live in the snapshot, untouched since, is no longer live
+        extra = analyze([indexed(record) for record in fresh])
+        return combine(analysis, extra, rows)
 
     def _save_snapshot(self) -> None:
         """Leave `.index.npz` for the next boot, when the one on disk is not for this log and RAM
@@ -529,6 +634,8 @@ class Bank:
             return
         if stamp == self._snapshot_stamp or len(self.index) < SNAPSHOT_MIN_LIVE:
             return
+        if _short_tail(self._snapshot_base, stamp):
+            return  # on disk: the index of a prefix of this log (a boot analyses the lines past it)
         log_path = self.path / MEMORIES_FILE
         if _stat_stamp(log_path) != stamp:
             return
@@ -537,7 +644,7 @@ class Bank:
             return
         ids = [memory_id for memory_id, record in self._memories.items() if record.live]
         write_snapshot(self.path, identity, ids, self.index.analysis_of(ids))
-        self._snapshot_stamp = stamp
+        self._snapshot_stamp, self._snapshot_base = stamp, (stamp[0], identity[0])
 
     def _index_lessons(self) -> None:
         # Only records with anchors can be lessons: `filter` passes the rest over from C.
@@ -1073,6 +1180,9 @@ class Bank:
     def _adopt(self, memories: dict[str, Memory], *, dropped_damage: bool) -> None:
         """RAM after a rewrite: what the new log replays to (unchanged for a compaction)."""
         self._log_stamp = _stat_stamp(self.path / MEMORIES_FILE)
+        # The snapshots on disk are of the old file: none is a prefix of the new one (a boot would
+        # find so by their CRC; this only keeps close from sparing them for it).
+        self._snapshot_base = self._records_base = None
         if dropped_damage:
             self.damage = [d for d in self.damage if d.file != MEMORIES_FILE]
         if memories == self._memories:
@@ -1182,6 +1292,31 @@ def _consume_exception(future: asyncio.Future[None]) -> None:
 # (inode, size, mtime_ns) of a file, or None when it is missing: what `disk_changed` compares.
 _Stamp = tuple[int, int, int]
 Guard = Callable[[], None]
+
+
+def _replayed_over(memories: dict[str, Memory], keys: list[int], tail: list[Memory]) -> list[int]:
+    """Replay `tail` (records in log order) over `memories` in place, by replay's rule (last
+    wins by id and revision, a tie to the later line; a new id goes last); returns the text keys
+    (`keys`: those of `memories` in its order, extended in place) of the result."""
+    found = keys
+    position = dict(zip(memories, range(len(memories)), strict=True))
+    for record in tail:
+        at = position.get(record.id)
+        if at is None:
+            at = position[record.id] = len(found)
+            found.append(0)
+        elif record.revision < memories[record.id].revision:
+            continue
+        memories[record.id] = record
+        found[at] = text_key(normalize(record.text))
+    return found
+
+
+def _short_tail(base: tuple[int, int] | None, stamp: _Stamp) -> bool:
+    """Whether a snapshot for the prefix `base` (inode, length) of the log may stay as it is at
+    close: the log is still that file (a rewrite replaces it) and has grown only a little past
+    it. Only a matter of time: a boot checks the prefix's bytes before it uses the file."""
+    return base is not None and base[0] == stamp[0] and tail_is_short(base[1], stamp[1])
 
 
 def _stat_stamp(path: Path) -> _Stamp | None:

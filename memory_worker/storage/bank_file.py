@@ -12,15 +12,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from memory_worker.core.bank_settings import BankOverrides, parse_overrides
+from memory_worker.core.bank_settings import BankOverrides, no_overrides, parse_overrides
 from memory_worker.core.errors import InvalidInput, StorageError
 from memory_worker.storage import files
 
 __all__ = ["BANK_FILE", "BankFile", "read_bank_file", "render_bank_file", "write_bank_file"]
 
 BANK_FILE = "bank.yaml"
+# What `render_bank_file` writes for a bank with no description and no chosen setting (a test
+# keeps them equal): the common case, read without importing the YAML parser (~20 ms of a
+# one-shot process: the module and the regular expressions it compiles at import).
+PLAIN_BANK_FILE = b"description: ''\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,30 +37,38 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     link planted there (or above it, below `within`) is reported, never followed; running out of
     file descriptors says nothing about the file and raises (`StorageError`)."""
     if not os.path.lexists(path):
-        return BankFile("", BankOverrides())
+        return BankFile("", no_overrides())
     try:
-        data = yaml.safe_load(files.read_text(path, within=within))
-    except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
-        return BankFile("", BankOverrides(), "not valid YAML; description and settings ignored")
+        raw = files.read_bytes(path, within=within)
     except StorageError as exc:
         if files.is_transient(exc):
             raise
-        return BankFile("", BankOverrides(), f"{exc.message}; description and settings ignored")
+        return BankFile("", no_overrides(), f"{exc.message}; description and settings ignored")
+    if raw == PLAIN_BANK_FILE:
+        return BankFile("", no_overrides())
+    import yaml  # only a bank.yaml with something in it needs the parser
+
+    try:
+        data = yaml.safe_load(raw.decode("utf-8", errors="replace"))
+    except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
+        return BankFile("", no_overrides(), "not valid YAML; description and settings ignored")
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        return BankFile("", BankOverrides(), "not a mapping; description and settings ignored")
+        return BankFile("", no_overrides(), "not a mapping; description and settings ignored")
     value = data.get("description")
     description = value if isinstance(value, str) else ""
     chosen = {key: v for key, v in data.items() if key != "description"}
     try:
         overrides = parse_overrides(chosen, source=BANK_FILE)
     except InvalidInput as exc:
-        return BankFile(description, BankOverrides(), f"settings ignored: {exc.message}")
+        return BankFile(description, no_overrides(), f"settings ignored: {exc.message}")
     return BankFile(description, overrides)
 
 
 def render_bank_file(description: str, overrides: BankOverrides) -> bytes:
+    import yaml  # see `read_bank_file`
+
     body = {"description": description, **overrides.chosen()}
     return yaml.safe_dump(body, allow_unicode=True, sort_keys=False).encode()
 

@@ -22,17 +22,23 @@ from functools import cache
 __all__ = ["booting", "return_freed_memory"]
 
 _lock = threading.Lock()
-_state = [0, False]  # boots under way, and whether the collector was on when the first began
+# Boots under way, whether the collector was on when the first began, and whether any of them
+# asked for the freed heap to be handed back.
+_state = [0, False, False]
 
 
 @contextlib.contextmanager
-def booting() -> Iterator[None]:
-    """Around a bank's bulk build: the collector paused, free heap memory returned after."""
+def booting(hand_back: bool = True) -> Iterator[None]:
+    """Around a bank's bulk build: the collector paused, free heap memory returned after (not
+    when `hand_back` is False: a process about to exit, whose exit returns it all, need not
+    spend the milliseconds; another boot overlapping this one still hands it back)."""
     with _lock:
         if _state[0] == 0:
             _state[1] = gc.isenabled()
+            _state[2] = False
             gc.disable()
         _state[0] += 1
+        _state[2] = _state[2] or hand_back
     try:
         yield
     finally:
@@ -41,7 +47,8 @@ def booting() -> Iterator[None]:
             last = _state[0] == 0
             if last and _state[1]:
                 gc.enable()
-        if last:
+            trim = last and _state[2]
+        if trim:
             return_freed_memory()
 
 

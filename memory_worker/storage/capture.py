@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from memory_worker.storage import files
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["CAPTURE_FILE", "MAX_JOB_ENTRIES", "CaptureQueue", "Pending"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CAPTURE_FILE = ".capture.jsonl"  # a dot name: never taken for a bank
 COMPACT_BYTES = 1024 * 1024  # rewritten to the cursors once idle past this size

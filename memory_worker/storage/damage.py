@@ -7,13 +7,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import structlog
-
 from memory_worker.core.errors import StorageError
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["Damage", "DurabilityWarning", "DurabilityWarnings"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

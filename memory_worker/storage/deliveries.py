@@ -20,14 +20,13 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
-import structlog
-
 from memory_worker.core.errors import StorageError
 from memory_worker.storage import files
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["DELIVERIES_DIR", "MAX_KEYS_PER_CONVERSATION", "FileDeliveries"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DELIVERIES_DIR = ".lessons-delivered"  # a dot name: never taken for a bank, never watched
 MAX_KEYS_PER_CONVERSATION = 4096  # oldest first out: a conversation never needs more cards

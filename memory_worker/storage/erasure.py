@@ -20,8 +20,6 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import structlog
-
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.storage import files
@@ -34,6 +32,7 @@ from memory_worker.storage.log import (
     read_all,
     replayed,
 )
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.snapshot import DERIVED_FILES
 from memory_worker.storage.vectors import VECTORS_FILE
 
@@ -51,7 +50,7 @@ __all__ = [
     "write_intent",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 INTENT_FILE = ".forget-subject.json"
 _TRASH_DIR = ".trash"  # as `store.TRASH_DIR` (store imports the bank, which imports this)

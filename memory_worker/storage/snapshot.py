@@ -5,25 +5,32 @@ restart does not re-analyse every text.
 
 It is never needed for correctness and never trusted on its word. It is used only when all of these
 still hold, else ignored and the index is rebuilt from the log as if it were absent:
-- the log's length and CRC-32 are the ones it was written for (any append, rewrite or hand edit of
-  `memories.jsonl` changes them), and the log did not change while it was being replayed;
+- the log's length and CRC-32 are the ones it was written for (any rewrite or hand edit of
+  `memories.jsonl` changes them), or the log's first bytes have that length and CRC-32 and end a
+  line (it grew by appends since), and the log did not change while it was being replayed;
 - the analyzer is the same code (a digest of the modules that turn a memory into terms);
-- it lists exactly the live ids the replay produced, in replay order, and its arrays are
-  consistent (sizes, term ids within the vocabulary).
+- its arrays are consistent (sizes, term ids within the vocabulary) and it lists exactly the live
+  ids the replay produced, in replay order; for a prefix, exactly those with no line past it
+  (`storage.bank` analyses the others again, and uses a prefix only for a log that replayed
+  without damage and whose lines past it do not finish a write begun before it).
 It is written when a bank of at least `SNAPSHOT_MIN_LIVE` live memories is closed and the one on
-disk (if any) is not for the log as it stands; a temp file renamed into place, not fsynced (a
-crash leaves an old, missing or unreadable one: each costs one rebuild). numpy reads it with
-`allow_pickle=False`: plain arrays, no code. The leading dot keeps it out of the watcher's view.
+disk (if any) is not for the log as it stands, unless it is for a prefix of that same log file
+that the log outgrew only a little (`tail_is_short`): a one-shot save of one line must not
+rewrite megabytes. A temp file renamed into place, not fsynced (a crash leaves an old, missing or
+unreadable one: each costs one rebuild). numpy reads it with `allow_pickle=False`: plain arrays,
+no code. The leading dot keeps it out of the watcher's view.
 
 `.records.npz` spares a boot the replay's per-line work: for each id, where the line that wins
 replay lies in the log (byte start and end), in replay order, and a stable 64-bit key of its
 normalized text (`text_key`, the exact-text map's key). A boot whose log bytes have exactly the
-length and CRC-32 it was written for validates only those lines into records; any other log is
-replayed line by line with its checksums, batches and damage report, as if the file were absent.
-It is written only for a log that replayed without damage and has changed since only by this
-process's own durable writes, and only when a scan of that log finds exactly the ids and
-revisions RAM holds; it is tied to the code of the line format and the record model
-(`replay_digest`).
+length and CRC-32 it was written for validates only those lines into records; one whose first
+bytes do (`records_prefix`) does so for them and replays the lines past them with replay's
+checks (`log.tail_records`); any other log, or a damaged line past the prefix, is replayed line
+by line with its checksums, batches and damage report, as if the file were absent. It is written
+only for a log that replayed without damage and has changed since only by this process's own
+durable writes, and only when a scan of that log finds exactly the ids and revisions RAM holds
+(and, like `.index.npz`, not while the one on disk is for a short-outgrown prefix); it is tied to
+the code of the line format and the record model (`replay_digest`).
 """
 
 from __future__ import annotations
@@ -52,11 +59,14 @@ __all__ = [
     "RECORDS_FILE",
     "SNAPSHOT_FILE",
     "SNAPSHOT_MIN_LIVE",
+    "TAIL_MAX",
+    "TAIL_SHARE",
     "RecordSpans",
     "log_identity",
     "read_records",
-    "read_snapshot",
     "records_prefix",
+    "snapshot_prefix",
+    "tail_is_short",
     "text_key",
     "write_records",
     "write_snapshot",
@@ -69,6 +79,10 @@ RECORDS_FILE = ".records.npz"
 DERIVED_FILES = (SNAPSHOT_FILE, RECORDS_FILE)
 # Below this a rebuild takes tens of milliseconds: not worth a file.
 SNAPSHOT_MIN_LIVE = 2000
+# A snapshot for a prefix of the log is kept at close while the lines past it are few: at most
+# this share of the prefix's bytes and this many bytes (`tail_is_short`).
+TAIL_SHARE = 0.01
+TAIL_MAX = 256 * 1024
 _VERSION = 1
 _CHUNK = 1 << 20
 _ARRAYS = (
@@ -169,30 +183,44 @@ def _archive(path: Path) -> Iterator[tuple[dict[str, Any], Any]]:
         yield json.loads(bytes(data["meta"]).decode()), data
 
 
-def read_snapshot(
-    folder: Path, log: Path, live_ids: list[str], identity: tuple[int, int] | None = None
-) -> Analysis | None:
-    """The analysis of `live_ids` the snapshot holds for `log` as it is now (`identity`: its
-    length and CRC-32 when the caller just read it); None unless every check in the module's
-    docstring passes."""
+def snapshot_prefix(folder: Path, data: bytes) -> tuple[list[str], Analysis, int] | None:
+    """What `.index.npz` holds when it was written for a prefix of the log `data` that ends at a
+    line boundary (the log has grown by appends since, or is exactly that prefix): the live ids
+    of that prefix's replay in replay order, their analysis, and the prefix's length. None
+    unless it is for that prefix's exact bytes, by the same analyzer, and consistent; which of
+    its ids still hold those texts is the caller's to check (the lines past the prefix)."""
     path = folder / SNAPSHOT_FILE
     digest = analyzer_digest()
     if not digest or not path.is_file():
         return None
     try:
-        with _archive(path) as (meta, data):
-            if (
-                not _made_for(meta, _VERSION, ("analyzer", digest), identity or log_identity(log))
-                or meta.get("count") != len(live_ids)
-                or bytes(data["ids"]).decode().split("\n") != (live_ids or [""])
-            ):
+        with _archive(path) as (meta, data_):
+            size = meta.get("log_size")
+            if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
                 return None
-            vocab = bytes(data["vocab"]).decode().split("\n") if data["vocab"].size else []
-            arrays = {name: np.asarray(data[name]) for name in _ARRAYS}
+            identity = (size, zlib.crc32(memoryview(data)[:size]))
+            count = meta.get("count")
+            if not _made_for(meta, _VERSION, ("analyzer", digest), identity):
+                return None
+            ids = bytes(data_["ids"]).decode().split("\n") if count else []
+            if type(count) is not int or len(ids) != count:
+                return None
+            vocab = bytes(data_["vocab"]).decode().split("\n") if data_["vocab"].size else []
+            arrays = {name: np.asarray(data_[name]) for name in _ARRAYS}
     except Exception:  # derived data: anything wrong with it means "rebuild"
         return None
     analysis = Analysis(vocab=vocab, **arrays)
-    return analysis if _consistent(analysis, len(live_ids)) else None
+    return (ids, analysis, size) if _consistent(analysis, len(ids)) else None
+
+
+def tail_is_short(prefix: int, total: int) -> bool:
+    """Whether a snapshot written for the first `prefix` bytes of a log now `total` bytes long
+    is still worth keeping: the lines past it are analysed again at every boot (tens of
+    microseconds each), while writing the snapshot again costs a closing one-shot process tens
+    of milliseconds at 10,000 memories. Kept while the tail is at most `TAIL_SHARE` of the
+    prefix and at most `TAIL_MAX` bytes."""
+    tail = total - prefix
+    return 0 <= tail <= min(prefix * TAIL_SHARE, TAIL_MAX)
 
 
 def _consistent(a: Analysis, n: int) -> bool:

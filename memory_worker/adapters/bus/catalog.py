@@ -17,12 +17,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from iii.iii import III
 
 from memory_worker.app import catalog
 from memory_worker.app.seams import HttpEnvelope
 from memory_worker.core.errors import HTTP_STATUS, InvalidInput, WorkerError
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "HTTP_FUNCTION",
@@ -33,7 +33,7 @@ __all__ = [
     "http_reply",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 HTTP_FUNCTION = catalog.HTTP

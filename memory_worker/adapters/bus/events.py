@@ -16,7 +16,6 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from iii import TriggerAction
 from iii.iii import III
 from iii.triggers import TriggerConfig, TriggerHandler
@@ -24,10 +23,11 @@ from iii.triggers import TriggerConfig, TriggerHandler
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["BACKOFF_S", "MAX_ATTEMPTS", "TRIGGER_TYPES", "BindingTable", "BusEmitter"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_ATTEMPTS = 5  # per binding and event: a reconnect of the SDK takes ~1-2 s
 BACKOFF_S = 0.25  # before the 2nd attempt; doubled each time (0.25 + 0.5 + 1 + 2 ≈ 4 s in all)

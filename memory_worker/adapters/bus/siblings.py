@@ -13,12 +13,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import structlog
 from iii import InvocationError
 from iii.iii import III
 
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "FUNCTION_NOT_FOUND",
@@ -34,7 +34,7 @@ __all__ = [
     "probe_siblings",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FUNCTION_NOT_FOUND = "function_not_found"
 NOT_FOUND = "NOT_FOUND"  # configuration: the id is absent (exact, uppercase; nothing else is)

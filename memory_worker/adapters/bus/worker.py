@@ -31,7 +31,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
 from iii import InitOptions, InvocationError, RegistrationRejectedError, register_worker
 from iii.iii import III
 
@@ -68,6 +67,7 @@ from memory_worker.harness.pregenerate import PreGenerate
 from memory_worker.harness.selection import BankResolver
 from memory_worker.harness.sessions import SessionState
 from memory_worker.harness.turns import TurnPipeline
+from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
 
 HTTP_CALLER = Caller.human("http")  # REST through the engine's http worker
@@ -92,7 +92,7 @@ def bus_caller(data: Any, metadata: Any) -> Caller:
 
 __all__ = ["CONFIG_ID_ENV", "DEFAULT_CONFIG_ID", "HOOK_BINDING", "READY_LINE", "EngineWorker"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 WORKER_NAME = "memory"
 CONFIG_ID_ENV = "III_CONFIG_NAME"

@@ -14,13 +14,12 @@ import asyncio
 import json
 from typing import Any
 
-import structlog
-
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["MAX_CLIENTS", "QUEUE_EVENTS", "RESYNC", "ConsoleFeed", "FeedClient", "FeedFull"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_CLIENTS = 16  # open console tabs per server; more fall back to polling
 QUEUE_EVENTS = 256  # per tab: a burst (an import, a consolidation pass) past it means "refetch"

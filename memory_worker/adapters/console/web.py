@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import structlog
 from aiohttp import web
 
 from memory_worker.adapters import console
@@ -35,10 +34,11 @@ from memory_worker.adapters.settings_file import write_values
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.payload import loads
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["CSP", "HEARTBEAT_S", "ConsoleContext", "add_routes"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HEARTBEAT_S = 15.0
 CSP = (
