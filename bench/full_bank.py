@@ -4,8 +4,8 @@
 Each tree (this one, and `--before DIR`: e.g. `git archive <commit> | tar -x -C DIR`) runs in a
 fresh process of its own (`PYTHONPATH=<tree>`), rounds interleaved so load drifting on a shared
 machine falls on both alike. A round: a bank capped at `--memories`, filled to the cap with
-LoCoMo's turns (past its 5,882, the halves of two turns joined, as growth.py does) stated over a
-year, 300 recalls so access counts exist, then 200 durable saves one at a time through
+LoCoMo's turns (past its 5,882, the halves of two turns joined: growth.py's corpus) stated over
+a year, 300 recalls so access counts exist, then 200 durable saves one at a time through
 `catalog.call` (each evicting one memory) and 32 concurrent writers of 20 saves each.
 
     nice -n 19 .venv/bin/python bench/full_bank.py [--before DIR] [--memories 10000] [--rounds 3]
@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import statistics
 import subprocess
 import sys
@@ -34,36 +33,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCOMO = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
-SESSION = re.compile(r"session_\d+")
 START_MS = 1_793_491_200_000
 YEAR_MS = 365 * 86_400_000
 SAVES, WRITERS, PER_WRITER, RECALLS = 200, 32, 20, 300
 
 
-def texts(count: int) -> list[str]:
-    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
-    out = [
-        f"{turn['speaker']}: {turn['text']}"
-        for sample in data
-        for key, session in sample["conversation"].items()
-        if SESSION.fullmatch(key)
-        for turn in session
-        if turn.get("text")
-    ]
-    out = list(dict.fromkeys(out))[:count]
-    seen, rng, split = set(out), random.Random(7), [t.split() for t in out]
-    while len(out) < count:
-        a, b = rng.choice(split), rng.choice(split)
-        text = " ".join(a[: max(1, len(a) // 2)] + b[len(b) // 2 :])
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
-
-
-async def child(memories: int, scoped: bool) -> dict[str, Any]:
-    """One round in this process, on the tree first on the path."""
+async def child(corpus: list[str], memories: int, scoped: bool) -> dict[str, Any]:
+    """One round in this process, on the tree first on the path (nothing of bench/ imported:
+    growth.py would put this tree first)."""
     from memory_worker.app.caller import Caller
     from memory_worker.app.catalog import call
     from memory_worker.app.service import MemoryService
@@ -72,7 +49,6 @@ async def child(memories: int, scoped: bool) -> dict[str, Any]:
 
     caller = Caller.human("bench")
     now = [START_MS]
-    corpus = texts(memories + SAVES + WRITERS * PER_WRITER)
     rng = random.Random(3)
     rows: list[dict[str, Any]] = [
         {"text": t, "created_at": START_MS - rng.randrange(YEAR_MS)} for t in corpus
@@ -124,10 +100,10 @@ async def child(memories: int, scoped: bool) -> dict[str, Any]:
     }
 
 
-def run_tree(tree: Path, memories: int, scoped: bool) -> dict[str, Any]:
+def run_tree(tree: Path, corpus: Path, memories: int, scoped: bool) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", "--memories", str(memories)]
+        [sys.executable, __file__, "--child", str(corpus), "--memories", str(memories)]
         + (["--scoped"] if scoped else []),
         capture_output=True,
         text=True,
@@ -144,7 +120,7 @@ def main() -> int:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scoped", action="store_true", help="subject scoping on")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # the corpus file
     args = parser.parse_args()
     if args.child:
         import logging
@@ -152,10 +128,17 @@ def main() -> int:
         import structlog
 
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-        print(json.dumps(asyncio.run(child(args.memories, args.scoped))))
+        corpus = json.loads(args.child.read_text(encoding="utf-8"))
+        print(json.dumps(asyncio.run(child(corpus, args.memories, args.scoped))))
         return 0
     sys.path.insert(0, str(ROOT / "bench"))
+    from growth import documents, locomo
     from runinfo import commit, load_average, machine
+
+    turns, _ = locomo()
+    corpus_file = Path(tempfile.mkstemp(prefix="full-bank-", suffix=".json")[1])
+    texts = documents(turns, args.memories + SAVES + WRITERS * PER_WRITER)
+    corpus_file.write_text(json.dumps(texts), encoding="utf-8")
 
     trees = [("this tree", ROOT)] + ([("before", args.before)] if args.before else [])
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
@@ -164,8 +147,9 @@ def main() -> int:
     for n in range(args.rounds):
         order = trees if n % 2 == 0 else trees[::-1]
         for name, tree in order:
-            results[name].append(run_tree(tree, args.memories, args.scoped))
+            results[name].append(run_tree(tree, corpus_file, args.memories, args.scoped))
     scope = ", subject scoping on" if args.scoped else ""
+    corpus_file.unlink()
     print(f"- load average after {load_average()}; {args.memories:,} memories at the cap{scope}")
     print()
     print("| tree | save p50 ms | save p99 ms | saves/s, 32 writers |")

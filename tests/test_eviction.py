@@ -6,6 +6,7 @@ time and access, pins, lessons, subjects and retired memories."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,27 @@ async def _fill(
     return bank
 
 
+def _fast(
+    bank: Bank,
+    k: int,
+    *,
+    subject: str | None = None,
+    scoped: bool = False,
+    exclude: Collection[str] = (),
+) -> list[Memory]:
+    """`first_to_go` over `bank`'s durable state with the policy's own `evictable`."""
+    return first_to_go(
+        bank.index,
+        bank.memories,
+        bank.access,
+        subject=subject,
+        scoped=scoped,
+        exclude=exclude,
+        k=k,
+        evictable=evictable,
+    )
+
+
 def _first(candidates: list[Memory], bank: Bank, k: int) -> list[str]:
     return [m.id for m in eviction_order(candidates, _access(bank), first=k)]
 
@@ -115,16 +137,7 @@ async def test_bulk_candidates_decide_as_every_memory_of_the_scope_would(
     bank = await _fill(service, clock, f"b{next(_banks)}", rows)
     scope = [m for m in bank.memories.values() if m.live and (not scoped or m.subject == subject)]
     caps = [Cap("max_memories", len(scope) + 1 - need, len(scope))]
-    fast = first_to_go(
-        bank.index,
-        bank.memories,
-        bank.access,
-        subject=subject,
-        scoped=scoped,
-        exclude=(),
-        k=need,
-        evictable=evictable,
-    )
+    fast = _fast(bank, need, subject=subject, scoped=scoped)
     assert all(evictable(m) and m in scope for m in fast)
     assert _first(fast, bank, need) == _first(scope, bank, need)
     assert _decide(caps, fast, bank) == _decide(caps, scope, bank)
@@ -137,16 +150,7 @@ async def test_an_excluded_memory_is_left_to_the_caller(
     plain = {"subject": None, "created": 0, "pinned": False, "lesson": False, "edited": False}
     bank = await _fill(service, clock, "main", [plain | {"recalled": 0, "retired": False}] * 3)
     ids = sorted(bank.memories)
-    found = first_to_go(
-        bank.index,
-        bank.memories,
-        bank.access,
-        subject=None,
-        scoped=False,
-        exclude={ids[0]},
-        k=3,
-        evictable=evictable,
-    )
+    found = _fast(bank, 3, exclude={ids[0]})
     assert sorted(m.id for m in found) == ids[1:]
 
 
@@ -155,16 +159,7 @@ async def test_nothing_to_evict_selects_nothing(
     service: MemoryService, clock: FixedClock, k: int
 ) -> None:
     bank = await _fill(service, clock, "main", [])
-    found = first_to_go(
-        bank.index,
-        bank.memories,
-        bank.access,
-        subject=None,
-        scoped=False,
-        exclude=(),
-        k=k,
-        evictable=evictable,
-    )
+    found = _fast(bank, k)
     assert found == []
 
 
@@ -177,16 +172,7 @@ async def test_ties_on_the_cut_reach_the_policy_whole(
     rows = [alike | {"retired": False, "edited": n % 2 == 0} for n in range(6)]
     bank = await _fill(service, clock, "main", rows)
     scope = [m for m in bank.memories.values() if m.live]
-    fast = first_to_go(
-        bank.index,
-        bank.memories,
-        bank.access,
-        subject=None,
-        scoped=False,
-        exclude=(),
-        k=2,
-        evictable=evictable,
-    )
+    fast = _fast(bank, 2)
     assert len(fast) == 6
     assert _first(fast, bank, 2) == _first(scope, bank, 2) == sorted(m.id for m in scope)[:2]
 
@@ -202,16 +188,7 @@ async def test_lessons_first_in_line_make_it_look_further(
         for n in range(6)
     ]
     bank = await _fill(service, clock, "main", rows)
-    fast = first_to_go(
-        bank.index,
-        bank.memories,
-        bank.access,
-        subject=None,
-        scoped=False,
-        exclude=(),
-        k=2,
-        evictable=evictable,
-    )
+    fast = _fast(bank, 2)
     assert len(fast) >= 2 and all(m.category != "lesson" for m in fast)
 
 
