@@ -245,6 +245,35 @@ class TestAccessSidecar:
         got = (await call(service, "memory::get", id=memory["id"]))["memory"]
         assert got["access_count"] == 20
 
+    async def test_the_kept_open_sidecar_follows_its_path_never_the_old_file(
+        self, service: MemoryService, data_dir: Path, tmp_path: Path
+    ) -> None:
+        # The file is kept open between recalls: one replaced, removed or torn by hand is
+        # appended to at its path (on a line of its own), and one turned into a link is refused.
+        memory = await save(service, "The user drinks green tea.")
+        sidecar = data_dir / "main" / ACCESS_FILE
+        await call(service, "memory::recall", query="green tea")
+        sidecar.rename(data_dir / "main" / "old-access")
+        await call(service, "memory::recall", query="green tea")
+        assert sidecar.read_text().count(memory["id"]) == 1
+        assert (data_dir / "main" / "old-access").read_text().count(memory["id"]) == 1
+        swap = data_dir / "main" / "swap"
+        swap.write_text("")
+        swap.replace(sidecar)  # a new file at the path while the old one is still open
+        await call(service, "memory::recall", query="green tea")
+        assert sidecar.read_text().count(memory["id"]) == 1
+        sidecar.write_text('{"at": 1, "ids": ["torn')  # cut by hand, the same file
+        await call(service, "memory::recall", query="green tea")
+        assert sidecar.read_text().splitlines()[1].count(memory["id"]) == 1
+        outside = tmp_path / "outside.jsonl"
+        outside.write_text("")
+        sidecar.unlink()
+        sidecar.symlink_to(outside)
+        await call(service, "memory::recall", query="green tea")  # answered, not counted on disk
+        assert outside.read_text() == ""
+        got = (await call(service, "memory::get", id=memory["id"]))["memory"]
+        assert got["access_count"] == 5
+
 
 @given(
     ops=st.lists(

@@ -36,6 +36,7 @@ class AccessStats:
     def __init__(self, path: Path, *, within: Path | None = None) -> None:
         self.path = path
         self.within = within  # the data dir: no link below it is followed
+        self._file = files.UnsyncedAppender(path, within=within)  # opened on the first bump
         self._stats: dict[str, Access] = {}
         # Told which ids' counts changed (None: any may have): the bank's eviction order.
         self.on_change: Callable[[Iterable[str] | None], None] | None = None
@@ -100,7 +101,11 @@ class AccessStats:
         line = json.dumps({"at": now_ms, "ids": unique}, separators=(",", ":")).encode() + b"\n"
         # Derived data: a failed append loses these counts from the file, RAM keeps them.
         with contextlib.suppress(StorageError):
-            files.append_unsynced(self.path, line, within=self.within)
+            self._file.append(line)
+
+    def close(self) -> None:
+        """Let go of the file kept open for appends (a later bump opens it again)."""
+        self._file.close()
 
     def forget(self, ids: Iterable[str]) -> None:
         """Drop `ids` from RAM and the file (blocking): erased memories leave no trace here."""
@@ -135,4 +140,5 @@ class AccessStats:
             + b"\n"
             for at, rows in sorted(by_time.items())
         ]
+        self._file.close()  # the next bump appends to the new file
         files.replace_with(self.path, lines, lambda _: None, within=self.within)
