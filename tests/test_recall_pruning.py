@@ -145,6 +145,26 @@ def test_accumulate_is_a_term_at_a_time_sum_to_the_last_bit() -> None:
     assert into.tolist() == again.tolist()
 
 
+def test_a_second_pass_keeps_nothing_so_the_first_pass_scores_stay() -> None:
+    """The second hop's pass is weighted per query: nothing of it is kept, so it never pushes
+    the first passes' kept scores out of the bounded cache (it used to clear it every few
+    queries)."""
+    _, index = _bank(2000)
+    first = {"tea": 1.0, "garden": 1.0}
+    assert index.accumulate(first) is not None
+    cache = index._query_cache()
+    kept, size = dict(cache.scored), cache.size
+    assert kept and size > 0
+    rng = random.Random(4)
+    for _ in range(200):
+        extra = {word: rng.random() for word in rng.sample(WORDS, 10)}
+        index.accumulate(extra, into=np.zeros(index.slot_count))
+    assert index._query_cache() is cache
+    assert cache.size == size
+    assert cache.scored.keys() == kept.keys()
+    assert all(cache.scored[key] is values for key, values in kept.items())
+
+
 def ranking_b() -> float:
     from memory_worker.search import index as module
 
@@ -212,6 +232,70 @@ def test_settled_expansion_refuses_a_tie_at_the_cut_between_documents() -> None:
     # One document's tied terms: its own order breaks the tie, whatever the first hits' order.
     assert index.settled_expansion([e], set(), 1) == index.expansion([e], set(), 1)
     assert index.settled_expansion([a, b], {"shared"}, 2) == index.expansion([a, b], {"shared"}, 2)
+
+
+def _expansion_loop(
+    index: LexicalIndex, slots: list[int], exclude: set[str], limit: int
+) -> tuple[dict[str, float], bool]:
+    """The second hop's term choice as a loop over each document's pairs (what the index ran
+    before it took them as arrays): shares summed in the order met, a stable sort, the cut."""
+    n_docs = len(index._slot_of)
+    if not slots or n_docs == 0:
+        return {}, False
+    gathered: dict[int, float] = {}
+    source: dict[int, int] = {}
+    for slot in slots:
+        term_ids, tfs = index._forward.columns(slot)
+        length = max(sum(tfs), 1)
+        for term_id, tf in zip(term_ids, tfs, strict=True):
+            df = index._df[term_id]
+            if df > 1:
+                share = tf / length * index._idf(df)
+                known = gathered.get(term_id)
+                gathered[term_id] = share if known is None else known + share
+                source[term_id] = slot if known is None else -1
+    ranked = [item for item in gathered.items() if index._terms[item[0]] not in exclude]
+    ranked.sort(key=lambda item: -item[1])
+    best = ranked[:limit]
+    tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
+    if tied:
+        cut = ranked[limit - 1][1]
+        near = {source[t] for t, w in ranked if abs(w - cut) <= cut * 1e-12}
+        tied = len(near) != 1 or -1 in near
+    if not best:
+        return {}, tied
+    top = best[0][1]
+    return {index._terms[t]: w / top for t, w in best}, tied
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_expansion_in_arrays_is_the_loop_over_pairs_ties_included(seed: int) -> None:
+    """The second hop's terms, weights (to the last bit), order and tie verdict are the loop's,
+    on banks of few words (ties everywhere) with documents added since the last compaction,
+    removed ones, repeated first hits and excluded query words."""
+    rng = random.Random(seed)
+    memories, index = _bank(400, seed=seed)
+    for i in range(200):  # recorded after the base (the forward index's later documents):
+        # two or three of ten words each in about as many documents: many equal shares
+        extra = [f"w{(i + 5) % 10}"] if i % 4 == 0 else []
+        index.add(f"late{i}", [f"w{i % 10}", f"w{(i + 3) % 10}", *extra])
+    for doc_id in rng.sample(sorted(memories), 30):
+        index.remove(doc_id)
+    live = [index.slot(doc_id) for doc_id in index._slot_of]
+    late = [index.slot(f"late{i}") for i in range(200)]
+    ties = 0
+    for _ in range(400):
+        slots = rng.sample(late if rng.random() < 0.5 else live, rng.randint(1, 8))
+        if rng.random() < 0.1:
+            slots.append(slots[0])  # a first hit twice
+        exclude = set(rng.sample([*WORDS[:20], "w0", "w1"], rng.randint(0, 4)))
+        limit = rng.choice((0, 1, 2, 3, 5, 10, 40))
+        want = _expansion_loop(index, slots, exclude, limit)
+        got = index._expansion(slots, exclude, limit)
+        assert list(got[0].items()) == list(want[0].items())
+        assert got[1] is want[1]
+        ties += want[1]
+    assert ties > 10  # the tie rule was exercised
 
 
 def test_the_hybrid_second_hop_matches_its_argpartition_order(
