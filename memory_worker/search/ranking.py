@@ -122,6 +122,10 @@ def _policy(text: str) -> Recency:
     return Recency(recency_policy(text))
 
 
+# Whether a memory's text asks something, read for the best hits of every hybrid recall.
+_asks = lru_cache(maxsize=8192)(asks)
+
+
 def document_terms(memory: Memory) -> list[str]:
     """What the index sees of a memory: its text and its entity handles (tags are not ranked)."""
     out = terms(memory.text)
@@ -200,6 +204,17 @@ class Pool:
         if slot >= 0 and self.index is not None:
             return self.source[self.index.doc_id(slot)]
         return self.retired[i - (len(self) - len(self.retired))]
+
+    def memories(self, positions: list[int]) -> list[Memory]:
+        """`memory` of each of `positions` (the few returned), their slots read in one go."""
+        slots = self.slots[positions].tolist()
+        if self.index is None:
+            return [self.memory(i) for i in positions]
+        ids, source = self.index.slot_ids(), self.source
+        return [
+            source[ids[slot]] if slot >= 0 else self.memory(i)
+            for i, slot in zip(positions, slots, strict=True)
+        ]
 
     def signal(self, name: str, rows: Ints | None = None) -> npt.NDArray[Any]:
         """Per-memory signal `name` (`entity_hits`, `corroboration`, `pinned`, `stated_at`,
@@ -598,6 +613,8 @@ def _lane_shares(pool: Pool, query: RecallQuery) -> dict[str, float]:
 def _lane_arms(
     pool: Pool, query: RecallQuery, rows: Ints | None = None
 ) -> tuple[tuple[tuple[float, Floats], ...], bool]:
+    if not pool.lanes:  # content alone: its share is 1 whatever the weights (`shares`)
+        return (), False
     shares = _lane_shares(pool, query)
     content = shares.get("content", 0.0)
     lanes = tuple(
@@ -789,6 +806,7 @@ def _contenders(
     # reaches `score`. With the lexical arm alone (no vector, no entity named, no date asked:
     # most queries) the bound grows with bm25, so bm25 itself is the key: no array is made.
     monotone = semantic is None and pool.entity_tally is None and not dated and fusion.lexical > 0
+    inside = False  # whether the arms' top sets are known to lie in `start`
     if monotone:
         key = bm25
         # Start from the candidates within 30% of the best bm25 when they are a handful (on
@@ -803,6 +821,7 @@ def _contenders(
             within = _top_untied(bm25[start], ARM_TOP)
             if within is not None and within.size == ARM_TOP:
                 pool.tops["bm25"] = start[within]
+                inside = True  # the only top set (no semantic arm here), taken from the start
 
         def reaching(score: float) -> float:
             # (lexical × bm25 / weight + boosts)(1 + slack) ≥ score, solved for bm25 (a shade
@@ -826,9 +845,17 @@ def _contenders(
 
     # Where to start: any rows do (the loop below adds what the bound says is missing); the
     # `m` best by the bound usually hold the top k.
-    tops = [_arm_top(pool, "bm25")] + ([_arm_top(pool, "semantic")] if semantic is not None else [])
-    rows = np.union1d(start, np.concatenate(tops))
+    # `start` is ascending and unique (flatnonzero): with the tops inside, the union is itself.
+    rows = start if inside else _with_tops(pool, start, semantic)
     return _closed(pool, query, semantic, rows, key, reaching)
+
+
+def _with_tops(pool: Pool, start: Ints, semantic: Floats | None) -> Ints:
+    """`start` with each arm's top set (`_arm_top`) added, ascending."""
+    tops = [_arm_top(pool, "bm25")]
+    if semantic is not None:
+        tops.append(_arm_top(pool, "semantic"))
+    return np.union1d(start, np.concatenate(tops))
 
 
 def _closed(
@@ -890,11 +917,11 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     if not len(pool):
         return []
     semantic = pool.semantic
-    chosen = np.arange(len(pool))
+    chosen: Ints
     if query.mode is RecallMode.LEXICAL:
-        scores = pool.bm25
+        chosen, scores = np.arange(len(pool)), pool.bm25
     elif query.mode is RecallMode.SEMANTIC:
-        scores = pool.cosine
+        chosen, scores = np.arange(len(pool)), pool.cosine
     else:
         # A big pool scores its contenders only (`_contenders`); `scores` is then theirs, aligned
         # with `chosen`, as the whole pool's are with every position.
@@ -904,7 +931,7 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
             chosen, scores = contenders
             scored = chosen
         else:
-            scores = _scores(pool, query, semantic)
+            chosen, scores = np.arange(len(pool)), _scores(pool, query, semantic)
         keep = _keep(scores, pool, semantic, query.fusion, scored)
         if query.threshold > 0.0:
             keep &= _blended(pool, query, semantic, scored) >= query.threshold
@@ -921,8 +948,10 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         # A restatement pushed under the cutoff leaves: its better twin already carries the fact.
         kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
         chosen, final = chosen[kept], final[kept]
+    positions = chosen.tolist()
     hits = [
-        Hit(pool.memory(i), score) for i, score in zip(chosen.tolist(), final.tolist(), strict=True)
+        Hit(memory, score)
+        for memory, score in zip(pool.memories(positions), final.tolist(), strict=True)
     ]
     if query.mode is RecallMode.HYBRID and query.fusion.context > 0:
         hits = _with_context(hits, index, query, pool.source)
@@ -951,7 +980,7 @@ def _with_context(
     restatement of the question (by vector, when both have one: those stay demoted)."""
     fusion = query.fusion
     ranked = sorted(hits, key=lambda hit: -hit.score)[: fusion.context_anchors]
-    asking = [hit for hit in ranked if asks(hit.memory.text)]
+    asking = [hit for hit in ranked if _asks(hit.memory.text)]
     if not asking:
         return hits
     scope = index.in_scope(query.subject) if query.scoped else None
