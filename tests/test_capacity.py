@@ -5,6 +5,7 @@ unsynced sidecar, so recall never writes the log."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import Conflict
 from memory_worker.storage.access import ACCESS_FILE
+from memory_worker.storage.access import _line as access_line
 
 from .fakes import FixedClock, RecordingEmitter
 
@@ -312,3 +314,15 @@ async def test_property_caps_hold_and_pinned_memories_survive(
     assert pinned <= {m["id"] for m in listed}
     for bank in service.store.names():
         await service.store.trash(bank, service.clock())
+
+
+@given(
+    ids=st.lists(
+        st.one_of(st.from_regex(r"fp[0-9a-f]{16}", fullmatch=True), st.text()), max_size=6
+    ),
+    now_ms=st.one_of(st.integers(0, 2**62), st.floats(0, 1e13)),
+)
+def test_an_access_line_is_what_json_dumps_writes(ids: list[str], now_ms: int) -> None:
+    # The line a recall appends is formatted directly for plain ids: byte for byte json's.
+    want = json.dumps({"at": now_ms, "ids": ids}, separators=(",", ":")).encode() + b"\n"
+    assert access_line(now_ms, ids) == want
