@@ -216,6 +216,26 @@ def test_top_set_is_tops_set_ties_included() -> None:
                 assert got.tolist() == sorted(ranking._top(values, k).tolist())
 
 
+def test_top_set_over_the_high_values_is_the_set_over_all_ties_included() -> None:
+    """`_top_set` with a share looks at a big array's high values alone: the same set, and on a
+    tie at the cut the same fallback (whichever way the high values fall)."""
+    rng = np.random.default_rng(11)
+    looked = 0
+    for size in (100, 3000, 30_000):
+        for _ in range(30):
+            # bm25-like: a bulk of small values, a few far above, many exact ties
+            values = np.round(rng.exponential(1.0, size) ** 2, 1)
+            values[rng.integers(0, size, rng.integers(0, 12))] = rng.integers(20, 24)
+            values[rng.random(size) < 0.3] = 0.0
+            for k in (1, 3, 4, 10):
+                want = ranking._top_set(values, k)
+                for share in (0.1, 0.5, 0.9):
+                    assert ranking._top_set(values, k, share).tolist() == want.tolist()
+                    high = np.count_nonzero(values >= share * values.max())
+                    looked += size > ranking._HIGH_MIN and k < high <= size // 8
+    assert looked > 50  # the narrowed path ran
+
+
 def test_settled_expansion_refuses_a_tie_at_the_cut_between_documents() -> None:
     index = LexicalIndex()
     # "alpha" and "beta" each sit in one first hit with equal weight: the cut at one term
@@ -307,7 +327,7 @@ def test_the_hybrid_second_hop_matches_its_argpartition_order(
         query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0)
         got = _answer(memories, index, query)
         with monkeypatch.context() as patch:
-            patch.setattr(ranking, "_top_set", lambda v, k: np.sort(ranking._top(v, k)))
+            patch.setattr(ranking, "_top_set", lambda v, k, *_: np.sort(ranking._top(v, k)))
             patch.setattr(LexicalIndex, "settled_expansion", lambda *_: None)
             want = _answer(memories, index, query)
         assert [i for i, _ in got] == [i for i, _ in want]
