@@ -855,7 +855,11 @@ def _contenders(
         if dated:
             upper = upper + fusion.dated * pool.signal("dated")
         key = upper * (1.0 + _UPPER_SLACK)
-        start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
+        # As above: the candidates whose bound is within 30% of the best when a handful, else
+        # the `m` best (a partition of every candidate: ~300 us at 100k).
+        start = np.flatnonzero(key >= _START_SHARE * float(key.max()))
+        if not 2 * k <= start.size <= 16 * m:
+            start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
 
         def reaching(score: float) -> float:
             return score
