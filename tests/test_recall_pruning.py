@@ -343,3 +343,29 @@ def test_lexical_mode_is_untouched_by_pruning(monkeypatch: pytest.MonkeyPatch) -
     best = sorted(found.bm25.tolist(), reverse=True)[:10]
     assert sorted((s for _, s in _answer(memories, index, query)), reverse=True) == best
     assert order(candidates(memories, index, query), index, query)
+
+
+def test_the_first_hits_from_the_per_slot_array_are_those_of_the_matches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With every slot alive and in scope the second hop takes its first hits from the high
+    values of the per-slot array: the same hop (slots and bm25 to the last bit) as from the
+    matches, with and without a dead slot, and when the first hits tie."""
+    memories, index = _bank(6000, seed=23)
+    hit = 0
+    for removed in (False, True):
+        if removed:
+            index.remove(next(iter(memories)))
+        for text in (*QUERIES, "ana", "tea tea garden", "zebra"):
+            query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0)
+            query_terms = ranking.terms(text)
+            acc = index.accumulate(Counter(query_terms))
+            if acc is not None and not removed:
+                hit += ranking._high_top(acc, query.fusion.expand_docs, 0.5) is not None
+            got = ranking._expand(index, query, query_terms, None)
+            with monkeypatch.context() as patch:
+                patch.setattr(ranking, "_high_top", lambda *_: None)
+                want = ranking._expand(index, query, query_terms, None)
+            assert got[0].tolist() == want[0].tolist()
+            assert got[1].tolist() == want[1].tolist()
+    assert hit >= 3  # the quick path ran

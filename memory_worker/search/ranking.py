@@ -358,18 +358,41 @@ def _top_untied(values: Floats, k: int, share: float = 0.0) -> Ints | None:
     n = values.size
     if n <= k:
         return np.flatnonzero(values > 0)
-    if share > 0.0 and n > _HIGH_MIN:
-        best = float(values.max())
-        if best > 0.0:
-            high = np.flatnonzero(values >= share * best)
-            if k < high.size <= n // 8:
-                within = _top_untied(values[high], k)
-                return None if within is None else high[within]
+    if share > 0.0:
+        narrowed = _high_top(values, k, share)
+        if narrowed is not None:  # else none was found there, or a tie: the whole array says
+            return narrowed
     bounds = np.partition(values, (n - k - 1, n - k))
     kth, after = float(bounds[n - k]), float(bounds[n - k - 1])
     if kth <= 0.0:  # fewer than k positive values: every one of them
         return np.flatnonzero(values > 0)
     return np.flatnonzero(values >= kth) if kth > after else None
+
+
+def _high_top(values: Floats, k: int, share: float) -> Ints | None:
+    """`_top_untied` of a big array from its values at or above `share` of the best alone, when
+    they are more than `k` and at most an eighth of it and no tie sits at the cut; else None."""
+    n = values.size
+    if n <= _HIGH_MIN:
+        return None
+    best = float(values.max())
+    if best <= 0.0:
+        return None
+    high = np.flatnonzero(values >= share * best)
+    if not k < high.size <= n // 8:
+        return None
+    within = _top_untied(values[high], k)
+    return None if within is None else high[within]
+
+
+def _first_found(
+    index: LexicalIndex, acc: Floats, scope: npt.NDArray[np.bool_] | None
+) -> Candidates:
+    """The first pass's hits in scope (out-of-scope hits lend the hop nothing)."""
+    found = index.matching(acc)
+    if scope is not None:
+        found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
+    return found
 
 
 def _expand(
@@ -389,23 +412,28 @@ def _expand(
     fusion = query.fusion
     weights = Counter(query_terms)
     acc = index.accumulate(weights)
-    found = index.matching(acc) if acc is not None else None
-    if found is not None and scope is not None:  # out-of-scope hits lend the hop nothing
-        found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
+    found: Candidates | None = None
+    first: Ints | None = None
+    if acc is not None and scope is None and len(index) == index.slot_count:
+        # Every slot alive and in scope: a slot is its place in `acc`, whose high values give
+        # the first hits' set without `matching` (a pass over every slot and a gather).
+        first = _high_top(acc, fusion.expand_docs, _HIGH_SHARE)
+    if first is None and acc is not None:
+        found = _first_found(index, acc, scope)
+        # The first hits as a set (a partition: several times quicker than `_top`'s
+        # argpartition on a big bank).
+        first = found.slots[_top_set(found.bm25, fusion.expand_docs, _HIGH_SHARE)]
     extra: dict[str, float] | None = None
     exclude = set(query_terms)
-    if found is None:
+    if first is None or acc is None:
         first = _NO_SLOTS
     elif cosines is None:
-        # The first hits as a set (a partition: several times quicker than `_top`'s
-        # argpartition on a big bank); their order only breaks ties between expansion terms,
-        # so when one sits at the cut, the first hits are taken in `_top`'s order, as ever.
-        first = found.slots[_top_set(found.bm25, fusion.expand_docs, _HIGH_SHARE)]
+        # Their order only breaks ties between expansion terms, so when one sits at the cut,
+        # the first hits are taken in `_top`'s order, as ever.
         extra = index.settled_expansion(first.tolist(), exclude, fusion.expand_terms)
         if extra is None:
+            found = found if found is not None else _first_found(index, acc, scope)
             first = found.slots[_top(found.bm25, fusion.expand_docs)]
-    else:  # joined with the semantic arm's first hits as a set
-        first = found.slots[_top_set(found.bm25, fusion.expand_docs, _HIGH_SHARE)]
     if cosines is not None:
         first = np.union1d(first, _top_set(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
