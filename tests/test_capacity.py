@@ -18,7 +18,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import Conflict
-from memory_worker.storage.access import ACCESS_FILE
+from memory_worker.storage.access import ACCESS_FILE, Access, AccessStats
 from memory_worker.storage.access import _line as access_line
 
 from .fakes import FixedClock, RecordingEmitter
@@ -275,6 +275,22 @@ class TestAccessSidecar:
         assert outside.read_text() == ""
         got = (await call(service, "memory::get", id=memory["id"]))["memory"]
         assert got["access_count"] == 5
+
+    def test_a_count_after_forget_lands_in_the_rewritten_file(self, tmp_path: Path) -> None:
+        # `forget` replaces the file (off the event loop, leaving the open one alone): the next
+        # append finds the path names a new file and writes there.
+        (tmp_path / "bank").mkdir()
+        stats = AccessStats(tmp_path / "bank" / ACCESS_FILE, within=tmp_path)
+        stats.bump(["fpa", "fpb"], 1)
+        stats.forget(["fpa"])
+        stats.bump(["fpb"], 2)
+        text = (tmp_path / "bank" / ACCESS_FILE).read_text()
+        assert "fpa" not in text
+        assert text.count("fpb") == 2
+        stats.close()
+        reloaded = AccessStats(tmp_path / "bank" / ACCESS_FILE, within=tmp_path)
+        reloaded.load()
+        assert reloaded.get("fpb") == Access(2, 2) and reloaded.get("fpa") is None
 
 
 @given(

@@ -113,7 +113,10 @@ class AccessStats:
             self._file.append(line)
 
     def close(self) -> None:
-        """Let go of the file kept open for appends (a later bump opens it again)."""
+        """Let go of the file kept open for appends (a later bump opens it again). Not from
+        `_rewrite`, which `forget` runs off the event loop: a descriptor closed there while a
+        recall appends could be reused by another open. The replaced file is seen by the next
+        append (`UnsyncedAppender`), which opens the new one."""
         self._file.close()
 
     def forget(self, ids: Iterable[str]) -> None:
@@ -149,7 +152,6 @@ class AccessStats:
             + b"\n"
             for at, rows in sorted(by_time.items())
         ]
-        self._file.close()  # the next bump appends to the new file
         files.replace_with(self.path, lines, lambda _: None, within=self.within)
 
 
