@@ -5,6 +5,7 @@ unsynced sidecar, so recall never writes the log."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import Conflict
-from memory_worker.storage.access import ACCESS_FILE
+from memory_worker.storage.access import ACCESS_FILE, Access, AccessStats
+from memory_worker.storage.access import _line as access_line
 
 from .fakes import FixedClock, RecordingEmitter
 
@@ -245,6 +247,51 @@ class TestAccessSidecar:
         got = (await call(service, "memory::get", id=memory["id"]))["memory"]
         assert got["access_count"] == 20
 
+    async def test_the_kept_open_sidecar_follows_its_path_never_the_old_file(
+        self, service: MemoryService, data_dir: Path, tmp_path: Path
+    ) -> None:
+        # The file is kept open between recalls: one replaced, removed or torn by hand is
+        # appended to at its path (on a line of its own), and one turned into a link is refused.
+        memory = await save(service, "The user drinks green tea.")
+        sidecar = data_dir / "main" / ACCESS_FILE
+        await call(service, "memory::recall", query="green tea")
+        sidecar.rename(data_dir / "main" / "old-access")
+        await call(service, "memory::recall", query="green tea")
+        assert sidecar.read_text().count(memory["id"]) == 1
+        assert (data_dir / "main" / "old-access").read_text().count(memory["id"]) == 1
+        swap = data_dir / "main" / "swap"
+        swap.write_text("")
+        swap.replace(sidecar)  # a new file at the path while the old one is still open
+        await call(service, "memory::recall", query="green tea")
+        assert sidecar.read_text().count(memory["id"]) == 1
+        sidecar.write_text('{"at": 1, "ids": ["torn')  # cut by hand, the same file
+        await call(service, "memory::recall", query="green tea")
+        assert sidecar.read_text().splitlines()[1].count(memory["id"]) == 1
+        outside = tmp_path / "outside.jsonl"
+        outside.write_text("")
+        sidecar.unlink()
+        sidecar.symlink_to(outside)
+        await call(service, "memory::recall", query="green tea")  # answered, not counted on disk
+        assert outside.read_text() == ""
+        got = (await call(service, "memory::get", id=memory["id"]))["memory"]
+        assert got["access_count"] == 5
+
+    def test_a_count_after_forget_lands_in_the_rewritten_file(self, tmp_path: Path) -> None:
+        # `forget` replaces the file (off the event loop, leaving the open one alone): the next
+        # append finds the path names a new file and writes there.
+        (tmp_path / "bank").mkdir()
+        stats = AccessStats(tmp_path / "bank" / ACCESS_FILE, within=tmp_path)
+        stats.bump(["fpa", "fpb"], 1)
+        stats.forget(["fpa"])
+        stats.bump(["fpb"], 2)
+        text = (tmp_path / "bank" / ACCESS_FILE).read_text()
+        assert "fpa" not in text
+        assert text.count("fpb") == 2
+        stats.close()
+        reloaded = AccessStats(tmp_path / "bank" / ACCESS_FILE, within=tmp_path)
+        reloaded.load()
+        assert reloaded.get("fpb") == Access(2, 2) and reloaded.get("fpa") is None
+
 
 @given(
     ops=st.lists(
@@ -283,3 +330,15 @@ async def test_property_caps_hold_and_pinned_memories_survive(
     assert pinned <= {m["id"] for m in listed}
     for bank in service.store.names():
         await service.store.trash(bank, service.clock())
+
+
+@given(
+    ids=st.lists(
+        st.one_of(st.from_regex(r"fp[0-9a-f]{16}", fullmatch=True), st.text()), max_size=6
+    ),
+    now_ms=st.one_of(st.integers(0, 2**62), st.floats(0, 1e13)),
+)
+def test_an_access_line_is_what_json_dumps_writes(ids: list[str], now_ms: int) -> None:
+    # The line a recall appends is formatted directly for plain ids: byte for byte json's.
+    want = json.dumps({"at": now_ms, "ids": ids}, separators=(",", ":")).encode() + b"\n"
+    assert access_line(now_ms, ids) == want

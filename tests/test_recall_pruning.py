@@ -145,6 +145,26 @@ def test_accumulate_is_a_term_at_a_time_sum_to_the_last_bit() -> None:
     assert into.tolist() == again.tolist()
 
 
+def test_a_second_pass_keeps_nothing_so_the_first_pass_scores_stay() -> None:
+    """The second hop's pass is weighted per query: nothing of it is kept, so it never pushes
+    the first passes' kept scores out of the bounded cache (it used to clear it every few
+    queries)."""
+    _, index = _bank(2000)
+    first = {"tea": 1.0, "garden": 1.0}
+    assert index.accumulate(first) is not None
+    cache = index._query_cache()
+    kept, size = dict(cache.scored), cache.size
+    assert kept and size > 0
+    rng = random.Random(4)
+    for _ in range(200):
+        extra = {word: rng.random() for word in rng.sample(WORDS, 10)}
+        index.accumulate(extra, into=np.zeros(index.slot_count))
+    assert index._query_cache() is cache
+    assert cache.size == size
+    assert cache.scored.keys() == kept.keys()
+    assert all(cache.scored[key] is values for key, values in kept.items())
+
+
 def ranking_b() -> float:
     from memory_worker.search import index as module
 
@@ -196,6 +216,26 @@ def test_top_set_is_tops_set_ties_included() -> None:
                 assert got.tolist() == sorted(ranking._top(values, k).tolist())
 
 
+def test_top_set_over_the_high_values_is_the_set_over_all_ties_included() -> None:
+    """`_top_set` with a share looks at a big array's high values alone: the same set, and on a
+    tie at the cut the same fallback (whichever way the high values fall)."""
+    rng = np.random.default_rng(11)
+    looked = 0
+    for size in (100, 3000, 30_000):
+        for _ in range(30):
+            # bm25-like: a bulk of small values, a few far above, many exact ties
+            values = np.round(rng.exponential(1.0, size) ** 2, 1)
+            values[rng.integers(0, size, rng.integers(0, 12))] = rng.integers(20, 24)
+            values[rng.random(size) < 0.3] = 0.0
+            for k in (1, 3, 4, 10):
+                want = ranking._top_set(values, k)
+                for share in (0.1, 0.5, 0.9):
+                    assert ranking._top_set(values, k, share).tolist() == want.tolist()
+                    high = np.count_nonzero(values >= share * values.max())
+                    looked += size > ranking._HIGH_MIN and k < high <= size // 8
+    assert looked > 50  # the narrowed path ran
+
+
 def test_settled_expansion_refuses_a_tie_at_the_cut_between_documents() -> None:
     index = LexicalIndex()
     # "alpha" and "beta" each sit in one first hit with equal weight: the cut at one term
@@ -214,6 +254,70 @@ def test_settled_expansion_refuses_a_tie_at_the_cut_between_documents() -> None:
     assert index.settled_expansion([a, b], {"shared"}, 2) == index.expansion([a, b], {"shared"}, 2)
 
 
+def _expansion_loop(
+    index: LexicalIndex, slots: list[int], exclude: set[str], limit: int
+) -> tuple[dict[str, float], bool]:
+    """The second hop's term choice as a loop over each document's pairs (what the index ran
+    before it took them as arrays): shares summed in the order met, a stable sort, the cut."""
+    n_docs = len(index._slot_of)
+    if not slots or n_docs == 0:
+        return {}, False
+    gathered: dict[int, float] = {}
+    source: dict[int, int] = {}
+    for slot in slots:
+        term_ids, tfs = index._forward.columns(slot)
+        length = max(sum(tfs), 1)
+        for term_id, tf in zip(term_ids, tfs, strict=True):
+            df = index._df[term_id]
+            if df > 1:
+                share = tf / length * index._idf(df)
+                known = gathered.get(term_id)
+                gathered[term_id] = share if known is None else known + share
+                source[term_id] = slot if known is None else -1
+    ranked = [item for item in gathered.items() if index._terms[item[0]] not in exclude]
+    ranked.sort(key=lambda item: -item[1])
+    best = ranked[:limit]
+    tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
+    if tied:
+        cut = ranked[limit - 1][1]
+        near = {source[t] for t, w in ranked if abs(w - cut) <= cut * 1e-12}
+        tied = len(near) != 1 or -1 in near
+    if not best:
+        return {}, tied
+    top = best[0][1]
+    return {index._terms[t]: w / top for t, w in best}, tied
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_expansion_in_arrays_is_the_loop_over_pairs_ties_included(seed: int) -> None:
+    """The second hop's terms, weights (to the last bit), order and tie verdict are the loop's,
+    on banks of few words (ties everywhere) with documents added since the last compaction,
+    removed ones, repeated first hits and excluded query words."""
+    rng = random.Random(seed)
+    memories, index = _bank(400, seed=seed)
+    for i in range(200):  # recorded after the base (the forward index's later documents):
+        # two or three of ten words each in about as many documents: many equal shares
+        extra = [f"w{(i + 5) % 10}"] if i % 4 == 0 else []
+        index.add(f"late{i}", [f"w{i % 10}", f"w{(i + 3) % 10}", *extra])
+    for doc_id in rng.sample(sorted(memories), 30):
+        index.remove(doc_id)
+    live = [index.slot(doc_id) for doc_id in index._slot_of]
+    late = [index.slot(f"late{i}") for i in range(200)]
+    ties = 0
+    for _ in range(400):
+        slots = rng.sample(late if rng.random() < 0.5 else live, rng.randint(1, 8))
+        if rng.random() < 0.1:
+            slots.append(slots[0])  # a first hit twice
+        exclude = set(rng.sample([*WORDS[:20], "w0", "w1"], rng.randint(0, 4)))
+        limit = rng.choice((0, 1, 2, 3, 5, 10, 40))
+        want = _expansion_loop(index, slots, exclude, limit)
+        got = index._expansion(slots, exclude, limit)
+        assert list(got[0].items()) == list(want[0].items())
+        assert got[1] is want[1]
+        ties += want[1]
+    assert ties > 10  # the tie rule was exercised
+
+
 def test_the_hybrid_second_hop_matches_its_argpartition_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -223,7 +327,7 @@ def test_the_hybrid_second_hop_matches_its_argpartition_order(
         query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0)
         got = _answer(memories, index, query)
         with monkeypatch.context() as patch:
-            patch.setattr(ranking, "_top_set", lambda v, k: np.sort(ranking._top(v, k)))
+            patch.setattr(ranking, "_top_set", lambda v, k, *_: np.sort(ranking._top(v, k)))
             patch.setattr(LexicalIndex, "settled_expansion", lambda *_: None)
             want = _answer(memories, index, query)
         assert [i for i, _ in got] == [i for i, _ in want]
@@ -239,3 +343,29 @@ def test_lexical_mode_is_untouched_by_pruning(monkeypatch: pytest.MonkeyPatch) -
     best = sorted(found.bm25.tolist(), reverse=True)[:10]
     assert sorted((s for _, s in _answer(memories, index, query)), reverse=True) == best
     assert order(candidates(memories, index, query), index, query)
+
+
+def test_the_first_hits_from_the_per_slot_array_are_those_of_the_matches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With every slot alive and in scope the second hop takes its first hits from the high
+    values of the per-slot array: the same hop (slots and bm25 to the last bit) as from the
+    matches, with and without a dead slot, and when the first hits tie."""
+    memories, index = _bank(6000, seed=23)
+    hit = 0
+    for removed in (False, True):
+        if removed:
+            index.remove(next(iter(memories)))
+        for text in (*QUERIES, "ana", "tea tea garden", "zebra"):
+            query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0)
+            query_terms = ranking.terms(text)
+            acc = index.accumulate(Counter(query_terms))
+            if acc is not None and not removed:
+                hit += ranking._high_top(acc, query.fusion.expand_docs, 0.5) is not None
+            got = ranking._expand(index, query, query_terms, None)
+            with monkeypatch.context() as patch:
+                patch.setattr(ranking, "_high_top", lambda *_: None)
+                want = ranking._expand(index, query, query_terms, None)
+            assert got[0].tolist() == want[0].tolist()
+            assert got[1].tolist() == want[1].tolist()
+    assert hit >= 3  # the quick path ran

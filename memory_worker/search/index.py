@@ -51,8 +51,8 @@ BM25_B = 0.2
 _MIN_CAPACITY = 1024  # dead slots tolerated before a compaction, on top of twice the live ones
 _INITIAL_CAPACITY = 16  # columns start small and double: an empty bank costs about 1 KB, not 36
 _MERGE_MIN = 4096  # appended postings are merged into the CSR base past this (or 1/4 of it)
-_SATURATION_MIN = 16_384  # floats of cached BM25 denominators any bank may hold (128 KB)
-_SATURATION_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
+_KEPT_MIN = 16_384  # floats of kept first-pass BM25 scores any bank may hold (128 KB)
+_KEPT_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
 # The bank's mean vector, for `centered_cosine`, counts this many zero vectors too: a bank of one
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
@@ -431,18 +431,16 @@ class _Forward:
 
 class _QueryCache:
     """Per corpus version (`norms` is that version's normalisation array): idf by document
-    frequency, BM25's denominator over each queried term's postings, and a first pass's
-    scores of them by weight."""
+    frequency and a first pass's scores of each queried term's postings by weight."""
 
-    __slots__ = ("idf", "n_docs", "norms", "saturation", "scored", "size")
+    __slots__ = ("idf", "n_docs", "norms", "scored", "size")
 
     def __init__(self, norms: Floats, n_docs: int) -> None:
         self.norms = norms
         self.n_docs = n_docs
         self.idf: dict[int, float] = {}
-        self.saturation: dict[int, Floats] = {}
         self.scored: dict[tuple[int, float], Floats] = {}  # (term, weight) → its postings' BM25
-        self.size = 0  # floats held in `saturation` and `scored`
+        self.size = 0  # floats held in `scored`
 
 
 class _Sessions:
@@ -980,8 +978,12 @@ class LexicalIndex:
         self, weights: Mapping[str, float], *, keep: bool = False
     ) -> tuple[Ints, Floats] | None:
         """The matching terms' postings end to end (in `weights`' order) and each one's weighted
-        BM25; None when no term matches. `keep`: each term's scores are kept (and reused) for
-        its weight until the corpus changes."""
+        BM25, `weight * tf * (k1 + 1) / (tf + norm)`; None when no term matches. `keep`: each
+        term's scores are kept (and reused) for its weight until the corpus changes (a first
+        pass: a query's term counts × idf recur query after query). A second pass (the second
+        hop's terms, weighted per query: nothing to reuse) gathers every term's norms in one go
+        and keeps nothing: kept per term it took ~60% of the cache's room and cleared it every
+        few queries, first-pass scores and all."""
         if not self._slot_of:
             return None
         vocab, df = self._vocab, self._df
@@ -989,7 +991,6 @@ class LexicalIndex:
         idf_of, scored = cache.idf, cache.scored
         slot_parts: list[npt.NDArray[np.signedinteger[Any]]] = []
         tf_parts: list[npt.NDArray[np.number[Any]]] = []
-        den_parts: list[Floats] = []
         value_parts: list[Floats] = []
         term_weights: list[float] = []
         for term, count in weights.items():
@@ -1006,56 +1007,35 @@ class LexicalIndex:
             if keep:
                 values = scored.get((term_id, weight))
                 if values is None:
-                    den = self._saturation(term_id, slots, tfs, cache)
-                    values = weight * _float_tfs(tfs) * (BM25_K1 + 1.0) / den
+                    floats = _float_tfs(tfs)
+                    den = floats + cache.norms[slots.astype(np.int64)]  # a gather by intp
+                    values = weight * floats * (BM25_K1 + 1.0) / den
                     self._make_room(cache)
                     scored[(term_id, weight)] = values
                     cache.size += values.size
                 value_parts.append(values)
             else:
                 tf_parts.append(tfs)
-                den_parts.append(self._saturation(term_id, slots, tfs, cache))
                 term_weights.append(weight)
         if not slot_parts:
             return None
         # Slots as int64 in one contiguous cast: `bincount` and `add.at` index with intp, and
         # handed int32 they convert it on a slower path (~2x the cast's cost at 30k postings).
+        all_slots = np.concatenate(slot_parts, dtype=np.int64)
         if keep:
-            return np.concatenate(slot_parts, dtype=np.int64), np.concatenate(value_parts)
-        if len(slot_parts) == 1:
-            slots, den = slot_parts[0].astype(np.int64), den_parts[0]
-            return slots, term_weights[0] * _float_tfs(tf_parts[0]) * (BM25_K1 + 1.0) / den
+            return all_slots, np.concatenate(value_parts)
         all_tfs = np.concatenate(tf_parts, dtype=np.float64)  # narrow counts, back exactly
+        den = all_tfs + cache.norms[all_slots]
         weight_of = np.repeat(term_weights, [part.size for part in slot_parts])
-        found: Floats = weight_of * all_tfs * (BM25_K1 + 1.0) / np.concatenate(den_parts)
-        return np.concatenate(slot_parts, dtype=np.int64), found
+        found: Floats = weight_of * all_tfs * (BM25_K1 + 1.0) / den
+        return all_slots, found
 
     def _make_room(self, cache: _QueryCache) -> None:
         """Room for one more term's floats in `cache`: when full it starts over with the terms
         asked from now on."""
-        if cache.size > max(_SATURATION_MIN, _SATURATION_PER_SLOT * len(self._ids)):
-            cache.saturation.clear()
+        if cache.size > max(_KEPT_MIN, _KEPT_PER_SLOT * len(self._ids)):
             cache.scored.clear()
             cache.size = 0
-
-    def _saturation(
-        self,
-        term_id: int,
-        slots: npt.NDArray[np.signedinteger[Any]],
-        tfs: npt.NDArray[np.number[Any]],
-        cache: _QueryCache,
-    ) -> Floats:
-        """tf + the slot's length normalisation over one term's postings (BM25's denominator),
-        cached per term until the corpus changes: the same few names and words recur in query
-        after query, and this gather over their postings was half of a query's BM25 cost.
-        Bounded (`_SATURATION_MIN`, `_SATURATION_PER_SLOT`); when full it starts over."""
-        found = cache.saturation.get(term_id)
-        if found is None:  # `slots` and `tfs` are the term's postings
-            found = _float_tfs(tfs) + cache.norms[slots.astype(np.int64)]  # a gather by intp
-            self._make_room(cache)
-            cache.saturation[term_id] = found
-            cache.size += found.size
-        return found
 
     def matching(self, acc: Floats) -> Candidates:
         """The live slots of a per-slot score array that scored above 0."""

@@ -122,6 +122,10 @@ def _policy(text: str) -> Recency:
     return Recency(recency_policy(text))
 
 
+# Whether a memory's text asks something, read for the best hits of every hybrid recall.
+_asks = lru_cache(maxsize=8192)(asks)
+
+
 def document_terms(memory: Memory) -> list[str]:
     """What the index sees of a memory: its text and its entity handles (tags are not ranked)."""
     out = terms(memory.text)
@@ -200,6 +204,17 @@ class Pool:
         if slot >= 0 and self.index is not None:
             return self.source[self.index.doc_id(slot)]
         return self.retired[i - (len(self) - len(self.retired))]
+
+    def memories(self, positions: list[int]) -> list[Memory]:
+        """`memory` of each of `positions` (the few returned), their slots read in one go."""
+        slots = self.slots[positions].tolist()
+        if self.index is None:
+            return [self.memory(i) for i in positions]
+        ids, source = self.index.slot_ids(), self.source
+        return [
+            source[ids[slot]] if slot >= 0 else self.memory(i)
+            for i, slot in zip(positions, slots, strict=True)
+        ]
 
     def signal(self, name: str, rows: Ints | None = None) -> npt.NDArray[Any]:
         """Per-memory signal `name` (`entity_hits`, `corroboration`, `pinned`, `stated_at`,
@@ -319,25 +334,65 @@ def _top(values: Floats, k: int) -> Ints:
     return positive
 
 
-def _top_set(values: Floats, k: int) -> Ints:
+_HIGH_MIN = 2048  # values past which `_top_untied` may look at the high ones alone
+_HIGH_SHARE = 0.5  # of the best bm25: the high values (a handful of a big bank's matches)
+
+
+def _top_set(values: Floats, k: int, share: float = 0.0) -> Ints:
     """`_top` as a set (ascending indices), for callers that use it as one. A partition of the
     values finds the k-th and (k+1)-th largest; when they differ the set is exactly the values
     at or above the k-th (numpy's argpartition, which `_top` runs, takes several times as long
     on a big pool). On a tie there the set is whatever `_top`'s partition picks: it runs."""
-    found = _top_untied(values, k)
+    found = _top_untied(values, k, share)
     return found if found is not None else np.sort(_top(values, k))
 
 
-def _top_untied(values: Floats, k: int) -> Ints | None:
-    """`_top_set` when no tie at the k-th value leaves the choice to a partition, else None."""
+def _top_untied(values: Floats, k: int, share: float = 0.0) -> Ints | None:
+    """`_top_set` when no tie at the k-th value leaves the choice to a partition, else None.
+
+    `share` > 0 (for bm25, whose best few stand far above the bulk): a big array's values at or
+    above `share` of its best are looked at alone when more than `k` and at most an eighth of
+    them: the k-th and (k+1)-th largest are among them, and so is every value at or above the
+    k-th, so the set (and a tie) is the same (at 100k memories, a partition of ~30,000 matches
+    took ~200 us; this ~40)."""
     n = values.size
     if n <= k:
         return np.flatnonzero(values > 0)
+    if share > 0.0:
+        narrowed = _high_top(values, k, share)
+        if narrowed is not None:  # else none was found there, or a tie: the whole array says
+            return narrowed
     bounds = np.partition(values, (n - k - 1, n - k))
     kth, after = float(bounds[n - k]), float(bounds[n - k - 1])
     if kth <= 0.0:  # fewer than k positive values: every one of them
         return np.flatnonzero(values > 0)
     return np.flatnonzero(values >= kth) if kth > after else None
+
+
+def _high_top(values: Floats, k: int, share: float) -> Ints | None:
+    """`_top_untied` of a big array from its values at or above `share` of the best alone, when
+    they are more than `k` and at most an eighth of it and no tie sits at the cut; else None."""
+    n = values.size
+    if n <= _HIGH_MIN:
+        return None
+    best = float(values.max())
+    if best <= 0.0:
+        return None
+    high = np.flatnonzero(values >= share * best)
+    if not k < high.size <= n // 8:
+        return None
+    within = _top_untied(values[high], k)
+    return None if within is None else high[within]
+
+
+def _first_found(
+    index: LexicalIndex, acc: Floats, scope: npt.NDArray[np.bool_] | None
+) -> Candidates:
+    """The first pass's hits in scope (out-of-scope hits lend the hop nothing)."""
+    found = index.matching(acc)
+    if scope is not None:
+        found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
+    return found
 
 
 def _expand(
@@ -357,23 +412,28 @@ def _expand(
     fusion = query.fusion
     weights = Counter(query_terms)
     acc = index.accumulate(weights)
-    found = index.matching(acc) if acc is not None else None
-    if found is not None and scope is not None:  # out-of-scope hits lend the hop nothing
-        found = Candidates(found.slots[scope[found.slots]], found.bm25[scope[found.slots]])
+    found: Candidates | None = None
+    first: Ints | None = None
+    if acc is not None and scope is None and len(index) == index.slot_count:
+        # Every slot alive and in scope: a slot is its place in `acc`, whose high values give
+        # the first hits' set without `matching` (a pass over every slot and a gather).
+        first = _high_top(acc, fusion.expand_docs, _HIGH_SHARE)
+    if first is None and acc is not None:
+        found = _first_found(index, acc, scope)
+        # The first hits as a set (a partition: several times quicker than `_top`'s
+        # argpartition on a big bank).
+        first = found.slots[_top_set(found.bm25, fusion.expand_docs, _HIGH_SHARE)]
     extra: dict[str, float] | None = None
     exclude = set(query_terms)
-    if found is None:
+    if first is None or acc is None:
         first = _NO_SLOTS
     elif cosines is None:
-        # The first hits as a set (a partition: several times quicker than `_top`'s
-        # argpartition on a big bank); their order only breaks ties between expansion terms,
-        # so when one sits at the cut, the first hits are taken in `_top`'s order, as ever.
-        first = found.slots[_top_set(found.bm25, fusion.expand_docs)]
+        # Their order only breaks ties between expansion terms, so when one sits at the cut,
+        # the first hits are taken in `_top`'s order, as ever.
         extra = index.settled_expansion(first.tolist(), exclude, fusion.expand_terms)
         if extra is None:
+            found = found if found is not None else _first_found(index, acc, scope)
             first = found.slots[_top(found.bm25, fusion.expand_docs)]
-    else:  # joined with the semantic arm's first hits as a set
-        first = found.slots[_top_set(found.bm25, fusion.expand_docs)]
     if cosines is not None:
         first = np.union1d(first, _top_set(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
@@ -598,6 +658,8 @@ def _lane_shares(pool: Pool, query: RecallQuery) -> dict[str, float]:
 def _lane_arms(
     pool: Pool, query: RecallQuery, rows: Ints | None = None
 ) -> tuple[tuple[tuple[float, Floats], ...], bool]:
+    if not pool.lanes:  # content alone: its share is 1 whatever the weights (`shares`)
+        return (), False
     shares = _lane_shares(pool, query)
     content = shares.get("content", 0.0)
     lanes = tuple(
@@ -789,6 +851,7 @@ def _contenders(
     # reaches `score`. With the lexical arm alone (no vector, no entity named, no date asked:
     # most queries) the bound grows with bm25, so bm25 itself is the key: no array is made.
     monotone = semantic is None and pool.entity_tally is None and not dated and fusion.lexical > 0
+    inside = False  # whether the arms' top sets are known to lie in `start`
     if monotone:
         key = bm25
         # Start from the candidates within 30% of the best bm25 when they are a handful (on
@@ -803,6 +866,7 @@ def _contenders(
             within = _top_untied(bm25[start], ARM_TOP)
             if within is not None and within.size == ARM_TOP:
                 pool.tops["bm25"] = start[within]
+                inside = True  # the only top set (no semantic arm here), taken from the start
 
         def reaching(score: float) -> float:
             # (lexical × bm25 / weight + boosts)(1 + slack) ≥ score, solved for bm25 (a shade
@@ -819,16 +883,28 @@ def _contenders(
         if dated:
             upper = upper + fusion.dated * pool.signal("dated")
         key = upper * (1.0 + _UPPER_SLACK)
-        start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
+        # As above: the candidates whose bound is within 30% of the best when a handful, else
+        # the `m` best (a partition of every candidate: ~300 us at 100k).
+        start = np.flatnonzero(key >= _START_SHARE * float(key.max()))
+        if not 2 * k <= start.size <= 16 * m:
+            start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
 
         def reaching(score: float) -> float:
             return score
 
     # Where to start: any rows do (the loop below adds what the bound says is missing); the
     # `m` best by the bound usually hold the top k.
-    tops = [_arm_top(pool, "bm25")] + ([_arm_top(pool, "semantic")] if semantic is not None else [])
-    rows = np.union1d(start, np.concatenate(tops))
+    # `start` is ascending and unique (flatnonzero): with the tops inside, the union is itself.
+    rows = start if inside else _with_tops(pool, start, semantic)
     return _closed(pool, query, semantic, rows, key, reaching)
+
+
+def _with_tops(pool: Pool, start: Ints, semantic: Floats | None) -> Ints:
+    """`start` with each arm's top set (`_arm_top`) added, ascending."""
+    tops = [_arm_top(pool, "bm25")]
+    if semantic is not None:
+        tops.append(_arm_top(pool, "semantic"))
+    return np.union1d(start, np.concatenate(tops))
 
 
 def _closed(
@@ -868,7 +944,8 @@ def _arm_top(pool: Pool, arm: str) -> Ints:
     if found is None:
         values = pool.bm25 if arm == "bm25" else pool.semantic
         assert values is not None
-        found = pool.tops[arm] = _top_set(values, ARM_TOP)
+        share = _HIGH_SHARE if arm == "bm25" else 0.0
+        found = pool.tops[arm] = _top_set(values, ARM_TOP, share)
     return found
 
 
@@ -890,11 +967,11 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     if not len(pool):
         return []
     semantic = pool.semantic
-    chosen = np.arange(len(pool))
+    chosen: Ints
     if query.mode is RecallMode.LEXICAL:
-        scores = pool.bm25
+        chosen, scores = np.arange(len(pool)), pool.bm25
     elif query.mode is RecallMode.SEMANTIC:
-        scores = pool.cosine
+        chosen, scores = np.arange(len(pool)), pool.cosine
     else:
         # A big pool scores its contenders only (`_contenders`); `scores` is then theirs, aligned
         # with `chosen`, as the whole pool's are with every position.
@@ -904,7 +981,7 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
             chosen, scores = contenders
             scored = chosen
         else:
-            scores = _scores(pool, query, semantic)
+            chosen, scores = np.arange(len(pool)), _scores(pool, query, semantic)
         keep = _keep(scores, pool, semantic, query.fusion, scored)
         if query.threshold > 0.0:
             keep &= _blended(pool, query, semantic, scored) >= query.threshold
@@ -921,8 +998,10 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         # A restatement pushed under the cutoff leaves: its better twin already carries the fact.
         kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
         chosen, final = chosen[kept], final[kept]
+    positions = chosen.tolist()
     hits = [
-        Hit(pool.memory(i), score) for i, score in zip(chosen.tolist(), final.tolist(), strict=True)
+        Hit(memory, score)
+        for memory, score in zip(pool.memories(positions), final.tolist(), strict=True)
     ]
     if query.mode is RecallMode.HYBRID and query.fusion.context > 0:
         hits = _with_context(hits, index, query, pool.source)
@@ -951,7 +1030,7 @@ def _with_context(
     restatement of the question (by vector, when both have one: those stay demoted)."""
     fusion = query.fusion
     ranked = sorted(hits, key=lambda hit: -hit.score)[: fusion.context_anchors]
-    asking = [hit for hit in ranked if asks(hit.memory.text)]
+    asking = [hit for hit in ranked if _asks(hit.memory.text)]
     if not asking:
         return hits
     scope = index.in_scope(query.subject) if query.scoped else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, ItemsView, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ __all__ = ["ACCESS_FILE", "Access", "AccessStats"]
 
 ACCESS_FILE = "access.jsonl"
 _COMPACT_FACTOR = 4  # lines per tracked id past which a load folds the file
+# Ids a line may hold as they are (the worker's fingerprints): nothing JSON would escape.
+_PLAIN_IDS = re.compile(r"[A-Za-z0-9_.:,-]*")  # over the ids joined by commas
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,10 @@ class AccessStats:
     def __init__(self, path: Path, *, within: Path | None = None) -> None:
         self.path = path
         self.within = within  # the data dir: no link below it is followed
-        self._stats: dict[str, Access] = {}
+        self._file = files.UnsyncedAppender(path, within=within)  # opened on the first bump
+        # id → (count, last ms): plain tuples, made on every recall (an `Access` is made only
+        # for who asks, `get`: building a frozen dataclass per returned id was half a bump).
+        self._stats: dict[str, tuple[int, int]] = {}
         # Told which ids' counts changed (None: any may have): the bank's eviction order.
         self.on_change: Callable[[Iterable[str] | None], None] | None = None
 
@@ -44,10 +50,12 @@ class AccessStats:
         return len(self._stats)
 
     def get(self, memory_id: str) -> Access | None:
-        return self._stats.get(memory_id)
+        found = self._stats.get(memory_id)
+        return None if found is None else Access(*found)
 
-    def items(self) -> ItemsView[str, Access]:
-        """Every counted id with its access (a live view: do not hold it across a recall)."""
+    def items(self) -> ItemsView[str, tuple[int, int]]:
+        """Every counted id with its (count, last ms) (a live view: do not hold it across a
+        recall)."""
         return self._stats.items()
 
     def load(self) -> int:
@@ -83,9 +91,9 @@ class AccessStats:
     def _add(self, memory_id: str, n: int, at_ms: int) -> None:
         old = self._stats.get(memory_id)
         if old is None:
-            self._stats[memory_id] = Access(n, at_ms)
+            self._stats[memory_id] = (n, at_ms)
         else:
-            self._stats[memory_id] = Access(old.count + n, max(old.last_ms, at_ms))
+            self._stats[memory_id] = (old[0] + n, max(old[1], at_ms))
 
     def bump(self, ids: Iterable[str], now_ms: int) -> None:
         """Count one access of each of `ids` (blocking but unsynced: one small append). A failed
@@ -93,14 +101,23 @@ class AccessStats:
         unique = list(dict.fromkeys(ids))
         if not unique:
             return
+        stats = self._stats
         for memory_id in unique:
-            self._add(memory_id, 1, now_ms)
+            old = stats.get(memory_id)
+            stats[memory_id] = (1, now_ms) if old is None else (old[0] + 1, max(old[1], now_ms))
         if self.on_change is not None:
             self.on_change(unique)
-        line = json.dumps({"at": now_ms, "ids": unique}, separators=(",", ":")).encode() + b"\n"
+        line = _line(now_ms, unique)
         # Derived data: a failed append loses these counts from the file, RAM keeps them.
         with contextlib.suppress(StorageError):
-            files.append_unsynced(self.path, line, within=self.within)
+            self._file.append(line)
+
+    def close(self) -> None:
+        """Let go of the file kept open for appends (a later bump opens it again). Not from
+        `_rewrite`, which `forget` runs off the event loop: a descriptor closed there while a
+        recall appends could be reused by another open. The replaced file is seen by the next
+        append (`UnsyncedAppender`), which opens the new one."""
+        self._file.close()
 
     def forget(self, ids: Iterable[str]) -> None:
         """Drop `ids` from RAM and the file (blocking): erased memories leave no trace here."""
@@ -123,10 +140,10 @@ class AccessStats:
                 found.update(i for i in ids if isinstance(i, str))
         return found
 
-    def _rewrite(self, stats: dict[str, Access]) -> None:
+    def _rewrite(self, stats: dict[str, tuple[int, int]]) -> None:
         by_time: dict[int, list[tuple[str, int]]] = {}
-        for memory_id, access in stats.items():
-            by_time.setdefault(access.last_ms, []).append((memory_id, access.count))
+        for memory_id, (count, last_ms) in stats.items():
+            by_time.setdefault(last_ms, []).append((memory_id, count))
         lines = [
             json.dumps(
                 {"at": at, "ids": [i for i, _ in rows], "n": [n for _, n in rows]},
@@ -136,3 +153,12 @@ class AccessStats:
             for at, rows in sorted(by_time.items())
         ]
         files.replace_with(self.path, lines, lambda _: None, within=self.within)
+
+
+def _line(now_ms: int, ids: list[str]) -> bytes:
+    """`{"at":<ms>,"ids":[...]}` and a newline, as `json.dumps` writes it (compact): formatted
+    directly when every id is plain (`_PLAIN_IDS`), else by `json.dumps`."""
+    if ids and type(now_ms) is int and _PLAIN_IDS.fullmatch(",".join(ids)):
+        joined = '","'.join(ids)
+        return f'{{"at":{now_ms},"ids":["{joined}"]}}\n'.encode()
+    return json.dumps({"at": now_ms, "ids": ids}, separators=(",", ":")).encode() + b"\n"

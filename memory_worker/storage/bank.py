@@ -1218,6 +1218,7 @@ class Bank:
 
     def close(self) -> None:
         self._log.close()
+        self.access.close()
         if self.path.is_dir():  # not when the folder was trashed or removed
             self._save_counts()
             self._save_snapshot()

@@ -57,7 +57,7 @@ def first_to_go(
     last = np.zeros(n, np.int64)
     slot_of = index.slot
     seen = np.array(
-        [(slot_of(memory_id), a.count, a.last_ms) for memory_id, a in access.items()], np.int64
+        [(slot_of(memory_id), n, at) for memory_id, (n, at) in access.items()], np.int64
     ).reshape(-1, 3)
     seen = seen[seen[:, 0] >= 0]  # counts of memories no longer live
     count[seen[:, 0]], last[seen[:, 0]] = seen[:, 1], seen[:, 2]

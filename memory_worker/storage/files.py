@@ -36,6 +36,7 @@ from memory_worker.core.errors import Conflict, StorageError
 __all__ = [
     "AppendLog",
     "DataDirLock",
+    "UnsyncedAppender",
     "UnsyncedChange",
     "append_unsynced",
     "atomic_write",
@@ -459,6 +460,66 @@ def append_unsynced(path: Path, data: bytes, *, within: Path | None = None) -> N
             os.close(fd)
     except OSError as exc:
         raise _storage("append to", path, exc) from exc
+
+
+class UnsyncedAppender:
+    """`append_unsynced` on a file kept open: the link checks and the open once, then each append
+    is one `lstat` and one `write`. The `lstat` says the path still names the open file (one
+    replaced, removed or turned into a link is opened again through the checks, never written
+    through the old inode) and its size: a size other than this appender left (another writer, a
+    cut by hand) has its last byte read again, so a line always starts on a line of its own. For
+    a sidecar appended on every read (`access.jsonl`: a recall's open, folder checks, fstat, pread
+    and close were ~10% of it). A failed write closes the file."""
+
+    def __init__(self, path: Path, *, within: Path | None = None) -> None:
+        self.path = path
+        self.within = within
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+        self._size = 0  # the file's size after this appender's last write
+
+    def _open(self) -> tuple[int, bool]:
+        """The open file and whether the next line needs a newline before it."""
+        fd = self._fd
+        if fd is not None:
+            try:
+                now = os.lstat(self.path)
+            except OSError:
+                now = None
+            if now is not None and _identity(now) == self._identity:
+                if now.st_size == self._size:
+                    return fd, False
+                self._size = now.st_size
+                return fd, bool(now.st_size) and os.pread(fd, 1, now.st_size - 1) != b"\n"
+            self.close()  # replaced or removed behind our back: follow the path, not the inode
+        fd = _open_nofollow(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, self.within)
+        try:
+            info = os.fstat(fd)
+            size = info.st_size
+            needs_newline = bool(size) and os.pread(fd, 1, size - 1) != b"\n"
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd, self._identity, self._size = fd, _identity(info), size
+        return fd, needs_newline
+
+    def append(self, data: bytes) -> None:
+        """Append `data` (ending with a newline), starting on a line of its own; unsynced."""
+        try:
+            fd, needs_newline = self._open()
+            if needs_newline:
+                data = b"\n" + data
+            _write_all(fd, data)
+            self._size += len(data)
+        except OSError as exc:
+            self.close()
+            raise _storage("append to", self.path, exc) from exc
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = self._identity = None
 
 
 def _write_all(fd: int, data: bytes) -> None:
