@@ -555,7 +555,10 @@ class Bank:
                 data = files.read_bytes(path, within=self.root)
             except StorageError:
                 return False
-        found = snapshot_prefix(self.path, data)
+        # The records path has the log's CRC-32 already: not a second pass over its bytes.
+        known = self._boot_identity
+        crc = known[1] if known is not None and known[0] == len(data) else None
+        found = snapshot_prefix(self.path, data, crc)
         if found is None or _stat_stamp(path) != self._log_stamp:
             return False
         snapshot_ids, analysis, size = found
