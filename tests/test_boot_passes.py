@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 
+from memory_worker.core.models import Confidence, Memory, Provenance
+from memory_worker.search.ranking import indexed
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import snapshot as snapshot_module
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE
 
+from .boots import NOW_MS
 from .test_records_snapshot import seed, state
 
 
@@ -106,3 +109,33 @@ def index_state(bank: Bank) -> dict[str, Any]:
             index._doc_tags.get(memory_id, ()),
         )
     return out
+
+
+def _memory(n: int, **fields: Any) -> Memory:
+    return Memory(
+        id=f"m{n}",
+        text=f"note {n}",
+        confidence=Confidence.EXTRACTED,
+        created_at=NOW_MS - 10,
+        updated_at=NOW_MS - n,
+        **fields,
+    )
+
+
+def test_a_snapshot_boots_columns_are_what_indexing_each_record_gives() -> None:
+    records = [
+        _memory(1),
+        _memory(2, stated_at=0),  # set, and falsy: not `updated_at`
+        _memory(3, stated_at=NOW_MS - 5),
+        _memory(4, source=Provenance(session_id="s1", agent="a")),
+        _memory(5, source=Provenance(agent="a")),
+        _memory(6, stated_at=NOW_MS - 7, source=Provenance(session_id="s2")),
+    ]
+    docs = [indexed(record) for record in records]
+    values = [record.__dict__ for record in records]
+
+    assert bank_module._last_stated(values) == [doc.stated_at for doc in docs]
+    assert bank_module._last_stated(values) == [NOW_MS - 1, 0, NOW_MS - 5, NOW_MS - 4,
+                                                 NOW_MS - 5, NOW_MS - 7]  # fmt: skip
+    assert bank_module._sessions(values) == [doc.session for doc in docs]
+    assert bank_module._sessions(values) == [None, None, None, "s1", None, "s2"]
