@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.storage.log import encode, read_all
 
@@ -125,3 +127,29 @@ def test_a_line_the_model_refuses_is_refused_straight_from_its_fields() -> None:
     ):
         for compact in (True, False):
             assert records_at(bad, [0], [len(bad)], compact=compact) is None, bad
+
+
+def test_a_field_schema_that_cannot_stand_alone_falls_back_to_the_models_validator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Should Memory's schema ever keep a part outside its `model-fields` (a definitions ref),
+    # the straight path is not built and a boot validates through the model, as before.
+    from memory_worker.storage import log as log_module
+
+    real = Memory.__pydantic_core_schema__
+    fields = {"type": "model-field", "schema": {"type": "definition-ref", "schema_ref": "gone"}}
+    broken = {**real, "schema": {"type": "model-fields", "fields": {"id": fields}}}
+    monkeypatch.setattr(Memory, "__pydantic_core_schema__", broken)
+    log_module._fields_validator.cache_clear()
+    try:
+        assert log_module._fields_validator() is None
+        lines = [record(i).to_line() for i in range(2)]
+        data = b"\n".join(lines)
+        found = log_module.records_at(data, [0, len(lines[0]) + 1], [len(lines[0]), len(data)])
+    finally:
+        monkeypatch.undo()
+        log_module._fields_validator.cache_clear()
+    assert found is not None
+    assert [r.to_line() for r in found.values()] == lines
+    first, second = found.values()
+    assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__

@@ -149,9 +149,10 @@ def _fields_validator() -> Callable[[bytes], Memory] | None:
     # pydantic-core's SchemaValidator, by the class of the model's own validator (this layer
     # imports pydantic, not its core).
     validator_class: Any = type(Memory.__pydantic_validator__)
-    if not hasattr(validator_class, "validate_json"):
+    try:
+        validate = validator_class(schema["schema"], schema.get("config")).validate_json
+    except Exception:  # a schema that does not stand alone (definitions kept outside it)
         return None
-    validate = validator_class(schema["schema"], schema.get("config")).validate_json
 
     def record(line: bytes) -> Memory:
         given, extra, fields = validate(line)
