@@ -15,7 +15,9 @@ import secrets
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -90,17 +92,21 @@ _ID = operator.attrgetter("id")
 _set = object.__setattr__
 
 
+def _shared_set(fields: set[str]) -> set[str]:
+    """The set of given field names equal to `fields` that records share (`fields` itself when
+    it is the first of its kind)."""
+    for shared in _FIELD_SETS:
+        if shared == fields:
+            return shared
+    if len(_FIELD_SETS) < _MAX_FIELD_SETS:
+        _FIELD_SETS.append(fields)
+    return fields
+
+
 def shared_fields(record: Memory) -> Memory:
     """`record` as RAM keeps it: the same values in a key-sharing dict, its set of given field
     names the one shared by equal sets. A new object (the given one is left as it was)."""
-    fields = record.__pydantic_fields_set__
-    for shared in _FIELD_SETS:
-        if shared == fields:
-            fields = shared
-            break
-    else:
-        if len(_FIELD_SETS) < _MAX_FIELD_SETS:
-            _FIELD_SETS.append(fields)
+    fields = _shared_set(record.__pydantic_fields_set__)
     compact = _new_record(type(record))
     values = compact.__dict__  # created empty with the class's shared keys
     given = record.__dict__
@@ -119,6 +125,52 @@ def shared_fields(record: Memory) -> Memory:
     _set(compact, "__pydantic_extra__", record.__pydantic_extra__)
     _set(compact, "__pydantic_private__", record.__pydantic_private__)
     return compact
+
+
+@cache
+def _fields_validator() -> Callable[[bytes], Memory] | None:
+    """A line's validation into a record as RAM keeps it (`shared_fields`'s), made straight
+    from the fields: `Memory`'s own core schema is a `model` around its `model-fields`, and
+    validating the inner one with the model's config is the very same per-field validation,
+    without the instance pydantic makes only for `shared_fields` to copy it at once. None when
+    the schema is not that plain shape (a model validator, a custom `__init__`, a post-init):
+    then the model's validator and `shared_fields` are used."""
+    schema: Any = Memory.__pydantic_core_schema__
+    if (
+        schema.get("type") != "model"
+        or schema.get("cls") is not Memory
+        or schema.get("custom_init")
+        or schema.get("root_model")
+        or schema.get("post_init")
+        or schema["schema"].get("type") != "model-fields"
+        or Memory.__pydantic_post_init__ is not None
+    ):
+        return None
+    # pydantic-core's SchemaValidator, by the class of the model's own validator (this layer
+    # imports pydantic, not its core).
+    validator_class: Any = type(Memory.__pydantic_validator__)
+    try:
+        validate = validator_class(schema["schema"], schema.get("config")).validate_json
+    except Exception:  # a schema that does not stand alone (definitions kept outside it)
+        return None
+
+    def record(line: bytes) -> Memory:
+        given, extra, fields = validate(line)
+        compact = _new_record(Memory)
+        values = compact.__dict__  # created empty with the class's shared keys
+        values["id"] = given["id"]  # see `shared_fields`: one key, then a bulk update
+        values.update(given)
+        created = values["created_at"]
+        if values["updated_at"] == created:
+            values["updated_at"] = created
+        if values["stated_at"] == created:
+            values["stated_at"] = created
+        _set(compact, "__pydantic_fields_set__", _shared_set(fields))
+        _set(compact, "__pydantic_extra__", extra)
+        _set(compact, "__pydantic_private__", None)
+        return compact
+
+    return record
 
 
 def _sealed(body: bytes) -> bytes:
@@ -264,8 +316,12 @@ def records_at(
     lines = map(data.__getitem__, map(slice, starts, ends))
     try:
         # Chained maps: the per-record steps run from C, with no Python frame of ours per line.
-        validated = map(_validate_json, lines)
-        records = list(map(shared_fields, validated) if compact else validated)
+        direct = _fields_validator() if compact else None
+        if direct is not None:
+            records = list(map(direct, lines))
+        else:
+            validated = map(_validate_json, lines)
+            records = list(map(shared_fields, validated) if compact else validated)
     except ValidationError:
         return None
     memories = dict(zip(map(_ID, records), records, strict=True))

@@ -183,12 +183,16 @@ def _archive(path: Path) -> Iterator[tuple[dict[str, Any], Any]]:
         yield json.loads(bytes(data["meta"]).decode()), data
 
 
-def snapshot_prefix(folder: Path, data: bytes) -> tuple[list[str], Analysis, int] | None:
+def snapshot_prefix(
+    folder: Path, data: bytes, crc: int | None = None
+) -> tuple[list[str], Analysis, int] | None:
     """What `.index.npz` holds when it was written for a prefix of the log `data` that ends at a
     line boundary (the log has grown by appends since, or is exactly that prefix): the live ids
     of that prefix's replay in replay order, their analysis, and the prefix's length. None
     unless it is for that prefix's exact bytes, by the same analyzer, and consistent; which of
-    its ids still hold those texts is the caller's to check (the lines past the prefix)."""
+    its ids still hold those texts is the caller's to check (the lines past the prefix). `crc`:
+    the CRC-32 of the whole of `data` when the caller has it (a boot that read the records
+    snapshot did), so a snapshot for all of it is checked without a second pass over the log."""
     path = folder / SNAPSHOT_FILE
     digest = analyzer_digest()
     if not digest or not path.is_file():
@@ -198,7 +202,9 @@ def snapshot_prefix(folder: Path, data: bytes) -> tuple[list[str], Analysis, int
             size = meta.get("log_size")
             if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
                 return None
-            identity = (size, zlib.crc32(memoryview(data)[:size]))
+            if crc is None or size != len(data):
+                crc = zlib.crc32(memoryview(data)[:size])
+            identity = (size, crc)
             count = meta.get("count")
             if not _made_for(meta, _VERSION, ("analyzer", digest), identity):
                 return None
