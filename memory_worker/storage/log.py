@@ -106,10 +106,21 @@ def _shared_set(fields: set[str]) -> set[str]:
 def shared_fields(record: Memory) -> Memory:
     """`record` as RAM keeps it: the same values in a key-sharing dict, its set of given field
     names the one shared by equal sets. A new object (the given one is left as it was)."""
-    fields = _shared_set(record.__pydantic_fields_set__)
-    compact = _new_record(type(record))
+    return _compact(
+        type(record),
+        record.__dict__,
+        record.__pydantic_fields_set__,
+        record.__pydantic_extra__,
+        record.__pydantic_private__,
+    )
+
+
+def _compact(
+    cls: type[Memory], given: dict[str, Any], fields: set[str], extra: Any, private: Any
+) -> Memory:
+    """A record of `cls` from its field values as RAM keeps it (see `shared_fields`)."""
+    compact = _new_record(cls)
     values = compact.__dict__  # created empty with the class's shared keys
-    given = record.__dict__
     # One key first, then a bulk update: `update` into an EMPTY dict copies the source's own
     # (unshared, ~830-byte) layout, into a non-empty one it inserts key by key, keeping the
     # class's shared keys (a Python loop over the 26 fields cost a third of a records boot).
@@ -121,9 +132,9 @@ def shared_fields(record: Memory) -> Memory:
         values["updated_at"] = created
     if values["stated_at"] == created:
         values["stated_at"] = created
-    _set(compact, "__pydantic_fields_set__", fields)
-    _set(compact, "__pydantic_extra__", record.__pydantic_extra__)
-    _set(compact, "__pydantic_private__", record.__pydantic_private__)
+    _set(compact, "__pydantic_fields_set__", _shared_set(fields))
+    _set(compact, "__pydantic_extra__", extra)
+    _set(compact, "__pydantic_private__", private)
     return compact
 
 
@@ -156,19 +167,7 @@ def _fields_validator() -> Callable[[bytes], Memory] | None:
 
     def record(line: bytes) -> Memory:
         given, extra, fields = validate(line)
-        compact = _new_record(Memory)
-        values = compact.__dict__  # created empty with the class's shared keys
-        values["id"] = given["id"]  # see `shared_fields`: one key, then a bulk update
-        values.update(given)
-        created = values["created_at"]
-        if values["updated_at"] == created:
-            values["updated_at"] = created
-        if values["stated_at"] == created:
-            values["stated_at"] = created
-        _set(compact, "__pydantic_fields_set__", _shared_set(fields))
-        _set(compact, "__pydantic_extra__", extra)
-        _set(compact, "__pydantic_private__", None)
-        return compact
+        return _compact(Memory, given, fields, extra, None)
 
     return record
 
