@@ -18,6 +18,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import Conflict
+from memory_worker.storage import files
 from memory_worker.storage.access import ACCESS_FILE, Access, AccessStats
 from memory_worker.storage.access import _line as access_line
 
@@ -291,6 +292,30 @@ class TestAccessSidecar:
         reloaded = AccessStats(tmp_path / "bank" / ACCESS_FILE, within=tmp_path)
         reloaded.load()
         assert reloaded.get("fpb") == Access(2, 2) and reloaded.get("fpa") is None
+
+    def test_only_a_few_sidecars_stay_open_however_many_banks_are_recalled(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A server with thousands of banks must not hold a file descriptor for each: past
+        `MAX_OPEN_APPENDERS` the least recently written sidecar is closed, and its next count
+        opens it again and lands on a line of its own."""
+        monkeypatch.setattr(files, "MAX_OPEN_APPENDERS", 2)
+        banks = []
+        for n in range(4):
+            (tmp_path / f"b{n}").mkdir()
+            banks.append(AccessStats(tmp_path / f"b{n}" / ACCESS_FILE, within=tmp_path))
+        for n, stats in enumerate(banks):
+            stats.bump([f"fp{n}"], 1)
+        assert sum(stats.holds_file_open() for stats in banks) == 2
+        assert [stats.holds_file_open() for stats in banks] == [False, False, True, True]
+        banks[0].bump(["fp0"], 2)  # reopened; the least recently written (b2) closes
+        assert [stats.holds_file_open() for stats in banks] == [True, False, False, True]
+        for stats in banks:
+            stats.close()
+        reloaded = AccessStats(tmp_path / "b0" / ACCESS_FILE, within=tmp_path)
+        reloaded.load()
+        assert reloaded.get("fp0") == Access(2, 2)
+        assert (tmp_path / "b0" / ACCESS_FILE).read_text().count("\n") == 2
 
 
 @given(

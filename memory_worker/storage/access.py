@@ -112,6 +112,10 @@ class AccessStats:
         with contextlib.suppress(StorageError):
             self._file.append(line)
 
+    def holds_file_open(self) -> bool:
+        """Whether the file is open for appends now (at most `files.MAX_OPEN_APPENDERS` are)."""
+        return self._file.is_open
+
     def close(self) -> None:
         """Let go of the file kept open for appends (a later bump opens it again). Not from
         `_rewrite`, which `forget` runs off the event loop: a descriptor closed there while a

@@ -27,13 +27,16 @@ import re
 import secrets
 import shutil
 import stat
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from memory_worker.core.errors import Conflict, StorageError
 
 __all__ = [
+    "MAX_OPEN_APPENDERS",
     "AppendLog",
     "DataDirLock",
     "UnsyncedAppender",
@@ -462,6 +465,14 @@ def append_unsynced(path: Path, data: bytes, *, within: Path | None = None) -> N
         raise _storage("append to", path, exc) from exc
 
 
+# How many `UnsyncedAppender` files stay open in the process at once: a server holding thousands
+# of banks must not hold a descriptor for each (sockets and the log need them too); past this,
+# the least recently written one is closed and reopens through the checks when next written.
+MAX_OPEN_APPENDERS = 64
+_open_appenders: OrderedDict[UnsyncedAppender, None] = OrderedDict()
+_appenders_lock = threading.RLock()  # held across an append: no file is closed mid-write
+
+
 class UnsyncedAppender:
     """`append_unsynced` on a file kept open: the link checks and the open once, then each append
     is one `lstat` and one `write`. The `lstat` says the path still names the open file (one
@@ -469,7 +480,8 @@ class UnsyncedAppender:
     through the old inode) and its size: a size other than this appender left (another writer, a
     cut by hand) has its last byte read again, so a line always starts on a line of its own. For
     a sidecar appended on every read (`access.jsonl`: a recall's open, folder checks, fstat, pread
-    and close were ~10% of it). A failed write closes the file."""
+    and close were ~10% of it). A failed write closes the file. At most `MAX_OPEN_APPENDERS`
+    are open in the process; the least recently written is closed first."""
 
     def __init__(self, path: Path, *, within: Path | None = None) -> None:
         self.path = path
@@ -501,21 +513,42 @@ class UnsyncedAppender:
             os.close(fd)
             raise
         self._fd, self._identity, self._size = fd, _identity(info), size
+        self._keep_open()
         return fd, needs_newline
+
+    def _keep_open(self) -> None:
+        """Count this file among the open ones, closing the least recently written past the cap."""
+        with _appenders_lock:
+            _open_appenders[self] = None
+            _open_appenders.move_to_end(self)
+            while len(_open_appenders) > MAX_OPEN_APPENDERS:
+                oldest, _ = _open_appenders.popitem(last=False)
+                oldest._close_fd()
 
     def append(self, data: bytes) -> None:
         """Append `data` (ending with a newline), starting on a line of its own; unsynced."""
-        try:
-            fd, needs_newline = self._open()
-            if needs_newline:
-                data = b"\n" + data
-            _write_all(fd, data)
-            self._size += len(data)
-        except OSError as exc:
-            self.close()
-            raise _storage("append to", self.path, exc) from exc
+        with _appenders_lock:
+            try:
+                fd, needs_newline = self._open()
+                if needs_newline:
+                    data = b"\n" + data
+                _write_all(fd, data)
+                self._size += len(data)
+                _open_appenders.move_to_end(self)
+            except OSError as exc:
+                self.close()
+                raise _storage("append to", self.path, exc) from exc
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
 
     def close(self) -> None:
+        with _appenders_lock:
+            _open_appenders.pop(self, None)
+        self._close_fd()
+
+    def _close_fd(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
