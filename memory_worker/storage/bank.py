@@ -1324,8 +1324,7 @@ def _sessions(values: list[dict[str, Any]]) -> list[str | None]:
     sources = list(map(_SOURCE, values))
     column: list[str | None] = [None] * len(sources)
     for slot in compress(range(len(sources)), map(is_not, sources, repeat(None))):
-        source = sources[slot]
-        column[slot] = None if source is None else source.session_id
+        column[slot] = sources[slot].session_id
     return column
 
 
