@@ -16,7 +16,9 @@ Ours, per size:
   (`.index.npz`, `.records.npz`) deleted before each process (full replay and indexing);
 - recall p50/p99: `catalog.call(service, "memory::recall", …)` (validation and encoding included),
   no embedder;
-- save p50: `memory::save` through `catalog.call`, durable (fsynced), one at a time;
+- save p50: `memory::save` through `catalog.call`, durable (fsynced), one at a time, into a bank
+  with no cap (`max_memories: 0`: at the default 10,000 every save at 10k and past it would also
+  evict one memory, which a peer's insert never does);
 - saves/s: 32 concurrent writers through `catalog.call`, 100 saves each.
 
 Peers on the same documents and queries (bench-only dependencies: the `bench` extra):
@@ -103,6 +105,11 @@ HOLDER = {"pid": os.getpid(), "kind": "bench", "command": "bench/growth.py"}
 _SESSION = re.compile(r"session_\d+")
 _WORD = re.compile(r"\w+")
 
+# The bank holds every memory it is given, as a user holding a 100k bank would have configured it
+# (the default cap of 10,000 would make every save at 10k and past it evict one memory, a cost the
+# peers' inserts never pay; bench/saves_ab.py and bench/full_bank.py measure saves at the cap).
+SETTINGS = Settings(max_memories=0)
+
 BAR_BOOT_S = {100_000: 1.0, 1_000_000: 10.0}
 BAR_BYTES_BEYOND_TEXT = 1024.0
 BAR_SAVES_PER_S = 10_000.0
@@ -177,7 +184,7 @@ def boot_probe(data_dir: Path, query: str) -> None:
     started = time.perf_counter()
     store = Store.open(data_dir, holder=HOLDER)
     opened = time.perf_counter() - started
-    service = MemoryService(store, Settings(), clock=FixedClock(NOW_MS))
+    service = MemoryService(store, SETTINGS, clock=FixedClock(NOW_MS))
 
     async def first() -> None:
         await call(service, "memory::recall", {"bank": BANK, "query": query}, CALLER)
@@ -214,7 +221,7 @@ def run_probe(data_dir: Path, query: str) -> dict[str, Any]:
 
 async def build_ours(data_dir: Path, texts: list[str]) -> float:
     store = Store.open(data_dir, holder=HOLDER)
-    service = MemoryService(store, Settings(), clock=FixedClock(NOW_MS))
+    service = MemoryService(store, SETTINGS, clock=FixedClock(NOW_MS))
     rows = rows_of(texts)
     started = time.perf_counter()
     for start in range(0, len(rows), IMPORT_CHUNK):
@@ -227,7 +234,7 @@ async def build_ours(data_dir: Path, texts: list[str]) -> float:
 async def measure_ours(data_dir: Path, queries: list[str], fresh: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     store = Store.open(data_dir, holder=HOLDER)
-    service = MemoryService(store, Settings(), clock=FixedClock(NOW_MS))
+    service = MemoryService(store, SETTINGS, clock=FixedClock(NOW_MS))
 
     async def recall(q: str) -> Any:
         payload = {"bank": BANK, "query": q, "limit": 10}
