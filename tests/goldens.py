@@ -8,7 +8,7 @@ import os
 
 __all__ = ["FAMILIES", "updating"]
 
-FAMILIES = ("schemas", "injection", "recall")
+FAMILIES = ("schemas", "injection", "recall", "vectors")
 ENV = "UPDATE_GOLDENS"
 
 

@@ -24,13 +24,14 @@ from typing import Any
 import structlog
 
 from memory_worker.adapters.consolidate.clients import InProcessClient
-from memory_worker.adapters.embedders import DEFAULT_LOCAL_MODEL, load_local
+from memory_worker.adapters.embedders import DEFAULT_LOCAL_MODEL
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.consolidate.runner import Consolidator
 
 from . import recall_quality as rq
+from .recorded_vectors import keep
 
 __all__ = [
     "CONSOLIDATION",
@@ -148,7 +149,7 @@ async def run(
     "merged": …}` (seed 000's third recall-quality mode)."""
     golden = golden or rq.load()
     decisions = load_decisions() if decisions is None else decisions
-    embedder = load_local(DEFAULT_LOCAL_MODEL)
+    embedder = rq.gate_embedder(DEFAULT_LOCAL_MODEL)
     out: dict[str, Any] = {}
     for name in ("hybrid", "hybrid-consolidated"):
         async with rq.open_service(data_root / name, golden.as_of_ms, embedder) as service:
@@ -159,6 +160,7 @@ async def run(
             )
             if carried:
                 out["merged"] = dict(sorted(carried.items()))
+    keep(embedder)
     return out
 
 

@@ -48,6 +48,15 @@ from memory_worker.core.text import fingerprint
 from memory_worker.storage.store import Store
 
 from .fakes import FixedClock
+from .recorded_vectors import (
+    Recorder,
+    Recording,
+    ReplayEmbedder,
+    keep,
+    load_recording,
+    recording_path,
+    rerecording,
+)
 
 __all__ = [
     "CATEGORIES",
@@ -68,9 +77,11 @@ __all__ = [
     "build_bank",
     "compare",
     "evaluate",
+    "gate_embedder",
     "golden_digest",
     "load",
     "open_service",
+    "recorded",
     "render_snapshot",
     "render_table",
     "run",
@@ -122,6 +133,32 @@ SYSTEMS: tuple[System, ...] = (
     ),
 )
 DEFAULT_SYSTEM = f"hybrid+{_short(DEFAULT_LOCAL_MODEL)}"  # what `./scripts/run` serves
+
+
+def gate_embedder(model: str) -> ReplayEmbedder:
+    """What the gates rank with for the local model `model`: its recorded vectors (why:
+    `tests/recorded_vectors.py`), or with `UPDATE_GOLDENS=vectors` the live model, recording.
+
+    Raises:
+        EmbedderUnavailable: re-recording, and the model does not load.
+    """
+    if not rerecording():
+        return ReplayEmbedder(recorded(model))
+    if model not in _RECORDERS:  # one per run, shared by both gates
+        _RECORDERS[model] = Recorder(load_local(model), recording_path(_short(model)))
+    return _RECORDERS[model]
+
+
+def recorded(model: str) -> Recording:
+    """The vectors the gates rank for the local model `model`.
+
+    Raises:
+        NotRecorded: there is no recording (the message says how to make one).
+    """
+    return load_recording(recording_path(_short(model)))
+
+
+_RECORDERS: dict[str, Recorder] = {}
 
 
 # --- the golden set --------------------------------------------------------------------------
@@ -461,7 +498,7 @@ async def run(data_root: Path, golden: Golden | None = None) -> dict[str, Any]:
         embedder: Any = None
         if model is not None:
             try:
-                embedder = load_local(model)
+                embedder = gate_embedder(model)
             except EmbedderUnavailable as exc:
                 for system in systems:
                     results[system.name] = {"mode": system.mode, "error": str(exc)}
@@ -471,6 +508,7 @@ async def run(data_root: Path, golden: Golden | None = None) -> dict[str, Any]:
             ids = await build_bank(svc, golden)
             for system in systems:
                 results[system.name] = await evaluate(svc, system.mode, golden, ids, name)
+        keep(embedder)
     return {
         "golden": {
             "digest": golden.digest,

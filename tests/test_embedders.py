@@ -25,6 +25,10 @@ from memory_worker.adapters.local_embedder import DEFAULT_MODEL as MINILM_MODEL
 from memory_worker.app.ports import QueryEmbedder
 from memory_worker.core.errors import SiblingUnavailable
 
+# How far the packaged language offsets may sit from a fresh measurement (L2, relative to it):
+# twice the noise between CPU makers, under what any edit of the pairs moves them.
+OFFSETS_CPU_NOISE = 0.012
+
 
 @pytest.fixture(scope="module", name="e5")
 def _e5() -> E5Embedder:
@@ -109,12 +113,17 @@ class TestE5:
         self, e5: E5Embedder
     ) -> None:
         """`python -m memory_worker.adapters.e5_embedder` rewrites the file after an edit of the
-        pairs; a stale file would only cost ~4 s at load (measured again), never wrong vectors."""
+        pairs; a stale file would only cost ~4 s at load (measured again), never wrong vectors.
+        Not bit for bit: the engine's vectors differ in their low bits from one CPU maker to
+        another (tests/recorded_vectors.py), which moves the offsets by ~0.6% (L2, relative;
+        measured on two builds of the engine and seen in CI); leaving out any one of the 52
+        pairs moves them by 1.4-3.3%."""
         assert len(alignment_pairs()) >= 40
         measured = e5.measure_offsets()
         with np.load(ALIGNMENT_OFFSETS) as stored:
             for query, name in ((False, "passage"), (True, "query")):
-                np.testing.assert_allclose(stored[name], measured[query], atol=1e-6)
+                apart = np.linalg.norm(stored[name] - measured[query])
+                assert apart / np.linalg.norm(measured[query]) < OFFSETS_CPU_NOISE, name
 
     def test_a_bare_string_is_refused(self, e5: E5Embedder) -> None:
         with pytest.raises(TypeError):

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from memory_worker.adapters.embedders import DEFAULT_LOCAL_MODEL, load_local
+from memory_worker.adapters.embedders import DEFAULT_LOCAL_MODEL
 
 from . import recall_consolidated as rc
 from . import recall_quality as rq
 from .goldens import updating
+from .recorded_vectors import keep
 from .test_recall_quality import _tiny
 
 UPDATE = updating("recall")
@@ -28,7 +29,7 @@ def _golden() -> rq.Golden:
 def _decided(golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory) -> list[rc.Decision]:
     """What memory-consolidate decides on the persona bank now, with the default embedder (its
     semantic tier needs it); with UPDATE_GOLDENS=recall it is recorded for the replay."""
-    embedder = load_local(DEFAULT_LOCAL_MODEL)
+    embedder = rq.gate_embedder(DEFAULT_LOCAL_MODEL)
 
     async def decide() -> list[rc.Decision]:
         root = tmp_path_factory.mktemp("consolidation")
@@ -36,6 +37,7 @@ def _decided(golden: rq.Golden, tmp_path_factory: pytest.TempPathFactory) -> lis
             return await rc.decide(service, await rq.build_bank(service, golden))
 
     decisions = asyncio.run(decide())
+    keep(embedder)
     if UPDATE:
         text = rc.render_decisions(decisions, embedder.model)
         rc.CONSOLIDATION.write_text(text, encoding="utf-8")

