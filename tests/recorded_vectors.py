@@ -38,6 +38,7 @@ __all__ = [
     "Recorder",
     "Recording",
     "ReplayEmbedder",
+    "embed_query",
     "keep",
     "load_recording",
     "recording_path",
@@ -49,7 +50,7 @@ RERECORD = (
     "UPDATE_GOLDENS=vectors .venv/bin/python -m pytest tests/test_recall_quality.py "
     "tests/test_recall_consolidated.py"
 )
-DEFAULT_DUPLICATE_COSINE = float("nan")  # stored when the model does not set its own
+_NO_COSINE = float("nan")  # stored when the model does not set a duplicate cosine of its own
 
 
 class NotRecorded(AssertionError):
@@ -70,7 +71,7 @@ class Recording:
         arrays: dict[str, Any] = {
             "model": np.array(self.model),
             "duplicate_cosine": np.array(
-                DEFAULT_DUPLICATE_COSINE if self.duplicate_cosine is None else self.duplicate_cosine
+                _NO_COSINE if self.duplicate_cosine is None else self.duplicate_cosine
             ),
         }
         for name, table in (("query", self.queries), ("text", self.texts)):
@@ -135,8 +136,7 @@ class ReplayEmbedder:
 
 
 class Recorder(ReplayEmbedder):
-    """The live model, keeping every vector it gives (`UPDATE_GOLDENS=vectors`). A query is
-    embedded as the model's service would embed it: `embed_query` where the model has one."""
+    """The live model, keeping every vector it gives (`UPDATE_GOLDENS=vectors`)."""
 
     def __init__(self, live: Any, path: Path) -> None:
         super().__init__(Recording(live.model, getattr(live, "duplicate_cosine", None)))
@@ -154,12 +154,18 @@ class Recorder(ReplayEmbedder):
         return await super().embed(texts)  # as stored, so a recording run ranks as a replay
 
     async def embed_query(self, text: str) -> list[float]:
-        if isinstance(self._live, QueryEmbedder):
-            vector = await self._live.embed_query(text)
-        else:
-            [vector] = await self._live.embed([text])
+        vector = await embed_query(self._live, text)
         self._recording.queries[text] = np.asarray(vector, dtype=np.float32)
         return await super().embed_query(text)
+
+
+async def embed_query(embedder: Any, text: str) -> list[float]:
+    """`text` embedded as the service embeds a query: `embed_query` where the model has one,
+    else as a one-text `embed`."""
+    if isinstance(embedder, QueryEmbedder):
+        return await embedder.embed_query(text)
+    [vector] = await embedder.embed([text])
+    return vector
 
 
 def rerecording() -> bool:

