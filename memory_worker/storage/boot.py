@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import threading
 from collections.abc import Callable, Iterator
@@ -71,6 +70,8 @@ def booting(hand_back: bool = True) -> Iterator[None]:
 @cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's `malloc_trim`, or None where there is none (macOS, musl, Windows)."""
+    import ctypes  # here: the CLI imports this module on its way to a forwarded call
+
     try:
         # The process's own symbols (libc's among them): no `find_library`, which runs ldconfig.
         trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
