@@ -34,7 +34,6 @@ from memory_worker.app.caller import Caller
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
-from memory_worker.storage.boot import ends_with_its_command
 from memory_worker.storage.logger import get_logger
 
 # The catalog (every request and response model, the whole service), the embedders and numpy
@@ -696,8 +695,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # multiplies one query vector at most. Read when numpy loads, which the door does later;
         # a choice already in the environment is kept.
         os.environ.setdefault(BLAS_THREADS_ENV, "1")
-    if argv is None and one_shot:  # the program itself, which exits when the command is done
-        ends_with_its_command()
     try:
         code = asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:

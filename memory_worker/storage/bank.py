@@ -47,7 +47,7 @@ from memory_worker.storage.bank_file import (
     render_bank_file,
     write_bank_file,
 )
-from memory_worker.storage.boot import booting
+from memory_worker.storage.boot import booting, thaw
 from memory_worker.storage.counts import Counts, read_counts, write_counts
 from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
@@ -1235,6 +1235,7 @@ class Bank:
             self._save_counts()
             self._save_snapshot()
             self._save_records()
+        thaw()  # the bank is leaving RAM: a collector pass must be able to free its cycles
 
     # --- rules ---------------------------------------------------------------------------------
 

@@ -8,13 +8,14 @@
   the boot's temporaries (numpy's arrays of every posting, the lists it builds them from) leave
   freed chunks that glibc keeps — its threshold for giving large blocks their own mapping rises
   with every large block freed — ~100 bytes a memory of RSS at 100k that nothing uses.
-- In a process that ends with its one command (`ends_with_its_command`: the `memory-worker`
-  program running a one-shot command), what exists when a boot ends is frozen instead
-  (`gc.freeze`): the collector's first full pass after the boot would walk every record just made
-  (~35 ms of a one-shot save into a 10,000-memory bank), and none of it can become garbage that
-  matters before the process exits. The collector stays on for what the command makes afterwards.
-  A server, or a test calling the CLI in-process, is never frozen: a record it replaces later must
-  stay collectable.
+- And what the process holds when the boot ends is frozen (`gc.freeze`): moved out of the
+  collector's sight, so its passes walk only what is made afterwards. Left in its young
+  generations, the boot's records were walked by the next passes: a 62 ms pass inside the first
+  recall after a 100k boot, and later a full pass of ~300 ms that stalled every caller (measured
+  at 100k, `bench/gc_pauses.py`); ~35 ms of a one-shot save into a full 10k bank. Frozen objects
+  are still freed by their reference counts (a replaced record, an index rebuilt); only garbage
+  held in a cycle needs a pass, and a bank's own object graph is such a cycle, so a bank leaving
+  RAM (`Bank.close`) thaws everything again (`thaw`) and the next full pass frees it.
 """
 
 from __future__ import annotations
@@ -25,26 +26,20 @@ import threading
 from collections.abc import Callable, Iterator
 from functools import cache
 
-__all__ = ["booting", "ends_with_its_command", "return_freed_memory"]
+__all__ = ["booting", "return_freed_memory", "thaw"]
 
 _lock = threading.Lock()
 # Boots under way, whether the collector was on when the first began, and whether any of them
 # asked for the freed heap to be handed back.
 _state = [0, False, False]
-_frozen_at_boot_end = [False]  # set once, by `ends_with_its_command`
-
-
-def ends_with_its_command() -> None:
-    """Declare that this process exits as soon as its one command is done (the CLI program's
-    one-shot commands, never a library caller): the objects a boot leaves are frozen then."""
-    _frozen_at_boot_end[0] = True
 
 
 @contextlib.contextmanager
 def booting(hand_back: bool = True) -> Iterator[None]:
-    """Around a bank's bulk build: the collector paused, free heap memory returned after (not
-    when `hand_back` is False: a process about to exit, whose exit returns it all, need not
-    spend the milliseconds; another boot overlapping this one still hands it back)."""
+    """Around a bank's bulk build: the collector paused, what the process holds frozen when the
+    last overlapping boot ends, free heap memory returned after (not when `hand_back` is False:
+    a process about to exit, whose exit returns it all, need not spend the milliseconds; another
+    boot overlapping this one still hands it back)."""
     with _lock:
         if _state[0] == 0:
             _state[1] = gc.isenabled()
@@ -52,13 +47,15 @@ def booting(hand_back: bool = True) -> Iterator[None]:
             gc.disable()
         _state[0] += 1
         _state[2] = _state[2] or hand_back
+    built = False
     try:
         yield
+        built = True
     finally:
         with _lock:
             _state[0] -= 1
             last = _state[0] == 0
-            if last and _frozen_at_boot_end[0]:
+            if last and built:  # a failed boot's remains are garbage: left to the collector
                 gc.freeze()
             if last and _state[1]:
                 gc.enable()
@@ -67,10 +64,16 @@ def booting(hand_back: bool = True) -> Iterator[None]:
             return_freed_memory()
 
 
+def thaw() -> None:
+    """Put what boots froze back under the collector (`gc.unfreeze`): a bank is leaving RAM, and
+    its object graph holds cycles that only a full pass frees (frozen, it would never be)."""
+    gc.unfreeze()
+
+
 @cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's `malloc_trim`, or None where there is none (macOS, musl, Windows)."""
-    import ctypes  # here: the CLI imports this module on its way to a forwarded call
+    import ctypes  # here: the CLI's forwarded calls import this module and never trim
 
     try:
         # The process's own symbols (libc's among them): no `find_library`, which runs ldconfig.
