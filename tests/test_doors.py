@@ -426,6 +426,39 @@ def test_a_local_one_shot_process_loads_numpy_with_one_blas_thread_unless_told(
     assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, expected]
 
 
+_PLUGIN_PROBE = """
+import json, os, sys
+from pydantic.plugin import _loader
+from memory_worker.adapters import cli
+code = cli.main(sys.argv[1:])
+scanned = _loader._plugins is not None
+print(json.dumps([code, os.environ.get("PYDANTIC_DISABLE_PLUGINS"), scanned]), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "__all__"), ("other", "other")])
+def test_a_local_one_shot_process_skips_pydantics_plugin_scan_unless_told(
+    tmp_path: Path, given: str | None, expected: str
+) -> None:
+    """pydantic reads every installed distribution's entry points for plugins when it builds its
+    first model: ~20 ms of a one-shot process, for plugins this package never uses. A one-shot
+    command turns the scan off before the door builds a model; a value in the environment (a
+    list of plugin names to leave out) is kept, and then the scan runs."""
+    env = {k: v for k, v in ENV.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    done = subprocess.run(
+        [sys.executable, "-c", _PLUGIN_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, expected, given is not None]
+
+
 _EXIT_PROBE = """
 import atexit, os, sys
 class Witness:
