@@ -23,7 +23,7 @@ import base64
 import binascii
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 __all__ = ["MARKER_PREFIX", "Redaction", "redact"]
@@ -365,18 +365,35 @@ def _sshpass(m: re.Match[str], text: str) -> _Span | None:
 # --- rules ----------------------------------------------------------------------------------
 
 
+class _Pattern:
+    """A rule's pattern, compiled when it first runs: the prefilter wakes few rules, and compiling
+    all of them took ~9 ms of every process's first save (a one-shot CLI call pays it each time)."""
+
+    __slots__ = ("_compiled", "_flags", "_source")
+
+    def __init__(self, source: str, flags: int) -> None:
+        self._source, self._flags = source, flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self._source, self._flags)
+        return compiled.finditer(text)
+
+
 @dataclass(frozen=True, slots=True)
 class _Rule:
     label: str
-    pattern: re.Pattern[str]
+    pattern: _Pattern
     triggers: tuple[str, ...]  # the rule runs only when one of these occurs (cheap prefilter)
     on_lower: bool = False  # pattern and triggers are lower-case and see the case-folded text
     pick: _Pick = _whole  # the span to replace, or None to reject the match
     min_word: int = 0  # skipped unless the text has a word (whitespace-free run) this long
 
 
-def _re(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.ASCII | re.VERBOSE)
+def _re(pattern: str, flags: int = 0) -> _Pattern:
+    return _Pattern(pattern, re.ASCII | re.VERBOSE | flags)
 
 
 # Patterns that run often start with a literal (so `re` skips ahead in C) and check the
@@ -400,10 +417,7 @@ _TOKEN_CHARS = r"[A-Za-z0-9._~+/-]"  # RFC 6750 b64token
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         PRIVATE_KEY,
-        re.compile(
-            rf"-----BEGIN[ ]{_PEM_LABEL}.*?(?:-----END[ ]{_PEM_LABEL}|\Z)",
-            re.ASCII | re.VERBOSE | re.DOTALL,
-        ),
+        _re(rf"-----BEGIN[ ]{_PEM_LABEL}.*?(?:-----END[ ]{_PEM_LABEL}|\Z)", re.DOTALL),
         ("PRIVATE KEY",),
     ),
     _Rule(
@@ -766,7 +780,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(  # "password: correct horse battery staple" (a passphrase, not a sentence)
         PASSWORD,
-        re.compile(
+        _Pattern(
             r"(?i:pass(?:word|phrase))[ \t]*:[ \t]*"
             r"(?P<value>[a-z]{3,20}(?:[ ][a-z]{3,20}){2,7})(?=[ \t]*(?:$|[\n.,;)]))",
             re.ASCII | re.MULTILINE,
