@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import cache
 
 import Stemmer  # type: ignore[import-not-found]  # PyStemmer: C Snowball stemmers
 
@@ -63,9 +64,16 @@ def fingerprint(text: str) -> str:
 
 # Scripts written without spaces: each character is a unigram plus a bigram with its neighbour.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_TOKEN = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
-_CJK_RUN = re.compile(f"[{_CJK}]")
 _ASCII_TOKEN = re.compile("[a-z0-9]+")
+
+
+@cache
+def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Word runs of any script, and a CJK character: compiled on the first text that is not
+    ASCII, since their Unicode classes take ~6 ms to compile and an English-only process (a
+    one-shot CLI save) never needs them."""
+    return re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+"), re.compile(f"[{_CJK}]")
+
 
 USER_ENTITY = "user"
 # First-person words (English and Portuguese) stand for the person talking, whom memories call
@@ -118,9 +126,10 @@ def tokenize(text: str) -> list[str]:
     if text.isascii():  # the common case, at C speed
         return _ASCII_TOKEN.findall(text.lower())
     folded = unicodedata.normalize("NFKC", text).lower()
+    token, cjk_run = _unicode_patterns()
     out: list[str] = []
-    for run in _TOKEN.findall(folded):
-        if run[0] >= "\u3040" and _CJK_RUN.match(run):
+    for run in token.findall(folded):
+        if run[0] >= "\u3040" and cjk_run.match(run):
             previous = ""
             for char in run:
                 out.append(char)
