@@ -6,7 +6,8 @@ records are hundreds of thousands of them.
 One bank of `--size` memories (LoCoMo turns, as `bench/growth.py` builds it) is seeded once.
 Then, per round and per tree (this checkout, and `--before DIR`: e.g. `git archive <commit> |
 tar -x -C DIR`), a fresh process (`PYTHONPATH=<tree>`) opens a fresh copy of it, answers its first
-`memory::recall` (boot, as growth.py times it), then serves `--recalls` recalls and 32 concurrent
+`memory::recall` (boot, as growth.py times it; from the snapshots that tree's own code wrote, in
+a warm-up probe on its own copy of the seed), then serves `--recalls` recalls and 32 concurrent
 writers' saves in turns, through `catalog.call`, no embedder. A `gc.callbacks` hook installed
 before the store opens times every collector pass, per generation: during the boot and first
 recall, and during the work after it. Rounds interleave the trees, so load drifting on a shared
@@ -42,9 +43,9 @@ SAVES_PER_WRITER = 50
 TURNS = 4  # rounds of recalls then concurrent saves within one process
 
 
-def probe(data_dir: Path, work: Path) -> dict[str, Any]:
+def probe(data_dir: Path, work: Path, warm_only: bool = False) -> dict[str, Any]:
     """Child-process entry (the tree under test on PYTHONPATH): the timings as JSON. `work`: the
-    queries and the texts to save, written by the parent."""
+    queries and the texts to save, written by the parent; `warm_only`: boot, answer, close."""
     from memory_worker.app.caller import Caller
     from memory_worker.app.catalog import call
     from memory_worker.app.service import MemoryService
@@ -82,6 +83,10 @@ def probe(data_dir: Path, work: Path) -> dict[str, Any]:
 
         await recall(queries[0])
         boot_s = time.perf_counter() - begun
+        if warm_only:  # a warm-up: the close below writes this tree's snapshots
+            await service.close()
+            await store.close()
+            return {"boot_s": boot_s}
         phase[0] = "work"
         samples: list[float] = []
         work_started = time.perf_counter()
@@ -102,6 +107,8 @@ def probe(data_dir: Path, work: Path) -> dict[str, Any]:
 
     out = asyncio.run(run())
     gc.callbacks.remove(timed)
+    if warm_only:
+        return out
     for name, gens in passes.items():
         for gen, times in enumerate(gens):
             out[f"{name}_gen{gen}_n"] = len(times)
@@ -110,21 +117,29 @@ def probe(data_dir: Path, work: Path) -> dict[str, Any]:
     return out
 
 
-def run_probe(tree: Path, seed: Path, scratch: Path, work: Path) -> dict[str, Any]:
-    copy = scratch / "copy"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(seed, copy)
+def run_probe(
+    tree: Path, seed: Path, scratch: Path, work: Path, *, warm_up: bool = False
+) -> dict[str, Any]:
+    """One probe process of `tree` on a fresh copy of `seed` (`warm_up`: on `seed`
+    itself, which boots, answers one recall and closes, leaving the snapshots that tree's code
+    writes)."""
+    copy = seed if warm_up else scratch / "copy"
+    if not warm_up:
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(seed, copy)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env |= {"PYTHONPATH": str(tree), "MEMORY_EMBEDDER": "none"}
     proc = subprocess.run(
-        [sys.executable, __file__, "--probe", str(copy), "--work", str(work)],
+        [sys.executable, __file__, "--probe", str(copy), "--work", str(work)]
+        + (["--warm-only"] if warm_up else []),
         capture_output=True,
         text=True,
         check=True,
         env=env,
         cwd="/",
     )
-    shutil.rmtree(copy)
+    if not warm_up:
+        shutil.rmtree(copy)
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
@@ -173,9 +188,10 @@ def main() -> int:
     parser.add_argument("--recalls", type=int, default=400)
     parser.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
-        print(json.dumps(probe(args.probe, args.work)))
+        print(json.dumps(probe(args.probe, args.work, args.warm_only)))
         return 0
     import growth  # the corpus and the seeding, as bench/growth.py measures them
     from runinfo import commit, load_average, machine
@@ -200,10 +216,17 @@ def main() -> int:
             "texts": texts[args.size :],
         }
         work.write_text(json.dumps(given), encoding="utf-8")
+        # Snapshots name the digest of the code that wrote them: booted from another tree's,
+        # a tree would replay the whole log. Each tree warms its own copy of the seed once (a
+        # boot in place, whose close writes that tree's snapshots), and boots from it after.
+        seeds = {name: scratch / f"seed-{n}" for n, name in enumerate(trees)}
+        for name, tree in trees.items():
+            shutil.copytree(seed, seeds[name])
+            run_probe(tree, seeds[name], scratch, work, warm_up=True)
         rows: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, tree in trees.items():
-                rows[name].append(run_probe(tree, seed, scratch, work))
+                rows[name].append(run_probe(tree, seeds[name], scratch, work))
         meta = {"commit": commit(), "machine": machine(), "load": load_average()}
     print(report(args, rows, meta))
     return 0
