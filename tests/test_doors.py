@@ -411,19 +411,26 @@ def test_a_local_one_shot_process_loads_numpy_with_one_blas_thread_unless_told(
     """OpenBLAS starts (and spins) a thread per core when numpy loads: ~60 ms of CPU of a
     process that multiplies one query vector at most. A one-shot command asks for one before
     the door loads numpy; a value in the environment is kept."""
-    env = {k: v for k, v in ENV.items() if k != "OPENBLAS_NUM_THREADS"}
+    assert _local_save_probe(_BLAS_PROBE, tmp_path, "OPENBLAS_NUM_THREADS", given) == [0, expected]
+
+
+def _local_save_probe(probe: str, tmp_path: Path, variable: str, given: str | None) -> Any:
+    """What `probe` (a script running `cli.main` on its argv) prints last on stderr, as JSON,
+    after a local one-shot save with `variable` set to `given` in its environment (None:
+    unset)."""
+    env = {k: v for k, v in ENV.items() if k != variable}
     if given is not None:
-        env["OPENBLAS_NUM_THREADS"] = given
+        env[variable] = given
     argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
     done = subprocess.run(
-        [sys.executable, "-c", _BLAS_PROBE, *argv],
+        [sys.executable, "-c", probe, *argv],
         capture_output=True,
         text=True,
         env=env,
         timeout=START_TIMEOUT_S,
         check=True,
     )
-    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, expected]
+    return json.loads(done.stderr.strip().splitlines()[-1])
 
 
 _PLUGIN_PROBE = """
@@ -444,19 +451,8 @@ def test_a_local_one_shot_process_skips_pydantics_plugin_scan_unless_told(
     first model: ~20 ms of a one-shot process, for plugins this package never uses. A one-shot
     command turns the scan off before the door builds a model; a value in the environment (a
     list of plugin names to leave out) is kept, and then the scan runs."""
-    env = {k: v for k, v in ENV.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    if given is not None:
-        env["PYDANTIC_DISABLE_PLUGINS"] = given
-    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
-    done = subprocess.run(
-        [sys.executable, "-c", _PLUGIN_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=START_TIMEOUT_S,
-        check=True,
-    )
-    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, expected, given is not None]
+    found = _local_save_probe(_PLUGIN_PROBE, tmp_path, "PYDANTIC_DISABLE_PLUGINS", given)
+    assert found == [0, expected, given is not None]
 
 
 _EXIT_PROBE = """
