@@ -10,12 +10,13 @@
   with every large block freed — ~100 bytes a memory of RSS at 100k that nothing uses.
 - And what the process holds when the boot ends is frozen (`gc.freeze`): moved out of the
   collector's sight, so its passes walk only what is made afterwards. Left in its young
-  generations, the boot's records were walked by the next passes: a 62 ms pass inside the first
-  recall after a 100k boot, and later a full pass of ~300 ms that stalled every caller (measured
-  at 100k, `bench/gc_pauses.py`); ~35 ms of a one-shot save into a full 10k bank. Frozen objects
-  are still freed by their reference counts (a replaced record, an index rebuilt); only garbage
-  held in a cycle needs a pass, and a bank's own object graph is such a cycle, so a bank leaving
-  RAM (`Bank.close`) thaws everything again (`thaw`) and the next full pass frees it.
+  generations, the boot's records were walked by the next passes: ~180 ms of them inside the
+  first recall after a 100k boot (`bench/gc_pauses.py`), later full passes over the whole bank
+  that stall every caller (305 ms measured at 100k), ~35 ms of a one-shot save into a full 10k
+  bank. Frozen objects are still freed by their reference counts (a replaced record, an index
+  rebuilt); only garbage held in a cycle needs a pass, and a bank's own object graph is such a
+  cycle, so a bank leaving RAM (`Bank.close`) thaws everything again (`thaw`) and the next full
+  pass frees it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def thaw() -> None:
 @cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's `malloc_trim`, or None where there is none (macOS, musl, Windows)."""
-    import ctypes  # here: the CLI's forwarded calls import this module and never trim
+    import ctypes  # here: a one-shot process, which never trims, does not load it
 
     try:
         # The process's own symbols (libc's among them): no `find_library`, which runs ldconfig.
