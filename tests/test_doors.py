@@ -90,12 +90,12 @@ class TestForwarding:
         assert serving_url(server.data_dir) == server.url
         settings = Settings()
         async with open_door(
-            server.data_dir, settings, Caller.human("cli"), command="test", lock_wait_s=0
+            server.data_dir, lambda: settings, Caller.human("cli"), command="test", lock_wait_s=0
         ) as door:
             assert isinstance(door, RemoteDoor) and door.remote == server.url
             forwarded = await _run(door)
         async with open_door(
-            tmp_path / "free", settings, Caller.human("cli"), command="test", lock_wait_s=0
+            tmp_path / "free", lambda: settings, Caller.human("cli"), command="test", lock_wait_s=0
         ) as door:
             assert isinstance(door, LocalDoor) and door.remote is None
             direct = await _run(door)
@@ -242,6 +242,7 @@ async def test_a_data_dir_change_moves_capture_to_the_new_data_dirs_queue(tmp_pa
 # and these are most of a second of CPU before the call leaves (bench/oneshot.py).
 _HEAVY = (
     "numpy",
+    "pydantic",
     "memory_worker.app.catalog",
     "memory_worker.app.wire",
     "memory_worker.app.service",
@@ -259,8 +260,9 @@ print(json.dumps([code, [m for m in sys.argv[1].split(",") if m in sys.modules]]
 
 def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Path) -> None:
     """The CLI and the prompt hook, forwarded to the server holding the data dir, answer without
-    loading the catalog's models, the service, the store or numpy (the server does that work);
-    the same command on a data dir nobody holds does load them, so the probe can tell."""
+    loading the catalog's models, the service, the store, numpy or pydantic (the server does
+    that work, and builds the settings it serves with); the same command on a data dir nobody
+    holds does load them, so the probe can tell."""
     data = tmp_path / "data"
     prompt = {"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "tea?"}
     commands = {

@@ -31,7 +31,7 @@ from memory_worker.adapters.formats import FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import functions
 from memory_worker.app.caller import Caller
-from memory_worker.core.config import Settings, load_settings, resolve_data_dir
+from memory_worker.core.data_dir import resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
 from memory_worker.storage.logger import get_logger
@@ -41,6 +41,7 @@ from memory_worker.storage.logger import get_logger
 # (a coding agent's hook runs one per prompt) needs none of them.
 if TYPE_CHECKING:
     from memory_worker.app.ports import Embedder
+    from memory_worker.core.config import Settings
 
 log = get_logger(__name__)
 
@@ -99,8 +100,17 @@ def _fail(err: WorkerError) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from memory_worker.core.config import load_settings  # pydantic: see `_configured`
+
     path = args.config or os.environ.get(CONFIG_ENV)
     return load_settings(Path(path) if path else None)
+
+
+def _configured(args: argparse.Namespace) -> Settings | None:
+    """The settings of the configuration file `--config` or `$MEMORY_CONFIG` names, or None when
+    there is none (the defaults, not built here: a call forwarded to the server holding the data
+    dir never needs them, and building them imports pydantic, ~50 ms of a hook's process)."""
+    return _settings(args) if args.config or os.environ.get(CONFIG_ENV) else None
 
 
 def _embedder_choice(default: str) -> str:
@@ -161,8 +171,12 @@ async def _with_door(
     """Run `work` through the data dir's door: opened in-process, or forwarded to the server
     that holds it. `lock_wait_s` defaults to `CLI_LOCK_WAIT_S` as it is at the call (read then,
     not when this was defined, so a test can shorten it)."""
-    settings = _settings(args)
-    root = resolve_data_dir(args.data_dir, settings)
+    configured = _configured(args)
+    root = resolve_data_dir(args.data_dir, configured)
+
+    def settings() -> Settings:  # what the door serves with, when it opens the data dir here
+        return configured if configured is not None else _settings(args)
+
     # A one-shot command embeds queries over the vectors a server made, never what it writes (the
     # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
     _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails whichever door opens
@@ -173,7 +187,7 @@ async def _with_door(
         command=command,
         lock_wait_s=CLI_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s,
         # Loaded only in-process (and lazily there): a forwarded call lets the server embed.
-        make_embedder=lambda: _embedder(settings, default="local", lazy=True),
+        make_embedder=lambda: _embedder(settings(), default="local", lazy=True),
         embed_writes=False,
         short_lived=True,  # one command, then the process exits
     ) as door:
@@ -627,7 +641,7 @@ async def _mcp(args: argparse.Namespace) -> int:
 
     def door_for(caller: Caller) -> contextlib.AbstractAsyncContextManager[Door]:
         return open_door(
-            root, settings, caller, command="memory-worker mcp", lock_wait_s=CLI_LOCK_WAIT_S
+            root, lambda: settings, caller, command="memory-worker mcp", lock_wait_s=CLI_LOCK_WAIT_S
         )
 
     tools = McpTools(door_for, tools=args.tools, bank=args.bank)

@@ -338,7 +338,7 @@ def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:
 @contextlib.asynccontextmanager
 async def open_door(
     root: Path,
-    settings: Settings,
+    settings: Callable[[], Settings],
     caller: Caller,
     *,
     command: str,
@@ -351,9 +351,11 @@ async def open_door(
 ) -> AsyncIterator[Door]:
     """The door to `root` for one command: the data dir opened in-process (its lock held until
     the block ends, what was saved embedded before it closes), or the server holding it.
-    `make_embedder` (instead of `embedder`) is called only in-process: a forwarded call never
-    loads an embedder (the server embeds). `short_lived`: the process exits after this command
-    (`Store.adopt`), unlike an MCP server opening a door per call."""
+    `settings` and `make_embedder` (instead of `embedder`) are called only in-process: a
+    forwarded call never builds the settings (pydantic is not even imported then: the CLI's
+    forwarded hook runs once per prompt) nor loads an embedder (the server embeds).
+    `short_lived`: the process exits after this command (`Store.adopt`), unlike an MCP server
+    opening a door per call."""
     root = root.resolve()
     lock = None
     if serving_url(root) is not None:
@@ -396,7 +398,7 @@ async def open_door(
     store = await asyncio.to_thread(
         functools.partial(Store.adopt, lock, lazy=True, short_lived=short_lived)
     )
-    service = MemoryService(store, settings, embedder=embedder, embed_writes=embed_writes)
+    service = MemoryService(store, settings(), embedder=embedder, embed_writes=embed_writes)
     try:
         yield LocalDoor(service, caller)
         await service.settle()  # the vectors of what this command saved land before it exits

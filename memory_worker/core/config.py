@@ -22,13 +22,11 @@ from pydantic import (
 )
 
 from memory_worker.core.bank_settings import AssociationWeights, BankSettings
+from memory_worker.core.data_dir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.payload import check_depth
 
 __all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
-
-DATA_DIR_ENV = "MEMORY_DATA_DIR"
-COMPOSE_DIR_ENV = "III_COMPOSE_DIR"
 
 
 class Settings(BaseModel):
@@ -39,7 +37,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     data_dir: str = Field(
-        default="data/memory",
+        default=DEFAULT_DATA_DIR,
         description="Where banks live. Relative paths resolve against $III_COMPOSE_DIR when set, "
         "else the working directory. Changing it reopens the store (the last good one is kept if "
         "the new one cannot be opened).",
@@ -308,19 +306,3 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
     except RecursionError:  # the YAML parser recurses: a deeply nested file is refused, not fatal
         raise InvalidInput(f"config {path} is nested too deeply") from None
     return parse_settings(_expand(raw, env), source=str(path))
-
-
-def resolve_data_dir(
-    flag: str | None, settings: Settings, env: Mapping[str, str] | None = None
-) -> Path:
-    """flag → $MEMORY_DATA_DIR (both relative to the cwd) → config `data_dir` (relative to
-    $III_COMPOSE_DIR when set, else the cwd)."""
-    env = os.environ if env is None else env
-    explicit = flag or env.get(DATA_DIR_ENV)
-    if explicit:  # typed by a person: relative to where they are
-        return Path(explicit).expanduser().absolute()
-    path = Path(settings.data_dir).expanduser()
-    if not path.is_absolute():
-        base = env.get(COMPOSE_DIR_ENV)
-        path = (Path(base) if base else Path.cwd()) / path
-    return path

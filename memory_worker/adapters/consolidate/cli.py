@@ -124,7 +124,7 @@ async def run_once(args: argparse.Namespace) -> int:
     root = resolve_data_dir(args.data_dir, settings)
     async with open_door(
         root,
-        settings,
+        lambda: settings,
         CONSOLIDATE,
         command="memory-worker consolidate",
         lock_wait_s=10.0,
