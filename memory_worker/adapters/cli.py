@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -174,6 +175,7 @@ async def _with_door(
     configured = _configured(args)
     root = resolve_data_dir(args.data_dir, configured)
 
+    @functools.cache  # built once, for the service and the embedder alike
     def settings() -> Settings:  # what the door serves with, when it opens the data dir here
         return configured if configured is not None else _settings(args)
 
