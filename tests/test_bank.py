@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from memory_worker.core import transitions
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
-from memory_worker.storage.bank import Bank
+from memory_worker.storage import bank as bank_module
+from memory_worker.storage.bank import INLINE_SYNC_S, Bank
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
@@ -30,6 +33,37 @@ def _memory(text: str, **changes: object) -> Memory:
 async def _bank(store: Store) -> Bank:
     bank, _ = await store.ensure("main")
     return bank
+
+
+class _Disk:
+    """`os.fsync` as seen by the bank: which thread ran each one, and how long the bank's clock
+    says it took (`delay_s`, advanced by the fake fsync itself: no real waiting)."""
+
+    def __init__(self) -> None:
+        self.loop = threading.get_ident()
+        self.other = -1  # recorded for any thread but the loop's
+        self.threads: list[int] = []
+        self.delay_s = 0.0
+        self.fails = False
+        self.now = 0.0
+
+    def fsync(self, fd: int) -> None:
+        me = threading.get_ident()
+        self.threads.append(me if me == self.loop else self.other)
+        self.now += self.delay_s
+        if self.fails:
+            raise OSError(errno.EIO, "Input/output error")
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture(name="disk")
+def _disk(monkeypatch: pytest.MonkeyPatch) -> _Disk:
+    disk = _Disk()
+    monkeypatch.setattr(os, "fsync", disk.fsync)
+    monkeypatch.setattr(bank_module, "time", SimpleNamespace(perf_counter=disk.perf_counter))
+    return disk
 
 
 def _lines(bank: Bank) -> list[bytes]:
@@ -119,6 +153,48 @@ class TestCommit:
         assert all(isinstance(r, StorageError) for r in results)
         assert all(bank.get(r.id) is None for r in records)
         assert (bank.path / "memories.jsonl").read_bytes() == b""
+
+    async def test_a_lone_write_on_a_fast_disk_is_synced_on_the_loop_and_a_group_in_a_thread(
+        self, bank: Bank, disk: _Disk
+    ) -> None:
+        await bank.commit([_memory("The user likes tea")])
+        assert disk.threads[-1] == disk.other  # nothing measured yet: a thread (after the
+        disk.threads.clear()  # new log's directory entry, synced where it was made)
+        await bank.commit([_memory("The user likes coffee")])
+        assert disk.threads == [disk.loop]
+        disk.threads.clear()
+        records = [_memory(f"concurrent memory {i}") for i in range(8)]
+        await asyncio.gather(*(bank.commit([r]) for r in records))
+        # The first alone, on the loop; the seven written meanwhile share one fsync in a thread.
+        assert disk.threads == [disk.loop, disk.other]
+        assert all(bank.get(r.id) == r for r in records)
+
+    async def test_one_slow_fsync_sends_the_next_to_a_thread_until_one_is_fast_again(
+        self, bank: Bank, disk: _Disk
+    ) -> None:
+        await bank.commit([_memory("The user likes tea")])
+        disk.threads.clear()
+        disk.delay_s = INLINE_SYNC_S * 2
+        await bank.commit([_memory("The user likes coffee")])  # still on the loop: it was fast
+        await bank.commit([_memory("The user likes cocoa")])
+        disk.delay_s = 0.0
+        await bank.commit([_memory("The user likes mate")])  # the slow one before: a thread
+        await bank.commit([_memory("The user likes chai")])
+        assert disk.threads == [disk.loop, disk.other, disk.other, disk.loop]
+
+    async def test_a_failed_fsync_on_the_loop_fails_its_commit_and_changes_nothing(
+        self, bank: Bank, disk: _Disk
+    ) -> None:
+        kept = _memory("The user likes tea")
+        await bank.commit([kept])
+        before = (bank.path / "memories.jsonl").read_bytes()
+        disk.fails = True
+        lost = _memory("The user likes coffee")
+        with pytest.raises(StorageError, match="Input/output error"):
+            await bank.commit([lost])
+        assert disk.threads[-1] == disk.loop
+        assert bank.get(lost.id) is None and bank.latest(lost.id) is None
+        assert (bank.path / "memories.jsonl").read_bytes() == before
 
     async def test_a_cancelled_caller_does_not_strand_its_record(self, bank: Bank) -> None:
         record = _memory("The user likes tea")
