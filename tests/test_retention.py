@@ -78,12 +78,12 @@ class TestReaper:
         clock.advance_days(10)
         assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
 
-    async def test_the_boot_sweep_reaps_every_bank(
+    async def test_the_boot_reaps_every_bank(
         self, service: MemoryService, clock: FixedClock
     ) -> None:
         ids = await _bank(service)
         clock.advance_days(31)
-        assert await service.reap_all() == 1
+        assert await service.boot_banks() == 1
         listed = await call(service, "memory::list")
         assert ids["context"] not in {m["id"] for m in listed["memories"]}
         assert ids["pinned"] in {m["id"] for m in listed["memories"]}
@@ -94,7 +94,7 @@ class TestReaper:
         await call(service, "memory::bank::create", name="main")
         saved = await call(service, "memory::save", text="Likes tea.", category="preference")
         clock.advance_days(3)
-        assert await service.reap_all() == 0
+        assert await service.boot_banks() == 0
         await call(service, "memory::bank::configure", name="main", retention={"preference": 2})
         assert (await call(service, "memory::stats"))["expired"] == [saved["memory"]["id"]]
 

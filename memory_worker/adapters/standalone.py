@@ -405,6 +405,9 @@ class StandaloneServer:
         self._mcp: Any = None  # McpHttp, when the mcp extra is installed
         self.capture: CaptureRunner | None = None
         self._own_completer: OpenAIChatCompleter | None = None
+        # The banks' boot after the server started serving: its result is how many memories
+        # retention's sweep retired (tests await it).
+        self.booting: asyncio.Task[int] | None = None
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping.is_set() else "running" if self._runner else "idle"
@@ -464,16 +467,16 @@ class StandaloneServer:
         try:
             self._sock = _bind(self.host, self.port)
             self.url = _url(self._sock)
-            store = await asyncio.to_thread(Store.open, self.data_dir, holder=self._holder())
+            # Lazy: the banks are replayed after the server starts serving (`booting`).
+            holder = self._holder()
+            store = await asyncio.to_thread(Store.open, self.data_dir, holder=holder, lazy=True)
             self.service = service = MemoryService(
                 store, self.settings, embedder=self.embedder, emitter=self.feed
             )
             await asyncio.to_thread(self._token, store.root)
-            service.backfill_embeddings()
             if self.completer is None:
                 self._own_completer = OpenAIChatCompleter(lambda: service.settings)
             await self._start_capture(service)
-            await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
             await self._watch(service)
             console = ConsoleContext(
                 feed=self.feed,
@@ -505,6 +508,8 @@ class StandaloneServer:
         except BaseException:
             await self.close()
             raise
+        # Every bank replayed, embedded and swept, one at a time while calls are answered.
+        self.booting = asyncio.create_task(service.boot_banks(), name="memory-boot")
         if self.policy().token_required:
             log.warning(
                 "serving_beyond_loopback",
@@ -611,6 +616,10 @@ class StandaloneServer:
         """Stop listening, finish (or after the timeout cancel) in-flight requests, then drain and
         close the store. Safe to call more than once and after a failed `start()`."""
         self._stopping.set()
+        booting, self.booting = self.booting, None
+        if booting is not None:  # the banks it has not reached are simply never replayed
+            booting.cancel()
+            await asyncio.gather(booting, return_exceptions=True)
         self.feed.close()  # live streams end now, so they do not hold the runner's shutdown
         for watcher in self._watchers:
             await watcher.stop()

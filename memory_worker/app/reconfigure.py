@@ -69,8 +69,7 @@ class Reconfigurer:
                 service.store, service.settings = store, settings
                 await service.close()  # background embedding of the old banks
                 await old.close()
-                service.backfill_embeddings()
-                await service.reap_all()
+                await service.boot_banks()
                 log.info("store_reopened", old=str(old.root), new=str(target))
                 applied = Applied.REOPENED
             if _embedding(previous) != _embedding(settings):

@@ -1,21 +1,24 @@
 """Retention and the bank's statistics: `memory::stats` counts a bank by category and subject,
 shows its capacity, and runs the retention reaper (seed 004's "stats op").
 
-Where the reaper runs, and why: here, in the worker that owns the files, at boot (every bank) and on
-each `memory::stats`; the schedule belongs to the consolidation sibling, which calls `memory::stats`
-like any client (seed 000: this worker never grows a scheduler). An expiry is a tombstone with
-`invalid_reason: expired` — recoverable, in history until a compaction — never of a pinned memory,
-and each is announced.
+Where the reaper runs, and why: here, in the worker that owns the files, at boot (every bank, as
+`boot_banks` reaches it) and on each `memory::stats`; the schedule belongs to the consolidation
+sibling, which calls `memory::stats` like any client (seed 000: this worker never grows a
+scheduler). An expiry is a tombstone with `invalid_reason: expired` — recoverable, in history
+until a compaction — never of a pinned memory, and each is announced.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import StatsRequest, StatsResponse
 from memory_worker.core import transitions
+from memory_worker.core.errors import StorageError
 from memory_worker.core.models import ItemEvent, Memory
 from memory_worker.core.retention import EXPIRED, expired, kind_of
 from memory_worker.storage.bank import Bank
@@ -52,18 +55,31 @@ class RetentionUseCases(EmbeddingWork):
             self._emit_item(ItemEvent.DELETED, bank.name, record, EXPIRED)
         return gone
 
-    async def reap_all(self) -> int:
-        """The boot sweep: every bank reaped; one that cannot be written is logged and skipped
-        (retention must never keep the worker from starting)."""
-        total = 0
-        for name in self.store.names():
-            bank = self.store.find(name)
-            if bank is None:
-                continue
+    async def boot_banks(self) -> int:
+        """What a long-lived worker does for every bank once its store is open: replay each bank
+        no call has loaded yet, start embedding what lacks a vector, and retention's boot sweep.
+        A server opens its store lazily and runs this after it starts serving: one bank at a
+        time, with the loop free for calls between banks (a call naming a bank not reached yet
+        replays that one at once). Returns how many memories the sweep retired. A bank that
+        cannot be loaded or written is logged and skipped: neither may keep the others from
+        being served."""
+        started, total = time.monotonic(), 0
+        names = self.store.names()
+        for name in names:
             try:
-                total += len(await self.reap(bank))
-            except Exception:
-                log.exception("retention_sweep_failed", bank=name)
+                bank = self.store.find(name)
+            except StorageError as exc:  # out of descriptors: the next call naming it retries
+                log.error("bank_load_failed", bank=name, error=str(exc))
+                continue
+            if bank is not None:
+                self._embed_soon(bank)
+                try:
+                    total += len(await self.reap(bank))
+                except Exception:
+                    log.exception("retention_sweep_failed", bank=name)
+            await asyncio.sleep(0)  # what waited while this bank loaded goes before the next
+        seconds = round(time.monotonic() - started, 3)
+        log.info("banks_booted", banks=len(names), retired=total, seconds=seconds)
         return total
 
     async def stats(self, req: StatsRequest, caller: Caller = SYSTEM) -> StatsResponse:

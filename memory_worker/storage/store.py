@@ -7,8 +7,9 @@ load that failed only for want of file descriptors (`EMFILE`/`ENFILE`, transient
 bank broken: a reload keeps the bank RAM holds, and boot fails instead. A symbolic link in the
 data dir is never loaded as a bank (doctor lists it).
 
-A lazy store (`open(..., lazy=True)`: one-shot commands) lists the bank folders at open and
-replays a bank only when a call first names it, so appending one line to one bank of a hundred
+A lazy store (`open(..., lazy=True)`: one-shot commands, and servers, which replay the rest
+after they start serving) lists the bank folders at open and replays a bank only when a call
+first names it, so appending one line to one bank of a hundred
 does not replay the other ninety-nine; `summary()` answers `memory::bank::list` from a bank's
 derived counts file when it still matches the log, without a replay.
 """
@@ -177,6 +178,10 @@ class Store:
     def names(self) -> list[str]:
         """Every bank that is (or, in a lazy store, would be once named) loaded."""
         return sorted(self._banks.keys() | self._unloaded)
+
+    def pending(self) -> list[str]:
+        """The bank folders a lazy store has listed and not replayed yet."""
+        return sorted(self._unloaded)
 
     def find(self, name: str) -> Bank | None:
         """The bank `name`, replayed now if a lazy store has not yet (blocking); None when there

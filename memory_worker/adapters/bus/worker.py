@@ -235,7 +235,8 @@ class EngineWorker(Stoppable):
         self._config = ConfigClient(call, config_id())
         settings = await self._initial_settings()
         data_dir = resolve_data_dir(self.data_dir_flag, settings)
-        store = await asyncio.to_thread(Store.open, data_dir, holder=self._holder())
+        # Lazy: the banks are replayed once every function is registered (`boot_banks` below).
+        store = await asyncio.to_thread(Store.open, data_dir, holder=self._holder(), lazy=True)
 
         tables = {trigger_type: BindingTable(trigger_type) for trigger_type in TRIGGER_TYPES}
         with warnings.catch_warnings():  # 0.25 deprecates trigger types; siblings still use them
@@ -323,8 +324,8 @@ class EngineWorker(Stoppable):
         self._bind_console(client)
         self._watcher = DataDirWatcher(lambda: service)
         await self._watcher.start()
-        service.backfill_embeddings()
-        await service.reap_all()  # retention's boot sweep (memory::stats runs it later)
+        # Every bank replayed, embedded and swept, one at a time while calls are answered.
+        self._spawn(service.boot_banks())
         self._spawn(self._define_queue(queue))
         self._bind(
             client,
