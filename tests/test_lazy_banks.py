@@ -4,7 +4,9 @@ the derived counts file instead of replaying, without that file ever changing an
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import Conflict
+from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.counts import COUNTS_FILE
 from memory_worker.storage.store import Store
@@ -201,3 +203,93 @@ def test_max_banks_counts_the_banks_a_one_shot_store_has_not_replayed(tmp_path: 
     with pytest.raises(Conflict, match="already holds 2 banks"):
         asyncio.run(create())
     assert not (tmp_path / "gamma").exists()
+
+
+class TestReplayInAThread:
+    """`Store.replay`, a server's background boot: the replay runs in a worker thread and the
+    loop installs it; a call naming the bank meanwhile waits for that replay, never a second."""
+
+    @pytest.fixture
+    def threads(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+        """(bank, thread id) of every `Bank.load` while the test runs."""
+        seen: list[tuple[str, int]] = []
+        real = Bank.load
+
+        def spy(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
+            seen.append((name, threading.get_ident()))
+            return real(name, path, *args, **kwargs)
+
+        monkeypatch.setattr(Bank, "load", spy)
+        yield seen
+
+    def test_a_replay_runs_off_the_loop_and_a_call_meanwhile_shares_it(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one", "a two"], "bravo": ["b one"]})
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            try:
+                replaying = asyncio.create_task(store.replay("alpha"))
+                await asyncio.sleep(0)  # the replay has been handed to its thread
+                found = store.find("alpha")  # waits for that replay, whenever it ends
+                assert found is not None and await replaying is found
+                assert threads == [("alpha", threads[0][1])]
+                assert threads[0][1] != threading.get_ident()
+                assert store.pending() == ["bravo"]
+                assert await store.replay("alpha") is found  # replayed once, kept
+            finally:
+                await store.close()
+
+        asyncio.run(scenario())
+
+    def test_closing_the_store_mid_replay_installs_and_closes_that_bank(
+        self, tmp_path: Path, threads: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"]})
+        closed: list[str] = []
+        real_close = Bank.close
+
+        def spy_close(bank: Bank) -> None:
+            closed.append(bank.name)
+            real_close(bank)
+
+        monkeypatch.setattr(Bank, "close", spy_close)
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            replaying = asyncio.create_task(store.replay("alpha"))
+            await asyncio.sleep(0)
+            replaying.cancel()  # the boot is cancelled; its thread's replay still lands
+            await store.close()
+            assert [name for name, _ in threads] == ["alpha"] and closed == ["alpha"]
+            await Store.open(tmp_path, holder=HOLDER).close()  # the lock was released
+
+        asyncio.run(scenario())
+
+    def test_a_replay_that_ran_out_of_descriptors_is_retried_by_the_next_call(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"]})
+        real = Bank.load
+        failures = [OSError(errno.EMFILE, "Too many open files")]
+
+        def flaky(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
+            if failures:
+                raise failures.pop()
+            return real(name, path, *args, **kwargs)
+
+        monkeypatch.setattr(Bank, "load", flaky)
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            try:
+                with pytest.raises(StorageError, match="Too many open files"):
+                    await store.replay("alpha")
+                assert store.pending() == ["alpha"] and "alpha" not in store.broken
+                bank = store.find("alpha")
+                assert bank is not None and bank.live_count() == 1
+            finally:
+                await store.close()
+
+        asyncio.run(scenario())

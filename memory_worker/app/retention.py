@@ -10,7 +10,6 @@ until a compaction — never of a pinned memory, and each is announced.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 
@@ -59,15 +58,16 @@ class RetentionUseCases(EmbeddingWork):
         """What a long-lived worker does for every bank once its store is open: replay each bank
         no call has loaded yet, start embedding what lacks a vector, and retention's boot sweep.
         A server opens its store lazily and runs this after it starts serving: one bank at a
-        time, with the loop free for calls between banks (a call naming a bank not reached yet
-        replays that one at once). Returns how many memories the sweep retired. A bank that
+        time, each replayed in a worker thread while the loop answers calls (a call naming a
+        bank not reached yet replays that one at once; one naming the bank being replayed waits
+        for it). Returns how many memories the sweep retired. A bank that
         cannot be loaded or written is logged and skipped: neither may keep the others from
         being served."""
         started, total = time.monotonic(), 0
         names = self.store.names()
         for name in names:
             try:
-                bank = self.store.find(name)
+                bank = await self.store.replay(name)  # in a thread: calls go on meanwhile
             except StorageError as exc:  # out of descriptors: the next call naming it retries
                 log.error("bank_load_failed", bank=name, error=str(exc))
                 continue
@@ -77,7 +77,6 @@ class RetentionUseCases(EmbeddingWork):
                     total += len(await self.reap(bank))
                 except Exception:
                     log.exception("retention_sweep_failed", bank=name)
-            await asyncio.sleep(0)  # what waited while this bank loaded goes before the next
         seconds = round(time.monotonic() - started, 3)
         log.info("banks_booted", banks=len(names), retired=total, seconds=seconds)
         return total

@@ -17,6 +17,8 @@ derived counts file when it still matches the log, without a replay.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -34,6 +36,8 @@ __all__ = ["TRASH_DIR", "BankSummary", "Store"]
 log = get_logger(__name__)
 
 TRASH_DIR = ".trash"
+# A bank's replay in a worker thread: the bank it made, or why its folder is broken.
+_Loading = concurrent.futures.Future[tuple[Bank | None, str | None]]
 # `.trash/<bank>-<ms>[-<n>]`: the name a trashed bank folder gets (files.move_to_trash).
 _TRASHED = re.compile(r"^(?P<bank>[a-z0-9][a-z0-9_-]*?)-\d{10,}(?:-\d+)?$")
 
@@ -107,6 +111,9 @@ class Store:
         # Bank folders seen at open and not replayed yet (a lazy store): each is loaded the first
         # time a call names it, and never again looked at otherwise.
         self._unloaded = unloaded if unloaded is not None else set()
+        # Banks of `_unloaded` being replayed in a worker thread (`replay`): each future holds
+        # what the thread made, installed by the loop (`_take_loaded`), never by the thread.
+        self._loading: dict[str, _Loading] = {}
         # Whether the process exits after one command (`adopt`): its banks boot for that.
         self._short_lived = False
         self._lock = lock
@@ -187,6 +194,8 @@ class Store:
         """The bank `name`, replayed now if a lazy store has not yet (blocking); None when there
         is no such bank or it failed to load (then it is in `broken`)."""
         bank = self._banks.get(name)
+        if bank is None and name in self._loading:
+            bank = self._take_loaded(name)  # blocks until its replay's thread is done
         if bank is None and name in self._unloaded:
             self._unloaded.discard(name)
             try:
@@ -204,6 +213,59 @@ class Store:
                 raise
             bank = self._banks.get(name)
         return bank
+
+    async def replay(self, name: str) -> Bank | None:
+        """`find`, with a bank not replayed yet replayed in a worker thread while the loop goes
+        on answering calls (a server's background boot). A call naming that bank meanwhile
+        waits for this replay (`find`) instead of starting another."""
+        if name in self._unloaded and name not in self._loading:
+            started: _Loading = concurrent.futures.Future()
+            self._loading[name] = started
+            asyncio.get_running_loop().run_in_executor(None, self._load_into, name, started)
+        loading = self._loading.get(name)
+        if loading is not None:
+            await asyncio.wait([asyncio.wrap_future(loading)])  # its outcome is `find`'s to take
+        return self.find(name)
+
+    def _load_into(self, name: str, loading: _Loading) -> None:
+        """(A worker thread.) Replay `name` into `loading`, touching nothing the loop reads."""
+        banks: dict[str, Bank] = {}
+        broken: dict[str, str] = {}
+        try:
+            _load_one(
+                self.root,
+                name,
+                self.durability,
+                banks,
+                broken,
+                self._lock.verify,
+                short_lived=self._short_lived,
+            )
+        except BaseException as exc:  # transient (out of descriptors): `find` raises it
+            loading.set_exception(exc)
+        else:
+            loading.set_result((banks.get(name), broken.get(name)))
+
+    def _take_loaded(self, name: str) -> Bank | None:
+        """Install what the replay thread of `name` made, waiting for it (blocking) if need be.
+        A transient failure leaves the bank unloaded (the next call retries) and is raised."""
+        bank, error = self._loading.pop(name).result()
+        self._unloaded.discard(name)
+        if bank is not None:
+            self._banks[name] = bank
+        if error is not None:
+            self.broken[name] = error
+        return bank
+
+    async def _settle_loads(self) -> None:
+        """Install every replay still running in a thread: what closes or replaces every bank
+        must see them all."""
+        while self._loading:
+            name, loading = next(iter(self._loading.items()))
+            await asyncio.wait([asyncio.wrap_future(loading)])
+            if self._loading.get(name) is loading:  # not taken by a call meanwhile
+                with contextlib.suppress(StorageError):
+                    self._take_loaded(name)
 
     def load_all(self) -> None:
         """Replay every bank a lazy store has not yet (blocking): for what looks at them all, such
@@ -330,6 +392,7 @@ class Store:
     async def reload(self) -> int:
         """Drop every bank from RAM and replay the data dir again (hand edits picked up)."""
         async with self._create_lock:  # a bank created mid-reload would miss the new map
+            await self._settle_loads()
             old = list(self._banks.values())
             for bank in old:
                 bank.freeze("the store is reloading; retry")
@@ -350,6 +413,7 @@ class Store:
         return len(banks)
 
     async def close(self) -> None:
+        await self._settle_loads()
         for bank in self._banks.values():
             await bank.drain()
             bank.close()
