@@ -60,9 +60,8 @@ class RetentionUseCases(EmbeddingWork):
         A server opens its store lazily and runs this after it starts serving: one bank at a
         time, each replayed in a worker thread while the loop answers calls (a call naming a
         bank not reached yet replays that one at once; one naming the bank being replayed waits
-        for it). Returns how many memories the sweep retired. A bank that
-        cannot be loaded or written is logged and skipped: neither may keep the others from
-        being served."""
+        for it). Returns how many memories the sweep retired. A bank that cannot be loaded or
+        written is logged and skipped: neither may keep the others from being served."""
         started, total = time.monotonic(), 0
         names = self.store.names()
         for name in names:
