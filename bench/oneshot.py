@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import resource
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -38,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from runinfo import commit, load_average, machine  # noqa: E402
+from runinfo import load_average, run_header  # noqa: E402
 
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.adapters.standalone import StandaloneServer  # noqa: E402
@@ -213,12 +212,8 @@ async def main(args: argparse.Namespace) -> list[str]:
             await server.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    command = shlex.join(["python", "bench/oneshot.py", *sys.argv[1:]])
     lines = [
-        f"- command: `{command}`",
-        f"- taken: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit `{commit()}`",
-        f"- machine: {machine()}",
-        f"- load average before {load_before}, after {load_average()} (a shared machine)",
+        *run_header("bench/oneshot.py", load_before),
         f"- bank `{BANK}` of {args.memories:,} memories in each data dir (and {args.banks} such "
         "banks in the last row's); MEMORY_EMBEDDER=none; "
         f"bytecode caches on; median of {args.rounds} interleaved rounds after a warm-up round",

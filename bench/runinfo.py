@@ -8,7 +8,10 @@ import contextlib
 import hashlib
 import os
 import platform
+import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +57,18 @@ def machine() -> str:
         f"{os.cpu_count()} CPUs ({model}), {mem_gb:.0f} GB RAM, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}"
     )
+
+
+def run_header(script: str, load_before: str) -> list[str]:
+    """The lines a process-level benchmark's report opens with: its command (`script` and this
+    process's arguments), when and at which commit, the machine, and the load around the run."""
+    command = shlex.join(["python", script, *sys.argv[1:]])
+    return [
+        f"- command: `{command}`",
+        f"- taken: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit `{commit()}`",
+        f"- machine: {machine()}",
+        f"- load average before {load_before}, after {load_average()} (a shared machine)",
+    ]
 
 
 def write_doc(path: Path, key: str, body: str) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from oneshot import BANK, _env, _seed  # noqa: E402  # one seeding, one process environment
-from runinfo import commit, load_average, machine  # noqa: E402
+from runinfo import load_average, run_header  # noqa: E402
 
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
 
@@ -71,14 +70,10 @@ def _boots_after_serving(tree: Path) -> bool:
 async def _start(tree: Path, data_dir: Path, bank: str) -> dict[str, float]:
     """Seconds from spawn to: ready, first answer, every bank replayed."""
     started = time.perf_counter()
+    serve = ["-m", "memory_worker", "serve", "--standalone", "--port", "0"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "memory_worker",
-        "serve",
-        "--standalone",
-        "--port",
-        "0",
+        *serve,
         "--data-dir",
         str(data_dir),
         stdout=subprocess.PIPE,
@@ -130,12 +125,8 @@ async def main(args: argparse.Namespace) -> list[str]:
                 samples[name].append(await _start(trees[name], dirs[name], bank))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    command = shlex.join(["python", "bench/server_start.py", *sys.argv[1:]])
     lines = [
-        f"- command: `{command}`",
-        f"- taken: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit `{commit()}`",
-        f"- machine: {machine()}",
-        f"- load average before {load_before}, after {load_average()} (a shared machine)",
+        *run_header("bench/server_start.py", load_before),
         f"- {args.banks} banks × {args.memories:,} memories; the recall names `{bank}`; "
         f"MEMORY_EMBEDDER=none; bytecode caches on; median of {args.rounds} interleaved rounds "
         "after each tree's own first boot",

@@ -7,11 +7,11 @@ load that failed only for want of file descriptors (`EMFILE`/`ENFILE`, transient
 bank broken: a reload keeps the bank RAM holds, and boot fails instead. A symbolic link in the
 data dir is never loaded as a bank (doctor lists it).
 
-A lazy store (`open(..., lazy=True)`: one-shot commands, and servers, which replay the rest
-after they start serving) lists the bank folders at open and replays a bank only when a call
-first names it, so appending one line to one bank of a hundred
-does not replay the other ninety-nine; `summary()` answers `memory::bank::list` from a bank's
-derived counts file when it still matches the log, without a replay.
+A lazy store (`open(..., lazy=True)`: one-shot commands, and servers, which replay the rest in
+the background once they serve: `replay`) lists the bank folders at open and replays a bank only
+when a call first names it, so appending one line to one bank of a hundred does not replay the
+other ninety-nine; `summary()` answers `memory::bank::list` from a bank's derived counts file
+when it still matches the log, without a replay.
 """
 
 from __future__ import annotations
