@@ -4,6 +4,7 @@ frames on a WebSocket, the engine's routing, the worker's handlers, its files.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -15,7 +16,11 @@ from iii import InvocationError
 
 from memory_worker.adapters import console
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text
+from memory_worker.storage.store import Store
 from memory_worker.storage.vectors import VECTORS_FILE, load_vectors
 
 from .conftest import WorkerProcess
@@ -118,7 +123,35 @@ class TestRegistration:
         assert serving["mode"] == "engine" and serving["reason"] == "--engine was given"
 
 
+def _seed_banks(data_dir: Path, texts: dict[str, str]) -> None:
+    """One memory in each named bank, written by an in-process store that is then closed."""
+
+    async def write() -> None:
+        store = Store.open(data_dir, holder={"pid": 0, "kind": "test"})
+        service = MemoryService(store, Settings())
+        for name, text in texts.items():
+            payload = {"bank": name, "text": text}
+            await catalog.call(service, "memory::save", payload, Caller.human("cli"))
+        await service.close()
+        await store.close()
+
+    asyncio.run(write())
+
+
 class TestCalls:
+    def test_a_worker_on_a_data_dir_of_banks_answers_for_each_as_it_replays_them(
+        self, spawn: Any, cli: Cli
+    ) -> None:
+        worker: WorkerProcess = spawn(start=False)
+        texts = {name: f"The {name} team ships on Fridays." for name in ("alpha", "bravo")}
+        _seed_banks(worker.data_dir, texts)
+        worker.start()  # serving before its banks replay; a call replays the bank it names
+        for name, text in texts.items():
+            listed = cli.call("memory::list", {"bank": name})
+            assert [m["text"] for m in listed["memories"]] == [text]
+        banks = cli.call("memory::bank::list", {})["banks"]
+        assert {b["name"]: b["memories"] for b in banks} == {"alpha": 1, "bravo": 1}
+
     def test_trigger_style_save_then_recall(self, spawn: Any, cli: Cli) -> None:
         spawn()
         saved = cli.call_kv("memory::save", "text=The user's cat is called Miso", "tags=pets")
