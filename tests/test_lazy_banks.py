@@ -243,6 +243,28 @@ class TestReplayInAThread:
 
         asyncio.run(scenario())
 
+    def test_replaying_all_of_them_runs_each_off_the_loop_and_keeps_the_loaded_ones(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"], "charlie": ["c one"]})
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            try:
+                bravo = store.find("bravo")  # a call named it: replayed on the loop
+                await store.replay_all()  # what the doctor does first
+                assert store.pending() == [] and store.find("bravo") is bravo
+                loop = threading.get_ident()
+                assert [(name, tid == loop) for name, tid in threads] == [
+                    ("bravo", True),
+                    ("alpha", False),
+                    ("charlie", False),
+                ]
+            finally:
+                await store.close()
+
+        asyncio.run(scenario())
+
     def test_closing_the_store_mid_replay_installs_and_closes_that_bank(
         self, tmp_path: Path, threads: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
     ) -> None:

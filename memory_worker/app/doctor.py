@@ -30,7 +30,7 @@ class DoctorUseCases(EmbeddingWork):
     """Doctor use cases."""
 
     async def doctor(self, req: DoctorRequest, caller: Caller = SYSTEM) -> DoctorResponse:
-        self.store.load_all()  # a lazy store (one-shot CLI): every bank is checked, not just one
+        await self.store.replay_all()  # a lazy store: every bank is checked, not just one
         checks = [
             await self._check_writable(),
             await self._check_roundtrip(),

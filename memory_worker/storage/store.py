@@ -267,11 +267,13 @@ class Store:
                 with contextlib.suppress(StorageError):
                     self._take_loaded(name)
 
-    def load_all(self) -> None:
-        """Replay every bank a lazy store has not yet (blocking): for what looks at them all, such
-        as the doctor's damage and load checks. A no-op for a store opened eagerly."""
-        for name in sorted(self._unloaded):
-            self.find(name)
+    async def replay_all(self) -> None:
+        """Replay every bank a lazy store has not yet, each in a worker thread (`replay`): for
+        what looks at them all, such as the doctor's damage and load checks, which a server may
+        run while its background boot is still going (the loop keeps answering meanwhile).
+        Nothing to do for a store opened eagerly."""
+        for name in self.pending():
+            await self.replay(name)
 
     def summary(self, name: str) -> BankSummary | None:
         """What `memory::bank::list` shows of `name`: from RAM when the bank is loaded, else from
