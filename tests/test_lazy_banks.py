@@ -265,6 +265,33 @@ class TestReplayInAThread:
 
         asyncio.run(scenario())
 
+    def test_a_call_or_a_turn_naming_a_bank_not_replayed_yet_replays_it_off_the_loop(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"], "main": ["m one"]})
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings())
+            try:
+                listed = await call(service, "memory::list", {"bank": "alpha"}, HUMAN)
+                assert [m["text"] for m in listed["memories"]] == ["a one"]
+                plan = await service.injection("bravo", "one")  # a hook's turn
+                assert [hit.memory.text for hit in plan.memories] == ["b one"]
+                await call(service, "memory::list", {}, HUMAN)  # the default bank, `main`
+                loop = threading.get_ident()
+                assert [(name, tid != loop) for name, tid in threads] == [
+                    ("alpha", True),
+                    ("bravo", True),
+                    ("main", True),
+                ]
+                assert store.pending() == []
+            finally:
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
     def test_closing_the_store_mid_replay_installs_and_closes_that_bank(
         self, tmp_path: Path, threads: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -134,6 +134,14 @@ class ServiceBase:
 
     # --- helpers ---------------------------------------------------------------------------------
 
+    async def ready_bank(self, requested: str | None) -> None:
+        """Replay the bank a call names (the default bank when None) in a worker thread when a
+        lazy store has not yet: the use case would otherwise replay it on the loop when it finds
+        it, and every other call would wait as long (seconds for a big bank)."""
+        name = requested or self.settings.default_bank
+        if self.store.is_pending(name):
+            await self.store.replay(name)
+
     def _name(self, requested: str | None) -> str:
         return check_name(requested or self.settings.default_bank, "bank")
 

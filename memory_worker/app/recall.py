@@ -159,6 +159,7 @@ class RecallUseCases(EmbeddingWork):
         settings = self.settings
         if not settings.inject_rules and not settings.inject_memories:
             return Injection.only_section(name)
+        await self.ready_bank(name)
         bank = self.store.find(name)
         if bank is None:
             if self.was_deleted(name) or not settings.extraction_enabled:

@@ -190,6 +190,10 @@ class Store:
         """The bank folders a lazy store has listed and not replayed yet."""
         return sorted(self._unloaded)
 
+    def is_pending(self, name: str) -> bool:
+        """Whether `name` is one of `pending()` (without sorting them all)."""
+        return name in self._unloaded
+
     def find(self, name: str) -> Bank | None:
         """The bank `name`, replayed now if a lazy store has not yet (blocking); None when there
         is no such bank or it failed to load (then it is in `broken`)."""
