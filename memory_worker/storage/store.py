@@ -198,24 +198,10 @@ class Store:
         """The bank `name`, replayed now if a lazy store has not yet (blocking); None when there
         is no such bank or it failed to load (then it is in `broken`)."""
         bank = self._banks.get(name)
-        if bank is None and name in self._loading:
-            bank = self._take_loaded(name)  # blocks until its replay's thread is done
         if bank is None and name in self._unloaded:
-            self._unloaded.discard(name)
-            try:
-                _load_one(
-                    self.root,
-                    name,
-                    self.durability,
-                    self._banks,
-                    self.broken,
-                    self._lock.verify,
-                    short_lived=self._short_lived,
-                )
-            except StorageError:
-                self._unloaded.add(name)  # transient (out of descriptors): the next call retries
-                raise
-            bank = self._banks.get(name)
+            if name not in self._loading:  # no thread is replaying it: replay it here
+                self._load_into(name, self._begin_load(name))
+            bank = self._take_loaded(name)  # installed (a thread's replay waited for, blocking)
         return bank
 
     async def replay(self, name: str) -> Bank | None:
@@ -223,16 +209,22 @@ class Store:
         on answering calls (a server's background boot). A call naming that bank meanwhile
         waits for this replay (`find`) instead of starting another."""
         if name in self._unloaded and name not in self._loading:
-            started: _Loading = concurrent.futures.Future()
-            self._loading[name] = started
+            started = self._begin_load(name)
             asyncio.get_running_loop().run_in_executor(None, self._load_into, name, started)
         loading = self._loading.get(name)
         if loading is not None:
             await asyncio.wait([asyncio.wrap_future(loading)])  # its outcome is `find`'s to take
         return self.find(name)
 
+    def _begin_load(self, name: str) -> _Loading:
+        """The future a replay of `name` fills: while it is pending, `find` waits for it."""
+        loading: _Loading = concurrent.futures.Future()
+        self._loading[name] = loading
+        return loading
+
     def _load_into(self, name: str, loading: _Loading) -> None:
-        """(A worker thread.) Replay `name` into `loading`, touching nothing the loop reads."""
+        """Replay `name` into `loading`, touching nothing the loop reads (so a worker thread may
+        run it); `_take_loaded` installs the outcome."""
         banks: dict[str, Bank] = {}
         broken: dict[str, str] = {}
         try:
