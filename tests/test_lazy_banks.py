@@ -19,6 +19,7 @@ from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import Conflict, StorageError
+from memory_worker.storage import store as store_module
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.counts import COUNTS_FILE
 from memory_worker.storage.store import Store
@@ -340,5 +341,120 @@ class TestReplayInAThread:
                 assert bank is not None and bank.live_count() == 1
             finally:
                 await store.close()
+
+        asyncio.run(scenario())
+
+    def test_a_second_waiter_on_a_replay_that_failed_gets_its_error_not_a_replay_on_the_loop(
+        self, tmp_path: Path, threads: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"]})
+        threads.clear()
+        real = Bank.load
+        failures = [OSError(errno.EMFILE, "Too many open files")]
+
+        def flaky(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
+            threads.append((name, threading.get_ident()))
+            if failures:
+                raise failures.pop()
+            return real(name, path, *args, **kwargs)
+
+        monkeypatch.setattr(Bank, "load", flaky)
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            try:
+                # The boot's replay and a call's, waiting on the same thread's replay.
+                outcomes = await asyncio.gather(
+                    store.replay("alpha"), store.replay("alpha"), return_exceptions=True
+                )
+                assert [type(o) for o in outcomes] == [StorageError, StorageError]
+                loop = threading.get_ident()
+                assert [(name, tid != loop) for name, tid in threads] == [("alpha", True)]
+                assert store.pending() == ["alpha"]  # left for the next call, as one waiter
+            finally:
+                await store.close()
+
+        asyncio.run(scenario())
+
+
+class TestReplayDuringAReload:
+    """`memory::reload` reads the whole data dir again and replaces every bank: a bank not
+    replayed yet is not replayed on its own meanwhile, or it would land in the map being
+    replaced (a write into it acknowledged, then missing from the bank the reload installs).
+    A call naming it waits for the reload and works on the bank the reload made."""
+
+    @staticmethod
+    def pause(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+        """(read, go): from now on, a reload's read of the data dir, once done, waits for `go`."""
+        read, go = threading.Event(), threading.Event()
+        real = store_module._load_all
+
+        def paused_load_all(*args: Any) -> Any:
+            loaded = real(*args)
+            read.set()
+            go.wait(30)
+            return loaded
+
+        monkeypatch.setattr(store_module, "_load_all", paused_load_all)
+        return read, go
+
+    def test_a_write_into_a_bank_not_replayed_yet_waits_for_the_reload_and_is_kept(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one", "b two"]})
+        lines = (tmp_path / "bravo" / MEMORIES_FILE).read_text().splitlines()
+        victim = next(json.loads(line)["id"] for line in lines if '"b two"' in line)
+        read, go = self.pause(monkeypatch)
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings())
+            delete = {"bank": "bravo", "id": victim}
+            try:
+                reloading = asyncio.create_task(call(service, "memory::reload", {}, HUMAN))
+                await asyncio.to_thread(read.wait, 30)
+                deleting = asyncio.create_task(call(service, "memory::delete", delete, HUMAN))
+                go.set()
+                await reloading
+                assert await deleting
+                listed = await call(service, "memory::list", {"bank": "bravo"}, HUMAN)
+                assert [m["text"] for m in listed["memories"]] == ["b one"]
+            finally:
+                go.set()
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
+    def test_a_replay_asked_meanwhile_gets_the_reloaded_bank_the_one_closed_at_the_end(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
+        read, go = self.pause(monkeypatch)
+        closed: list[Bank] = []
+        real_close = Bank.close
+
+        def spy_close(bank: Bank) -> None:
+            closed.append(bank)
+            real_close(bank)
+
+        monkeypatch.setattr(Bank, "close", spy_close)
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            try:
+                reloading = asyncio.create_task(store.reload())
+                await asyncio.to_thread(read.wait, 30)
+                replaying = asyncio.create_task(store.replay("bravo"))
+                with pytest.raises(StorageError, match="reloading; retry"):
+                    store.find("bravo")  # what cannot wait is told to retry
+                go.set()
+                await reloading
+                served = store.get("bravo")
+                assert await replaying is served
+            finally:
+                go.set()
+                await store.close()
+            assert [bank for bank in closed if bank.name == "bravo"] == [served]
 
         asyncio.run(scenario())

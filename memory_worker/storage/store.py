@@ -114,6 +114,11 @@ class Store:
         # Banks of `_unloaded` being replayed in a worker thread (`replay`): each future holds
         # what the thread made, installed by the loop (`_take_loaded`), never by the thread.
         self._loading: dict[str, _Loading] = {}
+        # Set while `reload` reads the whole data dir again: a bank of `_unloaded` is not replayed
+        # on its own meanwhile (`replay` waits for the reload's instead). It would land in the map
+        # the reload is about to replace, where a write into it would be acknowledged and then
+        # missing from the bank the reload installs.
+        self._reloading: asyncio.Event | None = None  # set when the running reload is over
         # Whether the process exits after one command (`adopt`): its banks boot for that.
         self._short_lived = False
         self._lock = lock
@@ -199,6 +204,7 @@ class Store:
         is no such bank or it failed to load (then it is in `broken`)."""
         bank = self._banks.get(name)
         if bank is None and name in self._unloaded:
+            self._refuse_while_reloading(name)
             if name not in self._loading:  # no thread is replaying it: replay it here
                 self._load_into(name, self._begin_load(name))
             bank = self._take_loaded(name)  # installed (a thread's replay waited for, blocking)
@@ -208,13 +214,24 @@ class Store:
         """`find`, with a bank not replayed yet replayed in a worker thread while the loop goes
         on answering calls (a server's background boot). A call naming that bank meanwhile
         waits for this replay (`find`) instead of starting another."""
+        while name in self._unloaded and self._reloading is not None:
+            await self._reloading.wait()  # the reload replays it: that bank, not a second one
         if name in self._unloaded and name not in self._loading:
             started = self._begin_load(name)
             asyncio.get_running_loop().run_in_executor(None, self._load_into, name, started)
         loading = self._loading.get(name)
         if loading is not None:
             await asyncio.wait([asyncio.wrap_future(loading)])  # its outcome is `find`'s to take
+            if self._loading.get(name) is not loading and name in self._unloaded:
+                # Another waiter took this replay's outcome, a transient failure that left the
+                # bank unloaded: raised here too, not retried on the loop by `find`.
+                loading.result()
         return self.find(name)
+
+    def _refuse_while_reloading(self, name: str) -> None:
+        """For `find`, which cannot wait for the reload as `replay` does."""
+        if self._reloading is not None:
+            raise StorageError(f"bank {name} cannot be opened: the store is reloading; retry")
 
     def _begin_load(self, name: str) -> _Loading:
         """The future a replay of `name` fills: while it is pending, `find` waits for it."""
@@ -247,6 +264,9 @@ class Store:
         A transient failure leaves the bank unloaded (the next call retries) and is raised."""
         bank, error = self._loading.pop(name).result()
         self._unloaded.discard(name)
+        if bank is not None and name in self._banks:  # never over a bank already serving
+            bank.close()
+            return self._banks[name]
         if bank is not None:
             self._banks[name] = bank
         if error is not None:
@@ -391,24 +411,37 @@ class Store:
         """Drop every bank from RAM and replay the data dir again (hand edits picked up)."""
         async with self._create_lock:  # a bank created mid-reload would miss the new map
             await self._settle_loads()
-            old = list(self._banks.values())
-            for bank in old:
-                bank.freeze("the store is reloading; retry")
-            for bank in old:
-                await bank.drain()
+            # No await since the last replay was installed: none runs, and none starts now.
+            self._reloading = reloading = asyncio.Event()
             try:
-                banks, broken = await asyncio.to_thread(
-                    _load_all, self.root, self.durability, self._lock.verify
-                )
-            except StorageError:
-                for bank in old:
-                    bank.unfreeze()
-                raise
-            self._banks, self.broken, self._unloaded = banks, broken, set()
-            self._trashed = _trashed_names(self.root)
+                old = await self._reload_all()
+            finally:
+                self._reloading = None
+                reloading.set()
+            count = len(self._banks)
         for bank in old:
             bank.close()
-        return len(banks)
+        return count
+
+    async def _reload_all(self) -> list[Bank]:
+        """`reload`'s work under its lock: the old banks frozen and drained, the data dir read
+        again, the maps replaced; returns the old banks, to close."""
+        old = list(self._banks.values())
+        for bank in old:
+            bank.freeze("the store is reloading; retry")
+        for bank in old:
+            await bank.drain()
+        try:
+            banks, broken = await asyncio.to_thread(
+                _load_all, self.root, self.durability, self._lock.verify
+            )
+        except StorageError:
+            for bank in old:
+                bank.unfreeze()
+            raise
+        self._banks, self.broken, self._unloaded = banks, broken, set()
+        self._trashed = _trashed_names(self.root)
+        return old
 
     async def close(self) -> None:
         await self._settle_loads()
