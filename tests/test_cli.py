@@ -454,7 +454,7 @@ def test_a_one_shot_recall_gets_the_semantic_arm_once_a_server_embedded_the_bank
     async def embed_like_a_server() -> None:
         store = Store.open(data, holder={"pid": os.getpid(), "kind": "test"})
         service = MemoryService(store, embedder=load_local())
-        service.backfill_embeddings()
+        await service.backfill_embeddings()
         await service.settle()
         await store.close()
 

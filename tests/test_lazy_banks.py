@@ -376,6 +376,101 @@ class TestReplayInAThread:
 
         asyncio.run(scenario())
 
+    def test_the_bank_functions_replay_the_bank_they_name_off_the_loop(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
+        threads.clear()
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings())
+            try:
+                shown = await call(service, "memory::bank::get", {"name": "alpha"}, HUMAN)
+                assert shown["bank"]["memories"] == 1
+                await call(service, "memory::bank::delete", {"name": "bravo"}, HUMAN)
+                loop = threading.get_ident()
+                assert [(name, tid != loop) for name, tid in threads] == [
+                    ("alpha", True),
+                    ("bravo", True),
+                ]
+            finally:
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
+    def test_a_hook_turn_resolving_its_bank_replays_it_off_the_loop(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        from .test_pregenerate import Hooked
+
+        seed(tmp_path, {"main": ["Ana lives in Lisbon"]})
+        threads.clear()
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings())
+            try:
+                assert await Hooked(service).step("s1", "where does Ana live?") is not None
+                loop = threading.get_ident()
+                assert [(name, tid != loop) for name, tid in threads] == [("main", True)]
+            finally:
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
+    def test_listing_a_bank_whose_counts_are_stale_replays_it_off_the_loop(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
+        (tmp_path / "alpha" / COUNTS_FILE).unlink()  # as a crash leaves it
+        threads.clear()
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings())
+            try:
+                listed = await call(service, "memory::bank::list", {}, HUMAN)
+                assert [(b["name"], b["memories"]) for b in listed["banks"]] == [
+                    ("alpha", 1),
+                    ("bravo", 1),
+                ]
+                loop = threading.get_ident()
+                assert [(name, tid != loop) for name, tid in threads] == [("alpha", True)]
+            finally:
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
+    def test_turning_embeddings_on_replays_nothing_and_boot_embeds_the_rest(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        from .fakes import FakeEmbedder
+
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
+        threads.clear()
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings(), embedder=FakeEmbedder())
+            try:
+                alpha = await store.replay("alpha")
+                assert alpha is not None
+                service.embedding_changed(turned_on=True)
+                assert store.pending() == ["bravo"]  # not replayed on the loop for this
+                await service.boot_banks()
+                await service.settle()
+                assert [name for name, _ in threads] == ["alpha", "bravo"]
+                assert service.embedding_progress() == []  # both fully embedded
+            finally:
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
 
 class TestReplayDuringAReload:
     """`memory::reload` reads the whole data dir again and replaces every bank: a bank not

@@ -209,7 +209,7 @@ class TestModelChange:
         try:
             after = _service(reopened, clock, RotatedEmbedder("model-b"))
             assert await _retrieval(after, "writes essays") == "bm25-entity"
-            after.backfill_embeddings()
+            await after.backfill_embeddings()
             await after.settle()
             assert await _retrieval(after, "writes essays") == "bm25-entity-semantic"
         finally:

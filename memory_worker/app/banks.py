@@ -112,7 +112,8 @@ class BankUseCases(EmbeddingWork):
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         # Summaries, not banks: a one-shot CLI lists a hundred banks without replaying them.
-        banks = [self._info(s) for name in self.store.names() if (s := self.store.summary(name))]
+        summaries = [await self.store.summary(name) for name in self.store.names()]
+        banks = [self._info(s) for s in summaries if s is not None]
         return BankListResponse(banks=banks)
 
     async def bank_delete(

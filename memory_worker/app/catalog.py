@@ -557,8 +557,9 @@ async def respond(
     """`call()` with the response model instead of its wire dict (for internal callers)."""
     spec = find(function_id)
     request = request_of(spec, payload)
-    if "bank" in spec.request.model_fields:  # its replay, if any, off the loop (`ready_bank`)
-        await service.ready_bank(getattr(request, "bank", None))
+    named = spec.request.bank_field
+    if named in spec.request.model_fields:  # its replay, if any, off the loop (`ready_bank`)
+        await service.ready_bank(getattr(request, named, None))
     # Access levels are decided here, once, before any use case can change anything.
     check_access(service, spec.id, request, spec.hints.read_only, caller)
     return await spec.method(service, request, caller)

@@ -164,11 +164,12 @@ class EmbeddingWork(ServiceBase):
         what the current model lacks (`turned_on`: what was saved while embeddings were off
         must be embedded before the semantic arm counts again)."""
         self._last_embed_failure = None
-        if turned_on:
-            for name in self.store.names():
-                if (bank := self.store.find(name)) is not None:
-                    bank.restart_embedding()
-        self.backfill_embeddings()
+        # The banks replayed so far: one not replayed yet is embedded when it is (`boot_banks`,
+        # or the call that names it), and replaying it here would stall the loop meanwhile.
+        for bank in self.store.loaded():
+            if turned_on:
+                bank.restart_embedding()
+            self._embed_soon(bank)
 
     def embedding_progress(self) -> list[tuple[str, int, int]]:
         """`(bank, embedded, live)` of every bank not fully embedded by the current model."""
@@ -182,12 +183,12 @@ class EmbeddingWork(ServiceBase):
                 out.append((name, *bank.embedding_progress(model)))
         return out
 
-    def backfill_embeddings(self) -> None:
-        """Start embedding every bank's memories that lack a vector from the current model."""
-        for name in self.store.names():
-            bank = self.store.find(name)
-            if bank is not None:
-                self._embed_soon(bank)
+    async def backfill_embeddings(self) -> None:
+        """Start embedding every bank's memories that lack a vector from the current model, the
+        banks not replayed yet replayed first (each in a worker thread)."""
+        await self.store.replay_all()
+        for bank in self.store.loaded():
+            self._embed_soon(bank)
 
     async def close(self) -> None:
         """Stop background embedding (derived data: the next start backfills what is missing)."""

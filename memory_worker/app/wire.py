@@ -12,7 +12,7 @@ catalog's order, so the wire contract (what the golden schemas pin) reads as one
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
@@ -159,6 +159,9 @@ _DEFERRED = ConfigDict(defer_build=True)
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, **_DEFERRED)
+    # The field naming the bank the call works on, if the request has it (the default bank when
+    # it is omitted): the catalog replays that bank off the loop first (`ready_bank`).
+    bank_field: ClassVar[str] = "bank"
 
 
 class Response(BaseModel):
@@ -212,6 +215,7 @@ class BankSettingsFields(Request):
 
 
 class BankCreateRequest(BankSettingsFields):
+    bank_field: ClassVar[str] = "name"
     name: Text = Field(
         description="Bank name, `[a-z0-9][a-z0-9_-]{0,63}` (it becomes a folder name)."
     )
@@ -238,6 +242,7 @@ class BankListResponse(Response):
 
 
 class BankGetRequest(Request):
+    bank_field: ClassVar[str] = "name"
     name: Text = Field(description="The bank to show.")
 
 
@@ -246,6 +251,7 @@ class BankGetResponse(Response):
 
 
 class BankConfigureRequest(BankSettingsFields):
+    bank_field: ClassVar[str] = "name"
     name: Text = Field(description="The bank to configure (it must exist).")
     description: Text | None = Field(
         default=None, description="A new human description; omitted: unchanged."
@@ -264,6 +270,7 @@ class BankConfigureResponse(Response):
 
 
 class BankDeleteRequest(Request):
+    bank_field: ClassVar[str] = "name"
     name: Text
 
 

@@ -191,7 +191,7 @@ class BankResolver:
         except InvalidInput:
             return Resolution(Outcome.NO_MEMORY, source=f"invalid bank name from {source}")
         store = self._store()
-        missing = store.find(name) is None
+        missing = not store.is_pending(name) and store.find(name) is None  # no replay here
         if missing and name != self._default_bank() and store.was_deleted(name):
             return Resolution(Outcome.NO_MEMORY, bank=name, source=f"bank {name} was deleted")
         # A bank that does not exist yet is still this session's: what it gets then is

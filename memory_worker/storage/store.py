@@ -191,6 +191,10 @@ class Store:
         """Every bank that is (or, in a lazy store, would be once named) loaded."""
         return sorted(self._banks.keys() | self._unloaded)
 
+    def loaded(self) -> list[Bank]:
+        """The banks replayed so far (every bank, once a lazy store has none pending)."""
+        return [self._banks[name] for name in sorted(self._banks)]
+
     def pending(self) -> list[str]:
         """The bank folders a lazy store has listed and not replayed yet."""
         return sorted(self._unloaded)
@@ -291,15 +295,18 @@ class Store:
         for name in self.pending():
             await self.replay(name)
 
-    def summary(self, name: str) -> BankSummary | None:
+    async def summary(self, name: str) -> BankSummary | None:
         """What `memory::bank::list` shows of `name`: from RAM when the bank is loaded, else from
         its folder (the description, the rules and the derived counts file) without a replay; a
-        bank whose counts file is missing or no longer matches its log is replayed instead."""
+        bank whose counts file is missing or no longer matches its log (after a crash) is
+        replayed instead, in a worker thread (`replay`)."""
         if name in self._unloaded:
             summary = Bank.peek(name, self.root / name)
             if summary is not None:
                 return summary
-        bank = self.find(name)
+            bank = await self.replay(name)
+        else:
+            bank = self.find(name)
         return bank.summary() if bank is not None else None
 
     def was_deleted(self, name: str) -> bool:

@@ -333,7 +333,7 @@ async def _embedded(data: Path) -> tuple[list[str], list[str]]:
     embedder = FakeEmbedder()
     service = MemoryService(Store.open(data, holder=HOLDER), Settings(), embedder=embedder)
     try:
-        service.backfill_embeddings()
+        await service.backfill_embeddings()
         await service.settle()
         bank = service.store.get("main")
         waiting = [m.text for m in bank.needs_embedding(embedder.model, 100)]

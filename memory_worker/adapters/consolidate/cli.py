@@ -133,7 +133,7 @@ async def run_once(args: argparse.Namespace) -> int:
         if isinstance(door, LocalDoor) and door.service.embedder is not None:
             # The semantic tier compares every memory's vector: the backlog is embedded first
             # (a server holding the data dir has done that in the background already).
-            door.service.backfill_embeddings()
+            await door.service.backfill_embeddings()
             await door.service.settle()
         elif door.remote is not None:
             log.info("consolidating_through_server", url=door.remote)
