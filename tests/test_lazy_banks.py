@@ -471,6 +471,30 @@ class TestReplayInAThread:
 
         asyncio.run(scenario())
 
+    def test_the_data_dir_watcher_replays_a_bank_edited_before_its_replay_off_the_loop(
+        self, tmp_path: Path, threads: list[tuple[str, int]]
+    ) -> None:
+        from memory_worker.adapters import watch
+
+        seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
+        threads.clear()
+
+        async def scenario() -> None:
+            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+            try:
+                # A hand edit of each during the server's boot, before the boot reached them.
+                assert not await watch._needs_reload(store, "alpha")  # its files are the truth
+                assert await store.reload_bank("bravo") == "reloaded"
+                loop = threading.get_ident()
+                assert [(name, tid != loop) for name, tid in threads] == [
+                    ("alpha", True),
+                    ("bravo", True),
+                ]
+            finally:
+                await store.close()
+
+        asyncio.run(scenario())
+
 
 class TestReplayDuringAReload:
     """`memory::reload` reads the whole data dir again and replaces every bank: a bank not

@@ -73,7 +73,7 @@ def bank_of(root: Path, path: str) -> str | None:
 async def _needs_reload(store: Store, name: str) -> bool:
     """A folder that appeared or vanished, or a bank whose files say something RAM does not."""
     present = files.is_real_dir(store.root / name)  # a link is never a bank folder
-    bank = store.find(name)
+    bank = await store.replay(name)  # one not replayed yet: in a worker thread, not on the loop
     if bank is None:
         return present or name in store.broken
     if not present:

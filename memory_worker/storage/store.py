@@ -471,8 +471,9 @@ class Store:
         async with self._create_lock:
             bank = self._banks.get(name)
             if bank is None and name in self._unloaded:
-                # Never replayed (a lazy store): replaying it now is all a reload would do.
-                return "reloaded" if self.find(name) is not None else "broken"
+                # Never replayed (a lazy store): replaying it now (in a worker thread) is all a
+                # reload would do.
+                return "reloaded" if await self.replay(name) is not None else "broken"
             if bank is None:
                 return await self._load_appeared(name)
             if bank.is_frozen():
