@@ -131,6 +131,50 @@ class TestForget:
             await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
         assert _grep(data_dir, "flowerpot") and _grep(data_dir, "Porto")
 
+    async def test_a_pin_still_being_written_when_the_erasure_starts_refuses_it(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        text = "Ana's blood type is AB negative."
+        saved = await call(service, "memory::save", text=text, subject="ana")
+        pin = call(service, "memory::pin", id=saved["memory"]["id"], pinned=True)
+        forget = call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        pinned, forgot = await asyncio.gather(pin, forget, return_exceptions=True)
+        assert isinstance(pinned, dict) and pinned["memory"]["pinned"] is True
+        assert isinstance(forgot, Conflict) and "pinned" in str(forgot)
+        assert _grep(data_dir, "AB negative")
+
+    async def test_a_write_about_them_during_the_erasure_is_refused_and_brings_nothing_back(
+        self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        saved = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        memory_id = saved["memory"]["id"]
+        bank = service.store.get("main")
+        real_rewrite = bank.rewrite
+        refused: list[BaseException] = []
+
+        async def rewrite_with_an_edit_arriving(*args: Any, **kwargs: Any) -> Any:
+            # An edit of their memory and a new save about them, while the erasure runs: before
+            # this change the edit was held during the rewrite and written back after it.
+            for payload in ({"id": memory_id, "tags": ["health"]}, {"text": "Ana likes figs."}):
+                function = "memory::update" if "id" in payload else "memory::save"
+                extra = {} if "id" in payload else {"subject": "ana"}
+                try:
+                    await call(service, function, **payload, **extra)
+                except Conflict as exc:
+                    refused.append(exc)
+            return await real_rewrite(*args, **kwargs)
+
+        monkeypatch.setattr(bank, "rewrite", rewrite_with_an_edit_arriving)
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert out["erased"] == [memory_id] and len(refused) == 2
+        assert all("erasing; nothing was written" in str(exc) for exc in refused)
+        listed = await call(service, "memory::list", include_superseded=True)
+        assert listed["memories"] == []
+        assert _grep(data_dir, "locker") == [] and _grep(data_dir, "figs") == []
+        await call(service, "memory::save", text="Ana likes figs.", subject="ana")  # after: fine
+
     async def test_an_interrupted_erasure_is_finished_by_the_next_load(
         self, service: MemoryService, store: Store, data_dir: Path
     ) -> None:

@@ -50,34 +50,37 @@ class ForgetUseCases(EmbeddingWork):
             raise InvalidInput("subject must name who to forget")
         name = self._name(req.bank)
         bank = self.store.get(name)
-        about = sorted(m.id for m in bank.memories.values() if m.subject == subject)
-        pinned = [i for i in about if (m := bank.memories[i]).live and m.pinned]
+        # Decided on each memory's newest record, a write still in flight included (a pin being
+        # written counts), and from here on no write about them lands until the erasure ends.
+        about = bank.about(subject)
+        pinned = [i for i in about if (m := bank.latest(i)) is not None and m.live and m.pinned]
         if pinned:
             raise Conflict(
                 f"{len(pinned)} memory(ies) about {subject} are pinned ({', '.join(pinned[:5])}); "
                 "unpin them first — nothing was erased"
             )
-        await asyncio.to_thread(erasure.write_intent, bank.path, subject)
-        # From here on the erasure finishes: now, or at the next load if this process dies.
-        copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
-        result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
-        await asyncio.to_thread(
-            functools.partial(erasure.drop_unfilterable, within=bank.root),
-            bank.path / MEMORIES_FILE,
-        )
-        # After the log: a vector stored meanwhile for a memory about them is caught too.
-        await asyncio.to_thread(
-            functools.partial(erasure.erase_vectors, within=bank.root),
-            bank.path / VECTORS_FILE,
-            set(about),
-        )
-        await asyncio.to_thread(
-            functools.partial(erasure.erase_vectors, within=bank.root),
-            bank.path / LANE_VECTORS_FILE,
-            set(about),
-        )
-        await asyncio.to_thread(bank.access.forget, about)
-        await asyncio.to_thread(erasure.clear_intent, bank.path)
+        with bank.erasing(subject, about):
+            await asyncio.to_thread(erasure.write_intent, bank.path, subject)
+            # From here on the erasure finishes: now, or at the next load if this process dies.
+            copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
+            result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
+            await asyncio.to_thread(
+                functools.partial(erasure.drop_unfilterable, within=bank.root),
+                bank.path / MEMORIES_FILE,
+            )
+            # After the log: a vector stored meanwhile for a memory about them is caught too.
+            await asyncio.to_thread(
+                functools.partial(erasure.erase_vectors, within=bank.root),
+                bank.path / VECTORS_FILE,
+                set(about),
+            )
+            await asyncio.to_thread(
+                functools.partial(erasure.erase_vectors, within=bank.root),
+                bank.path / LANE_VECTORS_FILE,
+                set(about),
+            )
+            await asyncio.to_thread(bank.access.forget, about)
+            await asyncio.to_thread(erasure.clear_intent, bank.path)
         log.info(
             "subject_forgotten",
             bank=name,

@@ -19,13 +19,14 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import os
 import secrets
 import time
 import zlib
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, is_, is_not, itemgetter
@@ -215,6 +216,8 @@ class Bank:
         self._staged_live = 0
         self._flusher: asyncio.Task[None] | None = None
         self._last_sync_s = INLINE_SYNC_S  # the last fsync's duration: the first goes to a thread
+        # Subjects being erased (`erasing`), each with the ids that were theirs when it started.
+        self._erasing: dict[str, frozenset[str]] = {}
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
         self._rewriting: asyncio.Event | None = None  # set when the running rewrite is over
@@ -839,6 +842,33 @@ class Bank:
         staged = self._staged.get(memory_id)
         return staged[0] if staged is not None else self._memories.get(memory_id)
 
+    def about(self, subject: str) -> list[str]:
+        """The ids whose newest record, durable or in flight, is about `subject`."""
+        ids = {m.id for m in self._memories.values() if m.subject == subject}
+        ids.update(memory_id for memory_id, (r, _) in self._staged.items() if r.subject == subject)
+        return sorted(i for i in ids if (m := self.latest(i)) is not None and m.subject == subject)
+
+    @contextlib.contextmanager
+    def erasing(self, subject: str, ids: Iterable[str]) -> Iterator[None]:
+        """While `subject` is being erased: a write of a record about them, or of one of `ids`
+        (theirs when the erasure decided), is refused with `conflict`. Nothing of theirs lands
+        between the erasure's pinned check and its rewrite (a pin would be erased), nor is held
+        during the rewrite and written back after it (the erased memory would come back)."""
+        self._erasing[subject] = frozenset(ids)
+        try:
+            yield
+        finally:
+            del self._erasing[subject]
+
+    def _refuse_erased(self, records: Sequence[Memory]) -> None:
+        for subject, ids in self._erasing.items():
+            for record in records:
+                if record.subject == subject or record.id in ids:
+                    raise Conflict(
+                        f"memory {record.id} is about {subject}, whom bank {self.name} is "
+                        "erasing; nothing was written"
+                    )
+
     def in_flight(self) -> list[Memory]:
         """Every record written (or held) but not yet durable, newest revision of each: what a
         decision about the bank's contents (a cap) must count beside `memories`."""
@@ -932,6 +962,8 @@ class Bank:
         if not records:
             return
         self._check_writable()
+        if self._erasing:
+            self._refuse_erased(records)
         try:
             data = encode(records)
         except ValueError as exc:  # pydantic's serialization error is a ValueError
