@@ -12,7 +12,7 @@ import pytest
 
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
-from memory_worker.app.wire import ListRequest, PinRequest, SaveRequest
+from memory_worker.app.wire import ListRequest, PinRequest, SaveRequest, UpdateRequest
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable, StorageError
 from memory_worker.core.extraction import parse_reply, render_request, system_prompt
@@ -361,6 +361,38 @@ class TestPass:
         assert old.superseded_by == everything["The user lives in Porto."].id
         assert everything["The user's name is Ana."].live  # pinned: never touched
         assert "The user's name is Anna." not in everything
+
+    async def test_a_correction_spares_a_memory_a_person_edited_during_the_model_call(
+        self, rig: Rig
+    ) -> None:
+        saved = await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+        edited = "The user lives in Lisbon and Porto."
+        real_complete = rig.model.complete
+
+        async def complete_while_a_person_edits(system: str, user_text: str) -> str:
+            # The person's edit lands while the model reads the old text.
+            await rig.service.update(UpdateRequest(id=saved.memory.id, text=edited))
+            return await real_complete(system, user_text)
+
+        rig.model.complete = complete_while_a_person_edits  # type: ignore[method-assign]
+        await rig.turn(
+            ("user", "I moved from Lisbon to Porto."),
+            reply=lambda shown: json.dumps(
+                {
+                    "memories": [
+                        {
+                            "op": "correct",
+                            "ref": ref_of(shown, "The user lives in Lisbon."),
+                            "text": "The user lives in Porto.",
+                            "reason": "moved",
+                        }
+                    ]
+                }
+            ),
+        )
+        everything = await rig.texts(include_superseded=True)
+        assert everything[edited].live  # the person's edit stands, not retired by a stale fix
+        assert everything["The user lives in Porto."].live  # the new fact is kept as such
 
     async def test_a_standing_instruction_said_twice_lands_once(self, rig: Rig) -> None:
         rule = "Never start replies with 'Certainly'."

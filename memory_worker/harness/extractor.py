@@ -657,12 +657,17 @@ class Extractor:
         if correction.ref in corrected or saved.id == old.id or not saved.live:
             return True
         corrected.add(correction.ref)
+        # The revision the model was shown: a person's edit during the model call wins.
         request = SupersedeRequest(
-            bank=bank, id=old.id, superseded_by=saved.id, reason=correction.reason
+            bank=bank,
+            id=old.id,
+            superseded_by=saved.id,
+            reason=correction.reason,
+            expected_revision=old.revision,
         )
         try:
             await respond(self._service, "memory::supersede", request, origin.caller())
-        except Conflict as exc:  # retired meanwhile (a person, consolidation): nothing to do
+        except Conflict as exc:  # edited or retired meanwhile (a person, consolidation): moot
             log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
         return True
 
