@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from memory_worker.adapters import cli
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.text import fingerprint
 
@@ -688,6 +689,23 @@ def _imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "refused": refused,
         "log_unchanged": log.read_bytes() == log_before,
     }
+
+
+def test_an_export_of_a_thousand_memories_imports_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    notes = (json.dumps({"text": f"The user wrote note {n} about {n % 97}"}) for n in range(1000))
+    rows.write_text("".join(f"{line}\n" for line in notes))
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    assert cli.main(["import", str(rows), "--bank", "main", "--data-dir", first]) == 0
+    exported = tmp_path / "main.jsonl"
+    assert cli.main(["export", "--bank", "main", "--data-dir", first, "-o", str(exported)]) == 0
+    capsys.readouterr()
+    code = cli.main(["import", str(exported), "--bank", "main", "--data-dir", second])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["imported"] == 1000
 
 
 def test_import_preserves_whole_records_with_their_history(imported: dict[str, Any]) -> None:

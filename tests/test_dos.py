@@ -127,6 +127,24 @@ def test_a_huge_text_is_refused_before_redaction(
     assert seen == []
 
 
+async def test_an_import_is_held_to_the_budget_per_record_not_per_call(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export of a thousand memories (~11 values each) imports back in one call; a record
+    carrying 110,000 labels is still refused before any work."""
+    rows = [{"text": f"The user wrote note {n}", "tags": ["notes"]} for n in range(1000)]
+    done = await catalog.call(service, "memory::import", {"bank": "main", "records": rows})
+    assert done["imported"] == 1000
+    seen = _counting_redact(monkeypatch)
+    many = [f"label-{n}" for n in range(110_000)]
+    bad = {"bank": "other", "records": [{"text": "The user likes tea", "tags": many}]}
+    with pytest.raises(InvalidInput, match="each of records holds more than 10000 values"):
+        await catalog.call(service, "memory::import", bad)
+    assert seen == []
+    with pytest.raises(InvalidInput, match="payload holds more than 10000 values"):
+        await catalog.call(service, "memory::save", {"text": "The user likes tea", "tags": many})
+
+
 def test_the_cli_refuses_a_huge_tag_list_without_a_data_dir(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -497,6 +515,27 @@ async def test_deep_nesting_over_rest_is_invalid_input(data_dir: Path) -> None:
         await server.close()
     for answer in answers:
         assert (answer.status, answer.code) == (400, "invalid_input"), answer.body
+
+
+async def test_over_rest_an_import_chunk_passes_and_a_huge_save_does_not(data_dir: Path) -> None:
+    """The forwarded CLI sends an import in bodies of up to 512 KiB (~25,000 values): the body's
+    values are counted by the call's own budget (`catalog.check_size`), not the generic one."""
+    rows = [{"text": f"The user wrote note {n}", "tags": ["notes"]} for n in range(3000)]
+    tags = [f"label-{n}" for n in range(20_000)]
+    server = StandaloneServer(Settings(), data_dir, port=0)
+    url = await server.start()
+    try:
+        imported, refused = [
+            await asyncio.to_thread(request, url, "POST", path, body, headers=JSON)
+            for path, body in (
+                ("/memory/import", {"bank": "main", "records": rows}),
+                ("/memory/save", {"text": "The user likes tea", "tags": tags}),
+            )
+        ]
+    finally:
+        await server.close()
+    assert imported.status == 200, imported.body
+    assert (refused.status, refused.code) == (400, "invalid_input")
 
 
 async def test_deep_nesting_through_the_catalog_is_invalid_input(service: MemoryService) -> None:

@@ -77,7 +77,7 @@ from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, resolve_data_dir
 from memory_worker.core.errors import HTTP_STATUS, Conflict, InvalidInput, WorkerError
-from memory_worker.core.payload import loads
+from memory_worker.core.payload import MAX_VALUES, loads
 from memory_worker.harness.capture import CaptureRunner
 from memory_worker.storage.capture import CaptureQueue
 from memory_worker.storage.logger import get_logger
@@ -219,7 +219,7 @@ async def _gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-async def _payload(request: web.Request) -> object:
+async def _payload(request: web.Request, *, max_values: int | None = MAX_VALUES) -> object:
     try:
         async with asyncio.timeout(request.app[_BODY_TIMEOUT_KEY]):
             raw = await request.read()
@@ -229,7 +229,8 @@ async def _payload(request: web.Request) -> object:
         ) from None
     if not raw.strip():
         return {}
-    return loads(raw, "request body")  # bounded by MAX_BODY_BYTES and payload.MAX_VALUES
+    # Bounded by MAX_BODY_BYTES, and by payload.MAX_VALUES here or by the call (`max_values`).
+    return loads(raw, "request body", max_values=max_values)
 
 
 def _caller(request: web.Request) -> Caller:
@@ -243,9 +244,9 @@ def _caller(request: web.Request) -> Caller:
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         caller = _caller(request)
-        payload = catalog.with_confirm(
-            spec, await _payload(request), request.headers.get(catalog.CONFIRM_HEADER)
-        )
+        # The values are counted by `catalog.request_of`, with the function's own budget.
+        body = await _payload(request, max_values=None)
+        payload = catalog.with_confirm(spec, body, request.headers.get(catalog.CONFIRM_HEADER))
         result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, caller)
         return web.json_response(result, dumps=_dumps)
 

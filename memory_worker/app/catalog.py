@@ -528,6 +528,20 @@ def with_confirm(spec: FunctionSpec, payload: object, header: str | None) -> obj
     return {**body, "confirm": header}
 
 
+def check_size(request: type[wire.Request], payload: Mapping[str, Any]) -> None:
+    """`check_depth` with the call's own budget: `MAX_VALUES` for the whole payload, or, for a
+    request with `values_per_item`, for the rest of it and for each of those items (an export
+    of a thousand memories imports back in one call; the standalone server's body cap still
+    bounds what one request may carry)."""
+    items = payload.get(request.values_per_item) if request.values_per_item else None
+    if not isinstance(items, list):
+        check_depth(payload)
+        return
+    check_depth({k: v for k, v in payload.items() if k != request.values_per_item})
+    for item in items:
+        check_depth(item, f"each of {request.values_per_item}")
+
+
 def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
     """`payload` validated as `spec`'s request (an already built request passes as it is)."""
     if isinstance(payload, spec.request):
@@ -536,7 +550,7 @@ def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
         payload = {}
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
-    check_depth(payload)  # before validation, which recurses
+    check_size(spec.request, payload)  # before validation, which recurses
     try:
         return spec.request.model_validate(payload)
     except ValidationError as exc:

@@ -162,6 +162,9 @@ class Request(BaseModel):
     # The field naming the bank the call works on, if the request has it (the default bank when
     # it is omitted): the catalog replays that bank off the loop first (`ready_bank`).
     bank_field: ClassVar[str] = "bank"
+    # A list field whose items are each held to `payload.MAX_VALUES` instead of the whole call
+    # (`catalog.check_size`): an import carries as many records as the file it came from.
+    values_per_item: ClassVar[str | None] = None
 
 
 class Response(BaseModel):
@@ -852,6 +855,7 @@ class ReloadResponse(Response):
 
 
 class ImportRequest(Request):
+    values_per_item: ClassVar[str | None] = "records"
     bank: Text = Field(description="Bank to import into (created when missing).")
     records: list[dict[str, Any]] = Field(
         description="Whole memory records, history included, as `memory::export` writes them "

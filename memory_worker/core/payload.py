@@ -27,27 +27,31 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def loads(raw: bytes | str, what: str) -> object:
-    """Decode `raw` (UTF-8) or raise `InvalidInput("<what> is not valid JSON: …")`."""
+def loads(raw: bytes | str, what: str, *, max_values: int | None = MAX_VALUES) -> object:
+    """Decode `raw` (UTF-8) or raise `InvalidInput("<what> is not valid JSON: …")`.
+    `max_values=None`: only the nesting is checked here, the count left to the caller (a call's
+    own budget: `catalog.check_size`)."""
     try:
         value = json.loads(raw, parse_constant=_no_constant)
     except RecursionError:
         raise InvalidInput(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:  # UnicodeDecodeError is one too
         raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
-    check_depth(value, what)
+    check_depth(value, what, max_values=max_values)
     return value
 
 
-def check_depth(value: object, what: str = "payload", *, max_values: int = MAX_VALUES) -> None:
+def check_depth(
+    value: object, what: str = "payload", *, max_values: int | None = MAX_VALUES
+) -> None:
     """Refuse containers nested more than `MAX_DEPTH` deep, or more than `max_values` values in
-    all (iterative: never recursion itself)."""
+    all (None: any number; iterative: never recursion itself)."""
     stack: list[tuple[object, int]] = [(value, 1)]
     seen = 0
     while stack:
         node, depth = stack.pop()
         seen += 1
-        if seen > max_values:
+        if max_values is not None and seen > max_values:
             raise InvalidInput(f"{what} holds more than {max_values} values")
         if isinstance(node, Mapping):
             children: Any = node.values()
