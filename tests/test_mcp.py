@@ -78,6 +78,26 @@ class TestToolSurface:
         assert names > AGENT_SET and "memory_preview" in names and "memory_export" in names
         assert "memory_rule_set" not in names and "memory_bank_delete" not in names
         assert all("bank" not in tool.input_schema["properties"] for tool in tools.list())
+        bank_get = next(tool for tool in tools.list() if tool.name == "memory_bank_get")
+        assert "name" not in bank_get.input_schema["properties"]
+
+    async def test_a_pinned_bank_is_not_left_through_the_bank_tools(
+        self, service: MemoryService
+    ) -> None:
+        """The bank tools name their bank by `name`: pinned like `bank`, and the tools that look
+        at every bank (`bank::list`, `doctor`) are not offered where one bank is served."""
+        await catalog.call(service, "memory::save", {"bank": "personal", "text": "The user is ill"})
+        await catalog.call(service, "memory::save", {"bank": "work", "text": "Deploys on Friday"})
+        tools = _tools(service, [], tools="approval", bank="work")
+        names = {tool.name for tool in tools.list()}
+        assert "memory_bank_get" in names
+        assert "memory_bank_list" not in names and "memory_doctor" not in names
+        other = await tools.call("memory_bank_get", {"name": "personal"})
+        assert other.is_error and "serves bank work only" in _text(other)
+        own = await tools.call("memory_bank_get", {})
+        assert not own.is_error and own.structured_content["bank"]["name"] == "work"  # type: ignore[index]
+        listed = await tools.call("memory_bank_list", {})
+        assert listed.is_error and "personal" not in _text(listed)
 
     def test_guessed_argument_names_are_read_as_the_real_fields(self) -> None:
         recall = catalog.find("memory::recall")

@@ -13,8 +13,10 @@ server.
 - Every call is `catalog.call` through a door (`adapters.doors`) on behalf of an agent
   (`Caller.for_agent("mcp")`). A failure is a tool error (`isError`) whose text is our
   `code: message` and whose structured content is `{"error": {"code", "message"}}`.
-- A pinned bank (`--bank`, `/mcp/<bank>`) leaves `bank` out of the schemas and fills it in; a call
-  naming another bank is refused (`invalid_input`), never served from the other bank.
+- A pinned bank (`--bank`, `/mcp/<bank>`) leaves the field naming the bank (`bank`, or `name` for
+  the `bank::*` tools: `Request.bank_field`) out of the schemas and fills it in; a call naming
+  another bank is refused (`invalid_input`), never served from the other bank, and the tools that
+  name no bank but look at all of them (`bank::list`, `doctor`) are not offered.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
   client): it sits behind the standalone server's own access checks like every other route.
 """
@@ -97,11 +99,18 @@ def _offered(tools: str) -> tuple[FunctionSpec, ...]:
 
 def _schema(spec: FunctionSpec, model: Any, *, pinned: bool) -> dict[str, Any]:
     schema = catalog.json_schema(model)
-    if pinned and "bank" in schema.get("properties", {}):
-        schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "bank"}
+    named = spec.request.bank_field
+    if pinned and named in schema.get("properties", {}):
+        schema["properties"] = {k: v for k, v in schema["properties"].items() if k != named}
         if "required" in schema:
-            schema["required"] = [k for k in schema["required"] if k != "bank"]
+            schema["required"] = [k for k in schema["required"] if k != named]
     return schema
+
+
+def _serves(spec: FunctionSpec, pinned: str | None) -> bool:
+    """Whether a tool is offered where `pinned` is the one bank served: only those that name
+    their bank (which is then filled in), never one that looks at every bank."""
+    return pinned is None or spec.request.bank_field in spec.request.model_fields
 
 
 def _title(spec: FunctionSpec) -> str:
@@ -172,8 +181,10 @@ class McpTools:
         return f"<McpTools tools={len(self.specs)} bank={self.bank!r} calls={self.calls}>"
 
     def list(self, *, bank: str | None = None) -> list[types.Tool]:
-        pinned = (bank or self.bank) is not None
-        return [_tool(spec, pinned=pinned) for spec in self.specs]
+        pinned = bank or self.bank
+        return [
+            _tool(spec, pinned=pinned is not None) for spec in self.specs if _serves(spec, pinned)
+        ]
 
     async def call(
         self,
@@ -190,11 +201,14 @@ class McpTools:
                 raise InvalidInput(f"unknown tool {name!r}; tools: {', '.join(self._by_name)}")
             payload = forgiving(spec, arguments or {})
             pinned = bank or self.bank
-            if pinned is not None and "bank" in spec.request.model_fields:
-                given = payload.get("bank")
+            if not _serves(spec, pinned):
+                raise InvalidInput(f"this MCP endpoint serves bank {pinned} only: no {name}")
+            named = spec.request.bank_field
+            if pinned is not None:
+                given = payload.get(named)
                 if given not in (None, "", pinned):
                     raise InvalidInput(f"this MCP endpoint serves bank {pinned} only, not {given}")
-                payload["bank"] = pinned
+                payload[named] = pinned
             async with self._door_for(caller or Caller.for_agent("mcp")) as door:
                 result = await door.call(spec.id, payload)
         except WorkerError as err:
