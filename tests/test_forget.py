@@ -175,6 +175,39 @@ class TestForget:
         assert _grep(data_dir, "locker") == [] and _grep(data_dir, "figs") == []
         await call(service, "memory::save", text="Ana likes figs.", subject="ana")  # after: fine
 
+    async def test_a_snapshot_write_a_kill_cut_short_goes_too(
+        self,
+        service: MemoryService,
+        store: Store,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 1)
+        await _populate(service)
+        await store.reload()  # the close wrote the index snapshot
+        folder = data_dir / "main"
+        # What a kill between the snapshot's write and its rename leaves.
+        leftover = folder / f".{SNAPSHOT_FILE}.0123abcd.tmp"
+        os.replace(folder / SNAPSHOT_FILE, leftover)
+        assert _grep(data_dir, "flowerpot")
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert _grep(data_dir, "flowerpot") == [] and not leftover.exists()
+
+    async def test_a_trashed_copys_access_counts_lose_their_ids(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        saved = await call(service, "memory::save", text="Ana's old locker is 12.", subject="ana")
+        trashed_id = saved["memory"]["id"]
+        found = await call(service, "memory::recall", query="locker", subject="ana")
+        assert [h["memory"]["id"] for h in found["memories"]] == [trashed_id]  # counted
+        await call(service, "memory::bank::delete", name="main")
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text="The door code changes.")
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert out["trash_copies"] == 1 and _grep(data_dir, "locker") == []
+        assert _grep(data_dir, trashed_id) == []  # an id is a fingerprint of its text
+
     async def test_an_interrupted_erasure_is_finished_by_the_next_load(
         self, service: MemoryService, store: Store, data_dir: Path
     ) -> None:

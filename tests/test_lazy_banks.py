@@ -206,6 +206,40 @@ def test_max_banks_counts_the_banks_a_one_shot_store_has_not_replayed(tmp_path: 
     assert not (tmp_path / "gamma").exists()
 
 
+def test_bank_list_after_a_crash_mid_erasure_counts_what_the_bank_holds(tmp_path: Path) -> None:
+    """An erasure whose intent is on disk finishes at the bank's load: the counts file, written
+    before it, is not believed meanwhile."""
+    from memory_worker.storage import erasure
+
+    async def seed_subjects() -> None:
+        store = Store.open(tmp_path, holder=HOLDER)
+        service = MemoryService(store, Settings())
+        try:
+            create = {"name": "main", "subject_scoping": True}
+            await call(service, "memory::bank::create", create, HUMAN)
+            for n in range(3):
+                save = {"bank": "main", "text": f"Ana fact {n}.", "subject": "ana"}
+                await call(service, "memory::save", save, HUMAN)
+            await call(service, "memory::save", {"bank": "main", "text": "The door code."}, HUMAN)
+        finally:
+            await store.close()
+
+    asyncio.run(seed_subjects())
+    erasure.write_intent(tmp_path / "main", "ana")  # forget's first step, then the process died
+
+    async def one_shot() -> tuple[int, int]:
+        store = Store.open(tmp_path, holder=HOLDER, lazy=True, short_lived=True)
+        service = MemoryService(store, Settings())
+        try:
+            listed = (await call(service, "memory::bank::list", {}, HUMAN))["banks"][0]
+            held = (await call(service, "memory::list", {"bank": "main"}, HUMAN))["memories"]
+            return listed["memories"], len(held)
+        finally:
+            await store.close()
+
+    assert asyncio.run(one_shot()) == (1, 1)
+
+
 class TestReplayInAThread:
     """`Store.replay`, a server's background boot: the replay runs in a worker thread and the
     loop installs it; a call naming the bank meanwhile waits for that replay, never a second."""

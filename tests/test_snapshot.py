@@ -4,8 +4,10 @@ and deleting, corrupting or outdating it changes nothing but boot time."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -188,3 +190,39 @@ def test_the_log_identity_is_its_length_and_crc(tmp_path: Path) -> None:
     log.write_bytes(b"abc")
     assert snapshot.log_identity(log) == (3, 0x352441C2)
     assert snapshot.log_identity(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize("planted", [".counts.json", ".index.npz", ".records.npz"])
+def test_a_hard_link_planted_at_a_derived_files_temp_name_is_never_written_through(
+    tmp_path: Path, planted: str
+) -> None:
+    data_dir = tmp_path / "data"
+    seed(data_dir)
+    victim = tmp_path / "outside-the-data-dir.txt"
+    victim.write_bytes(b"precious\n")
+    for name in (".counts.json", ".index.npz", ".records.npz"):
+        (data_dir / "b" / name).unlink()
+    # The fixed temp name the derived files used to be written through (`O_TRUNC`, no `O_EXCL`).
+    os.link(victim, data_dir / "b" / f".{planted}.tmp")
+
+    async def save_one(service: MemoryService) -> None:
+        await call(service, "memory::save", {"bank": "b", "text": "one more"}, HUMAN)
+
+    session(data_dir, save_one)
+    assert victim.read_bytes() == b"precious\n"
+    assert (data_dir / "b" / planted).is_file()
+
+
+def test_both_digests_name_pythons_unicode_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`str.lower`, NFKC and `\\W` (a text's key, its terms) follow Python's Unicode tables, which
+    a Python upgrade changes: a snapshot made under other tables is not believed."""
+    before = (snapshot.replay_digest(), snapshot.analyzer_digest())
+    snapshot.replay_digest.cache_clear()
+    snapshot.analyzer_digest.cache_clear()
+    monkeypatch.setattr(snapshot, "unicodedata", SimpleNamespace(unidata_version="99.0.0"))
+    try:
+        after = (snapshot.replay_digest(), snapshot.analyzer_digest())
+    finally:
+        snapshot.replay_digest.cache_clear()
+        snapshot.analyzer_digest.cache_clear()
+    assert after[0] != before[0] and after[1] != before[1]

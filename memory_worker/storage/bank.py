@@ -353,6 +353,8 @@ class Bank:
         """The summary of the bank folder at `path` without replaying its log (blocking): from its
         counts file, while that still matches the log (`storage.counts`); None otherwise (and when
         its `bank.yaml` has a problem, which a replay reports as damage)."""
+        if erasure.pending(path):  # an erasure a crash interrupted: the load finishes it first
+            return None
         counts = read_counts(path, path / MEMORIES_FILE)
         if counts is None:
             return None

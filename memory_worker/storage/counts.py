@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from memory_worker.storage import files
+
 __all__ = ["COUNTS_FILE", "Counts", "Stamp", "read_counts", "stat_stamp", "write_counts"]
 
 COUNTS_FILE = ".counts.json"
@@ -93,14 +95,5 @@ def write_counts(folder: Path, stamp: Stamp, counts: Counts) -> None:
     with contextlib.suppress(OSError), _open(path) as fh:
         if fh.read() == data:
             return  # already says so: a session that changed nothing writes nothing
-    tmp = folder / f".{COUNTS_FILE}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:  # a derived file that cannot be written is simply absent: a replay reads it
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    # A derived file that cannot be written is simply absent: a replay reads the log instead.
+    files.write_derived(path, lambda fh: fh.write(data))

@@ -107,6 +107,7 @@ def drop_unfilterable(log_path: Path, *, within: Path | None = None) -> None:
     (the index's terms of every text; rebuilt from the log when next needed)."""
     for name in (INTERRUPTED_FILE, *DERIVED_FILES):
         files.remove_file(log_path.with_name(name), within=within)
+        files.remove_leftovers(log_path.with_name(name))  # a write a kill cut short holds them too
 
 
 def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> set[str]:
@@ -178,6 +179,9 @@ def erase_copies(root: Path, bank: str, subject: str) -> int:
         gone = erase_log_file(copy / MEMORIES_FILE, subject, within=root)
         erase_vectors(copy / VECTORS_FILE, gone, within=root)
         erase_vectors(copy / LANE_VECTORS_FILE, gone, within=root)
+        access = AccessStats(copy / ACCESS_FILE, within=root)  # ids are fingerprints of texts
+        access.load()
+        access.forget(gone)
         touched += bool(gone)
     return touched
 

@@ -32,6 +32,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from memory_worker.core.errors import Conflict, StorageError
 
@@ -59,10 +60,12 @@ __all__ = [
     "read_private",
     "read_text",
     "remove_file",
+    "remove_leftovers",
     "remove_replacements",
     "remove_tree",
     "replace_with",
     "set_aside_tail",
+    "write_derived",
 ]
 
 PROBE_NAME = ".write-probe"
@@ -275,6 +278,32 @@ def remove_replacements(path: Path) -> list[str]:
                 os.unlink(entry.path)
                 removed.append(entry.name)
     return removed
+
+
+def write_derived(path: Path, write: Callable[[BinaryIO], object]) -> bool:
+    """Replace the derived file `path` with what `write` puts in a new temp file beside it
+    (random name, `O_EXCL`: never through a link planted there, hard or symbolic), not synced
+    (derived data: a crash costs a rebuild). False, and no temp file left, when it failed."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    _remove_leftovers(path)
+    return True
+
+
+def remove_leftovers(path: Path) -> None:
+    """The temp files of writes of `path` that never reached their rename (`atomic_write`'s
+    and `write_derived`'s); best effort, never following a link."""
+    _remove_leftovers(path)
 
 
 def _remove_leftovers(path: Path) -> None:

@@ -39,6 +39,8 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ import numpy as np
 from memory_worker.core import confidence, models, temporal, text
 from memory_worker.search import index, ranking
 from memory_worker.search.index import Analysis
+from memory_worker.storage import files
 from memory_worker.storage import log as log_format
 
 __all__ = [
@@ -110,11 +113,17 @@ def text_key(normalized: str) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
+def _unicode_tables() -> bytes:
+    """What of Python itself both digests depend on: `str.lower`, NFKC and `\\W` follow its
+    Unicode tables, which change with its minor version (a text's key and terms with them)."""
+    return f"/{sys.version_info[0]}.{sys.version_info[1]}/{unicodedata.unidata_version}".encode()
+
+
 @cache
 def replay_digest() -> str:
     """What a records snapshot's spans depend on: the source of the line format and the record
     model, and pydantic-core's version (it validates the lines). "" when unreadable."""
-    digest = hashlib.sha256(metadata.version("pydantic-core").encode())
+    digest = hashlib.sha256(metadata.version("pydantic-core").encode() + _unicode_tables())
     for module in (models, confidence, log_format, text):
         try:
             digest.update(Path(str(module.__file__)).read_bytes())
@@ -132,7 +141,7 @@ def analyzer_digest() -> str:
         stemmer = metadata.version("PyStemmer")
     except metadata.PackageNotFoundError:
         stemmer = ""
-    digest = hashlib.sha256(stemmer.encode())
+    digest = hashlib.sha256(stemmer.encode() + _unicode_tables())
     for module in (text, temporal, ranking, index):
         try:
             digest.update(Path(str(module.__file__)).read_bytes())
@@ -270,15 +279,8 @@ def _write_archive(
     """Write a snapshot archive: `meta` (with the log's identity added) and `arrays`, through a
     temp file renamed into place (never through a planted link); a failure leaves none."""
     meta = {**meta, "log_size": identity[0], "log_crc": identity[1]}
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
-            np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    header = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    files.write_derived(path, lambda fh: np.savez(fh, meta=header, **arrays))
 
 
 def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
