@@ -105,6 +105,38 @@ class TestTranscripts:
         assert entries[0]["timestamp"] == 1796032800000
         assert len(read_transcript(path, limit=2)) == 2
 
+    def test_a_long_transcript_is_decoded_from_the_end_only_as_far_as_it_keeps(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from memory_worker.adapters import transcripts
+
+        lines = [line for n in range(2000) for line in turn(n, f"fruit {n}")]
+        path = write_transcript(tmp_path / "long.jsonl", lines)
+        redacted: list[str] = []
+        real = transcripts.redact
+        monkeypatch.setattr(transcripts, "redact", lambda text: redacted.append(text) or real(text))
+        entries = read_transcript(path, limit=4)
+        assert [e["entry_id"] for e in entries] == ["u1998", "a1998", "u1999", "a1999"]
+        assert len(redacted) == 4  # not the 4,000 messages before them
+
+    def test_codex_entries_keep_their_line_numbers_whatever_the_limit(self, tmp_path: Path) -> None:
+        said = [
+            {
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": f"note {n}"}],
+                },
+            }
+            for n in range(5)
+        ]
+        path = write_transcript(tmp_path / "r.jsonl", said)
+        every = read_transcript(path, limit=10)
+        assert [e["entry_id"] for e in read_transcript(path, limit=2)] == [
+            e["entry_id"] for e in every[-2:]
+        ]
+
     def test_codex_rollout_lines_are_read_too(self, tmp_path: Path) -> None:
         rollout = [
             {"timestamp": "2026-11-30T10:00:00.000Z", "type": "session_meta", "payload": {}},

@@ -17,7 +17,6 @@ Unreadable lines are skipped (a line being written while we read is the usual on
 from __future__ import annotations
 
 import json
-from collections import deque
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -102,7 +101,10 @@ def _entry(line: object, number: int) -> dict[str, Any] | None:
 
 
 def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
-    """The last `limit` user/assistant messages of the transcript at `path`, oldest first."""
+    """The last `limit` user/assistant messages of the transcript at `path`, oldest first. The
+    lines are decoded from the end and only until `limit` messages are found: a long session's
+    transcript runs to tens of MiB, and decoding and redacting all of it took a Stop hook
+    seconds past its budget for the few messages it keeps."""
     with path.open("rb") as handle:
         handle.seek(0, 2)
         size = handle.tell()
@@ -110,17 +112,20 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
         handle.seek(start)
         raw = handle.read()
     lines = raw.split(b"\n")
-    if start > 0:
-        lines = lines[1:]  # the first line was cut by where the read started
-    kept: deque[dict[str, Any]] = deque(maxlen=limit)
-    for number, line in enumerate(lines, start=1):
+    first = 1 if start > 0 else 0  # the first line was cut by where the read started
+    kept: list[dict[str, Any]] = []
+    for index in range(len(lines) - 1, first - 1, -1):
+        if len(kept) >= limit:
+            break
+        line = lines[index]
         if not line.strip():
             continue
         try:
             decoded = json.loads(line)
         except ValueError:
             continue
-        entry = _entry(decoded, number)
+        entry = _entry(decoded, index - first + 1)  # numbered from the first whole line read
         if entry is not None:
             kept.append(entry)
-    return list(kept)
+    kept.reverse()
+    return kept
