@@ -98,6 +98,24 @@ class TestSaving:
         with pytest.raises(Conflict, match="duplicates"):
             await call(service, "memory::update", PERSON, id=first["memory"]["id"], subject="bruno")
 
+    async def test_moving_a_memory_onto_a_full_subject_is_refused_and_changes_nothing(
+        self, service: MemoryService
+    ) -> None:
+        """An edit never retires another memory to make room: past `max_per_subject` it is a
+        conflict, and the subject keeps its cap (saves evict one at a time, never back under)."""
+        create = {"name": "main", "subject_scoping": True, "max_per_subject": 2}
+        await call(service, "memory::bank::create", PERSON, **create)
+        for text in ("Ana likes cello.", "Ana likes opera."):
+            await call(service, "memory::save", PERSON, text=text, subject="ana")
+        general = (await call(service, "memory::save", PERSON, text=GENERAL))["memory"]
+        with pytest.raises(Conflict, match="max_per_subject is 2"):
+            await call(service, "memory::update", PERSON, id=general["id"], subject="ana")
+        kept = (await call(service, "memory::get", PERSON, id=general["id"]))["memory"]
+        assert "subject" not in kept and kept["revision"] == general["revision"]
+        await call(service, "memory::update", PERSON, id=general["id"], subject="bruno")  # room
+        stats = await call(service, "memory::stats", PERSON, bank="main")
+        assert stats["by_subject"] == {"ana": 2, "bruno": 1}
+
     async def test_an_overlong_subject_is_invalid_input_and_saves_nothing(
         self, service: MemoryService
     ) -> None:

@@ -6,7 +6,7 @@ the bank's latest records, commits with no await in between, and only then emits
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_line, clean_short, redaction_reason
 from memory_worker.app.caller import SYSTEM, Caller
@@ -156,17 +156,8 @@ class MemoryUseCases(EmbeddingWork):
         def mine(memory: Memory) -> bool:
             return memory.subject == subject
 
-        def change(counted: Callable[[Memory], bool]) -> int:
-            """Live rows of a scope the writes in flight add (or take away)."""
-            delta = 0
-            for memory in flying.values():
-                before = bank.memories.get(memory.id)
-                delta += memory.live and counted(memory)
-                delta -= before is not None and before.live and counted(before)
-            return delta
-
-        total = bank.live_count() + change(lambda _: True)
-        held = bank.index.subject_count(subject) + change(mine)
+        total = bank.live_count() + _in_flight_change(bank, flying.values(), lambda _: True)
+        held = _subject_rows(bank, subject, flying.values())
         caps = []
         if per_subject and held + 1 > settings.max_per_subject:
             caps.append(Cap("max_per_subject", settings.max_per_subject, held))
@@ -192,6 +183,22 @@ class MemoryUseCases(EmbeddingWork):
         )
         candidates += [m for m in flying.values() if m.live and mine(m)]
         return victims(caps, candidates, lambda i: _seen_at(bank, i))
+
+    def _check_room(self, bank: Bank, existing: Memory, subject: str) -> None:
+        """Moving `existing` to `subject` must not take them past `max_per_subject` (subject
+        scoping on): refused (`conflict`), never made room for by evicting one of theirs, since
+        an edit does not retire another memory."""
+        settings = self.bank_settings(bank)
+        if not settings.subject_scoping or settings.max_per_subject <= 0:
+            return
+        flying = [m for m in bank.in_flight() if m.id != existing.id]
+        held = _subject_rows(bank, subject, flying)
+        if held + 1 > settings.max_per_subject:
+            raise Conflict(
+                f"{subject} already has {held} memories and max_per_subject is "
+                f"{settings.max_per_subject}: delete one of theirs or raise the cap; nothing "
+                "was changed"
+            )
 
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
@@ -279,6 +286,8 @@ class MemoryUseCases(EmbeddingWork):
                 "evidence are lesson fields"
             )
         new_subject = existing.subject if subject is None else (subject or None)
+        if new_subject != existing.subject and new_subject is not None and existing.live:
+            self._check_room(bank, existing, new_subject)
         if (text is not None or subject is not None) and existing.live:
             twin = bank.match_text(text if text is not None else existing.text, new_subject)
             if twin is not None and twin.id != existing.id and twin.live:
@@ -449,3 +458,22 @@ def with_access(bank: Bank, memory: Memory) -> Memory:
     if seen is None:
         return memory
     return memory.model_copy(update={"access_count": seen.count, "last_accessed_at": seen.last_ms})
+
+
+def _in_flight_change(
+    bank: Bank, flying: Iterable[Memory], counted: Callable[[Memory], bool]
+) -> int:
+    """Live rows of a scope the writes in flight (`flying`) add, or take away."""
+    delta = 0
+    for memory in flying:
+        before = bank.memories.get(memory.id)
+        delta += memory.live and counted(memory)
+        delta -= before is not None and before.live and counted(before)
+    return delta
+
+
+def _subject_rows(bank: Bank, subject: str | None, flying: Iterable[Memory]) -> int:
+    """`subject`'s live rows, counted from the index and the writes in flight."""
+    return bank.index.subject_count(subject) + _in_flight_change(
+        bank, flying, lambda memory: memory.subject == subject
+    )
