@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
+from memory_worker.adapters.bus.worker import bus_caller
 from memory_worker.adapters.consolidate.clients import InProcessClient
+from memory_worker.adapters.consolidate.engine import CALLER_METADATA, BusMemoryClient
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import SupersedeRequest
@@ -25,7 +28,7 @@ from memory_worker.consolidate.schedule import (
 )
 from memory_worker.consolidate.wire import RunRequest
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, InvalidInput, SiblingUnavailable
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, SiblingUnavailable
 from memory_worker.storage.store import Store
 
 from .fakes import FakeEmbedder, FakeKeyValue, FixedClock, RecordingEmitter
@@ -229,6 +232,31 @@ class TestPass:
         assert bank.merged == 0 and "stale revision" in bank.errors[0]
         assert loser["id"] in await live(service)
 
+    async def test_a_winner_changed_after_the_listing_is_refused_as_stale(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """A person rewrites the winner between the listing and the merge (here to the opposite
+        fact): the plan chose it for what it said, so the supersede is refused and the loser,
+        which still says the old fact, stays live and unabsorbed."""
+        loser = await save(service, "the user likes tea")
+        winner = await save(service, "The user likes tea.")
+        await save(service, "The user likes tea.")  # corroborated: the survivor
+
+        class EditWinnerBeforeSupersede(FlakyClient):
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id == "memory::supersede":
+                    assert payload["superseded_by"] == winner["id"]
+                    edit = {"id": winner["id"], "text": "The user hates tea."}
+                    await call(service, "memory::update", **edit)
+                return await super().call(function_id, payload)
+
+        consolidator = Consolidator(EditWinnerBeforeSupersede(client, set()), clock=clock)
+        [bank] = (await consolidator.run(settings())).banks
+        assert bank.merged == 0 and "stale revision" in bank.errors[0]
+        assert loser["id"] in await live(service)
+        edited = (await call(service, "memory::get", id=winner["id"]))["memory"]
+        assert edited["corroboration"] == winner["corroboration"] + 1  # the restatement only
+
     async def test_an_unreachable_memory_worker_ends_the_bank_with_one_error(
         self, service: MemoryService, client: InProcessClient, clock: FixedClock
     ) -> None:
@@ -259,6 +287,69 @@ class TestPass:
             assert [r["revision"] for r in history["revisions"]][-3:] == [
                 retired["revision"] - 1, retired["revision"], retired["revision"] + 1,
             ]  # fmt: skip
+
+
+class BusToService:
+    """The engine between memory-consolidate's `BusMemoryClient` and the memory worker: it stamps
+    the caller's worker id (an id, not the name `memory-consolidate`), passes the invocation
+    metadata on as sent, and the worker's `bus_caller` decides who is calling."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+
+    async def __call__(
+        self, function_id: str, payload: dict[str, Any], timeout_ms: int, **extra: Any
+    ) -> Any:
+        data = {**payload, "_caller_worker_id": "7d1f3c9e-5b1a-4c1e-9a51-0c3f2b6e8d42"}
+        caller = bus_caller(data, extra.get("metadata"))
+        return await catalog.call(self.service, function_id, data, caller)
+
+
+class TestOverTheBus:
+    async def test_a_winner_moved_to_another_subject_is_never_merged_into(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """Between the listing and the merge a person moves the winner to Bruno: the general
+        memory must not be folded into Bruno's (the pass is refused and nothing changes)."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        loser = await save(service, "the user likes tea")
+        winner = await save(service, "The user likes tea.")
+        await save(service, "The user likes tea.")
+        bus = BusToService(service)
+
+        async def move_winner_then_call(
+            function_id: str, payload: dict[str, Any], timeout_ms: int, **extra: Any
+        ) -> Any:
+            if function_id == "memory::supersede":
+                await call(service, "memory::update", id=winner["id"], subject="bruno")
+            return await bus(function_id, payload, timeout_ms, **extra)
+
+        client = BusMemoryClient(move_winner_then_call, 5000)  # type: ignore[arg-type]
+        [bank] = (await Consolidator(client, clock=clock).run(settings(banks=["main"]))).banks
+        assert bank.merged == 0 and bank.errors
+        assert loser["id"] in await live(service)
+
+    async def test_the_siblings_calls_are_consolidates_and_never_merge_two_subjects(
+        self, service: MemoryService
+    ) -> None:
+        """The automatic guard holds over the bus as in process, on the records as they are at
+        the supersede (the winner was general when both were saved)."""
+        ana = await save(service, "Ana likes tea.", subject="ana")
+        winner = await save(service, "Likes tea.")
+        await call(service, "memory::update", id=winner["id"], subject="bruno")
+        client = BusMemoryClient(BusToService(service), 5000)  # type: ignore[arg-type]
+        payload = {"id": ana["id"], "superseded_by": winner["id"], "reinforce": True}
+        with pytest.raises(Conflict, match="different subjects; consolidate never merges"):
+            await client.call("memory::supersede", payload)
+        assert ana["id"] in await live(service)
+
+    def test_only_a_call_outside_a_turn_is_believed_automatic(self) -> None:
+        """A claim of an automatic path only narrows a person's call; an agent's stays an agent's
+        (an internal caller would skip its bank's access level)."""
+        assert bus_caller({}, CALLER_METADATA).automatic
+        assert bus_caller({}, {"via": "doctor"}) == Caller.human("bus")
+        in_a_turn = bus_caller({}, {**CALLER_METADATA, "session_id": "s1"})
+        assert in_a_turn.kind is CallerKind.AGENT
 
 
 class TestSemanticTier:

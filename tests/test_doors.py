@@ -124,6 +124,40 @@ class TestForwarding:
             saved = await door.call("memory::save", {"text": "The user prefers spaces"})
         assert "source" not in saved["memory"]  # not believed: no session, no agent
 
+    def test_an_automatic_paths_claim_is_believed_without_the_token_bare(self) -> None:
+        """Consolidate's or extraction's claim only turns guards on, so it is believed from
+        anyone — without the session or agent it names (provenance on the caller's word), and
+        never in place of an agent, whose bank access level it would skip."""
+        for via in ("consolidate", "extraction"):
+            claim = encode_caller(Caller.internal(via, session_id="s", agent="a"))
+            assert decode_caller(claim, trusted=False, default=REST_CALLER) == Caller.internal(via)
+        agent_door = Caller.for_agent("mcp")
+        claim = encode_caller(Caller.internal("consolidate"))
+        assert decode_caller(claim, trusted=False, default=agent_door) is agent_door
+
+    async def test_consolidate_over_rest_without_a_token_never_merges_two_subjects(
+        self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from memory_worker.adapters.consolidate.clients import HttpClient
+        from memory_worker.app import catalog
+        from memory_worker.core.errors import Conflict
+
+        monkeypatch.delenv("MEMORY_TOKEN", raising=False)
+        assert server.service is not None
+        alice, bob = [
+            (await catalog.call(server.service, "memory::save", {"text": text, "subject": who}))
+            for text, who in (("Alice likes tea", "alice"), ("Bob likes tea", "bob"))
+        ]
+        payload = {"id": alice["memory"]["id"], "superseded_by": bob["memory"]["id"]}
+        client = HttpClient(server.url)
+        try:
+            with pytest.raises(Conflict, match="different subjects; consolidate never merges"):
+                await client.call("memory::supersede", payload)
+        finally:
+            await client.close()
+        got = await catalog.call(server.service, "memory::get", {"id": alice["memory"]["id"]})
+        assert "invalid_at" not in got["memory"]
+
     def test_the_caller_header_rules(self) -> None:
         agent = Caller.for_agent("mcp", session_id="s", agent="a")
         for trusted in (False, True):

@@ -144,6 +144,23 @@ class TestExpectedRevision:
         current = (await call(service, "memory::get", id=memory["id"]))["memory"]
         assert current["revision"] == 1 and current["text"] == "The user lives in Porto"
 
+    async def test_a_supersede_whose_winner_moved_on_is_a_conflict_that_changes_nothing(
+        self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
+    ) -> None:
+        loser = await save(service, "The user likes tea")
+        winner = await save(service, "The user likes tea.")
+        await call(service, "memory::update", id=winner["id"], text="The user hates tea.")
+        payload = {"id": loser["id"], "superseded_by": winner["id"], "reinforce": True}
+        before, events = _log(data_dir), len(emitter.of(ITEM_CHANGED))
+        with pytest.raises(Conflict, match=r"^conflict: stale revision: memory .* at revision 1, "):
+            await call(service, "memory::supersede", **payload, expected_winner_revision=0)
+        assert _log(data_dir) == before
+        assert len(emitter.of(ITEM_CHANGED)) == events
+        current = (await call(service, "memory::get", id=loser["id"]))["memory"]
+        assert current["revision"] == 0 and "invalid_at" not in current
+        done = await call(service, "memory::supersede", **payload, expected_winner_revision=1)
+        assert done["reinforced"] and done["memory"]["superseded_by"] == winner["id"]
+
     async def test_two_writers_that_read_the_same_revision_cannot_both_win(
         self, service: MemoryService
     ) -> None:

@@ -10,9 +10,9 @@ the server that holds it, over HTTP, when one does.
   result or `{"error": {code, message}}` back, the error re-raised with its code, so a caller
   cannot tell the doors apart by what they answer.
 - Who is calling travels in the `Memory-Caller` header (`encode_caller`). The server believes a
-  claim that narrows what the caller may do (an agent) from anyone, and any other claim (a person
-  at the CLI, an internal path such as a hook) only from a request that presented the server's
-  token: see `decode_caller`.
+  claim that narrows what the caller may do (an agent, an automatic path such as consolidate)
+  from anyone, and any other claim (a person at the CLI, an internal path such as a hook) only
+  from a request that presented the server's token: see `decode_caller`.
 """
 
 from __future__ import annotations
@@ -261,10 +261,12 @@ def encode_caller(caller: Caller) -> str:
 
 def decode_caller(header: str | None, *, trusted: bool, default: Caller) -> Caller:
     """The caller a REST request speaks for. Without a header: `default` (a person at the REST
-    door). An agent claim narrows what the call may do, so it is believed from anyone; a human
-    or internal claim widens it (or changes how automatic paths treat it), so it is believed
-    only when `trusted` (the request presented the server's token); otherwise `default`. A
-    malformed header is `invalid_input`, never silently someone else."""
+    door). A claim that only narrows what the call may do is believed from anyone: an agent's,
+    and an automatic path's (consolidate, extraction: never a pinned, retired or other subject's
+    memory, never a deleted bank) in place of a person — believed bare, since its session and
+    agent would be provenance on the caller's word. Any other human or internal claim widens it,
+    so it is believed only when `trusted` (the request presented the server's token); otherwise
+    `default`. A malformed header is `invalid_input`, never silently someone else."""
     if header is None:
         return default
     if len(header) > _MAX_CALLER_HEADER:
@@ -286,7 +288,10 @@ def decode_caller(header: str | None, *, trusted: bool, default: Caller) -> Call
     if kind is CallerKind.AGENT:
         return Caller.for_agent(via, **values)
     if not trusted:
-        return default
+        automatic = Caller.internal(via)
+        # Only in place of a person: for an agent, an internal caller would skip its access level.
+        narrows = kind is CallerKind.INTERNAL and default.kind is CallerKind.HUMAN
+        return automatic if narrows and automatic.automatic else default
     if kind is CallerKind.HUMAN:
         return Caller.human(via)
     return Caller.internal(

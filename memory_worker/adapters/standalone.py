@@ -235,8 +235,9 @@ async def _payload(request: web.Request, *, max_values: int | None = MAX_VALUES)
 
 def _caller(request: web.Request) -> Caller:
     """Who a call speaks for: a person at the REST door, unless a forwarding door says otherwise
-    (believed as `doors.decode_caller` rules: an agent from anyone, the rest only from a request
-    that presented the server's token — the gate has refused every request with a wrong one)."""
+    (believed as `doors.decode_caller` rules: an agent or an automatic path from anyone, the rest
+    only from a request that presented the server's token — the gate has refused every request
+    with a wrong one)."""
     trusted = request.headers.get("Authorization") is not None
     return decode_caller(request.headers.get(CALLER_HEADER), trusted=trusted, default=REST_CALLER)
 

@@ -362,6 +362,9 @@ class MemoryUseCases(EmbeddingWork):
         winner = bank.latest(req.superseded_by)
         if winner is None:
             raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")
+        # The winner as it is now, not as the caller listed it: merging into a memory that was
+        # edited meanwhile would retire the target into a fact it no longer states.
+        transitions.check_revision(winner, req.expected_winner_revision)
         if caller.automatic and winner.subject != target.subject:
             # Consolidation or a correction must never fold one person's memory into another's.
             raise Conflict(

@@ -489,6 +489,14 @@ class SupersedeRequest(Request):
         "caller last read; when it has moved on, the call fails with `conflict: stale revision "
         "…` and changes nothing. Omitted: no check.",
     )
+    expected_winner_revision: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="The same check on the memory that replaces it (`superseded_by`): a merge "
+        "planned on what the survivor said is refused with `conflict: stale revision …` once "
+        "the survivor was edited, and changes nothing. Omitted: no check.",
+    )
 
 
 class SupersedeResponse(Response):

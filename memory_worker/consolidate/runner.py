@@ -2,9 +2,10 @@
 what may be merged, ask the LLM tier when it is on, and report.
 
 Invariants:
-- every write is `memory::supersede {reinforce: true, reason, expected_revision}` (or, for a
-  promotion, `memory::rule::set` with the rule's revision): the memory worker refuses a pinned,
-  retired or changed record, so a plan made on a stale read changes nothing it should not;
+- every write is `memory::supersede {reinforce: true, reason, expected_revision,
+  expected_winner_revision}` (or, for a promotion, `memory::rule::set` with the rule's revision):
+  the memory worker refuses a pinned, retired or changed record (loser or winner), so a plan made
+  on a stale read changes nothing it should not;
 - the per-run budget spans every bank; what it postpones is counted as `capped`;
 - a dry run reads and plans only (no supersede, no rule write, no LLM call);
 - nothing is retried inside a pass: an error is reported, and the pass is then not checkpointed, so
@@ -317,6 +318,8 @@ class Consolidator:
             "reinforce": True,
             "reason": why,
             "expected_revision": state.revisions.get(loser.id, loser.revision),
+            # The plan chose the winner for what it said when listed; an edit since voids it.
+            "expected_winner_revision": state.revisions.get(winner.id, winner.revision),
         }
         try:
             answer = await self._call(state, "memory::supersede", payload)

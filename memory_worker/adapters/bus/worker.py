@@ -75,8 +75,9 @@ HTTP_CALLER = Caller.human("http")  # REST through the engine's http worker
 
 def bus_caller(data: Any, metadata: Any) -> Caller:
     """Who made a bus call: an agent when it was made inside a harness turn (the invocation
-    metadata names its session), else whoever drives the bus for a person (the console, `iii
-    trigger`, another worker) — an owner, like the CLI."""
+    metadata names its session); an automatic path when the metadata says so (`via`:
+    memory-consolidate's calls say `consolidate`); else whoever drives the bus for a person (the
+    console, `iii trigger`, another worker) — an owner, like the CLI."""
     worker = data.get("_caller_worker_id") if isinstance(data, dict) else None
     context = metadata if isinstance(metadata, dict) else {}
     session, turn = context.get("session_id"), context.get("turn_id")
@@ -87,6 +88,12 @@ def bus_caller(data: Any, metadata: Any) -> Caller:
             session_id=session,
             turn_id=turn if isinstance(turn, str) else None,
         )
+    via = context.get("via")
+    if isinstance(via, str) and (automatic := Caller.internal(via)).automatic:
+        # Believed from anyone (the engine stamps only a worker id, not a name): in place of a
+        # person it only turns guards on — never a pinned, retired or other subject's memory,
+        # never a deleted bank. Never in place of an agent, whose access level it would skip.
+        return automatic
     return Caller.human("bus")
 
 

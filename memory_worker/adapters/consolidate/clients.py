@@ -59,8 +59,9 @@ class HttpClient:
         self.base_url = base_url.rstrip("/")
         # A proxy from the environment must not sit between us and a server on this machine.
         local = urlsplit(self.base_url).hostname in ("127.0.0.1", "localhost", "::1")
-        # The server's token ($MEMORY_TOKEN) when it needs one; with it, the server believes
-        # these calls are consolidate's (automatic: never a pinned, retired or gone target).
+        # The server's token ($MEMORY_TOKEN) when it needs one. The server believes these calls
+        # are consolidate's with or without it (automatic: never a pinned, retired, gone or
+        # other subject's target): a claim that only narrows what a call may do.
         self._headers = {
             **access.request_headers(access.client_token(None)),
             CALLER_HEADER: encode_caller(CONSOLIDATE),

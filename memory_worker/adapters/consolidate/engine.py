@@ -34,6 +34,7 @@ from memory_worker.adapters.bus.siblings import (
     ConfigClient,
     StateClient,
 )
+from memory_worker.adapters.consolidate.clients import CONSOLIDATE
 from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
 from memory_worker.app.catalog import json_schema
 from memory_worker.app.seams import HttpEnvelope
@@ -62,6 +63,7 @@ READY_LINE = "memory-consolidate connected to {url}"  # tests and scripts wait f
 CRON_EXPRESSION = "0 0 * * * *"  # hourly, 6-field with seconds: the heartbeat, not the interval
 TICK_REPLY_S = 20.0  # a tick answers within this; a longer pass goes on in the background
 MAX_OUTPUT_TOKENS = 1024
+CALLER_METADATA = {"via": CONSOLIDATE.via}  # every memory call's invocation metadata
 
 
 class _HandlerErrorsLoggedByUs(logging.Filter):
@@ -95,7 +97,10 @@ class BusMemoryClient:
 
     async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = await self._call(function_id, payload, self.timeout_ms)
+            # Says who is calling (`bus_caller`): without it the memory worker takes these calls
+            # for a person's, and its automatic guards (no merge across subjects) are off.
+            metadata = CALLER_METADATA
+            reply = await self._call(function_id, payload, self.timeout_ms, metadata=metadata)
         except InvocationError as exc:
             raise _mapped(function_id, exc) from None
         return reply if isinstance(reply, dict) else {}
