@@ -367,3 +367,27 @@ def test_an_access_line_is_what_json_dumps_writes(ids: list[str], now_ms: int) -
     # The line a recall appends is formatted directly for plain ids: byte for byte json's.
     want = json.dumps({"at": now_ms, "ids": ids}, separators=(",", ":")).encode() + b"\n"
     assert access_line(now_ms, ids) == want
+
+
+async def test_an_import_never_retires_unpins_or_rewrites_a_pinned_memory(
+    service: MemoryService,
+) -> None:
+    saved = await catalog.call(
+        service, "memory::save", {"text": "The user was born in 1990.", "pinned": True}
+    )
+    pinned = saved["memory"]
+    newer = {"id": pinned["id"], "text": pinned["text"], "revision": pinned["revision"] + 1}
+    for change in (
+        {"invalid_at": pinned["created_at"] + 1},
+        {"pinned": False},
+        {"text": "The user was born in 1991."},
+    ):
+        rows = [{"text": "The user likes tea"}, {**newer, "pinned": True, **change}]
+        with pytest.raises(Conflict, match="pinned memory; unpin it first"):
+            await catalog.call(service, "memory::import", {"bank": "main", "records": rows})
+    got = await catalog.call(service, "memory::get", {"id": pinned["id"]})
+    assert got["memory"] == pinned  # nothing imported, not even the other row
+    listed = await catalog.call(service, "memory::list", {})
+    assert [m["text"] for m in listed["memories"]] == [pinned["text"]]
+    same = {**newer, "pinned": True, "revision": pinned["revision"]}
+    await catalog.call(service, "memory::import", {"bank": "main", "records": [same]})

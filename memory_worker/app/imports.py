@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.core import transitions
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import Card, prepare_card
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, Confidence, Memory, Provenance
 from memory_worker.core.names import check_name
@@ -116,6 +116,7 @@ class ImportUseCases(EmbeddingWork):
             return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
+            _spare_pinned(bank, records)
             await bank.commit(records)
         self._embed_soon(bank)
         return ImportReport(
@@ -192,3 +193,21 @@ def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else str(err["msg"])
+
+
+def _spare_pinned(bank: Bank, records: Sequence[Memory]) -> None:
+    """Refuse (`conflict`, nothing written) an import whose record would win over a live pinned
+    memory of the bank (a higher or equal revision, as replay decides) and retire it, unpin it
+    or change its text: a person pinned it, and only they unpin or edit it. Re-importing the
+    same records is fine."""
+    for record in records:
+        current = bank.latest(record.id)
+        if current is None or not (current.live and current.pinned):
+            continue
+        if record.revision < current.revision:
+            continue  # history: the pinned record stays the newest
+        if not record.live or not record.pinned or record.text != current.text:
+            raise Conflict(
+                f"record {record.id} would retire, unpin or rewrite a pinned memory; unpin it "
+                "first — nothing was imported"
+            )
