@@ -158,6 +158,24 @@ def test_unusable_input_prints_nothing_and_exits_0(
     assert _hook(monkeypatch, capsys, data, payload) == (0, "")
 
 
+def test_stdin_that_is_not_utf8_prints_nothing_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    repo: Path,
+) -> None:
+    """Python decodes stdin strictly under a UTF-8 locale (macOS's en_US.UTF-8): a Latin-1 byte
+    in the agent's JSON must not escape as a traceback."""
+    raw = json.dumps(_claude(repo, "Read", {"file_path": "proto/user.proto"})).encode()
+    raw = raw.replace(b"user.proto", b"caf\xe9.proto")
+    stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="strict")
+    monkeypatch.setattr("sys.stdin", stdin)
+    code = cli.main(["hook", "pre-tool-use", "--data-dir", str(data)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (0, "")
+    assert "hook_input_not_utf8" in captured.err
+
+
 def test_a_data_dir_held_by_a_process_without_a_url_fails_open_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
 ) -> None:

@@ -22,7 +22,8 @@ from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput
-from memory_worker.harness.capture import CaptureRunner
+from memory_worker.core.models import MAX_TIME_MS
+from memory_worker.harness.capture import CaptureJob, CaptureRunner
 from memory_worker.storage.capture import CAPTURE_FILE, MAX_ATTEMPTS, CaptureQueue
 from memory_worker.storage.store import Store
 
@@ -165,6 +166,38 @@ class TestTranscripts:
             ("assistant", "Plums, noted."),
         ]
         assert entries[0]["entry_id"] != entries[1]["entry_id"]
+
+    @pytest.mark.parametrize(
+        "stamp",
+        ["1e400", "1e300", '"0001-01-01T00:00:00+14:00"', '"1900-01-01T00:00:00Z"'],
+        ids=["past-a-float", "past-9999", "year-1", "before-1970"],
+    )
+    def test_a_line_with_a_time_no_job_can_hold_is_kept_without_it(
+        self, tmp_path: Path, stamp: str
+    ) -> None:
+        """One such line used to fail the turn's whole capture (a traceback, or a job refused
+        for a negative time): its words are still the turn's."""
+        path = tmp_path / "t.jsonl"
+        path.write_text(
+            json.dumps(claude_line("user", "u1", "I moved to Lisbon last month"))
+            + "\n"
+            + json.dumps(claude_line("assistant", "a1", "Noted.")).replace(
+                '"2026-11-30T10:00:00.000Z"', stamp
+            )
+            + "\n"
+        )
+        entries = read_transcript(path, limit=10)
+        CaptureJob.model_validate({"session_id": "s1", "entries": entries})
+        assert [e["text"] for e in entries] == ["I moved to Lisbon last month", "Noted."]
+        assert "timestamp" in entries[0] and "timestamp" not in entries[1]
+
+    def test_a_lines_time_is_bounded_like_a_memorys(self, tmp_path: Path) -> None:
+        lines = [
+            claude_line("user", "u1", "first", timestamp="9999-12-31T23:59:59.999Z"),
+            claude_line("user", "u2", "second", timestamp=MAX_TIME_MS + 1),
+        ]
+        entries = read_transcript(write_transcript(tmp_path / "t.jsonl", lines), limit=10)
+        assert [e.get("timestamp") for e in entries] == [MAX_TIME_MS, None]
 
 
 @pytest.fixture(name="root")

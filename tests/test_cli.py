@@ -361,6 +361,39 @@ def _one_shot_commands(root: Path) -> dict[str, tuple[tuple[str, ...], dict[str,
         encoding="utf-8",
     )
 
+    not_utf8 = case(
+        "batch-not-utf8",
+        "call",
+        "--batch",
+        str(root / "batch-not-utf8" / "calls.jsonl"),
+        "--data-dir",
+        data("batch-not-utf8"),
+    )
+    (not_utf8 / "calls.jsonl").write_bytes(
+        b'{"function_id": "memory::save", "payload": {"text": "The user likes tea"}}\n'
+        b'{"function_id": "memory::save", "payload": {"text": "The user likes caf\xe9"}}\n'
+        b'{"function_id": "memory::list", "payload": {}}\n'
+    )
+    latin1 = case(
+        "import-not-utf8",
+        "import",
+        str(root / "import-not-utf8" / "records.jsonl"),
+        "--bank",
+        "fresh",
+        "--data-dir",
+        data("import-not-utf8"),
+    )
+    (latin1 / "records.jsonl").write_bytes(b'{"text": "The user likes caf\xe9"}\n')
+    case(
+        "numeric-bank",
+        "trigger",
+        "memory::save",
+        "bank=2024",
+        "text=The user likes tea",
+        "--data-dir",
+        data("numeric-bank"),
+    )
+
     bad = case(
         "bad-import",
         "import",
@@ -482,6 +515,13 @@ def test_a_number_given_as_text_is_stored_as_text(one_shots: dict[str, Ran]) -> 
     assert one_shots["coerce-number"].outcome.result()["memory"]["text"] == "12345"
 
 
+def test_a_number_given_as_a_bank_names_that_bank(one_shots: dict[str, Ran]) -> None:
+    """`bank=2024` is bank "2024", as `memory::bank::create name=2024` makes it."""
+    ran = one_shots["numeric-bank"]
+    assert ran.outcome.result()["memory"]["text"] == "The user likes tea"
+    assert (ran.cwd / "data" / "2024" / "memories.jsonl").is_file()
+
+
 def test_options_may_come_before_the_key_value_pairs(one_shots: dict[str, Ran]) -> None:
     ran = one_shots["options-first"]
     memory = ran.outcome.result()["memory"]
@@ -572,6 +612,20 @@ def test_batch_file_answers_every_line_in_order(one_shots: dict[str, Ran]) -> No
     assert answers[2]["result"]["memories"][0]["text"] == "The user runs"
     assert answers[3]["error"]["code"] == "bank_not_found"
     assert answers[4]["result"] == {"bank": "main", "tags": []}
+
+
+def test_a_batch_line_that_is_not_utf8_is_answered_and_the_others_run(
+    one_shots: dict[str, Ran],
+) -> None:
+    outcome = one_shots["batch-not-utf8"].outcome
+    assert outcome.code == 0, outcome.stderr
+    answers = [json.loads(line) for line in outcome.stdout.splitlines()]
+    assert [answer.get("error", {}).get("code") for answer in answers] == [
+        None,
+        "invalid_input",
+        None,
+    ]
+    assert [m["text"] for m in answers[2]["result"]["memories"]] == ["The user likes tea"]
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -767,6 +821,16 @@ def test_one_bad_row_rejects_the_whole_import_and_creates_nothing(
     assert error["code"] == "invalid_input"
     assert "record 3" in error["message"]
     assert "text" in error["message"]
+    assert not (ran.cwd / "data" / "fresh").exists()
+
+
+def test_an_import_file_that_is_not_utf8_is_invalid_input_and_creates_nothing(
+    one_shots: dict[str, Ran],
+) -> None:
+    ran = one_shots["import-not-utf8"]
+    error = ran.outcome.error()
+    assert error["code"] == "invalid_input"
+    assert "records.jsonl" in error["message"] and "utf-8" in error["message"]
     assert not (ran.cwd / "data" / "fresh").exists()
 
 

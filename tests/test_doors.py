@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -71,14 +72,15 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+async def _outcome(door: Any, function_id: str, payload: Any) -> Any:
+    try:
+        return {"result": await door.call(function_id, payload)}
+    except WorkerError as err:
+        return {"error": err.to_dict()}
+
+
 async def _run(door: Any) -> list[Any]:
-    out: list[Any] = []
-    for function_id, payload in CALLS:
-        try:
-            out.append({"result": await door.call(function_id, payload)})
-        except WorkerError as err:
-            out.append({"error": err.to_dict()})
-    return out
+    return [await _outcome(door, function_id, payload) for function_id, payload in CALLS]
 
 
 class TestForwarding:
@@ -102,6 +104,32 @@ class TestForwarding:
         assert _timeless(forwarded) == _timeless(direct)
         codes = [item["error"]["code"] for item in forwarded if "error" in item]
         assert codes == ["memory_not_found", "invalid_input", "invalid_input"]
+
+    async def test_what_utf8_or_json_cannot_carry_answers_as_a_direct_call(
+        self, server: StandaloneServer, tmp_path: Path
+    ) -> None:
+        """A lone surrogate (a caller's `"\\ud800"`) has no UTF-8 form, and infinity (what
+        `1e400` decodes to) no JSON one: forwarded, the first was `payload is not JSON` from the
+        server and the second was sent as `Infinity`, which the server refused."""
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("memory::get", {"id": "fp\ud800"}),
+            ("memory::save", {"text": "The user likes caf\u00e9 \ud800 and tea"}),
+            ("memory::save", {"text": "The user likes tea", "weight": math.inf}),
+            ("memory::recall", {"query": "tea", "weight": -math.inf}),
+            ("memory::list", {}),
+        ]
+        settings = Settings()
+        answers = []
+        for data_dir in (server.data_dir, tmp_path / "free"):
+            async with open_door(
+                data_dir, lambda: settings, Caller.human("cli"), command="test", lock_wait_s=0
+            ) as door:
+                assert door.remote == (server.url if data_dir == server.data_dir else None)
+                answers.append([await _outcome(door, fid, payload) for fid, payload in calls])
+        forwarded, direct = answers
+        assert _timeless(forwarded) == _timeless(direct)
+        codes = [item["error"]["code"] for item in direct if "error" in item]
+        assert codes == ["memory_not_found", "invalid_input", "invalid_input", "invalid_input"]
 
     async def test_an_unknown_function_fails_before_any_request(
         self, server: StandaloneServer

@@ -88,6 +88,29 @@ def test_mem0s_export_is_read(tmp_path: Path) -> None:
         read_foreign(path, "mem0")
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    ["1e400", "1e300", '"0001-01-01T00:00:00"', '"1900-01-01T00:00:00Z"'],
+    ids=["past-a-float", "past-9999", "year-1", "before-1970"],
+)
+def test_a_mem0_time_a_record_cannot_hold_is_left_out_like_an_unreadable_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stamp: str
+) -> None:
+    """The memory comes in without that time, as with a time that does not parse; it used to
+    be a traceback (`1e400` reads as infinity) or the whole import refused."""
+    path = tmp_path / "mem0.json"
+    path.write_text(
+        '[{"id": "m1", "memory": "The user likes green tea", "created_at": ' + stamp + "}]"
+    )
+    (record,) = read_foreign(path, "mem0").records
+    assert not {"created_at", "stated_at", "updated_at"} & set(record)
+    data = str(tmp_path / "data")
+    report = _run(
+        capsys, "import", str(path), "--from", "mem0", "--bank", "main", "--data-dir", data
+    )
+    assert report["imported"] == 1
+
+
 def test_a_markdown_memory_folder_is_read(tmp_path: Path) -> None:
     folder = tmp_path / "memory"
     (folder / "old").mkdir(parents=True)

@@ -150,6 +150,32 @@ async def test_nan_from_an_already_decoded_payload_is_invalid_input(
         await catalog.call(service, "memory::recall", {"query": value})
 
 
+HUGE = '{"text": "The user likes tea", "weight": 1e400}'  # 1e400 decodes as infinity
+
+
+async def test_a_number_past_a_floats_range_is_invalid_input_even_where_it_is_ignored(
+    server: StandaloneServer,
+) -> None:
+    """Infinity has no JSON form, so no door can pass it on: accepted in-process, it was refused
+    once forwarded; now every edge refuses it, whatever field it is in."""
+    answer = await _post(server, "/memory/save", HUGE)
+    assert (answer.status, answer.code) == (400, "invalid_input")
+    assert server.service is not None and server.service.store.names() == []
+    with pytest.raises(InvalidInput, match="inf"):
+        await catalog.call(server.service, "memory::save", json.loads(HUGE))
+    assert server.service.store.names() == []
+
+
+def test_a_number_past_a_floats_range_in_trigger_json_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["trigger", "memory::save", "--json", HUGE,
+                     "--data-dir", str(tmp_path / "data")])  # fmt: skip
+    error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (code, error["code"]) == (1, "invalid_input")
+    assert not (tmp_path / "data").exists()
+
+
 def test_nan_in_trigger_json_is_invalid_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

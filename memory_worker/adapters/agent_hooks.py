@@ -240,7 +240,11 @@ def add_parser(
 
 
 def _read_payload(stream: TextIO) -> dict[str, Any] | None:
-    raw = stream.read(MAX_INPUT_BYTES + 1)
+    try:
+        raw = stream.read(MAX_INPUT_BYTES + 1)
+    except UnicodeDecodeError as exc:  # stdin decoded strictly (a UTF-8 locale), other bytes sent
+        log.warning("hook_input_not_utf8", error=str(exc))
+        return None
     if len(raw) > MAX_INPUT_BYTES:
         log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
         return None

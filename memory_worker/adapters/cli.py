@@ -23,11 +23,11 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from memory_worker.adapters import agent_hooks
-from memory_worker.adapters.doors import Door, LocalDoor, open_door
+from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body
 from memory_worker.adapters.formats import FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import functions
@@ -221,9 +221,9 @@ async def _trigger(args: argparse.Namespace) -> int:
     return await _with_door(args, f"memory-worker trigger {args.function}", work)
 
 
-async def _batch_line(door: Door, line: str) -> dict[str, Any]:
+async def _batch_line(door: Door, line: bytes | str) -> dict[str, Any]:
     try:
-        item = loads(line, "the line")
+        item = loads(line, "the line")  # bytes that are not UTF-8 are `invalid_input` here
         if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
             raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
         return {"result": await door.call(item["function_id"], item.get("payload"))}
@@ -232,10 +232,14 @@ async def _batch_line(door: Door, line: str) -> dict[str, Any]:
 
 
 async def _call(args: argparse.Namespace) -> int:
-    source = sys.stdin if args.batch == "-" else None
+    # Read as bytes, decoded line by line: a line that is not UTF-8 is answered like any other
+    # bad line, where a decoding reader would end the whole batch at it.
+    source: IO[Any] | None = None
+    if args.batch == "-":
+        source = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no bytes
 
     async def work(door: Door) -> int:
-        stream = source or Path(args.batch).open(encoding="utf-8")  # noqa: SIM115 - closed below
+        stream = source or Path(args.batch).open("rb")  # noqa: SIM115 - closed below
         try:
             while True:
                 # One line at a time, answered before the next is read: a pipe can drive it.
@@ -245,7 +249,7 @@ async def _call(args: argparse.Namespace) -> int:
                 if line.strip():
                     _dump(await _batch_line(door, line), sys.stdout)
         finally:
-            if stream is not sys.stdin:
+            if source is None:
                 stream.close()
 
     if source is None and not Path(args.batch).is_file():
@@ -258,6 +262,8 @@ def _read_records(path: str) -> list[dict[str, Any]]:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc}") from None
     rows: list[dict[str, Any]] = []
     # JSON lines end at "\n" only: U+2028, U+0085 or a form feed inside a string are valid JSON
     # (`str.splitlines` would cut a record there); a "\r" before the "\n" is JSON whitespace.
@@ -311,7 +317,7 @@ def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[dict[str,
     chunks: list[list[dict[str, Any]]] = [[]]
     size = 0
     for row in rows:
-        row_size = len(json.dumps(row, ensure_ascii=False).encode()) + 1
+        row_size = len(request_body(row)) + 1
         if chunks[-1] and size + row_size > limit_bytes:
             chunks.append([])
             size = 0

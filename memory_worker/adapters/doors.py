@@ -41,6 +41,7 @@ from memory_worker.core.errors import (
     SiblingUnavailable,
     WorkerError,
 )
+from memory_worker.core.payload import check_depth
 from memory_worker.storage import files
 from memory_worker.storage.logger import get_logger
 
@@ -63,6 +64,7 @@ __all__ = [
     "decode_caller",
     "encode_caller",
     "open_door",
+    "request_body",
     "serving_url",
 ]
 
@@ -202,10 +204,7 @@ class RemoteDoor:
         import http.client
 
         url = f"{self.url}/{path}"
-        try:
-            body = json.dumps({} if payload is None else payload, ensure_ascii=False).encode()
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"payload is not JSON: {exc}") from None
+        body = request_body({} if payload is None else payload)
         try:
             async with asyncio.timeout(self._timeout_s):
                 status, raw = await self._exchange(f"{self._base}/{path}", body)
@@ -247,6 +246,21 @@ class RemoteDoor:
                 with contextlib.suppress(OSError):
                     connection.sock.shutdown(socket.SHUT_RDWR)
             connection.close()
+
+
+def request_body(payload: object) -> bytes:
+    """`payload` as the JSON body of a forwarded call: the server must read back exactly what
+    the process would have called with, or the two answer differently. What JSON cannot carry
+    (NaN, Infinity) is `invalid_input`, as `catalog.call` refuses it in-process."""
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        # NaN or Infinity: refused in the words of the in-process call (its own size budget aside)
+        check_depth(payload, max_values=None)
+        raise InvalidInput(f"payload is not JSON: {exc}") from None
+    # A lone surrogate (a caller's `"\ud800"`) has no UTF-8 form: it can only stand inside a JSON
+    # string, where the same `\ud800` escape is valid and reads back as the same text.
+    return text.encode("utf-8", "backslashreplace")
 
 
 # --- who is calling, over HTTP -----------------------------------------------------------------

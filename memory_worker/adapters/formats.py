@@ -58,19 +58,27 @@ class Foreign:
 
 
 def _ms(value: object) -> int | None:
+    """A time in ms, or None — the memory is imported without it — when the value is not one a
+    record can hold: unreadable, not finite (`1e400` reads as infinity), before 1970 or after
+    9999 (a record's times are bounded by `MAX_TIME_MS`; one bad time must not refuse them all)."""
+    from memory_worker.core.models import MAX_TIME_MS
+
+    ms: float
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float) and value > 0:
-        return int(value * 1000) if value < 10**11 else int(value)  # seconds or ms
-    if isinstance(value, str) and value.strip():
+        ms = value * 1000 if value < 10**11 else value  # seconds or ms
+    elif isinstance(value, str) and value.strip():
         try:
             stamp = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
             return None
         if stamp.tzinfo is None:  # a naive time is read as UTC (what mem0 stores)
             stamp = stamp.replace(tzinfo=UTC)
-        return int(stamp.timestamp() * 1000)
-    return None
+        ms = stamp.timestamp() * 1000
+    else:
+        return None
+    return int(ms) if 0 <= ms <= MAX_TIME_MS else None
 
 
 def _tag(value: object) -> str | None:

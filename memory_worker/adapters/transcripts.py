@@ -29,17 +29,26 @@ MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much o
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
 _COMMAND_MARKS = ("<command-name>", "<local-command-stdout>", "<command-message>")
 _MAX_TEXT_CHARS = 20_000
+# `core.models.MAX_TIME_MS` (9999-12-31T23:59:59.999Z), not imported: a Stop hook forwarded to
+# the server never loads pydantic and the memory models it would bring.
+_MAX_TIME_MS = 253_402_300_799_999
 
 
 def _ms(value: object) -> int | None:
+    """A line's time in ms, or None (the line is kept, undated) when it has none that a capture
+    job can hold: unreadable, not finite (`1e400` decodes as infinity), before 1970 or after
+    9999 — one such line must not fail the whole turn's capture."""
+    ms: float
     if isinstance(value, int | float) and value > 0:
-        return int(value)
-    if isinstance(value, str) and value:
+        ms = value
+    elif isinstance(value, str) and value:
         try:
-            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+            ms = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000
         except ValueError:
             return None
-    return None
+    else:
+        return None
+    return int(ms) if 0 <= ms <= _MAX_TIME_MS else None
 
 
 def _words(content: object) -> str:

@@ -115,7 +115,8 @@ def _words_to_list(value: Any) -> Any:
 
 Text = Annotated[str, BeforeValidator(_scalar_to_text)]
 TextList = Annotated[list[Text], BeforeValidator(_text_to_list)]
-BankName = Annotated[str | None, BeforeValidator(_blank_to_none)]
+# A number is a name too (`bank=2024`), as it is for `memory::bank::create name=2024`.
+BankName = Annotated[str | None, BeforeValidator(_scalar_to_text), BeforeValidator(_blank_to_none)]
 # A keyword group: a list of terms, or one string of them ("bedrock region" / "bedrock,region").
 Group = Annotated[list[Text], BeforeValidator(_words_to_list)]
 

@@ -5,13 +5,15 @@ A payload is an object of scalars and short lists, so nesting past `MAX_DEPTH` i
 `invalid_input` before anything recursive (the decoder, validation, a log line) could hit
 Python's recursion limit, and so is a payload of more than `MAX_VALUES` values in all, before
 validation spends a Python call on each (110,000 tags once held the event loop for seconds);
-`NaN` and `Infinity` are not JSON and are refused too. Linear in the size of the input, and the
-check stops at the first value past a limit.
+`NaN` and `Infinity` are not JSON and are refused too, and so is a number past a float's range
+(`1e400` decodes as infinity, which no door could pass on as JSON). Linear in the size of the
+input, and the check stops at the first value past a limit.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,8 +46,8 @@ def loads(raw: bytes | str, what: str, *, max_values: int | None = MAX_VALUES) -
 def check_depth(
     value: object, what: str = "payload", *, max_values: int | None = MAX_VALUES
 ) -> None:
-    """Refuse containers nested more than `MAX_DEPTH` deep, or more than `max_values` values in
-    all (None: any number; iterative: never recursion itself)."""
+    """Refuse containers nested more than `MAX_DEPTH` deep, more than `max_values` values in all
+    (None: any number), or a float that is not finite (iterative: never recursion itself)."""
     stack: list[tuple[object, int]] = [(value, 1)]
     seen = 0
     while stack:
@@ -58,6 +60,10 @@ def check_depth(
         elif isinstance(node, list | tuple):
             children = node
         else:
+            if isinstance(node, float) and not math.isfinite(node):
+                raise InvalidInput(
+                    f"{what} holds {node}: a JSON number is finite and at most 1.8e308 in size"
+                )
             continue
         if depth > MAX_DEPTH:
             raise InvalidInput(f"{what} is nested more than {MAX_DEPTH} levels deep")
