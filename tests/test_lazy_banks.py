@@ -7,7 +7,7 @@ import asyncio
 import errno
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -355,15 +355,7 @@ class TestReplayInAThread:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         seed(tmp_path, {"alpha": ["a one"]})
-        real = Bank.load
-        failures = [OSError(errno.EMFILE, "Too many open files")]
-
-        def flaky(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
-            if failures:
-                raise failures.pop()
-            return real(name, path, *args, **kwargs)
-
-        monkeypatch.setattr(Bank, "load", flaky)
+        self.out_of_descriptors_once(monkeypatch, [])
 
         async def scenario() -> None:
             store = Store.open(tmp_path, holder=HOLDER, lazy=True)
@@ -383,16 +375,7 @@ class TestReplayInAThread:
     ) -> None:
         seed(tmp_path, {"alpha": ["a one"]})
         threads.clear()
-        real = Bank.load
-        failures = [OSError(errno.EMFILE, "Too many open files")]
-
-        def flaky(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
-            threads.append((name, threading.get_ident()))
-            if failures:
-                raise failures.pop()
-            return real(name, path, *args, **kwargs)
-
-        monkeypatch.setattr(Bank, "load", flaky)
+        self.out_of_descriptors_once(monkeypatch, threads)
 
         async def scenario() -> None:
             store = Store.open(tmp_path, holder=HOLDER, lazy=True)
@@ -410,29 +393,59 @@ class TestReplayInAThread:
 
         asyncio.run(scenario())
 
+    @staticmethod
+    def out_of_descriptors_once(
+        monkeypatch: pytest.MonkeyPatch, threads: list[tuple[str, int]]
+    ) -> None:
+        """The next `Bank.load` fails as a process out of file descriptors does; every load is
+        recorded in `threads` as (bank, thread id)."""
+        real = Bank.load
+        failures = [OSError(errno.EMFILE, "Too many open files")]
+
+        def flaky(name: str, path: Path, *args: Any, **kwargs: Any) -> Bank:
+            threads.append((name, threading.get_ident()))
+            if failures:
+                raise failures.pop()
+            return real(name, path, *args, **kwargs)
+
+        monkeypatch.setattr(Bank, "load", flaky)
+
+    @staticmethod
+    def lazily(
+        data_dir: Path, work: Callable[[MemoryService], Awaitable[None]], **options: Any
+    ) -> None:
+        """Run `work` on a service over `data_dir` opened lazily, as a server does."""
+
+        async def scenario() -> None:
+            store = Store.open(data_dir, holder=HOLDER, lazy=True)
+            service = MemoryService(store, Settings(), **options)
+            try:
+                await work(service)
+            finally:
+                await service.close()
+                await store.close()
+
+        asyncio.run(scenario())
+
+    @staticmethod
+    def off_the_loop(threads: list[tuple[str, int]]) -> list[tuple[str, bool]]:
+        """Each replay so far: the bank, and whether a thread other than the loop's ran it."""
+        loop = threading.get_ident()
+        return [(name, tid != loop) for name, tid in threads]
+
     def test_the_bank_functions_replay_the_bank_they_name_off_the_loop(
         self, tmp_path: Path, threads: list[tuple[str, int]]
     ) -> None:
         seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
         threads.clear()
 
-        async def scenario() -> None:
-            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
-            service = MemoryService(store, Settings())
-            try:
-                shown = await call(service, "memory::bank::get", {"name": "alpha"}, HUMAN)
-                assert shown["bank"]["memories"] == 1
-                await call(service, "memory::bank::delete", {"name": "bravo"}, HUMAN)
-                loop = threading.get_ident()
-                assert [(name, tid != loop) for name, tid in threads] == [
-                    ("alpha", True),
-                    ("bravo", True),
-                ]
-            finally:
-                await service.close()
-                await store.close()
+        async def work(service: MemoryService) -> None:
+            shown = await call(service, "memory::bank::get", {"name": "alpha"}, HUMAN)
+            assert shown["bank"]["memories"] == 1
+            await call(service, "memory::bank::delete", {"name": "bravo"}, HUMAN)
+            assert self.off_the_loop(threads) == [("alpha", True), ("bravo", True)]
 
-        asyncio.run(scenario())
+        self.lazily(tmp_path, work)
 
     def test_a_hook_turn_resolving_its_bank_replays_it_off_the_loop(
         self, tmp_path: Path, threads: list[tuple[str, int]]
@@ -442,18 +455,11 @@ class TestReplayInAThread:
         seed(tmp_path, {"main": ["Ana lives in Lisbon"]})
         threads.clear()
 
-        async def scenario() -> None:
-            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
-            service = MemoryService(store, Settings())
-            try:
-                assert await Hooked(service).step("s1", "where does Ana live?") is not None
-                loop = threading.get_ident()
-                assert [(name, tid != loop) for name, tid in threads] == [("main", True)]
-            finally:
-                await service.close()
-                await store.close()
+        async def work(service: MemoryService) -> None:
+            assert await Hooked(service).step("s1", "where does Ana live?") is not None
+            assert self.off_the_loop(threads) == [("main", True)]
 
-        asyncio.run(scenario())
+        self.lazily(tmp_path, work)
 
     def test_listing_a_bank_whose_counts_are_stale_replays_it_off_the_loop(
         self, tmp_path: Path, threads: list[tuple[str, int]]
@@ -462,22 +468,13 @@ class TestReplayInAThread:
         (tmp_path / "alpha" / COUNTS_FILE).unlink()  # as a crash leaves it
         threads.clear()
 
-        async def scenario() -> None:
-            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
-            service = MemoryService(store, Settings())
-            try:
-                listed = await call(service, "memory::bank::list", {}, HUMAN)
-                assert [(b["name"], b["memories"]) for b in listed["banks"]] == [
-                    ("alpha", 1),
-                    ("bravo", 1),
-                ]
-                loop = threading.get_ident()
-                assert [(name, tid != loop) for name, tid in threads] == [("alpha", True)]
-            finally:
-                await service.close()
-                await store.close()
+        async def work(service: MemoryService) -> None:
+            listed = await call(service, "memory::bank::list", {}, HUMAN)
+            counted = [(b["name"], b["memories"]) for b in listed["banks"]]
+            assert counted == [("alpha", 1), ("bravo", 1)]
+            assert self.off_the_loop(threads) == [("alpha", True)]
 
-        asyncio.run(scenario())
+        self.lazily(tmp_path, work)
 
     def test_turning_embeddings_on_replays_nothing_and_boot_embeds_the_rest(
         self, tmp_path: Path, threads: list[tuple[str, int]]
@@ -487,23 +484,16 @@ class TestReplayInAThread:
         seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
         threads.clear()
 
-        async def scenario() -> None:
-            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
-            service = MemoryService(store, Settings(), embedder=FakeEmbedder())
-            try:
-                alpha = await store.replay("alpha")
-                assert alpha is not None
-                service.embedding_changed(turned_on=True)
-                assert store.pending() == ["bravo"]  # not replayed on the loop for this
-                await service.boot_banks()
-                await service.settle()
-                assert [name for name, _ in threads] == ["alpha", "bravo"]
-                assert service.embedding_progress() == []  # both fully embedded
-            finally:
-                await service.close()
-                await store.close()
+        async def work(service: MemoryService) -> None:
+            assert await service.store.replay("alpha") is not None
+            service.embedding_changed(turned_on=True)
+            assert service.store.pending() == ["bravo"]  # not replayed on the loop for this
+            await service.boot_banks()
+            await service.settle()
+            assert self.off_the_loop(threads) == [("alpha", True), ("bravo", True)]
+            assert service.embedding_progress() == []  # both fully embedded
 
-        asyncio.run(scenario())
+        self.lazily(tmp_path, work, embedder=FakeEmbedder())
 
     def test_the_data_dir_watcher_replays_a_bank_edited_before_its_replay_off_the_loop(
         self, tmp_path: Path, threads: list[tuple[str, int]]
@@ -513,21 +503,13 @@ class TestReplayInAThread:
         seed(tmp_path, {"alpha": ["a one"], "bravo": ["b one"]})
         threads.clear()
 
-        async def scenario() -> None:
-            store = Store.open(tmp_path, holder=HOLDER, lazy=True)
-            try:
-                # A hand edit of each during the server's boot, before the boot reached them.
-                assert not await watch._needs_reload(store, "alpha")  # its files are the truth
-                assert await store.reload_bank("bravo") == "reloaded"
-                loop = threading.get_ident()
-                assert [(name, tid != loop) for name, tid in threads] == [
-                    ("alpha", True),
-                    ("bravo", True),
-                ]
-            finally:
-                await store.close()
+        async def work(service: MemoryService) -> None:
+            # A hand edit of each during the server's boot, before the boot reached them.
+            assert not await watch._needs_reload(service.store, "alpha")  # files are the truth
+            assert await service.store.reload_bank("bravo") == "reloaded"
+            assert self.off_the_loop(threads) == [("alpha", True), ("bravo", True)]
 
-        asyncio.run(scenario())
+        self.lazily(tmp_path, work)
 
 
 class TestReplayDuringAReload:
