@@ -176,12 +176,11 @@ class EmbeddingWork(ServiceBase):
         if self.embedder is None:
             return []
         model = self.embedder.model
-        out = []
-        for name in self.store.names():
-            bank = self.store.find(name)
-            if bank is not None and not bank.semantic_ready(model):
-                out.append((name, *bank.embedding_progress(model)))
-        return out
+        return [
+            (bank.name, *bank.embedding_progress(model))
+            for bank in self.store.loaded()  # the doctor replays the pending ones first
+            if not bank.semantic_ready(model)
+        ]
 
     async def backfill_embeddings(self) -> None:
         """Start embedding every bank's memories that lack a vector from the current model, the

@@ -222,7 +222,7 @@ def atomic_write(path: Path, data: bytes, *, within: Path | None = None, mode: i
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise _storage("write", path, exc) from exc
-    _remove_leftovers(path)
+    remove_leftovers(path)
     _sync_landed(path.parent)
 
 
@@ -280,10 +280,11 @@ def remove_replacements(path: Path) -> list[str]:
     return removed
 
 
-def write_derived(path: Path, write: Callable[[BinaryIO], object]) -> bool:
+def write_derived(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Replace the derived file `path` with what `write` puts in a new temp file beside it
     (random name, `O_EXCL`: never through a link planted there, hard or symbolic), not synced
-    (derived data: a crash costs a rebuild). False, and no temp file left, when it failed."""
+    (derived data: a crash costs a rebuild). A failure leaves the old file, or none, and no temp
+    file: the next boot replays the log instead."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(
@@ -295,19 +296,13 @@ def write_derived(path: Path, write: Callable[[BinaryIO], object]) -> bool:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        return False
-    _remove_leftovers(path)
-    return True
+        return
+    remove_leftovers(path)
 
 
 def remove_leftovers(path: Path) -> None:
-    """The temp files of writes of `path` that never reached their rename (`atomic_write`'s
-    and `write_derived`'s); best effort, never following a link."""
-    _remove_leftovers(path)
-
-
-def _remove_leftovers(path: Path) -> None:
-    """Temp files an interrupted write of `path` left behind (best effort; unlink never follows)."""
+    """Temp files interrupted writes of `path` left behind (`atomic_write`'s, `write_derived`'s);
+    best effort, and unlink never follows a link."""
     try:
         names = os.listdir(path.parent)
     except OSError:
