@@ -89,9 +89,12 @@ class WorkerProcess:
             # Bindings to a sibling's trigger type reach that sibling after the engine has them:
             # a test that fires one (a hook, a session deletion) at once found nobody bound.
             self.engine.wait_settled(timeout=START_TIMEOUT_S)
-        except BaseException:
+        except BaseException as exc:
             self.kill()
-            raise AssertionError(f"worker did not start; log:\n{self.log()}") from None
+            raise AssertionError(
+                f"worker did not start ({exc!r}); engine errors: {self.engine.errors}; "
+                f"log:\n{self.log()}"
+            ) from None
         return self
 
     def run_to_exit(self, timeout: float = START_TIMEOUT_S) -> tuple[int, str]:
@@ -237,9 +240,12 @@ class ConsolidateProcess:
                 "memory-consolidate::run", min_count=self.starts, timeout=START_TIMEOUT_S
             )
             self.engine.wait_settled(timeout=START_TIMEOUT_S)  # as WorkerProcess.start
-        except BaseException:
+        except BaseException as exc:
             self.kill()
-            raise AssertionError(f"memory-consolidate did not start; log:\n{self.log()}") from None
+            raise AssertionError(
+                f"memory-consolidate did not start ({exc!r}); engine errors: "
+                f"{self.engine.errors}; log:\n{self.log()}"
+            ) from None
         return self
 
     def log(self) -> str:

@@ -1211,7 +1211,19 @@ class EngineDouble:
         def ready() -> bool:
             return all(b.state != "delivered" for b in self._bindings.values())
 
-        self._wait(ready, timeout, "settled bindings (one still awaits its provider's answer)")
+        try:
+            self._wait(ready, timeout, "settled bindings")
+        except TimeoutError:
+            with self._cond:
+                waiting = [
+                    f"{b.trigger_type} {b.msg.get('function_id')} (provider {b.provider.label})"
+                    for b in self._bindings.values()
+                    if b.state == "delivered" and b.provider is not None
+                ]
+            raise TimeoutError(
+                f"engine double: within {timeout}s these bindings got no answer from their "
+                f"provider: {waiting}"
+            ) from None
 
     def wait_worker(self, name: str, timeout: float = 10, min_count: int = 1) -> JSON:
         """Wait for the ``min_count``-th ``engine::workers::register`` of a worker name."""
