@@ -352,6 +352,41 @@ class TestSupersede:
             await call(service, "memory::supersede", id=memory["id"], superseded_by="fpnope")
 
 
+class TestImportEvents:
+    async def test_an_import_announces_each_memory_it_changes_and_nothing_else(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        kept = await save(service, "The user drinks tea daily")
+        edited = await save(service, "The user lives in Lisbon")
+        retired = await save(service, "The user works at Acme")
+        emitter.clear()
+        rows = [
+            kept,  # re-imported as it is: nothing changes
+            {**edited, "text": "The user lives in Porto", "revision": 1},
+            {**retired, "revision": 1, "invalid_at": 5, "superseded_by": edited["id"]},
+            {"id": "fpnew1", "text": "The user plays chess", "revision": 0},
+            {"id": "fpnew1", "text": "The user plays chess weekly", "revision": 1},
+            {"id": "fpold1", "text": "The user once had a cat", "invalid_at": 5},  # never live
+            {"id": "fpkey1", "text": "The user's key is sk-ant-api03-" + "a" * 90},
+        ]
+        await call(service, "memory::import", bank="main", records=rows)
+        events = [
+            (p["event_type"], p["memory"]["id"], p.get("reason")) for p in emitter.of(ITEM_CHANGED)
+        ]
+        assert events == [
+            ("updated", edited["id"], None),
+            ("superseded", retired["id"], None),
+            ("created", "fpnew1", None),
+            ("created", "fpkey1", "redacted: anthropic-key"),
+        ]
+        chess = next(p["memory"] for p in emitter.of(ITEM_CHANGED) if p["memory"]["id"] == "fpnew1")
+        assert chess["text"] == "The user plays chess weekly"  # the newest revision, as stored
+        emitter.clear()
+        # Again: every record is already there.
+        await call(service, "memory::import", bank="main", records=rows)
+        assert emitter.of(ITEM_CHANGED) == []
+
+
 class TestRecall:
     async def test_tag_filter_applies_before_truncation(self, service: MemoryService) -> None:
         for i in range(5):

@@ -8,12 +8,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short, redaction_reason
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import Card, prepare_card
-from memory_worker.core.models import MAX_INT, MAX_TIME_MS, Confidence, Memory, Provenance
+from memory_worker.core.models import (
+    MAX_INT,
+    MAX_TIME_MS,
+    Confidence,
+    ItemEvent,
+    Memory,
+    Provenance,
+)
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.storage.bank import Bank
@@ -117,7 +124,11 @@ class ImportUseCases(EmbeddingWork):
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
             _spare_pinned(bank, records)
+            before = {r.id: bank.latest(r.id) for r in records}
             await bank.commit(records)
+        reasons = [redaction_reason(found) for *_, found in prepared]
+        for event, record, reason in _changes(bank, records, before, reasons):
+            self._emit_item(event, name, record, reason)
         self._embed_soon(bank)
         return ImportReport(
             bank=name,
@@ -193,6 +204,35 @@ def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else str(err["msg"])
+
+
+def _changes(
+    bank: Bank,
+    records: Sequence[Memory],
+    before: Mapping[str, Memory | None],
+    reasons: Sequence[str | None],
+) -> list[tuple[ItemEvent, Memory, str | None]]:
+    """The item-changed events of an import, in record order: one per memory whose visible
+    state it changed (its record now the bank's newest): `created` or `updated` for one now
+    live, `superseded` or `deleted` for one it retired. A record that lost to a newer revision
+    (history), or that leaves the memory as it was (a re-import), changes nothing anyone sees."""
+    last = {r.id: i for i, r in enumerate(records)}  # replay is last-wins too
+    out: list[tuple[ItemEvent, Memory, str | None]] = []
+    for i, record in enumerate(records):
+        if last[record.id] != i or bank.get(record.id) != record:
+            continue
+        previous = before[record.id]
+        if previous == record:
+            continue
+        was_live = previous is not None and previous.live
+        if record.live:
+            event = ItemEvent.UPDATED if was_live else ItemEvent.CREATED
+        elif was_live:
+            event = ItemEvent.SUPERSEDED if record.superseded_by else ItemEvent.DELETED
+        else:
+            continue
+        out.append((event, record, reasons[i]))
+    return out
 
 
 def _spare_pinned(bank: Bank, records: Sequence[Memory]) -> None:
