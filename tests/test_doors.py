@@ -29,7 +29,7 @@ from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.core.bank_settings import BankOverrides, BankSettings, parse_overrides
 from memory_worker.core.config import Settings, load_settings
-from memory_worker.core.errors import BankNotFound, InvalidInput, WorkerError
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, WorkerError
 from memory_worker.storage.bank_file import BANK_FILE, read_bank_file
 
 from .served import ENV, START_TIMEOUT_S, serving
@@ -251,6 +251,36 @@ class TestMovingRecords:
             report = await cli.import_rows(door, "garden", rows)
             assert (report["imported"], report["live"]) == (12, 12)
             assert (await door.call("memory::list", {"bank": "garden"}))["total"] == 12
+
+    async def test_a_forwarded_import_in_many_requests_reports_what_one_request_would(
+        self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A memory's revisions travel in one request, so the count of live memories is the
+        # bank's, not a sum over requests that each saw part of a memory's history.
+        monkeypatch.setattr(cli, "FORWARD_CHUNK_BYTES", 200)
+        rows = []
+        for i in range(6):
+            rows.append({"id": f"fpm{i}", "text": f"Imported fact number {i}", "revision": 0})
+            rows.append({"id": f"fpm{i}", "text": f"Imported fact number {i}!", "revision": 1})
+        rows.append(
+            {"id": "fpm0", "text": "Imported fact number 0", "revision": 2, "invalid_at": 9}
+        )
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            report = await cli.import_rows(door, "many", rows)
+            assert (report["imported"], report["live"]) == (13, 5)
+            assert (await door.call("memory::list", {"bank": "many"}))["total"] == 5
+
+    async def test_a_forwarded_import_refused_for_a_pinned_memory_writes_no_request(
+        self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(cli, "FORWARD_CHUNK_BYTES", 200)
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            pinned = await door.call("memory::save", {"bank": "p", "text": "Kept", "pinned": True})
+            rows = [{"text": f"Imported fact number {i} about the garden"} for i in range(12)]
+            unpin = {**pinned["memory"], "pinned": False, "revision": 1}
+            with pytest.raises(Conflict, match="pinned"):
+                await cli.import_rows(door, "p", [*rows, unpin])
+            assert (await door.call("memory::list", {"bank": "p"}))["total"] == 1
 
     async def test_compact_is_forwarded(self, server: StandaloneServer) -> None:
         async with RemoteDoor(server.url, Caller.human("cli")) as door:

@@ -35,6 +35,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.core.data_dir import resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
+from memory_worker.core.text import fingerprint
 from memory_worker.storage.logger import get_logger
 
 # The catalog (every request and response model, the whole service), the embedders and numpy
@@ -314,16 +315,33 @@ async def import_rows(door: Door, bank: str, rows: list[dict[str, Any]]) -> dict
 
 
 def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[dict[str, Any]]]:
+    """`rows` in requests of about `limit_bytes`, every record of one memory in the same one (in
+    their order): the server decides which revision wins, and counts live memories, per
+    request; a memory split across two would be counted in both."""
+    memories: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        memories.setdefault(_memory_key(row), []).append(row)
     chunks: list[list[dict[str, Any]]] = [[]]
     size = 0
-    for row in rows:
-        row_size = len(request_body(row)) + 1
-        if chunks[-1] and size + row_size > limit_bytes:
+    for group in memories.values():
+        group_size = sum(len(request_body(row)) + 1 for row in group)
+        if chunks[-1] and size + group_size > limit_bytes:
             chunks.append([])
             size = 0
-        chunks[-1].append(row)
-        size += row_size
+        chunks[-1].extend(group)
+        size += group_size
     return chunks
+
+
+def _memory_key(row: Mapping[str, Any]) -> str:
+    """Which memory a row is a record of: its id, else its text's fingerprint (the id the server
+    gives it), else the row itself (a row the server will refuse)."""
+    memory_id, text = row.get("id"), row.get("text")
+    if isinstance(memory_id, str) and memory_id:
+        return f"id:{memory_id}"
+    if isinstance(text, str):
+        return f"fp:{fingerprint(text)}"
+    return f"row:{id(row)}"
 
 
 async def _export(args: argparse.Namespace) -> int:

@@ -119,6 +119,11 @@ class ImportUseCases(EmbeddingWork):
             ]  # fmt: skip
             prepared.append((item, text, entities, tags, card, found))
         if dry_run:
+            # Everything the write would refuse, refused now: a forwarded import checks every
+            # request this way before it writes the first.
+            existing = self.store.find(name)
+            if existing is not None:
+                _spare_pinned(existing, self._import_records(existing, prepared, now_ms))
             redacted = sum(1 for *_, found in prepared if found)
             return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
         async with self._writing_into(name) as bank:
