@@ -194,3 +194,23 @@ def test_markdown_import_through_the_cli(
         == 1
     )
     assert "no memory" in capsys.readouterr().err
+
+
+def test_a_markdown_file_dated_before_1970_is_imported_without_its_date(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file whose time reads before 1970 (a restored backup, a bad clock) is no time a record
+    can hold: its memories are imported undated, and the other files' keep their dates."""
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    (folder / "notes.md").write_text(NOTES)
+    (folder / "diary.md").write_text(DIARY)
+    os.utime(folder / "notes.md", (-86_400, -86_400))
+    os.utime(folder / "diary.md", (1_780_000_000, 1_780_000_000))
+    dated = {r["created_at"] for r in read_foreign(folder, "markdown").records}
+    assert dated == {None, 1_780_000_000_000}
+    data = str(tmp_path / "data")
+    report = _run(
+        capsys, "import", str(folder), "--from", "markdown", "--bank", "notes", "--data-dir", data
+    )
+    assert report["imported"] == 5

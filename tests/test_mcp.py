@@ -99,6 +99,17 @@ class TestToolSurface:
         listed = await tools.call("memory_bank_list", {})
         assert listed.is_error and "personal" not in _text(listed)
 
+    async def test_a_pinned_bank_named_by_a_number_is_its_own_bank(
+        self, service: MemoryService
+    ) -> None:
+        """A client that sends the pinned bank's name as a number (`2024`) names that bank, as
+        every other door reads it."""
+        tools = _tools(service, [], tools="approval", bank="2024")
+        saved = await tools.call("memory_save", {"bank": 2024, "text": "The trip was in May"})
+        assert not saved.is_error, _text(saved)
+        other = await tools.call("memory_save", {"bank": 2025, "text": "Another year"})
+        assert other.is_error and "serves bank 2024 only" in _text(other)
+
     def test_guessed_argument_names_are_read_as_the_real_fields(self) -> None:
         recall = catalog.find("memory::recall")
         assert forgiving(recall, {"q": "tea", "k": 3}) == {"query": "tea", "limit": 3}

@@ -181,7 +181,7 @@ def _markdown(path: Path) -> Foreign:
                 out.skipped["file_too_large"] = out.skipped.get("file_too_large", 0) + 1
                 continue
             text = file.read_text(encoding="utf-8")
-            stamp = int(file.stat().st_mtime * 1000)
+            stamp = _ms(file.stat().st_mtime)  # None before 1970: imported undated
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read {file}: {exc}") from None
         tag = _tag(file.stem)

@@ -206,6 +206,8 @@ class McpTools:
             named = spec.request.bank_field
             if pinned is not None:
                 given = payload.get(named)
+                if isinstance(given, int) and not isinstance(given, bool):
+                    given = str(given)  # bank 2024 sent as a number names it, as everywhere
                 if given not in (None, "", pinned):
                     raise InvalidInput(f"this MCP endpoint serves bank {pinned} only, not {given}")
                 payload[named] = pinned

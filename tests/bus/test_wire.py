@@ -341,6 +341,17 @@ class TestHook:
             blog = cli.call("memory::list", {"bank": "blog"})["memories"]
             assert [m["text"] for m in blog] == ["Posts go out on Fridays."]
             assert cli.call("memory::list", {})["memories"] == []  # not the default bank
+            # A bank named by a number (`iii trigger … bank=0` decodes it) is named, not absent.
+            cli.client.trigger(
+                {
+                    "function_id": "memory::save",
+                    "payload": {"bank": 0, "text": "Bank zero holds this."},
+                    "metadata": {"session_id": "s1", "turn_id": "t1"},
+                }
+            )
+            zero = cli.call("memory::list", {"bank": "0"})["memories"]
+            assert [m["text"] for m in zero] == ["Bank zero holds this."]
+            assert len(cli.call("memory::list", {"bank": "blog"})["memories"]) == 1
 
     def test_a_hanging_sibling_never_blocks_the_turn(
         self, engine: EngineDouble, spawn: Any, cli: Cli

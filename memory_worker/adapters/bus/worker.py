@@ -297,7 +297,8 @@ class EngineWorker(Stoppable):
 
         async def public(spec: catalog.FunctionSpec, data: Any, metadata: Any) -> Any:
             # A call without `bank` inside a turn acts on that turn's bank.
-            unnamed = isinstance(data, dict) and not data.get("bank")
+            # (`bank=0` from `iii trigger` names bank "0": only a missing or empty one is unnamed.)
+            unnamed = isinstance(data, dict) and data.get("bank") in (None, "")
             if unnamed and "bank" in spec.request.model_fields:
                 bank = await resolver.for_call(metadata)
                 data = {**data, "bank": bank} if bank else data
