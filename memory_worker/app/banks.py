@@ -187,7 +187,8 @@ class BankUseCases(EmbeddingWork):
             memories=bank.live_count() if bank is not None else 0,
             rules=len(rules),
             rules_changed=rules != old_rules,
-            damage=len(bank.damage) if bank is not None else 0,  # each logged at load
+            # each logged at load
+            damage=sum(not d.kept for d in bank.damage) if bank is not None else 0,
             error=self.store.broken.get(name),
         )
         return outcome

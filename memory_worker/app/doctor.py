@@ -259,13 +259,15 @@ class DoctorUseCases(EmbeddingWork):
 
     def _check_damage(self) -> DoctorCheck:
         found: list[str] = []
-        set_aside: list[str] = []  # not damage: what a crash cut short, moved out of the log
+        # Not damage: what a crash cut short, moved out of the log; lines edited by hand.
+        notes: list[str] = []
         for name in self.store.names():
             if (bank := self.store.find(name)) is not None:
-                found.extend(f"{name}/{damage.describe()}" for damage in bank.damage)
-                set_aside.extend(bank.set_aside)
+                for damage in bank.damage:
+                    (notes if damage.kept else found).append(f"{name}/{damage.describe()}")
+                notes.extend(bank.set_aside)
         if not found:
-            detail = "; ".join(["no corrupt or torn lines", *set_aside[:20]])
+            detail = "; ".join(["no corrupt or torn lines", *notes[:20]])
             return DoctorCheck(name="files-intact", ok=True, detail=detail)
         shown = "; ".join(found[:20]) + (
             f"; … and {len(found) - 20} more" if len(found) > 20 else ""

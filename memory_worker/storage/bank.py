@@ -313,7 +313,8 @@ class Bank:
             bank.access.load()
         bank.damage.extend(bank._rules.load())
         for damage in bank.damage:
-            log.warning("bank_damage_skipped", bank=name, detail=damage.describe())
+            event = "bank_line_edited_by_hand" if damage.kept else "bank_damage_skipped"
+            log.warning(event, bank=name, detail=damage.describe())
         return bank
 
     def _set_aside_interrupted_tail(self) -> None:
@@ -1222,7 +1223,8 @@ class Bank:
         self, plan: Callable[[list[Memory]], list[Memory]], drop_damaged: bool
     ) -> tuple[Rewrite, dict[str, Memory], files.UnsyncedChange | None]:
         path = self.path / MEMORIES_FILE
-        records, damage = read_all(path, within=self.root)
+        records, found = read_all(path, within=self.root)
+        damage = [d for d in found if not d.kept]  # a line edited by hand is read as it reads
         if damage and not drop_damaged:
             raise Conflict(
                 f"bank {self.name} has {len(damage)} damaged line(s) in {MEMORIES_FILE} "
@@ -1256,8 +1258,10 @@ class Bank:
         # The snapshots on disk are of the old file: none is a prefix of the new one (a boot would
         # find so by their CRC; this only keeps close from sparing them for it).
         self._snapshot_base = self._records_base = None
-        if dropped_damage:
-            self.damage = [d for d in self.damage if d.file != MEMORIES_FILE]
+        # Every line of the new log is sealed again: what was edited by hand is now just a line.
+        self.damage = [
+            d for d in self.damage if d.file != MEMORIES_FILE or not (dropped_damage or d.kept)
+        ]
         if memories == self._memories:
             return
         self._applied += 1

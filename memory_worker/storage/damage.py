@@ -17,11 +17,14 @@ log = get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Damage:
-    """Something found broken on disk and skipped: reported by doctor and in the logs."""
+    """Something found broken on disk and skipped: reported by doctor and in the logs. `kept`:
+    not broken after all but changed by a person (a log line edited by hand), loaded as it reads
+    and only mentioned."""
 
     file: str
     reason: str
     line: int | None = None
+    kept: bool = False
 
     def describe(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file

@@ -28,7 +28,6 @@ from memory_worker.storage.damage import Damage
 __all__ = [
     "INTERRUPTED_FILE",
     "MEMORIES_FILE",
-    "checksum_problem",
     "continues_batch",
     "encode",
     "history",
@@ -68,9 +67,15 @@ _NONCE = secrets.token_hex(3)
 # `"revision":0` turned into `"revision":9` would otherwise win replay), and costs one C call per
 # line. zlib's CRC-32 rather than CRC-32C: it is in the standard library, and for lines of a few
 # hundred bytes both detect every burst of up to 32 bits and miss random damage with odds of 2^-32;
-# CRC-32C's edge is hardware speed, which does not matter here. It guards against accidents (disk,
-# editor, copy), not tampering: anyone can recompute it. A line without the member (written before
-# checksums, or by hand) is still loaded; a person editing a line removes its `crc`.
+# CRC-32C's edge is hardware speed, which does not matter here. It tells a line changed outside
+# the worker, not tampering: anyone can recompute it. A line without the member (written before
+# checksums, or by hand) loads. So does one that parses as a record but no longer matches its
+# checksum: the files are there to be edited in any editor (seed 000), and a person who changes a
+# memory's text, or re-serialises the line with a JSON library, means it. Such a line is reported
+# (`_HAND_EDITED`: doctor and the log name it), never dropped. Damage that garbles a line's JSON or
+# its record is skipped as ever; a byte flip that leaves a valid record is read as an edit (the
+# price of editable files: a disk that flips bytes undetected by its own checks is rare, a person
+# fixing a typo is not).
 _CRC_KEY = b',"crc":"'
 _CRC_SUFFIX = len(_CRC_KEY) + 8 + 2  # ,"crc":"xxxxxxxx"}
 
@@ -206,21 +211,18 @@ def encode(records: Sequence[Memory]) -> bytes:
     )
 
 
-def checksum_problem(line: bytes) -> str | None:
-    """Why `line` (which parsed) fails its checksum; None when it matches or it carries none."""
+_HAND_EDITED = "edited by hand (its checksum no longer matches): loaded as it reads"
+
+
+def _hand_edited(line: bytes) -> bool:
+    """Whether `line` (which parsed) carries a checksum that does not match it, in the form the
+    worker writes or any other (a JSON library's spacing): changed since it was written."""
     if line[-_CRC_SUFFIX:-10] == _CRC_KEY:
         try:
-            if zlib.crc32(b"}", zlib.crc32(line[:-_CRC_SUFFIX])) == int(line[-10:-2], 16):
-                return None
+            return zlib.crc32(b"}", zlib.crc32(line[:-_CRC_SUFFIX])) != int(line[-10:-2], 16)
         except ValueError:
-            return "unreadable checksum"
-        return (
-            "checksum mismatch (the line changed after it was written; "
-            'a line edited by hand must have its "crc" field removed)'
-        )
-    if b'"crc":' in line:  # a key: a string value is never followed by a colon
-        return 'a "crc" field not in the form the worker writes'
-    return None
+            return True
+    return b'"crc":' in line  # a key: a string value is never followed by a colon
 
 
 def _batch_tag(line: bytes) -> tuple[str, int, int] | None:
@@ -423,11 +425,8 @@ def _intact_lines(
             detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
             damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
             continue
-        problem = checksum_problem(line)
-        if problem is not None:
-            reason = "torn last line (interrupted write)" if not complete else "corrupt line"
-            damage.append(Damage(MEMORIES_FILE, f"{reason}: {problem}", number))
-            continue
+        if _hand_edited(line):  # (a torn write never parses: its record or its JSON is cut)
+            damage.append(Damage(MEMORIES_FILE, _HAND_EDITED, number, kept=True))
         tag = _batch_tag(line)
         if batch is not None and (tag is None or tag[0] != batch.nonce):
             damage.append(_torn(batch))  # the rest of that write never made it to disk
@@ -482,12 +481,12 @@ def _ends_short(line: bytes, complete: bool) -> bool:
 
 
 def _whole(line: bytes) -> bool:
-    """Whether `line` reads as a record and passes its checksum."""
+    """Whether `line` reads as a record (edited by hand or not)."""
     try:
         _validate_json(line)
     except ValidationError:
         return False
-    return checksum_problem(line) is None
+    return True
 
 
 def _torn(batch: _OpenBatch) -> Damage:

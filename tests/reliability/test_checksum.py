@@ -1,7 +1,9 @@
 """Per-line checksums of `memories.jsonl` (D9): every line the worker writes ends with
-`,"crc":"<8 hex>"}`, the CRC-32 of the line without that member. A line that still parses but no
-longer matches is corrupt: reported with its line number and skipped. Lines without a checksum
-(older logs, hand-written lines) still load."""
+`,"crc":"<8 hex>"}`, the CRC-32 of the line without that member. A line that still parses as a
+record but no longer matches was edited by hand (seed 000: "edit them in any editor"): it is
+served as it reads and named, with its line number, by doctor and the load's log; a line that no
+longer parses is skipped and reported as damage. Lines without a checksum (older logs,
+hand-written lines) load."""
 
 from __future__ import annotations
 
@@ -67,41 +69,60 @@ async def _saved(data: Path, texts: list[str]) -> list[str]:
         await service.store.close()
 
 
-async def test_a_line_whose_checksum_no_longer_matches_is_reported_and_skipped(
+async def test_a_line_edited_in_an_editor_is_served_as_it_reads_and_named(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
     ids = await _saved(data, [f"The user keeps fact number {n}" for n in range(3)])
     log = data / "main" / LOG
     lines = log.read_bytes().splitlines(keepends=True)
-    lines[1] = lines[1].replace(b"fact number 1", b"fact number 7")  # still valid JSON
+    lines[1] = lines[1].replace(b"fact number 1", b"fact number 7")  # its crc left as it was
     log.write_bytes(b"".join(lines))
     service = open_service(data)
     try:
         bank = service.store.get("main")
-        damage = [(d.line, d.reason) for d in bank.damage]
-        assert [line for line, _ in damage] == [2] and "checksum mismatch" in damage[0][1]
-        assert bank.get(ids[1]) is None, "the changed line was served"
-        assert bank.get(ids[0]) is not None and bank.get(ids[2]) is not None
+        assert [(d.line, d.kept) for d in bank.damage] == [(2, True)]
+        edited = bank.get(ids[1])
+        assert edited is not None and edited.text == "The user keeps fact number 7"
+        found = await catalog.call(service, "memory::recall", {"query": "fact number 7"})
+        assert found["memories"][0]["memory"]["id"] == ids[1]
         doctor = await catalog.call(service, "memory::doctor", {})
         (intact,) = [c for c in doctor["checks"] if c["name"] == "files-intact"]
-        assert (
-            not intact["ok"]
-            and "memories.jsonl:2: corrupt line: checksum mismatch" in (intact["detail"])
-        )
-        await catalog.call(service, "memory::save", {"text": "Written after the damage"})
+        assert intact["ok"] and "memories.jsonl:2: edited by hand" in intact["detail"]
+        await catalog.call(service, "memory::save", {"text": "Written after the edit"})
     finally:
         await service.store.close()
-    damage_after, _ = await _log_damage(data)
-    assert [line for line, _ in damage_after] == [2]  # the next write did not hide or add any
-    assert _unverified_lines(data) == ["main/memories.jsonl:2"]
+    noted, _ = await _log_damage(data)
+    assert [line for line, _ in noted] == [2]  # the next write did not hide or add any
+    assert _unverified_lines(data) == ["main/memories.jsonl:2"]  # the person's line, untouched
+
+
+async def test_a_compaction_seals_a_line_edited_by_hand_again(tmp_path: Path) -> None:
+    """A log with a hand-edited line is not damaged: compaction rewrites it (it refuses a log
+    with unreadable lines), every line sealed again, and the note goes with the old file."""
+    data = tmp_path / "data"
+    ids = await _saved(data, ["The user keeps bees", "The user keeps goats"])
+    log = data / "main" / LOG
+    log.write_bytes(log.read_bytes().replace(b"keeps bees", b"keeps hens"))
+    service = open_service(data)
+    try:
+        await catalog.call(service, "memory::compact", {"bank": "main"})
+        assert service.store.get("main").damage == []
+        got = await catalog.call(service, "memory::get", {"id": ids[0]})
+        assert got["memory"]["text"] == "The user keeps hens"
+    finally:
+        await service.store.close()
+    assert _unverified_lines(data) == []
+    noted, _ = await _log_damage(data)
+    assert noted == []
 
 
 async def test_a_corrupt_line_of_a_multi_record_write_drops_the_whole_write(
     tmp_path: Path,
 ) -> None:
-    """A supersede with `reinforce` is two lines: one of them fails its checksum, so neither is
-    applied (the retirement without the survivor's reinforcement would be half a write)."""
+    """A supersede with `reinforce` is two lines: one of them no longer reads as a record, so
+    neither is applied (the retirement without the survivor's reinforcement would be half a
+    write)."""
     data = tmp_path / "data"
     old, new = await _saved(data, ["The office is on Rua Augusta", "The office is in Paulista"])
     service = open_service(data)
@@ -113,11 +134,11 @@ async def test_a_corrupt_line_of_a_multi_record_write_drops_the_whole_write(
     log = data / "main" / LOG
     lines = log.read_bytes().splitlines(keepends=True)
     assert b'"corroboration":1' in lines[3]
-    lines[3] = lines[3].replace(b'"corroboration":1', b'"corroboration":7')
+    lines[3] = lines[3].replace(b'"corroboration":1', b'"corroboration":"x7"')
     log.write_bytes(b"".join(lines))
     damage, seen = await _log_damage(data)
     assert [line for line, _ in damage] == [4, 3], damage  # the bad line, then the whole write
-    assert "checksum mismatch" in damage[0][1] and "none of them applied" in damage[1][1]
+    assert "corrupt line" in damage[0][1] and "none of them applied" in damage[1][1]
     memories = {m["id"]: m for m in seen["main"]["memories"]["memories"]}
     assert "invalid_at" not in memories[old] and memories[new]["corroboration"] == 0
 
@@ -163,9 +184,9 @@ async def test_old_lines_without_a_checksum_still_load(tmp_path: Path) -> None:
     assert damage == []
 
 
-async def test_a_crc_field_the_worker_did_not_write_is_damage(tmp_path: Path) -> None:
-    """A line carrying a `crc` in another form (spaced out by a hand edit that kept the field) is
-    not trusted: the rule for a person editing a line is to remove its `crc`."""
+async def test_a_line_rewritten_by_a_json_library_loads_as_an_edit(tmp_path: Path) -> None:
+    """A line carrying its old `crc` in another form (read and written again by a JSON library,
+    its text changed) is a hand edit: it loads, and it is named as one."""
     data = tmp_path / "data"
     await _saved(data, ["The user likes tea"])
     log = data / "main" / LOG
@@ -179,9 +200,9 @@ async def test_a_crc_field_the_worker_did_not_write_is_damage(tmp_path: Path) ->
     with log.open("ab") as handle:
         handle.write(json.dumps(edited).encode() + b"\n" + json.dumps(handmade).encode() + b"\n")
     damage, seen = await _log_damage(data)
-    assert [(line, "crc" in reason) for line, reason in damage] == [(2, True)]
+    assert [(line, "edited by hand" in reason) for line, reason in damage] == [(2, True)]
     texts = sorted(m["text"] for m in seen["main"]["memories"]["memories"])
-    assert texts == ["The user likes green tea", "The user likes tea"]  # the one without a crc
+    assert texts == ["The user likes green tea", "The user likes tea"]
 
 
 async def test_every_write_path_writes_checksummed_lines(tmp_path: Path) -> None:
