@@ -288,6 +288,37 @@ class TestPass:
                 retired["revision"] - 1, retired["revision"], retired["revision"] + 1,
             ]  # fmt: skip
 
+    async def test_a_lesson_is_never_merged_into_a_plain_memory_or_another_card(
+        self, service: MemoryService, consolidator: Consolidator
+    ) -> None:
+        """The same words as a plain memory (more corroborated, so it would survive) or as
+        another card: merging would retire the lesson and its anchors would stop matching."""
+        text = "Editing the proto files needs make gen."
+        card = {
+            "category": "lesson",
+            "title": "Run make gen after editing protos",
+            "recommendation": "After editing the proto files, run make gen.",
+            "anchors": {"files": ["proto/user.proto"]},
+        }
+        plain = await save(service, text.rstrip(".").lower())
+        await save(service, text.rstrip(".").lower())
+        lesson = await save(service, text, **card)
+        other = await save(service, text + "!", **{**card, "anchors": {"folders": ["api"]}})
+        report = await consolidator.run(settings())
+        [bank] = report.banks
+        assert (bank.merged, bank.errors) == (0, [])
+        assert {plain["id"], lesson["id"], other["id"]} <= set(await live(service))
+        read = {"tool": "Read", "arguments": {"file_path": "proto/user.proto"}}
+        matched = await call(service, "memory::lessons::match", **read)
+        assert [c["id"] for c in matched["cards"]] == [lesson["id"]]
+        # A plan made before a card changed is refused at the merge itself.
+        automatic = Caller.internal("consolidate")
+        for loser, winner in ((lesson, plain), (lesson, other), (plain, lesson)):
+            payload = {"id": loser["id"], "superseded_by": winner["id"], "reinforce": True}
+            with pytest.raises(Conflict, match="different lesson cards; consolidate never"):
+                await catalog.call(service, "memory::supersede", payload, automatic)
+        assert {plain["id"], lesson["id"], other["id"]} <= set(await live(service))
+
 
 class BusToService:
     """The engine between memory-consolidate's `BusMemoryClient` and the memory worker: it stamps

@@ -115,6 +115,18 @@ def test_bad_anchors_are_refused_with_a_reason(kwargs: dict[str, list[str]], mes
         prepare_anchors(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("term", ["HTTPServer", "OAuth", "getUser"])
+def test_a_keyword_no_call_could_name_is_refused(term: str) -> None:
+    """A call's words are its names split at snake and camel boundaries (`HTTPServer` → http,
+    server): a camel term lowercased into one word would be admitted and never match."""
+    assert len(split_words(term)) > 1
+    with pytest.raises(InvalidInput, match="one word"):
+        prepare_anchors(keyword_groups=[[term, "timeout"]])
+    assert prepare_anchors(keyword_groups=[["Bedrock", "REGION"]]).keyword_groups == (
+        ("bedrock", "region"),
+    )
+
+
 def test_title_is_one_line_redacted_and_bounded_in_bytes() -> None:
     assert prepare_title("  Run   make gen\nafter protos ") == ("Run make gen after protos", [])
     assert len(prepare_title("é" * (MAX_TITLE_BYTES // 2))[0].encode()) == MAX_TITLE_BYTES

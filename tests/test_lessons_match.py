@@ -45,6 +45,8 @@ LESSONS: dict[str, dict[str, Any]] = {
     "gen-group": {"groups": [["proto", "stubs", "regenerate"]]},
     "camel-ident": {"identifiers": ["MemoryService"]},
     "notes": {"files": ["docs/my notes.md"]},
+    "site-content": {"folders": ["content"]},
+    "js-folder": {"folders": ["js"]},
     "everything": {
         "files": ["proto/user.proto"],
         "folders": ["proto"],
@@ -52,6 +54,9 @@ LESSONS: dict[str, dict[str, Any]] = {
         "groups": [["bedrock", "region"]],
     },
 }
+
+
+_ASKED_FOR = frozenset({"notes", "site-content", "js-folder"})  # only in the cases naming them
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class Case:
     expected: list[tuple[str, int]]
     cwd: str | None = ROOT
     root: str | None = ROOT
-    lessons: tuple[str, ...] = field(default=tuple(n for n in LESSONS if n != "notes"))
+    lessons: tuple[str, ...] = field(default=tuple(n for n in LESSONS if n not in _ASKED_FOR))
 
 
 CASES = [
@@ -268,6 +273,19 @@ CASES = [
         [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
     ),
     Case(
+        "a Codex apply_patch run through the shell tool as an argv names its files",
+        "shell",
+        {"command": ["apply_patch", "*** Begin Patch\n*** Update File: proto/user.proto\n+x\n"]},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a Codex apply_patch tool's input names its files",
+        "apply_patch",
+        {"input": "*** Begin Patch\n*** Add File: docs/my notes.md\n+x\n*** End Patch\n"},
+        [("notes", FILE_SCORE)],
+        lessons=("notes",),
+    ),
+    Case(
         "a unified diff names its files",
         "Bash",
         {"command": "git apply <<'EOF'\n--- a/proto/user.proto\n+++ b/proto/user.proto\n"},
@@ -298,6 +316,13 @@ CASES = [
         {"note": "docs/my notes.md"},
         [],
         lessons=("notes",),
+    ),
+    Case(
+        "a tool's own options are not folders: Grep output_mode content, type js",
+        "Grep",
+        {"pattern": "render", "path": f"{ROOT}/svc", "output_mode": "content", "type": "js"},
+        [],
+        lessons=("site-content", "js-folder"),
     ),
     Case(
         "file contents are never taken for paths",

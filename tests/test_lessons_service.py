@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.lessons import DELIVERIES_SCOPE, KeyValueDeliveries
+from memory_worker.app.recall import RECALL_MAX_LIMIT
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable
@@ -170,6 +172,25 @@ async def test_a_call_that_names_nothing_anchored_gets_nothing(service: MemorySe
     assert result["cards"] == [] and "message" not in result and result["matched"] == 0
 
 
+async def test_a_lesson_about_one_person_reaches_no_other_conversation(
+    service: MemoryService,
+) -> None:
+    """Subject scoping (seed 004): a tool call's speaker is not known, so the hook and agents get
+    general lessons only; a person asking with no subject sees the whole bank."""
+    await _call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
+    anas = (await _call(service, "memory::save", {**PROTO, "subject": "ana"}))["memory"]
+    general = {**BEDROCK, "anchors": {"folders": ["proto"]}}
+    shared = (await _call(service, "memory::save", general))["memory"]
+    for n, caller in enumerate((Caller.internal("hook"), Caller.for_agent("mcp"))):
+        result = await catalog.call(
+            service, "memory::lessons::match", {**READ_PROTO, "conversation": f"s{n}"}, caller
+        )
+        assert [c["id"] for c in result["cards"]] == [shared["id"]]
+        assert result["matched"] == 1
+    owner = await catalog.call(service, "memory::lessons::match", READ_PROTO, Caller.human("cli"))
+    assert [c["id"] for c in owner["cards"]] == [anas["id"], shared["id"]]
+
+
 async def test_each_revision_is_delivered_once_per_conversation(service: MemoryService) -> None:
     saved = (await _call(service, "memory::save", PROTO))["memory"]
     assert len((await _match(service, conversation="c1"))["cards"]) == 1
@@ -285,6 +306,32 @@ async def test_lessons_are_not_handed_out_as_ambient_recall(service: MemoryServi
     assert texts == ["The user edits proto files on Mondays"]
     recall = await _call(service, "memory::recall", {"query": "editing the proto files"})
     assert PROTO["text"] in [m["memory"]["text"] for m in recall["memories"]]  # still searchable
+
+
+async def test_however_many_lessons_outrank_them_a_turn_still_gets_its_memories(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """A coding agent's bank soon holds more lessons than one recall returns: ranked past, they
+    must not leave the turn with nothing (nor empty its ambient floor)."""
+    fact = "Kubernetes deploys of the billing service need a canary."
+    await _call(service, "memory::save", {"text": fact})
+    clock.advance(60_000)  # the lessons are newer: recency ranks them first, floor included
+    now = service.clock()
+    cards = [
+        {
+            **BEDROCK,
+            "created_at": now,
+            "updated_at": now,
+            "text": f"Kubernetes billing service deploy lesson w{n}x about canary deploys",
+            "title": f"Canary lesson {n}",
+            "anchors": {"folders": [f"svc{n}"]},
+        }
+        for n in range(2 * RECALL_MAX_LIMIT)
+    ]
+    await service.import_records("main", cards)
+    query = "how do kubernetes deploys of the billing service work? canary?"
+    preview = await _call(service, "memory::preview", {"query": query})
+    assert [m["memory"]["text"] for m in preview["memories"]] == [fact]
 
 
 async def test_the_state_worker_keeps_deliveries_under_an_engine(

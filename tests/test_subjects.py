@@ -174,6 +174,17 @@ class TestScopedRecall:
         everything = await call(service, "memory::list", PERSON)
         assert everything["total"] == 8
 
+    async def test_history_is_scoped_like_get(self, service: MemoryService) -> None:
+        """Every revision's text is a read of the memory: an agent that may not `get` another
+        person's memory may not read its history either."""
+        ids = await _people(service)
+        anas = sorted(ids["ana"])[0]
+        with pytest.raises(MemoryNotFound):
+            await call(service, "memory::history", id=anas)
+        [general] = ids["general"]
+        assert len((await call(service, "memory::history", id=general))["revisions"]) == 1
+        assert len((await call(service, "memory::history", PERSON, id=anas))["revisions"]) == 1
+
     async def test_scoping_can_be_switched_on_later(self, service: MemoryService) -> None:
         ids = await _people(service, scoping=False)
         await call(service, "memory::bank::configure", PERSON, name="main", subject_scoping=True)

@@ -168,7 +168,9 @@ class LessonUseCases(ServiceBase):
         step = clean_short(req.step, "step", MAX_CONVERSATION_CHARS)
         tool = clean_short(req.tool, "tool", MAX_TOOL_CHARS) or ""
         call = ToolCall(tool, req.arguments, req.cwd, req.workspace_root)
-        delivery = await self.deliver_lessons(name, [call], conversation=conversation, step=step)
+        delivery = await self.deliver_lessons(
+            name, [call], conversation=conversation, step=step, caller=caller
+        )
         return LessonsMatchResponse(
             bank=delivery.bank,
             cards=[
@@ -189,14 +191,19 @@ class LessonUseCases(ServiceBase):
             paths=delivery.paths,
         )
 
-    def match_calls(self, name: str, calls: Sequence[ToolCall]) -> tuple[list[Matched], list[str]]:
+    def match_calls(
+        self, name: str, calls: Sequence[ToolCall], caller: Caller = SYSTEM
+    ) -> tuple[list[Matched], list[str]]:
         """Every card the calls match (each at its best score over all of them), score
-        descending then id, and the root-relative paths read from the calls."""
+        descending then id, and the root-relative paths read from the calls. In a bank
+        partitioned by subject, a lesson about someone reaches a person's view of the whole bank
+        only: a conversation's speaker is not known here, so it gets general lessons."""
         bank = self._readable(name)
         best: dict[str, Matched] = {}
         paths: dict[str, None] = {}
         if bank is None or not len(bank.lessons):
             return [], []
+        scoped, _ = self.scope_of(bank, None, caller)
         for call in calls:
             found = signals(
                 call.tool, call.arguments, cwd=call.cwd, workspace_root=call.workspace_root
@@ -204,7 +211,7 @@ class LessonUseCases(ServiceBase):
             paths.update(dict.fromkeys(found.paths))
             for lesson_id, score in bank.lessons.match(found):
                 memory = bank.get(lesson_id)
-                if memory is None or memory.anchors is None:
+                if memory is None or memory.anchors is None or (scoped and memory.subject):
                     continue
                 if lesson_id not in best or score > best[lesson_id].score:
                     best[lesson_id] = Matched(memory, score, explain(memory.anchors, found, score))
@@ -218,10 +225,11 @@ class LessonUseCases(ServiceBase):
         *,
         conversation: str | None = None,
         step: str | None = None,
+        caller: Caller = SYSTEM,
     ) -> Delivery:
         """The cards `calls` earn in bank `name`, within `lesson_injection_tokens`; with a
         `conversation`, minus the ones it was given (except at this same `step`), recorded."""
-        matched, paths = self.match_calls(name, calls)
+        matched, paths = self.match_calls(name, calls, caller)
         budget = self.settings.lesson_injection_tokens
         if conversation is None:
             block = render_lessons(name, [m.memory for m in matched], budget)

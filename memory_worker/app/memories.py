@@ -215,6 +215,11 @@ class MemoryUseCases(EmbeddingWork):
         name = self._name(req.bank)
         bank = self._readable(name)
         revisions = await bank.revisions(req.id) if bank is not None else []
+        scoped, subject = self.scope_of(bank, None, caller)
+        # As `get`: in a bank partitioned by subject, another person's memory is not there for
+        # an agent, and neither is any revision it had while it was about someone.
+        if scoped and any(r.subject not in (None, subject) for r in revisions):
+            revisions = []
         if not revisions:
             raise MemoryNotFound(f"{req.id} in bank {name}")
         return HistoryResponse(bank=name, id=req.id, revisions=revisions)
@@ -369,6 +374,13 @@ class MemoryUseCases(EmbeddingWork):
             # Consolidation or a correction must never fold one person's memory into another's.
             raise Conflict(
                 f"memory {target.id} and {winner.id} are about different subjects; "
+                f"{caller.via} never merges them"
+            )
+        if caller.automatic and lessons.card_key(target) != lessons.card_key(winner):
+            # A lesson is delivered by its anchors: folded into a plain memory or another card,
+            # it would silently stop reaching the tool calls it was written for.
+            raise Conflict(
+                f"memory {target.id} and {winner.id} carry different lesson cards; "
                 f"{caller.via} never merges them"
             )
         retired, absorbed = transitions.supersede(

@@ -174,7 +174,7 @@ class RecallUseCases(EmbeddingWork):
         now_ms = self.clock()
         # Lessons reach a turn through the tool calls they are anchored to, once per
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
-        lessons = min(len(bank.lessons), RECALL_MAX_LIMIT) if bank is not None else 0
+        lessons = len(bank.lessons) if bank is not None else 0
         weights, threshold = self._lane_policy(bank)
         if lanes is not None and vector is not None:
             lanes = await self._lane_vectors(lanes, bank, weights)

@@ -14,6 +14,7 @@ retired.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ class Row:
     created_at: int = 0
     revision: int = 0
     subject: str | None = None  # who it is about: memories about different people never merge
+    # A lesson's card (title, recommendation, anchors) as one string, None for any other memory:
+    # a lesson merged into a plain memory or another card would stop reaching its tool calls.
+    card: str | None = None
 
     @classmethod
     def from_wire(cls, raw: Any) -> Row:
@@ -70,13 +74,23 @@ class Row:
                 raise ValueError(f"memory {memory_id}: {field} is not a count: {value!r}")
             numbers[field] = value
         subject = raw.get("subject")
+        card = None
+        if raw.get("category") == "lesson":
+            fields = [raw.get("title"), raw.get("recommendation"), raw.get("anchors")]
+            card = json.dumps(fields, sort_keys=True, default=str)
         return cls(
             id=memory_id,
             text=text,
             pinned=raw.get("pinned") is True,
             subject=subject if isinstance(subject, str) else None,
+            card=card,
             **numbers,
         )
+
+    @property
+    def kind(self) -> tuple[str | None, str | None]:
+        """Who it is about and which card it carries: only rows of one kind ever merge."""
+        return self.subject, self.card
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +131,11 @@ def _group(
 def plan_exact(rows: Sequence[Row]) -> list[Group]:
     """Exact duplicates (writable) and reorders of what is left (report-only), in a stable order:
     by the survivor's id."""
-    # The same words about two people are two facts (subjects): grouped per subject.
-    by_key: dict[tuple[str | None, str], list[Row]] = defaultdict(list)
+    # The same words about two people are two facts (subjects), and a lesson's card is not a
+    # plain memory's: grouped per kind.
+    by_key: dict[tuple[tuple[str | None, str | None], str], list[Row]] = defaultdict(list)
     for row in rows:
-        by_key[(row.subject, normalize(row.text))].append(row)
+        by_key[(row.kind, normalize(row.text))].append(row)
     groups: list[Group] = []
     singles: list[Row] = []
     for members in by_key.values():
@@ -132,9 +147,11 @@ def plan_exact(rows: Sequence[Row]) -> list[Group]:
                 groups.append(group)
         else:
             singles.extend(members)
-    by_bag: dict[tuple[str | None, tuple[str, ...]], list[Row]] = defaultdict(list)
+    by_bag: dict[tuple[tuple[str | None, str | None], tuple[str, ...]], list[Row]] = defaultdict(
+        list
+    )
     for row in singles:
-        by_bag[(row.subject, reorder_key(row.text))].append(row)
+        by_bag[(row.kind, reorder_key(row.text))].append(row)
     for members in by_bag.values():
         if len(members) > 1:
             group = _group(
@@ -177,10 +194,10 @@ def plan_semantic(
     cosine: dict[frozenset[str], float] = {}
     for source, found in neighbours.items():
         for other, score in found.items():
-            same_person = (
-                source in by_id and other in by_id and by_id[source].subject == by_id[other].subject
+            same_kind = (
+                source in by_id and other in by_id and by_id[source].kind == by_id[other].kind
             )
-            if source != other and same_person and score >= threshold:
+            if source != other and same_kind and score >= threshold:
                 pair = frozenset((source, other))
                 cosine[pair] = max(score, cosine.get(pair, 0.0))
     components = _Components()

@@ -32,6 +32,7 @@ __all__ = [
     "Card",
     "LessonBlock",
     "anchors_from",
+    "card_key",
     "is_lesson",
     "lesson_key",
     "normalize_path",
@@ -81,6 +82,14 @@ _POSITION = re.compile(
 
 def is_lesson(memory: Memory) -> bool:
     return memory.category == LESSON and memory.anchors is not None
+
+
+def card_key(memory: Memory) -> tuple[object, ...] | None:
+    """What a lesson delivers and is matched by (None for any other memory): two records merge
+    only when this is the same."""
+    if memory.category != LESSON:
+        return None
+    return (memory.title, memory.recommendation, memory.anchors)
 
 
 def lesson_key(bank: str, memory: Memory) -> str:
@@ -223,8 +232,14 @@ def _identifier(raw: str) -> str:
 def _term(raw: str) -> str:
     _check_unicode(raw, "keyword_groups")
     term = raw.strip().lower()
-    if split_words(term) != (term,):
-        raise InvalidInput(f"each keyword is one word of letters and digits, got {raw!r}")
+    # Split as written, before lowercasing: a call's words come from its names split at camel
+    # humps too (`HTTPServer` → http, server), so a term that splits there would be admitted as
+    # `httpserver` and never match a call that names it.
+    if split_words(raw.strip()) != (term,):
+        raise InvalidInput(
+            f"each keyword is one word of letters and digits as a call spells it (HTTPServer "
+            f"reads as http server), got {raw!r}"
+        )
     if len(term) < MIN_TERM_CHARS or term in STOPWORDS or term.isdigit():
         raise InvalidInput(f"keyword {raw!r} is too broad to be a specific term")
     return term

@@ -78,6 +78,23 @@ _TEXT_KEYS = frozenset(
         "todos",
     }
 )
+# Options and ids of the agents' own tools (Claude Code Grep `output_mode: content`, `type: js`,
+# Task `subagent_type`, NotebookEdit `cell_type`/`edit_mode`, TodoWrite `status`, shell ids):
+# taken for paths, `content` or `js` would meet every lesson anchored to a folder of that name.
+_OPTION_KEYS = frozenset(
+    {
+        "output_mode",
+        "type",
+        "subagent_type",
+        "cell_type",
+        "edit_mode",
+        "cell_id",
+        "status",
+        "activeForm",
+        "bash_id",
+        "shell_id",
+    }
+)
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&", "\n"})
 _CD = frozenset({"cd", "pushd"})
@@ -205,6 +222,12 @@ def _resolve(raw: str, cwd: str | None, root: str | None) -> Iterator[str]:
         yield own
 
 
+def _is_patch(text: str) -> bool:
+    """An `apply_patch` body: Codex sends it as a shell command, as the argument of
+    `["apply_patch", body]`, or as the `input` of its apply_patch tool."""
+    return text.lstrip().startswith("*** Begin Patch")
+
+
 def _patch_paths(text: str) -> list[str]:
     """Files named by an `apply_patch` body (`*** Update File: p`) or a unified diff (`+++ b/p`)."""
     found: list[str] = []
@@ -258,7 +281,7 @@ def _read_shell(reader: _Reader, command: str, cwd: str | None, depth: int = 0) 
     """Paths in a shell command line: `cd dir && …` moves the working directory for what follows;
     every other argument that could be a path is tried as one (an opaque script that never names
     its files cannot be traced)."""
-    if command.lstrip().startswith("*** Begin Patch") or "\n+++ " in command:
+    if _is_patch(command) or "\n+++ " in command:
         for target in _patch_paths(command):
             reader.path(target, cwd)
         return
@@ -292,10 +315,20 @@ def _read_argv(reader: _Reader, argv: list[str], cwd: str | None, depth: int = 0
     if "/" in argv[0]:
         reader.path(argv[0], cwd)  # `./scripts/gen.sh`
     for arg in argv[1:]:
-        if arg.startswith("--") and "=" in arg:
-            arg = arg.split("=", 1)[1]
-        reader.path(arg, cwd)
+        _read_arg(reader, arg, cwd)
     return cwd
+
+
+def _read_arg(reader: _Reader, arg: str, cwd: str | None) -> None:
+    """One argument of a command: a patch body (Codex `["apply_patch", body]`) names its files,
+    `--flag=path` its value, any other may itself be a path."""
+    if _is_patch(arg):
+        for target in _patch_paths(arg):
+            reader.path(target, cwd)
+        return
+    if arg.startswith("--") and "=" in arg:
+        arg = arg.split("=", 1)[1]
+    reader.path(arg, cwd)
 
 
 def _read_string(reader: _Reader, value: str, key: str) -> None:
@@ -306,7 +339,10 @@ def _read_string(reader: _Reader, value: str, key: str) -> None:
         _read_shell(reader, value, reader.cwd)
     elif key in _GLOB_KEYS or (key == "pattern" and reader.glob_pattern):
         reader.path(value, reader.glob_base, glob=True)
-    elif key not in _CWD_KEYS and key not in _TEXT_KEYS:
+    elif key not in _TEXT_KEYS and _is_patch(value):
+        for target in _patch_paths(value):
+            reader.path(target)
+    elif key not in _CWD_KEYS and key not in _TEXT_KEYS and key not in _OPTION_KEYS:
         reader.path(value, strict=True)  # an argument that may itself be a path
 
 
