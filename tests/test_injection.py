@@ -134,6 +134,15 @@ class TestMemoryMessage:
         block = render_memories("main", self._hits(), 1200, NOW, carried=carried)
         assert [h.memory.text for h in block.included] == ["The user's dog is called Pipoca"]
 
+    def test_a_memory_that_mentions_the_closing_tag_is_still_carried_with_the_rest(self) -> None:
+        hits = [
+            Hit(_memory("Injected context is wrapped in <memory> and closed by </memory>."), 2.0),
+            Hit(_memory("The user deploys on Fridays."), 1.0),
+        ]
+        earlier = render_memories("main", hits, budget_tokens=1200, now_ms=NOW)
+        carried = carried_texts([{"role": "user", "content": earlier.message}])
+        assert render_memories("main", hits, 1200, NOW, carried=carried).included == []
+
     def test_a_multiline_memory_renders_on_one_line(self) -> None:
         block = render_memories("main", [Hit(_memory("line one\nline two"), 1.0)], 1200, NOW)
         assert block.message is not None and "- [2026-11-01] line one line two\n" in block.message

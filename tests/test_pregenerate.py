@@ -26,6 +26,7 @@ from memory_worker.app.wire import (
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, SiblingUnavailable
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_rules_update
+from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.pregenerate import PreGenerate, step_calls, user_message
 from memory_worker.harness.selection import BankResolver, Outcome, Parent
 from memory_worker.harness.sessions import SCOPE, SessionRecord, SessionState
@@ -338,6 +339,49 @@ class TestSelection:
         assert reply is None
         assert (await h.state.get("s1")).turn_bank("t1") == ""
 
+    async def test_a_bank_named_by_a_number_is_that_bank_never_the_default(self, h: Hooked) -> None:
+        await save(h.service, "The user likes tea.")
+        await save(h.service, "The user drank coffee all year.", bank="2024")
+        # `memory_bank=2024` as `iii trigger` decodes it: the bank "2024", not main.
+        reply = await h.step("s1", "what do I drink?", metadata={"memory_bank": 2024})
+        assert reply["annotations"]["memory_bank"] == "2024"
+        assert all("tea" not in text for text in appended(reply))
+
+    async def test_a_bank_value_that_is_not_a_name_means_no_memory(self, h: Hooked) -> None:
+        await save(h.service, "The user likes tea.")
+        h.sessions.add("s1", bank="main")
+        for turn, chosen in (("t1", ["blog"]), ("t2", True), ("t3", {"name": "blog"})):
+            reply = await h.step(
+                "s1", "what do I like?", turn=turn, metadata={"memory_bank": chosen}
+            )
+            assert reply is None, chosen
+
+    async def test_a_sub_agent_whose_parent_turn_cannot_be_read_gets_no_other_bank(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await save(service, "Blog posts go out on Fridays.", bank="blog")
+        await save(service, "The user likes tea.")
+        await h.step("parent", "hi", turn="pt", metadata={"memory_bank": "blog"})
+        await h.state.flush()
+        restarted = Hooked(service)  # a new process whose state worker fails
+        restarted.kv.data, restarted.kv.fail = h.kv.data, True
+        restarted.sessions.add("parent")  # the session itself would select main
+        restarted.sessions.add("child", parent=Parent("parent", "pt"))
+        resolution = await restarted.resolver.resolve("child")
+        assert resolution.outcome is Outcome.LOOKUP_FAILED
+        assert await restarted.step("child", "what do I like?", turn="ct") is None
+
+    async def test_a_call_in_a_turn_whose_bank_cannot_be_read_is_refused(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await h.step("s1", "hi", turn="t9", metadata={"memory_bank": "blog"})
+        await h.state.flush()
+        restarted = Hooked(service)
+        restarted.kv.data, restarted.kv.fail = h.kv.data, True
+        restarted.sessions.add("s1")  # the session alone would select main
+        with pytest.raises(SiblingUnavailable):
+            await restarted.resolver.for_call({"session_id": "s1", "turn_id": "t9"})
+
     async def test_a_deleted_bank_means_no_memory(self, h: Hooked, service: MemoryService) -> None:
         await save(service, "Blog posts go out on Fridays.", bank="blog")
         await service.bank_delete(BankDeleteRequest(name="blog"))
@@ -387,6 +431,18 @@ class TestSelection:
         with pytest.raises(BankNotFound):
             await h.resolver.for_call({"session_id": "s2", "turn_id": "t8"})
 
+    async def test_a_call_in_a_turn_whose_bank_was_deleted_since_is_refused(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await save(service, "Blog posts go out on Fridays.", bank="blog")
+        await h.step("s1", "hi", turn="t9", metadata={"memory_bank": "blog"})
+        await service.bank_delete(BankDeleteRequest(name="blog"))
+        with pytest.raises(BankNotFound):  # an agent's save would bring the bank back
+            await h.resolver.for_call({"session_id": "s1", "turn_id": "t9"})
+        assert (await h.step("s1", None, turn="t9", step=1))["annotations"] == {
+            "memory_rules_updated": True
+        }  # its own later steps see no memory either
+
     async def test_state_worker_failure_does_not_break_the_hook(self, h: Hooked) -> None:
         h.kv.fail = True
         await save(h.service, "The user likes tea.")
@@ -412,6 +468,41 @@ class TestTurnPipeline:
         await pipeline.on_turn_completed(turn)  # redelivered: the same receipt
         [job] = queue.jobs.values()
         assert job["bank"] == "blog" and job["session_id"] == "s1"
+
+    async def test_a_turn_the_hook_kept_nothing_for_is_extracted_into_its_own_choice(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        pipeline, queue = pipe
+        h.sessions.add("s1", bank="other")  # the hook never saw t1 (or a restart lost it)
+        turn = {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_bank": "blog"}}
+        await pipeline.on_turn_completed(turn)
+        bad = {"session_id": "s1", "turn_id": "t2", "metadata": {"memory_bank": "NOT valid"}}
+        await pipeline.on_turn_completed(bad)
+        first, second = queue.jobs.values()
+        assert first["bank"] == "blog"
+        assert second["skip"] is True  # an invalid choice: no memory, never the session's
+
+    async def test_a_job_still_queued_when_extraction_is_turned_off_is_stepped_over(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue], service: MemoryService
+    ) -> None:
+        pipeline, queue = pipe
+        await h.step("s1", "hi", turn="t1")
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        [job] = queue.jobs.values()
+        service.settings = Settings(extraction_enabled=False)  # "stop remembering", job waiting
+
+        class SteppingOver(RecordingExtractor):
+            def __init__(self) -> None:
+                super().__init__()
+                self.stepped: list[str] = []
+
+            async def pass_over(self, job: ExtractJob) -> None:
+                self.stepped.append(job.session_id)
+
+        extractor = SteppingOver()
+        late = TurnPipeline(service, h.resolver, h.state, queue, extractor)  # type: ignore[arg-type]
+        assert "skipped" in await late.extract_job(job)
+        assert extractor.extracted == [] and extractor.stepped == ["s1"]
 
     async def test_sub_agent_turns_are_not_extracted(
         self, pipe: tuple[TurnPipeline, Queue]
@@ -684,6 +775,40 @@ async def test_a_finished_turn_bounds_its_job_between_the_previous_turn_and_its_
     assert (job2["after"], job2["until"]) == (first, second)
     record = await h.state.get("s1")
     assert record is not None and record.close_turn("t1", "e-late")[:2] == (None, first)
+
+
+class SentModel:
+    """A completer that records each excerpt it is sent and finds nothing in it."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        self.sent.append(user_text)
+        return '{"memories": [], "rules": []}'
+
+
+async def test_a_turn_finished_while_extraction_was_off_is_never_extracted_later(
+    h: Hooked,
+) -> None:
+    chat, model = Chat(), SentModel()
+    extractor = Extractor(h.service, chat, model, h.kv)
+    pipeline = TurnPipeline(h.service, h.resolver, h.state, Queue(present=False), extractor, chat)
+    h.service.settings = Settings(extraction_enabled=False)  # "do not remember this part"
+    await h.step("s1", "My therapist is Dr. Silva and I see her on Mondays.", turn="t1")
+    chat.say("user", "My therapist is Dr. Silva and I see her on Mondays.")
+    chat.say("assistant", "Thanks for sharing.")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+    await pipeline.settle()
+    h.service.settings = Settings()
+    await h.step("s1", "I moved to Lisbon last month with my partner.", turn="t2")
+    chat.say("user", "I moved to Lisbon last month with my partner.")
+    chat.say("assistant", "Noted, welcome to Lisbon.")
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t2"})
+    await pipeline.settle()
+    [excerpt] = model.sent
+    assert "Lisbon" in excerpt and "Silva" not in excerpt
+    await pipeline.close()
 
 
 BANK_STATES = ["rules-and-memories", "empty", "never-created", "deleted"]

@@ -12,8 +12,8 @@ from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import SaveRequest
-from memory_worker.core.config import Settings
-from memory_worker.core.errors import StorageError
+from memory_worker.core.config import Settings, parse_settings
+from memory_worker.core.errors import InvalidInput, StorageError
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
@@ -29,11 +29,27 @@ def _reconfigurer(service: MemoryService, tmp_path: Path) -> Reconfigurer:
     return Reconfigurer(service, data_dir_for, lambda path: Store.open(path, holder=HOLDER))
 
 
-async def _edit(watcher: SettingsFileWatcher, text: str) -> None:
+async def _edit(watcher: SettingsFileWatcher, text: str | bytes) -> None:
     seen = watcher.attempts
-    watcher.path.write_text(text, encoding="utf-8")
+    watcher.path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     async with watcher.changed:
         await asyncio.wait_for(watcher.changed.wait_for(lambda: watcher.attempts > seen), 20)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"default_bank": "My Notes"},  # every session naming no bank would get no memory
+        {"default_bank": ""},
+        {"data_dir": ""},  # the working directory itself, its folders opened as banks
+        {"data_dir": "   "},
+    ],
+)
+def test_a_setting_that_would_quietly_disable_or_misplace_memory_is_refused(
+    fields: dict[str, str],
+) -> None:
+    with pytest.raises(InvalidInput, match=next(iter(fields))):
+        parse_settings(fields)
 
 
 class TestReconfigurer:
@@ -90,6 +106,24 @@ class TestSettingsFile:
             assert service.settings.recall_limit == 3 and watcher.applied == 1
             await _edit(watcher, f"data_dir: {service.store.root}\nbogus_field: 1\n")
             assert service.settings.recall_limit == 3  # unknown keys are rejected, not ignored
+        finally:
+            await watcher.stop()
+
+    async def test_a_file_in_another_encoding_is_rejected_and_later_edits_still_apply(
+        self, service: MemoryService, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "memory.yaml"
+        root = service.store.root
+        path.write_text(f"data_dir: {root}\n", encoding="utf-8")
+        service.settings = Settings(data_dir=str(root))
+        watcher = SettingsFileWatcher(path, _reconfigurer(service, tmp_path).apply)
+        await watcher.start()
+        try:
+            latin1 = f"data_dir: {root}\nrecall_limit: 2  # café\n".encode("latin-1")
+            await _edit(watcher, latin1)  # a Windows editor's save
+            assert service.settings.recall_limit == 6 and watcher.applied == 0
+            await _edit(watcher, f"data_dir: {root}\nrecall_limit: 3\n")
+            assert service.settings.recall_limit == 3 and watcher.applied == 1
         finally:
             await watcher.stop()
 

@@ -75,7 +75,9 @@ class SettingsFileWatcher:
 
     async def reload(self) -> None:
         try:
-            if not (await asyncio.to_thread(self.path.read_text, "utf-8")).strip():
+            # Bytes: a file in another encoding is `load_settings`'s to refuse, not an exception
+            # that would end this watch (and every later edit with it).
+            if not (await asyncio.to_thread(self.path.read_bytes)).strip():
                 # An editor mid-save, or a truncated file: "all defaults" would move data_dir.
                 raise InvalidInput(f"{self.path} is empty")
             settings = await asyncio.to_thread(load_settings, self.path)

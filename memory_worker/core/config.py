@@ -24,6 +24,7 @@ from pydantic import (
 from memory_worker.core.bank_settings import AssociationWeights, BankSettings
 from memory_worker.core.data_dir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.names import NAME_PATTERN
 from memory_worker.core.payload import check_depth
 
 __all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
@@ -228,6 +229,24 @@ class Settings(BaseModel):
             raise ValueError("at least one association_weight_* must be above 0")
         return self
 
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_is_a_path(cls, value: str) -> str:
+        # A cleared field would resolve to the working (or compose) directory itself and open
+        # whatever folders sit there as banks.
+        if not value.strip():
+            raise ValueError("must be a path (empty would put the banks in the working directory)")
+        return value
+
+    @field_validator("default_bank")
+    @classmethod
+    def _default_bank_is_a_name(cls, value: str) -> str:
+        # Accepted, a bad name would silently turn memory off for every session that names no
+        # bank (no memory, never another bank) and refuse every call that names none.
+        if not re.fullmatch(NAME_PATTERN, value):
+            raise ValueError(f"must be a bank name matching {NAME_PATTERN}")
+        return value
+
     @field_validator("extraction_endpoint")
     @classmethod
     def _endpoint_is_a_url(cls, value: str) -> str:
@@ -301,6 +320,10 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InvalidInput(f"cannot read config {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # saved in another encoding: refused like bad YAML
+        raise InvalidInput(
+            f"config {path} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
     except yaml.YAMLError as exc:
         raise InvalidInput(f"config {path} is not valid YAML: {exc}") from exc
     except RecursionError:  # the YAML parser recurses: a deeply nested file is refused, not fatal

@@ -123,7 +123,9 @@ def render_rules_update(section: str) -> str:
     )
 
 
-_BLOCK = re.compile(r'<memory bank="[^"]*"[^>]*>(.*?)</memory>', re.S)
+# Greedy: a block is one whole message, and a memory may itself mention `</memory>` (a note about
+# this very system): the block ends at the message's last closing tag, not at the memory's.
+_BLOCK = re.compile(r'<memory bank="[^"]*"[^>]*>(.*)</memory>', re.S)
 _LINE = re.compile(r"^- \[\d{4}-\d{2}-\d{2}\] (.*)$", re.M)
 
 

@@ -67,11 +67,20 @@ def parent_of(raw: object) -> Parent | None:
 
 
 def _named_bank(metadata: object) -> str | None:
-    if isinstance(metadata, dict):
-        bank = metadata.get("memory_bank")
-        if isinstance(bank, str) and bank.strip():
-            return bank.strip()
-    return None
+    """The bank `metadata` chooses; None when it chooses none (absent, null or blank: the next
+    source decides). A value that is not a string is still a choice, never a reason to fall
+    through to another bank: a whole number is the bank of that name (`memory_bank=2024` as
+    `iii trigger` decodes it), anything else a name no bank has (no memory)."""
+    if not isinstance(metadata, dict):
+        return None
+    bank = metadata.get("memory_bank")
+    if bank is None or (isinstance(bank, str) and not bank.strip()):
+        return None
+    if isinstance(bank, str):
+        return bank.strip()
+    if isinstance(bank, int) and not isinstance(bank, bool):
+        return str(bank)
+    return f"<{type(bank).__name__}>"  # fails the name check: no memory
 
 
 def _named_subject(metadata: object) -> str | None:
@@ -101,10 +110,15 @@ class BankResolver:
     async def resolve(
         self, session_id: str, turn_metadata: object = None, parent: Parent | None = None
     ) -> Resolution:
-        named = _named_bank(turn_metadata)
-        if named is not None:
-            return self._check(named, "turn")
+        chosen = self.named(turn_metadata)
+        if chosen is not None:
+            return chosen
         return await self._from_session(session_id, parent, depth=0)
+
+    def named(self, turn_metadata: object) -> Resolution | None:
+        """What the turn's own metadata chooses, checked (no lookup); None when it names none."""
+        named = _named_bank(turn_metadata)
+        return None if named is None else self._check(named, "turn")
 
     async def subject(self, session_id: str, turn_metadata: object = None) -> str | None:
         """Who is speaking in a turn: the turn's metadata `memory_subject` → the session's →
@@ -138,13 +152,18 @@ class BankResolver:
         if isinstance(turn_id, str) and turn_id:
             try:
                 record = await self._state.get(session_id)
-            except SiblingUnavailable:
-                record = None
+            except SiblingUnavailable as exc:
+                # The turn may run with a bank of its own (its metadata's): refused, never
+                # written into the session's or the default bank instead.
+                raise SiblingUnavailable(f"cannot tell the bank of turn {turn_id}: {exc}") from exc
             told = record.turn_bank(turn_id) if record is not None else None
             if told is not None:
-                if not told:
-                    raise BankNotFound(f"turn {turn_id} runs without memory (no usable bank)")
-                return told
+                # As the turn's own later steps see it: a bank deleted since is no memory, and
+                # an agent's write must not bring it back.
+                recorded = self.recorded(told)
+                if not recorded.has_memory:
+                    raise BankNotFound(f"turn {turn_id} runs without memory: {recorded.source}")
+                return recorded.bank
         resolution = await self.resolve(session_id, context, parent_of(context.get("parent")))
         if resolution.outcome is Outcome.LOOKUP_FAILED:
             raise SiblingUnavailable(f"cannot tell this session's bank: {resolution.source}")
@@ -176,8 +195,10 @@ class BankResolver:
         if parent.turn_id is not None:
             try:
                 record = await self._state.get(parent.session_id)
-            except SiblingUnavailable:
-                record = None  # then the parent session's own bank decides
+            except SiblingUnavailable as exc:
+                # The parent turn's bank is unknown, not absent: the parent session's bank may
+                # be another one (the turn chose its own), so nothing rather than a guess.
+                return Resolution(Outcome.LOOKUP_FAILED, source=str(exc))
             told = record.turn_bank(parent.turn_id) if record is not None else None
             if told == "":
                 return Resolution(Outcome.NO_MEMORY, source="the parent turn ran without memory")

@@ -1,8 +1,10 @@
 """After a turn: one durable extraction job per finished turn, into the bank the turn ran with.
 
-`on_turn_completed` acks fast: it decides the job (bank recorded by the hook for that turn, or left
-to the job to resolve) and hands it to the queue under a receipt derived from the turn, so a
-redelivered turn event dedupes. Without a queue worker the job runs inline in the background.
+`on_turn_completed` acks fast: it decides the job (bank recorded by the hook for that turn, else
+the one the turn's metadata names, else left to the job to resolve; a turn without memory, or one
+finished while extraction is off, is only stepped over) and hands it to the queue under a receipt
+derived from the turn, so a redelivered turn event dedupes. Without a queue worker the job runs
+inline in the background.
 `extract_job` is what the queue delivers; its errors propagate so the queue retries and, in the
 end, dead-letters instead of losing the pass. The pass itself is an `Extractor`.
 """
@@ -98,8 +100,7 @@ class TurnPipeline:
             return {"ok": True, "skipped": "no session_id"}
         if parent_of(turn.parent) is not None:
             return {"ok": True, "skipped": "sub-agent turn"}  # its parent's turn covers it
-        if not self._service.settings.extraction_enabled:
-            return {"ok": True, "skipped": "extraction_enabled is false"}
+        off = not self._service.settings.extraction_enabled
         job = ExtractJob(
             session_id=session_id,
             turn_id=turn.turn_id,
@@ -113,6 +114,16 @@ class TurnPipeline:
         job.until = until
         if turn.turn_id:
             await self._bound_by_turns(job, turn.turn_id, until)
+        if job.bank is None and not job.skip:
+            # No bank recorded for the turn (the hook did not see it, or a restart lost what it
+            # kept): the turn's own choice still comes first, as it did for its injection.
+            chosen = self._resolver.named(turn.metadata)
+            if chosen is not None:
+                job.bank, job.skip = chosen.bank, not chosen.has_memory
+        if off:
+            # Stepped over, not left for later: the next pass reads from the cursor, and what
+            # was said while extraction was off must not reach it once extraction is back on.
+            job.skip = True
         data = job.model_dump(exclude_none=True)
         receipt = receipt_for(turn)
         if self._queue is not None and await self._queue.enqueue(EXTRACT_JOB, data, receipt):
@@ -174,7 +185,10 @@ class TurnPipeline:
             job = ExtractJob.model_validate(payload if isinstance(payload, dict) else {})
         except ValidationError as exc:
             raise InvalidInput(f"extract job: {exc.errors()[0]['msg']}") from None
-        bank, skipped = job.bank, "the turn ran without memory" if job.skip else None
+        stepped = "the turn ran without memory, or while extraction was off"
+        bank, skipped = job.bank, stepped if job.skip else None
+        if skipped is None and not self._service.settings.extraction_enabled:
+            skipped = "extraction_enabled is false"  # turned off while the job waited
         if skipped is None and bank is None:
             resolution = await self._resolver.resolve(job.session_id)
             if resolution.outcome is Outcome.LOOKUP_FAILED:
