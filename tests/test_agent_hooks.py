@@ -8,12 +8,14 @@ import asyncio
 import io
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memory_worker.adapters import agent_hooks, cli
+from memory_worker.search import toolcall
 from memory_worker.storage.store import Store
 
 LESSON = {
@@ -176,6 +178,54 @@ def test_stdin_that_is_not_utf8_prints_nothing_and_exits_0(
     assert "hook_input_not_utf8" in captured.err
 
 
+def test_the_reply_reaches_an_agent_whose_pipe_is_not_utf8(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Python writes a pipe in the locale's encoding (Windows' cp1252): a memory's `→` or `東京`
+    must still reach the agent, not turn the whole reply into nothing."""
+    data = tmp_path / "data"
+    fact = {"text": "The user flies Lisbon → 東京 every spring"}
+    saving = ["trigger", "memory::save", "--data-dir", str(data), "--json", json.dumps(fact)]
+    assert cli.main(saving) == 0
+    capsys.readouterr()
+    prompt = {
+        "session_id": "s",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "where does the user fly every spring",
+    }
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(prompt)))
+    pipe = io.BytesIO()
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(pipe, encoding="cp1252", newline="\n"))
+    code = cli.main(["hook", "user-prompt-submit", "--data-dir", str(data)])
+    sys.stdout.flush()
+    assert code == 0, capsys.readouterr().err
+    reply = json.loads(pipe.getvalue().decode("cp1252"))
+    assert fact["text"] in reply["hookSpecificOutput"]["additionalContext"]
+
+
+def test_the_prompt_is_read_as_utf8_whatever_the_locale(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The agent writes its JSON in UTF-8; Python would decode stdin in the locale's encoding
+    (Windows' cp1252, where `東`'s bytes are not even defined) and the prompt got no memory."""
+    data = tmp_path / "data"
+    saving = ["trigger", "memory::save", "--data-dir", str(data), "--json"]
+    assert cli.main([*saving, json.dumps({"text": "The user moved to 東京 in 2024"})]) == 0
+    capsys.readouterr()
+    prompt = {
+        "session_id": "s",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "when did I move to 東京",
+    }
+    raw = json.dumps(prompt, ensure_ascii=False).encode()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="cp1252"))
+    code = cli.main(["hook", "user-prompt-submit", "--data-dir", str(data)])
+    captured = capsys.readouterr()
+    assert code == 0 and captured.out, captured.err
+    reply = json.loads(captured.out)
+    assert "The user moved to 東京 in 2024" in reply["hookSpecificOutput"]["additionalContext"]
+
+
 def test_a_data_dir_held_by_a_process_without_a_url_fails_open_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
 ) -> None:
@@ -188,6 +238,10 @@ def test_a_data_dir_held_by_a_process_without_a_url_fails_open_at_once(
         assert "hook_failed" in _errors[-1] and "in use by" in _errors[-1]  # logged, not shown
     finally:
         asyncio.run(store.close())
+
+
+def test_a_tool_argument_is_sent_as_far_as_lesson_matching_reads_it() -> None:
+    assert agent_hooks.MAX_ARGUMENT_CHARS == toolcall.MAX_SCAN_CHARS_PER_VALUE
 
 
 def test_every_event_has_a_command_and_an_agent_event_name() -> None:

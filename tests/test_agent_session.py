@@ -243,3 +243,59 @@ async def test_the_lessons_hook_forwards_to_the_running_server(
         monkeypatch, capsys, server.data_dir, "pre-tool-use", {**body, "tool_use_id": "toolu_02"}
     )
     assert again is None
+
+
+async def test_a_write_of_a_large_file_gets_its_card_from_the_running_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: StandaloneServer,
+) -> None:
+    """A Write whose content runs past the 1 MiB a server takes in one request (a generated
+    file, a fixture) still meets the card anchored to its path, as it does in-process."""
+    saved = ["trigger", "memory::save", "--data-dir", str(server.data_dir)]
+    assert await asyncio.to_thread(cli.main, [*saved, "--json", json.dumps(LESSON)]) == 0
+    capsys.readouterr()
+    repo = tmp_path / "shop"
+    (repo / ".git").mkdir(parents=True)
+    content = 'syntax = "proto3";\n' + "message User { string name = 1; }\n" * 50_000
+    body = payload(
+        "PreToolUse",
+        tmp_path,
+        tool_name="Write",
+        tool_input={"file_path": str(repo / "proto" / "user.proto"), "content": content},
+        tool_use_id="toolu_01",
+    )
+    told = await hook(monkeypatch, capsys, server.data_dir, "pre-tool-use", body)
+    assert told is not None
+    assert "Run make gen" in told["hookSpecificOutput"]["additionalContext"]
+
+
+async def test_a_long_sessions_turn_still_reaches_the_servers_queue(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    model: FakeOpenAI,
+    server: StandaloneServer,
+) -> None:
+    """The Stop hook hands over the session's last 200 messages: in a long coding session they
+    run past the 1 MiB a server takes in one request, and the turn must still be captured (the
+    oldest messages are the ones left out), not refused whole on every Stop from then on."""
+    block = "A long answer with code in it. " * 200  # ~6 KB, as coding answers run
+    lines = []
+    for n in range(100):
+        lines.append(claude_line("user", f"u{n}", f"Question {n}: {block}"))
+        lines.append(claude_line("assistant", f"a{n}", [{"type": "text", "text": block}]))
+    lines.append(claude_line("user", "last", "By the way, my cat is called Miso."))
+    write_transcript(tmp_path / f"{SESSION}.jsonl", lines)
+    model.reply(json.dumps({"memories": []}))
+    capsys.readouterr()  # the server's own start lines
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(payload("Stop", tmp_path))))
+    argv = ["hook", "stop", "--data-dir", str(server.data_dir)]
+    code = await asyncio.to_thread(cli.main, argv)
+    told = capsys.readouterr()
+    assert (code, told.out) == (0, "")
+    assert server.capture is not None
+    await asyncio.wait_for(server.capture.settle(), 30)
+    assert len(model.chats) == 1, told.err
+    assert "my cat is called Miso" in json.dumps(model.chats[0].body)

@@ -165,7 +165,10 @@ async def test_closing_the_feed_ends_every_stream() -> None:
 async def _served(tmp_path: Path) -> AsyncIterator[tuple[StandaloneServer, str]]:
     config = tmp_path / "memory.yaml"
     config.write_text("recall_limit: 6\n")
-    server = StandaloneServer(Settings(), tmp_path / "data", port=0, config_path=config)
+    data = tmp_path / "data"
+    # As `serve --data-dir` does: the flag wins over the file, so an applied edit stays in the
+    # temp dir (without it the store moved to the file's default, ./data/memory of the cwd).
+    server = StandaloneServer(Settings(), data, port=0, config_path=config, data_dir_flag=str(data))
     url = await server.start()
     try:
         yield server, url
@@ -337,3 +340,27 @@ async def test_stopping_the_server_ends_open_streams_at_once(tmp_path: Path) -> 
         await stream.content.readuntil(b"\n\n")
         await asyncio.wait_for(server.close(), 15)  # half the 30 s shutdown timeout: told apart
         assert await stream.content.read() == b""  # the stream ended cleanly
+
+
+async def test_a_data_dir_swapped_under_open_tabs_makes_each_refetch(tmp_path: Path) -> None:
+    """A settings edit that moves `data_dir` replaces every bank the tabs show: each open stream
+    is told to refetch (`resync`), not left showing the old store's banks and memories."""
+    config = tmp_path / "memory.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'one'}\n")
+    server = StandaloneServer(Settings(), tmp_path / "one", port=0, config_path=config)
+    url = await server.start()
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url + "/console/events", json={}) as stream,
+        ):
+            await stream.content.readuntil(b"\n\n")  # hello
+            config.write_text(f"data_dir: {tmp_path / 'two'}\n")
+            watcher = server.settings_watcher
+            assert watcher is not None
+            await watcher.reload()
+            assert server.service is not None and server.service.store.root == tmp_path / "two"
+            frame = await asyncio.wait_for(stream.content.readuntil(b"\n\n"), 10)
+            assert frame.startswith(f"event: {RESYNC}\n".encode()), frame
+    finally:
+        await server.close()

@@ -678,6 +678,37 @@ def test_preview_shows_the_section_and_the_memories_in_order_with_ambient_ones_m
     expect(result.locator(".mw-badge-ambient")).to_have_count(ambient)
 
 
+def test_a_live_rerun_of_the_preview_keeps_the_message_being_typed(
+    server: Server, open_tab: Any
+) -> None:
+    """A change elsewhere re-runs the last preview, and leaves the person's next message, half
+    typed in the box, as they typed it."""
+    bank = _bank(server, "preview-typing")
+    _save(server, bank, "The user's dog is called Rex")
+    page = open_tab(bank, "preview").page
+    box = page.get_by_label("Message to preview")
+    box.fill("what is my dog called?")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    items = page.locator(".mw-preview-result .mw-preview-memory")
+    expect(items.first).to_contain_text("Rex")
+    box.fill("and where does the user li")
+    _save(server, bank, "The user's dog Rex sleeps on the sofa")
+    expect(items.filter(has_text="sleeps on the sofa")).to_have_count(1)  # the re-run landed
+    expect(box).to_have_value("and where does the user li")
+
+
+def test_another_bank_opens_on_an_empty_preview(server: Server, open_tab: Any) -> None:
+    """The message box belongs to the bank's preview: picking another bank empties it with the
+    result, so no message typed for one bank is previewed against the next by mistake."""
+    first, second = _bank(server, "preview-first"), _bank(server, "preview-second")
+    _save(server, second, "Memories of the second bank")
+    page = open_tab(first, "preview").page
+    page.get_by_label("Message to preview").fill("a message meant for the first bank")
+    page.locator(".mw-bank-button", has_text=second).click()
+    expect(page.locator(".mw-bank-name")).to_have_text(second)
+    expect(page.get_by_label("Message to preview")).to_have_value("")
+
+
 def test_settings_show_every_field_and_an_edit_lands_in_the_config_file(
     server: Server, open_tab: Any
 ) -> None:

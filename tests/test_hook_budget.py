@@ -65,3 +65,37 @@ async def test_a_server_that_never_answers_costs_the_agent_at_most_the_budget(
         hung.close()
         await hung.wait_closed()
         await store.close()
+
+
+async def test_a_read_that_never_returns_costs_the_agent_at_most_the_budget(
+    tmp_path: Path,
+) -> None:
+    """Work stuck in a worker thread (a transcript on a stalled mount; here a FIFO nobody writes)
+    cannot be cancelled, and the interpreter's way out waits for that thread: the hook still ends
+    once its budget is spent, having printed nothing."""
+    transcript = tmp_path / "transcript.jsonl"
+    os.mkfifo(transcript)
+    stop = {
+        "session_id": "s",
+        "transcript_path": str(transcript),
+        "cwd": str(tmp_path),
+        "hook_event_name": "Stop",
+    }
+    argv = [sys.executable, "-m", "memory_worker", "hook", "stop"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        "--data-dir",
+        str(tmp_path / "data"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(stop).encode()), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0 and out == b""
+    assert b"hook_timed_out" in err, err.decode()

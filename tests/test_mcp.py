@@ -4,6 +4,7 @@ real standalone server (`/mcp`, `/mcp/<bank>`), which `memory-worker mcp` also f
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import subprocess
@@ -11,13 +12,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from mcp import Client, StdioServerParameters
 
 from memory_worker.adapters.doors import Door, LocalDoor
 from memory_worker.adapters.mcp_server import McpTools, build_server, forgiving, tool_name
+from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
 
 from .served import ENV, cli, serving
 
@@ -229,3 +233,20 @@ async def test_http_at_mcp_and_a_pinned_bank_against_a_real_server(tmp_path: Pat
             missing = await client.call_tool("memory_get", {"id": "fp0000000000000000"})
             assert missing.is_error and _text(missing).startswith("memory_not_found: ")
         assert "Traceback" not in served.stderr()
+
+
+async def test_stopping_the_server_is_not_held_by_a_clients_get_stream(tmp_path: Path) -> None:
+    """A streamable-HTTP client (the TypeScript SDK, Claude Code's) opens `GET /mcp` for the
+    server's own messages once it is initialized. A stateless server has none to send: it says so
+    (405, as the spec allows), so no stream stays open to hold the server's stop."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0, shutdown_timeout_s=30)
+    url = await server.start()
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(url + "/mcp", headers={"Accept": "text/event-stream"}) as stream,
+        ):
+            assert stream.status == 405 and stream.headers["Allow"] == "POST"
+            assert (await stream.json())["error"]["code"] == "method_not_allowed"
+    finally:
+        await asyncio.wait_for(server.close(), 15)  # half the 30 s shutdown timeout: told apart

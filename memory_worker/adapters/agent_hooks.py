@@ -48,6 +48,12 @@ PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"  # what Claude Code sets for hook command
 # long is left unsaid (the agent's own hook timeout is far longer, 60 s by default).
 HOOK_BUDGET_S = 3.0
 HOOK_LOCK_WAIT_S = 1.0  # a data dir held by another short CLI call is waited for this long at most
+# A Stop hook's turn in one request: a server takes at most 1 MiB (`standalone.MAX_BODY_BYTES`);
+# this leaves room for the job's other fields and its escaping.
+MAX_JOB_BYTES = 768 * 1024
+# What lesson matching reads of one tool argument (`search.toolcall.MAX_SCAN_CHARS_PER_VALUE`): the
+# rest of a large Write's content matches nothing, and pushed the request past that 1 MiB.
+MAX_ARGUMENT_CHARS = 8_192
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +157,7 @@ async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) ->
     except OSError as exc:
         log.warning("hook_transcript_unreadable", hook="Stop", error=str(exc))
         return None
+    entries = _newest_fitting(entries, MAX_JOB_BYTES)
     if not entries:
         return None
     job: dict[str, Any] = {"session_id": session, "entries": entries}
@@ -159,6 +166,30 @@ async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) ->
     queued = await door.capture(job)
     log.info("hook_captured", hook="Stop", queued=queued.get("queued"), via=door.remote or "dir")
     return None
+
+
+def _newest_fitting(entries: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The newest `entries` whose JSON fits in `limit` bytes. A long coding session's last 200
+    messages run past what a server takes in one request, which refused the whole turn on every
+    Stop from then on; the oldest messages (context, most likely captured before) are left out."""
+    size = 0
+    for index in range(len(entries) - 1, -1, -1):
+        size += len(json.dumps(entries[index], ensure_ascii=False).encode("utf-8", "replace")) + 2
+        if size > limit:
+            return entries[index + 1 :]
+    return entries
+
+
+def _clipped(value: Any) -> Any:
+    """`value` with every string cut to what lesson matching reads of it (the payload's nesting
+    is bounded by `loads`)."""
+    if isinstance(value, str):
+        return value[:MAX_ARGUMENT_CHARS]
+    if isinstance(value, dict):
+        return {key: _clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped(item) for item in value]
+    return value
 
 
 async def _pre_tool_use(
@@ -174,7 +205,7 @@ async def _pre_tool_use(
     step = payload.get("tool_use_id")
     request: dict[str, Any] = {
         "tool": tool,
-        "arguments": arguments,
+        "arguments": _clipped(arguments),
         "cwd": cwd,
         "workspace_root": workspace_root(cwd, options.workspace_root, os.environ),
         "conversation": session if isinstance(session, str) and session else None,
@@ -240,16 +271,20 @@ def add_parser(
 
 
 def _read_payload(stream: TextIO) -> dict[str, Any] | None:
+    # The bytes, decoded as UTF-8 (what JSON is): the text layer decodes in the locale's encoding,
+    # which on Windows (cp1252) garbles or refuses whatever is not ASCII in the prompt.
+    reader = getattr(stream, "buffer", stream)  # a caller's StringIO has no bytes: read as text
     try:
-        raw = stream.read(MAX_INPUT_BYTES + 1)
-    except UnicodeDecodeError as exc:  # stdin decoded strictly (a UTF-8 locale), other bytes sent
+        raw = reader.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
+            return None
+        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+    except UnicodeDecodeError as exc:  # other bytes than UTF-8 were sent
         log.warning("hook_input_not_utf8", error=str(exc))
         return None
-    if len(raw) > MAX_INPUT_BYTES:
-        log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
-        return None
     try:
-        payload = loads(raw, "hook input")  # bounded nesting: a deep payload is not a crash
+        payload = loads(text, "hook input")  # bounded nesting: a deep payload is not a crash
     except InvalidInput as exc:
         log.warning("hook_input_not_json", error=str(exc))
         return None
@@ -269,8 +304,12 @@ async def run(
     stdout: TextIO | None = None,
     *,
     budget_s: float = HOOK_BUDGET_S,
+    abandon: Callable[[], None] | None = None,
 ) -> int:
-    """`memory-worker hook EVENT`: always exit status 0; a reply only when there is one."""
+    """`memory-worker hook EVENT`: always exit status 0; a reply only when there is one.
+    `abandon` (the program's own run) ends the process when the budget ran out: what was still
+    running in a worker thread (a read of a stalled file) cannot be cancelled, and `asyncio.run`
+    waits for every such thread on its way out."""
     event = EVENTS[args.event]
     out = stdout or sys.stdout
     payload = _read_payload(stdin or sys.stdin)
@@ -285,7 +324,9 @@ async def run(
     async def work(door: Door) -> int:
         reply = await event.handle(door, payload, options)
         if reply is not None:
-            out.write(json.dumps(reply, ensure_ascii=False) + "\n")
+            # ASCII escapes: stdout is written in the locale's encoding (a Windows pipe's code
+            # page), which cannot carry every character of a memory; the agent parses JSON.
+            out.write(json.dumps(reply) + "\n")
             out.flush()
         return 0
 
@@ -301,6 +342,8 @@ async def run(
             )
     except TimeoutError:
         log.warning("hook_timed_out", hook=event.agent_event, budget_s=budget_s)
+        if abandon is not None:
+            abandon()
     except WorkerError as exc:  # a held data dir, a bad payload: expected, one line
         log.warning("hook_failed", hook=event.agent_event, error=str(exc))
     except Exception:  # a bug: its traceback on stderr, still never the agent's problem

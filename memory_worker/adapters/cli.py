@@ -58,6 +58,7 @@ DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memo
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
+HOOK_EXIT_GRACE_S = 0.5  # a hook past its budget: what a blocked worker thread may still hold it
 # A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
 # past 1 MiB; half of it leaves room for a record's escaping).
 FORWARD_CHUNK_BYTES = 512 * 1024
@@ -684,7 +685,25 @@ def _version() -> str:
 
 
 async def _hook(args: argparse.Namespace) -> int:
-    return await agent_hooks.run(args, _with_door)
+    own = getattr(args, "own_process", False)
+    return await agent_hooks.run(args, _with_door, abandon=_abandon if own else None)
+
+
+def _abandon() -> None:
+    """A hook past its budget: its work was cancelled, but a worker thread still blocked (a read
+    of a stalled file) cannot be, and a normal exit waits for every such thread, holding the
+    agent. The process ends `HOOK_EXIT_GRACE_S` from now at the latest, with status 0; a write
+    still landing gets that long to finish."""
+
+    def end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+                stream.flush()
+        os._exit(0)
+
+    timer = threading.Timer(HOOK_EXIT_GRACE_S, end)
+    timer.daemon = True  # never what holds the exit itself
+    timer.start()
 
 
 async def _permissions(args: argparse.Namespace) -> int:
@@ -740,6 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # builds its first model (~20 ms, measured); this package uses none. Read at that build,
         # which the door does later; a choice already in the environment is kept.
         os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
+    args.own_process = argv is None  # the program itself, not a caller passing argv (a test)
     try:
         code = asyncio.run(_COMMANDS[args.command](args))
     except WorkerError as err:

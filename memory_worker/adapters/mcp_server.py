@@ -18,7 +18,8 @@ server.
   another bank is refused (`invalid_input`), never served from the other bank, and the tools that
   name no bank but look at all of them (`bank::list`, `doctor`) are not offered.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
-  client): it sits behind the standalone server's own access checks like every other route.
+  client; the GET stream of server-sent messages is 405, as there are none): it sits behind the
+  standalone server's own access checks like every other route.
 """
 
 from __future__ import annotations
@@ -306,6 +307,11 @@ class McpHttp:
     ) -> web.StreamResponse:
         if self._task is None or not self._ready.is_set():
             raise web.HTTPServiceUnavailable(reason="the MCP endpoint is not running")
+        if request.method == "GET":
+            # The stream a client opens for the server's own messages: stateless, there are none,
+            # and the SDK's stream never ended, holding the server's stop. 405 is the spec's
+            # "no stream here", which clients (the TypeScript SDK) take in stride.
+            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
         state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
         return await _asgi(self._manager.handle_request, request, state)
 

@@ -596,6 +596,7 @@ class StandaloneServer:
                     await asyncio.to_thread(self._token, service.store.root)  # its own token
                     await data_dir_watcher.restart()  # follow the new data dir at once
                     await self._start_capture(service)
+                    self.feed.resync()  # open tabs show the old dir's banks: refetch them all
                 return applied
 
             self._apply_settings = apply  # the console's settings edits apply the same way

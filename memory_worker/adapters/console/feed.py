@@ -90,6 +90,12 @@ class ConsoleFeed:
         for client in self._clients:
             client.offer(frame)
 
+    def resync(self) -> None:
+        """Every tab refetches what it shows: what it holds is gone as a whole (the data dir was
+        swapped), which no change event would say."""
+        for client in self._clients:
+            client.offer((RESYNC, "{}"))
+
     def open(self) -> FeedClient:
         if self._closed:
             raise FeedFull("the server is stopping")

@@ -3,7 +3,7 @@
 // by the floor with score 0, marked), and the appended message verbatim. It runs the pre-generate
 // hook's own code (memory::preview).
 
-import { h, setText } from './dom.js'
+import { h } from './dom.js'
 import { plural, score as formatScore } from './format.js'
 
 export function createPreviewPanel(ctx) {
@@ -42,9 +42,10 @@ export function createPreviewPanel(ctx) {
 
   // A run set off by a live change can overlap the person's own: only the latest one asked for
   // is shown (an older answer landing last would show a stale turn), and never for another bank.
+  // A re-run (live change, poll) passes the message it repeats: the box may already hold the
+  // person's next one, half typed, which is theirs and left alone.
   let runs = 0
-  async function run() {
-    const text = query.value.trim()
+  async function run(text = query.value.trim()) {
     if (!text) { query.focus(); return }
     const current = bank
     if (!current) return
@@ -100,12 +101,12 @@ export function createPreviewPanel(ctx) {
       bank = name
       last = null
       result.replaceChildren()
-      setText(query, '')
+      query.value = '' // an input's text is its value, not its textContent
       suggest()
     },
     changed({ items, rules }) {
-      if ((items.has(bank) || rules.has(bank)) && last) { query.value = last; run() }
+      if ((items.has(bank) || rules.has(bank)) && last) run(last)
     },
-    resync() { if (last) run() },
+    resync() { if (last) run(last) },
   }
 }
