@@ -100,6 +100,8 @@ class TestForget:
                 "bank": "main",
                 "id": i,
                 "subject": "ana",
+                # The seed's payload shape (`memory` always there), with nothing but identity.
+                "memory": {"id": i, "subject": "ana"},
                 "reason": "forget-subject",
                 "event_id": ANY,
             }

@@ -96,6 +96,9 @@ class ForgetUseCases(EmbeddingWork):
                     "bank": name,
                     "id": memory_id,
                     "subject": subject,  # who it was about (an id): their live views hear it
+                    # Seed 000's payload always has `memory`: a subscriber reading its id works
+                    # here too, and finds no text, which is gone.
+                    "memory": {"id": memory_id, "subject": subject},
                     "reason": REASON,
                     "event_id": event_id(),
                 },
