@@ -553,8 +553,11 @@ class TestDoctorAndReload:
         assert not damage["ok"] and "main/memories.jsonl:2" in damage["detail"]
         assert report["ok"] is True  # advisory: every intact record is still served
 
-    async def test_reload_picks_up_hand_edits(self, service: MemoryService, data_dir: Path) -> None:
+    async def test_reload_picks_up_hand_edits(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
         await save(service, "The user likes tea")
+        emitter.clear()
         (data_dir / "main" / "rules" / "hand.md").write_text("Edited by hand.")
         hand = (
             '{"id":"fphand000000000001","text":"The user hand-wrote this memory",'
@@ -566,6 +569,11 @@ class TestDoctorAndReload:
         assert (await call(service, "memory::get", id="fphand000000000001"))["memory"]
         rules = (await call(service, "memory::rule::list"))["rules"]
         assert [r["name"] for r in rules] == ["hand"]
+        # Announced as the watcher announces them: what live views show has changed.
+        assert [(e["event_type"], e["memory"]["id"]) for e in emitter.of(ITEM_CHANGED)] == [
+            ("created", "fphand000000000001")
+        ]
+        assert [e["event_type"] for e in emitter.of(BANK_CHANGED)] == ["rules-changed"]
 
 
 async def _reopen(service: MemoryService, data_dir: Path) -> MemoryService:

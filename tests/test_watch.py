@@ -25,7 +25,7 @@ import pytest
 from memory_worker.adapters import watch
 from memory_worker.adapters.watch import DataDirWatcher, bank_of
 from memory_worker.app import catalog
-from memory_worker.app.ports import BANK_CHANGED
+from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.config import Settings
@@ -271,13 +271,35 @@ class TestServiceReloadBank:
         rules = await call(service, "memory::rule::list", bank="main")
         assert rules["rules"][0]["content"] == "Be very brief."
 
-    async def test_memory_edit_emits_no_rules_event(
+    async def test_memory_edits_by_hand_are_announced_per_memory(
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:
-        await call(service, "memory::save", bank="main", text="The user likes tea")
+        """Live views and subscribers hear of what a person changed in `memories.jsonl` as of any
+        other change (and no bank event: the rules and settings are as they were)."""
+        tea, cat, old = [
+            (await call(service, "memory::save", bank="main", text=text))["memory"]
+            for text in ("The user likes tea", "The user has a cat", "The user is 40")
+        ]
         emitter.clear()
-        _append(data_dir / "main" / "memories.jsonl", _hand_line(data_dir / "main", "Bees"))
+        log = data_dir / "main" / "memories.jsonl"
+        kept = [line for line in log.read_bytes().splitlines(keepends=True) if b"is 40" not in line]
+        log.write_bytes(b"".join(kept).replace(b"likes tea", b"likes mint tea"))
+        _append(log, _hand_line(data_dir / "main", "Bees"))
         assert await service.reload_bank("main") == "reloaded"
+        assert emitter.of(BANK_CHANGED) == []
+        changes = {
+            (e["event_type"], e["memory"]["id"], e["memory"].get("text"), e["reason"])
+            for e in emitter.of(ITEM_CHANGED)
+        }
+        assert changes == {
+            ("updated", tea["id"], "The user likes mint tea", "edited by hand"),
+            ("created", fingerprint("Bees"), "Bees", "edited by hand"),
+            ("deleted", old["id"], "The user is 40", "edited by hand"),
+        }
+        assert cat["id"] not in {e["memory"]["id"] for e in emitter.of(ITEM_CHANGED)}
+        emitter.clear()
+        os.utime(log)  # touched, nothing changed: nothing to announce
+        await service.reload_bank("main")
         assert emitter.events == []
 
     async def test_added_and_removed_folders_emit_created_and_trashed(

@@ -4,6 +4,8 @@ up."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
@@ -26,9 +28,10 @@ from memory_worker.app.wire import (
 from memory_worker.core.bank_settings import SETTING_NAMES, BankOverrides, parse_overrides
 from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, InvalidInput
-from memory_worker.core.models import BankEvent
+from memory_worker.core.models import BankEvent, ItemEvent, Memory
 from memory_worker.core.names import check_name
-from memory_worker.storage.bank import Rewrite
+from memory_worker.core.transitions import change_event
+from memory_worker.storage.bank import Bank, Rewrite
 from memory_worker.storage.logger import get_logger
 
 __all__ = ["BankUseCases"]
@@ -146,19 +149,31 @@ class BankUseCases(EmbeddingWork):
         return result
 
     async def reload(self, req: ReloadRequest, caller: Caller = SYSTEM) -> ReloadResponse:
-        return ReloadResponse(ok=True, banks=await self.store.reload())
+        """Replay the whole data dir, and announce what changed in the banks anyone has seen
+        since boot (a bank never replayed yet was shown to no one), as the watcher does."""
+        named = set(self.store.names())
+        seen = {bank.name: _Seen.of(bank) for bank in self.store.loaded()}
+        count = await self.store.reload()
+        after = {bank.name: bank for bank in self.store.loaded()}
+        for name in sorted(seen.keys() | after.keys()):
+            if name in seen and name not in after:  # gone, or now unreadable (doctor says so)
+                outcome = "broken" if name in self.store.broken else "removed"
+            elif name in seen:
+                outcome = "reloaded"
+            elif name not in named:  # new since boot (one replayed for the first time is not)
+                outcome = "added"
+            else:
+                continue
+            self._announce(name, seen.get(name), after.get(name), outcome)
+        return ReloadResponse(ok=True, banks=count)
 
     async def reload_bank(self, name: str) -> str:
         """Pick up a hand edit of one bank's folder (the data-dir watcher calls this): reload it,
-        re-embed it in the background, and announce what subscribers can act on: `created` for a
-        folder that appeared, `trashed` for one that vanished (the bank is gone either way, whether
-        or not it went through `.trash`), `rules-changed` when its rules differ, `configured` when
-        its `bank.yaml` (description, settings) does. Returns the store's outcome: "reloaded" |
-        "added" | "removed" | "unchanged" | "broken" | "deferred" (out of file descriptors: RAM
-        kept as it was, retried later)."""
+        re-embed it in the background, and announce what changed (`_announce`). Returns the
+        store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken" | "deferred"
+        (out of file descriptors: RAM kept as it was, retried later)."""
         before = self.store.find(name)
-        old_rules = {r.name: r.content for r in before.rules()} if before is not None else {}
-        old_file = (before.description, before.overrides) if before is not None else None
+        seen = _Seen.of(before) if before is not None else None
         outcome = await self.store.reload_bank(name)
         if outcome in ("unchanged", "deferred"):
             return outcome
@@ -170,25 +185,77 @@ class BankUseCases(EmbeddingWork):
         bank = self.store.find(name)
         if bank is not None:
             self._embed_soon(bank)
-        rules = {r.name: r.content for r in bank.rules()} if bank is not None else {}
-        if outcome == "added":
-            self._emit_bank(BankEvent.CREATED, name)
-        elif outcome == "removed" and before is not None:
-            self._emit_bank(BankEvent.TRASHED, name)
-        elif outcome == "reloaded" and rules != old_rules:
-            self._emit_bank(BankEvent.RULES_CHANGED, name)
-        edited = bank is not None and (bank.description, bank.overrides) != old_file
-        if outcome == "reloaded" and old_file is not None and edited:  # bank.yaml by hand
-            self._emit_bank(BankEvent.CONFIGURED, name)
+        rules_changed = self._announce(name, seen, bank, outcome)
         log.info(
             "bank_reloaded",
             bank=name,
             outcome=outcome,
             memories=bank.live_count() if bank is not None else 0,
-            rules=len(rules),
-            rules_changed=rules != old_rules,
+            rules=len(bank.rules()) if bank is not None else 0,
+            rules_changed=rules_changed,
             # each logged at load
             damage=sum(not d.kept for d in bank.damage) if bank is not None else 0,
             error=self.store.broken.get(name),
         )
         return outcome
+
+    def _announce(self, name: str, seen: _Seen | None, bank: Bank | None, outcome: str) -> bool:
+        """What subscribers can act on after a reload from disk: `created` for a folder that
+        appeared, `trashed` for one that vanished (the bank is gone either way, whether or not it
+        went through `.trash`), `rules-changed` when its rules differ, `configured` when its
+        `bank.yaml` (description, settings) does, and one item-changed event per memory a hand
+        edit of its log changed. Returns whether the rules changed."""
+        rules = {r.name: r.content for r in bank.rules()} if bank is not None else {}
+        old_rules = seen.rules if seen is not None else {}
+        if outcome == "added":
+            self._emit_bank(BankEvent.CREATED, name)
+        elif outcome == "removed" and seen is not None:
+            self._emit_bank(BankEvent.TRASHED, name)
+        if outcome != "reloaded" or seen is None or bank is None:
+            return rules != old_rules
+        if rules != old_rules:
+            self._emit_bank(BankEvent.RULES_CHANGED, name)
+        if (bank.description, bank.overrides) != seen.file:  # bank.yaml by hand
+            self._emit_bank(BankEvent.CONFIGURED, name)
+        for event, memory in _hand_changes(seen.memories, bank.memories):
+            self._emit_item(event, name, memory, HAND_EDIT_REASON)
+        return rules != old_rules
+
+
+HAND_EDIT_REASON = "edited by hand"
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What a bank showed before a reload replaced it: what the announcement compares."""
+
+    memories: dict[str, Memory]
+    rules: dict[str, str]
+    file: tuple[str, BankOverrides]
+
+    @classmethod
+    def of(cls, bank: Bank) -> _Seen:
+        return cls(
+            dict(bank.memories),
+            {r.name: r.content for r in bank.rules()},
+            (bank.description, bank.overrides),
+        )
+
+
+def _hand_changes(
+    before: Mapping[str, Memory], after: Mapping[str, Memory]
+) -> list[tuple[ItemEvent, Memory]]:
+    """What a hand edit of `memories.jsonl` changed, memory by memory, as the events of any other
+    change: `created` / `updated` for one live now, `superseded` / `deleted` for one live before
+    and not now (a line removed by hand: its last record, as it was)."""
+    out: list[tuple[ItemEvent, Memory]] = []
+    for memory_id, now in after.items():
+        event = change_event(before.get(memory_id), now)
+        if event is not None:
+            out.append((event, now))
+    out.extend(
+        (ItemEvent.DELETED, was)
+        for memory_id, was in before.items()
+        if was.live and memory_id not in after
+    )
+    return out

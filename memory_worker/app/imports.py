@@ -226,17 +226,9 @@ def _changes(
     for i, record in enumerate(records):
         if last[record.id] != i or bank.get(record.id) != record:
             continue
-        previous = before[record.id]
-        if previous == record:
-            continue
-        was_live = previous is not None and previous.live
-        if record.live:
-            event = ItemEvent.UPDATED if was_live else ItemEvent.CREATED
-        elif was_live:
-            event = ItemEvent.SUPERSEDED if record.superseded_by else ItemEvent.DELETED
-        else:
-            continue
-        out.append((event, record, reasons[i]))
+        event = transitions.change_event(before[record.id], record)
+        if event is not None:
+            out.append((event, record, reasons[i]))
     return out
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "change_event",
     "check_revision",
     "check_unicode",
     "new_memory",
@@ -70,6 +71,21 @@ def check_unicode(value: str, field: str) -> None:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
     if "\x00" in value:
         raise InvalidInput(f"{field} contains a NUL character")
+
+
+def change_event(previous: Memory | None, record: Memory) -> ItemEvent | None:
+    """The event a change that did not go through a mutation (an import, a hand edit) makes of
+    `previous` becoming `record`, as the mutations announce theirs: `created` / `updated` for a
+    memory live now, `superseded` / `deleted` for one live before and not now; None when nothing
+    anyone sees changed (the same record, or a memory that was not live and still is not)."""
+    if previous == record:
+        return None
+    was_live = previous is not None and previous.live
+    if record.live:
+        return ItemEvent.UPDATED if was_live else ItemEvent.CREATED
+    if was_live:
+        return ItemEvent.SUPERSEDED if record.superseded_by else ItemEvent.DELETED
+    return None
 
 
 def check_revision(record: Memory, expected: int | None) -> None:
