@@ -94,6 +94,25 @@ def test_a_read_of_an_anchored_file_gets_the_card_as_additional_context(
     assert set(reply["hookSpecificOutput"]) == {"hookEventName", "additionalContext"}
 
 
+def test_inject_lessons_off_means_no_card_from_the_hook(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    repo: Path,
+    tmp_path: Path,
+) -> None:
+    """`inject_lessons: false` turns the cards off for a coding agent's hook as for the harness's;
+    an agent asking `memory::lessons::match` itself still gets them."""
+    config = tmp_path / "config.yaml"
+    config.write_text("inject_lessons: false\n", encoding="utf-8")
+    payload = _claude(repo, "Read", {"file_path": str(repo / "proto" / "user.proto")})
+    assert _hook(monkeypatch, capsys, data, payload, "--config", str(config)) == (0, "")
+    asked = {"tool": "Read", "arguments": {"file_path": "proto/user.proto"}}
+    argv = ["trigger", "memory::lessons::match", "--json", json.dumps(asked)]
+    assert cli.main([*argv, "--data-dir", str(data), "--config", str(config)]) == 0
+    assert json.loads(capsys.readouterr().out)["matched"] == 1
+
+
 def test_the_card_is_given_once_per_session_and_again_to_a_retried_call(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
 ) -> None:

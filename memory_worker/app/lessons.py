@@ -164,6 +164,18 @@ class LessonUseCases(ServiceBase):
         self, req: LessonsMatchRequest, caller: Caller = SYSTEM
     ) -> LessonsMatchResponse:
         name = self._name(req.bank)
+        if caller.via == "hook" and not self.settings.inject_lessons:
+            # A coding agent's PreToolUse hook, with the cards turned off as for the harness's
+            # turns (`inject_lessons`); an agent or a person asking still gets them.
+            return LessonsMatchResponse(
+                bank=name,
+                cards=[],
+                message=None,
+                matched=0,
+                already_delivered=0,
+                withheld=0,
+                paths=[],
+            )
         conversation = clean_short(req.conversation, "conversation", MAX_CONVERSATION_CHARS)
         step = clean_short(req.step, "step", MAX_CONVERSATION_CHARS)
         tool = clean_short(req.tool, "tool", MAX_TOOL_CHARS) or ""

@@ -142,7 +142,8 @@ class Settings(BaseModel):
     )
     inject_lessons: bool = Field(
         default=True,
-        description="Append the lesson cards matching a turn's tool calls on its later steps.",
+        description="Append the lesson cards matching a turn's tool calls on its later steps "
+        "(and answer a coding agent's PreToolUse hook with them).",
     )
     lesson_injection_tokens: int = Field(
         default=8000,
