@@ -453,6 +453,12 @@ class TestPass:
         assert rig.model.sent == []
         assert rig.kv.data[(CURSOR_SCOPE, "s1")] == {"last_entry_id": "e0002"}
 
+    async def test_a_short_statement_of_a_fact_still_reaches_the_model(self, rig: Rig) -> None:
+        """Under 20 characters of text, yet a fact: only acknowledgments go unread."""
+        reply = {"memories": [add("The user is vegan.")]}
+        assert await rig.turn(("user", "I'm vegan."), ("assistant", "Noted."), reply=reply) == 1
+        assert len(rig.model.sent) == 1 and "I'm vegan." in rig.model.sent[0]
+
     async def test_a_failing_router_leaves_the_cursor_and_raises(self, rig: Rig) -> None:
         rig.model.fail = True
         with pytest.raises(SiblingUnavailable):

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -104,7 +104,8 @@ LEARNED_HEADER = (
 MAX_RULES_PER_TURN = 3
 KNOWN_SHOWN = 10  # known memories shown to the model
 MAX_PAGES = 10_000
-MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call
+MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call…
+MIN_STATEMENT_WORDS = 2  # …unless a person said at least this many words ("I'm vegan.")
 USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
 MEMORY_PREFIX = "<memory "
 MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
@@ -395,7 +396,7 @@ class Extractor:
             return 0  # a redelivered job: its turn was read already
         span = await self._read(job, cursor, settings.extraction_window)
         lines = span.lines
-        if sum(len(line.text) for line in lines) < MIN_EXCERPT_CHARS:
+        if not _worth_reading(lines):
             await self._advance(job.session_id, cursor, span)
             return 0  # nothing new, or nothing worth a model call ("ok", "thanks")
         origin = _Origin(job, lines)
@@ -737,3 +738,13 @@ class Extractor:
             return None
         assert isinstance(found, RuleListResponse)
         return next((rule for rule in found.rules if rule.name == LEARNED_RULE), None)
+
+
+def _worth_reading(lines: Sequence[Line]) -> bool:
+    """Whether the new messages may hold something to remember: enough text in all, or a user
+    message of a few words (a fact can be short: "I'm vegan." and "Noted." are 16 characters)."""
+    if sum(len(line.text) for line in lines) >= MIN_EXCERPT_CHARS:
+        return True
+    return any(
+        line.role == "user" and len(line.text.split()) >= MIN_STATEMENT_WORDS for line in lines
+    )
