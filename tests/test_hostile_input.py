@@ -150,6 +150,24 @@ async def test_nan_from_an_already_decoded_payload_is_invalid_input(
         await catalog.call(service, "memory::recall", {"query": value})
 
 
+@pytest.mark.parametrize(
+    ("function_id", "payload"),
+    [
+        ("memory::recall", {"query": "tea", "limit": True}),
+        ("memory::list", {"offset": False}),
+        ("memory::delete", {"id": "fpx", "expected_revision": True}),
+        ("memory::bank::create", {"name": "b", "max_memories": True}),
+    ],
+)
+async def test_true_or_false_for_a_number_is_invalid_input(
+    service: MemoryService, function_id: str, payload: dict[str, Any]
+) -> None:
+    """`limit=true` (as `iii trigger` decodes it) names no number: refused, never read as 1."""
+    with pytest.raises(InvalidInput, match="not true or false"):
+        await catalog.call(service, function_id, payload)
+    assert service.store.names() == []
+
+
 HUGE = '{"text": "The user likes tea", "weight": 1e400}'  # 1e400 decodes as infinity
 
 

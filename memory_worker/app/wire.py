@@ -11,10 +11,11 @@ catalog's order, so the wire contract (what the golden schemas pin) reads as one
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
 
 from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
@@ -166,6 +167,28 @@ class Request(BaseModel):
     # A list field whose items are each held to `payload.MAX_VALUES` instead of the whole call
     # (`catalog.check_size`): an import carries as many records as the file it came from.
     values_per_item: ClassVar[str | None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        """`limit=true` (as `iii trigger` decodes it) names no number: pydantic would read it as
+        1. A number field given true or false is refused (a model-level check: the fields keep
+        their JSON schema)."""
+        if isinstance(data, dict):
+            for name in _number_fields(cls):
+                if isinstance(data.get(name), bool):
+                    raise ValueError(f"{name} must be a number, not true or false")
+        return data
+
+
+@functools.cache
+def _number_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `model` that hold a whole number (`int` or `int | None`)."""
+    return tuple(
+        name
+        for name, field in model.model_fields.items()
+        if field.annotation is int or field.annotation == int | None
+    )
 
 
 class Response(BaseModel):
