@@ -241,12 +241,18 @@ def test_a_log_appended_behind_the_records_replays_only_the_new_line_over_them(
     assert loaded == expected and "fphandwritten0001" in loaded["ids"]
 
 
-@pytest.mark.parametrize("change", [_edit_in_place, _raise_a_revision])
+def _garble_a_line(log: Path) -> None:
+    # One byte of a line's JSON changed: it no longer reads as a record.
+    data = log.read_bytes()
+    at = data.index(b'"text":')
+    log.write_bytes(data[:at] + b"'" + data[at + 1 :])
+
+
 def test_a_damaged_log_keeps_its_damage_report_and_gets_no_records(
-    tmp_path: Path, records_uses: list[bool], change: Callable[[Path], None]
+    tmp_path: Path, records_uses: list[bool]
 ) -> None:
     seed(tmp_path)
-    change(tmp_path / "b" / MEMORIES_FILE)
+    _garble_a_line(tmp_path / "b" / MEMORIES_FILE)
     (tmp_path / "b" / RECORDS_FILE).unlink()
 
     first = session(tmp_path, lambda service: _damage_of(service))
@@ -255,6 +261,26 @@ def test_a_damaged_log_keeps_its_damage_report_and_gets_no_records(
     assert first and first == second  # reported at every boot
     assert not (tmp_path / "b" / RECORDS_FILE).exists()  # never vouched for
     assert records_uses == [False, False]
+
+
+@pytest.mark.parametrize("change", [_edit_in_place, _raise_a_revision])
+def test_a_log_edited_by_hand_is_named_once_and_gets_its_records_again(
+    tmp_path: Path, records_uses: list[bool], change: Callable[[Path], None]
+) -> None:
+    """A line that parses but no longer matches its checksum was edited by hand: the load that
+    reads it names it, and the records written at close vouch for the log as it now reads."""
+    seed(tmp_path)
+    change(tmp_path / "b" / MEMORIES_FILE)
+    (tmp_path / "b" / RECORDS_FILE).unlink()
+
+    first = session(tmp_path, lambda service: _damage_of(service))
+    assert first and all("edited by hand" in note for note in first)
+    assert (tmp_path / "b" / RECORDS_FILE).exists()
+    expected = plain_replay(tmp_path)
+    loaded = state(load(tmp_path))  # booted from the records: the edit as it reads
+    assert loaded.pop("damage") == [] and expected.pop("damage") == first  # named once
+    assert loaded == expected
+    assert records_uses == [False, False, True]  # session, plain replay, then the records
 
 
 async def _damage_of(service: MemoryService) -> list[str]:

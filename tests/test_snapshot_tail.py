@@ -232,7 +232,7 @@ def test_a_damaged_line_past_the_prefix_sends_the_boot_through_the_full_replay(
 ) -> None:
     seed(tmp_path)
     good = encode([_memory("fpgood", "Zelda keeps bees")])
-    bad = encode([_memory("fpbad", "Zelda keeps wasps")]).replace(b"wasps", b"waspz")
+    bad = encode([_memory("fpbad", "Zelda keeps wasps")]).replace(b'"text":', b'"text";')
     _append(tmp_path, good + bad)
     uses.clear()
 
@@ -240,7 +240,24 @@ def test_a_damaged_line_past_the_prefix_sends_the_boot_through_the_full_replay(
 
     assert uses == [(False, False)]
     assert booted == without_snapshots(tmp_path)
-    assert booted["damage"] and "checksum" in booted["damage"][0]
+    assert booted["damage"] and "corrupt line" in booted["damage"][0]
+
+
+def test_a_line_edited_by_hand_past_the_prefix_is_read_as_it_reads(
+    tmp_path: Path, short_tails: None, uses: list[tuple[bool, bool]]
+) -> None:
+    """Not damage: the boot replays the log for its note, and the prefix's index still serves,
+    the edited line analysed afresh with the other lines past it."""
+    seed(tmp_path)
+    edited = encode([_memory("fpedit", "Zelda keeps wasps")]).replace(b"wasps", b"waspz")
+    _append(tmp_path, edited)
+    uses.clear()
+
+    booted = observed(tmp_path)
+
+    assert uses == [(False, True)]
+    assert booted == without_snapshots(tmp_path)
+    assert booted["damage"] and "edited by hand" in booted["damage"][0]
 
 
 def test_a_torn_write_past_the_prefix_sends_the_boot_through_the_full_replay(

@@ -498,8 +498,8 @@ class Bank:
             return
         if _short_tail(self._records_base, stamp):
             return  # on disk: records of a prefix of this log (a boot replays the lines past it)
-        if any(damage.file == MEMORIES_FILE for damage in self.damage):
-            return  # a replay must keep reporting it
+        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self.damage):
+            return  # a replay must keep reporting it (a line edited by hand is just a line)
         log_path = self.path / MEMORIES_FILE
         if files.is_link(log_path) or _stat_stamp(log_path) != stamp:
             return
@@ -625,7 +625,7 @@ class Bank:
         of `snapshot_ids`): the memories with a line past it analysed afresh, every other one
         taken from the snapshot; None when that cannot be vouched for (damage, a write across
         the prefix's end, an unreadable line past it, a memory the snapshot lacks)."""
-        if any(damage.file == MEMORIES_FILE for damage in self.damage):
+        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self.damage):
             return None
         if continues_batch(data, size):
             return None

@@ -15,9 +15,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memory_worker.app import catalog
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.core.text import fingerprint
+from memory_worker.storage import bank as bank_module
+from memory_worker.storage.snapshot import RECORDS_FILE
 
 from ..fakes import FixedClock
 from ..test_cli import run_cli
@@ -115,6 +119,29 @@ async def test_a_compaction_seals_a_line_edited_by_hand_again(tmp_path: Path) ->
     assert _unverified_lines(data) == []
     noted, _ = await _log_damage(data)
     assert noted == []
+
+
+async def test_a_log_edited_by_hand_still_gets_its_boot_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only damage keeps a bank booting by full replay: a log a person edited writes its records
+    snapshot again at close, and the next boot from it serves the edited text."""
+    monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 2)
+    data = tmp_path / "data"
+    ids = await _saved(data, ["The user keeps bees", "The user keeps goats"])
+    log = data / "main" / LOG
+    log.write_bytes(log.read_bytes().replace(b"keeps bees", b"keeps hens"))
+    (data / "main" / RECORDS_FILE).unlink(missing_ok=True)
+    service = open_service(data)
+    await service.store.close()  # read by full replay, the edit noted; the snapshot written
+    assert (data / "main" / RECORDS_FILE).is_file()
+    service = open_service(data)
+    try:
+        bank = service.store.get("main")
+        edited = bank.get(ids[0])
+        assert edited is not None and edited.text == "The user keeps hens"
+    finally:
+        await service.store.close()
 
 
 async def test_a_corrupt_line_of_a_multi_record_write_drops_the_whole_write(
