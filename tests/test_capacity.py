@@ -17,7 +17,7 @@ from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import Conflict
+from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.storage import files
 from memory_worker.storage.access import ACCESS_FILE, Access, AccessStats
 from memory_worker.storage.access import _line as access_line
@@ -88,6 +88,20 @@ class TestEviction:
             await save(service, "The user likes rock.")
         assert (data_dir / "main" / "memories.jsonl").read_bytes() == before
 
+    @pytest.mark.parametrize("cap", ["max_memories", "max_per_subject"])
+    async def test_a_cap_given_as_true_is_invalid_input_and_changes_nothing(
+        self, service: MemoryService, data_dir: Path, cap: str
+    ) -> None:
+        """`max_memories=true` was read as a cap of 1: every later save evicted a memory."""
+        await call(service, "memory::bank::create", name="main")
+        before = (data_dir / "main" / "bank.yaml").read_bytes()
+        with pytest.raises(InvalidInput, match=rf"{cap}: .*not true or false"):
+            await call(service, "memory::bank::configure", name="main", **{cap: True})
+        with pytest.raises(InvalidInput, match=rf"{cap}: .*not true or false"):
+            await call(service, "memory::bank::create", name="other", **{cap: True})
+        assert (data_dir / "main" / "bank.yaml").read_bytes() == before
+        assert [b["name"] for b in (await call(service, "memory::bank::list"))["banks"]] == ["main"]
+
     async def test_reinforcing_at_the_cap_evicts_nothing(self, service: MemoryService) -> None:
         await call(service, "memory::bank::create", name="main", max_memories=2)
         await save(service, "The user likes jazz.")
@@ -95,6 +109,44 @@ class TestEviction:
         again = await call(service, "memory::save", text="The user likes jazz.")
         assert not again["created"]
         assert len(await live_texts(service)) == 2
+
+    @pytest.mark.parametrize("scoping", [False, True])  # the kept order; the bulk selection
+    async def test_a_memory_just_said_again_is_not_the_oldest_one(
+        self, service: MemoryService, clock: FixedClock, scoping: bool
+    ) -> None:
+        """Restating renews a memory for retention; at a cap it must too: the person's freshest
+        statement was the one evicted, for having been saved first."""
+        await call(
+            service, "memory::bank::create", name="main", max_memories=3, subject_scoping=scoping
+        )
+        for text in ("The user likes jazz.", "The user likes blues.", "The user likes rock."):
+            await save(service, text)
+            clock.advance(1000)
+        clock.advance_days(10)
+        await save(service, "The user likes jazz.")  # said again: reinforced, not new
+        clock.advance(1000)
+        await save(service, "The user likes metal.")
+        assert await live_texts(service) == {
+            "The user likes jazz.",
+            "The user likes rock.",
+            "The user likes metal.",
+        }
+
+    async def test_an_evicted_memory_saved_again_and_then_superseded_is_not_called_evicted(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", max_memories=2)
+        jazz = await save(service, "The user likes jazz.")
+        clock.advance(10)
+        await save(service, "The user likes blues.")
+        clock.advance(10)
+        rock = await save(service, "The user likes rock.")  # evicts jazz
+        clock.advance(10)
+        back = await save(service, "The user likes jazz.")  # back, evicting blues
+        assert back["id"] == jazz["id"] and "invalid_reason" not in back
+        retired = await call(service, "memory::supersede", id=jazz["id"], superseded_by=rock["id"])
+        assert retired["memory"]["superseded_by"] == rock["id"]
+        assert "invalid_reason" not in retired["memory"]
 
     async def test_a_chatty_subject_evicts_only_its_own_rows(
         self, service: MemoryService, clock: FixedClock

@@ -16,7 +16,7 @@ from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import SupersedeRequest
-from memory_worker.consolidate.config import ConsolidateSettings
+from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.consolidate.runner import Consolidator
 from memory_worker.consolidate.schedule import (
     LAST_REPORT,
@@ -182,6 +182,13 @@ class TestPass:
             await consolidator.run(settings(banks=["b"]), bank="a")
         with pytest.raises(BankNotFound):
             await consolidator.run(settings(), bank="nope")
+
+    def test_an_allowlist_naming_no_possible_bank_is_refused(self) -> None:
+        """`Main` can never be a bank: accepted, every scheduled pass would cover no bank (and
+        run no retention sweep) while checkpointing as if it had."""
+        with pytest.raises(InvalidInput, match=r"banks: .*'Main' is not a bank name"):
+            parse_settings({"banks": ["Main"]}, source="memory-consolidate")
+        assert parse_settings({"banks": ["main"]}, source="x").banks == ["main"]
 
     async def test_a_stale_read_changes_nothing_and_is_an_error(
         self, service: MemoryService, client: InProcessClient, clock: FixedClock
@@ -530,6 +537,8 @@ class TestSchedule:
         assert is_due(now, now - 24 * HOUR_MS + 300_000, 24)  # the heartbeat came 5 min early
         assert not is_due(now, now - 24 * HOUR_MS + 300_001, 24)
         assert not is_due(now, now + 1000, 24)  # a checkpoint from the future
+        assert not is_due(now, now + 24 * HOUR_MS, 24)  # skew up to an interval waits for it
+        assert is_due(now, now + 24 * HOUR_MS + 1, 24)  # past that, the clock was set back
         assert is_due(now, now - HOUR_MS // 2 + 180_000, 0.5)  # a tenth of a short interval
         assert not is_due(now, now - HOUR_MS // 2 + 180_001, 0.5)
         assert next_due_at(now, 1) == now + HOUR_MS - 300_000
@@ -562,6 +571,21 @@ class TestSchedule:
         assert status.banks["main"].merged == 1
         clock.advance(30 * 60_000)
         assert (await scheduler.tick("backstop"))["ran"] is True
+
+    async def test_a_checkpoint_left_by_a_clock_set_back_does_not_stop_the_schedule(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """A clock once a year ahead wrote `last_run`; set right, the schedule (and retention's
+        sweep with it) must not wait a year for it."""
+        await save(service, "Tea.")
+        await save(service, "tea")
+        kv.data[(SCOPE, LAST_RUN)] = {"ms": clock.now_ms + 365 * 24 * HOUR_MS}
+        scheduler = self.scheduler(client, kv, clock)
+        assert (await scheduler.status()).due
+        outcome = await scheduler.tick("backstop")
+        assert outcome["ran"] and outcome["checkpointed"] and outcome["superseded"] == 1
+        assert kv.data[(SCOPE, LAST_RUN)] == {"ms": clock.now_ms}
+        assert (await scheduler.tick("backstop"))["reason"] == "not due"
 
     async def test_an_errored_pass_does_not_checkpoint_and_stays_due(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock

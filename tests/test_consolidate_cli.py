@@ -126,6 +126,23 @@ class TestOwnSchedule:
         finally:
             _kill(proc)  # type: ignore[arg-type]
 
+    @pytest.mark.timeout(20)  # before: a loop that never pauses (or a 45 s wait, then one)
+    @pytest.mark.parametrize(
+        ("flag", "value"),
+        [("--backstop-s", "-5"), ("--first-tick-s", "nan"), ("--call-timeout-ms", "0")],
+    )
+    def test_a_bad_schedule_number_is_refused_before_anything_starts(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+    ) -> None:
+        from memory_worker.adapters.consolidate.cli import main
+
+        state = tmp_path / "state.json"
+        argv = ["serve", "--server", "http://127.0.0.1:9", "--state", str(state), flag, value]
+        assert main(argv) == 1
+        error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert error["code"] == "invalid_input" and flag in error["message"]
+        assert not state.exists()
+
 
 class TestHttpClient:
     async def test_errors_come_back_as_the_memory_workers_own(self) -> None:

@@ -121,6 +121,25 @@ class TestRanking:
         assert all(h.memory.id in {x.memory.id for x in loose} for h in strict)
         assert not rank(memories, index, query("cello gardening", threshold=1.01), lanes)
 
+    def test_a_window_that_matches_no_stored_context_still_weighs_in_the_threshold(
+        self,
+    ) -> None:
+        """Seed 004: score = content·sim + context·sim(window, stored context). A memory's blend
+        is its own: whether ANOTHER memory's context shares a word with the window must not
+        decide whether this one passes the threshold."""
+        memories, index, lanes = bank_of(*FORMED)
+        weights = LaneWeights(content=0.5, context=0.5)
+
+        def recalled(window: str) -> list[str]:
+            asked = LaneQuery(context=window)
+            q = query("cello weekends", lanes=asked, lane_weights=weights, threshold=0.6)
+            return [h.memory.id for h in rank(memories, index, q, lanes)]
+
+        # The cello memory's own context (music lessons) matches neither window: its blend is
+        # 0.5 × content + 0.5 × 0, under 0.6 both times.
+        assert recalled("a lecture on quantum physics") == []
+        assert recalled("a lecture on quantum physics and the kitchen renovation") == []
+
     def test_lanes_follow_edits_and_deletes(self) -> None:
         lanes = LaneIndexes()
         m = memory("x", "Some fact here", context="first situation")
@@ -210,6 +229,25 @@ class TestCapture:
         assert updated["memory"]["text"] == "The code is 4512"
         bank = service.store.find("main")
         assert bank is not None and bank.lanes.count("intention") == 1
+
+    async def test_an_empty_lane_in_an_update_removes_it(self, service: MemoryService) -> None:
+        """As `subject: ""` makes a memory general: a stored window (a private conversation) can
+        be taken off a memory without deleting it, and recall stops finding it by that window."""
+        body = {"bank": "main", "text": "The code is 4512", "context": "fixing the garage door"}
+        mid = (await call(service, "memory::save", body))["memory"]["id"]
+        ask = {"bank": "main", "query": "", "context": "the garage door again"}
+        weights = {"content": 0.5, "context": 0.5}
+        await call(
+            service, "memory::bank::configure", {"name": "main", "association_weights": weights}
+        )
+        assert [
+            m["memory"]["id"] for m in (await call(service, "memory::recall", ask))["memories"]
+        ] == [mid]
+        updated = await call(service, "memory::update", {"bank": "main", "id": mid, "context": ""})
+        assert "context" not in updated["memory"] and updated["memory"]["revision"] == 1
+        bank = service.store.find("main")
+        assert bank is not None and bank.lanes.count("context") == 0
+        assert (await call(service, "memory::recall", ask))["memories"] == []
 
     async def test_lanes_survive_a_reload(self, service: MemoryService, data_dir: Path) -> None:
         from memory_worker.storage.bank import Bank

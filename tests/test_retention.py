@@ -78,6 +78,23 @@ class TestReaper:
         clock.advance_days(10)
         assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
 
+    async def test_a_memory_saved_again_after_expiring_is_not_marked_expired_any_more(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        ids = await _bank(service)
+        clock.advance_days(30)
+        assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
+        text = "The user is debugging a flaky test today."
+        back = await call(service, "memory::save", text=text, category="context")
+        assert back["created"] and "invalid_reason" not in back["memory"]
+        emitter.clear()
+        deleted = await call(service, "memory::delete", id=ids["context"])
+        # A person's delete: not reported as an expiry (the console's badge reads this field).
+        assert "invalid_reason" not in deleted["memory"]
+        assert [e.get("reason") for e in emitter.of(ITEM_CHANGED)] == [None]
+        gone = (await call(service, "memory::get", id=ids["context"]))["memory"]
+        assert "invalid_reason" not in gone
+
     async def test_the_boot_reaps_every_bank(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

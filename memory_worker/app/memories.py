@@ -271,6 +271,10 @@ class MemoryUseCases(EmbeddingWork):
         title, recommendation, anchors, evidence, card_labels = _card_update(req)
         context, context_labels = transitions.prepare_lane(req.context, "context")
         intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
+        # A blank lane removes it, as "" does a subject (it was a silent no-op: a stored window
+        # could not be taken off a memory short of deleting it).
+        context = "" if context is None and req.context is not None else context
+        intention = "" if intention is None and req.intention is not None else intention
         labels = (*labels, *card_labels, *context_labels, *intention_labels)
         # "" makes the memory general again: a subject is cleared, never left half-set.
         subject = (

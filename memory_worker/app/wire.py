@@ -177,7 +177,7 @@ class Request(BaseModel):
         if isinstance(data, dict):
             for name in _number_fields(cls):
                 if isinstance(data.get(name), bool):
-                    raise ValueError(f"{name} must be a number, not true or false")
+                    raise ValueError(f"{name}: must be a number, not true or false")
         return data
 
 

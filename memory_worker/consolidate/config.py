@@ -7,9 +7,10 @@ standalone schedule; every field applies from the next tick or run.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memory_worker.core.errors import InvalidInput
+from memory_worker.core.names import NAME_PATTERN, check_name
 
 __all__ = ["CONFIG_ID", "ConsolidateSettings", "parse_settings"]
 
@@ -42,6 +43,19 @@ class ConsolidateSettings(BaseModel):
         description="Banks to consolidate; empty means every bank. A manual run naming a bank "
         "outside a non-empty list is refused.",
     )
+
+    @field_validator("banks")
+    @classmethod
+    def _bank_names(cls, value: list[str]) -> list[str]:
+        # A name no bank can have (`Main`, `my bank`) would match nothing: every scheduled pass
+        # would cover no bank, retention's sweep included, and checkpoint as if it had.
+        for name in value:
+            try:
+                check_name(name, "bank")
+            except InvalidInput:
+                raise ValueError(f"{name!r} is not a bank name ({NAME_PATTERN})") from None
+        return value
+
     max_supersedes_per_run: int = Field(
         default=200,
         ge=0,

@@ -3,8 +3,10 @@
 - `last_run` (`{ms}`, state scope `memory_consolidate`) is written only after a complete pass over
   every bank with no error and nothing capped; an errored or capped pass stays due.
 - Due means `now − last_run + slack ≥ interval`, with `slack = min(5 min, interval / 10)`, so a
-  heartbeat that fires a little early does not push the pass back a whole hour. A `last_run` in the
-  future (clock skew) is not due. `status` uses the same rule.
+  heartbeat that fires a little early does not push the pass back a whole hour. A `last_run` a
+  little in the future (clock skew) is not due; one more than an interval ahead was written by a
+  clock that has since been set back, and is due (else the schedule, and retention with it, would
+  stop until the clock caught up with it). `status` uses the same rule.
 - One gate: a tick (cron or backstop) and a manual run never overlap, and a tick re-checks `due`
   under the gate, so two ticks in a row run one pass.
 - Inert: while the configuration cannot be read, ticks do nothing (never a pass on defaults the
@@ -59,9 +61,11 @@ def is_due(now_ms: int, last_ms: int | None, hours: float) -> bool:
     if last_ms is None:
         return True
     elapsed = now_ms - last_ms
-    if elapsed < 0:
-        return False  # a checkpoint from the future: the clock moved back, wait for it
     interval = interval_ms(hours)
+    if elapsed < 0:
+        # A checkpoint from the future: skew between clocks waits for it, but one further ahead
+        # than a whole interval cannot be a pass this clock has seen (it was set back).
+        return -elapsed > interval
     return elapsed + slack_ms(interval) >= interval
 
 

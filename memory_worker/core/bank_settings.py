@@ -26,6 +26,7 @@ from pydantic import (
 from memory_worker.core.errors import InvalidInput
 
 __all__ = [
+    "CAP_SETTINGS",
     "MAX_RETENTION_DAYS",
     "MEMORY_CATEGORIES",
     "SETTING_NAMES",
@@ -36,6 +37,7 @@ __all__ = [
     "Scope",
     "effective",
     "no_overrides",
+    "not_a_flag",
     "parse_overrides",
 ]
 
@@ -53,6 +55,15 @@ Scope = Literal["private", "shared"]
 _MODEL = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 # Counts are u64 on the wire; `models.MAX_INT` is the same bound, but models imports this module.
 MAX_INT = 2**63 - 1
+CAP_SETTINGS = ("max_memories", "max_per_subject")
+
+
+def not_a_flag(value: Any) -> Any:
+    """A cap is a count (a `mode="before"` validator of `CAP_SETTINGS`). pydantic reads `true` as
+    1: `max_memories=true` would cap a bank at one memory, and every save would evict one."""
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number (0 = unlimited), not true or false")
+    return value
 
 
 class AssociationWeights(BaseModel):
@@ -137,6 +148,8 @@ class BankSettings(BaseModel):
     conscious_access: ConsciousAccess = Field(default="read_write", description=_ACCESS)
     scope: Scope = Field(default="private", description=_SCOPE)
 
+    _caps = field_validator(*CAP_SETTINGS, mode="before")(not_a_flag)
+
     @field_validator("retention")
     @classmethod
     def _retention(cls, value: dict[str, int]) -> dict[str, int]:
@@ -188,6 +201,8 @@ class BankOverrides(BaseModel):
     relevance_threshold: float | None = Field(default=None, ge=0, le=1)
     conscious_access: ConsciousAccess | None = None
     scope: Scope | None = None
+
+    _caps = field_validator(*CAP_SETTINGS, mode="before")(not_a_flag)
 
     @field_validator("retention")
     @classmethod

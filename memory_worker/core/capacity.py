@@ -32,7 +32,7 @@ __all__ = [
 EVICTED = "evicted"
 PER_SAVE = 1  # a save adds one memory: it retires at most one for room (`excess`)
 
-Key = tuple[int, int, int, str]  # accesses, last access, created, id: smallest goes first
+Key = tuple[int, int, int, str]  # accesses, last access, last stated, id: smallest goes first
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +53,9 @@ def eviction_order(
     first: int | None = None,
 ) -> list[Memory]:
     """Evictable rows, first to go first: fewest accesses, then least recently accessed (never
-    accessed counts as longest ago), then oldest, then id (a stable order). `first`: only that
-    many of them (a selection in one pass, not a sort of the whole scope: a full bank pays this
-    on every save)."""
+    accessed counts as longest ago), then least recently stated, then id (a stable order).
+    `first`: only that many of them (a selection in one pass, not a sort of the whole scope: a
+    full bank pays this on every save)."""
 
     def key(memory: Memory) -> Key:
         return eviction_key(memory, access(memory.id))
@@ -72,9 +72,11 @@ def evictable(memory: Memory) -> bool:
 
 
 def eviction_key(memory: Memory, seen: tuple[int, int] | None) -> Key:
-    """Where `memory` stands in `eviction_order`, given its (accesses, last access) or None."""
+    """Where `memory` stands in `eviction_order`, given its (accesses, last access) or None.
+    "Oldest" is the fact's last statement, as for retention: a memory the person just said
+    again is not the stale one, whenever it was first saved."""
     count, last = seen if seen is not None else (0, 0)
-    return count, last, memory.created_at, memory.id
+    return count, last, memory.last_stated_at, memory.id
 
 
 class EvictionQueue:

@@ -21,7 +21,12 @@ from pydantic import (
     model_validator,
 )
 
-from memory_worker.core.bank_settings import AssociationWeights, BankSettings
+from memory_worker.core.bank_settings import (
+    CAP_SETTINGS,
+    AssociationWeights,
+    BankSettings,
+    not_a_flag,
+)
 from memory_worker.core.data_dir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import NAME_PATTERN
@@ -229,6 +234,8 @@ class Settings(BaseModel):
         if sum(weights) <= 0:
             raise ValueError("at least one association_weight_* must be above 0")
         return self
+
+    _caps = field_validator(*CAP_SETTINGS, mode="before")(not_a_flag)
 
     @field_validator("data_dir")
     @classmethod

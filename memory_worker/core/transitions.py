@@ -316,7 +316,11 @@ def save(
     )
     if existing.live:
         return merged, ItemEvent.UPDATED, False
-    resurrected = merged.model_copy(update={"invalid_at": None, "superseded_by": None})
+    # Live again: why it was retired (`expired`, `evicted`) no longer describes it, and must not
+    # be read later as the reason for a person's delete or a supersede.
+    resurrected = merged.model_copy(
+        update={"invalid_at": None, "superseded_by": None, "invalid_reason": None}
+    )
     return resurrected, ItemEvent.CREATED, True
 
 
@@ -339,8 +343,8 @@ def update(
 ) -> Memory | None:
     """Replace the given fields; None when nothing would change. A text edit counts as a new
     statement (`stated_at`); pin, tag, entity, subject, category, lane and card edits do not.
-    `subject=""` makes the memory general. A retired record is refused, as `pin` refuses it: only
-    a re-save brings it back."""
+    `subject=""` makes the memory general, `context=""` / `intention=""` remove that lane. A
+    retired record is refused, as `pin` refuses it: only a re-save brings it back."""
     if not existing.live:
         raise Conflict(f"memory {existing.id} is retired; save its text again to bring it back")
     changes: dict[str, object] = {}
@@ -348,9 +352,8 @@ def update(
         changes["subject"] = subject or None
     if category is not None and category != existing.category:
         changes["category"] = category
+    changes.update(_lane_changes(existing, context=context, intention=intention))
     for field, value in (
-        ("context", context),
-        ("intention", intention),
         ("title", title),
         ("recommendation", recommendation),
         ("anchors", anchors),
@@ -374,6 +377,16 @@ def update(
     return existing.model_copy(update=changes)
 
 
+def _lane_changes(existing: Memory, **lanes: str | None) -> dict[str, str | None]:
+    """The association lanes an update changes: a text replaces the lane, "" removes it, None
+    leaves it."""
+    return {
+        lane: text or None
+        for lane, text in lanes.items()
+        if text is not None and (text or None) != getattr(existing, lane)
+    }
+
+
 def tombstone(existing: Memory, *, now_ms: int, reason: str | None = None) -> Memory | None:
     """Retire the record (it leaves recall, stays on disk); None when it is already retired.
     `reason`: why an automatic path retired it (`evicted`, `expired`), kept on the record."""
@@ -383,9 +396,10 @@ def tombstone(existing: Memory, *, now_ms: int, reason: str | None = None) -> Me
         "invalid_at": max(now_ms, existing.created_at),
         "updated_at": max(now_ms, existing.updated_at),
         "revision": _next_revision(existing),
+        # Always this retirement's own reason (None for a delete): a record brought back by an
+        # older version still carries its earlier `expired` or `evicted`.
+        "invalid_reason": reason,
     }
-    if reason is not None:
-        changes["invalid_reason"] = reason
     return existing.model_copy(update=changes)
 
 
@@ -412,6 +426,7 @@ def supersede(
         update={
             "invalid_at": max(now_ms, target.created_at),
             "superseded_by": winner.id,
+            "invalid_reason": None,  # superseded, not expired or evicted (see `tombstone`)
             "updated_at": max(now_ms, target.updated_at),
             "revision": _next_revision(target),
         }

@@ -737,7 +737,10 @@ def _top_mask(pool: Pool, arm: str, rows: Ints | None = None) -> npt.NDArray[np.
 def _lane_relevance(
     lanes: LaneIndexes | None, index: LexicalIndex, query: RecallQuery
 ) -> dict[str, Floats]:
-    """Per asked lane with weight and holders, its relevance of every slot (hybrid only)."""
+    """Per asked lane with weight and holders, its relevance of every slot (hybrid only). A lane
+    that finds nothing still counts, at 0 for every memory: the blend (and the threshold on it)
+    must not change because another memory's stored context happens to share a word with the
+    window."""
     if lanes is None or query.mode is not RecallMode.HYBRID:
         return {}
     out: dict[str, Floats] = {}
@@ -745,7 +748,7 @@ def _lane_relevance(
         if float(getattr(query.lane_weights, lane)) <= 0.0:
             continue
         relevance = lanes.relevance(lane, query.lanes, index)
-        if relevance is not None and relevance.any():
+        if relevance is not None:
             out[lane] = relevance
     return out
 

@@ -1,11 +1,12 @@
 """Which durable memories of a full scope can go first, found over the index's columns.
 
 A bank at its cap evicts on every save, and the eviction order (`core.capacity.eviction_key`:
-fewest accesses, least recently accessed, oldest, id) used to be computed by building a key for
-every memory of the scope in Python: ~36 ms a save at 10,000 memories, so 32 writers into a full
-bank managed ~40 saves/s. Here the index's columns (alive, pinned, subject, created_at) and the
-access counts, laid out by slot, are partitioned in numpy, and only the few memories that can be
-among the first `k` are handed to the pure policy, which decides exactly as it would over all.
+fewest accesses, least recently accessed, least recently stated, id) used to be computed by
+building a key for every memory of the scope in Python: ~36 ms a save at 10,000 memories, so 32
+writers into a full bank managed ~40 saves/s. Here the index's columns (alive, pinned, subject,
+stated_at) and the access counts, laid out by slot, are partitioned in numpy, and only the few
+memories that can be among the first `k` are handed to the pure policy, which decides exactly as
+it would over all.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def first_to_go(
     evictable: Callable[[Memory], bool],
 ) -> list[Memory]:
     """At least the first `k` evictable durable memories of the scope in eviction order (every
-    one tied with the `k`-th on access count, last access and creation time comes along, so the
+    one tied with the `k`-th on access count, last access and last statement comes along, so the
     policy's id tie-break sees them all), or all of them when there are fewer. The scope is
     `subject`'s own memories (None: the general ones) when `scoped`, else the whole bank; ids in
     `exclude` (revisions still in flight, which the caller counts itself) are left out. In no
@@ -61,7 +62,7 @@ def first_to_go(
     ).reshape(-1, 3)
     seen = seen[seen[:, 0] >= 0]  # counts of memories no longer live
     count[seen[:, 0]], last[seen[:, 0]] = seen[:, 1], seen[:, 2]
-    keys = (count[slots], last[slots], index.created_at[slots])
+    keys = (count[slots], last[slots], index.stated_at[slots])
     want = k
     while True:
         chosen = _smallest(keys, want)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -180,7 +181,18 @@ async def _serve_rest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_schedule(args: argparse.Namespace) -> None:
+    """The schedule's own numbers, refused before anything starts: a negative (or NaN) backstop
+    period made the loop tick with no pause at all, hammering the memory server."""
+    for flag, value in (("--first-tick-s", args.first_tick_s), ("--backstop-s", args.backstop_s)):
+        if not math.isfinite(value) or value < 0:
+            raise InvalidInput(f"{flag} must be a number of seconds, 0 or more (got {value})")
+    if args.call_timeout_ms <= 0:
+        raise InvalidInput(f"--call-timeout-ms must be above 0 (got {args.call_timeout_ms})")
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    _check_schedule(args)
     if args.server:
         return await _serve_rest(args)
     url = args.engine or os.environ.get("III_URL", "").strip()
