@@ -3,13 +3,16 @@
 Real HTTP (aiohttp on 127.0.0.1, an ephemeral port), scripted replies and failure modes; every
 request is recorded (path, headers, JSON body). `async with FakeOpenAI() as server:` starts it and
 always stops it. Modes for the next chat calls: `reply(text)`, `fail(status, body)`,
-`hang()` (never answers until the server stops), `cut_off(text)` (finish_reason `length`),
+`hang()` (never answers until the server stops), `trickle()` (starts a 200 answer and sends one
+blank every 50 ms until the server stops, as a proxy keeping a stalled request alive does),
+`cut_off(text)` (finish_reason `length`),
 `refuse_json_mode()` (400 naming `response_format`, as an endpoint without JSON mode does).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import deque
 from dataclasses import dataclass
@@ -18,6 +21,8 @@ from typing import Any
 from aiohttp import web
 
 __all__ = ["FakeOpenAI", "Seen"]
+
+TRICKLE_EVERY_S = 0.05
 
 
 @dataclass
@@ -53,6 +58,9 @@ class FakeOpenAI:
 
     def hang(self) -> None:
         self.script.append(("hang", None))
+
+    def trickle(self) -> None:
+        self.script.append(("trickle", None))
 
     def cut_off(self, text: str) -> None:
         self.script.append(("length", text))
@@ -95,7 +103,7 @@ class FakeOpenAI:
         data = [{"id": m, "object": "model", "owned_by": "test"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         if not self.json_mode and "response_format" in body:
             message = "Unrecognized request argument supplied: response_format"
@@ -107,6 +115,14 @@ class FakeOpenAI:
         if kind == "hang":
             await self._stop.wait()
             return web.json_response({"error": "stopped"}, status=503)
+        if kind == "trickle":
+            stream = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await stream.prepare(request)
+            while not self._stop.is_set():
+                await stream.write(b" ")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), TRICKLE_EVERY_S)
+            return stream
         finish = "length" if kind == "length" else "stop"
         return web.json_response(
             {

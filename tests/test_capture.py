@@ -106,6 +106,22 @@ class TestTranscripts:
         assert entries[0]["timestamp"] == 1796032800000
         assert len(read_transcript(path, limit=2)) == 2
 
+    def test_a_secret_across_the_cut_of_a_long_message_is_redacted_not_sent_in_part(
+        self, tmp_path: Path
+    ) -> None:
+        """A message is cut at 20,000 characters. Cut before redaction, a database URL cut
+        between its password and its `@host` no longer read as a credentialed URL, and the
+        whole password went to the model."""
+        from memory_worker.adapters.transcripts import _MAX_TEXT_CHARS
+
+        password = "Sup3rS3cretPassw0rd"
+        head = "connecting with postgres://admin:" + password
+        pasted = "x" * (_MAX_TEXT_CHARS - len(head)) + head + "@db.internal:5432/shop"
+        path = write_transcript(tmp_path / "t.jsonl", [claude_line("user", "u1", pasted)])
+        [entry] = read_transcript(path, limit=10)
+        assert len(entry["text"]) <= _MAX_TEXT_CHARS
+        assert password not in entry["text"]
+
     def test_a_long_transcript_is_decoded_from_the_end_only_as_far_as_it_keeps(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -137,6 +153,30 @@ class TestTranscripts:
         assert [e["entry_id"] for e in read_transcript(path, limit=2)] == [
             e["entry_id"] for e in every[-2:]
         ]
+
+    def test_codex_entries_keep_their_ids_once_the_rollout_outgrows_the_read(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past `MAX_TRANSCRIPT_BYTES` only the end is read; Codex entries are named by line
+        number, counted from the file's start: counted from where the read started, every id
+        moved as the file grew, and the session's cursor named another message (turns skipped
+        or read twice)."""
+        from memory_worker.adapters import transcripts
+
+        def said(n: int) -> str:
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text"}]}
+            item["content"][0]["text"] = f"note number {n}"
+            return json.dumps({"type": "response_item", "payload": item}) + "\n"
+
+        path = tmp_path / "rollout.jsonl"
+        path.write_text("".join(said(n) for n in range(50)), encoding="utf-8")
+        monkeypatch.setattr(transcripts, "MAX_TRANSCRIPT_BYTES", 20 * len(said(0)))
+        before = {e["text"]: e["entry_id"] for e in read_transcript(path, limit=5)}
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(said(n) for n in range(50, 53)))
+        after = {e["text"]: e["entry_id"] for e in read_transcript(path, limit=10)}
+        assert before == {text: after[text] for text in before}
+        assert after["note number 52"] == "line-53"
 
     def test_codex_rollout_lines_are_read_too(self, tmp_path: Path) -> None:
         rollout = [
@@ -292,6 +332,62 @@ class TestRunner:
             await dead.run_once()
         assert dead.queue.pending() == [] and dead.queue.dead == 1
         await runner.close()
+
+    async def test_a_later_turn_waits_for_an_earlier_turns_retry_and_none_is_read_twice(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """Turn 1's job fails and waits for its retry. Turn 2's job (its tail holds both turns)
+        used to run meanwhile and move the cursor past both: the retry then found no cursor in
+        its own messages, read turn 1 again and moved the cursor back, so turn 3 read turn 2
+        again. A session's jobs run in order instead."""
+        model = ScriptedModel(fail=1)
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        one = turn(1, "figs")
+        two = [*one, *turn(2, "kiwis")]
+        await runner.enqueue(job("s6", entries_of(tmp_path, one)))
+        await runner.enqueue(job("s6", entries_of(tmp_path, two)))
+        await runner.enqueue(job("s7", entries_of(tmp_path, turn(1, "pears"))))
+        assert await runner.run_once() == 1  # s7 ran; s6's turn 2 waits behind turn 1
+        assert [p.id for p in runner.queue.pending()] == ["s6:a1", "s6:a2"]
+        runner.queue.pending()[0].retry_at = 0  # (the delay, fast-forwarded)
+        assert await runner.run_once() == 2
+        assert "I like kiwis" in model.asked[-1] and "I like figs" not in model.asked[-1]
+        await runner.enqueue(job("s6", entries_of(tmp_path, [*two, *turn(3, "plums")])))
+        assert await runner.run_once() == 1
+        assert "I like plums" in model.asked[-1] and "I like kiwis" not in model.asked[-1]
+        assert sum("I like figs" in asked for asked in model.asked) == 2  # the failure, the retry
+        assert runner.queue.cursor("s6")["last_entry_id"] == "a3"
+        memories = await _memories(service)
+        assert {memories[f"The user likes {f}"]["corroboration"] for f in ("figs", "kiwis")} == {0}
+        await runner.close()
+
+    async def test_a_dead_job_outlives_the_queues_compaction(
+        self,
+        service: MemoryService,
+        root: Path,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A dead job is kept in the file for a person. Compaction (nothing pending, the file
+        grown) rewrote the file to the sessions' cursors alone, and the dead turn was gone."""
+        from memory_worker.storage import capture
+
+        runner = CaptureRunner(service, CaptureQueue(root), ScriptedModel(fail=MAX_ATTEMPTS))
+        await runner.enqueue(job("s8", entries_of(tmp_path, turn(1, "dates"))))
+        for _ in range(MAX_ATTEMPTS):
+            for waiting in runner.queue.pending():
+                waiting.retry_at = 0
+            await runner.run_once()
+        assert runner.queue.dead == 1
+        await runner.enqueue(job("s9", entries_of(tmp_path, turn(1, "limes"))))
+        monkeypatch.setattr(capture, "COMPACT_BYTES", 0)
+        assert await runner.run_once() == 1  # then compacted: nothing is pending
+        await runner.close()
+        assert "I like dates" in (root / CAPTURE_FILE).read_text()
+        replayed = CaptureQueue(root)
+        assert (replayed.dead, replayed.pending()) == (1, [])
+        assert replayed.cursor("s9")["last_entry_id"] == "a1"
+        replayed.close()
 
     async def test_a_job_stopped_after_its_decision_is_finished_without_writing_twice(
         self, service: MemoryService, root: Path, tmp_path: Path

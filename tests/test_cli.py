@@ -6,6 +6,7 @@ test_lock.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import selectors
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from memory_worker.adapters import cli
+from memory_worker.app.wire import BankConfigureRequest, RecallRequest
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.text import fingerprint
 
@@ -286,6 +288,14 @@ def _one_shot_commands(root: Path) -> dict[str, tuple[tuple[str, ...], dict[str,
         data("coerce-number"),
     )
     case(
+        "coerce-decimal",
+        "trigger",
+        "memory::save",
+        "text=1.10",
+        "--data-dir",
+        data("coerce-decimal"),
+    )
+    case(
         "options-first",
         "trigger",
         "memory::save",
@@ -515,6 +525,18 @@ def test_a_number_given_as_text_is_stored_as_text(one_shots: dict[str, Ran]) -> 
     assert one_shots["coerce-number"].outcome.result()["memory"]["text"] == "12345"
 
 
+def test_a_decimal_given_as_text_is_stored_as_typed(one_shots: dict[str, Ran]) -> None:
+    """`text=1.10` (a version) is "1.10": JSON-decoded then written back it was "1.1"."""
+    assert one_shots["coerce-decimal"].outcome.result()["memory"]["text"] == "1.10"
+
+
+def test_a_decimal_typed_for_a_number_field_is_that_number() -> None:
+    payload = cli.parse_assignments(["relevance_threshold=0.50", "as_of=1.7e12", "limit=5"])
+    assert payload == {"relevance_threshold": "0.50", "as_of": 1.7e12, "limit": 5}
+    assert BankConfigureRequest.model_validate(payload | {"name": "b"}).relevance_threshold == 0.5
+    assert RecallRequest.model_validate(payload | {"query": "q"}).as_of == 1_700_000_000_000
+
+
 def test_a_number_given_as_a_bank_names_that_bank(one_shots: dict[str, Ran]) -> None:
     """`bank=2024` is bank "2024", as `memory::bank::create name=2024` makes it."""
     ran = one_shots["numeric-bank"]
@@ -612,6 +634,28 @@ def test_batch_file_answers_every_line_in_order(one_shots: dict[str, Ran]) -> No
     assert answers[2]["result"]["memories"][0]["text"] == "The user runs"
     assert answers[3]["error"]["code"] == "bank_not_found"
     assert answers[4]["result"] == {"bank": "main", "tags": []}
+
+
+def test_an_import_through_batch_or_json_is_held_to_the_imports_own_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2,500 records (12,500 values in all) import in one call over REST; the batch line and
+    `--json` refused them for the size of the whole line."""
+    rows = [
+        {"text": f"The user wrote note {n} about {n % 97}", "tags": ["a", "b"]} for n in range(2500)
+    ]
+    calls = write_batch(
+        tmp_path / "calls.jsonl",
+        [
+            ("memory::import", {"bank": "notes", "records": rows}),
+            ("memory::stats", {"bank": "notes"}),
+        ],
+    )
+    code = cli.main(["call", "--batch", str(calls), "--data-dir", str(tmp_path / "data")])
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0
+    assert answers[0].get("result", answers[0])["imported"] == 2500, answers[0]
+    assert cli.parse_assignments(["bank=notes"], json.dumps({"records": rows}))["records"] == rows
 
 
 def test_a_batch_line_that_is_not_utf8_is_answered_and_the_others_run(
@@ -762,6 +806,51 @@ def test_an_export_of_a_thousand_memories_imports_back(
     assert json.loads(captured.out)["imported"] == 1000
 
 
+@pytest.mark.parametrize("command", ["trigger", "export"])
+def test_an_answer_to_a_stream_that_is_not_utf8_is_escaped_json_not_a_crash(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """Standard output in another encoding (`PYTHONIOENCODING=ascii`, a Latin-1 locale, a
+    Windows pipe) cannot carry "São Paulo" or "你好": the save was done, then its answer crashed
+    with a traceback and exit status 1."""
+    data = str(tmp_path / "data")
+    text = "The user lives in São Paulo and says 你好"
+    argv = {
+        "trigger": ["trigger", "memory::save", f"text={text}", "--data-dir", data],
+        "export": ["export", "--bank", "main", "--data-dir", data],
+    }
+    if command == "export":
+        assert cli.main(argv["trigger"]) == 0
+    capsys.readouterr()
+    raw = io.BytesIO()
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    assert cli.main(argv[command]) == 0
+    sys.stdout.flush()
+    out = raw.getvalue().decode("ascii")  # every character escaped
+    if command == "trigger":
+        assert json.loads(out)["memory"]["text"] == text
+    else:
+        assert [json.loads(line)["text"] for line in out.splitlines()] == [text]
+
+
+def test_an_export_to_a_file_that_cannot_be_written_is_one_json_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", "--data-dir", data]) == 0
+    capsys.readouterr()
+    target = tmp_path / "missing" / "main.jsonl"
+    code = cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(target)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (1, "")
+    error = json.loads(captured.err)
+    assert error["code"] == "invalid_input"
+    assert str(target) in error["message"]
+
+
 def test_import_preserves_whole_records_with_their_history(imported: dict[str, Any]) -> None:
     assert imported["report"] == {"bank": "travel", "imported": 5, "live": 3, "redacted": 1}
     porto = imported["porto"]
@@ -891,6 +980,23 @@ class TestDataDirResolution:
         (tmp_path / "c.yaml").write_text("data_dir: ${HOME_BASE}/mem\n", encoding="utf-8")
         settings = load_settings(tmp_path / "c.yaml", {"HOME_BASE": str(tmp_path)})
         assert resolve_data_dir(None, settings, {}) == tmp_path / "mem"
+
+
+@pytest.mark.parametrize("option", ["--data-dir", "--config"])
+def test_an_empty_path_option_is_refused_not_taken_as_absent(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    option: str,
+) -> None:
+    """`--data-dir "$DIR"` with DIR unset wrote to `$MEMORY_DATA_DIR` (or ./data/memory)."""
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "from-env"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["trigger", "memory::save", "text=The user likes tea", option, ""])
+    assert exited.value.code == 2
+    assert f"argument {option}: is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_honours_the_data_dir_flag_over_the_env(one_shots: dict[str, Ran]) -> None:

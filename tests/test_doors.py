@@ -292,6 +292,19 @@ class TestMovingRecords:
             assert (result["lines_before"], result["lines_after"]) == (2, 1)
 
 
+async def test_capture_while_a_server_holds_the_data_dir_leaves_the_queue_to_it(
+    server: StandaloneServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server runs the capture queue with its own settings: `memory-worker capture` says
+    so. It used to fail first for want of an extraction endpoint in the CLI's settings, which
+    a server started with its own `--config` does not share."""
+    argv = ["capture", "--data-dir", str(tmp_path / "served")]
+    code = await asyncio.to_thread(cli.main, argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["forwarded"] == server.url
+
+
 def test_cli_export_and_import_round_trip_through_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ to the same bank, history included."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -194,6 +195,26 @@ def test_markdown_import_through_the_cli(
         == 1
     )
     assert "no memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "imported"),
+    [("mem0", json.dumps(MEM0), 2), ("markdown", NOTES, 3)],
+)
+def test_another_systems_export_is_read_from_stdin_as_dash(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
+    text: str,
+    imported: int,
+) -> None:
+    """`FILE` is `-` for the standard input, with `--from` too (`mem0 … | memory-worker import -
+    --from mem0`): it was read as a file named `-`."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    data = str(tmp_path / "data")
+    report = _run(capsys, "import", "-", "--from", fmt, "--bank", "moved", "--data-dir", data)
+    assert report["imported"] == imported
 
 
 def test_a_markdown_file_dated_before_1970_is_imported_without_its_date(

@@ -4,6 +4,7 @@ every failure as `sibling_unavailable`, and a whole extraction pass through it."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -135,6 +136,20 @@ async def test_a_hanging_endpoint_times_out_as_sibling_unavailable() -> None:
         try:
             with pytest.raises(SiblingUnavailable, match="within 1000 ms"):
                 await client.complete("S", "U")
+        finally:
+            await client.aclose()
+
+
+async def test_an_endpoint_that_trickles_bytes_still_times_out_within_the_setting() -> None:
+    """The timeout is the whole call's, not one read's: an endpoint (or a proxy before it) that
+    sends a byte now and then while the model is stuck kept a capture pass waiting forever."""
+    async with FakeOpenAI() as server:
+        server.trickle()
+        client, _ = client_for(server, extraction_model="m", extraction_timeout_ms=1000)
+        try:
+            async with asyncio.timeout(15):  # the bug's hang, bounded for the suite
+                with pytest.raises(SiblingUnavailable, match="within 1000 ms"):
+                    await client.complete("S", "U")
         finally:
             await client.aclose()
 

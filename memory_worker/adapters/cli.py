@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import codecs
 import contextlib
 import functools
 import json
@@ -27,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from memory_worker.adapters import agent_hooks
-from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body
+from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body, serving_url
 from memory_worker.adapters.formats import FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging
 from memory_worker.app import functions
@@ -66,10 +67,16 @@ FORWARD_CHUNK_BYTES = 512 * 1024
 
 def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str, Any]:
     """`iii trigger` argument rules: `--json` gives a base object that `k=v` pairs override; each
-    value is JSON-decoded when possible, else kept as a string."""
+    value is JSON-decoded when possible, else kept as a string. A number with a fraction that JSON
+    would write otherwise than it was typed (`text=1.10`) is kept as typed: decoded, a text field
+    would store "1.1", which the person never said; a float field reads the typed text as the same
+    number, and an integer field refuses both. (A whole number stays a number: `as_of=1.7e12`
+    must still read as an integer.)"""
     payload: dict[str, Any] = {}
+    # Values are counted by the call, with the function's own budget (`catalog.check_size`: an
+    # import's records each), as the REST door counts them; nesting is still refused here.
     if base:
-        decoded = loads(base, "--json")
+        decoded = loads(base, "--json", max_values=None)
         if not isinstance(decoded, dict):
             raise InvalidInput("--json must be a JSON object")
         payload.update(decoded)
@@ -78,22 +85,43 @@ def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str
         if not sep or not key:
             raise InvalidInput(f"expected key=value, got {pair!r}")
         try:
-            payload[key] = loads(raw, key)
+            value = loads(raw, key, max_values=None)
         except InvalidInput as err:
             if "nested" in err.message:
                 raise  # JSON, but too deep to take: refused like every other edge refuses it
-            payload[key] = raw
+            value = raw
+        if _retyped_number(value, raw):
+            value = raw
+        payload[key] = value
     return payload
 
 
-def _dump(value: object, stream: TextIO, *, pretty: bool = False) -> None:
-    indent = 2 if pretty else None
+def _retyped_number(value: object, raw: str) -> bool:
+    """Whether `value`, decoded from `raw`, is a number with a fraction that JSON writes
+    otherwise than `raw`."""
+    if not isinstance(value, float) or value.is_integer():
+        return False
+    return json.dumps(value) != raw.strip()
+
+
+def _json_text(value: object, stream: TextIO, *, indent: int | None = None) -> str:
+    """`value` as JSON for `stream`: as it reads when the stream can carry every character, else
+    escaped (`\\u00e9`, the same JSON). A lone surrogate echoed from the input has no UTF-8 form;
+    a stream in another encoding (`PYTHONIOENCODING`, a non-UTF-8 locale) cannot carry "São"
+    or "你好": written as they are, the answer crashed after the call had done its work."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate echoed from the input: escape, never crash
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        if codecs.lookup(encoding).name != "utf-8":
+            text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
         text = json.dumps(value, indent=indent)
-    stream.write(text + "\n")
+    return text
+
+
+def _dump(value: object, stream: TextIO, *, pretty: bool = False) -> None:
+    stream.write(_json_text(value, stream, indent=2 if pretty else None) + "\n")
     stream.flush()
 
 
@@ -225,7 +253,9 @@ async def _trigger(args: argparse.Namespace) -> int:
 
 async def _batch_line(door: Door, line: bytes | str) -> dict[str, Any]:
     try:
-        item = loads(line, "the line")  # bytes that are not UTF-8 are `invalid_input` here
+        # Bytes that are not UTF-8 are `invalid_input` here; the payload's values are counted by
+        # the call, with the function's own budget (an import's records each), as over REST.
+        item = loads(line, "the line", max_values=None)
         if not isinstance(item, dict) or not isinstance(item.get("function_id"), str):
             raise InvalidInput('each line must be {"function_id": "...", "payload": {...}}')
         return {"result": await door.call(item["function_id"], item.get("payload"))}
@@ -349,13 +379,19 @@ async def _export(args: argparse.Namespace) -> int:
     async def work(door: Door) -> int:
         result = await door.call("memory::export", {"bank": args.bank})
         out = sys.stdout if args.output == "-" else None
-        stream = out or Path(args.output).open("w", encoding="utf-8")  # noqa: SIM115 - closed below
         try:
-            for record in result["records"]:
-                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-        finally:
-            if stream is not sys.stdout:
-                stream.close()
+            # Closed below, not by a `with`: stdout stays open.
+            stream = out or Path(args.output).open("w", encoding="utf-8")  # noqa: SIM115
+            try:
+                for record in result["records"]:
+                    stream.write(_json_text(record, stream) + "\n")
+            finally:
+                if stream is not sys.stdout:
+                    stream.close()
+        except OSError as exc:  # a missing folder, a full disk: one JSON error, not a traceback
+            if out is not None:
+                raise
+            raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from None
         if out is None:
             _dump({"bank": result["bank"], "records": len(result["records"])}, sys.stdout)
         return 0
@@ -445,14 +481,25 @@ async def _consolidate(args: argparse.Namespace) -> int:
 # --- parser ------------------------------------------------------------------------------------
 
 
+def _given(value: str) -> str:
+    """A path option's value: an empty one (`--data-dir "$DIR"` with DIR unset) is refused, not
+    read as absent, which fell through to `$MEMORY_DATA_DIR` or the default data dir."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty; leave the option out for the default")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data-dir",
+        type=_given,
         help="data dir (default: $MEMORY_DATA_DIR, config, "
         "$III_COMPOSE_DIR/data/memory, ./data/memory)",
     )
-    common.add_argument("--config", help=f"YAML settings file (default: ${CONFIG_ENV})")
+    common.add_argument(
+        "--config", type=_given, help=f"YAML settings file (default: ${CONFIG_ENV})"
+    )
     common.add_argument("--log-level", default="warning", help="debug, info, warning, error")
 
     parser = argparse.ArgumentParser(
@@ -594,10 +641,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--data-dir",
+        type=_given,
         help="data dir (default: $MEMORY_DATA_DIR, config, "
         "$III_COMPOSE_DIR/data/memory, ./data/memory)",
     )
-    serve.add_argument("--config", help=f"YAML settings file (default: ${CONFIG_ENV})")
+    serve.add_argument("--config", type=_given, help=f"YAML settings file (default: ${CONFIG_ENV})")
     serve.add_argument("--log-level", default="info", help="debug, info, warning, error")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8765, help="port to listen on (0 = any free)")
@@ -621,13 +669,19 @@ async def _capture(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     root = resolve_data_dir(args.data_dir, settings)
-    if not settings.extraction_endpoint:
-        raise InvalidInput("no extraction_endpoint is configured: turns stay queued")
+    unconfigured = InvalidInput("no extraction_endpoint is configured: turns stay queued")
+    # A server holding the data dir runs the queue with its own settings' endpoint: refused for
+    # want of one here only when the queue would run here (checked before the data dir is opened
+    # when no server is recorded in its lock, so the refusal changes nothing).
+    if not settings.extraction_endpoint and serving_url(root.resolve()) is None:
+        raise unconfigured
 
     async def work(door: Door) -> int:
         if not isinstance(door, LocalDoor):
             _dump({"forwarded": door.remote, "detail": "the server runs the queue"}, sys.stdout)
             return 0
+        if not settings.extraction_endpoint:  # the server recorded has stopped since
+            raise unconfigured
         service = door.service
         completer = OpenAIChatCompleter(lambda: service.settings)
         queue = await asyncio.to_thread(CaptureQueue, root)
@@ -640,7 +694,7 @@ async def _capture(args: argparse.Namespace) -> int:
                     "finished": finished,
                     "pending": len(waiting),
                     "dead": queue.dead,
-                    "next_retry_at": min((p.retry_at for p in waiting), default=None),
+                    "next_retry_at": runner.next_due_ms(),  # a session's head job's retry
                 },
                 sys.stdout,
                 pretty=True,

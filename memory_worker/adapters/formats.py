@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,7 +91,9 @@ def _mem0(path: Path) -> Foreign:
     from memory_worker.core.transitions import MAX_LABELS
 
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(
+            sys.stdin.read() if _is_stdin(path) else path.read_text(encoding="utf-8")
+        )
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read {path}: {exc}") from None
     except ValueError as exc:
@@ -168,13 +171,21 @@ def _blocks(text: str) -> list[list[str]]:
 
 
 def _markdown(path: Path) -> Foreign:
+    out = Foreign()
+    if _is_stdin(path):  # one document, with no file name to tag it by nor time to date it
+        try:
+            text = sys.stdin.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"cannot read the standard input: {exc}") from None
+        for block in _blocks(text):
+            out.add(" ".join(part for part in block if part), tags=[])
+        return out
     if path.is_dir():
         paths = sorted(p for p in path.rglob("*.md") if p.is_file() and not p.is_symlink())
     else:
         paths = [path]
     if len(paths) > _MAX_FILES:
         raise InvalidInput(f"{path} holds more than {_MAX_FILES} markdown files")
-    out = Foreign()
     for file in paths:
         try:
             if file.stat().st_size > _MAX_FILE_BYTES:
@@ -191,12 +202,16 @@ def _markdown(path: Path) -> Foreign:
     return out
 
 
+def _is_stdin(path: Path) -> bool:
+    return str(path) == "-"  # `memory-worker import - --from …`, as for the default format
+
+
 def read_foreign(path: Path, fmt: str) -> Foreign:
-    """Import records from another system's export at `path`."""
+    """Import records from another system's export at `path` (`-`: the standard input)."""
     if fmt == "mem0":
         return _mem0(path)
     if fmt == "markdown":
-        if not path.exists():
+        if not _is_stdin(path) and not path.exists():
             raise InvalidInput(f"{path} does not exist")
         return _markdown(path)
     raise InvalidInput(f"unknown import format {fmt!r}; formats: {', '.join(FORMATS)}")

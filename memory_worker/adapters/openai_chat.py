@@ -14,6 +14,7 @@ or a hosted API, with the same prompt, parser and write rules as `router::comple
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,10 +82,14 @@ class OpenAIChatCompleter:
     ) -> httpx.Response:
         timeout = settings.extraction_timeout_ms / 1000
         try:
-            return await self._http().request(
-                method, url, json=body, headers=self._headers(settings), timeout=timeout
-            )
-        except httpx.TimeoutException:
+            # httpx's timeout bounds each read, not the exchange: an endpoint (or a proxy before
+            # it) sending a blank now and then while the model is stuck would hold the pass
+            # forever. The whole request is bounded too.
+            async with asyncio.timeout(timeout):
+                return await self._http().request(
+                    method, url, json=body, headers=self._headers(settings), timeout=timeout
+                )
+        except (httpx.TimeoutException, TimeoutError):
             limit = settings.extraction_timeout_ms
             raise SiblingUnavailable(
                 f"extraction endpoint {url} did not answer within {limit} ms"

@@ -29,6 +29,10 @@ MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much o
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
 _COMMAND_MARKS = ("<command-name>", "<local-command-stdout>", "<command-message>")
 _MAX_TEXT_CHARS = 20_000
+# A message is redacted this far past the cut, then cut: a secret the cut would split (a
+# database URL cut between its password and `@host`) no longer reads as one, and its part would
+# reach the model. Not the whole message: a pasted log of megabytes would cost the hook seconds.
+_REDACT_PAST_CUT_CHARS = 4096
 # `core.models.MAX_TIME_MS` (9999-12-31T23:59:59.999Z), not imported: a Stop hook forwarded to
 # the server never loads pydantic and the memory models it would bring.
 _MAX_TIME_MS = 253_402_300_799_999
@@ -102,11 +106,24 @@ def _entry(line: object, number: int) -> dict[str, Any] | None:
     entry: dict[str, Any] = {
         "entry_id": entry_id[:200],
         "role": role,
-        "text": redact(text[:_MAX_TEXT_CHARS]).text,
+        "text": redact(text[: _MAX_TEXT_CHARS + _REDACT_PAST_CUT_CHARS]).text[:_MAX_TEXT_CHARS],
     }
     if at_ms is not None:
         entry["timestamp"] = at_ms
     return entry
+
+
+def _lines_before(path: Path, offset: int, chunk_bytes: int = 1 << 20) -> int:
+    """How many lines end in the first `offset` bytes of the file at `path`."""
+    count = 0
+    with path.open("rb") as handle:
+        while offset > 0:
+            chunk = handle.read(min(offset, chunk_bytes))
+            if not chunk:
+                break
+            offset -= len(chunk)
+            count += chunk.count(b"\n")
+    return count
 
 
 def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
@@ -120,6 +137,10 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
         start = max(size - MAX_TRANSCRIPT_BYTES, 0)
         handle.seek(start)
         raw = handle.read()
+    # Codex entries are named by their line number in the file, so the lines before the read are
+    # counted (once, not decoded, and only for a Codex rollout): counted from where the read
+    # starts, which moves as the file grows, a message would be named anew and the cursor lost.
+    before: int | None = 0 if start == 0 else None
     lines = raw.split(b"\n")
     first = 1 if start > 0 else 0  # the first line was cut by where the read started
     kept: list[dict[str, Any]] = []
@@ -133,7 +154,9 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
             decoded = json.loads(line)
         except ValueError:
             continue
-        entry = _entry(decoded, index - first + 1)  # numbered from the first whole line read
+        if before is None and isinstance(decoded, dict) and decoded.get("type") == "response_item":
+            before = _lines_before(path, start)
+        entry = _entry(decoded, (before or 0) + index + 1)  # numbered from the file's first line
         if entry is not None:
             kept.append(entry)
     kept.reverse()

@@ -6,9 +6,11 @@ queue in the data dir (`storage.capture`).
   them); `JobTranscript` serves them to the pass as `session::messages` would. The session's
   cursor is the queue's: the last entry a finished job read, so a job carrying the whole tail of
   a transcript only extracts what is new.
-- Jobs run one at a time, oldest first. The pass journals its decision in the queue before it
-  writes (`Extractor` with a `PassJournal`), and a job is done in the same fsynced line as its
-  cursor: killed at any moment, a job is finished after the restart exactly once.
+- Jobs run one at a time, oldest first, a session's in the order its turns were queued (one
+  waiting for its retry holds the session's later ones). The pass journals its decision in the
+  queue before it writes (`Extractor` with a `PassJournal`), and a job is done in the same
+  fsynced line as its cursor: killed at any moment, a job is finished after the restart exactly
+  once.
 - A failed attempt (the endpoint down, slow, answering garbage) is retried with a growing delay;
   past the attempt limit the job is dead, kept in the file, never run again.
 """
@@ -188,19 +190,33 @@ class CaptureRunner:
             self._wake.set()
         return {"queued": job_id, "new": new}
 
+    def _heads(self) -> list[Pending]:
+        """Each session's oldest pending job, oldest first. A session's jobs run in the order
+        its turns were queued: a later turn's job carries the earlier turns too and moves the
+        cursor past them, so an earlier job retried after it found no cursor in its own
+        messages, read its turn again and moved the cursor back."""
+        heads: dict[str, Pending] = {}
+        for pending in self.queue.pending():
+            heads.setdefault(str(pending.job.get("session_id")), pending)
+        return list(heads.values())
+
     def _due(self, now_ms: int) -> list[Pending]:
-        return [p for p in self.queue.pending() if p.retry_at <= now_ms]
+        return [p for p in self._heads() if p.retry_at <= now_ms]
 
     async def run_once(self) -> int:
-        """Run every job due now, oldest first; the number finished (done or dead)."""
+        """Run every job due now, oldest first, each session's in order (a job waiting for its
+        retry holds its session's later ones); the number finished (done or dead)."""
         finished = 0
         if self.completer is None or not self.available():
             return 0
-        for pending in self._due(self.service.clock()):
-            if self._closing:
+        tried: set[str] = set()
+        while not self._closing:
+            due = [p for p in self._due(self.service.clock()) if p.id not in tried]
+            if not due:
                 break
+            tried.add(due[0].id)
             async with self._lock:
-                finished += await self._run(pending)
+                finished += await self._run(due[0])
         if finished:
             async with self._lock:
                 await self._blocking(self.queue.compact)
@@ -254,8 +270,7 @@ class CaptureRunner:
         return 1
 
     def next_due_ms(self) -> int | None:
-        pending = self.queue.pending()
-        return min((p.retry_at for p in pending), default=None)
+        return min((p.retry_at for p in self._heads()), default=None)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="memory-capture")

@@ -16,8 +16,8 @@ its step did not happen):
   the session's next turn starts after it. Done in the same line as the cursor: the two cannot
   disagree.
 
-When nothing is pending and the file has grown, it is rewritten (atomically) to the cursors alone.
-Only the holder of the data dir's lock writes it.
+When nothing is pending and the file has grown, it is rewritten (atomically) to the cursors and
+the dead jobs. Only the holder of the data dir's lock writes it.
 """
 
 from __future__ import annotations
@@ -62,9 +62,18 @@ class _State:
     pending: dict[str, Pending] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     cursors: dict[str, Any] = field(default_factory=dict)
+    # Dead jobs as their `job` and `dead` lines: kept for a person, so a compaction writes them
+    # again (the file rewritten to the cursors alone lost every dead turn).
+    buried: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
     dead: int = 0
     done: int = 0
     skipped_lines: int = 0
+
+    def bury(self, pending: Pending, record: dict[str, Any]) -> None:
+        self.pending.pop(pending.id, None)
+        born = {"op": "job", "id": pending.id, "at": pending.enqueued_at, "job": pending.job}
+        self.buried[pending.id] = (born, record)
+        self.dead += 1
 
 
 class CaptureQueue:
@@ -74,6 +83,7 @@ class CaptureQueue:
         self.path = root / CAPTURE_FILE
         self._log = files.AppendLog(self.path)
         self._state = _replay(self.path)
+        self._compacted = 0  # the file's size after this process last rewrote it
 
     def __repr__(self) -> str:
         s = self._state
@@ -133,9 +143,9 @@ class CaptureQueue:
         """Record a failed attempt; True when the job will be retried, False when it is dead."""
         pending = self._state.pending[job_id]
         if pending.attempts + 1 >= MAX_ATTEMPTS:
-            self._append({"op": "dead", "id": job_id, "at": now_ms, "error": error})
-            self._state.pending.pop(job_id)
-            self._state.dead += 1
+            record = {"op": "dead", "id": job_id, "at": now_ms, "error": error}
+            self._append(record)
+            self._state.bury(pending, record)
             return False
         retry_at = now_ms + retry_in_ms
         self._append(
@@ -147,18 +157,24 @@ class CaptureQueue:
         return True
 
     def compact(self) -> bool:
-        """Rewrite the file to the sessions' cursors when nothing is pending and it has grown."""
-        if self._state.pending or self._log.size < COMPACT_BYTES:
+        """Rewrite the file to the sessions' cursors and the dead jobs when nothing is pending
+        and it has grown (past `COMPACT_BYTES`, and past twice what the last rewrite left: dead
+        jobs alone never make every finished job rewrite the file)."""
+        if self._state.pending or self._log.size < max(COMPACT_BYTES, 2 * self._compacted):
             return False
-        lines = [
-            json.dumps({"op": "cursor", "session": s, "cursor": c}, ensure_ascii=False).encode()
-            + b"\n"
+        records: list[dict[str, Any]] = [
+            {"op": "cursor", "session": s, "cursor": c}
             for s, c in sorted(self._state.cursors.items())
         ]
+        for born, record in self._state.buried.values():
+            records += [born, record]
+        data = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
         self._log.close()
-        files.atomic_write(self.path, b"".join(lines))
+        files.atomic_write(self.path, data)
         self._log = files.AppendLog(self.path)
-        self._state.seen.clear()  # what was done is behind the cursors now
+        self._compacted = len(data)
+        # What was done is behind the cursors now; a dead job is still known.
+        self._state.seen = set(self._state.buried)
         return True
 
     def close(self) -> None:
@@ -207,5 +223,4 @@ def _apply(state: _State, record: dict[str, Any]) -> None:
         if record.get("cursor"):
             state.cursors[str(record["session"])] = record["cursor"]
     elif op == "dead":
-        del state.pending[job_id]
-        state.dead += 1
+        state.bury(pending, record)
