@@ -992,11 +992,27 @@ def test_an_empty_path_option_is_refused_not_taken_as_absent(
     """`--data-dir "$DIR"` with DIR unset wrote to `$MEMORY_DATA_DIR` (or ./data/memory)."""
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "from-env"))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        cli.main(["trigger", "memory::save", "text=The user likes tea", option, ""])
-    assert exited.value.code == 2
-    assert f"argument {option}: is empty" in capsys.readouterr().err
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", option, ""]) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input" and f"argument {option}: is empty" in error["message"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["trigger"], ["trigger", "memory::save", "--no-such-option"], ["no-such-command"]],
+)
+def test_a_usage_error_is_one_json_error_with_status_1(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SPEC §3: an error goes to stderr as JSON `{code, message}` with exit status 1 — a command
+    line the parser refuses too (argparse printed its usage text and exited 2, which a coding
+    agent's hook runner reads as "block this action")."""
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    error = json.loads(captured.err)
+    assert error["code"] == "invalid_input" and error["message"].startswith("memory-worker")
+    assert captured.out == ""
 
 
 def test_cli_honours_the_data_dir_flag_over_the_env(one_shots: dict[str, Ran]) -> None:

@@ -250,9 +250,7 @@ EVENTS: dict[str, HookEvent] = {
 }
 
 
-def add_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def add_parser(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
     hook = sub.add_parser(
         "hook",
         parents=[common],

@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
 from memory_worker.adapters import agent_hooks
@@ -489,8 +489,21 @@ def _given(value: str) -> str:
     return value
 
 
+class _UsageError(Exception):
+    """A command line the parser refused (`_Parser.error`)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a refused command line answered as every other error is (SPEC §3: JSON
+    `{code, message}` on stderr, exit status 1) instead of usage text and status 2, which a
+    coding agent's hook runner reads as "block this action"."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{self.prog}: {message} (see `{self.prog} -h`)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--data-dir",
         type=_given,
@@ -502,7 +515,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--log-level", default="warning", help="debug, info, warning, error")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memory-worker",
         description="Durable cross-session memory for AI agents: banks of rules and memories.",
     )
@@ -790,15 +803,18 @@ _ONE_SHOT = frozenset({"trigger", "call", "import", "export", "hook", "capture",
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    if (
-        extra
-        and args.command == "trigger"
-        and all("=" in e and not e.startswith("-") for e in extra)
-    ):
-        args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if (
+            extra
+            and args.command == "trigger"
+            and all("=" in e and not e.startswith("-") for e in extra)
+        ):
+            args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except _UsageError as exc:
+        return _fail(InvalidInput(str(exc)))
     one_shot = args.command in _ONE_SHOT
     # One-shot commands log only through `storage.logger`: structlog is loaded on their first
     # record at that level, if any (a save logs none at warning).
