@@ -851,6 +851,34 @@ def test_an_export_to_a_file_that_cannot_be_written_is_one_json_error(
     assert str(target) in error["message"]
 
 
+def test_an_export_that_fails_midway_leaves_no_partial_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk halfway through: a partial export would import as a partial bank without a
+    word. The file is written beside its name and renamed in whole, or not at all."""
+    data = str(tmp_path / "data")
+    for text in ("The user likes tea", "The user likes jazz", "The user has a cat"):
+        assert cli.main(["trigger", "memory::save", f"text={text}", "--data-dir", data]) == 0
+    target = tmp_path / "main.jsonl"
+    target.write_text("the previous export\n", encoding="utf-8")
+    capsys.readouterr()
+    written = 0
+    real = cli._json_text
+
+    def disk_fills(value: Any, stream: Any, **kwargs: Any) -> str:
+        nonlocal written
+        written += 1
+        if written == 2:
+            raise OSError(28, "No space left on device")
+        return real(value, stream, **kwargs)
+
+    monkeypatch.setattr(cli, "_json_text", disk_fills)
+    code = cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(target)])
+    assert code == 1 and "No space left" in json.loads(capsys.readouterr().err)["message"]
+    assert target.read_text(encoding="utf-8") == "the previous export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "main.jsonl"]
+
+
 def test_import_preserves_whole_records_with_their_history(imported: dict[str, Any]) -> None:
     assert imported["report"] == {"bank": "travel", "imported": 5, "live": 3, "redacted": 1}
     porto = imported["porto"]

@@ -378,25 +378,36 @@ def _memory_key(row: Mapping[str, Any]) -> str:
 async def _export(args: argparse.Namespace) -> int:
     async def work(door: Door) -> int:
         result = await door.call("memory::export", {"bank": args.bank})
-        out = sys.stdout if args.output == "-" else None
+        if args.output == "-":
+            for record in result["records"]:
+                sys.stdout.write(_json_text(record, sys.stdout) + "\n")
+            return 0
         try:
-            # Closed below, not by a `with`: stdout stays open.
-            stream = out or Path(args.output).open("w", encoding="utf-8")  # noqa: SIM115
-            try:
-                for record in result["records"]:
-                    stream.write(_json_text(record, stream) + "\n")
-            finally:
-                if stream is not sys.stdout:
-                    stream.close()
+            _write_whole(Path(args.output), result["records"])
         except OSError as exc:  # a missing folder, a full disk: one JSON error, not a traceback
-            if out is not None:
-                raise
             raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from None
-        if out is None:
-            _dump({"bank": result["bank"], "records": len(result["records"])}, sys.stdout)
+        _dump({"bank": result["bank"], "records": len(result["records"])}, sys.stdout)
         return 0
 
     return await _with_door(args, f"memory-worker export --bank {args.bank}", work)
+
+
+def _write_whole(path: Path, records: Sequence[object]) -> None:
+    """`records` as JSON lines at `path`, whole or not at all: written to a hidden file beside it
+    and renamed over it (a full disk halfway through must not leave an export that imports as a
+    partial bank). Private to its owner (0600), as the data dir's files are."""
+    import tempfile  # only an export to a file needs it: every other command starts faster
+
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            for record in records:
+                stream.write(_json_text(record, stream) + "\n")
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 async def _compact(args: argparse.Namespace) -> int:
