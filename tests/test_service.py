@@ -197,6 +197,26 @@ class TestReadsAndHistory:
         with pytest.raises(MemoryNotFound):
             await call(service, "memory::get", id="fp0000000000000000")
 
+    @pytest.mark.parametrize(
+        ("function_id", "payload"),
+        [
+            ("memory::list", {"category": "bogus"}),
+            ("memory::list", {"tag": "a\x00b"}),
+            ("memory::list", {"subject": "x" * 1000}),
+            ("memory::get", {"id": "fp0000000000000000", "subject": "x" * 1000}),
+            ("memory::preview", {"query": "tea", "subject": "x" * 1000}),
+        ],
+        ids=["list category", "list tag", "list subject", "get subject", "preview subject"],
+    )
+    @pytest.mark.parametrize("written", [False, True], ids=["before", "after first write"])
+    async def test_a_bad_filter_is_invalid_input_whatever_the_bank_holds(
+        self, service: MemoryService, function_id: str, payload: dict[str, Any], written: bool
+    ) -> None:
+        if written:
+            await save(service, "The user likes tea")
+        with pytest.raises(InvalidInput):
+            await call(service, function_id, **payload)
+
     async def test_list_is_newest_first_with_paging_tag_filter_and_history(
         self, service: MemoryService, clock: FixedClock
     ) -> None:
@@ -395,6 +415,37 @@ class TestRecall:
         result = await call(service, "memory::recall", query="garden water", limit=1, tag="home")
         assert [h["memory"]["id"] for h in result["memories"]] == [tagged["id"]]
 
+    async def test_a_memory_outside_the_tag_lends_no_words_to_the_ones_inside(
+        self, service: MemoryService
+    ) -> None:
+        for i in range(3):
+            await save(service, f"Project alpha note {i} about deployment", tags=["alpha"])
+        await save(service, "Deployment of beta uses kubernetes", tags=["beta"])
+        # No alpha memory says anything about kubernetes: the beta one must not bring them in.
+        result = await call(service, "memory::recall", query="kubernetes", tag="alpha")
+        assert result["memories"] == []
+
+    async def test_a_memory_saved_after_as_of_lends_no_words_to_older_ones(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        for i in range(3):
+            await save(service, f"Project alpha note {i} about deployment")
+        then = clock()
+        clock.advance_days(1)
+        await save(service, "Deployment of beta uses kubernetes")
+        result = await call(service, "memory::recall", query="kubernetes", as_of=then)
+        assert result["memories"] == []
+
+    @pytest.mark.parametrize("query", ["Lisboa", "cafe", "acucar"])
+    async def test_a_short_query_finds_a_memory_stemmed_as_portuguese(
+        self, service: MemoryService, query: str
+    ) -> None:
+        # One word says no language (it is stemmed as English); the memory is Portuguese.
+        memory = await save(service, "O usuário mora em Lisboa e toma café sem açúcar")
+        for mode in ("hybrid", "lexical"):
+            result = await call(service, "memory::recall", query=query, mode=mode)
+            assert [h["memory"]["id"] for h in result["memories"]] == [memory["id"]], mode
+
     async def test_modes_name_the_retrieval_that_ran(self, service: MemoryService) -> None:
         await save(service, "The user plays chess on Sundays")
         hybrid = await call(service, "memory::recall", query="chess")
@@ -418,6 +469,33 @@ class TestRecall:
         assert [h["memory"]["id"] for h in then["memories"]] == [old["id"]]
         now = await call(service, "memory::recall", query="where does the user work")
         assert [h["memory"]["id"] for h in now["memories"]] == [new["id"]]
+
+    async def test_as_of_ranks_a_memory_by_what_it_said_then(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        memory = await save(service, "The user lives in Lisbon")
+        then = clock()
+        clock.advance_days(10)
+        await call(service, "memory::update", id=memory["id"], text="The user lives in Porto")
+        lisbon = await call(service, "memory::recall", query="lisbon", as_of=then)
+        assert [h["memory"]["text"] for h in lisbon["memories"]] == ["The user lives in Lisbon"]
+        porto = await call(service, "memory::recall", query="porto", as_of=then)
+        assert porto["memories"] == []  # said only ten days later
+
+    async def test_as_of_leaves_out_a_memory_deleted_then_and_saved_again_since(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        memory = await save(service, "The user works at Acme")
+        clock.advance_days(1)
+        await call(service, "memory::delete", id=memory["id"])
+        clock.advance_days(1)
+        deleted_then = clock()
+        clock.advance_days(1)
+        await save(service, "The user works at Acme")  # brought back
+        then = await call(service, "memory::recall", query="acme", as_of=deleted_then)
+        assert then["memories"] == []
+        now = await call(service, "memory::recall", query="acme")
+        assert [h["memory"]["id"] for h in now["memories"]] == [memory["id"]]
 
     async def test_entities_pins_and_corroboration_lift_equal_text_matches(
         self, service: MemoryService

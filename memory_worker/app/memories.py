@@ -203,10 +203,12 @@ class MemoryUseCases(EmbeddingWork):
     async def get(self, req: GetRequest, caller: Caller = SYSTEM) -> GetResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
+        # The subject is checked before the lookup: a bad one is `invalid_input` whatever the bank
+        # holds, never `memory_not_found` only because the id is unknown.
+        scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is None:
             raise MemoryNotFound(f"{req.id} in bank {name}")
         record = self._record(bank, req.id)
-        scoped, subject = self.scope_of(bank, req.subject, caller)
         if scoped and record.subject is not None and record.subject != subject:
             raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
         return GetResponse(memory=with_access(bank, record))
@@ -226,13 +228,15 @@ class MemoryUseCases(EmbeddingWork):
 
     async def list_memories(self, req: ListRequest, caller: Caller = SYSTEM) -> ListResponse:
         bank = self._readable(self._name(req.bank))
-        if bank is None:
-            return ListResponse(memories=[], total=0)
         limit = min(req.limit if req.limit is not None else LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
         offset = req.offset or 0
+        # The filters are checked before anything is read: a bad one is `invalid_input` in the
+        # default bank before its first write too, as `recall` and `tags` answer it.
         tag = transitions.prepare_label(req.tag) if req.tag else None
         category = lessons.prepare_category(req.category)
         scoped, subject = self.scope_of(bank, req.subject, caller)
+        if bank is None:
+            return ListResponse(memories=[], total=0)
         rows = [
             m
             for m in bank.memories.values()
@@ -275,13 +279,11 @@ class MemoryUseCases(EmbeddingWork):
         # could not be taken off a memory short of deleting it).
         context = "" if context is None and req.context is not None else context
         intention = "" if intention is None and req.intention is not None else intention
-        labels = (*labels, *card_labels, *context_labels, *intention_labels)
-        # "" makes the memory general again: a subject is cleared, never left half-set.
-        subject = (
-            None
-            if req.subject is None
-            else clean_short(req.subject, "subject", MAX_SUBJECT_CHARS) or ""
-        )
+        # "" makes the memory general again: a subject is cleared, never left half-set. What was
+        # redacted from it is named like any other field's (a save names it too).
+        subject, subject_labels = clean_line(req.subject, "subject", MAX_SUBJECT_CHARS)
+        subject = subject or ("" if req.subject is not None else None)
+        labels = (*labels, *card_labels, *context_labels, *intention_labels, *subject_labels)
         category = None if req.category is None else lessons.prepare_category(req.category)
         if category == lessons.LESSON:
             raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")

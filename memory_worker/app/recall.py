@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -105,6 +106,9 @@ class RecallUseCases(EmbeddingWork):
         lanes = LaneQuery(context=req.context, intention=req.intention)
         if vector is not None and req.mode is RecallMode.HYBRID:
             lanes = await self._lane_vectors(lanes, bank, weights)
+        as_it_was = None
+        if bank is not None and req.as_of is not None:
+            as_it_was = await _as_it_was(bank, req.as_of)
         query = RecallQuery(
             text=req.query,
             limit=min(limit, RECALL_MAX_LIMIT),
@@ -122,6 +126,7 @@ class RecallUseCases(EmbeddingWork):
             lanes=lanes,
             lane_weights=weights,
             threshold=threshold,
+            as_it_was=as_it_was,
         )
         hits = self._rank(bank, query)
         if bank is not None and caller.kind is not CallerKind.INTERNAL:
@@ -222,6 +227,9 @@ class RecallUseCases(EmbeddingWork):
         return [m for m in top_memories(mine, limit) if not is_lesson(m)]
 
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
+        # The speaker is checked first: a bad one is `invalid_input` before the default bank's
+        # first write too (the injection only reads it once the bank exists).
+        clean_short(req.subject, "subject", MAX_SUBJECT_CHARS)
         # The lanes as the hook would ask them: the window (else the message alone) and the goal.
         lanes = LaneQuery(
             context=window_text([req.context or req.query]), intention=goal_text(req.query)
@@ -238,3 +246,30 @@ class RecallUseCases(EmbeddingWork):
             message=plan.message,
             retrieval=plan.retrieval,
         )
+
+
+async def _as_it_was(bank: Bank, as_of: int) -> dict[str, Memory] | None:
+    """The memories whose record now says otherwise than it did at `as_of` — its text edited
+    since, or retired then and brought back since — each as the log had it then; None when there
+    are none. Only a memory revised after `as_of` can differ, so a bank with none reads nothing
+    more; the others' records then come from the log (RAM keeps only the latest)."""
+    revised = {
+        m.id: m
+        for m in bank.memories.values()
+        if m.revision > 0 and m.created_at <= as_of < m.updated_at
+    }
+    if not revised:
+        return None
+    then: dict[str, Memory] = {}
+    for record in await bank.records():
+        if record.id in revised and record.updated_at <= as_of:
+            seen = then.get(record.id)
+            if seen is None or record.revision >= seen.revision:
+                then[record.id] = record
+    changed = {
+        memory_id: record
+        for memory_id, record in then.items()
+        if (record.text, record.live_at(as_of))
+        != (revised[memory_id].text, revised[memory_id].live_at(as_of))
+    }
+    return changed or None

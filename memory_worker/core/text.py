@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import cache
 
 import Stemmer  # type: ignore[import-not-found]  # PyStemmer: C Snowball stemmers
@@ -172,16 +173,32 @@ def _fold(term: str) -> str:
     return unicodedata.normalize("NFC", folded)
 
 
-def terms(text: str) -> list[str]:
+def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     """Content terms for ranking (a bag: order is not kept): first-person words and "user" become
     `user`, stopwords are dropped, the rest is stemmed (Snowball, English or Portuguese by the
-    text's own words) and accent-folded."""
+    text's own words) and accent-folded.
+
+    `known` (a query's: whether the bank holds a term): a word whose stem in the text's language
+    is not known but whose stem in the other language is takes that one. A memory is stemmed by
+    its own language, and a short query cannot say its own: "Lisboa", "cafe" or "acucar" read as
+    English and missed "O usuário mora em Lisboa", "café" and "açúcar" stemmed as Portuguese."""
     tokens = tokenize(text.replace("\u2019", "'") if "\u2019" in text else text)
     words = [t for t in tokens if t not in _SKIP]
-    out: list[str] = _STEMMERS[language(tokens)].stemWords(words) if words else []
+    lang = language(tokens)
+    out: list[str] = _STEMMERS[lang].stemWords(words) if words else []
     if not text.isascii():
-        out = [stem if stem.isascii() else _fold(stem) for stem in out]
+        out = [_folded(stem) for stem in out]
+    if known is not None and out and not all(map(known, out)):
+        other = _STEMMERS["en" if lang == "pt" else "pt"].stemWords(words)
+        out = [
+            stem if known(stem) or not known(alt := _folded(alt_stem)) else alt
+            for stem, alt_stem in zip(out, other, strict=True)
+        ]
     user_mentions = sum(map(_USER_WORDS.__contains__, tokens))
     if user_mentions:
         out.extend([USER_ENTITY] * user_mentions)
     return out
+
+
+def _folded(stem: str) -> str:
+    return stem if stem.isascii() else _fold(stem)

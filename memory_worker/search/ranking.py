@@ -103,6 +103,10 @@ class RecallQuery:
     lanes: LaneQuery = NO_LANES  # the situation asked about (hybrid recall only)
     lane_weights: LaneWeights = DEFAULT_LANE_WEIGHTS  # the bank's `association_weights`
     threshold: float = 0.0  # the bank's `relevance_threshold` on the blended similarity
+    # With `as_of`: the memories whose record now says otherwise than it did then (edited since,
+    # or retired then and brought back since), each as its log had it then: ranked from that
+    # record (as a retired one is), never from the index's newer text.
+    as_it_was: Mapping[str, Memory] | None = None
 
 
 @lru_cache(maxsize=8192)
@@ -464,9 +468,14 @@ def _with_retired(
     """The index holds live records only; history and time travel also score the retired ones
     (few: they are scored one by one, lexically)."""
     wanted = set(query_terms)
+    then = query.as_it_was or {}
     extra: list[tuple[Memory, float, float, bool]] = []
     for memory in memories.values():
-        if memory.id in index or not _eligible(memory, query):
+        if memory.id in then:
+            memory = then[memory.id]
+        elif memory.id in index:
+            continue
+        if not _eligible(memory, query):
             continue
         bm25 = index.score_document(query_terms, document_terms(memory))
         if bm25 <= 0:
@@ -753,6 +762,31 @@ def _lane_relevance(
     return out
 
 
+def _admitted(index: LexicalIndex, query: RecallQuery) -> npt.NDArray[np.bool_] | None:
+    """Per slot: whether the query's subject scope, tag and `as_of` admit it (a memory changed
+    since `as_of` is ranked from its record then instead); None when they admit every slot. The
+    arms, the semantic pool and the second hop only look at these, so a memory outside the
+    filter never lends its words to the ones inside (a tag-scoped or time-travel recall returned
+    memories the question shares nothing with, because another tag's memory, or one saved
+    later, matched it)."""
+    mask = index.in_scope(query.subject) if query.scoped else None
+    count = index.slot_count
+    if query.tag is not None:
+        tagged = np.zeros(count, bool)
+        tagged[index.tagged(query.tag)] = True
+        mask = tagged if mask is None else mask & tagged
+    if query.as_of is not None:
+        then = index.created_at[:count] <= query.as_of
+        if not then.all():  # every memory older: nothing to leave out (the hop's fast path stays)
+            mask = then if mask is None else mask & then
+    if query.as_it_was:  # their text now is not what they said then: ranked from their record
+        slots = [index.slot(memory_id) for memory_id in query.as_it_was]
+        since = np.ones(count, bool)
+        since[[slot for slot in slots if slot >= 0]] = False
+        mask = since if mask is None else mask & since
+    return mask
+
+
 def candidates(
     memories: Mapping[str, Memory],
     index: LexicalIndex,
@@ -764,7 +798,7 @@ def candidates(
     in the most similar situation (asked lanes), the retired records history and `as_of` ask
     for, filtered by tag and time before anything is ranked."""
     semantic_ready = query.vector is not None and query.mode is not RecallMode.LEXICAL
-    query_terms = terms(query.text)
+    query_terms = terms(query.text, lambda term: index.document_frequency(term) > 0)
     if query.limit <= 0 or (query.mode is RecallMode.SEMANTIC and not semantic_ready):
         return _EMPTY
     lane_relevance = _lane_relevance(lanes, index, query)
@@ -781,7 +815,7 @@ def candidates(
             cosines = index.centered_cosine(vector, query.fusion.center, centre)
         else:
             cosines = index.cosine(query.vector)
-    scope = index.in_scope(query.subject) if query.scoped else None
+    scope = _admitted(index, query)
     if cosines is not None and scope is not None:
         # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
         cosines = np.where(scope[: cosines.size], cosines, 0.0)
