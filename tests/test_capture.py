@@ -309,6 +309,21 @@ class TestRunner:
         assert len(runner.queue.pending()) == 0
         await runner.close()
 
+    async def test_a_turn_posted_unredacted_is_queued_redacted(
+        self, service: MemoryService, root: Path
+    ) -> None:
+        """`POST /capture` is a write path of its own: a client other than the Stop hook (which
+        redacts first) may send the words as they were, and the queue file must not keep a secret
+        it holds."""
+        secret = "gh" + "p_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+        runner = CaptureRunner(service, CaptureQueue(root), None)
+        said = {"entry_id": "u1", "role": "user", "text": f"my token is {secret}, keep it"}
+        await runner.enqueue(job("s10", [said]))
+        [pending] = runner.queue.pending()
+        assert pending.job["entries"][0]["text"] == "my token is [REDACTED:github-token], keep it"
+        await runner.close()
+        assert secret not in (root / CAPTURE_FILE).read_text("utf-8")
+
     async def test_a_failing_endpoint_is_retried_then_the_job_is_dead_not_lost(
         self, service: MemoryService, root: Path, tmp_path: Path
     ) -> None:

@@ -433,6 +433,35 @@ class TestPass:
             secret in p.read_text(errors="ignore") for p in data_dir.rglob("*") if p.is_file()
         )
 
+    async def test_a_value_on_the_line_after_its_key_never_reaches_the_model(
+        self, rig: Rig
+    ) -> None:
+        """The excerpt joins a message's lines with spaces: `Authorization: Bearer` and its token
+        on the next line read as one header once joined, and are redacted as one."""
+        token = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+        await rig.turn(
+            ("user", f"the API answered 401 with\nAuthorization: Bearer\n{token}"), reply={}
+        )
+        assert rig.model.sent and all(token not in sent for sent in rig.model.sent)
+
+    async def test_a_value_on_the_line_after_its_key_never_reaches_a_context_lane(
+        self, rig: Rig, data_dir: Path
+    ) -> None:
+        """The context lane is the window's newest characters: an older message is cut at its
+        start, and a cut inside `Bearer` left its token (on the next line) as a bare word that
+        nothing redacted on the way to the disk."""
+        token = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+        newest = ("I deploy the API from the staging box every morning. " * 40)[:959]
+        older = f"the call failed with Authorization: Bearer\n{token}"
+        await rig.turn(
+            ("user", older),
+            ("user", newest),
+            reply={"memories": [add("The user deploys the API from the staging box.")]},
+        )
+        assert not any(
+            token in p.read_text(errors="ignore") for p in data_dir.rglob("*") if p.is_file()
+        )
+
     async def test_the_cursor_reads_only_new_messages_across_pages(self, rig: Rig) -> None:
         await rig.turn(
             ("user", "I live in Lisbon and work as a nurse."), ("assistant", "Noted."), reply={}

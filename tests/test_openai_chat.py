@@ -186,6 +186,24 @@ async def test_an_unreachable_endpoint_is_sibling_unavailable() -> None:
         await client.aclose()
 
 
+async def test_a_password_in_the_endpoint_url_is_never_logged_nor_raised() -> None:
+    """An endpoint behind basic auth (`https://user:password@host/v1`): the failure a capture
+    pass keeps in `.capture.jsonl` and logs names the endpoint with the password redacted."""
+    password = "Sup3r-s3cret-pw"
+    async with FakeOpenAI(models=("m",)) as server:
+        url = server.url.replace("://", f"://alice:{password}@", 1)
+    client = OpenAIChatCompleter(lambda: Settings(extraction_endpoint=url))
+    try:
+        with capture_logs() as logs, pytest.raises(SiblingUnavailable) as raised:
+            await client.complete("S", "U")
+    finally:
+        await client.aclose()
+    assert "unreachable" in str(raised.value) and "[REDACTED:" in str(raised.value)
+    assert password not in str(raised.value)
+    assert password not in repr(client)
+    assert password not in json.dumps(logs, default=str)
+
+
 async def test_no_endpoint_configured_is_sibling_unavailable() -> None:
     client = OpenAIChatCompleter(Settings)
     with pytest.raises(SiblingUnavailable, match="no extraction_endpoint"):

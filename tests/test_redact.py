@@ -68,6 +68,14 @@ def test_lookalike_is_returned_unchanged(sentence: str) -> None:
     assert not result
 
 
+@pytest.mark.parametrize("sentence", LOOKALIKES)
+def test_a_lookalike_joined_onto_one_line_is_unchanged(sentence: str) -> None:
+    """One-line fields (a tag, a subject, a lane) store text with its whitespace collapsed and
+    redact it so: a look-alike must stay one there too (`PASSWORD=` empty, then `USER=app`)."""
+    one_line = " ".join(sentence.split())
+    assert redact(one_line).text == one_line
+
+
 @pytest.mark.parametrize("sentence", [s for _, s, _ in SECRETS] + LOOKALIKES)
 def test_redacting_twice_changes_nothing(sentence: str) -> None:
     once = redact(sentence)
@@ -280,6 +288,26 @@ def test_private_key_without_end_is_redacted_to_end_of_text() -> None:
     text = "key follows\n-----BEGIN EC PRIVATE KEY-----\n" + "\n".join(PEM_LINES[:3])
     result = redact(text)
     assert result.text == "key follows\n[REDACTED:private-key]"
+
+
+def test_a_putty_private_key_file_is_removed_whole() -> None:
+    """PuTTY's `.ppk` is a private key block too (Windows users paste it): its private lines
+    went through untouched, no PEM armour to find."""
+    ppk = "\n".join(
+        [
+            "PuTTY-User-Key-File-3: ssh-rsa",
+            "Encryption: none",
+            "Comment: deploy@ci",
+            "Public-Lines: 2",
+            *PEM_LINES[:2],
+            "Private-Lines: 3",
+            *PEM_LINES[2:5],
+            "Private-MAC: 5f3c1e8a9b0d2c4e6f8a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f3a5b7c9d0e",
+        ]
+    )
+    result = redact(f"my key file:\n{ppk}\nuse it with pageant")
+    assert result.text == "my key file:\n[REDACTED:private-key]\nuse it with pageant"
+    assert result.labels == ("private-key",)
 
 
 def test_two_private_keys_become_two_markers() -> None:

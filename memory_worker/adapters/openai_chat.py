@@ -55,7 +55,7 @@ class OpenAIChatCompleter:
 
     def __repr__(self) -> str:
         endpoint = self._settings().extraction_endpoint
-        return f"OpenAIChatCompleter(endpoint={endpoint!r}, calls={self.calls})"
+        return f"OpenAIChatCompleter(endpoint={_shown(endpoint)!r}, calls={self.calls})"
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -92,11 +92,11 @@ class OpenAIChatCompleter:
         except (httpx.TimeoutException, TimeoutError):
             limit = settings.extraction_timeout_ms
             raise SiblingUnavailable(
-                f"extraction endpoint {url} did not answer within {limit} ms"
+                f"extraction endpoint {_shown(url)} did not answer within {limit} ms"
             ) from None
         except httpx.HTTPError as exc:
             raise SiblingUnavailable(
-                f"extraction endpoint {url} unreachable: {type(exc).__name__}"
+                f"extraction endpoint {_shown(url)} unreachable: {type(exc).__name__}"
             ) from None
 
     async def model(self) -> str:
@@ -115,9 +115,9 @@ class OpenAIChatCompleter:
             data = body.get("data") if isinstance(body, dict) else None
             ids = [m.get("id") for m in data or [] if isinstance(m, dict)]
             if not ids or not isinstance(ids[0], str) or not ids[0]:
-                raise SiblingUnavailable(f"{endpoint}/models lists no model for extraction")
+                raise SiblingUnavailable(f"{_shown(endpoint)}/models lists no model for extraction")
             self._default_model[endpoint] = ids[0]
-            log.info("extraction_model_chosen", endpoint=endpoint, model=ids[0])
+            log.info("extraction_model_chosen", endpoint=_shown(endpoint), model=ids[0])
         return self._default_model[endpoint]
 
     async def complete(self, system_prompt: str, user_text: str) -> str:
@@ -143,10 +143,20 @@ class OpenAIChatCompleter:
         response = await self._request("POST", url, settings, body)
         if json_mode and _refuses_json_mode(response):
             self._json_mode[endpoint] = False
-            log.info("extraction_json_mode_refused", endpoint=endpoint, status=response.status_code)
+            log.info(
+                "extraction_json_mode_refused",
+                endpoint=_shown(endpoint),
+                status=response.status_code,
+            )
             del body["response_format"]
             response = await self._request("POST", url, settings, body)
         return _reply_text(_json_body(response, url), url)
+
+
+def _shown(url: str) -> str:
+    """The endpoint as a log line or an error names it: a password in the URL (basic auth to a
+    proxy, `https://user:password@host/v1`) is redacted, as the key is never shown."""
+    return redact(url).text
 
 
 def _snippet(response: httpx.Response) -> str:
@@ -161,13 +171,14 @@ def _refuses_json_mode(response: httpx.Response) -> bool:
 def _json_body(response: httpx.Response, url: str) -> Any:
     if response.status_code >= 400:
         raise SiblingUnavailable(
-            f"extraction endpoint {url} answered {response.status_code}: {_snippet(response)}"
+            f"extraction endpoint {_shown(url)} answered {response.status_code}: "
+            f"{_snippet(response)}"
         )
     try:
         return response.json()
     except ValueError:
         raise SiblingUnavailable(
-            f"extraction endpoint {url} answered {response.status_code} with no JSON: "
+            f"extraction endpoint {_shown(url)} answered {response.status_code} with no JSON: "
             f"{_snippet(response)}"
         ) from None
 
@@ -177,14 +188,18 @@ def _reply_text(body: Any, url: str) -> str:
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(choice, dict) or not isinstance(message, dict):
-        raise SiblingUnavailable(f"extraction endpoint {url} answered without a message")
+        raise SiblingUnavailable(f"extraction endpoint {_shown(url)} answered without a message")
     if choice.get("finish_reason") == "length":  # cut off: retry, never half-read it
-        raise SiblingUnavailable(f"extraction endpoint {url} cut the reply off at its token limit")
+        raise SiblingUnavailable(
+            f"extraction endpoint {_shown(url)} cut the reply off at its token limit"
+        )
     content = message.get("content")
     if isinstance(content, list):  # some servers answer content parts
         content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
     if not isinstance(content, str):
-        raise SiblingUnavailable(f"extraction endpoint {url} answered a message with no text")
+        raise SiblingUnavailable(
+            f"extraction endpoint {_shown(url)} answered a message with no text"
+        )
     return content
 
 

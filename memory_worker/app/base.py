@@ -28,7 +28,6 @@ from memory_worker.core.errors import BankNotFound, InvalidInput, MemoryNotFound
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
-from memory_worker.core.text import collapse_whitespace
 from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
@@ -83,11 +82,10 @@ def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tup
     transitions.check_unicode(raw, field)
     if len(raw) > 4 * limit:  # bounded before any work: redaction only shortens so much
         raise InvalidInput(f"{field} must be at most {limit} characters")
-    redaction = redact(raw)
-    cleaned = collapse_whitespace(redaction.text)
+    cleaned, labels = transitions.redact_line(raw)
     if len(cleaned) > limit:
         raise InvalidInput(f"{field} must be at most {limit} characters")
-    return cleaned or None, redaction.labels
+    return cleaned or None, labels
 
 
 QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing

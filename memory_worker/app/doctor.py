@@ -218,13 +218,23 @@ class DoctorUseCases(EmbeddingWork):
 
     def _check_banks(self) -> DoctorCheck:
         broken = self.store.broken
-        if broken:
-            detail = "; ".join(f"{name}: {error}" for name, error in sorted(broken.items()))
+        # Loaded, but refusing every write since a failed commit could not be cut back: each
+        # save into it fails, so doctor must not call the store healthy (the scratch bank is new).
+        refusing = [(b.name, b.write_refused) for b in self.store.loaded() if b.write_refused]
+        if broken or refusing:
+            problems = []
+            if broken:
+                detail = "; ".join(f"{name}: {error}" for name, error in sorted(broken.items()))
+                problems.append(
+                    f"{len(broken)} bank(s) could not be loaded and are unavailable: {detail}"
+                )
+            if refusing:
+                detail = "; ".join(f"{name}: {error}" for name, error in refusing)
+                problems.append(
+                    f"{len(refusing)} bank(s) refuse writes until memory::reload: {detail}"
+                )
             return DoctorCheck(
-                name="banks-loaded",
-                ok=False,
-                detail=f"{len(broken)} bank(s) could not be loaded and are unavailable: {detail}",
-                required=True,
+                name="banks-loaded", ok=False, detail="; ".join(problems), required=True
             )
         return DoctorCheck(
             name="banks-loaded",

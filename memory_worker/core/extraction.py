@@ -23,6 +23,7 @@ from typing import Any
 from memory_worker.core.bank_settings import MEMORY_CATEGORIES
 from memory_worker.core.lanes import goal_text
 from memory_worker.core.models import Memory, utc_datetime
+from memory_worker.core.redact import redact
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE_CHARS
 
 __all__ = [
@@ -93,7 +94,9 @@ def render_request(lines: list[Line], known: list[Memory]) -> str:
     ]
     excerpt = []
     for line in lines:
-        text = " ".join(line.text.split())
+        # Redacted again once joined: a key and its value on two lines (`Authorization: Bearer`
+        # then the token) read as one assignment on one line, and must not reach the model so.
+        text = redact(" ".join(line.text.split())).text
         if len(text) > MAX_MESSAGE_CHARS:
             text = text[:MAX_MESSAGE_CHARS] + " [cut]"
         excerpt.append(f"{_stamp(line.at_ms)} {line.role}: {text}")

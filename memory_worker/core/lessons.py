@@ -135,10 +135,24 @@ def _check_unicode(value: str, field: str) -> None:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
 
 
+def _redact_line(raw: str) -> tuple[str, list[str]]:
+    """As `transitions.redact_line` (which imports this module): collapsed to one line, redacted
+    before and after, since a key and its value on two lines are one once joined."""
+    first = redact(raw)
+    line = collapse_whitespace(first.text)
+    if line == first.text:  # nothing joined: redacting again finds nothing new
+        return line, list(first.labels)
+    second = redact(line)
+    return second.text, sorted({*first.labels, *second.labels})
+
+
 def _card_text(raw: str, field: str, max_bytes: int, *, one_line: bool) -> tuple[str, list[str]]:
     _check_unicode(raw, field)
-    redaction = redact(raw)
-    text = collapse_whitespace(redaction.text) if one_line else redaction.text.strip()
+    if one_line:
+        text, labels = _redact_line(raw)
+    else:
+        redaction = redact(raw)
+        text, labels = redaction.text.strip(), list(redaction.labels)
     if len(text) < MIN_CARD_CHARS:
         raise InvalidInput(f"{field} must be at least {MIN_CARD_CHARS} characters")
     size = len(text.encode("utf-8"))
@@ -151,7 +165,7 @@ def _card_text(raw: str, field: str, max_bytes: int, *, one_line: bool) -> tuple
             "identifier instead (positions go stale with the next edit) and keep positions in "
             "evidence"
         )
-    return text, list(redaction.labels)
+    return text, labels
 
 
 def prepare_title(raw: str) -> tuple[str, list[str]]:
@@ -171,9 +185,8 @@ def prepare_evidence(values: Iterable[str]) -> tuple[tuple[str, ...], list[str]]
     labels: list[str] = []
     for raw in values:
         _check_unicode(raw, "evidence")
-        redaction = redact(raw)
-        labels.extend(redaction.labels)
-        value = collapse_whitespace(redaction.text)
+        value, found = _redact_line(raw)
+        labels.extend(found)
         if not value or value in out:
             continue
         if len(value) > MAX_EVIDENCE_CHARS:

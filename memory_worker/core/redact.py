@@ -105,6 +105,7 @@ _LETTER = re.compile(r"[A-Za-z]")
 _LOWER = re.compile(r"[a-z]")
 _ALPHA_WORD = re.compile(r"[A-Za-z]+")
 _PROSE_NEXT = re.compile(r"[ \t]+[A-Za-z]")
+_NEXT_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^=\s]")  # `USER=app` (not base64's `=`)
 _PLACEHOLDER = re.compile(
     r"[*xX.#?_\u2022\u00b7-]+"  # ****, xxxx, ...., ••••
     r"|<[^<>]*>"  # <redacted>, <your-password>
@@ -194,6 +195,8 @@ def _assignment(
         if kind == "bare":
             if m.group("sep") == ":" and _looks_like_prose(text, start, end):
                 return None
+            if start > m.end("sep") and _NEXT_ASSIGNMENT.match(text, start):
+                return None  # `PASSWORD= USER=app`: an empty value, then the next assignment
             while end > start + 1 and text[end - 1] in _TRAILING_PUNCT:
                 end -= 1  # keep sentence punctuation: `password=hunter22.`
         elif text[start] in _QUOTE_CLOSER_START:
@@ -419,6 +422,11 @@ _RULES: tuple[_Rule, ...] = (
         PRIVATE_KEY,
         _re(rf"-----BEGIN[ ]{_PEM_LABEL}.*?(?:-----END[ ]{_PEM_LABEL}|\Z)", re.DOTALL),
         ("PRIVATE KEY",),
+    ),
+    _Rule(  # PuTTY's `.ppk`: the whole file, through its MAC (or the end of a cut paste)
+        PRIVATE_KEY,
+        _re(r"PuTTY-User-Key-File-[0-9]+:.*?(?:Private-MAC:[ \t]*[0-9a-fA-F]++|\Z)", re.DOTALL),
+        ("PuTTY-User-Key-File-",),
     ),
     _Rule(
         ANTHROPIC_KEY,

@@ -37,6 +37,7 @@ __all__ = [
     "prepare_lane",
     "prepare_reason",
     "prepare_text",
+    "redact_line",
     "reinforce",
     "save",
     "supersede",
@@ -112,6 +113,18 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
     return text, redaction.labels
 
 
+def redact_line(raw: str) -> tuple[str, tuple[str, ...]]:
+    """`raw` as a one-line field stores it (whitespace collapsed), redacted before and after the
+    collapse: before, where a token cut by a line break is joined back up; after, because a key
+    and its value on two lines (`Authorization: Bearer`, then the token) are one once joined."""
+    first = redact(raw)
+    line = collapse_whitespace(first.text)
+    if line == first.text:  # nothing joined: redacting again finds nothing new
+        return line, first.labels
+    second = redact(line)
+    return second.text, tuple(sorted({*first.labels, *second.labels}))
+
+
 def prepare_lane(raw: str | None, lane: str) -> tuple[str | None, tuple[str, ...]]:
     """A `context` or `intention`: redacted like text, whitespace collapsed, length-checked;
     None or blank is no lane."""
@@ -121,13 +134,12 @@ def prepare_lane(raw: str | None, lane: str) -> tuple[str | None, tuple[str, ...
     if len(raw) > 16 * limit:  # refused before any work, as a text is: a call's cost is bounded
         raise InvalidInput(f"{lane} must be at most {limit} characters (got {len(raw)})")
     check_unicode(raw, lane)
-    redaction = redact(raw)
-    value = collapse_whitespace(redaction.text)
+    value, labels = redact_line(raw)
     if not value:
         return None, ()
     if len(value) > limit:
         raise InvalidInput(f"{lane} must be at most {limit} characters (got {len(value)})")
-    return value, redaction.labels
+    return value, labels
 
 
 def normalize_label(value: str) -> str:
@@ -146,7 +158,7 @@ def normalize_label(value: str) -> str:
 def prepare_label(raw: str, field: str = "tag") -> str:
     """One label as stored (a `tag` filter, say): redacted, then `normalize_label`."""
     check_unicode(raw, field)
-    return normalize_label(redact(raw).text)
+    return normalize_label(redact_line(raw)[0])
 
 
 def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -161,9 +173,9 @@ def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], 
         if len(raw) > MAX_RAW_LABEL_CHARS:
             raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
         check_unicode(raw, field)
-        redaction = redact(raw)  # first: lowercasing would hide case-sensitive key shapes
-        labels.update(redaction.labels)
-        value = normalize_label(redaction.text)
+        redacted, found = redact_line(raw)  # first: lowercasing would hide key shapes
+        labels.update(found)
+        value = normalize_label(redacted)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:

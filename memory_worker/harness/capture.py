@@ -29,6 +29,7 @@ from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
+from memory_worker.core.redact import redact
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
 from memory_worker.storage.capture import MAX_JOB_ENTRIES, CaptureQueue, Pending
 from memory_worker.storage.logger import get_logger
@@ -71,6 +72,11 @@ class CaptureJob(BaseModel):
         """Stable per turn (a Stop hook fired twice enqueues once): the session and its newest
         entry."""
         return f"{self.session_id}:{self.entries[-1].entry_id}" if self.entries else None
+
+
+def _redact_entries(entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        entry["text"] = redact(entry["text"]).text
 
 
 class JobTranscript:
@@ -181,6 +187,9 @@ class CaptureRunner:
         if job.bank is not None:
             check_name(job.bank, "bank")
         data = job.model_dump(exclude_none=True)
+        # The Stop hook redacted the words already, but `POST /capture` takes a turn from any
+        # client: what reaches the queue file is redacted here too (idempotent on redacted text).
+        await self._blocking(_redact_entries, data["entries"])
         async with self._lock:
             job_id, new = await self._blocking(
                 self.queue.enqueue, data, job_id=job.job_id(), now_ms=self.service.clock()

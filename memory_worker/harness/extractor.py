@@ -75,7 +75,7 @@ from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
 from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
-from memory_worker.core.transitions import MAX_LABELS
+from memory_worker.core.transitions import MAX_LABELS, redact_line
 from memory_worker.storage.logger import get_logger
 
 __all__ = [
@@ -533,9 +533,11 @@ class Extractor:
         text = message_text(message).strip()
         if not text or text.startswith(MEMORY_PREFIX):
             return None
+        # As one line, redacted before and after the join: every use of a line joins its lines
+        # (the excerpt, the context window, whose cut could leave a token's key behind).
         return Line(
             str(message["role"]),
-            redact(text).text,
+            redact_line(text)[0],
             _at_ms(message),
             entry_id=entry_id,
             model=_model_of(message),

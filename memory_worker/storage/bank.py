@@ -806,6 +806,12 @@ class Bank:
     def memories(self) -> Mapping[str, Memory]:
         return self._memories
 
+    @property
+    def write_refused(self) -> str | None:
+        """Why the bank refuses every write until `memory::reload` (a failed commit whose line
+        could not be cut back), or None."""
+        return self._broken
+
     def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)
 

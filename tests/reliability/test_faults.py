@@ -336,6 +336,28 @@ async def test_a_data_dir_deleted_while_running_refuses_writes_and_doctor_says_s
         await service.store.close()
 
 
+async def test_a_bank_that_refuses_writes_fails_doctor(tmp_path: Path) -> None:
+    """A failed commit whose line could not be cut back leaves the bank refusing every write
+    until `memory::reload`: doctor names it and fails (it answered `ok: true`, "1 bank(s)
+    loaded", while every save into the bank failed)."""
+    data = tmp_path / "data"
+    service = open_service(data)
+    log = lambda path: path.endswith("main/memories.jsonl")  # noqa: E731
+    try:
+        await catalog.call(service, "memory::save", {"text": "The user likes tea"})
+        sync, cut = Injector("fsync", 1, EIO, where=log), Injector("ftruncate", 1, EIO)
+        with sync, cut, pytest.raises(StorageError):
+            await catalog.call(service, "memory::save", {"text": "The user likes coffee"})
+        with pytest.raises(StorageError, match="refuses writes"):
+            await catalog.call(service, "memory::save", {"text": "The user likes cocoa"})
+        doctor = await catalog.call(service, "memory::doctor", {})
+        banks = _check(doctor, "banks-loaded")
+        assert doctor["ok"] is False and banks["ok"] is False
+        assert "refuse writes until memory::reload: main:" in banks["detail"]
+    finally:
+        await service.store.close()
+
+
 # --- durability warnings: a change that landed while its directory sync failed ----------------
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from memory_worker.app import catalog
+from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.text import collapse_whitespace
 from memory_worker.core.transitions import normalize_label
@@ -146,3 +147,92 @@ async def test_redactions_of_the_side_fields_are_reported(tmp_path: Path) -> Non
     assert saved["redacted"] == ["github-token"]
     assert created["redacted"] == ["github-token"]
     assert report.redacted == 1
+
+
+async def test_an_update_that_redacts_the_subject_names_it(tmp_path: Path) -> None:
+    """A save names what it took out of `subject`; an update of the subject must too, in its
+    answer and in the `updated` event's reason (it reported nothing: the labels were dropped)."""
+    _, _, secret = next(s for s in SECRETS if s[0] == "github-token")
+    emitter = RecordingEmitter()
+    service = open_service(tmp_path / "data", FixedClock(), emitter)
+    try:
+        saved = await catalog.call(service, "memory::save", {"text": "The user likes tea"})
+        emitter.clear()
+        payload = {"id": saved["memory"]["id"], "subject": f"alice {secret}"}
+        updated = await catalog.call(service, "memory::update", payload)
+    finally:
+        await service.store.close()
+    assert updated["memory"]["subject"] == "alice [REDACTED:github-token]"
+    assert updated["redacted"] == ["github-token"]
+    [event] = emitter.of(ITEM_CHANGED)
+    assert event["event_type"] == "updated" and event["reason"] == "redacted: github-token"
+
+
+async def test_an_import_that_redacts_only_the_subject_counts_it(tmp_path: Path) -> None:
+    """As a save does, an import names what it took out of a record's `subject`: the report
+    counts the row and its `created` event carries the labels (it counted nothing)."""
+    _, _, secret = next(s for s in SECRETS if s[0] == "github-token")
+    emitter = RecordingEmitter()
+    service = open_service(tmp_path / "data", FixedClock(), emitter)
+    try:
+        row = {"text": "The user likes tea", "subject": f"alice {secret}"}
+        report = await service.import_records("main", [row])
+    finally:
+        await service.store.close()
+    assert report.redacted == 1
+    [event] = emitter.of(ITEM_CHANGED)
+    assert event["memory"]["subject"] == "alice [REDACTED:github-token]"
+    assert event["reason"] == "redacted: github-token"
+
+
+TOKEN = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+SPLIT = f"Authorization: Bearer\n{TOKEN}"  # a header and its token on two lines
+
+
+@pytest.mark.parametrize(
+    ("function_id", "payload"),
+    [
+        ("memory::save", {"text": "The user likes tea", "context": SPLIT}),
+        ("memory::save", {"text": "The user likes tea", "intention": SPLIT}),
+        ("memory::save", {"text": "The user likes tea", "tags": [SPLIT]}),
+        ("memory::save", {"text": "The user likes tea", "entities": [SPLIT]}),
+        ("memory::save", {"text": "The user likes tea", "subject": SPLIT}),
+        ("memory::save", {"text": "The user likes tea", "session_id": SPLIT}),
+        (
+            "memory::save",
+            {
+                "text": "Regenerate the client after editing the proto",
+                "category": "lesson",
+                "title": SPLIT,
+                "recommendation": "Run make proto after editing it.",
+                "anchors": {"files": ["proto/user.proto"]},
+                "evidence": [SPLIT],
+            },
+        ),
+        ("memory::bank::create", {"name": "work", "description": SPLIT}),
+    ],
+    ids=[
+        "context",
+        "intention",
+        "tags",
+        "entities",
+        "subject",
+        "session_id",
+        "lesson",
+        "description",
+    ],
+)
+async def test_a_one_line_field_is_redacted_as_it_is_stored(
+    tmp_path: Path, function_id: str, payload: dict[str, object]
+) -> None:
+    """A one-line field is stored with its whitespace collapsed: a header and its token on two
+    lines become `Authorization: Bearer <token>` on one, which must be redacted as one (it was
+    stored as it read, and the answer named nothing)."""
+    data = tmp_path / "data"
+    service = open_service(data)
+    try:
+        answer = await catalog.call(service, function_id, payload)
+    finally:
+        await service.store.close()
+    assert answer["redacted"] == ["bearer-token"]
+    assert not on_disk(disk_texts(data), TOKEN)
