@@ -164,7 +164,7 @@ class BankUseCases(EmbeddingWork):
                 outcome = "added"
             else:
                 continue
-            self._announce(name, seen.get(name), after.get(name), outcome)
+            await self._announce(name, seen.get(name), after.get(name), outcome)
         return ReloadResponse(ok=True, banks=count)
 
     async def reload_bank(self, name: str) -> str:
@@ -185,7 +185,7 @@ class BankUseCases(EmbeddingWork):
         bank = self.store.find(name)
         if bank is not None:
             self._embed_soon(bank)
-        rules_changed = self._announce(name, seen, bank, outcome)
+        rules_changed = await self._announce(name, seen, bank, outcome)
         log.info(
             "bank_reloaded",
             bank=name,
@@ -199,7 +199,9 @@ class BankUseCases(EmbeddingWork):
         )
         return outcome
 
-    def _announce(self, name: str, seen: _Seen | None, bank: Bank | None, outcome: str) -> bool:
+    async def _announce(
+        self, name: str, seen: _Seen | None, bank: Bank | None, outcome: str
+    ) -> bool:
         """What subscribers can act on after a reload from disk: `created` for a folder that
         appeared, `trashed` for one that vanished (the bank is gone either way, whether or not it
         went through `.trash`), `rules-changed` when its rules differ, `configured` when its
@@ -217,7 +219,10 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.RULES_CHANGED, name)
         if (bank.description, bank.overrides) != seen.file:  # bank.yaml by hand
             self._emit_bank(BankEvent.CONFIGURED, name)
-        for event, memory in _hand_changes(seen.memories, bank.memories):
+        # Compared off the loop (a second a million records), on a copy: writes may land
+        # meanwhile, and each announces itself.
+        now = dict(bank.memories)
+        for event, memory in await asyncio.to_thread(_hand_changes, seen.memories, now):
             self._emit_item(event, name, memory, HAND_EDIT_REASON)
         return rules != old_rules
 
