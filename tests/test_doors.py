@@ -353,6 +353,7 @@ _HEAVY = (
     "memory_worker.app.service",
     "memory_worker.storage.store",
     "memory_worker.core.models",
+    "Stemmer",  # the tokenizer's stemmers (`core.text`)
     "memory_worker.adapters.embedders",
 )
 _FORWARDED_PROBE = """

@@ -36,7 +36,6 @@ from memory_worker.app.caller import Caller
 from memory_worker.core.data_dir import resolve_data_dir
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
-from memory_worker.core.text import fingerprint
 from memory_worker.storage.logger import get_logger
 
 # The catalog (every request and response model, the whole service), the embedders and numpy
@@ -367,6 +366,10 @@ def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[dict[str,
 def _memory_key(row: Mapping[str, Any]) -> str:
     """Which memory a row is a record of: its id, else its text's fingerprint (the id the server
     gives it), else the row itself (a row the server will refuse)."""
+    # Here, not at the top: the tokenizer and its stemmers would load for every command, and a
+    # forwarded call (a hook on every prompt) uses neither.
+    from memory_worker.core.text import fingerprint
+
     memory_id, text = row.get("id"), row.get("text")
     if isinstance(memory_id, str) and memory_id:
         return f"id:{memory_id}"
