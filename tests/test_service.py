@@ -532,6 +532,18 @@ class TestRulesAndPreview:
         kinds = [p["event_type"] for p in emitter.of(BANK_CHANGED)]
         assert kinds == ["created", "rules-changed", "rules-changed"]
 
+    async def test_setting_a_rule_to_what_it_says_announces_nothing(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        """An editor saving without a change (or a script setting the same text again) changed
+        nothing a subscriber or an open tab needs to refetch."""
+        first = await call(service, "memory::rule::set", name="style", content="Be brief.")
+        emitter.clear()
+        again = await call(service, "memory::rule::set", name="style", content="Be brief.")
+        assert again["revision"] == first["revision"] and emitter.events == []
+        await call(service, "memory::rule::set", name="style", content="Be briefer.")
+        assert [p["event_type"] for p in emitter.of(BANK_CHANGED)] == ["rules-changed"]
+
     async def test_removing_a_rule_of_a_missing_bank_creates_nothing(
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:

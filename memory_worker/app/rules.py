@@ -63,9 +63,11 @@ class RuleUseCases(ServiceBase):
                 f"expected {expected}"
             )
         async with self._writing_into(name, caller) as bank:
+            before = bank.rule(rule)
             await bank.set_rule(rule, redaction.text, expected_revision=expected)
-        self._emit_bank(BankEvent.RULES_CHANGED, name)
         written = bank.rule(rule)
+        if before is None or written is None or before.content != written.content:
+            self._emit_bank(BankEvent.RULES_CHANGED, name)  # the same text again changed nothing
         return RuleSetResponse(
             ok=True,
             exists=True,
