@@ -216,7 +216,7 @@ class MemoryUseCases(EmbeddingWork):
     async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
         name = self._name(req.bank)
         bank = self._readable(name)
-        revisions = await bank.revisions(req.id) if bank is not None else []
+        revisions = await bank.revisions({req.id}) if bank is not None else []
         scoped, subject = self.scope_of(bank, None, caller)
         # As `get`: in a bank partitioned by subject, another person's memory is not there for
         # an agent, and neither is any revision it had while it was about someone.

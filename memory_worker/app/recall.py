@@ -261,8 +261,8 @@ async def _as_it_was(bank: Bank, as_of: int) -> dict[str, Memory] | None:
     if not revised:
         return None
     then: dict[str, Memory] = {}
-    for record in await bank.records():
-        if record.id in revised and record.updated_at <= as_of:
+    for record in await bank.revisions(revised.keys()):
+        if record.updated_at <= as_of:
             seen = then.get(record.id)
             if seen is None or record.revision >= seen.revision:
                 then[record.id] = record

@@ -26,7 +26,7 @@ import os
 import secrets
 import time
 import zlib
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, is_, is_not, itemgetter
@@ -815,12 +815,12 @@ class Bank:
     def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)
 
-    async def revisions(self, memory_id: str) -> list[Memory]:
-        """Every durable revision of `memory_id` as the log holds it, oldest first (read from the
-        file: RAM keeps only the latest)."""
+    async def revisions(self, memory_ids: Collection[str]) -> list[Memory]:
+        """Every durable revision of `memory_ids` as the log holds them, in log order (read from
+        the file: RAM keeps only the latest)."""
         await self.drain()  # what was acknowledged is on disk before we read it back
         path = self.path / MEMORIES_FILE
-        return await asyncio.to_thread(history, path, memory_id, within=self.root)
+        return await asyncio.to_thread(history, path, memory_ids, within=self.root)
 
     async def records(self) -> list[Memory]:
         """Every intact record of the log in log order, every revision of every memory (an

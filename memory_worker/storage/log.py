@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+import re
 import secrets
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -342,17 +343,28 @@ def lines_of(records: Iterable[Memory]) -> Iterator[bytes]:
         yield _sealed(record.to_line())
 
 
-def history(path: Path, memory_id: str, *, within: Path | None = None) -> list[Memory]:
-    """Every intact record of `memory_id` in log order: its revisions, oldest first. Lines that
-    cannot hold it (no id, no batch tag) are passed over without being parsed."""
-    needle = memory_id.encode("utf-8", "surrogatepass")
+def history(path: Path, memory_ids: Collection[str], *, within: Path | None = None) -> list[Memory]:
+    """Every intact record of `memory_ids` in log order: their revisions, oldest first. A line
+    the worker wrote for another id (its leading `{"id":"…"`, no batch tag) is passed over without
+    being parsed, whatever the number of ids asked; any other line is parsed and checked."""
+    if not memory_ids:
+        return []
+    wanted = {i.encode("utf-8", "surrogatepass") for i in memory_ids}
+
+    def keep(line: bytes) -> bool:
+        if _BATCH_KEY in line:
+            return True  # a multi-record write applies whole or not at all: read all of it
+        leading = _LEADING_ID.match(line)
+        return leading is None or leading[1] in wanted
+
     return [
-        record
-        for record in _intact(
-            path, [], keep=lambda line: needle in line or _BATCH_KEY in line, within=within
-        )
-        if record.id == memory_id
+        record for record in _intact(path, [], keep=keep, within=within) if record.id in memory_ids
     ]
+
+
+# The id as the worker writes it, first in the line; a line in another form (written by hand, an
+# id with an escape) does not match and is parsed.
+_LEADING_ID = re.compile(rb'\{"id":"([^"\\]*)"')
 
 
 def _intact(
