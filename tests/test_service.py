@@ -425,6 +425,27 @@ class TestRecall:
         result = await call(service, "memory::recall", query="kubernetes", tag="alpha")
         assert result["memories"] == []
 
+    async def test_a_memory_of_another_category_lends_no_words_to_the_ones_asked_for(
+        self, service: MemoryService
+    ) -> None:
+        for i in range(3):
+            await save(service, f"Project alpha note {i} about deployment", category="procedure")
+        await save(service, "Deployment of beta uses kubernetes", category="context")
+        result = await call(service, "memory::recall", query="kubernetes", category="procedure")
+        assert result["memories"] == []
+
+    async def test_a_category_recall_is_not_cut_by_the_scores_of_other_categories(
+        self, service: MemoryService
+    ) -> None:
+        # Strong matches of another category must not set the relevance cutoff for the asked one.
+        for i in range(6):
+            await save(service, f"garden water garden water garden plan {i}", category="context")
+        liked = await save(service, "The user likes a garden in the shade", category="preference")
+        result = await call(
+            service, "memory::recall", query="garden water plan", category="preference"
+        )
+        assert [h["memory"]["id"] for h in result["memories"]] == [liked["id"]]
+
     async def test_a_memory_saved_after_as_of_lends_no_words_to_older_ones(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

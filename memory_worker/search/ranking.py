@@ -762,19 +762,24 @@ def _lane_relevance(
     return out
 
 
-def _admitted(index: LexicalIndex, query: RecallQuery) -> npt.NDArray[np.bool_] | None:
-    """Per slot: whether the query's subject scope, tag and `as_of` admit it (a memory changed
-    since `as_of` is ranked from its record then instead); None when they admit every slot. The
-    arms, the semantic pool and the second hop only look at these, so a memory outside the
-    filter never lends its words to the ones inside (a tag-scoped or time-travel recall returned
-    memories the question shares nothing with, because another tag's memory, or one saved
-    later, matched it)."""
+def _admitted(
+    memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery
+) -> npt.NDArray[np.bool_] | None:
+    """Per slot: whether the query's subject scope, tag, category and `as_of` admit it (a memory
+    changed since `as_of` is ranked from its record then instead); None when they admit every
+    slot. The arms, the semantic pool and the second hop only look at these, so a memory outside
+    the filter never lends its words to the ones inside (a tag-, category-scoped or time-travel
+    recall returned memories the question shares nothing with, because another tag's or
+    category's memory, or one saved later, matched it)."""
     mask = index.in_scope(query.subject) if query.scoped else None
     count = index.slot_count
     if query.tag is not None:
         tagged = np.zeros(count, bool)
         tagged[index.tagged(query.tag)] = True
         mask = tagged if mask is None else mask & tagged
+    if query.category is not None:
+        kind = _of_kind(memories, index, query.category)
+        mask = kind if mask is None else mask & kind
     if query.as_of is not None:
         then = index.created_at[:count] <= query.as_of
         if not then.all():  # every memory older: nothing to leave out (the hop's fast path stays)
@@ -785,6 +790,18 @@ def _admitted(index: LexicalIndex, query: RecallQuery) -> npt.NDArray[np.bool_] 
         since[[slot for slot in slots if slot >= 0]] = False
         mask = since if mask is None else mask & since
     return mask
+
+
+def _of_kind(
+    memories: Mapping[str, Memory], index: LexicalIndex, wanted: str
+) -> npt.NDArray[np.bool_]:
+    """Per slot: whether its memory is of category `wanted`. A pass over the bank in Python: the
+    index keeps no category column, and a category-scoped recall is an explicit caller's ask,
+    never the hook's per-turn one."""
+    kind = np.zeros(index.slot_count, bool)
+    slots = [index.slot(i) for i, memory in memories.items() if kind_of(memory) == wanted]
+    kind[[slot for slot in slots if slot >= 0]] = True
+    return kind
 
 
 def candidates(
@@ -815,7 +832,7 @@ def candidates(
             cosines = index.centered_cosine(vector, query.fusion.center, centre)
         else:
             cosines = index.cosine(query.vector)
-    scope = _admitted(index, query)
+    scope = _admitted(memories, index, query)
     if cosines is not None and scope is not None:
         # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
         cosines = np.where(scope[: cosines.size], cosines, 0.0)
