@@ -8,7 +8,7 @@ import asyncio
 import json
 import re
 
-__all__ = ["GARDEN", "ScriptedModel", "reply_for"]
+__all__ = ["GARDEN", "DownModel", "ScriptedModel", "reply_for"]
 
 GARDEN = "The user keeps a vegetable garden"
 _LIKE = re.compile(r"user: I like (\w+)")
@@ -43,4 +43,21 @@ class ScriptedModel:
         if self.fail > 0:
             self.fail -= 1
             raise SiblingUnavailable("extraction endpoint did not answer within 1000 ms")
+        return reply_for(user_text)
+
+
+class DownModel:
+    """A `Completer` whose endpoint nobody answers on for its first `down` calls (counted in
+    `asked`), then the scripted reply."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.asked = 0
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        from memory_worker.core.errors import SiblingDown
+
+        self.asked += 1
+        if self.asked <= self.down:
+            raise SiblingDown("extraction endpoint http://127.0.0.1:9/v1 unreachable: ConnectError")
         return reply_for(user_text)

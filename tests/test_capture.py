@@ -23,11 +23,12 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import MAX_TIME_MS
-from memory_worker.harness.capture import CaptureJob, CaptureRunner
+from memory_worker.harness.capture import RETRY_MAX_MS, CaptureJob, CaptureRunner
 from memory_worker.storage.capture import CAPTURE_FILE, MAX_ATTEMPTS, CaptureQueue
 from memory_worker.storage.store import Store
 
-from .capture_fakes import GARDEN, ScriptedModel
+from .capture_fakes import GARDEN, DownModel, ScriptedModel
+from .fakes import FixedClock
 from .processes import read_line
 
 SECRET = "sk-ant-api03-" + "A1b2C3d4E5f6G7h8I9j0" * 4
@@ -346,6 +347,36 @@ class TestRunner:
                 waiting.retry_at = 0
             await dead.run_once()
         assert dead.queue.pending() == [] and dead.queue.dead == 1
+        await runner.close()
+
+    async def test_an_endpoint_that_is_down_pauses_the_queue_and_spends_no_attempts(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """An extraction endpoint nobody answers on (the local model server not started yet, a
+        laptop offline) is not a failure of the turns: each pass used one of every queued
+        session's attempts, so an hour of it left every turn dead, never read. Now the queue
+        pauses with a growing delay, asking once per delay, and no job spends an attempt."""
+        real, clock = service.clock, FixedClock()
+        service.clock = clock
+        model = DownModel(down=3 * MAX_ATTEMPTS)
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s8", entries_of(tmp_path, turn(1, "quinces"))))
+        await runner.enqueue(job("s9", entries_of(tmp_path, turn(1, "lychees"))))
+        delays = []
+        for _ in range(3 * MAX_ATTEMPTS):
+            assert await runner.run_once() == 0
+            due = runner.next_due_ms()
+            assert due is not None and due > clock()
+            assert await runner.run_once() == 0  # paused: nothing is asked before the delay
+            delays.append(due - clock())
+            clock.now_ms = due
+        assert model.asked == 3 * MAX_ATTEMPTS  # one question per delay, not one per session
+        assert delays == sorted(delays) and delays[-1] == RETRY_MAX_MS
+        assert [p.attempts for p in runner.queue.pending()] == [0, 0]
+        assert runner.queue.dead == 0
+        service.clock = real  # (a pass lets the clock tick past its decision)
+        assert await runner.run_once() == 2  # back: both turns are read
+        assert {"The user likes quinces", "The user likes lychees"} <= set(await _memories(service))
         await runner.close()
 
     async def test_a_later_turn_waits_for_an_earlier_turns_retry_and_none_is_read_twice(

@@ -16,7 +16,7 @@ from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import ListRequest
 from memory_worker.core.config import Settings, parse_settings
-from memory_worker.core.errors import InvalidInput, SiblingUnavailable
+from memory_worker.core.errors import InvalidInput, SiblingDown, SiblingUnavailable
 from memory_worker.harness.extractor import CURSOR_SCOPE, Extractor
 
 from .fakes import FakeKeyValue
@@ -175,15 +175,35 @@ async def test_every_failed_answer_is_sibling_unavailable(script: Any, message: 
             await client.aclose()
 
 
-async def test_an_unreachable_endpoint_is_sibling_unavailable() -> None:
+async def test_an_unreachable_endpoint_is_down_not_a_failure_of_the_turn() -> None:
     async with FakeOpenAI() as server:
         url = server.url
     client = OpenAIChatCompleter(lambda: Settings(extraction_endpoint=url, extraction_model="m"))
     try:
-        with pytest.raises(SiblingUnavailable, match="unreachable"):
+        with pytest.raises(SiblingDown, match="unreachable"):
             await client.complete("S", "U")
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("status", "down"),
+    [(502, True), (503, True), (504, True), (429, True), (500, False), (400, False)],
+)
+async def test_a_gateway_or_busy_status_is_down_and_another_error_is_the_turns(
+    status: int, down: bool
+) -> None:
+    """A proxy answering 502/503/504 for a stopped model, or a rate limit, says the same for any
+    turn; a 500 or a 400 may be this turn's own (a prompt too long), so it spends an attempt."""
+    async with FakeOpenAI() as server:
+        server.fail(status, '{"error": "nope"}')
+        client, _ = client_for(server, extraction_model="m")
+        try:
+            with pytest.raises(SiblingUnavailable, match=f"answered {status}") as raised:
+                await client.complete("S", "U")
+            assert isinstance(raised.value, SiblingDown) is down
+        finally:
+            await client.aclose()
 
 
 async def test_a_password_in_the_endpoint_url_is_never_logged_nor_raised() -> None:

@@ -9,7 +9,9 @@ or a hosted API, with the same prompt, parser and write rules as `router::comple
   the field (400/422 naming it) is asked again without it, and remembered per endpoint.
 - Every failure — connect, timeout (`extraction_timeout_ms`), an error status, a reply cut off
   by its token limit, no message — raises `SiblingUnavailable`, so the pass retries like a
-  failed `router::complete`.
+  failed `router::complete`. Nothing listening, or a gateway or rate limit answering for the
+  model (502, 503, 504, 429), raises its `SiblingDown`: the same for any turn, so the capture
+  queue pauses instead of spending the turn's attempts.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import httpx
 
 from memory_worker.app.ports import Completer
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.errors import SiblingDown, SiblingUnavailable
 from memory_worker.core.redact import redact
 from memory_worker.storage.logger import get_logger
 
@@ -33,6 +35,7 @@ log = get_logger(__name__)
 
 MAX_OUTPUT_TOKENS = 1024  # as router::complete: a pass writes at most a few short sentences
 ERROR_SNIPPET_CHARS = 200  # how much of an error body a log line or exception carries
+DOWN_STATUSES = frozenset({429, 502, 503, 504})  # the gateway or the server speaks, not the model
 
 
 class OpenAIChatCompleter:
@@ -93,6 +96,10 @@ class OpenAIChatCompleter:
             limit = settings.extraction_timeout_ms
             raise SiblingUnavailable(
                 f"extraction endpoint {_shown(url)} did not answer within {limit} ms"
+            ) from None
+        except httpx.ConnectError as exc:  # refused, unresolved: nobody there for any turn
+            raise SiblingDown(
+                f"extraction endpoint {_shown(url)} unreachable: {type(exc).__name__}"
             ) from None
         except httpx.HTTPError as exc:
             raise SiblingUnavailable(
@@ -170,7 +177,8 @@ def _refuses_json_mode(response: httpx.Response) -> bool:
 
 def _json_body(response: httpx.Response, url: str) -> Any:
     if response.status_code >= 400:
-        raise SiblingUnavailable(
+        failure = SiblingDown if response.status_code in DOWN_STATUSES else SiblingUnavailable
+        raise failure(
             f"extraction endpoint {_shown(url)} answered {response.status_code}: "
             f"{_snippet(response)}"
         )

@@ -16,6 +16,7 @@ __all__ = [
     "Forbidden",
     "InvalidInput",
     "MemoryNotFound",
+    "SiblingDown",
     "SiblingUnavailable",
     "StorageError",
     "WorkerError",
@@ -89,6 +90,12 @@ class SiblingUnavailable(WorkerError):
     """A sibling worker (router, session-manager, queue, state) is missing, timed out or failed."""
 
     code = "sibling_unavailable"
+
+
+class SiblingDown(SiblingUnavailable):
+    """Nothing answers at the sibling's address at all (refused, unresolved, a gateway saying
+    it is down or busy): the same for every request, so a retry queue pauses as a whole instead
+    of charging the failure to the job at hand. Same wire code as its parent."""
 
 
 # Every stable code and its class: what a client reading `code: message` (a forwarded call, a

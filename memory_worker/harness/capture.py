@@ -11,8 +11,11 @@ queue in the data dir (`storage.capture`).
   queue before it writes (`Extractor` with a `PassJournal`), and a job is done in the same
   fsynced line as its cursor: killed at any moment, a job is finished after the restart exactly
   once.
-- A failed attempt (the endpoint down, slow, answering garbage) is retried with a growing delay;
-  past the attempt limit the job is dead, kept in the file, never run again.
+- A failed attempt (the endpoint slow, answering garbage) is retried with a growing delay;
+  past the attempt limit the job is dead, kept in the file, never run again. An endpoint nobody
+  answers on (`SiblingDown`) is not the job's failure: the whole queue pauses with a growing
+  delay, asking once per delay, and no job spends an attempt (an hour offline used to kill
+  every queued turn).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from memory_worker.app.ports import Completer
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import InvalidInput, SiblingDown
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
@@ -169,6 +172,8 @@ class CaptureRunner:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.finished = 0
+        self._down_until_ms = 0  # the endpoint answered nothing: no job runs before this
+        self._down_streak = 0  # passes in a row that found it down (the delay doubles)
 
     def __repr__(self) -> str:
         return f"<CaptureRunner {self.queue!r} finished={self.finished}>"
@@ -218,8 +223,10 @@ class CaptureRunner:
         finished = 0
         if self.completer is None or not self.available():
             return 0
+        if self.service.clock() < self._down_until_ms:
+            return 0
         tried: set[str] = set()
-        while not self._closing:
+        while not self._closing and self.service.clock() >= self._down_until_ms:
             due = [p for p in self._due(self.service.clock()) if p.id not in tried]
             if not due:
                 break
@@ -250,8 +257,14 @@ class CaptureRunner:
                 written = 0
             else:
                 written = await extractor.extract(extract_job, bank)
+        except SiblingDown as exc:  # nobody there: the queue waits, the job keeps its attempts
+            pause = _backoff_ms(self._down_streak)
+            self._down_streak += 1
+            self._down_until_ms = self.service.clock() + pause
+            log.warning("capture_endpoint_down", job=pending.id, error=str(exc), retry_in_ms=pause)
+            return 0
         except Exception as exc:  # the endpoint, the disk: retried, never lost
-            retry_in = min(RETRY_FIRST_MS * 2**pending.attempts, RETRY_MAX_MS)
+            retry_in = _backoff_ms(pending.attempts)
             retried = await self._blocking(
                 self.queue.failed,
                 pending.id,
@@ -267,6 +280,7 @@ class CaptureRunner:
                 dead=not retried,
             )
             return 0 if retried else 1
+        self._down_streak = 0
         await self._blocking(
             self.queue.done,
             pending.id,
@@ -279,7 +293,8 @@ class CaptureRunner:
         return 1
 
     def next_due_ms(self) -> int | None:
-        return min((p.retry_at for p in self._heads()), default=None)
+        due = min((p.retry_at for p in self._heads()), default=None)
+        return None if due is None else max(due, self._down_until_ms)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="memory-capture")
@@ -318,3 +333,8 @@ class CaptureRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._blocking(self.queue.close)
+
+
+def _backoff_ms(failures: int) -> int:
+    """The delay after `failures` failed tries in a row: doubling from `RETRY_FIRST_MS`, capped."""
+    return min(RETRY_FIRST_MS * 2 ** min(failures, 32), RETRY_MAX_MS)
