@@ -337,4 +337,5 @@ class CaptureRunner:
 
 def _backoff_ms(failures: int) -> int:
     """The delay after `failures` failed tries in a row: doubling from `RETRY_FIRST_MS`, capped."""
-    return min(RETRY_FIRST_MS * 2 ** min(failures, 32), RETRY_MAX_MS)
+    delay: int = RETRY_FIRST_MS * 2 ** min(failures, 32)
+    return min(delay, RETRY_MAX_MS)
