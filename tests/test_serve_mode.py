@@ -6,8 +6,12 @@ from __future__ import annotations
 import socket
 
 import pytest
+from iii import InvocationError
 
 from memory_worker.adapters import cli
+from memory_worker.adapters.bus.worker import EngineWorker
+from memory_worker.core.config import Settings
+from memory_worker.core.errors import SiblingUnavailable
 
 
 def test_standalone_flag_wins_over_everything() -> None:
@@ -33,3 +37,21 @@ def test_default_address_is_probed(monkeypatch: pytest.MonkeyPatch) -> None:
     # Closed now: nothing answers, so standalone, naming the address it tried.
     found, reason = cli.choose_mode(False, None, {})
     assert found is None and url in reason
+
+
+async def test_a_failing_configuration_worker_answers_with_a_sibling_code() -> None:
+    """`memory::on-config-change` re-reads the configuration worker; when that sibling errors,
+    the answer carries the stable `sibling_unavailable:` code (SPEC §3), not `internal:`."""
+
+    class FailingConfig:
+        config_id = "memory"
+
+        async def get(self) -> None:
+            raise InvocationError("TIMEOUT", "configuration::get timed out")
+
+    worker = EngineWorker("ws://127.0.0.1:9", Settings())
+    worker._config = FailingConfig()  # type: ignore[assignment]
+    worker._reconfigure = object()  # type: ignore[assignment]  # never reached
+    with pytest.raises(SiblingUnavailable) as failed:
+        await worker._on_config_change()
+    assert str(failed.value).startswith("sibling_unavailable: configuration::get failed")

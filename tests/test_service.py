@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,20 @@ class TestSave:
         )
         assert result["memory"]["text"] == "42424"
         assert result["memory"]["tags"] == ["a", "b"] and result["memory"]["pinned"] is True
+
+    async def test_a_number_given_for_a_list_is_a_list_of_its_text(
+        self, service: MemoryService
+    ) -> None:
+        """`iii trigger memory::save … tags=2024` decodes `2024` as JSON: a number, the one
+        value of the list as `tags=blog` is (and `tag=2024` already filters on "2024")."""
+        saved = await call(
+            service, "memory::save", text="Posts about the 2024 election", tags=2024, entities=7
+        )
+        assert saved["memory"]["tags"] == ["2024"] and saved["memory"]["entities"] == ["7"]
+        updated = await call(service, "memory::update", id=saved["memory"]["id"], tags=2025)
+        assert updated["memory"]["tags"] == ["2025"]
+        listed = await call(service, "memory::list", tag=2025)
+        assert [m["id"] for m in listed["memories"]] == [saved["memory"]["id"]]
 
     @pytest.mark.parametrize(
         "payload",
@@ -563,6 +578,23 @@ class TestRulesAndPreview:
         again = await call(service, "memory::rule::set", name="style", content="Be brief.")
         assert again["revision"] == first["revision"] and emitter.events == []
         await call(service, "memory::rule::set", name="style", content="Be briefer.")
+        assert [p["event_type"] for p in emitter.of(BANK_CHANGED)] == ["rules-changed"]
+
+    async def test_concurrent_identical_rule_writes_announce_one_change(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        """Two tabs (or a script's retries) saving the same text at once change the rule once:
+        one `rules-changed`, not one per call — and the same for removing it."""
+        await call(service, "memory::rule::set", name="other", content="Exists already.")
+        emitter.clear()
+        same = [
+            call(service, "memory::rule::set", name="style", content="Be brief.") for _ in range(3)
+        ]
+        await asyncio.gather(*same)
+        assert [p["event_type"] for p in emitter.of(BANK_CHANGED)] == ["rules-changed"]
+        emitter.clear()
+        gone = [call(service, "memory::rule::set", name="style", content="") for _ in range(3)]
+        assert all(not r["exists"] for r in await asyncio.gather(*gone))
         assert [p["event_type"] for p in emitter.of(BANK_CHANGED)] == ["rules-changed"]
 
     async def test_removing_a_rule_of_a_missing_bank_creates_nothing(

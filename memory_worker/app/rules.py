@@ -52,9 +52,8 @@ class RuleUseCases(ServiceBase):
                         f"expected {expected}"
                     )
                 return RuleSetResponse(ok=True, exists=False)
-            existed = bank.rule(rule) is not None
-            await bank.set_rule(rule, "", expected_revision=expected)
-            if existed:
+            # Whether it changed is decided under the rule's lock: of removals racing, one only.
+            if await bank.set_rule(rule, "", expected_revision=expected):
                 self._emit_bank(BankEvent.RULES_CHANGED, name)
             return RuleSetResponse(ok=True, exists=False)
         if expected and self.store.find(name) is None:  # decided before a bank is made for it
@@ -63,11 +62,10 @@ class RuleUseCases(ServiceBase):
                 f"expected {expected}"
             )
         async with self._writing_into(name, caller) as bank:
-            before = bank.rule(rule)
-            await bank.set_rule(rule, redaction.text, expected_revision=expected)
+            changed = await bank.set_rule(rule, redaction.text, expected_revision=expected)
         written = bank.rule(rule)
-        if before is None or written is None or before.content != written.content:
-            self._emit_bank(BankEvent.RULES_CHANGED, name)  # the same text again changed nothing
+        if changed:  # the same text again (or racing another call's) changed nothing
+            self._emit_bank(BankEvent.RULES_CHANGED, name)
         return RuleSetResponse(
             ok=True,
             exists=True,

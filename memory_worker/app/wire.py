@@ -1,9 +1,10 @@
 """Request and response models of every public function: the wire contract.
 
 Requests accept payloads as `iii trigger k=v` builds them: unknown keys are ignored (the engine adds
-`_caller_worker_id`), numbers and booleans given for text become text, and a string given for a list
-becomes a list (`tags=blog` → `["blog"]`, `tags=a,b` → `["a", "b"]`). Responses are dumped without
-null fields. Field names, defaults and descriptions follow the published API reference.
+`_caller_worker_id`), numbers and booleans given for text become text, and a string or a number
+given for a list becomes a list (`tags=blog` → `["blog"]`, `tags=a,b` → `["a", "b"]`, `tags=2024`
+→ `["2024"]`). Responses are dumped without null fields. Field names, defaults and descriptions
+follow the published API reference.
 
 Past 500 lines on purpose: every public request and response model in one place, in the
 catalog's order, so the wire contract (what the golden schemas pin) reads as one document.
@@ -101,6 +102,9 @@ def _text_to_list(value: Any) -> Any:
         if value.count(",") >= _MAX_LISTED:
             raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, bool | int | float):
+        # `tags=2024` as `iii trigger` decodes it: one value, as text (like `text=42`).
+        return [_scalar_to_text(value)]
     return value
 
 

@@ -1314,7 +1314,7 @@ class Bank:
         self, name: str, content: str, *, expected_revision: str | None = None
     ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
-        the rule exists afterwards (`expected_revision`: see `RuleFiles.set`)."""
+        the rule changed (`expected_revision`: see `RuleFiles.set`)."""
         if self.guard is not None:
             self.guard()
         return await self._rules.set(

@@ -128,12 +128,14 @@ class RuleFiles:
         expected_revision: str | None = None,
     ) -> bool:
         """Write `rules/<name>.md` atomically, or remove it when `content` is blank; returns whether
-        the rule exists afterwards. `refusal`: why the bank takes no writes now (checked under the
-        lock, so a write never slips past a freeze). `expected_revision`: the revision the caller
-        read ("" for none); checked against the file itself under the lock, so a hand edit that
-        RAM has not seen yet is a conflict too."""
+        the rule changed (its content, or whether it exists), compared under the lock: of calls
+        writing the same text at once, only the first changes anything. `refusal`: why the bank
+        takes no writes now (checked under the lock, so a write never slips past a freeze).
+        `expected_revision`: the revision the caller read ("" for none); checked against the file
+        itself under the lock, so a hand edit that RAM has not seen yet is a conflict too."""
         path = self._folder / f"{name}{_SUFFIX}"
         async with self._lock:
+            before = self._rules.get(name)
             if refusal is not None:
                 raise StorageError(f"bank {self._bank} cannot be written: {refusal}")
             if expected_revision is not None:
@@ -151,7 +153,8 @@ class RuleFiles:
                 raise
             finally:
                 self._sync(name, path)
-            return name in self._rules
+            after = self._rules.get(name)
+            return (before.content if before else None) != (after.content if after else None)
 
     @staticmethod
     def _check_revision(name: str, path: Path, expected: str) -> None:

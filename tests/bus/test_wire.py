@@ -117,6 +117,23 @@ class TestRegistration:
         assert "configuration worker" in view["reason"]
         assert [f["name"] for f in view["fields"]][:2] == ["data_dir", "default_bank"]
 
+    def test_a_malformed_seam_payload_is_invalid_input_not_an_incident(
+        self, spawn: Any, cli: Cli
+    ) -> None:
+        """`memory::ui-content` without its required `path` (or with a number for it), and a REST
+        envelope whose fields have the wrong types, are a caller's mistake: `invalid_input: …`,
+        never an `internal:` incident logged as a bug."""
+        worker: WorkerProcess = spawn()
+        for payload in ({}, {"path": 5}, None):
+            with pytest.raises(InvocationError) as bad:
+                cli.call("memory::ui-content", payload)
+            assert bad.value.message.startswith("invalid_input: "), bad.value.message
+        for envelope_ in ({"path": 5}, {"path": "memory/save", "headers": "x", "body": {}}):
+            reply = cli.call("memory::http", envelope_)
+            assert reply["status_code"] == 400, reply
+            assert reply["body"]["error"]["code"] == "invalid_input"
+        assert worker.events("handler_failed") == []
+
     def test_the_worker_says_which_mode_and_why(self, spawn: Any) -> None:
         worker: WorkerProcess = spawn()
         [serving] = worker.events("serving")
@@ -352,6 +369,25 @@ class TestHook:
             zero = cli.call("memory::list", {"bank": "0"})["memories"]
             assert [m["text"] for m in zero] == ["Bank zero holds this."]
             assert len(cli.call("memory::list", {"bank": "blog"})["memories"]) == 1
+            # A blank bank names none (the request reads it as omitted), and neither does a
+            # call with no payload at all: both still act on the turn's bank, never the default.
+            cli.client.trigger(
+                {
+                    "function_id": "memory::save",
+                    "payload": {"bank": "  ", "text": "Drafts are due on Wednesdays."},
+                    "metadata": {"session_id": "s1", "turn_id": "t1"},
+                }
+            )
+            assert len(cli.call("memory::list", {"bank": "blog"})["memories"]) == 2
+            assert cli.call("memory::list", {})["memories"] == []
+            tags = cli.client.trigger(
+                {
+                    "function_id": "memory::tags",
+                    "payload": None,
+                    "metadata": {"session_id": "s1", "turn_id": "t1"},
+                }
+            )
+            assert tags["bank"] == "blog"
 
     def test_a_hanging_sibling_never_blocks_the_turn(
         self, engine: EngineDouble, spawn: Any, cli: Cli

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from iii.iii import III
+from pydantic import ValidationError
 
 from memory_worker.app import catalog
 from memory_worker.app.seams import HttpEnvelope
@@ -153,10 +154,16 @@ async def http_reply(
     envelope_raw: Any, call: Callable[[catalog.FunctionSpec, Any], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
     """One REST request from the http worker: `{status_code, body}` either way."""
-    envelope = HttpEnvelope.model_validate(envelope_raw if isinstance(envelope_raw, dict) else {})
-    path = http_path_of(envelope)
-    spec = next((s for s in catalog.CATALOG if s.http_path == path), None)
     try:
+        try:
+            raw = envelope_raw if isinstance(envelope_raw, dict) else {}
+            envelope = HttpEnvelope.model_validate(raw)
+        except ValidationError as exc:  # not what the http worker sends: the caller's mistake
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"])
+            raise InvalidInput(f"http envelope: {where}: {problem['msg']}") from None
+        path = http_path_of(envelope)
+        spec = next((s for s in catalog.CATALOG if s.http_path == path), None)
         if spec is None:
             raise InvalidInput(f"no memory function at /{path}; e.g. /memory/save, /memory/recall")
         body = {} if envelope.body is None else envelope.body

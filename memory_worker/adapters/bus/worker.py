@@ -33,6 +33,7 @@ from typing import Any
 
 from iii import InitOptions, InvocationError, RegistrationRejectedError, register_worker
 from iii.iii import III
+from pydantic import ValidationError
 
 from memory_worker.adapters import console
 from memory_worker.adapters.bus import catalog as bus_catalog
@@ -61,7 +62,7 @@ from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.seams import UiContentInput
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, parse_settings, resolve_data_dir
-from memory_worker.core.errors import Conflict, WorkerError
+from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable, WorkerError
 from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.pregenerate import PreGenerate
 from memory_worker.harness.selection import BankResolver
@@ -296,9 +297,14 @@ class EngineWorker(Stoppable):
         )
 
         async def public(spec: catalog.FunctionSpec, data: Any, metadata: Any) -> Any:
-            # A call without `bank` inside a turn acts on that turn's bank.
-            # (`bank=0` from `iii trigger` names bank "0": only a missing or empty one is unnamed.)
-            unnamed = isinstance(data, dict) and data.get("bank") in (None, "")
+            # A call without `bank` inside a turn acts on that turn's bank. (`bank=0` from `iii
+            # trigger` names bank "0": only a missing or blank one is unnamed, as the request
+            # reads it; no payload at all is `{}`.)
+            data = {} if data is None else data
+            named = data.get("bank") if isinstance(data, dict) else None
+            unnamed = isinstance(data, dict) and (
+                named is None or (isinstance(named, str) and not named.strip())
+            )
             if unnamed and "bank" in spec.request.model_fields:
                 bank = await resolver.for_call(metadata)
                 data = {**data, "bank": bank} if bank else data
@@ -473,7 +479,8 @@ class EngineWorker(Stoppable):
             try:
                 value = await self._config.get()
             except InvocationError as exc:
-                raise WorkerError(f"configuration::get failed: {exc}") from None
+                # A sibling erroring: its stable code, as the router's or the queue's would be.
+                raise SiblingUnavailable(f"configuration::get failed: {exc}") from None
             if value is None:
                 return {"ok": True}  # the entry was removed: keep running on what we have
             try:
@@ -509,7 +516,10 @@ class EngineWorker(Stoppable):
 
 
 async def _ui_content(data: Any) -> dict[str, str]:
-    request = UiContentInput.model_validate(data if isinstance(data, dict) else {})
+    try:
+        request = UiContentInput.model_validate(data if isinstance(data, dict) else {})
+    except ValidationError as exc:  # a caller's mistake (no `path`), not a bug of ours
+        raise InvalidInput(f"ui-content payload: path: {exc.errors()[0]['msg']}") from None
     return console.ui_content(request.path)
 
 
