@@ -11,6 +11,7 @@ from unittest.mock import ANY
 import pytest
 
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound
@@ -279,6 +280,35 @@ class TestReadsAndHistory:
 
 
 class TestUpdateDeletePin:
+    @pytest.mark.parametrize(
+        ("function_id", "change"),
+        [
+            ("memory::update", {"text": "The user lives in Porto"}),
+            ("memory::update", {"tags": ["moved"]}),
+            ("memory::delete", {}),
+            ("memory::pin", {"pinned": False}),
+        ],
+    )
+    @pytest.mark.parametrize("via", ["consolidate", "extraction"])
+    async def test_an_automatic_path_never_changes_a_pinned_or_retired_memory(
+        self, service: MemoryService, emitter: RecordingEmitter, function_id: str,
+        change: dict[str, Any], via: str,
+    ) -> None:  # fmt: skip
+        """Only a person's or an agent's explicit call changes a pinned memory, or a retired
+        one: consolidation's and extraction's calls are refused (save and supersede were)."""
+        pinned = await save(service, "The user lives in Lisbon", pinned=True)
+        retired = await save(service, "The user works at Acme")
+        await call(service, "memory::delete", id=retired["id"])
+        emitter.clear()
+        automatic = Caller.internal(via)
+        for memory, state in ((pinned, "pinned"), (retired, "retired")):
+            payload = {"id": memory["id"], **change}
+            with pytest.raises(Conflict, match=f"is {state}: {via} never touches it"):
+                await catalog.call(service, function_id, payload, automatic)
+        assert emitter.events == []
+        kept = await call(service, "memory::get", id=pinned["id"])
+        assert (kept["memory"]["text"], kept["memory"]["pinned"]) == (pinned["text"], True)
+
     async def test_update_bumps_revision_and_new_text_is_findable_by_fingerprint(
         self, service: MemoryService, emitter: RecordingEmitter
     ) -> None:

@@ -87,9 +87,8 @@ class MemoryUseCases(EmbeddingWork):
         async with self._writing_into(name, caller) as bank:
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text, subject)
-            if caller.automatic and existing is not None and (existing.pinned or not existing.live):
-                state = "pinned" if existing.pinned else "retired"
-                raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
+            if existing is not None:
+                _check_untouched(existing, caller)
             fresh = transitions.new_memory(
                 existing.id if existing else bank.new_id(text),
                 text,
@@ -289,6 +288,7 @@ class MemoryUseCases(EmbeddingWork):
             raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
         bank, existing = self._existing(name, req.id)
         transitions.check_revision(existing, req.expected_revision)
+        _check_untouched(existing, caller)
         if category is not None and existing.category == lessons.LESSON:
             raise InvalidInput(f"memory {existing.id} is a lesson: its category stays lesson")
         if card_given and existing.category != lessons.LESSON:
@@ -333,7 +333,7 @@ class MemoryUseCases(EmbeddingWork):
             return transitions.tombstone(existing, now_ms=now_ms)
 
         return await self._change(
-            req.bank, req.id, req.expected_revision, ItemEvent.DELETED, deleting
+            req.bank, req.id, req.expected_revision, ItemEvent.DELETED, deleting, caller
         )
 
     async def pin(self, req: PinRequest, caller: Caller = SYSTEM) -> MemoryResponse:
@@ -341,7 +341,7 @@ class MemoryUseCases(EmbeddingWork):
             return transitions.pin(existing, req.pinned, now_ms=now_ms)
 
         return await self._change(
-            req.bank, req.id, req.expected_revision, ItemEvent.UPDATED, pinning
+            req.bank, req.id, req.expected_revision, ItemEvent.UPDATED, pinning, caller
         )
 
     async def _change(
@@ -351,12 +351,14 @@ class MemoryUseCases(EmbeddingWork):
         expected_revision: int | None,
         event: ItemEvent,
         transition: Callable[[Memory, int], Memory | None],
+        caller: Caller,
     ) -> MemoryResponse:
         """One record's change by a pure transition (None: nothing to change), guarded by the
         caller's revision, committed with no await after the decision, then announced."""
         name = self._name(bank_name)
         bank, existing = self._existing(name, memory_id)
         transitions.check_revision(existing, expected_revision)
+        _check_untouched(existing, caller)
         record = transition(existing, self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
@@ -409,6 +411,15 @@ class MemoryUseCases(EmbeddingWork):
                     counts.update(memory.tags)
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
+
+
+def _check_untouched(existing: Memory, caller: Caller) -> None:
+    """An automatic path (consolidation, extraction) never changes a pinned or a retired memory:
+    only a person's or an agent's explicit call does. The bus believes a claimed `via` from
+    anyone, so this is what keeps the claim harmless."""
+    if caller.automatic and (existing.pinned or not existing.live):
+        state = "pinned" if existing.pinned else "retired"
+        raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
 
 
 def _provenance(session_id: str | None, caller: Caller) -> Provenance | None:
