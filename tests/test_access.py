@@ -182,3 +182,102 @@ async def test_each_bank_has_its_own_level(store: Store, clock: FixedClock) -> N
     listed = await call(service, "memory::bank::list", {})
     levels = {b["name"]: b["settings"]["conscious_access"] for b in listed["banks"]}
     assert levels == {"main": "read_write", "diary": "none", "wiki": "read_write"}
+
+
+HUMAN_OWNED = {
+    "memory::bank::create": {"name": "team"},
+    "memory::bank::configure": {"name": "main", "conscious_access": "none"},
+    "memory::bank::delete": {"name": "main"},
+    "memory::forget-subject": {"bank": "main", "subject": "ana", "confirm": "destructive"},
+    "memory::rule::set": {"bank": "main", "name": "tone", "content": "Be brief."},
+    "memory::supersede": {"bank": "main", "id": "ID", "superseded_by": "ID"},
+    "memory::import": {"bank": "main", "records": []},
+    "memory::compact": {"bank": "main"},
+    "memory::reload": {},
+}
+
+
+@pytest.mark.parametrize("function_id", list(HUMAN_OWNED))
+async def test_read_write_gives_agents_no_human_owned_function(
+    store: Store, clock: FixedClock, data_dir: Path, function_id: str
+) -> None:
+    """read_write lets an agent store, update, delete and pin memories (seed 004) — trashing or
+    reconfiguring the bank, erasing a subject, rewriting its rules, importing, compacting or
+    reloading stay a person's, whatever door the agent's call comes through."""
+    service, mid = await seeded(store, clock, "read_write")
+    await store.find("main").drain()  # type: ignore[union-attr]
+    before = snapshot(data_dir)
+    template = {k: (mid if v == "ID" else v) for k, v in HUMAN_OWNED[function_id].items()}
+    for door in ("rest", "mcp"):
+        agent = Caller.for_agent(door, session_id="s1", agent="planner")
+        with pytest.raises(Forbidden, match=r"^forbidden: .*people"):
+            await call(service, function_id, template, agent)
+    assert snapshot(data_dir) == before
+    assert store.find("main") is not None and store.find("team") is None
+
+
+async def test_on_the_bus_the_engines_manifest_decides_the_human_owned_functions(
+    store: Store, clock: FixedClock
+) -> None:
+    """The shipped manifest denies agents these functions; an operator who grants one (say
+    `memory::rule::set`) to an agent means it, and the worker does not overrule the engine."""
+    service, _ = await seeded(store, clock, "read_write")
+    payload = HUMAN_OWNED["memory::rule::set"]
+    done = await call(service, "memory::rule::set", payload, AGENT)
+    assert done["exists"] is True
+
+
+async def test_an_agent_lists_only_the_banks_it_may_see(store: Store, clock: FixedClock) -> None:
+    """A bank at `none` is invisible to agents: no name, no counts in `memory::bank::list`."""
+    service = service_with(store, clock, "read_write")
+    await call(service, "memory::bank::create", {"name": "diary", "conscious_access": "none"})
+    await call(service, "memory::bank::create", {"name": "wiki", "conscious_access": "read"})
+    await call(service, "memory::save", {"bank": "diary", "text": "The user feels low today."})
+    await call(service, "memory::save", {"bank": "main", "text": "The user likes tea."})
+    listed = await call(service, "memory::bank::list", {}, AGENT)
+    assert sorted(b["name"] for b in listed["banks"]) == ["main", "wiki"]
+    everything = await call(service, "memory::bank::list", {}, Caller.human("cli"))
+    assert sorted(b["name"] for b in everything["banks"]) == ["diary", "main", "wiki"]
+
+
+async def test_a_read_only_agents_recall_counts_no_access(
+    store: Store, clock: FixedClock, data_dir: Path
+) -> None:
+    """At `read` an agent's recall changes nothing — not even the access counts that decide
+    which memory a full bank evicts next; a person's recall still counts."""
+    service, mid = await seeded(store, clock, "read")
+    await store.find("main").drain()  # type: ignore[union-attr]
+    before = snapshot(data_dir)
+    found = await call(service, "memory::recall", {"bank": "main", "query": "tea"}, AGENT)
+    assert [m["memory"]["id"] for m in found["memories"]] == [mid]
+    assert snapshot(data_dir) == before
+    got = await call(service, "memory::get", {"bank": "main", "id": mid})
+    assert got["memory"].get("access_count") in (None, 0)
+    await call(service, "memory::recall", {"bank": "main", "query": "tea"}, Caller.human("cli"))
+    got = await call(service, "memory::get", {"bank": "main", "id": mid})
+    assert got["memory"]["access_count"] == 1
+
+
+async def test_a_read_only_agent_may_match_lessons_but_records_no_delivery(
+    store: Store, clock: FixedClock, data_dir: Path
+) -> None:
+    """`memory::lessons::match` without a conversation only looks, so `read` allows it; with one
+    it writes the conversation's delivery ledger, which `read` refuses, leaving it unwritten."""
+    service = service_with(store, clock, "read")
+    lesson = {
+        "bank": "main",
+        "text": "Editing the proto files needs make gen.",
+        "category": "lesson",
+        "title": "Run make gen after editing protos",
+        "recommendation": "After editing proto files, run make gen.",
+        "anchors": {"files": ["proto/user.proto"]},
+    }
+    await call(service, "memory::save", lesson)
+    await store.find("main").drain()  # type: ignore[union-attr]
+    before = snapshot(data_dir)
+    match = {"bank": "main", "tool": "Read", "arguments": {"file_path": "proto/user.proto"}}
+    found = await call(service, "memory::lessons::match", match, AGENT)
+    assert [c["title"] for c in found["cards"]] == [lesson["title"]]
+    with pytest.raises(Forbidden, match="conscious_access: read"):
+        await call(service, "memory::lessons::match", {**match, "conversation": "c1"}, AGENT)
+    assert snapshot(data_dir) == before

@@ -89,3 +89,88 @@ def test_rest_answers_an_agents_refused_call_403(tmp_path: Path) -> None:
         assert status == 200
         status, _ = _post(url, "/memory/save", save, {})  # the owner is never limited
         assert status == 200
+
+
+async def test_rest_through_the_engines_http_worker_believes_an_agents_claim(
+    service: MemoryService,
+) -> None:
+    """The engine's REST door answers a request that claims an agent as the standalone one does:
+    held to the bank's level (403), while the same request without the claim is the owner's."""
+    from memory_worker.adapters.bus.catalog import http_reply
+    from memory_worker.adapters.bus.worker import HTTP_CALLER
+
+    async def through(spec: Any, body: Any, caller: Caller) -> dict[str, Any]:
+        return await call(service, spec.id, body, caller)
+
+    await call(service, "memory::bank::create", {"name": "wiki", "conscious_access": "read"})
+    save = {"bank": "wiki", "text": "Deploys happen on Tuesdays."}
+    claim = encode_caller(Caller.for_agent("rest", session_id="s1"))
+    envelope = {"path": "/memory/save", "body": save, "headers": {"memory-caller": claim}}
+    refused = await http_reply(envelope, through, HTTP_CALLER)
+    assert refused["status_code"] == 403, refused
+    assert refused["body"]["error"]["code"] == "forbidden"
+    assert (await call(service, "memory::list", {"bank": "wiki"}))["total"] == 0
+    owner = await http_reply({"path": "/memory/save", "body": save}, through, HTTP_CALLER)
+    assert owner["status_code"] == 200, owner
+
+
+async def test_the_console_and_capture_refuse_a_request_that_claims_an_agent(
+    tmp_path: Path,
+) -> None:
+    """The console's routes are a person's: an agent's claim gets neither the event stream (every
+    bank's changes, `none` banks' included) nor the settings (the default `conscious_access`
+    among them), as it gets no human-owned function; nor may it queue a turn for capture."""
+    import aiohttp
+
+    from memory_worker.adapters.standalone import StandaloneServer
+    from memory_worker.core.config import Settings
+
+    config = tmp_path / "memory.yaml"
+    config.write_text("conscious_access: none\n")
+    data = tmp_path / "data"
+    server = StandaloneServer(Settings(), data, port=0, config_path=config, data_dir_flag=str(data))
+    url = await server.start()
+    agent = {CALLER_HEADER: encode_caller(Caller.for_agent("rest", session_id="s1"))}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path, body in (
+                ("/console/events", {}),
+                ("/console/settings", {}),
+                ("/console/settings/set", {"values": {"conscious_access": "read_write"}}),
+            ):
+                async with http.post(url + path, json=body, headers=agent) as r:
+                    assert r.status == 403, path
+                    assert (await r.json())["error"]["code"] == "forbidden"
+            async with http.post(url + "/console/settings", json={}) as r:
+                assert r.status == 200  # the owner's page
+            # Capture is the Stop hook's (the involuntary path): an agent posting a turn of its
+            # own making would have extraction write into a bank its level keeps it out of.
+            turn = {
+                "session_id": "s1",
+                "bank": "main",
+                "entries": [{"entry_id": "e1", "role": "user", "text": "I moved to Lisbon."}],
+            }
+            async with http.post(url + "/capture", json=turn, headers=agent) as r:
+                assert r.status == 403, await r.text()
+                assert (await r.json())["error"]["code"] == "forbidden"
+            async with http.post(url + "/capture", json=turn) as r:
+                assert r.status == 200, await r.text()
+    finally:
+        await server.close()
+    assert config.read_text() == "conscious_access: none\n"
+
+
+async def test_an_mcp_endpoint_pinned_to_a_bank_lists_the_tools_its_level_gives(
+    service: MemoryService,
+) -> None:
+    """Seed 004: `none` gives the agent no memory tools, `read` the ones that look; the tool list
+    says so up front instead of offering tools whose every call is refused."""
+    await call(service, "memory::bank::create", {"name": "diary", "conscious_access": "none"})
+    await call(service, "memory::bank::create", {"name": "wiki", "conscious_access": "read"})
+    listed: dict[str, set[str]] = {}
+    for bank in ("diary", "wiki", "main"):
+        async with Client(build_server(_tools(service, bank))) as client:
+            listed[bank] = {tool.name for tool in (await client.list_tools()).tools}
+    assert listed["diary"] == set()
+    assert listed["wiki"] == {"memory_recall", "memory_get", "memory_list"}
+    assert "memory_save" in listed["main"] and len(listed["main"]) == 7

@@ -120,6 +120,18 @@ class TestMemoryMessage:
         block = render_memories("main", hits, budget_tokens=20, now_ms=NOW)
         assert [h.memory.text for h in block.included] == ["small fact here"]
 
+    def test_the_budget_counts_what_cjk_and_emoji_cost_not_their_characters(self) -> None:
+        """A token is about four ASCII characters but one CJK character or less than one emoji:
+        counted by characters, a Chinese or emoji-laden bank was handed four times its budget."""
+        ascii_text = "x" * 300
+        cjk = "用户每周二早上发布博客文章" * 23  # 299 characters, about as many tokens
+        emoji = "🎉" * 299
+        for text in (cjk, emoji):
+            block = render_memories("main", [Hit(_memory(text), 1.0)], 100, NOW)
+            assert block.included == [], text[:3]
+        block = render_memories("main", [Hit(_memory(ascii_text), 1.0)], 100, NOW)
+        assert [h.memory.text for h in block.included] == [ascii_text]
+
     def test_nothing_fits_means_no_message(self) -> None:
         block = render_memories("main", self._hits(), budget_tokens=1, now_ms=NOW)
         assert block.message is None and block.included == []

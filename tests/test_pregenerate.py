@@ -249,6 +249,25 @@ class TestInjection:
         second = await h.step("s1", "and my cat's name again?", turn="t2")
         assert all("Miso" not in text for text in appended(second))
 
+    async def test_what_the_window_carries_leaves_room_for_the_next_memories(
+        self, h: Hooked
+    ) -> None:
+        """`recall_limit` counts what a turn is handed: memories the window already carries make
+        way for the next ones, instead of taking their places and leaving the turn nothing new."""
+        h.service.settings = Settings(recall_limit=2)
+        for text in (
+            "The user's cat Miso is orange.",
+            "The user's cat Miso sleeps all day.",
+            "The user's cat Miso hates the vet.",
+        ):
+            await save(h.service, text)
+        first = await h.step("s1", "tell me about my cat Miso")
+        handed = appended(first)[0]
+        second = await h.step("s1", "and what else about my cat Miso?", turn="t2")
+        assert len(appended(second)) == 1, "the third memory about Miso was never handed"
+        third = appended(second)[0]
+        assert "Miso" in third and not any(line in handed for line in third.splitlines()[2:-1])
+
     async def test_our_own_blocks_are_never_the_query(self, h: Hooked) -> None:
         await save(h.service, "The user's cat is called Miso.")
         h.windows["s1"] = [user_message("cat", 1), user_message('<memory bank="x">junk', 2)]

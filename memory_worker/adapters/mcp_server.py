@@ -16,7 +16,8 @@ server.
 - A pinned bank (`--bank`, `/mcp/<bank>`) leaves the field naming the bank (`bank`, or `name` for
   the `bank::*` tools: `Request.bank_field`) out of the schemas and fills it in; a call naming
   another bank is refused (`invalid_input`), never served from the other bank, and the tools that
-  name no bank but look at all of them (`bank::list`, `doctor`) are not offered.
+  name no bank but look at all of them (`bank::list`, `doctor`) are not offered. Its tool list
+  follows the bank's `conscious_access`: none at `none`, the read-only tools at `read`.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
   client; the GET stream of server-sent messages is 405, as there are none): it sits behind the
   standalone server's own access checks like every other route.
@@ -28,7 +29,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -187,6 +188,33 @@ class McpTools:
             _tool(spec, pinned=pinned is not None) for spec in self.specs if _serves(spec, pinned)
         ]
 
+    async def offered(
+        self, *, bank: str | None = None, caller: Caller | None = None
+    ) -> Sequence[types.Tool]:
+        """`list`, held to a pinned bank's `conscious_access` (seed 004: `none` gives the agent
+        no memory tools, `read` the ones that change nothing). Asked of the bank itself; when it
+        cannot say (not made yet, unreachable) every tool is listed — each call is held to the
+        level anyway."""
+        tools = self.list(bank=bank)
+        pinned = bank or self.bank
+        if pinned is None:
+            return tools
+        try:
+            async with self._door_for(caller or Caller.for_agent("mcp")) as door:
+                found = await door.call("memory::bank::get", {"name": pinned})
+            level = found["bank"]["settings"]["conscious_access"]
+        except WorkerError as err:
+            if err.code != "forbidden":
+                return tools
+            level = "none"  # the bank refuses the agent even a look at itself
+        except (KeyError, TypeError):
+            return tools
+        if level == "none":
+            return []
+        if level == "read":
+            return [t for t in tools if t.annotations is not None and t.annotations.read_only_hint]
+        return tools
+
     async def call(
         self,
         name: str,
@@ -234,8 +262,9 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        bank = _request_state(ctx).get(_STATE_BANK)
-        return types.ListToolsResult(tools=tools.list(bank=bank))
+        state = _request_state(ctx)
+        offered = await tools.offered(bank=state.get(_STATE_BANK), caller=state.get(_STATE_CALLER))
+        return types.ListToolsResult(tools=list(offered))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

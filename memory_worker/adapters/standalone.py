@@ -71,12 +71,12 @@ from memory_worker.adapters.openai_chat import OpenAIChatCompleter
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
-from memory_worker.app.caller import Caller
+from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.ports import Completer, Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings, resolve_data_dir
-from memory_worker.core.errors import HTTP_STATUS, Conflict, InvalidInput, WorkerError
+from memory_worker.core.errors import HTTP_STATUS, Conflict, Forbidden, InvalidInput, WorkerError
 from memory_worker.core.payload import MAX_VALUES, loads
 from memory_worker.harness.capture import CaptureRunner
 from memory_worker.storage.capture import CaptureQueue
@@ -255,7 +255,11 @@ def _function_handler(spec: catalog.FunctionSpec) -> Handler:
 
 
 async def _capture(request: web.Request) -> web.StreamResponse:
-    """A Stop hook's turn, into the durable queue; the capture loop runs it."""
+    """A Stop hook's turn, into the durable queue; the capture loop runs it. Never an agent's
+    (`Memory-Caller`): capture is the involuntary path, and a turn of an agent's own making would
+    have extraction write into a bank its access level keeps it from writing."""
+    if _caller(request).kind is CallerKind.AGENT:
+        raise Forbidden("capture takes a coding agent's Stop hook's turns, not an agent's call")
     current = request.app.get(_CAPTURE_KEY)
     runner = current() if current is not None else None
     if runner is None:

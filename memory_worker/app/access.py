@@ -3,10 +3,12 @@
 Seed 004's `conscious_access` per bank: `none` (memory is involuntary — the hook injects, the
 extraction pass writes, the agent gets no memory tools), `read` (the agent may look: recall, get,
 list, tags, preview — every call that changes nothing), `read_write` (it may also save, update,
-delete and pin). It limits AGENT callers only: people (CLI, console, REST as the owner) own their
-data, and the worker's own paths (the hook, extraction, consolidation) are the involuntary memory
-the setting leaves in place. `catalog.respond` asks here before any use case runs, so a refused
-call is refused before it can change anything.
+delete and pin — never more: the human-owned functions, trashing or configuring a bank, erasing a
+subject, rules, imports, compaction and reload, stay a person's at every level). It limits AGENT
+callers only: people (CLI, console, REST as the owner) own their data, and the worker's own paths
+(the hook, extraction, consolidation) are the involuntary memory the setting leaves in place.
+`catalog.respond` asks here before any use case runs, so a refused call is refused before it can
+change anything.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Protocol
 
-from memory_worker.app.caller import Caller, CallerKind
+from memory_worker.app.caller import BUS, Caller, CallerKind
 from memory_worker.app.wire import Request
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import Forbidden
@@ -57,11 +59,27 @@ def required_level(read_only: bool) -> AccessLevel:
 
 
 def check_access(
-    source: LevelSource, function_id: str, request: Request, read_only: bool, caller: Caller
+    source: LevelSource,
+    function_id: str,
+    request: Request,
+    read_only: bool,
+    caller: Caller,
+    *,
+    human_only: bool = False,
 ) -> None:
-    """Raise `forbidden` when an agent's call needs more than its bank grants."""
+    """Raise `forbidden` when an agent's call needs more than its bank grants, or is one of the
+    functions that are a person's whatever the level (`human_only`)."""
     if caller.kind is not CallerKind.AGENT:
         return
+    if human_only and caller.via != BUS:
+        # Our own doors (REST with an agent's claim, MCP) have no permission manifest: the
+        # catalog's policy is the only one, so a read_write agent must not trash or reconfigure a
+        # shared bank through them. On the bus the engine's manifest decides (its shipped
+        # default denies these; an operator who grants one to an agent means it).
+        raise Forbidden(
+            f"{function_id} is for people only (the CLI, the console, REST as the owner); "
+            "agents are refused it at every conscious_access level"
+        )
     scoped, requested = addressed_bank(function_id, request)
     if not scoped:
         return

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
-from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
     BankConfigureRequest,
@@ -117,6 +117,14 @@ class BankUseCases(EmbeddingWork):
         # Summaries, not banks: a one-shot CLI lists a hundred banks without replaying them.
         summaries = [await self.store.summary(name) for name in self.store.names()]
         banks = [self._info(s) for s in summaries if s is not None]
+        if caller.kind is CallerKind.AGENT:
+            # A bank at `none` gives agents nothing — not its name, nor its counts.
+            banks = [
+                b
+                for b in banks
+                if b.settings is None
+                or AccessLevel(b.settings.conscious_access) is not AccessLevel.NONE
+            ]
         return BankListResponse(banks=banks)
 
     async def bank_delete(

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from memory_worker.core.confidence import Confidence
 
-__all__ = ["SYSTEM", "Caller", "CallerKind"]
+__all__ = ["BUS", "SYSTEM", "Caller", "CallerKind"]
 
 
 class CallerKind(StrEnum):
@@ -23,6 +23,10 @@ class CallerKind(StrEnum):
     AGENT = "agent"
     INTERNAL = "internal"
 
+
+# The door of a call that came over the engine's bus: the engine's permission manifest has
+# already decided whether its agent may call the function at all.
+BUS = "bus"
 
 # Internal paths that act on their own, with no person or agent asking: the pinned and retired
 # records and the deleted banks are out of their reach.

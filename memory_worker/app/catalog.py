@@ -575,7 +575,14 @@ async def respond(
     if named in spec.request.model_fields:  # its replay, if any, off the loop (`ready_bank`)
         await service.ready_bank(getattr(request, named, None))
     # Access levels are decided here, once, before any use case can change anything.
-    check_access(service, spec.id, request, spec.hints.read_only, caller)
+    check_access(
+        service,
+        spec.id,
+        request,
+        spec.hints.read_only or request.only_looks(),
+        caller,
+        human_only=spec.policy is Policy.HUMANS,
+    )
     return await spec.method(service, request, caller)
 
 

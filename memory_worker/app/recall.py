@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
@@ -16,7 +17,13 @@ from memory_worker.app.wire import (
     ScoredMemory,
 )
 from memory_worker.core import transitions
-from memory_worker.core.injection import AMBIENT_FLOOR, apply_floor, render_memories, render_section
+from memory_worker.core.injection import (
+    AMBIENT_FLOOR,
+    apply_floor,
+    is_carried,
+    render_memories,
+    render_section,
+)
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.lessons import is_lesson, prepare_category
 from memory_worker.core.models import Hit, Memory
@@ -37,6 +44,9 @@ __all__ = ["Injection", "RecallUseCases"]
 log = get_logger(__name__)
 
 RECALL_MAX_LIMIT = 100
+# Standing memories the ambient floor may reach past its own count, for the ones the window
+# already carries (a session's first turns hand the top ones; later identity questions get more).
+FLOOR_LOOKAHEAD = 6
 
 
 def _retrieval(mode: RecallMode, embedded: bool) -> str:
@@ -129,15 +139,23 @@ class RecallUseCases(EmbeddingWork):
             as_it_was=as_it_was,
         )
         hits = self._rank(bank, query)
-        if bank is not None and caller.kind is not CallerKind.INTERNAL:
-            # A person's or an agent's read is a use; the worker's own paths (extraction's and
-            # consolidation's looks, internal calls) are not.
+        if bank is not None and self._counts_access(bank, caller):
             bank.access.bump((h.memory.id for h in hits), query.now_ms)
         return RecallResponse(
             bank=name,
             memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
             retrieval=_retrieval(req.mode, vector is not None),
         )
+
+    def _counts_access(self, bank: Bank, caller: Caller) -> bool:
+        """Whether a recall counts as a use of what it returns (eviction's order): a person's
+        does, an agent's only where it may write — at `read` its looks must change nothing, and
+        counts decide what a full bank evicts next —, the worker's own looks (extraction,
+        consolidation, internal calls) never."""
+        if caller.kind is CallerKind.AGENT:
+            level = AccessLevel(self.bank_settings(bank).conscious_access)
+            return level is AccessLevel.READ_WRITE
+        return caller.kind is CallerKind.HUMAN
 
     async def injection(
         self,
@@ -183,11 +201,14 @@ class RecallUseCases(EmbeddingWork):
         weights, threshold = self._lane_policy(bank)
         if lanes is not None and vector is not None:
             lanes = await self._lane_vectors(lanes, bank, weights)
+        # Ranked past what the window already carries: those make way for the next memories
+        # instead of taking a turn's places (`recall_limit` counts what the turn is handed).
+        carried_ahead = min(len(carried), RECALL_MAX_LIMIT)
         hits = self._rank(
             bank,
             RecallQuery(
                 text=query,
-                limit=settings.recall_limit + lessons,
+                limit=settings.recall_limit + lessons + carried_ahead,
                 now_ms=now_ms,
                 half_life_days=settings.decay_half_life_days,
                 scoped=scoped,
@@ -199,11 +220,14 @@ class RecallUseCases(EmbeddingWork):
                 threshold=threshold,
             ),
         )
-        hits = [hit for hit in hits if not is_lesson(hit.memory)][: settings.recall_limit]
+        hits = [h for h in hits if not is_lesson(h.memory) and not is_carried(h.memory, carried)]
+        hits = hits[: settings.recall_limit]
         floor = min(AMBIENT_FLOOR, settings.recall_limit)
         if len(hits) < floor:
-            standing = self._standing(bank, floor + lessons, scoped, subject)
-            hits = apply_floor(hits, standing, floor)
+            # A fixed lookahead, not one per window: the bank keeps one standing list cached.
+            standing = self._standing(bank, floor + lessons + FLOOR_LOOKAHEAD, scoped, subject)
+            fresh = [m for m in standing if not is_carried(m, carried)]
+            hits = apply_floor(hits, fresh, floor)
         block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
         if count_access:
             bank.access.bump((hit.memory.id for hit in block.included), now_ms)

@@ -184,6 +184,11 @@ class Request(BaseModel):
                     raise ValueError(f"{name}: must be a number, not true or false")
         return data
 
+    def only_looks(self) -> bool:
+        """Whether this call changes nothing although its function may (an access level's
+        finer answer than the catalog's read-only hint)."""
+        return False
+
 
 @functools.cache
 def _number_fields(model: type[BaseModel]) -> tuple[str, ...]:
@@ -770,6 +775,10 @@ class LessonsMatchRequest(Request):
         description="The step (or tool call id) this delivery belongs to: the same conversation "
         "and step asked again (a retry) gets the same cards again.",
     )
+
+    def only_looks(self) -> bool:
+        """Without a conversation nothing is recorded: a match that `read` allows."""
+        return not (self.conversation or "").strip()
 
 
 class LessonCard(Response):

@@ -65,7 +65,7 @@ class Settings(BaseModel):
     recall_budget_tokens: int = Field(
         default=1200,
         ge=0,
-        description="Token budget of the injected memory block (about 4 characters a token).",
+        description="Token budget of the injected memory block (about 4 UTF-8 bytes a token).",
     )
     extraction_enabled: bool = Field(
         default=True, description="Extract memories in the background after each completed turn."

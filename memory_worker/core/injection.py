@@ -1,7 +1,8 @@
 """The injected text: the system-prompt memory section and the recalled-memories message.
 
 Pure and deterministic: the same bank, rules, memories and day give the same text, byte for byte.
-Budgets count characters (never bytes), and every cut lands on a character boundary.
+The rules budget counts characters, and every cut lands on a character boundary; the memory
+block's token budget counts UTF-8 bytes (as the lesson cards' does), about what each script costs.
 """
 
 from __future__ import annotations
@@ -15,20 +16,23 @@ from memory_worker.core.text import collapse_whitespace, normalize
 
 __all__ = [
     "AMBIENT_FLOOR",
-    "CHARS_PER_TOKEN",
+    "BYTES_PER_TOKEN",
     "RULES_UPDATE_TAG",
     "MemoryBlock",
     "RulesSection",
     "ambient_header",
     "apply_floor",
     "carried_texts",
+    "is_carried",
     "message_text",
     "render_memories",
     "render_rules_update",
     "render_section",
 ]
 
-CHARS_PER_TOKEN = 4
+# A token is about four ASCII characters, one CJK character (3 bytes), under one emoji (4 bytes):
+# bytes track that; characters would hand a Chinese or emoji-laden bank four times its budget.
+BYTES_PER_TOKEN = 4
 AMBIENT_FLOOR = 3  # identity questions and session openers recall little lexically
 MIN_TRUNCATED_RULE_CHARS = 200  # below this a cut rule is noise: omit it whole instead
 
@@ -155,6 +159,11 @@ def carried_texts(messages: Iterable[object]) -> frozenset[str]:
     return frozenset(out)
 
 
+def is_carried(memory: Memory, carried: frozenset[str]) -> bool:
+    """Whether the window already holds `memory` in one of our blocks (`carried_texts`)."""
+    return bool(carried) and normalize(collapse_whitespace(memory.text)) in carried
+
+
 def _day(ms: int) -> str:
     return utc_datetime(ms).strftime("%Y-%m-%d")
 
@@ -177,17 +186,18 @@ def render_memories(
 
     Packing skips a memory too large for what is left and keeps trying smaller ones after it.
     """
-    budget = budget_tokens * CHARS_PER_TOKEN
+    budget = budget_tokens * BYTES_PER_TOKEN
     lines: list[str] = []
     included: list[Hit] = []
     for hit in hits:
+        if is_carried(hit.memory, carried):
+            continue
         text = collapse_whitespace(hit.memory.text)  # one memory, one line
-        if normalize(text) in carried:
-            continue
         line = f"- [{_day(hit.memory.updated_at)}] {text}"
-        if len(line) > budget:
+        size = len(line.encode("utf-8", "surrogatepass"))
+        if size > budget:
             continue
-        budget -= len(line)
+        budget -= size
         lines.append(line)
         included.append(hit)
     if not lines:

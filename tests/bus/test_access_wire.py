@@ -51,3 +51,19 @@ def test_levels_hold_agents_and_leave_people_and_the_hook_alone(
         )
         run = harness.hook(turn)
         assert any("tea" in str(message) for message in run.appended)
+
+
+def test_the_rest_seam_called_inside_a_turn_is_an_agents_call(
+    engine: EngineDouble, spawn: Any
+) -> None:
+    """`memory::http` reaches every function: invoked from inside a harness turn it is the
+    agent's call like any other (held to the bank's level), not the owner's REST request."""
+    with Cli(engine.url) as cli:
+        spawn()
+        cli.call("memory::bank::create", {"name": "wiki", "conscious_access": "read"})
+        save = {"bank": "wiki", "text": "Deploys happen on Tuesdays."}
+        reply = as_agent(cli, "memory::http", {"path": "/memory/save", "body": save})
+        assert reply["status_code"] == 403, reply
+        assert cli.call("memory::list", {"bank": "wiki"})["total"] == 0
+        owner = cli.call("memory::http", {"path": "/memory/save", "body": save})
+        assert owner["status_code"] == 200, owner

@@ -20,7 +20,9 @@ from typing import Any
 from iii.iii import III
 from pydantic import ValidationError
 
+from memory_worker.adapters.doors import CALLER_HEADER, decode_caller
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.seams import HttpEnvelope
 from memory_worker.core.errors import HTTP_STATUS, InvalidInput, WorkerError
 from memory_worker.storage.logger import get_logger
@@ -151,9 +153,13 @@ def _header(envelope: HttpEnvelope, name: str) -> str | None:
 
 
 async def http_reply(
-    envelope_raw: Any, call: Callable[[catalog.FunctionSpec, Any], Awaitable[dict[str, Any]]]
+    envelope_raw: Any,
+    call: Callable[[catalog.FunctionSpec, Any, Caller], Awaitable[dict[str, Any]]],
+    default: Caller,
 ) -> dict[str, Any]:
-    """One REST request from the http worker: `{status_code, body}` either way."""
+    """One REST request from the http worker: `{status_code, body}` either way. Who it speaks
+    for is `default` (a person), unless its `Memory-Caller` header narrows that as on the
+    standalone server (an agent's claim, believed from anyone: `doors.decode_caller`)."""
     try:
         try:
             raw = envelope_raw if isinstance(envelope_raw, dict) else {}
@@ -166,8 +172,11 @@ async def http_reply(
         spec = next((s for s in catalog.CATALOG if s.http_path == path), None)
         if spec is None:
             raise InvalidInput(f"no memory function at /{path}; e.g. /memory/save, /memory/recall")
+        claim = _header(envelope, CALLER_HEADER.lower())
+        caller = decode_caller(claim, trusted=False, default=default)
         body = {} if envelope.body is None else envelope.body
-        result = await call(spec, catalog.with_confirm(spec, body, _header(envelope, "x-confirm")))
+        confirmed = catalog.with_confirm(spec, body, _header(envelope, "x-confirm"))
+        result = await call(spec, confirmed, caller)
     except WorkerError as err:
         return {"status_code": HTTP_STATUS.get(err.code, 500), "body": {"error": err.to_dict()}}
     return {"status_code": 200, "body": result}

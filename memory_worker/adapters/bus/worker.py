@@ -55,7 +55,7 @@ from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
 from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
-from memory_worker.app.caller import Caller
+from memory_worker.app.caller import BUS, Caller, CallerKind
 from memory_worker.app.lessons import KeyValueDeliveries
 from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
@@ -84,7 +84,7 @@ def bus_caller(data: Any, metadata: Any) -> Caller:
     session, turn = context.get("session_id"), context.get("turn_id")
     if isinstance(session, str) and session:
         return Caller.for_agent(
-            "bus",
+            BUS,
             worker_id=worker if isinstance(worker, str) else None,
             session_id=session,
             turn_id=turn if isinstance(turn, str) else None,
@@ -95,7 +95,7 @@ def bus_caller(data: Any, metadata: Any) -> Caller:
         # person it only turns guards on — never a pinned, retired or other subject's memory,
         # never a deleted bank. Never in place of an agent, whose access level it would skip.
         return automatic
-    return Caller.human("bus")
+    return Caller.human(BUS)
 
 
 __all__ = ["CONFIG_ID_ENV", "DEFAULT_CONFIG_ID", "HOOK_BINDING", "READY_LINE", "EngineWorker"]
@@ -312,10 +312,14 @@ class EngineWorker(Stoppable):
             return await catalog.call(service, spec.id, data, bus_caller(data, metadata))
 
         async def http(data: Any, metadata: Any) -> Any:
-            async def through(spec: catalog.FunctionSpec, body: Any) -> dict[str, Any]:
-                return await catalog.call(service, spec.id, body, HTTP_CALLER)
+            async def through(spec: catalog.FunctionSpec, body: Any, caller: Caller) -> Any:
+                return await catalog.call(service, spec.id, body, caller)
 
-            return await bus_catalog.http_reply(data, through)
+            # Invoked from inside a harness turn it is that agent's call, as every other function
+            # is (the permission manifest denies it to agents; this holds where none is loaded).
+            asked = bus_caller(data, metadata)
+            default = asked if asked.kind is CallerKind.AGENT else HTTP_CALLER
+            return await bus_catalog.http_reply(data, through, default)
 
         bridge = bus_catalog.Bridge(loop)
         bus_catalog.register_public(client, bridge, public)

@@ -30,9 +30,11 @@ from aiohttp import web
 from memory_worker.adapters import console
 from memory_worker.adapters.console.feed import ConsoleFeed, FeedFull
 from memory_worker.adapters.console.settings_view import describe, validate_changes
+from memory_worker.adapters.doors import CALLER_HEADER, decode_caller
 from memory_worker.adapters.settings_file import write_values
+from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.core.config import Settings, load_settings
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import Forbidden, InvalidInput
 from memory_worker.core.payload import loads
 from memory_worker.storage.logger import get_logger
 
@@ -72,8 +74,18 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
+_CONSOLE_CALLER = Caller.human("console")
+
+
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    """The POST body as an object; `application/json` only, from this origin only."""
+    """The POST body as an object; `application/json` only, from this origin only, and never for
+    a request that claims an agent (`Memory-Caller`): the console is a person's, and its stream
+    and settings would show and change what the agent's access level keeps from it."""
+    claim = decode_caller(
+        request.headers.get(CALLER_HEADER), trusted=False, default=_CONSOLE_CALLER
+    )
+    if claim.kind is CallerKind.AGENT:
+        raise Forbidden("the console is for people only; agents are refused it")
     origin = request.headers.get("Origin")
     if origin is not None and urlsplit(origin).netloc != request.host:
         raise web.HTTPForbidden(reason=f"cross-origin console call from {origin} refused")
