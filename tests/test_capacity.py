@@ -54,7 +54,9 @@ class TestEviction:
         clock.advance(10)
         await call(service, "memory::recall", query="green tea")  # `used` is accessed once
         emitter.clear()
-        await save(service, "The user plays chess.")
+        saved = await call(service, "memory::save", text="The user plays chess.")
+        assert saved["evicted"] == [old["id"]]  # the caller learns what made room
+        assert "evicted" not in await call(service, "memory::save", text="The user plays chess.")
         assert await live_texts(service) == {
             "The user drinks green tea.",
             "The user lives in Porto.",

@@ -114,7 +114,12 @@ class MemoryUseCases(EmbeddingWork):
         self._emit_item(event, name, record, redaction_reason(labels))
         for gone in evicted:
             self._emit_item(ItemEvent.DELETED, name, gone, EVICTED)
-        return SaveResponse(memory=record, created=created, redacted=sorted(set(labels)))
+        return SaveResponse(
+            memory=record,
+            created=created,
+            redacted=sorted(set(labels)),
+            evicted=[gone.id for gone in evicted] or None,
+        )
 
     def _evictions(self, bank: Bank, record: Memory, caller: Caller) -> list[Memory]:
         """Tombstones (reason `evicted`) for what `record` displaces at the bank's caps: its

@@ -409,6 +409,11 @@ class SaveResponse(Response):
         description="Labels of secrets redacted from the input before it was stored (never the "
         "values).",
     )
+    evicted: list[str] | None = Field(
+        default=None,
+        description="Ids of the memories this save evicted at the bank's capacity (each "
+        "tombstoned with `invalid_reason: evicted`, kept in its history). Absent when none.",
+    )
 
 
 class GetRequest(Request):
