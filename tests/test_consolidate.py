@@ -27,6 +27,7 @@ from memory_worker.consolidate.schedule import (
     next_due_at,
 )
 from memory_worker.consolidate.wire import RunRequest
+from memory_worker.core.confidence import Confidence
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, SiblingUnavailable
 from memory_worker.storage.store import Store
@@ -326,6 +327,89 @@ class TestPass:
                 await catalog.call(service, "memory::supersede", payload, automatic)
         assert {plain["id"], lesson["id"], other["id"]} <= set(await live(service))
 
+    async def test_the_survivor_keeps_the_retired_records_accesses(
+        self, service: MemoryService, consolidator: Consolidator
+    ) -> None:
+        """Eviction at a cap goes by accesses: the survivor was used whenever its duplicate was,
+        so it takes the retired record's counts (and keeps them across a reload)."""
+        used = await save(service, "The user drinks green tea.")
+        person = Caller.human("cli")
+        for _ in range(3):
+            await catalog.call(service, "memory::recall", {"query": "green tea"}, person)
+        survivor = await save(service, "the user drinks green tea")
+        await save(service, "the user drinks green tea")
+        [bank] = (await consolidator.run(settings())).banks
+        assert (bank.merged, bank.errors) == (1, [])
+        for _ in range(2):
+            got = (await call(service, "memory::get", id=survivor["id"]))["memory"]
+            assert got["access_count"] == 3
+            assert used["id"] not in await live(service)
+            await service.store.reload()
+
+    async def test_memories_of_different_categories_are_never_merged(
+        self, service: MemoryService, consolidator: Consolidator, clock: FixedClock
+    ) -> None:
+        """A fact with the same words as a more corroborated `context` memory: merged into it, the
+        fact would expire with the context's retention (30 days) and be lost."""
+        await call(service, "memory::bank::create", name="main", retention={"context": 30})
+        fact = await save(service, "The user works at Acme.", category="fact")
+        context = await save(service, "the user works at acme", category="context")
+        await save(service, "the user works at acme", category="context")
+        [bank] = (await consolidator.run(settings())).banks
+        assert (bank.merged, bank.groups_found, bank.errors) == (0, 0, [])
+        clock.advance(31 * 24 * HOUR_MS)
+        await call(service, "memory::stats")  # the retention sweep
+        after = await live(service)
+        assert fact["id"] in after and context["id"] not in after
+
+    async def test_a_subject_scoped_banks_memories_about_people_are_consolidated(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """With subject_scoping on, nearly every memory is about someone: the pass reads them all,
+        merges within one subject only, and never offers one person's memory for the bank-wide
+        `learned` rule (it would be injected into everyone's conversations)."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        ana = await save(service, "Ana likes green tea.", subject="ana")
+        ana2 = await save(service, "ana likes green tea", subject="ana")
+        bruno = await save(service, "Ana likes green tea!", subject="bruno")
+        for _ in range(5):
+            await save(service, "Always answer Ana in Portuguese.", subject="ana")
+        judge = ScriptedJudge('{"merge_groups": [], "promotions": []}')
+        report = await Consolidator(client, judge, clock=clock).run(
+            settings(llm_assist_enabled=True)
+        )
+        [bank] = report.banks
+        assert (bank.scanned, bank.merged, bank.errors) == (4, 1, [])
+        listed = await catalog.call(service, "memory::list", {}, Caller.human("cli"))
+        after = {m["id"] for m in listed["memories"]}
+        assert ana["id"] in after and ana2["id"] not in after and bruno["id"] in after
+        assert judge.requests == []  # nothing general to promote, no group to confirm
+
+    async def test_a_merge_keeps_what_only_the_retired_record_knew(
+        self, service: MemoryService, consolidator: Consolidator
+    ) -> None:
+        """The person said it (stated, with the situation it came up in); extraction saw it twice
+        in other words, so its record survives: the survivor keeps the person's trust level, the
+        context and intention lanes and the provenance, as a re-save of the same text would."""
+        said = await save(
+            service, "The user is allergic to peanuts.", context="planning the dinner party",
+            intention="choose a menu", session_id="s-person",
+        )  # fmt: skip
+        extraction = Caller.internal("extraction", confidence=Confidence.EXTRACTED)
+        for _ in range(2):
+            seen = await catalog.call(
+                service, "memory::save", {"text": "the user is allergic to peanuts"}, extraction
+            )
+        [bank] = (await consolidator.run(settings())).banks
+        assert (bank.merged, bank.errors) == (1, [])
+        after = await live(service)
+        assert said["id"] not in after
+        survivor = after[seen["memory"]["id"]]
+        assert survivor["confidence"] == "stated"
+        assert survivor["context"] == "planning the dinner party"
+        assert survivor["intention"] == "choose a menu"
+        assert survivor["source"]["session_id"] == "s-person"
+
 
 class BusToService:
     """The engine between memory-consolidate's `BusMemoryClient` and the memory worker: it stamps
@@ -611,6 +695,24 @@ class TestSchedule:
         assert [(r["superseded"], r["checkpointed"]) for r in runs] == [(2, False), (2, True)]
         assert len(await live(service)) == 1
         assert (await scheduler.tick("cron"))["reason"] == "not due"
+
+    async def test_a_budget_of_zero_is_report_only_and_checkpoints(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """`max_supersedes_per_run: 0` makes every pass report-only (consolidate.example.yaml):
+        such a pass is complete, not capped, so it checkpoints and the next tick is not due
+        (counted as capped, it never checkpointed and ran again every hour, forever)."""
+        await save(service, "Tea.")
+        await save(service, "tea")
+        scheduler = self.scheduler(client, kv, clock, max_supersedes_per_run=0)
+        outcome = await scheduler.tick("cron")
+        assert outcome == {"ran": True, "superseded": 0, "checkpointed": True, "banks": 1}
+        assert len(await live(service)) == 2
+        report = (await scheduler.status()).banks["main"]
+        assert report.capped == 0 and [g.action for g in report.groups] == ["planned"]
+        clock.advance(5 * 60_000)
+        assert (await scheduler.tick("cron"))["reason"] == "not due"
+        assert not (await scheduler.status()).due
 
     async def test_inert_ticks_do_nothing_but_a_manual_run_works(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from memory_worker.app.caller import SYSTEM, Caller, CallerKind
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.ports import (
     BANK_CHANGED,
     ITEM_CHANGED,
@@ -224,12 +224,13 @@ class ServiceBase:
         self, bank: Bank | None, subject: str | None, caller: Caller
     ) -> tuple[bool, str | None]:
         """`(scoped, subject)` of a read of `bank` for `subject`: scoped when the bank partitions
-        by subject, unless a person asks with no subject (their own view of the whole bank).
-        An agent or internal path that names no subject sees general memories only."""
+        by subject, unless a person (or consolidation, which keeps the whole bank) asks with no
+        subject. An agent or another internal path that names no subject sees general memories
+        only."""
         subject = clean_short(subject, "subject", MAX_SUBJECT_CHARS)
         if bank is None or not self.bank_settings(bank).subject_scoping:
             return False, subject
-        if subject is None and caller.kind is CallerKind.HUMAN:
+        if subject is None and caller.reads_whole_bank:
             return False, None
         return True, subject
 

@@ -31,6 +31,10 @@ BUS = "bus"
 # Internal paths that act on their own, with no person or agent asking: the pinned and retired
 # records and the deleted banks are out of their reach.
 _AUTOMATIC = frozenset({"extraction", "consolidate"})
+# Internal paths whose read naming no subject covers every subject of a scoped bank, as a
+# person's does: consolidation keeps the whole bank (it merges within one subject only, and
+# memory::supersede refuses it any other). Its claim is believed only in place of a person's.
+_WHOLE_BANK = frozenset({"consolidate"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,14 @@ class Caller:
     def automatic(self) -> bool:
         """An internal path acting on its own (extraction, consolidation), not on someone's word."""
         return self.kind is CallerKind.INTERNAL and self.via in _AUTOMATIC
+
+    @property
+    def reads_whole_bank(self) -> bool:
+        """A read naming no subject covers every subject: a person's (the owner's view of the
+        bank) and consolidation's; an agent's or another internal path's sees general memories."""
+        if self.kind is CallerKind.HUMAN:
+            return True
+        return self.kind is CallerKind.INTERNAL and self.via in _WHOLE_BANK
 
     def describe(self) -> str:
         """For logs and audit lines: `agent via bus (worker w1, session s1)`."""

@@ -400,6 +400,9 @@ class MemoryUseCases(EmbeddingWork):
             target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
         )
         await bank.commit([retired] if absorbed is None else [retired, absorbed])
+        if absorbed is not None:
+            # Its uses too: eviction at a cap goes by accesses, and the survivor stands for both.
+            bank.access.absorb(target.id, absorbed.id)
         self._emit_item(ItemEvent.SUPERSEDED, name, retired, reason)
         if absorbed is not None:
             self._emit_item(ItemEvent.UPDATED, name, absorbed, reason)

@@ -55,6 +55,9 @@ class Row:
     created_at: int = 0
     revision: int = 0
     subject: str | None = None  # who it is about: memories about different people never merge
+    # Its category (none counts as a fact): a fact merged into a `context` memory would expire
+    # with the context's retention, a preference into a fact would stop being one.
+    category: str = "fact"
     # A lesson's card (title, recommendation, anchors) as one string, None for any other memory:
     # a lesson merged into a plain memory or another card would stop reaching its tool calls.
     card: str | None = None
@@ -73,9 +76,9 @@ class Row:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"memory {memory_id}: {field} is not a count: {value!r}")
             numbers[field] = value
-        subject = raw.get("subject")
+        subject, category = raw.get("subject"), raw.get("category")
         card = None
-        if raw.get("category") == "lesson":
+        if category == "lesson":
             fields = [raw.get("title"), raw.get("recommendation"), raw.get("anchors")]
             card = json.dumps(fields, sort_keys=True, default=str)
         return cls(
@@ -83,14 +86,16 @@ class Row:
             text=text,
             pinned=raw.get("pinned") is True,
             subject=subject if isinstance(subject, str) else None,
+            category=category if isinstance(category, str) and category else "fact",
             card=card,
             **numbers,
         )
 
     @property
-    def kind(self) -> tuple[str | None, str | None]:
-        """Who it is about and which card it carries: only rows of one kind ever merge."""
-        return self.subject, self.card
+    def kind(self) -> tuple[str | None, str, str | None]:
+        """Who it is about, its category and which card it carries: only rows of one kind ever
+        merge."""
+        return self.subject, self.category, self.card
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +136,9 @@ def _group(
 def plan_exact(rows: Sequence[Row]) -> list[Group]:
     """Exact duplicates (writable) and reorders of what is left (report-only), in a stable order:
     by the survivor's id."""
-    # The same words about two people are two facts (subjects), and a lesson's card is not a
-    # plain memory's: grouped per kind.
-    by_key: dict[tuple[tuple[str | None, str | None], str], list[Row]] = defaultdict(list)
+    # The same words about two people are two facts (subjects), a fact is not a passing context
+    # (categories), and a lesson's card is not a plain memory's: grouped per kind.
+    by_key: dict[tuple[tuple[str | None, str, str | None], str], list[Row]] = defaultdict(list)
     for row in rows:
         by_key[(row.kind, normalize(row.text))].append(row)
     groups: list[Group] = []
@@ -147,8 +152,8 @@ def plan_exact(rows: Sequence[Row]) -> list[Group]:
                 groups.append(group)
         else:
             singles.extend(members)
-    by_bag: dict[tuple[tuple[str | None, str | None], tuple[str, ...]], list[Row]] = defaultdict(
-        list
+    by_bag: dict[tuple[tuple[str | None, str, str | None], tuple[str, ...]], list[Row]] = (
+        defaultdict(list)
     )
     for row in singles:
         by_bag[(row.kind, reorder_key(row.text))].append(row)

@@ -60,6 +60,12 @@ class Budget:
     """Supersedes left for this pass, across all banks."""
 
     remaining: int
+    # A budget of 0 is the setting's "report-only" (consolidate.example.yaml), not a pass
+    # postponed: counted as capped, it would never checkpoint and would rerun every hour.
+    report_only: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.report_only = self.remaining <= 0
 
     def take(self) -> bool:
         if self.remaining <= 0:
@@ -79,6 +85,7 @@ class _Bank:
     name: str
     dry_run: bool
     report: BankReport
+    scoped: bool = False  # subject_scoping: a memory about someone reaches only them
     rows: list[Row] = field(default_factory=list)
     revisions: dict[str, int] = field(default_factory=dict)
     retired: set[str] = field(default_factory=set)
@@ -104,12 +111,17 @@ class Consolidator:
 
     async def banks(self, settings: ConsolidateSettings, bank: str | None) -> list[str]:
         """The banks a pass covers: the allowlist (empty = every bank) ∩ what exists, or `bank`."""
+        return list(await self._covered(settings, bank))
+
+    async def _covered(self, settings: ConsolidateSettings, bank: str | None) -> dict[str, bool]:
+        """`banks()` with whether each one partitions its memories by subject."""
         listed = await self.memory.call("memory::bank::list", {})
-        names = sorted(
-            str(info["name"])
+        scoping = {
+            str(info["name"]): _scoped(info)
             for info in listed.get("banks", [])
             if isinstance(info, dict) and isinstance(info.get("name"), str)
-        )
+        }
+        names = sorted(scoping)
         allowed = set(settings.banks)
         if bank is not None:
             if allowed and bank not in allowed:
@@ -119,8 +131,8 @@ class Consolidator:
                 )
             if bank not in names:
                 raise BankNotFound(bank)
-            return [bank]
-        return [name for name in names if not allowed or name in allowed]
+            return {bank: scoping[bank]}
+        return {name: scoping[name] for name in names if not allowed or name in allowed}
 
     async def run(
         self, settings: ConsolidateSettings, *, bank: str | None = None, dry_run: bool = False
@@ -128,8 +140,11 @@ class Consolidator:
         started = self.clock()
         clock_start = time.perf_counter()
         budget = Budget(settings.max_supersedes_per_run)
-        names = await self.banks(settings, bank)
-        reports = [await self._bank(name, settings, dry_run, budget) for name in names]
+        covered = await self._covered(settings, bank)
+        reports = [
+            await self._bank(name, settings, dry_run, budget, scoped)
+            for name, scoped in covered.items()
+        ]
         return PassReport(
             dry_run=dry_run,
             started_at=started,
@@ -141,12 +156,11 @@ class Consolidator:
     # --- one bank ---------------------------------------------------------------------------
 
     async def _bank(
-        self, name: str, settings: ConsolidateSettings, dry_run: bool, budget: Budget
+        self, name: str, settings: ConsolidateSettings, dry_run: bool, budget: Budget, scoped: bool
     ) -> BankReport:
         began = time.perf_counter()
-        state = _Bank(
-            name, dry_run, BankReport(bank=name, at=self.clock(), dry_run=dry_run, semantic="off")
-        )
+        report = BankReport(bank=name, at=self.clock(), dry_run=dry_run, semantic="off")
+        state = _Bank(name, dry_run, report, scoped)
         semantic = "off"
         llm: LlmReport | None = None
         groups: list[Group] = []
@@ -258,16 +272,17 @@ class Consolidator:
         known = {r.id for r in candidates}
         neighbours: dict[str, dict[str, float]] = {}
         for row in queried:
-            answer = await self._call(
-                state,
-                "memory::recall",
-                {
-                    "bank": state.name,
-                    "query": row.text,
-                    "mode": "semantic",
-                    "limit": settings.semantic_neighbours + 1,
-                },
-            )
+            query: dict[str, Any] = {
+                "bank": state.name,
+                "query": row.text,
+                "mode": "semantic",
+                "limit": settings.semantic_neighbours + 1,
+            }
+            if row.subject is not None:
+                # In a scoped bank, its own subject's memories and general ones: only those can
+                # merge with it, and another person's must not crowd them out.
+                query["subject"] = row.subject
+            answer = await self._call(state, "memory::recall", query)
             if answer.get("retrieval") != "semantic":
                 return [], "unavailable"
             found: dict[str, float] = {}
@@ -292,7 +307,8 @@ class Consolidator:
         (in place of the report of `replaces`, the report-only group the LLM tier confirmed)."""
         merged: list[str] = []
         capped = 0
-        if group.writable and not state.dry_run:
+        planned_only = state.dry_run or budget.report_only
+        if group.writable and not planned_only:
             for loser in group.losers:
                 if loser.id in state.retired or group.winner.id in state.retired:
                     continue  # already merged by an earlier group of this pass
@@ -303,7 +319,7 @@ class Consolidator:
                     merged.append(loser.id)
         state.merged += len(merged)
         state.capped += capped
-        report = _group_report(group, merged, capped, state.dry_run)
+        report = _group_report(group, merged, capped, planned_only)
         if replaces is not None and id(replaces) in state.reported:
             state.groups[state.reported[id(replaces)]] = report
         else:
@@ -338,6 +354,8 @@ class Consolidator:
     ) -> LlmReport:
         if state.dry_run:
             return LlmReport(status="off", detail="dry run")
+        if budget.report_only:  # a promotion is a write too
+            return LlmReport(status="off", detail="report-only (max_supersedes_per_run is 0)")
         if self.completer is None:
             return LlmReport(status="skipped", detail="no router to ask (no engine)")
         offered = [g for g in groups if not g.writable and g.losers and g.why != ONE_WORD][
@@ -348,7 +366,12 @@ class Consolidator:
             (
                 r
                 for r in state.rows
-                if threshold and r.corroboration >= threshold and r.id not in state.retired
+                if threshold
+                and r.corroboration >= threshold
+                and r.id not in state.retired
+                # The learned rule reaches every conversation of the bank: in a scoped bank, a
+                # memory about one person must not become everyone's instruction.
+                and not (state.scoped and r.subject is not None)
             ),
             key=lambda r: (-r.corroboration, r.id),
         )[:MAX_PROMOTIONS_OFFERED]
@@ -414,12 +437,18 @@ class Consolidator:
         return added
 
 
-def _group_report(group: Group, merged: list[str], capped: int, dry_run: bool) -> GroupReport:
+def _scoped(info: dict[str, Any]) -> bool:
+    """Whether a `memory::bank::list` row's bank partitions its memories by subject."""
+    chosen = info.get("settings")
+    return isinstance(chosen, dict) and chosen.get("subject_scoping") is True
+
+
+def _group_report(group: Group, merged: list[str], capped: int, planned: bool) -> GroupReport:
     if not group.losers:
         action = "skipped"
     elif not group.writable:
         action = "report-only"
-    elif dry_run:
+    elif planned:
         action = "planned"
     elif merged and len(merged) == len(group.losers):
         action = "merged"

@@ -2,12 +2,12 @@
 
 `normalize()` is the dedup key of the exact tier: casefolded (NFKC), sentence punctuation dropped,
 and everything that can change a fact kept — digits with their separators (`3.5`, `6:30`), signs
-(`-18`), and symbols such as `+ # $ € % °` (`C++` is not `C`). Accents are kept: in Portuguese they
-tell words apart (`avó` / `avô`, `é` / `e`). `disagreement()` is the semantic tier's guard: two
-texts that embed close are still not one fact when a number, a date word, a name, a family word,
-a tense word, a negation or a polarity word differs, when one text's words are a part of the
-other's (it says more), when the shared words come in another order (a role swap), or when exactly
-one word differs.
+(`-18`), and symbols such as `+ # $ € % ° < > =` (`C++` is not `C`). Accents and other combining
+marks are kept: in Portuguese they tell words apart (`avó` / `avô`, `é` / `e`).
+`disagreement()` is the semantic tier's guard: two texts that embed close are still not one fact
+when a number, a date word, a name, a family word, a tense word, a negation or a polarity word
+differs, when one text's words are a part of the other's (it says more), when the shared words
+come in another order (a role swap), or when exactly one word differs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
+from functools import cache
 
 from memory_worker.core.text import STOPWORDS
 
@@ -33,10 +34,15 @@ __all__ = [
     "tokens",
 ]
 
-# A number (sign only at a word start, separators only between digits), a word, or a symbol that
-# carries meaning. Everything else (spaces, . , ; ! ? quotes, brackets, dashes between words)
-# splits.
-_TOKEN = re.compile(r"(?<!\w)[-+]?\d+(?:[.,:/]\d+)*|[^\W_]+|[#$€£¥%°+&@]")
+# Punctuation that still carries a fact (`#1`, `50%`, `R&D`, `@ana`); any other punctuation mark
+# (spaces, . , ; ! ? quotes, brackets, dashes between words) splits. Every symbol is kept
+# (`$ € ° + < > = ≤ ≠ ~ ^`, `✓`/`✗`, `★★★`, emoji): `< 200 ms` is not `> 200 ms`, `!=` is not
+# `=`. Markdown's code quote is not content.
+_KEPT_PUNCTUATION = frozenset("#%&@")
+_DROPPED_SYMBOLS = frozenset("`")
+# The typographic minus (U+2212), which NFKC keeps: `−18` is `-18`, never `18`. Emoji
+# presentation selectors only choose how a symbol is drawn.
+_FOLD = str.maketrans({"\u2212": "-", "\ufe0e": None, "\ufe0f": None})
 _WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"[.!?]\s")
 _APOSTROPHES = re.compile("['\u2019]")
@@ -97,7 +103,7 @@ POLAR_WORDS = frozenset(
     arrive arrives arrived depart departs departed hire hires hired fire fires fired open opens
     opened close closes closed marry marries married divorce divorced accept accepts accepted
     reject rejects rejected pass passes passed fail fails failed increase increased decrease
-    decreased raise raised cut up down
+    decreased raise raised cut up down little few many much lot lots plenty
     ama amo amam adora adoro odeia odeio detesta detesto gosta gosto gostava prefere prefiro evita
     evito teme sempre frequentemente geralmente raramente mais menos melhor pior antes depois
     maior menor primeiro primeira último última ultimo ultima começou comecou parou deixou comprou
@@ -105,16 +111,24 @@ POLAR_WORDS = frozenset(
     entrou entra entrar saiu sai sair chegou chega partiu parte contratou contratado contratada
     demitiu demitido demitida abriu abre fechou fecha casou casado casada divorciou divorciado
     divorciada aceitou aceita recusou recusa passou reprovou aumentou aumenta diminuiu diminui
-    subiu desceu
+    subiu desceu pouco pouca poucos poucas
     """.split()
 )
-# When a statement holds: "used to live" and "will move" are not "lives" and "moved".
+# When a statement holds: "used to live" and "will move" are not "lives" and "moved", and a wish,
+# a need, an attempt or a possibility ("wants to learn", "tried to open", "might move") is not the
+# deed ("learned", "opened", "moved").
 ASPECT_WORDS = frozenset(
     """
     used formerly previously once still anymore yet will would shall going gonna plan plans
     planned planning until since
+    want wants wanted wanting wish wishes wished hope hopes hoped hoping try tries tried trying
+    attempt attempts attempted intend intends intended need needs needed might could maybe
+    perhaps probably possibly likely unlikely consider considers considering considered
     costumava costumavam antigamente anteriormente ainda já ja vai vão vao irá ira iremos
     pretende pretendia planeja planejava até ate desde
+    quer quero queria querem deseja desejo desejava espera espero esperava tenta tento tentou
+    tentava tentando precisa preciso precisava talvez poderia possivelmente provavelmente
+    considera considerando
     """.split()
 )
 # Family roles, which also carry a gender: "the user's grandmother" is not "the user's grandfather".
@@ -134,12 +148,39 @@ _COMMON = STOPWORDS | {"user", "users", "usuário", "usuária", "usuario", "usua
 
 
 def _folded(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
+    return unicodedata.normalize("NFKC", text).casefold().translate(_FOLD)
+
+
+@cache
+def _token_pattern() -> re.Pattern[str]:
+    """A number (sign only at a word start, separators only between digits), a word, `!=`, or
+    one other character. A word keeps its combining marks: `\\w` has none, and without them
+    Devanagari's `कि` and `का` (or Thai's vowel signs) were one word. Built on first use from the
+    Basic Multilingual Plane's marks (every living script's)."""
+    marks: list[str] = []
+    start: int | None = None
+    for code in range(0x10000 + 1):
+        is_mark = code <= 0xFFFF and unicodedata.category(chr(code)).startswith("M")
+        if is_mark and start is None:
+            start = code
+        elif not is_mark and start is not None:
+            marks.append(f"\\u{start:04x}-\\u{code - 1:04x}")
+            start = None
+    return re.compile(rf"(?<!\w)[-+]?\d+(?:[.,:/]\d+)*|(?:[^\W_]|[{''.join(marks)}])+|!=|[^\w\s]")
+
+
+def _kept(token: str) -> bool:
+    if len(token) > 1 or token.isalnum() or token in _KEPT_PUNCTUATION:
+        return True
+    if token in _DROPPED_SYMBOLS:
+        return False
+    # Punctuation splits; so do invisible format characters (zero-width space, soft hyphen).
+    return not unicodedata.category(token).startswith(("P", "C"))
 
 
 def tokens(text: str) -> list[str]:
     """The text's tokens in order, as `normalize()` joins them."""
-    return _TOKEN.findall(_folded(text))
+    return [t for t in _token_pattern().findall(_folded(text)) if _kept(t)]
 
 
 def normalize(text: str) -> str:

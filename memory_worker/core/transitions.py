@@ -451,6 +451,12 @@ def supersede(
             "stated_at": max(winner.last_stated_at, target.last_stated_at),
             "tags": _union(winner.tags, target.tags),
             "entities": _union(winner.entities, target.entities),
+            # What only the retired record knew, kept as a re-save of the same text keeps it: the
+            # trust only raised, and the lanes and provenance where the survivor has none.
+            "confidence": max(winner.confidence, target.confidence, key=_TRUST.__getitem__),
+            "source": winner.source or target.source,
+            "context": winner.context or target.context,
+            "intention": winner.intention or target.intention,
             "updated_at": max(now_ms, winner.updated_at),
             "revision": _next_revision(winner),
         }

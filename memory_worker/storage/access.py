@@ -112,6 +112,21 @@ class AccessStats:
         with contextlib.suppress(StorageError):
             self._file.append(line)
 
+    def absorb(self, source: str, into: str) -> None:
+        """Add `source`'s counts to `into`'s (blocking but unsynced, as `bump`): a merge's survivor
+        was used whenever the duplicate it absorbed was, and eviction goes by accesses. One line
+        `{"at": <source's last>, "ids": [into], "n": [count]}`, folded at load like any other."""
+        found = self._stats.get(source)
+        if found is None or source == into:
+            return
+        count, last_ms = found
+        self._add(into, count, last_ms)
+        if self.on_change is not None:
+            self.on_change([into])
+        line = json.dumps({"at": last_ms, "ids": [into], "n": [count]}, separators=(",", ":"))
+        with contextlib.suppress(StorageError):  # derived data: RAM keeps the counts
+            self._file.append(line.encode() + b"\n")
+
     def holds_file_open(self) -> bool:
         """Whether the file is open for appends now (at most `files.MAX_OPEN_APPENDERS` are)."""
         return self._file.is_open
