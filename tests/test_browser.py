@@ -187,6 +187,28 @@ async def test_a_missing_or_malformed_host_is_refused(server: StandaloneServer, 
     assert answer.status in (400, 403)
 
 
+@pytest.mark.parametrize(
+    ("header", "value", "status"),
+    [
+        ("Origin", "http://[::1", 403),  # not a URL: urlsplit raises
+        ("Origin", "http://[127.0.0.1:8765", 403),
+        ("Authorization", "Bearer \udcff\udcfe", 401),  # bytes not UTF-8, as aiohttp reads them
+        ("Authorization", "Bearer \ud800", 401),
+    ],
+)
+def test_a_malformed_origin_or_token_is_refused_not_a_server_error(
+    header: str, value: str, status: int
+) -> None:
+    """The gate answers every header it is sent: an `Origin` that is not a URL or a token
+    that is not text was a 500 `internal` with a traceback in the log for each request."""
+    from memory_worker.adapters import access
+
+    policy = access.Policy.build("t" * 43, "127.0.0.1", "127.0.0.1")
+    headers = {"Host": "127.0.0.1:8765", "Content-Type": "application/json", header: value}
+    refusal = access.check(policy, "POST", "/memory/bank/list", headers)
+    assert refusal is not None and refusal.status == status
+
+
 # --- the token -------------------------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -15,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from memory_worker.adapters import cli
+from memory_worker.adapters import cli, standalone
 from memory_worker.adapters.doors import (
     LocalDoor,
     RemoteDoor,
@@ -31,7 +34,9 @@ from memory_worker.core.bank_settings import BankOverrides, BankSettings, parse_
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, WorkerError
 from memory_worker.storage.bank_file import BANK_FILE, read_bank_file
+from memory_worker.storage.files import DataDirLock
 
+from .rawhttp import split_url
 from .served import ENV, START_TIMEOUT_S, serving
 
 _TIMES = ("created_at", "updated_at", "stated_at", "invalid_at", "last_accessed_at")
@@ -206,6 +211,15 @@ class TestForwarding:
         for bad in ("nope", "[]", '{"kind": "god"}', '{"kind": "agent", "via": 3}', "x" * 3000):
             with pytest.raises(InvalidInput):
                 decode_caller(bad, trusted=True, default=REST_CALLER)
+
+    @pytest.mark.parametrize(
+        "header", ["[" * 1024 + "]" * 1024, '{"kind": ' + "[" * 990 + "]" * 990 + "}"]
+    )
+    def test_a_caller_header_nested_too_deep_is_invalid_input(self, header: str) -> None:
+        """Within the header's 2048 bytes, nesting deep enough for the JSON decoder's recursion
+        limit was a `RecursionError`: a 500 `internal` (and a traceback) for any client."""
+        with pytest.raises(InvalidInput, match="Memory-Caller header is nested"):
+            decode_caller(header, trusted=False, default=REST_CALLER)
 
 
 class TestMovingRecords:
@@ -675,3 +689,65 @@ async def test_a_server_that_is_gone_is_sibling_unavailable_naming_it(tmp_path: 
             await door.call("memory::bank::list", {})
     assert failed.value.code == "sibling_unavailable"
     assert f"the server at {url} holds the data dir but cannot be reached" in str(failed.value)
+
+
+# --- the holder's URL is trusted only while it is the server's -----------------------------------
+
+
+def _squat(url: str) -> socket.socket | None:
+    """Another process taking the server's port (SO_REUSEADDR, as any server sets it): the
+    listening socket when it got it, else None."""
+    host, port = split_url(url)
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        squatter.bind((host, port))
+        squatter.listen()
+    except OSError:
+        squatter.close()
+        return None
+    return squatter
+
+
+def test_no_process_can_take_the_port_between_bind_and_serving() -> None:
+    """The lock's record names the URL as soon as the store is open, before the app serves:
+    a process that took the port meanwhile would get the calls (and the token) clients forward
+    there. A listening socket cannot be shared, a merely bound one can."""
+    sock = standalone._bind("127.0.0.1", 0)
+    try:
+        squatter = _squat(standalone._url(sock))
+        if squatter is not None:
+            squatter.close()
+        assert squatter is None, "another socket took the port the server is about to serve"
+    finally:
+        sock.close()
+
+
+async def test_a_stopping_server_stops_naming_its_url_before_it_closes_its_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between closing its listener and releasing the lock (in-flight requests, the banks'
+    last writes) the port is free for anyone while the record still said "forward here": a
+    CLI call or a hook then sent its payload and token to whoever took the port, and trusted
+    its answer. The record stops naming the URL first; a client waits for the lock instead."""
+    server = StandaloneServer(Settings(), tmp_path / "stopping", port=0)
+    url = await server.start()
+    assert server.service is not None and server._runner is not None
+    root = server.service.store.root
+    seen: dict[str, Any] = {}
+    cleanup = web.AppRunner.cleanup
+
+    async def closing_the_listener(runner: web.AppRunner) -> None:
+        seen["url"] = serving_url(root)  # what a client reads as the port is let go
+        await cleanup(runner)
+        squatter = _squat(url)
+        seen["squatted"] = squatter is not None
+        if squatter is not None:
+            squatter.close()
+        seen["holder"] = DataDirLock(root, {}).read_holder()
+
+    monkeypatch.setattr(web.AppRunner, "cleanup", closing_the_listener)
+    await server.close()
+    assert seen["squatted"]  # the port was free: only the record kept clients away
+    assert seen["url"] is None
+    assert seen["holder"].get("pid") == os.getpid()  # a refused client still names it

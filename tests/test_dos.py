@@ -15,6 +15,7 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -26,7 +27,7 @@ import structlog
 
 from memory_worker.adapters import agent_hooks, cli
 from memory_worker.adapters.standalone import StandaloneServer
-from memory_worker.app import catalog
+from memory_worker.app import catalog, wire
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.config import Settings, load_settings
@@ -246,6 +247,90 @@ async def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_closed(
     assert answer.startswith(b"HTTP/1.1 408")
     assert b'"request_timeout"' in answer
     assert tight.service is not None and tight.service.store.names() == []
+
+
+@pytest.mark.parametrize(
+    "path", ["/mcp", "/mcp/main", "/console/settings", "/console/events", "/console/settings/set"]
+)
+async def test_every_route_holds_a_slow_body_to_the_timeout(
+    tight: StandaloneServer, path: str
+) -> None:
+    """MCP's and the console's routes read their own bodies: a body that never arrives must
+    not hold the connection (and a slot under the cap) any longer than on `/memory/*`."""
+
+    def attack() -> bytes:
+        with _connect(tight) as sock:
+            sock.sendall(
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                + b"Content-Type: application/json\r\nAccept: application/json, text/event-stream"
+                b'\r\nContent-Length: 100\r\n\r\n{"values": '
+            )
+            return _read_all(sock)
+
+    answer = await asyncio.to_thread(attack)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"request_timeout"' in answer
+
+
+async def test_a_console_body_sent_in_two_pieces_is_read_whole(
+    tight: StandaloneServer,
+) -> None:
+    """A body that arrives in two TCP segments (a proxy, a slow link) is one body."""
+    body = b'{"values": {}}'
+
+    def send() -> bytes:
+        with _connect(tight) as sock:
+            sock.sendall(
+                b"POST /console/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                % len(body)
+                + body[:5]
+            )
+            time.sleep(0.1)  # the first piece is read on its own
+            sock.sendall(body[5:])
+            return _read_all(sock)
+
+    answer = await asyncio.to_thread(send)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[-300:]
+
+
+async def test_an_export_is_answered_without_holding_the_other_requests(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export's answer grows with the bank (every record of its log): built on the event
+    loop it held every other request for as long (a second per 50,000 records). Here building
+    it waits until another request has been answered meanwhile, which only works off the loop."""
+    server = StandaloneServer(Settings(), data_dir, port=0)
+    await server.start()
+    url = server.url or ""
+    started, answered = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+    real = wire.ExportResponse.to_wire
+
+    def slow_to_wire(self: wire.ExportResponse) -> dict[str, Any]:
+        started.set()
+        seen["others_answered_meanwhile"] = answered.wait(5)
+        return real(self)
+
+    monkeypatch.setattr(wire.ExportResponse, "to_wire", slow_to_wire)
+
+    def meanwhile() -> None:
+        assert started.wait(10)
+        if request(url, "GET", "/healthz").status == 200:
+            answered.set()
+
+    try:
+        save = {"text": "The user keeps bees"}
+        await asyncio.to_thread(request, url, "POST", "/memory/save", body=save, headers=JSON)
+        other = asyncio.create_task(asyncio.to_thread(meanwhile))
+        exported = await asyncio.to_thread(
+            request, url, "POST", "/memory/export", body={}, headers=JSON
+        )
+        await other
+    finally:
+        await server.close()
+    assert exported.status == 200 and len(exported.json()["records"]) == 1
+    assert seen["others_answered_meanwhile"]
 
 
 async def test_connections_past_the_cap_are_answered_503_and_the_server_recovers(

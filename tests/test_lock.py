@@ -94,6 +94,31 @@ def test_second_process_is_refused_at_once_and_told_who_holds_the_dir(
     assert not (data / "main").exists()  # nothing was written
 
 
+def test_a_call_made_while_a_server_stops_waits_for_it_then_runs_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stopping server has taken its URL out of the lock's record (its port is no longer its
+    own to forward to) but still holds the lock while it finishes: a CLI call waits for it, as
+    for a short CLI holder, instead of being refused, and then opens the data dir itself."""
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setattr(cli, "CLI_LOCK_WAIT_S", 60.0)
+    lock = DataDirLock(data, SERVER)
+    lock.acquire()
+    lock.rewrite_holder({**SERVER, "kind": files.STOPPING})
+    release = threading.Timer(0.5, lock.release)  # the server's last writes, then its exit
+    release.start()
+    try:
+        code = cli.main(
+            ["trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data)]
+        )
+    finally:
+        release.join()
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["memory"]["text"] == "The user likes tea"
+
+
 def test_a_call_queued_behind_a_short_cli_holder_succeeds_once_it_releases(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 
+from .rawhttp import split_url
 from .served import ENV, cli, serving
 
 AGENT_SET = {
@@ -250,3 +252,33 @@ async def test_stopping_the_server_is_not_held_by_a_clients_get_stream(tmp_path:
             assert (await stream.json())["error"]["code"] == "method_not_allowed"
     finally:
         await asyncio.wait_for(server.close(), 15)  # half the 30 s shutdown timeout: told apart
+
+
+async def test_a_header_that_is_not_latin_1_is_passed_to_mcp_as_sent(tmp_path: Path) -> None:
+    """Header values reach the SDK as the bytes that were sent: a UTF-8 `User-Agent` (a client
+    named in any script) or bytes that are not UTF-8 were a 500 `internal`, with a traceback in
+    the log, on every request (they were re-encoded as Latin-1)."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+
+    def exchange(agent: bytes) -> bytes:
+        host, port = split_url(url)
+        with socket.create_connection((host, port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Accept: application/json, text/event-stream\r\nConnection: close\r\n"
+                b"User-Agent: " + agent + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            return answer
+
+    try:
+        for agent in ("Claude Code café".encode(), "клиент €".encode(), b"\xff\xfe"):
+            answer = await asyncio.to_thread(exchange, agent)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[-200:]
+            assert b'"tools"' in answer
+    finally:
+        await server.close()

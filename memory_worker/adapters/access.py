@@ -192,8 +192,10 @@ def _token_refusal(
             f"dir's {TOKEN_FILE} file",
         )
     scheme, _, given = authorization.strip().partition(" ")
+    # `replace`: a header of bytes that are not UTF-8 reaches us with surrogates, and a token
+    # is plain ASCII, so what cannot be encoded can only be wrong (never a 500).
     valid = scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), policy.token.encode()
+        given.strip().encode("utf-8", "replace"), policy.token.encode()
     )
     if valid:
         return None
@@ -207,7 +209,10 @@ def _media_type(content_type: str) -> str:
 
 
 def _same_origin(origin: str, host: str) -> bool:
-    parts = urlsplit(origin.strip())
+    try:
+        parts = urlsplit(origin.strip())
+    except ValueError:  # `http://[::1`: not a URL, so not ours
+        return False
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return False  # `null` (a sandboxed page, a file://) included
     return parts.netloc.lower() == host.strip().lower()

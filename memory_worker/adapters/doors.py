@@ -289,6 +289,8 @@ def decode_caller(header: str | None, *, trusted: bool, default: Caller) -> Call
         fields = json.loads(header)
     except ValueError:
         raise InvalidInput(f"{CALLER_HEADER} header is not JSON") from None
+    except RecursionError:  # 2048 bytes are enough to reach the decoder's recursion limit
+        raise InvalidInput(f"{CALLER_HEADER} header is nested too deep") from None
     if not isinstance(fields, dict):
         raise InvalidInput(f"{CALLER_HEADER} header must be a JSON object")
     try:

@@ -359,8 +359,11 @@ async def _asgi(app: Any, request: web.Request, state: dict[str, Any]) -> web.St
         "raw_path": request.raw_path.split("?", 1)[0].encode(),
         "query_string": request.query_string.encode(),
         "root_path": "",
+        # The bytes that were sent: aiohttp decodes a header as UTF-8 with surrogateescape, so
+        # that is its inverse (Latin-1 failed, a 500, on any other character).
         "headers": [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()
+            (k.lower().encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+            for k, v in request.headers.items()
         ],
         "client": request.transport.get_extra_info("peername") if request.transport else None,
         "server": None,

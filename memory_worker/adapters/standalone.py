@@ -11,12 +11,14 @@ A call forwarded by another door (the CLI, `memory-worker mcp`, a hook: `adapter
 who it speaks for in its `Memory-Caller` header; `doors.decode_caller` decides what is believed.
 
 Lifecycle, explicit rather than hidden in `web.run_app`:
-- `start()` binds the socket first (so the real port is known), then opens the store with a lock
-  holder naming this server's URL, then listens. No request can reach a half-opened server, and a
-  refused command (`trigger`, a second `serve`) can name the URL to use instead.
+- `start()` binds the socket first (so the real port is known; listening, so no other process
+  can take the port), then opens the store with a lock holder naming this server's URL, then
+  accepts. No request can reach a half-opened server (it waits in the backlog), and a refused
+  command (`trigger`, a second `serve`) can name the URL to use instead.
 - `wait()` returns once `stop()` is called (the `serve()` driver wires SIGTERM and SIGINT to it).
-- `close()` stops accepting, lets in-flight requests finish (up to `SHUTDOWN_TIMEOUT_S`, then
-  cancels them), drains the banks' pending writes and closes the store, releasing the lock.
+- `close()` drops the URL from the lock's holder record, stops accepting, lets in-flight requests
+  finish (up to `SHUTDOWN_TIMEOUT_S`, then cancels them), drains the banks' pending writes and
+  closes the store, releasing the lock.
 
 A bug never reaches the client as a traceback: it is logged with one (under an incident id) and
 answered 500 `internal`.
@@ -79,6 +81,7 @@ from memory_worker.core.config import Settings, resolve_data_dir
 from memory_worker.core.errors import HTTP_STATUS, Conflict, Forbidden, InvalidInput, WorkerError
 from memory_worker.core.payload import MAX_VALUES, loads
 from memory_worker.harness.capture import CaptureRunner
+from memory_worker.storage import files
 from memory_worker.storage.capture import CaptureQueue
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
@@ -219,14 +222,31 @@ async def _gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-async def _payload(request: web.Request, *, max_values: int | None = MAX_VALUES) -> object:
+@web.middleware
+async def _body(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every body read whole, within `BODY_TIMEOUT_S`, before any handler runs: the routes that
+    read their own (`/mcp`, the console's) would otherwise wait for a slow body as long as its
+    client likes, holding a connection under the cap, and the console read only what had
+    arrived. Handlers then get it from `request.read()` at once."""
+    if request.method in ("GET", "HEAD") or not request.body_exists:
+        return await handler(request)
+    timeout_s = request.app[_BODY_TIMEOUT_KEY]
     try:
-        async with asyncio.timeout(request.app[_BODY_TIMEOUT_KEY]):
-            raw = await request.read()
+        async with asyncio.timeout(timeout_s):
+            await request.read()
     except TimeoutError:
         raise web.HTTPRequestTimeout(
-            reason=f"the request body did not arrive within {request.app[_BODY_TIMEOUT_KEY]:g} s"
+            reason=f"the request body did not arrive within {timeout_s:g} s"
         ) from None
+    except ConnectionError:  # the client left mid-body: nobody to answer, nothing to log
+        response = _error(400, "invalid_input", "the connection closed before the body arrived")
+        response.force_close()
+        return response
+    return await handler(request)
+
+
+async def _payload(request: web.Request, *, max_values: int | None = MAX_VALUES) -> object:
+    raw = await request.read()  # already read whole, within the body timeout (`_body`)
     if not raw.strip():
         return {}
     # Bounded by MAX_BODY_BYTES, and by payload.MAX_VALUES here or by the call (`max_values`).
@@ -242,13 +262,28 @@ def _caller(request: web.Request) -> Caller:
     return decode_caller(request.headers.get(CALLER_HEADER), trusted=trusted, default=REST_CALLER)
 
 
+# Answers that grow with the bank rather than with a page size (an export is every record of the
+# log): built and encoded off the loop, where a large bank's held every other request for as long
+# (a second per 50,000 records). Their records are read from the file, shared with nothing else.
+_OFF_LOOP_ANSWERS = frozenset({"memory::export"})
+
+
+def _encoded(response: Any) -> bytes:
+    return _dumps(response.to_wire()).encode("utf-8")
+
+
 def _function_handler(spec: catalog.FunctionSpec) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         caller = _caller(request)
         # The values are counted by `catalog.request_of`, with the function's own budget.
         body = await _payload(request, max_values=None)
         payload = catalog.with_confirm(spec, body, request.headers.get(catalog.CONFIRM_HEADER))
-        result = await catalog.call(request.app[_SERVICE_KEY], spec.id, payload, caller)
+        service = request.app[_SERVICE_KEY]
+        if spec.id in _OFF_LOOP_ANSWERS:
+            response = await catalog.respond(service, spec.id, payload, caller)
+            encoded = await asyncio.to_thread(_encoded, response)
+            return web.Response(body=encoded, content_type="application/json", charset="utf-8")
+        result = await catalog.call(service, spec.id, payload, caller)
         return web.json_response(result, dumps=_dumps)
 
     return handle
@@ -303,7 +338,7 @@ def build_app(
     if policy is None:
         fixed = access.Policy.build(secrets.token_urlsafe(32), DEFAULT_HOST, DEFAULT_HOST)
         policy = lambda: fixed  # noqa: E731 - a constant policy
-    app = web.Application(middlewares=[_errors, _gate], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[_errors, _gate, _body], client_max_size=MAX_BODY_BYTES)
     app[_SERVICE_KEY] = service
     app[_POLICY_KEY] = _PolicySource(policy)
     app[_BODY_TIMEOUT_KEY] = body_timeout_s
@@ -323,7 +358,10 @@ def build_app(
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    """A bound, not yet listening socket: the port is known before the store's lock is taken."""
+    """A listening socket, not yet accepting: the port is known before the store's lock is
+    taken. Listening at once, since the lock's record names this URL from then on and a socket
+    that is only bound can be bound again by another process (SO_REUSEADDR), which would get
+    the calls clients forward here (connections wait in the backlog until the app serves)."""
     if not 0 <= port <= 65535:
         raise InvalidInput(f"--port must be between 0 and 65535, got {port}")
     try:
@@ -336,6 +374,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart during TIME_WAIT
         sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
     except OSError as exc:
         sock.close()
         reason = exc.strerror or str(exc)
@@ -609,6 +648,21 @@ class StandaloneServer:
             await watcher.start()
             self._watchers.append(watcher)
 
+    async def _stop_naming_url(self) -> None:
+        """The lock's record stops naming this URL before the port is let go: until the store
+        closes (in-flight requests, the banks' last writes) the lock is still held, and a client
+        reading the URL would forward its call and token to whatever took the port meanwhile.
+        A client waits for the lock instead (`files.STOPPING`)."""
+        service = self.service
+        if service is None:
+            return
+        holder: dict[str, object] = {**self._holder(), "kind": files.STOPPING}
+        holder.pop("url", None)
+        try:
+            await asyncio.to_thread(service.store.rewrite_holder, holder)
+        except WorkerError as err:
+            log.warning("holder_not_rewritten", error=str(err))
+
     def stop(self, reason: str = "stop requested") -> None:
         if self._stopping.is_set():
             log.info("already_stopping", reason=reason)
@@ -639,6 +693,7 @@ class StandaloneServer:
             self._site = None
         runner, self._runner = self._runner, None
         if runner is not None:
+            await self._stop_naming_url()
             await runner.cleanup()
         mcp, self._mcp = self._mcp, None
         if mcp is not None:

@@ -38,6 +38,7 @@ from memory_worker.core.errors import Conflict, StorageError
 
 __all__ = [
     "MAX_OPEN_APPENDERS",
+    "STOPPING",
     "AppendLog",
     "DataDirLock",
     "UnsyncedAppender",
@@ -689,6 +690,9 @@ def _identity(info: os.stat_result) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
+STOPPING = "stopping"  # a holder's kind once it is closing: waited for, like a CLI call
+
+
 class DataDirLock:
     """One writer per data dir: an exclusive `flock` on the data dir itself (a deleted or replaced
     `.lock` cannot fool it) and on `<root>/.lock` (what versions before it lock), which also
@@ -757,8 +761,9 @@ class DataDirLock:
                 if seen:
                     deadline = time.monotonic() + wait_s
                 seen = holder
-            # An empty record is a holder still writing its name (or just releasing): wait.
-            short_lived = not holder or holder.get("kind") == "cli"
+            # An empty record is a holder still writing its name (or just releasing): wait. So
+            # is a server that is stopping (it no longer names a URL to forward to).
+            short_lived = not holder or holder.get("kind") in ("cli", STOPPING)
             if short_lived and time.monotonic() < deadline:
                 time.sleep(_LOCK_POLL_S)
                 continue
@@ -782,6 +787,20 @@ class DataDirLock:
                 )
         if self._lost is not None:
             raise StorageError(self._lost)
+
+    def rewrite_holder(self, holder: dict[str, object]) -> None:
+        """Replace the record of who holds the lock, still holding it (a server that stops
+        naming its URL before it lets its port go). Nothing when the lock is not this process's
+        any more. Raises `StorageError`."""
+        if self._fd is None or self._lost is not None:
+            return
+        record = json.dumps(holder).encode()
+        try:
+            os.pwrite(self._fd, record, 0)  # as at acquire: never seen empty
+            os.ftruncate(self._fd, len(record))
+        except OSError as exc:
+            raise _storage("write", self.path, exc) from exc
+        self.holder = holder
 
     def read_holder(self) -> dict[str, object]:
         try:

@@ -324,6 +324,10 @@ class Store:
             raise StorageError(f"bank {name} could not be loaded: {self.broken[name]}")
         raise BankNotFound(name)
 
+    def rewrite_holder(self, holder: dict[str, object]) -> None:
+        """Replace the lock's holder record (blocking; `StorageError`)."""
+        self._lock.rewrite_holder(holder)
+
     def verify_lock(self) -> None:
         """Raise `StorageError` when this process no longer holds the data dir's lock."""
         self._lock.verify()

@@ -91,7 +91,9 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
         raise web.HTTPForbidden(reason=f"cross-origin console call from {origin} refused")
     if request.content_type != "application/json":
         raise web.HTTPUnsupportedMediaType(reason="console calls must be application/json")
-    raw = await request.content.read(_MAX_BODY_BYTES + 1)
+    # Whole (the server read it within its body timeout); `content.read(n)` returned only what
+    # had arrived, so a body in two TCP segments was read as broken JSON.
+    raw = await request.read()
     if len(raw) > _MAX_BODY_BYTES:
         raise InvalidInput("request body is too large")
     if not raw.strip():
