@@ -21,7 +21,7 @@ import pytest
 
 from memory_worker.adapters.consolidate.cli import FileSettings
 from memory_worker.adapters.consolidate.clients import FileState, HttpClient
-from memory_worker.core.errors import Conflict, MemoryNotFound, SiblingUnavailable, StorageError
+from memory_worker.core.errors import Conflict, MemoryNotFound, SiblingUnavailable
 
 from .processes import read_line
 from .test_cli import cli_env, run_cli
@@ -185,9 +185,22 @@ class TestFiles:
         assert await state.get("s", "k") is None
         await asyncio.gather(state.set("s", "a", {"ms": 1}), state.set("s", "b", 2))
         assert (await state.get("s", "a"), await state.get("s", "b")) == ({"ms": 1}, 2)
-        (tmp_path / "deep" / "state.json").write_text("{not json")
-        with pytest.raises(StorageError, match="not JSON"):
-            await state.get("s", "a")
+
+    async def test_a_damaged_state_file_is_set_aside_and_the_schedule_goes_on(
+        self, tmp_path: Path
+    ) -> None:
+        """A state file that no longer reads as JSON (a hand edit, a damaged disk) used to fail
+        every read and write: each tick said `last_run unreadable` and no pass ever ran again.
+        It is kept beside, named, and the state starts over (the next pass is simply due)."""
+        path = tmp_path / "state.json"
+        state = FileState(path)
+        await state.set("s", "a", {"ms": 1})
+        path.write_text("{not json")
+        assert await state.get("s", "a") is None
+        [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("state.json.damaged-")]
+        assert aside.read_text() == "{not json"
+        await state.set("s", "a", {"ms": 2})
+        assert await state.get("s", "a") == {"ms": 2}
 
     def test_settings_file_unreadable_at_first_is_inert_then_a_later_bad_edit_keeps_the_last(
         self, tmp_path: Path

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,8 +28,11 @@ from memory_worker.app.service import MemoryService
 from memory_worker.consolidate.ports import error_from
 from memory_worker.core.errors import SiblingUnavailable, StorageError
 from memory_worker.storage import files
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["CONSOLIDATE", "DEFAULT_TIMEOUT_S", "FileState", "HttpClient", "InProcessClient"]
+
+log = get_logger(__name__)
 
 DEFAULT_TIMEOUT_S = 15.0  # one memory call; a pass is many short calls, never one long one
 
@@ -114,8 +119,22 @@ class FileState:
         try:
             value = json.loads(raw) if raw.strip() else {}
         except ValueError as exc:
-            raise StorageError(f"{self.path} is not JSON: {exc}") from None
+            self._set_aside(str(exc))
+            return {}
         return value if isinstance(value, dict) else {}
+
+    def _set_aside(self, why: str) -> None:
+        """Keep a damaged file beside, named, and start over: failing every read instead stopped
+        the schedule for good (each tick `last_run unreadable`). What is lost is a checkpoint and
+        the last reports, so the next pass is simply due."""
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.time_ns() // 1_000_000}")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:
+            return  # another read set it aside first
+        except OSError as exc:
+            raise StorageError(f"{self.path} is not JSON and cannot be set aside: {exc}") from None
+        log.warning("consolidate_state_damaged", file=str(self.path), kept=str(aside), error=why)
 
     async def get(self, scope: str, key: str) -> Any:
         data = await asyncio.to_thread(self._read)
