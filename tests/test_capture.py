@@ -107,6 +107,12 @@ class TestTranscripts:
         assert entries[0]["timestamp"] == 1796032800000
         assert len(read_transcript(path, limit=2)) == 2
 
+    def test_a_line_nested_too_deep_is_skipped_like_a_torn_one(self, tmp_path: Path) -> None:
+        path = write_transcript(tmp_path / "t.jsonl", turn(1, "figs"))
+        with path.open("a") as handle:
+            handle.write("[" * 100_000 + "\n")  # RecursionError, not ValueError, when decoded
+        assert [e["entry_id"] for e in read_transcript(path, limit=50)] == ["u1", "a1"]
+
     def test_a_secret_across_the_cut_of_a_long_message_is_redacted_not_sent_in_part(
         self, tmp_path: Path
     ) -> None:

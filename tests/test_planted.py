@@ -278,3 +278,24 @@ async def test_the_lock_is_on_the_directory_itself(data_dir: Path) -> None:
     again = files.DataDirLock(data_dir, HOLDER)
     again.acquire()  # released by close(): free again
     again.release()
+
+
+@pytest.mark.parametrize(
+    "name", ["memories.jsonl", "access.jsonl", "vectors.jsonl", ".counts.json"]
+)
+async def test_a_line_nested_past_the_json_decoders_limit_is_damage_not_a_broken_bank(
+    data_dir: Path, name: str
+) -> None:
+    """`json.loads` raises RecursionError, not ValueError, on a line nested too deep: planted in
+    a derived file (access counts, vectors, counts) it made the whole bank unloadable."""
+    await _seeded(data_dir)
+    deep = b"[" * 100_000 + b"\n"
+    with (data_dir / "main" / name).open("ab") as handle:
+        handle.write(deep)
+    service = _open(data_dir)
+    try:
+        found = await catalog.call(service, "memory::recall", {"query": "green tea"})
+        assert [m["memory"]["text"] for m in found["memories"]] == ["The user drinks green tea"]
+        assert service.store.broken == {}
+    finally:
+        await service.store.close()

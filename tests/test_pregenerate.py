@@ -756,6 +756,20 @@ def test_step_calls_reads_function_calls_in_order_and_stops_at_the_user() -> Non
     assert step_calls(window) == [("b", {"path": "x"}), ("c", {"p": 1}), ("d", {})]
 
 
+def test_a_call_whose_arguments_nest_too_deep_is_skipped_not_the_steps_others() -> None:
+    """`json.loads` raises RecursionError, not ValueError, past its nesting limit: the hook
+    failed open and the step lost its lessons and memories for one bad call."""
+    window = [
+        user_message("q", 1),
+        {
+            "role": "assistant",
+            "content": [{"type": "toolCall", "name": "x", "arguments": "[" * 100_000}],
+        },
+        tool_call("b", path="x"),
+    ]
+    assert step_calls(window) == [("b", {"path": "x"})]
+
+
 class Chat:
     """session::messages over a list (one page)."""
 

@@ -217,7 +217,7 @@ class RemoteDoor:
             ) from None
         try:
             answer = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             answer = None
         if status >= 400:
             raise _error_of(status, answer, self.url)

@@ -96,7 +96,7 @@ def _mem0(path: Path) -> Foreign:
         )
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read {path}: {exc}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"{path} is not JSON: {exc}") from None
     items = document
     if isinstance(document, dict):

@@ -152,7 +152,7 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
             continue
         try:
             decoded = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # torn, or nested past the decoder's limit
             continue
         if before is None and isinstance(decoded, dict) and decoded.get("type") == "response_item":
             before = _lines_before(path, start)

@@ -79,7 +79,7 @@ def _object(reply: str) -> dict[str, Any]:
         raise ValueError("the reply holds no JSON object")
     try:
         value = json.loads(reply[start : end + 1])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"the reply is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ValueError("the reply is not a JSON object")

@@ -96,7 +96,7 @@ def _call_of(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     if isinstance(arguments, str):  # some providers pass the arguments as JSON text
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # past the decoder's nesting limit: not a call
             return None
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return None

@@ -74,7 +74,7 @@ class AccessStats:
                 row = json.loads(line)
                 at, ids = int(row["at"]), row["ids"]
                 counts = row.get("n")
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
             if not isinstance(ids, list):
                 continue
@@ -153,7 +153,7 @@ class AccessStats:
         for _, line, _ in files.iter_lines(self.path, within=self.within):
             try:
                 ids = json.loads(line).get("ids")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 continue
             if isinstance(ids, list):
                 found.update(i for i in ids if isinstance(i, str))

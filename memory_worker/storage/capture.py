@@ -187,7 +187,7 @@ def _replay(path: Path) -> _State:
         try:
             record = json.loads(raw)
             _apply(state, record)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             state.skipped_lines += 1  # a torn or damaged line: that step did not happen
     if state.skipped_lines:
         log.warning("capture_queue_lines_skipped", path=str(path), lines=state.skipped_lines)

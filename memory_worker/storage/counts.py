@@ -74,7 +74,7 @@ def read_counts(folder: Path, log: Path) -> Counts | None:
             numbers = (live, pinned, subjects)
             if all(type(n) is int for n in numbers) and 0 <= pinned <= live and subjects >= 0:
                 return Counts(live, pinned, subjects)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass  # derived data: anything wrong with it means "replay instead"
     return None
 

@@ -86,7 +86,7 @@ class FileDeliveries:
             return {}
         try:
             raw = json.loads(files.read_text(path))
-        except ValueError:
+        except (ValueError, RecursionError):
             # A damaged file (a hand edit, a disk fault) costs re-delivery, never the call.
             log.warning("deliveries_unreadable", path=str(path))
             return {}

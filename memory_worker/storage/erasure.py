@@ -89,7 +89,7 @@ def pending(bank_path: Path) -> list[str]:
         return []
     try:
         data = json.loads(files.read_text(path, within=bank_path.parent))
-    except ValueError:
+    except (ValueError, RecursionError):
         return []  # a torn intent was never durable: the erasure had not started
     subjects = data.get("subjects") if isinstance(data, dict) else None
     return [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
@@ -145,7 +145,7 @@ def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> N
             row = json.loads(line)
             # A lane vector's id is `<memory id>#<lane>`: it goes with its memory.
             keep = isinstance(row, dict) and str(row.get("id")).split("#")[0] not in ids
-        except ValueError:
+        except (ValueError, RecursionError):
             keep = False
         if keep:
             kept.append(line.rstrip(b"\n") + b"\n")

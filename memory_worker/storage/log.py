@@ -276,7 +276,9 @@ def winning_spans(data: bytes, start_at: int = 0) -> dict[str, tuple[int, int, i
             start = offset + len(raw) - len(raw.lstrip())
             try:
                 doc = json.loads(line)
-            except ValueError:  # UnicodeDecodeError and JSONDecodeError included
+            # UnicodeDecodeError and JSONDecodeError included; RecursionError: nested past the
+            # decoder's limit (a damaged line, never one of ours)
+            except (ValueError, RecursionError):
                 return None
             memory_id, revision = _id_and_revision(doc)
             if memory_id is None or revision is None:
@@ -292,7 +294,7 @@ def revision_at(data: bytes, start: int, end: int) -> int | None:
     """The revision of the record line `data[start:end]`; None when it does not read as one."""
     try:
         return _id_and_revision(json.loads(data[start:end]))[1]
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -61,7 +61,7 @@ def _decode(line: bytes) -> VectorRecord | None:
             text_hash=str(row["text_hash"]),
             vector=vector.tolist(),
         )
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
         return None
 
 
