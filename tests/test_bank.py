@@ -305,6 +305,21 @@ class TestReplay:
         assert [r.content for r in bank.rules()] == ["Be brief."]
         assert [d.file for d in bank.damage] == ["rules/.style.md.tmp"]
 
+    def test_a_rule_file_whose_name_is_not_utf8_is_reported_not_served(
+        self, tmp_path: Path
+    ) -> None:
+        # `régles.md` saved in Latin-1: its name would reach every answer and every system prompt
+        # as a lone surrogate, which no JSON reader on the other side accepts (and no write takes).
+        folder = tmp_path / "main"
+        (folder / "rules").mkdir(parents=True)
+        (folder / "rules" / "style.md").write_text("Be brief.")
+        (Path(os.fsdecode(os.fsencode(folder / "rules") + b"/r\xe9gles.md"))).write_text("Hi.")
+        bank = Bank.load("main", folder)
+        assert [r.name for r in bank.rules()] == ["style"]
+        assert [d.file for d in bank.damage] == ["rules/r\\xe9gles.md"]
+        assert all(d.describe().encode("utf-8") for d in bank.damage)
+        assert not bank.disk_changed()
+
 
 class TestStore:
     def test_unwritable_data_dir_is_fatal_with_a_clear_message(self, tmp_path: Path) -> None:

@@ -210,6 +210,26 @@ class TestForget:
         assert out["trash_copies"] == 1 and _grep(data_dir, "locker") == []
         assert _grep(data_dir, trashed_id) == []  # an id is a fingerprint of its text
 
+    async def test_another_banks_trashed_copy_is_not_taken_for_one_of_this_bank(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        # Bank `main-1234567890` trashed is `.trash/main-1234567890-<ms>`, which begins like a
+        # trashed copy of `main`: erasing Ana from `main` must leave that other bank's copy alone.
+        other = "main-1234567890"
+        await call(service, "memory::bank::create", name=other, subject_scoping=True)
+        await call(service, "memory::save", bank=other, text=ANA_TEXTS[0], subject="ana")
+        await call(service, "memory::bank::delete", name=other)
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana")
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert out["trash_copies"] == 0
+        assert _grep(data_dir / ".trash", "flowerpot")
+        await service.store.reload()  # the trash read again: which bank each copy is of
+        assert service.store.was_deleted(other)
+        await call(service, "memory::bank::delete", name="main")
+        await service.store.reload()
+        assert service.store.was_deleted("main")
+
     async def test_an_interrupted_erasure_is_finished_by_the_next_load(
         self, service: MemoryService, store: Store, data_dir: Path
     ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import shutil
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -593,3 +594,30 @@ class TestReplayDuringAReload:
             assert [bank for bank in closed if bank.name == "bravo"] == [served]
 
         asyncio.run(scenario())
+
+
+def test_a_bank_folder_removed_before_its_first_replay_is_no_bank(tmp_path: Path) -> None:
+    # A lazy store (every server until its background replay is done, every one-shot command)
+    # lists the folders at open; one removed by hand after that is gone, not an empty bank into
+    # which every write fails, and a save makes it again.
+    seed(tmp_path, {"alpha": ["one fact"], "beta": ["a note"], "gamma": ["more"]})
+
+    async def work() -> Any:
+        store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+        service = MemoryService(store, Settings())
+        try:
+            for folder in ("alpha", "beta", "gamma"):
+                shutil.rmtree(tmp_path / folder)
+            assert await store.reload_bank("gamma") == "removed"  # the watcher's question
+            banks = await call(service, "memory::bank::list", {}, HUMAN)
+            assert banks["banks"] == []
+            payload = {"bank": "alpha", "text": "a new fact"}
+            saved = await call(service, "memory::save", payload, HUMAN)
+            assert saved["created"] is True
+            return await call(service, "memory::bank::list", {}, HUMAN)
+        finally:
+            await service.close()
+            await store.close()
+
+    banks = asyncio.run(work())["banks"]
+    assert [(b["name"], b["memories"]) for b in banks] == [("alpha", 1)]

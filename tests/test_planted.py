@@ -299,3 +299,87 @@ async def test_a_line_nested_past_the_json_decoders_limit_is_damage_not_a_broken
         assert service.store.broken == {}
     finally:
         await service.store.close()
+
+
+# A named pipe planted where a file of the bank belongs: opening it for reading would wait for a
+# writer for good (the boot, a call naming the bank, or the close hung). Each is refused instead:
+# the log's makes the bank unavailable (as a folder there would), a derived file's is rebuilt.
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "memories.jsonl",
+        "bank.yaml",
+        "vectors.jsonl",
+        "lane-vectors.jsonl",
+        "access.jsonl",
+        ".counts.json",
+    ],
+)
+async def test_a_named_pipe_where_a_bank_file_belongs_never_hangs_the_worker(
+    data_dir: Path, name: str
+) -> None:
+    await _seeded(data_dir)
+    path = data_dir / "main" / name
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+    service = _open(data_dir)
+    try:
+        listed = await _call(service, "memory::list", {})
+        if name == "memories.jsonl":
+            assert isinstance(listed, StorageError) and "not a regular file" in listed.message
+        else:
+            assert isinstance(listed, dict) and listed["total"] == 1
+            doctor = await catalog.call(service, "memory::doctor", {})
+            assert doctor["checks"][0]["ok"]
+    finally:
+        await service.store.close()
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+async def test_a_lane_vector_sidecar_that_is_not_a_file_does_not_take_the_bank_offline(
+    data_dir: Path, outside: Path, kind: str
+) -> None:
+    # Derived data, like vectors.jsonl: reported and rebuilt, never the bank unavailable.
+    await _seeded(data_dir)
+    path = data_dir / "main" / "lane-vectors.jsonl"
+    if kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(outside / "victim.txt")
+    service = _open(data_dir)
+    try:
+        listed = await catalog.call(service, "memory::list", {})
+        assert listed["total"] == 1
+        doctor = await catalog.call(service, "memory::doctor", {})
+        intact = next(c for c in doctor["checks"] if c["name"] == "files-intact")
+        assert "lane-vectors.jsonl" in intact["detail"]
+    finally:
+        await service.store.close()
+    _untouched(outside)
+
+
+async def test_a_bank_that_failed_to_load_can_still_be_deleted_to_the_trash(
+    data_dir: Path,
+) -> None:
+    # A folder where its log belongs: the bank is unavailable (doctor says so), and deleting it
+    # (to `.trash`, recoverable) is the way out short of a repair by hand.
+    await _seeded(data_dir)
+    log = data_dir / "main" / "memories.jsonl"
+    log.unlink()
+    log.mkdir()
+    service = _open(data_dir)
+    try:
+        assert isinstance(await _call(service, "memory::list", {}), StorageError)
+        deleted = await catalog.call(service, "memory::bank::delete", {"name": "main"})
+        trashed = Path(str(deleted["trashed_to"]))
+        assert trashed.parent == (data_dir / ".trash").resolve()
+        assert (trashed / "memories.jsonl").is_dir() and (trashed / "rules" / "style.md").is_file()
+        assert not (data_dir / "main").exists()
+        doctor = await catalog.call(service, "memory::doctor", {})
+        assert next(c for c in doctor["checks"] if c["name"] == "banks-loaded")["ok"]
+        created = await catalog.call(service, "memory::bank::create", {"name": "main"})
+        assert created["created"] is True and created["bank"]["memories"] == 0
+    finally:
+        await service.store.close()

@@ -177,6 +177,31 @@ def test_a_log_edited_behind_the_snapshot_is_indexed_from_the_log(
     assert found and found[0] == line["id"]
 
 
+def test_a_log_edited_in_place_then_saved_to_leaves_no_stale_snapshot(
+    tmp_path: Path, snapshot_uses: list[bool]
+) -> None:
+    # Same-size bytes changed in place, then a save before the watcher looked: the fsync's stamp
+    # has the size of everything the bank appended, yet close must not write RAM's terms (which
+    # lack the edit) for the edited log.
+    seed(tmp_path)
+    log = tmp_path / "b" / MEMORIES_FILE
+
+    async def work(service: MemoryService) -> None:
+        await call(service, "memory::list", {"bank": "b"}, HUMAN)
+        data, before = log.read_bytes(), log.stat()
+        with log.open("r+b") as handle:
+            handle.seek(data.index(b"Lisbon"))
+            handle.write(b"Zurich")
+        # Later than the worker's last write, as a person's edit is (the file clock is coarse).
+        os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns + 10_000_000))
+        await call(service, "memory::save", {"bank": "b", "text": "Carla paints murals"}, HUMAN)
+
+    session(tmp_path, work)
+
+    assert answers_for(tmp_path, "Zurich")
+    assert answers_for(tmp_path, "Zurich")  # and from the snapshot that boot left
+
+
 def answers_for(data_dir: Path, query: str) -> list[str]:
     async def work(service: MemoryService) -> list[str]:
         found = await call(service, "memory::recall", {"bank": "b", "query": query}, HUMAN)

@@ -186,6 +186,28 @@ class TestDiskChanged:
         await bank.commit([_memory("The user likes cocoa")])  # appends to the new file
         assert bank.disk_changed()
 
+    async def test_an_in_place_edit_of_the_same_size_before_the_banks_next_write_is_caught(
+        self, bank: Bank
+    ) -> None:
+        # A save before the watcher's debounce ends: the stamp after its fsync has the size of
+        # everything the bank appended, so the edit must be noticed before the bank writes.
+        _edit_in_place(bank.path / "memories.jsonl", b"likes tea", b"likes rum")
+        await bank.commit([_memory("The user likes cocoa")])
+        assert bank.disk_changed()
+
+
+def _edit_in_place(path: Path, old: bytes, new: bytes) -> None:
+    """Overwrite `old` with `new` (the same size) inside the file itself, as `dd conv=notrunc`
+    or an editor writing in place does, a little later than the file's last write (its clock
+    ticks coarsely: an edit within the same tick would leave no trace in its stat)."""
+    assert len(old) == len(new)
+    data = path.read_bytes()
+    before = path.stat()
+    with path.open("r+b") as handle:
+        handle.seek(data.index(old))
+        handle.write(new)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10_000_000))
+
 
 # --- Store.reload_bank -------------------------------------------------------------------------
 

@@ -683,11 +683,11 @@ class Bank:
     def _load_vectors(self) -> None:
         try:
             records, skipped = load_vectors(self.path / VECTORS_FILE, within=self.root)
-        except StorageError as exc:  # a planted link: derived data, so rebuilt without it
+        except StorageError as exc:  # a planted link or pipe: derived data, so rebuilt without it
             if files.is_transient(exc):
                 raise
             self.damage.append(Damage(VECTORS_FILE, f"{exc.message}; re-embedded"))
-            return
+            records, skipped = {}, 0
         if skipped:
             self.damage.append(
                 Damage(
@@ -702,7 +702,14 @@ class Bank:
             )
             if current and self.index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model
-        if skipped := self.lane_vectors.load(self.lanes, self._memories):
+        try:
+            skipped = self.lane_vectors.load(self.lanes, self._memories)
+        except StorageError as exc:  # the same for the lanes': never the bank offline for it
+            if files.is_transient(exc):
+                raise
+            self.damage.append(Damage(LANE_VECTORS_FILE, f"{exc.message}; lanes re-embedded"))
+            skipped = self.lane_vectors.load(self.lanes, self._memories, read=False)
+        if skipped:
             self.damage.append(
                 Damage(
                     LANE_VECTORS_FILE,
@@ -982,7 +989,14 @@ class Bank:
         if self._rewriting is not None:
             self._held.append(pending)
         else:
-            self._log.write(data)
+            if not self._queue:
+                self._notice_change_behind_us()
+            try:
+                self._log.write(data)
+            except StorageError:
+                if not self._queue:
+                    self._stamp_own_write()  # cut back: the log is as we last stamped it again
+                raise
             self._queue.append(pending)
             self._start_flusher()
         pending.future.add_done_callback(_consume_exception)
@@ -1093,6 +1107,8 @@ class Bank:
         except StorageError as cut:
             self._broken = cut.message
             log.error("bank_write_disabled", bank=self.name, error=str(cut))
+        else:
+            self._stamp_own_write()  # cut back to our last durable line: no change behind us
         failed, self._queue = self._queue, []
         self._restage()
         for pending in failed:
@@ -1350,6 +1366,16 @@ class Bank:
         """Being trashed or reloaded: whoever froze it decides what happens to it next."""
         return self._frozen is not None
 
+    def _notice_change_behind_us(self) -> None:
+        """Before a write onto a log with none of our writes in flight: it must still be as our
+        last replay or fsync stamped it. If not, someone changed it behind our back; an in-place
+        edit of the same size would then be taken for our own append by the stamp after our
+        fsync (`_stamp_own_write`), hidden from the watcher, and trusted at close (counts and
+        snapshots made from RAM, which lacks the edit, for the edited bytes). So no stamp of
+        ours describes the log any more: `disk_changed` reports it until a reload."""
+        if self._log_stamp != _CHANGED and _stat_stamp(self._log.path) != self._log_stamp:
+            self._log_stamp = _CHANGED
+
     def _stamp_own_write(self) -> None:
         """After our fsync: the log as it now stands is ours, unless someone else touched it too.
         A file of another inode (replaced by hand) or a size other than everything we appended
@@ -1376,6 +1402,8 @@ def _consume_exception(future: asyncio.Future[None]) -> None:
 
 # (inode, size, mtime_ns) of a file, or None when it is missing: what `disk_changed` compares.
 _Stamp = tuple[int, int, int]
+# The log's stamp once it was changed behind our back: no file has it (`_notice_change_behind_us`).
+_CHANGED: _Stamp = (-1, -1, -1)
 Guard = Callable[[], None]
 
 

@@ -41,8 +41,8 @@ class Counts:
 
 
 def _open(path: Path) -> BinaryIO:
-    # Nothing planted in the data dir is followed: a link in place of a file is an error here.
-    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+    # Nothing planted in the data dir is followed or waited on: a link or a pipe is an error here.
+    return os.fdopen(files.open_regular(path, os.O_RDONLY), "rb")
 
 
 def stat_stamp(path: Path) -> Stamp | None:

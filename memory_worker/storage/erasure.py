@@ -54,7 +54,10 @@ log = get_logger(__name__)
 
 INTENT_FILE = ".forget-subject.json"
 _TRASH_DIR = ".trash"  # as `store.TRASH_DIR` (store imports the bank, which imports this)
-_STAMP = re.compile(r"^\d{10,}(?:-\d+)?$")  # the `-<ms>[-<n>]` a trashed folder's name ends with
+# The `-<ms>[-<n>]` a trashed folder's name ends with (`files.move_to_trash`): `<n>` counts the
+# copies trashed within one millisecond, so it is short. A longer one is a millisecond stamp:
+# `.trash/main-1234567890-<ms>` is a copy of bank `main-1234567890`, not one of `main`.
+_STAMP = re.compile(r"^\d{10,}(?:-\d{1,9})?$")
 
 
 def forget_plan(subject: str) -> Callable[[list[Memory]], list[Memory]]:

@@ -56,6 +56,7 @@ __all__ = [
     "iter_lines_at",
     "last_line",
     "move_to_trash",
+    "open_regular",
     "planted",
     "probe_writable",
     "read_private",
@@ -317,7 +318,25 @@ def remove_leftovers(path: Path) -> None:
 
 def _open_nofollow(path: Path, flags: int, within: Path | None, mode: int = 0o644) -> int:
     check_folders(path.parent, within)
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    return open_regular(path, flags, mode)
+
+
+def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` of a data file, never through a link, and only of a regular file: a named pipe
+    planted where a file of ours belongs would block the open (or the read) for good, and with
+    it the bank's boot, so it is opened without blocking and refused (`OSError`)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    try:
+        kind = os.fstat(fd).st_mode
+        if stat.S_ISDIR(kind):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(kind):
+            raise OSError(errno.EINVAL, "not a regular file (a named pipe, socket or device)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_bytes(path: Path, *, within: Path | None = None) -> bytes:
@@ -341,7 +360,7 @@ def read_private(path: Path) -> bytes | None:
     """The bytes of an owner-only file (a secret such as the server token): None when it is
     missing, a link, not a regular file, not ours, or readable by anyone else."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(path, os.O_RDONLY)
     except OSError:
         return None
     with open(fd, "rb") as handle:
@@ -804,7 +823,7 @@ class DataDirLock:
 
     def read_holder(self) -> dict[str, object]:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_regular(self.path, os.O_RDONLY)
             with open(fd, "rb") as handle:
                 raw = handle.read(64 * 1024)
             value = json.loads(raw) if raw else {}

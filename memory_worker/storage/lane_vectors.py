@@ -51,12 +51,13 @@ class LaneVectors:
         self._models: dict[Key, str] = {}
         self._pending: dict[Key, None] = {}
 
-    def load(self, lanes: LaneIndexes, memories: Mapping[str, Memory]) -> int:
+    def load(self, lanes: LaneIndexes, memories: Mapping[str, Memory], *, read: bool = True) -> int:
         """Start over on `lanes` (boot, a rewrite): keep the sidecar's current vectors, queue the
-        rest; returns how many lines were unreadable."""
+        rest; returns how many lines were unreadable. `read=False`: the sidecar could not be
+        read (`StorageError` from a first call), so every lane text is queued."""
         self.lanes = lanes
         self._models = {}
-        records, skipped = load_vectors(self.path / LANE_VECTORS_FILE)
+        records, skipped = load_vectors(self.path / LANE_VECTORS_FILE) if read else ({}, 0)
         for record in records.values():
             memory_id, _, lane = record.id.rpartition("#")
             text = _lane_text(memories.get(memory_id), lane)

@@ -91,11 +91,13 @@ class RuleFiles:
                 continue
             path = Path(entry.path)
             try:
+                _check_name(entry.name)
                 content = files.read_text(path, within=self._within)
             except StorageError as exc:
                 if files.is_transient(exc):
                     raise  # out of descriptors: the load fails (and is retried), no rule lost
-                damage.append(Damage(f"{RULES_DIR}/{entry.name}", exc.message))
+                shown = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
+                damage.append(Damage(f"{RULES_DIR}/{shown}", exc.message))
                 continue
             name = entry.name[: -len(_SUFFIX)]
             self._rules[name] = _rule(name, content, path)
@@ -189,6 +191,8 @@ class RuleFiles:
         for entry in entries:
             if entry.name.startswith(".") or not entry.name.endswith(_SUFFIX):
                 continue
+            if not _utf8(entry.name):
+                continue
             try:
                 if entry.is_file(follow_symlinks=False):
                     text = files.read_text(Path(entry.path), within=self._within)
@@ -196,6 +200,21 @@ class RuleFiles:
             except (OSError, StorageError):
                 continue
         return found
+
+
+def _check_name(name: str) -> None:
+    if not _utf8(name):
+        raise StorageError("its name is not UTF-8 (rename it); not read as a rule")
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file name decoded to text (a byte that is not UTF-8 becomes a lone surrogate,
+    which no answer or system prompt can carry: every JSON reader refuses it)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _write_rule(path: Path, data: bytes, within: Path | None) -> None:

@@ -38,8 +38,9 @@ log = get_logger(__name__)
 TRASH_DIR = ".trash"
 # A bank's replay in a worker thread: the bank it made, or why its folder is broken.
 _Loading = concurrent.futures.Future[tuple[Bank | None, str | None]]
-# `.trash/<bank>-<ms>[-<n>]`: the name a trashed bank folder gets (files.move_to_trash).
-_TRASHED = re.compile(r"^(?P<bank>[a-z0-9][a-z0-9_-]*?)-\d{10,}(?:-\d+)?$")
+# `.trash/<bank>-<ms>[-<n>]`: the name a trashed bank folder gets (files.move_to_trash); `<n>`
+# is short (copies trashed within one millisecond), so `x-1234567890-<ms>` is bank `x-1234567890`.
+_TRASHED = re.compile(r"^(?P<bank>[a-z0-9][a-z0-9_-]*?)-\d{10,}(?:-\d{1,9})?$")
 
 
 def _trashed_names(root: Path) -> set[str]:
@@ -72,6 +73,8 @@ def _load_one(
     *,
     short_lived: bool = False,
 ) -> None:
+    if not files.is_real_dir(root / name):
+        return  # removed or moved to .trash by hand since it was listed: no bank, not a broken one
     try:
         check_name(name, "bank folder")
         if short_lived:
@@ -396,7 +399,12 @@ class Store:
             return await self._trash(name, now_ms)
 
     async def _trash(self, name: str, now_ms: int) -> Path:
-        bank = self.get(name)
+        try:
+            bank = self.get(name)
+        except StorageError:
+            if name not in self.broken:
+                raise
+            return await self._trash_broken(name, now_ms)
         self._lock.verify()
         bank.freeze("the bank was deleted")
         await bank.drain()
@@ -417,6 +425,28 @@ class Store:
         self._trashed.add(name)
         bank.close()
         return target
+
+    async def _trash_broken(self, name: str, now_ms: int) -> Path:
+        """A bank folder that failed to load is still the user's bank, and deleting it is the way
+        out short of a repair by hand: it moves to `.trash` like any other (nothing in RAM to
+        drain). Under the create lock, which `ensure` and `reload` decide `broken` under."""
+        async with self._create_lock:
+            if name in self.broken:
+                self._lock.verify()
+                trash, stem = self.root / TRASH_DIR, f"{name}-{now_ms}"
+                try:
+                    target = await asyncio.to_thread(
+                        files.move_to_trash, self.root / name, trash, stem
+                    )
+                except files.UnsyncedChange as exc:  # moved: the store follows the disk
+                    del self.broken[name]
+                    self._trashed.add(name)
+                    self.durability.note(name, "bank deleted (moved to .trash)", exc)
+                    raise
+                del self.broken[name]
+                self._trashed.add(name)
+                return target
+        return await self._trash(name, now_ms)  # reloaded meanwhile: delete what it is now
 
     async def reload(self) -> int:
         """Drop every bank from RAM and replay the data dir again (hand edits picked up)."""
@@ -477,7 +507,9 @@ class Store:
             if bank is None and name in self._unloaded:
                 # Never replayed (a lazy store): replaying it now (in a worker thread) is all a
                 # reload would do.
-                return "reloaded" if await self.replay(name) is not None else "broken"
+                if await self.replay(name) is not None:
+                    return "reloaded"
+                return "broken" if name in self.broken else "removed"
             if bank is None:
                 return await self._load_appeared(name)
             if bank.is_frozen():
