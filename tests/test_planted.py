@@ -383,3 +383,17 @@ async def test_a_bank_that_failed_to_load_can_still_be_deleted_to_the_trash(
         assert created["created"] is True and created["bank"]["memories"] == 0
     finally:
         await service.store.close()
+
+
+async def test_a_data_dir_the_worker_creates_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Memories are personal: a data dir the worker makes is 0700, so other accounts on the
+    machine cannot read the files inside (created 0644, as an editor expects). A folder the
+    person made themselves keeps the mode they gave it."""
+    made = tmp_path / "home" / "memory"
+    await _seeded(made)
+    assert made.stat().st_mode & 0o777 == 0o700
+    chosen = tmp_path / "shared"
+    chosen.mkdir()
+    chosen.chmod(0o750)
+    await _seeded(chosen)
+    assert chosen.stat().st_mode & 0o777 == 0o750

@@ -189,7 +189,12 @@ def probe_writable(root: Path, *, create: bool = True) -> None:
     probe = root / f"{PROBE_NAME}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         if create:
-            root.mkdir(parents=True, exist_ok=True)
+            # Made here: the owner's alone (memories are personal; the files inside are 0644
+            # as an editor expects, so the folder is what keeps other accounts out). A folder
+            # the person made keeps the mode they gave it.
+            root.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                root.mkdir(mode=0o700)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, b"ok")
