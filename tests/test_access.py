@@ -281,3 +281,16 @@ async def test_a_read_only_agent_may_match_lessons_but_records_no_delivery(
     with pytest.raises(Forbidden, match="conscious_access: read"):
         await call(service, "memory::lessons::match", {**match, "conversation": "c1"}, AGENT)
     assert snapshot(data_dir) == before
+
+
+async def test_a_read_only_agent_may_preview_but_not_record_a_conversations_memories(
+    store: Store, clock: FixedClock
+) -> None:
+    """A preview for a `conversation` records what it hands (the once-per-conversation ledger):
+    a write `read` refuses; the dry run stays a look."""
+    service, mid = await seeded(store, clock, "read")
+    shown = await call(service, "memory::preview", {"bank": "main", "query": "tea"}, AGENT)
+    assert [m["memory"]["id"] for m in shown["memories"]] == [mid]
+    with pytest.raises(Forbidden, match="conscious_access: read"):
+        ask = {"bank": "main", "query": "tea", "conversation": "c1"}
+        await call(service, "memory::preview", ask, AGENT)

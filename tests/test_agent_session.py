@@ -19,6 +19,7 @@ import pytest
 from memory_worker.adapters import cli
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.core.config import load_settings
+from memory_worker.core.text import fingerprint
 from memory_worker.storage.capture import CaptureQueue
 
 from .openai_server import FakeOpenAI
@@ -299,3 +300,39 @@ async def test_a_long_sessions_turn_still_reaches_the_servers_queue(
     await asyncio.wait_for(server.capture.settle(), 30)
     assert len(model.chats) == 1, told.err
     assert "my cat is called Miso" in json.dumps(model.chats[0].body)
+
+
+async def test_a_session_is_handed_each_memory_once_until_its_context_is_reset(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: StandaloneServer,
+) -> None:
+    """Each prompt of a long session used to repeat the same `<memory>` block (C8: a memory the
+    window already carries is not handed twice). Now a revision reaches the session once; an
+    edit is handed again; after a compaction SessionStart hands the standing ones anew."""
+    data = server.data_dir
+    argv = ["trigger", "memory::save", "text=The user's shop sells handmade ceramic mugs"]
+    assert await asyncio.to_thread(cli.main, [*argv, "--data-dir", str(data)]) == 0
+    capsys.readouterr()  # (the server's log lines share this process's stdout)
+    mugs = fingerprint("The user's shop sells handmade ceramic mugs")
+    prompt = payload("UserPromptSubmit", tmp_path, prompt="Describe the mugs in my shop")
+
+    async def told(event: str, body: dict[str, Any]) -> str | None:
+        reply = await hook(monkeypatch, capsys, data, event, body)
+        return None if reply is None else str(reply["hookSpecificOutput"]["additionalContext"])
+
+    first = await told("user-prompt-submit", prompt)
+    assert first is not None and "handmade ceramic mugs" in first
+    assert await told("user-prompt-submit", prompt) is None  # its transcript still holds it
+    edit = ["trigger", "memory::update", f"id={mugs}", "text=The shop sells mugs and bowls"]
+    assert await asyncio.to_thread(cli.main, [*edit, "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    edited = await told("user-prompt-submit", prompt)
+    assert edited is not None and "mugs and bowls" in edited
+    compacted = await told("session-start", payload("SessionStart", tmp_path, source="compact"))
+    assert compacted is not None and "mugs and bowls" in compacted
+    assert compacted.startswith((await cli_preview(data, ""))["system_prompt_section"])
+    assert await told("user-prompt-submit", prompt) is None
+    other = {**prompt, "session_id": "another-session"}
+    assert "mugs and bowls" in (await told("user-prompt-submit", other) or "")

@@ -579,6 +579,25 @@ class TestRecall:
 
 
 class TestRulesAndPreview:
+    async def test_a_preview_for_a_conversation_hands_each_revision_once(
+        self, service: MemoryService
+    ) -> None:
+        tea = await save(service, "The user drinks green tea every morning")
+        ask = {"query": "what tea does the user drink"}
+
+        async def ids(**extra: Any) -> list[str]:
+            shown = await call(service, "memory::preview", **ask, **extra)
+            return [m["memory"]["id"] for m in shown["memories"]]
+
+        assert await ids() == await ids() == [tea["id"]]  # no conversation: a dry run
+        assert await ids(conversation="c1") == [tea["id"]]
+        assert await ids(conversation="c1") == []  # c1 holds it already
+        assert await ids(conversation="c2") == [tea["id"]]
+        await call(service, "memory::update", id=tea["id"], text="The user drinks oolong tea")
+        assert await ids(conversation="c1") == [tea["id"]]  # a new revision is handed again
+        assert await ids(conversation="c1") == []
+        assert await ids(conversation="c1", fresh=True) == [tea["id"]]  # its context was reset
+
     async def test_rule_set_list_and_remove(
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:

@@ -12,7 +12,8 @@ a log line.
 - `session-start` (SessionStart): the bank's memory section (header + rules), exactly as
   `memory::preview` renders it for a new session, as `hookSpecificOutput.additionalContext`.
 - `user-prompt-submit` (UserPromptSubmit): the memories recalled for the prompt, the `<memory>`
-  message `memory::preview` renders for it, as `additionalContext`.
+  message `memory::preview` renders for it, as `additionalContext` — each memory revision once
+  per agent session (after /clear or a compaction, SessionStart hands the standing ones anew).
 - `pre-tool-use` (PreToolUse): the lesson cards the tool call meets, each revision once per agent
   session, as `additionalContext`.
 - `stop` (Stop): the turn's messages, read from the agent's transcript file, handed to capture
@@ -54,6 +55,8 @@ MAX_JOB_BYTES = 768 * 1024
 # What lesson matching reads of one tool argument (`search.toolcall.MAX_SCAN_CHARS_PER_VALUE`): the
 # rest of a large Write's content matches nothing, and pushed the request past that 1 MiB.
 MAX_ARGUMENT_CHARS = 8_192
+# SessionStart's `source` values after which the session no longer holds what it was told.
+RESET_SOURCES = frozenset({"clear", "compact"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,19 +113,38 @@ def _caller(payload: Mapping[str, Any]) -> Caller:
 
 
 async def _preview(
-    door: Door, payload: Mapping[str, Any], options: HookOptions, query: str
+    door: Door,
+    payload: Mapping[str, Any],
+    options: HookOptions,
+    query: str,
+    *,
+    handed: bool = False,
+    fresh: bool = False,
 ) -> dict[str, Any]:
+    """`memory::preview` for the agent's session. `handed`: the memories in its `message` go
+    to the session, so they are recorded, and the ones it was handed already are left out (the
+    session's transcript still holds them); `fresh`: its context was just reset, so what it was
+    handed before is forgotten first."""
     request: dict[str, Any] = {"query": query}
     if options.bank:
         request["bank"] = options.bank
+    session = _session(payload)
+    if handed and session is not None:
+        request |= {"conversation": session, "fresh": fresh}
     return await door.call("memory::preview", request)
 
 
 async def _session_start(
     door: Door, payload: Mapping[str, Any], options: HookOptions
 ) -> dict[str, Any] | None:
-    """Startup, resume, /clear and after a compaction (which drops what the session was told):
-    the memory section once, as a new session's system prompt gets it."""
+    """Startup and resume: the memory section once, as a new session's system prompt gets it.
+    After /clear or a compaction the session lost what it was told: the section, and its standing
+    memories handed anew (what it was handed before counts as not handed any more, lesson cards
+    included)."""
+    if payload.get("source") in RESET_SOURCES:
+        preview = await _preview(door, payload, options, "", handed=True, fresh=True)
+        parts = (preview.get("system_prompt_section"), preview.get("message"))
+        return _context("SessionStart", "\n\n".join(p for p in parts if p and p.strip()))
     preview = await _preview(door, payload, options, "")
     return _context("SessionStart", preview.get("system_prompt_section"))
 
@@ -130,11 +152,13 @@ async def _session_start(
 async def _user_prompt_submit(
     door: Door, payload: Mapping[str, Any], options: HookOptions
 ) -> dict[str, Any] | None:
+    """The memories recalled for the prompt that the session was not handed yet (at their
+    current revision): each prompt of a long session used to repeat the same block."""
     prompt = payload.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         log.warning("hook_input_unusable", hook="UserPromptSubmit", detail="no prompt")
         return None
-    preview = await _preview(door, payload, options, prompt)
+    preview = await _preview(door, payload, options, prompt, handed=True)
     return _context("UserPromptSubmit", preview.get("message"))
 
 

@@ -579,7 +579,7 @@ async def respond(
         service,
         spec.id,
         request,
-        spec.hints.read_only or request.only_looks(),
+        request.only_looks(spec.hints.read_only),
         caller,
         human_only=spec.policy is Policy.HUMANS,
     )

@@ -10,22 +10,22 @@ conversation and step asked again (a retried step) gets the same cards again.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_worker.app.base import ServiceBase, clean_short
+from memory_worker.app.base import clean_short
 from memory_worker.app.caller import SYSTEM, Caller
-from memory_worker.app.ports import Deliveries, KeyValue
+from memory_worker.app.ledger import CACHE_CONVERSATIONS, MAX_CONVERSATION_CHARS, ConversationLedger
+from memory_worker.app.ports import KeyValue
 from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatchResponse
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.lessons import lesson_key, render_lessons
 from memory_worker.core.models import Memory
 from memory_worker.search.lessons import explain
 from memory_worker.search.toolcall import signals
-from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION, FileDeliveries
+from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION
 from memory_worker.storage.logger import get_logger
 
 __all__ = [
@@ -40,9 +40,7 @@ __all__ = [
 log = get_logger(__name__)
 
 DELIVERIES_SCOPE = "memory_lessons"  # state-worker scope: conversation id → {lesson key: step}
-MAX_CONVERSATION_CHARS = 256
 MAX_TOOL_CHARS = 256
-CACHE_CONVERSATIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,32 +131,8 @@ class KeyValueDeliveries:
             )
 
 
-class LessonUseCases(ServiceBase):
+class LessonUseCases(ConversationLedger):
     """`memory::lessons::match` and the deliveries behind it."""
-
-    _file_deliveries: FileDeliveries | None = None
-    _delivery_locks: dict[str, asyncio.Lock] | None = None
-
-    @property
-    def deliveries(self) -> Deliveries:
-        """The configured ledger, else the data dir's (it follows the store when that changes)."""
-        if self.deliveries_port is not None:
-            return self.deliveries_port
-        current = self._file_deliveries
-        if current is None or current.folder.parent != self.store.root:
-            current = self._file_deliveries = FileDeliveries(self.store.root)
-        return current
-
-    def _lock(self, conversation: str) -> asyncio.Lock:
-        """One delivery at a time per conversation: two parallel tool calls never both get a
-        card. Locks not held are dropped once there are many."""
-        locks = self._delivery_locks
-        if locks is None:
-            locks = self._delivery_locks = {}
-        if len(locks) > CACHE_CONVERSATIONS:
-            for key in [k for k, lock in locks.items() if not lock.locked()]:
-                del locks[key]
-        return locks.setdefault(conversation, asyncio.Lock())
 
     async def lessons_match(
         self, req: LessonsMatchRequest, caller: Caller = SYSTEM
@@ -287,7 +261,3 @@ class LessonUseCases(ServiceBase):
             withheld=len(eligible) - len(cards),
             paths=paths,
         )
-
-    async def forget_deliveries(self, conversation: str) -> None:
-        """Drop what a conversation was given (its session was deleted)."""
-        await self.deliveries.forget(conversation)

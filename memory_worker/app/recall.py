@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.ledger import MAX_CONVERSATION_CHARS, ConversationLedger
 from memory_worker.app.wire import (
     PreviewMemory,
     PreviewRequest,
@@ -20,12 +22,13 @@ from memory_worker.core import transitions
 from memory_worker.core.injection import (
     AMBIENT_FLOOR,
     apply_floor,
+    carried_memories,
     is_carried,
     render_memories,
     render_section,
 )
 from memory_worker.core.lanes import goal_text, window_text
-from memory_worker.core.lessons import is_lesson, prepare_category
+from memory_worker.core.lessons import is_lesson, lesson_key, prepare_category
 from memory_worker.core.models import Hit, Memory
 from memory_worker.search.lanes import LaneQuery
 from memory_worker.search.ranking import (
@@ -76,7 +79,7 @@ class Injection:
         return cls(bank, section, 0, False, [], None, "none")
 
 
-class RecallUseCases(EmbeddingWork):
+class RecallUseCases(EmbeddingWork, ConversationLedger):
     """Recall use cases."""
 
     def _duplicate_cosine(self, vector: tuple[float, ...] | None) -> float:
@@ -258,9 +261,26 @@ class RecallUseCases(EmbeddingWork):
         lanes = LaneQuery(
             context=window_text([req.context or req.query]), intention=goal_text(req.query)
         )
-        plan = await self.injection(
-            self._name(req.bank), req.query, subject=req.subject, lanes=lanes
-        )
+        name = self._name(req.bank)
+        conversation = clean_short(req.conversation, "conversation", MAX_CONVERSATION_CHARS)
+        if conversation is None:
+            plan = await self.injection(name, req.query, subject=req.subject, lanes=lanes)
+        else:
+            async with self._lock(conversation):
+                ledger = self.deliveries
+                if req.fresh:
+                    await ledger.forget(conversation)
+                delivered = {} if req.fresh else await ledger.delivered(conversation)
+                plan = await self.injection(
+                    name,
+                    req.query,
+                    subject=req.subject,
+                    lanes=lanes,
+                    carried=self._handed(name, delivered),
+                )
+                new = {lesson_key(name, h.memory): "" for h in plan.memories}
+                if new.keys() - delivered.keys():
+                    await ledger.record(conversation, {**delivered, **new})
         return PreviewResponse(
             bank=plan.bank,
             system_prompt_section=plan.section,
@@ -270,6 +290,24 @@ class RecallUseCases(EmbeddingWork):
             message=plan.message,
             retrieval=plan.retrieval,
         )
+
+    def _handed(self, name: str, delivered: Mapping[str, str]) -> frozenset[str]:
+        """The texts of bank `name`'s memories a conversation was handed at their current
+        revision (`delivered`: its ledger), as a window carrying them would show them: those are
+        not handed again; a memory changed since is."""
+        bank = self.store.find(name)
+        if bank is None or not delivered:
+            return frozenset()
+        prefix = f"{name}/"
+        handed = []
+        for key in delivered:
+            if not key.startswith(prefix):
+                continue
+            memory_id, _, _ = key[len(prefix) :].rpartition("@")
+            memory = bank.get(memory_id)
+            if memory is not None and lesson_key(name, memory) == key:
+                handed.append(memory)
+        return carried_memories(handed)
 
 
 async def _as_it_was(bank: Bank, as_of: int) -> dict[str, Memory] | None:

@@ -184,10 +184,10 @@ class Request(BaseModel):
                     raise ValueError(f"{name}: must be a number, not true or false")
         return data
 
-    def only_looks(self) -> bool:
-        """Whether this call changes nothing although its function may (an access level's
-        finer answer than the catalog's read-only hint)."""
-        return False
+    def only_looks(self, read_only: bool) -> bool:
+        """Whether this call changes nothing, given the catalog's hint for its function
+        (`read_only`): an access level's finer answer for a request whose fields decide it."""
+        return read_only
 
 
 @functools.cache
@@ -714,6 +714,22 @@ class PreviewRequest(Request):
         "(the hook passes the recent messages); omitted: the message alone, as on a "
         "conversation's first turn. The message is the turn's goal (`intention`), as in the hook.",
     )
+    conversation: Text | None = Field(
+        default=None,
+        description="The conversation this turn is in (a coding agent's hook passes its session "
+        "id): memories already handed to it at their current revision are left out of "
+        "`message`, as a turn's window that still holds them would, and the ones handed now are "
+        "recorded. Omitted: a dry run that records nothing.",
+    )
+    fresh: bool = Field(
+        default=False,
+        description="With `conversation`: its context was just reset (a compaction, a /clear), so "
+        "what it was handed before — memories and lesson cards — is forgotten first.",
+    )
+
+    def only_looks(self, read_only: bool) -> bool:
+        """With a conversation, what it is handed is recorded: more than `read` allows."""
+        return read_only and not (self.conversation or "").strip()
 
 
 class PreviewMemory(Response):
@@ -781,9 +797,9 @@ class LessonsMatchRequest(Request):
         "and step asked again (a retry) gets the same cards again.",
     )
 
-    def only_looks(self) -> bool:
+    def only_looks(self, read_only: bool) -> bool:
         """Without a conversation nothing is recorded: a match that `read` allows."""
-        return not (self.conversation or "").strip()
+        return read_only or not (self.conversation or "").strip()
 
 
 class LessonCard(Response):

@@ -22,6 +22,7 @@ __all__ = [
     "RulesSection",
     "ambient_header",
     "apply_floor",
+    "carried_memories",
     "carried_texts",
     "is_carried",
     "message_text",
@@ -157,6 +158,12 @@ def carried_texts(messages: Iterable[object]) -> frozenset[str]:
         for block in _BLOCK.findall(message_text(message)):
             out.update(normalize(line) for line in _LINE.findall(block))
     return frozenset(out)
+
+
+def carried_memories(memories: Iterable[Memory]) -> frozenset[str]:
+    """`carried_texts` for memories known to be in the window already (a conversation's ledger
+    says it was handed them), in the form `is_carried` compares."""
+    return frozenset(normalize(collapse_whitespace(memory.text)) for memory in memories)
 
 
 def is_carried(memory: Memory, carried: frozenset[str]) -> bool:
