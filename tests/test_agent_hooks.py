@@ -197,6 +197,27 @@ def test_stdin_that_is_not_utf8_prints_nothing_and_exits_0(
     assert "hook_input_not_utf8" in captured.err
 
 
+class _BrokenStdin(io.RawIOBase):
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        raise OSError(5, "Input/output error")
+
+
+@pytest.mark.parametrize("stdin", [None, io.TextIOWrapper(io.BufferedReader(_BrokenStdin()))])
+def test_a_stdin_that_is_closed_or_cannot_be_read_prints_nothing_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, stdin: Any
+) -> None:
+    """A hook run with its stdin closed (`sys.stdin` is None) or failing to read was an
+    `AttributeError` / `OSError` traceback with exit status 1, not the promised silent 0."""
+    monkeypatch.setattr("sys.stdin", stdin)
+    code = cli.main(["hook", "session-start", "--data-dir", str(data)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (0, "")
+    assert "hook_input_unreadable" in captured.err
+
+
 def test_the_reply_reaches_an_agent_whose_pipe_is_not_utf8(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -107,12 +107,6 @@ class TestTranscripts:
         assert entries[0]["timestamp"] == 1796032800000
         assert len(read_transcript(path, limit=2)) == 2
 
-    def test_a_line_nested_too_deep_is_skipped_like_a_torn_one(self, tmp_path: Path) -> None:
-        path = write_transcript(tmp_path / "t.jsonl", turn(1, "figs"))
-        with path.open("a") as handle:
-            handle.write("[" * 100_000 + "\n")  # RecursionError, not ValueError, when decoded
-        assert [e["entry_id"] for e in read_transcript(path, limit=50)] == ["u1", "a1"]
-
     def test_a_secret_across_the_cut_of_a_long_message_is_redacted_not_sent_in_part(
         self, tmp_path: Path
     ) -> None:
@@ -213,6 +207,83 @@ class TestTranscripts:
             ("assistant", "Plums, noted."),
         ]
         assert entries[0]["entry_id"] != entries[1]["entry_id"]
+
+    def test_a_line_nested_past_the_decoders_depth_is_skipped_like_any_unreadable_line(
+        self, tmp_path: Path
+    ) -> None:
+        """`json.loads` raises `RecursionError` (not `ValueError`) on such a line: the Stop
+        hook failed, and every later turn of the session too while the line was in the tail."""
+        path = tmp_path / "t.jsonl"
+        path.write_text(
+            json.dumps(claude_line("user", "u1", "I like figs"))
+            + "\n"
+            + "[" * 100_000
+            + "]" * 100_000
+            + "\n"
+            + json.dumps(claude_line("assistant", "a1", "Noted."))
+            + "\n"
+        )
+        assert [e["text"] for e in read_transcript(path, limit=10)] == ["I like figs", "Noted."]
+
+    def test_a_lone_surrogate_in_a_message_does_not_refuse_the_turn(self, tmp_path: Path) -> None:
+        """A JavaScript agent writes a string cut inside an emoji as a `\\ud83d` escape; decoded,
+        it has no UTF-8 form and the capture job was refused as a whole, for this turn and
+        every later one while the message was in the transcript's tail."""
+        path = tmp_path / "t.jsonl"
+        line = json.dumps(claude_line("user", "u1", "I prefer tabs \ud83d over spaces"))
+        assert "\\ud83d" in line
+        path.write_text(line + "\n" + json.dumps(claude_line("assistant", "a1", "Noted.")) + "\n")
+        entries = read_transcript(path, limit=10)
+        assert entries[0]["text"] == "I prefer tabs \ufffd over spaces"
+        CaptureJob.model_validate({"session_id": "s1", "entries": entries})
+
+    def test_what_the_agent_itself_writes_as_a_user_message_is_not_the_users_words(
+        self, tmp_path: Path
+    ) -> None:
+        """Codex records its environment context and the AGENTS.md text as user messages of the
+        rollout, and Claude Code a `!` shell's output, background task notices and system
+        reminders as user lines: read as the user's words, extraction made memories of a shell
+        listing or of the repository's instructions."""
+
+        def codex_user(text: str) -> dict[str, Any]:
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text"}]}
+            item["content"][0]["text"] = text
+            return {"type": "response_item", "payload": item}
+
+        codex = [
+            codex_user(
+                "<environment_context>\n  <cwd>/home/dev/shop</cwd>\n</environment_context>"
+            ),
+            codex_user("<user_instructions>\nAlways use tabs.\n</user_instructions>"),
+            codex_user("# AGENTS.md instructions for /home/dev/shop\n\n<INSTRUCTIONS>\nx"),
+            codex_user("<turn_aborted>\nThe user interrupted.\n</turn_aborted>"),
+            codex_user("I like plums"),
+        ]
+        entries = read_transcript(write_transcript(tmp_path / "r.jsonl", codex), limit=10)
+        assert [e["text"] for e in entries] == ["I like plums"]
+
+        claude = [
+            claude_line("user", "b1", "<bash-input>ls</bash-input>"),
+            claude_line(
+                "user", "b2", "<bash-stdout>secrets.txt</bash-stdout><bash-stderr></bash-stderr>"
+            ),
+            claude_line("user", "c1", "<local-command-stderr>boom</local-command-stderr>"),
+            claude_line(
+                "user", "n1", "<task-notification>\n<task-id>b1</task-id>\n</task-notification>"
+            ),
+            claude_line("user", "r1", "<system-reminder>\nThe file changed.\n</system-reminder>"),
+            claude_line("user", "u1", "I like figs"),
+            claude_line(
+                "user",
+                "u2",
+                [
+                    {"type": "text", "text": "<system-reminder>\nA hint.\n</system-reminder>"},
+                    {"type": "text", "text": "and plums"},
+                ],
+            ),
+        ]
+        entries = read_transcript(write_transcript(tmp_path / "t.jsonl", claude), limit=10)
+        assert [e["text"] for e in entries] == ["I like figs", "and plums"]
 
     @pytest.mark.parametrize(
         "stamp",

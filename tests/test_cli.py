@@ -1072,3 +1072,62 @@ def test_an_unwritable_data_dir_fails_with_storage_naming_the_path(
     error = one_shots["unwritable"].outcome.error()
     assert error["code"] == "storage"
     assert str(one_shots["unwritable"].cwd.parent / "blocker" / "data") in error["message"]
+
+
+def test_trigger_help_without_a_function_prints_the_commands_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memory-worker trigger -h`, as every other command's `-h`, prints how to call it; it was
+    a usage error naming the missing function (exit status 1)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["trigger", "-h"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("usage: memory-worker trigger")
+    assert "FUNCTION" in captured.out or "function" in captured.out
+    assert captured.err == "" and list(tmp_path.iterdir()) == []
+
+
+def test_every_command_takes_the_data_dir_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README: "Every command takes `--data-dir`" — `permissions` refused it (and `--config`)
+    as unrecognized arguments, exit status 1, so a script passing it to every command failed."""
+    data = str(tmp_path / "data")
+    assert cli.main(["permissions", "--data-dir", data, "--config", str(tmp_path / "m.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.strip()
+
+
+@pytest.mark.parametrize("command", [["trigger", "memory::doctor"], ["serve"], ["permissions"]])
+def test_an_unknown_log_level_is_one_json_error_with_status_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """SPEC §3: an error is JSON `{code, message}` on stderr, exit status 1. `--log-level
+    verbose` was a `KeyError` traceback, before anything else ran."""
+    argv = [*command, "--log-level", "verbose", "--data-dir", str(tmp_path / "data")]
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    error = json.loads(captured.err)
+    assert error["code"] == "invalid_input" and "--log-level" in error["message"]
+    assert captured.out == "" and not (tmp_path / "data").exists()
+
+
+class _ClosedPipe(io.StringIO):
+    """A stdout whose reader went away (`memory-worker export | head -1`)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_an_answer_to_a_reader_that_went_away_ends_quietly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`export | head -1` was a `BrokenPipeError` traceback on stderr with exit status 1; a
+    closed pipe is the reader's choice, not a failure: no traceback, the status a command
+    ended by SIGPIPE has (141)."""
+    data = str(tmp_path / "data")
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", "--data-dir", data]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    assert cli.main(["export", "--bank", "main", "--data-dir", data]) == 141
+    assert capsys.readouterr().err == ""

@@ -235,3 +235,18 @@ def test_a_markdown_file_dated_before_1970_is_imported_without_its_date(
         capsys, "import", str(folder), "--from", "markdown", "--bank", "notes", "--data-dir", data
     )
     assert report["imported"] == 5
+
+
+def test_a_mem0_file_nested_past_the_decoders_depth_is_one_json_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`json.loads` raises `RecursionError` (not `ValueError`) on it: the import was a
+    traceback instead of the `{code, message}` every other unreadable file gets."""
+    nested = tmp_path / "mem0.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    data = str(tmp_path / "data")
+    argv = ["import", str(nested), "--from", "mem0", "--bank", "x", "--data-dir", data]
+    assert cli.main(argv) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input" and "is not JSON" in error["message"]
+    assert not (tmp_path / "data").exists()

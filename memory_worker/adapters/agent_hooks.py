@@ -292,7 +292,10 @@ def add_parser(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPa
     )
 
 
-def _read_payload(stream: TextIO) -> dict[str, Any] | None:
+def _read_payload(stream: TextIO | None) -> dict[str, Any] | None:
+    if stream is None:  # run with its stdin closed: `sys.stdin` is None
+        log.warning("hook_input_unreadable", error="stdin is closed")
+        return None
     # The bytes, decoded as UTF-8 (what JSON is): the text layer decodes in the locale's encoding,
     # which on Windows (cp1252) garbles or refuses whatever is not ASCII in the prompt.
     reader = getattr(stream, "buffer", stream)  # a caller's StringIO has no bytes: read as text
@@ -302,6 +305,9 @@ def _read_payload(stream: TextIO) -> dict[str, Any] | None:
             log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
             return None
         text = raw if isinstance(raw, str) else raw.decode("utf-8")
+    except OSError as exc:  # a read that fails (EIO, a non-blocking stdin): no input
+        log.warning("hook_input_unreadable", error=str(exc))
+        return None
     except UnicodeDecodeError as exc:  # other bytes than UTF-8 were sent
         log.warning("hook_input_not_utf8", error=str(exc))
         return None

@@ -18,6 +18,7 @@ import codecs
 import contextlib
 import functools
 import json
+import logging
 import os
 import socket
 import sys
@@ -58,6 +59,7 @@ DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memo
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
+PIPE_CLOSED_EXIT = 141  # what a shell reports for a command ended by SIGPIPE (128 + 13)
 HOOK_EXIT_GRACE_S = 0.5  # a hook past its budget: what a blocked worker thread may still hold it
 # A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
 # past 1 MiB; half of it leaves room for a record's escaping).
@@ -238,6 +240,14 @@ def _trigger_help(function_id: str) -> int:
 
 
 async def _trigger(args: argparse.Namespace) -> int:
+    if args.function is None:  # optional only so that a bare `trigger -h` reaches this
+        if args.help_function:
+            sys.stdout.write(args.command_help())
+            return 0
+        raise InvalidInput(
+            "memory-worker trigger: the following arguments are required: function "
+            "(see `memory-worker trigger -h`)"
+        )
     if args.help_function:
         return _trigger_help(args.function)
     functions.check_known(args.function)  # an unknown function fails before the dir is opened
@@ -503,6 +513,14 @@ def _given(value: str) -> str:
     return value
 
 
+def _log_level(value: str) -> str:
+    """A `--log-level` value: a level name `logging` knows (any case); another was a `KeyError`
+    traceback when logging was configured, not the usage error every other bad option is."""
+    if value.upper() not in logging.getLevelNamesMapping():
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of debug, info, warning, error")
+    return value
+
+
 class _UsageError(Exception):
     """A command line the parser refused (`_Parser.error`)."""
 
@@ -527,7 +545,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--config", type=_given, help=f"YAML settings file (default: ${CONFIG_ENV})"
     )
-    common.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+    common.add_argument(
+        "--log-level", type=_log_level, default="warning", help="debug, info, warning, error"
+    )
 
     parser = _Parser(
         prog="memory-worker",
@@ -542,7 +562,9 @@ def _parser() -> argparse.ArgumentParser:
         help="call one memory function, like `iii trigger`",
         description="Call one function: memory-worker trigger FUNCTION [k=v ...] [--json '{...}']",
     )
-    trigger.add_argument("function", help="function id, e.g. memory::save")
+    # Optional to argparse: `trigger -h` with no function prints this usage (`_trigger`), and
+    # `trigger` alone is still refused there.
+    trigger.add_argument("function", nargs="?", help="function id, e.g. memory::save")
     trigger.add_argument("pairs", nargs="*", help="payload fields as key=value (JSON values)")
     trigger.add_argument("--json", help="base payload as a JSON object; key=value pairs override")
     trigger.add_argument(
@@ -552,6 +574,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the function's description and request schema",
     )
+    trigger.set_defaults(command_help=trigger.format_help)
 
     call = sub.add_parser("call", parents=[common], help="run many calls in one process")
     call.add_argument(
@@ -651,6 +674,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "permissions",
+        parents=[common],  # it reads no data dir, but every command takes the option (README)
         help="print iii-permissions.yaml as the function catalog decides it",
         description="Print the agent permission manifest generated from the function catalog "
         "(each function's policy: allowed to agents, human-owned, internal, or approval).",
@@ -673,7 +697,9 @@ def _parser() -> argparse.ArgumentParser:
         "$III_COMPOSE_DIR/data/memory, ./data/memory)",
     )
     serve.add_argument("--config", type=_given, help=f"YAML settings file (default: ${CONFIG_ENV})")
-    serve.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    serve.add_argument(
+        "--log-level", type=_log_level, default="info", help="debug, info, warning, error"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8765, help="port to listen on (0 = any free)")
     serve.add_argument(
@@ -850,6 +876,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _fail(err)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # stdout's reader went away (`export | head -1`): its choice, not a failure of the
+        # command, so no traceback. (A forwarded call's socket errors are `SiblingUnavailable`.)
+        if argv is None:
+            # What is still buffered can never be written: the interpreter's last flush would
+            # report the same broken pipe.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = PIPE_CLOSED_EXIT
     if argv is None and one_shot:  # the program itself (a caller passing argv gets the code)
         _end_at_once(code)
     return code

@@ -5,10 +5,11 @@ session, oldest first, as `CaptureEntry` dicts (`entry_id`, `role`, `text`, `tim
   `type` `user` / `assistant`, `uuid`, `timestamp` (ISO 8601), `message.content` a string or
   content blocks. Only `text` blocks are words: tool calls, tool results, thinking, images are
   not; sub-agent lines (`isSidechain`), meta lines (`isMeta`), compaction summaries
-  (`isCompactSummary`) and a session's own command echoes are left out.
+  (`isCompactSummary`) and what the agent writes as a user line (`_AGENT_MARKS`) are left out.
 - Codex writes a rollout JSONL: `{"type": "response_item", "payload": {"type": "message",
   "role", "content": [{"type": "input_text" | "output_text", "text"}]}}`, with a `timestamp`;
-  entries are numbered by line, as it gives messages no ids.
+  entries are numbered by line, as it gives messages no ids. Its own user messages (environment
+  context, AGENTS.md) are left out.
 
 Every text is redacted here, before the job is written to the queue on disk or sent anywhere.
 Unreadable lines are skipped (a line being written while we read is the usual one).
@@ -17,6 +18,7 @@ Unreadable lines are skipped (a line being written while we read is the usual on
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,31 @@ from memory_worker.core.redact import redact
 __all__ = ["MAX_TRANSCRIPT_BYTES", "read_transcript"]
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much of a long session
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair was decoded to one character already
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
-_COMMAND_MARKS = ("<command-name>", "<local-command-stdout>", "<command-message>")
+# What the agent itself writes as a user message, never the user's words: Claude Code's slash
+# command echoes, `!` shell input and output, background task notices and system reminders;
+# Codex's environment context, AGENTS.md text and interrupted-turn notes. Read as the user's, they
+# became memories of a shell listing or of the repository's instructions. Matched exactly at the
+# start (a user's own message may begin with `<` or `#` too).
+_AGENT_MARKS = (
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "<task-notification>",
+    "<system-reminder>",
+    "<environment_context>",
+    "<user_instructions>",
+    "<apps_instructions>",
+    "<turn_aborted>",
+    "# AGENTS.md instructions",
+)
 _MAX_TEXT_CHARS = 20_000
 # A message is redacted this far past the cut, then cut: a secret the cut would split (a
 # database URL cut between its password and `@host`) no longer reads as one, and its part would
@@ -59,12 +84,14 @@ def _words(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
+        # Block by block: the agent's own block beside the user's words leaves the words.
         return "\n".join(
             block["text"]
             for block in content
             if isinstance(block, dict)
             and block.get("type") in _TEXT_BLOCKS
             and isinstance(block.get("text"), str)
+            and not block["text"].lstrip().startswith(_AGENT_MARKS)
         )
     return ""
 
@@ -100,8 +127,10 @@ def _entry(line: object, number: int) -> dict[str, Any] | None:
     if found is None:
         return None
     entry_id, role, text, at_ms = found
-    text = text.strip()
-    if not text or text.startswith(_COMMAND_MARKS) or text.startswith("<memory "):
+    # A lone surrogate (a JavaScript string cut inside an emoji, written as a `\ud83d` escape)
+    # has no UTF-8 form: the capture job holding it was refused whole, this turn and the next.
+    text = _LONE_SURROGATE.sub("\ufffd", text).strip()
+    if not text or text.startswith(_AGENT_MARKS) or text.startswith("<memory "):
         return None
     entry: dict[str, Any] = {
         "entry_id": entry_id[:200],
