@@ -125,6 +125,24 @@ def test_the_card_is_given_once_per_session_and_again_to_a_retried_call(
     assert _hook(monkeypatch, capsys, data, other)[1] == first
 
 
+def test_a_subagent_is_its_own_conversation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
+) -> None:
+    """Claude Code runs a subagent (Task, Explore) in a context of its own and sends its tool
+    calls with the parent's `session_id` plus an `agent_id`: a card the subagent was given never
+    reached the main conversation, which must still get it (and each subagent its own)."""
+    read = {"file_path": str(repo / "proto" / "user.proto")}
+    explorer = _claude(repo, "Read", read, agent_id="a1", agent_type="Explore")
+    first = _hook(monkeypatch, capsys, data, explorer)[1]
+    assert "Run make gen" in first
+    again = _claude(repo, "Read", read, agent_id="a1", tool_use_id="toolu_02")
+    assert _hook(monkeypatch, capsys, data, again) == (0, "")  # once per subagent
+    main = _claude(repo, "Edit", {**read, "old_string": "a", "new_string": "b"}, tool_use_id="t3")
+    assert "Run make gen" in _hook(monkeypatch, capsys, data, main)[1]
+    other = _claude(repo, "Read", read, agent_id="a2", tool_use_id="toolu_04")
+    assert "Run make gen" in _hook(monkeypatch, capsys, data, other)[1]
+
+
 @pytest.mark.parametrize(
     ("tool", "tool_input", "cwd"),
     [
@@ -282,6 +300,24 @@ def test_a_data_dir_held_by_a_process_without_a_url_fails_open_at_once(
 
 def test_a_tool_argument_is_sent_as_far_as_lesson_matching_reads_it() -> None:
     assert agent_hooks.MAX_ARGUMENT_CHARS == toolcall.MAX_SCAN_CHARS_PER_VALUE
+
+
+def test_a_long_patch_still_names_every_file_it_touches(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
+) -> None:
+    """Codex's apply_patch edits several files in one body: a first file's long hunk must not
+    push the next file's header out of what the hook sends to be matched."""
+    hunk = "".join(f"+line {n} of the new handler\n" for n in range(600))  # ~17 KB
+    patch = (
+        f"*** Begin Patch\n*** Update File: svc/handler.py\n@@\n{hunk}"
+        "*** Update File: proto/user.proto\n@@\n-a\n+b\n*** End Patch\n"
+    )
+    assert len(patch) > agent_hooks.MAX_ARGUMENT_CHARS
+    for n, command in enumerate([patch, ["apply_patch", patch]]):
+        payload = _claude(repo, "apply_patch", {"command": command}, session_id=f"s-{n}")
+        code, out = _hook(monkeypatch, capsys, data, payload)
+        assert code == 0 and out, _errors[-1]
+        assert "Run make gen" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
 
 
 def test_every_event_has_a_command_and_an_agent_event_name() -> None:

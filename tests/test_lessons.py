@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from memory_worker.core.errors import InvalidInput
@@ -67,6 +69,8 @@ def test_identifiers_split_into_snake_and_camel_words(name: str, words: tuple[st
         ("../outside", None),
         (".", None),
         ("", None),
+        # macOS hands out decomposed names (NFD); a model or a person types composed ones.
+        ("docs/cafe\u0301.md", "docs/caf\u00e9.md"),
     ],
 )
 def test_paths_have_one_root_relative_spelling(raw: str, path: str | None) -> None:
@@ -108,11 +112,37 @@ def test_anchors_are_normalized_deduplicated_and_groups_sorted() -> None:
         ({"keyword_groups": [["make gen", "proto"]]}, "one word"),
         ({"files": [f"f{n}.py" for n in range(33)]}, "at most 32 files"),
         ({"files": ["keys/sk-ant-api03-" + "a" * 40]}, "must not hold a secret"),
+        # Paths no tool call can name as root-relative: a lesson admitted with one never fires.
+        ({"files": ["~/.aws/config"]}, "root-relative"),
+        ({"folders": ["$HOME/src"]}, "root-relative"),
+        ({"files": ["https://example.com/api.md"]}, "root-relative"),
+        ({"files": ["src/app\npy"]}, "control character"),
+        ({"folders": ["src\x00"]}, "control character"),
     ],
 )
 def test_bad_anchors_are_refused_with_a_reason(kwargs: dict[str, list[str]], message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         prepare_anchors(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"files": ["proto/user.proto"] * 100_000},
+        {"identifiers": ["configure_bedrock"] * 100_000},
+        {"keyword_groups": [["bedrock", "region"]] * 100_000},
+    ],
+)
+def test_a_flood_of_anchors_is_refused_before_any_is_checked(kwargs: dict[str, Any]) -> None:
+    """As entities and tags: what was given is bounded before each value is redacted and
+    normalized (a 1 MiB request of one path repeated held the event loop for seconds)."""
+    with pytest.raises(InvalidInput, match="at most"):
+        prepare_anchors(**kwargs)
+
+
+def test_a_flood_of_evidence_is_refused_before_any_is_checked() -> None:
+    with pytest.raises(InvalidInput, match="at most"):
+        prepare_evidence(["source:3f2a9c1"] * 100_000)
 
 
 @pytest.mark.parametrize("term", ["HTTPServer", "OAuth", "getUser"])
@@ -149,7 +179,20 @@ def test_recommendation_keeps_lines_and_is_bounded_in_bytes() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["See proto/user.proto:42 first", "In src/app.py:10:3 the call", "bank.py:120 holds it"],
+    [
+        "See proto/user.proto:42 first",
+        "In src/app.py:10:3 the call",
+        "bank.py:120 holds it",
+        # Build and config files are cited as often as code.
+        "The gen target at Makefile:12 needs protoc",
+        "Dockerfile:3 pins the base image",
+        "infra/main.tf:30 sets the region",
+        "go.mod:5 pins the toolchain",
+        "android/build.gradle:20 sets minSdk",
+        "pom.xml:40 holds the plugin",
+        "lib/main.dart:10 starts the app",
+        "analysis.R:7 loads the data",
+    ],
 )
 def test_cards_citing_source_positions_are_refused(text: str) -> None:
     with pytest.raises(InvalidInput, match="source position"):

@@ -47,6 +47,9 @@ LESSONS: dict[str, dict[str, Any]] = {
     "notes": {"files": ["docs/my notes.md"]},
     "site-content": {"folders": ["content"]},
     "js-folder": {"folders": ["js"]},
+    "api-test": {"files": ["tests/test_api.py"]},
+    "readme": {"files": ["README.md"]},
+    "resume": {"files": ["docs/r\u00e9sum\u00e9 notes.md"]},
     "everything": {
         "files": ["proto/user.proto"],
         "folders": ["proto"],
@@ -56,7 +59,8 @@ LESSONS: dict[str, dict[str, Any]] = {
 }
 
 
-_ASKED_FOR = frozenset({"notes", "site-content", "js-folder"})  # only in the cases naming them
+# Only in the cases naming them.
+_ASKED_FOR = frozenset({"notes", "site-content", "js-folder", "api-test", "resume", "readme"})
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,90 @@ CASES = [
         "Bash",
         {"command": "git apply <<'EOF'\n--- a/proto/user.proto\n+++ b/proto/user.proto\n"},
         [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "Codex apply_patch in a shell heredoc: the files it names, never its body's words",
+        "shell",
+        {
+            "command": [
+                "bash",
+                "-lc",
+                "cd docs && apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: my notes.md\n"
+                "+see content/ and js/ for the pages\n*** End Patch\nEOF\n",
+            ]
+        },
+        [("notes", FILE_SCORE)],
+        lessons=("notes", "site-content", "js-folder"),
+    ),
+    Case(
+        "a pytest node id names its test file",
+        "Bash",
+        {"command": "python -m pytest -q tests/test_api.py::test_login -x"},
+        [("api-test", FILE_SCORE)],
+        lessons=("api-test",),
+    ),
+    Case(
+        "a file:line argument names its file",
+        "Bash",
+        {"command": "code -g proto/user.proto:12:3"},
+        [("proto-file", FILE_SCORE)],
+        lessons=("proto-file",),
+    ),
+    Case(
+        "a Windows drive letter in another case is the same root",
+        "Read",
+        {"file_path": "c:\\work\\repo\\proto\\user.proto"},
+        [("proto-file", FILE_SCORE)],
+        cwd="C:\\work\\repo",
+        root="C:\\work\\repo",
+        lessons=("proto-file",),
+    ),
+    Case(
+        "the workspace's own location is no word of the call",
+        "Read",
+        {"file_path": "/srv/bedrock-region/README.md"},
+        [],
+        cwd="/srv/bedrock-region",
+        root="/srv/bedrock-region",
+    ),
+    Case(
+        "a working directory of `.` is the root, and `cd` moves from it",
+        "Bash",
+        {"command": "cd proto && cat user.proto"},
+        [("proto-file", FILE_SCORE)],
+        cwd=".",
+        lessons=("proto-file",),
+    ),
+    Case(
+        "a decomposed (NFD) spelling of an anchored file is the same file",
+        "Read",
+        {"file_path": f"{ROOT}/docs/re\u0301sume\u0301 notes.md"},
+        [("resume", FILE_SCORE)],
+        lessons=("resume",),
+    ),
+    Case(
+        "native path fields come first, whatever the order the model wrote the keys in",
+        "MultiEdit",
+        {
+            "edits": [{"old_string": "a = 1\n" * 2000, "new_string": "b = 2\n" * 2000}] * 2,
+            "file_path": f"{ROOT}/src/configure_bedrock.py",
+        },
+        [("bedrock-ident", IDENTIFIER_SCORE)],
+        lessons=("bedrock-ident",),
+    ),
+    Case(
+        "after `cd` out of the workspace a relative path names none of its files",
+        "Bash",
+        {"command": "cd /tmp/scratch && cat README.md; cd .. && cat README.md"},
+        [],
+        lessons=("readme",),
+    ),
+    Case(
+        "a `cd` that climbs out and back in is still in the workspace",
+        "Bash",
+        {"command": "cd ../repo/proto && cat user.proto"},
+        [("proto-file", FILE_SCORE)],
+        lessons=("proto-file",),
     ),
     Case(
         "a glob starts from its literal folder",

@@ -42,6 +42,7 @@ BEDROCK: dict[str, Any] = {
     "recommendation": "Export AWS_REGION before calling `configure_bedrock`.",
     "anchors": {"identifiers": ["configure_bedrock"], "keyword_groups": ["bedrock region"]},
 }
+BEDROCK_GROUPS = [["bedrock", "region"], ["aws", "sdk", "region"]]
 READ_PROTO = {"tool": "Read", "arguments": {"file_path": f"{ROOT}/proto/user.proto"}, "cwd": ROOT}
 
 
@@ -140,6 +141,17 @@ async def test_saving_the_same_text_as_another_card_is_a_conflict_that_changes_n
     assert _log(data_dir) == before
     plain = await _call(service, "memory::save", {"text": PROTO["text"]})  # no card: reinforce
     assert plain["memory"]["title"] == first["memory"]["title"]
+
+
+async def test_the_same_anchors_in_another_order_are_the_same_card(service: MemoryService) -> None:
+    """Anchors are a set to match on: saving the same lesson again with its files or keyword
+    groups listed in another order reinforces it; it is no other writer's card."""
+    card = {**BEDROCK, "anchors": {"files": ["a/x.py", "b/y.py"], "keyword_groups": BEDROCK_GROUPS}}
+    await _call(service, "memory::save", card)
+    reordered = {"files": ["b/y.py", "./a/x.py"], "keyword_groups": BEDROCK_GROUPS[::-1]}
+    again = await _call(service, "memory::save", {**card, "anchors": reordered})
+    assert again["created"] is False
+    assert again["memory"]["corroboration"] == 1
 
 
 async def test_match_returns_the_card_only_never_anchors_or_evidence(

@@ -15,7 +15,7 @@ a log line.
   message `memory::preview` renders for it, as `additionalContext` — each memory revision once
   per agent session (after /clear or a compaction, SessionStart hands the standing ones anew).
 - `pre-tool-use` (PreToolUse): the lesson cards the tool call meets, each revision once per agent
-  session, as `additionalContext`.
+  session (a subagent's context counting as its own), as `additionalContext`.
 - `stop` (Stop): the turn's messages, read from the agent's transcript file, handed to capture
   (`harness.capture`); it prints nothing, so it never asks the agent to go on.
 """
@@ -36,6 +36,7 @@ from memory_worker.adapters.doors import Door
 from memory_worker.app.caller import Caller
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.payload import loads
+from memory_worker.search.toolcall import DIFF_HEADERS, PATCH_FILE_HEADERS
 from memory_worker.storage.capture import MAX_JOB_ENTRIES
 from memory_worker.storage.logger import get_logger
 
@@ -57,6 +58,10 @@ MAX_JOB_BYTES = 768 * 1024
 MAX_ARGUMENT_CHARS = 8_192
 # SessionStart's `source` values after which the session no longer holds what it was told.
 RESET_SOURCES = frozenset({"clear", "compact"})
+# Lines naming a patch's files (Codex apply_patch, unified diffs), kept past that cut.
+PATCH_HEADERS = (*PATCH_FILE_HEADERS, *DIFF_HEADERS)
+MAX_HEADER_CHARS = 1_100  # a header naming a path matching still reads (1024 characters)
+MAX_PATCH_FILES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,12 +213,42 @@ def _clipped(value: Any) -> Any:
     """`value` with every string cut to what lesson matching reads of it (the payload's nesting
     is bounded by `loads`)."""
     if isinstance(value, str):
-        return value[:MAX_ARGUMENT_CHARS]
+        return _clip(value)
     if isinstance(value, dict):
         return {key: _clipped(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_clipped(item) for item in value]
     return value
+
+
+def _clip(text: str) -> str:
+    """`text` cut to `MAX_ARGUMENT_CHARS`, at a line end; past the cut, a patch or diff keeps
+    its file headers: matching reads every one of them (`search.toolcall`), and a Codex
+    apply_patch's second file often starts after a first file's long hunk."""
+    if len(text) <= MAX_ARGUMENT_CHARS:
+        return text
+    head = text[:MAX_ARGUMENT_CHARS]
+    if "*** Begin Patch" not in head and "\n+++ " not in text:
+        return head
+    cut = head.rfind("\n") + 1
+    headers = [
+        line
+        for line in text[cut:].splitlines()
+        if line.startswith(PATCH_HEADERS) and len(line) <= MAX_HEADER_CHARS
+    ][:MAX_PATCH_FILES]
+    return head[:cut] + "".join(f"{line}\n" for line in headers)
+
+
+def _conversation(payload: Mapping[str, Any]) -> str | None:
+    """What "once per conversation" counts for a tool call: the agent's session, or within it a
+    subagent's own context. Claude Code sends a subagent's calls with the parent's `session_id`
+    and an `agent_id`; the model there has seen none of the cards the main conversation was
+    given, nor the main one those a subagent was given."""
+    session = _session(payload)
+    agent = payload.get("agent_id")
+    if session is None or not isinstance(agent, str) or not agent:
+        return session
+    return f"{session}/agent/{agent}"
 
 
 async def _pre_tool_use(
@@ -225,14 +260,13 @@ async def _pre_tool_use(
         log.warning("hook_input_unusable", hook="PreToolUse", detail="no tool_name/tool_input")
         return None
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
-    session = payload.get("session_id")
     step = payload.get("tool_use_id")
     request: dict[str, Any] = {
         "tool": tool,
         "arguments": _clipped(arguments),
         "cwd": cwd,
         "workspace_root": workspace_root(cwd, options.workspace_root, os.environ),
-        "conversation": session if isinstance(session, str) and session else None,
+        "conversation": _conversation(payload),
         "step": step if isinstance(step, str) and step else None,
     }
     if options.bank:

@@ -10,8 +10,10 @@ Budgets count approximate tokens: one token per 4 UTF-8 bytes, card framing incl
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,10 +33,12 @@ __all__ = [
     "MAX_TITLE_BYTES",
     "Card",
     "LessonBlock",
+    "anchor_set",
     "anchors_from",
     "card_key",
     "is_lesson",
     "lesson_key",
+    "nfc",
     "normalize_path",
     "prepare_anchors",
     "prepare_card",
@@ -62,6 +66,10 @@ MIN_GROUP_TERMS = 2  # one broad word alone never retrieves a card
 MAX_GROUP_TERMS = 4
 MIN_TERM_CHARS = 3  # "db", "io": too broad to be a specific term
 MAX_EVIDENCE = 16
+# Values given, duplicates and blanks included, bounded before each is redacted and normalized
+# (as entities and tags): one path repeated to fill a request held the event loop for seconds.
+MAX_RAW_ANCHORS = 4 * MAX_ANCHORS_PER_KIND
+MAX_RAW_EVIDENCE = 4 * MAX_EVIDENCE
 MAX_EVIDENCE_CHARS = 300
 BYTES_PER_TOKEN = 4
 
@@ -71,12 +79,19 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # kept on the word they follow (`sha256`, `utf8`).
 _WORD = re.compile(r"[A-Z]+[0-9]*(?![a-z])|[A-Z]?[a-z]+[0-9]*|[0-9]+")
 _GLOB = re.compile(r"[*?\[\]{}]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # `src/app.py:42` in a card goes stale with the next edit above line 42 (seed 002: admission
 # detects literal file:line pointers); evidence is where positions belong.
+# Build and config files are cited as often as code: extension-less well-known names too
+# (`Makefile:12`); a host's port (`localhost:8080`, `example.com:443`) is no such name.
 _POSITION = re.compile(
-    r"(?<![\w/:.])(?:[\w.-]+/)*[\w.-]+\.(?:py|pyi|ts|tsx|js|jsx|mjs|rs|go|java|kt|kts|c|h|cc|cpp|"
-    r"hpp|cs|rb|php|swift|scala|proto|sql|sh|bash|yaml|yml|json|toml|md|rst|txt|ini|cfg|lua|ex|exs|"
-    r"erl|hs|ml|vue|svelte|css|scss|html):\d+"
+    r"(?<![\w/:.])(?:[\w.-]+/)*(?:[\w.-]+\.(?i:py|pyi|ts|tsx|mts|cts|js|jsx|mjs|cjs|rs|go|java|kt|"
+    r"kts|c|h|cc|cpp|hpp|cs|fs|vb|m|mm|rb|php|swift|scala|sbt|groovy|gradle|clj|dart|zig|nim|jl|r|"
+    r"pl|pm|ps1|proto|sql|sh|bash|zsh|yaml|yml|json|jsonc|toml|xml|md|mdx|rst|txt|ini|cfg|conf|"
+    r"properties|lua|ex|exs|erl|hs|ml|elm|vue|svelte|astro|css|scss|sass|less|html|tf|tfvars|"
+    r"hcl|nix|bzl|cmake|mod|sum|lock|graphql|gql|ipynb|dockerfile|tex)|(?:GNUmakefile|Makefile|"
+    r"Dockerfile|Containerfile|Justfile|Rakefile|Gemfile|Podfile|Procfile|Vagrantfile|Jenkinsfile|"
+    r"Brewfile|Caddyfile|Taskfile|BUILD|WORKSPACE)):\d+"
 )
 
 
@@ -89,7 +104,19 @@ def card_key(memory: Memory) -> tuple[object, ...] | None:
     only when this is the same."""
     if memory.category != LESSON:
         return None
-    return (memory.title, memory.recommendation, memory.anchors)
+    return (memory.title, memory.recommendation, anchor_set(memory.anchors))
+
+
+def anchor_set(anchors: Anchors | None) -> tuple[frozenset[object], ...] | None:
+    """What anchors match on: the order they were listed in is no part of a card."""
+    if anchors is None:
+        return None
+    return (
+        frozenset(anchors.files),
+        frozenset(anchors.folders),
+        frozenset(anchors.identifiers),
+        frozenset(anchors.keyword_groups),
+    )
 
 
 def lesson_key(bank: str, memory: Memory) -> str:
@@ -112,13 +139,21 @@ def split_words(name: str) -> tuple[str, ...]:
 def normalize_path(raw: str) -> str | None:
     """A root-relative path in one spelling (`./a//b/../c/` → `a/c`), or None when it is empty,
     absolute, or climbs out of the root. Lexical only: nothing is looked up on disk."""
-    path = raw.strip().replace("\\", "/")
+    path = nfc(raw.strip().replace("\\", "/"))
     if not path or path.startswith("/") or _drive(path):
         return None
     path = posixpath.normpath(path)
     if path == "." or path == ".." or path.startswith("../"):
         return None
     return path
+
+
+def nfc(text: str) -> str:
+    """`text` composed (NFC): macOS hands out decomposed file names (`e` + U+0301) where a model
+    or a person types `é`, and an anchor compares as exact text."""
+    if text.isascii() or unicodedata.is_normalized("NFC", text):
+        return text
+    return unicodedata.normalize("NFC", text)
 
 
 def _drive(path: str) -> bool:
@@ -181,9 +216,10 @@ def prepare_recommendation(raw: str) -> tuple[str, list[str]]:
 def prepare_evidence(values: Iterable[str]) -> tuple[tuple[str, ...], list[str]]:
     """Evidence pointers (a commit, a file:line, a session entry): redacted, one line each,
     deduplicated, bounded. Stored with the lesson, never injected."""
+    given = _bounded(values, MAX_RAW_EVIDENCE, "evidence", MAX_EVIDENCE)
     out: list[str] = []
     labels: list[str] = []
-    for raw in values:
+    for raw in given:
         _check_unicode(raw, "evidence")
         value, found = _redact_line(raw)
         labels.extend(found)
@@ -217,7 +253,11 @@ def _anchor_path(raw: str, kind: str) -> str:
         raise InvalidInput(
             f"{kind} are literal paths, not patterns ({text!r}); anchor the folder instead"
         )
-    if text.replace("\\", "/").startswith("/") or _drive(text):
+    if _CONTROL.search(text):
+        raise InvalidInput(f"{kind} must not hold a control character, got {text!r}")
+    # `~/…` (home), `$VAR/…` and URLs are not paths in the workspace: a tool call never names
+    # them as one, so such an anchor would never match.
+    if text.replace("\\", "/").startswith(("/", "~", "$")) or _drive(text) or "://" in text:
         raise InvalidInput(f"{kind} must be root-relative (like proto/user.proto), got {text!r}")
     path = normalize_path(text)
     if path is None:
@@ -268,6 +308,14 @@ def _group(raw: Sequence[str]) -> tuple[str, ...]:
     return tuple(terms)
 
 
+def _bounded(values: Iterable[Any], limit: int, kind: str, shown: int) -> list[Any]:
+    """`values` as a list, refused when more were given than `limit` (before any is checked)."""
+    given = list(itertools.islice(values, limit + 1))
+    if len(given) > limit:
+        raise InvalidInput(f"{kind}: at most {shown} (got more than {limit} values)")
+    return given
+
+
 def _unique(values: Iterable[str], kind: str) -> tuple[str, ...]:
     out = tuple(dict.fromkeys(values))
     if len(out) > MAX_ANCHORS_PER_KIND:
@@ -282,12 +330,19 @@ def prepare_anchors(
     keyword_groups: Iterable[Sequence[str]] = (),
 ) -> Anchors:
     """Checked, normalized and deduplicated anchors (at least one); raises `InvalidInput`."""
+    files = _bounded(files, MAX_RAW_ANCHORS, "files", MAX_ANCHORS_PER_KIND)
+    folders = _bounded(folders, MAX_RAW_ANCHORS, "folders", MAX_ANCHORS_PER_KIND)
+    identifiers = _bounded(identifiers, MAX_RAW_ANCHORS, "identifiers", MAX_ANCHORS_PER_KIND)
+    groups = _bounded(keyword_groups, MAX_RAW_ANCHORS, "keyword_groups", MAX_ANCHORS_PER_KIND)
     anchors = Anchors(
         files=_unique((_anchor_path(p, "files") for p in files), "files"),
         folders=_unique((_anchor_path(p, "folders") for p in folders), "folders"),
         identifiers=_unique((_identifier(n) for n in identifiers), "identifiers"),
         keyword_groups=tuple(
-            dict.fromkeys(_group(g) for g in keyword_groups)
+            dict.fromkeys(
+                _group(_bounded(g, MAX_RAW_ANCHORS, "a keyword group's terms", MAX_GROUP_TERMS))
+                for g in groups
+            )
         ),  # groups compare as sorted tuples
     )
     if len(anchors.keyword_groups) > MAX_ANCHORS_PER_KIND:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from memory_worker.core.errors import Conflict, InvalidInput
-from memory_worker.core.lessons import LESSON
+from memory_worker.core.lessons import LESSON, anchor_set
 from memory_worker.core.models import MAX_INT, Anchors, Confidence, ItemEvent, Memory, Provenance
 from memory_worker.core.redact import MARKER_PREFIX, redact
 from memory_worker.core.text import collapse_whitespace
@@ -264,11 +264,20 @@ def _card(memory: Memory) -> tuple[object, ...]:
     return (memory.category, memory.title, memory.recommendation, memory.anchors, memory.evidence)
 
 
+def _same_card(a: Memory, b: Memory) -> bool:
+    """The same card, whatever order its anchors were listed in."""
+    return (
+        _card(a)[:3] == _card(b)[:3]
+        and anchor_set(a.anchors) == anchor_set(b.anchors)
+        and a.evidence == b.evidence
+    )
+
+
 def _merged_card(existing: Memory, fresh: Memory) -> dict[str, object]:
     """The card fields a re-save keeps. A save that names no category reinforces whatever card the
     text has; a lesson saved over a different card (or a card over a lesson) would overwrite
     another writer's lesson unseen, so it is refused: that change is `update` with a revision."""
-    if fresh.category is None or _card(fresh) == _card(existing):
+    if fresh.category is None or _same_card(fresh, existing):
         return {}
     if not existing.live:
         return dict(

@@ -18,9 +18,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from memory_worker.core.lessons import IDENTIFIER, MAX_IDENTIFIER_CHARS, normalize_path, split_words
+from memory_worker.core.lessons import (
+    IDENTIFIER,
+    MAX_IDENTIFIER_CHARS,
+    nfc,
+    normalize_path,
+    split_words,
+)
 
-__all__ = ["Signals", "ancestors", "signals"]
+__all__ = ["DIFF_HEADERS", "PATCH_FILE_HEADERS", "Signals", "ancestors", "signals"]
 
 # Bounds on what one call is read for: a Write of a whole file must not cost the step a scan of
 # megabytes. Paths come first (they are short); text beyond these limits adds no identifiers.
@@ -29,6 +35,7 @@ MAX_SCAN_CHARS = 32_768
 MAX_SHELL_CHARS = 8_192
 MAX_DEPTH = 6  # nested argument objects (MultiEdit `edits`, MCP payloads)
 MAX_PATHS = 64
+MAX_PATH_CHARS = 1024  # a longer string is no path
 
 # Native path fields of the coding agents' tools (Claude Code Read/Edit/Write/NotebookEdit/LS,
 # Grep/Glob `path`, iii shell `path`, generic MCP file tools).
@@ -99,8 +106,13 @@ _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&", "\n"})
 _CD = frozenset({"cd", "pushd"})
 _GLOB_CHARS = frozenset("*?[{")
-_PATCH_HEADERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
-_DIFF_HEADERS = ("+++ ", "--- ")
+PATCH_FILE_HEADERS = (
+    "*** Add File: ",
+    "*** Update File: ",
+    "*** Delete File: ",
+    "*** Move to: ",
+)
+DIFF_HEADERS = ("+++ ", "--- ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,7 @@ class _Reader:
     glob_base: str | None = None  # where such a pattern starts: the tool's `path`, else the cwd
     paths: dict[str, None] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)
+    heredocs: dict[str, str] = field(default_factory=dict)  # marker word → here-document body
     scanned: int = 0
 
     def text(self, value: str) -> None:
@@ -128,7 +141,19 @@ class _Reader:
             return
         piece = value[: min(MAX_SCAN_CHARS_PER_VALUE, MAX_SCAN_CHARS - self.scanned)]
         self.scanned += len(piece)
-        self.texts.append(piece)
+        self.texts.append(self._without_root(piece))
+
+    def _without_root(self, piece: str) -> str:
+        """`piece` without the workspace root's own spelling: every absolute path in every call
+        carries it, so its folder names (`/srv/bedrock-region`) would be words of each call and
+        meet a keyword group or identifier no call is about."""
+        root = self.root
+        if root is None or len(root) < 2:
+            return piece
+        spelled = piece.replace("\\", "/") if "\\" in piece else piece
+        if root not in spelled:
+            return piece
+        return re.sub(re.escape(root) + r"(?![\w.-])", " ", spelled)  # not `/srv/repo2`
 
     def path(
         self, raw: str, cwd: str | None = None, *, glob: bool = False, strict: bool = False
@@ -147,22 +172,28 @@ class _Reader:
             self.paths.setdefault(candidate)
 
     def resolve_dir(self, raw: str, cwd: str | None) -> str | None:
-        """The root-relative directory `cd raw` lands in from `cwd`; None when unknown."""
+        """The root-relative directory `cd raw` lands in from `cwd`: `_OUTSIDE` out of the
+        workspace, None when unknown."""
         raw = raw.strip().strip("\"'")
         if not _pathlike(raw):
             return None
         if _absolute(raw):
-            return _under_root(raw, self.root)
-        if cwd is None:
-            return None
+            return _dir_of(raw, self.root)
+        if cwd is None or cwd == _OUTSIDE:
+            return cwd  # unknown stays unknown; out of the workspace, a relative `cd` stays out
+        if self.root is not None:  # `cd ../repo/proto` may climb out and back in
+            return _dir_of(posixpath.join(self.root, cwd, raw.replace("\\", "/")), self.root)
         joined = posixpath.normpath(posixpath.join(cwd or ".", raw.replace("\\", "/")))
-        return "" if joined == "." else normalize_path(joined)
+        return "" if joined == "." else normalize_path(joined) or _OUTSIDE
 
 
 def _absolute(raw: str) -> bool:
     return raw.startswith(("/", "\\")) or (len(raw) >= 2 and raw[1] == ":" and raw[0].isalpha())
 
 
+# A working directory known to lie out of the workspace (no root-relative path is `..`): a relative
+# path read there names none of its files.
+_OUTSIDE = ".."
 _SHELL_PUNCTUATION = frozenset("<>|&;()")
 _NOT_A_PATH = re.compile(r"\s|=")  # in a string of unknown meaning: words, assignments
 
@@ -171,7 +202,7 @@ def _pathlike(raw: str) -> bool:
     """Could name a file (quoted shell words and native path fields may hold spaces)."""
     return (
         bool(raw)
-        and len(raw) <= 1024
+        and len(raw) <= MAX_PATH_CHARS
         and raw[0] not in "~-$"
         and "://" not in raw  # a URL
         and "\n" not in raw
@@ -198,13 +229,36 @@ def _under_root(raw: str, root: str | None) -> str | None:
     """An absolute path as root-relative; None outside the root (or with no root to compare)."""
     if root is None:
         return None
-    path = posixpath.normpath(raw.replace("\\", "/"))
-    if path == root:
+    path = posixpath.normpath(nfc(raw.replace("\\", "/")))
+    if _same_path(path, root):
         return None  # the root itself: every folder anchor would contain it
     prefix = root.rstrip("/") + "/"
-    if not path.startswith(prefix):
+    if not _same_path(path[: len(prefix)], prefix):
         return None
     return normalize_path(path[len(prefix) :])
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether two normalized absolute paths name the same place. Behind a drive letter (Windows)
+    case is not significant: an editor's `c:\\repo` and the agent's `C:\\repo` are one root."""
+    if a == b:
+        return True
+    return _drive_path(b) and a.casefold() == b.casefold()
+
+
+def _drive_path(path: str) -> bool:
+    return len(path) >= 2 and path[1] == ":" and path[0].isalpha()
+
+
+def _dir_of(raw: str, root: str | None) -> str | None:
+    """An absolute directory as root-relative: "" for the root itself, `_OUTSIDE` out of the
+    workspace, None with no root to compare."""
+    if root is None:
+        return None
+    if _same_path(posixpath.normpath(nfc(raw.replace("\\", "/"))), root):
+        return ""
+    rel = _under_root(raw, root)
+    return _OUTSIDE if rel is None else rel
 
 
 def _resolve(raw: str, cwd: str | None, root: str | None) -> Iterator[str]:
@@ -213,6 +267,8 @@ def _resolve(raw: str, cwd: str | None, root: str | None) -> Iterator[str]:
         if rel is not None:
             yield rel
         return
+    if cwd == _OUTSIDE:
+        return  # `cd /tmp && cat README.md` reads no README.md of the workspace
     if cwd:
         joined = normalize_path(posixpath.join(cwd, raw.replace("\\", "/")))
         if joined is not None:
@@ -232,12 +288,12 @@ def _patch_paths(text: str) -> list[str]:
     """Files named by an `apply_patch` body (`*** Update File: p`) or a unified diff (`+++ b/p`)."""
     found: list[str] = []
     for line in text.splitlines():
-        for header in _PATCH_HEADERS:
+        for header in PATCH_FILE_HEADERS:
             if line.startswith(header):
                 found.append(line[len(header) :].strip())
                 break
         else:
-            if line.startswith(_DIFF_HEADERS):
+            if line.startswith(DIFF_HEADERS):
                 target = line[4:].split("\t", 1)[0].strip()
                 if target != "/dev/null":
                     found.append(target[2:] if target[:2] in ("a/", "b/") else target)
@@ -277,11 +333,78 @@ def _shell_words(command: str) -> list[str]:
     return out
 
 
+# A here-document's operator (`<<EOF`, `<<-'EOF'`, `<< "EOF"`; not a `<<<` here-string): its body
+# runs from the next line to the line holding only the delimiter, or to the end of the text.
+_HEREDOC = re.compile(
+    r"(?<!<)<<(?!<)(-?)[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\?([A-Za-z_][\w.-]*))"
+)
+_HEREDOC_MARK = "\x00"  # starts the word left where a here-document was: no shell word does
+MAX_HEREDOCS = 16  # per call: each is a marker word and a body read on its own
+
+
+def _cut_heredocs(reader: _Reader, command: str) -> str:
+    """`command` without its here-documents' bodies: each operator becomes a marker word whose
+    body `reader.heredocs` keeps. A body is data on stdin, not arguments: Codex's
+    `apply_patch <<'EOF'` carries a whole patch, whose code lines read as words would be taken
+    for paths (and a file named with a space would be split in two)."""
+    if "<<" not in command:
+        return command
+    lines = command.split("\n")
+    out: list[str] = []
+    index = size = 0
+    while index < len(lines):
+        room = MAX_HEREDOCS - len(reader.heredocs)
+        if size > MAX_SHELL_CHARS or room <= 0:  # past what is read as words: left as it is
+            out.append("\n".join(lines[index:]))
+            break
+        pending: list[tuple[str, str, bool]] = []
+
+        def mark(match: re.Match[str], pending: list[tuple[str, str, bool]] = pending) -> str:
+            key = f"{_HEREDOC_MARK}{len(reader.heredocs) + len(pending)}"
+            delimiter = match.group(2) or match.group(3) or match.group(4)
+            pending.append((key, delimiter, bool(match.group(1))))
+            return f" {key} "
+
+        line, reach = lines[index], MAX_SHELL_CHARS - size + 1
+        out.append(_HEREDOC.sub(mark, line[:reach], count=room) + line[reach:])
+        size += len(out[-1]) + 1
+        index += 1
+        for key, delimiter, tabs in pending:
+            end = _body_end(lines, index, delimiter, tabs=tabs)
+            reader.heredocs[key] = "\n".join(lines[index:end])
+            index = end + 1
+    return "\n".join(out)
+
+
+def _body_end(lines: list[str], start: int, delimiter: str, *, tabs: bool) -> int:
+    """The index of the line closing a here-document begun at `start`; `len(lines)` when none
+    does. `<<-` lets the delimiter line be indented with tabs."""
+    if tabs:
+        return next(
+            (at for at in range(start, len(lines)) if lines[at].lstrip("\t") == delimiter),
+            len(lines),
+        )
+    try:
+        return lines.index(delimiter, start)
+    except ValueError:
+        return len(lines)
+
+
+def _is_diff(text: str) -> bool:
+    return "\n+++ " in "\n" + text
+
+
 def _read_shell(reader: _Reader, command: str, cwd: str | None, depth: int = 0) -> None:
     """Paths in a shell command line: `cd dir && …` moves the working directory for what follows;
     every other argument that could be a path is tried as one (an opaque script that never names
-    its files cannot be traced)."""
-    if _is_patch(command) or "\n+++ " in command:
+    its files cannot be traced). A patch or diff names its files, also fed as a here-document."""
+    if _is_patch(command):
+        for target in _patch_paths(command):
+            reader.path(target, cwd)
+        return
+    before = len(reader.heredocs)
+    command = _cut_heredocs(reader, command)
+    if len(reader.heredocs) == before and _is_diff(command):
         for target in _patch_paths(command):
             reader.path(target, cwd)
         return
@@ -315,13 +438,22 @@ def _read_argv(reader: _Reader, argv: list[str], cwd: str | None, depth: int = 0
     if "/" in argv[0]:
         reader.path(argv[0], cwd)  # `./scripts/gen.sh`
     for arg in argv[1:]:
-        _read_arg(reader, arg, cwd)
+        _read_arg(reader, arg, cwd, depth)
     return cwd
 
 
-def _read_arg(reader: _Reader, arg: str, cwd: str | None) -> None:
+def _read_arg(reader: _Reader, arg: str, cwd: str | None, depth: int = 0) -> None:
     """One argument of a command: a patch body (Codex `["apply_patch", body]`) names its files,
-    `--flag=path` its value, any other may itself be a path."""
+    `--flag=path` its value, any other may itself be a path; a here-document only when it is a
+    patch or diff (any other is read as the script it most likely is)."""
+    if arg.startswith(_HEREDOC_MARK):
+        body = reader.heredocs.get(arg, "")
+        if _is_patch(body) or _is_diff(body):
+            for target in _patch_paths(body):
+                reader.path(target, cwd)
+        elif depth < 2:  # a script on stdin (`python3 - <<'EOF'`, `bash <<EOF`): read as before
+            _read_shell(reader, body, cwd, depth + 1)
+        return
     if _is_patch(arg):
         for target in _patch_paths(arg):
             reader.path(target, cwd)
@@ -329,6 +461,25 @@ def _read_arg(reader: _Reader, arg: str, cwd: str | None) -> None:
     if arg.startswith("--") and "=" in arg:
         arg = arg.split("=", 1)[1]
     reader.path(arg, cwd)
+    bare = _without_position(arg)
+    if bare != arg and ("/" in bare or "." in bare):
+        reader.path(bare, cwd)
+
+
+def _without_position(arg: str) -> str:
+    """A test id's or a position's file (`tests/test_api.py::test_login`, `src/app.py:12:3`): the
+    file itself is what an anchor names. String scans, not a regex: an argument of thousands of
+    `:1` must cost linear time."""
+    if len(arg) > MAX_PATH_CHARS:
+        return arg  # too long to be a path (`_pathlike`)
+    head, sep, _ = arg.partition("::")
+    if sep:
+        return head
+    while True:
+        head, sep, tail = arg.rpartition(":")
+        if not sep or not (tail.isascii() and tail.isdigit()):
+            return arg
+        arg = head
 
 
 def _read_string(reader: _Reader, value: str, key: str) -> None:
@@ -370,7 +521,7 @@ def _walk(reader: _Reader, value: object, key: str, depth: int) -> None:
 def _root(workspace_root: str | None, cwd: str | None) -> str | None:
     for candidate in (workspace_root, cwd):
         if candidate and _absolute(candidate.strip()):
-            return posixpath.normpath(candidate.strip().replace("\\", "/"))
+            return posixpath.normpath(nfc(candidate.strip().replace("\\", "/")))
     return None
 
 
@@ -379,10 +530,10 @@ def _start_cwd(cwd: str | None, root: str | None) -> str | None:
         return ""
     cwd = cwd.strip()
     if _absolute(cwd):
-        if root is not None and posixpath.normpath(cwd.replace("\\", "/")) == root:
-            return ""
-        return _under_root(cwd, root)
-    return normalize_path(cwd)
+        return _dir_of(cwd, root)
+    if posixpath.normpath(cwd.replace("\\", "/")) == ".":
+        return ""  # `.`, `./`, `src/..`: the root itself (not a path inside it, yet known)
+    return normalize_path(cwd) or _OUTSIDE  # `..`: above the root
 
 
 def signals(
@@ -423,7 +574,9 @@ def signals(
         rest = {k: v for k, v in arguments.items() if k != "command" and k not in _ARGV_KEYS}
     else:
         rest = dict(arguments)
-    for key, value in rest.items():
+    # Native path fields take priority (seed 002): read first, they are never crowded out of the
+    # scan's bounds by long edit strings the model happened to write before them.
+    for key, value in sorted(rest.items(), key=lambda item: str(item[0]) not in _PATH_KEYS):
         _walk(reader, value, str(key), 0)
     return _finish(reader)
 
