@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,13 @@ class TestLearned:
         assert merge_learned(first, ["never start  replies with 'certainly'."]) is None
         hand = first + "- Use metric units.\n"
         assert merge_learned(hand, ["Use metric units."]) is None  # hand-edited lines count too
+
+    def test_a_line_a_person_restyled_or_another_rule_holds_is_not_appended(self) -> None:
+        edited = LEARNED_HEADER + "1. Answer in Portuguese.\n*   Never use emoji.\n"
+        style = "# Style\n+ Be brief.\n"
+        additions = ["answer in portuguese.", "- Never use emoji.", "Be brief."]
+        assert merge_learned(edited, additions, elsewhere=[style]) is None
+        assert merge_learned("", ["- Reply in French."]) == LEARNED_HEADER + "- Reply in French.\n"
 
     def test_repeats_do_not_use_up_the_per_turn_slots(self) -> None:
         first = merge_learned("", ["Rule one.", "Rule two."])
@@ -741,3 +749,149 @@ async def test_a_secret_the_model_puts_in_an_entity_or_tag_is_redacted_not_lower
     [memory] = (await rig.texts()).values()
     assert memory.entities == ("user", "[REDACTED:aws-access-key]")
     assert memory.tags == ("[REDACTED:aws-access-key]",)
+
+
+class TestSecondReview:
+    """Each pins a defect the second review of extraction found."""
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            '{"memories": [{"op": "add", "text": "The user likes tea.",},], "rules": [],}',
+            'The format is {} so: {"memories": [{"op": "add", "text": "The user likes tea."}]}',
+            '{"op": "add", "text": "The user likes tea."}',
+            '{"memories": ["The user likes tea."], "rules": []}',
+            '["The user likes tea."]',
+        ],
+    )
+    def test_a_reply_with_trailing_commas_or_a_stray_object_is_still_read(self, reply: str) -> None:
+        assert [a.text for a in parse_reply(reply, 0).adds] == ["The user likes tea."]
+
+    def test_a_correction_with_a_ref_out_of_range_keeps_its_fact(self) -> None:
+        fixes = [
+            {"op": "correct", "ref": "m9", "text": "The user lives in Porto.", "reason": "moved"},
+            {"op": "update", "text": "The user works at a bakery."},
+        ]
+        decisions = parse_reply(json.dumps({"memories": fixes}), known=2)
+        assert not decisions.corrections
+        assert [a.text for a in decisions.adds] == [
+            "The user lives in Porto.",
+            "The user works at a bakery.",
+        ]
+
+    def test_a_comma_inside_a_string_is_kept(self) -> None:
+        reply = r'{"memories": [{"op": "add", "text": "The user says \"a, ]\" often."},]}'
+        assert [a.text for a in parse_reply(reply, 0).adds] == ['The user says "a, ]" often.']
+
+    def test_a_secret_in_a_known_memory_never_reaches_the_model(self) -> None:
+        from memory_worker.core.extraction import Line
+        from memory_worker.core.transitions import new_memory
+
+        key = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+        # As a memory file edited by hand loads: as written, unredacted.
+        known = [new_memory("fp1", f"The deploy token is {key}.", now_ms=T0)]
+        text = render_request([Line("user", "Deploy it again.", T0)], known)
+        assert key not in text and "m1: The deploy token is [REDACTED:" in text
+
+    async def test_a_huge_agentic_turn_keeps_the_users_words(self, rig: Rig) -> None:
+        rig.chat.size = 100
+        rig.chat.say("user", "I am allergic to penicillin, remember that.")
+        for step in range(600):
+            rig.chat.say("assistant", f"Running tool step {step} of the refactoring plan now.")
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        [sent] = rig.model.sent
+        assert "penicillin" in sent
+
+    async def test_a_standing_instruction_a_hand_written_rule_has_is_not_learned(
+        self, rig: Rig
+    ) -> None:
+        from memory_worker.app.wire import RuleSetRequest
+
+        content = "# Style\n* Never start replies with Certainly.\n"
+        await rig.service.rule_set(RuleSetRequest(bank="main", name="style", content=content))
+        await rig.turn(
+            ("user", "Remember: never start replies with Certainly."),
+            reply={"memories": [], "rules": ["never start replies with certainly."]},
+        )
+        bank = rig.service.store.get("main")
+        assert bank.rule("learned") is None
+        assert bank.rule("style") is not None and bank.rule("style").content == content
+
+    async def test_a_fact_the_reply_repeats_is_written_once_uncorroborated(self, rig: Rig) -> None:
+        reply = {"memories": [TEA, add("the user likes  tea."), TEA]}
+        assert await rig.turn(("user", "I like tea, a lot really."), reply=reply) == 1
+        [memory] = (await rig.texts()).values()
+        assert memory.corroboration == 0
+
+    async def test_a_correction_the_reply_repeats_is_written_once(self, rig: Rig) -> None:
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+
+        def twice(shown: str) -> str:
+            ref = ref_of(shown, "The user lives in Lisbon.")
+            fix = {"op": "correct", "ref": ref, "text": "The user lives in Porto.", "reason": "x"}
+            return json.dumps({"memories": [fix, fix, add("The user lives in Porto.")]})
+
+        assert await rig.turn(("user", "I moved from Lisbon to Porto."), reply=twice) == 1
+        memories = await rig.texts()
+        assert memories["The user lives in Porto."].corroboration == 0
+
+    async def test_a_third_pass_arriving_as_the_first_ends_still_waits_its_turn(
+        self, rig: Rig
+    ) -> None:
+        import asyncio
+
+        class Yielding(Model):
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                await asyncio.sleep(0)  # a real model call suspends the pass
+                return await super().complete(system_prompt, user_text)
+
+        job = ExtractJob(session_id="s1")
+        third: list[asyncio.Task[int]] = []
+
+        class Cursor(KV):
+            async def set(self, scope: str, key: str, value: Any) -> None:
+                await super().set(scope, key, value)
+                if not third:  # the first pass's cursor lands: a new turn, and its job, arrive
+                    rig.chat.say("user", "I also have a dog named Pipoca at home now.")
+                    third.append(asyncio.create_task(rig.extractor.extract(job, "main")))
+
+        rig.model, rig.kv = Yielding(), Cursor()
+        rig.extractor = Extractor(rig.service, rig.chat, rig.model, rig.kv)
+        rig.chat.say("user", "I live in Lisbon and I have two cats at home.")
+        await asyncio.gather(rig.extractor.extract(job, "main"), rig.extractor.extract(job, "main"))
+        await third[0]
+        assert len(rig.model.sent) == 2  # one pass per new message: never two at once
+
+    async def test_a_fact_about_the_user_not_opening_with_the_words_has_the_user_entity(
+        self, rig: Rig
+    ) -> None:
+        facts = [
+            "Since 2026-02-20, the user lives in Porto.",
+            "User's sister Ana is a nurse.",
+            "Desde março, a usuária mora no Porto.",
+        ]
+        said = "Since Feb 20 I live in Porto; my sister Ana is a nurse. Desde março moro no Porto."
+        await rig.turn(("user", said), reply={"memories": [add(text) for text in facts]})
+        memories = await rig.texts()
+        assert all("user" in memories[text].entities for text in facts)
+
+    async def test_an_undated_message_is_shown_with_its_turns_date(self, rig: Rig) -> None:
+        rig.chat.say("user", "Hello there, how are you doing?", at=T0)
+        message = {"role": "user", "content": [{"type": "text", "text": "I moved yesterday."}]}
+        rig.chat.items.append({"entry_id": "e9999", "message": message})
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        [sent] = rig.model.sent
+        assert "date unknown" not in sent
+        assert "[2026-03-02 10:00] user: I moved yesterday." in sent
+
+    async def test_a_date_in_unix_seconds_is_read_as_such(self, rig: Rig) -> None:
+        rig.chat.say("user", "I moved to Porto yesterday, finally.", at=T0 // 1000)
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        assert "[2026-03-02 10:00] user: I moved to Porto yesterday" in rig.model.sent[0]
+
+    async def test_a_turn_with_no_date_at_all_is_dated_now(self, rig: Rig) -> None:
+        message = {"role": "user", "content": [{"type": "text", "text": "I moved yesterday."}]}
+        rig.chat.items.append({"entry_id": "e0001", "message": message})
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
+        now = datetime.fromtimestamp(rig.service.clock() / 1000, tz=UTC)
+        assert f"[{now:%Y-%m-%d %H:%M}] user: I moved yesterday." in rig.model.sent[0]

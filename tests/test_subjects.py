@@ -339,3 +339,43 @@ class TestConsolidation:
                 service, "memory::supersede", payload, Caller.internal("consolidate")
             )
         await catalog.call(service, "memory::supersede", payload, PERSON)  # a person may
+
+
+class TestExtractionOnKnownMemories:
+    """A pass acts on the memory it was shown, in that memory's own scope (second review)."""
+
+    async def test_a_restated_general_memory_is_reinforced_not_copied_for_the_speaker(
+        self, service: MemoryService
+    ) -> None:
+        await _people(service)
+        rig = Rig(service)
+        rig.chat.say("user", "Reminder: the office in Lisbon closes at 18:00 on Fridays.")
+
+        def restate(sent: str) -> str:
+            ref = next(line.split(":")[0] for line in sent.splitlines() if GENERAL in line)
+            return json.dumps({"memories": [{"op": "restate", "ref": ref}, add(GENERAL)]})
+
+        rig.model.replies.append(restate)
+        await rig.extractor.extract(ExtractJob(session_id="s1", subject="bruno"), "main")
+        listed = await call(service, "memory::list", PERSON, limit=100)
+        same = [m for m in listed["memories"] if m["text"] == GENERAL]
+        assert len(same) == 1 and "subject" not in same[0]
+        assert same[0]["corroboration"] == 1
+
+    async def test_a_correction_of_a_general_memory_stays_general(
+        self, service: MemoryService
+    ) -> None:
+        await _people(service)
+        rig = Rig(service)
+        rig.chat.say("user", "Heads up: the office in Lisbon now closes at 17:00 on Fridays.")
+        new = "The office in Lisbon closes at 17:00 on Fridays."
+
+        def correct(sent: str) -> str:
+            ref = next(line.split(":")[0] for line in sent.splitlines() if GENERAL in line)
+            item = {"op": "correct", "ref": ref, "text": new, "reason": "new hours"}
+            return json.dumps({"memories": [item]})
+
+        rig.model.replies.append(correct)
+        await rig.extractor.extract(ExtractJob(session_id="s1", subject="bruno"), "main")
+        seen_by_ana = await call(service, "memory::list", subject="ana", limit=100)
+        assert new in {m["text"] for m in seen_by_ana["memories"]}

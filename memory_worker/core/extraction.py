@@ -44,6 +44,9 @@ PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
 MAX_TEXT_CHARS = 300
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
+_CONTRACT = frozenset({"memories", "rules"})  # the reply object's keys
+_ITEM = frozenset({"op", "text", "memory", "fact"})  # one op's keys (see `_add`)
+_CLOSES = re.compile(r"\s*[\]}]")
 _OPS = {
     "add": "add",
     "new": "add",
@@ -88,8 +91,10 @@ def _stamp(ms: int | None) -> str:
 
 def render_request(lines: list[Line], known: list[Memory]) -> str:
     """The user message: the known memories with refs, then the new messages with their dates."""
+    # Redacted too: a memory edited on disk by hand loads as written, and what leaves the
+    # worker for the model must carry no secret whatever its source.
     shown = [
-        f"m{i}: {memory.text}{' [pinned]' if memory.pinned else ''}"
+        f"m{i}: {redact(' '.join(memory.text.split())).text}{' [pinned]' if memory.pinned else ''}"
         for i, memory in enumerate(known, start=1)
     ]
     excerpt = []
@@ -141,9 +146,31 @@ class Decisions:
         return not (self.adds or self.restates or self.corrections or self.rules)
 
 
+def _without_trailing_commas(text: str) -> str:
+    """`text` with every comma that closes nothing dropped (`[a, b,]`, `{"k": 1,}`), strings left
+    as they are: small models write JSON so, and the whole reply must not be lost to it."""
+    out: list[str] = []
+    in_string = escaped = False
+    for at, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "," and _CLOSES.match(text, at + 1):
+            continue
+        out.append(char)
+    return "".join(out)
+
+
 def _json_values(text: str) -> list[Any]:
     """Every top-level JSON object or array found in `text`, in order (fences and prose around
     them ignored)."""
+    text = _without_trailing_commas(text)
     decoder = json.JSONDecoder()
     found: list[Any] = []
     index = 0
@@ -248,6 +275,16 @@ def _add(item: dict[str, Any]) -> Add | None:
     )
 
 
+def _payload(values: list[Any]) -> dict[str, Any]:
+    """The contract's object, wherever it is (a `{}` in the prose before it is not it); else a
+    bare list of ops, else ops written one object after another."""
+    found = next((v for v in values if isinstance(v, dict) and _CONTRACT & v.keys()), None)
+    if found is not None:
+        return found
+    ops = [v for v in values if isinstance(v, dict) and _ITEM & v.keys()]
+    return {"memories": next((v for v in values if isinstance(v, list)), ops)}
+
+
 def parse_reply(reply: str, known: int) -> Decisions:
     """The model's decisions; `known` is how many memories were shown (refs beyond are ignored)."""
     decisions = Decisions()
@@ -255,11 +292,11 @@ def parse_reply(reply: str, known: int) -> Decisions:
     if not values:
         decisions.readable = False
         return decisions
-    payload: Any = next((v for v in values if isinstance(v, dict)), None)
-    if payload is None:
-        payload = {"memories": next((v for v in values if isinstance(v, list)), [])}
+    payload = _payload(values)
     items = payload.get("memories")
     for item in items if isinstance(items, list) else []:
+        if isinstance(item, str):  # `"memories": ["The user …"]`: a fact as plain text is an add
+            item = {"op": "add", "text": item}
         if not isinstance(item, dict):
             decisions.skipped += 1
             continue
@@ -275,7 +312,9 @@ def parse_reply(reply: str, known: int) -> Decisions:
         elif op == "correct" and ref is not None and (new := _add(item)) is not None:
             reason = _text(item.get("reason")) or "corrected in conversation"
             decisions.corrections.append(Correct(ref, new, reason))
-        elif op == "add" and (add := _add(item)) is not None:
+        elif op in ("add", "correct") and (add := _add(item)) is not None:
+            # A correction naming no shown memory (a ref out of range, or none) retires nothing,
+            # but what the user now says is still a fact: kept as one, not lost with the ref.
             decisions.adds.append(add)
         else:
             decisions.skipped += 1

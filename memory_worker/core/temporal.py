@@ -26,11 +26,18 @@ _WEEKDAYS = (
     "monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|"
     "segunda|terça|terca|quarta|quinta|sexta|sábado|sabado|domingo|fim de semana"
 )
+_COUNT = (
+    r"\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|several|"
+    r"um|uma|dois|duas|três|tres|quatro|cinco|seis|sete|oito|nove|dez|alguns|algumas|poucos|poucas"
+)
+_SPANS = r"days?|weeks?|months?|years?|dias?|semanas?|m[eê]s|meses|anos?"
 _RELATIVE = (
     r"yesterday|today|tonight|tomorrow|ago|last (?:week|month|year|night|weekend|summer|winter|"
     r"spring|fall|time)|next (?:week|month|year|weekend)|this (?:week|month|year|weekend|morning)|"
     r"recently|the other day|since|ontem|hoje|amanhã|amanha|semana passada|mês passado|"
-    r"mes passado|ano passado|próxima semana|proxima semana|há \d+|desde"
+    r"mes passado|ano passado|próxima semana|proxima semana|há \d+|desde|"
+    # A span from now: "in two weeks", "in a few days", "daqui a duas semanas", "em 3 meses".
+    rf"(?:in|within|daqui a|dentro de|em) (?:{_COUNT}) (?:{_SPANS})"
 )
 _TIME = re.compile(
     rf"\b(?:\d{{4}}-\d{{2}}-\d{{2}}|(?:19|20)\d{{2}}|\d{{1,2}}:\d{{2}}|\d{{1,2}} ?(?:am|pm)|"
@@ -49,7 +56,8 @@ _CURRENT = re.compile(
 _PAST = re.compile(
     r"\b(?:when did|did (?:i|you|he|she|they|we)|ago|last (?:week|month|year|weekend|summer|"
     r"winter|spring|fall|time)|yesterday|before|used to|back then|originally|first time|"
-    r"in (?:19|20)\d{2}|quando (?:eu )?(?:fui|fiz|foi|comecei|mudei|conheci)|ontem|"
+    r"in (?:19|20)\d{2}|quando (?:eu )?(?:me |nos |se )?(?:fui|fiz|foi|comecei|mudei|conheci|"
+    r"casei|comprei|terminei|nasci|viajei|visitei)|ontem|"
     r"ano passado|mês passado|mes passado|semana passada|antes|há \d+)\b"
 )
 

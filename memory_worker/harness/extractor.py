@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -106,26 +108,44 @@ KNOWN_SHOWN = 10  # known memories shown to the model
 MAX_PAGES = 10_000
 MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call…
 MIN_STATEMENT_WORDS = 2  # …unless a person said at least this many words ("I'm vegan.")
-USER_PREFIXES = ("the user", "user ", "o usuário", "a usuária")
+# A fact about the person speaking, wherever the model put the words ("Since March 2026, the
+# user lives in Porto.", "User's sister…", "A usuária…"): it carries the `user` entity.
+_ABOUT_USER = re.compile(
+    r"\bthe user\b|^user(?:'s|’s)?\b|\b(?:o|a|do|da|ao|à)\s+usu[aá]ri[oa]\b|^usu[aá]ri[oa]\b",
+    re.IGNORECASE,
+)
 MEMORY_PREFIX = "<memory "
 MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
 GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words must carry
 DONE_KEPT = 64  # turns remembered as extracted (as many as a session record keeps turns)
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _NOT_EVIDENCE = frozenset({"user"})  # every fact about the person carries it: it points nowhere
 
 
+def _instructions(content: str) -> set[str]:
+    """The fingerprints of a rule's lines, list markers (`-`, `*`, `+`, `1.`) left out."""
+    return {fingerprint(_BULLET.sub("", line)) for line in content.splitlines() if line.strip()}
+
+
 def merge_learned(
-    existing: str, additions: list[str], limit: int = MAX_RULES_PER_TURN
+    existing: str,
+    additions: list[str],
+    limit: int = MAX_RULES_PER_TURN,
+    elsewhere: Sequence[str] = (),
 ) -> str | None:
     """The `learned` rule with up to `limit` NEW `additions` appended as `- <text>` lines: one
-    whose fingerprint is already there (hand edits included) neither lands nor uses up a slot.
+    whose fingerprint is already there (hand edits included), or a line of another of the
+    bank's rules (`elsewhere`: the agent is told it already), neither lands nor uses up a slot.
     None when nothing is new."""
-    seen = {fingerprint(line[2:]) for line in existing.splitlines() if line.startswith("- ")}
+    seen = _instructions(existing)  # a hand edit may have made `- x` into `* x` or `1. x`
+    for content in elsewhere:
+        seen |= _instructions(content)
     new: list[str] = []
-    for text in additions:
+    for addition in additions:
+        text = _BULLET.sub("", addition).strip()  # a model's own "- x" is the line "x"
         key = fingerprint(text)
-        if key not in seen and len(new) < limit:
+        if text and key not in seen and len(new) < limit:
             seen.add(key)
             new.append(f"- {text}")
     if not new:
@@ -208,8 +228,13 @@ def _split_known(
     by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
     restates = list(dict.fromkeys(decisions.restates))
     adds: list[Add] = []
+    once: set[str] = set()  # a fact the reply repeats is written once: it corroborates nothing
     for add in decisions.adds:
-        again = by_text.get(normalize(add.text))
+        key = normalize(add.text)
+        if key in once:
+            continue
+        once.add(key)
+        again = by_text.get(key)
         if again is None:
             if not _carries_secret(add.text) and the_users(
                 add.text, said, echoed, inferred=add.inferred
@@ -218,6 +243,13 @@ def _split_known(
         elif again not in restates:
             restates.append(again)
     return [i for i in restates if grounded(known[i].text, said)], adds
+
+
+class _Own:
+    """`_save`'s default subject: the fact's own reading (general, else the speaker)."""
+
+
+_OWN = _Own()
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,9 +341,16 @@ def _model_of(message: dict[str, Any]) -> str | None:
     return f"{prefix}{model.strip()}"
 
 
+SECONDS_BEFORE = 10**11  # as milliseconds, 1973; as seconds, the year 5138: it was seconds
+
+
 def _at_ms(message: dict[str, Any]) -> int | None:
+    """The message's date in ms; one given in Unix seconds (a client of `POST /capture`) is read
+    as such, not as a date in January 1970 that "yesterday" would be counted from."""
     value = message.get("timestamp")
-    return int(value) if isinstance(value, int | float) and value > 0 else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value * 1000) if value < SECONDS_BEFORE else int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,16 +391,21 @@ class Extractor:
         self._journal = journal
         # One pass per session at a time (a retry, a lagging queue and an inline job can
         # overlap): each reads the cursor the previous one left, so it never moves backwards.
-        self._sessions: dict[str, asyncio.Lock] = {}
+        # The lock and how many passes hold or wait for it: it is dropped only when none does
+        # (a released lock is unlocked while its next waiter has not woken yet; dropped then, a
+        # pass arriving in between would take a new lock and run beside that waiter).
+        self._sessions: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     @contextlib.asynccontextmanager
     async def _session(self, session_id: str) -> AsyncIterator[None]:
-        lock = self._sessions.setdefault(session_id, asyncio.Lock())
+        lock, users = self._sessions.setdefault(session_id, (asyncio.Lock(), [0]))
+        users[0] += 1
         try:
             async with lock:
                 yield
         finally:
-            if not lock.locked() and self._sessions.get(session_id) is lock:
+            users[0] -= 1
+            if not users[0]:
                 del self._sessions[session_id]
 
     async def extract(self, job: ExtractJob, bank: str) -> int:
@@ -395,7 +439,7 @@ class Extractor:
             log.info("extraction_already_done", session_id=job.session_id, until=job.until)
             return 0  # a redelivered job: its turn was read already
         span = await self._read(job, cursor, settings.extraction_window)
-        lines = span.lines
+        lines = _dated(span.lines, self._service.clock())
         if not _worth_reading(lines):
             await self._advance(job.session_id, cursor, span)
             return 0  # nothing new, or nothing worth a model call ("ok", "thanks")
@@ -482,11 +526,15 @@ class Extractor:
         When the cursor is not met before `until`, the walk goes on to find it: a cursor past
         the turn (a later turn's job ran first) must not move back. An `until` that is not in
         the session (trimmed, another branch) reads nothing: what follows is other turns'."""
-        kept: deque[Line] = deque(maxlen=MAX_SCANNED)
+        # `(position, line)`, newest kept; the person's lines also on their own, so a long
+        # agentic turn (hundreds of assistant steps) cannot push what they said out of the scan.
+        kept: deque[tuple[int, Line]] = deque(maxlen=MAX_SCANNED)
+        said: deque[tuple[int, Line]] = deque(maxlen=MAX_SCANNED)
         newest: str | None = None
         starts = {entry for entry in (cursor.entry, job.after) if entry}
         met = cursor.entry is None
         reached = beyond = False
+        position = 0
         async for entry_id, message in self._entries(job.session_id):
             if reached:  # only looking for the cursor now
                 if entry_id == cursor.entry:
@@ -495,13 +543,17 @@ class Extractor:
                 continue
             if entry_id in starts:
                 kept.clear()  # only what follows is this turn's
+                said.clear()
                 newest = None
                 met |= entry_id == cursor.entry
             else:
                 newest = entry_id
                 line = self._line(entry_id, message)
                 if line is not None:
-                    kept.append(line)
+                    kept.append((position, line))
+                    if line.role == "user":
+                        said.append((position, line))
+                    position += 1
             if entry_id == job.until:
                 reached = True
                 if met:
@@ -512,7 +564,8 @@ class Extractor:
             log.warning("extraction_until_not_found", session_id=job.session_id, until=job.until)
             return _Span([], None, job.until)
         end = cursor.entry if beyond else job.until or newest
-        return _Span(_window(list(kept), window), end, job.until)
+        scanned = [line for _, line in sorted(dict([*said, *kept]).items())]
+        return _Span(_window(scanned, window), end, job.until)
 
     async def _entries(self, session_id: str) -> AsyncIterator[tuple[str, object]]:
         """`(entry_id, message)` of the session, oldest first, page after page."""
@@ -582,13 +635,15 @@ class Extractor:
         while self._service.clock() <= at_ms:
             await asyncio.sleep(0.001)
 
-    def _written_since(self, bank: str, text: str, since: int | None) -> Memory | None:
-        """The memory holding `text`, when it changed after a recorded decision (the attempt
-        that recorded it wrote it before stopping): that write is not made again."""
+    def _written_since(
+        self, bank: str, text: str, subject: str | None, since: int | None
+    ) -> Memory | None:
+        """The memory holding `text` about `subject`, when it changed after a recorded decision
+        (the attempt that recorded it wrote it before stopping): that write is not made again."""
         if since is None:
             return None
         held = self._service.store.find(bank)
-        found = held.match_text(text) if held is not None else None
+        found = held.match_text(text, subject) if held is not None else None
         return found if found is not None and found.updated_at > since else None
 
     # --- writing ---------------------------------------------------------------------------------
@@ -611,14 +666,22 @@ class Extractor:
         for index in restates:
             memory = known[index]
             again = Add(memory.text, memory.entities, memory.tags)
-            if written < budget and await self._save(bank, again, origin):
+            # A general memory said again by this speaker is reinforced, never copied as theirs
+            # (another person's, in an unscoped bank, is another memory: theirs is written).
+            scope = None if memory.subject is None else origin.subject
+            if written < budget and await self._save(bank, again, origin, scope):
                 written += 1  # (a pinned memory is never touched: `_save` declines it)
         corrected: set[int] = set()
+        landed: set[str] = set()  # what the corrections wrote: an add of it is the same fact
         for correction in decisions.corrections:
+            if normalize(correction.new.text) in landed:
+                continue  # the reply said it twice: once is the fact, not a corroboration
             if written < budget and await self._correct(
                 bank, correction, known, corrected, origin, said, echoed
             ):
                 written += 1
+                landed.add(normalize(correction.new.text))
+        adds = [add for add in adds if normalize(add.text) not in landed]
         room = max(budget - written, 0)
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
@@ -654,7 +717,10 @@ class Extractor:
         others = {normalize(m.text) for i, m in enumerate(known) if i != correction.ref}
         if normalize(new.text) in others:
             return False
-        saved = await self._save(bank, new, origin)
+        # A general fact one speaker corrects stays general: it must not vanish for everyone
+        # else and reappear as that speaker's own.
+        scope = None if new.general or old.subject is None else origin.subject
+        saved = await self._save(bank, new, origin, scope)
         if saved is None:
             return False
         if correction.ref in corrected or saved.id == old.id or not saved.live:
@@ -674,15 +740,21 @@ class Extractor:
             log.info("extraction_correction_moot", bank=bank, id=old.id, error=str(exc))
         return True
 
-    async def _save(self, bank: str, fact: Add, origin: _Origin) -> Memory | None:
+    async def _save(
+        self, bank: str, fact: Add, origin: _Origin, subject: str | _Own | None = _OWN
+    ) -> Memory | None:
         """Save one fact; None when extraction must not write it: its text matches a memory a
         person pinned or retired (the save refuses an automatic caller that: extraction never
         edits the one nor revives the other), or the model's item does not pass validation
-        (skipped, the rest of the pass goes on). A bank deleted meanwhile raises `BankNotFound`."""
-        if (again := self._written_since(bank, fact.text, origin.since)) is not None:
+        (skipped, the rest of the pass goes on). A bank deleted meanwhile raises `BankNotFound`.
+        `subject`: whom the memory is about; by default the fact's own reading (general, else
+        the speaker)."""
+        if isinstance(subject, _Own):
+            subject = None if fact.general else origin.subject
+        if (again := self._written_since(bank, fact.text, subject, origin.since)) is not None:
             return again
         text, entities = fact.text, fact.entities
-        if text.lower().startswith(USER_PREFIXES) and "user" not in entities:
+        if _ABOUT_USER.search(text) and "user" not in entities:
             entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
         request = SaveRequest(
             bank=bank,
@@ -692,7 +764,7 @@ class Extractor:
             session_id=origin.session_id,
             context=fact.context or origin.context,
             intention=origin.intention_of(fact),
-            subject=None if fact.general else origin.subject,
+            subject=subject,
             category=fact.category,
         )
         try:
@@ -711,8 +783,10 @@ class Extractor:
         person editing the file meanwhile is never overwritten (the merge is redone on theirs)."""
         cleaned = [rule for rule in rules if not _carries_secret(rule)]
         for _ in range(LEARN_ATTEMPTS):
-            existing = await self._learned(bank, caller)
-            merged = merge_learned(existing.content if existing else "", cleaned)
+            held = await self._rules(bank, caller)
+            existing = next((rule for rule in held if rule.name == LEARNED_RULE), None)
+            others = [rule.content for rule in held if rule.name != LEARNED_RULE]
+            merged = merge_learned(existing.content if existing else "", cleaned, elsewhere=others)
             if merged is None:
                 return 0
             request = RuleSetRequest(
@@ -732,14 +806,29 @@ class Extractor:
         log.warning("learned_rule_kept_changing", bank=bank)
         return 0
 
-    async def _learned(self, bank: str, caller: Caller) -> Rule | None:
+    async def _rules(self, bank: str, caller: Caller) -> list[Rule]:
         try:
             request = RuleListRequest(bank=bank)
             found = await respond(self._service, "memory::rule::list", request, caller)
         except BankNotFound:
-            return None
+            return []
         assert isinstance(found, RuleListResponse)
-        return next((rule for rule in found.rules if rule.name == LEARNED_RULE), None)
+        return list(found.rules)
+
+
+def _dated(lines: list[Line], now_ms: int) -> list[Line]:
+    """Every line with a date: one its message did not carry takes its turn's (the previous
+    dated message's, else the next one's, else now: the turn just finished). Shown undated,
+    "yesterday" could not be made absolute, and the model would date it from its own guess."""
+    if all(line.at_ms is not None for line in lines):
+        return lines
+    known = [line.at_ms for line in lines if line.at_ms is not None]
+    at = known[0] if known else now_ms
+    dated: list[Line] = []
+    for line in lines:
+        at = line.at_ms if line.at_ms is not None else at
+        dated.append(dataclasses.replace(line, at_ms=at))
+    return dated
 
 
 def _worth_reading(lines: Sequence[Line]) -> bool:
