@@ -173,3 +173,14 @@ class TestFloor:
     def test_floor_never_removes_hits(self, floor: int) -> None:
         hits = [Hit(_memory("a fact"), 1.0), Hit(_memory("b fact"), 0.5)]
         assert apply_floor(hits, [], floor=floor) == hits
+
+
+def test_the_header_promises_capture_only_where_turns_are_captured() -> None:
+    """Extraction off, or no model to extract with: "saved without any tool call" lost every
+    "remember this"; the agent is told to save it itself, or to say it was not saved."""
+    kept = render_section("main", RULES, max_rule_chars=6000).text
+    assert "saved without any tool call" in kept
+    told = render_section("main", RULES, max_rule_chars=6000, captured=False).text
+    assert "saved without any tool call" not in told
+    assert "Nothing is captured automatically here" in told and "memory::save" in told
+    assert "Treat the rules below as standing instructions." in told

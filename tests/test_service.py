@@ -14,6 +14,7 @@ from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound
 from memory_worker.storage.store import Store
 
@@ -579,6 +580,25 @@ class TestRecall:
 
 
 class TestRulesAndPreview:
+    @pytest.mark.parametrize(
+        ("engine_less", "fields", "captured"),
+        [
+            (False, {}, True),  # under an engine: the router extracts
+            (False, {"extraction_enabled": False}, False),
+            (True, {}, False),  # no engine, no endpoint: nothing reads the turns
+            (True, {"extraction_endpoint": "http://127.0.0.1:8080/v1"}, True),
+        ],
+    )
+    async def test_the_section_promises_capture_only_when_turns_are_extracted(
+        self, service: MemoryService, engine_less: bool, fields: dict[str, Any], captured: bool
+    ) -> None:
+        service.engine_less = engine_less
+        service.settings = Settings(**fields)
+        await save(service, "The user drinks green tea")
+        section = (await call(service, "memory::preview", query="tea"))["system_prompt_section"]
+        assert ("saved without any tool call" in section) is captured
+        assert ("Nothing is captured automatically here" in section) is not captured
+
     async def test_a_preview_for_a_conversation_hands_each_revision_once(
         self, service: MemoryService
     ) -> None:

@@ -419,7 +419,9 @@ async def open_door(
     store = await asyncio.to_thread(
         functools.partial(Store.adopt, lock, lazy=True, short_lived=short_lived)
     )
-    service = MemoryService(store, settings(), embedder=embedder, embed_writes=embed_writes)
+    service = MemoryService(
+        store, settings(), embedder=embedder, embed_writes=embed_writes, engine_less=True
+    )
     try:
         yield LocalDoor(service, caller)
         await service.settle()  # the vectors of what this command saved land before it exits

@@ -516,7 +516,12 @@ class StandaloneServer:
             holder = self._holder()
             store = await asyncio.to_thread(Store.open, self.data_dir, holder=holder, lazy=True)
             self.service = service = MemoryService(
-                store, self.settings, embedder=self.embedder, emitter=self.feed
+                store,
+                self.settings,
+                embedder=self.embedder,
+                emitter=self.feed,
+                # With no completer given, turns are extracted only through an endpoint.
+                engine_less=self.completer is None,
             )
             await asyncio.to_thread(self._token, store.root)
             if self.completer is None:

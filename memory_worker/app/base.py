@@ -106,9 +106,12 @@ class ServiceBase:
         siblings: HealthProbe | None = None,
         embed_writes: bool = True,
         deliveries: Deliveries | None = None,
+        engine_less: bool = False,
     ) -> None:
         """`deliveries`: where lesson deliveries are kept (the state worker under an engine);
-        None keeps them in the data dir."""
+        None keeps them in the data dir. `engine_less`: no `router::complete` to extract with
+        (the standalone server, the CLI): only a configured `extraction_endpoint` captures."""
+        self.engine_less = engine_less
         self.store = store
         self.deliveries_port = deliveries
         self.siblings = siblings
@@ -163,6 +166,15 @@ class ServiceBase:
             if name == self.settings.default_bank:
                 return None
             raise
+
+    def captures_turns(self) -> bool:
+        """Whether a finished turn reaches an extraction model: what the memory section promises
+        the agent ("saved without any tool call"). Under an engine the router is there to ask;
+        without one, only a configured `extraction_endpoint` is."""
+        settings = self.settings
+        return settings.extraction_enabled and (
+            not self.engine_less or bool(settings.extraction_endpoint)
+        )
 
     def was_deleted(self, name: str) -> bool:
         """A bank deleted since boot (the default bank never counts: it materializes on use)."""

@@ -190,9 +190,12 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         if bank is None:
             if self.was_deleted(name) or not settings.extraction_enabled:
                 return Injection.only_section(name)
-            return Injection.only_section(name, render_section(name, [], 0).text)
+            captured = self.captures_turns()
+            return Injection.only_section(name, render_section(name, [], 0, captured=captured).text)
         rules = bank.rules() if bank is not None and settings.inject_rules else []
-        section = render_section(name, rules, settings.max_rule_chars)
+        section = render_section(
+            name, rules, settings.max_rule_chars, captured=self.captures_turns()
+        )
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
         scoped, subject = self.scope_of(bank, subject, SYSTEM)

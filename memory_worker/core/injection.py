@@ -38,10 +38,21 @@ AMBIENT_FLOOR = 3  # identity questions and session openers recall little lexica
 MIN_TRUNCATED_RULE_CHARS = 200  # below this a cut rule is noise: omit it whole instead
 
 
-def ambient_header(bank: str, rules_follow: bool = True) -> str:
+def ambient_header(bank: str, rules_follow: bool = True, *, captured: bool = True) -> str:
     # Always present: without it models claim they "cannot remember" or "cannot save to memory".
     # "The rules below" only when some follow: pointing at nothing invites the model to invent.
     rules = " Treat the rules below as standing instructions." if rules_follow else ""
+    if not captured:
+        # No turn reaches an extraction model (extraction off, or no endpoint without an
+        # engine): promising "saved without any tool call" lost every "remember this".
+        return (
+            f"\n\n# Memory — bank: {bank}\n"
+            "You have persistent memory across conversations: the memories relevant to the "
+            "current message are provided to you in a <memory> block when they exist. Nothing "
+            "is captured automatically here: when the user asks you to remember something, save "
+            "it with the memory save tool (memory::save) and say so; without that tool, tell the "
+            f"user it was not saved.{rules}\n"
+        )
     return (
         f"\n\n# Memory — bank: {bank}\n"
         "You have persistent memory across conversations. Durable facts, preferences and standing "
@@ -59,7 +70,9 @@ class RulesSection:
     truncated: bool
 
 
-def render_section(bank: str, rules: list[Rule], max_rule_chars: int) -> RulesSection:
+def render_section(
+    bank: str, rules: list[Rule], max_rule_chars: int, *, captured: bool = True
+) -> RulesSection:
     """Ambient header plus rules in name order within `max_rule_chars` (content characters only).
 
     A rule that does not fit is cut with a visible marker when enough budget remains, else omitted
@@ -90,7 +103,8 @@ def render_section(bank: str, rules: list[Rule], max_rule_chars: int) -> RulesSe
         else:
             parts.append(f"\n## {rule.name} [omitted: over the injection budget]\n")
             truncated = True
-    return RulesSection(ambient_header(bank, included > 0) + "".join(parts), included, truncated)
+    header = ambient_header(bank, included > 0, captured=captured)
+    return RulesSection(header + "".join(parts), included, truncated)
 
 
 def apply_floor(hits: list[Hit], top: list[Memory], floor: int) -> list[Hit]:
