@@ -84,6 +84,21 @@ class RecordingExtractor:
         raise AssertionError("a turn with memory must be extracted, not passed over")
 
 
+class FlakyExtractor(RecordingExtractor):
+    """The extraction pass failing its first `failures` attempts (the router down a moment)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.attempts = 0
+
+    async def extract(self, job: ExtractJob, bank: str) -> int:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise SiblingUnavailable("router::complete timed out")
+        return await super().extract(job, bank)
+
+
 class Hooked:
     """The hook wired to a real service and fake siblings, plus a tiny harness: it keeps each
     session's window (the appended messages persist, as the harness does)."""
@@ -581,6 +596,25 @@ class TestTurnPipeline:
         reply = await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
         assert reply["inline"] == "memx-s1-t1"
         await pipeline.settle()
+        assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
+        await pipeline.close()
+
+    async def test_without_a_queue_a_failed_pass_is_tried_again_not_lost(self, h: Hooked) -> None:
+        """The next turn's pass starts where this turn ended: an inline pass given up on after
+        one failure (the router down a moment) was a turn never read."""
+        extractor = FlakyExtractor(failures=2)
+        pipeline = TurnPipeline(
+            h.service,
+            h.resolver,
+            h.state,
+            Queue(present=False),
+            extractor,  # type: ignore[arg-type]
+        )
+        pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        await pipeline.settle()
+        assert extractor.attempts == 3
         assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
         await pipeline.close()
 

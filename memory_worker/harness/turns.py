@@ -38,6 +38,10 @@ log = get_logger(__name__)
 EXTRACT_JOB = catalog.EXTRACT_JOB
 MAX_PAGES = 10_000  # session::messages pages walked to find the turn's last entry
 MAX_AGENT_CHARS = 128
+# With no queue to retry a failed inline pass (the router down, a timeout), it is tried again
+# after each of these delays: the next turn's pass starts where this turn ended, so a pass given
+# up on is a turn never read. In memory only: a restart meanwhile loses it, as no queue means.
+INLINE_RETRY_DELAYS_S = (5.0, 30.0, 120.0, 600.0)
 
 
 class Extractor(Protocol):
@@ -89,6 +93,7 @@ class TurnPipeline:
         self._extractor = extractor
         self._transcript = transcript
         self._inline: set[asyncio.Task[Any]] = set()
+        self.inline_retry_delays_s = INLINE_RETRY_DELAYS_S
 
     async def on_turn_completed(self, payload: object) -> dict[str, Any]:
         try:
@@ -173,12 +178,28 @@ class TurnPipeline:
         return newest
 
     async def _inline_job(self, data: dict[str, Any]) -> None:
-        try:
-            await self.extract_job(data)
-        except Exception as exc:  # no queue to retry it: the next turn's pass reads these messages
-            log.warning(
-                "inline_extraction_failed", session_id=data.get("session_id"), error=str(exc)
-            )
+        """The job, run here for want of a queue, and retried here as a queue would: the next
+        turn's job starts where this turn ended (`after`), so it never reads these messages."""
+        delays = self.inline_retry_delays_s
+        for attempt in range(len(delays) + 1):
+            try:
+                await self.extract_job(data)
+                return
+            except InvalidInput as exc:  # a job that can never run: no retry helps
+                error = str(exc)
+                break
+            except Exception as exc:  # the router, the disk: tried again after a delay
+                error = str(exc)
+                if attempt == len(delays):
+                    break
+                log.warning(
+                    "inline_extraction_retried",
+                    session_id=data.get("session_id"),
+                    error=error,
+                    retry_in_s=delays[attempt],
+                )
+                await asyncio.sleep(delays[attempt])
+        log.warning("inline_extraction_failed", session_id=data.get("session_id"), error=error)
 
     async def extract_job(self, payload: object) -> dict[str, Any]:
         try:
