@@ -35,8 +35,8 @@ from typing import Any, TextIO
 from memory_worker.adapters.doors import Door
 from memory_worker.app.caller import Caller
 from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.patch_headers import DIFF_HEADERS, PATCH_FILE_HEADERS
 from memory_worker.core.payload import loads
-from memory_worker.search.toolcall import DIFF_HEADERS, PATCH_FILE_HEADERS
 from memory_worker.storage.capture import MAX_JOB_ENTRIES
 from memory_worker.storage.logger import get_logger
 

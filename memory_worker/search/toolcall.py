@@ -25,8 +25,9 @@ from memory_worker.core.lessons import (
     normalize_path,
     split_words,
 )
+from memory_worker.core.patch_headers import DIFF_HEADERS, PATCH_FILE_HEADERS
 
-__all__ = ["DIFF_HEADERS", "PATCH_FILE_HEADERS", "Signals", "ancestors", "signals"]
+__all__ = ["Signals", "ancestors", "signals"]
 
 # Bounds on what one call is read for: a Write of a whole file must not cost the step a scan of
 # megabytes. Paths come first (they are short); text beyond these limits adds no identifiers.
@@ -106,13 +107,6 @@ _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&", "\n"})
 _CD = frozenset({"cd", "pushd"})
 _GLOB_CHARS = frozenset("*?[{")
-PATCH_FILE_HEADERS = (
-    "*** Add File: ",
-    "*** Update File: ",
-    "*** Delete File: ",
-    "*** Move to: ",
-)
-DIFF_HEADERS = ("+++ ", "--- ")
 
 
 @dataclass(frozen=True, slots=True)
