@@ -198,8 +198,11 @@ class TestEviction:
         )
         await save(service, "Bruno likes tea.", subject="bruno")
         await save(service, "Ana likes cello.", subject="ana")
-        with pytest.raises(Conflict, match=r"max_memories \(2\) is reached .* in this scope"):
+        with pytest.raises(
+            Conflict, match=r"max_memories \(2\) is reached .* in this scope"
+        ) as err:
             await save(service, "The office opens at 9.")
+        assert "pinned" not in str(err.value)  # nothing is: the general pool is empty
         assert await live_texts(service) == {"Bruno likes tea.", "Ana likes cello."}
 
     async def test_concurrent_saves_into_a_full_bank_each_evict_their_own_victim(

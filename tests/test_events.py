@@ -68,3 +68,16 @@ async def test_backoff_grows_between_attempts() -> None:
     emitter.emit(ITEM_CHANGED, EVENT)
     await emitter.flush()
     assert waits == [0.5, 1.0] and len(client.sent) == 1
+
+
+async def test_a_subject_binding_names_the_person_as_memories_store_them() -> None:
+    """A subject is stored cleaned (whitespace collapsed, NFC): a binding for "José" typed
+    decomposed, or for "Ana  Maria" with two spaces, never heard of that person's memories."""
+    table = BindingTable(ITEM_CHANGED)
+    for i, subject in enumerate(("Jose\u0301", "Ana  Maria")):
+        config = {"subject": subject}
+        await table.register_trigger(
+            TriggerConfig(id=f"b{i}", function_id=f"sub::{i}", config=config)
+        )
+    assert [b.function_id for b in table.matching("main", "Jos\u00e9")] == ["sub::0"]
+    assert [b.function_id for b in table.matching("main", "Ana Maria")] == ["sub::1"]

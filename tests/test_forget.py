@@ -23,7 +23,8 @@ from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.core import transitions
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import erasure, log
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
@@ -283,6 +284,77 @@ class TestForget:
             )
             assert done.status == 200 and len((await done.json())["erased"]) == 3
         assert _grep(data_dir, "flowerpot") == []
+
+    async def test_a_name_typed_decomposed_is_the_same_person(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """ "José" precomposed (NFC) or decomposed (NFD, as macOS and some keyboards send it) is
+        one person: forget-subject erased nothing of the other spelling and reported success.
+        A record stored before subjects were normalised is theirs too."""
+        nfc, nfd = "Jos\u00e9", "Jose\u0301"
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        typed = await call(
+            service, "memory::save", text="José keeps his spare key in the mailbox.", subject=nfd
+        )
+        assert typed["memory"]["subject"] == nfc
+        await call(service, "memory::save", text="José's PIN hint is his dog.", subject=nfc)
+        seen = await call(service, "memory::recall", query="spare key mailbox", subject=nfd)
+        assert typed["memory"]["id"] in [m["memory"]["id"] for m in seen["memories"]]
+        bank = service.store.get("main")
+        text = "José was born in Faro."
+        old = transitions.new_memory(bank.new_id(text), text, subject=nfd, now_ms=service.clock())
+        await bank.commit([old])  # as a worker before this fix wrote it
+        out = await call(service, "memory::forget-subject", subject=nfd, confirm="destructive")
+        assert len(out["erased"]) == 3 and out["subject"] == nfc
+        for needle in ("mailbox", "PIN hint", "Faro"):
+            assert _grep(data_dir, needle) == [], needle
+
+    async def test_a_deleted_banks_trashed_copies_are_erased_too(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """A deleted bank sits in `.trash/` (recoverable by hand) with every memory about them:
+        forget-subject naming it answered `bank_not_found` and left them all there."""
+        await _populate(service)
+        await call(service, "memory::bank::delete", name="main")
+        assert _grep(data_dir, "flowerpot") and _grep(data_dir, "locker")
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert out["trash_copies"] == 2 and len(out["erased"]) == 4
+        for needle in ("flowerpot", "AB negative", "Braga", "locker", *out["erased"]):
+            assert _grep(data_dir, needle) == [], needle
+        assert _grep(data_dir, "doormat") and _grep(data_dir, "Monday")  # the others stay
+        with pytest.raises(BankNotFound):  # a name with no bank and no copy is still unknown
+            await call(
+                service,
+                "memory::forget-subject",
+                bank="nobody",
+                subject="ana",
+                confirm="destructive",
+            )
+
+    async def test_erasures_asked_at_once_all_finish(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """Three people forgotten at once (a batch of requests), and a compaction meanwhile:
+        the second erasure failed with `conflict: a rewrite ... is already running` after it
+        had erased their trashed copies, and the first one's end removed its intent, so a
+        restart did not finish it either: their memory stayed, half erased."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        people = ("ana", "bruno", "caio", "dora")
+        for who in people:
+            await call(service, "memory::save", text=f"{who} hides a key in the shed.", subject=who)
+        await call(service, "memory::save", text=GENERAL_TEXT)
+        forgets = [
+            call(service, "memory::forget-subject", subject=who, confirm="destructive")
+            for who in people[:3]
+        ]
+        compact = call(service, "memory::compact", bank="main", horizon_days=0)
+        done = await asyncio.gather(compact, *forgets, return_exceptions=True)
+        assert not [r for r in done if isinstance(r, BaseException)], done
+        assert [len(r["erased"]) for r in done[1:]] == [1, 1, 1]
+        for who in people[:3]:
+            assert _grep(data_dir, f"{who} hides") == [], who
+        assert _grep(data_dir, "dora hides") and _grep(data_dir, "Monday")
+        assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
 
     def test_it_is_denied_to_agents(self) -> None:
         assert catalog.find("memory::forget-subject").policy is catalog.Policy.HUMANS

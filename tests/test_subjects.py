@@ -15,7 +15,7 @@ from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
+from memory_worker.core.errors import Conflict, Forbidden, InvalidInput, MemoryNotFound
 
 from .test_extractor import Rig, add
 from .test_pregenerate import Hooked, appended
@@ -276,6 +276,31 @@ class TestExtraction:
         cafeteria = by_text["The cafeteria opens at 8:00."]
         assert "subject" not in cafeteria and cafeteria["category"] == "fact"  # unknown → fact
 
+    async def test_a_speakers_standing_instruction_is_theirs_not_the_banks_rule(
+        self, service: MemoryService
+    ) -> None:
+        """The `learned` rule reaches every turn of the bank: Ana's "never mention my divorce"
+        became Bruno's system prompt too. In a subject-scoped bank it is kept as a preference
+        about her; without a speaker it is the bank's rule."""
+        await _people(service)
+        rig = Rig(service)
+        rule = "Never mention the user's divorce."
+        rig.chat.say("user", "Please never bring up my divorce again.")
+        rig.model.replies.append(json.dumps({"memories": [], "rules": [rule]}))
+        await rig.extractor.extract(ExtractJob(session_id="s1", subject="ana"), "main")
+        rules = await call(service, "memory::rule::list", PERSON, bank="main")
+        assert rules["rules"] == []
+        preview = await call(service, "memory::preview", PERSON, query="hi", subject="bruno")
+        assert "divorce" not in preview["system_prompt_section"]
+        listed = await call(service, "memory::list", PERSON, subject="ana", category="preference")
+        kept = [m for m in listed["memories"] if m["text"] == rule]
+        assert kept and kept[0]["subject"] == "ana"
+        rig.chat.say("user", "Always answer in Portuguese, everyone here reads it.")
+        rig.model.replies.append(json.dumps({"memories": [], "rules": ["Answer in Portuguese."]}))
+        await rig.extractor.extract(ExtractJob(session_id="s1"), "main")  # nobody speaking
+        rules = await call(service, "memory::rule::list", PERSON, bank="main")
+        assert "Answer in Portuguese." in rules["rules"][0]["content"]
+
 
 @given(
     subjects=st.lists(st.sampled_from(["ana", "bruno", "caio", None]), min_size=1, max_size=12),
@@ -379,3 +404,128 @@ class TestExtractionOnKnownMemories:
         await rig.extractor.extract(ExtractJob(session_id="s1", subject="bruno"), "main")
         seen_by_ana = await call(service, "memory::list", subject="ana", limit=100)
         assert new in {m["text"] for m in seen_by_ana["memories"]}
+
+
+class _Speaker:
+    """The bus resolver's speaker lookup, for one session's speaker."""
+
+    def __init__(self, speaker: str | None) -> None:
+        self.speaker = speaker
+
+    async def subject(self, session_id: str, turn_metadata: object = None) -> str | None:
+        return self.speaker
+
+
+async def _in_turn(
+    service: MemoryService, function_id: str, speaker: str | None, **payload: Any
+) -> dict[str, Any]:
+    """A public bus call made by an agent inside a turn whose speaker is `speaker`, as the
+    engine worker makes it (payload and caller from `turn_call`)."""
+    from memory_worker.adapters.bus import worker
+
+    metadata = {"session_id": "s1", "turn_id": "t1"}
+    spec = catalog.find(function_id)
+    data, caller = await worker.turn_call(spec, payload, metadata, _Speaker(speaker))  # type: ignore[arg-type]
+    return await catalog.call(service, function_id, data, caller)
+
+
+class TestAgentsInATurn:
+    async def test_an_update_without_subject_leaves_the_memorys_own(
+        self, service: MemoryService
+    ) -> None:
+        """An omitted `subject` means unchanged: an agent's edit of a general memory in Bruno's
+        turn made it Bruno's, out of every other person's sight."""
+        await call(service, "memory::bank::create", PERSON, name="main", subject_scoping=True)
+        general = (await call(service, "memory::save", PERSON, text=GENERAL))["memory"]
+        edited = await _in_turn(service, "memory::update", "bruno", id=general["id"], tags=["x"])
+        assert "subject" not in edited["memory"]
+        seen = await _in_turn(service, "memory::recall", "ana", query="office Lisbon Fridays")
+        assert [m["memory"]["id"] for m in seen["memories"]] == [general["id"]]
+        saved = await _in_turn(service, "memory::save", "bruno", text="The user plays chess.")
+        assert saved["memory"]["subject"] == "bruno"  # a save without one is about the speaker
+
+    @pytest.mark.parametrize(
+        ("function_id", "change"),
+        [
+            ("memory::update", {"tags": ["leaked"]}),
+            ("memory::update", {"subject": ""}),
+            ("memory::delete", {}),
+            ("memory::pin", {"pinned": True}),
+            ("memory::history", {}),
+        ],
+    )
+    async def test_another_persons_memory_is_not_there_for_a_change_by_id(
+        self, service: MemoryService, function_id: str, change: dict[str, Any]
+    ) -> None:
+        """`memory::get` already said `memory_not_found`; an update, delete or pin of the same id
+        changed Ana's memory from Bruno's turn and handed it back, text and all."""
+        ids = await _people(service)
+        bank = service.store.get("main")
+        ana = sorted(ids["ana"])[0]
+        before = bank.latest(ana)
+        with pytest.raises(MemoryNotFound):
+            await _in_turn(service, function_id, "bruno", id=ana, **change)
+        with pytest.raises(MemoryNotFound):  # nobody speaking: general memories only
+            await _in_turn(service, function_id, None, id=ana, **change)
+        assert bank.latest(ana) == before
+        # The speaker's own and the general pool stay theirs to change.
+        own = await _in_turn(service, function_id, "ana", id=ana, **change)
+        assert own.get("memory", own).get("id", ana) == ana
+        general = sorted(ids["general"])[0]
+        await _in_turn(service, function_id, "bruno", id=general, **change)
+
+    async def test_an_agents_export_holds_no_other_persons_memory(
+        self, service: MemoryService
+    ) -> None:
+        """`memory::history` hid another person's memory from an agent; `memory::export` (read
+        only, an operator may approve it) handed over every person's, every revision."""
+        ids = await _people(service)
+        moved = sorted(ids["ana"])[0]  # once Ana's, general now: its old revision names her
+        await call(service, "memory::update", PERSON, id=moved, subject="")
+        for speaker, mine in (("bruno", ids["bruno"]), (None, set())):
+            out = await _in_turn(service, "memory::export", speaker, bank="main")
+            exported = {r["id"] for r in out["records"]}
+            assert exported == ids["general"] | mine, speaker
+            assert all(r.get("subject") in (None, speaker) for r in out["records"])
+        agent = await call(service, "memory::export", AGENT, bank="main")  # MCP: no turn
+        assert {r["id"] for r in agent["records"]} == ids["general"]
+        whole = await call(service, "memory::export", PERSON, bank="main")
+        assert len({r["id"] for r in whole["records"]}) == 7
+
+    async def test_an_agents_stats_count_no_other_person(self, service: MemoryService) -> None:
+        """`memory::stats` named every person the bank knows of, with their counts, to an agent
+        in anyone's turn; it counts what the agent may see, as `memory::list`'s total does."""
+        await _people(service)
+        out = await _in_turn(service, "memory::stats", "bruno", bank="main")
+        assert out["by_subject"] == {"bruno": 3} and out["general"] == 1 and out["memories"] == 4
+        nobody = await _in_turn(service, "memory::stats", None, bank="main")
+        assert nobody["by_subject"] == {} and nobody["memories"] == 1
+        whole = await call(service, "memory::stats", PERSON, bank="main")
+        assert whole["by_subject"] == {"ana": 3, "bruno": 3} and whole["memories"] == 7
+
+    async def test_a_write_in_a_turn_is_about_its_speaker_or_no_one(
+        self, service: MemoryService
+    ) -> None:
+        """Seed 004: writes classify a memory as the current interlocutor's or general. An
+        agent in Bruno's turn saving "about ana" evicted Ana's memories at her cap (a chatty
+        interlocutor evicting another person's), and a re-save of her text handed her record
+        back; moving a memory onto Ana did the same."""
+        create = {"name": "main", "subject_scoping": True, "max_per_subject": 2}
+        await call(service, "memory::bank::create", PERSON, **create)
+        ana = [
+            (await call(service, "memory::save", PERSON, text=t, subject="ana"))["memory"]["id"]
+            for t in ("Ana likes cello.", "Ana likes opera.")
+        ]
+        with pytest.raises(Forbidden):
+            await _in_turn(service, "memory::save", "bruno", text="Ana likes jazz.", subject="ana")
+        with pytest.raises(Forbidden):
+            await _in_turn(service, "memory::save", "bruno", text="Ana likes cello.", subject="ana")
+        general = (await call(service, "memory::save", PERSON, text=GENERAL))["memory"]["id"]
+        with pytest.raises(Forbidden):
+            await _in_turn(service, "memory::update", "bruno", id=general, subject="ana")
+        listed = await call(service, "memory::list", PERSON, subject="ana")
+        assert {m["id"] for m in listed["memories"]} == {*ana, general}
+        # Their own, or general, is theirs to write.
+        await _in_turn(service, "memory::save", "bruno", text="Bruno likes chess.", subject="bruno")
+        await _in_turn(service, "memory::save", "bruno", text="The office has a piano.", subject="")
+        await _in_turn(service, "memory::update", "bruno", id=general, subject="bruno")

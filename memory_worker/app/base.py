@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.ports import (
     BANK_CHANGED,
     ITEM_CHANGED,
@@ -24,10 +24,11 @@ from memory_worker.app.ports import (
 from memory_worker.core import transitions
 from memory_worker.core.bank_settings import BankOverrides, BankSettings, effective
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, InvalidInput, MemoryNotFound
+from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, MemoryNotFound
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
+from memory_worker.core.subjects import normalize_subject
 from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
@@ -39,6 +40,7 @@ __all__ = [
     "ServiceBase",
     "clean_line",
     "clean_short",
+    "clean_subject",
     "event_id",
     "item_event",
     "redaction_reason",
@@ -73,6 +75,13 @@ def redaction_reason(labels: Iterable[str]) -> str | None:
 def clean_short(raw: str | None, field: str, limit: int) -> str | None:
     """A one-line label (description, session id): redacted, whitespace collapsed, bounded."""
     return clean_line(raw, field, limit)[0]
+
+
+def clean_subject(raw: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """A subject a call names, as stored and compared (`clean_line`, then NFC): every door and
+    path cleans it alike, so a save, a scoped read and forget-subject mean the same person."""
+    subject, labels = clean_line(raw, "subject", MAX_SUBJECT_CHARS)
+    return (None if subject is None else normalize_subject(subject)), labels
 
 
 def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tuple[str, ...]]:
@@ -186,13 +195,43 @@ class ServiceBase:
             raise MemoryNotFound(f"{memory_id} in bank {bank.name}")
         return record
 
-    def _existing(self, name: str, memory_id: str) -> tuple[Bank, Memory]:
+    def _existing(self, name: str, memory_id: str, caller: Caller = SYSTEM) -> tuple[Bank, Memory]:
         """The bank and the record a mutation targets; the default bank before its first write
-        holds no memories (memory_not_found), any other missing bank is bank_not_found."""
+        holds no memories (memory_not_found), any other missing bank is bank_not_found. For an
+        agent's call inside a turn, another person's memory in a bank partitioned by subject is
+        not there either, as for `memory::get`: it would otherwise be changed, and handed back
+        whole, from someone else's conversation."""
         bank = self._readable(name)
         if bank is None:
             raise MemoryNotFound(f"{memory_id} in bank {name}")
-        return bank, self._record(bank, memory_id)
+        record = self._record(bank, memory_id)
+        if self.hidden_from(bank, record, caller):
+            raise MemoryNotFound(f"{memory_id} in bank {name}")
+        return bank, record
+
+    def check_speaker(self, bank: Bank, subject: str | None, caller: Caller) -> None:
+        """An agent's write inside a turn makes a memory about the person speaking in it or a
+        general one (seed 004: "subject = the current interlocutor"), never about someone
+        else: it would evict that person's memories at their cap, or hand one of theirs back
+        as the match of its text."""
+        if self._someone_else(bank, subject, caller):
+            raise Forbidden(
+                f"inside this turn a memory is about {caller.speaker or 'no one'} or general; "
+                f"not about {subject}"
+            )
+
+    def hidden_from(self, bank: Bank, record: Memory, caller: Caller) -> bool:
+        """Whether `record` is another person's than the speaker of the turn `caller` acts in."""
+        return self._someone_else(bank, record.subject, caller)
+
+    def _someone_else(self, bank: Bank, subject: str | None, caller: Caller) -> bool:
+        return (
+            caller.kind is CallerKind.AGENT
+            and caller.in_turn
+            and subject is not None
+            and subject != clean_subject(caller.speaker)[0]
+            and self.bank_settings(bank).subject_scoping
+        )
 
     @contextlib.asynccontextmanager
     async def _writing_into(self, name: str, caller: Caller = SYSTEM) -> AsyncIterator[Bank]:
@@ -239,7 +278,7 @@ class ServiceBase:
         by subject, unless a person (or consolidation, which keeps the whole bank) asks with no
         subject. An agent or another internal path that names no subject sees general memories
         only."""
-        subject = clean_short(subject, "subject", MAX_SUBJECT_CHARS)
+        subject = clean_subject(subject)[0]
         if bank is None or not self.bank_settings(bank).subject_scoping:
             return False, subject
         if subject is None and caller.reads_whole_bank:

@@ -10,6 +10,7 @@ use cases enforce that from the caller, in the same step as the write.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,6 +50,11 @@ class Caller:
     # How what this caller saves entered the store: what a person or an agent says is stated;
     # extraction reads it from a conversation (or infers it).
     confidence: Confidence = Confidence.STATED
+    # An agent's call made inside a harness turn (the bus) acts for the person speaking in it:
+    # `in_turn` says the speaker is known, `speaker` is who (None: nobody, general memories
+    # only). In a subject-scoped bank such a call cannot touch another person's memory by id.
+    in_turn: bool = False
+    speaker: str | None = None
 
     @classmethod
     def human(cls, via: str) -> Caller:
@@ -72,6 +78,10 @@ class Caller:
             turn_id=turn_id,
             agent=agent,
         )
+
+    def speaking_for(self, speaker: str | None) -> Caller:
+        """This agent's call as made inside a turn whose speaker is `speaker` (None: nobody)."""
+        return dataclasses.replace(self, in_turn=True, speaker=speaker)
 
     @classmethod
     def internal(

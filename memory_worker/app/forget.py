@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short, event_id
+from memory_worker.app.base import clean_subject, event_id
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
-from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
 from memory_worker.core.models import ItemEvent
 from memory_worker.storage import erasure
+from memory_worker.storage.bank import Bank
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE
 from memory_worker.storage.logger import get_logger
@@ -45,11 +46,20 @@ class ForgetUseCases(EmbeddingWork):
                 'forget-subject erases for good and requires confirm: "destructive" (REST: the '
                 "X-Confirm: destructive header)"
             )
-        subject = clean_short(req.subject, "subject", MAX_SUBJECT_CHARS)
+        subject = clean_subject(req.subject)[0]
         if subject is None:
             raise InvalidInput("subject must name who to forget")
         name = self._name(req.bank)
-        bank = self.store.get(name)
+        try:
+            bank = self.store.get(name)
+        except BankNotFound:
+            if not erasure.has_copies(self.store.root, name):
+                raise
+            return await self._forget_in_trash(name, subject)
+        async with bank.erasure_lock:  # erasures asked at once run one after the other
+            return await self._forget(name, bank, subject)
+
+    async def _forget(self, name: str, bank: Bank, subject: str) -> ForgetSubjectResponse:
         # Decided on each memory's newest record, a write still in flight included (a pin being
         # written counts), and from here on no write about them lands until the erasure ends.
         about = bank.about(subject)
@@ -109,4 +119,21 @@ class ForgetUseCases(EmbeddingWork):
             erased=about,
             trash_copies=copies,
             damaged_dropped=result.damaged_dropped,
+        )
+
+    async def _forget_in_trash(self, name: str, subject: str) -> ForgetSubjectResponse:
+        """A deleted bank's trashed copies (`.trash/`, kept for a person to recover by hand)
+        hold every memory about them too: erased the same way, though no bank by that name is
+        live. No intent: each file is replaced whole, and a run cut short is finished by the
+        next (each step is idempotent); nothing is announced (nothing of theirs was live)."""
+        copies, erased = await asyncio.to_thread(
+            erasure.erase_trashed, self.store.root, name, subject
+        )
+        log.info("subject_forgotten", bank=name, erased=len(erased), trash_copies=copies)
+        return ForgetSubjectResponse(
+            bank=name,
+            subject=subject,
+            erased=sorted(erased),
+            trash_copies=copies,
+            damaged_dropped=0,
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_line, redaction_reason
+from memory_worker.app.base import clean_subject, redaction_reason
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, InvalidInput
@@ -96,7 +96,7 @@ class ImportUseCases(EmbeddingWork):
                     item.category, item.title, item.recommendation, item.anchors, item.evidence
                 )
                 source, source_labels = _clean_source(item.source)
-                subject, subject_labels = clean_line(item.subject, "subject", MAX_SUBJECT_CHARS)
+                subject, subject_labels = clean_subject(item.subject)
                 context, context_labels = transitions.prepare_lane(item.context, "context")
                 intention, intention_labels = transitions.prepare_lane(item.intention, "intention")
                 item = item.model_copy(

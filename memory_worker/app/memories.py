@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_line, clean_short, redaction_reason
+from memory_worker.app.base import (
+    clean_line,
+    clean_short,
+    clean_subject,
+    redaction_reason,
+)
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -62,7 +67,7 @@ class MemoryUseCases(EmbeddingWork):
         entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
-        subject, subject_labels = clean_line(req.subject, "subject", MAX_SUBJECT_CHARS)
+        subject, subject_labels = clean_subject(req.subject)
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -85,6 +90,7 @@ class MemoryUseCases(EmbeddingWork):
         caller_session = clean_short(caller.session_id, "session_id", MAX_SESSION_ID_CHARS)
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
+            self.check_speaker(bank, subject, caller)
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text, subject)
             if existing is not None:
@@ -221,9 +227,10 @@ class MemoryUseCases(EmbeddingWork):
         name = self._name(req.bank)
         bank = self._readable(name)
         revisions = await bank.revisions({req.id}) if bank is not None else []
-        scoped, subject = self.scope_of(bank, None, caller)
+        scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
         # As `get`: in a bank partitioned by subject, another person's memory is not there for
-        # an agent, and neither is any revision it had while it was about someone.
+        # an agent (inside a turn: another than its speaker's), and neither is any revision it
+        # had while it was about someone else.
         if scoped and any(r.subject not in (None, subject) for r in revisions):
             revisions = []
         if not revisions:
@@ -285,13 +292,13 @@ class MemoryUseCases(EmbeddingWork):
         intention = "" if intention is None and req.intention is not None else intention
         # "" makes the memory general again: a subject is cleared, never left half-set. What was
         # redacted from it is named like any other field's (a save names it too).
-        subject, subject_labels = clean_line(req.subject, "subject", MAX_SUBJECT_CHARS)
+        subject, subject_labels = clean_subject(req.subject)
         subject = subject or ("" if req.subject is not None else None)
         labels = (*labels, *card_labels, *context_labels, *intention_labels, *subject_labels)
         category = None if req.category is None else lessons.prepare_category(req.category)
         if category == lessons.LESSON:
             raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
-        bank, existing = self._existing(name, req.id)
+        bank, existing = self._existing(name, req.id, caller)
         transitions.check_revision(existing, req.expected_revision)
         _check_untouched(existing, caller)
         if category is not None and existing.category == lessons.LESSON:
@@ -302,6 +309,8 @@ class MemoryUseCases(EmbeddingWork):
                 "evidence are lesson fields"
             )
         new_subject = existing.subject if subject is None else (subject or None)
+        if new_subject != existing.subject:
+            self.check_speaker(bank, new_subject, caller)
         if new_subject != existing.subject and new_subject is not None and existing.live:
             self._check_room(bank, existing, new_subject)
         if (text is not None or subject is not None) and existing.live:
@@ -361,7 +370,7 @@ class MemoryUseCases(EmbeddingWork):
         """One record's change by a pure transition (None: nothing to change), guarded by the
         caller's revision, committed with no await after the decision, then announced."""
         name = self._name(bank_name)
-        bank, existing = self._existing(name, memory_id)
+        bank, existing = self._existing(name, memory_id, caller)
         transitions.check_revision(existing, expected_revision)
         _check_untouched(existing, caller)
         record = transition(existing, self.clock())
@@ -374,11 +383,11 @@ class MemoryUseCases(EmbeddingWork):
     async def supersede(self, req: SupersedeRequest, caller: Caller = SYSTEM) -> SupersedeResponse:
         name = self._name(req.bank)
         reason = transitions.prepare_reason(req.reason)
-        bank, target = self._existing(name, req.id)
+        bank, target = self._existing(name, req.id, caller)
         transitions.check_revision(target, req.expected_revision)
 
         winner = bank.latest(req.superseded_by)
-        if winner is None:
+        if winner is None or self.hidden_from(bank, winner, caller):
             raise MemoryNotFound(f"superseded_by {req.superseded_by} in bank {name}")
         # The winner as it is now, not as the caller listed it: merging into a memory that was
         # edited meanwhile would retire the target into a fact it no longer states.

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memory_worker.app.access import AccessLevel
-from memory_worker.app.base import MAX_SUBJECT_CHARS, clean_short
+from memory_worker.app.base import clean_short, clean_subject
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.ledger import MAX_CONVERSATION_CHARS, ConversationLedger
@@ -259,7 +259,7 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
         # The speaker is checked first: a bad one is `invalid_input` before the default bank's
         # first write too (the injection only reads it once the bank exists).
-        clean_short(req.subject, "subject", MAX_SUBJECT_CHARS)
+        clean_subject(req.subject)
         # The lanes as the hook would ask them: the window (else the message alone) and the goal.
         lanes = LaneQuery(
             context=window_text([req.context or req.query]), intention=goal_text(req.query)

@@ -85,6 +85,13 @@ class RetentionUseCases(EmbeddingWork):
         bank = self._readable(name)  # the default bank before its first write: empty
         gone = await self.reap(bank) if bank is not None else []
         live = [m for m in bank.memories.values() if m.live] if bank is not None else []
+        # Counted as the caller may see them: an agent in a bank partitioned by subject counts
+        # the general memories and its turn's speaker's, never who else the bank knows of and
+        # how much (a person, and consolidation, count the whole bank). The reaper ran over all.
+        scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
+        if scoped:
+            live = [m for m in live if m.subject is None or m.subject == subject]
+            gone = [m for m in gone if m.subject is None or m.subject == subject]
         settings = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
         by_subject = Counter(m.subject for m in live if m.subject is not None)
         return StatsResponse(

@@ -40,7 +40,16 @@ class TransferUseCases(BankUseCases, ImportUseCases):
         bank = self._readable(name)
         if bank is None:  # the default bank before its first write
             return ExportResponse(bank=name, records=[])
-        return ExportResponse(bank=name, records=await bank.records())
+        records = await bank.records()
+        # As `memory::history`: in a bank partitioned by subject, an agent's export leaves out
+        # every memory that was ever about another person than its turn's speaker (every
+        # revision of it: a later one may no longer name them), where it handed over the whole
+        # bank's people. A person's, consolidation's keep the whole bank.
+        scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
+        if scoped:
+            theirs = {r.id for r in records if r.subject is not None and r.subject != subject}
+            records = [r for r in records if r.id not in theirs]
+        return ExportResponse(bank=name, records=records)
 
     async def compact_bank(self, req: CompactRequest, caller: Caller = SYSTEM) -> CompactResponse:
         result = await self.compact(req.bank, horizon_days=req.horizon_days)

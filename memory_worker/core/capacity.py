@@ -160,6 +160,12 @@ def victims(
     if len(order) < need:
         cap = next(cap for cap in caps if cap.held + 1 > cap.limit)
         shown = cap.limit if cap.setting is None else cap.setting
+        if cap.held == 0:  # said "pinned or a lesson" of a scope that holds nothing at all
+            raise Conflict(
+                f"{cap.name} ({shown}) is reached by other subjects' memories and there is "
+                "nothing in this scope to evict (a full bank never evicts another person's); "
+                "delete something or raise the cap"
+            )
         raise Conflict(
             f"{cap.name} ({shown}) is reached and what is left to evict in this scope is "
             "pinned or a lesson; unpin something, delete something, or raise the cap"

@@ -689,7 +689,30 @@ class Extractor:
             if await self._save(bank, add, origin):
                 written += 1
         if settings.rule_learning_enabled and decisions.rules:
-            written += await self._learn(bank, decisions.rules, origin.caller())
+            if origin.subject is not None and await self._scoped(bank):
+                written += await self._keep_theirs(bank, decisions.rules, origin)
+            else:
+                written += await self._learn(bank, decisions.rules, origin.caller())
+        return written
+
+    async def _scoped(self, bank: str) -> bool:
+        await self._service.ready_bank(bank)  # replayed already by this pass's recall
+        found = self._service.store.find(bank)
+        chosen = (
+            self._service.bank_settings(found)
+            if found is not None
+            else self._service.settings.bank_defaults()
+        )
+        return chosen.subject_scoping
+
+    async def _keep_theirs(self, bank: str, rules: list[str], origin: _Origin) -> int:
+        """A speaker's standing instructions in a bank partitioned by subject: the `learned`
+        rule reaches every turn of the bank, so what one person asked for ("never mention my
+        divorce") would be read in everyone's; kept as a preference about them instead."""
+        written = 0
+        for rule in [rule for rule in rules if not _carries_secret(rule)][:MAX_RULES_PER_TURN]:
+            if await self._save(bank, Add(rule, category="preference"), origin):
+                written += 1
         return written
 
     async def _correct(

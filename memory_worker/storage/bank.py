@@ -38,6 +38,7 @@ from memory_worker.core.capacity import EvictionQueue, Key, evictable, eviction_
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
+from memory_worker.core.subjects import of_subject
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import Analysis, IndexedDoc, LexicalIndex, analyze, combine
 from memory_worker.search.lanes import LANES, LaneIndexes
@@ -221,6 +222,9 @@ class Bank:
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
         self._rewriting: asyncio.Event | None = None  # set when the running rewrite is over
+        # Held by a forget-subject from its pinned check to its end: its intent file names one
+        # erasure at a time (a second one's end would otherwise remove the first one's intent).
+        self.erasure_lock = asyncio.Lock()
         self._held: list[_Pending] = []
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
@@ -860,9 +864,11 @@ class Bank:
 
     def about(self, subject: str) -> list[str]:
         """The ids whose newest record, durable or in flight, is about `subject`."""
-        ids = {m.id for m in self._memories.values() if m.subject == subject}
-        ids.update(memory_id for memory_id, (r, _) in self._staged.items() if r.subject == subject)
-        return sorted(i for i in ids if (m := self.latest(i)) is not None and m.subject == subject)
+        ids = {m.id for m in self._memories.values() if of_subject(m.subject, subject)}
+        ids.update(i for i, (r, _) in self._staged.items() if of_subject(r.subject, subject))
+        return sorted(
+            i for i in ids if (m := self.latest(i)) is not None and of_subject(m.subject, subject)
+        )
 
     @contextlib.contextmanager
     def erasing(self, subject: str, ids: Iterable[str]) -> Iterator[None]:
@@ -879,7 +885,7 @@ class Bank:
     def _refuse_erased(self, records: Sequence[Memory]) -> None:
         for subject, ids in self._erasing.items():
             for record in records:
-                if record.subject == subject or record.id in ids:
+                if of_subject(record.subject, subject) or record.id in ids:
                     raise Conflict(
                         f"memory {record.id} is about {subject}, whom bank {self.name} is "
                         "erasing; nothing was written"
@@ -1212,14 +1218,16 @@ class Bank:
         meanwhile are staged as usual and land in the new log right after; RAM follows the new
         log's replay. A log with damaged lines is refused (a rewrite would destroy what cannot
         be read) unless `drop_damaged` (erasure: nothing of a chosen record may survive)."""
+        # One rewrite at a time; the next waits for it (a compaction and an erasure asked at
+        # once both happen: refusing the second left an erasure half done).
+        while self._rewriting is not None:
+            await self._rewriting.wait()
         if self._broken is not None:
             raise StorageError(
                 f"bank {self.name} refuses writes until memory::reload: {self._broken}"
             )
         if self._frozen is not None:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
-        if self._rewriting is not None:
-            raise Conflict(f"a rewrite of bank {self.name} is already running")
         if self.guard is not None:
             self.guard()
         done = self._rewriting = asyncio.Event()

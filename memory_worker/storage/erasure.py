@@ -22,6 +22,7 @@ from pathlib import Path
 
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
+from memory_worker.core.subjects import of_subject
 from memory_worker.storage import files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
@@ -42,9 +43,11 @@ __all__ = [
     "drop_unfilterable",
     "erase_copies",
     "erase_log_file",
+    "erase_trashed",
     "erase_vectors",
     "erased_ids",
     "forget_plan",
+    "has_copies",
     "pending",
     "resume",
     "write_intent",
@@ -67,15 +70,16 @@ def forget_plan(subject: str) -> Callable[[list[Memory]], list[Memory]]:
 
     def plan(records: list[Memory]) -> list[Memory]:
         latest = replayed(records)
-        gone = {memory_id for memory_id, m in latest.items() if m.subject == subject}
-        return [r for r in records if r.id not in gone and r.subject != subject]
+        gone = {memory_id for memory_id, m in latest.items() if of_subject(m.subject, subject)}
+        return [r for r in records if r.id not in gone and not of_subject(r.subject, subject)]
 
     return plan
 
 
 def erased_ids(records: Iterable[Memory], subject: str) -> set[str]:
     """The ids `forget_plan(subject)` removes whole."""
-    return {memory_id for memory_id, m in replayed(records).items() if m.subject == subject}
+    latest = replayed(records)
+    return {memory_id for memory_id, m in latest.items() if of_subject(m.subject, subject)}
 
 
 def write_intent(bank_path: Path, subject: str) -> None:
@@ -174,7 +178,17 @@ def _trashed_copies(root: Path, bank: str) -> list[Path]:
 def erase_copies(root: Path, bank: str, subject: str) -> int:
     """Erase `subject` from every trashed copy of `bank` (blocking); returns how many copies held
     something of theirs."""
-    touched = 0
+    return erase_trashed(root, bank, subject)[0]
+
+
+def has_copies(root: Path, bank: str) -> bool:
+    """Whether `.trash/` holds a copy of `bank`."""
+    return bool(_trashed_copies(root, bank))
+
+
+def erase_trashed(root: Path, bank: str, subject: str) -> tuple[int, set[str]]:
+    """`erase_copies`, and the ids it removed whole."""
+    touched, erased = 0, set[str]()
     for copy in _trashed_copies(root, bank):
         # An earlier, killed attempt's temp files.
         for name in (MEMORIES_FILE, VECTORS_FILE, LANE_VECTORS_FILE):
@@ -186,7 +200,8 @@ def erase_copies(root: Path, bank: str, subject: str) -> int:
         access.load()
         access.forget(gone)
         touched += bool(gone)
-    return touched
+        erased |= gone
+    return touched, erased
 
 
 def resume(root: Path, bank: str, bank_path: Path) -> list[str]:

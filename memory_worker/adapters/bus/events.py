@@ -20,6 +20,7 @@ from iii import TriggerAction
 from iii.iii import III
 from iii.triggers import TriggerConfig, TriggerHandler
 
+from memory_worker.app.base import clean_subject
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
@@ -75,12 +76,11 @@ def _bank_filter(trigger_type: str, config: object) -> _Filter:
     bank, subject = config.get("bank"), config.get("subject")
     if bank is not None and not isinstance(bank, str):
         raise InvalidInput(f"{trigger_type} binding `bank` must be a string")
-    if subject is not None and (not isinstance(subject, str) or not subject.strip()):
+    # Cleaned as a memory's subject is stored (whitespace collapsed, NFC): compared to it.
+    only = clean_subject(subject)[0] if isinstance(subject, str) else None
+    if subject is not None and only is None:
         raise InvalidInput(f"{trigger_type} binding `subject` must be a non-empty string")
-    return (
-        check_name(bank, "bank") if bank is not None else None,
-        subject.strip() if subject is not None else None,
-    )
+    return check_name(bank, "bank") if bank is not None else None, only
 
 
 def subject_of(payload: dict[str, Any]) -> str | None:

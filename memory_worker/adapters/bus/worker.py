@@ -308,8 +308,8 @@ class EngineWorker(Stoppable):
             if unnamed and "bank" in spec.request.model_fields:
                 bank = await resolver.for_call(metadata)
                 data = {**data, "bank": bank} if bank else data
-            data = await _turn_subject(spec, data, metadata, resolver)
-            return await catalog.call(service, spec.id, data, bus_caller(data, metadata))
+            data, caller = await turn_call(spec, data, metadata, resolver)
+            return await catalog.call(service, spec.id, data, caller)
 
         async def http(data: Any, metadata: Any) -> Any:
             async def through(spec: catalog.FunctionSpec, body: Any, caller: Caller) -> Any:
@@ -527,20 +527,31 @@ async def _ui_content(data: Any) -> dict[str, str]:
     return console.ui_content(request.path)
 
 
-async def _turn_subject(
+_SAVE = "memory::save"  # the one write whose omitted `subject` means the turn's speaker
+
+
+async def turn_call(
     spec: catalog.FunctionSpec, data: Any, metadata: Any, resolver: BankResolver
-) -> Any:
-    """Inside a turn, a call is for the person speaking in it: a read sees what subject scoping
-    lets them see whatever subject the agent names (an agent must not read one person's memories
-    in another's turn), and a save without a subject is about them."""
-    if not isinstance(data, dict) or "subject" not in spec.request.model_fields:
-        return data
-    session_id = metadata.get("session_id") if isinstance(metadata, dict) else None
-    if not isinstance(session_id, str) or not session_id:
-        return data
-    if not spec.hints.read_only and data.get("subject") is not None:
-        return data
-    return {**data, "subject": await resolver.subject(session_id, metadata)}
+) -> tuple[Any, Caller]:
+    """The payload and caller of a public bus call. Inside a turn, an agent's call is for the
+    person speaking in it: a read sees what subject scoping lets them see whatever subject the
+    agent names (an agent must not read one person's memories in another's turn), a save
+    without a subject is about them, and a change by id reaches no other person's memory. An
+    update without `subject` leaves the memory's own (omitted means unchanged: it was moved to
+    the speaker, out of every other person's sight)."""
+    caller = bus_caller(data, metadata)
+    fields = spec.request.model_fields
+    if caller.kind is not CallerKind.AGENT or caller.session_id is None:
+        return data, caller
+    speaker = await resolver.subject(caller.session_id, metadata)  # the session's meta: cached
+    caller = caller.speaking_for(speaker)
+    if (
+        isinstance(data, dict)
+        and "subject" in fields
+        and (spec.hints.read_only or (spec.id == _SAVE and data.get("subject") is None))
+    ):
+        data = {**data, "subject": speaker}
+    return data, caller
 
 
 async def _forget_meta(data: Any, sessions: SessionsClient) -> dict[str, Any]:
