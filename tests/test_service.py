@@ -139,6 +139,43 @@ class TestSave:
         total = (await call(service, "memory::list"))["total"]
         assert total == 1
 
+    async def test_a_resave_in_another_unicode_form_reinforces_instead_of_duplicating(
+        self, service: MemoryService
+    ) -> None:
+        """The same words composed ("São", U+00E3) or decomposed ("a" + U+0303, as macOS and
+        some keyboards hand them out) are the same text: a re-save in the other form reinforces
+        the memory, whichever form came first. The id stays the fingerprint of the first text."""
+        composed = "The user lives in S\u00e3o Paulo"
+        decomposed = "The user lives in Sa\u0303o Paulo"
+        for first, second in (
+            (composed, decomposed),
+            (decomposed.replace("Paulo", "Vicente"), composed.replace("Paulo", "Vicente")),
+        ):
+            saved = await save(service, first)
+            result = await call(service, "memory::save", text=second)
+            assert not result["created"], second
+            assert result["memory"]["id"] == saved["id"] and result["memory"]["text"] == first
+            assert result["memory"]["corroboration"] == 1
+        assert (await call(service, "memory::list"))["total"] == 2
+
+    async def test_invisible_characters_at_the_edges_are_trimmed_like_spaces(
+        self, service: MemoryService
+    ) -> None:
+        """A byte-order mark or a zero-width space pasted before or after a text is as invisible
+        as a space: trimmed, so the re-save reinforces instead of making a look-alike duplicate,
+        and a text of nothing else is as empty as a blank one."""
+        saved = await save(service, "The user likes green tea")
+        result = await call(
+            service, "memory::save", text="\ufeff\u200b The user likes green tea\u2060\u200b "
+        )
+        assert not result["created"] and result["memory"]["id"] == saved["id"]
+        assert result["memory"]["text"] == "The user likes green tea"
+        for blank in ("\u200b\u200b\u200b", "\ufeff \u200b\u2060 \ufeff", "\u200bok\u200b"):
+            with pytest.raises(InvalidInput, match="at least 3 characters"):
+                await call(service, "memory::save", text=blank)
+            with pytest.raises(InvalidInput, match="at least 3 characters"):
+                await call(service, "memory::update", id=saved["id"], text=blank)
+
     async def test_resave_after_delete_resurrects_with_continued_revision(
         self, service: MemoryService, data_dir: Path, clock: FixedClock
     ) -> None:
@@ -268,6 +305,42 @@ class TestReadsAndHistory:
             assert [m["id"] for m in listed["memories"]] == [tagged["id"]], asked
             found = await call(service, "memory::recall", query="one thing", tag=asked)
             assert [h["memory"]["id"] for h in found["memories"]] == [tagged["id"]], asked
+
+    async def test_a_tag_is_one_tag_whatever_unicode_form_it_was_typed_in(
+        self, service: MemoryService
+    ) -> None:
+        """ "café" composed and decomposed (macOS hands out the latter), or "ＡＰＩ" typed in an
+        IME's full-width mode, read the same to a person: one tag, and a filter in any of the
+        forms finds it (they were two tags in `memory::tags`, and a filter in the other form
+        found nothing)."""
+        composed, decomposed = "caf\u00e9", "cafe\u0301"
+        first = await save(service, "one thing here", tags=[composed, "\uff21\uff30\uff29"])
+        second = await save(service, "two things here", tags=[decomposed, "api"])
+        assert first["tags"] == second["tags"] == [composed, "api"]
+        assert (await call(service, "memory::tags"))["tags"] == [
+            {"tag": "api", "count": 2},
+            {"tag": composed, "count": 2},
+        ]
+        both = {first["id"], second["id"]}
+        for asked in (composed, decomposed, "CAFE\u0301", "api", "\uff41\uff50\uff49"):
+            listed = await call(service, "memory::list", tag=asked)
+            assert {m["id"] for m in listed["memories"]} == both, asked
+            found = await call(service, "memory::recall", query="thing", tag=asked)
+            assert {h["memory"]["id"] for h in found["memories"]} == both, asked
+
+    async def test_a_blank_tag_is_no_tag_and_a_blank_filter_no_filter(
+        self, service: MemoryService
+    ) -> None:
+        """A tag of spaces or zero-width characters is dropped like "" (it was stored as an
+        invisible tag), and a filter of them filters nothing, as `tag: ""` does (it matched
+        nothing)."""
+        saved = await save(service, "The user likes black tea", tags=[" ", "\u200b", "\ufefftea"])
+        assert saved["tags"] == ["tea"]
+        for blank in ("", " ", "\t", "\u200b"):
+            listed = await call(service, "memory::list", tag=blank)
+            assert [m["id"] for m in listed["memories"]] == [saved["id"]], repr(blank)
+            found = await call(service, "memory::recall", query="black tea", tag=blank)
+            assert [h["memory"]["id"] for h in found["memories"]] == [saved["id"]], repr(blank)
 
     async def test_tags_count_live_memories_most_used_first(self, service: MemoryService) -> None:
         await save(service, "one thing here", tags=["b", "a"])
@@ -563,6 +636,25 @@ class TestRecall:
         assert then["memories"] == []
         now = await call(service, "memory::recall", query="acme")
         assert [h["memory"]["id"] for h in now["memories"]] == [memory["id"]]
+
+    async def test_as_of_shows_a_memory_deleted_since_as_it_was_then(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """A memory retired since `as_of` is ranked and returned from its record then: its tags
+        then (a `tag` filter found the later tags instead), not the tombstone written later."""
+        memory = await save(service, "The user works at Acme", tags=["work"])
+        then = clock()
+        clock.advance_days(1)
+        await call(service, "memory::update", id=memory["id"], tags=["archive"], pinned=True)
+        await save(service, "The user works at Acme")  # reinforced since
+        await call(service, "memory::pin", id=memory["id"], pinned=False)
+        clock.advance_days(1)
+        await call(service, "memory::delete", id=memory["id"])
+        for tag in (None, "work"):
+            found = await call(service, "memory::recall", query="acme", as_of=then, tag=tag)
+            assert [h["memory"] for h in found["memories"]] == [memory], tag
+        found = await call(service, "memory::recall", query="acme", as_of=then, tag="archive")
+        assert found["memories"] == []
 
     async def test_entities_pins_and_corroboration_lift_equal_text_matches(
         self, service: MemoryService

@@ -243,7 +243,7 @@ class MemoryUseCases(EmbeddingWork):
         offset = req.offset or 0
         # The filters are checked before anything is read: a bad one is `invalid_input` in the
         # default bank before its first write too, as `recall` and `tags` answer it.
-        tag = transitions.prepare_label(req.tag) if req.tag else None
+        tag = transitions.prepare_label(req.tag)
         category = lessons.prepare_category(req.category)
         scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is None:

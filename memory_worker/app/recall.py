@@ -128,7 +128,7 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
             now_ms=self.clock(),
             half_life_days=self.settings.decay_half_life_days,
             mode=req.mode,
-            tag=transitions.prepare_label(req.tag) if req.tag else None,
+            tag=transitions.prepare_label(req.tag),
             include_superseded=bool(req.include_superseded),
             as_of=req.as_of,
             scoped=scoped,
@@ -315,9 +315,9 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
 
 async def _as_it_was(bank: Bank, as_of: int) -> dict[str, Memory] | None:
     """The memories whose record now says otherwise than it did at `as_of` — its text edited
-    since, or retired then and brought back since — each as the log had it then; None when there
-    are none. Only a memory revised after `as_of` can differ, so a bank with none reads nothing
-    more; the others' records then come from the log (RAM keeps only the latest)."""
+    since, retired since, or retired then and brought back since — each as the log had it then;
+    None when there are none. Only a memory revised after `as_of` can differ, so a bank with none
+    reads nothing more; the others' records then come from the log (RAM keeps only the latest)."""
     revised = {
         m.id: m
         for m in bank.memories.values()
@@ -331,10 +331,13 @@ async def _as_it_was(bank: Bank, as_of: int) -> dict[str, Memory] | None:
             seen = then.get(record.id)
             if seen is None or record.revision >= seen.revision:
                 then[record.id] = record
+    # One retired since is ranked from its record then whatever changed: it has no place in the
+    # index (no vector to lose), and its tombstone carries the tags, pin and counts written later.
     changed = {
         memory_id: record
         for memory_id, record in then.items()
-        if (record.text, record.live_at(as_of))
+        if not revised[memory_id].live
+        or (record.text, record.live_at(as_of))
         != (revised[memory_id].text, revised[memory_id].live_at(as_of))
     }
     return changed or None

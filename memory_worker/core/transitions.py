@@ -11,6 +11,7 @@ record at the last revision refuses further changes (`conflict`).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from memory_worker.core.errors import Conflict, InvalidInput
@@ -61,6 +62,15 @@ MAX_RAW_LABELS = 4 * MAX_LABELS  # values given, duplicates and blanks included
 
 _TRUST = {Confidence.INFERRED: 0, Confidence.EXTRACTED: 1, Confidence.STATED: 2}
 _MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
+# What `str.strip()` trims, and the invisible characters a paste brings along at a text's edges
+# (zero-width space, word joiner, byte-order mark): as blank as a space, so a text of nothing else
+# is too short, and one wrapped in them is the text it shows (not a look-alike duplicate).
+# Zero-width (non-)joiners are left: they shape emoji and scripts such as Persian.
+_BLANK = (
+    "\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # str.isspace(), all of it
+    "\u200b\u2060\ufeff"
+)
 
 
 def check_unicode(value: str, field: str) -> None:
@@ -105,7 +115,7 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
         raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(raw)})")
     check_unicode(raw, field)
     redaction = redact(raw)
-    text = redaction.text.strip()
+    text = redaction.text.strip(_BLANK)
     if len(text) < MIN_TEXT_CHARS:
         raise InvalidInput(f"{field} must be at least {MIN_TEXT_CHARS} characters")
     if len(text) > MAX_TEXT_CHARS:
@@ -143,9 +153,13 @@ def prepare_lane(raw: str | None, lane: str) -> tuple[str | None, tuple[str, ...
 
 
 def normalize_label(value: str) -> str:
-    """A tag or entity as stored, and as a filter compares it: whitespace collapsed, lowercase —
-    except the `[REDACTED:<label>]` markers, which read the same everywhere."""
-    text = collapse_whitespace(value)
+    """A tag or entity as stored, and as a filter compares it: Unicode compatibility-composed
+    (NFKC), whitespace collapsed, lowercase — except the `[REDACTED:<label>]` markers, which read
+    the same everywhere. NFKC because a label is matched by equality: "café" typed composed or
+    decomposed, or "ＡＰＩ" in an IME's full-width mode, is one label to a person (recall's terms
+    fold the same way), not two tags that look alike and miss each other's filter."""
+    # Invisible edges go as spaces do: a tag of only a zero-width space is no tag.
+    text = collapse_whitespace(_compose(value)).strip(_BLANK)
     parts: list[str] = []
     at = 0
     for match in _MARKER.finditer(text):
@@ -155,10 +169,18 @@ def normalize_label(value: str) -> str:
     return "".join(parts)
 
 
-def prepare_label(raw: str, field: str = "tag") -> str:
-    """One label as stored (a `tag` filter, say): redacted, then `normalize_label`."""
+def _compose(value: str) -> str:
+    """NFKC, as `normalize_label` stores a label (ASCII, the common case, is left as it is)."""
+    return value if value.isascii() else unicodedata.normalize("NFKC", value)
+
+
+def prepare_label(raw: str | None, field: str = "tag") -> str | None:
+    """One label as stored (a `tag` filter, say): composed, redacted, then `normalize_label`;
+    None for no label (None, or blank as `""` is: a filter of spaces filters nothing)."""
+    if not raw:
+        return None
     check_unicode(raw, field)
-    return normalize_label(redact_line(raw)[0])
+    return normalize_label(redact_line(_compose(raw))[0]) or None
 
 
 def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -173,7 +195,9 @@ def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], 
         if len(raw) > MAX_RAW_LABEL_CHARS:
             raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
         check_unicode(raw, field)
-        redacted, found = redact_line(raw)  # first: lowercasing would hide key shapes
+        # Composed first, so a full-width key reads as the key it is; redacted before
+        # lowercasing, which would hide key shapes.
+        redacted, found = redact_line(_compose(raw))
         labels.update(found)
         value = normalize_label(redacted)
         if not value or value in out:

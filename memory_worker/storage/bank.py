@@ -25,6 +25,7 @@ import functools
 import os
 import secrets
 import time
+import unicodedata
 import zlib
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -902,19 +903,24 @@ class Bank:
         the most recently updated wins, so the answer depends only on the records, never on the
         order they were loaded in. The same words about another person are another memory."""
         norm = normalize(text)
+        # Up to Unicode canonical equivalence too: "São" composed or decomposed (macOS, some
+        # keyboards) is one text. The map is keyed by the stored form, so both forms are looked up.
+        same = _canonical(norm)
+        forms = {norm} if norm.isascii() else {norm, same, unicodedata.normalize("NFD", norm)}
         candidates = {
             record.id: record
             for record, staged_norm in self._staged.values()
-            if staged_norm == norm and record.subject == subject
+            if record.subject == subject and _canonical(staged_norm) == same
         }
-        for memory_id in self._by_text.ids(text_key(norm)):
-            record = self._memories[memory_id]
-            if (
-                memory_id not in self._staged
-                and record.subject == subject
-                and normalize(record.text) == norm
-            ):
-                candidates[memory_id] = record
+        for form in forms:
+            for memory_id in self._by_text.ids(text_key(form)):
+                record = self._memories[memory_id]
+                if (
+                    memory_id not in self._staged
+                    and record.subject == subject
+                    and _canonical(normalize(record.text)) == same
+                ):
+                    candidates[memory_id] = record
         if not candidates:
             return None
         return max(candidates.values(), key=lambda m: (m.live, m.updated_at, m.id))
@@ -1467,3 +1473,8 @@ def _stat_stamp(path: Path) -> _Stamp | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _canonical(norm: str) -> str:
+    """A normalized text composed (NFC), as `match_text` compares texts."""
+    return norm if norm.isascii() else unicodedata.normalize("NFC", norm)
