@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -751,3 +752,77 @@ async def test_a_stopping_server_stops_naming_its_url_before_it_closes_its_port(
     assert seen["squatted"]  # the port was free: only the record kept clients away
     assert seen["url"] is None
     assert seen["holder"].get("pid") == os.getpid()  # a refused client still names it
+
+
+class TestCancelledOpen:
+    """A call cancelled while its door opens (an MCP client's `notifications/cancelled`, a user
+    pressing Esc): `asyncio.to_thread` cannot stop its thread, which went on to take the lock (or
+    open the store) for nobody. The data dir stayed locked until the process exited: the MCP
+    server's next call, the hooks and the CLI were all refused `conflict` naming it."""
+
+    async def _open_again(self, root: Path) -> None:
+        settings = Settings()
+        async with open_door(
+            root, lambda: settings, Caller.human("cli"), command="again", lock_wait_s=5
+        ) as door:
+            assert isinstance(door, LocalDoor)
+            assert (await door.call("memory::list", {}))["total"] == 0
+
+    async def _cancel_one(self, root: Path, entered: asyncio.Event) -> None:
+        settings = Settings()
+
+        async def use() -> None:
+            async with open_door(
+                root, lambda: settings, Caller.for_agent("mcp"), command="mcp", lock_wait_s=5
+            ) as door:
+                await door.call("memory::list", {})
+
+        task = asyncio.create_task(use())
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def test_cancelled_while_waiting_for_the_lock(self, tmp_path: Path) -> None:
+        root = tmp_path / "data"
+        root.mkdir()
+        holder = DataDirLock(root, {"pid": os.getpid(), "kind": "cli", "command": "other"})
+        holder.acquire()
+        loop = asyncio.get_running_loop()
+        entered = asyncio.Event()
+        took = threading.Event()
+        acquire = DataDirLock.acquire
+
+        def waiting(self: DataDirLock, wait_s: float = 0.0) -> None:
+            loop.call_soon_threadsafe(entered.set)  # the door's thread waits for the lock
+            try:
+                acquire(self, wait_s)
+            finally:
+                took.set()
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(DataDirLock, "acquire", waiting)
+            await self._cancel_one(root, entered)
+        holder.release()  # the cancelled door's thread now takes the lock
+        assert await asyncio.to_thread(took.wait, 10)
+        await self._open_again(root)
+
+    async def test_cancelled_while_the_store_opens(self, tmp_path: Path) -> None:
+        from memory_worker.storage.store import Store
+
+        root = tmp_path / "data"
+        loop = asyncio.get_running_loop()
+        entered = asyncio.Event()
+        go_on = threading.Event()
+        adopt = Store.adopt
+
+        def slow_adopt(lock: DataDirLock, **options: Any) -> Store:
+            loop.call_soon_threadsafe(entered.set)
+            go_on.wait(10)
+            return adopt(lock, **options)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Store, "adopt", slow_adopt)
+            await self._cancel_one(root, entered)
+        go_on.set()
+        await self._open_again(root)

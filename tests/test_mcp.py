@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import subprocess
 from collections.abc import AsyncIterator
@@ -63,7 +64,12 @@ class TestToolSurface:
         for tool in listed:
             spec = next(s for s in catalog.CATALOG if tool_name(s) == tool.name)
             assert tool.description == spec.description
-            assert tool.input_schema == catalog.json_schema(spec.request)
+            golden = catalog.json_schema(spec.request)
+            if "definitions" not in golden:
+                assert tool.input_schema == golden
+            else:  # written out where used (test_input_schemas_carry_no_references)
+                assert tool.input_schema["properties"].keys() == golden["properties"].keys()
+                assert tool.input_schema.get("required") == golden.get("required")
             assert tool.output_schema == catalog.json_schema(spec.response)
             hints = tool.annotations
             assert hints is not None
@@ -75,6 +81,22 @@ class TestToolSurface:
         assert by_name["memory_recall"].read_only_hint is True  # type: ignore[union-attr]
         assert by_name["memory_delete"].destructive_hint is True  # type: ignore[union-attr]
         assert by_name["memory_save"].destructive_hint is False  # type: ignore[union-attr]
+
+    async def test_input_schemas_carry_no_references(self, service: MemoryService) -> None:
+        """Clients that never resolve a `$ref` (GitHub Copilot CLI, LM Studio, FastGPT, …) could
+        not build or check `memory_recall`'s `mode` or `memory_save`'s `anchors`: every input
+        schema is self-contained, the definitions written out where they are used."""
+        for bank in (None, "blog"):
+            for tool in _tools(service, [], tools="approval", bank=bank).list():
+                text = json.dumps(tool.input_schema)
+                assert "$ref" not in text and "definitions" not in tool.input_schema, tool.name
+                assert "$defs" not in tool.input_schema, tool.name
+        listed = {tool.name: tool for tool in _tools(service, []).list()}
+        mode = listed["memory_recall"].input_schema["properties"]["mode"]
+        assert mode["enum"] == ["hybrid", "lexical", "semantic"] and mode["type"] == "string"
+        assert mode["default"] == "hybrid" and mode["description"].startswith("`hybrid`")
+        anchors = listed["memory_save"].input_schema["properties"]["anchors"]["anyOf"][0]
+        assert anchors["additionalProperties"] is False and "files" in anchors["properties"]
 
     async def test_approval_tools_and_a_pinned_bank(self, service: MemoryService) -> None:
         """`tools="approval"` adds the functions an operator approves; a pinned bank leaves
@@ -166,6 +188,22 @@ class TestToolSurface:
             }
         assert "serves bank blog only" in _text(other)
         assert not (service.store.root / "main").exists()  # the other bank was never touched
+
+
+async def test_an_unexpected_failure_is_a_coded_tool_error_too() -> None:
+    """A failure that is not one of ours (a bug, an unmapped OS error) is a tool error `internal:
+    …`, as REST answers `500 internal`: it was a JSON-RPC protocol error (`Internal server
+    error`), which the spec keeps for requests that are themselves wrong."""
+
+    @contextlib.asynccontextmanager
+    async def door_for(caller: Caller) -> AsyncIterator[Door]:
+        raise OSError(28, "No space left on device")
+        yield  # pragma: no cover
+
+    async with Client(build_server(McpTools(door_for))) as client:
+        result = await client.call_tool("memory_save", {"text": "The user likes tea"})
+    assert result.is_error and _text(result).startswith("internal: ")
+    assert result.structured_content["error"]["code"] == "internal"  # type: ignore[index]
 
 
 def _stdio(data_dir: Path, *extra: str) -> StdioServerParameters:
@@ -282,3 +320,75 @@ async def test_a_header_that_is_not_latin_1_is_passed_to_mcp_as_sent(tmp_path: P
             assert b'"tools"' in answer
     finally:
         await server.close()
+
+
+async def test_concurrent_calls_over_one_stdio_session_all_succeed(tmp_path: Path) -> None:
+    """A client sends several tool calls at once over one stdio session (an agent's parallel tool
+    uses): each is served in turn, none is refused because the process itself holds the data
+    dir for another call (they queued on the lock in threads, starving the pool the holder
+    needed, and were refused `conflict` naming this very process)."""
+    data = tmp_path / "data"
+    async with Client(_stdio(data)) as client:
+        saved = await asyncio.gather(
+            *(
+                client.call_tool("memory_save", {"text": f"The user owns cat number {i}"})
+                for i in range(8)
+            ),
+            client.call_tool("memory_recall", {"query": "cat"}),
+        )
+        for result in saved:
+            assert not result.is_error, _text(result)
+        listed = await client.call_tool("memory_list", {"limit": 50})
+        assert listed.structured_content["total"] == 8  # type: ignore[index]
+
+
+async def test_a_trailing_slash_is_the_same_endpoint(tmp_path: Path) -> None:
+    """`/mcp/` and `/mcp/blog/` (a URL pasted into a client's settings with its slash) are the
+    endpoints without it; they were `404 not_found`, and the client never connected."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    try:
+        async with Client(f"{url}/mcp/") as client:
+            listed = (await client.list_tools()).tools
+            assert {tool.name for tool in listed} == AGENT_SET
+            assert all("bank" in tool.input_schema["properties"] for tool in listed)
+        async with Client(f"{url}/mcp/blog/") as client:
+            listed = (await client.list_tools()).tools
+            assert all("bank" not in tool.input_schema["properties"] for tool in listed)
+            saved = await client.call_tool("memory_save", {"text": "The user edits on Sundays"})
+            assert not saved.is_error, _text(saved)
+        assert (tmp_path / "data" / "blog").is_dir()
+    finally:
+        await server.close()
+
+
+async def test_a_stdio_recall_gets_the_semantic_arm_once_a_server_embedded_the_bank(
+    tmp_path: Path,
+) -> None:
+    """`memory-worker mcp` embeds a recall's query, as a one-shot CLI recall does, over a bank that
+    holds its vectors: it opened every door without an embedder, so an agent's recall through
+    MCP ran lexical only (`bm25-entity`) where `memory-worker trigger memory::recall` fused the
+    semantic arm, and a question sharing no word with its memory found nothing."""
+    from memory_worker.adapters.embedders import load_local
+    from memory_worker.storage.store import Store
+
+    data = tmp_path / "data"
+    env = {k: v for k, v in ENV.items() if k != "MEMORY_EMBEDDER"}  # the default: local
+    argv = cli("mcp", "--data-dir", str(data))
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+    async with Client(params) as client:
+        saved = await client.call_tool(
+            "memory_save", {"text": "The user's dog is a beagle named Pipoca"}
+        )
+        await client.call_tool("memory_save", {"text": "The user's favourite colour is green"})
+    store = Store.open(data, holder={"pid": os.getpid(), "kind": "test"})
+    service = MemoryService(store, embedder=load_local())
+    await service.backfill_embeddings()
+    await service.settle()
+    await store.close()
+    async with Client(params) as client:
+        await client.call_tool("memory_recall", {"query": "colour"})  # the model, kept for:
+        found = await client.call_tool("memory_recall", {"query": "que raça é o meu cachorro?"})
+    assert found.structured_content["retrieval"] == "bm25-entity-semantic"  # type: ignore[index]
+    hits = found.structured_content["memories"]  # type: ignore[index]
+    assert hits[0]["memory"]["id"] == saved.structured_content["memory"]["id"]  # type: ignore[index]

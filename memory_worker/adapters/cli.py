@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
@@ -772,11 +772,37 @@ async def _mcp(args: argparse.Namespace) -> int:
         ) from None
     settings = _settings(args)
     root = resolve_data_dir(args.data_dir, settings)
+    # As a one-shot command's: a recall embeds its query over the vectors a server made (what is
+    # written here, the server embeds). Loaded once, on the first in-process recall, and kept:
+    # this process lives as long as its client.
+    _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails at start, not on every call
+    embedders: list[Embedder | None] = []
 
-    def door_for(caller: Caller) -> contextlib.AbstractAsyncContextManager[Door]:
-        return open_door(
-            root, lambda: settings, caller, command="memory-worker mcp", lock_wait_s=CLI_LOCK_WAIT_S
-        )
+    def make_embedder() -> Embedder | None:
+        if not embedders:
+            embedders.append(_embedder(settings, default="local", lazy=True))
+        return embedders[0]
+
+    # A client sends tool calls at once (an agent's parallel tool uses): they take the data dir
+    # in turn here. Each waiting on the file lock in a thread of its own starved the pool the
+    # holder's own work needs, and all but one were refused `conflict` naming this very process.
+    turn = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def door_for(caller: Caller) -> AsyncIterator[Door]:
+        async with (
+            turn,
+            open_door(
+                root,
+                lambda: settings,
+                caller,
+                command="memory-worker mcp",
+                lock_wait_s=CLI_LOCK_WAIT_S,
+                make_embedder=make_embedder,
+                embed_writes=False,
+            ) as door,
+        ):
+            yield door
 
     tools = McpTools(door_for, tools=args.tools, bank=args.bank)
     return await serve_stdio(tools, version=_version())

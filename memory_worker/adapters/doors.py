@@ -24,11 +24,11 @@ import importlib
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from memory_worker.adapters import access
@@ -356,6 +356,42 @@ def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:
     return lock
 
 
+_T = TypeVar("_T")
+_UNDOING: set[asyncio.Task[None]] = set()  # undos under way (a task nobody holds may vanish)
+
+
+async def _in_thread(work: Callable[[], _T], undo: Callable[[_T], Awaitable[None]]) -> _T:
+    """`work()` in a worker thread, undone (`undo(result)`) when this task is cancelled before
+    the thread is over. A cancelled `to_thread` cannot stop its thread: the lock it then took (the
+    store it opened) was held for nobody until the process exited, and an MCP client's cancelled
+    call locked the server's next calls, the hooks and the CLI out of the data dir."""
+    future = asyncio.ensure_future(asyncio.to_thread(work))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def done(finished: asyncio.Future[_T]) -> None:
+            if finished.cancelled() or finished.exception() is not None:
+                return  # nothing was taken: `_lock` and `Store.adopt` let go of what they hold
+            task = asyncio.ensure_future(_quietly(undo(finished.result())))
+            _UNDOING.add(task)
+            task.add_done_callback(_UNDOING.discard)
+
+        future.add_done_callback(done)
+        raise
+
+
+async def _quietly(undoing: Awaitable[None]) -> None:
+    try:
+        await undoing
+    except Exception as exc:  # an undo nobody waits for: said, not raised
+        log.warning("cancelled_open_undo_failed", error=str(exc))
+
+
+async def _release(lock: files.DataDirLock) -> None:
+    lock.release()
+
+
 @contextlib.asynccontextmanager
 async def open_door(
     root: Path,
@@ -384,7 +420,7 @@ async def open_door(
         # at once, with nothing but `storage.files` imported, and a refused call is forwarded
         # before anything of the store or the service is.
         try:
-            lock = await asyncio.to_thread(_lock, root, command, 0.0)
+            lock = await _in_thread(functools.partial(_lock, root, command, 0.0), _release)
         except Conflict:
             lock = None
             if (url := serving_url(root)) is None:
@@ -407,7 +443,7 @@ async def open_door(
         raise
     if lock is None:
         try:
-            lock = await asyncio.to_thread(_lock, root, command, lock_wait_s)
+            lock = await _in_thread(functools.partial(_lock, root, command, lock_wait_s), _release)
         except Conflict:
             if (url := serving_url(root)) is None:
                 raise
@@ -416,8 +452,9 @@ async def open_door(
             return
     # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
     # files), so one line appended to one bank of a hundred costs that bank alone.
-    store = await asyncio.to_thread(
-        functools.partial(Store.adopt, lock, lazy=True, short_lived=short_lived)
+    store = await _in_thread(
+        functools.partial(Store.adopt, lock, lazy=True, short_lived=short_lived),
+        lambda opened: opened.close(),
     )
     service = MemoryService(
         store, settings(), embedder=embedder, embed_writes=embed_writes, engine_less=True

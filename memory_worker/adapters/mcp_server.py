@@ -5,7 +5,8 @@ server.
 - Tools come from the catalog, nothing is written twice: by default the functions agents may call
   (`spec.agents`), with `--tools approval` also those an operator approves per use. Each tool's
   name is its REST path with `_` (`memory::save` → `memory_save`: MCP names allow no `:`), its
-  description and input/output schemas the catalog's (the golden schemas' source), its
+  description and input/output schemas the catalog's (the golden schemas' source; an input
+  schema's definitions written out where they are used: some clients resolve no `$ref`), its
   read-only / destructive / idempotent annotations the catalog's hints.
 - Models guess argument names: `q` or `text` for `query`, `memory_id` for `id`, `k` for
   `limit`, camelCase for snake_case, … (`ALIASES`) are read as the real field when that field was
@@ -29,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import re
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -99,8 +101,29 @@ def _offered(tools: str) -> tuple[FunctionSpec, ...]:
     raise InvalidInput(f"tools must be agents or approval, not {tools!r}")
 
 
+def _inlined(node: Any, definitions: Mapping[str, Any], seen: tuple[str, ...] = ()) -> Any:
+    """`node` with each `{"$ref": "#/definitions/X"}` replaced by X itself (its sibling keys
+    kept). MCP clients that never resolve a reference (GitHub Copilot CLI, LM Studio, …) could
+    neither build nor check an argument typed by one. A recursive model keeps its reference."""
+    if isinstance(node, list):
+        return [_inlined(item, definitions, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    name = ref.removeprefix("#/definitions/") if isinstance(ref, str) else None
+    if name is not None and name in definitions and name not in seen:
+        rest = {k: _inlined(v, definitions, seen) for k, v in node.items() if k != "$ref"}
+        return {**_inlined(definitions[name], definitions, (*seen, name)), **rest}
+    return {k: _inlined(v, definitions, seen) for k, v in node.items()}
+
+
 def _schema(spec: FunctionSpec, model: Any, *, pinned: bool) -> dict[str, Any]:
     schema = catalog.json_schema(model)
+    definitions = schema.pop("definitions", None)
+    if definitions:
+        schema = _inlined(schema, definitions)
+        if "$ref" in json.dumps(schema):  # a recursive model: its references need their targets
+            schema["definitions"] = definitions
     named = spec.request.bank_field
     if pinned and named in schema.get("properties", {}):
         schema["properties"] = {k: v for k, v in schema["properties"].items() if k != named}
@@ -245,6 +268,14 @@ class McpTools:
         except WorkerError as err:
             log.info("mcp_tool_failed", tool=name, error=str(err))
             return _failed(err)
+        except Exception:
+            # Not one of ours (a bug, an unmapped OS error): still the tool's failure, coded as
+            # REST codes it (`internal`, no detail leaked), never a JSON-RPC protocol error.
+            incident = uuid.uuid4().hex[:12]
+            log.exception("mcp_tool_crashed", tool=name, incident=incident)
+            return _failed(
+                WorkerError(f"unexpected error (incident {incident}); the details are in the log")
+            )
         return _ok(result)
 
 

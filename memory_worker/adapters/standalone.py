@@ -350,8 +350,9 @@ def build_app(
     app.router.add_get("/healthz", _healthz)
     for spec in catalog.CATALOG:
         app.router.add_post(f"/{spec.http_path}", _function_handler(spec))
-    app.router.add_route("*", "/mcp", _mcp)
-    app.router.add_route("*", "/mcp/{bank}", _mcp)
+    # With a trailing slash too: a URL pasted into a client's settings often has one.
+    for path in ("/mcp", "/mcp/", "/mcp/{bank}", "/mcp/{bank}/"):
+        app.router.add_route("*", path, _mcp)
     if console is not None:
         add_routes(app, console)
     return app
