@@ -1070,3 +1070,332 @@ def test_a_shared_banks_rail_row_and_a_memorys_lanes(server: Server, open_tab: A
     expect(lane).to_have_attribute(
         "title", f"context — the conversation it was formed in: {window.strip()}"
     )
+
+
+# --- second review: keyboard, long labels, drafts, right-to-left ---------------------------------
+
+
+def test_the_search_shortcut_works_on_a_page_just_loaded(server: Server, open_tab: Any) -> None:
+    """The placeholder says "press / from anywhere": right after the page loads nothing has
+    focus (the key goes to <body>, outside the console's root), and the shortcut must still
+    reach the search box."""
+    bank = _bank(server, "slash-fresh")
+    page = open_tab(bank, "rules").page
+    assert page.evaluate("document.activeElement === document.body")
+    page.keyboard.press("/")
+    expect(page.get_by_label("Search memories")).to_be_focused()
+    expect(page.get_by_label("Search memories")).to_have_value("")  # the "/" was not typed
+
+
+def test_a_long_tag_or_entity_never_makes_the_page_scroll_sideways(
+    server: Server, open_tab: Any
+) -> None:
+    """Tags and entities may be 64 characters with no space: as chips and badges they wrap
+    inside the row instead of pushing the page wider than a phone."""
+    bank = _bank(server, "long-labels")
+    _save(server, bank, "A memory with long labels", tags=["t" * 64], entities=["e" * 64])
+    page = open_tab(bank, viewport=PHONE).page
+    expect(_row(page, "long labels")).to_have_count(1)
+    expect(page.locator(".mw-memories .mw-chips .mw-chip")).to_have_count(1)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the memories panel scrolls sideways by {overflow}px"
+
+
+def test_a_tags_only_edit_is_unsaved_work_the_page_guards(server: Server, open_tab: Any) -> None:
+    """Changing only a memory's tags in its edit form is an unsaved edit like changing its text:
+    switching banks asks before discarding it."""
+    bank = _bank(server, "tag-draft")
+    _bank(server, "tag-draft-other")
+    _save(server, bank, "A memory whose tags are being edited")
+    page = open_tab(bank).page
+    _row(page, "tags are being edited").get_by_role("button", name="Edit").click()
+    page.locator(".mw-editing").get_by_label("Tags").fill("travel, urgent")
+    page.locator(".mw-bank-button", has_text="tag-draft-other").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Discard unsaved changes?")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.locator(".mw-bank-name")).to_have_text(bank)
+    expect(page.locator(".mw-editing").get_by_label("Tags")).to_have_value("travel, urgent")
+
+
+def test_right_to_left_text_is_laid_out_right_to_left(server: Server, open_tab: Any) -> None:
+    """A memory or rule in Hebrew or Arabic takes its direction from its own text (`dir=auto`):
+    laid out left to right, its punctuation lands on the wrong side."""
+    bank = _bank(server, "rtl")
+    _save(server, bank, "המשתמש מעדיף תה ירוק!")
+    _save(server, bank, "The user likes green tea 🍵")
+    _rule(server, bank, "tone", "ענה בעברית.")
+    page = open_tab(bank).page
+    direction = "e => getComputedStyle(e).direction"
+    assert _row(page, "תה ירוק").locator(".mw-memory-text").evaluate(direction) == "rtl"
+    assert _row(page, "green tea").locator(".mw-memory-text").evaluate(direction) == "ltr"
+    page.locator("#mw-tab-rules").click()
+    assert page.get_by_label("Rule tone").evaluate(direction) == "rtl"
+
+
+def test_a_record_with_a_timestamp_past_javascripts_range_does_not_blank_the_list(
+    server: Server, open_tab: Any
+) -> None:
+    """Timestamps are u64 on disk; a hand-edited record (or one from another implementation)
+    may carry one no JavaScript Date can hold. That row shows without a date; every other row
+    still shows (a RangeError used to abort the whole list: "Could not load memories")."""
+    bank = _bank(server, "far-future")
+    _save(server, bank, "An ordinary memory beside it")
+    record = _save(server, bank, "A memory from the far future")["memory"]
+    record.update(updated_at=10**16, revision=1)
+    with (server.data_dir / bank / "memories.jsonl").open("a", encoding="utf-8") as lines:
+        lines.write(json.dumps(record) + "\n")
+    server.call("memory::reload")
+    page = open_tab(bank).page
+    expect(page.locator(".mw-memory")).to_have_count(2)
+    expect(page.locator(".mw-summary")).to_contain_text("2 memories")
+
+
+def test_escape_in_a_rule_editor_never_throws_the_draft_away_unasked(
+    server: Server, open_tab: Any
+) -> None:
+    """Esc is pressed for many reasons (closing a menu, out of habit); in the rule editor it
+    reverted a whole unsaved draft at once, with no undo. It now asks first."""
+    bank = _bank(server, "rule-esc")
+    _rule(server, bank, "tone", "Be brief.")
+    page = open_tab(bank, "rules").page
+    editor = page.get_by_label("Rule tone")
+    editor.fill("Be brief.\nA long draft that took a while to write.")
+    editor.press("Escape")
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Discard")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(editor).to_have_value("Be brief.\nA long draft that took a while to write.")
+    expect(page.locator(".mw-rule[data-rule='tone']")).to_have_attribute("data-status", "dirty")
+    editor.press("Escape")
+    page.get_by_role("dialog").get_by_role("button", name="Discard my changes").click()
+    expect(editor).to_have_value("Be brief.")
+    expect(page.locator(".mw-rule[data-rule='tone']")).to_have_attribute("data-status", "clean")
+
+
+def test_a_malformed_link_still_opens_the_console(server: Server, browser: Any) -> None:
+    """A hand-typed or truncated link (`#/bank/%E0%A4/…`: not valid percent-encoding) opens the
+    console on its first bank; decoding it threw and the page never loaded a bank."""
+    bank = _bank(server, "malformed-link")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/#/bank/%E0%A4/memories")
+        first = server.call("memory::bank::list")["banks"][0]["name"]
+        expect(page.locator(".mw-bank-name")).to_have_text(first)
+        expect(page.locator(".mw-bank-button", has_text=bank)).to_have_count(1)
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_escape_in_a_memory_edit_asks_before_dropping_a_changed_draft(
+    server: Server, open_tab: Any
+) -> None:
+    """Esc ends an untouched edit at once; with the text changed it asks first (it dropped the
+    draft unasked)."""
+    bank = _bank(server, "memory-esc")
+    _save(server, bank, "The user walks the dog at seven")
+    page = open_tab(bank).page
+    row = _row(page, "walks the dog")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").press("Escape")  # nothing changed: closes at once
+    expect(page.locator(".mw-editing")).to_have_count(0)
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The user walks the dog at eight, not seven")
+    page.get_by_label("Edit memory text").press("Escape")
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Discard")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_label("Edit memory text")).to_have_value(
+        "The user walks the dog at eight, not seven"
+    )
+    page.get_by_label("Edit memory text").press("Escape")
+    page.get_by_role("dialog").get_by_role("button", name="Discard my changes").click()
+    expect(page.locator(".mw-editing")).to_have_count(0)
+    expect(row.locator(".mw-memory-text")).to_have_text("The user walks the dog at seven")
+
+
+def _fail_rule_lists(tab: Tab) -> None:
+    """From now on this tab's `memory::rule::list` calls are answered 503 (a restarting server)."""
+    tab.refusals.add(503)
+    tab.page.route(
+        "**/memory/rule/list",
+        lambda route: route.fulfill(
+            status=503,
+            content_type="application/json",
+            body=json.dumps({"error": {"code": "unavailable", "message": "restarting"}}),
+        ),
+    )
+
+
+def test_a_failed_compare_or_overwrite_says_so(server: Server, open_tab: Any) -> None:
+    """The conflict notice's buttons each read the rule first: when that read fails, the person
+    is told (they did nothing visible at all)."""
+    bank = _bank(server, "rule-offline")
+    _rule(server, bank, "tone", "Original.")
+    tab = open_tab(bank, "rules")
+    page = tab.page
+    page.get_by_label("Rule tone").fill("Mine.")
+    _rule(server, bank, "tone", "Theirs.")
+    card = page.locator(".mw-rule[data-rule='tone']")
+    expect(card.get_by_role("button", name="Compare with theirs")).to_be_visible()
+    _fail_rule_lists(tab)
+    card.get_by_role("button", name="Compare with theirs").click()
+    expect(page.locator(".mw-toast-error")).to_contain_text("unavailable: restarting")
+    card.get_by_role("button", name="Overwrite with mine").click()
+    expect(page.locator(".mw-toast-error")).to_have_count(2)
+    assert server.call("memory::rule::list", {"bank": bank})["rules"][0]["content"] == "Theirs."
+    expect(page.get_by_label("Rule tone")).to_have_value("Mine.")
+
+
+def test_a_saved_rule_stays_on_screen_when_the_re_read_after_saving_fails(
+    server: Server, open_tab: Any
+) -> None:
+    """After a save the editor re-reads the rule; that read failing does not mean the rule was
+    deleted (the card vanished with a "deleted" toast while the rule sat on disk)."""
+    bank = _bank(server, "rule-reread")
+    _rule(server, bank, "tone", "Original.")
+    tab = open_tab(bank, "rules")
+    page = tab.page
+    _fail_rule_lists(tab)
+    page.get_by_label("Rule tone").fill("Saved while the list fails.")
+    page.get_by_label("Rule tone").press("Control+s")
+    card = page.locator(".mw-rule[data-rule='tone']")
+    expect(page.locator(".mw-toast", has_text='Rule "tone" saved')).to_have_count(1)
+    expect(card).to_have_attribute("data-status", "clean")
+    expect(page.get_by_label("Rule tone")).to_have_value("Saved while the list fails.")
+    assert server.call("memory::rule::list", {"bank": bank})["rules"][0]["content"] == (
+        "Saved while the list fails."
+    )
+    page.get_by_label("Rule tone").fill("Saved again on the revision the save answered.")
+    page.get_by_label("Rule tone").press("Control+s")  # not refused as stale
+    expect(page.locator(".mw-toast", has_text='Rule "tone" saved')).to_have_count(2)
+
+
+def test_a_lesson_shows_its_title_recommendation_and_anchors(server: Server, open_tab: Any) -> None:
+    """A lesson's card (title and recommendation) is all a model is shown, and its anchors are
+    what earns it: the console showed neither, only the text and a "lesson" badge."""
+    bank = _bank(server, "lessons")
+    _save(
+        server,
+        bank,
+        "Tests fail on a fresh database until migrations ran",
+        category="lesson",
+        title="Migrate <b>first</b>",
+        recommendation="Run alembic upgrade head before pytest in services/api.",
+        anchors={
+            "files": ["services/api/alembic.ini"],
+            "identifiers": ["run_migrations"],
+            "keyword_groups": [["alembic", "pytest"]],
+        },
+    )
+    page = open_tab(bank).page
+    row = _row(page, "fresh database")
+    expect(row).to_contain_text("Migrate <b>first</b>")  # as text, never as markup
+    expect(row).to_contain_text("Run alembic upgrade head before pytest in services/api.")
+    expect(row).to_contain_text("services/api/alembic.ini")
+    expect(row).to_contain_text("run_migrations")
+    expect(row).to_contain_text("alembic pytest")
+    expect(row.locator("b")).to_have_count(0)
+
+
+def test_a_memory_of_emoji_within_the_limit_can_be_edited(server: Server, open_tab: Any) -> None:
+    """The worker counts a memory's 2,000 characters as code points; a browser's `maxlength`
+    counts UTF-16 units, two per emoji. A valid memory of 1,100 emoji could not be saved after an
+    edit (the browser blocked the form, no call went out) and a pasted one was cut short."""
+    bank = _bank(server, "emoji")
+    _save(server, bank, "Emoji diary: " + "🎉" * 1100)
+    page = open_tab(bank).page
+    row = page.locator(".mw-memory").first
+    row.get_by_role("button", name="Edit").click()
+    editor = page.get_by_label("Edit memory text")
+    editor.press("End")
+    editor.press("Backspace")
+    page.locator(".mw-editing").get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".mw-editing")).to_have_count(0)
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert memory["text"] == "Emoji diary: " + "🎉" * 1099
+    page.get_by_label("New memory text").fill("Emoji again: " + "🎉" * 1100)
+    assert page.get_by_label("New memory text").input_value() == "Emoji again: " + "🎉" * 1100
+
+
+def test_under_iii_a_memory_draft_is_reported_to_the_hosts_dirty_guard(
+    server: Server, browser: Any
+) -> None:
+    """Under iii the host's guard is the only one (no beforeunload): typing in a memory's edit
+    form must report it dirty, as typing in a rule editor does (only opening the form reported,
+    and it reported clean)."""
+    bank = _bank(server, "iii-draft")
+    _save(server, bank, "A memory edited inside the iii console")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.route(
+            f"{server.url}/iii-test/page.html",
+            lambda route: route.fulfill(content_type="text/html", body=_III_HOST_PAGE),
+        )
+        context.route(
+            f"{server.url}/iii-test/react.js",
+            lambda route: route.fulfill(content_type="text/javascript", body=_REACT_STUB),
+        )
+        page = context.new_page()
+        page.goto(f"{server.url}/iii-test/page.html")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
+        page.locator(".mw-bank-button", has_text=bank).click()
+        page.locator("#mw-tab-memories").click()
+        _row(page, "inside the iii console").get_by_role("button", name="Edit").click()
+        page.get_by_label("Edit memory text").fill("A changed draft, not saved yet")
+        assert page.evaluate("window.__iii.dirty.at(-1)") == "memory"
+        page.locator(".mw-editing").get_by_label("Tags").fill("")  # still the changed text
+        assert page.evaluate("window.__iii.dirty.at(-1)") == "memory"
+        page.locator(".mw-editing").get_by_role("button", name="Cancel").click()
+        assert page.evaluate("window.__iii.dirty.at(-1)") is False
+        page.evaluate("window.__iii.unmount()")
+    finally:
+        context.close()
+
+
+def test_enter_that_confirms_an_input_method_candidate_does_not_save(
+    server: Server, open_tab: Any
+) -> None:
+    """Japanese or Chinese is typed through an input method: Enter confirms the candidate (a
+    keydown with `isComposing`). In the "remember something" box it saved the half-typed memory."""
+    bank = _bank(server, "ime")
+    page = open_tab(bank).page
+    page.get_by_label("New memory text").fill("ユーザーは緑茶が好き")
+    saves = page.evaluate(
+        """() => {
+        let saves = 0
+        const real = window.fetch
+        window.fetch = (...args) => {
+          if (String(args[0]).includes('/memory/save')) saves += 1
+          return real(...args)
+        }
+        try {
+          document.querySelector('.mw-save-text').dispatchEvent(new KeyboardEvent('keydown',
+            { key: 'Enter', isComposing: true, bubbles: true, cancelable: true }))
+        } finally {
+          window.fetch = real
+        }
+        return saves
+      }"""
+    )
+    assert saves == 0
+    expect(page.get_by_label("New memory text")).to_have_value("ユーザーは緑茶が好き")
+    page.get_by_label("New memory text").press("Enter")  # a plain Enter still saves
+    expect(_row(page, "緑茶")).to_have_count(1)
+
+
+def test_a_link_to_another_bank_opened_in_the_same_tab_is_followed(
+    server: Server, open_tab: Any
+) -> None:
+    """A bookmark or pasted link that differs only in its `#/bank/…` part does not reload the
+    page: the console follows it (it stayed on the old bank under the new address)."""
+    first = _bank(server, "hash-first")
+    second = _bank(server, "hash-second")
+    page = open_tab(first).page
+    page.evaluate(f"location.hash = '#/bank/{second}/rules'")
+    expect(page.locator(".mw-bank-name")).to_have_text(second)
+    expect(page.locator("#mw-tab-rules")).to_have_attribute("aria-selected", "true")

@@ -207,7 +207,12 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   }
   function readHash() {
     const match = standalone && /^#\/bank\/([^/]+)\/([a-z]+)$/.exec(location.hash)
-    return match ? { bank: decodeURIComponent(match[1]), tab: match[2] } : null
+    if (!match) return null
+    try {
+      return { bank: decodeURIComponent(match[1]), tab: match[2] }
+    } catch {
+      return null // a truncated or hand-typed link: not valid percent-encoding; start as with none
+    }
   }
 
   // --- data ------------------------------------------------------------------------------------
@@ -287,18 +292,34 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   })
 
   // --- keyboard --------------------------------------------------------------------------------
+  // Heard on the document, not on `root`: on a page just loaded nothing has focus and the key
+  // goes to <body>, outside `root`. Keys aimed at the host around the page (the iii console's own
+  // fields and controls) are left alone.
+  const doc = root.ownerDocument
   function onKey(event) {
-    if (event.key === '/' && !typing(event)) {
+    const target = event.target
+    const ours = root.contains(target) || target === doc.body || target === doc.documentElement
+    if (event.key === '/' && ours && !typing(event) && !event.ctrlKey && !event.metaKey && !event.altKey) {
       event.preventDefault()
       selectTab('memories')
       panels.memories.focusSearch()
     }
   }
-  root.addEventListener('keydown', onKey)
+  doc.addEventListener('keydown', onKey)
   const onBeforeUnload = (event) => {
     if (dirty()) { event.preventDefault(); event.returnValue = '' }
   }
   if (standalone) window.addEventListener('beforeunload', onBeforeUnload)
+  // A bookmark or pasted link that differs only in its hash does not reload the page: follow it
+  // (a refused switch, unsaved edits kept, puts the address back on what is shown).
+  const onHashChange = async () => {
+    const wanted = readHash()
+    if (!wanted) return
+    if (TABS.some((t) => t.id === wanted.tab) && wanted.tab !== state.tab) selectTab(wanted.tab, { fromHash: true })
+    await selectBank(wanted.bank, { fromHash: true })
+    writeHash()
+  }
+  if (standalone) window.addEventListener('hashchange', onHashChange)
 
   // Container width, not the viewport: under iii the page may sit in a narrow split pane.
   const resize = new ResizeObserver(([entry]) => {
@@ -322,8 +343,9 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     dispose() {
       stopLive()
       resize.disconnect()
-      root.removeEventListener('keydown', onKey)
+      doc.removeEventListener('keydown', onKey)
       window.removeEventListener('beforeunload', onBeforeUnload)
+      window.removeEventListener('hashchange', onHashChange)
       for (const panel of Object.values(panels)) panel.dispose?.()
       root.replaceChildren()
     },

@@ -22,6 +22,13 @@ export function relativeTime(ms, now = Date.now()) {
   return ''
 }
 
+/** The moment as ISO 8601 (a <time>'s datetime), or null for one no Date can hold: timestamps are
+ * u64 on disk, and `toISOString()` throws past year 275760, which would abort a whole list. */
+export function isoTime(ms) {
+  const date = new Date(ms)
+  return typeof ms === 'number' && Number.isFinite(date.getTime()) ? date.toISOString() : null
+}
+
 /** The exact moment, for a tooltip. */
 export function absoluteTime(ms) {
   return typeof ms === 'number' ? new Date(ms).toLocaleString() : ''

@@ -4,7 +4,7 @@
 // against (`expected_revision`); a refusal says so instead of overwriting.
 
 import { h, reconcile, setText } from './dom.js'
-import { absoluteTime, plural, relativeTime, score as formatScore, splitList } from './format.js'
+import { absoluteTime, isoTime, plural, relativeTime, score as formatScore, splitList } from './format.js'
 
 const PAGE = 50
 const SEARCH_LIMIT = 50
@@ -20,10 +20,14 @@ export function createMemoriesPanel(ctx) {
   const rows = new Map() // id → row controller
 
   // --- toolbar ---------------------------------------------------------------------------------
+  // No `maxLength`: it counts UTF-16 units (two per emoji) where the worker counts 2,000 code
+  // points; it cut a pasted memory short and blocked editing a valid one. The worker's refusal
+  // says the limit instead.
   const saveText = h('textarea', {
-    class: 'mw-input mw-save-text', rows: 2, maxLength: 2000, placeholder: 'Remember something… (one self-contained sentence)',
+    class: 'mw-input mw-save-text', dir: 'auto', rows: 2, placeholder: 'Remember something… (one self-contained sentence)',
     attrs: { 'aria-label': 'New memory text' },
-    on: { keydown: (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); saveForm.requestSubmit() } } },
+    // Not while an input method composes: its Enter confirms a candidate (Japanese, Chinese).
+    on: { keydown: (e) => { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); saveForm.requestSubmit() } } },
   })
   const saveTags = h('input', { class: 'mw-input', placeholder: 'tags, comma separated', attrs: { 'aria-label': 'New memory tags', autocomplete: 'off' } })
   const savePinned = h('input', { type: 'checkbox', attrs: { 'aria-label': 'Pin the new memory' } })
@@ -37,7 +41,7 @@ export function createMemoriesPanel(ctx) {
   const searchInput = h('input', {
     type: 'search', class: 'mw-input mw-search', placeholder: 'Search memories (press / from anywhere)',
     attrs: { 'aria-label': 'Search memories', autocomplete: 'off' },
-    on: { input: onSearchInput, keydown: (e) => { if (e.key === 'Enter') { e.preventDefault(); runSearch() } } },
+    on: { input: onSearchInput, keydown: (e) => { if (e.key === 'Enter' && !e.isComposing) { e.preventDefault(); runSearch() } } },
   })
   const modeSelect = h('select', { class: 'mw-input mw-mode', attrs: { 'aria-label': 'Retrieval mode' }, on: { change: () => { state.mode = modeSelect.value; if (state.query) refresh() } } },
     h('option', { value: 'hybrid', text: 'hybrid (what the hook uses)' }),
@@ -184,7 +188,7 @@ export function createMemoriesPanel(ctx) {
   function makeRow(initial) {
     let memory = initial
     let editing = null // {base revision, form}
-    const text = h('p', { class: 'mw-memory-text' })
+    const text = h('p', { class: 'mw-memory-text', dir: 'auto' }) // RTL text lays out RTL
     const body = h('div', { class: 'mw-memory-body' }, text)
     const scoreBar = h('span', { class: 'mw-score-fill' })
     const scoreText = h('span', { class: 'mw-score-text' })
@@ -196,9 +200,10 @@ export function createMemoriesPanel(ctx) {
     const historyButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'History', attrs: { 'aria-expanded': 'false' }, on: { click: toggleHistory } })
     const deleteButton = h('button', { type: 'button', class: 'mw-btn mw-small mw-danger-text', text: 'Delete', on: { click: remove } })
     const historyBox = h('div', { class: 'mw-history', hidden: true })
+    const lesson = h('div', { class: 'mw-lesson', hidden: true })
     const el = h('li', { class: 'mw-memory' },
       h('div', { class: 'mw-memory-main' }, body, scoreBox),
-      labels, meta,
+      lesson, labels, meta,
       h('div', { class: 'mw-memory-actions' }, pinButton, editButton, historyButton, deleteButton),
       historyBox)
 
@@ -217,6 +222,7 @@ export function createMemoriesPanel(ctx) {
         scoreBar.style.width = `${maxScore > 0 ? Math.max(4, (item.score / maxScore) * 100) : 0}%`
       } else scoreBox.hidden = true
       renderLabels()
+      renderLesson()
       renderMeta(live)
       setText(pinButton, memory.pinned ? 'Unpin' : 'Pin')
       pinButton.setAttribute('aria-pressed', String(Boolean(memory.pinned)))
@@ -242,6 +248,32 @@ export function createMemoriesPanel(ctx) {
       labels.hidden = nodes.length === 0
     }
 
+    // A lesson's card (title, recommendation) is all a model is shown of it, and its anchors are
+    // what a tool call must name to earn it: both are shown, or a person cannot review lessons.
+    function renderLesson() {
+      const anchors = memory.anchors ?? {}
+      const groups = [
+        ['files', anchors.files ?? []],
+        ['folders', anchors.folders ?? []],
+        ['identifiers', anchors.identifiers ?? []],
+        ['keywords', (anchors.keyword_groups ?? []).map((group) => group.join(' '))],
+      ].filter(([, values]) => values.length)
+      const nodes = []
+      if (memory.title || memory.recommendation) {
+        nodes.push(h('p', { class: 'mw-lesson-card', dir: 'auto' },
+          memory.title ? h('strong', { text: memory.title }) : null,
+          memory.title && memory.recommendation ? ' — ' : null,
+          memory.recommendation ?? null))
+      }
+      if (groups.length) {
+        nodes.push(h('p', { class: 'mw-muted mw-lesson-anchors' }, 'applies to ',
+          groups.map(([kind, values], i) => [i ? ' · ' : null, `${kind}: `,
+            values.map((value, j) => [j ? ', ' : null, h('span', { class: 'mw-mono', text: value })])])))
+      }
+      lesson.replaceChildren(...nodes)
+      lesson.hidden = nodes.length === 0
+    }
+
     function renderMeta(live) {
       const [label, why] = CONFIDENCE[memory.confidence] ?? [memory.confidence, '']
       const parts = []
@@ -251,7 +283,7 @@ export function createMemoriesPanel(ctx) {
       if (memory.subject) parts.push(h('span', { class: 'mw-badge', text: `about ${memory.subject}`, title: 'Subject: who this memory is about' }))
       parts.push(h('span', { text: label, title: why }))
       parts.push(h('span', { text: `seen ×${(memory.corroboration ?? 0) + 1}`, title: `Re-observed ${memory.corroboration ?? 0} time(s) after the first` }))
-      parts.push(h('time', { text: relativeTime(memory.updated_at), title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: new Date(memory.updated_at).toISOString() } }))
+      parts.push(h('time', { text: relativeTime(memory.updated_at), title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: isoTime(memory.updated_at) } }))
       if (memory.source?.session_id) parts.push(h('span', { class: 'mw-mono', text: `session ${memory.source.session_id.slice(0, 12)}`, title: `Captured in session ${memory.source.session_id}` }))
       if (memory.source?.agent) parts.push(h('span', { text: `by ${memory.source.agent}`, title: `Captured from a turn run by ${memory.source.agent}` }))
       // The association lanes (C21): recall also finds a memory by these, so they are shown whole on hover.
@@ -290,7 +322,7 @@ export function createMemoriesPanel(ctx) {
 
     function startEdit() {
       if (editing) { editing.textarea.focus(); return }
-      const textarea = h('textarea', { class: 'mw-input mw-edit-text', value: memory.text, maxLength: 2000, rows: 3, attrs: { 'aria-label': 'Edit memory text' } })
+      const textarea = h('textarea', { class: 'mw-input mw-edit-text', dir: 'auto', value: memory.text, rows: 3, attrs: { 'aria-label': 'Edit memory text' } })
       const tags = h('input', { class: 'mw-input', value: (memory.tags ?? []).join(', '), attrs: { 'aria-label': 'Tags' } })
       const entities = h('input', { class: 'mw-input', value: (memory.entities ?? []).join(', '), attrs: { 'aria-label': 'Entities' } })
       const notice = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
@@ -314,7 +346,7 @@ export function createMemoriesPanel(ctx) {
         reload.hidden = true
       }
       const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Load latest (keep my text)', hidden: true, on: { click: rebase } })
-      const form = h('form', { class: 'mw-edit', on: { submit: (e) => { e.preventDefault(); saveEdit() }, keydown: (e) => { if (e.key === 'Escape') cancelEdit() } } },
+      const form = h('form', { class: 'mw-edit', on: { submit: (e) => { e.preventDefault(); saveEdit() }, keydown: onEditKey, input: () => ctx.changed() } }, // the host's dirty guard follows the draft
         textarea,
         h('div', { class: 'mw-edit-row' },
           h('label', { class: 'mw-field' }, h('span', { text: 'tags' }), tags),
@@ -332,6 +364,31 @@ export function createMemoriesPanel(ctx) {
       el.classList.add('mw-editing')
       textarea.focus()
       ctx.changed()
+    }
+
+    // Esc ends an untouched edit at once; a changed draft is not dropped unasked (the key is
+    // pressed for many reasons, and the text is gone for good).
+    async function onEditKey(event) {
+      if (event.key !== 'Escape' || event.isComposing) return
+      event.preventDefault() // else this very key press cancels the dialog it opens
+      const session = editing
+      if (!session) return
+      if (draftChanged()) {
+        const ok = await ctx.ui.confirm({
+          title: 'Discard your changes to this memory?',
+          body: 'The memory stays as it is saved; your unsaved text is lost.',
+          confirm: 'Discard my changes', danger: true,
+        })
+        if (editing !== session) return
+        if (!ok) { session.textarea.focus(); return }
+      }
+      cancelEdit()
+    }
+
+    function draftChanged() {
+      // Tags and entities are part of the draft too: an edit of only those is unsaved work.
+      return Boolean(editing) && (editing.textarea.value !== editing.original
+        || editing.tagsInput.value !== editing.tags || editing.entitiesInput.value !== editing.entities)
     }
 
     function cancelEdit() {
@@ -410,13 +467,13 @@ export function createMemoriesPanel(ctx) {
           h('span', { class: 'mw-mono', text: `rev ${rev.revision ?? 0}` }),
           h('span', { class: 'mw-revision-kind', text: kind }),
           h('time', { class: 'mw-muted', text: relativeTime(rev.updated_at), title: absoluteTime(rev.updated_at) })),
-        !before || rev.text !== before.text ? h('p', { class: 'mw-revision-text', text: rev.text }) : null,
+        !before || rev.text !== before.text ? h('p', { class: 'mw-revision-text', dir: 'auto', text: rev.text }) : null,
         changes.length ? h('p', { class: 'mw-muted', text: changes.join(' · ') }) : null)
     }
 
     return {
       el, update,
-      dirty: () => Boolean(editing) && (editing.textarea.value !== editing.original),
+      dirty: draftChanged,
       busy: () => Boolean(editing) || !historyBox.hidden,
     }
   }

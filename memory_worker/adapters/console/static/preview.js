@@ -75,7 +75,7 @@ export function createPreviewPanel(ctx) {
         fill.style.width = `${ambient || top === 0 ? 0 : Math.max(4, (m.score / top) * 100)}%`
         return h('li', { class: ambient ? 'mw-preview-memory mw-ambient' : 'mw-preview-memory' },
           h('span', { class: 'mw-rank', text: `${i + 1}` }),
-          h('p', { class: 'mw-memory-text', text: m.memory.text }),
+          h('p', { class: 'mw-memory-text', dir: 'auto', text: m.memory.text }),
           ambient
             ? h('span', { class: 'mw-badge mw-badge-ambient', text: 'ambient', title: 'Added by the ambient floor (top memories), not matched by the message' })
             : h('span', { class: 'mw-score', title: 'Recall score' }, h('span', { class: 'mw-score-bar' }, fill), h('span', { class: 'mw-score-text', text: formatScore(m.score) })))

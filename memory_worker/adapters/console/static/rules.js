@@ -80,7 +80,7 @@ export function createRulesPanel(ctx) {
     let base = rule
     let status = 'clean'
     const textarea = h('textarea', {
-      class: 'mw-editor', value: rule.content, spellcheck: false,
+      class: 'mw-editor', dir: 'auto', value: rule.content, spellcheck: false,
       attrs: { 'aria-label': `Rule ${rule.name}`, rows: 6 },
       on: { input: () => setStatus(textarea.value === base.content ? 'clean' : 'dirty'), keydown: onKey },
     })
@@ -157,18 +157,33 @@ export function createRulesPanel(ctx) {
       const { rules } = await ctx.call('memory::rule::list', { bank }, { quiet: true })
       return rules.find((r) => r.name === rule.name) ?? null
     }
+    /** `latest()` for a button: a failed read is said (the click did nothing visible), then null. */
+    async function latestOrSay() {
+      try {
+        return { current: await latest() }
+      } catch (err) {
+        ctx.ui.toast(`Rule ${rule.name}: could not read the saved rule: ${err.code}: ${err.message}`, 'error')
+        return null
+      }
+    }
     async function compare() {
-      const current = await latest()
+      const read = await latestOrSay()
+      if (!read) return
+      const { current } = read
       theirs.textContent = current ? current.content : '(the rule no longer exists)'
       theirs.hidden = false
     }
     async function overwrite() {
-      const current = await latest()
+      const read = await latestOrSay()
+      if (!read) return
+      const { current } = read
       base = { ...base, revision: current ? current.revision : '' }
       await save()
     }
     async function discard() {
-      const current = await latest()
+      const read = await latestOrSay()
+      if (!read) return
+      const { current } = read
       base = current ?? { ...base, content: '', revision: '' }
       textarea.value = base.content
       hideNotice()
@@ -207,8 +222,9 @@ export function createRulesPanel(ctx) {
       setStatus('saving')
       const payload = { bank, name: rule.name, content }
       if (typeof base.revision === 'string') payload.expected_revision = base.revision
+      let saved
       try {
-        await ctx.call('memory::rule::set', payload, { quiet: true })
+        saved = await ctx.call('memory::rule::set', payload, { quiet: true })
       } catch (err) {
         if (err.code === 'conflict') {
           setStatus('conflict')
@@ -220,7 +236,12 @@ export function createRulesPanel(ctx) {
         return
       }
       hideNotice()
-      const current = await latest().catch(() => null)
+      // Re-read for the content as stored (redaction may have changed it). Whether the rule still
+      // exists is the save's own answer: a re-read that fails says nothing about that, and the
+      // revision the save answered keeps the next save from being refused as stale.
+      const current = saved.exists
+        ? await latest().catch(() => null) ?? { name: rule.name, content, revision: saved.revision }
+        : null
       base = current ?? { name: rule.name, content: '', revision: '' }
       if (!current) {
         cards.delete(rule.name)
@@ -238,9 +259,21 @@ export function createRulesPanel(ctx) {
       if ((event.metaKey || event.ctrlKey) && event.key.toLowerCase() === 's') {
         event.preventDefault()
         save()
-      } else if (event.key === 'Escape' && status === 'dirty') {
-        revert()
+      } else if (event.key === 'Escape' && status === 'dirty' && !event.isComposing) {
+        event.preventDefault() // else this very key press cancels the dialog it opens
+        confirmRevert()
       }
+    }
+    // Esc is pressed for many reasons (closing a menu, out of habit, cancelling an input method),
+    // and reverting resets the textarea's undo history: a whole draft is never dropped unasked.
+    async function confirmRevert() {
+      const ok = await ctx.ui.confirm({
+        title: `Discard your changes to "${rule.name}"?`,
+        body: 'The editor goes back to the saved rule; your unsaved text is lost.',
+        confirm: 'Discard my changes', danger: true,
+      })
+      if (ok && status === 'dirty') revert()
+      textarea.focus()
     }
 
     setStatus('clean')
