@@ -207,6 +207,27 @@ class TestConfigure:
         assert (await call(service, "memory::bank::get", name="b"))["bank"]["settings"] == DEFAULTS
         assert emitter.events == []
 
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"relevance_threshold": True},
+            {"association_weights": {"content": True}},
+            {"association_weights": {"content": 1, "context": False}},
+        ],
+    )
+    async def test_a_flag_for_a_number_is_refused_not_read_as_one_or_zero(
+        self, service: MemoryService, data_dir: Path, change: dict[str, Any]
+    ) -> None:
+        # `relevance_threshold=true` read as 1.0 would make every recall of the bank come back
+        # empty ("exact match only"): a flag names no number.
+        await call(service, "memory::bank::create", name="b")
+        before = (data_dir / "b" / "bank.yaml").read_bytes()
+        with pytest.raises(InvalidInput, match="not true or false"):
+            await call(service, "memory::bank::configure", name="b", **change)
+        with pytest.raises(InvalidInput, match="not true or false"):
+            await call(service, "memory::bank::create", name="c", **change)
+        assert (data_dir / "b" / "bank.yaml").read_bytes() == before
+
     async def test_configure_with_no_field_is_invalid_input(self, service: MemoryService) -> None:
         await call(service, "memory::bank::create", name="b")
         with pytest.raises(InvalidInput, match="at least one of description, subject_scoping"):

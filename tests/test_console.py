@@ -314,6 +314,22 @@ def test_write_values_refuses_a_file_it_cannot_edit_and_leaves_it(tmp_path: Path
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
 
 
+def test_write_values_edits_the_file_a_symlink_points_to_and_keeps_the_link(
+    tmp_path: Path,
+) -> None:
+    # A settings file kept in a dotfiles checkout and linked into place: replacing the link with
+    # a plain file would cut the setting off from where the person keeps (and versions) it.
+    (tmp_path / "dotfiles").mkdir()
+    target = tmp_path / "dotfiles" / "memory.yaml"
+    target.write_text("recall_limit: 9\n")
+    link = tmp_path / "memory.yaml"
+    link.symlink_to(target)
+    write_values(link, {"recall_limit": 3})
+    assert link.is_symlink()
+    assert target.read_text() == "recall_limit: 3\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dotfiles", "memory.yaml"]
+
+
 async def test_streams_past_the_cap_are_refused_so_the_tab_polls(
     served: tuple[StandaloneServer, str],
 ) -> None:

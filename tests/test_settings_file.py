@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from memory_worker.app.service import MemoryService
 from memory_worker.app.wire import SaveRequest
 from memory_worker.core.config import Settings, parse_settings
 from memory_worker.core.errors import InvalidInput, StorageError
+from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
@@ -89,6 +92,43 @@ class TestReconfigurer:
         reopened = Store.open(old_root, holder=HOLDER)  # the old lock was released
         await reopened.close()
 
+    async def test_a_write_in_flight_during_a_data_dir_swap_never_lands_in_the_old_dir(
+        self, service: MemoryService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A save creating its bank in the old store while data_dir moves: once the old store is
+        # closed (its lock released) nothing may be written there, acknowledged yet invisible in
+        # the new dir and unguarded against the next holder of the old one.
+        old_root = service.store.root
+        started, release = threading.Event(), threading.Event()
+        create = Bank.create
+
+        def slow_create(*args: Any, **kwargs: Any) -> Bank:
+            started.set()
+            release.wait(20)
+            return create(*args, **kwargs)
+
+        monkeypatch.setattr(Bank, "create", slow_create)
+        old_store = service.store
+        close = old_store.close
+
+        async def close_then_let_the_save_go() -> None:
+            await close()  # the old lock is released now
+            release.set()
+
+        monkeypatch.setattr(old_store, "close", close_then_let_the_save_go)
+        save = asyncio.create_task(service.save(SaveRequest(text="Written mid swap.", bank="x")))
+        await asyncio.to_thread(started.wait, 20)
+        reconfigure = _reconfigurer(service, tmp_path)
+        assert await reconfigure.apply(Settings(data_dir=str(tmp_path / "new"))) is Applied.REOPENED
+        try:
+            await save
+        except StorageError:
+            pass  # refused: the caller retries, into the new dir
+        else:
+            pytest.fail("the save was acknowledged")
+        log = old_root / "x" / "memories.jsonl"
+        assert not log.exists() or b"Written mid swap." not in log.read_bytes()
+
 
 class TestSettingsFile:
     async def test_an_edit_is_applied_and_a_broken_one_keeps_the_last_good(
@@ -106,6 +146,27 @@ class TestSettingsFile:
             assert service.settings.recall_limit == 3 and watcher.applied == 1
             await _edit(watcher, f"data_dir: {service.store.root}\nbogus_field: 1\n")
             assert service.settings.recall_limit == 3  # unknown keys are rejected, not ignored
+        finally:
+            await watcher.stop()
+
+    async def test_a_settings_file_that_is_a_symlink_reloads_when_its_target_is_edited(
+        self, service: MemoryService, tmp_path: Path
+    ) -> None:
+        # `~/.config/memory.yaml -> ~/dotfiles/memory.yaml`: an edit writes the target, in a
+        # folder the watch of the link's own folder never sees.
+        (tmp_path / "dotfiles").mkdir()
+        target = tmp_path / "dotfiles" / "memory.yaml"
+        root = service.store.root
+        target.write_text(f"data_dir: {root}\n", encoding="utf-8")
+        (tmp_path / "config").mkdir()
+        link = tmp_path / "config" / "memory.yaml"
+        link.symlink_to(target)
+        service.settings = Settings(data_dir=str(root))
+        watcher = SettingsFileWatcher(link, _reconfigurer(service, tmp_path).apply)
+        await watcher.start()
+        try:
+            await _edit(watcher, f"data_dir: {root}\nrecall_limit: 4\n")
+            assert service.settings.recall_limit == 4 and watcher.applied == 1
         finally:
             await watcher.stop()
 

@@ -62,15 +62,22 @@ class SettingsFileWatcher:
             self._task = None
 
     async def _run(self) -> None:
-        # The parent directory, not the file: editors replace files by rename.
+        # The parent directory, not the file: editors replace files by rename. A file that is a
+        # symbolic link (a dotfiles checkout, a mounted ConfigMap) is edited where it points, so
+        # that folder is watched too, and a link that now points elsewhere counts as an edit.
+        target = _target(self.path)
+        folders = dict.fromkeys([self.path.parent, target.parent])
         changes_of = watchfiles.awatch(
-            self.path.parent, stop_event=self._stop, debounce=DEBOUNCE_MS, recursive=False
+            *folders, stop_event=self._stop, debounce=DEBOUNCE_MS, recursive=False
         )
         # The generator's first step creates the watch before it first waits; a callback
         # scheduled now runs after that step (the same trick as `watch.DataDirWatcher`).
         asyncio.get_running_loop().call_soon(self._ready.set)
         async for changes in changes_of:
-            if any(Path(changed).absolute() == self.path for _, changed in changes):
+            now = _target(self.path)
+            touched = {Path(changed).absolute() for _, changed in changes}
+            if now != target or not touched.isdisjoint({self.path, now}):
+                target = now
                 await self.reload()
 
     async def reload(self) -> None:
@@ -91,6 +98,14 @@ class SettingsFileWatcher:
             self.attempts += 1
             self.applied += outcome is not None
             self.changed.notify_all()
+
+
+def _target(path: Path) -> Path:
+    """Where `path` leads once every symbolic link is followed (itself when it is none)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a link loop: watched as it is, refused when read
+        return path
 
 
 _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*:(?P<rest>.*?)(?P<end>\r?\n)?$")
@@ -135,6 +150,8 @@ def write_values(path: Path, values: Mapping[str, object]) -> None:
     """Set `values` in the settings file at `path` (created when missing). Raises `InvalidInput`
     when the file does not hold a mapping or the edit would not read back as asked; nothing is
     written then. Blocking: run it in a thread."""
+    # A link (a dotfiles checkout) is followed: the file it points to is edited, the link kept.
+    path = _target(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ log = get_logger(__name__)
 
 DOCTOR_PROBE_TEXT = "doctor probe memory: memory roundtrip"
 DOCTOR_PROBE_QUERY = "memory roundtrip probe"
+_SCRATCH_DESCRIPTION = "doctor scratch"
+_SCRATCH_NAME = re.compile(r"doctor-[0-9]{6}")
 
 
 class DoctorUseCases(EmbeddingWork):
@@ -39,6 +42,7 @@ class DoctorUseCases(EmbeddingWork):
             self._check_durability(),
             await self._check_links(),
             await self._check_embeddings(),
+            self._check_extraction(),
         ]
         if self.siblings is not None:  # advisory: what is degraded around us, and what that means
             try:
@@ -47,6 +51,32 @@ class DoctorUseCases(EmbeddingWork):
                 reported = [("siblings", False, f"sibling checks failed to run: {exc}")]
             checks += [DoctorCheck(name=n, ok=ok, detail=detail) for n, ok, detail in reported]
         return DoctorResponse(ok=all(c.ok for c in checks if c.required), checks=checks)
+
+    def _check_extraction(self) -> DoctorCheck:
+        """Advisory: whether a finished turn is extracted at all. Without it nothing said in a
+        conversation is remembered unless it is saved explicitly, and no other check says so
+        (no sibling is probed without an engine)."""
+        settings = self.settings
+        if not settings.extraction_enabled:
+            detail = (
+                "extraction_enabled is false: nothing is captured after turns; only an explicit "
+                "memory::save is remembered"
+            )
+            return DoctorCheck(name="extraction", ok=False, detail=detail)
+        if not self.captures_turns():
+            detail = (
+                "no engine and no extraction_endpoint: turns are not extracted here, so only an "
+                "explicit memory::save is remembered; set extraction_endpoint (an "
+                "OpenAI-compatible server) or run under an engine with llm-router"
+            )
+            return DoctorCheck(name="extraction", ok=False, detail=detail)
+        if settings.extraction_endpoint:
+            # Its host only: a URL may carry credentials (`user:pass@`), never shown.
+            host = settings.extraction_endpoint.split("://", 1)[-1].split("/", 1)[0]
+            via = f"the endpoint at {host.rsplit('@', 1)[-1]} (not called by this check)"
+        else:
+            via = "router::complete (see router-reachable)"
+        return DoctorCheck(name="extraction", ok=True, detail=f"turns are extracted through {via}")
 
     async def _check_embeddings(self) -> DoctorCheck:
         """Advisory: whether recall has its semantic arm, and what is still waiting for a vector."""
@@ -105,19 +135,57 @@ class DoctorUseCases(EmbeddingWork):
         so doctor runs never pile up. A directory sync that failed on the way fails the check too:
         the probe got through, but the disk just refused to make a change durable."""
         started = time.perf_counter()
+        swept = await self._sweep_leftover_scratch()
         name = self._scratch_name()
         self._scratch_taken.add(name)
         try:
-            return await self._roundtrip(name, started)
+            check = await self._roundtrip(name, started)
         finally:
             # What the scratch bank's own changes noted is this check's to report, not a user's.
             self.store.durability.take(name)
             self._scratch_taken.discard(name)
+        if swept:
+            check = check.model_copy(
+                update={
+                    "detail": f"{check.detail}; removed the scratch bank(s) an interrupted doctor "
+                    f"run left behind: {', '.join(swept)}"
+                }
+            )
+        return check
+
+    async def _sweep_leftover_scratch(self) -> list[str]:
+        """Remove the scratch banks of doctor runs that never finished (the worker was killed
+        mid-roundtrip): each later run picks another name, so nothing else would, and they stay
+        listed as banks no one made. Only what is unmistakably doctor's: a `doctor-NNNNNN` bank
+        described "doctor scratch", no run in flight owns, holding no rule and nothing but the
+        probe."""
+        swept: list[str] = []
+        for name in self.store.names():
+            bank = self.store.find(name)
+            if (
+                bank is None
+                or not _SCRATCH_NAME.fullmatch(name)
+                or name in self._scratch_taken
+                or bank.description != _SCRATCH_DESCRIPTION
+                or bank.rules()
+                or any(m.text != DOCTOR_PROBE_TEXT for m in bank.memories.values())
+            ):
+                continue
+            try:
+                trashed = await self.store.trash(name, self.clock())
+                await asyncio.to_thread(files.remove_tree, trashed)
+            except WorkerError as exc:  # reported by the roundtrip's own failure if it matters
+                log.warning("doctor_scratch_left", bank=name, error=str(exc))
+                continue
+            finally:
+                self.store.durability.take(name)
+            swept.append(name)
+        return swept
 
     async def _roundtrip(self, name: str, started: float) -> DoctorCheck:
         trashed: Path | None = None
         try:
-            bank, created = await self.store.ensure(name, "doctor scratch")
+            bank, created = await self.store.ensure(name, _SCRATCH_DESCRIPTION)
             if not created:  # someone made it between the check and now: never touch theirs
                 raise Conflict(f"scratch bank {name} appeared during the check; run doctor again")
             now_ms = self.clock()
@@ -175,7 +243,7 @@ class DoctorUseCases(EmbeddingWork):
         may refuse this too, and doctor reports it either way)."""
         bank = self.store.find(name)
         try:
-            if bank is not None and bank.description == "doctor scratch":
+            if bank is not None and bank.description == _SCRATCH_DESCRIPTION:
                 trashed = await self.store.trash(name, self.clock())
             if trashed is not None:
                 await asyncio.to_thread(files.remove_tree, trashed)

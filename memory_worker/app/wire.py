@@ -192,11 +192,12 @@ class Request(BaseModel):
 
 @functools.cache
 def _number_fields(model: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of `model` that hold a whole number (`int` or `int | None`)."""
+    """The fields of `model` that hold a number (`int`, `float`, or either `| None`): a float is
+    no more a flag than an int (`relevance_threshold=true` would read as 1.0)."""
     return tuple(
         name
         for name, field in model.model_fields.items()
-        if field.annotation is int or field.annotation == int | None
+        if field.annotation in (int, float) or field.annotation in (int | None, float | None)
     )
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "effective",
     "no_overrides",
     "not_a_flag",
+    "not_a_number_flag",
     "parse_overrides",
 ]
 
@@ -66,6 +67,14 @@ def not_a_flag(value: Any) -> Any:
     return value
 
 
+def not_a_number_flag(value: Any) -> Any:
+    """A weight or threshold is a number (a `mode="before"` validator): pydantic reads `true` as
+    1.0, and `relevance_threshold=true` would leave every recall of the bank empty."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true or false")
+    return value
+
+
 class AssociationWeights(BaseModel):
     """Blend weights of the three association lanes at recall time; normalized when they do not
     sum to 1 (seed 004)."""
@@ -87,6 +96,8 @@ class AssociationWeights(BaseModel):
         le=1,
         description="Weight of sim(current turn goal, the memory's stored intention).",
     )
+
+    _numbers = field_validator("content", "context", "intention", mode="before")(not_a_number_flag)
 
     @field_validator("content", "context", "intention")
     @classmethod
@@ -149,6 +160,7 @@ class BankSettings(BaseModel):
     scope: Scope = Field(default="private", description=_SCOPE)
 
     _caps = field_validator(*CAP_SETTINGS, mode="before")(not_a_flag)
+    _threshold = field_validator("relevance_threshold", mode="before")(not_a_number_flag)
 
     @field_validator("retention")
     @classmethod
@@ -203,6 +215,7 @@ class BankOverrides(BaseModel):
     scope: Scope | None = None
 
     _caps = field_validator(*CAP_SETTINGS, mode="before")(not_a_flag)
+    _threshold = field_validator("relevance_threshold", mode="before")(not_a_number_flag)
 
     @field_validator("retention")
     @classmethod

@@ -6,6 +6,7 @@ Unknown keys are rejected so a typo fails loudly instead of silently keeping a d
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from memory_worker.core.bank_settings import (
     AssociationWeights,
     BankSettings,
     not_a_flag,
+    not_a_number_flag,
 )
 from memory_worker.core.data_dir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from memory_worker.core.errors import InvalidInput
@@ -33,6 +35,25 @@ from memory_worker.core.names import NAME_PATTERN
 from memory_worker.core.payload import check_depth
 
 __all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
+
+
+# The number fields besides the caps: pydantic reads `true` as 1 and `false` as 0, so
+# `recall_budget_tokens: false` would silently inject no memory and `recall_limit: true` one.
+_NUMBER_SETTINGS = (
+    "recall_limit",
+    "recall_budget_tokens",
+    "extraction_window",
+    "extraction_timeout_ms",
+    "max_memories_per_turn",
+    "max_rule_chars",
+    "decay_half_life_days",
+    "max_banks",
+    "lesson_injection_tokens",
+    "association_weight_content",
+    "association_weight_context",
+    "association_weight_intention",
+    "relevance_threshold",
+)
 
 
 class Settings(BaseModel):
@@ -47,11 +68,16 @@ class Settings(BaseModel):
         description="Where banks live. Relative paths resolve against $III_COMPOSE_DIR when set, "
         "else the working directory. Changing it reopens the store (the last good one is kept if "
         "the new one cannot be opened).",
+        # In the registered schema too: the configuration worker then refuses a blank one at
+        # `configuration::set` instead of storing a value this worker refuses (and boots on).
+        # (Anchored, so a form that matches the whole value reads it the same way.)
+        json_schema_extra={"pattern": r"^\s*\S[\s\S]*$"},
     )
     default_bank: str = Field(
         default="main",
         description="Bank used when neither the turn, the session nor the call names one. "
         "Materializes on first write.",
+        json_schema_extra={"pattern": f"^{NAME_PATTERN}$"},  # see data_dir's
     )
     inject_rules: bool = Field(
         default=True, description="Inject the bank's rules into each session's system prompt."
@@ -236,6 +262,7 @@ class Settings(BaseModel):
         return self
 
     _caps = field_validator(*CAP_SETTINGS, mode="before")(not_a_flag)
+    _numbers = field_validator(*_NUMBER_SETTINGS, mode="before")(not_a_number_flag)
 
     @field_validator("data_dir")
     @classmethod
@@ -255,6 +282,18 @@ class Settings(BaseModel):
             raise ValueError(f"must be a bank name matching {NAME_PATTERN}")
         return value
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_are_names(cls, value: list[str]) -> list[str]:
+        # The server compares the `Host` header's name, its port dropped: an entry with a port,
+        # a scheme or a path matched no request, and the server refused every one with 403.
+        for host in value:
+            if host.strip() and not _is_host(host.strip()):
+                raise ValueError(
+                    f"{host!r} is not a host name or IP address (no scheme, port or path)"
+                )
+        return value
+
     @field_validator("extraction_endpoint")
     @classmethod
     def _endpoint_is_a_url(cls, value: str) -> str:
@@ -270,6 +309,19 @@ class Settings(BaseModel):
         if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
             raise ValueError("must be an environment variable name (letters, digits, _)")
         return value
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})")
+
+
+def _is_host(host: str) -> bool:
+    """A name a `Host` header can carry without its port: a DNS name or an IP literal."""
+    literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(literal)
+    except ValueError:
+        return literal == host and _HOST_NAME.fullmatch(host) is not None
+    return True
 
 
 # The fields `bank_defaults` reads.

@@ -734,6 +734,7 @@ class DataDirLock:
         self._dir_fd: int | None = None
         self._ids: tuple[tuple[int, int], tuple[int, int]] | None = None
         self._lost: str | None = None
+        self._released = False
 
     def acquire(self, wait_s: float = 0.0) -> None:
         """Take the lock, waiting up to `wait_s` for each short-lived CLI holder ahead of this
@@ -811,6 +812,13 @@ class DataDirLock:
                 )
         if self._lost is not None:
             raise StorageError(self._lost)
+        if self._released:
+            # A call still holding a bank of a closed store (the data dir moved under it, or the
+            # worker is stopping): the lock is let go, so writing on would land unguarded in a
+            # dir this process no longer serves, acknowledged but invisible where it now serves.
+            raise StorageError(
+                f"the data dir {self.root} was closed (it moved, or the worker is stopping); retry"
+            )
 
     def rewrite_holder(self, holder: dict[str, object]) -> None:
         """Replace the record of who holds the lock, still holding it (a server that stops
@@ -837,6 +845,7 @@ class DataDirLock:
         return value if isinstance(value, dict) else {}
 
     def release(self) -> None:
+        self._released = self._ids is not None  # `verify` refuses every write from now on
         if self._fd is not None:
             if self._lost is None:  # a `.lock` that is not ours any more is left alone
                 with contextlib.suppress(OSError):

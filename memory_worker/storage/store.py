@@ -51,6 +51,9 @@ def _trashed_names(root: Path) -> set[str]:
     return {m["bank"] for m in map(_TRASHED.match, entries) if m is not None}
 
 
+LOST_AND_FOUND = "lost+found"
+
+
 def _folders(root: Path) -> list[str]:
     """The bank folders under `root` (dot entries, plain files and links are not banks), sorted."""
     try:
@@ -58,8 +61,14 @@ def _folders(root: Path) -> list[str]:
     except OSError as exc:
         raise StorageError(f"cannot list data_dir {root}: {exc.strerror or exc}") from exc
     # A link is never a bank (doctor lists it): following it would read and write elsewhere.
+    # `lost+found` is fsck's, in a data dir that is a mount point: never a bank (no bank name has
+    # a `+`), and counting it broken would fail doctor's required check for good.
     return [
-        e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+        e.name
+        for e in entries
+        if not e.name.startswith(".")
+        and e.name != LOST_AND_FOUND
+        and e.is_dir(follow_symlinks=False)
     ]
 
 
