@@ -215,3 +215,14 @@ class TestFiles:
         bump = path.stat().st_mtime + 5
         os.utime(path, (bump, bump))  # a new mtime, whatever the clock's resolution
         assert config.settings().interval_hours == 2 and config.inert is None
+
+
+def test_an_unknown_log_level_is_a_usage_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from memory_worker.adapters.consolidate import cli as consolidate_cli
+
+    with pytest.raises(SystemExit) as exited:
+        consolidate_cli.main(["--log-level", "verbose", "run"])
+    assert exited.value.code == 2
+    assert "'verbose' is not one of debug, info, warning, error" in capsys.readouterr().err

@@ -18,7 +18,6 @@ import codecs
 import contextlib
 import functools
 import json
-import logging
 import os
 import socket
 import sys
@@ -31,7 +30,7 @@ from urllib.parse import urlsplit
 from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body, serving_url
 from memory_worker.adapters.formats import FORMATS, read_foreign
-from memory_worker.adapters.logs import configure_logging
+from memory_worker.adapters.logs import configure_logging, log_level
 from memory_worker.app import functions
 from memory_worker.app.caller import Caller
 from memory_worker.core.data_dir import resolve_data_dir
@@ -513,14 +512,6 @@ def _given(value: str) -> str:
     return value
 
 
-def _log_level(value: str) -> str:
-    """A `--log-level` value: a level name `logging` knows (any case); another was a `KeyError`
-    traceback when logging was configured, not the usage error every other bad option is."""
-    if value.upper() not in logging.getLevelNamesMapping():
-        raise argparse.ArgumentTypeError(f"{value!r} is not one of debug, info, warning, error")
-    return value
-
-
 class _UsageError(Exception):
     """A command line the parser refused (`_Parser.error`)."""
 
@@ -546,7 +537,7 @@ def _parser() -> argparse.ArgumentParser:
         "--config", type=_given, help=f"YAML settings file (default: ${CONFIG_ENV})"
     )
     common.add_argument(
-        "--log-level", type=_log_level, default="warning", help="debug, info, warning, error"
+        "--log-level", type=log_level, default="warning", help="debug, info, warning, error"
     )
 
     parser = _Parser(
@@ -698,7 +689,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--config", type=_given, help=f"YAML settings file (default: ${CONFIG_ENV})")
     serve.add_argument(
-        "--log-level", type=_log_level, default="info", help="debug, info, warning, error"
+        "--log-level", type=log_level, default="info", help="debug, info, warning, error"
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8765, help="port to listen on (0 = any free)")

@@ -8,12 +8,22 @@ them configures it at once."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 
 from memory_worker.storage import logger
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "log_level"]
+
+
+def log_level(value: str) -> str:
+    """An argparse `type` for `--log-level`: a level name `logging` knows (any case). Another was
+    a `KeyError` traceback when logging was configured, not the usage error every other bad
+    option is."""
+    if value.upper() not in logging.getLevelNamesMapping():
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of debug, info, warning, error")
+    return value
 
 
 def configure_logging(level: str = "warning", *, lazy: bool = False) -> None:

@@ -29,7 +29,7 @@ from memory_worker.adapters.consolidate.clients import CONSOLIDATE, FileState, H
 from memory_worker.adapters.consolidate.options import CONFIG_ENV, add_run_arguments
 from memory_worker.adapters.doors import LocalDoor, open_door
 from memory_worker.adapters.embedders import EmbedderUnavailable, load_local
-from memory_worker.adapters.logs import configure_logging
+from memory_worker.adapters.logs import configure_logging, log_level
 from memory_worker.app.ports import Embedder
 from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.consolidate.ports import MemoryClient
@@ -220,7 +220,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Keeps memory banks clean: deterministic dedup on a schedule, supersede-only "
         "through the memory worker's public functions, never touching a pinned memory.",
     )
-    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    parser.add_argument(
+        "--log-level", type=log_level, default="info", help="debug, info, warning, error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the schedule (on the engine, or against --server)")
     serve.add_argument("--engine", metavar="URL", help="engine WebSocket URL (default: $III_URL)")
