@@ -338,6 +338,13 @@ async def test_a_client_reads_the_token_and_calls_a_server_beyond_loopback(
     answer = await _local(exposed, "POST", "/memory/bank/list", body={}, headers=headers)
     assert answer.status == 200
     assert access.client_token(None, env={access.TOKEN_ENV: "given"}) == "given"
+    # A $MEMORY_TOKEN set for another (remote) server never overrides the token of the data dir
+    # being forwarded for: the server holding it checks its own file.
+    elsewhere = {access.TOKEN_ENV: "a-token-for-some-remote-server"}
+    assert access.client_token(root, env=elsewhere) == access.ensure_token(root)
+    headers = access.request_headers(access.client_token(root, env=elsewhere))
+    answer = await _local(exposed, "POST", "/memory/bank/list", body={}, headers=headers)
+    assert answer.status == 200
     assert access.request_headers(None) == {
         "Content-Type": "application/json",
         "Accept": "application/json",

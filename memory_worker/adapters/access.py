@@ -242,14 +242,15 @@ def ensure_token(root: Path) -> str:
 
 
 def client_token(data_dir: Path | None, env: Mapping[str, str] | None = None) -> str | None:
-    """The token a client sends: `$MEMORY_TOKEN`, else the data dir's token file (when this user
-    can read it), else None (a loopback server takes calls without one)."""
+    """The token a client sends: the token file of the data dir it forwards for (when this user
+    can read it: exactly what the server holding that dir checks), else `$MEMORY_TOKEN` (a server
+    whose data dir is not readable here, e.g. another machine's), else None (a loopback server
+    takes calls without one). `$MEMORY_TOKEN` set for a remote server used to win over the file
+    and have the user's own local server refuse every forwarded call (401)."""
+    if data_dir is not None and (own := _valid(files.read_private(data_dir / TOKEN_FILE))):
+        return own
     env = os.environ if env is None else env
-    if given := env.get(TOKEN_ENV, "").strip():
-        return given
-    if data_dir is None:
-        return None
-    return _valid(files.read_private(data_dir / TOKEN_FILE))
+    return env.get(TOKEN_ENV, "").strip() or None
 
 
 def request_headers(token: str | None) -> dict[str, str]:
