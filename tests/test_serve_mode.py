@@ -4,6 +4,7 @@ answering at the default address → standalone, and says why."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 from iii import InvocationError
@@ -55,3 +56,25 @@ async def test_a_failing_configuration_worker_answers_with_a_sibling_code() -> N
     with pytest.raises(SiblingUnavailable) as failed:
         await worker._on_config_change()
     assert str(failed.value).startswith("sibling_unavailable: configuration::get failed")
+
+
+async def test_the_stored_configuration_chooses_the_local_embedder_not_the_seed() -> None:
+    """The local embedder is loaded from the YAML seed before the engine is asked; a stored
+    configuration naming another model (or turning embeddings off) was ignored until its next
+    change, and recall embedded with the seed's model."""
+    seeded, loaded = object(), object()
+    asked: list[tuple[bool, str]] = []
+
+    def embedder_for(settings: Settings) -> Any:
+        asked.append((settings.embeddings_enabled, settings.embedding_model))
+        return loaded
+
+    seed = Settings()
+    worker = EngineWorker("ws://127.0.0.1:9", seed, embedder=seeded, embedder_for=embedder_for)  # type: ignore[arg-type]
+    assert await worker._embedder_at_start(seed.model_copy()) is seeded
+    assert asked == []
+    stored = seed.model_copy(update={"embedding_model": "another-model"})
+    assert await worker._embedder_at_start(stored) is loaded
+    off = seed.model_copy(update={"embeddings_enabled": False})
+    assert await worker._embedder_at_start(off) is loaded
+    assert asked == [(True, "another-model"), (False, seed.embedding_model)]

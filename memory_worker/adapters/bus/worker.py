@@ -242,6 +242,7 @@ class EngineWorker(Stoppable):
         call = BusCall(client)
         self._config = ConfigClient(call, config_id())
         settings = await self._initial_settings()
+        self.local_embedder = await self._embedder_at_start(settings)
         data_dir = resolve_data_dir(self.data_dir_flag, settings)
         # Lazy: the banks are replayed once every function is registered (`boot_banks` below).
         store = await asyncio.to_thread(Store.open, data_dir, holder=self._holder(), lazy=True)
@@ -458,6 +459,18 @@ class EngineWorker(Stoppable):
         await _forget_meta(data, sessions)
         assert self._pipeline is not None
         return await self._pipeline.on_session_deleted(data)
+
+    async def _embedder_at_start(self, settings: Settings) -> Embedder | None:
+        """The local embedder the stored configuration asks for. The one given was loaded from
+        the seed (the YAML file) before the engine could be asked; when the stored entry names
+        another model, or turns embeddings off or on, that one was used until the next change."""
+        chosen = (settings.embeddings_enabled, settings.embedding_model)
+        if self.embedder_for is None or chosen == (
+            self.seed.embeddings_enabled,
+            self.seed.embedding_model,
+        ):
+            return self.local_embedder
+        return await asyncio.to_thread(self.embedder_for, settings)
 
     async def _initial_settings(self) -> Settings:
         """Register the configuration entry (seeding `self.seed` only when nothing is stored) and
