@@ -503,6 +503,33 @@ class TestSemanticTier:
         [event] = [e for e in emitter.of(ITEM_CHANGED) if e["event_type"] == "superseded"]
         assert event["reason"].startswith("memory-consolidate: semantic duplicate (lowest cosine")
 
+    async def test_the_judge_is_never_offered_a_group_its_guards_found_two_facts_in(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        """A number, a negation, a text that says more: the judge's own prompt says never to
+        merge those, so offering them could only let a weak model retire a correction. A
+        group the embedder did not place close enough, or an order of the same words, it
+        judges."""
+        service = MemoryService(store, Settings(), clock=clock, embedder=FakeEmbedder())
+        await save(service, "The user has 2 cats at home.")
+        await save(service, "At home the user has 3 cats.")
+        ana = await save(service, "Ana and Bruno share an office.")
+        bruno = await save(service, "Bruno and Ana share an office.")
+        await service.settle()
+        judge = ScriptedJudge(json.dumps({"merge_groups": [0, 1]}))
+        report = await Consolidator(InProcessClient(service), judge, clock=clock).run(
+            settings(semantic_threshold=0.8, llm_assist_enabled=True)
+        )
+        offered = json.loads(judge.requests[0][1])["groups"]
+        assert [sorted(g["texts"]) for g in offered] == [
+            ["Ana and Bruno share an office.", "Bruno and Ana share an office."]
+        ]
+        [bank] = report.banks
+        assert bank.llm is not None and bank.llm.merged == 1
+        live = {m["text"] for m in (await call(service, "memory::list"))["memories"]}
+        assert {"The user has 2 cats at home.", "At home the user has 3 cats."} <= live
+        assert len({ana["text"], bruno["text"]} & live) == 1
+
     async def test_without_an_embedder_the_tier_says_unavailable(
         self, service: MemoryService, consolidator: Consolidator
     ) -> None:

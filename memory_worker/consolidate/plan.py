@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from memory_worker.consolidate.text import disagreement, normalize, reorder_key
+from memory_worker.consolidate.text import REORDERED, disagreement, normalize, reorder_key
 
 __all__ = [
     "MAX_SEMANTIC_GROUP",
@@ -102,7 +102,11 @@ class Row:
 class Group:
     """Members that state one fact: the survivor, the members it would retire, the pinned members
     it may not retire, whether the tier may write, and why (the rule that fired or the guard that
-    stopped it)."""
+    stopped it). `judgeable`: a report-only group the LLM tier may be asked about — the same
+    words in another order (roles may swap) or a pair the embedder did not place close enough.
+    What a guard found (a number, a date, a name or a negation differs, one text says more) is
+    what the judge's prompt says never to merge: offered, it could only let a weak model retire
+    a correction."""
 
     tier: Tier
     winner: Row
@@ -111,6 +115,7 @@ class Group:
     writable: bool
     why: str
     score: float | None = None  # the lowest cosine in a semantic group
+    judgeable: bool = False
 
     @property
     def members(self) -> tuple[Row, ...]:
@@ -122,7 +127,13 @@ def survivor_order(rows: Iterable[Row]) -> list[Row]:
 
 
 def _group(
-    tier: Tier, members: Iterable[Row], *, writable: bool, why: str, score: float | None = None
+    tier: Tier,
+    members: Iterable[Row],
+    *,
+    writable: bool,
+    why: str,
+    score: float | None = None,
+    judgeable: bool = False,
 ) -> Group | None:
     ordered = survivor_order(members)
     if len(ordered) < 2:
@@ -130,7 +141,7 @@ def _group(
     winner, rest = ordered[0], ordered[1:]
     losers = tuple(r for r in rest if not r.pinned)
     skipped = tuple(r for r in rest if r.pinned)
-    return Group(tier, winner, losers, skipped, writable, why, score)
+    return Group(tier, winner, losers, skipped, writable, why, score, judgeable)
 
 
 def plan_exact(rows: Sequence[Row]) -> list[Group]:
@@ -164,6 +175,7 @@ def plan_exact(rows: Sequence[Row]) -> list[Group]:
                 members,
                 writable=False,
                 why="the same words in another order (order can change the meaning)",
+                judgeable=True,
             )
             if group is not None:
                 groups.append(group)
@@ -228,14 +240,16 @@ def _semantic_group(
     known = [cosine.get(frozenset((a.id, b.id))) for a, b in pairs]
     lowest = min((score for score in known if score is not None), default=None)
     why: str | None = None
+    judgeable = False
     if len(members) > MAX_SEMANTIC_GROUP:
         why = f"{len(members)} memories are too many to be one fact"
     elif any(score is None for score in known):
         why = f"not every pair is at cosine ≥ {threshold:.2f}"
+        judgeable = True
     else:
         for a, b in pairs:
             if (found := disagreement(a.text, b.text)) is not None:
-                why = found
+                why, judgeable = found, found in REORDERED
                 break
     if why is None:
         agreed = (
@@ -243,7 +257,9 @@ def _semantic_group(
             "words, negations and polarity agree"
         )
         return _group(Tier.SEMANTIC, members, writable=True, why=agreed, score=lowest)
-    return _group(Tier.SEMANTIC, members, writable=False, why=why, score=lowest)
+    return _group(
+        Tier.SEMANTIC, members, writable=False, why=why, score=lowest, judgeable=judgeable
+    )
 
 
 def reason(group: Group) -> str:

@@ -48,7 +48,6 @@ log = structlog.get_logger(__name__)
 
 LIST_PAGE = 500  # memory::list's largest page
 MAX_REPORTED_GROUPS = 100  # a report lists this many groups per bank; the counts stay exact
-ONE_WORD = "one word differs"  # never a duplicate: not even offered to the LLM tier
 
 
 def system_ms() -> int:
@@ -358,7 +357,7 @@ class Consolidator:
             return LlmReport(status="off", detail="report-only (max_supersedes_per_run is 0)")
         if self.completer is None:
             return LlmReport(status="skipped", detail="no router to ask (no engine)")
-        offered = [g for g in groups if not g.writable and g.losers and g.why != ONE_WORD][
+        offered = [g for g in groups if not g.writable and g.losers and g.judgeable][
             :MAX_GROUPS_OFFERED
         ]
         threshold = settings.promote_corroboration_threshold

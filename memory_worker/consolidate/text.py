@@ -27,12 +27,19 @@ __all__ = [
     "NEGATIONS",
     "NUMBER_WORDS",
     "POLAR_WORDS",
+    "REORDERED",
     "disagreement",
     "names",
     "normalize",
     "reorder_key",
     "tokens",
 ]
+
+# The two findings of `disagreement` that are only an order: the same words (or names) placed
+# otherwise, which may or may not swap who did what. Everything else it finds is a difference.
+NAMES_REORDERED = "names in another order"
+WORDS_REORDERED = "shared words in another order"
+REORDERED = frozenset({NAMES_REORDERED, WORDS_REORDERED})
 
 # Punctuation that still carries a fact (`#1`, `50%`, `R&D`, `@ana`); any other punctuation mark
 # (spaces, . , ; ! ? quotes, brackets, dashes between words) splits. Every symbol is kept
@@ -280,7 +287,7 @@ def disagreement(a: str, b: str) -> str | None:
         if (why := _differ(label, left, right)) is not None:
             return why
     if names(a) != names(b):
-        return "names in another order"
+        return NAMES_REORDERED
     content_a = {t for t in toks_a if t not in STOPWORDS}
     content_b = {t for t in toks_b if t not in STOPWORDS}
     if content_a != content_b and (content_a <= content_b or content_b <= content_a):
@@ -288,5 +295,5 @@ def disagreement(a: str, b: str) -> str | None:
         return f"one text says more ({' '.join(extra)})"
     order_a, order_b = _shared_order(toks_a, toks_b)
     if order_a != order_b:
-        return "shared words in another order"
+        return WORDS_REORDERED
     return None
