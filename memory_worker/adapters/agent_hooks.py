@@ -62,12 +62,19 @@ RESET_SOURCES = frozenset({"clear", "compact"})
 PATCH_HEADERS = (*PATCH_FILE_HEADERS, *DIFF_HEADERS)
 MAX_HEADER_CHARS = 1_100  # a header naming a path matching still reads (1024 characters)
 MAX_PATCH_FILES = 256
+# The most characters of context one hook hands the agent. Past 10,000 characters Claude Code
+# saves a hook's context to a file and shows the model a 2 KB preview of it (anthropics/
+# claude-code#94358, #91614); Codex does the same past 2,500 tokens by default (openai/codex
+# #22861). Under both for English text; `--max-context-chars` moves it (a Codex hook given a
+# larger `additionalContextLimit`, or a language that costs more tokens a character).
+MAX_CONTEXT_CHARS = 9_000
 
 
 @dataclass(frozen=True, slots=True)
 class HookOptions:
     bank: str | None = None
     workspace_root: str | None = None
+    max_context_chars: int = MAX_CONTEXT_CHARS
 
 
 Reply = dict[str, Any] | None  # the JSON printed on stdout; None prints nothing
@@ -125,12 +132,15 @@ async def _preview(
     *,
     handed: bool = False,
     fresh: bool = False,
+    max_chars: int | None = None,
 ) -> dict[str, Any]:
-    """`memory::preview` for the agent's session. `handed`: the memories in its `message` go
-    to the session, so they are recorded, and the ones it was handed already are left out (the
+    """`memory::preview` for the agent's session, its section and message each within
+    `max_chars` (default: the hook's cap). `handed`: the memories in its `message` go to the
+    session, so they are recorded, and the ones it was handed already are left out (the
     session's transcript still holds them); `fresh`: its context was just reset, so what it was
     handed before is forgotten first."""
-    request: dict[str, Any] = {"query": query}
+    limit = options.max_context_chars if max_chars is None else max_chars
+    request: dict[str, Any] = {"query": query, "max_chars": limit}
     if options.bank:
         request["bank"] = options.bank
     session = _session(payload)
@@ -146,12 +156,17 @@ async def _session_start(
     After /clear or a compaction the session lost what it was told: the section, and its standing
     memories handed anew (what it was handed before counts as not handed any more, lesson cards
     included)."""
-    if payload.get("source") in RESET_SOURCES:
-        preview = await _preview(door, payload, options, "", handed=True, fresh=True)
-        parts = (preview.get("system_prompt_section"), preview.get("message"))
-        return _context("SessionStart", "\n\n".join(p for p in parts if p and p.strip()))
-    preview = await _preview(door, payload, options, "")
-    return _context("SessionStart", preview.get("system_prompt_section"))
+    section = (await _preview(door, payload, options, "")).get("system_prompt_section") or ""
+    if payload.get("source") not in RESET_SOURCES:
+        return _context("SessionStart", section)
+    # The memories share the hook's cap with the section: only what the agent is shown is
+    # recorded as handed (a memory cut here would never be handed again in this session).
+    # A section that fills the cap leaves them to the next prompts' recall (the session's record
+    # is still cleared).
+    room = max(1, options.max_context_chars - len(section) - 2)
+    preview = await _preview(door, payload, options, "", handed=True, fresh=True, max_chars=room)
+    parts = (section, preview.get("message"))
+    return _context("SessionStart", "\n\n".join(p for p in parts if p and p.strip()))
 
 
 async def _user_prompt_submit(
@@ -271,6 +286,7 @@ async def _pre_tool_use(
     }
     if options.bank:
         request["bank"] = options.bank
+    request["max_chars"] = options.max_context_chars
     result = await door.call("memory::lessons::match", request)
     return _context("PreToolUse", result.get("message"))
 
@@ -324,6 +340,24 @@ def add_parser(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPa
         help=f"what anchors are relative to (default: ${PROJECT_DIR_ENV}, else the git root "
         "above the hook's cwd, else its cwd)",
     )
+    hook.add_argument(
+        "--max-context-chars",
+        type=_positive,
+        default=MAX_CONTEXT_CHARS,
+        help=f"the most characters of context one hook hands the agent (default "
+        f"{MAX_CONTEXT_CHARS:,}: Claude Code shows the model only a preview past 10,000, Codex "
+        "past its additionalContextLimit, 2,500 tokens by default)",
+    )
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
 
 
 def _read_payload(stream: TextIO | None) -> dict[str, Any] | None:
@@ -381,7 +415,11 @@ async def run(
     if isinstance(sent, str) and sent != event.agent_event:
         log.warning("hook_event_mismatch", command=event.name, received=sent)
         return 0
-    options = HookOptions(bank=args.bank, workspace_root=args.workspace_root)
+    options = HookOptions(
+        bank=args.bank,
+        workspace_root=args.workspace_root,
+        max_context_chars=args.max_context_chars,
+    )
 
     async def work(door: Door) -> int:
         reply = await event.handle(door, payload, options)

@@ -21,7 +21,7 @@ from memory_worker.app.ledger import CACHE_CONVERSATIONS, MAX_CONVERSATION_CHARS
 from memory_worker.app.ports import KeyValue
 from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatchResponse
 from memory_worker.core.errors import SiblingUnavailable
-from memory_worker.core.lessons import lesson_key, render_lessons
+from memory_worker.core.lessons import BYTES_PER_TOKEN, lesson_key, render_lessons
 from memory_worker.core.models import Memory
 from memory_worker.search.lessons import explain
 from memory_worker.search.toolcall import signals
@@ -155,7 +155,12 @@ class LessonUseCases(ConversationLedger):
         tool = clean_short(req.tool, "tool", MAX_TOOL_CHARS) or ""
         call = ToolCall(tool, req.arguments, req.cwd, req.workspace_root)
         delivery = await self.deliver_lessons(
-            name, [call], conversation=conversation, step=step, caller=caller
+            name,
+            [call],
+            conversation=conversation,
+            step=step,
+            caller=caller,
+            max_chars=req.max_chars,
         )
         return LessonsMatchResponse(
             bank=delivery.bank,
@@ -212,11 +217,15 @@ class LessonUseCases(ConversationLedger):
         conversation: str | None = None,
         step: str | None = None,
         caller: Caller = SYSTEM,
+        max_chars: int | None = None,
     ) -> Delivery:
-        """The cards `calls` earn in bank `name`, within `lesson_injection_tokens`; with a
+        """The cards `calls` earn in bank `name`, within `lesson_injection_tokens` (and
+        `max_chars` characters: a message of that many UTF-8 bytes never holds more); with a
         `conversation`, minus the ones it was given (except at this same `step`), recorded."""
         matched, paths = self.match_calls(name, calls, caller)
         budget = self.settings.lesson_injection_tokens
+        if max_chars is not None:
+            budget = min(budget, max_chars // BYTES_PER_TOKEN)
         if conversation is None:
             block = render_lessons(name, [m.memory for m in matched], budget)
             return self._delivery(name, matched, block.included, block.message, 0, paths)

@@ -21,15 +21,17 @@ from memory_worker.app.wire import (
 from memory_worker.core import transitions
 from memory_worker.core.injection import (
     AMBIENT_FLOOR,
+    RulesSection,
     apply_floor,
     carried_memories,
+    fit_section,
     is_carried,
     render_memories,
     render_section,
 )
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.lessons import is_lesson, lesson_key, prepare_category
-from memory_worker.core.models import Hit, Memory
+from memory_worker.core.models import Hit, Memory, Rule
 from memory_worker.search.lanes import LaneQuery
 from memory_worker.search.ranking import (
     DUPLICATE_COSINE,
@@ -170,6 +172,7 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         lanes: LaneQuery | None = None,
         subject: str | None = None,
         count_access: bool = False,
+        max_chars: int | None = None,
     ) -> Injection:
         """The rules section and recalled-memory message a turn on `query` gets: the hook sends
         exactly this, and `memory::preview` shows it. `carried`: memory texts the window already
@@ -177,7 +180,8 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         `lanes`: the turn's window and goal (the hook's), for the association lanes.
         `subject`: who is speaking (with the bank's subject_scoping on, general memories and theirs
         only, the ambient floor included; None: general memories only); `count_access`: a real
-        turn (not a preview) counts as an access of what it was handed.
+        turn (not a preview) counts as an access of what it was handed. `max_chars`: the section
+        and the message each within that many characters (a coding agent's hook cap).
 
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
@@ -190,12 +194,9 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         if bank is None:
             if self.was_deleted(name) or not settings.extraction_enabled:
                 return Injection.only_section(name)
-            captured = self.captures_turns()
-            return Injection.only_section(name, render_section(name, [], 0, captured=captured).text)
+            return Injection.only_section(name, self._section(name, [], 0, max_chars).text)
         rules = bank.rules() if bank is not None and settings.inject_rules else []
-        section = render_section(
-            name, rules, settings.max_rule_chars, captured=self.captures_turns()
-        )
+        section = self._section(name, rules, settings.max_rule_chars, max_chars)
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
         scoped, subject = self.scope_of(bank, subject, SYSTEM)
@@ -234,7 +235,9 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
             standing = self._standing(bank, floor + lessons + FLOOR_LOOKAHEAD, scoped, subject)
             fresh = [m for m in standing if not is_carried(m, carried)]
             hits = apply_floor(hits, fresh, floor)
-        block = render_memories(name, hits, settings.recall_budget_tokens, now_ms, carried)
+        block = render_memories(
+            name, hits, settings.recall_budget_tokens, now_ms, carried, max_chars=max_chars
+        )
         if count_access:
             bank.access.bump((hit.memory.id for hit in block.included), now_ms)
         return Injection(
@@ -246,6 +249,14 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
             block.message,
             _retrieval(RecallMode.HYBRID, vector is not None),
         )
+
+    def _section(
+        self, name: str, rules: list[Rule], max_rule_chars: int, max_chars: int | None
+    ) -> RulesSection:
+        captured = self.captures_turns()
+        if max_chars is None:
+            return render_section(name, rules, max_rule_chars, captured=captured)
+        return fit_section(name, rules, max_rule_chars, max_chars, captured=captured)
 
     def _standing(self, bank: Bank, limit: int, scoped: bool, subject: str | None) -> list[Memory]:
         """The ambient floor's memories: the bank's cached standing set, or, scoped, the same
@@ -267,7 +278,9 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         name = self._name(req.bank)
         conversation = clean_short(req.conversation, "conversation", MAX_CONVERSATION_CHARS)
         if conversation is None:
-            plan = await self.injection(name, req.query, subject=req.subject, lanes=lanes)
+            plan = await self.injection(
+                name, req.query, subject=req.subject, lanes=lanes, max_chars=req.max_chars
+            )
         else:
             async with self._lock(conversation):
                 ledger = self.deliveries
@@ -280,6 +293,7 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
                     subject=req.subject,
                     lanes=lanes,
                     carried=self._handed(name, delivered),
+                    max_chars=req.max_chars,
                 )
                 new = {lesson_key(name, h.memory): "" for h in plan.memories}
                 if new.keys() - delivered.keys():

@@ -727,6 +727,15 @@ class PreviewRequest(Request):
         description="With `conversation`: its context was just reset (a compaction, a /clear), so "
         "what it was handed before — memories and lesson cards — is forgotten first.",
     )
+    max_chars: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT,
+        description="The most characters `system_prompt_section` and `message` may each hold, "
+        "within the configured budgets (a coding agent's hook: Claude Code shows the model only "
+        "a preview of a hook's context past 10,000 characters). What does not fit is left out "
+        "as over those budgets, and is not recorded as handed.",
+    )
 
     def only_looks(self, read_only: bool) -> bool:
         """With a conversation, what it is handed is recorded: more than `read` allows."""
@@ -796,6 +805,14 @@ class LessonsMatchRequest(Request):
         default=None,
         description="The step (or tool call id) this delivery belongs to: the same conversation "
         "and step asked again (a retry) gets the same cards again.",
+    )
+    max_chars: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT,
+        description="The most characters `message` may hold, within `lesson_injection_tokens` "
+        "(a coding agent's hook: Claude Code shows the model only a preview of a hook's context "
+        "past 10,000 characters). A card that does not fit stays eligible, as over that budget.",
     )
 
     def only_looks(self, read_only: bool) -> bool:

@@ -24,6 +24,7 @@ __all__ = [
     "apply_floor",
     "carried_memories",
     "carried_texts",
+    "fit_section",
     "is_carried",
     "message_text",
     "render_memories",
@@ -105,6 +106,25 @@ def render_section(
             truncated = True
     header = ambient_header(bank, included > 0, captured=captured)
     return RulesSection(header + "".join(parts), included, truncated)
+
+
+def fit_section(
+    bank: str, rules: list[Rule], max_rule_chars: int, max_chars: int, *, captured: bool = True
+) -> RulesSection:
+    """`render_section` within `max_chars` characters in all (a coding agent's cap on a hook's
+    context): the rules' budget is lowered by what the section runs over until it fits, so rules
+    are cut and omitted with their markers as over `max_rule_chars`; a header and markers alone
+    longer than that are cut at the cap, saying so."""
+    section = render_section(bank, rules, max_rule_chars, captured=captured)
+    budget = max_rule_chars
+    while len(section.text) > max_chars and budget > 0:
+        budget = max(0, budget - (len(section.text) - max_chars))
+        section = render_section(bank, rules, budget, captured=captured)
+    if len(section.text) <= max_chars:
+        return section
+    marker = "\n[memory section cut: over this agent's hook context limit]\n"
+    text = section.text[: max(0, max_chars - len(marker))] + marker
+    return RulesSection(text[:max_chars], section.rules, True)
 
 
 def apply_floor(hits: list[Hit], top: list[Memory], floor: int) -> list[Hit]:
@@ -201,13 +221,22 @@ def render_memories(
     budget_tokens: int,
     now_ms: int,
     carried: frozenset[str] = frozenset(),
+    max_chars: int | None = None,
 ) -> MemoryBlock:
     """The `<memory>` message: each memory with its last-updated day, within the token budget,
-    minus the memories the window already carries (`carried_texts`).
+    minus the memories the window already carries (`carried_texts`); with `max_chars`, the whole
+    message within that many characters too (a coding agent's cap on a hook's context).
 
     Packing skips a memory too large for what is left and keeps trying smaller ones after it.
     """
     budget = budget_tokens * BYTES_PER_TOKEN
+    head = (
+        f'<memory bank="{bank}" recalled="{_day(now_ms)}">\n'
+        "Memories recalled automatically from earlier conversations, each with the day it was last "
+        "updated. They may be outdated: verify anything surprising before relying on it.\n"
+    )
+    tail = "\n</memory>"
+    room = None if max_chars is None else max_chars - len(head) - len(tail) + 1  # no first "\n"
     lines: list[str] = []
     included: list[Hit] = []
     for hit in hits:
@@ -216,18 +245,13 @@ def render_memories(
         text = collapse_whitespace(hit.memory.text)  # one memory, one line
         line = f"- [{_day(hit.memory.updated_at)}] {text}"
         size = len(line.encode("utf-8", "surrogatepass"))
-        if size > budget:
+        if size > budget or (room is not None and len(line) + 1 > room):
             continue
         budget -= size
+        if room is not None:
+            room -= len(line) + 1
         lines.append(line)
         included.append(hit)
     if not lines:
         return MemoryBlock(None, [])
-    body = "\n".join(lines)
-    message = (
-        f'<memory bank="{bank}" recalled="{_day(now_ms)}">\n'
-        "Memories recalled automatically from earlier conversations, each with the day it was last "
-        "updated. They may be outdated: verify anything surprising before relying on it.\n"
-        f"{body}\n</memory>"
-    )
-    return MemoryBlock(message, included)
+    return MemoryBlock(head + "\n".join(lines) + tail, included)
