@@ -69,6 +69,14 @@ class TestSection:
         text = render_section("main", RULES, max_rule_chars=6000).text
         assert text.index("## blog") < text.index("## style")
 
+    def test_the_learned_rule_comes_after_every_hand_written_one(self) -> None:
+        """Extraction only ever appends to `learned`: in name order it would use up the budget
+        of the rules a person wrote after it ("style", "tone"), which were then omitted."""
+        learned = Rule(name="learned", content="- Use metric units.\n" * 400, updated_at=1)
+        text = render_section("main", [*RULES, learned], max_rule_chars=6000).text
+        assert text.index("## blog") < text.index("## style") < text.index("## learned")
+        assert "Formal register" in text and "[rule truncated" in text
+
     def test_a_rule_over_budget_is_cut_visibly_and_later_ones_omitted(self) -> None:
         rules = [
             Rule(name="a", content="x" * 100, updated_at=1),

@@ -1,10 +1,11 @@
 """The optional LLM tier: what it is asked, how its answer is read, how a promotion lands.
 
-One `router::complete` per bank: the report-only groups (reorders, guarded semantic groups) to
-confirm, and the memories restated often enough to be promoted into the `learned` rule. The reply is
-read leniently (the first `{` to the last `}`), but trusted narrowly: a merge is accepted only for a
-group index it was offered, a promotion only for an offered id, and a reply that does not parse
-means the tier is skipped with nothing written.
+One `router::complete` per bank: the report-only groups it may judge (reorders, semantic groups
+not every pair of which the embedder placed close enough) to confirm, and the memories restated
+often enough to be promoted into the `learned` rule. The reply is read leniently (the first `{`
+to the last `}`), but trusted narrowly: a merge is accepted only for a group index it was
+offered, a promotion only for an offered id, and a reply that does not parse means the tier is
+skipped with nothing written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from memory_worker.consolidate.plan import Group, Row
 from memory_worker.consolidate.text import normalize
+from memory_worker.core.injection import LEARNED_RULE
 
 __all__ = [
     "LEARNED_HEADER",
@@ -30,7 +32,6 @@ __all__ = [
     "system_prompt",
 ]
 
-LEARNED_RULE = "learned"
 LEARNED_HEADER = (
     "# Learned\n"
     "Standing instructions captured from conversations. Edit or delete freely: extraction only "

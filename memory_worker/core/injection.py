@@ -17,6 +17,7 @@ from memory_worker.core.text import collapse_whitespace, normalize
 __all__ = [
     "AMBIENT_FLOOR",
     "BYTES_PER_TOKEN",
+    "LEARNED_RULE",
     "RULES_UPDATE_TAG",
     "MemoryBlock",
     "RulesSection",
@@ -36,6 +37,10 @@ __all__ = [
 # bytes track that; characters would hand a Chinese or emoji-laden bank four times its budget.
 BYTES_PER_TOKEN = 4
 AMBIENT_FLOOR = 3  # identity questions and session openers recall little lexically
+# The rule extraction appends standing instructions heard in chat to (C10). It comes after every
+# rule a person wrote: only ever growing, in name order it used up the budget of the ones after
+# it ("style", "tone"), which were then omitted from every session.
+LEARNED_RULE = "learned"
 MIN_TRUNCATED_RULE_CHARS = 200  # below this a cut rule is noise: omit it whole instead
 
 
@@ -74,7 +79,8 @@ class RulesSection:
 def render_section(
     bank: str, rules: list[Rule], max_rule_chars: int, *, captured: bool = True
 ) -> RulesSection:
-    """Ambient header plus rules in name order within `max_rule_chars` (content characters only).
+    """Ambient header plus rules in name order, `learned` last, within `max_rule_chars` (content
+    characters only).
 
     A rule that does not fit is cut with a visible marker when enough budget remains, else omitted
     with a marker; after the first cut every later rule is omitted. The header's "treat the rules
@@ -84,7 +90,7 @@ def render_section(
     budget = max_rule_chars
     included = 0
     truncated = False
-    for rule in sorted(rules, key=lambda r: r.name):
+    for rule in sorted(rules, key=lambda r: (r.name == LEARNED_RULE, r.name)):
         content = rule.content.strip()
         if not content:
             continue

@@ -72,7 +72,7 @@ from memory_worker.core.extraction import (
     render_request,
     system_prompt,
 )
-from memory_worker.core.injection import message_text
+from memory_worker.core.injection import LEARNED_RULE, message_text
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
@@ -97,7 +97,6 @@ log = get_logger(__name__)
 
 CURSOR_SCOPE = "memory_cursor"
 LEARN_ATTEMPTS = 3  # a learned-rule write raced by edits is merged again this many times
-LEARNED_RULE = "learned"
 LEARNED_HEADER = (
     "# Learned\n"
     "Standing instructions captured from conversations. Edit or delete freely: extraction only "
