@@ -22,6 +22,7 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.capacity import EvictionQueue, Key, evictable
 from memory_worker.core.config import Settings
 from memory_worker.core.models import Memory
+from memory_worker.storage import bank as bank_module
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
 
@@ -139,6 +140,18 @@ async def test_a_full_bank_evicts_what_a_scan_of_every_row_evicts(
     assert kept[1] == scanned[1]  # the log, byte for byte (batch nonces and CRCs aside)
     assert kept[2] == scanned[2]
     assert kept[1].count(b'"invalid_reason":"evicted"') >= 25
+
+    # Without the kept order at all: every ask answered over the index's columns, as a
+    # one-shot command's save is (`ONE_OFF_EVICTIONS`).
+    with monkeypatch.context() as patched:
+        patched.setattr(bank_module, "ONE_OFF_EVICTIONS", 10**9)
+        patched.setattr(EvictionQueue, "__init__", _never_built)
+        once = await _story(tmp_path / "once")
+    assert once == scanned
+
+
+def _never_built(*_: Any) -> None:
+    raise AssertionError("the kept eviction order was built")
 
 
 @given(

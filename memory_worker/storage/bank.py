@@ -27,7 +27,7 @@ import secrets
 import time
 import unicodedata
 import zlib
-from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, is_, is_not, itemgetter
@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from memory_worker.core.bank_settings import BankOverrides, no_overrides
-from memory_worker.core.capacity import EvictionQueue, Key, evictable, eviction_key
+from memory_worker.core.capacity import (
+    EvictionQueue,
+    Key,
+    evictable,
+    eviction_key,
+    eviction_order,
+)
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
@@ -57,6 +63,7 @@ from memory_worker.storage.boot import booting, thaw
 from memory_worker.storage.counts import Counts, read_counts, write_counts
 from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
+from memory_worker.storage.eviction import first_to_go
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors, lane_carriers
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
@@ -111,6 +118,10 @@ _VALUES = attrgetter("__dict__")
 _UPDATED_AT = itemgetter("updated_at")
 _STATED_AT = itemgetter("stated_at")
 _SOURCE = itemgetter("source")
+
+# `first_evictable` answers this many asks over the index's columns before it builds the kept
+# eviction order: a one-shot command's save asks once, a bank that keeps saving pays the build.
+ONE_OFF_EVICTIONS = 2
 
 # A lone write's fsync runs on the event loop while the disk answers within this: handing it to a
 # thread and waking the loop again cost ~0.4 ms on this project's machines, twice the fsync
@@ -197,9 +208,11 @@ class Bank:
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         # The memories a cap may take, in eviction order, as decisions see them (each one's
-        # latest record: durable or in flight): built on first use (a full bank's save), then
-        # kept by `commit`, `_restage` and the access counts; dropped when RAM is replaced.
+        # latest record: durable or in flight): built once a full bank's saves keep asking
+        # (`ONE_OFF_EVICTIONS`), then kept by `commit`, `_restage` and the access counts;
+        # dropped when RAM is replaced.
         self._eviction: EvictionQueue | None = None
+        self._evictions_asked = 0  # `first_evictable` calls before the kept order was built
         # `text_key` of the normalized text → ids whose text it is (`storage.text_map`); a lookup
         # checks the texts themselves (`match_text`).
         self._by_text = TextMap()
@@ -937,15 +950,41 @@ class Bank:
         durable = self._memories.get(staged.id)
         return int(staged.live) - int(durable is not None and durable.live)
 
-    def first_evictable(self, n: int, skip: Container[str] = ()) -> list[Memory]:
+    def first_evictable(self, n: int, skip: Collection[str] = ()) -> list[Memory]:
         """The first `n` memories in `capacity.eviction_order` (what a cap takes first) among the
         latest records (`latest`: in flight or durable), leaving out `skip`; from the kept
         order, not a scan of the bank."""
+        if self._eviction is None and self._evictions_asked < ONE_OFF_EVICTIONS:
+            # The kept order's build costs a key per memory (~35 ms at 10,000), more than a
+            # one-shot command's single save spends on everything else it does: the first few
+            # asks are answered over the index's columns, and a bank that keeps saving builds it.
+            self._evictions_asked += 1
+            return self._first_evictable_once(n, skip)
         if self._eviction is None:
             latest = {**self._memories, **{i: r for i, (r, _) in self._staged.items()}}
             keys = {i: self._eviction_key(record) for i, record in latest.items()}
             self._eviction = EvictionQueue({i: k for i, k in keys.items() if k is not None})
         return [self._decided(i) for i in self._eviction.first(n, skip)]
+
+    def _first_evictable_once(self, n: int, skip: Collection[str]) -> list[Memory]:
+        """`first_evictable` without the kept order: the durable memories that can come first
+        (`first_to_go`, over the index's columns) and the records in flight, in eviction order."""
+        flying = [r for i, (r, _) in self._staged.items() if i not in skip]
+        durable = first_to_go(
+            self.index,
+            self._memories,
+            self.access,
+            subject=None,
+            scoped=False,
+            exclude={*self._staged, *skip},
+            k=n,
+            evictable=evictable,
+        )
+        return eviction_order([*durable, *flying], self._seen, first=n)
+
+    def _seen(self, memory_id: str) -> tuple[int, int] | None:
+        seen = self.access.get(memory_id)
+        return None if seen is None else (seen.count, seen.last_ms)
 
     def _decided(self, memory_id: str) -> Memory:
         latest = self.latest(memory_id)
@@ -955,8 +994,7 @@ class Bank:
     def _eviction_key(self, record: Memory | None) -> Key | None:
         if record is None or not evictable(record):
             return None
-        seen = self.access.get(record.id)
-        return eviction_key(record, None if seen is None else (seen.count, seen.last_ms))
+        return eviction_key(record, self._seen(record.id))
 
     def _requeue(self, ids: Iterable[str]) -> None:
         """The kept eviction order after `ids`' latest records (or counts) changed."""
