@@ -190,19 +190,84 @@ class TestEviction:
             "Ana likes opera.",
         }
 
-    async def test_a_bank_full_of_other_peoples_rows_refuses_rather_than_evict_them(
-        self, service: MemoryService
+    async def test_a_full_scoped_bank_learns_a_new_person_by_evicting_the_banks_first(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        """Seed 004: at max_memories the least-accessed oldest memory is evicted. With subject
+        scoping, a person with no memories yet (or a general memory in an empty pool) has
+        nothing of their own to pay with: the save was refused (`conflict`), so a full bank
+        could never learn about anyone new. Their own scope goes first; when it has nothing
+        evictable, the bank-wide order decides (never a pinned memory)."""
+        await call(
+            service, "memory::bank::create", name="main", subject_scoping=True, max_memories=3
+        )
+        await save(service, "Bruno was born in 1980.", subject="bruno", pinned=True)
+        clock.advance(10)
+        oldest = await save(service, "Bruno likes tea.", subject="bruno")
+        clock.advance(10)
+        ana = await save(service, "Ana likes cello.", subject="ana")
+        clock.advance(10)
+        emitter.clear()
+        saved = await call(service, "memory::save", text="Cara likes jazz.", subject="cara")
+        assert saved["created"] and saved["evicted"] == [oldest["id"]]
+        events = [e for e in emitter.of(ITEM_CHANGED) if e.get("reason") == "evicted"]
+        assert [(e["event_type"], e["memory"]["id"]) for e in events] == [("deleted", oldest["id"])]
+        assert await live_texts(service) == {
+            "Bruno was born in 1980.",
+            "Ana likes cello.",
+            "Cara likes jazz.",
+        }
+        clock.advance(10)
+        await call(service, "memory::recall", query="cara jazz", subject="cara")  # Cara's used
+        general = await call(service, "memory::save", text="The office opens at 9.")
+        assert general["evicted"] == [ana["id"]]  # the general pool was empty: the bank's first
+        clock.advance(10)
+        again = await call(service, "memory::save", text="Cara likes opera.", subject="cara")
+        assert again["evicted"] == [saved["memory"]["id"]]  # with memories: her own first
+
+    async def test_concurrent_new_people_into_a_full_scoped_bank_each_evict_their_own(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        scoped = {"subject_scoping": True, "max_memories": 10}
+        await call(service, "memory::bank::create", name="main", **scoped)
+        for n in range(10):
+            clock.advance(10)
+            await save(service, f"Bruno said old thing {n}.", subject="bruno")
+        emitter.clear()
+        await asyncio.gather(
+            *(save(service, f"Person {n} likes jazz.", subject=f"p{n}") for n in range(8))
+        )
+        texts = await live_texts(service)
+        assert len(texts) == 10 and len([t for t in texts if "jazz" in t]) == 8
+        evicted = [e for e in emitter.of(ITEM_CHANGED) if e.get("reason") == "evicted"]
+        assert len({e["memory"]["id"] for e in evicted}) == 8
+
+    async def test_a_full_scoped_bank_of_pinned_memories_still_refuses(
+        self, service: MemoryService, data_dir: Path
     ) -> None:
         await call(
             service, "memory::bank::create", name="main", subject_scoping=True, max_memories=2
         )
+        await save(service, "Bruno likes tea.", subject="bruno", pinned=True)
+        await save(service, "Ana likes cello.", subject="ana", pinned=True)
+        before = (data_dir / "main" / "memories.jsonl").read_bytes()
+        for subject in ("cara", None, "ana"):
+            with pytest.raises(Conflict, match=r"max_memories \(2\) is reached"):
+                await save(service, "Someone likes jazz.", subject=subject)
+        assert (data_dir / "main" / "memories.jsonl").read_bytes() == before
+
+    async def test_a_full_subject_still_pays_from_its_own_rows_only(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """max_per_subject stays the subject's own: a person at their cap whose memories are
+        all pinned is refused, never let through by evicting someone else's."""
+        create = {"subject_scoping": True, "max_per_subject": 1, "max_memories": 3}
+        await call(service, "memory::bank::create", name="main", **create)
         await save(service, "Bruno likes tea.", subject="bruno")
-        await save(service, "Ana likes cello.", subject="ana")
-        with pytest.raises(
-            Conflict, match=r"max_memories \(2\) is reached .* in this scope"
-        ) as err:
-            await save(service, "The office opens at 9.")
-        assert "pinned" not in str(err.value)  # nothing is: the general pool is empty
+        clock.advance(10)
+        await save(service, "Ana likes cello.", subject="ana", pinned=True)
+        with pytest.raises(Conflict, match=r"max_per_subject \(1\) is reached"):
+            await save(service, "Ana likes opera.", subject="ana")
         assert await live_texts(service) == {"Bruno likes tea.", "Ana likes cello."}
 
     async def test_concurrent_saves_into_a_full_bank_each_evict_their_own_victim(

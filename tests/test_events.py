@@ -81,3 +81,15 @@ async def test_a_subject_binding_names_the_person_as_memories_store_them() -> No
         )
     assert [b.function_id for b in table.matching("main", "Jos\u00e9")] == ["sub::0"]
     assert [b.function_id for b in table.matching("main", "Ana Maria")] == ["sub::1"]
+
+
+async def test_a_subject_binding_hears_the_person_in_any_case() -> None:
+    """A subject is one person whatever its case: a binding for "ana" heard nothing of the
+    memories saved about "Ana" (and would miss their erasure)."""
+    table = BindingTable(ITEM_CHANGED)
+    await table.register_trigger(
+        TriggerConfig(id="b0", function_id="sub::ana", config={"subject": "ana"})
+    )
+    for spelling in ("Ana", "ANA", "ana"):
+        assert [b.function_id for b in table.matching("main", spelling)] == ["sub::ana"]
+    assert table.matching("main", "Bob") == []

@@ -309,6 +309,28 @@ class TestForget:
         for needle in ("mailbox", "PIN hint", "Faro"):
             assert _grep(data_dir, needle) == [], needle
 
+    async def test_any_case_of_the_name_is_the_same_person_live_and_trashed(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """ "Ana", "ANA" and "ana" are one person: forget-subject for "ana" left every memory
+        saved about "Ana" in place — live, in RAM and in the trashed copies — and reported
+        success with nothing erased."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text="Ana's old locker is number 12.", subject="ANA")
+        await call(service, "memory::bank::delete", name="main")  # a copy in .trash/ holds it
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        ids = [
+            (await call(service, "memory::save", text=text, subject=who))["memory"]["id"]
+            for text, who in zip(ANA_TEXTS, ("Ana", "ANA", "ana"), strict=True)
+        ]
+        bruno = await call(service, "memory::save", text=BRUNO_TEXT, subject="Bruno")
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert sorted(out["erased"]) == sorted(ids) and out["trash_copies"] == 1
+        for needle in ("flowerpot", "AB negative", "Porto", "locker", *ids):
+            assert _grep(data_dir, needle) == [], needle
+        listed = await call(service, "memory::list", include_superseded=True)
+        assert [m["id"] for m in listed["memories"]] == [bruno["memory"]["id"]]
+
     async def test_a_deleted_banks_trashed_copies_are_erased_too(
         self, service: MemoryService, data_dir: Path
     ) -> None:

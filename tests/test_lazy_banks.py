@@ -621,3 +621,26 @@ def test_a_bank_folder_removed_before_its_first_replay_is_no_bank(tmp_path: Path
 
     banks = asyncio.run(work())["banks"]
     assert [(b["name"], b["memories"]) for b in banks] == [("alpha", 1)]
+
+
+def test_a_counts_file_that_counted_spellings_apart_is_replayed_not_believed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A subject is one person in any case: the counts a version-2 file kept named "Ana" and
+    "ana" as two subjects, and a listing must not repeat that once the bank counts them as one."""
+
+    async def write() -> None:
+        store = Store.open(tmp_path, holder=HOLDER)
+        service = MemoryService(store, Settings())
+        for text, subject in (("Likes tea.", "Ana"), ("Plays cello.", "ana")):
+            payload = {"bank": "alpha", "text": text, "subject": subject}
+            await call(service, "memory::save", payload, HUMAN)
+        await service.close()
+        await store.close()
+
+    asyncio.run(write())
+    counts = tmp_path / "alpha" / COUNTS_FILE
+    old = json.loads(counts.read_bytes())
+    old.update(version=2, subjects=2)  # what the version that compared by case wrote
+    counts.write_text(json.dumps(old))
+    assert listed(capsys, tmp_path)["alpha"]["subjects"] == 1

@@ -5,6 +5,7 @@ adversarial on purpose: the same words, similar sentences and shared entities fo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import Conflict, Forbidden, InvalidInput, MemoryNotFound
 
+from .fakes import FixedClock
 from .test_extractor import Rig, add
 from .test_pregenerate import Hooked, appended
 
@@ -243,6 +245,27 @@ class TestScopedInjection:
         hooked.sessions.fail = True
         assert await hooked.resolver.subject("s3", {}) is None
         assert await hooked.resolver.subject("s3", {"memory_subject": " ana "}) == "ana"
+
+    async def test_a_speaker_named_by_a_number_is_that_person_not_nobody(
+        self, service: MemoryService
+    ) -> None:
+        """A user id is often a number: `memory_subject: 12345` was read as nobody, so the
+        hook showed them none of their memories and what was learned in their turns became
+        general — every other person's to see. A door's `subject=12345` already means "12345"."""
+        ids = await _people(service)
+        mine = await call(
+            service, "memory::save", PERSON, text="The user is allergic to kiwi.", subject=12345
+        )
+        hooked = Hooked(service)
+        hooked.sessions.add("s4")
+        reply = await hooked.step(
+            "s4", "what is the user allergic to?", metadata={"memory_subject": 12345}
+        )
+        assert reply is not None
+        assert reply["annotations"]["memory_subject"] == "12345"
+        injected = set(reply["annotations"]["memory_ids"])
+        assert mine["memory"]["id"] in injected and not injected & (ids["ana"] | ids["bruno"])
+        assert await hooked.resolver.subject("s4", {"memory_subject": True}) is None
 
 
 class TestExtraction:
@@ -529,3 +552,128 @@ class TestAgentsInATurn:
         await _in_turn(service, "memory::save", "bruno", text="Bruno likes chess.", subject="bruno")
         await _in_turn(service, "memory::save", "bruno", text="The office has a piano.", subject="")
         await _in_turn(service, "memory::update", "bruno", id=general, subject="bruno")
+
+
+class TestSpellings:
+    """One person whatever the case they are typed in: "Ana", "ana" and "ANA" are one subject
+    for recall's scope, the caps, the right to be forgotten and the counts (Unicode casefold on
+    top of NFC). Forgetting "ana" used to leave every memory about "Ana" in place and report
+    success. The spelling a memory was saved with is kept as given."""
+
+    async def _spelled(self, service: MemoryService) -> dict[str, str]:
+        await call(service, "memory::bank::create", PERSON, name="main", subject_scoping=True)
+        ids = {}
+        for who, text in (
+            ("Ana", "The user is allergic to peanuts."),
+            ("ANA", "The user's sister is a nurse in Lisbon."),
+            ("ana", "The user plays the cello."),
+            ("Bob", "The user is allergic to shellfish."),
+            ("STRASSE", "The user lives on a long street."),
+        ):
+            saved = await call(service, "memory::save", PERSON, text=text, subject=who)
+            assert saved["memory"]["subject"] == who  # stored as given
+            ids[who] = saved["memory"]["id"]
+        return ids
+
+    async def test_scoped_recall_list_and_get_find_every_spelling_of_the_speaker(
+        self, service: MemoryService
+    ) -> None:
+        ids = await self._spelled(service)
+        got = await call(service, "memory::recall", query="allergic peanuts", subject="ana")
+        seen = {m["memory"]["id"] for m in got["memories"]}
+        assert ids["Ana"] in seen and ids["Bob"] not in seen
+        listed = await call(service, "memory::list", subject="aNa", limit=50)
+        assert {m["id"] for m in listed["memories"]} == {ids["Ana"], ids["ANA"], ids["ana"]}
+        assert (await call(service, "memory::get", id=ids["ANA"], subject="ana"))["memory"]
+        straße = await call(service, "memory::list", subject="straße")  # casefold, not lower
+        assert [m["id"] for m in straße["memories"]] == [ids["STRASSE"]]
+
+    async def test_the_same_text_in_another_case_of_the_subject_is_the_same_memory(
+        self, service: MemoryService
+    ) -> None:
+        ids = await self._spelled(service)
+        again = await call(
+            service, "memory::save", PERSON, text="The user plays the cello.", subject="ANA"
+        )
+        assert not again["created"] and again["memory"]["id"] == ids["ana"]
+
+    async def test_stats_count_one_row_per_person(self, service: MemoryService) -> None:
+        await self._spelled(service)
+        stats = await call(service, "memory::stats", PERSON, bank="main")
+        assert len(stats["by_subject"]) == 3 and sum(stats["by_subject"].values()) == 5
+        [(ana, three)] = [(k, n) for k, n in stats["by_subject"].items() if k.lower() == "ana"]
+        assert three == 3 and ana in ("Ana", "ANA", "ana")
+        shown = await call(service, "memory::bank::get", PERSON, name="main")
+        assert shown["bank"]["subjects"] == 3
+
+    async def test_the_per_subject_cap_counts_every_spelling_together(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        create = {"name": "main", "subject_scoping": True, "max_per_subject": 2}
+        await call(service, "memory::bank::create", PERSON, **create)
+        first = await call(service, "memory::save", PERSON, text="Ana likes cello.", subject="Ana")
+        clock.advance(10)
+        await call(service, "memory::save", PERSON, text="Ana likes opera.", subject="ana")
+        clock.advance(10)
+        third = await call(service, "memory::save", PERSON, text="Ana likes jazz.", subject="ANA")
+        assert third["evicted"] == [first["memory"]["id"]]
+        listed = await call(service, "memory::list", PERSON, limit=50)
+        assert listed["total"] == 2
+        general = (await call(service, "memory::save", PERSON, text=GENERAL))["memory"]
+        with pytest.raises(Conflict, match="max_per_subject is 2"):
+            await call(service, "memory::update", PERSON, id=general["id"], subject="aNA")
+
+    async def test_forgetting_one_spelling_erases_every_spelling(
+        self, service: MemoryService
+    ) -> None:
+        ids = await self._spelled(service)
+        out = await call(
+            service, "memory::forget-subject", PERSON, subject="ana", confirm="destructive"
+        )
+        assert sorted(out["erased"]) == sorted([ids["Ana"], ids["ANA"], ids["ana"]])
+        listed = await call(service, "memory::list", PERSON, include_superseded=True, limit=50)
+        assert {m["id"] for m in listed["memories"]} == {ids["Bob"], ids["STRASSE"]}
+
+    async def test_an_agents_view_in_a_turn_matches_its_speaker_in_any_case(
+        self, service: MemoryService
+    ) -> None:
+        ids = await self._spelled(service)
+        out = await _in_turn(service, "memory::stats", "ANA", bank="main")
+        assert sum(out["by_subject"].values()) == 3 and out["memories"] == 3
+        hist = await _in_turn(service, "memory::history", "aNa", id=ids["Ana"])
+        assert len(hist["revisions"]) == 1
+        edited = await _in_turn(service, "memory::update", "ana", id=ids["ANA"], tags=["x"])
+        assert edited["memory"]["subject"] == "ANA"
+        exported = await _in_turn(service, "memory::export", "Ana", bank="main")
+        assert {r["id"] for r in exported["records"]} == {ids["Ana"], ids["ANA"], ids["ana"]}
+
+    @pytest.mark.parametrize("snapshot", [False, True])
+    async def test_all_of_it_holds_after_a_restart(
+        self,
+        service: MemoryService,
+        monkeypatch: pytest.MonkeyPatch,
+        data_dir: Path,
+        snapshot: bool,
+    ) -> None:
+        from memory_worker.storage import bank as bank_module
+        from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE
+
+        if snapshot:  # the close writes the index and records snapshots the boot then reads
+            monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 1)
+        ids = await self._spelled(service)
+        await service.store.reload()
+        if snapshot:
+            assert (data_dir / "main" / SNAPSHOT_FILE).is_file()
+            assert (data_dir / "main" / RECORDS_FILE).is_file()
+        await service.store.reload()  # a boot from what the first one left
+        listed = await call(service, "memory::list", subject="ANA", limit=50)
+        assert {m["id"] for m in listed["memories"]} == {ids["Ana"], ids["ANA"], ids["ana"]}
+        got = await call(service, "memory::recall", query="allergic", subject="aNA")
+        seen = {m["memory"]["id"] for m in got["memories"]}
+        assert ids["Ana"] in seen and ids["Bob"] not in seen
+        stats = await call(service, "memory::stats", PERSON, bank="main")
+        assert len(stats["by_subject"]) == 3
+        out = await call(
+            service, "memory::forget-subject", PERSON, subject="aNa", confirm="destructive"
+        )
+        assert len(out["erased"]) == 3

@@ -28,7 +28,7 @@ from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, Mem
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
-from memory_worker.core.subjects import normalize_subject
+from memory_worker.core.subjects import normalize_subject, same_subject
 from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
@@ -229,7 +229,7 @@ class ServiceBase:
             caller.kind is CallerKind.AGENT
             and caller.in_turn
             and subject is not None
-            and subject != clean_subject(caller.speaker)[0]
+            and not same_subject(subject, clean_subject(caller.speaker)[0])
             and self.bank_settings(bank).subject_scoping
         )
 

@@ -40,6 +40,7 @@ from memory_worker.core.bank_settings import BankSettings
 from memory_worker.core.capacity import EVICTED, Cap, evictable, excess, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
+from memory_worker.core.subjects import in_scope, same_subject
 from memory_worker.search.ranking import kind_of
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.eviction import first_to_go
@@ -156,7 +157,9 @@ class MemoryUseCases(EmbeddingWork):
 
     def _scoped_victims(self, bank: Bank, record: Memory, settings: BankSettings) -> list[Memory]:
         """`victims` for a bank partitioned by subject: its caps counted from the index and the
-        writes in flight, its candidates found over the index's columns (`first_to_go`)."""
+        writes in flight, its candidates found over the index's columns (`first_to_go`): the
+        subject's own rows first, the whole bank's only for max_memories when they hold nothing
+        evictable (a person new to a full bank)."""
         subject = record.subject
         per_subject = subject is not None and settings.max_per_subject > 0
         if not per_subject and settings.max_memories <= 0:
@@ -164,12 +167,13 @@ class MemoryUseCases(EmbeddingWork):
         flying = {m.id: m for m in bank.in_flight() if m.id != record.id}
 
         def mine(memory: Memory) -> bool:
-            return memory.subject == subject
+            return same_subject(memory.subject, subject)
 
         total = bank.live_count() + _in_flight_change(bank, flying.values(), lambda _: True)
         held = _subject_rows(bank, subject, flying.values())
         caps = []
-        if per_subject and held + 1 > settings.max_per_subject:
+        at_own_cap = per_subject and held + 1 > settings.max_per_subject
+        if at_own_cap:
             caps.append(Cap("max_per_subject", settings.max_per_subject, held))
         if 0 < settings.max_memories < total + 1:
             # Room in a full bank comes from the new memory's own scope, never another person's:
@@ -192,7 +196,26 @@ class MemoryUseCases(EmbeddingWork):
             evictable=evictable,
         )
         candidates += [m for m in flying.values() if m.live and mine(m)]
-        return victims(caps, candidates, lambda i: _seen_at(bank, i))
+
+        def bank_wide() -> list[Memory]:
+            # Only asked when the scope had nothing evictable: the same bulk selection over
+            # every row (the saves in flight counted as they are), no scan per save.
+            found = first_to_go(
+                bank.index,
+                bank.memories,
+                bank.access,
+                subject=None,
+                scoped=False,
+                exclude=flying.keys(),
+                k=need,
+                evictable=evictable,
+            )
+            return found + [m for m in flying.values() if m.live]
+
+        # A subject at its own cap pays from its own rows only; the bank's cap alone may fall
+        # back to the whole bank when this scope has nothing to give.
+        fallback = None if at_own_cap else bank_wide
+        return victims(caps, candidates, lambda i: _seen_at(bank, i), fallback)
 
     def _check_room(self, bank: Bank, existing: Memory, subject: str) -> None:
         """Moving `existing` to `subject` must not take them past `max_per_subject` (subject
@@ -219,7 +242,7 @@ class MemoryUseCases(EmbeddingWork):
         if bank is None:
             raise MemoryNotFound(f"{req.id} in bank {name}")
         record = self._record(bank, req.id)
-        if scoped and record.subject is not None and record.subject != subject:
+        if scoped and record.subject is not None and not same_subject(record.subject, subject):
             raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
         return GetResponse(memory=with_access(bank, record))
 
@@ -231,7 +254,7 @@ class MemoryUseCases(EmbeddingWork):
         # As `get`: in a bank partitioned by subject, another person's memory is not there for
         # an agent (inside a turn: another than its speaker's), and neither is any revision it
         # had while it was about someone else.
-        if scoped and any(r.subject not in (None, subject) for r in revisions):
+        if scoped and any(not in_scope(r.subject, subject) for r in revisions):
             revisions = []
         if not revisions:
             raise MemoryNotFound(f"{req.id} in bank {name}")
@@ -254,7 +277,7 @@ class MemoryUseCases(EmbeddingWork):
             if (req.include_superseded or m.live)
             and (tag is None or tag in m.tags)
             and (category is None or kind_of(m) == category)
-            and (not scoped or m.subject is None or m.subject == subject)
+            and (not scoped or in_scope(m.subject, subject))
         ]
         rows.sort(key=lambda m: (-m.updated_at, m.id))
         page = [with_access(bank, m) for m in rows[offset : offset + limit]]
@@ -309,9 +332,12 @@ class MemoryUseCases(EmbeddingWork):
                 "evidence are lesson fields"
             )
         new_subject = existing.subject if subject is None else (subject or None)
-        if new_subject != existing.subject:
+        # Another spelling of the same person ("ana" for "Ana") is kept as typed but moves
+        # nothing: no speaker check, and no room to find under their cap (they already hold it).
+        moved = not same_subject(new_subject, existing.subject)
+        if moved:
             self.check_speaker(bank, new_subject, caller)
-        if new_subject != existing.subject and new_subject is not None and existing.live:
+        if moved and new_subject is not None and existing.live:
             self._check_room(bank, existing, new_subject)
         if (text is not None or subject is not None) and existing.live:
             twin = bank.match_text(text if text is not None else existing.text, new_subject)
@@ -392,7 +418,7 @@ class MemoryUseCases(EmbeddingWork):
         # The winner as it is now, not as the caller listed it: merging into a memory that was
         # edited meanwhile would retire the target into a fact it no longer states.
         transitions.check_revision(winner, req.expected_winner_revision)
-        if caller.automatic and winner.subject != target.subject:
+        if caller.automatic and not same_subject(winner.subject, target.subject):
             # Consolidation or a correction must never fold one person's memory into another's.
             raise Conflict(
                 f"memory {target.id} and {winner.id} are about different subjects; "
@@ -424,7 +450,7 @@ class MemoryUseCases(EmbeddingWork):
         scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is not None:
             for memory in bank.memories.values():
-                if memory.live and not (scoped and memory.subject not in (None, subject)):
+                if memory.live and not (scoped and not in_scope(memory.subject, subject)):
                     counts.update(memory.tags)
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
@@ -524,5 +550,5 @@ def _in_flight_change(
 def _subject_rows(bank: Bank, subject: str | None, flying: Iterable[Memory]) -> int:
     """`subject`'s live rows, counted from the index and the writes in flight."""
     return bank.index.subject_count(subject) + _in_flight_change(
-        bank, flying, lambda memory: memory.subject == subject
+        bank, flying, lambda memory: same_subject(memory.subject, subject)
     )

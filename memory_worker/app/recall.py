@@ -32,6 +32,7 @@ from memory_worker.core.injection import (
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.lessons import is_lesson, lesson_key, prepare_category
 from memory_worker.core.models import Hit, Memory, Rule
+from memory_worker.core.subjects import in_scope
 from memory_worker.search.lanes import LaneQuery
 from memory_worker.search.ranking import (
     DUPLICATE_COSINE,
@@ -264,7 +265,7 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         must never be filled from another person's memories)."""
         if not scoped:
             return [m for m in bank.standing(limit) if not is_lesson(m)]
-        mine = (m for m in bank.memories.values() if m.subject is None or m.subject == subject)
+        mine = (m for m in bank.memories.values() if in_scope(m.subject, subject))
         return [m for m in top_memories(mine, limit) if not is_lesson(m)]
 
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:

@@ -20,6 +20,7 @@ from memory_worker.core import transitions
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import ItemEvent, Memory
 from memory_worker.core.retention import EXPIRED, expired, kind_of
+from memory_worker.core.subjects import count_by_subject, in_scope
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 
@@ -90,16 +91,16 @@ class RetentionUseCases(EmbeddingWork):
         # how much (a person, and consolidation, count the whole bank). The reaper ran over all.
         scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
         if scoped:
-            live = [m for m in live if m.subject is None or m.subject == subject]
-            gone = [m for m in gone if m.subject is None or m.subject == subject]
+            live = [m for m in live if in_scope(m.subject, subject)]
+            gone = [m for m in gone if in_scope(m.subject, subject)]
         settings = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
-        by_subject = Counter(m.subject for m in live if m.subject is not None)
+        by_subject = count_by_subject(m.subject for m in live if m.subject is not None)
         return StatsResponse(
             bank=name,
             memories=len(live),
             pinned=sum(1 for m in live if m.pinned),
             by_category=dict(sorted(Counter(kind_of(m) for m in live).items())),
-            by_subject=dict(sorted(by_subject.items())),
+            by_subject=by_subject,
             general=sum(1 for m in live if m.subject is None),
             max_memories=settings.max_memories,
             max_per_subject=settings.max_per_subject,

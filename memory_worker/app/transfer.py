@@ -22,6 +22,7 @@ from memory_worker.app.wire import (
     ImportResponse,
 )
 from memory_worker.core.names import check_name
+from memory_worker.core.subjects import in_scope
 
 __all__ = ["TransferUseCases"]
 
@@ -47,7 +48,7 @@ class TransferUseCases(BankUseCases, ImportUseCases):
         # bank's people. A person's, consolidation's keep the whole bank.
         scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
         if scoped:
-            theirs = {r.id for r in records if r.subject is not None and r.subject != subject}
+            theirs = {r.id for r in records if not in_scope(r.subject, subject)}
             records = [r for r in records if r.id not in theirs]
         return ExportResponse(bank=name, records=records)
 

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from memory_worker.consolidate.text import REORDERED, disagreement, normalize, reorder_key
+from memory_worker.core.subjects import subject_key
 
 __all__ = [
     "MAX_SEMANTIC_GROUP",
@@ -94,8 +95,9 @@ class Row:
     @property
     def kind(self) -> tuple[str | None, str, str | None]:
         """Who it is about, its category and which card it carries: only rows of one kind ever
-        merge."""
-        return self.subject, self.category, self.card
+        merge (a subject in any case is one person's)."""
+        who = None if self.subject is None else subject_key(self.subject)
+        return who, self.category, self.card
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,11 @@
 
 At a cap, a new memory evicts the least-accessed, oldest memories of its own scope — a subject's
 own rows when subject scoping is on and it is about someone, else the general pool (or the whole
-bank with scoping off) — so a chatty person never evicts another's memories. Pinned memories and
-lessons (authored cards) are never evicted; when nothing else is left, the save is refused rather
-than letting a cap be silently exceeded or something pinned be lost.
+bank with scoping off) — so a chatty person never evicts another's memories. Only at the bank's
+own cap (max_memories), when that scope has nothing to evict (a person new to the bank), does the
+room come from the whole bank's order; a subject's cap never reaches past its own rows. Pinned
+memories and lessons (authored cards) are never evicted; when nothing else is left, the save is
+refused rather than letting a cap be silently exceeded or something pinned be lost.
 """
 
 from __future__ import annotations
@@ -146,26 +148,35 @@ def victims(
     caps: Sequence[Cap],
     candidates: Iterable[Memory],
     access: Callable[[str], tuple[int, int] | None],
+    bank_wide: Callable[[], Iterable[Memory]] | None = None,
 ) -> list[Memory]:
     """What must go so the new memory fits every cap: the first `excess(caps)` of its scope in
     eviction order. Every cap counts that one scope (the new memory's own: a chatty person never
     evicts another's memories). `candidates` are the scope's rows: all of them, or at least
     every evictable one that can come first (what a kept order or a bulk selection finds).
+    `bank_wide`: where the room comes from when the scope has nothing evictable, given only
+    when the one cap reached is the bank's own (max_memories): a person the bank knows nothing
+    of yet (or a general memory in an empty pool) has no row to pay with, and refusing them
+    left a full bank never able to learn about anyone new (seed 004: at max_memories the
+    least-accessed oldest memory is evicted). A subject's own cap never reaches past its rows.
     `Conflict` when a cap cannot be met without touching a pinned memory or a lesson (nothing is
     saved or evicted then), naming the first cap reached."""
     need = excess(caps)
     if need <= 0:
         return []
     order = eviction_order(candidates, access, first=need)
+    if len(order) < need and bank_wide is not None:
+        order = eviction_order(bank_wide(), access, first=need)
+        if len(order) < need:
+            cap = next(cap for cap in caps if cap.held + 1 > cap.limit)
+            shown = cap.limit if cap.setting is None else cap.setting
+            raise Conflict(
+                f"{cap.name} ({shown}) is reached and everything left to evict in the bank is "
+                "pinned or a lesson; unpin something, delete something, or raise the cap"
+            )
     if len(order) < need:
         cap = next(cap for cap in caps if cap.held + 1 > cap.limit)
         shown = cap.limit if cap.setting is None else cap.setting
-        if cap.held == 0:  # said "pinned or a lesson" of a scope that holds nothing at all
-            raise Conflict(
-                f"{cap.name} ({shown}) is reached by other subjects' memories and there is "
-                "nothing in this scope to evict (a full bank never evicts another person's); "
-                "delete something or raise the cap"
-            )
         raise Conflict(
             f"{cap.name} ({shown}) is reached and what is left to evict in this scope is "
             "pinned or a lesson; unpin something, delete something, or raise the cap"

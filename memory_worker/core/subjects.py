@@ -7,19 +7,64 @@ analysed into terms.
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from functools import lru_cache
 
-__all__ = ["normalize_subject", "of_subject"]
+__all__ = [
+    "count_by_subject",
+    "in_scope",
+    "normalize_subject",
+    "of_subject",
+    "same_subject",
+    "subject_key",
+]
 
 
 def normalize_subject(value: str) -> str:
-    """A subject as stored and compared: Unicode NFC. The same name typed precomposed or
-    decomposed ("José": é, or e and a combining accent, as macOS file names and some keyboards
-    send it) is one person — for recall's scope, the caps, and the right to be forgotten, which
-    otherwise erased nothing of the other spelling and reported success."""
+    """A subject as stored: Unicode NFC. The same name typed precomposed or decomposed ("José":
+    é, or e and a combining accent, as macOS file names and some keyboards send it) is one
+    person — for recall's scope, the caps, and the right to be forgotten, which otherwise erased
+    nothing of the other spelling and reported success."""
     return unicodedata.normalize("NFC", value)
 
 
+@lru_cache(maxsize=4096)
+def subject_key(value: str) -> str:
+    """What every spelling of one subject compares as: Unicode canonical caseless matching
+    (casefold over the canonical decomposition, recomposed). "Ana", "ana" and "ANA" are one
+    person: forgetting "ana" left every memory about "Ana" in place and reported success, and a
+    cap counted them as two people. Only comparison uses it; a subject is stored as given (NFC).
+    Cached: a bank knows few subjects and scoped reads compare every row."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", value).casefold())
+
+
+def same_subject(a: str | None, b: str | None) -> bool:
+    """Whether `a` and `b` name the same subject (None: a general memory, only itself)."""
+    if a is None or b is None:
+        return a is b
+    return a == b or subject_key(a) == subject_key(b)
+
+
 def of_subject(stored: str | None, subject: str) -> bool:
-    """Whether a record's `stored` subject is `subject` (in normal form): a record written
-    before subjects were normalised still belongs to its person, to be found and forgotten."""
-    return stored is not None and (stored == subject or normalize_subject(stored) == subject)
+    """Whether a record's `stored` subject is `subject`, in any case or normal form: a record
+    written before subjects were normalised, or typed in another case, still belongs to its
+    person, to be found and forgotten."""
+    return stored is not None and same_subject(stored, subject)
+
+
+def in_scope(stored: str | None, subject: str | None) -> bool:
+    """Whether a scoped read for `subject` (None: no one speaking) sees a record about `stored`:
+    a general memory, or one about that same person in any spelling."""
+    return stored is None or same_subject(stored, subject)
+
+
+def count_by_subject(subjects: Iterable[str]) -> dict[str, int]:
+    """How many of `subjects` name each person: one entry per subject whatever its spellings
+    ("Ana" and "ana" were two people in the stats), under the spelling most of theirs are
+    stored with (ties: the first in sorted order), sorted by it."""
+    spellings: dict[str, Counter[str]] = defaultdict(Counter)
+    for subject in subjects:
+        spellings[subject_key(subject)][subject] += 1
+    counted = {min(seen, key=lambda s: (-seen[s], s)): seen.total() for seen in spellings.values()}
+    return dict(sorted(counted.items()))

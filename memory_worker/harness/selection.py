@@ -86,6 +86,10 @@ def _named_bank(metadata: object) -> str | None:
 def _named_subject(metadata: object) -> str | None:
     if isinstance(metadata, dict):
         subject = metadata.get("memory_subject")
+        # A user id is often a number: it names that person, as `subject=12345` does at every
+        # door (read as nobody, their turns' memories became general, everyone's to see).
+        if isinstance(subject, int) and not isinstance(subject, bool):
+            return str(subject)
         if isinstance(subject, str) and subject.strip():
             return subject.strip()
     return None

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memory_worker.core.subjects import subject_key
+
 __all__ = [
     "BM25_B",
     "BM25_K1",
@@ -1161,7 +1163,13 @@ class LexicalIndex:
         return hits
 
     def _subject_code(self, subject: str | None) -> int:
-        return _code(self._subject_codes, subject)
+        # Coded by `subject_key`: every spelling of one person ("Ana", "ana") is one code, so
+        # scoping, the caps and eviction see one person. Derived at every load from the records'
+        # stored subjects, never kept in a snapshot.
+        return _code(self._subject_codes, None if subject is None else subject_key(subject))
+
+    def _known_subject(self, subject: str) -> int | None:
+        return self._subject_codes.get(subject_key(subject))
 
     def _set_session(self, slot: int, session: str | None) -> None:
         sessions = self._sessions
@@ -1192,16 +1200,16 @@ class LexicalIndex:
         subject the index never saw matches general memories only."""
         codes = self.subject[: len(self._ids)]
         mask: npt.NDArray[np.bool_] = codes == 0
-        code = self._subject_codes.get(subject) if subject is not None else None
+        code = self._known_subject(subject) if subject is not None else None
         if code is not None:
             mask |= codes == code
         return mask
 
     def about(self, subject: str | None) -> npt.NDArray[np.bool_]:
-        """Per slot (every slot so far): whether it is about `subject` exactly (None: whether it
-        is a general memory). A subject the index never saw matches nothing."""
+        """Per slot (every slot so far): whether it is about `subject`, in any spelling (None:
+        whether it is a general memory). A subject the index never saw matches nothing."""
         codes = self.subject[: len(self._ids)]
-        code = self._subject_codes.get(subject) if subject is not None else 0
+        code = self._known_subject(subject) if subject is not None else 0
         if code is None:
             return np.zeros(codes.size, bool)
         mask: npt.NDArray[np.bool_] = codes == code
@@ -1210,7 +1218,7 @@ class LexicalIndex:
     def subject_count(self, subject: str | None) -> int:
         """Live documents about `subject` (None: general ones)."""
         n = len(self._ids)
-        code = self._subject_codes.get(subject) if subject is not None else 0
+        code = self._known_subject(subject) if subject is not None else 0
         if code is None:
             return 0
         return int(np.count_nonzero((self.subject[:n] == code) & self._alive[:n]))

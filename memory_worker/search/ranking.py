@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from memory_worker.core.models import Hit, Memory
 from memory_worker.core.retention import kind_of
+from memory_worker.core.subjects import same_subject
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
 from memory_worker.core.text import asks, terms
 from memory_worker.search.index import (
@@ -157,7 +158,7 @@ def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
 
 def in_scope(memory: Memory, query: RecallQuery) -> bool:
     """Whether a scoped query may see `memory`: a general memory, or one about its subject."""
-    return not query.scoped or memory.subject is None or memory.subject == query.subject
+    return not query.scoped or memory.subject is None or same_subject(memory.subject, query.subject)
 
 
 def _eligible(memory: Memory, query: RecallQuery) -> bool:

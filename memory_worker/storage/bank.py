@@ -45,7 +45,7 @@ from memory_worker.core.capacity import (
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
-from memory_worker.core.subjects import of_subject
+from memory_worker.core.subjects import of_subject, same_subject, subject_key
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import Analysis, IndexedDoc, LexicalIndex, analyze, combine
 from memory_worker.search.lanes import LANES, LaneIndexes
@@ -404,8 +404,11 @@ class Bank:
         )
 
     def subject_count(self) -> int:
-        """How many subjects the live memories are about (general ones not counted)."""
-        return len({m.subject for m in self._memories.values() if m.live and m.subject})
+        """How many subjects the live memories are about (general ones not counted), each person
+        once whatever the case their memories spell them in."""
+        return len(
+            {subject_key(m.subject) for m in self._memories.values() if m.live and m.subject}
+        )
 
     def _save_counts(self) -> None:
         """Leave the counts for the next listing, when RAM says exactly what the log does: nothing
@@ -923,14 +926,14 @@ class Bank:
         candidates = {
             record.id: record
             for record, staged_norm in self._staged.values()
-            if record.subject == subject and _canonical(staged_norm) == same
+            if same_subject(record.subject, subject) and _canonical(staged_norm) == same
         }
         for form in forms:
             for memory_id in self._by_text.ids(text_key(form)):
                 record = self._memories[memory_id]
                 if (
                     memory_id not in self._staged
-                    and record.subject == subject
+                    and same_subject(record.subject, subject)
                     and _canonical(normalize(record.text)) == same
                 ):
                     candidates[memory_id] = record

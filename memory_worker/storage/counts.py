@@ -26,7 +26,9 @@ from memory_worker.storage import files
 __all__ = ["COUNTS_FILE", "Counts", "Stamp", "read_counts", "stat_stamp", "write_counts"]
 
 COUNTS_FILE = ".counts.json"
-_VERSION = 2  # 2: `subjects` (a version-1 file costs one replay)
+# 2: `subjects` (a version-1 file costs one replay); 3: `subjects` counts each person once
+# whatever the case of their spellings (a version-2 count may name "Ana" and "ana" twice).
+_VERSION = 3
 
 # (size, mtime_ns, CRC-32 of the last 4 KiB) of the log.
 Stamp = tuple[int, int, int]

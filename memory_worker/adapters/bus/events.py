@@ -24,6 +24,7 @@ from memory_worker.app.base import clean_subject
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
+from memory_worker.core.subjects import same_subject
 from memory_worker.storage.logger import get_logger
 
 __all__ = ["BACKOFF_S", "MAX_ATTEMPTS", "TRIGGER_TYPES", "BindingTable", "BusEmitter"]
@@ -121,7 +122,7 @@ class BindingTable(TriggerHandler[Any]):
                 b
                 for b, (only_bank, only_subject) in self._bindings.values()
                 if only_bank in (None, bank)
-                and (subject is None or only_subject in (None, subject))
+                and (subject is None or only_subject is None or same_subject(only_subject, subject))
             ]
 
 
