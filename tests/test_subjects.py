@@ -677,3 +677,48 @@ class TestSpellings:
             service, "memory::forget-subject", PERSON, subject="aNa", confirm="destructive"
         )
         assert len(out["erased"]) == 3
+
+
+class TestSeedPair:
+    """Seed 004 names who a memory is about by `subject_type` and `subject_id`. Dropped with
+    other unknown keys, a save meant for one person landed in the general pool (seen by everyone
+    in a scoped bank) and a scoped recall saw no one's memories."""
+
+    async def test_the_pair_is_the_subject_type_colon_id(self, service: MemoryService) -> None:
+        await call(service, "memory::bank::create", PERSON, name="main", subject_scoping=True)
+        pair = {"subject_type": "member", "subject_id": 42}
+        saved = await call(
+            service, "memory::save", PERSON, text="The user is allergic to kiwi.", **pair
+        )
+        assert saved["memory"]["subject"] == "member:42"
+        mine = await call(service, "memory::recall", PERSON, query="allergic kiwi", **pair)
+        assert [h["memory"]["id"] for h in mine["memories"]] == [saved["memory"]["id"]]
+        other = {"subject_type": "member", "subject_id": "7"}
+        theirs = await call(service, "memory::recall", PERSON, query="allergic kiwi", **other)
+        assert theirs["memories"] == []
+        same = await call(
+            service, "memory::save", PERSON, text="The user likes tea.", subject="member:42", **pair
+        )
+        assert same["memory"]["subject"] == "member:42"
+        gone = await call(service, "memory::forget-subject", PERSON, confirm="destructive", **pair)
+        assert len(gone["erased"]) == 2
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"subject_type": "member"},
+            {"subject_id": "42"},
+            {"subject_type": "member", "subject_id": "42", "subject": "member:7"},
+            {"subject_type": True, "subject_id": "42"},
+            {"subject_type": "member", "subject_id": {"n": 42}},
+        ],
+    )
+    async def test_half_a_pair_or_a_clash_is_refused_and_saves_nothing(
+        self, service: MemoryService, fields: dict[str, Any]
+    ) -> None:
+        with pytest.raises(InvalidInput, match="subject"):
+            await call(
+                service, "memory::save", PERSON, text="The user is allergic to kiwi.", **fields
+            )
+        listed = await call(service, "memory::list", PERSON)
+        assert listed["memories"] == []

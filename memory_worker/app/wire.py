@@ -184,6 +184,34 @@ class Request(BaseModel):
                     raise ValueError(f"{name}: must be a number, not true or false")
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _subject_pair(cls, data: Any) -> Any:
+        """Seed 004 names who a memory is about by `subject_type` and `subject_id`; this worker
+        by `subject`. The pair is read as the subject `<type>:<id>` rather than dropped with
+        other unknown keys: dropped, a save meant for one person landed in the general pool,
+        seen by everyone in a scoped bank. Half a pair, or a pair and a `subject` naming another,
+        is refused (seed 004's `MEMORY_SUBJECT_INCOMPLETE`)."""
+        if not isinstance(data, dict) or "subject" not in cls.model_fields:
+            return data
+        kind, ident = data.get("subject_type"), data.get("subject_id")
+        if kind is None and ident is None:
+            return data
+        if kind is None or ident is None:
+            raise ValueError("subject: subject_type and subject_id must be provided together")
+        parts = []
+        for name, value in (("subject_type", kind), ("subject_id", ident)):
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise ValueError(f"subject: {name} must be a string or a whole number")
+            parts.append(str(value))
+        named = ":".join(parts)
+        if data.get("subject") not in (None, named):
+            raise ValueError(
+                f"subject: {data['subject']!r} and subject_type/subject_id ({named!r}) name "
+                "different subjects"
+            )
+        return {**data, "subject": named}
+
     def only_looks(self, read_only: bool) -> bool:
         """Whether this call changes nothing, given the catalog's hint for its function
         (`read_only`): an access level's finer answer for a request whose fields decide it."""
