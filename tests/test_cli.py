@@ -1131,3 +1131,13 @@ def test_an_answer_to_a_reader_that_went_away_ends_quietly(
     monkeypatch.setattr("sys.stdout", _ClosedPipe())
     assert cli.main(["export", "--bank", "main", "--data-dir", data]) == 141
     assert capsys.readouterr().err == ""
+
+
+def test_serve_help_says_where_it_listens_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """README: the standalone REST service listens on 127.0.0.1, `--port` default 8765 — what a
+    new user opens in a browser. `serve -h` named neither default."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "-h"])
+    assert exited.value.code == 0
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "(default 127.0.0.1)" in usage and "(default 8765;" in usage

@@ -226,3 +226,15 @@ def test_an_unknown_log_level_is_a_usage_error_not_a_traceback(
         consolidate_cli.main(["--log-level", "verbose", "run"])
     assert exited.value.code == 2
     assert "'verbose' is not one of debug, info, warning, error" in capsys.readouterr().err
+
+
+def test_serve_help_names_where_the_checkpoint_goes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--state` defaults to `$MEMORY_CONSOLIDATE_STATE`, else data/memory-consolidate/state.json
+    under `$III_COMPOSE_DIR` or the working directory. The help named no variable and read
+    "$III_COMPOSE_DIR or ./ data/memory-consolidate/state.json"."""
+    from memory_worker.adapters.consolidate import cli as consolidate_cli
+
+    with pytest.raises(SystemExit):
+        consolidate_cli.main(["serve", "-h"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "$MEMORY_CONSOLIDATE_STATE" in usage and "./ data" not in usage

@@ -292,3 +292,90 @@ def test_every_module_has_a_docstring_and_all() -> None:
         if undefined:
             problems.append(f"{name}: __all__ names undefined {undefined}")
     assert not problems, "\n".join(problems)
+
+
+# --- docs/DESIGN.md ----------------------------------------------------------------------------
+
+DESIGN = ROOT / "docs" / "DESIGN.md"
+
+
+def _design_table_modules() -> set[str]:
+    """`layer.module` for every backticked module on a row of DESIGN.md's module table (a row's
+    first cell names its layer, or is empty for the layer above it)."""
+    listed: set[str] = set()
+    layer = None
+    for line in DESIGN.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) < 3:
+            continue
+        if cells[0].startswith("`"):
+            layer = cells[0].split("`")[1]
+        if layer is not None:
+            listed.update(f"{layer}.{name}" for name in re.findall(r"`([a-z0-9_.]+)`", cells[1]))
+    return listed
+
+
+def _package_modules() -> set[str]:
+    """`layer.module` of every module under a layer package (a subpackage by its own name)."""
+    found: set[str] = set()
+    for path in _modules():
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if len(parts) < 2:
+            continue  # the package's own __init__
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if len(parts) >= 2:
+            found.add(".".join(parts))
+    return found
+
+
+def test_design_module_table_lists_every_module_and_only_real_ones() -> None:
+    listed = _design_table_modules()
+    actual = _package_modules()
+    # A subpackage is covered by its modules' rows (`adapters.bus` by `bus.worker`, …).
+    covered = {name.rsplit(".", 1)[0] for name in listed} | listed
+    missing = sorted(name for name in actual if name not in covered)
+    stale = sorted(listed - actual)
+    assert not missing, f"docs/DESIGN.md's module table has no row for {missing}"
+    assert not stale, f"docs/DESIGN.md's module table names modules that do not exist: {stale}"
+
+
+def test_readme_dependencies_table_gives_a_reason_for_every_pinned_package() -> None:
+    """README's Dependencies table names every package pyproject.toml pins (the build backend,
+    the dependencies and every extra's), each on a row with its reason."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    requirements = [*project["build-system"]["requires"], *project["project"]["dependencies"]]
+    for extra in project["project"]["optional-dependencies"].values():
+        requirements += extra
+    pinned = {
+        re.split(r"[=\[<>~! ]", requirement, maxsplit=1)[0].lower()
+        for requirement in requirements
+        if not requirement.startswith("memory-worker")
+    }
+    readme = README.read_text(encoding="utf-8")
+    table = readme.split("## Dependencies", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    named = {
+        word.lower()
+        for row in rows
+        for word in re.findall(r"[A-Za-z0-9][A-Za-z0-9_.-]*", row.split("|")[1])
+    }
+    missing = sorted(pinned - named)
+    assert not missing, f"README.md's Dependencies table gives no reason for {missing}"
+
+
+def test_readme_who_may_call_what_names_every_human_owned_and_approval_function() -> None:
+    """The section says which functions agents are denied and which wait for an operator's
+    approval; it left out `memory::import`, `memory::compact`, `memory::lessons::match` and
+    `memory::export`, which `iii-permissions.yaml` does list."""
+    from memory_worker.app.catalog import Policy
+
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("## Who may call what", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(memory::[a-z:-]+)`", section))
+    policed = {spec.id for spec in CATALOG if spec.policy in (Policy.HUMANS, Policy.APPROVAL)}
+    bank_functions = {"memory::bank::create", "memory::bank::configure", "memory::bank::delete"}
+    missing = sorted(policed - named - bank_functions)  # "Bank creation, configuration and …"
+    assert not missing, f"README.md's 'Who may call what' does not name {missing}"

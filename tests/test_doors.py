@@ -267,6 +267,27 @@ class TestMovingRecords:
             assert (report["imported"], report["live"]) == (12, 12)
             assert (await door.call("memory::list", {"bank": "garden"}))["total"] == 12
 
+    async def test_a_forwarded_import_in_many_requests_names_the_bad_record_as_a_direct_one(
+        self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """README: a command prints what a direct call prints while a server runs. The refusal
+        of a bad record named its place in the request that carried it (`record 1`), not in the
+        file (`record 13`, what the same import prints with no server running), so nobody could
+        find the line. A memory's revisions travel together, so requests reorder the rows too."""
+        monkeypatch.setattr(cli, "FORWARD_CHUNK_BYTES", 200)
+        rows = [{"text": f"Imported fact number {i} about the garden"} for i in range(12)]
+        rows.insert(3, {"id": "fpm1", "text": "A memory with two revisions", "revision": 0})
+        bad = [*rows, {"id": "fpm1", "text": "x", "revision": 1}]
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            assert len(cli._chunks(bad, cli.FORWARD_CHUNK_BYTES)) > 3
+            with pytest.raises(InvalidInput) as forwarded:
+                await cli.import_rows(door, "garden", bad)
+        assert server.service is not None
+        with pytest.raises(InvalidInput) as direct:
+            await server.service.import_records("direct", bad)
+        assert forwarded.value.message == direct.value.message
+        assert forwarded.value.message.startswith("record 14: ")
+
     async def test_a_forwarded_import_in_many_requests_reports_what_one_request_would(
         self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -250,3 +250,67 @@ def test_a_mem0_file_nested_past_the_decoders_depth_is_one_json_error(
     error = json.loads(capsys.readouterr().err)
     assert error["code"] == "invalid_input" and "is not JSON" in error["message"]
     assert not (tmp_path / "data").exists()
+
+
+BOM = "\ufeff"  # what Windows editors (Notepad, PowerShell 5's `-Encoding utf8`) write first
+
+
+def test_a_byte_order_mark_at_the_start_of_a_markdown_file_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A markdown note saved with a UTF-8 byte order mark lost its first list item (the mark
+    hid the `- `, so the line was read as a paragraph, and paragraphs are left out once a file
+    has list items) and kept its front matter as a memory."""
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    (folder / "list.md").write_text(BOM + "- The user drinks oolong tea\n- Second fact\n")
+    (folder / "front.md").write_text(BOM + "---\ntitle: x\n---\nThe user rides a bike.\n")
+    texts = [r["text"] for r in read_foreign(folder, "markdown").records]
+    assert texts == ["The user rides a bike.", "The user drinks oolong tea", "Second fact"]
+
+
+@pytest.mark.parametrize("fmt", ["mem0", "memory-worker"])
+def test_a_byte_order_mark_at_the_start_of_a_json_import_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """A mem0 export or a JSON-lines file saved with a UTF-8 byte order mark was refused whole
+    (`Unexpected UTF-8 BOM`)."""
+    source = tmp_path / "export.json"
+    if fmt == "mem0":
+        source.write_text(BOM + json.dumps(MEM0), encoding="utf-8")
+    else:
+        source.write_text(BOM + '{"text": "The user drinks oolong tea"}\r\n', encoding="utf-8")
+    data = str(tmp_path / "data")
+    report = _run(capsys, "import", str(source), "--from", fmt, "--bank", "b", "--data-dir", data)
+    assert report["imported"] == (2 if fmt == "mem0" else 1)
+
+
+def test_markdown_headings_code_and_markup_of_every_form_are_not_memories(
+    tmp_path: Path,
+) -> None:
+    """README: "headings, code and front matter are not" memories. A setext heading (a line
+    underlined with `===` or `---`), an indented code block, a thematic break (`***`) and an
+    HTML comment each became one."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(
+        "Setext heading\n==============\n\n"
+        "The user works from Lisbon most weeks.\n\n"
+        "<!-- TODO: move this\n  somewhere else -->\n\n"
+        "    make test  # an indented code block\n\n"
+        "***\n\n"
+        "Another heading\n---\n\n"
+        "The user drinks oolong tea,\n    every afternoon.\n"
+    )
+    texts = [r["text"] for r in read_foreign(notes, "markdown").records]
+    assert texts == [
+        "The user works from Lisbon most weeks.",
+        "The user drinks oolong tea, every afternoon.",
+    ]
+    listed = tmp_path / "listed.md"
+    listed.write_text("- The user keeps bees\n\n---\n\n- The user sells honey\n")
+    texts = [r["text"] for r in read_foreign(listed, "markdown").records]
+    assert texts == ["The user keeps bees", "The user sells honey"]
+    continued = tmp_path / "continued.md"
+    continued.write_text("- The user keeps bees\n  on the roof\n---\n- The user sells honey\n")
+    texts = [r["text"] for r in read_foreign(continued, "markdown").records]
+    assert texts == ["The user keeps bees on the roof", "The user sells honey"]

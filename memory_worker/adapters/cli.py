@@ -19,6 +19,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 
 from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body, serving_url
-from memory_worker.adapters.formats import FORMATS, read_foreign
+from memory_worker.adapters.formats import BOM, FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging, log_level
 from memory_worker.app import functions
 from memory_worker.app.caller import Caller
@@ -300,6 +301,7 @@ async def _call(args: argparse.Namespace) -> int:
 def _read_records(path: str) -> list[dict[str, Any]]:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        text = text.removeprefix(BOM)  # a Windows editor's first character: not JSON
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -339,31 +341,48 @@ async def import_rows(door: Door, bank: str, rows: list[dict[str, Any]]) -> dict
     """`memory::import` of `rows`: one call in-process; forwarded, in requests of at most
     `FORWARD_CHUNK_BYTES` (the server caps a request's body), every one validated by the server
     (`dry_run`) before the first is written, so a bad record still writes nothing."""
-    chunks = [rows] if door.remote is None else _chunks(rows, FORWARD_CHUNK_BYTES)
+    chunks = [list(range(len(rows)))] if door.remote is None else _chunks(rows, FORWARD_CHUNK_BYTES)
     if len(chunks) == 1:
         return await door.call("memory::import", {"bank": bank, "records": rows})
-    for chunk in chunks:
-        await door.call("memory::import", {"bank": bank, "records": chunk, "dry_run": True})
-    total = {"bank": bank, "imported": 0, "live": 0, "redacted": 0}
-    for chunk in chunks:
-        result = await door.call("memory::import", {"bank": bank, "records": chunk})
-        total["bank"] = result["bank"]
-        for key in ("imported", "live", "redacted"):
-            total[key] += result[key]
+    for dry_run in (True, False):
+        total = {"bank": bank, "imported": 0, "live": 0, "redacted": 0}
+        for positions in chunks:
+            payload = {"bank": bank, "records": [rows[i] for i in positions], "dry_run": dry_run}
+            try:
+                result = await door.call("memory::import", payload)
+            except InvalidInput as exc:
+                raise _record_in_file(exc, positions) from None
+            total["bank"] = result["bank"]
+            for key in ("imported", "live", "redacted"):
+                total[key] += result[key]
     return total
 
 
-def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[dict[str, Any]]]:
-    """`rows` in requests of about `limit_bytes`, every record of one memory in the same one (in
-    their order): the server decides which revision wins, and counts live memories, per
-    request; a memory split across two would be counted in both."""
-    memories: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        memories.setdefault(_memory_key(row), []).append(row)
-    chunks: list[list[dict[str, Any]]] = [[]]
+_RECORD_NUMBER = re.compile(r"record (\d+): ")
+
+
+def _record_in_file(error: InvalidInput, positions: list[int]) -> InvalidInput:
+    """A request's refusal of its `record N` (1-based in that request) as the place of that row
+    in the whole import, which is what the same import run directly says: requests hold a part
+    of the rows, regrouped by memory."""
+    found = _RECORD_NUMBER.match(error.message)
+    if found is None or not 1 <= int(found.group(1)) <= len(positions):
+        return error
+    number = positions[int(found.group(1)) - 1] + 1
+    return InvalidInput(f"record {number}: {error.message[found.end() :]}")
+
+
+def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[int]]:
+    """The positions of `rows` in requests of about `limit_bytes`, every record of one memory in
+    the same one (in their order): the server decides which revision wins, and counts live
+    memories, per request; a memory split across two would be counted in both."""
+    memories: dict[str, list[int]] = {}
+    for position, row in enumerate(rows):
+        memories.setdefault(_memory_key(row), []).append(position)
+    chunks: list[list[int]] = [[]]
     size = 0
     for group in memories.values():
-        group_size = sum(len(request_body(row)) + 1 for row in group)
+        group_size = sum(len(request_body(rows[i])) + 1 for i in group)
         if chunks[-1] and size + group_size > limit_bytes:
             chunks.append([])
             size = 0
@@ -619,7 +638,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=("agents", "approval"),
         default="agents",
         help="agents: the functions agents may call (default); approval: also those an operator "
-        "approves per use (bank list, tags, rules, history, preview, lessons, doctor, export)",
+        "approves per use (bank list and get, stats, tags, rules, history, preview, lessons, "
+        "doctor, export)",
     )
 
     sub.add_parser(
@@ -691,8 +711,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", type=log_level, default="info", help="debug, info, warning, error"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=8765, help="port to listen on (0 = any free)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=8765, help="port to listen on (default 8765; 0 = any free)"
+    )
     serve.add_argument(
         "--engine",
         metavar="URL",

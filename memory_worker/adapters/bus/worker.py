@@ -481,7 +481,8 @@ class EngineWorker(Stoppable):
             value = await self._config.get()
         except InvocationError as exc:
             if exc.code != FUNCTION_NOT_FOUND:  # it exists but failed: never guess the settings
-                raise WorkerError(
+                # A sibling failing, with its stable code (as a change event's re-fetch says it).
+                raise SiblingUnavailable(
                     f"cannot read configuration {self._config.config_id}: {exc}"
                 ) from None
             log.warning("configuration_absent", error=str(exc), using="local settings")

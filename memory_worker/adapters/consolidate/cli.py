@@ -238,8 +238,8 @@ def _parser() -> argparse.ArgumentParser:
         "--state",
         metavar="FILE",
         default=os.environ.get(STATE_ENV) or _default_state(),
-        help="checkpoint file with --server (default: $III_COMPOSE_DIR or ./ "
-        "data/memory-consolidate/state.json)",
+        help=f"checkpoint file with --server (default: ${STATE_ENV}, else "
+        "data/memory-consolidate/state.json under $III_COMPOSE_DIR or the working directory)",
     )
     serve.add_argument(
         "--first-tick-s", type=float, default=FIRST_TICK_S, help="first backstop tick after boot"
