@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -524,6 +525,26 @@ class TestImportEvents:
         # Again: every record is already there.
         await call(service, "memory::import", bank="main", records=rows)
         assert emitter.of(ITEM_CHANGED) == []
+
+    async def test_an_import_of_what_the_log_holds_writes_nothing(
+        self, service: MemoryService
+    ) -> None:
+        """An export imported again (a migration run twice) appended every revision a second
+        time: each memory's history listed each revision twice."""
+        first = await save(service, "The user lives in Lisbon")
+        await call(service, "memory::update", id=first["id"], text="The user lives in Porto")
+        await save(service, "The user drinks tea daily")
+        log = service.store.root / "main" / "memories.jsonl"
+        exported = [json.loads(line) for line in log.read_text().splitlines()]
+        rows = [{k: v for k, v in r.items() if k not in ("crc", "batch")} for r in exported]
+        before = log.read_bytes()
+        again = await call(service, "memory::import", bank="main", records=rows)
+        assert (again["imported"], again["live"]) == (0, 0)
+        assert log.read_bytes() == before
+        history = await call(service, "memory::history", id=first["id"])
+        assert [r["revision"] for r in history["revisions"]] == [0, 1]
+        partly = [*rows, {**rows[-1], "text": "The user drinks green tea daily", "revision": 1}]
+        assert (await call(service, "memory::import", bank="main", records=partly))["imported"] == 1
 
 
 class TestRecall:

@@ -126,12 +126,14 @@ class ImportUseCases(EmbeddingWork):
                 _spare_pinned(existing, self._import_records(existing, prepared, now_ms))
             redacted = sum(1 for *_, found in prepared if found)
             return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
+        reasons = [redaction_reason(found) for *_, found in prepared]
         async with self._writing_into(name) as bank:
             records = self._import_records(bank, prepared, now_ms)
+            new = await _not_held(bank, records)
+            records, reasons = [records[i] for i in new], [reasons[i] for i in new]
             _spare_pinned(bank, records)
             before = {r.id: bank.latest(r.id) for r in records}
             await bank.commit(records)
-        reasons = [redaction_reason(found) for *_, found in prepared]
         for event, record, reason in _changes(bank, records, before, reasons):
             self._emit_item(event, name, record, reason)
         self._embed_soon(bank)
@@ -230,6 +232,18 @@ def _changes(
         if event is not None:
             out.append((event, record, reasons[i]))
     return out
+
+
+async def _not_held(bank: Bank, records: list[Memory]) -> list[int]:
+    """The positions of `records` the log does not already hold as they are: an export imported
+    again (a migration run twice) appended every revision a second time, and each memory's
+    history listed it twice. The latest records are compared in RAM; the log is read only for
+    the ids of records that are not."""
+    kept = [i for i, r in enumerate(records) if bank.latest(r.id) != r]
+    if not kept:
+        return []
+    held = {(r.id, r.revision): r for r in await bank.revisions({records[i].id for i in kept})}
+    return [i for i in kept if held.get((records[i].id, records[i].revision)) != records[i]]
 
 
 def _spare_pinned(bank: Bank, records: Sequence[Memory]) -> None:
