@@ -75,6 +75,16 @@ class TestE5:
         text = "what kind of dog do I have?"
         assert await e5.embed_query(text) != (await e5.embed([text]))[0]
 
+    async def test_a_lone_surrogate_is_embedded_as_a_replacement_character(
+        self, e5: E5Embedder
+    ) -> None:
+        """A query cut inside an emoji (`"\\ud83d"` from a JavaScript client) embeds as the text
+        with U+FFFD in its place: it failed the engine's UTF-8 encoding, and the recall fell
+        back to lexical."""
+        text, replaced = "tea \ud83d time", "tea \ufffd time"
+        assert await e5.embed_query(text) == await e5.embed_query(replaced)
+        assert await e5.embed([text, "ok"]) == await e5.embed([replaced, "ok"])
+
     async def test_portuguese_and_english_meet(self, e5: E5Embedder) -> None:
         """The reason it is the default: a Portuguese question is closest to the English fact."""
         facts = await e5.embed(["The user is allergic to peanuts.", "The user lives in Lisbon."])

@@ -157,6 +157,30 @@ def test_a_keyword_no_call_could_name_is_refused(term: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("group", "terms"),
+    [
+        (["k8s", "helm"], ("helm", "k8s")),
+        (["K8S", "helm"], ("helm", "k8s")),
+        (["i18n", "e2e"], ("e2e", "i18n")),
+        (["aws", "s3"], ("aws", "s3")),
+        (["ec2", "utf8mb4", "sha256"], ("ec2", "sha256", "utf8mb4")),
+    ],
+)
+def test_a_keyword_mixing_letters_and_digits_is_one_term(
+    group: list[str], terms: tuple[str, ...]
+) -> None:
+    """`k8s`, `i18n`, `e2e`, `s3` are specific terms a call names as written: they were refused
+    as two words (`k8` + `s`) or, for `s3`, as too short to be specific."""
+    assert prepare_anchors(keyword_groups=[group]).keyword_groups == (terms,)
+
+
+@pytest.mark.parametrize("term", ["io", "42", "2024", "8s", "k8-s", "v1.2", "K8sClient"])
+def test_short_words_numbers_and_pieces_stay_refused(term: str) -> None:
+    with pytest.raises(InvalidInput, match=r"too broad|one word"):
+        prepare_anchors(keyword_groups=[[term, "helm"]])
+
+
 def test_title_is_one_line_redacted_and_bounded_in_bytes() -> None:
     assert prepare_title("  Run   make gen\nafter protos ") == ("Run make gen after protos", [])
     assert len(prepare_title("é" * (MAX_TITLE_BYTES // 2))[0].encode()) == MAX_TITLE_BYTES

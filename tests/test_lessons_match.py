@@ -50,6 +50,9 @@ LESSONS: dict[str, dict[str, Any]] = {
     "api-test": {"files": ["tests/test_api.py"]},
     "readme": {"files": ["README.md"]},
     "resume": {"files": ["docs/r\u00e9sum\u00e9 notes.md"]},
+    "k8s-group": {"groups": [["k8s", "helm"]]},
+    "s3-group": {"groups": [["aws", "s3"]]},
+    "i18n-group": {"groups": [["i18n", "e2e"]]},
     "everything": {
         "files": ["proto/user.proto"],
         "folders": ["proto"],
@@ -60,7 +63,10 @@ LESSONS: dict[str, dict[str, Any]] = {
 
 
 # Only in the cases naming them.
-_ASKED_FOR = frozenset({"notes", "site-content", "js-folder", "api-test", "resume", "readme"})
+_ASKED_FOR = frozenset(
+    {"notes", "site-content", "js-folder", "api-test", "resume", "readme"}
+    | {"k8s-group", "s3-group", "i18n-group"}
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,39 @@ CASES = [
             ("everything", IDENTIFIER_SCORE),  # its group matches too: the identifier wins
             ("bedrock-group", GROUP_SCORE),  # `configure_bedrock` split gives "bedrock"
         ],
+    ),
+    # Terms that mix letters and digits are one word on both sides (`k8s`, not k8 + s).
+    Case(
+        "a term with digits inside, from a shell argument",
+        "Bash",
+        {"command": "kubectl --context k8s-prod rollout restart && helm list"},
+        [("k8s-group", GROUP_SCORE)],
+        lessons=("k8s-group", "s3-group", "i18n-group"),
+    ),
+    Case(
+        "a term with digits inside, from a path and an upper-case name",
+        "Edit",
+        {
+            "file_path": f"{ROOT}/deploy/k8s/values.yaml",
+            "old_string": "HELM_TIMEOUT: 5m",
+            "new_string": "",
+        },
+        [("k8s-group", GROUP_SCORE)],
+        lessons=("k8s-group", "s3-group", "i18n-group"),
+    ),
+    Case(
+        "a two-character term of a letter and a digit, and terms inside camel and snake names",
+        "Bash",
+        {"command": "aws s3 cp build s3://bucket && npm run test:e2e -- --grep useI18nHook"},
+        [("i18n-group", GROUP_SCORE), ("s3-group", GROUP_SCORE)],
+        lessons=("k8s-group", "s3-group", "i18n-group"),
+    ),
+    Case(
+        "the pieces of such a term are not the term: k8 and s never make k8s",
+        "Bash",
+        {"command": "echo k8 s && helm version"},
+        [],
+        lessons=("k8s-group", "s3-group", "i18n-group"),
     ),
     # --- folders, component by component ---------------------------------------------------------
     Case(

@@ -121,6 +121,14 @@ class TestVectors:
         assert math.isclose(math.sqrt(sum(x * x for x in empty)), 1.0, abs_tol=1e-5)
         assert await embedder.embed([]) == []
 
+    async def test_a_lone_surrogate_is_embedded_as_a_replacement_character(
+        self, embedder: LocalEmbedder
+    ) -> None:
+        """A text cut inside an emoji (`"\\ud83d"`) embeds as the text with U+FFFD in its place:
+        the tokenizer refused it with a TypeError, and the recall fell back to lexical."""
+        text, replaced = "tea \ud83d time", "tea \ufffd time"
+        assert await embedder.embed([text, "ok"]) == await embedder.embed([replaced, "ok"])
+
     async def test_a_bare_string_is_refused(self, embedder: LocalEmbedder) -> None:
         """`embed("text")` would otherwise embed every character."""
         with pytest.raises(TypeError):

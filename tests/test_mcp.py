@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 
-from .rawhttp import split_url
+from .processes import read_line
+from .rawhttp import request, split_url
 from .served import ENV, cli, serving
 
 AGENT_SET = {
@@ -37,6 +39,17 @@ AGENT_SET = {
     "memory_delete",
     "memory_pin",
 }
+
+
+LESSON: dict[str, Any] = {
+    "text": "Helm charts fail to render when values.yaml has tabs.",
+    "category": "lesson",
+    "title": "Lint the chart before a deploy",
+    "recommendation": "Run `helm lint` before deploying a chart.",
+}
+
+
+READ_VALUES: dict[str, Any] = {"tool": "Read", "arguments": {"file_path": "deploy/values.yaml"}}
 
 
 def _tools(service: MemoryService, seen: list[Caller], **options: Any) -> McpTools:
@@ -70,7 +83,12 @@ class TestToolSurface:
             else:  # written out where used (test_input_schemas_carry_no_references)
                 assert tool.input_schema["properties"].keys() == golden["properties"].keys()
                 assert tool.input_schema.get("required") == golden.get("required")
-            assert tool.output_schema == catalog.json_schema(spec.response)
+            golden_out = catalog.json_schema(spec.response)
+            if "definitions" not in golden_out:
+                assert tool.output_schema == golden_out
+            else:  # written out where used (test_output_schemas_carry_no_references)
+                assert tool.output_schema is not None
+                assert tool.output_schema["properties"].keys() == golden_out["properties"].keys()
             hints = tool.annotations
             assert hints is not None
             assert hints.read_only_hint is spec.hints.read_only
@@ -97,6 +115,52 @@ class TestToolSurface:
         assert mode["default"] == "hybrid" and mode["description"].startswith("`hybrid`")
         anchors = listed["memory_save"].input_schema["properties"]["anchors"]["anyOf"][0]
         assert anchors["additionalProperties"] is False and "files" in anchors["properties"]
+
+    async def test_output_schemas_carry_no_references_and_describe_the_results(
+        self, service: MemoryService
+    ) -> None:
+        """An output schema is written out like an input schema: a client that resolves no `$ref`
+        could not check a result typed by one (`memory_recall`'s hits, `memory_save`'s memory).
+        Each result validates against its own tool's advertised schema, checked with no reference
+        resolution beyond the schema itself (as the SDK's client does)."""
+        from jsonschema.validators import validator_for
+        from referencing import Registry
+
+        for bank in (None, "blog"):
+            for tool in _tools(service, [], tools="approval", bank=bank).list():
+                assert tool.output_schema is not None, tool.name
+                text = json.dumps(tool.output_schema)
+                assert "$ref" not in text and "definitions" not in tool.output_schema, tool.name
+        tools = _tools(service, [], tools="approval")
+        listed = {tool.name: tool for tool in tools.list()}
+        recall = listed["memory_recall"].output_schema["properties"]["memories"]  # type: ignore[index]
+        assert recall["items"]["properties"]["memory"]["properties"]["text"]["type"] == "string"
+        saved = await tools.call("memory_save", {"text": "The user deploys with helm"})
+        lesson = {**LESSON, "anchors": {"files": ["deploy/values.yaml"]}}
+        assert not (await tools.call("memory_save", lesson)).is_error
+        memory_id = saved.structured_content["memory"]["id"]  # type: ignore[index]
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("memory_recall", {"query": "helm"}),
+            ("memory_get", {"id": memory_id}),
+            ("memory_list", {}),
+            ("memory_history", {"id": memory_id}),
+            ("memory_tags", {}),
+            ("memory_stats", {}),
+            ("memory_preview", {"query": "helm"}),
+            ("memory_bank_get", {"name": "main"}),
+            ("memory_lessons_match", READ_VALUES),
+            ("memory_pin", {"id": memory_id, "pinned": True}),
+        ]
+        for name, arguments in calls:
+            result = await tools.call(name, arguments)
+            assert not result.is_error, (name, _text(result))
+            schema = listed[name].output_schema
+            assert schema is not None
+            validator = validator_for(schema)(schema, registry=Registry())
+            errors = [e.message for e in validator.iter_errors(result.structured_content)]
+            assert errors == [], name
+            if name == "memory_lessons_match":  # a card was delivered, and checked
+                assert result.structured_content["cards"], result.structured_content  # type: ignore[index]
 
     async def test_approval_tools_and_a_pinned_bank(self, service: MemoryService) -> None:
         """`tools="approval"` adds the functions an operator approves; a pinned bank leaves
@@ -392,3 +456,122 @@ async def test_a_stdio_recall_gets_the_semantic_arm_once_a_server_embedded_the_b
     assert found.structured_content["retrieval"] == "bm25-entity-semantic"  # type: ignore[index]
     hits = found.structured_content["memories"]  # type: ignore[index]
     assert hits[0]["memory"]["id"] == saved.structured_content["memory"]["id"]  # type: ignore[index]
+
+
+def _raw_stdio_session(data_dir: Path, lines: list[bytes]) -> list[dict[str, Any]]:
+    """`memory-worker mcp` driven by hand: the handshake, then each raw line, each answer read
+    with a deadline (a line that gets none fails the test instead of hanging it)."""
+    proc = subprocess.Popen(
+        cli("mcp", "--data-dir", str(data_dir)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+        bufsize=0,
+    )
+    assert proc.stdin is not None
+    answers: list[dict[str, Any]] = []
+    try:
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        }
+        proc.stdin.write(json.dumps(hello).encode() + b"\n")
+        assert json.loads(read_line(proc, time.monotonic() + 60))["id"] == 0
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        for line in lines:
+            proc.stdin.write(line + b"\n")
+            try:
+                answers.append(json.loads(read_line(proc, time.monotonic() + 10)))
+            except AssertionError as exc:
+                raise AssertionError(f"no answer to {line!r}: {exc}") from None
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return answers
+
+
+def test_a_lone_surrogate_over_stdio_is_answered_and_the_session_goes_on(tmp_path: Path) -> None:
+    """A request holding a lone surrogate escape (`"\\ud800"`, a JavaScript string cut inside an
+    emoji) is answered `invalid_input` as every other door answers it (a tool error for a tool
+    call, a JSON-RPC error for another request); a line that is not JSON or not a JSON-RPC
+    message is answered as JSON-RPC says. The SDK could not decode any of them and answered
+    nothing, so the client waited for good. The next request is served."""
+    save = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "memory_save", "arguments": {"text": "The user likes \ud800 tea"}},
+    }
+    listing = {"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"cursor": "\udfff"}}
+    named = {"jsonrpc": "2.0", "id": "n\ud800", "method": "tools/list"}  # no UTF-8 form to echo
+    answers = _raw_stdio_session(
+        tmp_path / "data",
+        [
+            json.dumps(save).encode(),
+            json.dumps(listing).encode(),
+            json.dumps(named).encode(),
+            b'{"jsonrpc": "2.0", "id": 9, "method": ',
+            b'[{"jsonrpc": "2.0", "id": 11, "method": "tools/list"}]',  # a batch: MCP has none
+            b'{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"memory_list"}}',
+        ],
+    )
+    surrogate, listed, unnamed, garbage, batch, after = answers
+    assert surrogate["id"] == 7 and surrogate["result"]["isError"] is True, surrogate
+    text = surrogate["result"]["content"][0]["text"]
+    assert text.startswith("invalid_input: ") and "lone surrogate" in text
+    assert surrogate["result"]["structuredContent"]["error"]["code"] == "invalid_input"
+    assert listed["id"] == "l" and listed["error"]["code"] == -32602, listed
+    assert listed["error"]["message"].startswith("invalid_input: ")
+    assert unnamed["id"] is None and unnamed["error"]["code"] == -32602, unnamed
+    assert garbage["id"] is None and garbage["error"]["code"] == -32700, garbage
+    assert batch["id"] is None and batch["error"]["code"] == -32600, batch
+    assert after["id"] == 10 and after["result"]["structuredContent"]["total"] == 0, after
+
+
+async def test_a_lone_surrogate_over_http_is_the_same_invalid_input(tmp_path: Path) -> None:
+    """Over streamable HTTP the SDK answered a lone surrogate escape with a bare `Parse error:
+    unexpected end of hex escape` (a transport failure to the client, which the model cannot act
+    on): it is the tool error `invalid_input` stdio and REST answer, and a request that is not a
+    tool call a JSON-RPC `invalid_input` error."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    save = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "memory_save", "arguments": {"text": "The user likes \ud800 tea"}},
+    }
+    listing = {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"cursor": "\udfff"}}
+    named = {"jsonrpc": "2.0", "id": "n\ud800", "method": "tools/list"}
+    pair = {**save, "params": {"name": "memory_save", "arguments": {"text": "Tea \ud83d\ude00"}}}
+    try:
+        answers = [
+            await asyncio.to_thread(
+                request, url, "POST", "/mcp/blog", json.dumps(body), headers=headers
+            )
+            for body in (save, listing, named, pair)
+        ]
+    finally:
+        await server.close()
+    saved, listed, unnamed, emoji = answers
+    assert saved.status == 200, saved.body
+    result = saved.json()["result"]
+    assert result["isError"] is True and result["content"][0]["text"].startswith("invalid_input: ")
+    assert "lone surrogate" in result["content"][0]["text"]
+    assert listed.json()["error"]["message"].startswith("invalid_input: "), listed.body
+    assert listed.json()["id"] == 8 and unnamed.json()["id"] is None, unnamed.body
+    assert emoji.status == 200 and emoji.json()["result"]["isError"] is False, emoji.body

@@ -110,6 +110,29 @@ async def test_a_reinforcement_keeps_the_vector(store: Store, clock: FixedClock)
     assert len(embedder.calls) == calls
 
 
+async def test_a_long_query_is_embedded_by_its_beginning_and_end(
+    store: Store, clock: FixedClock
+) -> None:
+    """A query as long as a pasted log (the hook's query is the whole user message) is embedded
+    as its first and last `QUERY_EMBED_CHARS // 2` characters, about one window of the default
+    model: the whole of it held the local engine for minutes past the query's 2 s timeout (~1 s
+    per 512-token window on one core), every later query waiting behind it, and a remote
+    provider refused it. A pasted log's question comes before it or after it."""
+    from memory_worker.app.embedding import QUERY_EMBED_CHARS
+
+    embedder = FakeEmbedder()
+    service = _service(store, clock, embedder)
+    target = await _save(service, "Rafa publishes blog posts weekly")
+    await service.settle()
+    query = "writes essays? " + "a log line of no interest " * 4_000 + " does Rafa blog?"
+    result = await catalog.call(service, "memory::recall", {"query": query})
+    [embedded] = embedder.calls[-1]
+    assert len(embedded) <= QUERY_EMBED_CHARS + 3
+    assert embedded.startswith("writes essays? ") and embedded.endswith(" does Rafa blog?")
+    assert result["retrieval"] == "bm25-entity-semantic"
+    assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
+
+
 class TestEmbedderChoice:
     def test_one_shot_commands_load_the_model_only_when_used(self) -> None:
         from memory_worker.adapters.cli import _embedder

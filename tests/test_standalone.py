@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -161,6 +163,63 @@ class TestRest:
         status, body = _post(served.url, "/memory/save", method="GET")
         assert (status, body["error"]["code"]) == (405, "method_not_allowed")
 
+    def test_a_malformed_request_is_one_log_line_not_a_traceback(self, served: Served) -> None:
+        """What aiohttp's parser refuses (a bad request line, header, length, chunk, a line past
+        its limit) is answered 400 and logged as one line: each was aiohttp's own error with a
+        full traceback, so any client could fill the log at will."""
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        malformed = [
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n",
+            b"GET /healthz HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+            b"GET /healthz HTTP/1.1 junk\r\n\r\n",
+            b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n",
+            b"POST /memory/recall HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /x\x00 HTTP/1.1\r\n\r\n",
+        ]
+        before = len(served.stderr())
+        for raw in malformed:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(raw)
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.split(b" ", 2)[1] == b"400", (raw[:60], answer[:200])
+        logged = served.stderr()[before:]
+        assert "Traceback" not in logged
+        lines = logged.splitlines()
+        refused = [json.loads(line) for line in lines if "bad_http_request" in line]
+        assert len(refused) == len(malformed) == len(lines), logged
+        assert all(entry["level"] == "info" and "\n" not in entry["error"] for entry in refused)
+
+    def test_a_body_that_cannot_be_decoded_is_invalid_input_not_a_bug(self, served: Served) -> None:
+        """A body aiohttp cannot read (a `Content-Encoding` it is not in) is the client's error:
+        `400 invalid_input` and one log line. It was a `500 internal` with a traceback logged as
+        a server bug, and a second one as aiohttp drained the body."""
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        head = (
+            b"POST /memory/save HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\n"
+        )
+        bodies = [
+            (head + b"Content-Encoding: gzip\r\nContent-Length: 4\r\n\r\n", b"abcd"),
+            (
+                head + b"Content-Encoding: gzip\r\nContent-Length: 20\r\n\r\n",
+                b"\x1f\x8b" + b"!" * 18,
+            ),
+        ]
+        before = len(served.stderr())
+        for sent_head, body in bodies:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(sent_head)
+                sock.sendall(body)
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.split(b" ", 2)[1] == b"400", (body, answer[:300])
+            assert b'"code": "invalid_input"' in answer, answer
+        logged = served.stderr()[before:]
+        assert "Traceback" not in logged and "request_failed" not in logged, logged
+
     def test_healthz_names_mode_and_data_dir(self, served: Served) -> None:
         """`GET /healthz` reports the standalone mode and the resolved data dir."""
         status, body = _post(served.url, "/healthz", method="GET")
@@ -303,6 +362,21 @@ class TestInProcess:
         assert "secret" not in body["error"]["message"]
         failed = [e for e in logs if e["event"] == "request_failed"]
         assert failed and failed[0]["exc_info"] is True and failed[0]["log_level"] == "error"
+
+    def test_aiohttp_s_other_errors_keep_their_traceback(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Only what aiohttp's parser refuses is shortened: any other error aiohttp logs (one
+        past the routes' own handling) still reaches its logger with the traceback."""
+        server_log = standalone._ProtocolLog()
+        with caplog.at_level(logging.ERROR, logger="aiohttp.server"):
+            try:
+                raise RuntimeError("a bug")
+            except RuntimeError as exc:
+                server_log.exception("Error handling request from %s", "127.0.0.1", exc_info=exc)
+        (record,) = caplog.records
+        assert record.name == "aiohttp.server" and record.exc_info is not None
+        assert record.getMessage() == "Error handling request from 127.0.0.1"
 
     async def test_close_is_idempotent_and_releases_the_lock(self, data_dir: Path) -> None:
         """`close()` twice is fine, and the data dir can be opened again afterwards."""

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from memory_worker.core.errors import SiblingUnavailable
-from memory_worker.core.text import language, tokenize
+from memory_worker.core.text import language, tokenize, utf8_safe
 
 __all__ = [
     "ALIGNMENT_OFFSETS",
@@ -172,7 +172,8 @@ class E5Embedder:
         """`embed` (or queries, with `query=True`) on the calling thread: benchmarks, scripts."""
         if isinstance(texts, str):
             raise TypeError("embed takes a sequence of texts, not one string")
-        texts = list(texts)
+        # A lone surrogate has no UTF-8 form for the engine: the text is embedded with U+FFFD.
+        texts = [utf8_safe(text) for text in texts]
         if not texts:
             return []
         vectors = self._raw(texts, query)

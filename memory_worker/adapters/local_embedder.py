@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.text import utf8_safe
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -235,7 +236,8 @@ class LocalEmbedder:
         """`embed` on the calling thread (benchmarks, scripts); blocks while another call runs."""
         if isinstance(texts, str):
             raise TypeError("embed takes a sequence of texts, not one string")
-        texts = list(texts)
+        # A lone surrogate has no UTF-8 form for the tokenizer: the text is embedded with U+FFFD.
+        texts = [utf8_safe(text) for text in texts]
         if not texts:
             return []
         with self._lock:

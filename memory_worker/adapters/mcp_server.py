@@ -5,8 +5,8 @@ server.
 - Tools come from the catalog, nothing is written twice: by default the functions agents may call
   (`spec.agents`), with `--tools approval` also those an operator approves per use. Each tool's
   name is its REST path with `_` (`memory::save` → `memory_save`: MCP names allow no `:`), its
-  description and input/output schemas the catalog's (the golden schemas' source; an input
-  schema's definitions written out where they are used: some clients resolve no `$ref`), its
+  description and input/output schemas the catalog's (the golden schemas' source; a schema's
+  definitions written out where they are used: some clients resolve no `$ref`), its
   read-only / destructive / idempotent annotations the catalog's hints.
 - Models guess argument names: `q` or `text` for `query`, `memory_id` for `id`, `k` for
   `limit`, camelCase for snake_case, … (`ALIASES`) are read as the real field when that field was
@@ -19,6 +19,9 @@ server.
   another bank is refused (`invalid_input`), never served from the other bank, and the tools that
   name no bank but look at all of them (`bank::list`, `doctor`) are not offered. Its tool list
   follows the bank's `conscious_access`: none at `none`, the read-only tools at `read`.
+- A request holding a lone surrogate escape (`"\\ud800"`), which the SDK cannot decode, is
+  answered here as every door answers such text: `invalid_input` (a tool error for a tool call).
+  Over stdio, lines the SDK drops unanswered (not JSON, not JSON-RPC) get JSON-RPC's errors.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
   client; the GET stream of server-sent messages is 405, as there are none): it sits behind the
   standalone server's own access checks like every other route.
@@ -35,12 +38,15 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anyio
 import mcp_types as types
+import pydantic
 from aiohttp import web
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.message import SessionMessage
 
 from memory_worker.adapters.doors import Door
 from memory_worker.app import catalog
@@ -117,13 +123,19 @@ def _inlined(node: Any, definitions: Mapping[str, Any], seen: tuple[str, ...] = 
     return {k: _inlined(v, definitions, seen) for k, v in node.items()}
 
 
-def _schema(spec: FunctionSpec, model: Any, *, pinned: bool) -> dict[str, Any]:
+def _self_contained(model: Any) -> dict[str, Any]:
+    """`model`'s catalog schema with its definitions written out where they are used."""
     schema = catalog.json_schema(model)
     definitions = schema.pop("definitions", None)
     if definitions:
         schema = _inlined(schema, definitions)
         if "$ref" in json.dumps(schema):  # a recursive model: its references need their targets
             schema["definitions"] = definitions
+    return schema
+
+
+def _schema(spec: FunctionSpec, model: Any, *, pinned: bool) -> dict[str, Any]:
+    schema = _self_contained(model)
     named = spec.request.bank_field
     if pinned and named in schema.get("properties", {}):
         schema["properties"] = {k: v for k, v in schema["properties"].items() if k != named}
@@ -149,7 +161,8 @@ def _tool(spec: FunctionSpec, *, pinned: bool) -> types.Tool:
         title=_title(spec),
         description=spec.description,
         input_schema=_schema(spec, spec.request, pinned=pinned),
-        output_schema=catalog.json_schema(spec.response),
+        # Written out too: a client that checks results against it resolves no `$ref` either.
+        output_schema=_self_contained(spec.response),
         annotations=types.ToolAnnotations(
             title=_title(spec),
             read_only_hint=hints.read_only,
@@ -317,11 +330,131 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
     )
 
 
+def _has_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _rpc_error(request_id: Any, code: int, message: str) -> SessionMessage:
+    error = types.ErrorData(code=code, message=message)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def _undecodable_answer(exc: Exception) -> SessionMessage | None:
+    """The answer to a stdio line the SDK could not decode (it hands the transport's exception
+    over and answers nothing, so the client waits for good), or None when none is due.
+
+    A lone surrogate escape (`"\\ud800"`: a JavaScript string cut inside an emoji) is valid JSON
+    text the SDK's decoder refuses: the request is answered `invalid_input`, as every other door
+    answers such text, a tool call as a tool error. Other lines are answered as JSON-RPC 2.0
+    says: a parse error, or an invalid request, with the request's id when it can be read (null
+    when not); a notification is never answered."""
+    if not isinstance(exc, pydantic.ValidationError):
+        return None
+    invalid = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
+    line = invalid["input"] if invalid is not None else None
+    if invalid is None or not isinstance(line, (str, bytes)):  # JSON, but not JSON-RPC
+        log.info("mcp_stdio_invalid_request", error=str(exc.errors()[0]["msg"])[:200])
+        return _rpc_error(None, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC message")
+    # The decoder's own words, as the SDK answers a parse error over HTTP.
+    error = f"Parse error: {invalid.get('ctx', {}).get('error') or invalid['msg']}"[:300]
+    try:
+        message = json.loads(line)  # Python's decoder reads a lone surrogate escape as one
+    except (ValueError, RecursionError):
+        message = None
+    if not isinstance(message, dict):
+        log.info("mcp_stdio_unparsable", size=len(line), error=error)
+        return _rpc_error(None, types.PARSE_ERROR, error)
+    if "id" not in message:
+        return None  # a notification: never answered
+    if not _has_surrogate(message):  # a number past the decoder's range, NaN: not our JSON
+        log.info("mcp_stdio_unparsable", size=len(line), error=error)
+        return _rpc_error(_request_id(message), types.PARSE_ERROR, error)
+    return SessionMessage(_surrogate_answer(message))
+
+
+def _request_id(message: Mapping[str, Any]) -> Any:
+    """The id to answer `message` with: JSON-RPC's null id for an id that is not one, or that
+    holds a lone surrogate itself (it has no UTF-8 form to echo back)."""
+    given = message.get("id")
+    valid = isinstance(given, (int, str)) and not isinstance(given, bool)
+    return given if valid and not _has_surrogate(given) else None
+
+
+def _surrogate_answer(message: Mapping[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError:
+    """The answer to a request holding a lone surrogate (`message`, as Python's decoder read
+    it): `invalid_input`, a tool error for a tool call, a JSON-RPC error otherwise."""
+    request_id = _request_id(message)
+    err = InvalidInput("the request contains invalid Unicode (a lone surrogate)")
+    log.info("mcp_request_undecodable", method=str(message.get("method"))[:64], error=str(err))
+    if message.get("method") == "tools/call" and request_id is not None:
+        result = _failed(err).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)
+    error = types.ErrorData(code=types.INVALID_PARAMS, message=str(err))
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+
+
+def _surrogate_request(body: bytes) -> dict[str, Any] | None:
+    """The request an HTTP `body` holds when it holds a lone surrogate escape (which the SDK's
+    decoder refuses as a parse error), else None."""
+    if b"\\u" not in body:  # no escape at all: the common case costs one scan
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(message, dict) and "id" in message and _has_surrogate(message):
+        return message
+    return None
+
+
+class _Answering:
+    """The stdio transport's read stream, answering itself the lines the SDK could not decode
+    (`_undecodable_answer`) and passing everything else on as it came."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self._inner = inner
+        self._write = write
+
+    @property
+    def last_context(self) -> Any:  # the sender's context the SDK restores per message
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            answer = _undecodable_answer(item) if isinstance(item, Exception) else None
+            if answer is None:
+                return item
+            await self._write.send(answer)
+
+    def __aiter__(self) -> _Answering:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 async def serve_stdio(tools: McpTools, *, version: str = "") -> int:
     """MCP over this process's stdin/stdout until the client closes it."""
     server = build_server(tools, version=version)
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(_Answering(read, write), write, server.create_initialization_options())
     return 0
 
 
@@ -372,6 +505,12 @@ class McpHttp:
             # and the SDK's stream never ended, holding the server's stop. 405 is the spec's
             # "no stream here", which clients (the TypeScript SDK) take in stride.
             raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        surrogate = _surrogate_request(await request.read())
+        if surrogate is not None:  # answered here, as stdio and REST answer it
+            answer = _surrogate_answer(surrogate)
+            status = 200 if isinstance(answer, types.JSONRPCResponse) else 400
+            body = answer.model_dump(by_alias=True, mode="json", exclude_unset=True)  # `id: null`
+            return web.json_response(body, status=status)
         state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
         return await _asgi(self._manager.handle_request, request, state)
 

@@ -42,6 +42,7 @@ import contextlib
 import errno
 import functools
 import json
+import logging
 import os
 import secrets
 import signal
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from memory_worker.adapters import access
@@ -130,6 +132,33 @@ class _PolicySource:
 _POLICY_KEY = web.AppKey("policy", _PolicySource)
 _BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
 _json = functools.partial(json.dumps, ensure_ascii=False)
+
+
+class _ProtocolLog(logging.Logger):
+    """aiohttp's server log (`aiohttp.server`), where a request its parser refuses (a bad
+    request line or header, a line past its limit) is one `bad_http_request` line: aiohttp
+    logged each with a full traceback, so any client could fill the log at will. Everything
+    else, a handler's unexpected error with its traceback first, goes on to aiohttp's logger."""
+
+    def __init__(self) -> None:
+        super().__init__("aiohttp.server")
+        self.parent = logging.getLogger("aiohttp.server")  # its handlers and level, as before
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            log.info(
+                "bad_http_request",
+                client=str(args[0]) if args else None,
+                status=exc_info.code,
+                error=" ".join(str(exc_info.message).split())[:200] or type(exc_info).__name__,
+            )
+            return
+        if isinstance(exc_info, web.RequestPayloadError):
+            # Met while aiohttp drains a body it cannot read after the answer (one `_body`
+            # refused and logged already): the client's error, not a traceback.
+            log.debug("bad_http_body_drained", error=" ".join(str(exc_info).split())[:200])
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 def _dumps(value: object) -> str:
@@ -241,6 +270,14 @@ async def _body(request: web.Request, handler: Handler) -> web.StreamResponse:
     except ConnectionError:  # the client left mid-body: nobody to answer, nothing to log
         response = _error(400, "invalid_input", "the connection closed before the body arrived")
         response.force_close()
+        return response
+    except web.RequestPayloadError as exc:
+        # A body aiohttp cannot read (a bad chunk, a `Content-Encoding` it is not in): the
+        # client's error, one line, not a server bug's 500 and traceback.
+        detail = " ".join(str(exc).split())[:200]
+        log.info("bad_http_request", client=request.remote, status=400, error=detail)
+        response = _error(400, "invalid_input", f"the request body cannot be read: {detail}")
+        response.force_close()  # the rest of the body is not in a state to be skipped
         return response
     return await handler(request)
 
@@ -546,6 +583,7 @@ class StandaloneServer:
                     body_timeout_s=self.body_timeout_s,
                 ),
                 access_log=None,
+                logger=_ProtocolLog(),
                 shutdown_timeout=self.shutdown_timeout_s,
                 keepalive_timeout=self.idle_timeout_s,
                 lingering_time=1.0,

@@ -20,11 +20,33 @@ from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["EMBED_BATCH", "QUERY_EMBED_TIMEOUT_S", "EmbeddingWork"]
+__all__ = [
+    "EMBED_BATCH",
+    "QUERY_EMBED_CHARS",
+    "QUERY_EMBED_TIMEOUT_S",
+    "EmbeddingWork",
+    "embedded_part",
+]
 
 log = get_logger(__name__)
 
 EMBED_BATCH = 64
+# What of a query is embedded: at most this many characters, about 250 tokens, embedded well
+# inside the query's timeout on a loaded CPU (~1 s per 1000 characters for the local model). A
+# query as long as a pasted log (the hook's query is the whole user message) held the local
+# engine for minutes after its timeout, each later query waiting behind it, and a remote provider
+# refused it. Its beginning and its end are kept: a pasted log's question comes before it ("why
+# does this fail:") or after it. The lexical arm still reads the whole query.
+QUERY_EMBED_CHARS = 1_000
+
+
+def embedded_part(query: str) -> str:
+    """What of `query` the semantic arm embeds: all of it, or its first and last
+    `QUERY_EMBED_CHARS // 2` characters."""
+    if len(query) <= QUERY_EMBED_CHARS:
+        return query
+    half = QUERY_EMBED_CHARS // 2
+    return f"{query[:half]} … {query[-half:]}"
 
 
 class EmbeddingWork(ServiceBase):
@@ -47,6 +69,7 @@ class EmbeddingWork(ServiceBase):
         model = embedder.model
         if not bank.semantic_ready(model):
             return None  # its re-embedding (started by the change) has not finished
+        text = embedded_part(text)
         try:
             if isinstance(embedder, QueryEmbedder):
                 vector = await asyncio.wait_for(

@@ -50,6 +50,7 @@ __all__ = [
     "render_lessons",
     "split_words",
     "tokens",
+    "topic_words",
 ]
 
 LESSON = "lesson"
@@ -78,6 +79,14 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Topic words of a name: snake_case parts, camelCase humps (`HTTPServer` → http, server), digits
 # kept on the word they follow (`sha256`, `utf8`).
 _WORD = re.compile(r"[A-Z]+[0-9]*(?![a-z])|[A-Z]?[a-z]+[0-9]*|[0-9]+")
+# A word with digits inside it, in one case (`k8s`, `i18n`, `e2e`, `utf8mb4`, `K8S`, the `K8s`
+# of `useK8sClient`): `_WORD` cuts it after its digits (`k8` + `s`), so it is a topic word whole
+# as well, and a keyword may name it.
+_JOINED = re.compile(
+    r"[A-Z]?[a-z]+(?:[0-9]+[a-z]+)+[0-9]*"
+    r"|[A-Z][0-9]+[a-z]+(?:[0-9]+[a-z]+)*[0-9]*"
+    r"|[A-Z]+(?:[0-9]+[A-Z]+)+[0-9]*(?![a-z])"
+)
 _GLOB = re.compile(r"[*?\[\]{}]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # `src/app.py:42` in a card goes stale with the next edit above line 42 (seed 002: admission
@@ -134,6 +143,15 @@ def split_words(name: str) -> tuple[str, ...]:
     """The lowercase topic words of an identifier (`CLAUDE_CODE_USE_BEDROCK` → claude, code, use,
     bedrock; `configureBedrock` → configure, bedrock)."""
     return tuple(word.lower() for word in _WORD.findall(name))
+
+
+@lru_cache(maxsize=65_536)
+def topic_words(name: str) -> tuple[str, ...]:
+    """What a keyword group matches in an identifier: `split_words`, and each word with digits
+    inside it whole (`deploy_k8s` → deploy, k8, s, k8s)."""
+    parts = split_words(name)
+    joined = tuple(word.lower() for word in _JOINED.findall(name))
+    return parts + tuple(word for word in joined if word not in parts)
 
 
 def normalize_path(raw: str) -> str | None:
@@ -288,12 +306,15 @@ def _term(raw: str) -> str:
     # Split as written, before lowercasing: a call's words come from its names split at camel
     # humps too (`HTTPServer` → http, server), so a term that splits there would be admitted as
     # `httpserver` and never match a call that names it.
-    if split_words(raw.strip()) != (term,):
+    # `k8s` is one word too: a call's topic words hold it whole (`topic_words`).
+    if split_words(raw.strip()) != (term,) and term not in topic_words(raw.strip()):
         raise InvalidInput(
             f"each keyword is one word of letters and digits as a call spells it (HTTPServer "
             f"reads as http server), got {raw!r}"
         )
-    if len(term) < MIN_TERM_CHARS or term in STOPWORDS or term.isdigit():
+    # Two characters are a name when a letter and a digit (`s3`, `v8`), a broad word when not.
+    named = len(term) == 2 and term[0].isalpha() and term[1].isdigit()
+    if (len(term) < MIN_TERM_CHARS and not named) or term in STOPWORDS or term.isdigit():
         raise InvalidInput(f"keyword {raw!r} is too broad to be a specific term")
     return term
 

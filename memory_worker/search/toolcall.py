@@ -23,7 +23,7 @@ from memory_worker.core.lessons import (
     MAX_IDENTIFIER_CHARS,
     nfc,
     normalize_path,
-    split_words,
+    topic_words,
 )
 from memory_worker.core.patch_headers import DIFF_HEADERS, PATCH_FILE_HEADERS
 
@@ -582,7 +582,7 @@ def _finish(reader: _Reader) -> Signals:
     identifiers = {name for name in identifiers if len(name) <= MAX_IDENTIFIER_CHARS}
     words: set[str] = set()
     for name in identifiers:
-        words.update(split_words(name))
+        words.update(topic_words(name))
     return Signals(tuple(reader.paths), frozenset(identifiers), frozenset(words))
 
 
