@@ -12,20 +12,27 @@ from typing import Any
 
 import pytest
 
+from memory_worker.app.caller import Caller
+from memory_worker.app.catalog import call
+from memory_worker.app.service import MemoryService
 from memory_worker.core.models import Confidence, Memory, Provenance
+from memory_worker.search.index import category_code
 from memory_worker.search.ranking import indexed
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import snapshot as snapshot_module
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
 from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE
 
-from .boots import NOW_MS
+from .boots import NOW_MS, session
 from .test_records_snapshot import seed, state
 
 
 @pytest.fixture(autouse=True)
 def small_banks_get_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 3)
+
+
+HUMAN = Caller.human("cli")
 
 
 def test_a_boot_from_both_snapshots_reads_the_logs_crc_once(
@@ -107,8 +114,33 @@ def index_state(bank: Bank) -> dict[str, Any]:
             bool(index.dated[slot]),
             float(index._length[slot]),
             index._doc_tags.get(memory_id, ()),
+            int(index.category[slot]),
         )
     return out
+
+
+def test_a_snapshot_boot_keeps_each_memorys_category_for_retention(tmp_path: Path) -> None:
+    async def work(service: MemoryService) -> None:
+        for n, category in enumerate(("context", None, "preference", "fact", "context")):
+            payload = {"bank": "b", "text": f"note {n} about the garden", "category": category}
+            saved = await call(service, "memory::save", payload, HUMAN)
+        await call(
+            service,
+            "memory::update",
+            {"bank": "b", "id": saved["memory"]["id"], "category": "procedure"},
+            HUMAN,
+        )
+
+    session(tmp_path, work)
+    folder = tmp_path / "b"
+    assert (folder / SNAPSHOT_FILE).is_file()
+    booted = Bank.load("b", folder)
+    kinds = {m.id: category_code(m.category) for m in booted.memories.values()}
+    assert {i: int(booted.index.category[booted.index.slot(i)]) for i in kinds} == kinds
+    assert sorted(kinds.values()) == [0, 0, 1, 2, 3]
+    for name in (RECORDS_FILE, SNAPSHOT_FILE):
+        (folder / name).unlink()
+    assert index_state(Bank.load("b", folder)) == index_state(booted)
 
 
 def _memory(n: int, **fields: Any) -> Memory:

@@ -154,3 +154,209 @@ class TestScheduledByConsolidation:
         assert report.banks[0].expired == 1 and report.banks[0].errors == []
         gone = (await call(service, "memory::get", id=ids["context"]))["memory"]
         assert gone["invalid_reason"] == "expired"
+
+
+class TestExpiredOnRead:
+    """A memory past its TTL stops surfacing when it expires, not at the next stats call or
+    restart: recall (every mode), preview and list leave it out at once, the read has it reaped
+    in the background (announced as every expiry is), and time travel still sees it before."""
+
+    @staticmethod
+    async def _bank(service: MemoryService, clock: FixedClock) -> dict[str, str]:
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        ids = {}
+        for key, text, extra in (
+            ("context", "The user is debugging a flaky parser test.", {"category": "context"}),
+            (
+                "pinned",
+                "The user is on call for the parser.",
+                {"category": "context", "pinned": True},
+            ),
+            ("fact", "The user wrote the parser in Rust.", {"category": "fact"}),
+            ("recent", "The user fixed a flaky parser test before.", {"category": "context"}),
+        ):
+            if key == "recent":
+                clock.advance_days(0.5)
+            ids[key] = (await call(service, "memory::save", text=text, **extra))["memory"]["id"]
+        await service.settle()
+        return ids
+
+    @staticmethod
+    def _ids(response: dict[str, Any]) -> list[str]:
+        return [m["memory"]["id"] if "memory" in m else m["id"] for m in response["memories"]]
+
+    async def test_recall_preview_and_list_leave_it_out_before_any_stats_call(
+        self, store: Any, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        from memory_worker.core.config import Settings
+
+        from .fakes import FakeEmbedder
+
+        service = MemoryService(
+            store, Settings(), emitter=emitter, clock=clock, embedder=FakeEmbedder()
+        )
+        ids = await self._bank(service, clock)
+        clock.advance_days(1)  # the first context memory is 1.5 days old, the other one 1 day
+        query = "flaky parser test"
+        for ask in (
+            {"mode": "lexical"},
+            {"mode": "hybrid"},
+            {"mode": "semantic"},
+            {"mode": "hybrid", "context": "debugging a flaky parser test", "intention": "debug"},
+        ):
+            found = self._ids(await call(service, "memory::recall", query=query, **ask))
+            assert ids["context"] not in found, ask
+            assert ids["recent"] not in found, ask  # exactly one day: past its TTL too
+        found = self._ids(await call(service, "memory::recall", query="parser", limit=10))
+        assert set(found) == {ids["pinned"], ids["fact"]}  # pinned never expires; facts have none
+        preview = await call(service, "memory::preview", query=query)
+        assert not {ids["context"], ids["recent"]} & set(self._ids(preview))
+        assert ids["context"] not in (preview["message"] or "")
+        listed = await call(service, "memory::list")
+        assert set(self._ids(listed)) == {ids["pinned"], ids["fact"]} and listed["total"] == 2
+
+    async def test_a_result_list_is_not_shortened_by_expired_memories(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        ids = await self._bank(service, clock)
+        clock.advance_days(0.5)  # only the first context memory is past its TTL
+        found = self._ids(
+            await call(service, "memory::recall", query="debugging flaky parser test", limit=1)
+        )
+        assert found == [ids["recent"]]
+
+    async def test_the_read_has_it_reaped_in_the_background_and_announced(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        ids = await self._bank(service, clock)
+        clock.advance_days(0.5)
+        emitter.clear()
+        await call(service, "memory::recall", query="flaky parser test")
+        await service.settle()  # the reap the recall scheduled (no sleep: it is awaited)
+        events = emitter.of(ITEM_CHANGED)
+        assert [(e["event_type"], e["memory"]["id"], e["reason"]) for e in events] == [
+            ("deleted", ids["context"], "expired")
+        ]
+        gone = (await call(service, "memory::get", id=ids["context"]))["memory"]
+        assert gone["invalid_reason"] == "expired"
+        stats = await call(service, "memory::stats")  # reports it (not retiring it again)
+        assert stats["expired"] == [ids["context"]] and len(emitter.of(ITEM_CHANGED)) == 1
+
+    async def test_stats_still_reports_what_a_read_had_reaped_since_the_last_stats(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """The reaper's report (`expired`, what consolidation counts) is not lost to the reap a
+        read asked for: the next stats call lists it, once."""
+        ids = await self._bank(service, clock)
+        clock.advance_days(0.5)
+        await call(service, "memory::recall", query="flaky parser test")
+        await service.settle()
+        assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
+        assert (await call(service, "memory::stats"))["expired"] == []
+        clock.advance_days(0.5)  # the other one expires: a save retires it before it lands
+        await call(service, "memory::save", text="The user likes the parser tests now.")
+        assert (await call(service, "memory::stats"))["expired"] == [ids["recent"]]
+
+    async def test_time_travel_sees_it_while_it_was_live(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        saved = clock.now_ms
+        ids = await self._bank(service, clock)
+        clock.advance_days(0.5)
+        query = "debugging flaky parser test"
+        for _ in range(2):  # before the reap, and after it
+            before = await call(service, "memory::recall", query=query, as_of=saved + DAY_MS // 2)
+            assert ids["context"] in self._ids(before)
+            after = await call(service, "memory::recall", query=query, as_of=saved + DAY_MS + 1)
+            assert ids["context"] not in self._ids(after)
+            await service.settle()
+
+    async def test_time_travel_after_a_late_reap_sees_it_until_its_expiry_only(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        saved = clock.now_ms
+        ids = await self._bank(service, clock)
+        clock.advance_days(2.5)  # reaped 3 days after it was saved, 2 days after it expired
+        assert ids["context"] in (await call(service, "memory::stats"))["expired"]
+        query = "debugging flaky parser test"
+        before = await call(service, "memory::recall", query=query, as_of=saved + DAY_MS // 2)
+        assert ids["context"] in self._ids(before)
+        after = await call(service, "memory::recall", query=query, as_of=saved + 2 * DAY_MS)
+        assert ids["context"] not in self._ids(after)  # expired then, though retired later
+
+    async def test_the_ambient_floor_never_hands_an_expired_memory(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        ids = await self._bank(service, clock)
+        clock.advance_days(1)
+        preview = await call(service, "memory::preview", query="hello there")
+        shown = set(self._ids(preview))
+        assert shown and not {ids["context"], ids["recent"]} & shown
+
+    async def test_tags_count_no_expired_memory(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        await call(service, "memory::save", text="Debugging the parser.", category="context",
+                   tags=["parser", "today"])  # fmt: skip
+        await call(service, "memory::save", text="The parser is in Rust.", tags=["parser"])
+        clock.advance_days(1)
+        tags = (await call(service, "memory::tags"))["tags"]
+        assert tags == [{"tag": "parser", "count": 1}]
+
+    async def test_a_memory_recategorised_into_a_ttl_expires_by_its_new_category(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        ids = await self._bank(service, clock)
+        await call(service, "memory::update", id=ids["fact"], category="context")
+        clock.advance_days(1)
+        found = self._ids(await call(service, "memory::recall", query="parser rust"))
+        assert ids["fact"] not in found and ids["pinned"] in found
+
+
+class TestExpiredAtTheCap:
+    async def test_a_save_into_a_full_bank_retires_the_expired_before_evicting_a_live_one(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        """A memory past its TTL still counted toward `max_memories`: the save evicted a live
+        memory (the least used) and the expired one lived on until the next sweep."""
+        await call(
+            service, "memory::bank::create", name="main", max_memories=2, retention={"context": 1}
+        )
+        old = await call(service, "memory::save", text="Debugging the parser.", category="context")
+        for _ in range(3):  # used often: the eviction order would keep it over the fact
+            await call(service, "memory::recall", query="debugging the parser")
+        fact = await call(service, "memory::save", text="The parser is written in Rust.")
+        clock.advance_days(1)
+        emitter.clear()
+        new = await call(service, "memory::save", text="The user lives in Porto.")
+        assert new["created"] and new.get("evicted") is None
+        listed = {m["id"] for m in (await call(service, "memory::list"))["memories"]}
+        assert listed == {fact["memory"]["id"], new["memory"]["id"]}
+        events = [(e["memory"]["id"], e.get("reason")) for e in emitter.of(ITEM_CHANGED)]
+        assert (old["memory"]["id"], "expired") in events
+        assert (fact["memory"]["id"], "evicted") not in events
+
+
+async def test_an_expired_answer_is_not_raised_in_by_its_question(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """The context raise (an answer saved after a recalled question in its session) admits only
+    what the query's filters admit: an answer past its TTL stays out."""
+    await call(service, "memory::bank::create", name="main", retention={"context": 1})
+    asked = await call(
+        service, "memory::save", text="What got you into trail running?", session_id="s1"
+    )
+    answer = await call(
+        service,
+        "memory::save",
+        text="My sister took me along one weekend.",
+        category="context",
+        session_id="s1",
+    )
+    found = await call(service, "memory::recall", query="what got you into trail running")
+    ids = [m["memory"]["id"] for m in found["memories"]]
+    assert ids[:2] == [asked["memory"]["id"], answer["memory"]["id"]]  # raised in by its question
+    clock.advance_days(1)
+    found = await call(service, "memory::recall", query="what got you into trail running")
+    assert [m["memory"]["id"] for m in found["memories"]] == [asked["memory"]["id"]]

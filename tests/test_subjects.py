@@ -526,6 +526,26 @@ class TestAgentsInATurn:
         whole = await call(service, "memory::stats", PERSON, bank="main")
         assert whole["by_subject"] == {"ana": 3, "bruno": 3} and whole["memories"] == 7
 
+    async def test_an_agents_stats_leave_the_expiry_report_to_whoever_counts_all(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """An agent's stats lists its speaker's expired memories without taking the report: a
+        person's (or consolidation's) next stats still lists every one the reaper retired."""
+        create = {"name": "main", "subject_scoping": True, "retention": {"context": 1}}
+        await call(service, "memory::bank::create", PERSON, **create)
+        ids = {}
+        for who in ("ana", "bruno"):
+            saved = await call(
+                service, "memory::save", PERSON, bank="main", text=f"{who} is in Lisbon today.",
+                category="context", subject=who,
+            )  # fmt: skip
+            ids[who] = saved["memory"]["id"]
+        clock.advance_days(1)
+        out = await _in_turn(service, "memory::stats", "bruno", bank="main")
+        assert out["expired"] == [ids["bruno"]]
+        whole = await call(service, "memory::stats", PERSON, bank="main")
+        assert sorted(whole["expired"]) == sorted(ids.values())
+
     async def test_a_write_in_a_turn_is_about_its_speaker_or_no_one(
         self, service: MemoryService
     ) -> None:

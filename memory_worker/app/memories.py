@@ -15,7 +15,7 @@ from memory_worker.app.base import (
     redaction_reason,
 )
 from memory_worker.app.caller import SYSTEM, Caller
-from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.wire import (
     DeleteRequest,
     GetRequest,
@@ -40,8 +40,9 @@ from memory_worker.core.bank_settings import BankSettings
 from memory_worker.core.capacity import EVICTED, Cap, evictable, excess, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
+from memory_worker.core.retention import past_ttl
 from memory_worker.core.subjects import in_scope, same_subject
-from memory_worker.search.ranking import kind_of
+from memory_worker.search.ranking import expired_slots, kind_of
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.eviction import first_to_go
 from memory_worker.storage.logger import get_logger
@@ -55,7 +56,7 @@ LIST_MAX_LIMIT = 500
 MAX_SESSION_ID_CHARS = 256
 
 
-class MemoryUseCases(EmbeddingWork):
+class MemoryUseCases(RetentionUseCases):
     """Memory use cases."""
 
     async def save(self, req: SaveRequest, caller: Caller = SYSTEM) -> SaveResponse:
@@ -92,6 +93,11 @@ class MemoryUseCases(EmbeddingWork):
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
             self.check_speaker(bank, subject, caller)
+            # What is past its TTL goes first, as expired: it must not take a live memory's
+            # place at the cap, nor be renewed by this save as if it were still known.
+            retention = self.bank_settings(bank).retention
+            if retention and expired_slots(bank.index, retention, self.clock()).size:
+                await self.reap(bank)
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text, subject)
             if existing is not None:
@@ -279,6 +285,13 @@ class MemoryUseCases(EmbeddingWork):
             and (category is None or kind_of(m) == category)
             and (not scoped or in_scope(m.subject, subject))
         ]
+        # Past its TTL is gone, reaped or not (a history listing shows every record as it is).
+        retention, now_ms = self.bank_settings(bank).retention, self.clock()
+        if retention and not req.include_superseded:
+            kept = [m for m in rows if not past_ttl(m, retention, now_ms)]
+            if len(kept) < len(rows):
+                self._reap_soon(bank)
+                rows = kept
         rows.sort(key=lambda m: (-m.updated_at, m.id))
         page = [with_access(bank, m) for m in rows[offset : offset + limit]]
         return ListResponse(memories=page, total=len(rows))
@@ -449,9 +462,16 @@ class MemoryUseCases(EmbeddingWork):
         counts: Counter[str] = Counter()
         scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is not None:
+            # What `list` shows: a memory past its TTL is gone, reaped or not.
+            retention, now_ms, expired = self.bank_settings(bank).retention, self.clock(), False
             for memory in bank.memories.values():
                 if memory.live and not (scoped and not in_scope(memory.subject, subject)):
+                    if retention and past_ttl(memory, retention, now_ms):
+                        expired = True
+                        continue
                     counts.update(memory.tags)
+            if expired:
+                self._reap_soon(bank)
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import clean_short, clean_subject
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
-from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.ledger import MAX_CONVERSATION_CHARS, ConversationLedger
+from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.wire import (
     PreviewMemory,
     PreviewRequest,
@@ -32,13 +33,15 @@ from memory_worker.core.injection import (
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.lessons import is_lesson, lesson_key, prepare_category
 from memory_worker.core.models import Hit, Memory, Rule
+from memory_worker.core.retention import past_ttl
 from memory_worker.core.subjects import in_scope
 from memory_worker.search.lanes import LaneQuery
 from memory_worker.search.ranking import (
     DUPLICATE_COSINE,
     RecallMode,
     RecallQuery,
-    rank,
+    candidates,
+    order,
     top_memories,
 )
 from memory_worker.search.scoring import LaneWeights
@@ -82,7 +85,7 @@ class Injection:
         return cls(bank, section, 0, False, [], None, "none")
 
 
-class RecallUseCases(EmbeddingWork, ConversationLedger):
+class RecallUseCases(RetentionUseCases, ConversationLedger):
     """Recall use cases."""
 
     def _duplicate_cosine(self, vector: tuple[float, ...] | None) -> float:
@@ -93,7 +96,17 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         return float(getattr(self.embedder, "duplicate_cosine", DUPLICATE_COSINE))
 
     def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
-        return [] if bank is None else rank(bank.memories, bank.index, query, bank.lanes)
+        """`query` ranked over `bank`, under its retention: what is past its TTL is left out,
+        and the bank reaped soon after when something was (`RetentionUseCases._reap_soon`)."""
+        if bank is None:
+            return []
+        retention = self.bank_settings(bank).retention
+        if retention and query.retention is None:
+            query = dataclasses.replace(query, retention=retention)
+        pool = candidates(bank.memories, bank.index, query, bank.lanes)
+        if pool.expired:
+            self._reap_soon(bank)
+        return order(pool, bank.index, query)
 
     def _lane_policy(self, bank: Bank | None) -> tuple[LaneWeights, float]:
         """The bank's `association_weights` and `relevance_threshold` (its bank.yaml over the
@@ -264,9 +277,15 @@ class RecallUseCases(EmbeddingWork, ConversationLedger):
         order over general memories and the subject's own (sorted per call: a speaker's floor
         must never be filled from another person's memories)."""
         if not scoped:
-            return [m for m in bank.standing(limit) if not is_lesson(m)]
-        mine = (m for m in bank.memories.values() if in_scope(m.subject, subject))
-        return [m for m in top_memories(mine, limit) if not is_lesson(m)]
+            standing = bank.standing(limit)
+        else:
+            mine = (m for m in bank.memories.values() if in_scope(m.subject, subject))
+            standing = top_memories(mine, limit)
+        retention, now_ms = self.bank_settings(bank).retention, self.clock()
+        if retention and any(past_ttl(m, retention, now_ms) for m in standing):
+            self._reap_soon(bank)  # not handed meanwhile (the floor may be short one turn)
+            standing = [m for m in standing if not past_ttl(m, retention, now_ms)]
+        return [m for m in standing if not is_lesson(m)]
 
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
         # The speaker is checked first: a bad one is `invalid_input` before the default bank's

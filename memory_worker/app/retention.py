@@ -2,16 +2,30 @@
 shows its capacity, and runs the retention reaper (seed 004's "stats op").
 
 Where the reaper runs, and why: here, in the worker that owns the files, at boot (every bank, as
-`boot_banks` reaches it) and on each `memory::stats`; the schedule belongs to the consolidation
-sibling, which calls `memory::stats` like any client (seed 000: this worker never grows a
-scheduler). An expiry is a tombstone with `invalid_reason: expired` — recoverable, in history
-until a compaction — never of a pinned memory, and each is announced.
+`boot_banks` reaches it), on each `memory::stats`, and when a read meets an expired memory; the
+schedule belongs to the consolidation sibling, which calls `memory::stats` like any client (seed
+000: this worker never grows a scheduler). An expiry is a tombstone with `invalid_reason:
+expired` — recoverable, in history until a compaction — never of a pinned memory; each is
+announced, and listed by the bank's next `memory::stats` (`expired`: what the reaper retired
+since the last one, wherever it ran, so the consolidation sibling's count misses none).
+
+A memory stops surfacing when its TTL runs out, not when a reaper next runs: recall (every mode),
+the injection and `memory::list` leave out what is past its TTL by the clock (`search.ranking`'s
+filters, `core.retention.past_ttl`), so a standalone server nobody calls `memory::stats` on (no
+consolidation sibling) never hands out a fact that expired hours ago. A read that left one out
+has the bank reaped right after (`_reap_soon`): a background task of the worker's own, one per
+bank at a time, never a write inside the reader's call (an agent at `read` access writes
+nothing), announced as any expiry. No timer: what nobody reads is reaped at the next stats call,
+boot, or read, and until then nobody can see it. `close()` and `settle()` wait for those reaps.
+A save (a write already) reaps its bank first when something in it is past its TTL, so an
+expired memory never takes a live one's place at `max_memories`, nor is renewed as still known.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
@@ -27,6 +41,10 @@ from memory_worker.storage.logger import get_logger
 __all__ = ["RetentionUseCases"]
 
 log = get_logger(__name__)
+
+# Retired memories a bank's next `memory::stats` lists at most (the newest): a server nobody
+# asks for stats keeps no more than this many of them per bank.
+EXPIRED_REPORTED = 10_000
 
 
 class RetentionUseCases(EmbeddingWork):
@@ -51,9 +69,56 @@ class RetentionUseCases(EmbeddingWork):
             return []
         await bank.commit(gone)
         log.info("memories_expired", bank=bank.name, n=len(gone))
+        since = self._expired_since.get(bank.name)
+        if since is None or since[0] is not bank:  # a bank deleted since: its report went too
+            since = self._expired_since[bank.name] = (bank, deque(maxlen=EXPIRED_REPORTED))
+        since[1].extend(gone)
         for record in gone:
             self._emit_item(ItemEvent.DELETED, bank.name, record, EXPIRED)
         return gone
+
+    def _expired_report(self, bank: Bank, *, consume: bool) -> list[Memory]:
+        """What the reaper retired in `bank` since the last call that `consume`d it, oldest reap
+        first."""
+        since = self._expired_since.get(bank.name)
+        if since is None or since[0] is not bank:
+            return []
+        if consume:
+            del self._expired_since[bank.name]
+        return list({m.id: m for m in since[1]}.values())  # saved again, expired again: once
+
+    def _reap_soon(self, bank: Bank) -> None:
+        """A read left out memories of `bank` past their TTL: reap it in the background (once at
+        a time per bank: a reap already under way retires them too)."""
+        running = self._reaping.get(bank.name)
+        if running is not None and not running.done():
+            return
+        self._reaping[bank.name] = asyncio.create_task(
+            self._reap_quietly(bank), name=f"memory-reap:{bank.name}"
+        )
+
+    async def _reap_quietly(self, bank: Bank) -> None:
+        if self.store.find(bank.name) is not bank:
+            return  # deleted (or replaced) since the read: nothing of it to retire
+        try:
+            await self.reap(bank)
+        except Exception:  # the read already left them out; the next one, or stats, retries
+            log.exception("retention_sweep_failed", bank=bank.name)
+
+    async def _reaps_done(self) -> None:
+        while running := [task for task in self._reaping.values() if not task.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
+        self._reaping.clear()
+
+    async def settle(self) -> None:
+        """Wait for the reaps reads asked for, then for background embedding."""
+        await self._reaps_done()
+        await super().settle()
+
+    async def close(self) -> None:
+        """Let the reaps reads asked for land (one short commit each), then stop embedding."""
+        await self._reaps_done()
+        await super().close()
 
     async def boot_banks(self) -> int:
         """What a long-lived worker does for every bank once its store is open: replay each bank
@@ -84,12 +149,16 @@ class RetentionUseCases(EmbeddingWork):
     async def stats(self, req: StatsRequest, caller: Caller = SYSTEM) -> StatsResponse:
         name = self._name(req.bank)
         bank = self._readable(name)  # the default bank before its first write: empty
-        gone = await self.reap(bank) if bank is not None else []
-        live = [m for m in bank.memories.values() if m.live] if bank is not None else []
         # Counted as the caller may see them: an agent in a bank partitioned by subject counts
         # the general memories and its turn's speaker's, never who else the bank knows of and
-        # how much (a person, and consolidation, count the whole bank). The reaper ran over all.
+        # how much (a person, and consolidation, count the whole bank). The reaper runs over all.
         scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
+        gone: list[Memory] = []
+        if bank is not None:  # this call's sweep, and what reads, saves or the boot retired
+            await self.reap(bank)
+            # Reported to whoever counts the whole bank (a scoped view leaves it for them).
+            gone = self._expired_report(bank, consume=not scoped)
+        live = [m for m in bank.memories.values() if m.live] if bank is not None else []
         if scoped:
             live = [m for m in live if in_scope(m.subject, subject)]
             gone = [m for m in gone if in_scope(m.subject, subject)]

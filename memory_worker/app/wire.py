@@ -635,7 +635,9 @@ class StatsResponse(Response):
     )
     retention: dict[str, int] = Field(description="TTL days per category (absent: never).")
     expired: list[str] = Field(
-        description="Ids this call's reaper retired (tombstones with invalid_reason `expired`)."
+        description="Ids the retention reaper retired since the bank's last stats call: this "
+        "call's sweep, and what reads, saves or the boot retired meanwhile (tombstones with "
+        "invalid_reason `expired`)."
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from memory_worker.core.models import Memory
 
-__all__ = ["DAY_MS", "EXPIRED", "expired", "kind_of"]
+__all__ = ["DAY_MS", "EXPIRED", "expired", "kind_of", "past_ttl"]
 
 DAY_MS = 86_400_000
 EXPIRED = "expired"
@@ -23,17 +23,19 @@ def kind_of(memory: Memory) -> str:
     return memory.category or "fact"
 
 
+def past_ttl(memory: Memory, retention: Mapping[str, int], now_ms: int) -> bool:
+    """Whether `memory`'s record is past its category's TTL at `now_ms` (live or not: a reader
+    asks of a record whether it was still live then)."""
+    if memory.pinned:
+        return False
+    days = retention.get(kind_of(memory))
+    return days is not None and now_ms - memory.last_stated_at >= days * DAY_MS
+
+
 def expired(memories: Iterable[Memory], retention: Mapping[str, int], now_ms: int) -> list[Memory]:
     """The live memories past their category's TTL at `now_ms`, oldest first."""
     if not retention:
         return []
-    out = [
-        m
-        for m in memories
-        if m.live
-        and not m.pinned
-        and (days := retention.get(kind_of(m))) is not None
-        and now_ms - m.last_stated_at >= days * DAY_MS
-    ]
+    out = [m for m in memories if m.live and past_ttl(m, retention, now_ms)]
     out.sort(key=lambda m: (m.last_stated_at, m.id))
     return out

@@ -38,6 +38,7 @@ __all__ = [
     "Ints",
     "LexicalIndex",
     "analyze",
+    "category_code",
     "combine",
 ]
 
@@ -69,6 +70,20 @@ Floats = npt.NDArray[np.float64]
 _NO_INTS: Ints = np.empty(0, np.int64)
 
 
+# A memory's category as a small int in a column (a memory saved without one is a fact), so
+# retention's per-category expiry is a few vector operations, not a lookup per memory. Fixed
+# codes, no per-index table: a category outside these (none is accepted) never has a TTL.
+CATEGORY_CODES = {
+    "fact": 0, "preference": 1, "procedure": 2, "context": 3, "correction": 4, "lesson": 5,
+}  # fmt: skip
+OTHER_CATEGORY = len(CATEGORY_CODES)
+
+
+def category_code(category: str | None) -> int:
+    """`category`'s code in the index's `category` column."""
+    return 0 if category is None else CATEGORY_CODES.get(category, OTHER_CATEGORY)
+
+
 def _code(codes: dict[str, int], name: str | None) -> int:
     """`name`'s small integer code in `codes` (new names get the next one); 0 for None."""
     if name is None:
@@ -94,6 +109,7 @@ class IndexedDoc:
     dated: bool = False  # the text states a date or a time (`core.temporal.states_time`)
     subject: str | None = None  # who the memory is about; None: a general memory
     session: str | None = None  # the conversation it was saved from (`source.session_id`)
+    category: str | None = None  # its kind (`category_code`); None: a fact
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +482,9 @@ class LexicalIndex:
     # Made by the first memory saved in a session (an empty bank's indexes carry none: three
     # attributes per index took an empty bank past 12 KB, tests/test_dos.py).
     _sessions: _Sessions | None = None
+    # Per slot, its memory's `category_code`; made by the first memory of another kind than a
+    # fact (an empty bank's indexes, and the lanes', carry none: every slot a fact).
+    _categories: npt.NDArray[np.int8] | None = None
 
     def __init__(self, half_precision: bool = True) -> None:
         # Embeddings are held as one contiguous float32 matrix, the dtype BLAS multiplies: every
@@ -515,6 +534,8 @@ class LexicalIndex:
         self.created_at = np.zeros(capacity, np.float64)
         self.dated = np.zeros(capacity, bool)
         self.subject = np.zeros(capacity, np.int64)
+        if self._categories is not None:
+            self._categories = np.zeros(capacity, np.int8)
         if self._sessions is not None:
             self._sessions.column = np.zeros(capacity, np.int32)
 
@@ -532,6 +553,8 @@ class LexicalIndex:
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
             self.created_at, self.dated, self.has_vector, self.vectors, self.subject,
         ) + ((self.vector_norm2,) if self._dim else ()) + (
+            (self._categories,) if self._categories is not None else ()
+        ) + (
             (self._sessions.column,) if self._sessions is not None else ()
         )  # fmt: skip
 
@@ -578,6 +601,7 @@ class LexicalIndex:
             tags=[doc.tags for doc in docs],
             subjects=[doc.subject for doc in docs],
             sessions=[doc.session for doc in docs],
+            categories=[doc.category for doc in docs],
         )
 
     def load_analysis(
@@ -592,6 +616,7 @@ class LexicalIndex:
         tags: Sequence[tuple[str, ...]],
         subjects: Sequence[str | None],
         sessions: Sequence[str | None] | None = None,
+        categories: Sequence[str | None] | None = None,
     ) -> None:
         """Fill an empty index with distinct `doc_ids` (slots in that order) from their analysis
         (`analysis_of`, or a bulk load's) and their ranking columns, all in numpy."""
@@ -626,6 +651,11 @@ class LexicalIndex:
                 raise ValueError("load_analysis: one session per document")
             for slot in compress(range(n), map(is_not, sessions, repeat(None))):
                 self._set_session(slot, sessions[slot])
+        if categories is not None:
+            if len(categories) != n:
+                raise ValueError("load_analysis: one category per document")
+            for slot in compress(range(n), map(is_not, categories, repeat(None))):
+                self._set_category(slot, categories[slot])
         for slot in compress(range(n), tags):
             labels = tags[slot]
             self._doc_tags[self._ids[slot]] = labels
@@ -716,6 +746,7 @@ class LexicalIndex:
         self.created_at[slot] = doc.created_at
         self.dated[slot] = doc.dated
         self.subject[slot] = self._subject_code(doc.subject)
+        self._set_category(slot, doc.category)
         self._set_session(slot, doc.session)
         for tag in self._doc_tags.get(doc_id, ()):
             self._tags[tag].discard(slot)
@@ -1170,6 +1201,21 @@ class LexicalIndex:
 
     def _known_subject(self, subject: str) -> int | None:
         return self._subject_codes.get(subject_key(subject))
+
+    def _set_category(self, slot: int, category: str | None) -> None:
+        code = category_code(category)
+        if self._categories is None:
+            if code == 0:
+                return
+            self._categories = np.zeros(self._capacity, np.int8)
+        self._categories[slot] = code
+
+    @property
+    def category(self) -> npt.NDArray[np.int8]:
+        """Per slot: its memory's `category_code` (retention's expiry reads it)."""
+        if self._categories is None:
+            return np.zeros(self._capacity, np.int8)
+        return self._categories
 
     def _set_session(self, slot: int, session: str | None) -> None:
         sessions = self._sessions

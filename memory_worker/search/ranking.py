@@ -1,8 +1,9 @@
 """Ranking a bank's memories for a query: candidate selection, filters, and the fused score.
 
-Filters (tag, time travel with `as_of`, history) apply BEFORE ranking and truncation, so a
-tag-scoped recall is never starved by other tags' hits. Live memories are ranked in numpy over the
-index's columns; retired ones (history views, `as_of`) are few and scored one by one.
+Filters (tag, time travel with `as_of`, history, retention) apply BEFORE ranking and truncation,
+so a tag-scoped recall is never starved by other tags' hits, nor a result list shortened by
+memories past their TTL that the reaper has not retired yet. Live memories are ranked in numpy
+over the index's columns; retired ones (history views, `as_of`) are few and scored one by one.
 
 Past 500 lines on purpose: `candidates()` and `order()` are one recall pipeline (arms, second
 hop, lanes, filters, fusion, cutoff) whose steps read each other's arrays.
@@ -22,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_worker.core.models import Hit, Memory
-from memory_worker.core.retention import kind_of
+from memory_worker.core.retention import DAY_MS, kind_of, past_ttl
 from memory_worker.core.subjects import same_subject
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
 from memory_worker.core.text import asks, terms
@@ -33,6 +34,7 @@ from memory_worker.search.index import (
     IndexedDoc,
     Ints,
     LexicalIndex,
+    category_code,
 )
 from memory_worker.search.lanes import LANE_POOL, NO_LANES, LaneIndexes, LaneQuery
 from memory_worker.search.scoring import (
@@ -55,6 +57,7 @@ __all__ = [
     "RecallQuery",
     "candidates",
     "document_terms",
+    "expired_slots",
     "in_scope",
     "indexed",
     "kind_of",
@@ -108,6 +111,10 @@ class RecallQuery:
     # or retired then and brought back since), each as its log had it then: ranked from that
     # record (as a retired one is), never from the index's newer text.
     as_it_was: Mapping[str, Memory] | None = None
+    # The bank's category TTLs (days): a memory past its TTL at the query's time (`as_of`, else
+    # `now_ms`) is no candidate, whether or not the reaper has retired it yet (pinned ones never
+    # expire). None or empty: nothing expires, and nothing is checked.
+    retention: Mapping[str, int] | None = None
 
 
 @lru_cache(maxsize=8192)
@@ -153,6 +160,7 @@ def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
         dated=states_time(memory.text),
         subject=memory.subject,
         session=memory.source.session_id if memory.source is not None else None,
+        category=memory.category,
     )
 
 
@@ -171,7 +179,11 @@ def _eligible(memory: Memory, query: RecallQuery) -> bool:
     if query.as_of is not None:
         if memory.created_at > query.as_of:
             return False
-        return query.include_superseded or memory.live_at(query.as_of)
+        if query.include_superseded:
+            return True
+        # Live then: not retired by then, nor past its TTL then (a reap lands after the expiry).
+        expired = bool(query.retention) and past_ttl(memory, query.retention or {}, query.as_of)
+        return memory.live_at(query.as_of) and not expired
     return query.include_superseded or memory.live
 
 
@@ -199,6 +211,8 @@ class Pool:
     # Per index slot, the entity tally (`LexicalIndex.entity_tally`); None: the query names none.
     entity_tally: Floats | None = None
     tops: dict[str, Ints] = field(default_factory=dict)  # `_arm_top`'s, once computed
+    # Whether live memories past their TTL now were left out: the reaper has not retired them.
+    expired: bool = False
 
     def __len__(self) -> int:
         return int(self.slots.size)
@@ -329,6 +343,47 @@ def _filtered(
             slots.size,
         )
     return keep
+
+
+def _past_ttl(
+    index: LexicalIndex, retention: Mapping[str, int], at_ms: int, slots: Ints | None = None
+) -> npt.NDArray[np.bool_]:
+    """Which live `slots` (None: every slot) hold a memory past its category's TTL at `at_ms`:
+    `core.retention.past_ttl` over the index's columns (category, pin, stated at)."""
+    n = index.slot_count
+    if slots is None:
+        alive, pinned = index.alive[:n], index.pinned[:n]
+        stated_at, category = index.stated_at[:n], index.category[:n]
+    else:
+        alive, pinned = index.alive[slots], index.pinned[slots]
+        stated_at, category = index.stated_at[slots], index.category[slots]
+    past = np.zeros(stated_at.size, bool)
+    for kind, days in retention.items():  # a TTL or two: a compare per kind beats a gather
+        past |= (category == category_code(kind)) & (stated_at <= at_ms - days * DAY_MS)
+    past &= alive
+    past &= ~pinned
+    return past
+
+
+def expired_slots(index: LexicalIndex, retention: Mapping[str, int], at_ms: int) -> Ints:
+    """The live slots whose memory is past its category's TTL at `at_ms` (none, with nothing
+    computed, without retention)."""
+    n = index.slot_count
+    if not retention or not n:
+        return _NO_SLOTS
+    # Nothing stated before the shortest TTL ago: nothing expired (one pass, no gather).
+    if float(index.stated_at[:n].min()) > at_ms - min(retention.values()) * DAY_MS:
+        return _NO_SLOTS
+    return np.flatnonzero(_past_ttl(index, retention, at_ms))
+
+
+def _expired_slots(index: LexicalIndex, query: RecallQuery) -> Ints:
+    """`expired_slots` at the query's time (none for a history read, which shows retired
+    records too)."""
+    if not query.retention or query.include_superseded:
+        return _NO_SLOTS
+    at = query.as_of if query.as_of is not None else query.now_ms
+    return expired_slots(index, query.retention, at)
 
 
 def _top(values: Floats, k: int) -> Ints:
@@ -764,14 +819,15 @@ def _lane_relevance(
 
 
 def _admitted(
-    memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery
+    memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery, expired: Ints
 ) -> npt.NDArray[np.bool_] | None:
     """Per slot: whether the query's subject scope, tag, category and `as_of` admit it (a memory
-    changed since `as_of` is ranked from its record then instead); None when they admit every
-    slot. The arms, the semantic pool and the second hop only look at these, so a memory outside
-    the filter never lends its words to the ones inside (a tag-, category-scoped or time-travel
-    recall returned memories the question shares nothing with, because another tag's or
-    category's memory, or one saved later, matched it)."""
+    changed since `as_of` is ranked from its record then instead) and it is not one of the
+    `expired` slots (`_expired_slots`); None when they admit every slot. The arms, the semantic
+    pool and the second hop only look at these, so a memory outside the filter never lends its
+    words to the ones inside (a tag-, category-scoped or time-travel recall returned memories
+    the question shares nothing with, because another tag's or category's memory, or one saved
+    later, matched it)."""
     mask = index.in_scope(query.subject) if query.scoped else None
     count = index.slot_count
     if query.tag is not None:
@@ -790,6 +846,10 @@ def _admitted(
         since = np.ones(count, bool)
         since[[slot for slot in slots if slot >= 0]] = False
         mask = since if mask is None else mask & since
+    if expired.size:
+        unexpired = np.ones(count, bool)
+        unexpired[expired] = False
+        mask = unexpired if mask is None else mask & unexpired
     return mask
 
 
@@ -833,7 +893,8 @@ def candidates(
             cosines = index.centered_cosine(vector, query.fusion.center, centre)
         else:
             cosines = index.cosine(query.vector)
-    scope = _admitted(memories, index, query)
+    expired = _expired_slots(index, query)
+    scope = _admitted(memories, index, query, expired)
     if cosines is not None and scope is not None:
         # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
         cosines = np.where(scope[: cosines.size], cosines, 0.0)
@@ -851,6 +912,7 @@ def candidates(
         reference, best = _semantic_reference(index, cosines, query.fusion.semantic_reference)
         pool.semantic = semantic_relevance(pool.cosine, reference, best)
     pool.query_weight = index.query_weight(Counter(query_terms))
+    pool.expired = bool(expired.size) and query.as_of is None
     return pool
 
 
@@ -1099,6 +1161,9 @@ def _with_context(
         keep = _filtered(memories, index, query, after, scope)
         if keep is not None:
             after = after[keep]
+        if query.retention and not query.include_superseded and after.size:
+            then = query.as_of if query.as_of is not None else query.now_ms
+            after = after[~_past_ttl(index, query.retention, then, after)]
         gain = fusion.context * anchor.score
         # Found through the question, an answer ranks just under it, never above: on LoCoMo 0-4
         # uncapped raises cost recall@1 (0.383 → 0.357) for the same recall@10.

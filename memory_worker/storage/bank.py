@@ -629,6 +629,7 @@ class Bank:
             tags=list(map(itemgetter("tags"), values)),
             subjects=list(map(itemgetter("subject"), values)),
             sessions=_sessions(values),
+            categories=list(map(itemgetter("category"), values)),
         )
         self._snapshot_base = (self._log_stamp[0], size)
         return True
