@@ -876,6 +876,8 @@ async def evaluate(
         for fx in fixtures:
             if progress is not None:
                 progress(f"fixture {fx.name}")
+            if hasattr(inner, "unit"):  # a replayed live run: this conversation's own replies
+                inner.unit(f"fixture/{fx.name}")
             run = Run(fx, root, inner, page_size, overrides)
             try:
                 results.append(await run.go())

@@ -96,9 +96,14 @@ class Counting:
         """A new call log for the next unit (a LoCoMo session, the echo session); a replaying
         inner completer switches to that unit's recorded replies."""
         self.log = CallLog()
-        if hasattr(self.inner, "unit"):
-            self.inner.unit(unit)
+        self.unit(unit)
         return self.log
+
+    def unit(self, name: str) -> None:
+        """The next calls are unit `name`'s (a scripted conversation: `fixture/<name>`), in the
+        same call log: a replaying inner completer switches to that unit's recorded replies."""
+        if hasattr(self.inner, "unit"):
+            self.inner.unit(name)
 
     async def complete(self, system_prompt: str, user_text: str) -> str:
         log = self.log
@@ -144,6 +149,8 @@ class Replayer:
 def recorded_replies(report: dict[str, Any]) -> dict[str, list[str]]:
     """unit -> replies of a `--json` report of a live run."""
     out: dict[str, list[str]] = {}
+    for result in report.get("fixtures", {}).get("results", []):
+        out[f"fixture/{result['name']}"] = result["replies"]
     for session in report.get("locomo", {}).get("sessions", []):
         out[f"{session['conversation']}/s{session['session']}"] = session["replies"]
     if "replies" in report.get("echo", {}):

@@ -54,6 +54,7 @@ from locomo import (  # noqa: E402
     load,
     mean,
     open_service,
+    row,
     score,
 )
 from runinfo import commit, machine  # noqa: E402
@@ -100,17 +101,9 @@ class Bank:
     async def fill(self, bank: str, conv: Conversation) -> dict[str, str]:
         contexts = stored_contexts(conv)
         self.clock.now_ms = conv.as_of
-        rows = [
-            {
-                "id": _memory_id(d.key),
-                "text": d.text,
-                "entities": [d.speaker.lower()],
-                "created_at": d.created_at,
-                "confidence": "extracted",
-                "context": contexts[d.key],
-            }
-            for d in conv.turns
-        ]
+        # locomo.py's own record (its session included: ranking reads a question's answers from
+        # the memories saved after it in its session), plus the window the turn was formed in.
+        rows = [row(bank, _memory_id(d.key), d) | {"context": contexts[d.key]} for d in conv.turns]
         await self.service.import_records(bank, rows)
         await _settle(self.service)
         return {_memory_id(d.key): d.key for d in conv.turns}

@@ -12,6 +12,7 @@ same as "off": this run checks that turning lanes on costs an old bank nothing.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import sys
@@ -80,5 +81,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    # No options: `--help` says so instead of running the whole benchmark (and loading e5).
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     asyncio.run(main())

@@ -16,6 +16,7 @@ queries come from a JSON file the parent wrote. `dump` answers, through `catalog
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -175,8 +176,13 @@ async def serve(data_dir: Path, corpus: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("dump", "time", "serve"))
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("corpus", type=Path, help="the JSON file bench/recall_ab.py wrote")
+    args = parser.parse_args()
     configure_logging("warning")
-    what, data_dir, corpus_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    what, data_dir, corpus_path = args.what, args.data_dir, args.corpus
     corpus = json.loads(corpus_path.read_text(encoding="utf-8"))
     if what == "serve":
         asyncio.run(serve(data_dir, corpus))

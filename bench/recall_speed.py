@@ -10,7 +10,8 @@ name a person). For each size it measures:
 - recall p50/p99 in-process: `memory_worker.recall.rank()` on the bank (fused scorer, no
   embedder) and `memory::recall` through the catalog (validation and wire encoding included);
 - `rank_bm25.BM25Okapi.get_scores` p50/p99 on the same tokens our index holds, and the ratio;
-- save p50/p99 (`memory::save`, fsynced, one at a time) and saves/s with 32 concurrent writers;
+- save p50/p99 (`memory::save`, fsynced, one at a time) and saves/s with 32 concurrent writers,
+  in a bank with no `max_memories` cap (no save evicts, at any size);
 - boot (replay + index) of the log written by `import_records`, in a fresh process, and the RSS
   that boot adds per memory (read from /proc/self/status VmRSS), with and without the text.
 
@@ -291,7 +292,11 @@ def bm25_latency(tokenized: list[list[str]], queries: list[str]) -> tuple[float,
 async def measure(size: int, corpus: Corpus, queries: list[str], root: Path) -> dict[str, Any]:
     data_dir = root / f"n{size}"
     rows = corpus.memories(size)
-    settings = Settings()
+    # The bank holds every memory it is given (as growth.py's and gc_pauses.py's): at the default
+    # cap (10,000) every save timed at 10k and 100k would evict one memory too, and the save
+    # column would compare an eviction there with a plain save at 1k (full_bank.py and
+    # saves_ab.py measure saves at the cap).
+    settings = Settings(max_memories=0)
     out: dict[str, Any] = {"memories": size, "notes": []}
 
     store = Store.open(data_dir, holder=HOLDER)
