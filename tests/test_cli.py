@@ -1141,3 +1141,28 @@ def test_serve_help_says_where_it_listens_by_default(capsys: pytest.CaptureFixtu
     assert exited.value.code == 0
     usage = " ".join(capsys.readouterr().out.split())
     assert "(default 127.0.0.1)" in usage and "(default 8765;" in usage
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("2", "2")])
+def test_a_server_loads_numpy_with_one_blas_thread_unless_told(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: str | None, expected: str
+) -> None:
+    """A server multiplies query vectors by a bank's matrix on every semantic recall. With a BLAS
+    thread per core, on two cores shared with the event loop and the embedder's thread, a
+    1000 × 384 product took ~15 ms instead of ~0.4 ms, and a vector recall ~20 ms instead of
+    ~7 ms (`bench/lanes_speed.py`): every command asks for one before numpy loads, a value in
+    the environment is kept."""
+    seen: list[str | None] = []
+
+    async def serve(args: Any) -> int:
+        seen.append(os.environ.get(cli.BLAS_THREADS_ENV))
+        return 0
+
+    monkeypatch.setenv(cli.BLAS_THREADS_ENV, "placeholder")  # restored after the test
+    if given is None:
+        monkeypatch.delenv(cli.BLAS_THREADS_ENV)
+    else:
+        monkeypatch.setenv(cli.BLAS_THREADS_ENV, given)
+    monkeypatch.setitem(cli._COMMANDS, "serve", serve)
+    assert cli.main(["serve", "--standalone", "--data-dir", str(tmp_path / "data")]) == 0
+    assert seen == [expected]

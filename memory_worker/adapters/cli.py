@@ -900,12 +900,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One-shot commands log only through `storage.logger`: structlog is loaded on their first
     # record at that level, if any (a save logs none at warning).
     configure_logging(getattr(args, "log_level", "warning"), lazy=one_shot)
+    # OpenBLAS starts a thread per core when numpy loads, and they spin a while: ~60 ms of CPU of
+    # every local one-shot process (a second core's worth on two), for a process that multiplies
+    # one query vector at most; in a server, sharing two cores with the event loop and the
+    # embedder's thread, a 1000 × 384 product took ~15 ms instead of ~0.4 ms. Read when numpy
+    # loads, which comes later; a choice already in the environment is kept.
+    os.environ.setdefault(BLAS_THREADS_ENV, "1")
     if one_shot:
-        # OpenBLAS starts a thread per core when numpy loads, and they spin a while: ~60 ms of
-        # CPU of every local one-shot process (a second core's worth on two), for a process that
-        # multiplies one query vector at most. Read when numpy loads, which the door does later;
-        # a choice already in the environment is kept.
-        os.environ.setdefault(BLAS_THREADS_ENV, "1")
         # pydantic looks for plugins through every installed distribution's entry points when it
         # builds its first model (~20 ms, measured); this package uses none. Read at that build,
         # which the door does later; a choice already in the environment is kept.
