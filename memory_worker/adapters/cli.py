@@ -902,9 +902,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(getattr(args, "log_level", "warning"), lazy=one_shot)
     # OpenBLAS starts a thread per core when numpy loads, and they spin a while: ~60 ms of CPU of
     # every local one-shot process (a second core's worth on two), for a process that multiplies
-    # one query vector at most; in a server, sharing two cores with the event loop and the
-    # embedder's thread, a 1000 × 384 product took ~15 ms instead of ~0.4 ms. Read when numpy
-    # loads, which comes later; a choice already in the environment is kept.
+    # one query vector at most. In a server the cores are shared with the event loop and the
+    # embedder's thread: with one of two cores busy, a 10,000 × 384 product took p90 4.4 ms and
+    # p99 8 ms with a thread per core, 0.9 and 1.3 ms with one (its median 0.2 against 0.7 ms:
+    # the tail is what a hook's budget meets). Read when numpy loads, which comes later; a choice
+    # already in the environment is kept.
     os.environ.setdefault(BLAS_THREADS_ENV, "1")
     if one_shot:
         # pydantic looks for plugins through every installed distribution's entry points when it
