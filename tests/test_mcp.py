@@ -66,6 +66,27 @@ def _text(result: Any) -> str:
 
 
 class TestToolSurface:
+    def test_the_tool_list_is_built_once_per_kind_of_endpoint(
+        self, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Each tool's schemas are the catalog's, the same for the server's life: rebuilt for
+        every `tools/list`, the list cost ~75 ms an HTTP request (each stateless client session
+        asks), against ~4 ms for a tool call."""
+        tools = _tools(service, [])
+        built: list[Any] = []
+        real = catalog.json_schema
+        monkeypatch.setattr(
+            catalog, "json_schema", lambda model: built.append(model) or real(model)
+        )
+        first = [t.model_dump() for t in tools.list()]
+        count = len(built)
+        assert count and [t.model_dump() for t in tools.list()] == first
+        pinned = [t.model_dump() for t in tools.list(bank="work")]
+        assert len(built) > count and pinned != first  # a pinned endpoint's own schemas, once
+        count = len(built)
+        assert [t.model_dump() for t in tools.list(bank="home")] == pinned
+        assert len(built) == count
+
     async def test_tools_are_the_agent_set_with_the_catalogs_hints_and_schemas(
         self, service: MemoryService
     ) -> None:

@@ -214,15 +214,23 @@ class McpTools:
         self._by_name = {tool_name(spec): spec for spec in self.specs}
         self.bank = check_name(bank, "bank") if bank else None
         self.calls = 0
+        # The tools as listed, for an endpoint with a pinned bank (True) and without: the
+        # catalog's schemas do not change while the server runs, and building them all took
+        # ~75 ms, paid by every `tools/list` (each stateless HTTP client session asks).
+        self._listed: dict[bool, list[types.Tool]] = {}
 
     def __repr__(self) -> str:
         return f"<McpTools tools={len(self.specs)} bank={self.bank!r} calls={self.calls}>"
 
     def list(self, *, bank: str | None = None) -> list[types.Tool]:
-        pinned = bank or self.bank
-        return [
-            _tool(spec, pinned=pinned is not None) for spec in self.specs if _serves(spec, pinned)
-        ]
+        pinned = (bank or self.bank) is not None
+        listed = self._listed.get(pinned)
+        if listed is None:
+            # `_serves` asks only whether a bank is pinned, not which.
+            chosen = bank or self.bank
+            listed = [_tool(spec, pinned=pinned) for spec in self.specs if _serves(spec, chosen)]
+            self._listed[pinned] = listed
+        return list(listed)
 
     async def offered(
         self, *, bank: str | None = None, caller: Caller | None = None
