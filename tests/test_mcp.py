@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from mcp import Client, StdioServerParameters
 
 from memory_worker.adapters.doors import Door, LocalDoor
