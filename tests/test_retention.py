@@ -215,6 +215,28 @@ class TestExpiredOnRead:
         listed = await call(service, "memory::list")
         assert set(self._ids(listed)) == {ids["pinned"], ids["fact"]} and listed["total"] == 2
 
+    async def test_a_get_of_an_expired_memory_has_it_reaped(
+        self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
+    ) -> None:
+        """A look-up by id shows the record as it stands (nothing is written in a reader's call)
+        and, like any read that meets an expired memory, has the bank reaped right after: the
+        memory was listed by nobody else, and stayed live on record until the next stats call."""
+        ids = await self._bank(service, clock)
+        clock.advance_days(1)
+        emitter.clear()
+        seen = await call(service, "memory::get", id=ids["fact"])
+        assert seen["memory"]["id"] == ids["fact"]
+        await service.settle()
+        assert emitter.of(ITEM_CHANGED) == []  # nothing expired was met
+        await call(service, "memory::get", id=ids["context"])
+        await service.settle()
+        gone = (await call(service, "memory::get", id=ids["context"]))["memory"]
+        assert gone["invalid_reason"] == "expired"
+        assert {p["memory"]["id"] for p in emitter.of(ITEM_CHANGED)} == {
+            ids["context"],
+            ids["recent"],
+        }
+
     async def test_a_result_list_is_not_shortened_by_expired_memories(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

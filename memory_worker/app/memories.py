@@ -250,6 +250,10 @@ class MemoryUseCases(RetentionUseCases):
         record = self._record(bank, req.id)
         if scoped and record.subject is not None and not same_subject(record.subject, subject):
             raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
+        retention = self.bank_settings(bank).retention
+        if retention and record.live and past_ttl(record, retention, self.clock()):
+            # Shown as it stands (a reader's call writes nothing), then reaped as any read has it.
+            self._reap_soon(bank)
         return GetResponse(memory=with_access(bank, record))
 
     async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
