@@ -228,6 +228,39 @@ class TestSemanticPlan:
         [group] = plan_semantic(rows, neighbours, 0.92)
         assert not group.writable and "not every pair" in group.why
 
+    def test_a_group_is_judgeable_only_when_no_pair_of_it_holds_two_facts(self) -> None:
+        """The LLM tier is offered reorders and pairs not close enough, never a group where a
+        guard found another number in any pair: a reorder found first, or a missing cosine,
+        offered the whole group, and a merge retired the correction with it."""
+        reorder_first = [
+            row("a", "Ana and Bruno share an office."),
+            row("b", "Bruno and Ana share an office."),
+            row("c", "Ana and Bruno share an office since 2019."),
+        ]
+        close = {"a": {"b": 0.97, "c": 0.95}, "b": {"c": 0.95}}
+        [group] = plan_semantic(reorder_first, close, 0.92)
+        assert not group.writable and not group.judgeable
+        chain = [
+            row("a", "The user runs 5 km daily."),
+            row("b", "The user runs daily."),
+            row("c", "Every day the user runs 10 km."),
+        ]
+        [group] = plan_semantic(chain, {"a": {"b": 0.95}, "b": {"c": 0.94}}, 0.92)
+        assert "not every pair" in group.why and not group.judgeable
+        reorders = [
+            row("a", "Ana and Bruno share an office."),
+            row("b", "Bruno and Ana share an office."),
+        ]
+        [group] = plan_semantic(reorders, {"a": {"b": 0.97}}, 0.92)
+        assert group.judgeable
+        chain_ok = [
+            row("a", "The user lives in Porto now."),
+            row("b", "The user currently lives in Porto."),
+            row("c", "The user is living in Porto now."),
+        ]
+        [group] = plan_semantic(chain_ok, {"a": {"b": 0.95}, "b": {"c": 0.94}}, 0.92)
+        assert group.judgeable
+
 
 class TestJudge:
     def test_a_reply_is_accepted_only_for_what_was_offered(self) -> None:

@@ -202,3 +202,16 @@ def test_the_section_never_passes_max_chars_and_cuts_rules_as_a_budget_would(cap
     assert len(section.text) <= cap and section.truncated
     untouched = fit_section("main", rules, 60_000, 1_000_000)
     assert untouched == render_section("main", rules, 60_000)
+
+
+def test_a_rule_cut_at_the_hook_cap_names_no_budget_nobody_set() -> None:
+    """A rule cut to fit the hook's cap said "over the 2814 char injection budget — trim it in
+    the memory page": a budget of a number no setting holds (the bank's is 6,000, which the
+    rule was under), sending the person to trim a rule that fits."""
+    rules = [Rule(name="style", content="Write short sentences. " * 200, updated_at=1)]
+    section = fit_section("main", rules, 6_000, 3_000)
+    assert section.truncated and len(section.text) <= 3_000
+    assert "[rule truncated: over this agent's hook context limit]" in section.text
+    assert "char injection budget" not in section.text
+    plain = render_section("main", rules, 2_000)  # over the bank's own budget: as before
+    assert "over the 2000 char injection budget — trim it in the memory page" in plain.text

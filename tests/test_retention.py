@@ -335,6 +335,24 @@ class TestExpiredOnRead:
         found = self._ids(await call(service, "memory::recall", query="parser rust"))
         assert ids["fact"] not in found and ids["pinned"] in found
 
+    async def test_a_deleted_bank_is_not_kept_in_ram_by_its_expiry_report(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """What the reaper retired waits for the bank's next stats call; held with the bank
+        object itself, a bank deleted (or reloaded) meanwhile stayed in RAM, all its memories
+        and index, for as long as the worker ran."""
+        import gc
+        import weakref
+
+        await self._bank(service, clock)
+        clock.advance_days(0.5)
+        await call(service, "memory::recall", query="flaky parser test")
+        await service.settle()  # the read's reap landed: its report waits for stats
+        gone = weakref.ref(service.store.get("main"))
+        await call(service, "memory::bank::delete", name="main")
+        gc.collect()
+        assert gone() is None
+
 
 class TestExpiredAtTheCap:
     async def test_a_save_into_a_full_bank_retires_the_expired_before_evicting_a_live_one(

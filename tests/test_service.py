@@ -546,6 +546,26 @@ class TestImportEvents:
         partly = [*rows, {**rows[-1], "text": "The user drinks green tea daily", "revision": 1}]
         assert (await call(service, "memory::import", bank="main", records=partly))["imported"] == 1
 
+    async def test_an_export_imported_again_keeps_why_a_memory_was_retired(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """An expired or evicted memory's tombstone says why (`invalid_reason`); the import
+        dropped the field, so an export imported again appended every such tombstone once more
+        (history listed it twice) and, as the newest record, it said no more why."""
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        gone = (await save(service, "The user debugs the parser.", category="context"))["id"]
+        clock.advance_days(2)
+        assert (await call(service, "memory::stats", bank="main"))["expired"] == [gone]
+        log = service.store.root / "main" / "memories.jsonl"
+        before = log.read_bytes()
+        rows = (await call(service, "memory::export", bank="main"))["records"]
+        again = await call(service, "memory::import", bank="main", records=rows)
+        assert again["imported"] == 0 and log.read_bytes() == before
+        moved = await call(service, "memory::import", bank="copy", records=rows)
+        assert moved["imported"] == len(rows)
+        copy = await call(service, "memory::get", bank="copy", id=gone)
+        assert copy["memory"]["invalid_reason"] == "expired"
+
 
 class TestRecall:
     async def test_tag_filter_applies_before_truncation(self, service: MemoryService) -> None:

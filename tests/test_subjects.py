@@ -497,6 +497,31 @@ class TestAgentsInATurn:
         general = sorted(ids["general"])[0]
         await _in_turn(service, function_id, "bruno", id=general, **change)
 
+    @pytest.mark.parametrize("speaker", [None, "member:42"])
+    async def test_a_read_naming_someone_by_the_seed_pair_sees_the_speakers_scope(
+        self, service: MemoryService, speaker: str | None
+    ) -> None:
+        """An agent's read in a turn sees what the speaker may see whatever subject it names;
+        named by `subject_type`/`subject_id` instead of `subject`, the pair became the subject
+        after the turn's scope was set: with nobody speaking, another person's memories came
+        back, and in someone's turn the read was refused as naming two subjects."""
+        await call(service, "memory::bank::create", PERSON, name="main", subject_scoping=True)
+        theirs = await call(
+            service,
+            "memory::save",
+            PERSON,
+            text="The user is allergic to kiwi.",
+            subject="member:7",
+        )
+        pair = {"subject_type": "member", "subject_id": "7"}
+        for function_id, ask in (
+            ("memory::recall", {"query": "allergic kiwi"}),
+            ("memory::list", {}),
+        ):
+            seen = await _in_turn(service, function_id, speaker, **ask, **pair)
+            ids = {m.get("memory", m)["id"] for m in seen["memories"]}
+            assert theirs["memory"]["id"] not in ids, function_id
+
     async def test_an_agents_export_holds_no_other_persons_memory(
         self, service: MemoryService
     ) -> None:
@@ -723,6 +748,23 @@ class TestSeedPair:
         gone = await call(service, "memory::forget-subject", PERSON, confirm="destructive", **pair)
         assert len(gone["erased"]) == 2
 
+    async def test_a_subject_naming_the_pair_in_another_case_is_no_clash(
+        self, service: MemoryService
+    ) -> None:
+        """Subjects compare caselessly everywhere: `subject` "Member:42" beside the pair
+        member/42 names the same person (it was refused as "different subjects")."""
+        await call(service, "memory::bank::create", PERSON, name="main", subject_scoping=True)
+        pair = {"subject_type": "member", "subject_id": 42}
+        saved = await call(
+            service,
+            "memory::save",
+            PERSON,
+            text="The user likes tea.",
+            subject=" Member:42",
+            **pair,
+        )
+        assert saved["memory"]["subject"] == "member:42"
+
     @pytest.mark.parametrize(
         "fields",
         [
@@ -731,6 +773,8 @@ class TestSeedPair:
             {"subject_type": "member", "subject_id": "42", "subject": "member:7"},
             {"subject_type": True, "subject_id": "42"},
             {"subject_type": "member", "subject_id": {"n": 42}},
+            {"subject_type": "member", "subject_id": " "},  # was the person "member: "
+            {"subject_type": "", "subject_id": ""},  # was the person ":"
         ],
     )
     async def test_half_a_pair_or_a_clash_is_refused_and_saves_nothing(

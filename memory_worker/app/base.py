@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -137,8 +138,10 @@ class ServiceBase:
         self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S
         self._embedding: dict[str, asyncio.Task[None]] = {}
         self._reaping: dict[str, asyncio.Task[None]] = {}  # retention's reaps a read asked for
-        # Per bank, what the reaper retired since its last `memory::stats` (which reports them).
-        self._expired_since: dict[str, tuple[Bank, deque[Memory]]] = {}
+        # Per bank, what the reaper retired since its last `memory::stats` (which reports them),
+        # with a weak reference to the bank it was retired in: a bank deleted or reloaded since
+        # is not kept in RAM by its report (which went with it).
+        self._expired_since: dict[str, tuple[weakref.ref[Bank], deque[Memory]]] = {}
         self._scratch_taken: set[str] = set()  # doctor runs in flight each own their scratch bank
         self._last_embed_failure: tuple[str, str] | None = None
         self._bank_settings: dict[str, tuple[Settings, BankOverrides, BankSettings]] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,6 +48,9 @@ class ImportRecord(BaseModel):
     updated_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
     stated_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
     invalid_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
+    # Why an automatic path retired it, as `memory::export` writes it: left out, an export
+    # imported again appended every such tombstone once more, saying no more why.
+    invalid_reason: Literal["evicted", "expired"] | None = None
     superseded_by: str | None = Field(default=None, min_length=1, max_length=128)
     revision: int = Field(default=0, ge=0, le=MAX_INT)
     # A lesson's card (checked as `memory::save` checks it).
@@ -164,6 +167,8 @@ class ImportUseCases(EmbeddingWork):
                     updated_at=updated_at,
                     stated_at=item.stated_at,
                     invalid_at=item.invalid_at,
+                    # A reason only ever says why a retired record was retired.
+                    invalid_reason=item.invalid_reason if item.invalid_at is not None else None,
                     superseded_by=item.superseded_by,
                     revision=item.revision,
                     category=card.category,

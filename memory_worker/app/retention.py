@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import Counter, deque
 
 from memory_worker.app.caller import SYSTEM, Caller
@@ -70,8 +71,9 @@ class RetentionUseCases(EmbeddingWork):
         await bank.commit(gone)
         log.info("memories_expired", bank=bank.name, n=len(gone))
         since = self._expired_since.get(bank.name)
-        if since is None or since[0] is not bank:  # a bank deleted since: its report went too
-            since = self._expired_since[bank.name] = (bank, deque(maxlen=EXPIRED_REPORTED))
+        if since is None or since[0]() is not bank:  # a bank deleted since: its report went too
+            report: deque[Memory] = deque(maxlen=EXPIRED_REPORTED)
+            since = self._expired_since[bank.name] = (weakref.ref(bank), report)
         since[1].extend(gone)
         for record in gone:
             self._emit_item(ItemEvent.DELETED, bank.name, record, EXPIRED)
@@ -81,7 +83,7 @@ class RetentionUseCases(EmbeddingWork):
         """What the reaper retired in `bank` since the last call that `consume`d it, oldest reap
         first."""
         since = self._expired_since.get(bank.name)
-        if since is None or since[0] is not bank:
+        if since is None or since[0]() is not bank:
             return []
         if consume:
             del self._expired_since[bank.name]

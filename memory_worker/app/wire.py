@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, m
 
 from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
+from memory_worker.core.subjects import same_subject
 from memory_worker.search.ranking import RecallMode
 
 __all__ = [
@@ -203,9 +204,16 @@ class Request(BaseModel):
         for name, value in (("subject_type", kind), ("subject_id", ident)):
             if isinstance(value, bool) or not isinstance(value, str | int):
                 raise ValueError(f"subject: {name} must be a string or a whole number")
+            if not str(value).strip():  # a blank half names no one: "member:" is nobody's
+                raise ValueError("subject: subject_type and subject_id must be provided together")
             parts.append(str(value))
         named = ":".join(parts)
-        if data.get("subject") not in (None, named):
+        given = data.get("subject")
+        # Compared as subjects are everywhere (caseless, NFC, trimmed as `clean_subject` does):
+        # "Member:42" beside member/42 is the same person, not a clash.
+        if given is not None and not (
+            isinstance(given, str) and same_subject(given.strip(), named.strip())
+        ):
             raise ValueError(
                 f"subject: {data['subject']!r} and subject_type/subject_id ({named!r}) name "
                 "different subjects"

@@ -245,14 +245,15 @@ def _semantic_group(
     judgeable = False
     if len(members) > MAX_SEMANTIC_GROUP:
         why = f"{len(members)} memories are too many to be one fact"
-    elif any(score is None for score in known):
-        why = f"not every pair is at cosine ≥ {threshold:.2f}"
-        judgeable = True
     else:
-        for a, b in pairs:
-            if (found := disagreement(a.text, b.text)) is not None:
-                why, judgeable = found, found in REORDERED
-                break
+        # Every pair's guards, not the first finding's: a reorder (or a missing cosine) in one
+        # pair must not get the judge offered a group another pair of which states two facts.
+        found = [f for a, b in pairs if (f := disagreement(a.text, b.text)) is not None]
+        judgeable = all(f in REORDERED for f in found)
+        if any(score is None for score in known):
+            why = f"not every pair is at cosine ≥ {threshold:.2f}"
+        elif found:
+            why = found[0]
     if why is None:
         agreed = (
             f"every pair at cosine ≥ {threshold:.2f}; numbers, dates, names, family and tense "

@@ -41,6 +41,7 @@ AMBIENT_FLOOR = 3  # identity questions and session openers recall little lexica
 # rule a person wrote: only ever growing, in name order it used up the budget of the ones after
 # it ("style", "tone"), which were then omitted from every session.
 LEARNED_RULE = "learned"
+_HOOK_LIMIT = "over this agent's hook context limit"  # what `fit_section` cuts at
 MIN_TRUNCATED_RULE_CHARS = 200  # below this a cut rule is noise: omit it whole instead
 
 
@@ -77,15 +78,24 @@ class RulesSection:
 
 
 def render_section(
-    bank: str, rules: list[Rule], max_rule_chars: int, *, captured: bool = True
+    bank: str,
+    rules: list[Rule],
+    max_rule_chars: int,
+    *,
+    captured: bool = True,
+    limit: str | None = None,
 ) -> RulesSection:
     """Ambient header plus rules in name order, `learned` last, within `max_rule_chars` (content
     characters only).
 
     A rule that does not fit is cut with a visible marker when enough budget remains, else omitted
     with a marker; after the first cut every later rule is omitted. The header's "treat the rules
-    below as standing instructions" is there only when some rule's text is.
+    below as standing instructions" is there only when some rule's text is. `limit`: what a cut
+    rule's marker names as the limit it ran over (default: the `max_rule_chars` budget).
     """
+    over = limit or (
+        f"over the {max_rule_chars} char injection budget — trim it in the memory page"
+    )
     parts: list[str] = []
     budget = max_rule_chars
     included = 0
@@ -100,9 +110,7 @@ def render_section(
             included += 1
         elif not truncated and budget > MIN_TRUNCATED_RULE_CHARS:
             parts.append(
-                f"\n## {rule.name}\n{content[:budget].rstrip()}\n"
-                f"[rule truncated: over the {max_rule_chars} char injection budget — trim it in "
-                "the memory page]\n"
+                f"\n## {rule.name}\n{content[:budget].rstrip()}\n[rule truncated: {over}]\n"
             )
             budget = 0
             included += 1
@@ -125,10 +133,11 @@ def fit_section(
     budget = max_rule_chars
     while len(section.text) > max_chars and budget > 0:
         budget = max(0, budget - (len(section.text) - max_chars))
-        section = render_section(bank, rules, budget, captured=captured)
+        # The cut is the cap's, not a budget of `budget` characters no setting holds.
+        section = render_section(bank, rules, budget, captured=captured, limit=_HOOK_LIMIT)
     if len(section.text) <= max_chars:
         return section
-    marker = "\n[memory section cut: over this agent's hook context limit]\n"
+    marker = f"\n[memory section cut: {_HOOK_LIMIT}]\n"
     text = section.text[: max(0, max_chars - len(marker))] + marker
     return RulesSection(text[:max_chars], section.rules, True)
 

@@ -542,6 +542,7 @@ async def _ui_content(data: Any) -> dict[str, str]:
 
 
 _SAVE = "memory::save"  # the one write whose omitted `subject` means the turn's speaker
+_SUBJECT_PAIR = ("subject_type", "subject_id")  # seed 004's other way to name `subject`
 
 
 async def turn_call(
@@ -559,11 +560,14 @@ async def turn_call(
         return data, caller
     speaker = await resolver.subject(caller.session_id, metadata)  # the session's meta: cached
     caller = caller.speaking_for(speaker)
-    if (
-        isinstance(data, dict)
-        and "subject" in fields
-        and (spec.hints.read_only or (spec.id == _SAVE and data.get("subject") is None))
-    ):
+    if not isinstance(data, dict) or "subject" not in fields:
+        return data, caller
+    # Seed 004's `subject_type`/`subject_id` name a subject as `subject` does (the request reads
+    # them as one): a read drops them with it, and a save naming someone by them keeps them.
+    if spec.hints.read_only:
+        data = {key: value for key, value in data.items() if key not in _SUBJECT_PAIR}
+        data["subject"] = speaker
+    elif spec.id == _SAVE and all(data.get(key) is None for key in ("subject", *_SUBJECT_PAIR)):
         data = {**data, "subject": speaker}
     return data, caller
 
