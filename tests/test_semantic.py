@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -310,3 +311,38 @@ async def test_doctor_without_an_embedder_points_at_the_default_model_not_the_mi
     [check] = [c for c in report["checks"] if c["name"] == "embeddings"]
     assert not check["ok"]
     assert "[embed]" not in check["detail"] and "MEMORY_EMBEDDER" in check["detail"]
+
+
+class _BusyPassages(FakeEmbedder):
+    """An e5-like embedder busy with a bank's backfill: memory texts wait, a query goes first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy = False
+        self._never = asyncio.Event()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self.busy:
+            await self._never.wait()
+        return await super().embed(texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        return self.vector(text)
+
+
+async def test_the_doctor_asks_the_embedder_what_recall_asks(
+    store: Store, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a backfill keeps memory texts waiting, recall's queries are still embedded (they go
+    first): the doctor probes with a query, as recall does, and does not report the embedder
+    failed with recall falling back to lexical (it did, `failed ()`, while recall ran hybrid)."""
+    embedder = _BusyPassages()
+    service = _service(store, clock, embedder)
+    await _save(service, "The user writes essays on Sundays")
+    await service.settle()
+    embedder.busy = True
+    monkeypatch.setattr("memory_worker.app.doctor.QUERY_EMBED_TIMEOUT_S", 0.05)
+    assert await _retrieval(service, "blog") == "bm25-entity-semantic"
+    report = await catalog.call(service, "memory::doctor", {})
+    [check] = [c for c in report["checks"] if c["name"] == "embeddings"]
+    assert check["ok"], check["detail"]

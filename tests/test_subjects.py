@@ -16,9 +16,11 @@ from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
 from memory_worker.core.errors import Conflict, Forbidden, InvalidInput, MemoryNotFound
+from memory_worker.storage.store import Store
 
-from .fakes import FixedClock
+from .fakes import FakeEmbedder, FixedClock
 from .test_extractor import Rig, add
 from .test_pregenerate import Hooked, appended
 
@@ -786,3 +788,48 @@ class TestSeedPair:
             )
         listed = await call(service, "memory::list", PERSON)
         assert listed["memories"] == []
+
+
+async def test_the_owners_recall_shows_two_peoples_same_words_as_two_facts(
+    store: Store, clock: FixedClock
+) -> None:
+    """The same words about Ana and about Bruno are two memories: the owner's view of the bank
+    (no subject) recalls both, never one as a restatement of the other (with vectors, the near-
+    duplicate demotion dropped one: asking who likes spicy food told of one person only)."""
+    service = MemoryService(store, Settings(), clock=clock, embedder=FakeEmbedder())
+    await _people(service)
+    await service.settle()
+    recalled = await call(service, "memory::recall", PERSON, query="spicy food")
+    assert recalled["retrieval"] == "bm25-entity-semantic"
+    texts = [(hit["memory"]["text"], hit["memory"].get("subject")) for hit in recalled["memories"]]
+    assert ("The user likes spicy food.", "ana") in texts, texts
+    assert ("The user likes spicy food.", "bruno") in texts, texts
+
+
+@pytest.mark.parametrize(
+    ("function_id", "change"),
+    [
+        ("memory::update", {"tags": ["leaked"]}),
+        ("memory::update", {"subject": ""}),
+        ("memory::delete", {}),
+        ("memory::pin", {"pinned": True}),
+    ],
+)
+async def test_an_mcp_agent_naming_no_one_changes_no_persons_memory_by_id(
+    service: MemoryService, function_id: str, change: dict[str, Any]
+) -> None:
+    """An agent outside a turn (MCP, REST as an agent) that names no subject sees general
+    memories only: `memory::get` says Ana's is not there, and so does a change of it by id (an
+    update made it general, visible to everyone, and handed its text back; a delete erased it
+    from her turns)."""
+    ids = await _people(service)
+    mcp = Caller.for_agent("mcp")
+    ana = sorted(ids["ana"])[0]
+    before = service.store.get("main").latest(ana)
+    with pytest.raises(MemoryNotFound):
+        await call(service, "memory::get", mcp, id=ana)
+    with pytest.raises(MemoryNotFound):
+        await call(service, function_id, mcp, id=ana, **change)
+    assert service.store.get("main").latest(ana) == before
+    general = sorted(ids["general"])[0]  # the general pool stays the agent's to change
+    await call(service, function_id, mcp, id=general, **change)

@@ -228,7 +228,11 @@ class ServiceBase:
             )
 
     def hidden_from(self, bank: Bank, record: Memory, caller: Caller) -> bool:
-        """Whether `record` is another person's than the speaker of the turn `caller` acts in."""
+        """Whether `record` is another person's than the speaker of the turn `caller` acts in.
+        An agent outside a turn (MCP, REST as an agent) names no one: as for its `memory::get`
+        without a subject, every person's memory is hidden, the general pool is not."""
+        if caller.kind is CallerKind.AGENT and not caller.in_turn:
+            return record.subject is not None and self.bank_settings(bank).subject_scoping
         return self._someone_else(bank, record.subject, caller)
 
     def _someone_else(self, bank: Bank, subject: str | None, caller: Caller) -> bool:

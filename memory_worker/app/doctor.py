@@ -11,6 +11,7 @@ from pathlib import Path
 
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import QUERY_EMBED_TIMEOUT_S, EmbeddingWork
+from memory_worker.app.ports import QueryEmbedder
 from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, WorkerError
@@ -95,7 +96,15 @@ class DoctorUseCases(EmbeddingWork):
                 "worker's log says why it could not), or run under an engine with router::embed",
             )
         try:
-            await asyncio.wait_for(self.embedder.embed(["doctor probe"]), QUERY_EMBED_TIMEOUT_S)
+            # A query, as recall asks (an e5 embedder lets one go before a backfill's texts: a
+            # memory text's probe would wait for the backfill and call a working recall failed).
+            embedder = self.embedder
+            probe = (
+                embedder.embed_query("doctor probe")
+                if isinstance(embedder, QueryEmbedder)
+                else embedder.embed(["doctor probe"])
+            )
+            await asyncio.wait_for(probe, QUERY_EMBED_TIMEOUT_S)
         except (WorkerError, TimeoutError) as exc:
             return DoctorCheck(
                 name="embeddings",

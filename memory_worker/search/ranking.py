@@ -1062,8 +1062,29 @@ def _arm_top(pool: Pool, arm: str) -> Ints:
         values = pool.bm25 if arm == "bm25" else pool.semantic
         assert values is not None
         share = _HIGH_SHARE if arm == "bm25" else 0.0
-        found = pool.tops[arm] = _top_set(values, ARM_TOP, share)
+        found = _top_untied(values, ARM_TOP, share)
+        if found is None:
+            found = _top_tied(pool, values, ARM_TOP)
+        pool.tops[arm] = found
     return found
+
+
+def _top_tied(pool: Pool, values: Floats, k: int) -> Ints:
+    """The `k` best of `values` when several tie at the k-th: the tied ones go as the final
+    order breaks ties (newest statement, then id), never by slot order, which a restart or an
+    import changes (the same bank would keep another memory after a restart)."""
+    n = values.size
+    kth = float(np.partition(values, n - k)[n - k])
+    above = np.flatnonzero(values > kth)
+    tied = np.flatnonzero(values == kth)
+    need = k - above.size
+    stated = pool.signal("stated_at", tied)
+    last = stated[np.argpartition(-stated, need - 1)[need - 1]]  # the need-th newest
+    newer, level = tied[stated > last], tied[stated == last]
+    if newer.size + level.size > need:  # the last place is tied too: by id (usually a few)
+        ids = [memory.id for memory in pool.memories(level.tolist())]
+        level = level[np.argsort(np.array(ids), kind="stable")[: need - newer.size]]
+    return np.sort(np.concatenate([above, newer, level]))
 
 
 def _passes(
@@ -1110,7 +1131,12 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     final = scores
     if query.mode is RecallMode.HYBRID and semantic is not None and final.size:
         final, demoted = _demote_near_duplicates(
-            index, pool.slots[chosen], final, query.duplicate_cosine, query.fusion.duplicate
+            index,
+            pool.slots[chosen],
+            final,
+            query.duplicate_cosine,
+            query.fusion.duplicate,
+            [memory.subject for memory in pool.memories(chosen.tolist())],
         )
         # A restatement pushed under the cutoff leaves: its better twin already carries the fact.
         kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
@@ -1193,11 +1219,17 @@ def _restates(index: LexicalIndex, slot: int, other: int, threshold: float) -> b
 
 
 def _demote_near_duplicates(
-    index: LexicalIndex, slots: Ints, scores: Floats, threshold: float, penalty: float
+    index: LexicalIndex,
+    slots: Ints,
+    scores: Floats,
+    threshold: float,
+    penalty: float,
+    subjects: list[str | None],
 ) -> tuple[Floats, npt.NDArray[np.bool_]]:
-    """A memory that restates a better-ranked one (embedding cosine ≥ `threshold`) is scored down
-    by `penalty`, so it does not take a second slot of a small injection. Returns the scores and
-    which were demoted."""
+    """A memory that restates a better-ranked one of the same subject (embedding cosine ≥
+    `threshold`) is scored down by `penalty`, so it does not take a second slot of a small
+    injection. The same words about another person are another fact, not a restatement (the
+    owner's view of a bank holds everyone's). Returns the scores and which were demoted."""
     order = np.argsort(-scores, kind="stable")
     kept: list[int] = []
     out = scores.copy()
@@ -1207,7 +1239,8 @@ def _demote_near_duplicates(
     vectors = index.vectors[safe]  # the chosen few rows (a copy: fancy indexing), float32
     has = index.has_vector[safe] & live
     for i in order.tolist():
-        if has[i] and kept and float(np.max(vectors[kept] @ vectors[i])) >= threshold:
+        same = [j for j in kept if same_subject(subjects[j], subjects[i])]
+        if has[i] and same and float(np.max(vectors[same] @ vectors[i])) >= threshold:
             out[i] = scores[i] * penalty
             demoted[i] = True
         elif has[i]:
