@@ -204,19 +204,9 @@ class MemoryUseCases(RetentionUseCases):
         candidates += [m for m in flying.values() if m.live and mine(m)]
 
         def bank_wide() -> list[Memory]:
-            # Only asked when the scope had nothing evictable: the same bulk selection over
-            # every row (the saves in flight counted as they are), no scan per save.
-            found = first_to_go(
-                bank.index,
-                bank.memories,
-                bank.access,
-                subject=None,
-                scoped=False,
-                exclude=flying.keys(),
-                k=need,
-                evictable=evictable,
-            )
-            return found + [m for m in flying.values() if m.live]
+            # Only asked when the scope had nothing evictable: the bank's own first evictable
+            # memories (the saves in flight counted as they are), no scan per save.
+            return bank.first_evictable(need, skip=(record.id,))
 
         # A subject at its own cap pays from its own rows only; the bank's cap alone may fall
         # back to the whole bank when this scope has nothing to give.

@@ -165,20 +165,14 @@ def victims(
     if need <= 0:
         return []
     order = eviction_order(candidates, access, first=need)
+    where = "this scope"
     if len(order) < need and bank_wide is not None:
-        order = eviction_order(bank_wide(), access, first=need)
-        if len(order) < need:
-            cap = next(cap for cap in caps if cap.held + 1 > cap.limit)
-            shown = cap.limit if cap.setting is None else cap.setting
-            raise Conflict(
-                f"{cap.name} ({shown}) is reached and everything left to evict in the bank is "
-                "pinned or a lesson; unpin something, delete something, or raise the cap"
-            )
+        order, where = eviction_order(bank_wide(), access, first=need), "the bank"
     if len(order) < need:
         cap = next(cap for cap in caps if cap.held + 1 > cap.limit)
         shown = cap.limit if cap.setting is None else cap.setting
         raise Conflict(
-            f"{cap.name} ({shown}) is reached and what is left to evict in this scope is "
+            f"{cap.name} ({shown}) is reached and what is left to evict in {where} is "
             "pinned or a lesson; unpin something, delete something, or raise the cap"
         )
     return order
