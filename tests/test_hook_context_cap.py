@@ -37,6 +37,12 @@ def _config(tmp_path: Path) -> Path:
     return config
 
 
+@pytest.fixture(name="where")
+def _where(data: Path, config: Path) -> list[str]:
+    """The data dir and configuration every command of a test is run with."""
+    return ["--data-dir", str(data), "--config", str(config)]
+
+
 def _run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -86,10 +92,8 @@ def _memories(
 def test_each_prompt_hands_what_fits_and_the_next_one_the_rest(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    data: Path,
-    config: Path,
+    where: list[str],
 ) -> None:
-    where = ["--data-dir", str(data), "--config", str(config)]
     _memories(monkeypatch, capsys, where)
     prompt = {"prompt": "pottery note studio detail kiln glaze clay wheel mug bowl"}
     seen: set[str] = set()
@@ -107,10 +111,8 @@ def test_each_prompt_hands_what_fits_and_the_next_one_the_rest(
 def test_lesson_cards_fit_the_cap_and_the_rest_come_with_the_next_call(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    data: Path,
-    config: Path,
+    where: list[str],
 ) -> None:
-    where = ["--data-dir", str(data), "--config", str(config)]
     for n in range(40):
         card = {
             "text": f"Lesson {n} about the proto files. " + "Regenerate the stubs first. " * 40,
@@ -136,10 +138,8 @@ def test_lesson_cards_fit_the_cap_and_the_rest_come_with_the_next_call(
 def test_the_session_start_section_and_its_memories_share_the_cap(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    data: Path,
-    config: Path,
+    where: list[str],
 ) -> None:
-    where = ["--data-dir", str(data), "--config", str(config)]
     _memories(monkeypatch, capsys, where)
     for n in range(8):
         rule = {"name": f"style-{n}", "content": f"Rule {n}: answer plainly. " * 120}
@@ -162,10 +162,8 @@ def test_the_session_start_section_and_its_memories_share_the_cap(
 def test_a_smaller_cap_is_honoured(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    data: Path,
-    config: Path,
+    where: list[str],
 ) -> None:
-    where = ["--data-dir", str(data), "--config", str(config)]
     _memories(monkeypatch, capsys, where)
     prompt = {"prompt": "pottery note studio detail kiln glaze"}
     told = _told(
