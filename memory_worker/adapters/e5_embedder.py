@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from memory_worker.core.errors import SiblingUnavailable
-from memory_worker.core.text import language, tokenize, utf8_safe
+from memory_worker.core.payload import utf8_safe
+from memory_worker.core.text import language, tokenize
 
 __all__ = [
     "ALIGNMENT_OFFSETS",

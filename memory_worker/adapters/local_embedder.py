@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_worker.core.errors import SiblingUnavailable
-from memory_worker.core.text import utf8_safe
+from memory_worker.core.payload import utf8_safe
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

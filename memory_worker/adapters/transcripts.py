@@ -18,17 +18,16 @@ Unreadable lines are skipped (a line being written while we read is the usual on
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memory_worker.core.payload import utf8_safe
 from memory_worker.core.redact import redact
 
 __all__ = ["MAX_TRANSCRIPT_BYTES", "read_transcript"]
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much of a long session
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair was decoded to one character already
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
 # What the agent itself writes as a user message, never the user's words: Claude Code's slash
 # command echoes, `!` shell input and output, background task notices and system reminders;
@@ -129,7 +128,7 @@ def _entry(line: object, number: int) -> dict[str, Any] | None:
     entry_id, role, text, at_ms = found
     # A lone surrogate (a JavaScript string cut inside an emoji, written as a `\ud83d` escape)
     # has no UTF-8 form: the capture job holding it was refused whole, this turn and the next.
-    text = _LONE_SURROGATE.sub("\ufffd", text).strip()
+    text = utf8_safe(text).strip()
     if not text or text.startswith(_AGENT_MARKS) or text.startswith("<memory "):
         return None
     entry: dict[str, Any] = {

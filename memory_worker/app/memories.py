@@ -211,7 +211,7 @@ class MemoryUseCases(RetentionUseCases):
         # A subject at its own cap pays from its own rows only; the bank's cap alone may fall
         # back to the whole bank when this scope has nothing to give.
         fallback = None if at_own_cap else bank_wide
-        return victims(caps, candidates, lambda i: _seen_at(bank, i), fallback)
+        return victims(caps, candidates, bank.seen, fallback)
 
     def _check_room(self, bank: Bank, existing: Memory, subject: str) -> None:
         """Moving `existing` to `subject` must not take them past `max_per_subject` (subject
@@ -533,12 +533,7 @@ def _unscoped_victims(bank: Bank, record: Memory, settings: BankSettings) -> lis
     if need <= 0:
         return []
     candidates = bank.first_evictable(need, skip=(record.id,))
-    return victims(caps, candidates, lambda i: _seen_at(bank, i))
-
-
-def _seen_at(bank: Bank, memory_id: str) -> tuple[int, int] | None:
-    seen = bank.access.get(memory_id)
-    return None if seen is None else (seen.count, seen.last_ms)
+    return victims(caps, candidates, bank.seen)
 
 
 def with_access(bank: Bank, memory: Memory) -> Memory:

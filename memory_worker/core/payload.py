@@ -8,18 +8,23 @@ validation spends a Python call on each (110,000 tags once held the event loop f
 `NaN` and `Infinity` are not JSON and are refused too, and so is a number past a float's range
 (`1e400` decodes as infinity, which no door could pass on as JSON). Linear in the size of the
 input, and the check stops at the first value past a limit.
+
+Decoded text may still hold a lone surrogate (a `"\ud83d"` escape: a JavaScript string cut
+inside an emoji), which has no UTF-8 form: `utf8_safe` is what an edge hands on instead where
+the text must be encoded (a model's tokenizer, a capture job).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from memory_worker.core.errors import InvalidInput
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "check_depth", "loads"]
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "check_depth", "loads", "utf8_safe"]
 
 MAX_DEPTH = 32  # an honest payload nests 3 deep (object → list → string); 32 leaves room
 MAX_VALUES = 10_000  # an honest call carries a few dozen (text, 8 tags, 8 entities, …)
@@ -68,3 +73,16 @@ def check_depth(
         if depth > MAX_DEPTH:
             raise InvalidInput(f"{what} is nested more than {MAX_DEPTH} levels deep")
         stack.extend((child, depth + 1) for child in children)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair was decoded to one character already
+
+
+def utf8_safe(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD, so it has a UTF-8 form; the same
+    string when it had one."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text)
+    return text

@@ -25,7 +25,6 @@ __all__ = [
     "normalize",
     "terms",
     "tokenize",
-    "utf8_safe",
 ]
 
 # Rust's `char::is_whitespace` (Unicode White_Space). Python's `str.split()` also splits on
@@ -47,19 +46,6 @@ def collapse_whitespace(text: str) -> str:
     if _PY_ONLY_WHITESPACE.search(text) is None:
         return " ".join(text.split())  # C speed; same split as Rust's for every other character
     return " ".join(part for part in _WHITESPACE.split(text) if part)
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair was decoded to one character already
-
-
-def utf8_safe(text: str) -> str:
-    """`text` with each lone surrogate (a JSON `"\\ud83d"` escape: a JavaScript string cut inside
-    an emoji) replaced by U+FFFD, so it has a UTF-8 form; the same string when it had one."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub("\ufffd", text)
-    return text
 
 
 def normalize(text: str) -> str:

@@ -984,9 +984,10 @@ class Bank:
             k=n,
             evictable=evictable,
         )
-        return eviction_order([*durable, *flying], self._seen, first=n)
+        return eviction_order([*durable, *flying], self.seen, first=n)
 
-    def _seen(self, memory_id: str) -> tuple[int, int] | None:
+    def seen(self, memory_id: str) -> tuple[int, int] | None:
+        """`memory_id`'s (accesses, last access), or None: what the eviction order reads."""
         seen = self.access.get(memory_id)
         return None if seen is None else (seen.count, seen.last_ms)
 
@@ -998,7 +999,7 @@ class Bank:
     def _eviction_key(self, record: Memory | None) -> Key | None:
         if record is None or not evictable(record):
             return None
-        return eviction_key(record, self._seen(record.id))
+        return eviction_key(record, self.seen(record.id))
 
     def _requeue(self, ids: Iterable[str]) -> None:
         """The kept eviction order after `ids`' latest records (or counts) changed."""
