@@ -480,6 +480,28 @@ async def test_a_stdio_recall_gets_the_semantic_arm_once_a_server_embedded_the_b
     assert hits[0]["memory"]["id"] == saved.structured_content["memory"]["id"]  # type: ignore[index]
 
 
+async def test_a_stdio_only_agent_gets_the_semantic_arm_with_no_server_ever(
+    tmp_path: Path,
+) -> None:
+    """An agent whose only door is `memory-worker mcp` (a Claude Code set-up with no server):
+    what it saves is not embedded then, and with no server to embed it later its recall stayed
+    lexical for good. A recall now embeds what its bank lacks first, within a budget."""
+    data = tmp_path / "data"
+    env = {k: v for k, v in ENV.items() if k != "MEMORY_EMBEDDER"}  # the default: local
+    argv = cli("mcp", "--data-dir", str(data))
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+    async with Client(params) as client:
+        saved = await client.call_tool(
+            "memory_save", {"text": "The user's dog is a beagle named Pipoca"}
+        )
+        await client.call_tool("memory_save", {"text": "The user's favourite colour is green"})
+        found = await client.call_tool("memory_recall", {"query": "que raça é o meu cachorro?"})
+    assert found.structured_content["retrieval"] == "bm25-entity-semantic"  # type: ignore[index]
+    hits = found.structured_content["memories"]  # type: ignore[index]
+    assert hits[0]["memory"]["id"] == saved.structured_content["memory"]["id"]  # type: ignore[index]
+    assert len((data / "main" / "vectors.jsonl").read_text().splitlines()) == 2
+
+
 def _raw_stdio_session(data_dir: Path, lines: list[bytes]) -> list[dict[str, Any]]:
     """`memory-worker mcp` driven by hand: the handshake, then each raw line, each answer read
     with a deadline (a line that gets none fails the test instead of hanging it)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -346,3 +347,105 @@ async def test_the_doctor_asks_the_embedder_what_recall_asks(
     report = await catalog.call(service, "memory::doctor", {})
     [check] = [c for c in report["checks"] if c["name"] == "embeddings"]
     assert check["ok"], check["detail"]
+
+
+class TestWithoutAServer:
+    """A process that does not embed its writes (a one-shot command, MCP over stdio) used to
+    leave a bank lexical for good when no server ever held the data dir, and a single memory it
+    saved made a server-embedded bank's recall lexical until a server embedded it."""
+
+    @staticmethod
+    def _one_shot(
+        store: Store, clock: FixedClock, embedder: FakeEmbedder, catch_up_s: float
+    ) -> MemoryService:
+        return MemoryService(
+            store,
+            Settings(),
+            emitter=RecordingEmitter(),
+            clock=clock,
+            embedder=embedder,
+            embed_writes=False,
+            catch_up_s=catch_up_s,
+        )
+
+    async def test_a_recall_catches_its_bank_up_before_its_query(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        embedder = FakeEmbedder()
+        service = self._one_shot(store, clock, embedder, catch_up_s=5.0)
+        target = await _save(service, "Rafa publishes blog posts weekly")
+        await _save(service, "Lunch is at noon")
+        await service.settle()
+        assert embedder.calls == []  # writes are not embedded here
+        result = await catalog.call(service, "memory::recall", {"query": "writes essays"})
+        assert result["retrieval"] == "bm25-entity-semantic"
+        assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
+        assert embedder.calls[0] == ["Rafa publishes blog posts weekly", "Lunch is at noon"]
+        rows = (store.root / "main" / "vectors.jsonl").read_text().splitlines()
+        assert len(rows) == 2  # kept for every later process, a server's included
+
+    async def test_without_a_catch_up_budget_a_bank_with_no_vectors_stays_lexical(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        """A hook's budget is its turn's: it embeds nothing for the bank, nor its query there."""
+        embedder = FakeEmbedder()
+        service = self._one_shot(store, clock, embedder, catch_up_s=0.0)
+        await _save(service, "Rafa publishes blog posts weekly")
+        assert await _retrieval(service, "writes essays") == "bm25-entity"
+        assert embedder.calls == []
+
+    async def test_the_catch_up_stops_at_its_budget_and_goes_on_at_the_next_recall(
+        self, store: Store, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from memory_worker.app import embedding
+
+        now = [0.0]
+
+        class _Slow(FakeEmbedder):
+            async def embed(self, texts: Any) -> list[list[float]]:
+                now[0] += 0.6  # each batch takes 0.6 s of the budget
+                return await super().embed(texts)
+
+        monkeypatch.setattr(embedding.time, "monotonic", lambda: now[0])
+        embedder = _Slow()
+        service = self._one_shot(store, clock, embedder, catch_up_s=1.0)
+        for i in range(20):
+            await _save(service, f"note {i} about the kiln")
+        assert await _retrieval(service, "kiln") == "bm25-entity"
+        passages = [c for c in embedder.calls if c[0].startswith("note")]
+        assert [len(c) for c in passages] == [embedding.CATCH_UP_BATCH] * 2
+        bank = store.get("main")
+        assert bank.embedding_progress("fake-embedder-1") == (8, 20)
+        while not bank.semantic_ready("fake-embedder-1"):
+            await _retrieval(service, "kiln")
+        assert bank.embedding_progress("fake-embedder-1")[0] >= 18  # the arm runs from 90%
+        assert await _retrieval(service, "kiln") == "bm25-entity-semantic"
+
+    async def test_a_few_memories_without_vectors_keep_the_bank_semantic(
+        self, store: Store, clock: FixedClock, data_dir: Path
+    ) -> None:
+        """From 90% of the live memories embedded the arm runs; the others rank by their
+        lexical and entity scores alone, as a server's in-flight ones do."""
+        server = _service(store, clock, FakeEmbedder())
+        target = await _save(server, "Rafa publishes blog posts weekly")
+        for i in range(9):
+            await _save(server, f"note {i} about the kiln")
+        await server.settle()
+        one_shot = self._one_shot(store, clock, FakeEmbedder(), catch_up_s=0.0)
+        await _save(one_shot, "a tenth note, about the garden")
+        await store.close()
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            later = self._one_shot(reopened, clock, FakeEmbedder(), catch_up_s=0.0)
+            result = await catalog.call(later, "memory::recall", {"query": "writes essays"})
+            assert result["retrieval"] == "bm25-entity-semantic"  # 10 of 11 embedded
+            assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
+            await _save(later, "an eleventh note, about the river")
+        finally:
+            await reopened.close()
+        again = Store.open(data_dir, holder=HOLDER)
+        try:
+            last = self._one_shot(again, clock, FakeEmbedder(), catch_up_s=0.0)
+            assert await _retrieval(last, "writes essays") == "bm25-entity"  # 10 of 12
+        finally:
+            await again.close()

@@ -439,6 +439,7 @@ async def run(
                 work,
                 caller=_caller(payload),
                 lock_wait_s=min(HOOK_LOCK_WAIT_S, budget_s),
+                catch_up_s=0.0,  # the turn's budget is its query's: the CLI's recall catches up
             )
     except TimeoutError:
         log.warning("hook_timed_out", hook=event.agent_event, budget_s=budget_s)

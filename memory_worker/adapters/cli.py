@@ -59,6 +59,12 @@ DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memo
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
+# How long an in-process recall may embed what its bank lacks before its query, when no server
+# holds the data dir (`MemoryService.catch_up_s`): ~20 memory-sized texts a second with the local
+# e5 model on one core. A one-shot command pays it once; MCP over stdio, whose client waits on a
+# tool call anyway, catches up in bigger steps.
+CLI_CATCH_UP_S = 1.0
+MCP_CATCH_UP_S = 2.0
 PIPE_CLOSED_EXIT = 141  # what a shell reports for a command ended by SIGPIPE (128 + 13)
 HOOK_EXIT_GRACE_S = 0.5  # a hook past its budget: what a blocked worker thread may still hold it
 # A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
@@ -199,10 +205,12 @@ async def _with_door(
     *,
     caller: Caller = CLI_CALLER,
     lock_wait_s: float | None = None,
+    catch_up_s: float = CLI_CATCH_UP_S,
 ) -> int:
     """Run `work` through the data dir's door: opened in-process, or forwarded to the server
     that holds it. `lock_wait_s` defaults to `CLI_LOCK_WAIT_S` as it is at the call (read then,
-    not when this was defined, so a test can shorten it)."""
+    not when this was defined, so a test can shorten it). `catch_up_s`: how long an in-process
+    recall may embed what its bank lacks (a hook passes 0: its budget is the turn's)."""
     configured = _configured(args)
     root = resolve_data_dir(args.data_dir, configured)
 
@@ -210,8 +218,9 @@ async def _with_door(
     def settings() -> Settings:  # what the door serves with, when it opens the data dir here
         return configured if configured is not None else _settings(args)
 
-    # A one-shot command embeds queries over the vectors a server made, never what it writes (the
-    # server embeds those in the background): a recall gets the semantic arm, an import stays fast.
+    # A one-shot command never embeds what it writes (a server embeds those in the background):
+    # an import stays fast. Its recall embeds the query, after a bounded catch-up on what the
+    # bank lacks, so a data dir no server ever held gets the semantic arm too.
     _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails whichever door opens
     async with open_door(
         root,
@@ -222,6 +231,7 @@ async def _with_door(
         # Loaded only in-process (and lazily there): a forwarded call lets the server embed.
         make_embedder=lambda: _embedder(settings(), default="local", lazy=True),
         embed_writes=False,
+        catch_up_s=catch_up_s,
         short_lived=True,  # one command, then the process exits
     ) as door:
         return await work(door)
@@ -787,9 +797,10 @@ async def _mcp(args: argparse.Namespace) -> int:
         ) from None
     settings = _settings(args)
     root = resolve_data_dir(args.data_dir, settings)
-    # As a one-shot command's: a recall embeds its query over the vectors a server made (what is
-    # written here, the server embeds). Loaded once, on the first in-process recall, and kept:
-    # this process lives as long as its client.
+    # As a one-shot command's: what is written here is not embedded then; a recall catches its
+    # bank up first (`MCP_CATCH_UP_S`), so an agent whose only door is this one gets the
+    # semantic arm. Loaded once, on the first in-process recall, and kept: this process lives as
+    # long as its client.
     _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails at start, not on every call
     embedders: list[Embedder | None] = []
 
@@ -815,6 +826,7 @@ async def _mcp(args: argparse.Namespace) -> int:
                 lock_wait_s=CLI_LOCK_WAIT_S,
                 make_embedder=make_embedder,
                 embed_writes=False,
+                catch_up_s=MCP_CATCH_UP_S,
             ) as door,
         ):
             yield door

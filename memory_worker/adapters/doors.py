@@ -403,6 +403,7 @@ async def open_door(
     embedder: Embedder | None = None,
     make_embedder: Callable[[], Embedder | None] | None = None,
     embed_writes: bool = True,
+    catch_up_s: float = 0.0,
     forward_timeout_s: float = FORWARD_TIMEOUT_S,
     short_lived: bool = False,
 ) -> AsyncIterator[Door]:
@@ -412,7 +413,8 @@ async def open_door(
     forwarded call never builds the settings (pydantic is not even imported then: the CLI's
     forwarded hook runs once per prompt) nor loads an embedder (the server embeds).
     `short_lived`: the process exits after this command (`Store.adopt`), unlike an MCP server
-    opening a door per call."""
+    opening a door per call. `catch_up_s`: in-process, with `embed_writes` False, how long a
+    recall may embed what its bank lacks first (`MemoryService.catch_up_s`)."""
     root = root.resolve()
     lock = None
     if serving_url(root) is not None:
@@ -457,7 +459,12 @@ async def open_door(
         lambda opened: opened.close(),
     )
     service = MemoryService(
-        store, settings(), embedder=embedder, embed_writes=embed_writes, engine_less=True
+        store,
+        settings(),
+        embedder=embedder,
+        embed_writes=embed_writes,
+        catch_up_s=catch_up_s,
+        engine_less=True,
     )
     try:
         yield LocalDoor(service, caller)

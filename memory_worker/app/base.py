@@ -116,6 +116,7 @@ class ServiceBase:
         embedder: Embedder | None = None,
         siblings: HealthProbe | None = None,
         embed_writes: bool = True,
+        catch_up_s: float = 0.0,
         deliveries: Deliveries | None = None,
         engine_less: bool = False,
     ) -> None:
@@ -133,6 +134,10 @@ class ServiceBase:
         # False for one-shot CLI commands: they embed queries over vectors a server made, never a
         # bank's backlog (a long import would pay for every memory before the command exits).
         self.embed_writes = embed_writes
+        # For one that does not (embed_writes False): how long a recall may spend embedding what
+        # its bank lacks before its query (`EmbeddingWork._catch_up`); 0 never, and then a query
+        # is embedded only over a bank that holds vectors of its model.
+        self.catch_up_s = catch_up_s
         # Inside the hook's budget: a slow embedder costs the turn nothing (recall runs lexical).
         # Evaluations that must measure the semantic arm on a loaded machine raise it.
         self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
@@ -31,6 +32,9 @@ __all__ = [
 log = get_logger(__name__)
 
 EMBED_BATCH = 64
+# A catch-up's batch (`EmbeddingWork._catch_up`): small, so its time budget is overrun by little
+# (a memory-sized text takes ~45 ms on one core with the local e5 model).
+CATCH_UP_BATCH = 4
 # What of a query is embedded: at most this many characters, about 250 tokens, embedded well
 # inside the query's timeout on a loaded CPU (~1 s per 1000 characters for the local model). A
 # query as long as a pasted log (the hook's query is the whole user message) held the local
@@ -59,13 +63,17 @@ class EmbeddingWork(ServiceBase):
         """The query's embedding for `bank`, or None (lexical recall) when there is no embedder,
         it fails, or the bank's vectors are not (all) from its model yet: the semantic arm is an
         enrichment, never a reason for recall to fail, and never a comparison across models. A
-        service that does not embed writes (a one-shot command) embeds a query only over a bank
-        that holds vectors of its model."""
+        service that does not embed writes (a one-shot command, MCP over stdio) first catches up
+        on what the bank lacks, within `catch_up_s` (`_catch_up`); with none (a hook, inside its
+        budget) it embeds a query only over a bank that holds vectors of its model."""
         embedder = self.embedder
         if embedder is None or bank is None or not self._embedding_on() or not text.strip():
             return None
-        if not self.embed_writes and not bank.embedded_by(embedder.model):
-            return None
+        if not self.embed_writes:
+            if self.catch_up_s > 0.0:
+                await self._catch_up(bank, embedder)
+            elif not bank.embedded_by(embedder.model):
+                return None
         model = embedder.model
         if not bank.semantic_ready(model):
             return None  # its re-embedding (started by the change) has not finished
@@ -84,6 +92,34 @@ class EmbeddingWork(ServiceBase):
         if self.embedder is not embedder or embedder.model != model:
             return None  # the model changed while the query was embedded
         return tuple(vector) if vector else None
+
+    async def _catch_up(self, bank: Bank, embedder: Embedder) -> None:
+        """Embed what `bank` lacks, a few memories at a time, for at most `catch_up_s` (one batch
+        may run past it): a process that does not embed its writes (a one-shot command, MCP over
+        stdio) brings a bank that only such processes wrote to its semantic arm, recall by
+        recall, when no server holds the data dir to embed in the background. What is left
+        waits for the next recall; the arm runs once most of the bank is embedded
+        (`Bank.semantic_ready`)."""
+        deadline = time.monotonic() + self.catch_up_s
+        while time.monotonic() < deadline:
+            model = embedder.model
+            pending = bank.needs_embedding(model, CATCH_UP_BATCH)
+            if not pending:
+                return
+            try:
+                vectors = await embedder.embed([memory.text for memory in pending])
+            except (WorkerError, ValueError) as exc:
+                self._embedding_failed(bank.name, model, exc)
+                return
+            if self.embedder is not embedder or embedder.model != model:
+                return
+            try:
+                stored = await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
+            except ValueError as exc:
+                self._embedding_failed(bank.name, model, exc)
+                return
+            if not stored:
+                return
 
     def _embed_soon(self, bank: Bank) -> None:
         """Embed the bank's new or edited memories in the background (explicit saves included)."""

@@ -876,6 +876,11 @@ class LexicalIndex:
     def vector_width(self) -> int:
         return self._dim
 
+    def all_embedded(self) -> bool:
+        """Whether every live doc has a vector (kept as a running count: no pass over slots)."""
+        embedded = int(self._vector_sum[-1]) if self._vector_sum.size else 0
+        return embedded == len(self._slot_of)
+
     def reset_vectors(self) -> None:
         """Forget every embedding (a model of another width replaces them)."""
         self._dim = 0

@@ -908,12 +908,28 @@ def candidates(
     history = query.include_superseded or query.as_of is not None
     if history and query.mode is not RecallMode.SEMANTIC:
         pool = _with_retired(pool, memories, index, query, query_terms)
+    pool.query_weight = index.query_weight(Counter(query_terms))
     if cosines is not None:
         reference, best = _semantic_reference(index, cosines, query.fusion.semantic_reference)
         pool.semantic = semantic_relevance(pool.cosine, reference, best)
-    pool.query_weight = index.query_weight(Counter(query_terms))
+        if query.mode is RecallMode.HYBRID and not index.all_embedded():
+            _stand_in_for_missing_vectors(pool, index)
     pool.expired = bool(expired.size) and query.as_of is None
     return pool
+
+
+def _stand_in_for_missing_vectors(pool: Pool, index: LexicalIndex) -> None:
+    """A live candidate with no vector yet (saved by a process that does not embed, or in
+    flight) takes its lexical relevance as its semantic one: as if the arm agreed with the
+    words. At 0 — "unrelated" — every such memory lost up to the whole semantic weight to its
+    embedded peers: on LoCoMo, with the newest 10% of turns unembedded, the hybrid fell below
+    recall without the arm (`bench/partial_vectors.py`)."""
+    assert pool.semantic is not None
+    live = pool.slots[: pool.slots.size - len(pool.retired)]
+    missing = np.flatnonzero(~index.has_vector[live])
+    if missing.size:
+        lexical = lexical_relevance(pool.bm25[missing], pool.query_weight)
+        pool.semantic[missing] = np.clip(lexical, 0.0, 1.0)
 
 
 _PRUNE_MIN = 256  # pools up to this many candidates are scored whole

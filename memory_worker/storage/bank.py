@@ -123,6 +123,13 @@ _SOURCE = itemgetter("source")
 # eviction order: a one-shot command's save asks once, a bank that keeps saving pays the build.
 ONE_OFF_EVICTIONS = 2
 
+# The semantic arm runs over a bank once this share of its live memories has its model's vectors:
+# the rest (saved by a process that does not embed its writes, or in flight) rank by their lexical
+# and entity scores alone (their lexical relevance standing in for the semantic one). Chosen on
+# LoCoMo's tuning half with its newest turns unembedded: at 10% missing the arm still beats no
+# arm, at 20% it does not (docs/BENCHMARKS.md, "A partly embedded bank").
+SEMANTIC_COVERAGE = 0.9
+
 # A lone write's fsync runs on the event loop while the disk answers within this: handing it to a
 # thread and waking the loop again cost ~0.4 ms on this project's machines, twice the fsync
 # itself. One slower fsync sends the next ones to the thread, so a slow disk never stalls other
@@ -782,9 +789,16 @@ class Bank:
 
     def semantic_ready(self, model: str) -> bool:
         """Whether a query embedded by `model` may be compared here: the index holds `model`'s
-        vectors only, for every live memory (new ones arriving since are in flight). Until then
-        recall runs without its semantic arm and says so."""
-        return self._holds(model) and self._embed_ready
+        vectors only, for every live memory (new ones arriving since are in flight) or for at
+        least `SEMANTIC_COVERAGE` of them (what a process that does not embed its writes saved
+        since: the rest rank by their lexical and entity scores alone). Until then recall runs
+        without its semantic arm and says so."""
+        if not self._holds(model):
+            return False
+        if self._embed_ready:
+            return True
+        live = len(self.index)
+        return live > 0 and len(self._to_embed) <= live * (1.0 - SEMANTIC_COVERAGE)
 
     def restart_embedding(self) -> None:
         """Embeddings were turned on again: what was saved meanwhile must be embedded before the
