@@ -449,3 +449,18 @@ class TestWithoutAServer:
             assert await _retrieval(last, "writes essays") == "bm25-entity"  # 10 of 12
         finally:
             await again.close()
+
+    async def test_a_bank_another_model_embeds_is_not_taken_over(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        """A one-shot command configured with another model than the server's leaves the
+        server's vectors alone: it recalls without the arm there, as it did before."""
+        server = _service(store, clock, FakeEmbedder("model-a"))
+        await _save(server, "Rafa publishes blog posts weekly")
+        await server.settle()
+        other = RotatedEmbedder("model-b")
+        one_shot = self._one_shot(store, clock, other, catch_up_s=5.0)
+        await _save(one_shot, "Lunch is at noon")
+        assert await _retrieval(one_shot, "writes essays") == "bm25-entity"
+        assert other.calls == []
+        assert store.get("main").embedding_progress("model-a") == (1, 2)

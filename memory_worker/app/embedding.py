@@ -99,7 +99,11 @@ class EmbeddingWork(ServiceBase):
         stdio) brings a bank that only such processes wrote to its semantic arm, recall by
         recall, when no server holds the data dir to embed in the background. What is left
         waits for the next recall; the arm runs once most of the bank is embedded
-        (`Bank.semantic_ready`)."""
+        (`Bank.semantic_ready`). A bank another model embeds (the server's, configured
+        otherwise) is left to it: taking it over here would re-embed it, bit by bit, in turn
+        with the server."""
+        if bank.embedded_by_another(embedder.model):
+            return
         deadline = time.monotonic() + self.catch_up_s
         while time.monotonic() < deadline:
             model = embedder.model

@@ -779,6 +779,12 @@ class Bank:
         which embed a query only when there is something to compare it with)."""
         return model in self._vector_models.values()
 
+    def embedded_by_another(self, model: str) -> bool:
+        """Whether a live memory holds a vector from a model other than `model` (a scan: a
+        process that does not embed its writes never makes its model take over a bank another
+        one embeds)."""
+        return bool(set(self._vector_models.values()) - {model})
+
     def needs_embedding(self, model: str, limit: int) -> list[Memory]:
         """Live memories with no vector from `model` (new, edited, or embedded by another model);
         for a model that has not taken over yet, any live ones (it needs them all)."""
