@@ -797,8 +797,8 @@ class Bank:
         """Whether a query embedded by `model` may be compared here: the index holds `model`'s
         vectors only, for every live memory (new ones arriving since are in flight) or for at
         least `SEMANTIC_COVERAGE` of them (what a process that does not embed its writes saved
-        since: the rest rank by their lexical and entity scores alone). Until then recall runs
-        without its semantic arm and says so."""
+        since: the ranking stands their lexical relevance in for their semantic one). Until
+        then recall runs without its semantic arm and says so."""
         if not self._holds(model):
             return False
         if self._embed_ready:
