@@ -412,6 +412,10 @@ class TestWithoutAServer:
         for i in range(20):
             await _save(service, f"note {i} about the kiln")
         assert await _retrieval(service, "kiln") == "bm25-entity"
+        doctor = await catalog.call(service, "memory::doctor", {})
+        [check] = [c for c in doctor["checks"] if c["name"] == "embeddings"]
+        assert not check["ok"] and "main 8/20 embedded" in check["detail"]
+        assert "each recall embeds some of what its bank lacks" in check["detail"]
         passages = [c for c in embedder.calls if c[0].startswith("note")]
         assert [len(c) for c in passages] == [embedding.CATCH_UP_BATCH] * 2
         bank = store.get("main")
@@ -440,6 +444,10 @@ class TestWithoutAServer:
             result = await catalog.call(later, "memory::recall", {"query": "writes essays"})
             assert result["retrieval"] == "bm25-entity-semantic"  # 10 of 11 embedded
             assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
+            doctor = await catalog.call(later, "memory::doctor", {})
+            [check] = [c for c in doctor["checks"] if c["name"] == "embeddings"]
+            assert check["ok"] and "main 10/11 embedded" in check["detail"]
+            assert "no server holds the data dir" in check["detail"]
             await _save(later, "an eleventh note, about the river")
         finally:
             await reopened.close()

@@ -18,6 +18,7 @@ from memory_worker.core.errors import Conflict, WorkerError
 from memory_worker.core.models import utc_datetime
 from memory_worker.search.ranking import RecallQuery, rank
 from memory_worker.storage import files
+from memory_worker.storage.bank import SEMANTIC_COVERAGE
 from memory_worker.storage.logger import get_logger
 
 __all__ = ["DoctorUseCases"]
@@ -113,21 +114,35 @@ class DoctorUseCases(EmbeddingWork):
                 "lexical (`bm25-entity`) until it answers",
             )
         model = self.embedder.model
-        behind = self.embedding_progress()
+        progress = self.embedding_progress()
+        # Who embeds what is missing: this process in the background, or (a one-shot command,
+        # MCP over stdio: no server holds the data dir) each recall, a little at a time.
+        who = (
+            "embedding with it in the background"
+            if self.embed_writes
+            else "no server holds the data dir: each recall embeds some of what its bank lacks "
+            "first (`memory-worker serve` embeds it all in the background)"
+        )
+        behind = [(name, done, live) for name, done, live, ready in progress if not ready]
         if behind:
-            progress = ", ".join(f"{name} {done}/{live}" for name, done, live in behind)
+            counts = ", ".join(f"{name} {done}/{live}" for name, done, live in behind)
             return DoctorCheck(
                 name="embeddings",
                 ok=False,
-                detail=f"embedder {model} answers; re-embedding with it in the background "
-                f"({progress} embedded): until a bank is done its recall runs without the "
-                "semantic arm (`bm25-entity`) rather than compare vectors of two models",
+                detail=f"embedder {model} answers; {who} ({counts} embedded): until "
+                f"{SEMANTIC_COVERAGE:.0%} of a bank is embedded its recall runs without the "
+                "semantic arm (`bm25-entity`), and vectors of two models are never compared",
             )
+        partly = ", ".join(f"{name} {done}/{live}" for name, done, live, _ in progress)
         return DoctorCheck(
             name="embeddings",
             ok=True,
-            detail=f"embedder {model} answers (retrieval `bm25-entity-semantic`); every bank's "
-            "vectors are from it",
+            detail=f"embedder {model} answers (retrieval `bm25-entity-semantic`); "
+            + (
+                f"{partly} embedded ({who}; the rest rank by their words meanwhile)"
+                if partly
+                else "every bank's vectors are from it"
+            ),
         )
 
     async def _check_writable(self) -> DoctorCheck:

@@ -234,16 +234,19 @@ class EmbeddingWork(ServiceBase):
                 bank.restart_embedding()
             self._embed_soon(bank)
 
-    def embedding_progress(self) -> list[tuple[str, int, int]]:
-        """`(bank, embedded, live)` of every bank not fully embedded by the current model."""
+    def embedding_progress(self) -> list[tuple[str, int, int, bool]]:
+        """`(bank, embedded, live, semantic)` of every bank not fully embedded by the current
+        model; `semantic`: its recall runs the semantic arm all the same (`Bank.semantic_ready`)."""
         if self.embedder is None:
             return []
         model = self.embedder.model
-        return [
-            (bank.name, *bank.embedding_progress(model))
-            for bank in self.store.loaded()  # the doctor replays the pending ones first
-            if not bank.semantic_ready(model)
-        ]
+        progress = []
+        for bank in self.store.loaded():  # the doctor replays the pending ones first
+            embedded, live = bank.embedding_progress(model)
+            ready = bank.semantic_ready(model)
+            if embedded < live or not ready:
+                progress.append((bank.name, embedded, live, ready))
+        return progress
 
     async def backfill_embeddings(self) -> None:
         """Start embedding every bank's memories that lack a vector from the current model, the
