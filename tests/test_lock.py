@@ -347,3 +347,45 @@ def test_one_short_holder_that_stays_past_the_wait_is_reported(
         assert 1.0 <= clock.now < 1.1
     finally:
         clock.close()
+
+
+async def test_a_server_starting_while_a_short_command_holds_the_dir_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook, a CLI call or an MCP tool call holding the data dir when `memory-worker serve`
+    starts (beside a busy coding agent: every prompt runs a hook) is waited for, as a CLI call
+    waits for it; the server was refused at once and exited."""
+    from memory_worker.adapters.standalone import StandaloneServer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    clock = _QueueClock(data, [(0.8, None)])  # a one-shot command done 0.8 s in
+    clock.hold(_cli_holder(1))
+    monkeypatch.setattr(files, "time", clock)
+    server = StandaloneServer(Settings(), data, port=0)
+    try:
+        await server.start()
+        assert clock.now >= 0.8 and clock.handovers == []
+        assert json.loads((data / LOCK_NAME).read_bytes())["kind"] == "serve"
+    finally:
+        await server.close()
+        clock.close()
+
+
+async def test_a_server_starting_while_another_server_holds_the_dir_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory_worker.adapters.standalone import StandaloneServer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    clock = _QueueClock(data, [])
+    clock.hold(SERVER)
+    monkeypatch.setattr(files, "time", clock)
+    server = StandaloneServer(Settings(), data, port=0)
+    try:
+        with pytest.raises(Conflict, match="memory-worker serve"):
+            await server.start()
+        assert clock.now == 0.0
+    finally:
+        clock.close()

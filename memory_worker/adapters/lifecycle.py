@@ -10,9 +10,15 @@ from typing import Protocol
 
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["Servable", "Stoppable", "serve_until_signalled"]
+__all__ = ["SHORT_HOLDER_WAIT_S", "Servable", "Stoppable", "serve_until_signalled"]
 
 log = get_logger(__name__)
+
+# A server starting while a one-shot command holds its data dir (a hook, a CLI call, a tool call of
+# `memory-worker mcp`, a recall catching its bank's embeddings up) waits for it this long, as a CLI
+# call does: refused at once, a server started beside a busy coding agent failed at random. A
+# long-running holder (another server) is still refused at once (`files.DataDirLock.acquire`).
+SHORT_HOLDER_WAIT_S = 10.0
 
 
 class Servable(Protocol):

@@ -71,6 +71,7 @@ from memory_worker.adapters.doors import (
     LocalDoor,
     decode_caller,
 )
+from memory_worker.adapters.lifecycle import SHORT_HOLDER_WAIT_S
 from memory_worker.adapters.openai_chat import OpenAIChatCompleter
 from memory_worker.adapters.settings_file import SettingsFileWatcher
 from memory_worker.adapters.watch import DataDirWatcher
@@ -552,7 +553,13 @@ class StandaloneServer:
             self.url = _url(self._sock)
             # Lazy: the banks are replayed after the server starts serving (`booting`).
             holder = self._holder()
-            store = await asyncio.to_thread(Store.open, self.data_dir, holder=holder, lazy=True)
+            store = await asyncio.to_thread(
+                Store.open,
+                self.data_dir,
+                holder=holder,
+                lock_wait_s=SHORT_HOLDER_WAIT_S,
+                lazy=True,
+            )
             self.service = service = MemoryService(
                 store,
                 self.settings,

@@ -51,7 +51,11 @@ from memory_worker.adapters.bus.siblings import (
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
-from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
+from memory_worker.adapters.lifecycle import (
+    SHORT_HOLDER_WAIT_S,
+    Stoppable,
+    serve_until_signalled,
+)
 from memory_worker.adapters.openai_chat import EndpointOrRouter
 from memory_worker.adapters.watch import DataDirWatcher
 from memory_worker.app import catalog
@@ -245,7 +249,13 @@ class EngineWorker(Stoppable):
         self.local_embedder = await self._embedder_at_start(settings)
         data_dir = resolve_data_dir(self.data_dir_flag, settings)
         # Lazy: the banks are replayed once every function is registered (`boot_banks` below).
-        store = await asyncio.to_thread(Store.open, data_dir, holder=self._holder(), lazy=True)
+        store = await asyncio.to_thread(
+            Store.open,
+            data_dir,
+            holder=self._holder(),
+            lock_wait_s=SHORT_HOLDER_WAIT_S,
+            lazy=True,
+        )
 
         tables = {trigger_type: BindingTable(trigger_type) for trigger_type in TRIGGER_TYPES}
         with warnings.catch_warnings():  # 0.25 deprecates trigger types; siblings still use them
