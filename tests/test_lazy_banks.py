@@ -644,3 +644,50 @@ def test_a_counts_file_that_counted_spellings_apart_is_replayed_not_believed(
     old.update(version=2, subjects=2)  # what the version that compared by case wrote
     counts.write_text(json.dumps(old))
     assert listed(capsys, tmp_path)["alpha"]["subjects"] == 1
+
+
+def test_a_bank_listed_from_its_counts_leaves_out_what_passed_its_ttl_since(
+    tmp_path: Path, loads: list[str]
+) -> None:
+    """The counts file was written before a memory's TTL ran out: believed, a listing counted
+    the expired memory (and its subject) until something replayed the bank. A bank without
+    retention, or whose memories are all within their TTL, is still listed without a replay."""
+    from .fakes import FixedClock
+
+    clock = FixedClock()
+    plans: dict[str, dict[str, Any]] = {
+        "decaying": {"retention": {"context": 1}},  # its context memory expires
+        "fresh": {"retention": {"context": 30}},  # nothing of it expires in 2 days
+        "plain": {},  # no retention: never replayed to be listed
+    }
+
+    async def write() -> None:
+        store = Store.open(tmp_path, holder=HOLDER)
+        service = MemoryService(store, Settings(), clock=clock)
+        for name, settings in plans.items():
+            await call(service, "memory::bank::create", {"name": name, **settings}, HUMAN)
+            for text, extra in (
+                ("Ana is debugging the parser today.", {"category": "context", "subject": "Ana"}),
+                ("Rui wrote the parser in Rust.", {"category": "fact", "subject": "Rui"}),
+            ):
+                payload = {"bank": name, "text": text, **extra}
+                await call(service, "memory::save", payload, HUMAN)
+        await service.close()
+        await store.close()
+
+    async def listing() -> dict[str, tuple[int, int]]:
+        store = Store.open(tmp_path, holder=HOLDER, lazy=True)
+        try:
+            service = MemoryService(store, Settings(), clock=clock)
+            banks = (await call(service, "memory::bank::list", {}, HUMAN))["banks"]
+        finally:
+            await store.close()
+        return {b["name"]: (b["memories"], b["subjects"]) for b in banks}
+
+    asyncio.run(write())
+    loads.clear()
+    assert asyncio.run(listing()) == {"decaying": (2, 2), "fresh": (2, 2), "plain": (2, 2)}
+    assert loads == []
+    clock.advance_days(2)
+    assert asyncio.run(listing()) == {"decaying": (1, 1), "fresh": (2, 2), "plain": (2, 2)}
+    assert loads == ["decaying"]

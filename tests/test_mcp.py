@@ -619,3 +619,48 @@ async def test_a_lone_surrogate_over_http_is_the_same_invalid_input(tmp_path: Pa
     assert listed.json()["error"]["message"].startswith("invalid_input: "), listed.body
     assert listed.json()["id"] == 8 and unnamed.json()["id"] is None, unnamed.body
     assert emoji.status == 200 and emoji.json()["result"]["isError"] is False, emoji.body
+
+
+def test_a_request_whose_id_is_not_one_is_answered_over_stdio(tmp_path: Path) -> None:
+    """JSON-RPC 2.0 ids are strings or integers (null only in an answer): a request whose id is
+    `null`, `true` or `1.5` is an Invalid Request (-32600, `id: null`). The SDK read each as a
+    notification and answered nothing, so the client waited for good. A message with no id at
+    all is a notification and is still not answered; the next request is served."""
+    answers = _raw_stdio_session(
+        tmp_path / "data",
+        [
+            b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+            b'{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"memory_list"}}',
+            b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+            b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}\n'
+            b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"memory_list"}}',
+        ],
+    )
+    *invalid, after = answers
+    for answer in invalid:
+        assert answer["id"] is None and answer["error"]["code"] == -32600, answer
+        assert "id" in answer["error"]["message"], answer
+    assert after["id"] == 12 and after["result"]["structuredContent"]["total"] == 0, after
+
+
+async def test_a_request_whose_id_is_not_one_is_answered_over_http(tmp_path: Path) -> None:
+    """The same requests over streamable HTTP are answered Invalid Request too, never a 202
+    that tells the client its request was a notification."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    bodies = [
+        '{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+        '{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"memory_list"}}',
+        '{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+    ]
+    try:
+        answers = [
+            await asyncio.to_thread(request, url, "POST", "/mcp", body, headers=headers)
+            for body in bodies
+        ]
+    finally:
+        await server.close()
+    for answer in answers:
+        assert answer.status == 400, (answer.status, answer.body)
+        assert answer.json()["id"] is None and answer.json()["error"]["code"] == -32600, answer.body

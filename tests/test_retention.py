@@ -218,9 +218,9 @@ class TestExpiredOnRead:
     async def test_a_get_of_an_expired_memory_has_it_reaped(
         self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
     ) -> None:
-        """A look-up by id shows the record as it stands (nothing is written in a reader's call)
-        and, like any read that meets an expired memory, has the bank reaped right after: the
-        memory was listed by nobody else, and stayed live on record until the next stats call."""
+        """A look-up by id that meets an expired memory has the bank reaped (before it answers:
+        it shows the memory retired): the memory was listed by nobody else, and stayed live on
+        record until the next stats call."""
         ids = await self._bank(service, clock)
         clock.advance_days(1)
         emitter.clear()
@@ -400,3 +400,146 @@ async def test_an_expired_answer_is_not_raised_in_by_its_question(
     clock.advance_days(1)
     found = await call(service, "memory::recall", query="what got you into trail running")
     assert [m["memory"]["id"] for m in found["memories"]] == [asked["memory"]["id"]]
+
+
+class TestPastItsTtlIsGone:
+    """A memory past its TTL is gone the moment its TTL runs out, reaped or not: the bank's
+    counts leave it out, and a change by id finds it retired (as `memory::get` shows it), never
+    live — a pin or an edit kept an expired memory alive for good."""
+
+    @staticmethod
+    async def _expiring(service: MemoryService, clock: FixedClock) -> dict[str, str]:
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        ids = {}
+        for key, text, extra in (
+            ("context", "Ana is debugging the parser today.", {"subject": "Ana"}),
+            ("pinned", "Rui is on call this week.", {"subject": "Rui", "pinned": True}),
+            ("fact", "Bea wrote the parser in Rust.", {"subject": "Bea", "category": "fact"}),
+        ):
+            extra = {"category": "context", **extra}
+            ids[key] = (await call(service, "memory::save", text=text, **extra))["memory"]["id"]
+        clock.advance_days(1)
+        return ids
+
+    async def test_bank_get_and_list_count_no_memory_past_its_ttl(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        await self._expiring(service, clock)
+        shown = (await call(service, "memory::bank::get", name="main"))["bank"]
+        assert (shown["memories"], shown["pinned"], shown["subjects"]) == (2, 1, 2)
+        [listed] = (await call(service, "memory::bank::list"))["banks"]
+        assert listed == shown
+        stats = await call(service, "memory::stats")  # the reaper agrees
+        assert stats["memories"] == 2 and len(stats["by_subject"]) == 2
+
+    async def test_a_change_by_id_finds_it_retired_as_get_shows_it(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        from memory_worker.core.errors import Conflict
+
+        ids = await self._expiring(service, clock)
+        for function, change in (
+            ("memory::pin", {"pinned": True}),
+            ("memory::pin", {"pinned": False}),
+            ("memory::update", {"tags": ["kept"]}),
+            ("memory::update", {"text": "Ana is still debugging the parser today."}),
+        ):
+            try:
+                await call(service, function, id=ids["context"], **change)
+            except Conflict as exc:
+                assert "retired" in str(exc)
+            else:
+                raise AssertionError(f"{function} {change} changed an expired memory")
+        got = (await call(service, "memory::get", id=ids["context"]))["memory"]
+        assert got.get("invalid_reason") == "expired"
+        deleted = (await call(service, "memory::delete", id=ids["context"]))["memory"]
+        assert deleted.get("invalid_reason") == "expired" and deleted.get("invalid_at")
+        listed = await call(service, "memory::list")
+        assert ids["context"] not in {m["id"] for m in listed["memories"]}
+
+    async def test_an_expired_memory_is_no_winner_to_supersede_into(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        from memory_worker.core.errors import Conflict
+
+        ids = await self._expiring(service, clock)
+        try:
+            await call(service, "memory::supersede", id=ids["fact"], superseded_by=ids["context"])
+        except Conflict as exc:
+            assert "not live" in str(exc)
+        else:
+            raise AssertionError("a live memory was retired into an expired one")
+        assert (await call(service, "memory::get", id=ids["fact"]))["memory"].get(
+            "invalid_at"
+        ) is None
+
+
+async def test_retention_keys_differing_only_in_case_are_refused_not_collapsed(
+    service: MemoryService,
+) -> None:
+    """Categories compare caselessly (`Context` is `context`): two entries for one category
+    kept whichever came last, silently."""
+    from memory_worker.core.errors import InvalidInput
+
+    for function, payload in (
+        ("memory::bank::create", {"name": "main", "retention": {"Context": 1, "context": 30}}),
+        ("memory::bank::configure", {"name": "main", "retention": {"fact": 5, " FACT": 9}}),
+    ):
+        if function == "memory::bank::configure":
+            await call(service, "memory::bank::create", name="main")
+        try:
+            await call(service, function, **payload)
+        except InvalidInput as exc:
+            assert all(repr(key) in str(exc) for key in payload["retention"]), str(exc)
+        else:
+            raise AssertionError(f"{function} kept one of {payload['retention']}")
+    shown = await call(service, "memory::bank::get", name="main")
+    assert shown["bank"]["settings"]["retention"] == {}
+
+
+async def test_a_get_answers_a_memory_past_its_ttl_as_expired(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """What `list` and recall leave out is not shown live by id either: the look-up answers it
+    retired (`expired`), as it reads after the reap the read had run anyway."""
+    await call(service, "memory::bank::create", name="main", retention={"context": 1})
+    saved = await call(service, "memory::save", text="Debugging the parser.", category="context")
+    clock.advance_days(1)
+    got = (await call(service, "memory::get", id=saved["memory"]["id"]))["memory"]
+    assert got.get("invalid_reason") == "expired" and got.get("invalid_at")
+
+
+async def test_a_memory_moved_to_a_person_is_not_refused_for_their_expired_ones(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """A change by id reaps first, as a save does: a person whose only memory is past its TTL
+    has room under max_per_subject, and moving a memory onto them was refused (`conflict`)."""
+    create = {"name": "main", "subject_scoping": True, "max_per_subject": 1}
+    await call(service, "memory::bank::create", retention={"context": 1}, **create)
+    await call(service, "memory::save", text="Ana is debugging the parser.", category="context",
+               subject="Ana")  # fmt: skip
+    general = await call(service, "memory::save", text="The office opens at nine.")
+    clock.advance_days(1)
+    moved = await call(service, "memory::update", id=general["memory"]["id"], subject="Ana")
+    assert moved["memory"]["subject"] == "Ana"
+    stats = await call(service, "memory::stats", subject="Ana")
+    assert stats["by_subject"] == {"Ana": 1}
+
+
+async def test_an_erasure_under_way_keeps_no_one_elses_write_from_reaping(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """While forget-subject erases Ana, a write about her is refused (`conflict`); the reap a
+    save or stats runs first retired her expired memory in the same write as everyone else's,
+    so a save about Bob, and stats, failed with that `conflict` until the erasure ended."""
+    await call(service, "memory::bank::create", name="main", retention={"context": 1})
+    ana = await call(service, "memory::save", text="Ana is debugging the parser.",
+                     category="context", subject="Ana")  # fmt: skip
+    bob = await call(service, "memory::save", text="Bob is on call today.", category="context",
+                     subject="Bob")  # fmt: skip
+    clock.advance_days(1)
+    bank = service.store.get("main")
+    with bank.erasing("Ana", [ana["memory"]["id"]]):
+        saved = await call(service, "memory::save", text="Bob plays chess.", subject="Bob")
+        stats = await call(service, "memory::stats")
+    assert saved["created"] and stats["expired"] == [bob["memory"]["id"]]

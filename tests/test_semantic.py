@@ -472,3 +472,56 @@ class TestWithoutAServer:
         assert await _retrieval(one_shot, "writes essays") == "bm25-entity"
         assert other.calls == []
         assert store.get("main").embedding_progress("model-a") == (1, 2)
+
+
+class _GatedPassages(FakeEmbedder):
+    """Memory texts wait for `gate` while it is clear (`entered` says one is waiting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = asyncio.Event()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if not self.gate.is_set():
+            self.entered.set()
+            await self.gate.wait()
+        return await super().embed(texts)
+
+
+class TestReload:
+    """`memory::reload` replaces every bank object: the background embedding must follow the
+    new ones, as the watcher's reload of one bank does, or a bank's recall stays lexical
+    (`bm25-entity`) until its next save."""
+
+    async def test_memories_added_by_hand_are_embedded_after_a_reload(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        service = _service(store, clock, FakeEmbedder())
+        await _save(service, "The user writes essays on Sundays")
+        await service.settle()
+        hand = (
+            '{"id":"fphand000000000001","text":"The user has a puppy named Pipoca",'
+            '"confidence":"stated","created_at":1,"updated_at":1}\n'
+        )
+        with (store.root / "main" / "memories.jsonl").open("a") as handle:
+            handle.write(hand)
+        await catalog.call(service, "memory::reload", {})
+        await service.settle()
+        assert await _retrieval(service, "dog") == "bm25-entity-semantic"
+
+    async def test_a_batch_in_flight_during_a_reload_reaches_the_new_bank(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        embedder = _GatedPassages()
+        service = _service(store, clock, embedder)
+        await _save(service, "The user writes essays on Sundays")
+        await service.settle()
+        embedder.gate.clear()
+        await _save(service, "The user has a puppy named Pipoca")
+        await embedder.entered.wait()  # its batch is in the embedder
+        await catalog.call(service, "memory::reload", {})
+        embedder.gate.set()
+        await service.settle()
+        assert await _retrieval(service, "dog") == "bm25-entity-semantic"

@@ -270,6 +270,28 @@ class TestScopedInjection:
         assert await hooked.resolver.subject("s4", {"memory_subject": True}) is None
 
 
+async def test_an_import_takes_a_subject_named_by_a_number_as_a_save_does(
+    service: MemoryService,
+) -> None:
+    """`memory::save` with `subject: 12345` is about "12345"; an import of the same record was
+    refused (`subject: Input should be a valid string`): a file another tool wrote with numeric
+    user ids could not be brought in."""
+    saved = await call(
+        service, "memory::save", PERSON, bank="main", text="Likes kiwi.", subject=12345
+    )
+    records = [
+        {"text": "Plays the cello.", "subject": 12345},
+        {"text": 20261207, "tags": [2024], "entities": [7], "subject": 12345},  # as save takes
+    ]
+    out = await call(service, "memory::import", PERSON, bank="main", records=records)
+    assert out["imported"] == 2
+    listed = await call(service, "memory::list", PERSON, bank="main", subject="12345")
+    subjects = {m["subject"] for m in listed["memories"]}
+    assert subjects == {saved["memory"]["subject"]} == {"12345"} and listed["total"] == 3
+    [numeric] = [m for m in listed["memories"] if m["text"] == "20261207"]
+    assert (numeric["tags"], numeric["entities"]) == (["2024"], ["7"])
+
+
 class TestExtraction:
     async def test_extraction_writes_about_the_speaker_and_shows_the_model_only_theirs(
         self, service: MemoryService
@@ -724,6 +746,69 @@ class TestSpellings:
             service, "memory::forget-subject", PERSON, subject="aNa", confirm="destructive"
         )
         assert len(out["erased"]) == 3
+
+
+class TestInvisibleCharacters:
+    """A name copied with an invisible character along (a zero-width space or joiner, a
+    byte-order mark, a soft hyphen: Unicode format characters, category Cf) is the same person:
+    "Ana\u200b" was someone else than "Ana" for the scope, the caps, the counts and forget."""
+
+    SPELLINGS = ("Ana", "Ana\u200b", "\ufeffAna", "A\u00adna", "Ana\u200d", "\u2060ana")
+
+    async def _saved(self, service: MemoryService, **settings: Any) -> dict[str, str]:
+        create = {"name": "main", "subject_scoping": True, **settings}
+        await call(service, "memory::bank::create", PERSON, **create)
+        ids = {}
+        for n, who in enumerate((*self.SPELLINGS, "Bob")):
+            text = f"The user keeps notebook number {n} on the shelf."
+            ids[who] = (await call(service, "memory::save", PERSON, text=text, subject=who))[
+                "memory"
+            ]["id"]
+        return ids
+
+    async def test_every_spelling_is_one_person_for_scope_counts_and_forget(
+        self, service: MemoryService
+    ) -> None:
+        ids = await self._saved(service)
+        anas = {ids[who] for who in self.SPELLINGS}
+        stats = await call(service, "memory::stats", PERSON, bank="main")
+        assert sorted(stats["by_subject"].values()) == [1, len(self.SPELLINGS)]
+        shown = await call(service, "memory::bank::get", PERSON, name="main")
+        assert shown["bank"]["subjects"] == 2
+        listed = await call(service, "memory::list", PERSON, subject="Ana\u200b", limit=50)
+        assert {m["id"] for m in listed["memories"]} == anas
+        got = await _in_turn(service, "memory::recall", "\ufeffana", query="notebook shelf")
+        seen = {m["memory"]["id"] for m in got["memories"]}
+        assert seen == anas
+        again = await call(
+            service, "memory::save", PERSON,
+            text="The user keeps notebook number 0 on the shelf.", subject="ANA\u200b",
+        )  # fmt: skip
+        assert not again["created"] and again["memory"]["id"] == ids["Ana"]
+        out = await call(
+            service, "memory::forget-subject", PERSON, subject="Ana\u2060", confirm="destructive"
+        )
+        assert set(out["erased"]) == anas
+
+    async def test_the_per_subject_cap_counts_them_together(self, service: MemoryService) -> None:
+        ids = await self._saved(service, max_per_subject=len(self.SPELLINGS))
+        saved = await call(
+            service, "memory::save", PERSON, text="Ana reads at night.", subject="\u200bAna"
+        )
+        assert saved.get("evicted") and saved["evicted"][0] in {ids[w] for w in self.SPELLINGS}
+
+    async def test_invisible_characters_at_a_names_edges_are_not_stored(
+        self, service: MemoryService
+    ) -> None:
+        """Nothing at an edge is shaped by a joiner or a mark: the name is stored as it shows."""
+        ids = await self._saved(service)
+        for who in ("Ana\u200b", "\ufeffAna", "\u2060ana"):
+            got = await call(service, "memory::get", PERSON, id=ids[who])
+            assert got["memory"]["subject"] == who.strip("\u200b\ufeff\u2060")
+        blank = await call(
+            service, "memory::save", PERSON, text="The office opens at nine.", subject="\u200b"
+        )
+        assert blank["memory"].get("subject") is None  # no one: a general memory, as "" is
 
 
 class TestSeedPair:

@@ -16,7 +16,6 @@ English vectors are untouched. Measured in docs/BENCHMARKS.md "Embedders".
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib.util
 import os
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_worker.adapters.engine_turns import EngineTurns, off_loop
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.payload import utf8_safe
 from memory_worker.core.text import language, tokenize
@@ -110,10 +110,8 @@ class E5Embedder:
         self._model = model
         self._offsets = offsets
         # The engine shares its model buffers between calls: one at a time. A query goes before
-        # the next part of a backfill (`_encode`), so recall keeps its semantic arm meanwhile.
-        self._turn = threading.Condition()
-        self._busy = False
-        self._queries_waiting = 0
+        # the next part of a backfill, so recall keeps its semantic arm meanwhile.
+        self._turns = EngineTurns()
         self._dimension = len(self.embed_sync([""])[0])  # also proves the engine runs at load
 
     @classmethod
@@ -171,22 +169,32 @@ class E5Embedder:
         return self._dimension
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One unit-norm vector per memory text (`passage: `), on a worker thread."""
-        return await asyncio.to_thread(self.embed_sync, texts)
+        """One unit-norm vector per memory text (`passage: `), on a worker thread; cancelled,
+        it stops at its next engine call."""
+        return await off_loop(lambda cancelled: self.embed_sync(texts, cancelled=cancelled))
 
     async def embed_query(self, text: str) -> list[float]:
         """The vector of a search query (`query: `), on a worker thread."""
-        return await asyncio.to_thread(self.embed_query_sync, text)
+        return await off_loop(
+            lambda cancelled: self.embed_sync([text], query=True, cancelled=cancelled)[0]
+        )
 
-    def embed_sync(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
-        """`embed` (or queries, with `query=True`) on the calling thread: benchmarks, scripts."""
+    def embed_sync(
+        self,
+        texts: Sequence[str],
+        *,
+        query: bool = False,
+        cancelled: threading.Event | None = None,
+    ) -> list[list[float]]:
+        """`embed` (or queries, with `query=True`) on the calling thread: benchmarks, scripts.
+        Once `cancelled` is set, raises `Abandoned` instead of calling the engine again."""
         if isinstance(texts, str):
             raise TypeError("embed takes a sequence of texts, not one string")
         # A lone surrogate has no UTF-8 form for the engine: the text is embedded with U+FFFD.
         texts = [utf8_safe(text) for text in texts]
         if not texts:
             return []
-        vectors = self._raw(texts, query)
+        vectors = self._raw(texts, query, cancelled)
         if self._offsets is not None:
             portuguese = np.fromiter(
                 (language(tokenize(text)) == "pt" for text in texts), bool, len(texts)
@@ -196,34 +204,21 @@ class E5Embedder:
         normalized: list[list[float]] = (vectors / norms).astype(np.float32).tolist()
         return normalized
 
-    def _raw(self, texts: list[str], query: bool) -> np.ndarray:
+    def _raw(
+        self, texts: list[str], query: bool, cancelled: threading.Event | None = None
+    ) -> np.ndarray:
         """The engine's own vectors, one row per text (not normalised, not aligned)."""
         step = BATCH_SIZE if query else PASSAGE_TURN
-        try:
-            rows = [self._encode(texts[i : i + step], query) for i in range(0, len(texts), step)]
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise SiblingUnavailable(f"local embedder {self._model}: {exc}") from exc
-        return np.vstack(rows)
-
-    def _encode(self, texts: list[str], query: bool) -> np.ndarray:
-        """One engine call when the engine is free; a waiting query goes before memory texts."""
-        with self._turn:
-            if query:
-                self._queries_waiting += 1
-                self._turn.notify_all()
+        rows = []
+        for i in range(0, len(texts), step):
+            with self._turns.turn(query=query, cancelled=cancelled):
                 try:
-                    self._turn.wait_for(lambda: not self._busy)
-                finally:
-                    self._queries_waiting -= 1
-            else:
-                self._turn.wait_for(lambda: not self._busy and not self._queries_waiting)
-            self._busy = True
-        try:
-            return np.asarray(self._engine.encode(texts, query), np.float32)
-        finally:
-            with self._turn:
-                self._busy = False
-                self._turn.notify_all()
+                    rows.append(
+                        np.asarray(self._engine.encode(texts[i : i + step], query), np.float32)
+                    )
+                except (OSError, RuntimeError, ValueError) as exc:
+                    raise SiblingUnavailable(f"local embedder {self._model}: {exc}") from exc
+        return np.vstack(rows)
 
     def embed_query_sync(self, text: str) -> list[float]:
         return self.embed_sync([text], query=True)[0]

@@ -140,21 +140,52 @@ def _prose(text: str) -> list[str]:
     kept: list[str] = []
     fenced = comment = False
     for line in lines:
+        if comment or (not fenced and line.lstrip().startswith("<!--")):
+            rest, comment = _after_comments(line, comment)
+            if rest is None:
+                continue
+            line = rest
         stripped = line.lstrip()
-        if comment:
-            comment = "-->" not in line
-        elif stripped.startswith(("```", "~~~")):
+        # What is left out at the top level (not inside a list item) ends the paragraph or
+        # item before it, as a blank line does: the text after it is no continuation.
+        ends = [""] if line[:1] not in (" ", "\t") else []
+        if stripped.startswith(("```", "~~~")):
             fenced = not fenced
-        elif fenced or stripped.startswith("#"):
+            kept.extend(ends)
+        elif fenced:
             continue
-        elif stripped.startswith("<!--"):
-            comment = "-->" not in stripped[4:]
+        elif stripped.startswith("#"):
+            kept.extend(ends)
         elif _SETEXT_UNDERLINE.match(line) and _paragraph_line(kept):
             while _paragraph_line(kept):  # the paragraph it underlines is a heading
                 kept.pop()
-        elif not _THEMATIC_BREAK.match(line):
+            kept.append("")
+        elif _THEMATIC_BREAK.match(line):
+            kept.extend(ends)
+        else:
             kept.append(line)
     return kept
+
+
+def _after_comments(line: str, comment: bool) -> tuple[str | None, bool]:
+    """What `line` holds after the HTML comments it starts with (or, `comment`, the one open
+    since an earlier line) and whether a comment is still open: None when nothing is left. The
+    text after a `-->` is what the person wrote (a browser shows it), never part of the comment;
+    `<!-->` and `<!--->` are whole comments, as in CommonMark."""
+    rest = line
+    while True:
+        if not comment and rest.lstrip().startswith("<!--"):
+            rest = rest.lstrip()[2:]  # from the `--` on: `<!-->` closes itself
+            comment = True
+        if not comment:
+            break
+        end = rest.find("-->")
+        if end < 0:
+            return None, True
+        rest, comment = rest[end + 3 :], False
+    rest = rest.strip()
+    # At the line's own indent: a list item's continuation stays one.
+    return (line[: len(line) - len(line.lstrip())] + rest if rest else None), False
 
 
 def _paragraph_line(kept: list[str]) -> bool:
@@ -185,7 +216,9 @@ def _blocks(text: str) -> list[list[str]]:
         elif match and not match.group(1):  # a top-level item starts a memory
             current = [match.group(2)]
             items.append(current)
-        elif current is not None and (match or (line.strip() and line[:1] in " \t")):
+        elif current is not None and (match or line.strip()):
+            # A nested item, an indented line or an unindented one straight after (CommonMark's
+            # lazy continuation: a wrapped item's next line) goes on with the item.
             current.append(match.group(2) if match else line.strip())
         else:
             current = None

@@ -10,7 +10,6 @@ this module imports without the `embed` extra and says what to install when it i
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib.util
 import re
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from memory_worker.adapters.engine_turns import EngineTurns, off_loop
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.payload import utf8_safe
 
@@ -97,8 +97,9 @@ class LocalEmbedder:
         self._batch_tokens = batch_tokens
         self._run_errors = run_errors
         self._inputs = frozenset(i.name for i in session.get_inputs())
-        # One run at a time: concurrent callers queue instead of taking the loop's core too.
-        self._lock = threading.Lock()
+        # One run at a time: concurrent callers queue instead of taking the loop's core too. A
+        # query goes before a backfill's next run, so recall keeps its semantic arm meanwhile.
+        self._turns = EngineTurns()
         self._dimension = len(self.embed_sync([""])[0])  # also proves the model runs at load
 
     @classmethod
@@ -225,33 +226,54 @@ class LocalEmbedder:
         return self._dimension
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One unit-norm vector per text, in order, computed on a worker thread.
+        """One unit-norm vector per text, in order, computed on a worker thread; cancelled, it
+        stops at its next run.
 
         Raises:
             SiblingUnavailable: onnxruntime failed at run time (out of memory, a broken model).
         """
-        return await asyncio.to_thread(self.embed_sync, texts)
+        return await off_loop(lambda cancelled: self.embed_sync(texts, cancelled=cancelled))
 
-    def embed_sync(self, texts: Sequence[str]) -> list[list[float]]:
-        """`embed` on the calling thread (benchmarks, scripts); blocks while another call runs."""
+    async def embed_query(self, text: str) -> list[float]:
+        """A search query's vector (the same as the text's: the model is symmetric), let in
+        before the next run of a backfill."""
+        return await off_loop(
+            lambda cancelled: self.embed_sync([text], query=True, cancelled=cancelled)[0]
+        )
+
+    def embed_query_sync(self, text: str) -> list[float]:
+        return self.embed_sync([text], query=True)[0]
+
+    def embed_sync(
+        self,
+        texts: Sequence[str],
+        *,
+        query: bool = False,
+        cancelled: threading.Event | None = None,
+    ) -> list[list[float]]:
+        """`embed` on the calling thread (benchmarks, scripts); each run waits for the engine
+        (a `query` before memory texts). Once `cancelled` is set, raises `Abandoned` instead of
+        starting another run."""
         if isinstance(texts, str):
             raise TypeError("embed takes a sequence of texts, not one string")
         # A lone surrogate has no UTF-8 form for the tokenizer: the text is embedded with U+FFFD.
         texts = [utf8_safe(text) for text in texts]
         if not texts:
             return []
-        with self._lock:
-            encodings = self._tokenizer.encode_batch(texts)  # padded to the longest, right side
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-            types = np.array([e.type_ids for e in encodings], dtype=np.int64)
-            lengths = mask.sum(axis=1)
-            parts = []
-            for run in _runs(lengths, self._batch_size, self._batch_tokens):
-                # Right padding: cutting the columns past the run's longest text is exact.
-                width = int(lengths[run].max())
+        # Padded to the longest, right side. Outside the engine's turns: the tokenizer is only
+        # read once loaded, and a query's one turn is then its run.
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        types = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        lengths = mask.sum(axis=1)
+        parts = []
+        for run in _runs(lengths, self._batch_size, self._batch_tokens):
+            # Right padding: cutting the columns past the run's longest text is exact.
+            width = int(lengths[run].max())
+            with self._turns.turn(query=query, cancelled=cancelled):
                 part = self._run(ids[run, :width], mask[run, :width], types[run, :width])
-                parts.append((run, part))
+            parts.append((run, part))
         vectors = np.empty((len(texts), parts[0][1].shape[1]), dtype=np.float32)
         for run, part in parts:
             vectors[run] = part

@@ -22,6 +22,9 @@ server.
 - A request holding a lone surrogate escape (`"\\ud800"`), which the SDK cannot decode, is
   answered here as every door answers such text: `invalid_input` (a tool error for a tool call).
   Over stdio, lines the SDK drops unanswered (not JSON, not JSON-RPC) get JSON-RPC's errors.
+- A request whose id is not one (`null`, `true`, `1.5`: JSON-RPC ids are strings or integers)
+  is JSON-RPC's Invalid Request (`-32600`, `id: null`), over stdio and HTTP: the SDK read it as a
+  notification and answered nothing, so the client waited for good.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
   client; the GET stream of server-sent messages is 405, as there are none): it sits behind the
   standalone server's own access checks like every other route.
@@ -30,9 +33,12 @@ server.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import io
 import json
 import re
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -384,12 +390,35 @@ def _undecodable_answer(exc: Exception) -> SessionMessage | None:
     return SessionMessage(_surrogate_answer(message))
 
 
+def _valid_id(given: Any) -> bool:
+    """Whether `given` is a request id: a string or an integer (MCP forbids null, JSON-RPC 2.0
+    a boolean, and a number with a fraction is none the SDK reads)."""
+    return isinstance(given, (int, str)) and not isinstance(given, bool)
+
+
+def _bad_id_request(message: Any) -> bool:
+    """Whether `message` is a request (it has a method and an id) whose id is not one: the SDK
+    takes it for a notification (no answer is ever due), JSON-RPC for an Invalid Request."""
+    return (
+        isinstance(message, dict)
+        and "method" in message
+        and "id" in message
+        and not _valid_id(message["id"])
+    )
+
+
+def _bad_id_answer(message: Mapping[str, Any]) -> SessionMessage:
+    log.info("mcp_request_bad_id", method=str(message.get("method"))[:64])
+    return _rpc_error(
+        None, types.INVALID_REQUEST, "Invalid request: the id must be a string or an integer"
+    )
+
+
 def _request_id(message: Mapping[str, Any]) -> Any:
     """The id to answer `message` with: JSON-RPC's null id for an id that is not one, or that
     holds a lone surrogate itself (it has no UTF-8 form to echo back)."""
     given = message.get("id")
-    valid = isinstance(given, (int, str)) and not isinstance(given, bool)
-    return given if valid and not _has_surrogate(given) else None
+    return given if _valid_id(given) and not _has_surrogate(given) else None
 
 
 def _surrogate_answer(message: Mapping[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError:
@@ -419,13 +448,77 @@ def _surrogate_request(body: bytes) -> dict[str, Any] | None:
     return None
 
 
+# A body is decoded here only when an `"id"` key's value is not plainly a string or an integer
+# (or a `\\u` escape may spell the key): the SDK decodes every body, a call should not pay twice.
+_ODD_ID = re.compile(rb'"id"\s*:\s*(?!"|-?[0-9]+\s*[,}])')
+
+
+def _bad_id_body(body: bytes) -> dict[str, Any] | None:
+    """The request an HTTP `body` holds when its id is not one (`_bad_id_request`), else None."""
+    if b"\\u" not in body and _ODD_ID.search(body) is None:
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return message if _bad_id_request(message) else None
+
+
+class _Unowned(io.TextIOWrapper):
+    """Text over sys.stdin's buffer that leaves the buffer open when it is closed (or collected):
+    the buffer is sys.stdin's, not the transport's."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
+class _Recorded(anyio.AsyncFile[str]):
+    """stdin as the SDK reads it (UTF-8, undecodable bytes replaced), each line it reads also
+    put in `lines`: the SDK hands over one message (or exception) per line, in order, so
+    `_Answering` takes the line of each message off the front and can tell a notification from a
+    request the SDK read as one (its id not being an id)."""
+
+    def __init__(self, lines: collections.deque[str]) -> None:
+        super().__init__(_Unowned(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        self.lines = lines
+
+    async def readline(self) -> str:
+        line = await super().readline()
+        if line:  # "" is the end of the stream, which the SDK reads as no message
+            self.lines.append(line)
+        return line
+
+
+def _notification_answer(line: str) -> SessionMessage | None:
+    """The answer to a line the SDK read as a notification, or None when it is one: a request
+    whose id is not one (`null`, `true`, `1.5`) is an Invalid Request."""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return _bad_id_answer(message) if _bad_id_request(message) else None
+
+
 class _Answering:
     """The stdio transport's read stream, answering itself the lines the SDK could not decode
-    (`_undecodable_answer`) and passing everything else on as it came."""
+    (`_undecodable_answer`) or read as a notification though they are requests with an id that
+    is not one (`_notification_answer`, given the lines read: `_Recorded`), and passing
+    everything else on as it came."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
+    def __init__(self, inner: Any, write: Any, lines: collections.deque[str] | None = None):
         self._inner = inner
         self._write = write
+        self._lines = lines
+
+    def _answer(self, item: Any) -> SessionMessage | None:
+        line = self._lines.popleft() if self._lines else None
+        if isinstance(item, Exception):
+            return _undecodable_answer(item)
+        if line is not None and isinstance(item, SessionMessage):
+            notification = isinstance(item.message, types.JSONRPCNotification)
+            return _notification_answer(line) if notification else None
+        return None
 
     @property
     def last_context(self) -> Any:  # the sender's context the SDK restores per message
@@ -434,7 +527,7 @@ class _Answering:
     async def receive(self) -> Any:
         while True:
             item = await self._inner.receive()
-            answer = _undecodable_answer(item) if isinstance(item, Exception) else None
+            answer = self._answer(item)
             if answer is None:
                 return item
             await self._write.send(answer)
@@ -461,8 +554,12 @@ class _Answering:
 async def serve_stdio(tools: McpTools, *, version: str = "") -> int:
     """MCP over this process's stdin/stdout until the client closes it."""
     server = build_server(tools, version=version)
-    async with stdio_server() as (read, write):
-        await server.run(_Answering(read, write), write, server.create_initialization_options())
+    # stdin read here (as the SDK reads it) to keep each line: the SDK then leaves fd 0 as it
+    # is rather than pointing it at the null device, which nothing in this process reads.
+    lines: collections.deque[str] = collections.deque()
+    async with stdio_server(stdin=_Recorded(lines)) as (read, write):
+        answering = _Answering(read, write, lines)
+        await server.run(answering, write, server.create_initialization_options())
     return 0
 
 
@@ -519,6 +616,11 @@ class McpHttp:
             status = 200 if isinstance(answer, types.JSONRPCResponse) else 400
             body = answer.model_dump(by_alias=True, mode="json", exclude_unset=True)  # `id: null`
             return web.json_response(body, status=status)
+        bad_id = _bad_id_body(await request.read())
+        if bad_id is not None:  # the SDK took it for a notification: a 202, no answer
+            invalid = _bad_id_answer(bad_id).message
+            body = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            return web.json_response(body, status=400)
         state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
         return await _asgi(self._manager.handle_request, request, state)
 

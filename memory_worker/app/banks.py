@@ -115,7 +115,9 @@ class BankUseCases(EmbeddingWork):
 
     async def bank_list(self, req: BankListRequest, caller: Caller = SYSTEM) -> BankListResponse:
         # Summaries, not banks: a one-shot CLI lists a hundred banks without replaying them.
-        summaries = [await self.store.summary(name) for name in self.store.names()]
+        summaries = [
+            await self.store.summary(name, self._counts_hold) for name in self.store.names()
+        ]
         banks = [self._info(s) for s in summaries if s is not None]
         if caller.kind is CallerKind.AGENT:
             # A bank at `none` gives agents nothing — not its name, nor its counts.
@@ -163,6 +165,10 @@ class BankUseCases(EmbeddingWork):
         seen = {bank.name: _Seen.of(bank) for bank in self.store.loaded()}
         count = await self.store.reload()
         after = {bank.name: bank for bank in self.store.loaded()}
+        for name in list(self._embedding):
+            await self._stop_embedding(name)
+        for bank in after.values():  # memories added by hand included
+            self._embed_soon(bank)
         for name in sorted(seen.keys() | after.keys()):
             if name in seen and name not in after:  # gone, or now unreadable (doctor says so)
                 outcome = "broken" if name in self.store.broken else "removed"
@@ -185,11 +191,7 @@ class BankUseCases(EmbeddingWork):
         outcome = await self.store.reload_bank(name)
         if outcome in ("unchanged", "deferred"):
             return outcome
-        # A running embed task holds the old bank object: replace it, or the new one waits.
-        task = self._embedding.pop(name, None)
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._stop_embedding(name)
         bank = self.store.find(name)
         if bank is not None:
             self._embed_soon(bank)
@@ -206,6 +208,15 @@ class BankUseCases(EmbeddingWork):
             error=self.store.broken.get(name),
         )
         return outcome
+
+    async def _stop_embedding(self, name: str) -> None:
+        """A running embed task holds the bank object a reload replaced: stopped, so the new
+        one is embedded (`_embed_soon` waits for a running task, which would go on with the old
+        bank and store its vectors there)."""
+        task = self._embedding.pop(name, None)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _announce(
         self, name: str, seen: _Seen | None, bank: Bank | None, outcome: str

@@ -30,7 +30,9 @@ from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, Mem
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
+from memory_worker.core.retention import may_have_expired
 from memory_worker.core.subjects import normalize_subject, same_subject
+from memory_worker.search.ranking import expired_slots
 from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
@@ -83,7 +85,8 @@ def clean_subject(raw: str | None) -> tuple[str | None, tuple[str, ...]]:
     """A subject a call names, as stored and compared (`clean_line`, then NFC): every door and
     path cleans it alike, so a save, a scoped read and forget-subject mean the same person."""
     subject, labels = clean_line(raw, "subject", MAX_SUBJECT_CHARS)
-    return (None if subject is None else normalize_subject(subject)), labels
+    # A name of invisible characters only is no one, as a blank one is.
+    return (None if subject is None else normalize_subject(subject) or None), labels
 
 
 def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tuple[str, ...]]:
@@ -302,7 +305,7 @@ class ServiceBase:
         return True, subject
 
     def _info(self, bank: Bank | BankSummary) -> BankInfo:
-        summary = bank.summary() if isinstance(bank, Bank) else bank
+        summary = self._summary(bank) if isinstance(bank, Bank) else bank
         return BankInfo(
             name=summary.name,
             description=summary.description,
@@ -311,6 +314,26 @@ class ServiceBase:
             rules=summary.rules,
             subjects=summary.subjects,
             settings=effective(self.settings.bank_defaults(), summary.overrides),
+        )
+
+    def _summary(self, bank: Bank) -> BankSummary:
+        """`bank`'s summary as its reads see it: a memory past its TTL is gone, reaped or not
+        (nothing is computed for a bank without retention, one pass over the index's columns
+        for one with it)."""
+        retention = self.bank_settings(bank).retention
+        gone = expired_slots(bank.index, retention, self.clock())
+        if not gone.size:
+            return bank.summary()
+        return bank.summary(expired=gone)
+
+    def _counts_hold(self, summary: BankSummary) -> bool:
+        """Whether a bank's summary from its counts file (`Bank.peek`) still holds: none of its
+        memories can have passed its TTL since (else its bank is replayed and counted)."""
+        retention = effective(self.settings.bank_defaults(), summary.overrides).retention
+        if not retention:
+            return True
+        return summary.stated is not None and not may_have_expired(
+            summary.stated, retention, self.clock()
         )
 
     def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_worker.app.base import clean_subject, redaction_reason
 from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.wire import Flag, Text, TextList
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import Card, prepare_card
@@ -37,12 +38,14 @@ class ImportRecord(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)  # built by the first import
 
     id: str | None = Field(default=None, min_length=1, max_length=128)
-    text: str
-    entities: list[str] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
+    # The fields `memory::save` has, typed as it types them: a number is text there (a person
+    # named by a user id, a tag `2024`), and an import refused what a save took.
+    text: Text
+    entities: TextList = Field(default_factory=list)
+    tags: TextList = Field(default_factory=list)
     confidence: Confidence = Confidence.STATED
     corroboration: int = Field(default=0, ge=0, le=MAX_INT)
-    pinned: bool = False
+    pinned: Flag = False  # JSON's true or false, as every request's flag
     source: Provenance | None = None
     created_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
     updated_at: int | None = Field(default=None, ge=0, le=MAX_TIME_MS)
@@ -54,14 +57,14 @@ class ImportRecord(BaseModel):
     superseded_by: str | None = Field(default=None, min_length=1, max_length=128)
     revision: int = Field(default=0, ge=0, le=MAX_INT)
     # A lesson's card (checked as `memory::save` checks it).
-    category: str | None = None
-    subject: str | None = None
-    title: str | None = None
-    recommendation: str | None = None
+    category: Text | None = None
+    subject: Text | None = None
+    title: Text | None = None
+    recommendation: Text | None = None
     anchors: dict[str, Any] | None = None
-    evidence: list[str] = Field(default_factory=list)
-    context: str | None = None  # association lanes, checked as `memory::save` checks them
-    intention: str | None = None
+    evidence: TextList = Field(default_factory=list)
+    context: Text | None = None  # association lanes, checked as `memory::save` checks them
+    intention: Text | None = None
 
 
 # A validated import row: the record, its cleaned text, entities and tags, its card, and the

@@ -42,7 +42,7 @@ from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.core.retention import past_ttl
 from memory_worker.core.subjects import in_scope, same_subject
-from memory_worker.search.ranking import expired_slots, kind_of
+from memory_worker.search.ranking import kind_of
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.eviction import first_to_go
 from memory_worker.storage.logger import get_logger
@@ -95,9 +95,7 @@ class MemoryUseCases(RetentionUseCases):
             self.check_speaker(bank, subject, caller)
             # What is past its TTL goes first, as expired: it must not take a live memory's
             # place at the cap, nor be renewed by this save as if it were still known.
-            retention = self.bank_settings(bank).retention
-            if retention and expired_slots(bank.index, retention, self.clock()).size:
-                await self.reap(bank)
+            await self._reaped_for(bank, anywhere=True)
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text, subject)
             if existing is not None:
@@ -240,10 +238,8 @@ class MemoryUseCases(RetentionUseCases):
         record = self._record(bank, req.id)
         if scoped and record.subject is not None and not same_subject(record.subject, subject):
             raise MemoryNotFound(f"{req.id} in bank {name}")  # another person's: not there
-        retention = self.bank_settings(bank).retention
-        if retention and record.live and past_ttl(record, retention, self.clock()):
-            # Shown as it stands (a reader's call writes nothing), then reaped as any read has it.
-            self._reap_soon(bank)
+        if await self._reaped_for(bank, record, reading=True):
+            record = self._record(bank, req.id)  # retired: as list and recall already treat it
         return GetResponse(memory=with_access(bank, record))
 
     async def history(self, req: HistoryRequest, caller: Caller = SYSTEM) -> HistoryResponse:
@@ -328,7 +324,7 @@ class MemoryUseCases(RetentionUseCases):
         category = None if req.category is None else lessons.prepare_category(req.category)
         if category == lessons.LESSON:
             raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
-        bank, existing = self._existing(name, req.id, caller)
+        bank, existing = await self._existing_now(name, req.id, caller)
         transitions.check_revision(existing, req.expected_revision)
         _check_untouched(existing, caller)
         if category is not None and existing.category == lessons.LESSON:
@@ -403,7 +399,7 @@ class MemoryUseCases(RetentionUseCases):
         """One record's change by a pure transition (None: nothing to change), guarded by the
         caller's revision, committed with no await after the decision, then announced."""
         name = self._name(bank_name)
-        bank, existing = self._existing(name, memory_id, caller)
+        bank, existing = await self._existing_now(name, memory_id, caller)
         transitions.check_revision(existing, expected_revision)
         _check_untouched(existing, caller)
         record = transition(existing, self.clock())
@@ -417,6 +413,12 @@ class MemoryUseCases(RetentionUseCases):
         name = self._name(req.bank)
         reason = transitions.prepare_reason(req.reason)
         bank, target = self._existing(name, req.id, caller)
+        named = bank.latest(req.superseded_by)
+        # Either one past its TTL is retired first, as every change by id finds it.
+        if await self._reaped_for(
+            bank, target, *(() if named is None else (named,)), anywhere=True
+        ):
+            bank, target = self._existing(name, req.id, caller)
         transitions.check_revision(target, req.expected_revision)
 
         winner = bank.latest(req.superseded_by)

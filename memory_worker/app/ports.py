@@ -49,7 +49,8 @@ class Embedder(Protocol):
 @runtime_checkable
 class QueryEmbedder(Protocol):
     """An embedder whose model embeds a search query differently from a memory (e5's `query: ` and
-    `passage: ` prefixes). Without `embed_query`, a query is embedded as `embed([query])[0]`."""
+    `passage: ` prefixes), or that lets a query go before a backfill's memory texts (the local
+    engines). Without `embed_query`, a query is embedded as `embed([query])[0]`."""
 
     async def embed_query(self, text: str) -> list[float]:
         """The query's vector. Raises `SiblingUnavailable` when it cannot answer."""

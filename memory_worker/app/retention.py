@@ -14,9 +14,11 @@ the injection and `memory::list` leave out what is past its TTL by the clock (`s
 filters, `core.retention.past_ttl`), so a standalone server nobody calls `memory::stats` on (no
 consolidation sibling) never hands out a fact that expired hours ago. A read that left one out
 has the bank reaped right after (`_reap_soon`): a background task of the worker's own, one per
-bank at a time, never a write inside the reader's call (an agent at `read` access writes
-nothing), announced as any expiry. No timer: what nobody reads is reaped at the next stats call,
-boot, or read, and until then nobody can see it. `close()` and `settle()` wait for those reaps.
+bank at a time, announced as any expiry. A look-up or a change by id that names one has the bank
+reaped first (`_reaped_for`, the same reap), so it answers the memory retired, as list and recall
+treat it (a pin or an edit kept an expired memory live for good). No timer: what nobody reads
+is reaped at the next stats call, boot, or read, and until then nobody can see it. `close()` and
+`settle()` wait for those reaps.
 A save (a write already) reaps its bank first when something in it is past its TTL, so an
 expired memory never takes a live one's place at `max_memories`, nor is renewed as still known.
 """
@@ -34,8 +36,9 @@ from memory_worker.app.wire import StatsRequest, StatsResponse
 from memory_worker.core import transitions
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import ItemEvent, Memory
-from memory_worker.core.retention import EXPIRED, expired, kind_of
+from memory_worker.core.retention import EXPIRED, expired, kind_of, past_ttl
 from memory_worker.core.subjects import count_by_subject, in_scope
+from memory_worker.search.ranking import expired_slots
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 
@@ -64,7 +67,10 @@ class RetentionUseCases(EmbeddingWork):
         gone = [
             t
             for m in expired(latest, retention, now_ms)
-            if (t := transitions.tombstone(m, now_ms=now_ms, reason=EXPIRED)) is not None
+            # One a forget-subject is erasing goes with it: retired in this write, it made the
+            # whole write (and the save or stats that asked for it) a `conflict`.
+            if not bank.being_erased(m)
+            and (t := transitions.tombstone(m, now_ms=now_ms, reason=EXPIRED)) is not None
         ]
         if not gone:
             return []
@@ -88,6 +94,45 @@ class RetentionUseCases(EmbeddingWork):
         if consume:
             del self._expired_since[bank.name]
         return list({m.id: m for m in since[1]}.values())  # saved again, expired again: once
+
+    async def _reaped_for(
+        self, bank: Bank, *records: Memory, reading: bool = False, anywhere: bool = False
+    ) -> bool:
+        """Reap `bank` now when one of `records` is live and past its TTL (`anywhere`: or any
+        memory of the bank is); whether it did (its caller reads them again). A memory past its
+        TTL is gone, reaped or not: a look-up by id shows it retired (`expired`) and a change by
+        id finds it retired, instead of pinning or editing it back to life; a change, as a save,
+        counts no expired memory toward a cap. A reap the reads already asked for is waited for
+        first (its tombstones, not a second set). A read whose reap fails (a disk refusing
+        writes) shows the records as they stand; a write fails, as its own commit would."""
+        retention = self.bank_settings(bank).retention
+        now_ms = self.clock()
+        if not retention:
+            return False
+        if not any(m.live and past_ttl(m, retention, now_ms) for m in records) and not (
+            anywhere and expired_slots(bank.index, retention, now_ms).size
+        ):
+            return False
+        running = self._reaping.get(bank.name)
+        if running is not None and not running.done():
+            await asyncio.shield(running)  # `_reap_quietly`: never raises
+        try:
+            await self.reap(bank)
+        except Exception:
+            if not reading:
+                raise
+            log.exception("retention_sweep_failed", bank=bank.name)
+        return True
+
+    async def _existing_now(
+        self, name: str, memory_id: str, caller: Caller = SYSTEM
+    ) -> tuple[Bank, Memory]:
+        """`_existing`, as retention leaves the bank now (`_reaped_for`): what a change decides
+        on."""
+        bank, record = self._existing(name, memory_id, caller)
+        if await self._reaped_for(bank, record, anywhere=True):
+            bank, record = self._existing(name, memory_id, caller)
+        return bank, record
 
     def _reap_soon(self, bank: Bank) -> None:
         """A read left out memories of `bank` past their TTL: reap it in the background (once at

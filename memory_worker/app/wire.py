@@ -3,8 +3,8 @@
 Requests accept payloads as `iii trigger k=v` builds them: unknown keys are ignored (the engine adds
 `_caller_worker_id`), numbers and booleans given for text become text, and a string or a number
 given for a list becomes a list (`tags=blog` → `["blog"]`, `tags=a,b` → `["a", "b"]`, `tags=2024`
-→ `["2024"]`). Responses are dumped without null fields. Field names, defaults and descriptions
-follow the published API reference.
+→ `["2024"]`); a flag is JSON's true or false only (`Flag`). Responses are dumped without null
+fields. Field names, defaults and descriptions follow the published API reference.
 
 Past 500 lines on purpose: every public request and response model in one place, in the
 catalog's order, so the wire contract (what the golden schemas pin) reads as one document.
@@ -16,7 +16,15 @@ import functools
 import math
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictInt,
+    model_validator,
+)
 
 from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
@@ -44,6 +52,7 @@ __all__ = [
     "DoctorResponse",
     "ExportRequest",
     "ExportResponse",
+    "Flag",
     "ForgetSubjectRequest",
     "ForgetSubjectResponse",
     "GetRequest",
@@ -123,6 +132,10 @@ Text = Annotated[str, BeforeValidator(_scalar_to_text)]
 TextList = Annotated[list[Text], BeforeValidator(_text_to_list)]
 # A number is a name too (`bank=2024`), as it is for `memory::bank::create name=2024`.
 BankName = Annotated[str | None, BeforeValidator(_scalar_to_text), BeforeValidator(_blank_to_none)]
+# A request's flag is JSON's true or false only (seed 000 types them `boolean`): pydantic's lax mode
+# read `pinned: "yes"` and `1` as true and `"no"` as false. `iii trigger pinned=true` decodes the
+# value as JSON, so the command line still says true.
+Flag = Annotated[bool, Strict()]
 # A keyword group: a list of terms, or one string of them ("bedrock region" / "bedrock,region").
 Group = Annotated[list[Text], BeforeValidator(_words_to_list)]
 
@@ -250,7 +263,7 @@ class Response(BaseModel):
 class BankSettingsFields(Request):
     """The per-bank settings a request may choose; omitted: the configured default."""
 
-    subject_scoping: bool | None = Field(
+    subject_scoping: Flag | None = Field(
         default=None,
         description="Partition memories by who they are about: recall, injection, list, tags and "
         "preview for a subject surface general memories plus that subject's own.",
@@ -398,7 +411,7 @@ class SaveRequest(Request):
         default_factory=list,
         description="Topical labels for filtering within the bank (organization, not ranking).",
     )
-    pinned: bool = False
+    pinned: Flag = False
     session_id: Text | None = Field(
         default=None, description="Provenance session, when saved on behalf of a conversation."
     )
@@ -465,7 +478,7 @@ class GetResponse(Response):
 
 class ListRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
-    include_superseded: bool | None = Field(
+    include_superseded: Flag | None = Field(
         default=None, description="Include superseded/tombstoned records (the history view)."
     )
     limit: int | None = Field(
@@ -494,7 +507,7 @@ class UpdateRequest(Request):
     tags: TextList | None = Field(
         default=None, description="Replace the tag set (empty list clears)."
     )
-    pinned: bool | None = None
+    pinned: Flag | None = None
     subject: Text | None = Field(
         default=None,
         description="Who the memory is about from now on; an empty string makes it general; "
@@ -537,7 +550,7 @@ class DeleteRequest(Request):
 class PinRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
     id: Text
-    pinned: bool
+    pinned: Flag
     expected_revision: int | None = _expected_revision()
 
 
@@ -550,7 +563,7 @@ class SupersedeRequest(Request):
         description="Why — carried on the `memory::item-changed` events this call emits (not "
         "persisted on the record). Trimmed, capped at 500 chars.",
     )
-    reinforce: bool = Field(
+    reinforce: Flag = Field(
         default=False,
         description="Merge semantics: the survivor absorbs the retired record's observations "
         "(corroboration += retired + 1) in the same call. A pinned survivor is never written. "
@@ -694,7 +707,7 @@ class RecallRequest(Request):
         "without one).",
     )
     subject: Text | None = _for_subject()
-    include_superseded: bool | None = Field(
+    include_superseded: Flag | None = Field(
         default=None, description="Also rank superseded/tombstoned records (the history view)."
     )
     as_of: int | None = Field(
@@ -760,7 +773,7 @@ class PreviewRequest(Request):
         "`message`, as a turn's window that still holds them would, and the ones handed now are "
         "recorded. Omitted: a dry run that records nothing.",
     )
-    fresh: bool = Field(
+    fresh: Flag = Field(
         default=False,
         description="With `conversation`: its context was just reset (a compaction, a /clear), so "
         "what it was handed before — memories and lesson cards — is forgotten first.",
@@ -986,7 +999,7 @@ class ImportRequest(Request):
         "`superseded_by`, `revision`, lesson fields). Every record is validated first: one bad "
         "record rejects the import and nothing is written."
     )
-    dry_run: bool = Field(
+    dry_run: Flag = Field(
         default=False,
         description="Validate every record and write nothing (a client sending an import in "
         "several requests checks them all first).",

@@ -180,8 +180,17 @@ SETTING_NAMES: tuple[str, ...] = tuple(BankSettings.model_fields)
 
 def _check_retention(value: Mapping[str, int]) -> dict[str, int]:
     out: dict[str, int] = {}
+    given: dict[str, str] = {}  # each category's key as the caller spelled it
     for category, days in value.items():
         key = category.strip().lower()
+        if key in given:
+            # Categories compare caselessly: two spellings of one were kept as whichever came
+            # last, silently dropping the other's days.
+            raise ValueError(
+                f"retention names category {key!r} twice ({given[key]!r} and {category!r}); "
+                "keep one"
+            )
+        given[key] = category
         if key not in MEMORY_CATEGORIES:
             raise ValueError(
                 f"retention names unknown category {category!r}; one of "

@@ -12,7 +12,14 @@ from collections.abc import Iterable, Mapping
 
 from memory_worker.core.models import Memory
 
-__all__ = ["DAY_MS", "EXPIRED", "expired", "kind_of", "past_ttl"]
+__all__ = [
+    "DAY_MS",
+    "EXPIRED",
+    "expired",
+    "kind_of",
+    "may_have_expired",
+    "past_ttl",
+]
 
 DAY_MS = 86_400_000
 EXPIRED = "expired"
@@ -39,3 +46,13 @@ def expired(memories: Iterable[Memory], retention: Mapping[str, int], now_ms: in
     out = [m for m in memories if m.live and past_ttl(m, retention, now_ms)]
     out.sort(key=lambda m: (m.last_stated_at, m.id))
     return out
+
+
+def may_have_expired(oldest: Mapping[str, int], retention: Mapping[str, int], now_ms: int) -> bool:
+    """Whether a memory whose category's oldest statement is in `oldest` (per category, as
+    `LexicalIndex.oldest_stated` gives it) is past its TTL at `now_ms` (`past_ttl` of each
+    category's oldest)."""
+    return any(
+        kind in oldest and now_ms - oldest[kind] >= days * DAY_MS
+        for kind, days in retention.items()
+    )

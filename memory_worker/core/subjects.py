@@ -21,21 +21,43 @@ __all__ = [
 ]
 
 
+def _invisible(char: str) -> bool:
+    """A format character (Unicode category Cf): zero-width space, (non-)joiner, word joiner,
+    byte-order mark, soft hyphen, direction marks. Nothing a reader sees of a name."""
+    return unicodedata.category(char) == "Cf"
+
+
 def normalize_subject(value: str) -> str:
-    """A subject as stored: Unicode NFC. The same name typed precomposed or decomposed ("José":
-    é, or e and a combining accent, as macOS file names and some keyboards send it) is one
-    person — for recall's scope, the caps, and the right to be forgotten, which otherwise erased
-    nothing of the other spelling and reported success."""
-    return unicodedata.normalize("NFC", value)
+    """A subject as stored: Unicode NFC, without the invisible characters at its edges (a name
+    pasted with a zero-width space or a byte-order mark along; at an edge they shape nothing).
+    The same name typed precomposed or decomposed ("José": é, or e and a combining accent, as
+    macOS file names and some keyboards send it) is one person — for recall's scope, the caps,
+    and the right to be forgotten, which otherwise erased nothing of the other spelling and
+    reported success. "" for a name of nothing else: no one."""
+    value = unicodedata.normalize("NFC", value)
+    if value.isascii():
+        return value
+    start, end = 0, len(value)
+    while start < end and (_invisible(value[start]) or value[start].isspace()):
+        start += 1
+    while end > start and (_invisible(value[end - 1]) or value[end - 1].isspace()):
+        end -= 1
+    return value[start:end]
 
 
 @lru_cache(maxsize=4096)
 def subject_key(value: str) -> str:
     """What every spelling of one subject compares as: Unicode canonical caseless matching
-    (casefold over the canonical decomposition, recomposed). "Ana", "ana" and "ANA" are one
-    person: forgetting "ana" left every memory about "Ana" in place and reported success, and a
-    cap counted them as two people. Only comparison uses it; a subject is stored as given (NFC).
-    Cached: a bank knows few subjects and scoped reads compare every row."""
+    (casefold over the canonical decomposition, recomposed), without format characters
+    (category Cf, as Unicode's own caseless identifier matching drops the default ignorables).
+    "Ana", "ana" and "ANA" are one person: forgetting "ana" left every memory about "Ana" in
+    place and reported success, and a cap counted them as two people; "Ana" copied with a
+    zero-width space or joiner inside was someone else too. Only comparison uses it; a subject
+    is stored as given (`normalize_subject`). Cached: a bank knows few subjects and scoped
+    reads compare every row."""
+    if not value.isascii():  # no format character is ASCII
+        # Spaces an invisible character stood between are one, as a stored name's are.
+        value = " ".join("".join(char for char in value if not _invisible(char)).split())
     return unicodedata.normalize("NFC", unicodedata.normalize("NFD", value).casefold())
 
 

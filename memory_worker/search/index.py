@@ -77,6 +77,7 @@ CATEGORY_CODES = {
     "fact": 0, "preference": 1, "procedure": 2, "context": 3, "correction": 4, "lesson": 5,
 }  # fmt: skip
 OTHER_CATEGORY = len(CATEGORY_CODES)
+_CATEGORY_NAMES = {code: name for name, code in CATEGORY_CODES.items()}
 
 
 def category_code(category: str | None) -> int:
@@ -1281,6 +1282,35 @@ class LexicalIndex:
             return np.zeros(codes.size, bool)
         mask: npt.NDArray[np.bool_] = codes == code
         return mask
+
+    def subjects_about(self, leaving_out: Ints | None = None) -> int:
+        """How many subjects the live documents (but the slots `leaving_out`) are about, each
+        once whatever its spellings (general ones not counted): one pass over the column."""
+        n = len(self._ids)
+        codes = self.subject[:n]
+        keep = self._alive[:n] & (codes != 0)
+        if leaving_out is not None and leaving_out.size:
+            keep[leaving_out] = False
+        return int(np.unique(codes[keep]).size)
+
+    def pinned_live(self) -> int:
+        """How many live documents are pinned."""
+        n = len(self._ids)
+        return int(np.count_nonzero(self.pinned[:n] & self._alive[:n]))
+
+    def oldest_stated(self) -> dict[str, int]:
+        """Per category, when its oldest live document that may expire (not pinned) was last
+        stated, from the columns retention reads (`search.ranking._past_ttl`): what a bank's
+        counts keep so a listing can tell whether one has passed its TTL since
+        (`core.retention.may_have_expired`)."""
+        n = len(self._ids)
+        keep = self._alive[:n] & ~self.pinned[:n]
+        codes, stated = self.category[:n][keep], self.stated_at[:n][keep]
+        return {
+            _CATEGORY_NAMES[code]: int(stated[codes == code].min())
+            for code in np.unique(codes).tolist()
+            if code in _CATEGORY_NAMES
+        }
 
     def subject_count(self, subject: str | None) -> int:
         """Live documents about `subject` (None: general ones)."""

@@ -45,9 +45,16 @@ from memory_worker.core.capacity import (
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
-from memory_worker.core.subjects import of_subject, same_subject, subject_key
+from memory_worker.core.subjects import of_subject, same_subject
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.search.index import Analysis, IndexedDoc, LexicalIndex, analyze, combine
+from memory_worker.search.index import (
+    Analysis,
+    IndexedDoc,
+    Ints,
+    LexicalIndex,
+    analyze,
+    combine,
+)
 from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
@@ -180,6 +187,9 @@ class BankSummary:
     rules: int
     subjects: int  # how many subjects the live memories are about
     overrides: BankOverrides  # its bank.yaml's chosen settings
+    # From a counts file (`peek`): when each category's oldest memory that may expire was last
+    # stated, so the caller can tell whether retention has retired one since. None from RAM.
+    stated: Mapping[str, int] | None = None
 
 
 class Bank:
@@ -397,25 +407,28 @@ class Bank:
             len(bank._rules),
             counts.subjects,
             found.overrides,
+            counts.stated,
         )
 
-    def summary(self) -> BankSummary:
+    def summary(self, expired: Ints | None = None) -> BankSummary:
+        """What listing banks shows of this bank; `expired`: the index slots of live memories
+        past their TTL the reaper has not retired yet, counted as gone (never pinned: retention
+        spares those)."""
         return BankSummary(
             self.name,
             self.description,
-            self.live_count(),
+            self.live_count() - (0 if expired is None else int(expired.size)),
             self.pinned_count(),
             len(self._rules),
-            self.subject_count(),
+            self.subject_count(expired),
             self.overrides,
         )
 
-    def subject_count(self) -> int:
-        """How many subjects the live memories are about (general ones not counted), each person
-        once whatever the case their memories spell them in."""
-        return len(
-            {subject_key(m.subject) for m in self._memories.values() if m.live and m.subject}
-        )
+    def subject_count(self, leaving_out: Ints | None = None) -> int:
+        """How many subjects the live memories (but the index slots `leaving_out`) are about
+        (general ones not counted), each person once whatever the case their memories spell them
+        in (the index's subject codes are `subject_key`s)."""
+        return self.index.subjects_about(leaving_out)
 
     def _save_counts(self) -> None:
         """Leave the counts for the next listing, when RAM says exactly what the log does: nothing
@@ -428,7 +441,8 @@ class Bank:
         stamp = counts_stamp(log_path)
         if stamp is None or _stat_stamp(log_path) != self._log_stamp:
             return
-        counts = Counts(self.live_count(), self.pinned_count(), self.subject_count())
+        stated = self.index.oldest_stated()
+        counts = Counts(self.live_count(), self.pinned_count(), self.subject_count(), stated)
         write_counts(self.path, stamp, counts)
 
     async def configure(self, description: str, overrides: BankOverrides) -> None:
@@ -886,7 +900,7 @@ class Bank:
         return len(self.index)
 
     def pinned_count(self) -> int:
-        return sum(1 for m in self._memories.values() if m.pinned and m.live)
+        return self.index.pinned_live()
 
     def rules(self) -> list[Rule]:
         return self._rules.all()
@@ -919,6 +933,13 @@ class Bank:
             yield
         finally:
             del self._erasing[subject]
+
+    def being_erased(self, record: Memory) -> bool:
+        """Whether a write of `record` is refused by an erasure under way (`erasing`)."""
+        return any(
+            of_subject(record.subject, subject) or record.id in ids
+            for subject, ids in self._erasing.items()
+        )
 
     def _refuse_erased(self, records: Sequence[Memory]) -> None:
         for subject, ids in self._erasing.items():
@@ -1393,13 +1414,30 @@ class Bank:
             self._start_flusher()
 
     def close(self) -> None:
+        self._close_files()
+        self._leave_derived_files()
+        thaw()  # the bank is leaving RAM: a collector pass must be able to free its cycles
+
+    async def close_frozen(self) -> None:
+        """`close` for a bank frozen and drained (one a reload replaced): its derived files,
+        made from the whole bank (~0.3 s per 20,000 memories), are written in a worker thread
+        while the loop answers calls; nothing can change what they are made from meanwhile."""
+        self._close_files()  # on the loop, as `AccessStats.close` must be
+        try:
+            await asyncio.to_thread(self._leave_derived_files)
+        finally:
+            thaw()
+
+    def _close_files(self) -> None:
         self._log.close()
         self.access.close()
+
+    def _leave_derived_files(self) -> None:
+        """The counts, index snapshot and records the next replay starts from (blocking)."""
         if self.path.is_dir():  # not when the folder was trashed or removed
             self._save_counts()
             self._save_snapshot()
             self._save_records()
-        thaw()  # the bank is leaving RAM: a collector pass must be able to free its cycles
 
     # --- rules ---------------------------------------------------------------------------------
 

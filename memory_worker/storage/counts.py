@@ -1,5 +1,6 @@
-"""`.counts.json`: a bank's live and pinned memory counts and how many subjects they are about,
-derived from its log, so listing banks does not replay them.
+"""`.counts.json`: a bank's live and pinned memory counts, how many subjects they are about and
+when each category's oldest memory was last stated (what retention goes by), derived from its
+log, so listing banks does not replay them.
 
 The file is written when a bank is closed, and only when RAM still says what the log says (the log
 is exactly as this bank last replayed or fsynced it) and the file does not already say the same. It
@@ -17,7 +18,7 @@ import contextlib
 import json
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,8 +28,10 @@ __all__ = ["COUNTS_FILE", "Counts", "Stamp", "read_counts", "stat_stamp", "write
 
 COUNTS_FILE = ".counts.json"
 # 2: `subjects` (a version-1 file costs one replay); 3: `subjects` counts each person once
-# whatever the case of their spellings (a version-2 count may name "Ana" and "ana" twice).
-_VERSION = 3
+# whatever the case of their spellings (a version-2 count may name "Ana" and "ana" twice); 4:
+# `stated`, when each category's oldest memory that may expire was last stated (a version-3 file
+# cannot tell whether one of its memories has passed its TTL since).
+_VERSION = 4
 
 # (size, mtime_ns, CRC-32 of the last 4 KiB) of the log.
 Stamp = tuple[int, int, int]
@@ -40,6 +43,10 @@ class Counts:
     live: int
     pinned: int
     subjects: int = 0
+    # Per category, when its oldest live memory that may expire (not pinned) was last stated
+    # (`LexicalIndex.oldest_stated`): a listing believes the counts only while none of them
+    # can have passed its TTL, whatever the bank's retention is by then.
+    stated: dict[str, int] = field(default_factory=dict)
 
 
 def _open(path: Path) -> BinaryIO:
@@ -73,9 +80,17 @@ def read_counts(folder: Path, log: Path) -> Counts | None:
             and data.get("log") == list(stamp)
         ):
             live, pinned, subjects = data["live"], data["pinned"], data["subjects"]
-            numbers = (live, pinned, subjects)
-            if all(type(n) is int for n in numbers) and 0 <= pinned <= live and subjects >= 0:
-                return Counts(live, pinned, subjects)
+            stated = data["stated"]
+            if not isinstance(stated, dict):
+                return None
+            numbers = (live, pinned, subjects, *stated.values())
+            if (
+                all(type(n) is int for n in numbers)
+                and all(type(kind) is str for kind in stated)
+                and 0 <= pinned <= live
+                and subjects >= 0
+            ):
+                return Counts(live, pinned, subjects, stated)
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass  # derived data: anything wrong with it means "replay instead"
     return None
@@ -91,6 +106,7 @@ def write_counts(folder: Path, stamp: Stamp, counts: Counts) -> None:
         "live": counts.live,
         "pinned": counts.pinned,
         "subjects": counts.subjects,
+        "stated": counts.stated,
     }
     path = folder / COUNTS_FILE
     data = json.dumps(body).encode()

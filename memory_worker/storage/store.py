@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from memory_worker.core.bank_settings import BankOverrides
@@ -307,19 +308,20 @@ class Store:
         for name in self.pending():
             await self.replay(name)
 
-    async def summary(self, name: str) -> BankSummary | None:
-        """What `memory::bank::list` shows of `name`: from RAM when the bank is loaded, else from
-        its folder (the description, the rules and the derived counts file) without a replay; a
-        bank whose counts file is missing or no longer matches its log (after a crash) is
-        replayed instead, in a worker thread (`replay`)."""
+    async def summary(
+        self, name: str, believe: Callable[[BankSummary], bool] | None = None
+    ) -> Bank | BankSummary | None:
+        """What `memory::bank::list` shows of `name`: the bank when it is loaded, else its summary
+        from its folder (the description, the rules and the derived counts file) without a
+        replay; a bank whose counts file is missing or no longer matches its log (after a crash),
+        or whose summary the caller does not `believe` (retention may have retired one of its
+        memories since), is replayed instead, in a worker thread (`replay`)."""
         if name in self._unloaded:
             summary = Bank.peek(name, self.root / name)
-            if summary is not None:
+            if summary is not None and (believe is None or believe(summary)):
                 return summary
-            bank = await self.replay(name)
-        else:
-            bank = self.find(name)
-        return bank.summary() if bank is not None else None
+            return await self.replay(name)
+        return self.find(name)
 
     def was_deleted(self, name: str) -> bool:
         """True for a bank that is not live but sits in `.trash`: a session bound to it gets no
@@ -470,7 +472,7 @@ class Store:
                 reloading.set()
             count = len(self._banks)
         for bank in old:
-            bank.close()
+            await bank.close_frozen()
         return count
 
     async def _reload_all(self) -> list[Bank]:
@@ -546,11 +548,11 @@ class Store:
                     return "deferred"
                 del self._banks[name]
                 self.broken[name] = str(exc)
-                bank.close()
+                await bank.close_frozen()
                 log.error("bank_load_failed", bank=name, error=str(exc))
                 return "broken"
             self._banks[name] = fresh
-        bank.close()
+        await bank.close_frozen()  # a bank.yaml or rule edit leaves the log as it was
         return "reloaded"
 
     async def _load_appeared(self, name: str) -> str:
