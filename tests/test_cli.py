@@ -498,6 +498,33 @@ def test_a_one_shot_recall_catches_its_bank_up_and_gets_the_semantic_arm(
     assert off["retrieval"] == "bm25-entity"
 
 
+def test_a_one_shot_recall_re_embeds_vectors_of_an_older_build_of_its_model(
+    tmp_path: Path,
+) -> None:
+    """The local model's name carries its build (weights and alignment digests), so an upgrade
+    re-embeds what was stored. With no server, a recall left every bank an older build had
+    embedded to that build — a model no process runs any more — and recalled by words alone
+    for good after an upgrade."""
+    data = tmp_path / "data"
+    saved = run_cli(
+        "trigger", "memory::save", "text=The user's dog is a beagle named Pipoca",
+        "--data-dir", str(data), cwd=tmp_path,
+    ).result()  # fmt: skip
+    question = ("trigger", "memory::recall", "query=que raça é o meu cachorro?")
+    assert run_cli(*question, "--data-dir", str(data), cwd=tmp_path).result()["retrieval"] == (
+        "bm25-entity-semantic"
+    )
+    vectors = data / "main" / "vectors.jsonl"
+    [row] = [json.loads(line) for line in vectors.read_text().splitlines()]
+    base = row["model"].rsplit("-", 2)[0]
+    assert base == "multilingual-e5-small-enpt-q4"
+    row["model"] = f"{base}-00000000-xl0000"  # what the release before embedded with
+    vectors.write_text(json.dumps(row) + "\n")
+    found = run_cli(*question, "--data-dir", str(data), cwd=tmp_path).result()
+    assert found["retrieval"] == "bm25-entity-semantic"
+    assert [hit["memory"]["id"] for hit in found["memories"]][:1] == [saved["memory"]["id"]]
+
+
 def test_trigger_arguments_are_coerced_like_iii_trigger(one_shots: dict[str, Ran]) -> None:
     memory = one_shots["coerce"].outcome.result()["memory"]
     assert memory["text"] == "The user writes about distributed systems"  # k=v beats --json

@@ -683,6 +683,27 @@ class TestSchedule:
         clock.advance(30 * 60_000)
         assert (await scheduler.tick("backstop"))["ran"] is True
 
+    async def test_a_deleted_banks_report_leaves_with_it(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """A bank's last report names what it held (each group's texts). Reports were merged
+        over every pass and never dropped: a bank deleted (trashed, then perhaps a subject
+        erased from its copies) kept its memories' texts in the schedule's state and in
+        `memory-consolidate::status` for good. A pass over every bank keeps theirs only."""
+        await save(service, "Ana's locker is 12.", bank="gone")
+        await save(service, "ana's locker is 12", bank="gone")
+        await save(service, "Tea.")
+        scheduler = self.scheduler(client, kv, clock)
+        await scheduler.run(RunRequest())
+        assert set((await scheduler.status()).banks) == {"gone", "main"}
+        await catalog.call(service, "memory::bank::delete", {"name": "gone"}, Caller.human("cli"))
+        await scheduler.run(RunRequest())
+        assert set((await scheduler.status()).banks) == {"main"}
+        assert set(kv.data[(SCOPE, LAST_REPORT)]["banks"]) == {"main"}
+        assert "locker" not in json.dumps(kv.data[(SCOPE, LAST_REPORT)])
+        fresh = self.scheduler(client, kv, clock)  # a restarted sibling reads the state
+        assert set((await fresh.status()).banks) == {"main"}
+
     async def test_a_checkpoint_left_by_a_clock_set_back_does_not_stop_the_schedule(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
     ) -> None:

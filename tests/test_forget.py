@@ -31,7 +31,7 @@ from memory_worker.storage.snapshot import SNAPSHOT_FILE
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
-from .fakes import RecordingEmitter
+from .fakes import FixedClock, RecordingEmitter
 
 PERSON = Caller.human("cli")
 ANA_TEXTS = [
@@ -177,6 +177,64 @@ class TestForget:
         assert listed["memories"] == []
         assert _grep(data_dir, "locker") == [] and _grep(data_dir, "figs") == []
         await call(service, "memory::save", text="Ana likes figs.", subject="ana")  # after: fine
+
+    @pytest.mark.parametrize("scoping", [False, True])
+    async def test_a_save_into_a_full_bank_during_the_erasure_is_not_refused(
+        self,
+        service: MemoryService,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+        scoping: bool,
+    ) -> None:
+        """A general save into a full bank while Ana is being erased: its eviction picked Ana's
+        memory (first in eviction order; in a scoped bank the whole bank's, the general pool
+        being empty), and the save was refused as a write about Ana — a `conflict` naming her
+        to whoever saved. Her erasure makes the room: the save lands, nothing else retired."""
+        await call(
+            service, "memory::bank::create", name="main", max_memories=2, subject_scoping=scoping
+        )
+        await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        await call(service, "memory::save", text="Ana likes figs.", subject="ana")
+        bank = service.store.get("main")
+        real_rewrite = bank.rewrite
+        saved: list[dict[str, Any]] = []
+
+        async def rewrite_with_a_save_arriving(*args: Any, **kwargs: Any) -> Any:
+            saved.append(await call(service, "memory::save", text=GENERAL_TEXT))
+            return await real_rewrite(*args, **kwargs)
+
+        monkeypatch.setattr(bank, "rewrite", rewrite_with_a_save_arriving)
+        emitter.clear()
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert len(out["erased"]) == 2
+        assert saved[0]["created"] and saved[0].get("evicted") is None
+        listed = await call(service, "memory::list", include_superseded=True)
+        assert [m["text"] for m in listed["memories"]] == [GENERAL_TEXT]
+        reasons = [e.get("reason") for e in emitter.of(ITEM_CHANGED)]
+        assert "evicted" not in reasons and reasons.count("forget-subject") == 2
+
+    async def test_stats_never_reports_an_erased_memory_as_expired(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """What the reaper retired waits for the bank's next `memory::stats` (its `expired`):
+        a memory of Ana's that expired and was then erased was still listed there, and its
+        record (text and all) kept in RAM for it, after her erasure."""
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        saved = await call(
+            service, "memory::save", text="Ana is at the dentist today.", subject="ana",
+            category="context",
+        )  # fmt: skip
+        kept = await call(
+            service, "memory::save", text="The team is in Lisbon.", category="context"
+        )
+        clock.advance_days(2)
+        listed = await call(service, "memory::list")
+        assert listed["memories"] == []  # both past their TTL: reaped in the background
+        await service.settle()
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        stats = await call(service, "memory::stats")
+        assert stats["expired"] == [kept["memory"]["id"]]
+        assert saved["memory"]["id"] not in stats["expired"]
 
     async def test_a_snapshot_write_a_kill_cut_short_goes_too(
         self,

@@ -140,6 +140,36 @@ class TestRanking:
         assert recalled("a lecture on quantum physics") == []
         assert recalled("a lecture on quantum physics and the kitchen renovation") == []
 
+    def test_another_persons_context_does_not_decide_a_scoped_recall(self) -> None:
+        """Subject scoping: a memory about Bruno never lends a scoped recall for Ana anything,
+        its stored context included. The lane's relevance was scaled to its best match over the
+        whole bank, so Bruno's context matching the window better pushed Ana's own memory under
+        the threshold (found without his memory, lost with it); a general memory, another tag
+        or an expired one likewise."""
+        ana = memory("ana", "Ana prefers the aisle seat", context="a trip to Rome").model_copy(
+            update={"subject": "Ana"}
+        )
+        bruno = memory(
+            "bruno", "Bruno prefers the window", context="booking flights to Rome for the trip"
+        ).model_copy(update={"subject": "Bruno"})
+        weights = LaneWeights(content=0.5, context=0.5)
+        asked = LaneQuery(context="we are booking flights to Rome for the trip")
+
+        def recalled(*memories: Memory) -> list[str]:
+            held, index, lanes = bank_of(*memories, *FORMED[3:])
+            q = query(
+                "what does she like?",
+                lanes=asked,
+                lane_weights=weights,
+                threshold=0.4,
+                scoped=True,
+                subject="Ana",
+            )
+            return [h.memory.id for h in rank(held, index, q, lanes)]
+
+        assert recalled(ana) == ["ana"]
+        assert recalled(ana, bruno) == ["ana"]
+
     def test_lanes_follow_edits_and_deletes(self) -> None:
         lanes = LaneIndexes()
         m = memory("x", "Some fact here", context="first situation")
@@ -377,6 +407,39 @@ class TestLaneVectors:
         assert bank.lane_vectors.ready(embedder.model)
         assert embedder.calls[-1] == ["the company offsite"]
 
+    async def test_a_merge_embeds_the_lane_the_survivor_absorbed(
+        self, store: Any, clock: Any
+    ) -> None:
+        """A merge (consolidation's `supersede` with `reinforce`) gives a survivor without a
+        context the retired duplicate's: that lane must be embedded like a saved one, or the
+        bank's lanes (`ready` needs every lane text embedded) run lexically until a later write
+        happens to start the embedder."""
+        service, embedder = await self._service(store, clock)
+        plain = await call(service, "memory::save", {"bank": "main", "text": "The vet is Dr Silva"})
+        clock.advance(1000)
+        placed = await call(
+            service,
+            "memory::save",
+            {"bank": "main", "text": "Dr Silva is the vet", "context": "my puppy was sick"},
+        )
+        await service.settle()
+        bank = service.store.get("main")
+        assert bank.lane_vectors.ready(embedder.model)
+        merged = await call(
+            service,
+            "memory::supersede",
+            {
+                "bank": "main",
+                "id": placed["memory"]["id"],
+                "superseded_by": plain["memory"]["id"],
+                "reinforce": True,
+            },
+        )
+        assert merged["reinforced"]
+        await service.settle()
+        assert bank.lane_vectors.ready(embedder.model)
+        assert bank.lanes.indexes["context"].has_vector_for(plain["memory"]["id"])
+
     async def test_the_window_finds_a_memory_by_meaning(self, store: Any, clock: Any) -> None:
         """No word of the query or the window is in the memory or its stored context: only the
         context lane's vectors (pet ~ puppy ~ dog) connect them."""
@@ -449,6 +512,34 @@ class TestBankSettings:
         assert not [m for m in plain["memories"] if m["score"] > 0]  # only the ambient floor
 
     """The lanes through the public surface: the bank's own weights and threshold."""
+
+    async def test_a_scoped_recall_is_not_decided_by_another_persons_context(
+        self, service: MemoryService
+    ) -> None:
+        settings = {
+            "subject_scoping": True,
+            "association_weights": {"content": 0.5, "context": 0.5},
+            "relevance_threshold": 0.4,
+        }
+        await call(service, "memory::bank::create", {"name": "team", **settings})
+        ana = {"text": "Ana prefers the aisle seat", "context": "a trip to Rome", "subject": "Ana"}
+        await call(service, "memory::save", {"bank": "team", **ana})
+        ask = {
+            "bank": "team",
+            "query": "what does she like?",
+            "context": "we are booking flights to Rome for the trip",
+            "subject": "Ana",
+        }
+        alone = await call(service, "memory::recall", ask)
+        bruno = {
+            "text": "Bruno prefers the window",
+            "context": "booking flights to Rome for the trip",
+            "subject": "Bruno",
+        }
+        await call(service, "memory::save", {"bank": "team", **bruno})
+        beside = await call(service, "memory::recall", ask)
+        assert [h["memory"]["text"] for h in alone["memories"]] == [ana["text"]]
+        assert [h["memory"]["text"] for h in beside["memories"]] == [ana["text"]]
 
     async def test_weights_and_threshold_come_from_the_bank(self, service: MemoryService) -> None:
         await call(service, "memory::bank::create", {"name": "trip"})

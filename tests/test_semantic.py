@@ -473,6 +473,74 @@ class TestWithoutAServer:
         assert other.calls == []
         assert store.get("main").embedding_progress("model-a") == (1, 2)
 
+    async def test_a_catch_up_embeds_the_lanes_the_bank_weights_too(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        """A bank that weights its context lane, with no server: the catch-up embedded the
+        memories' texts but never their lanes, so a recall's window was compared by its words
+        alone for good (a server embeds the weighted lanes after the texts)."""
+        embedder = FakeEmbedder()
+        service = self._one_shot(store, clock, embedder, catch_up_s=5.0)
+        weights = {"content": 0.6, "context": 0.4}
+        await catalog.call(
+            service, "memory::bank::create", {"name": "main", "association_weights": weights}
+        )
+        save = {"bank": "main", "text": "Appointment moved to Monday", "context": "my puppy Pipoca"}
+        await catalog.call(service, "memory::save", save)
+        for text, context in (("Receipt for fuel", "office rent"), ("Bill for water", "office")):
+            await catalog.call(
+                service, "memory::save", {"bank": "main", "text": text, "context": context}
+            )
+        body = {"bank": "main", "query": "when is it?", "context": "we talked about the dog"}
+        found = await catalog.call(service, "memory::recall", body)
+        assert store.get("main").lane_vectors.ready(embedder.model, ("context",))
+        assert [m["memory"]["text"] for m in found["memories"]][:1] == [save["text"]]
+
+    async def test_a_catch_up_killed_mid_write_is_damage_for_one_boot_only(
+        self, store: Store, clock: FixedClock, data_dir: Path
+    ) -> None:
+        """`kill -9` of a recall while its catch-up appends (a write of several pages can stop
+        between two) leaves a torn last line in `vectors.jsonl`. Its memories are re-embedded,
+        but the torn bytes stayed, a line of their own: every later boot logged the damage and
+        the doctor's `files-intact` failed for good, over a derived file."""
+        one_shot = self._one_shot(store, clock, FakeEmbedder(), catch_up_s=5.0)
+        await _save(one_shot, "Rafa publishes blog posts weekly")
+        await _save(one_shot, "Lunch is at noon")
+        assert await _retrieval(one_shot, "writes essays") == "bm25-entity-semantic"
+        await store.close()
+        vectors = data_dir / "main" / "vectors.jsonl"
+        whole = vectors.read_bytes()
+        vectors.write_bytes(whole[: len(whole) - 40])  # the second line cut short
+        for boot in range(2):
+            reopened = Store.open(data_dir, holder=HOLDER)
+            try:
+                later = self._one_shot(reopened, clock, FakeEmbedder(), catch_up_s=5.0)
+                assert await _retrieval(later, "writes essays") == "bm25-entity-semantic"
+                damage = [d.describe() for d in reopened.get("main").damage]
+                assert damage == ([] if boot else damage[:1]) and (boot or damage), damage
+            finally:
+                await reopened.close()
+        rows = vectors.read_text().splitlines()
+        assert len(rows) == 2 and all(json.loads(row)["id"] for row in rows)
+
+    async def test_the_doctor_does_not_promise_a_catch_up_over_another_models_bank(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        """It said "each recall embeds some of what its bank lacks first" over a bank another
+        model embeds, which a recall here never touches: a person who changed `embedding_model`
+        with no server recalled again and again, lexical for good, told it would catch up."""
+        server = _service(store, clock, FakeEmbedder("model-a"))
+        await _save(server, "Rafa publishes blog posts weekly")
+        await server.settle()
+        one_shot = self._one_shot(store, clock, RotatedEmbedder("model-b"), catch_up_s=5.0)
+        assert await _retrieval(one_shot, "writes essays") == "bm25-entity"
+        doctor = await catalog.call(one_shot, "memory::doctor", {})
+        [check] = [c for c in doctor["checks"] if c["name"] == "embeddings"]
+        assert not check["ok"]
+        assert "each recall embeds" not in check["detail"], check["detail"]
+        assert "main" in check["detail"] and "model-a" in check["detail"]
+        assert "memory-worker serve" in check["detail"]
+
 
 class _GatedPassages(FakeEmbedder):
     """Memory texts wait for `gate` while it is clear (`entered` says one is waiting)."""
@@ -525,3 +593,28 @@ class TestReload:
         embedder.gate.set()
         await service.settle()
         assert await _retrieval(service, "dog") == "bm25-entity-semantic"
+
+
+async def test_a_consolidation_merge_keeps_the_survivor_in_the_semantic_arm(
+    store: Store, clock: FixedClock
+) -> None:
+    """A merge whose survivor takes over the retired duplicate's entities is a new index entry
+    for it, its vector dropped to be made again: nothing made it (no write asked the embedder),
+    so the fact memory-consolidate just reinforced left semantic recall until some later save."""
+    from memory_worker.adapters.consolidate.clients import InProcessClient
+    from memory_worker.consolidate.config import ConsolidateSettings
+    from memory_worker.consolidate.runner import Consolidator
+
+    service = _service(store, clock, FakeEmbedder())
+    survivor = await _save(service, "The user has a puppy.")
+    clock.advance(1000)
+    await catalog.call(
+        service, "memory::save", {"text": "the user has a puppy", "entities": ["Pipoca"]}
+    )
+    await service.settle()
+    report = await Consolidator(InProcessClient(service), clock=clock).run(ConsolidateSettings())
+    assert report.superseded == 1
+    await service.settle()
+    found = await catalog.call(service, "memory::recall", {"query": "dog pet", "mode": "semantic"})
+    assert found["retrieval"] == "semantic"
+    assert [h["memory"]["id"] for h in found["memories"]] == [survivor]

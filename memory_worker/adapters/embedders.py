@@ -106,6 +106,12 @@ class LazyEmbedder:
             return self._loaded
 
     @property
+    def base_model(self) -> str:
+        """The model's base name, without its build (`model` is this and the build's digests):
+        a recall's catch-up re-embeds an older build's vectors (`EmbeddingWork.left_to_another`)."""
+        return self._name
+
+    @property
     def duplicate_cosine(self) -> float:
         """The loaded model's paraphrase threshold (asked only after a query was embedded)."""
         return float(getattr(self._loaded, "duplicate_cosine", DUPLICATE_COSINE))

@@ -123,6 +123,25 @@ class DoctorUseCases(EmbeddingWork):
             else "no server holds the data dir: each recall embeds some of what its bank lacks "
             "first (`memory-worker serve` embeds it all in the background)"
         )
+        if not self.embed_writes:
+            # A recall here leaves a bank another model embeds to that model (`_catch_up`):
+            # saying it catches up would send a person who changed `embedding_model` with no
+            # server recalling again and again, lexical for good.
+            others = {
+                name: self.left_to_another(bank, self.embedder)
+                for name, _, _, ready in progress
+                if not ready and (bank := self.store.find(name)) is not None
+            }
+            if others := {name: models for name, models in others.items() if models}:
+                banks = "; ".join(f"{name}: {', '.join(m)}" for name, m in others.items())
+                return DoctorCheck(
+                    name="embeddings",
+                    ok=False,
+                    detail=f"embedder {model} answers, but these banks' vectors are from another "
+                    f"model ({banks}): a recall here leaves them to it (a server configured "
+                    "with it embeds them) and runs without the semantic arm (`bm25-entity`); "
+                    "`memory-worker serve` with this configuration re-embeds them",
+                )
         behind = [(name, done, live) for name, done, live, ready in progress if not ready]
         if behind:
             counts = ", ".join(f"{name} {done}/{live}" for name, done, live in behind)

@@ -102,14 +102,18 @@ class EmbeddingWork(ServiceBase):
         (`Bank.semantic_ready`). A bank another model embeds (the server's, configured
         otherwise) is left to it: taking it over here would re-embed it, bit by bit, in turn
         with the server."""
-        if bank.embedded_by_another(embedder.model):
+        if self.left_to_another(bank, embedder):
             return
         deadline = time.monotonic() + self.catch_up_s
         while time.monotonic() < deadline:
             model = embedder.model
             pending = bank.needs_embedding(model, CATCH_UP_BATCH)
             if not pending:
-                return
+                # Then the lanes the bank weights, as a server's pass does: left out, a
+                # recall's window was compared by its words alone for good where none runs.
+                if not await self._embed_lanes(bank, embedder, model, CATCH_UP_BATCH):
+                    return
+                continue
             try:
                 vectors = await embedder.embed([memory.text for memory in pending])
             except (WorkerError, ValueError) as exc:
@@ -124,6 +128,18 @@ class EmbeddingWork(ServiceBase):
                 return
             if not stored:
                 return
+
+    @staticmethod
+    def left_to_another(bank: Bank, embedder: Embedder) -> list[str]:
+        """The models other than `embedder`'s whose vectors make a recall's catch-up leave `bank`
+        alone (`_catch_up`). An older build of the same local model (its name is the base name
+        and the build's digests: `base_model`) is no other model: no process runs it any more
+        once the package is upgraded, and leaving it alone kept every bank it had embedded
+        lexical for good where no server runs."""
+        model = embedder.model
+        base: str | None = getattr(embedder, "base_model", None)
+        others = bank.models_other_than(model)
+        return [m for m in others if not (base and m.startswith(f"{base}-"))]
 
     def _embed_soon(self, bank: Bank) -> None:
         """Embed the bank's new or edited memories in the background (explicit saves included)."""
@@ -161,7 +177,9 @@ class EmbeddingWork(ServiceBase):
             if not stored:
                 return  # nothing could be kept (edited meanwhile): their commit re-queues them
 
-    async def _embed_lanes(self, bank: Bank, embedder: Embedder, model: str) -> bool:
+    async def _embed_lanes(
+        self, bank: Bank, embedder: Embedder, model: str, limit: int = EMBED_BATCH
+    ) -> bool:
         """One batch of the association lanes' vectors (after the content's: recall needs those
         first), of the lanes the bank weights only — embedding a window costs several times a
         memory's text, and a lane without weight is never compared; a weight set later embeds
@@ -169,7 +187,7 @@ class EmbeddingWork(ServiceBase):
         weighted = self._weighted_lanes(bank)
         if not weighted:
             return False
-        lanes = bank.lane_vectors.pending(bank.memories, EMBED_BATCH, weighted)
+        lanes = bank.lane_vectors.pending(bank.memories, limit, weighted)
         if not lanes:
             return False
         try:

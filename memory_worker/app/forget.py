@@ -91,6 +91,7 @@ class ForgetUseCases(EmbeddingWork):
             )
             await asyncio.to_thread(bank.access.forget, about)
             await asyncio.to_thread(erasure.clear_intent, bank.path)
+        self._unreport(name, bank, set(about))
         log.info(
             "subject_forgotten",
             bank=name,
@@ -120,6 +121,17 @@ class ForgetUseCases(EmbeddingWork):
             trash_copies=copies,
             damaged_dropped=result.damaged_dropped,
         )
+
+    def _unreport(self, name: str, bank: Bank, erased: set[str]) -> None:
+        """Drop erased memories from what the reaper retired and the bank's next `memory::stats`
+        lists (`expired`): kept there, their records (text and all) outlived the erasure in RAM
+        and their ids were reported as expired memories no longer anywhere."""
+        since = self._expired_since.get(name)
+        if since is None or since[0]() is not bank or not erased:
+            return
+        kept = [m for m in since[1] if m.id not in erased]
+        since[1].clear()
+        since[1].extend(kept)
 
     async def _forget_in_trash(self, name: str, subject: str) -> ForgetSubjectResponse:
         """A deleted bank's trashed copies (`.trash/`, kept for a person to recover by hand)

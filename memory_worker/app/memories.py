@@ -152,6 +152,10 @@ class MemoryUseCases(RetentionUseCases):
             current = bank.latest(victim.id) or victim  # a revision in flight (a pin) counts
             if current.pinned:
                 continue
+            if bank.being_erased(current):
+                # A forget-subject under way is taking it out, which makes the room: retiring it
+                # here made this unrelated save a `conflict` naming the person being erased.
+                continue
             gone = transitions.tombstone(current, now_ms=now_ms, reason=EVICTED)
             if gone is not None:
                 out.append(gone)
@@ -447,6 +451,10 @@ class MemoryUseCases(RetentionUseCases):
         if absorbed is not None:
             # Its uses too: eviction at a cap goes by accesses, and the survivor stands for both.
             bank.access.absorb(target.id, absorbed.id)
+            # What it took over needs vectors, as a save's does: entities it gained re-index it
+            # (its content vector dropped: out of semantic recall), a lane it gained has none
+            # (the bank's lanes compared by words alone). Nothing else would start the embedder.
+            self._embed_soon(bank)
         self._emit_item(ItemEvent.SUPERSEDED, name, retired, reason)
         if absorbed is not None:
             self._emit_item(ItemEvent.UPDATED, name, absorbed, reason)

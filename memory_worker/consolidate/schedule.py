@@ -142,13 +142,18 @@ class Scheduler:
                     stored[str(name)] = BankReport.model_validate(report)
         return {**stored, **self._reports}
 
-    async def _keep_reports(self, report: PassReport) -> None:
+    async def _keep_reports(self, report: PassReport, *, every_bank: bool) -> None:
+        """Keep each bank's last report. `every_bank`: the pass covered every bank there is, so
+        a bank it did not report is gone (deleted, or out of the allowlist): its report, which
+        names what it held, goes too (kept, a deleted bank's memory texts stayed for good)."""
+        if every_bank:
+            self._reports.clear()
         for bank in report.banks:
             self._reports[bank.bank] = bank
         if self.state is None:
             return
         try:
-            merged = await self.reports()
+            merged = dict(self._reports) if every_bank else await self.reports()
             await self.state.set(
                 SCOPE,
                 LAST_REPORT,
@@ -169,7 +174,7 @@ class Scheduler:
         dry_run = settings.dry_run if request.dry_run is None else request.dry_run
         report = await self.consolidator.run(settings, bank=request.bank, dry_run=dry_run)
         self.passes += 1
-        await self._keep_reports(report)
+        await self._keep_reports(report, every_bank=request.bank is None)
         complete = request.bank is None and (not dry_run or scheduled)
         clean = all(not b.errors and not b.capped for b in report.banks) and not report.errors
         if not (complete and clean):

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from memory_worker.core.models import Memory
 from memory_worker.core.text import terms
@@ -130,21 +131,36 @@ class LaneIndexes:
         self._aligned[lane] = (key, aligned)
         return aligned
 
-    def relevance(self, lane: str, query: LaneQuery, main: LexicalIndex) -> Floats | None:
+    def relevance(
+        self,
+        lane: str,
+        query: LaneQuery,
+        main: LexicalIndex,
+        admitted: npt.NDArray[np.bool_] | None = None,
+    ) -> Floats | None:
         """The lane's relevance of every main-index slot in [0, 1], or None when the query does
         not ask this lane or no memory carries it. Lexically, BM25 over the lane's best match:
         a conversation window is long, so its share of any one stored context is small — what
         matters is which memories were formed in the most similar situation. With vectors, the
-        lane's cosines rescaled like the content arm's, and the two averaged."""
+        lane's cosines rescaled like the content arm's, and the two averaged. `admitted` (per
+        main slot; None: all): the memories the recall may see — only they set the best match
+        and the reference, so another person's stored context (or another tag's, an expired
+        one's) never scales down the relevance of the ones in scope."""
         text = query.text(lane)
         index = self.indexes.get(lane)
         if text is None or index is None or len(index) == 0:
             return None
         aligned = self._alignment(lane, main)
+        alive = index.alive[: index.slot_count].copy()
+        if admitted is not None:
+            seen = np.zeros(index.slot_count, bool)
+            inside = (aligned >= 0) & admitted[: aligned.size]
+            seen[aligned[inside]] = True
+            alive &= seen
         lexical = np.zeros(index.slot_count, np.float64)
         acc = index.accumulate(_specific(index, terms(text)))
         if acc is not None:
-            acc = np.where(index.alive[: acc.size], acc, 0.0)
+            acc = np.where(alive[: acc.size], acc, 0.0)
             best = float(acc.max()) if acc.size else 0.0
             if best > 0.0:
                 lexical[: acc.size] = acc / best
@@ -152,7 +168,7 @@ class LaneIndexes:
         vector = query.vector(lane)
         if vector is not None and index.vector_width == len(vector):
             cosine = index.cosine(vector)
-            embedded = cosine[index.has_vector[: cosine.size] & index.alive[: cosine.size]]
+            embedded = cosine[index.has_vector[: cosine.size] & alive[: cosine.size]]
             if embedded.size:
                 k = min(int(LANE_SEMANTIC_REFERENCE * (embedded.size - 1)), embedded.size - 1)
                 reference = float(np.partition(embedded, k)[k])

@@ -800,19 +800,22 @@ def _top_mask(pool: Pool, arm: str, rows: Ints | None = None) -> npt.NDArray[np.
 
 
 def _lane_relevance(
-    lanes: LaneIndexes | None, index: LexicalIndex, query: RecallQuery
+    lanes: LaneIndexes | None,
+    index: LexicalIndex,
+    query: RecallQuery,
+    scope: npt.NDArray[np.bool_] | None,
 ) -> dict[str, Floats]:
-    """Per asked lane with weight and holders, its relevance of every slot (hybrid only). A lane
-    that finds nothing still counts, at 0 for every memory: the blend (and the threshold on it)
-    must not change because another memory's stored context happens to share a word with the
-    window."""
+    """Per asked lane with weight and holders, its relevance of every slot (hybrid only), scaled
+    over the memories `scope` admits (None: all) as the content arms are. A lane that finds
+    nothing still counts, at 0 for every memory: the blend (and the threshold on it) must not
+    change because another memory's stored context happens to share a word with the window."""
     if lanes is None or query.mode is not RecallMode.HYBRID:
         return {}
     out: dict[str, Floats] = {}
     for lane in query.lanes.asked:
         if float(getattr(query.lane_weights, lane)) <= 0.0:
             continue
-        relevance = lanes.relevance(lane, query.lanes, index)
+        relevance = lanes.relevance(lane, query.lanes, index, scope)
         if relevance is not None:
             out[lane] = relevance
     return out
@@ -879,7 +882,9 @@ def candidates(
     query_terms = terms(query.text, lambda term: index.document_frequency(term) > 0)
     if query.limit <= 0 or (query.mode is RecallMode.SEMANTIC and not semantic_ready):
         return _EMPTY
-    lane_relevance = _lane_relevance(lanes, index, query)
+    expired = _expired_slots(index, query)
+    scope = _admitted(memories, index, query, expired)
+    lane_relevance = _lane_relevance(lanes, index, query, scope)
     if not query_terms and not semantic_ready and not lane_relevance:
         return _EMPTY
     cosines = None
@@ -893,8 +898,6 @@ def candidates(
             cosines = index.centered_cosine(vector, query.fusion.center, centre)
         else:
             cosines = index.cosine(query.vector)
-    expired = _expired_slots(index, query)
-    scope = _admitted(memories, index, query, expired)
     if cosines is not None and scope is not None:
         # Out of scope is "not similar": the semantic pool and the hop's vector pull skip it.
         cosines = np.where(scope[: cosines.size], cosines, 0.0)

@@ -793,11 +793,11 @@ class Bank:
         which embed a query only when there is something to compare it with)."""
         return model in self._vector_models.values()
 
-    def embedded_by_another(self, model: str) -> bool:
-        """Whether a live memory holds a vector from a model other than `model` (a scan: a
+    def models_other_than(self, model: str) -> list[str]:
+        """The models other than `model` that live memories hold vectors from, sorted (a scan: a
         process that does not embed its writes never makes its model take over a bank another
-        one embeds)."""
-        return bool(set(self._vector_models.values()) - {model})
+        one embeds, `EmbeddingWork.left_to_another`)."""
+        return sorted(set(self._vector_models.values()) - {model})
 
     def needs_embedding(self, model: str, limit: int) -> list[Memory]:
         """Live memories with no vector from `model` (new, edited, or embedded by another model);
