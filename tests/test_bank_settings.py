@@ -189,6 +189,18 @@ class TestConfigure:
         assert out["bank"]["description"] == "new one"
         assert _yaml(data_dir, "b")["description"] == "new one"
 
+    @pytest.mark.parametrize("cleared", ["", "   ", None])
+    async def test_configure_clears_a_description_given_empty_or_null(
+        self, service: MemoryService, data_dir: Path, cleared: str | None
+    ) -> None:
+        """A description given empty (the console's field emptied) or null (back to the default,
+        none) is cleared; only an omitted one stays."""
+        await call(service, "memory::bank::create", name="b", description="old")
+        out = await call(service, "memory::bank::configure", name="b", description=cleared)
+        assert out["changed"] == ["description"]
+        assert out["bank"]["description"] == ""
+        assert _yaml(data_dir, "b").get("description", "") == ""
+
     async def test_a_bad_value_among_good_ones_changes_nothing(
         self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
     ) -> None:

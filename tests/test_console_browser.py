@@ -1399,3 +1399,180 @@ def test_a_link_to_another_bank_opened_in_the_same_tab_is_followed(
     page.evaluate(f"location.hash = '#/bank/{second}/rules'")
     expect(page.locator(".mw-bank-name")).to_have_text(second)
     expect(page.locator("#mw-tab-rules")).to_have_attribute("aria-selected", "true")
+
+
+# --- third review: what the seed says the console shows ------------------------------------------
+
+
+def test_a_banks_description_is_shown_and_edited_in_its_settings(
+    server: Server, open_tab: Any
+) -> None:
+    """Seed 000: a bank's description is the "human description shown in listings and the
+    console". It is shown as text (never HTML) and edited in the bank's settings."""
+    server.call(
+        "memory::bank::create", {"name": "described", "description": "Notes for <b>Rome</b>"}
+    )
+    page = open_tab("described").page
+    expect(page.locator(".mw-bank-description")).to_have_text("Notes for <b>Rome</b>")
+    rail_row = page.locator(".mw-bank-button", has_text="described")
+    expect(rail_row).to_have_attribute("title", "Notes for <b>Rome</b>")
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("description", exact=True).fill("The spring trip")
+    dialog.get_by_role("button", name="Save settings").click()
+    expect(dialog).to_have_count(0)
+    bank = server.call("memory::bank::get", {"name": "described"})["bank"]
+    assert bank["description"] == "The spring trip"
+    expect(page.locator(".mw-bank-description")).to_have_text("The spring trip")
+
+
+def test_a_history_says_why_an_automatic_path_retired_a_memory(
+    server: Server, open_tab: Any
+) -> None:
+    """A memory evicted at capacity (or expired by retention) is not "deleted": its history's
+    last revision says `evicted`, as the record's `invalid_reason` does."""
+    server.call("memory::bank::create", {"name": "capped", "max_memories": 1})
+    _save(server, "capped", "The first fact, evicted at capacity")
+    _save(server, "capped", "The second fact, kept")
+    page = open_tab("capped").page
+    page.get_by_text("show history").click()
+    row = _row(page, "The first fact")
+    row.get_by_role("button", name="History").click()
+    kinds = row.locator(".mw-history .mw-revision-kind")
+    expect(kinds).to_have_text(["created", "evicted"])
+
+
+def test_a_long_rule_name_never_makes_the_rules_panel_scroll_sideways(
+    server: Server, open_tab: Any
+) -> None:
+    """A rule name may be 64 characters with no break: its card's title wraps on a phone."""
+    bank = _bank(server, "long-rule-name")
+    _rule(server, bank, "r" * 64, "Keep answers short.")
+    page = open_tab(bank, "rules", viewport=PHONE).page
+    expect(page.locator(".mw-rule-name")).to_have_text("r" * 64 + ".md")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the rules panel scrolls sideways by {overflow}px"
+
+
+def test_rules_over_the_injection_budget_are_named_in_the_rules_panel(
+    server: Server, open_tab: Any
+) -> None:
+    """A rule set past `max_rule_chars` (6000 here) is saved whole but cut in every new
+    session's system prompt ("trim it in the memory page", says the marker): the rules panel
+    names the rules cut or left out, and the note goes once they fit."""
+    bank = _bank(server, "over-budget")
+    _rule(server, bank, "alpha", "Answer in Portuguese. " * 20)
+    _rule(server, bank, "beta", "é" * 7000)
+    page = open_tab(bank, "rules").page
+    note = page.locator(".mw-rule-budget")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("max_rule_chars")
+    expect(note).to_contain_text("beta")
+    expect(note).not_to_contain_text("alpha")
+    page.get_by_label("Rule beta").fill("Keep it short.")
+    page.locator(".mw-rule[data-rule='beta']").get_by_role("button", name="Save").click()
+    expect(note).to_be_hidden()
+
+
+def test_an_accented_name_typed_for_a_rule_or_bank_keeps_its_letters(
+    server: Server, open_tab: Any
+) -> None:
+    """Names are `[a-z0-9_-]`: a Portuguese name typed key by key folds its accents ("ação" →
+    "acao", as `slugify` does) instead of turning each accented letter into a dash."""
+    page = open_tab(_bank(server, "accents"), "rules").page
+    page.get_by_label("New rule name").press_sequentially("Regras Ação")
+    expect(page.get_by_label("New rule name")).to_have_value("regras-acao")
+    page.get_by_role("button", name="Add rule").click()
+    expect(page.locator(".mw-rule-name")).to_have_text(["regras-acao.md"])
+    page.get_by_label("New bank name").press_sequentially("Família")
+    expect(page.get_by_label("New bank name")).to_have_value("familia")
+
+
+def test_a_refused_save_or_create_is_said_once_and_throws_nothing(
+    server: Server, open_tab: Any
+) -> None:
+    """A memory over 2,000 characters is refused by the worker: the toast says why, the text
+    stays in the box, and no uncaught error is left behind in the page."""
+    tab = open_tab(_bank(server, "refused-save"))
+    tab.refusals.add(400)
+    page = tab.page
+    page.get_by_label("New memory text").fill("y" * 2500)
+    page.get_by_role("button", name="Save memory").click()
+    expect(page.locator(".mw-toast")).to_contain_text("at most 2000 characters")
+    expect(page.get_by_label("New memory text")).to_have_value("y" * 2500)
+    page.route(
+        "**/memory/bank/create",
+        lambda route: route.fulfill(
+            status=400,
+            content_type="application/json",
+            body='{"error": {"code": "invalid_input", "message": "too many banks"}}',
+        ),
+    )
+    page.get_by_label("New bank name").fill("one-too-many")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator(".mw-toast", has_text="too many banks")).to_have_count(1)
+    expect(page.get_by_label("New bank name")).to_have_value("one-too-many")
+    assert tab.errors == []
+
+
+def test_a_memory_deleted_elsewhere_while_edited_keeps_the_draft_on_screen(
+    server: Server, open_tab: Any
+) -> None:
+    """Another door deletes the memory a person is editing: the row stays with their draft and
+    says so (as a rule deleted elsewhere does), instead of vanishing with the text typed."""
+    bank = _bank(server, "deleted-while-edited")
+    _save(server, bank, "The user walks to work")
+    saved = _save(server, bank, "The user drives a blue car")
+    page = open_tab(bank).page
+    _row(page, "blue car").get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The user drives a red car now")
+    server.call("memory::delete", {"bank": bank, "id": saved["memory"]["id"]})
+    edited = page.locator(".mw-memory.mw-editing")
+    expect(edited.get_by_role("alert")).to_contain_text("no longer in this list")
+    expect(page.get_by_label("Edit memory text")).to_have_value("The user drives a red car now")
+    edited.get_by_role("button", name="Cancel").click()
+    expect(page.locator(".mw-memory")).to_have_count(1)  # gone once the edit ends
+
+
+def test_with_a_hundred_banks_a_bank_picked_low_in_the_rail_is_shown_in_view(
+    server: Server, open_tab: Any
+) -> None:
+    """A data dir with 100 banks: the rail scrolls on its own, so the bank picked near its
+    bottom opens in view (the whole page scrolled with it, and the workspace sat far above)."""
+    first, second = _bank(server, "crowd-first"), _bank(server, "crowd-second")
+
+    def crowded(route: Any) -> None:
+        answer = route.fetch()
+        banks = answer.json()["banks"]
+        fakes = [{**banks[0], "name": f"crowd-{i:03d}"} for i in range(100)]
+        route.fulfill(response=answer, json={"banks": fakes + banks})
+
+    tab = open_tab(first)
+    page = tab.page
+    page.route("**/memory/bank/list", crowded)
+    page.get_by_role("button", name="Reload from disk").click()
+    expect(page.locator(".mw-bank-item")).to_have_count(
+        len(server.call("memory::bank::list")["banks"]) + 100
+    )
+    page.locator(".mw-bank-button", has_text=second).click()
+    expect(page.locator(".mw-bank-name")).to_have_text(second)
+    expect(page.locator(".mw-bank-name")).to_be_in_viewport()
+
+
+def test_a_bank_deleted_elsewhere_while_open_is_left_for_a_remaining_one(
+    server: Server, open_tab: Any
+) -> None:
+    """Another door moves the open bank to the trash: the page says so and moves on to a
+    remaining bank, as after a delete made here, instead of staying on a bank that is gone (whose
+    save box and "Add rule" would create it anew)."""
+    bank = _bank(server, "doomed")
+    _save(server, bank, "This bank is about to go")
+    page = open_tab(bank).page
+    expect(_row(page, "about to go")).to_have_count(1)
+    server.call("memory::bank::delete", {"name": bank})
+    expect(
+        page.locator(".mw-toast", has_text='Bank "doomed" was moved to the trash')
+    ).to_have_count(1)
+    expect(page.locator(".mw-bank-name")).not_to_have_text(bank)
+    expect(page.locator(".mw-bank-button", has_text=bank)).to_have_count(0)
+    assert "doomed" not in page.evaluate("location.hash")

@@ -96,6 +96,9 @@ class BankUseCases(EmbeddingWork):
         labels: tuple[str, ...] = ()
         if "description" in given:
             description, labels = clean_line(req.description, "description", MAX_DESCRIPTION_CHARS)
+            # Given empty or null: cleared. `clean_line` answers None for both, which below
+            # reads as "omitted", so a description could never be removed once set.
+            description = description or ""
         bank = self.store.get(name)
         overrides: BankOverrides = bank.overrides.merged(changes)
         old_description = bank.description

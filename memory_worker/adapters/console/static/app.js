@@ -56,7 +56,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     type: 'button', class: 'mw-btn mw-ghost', text: 'Reload from disk',
     title: 'Re-read every bank from its files (after editing them by hand)',
     on: { click: async () => {
-      const result = await call('memory::reload', {})
+      const result = await call('memory::reload', {}).catch(() => null) // the toast says why
+      if (!result) return
       ui.toast(`Reloaded ${result.banks} bank(s) from disk`)
       resync()
     } },
@@ -85,6 +86,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   const tablist = h('div', { class: 'mw-tabs', attrs: { role: 'tablist', 'aria-label': 'Views' } }, tabButtons)
   const bankTitle = h('h2', { class: 'mw-bank-name' })
   const bankCounts = h('span', { class: 'mw-bank-counts' })
+  // Seed 000: a bank's description is the "human description shown in listings and the console".
+  const bankDescription = h('p', { class: 'mw-bank-description', dir: 'auto', hidden: true })
   const backButton = h('button', { type: 'button', class: 'mw-btn mw-ghost mw-back', text: '← Banks', on: { click: () => setView('banks') } })
   const deleteBank = h('button', {
     type: 'button', class: 'mw-btn mw-ghost mw-danger-text', text: 'Delete bank…',
@@ -93,13 +96,15 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   const bankSettings = h('button', {
     type: 'button', class: 'mw-btn mw-ghost', text: 'Settings…',
     on: { click: async () => {
-      const { bank } = await ctx.call('memory::bank::get', { name: state.bank })
+      const answer = await ctx.call('memory::bank::get', { name: state.bank }).catch(() => null) // the toast says why
+      if (!answer) return
+      const { bank } = answer
       await openBankSettings(ctx, bank)
       refreshBanks()
     } },
   })
   const workspaceHeader = h('div', { class: 'mw-workspace-header' },
-    backButton, h('div', { class: 'mw-bank-heading' }, bankTitle, bankCounts), bankSettings, deleteBank)
+    backButton, h('div', { class: 'mw-bank-heading' }, bankTitle, bankCounts, bankDescription), bankSettings, deleteBank)
   const panelHosts = TABS.map((tab) => h('section', {
     class: 'mw-panel', id: `mw-panel-${tab.id}`, hidden: true,
     attrs: { role: 'tabpanel', 'aria-labelledby': `mw-tab-${tab.id}`, tabindex: '-1' },
@@ -195,6 +200,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     const info = state.banks.find((b) => b.name === state.bank)
     setText(bankTitle, state.bank || 'No bank')
     setText(bankCounts, info ? `${plural(info.memories, 'memory', 'memories')} · ${info.pinned} pinned · ${plural(info.rules, 'rule')}` : '')
+    setText(bankDescription, info?.description ?? '')
+    bankDescription.hidden = !info?.description
     deleteBank.disabled = !info
   }
 
@@ -271,6 +278,11 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
       if (payload.event_type !== 'rules-changed') touched.items.add(payload.bank)
       if (payload.event_type === 'trashed' && payload.bank === state.bank && !dirty()) {
         ui.toast(`Bank "${payload.bank}" was moved to the trash`)
+        // On to a remaining bank, as after a delete made here: left on the bank that is gone,
+        // every panel asked about it again, and its save boxes would have created it anew.
+        // (Unsaved edits keep the page where it is: they are the person's to copy first.)
+        show(null)
+        refreshBanks().then(() => { if (state.bank === null) selectBank(firstBank()) })
       }
     }
     schedule()

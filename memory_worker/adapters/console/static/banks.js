@@ -2,7 +2,7 @@
 // confirmation that says exactly what moves.
 
 import { h, reconcile, setText } from './dom.js'
-import { NAME_PATTERN, plural, slugify } from './format.js'
+import { NAME_PATTERN, plural, slugify, typedName } from './format.js'
 
 export function createBankRail(ctx, { select, created, removing, removed }) {
   const list = h('ul', { class: 'mw-bank-list', attrs: { 'aria-label': 'Banks' } })
@@ -10,7 +10,7 @@ export function createBankRail(ctx, { select, created, removing, removed }) {
   const input = h('input', {
     class: 'mw-input', placeholder: 'new-bank', maxLength: 64,
     attrs: { 'aria-label': 'New bank name', autocomplete: 'off', spellcheck: 'false' },
-    on: { input: () => { input.value = input.value.toLowerCase().replace(/[^a-z0-9_-]/g, '-') } },
+    on: { input: () => { input.value = typedName(input.value) } },
   })
   const form = h('form', { class: 'mw-bank-create', on: { submit: onCreate } },
     input, h('button', { type: 'submit', class: 'mw-btn', text: 'Create' }))
@@ -27,7 +27,12 @@ export function createBankRail(ctx, { select, created, removing, removed }) {
       ctx.ui.toast('A bank name is lowercase letters, digits, - and _ (up to 64)', 'error')
       return
     }
-    const result = await ctx.call('memory::bank::create', { name })
+    let result
+    try {
+      result = await ctx.call('memory::bank::create', { name })
+    } catch {
+      return // the toast said why; the name stays (a throw here was an uncaught error)
+    }
     input.value = ''
     ctx.ui.toast(result.created ? `Created bank "${name}"` : `Bank "${name}" already exists`)
     created(name)
@@ -46,6 +51,7 @@ export function createBankRail(ctx, { select, created, removing, removed }) {
     const button = item.firstElementChild
     const [name, counts] = button.children
     setText(name, bank.name)
+    button.title = bank.description ?? '' // the whole description, on hover: the rail is narrow
     // Sharing intent and what agents may do with the bank (C22), when they are not the usual.
     const access = bank.settings?.conscious_access
     const extra = [

@@ -1,4 +1,4 @@
-// A bank's settings (subject scoping, capacity, retention, recall blend, access, scope): shown as
+// A bank's settings (description, subject scoping, capacity, retention, recall blend, access, scope): shown as
 // they are in effect and changed through memory::bank::configure, which checks them whole; only the
 // fields edited are sent, so a field left alone keeps following the configured default.
 
@@ -33,6 +33,7 @@ export function openBankSettings(ctx, bank) {
   const scoping = h('input', { type: 'checkbox' })
   scoping.checked = Boolean(s.subject_scoping)
   const inputs = {
+    description: h('input', { class: 'mw-input', value: bank.description ?? '', attrs: { dir: 'auto', autocomplete: 'off' } }),
     subject_scoping: scoping,
     max_memories: number(s.max_memories, '1'),
     max_per_subject: number(s.max_per_subject, '1'),
@@ -45,6 +46,7 @@ export function openBankSettings(ctx, bank) {
     intention: number(weights.intention, 'any'),
   }
   const read = () => ({
+    description: inputs.description.value,
     subject_scoping: inputs.subject_scoping.checked,
     max_memories: Number.parseInt(inputs.max_memories.value, 10),
     max_per_subject: Number.parseInt(inputs.max_per_subject.value, 10),
@@ -63,6 +65,7 @@ export function openBankSettings(ctx, bank) {
   const cancel = h('button', { type: 'button', class: 'mw-btn', text: 'Close' })
   const form = h('form', { method: 'dialog' },
     h('h2', { class: 'mw-dialog-title', text: `Settings of bank "${bank.name}"` }),
+    field('description', inputs.description),
     h('label', { class: 'mw-check' }, scoping, h('span', { text: 'subject scoping: a person only ever sees general memories and their own' })),
     field('max memories (0 = unlimited)', inputs.max_memories),
     field('max per subject (0 = unlimited)', inputs.max_per_subject),

@@ -50,6 +50,13 @@ export function slugify(text) {
     .replace(/[^a-z0-9_-]+/g, '-').replace(/^[-_]+/, '').replace(/-+$/, '').slice(0, 64)
 }
 
+/** A name as it is typed, key by key: lowercase, accents folded as `slugify` folds them ("ação" →
+ * "acao"), `-` for anything else. Folded here, not only at submit: replaced first, each accented
+ * letter was already a dash by then. */
+export function typedName(text) {
+  return String(text).toLowerCase().normalize('NFKD').replace(/[\u0300-\u036f]/g, '').replace(/[^a-z0-9_-]/g, '-')
+}
+
 /** "a, b ,c" → ["a", "b", "c"]. */
 export function splitList(text) {
   return String(text).split(',').map((part) => part.trim()).filter(Boolean)

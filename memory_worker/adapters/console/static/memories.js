@@ -159,8 +159,27 @@ export function createMemoriesPanel(ctx) {
     refresh()
   }
 
+  /** `items` plus every row being edited that is no longer among them (deleted, retired or
+   * changed elsewhere), each where it was: dropping it threw the person's draft away unasked. */
+  function keepEdited(items) {
+    const ids = new Set(items.map((i) => i.memory.id))
+    const out = [...items]
+    let at = 0 // where the next kept row goes: after the last listed row seen above it
+    for (const node of list.children) {
+      const id = node.dataset.key
+      if (ids.has(id)) { at = out.findIndex((i) => i.memory.id === id) + 1; continue }
+      const row = rows.get(id)
+      if (!row?.editing()) continue
+      row.leftList()
+      out.splice(at, 0, row.item())
+      at += 1
+    }
+    return out
+  }
+
   /** Show `items`; returns true when live arrivals were held back instead. */
-  function render(items, fromLive = false) {
+  function render(listed, fromLive = false) {
+    const items = keepEdited(listed)
     const maxScore = Math.max(0, ...items.map((i) => i.score ?? 0))
     const fresh = items.filter((i) => !rows.has(i.memory.id)).length
     if (fromLive && fresh > 0 && holding()) {
@@ -187,6 +206,7 @@ export function createMemoriesPanel(ctx) {
   // --- one row ---------------------------------------------------------------------------------
   function makeRow(initial) {
     let memory = initial
+    let score = null
     let editing = null // {base revision, form}
     const text = h('p', { class: 'mw-memory-text', dir: 'auto' }) // RTL text lays out RTL
     const body = h('div', { class: 'mw-memory-body' }, text)
@@ -210,6 +230,7 @@ export function createMemoriesPanel(ctx) {
     function update(item, maxScore) {
       const previous = memory
       memory = item.memory
+      score = item.score
       el.dataset.id = memory.id
       el.dataset.revision = String(memory.revision ?? 0)
       const live = memory.invalid_at === undefined || memory.invalid_at === null
@@ -392,11 +413,20 @@ export function createMemoriesPanel(ctx) {
     }
 
     function cancelEdit() {
+      const left = editing?.left
       editing = null
       body.replaceChildren(text)
       el.classList.remove('mw-editing')
       ctx.changed()
-      if (held) refresh()
+      if (held || left) refresh() // a row kept only for its draft goes now
+    }
+
+    /** This row is kept on screen only for its draft: its memory left the list. */
+    function leftList() {
+      if (editing.left) return
+      editing.left = true
+      editing.notice.hidden = false
+      setText(editing.notice, 'This memory is no longer in this list (deleted or changed elsewhere, or outside this search, tag or page). Your text is still here: copy it, or save to try.')
     }
 
     async function saveEdit() {
@@ -452,7 +482,9 @@ export function createMemoriesPanel(ctx) {
     function revision(rev, before) {
       const kind = !before ? 'created'
         : rev.invalid_at && rev.superseded_by ? `superseded by ${rev.superseded_by}`
-          : rev.invalid_at && !before.invalid_at ? 'deleted'
+          // Retired by an automatic path (`evicted` at capacity, `expired` by retention): said
+          // as such, as the row's badge does — nobody deleted it.
+          : rev.invalid_at && !before.invalid_at ? (rev.invalid_reason ?? 'deleted')
             : before.invalid_at && !rev.invalid_at ? 'restored'
               : rev.text !== before.text ? 'text edited'
                 : (rev.corroboration ?? 0) > (before.corroboration ?? 0) ? 'reinforced'
@@ -472,7 +504,9 @@ export function createMemoriesPanel(ctx) {
     }
 
     return {
-      el, update,
+      el, update, leftList,
+      item: () => ({ memory, score }),
+      editing: () => Boolean(editing),
       dirty: draftChanged,
       busy: () => Boolean(editing) || !historyBox.hidden,
     }
@@ -487,7 +521,12 @@ export function createMemoriesPanel(ctx) {
       return
     }
     const payload = { bank: state.bank, text, tags: splitList(saveTags.value), pinned: savePinned.checked }
-    const result = await ctx.call('memory::save', payload)
+    let result
+    try {
+      result = await ctx.call('memory::save', payload)
+    } catch {
+      return // the toast said why; the text stays in the box (a throw here was an uncaught error)
+    }
     saveText.value = ''
     saveTags.value = ''
     savePinned.checked = false

@@ -4,7 +4,7 @@
 // a confirmation. The `learned` rule is grown by extraction and marked as such.
 
 import { h, reconcile, setText } from './dom.js'
-import { absoluteTime, NAME_PATTERN, relativeTime, slugify } from './format.js'
+import { absoluteTime, NAME_PATTERN, relativeTime, slugify, typedName } from './format.js'
 
 const LEARNED = 'learned'
 
@@ -14,13 +14,17 @@ export function createRulesPanel(ctx) {
   const nameInput = h('input', {
     class: 'mw-input', placeholder: 'rule-name', maxLength: 64,
     attrs: { 'aria-label': 'New rule name', autocomplete: 'off', spellcheck: 'false' },
-    on: { input: () => { nameInput.value = nameInput.value.toLowerCase().replace(/[^a-z0-9_-]/g, '-') } },
+    on: { input: () => { nameInput.value = typedName(nameInput.value) } },
   })
   const addForm = h('form', { class: 'mw-inline-form', on: { submit: onAdd } },
     nameInput, h('button', { type: 'submit', class: 'mw-btn', text: 'Add rule' }))
+  // Every rule is saved whole, but a new session's system prompt gets at most `max_rule_chars`
+  // characters of them (name order, `learned` last; the rest is cut or left out behind a marker
+  // that says "trim it in the memory page"): this note names the rules that do not fit.
+  const budgetNote = h('p', { class: 'mw-notice mw-rule-budget', hidden: true, attrs: { role: 'status' } })
   const el = h('div', { class: 'mw-rules' },
     h('p', { class: 'mw-hint', text: 'Rules are markdown, injected whole into the system prompt of every session on this bank. A running session gets a change as one appended update; corrections heard in chat grow the learned rule.' }),
-    list, empty, addForm)
+    budgetNote, list, empty, addForm)
 
   const cards = new Map() // name → card state
   let bank = null
@@ -44,6 +48,7 @@ export function createRulesPanel(ctx) {
 
   async function loadOnce() {
     const current = bank
+    const budget = maxRuleChars() // asked each time: the settings panel may have changed it
     let rules
     try {
       ({ rules } = await ctx.call('memory::rule::list', { bank: current }, { quiet: true }))
@@ -51,9 +56,39 @@ export function createRulesPanel(ctx) {
       if (err.code === 'bank_not_found') rules = []
       else { ctx.ui.toast(`Rules: ${err.code}: ${err.message}`, 'error'); return }
     }
+    const max = await budget
     if (current !== bank) return
     if (loaded !== current) { cards.clear(); list.replaceChildren(); loaded = current }
     merge(rules)
+    renderBudget(rules, max)
+  }
+
+  async function maxRuleChars() {
+    try {
+      const view = await ctx.transport.settings()
+      return view.fields.find((f) => f.name === 'max_rule_chars')?.value ?? null
+    } catch {
+      return null // unknown: no note rather than a wrong one
+    }
+  }
+
+  /** The injection's own walk (core/injection.py `render_section`), over the saved rules. */
+  function renderBudget(rules, max) {
+    const over = []
+    if (typeof max === 'number') {
+      const ordered = [...rules].sort((a, b) => Number(a.name === LEARNED) - Number(b.name === LEARNED) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      let left = max
+      for (const rule of ordered) {
+        const length = [...rule.content.trim()].length // characters, not UTF-16 units
+        if (!length) continue
+        if (!over.length && length <= left) left -= length
+        else over.push(rule.name)
+      }
+    }
+    budgetNote.hidden = over.length === 0
+    setText(budgetNote, over.length
+      ? `Over the injection budget (max_rule_chars = ${max} characters for all rules): a new session's system prompt gets ${over.map((name) => `${name}.md`).join(', ')} cut or left out. Trim the rules, or raise max_rule_chars in Settings; Preview shows exactly what a turn gets.`
+      : '')
   }
 
   function merge(rules) {
@@ -254,6 +289,7 @@ export function createRulesPanel(ctx) {
       }
       setStatus('clean')
       renderWhen()
+      load() // the budget note follows what is saved now, live stream or not
     }
     function onKey(event) {
       if ((event.metaKey || event.ctrlKey) && event.key.toLowerCase() === 's') {
