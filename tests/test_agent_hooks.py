@@ -329,3 +329,25 @@ def test_every_event_has_a_command_and_an_agent_event_name() -> None:
     }
     for name, event in agent_hooks.EVENTS.items():
         assert event.name == name and event.agent_event and event.help
+
+
+def test_a_hook_waits_out_another_commands_recall_catching_its_bank_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
+) -> None:
+    """A PreToolUse hook beside a parallel MCP recall that holds the data dir while it embeds
+    what its bank lacks (up to `cli.CATCH_UP_S`, plus loading the model): waited for 1 s, the
+    hook came back empty; the lesson card reaches the agent once the recall lets go (1.5 s)."""
+    from memory_worker.storage import files
+
+    from .test_lock import _cli_holder, _QueueClock
+
+    clock = _QueueClock(data, [(1.5, None)])  # the recall holds the dir 1.5 s
+    clock.hold(_cli_holder(1))
+    monkeypatch.setattr(files, "time", clock)
+    try:
+        payload = _claude(repo, "Read", {"file_path": str(repo / "proto" / "user.proto")})
+        code, out = _hook(monkeypatch, capsys, data, payload)
+    finally:
+        clock.close()
+    assert code == 0 and "make gen" in out, _errors[-1]
+    assert clock.now >= 1.5

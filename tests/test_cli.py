@@ -475,7 +475,7 @@ def test_a_one_shot_recall_catches_its_bank_up_and_gets_the_semantic_arm(
 ) -> None:
     """A one-shot command never embeds what it writes (a server does, in the background), so a
     data dir no server ever held recalled by words alone for good. Its recall now embeds what the
-    bank lacks first (within `CLI_CATCH_UP_S`), keeps those vectors, and fuses the semantic arm:
+    bank lacks first (within `CATCH_UP_S`), keeps those vectors, and fuses the semantic arm:
     a Portuguese question finds an English memory it shares no word with."""
     data = tmp_path / "data"
     saved = run_cli(

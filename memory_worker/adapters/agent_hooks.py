@@ -49,7 +49,11 @@ PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"  # what Claude Code sets for hook command
 # The agent waits on these hooks before its prompt or tool goes on: what memory cannot say in this
 # long is left unsaid (the agent's own hook timeout is far longer, 60 s by default).
 HOOK_BUDGET_S = 3.0
-HOOK_LOCK_WAIT_S = 1.0  # a data dir held by another short CLI call is waited for this long at most
+# A data dir held by another short command is waited for this long at most: past a recall
+# catching its bank's embeddings up (`cli.CATCH_UP_S`, plus loading the model), which a coding
+# agent's parallel tool calls (an MCP recall beside a PreToolUse hook) run into. Waited for 1 s,
+# such a hook came back empty.
+HOOK_LOCK_WAIT_S = 2.0
 # A Stop hook's turn in one request: a server takes at most 1 MiB (`standalone.MAX_BODY_BYTES`);
 # this leaves room for the job's other fields and its escaping.
 MAX_JOB_BYTES = 768 * 1024

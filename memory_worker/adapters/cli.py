@@ -59,12 +59,11 @@ DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memo
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
 ENGINE_PROBE_TIMEOUT_S = 0.5
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
-# How long an in-process recall may embed what its bank lacks before its query, when no server
-# holds the data dir (`MemoryService.catch_up_s`): ~20 memory-sized texts a second with the local
-# e5 model on one core. A one-shot command pays it once; MCP over stdio, whose client waits on a
-# tool call anyway, catches up in bigger steps.
-CLI_CATCH_UP_S = 1.0
-MCP_CATCH_UP_S = 2.0
+# How long an in-process recall (a one-shot command, a tool call of `memory-worker mcp`) may embed
+# what its bank lacks before its query, when no server holds the data dir
+# (`MemoryService.catch_up_s`): ~20 memory-sized texts a second with the local e5 model on one
+# core. It holds the data dir meanwhile: a hook waits for it (`agent_hooks.HOOK_LOCK_WAIT_S`).
+CATCH_UP_S = 1.0
 PIPE_CLOSED_EXIT = 141  # what a shell reports for a command ended by SIGPIPE (128 + 13)
 HOOK_EXIT_GRACE_S = 0.5  # a hook past its budget: what a blocked worker thread may still hold it
 # A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
@@ -205,7 +204,7 @@ async def _with_door(
     *,
     caller: Caller = CLI_CALLER,
     lock_wait_s: float | None = None,
-    catch_up_s: float = CLI_CATCH_UP_S,
+    catch_up_s: float = CATCH_UP_S,
 ) -> int:
     """Run `work` through the data dir's door: opened in-process, or forwarded to the server
     that holds it. `lock_wait_s` defaults to `CLI_LOCK_WAIT_S` as it is at the call (read then,
@@ -798,7 +797,7 @@ async def _mcp(args: argparse.Namespace) -> int:
     settings = _settings(args)
     root = resolve_data_dir(args.data_dir, settings)
     # As a one-shot command's: what is written here is not embedded then; a recall catches its
-    # bank up first (`MCP_CATCH_UP_S`), so an agent whose only door is this one gets the
+    # bank up first (`CATCH_UP_S`), so an agent whose only door is this one gets the
     # semantic arm. Loaded once, on the first in-process recall, and kept: this process lives as
     # long as its client.
     _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails at start, not on every call
@@ -826,7 +825,7 @@ async def _mcp(args: argparse.Namespace) -> int:
                 lock_wait_s=CLI_LOCK_WAIT_S,
                 make_embedder=make_embedder,
                 embed_writes=False,
-                catch_up_s=MCP_CATCH_UP_S,
+                catch_up_s=CATCH_UP_S,
             ) as door,
         ):
             yield door
