@@ -618,3 +618,30 @@ async def test_a_consolidation_merge_keeps_the_survivor_in_the_semantic_arm(
     found = await catalog.call(service, "memory::recall", {"query": "dog pet", "mode": "semantic"})
     assert found["retrieval"] == "semantic"
     assert [h["memory"]["id"] for h in found["memories"]] == [survivor]
+
+
+async def test_the_relevance_threshold_compares_meaning_on_an_absolute_scale(
+    store: Store, clock: FixedClock
+) -> None:
+    """Seed 004's `relevance_threshold`: "0 = return everything, 1 = exact match only". The
+    semantic arm's relevance is scaled to the query's best match, which every query has: the
+    best match of a question about nothing in the bank passed a threshold of 0.95."""
+    service = _service(store, clock, FakeEmbedder())
+    await catalog.call(
+        service, "memory::bank::create", {"name": "strict", "relevance_threshold": 0.95}
+    )
+    texts = ["Lunch is at noon on weekdays", "Rafa publishes blog posts weekly"]
+    texts += [f"The user mentioned topic number {i} at dinner" for i in range(8)]
+    for text in texts:
+        await catalog.call(service, "memory::save", {"bank": "strict", "text": text})
+    await service.settle()
+
+    async def recall(query: str) -> list[str]:
+        result = await catalog.call(service, "memory::recall", {"bank": "strict", "query": query})
+        assert result["retrieval"] == "bm25-entity-semantic"
+        return [hit["memory"]["text"] for hit in result["memories"]]
+
+    assert await recall("quantum chromodynamics lecture about my pet") == []
+    assert await recall("Lunch is at noon on weekdays") == ["Lunch is at noon on weekdays"]
+    # A paraphrase sharing no word: close in meaning, but not "exact" at 0.95.
+    assert await recall("writes essays") == []

@@ -206,6 +206,9 @@ class Pool:
     stated_at: Floats | None
     dated: npt.NDArray[np.bool_] | None
     semantic: Floats | None = None  # per-query semantic relevance in [0, 1]; None: no arm ran
+    # The semantic arm on an absolute scale (`_similarity`), for `relevance_threshold` only; None:
+    # no threshold, or no arm.
+    similarity: Floats | None = None
     query_weight: float = 0.0  # `LexicalIndex.query_weight` of the query (expansion included)
     lanes: dict[str, Floats] = field(default_factory=dict)  # asked lane → relevance in [0, 1]
     # Per index slot, the entity tally (`LexicalIndex.entity_tally`); None: the query names none.
@@ -746,8 +749,10 @@ def _blended(
     normalised weights. Boosts and recency are ranking, not similarity: they are left out.
     Of the candidates at `rows` (None: every one)."""
     content = lexical_relevance(pool.bm25 if rows is None else pool.bm25[rows], pool.query_weight)
-    if semantic is not None:
-        content = np.maximum(content, semantic if rows is None else semantic[rows])
+    # The arm's absolute similarity (`_similarity`), not its relevance to the best match.
+    similarity = pool.similarity if pool.similarity is not None else semantic
+    if similarity is not None:
+        content = np.maximum(content, similarity if rows is None else similarity[rows])
     shares = _lane_shares(pool, query)
     blended: Floats = shares.get("content", 0.0) * np.clip(content, 0.0, 1.0)
     for lane, relevance in pool.lanes.items():
@@ -917,6 +922,8 @@ def candidates(
         pool.semantic = semantic_relevance(pool.cosine, reference, best)
         if query.mode is RecallMode.HYBRID and not index.all_embedded():
             _stand_in_for_missing_vectors(pool, index)
+        if query.threshold > 0.0:
+            pool.similarity = _similarity(pool, index, reference)
     pool.expired = bool(expired.size) and query.as_of is None
     return pool
 
@@ -933,6 +940,24 @@ def _stand_in_for_missing_vectors(pool: Pool, index: LexicalIndex) -> None:
     if missing.size:
         lexical = lexical_relevance(pool.bm25[missing], pool.query_weight)
         pool.semantic[missing] = np.clip(lexical, 0.0, 1.0)
+
+
+def _similarity(pool: Pool, index: LexicalIndex, reference: float) -> Floats:
+    """The semantic arm's similarity on an absolute scale, what `relevance_threshold` compares
+    (seed 004: "0 = return everything, 1 = exact match only"): the query's unrelated reference
+    0, a memory that embeds as the query does 1. The arm's relevance is scaled to the query's
+    best match instead, which every query has: the best match of a question about nothing in
+    the bank passed any threshold. A memory without a vector keeps its stand-in."""
+    assert pool.semantic is not None
+    span = 1.0 - reference
+    if span <= 1e-9:
+        similarity: Floats = (pool.cosine >= 1.0).astype(np.float64)
+    else:
+        similarity = np.clip((pool.cosine - reference) / span, 0.0, 1.0)
+    live = pool.slots[: pool.slots.size - len(pool.retired)]
+    missing = np.flatnonzero(~index.has_vector[live])
+    similarity[missing] = pool.semantic[missing]
+    return similarity
 
 
 _PRUNE_MIN = 256  # pools up to this many candidates are scored whole
