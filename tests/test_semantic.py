@@ -380,7 +380,7 @@ class TestWithoutAServer:
         result = await catalog.call(service, "memory::recall", {"query": "writes essays"})
         assert result["retrieval"] == "bm25-entity-semantic"
         assert [h["memory"]["id"] for h in result["memories"]][:1] == [target]
-        assert embedder.calls[0] == ["Rafa publishes blog posts weekly", "Lunch is at noon"]
+        assert embedder.calls[0] == ["Lunch is at noon", "Rafa publishes blog posts weekly"]
         rows = (store.root / "main" / "vectors.jsonl").read_text().splitlines()
         assert len(rows) == 2  # kept for every later process, a server's included
 
@@ -418,6 +418,8 @@ class TestWithoutAServer:
         assert "each recall embeds some of what its bank lacks" in check["detail"]
         passages = [c for c in embedder.calls if c[0].startswith("note")]
         assert [len(c) for c in passages] == [embedding.CATCH_UP_BATCH] * 2
+        # Newest first: what was just said is what a recall most likely asks about.
+        assert passages[0] == [f"note {i} about the kiln" for i in (19, 18, 17, 16)]
         bank = store.get("main")
         assert bank.embedding_progress("fake-embedder-1") == (8, 20)
         while not bank.semantic_ready("fake-embedder-1"):

@@ -107,7 +107,7 @@ class EmbeddingWork(ServiceBase):
         deadline = time.monotonic() + self.catch_up_s
         while time.monotonic() < deadline:
             model = embedder.model
-            pending = bank.needs_embedding(model, CATCH_UP_BATCH)
+            pending = bank.needs_embedding(model, CATCH_UP_BATCH, newest=True)
             if not pending:
                 # Then the lanes the bank weights, as a server's pass does: left out, a
                 # recall's window was compared by its words alone for good where none runs.

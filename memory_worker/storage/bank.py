@@ -799,13 +799,16 @@ class Bank:
         one embeds, `EmbeddingWork.left_to_another`)."""
         return sorted(set(self._vector_models.values()) - {model})
 
-    def needs_embedding(self, model: str, limit: int) -> list[Memory]:
+    def needs_embedding(self, model: str, limit: int, *, newest: bool = False) -> list[Memory]:
         """Live memories with no vector from `model` (new, edited, or embedded by another model);
-        for a model that has not taken over yet, any live ones (it needs them all)."""
+        for a model that has not taken over yet, any live ones (it needs them all). Oldest
+        first, or `newest` first (a recall's catch-up: what was just said is asked about most,
+        and costs the most when it ranks without its vector)."""
         if not self._holds(model):
-            live = (m for m in self._memories.values() if m.live)
-            return list(islice(live, limit))
-        return [self._memories[memory_id] for memory_id in islice(self._to_embed, limit)]
+            records = reversed(self._memories.values()) if newest else self._memories.values()
+            return list(islice((m for m in records if m.live), limit))
+        pending = reversed(self._to_embed) if newest else iter(self._to_embed)
+        return [self._memories[memory_id] for memory_id in islice(pending, limit)]
 
     def semantic_ready(self, model: str) -> bool:
         """Whether a query embedded by `model` may be compared here: the index holds `model`'s
