@@ -111,3 +111,14 @@ class TestTokenizer:
     def test_language_follows_the_texts_own_function_words(self) -> None:
         assert language(tokenize("the user lives in a flat")) == "en"
         assert language(tokenize("o usuário mora num apartamento")) == "pt"
+
+
+@pytest.mark.parametrize(
+    ("plural", "singular"),
+    [("manhãs", "manhã"), ("limões", "limão"), ("corações", "coração"), ("maçãs", "maçã")],
+)
+def test_portuguese_nasal_plurals_meet_their_singulars(plural: str, singular: str) -> None:
+    """Snowball's Portuguese stemmer leaves "manhãs" apart from "manhã" and "limões" ("limo")
+    from "limão" ("lima"), where every regular plural meets its singular: a question in the
+    singular ("corro de manhã") missed a memory in the plural ("corro todas as manhãs")."""
+    assert terms(f"as {plural} dela") == terms(f"a {singular} dela")

@@ -185,11 +185,11 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     tokens = tokenize(text.replace("\u2019", "'") if "\u2019" in text else text)
     words = [t for t in tokens if t not in _SKIP]
     lang = language(tokens)
-    out: list[str] = _STEMMERS[lang].stemWords(words) if words else []
+    out: list[str] = _stem(lang, words) if words else []
     if not text.isascii():
         out = [_folded(stem) for stem in out]
     if known is not None and out and not all(map(known, out)):
-        other = _STEMMERS["en" if lang == "pt" else "pt"].stemWords(words)
+        other = _stem("en" if lang == "pt" else "pt", words)
         out = [
             stem if known(stem) or not known(alt := _folded(alt_stem)) else alt
             for stem, alt_stem in zip(out, other, strict=True)
@@ -198,6 +198,29 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     if user_mentions:
         out.extend([USER_ENTITY] * user_mentions)
     return out
+
+
+# Portuguese plurals of nasal endings, which Snowball's Portuguese stemmer leaves apart from their
+# singulars: "manhãs" / "manhã", "limões" / "limão" (stems "limo" / "lima"), "pães" / "pão",
+# "irmãos" / "irmão". Each is made singular before stemming, so a question in the singular finds
+# a memory in the plural, as every regular plural ("cidades" / "cidade") already did.
+_PT_NASAL_PLURALS = (("ões", "ão"), ("ães", "ão"), ("ãos", "ão"), ("ãs", "ã"))
+
+
+def _stem(lang: str, words: list[str]) -> list[str]:
+    if lang == "pt":
+        words = [_pt_singular(word) for word in words]
+    stems: list[str] = _STEMMERS[lang].stemWords(words)
+    return stems
+
+
+def _pt_singular(word: str) -> str:
+    if word.isascii():
+        return word
+    for plural, singular in _PT_NASAL_PLURALS:
+        if word.endswith(plural) and len(word) > len(plural) + 1:
+            return word[: -len(plural)] + singular
+    return word
 
 
 def _folded(stem: str) -> str:
