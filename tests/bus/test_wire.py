@@ -389,6 +389,18 @@ class TestHook:
             )
             assert tags["bank"] == "blog"
 
+    def test_a_step_with_nothing_to_inject_still_answers_continue(
+        self, spawn: Any, cli: Cli
+    ) -> None:
+        """Seed 000's HookResponse requires `decision`: a step the hook leaves unchanged (no
+        session id, a turn whose bank name is invalid, an envelope it cannot read) is answered
+        `{"decision": "continue"}`, never `null`, as every caller of the published schema
+        expects."""
+        spawn()
+        no_memory = envelope("s1", "t1", 0, [user_message("hi")], metadata={"memory_bank": "Bad!"})
+        for payload in ({}, None, {"step": -1}, no_memory):
+            assert cli.call("memory::hook::pre-generate", payload) == {"decision": "continue"}
+
     def test_a_hanging_sibling_never_blocks_the_turn(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -338,7 +338,7 @@ class EngineWorker(Stoppable):
             client,
             bridge,
             {
-                "memory::hook::pre-generate": lambda data, _: hook.run(data),
+                "memory::hook::pre-generate": lambda data, _: _hook_reply(hook.run(data)),
                 "memory::on-turn-completed": lambda data, _: pipeline.on_turn_completed(data),
                 "memory::extract-job": lambda data, _: pipeline.extract_job(data),
                 "memory::on-session-deleted": lambda data, _: self._session_gone(data, sessions),
@@ -541,6 +541,13 @@ class EngineWorker(Stoppable):
         while not await queue.define():
             await asyncio.sleep(delay)
             delay = min(delay * 2, QUEUE_DEFINE_MAX_RETRY_S)
+
+
+async def _hook_reply(reply: Awaitable[dict[str, Any] | None]) -> dict[str, Any]:
+    """The hook's answer on the wire. Seed 000's `HookResponse` requires `decision`: a step left
+    unchanged is a bare `continue` (as the harness reads `null`), never `null` itself."""
+    answer = await reply
+    return {"decision": "continue"} if answer is None else answer
 
 
 async def _ui_content(data: Any) -> dict[str, str]:
