@@ -40,6 +40,7 @@ class FakeOpenAI:
         self.script: deque[tuple[str, Any]] = deque()
         self.default = '{"memories": [], "rules": []}'
         self.json_mode = True  # False: refuse `response_format` like an older server
+        self.reasoning = False  # True: refuse `max_tokens` and `temperature: 0` like o-series
         self._stop = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -67,6 +68,10 @@ class FakeOpenAI:
 
     def refuse_json_mode(self) -> None:
         self.json_mode = False
+
+    def reasoning_model(self) -> None:
+        """Answer as OpenAI does for its reasoning models (o-series, gpt-5)."""
+        self.reasoning = True
 
     @property
     def chats(self) -> list[Seen]:
@@ -108,6 +113,20 @@ class FakeOpenAI:
         if not self.json_mode and "response_format" in body:
             message = "Unrecognized request argument supplied: response_format"
             return web.json_response({"error": {"message": message}}, status=400)
+        if self.reasoning and "max_tokens" in body:
+            message = (
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead."
+            )
+            error = {"message": message, "param": "max_tokens", "code": "unsupported_parameter"}
+            return web.json_response({"error": error}, status=400)
+        if self.reasoning and body.get("temperature", 1) != 1:
+            message = (
+                "Unsupported value: 'temperature' does not support 0 with this model. "
+                "Only the default (1) value is supported."
+            )
+            error = {"message": message, "param": "temperature", "code": "unsupported_value"}
+            return web.json_response({"error": error}, status=400)
         kind, value = self.script.popleft() if self.script else ("reply", self.default)
         if kind == "fail":
             status, text = value

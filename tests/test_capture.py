@@ -23,7 +23,12 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import MAX_TIME_MS
-from memory_worker.harness.capture import RETRY_MAX_MS, CaptureJob, CaptureRunner
+from memory_worker.harness.capture import (
+    MAX_ENTRY_CHARS,
+    RETRY_MAX_MS,
+    CaptureJob,
+    CaptureRunner,
+)
 from memory_worker.storage.capture import CAPTURE_FILE, MAX_ATTEMPTS, CaptureQueue
 from memory_worker.storage.store import Store
 
@@ -401,6 +406,23 @@ class TestRunner:
         assert pending.job["entries"][0]["text"] == "my token is [REDACTED:github-token], keep it"
         await runner.close()
         assert secret not in (root / CAPTURE_FILE).read_text("utf-8")
+
+    async def test_a_message_longer_than_an_entry_holds_is_cut_not_the_turn_refused(
+        self, service: MemoryService, root: Path
+    ) -> None:
+        """A client of `POST /capture` posting a pasted log: the message is cut (the Stop hook
+        cuts its own the same way), the turn is queued, and a secret the cut splits is redacted
+        whole, never kept in part."""
+        secret = "gh" + "p_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+        head = "I moved to Porto last week. " + "log line\n" * 2_400
+        text = head[: MAX_ENTRY_CHARS - 10] + secret + " more log " * 1_000
+        runner = CaptureRunner(service, CaptureQueue(root), None)
+        await runner.enqueue(job("s11", [{"entry_id": "u1", "role": "user", "text": text}]))
+        [pending] = runner.queue.pending()
+        kept = pending.job["entries"][0]["text"]
+        assert kept.startswith("I moved to Porto last week.") and len(kept) <= MAX_ENTRY_CHARS
+        assert secret[:8] not in kept
+        await runner.close()
 
     async def test_a_failing_endpoint_is_retried_then_the_job_is_dead_not_lost(
         self, service: MemoryService, root: Path, tmp_path: Path

@@ -145,6 +145,108 @@ class TestParse:
     def test_lenient_shapes(self, reply: str) -> None:
         assert [a.text for a in parse_reply(reply, 0).adds] == ["The user likes tea."]
 
+    def test_a_reasoning_models_thinking_is_not_read_as_its_answer(self) -> None:
+        """A reasoning model served through an OpenAI-compatible endpoint (llama.cpp, vLLM,
+        older Ollama) writes its thinking into the content, drafts included: the answer is
+        what follows it, not the first JSON the thinking drafted."""
+        draft = json.dumps({"memories": [add("The user lives in Lisbon.")], "rules": []})
+        answer = json.dumps({"memories": [add("The user lives in Porto.")], "rules": []})
+        for reply in (
+            f"<think>Maybe {draft}? No: they moved.</think>\n{answer}",
+            f"<THINK>\n{draft}\n</THINK>{answer}",
+            f"Drafting {draft} — no, they moved.\n</think>\n\n{answer}",  # template opened it
+        ):
+            assert [a.text for a in parse_reply(reply, 0).adds] == ["The user lives in Porto."]
+        assert not parse_reply(f"<think>Maybe {draft}, or", 0).readable  # cut off: retried
+
+    def test_keys_in_another_case_are_read(self) -> None:
+        reply = json.dumps(
+            {
+                "Memories": [
+                    {"Op": "Add", "Text": "The user lives in Porto.", "Entities": ["porto"]},
+                    {"OP": "RESTATE", "REF": "m1"},
+                ],
+                "RULES": ["Always answer in Portuguese."],
+            }
+        )
+        decisions = parse_reply(reply, known=1)
+        assert [a.text for a in decisions.adds] == ["The user lives in Porto."]
+        assert decisions.adds[0].entities == ("porto",)
+        assert decisions.restates == [0]
+        assert decisions.rules == ["Always answer in Portuguese."]
+
+    def test_keys_in_the_turns_language_are_read(self) -> None:
+        """A model answering a Portuguese turn may write the whole reply in Portuguese."""
+        reply = json.dumps(
+            {
+                "memórias": [
+                    {"op": "adicionar", "texto": "O usuário mora no Porto.", "etiquetas": ["casa"]},
+                    {"op": "corrigir", "ref": "m1", "texto": "O usuário tem dois gatos."},
+                ],
+                "regras": ["Responda sempre em português."],
+            }
+        )
+        decisions = parse_reply(reply, known=1)
+        assert [(a.text, a.tags) for a in decisions.adds] == [
+            ("O usuário mora no Porto.", ("casa",))
+        ]
+        assert [c.new.text for c in decisions.corrections] == ["O usuário tem dois gatos."]
+        assert decisions.rules == ["Responda sempre em português."]
+        facts = json.dumps({"facts": ["The user lives in Porto."]})
+        assert [a.text for a in parse_reply(facts, 0).adds] == ["The user lives in Porto."]
+
+    def test_an_op_under_another_key_is_read_as_that_op(self) -> None:
+        """`action` / `event` (other memory systems' prompts) name the op too: a correction
+        read as an add left the corrected memory live beside its replacement."""
+        reply = json.dumps(
+            {
+                "memories": [
+                    {"action": "correct", "ref": "m1", "text": "The user lives in Porto."},
+                    {"event": "UPDATE", "id": "m2", "text": "The user has two cats."},
+                    {"type": "restate", "ref": "m3"},
+                    {"type": "preference", "text": "The user likes green tea."},
+                    {"event": "NONE", "id": "m1", "text": "The user lives in Lisbon."},
+                ]
+            }
+        )
+        decisions = parse_reply(reply, known=3)
+        assert [(c.ref, c.new.text) for c in decisions.corrections] == [
+            (0, "The user lives in Porto."),
+            (1, "The user has two cats."),
+        ]
+        assert decisions.restates == [2]
+        assert [a.text for a in decisions.adds] == ["The user likes green tea."]
+
+    def test_the_contract_wrapped_in_a_list_or_one_op_unlisted_is_read(self) -> None:
+        """A model taught to answer an array (the older contract) wraps the object in one, or
+        in an envelope of its own; one op may come without its list; labels may come as one
+        comma-separated string."""
+        wrapped = json.dumps(
+            [{"memories": [add("The user lives in Porto.")], "rules": ["Answer in Portuguese."]}]
+        )
+        decisions = parse_reply(wrapped, 0)
+        assert [a.text for a in decisions.adds] == ["The user lives in Porto."]
+        assert decisions.rules == ["Answer in Portuguese."]
+        enveloped = json.dumps({"result": {"memories": [add("The user lives in Porto.")]}})
+        assert [a.text for a in parse_reply(enveloped, 0).adds] == ["The user lives in Porto."]
+        single = json.dumps({"memories": add("The user lives in Porto.", entities="porto, ana")})
+        [fact] = parse_reply(single, 0).adds
+        assert (fact.text, fact.entities) == ("The user lives in Porto.", ("porto", "ana"))
+
+    def test_a_reply_written_as_a_python_literal_is_read(self) -> None:
+        """A small model mixing JSON up with Python: single quotes, `True`. Read as JSON, only
+        its `[]` was found, and the turn was consumed with nothing written."""
+        reply = (
+            "{'memories': [{'op': 'add', 'text': \"The user's dog is named Rex.\", "
+            "'general': False}], 'rules': []}"
+        )
+        assert [a.text for a in parse_reply(reply, 0).adds] == ["The user's dog is named Rex."]
+        assert not parse_reply("{'memories': [}", 0).readable
+
+    def test_rules_given_as_one_string_are_kept(self) -> None:
+        reply = json.dumps({"memories": [], "rules": "Always answer in Portuguese."})
+        assert parse_reply(reply, 0).rules == ["Always answer in Portuguese."]
+
     def test_junk_is_skipped_never_raised(self) -> None:
         junk = [{"op": "restate", "ref": "m9"}, {"op": "add"}, 7, {"op": "zap", "text": "x y z"}]
         reply = json.dumps({"memories": junk})
@@ -203,6 +305,14 @@ class TestLearned:
         additions = ["answer in portuguese.", "- Never use emoji.", "Be brief."]
         assert merge_learned(edited, additions, elsewhere=[style]) is None
         assert merge_learned("", ["- Reply in French."]) == LEARNED_HEADER + "- Reply in French.\n"
+
+    def test_a_rule_said_again_with_other_quotes_or_no_full_stop_is_the_same_line(self) -> None:
+        """A model restating an instruction varies its quotes and its full stop from turn to
+        turn: each variant was appended as a new line of the `learned` rule."""
+        first = merge_learned("", ["Never start replies with 'Certainly'."])
+        assert first is not None
+        again = ['Never start replies with "Certainly"', "Never start replies with “Certainly”!"]
+        assert merge_learned(first, again) is None
 
     def test_repeats_do_not_use_up_the_per_turn_slots(self) -> None:
         first = merge_learned("", ["Rule one.", "Rule two."])
@@ -874,6 +984,39 @@ class TestSecondReview:
         await rig.turn(("user", said), reply={"memories": [add(text) for text in facts]})
         memories = await rig.texts()
         assert all("user" in memories[text].entities for text in facts)
+
+    async def test_a_fact_a_model_kept_in_the_first_person_has_the_user_entity(
+        self, rig: Rig
+    ) -> None:
+        """A small model copies the user's words ("I live in Porto.", "Eu moro no Porto.") or
+        writes European Portuguese ("O utilizador …"): still a fact about the person talking,
+        which first-person questions reach through the `user` entity."""
+        facts = [
+            "I live in Porto with my sister Ana.",
+            "My sister Ana is a nurse in Porto.",
+            "Eu moro no Porto com a minha irmã Ana.",
+            "O utilizador tem uma irmã chamada Ana.",
+        ]
+        said = "I live in Porto with my sister Ana, a nurse. Eu moro no Porto; tenho uma irmã Ana."
+        said += " EU rules cap roaming fees."
+        general = add("EU rules cap roaming fees.", about="general")
+        reply = {"memories": [*(add(text) for text in facts), general]}
+        await rig.turn(("user", said), reply=reply)
+        memories = await rig.texts()
+        assert {text for text in facts if "user" not in memories[text].entities} == set()
+        assert "user" not in memories["EU rules cap roaming fees."].entities
+
+    async def test_a_portuguese_turns_fact_written_in_english_is_the_users(self, rig: Rig) -> None:
+        """Many models write the facts of a Portuguese turn in English: each word stemmed by
+        its own text's language ("Porto" → `porto`, "o Porto" → `port`), the user's words
+        carried none of them, and the facts were dropped as not the user's."""
+        facts = ["The user moved to Porto last week.", "The user works at the hospital."]
+        written = await rig.turn(
+            ("user", "Mudei-me para o Porto na semana passada. Trabalho no hospital."),
+            ("assistant", "Que bom! Posso ajudar com mais alguma coisa?"),
+            reply={"memories": [add(text) for text in facts]},
+        )
+        assert written == 2 and set(await rig.texts()) == set(facts)
 
     async def test_an_undated_message_is_shown_with_its_turns_date(self, rig: Rig) -> None:
         rig.chat.say("user", "Hello there, how are you doing?", at=T0)

@@ -85,6 +85,18 @@ async def test_without_a_model_setting_the_endpoints_first_model_is_asked_once()
     assert {s.body["model"] for s in server.chats} == {"first-model"}
 
 
+async def test_without_a_model_setting_an_embedding_model_listed_first_is_passed_over() -> None:
+    """Ollama lists every pulled model, an embedding model first when it was pulled last: asked
+    to chat, it answers 400 on every turn, and every queued turn died."""
+    async with FakeOpenAI(models=("nomic-embed-text:latest", "qwen2.5:7b-instruct")) as server:
+        client, _ = client_for(server)
+        try:
+            await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert [s.body["model"] for s in server.chats] == ["qwen2.5:7b-instruct"]
+
+
 async def test_no_key_in_the_environment_sends_no_authorization() -> None:
     async with FakeOpenAI() as server:
         client, _ = client_for(server, {"SOME_OTHER_VAR": "x"})
@@ -127,6 +139,44 @@ async def test_an_endpoint_without_json_mode_is_asked_again_without_it_and_remem
     assert (first, second) == ('{"memories": []}', '{"memories": [], "rules": []}')
     asked = ["response_format" in s.body for s in server.chats]
     assert asked == [True, False, False]  # refused once, then never asked again
+
+
+async def test_a_reasoning_model_refusing_max_tokens_and_temperature_is_asked_as_it_wants() -> None:
+    """OpenAI's reasoning models (o-series, gpt-5) answer 400 to `max_tokens` and to a
+    temperature other than 1: every capture turn failed until it died. The request is made
+    again as the error names, and that is remembered for the endpoint."""
+    async with FakeOpenAI() as server:
+        server.reasoning_model()
+        server.reply('{"memories": []}')
+        server.reply('{"memories": [], "rules": []}')
+        client, _ = client_for(server, extraction_model="o4-mini")
+        try:
+            first = await client.complete("S", "U")
+            second = await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert (first, second) == ('{"memories": []}', '{"memories": [], "rules": []}')
+    last = server.chats[-1].body
+    assert "max_tokens" not in last and "temperature" not in last
+    assert last["max_completion_tokens"] >= 1024 and last["response_format"]
+    assert len(server.chats) == 4  # refused twice, then asked right at once
+
+
+async def test_a_max_tokens_too_large_for_the_context_is_the_turns_failure_only() -> None:
+    async with FakeOpenAI() as server:
+        too_large = "max_tokens (1024) plus the prompt exceed the context size (2048 tokens)"
+        server.fail(400, json.dumps({"error": {"message": too_large}}))
+        client, _ = client_for(server, extraction_model="m")
+        try:
+            with pytest.raises(SiblingUnavailable, match="answered 400"):
+                await client.complete("S", "U")
+            await client.complete("S", "U")
+        finally:
+            await client.aclose()
+    assert [("max_tokens" in s.body, "temperature" in s.body) for s in server.chats] == [
+        (True, True),
+        (True, True),
+    ]
 
 
 async def test_a_hanging_endpoint_times_out_as_sibling_unavailable() -> None:
@@ -188,13 +238,26 @@ async def test_an_unreachable_endpoint_is_down_not_a_failure_of_the_turn() -> No
 
 @pytest.mark.parametrize(
     ("status", "down"),
-    [(502, True), (503, True), (504, True), (429, True), (500, False), (400, False)],
+    [
+        (502, True),
+        (503, True),
+        (504, True),
+        (429, True),
+        (401, True),
+        (403, True),
+        (404, True),
+        (500, False),
+        (400, False),
+    ],
 )
 async def test_a_gateway_or_busy_status_is_down_and_another_error_is_the_turns(
     status: int, down: bool
 ) -> None:
     """A proxy answering 502/503/504 for a stopped model, or a rate limit, says the same for any
-    turn; a 500 or a 400 may be this turn's own (a prompt too long), so it spends an attempt."""
+    turn, and so does a key refused (401/403) or a model or path the endpoint does not know
+    (404): the capture queue pauses until someone fixes it, instead of every queued turn
+    spending its attempts and dying within minutes. A 500 or a 400 may be this turn's own (a
+    prompt too long), so it spends an attempt."""
     async with FakeOpenAI() as server:
         server.fail(status, '{"error": "nope"}')
         client, _ = client_for(server, extraction_model="m")

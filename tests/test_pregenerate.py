@@ -544,6 +544,9 @@ class TestTurnPipeline:
         pipeline, queue = pipe
         turn = {"session_id": "c", "turn_id": "t", "parent": {"session_id": "p", "turn_id": "x"}}
         assert (await pipeline.on_turn_completed(turn))["skipped"] == "sub-agent turn"
+        # A harness build naming the parent by its session id alone: a sub-agent's turn too.
+        bare = {"session_id": "c", "turn_id": "t2", "parent": "p"}
+        assert (await pipeline.on_turn_completed(bare))["skipped"] == "sub-agent turn"
         assert queue.jobs == {}
 
     async def test_a_turn_without_memory_only_skips(

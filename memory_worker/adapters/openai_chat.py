@@ -6,18 +6,22 @@ or a hosted API, with the same prompt, parser and write rules as `router::comple
   call and only ever placed in the request's `Authorization` header: never stored, never logged
   (an error body is redacted before it reaches a log line or an exception).
 - JSON mode (`response_format: {"type": "json_object"}`) is asked for; an endpoint that refuses
-  the field (400/422 naming it) is asked again without it, and remembered per endpoint.
+  the field (400/422 naming it) is asked again without it, and remembered per endpoint. So are
+  `max_tokens` (then sent as `max_completion_tokens`) and `temperature`, which OpenAI's
+  reasoning models refuse.
 - Every failure — connect, timeout (`extraction_timeout_ms`), an error status, a reply cut off
   by its token limit, no message — raises `SiblingUnavailable`, so the pass retries like a
-  failed `router::complete`. Nothing listening, or a gateway or rate limit answering for the
-  model (502, 503, 504, 429), raises its `SiblingDown`: the same for any turn, so the capture
-  queue pauses instead of spending the turn's attempts.
+  failed `router::complete`. Nothing listening, a gateway or rate limit answering for the
+  model (502, 503, 504, 429), or a key or model refused (401, 403, 404), raises its
+  `SiblingDown`: the same for any turn, so the capture queue pauses instead of spending the
+  turn's attempts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,7 +39,11 @@ log = get_logger(__name__)
 
 MAX_OUTPUT_TOKENS = 1024  # as router::complete: a pass writes at most a few short sentences
 ERROR_SNIPPET_CHARS = 200  # how much of an error body a log line or exception carries
-DOWN_STATUSES = frozenset({429, 502, 503, 504})  # the gateway or the server speaks, not the model
+# The gateway or the server speaks, not the model, or the configuration is wrong (a key refused,
+# a model or path unknown): the same answer for every turn, so the capture queue pauses until it
+# changes rather than every queued turn spending its attempts and dying within minutes.
+DOWN_STATUSES = frozenset({401, 403, 404, 429, 502, 503, 504})
+_NOT_CHAT = re.compile(r"embed|rerank|whisper|tts|dall-e|moderation", re.I)
 
 
 class OpenAIChatCompleter:
@@ -52,7 +60,8 @@ class OpenAIChatCompleter:
         self._env = os.environ if env is None else env
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
-        self._json_mode: dict[str, bool] = {}  # endpoint -> accepts response_format
+        # endpoint -> the request fields it refused (`_refused_field`): asked without them since
+        self._refused: dict[str, set[str]] = {}
         self._default_model: dict[str, str] = {}  # endpoint -> first model it lists
         self.calls = 0
 
@@ -120,11 +129,19 @@ class OpenAIChatCompleter:
             response = await self._request("GET", f"{endpoint}/models", settings)
             body = _json_body(response, f"{endpoint}/models")
             data = body.get("data") if isinstance(body, dict) else None
-            ids = [m.get("id") for m in data or [] if isinstance(m, dict)]
-            if not ids or not isinstance(ids[0], str) or not ids[0]:
+            listed = [m.get("id") for m in data or [] if isinstance(m, dict)]
+            ids: list[str] = [i for i in listed if isinstance(i, str) and i]
+            # A model that cannot chat (an embedding model Ollama lists first when it was pulled
+            # last, a speech or image one) answers every turn with an error: the first that can.
+            chat = [i for i in ids if not _NOT_CHAT.search(i)]
+            if not ids:
                 raise SiblingUnavailable(f"{_shown(endpoint)}/models lists no model for extraction")
-            self._default_model[endpoint] = ids[0]
-            log.info("extraction_model_chosen", endpoint=_shown(endpoint), model=ids[0])
+            self._default_model[endpoint] = (chat or ids)[0]
+            log.info(
+                "extraction_model_chosen",
+                endpoint=_shown(endpoint),
+                model=self._default_model[endpoint],
+            )
         return self._default_model[endpoint]
 
     async def complete(self, system_prompt: str, user_text: str) -> str:
@@ -143,19 +160,22 @@ class OpenAIChatCompleter:
             "max_tokens": MAX_OUTPUT_TOKENS,
             "stream": False,
         }
-        json_mode = self._json_mode.get(endpoint, True)
-        if json_mode:
-            body["response_format"] = {"type": "json_object"}
+        body["response_format"] = {"type": "json_object"}
+        refused = self._refused.setdefault(endpoint, set())
+        _adjust(body, refused)
         self.calls += 1
         response = await self._request("POST", url, settings, body)
-        if json_mode and _refuses_json_mode(response):
-            self._json_mode[endpoint] = False
+        # A field the endpoint refuses (400/422 naming it) is dropped or renamed and the call
+        # made again, once per field; remembered for the endpoint.
+        while (field := _refused_field(response, body)) is not None and field not in refused:
+            refused.add(field)
             log.info(
-                "extraction_json_mode_refused",
+                "extraction_field_refused",
                 endpoint=_shown(endpoint),
+                field=field,
                 status=response.status_code,
             )
-            del body["response_format"]
+            _adjust(body, refused)
             response = await self._request("POST", url, settings, body)
         return _reply_text(_json_body(response, url), url)
 
@@ -171,8 +191,36 @@ def _snippet(response: httpx.Response) -> str:
     return redact(text).text
 
 
-def _refuses_json_mode(response: httpx.Response) -> bool:
-    return response.status_code in (400, 422) and "response_format" in response.text
+# What a reasoning model's `max_completion_tokens` must hold: its thinking counts against it, and
+# the output budget alone cut nearly every reply off.
+MAX_COMPLETION_TOKENS = 4 * MAX_OUTPUT_TOKENS
+
+
+def _refused_field(response: httpx.Response, body: dict[str, Any]) -> str | None:
+    """The field of `body` a 400/422 `response` refuses, if any: `response_format` named, or
+    `max_tokens` / `temperature` named as unsupported (a `max_tokens` too large for a small
+    context is the turn's own failure, not a reason to ask every later turn for more)."""
+    if response.status_code not in (400, 422):
+        return None
+    text = response.text
+    lowered = text.lower()
+    unsupported = "unsupported" in lowered or "not support" in lowered
+    if "response_format" in body and "response_format" in text:
+        return "response_format"
+    if "max_tokens" in body and "max_tokens" in text and "max_completion_tokens" in text:
+        return "max_tokens"
+    if "temperature" in body and "temperature" in text and unsupported:
+        return "temperature"
+    return None
+
+
+def _adjust(body: dict[str, Any], refused: set[str]) -> None:
+    """`body` without the fields the endpoint refused (`max_tokens` becomes
+    `max_completion_tokens`, the name reasoning models take)."""
+    for field in refused:
+        value = body.pop(field, None)
+        if field == "max_tokens" and value is not None:
+            body["max_completion_tokens"] = MAX_COMPLETION_TOKENS
 
 
 def _json_body(response: httpx.Response, url: str) -> Any:

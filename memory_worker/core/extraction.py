@@ -7,15 +7,18 @@ The reply contract (prompt `extraction-v1`, `prompts/extraction-v1.md`) is one J
 derived rather than read (absent: `extracted`); an add or correct may carry the association
 lanes `context` (the situation it came up in) and `intention` (what the user was trying to do),
 under any prompt version — absent, the extractor writes them from the window itself. Parsing
-is lenient — code fences, prose around the JSON, a bare list (= memories), op synonyms — and
+is lenient — code fences, prose around the JSON, a reasoning model's thinking before it, a bare
+list (= memories), the object wrapped, keys in any case or the turn's language, op synonyms — and
 never raises: what cannot be read is skipped and counted.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -47,6 +50,14 @@ EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _CONTRACT = frozenset({"memories", "rules"})  # the reply object's keys
 _ITEM = frozenset({"op", "text", "memory", "fact"})  # one op's keys (see `_add`)
 _CLOSES = re.compile(r"\s*[\]}]")
+# A reasoning model's thinking, written into the reply by a server that does not split it off
+# (llama.cpp, vLLM, older Ollama): it drafts JSON too, and the answer is what follows it. A
+# chat template that opens the block itself leaves only its close in the reply.
+_THINKING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
+_THINKING_END = re.compile(r"</(?:think|thinking|reasoning)>", re.I)
+_THINKING_START = re.compile(r"<(?:think|thinking|reasoning)>", re.I)
+_OP_KEYS = ("op", "action", "event", "operation", "type")
+_REF_KEYS = ("ref", "id", "memory_id")
 _OPS = {
     "add": "add",
     "new": "add",
@@ -59,6 +70,37 @@ _OPS = {
     "update": "correct",
     "supersede": "correct",
     "replace": "correct",
+    # A model answering a Portuguese turn may write the contract in Portuguese too.
+    "adicionar": "add",
+    "novo": "add",
+    "nova": "add",
+    "reafirmar": "restate",
+    "repetir": "restate",
+    "corrigir": "correct",
+    "atualizar": "correct",
+    "substituir": "correct",
+}
+# Other names a model gives the contract's keys (its own word for them, or the turn's language):
+# read as the contract's, which wins when both are there.
+_KEY_ALIASES = {
+    "facts": "memories",
+    "memorias": "memories",
+    "memórias": "memories",
+    "fatos": "memories",
+    "factos": "memories",
+    "regras": "rules",
+    "instructions": "rules",
+    "instrucoes": "rules",
+    "instruções": "rules",
+    "texto": "text",
+    "fato": "text",
+    "facto": "text",
+    "entidades": "entities",
+    "etiquetas": "tags",
+    "motivo": "reason",
+    "razao": "reason",
+    "razão": "reason",
+    "categoria": "category",
 }
 
 
@@ -167,10 +209,32 @@ def _without_trailing_commas(text: str) -> str:
     return "".join(out)
 
 
+def _answer(reply: str) -> str:
+    """The reply without a reasoning model's thinking."""
+    reply = _THINKING.sub(" ", reply)
+    ends = list(_THINKING_END.finditer(reply))
+    reply = reply[ends[-1].end() :] if ends else reply
+    opened = _THINKING_START.search(reply)  # never closed: cut off while thinking, no answer
+    return reply[: opened.start()] if opened else reply
+
+
+def _folded(value: dict[Any, Any]) -> dict[str, Any]:
+    """`value` with its keys lowercased, and other names for them read as the contract's: a
+    model writes `Memories`, `Text`, `OP` or `memórias` as readily as the contract's spelling,
+    and a key missed loses the turn's facts without a trace."""
+    folded: dict[str, Any] = {}
+    for key, item in value.items():
+        folded.setdefault(str(key).strip().lower(), item)
+    for key, item in list(folded.items()):
+        if key in _KEY_ALIASES:
+            folded.setdefault(_KEY_ALIASES[key], item)
+    return folded
+
+
 def _json_values(text: str) -> list[Any]:
     """Every top-level JSON object or array found in `text`, in order (fences and prose around
     them ignored)."""
-    text = _without_trailing_commas(text)
+    text = _without_trailing_commas(_answer(text))
     decoder = json.JSONDecoder()
     found: list[Any] = []
     index = 0
@@ -184,17 +248,41 @@ def _json_values(text: str) -> list[Any]:
         except ValueError:
             index = start + 1
             continue
-        found.append(value)
+        found.append(_folded(value) if isinstance(value, dict) else value)
         index = end
+    if not any(found):  # nothing, or only the `[]` inside a reply that is not JSON
+        literal = _python_literal(text)
+        return found if literal is None else [literal]
     return found
+
+
+def _python_literal(text: str) -> Any:
+    """The reply as a Python literal (`{'memories': [...], 'rules': []}`, `True`, `None`): what a
+    small model writes when it mixes JSON up with Python. None when it is not one."""
+    opens = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not opens:
+        return None
+    start = min(opens)
+    end = text.rfind("}" if text[start] == "{" else "]")
+    try:
+        with warnings.catch_warnings():  # `\d` in a string: not the reply's fault, nor a log line
+            warnings.simplefilter("ignore")
+            value = ast.literal_eval(text[start : end + 1])
+    # SystemError too: CPython 3.11's parser can raise it ("AST constructor recursion depth
+    # mismatch") after a deep nesting; a reply it cannot read is simply not read.
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, SystemError):
+        return None
+    if isinstance(value, dict):
+        return _folded(value)
+    return value if isinstance(value, list) else None
 
 
 def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
     """Labels a model suggested, kept only when they are labels (short, one line): a bad one is
     dropped here rather than failing the whole pass at the store's validation. Not lowercased
     here: the store redacts first (a key's shape depends on its case), then lowercases."""
-    if isinstance(raw, str):
-        raw = [raw]
+    if isinstance(raw, str):  # "porto, ana": a model's list written as one string
+        raw = raw.split(",")
     if not isinstance(raw, list):
         return ()
     out = [
@@ -275,10 +363,28 @@ def _add(item: dict[str, Any]) -> Add | None:
     )
 
 
+def _op(item: dict[str, Any]) -> str | None:
+    """The item's op: under `op`, or the key another memory system's prompt taught the model
+    (`action`, `event`, `operation`; `type` when it holds an op, not a kind of fact). Read as
+    an add, an `{"action": "correct", "ref": …}` left the memory it corrects live."""
+    named = False  # an op none of ours (`zap`, mem0's `NONE` / `DELETE`): the item is skipped
+    for key in _OP_KEYS:
+        raw = item.get(key)
+        if isinstance(raw, str) and raw.strip().lower() in _OPS:
+            return _OPS[raw.strip().lower()]
+        named |= key in item and key != "type"
+    return None if named else "add"
+
+
 def _payload(values: list[Any]) -> dict[str, Any]:
     """The contract's object, wherever it is (a `{}` in the prose before it is not it); else a
-    bare list of ops, else ops written one object after another."""
-    found = next((v for v in values if isinstance(v, dict) and _CONTRACT & v.keys()), None)
+    bare list of ops, else ops written one object after another. The contract's object wrapped
+    in a list (`[{"memories": …}]`, as a prompt asking for an array taught the model) or in an
+    envelope (`{"result": {"memories": …}}`) is it too."""
+    inner = [i for v in values for i in (v.values() if isinstance(v, dict) else v)]
+    wrapped = [_folded(i) for i in inner if isinstance(i, dict)]
+    candidates = [*values, *wrapped]
+    found = next((v for v in candidates if isinstance(v, dict) and _CONTRACT & v.keys()), None)
     if found is not None:
         return found
     ops = [v for v in values if isinstance(v, dict) and _ITEM & v.keys()]
@@ -294,19 +400,22 @@ def parse_reply(reply: str, known: int) -> Decisions:
         return decisions
     payload = _payload(values)
     items = payload.get("memories")
+    if isinstance(items, dict):  # one op, not in a list
+        items = [items]
     for item in items if isinstance(items, list) else []:
         if isinstance(item, str):  # `"memories": ["The user …"]`: a fact as plain text is an add
             item = {"op": "add", "text": item}
         if not isinstance(item, dict):
             decisions.skipped += 1
             continue
+        item = _folded(item)
         kind = str(item.get("kind", "")).lower()
         if kind == "rule":  # the older contract's way of saying "standing instruction"
             if rule := _text(item.get("text")):
                 decisions.rules.append(rule)
             continue
-        op = _OPS.get(str(item.get("op", "add")).strip().lower())
-        ref = _ref(item.get("ref"), known)
+        op = _op(item)
+        ref = _ref(next((item[k] for k in _REF_KEYS if item.get(k) is not None), None), known)
         if op == "restate" and ref is not None:
             decisions.restates.append(ref)
         elif op == "correct" and ref is not None and (new := _add(item)) is not None:
@@ -318,11 +427,16 @@ def parse_reply(reply: str, known: int) -> Decisions:
             decisions.adds.append(add)
         else:
             decisions.skipped += 1
-    rules = payload.get("rules")
+    _read_rules(payload.get("rules"), decisions)
+    return decisions
+
+
+def _read_rules(rules: object, decisions: Decisions) -> None:
+    if isinstance(rules, str):  # one instruction, not in a list
+        rules = [rules]
     for rule in rules if isinstance(rules, list) else []:
-        text = _text(rule.get("text") if isinstance(rule, dict) else rule)
+        text = _text(_folded(rule).get("text") if isinstance(rule, dict) else rule)
         if text is not None:
             decisions.rules.append(text)
         else:
             decisions.skipped += 1
-    return decisions

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memory_worker.app.ports import Completer
 from memory_worker.app.seams import ExtractJob
@@ -47,6 +47,9 @@ __all__ = [
 log = get_logger(__name__)
 
 MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts are in the words)
+# A message is redacted this far past the cut, then cut (as `adapters.transcripts` does): a secret
+# the cut would split no longer reads as one, and its part would be queued and sent.
+REDACT_PAST_CUT_CHARS = 4096
 RETRY_FIRST_MS = 5_000
 RETRY_MAX_MS = 10 * 60_000
 UNAVAILABLE_POLL_S = 30.0  # with no endpoint configured, how often to look again
@@ -60,6 +63,16 @@ class CaptureEntry(BaseModel):
     role: str = Field(pattern="^(user|assistant)$")
     text: str = Field(max_length=MAX_ENTRY_CHARS)
     timestamp: int | None = Field(default=None, ge=0)
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _cut(cls, value: object) -> object:
+        """A longer message is cut, not the turn refused: a client of `POST /capture` posting a
+        pasted log lost the whole turn, and every later one that carried it."""
+        if isinstance(value, str) and len(value) > MAX_ENTRY_CHARS:
+            value = redact(value[: MAX_ENTRY_CHARS + REDACT_PAST_CUT_CHARS]).text
+            return value[:MAX_ENTRY_CHARS]
+        return value
 
 
 class CaptureJob(BaseModel):

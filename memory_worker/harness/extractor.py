@@ -108,9 +108,13 @@ MAX_PAGES = 10_000
 MIN_EXCERPT_CHARS = 20  # "ok", "thanks": not worth a model call…
 MIN_STATEMENT_WORDS = 2  # …unless a person said at least this many words ("I'm vegan.")
 # A fact about the person speaking, wherever the model put the words ("Since March 2026, the
-# user lives in Porto.", "User's sister…", "A usuária…"): it carries the `user` entity.
+# user lives in Porto.", "User's sister…", "A usuária…", "O utilizador…"), or kept in the
+# person's own first person, as a small model copies it ("I live…", "My sister…", "Eu moro…"):
+# it carries the `user` entity.
 _ABOUT_USER = re.compile(
-    r"\bthe user\b|^user(?:'s|’s)?\b|\b(?:o|a|do|da|ao|à)\s+usu[aá]ri[oa]\b|^usu[aá]ri[oa]\b",
+    r"\bthe user\b|^user(?:'s|’s)?\b"
+    r"|\b(?:o|a|do|da|ao|à)\s+(?:usu[aá]ri[oa]|utilizador(?:a)?)\b|^(?:usu[aá]ri[oa]|utilizador(?:a)?)\b"
+    r"|^(?:i|i['’](?:m|ve|d|ll)|my|(?-i:[Ee]u)|meu|minha|meus|minhas)\s",  # not "EU law …"
     re.IGNORECASE,
 )
 MEMORY_PREFIX = "<memory "
@@ -119,12 +123,22 @@ GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words 
 DONE_KEPT = 64  # turns remembered as extracted (as many as a session record keeps turns)
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_QUOTES = re.compile('["“”‘’«»`]')
+_CLOSING = ".!;。！ "
 _NOT_EVIDENCE = frozenset({"user"})  # every fact about the person carries it: it points nowhere
 
 
+def _instruction_key(line: str) -> str:
+    """The fingerprint of one instruction: its list marker, closing punctuation and the kind of
+    its quotes left out. A model restating an instruction varies them from turn to turn
+    (`'Certainly'.`, `"Certainly"`, `“Certainly”!`), and each variant became a new line."""
+    text = _QUOTES.sub("'", _BULLET.sub("", line)).strip().rstrip(_CLOSING).strip()
+    return fingerprint(text)
+
+
 def _instructions(content: str) -> set[str]:
-    """The fingerprints of a rule's lines, list markers (`-`, `*`, `+`, `1.`) left out."""
-    return {fingerprint(_BULLET.sub("", line)) for line in content.splitlines() if line.strip()}
+    """The keys of a rule's lines (`_instruction_key`)."""
+    return {_instruction_key(line) for line in content.splitlines() if line.strip()}
 
 
 def merge_learned(
@@ -143,7 +157,7 @@ def merge_learned(
     new: list[str] = []
     for addition in additions:
         text = _BULLET.sub("", addition).strip()  # a model's own "- x" is the line "x"
-        key = fingerprint(text)
+        key = _instruction_key(text)
         if text and key not in seen and len(new) < limit:
             seen.add(key)
             new.append(f"- {text}")
@@ -187,6 +201,15 @@ def _content(text: str) -> set[str]:
     return {term for term in terms(text) if term != USER_ENTITY and not term.isdigit()}
 
 
+def _carried(text: str, words: frozenset[str]) -> int:
+    """How many of `text`'s content terms `words` carries, each word read in either language
+    when only the other's stem is among `words` (as a query is read against a bank): a
+    Portuguese turn's fact written in English ("Porto" → `porto`) and the user's words
+    ("o Porto" → `port`) are stemmed by their own languages."""
+    own = {term for term in terms(text, words.__contains__) if term != USER_ENTITY}
+    return len({term for term in own if not term.isdigit()} & words)
+
+
 def grounded(text: str, said: frozenset[str]) -> bool:
     """Whether the user's own words carry `text`: at least a quarter of its content terms (one at
     least), leaving out `user` and numbers (dates the model computed are not in the words).
@@ -198,7 +221,7 @@ def grounded(text: str, said: frozenset[str]) -> bool:
     own = _content(text)
     if not own:
         return False
-    return len(own & said) >= max(1, math.ceil(len(own) * GROUNDING_SHARE))
+    return _carried(text, said) >= max(1, math.ceil(len(own) * GROUNDING_SHARE))
 
 
 def the_users(
@@ -214,8 +237,7 @@ def the_users(
     or a memory it echoed. The prompt says so and a small model does not follow it."""
     if not inferred and not grounded(text, said):
         return False
-    own = _content(text)
-    return len(own & said) >= len(own & echoed)
+    return _carried(text, said) >= _carried(text, echoed)
 
 
 def _split_known(

@@ -56,7 +56,10 @@ class Parent:
 
 def parent_of(raw: object) -> Parent | None:
     """The parent link of a hook envelope, turn payload or session meta (`parent: {session_id,
-    turn_id}`), leniently: harness builds differ in what they carry."""
+    turn_id}`), leniently: harness builds differ in what they carry (the parent's session id
+    alone, as a string, is a link too: read as none, a sub-agent's turn was extracted)."""
+    if isinstance(raw, str) and raw.strip():
+        return Parent(raw.strip(), None)
     if not isinstance(raw, dict):
         return None
     session_id = raw.get("session_id") or raw.get("parent_session_id")
