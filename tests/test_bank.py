@@ -248,6 +248,23 @@ class TestCommit:
         finally:
             await reopened.close()
 
+    async def test_a_save_after_an_in_place_edit_lost_its_newline_is_not_glued_onto_it(
+        self, bank: Bank
+    ) -> None:
+        """An editor that saves in place (same file, no rename: nano, VS Code) and drops the
+        final newline, then a save before the watcher reloads the bank: the save's line was
+        glued onto the edited one, and the acknowledged memory was a corrupt line at the next
+        load."""
+        await bank.commit([_memory("The user likes tea")])
+        log = bank.path / "memories.jsonl"
+        edited = log.read_bytes().replace(b"likes tea", b"likes green tea").rstrip(b"\n")
+        with log.open("r+b") as handle:  # the same inode, rewritten
+            handle.write(edited)
+            handle.truncate()
+        await bank.commit([_memory("The user owns a bike")])
+        texts = [Memory.model_validate_json(line).text for line in log.read_bytes().splitlines()]
+        assert texts == ["The user likes green tea", "The user owns a bike"]
+
 
 async def _closed_with_one_record(store: Store, data_dir: Path) -> Path:
     """Bank `main` holding one memory, its store closed; returns its log."""
@@ -295,6 +312,55 @@ class TestReplay:
         memory = Bank.load("main", folder).get("fp1")
         assert memory is not None and memory.tags == () and memory.stated_at is None
         assert memory.last_stated_at == 6
+
+    async def test_a_log_an_editor_saved_with_a_byte_order_mark_loses_no_memory(
+        self, store: Store, data_dir: Path
+    ) -> None:
+        """An editor that saves UTF-8 with a byte order mark (Windows Notepad) and CRLF line
+        ends: the mark glued onto the first line made it a corrupt line, and that memory was
+        gone from every read until someone found the invisible character."""
+        log = await _closed_with_one_record(store, data_dir)
+        second = _memory("The user lives in Porto")
+        body = log.read_bytes() + second.to_line() + b"\n"
+        log.write_bytes(b"\xef\xbb\xbf" + body.replace(b"\n", b"\r\n"))
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            bank = reopened.get("main")
+            assert [d.describe() for d in bank.damage] == []
+            assert bank.live_count() == 2
+            third = _memory("The user owns a bike")
+            await bank.commit([third])  # the next write lands after it, and all of it replays
+            await reopened.close()
+            reopened = Store.open(data_dir, holder=HOLDER)
+            assert reopened.get("main").live_count() == 3
+        finally:
+            await reopened.close()
+
+    @pytest.mark.parametrize("removed", [0, 1])
+    async def test_a_line_of_an_import_deleted_by_hand_hides_only_that_memory(
+        self, store: Store, data_dir: Path, removed: int
+    ) -> None:
+        """An import is one write of many lines, applied whole or not at all. A person who
+        deleted one imported memory's line from memories.jsonl lost every memory of that import
+        (an "interrupted write": none applied). A crash cuts a write short at its end; a write
+        whose last line is there reached it, so only the deleted line is gone."""
+        bank, _ = await store.ensure("main")
+        texts = ["The user likes tea", "The user lives in Lisbon", "The user has a cat"]
+        await bank.commit([_memory(text) for text in texts])
+        await bank.commit([_memory("The user plays chess")])
+        await store.close()
+        log = data_dir / "main" / "memories.jsonl"
+        lines = log.read_bytes().splitlines(keepends=True)
+        log.write_bytes(b"".join(line for i, line in enumerate(lines) if i != removed))
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            bank = reopened.get("main")
+            assert sorted(m.text for m in bank.memories.values()) == sorted(
+                [*(t for i, t in enumerate(texts) if i != removed), "The user plays chess"]
+            )
+            assert [d.kept for d in bank.damage] == [True]
+        finally:
+            await reopened.close()
 
     def test_leftover_rule_temp_file_is_reported_and_ignored(self, tmp_path: Path) -> None:
         folder = tmp_path / "main"

@@ -268,6 +268,25 @@ class TestBankFile:
         assert bank.description == "d" and bank.overrides == BankOverrides()
         assert any("settings ignored" in d.describe() for d in bank.damage)
 
+    async def test_a_bad_setting_by_hand_does_not_drop_the_banks_other_choices(
+        self, store: Store, service: MemoryService, data_dir: Path
+    ) -> None:
+        """One typo in bank.yaml (`max_memories: 10k`) threw away every setting the bank chose:
+        an agent held to `conscious_access: read` could write again, and a bank partitioned by
+        person (`subject_scoping`) showed everyone's memories to everyone. The bad key is
+        ignored and reported; the others still apply."""
+        await call(service, "memory::bank::create", name="b")
+        (data_dir / "b" / "bank.yaml").write_text(
+            "description: d\nconscious_access: read\nsubject_scoping: true\nmax_memories: 10k\n"
+            "colour: blue\n"
+        )
+        assert await store.reload_bank("b") == "reloaded"
+        bank = store.get("b")
+        assert bank.overrides.conscious_access == "read"
+        assert bank.overrides.subject_scoping is True and bank.overrides.max_memories is None
+        reported = " ".join(d.describe() for d in bank.damage)
+        assert "max_memories" in reported and "colour" in reported
+
     async def test_a_valid_hand_edit_is_picked_up_and_announced(
         self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
     ) -> None:

@@ -394,3 +394,20 @@ def test_markdown_items_and_paragraphs_end_where_markdown_ends_them(
     notes = tmp_path / "notes.md"
     notes.write_text(text)
     assert [r["text"] for r in read_foreign(notes, "markdown").records] == expected
+
+
+def test_a_vaults_hidden_folders_and_files_are_not_memories(tmp_path: Path) -> None:
+    """An Obsidian vault keeps deleted notes in `.trash/` and its own files in `.obsidian/` (a
+    git clone has `.git/`): importing the vault made every deleted note a memory again. What a
+    file browser hides is not the person's notes; a hidden folder named as the source itself
+    (`~/.claude/memory`) is still read."""
+    vault = tmp_path / ".notes"
+    for hidden in (".trash", ".obsidian", "daily/.git"):
+        (vault / hidden).mkdir(parents=True)
+    (vault / "coffee.md").write_text("- The user prefers dark roast coffee\n")
+    (vault / ".trash" / "old.md").write_text("- A note the user deleted on purpose\n")
+    (vault / ".obsidian" / "template.md").write_text("- A template placeholder line\n")
+    (vault / "daily" / ".git" / "notes.md").write_text("- Something inside a git folder\n")
+    (vault / ".hidden-note.md").write_text("- A hidden note of the vault app\n")
+    texts = [r["text"] for r in read_foreign(vault, "markdown").records]
+    assert texts == ["The user prefers dark roast coffee"]

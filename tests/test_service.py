@@ -568,6 +568,38 @@ class TestImportEvents:
         partly = [*rows, {**rows[-1], "text": "The user drinks green tea daily", "revision": 1}]
         assert (await call(service, "memory::import", bank="main", records=partly))["imported"] == 1
 
+    async def test_a_record_without_an_id_whose_text_the_bank_holds_is_not_a_second_memory(
+        self, service: MemoryService
+    ) -> None:
+        """Records without an id (a mem0 export, a markdown vault, a hand-written file) imported
+        a second time — or a fact the bank already held — became a second memory with a salted
+        id: every memory doubled at each run, and a kill mid-way could not be retried. Content
+        ids make the same fact one memory; a pinned one is not refused nor touched."""
+        pinned = await save(service, "The user likes green tea", pinned=True)
+        rows = [
+            {"text": "The user likes green tea"},
+            {"text": "The user lives in Lisbon", "tags": ["home"]},
+            {"text": "Ana lives in Porto", "subject": "ana"},
+        ]
+        first = await call(service, "memory::import", bank="main", records=rows)
+        assert first["imported"] == 2
+        again = await call(service, "memory::import", bank="main", records=rows)
+        assert again["imported"] == 0
+        listed = await call(service, "memory::list", bank="main")
+        texts = sorted(m["text"] for m in listed["memories"])
+        assert texts == [
+            "Ana lives in Porto",
+            "The user likes green tea",
+            "The user lives in Lisbon",
+        ]
+        kept = await call(service, "memory::get", bank="main", id=pinned["id"])
+        assert kept["memory"]["pinned"] and kept["memory"]["revision"] == 0
+        # The same words about another person are another memory.
+        other = await call(
+            service, "memory::import", bank="main", records=[{"text": "Ana lives in Porto"}]
+        )
+        assert other["imported"] == 1
+
     async def test_an_export_imported_again_keeps_why_a_memory_was_retired(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

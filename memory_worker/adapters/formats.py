@@ -9,7 +9,8 @@
   notes folder) or one file. A file's list items are its memories, one each (nested items join
   their parent); a file without list items gives one memory per paragraph. Headings, code
   blocks and a front matter block are never memories; each memory is tagged with its file's
-  name, and dated by the file's modification time.
+  name, and dated by the file's modification time. Hidden files and folders inside the folder
+  (an Obsidian vault's `.trash/` and `.obsidian/`, `.git/`) are not read.
 
 An item a memory cannot hold (longer than `MAX_TEXT_CHARS`, shorter than `MIN_TEXT_CHARS`) is
 left out and counted, never cut silently into something it did not say.
@@ -236,7 +237,16 @@ def _markdown(path: Path) -> Foreign:
             out.add(" ".join(part for part in block if part), tags=[])
         return out
     if path.is_dir():
-        paths = sorted(p for p in path.rglob("*.md") if p.is_file() and not p.is_symlink())
+        # A hidden entry inside the folder is not the person's notes: Obsidian keeps deleted
+        # notes in `.trash/` and its own files in `.obsidian/`, a clone has `.git/`. The folder
+        # named itself may be hidden (`~/.claude/memory`): only the parts below it count.
+        paths = sorted(
+            p
+            for p in path.rglob("*.md")
+            if p.is_file()
+            and not p.is_symlink()
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
     else:
         paths = [path]
     if len(paths) > _MAX_FILES:

@@ -129,12 +129,11 @@ class ImportUseCases(EmbeddingWork):
             # request this way before it writes the first.
             existing = self.store.find(name)
             if existing is not None:
-                _spare_pinned(existing, self._import_records(existing, prepared, now_ms))
+                _spare_pinned(existing, self._import_records(existing, prepared, now_ms)[0])
             redacted = sum(1 for *_, found in prepared if found)
             return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
-        reasons = [redaction_reason(found) for *_, found in prepared]
         async with self._writing_into(name) as bank:
-            records = self._import_records(bank, prepared, now_ms)
+            records, reasons = self._import_records(bank, prepared, now_ms)
             new = await _not_held(bank, records)
             records, reasons = [records[i] for i in new], [reasons[i] for i in new]
             _spare_pinned(bank, records)
@@ -151,9 +150,20 @@ class ImportUseCases(EmbeddingWork):
         )
 
     @staticmethod
-    def _import_records(bank: Bank, prepared: list[_Prepared], now_ms: int) -> list[Memory]:
+    def _import_records(
+        bank: Bank, prepared: list[_Prepared], now_ms: int
+    ) -> tuple[list[Memory], list[str | None]]:
+        """The records to write and each one's redaction reason. A record without an id whose
+        text (about the same subject) the bank holds live is that memory, already held: it is
+        left out. Given a salted id instead, an export of another system (mem0, a markdown
+        folder) imported twice, or a fact the bank already had, became a second memory."""
         records: list[Memory] = []
-        for item, text, entities, tags, card, _ in prepared:
+        reasons: list[str | None] = []
+        for item, text, entities, tags, card, found in prepared:
+            if item.id is None:
+                held = bank.match_text(text, item.subject)
+                if held is not None and held.live:
+                    continue
             created_at = item.created_at if item.created_at is not None else now_ms
             updated_at = item.updated_at if item.updated_at is not None else created_at
             records.append(
@@ -184,7 +194,8 @@ class ImportUseCases(EmbeddingWork):
                     subject=item.subject,
                 )
             )
-        return records
+            reasons.append(redaction_reason(found))
+        return records, reasons
 
 
 def _check_identifier(value: str | None, field: str) -> None:

@@ -1,9 +1,9 @@
 """`bank.yaml`: a bank's description and the settings it chose, one small YAML mapping.
 
 Read tolerantly (a hand edit that breaks it is reported as damage and the bank runs on its
-configured defaults, never refused), written atomically (temp file, fsync, rename), so a crash
-leaves the old file or the new one. Only chosen settings are written: the others follow the
-configuration.
+configured defaults, never refused; a wrong setting is ignored alone, the others apply), written
+atomically (temp file, fsync, rename), so a crash leaves the old file or the new one. Only chosen
+settings are written: the others follow the configuration.
 """
 
 from __future__ import annotations
@@ -62,8 +62,25 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     try:
         overrides = parse_overrides(chosen, source=BANK_FILE)
     except InvalidInput as exc:
-        return BankFile(description, no_overrides(), f"settings ignored: {exc.message}")
+        # Only the settings that are wrong are ignored: one typo dropping them all lifted the
+        # bank's access level (`conscious_access`) and its partition by person.
+        return BankFile(description, _valid_part(chosen), f"settings ignored: {exc.message}")
     return BankFile(description, overrides)
+
+
+def _valid_part(chosen: dict[str, object]) -> BankOverrides:
+    """The settings of `chosen` that are valid each on its own (none if together they are not)."""
+    kept = {}
+    for key, value in chosen.items():
+        try:
+            parse_overrides({key: value}, source=BANK_FILE)
+        except InvalidInput:
+            continue
+        kept[key] = value
+    try:
+        return parse_overrides(kept, source=BANK_FILE)
+    except InvalidInput:
+        return no_overrides()
 
 
 def render_bank_file(description: str, overrides: BankOverrides) -> bytes:

@@ -418,6 +418,9 @@ def iter_lines(path: Path, *, within: Path | None = None) -> Iterator[tuple[int,
         yield number, line, complete
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def iter_lines_at(
     path: Path, *, within: Path | None = None
 ) -> Iterator[tuple[int, int, bytes, bool]]:
@@ -434,6 +437,10 @@ def iter_lines_at(
             for number, line in enumerate(handle, start=1):
                 complete = line.endswith(b"\n")
                 stripped = line.strip()
+                if number == 1:
+                    # The byte order mark an editor (Windows Notepad) writes first: glued onto
+                    # the first line, it made that record unreadable.
+                    stripped = stripped.removeprefix(_UTF8_BOM).strip()
                 if stripped:
                     yield number, offset, stripped, complete
                 offset += len(line)
@@ -644,10 +651,16 @@ class AppendLog:
     def _open(self) -> int:
         if self._fd is not None:
             try:
-                current = os.lstat(self.path).st_ino
+                info: os.stat_result | None = os.lstat(self.path)
             except FileNotFoundError:
-                current = None
-            if current == self._inode:
+                info = None
+            if info is not None and info.st_ino == self._inode:
+                if info.st_size != self.size:
+                    # Rewritten in place by someone else (an editor that saves without a rename):
+                    # an edited last line may have lost its newline, and the next line glued onto
+                    # it made both corrupt. `size` stays what we appended: the bank's stamp tells
+                    # a hand edit by it.
+                    self._needs_newline = not self._ends_with_newline(self._fd, info.st_size)
                 return self._fd
             self.close()  # replaced or removed behind our back: follow the path, not the inode
         try:
@@ -672,6 +685,8 @@ class AppendLog:
         return fd
 
     def _ends_with_newline(self, fd: int, size: int) -> bool:
+        if size <= 0:
+            return True  # an empty file: nothing to end
         try:
             return os.pread(fd, 1, size - 1) == b"\n"
         except OSError as exc:

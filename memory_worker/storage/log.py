@@ -1,9 +1,10 @@
 """The `memories.jsonl` line format and its replay.
 
 Every line is one whole `Memory` record ending with its checksum (`"crc"`); a commit of several
-records is one write whose lines carry `"batch"`, applied whole or not at all. Replay is last-wins
-by id and revision (a tie goes to the later line); torn or corrupt lines are skipped and reported
-with their line numbers, never fatal.
+records is one write whose lines carry `"batch"`, applied whole or not at all (one whose last line
+is there reached its end: lines missing from it were removed by hand, the rest applies). Replay is
+last-wins by id and revision (a tie goes to the later line); torn or corrupt lines are skipped and
+reported with their line numbers, never fatal.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class _OpenBatch:
     size: int
     first_line: int
     records: list[Memory] = field(default_factory=list)
+    ended: bool = False  # its last line (index size - 1) is on disk: the write reached its end
 
 
 # A commit of several records (supersede with reinforce, an import) is one write; each of its lines
@@ -443,18 +445,35 @@ def _intact_lines(
             damage.append(Damage(MEMORIES_FILE, _HAND_EDITED, number, kept=True))
         tag = _batch_tag(line)
         if batch is not None and (tag is None or tag[0] != batch.nonce):
-            damage.append(_torn(batch))  # the rest of that write never made it to disk
+            yield from _short(batch, damage)
             batch = None
         if tag is None:
             yield record
             continue
         batch = batch or _OpenBatch(tag[0], tag[2], number)
         batch.records.append(record)
+        batch.ended = batch.ended or tag[1] == tag[2] - 1
         if len(batch.records) == batch.size:
             yield from batch.records
             batch = None
     if batch is not None:
-        damage.append(_torn(batch))
+        yield from _short(batch, damage)
+
+
+def _short(batch: _OpenBatch, damage: list[Damage]) -> list[Memory]:
+    """What a multi-record write with lines missing applies. A write cut short by a crash is
+    a prefix of its lines: none applied. One whose last line is there reached its end, so the
+    lines missing were removed by hand (a person deleting one imported memory): the others are
+    what the file says, and hiding them hid a whole import."""
+    if not batch.ended:
+        damage.append(_torn(batch))  # the rest of that write never made it to disk
+        return []
+    reason = (
+        f"{batch.size - len(batch.records)} of the {batch.size} lines of one write removed "
+        "by hand: the others loaded as they read"
+    )
+    damage.append(Damage(MEMORIES_FILE, reason, batch.first_line, kept=True))
+    return batch.records
 
 
 def interrupted_tail(path: Path, *, within: Path | None = None) -> int | None:
