@@ -16,6 +16,7 @@ from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
 from memory_worker.core.lanes import embedding_text
+from memory_worker.core.models import Memory
 from memory_worker.search.lanes import LANES, LaneQuery
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
@@ -114,20 +115,26 @@ class EmbeddingWork(ServiceBase):
                 if not await self._embed_lanes(bank, embedder, model, CATCH_UP_BATCH):
                     return
                 continue
-            try:
-                vectors = await embedder.embed([memory.text for memory in pending])
-            except (WorkerError, ValueError) as exc:
-                self._embedding_failed(bank.name, model, exc)
+            if not await self._store_batch(bank, embedder, model, pending):
                 return
-            if self.embedder is not embedder or embedder.model != model:
-                return
-            try:
-                stored = await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
-            except ValueError as exc:
-                self._embedding_failed(bank.name, model, exc)
-                return
-            if not stored:
-                return
+
+    async def _store_batch(
+        self, bank: Bank, embedder: Embedder, model: str, pending: list[Memory]
+    ) -> int | None:
+        """Embed `pending` and keep their vectors: how many were kept (0 when the embedder or its
+        model changed meanwhile: never stored under the new one), None when it failed."""
+        try:
+            vectors = await embedder.embed([memory.text for memory in pending])
+        except (WorkerError, ValueError) as exc:
+            self._embedding_failed(bank.name, model, exc)
+            return None
+        if self.embedder is not embedder or embedder.model != model:
+            return 0
+        try:
+            return await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
+        except ValueError as exc:
+            self._embedding_failed(bank.name, model, exc)
+            return None
 
     @staticmethod
     def left_to_another(bank: Bank, embedder: Embedder) -> list[str]:
@@ -162,18 +169,11 @@ class EmbeddingWork(ServiceBase):
                 if not await self._embed_lanes(bank, embedder, model):
                     return
                 continue
-            try:
-                vectors = await embedder.embed([memory.text for memory in pending])
-            except (WorkerError, ValueError) as exc:
-                self._embedding_failed(bank.name, model, exc)
+            stored = await self._store_batch(bank, embedder, model, pending)
+            if stored is None:
                 return
             if self.embedder is not embedder or embedder.model != model:
-                continue  # changed while this batch ran: never store it under the new one
-            try:
-                stored = await bank.store_vectors(model, list(zip(pending, vectors, strict=True)))
-            except ValueError as exc:
-                self._embedding_failed(bank.name, model, exc)
-                return
+                continue  # changed while this batch ran: the pass goes on with the new one
             if not stored:
                 return  # nothing could be kept (edited meanwhile): their commit re-queues them
 
