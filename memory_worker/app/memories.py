@@ -416,13 +416,9 @@ class MemoryUseCases(RetentionUseCases):
     async def supersede(self, req: SupersedeRequest, caller: Caller = SYSTEM) -> SupersedeResponse:
         name = self._name(req.bank)
         reason = transitions.prepare_reason(req.reason)
-        bank, target = self._existing(name, req.id, caller)
-        named = bank.latest(req.superseded_by)
-        # Either one past its TTL is retired first, as every change by id finds it.
-        if await self._reaped_for(
-            bank, target, *(() if named is None else (named,)), anywhere=True
-        ):
-            bank, target = self._existing(name, req.id, caller)
+        # Either one past its TTL is retired first (the reap covers the whole bank), as every
+        # change by id finds it.
+        bank, target = await self._existing_now(name, req.id, caller)
         transitions.check_revision(target, req.expected_revision)
 
         winner = bank.latest(req.superseded_by)

@@ -794,9 +794,12 @@ class Bank:
         return model in self._vector_models.values()
 
     def models_other_than(self, model: str) -> list[str]:
-        """The models other than `model` that live memories hold vectors from, sorted (a scan: a
-        process that does not embed its writes never makes its model take over a bank another
-        one embeds, `EmbeddingWork.left_to_another`)."""
+        """The models other than `model` that live memories hold vectors from, sorted: a process
+        that does not embed its writes never makes its model take over a bank another one embeds
+        (`EmbeddingWork.left_to_another`). None once `model` took over (`_take_over` drops every
+        other model's vectors); else a scan, until it does."""
+        if model == self._embed_model:
+            return []
         return sorted(set(self._vector_models.values()) - {model})
 
     def needs_embedding(self, model: str, limit: int, *, newest: bool = False) -> list[Memory]:
@@ -939,19 +942,22 @@ class Bank:
 
     def being_erased(self, record: Memory) -> bool:
         """Whether a write of `record` is refused by an erasure under way (`erasing`)."""
-        return any(
-            of_subject(record.subject, subject) or record.id in ids
-            for subject, ids in self._erasing.items()
-        )
+        return self._erasing_about(record) is not None
+
+    def _erasing_about(self, record: Memory) -> str | None:
+        """The subject an erasure under way is taking `record` out with, if any."""
+        for subject, ids in self._erasing.items():
+            if of_subject(record.subject, subject) or record.id in ids:
+                return subject
+        return None
 
     def _refuse_erased(self, records: Sequence[Memory]) -> None:
-        for subject, ids in self._erasing.items():
-            for record in records:
-                if of_subject(record.subject, subject) or record.id in ids:
-                    raise Conflict(
-                        f"memory {record.id} is about {subject}, whom bank {self.name} is "
-                        "erasing; nothing was written"
-                    )
+        for record in records:
+            if (subject := self._erasing_about(record)) is not None:
+                raise Conflict(
+                    f"memory {record.id} is about {subject}, whom bank {self.name} is "
+                    "erasing; nothing was written"
+                )
 
     def in_flight(self) -> list[Memory]:
         """Every record written (or held) but not yet durable, newest revision of each: what a
