@@ -7,7 +7,7 @@ import re
 import pytest
 
 from memory_worker.adapters.bus.worker import settings_schema
-from memory_worker.core.config import Settings, parse_settings
+from memory_worker.core.config import Settings, parse_settings, parse_stored_settings
 from memory_worker.core.errors import InvalidInput
 
 NUMBER_FIELDS = [
@@ -59,3 +59,51 @@ def test_the_registered_schema_refuses_what_the_worker_refuses(
     assert re.search(pattern, good) and not re.search(pattern, bad)
     with pytest.raises(InvalidInput):
         parse_settings({field: bad})
+
+
+def test_a_stored_value_from_another_version_keeps_what_this_one_can_use() -> None:
+    """An engine's entry written by the public Rust worker (or another version of ours): what
+    this version cannot take as stored is named, and only that field changes."""
+    settings, notes = parse_stored_settings(
+        {
+            "recall_limit": 150,  # past an inclusive bound: the bound
+            "extraction_window": 0,
+            "max_memories": -5,  # a cap past its bound: 0, uncapped (never a lower cap)
+            "graph_enabled": True,  # not ours: ignored
+            "default_bank": "team",
+        },
+        source="configuration",
+    )
+    assert (settings.recall_limit, settings.extraction_window) == (100, 1)
+    assert (settings.max_memories, settings.default_bank) == (0, "team")
+    assert [note.split(":")[0] for note in notes] == [
+        "recall_limit",
+        "extraction_window",
+        "max_memories",
+        "graph_enabled",
+    ]
+    assert "150 input should be less than or equal to 100, using 100" in notes[0]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"decay_half_life_days": 0},  # past a strict bound: no value to take
+        {"recall_budget_tokens": "lots"},  # a default is never guessed
+        {"conscious_access": "append"},  # a default would widen what agents may do
+        {"data_dir": " "},  # nor open another data dir
+        {
+            "association_weight_content": 0,
+            "association_weight_context": 0,
+            "association_weight_intention": 0,
+        },
+        ["recall_limit", 6],
+    ],
+)
+def test_a_stored_value_this_version_cannot_use_is_refused_by_field(stored: object) -> None:
+    with pytest.raises(InvalidInput, match="configuration"):
+        parse_stored_settings(stored, source="configuration")
+
+
+def test_a_stored_value_this_version_accepts_is_used_as_it_is() -> None:
+    assert parse_stored_settings({"recall_limit": 7}, source="configuration")[1] == []

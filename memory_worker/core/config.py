@@ -34,7 +34,14 @@ from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import NAME_PATTERN
 from memory_worker.core.payload import check_depth
 
-__all__ = ["DATA_DIR_ENV", "Settings", "load_settings", "parse_settings", "resolve_data_dir"]
+__all__ = [
+    "DATA_DIR_ENV",
+    "Settings",
+    "load_settings",
+    "parse_settings",
+    "parse_stored_settings",
+    "resolve_data_dir",
+]
 
 
 # The number fields besides the caps: pydantic reads `true` as 1 and `false` as 0, so
@@ -366,6 +373,47 @@ def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
             for err in exc.errors()
         )
         raise InvalidInput(f"{source}: {problems}") from None
+
+
+# A number past one of these bounds is brought to the bound (`recall_limit: 150` was a limit of
+# 100 where the public Rust worker capped it at call time).
+_CLAMPED_BOUNDS = {"less_than_equal": "le", "greater_than_equal": "ge"}
+
+
+def parse_stored_settings(raw: object, *, source: str) -> tuple[Settings, list[str]]:
+    """Settings from a value another version stored (the public Rust worker's entry, an older or
+    newer one of ours), with a note for each field used otherwise than stored: a key this
+    version does not have is ignored, a number past an inclusive bound takes the bound. Nothing
+    else is guessed (a default could widen access, lower a cap that then evicts, or open another
+    data dir): any other refusal is `parse_settings`'s, naming every field."""
+    try:
+        return parse_settings(raw, source=source), []
+    except InvalidInput as refused:
+        if not isinstance(raw, dict):
+            raise
+        error = refused
+    try:
+        Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = exc.errors()
+    else:  # refused as a whole (nested too deeply), not field by field
+        raise error
+    kept = dict(raw)
+    notes: list[str] = []
+    for problem in problems:
+        field = problem["loc"][0] if len(problem["loc"]) == 1 else None
+        bound = _CLAMPED_BOUNDS.get(problem["type"])
+        if not isinstance(field, str) or field not in kept:
+            raise error
+        if problem["type"] == "extra_forbidden":
+            del kept[field]
+            notes.append(f"{field}: not a setting of this version, ignored")
+        elif bound is not None:
+            stored, kept[field] = kept[field], (problem.get("ctx") or {})[bound]
+            notes.append(f"{field}: {stored!r} {problem['msg'].lower()}, using {kept[field]!r}")
+        else:
+            raise error
+    return parse_settings(kept, source=source), notes
 
 
 def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Settings:

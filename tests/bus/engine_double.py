@@ -1348,6 +1348,14 @@ class EngineDouble:
             await self._fire_configuration(event)
         return result
 
+    def store_config(self, config_id: str, schema: JSON, value: Any) -> None:
+        """An entry another worker registered before this one ran (its schema and value), as
+        an engine upgraded in place keeps it; no event fires (nobody is bound yet)."""
+        with self._cond:
+            self.config.register(
+                {"id": config_id, "name": "Memory", "schema": schema, "initial_value": value}, []
+            )
+
     def config_value(self, config_id: str) -> Any:
         """The stored (unexpanded) value of a configuration entry; KeyError when unknown."""
         with self._cond:

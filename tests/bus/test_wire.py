@@ -598,6 +598,48 @@ class TestConfiguration:
         worker.restart()
         assert engine.config_value("memory")["recall_limit"] == 3
 
+    def test_a_value_an_older_worker_stored_that_this_version_refuses_still_starts_it(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """An engine that ran the public Rust worker keeps its entry: `recall_limit: 150` (it
+        capped a recall at 100 when called, not in its schema) and keys this version does not
+        have. Once our schema replaced its own, the engine's `configuration::get` refused the
+        stored value (SCHEMA_INVALID) and the worker stopped at start with
+        `sibling_unavailable`. Now it reads the value raw, expands `${VAR:default}` as the
+        engine would, takes the nearest allowed value (or the default) for each field it
+        refuses, never writes the entry, and doctor names what it adjusted."""
+        legacy_schema = {
+            "type": "object",
+            "properties": {
+                "recall_limit": {"type": "integer"},
+                "default_bank": {"type": "string"},
+                "decay_half_life_days": {"type": "number"},
+                "recall_budget_tokens": {"type": "integer"},
+                "graph_enabled": {"type": "boolean"},
+            },
+        }
+        legacy = {
+            "recall_limit": 150,
+            "default_bank": "${LEGACY_BANK_UNSET:team}",
+            "decay_half_life_days": 30,
+            "recall_budget_tokens": "${LEGACY_BUDGET_UNSET:800}",  # typed as the number
+            "graph_enabled": True,
+        }
+        engine.store_config("memory", legacy_schema, legacy)
+        spawn()
+        for i in range(8):
+            cli.call("memory::save", {"text": f"The user owns guitar number {i}."})
+        # Clamped to 100, not the default 6; the bank is the expanded placeholder's default.
+        found = cli.call("memory::recall", {"bank": "team", "query": "guitar"})["memories"]
+        assert len(found) == 8
+        assert engine.config_value("memory") == legacy  # the user's entry is never rewritten
+        checks = {c["name"]: c for c in cli.call("memory::doctor", {})["checks"]}
+        adjusted = checks["configuration-valid"]
+        assert adjusted["ok"] is False
+        assert "recall_limit" in adjusted["detail"] and "graph_enabled" in adjusted["detail"]
+        assert "decay_half_life_days" not in adjusted["detail"]
+        assert "recall_budget_tokens" not in adjusted["detail"]
+
     def test_a_configuration_worker_that_fails_at_start_stops_it_as_sibling_unavailable(
         self, engine: EngineDouble, spawn: Any
     ) -> None:

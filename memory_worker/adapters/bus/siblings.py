@@ -8,6 +8,9 @@ client turns into its documented degradation (no session metadata, inline jobs, 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -23,6 +26,7 @@ from memory_worker.storage.logger import get_logger
 __all__ = [
     "FUNCTION_NOT_FOUND",
     "NOT_FOUND",
+    "SCHEMA_INVALID",
     "BusCall",
     "ConfigClient",
     "QueueClient",
@@ -31,6 +35,7 @@ __all__ = [
     "SessionsClient",
     "StateClient",
     "TranscriptClient",
+    "expand_placeholders",
     "probe_siblings",
 ]
 
@@ -38,6 +43,8 @@ log = get_logger(__name__)
 
 FUNCTION_NOT_FOUND = "function_not_found"
 NOT_FOUND = "NOT_FOUND"  # configuration: the id is absent (exact, uppercase; nothing else is)
+# configuration: the stored value fails the entry's schema (ours, registered over another's).
+SCHEMA_INVALID = "SCHEMA_INVALID"
 EXTRACTION_QUEUE = "memory-extraction"
 QUEUE_CONFIG = {"max_retries": 3, "backoff_ms": 2000}
 SESSION_TIMEOUT_MS = 2000
@@ -47,6 +54,10 @@ EMBED_RETRY_AFTER_S = 30.0  # after a failure, do not ask again on every save
 CONFIG_TIMEOUT_MS = 5000
 CONFIG_ATTEMPTS = 3
 PROBE_TIMEOUT_MS = 3000
+# The configuration worker's placeholders: `${NAME}` or `${NAME:default}`; a string that is one
+# lone placeholder takes the JSON type of what it expands to (`"${LIMIT:6}"` is the number 6).
+_PLACEHOLDER = re.compile(r"\$\{([^}:]+)(?::([^}]*))?\}")
+_LONE_PLACEHOLDER = re.compile(r"^\s*\$\{[^}]*\}\s*$")
 
 
 class BusCall:
@@ -327,19 +338,28 @@ class ConfigClient:
                     function_id, payload, CONFIG_TIMEOUT_MS, namespace="default"
                 )
             except InvocationError as exc:
-                if exc.code in (NOT_FOUND, FUNCTION_NOT_FOUND) or attempt == CONFIG_ATTEMPTS:
+                final = exc.code in (NOT_FOUND, FUNCTION_NOT_FOUND, SCHEMA_INVALID)
+                if final or attempt == CONFIG_ATTEMPTS:
                     raise
                 await asyncio.sleep(0.25 * attempt)
         raise AssertionError("unreachable")
 
     async def get(self) -> dict[str, Any] | None:
-        """The stored value, or None when the id is absent."""
+        """The stored value, or None when the id is absent.
+
+        A value stored before our schema replaced another's (the public Rust worker's entry, an
+        older version's) may fail ours, and the engine then refuses to serve it expanded. It is
+        read raw and expanded here as the engine would: the caller decides what to make of it."""
         try:
             reply = await self._rpc("configuration::get", {"id": self.config_id})
         except InvocationError as exc:
             if exc.code == NOT_FOUND:
                 return None
-            raise
+            if exc.code != SCHEMA_INVALID:
+                raise
+            reply = await self._rpc("configuration::get", {"id": self.config_id, "raw": True})
+            if isinstance(reply, dict) and "value" in reply:
+                reply = {**reply, "value": expand_placeholders(reply["value"])}
         if not isinstance(reply, dict) or "value" not in reply:
             raise SiblingUnavailable("configuration::get answered without a value")
         value = reply["value"]
@@ -365,6 +385,32 @@ class ConfigClient:
             "configuration::register",
             entry if stored is not None else {**entry, "initial_value": initial},
         )
+
+
+def expand_placeholders(value: Any) -> Any:
+    """`${NAME:default}` expanded through a stored value, as the configuration worker serves it.
+    A placeholder with neither an environment value nor a default stays as written (the engine
+    would refuse the whole value; here only its field is then refused)."""
+    if isinstance(value, dict):
+        return {key: expand_placeholders(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [expand_placeholders(item) for item in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(match: re.Match[str]) -> str:
+        found = os.environ.get(match.group(1))
+        if found is not None:
+            return found
+        return match.group(0) if match.group(2) is None else match.group(2)
+
+    expanded = _PLACEHOLDER.sub(one, value)
+    if _LONE_PLACEHOLDER.match(value) and expanded.strip():
+        try:
+            return json.loads(expanded.strip())
+        except ValueError:  # text, not a JSON scalar: the string itself
+            pass
+    return expanded
 
 
 async def probe_siblings(call: BusCall) -> list[tuple[str, bool, str]]:

@@ -65,7 +65,12 @@ from memory_worker.app.ports import Embedder
 from memory_worker.app.reconfigure import Applied, Reconfigurer
 from memory_worker.app.seams import UiContentInput
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings, parse_settings, resolve_data_dir
+from memory_worker.core.config import (
+    Settings,
+    parse_settings,
+    parse_stored_settings,
+    resolve_data_dir,
+)
 from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable, WorkerError
 from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.pregenerate import PreGenerate
@@ -208,6 +213,7 @@ class EngineWorker(Stoppable):
         self._emitter: BusEmitter | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._config_lock = asyncio.Lock()
+        self._config_notes: list[str] = []  # what of the stored entry was not used as it is
         self.failure: WorkerError | None = None  # why the worker stopped on its own, if it did
         self._log_filters: list[logging.Filter] = []
 
@@ -275,7 +281,7 @@ class EngineWorker(Stoppable):
             settings,
             emitter=self._emitter,
             embedder=self.local_embedder,
-            siblings=lambda: probe_siblings(call),
+            siblings=lambda: self._sibling_checks(call),
             # What lessons each session was given lives beside what its prompt was told.
             deliveries=KeyValueDeliveries(StateClient(call)),
         )
@@ -497,7 +503,28 @@ class EngineWorker(Stoppable):
                 ) from None
             log.warning("configuration_absent", error=str(exc), using="local settings")
             return self.seed
-        return self.seed if value is None else parse_settings(value, source="configuration")
+        if value is None:
+            return self.seed
+        settings, self._config_notes = parse_stored_settings(value, source="configuration")
+        if self._config_notes:  # an older worker's entry: start on what we can use of it
+            log.warning(
+                "configuration_adjusted", adjusted=self._config_notes, kept="the stored value"
+            )
+        return settings
+
+    async def _sibling_checks(self, call: BusCall) -> list[tuple[str, bool, str]]:
+        """The siblings' probes, and what of the stored configuration this worker could not use
+        as it is (until someone saves it again in the console's Settings)."""
+        checks = await probe_siblings(call)
+        if self._config_notes:
+            assert self._config is not None
+            detail = (
+                f"configuration entry `{self._config.config_id}` holds values this version "
+                f"refuses; started on: {'; '.join(self._config_notes)}. Save the entry in the "
+                "iii console's Settings to store values this version accepts."
+            )
+            checks.append(("configuration-valid", False, detail))
+        return checks
 
     async def _on_config_change(self) -> dict[str, Any]:
         """Re-fetch (never trust the event's payload) and apply; a bad value keeps the last good
@@ -517,6 +544,7 @@ class EngineWorker(Stoppable):
             except WorkerError as err:
                 log.error("configuration_rejected", error=str(err), kept="last good")
                 raise
+            self._config_notes = []  # the entry as stored is this version's now
             if applied is Applied.REOPENED and self._watcher is not None:
                 await self._watcher.restart()  # follow the new data dir at once
         return {"ok": True, "applied": str(applied)}

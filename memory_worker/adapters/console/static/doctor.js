@@ -15,6 +15,7 @@ const MEANING = {
   'session-manager-reachable': 'Without session-manager, session metadata cannot pick a bank and extraction cannot read transcripts.',
   'queue-reachable': 'Without a queue worker, extraction runs inline: a crash in the middle of a pass is not retried.',
   'configuration-reachable': 'Without the configuration worker, settings come from local defaults and do not hot-reload.',
+  'configuration-valid': 'The stored configuration holds values this version does not take as they are (an older worker wrote them): the worker runs on the nearest values it accepts until the entry is saved again.',
 }
 
 export function createDoctorPanel(ctx) {
