@@ -85,6 +85,7 @@ class FakeKeyValue:
     def __init__(self) -> None:
         self.data: dict[tuple[str, str], Any] = {}
         self.fail = False
+        self.sets = 0  # writes made
 
     def _check(self) -> None:
         if self.fail:
@@ -98,6 +99,7 @@ class FakeKeyValue:
 
     async def set(self, scope: str, key: str, value: Any) -> None:
         self._check()
+        self.sets += 1
         self.data[(scope, key)] = value
 
     async def delete(self, scope: str, key: str) -> None:

@@ -762,6 +762,25 @@ class TestSchedule:
         assert (await scheduler.tick("cron"))["reason"] == "not due"
         assert not (await scheduler.status()).due
 
+    async def test_an_erasure_empties_only_its_texts_and_a_stranger_writes_nothing(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """A restarted sibling knows its reports from the state worker only: the scrub reads
+        them there. An id no report names leaves the state unwritten."""
+        await save(service, "Tea.")
+        await save(service, "tea")
+        [merged] = (await self.scheduler(client, kv, clock).run(RunRequest())).banks[0].groups
+        [loser] = merged.loser_ids
+        restarted = self.scheduler(client, kv, clock)
+        writes = kv.sets
+        assert await restarted.forget("main", {"some-other-id"}) is False
+        assert kv.sets == writes
+        assert await restarted.forget("main", {loser}) is True
+        [group] = kv.data[(SCOPE, LAST_REPORT)]["banks"]["main"]["groups"]
+        assert (group["winner_id"], group["winner_text"]) == (merged.winner_id, merged.winner_text)
+        assert (group["loser_ids"], group["loser_texts"]) == ([loser], [""])
+        assert await restarted.forget("gone", {loser}) is False
+
     async def test_inert_ticks_do_nothing_but_a_manual_run_works(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
     ) -> None:

@@ -11,6 +11,7 @@ __all__ = [
     "FUNCTIONS",
     "HTTP",
     "ON_CONFIG_CHANGE",
+    "ON_ITEM_CHANGED",
     "ON_TICK",
     "RUN",
     "STATUS",
@@ -21,6 +22,7 @@ RUN = "memory-consolidate::run"
 STATUS = "memory-consolidate::status"
 ON_TICK = "memory-consolidate::on-tick"
 ON_CONFIG_CHANGE = "memory-consolidate::on-config-change"
+ON_ITEM_CHANGED = "memory-consolidate::on-item-changed"
 HTTP = "memory-consolidate::http"
 
 

@@ -162,6 +162,33 @@ class Scheduler:
         except WorkerError as err:  # the reports are a view; the checkpoint decides what runs
             log.warning("report_not_stored", error=str(err))
 
+    async def forget(self, bank: str, memory_ids: set[str]) -> bool:
+        """Take the texts of memories an erasure destroyed (`memory::forget-subject`) out of the
+        kept reports: a person who asked to be forgotten is not read back from the last pass's
+        report until the next pass reaches their bank. Under the gate, so a pass that read them
+        before the erasure stores its report first. True when a report named one of them."""
+        async with self.gate:
+            try:
+                reports = await self.reports()
+            except WorkerError as err:  # the stored copy is unreadable: scrub ours at least
+                log.warning("report_not_scrubbed", bank=bank, error=str(err))
+                reports = dict(self._reports)
+            report = reports.get(bank)
+            scrubbed = None if report is None else _without_texts(report, memory_ids)
+            if scrubbed is None:
+                return False
+            self._reports[bank] = reports[bank] = scrubbed
+            if self.state is not None:
+                try:
+                    await self.state.set(
+                        SCOPE,
+                        LAST_REPORT,
+                        {"banks": {name: r.to_wire() for name, r in sorted(reports.items())}},
+                    )
+                except WorkerError as err:
+                    log.warning("report_not_scrubbed", bank=bank, error=str(err))
+            return True
+
     # --- passes -----------------------------------------------------------------------------
 
     async def run(self, request: RunRequest, *, scheduled: bool = False) -> PassReport:
@@ -267,3 +294,23 @@ class Scheduler:
             except Exception:  # a bug must not end the schedule; it is logged with its trace
                 log.exception("backstop_tick_failed")
             delay = every_s
+
+
+def _without_texts(report: BankReport, memory_ids: set[str]) -> BankReport | None:
+    """`report` with the texts of `memory_ids` emptied (their ids stay: what was merged into
+    what is still told), or None when it names none of them."""
+    groups = []
+    for group in report.groups:
+        winner = group.winner_id in memory_ids
+        losers = [loser in memory_ids for loser in group.loser_ids]
+        if not winner and not any(losers):
+            groups.append(group)
+            continue
+        texts = [
+            "" if erased else text for erased, text in zip(losers, group.loser_texts, strict=False)
+        ]
+        update = {"winner_text": "" if winner else group.winner_text, "loser_texts": texts}
+        groups.append(group.model_copy(update=update))
+    if all(new is old for new, old in zip(groups, report.groups, strict=True)):
+        return None
+    return report.model_copy(update={"groups": groups})

@@ -349,6 +349,49 @@ class TestPass:
         assert back["memory"]["revision"] == retired["revision"] + 1
         assert loser["id"] in live(cli)
 
+    def test_an_erased_persons_texts_leave_the_kept_reports(
+        self, engine: EngineDouble, spawn: Any, spawn_consolidate: Any, cli: Cli, state: FakeState
+    ) -> None:
+        """`memory::forget-subject` destroys what a bank held about a person, but the last
+        report of each bank (`memory-consolidate::status`, the state worker) kept their texts
+        until the next pass reached that bank: a day, for a person who asked to be forgotten."""
+        spawn()
+        about = [save(cli, text, subject="ana") for text in ("Ana likes figs.", "ana likes figs")]
+        kept = [save(cli, text) for text in ("The user likes tea.", "the user likes tea")]
+        spawn_consolidate()
+        cli.call("memory-consolidate::run", {})
+        status = cli.call("memory-consolidate::status", {})
+        assert "Ana likes figs" in json.dumps(status), status
+        start = len(engine.frames)
+        cli.call(
+            "memory::forget-subject", {"bank": "main", "subject": "ana", "confirm": "destructive"}
+        )
+        engine.wait_frame(
+            lambda d, who, m: (
+                d == "in"
+                and who == "memory-consolidate"
+                and m.get("type") == "invokefunction"
+                and m.get("function_id") == "state::set"
+            ),
+            start=start,
+            timeout=30,
+        )
+        status = cli.call("memory-consolidate::status", {})
+        stored = json.dumps(state.data[SCOPE]["last_report"])
+        for shown in (json.dumps(status), stored):
+            assert "figs" not in shown
+            assert "The user likes tea." in shown  # the rest of the report stays
+        report = status["banks"]["main"]
+        erased = {m["id"] for m in about}
+        for group in report["groups"]:
+            members = [group["winner_id"], *group["loser_ids"]]
+            texts = [group["winner_text"], *group["loser_texts"]]
+            for member, text in zip(members, texts, strict=True):
+                assert (text == "") == (member in erased)
+        assert {m["id"] for m in kept} <= {
+            i for g in report["groups"] for i in (g["winner_id"], *g["loser_ids"])
+        }
+
 
 class TestConfiguration:
     def test_an_unreadable_configuration_makes_the_schedule_inert_and_is_kept(

@@ -4,10 +4,11 @@ Boot order:
 1. connect as worker `memory-consolidate`; register the configuration entry `memory-consolidate`
    (seeded only when nothing is stored) and read it. When it cannot be read the worker is INERT:
    ticks do nothing, manual runs still work, and nothing is written over the stored value;
-2. register `memory-consolidate::run` and `::status` (public), `::on-tick`, `::on-config-change`
-   and `::http` (internal);
+2. register `memory-consolidate::run` and `::status` (public), `::on-tick`, `::on-config-change`,
+   `::on-item-changed` and `::http` (internal);
 3. bind the engine's `cron` trigger (hourly) to `::on-tick`, one `http` route per public function,
-   and, last, the `configuration` trigger;
+   the memory worker's `memory::item-changed` to `::on-item-changed` (an erasure takes its texts
+   out of the kept reports), and, last, the `configuration` trigger;
 4. start the backstop loop (first tick shortly after boot, then periodically).
 Every memory access is a bus call to the memory worker's public functions; the checkpoint and the
 last reports live in the state worker (scope `memory_consolidate`).
@@ -37,6 +38,7 @@ from memory_worker.adapters.bus.siblings import (
 from memory_worker.adapters.consolidate.clients import CONSOLIDATE
 from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
 from memory_worker.app.catalog import json_schema
+from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.seams import HttpEnvelope
 from memory_worker.consolidate import catalog
 from memory_worker.consolidate.config import CONFIG_ID, ConsolidateSettings, parse_settings
@@ -45,6 +47,7 @@ from memory_worker.consolidate.runner import Consolidator
 from memory_worker.consolidate.schedule import Scheduler
 from memory_worker.consolidate.wire import RunRequest
 from memory_worker.core.errors import HTTP_STATUS, InvalidInput, SiblingUnavailable, WorkerError
+from memory_worker.core.models import ItemEvent
 
 __all__ = [
     "CRON_EXPRESSION",
@@ -228,6 +231,7 @@ class ConsolidateEngine(Stoppable):
             catalog.STATUS: lambda data, _: self._status(),
             catalog.ON_TICK: lambda data, _: self._tick(),
             catalog.ON_CONFIG_CHANGE: lambda data, _: self._on_config_change(),
+            catalog.ON_ITEM_CHANGED: lambda data, _: self._on_item_changed(data),
             catalog.HTTP: lambda data, _: self._http(data),
         }
         for spec in catalog.FUNCTIONS:
@@ -256,6 +260,8 @@ class ConsolidateEngine(Stoppable):
             self._bind(
                 client, "http", catalog.HTTP, {"api_path": spec.http_path, "http_method": "POST"}
             )
+        # The memory worker provides this type; the engine parks the binding until it is up.
+        self._bind(client, ITEM_CHANGED, catalog.ON_ITEM_CHANGED, {})
         if self.backstop_s > 0:
             self._spawn(scheduler.backstop(self.first_tick_s, self.backstop_s, self._stopping))
         self._bind(
@@ -354,6 +360,17 @@ class ConsolidateEngine(Stoppable):
         except Exception as exc:
             log.warning("configuration_refresh_failed", error=str(exc))
 
+    async def _on_item_changed(self, data: Any) -> dict[str, Any]:
+        """An `erased` memory (forget-subject) leaves the kept reports; every other change is
+        the next pass's to see."""
+        assert self.scheduler is not None
+        if not isinstance(data, dict) or data.get("event_type") != str(ItemEvent.ERASED):
+            return {"ok": True}
+        bank, memory_id = data.get("bank"), data.get("id")
+        if not isinstance(bank, str) or not isinstance(memory_id, str):
+            return {"ok": True}
+        return {"ok": True, "scrubbed": await self.scheduler.forget(bank, {memory_id})}
+
     async def _run(self, data: Any) -> dict[str, Any]:
         assert self.scheduler is not None
         report = await self.scheduler.run(_request(RunRequest, data))
@@ -394,6 +411,8 @@ class ConsolidateEngine(Stoppable):
 
 
 _INTERNAL = {
+    catalog.ON_ITEM_CHANGED: "Internal: the memory worker's item events — a memory erased by "
+    "memory::forget-subject has its text taken out of the kept reports.",
     catalog.ON_TICK: "Internal: the cron heartbeat (hourly) — runs a consolidation pass when one "
     "is due by the last_run checkpoint; otherwise does nothing.",
     catalog.ON_CONFIG_CHANGE: "Internal: re-reads the memory-consolidate configuration when it "
