@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import BANK_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.bank_settings import (
@@ -22,7 +23,7 @@ from memory_worker.core.bank_settings import (
     parse_overrides,
 )
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
+from memory_worker.core.errors import BankNotFound, Conflict, Forbidden, InvalidInput
 from memory_worker.storage.bank_file import (
     PLAIN_BANK_FILE,
     BankFile,
@@ -286,6 +287,54 @@ class TestBankFile:
         assert bank.overrides.subject_scoping is True and bank.overrides.max_memories is None
         reported = " ".join(d.describe() for d in bank.damage)
         assert "max_memories" in reported and "colour" in reported
+
+    async def test_a_hand_edit_that_breaks_the_yaml_keeps_the_banks_other_choices(
+        self, store: Store, service: MemoryService, data_dir: Path
+    ) -> None:
+        """A description edited to `Ana's notes: private` is no longer YAML (a second `: ` in a
+        plain value): the whole file was ignored, so a bank at `conscious_access: none`,
+        partitioned by person, let any agent read and write it and showed Ana's memories to
+        everyone. Each top-level entry that still reads on its own applies; the rest is damage."""
+        await call(
+            service,
+            "memory::bank::create",
+            name="b",
+            subject_scoping=True,
+            conscious_access="none",
+            retention={"context": 30},
+        )
+        await call(service, "memory::save", bank="b", text="Ana likes green tea.", subject="Ana")
+        (data_dir / "b" / "bank.yaml").write_text(
+            "description: Ana's notes: private\nsubject_scoping: true\n"
+            "conscious_access: none\nretention:\n  context: 30\n"
+        )
+        assert await store.reload_bank("b") == "reloaded"
+        bank = store.get("b")
+        assert bank.overrides.conscious_access == "none"
+        assert bank.overrides.subject_scoping is True
+        assert bank.overrides.retention == {"context": 30}
+        assert any("YAML" in d.describe() for d in bank.damage)
+        agent = Caller.for_agent("mcp")
+        with pytest.raises(Forbidden):
+            await catalog.call(service, "memory::recall", {"bank": "b", "query": "tea"}, agent)
+
+    @pytest.mark.parametrize("written", ["None", "no", "read-only", "[read]"])
+    async def test_an_access_level_that_does_not_read_holds_agents_at_none(
+        self, store: Store, service: MemoryService, data_dir: Path, written: str
+    ) -> None:
+        """`conscious_access: None` (the seed's word capitalised), `no` (YAML's false) or a typo
+        was ignored, and the bank ran on the configured default (`read_write`): a person who
+        meant to take memory tools away from agents gave them every one. What cannot be read
+        is the seed's involuntary stance, `none`, reported as damage until it is fixed."""
+        await call(service, "memory::bank::create", name="b", conscious_access="read")
+        (data_dir / "b" / "bank.yaml").write_text(f"description: d\nconscious_access: {written}\n")
+        assert await store.reload_bank("b") == "reloaded"
+        bank = store.get("b")
+        assert bank.overrides.conscious_access == "none"
+        assert any("conscious_access" in d.describe() for d in bank.damage)
+        agent = Caller.for_agent("mcp")
+        with pytest.raises(Forbidden, match="conscious_access: none"):
+            await catalog.call(service, "memory::list", {"bank": "b"}, agent)
 
     async def test_a_valid_hand_edit_is_picked_up_and_announced(
         self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter

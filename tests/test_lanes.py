@@ -570,6 +570,28 @@ class TestBankSettings:
             assert (FORMED[0].text in texts) is kept
 
 
+async def test_the_threshold_compares_the_questions_own_words_not_the_second_hops(
+    service: MemoryService,
+) -> None:
+    """The second hop lends the best hit's words ("user") to memories that share none with the
+    question: ranking evidence, not similarity. Counted in the blended similarity, "The user
+    works as a nurse at night." was 0.5 similar to "Lisbon" and passed seed 004's 0.4."""
+    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 0.4})
+    texts = [
+        "The user lives in Lisbon, Portugal.",
+        "The user has a dog named Rex.",
+        "The user works as a nurse at night.",
+        "Lisbon has many hills and trams.",
+    ]
+    for text in texts:
+        await call(service, "memory::save", {"bank": "b", "text": text})
+    found = await call(service, "memory::recall", {"bank": "b", "query": "Lisbon"})
+    assert {m["memory"]["text"] for m in found["memories"]} == {texts[0], texts[3]}
+    await call(service, "memory::bank::configure", {"name": "b", "relevance_threshold": 0})
+    found = await call(service, "memory::recall", {"bank": "b", "query": "Lisbon"})
+    assert len(found["memories"]) == 4  # without a threshold the hop still ranks them in
+
+
 async def test_forget_subject_erases_their_lane_vectors(service: MemoryService) -> None:
     await call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
     ana = await call(

@@ -209,6 +209,10 @@ class Pool:
     # The semantic arm on an absolute scale (`_similarity`), for `relevance_threshold` only; None:
     # no threshold, or no arm.
     similarity: Floats | None = None
+    # The question's own words' BM25 where the second hop added its lent words to `bm25`, for
+    # `relevance_threshold` only (lent words are ranking evidence, not similarity to the
+    # question); None: `bm25` is the question's own (no hop, or no threshold).
+    own_bm25: Floats | None = None
     query_weight: float = 0.0  # `LexicalIndex.query_weight` of the query (expansion included)
     lanes: dict[str, Floats] = field(default_factory=dict)  # asked lane → relevance in [0, 1]
     # Per index slot, the entity tally (`LexicalIndex.entity_tally`); None: the query names none.
@@ -273,8 +277,9 @@ def _live_pool(
     lanes: Mapping[str, Floats],
     tally: Floats | None,
 ) -> tuple[Pool, Floats | None]:
+    own: Floats | None = None
     if query.mode is RecallMode.HYBRID and query.fusion.expand_docs > 0:
-        slots, bm25, cosines = _expand(index, query, query_terms, cosines, scope)
+        slots, bm25, cosines, own = _expand(index, query, query_terms, cosines, scope)
         if cosines is not None and scope is not None:  # the hop's pull reached every slot
             cosines = np.where(scope[: cosines.size], cosines, 0.0)
     else:
@@ -287,20 +292,21 @@ def _live_pool(
         else:  # hybrid: the lexical hits plus the semantically closest memories
             near = _top_set(cosines, SEMANTIC_POOL)
             merged = np.union1d(slots, near)
-            lexical = np.zeros(merged.size, np.float64)
-            lexical[np.searchsorted(merged, slots)] = bm25
-            slots, bm25 = merged, lexical
+            bm25 = _spread(merged, slots, bm25)
+            own = None if own is None else _spread(merged, slots, own)
+            slots = merged
     if lanes:  # the memories formed in the most similar situation, whatever their text says
         near = np.unique(
             np.concatenate([_top_set(r * index.alive[: r.size], LANE_POOL) for r in lanes.values()])
         )
         merged = np.union1d(slots, near)
-        lexical = np.zeros(merged.size, np.float64)
-        lexical[np.searchsorted(merged, slots)] = bm25
-        slots, bm25 = merged, lexical
+        bm25 = _spread(merged, slots, bm25)
+        own = None if own is None else _spread(merged, slots, own)
+        slots = merged
     keep = _filtered(memories, index, query, slots, scope)
     if keep is not None:
         slots, bm25 = slots[keep], bm25[keep]
+        own = None if own is None else own[keep]
     pool = Pool(
         source=memories,
         index=index,
@@ -315,8 +321,16 @@ def _live_pool(
         dated=None,
         lanes={lane: relevance[slots] for lane, relevance in lanes.items()},
         entity_tally=tally,
+        own_bm25=own,
     )
     return pool, cosines
+
+
+def _spread(merged: Ints, slots: Ints, values: Floats) -> Floats:
+    """`values` of `slots` laid out over `merged` (a sorted superset of them), 0 elsewhere."""
+    out = np.zeros(merged.size, np.float64)
+    out[np.searchsorted(merged, slots)] = values
+    return out
 
 
 def _filtered(
@@ -464,14 +478,16 @@ def _expand(
     query_terms: list[str],
     cosines: Floats | None,
     scope: npt.NDArray[np.bool_] | None = None,
-) -> tuple[Ints, Floats, Floats | None]:
+) -> tuple[Ints, Floats, Floats | None, Floats | None]:
     """A second hop (pseudo-relevance feedback): the best first hits of each arm lend their most
     telling terms to a second lexical pass (weighted `expand_weight` against the query's own), and
     their vectors pull the query vector toward them (`expand_vector`, a second centred pass
     over the matrix: it doubles the semantic arm's arithmetic). Questions whose answer is
     spread over several memories ("what activities does she do?") find the ones that share no
     word with the question but several with its first answers. One per-slot array holds both
-    passes, so the lexical hop costs a second BM25 accumulation and nothing more."""
+    passes, so the lexical hop costs a second BM25 accumulation and nothing more; with a
+    relevance threshold, a copy of the first pass is kept for it (the fourth value, per
+    candidate; None without)."""
     fusion = query.fusion
     weights = Counter(query_terms)
     acc = index.accumulate(weights)
@@ -506,15 +522,18 @@ def _expand(
         cosines = cosines + fusion.expand_vector * pulled
     if extra is None:
         extra = index.expansion(first.tolist(), exclude, fusion.expand_terms)
+    own: Floats | None = None
     if extra and fusion.expand_weight > 0 and acc is not None:
+        if query.threshold > 0.0:
+            own = acc.copy()  # the question's own words, before the lent ones are added in
         # In relevance terms: the second pass counts `expand_weight` of the question's own words.
         scale = fusion.expand_weight * index.query_weight(weights)
         scale /= max(index.query_weight(extra), 1e-9)
         acc = index.accumulate({term: w * scale for term, w in extra.items()}, into=acc)
     if acc is None:
-        return _NO_SLOTS, _NO_FLOATS, cosines
+        return _NO_SLOTS, _NO_FLOATS, cosines, None
     merged = index.matching(acc)
-    return merged.slots, merged.bm25, cosines
+    return merged.slots, merged.bm25, cosines, None if own is None else own[merged.slots]
 
 
 def _with_retired(
@@ -551,6 +570,9 @@ def _with_retired(
         retired=pool.retired + [m for m, _, _, _ in extra],
         slots=np.concatenate((pool.slots, np.full(n, -1, np.int64))),
         bm25=np.concatenate((pool.bm25, np.asarray([b for _, b, _, _ in extra]))),
+        own_bm25=None
+        if pool.own_bm25 is None
+        else np.concatenate((pool.own_bm25, np.asarray([b for _, b, _, _ in extra]))),
         cosine=np.concatenate((pool.cosine, np.zeros(n))),
         entity_hits=np.concatenate((entity_hits, np.asarray([e for _, _, e, _ in extra]))),
         corroboration=np.concatenate(
@@ -748,7 +770,10 @@ def _blended(
     content's similarity (the stronger of its arms, capped at 1) and each asked lane's, by their
     normalised weights. Boosts and recency are ranking, not similarity: they are left out.
     Of the candidates at `rows` (None: every one)."""
-    content = lexical_relevance(pool.bm25 if rows is None else pool.bm25[rows], pool.query_weight)
+    # The question's own words only: a memory sharing none with it is not similar to it because
+    # the second hop lent it the best hit's words ("Lisbon" → "The user works as a nurse").
+    bm25 = pool.bm25 if pool.own_bm25 is None else pool.own_bm25
+    content = lexical_relevance(bm25 if rows is None else bm25[rows], pool.query_weight)
     # The arm's absolute similarity (`_similarity`), not its relevance to the best match.
     similarity = pool.similarity if pool.similarity is not None else semantic
     if similarity is not None:

@@ -208,6 +208,7 @@ class Bank:
         self.description = description
         # The settings this bank chose in bank.yaml (the rest follow the configuration).
         self.overrides = overrides if overrides is not None else no_overrides()
+        self._bank_file_problem: str | None = None  # what the last read of bank.yaml found wrong
         self._settings_lock = asyncio.Lock()  # one bank.yaml writer at a time
         # Recall counts: derived, never the log.
         self.access = AccessStats(path / ACCESS_FILE, within=path.parent)
@@ -381,6 +382,7 @@ class Bank:
     def _read_bank_file(self) -> None:
         found = read_bank_file(self.path / BANK_FILE, within=self.root)
         self.description, self.overrides = found.description, found.overrides
+        self._bank_file_problem = found.problem
         if found.problem is not None:
             self.damage.append(Damage(BANK_FILE, found.problem))
 
@@ -457,6 +459,7 @@ class Bank:
                 overrides,
             )
             self.description, self.overrides = description, overrides
+            self._bank_file_problem = None  # written whole by us
 
     def _replay(self) -> None:
         self._boot_identity = self._replay_from_records()
@@ -1484,6 +1487,8 @@ class Bank:
             return True  # unreadable: a reload reports it (the bank becomes broken)
         if found.description != self.description or found.overrides != self.overrides:
             return True
+        if found.problem != self._bank_file_problem:
+            return True  # an edit that broke the file (or mended it) without changing a setting
         return self._rules.on_disk() != self._rules.contents()
 
     def is_frozen(self) -> bool:

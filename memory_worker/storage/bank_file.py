@@ -48,10 +48,17 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
         return BankFile("", no_overrides())
     import yaml  # only a bank.yaml with something in it needs the parser
 
+    text = raw.decode("utf-8", errors="replace")
+    broken = None
     try:
-        data = yaml.safe_load(raw.decode("utf-8", errors="replace"))
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
-        return BankFile("", no_overrides(), "not valid YAML; description and settings ignored")
+        # Each top-level entry read on its own: a slip in one (a description edited to "Ana's
+        # notes: private") dropped every setting, the bank's `conscious_access` and
+        # `subject_scoping` with it, so agents could read and write a bank at `none` and every
+        # person's memories surfaced for everyone.
+        data = _entries(text)
+        broken = "not valid YAML; only the entries that read on their own apply"
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -64,17 +71,49 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     except InvalidInput as exc:
         # Only the settings that are wrong are ignored: one typo dropping them all lifted the
         # bank's access level (`conscious_access`) and its partition by person.
-        return BankFile(description, _valid_part(chosen), f"settings ignored: {exc.message}")
-    return BankFile(description, overrides)
+        problem = f"settings ignored: {exc.message}"
+        kept = _valid_part(chosen)
+        if kept.conscious_access == "none" and chosen.get("conscious_access") != "none":
+            problem += "; agents are held at conscious_access none until it is fixed"
+        return BankFile(description, kept, f"{broken}; {problem}" if broken else problem)
+    return BankFile(description, overrides, broken)
+
+
+def _entries(text: str) -> dict[object, object]:
+    """The top-level entries of a `bank.yaml` that is not YAML as a whole, each parsed alone (a
+    line at the margin starts one; the indented lines, list items and comments under it are
+    its own); those that do not parse are left out."""
+    import yaml
+
+    chunks: list[list[str]] = []
+    for line in text.splitlines():
+        if not chunks or line[:1] not in ("", " ", "\t", "#", "-"):
+            chunks.append([line])
+        else:
+            chunks[-1].append(line)
+    data: dict[object, object] = {}
+    for chunk in chunks:
+        try:
+            entry = yaml.safe_load("\n".join(chunk))
+        except (yaml.YAMLError, RecursionError):
+            continue
+        if isinstance(entry, dict):
+            data.update(entry)
+    return data
 
 
 def _valid_part(chosen: dict[str, object]) -> BankOverrides:
-    """The settings of `chosen` that are valid each on its own (none if together they are not)."""
-    kept = {}
+    """The settings of `chosen` that are valid each on its own (none if together they are not).
+    An access level that does not read is `none`, not the configured default: whoever wrote one
+    meant to set it, and a typo (`conscious_access: None`, YAML's `no`) must not hand agents
+    every memory tool (seed 004's involuntary stance until the file is fixed)."""
+    kept: dict[str, object] = {}
     for key, value in chosen.items():
         try:
             parse_overrides({key: value}, source=BANK_FILE)
         except InvalidInput:
+            if key == "conscious_access":
+                kept[key] = "none"
             continue
         kept[key] = value
     try:

@@ -67,3 +67,40 @@ def test_the_rest_seam_called_inside_a_turn_is_an_agents_call(
         assert cli.call("memory::list", {"bank": "wiki"})["total"] == 0
         owner = cli.call("memory::http", {"path": "/memory/save", "body": save})
         assert owner["status_code"] == 200, owner
+
+
+def test_the_rest_seam_inside_a_turn_sees_what_the_turns_speaker_may_see(
+    engine: EngineDouble, spawn: Any
+) -> None:
+    """Inside Ana's turn, `memory::http` is the agent's call as a direct one is: a read naming
+    Bob (a `subject` in the body) sees general memories and Ana's, never Bob's, and a write is
+    about Ana or general. It ran as an agent outside any turn, which may name anyone."""
+    with Cli(engine.url) as cli:
+        spawn()
+        cli.call("memory::bank::create", {"name": "team", "subject_scoping": True})
+        cli.call("memory::save", {"bank": "team", "text": "Bob's salary is 90k.", "subject": "bob"})
+        cli.call("memory::save", {"bank": "team", "text": "Ana's salary is 80k.", "subject": "ana"})
+        in_anas_turn = {"session_id": "s1", "turn_id": "t1", "memory_subject": "ana"}
+
+        def through_rest(path: str, body: dict[str, Any]) -> Any:
+            return cli.client.trigger(
+                {
+                    "function_id": "memory::http",
+                    "payload": {"path": path, "body": body},
+                    "metadata": in_anas_turn,
+                }
+            )
+
+        ask = {"bank": "team", "query": "salary", "subject": "bob"}
+        direct = cli.client.trigger(
+            {"function_id": "memory::recall", "payload": ask, "metadata": in_anas_turn}
+        )
+        assert [m["memory"]["subject"] for m in direct["memories"]] == ["ana"]
+        reply = through_rest("/memory/recall", ask)
+        assert reply["status_code"] == 200, reply
+        assert [m["memory"]["subject"] for m in reply["body"]["memories"]] == ["ana"]
+        save = {"bank": "team", "text": "Bob is leaving in May.", "subject": "bob"}
+        refused = through_rest("/memory/save", save)
+        assert refused["status_code"] == 403, refused
+        listed = cli.call("memory::list", {"bank": "team", "subject": "bob"})
+        assert [m["text"] for m in listed["memories"]] == ["Bob's salary is 90k."]

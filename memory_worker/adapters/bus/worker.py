@@ -329,13 +329,19 @@ class EngineWorker(Stoppable):
             return await catalog.call(service, spec.id, data, caller)
 
         async def http(data: Any, metadata: Any) -> Any:
+            # Invoked from inside a harness turn it is that agent's call, as every other function
+            # is (the permission manifest denies it to agents; this holds where none is loaded):
+            # made as a direct one, for the turn's bank and speaker. It ran as an agent outside
+            # any turn, whose read may name anyone in a bank partitioned by subject.
+            asked = bus_caller(data, metadata)
+            in_turn = asked.kind is CallerKind.AGENT
+
             async def through(spec: catalog.FunctionSpec, body: Any, caller: Caller) -> Any:
+                if in_turn:  # a `Memory-Caller` claim can only say "an agent": this one
+                    return await public(spec, body, metadata)
                 return await catalog.call(service, spec.id, body, caller)
 
-            # Invoked from inside a harness turn it is that agent's call, as every other function
-            # is (the permission manifest denies it to agents; this holds where none is loaded).
-            asked = bus_caller(data, metadata)
-            default = asked if asked.kind is CallerKind.AGENT else HTTP_CALLER
+            default = asked if in_turn else HTTP_CALLER
             return await bus_catalog.http_reply(data, through, default)
 
         bridge = bus_catalog.Bridge(loop)
