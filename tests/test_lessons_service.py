@@ -92,6 +92,10 @@ async def test_a_lesson_is_a_memory_with_a_card_anchors_and_evidence(
         ({"title": "x" * 97}, "at most 96 UTF-8 bytes"),
         ({"recommendation": "See proto/user.proto:12."}, "source position"),
         ({"category": "lessons"}, "category must be one of"),
+        # A NUL cuts C strings, terminals and tools short: refused in a card as in any text.
+        ({"title": "Run make\x00 gen"}, "title contains a NUL character"),
+        ({"recommendation": "Run\x00 make gen."}, "recommendation contains a NUL character"),
+        ({"evidence": ["source:3f2a9c1\x00"]}, "evidence contains a NUL character"),
     ],
 )
 async def test_a_bad_lesson_is_refused_and_nothing_is_written(
@@ -101,6 +105,37 @@ async def test_a_bad_lesson_is_refused_and_nothing_is_written(
     with pytest.raises(InvalidInput, match=message):
         await _call(service, "memory::save", payload)
     assert not (data_dir / "main").exists()
+
+
+async def test_a_nul_in_an_updated_card_field_is_refused_and_changes_nothing(
+    service: MemoryService, data_dir: Path
+) -> None:
+    saved = await _call(service, "memory::save", PROTO)
+    before = _log(data_dir)
+    for field in ("title", "recommendation"):
+        with pytest.raises(InvalidInput, match=f"{field} contains a NUL character"):
+            await _call(
+                service, "memory::update", {"id": saved["memory"]["id"], field: "Make\x00 gen"}
+            )
+    with pytest.raises(InvalidInput, match="evidence contains a NUL character"):
+        await _call(
+            service, "memory::update", {"id": saved["memory"]["id"], "evidence": ["a\x00b"]}
+        )
+    assert _log(data_dir) == before
+
+
+async def test_an_update_may_name_a_lessons_own_category(service: MemoryService) -> None:
+    """A client that writes a read record back (category included) changes a lesson's card; it
+    was refused as if the lesson were a plain memory being made one. A plain memory still cannot
+    become a lesson by an update."""
+    saved = (await _call(service, "memory::save", PROTO))["memory"]
+    change = {"id": saved["id"], "category": "lesson", "title": "Regenerate after proto edits"}
+    updated = (await _call(service, "memory::update", change))["memory"]
+    assert (updated["category"], updated["title"]) == ("lesson", change["title"])
+    assert updated["revision"] == saved["revision"] + 1
+    plain = await _call(service, "memory::save", {"text": "The user drinks green tea"})
+    with pytest.raises(InvalidInput, match="becomes a lesson by memory::save"):
+        await _call(service, "memory::update", {"id": plain["memory"]["id"], "category": "lesson"})
 
 
 async def test_lesson_fields_belong_to_lessons(service: MemoryService) -> None:
@@ -154,6 +189,26 @@ async def test_the_same_anchors_in_another_order_are_the_same_card(service: Memo
     assert again["memory"]["corroboration"] == 1
 
 
+async def test_an_update_naming_the_same_card_changes_nothing_and_is_not_delivered_again(
+    service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+) -> None:
+    """An update whose anchors are the card's own listed in another order (or that clears
+    evidence the card does not have) changes nothing: no revision, no event, no line, and a
+    conversation that was given the card is not given it again."""
+    card = {**PROTO, "anchors": {"files": ["proto/user.proto", "proto/a.proto"]}, "evidence": []}
+    saved = (await _call(service, "memory::save", card))["memory"]
+    assert (await _match(service, conversation="c1"))["cards"]
+    before, events = _log(data_dir), len(emitter.events)
+    same = {"files": ["proto/a.proto", "./proto/user.proto"]}
+    for change in ({"anchors": same}, {"evidence": []}):
+        updated = await _call(service, "memory::update", {"id": saved["id"], **change})
+        assert updated["memory"]["revision"] == saved["revision"]
+    assert _log(data_dir) == before
+    assert len(emitter.events) == events
+    again = await _match(service, conversation="c1")
+    assert again["cards"] == [] and again["already_delivered"] == 1
+
+
 async def test_match_returns_the_card_only_never_anchors_or_evidence(
     service: MemoryService,
 ) -> None:
@@ -174,6 +229,22 @@ async def test_match_returns_the_card_only_never_anchors_or_evidence(
     assert "source:3f2a9c1" not in message and PROTO["text"] not in message
     assert result["paths"] == ["proto/user.proto"]
     assert (result["matched"], result["already_delivered"], result["withheld"]) == (1, 0, 0)
+
+
+async def test_arguments_given_as_json_text_are_the_object_they_spell(
+    service: MemoryService,
+) -> None:
+    """A tool call's arguments as providers carry them (OpenAI's `function.arguments`, a model
+    filling an MCP tool's object parameter as a string) are JSON text: unambiguously that
+    object, so read as it (the pre-generate hook already reads them so). Text that spells no
+    object is still `invalid_input`."""
+    await _call(service, "memory::save", PROTO)
+    text = json.dumps(READ_PROTO["arguments"])
+    found = await _call(service, "memory::lessons::match", {**READ_PROTO, "arguments": text})
+    assert [c["matched"] for c in found["cards"]] == ["file proto/user.proto"]
+    for bad in ("proto/user.proto", "[1, 2]", "{" * 100_000, '{"a": NaN}'):
+        with pytest.raises(InvalidInput, match="arguments"):
+            await _call(service, "memory::lessons::match", {**READ_PROTO, "arguments": bad})
 
 
 async def test_a_call_that_names_nothing_anchored_gets_nothing(service: MemoryService) -> None:
@@ -384,6 +455,26 @@ async def test_forgetting_a_conversation_lets_it_be_given_the_cards_again(
     assert len((await _match(service, conversation="c1"))["cards"]) == 1
     await service.forget_deliveries("c1")
     assert len((await _match(service, conversation="c1"))["cards"]) == 1
+
+
+async def test_a_compaction_hands_the_memories_again_but_never_the_lesson_cards(
+    service: MemoryService,
+) -> None:
+    """Seed 002: "Compaction does not reset this deduplication". A coding agent's SessionStart
+    after a compaction previews with `fresh` (its standing memories are handed anew); that
+    forgot the lesson cards too, so every card the session was given came again."""
+    await _call(service, "memory::save", PROTO)
+    await _call(
+        service, "memory::save", {"text": "The user prefers tabs over spaces", "pinned": True}
+    )
+    assert len((await _match(service, conversation="c1"))["cards"]) == 1
+    handed = {"query": "", "conversation": "c1"}
+    assert (await _call(service, "memory::preview", handed))["memories"]
+    assert not (await _call(service, "memory::preview", handed))["memories"]
+    after = await _call(service, "memory::preview", {**handed, "fresh": True})
+    assert [m["memory"]["text"] for m in after["memories"]] == ["The user prefers tabs over spaces"]
+    again = await _match(service, conversation="c1")
+    assert again["cards"] == [] and again["already_delivered"] == 1
 
 
 async def test_two_writers_never_silently_overwrite_a_lesson(

@@ -793,6 +793,29 @@ def test_step_calls_reads_function_calls_in_order_and_stops_at_the_user() -> Non
     assert step_calls(window) == [("b", {"path": "x"}), ("c", {"p": 1}), ("d", {})]
 
 
+def test_step_calls_reads_past_the_user_message_that_carries_tool_results() -> None:
+    """A provider's shape with `tool_use` blocks (Anthropic's) returns each result in a user
+    message of `tool_result` blocks: the step's calls are behind it, and it is no new question.
+    They were never matched, so such a window got no lesson card at all."""
+    window = [
+        user_message("fix the user proto", 1),
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Reading it."},
+                {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "a"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "syntax"}],
+        },
+    ]
+    assert step_calls(window) == [("Read", {"file_path": "a"})]
+    # A user message with words of its own (a question, our `<memory>` blocks) still ends them.
+    assert step_calls([*window, user_message("<memory lessons=...>", 2)]) == []
+
+
 def test_a_call_whose_arguments_nest_too_deep_is_skipped_not_the_steps_others() -> None:
     """`json.loads` raises RecursionError, not ValueError, past its nesting limit: the hook
     failed open and the step lost its lessons and memories for one bad call."""

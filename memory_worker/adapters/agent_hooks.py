@@ -158,8 +158,8 @@ async def _session_start(
 ) -> dict[str, Any] | None:
     """Startup and resume: the memory section once, as a new session's system prompt gets it.
     After /clear or a compaction the session lost what it was told: the section, and its standing
-    memories handed anew (what it was handed before counts as not handed any more, lesson cards
-    included)."""
+    memories handed anew (the memories it was handed before count as not handed any more; its
+    lesson cards still count, seed 002: a compaction does not reset them)."""
     section = (await _preview(door, payload, options, "")).get("system_prompt_section") or ""
     if payload.get("source") not in RESET_SOURCES:
         return _context("SessionStart", section)

@@ -326,12 +326,14 @@ class MemoryUseCases(RetentionUseCases):
         subject = subject or ("" if req.subject is not None else None)
         labels = (*labels, *card_labels, *context_labels, *intention_labels, *subject_labels)
         category = None if req.category is None else lessons.prepare_category(req.category)
-        if category == lessons.LESSON:
-            raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
         bank, existing = await self._existing_now(name, req.id, caller)
         transitions.check_revision(existing, req.expected_revision)
         _check_untouched(existing, caller)
-        if category is not None and existing.category == lessons.LESSON:
+        # A lesson's own category named again (a record written back whole) changes nothing.
+        was_lesson = existing.category == lessons.LESSON
+        if category == lessons.LESSON and not was_lesson:
+            raise InvalidInput("a memory becomes a lesson by memory::save with its card fields")
+        if category is not None and category != lessons.LESSON and was_lesson:
             raise InvalidInput(f"memory {existing.id} is a lesson: its category stays lesson")
         if card_given and existing.category != lessons.LESSON:
             raise InvalidInput(

@@ -31,7 +31,7 @@ from memory_worker.core.injection import (
     render_section,
 )
 from memory_worker.core.lanes import goal_text, window_text
-from memory_worker.core.lessons import is_lesson, lesson_key, prepare_category
+from memory_worker.core.lessons import LESSON, is_lesson, lesson_key, prepare_category
 from memory_worker.core.models import Hit, Memory, Rule
 from memory_worker.core.retention import past_ttl
 from memory_worker.core.subjects import in_scope
@@ -304,9 +304,16 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         else:
             async with self._lock(conversation):
                 ledger = self.deliveries
+                delivered = await ledger.delivered(conversation)
                 if req.fresh:
-                    await ledger.forget(conversation)
-                delivered = {} if req.fresh else await ledger.delivered(conversation)
+                    # The memories it was handed are handed anew; its lesson cards are not (seed
+                    # 002: a compaction does not reset their once per conversation).
+                    cards = self._lesson_cards(name, delivered)
+                    if not cards:
+                        await ledger.forget(conversation)
+                    elif len(cards) < len(delivered):
+                        await ledger.record(conversation, cards)
+                    delivered = cards
                 plan = await self.injection(
                     name,
                     req.query,
@@ -327,6 +334,21 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
             message=plan.message,
             retrieval=plan.retrieval,
         )
+
+    def _lesson_cards(self, name: str, delivered: Mapping[str, str]) -> dict[str, str]:
+        """What a conversation was handed (`delivered`: its ledger) less bank `name`'s memories
+        that are not lessons (the ones this preview hands). Another bank's keys, and a key whose
+        memory is gone, are kept: only `name`'s memories are handed here."""
+        bank = self.store.find(name)
+        prefix = f"{name}/"
+        kept: dict[str, str] = {}
+        for key, step in delivered.items():
+            if bank is not None and key.startswith(prefix):
+                memory = bank.get(key[len(prefix) :].rpartition("@")[0])
+                if memory is not None and memory.category != LESSON:
+                    continue
+            kept[key] = step
+        return kept
 
     def _handed(self, name: str, delivered: Mapping[str, str]) -> frozenset[str]:
         """The texts of bank `name`'s memories a conversation was handed at their current

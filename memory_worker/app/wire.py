@@ -26,7 +26,9 @@ from pydantic import (
     model_validator,
 )
 
+from memory_worker.core import payload
 from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess, Scope
+from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
 from memory_worker.core.subjects import same_subject
 from memory_worker.search.ranking import RecallMode
@@ -125,6 +127,19 @@ def _blank_to_none(value: Any) -> Any:
 def _words_to_list(value: Any) -> Any:
     if isinstance(value, str):
         return [part for part in value.replace(",", " ").split() if part]
+    return value
+
+
+def _json_object(value: Any) -> Any:
+    """A JSON object given as its text (OpenAI's `function.arguments`, a model filling an object
+    parameter with a string) is that object; decoded within the payload bounds, and anything
+    else left for the field's own check to refuse."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            decoded = payload.loads(value, "arguments")
+        except InvalidInput:
+            return value
+        return decoded if isinstance(decoded, dict) else value
     return value
 
 
@@ -776,7 +791,8 @@ class PreviewRequest(Request):
     fresh: Flag = Field(
         default=False,
         description="With `conversation`: its context was just reset (a compaction, a /clear), so "
-        "what it was handed before — memories and lesson cards — is forgotten first.",
+        "the memories it was handed before are forgotten first (its lesson cards are not: a "
+        "compaction does not reset their once per conversation).",
     )
     max_chars: int | None = Field(
         default=None,
@@ -833,7 +849,7 @@ class LessonsMatchRequest(Request):
     tool: Text = Field(
         description="The tool's name as the agent calls it (`Read`, `Bash`, `shell::fs::read`)."
     )
-    arguments: dict[str, Any] = Field(
+    arguments: Annotated[dict[str, Any], BeforeValidator(_json_object)] = Field(
         default_factory=dict,
         description="The tool call's arguments as the agent sent them (`file_path`, `path`, "
         "`command`, `pattern`, …); paths, shell commands, patches and text are read from them.",

@@ -188,6 +188,15 @@ def _check_unicode(value: str, field: str) -> None:
         raise InvalidInput(f"{field} contains invalid Unicode (a lone surrogate)") from None
 
 
+def _check_text(value: str, field: str) -> None:
+    """A card's text as `transitions.check_unicode` (which imports this module) holds every other
+    text: valid UTF-8 and no NUL. The card is injected into a model's context and printed by hooks
+    and terminals, which a NUL cuts short. (Anchors refuse it among the control characters.)"""
+    _check_unicode(value, field)
+    if "\x00" in value:
+        raise InvalidInput(f"{field} contains a NUL character")
+
+
 def _redact_line(raw: str) -> tuple[str, list[str]]:
     """As `transitions.redact_line` (which imports this module): collapsed to one line, redacted
     before and after, since a key and its value on two lines are one once joined."""
@@ -200,7 +209,7 @@ def _redact_line(raw: str) -> tuple[str, list[str]]:
 
 
 def _card_text(raw: str, field: str, max_bytes: int, *, one_line: bool) -> tuple[str, list[str]]:
-    _check_unicode(raw, field)
+    _check_text(raw, field)
     if one_line:
         text, labels = _redact_line(raw)
     else:
@@ -238,7 +247,7 @@ def prepare_evidence(values: Iterable[str]) -> tuple[tuple[str, ...], list[str]]
     out: list[str] = []
     labels: list[str] = []
     for raw in given:
-        _check_unicode(raw, "evidence")
+        _check_text(raw, "evidence")
         value, found = _redact_line(raw)
         labels.extend(found)
         if not value or value in out:

@@ -398,14 +398,7 @@ def update(
     if category is not None and category != existing.category:
         changes["category"] = category
     changes.update(_lane_changes(existing, context=context, intention=intention))
-    for field, value in (
-        ("title", title),
-        ("recommendation", recommendation),
-        ("anchors", anchors),
-        ("evidence", evidence),
-    ):
-        if value is not None and value != getattr(existing, field):
-            changes[field] = value
+    changes.update(_card_changes(existing, title, recommendation, anchors, evidence))
     if text is not None and text != existing.text:
         changes["text"] = text
         changes["stated_at"] = max(now_ms, existing.last_stated_at)
@@ -420,6 +413,27 @@ def update(
     changes["updated_at"] = max(now_ms, existing.updated_at)
     changes["revision"] = _next_revision(existing)
     return existing.model_copy(update=changes)
+
+
+def _card_changes(
+    existing: Memory,
+    title: str | None,
+    recommendation: str | None,
+    anchors: Anchors | None,
+    evidence: tuple[str, ...] | None,
+) -> dict[str, object]:
+    """The lesson fields an update changes (None: unchanged). Anchors are a set to match on (as a
+    re-save compares them), and no evidence is None (as a save stores it): the same card written
+    again is no new revision, which every conversation would be handed again."""
+    changes: dict[str, object] = {}
+    for field, value in (("title", title), ("recommendation", recommendation)):
+        if value is not None and value != getattr(existing, field):
+            changes[field] = value
+    if anchors is not None and anchor_set(anchors) != anchor_set(existing.anchors):
+        changes["anchors"] = anchors
+    if evidence is not None and (evidence or None) != existing.evidence:
+        changes["evidence"] = evidence or None
+    return changes
 
 
 def _lane_changes(existing: Memory, **lanes: str | None) -> dict[str, str | None]:

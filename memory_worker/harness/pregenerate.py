@@ -58,6 +58,7 @@ MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extr
 MAX_STEP_CALLS = 32  # the newest tool calls a step matches: a long turn costs no more than this
 # Content blocks that carry a tool call: the harness's own, and the shapes providers pass through.
 _CALL_BLOCKS = frozenset({"function_call", "tool_call", "tool_use", "toolCall"})
+_RESULT_BLOCKS = frozenset({"tool_result", "function_result", "toolResult"})
 
 
 def user_message(text: str, now_ms: int) -> dict[str, Any]:
@@ -103,19 +104,34 @@ def _call_of(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return name, arguments
 
 
+def _results_only(content: Any) -> bool:
+    """Whether a user message carries tool results and nothing else: Anthropic's shape (whose
+    calls are `tool_use` blocks) returns each step's results that way, where the harness gives
+    them their own role."""
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(
+            isinstance(block, dict) and block.get("type") in _RESULT_BLOCKS for block in content
+        )
+    )
+
+
 def step_calls(messages: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     """The tool calls the window shows since its newest user message (function results are their
-    own role; our own `<memory>` blocks are user messages, so calls a step already matched and
-    appended lessons for are behind one): `(tool, arguments)`, oldest first, the newest
-    `MAX_STEP_CALLS`."""
+    own role, or a user message of result blocks only, which is passed over; our own `<memory>`
+    blocks are user messages, so calls a step already matched and appended lessons for are behind
+    one): `(tool, arguments)`, oldest first, the newest `MAX_STEP_CALLS`."""
     calls: list[tuple[str, dict[str, Any]]] = []
     for message in reversed(messages):
         if not isinstance(message, dict):
             continue
         role = message.get("role")
-        if role == "user":
-            break
         content = message.get("content")
+        if role == "user":
+            if _results_only(content):
+                continue  # a step's results in a provider's user message, not a new question
+            break
         if role != "assistant" or not isinstance(content, list):
             continue
         for block in reversed(content):
