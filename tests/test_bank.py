@@ -265,6 +265,30 @@ class TestCommit:
         texts = [Memory.model_validate_json(line).text for line in log.read_bytes().splitlines()]
         assert texts == ["The user likes green tea", "The user owns a bike"]
 
+    @pytest.mark.parametrize("failing", ["write", "fsync"])
+    async def test_a_failed_save_after_a_hand_append_leaves_the_appended_line(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch, failing: str
+    ) -> None:
+        """A line a person appended by hand (`echo … >> memories.jsonl`), then a save the disk
+        refuses (full) before the watcher reloaded the bank: the save was cut back to the size
+        the bank had last written, which cut the person's line off the log with it."""
+        await bank.commit([_memory("The user likes tea")])
+        log = bank.path / "memories.jsonl"
+        hand = _memory("The user keeps bees").to_line() + b"\n"
+        with log.open("ab") as handle:
+            handle.write(hand)
+        before = log.read_bytes()
+
+        def disk_full(*args: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, failing, disk_full)
+        with pytest.raises(StorageError, match="No space left"):
+            await bank.commit([_memory("The user owns a bike")])
+        monkeypatch.undo()
+        assert log.read_bytes() == before
+        assert bank.disk_changed()  # the hand edit is still reported for a reload
+
 
 async def _closed_with_one_record(store: Store, data_dir: Path) -> Path:
     """Bank `main` holding one memory, its store closed; returns its log."""
@@ -336,14 +360,16 @@ class TestReplay:
         finally:
             await reopened.close()
 
-    @pytest.mark.parametrize("removed", [0, 1])
+    @pytest.mark.parametrize("removed", [0, 1, 2])
     async def test_a_line_of_an_import_deleted_by_hand_hides_only_that_memory(
         self, store: Store, data_dir: Path, removed: int
     ) -> None:
         """An import is one write of many lines, applied whole or not at all. A person who
         deleted one imported memory's line from memories.jsonl lost every memory of that import
         (an "interrupted write": none applied). A crash cuts a write short at its end; a write
-        whose last line is there reached it, so only the deleted line is gone."""
+        whose last line is there reached it, so only the deleted line is gone. So did one
+        followed by a later write (`removed=2`, its last line): a write a crash cut short is the
+        log's last, and the next load sets it aside before anything is written after it."""
         bank, _ = await store.ensure("main")
         texts = ["The user likes tea", "The user lives in Lisbon", "The user has a cat"]
         await bank.commit([_memory(text) for text in texts])

@@ -506,6 +506,32 @@ class TestRunner:
         assert {memories[f"The user likes {f}"]["corroboration"] for f in ("figs", "kiwis")} == {0}
         await runner.close()
 
+    async def test_a_session_runs_in_queue_order_when_the_clock_went_back_between_turns(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """The clock stepped back (an NTP correction) between two Stop hooks of one session:
+        jobs were ordered by the time they were queued, so turn 2's job (holding both turns)
+        ran first and moved the cursor past both, then turn 1's found no cursor in its own
+        messages, read figs again (a second extraction of one turn) and moved the cursor back.
+        The queue's own order is the order the turns were queued."""
+        model = ScriptedModel()
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        real, back = service.clock, [0]
+        service.clock = lambda: real() - back[0]  # it ticks on (a pass waits for a tick)
+        one = turn(1, "figs")
+        await runner.enqueue(job("s8", entries_of(tmp_path, one)))
+        back[0] = 60_000  # a minute back
+        await runner.enqueue(job("s8", entries_of(tmp_path, [*one, *turn(2, "kiwis")])))
+        assert [p.id for p in runner.queue.pending()] == ["s8:a1", "s8:a2"]
+        assert await runner.run_once() == 2
+        assert sum("I like figs" in asked for asked in model.asked) == 1
+        assert runner.queue.cursor("s8")["last_entry_id"] == "a2"
+        reopened = CaptureQueue(root)  # the order survives a restart too
+        assert reopened.cursor("s8")["last_entry_id"] == "a2"
+        reopened.close()
+        service.clock = real
+        await runner.close()
+
     async def test_a_dead_job_outlives_the_queues_compaction(
         self,
         service: MemoryService,

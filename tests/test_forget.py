@@ -24,7 +24,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import erasure, log
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
@@ -434,6 +434,67 @@ class TestForget:
         for who in people[:3]:
             assert _grep(data_dir, f"{who} hides") == [], who
         assert _grep(data_dir, "dora hides") and _grep(data_dir, "Monday")
+        assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
+
+    async def test_a_save_after_an_erasure_the_disk_refused_is_not_erased_by_the_next_load(
+        self, service: MemoryService, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The disk refuses the erasure's rewrite (ENOSPC) after its intent is durable: the
+        call fails, but the intent stays, so the next load (a restart, `memory::reload`)
+        finishes the erasure. A memory about them saved and acknowledged in between was erased
+        with it, and one pinned in between too (the pinned check never saw it): a write about
+        them stays refused until the erasure is finished, as while it runs."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        old = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        bank = store.get("main")
+
+        async def disk_full(*args: Any, **kwargs: Any) -> Any:
+            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
+
+        monkeypatch.setattr(bank, "rewrite", disk_full)
+        with pytest.raises(StorageError):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        monkeypatch.undo()
+        refused: list[str] = []
+        for function_id, payload in (
+            ("memory::save", {"text": "Ana likes figs.", "subject": "ana"}),
+            ("memory::pin", {"id": old["memory"]["id"], "pinned": True}),
+        ):
+            try:
+                await call(service, function_id, **payload)
+            except Conflict as exc:
+                refused.append(str(exc))
+        await store.reload()  # the next load finishes what the intent committed to
+        listed = await call(service, "memory::list", include_superseded=True)
+        survivors = [m["text"] for m in listed["memories"]]
+        # Acknowledged then erased, or refused: never both.
+        assert survivors == [] and len(refused) == 2, (survivors, refused)
+        assert all("erasing; nothing was written" in r for r in refused)
+        await call(service, "memory::save", text="Ana likes figs.", subject="ana")  # after: fine
+
+    async def test_another_persons_erasure_keeps_an_unfinished_ones_intent(
+        self, service: MemoryService, store: Store, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Ana's erasure failed past its intent; Bruno's then succeeded and removed the intent
+        file whole, Ana's name in it: her erasure was never finished, her trashed copies gone
+        and her live memories back at the next load."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+        bank = store.get("main")
+        real_rewrite = bank.rewrite
+
+        async def disk_full(*args: Any, **kwargs: Any) -> Any:
+            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
+
+        monkeypatch.setattr(bank, "rewrite", disk_full)
+        with pytest.raises(StorageError):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        monkeypatch.setattr(bank, "rewrite", real_rewrite)
+        await call(service, "memory::forget-subject", subject="bruno", confirm="destructive")
+        assert erasure.pending(data_dir / "main") == ["ana"]
+        await store.reload()
+        assert _grep(data_dir, "locker") == [] and _grep(data_dir, "doormat") == []
         assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
 
     def test_it_is_denied_to_agents(self) -> None:

@@ -265,8 +265,10 @@ def test_a_torn_write_past_the_prefix_sends_the_boot_through_the_full_replay(
 ) -> None:
     seed(tmp_path)
     lines = encode([_memory("fpone", "first of two"), _memory("fptwo", "second of two")])
-    first = lines[: lines.index(b"\n") + 1]
-    _append(tmp_path, first + encode([_memory("fpafter", "a later save")]))
+    # Cut inside its second line, as a crash cuts (a write short of whole lines, with a later
+    # one after it, lost them by hand: `test_bank`), then a later save on a line of its own.
+    torn = lines[: lines.index(b"\n") + 20] + b"\n"
+    _append(tmp_path, torn + encode([_memory("fpafter", "a later save")]))
     uses.clear()
 
     booted = observed(tmp_path)

@@ -90,7 +90,7 @@ class ForgetUseCases(EmbeddingWork):
                 set(about),
             )
             await asyncio.to_thread(bank.access.forget, about)
-            await asyncio.to_thread(erasure.clear_intent, bank.path)
+            await asyncio.to_thread(erasure.clear_intent, bank.path, subject)
         self._unreport(name, bank, set(about))
         log.info(
             "subject_forgotten",

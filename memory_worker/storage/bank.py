@@ -251,6 +251,10 @@ class Bank:
         self._last_sync_s = INLINE_SYNC_S  # the last fsync's duration: the first goes to a thread
         # Subjects being erased (`erasing`), each with the ids that were theirs when it started.
         self._erasing: dict[str, frozenset[str]] = {}
+        # Erasures that failed past their intent (a disk that refused the rewrite): the intent
+        # stays, so the next load finishes them, and a write about them landing meanwhile would
+        # be acknowledged and then erased. Refused as while they run, until a retry finishes one.
+        self._unfinished: dict[str, frozenset[str]] = {}
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
         self._rewriting: asyncio.Event | None = None  # set when the running rewrite is over
@@ -449,15 +453,23 @@ class Bank:
 
     async def configure(self, description: str, overrides: BankOverrides) -> None:
         """Write the bank's description and chosen settings to `bank.yaml` (atomically), then
-        adopt them: a failed write (`StorageError`) leaves file and RAM as they were."""
+        adopt them: a failed write (`StorageError`) leaves file and RAM as they were, except one
+        that landed but whose folder sync failed (`UnsyncedChange`): RAM adopts it too."""
         self._check_writable()
         async with self._settings_lock:
-            await asyncio.to_thread(
-                functools.partial(write_bank_file, within=self.root),
-                self.path / BANK_FILE,
-                description,
-                overrides,
-            )
+            try:
+                await asyncio.to_thread(
+                    functools.partial(write_bank_file, within=self.root),
+                    self.path / BANK_FILE,
+                    description,
+                    overrides,
+                )
+            except files.UnsyncedChange as exc:
+                # Renamed in, its folder not synced: RAM follows the disk (the next boot reads
+                # the new file), the caller is told, as for a rule write.
+                self.description, self.overrides = description, overrides
+                self.warnings.note(self.name, "bank.yaml written", exc)
+                raise
             self.description, self.overrides = description, overrides
             self._bank_file_problem = None  # written whole by us
 
@@ -902,8 +914,18 @@ class Bank:
         return records
 
     def is_empty(self) -> bool:
-        """No memory, rule or write in flight: what a bank just created looks like."""
-        return not (self._memories or self._rules or self._queue or self._held or self._staged)
+        """No memory, rule or write in flight: what a bank just created looks like. A rule or
+        `bank.yaml` write in flight counts: it may have landed on disk before RAM hears of it,
+        and removing the bank then took an acknowledged rule with it."""
+        return not (
+            self._memories
+            or self._rules
+            or self._queue
+            or self._held
+            or self._staged
+            or self._rules.busy
+            or self._settings_lock.locked()
+        )
 
     def live_count(self) -> int:
         return len(self.index)
@@ -940,8 +962,22 @@ class Bank:
         self._erasing[subject] = frozenset(ids)
         try:
             yield
+        except BaseException:
+            if self._intent_names(subject):  # committed: the next load (or a retry) finishes it
+                self._unfinished[subject] = self._erasing[subject]
+            raise
+        else:
+            for unfinished in [s for s in self._unfinished if same_subject(s, subject)]:
+                del self._unfinished[unfinished]
         finally:
             del self._erasing[subject]
+
+    def _intent_names(self, subject: str) -> bool:
+        """Whether the erasure intent on disk still names `subject` (unreadable: it may)."""
+        try:
+            return any(same_subject(s, subject) for s in erasure.pending(self.path))
+        except StorageError:
+            return True
 
     def being_erased(self, record: Memory) -> bool:
         """Whether a write of `record` is refused by an erasure under way (`erasing`)."""
@@ -949,7 +985,7 @@ class Bank:
 
     def _erasing_about(self, record: Memory) -> str | None:
         """The subject an erasure under way is taking `record` out with, if any."""
-        for subject, ids in self._erasing.items():
+        for subject, ids in (*self._erasing.items(), *self._unfinished.items()):
             if of_subject(record.subject, subject) or record.id in ids:
                 return subject
         return None
@@ -1086,7 +1122,7 @@ class Bank:
         if not records:
             return
         self._check_writable()
-        if self._erasing:
+        if self._erasing or self._unfinished:
             self._refuse_erased(records)
         try:
             data = encode(records)
@@ -1211,7 +1247,7 @@ class Bank:
     def _abort(self, exc: StorageError) -> None:
         log.error("commit_failed", bank=self.name, error=str(exc), waiting=len(self._queue))
         try:
-            self._log.truncate(self._log.synced_size)
+            self._log.truncate()
         except StorageError as cut:
             self._broken = cut.message
             log.error("bank_write_disabled", bank=self.name, error=str(cut))

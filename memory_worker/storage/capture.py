@@ -97,8 +97,10 @@ class CaptureQueue:
         return self._state.dead
 
     def pending(self) -> list[Pending]:
-        """Jobs not done yet, oldest first."""
-        return sorted(self._state.pending.values(), key=lambda p: (p.enqueued_at, p.id))
+        """Jobs not done yet, in the order they were queued (the file's): not by the clock's
+        `at`, which a clock stepped back between two turns of one session put in reverse, so the
+        later turn's job ran first and the earlier one then read its turn a second time."""
+        return list(self._state.pending.values())
 
     def cursor(self, session_id: str) -> Any:
         """The session's cursor as the last finished job left it (None before the first)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
-from memory_worker.core.subjects import of_subject
+from memory_worker.core.subjects import of_subject, same_subject
 from memory_worker.storage import files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
@@ -102,7 +102,17 @@ def pending(bank_path: Path) -> list[str]:
     return [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
 
 
-def clear_intent(bank_path: Path) -> None:
+def clear_intent(bank_path: Path, subject: str | None = None) -> None:
+    """The erasure of `subject` (None: of everyone the intent names) is over. Another subject
+    the intent still names is one whose erasure failed past its intent: it stays for the next
+    load to finish (removing the file whole left their memories half erased for good)."""
+    left = (
+        [] if subject is None else [s for s in pending(bank_path) if not same_subject(s, subject)]
+    )
+    if left:
+        body = json.dumps({"subjects": sorted(left)}).encode()
+        files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
+        return
     # Its folder is synced by `remove_file`.
     files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
 

@@ -635,18 +635,30 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class AppendLog:
     """An append-only file: `write()` adds bytes at the end, `sync()` makes them durable, and
-    `truncate()` cuts back to a durable size after a failure, so a later write is never glued onto
-    a torn or unsynced tail. Reopened automatically when the file was replaced by hand; never
-    opened through a link (`within`: the data dir, down from which no folder may be a link)."""
+    `truncate()` cuts back to the durable end after a failure, so a later write is never glued
+    onto a torn or unsynced tail. Reopened automatically when the file was replaced by hand; never
+    opened through a link (`within`: the data dir, down from which no folder may be a link).
+
+    Two sizes are kept: `size`/`synced_size`, what this log accounts for (the file as opened plus
+    what it appended; the bank's stamp tells a hand edit by them), and where those end in the
+    file, which a hand append in place moves. A failed write or sync cuts back to the file's
+    own end, so a line a person appended meanwhile stays (cut back to our count, it was lost)."""
 
     def __init__(self, path: Path, *, within: Path | None = None) -> None:
         self.path = path
         self.within = within
         self._fd: int | None = None
         self._inode: int | None = None
-        self.size = 0
+        # (size, end): what we account for and the file's real size after our last step, as one
+        # value, so a sync in a thread reads a consistent pair while the loop writes on.
+        self._tail = (0, 0)
         self.synced_size = 0
+        self._synced_end = 0  # where the durable part ends in the file: what `truncate` keeps
         self._needs_newline = False
+
+    @property
+    def size(self) -> int:
+        return self._tail[0]
 
     def _open(self) -> int:
         if self._fd is not None:
@@ -655,12 +667,16 @@ class AppendLog:
             except FileNotFoundError:
                 info = None
             if info is not None and info.st_ino == self._inode:
-                if info.st_size != self.size:
-                    # Rewritten in place by someone else (an editor that saves without a rename):
-                    # an edited last line may have lost its newline, and the next line glued onto
-                    # it made both corrupt. `size` stays what we appended: the bank's stamp tells
-                    # a hand edit by it.
+                size, end = self._tail
+                if info.st_size != end:
+                    # Rewritten in place by someone else (an editor that saves without a rename,
+                    # an `echo >>`): an edited last line may have lost its newline, and the next
+                    # line glued onto it made both corrupt. `size` stays what we appended: the
+                    # bank's stamp tells a hand edit by it.
                     self._needs_newline = not self._ends_with_newline(self._fd, info.st_size)
+                    if self.synced_size == size:  # nothing of ours unsynced: all of it stays
+                        self._synced_end = info.st_size
+                    self._tail = (size, info.st_size)
                 return self._fd
             self.close()  # replaced or removed behind our back: follow the path, not the inode
         try:
@@ -680,7 +696,8 @@ class AppendLog:
                 os.close(fd)
             raise
         self._fd, self._inode = fd, stat_.st_ino
-        self.size = self.synced_size = size
+        self._tail = (size, size)
+        self.synced_size = self._synced_end = size
         self._needs_newline = needs_newline
         return fd
 
@@ -698,40 +715,45 @@ class AppendLog:
         fd = self._open()
         if self._needs_newline:
             data = b"\n" + data  # a torn last line stays a line of its own
-        before = self.size
+        size, end = self._tail
         try:
             _write_all(fd, data)
         except OSError as exc:
-            self.truncate(before)
+            self._cut(fd, end)  # nothing of this write stays; what is before it, ours or not, does
             raise _storage("append to", self.path, exc) from exc
         self._needs_newline = False
-        self.size = before + len(data)
+        self._tail = (size + len(data), end + len(data))
 
     def sync(self) -> int:
         """fsync what was written; returns the size now durable."""
-        size = self.size
+        size, end = self._tail
         if self._fd is None or self.synced_size >= size:
             return self.synced_size
         try:
             os.fsync(self._fd)
         except OSError as exc:
             raise _storage("sync", self.path, exc) from exc
-        self.synced_size = size
+        self.synced_size, self._synced_end = size, end
         return size
 
-    def truncate(self, size: int) -> None:
-        """Cut the file back to `size` bytes (a durable boundary)."""
+    def truncate(self) -> None:
+        """Cut the file back to its durable end (after a failed sync): what this log wrote
+        since goes, a hand append made before it stays."""
         if self._fd is None:
             return
+        self._cut(self._fd, self._synced_end)
+        self._tail = (self.synced_size, self._synced_end)
+
+    def _cut(self, fd: int, end: int) -> None:
         try:
-            os.ftruncate(self._fd, size)
+            os.ftruncate(fd, end)
         except OSError as exc:
             raise _storage("truncate", self.path, exc) from exc
         # Best effort: when the disk refuses this sync too, the next successful commit's fsync
         # persists the cut along with its own line.
         with contextlib.suppress(OSError):
-            os.fsync(self._fd)
-        self.size = self.synced_size = size
+            os.fsync(fd)
+        self._tail = (self._tail[0], end)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -56,6 +56,7 @@ class _OpenBatch:
     first_line: int
     records: list[Memory] = field(default_factory=list)
     ended: bool = False  # its last line (index size - 1) is on disk: the write reached its end
+    broken: bool = False  # an unreadable line came while it was open (a torn write's mark)
 
 
 # A commit of several records (supersede with reinforce, an import) is one write; each of its lines
@@ -440,12 +441,14 @@ def _intact_lines(
             first = exc.errors()[0]
             detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
             damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
+            if batch is not None:
+                batch.broken = True
             continue
         if _hand_edited(line):  # (a torn write never parses: its record or its JSON is cut)
             damage.append(Damage(MEMORIES_FILE, _HAND_EDITED, number, kept=True))
         tag = _batch_tag(line)
         if batch is not None and (tag is None or tag[0] != batch.nonce):
-            yield from _short(batch, damage)
+            yield from _short(batch, damage, followed=True)
             batch = None
         if tag is None:
             yield record
@@ -460,12 +463,15 @@ def _intact_lines(
         yield from _short(batch, damage)
 
 
-def _short(batch: _OpenBatch, damage: list[Damage]) -> list[Memory]:
+def _short(batch: _OpenBatch, damage: list[Damage], *, followed: bool = False) -> list[Memory]:
     """What a multi-record write with lines missing applies. A write cut short by a crash is
     a prefix of its lines: none applied. One whose last line is there reached its end, so the
     lines missing were removed by hand (a person deleting one imported memory): the others are
-    what the file says, and hiding them hid a whole import."""
-    if not batch.ended:
+    what the file says, and hiding them hid a whole import. So were those of one `followed` by
+    another write with every line it has whole: a crash cuts short the log's last write, and
+    the next load sets that aside (`interrupted_tail`) before anything is written after it, so
+    its last line was deleted by hand too (a torn line among them still marks a crash)."""
+    if not batch.ended and (not followed or batch.broken):
         damage.append(_torn(batch))  # the rest of that write never made it to disk
         return []
     reason = (

@@ -220,6 +220,61 @@ async def test_a_failed_write_into_a_new_bank_does_not_create_the_bank(
         await service.store.close()
 
 
+async def test_a_rule_written_into_a_new_bank_survives_the_failed_save_that_created_it(
+    seeded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save creates bank `work` and fails (the disk); meanwhile a rule write into `work` has
+    landed on disk and not yet answered. The failed save removed the bank as empty (its rule
+    not in RAM yet) and its folder with the rule: the rule write then answered success for a
+    rule no longer anywhere."""
+    import asyncio
+    import threading
+
+    from memory_worker.storage import bank as bank_module
+    from memory_worker.storage import rules as rules_module
+
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    loop = asyncio.get_running_loop()
+    committing, written, release = asyncio.Event(), asyncio.Event(), threading.Event()
+    real_write = rules_module._write_rule
+
+    def landed_then_slow(*args: Any) -> None:
+        real_write(*args)  # on disk; the loop has not heard back yet
+        loop.call_soon_threadsafe(written.set)
+        release.wait(30)
+
+    async def failing_commit(self: Any, records: Any) -> None:
+        committing.set()
+        await written.wait()
+        raise StorageError("cannot append to memories.jsonl: No space left on device")
+
+    monkeypatch.setattr(rules_module, "_write_rule", landed_then_slow)
+    monkeypatch.setattr(bank_module.Bank, "commit", failing_commit)
+    try:
+        save = asyncio.ensure_future(
+            catalog.call(service, "memory::save", {"bank": "work", "text": "Ships on Fridays"})
+        )
+        await committing.wait()
+        rule = asyncio.ensure_future(
+            catalog.call(
+                service, "memory::rule::set", {"bank": "work", "name": "tone", "content": "Warm."}
+            )
+        )
+        with pytest.raises(StorageError):
+            await save
+        release.set()
+        answered = await rule
+        assert answered["ok"] is True and answered["exists"] is True
+        monkeypatch.undo()
+        listed = await catalog.call(service, "memory::rule::list", {"bank": "work"})
+        assert [r["content"] for r in listed["rules"]] == ["Warm."]
+    finally:
+        release.set()
+        await service.store.close()
+
+
 async def test_a_bank_delete_whose_directory_sync_fails_is_either_done_or_undone(
     seeded: Path, tmp_path: Path
 ) -> None:
@@ -260,6 +315,32 @@ async def test_a_rule_write_whose_directory_sync_fails_leaves_ram_and_disk_agree
         assert await _rules(service) == seen, "RAM serves one rule, the next boot another"
     finally:
         await service.store.close()
+
+
+async def test_a_bank_configure_whose_directory_sync_fails_leaves_ram_and_disk_agreeing(
+    seeded: Path, tmp_path: Path
+) -> None:
+    """`bank.yaml` is replaced and the directory fsync after it fails: the call reports
+    `storage`, but RAM kept the old settings while the disk, and so the next boot, has the new
+    ones (an agent still writing to a bank a person had just set to `read`)."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    service = open_service(data)
+    try:
+        payload = {"name": "blog", "description": "Drafts only", "conscious_access": "read"}
+        with Injector("fsync", 1, EIO, where=is_dir), pytest.raises(StorageError):
+            await catalog.call(service, "memory::bank::configure", payload)
+        seen = await _bank(service)
+        await service.store.close()
+        service = open_service(data)
+        assert await _bank(service) == seen, "RAM serves one setting, the next boot another"
+    finally:
+        await service.store.close()
+
+
+async def _bank(service: MemoryService) -> tuple[str, str]:
+    bank = (await catalog.call(service, "memory::bank::get", {"name": "blog"}))["bank"]
+    return bank["description"], bank["settings"]["conscious_access"]
 
 
 async def _rules(service: MemoryService) -> list[tuple[str, str]]:
