@@ -184,6 +184,16 @@ class TestPass:
         with pytest.raises(BankNotFound):
             await consolidator.run(settings(), bank="nope")
 
+    @pytest.mark.parametrize("name", ["Main", "../main", ""])
+    async def test_a_bank_that_is_no_bank_name_is_invalid_input_as_at_every_memory_function(
+        self, service: MemoryService, consolidator: Consolidator, name: str
+    ) -> None:
+        """`run {bank}` answers a malformed name as the memory worker does (`invalid_input`,
+        REST 400), not as a missing bank (404: a typo'd case looked like a deleted bank)."""
+        await save(service, "Tea.")
+        with pytest.raises(InvalidInput, match="must match"):
+            await consolidator.run(settings(), bank=name)
+
     def test_an_allowlist_naming_no_possible_bank_is_refused(self) -> None:
         """`Main` can never be a bank: accepted, every scheduled pass would cover no bank (and
         run no retention sweep) while checkpointing as if it had."""
@@ -627,6 +637,24 @@ class TestLlmTier:
         assert llm is not None and llm.status == "skipped" and "stale revision" in str(llm.detail)
         [rule] = (await call(service, "memory::rule::list"))["rules"]
         assert rule["content"] == "# Mine\n- Be kind.\n"
+
+    async def test_a_memory_about_someone_is_never_promoted_even_in_an_unscoped_bank(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """A rule is the bank's, not a person's: promoted from Ana's memory, it would outlive
+        her erasure (`memory::forget-subject` takes her memories, never a line of `learned`)."""
+        about = await save(service, "Always greet Ana as Doctor Quintela.", subject="ana")
+        for _ in range(4):
+            await save(service, "Always greet Ana as Doctor Quintela.", subject="ana")
+        reply = json.dumps({"promotions": [{"id": about["id"], "rule": about["text"]}]})
+        judge = ScriptedJudge(reply)
+        report = await Consolidator(client, judge, clock=clock).run(
+            settings(llm_assist_enabled=True)
+        )
+        assert report.banks[0].llm is not None and report.banks[0].llm.promoted == 0
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        rules = (await call(service, "memory::rule::list"))["rules"]
+        assert not any("Quintela" in r["content"] for r in rules)
 
     async def test_a_dry_run_never_asks(
         self, service: MemoryService, client: InProcessClient, clock: FixedClock

@@ -343,6 +343,54 @@ class TestForget:
             assert done.status == 200 and len((await done.json())["erased"]) == 3
         assert _grep(data_dir, "flowerpot") == []
 
+    async def test_a_persons_merge_across_subjects_carries_nothing_of_theirs_to_the_survivor(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """A person may supersede Ana's memory by Bruno's with `reinforce` (REST, the CLI): the
+        survivor counts the observation, but what Ana's record said about her (lanes, entities,
+        tags, the session) is not copied onto Bruno's memory, where his recalls would show it and
+        her erasure would not reach it."""
+        async with TestClient(TestServer(build_app(service))) as client:
+
+            async def post(path: str, **body: Any) -> dict[str, Any]:
+                answer = await client.post(f"/memory/{path}", json=body)
+                assert answer.status == 200, await answer.text()
+                result: dict[str, Any] = await answer.json()
+                return result
+
+            await post("bank/create", name="main", subject_scoping=True)
+            ana = await post(
+                "save",
+                text="Ana is seeing a lawyer about the house.",
+                subject="ana",
+                context="Ana confided her separation plans",
+                intention="keep the separation from her family",
+                entities=["ana-solicitor"],
+                tags=["separation"],
+                session_id="ana-private-session",
+            )
+            bruno = await post("save", text="Bruno is seeing a lawyer.", subject="bruno")
+            merged = await post(
+                "supersede",
+                id=ana["memory"]["id"],
+                superseded_by=bruno["memory"]["id"],
+                reinforce=True,
+            )
+            assert merged["reinforced"] is True
+            survivor = (await post("get", id=bruno["memory"]["id"]))["memory"]
+            assert survivor["corroboration"] == 1  # the observation is counted
+            for field in ("context", "intention", "source"):
+                assert survivor.get(field) is None, field
+            assert survivor["entities"] == [] and survivor["tags"] == []
+            done = await client.post(
+                "/memory/forget-subject",
+                json={"subject": "ana"},
+                headers={"X-Confirm": "destructive"},
+            )
+            assert done.status == 200
+        for needle in ("separation", "ana-solicitor", "ana-private-session", "confided"):
+            assert _grep(data_dir, needle) == [], needle
+
     async def test_a_name_typed_decomposed_is_the_same_person(
         self, service: MemoryService, data_dir: Path
     ) -> None:

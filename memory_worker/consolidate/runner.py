@@ -41,6 +41,7 @@ from memory_worker.core.errors import (
     StorageError,
     WorkerError,
 )
+from memory_worker.core.names import check_name
 
 __all__ = ["LIST_PAGE", "MAX_REPORTED_GROUPS", "Budget", "Consolidator", "system_ms"]
 
@@ -84,7 +85,6 @@ class _Bank:
     name: str
     dry_run: bool
     report: BankReport
-    scoped: bool = False  # subject_scoping: a memory about someone reaches only them
     rows: list[Row] = field(default_factory=list)
     revisions: dict[str, int] = field(default_factory=dict)
     retired: set[str] = field(default_factory=set)
@@ -110,19 +110,17 @@ class Consolidator:
 
     async def banks(self, settings: ConsolidateSettings, bank: str | None) -> list[str]:
         """The banks a pass covers: the allowlist (empty = every bank) ∩ what exists, or `bank`."""
-        return list(await self._covered(settings, bank))
-
-    async def _covered(self, settings: ConsolidateSettings, bank: str | None) -> dict[str, bool]:
-        """`banks()` with whether each one partitions its memories by subject."""
         listed = await self.memory.call("memory::bank::list", {})
-        scoping = {
-            str(info["name"]): _scoped(info)
+        names = sorted(
+            str(info["name"])
             for info in listed.get("banks", [])
             if isinstance(info, dict) and isinstance(info.get("name"), str)
-        }
-        names = sorted(scoping)
+        )
         allowed = set(settings.banks)
         if bank is not None:
+            # A name no bank can have is the caller's mistake, as at every memory function, not
+            # a bank that is missing (a 404 told the person it had been deleted).
+            check_name(bank, "bank")
             if allowed and bank not in allowed:
                 raise InvalidInput(
                     f"bank {bank} is not in memory-consolidate's `banks` allowlist "
@@ -130,8 +128,8 @@ class Consolidator:
                 )
             if bank not in names:
                 raise BankNotFound(bank)
-            return {bank: scoping[bank]}
-        return {name: scoping[name] for name in names if not allowed or name in allowed}
+            return [bank]
+        return [name for name in names if not allowed or name in allowed]
 
     async def run(
         self, settings: ConsolidateSettings, *, bank: str | None = None, dry_run: bool = False
@@ -139,10 +137,9 @@ class Consolidator:
         started = self.clock()
         clock_start = time.perf_counter()
         budget = Budget(settings.max_supersedes_per_run)
-        covered = await self._covered(settings, bank)
         reports = [
-            await self._bank(name, settings, dry_run, budget, scoped)
-            for name, scoped in covered.items()
+            await self._bank(name, settings, dry_run, budget)
+            for name in await self.banks(settings, bank)
         ]
         return PassReport(
             dry_run=dry_run,
@@ -155,11 +152,11 @@ class Consolidator:
     # --- one bank ---------------------------------------------------------------------------
 
     async def _bank(
-        self, name: str, settings: ConsolidateSettings, dry_run: bool, budget: Budget, scoped: bool
+        self, name: str, settings: ConsolidateSettings, dry_run: bool, budget: Budget
     ) -> BankReport:
         began = time.perf_counter()
         report = BankReport(bank=name, at=self.clock(), dry_run=dry_run, semantic="off")
-        state = _Bank(name, dry_run, report, scoped)
+        state = _Bank(name, dry_run, report)
         semantic = "off"
         llm: LlmReport | None = None
         groups: list[Group] = []
@@ -368,9 +365,11 @@ class Consolidator:
                 if threshold
                 and r.corroboration >= threshold
                 and r.id not in state.retired
-                # The learned rule reaches every conversation of the bank: in a scoped bank, a
-                # memory about one person must not become everyone's instruction.
-                and not (state.scoped and r.subject is not None)
+                # The learned rule reaches every conversation of the bank and is no one's: a
+                # memory about one person must not become everyone's instruction (a scoped bank),
+                # nor a line their erasure cannot take back (forget-subject takes only their
+                # memories), whatever the bank's scoping.
+                and r.subject is None
             ),
             key=lambda r: (-r.corroboration, r.id),
         )[:MAX_PROMOTIONS_OFFERED]
@@ -434,12 +433,6 @@ class Consolidator:
             payload["expected_revision"] = revision
         await self.memory.call("memory::rule::set", payload)
         return added
-
-
-def _scoped(info: dict[str, Any]) -> bool:
-    """Whether a `memory::bank::list` row's bank partitions its memories by subject."""
-    chosen = info.get("settings")
-    return isinstance(chosen, dict) and chosen.get("subject_scoping") is True
 
 
 def _group_report(group: Group, merged: list[str], capped: int, planned: bool) -> GroupReport:

@@ -18,6 +18,7 @@ from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import LESSON, anchor_set
 from memory_worker.core.models import MAX_INT, Anchors, Confidence, ItemEvent, Memory, Provenance
 from memory_worker.core.redact import MARKER_PREFIX, redact
+from memory_worker.core.subjects import same_subject
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
@@ -492,20 +493,24 @@ def supersede(
     )
     if not reinforce_winner or winner.pinned:
         return retired, None
-    absorbed = winner.model_copy(
-        update={
-            "corroboration": _count(winner.corroboration, target.corroboration, 1),
-            "stated_at": max(winner.last_stated_at, target.last_stated_at),
+    update = {
+        "corroboration": _count(winner.corroboration, target.corroboration, 1),
+        "stated_at": max(winner.last_stated_at, target.last_stated_at),
+        "confidence": max(winner.confidence, target.confidence, key=_TRUST.__getitem__),
+        "updated_at": max(now_ms, winner.updated_at),
+        "revision": _next_revision(winner),
+    }
+    if same_subject(winner.subject, target.subject):
+        # What only the retired record knew, kept as a re-save of the same text keeps it: the
+        # trust only raised, and the lanes and provenance where the survivor has none. Across
+        # subjects (a person's explicit merge) only the observation counts: one person's lanes,
+        # entities, tags and session copied onto another's memory would surface in their recalls
+        # and outlive the first one's erasure (forget-subject takes only their own records).
+        update |= {
             "tags": _union(winner.tags, target.tags),
             "entities": _union(winner.entities, target.entities),
-            # What only the retired record knew, kept as a re-save of the same text keeps it: the
-            # trust only raised, and the lanes and provenance where the survivor has none.
-            "confidence": max(winner.confidence, target.confidence, key=_TRUST.__getitem__),
             "source": winner.source or target.source,
             "context": winner.context or target.context,
             "intention": winner.intention or target.intention,
-            "updated_at": max(now_ms, winner.updated_at),
-            "revision": _next_revision(winner),
         }
-    )
-    return retired, absorbed
+    return retired, winner.model_copy(update=update)
