@@ -349,3 +349,73 @@ async def test_a_client_reads_the_token_and_calls_a_server_beyond_loopback(
         "Content-Type": "application/json",
         "Accept": "application/json",
     }
+
+
+# --- the engine's http worker ----------------------------------------------------------------
+
+
+async def _through_the_http_worker(
+    service: Any, headers: dict[str, Any], body: dict[str, Any] = RULE
+) -> dict[str, Any]:
+    """What the engine's http worker (0.0.0.0:3111 by default) hands the worker's `memory::http`
+    for `POST /memory/rule/set`: the envelope with the request's headers."""
+    from memory_worker.adapters.bus.catalog import http_reply
+    from memory_worker.adapters.bus.worker import HTTP_CALLER
+    from memory_worker.app.catalog import call
+
+    async def through(spec: Any, payload: Any, caller: Any) -> dict[str, Any]:
+        return dict(await call(service, spec.id, payload, caller))
+
+    envelope = {"path": "/memory/rule/set", "method": "POST", "headers": headers, "body": body}
+    # As the worker calls it (`EngineWorker`'s `memory::http` handler).
+    allowed = service.settings.allowed_hosts
+    return await http_reply(envelope, through, HTTP_CALLER, allowed_hosts=allowed)
+
+
+def _service_rules(service: Any) -> list[str]:
+    bank = service.store.find("main")
+    return [rule.name for rule in bank.rules()] if bank is not None else []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"host": "127.0.0.1:3111", "origin": EVIL, "sec-fetch-site": "cross-site",
+         "content-type": "text/plain;charset=UTF-8"},  # a no-cors fetch or a form
+        {"Host": "localhost:3111", "Origin": "null"},  # a sandboxed frame, a file:// page
+        {"host": "127.0.0.1:3111", "sec-fetch-site": "same-site"},  # another localhost port
+        {"host": "evil.example:3111", "origin": "http://evil.example:3111",
+         "sec-fetch-site": "same-origin"},  # DNS rebinding: same-origin under its own name
+        {"origin": "http://evil.example:3111"},  # a listener that does not pass Host on
+        {"host": "127.0.0.1:3111", "origin": [EVIL, EVIL]},  # a header as its list of values
+    ],
+)  # fmt: skip
+async def test_a_web_page_cannot_write_through_the_engines_http_worker(
+    service: Any, headers: dict[str, Any]
+) -> None:
+    """Engine mode serves every function as `POST /memory/...` on the engine's http worker, a
+    listener any page the user visits can post to: the worker saw the request's headers and
+    planted the page's rule in every later session's system prompt."""
+    answer = await _through_the_http_worker(service, headers)
+    assert answer["status_code"] == 403, answer
+    assert answer["body"]["error"]["code"] == "forbidden"
+    assert _service_rules(service) == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ({"host": "iii-engine:3111", "content-type": "application/json"}, []),  # a program
+        ({}, []),
+        ({"host": "127.0.0.1:3111", "origin": "http://127.0.0.1:3111",
+          "sec-fetch-site": "same-origin"}, []),
+        ({"host": "memory.lan:3111", "origin": "http://memory.lan:3111"}, ["memory.lan"]),
+    ],
+)  # fmt: skip
+async def test_programs_and_same_origin_pages_still_reach_the_engines_http_worker(
+    service: Any, headers: dict[str, str], allowed: list[str]
+) -> None:
+    service.settings = Settings(allowed_hosts=allowed)
+    answer = await _through_the_http_worker(service, headers)
+    assert answer["status_code"] == 200, answer
+    assert _service_rules(service) == ["pwned"]

@@ -261,6 +261,32 @@ async def test_settings_view_says_why_it_is_editable_and_an_edit_applies(
     assert server.config_path is not None and server.config_path.read_text() == "recall_limit: 3\n"
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+async def test_a_console_edit_cannot_smuggle_in_a_setting_it_may_not_change(
+    served: tuple[StandaloneServer, str], separator: str
+) -> None:
+    """A value holding a character that YAML reads inside quotes but Python's `splitlines` takes
+    for a line end: the next edit cut the line there and left the rest as a line of its own, a
+    key the console may not set (`allowed_hosts` opens the server to a rebinding page)."""
+    server, url = served
+    smuggled = f"m{separator}allowed_hosts: [evil.example] #"
+    async with aiohttp.ClientSession() as http:
+        for value in (smuggled, "m2"):
+            async with http.post(
+                url + "/console/settings/set", json={"values": {"extraction_model": value}}
+            ) as r:
+                assert r.status == 200, await r.text()
+            assert server.service is not None
+            assert server.service.settings.extraction_model == value
+        assert server.service.settings.allowed_hosts == []
+        async with http.post(
+            url + "/memory/bank/list", json={}, headers={"Host": "evil.example"}
+        ) as r:
+            assert r.status == 403
+    assert server.config_path is not None
+    assert server.config_path.read_text() == 'recall_limit: 6\nextraction_model: "m2"\n'
+
+
 # --- settings --------------------------------------------------------------------------------
 
 

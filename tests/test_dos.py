@@ -714,3 +714,35 @@ def test_a_deeply_nested_settings_file_is_invalid_input(tmp_path: Path) -> None:
     config.write_text("allowed_hosts: " + DEEP + "\n")
     with pytest.raises(InvalidInput, match="nested too deeply"):
         load_settings(config)
+
+
+async def test_a_client_that_stops_reading_its_answer_is_cut_off(data_dir: Path) -> None:
+    """An answer larger than the socket buffers (a big bank's export) waits for the client to
+    read it: one that never does held its connection, and a slot under the cap, for good, so a
+    few hundred such requests left the server answering everyone 503."""
+    server = StandaloneServer(Settings(), data_dir, port=0, write_timeout_s=0.5)
+    await server.start()
+    try:
+        assert server.service is not None and server._site is not None
+        text = "The user keeps a long diary entry about bees and honey. " * 34  # ~1,900
+        records = [{"text": f"{i}: {text}"} for i in range(2600)]  # 5.5 MB: past the buffers
+        await catalog.call(server.service, "memory::import", {"bank": "main", "records": records})
+        host, port = split_url(server.url or "")
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, port))
+            body = b'{"bank": "main"}'
+            sock.sendall(
+                b"POST /memory/export HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            deadline = time.monotonic() + 10
+            while not server._site.open and time.monotonic() < deadline:  # accepted
+                await asyncio.sleep(0.05)
+            assert server._site.open == 1
+            deadline = time.monotonic() + 30  # the export is built, then its write stalls
+            while server._site.open and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert server._site.open == 0, "the stalled connection is still open"
+    finally:
+        await server.close()

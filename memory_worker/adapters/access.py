@@ -39,6 +39,7 @@ __all__ = [
     "TOKEN_FILE",
     "Policy",
     "Refusal",
+    "browser_refusal",
     "check",
     "client_token",
     "ensure_token",
@@ -151,7 +152,22 @@ def _is_public(method: str, path: str) -> bool:
 def check(policy: Policy, method: str, path: str, headers: Mapping[str, str]) -> Refusal | None:
     """None when the request may go on, else why not. `headers` is case-insensitive (aiohttp's
     `CIMultiDict`, or a dict with the canonical names)."""
-    host = headers.get("Host", "")
+    refusal = _foreign(policy, headers.get("Host", ""), headers)
+    if refusal is not None:
+        return refusal
+    if method not in _SAFE_METHODS and _media_type(headers.get("Content-Type", "")) != (
+        "application/json"
+    ):
+        return Refusal(
+            415,
+            "unsupported_media_type",
+            "calls must be sent as Content-Type: application/json",
+        )
+    return _token_refusal(policy, method, path, headers.get("Authorization"))
+
+
+def _foreign(policy: Policy, host: str, headers: Mapping[str, str]) -> Refusal | None:
+    """A `Host` this server does not answer to, a foreign `Origin`, a cross-site fetch."""
     name = host_name(host)
     if name is None or not (name in policy.hosts or (policy.any_ip and _is_ip(name))):
         return Refusal(
@@ -168,15 +184,30 @@ def check(policy: Policy, method: str, path: str, headers: Mapping[str, str]) ->
     site = headers.get("Sec-Fetch-Site")
     if site is not None and site.lower() not in _SAME_SITE:
         return Refusal(403, "forbidden", f"cross-site requests are refused ({site[:40]})")
-    if method not in _SAFE_METHODS and _media_type(headers.get("Content-Type", "")) != (
-        "application/json"
-    ):
-        return Refusal(
-            415,
-            "unsupported_media_type",
-            "calls must be sent as Content-Type: application/json",
-        )
-    return _token_refusal(policy, method, path, headers.get("Authorization"))
+    return None
+
+
+def browser_refusal(
+    headers: Mapping[str, str], allowed_hosts: Iterable[str] = ()
+) -> Refusal | None:
+    """`check`'s web-page rules for a door whose listener is not ours: the engine's http worker
+    (0.0.0.0:3111 by default) hands us each request's headers, and any page the user visits can
+    post to it. Only a request a browser marked (`Origin`, `Sec-Fetch-Site`) is held to them, so
+    a program reaching the engine under any name (a compose service) still gets through; a page
+    is refused unless it is same-origin under a loopback name, an IP literal or `allowed_hosts`
+    (a DNS-rebinding page is same-origin under its own name). No token: the engine's listener
+    is not one this worker can require it on."""
+    origin, site = headers.get("Origin"), headers.get("Sec-Fetch-Site")
+    if origin is None and site is None:
+        return None
+    host = headers.get("Host")
+    if host is None and origin is not None:  # a listener that does not pass `Host` on
+        try:
+            host = urlsplit(origin.strip()).netloc
+        except ValueError:
+            host = ""
+    policy = Policy.build("", "0.0.0.0", "0.0.0.0", allowed_hosts)  # any IP literal: the engine's
+    return _foreign(policy, host or "", headers)
 
 
 def _token_refusal(

@@ -63,13 +63,21 @@ class _Busy(asyncio.Protocol):
 class _Counted(asyncio.Protocol):
     """aiohttp's request handler for one connection, counted from the moment it is handed out
     (asyncio creates the protocols of a burst of accepts before any of them is connected, so the
-    server's own connection list lags behind) until the connection is lost."""
+    server's own connection list lags behind) until the connection is lost.
+
+    An answer the client stops reading (an export larger than the socket buffers) paused the
+    writes for good, and aiohttp has no write timeout: the connection, a slot under the cap, was
+    held until the client went away, so a few hundred such requests locked everyone out. Writes
+    paused for `write_timeout_s` without the client taking any more cut the connection off."""
 
     def __init__(self, inner: asyncio.Protocol, site: CappedSite) -> None:
         self._inner = inner
         self._site = site
+        self._transport: asyncio.BaseTransport | None = None
+        self._stalled: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -80,22 +88,45 @@ class _Counted(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()
+        timeout_s = self._site.write_timeout_s
+        if timeout_s is not None and self._stalled is None:
+            self._stalled = asyncio.get_running_loop().call_later(timeout_s, self._cut_off)
 
     def resume_writing(self) -> None:
+        self._unstall()  # the client read: it gets the whole timeout again for the rest
         self._inner.resume_writing()
 
+    def _unstall(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _cut_off(self) -> None:
+        self._stalled = None
+        if isinstance(self._transport, asyncio.WriteTransport):
+            self._transport.abort()  # `close()` would wait to flush what the client won't read
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._unstall()
         self._site.open -= 1
         self._inner.connection_lost(exc)
 
 
 class CappedSite(web.SockSite):
     """`SockSite` whose connections are counted: past `max_connections` open ones, a new one
-    gets `_Busy` instead of a request handler."""
+    gets `_Busy` instead of a request handler. `write_timeout_s`: how long a connection's writes
+    may stay paused (its client reading none of the answer) before it is cut off."""
 
-    def __init__(self, runner: web.AppRunner, sock: socket.socket, max_connections: int) -> None:
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        sock: socket.socket,
+        max_connections: int,
+        write_timeout_s: float | None = None,
+    ) -> None:
         super().__init__(runner, sock)
         self._max_connections = max_connections
+        self.write_timeout_s = write_timeout_s
         self._busy = busy_response(max_connections)
         self.open = 0
         self.refused = 0

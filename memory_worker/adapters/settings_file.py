@@ -108,6 +108,17 @@ def _target(path: Path) -> Path:
         return path
 
 
+# What YAML reads as a character inside a quoted value but `str.splitlines` takes for a line end
+# (`json.dumps` escapes the other ones, every control character): written raw, the next edit cut
+# the line there and kept the rest as a line of its own, a key the console may not set.
+_LINE_ENDS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _scalar(value: object) -> str:
+    """`value` as a one-line JSON scalar (JSON is YAML)."""
+    return json.dumps(value, ensure_ascii=False).translate(_LINE_ENDS)
+
+
 _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*:(?P<rest>.*?)(?P<end>\r?\n)?$")
 
 
@@ -135,14 +146,14 @@ def rewrite(text: str, values: Mapping[str, object]) -> str:
         replacing = False
         match = _KEY_LINE.match(line)
         if match and match["key"] in left:
-            value = json.dumps(left.pop(match["key"]), ensure_ascii=False)
+            value = _scalar(left.pop(match["key"]))
             out.append(f"{match['key']}: {value}{_comment(match['rest'])}\n")
             replacing = True
             continue
         out.append(line)
     if left and out and not out[-1].endswith("\n"):
         out[-1] += "\n"
-    out += [f"{key}: {json.dumps(value, ensure_ascii=False)}\n" for key, value in left.items()]
+    out += [f"{key}: {_scalar(value)}\n" for key, value in left.items()]
     return "".join(out)
 
 

@@ -26,7 +26,8 @@ answered 500 `internal`.
 Who may call is `adapters.access`'s (Host, Origin, JSON-only calls, the bearer token); every request
 passes that gate first. No request can hold the server: an idle or half-sent connection is closed
 after `IDLE_TIMEOUT_S` (aiohttp's keep-alive timer runs from the connection's start until its
-request is read), a body must arrive within `BODY_TIMEOUT_S`, and past `MAX_CONNECTIONS` open
+request is read), a body must arrive within `BODY_TIMEOUT_S`, an answer the client stops reading
+is cut off after `WRITE_TIMEOUT_S` without progress, and past `MAX_CONNECTIONS` open
 connections a new one is answered 503 and closed. Running out of file descriptors makes the accept
 loop back off (asyncio retries a second later) with one log line per episode, not one per attempt.
 
@@ -109,6 +110,7 @@ DEFAULT_PORT = 8765
 SHUTDOWN_TIMEOUT_S = 5.0  # in-flight requests get this long after SIGTERM, then are cancelled
 IDLE_TIMEOUT_S = 15.0  # a connection sends a whole request head this long after it opens or idles
 BODY_TIMEOUT_S = 30.0  # then its body within this
+WRITE_TIMEOUT_S = 30.0  # an answer the client stopped reading: cut off past this without progress
 MAX_CONNECTIONS = 256  # open at once; one more is answered 503 and closed
 MAX_BODY_BYTES = 1024 * 1024  # the largest call is a 64K-character rule; more is an attack
 MODE = "standalone"
@@ -456,6 +458,7 @@ class StandaloneServer:
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
     ) -> None:
         self.settings = settings
         # What capture's passes ask (the extraction endpoint); None: turns wait in the queue.
@@ -469,6 +472,7 @@ class StandaloneServer:
         self.idle_timeout_s = idle_timeout_s
         self.body_timeout_s = body_timeout_s
         self.max_connections = max_connections
+        self.write_timeout_s = write_timeout_s
         self.embedder: Embedder | None = None  # the semantic arm, when one was loaded
         # What a settings-file change loads (a local model), so turning embeddings on or picking
         # another model needs no restart.
@@ -598,7 +602,9 @@ class StandaloneServer:
             await self._runner.setup()
             self._previous_handler = loop.get_exception_handler()
             loop.set_exception_handler(self._loop_exception)
-            self._site = CappedSite(self._runner, self._sock, self.max_connections)
+            self._site = CappedSite(
+                self._runner, self._sock, self.max_connections, self.write_timeout_s
+            )
             self._site.accepting = self._accepted
             await self._site.start()
         except BaseException:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from iii.iii import III
 from pydantic import ValidationError
 
+from memory_worker.adapters import access
 from memory_worker.adapters.doors import CALLER_HEADER, decode_caller
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
@@ -34,6 +35,7 @@ __all__ = [
     "UI_SETTINGS",
     "Bridge",
     "http_reply",
+    "page_refusal",
 ]
 
 log = get_logger(__name__)
@@ -147,19 +149,44 @@ def _header(envelope: HttpEnvelope, name: str) -> str | None:
     if not isinstance(headers, dict):
         return None
     for key, value in headers.items():
-        if isinstance(key, str) and key.lower() == name and isinstance(value, str):
-            return value
+        if isinstance(key, str) and key.lower() == name:
+            # A repeated header may arrive as its list of values: the first counts, as aiohttp
+            # reads it (read as absent, a page's `Origin` sent twice went unchecked).
+            if isinstance(value, list) and value:
+                value = value[0]
+            return value if isinstance(value, str) else None
     return None
+
+
+def page_refusal(
+    envelope: HttpEnvelope, allowed_hosts: Iterable[str] = ()
+) -> dict[str, Any] | None:
+    """The http worker's reply refusing a request a web page sent (`access.browser_refusal`:
+    the engine's listener is reachable from every page the user visits), else None."""
+    sent = {
+        name: value
+        for name in ("Host", "Origin", "Sec-Fetch-Site")
+        if (value := _header(envelope, name.lower())) is not None
+    }
+    refusal = access.browser_refusal(sent, allowed_hosts)
+    if refusal is None:
+        return None
+    error = {"code": refusal.code, "message": refusal.message}
+    return {"status_code": refusal.status, "body": {"error": error}}
 
 
 async def http_reply(
     envelope_raw: Any,
     call: Callable[[catalog.FunctionSpec, Any, Caller], Awaitable[dict[str, Any]]],
     default: Caller,
+    *,
+    allowed_hosts: Iterable[str] = (),
 ) -> dict[str, Any]:
     """One REST request from the http worker: `{status_code, body}` either way. Who it speaks
     for is `default` (a person), unless its `Memory-Caller` header narrows that as on the
-    standalone server (an agent's claim, believed from anyone: `doors.decode_caller`)."""
+    standalone server (an agent's claim, believed from anyone: `doors.decode_caller`). A request
+    a web page sent is refused first, as the standalone server's gate refuses it
+    (`access.browser_refusal`; `allowed_hosts`: the names a page may reach it under)."""
     try:
         try:
             raw = envelope_raw if isinstance(envelope_raw, dict) else {}
@@ -168,6 +195,9 @@ async def http_reply(
             problem = exc.errors()[0]
             where = ".".join(str(part) for part in problem["loc"])
             raise InvalidInput(f"http envelope: {where}: {problem['msg']}") from None
+        refused = page_refusal(envelope, allowed_hosts)
+        if refused is not None:
+            return refused
         path = http_path_of(envelope)
         spec = next((s for s in catalog.CATALOG if s.http_path == path), None)
         if spec is None:

@@ -342,7 +342,9 @@ class EngineWorker(Stoppable):
                 return await catalog.call(service, spec.id, body, caller)
 
             default = asked if in_turn else HTTP_CALLER
-            return await bus_catalog.http_reply(data, through, default)
+            return await bus_catalog.http_reply(
+                data, through, default, allowed_hosts=service.settings.allowed_hosts
+            )
 
         bridge = bus_catalog.Bridge(loop)
         bus_catalog.register_public(client, bridge, public)

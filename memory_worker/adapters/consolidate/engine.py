@@ -394,6 +394,9 @@ class ConsolidateEngine(Stoppable):
     async def _http(self, envelope: Any) -> dict[str, Any]:
         """REST through the http worker: POST /memory-consolidate/run|status."""
         parsed = HttpEnvelope.model_validate(envelope if isinstance(envelope, dict) else {})
+        refused = bus_catalog.page_refusal(parsed)  # a page may not start (LLM-paid) merges
+        if refused is not None:
+            return refused
         path = bus_catalog.http_path_of(parsed)
         body = {} if parsed.body is None else parsed.body
         try:
