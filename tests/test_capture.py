@@ -537,12 +537,9 @@ class TestRunner:
         service: MemoryService,
         root: Path,
         tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """A dead job is kept in the file for a person. Compaction (nothing pending, the file
         grown) rewrote the file to the sessions' cursors alone, and the dead turn was gone."""
-        from memory_worker.storage import capture
-
         runner = CaptureRunner(service, CaptureQueue(root), ScriptedModel(fail=MAX_ATTEMPTS))
         await runner.enqueue(job("s8", entries_of(tmp_path, turn(1, "dates"))))
         for _ in range(MAX_ATTEMPTS):
@@ -551,7 +548,6 @@ class TestRunner:
             await runner.run_once()
         assert runner.queue.dead == 1
         await runner.enqueue(job("s9", entries_of(tmp_path, turn(1, "limes"))))
-        monkeypatch.setattr(capture, "COMPACT_BYTES", 0)
         assert await runner.run_once() == 1  # then compacted: nothing is pending
         await runner.close()
         assert "I like dates" in (root / CAPTURE_FILE).read_text()
@@ -559,6 +555,31 @@ class TestRunner:
         assert (replayed.dead, replayed.pending()) == (1, [])
         assert replayed.cursor("s9")["last_entry_id"] == "a1"
         replayed.close()
+
+    async def test_a_finished_turns_words_leave_the_queue_file_once_it_is_idle(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """The queue file kept every finished turn's messages (and the memories the model was
+        shown) until it passed 1 MB: weeks of a person's conversation beside their memories,
+        still there after they deleted a memory or erased a person. Once nothing is pending it
+        keeps the sessions' cursors (and dead jobs) only."""
+        runner = CaptureRunner(service, CaptureQueue(root), ScriptedModel())
+        await runner.enqueue(job("s8", entries_of(tmp_path, turn(1, "figs"))))
+        assert "I like figs" in (root / CAPTURE_FILE).read_text()
+        assert await runner.run_once() == 1
+        kept = (root / CAPTURE_FILE).read_text()
+        assert "figs" not in kept
+        await runner.enqueue(job("s8", entries_of(tmp_path, [*turn(1, "figs"), *turn(2, "kiwis")])))
+        assert await runner.run_once() == 1
+        await runner.close()
+        assert "kiwis" not in (root / CAPTURE_FILE).read_text()
+        replayed = CaptureQueue(root)
+        assert replayed.cursor("s8")["last_entry_id"] == "a2" and replayed.pending() == []
+        replayed.close()
+        assert (await _memories(service)).keys() >= {
+            "The user likes figs",
+            "The user likes kiwis",
+        }
 
     async def test_a_job_stopped_after_its_decision_is_finished_without_writing_twice(
         self, service: MemoryService, root: Path, tmp_path: Path
@@ -568,6 +589,7 @@ class TestRunner:
         await catalog.call(service, "memory::save", {"text": GARDEN})
         model = ScriptedModel()
         runner = CaptureRunner(service, CaptureQueue(root), model)
+        runner.queue.compact = lambda: False  # type: ignore[method-assign]  # killed before it
         await runner.enqueue(job("s5", entries_of(tmp_path, turn(1, "quinces", garden=True))))
         await runner.run_once()
         await runner.close()

@@ -16,8 +16,10 @@ its step did not happen):
   the session's next turn starts after it. Done in the same line as the cursor: the two cannot
   disagree.
 
-When nothing is pending and the file has grown, it is rewritten (atomically) to the cursors and
-the dead jobs. Only the holder of the data dir's lock writes it.
+Once nothing is pending after a job finished, it is rewritten (atomically) to the cursors and
+the dead jobs: a finished turn's messages, and the memories its model was shown, do not stay
+beside the memories (they did until the file passed 1 MB, still there after a person deleted a
+memory or was erased). Only the holder of the data dir's lock writes it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ __all__ = ["CAPTURE_FILE", "MAX_JOB_ENTRIES", "CaptureQueue", "Pending"]
 log = get_logger(__name__)
 
 CAPTURE_FILE = ".capture.jsonl"  # a dot name: never taken for a bank
-COMPACT_BYTES = 1024 * 1024  # rewritten to the cursors once idle past this size
 MAX_ATTEMPTS = 8  # then the job is dead: kept in the file for a person, never run again
 # The transcript's tail a job carries; the cursor picks what is new in it. Here, not in
 # harness.capture (which validates jobs by it), so the Stop hook reads that tail without
@@ -160,9 +161,8 @@ class CaptureQueue:
 
     def compact(self) -> bool:
         """Rewrite the file to the sessions' cursors and the dead jobs when nothing is pending
-        and it has grown (past `COMPACT_BYTES`, and past twice what the last rewrite left: dead
-        jobs alone never make every finished job rewrite the file)."""
-        if self._state.pending or self._log.size < max(COMPACT_BYTES, 2 * self._compacted):
+        and something was written since the last rewrite (a job's messages, its decision)."""
+        if self._state.pending or self._log.size <= self._compacted:
             return False
         records: list[dict[str, Any]] = [
             {"op": "cursor", "session": s, "cursor": c}
