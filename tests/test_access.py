@@ -30,6 +30,8 @@ READS = {
     "memory::list": {},
     "memory::tags": {},
     "memory::preview": {"query": "tea"},
+    # Seed 004: "stats | Auth: Read". Its reaper retires only what every read hides already.
+    "memory::stats": {},
 }
 WRITES = {
     "memory::save": {"text": "The user likes coffee."},

@@ -67,6 +67,22 @@ class TestReaper:
         assert len(history["revisions"]) == 2  # it stays in history until a compaction
         assert (await call(service, "memory::stats"))["expired"] == []  # once
 
+    async def test_an_agents_stats_leaves_the_expired_report_to_its_owner(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """Seed 004 lets a `read` agent call stats; what the reaper retired is reported once, to
+        whoever counts for the bank (a person, consolidation): an agent's look does not take it."""
+        ids = await _bank(service)
+        clock.advance_days(30)
+        agent = Caller.for_agent("mcp")
+        seen = await catalog.call(service, "memory::stats", {}, agent)
+        assert seen["expired"] == [ids["context"]] and seen["memories"] == 3
+        assert (await catalog.call(service, "memory::stats", {}, agent))["expired"] == [
+            ids["context"]
+        ]
+        assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
+        assert (await call(service, "memory::stats"))["expired"] == []
+
     async def test_restating_a_memory_renews_it(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

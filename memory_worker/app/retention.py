@@ -30,7 +30,7 @@ import time
 import weakref
 from collections import Counter, deque
 
-from memory_worker.app.caller import SYSTEM, Caller
+from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import StatsRequest, StatsResponse
 from memory_worker.core import transitions
@@ -203,8 +203,10 @@ class RetentionUseCases(EmbeddingWork):
         gone: list[Memory] = []
         if bank is not None:  # this call's sweep, and what reads, saves or the boot retired
             await self.reap(bank)
-            # Reported to whoever counts the whole bank (a scoped view leaves it for them).
-            gone = self._expired_report(bank, consume=not scoped)
+            # Reported once, to whoever counts for the whole bank (a person, consolidation): a
+            # scoped view, or an agent's look, leaves it for them.
+            owner = not scoped and caller.kind is not CallerKind.AGENT
+            gone = self._expired_report(bank, consume=owner)
         live = [m for m in bank.memories.values() if m.live] if bank is not None else []
         if scoped:
             live = [m for m in live if in_scope(m.subject, subject)]

@@ -655,6 +655,11 @@ class ForgetSubjectResponse(Response):
 class StatsRequest(Request):
     bank: BankName = Field(default=None, description=_BANK)
 
+    def only_looks(self, read_only: bool) -> bool:
+        """Seed 004: "stats | Auth: Read". Its reaper retires only memories past their TTL,
+        which every read already hides (and reaps): a `read` agent may count the bank."""
+        return True
+
 
 class StatsResponse(Response):
     bank: str
