@@ -4,6 +4,8 @@ the worker manifest, and a docstring plus `__all__` in every module."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -15,7 +17,7 @@ from memory_worker.app.catalog import CATALOG, SEAMS, render_permissions
 from memory_worker.consolidate import catalog as consolidate_catalog
 from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
 from memory_worker.core.config import Settings, load_settings
-from memory_worker.core.errors import ERROR_CODES
+from memory_worker.core.errors import ERROR_CODES, HTTP_STATUS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "memory_worker"
@@ -59,6 +61,90 @@ def test_readme_has_a_table_row_for_every_function() -> None:
 def test_readme_has_a_table_row_for_every_error_code() -> None:
     missing = sorted(set(ERROR_CODES) - _readme_table_names())
     assert not missing, f"README.md has no table row naming these error codes: {missing}"
+
+
+def _error_rows() -> dict[str, str]:
+    """Each row of README's Errors section: code -> its HTTP status cell."""
+    section = README.read_text(encoding="utf-8").split("## Errors", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `"):
+            rows[cells[0].strip("`")] = cells[1] if len(cells) >= 3 else ""
+    return rows
+
+
+def _rest_refusals() -> set[tuple[int | None, str]]:
+    """(status, code) of every error a REST door answers outside the catalog's codes: each
+    `_error(status, "code", …)` and `Refusal(status, "code", …)` in the adapters, and each
+    `{"code": "…"}` written out whole (the connection cap's 503, its status in the raw bytes)."""
+    found: set[tuple[int | None, str]] = set()
+    for path in (PACKAGE / "adapters").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and len(node.args) >= 2:
+                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                status, code = node.args[0], node.args[1]
+                if (
+                    name in {"_error", "Refusal"}
+                    and isinstance(status, ast.Constant)
+                    and isinstance(code, ast.Constant)
+                ):
+                    found.add((status.value, code.value))
+            elif isinstance(node, ast.Dict):
+                for key, value in zip(node.keys, node.values, strict=True):
+                    if (
+                        isinstance(key, ast.Constant)
+                        and key.value == "code"
+                        and isinstance(value, ast.Constant)
+                    ):
+                        found.add((None, value.value))
+    return found
+
+
+def test_readme_errors_table_names_every_code_a_door_answers_with_its_http_status() -> None:
+    """A user matching on `code` (or on the HTTP status) finds every code REST can answer: the
+    catalog's own, and the ones the server answers before a function runs (`unauthorized`,
+    `not_found`, …), which the table left out."""
+    rows = _error_rows()
+    expected = {(status, code) for code, status in HTTP_STATUS.items()} | _rest_refusals()
+    missing = sorted({code for _, code in expected if code not in rows})
+    assert not missing, f"README.md's Errors section has no row for these codes: {missing}"
+    wrong = sorted(
+        (code, status, rows[code])
+        for status, code in expected
+        if status is not None and str(status) not in rows[code]
+    )
+    assert not wrong, f"README.md's Errors rows miss the HTTP status (code, status, cell): {wrong}"
+
+
+def test_readme_states_the_code_s_own_figures() -> None:
+    """The numbers a user plans around are the ones the code uses. The README said a failed
+    event send is "tried again up to 5 times": it is tried 5 times in all (4 retries)."""
+    from memory_worker.adapters import agent_hooks, standalone
+    from memory_worker.adapters.bus import events
+    from memory_worker.adapters.console.feed import MAX_CLIENTS
+    from memory_worker.core import transitions
+    from memory_worker.storage import capture
+
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    delays = ", ".join(f"{events.BACKOFF_S * 2**i:g} s" for i in range(events.MAX_ATTEMPTS - 1))
+    attempts = events.MAX_ATTEMPTS
+    phrases = [
+        f"tried again up to {attempts - 1} times ({attempts} attempts in all)",
+        f"doubling backoff ({delays})",
+        f"({capture.MAX_ATTEMPTS} attempts, then the job is kept as dead)",
+        f"at most {MAX_CLIENTS} tabs",
+        f"request head within {standalone.IDLE_TIMEOUT_S:g} s",
+        f"its body within {standalone.BODY_TIMEOUT_S:g} s",
+        f"a body is at most {standalone.MAX_BODY_BYTES // 2**20} MiB",
+        f"past {standalone.MAX_CONNECTIONS} open connections",
+        f"at most {agent_hooks.MAX_CONTEXT_CHARS:,} characters of context",
+        f"text at least {transitions.MIN_TEXT_CHARS} and at most {transitions.MAX_TEXT_CHARS:,}",
+        f"at most {transitions.MAX_LABELS} distinct tags and {transitions.MAX_LABELS} entities",
+        f"{transitions.MAX_LABEL_CHARS} characters each",
+    ]
+    missing = [phrase for phrase in phrases if phrase not in readme]
+    assert not missing, f"README.md does not state these figures as the code has them: {missing}"
 
 
 # --- config.example.yaml ---------------------------------------------------------------------
@@ -379,3 +465,87 @@ def test_readme_who_may_call_what_names_every_human_owned_and_approval_function(
     bank_functions = {"memory::bank::create", "memory::bank::configure", "memory::bank::delete"}
     missing = sorted(policed - named - bank_functions)  # "Bank creation, configuration and …"
     assert not missing, f"README.md's 'Who may call what' does not name {missing}"
+
+
+# --- README commands ---------------------------------------------------------------------------
+
+
+def _shell_commands(body: str) -> list[list[str]]:
+    """The commands of a shell block: continuation lines joined, a quote open over several lines
+    kept whole, `&&` chains split, comments cut."""
+    import shlex
+
+    commands: list[list[str]] = []
+    pending = ""
+    for line in body.splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        if pending.endswith("\\"):
+            pending = pending[:-1]
+            continue
+        try:
+            tokens = shlex.split(pending, comments=True)
+        except ValueError:  # an open quote: the command goes on on the next line
+            continue
+        pending = ""
+        command: list[str] = []
+        for token in [*tokens, "&&"]:
+            if token == "&&":
+                commands.append(command)
+                command = []
+            else:
+                command.append(token)
+    return commands
+
+
+def _readme_command_lines() -> list[list[str]]:
+    """Every `memory-worker …` / `memory-consolidate …` command the README shows: in its shell
+    blocks, the hook commands of its JSON blocks, and the TOML block's `command` + `args`."""
+    import shlex
+    import tomllib
+
+    readme = README.read_text(encoding="utf-8")
+    commands: list[list[str]] = []
+    for lang, body in re.findall(r"```(\w*)\n(.*?)```", readme, re.S):
+        if lang == "bash":
+            commands += _shell_commands(body)
+        elif lang == "json":
+            commands += [shlex.split(text) for text in re.findall(r'"command": "([^"]+)"', body)]
+        elif lang == "toml":
+            for server in tomllib.loads(body)["mcp_servers"].values():
+                commands.append([server["command"], *server["args"]])
+    picked = []
+    for command in commands:
+        if "--" in command:  # `claude mcp add memory -- /path/to/memory-worker mcp …`
+            command = command[command.index("--") + 1 :]
+        if command and Path(command[0]).name in {"memory-worker", "memory-consolidate"}:
+            # A synopsis's optional parts (`[--bank B] [--dry-run]`) are given, as a user would.
+            argv = [token.strip("[]") for token in command[1:]]
+            picked.append([Path(command[0]).name, *argv])
+    return picked
+
+
+def test_every_readme_command_line_is_one_the_clis_accept() -> None:
+    """A README command copied into a shell parses: its subcommand, options and hook events
+    exist, and a `trigger` names a catalog function with `key=value` pairs that decode."""
+    from memory_worker.adapters import cli
+    from memory_worker.adapters.consolidate import cli as consolidate_cli
+
+    commands = _readme_command_lines()
+    assert len(commands) >= 20, commands  # the extraction itself still finds them
+    refused: list[str] = []
+    for program, *argv in commands:
+        try:
+            if program == "memory-consolidate":
+                with contextlib.redirect_stderr(io.StringIO()):
+                    consolidate_cli._parser().parse_args(argv)
+                continue
+            args, extra = cli._parser().parse_known_args(argv)
+            if args.command == "trigger":
+                args.pairs = [*args.pairs, *extra]
+                extra = []
+                assert args.function in CATALOG_IDS, f"unknown function {args.function}"
+                cli.parse_assignments(args.pairs, args.json)
+            assert not extra, f"unrecognized arguments: {extra}"
+        except (Exception, SystemExit) as exc:
+            refused.append(f"{program} {' '.join(argv)}: {exc}")
+    assert not refused, "README commands the CLI refuses:\n" + "\n".join(refused)

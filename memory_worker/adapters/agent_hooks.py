@@ -334,7 +334,8 @@ def add_parser(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPa
         parents=[common],
         help="answer a coding agent's hook (Claude Code, Codex) from stdin",
         description="Read the agent's hook JSON on stdin and print its reply on stdout. Never "
-        "fails the agent: on any problem it prints nothing and exits 0. Events: "
+        "fails the agent: on any problem at run time it prints nothing and exits 0 (only a "
+        "command line it cannot parse exits 1). Events: "
         + "; ".join(f"{e.name} ({e.agent_event}): {e.help}" for e in EVENTS.values()),
     )
     hook.add_argument("event", choices=sorted(EVENTS), help="the hook event")
