@@ -478,6 +478,27 @@ class TestRunner:
         assert {"The user likes quinces", "The user likes lychees"} <= set(await _memories(service))
         await runner.close()
 
+    async def test_a_turn_queued_while_extraction_is_off_is_stepped_over_without_an_endpoint(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """`extraction_enabled: false` is "stop remembering": with no endpoint configured the
+        turns said meanwhile waited in the queue, and were all extracted once an endpoint was
+        set and extraction turned back on (the engine steps such turns over)."""
+        endpoint = {"set": False}
+        model = ScriptedModel()
+        runner = CaptureRunner(
+            service, CaptureQueue(root), model, available=lambda: endpoint["set"]
+        )
+        service.settings = Settings(extraction_enabled=False)
+        await runner.enqueue(job("s12", entries_of(tmp_path, turn(1, "durians"))))
+        await runner.run_once()
+        service.settings = Settings(extraction_enabled=True)
+        endpoint["set"] = True
+        await runner.run_once()
+        assert model.asked == [] and "The user likes durians" not in await _memories(service)
+        assert runner.queue.pending() == []
+        await runner.close()
+
     async def test_a_later_turn_waits_for_an_earlier_turns_retry_and_none_is_read_twice(
         self, service: MemoryService, root: Path, tmp_path: Path
     ) -> None:

@@ -314,6 +314,14 @@ class TestLearned:
         again = ['Never start replies with "Certainly"', "Never start replies with “Certainly”!"]
         assert merge_learned(first, again) is None
 
+    def test_a_rule_said_again_with_or_without_quotes_is_the_same_line(self) -> None:
+        """The seed's own example, restated by a model on a later turn: "with 'Certainly'" and
+        "with Certainly" (or "Don't" and "Don’t") were two lines of the `learned` rule."""
+        first = merge_learned("", ["Never start replies with 'Certainly'.", "Don't use emojis."])
+        assert first is not None
+        again = ["Never start replies with Certainly.", "Don’t use emojis"]
+        assert merge_learned(first, again) is None
+
     def test_repeats_do_not_use_up_the_per_turn_slots(self) -> None:
         first = merge_learned("", ["Rule one.", "Rule two."])
         assert first is not None
@@ -1038,3 +1046,63 @@ class TestSecondReview:
         await rig.extractor.extract(ExtractJob(session_id="s1"), "main")
         now = datetime.fromtimestamp(rig.service.clock() / 1000, tz=UTC)
         assert f"[{now:%Y-%m-%d %H:%M}] user: I moved yesterday." in rig.model.sent[0]
+
+
+class TestThirdReview:
+    async def test_one_correction_of_two_known_memories_retires_both(self, rig: Rig) -> None:
+        """The bank holds the same fact twice in other words; the user moved and the model
+        corrects both with one new text: the second was skipped as a repeat of the first and
+        stayed live, the old city beside the new one."""
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon."))
+        await rig.service.save(SaveRequest(text="The user lives in Lisbon, Portugal."))
+
+        def both(shown: str) -> str:
+            fixes = [
+                {"op": "correct", "ref": ref_of(shown, old), "text": "The user lives in Porto."}
+                for old in ("The user lives in Lisbon.", "The user lives in Lisbon, Portugal.")
+            ]
+            return json.dumps({"memories": fixes})
+
+        assert await rig.turn(("user", "I moved from Lisbon to Porto last month."), reply=both) == 1
+        everything = await rig.texts(include_superseded=True)
+        porto = everything["The user lives in Porto."]
+        assert porto.live and porto.corroboration == 0
+        assert everything["The user lives in Lisbon."].superseded_by == porto.id
+        assert everything["The user lives in Lisbon, Portugal."].superseded_by == porto.id
+
+    async def test_a_known_fact_said_again_without_its_full_stop_reinforces_it(
+        self, rig: Rig
+    ) -> None:
+        """Seed 000: a restatement reinforces the known memory instead of duplicating it. A model
+        writing it back without its full stop (or with "!") added a second memory each time."""
+        await rig.service.save(SaveRequest(text="The user likes green tea."))
+        await rig.turn(
+            ("user", "I like green tea, as you know."),
+            reply={"memories": [add("The user likes green tea")]},
+        )
+        await rig.turn(
+            ("user", "Green tea is what I like!"),
+            reply={"memories": [add("the user likes green tea!"), add("The user likes green tea")]},
+        )
+        memories = await rig.texts()
+        assert list(memories) == ["The user likes green tea."]
+        assert memories["The user likes green tea."].corroboration == 2
+
+    async def test_a_held_fact_not_shown_to_the_model_is_reinforced_too(
+        self, rig: Rig, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Recall shows the model ten memories: one it was not shown, written back without its
+        full stop, was a second memory."""
+        await rig.service.save(SaveRequest(text="The user likes green tea."))
+
+        async def nothing_shown(*_: Any) -> list[Any]:
+            return []
+
+        monkeypatch.setattr(rig.extractor, "_known", nothing_shown)
+        await rig.turn(
+            ("user", "I like green tea, as you know."),
+            reply={"memories": [add("The user likes green tea")]},
+        )
+        memories = await rig.texts()
+        assert list(memories) == ["The user likes green tea."]
+        assert memories["The user likes green tea."].corroboration == 1

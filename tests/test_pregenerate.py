@@ -586,6 +586,29 @@ class TestTurnPipeline:
         with pytest.raises(SiblingUnavailable):
             await pipeline.extract_job({"session_id": "s1"})
 
+    async def test_a_speaker_the_session_lookup_could_not_tell_is_asked_again_not_nobody(
+        self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
+    ) -> None:
+        """Seed 000: a session-lookup failure makes extraction retry. Read as nobody when the
+        turn completed, the speaker's facts were written general: for everyone to see in a bank
+        partitioned by person."""
+        pipeline, queue = pipe
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})  # bank recorded
+        h.sessions.add("s1", bank="blog")
+        h.sessions.metas["s1"]["metadata"]["memory_subject"] = "ana"
+        h.sessions.fail = True
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        [job] = queue.jobs.values()
+        extractor = RecordingExtractor()
+        late = TurnPipeline(h.service, h.resolver, h.state, queue, extractor)  # type: ignore[arg-type]
+        with pytest.raises(SiblingUnavailable):
+            await late.extract_job(job)
+        assert extractor.extracted == []
+        h.sessions.fail = False  # the queue's retry
+        await late.extract_job(job)
+        [(ran, bank)] = extractor.extracted
+        assert (ran.subject, bank) == ("ana", "blog")
+
     async def test_without_a_queue_the_job_runs_inline(self, h: Hooked) -> None:
         extractor = RecordingExtractor()
         pipeline = TurnPipeline(

@@ -348,6 +348,44 @@ class TestExtraction:
         rules = await call(service, "memory::rule::list", PERSON, bank="main")
         assert "Answer in Portuguese." in rules["rules"][0]["content"]
 
+    async def test_a_fact_about_the_speaker_the_model_calls_general_stays_theirs(
+        self, service: MemoryService
+    ) -> None:
+        """A small model marks `"about": "general"` on a fact about the person speaking: written
+        general, Bruno's allergy was in every other person's recall."""
+        await _people(service)
+        rig = Rig(service)
+        rig.chat.say("user", "I'm allergic to kiwi, and my sister Rita lives in Faro.")
+        facts = [
+            add("The user is allergic to kiwi.", about="general"),
+            add("My sister Rita lives in Faro.", about="general"),
+        ]
+        rig.model.replies.append(json.dumps({"memories": facts}))
+        await rig.extractor.extract(ExtractJob(session_id="s1", subject="bruno"), "main")
+        seen_by_ana = await call(service, "memory::list", subject="ana", limit=100)
+        texts = {m["text"] for m in seen_by_ana["memories"]}
+        assert "The user is allergic to kiwi." not in texts
+        assert "My sister Rita lives in Faro." not in texts
+        seen_by_bruno = await call(service, "memory::list", subject="bruno", limit=100)
+        assert "The user is allergic to kiwi." in {m["text"] for m in seen_by_bruno["memories"]}
+
+    async def test_a_speakers_instruction_kept_as_a_memory_counts_toward_the_per_turn_cap(
+        self, service: MemoryService
+    ) -> None:
+        """`max_memories_per_turn` is what one pass may write: a standing instruction kept as
+        the speaker's preference is a memory too (at 0, a scoped bank still got three a turn)."""
+        await _people(service)
+        service.settings = Settings(max_memories_per_turn=1)
+        rig = Rig(service)
+        rig.chat.say("user", "I adopted a cat named Miso. Never mention my divorce, and no emojis.")
+        rules = ["Never mention the user's divorce.", "Never use emojis."]
+        reply = {"memories": [add("The user adopted a cat named Miso.")], "rules": rules}
+        rig.model.replies.append(json.dumps(reply))
+        await rig.extractor.extract(ExtractJob(session_id="s1", subject="ana"), "main")
+        listed = await call(service, "memory::list", PERSON, subject="ana", limit=100)
+        new = {m["text"] for m in listed["memories"]} - {text for text, _ in ANA} - {GENERAL}
+        assert new == {"The user adopted a cat named Miso."}
+
 
 @given(
     subjects=st.lists(st.sampled_from(["ana", "bruno", "caio", None]), min_size=1, max_size=12),

@@ -159,7 +159,8 @@ class ExtractJob(BaseModel):
         default=None,
         description="Who was speaking in the turn (turn metadata `memory_subject`, else the "
         "session's): the memories the pass writes are about them, and only general memories and "
-        "theirs are shown to the model. Absent: general memories.",
+        "theirs are shown to the model. Absent: the session's, asked when the job runs "
+        "(a failed lookup retries; none: general memories).",
     )
 
 

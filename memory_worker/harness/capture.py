@@ -234,12 +234,10 @@ class CaptureRunner:
         """Run every job due now, oldest first, each session's in order (a job waiting for its
         retry holds its session's later ones); the number finished (done or dead)."""
         finished = 0
-        if self.completer is None or not self.available():
-            return 0
-        if self.service.clock() < self._down_until_ms:
+        if self.completer is None:
             return 0
         tried: set[str] = set()
-        while not self._closing and self.service.clock() >= self._down_until_ms:
+        while not self._closing and not self._paused():
             due = [p for p in self._due(self.service.clock()) if p.id not in tried]
             if not due:
                 break
@@ -251,6 +249,14 @@ class CaptureRunner:
                 await self._blocking(self.queue.compact)
         self.finished += finished
         return finished
+
+    def _paused(self) -> bool:
+        """Whether due jobs wait: no endpoint configured, or the endpoint down. Not with
+        extraction off: nothing is asked of the endpoint then, and the turns said meanwhile are
+        stepped over at once (as the engine does), never left to be read once it is back on."""
+        if not self.service.settings.extraction_enabled:
+            return False
+        return not self.available() or self.service.clock() < self._down_until_ms
 
     async def _run(self, pending: Pending) -> int:
         assert self.completer is not None

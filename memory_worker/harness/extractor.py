@@ -123,16 +123,17 @@ GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words 
 DONE_KEPT = 64  # turns remembered as extracted (as many as a session record keeps turns)
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_QUOTES = re.compile('["“”‘’«»`]')
+_QUOTES = re.compile("[\"'“”‘’«»`]")
 _CLOSING = ".!;。！ "
 _NOT_EVIDENCE = frozenset({"user"})  # every fact about the person carries it: it points nowhere
 
 
 def _instruction_key(line: str) -> str:
-    """The fingerprint of one instruction: its list marker, closing punctuation and the kind of
-    its quotes left out. A model restating an instruction varies them from turn to turn
-    (`'Certainly'.`, `"Certainly"`, `“Certainly”!`), and each variant became a new line."""
-    text = _QUOTES.sub("'", _BULLET.sub("", line)).strip().rstrip(_CLOSING).strip()
+    """The fingerprint of one instruction: its list marker, closing punctuation and its quotes
+    (apostrophes too: `Don't`, `Don’t`) left out. A model restating an instruction varies them
+    from turn to turn (`'Certainly'.`, `"Certainly"`, `“Certainly”!`, `Certainly`), and each
+    variant became a new line."""
+    text = _QUOTES.sub("", _BULLET.sub("", line)).strip().rstrip(_CLOSING).strip()
     return fingerprint(text)
 
 
@@ -179,6 +180,12 @@ def _window(lines: list[Line], size: int) -> list[Line]:
             break
         chosen.add(i)
     return [lines[i] for i in sorted(chosen)]
+
+
+def _fact_key(text: str) -> str:
+    """A fact's text as restatements are matched: case, spacing and its closing punctuation
+    aside ("The user likes tea." / "the user likes tea" / "The user likes tea!" are one fact)."""
+    return normalize(text).rstrip(_CLOSING)
 
 
 def _carries_secret(text: str) -> bool:
@@ -246,12 +253,12 @@ def _split_known(
     """(memories to reinforce, facts to add): an "add" of a text already known is a restatement;
     a restatement the user's words do not carry is dropped, and so is a new fact that is not
     the user's (`the_users`); a fact carrying a redaction marker is not worth keeping."""
-    by_text = {normalize(memory.text): i for i, memory in enumerate(known)}
+    by_text = {_fact_key(memory.text): i for i, memory in enumerate(known)}
     restates = list(dict.fromkeys(decisions.restates))
     adds: list[Add] = []
     once: set[str] = set()  # a fact the reply repeats is written once: it corroborates nothing
     for add in decisions.adds:
-        key = normalize(add.text)
+        key = _fact_key(add.text)
         if key in once:
             continue
         once.add(key)
@@ -264,6 +271,13 @@ def _split_known(
         elif again not in restates:
             restates.append(again)
     return [i for i in restates if grounded(known[i].text, said)], adds
+
+
+def _general(fact: Add) -> bool:
+    """Whether a fact is about no one in particular. "General" is the model's word: a fact that
+    speaks of the user is about the person speaking whatever it says (written general, it was in
+    everyone's recall of a bank partitioned by person)."""
+    return fact.general and not _ABOUT_USER.search(fact.text)
 
 
 class _Own:
@@ -693,16 +707,17 @@ class Extractor:
             if written < budget and await self._save(bank, again, origin, scope):
                 written += 1  # (a pinned memory is never touched: `_save` declines it)
         corrected: set[int] = set()
-        landed: set[str] = set()  # what the corrections wrote: an add of it is the same fact
+        # What the corrections wrote, by text: an add of it is the same fact, and so is a second
+        # correction to it (once is the fact, not a corroboration) — which still retires the
+        # memory IT names (the bank held the old fact twice in other words).
+        landed: dict[str, Memory] = {}
         for correction in decisions.corrections:
-            if normalize(correction.new.text) in landed:
-                continue  # the reply said it twice: once is the fact, not a corroboration
-            if written < budget and await self._correct(
-                bank, correction, known, corrected, origin, said, echoed
+            repeat = _fact_key(correction.new.text) in landed
+            if (repeat or written < budget) and await self._correct(
+                bank, correction, known, corrected, origin, said, echoed, landed
             ):
-                written += 1
-                landed.add(normalize(correction.new.text))
-        adds = [add for add in adds if normalize(add.text) not in landed]
+                written += 0 if repeat else 1
+        adds = [add for add in adds if _fact_key(add.text) not in landed]
         room = max(budget - written, 0)
         if len(adds) > room:
             log.info("extraction_capped", bank=bank, dropped=len(adds) - room, cap=budget)
@@ -711,7 +726,9 @@ class Extractor:
                 written += 1
         if settings.rule_learning_enabled and decisions.rules:
             if origin.subject is not None and await self._scoped(bank):
-                written += await self._keep_theirs(bank, decisions.rules, origin)
+                # Kept as memories: within what the pass may still write.
+                room = max(budget - written, 0)
+                written += await self._keep_theirs(bank, decisions.rules, origin, room)
             else:
                 written += await self._learn(bank, decisions.rules, origin.caller())
         return written
@@ -726,12 +743,15 @@ class Extractor:
         )
         return chosen.subject_scoping
 
-    async def _keep_theirs(self, bank: str, rules: list[str], origin: _Origin) -> int:
+    async def _keep_theirs(self, bank: str, rules: list[str], origin: _Origin, room: int) -> int:
         """A speaker's standing instructions in a bank partitioned by subject: the `learned`
         rule reaches every turn of the bank, so what one person asked for ("never mention my
-        divorce") would be read in everyone's; kept as a preference about them instead."""
+        divorce") would be read in everyone's; kept as a preference about them instead, at most
+        `room` of them (memories: `max_memories_per_turn` counts them)."""
         written = 0
         for rule in [rule for rule in rules if not _carries_secret(rule)][:MAX_RULES_PER_TURN]:
+            if written >= room:
+                break
             if await self._save(bank, Add(rule, category="preference"), origin):
                 written += 1
         return written
@@ -745,10 +765,12 @@ class Extractor:
         origin: _Origin,
         said: frozenset[str],
         echoed: frozenset[str],
+        landed: dict[str, Memory],
     ) -> bool:
-        """Save the corrected text and retire the old memory by it; False when nothing was
-        written. A pinned memory is never rewritten by extraction; a second correction of the same
-        memory keeps its text as a new fact. A correction the user's words do not carry, or
+        """Save the corrected text (once: `landed` holds what this pass's corrections saved, by
+        normalized text) and retire the old memory by it; False when nothing was written. A
+        pinned memory is never rewritten by extraction; a second correction of the same memory
+        keeps its text as a new fact. A correction the user's words do not carry, or
         whose text is another known memory (a model pointing at the wrong ref), retires
         nothing: it would replace a good memory by an unrelated one."""
         old, new = known[correction.ref], correction.new
@@ -758,15 +780,19 @@ class Extractor:
             or not the_users(new.text, said, echoed, inferred=new.inferred)
         ):
             return False
-        others = {normalize(m.text) for i, m in enumerate(known) if i != correction.ref}
-        if normalize(new.text) in others:
+        others = {_fact_key(m.text) for i, m in enumerate(known) if i != correction.ref}
+        if _fact_key(new.text) in others:
             return False
-        # A general fact one speaker corrects stays general: it must not vanish for everyone
-        # else and reappear as that speaker's own.
-        scope = None if new.general or old.subject is None else origin.subject
-        saved = await self._save(bank, new, origin, scope)
+        key = _fact_key(new.text)
+        saved = landed.get(key)
         if saved is None:
-            return False
+            # A general fact one speaker corrects stays general: it must not vanish for everyone
+            # else and reappear as that speaker's own.
+            scope = None if _general(new) or old.subject is None else origin.subject
+            saved = await self._save(bank, new, origin, scope)
+            if saved is None:
+                return False
+            landed[key] = saved
         if correction.ref in corrected or saved.id == old.id or not saved.live:
             return True
         corrected.add(correction.ref)
@@ -794,10 +820,10 @@ class Extractor:
         `subject`: whom the memory is about; by default the fact's own reading (general, else
         the speaker)."""
         if isinstance(subject, _Own):
-            subject = None if fact.general else origin.subject
-        if (again := self._written_since(bank, fact.text, subject, origin.since)) is not None:
+            subject = None if _general(fact) else origin.subject
+        text, entities = self._held_text(bank, fact.text, subject), fact.entities
+        if (again := self._written_since(bank, text, subject, origin.since)) is not None:
             return again
-        text, entities = fact.text, fact.entities
         if _ABOUT_USER.search(text) and "user" not in entities:
             entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
         request = SaveRequest(
@@ -821,6 +847,20 @@ class Extractor:
             return None
         assert isinstance(response, SaveResponse)
         return response.memory
+
+    def _held_text(self, bank: str, text: str, subject: str | None) -> str:
+        """`text`, or the text of the live memory about `subject` that says it up to its closing
+        punctuation: saved so, it reinforces that memory (the store tells "…tea." and "…tea"
+        apart, and a model drops or adds a full stop as it likes)."""
+        held = self._service.store.find(bank)
+        if held is None or held.match_text(text, subject) is not None:
+            return text
+        stem = text.rstrip(_CLOSING)
+        for variant in (stem, *(stem + mark for mark in ".!。！")):
+            found = held.match_text(variant, subject) if variant != text else None
+            if found is not None and found.live:
+                return found.text
+        return text
 
     async def _learn(self, bank: str, rules: list[str], caller: Caller) -> int:
         """Append new standing instructions to the `learned` rule, guarded by its revision: a

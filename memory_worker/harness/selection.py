@@ -127,16 +127,21 @@ class BankResolver:
         named = _named_bank(turn_metadata)
         return None if named is None else self._check(named, "turn")
 
-    async def subject(self, session_id: str, turn_metadata: object = None) -> str | None:
+    async def subject(
+        self, session_id: str, turn_metadata: object = None, *, strict: bool = False
+    ) -> str | None:
         """Who is speaking in a turn: the turn's metadata `memory_subject` → the session's →
         nobody. A failed session lookup is nobody too: with subject scoping that means general
-        memories only, never someone else's."""
+        memories only, never someone else's — for a read. `strict` (a write about the speaker:
+        extraction) raises it instead: nobody's facts are general, everyone's to see."""
         named = _named_subject(turn_metadata)
         if named is not None or self._sessions is None or not session_id:
             return named
         try:
             meta = await self._sessions.get(session_id)
         except SiblingUnavailable:
+            if strict:
+                raise
             return None
         return _named_subject(meta.get("metadata")) if isinstance(meta, dict) else None
 

@@ -218,6 +218,11 @@ class TurnPipeline:
             skipped = None if resolution.has_memory else resolution.source
         elif skipped is None and bank is not None and self._deleted(bank):
             skipped = f"bank {bank} was deleted"  # never brought back
+        if skipped is None and job.subject is None and self._extractor is not None:
+            # No speaker named when the turn completed (none, or the session lookup failed then):
+            # the session's, asked now; a failed lookup retries (seed 000) rather than write a
+            # person's facts as nobody's, general in a bank partitioned by person.
+            job.subject = await self._resolver.subject(job.session_id, strict=True)
         if skipped is not None:
             # Its words must never reach a later pass, which may write into another bank.
             if self._extractor is not None:
