@@ -45,8 +45,7 @@ async def test_mcp_tools_are_held_to_the_banks_level(service: MemoryService) -> 
     assert refused.is_error and refused.content[0].text.startswith(  # type: ignore[union-attr]
         "forbidden: bank diary gives agents no memory tools"
     )
-    assert refused.structured_content is not None
-    assert refused.structured_content["error"]["code"] == "forbidden"
+    assert refused.structured_content is None  # it would have to fit the output schema
     assert not found.is_error
     assert read_only.is_error and read_only.content[0].text.startswith(  # type: ignore[union-attr]
         "forbidden: bank wiki lets agents read only"

@@ -238,6 +238,55 @@ class TestToolSurface:
         get = catalog.find("memory::get")
         assert forgiving(get, {"memoryId": "fp1"}) == {"id": "fp1"}
 
+    async def test_a_tag_filter_guessed_as_tags_filters(self, service: MemoryService) -> None:
+        """`memory_save` takes `tags`, `memory_list` and `memory_recall` filter by one `tag`: a
+        model that wrote `tags` (or `label`) to filter was silently given every memory, the
+        filter dropped as an unknown argument. It is read as `tag`."""
+        tools = _tools(service, [])
+        await tools.call("memory_save", {"text": "The user deploys on Fridays", "tags": ["ops"]})
+        await tools.call("memory_save", {"text": "The user deploys a blog", "tags": ["blog"]})
+        for arguments in ({"tags": "ops"}, {"label": "ops"}):
+            listed = await tools.call("memory_list", arguments)
+            assert not listed.is_error, _text(listed)
+            texts = [m["text"] for m in listed.structured_content["memories"]]  # type: ignore[index]
+            assert texts == ["The user deploys on Fridays"], arguments
+            found = await tools.call("memory_recall", {"query": "deploys", **arguments})
+            hits = found.structured_content["memories"]  # type: ignore[index]
+            assert [h["memory"]["text"] for h in hits] == ["The user deploys on Fridays"]
+        several = await tools.call("memory_list", {"tags": ["ops", "blog"]})  # refused, not dropped
+        assert several.is_error and _text(several).startswith("invalid_input: tag: ")
+
+    async def test_an_optional_argument_sent_as_null_is_left_unset(
+        self, service: MemoryService
+    ) -> None:
+        """MCP clients built over function-calling frameworks (CrewAI's and LangChain's adapters,
+        the Inspector's older forms) send every optional argument they did not fill as `null`.
+        Where the advertised schema admits no null (`tags`, `entities`, `pinned`, `mode`) every
+        such call was refused `invalid_input: entities: Input should be a valid list`: a null
+        there is the argument left unset. A nullable field's null is passed on as it was."""
+        tools = _tools(service, [], tools="approval")
+        listed = {tool.name: tool for tool in tools.list()}
+
+        def all_null(name: str, **given: Any) -> dict[str, Any]:
+            return {key: None for key in listed[name].input_schema["properties"]} | given
+
+        saved = await tools.call("memory_save", all_null("memory_save", text="The user likes tea"))
+        assert not saved.is_error, _text(saved)
+        memory = saved.structured_content["memory"]  # type: ignore[index]
+        assert memory["tags"] == [] and memory["pinned"] is False
+        for name, given in (
+            ("memory_recall", {"query": "tea"}),
+            ("memory_list", {}),
+            ("memory_preview", {"query": "tea"}),
+            ("memory_pin", {"id": memory["id"], "pinned": True}),
+        ):
+            result = await tools.call(name, all_null(name, **given))
+            assert not result.is_error, (name, _text(result))
+        missing = await tools.call("memory_save", {"text": None})  # required: refused as ever
+        assert missing.is_error and _text(missing).startswith("invalid_input: text")
+        recall = catalog.find("memory::recall")
+        assert forgiving(recall, {"q": "tea", "mode": None, "k": None}) == {"query": "tea"}
+
     async def test_save_and_recall_through_aliases_as_an_agent(
         self, service: MemoryService
     ) -> None:
@@ -269,11 +318,40 @@ class TestToolSurface:
         ):
             assert result.is_error, _text(result)
             assert _text(result).startswith(f"{code}: ")
-            assert result.structured_content == {
-                "error": {"code": code, "message": _text(result).split(": ", 1)[1]}
-            }
+            assert result.structured_content is None  # it would have to fit the output schema
         assert "serves bank blog only" in _text(other)
         assert not (service.store.root / "main").exists()  # the other bank was never touched
+
+    async def test_a_tool_error_passes_a_client_that_checks_results_against_the_schema(
+        self, service: MemoryService
+    ) -> None:
+        """The TypeScript SDK's client (Claude Code, the MCP Inspector, VS Code) checks any
+        `structuredContent` against the tool's `outputSchema`, an error's too: an error carrying
+        `{"error": …}` there failed `memory_get`'s schema (`memory` required), and the client threw
+        `-32602 Structured content does not match the tool's output schema` instead of showing the
+        model `memory_not_found: …`. An error is its text alone, as the SDK's own server answers."""
+        from jsonschema.validators import validator_for
+        from referencing import Registry
+
+        tools = _tools(service, [], tools="approval")
+        listed = {tool.name: tool for tool in tools.list()}
+        failures = [
+            ("memory_get", {"id": "fp0000000000000000"}),
+            ("memory_save", {"text": ""}),
+            ("memory_recall", {}),
+            ("memory_bank_get", {"name": "Not A Bank"}),
+        ]
+        for name, arguments in failures:
+            result = await tools.call(name, arguments)
+            assert result.is_error and _text(result).startswith(
+                ("memory_not_found: ", "invalid_input: ", "bank_not_found: ")
+            ), (name, _text(result))
+            schema = listed[name].output_schema
+            assert schema is not None
+            if result.structured_content is not None:  # what the TypeScript client then does
+                validator = validator_for(schema)(schema, registry=Registry())
+                errors = [e.message for e in validator.iter_errors(result.structured_content)]
+                assert errors == [], (name, errors)
 
 
 async def test_an_unexpected_failure_is_a_coded_tool_error_too() -> None:
@@ -289,7 +367,7 @@ async def test_an_unexpected_failure_is_a_coded_tool_error_too() -> None:
     async with Client(build_server(McpTools(door_for))) as client:
         result = await client.call_tool("memory_save", {"text": "The user likes tea"})
     assert result.is_error and _text(result).startswith("internal: ")
-    assert result.structured_content["error"]["code"] == "internal"  # type: ignore[index]
+    assert result.structured_content is None
 
 
 def _stdio(data_dir: Path, *extra: str) -> StdioServerParameters:
@@ -576,7 +654,7 @@ def test_a_lone_surrogate_over_stdio_is_answered_and_the_session_goes_on(tmp_pat
     assert surrogate["id"] == 7 and surrogate["result"]["isError"] is True, surrogate
     text = surrogate["result"]["content"][0]["text"]
     assert text.startswith("invalid_input: ") and "lone surrogate" in text
-    assert surrogate["result"]["structuredContent"]["error"]["code"] == "invalid_input"
+    assert "structuredContent" not in surrogate["result"], surrogate
     assert listed["id"] == "l" and listed["error"]["code"] == -32602, listed
     assert listed["error"]["message"].startswith("invalid_input: ")
     assert unnamed["id"] is None and unnamed["error"]["code"] == -32602, unnamed
@@ -664,3 +742,79 @@ async def test_a_request_whose_id_is_not_one_is_answered_over_http(tmp_path: Pat
     for answer in answers:
         assert answer.status == 400, (answer.status, answer.body)
         assert answer.json()["id"] is None and answer.json()["error"]["code"] == -32600, answer.body
+
+
+def test_requests_sent_before_stdin_closes_are_served_and_answered(tmp_path: Path) -> None:
+    """A client that writes its requests and closes stdin (a script piping them in, a client
+    that half-closes when it is done sending) still reads stdout: each request is served and
+    answered before the process exits. The SDK cancelled every call in flight at the end of
+    stdin and answered `Connection closed`, so the saves were lost."""
+    data = tmp_path / "data"
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "pipe", "version": "1"},
+        },
+    }
+    saves = [
+        {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": "memory_save", "arguments": {"text": f"The user owns cat {i}"}},
+        }
+        for i in range(1, 5)
+    ]
+    lines = [hello, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *saves]
+    done = subprocess.run(
+        cli("mcp", "--data-dir", str(data)),
+        input=b"".join(json.dumps(line).encode() + b"\n" for line in lines),
+        capture_output=True,
+        env=ENV,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
+    for i in range(1, 5):
+        assert answers[i].get("result", {}).get("isError") is False, answers[i]
+    listed = subprocess.run(
+        cli("trigger", "memory::list", "--data-dir", str(data)),
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(listed.stdout)["total"] == 4, listed.stdout + listed.stderr
+
+
+async def test_a_batch_over_http_is_an_invalid_request_as_over_stdio(tmp_path: Path) -> None:
+    """MCP has no batches (2025-06-18 took them out): a JSON array, or any JSON that is not an
+    object, is JSON-RPC's Invalid Request (-32600, `id: null`), as stdio answers it. Over HTTP
+    the SDK answered `-32602 Invalid params` with pydantic's report, the client's own input
+    echoed in it."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    bodies = [
+        '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]',
+        "[]",
+        '"ping"',
+    ]
+    try:
+        answers = [
+            await asyncio.to_thread(request, url, "POST", "/mcp", body, headers=headers)
+            for body in bodies
+        ]
+    finally:
+        await server.close()
+    for answer in answers:
+        assert answer.status == 400, (answer.status, answer.body)
+        error = answer.json()["error"]
+        assert answer.json()["id"] is None and error["code"] == -32600, answer.body
+        assert "pydantic" not in error["message"] and "input_value" not in error["message"]

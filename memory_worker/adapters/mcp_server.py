@@ -10,10 +10,12 @@ server.
   read-only / destructive / idempotent annotations the catalog's hints.
 - Models guess argument names: `q` or `text` for `query`, `memory_id` for `id`, `k` for
   `limit`, camelCase for snake_case, … (`ALIASES`) are read as the real field when that field was
-  not given and the guess is not itself a field of the request.
+  not given and the guess is not itself a field of the request. An optional argument sent as
+  `null` where its schema admits none is left unset (clients over function-calling frameworks
+  send every optional argument they did not fill as `null`).
 - Every call is `catalog.call` through a door (`adapters.doors`) on behalf of an agent
   (`Caller.for_agent("mcp")`). A failure is a tool error (`isError`) whose text is our
-  `code: message` and whose structured content is `{"error": {"code", "message"}}`.
+  `code: message`, with no structured content (it would have to fit the tool's output schema).
 - A pinned bank (`--bank`, `/mcp/<bank>`) leaves the field naming the bank (`bank`, or `name` for
   the `bank::*` tools: `Request.bank_field`) out of the schemas and fills it in; a call naming
   another bank is refused (`invalid_input`), never served from the other bank, and the tools that
@@ -25,6 +27,8 @@ server.
 - A request whose id is not one (`null`, `true`, `1.5`: JSON-RPC ids are strings or integers)
   is JSON-RPC's Invalid Request (`-32600`, `id: null`), over stdio and HTTP: the SDK read it as a
   notification and answered nothing, so the client waited for good.
+- Over stdio the end of stdin waits for the requests already read to be answered (the SDK
+  cancelled them): a client that closes stdin after its last request still gets its answers.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
   client; the GET stream of server-sent messages is 405, as there are none): it sits behind the
   standalone server's own access checks like every other route.
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import io
 import json
 import re
@@ -88,11 +93,14 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "id": ("memory_id", "mid", "key"),
     "limit": ("k", "top_k", "n", "max_results", "count", "size"),
     "tags": ("tag", "labels", "label"),
+    # The filter of list and recall, one tag: `tags` as save names it was dropped unread.
+    "tag": ("tags", "label", "labels"),
     "entities": ("entity",),
     "bank": ("bank_name", "namespace", "memory_bank"),
     "pinned": ("pin",),
     "superseded_by": ("by", "winner"),
 }
+_GUESSES = frozenset(alias for aliases in ALIASES.values() for alias in aliases)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _STATE_BANK = "memory_bank"  # the ASGI scope state key the HTTP route sets for `/mcp/<bank>`
 _STATE_CALLER = "memory_caller"
@@ -180,12 +188,44 @@ def _tool(spec: FunctionSpec, *, pinned: bool) -> types.Tool:
     )
 
 
+def _admits_null(schema: Mapping[str, Any]) -> bool:
+    """Whether a property's schema admits `null` (one with no type at all, or a reference, is
+    taken to: its null is passed on)."""
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    branches = [s for key in ("anyOf", "oneOf") for s in schema.get(key, ())]
+    if kind is None and not branches and "enum" not in schema:
+        return True
+    return None in schema.get("enum", ()) or any(_admits_null(s) for s in branches)
+
+
+@functools.cache
+def _null_is_unset(request: type[pydantic.BaseModel]) -> frozenset[str]:
+    """The optional fields whose advertised schema admits no null (a required one's null is
+    refused as every door refuses it)."""
+    schema = _self_contained(request)
+    required = set(schema.get("required", ()))
+    return frozenset(
+        name
+        for name, prop in schema.get("properties", {}).items()
+        if name not in required and not _admits_null(prop)
+    )
+
+
 def forgiving(spec: FunctionSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """`arguments` with the names models guess read as the request's own fields."""
+    """`arguments` with the names models guess read as the request's own fields, and a `null`
+    an optional field's schema does not admit read as the argument left unset: clients over
+    function-calling frameworks (CrewAI's, LangChain's adapters) send every optional argument
+    they did not fill as `null`, and every such call was refused."""
     fields = set(spec.request.model_fields)
+    unset = _null_is_unset(spec.request)
     args: dict[str, Any] = {}
     for key, value in arguments.items():
-        args[key if key in fields else _CAMEL.sub("_", key).lower()] = value
+        name = key if key in fields else _CAMEL.sub("_", key).lower()
+        if value is None and (name in unset or (name not in fields and name in _GUESSES)):
+            continue
+        args[name] = value
     for field, aliases in ALIASES.items():
         if field not in fields or field in args:
             continue
@@ -204,11 +244,10 @@ def _ok(result: dict[str, Any]) -> types.CallToolResult:
 
 
 def _failed(err: WorkerError) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=str(err))],
-        structured_content={"error": err.to_dict()},
-        is_error=True,
-    )
+    # Text alone, no `structuredContent`: a client checks any structured content against the
+    # tool's `outputSchema`, an error's too (the TypeScript SDK's: Claude Code, the Inspector),
+    # and `{"error": …}` fits none, so it threw a schema mismatch in place of our `code: message`.
+    return types.CallToolResult(content=[types.TextContent(text=str(err))], is_error=True)
 
 
 class McpTools:
@@ -357,6 +396,21 @@ def _rpc_error(request_id: Any, code: int, message: str) -> SessionMessage:
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
+_NOT_JSON_RPC = "Invalid request: not a JSON-RPC message"
+
+
+def _not_an_object(body: bytes) -> bool:
+    """Whether an HTTP `body` is JSON but not an object: a batch (MCP has none since 2025-06-18,
+    and stdio refuses one too) or a bare value, JSON-RPC's Invalid Request."""
+    if body.lstrip()[:1] in (b"{", b""):
+        return False
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        return False  # not JSON at all: the SDK's own parse error
+    return True
+
+
 def _undecodable_answer(exc: Exception) -> SessionMessage | None:
     """The answer to a stdio line the SDK could not decode (it hands the transport's exception
     over and answers nothing, so the client waits for good), or None when none is due.
@@ -372,7 +426,7 @@ def _undecodable_answer(exc: Exception) -> SessionMessage | None:
     line = invalid["input"] if invalid is not None else None
     if invalid is None or not isinstance(line, (str, bytes)):  # JSON, but not JSON-RPC
         log.info("mcp_stdio_invalid_request", error=str(exc.errors()[0]["msg"])[:200])
-        return _rpc_error(None, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC message")
+        return _rpc_error(None, types.INVALID_REQUEST, _NOT_JSON_RPC)
     # The decoder's own words, as the SDK answers a parse error over HTTP.
     error = f"Parse error: {invalid.get('ctx', {}).get('error') or invalid['msg']}"[:300]
     try:
@@ -500,16 +554,95 @@ def _notification_answer(line: str) -> SessionMessage | None:
     return _bad_id_answer(message) if _bad_id_request(message) else None
 
 
+# How long the end of stdin waits for the requests still being served (`_Answering._drain`).
+STDIN_DRAIN_S = 60.0
+
+
+def _id_key(request_id: Any) -> Any:
+    """A request id as the SDK correlates it (a cancellation's `"7"` is request 7)."""
+    if isinstance(request_id, str):
+        with contextlib.suppress(ValueError):
+            return int(request_id)
+    return request_id
+
+
+class _Watched:
+    """The stdio transport's write stream, telling `answered` the id of each answer sent."""
+
+    def __init__(self, inner: Any, answered: Callable[[Any], None]) -> None:
+        self._inner = inner
+        self._answered = answered
+
+    async def send(self, item: Any) -> None:
+        try:
+            await self._inner.send(item)
+        finally:  # sent, or never to be: nothing more to wait for
+            message = getattr(item, "message", None)
+            if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                self._answered(message.id)
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the stream as it is
+        return getattr(self._inner, name)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 class _Answering:
     """The stdio transport's read stream, answering itself the lines the SDK could not decode
     (`_undecodable_answer`) or read as a notification though they are requests with an id that
     is not one (`_notification_answer`, given the lines read: `_Recorded`), and passing
-    everything else on as it came."""
+    everything else on as it came.
 
-    def __init__(self, inner: Any, write: Any, lines: collections.deque[str] | None = None):
+    The end of stdin is passed on only once every request passed on was answered (`writer`
+    sees the answers) or cancelled by the client, for at most `drain_s`: the SDK cancels the
+    calls still in flight when its read stream ends, so a client that closed stdin after its
+    last request (a pipe) had its saves dropped and read `Connection closed`."""
+
+    def __init__(
+        self,
+        inner: Any,
+        write: Any,
+        lines: collections.deque[str] | None = None,
+        *,
+        drain_s: float = STDIN_DRAIN_S,
+    ):
         self._inner = inner
         self._write = write
         self._lines = lines
+        self._drain_s = drain_s
+        self._unanswered: set[Any] = set()
+        self._settled = anyio.Event()
+        self.writer = _Watched(write, self._answered)
+
+    def _answered(self, request_id: Any) -> None:
+        self._unanswered.discard(_id_key(request_id))
+        self._settled.set()
+
+    def _track(self, item: Any) -> None:
+        message = item.message if isinstance(item, SessionMessage) else None
+        if isinstance(message, types.JSONRPCRequest):
+            self._unanswered.add(_id_key(message.id))
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+            and isinstance(message.params, dict)
+        ):  # a request the client cancelled is never answered
+            cancelled = message.params.get("requestId")
+            if isinstance(cancelled, (int, str)):  # (anything else names no request)
+                self._answered(cancelled)
+
+    async def _drain(self) -> None:
+        with anyio.move_on_after(self._drain_s):
+            while self._unanswered:
+                self._settled = anyio.Event()
+                await self._settled.wait()
 
     def _answer(self, item: Any) -> SessionMessage | None:
         line = self._lines.popleft() if self._lines else None
@@ -526,9 +659,14 @@ class _Answering:
 
     async def receive(self) -> Any:
         while True:
-            item = await self._inner.receive()
+            try:
+                item = await self._inner.receive()
+            except anyio.EndOfStream:
+                await self._drain()
+                raise
             answer = self._answer(item)
             if answer is None:
+                self._track(item)
                 return item
             await self._write.send(answer)
 
@@ -559,7 +697,7 @@ async def serve_stdio(tools: McpTools, *, version: str = "") -> int:
     lines: collections.deque[str] = collections.deque()
     async with stdio_server(stdin=_Recorded(lines)) as (read, write):
         answering = _Answering(read, write, lines)
-        await server.run(answering, write, server.create_initialization_options())
+        await server.run(answering, answering.writer, server.create_initialization_options())
     return 0
 
 
@@ -619,6 +757,10 @@ class McpHttp:
         bad_id = _bad_id_body(await request.read())
         if bad_id is not None:  # the SDK took it for a notification: a 202, no answer
             invalid = _bad_id_answer(bad_id).message
+            body = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            return web.json_response(body, status=400)
+        if _not_an_object(await request.read()):  # the SDK said -32602, with pydantic's report
+            invalid = _rpc_error(None, types.INVALID_REQUEST, _NOT_JSON_RPC).message
             body = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
             return web.json_response(body, status=400)
         state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
