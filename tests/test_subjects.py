@@ -17,7 +17,13 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import Conflict, Forbidden, InvalidInput, MemoryNotFound
+from memory_worker.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    MemoryNotFound,
+    SiblingUnavailable,
+)
 from memory_worker.storage.store import Store
 
 from .fakes import FakeEmbedder, FixedClock
@@ -497,12 +503,28 @@ class _Speaker:
     def __init__(self, speaker: str | None) -> None:
         self.speaker = speaker
 
-    async def subject(self, session_id: str, turn_metadata: object = None) -> str | None:
+    async def subject(
+        self, session_id: str, turn_metadata: object = None, *, strict: bool = False
+    ) -> str | None:
         return self.speaker
 
 
+class _LookupFails:
+    """The bus resolver when session-manager fails: nobody for a read, raised for a write."""
+
+    async def subject(
+        self, session_id: str, turn_metadata: object = None, *, strict: bool = False
+    ) -> str | None:
+        if strict:
+            raise SiblingUnavailable("session::get failed (TIMEOUT)")
+        return None
+
+
 async def _in_turn(
-    service: MemoryService, function_id: str, speaker: str | None, **payload: Any
+    service: MemoryService,
+    function_id: str,
+    speaker: str | _LookupFails | None,
+    **payload: Any,
 ) -> dict[str, Any]:
     """A public bus call made by an agent inside a turn whose speaker is `speaker`, as the
     engine worker makes it (payload and caller from `turn_call`)."""
@@ -510,11 +532,27 @@ async def _in_turn(
 
     metadata = {"session_id": "s1", "turn_id": "t1"}
     spec = catalog.find(function_id)
-    data, caller = await worker.turn_call(spec, payload, metadata, _Speaker(speaker))  # type: ignore[arg-type]
+    resolver = speaker if isinstance(speaker, _LookupFails) else _Speaker(speaker)
+    data, caller = await worker.turn_call(spec, payload, metadata, resolver)  # type: ignore[arg-type]
     return await catalog.call(service, function_id, data, caller)
 
 
 class TestAgentsInATurn:
+    async def test_a_save_whose_speaker_could_not_be_looked_up_is_refused_not_general(
+        self, service: MemoryService
+    ) -> None:
+        """A failed session lookup made the speaker nobody: fine for a read (general memories
+        only), but an agent's save in that turn was written general, in every person's recall
+        of a bank partitioned by person. It is `sibling_unavailable` now (the agent retries)."""
+        await call(service, "memory::bank::create", PERSON, name="main", subject_scoping=True)
+        general = (await call(service, "memory::save", PERSON, text=GENERAL))["memory"]
+        with pytest.raises(SiblingUnavailable):
+            await _in_turn(service, "memory::save", _LookupFails(), text="The user is pregnant.")
+        listed = await call(service, "memory::list", PERSON, limit=100)
+        assert [m["id"] for m in listed["memories"]] == [general["id"]]
+        seen = await _in_turn(service, "memory::recall", _LookupFails(), query="office Lisbon")
+        assert [m["memory"]["id"] for m in seen["memories"]] == [general["id"]]
+
     async def test_an_update_without_subject_leaves_the_memorys_own(
         self, service: MemoryService
     ) -> None:

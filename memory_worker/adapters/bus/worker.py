@@ -611,7 +611,10 @@ async def turn_call(
     fields = spec.request.model_fields
     if caller.kind is not CallerKind.AGENT or caller.session_id is None:
         return data, caller
-    speaker = await resolver.subject(caller.session_id, metadata)  # the session's meta: cached
+    # The session's meta (cached). A failed lookup is nobody for a read (general memories
+    # only); a write raises it: a save about nobody is general, in every person's recall.
+    strict = not spec.hints.read_only
+    speaker = await resolver.subject(caller.session_id, metadata, strict=strict)
     caller = caller.speaking_for(speaker)
     if not isinstance(data, dict) or "subject" not in fields:
         return data, caller
