@@ -237,6 +237,26 @@ class TestToolSurface:
         assert forgiving(save, {"text": "x", "content": "y"}) == {"text": "x", "content": "y"}
         get = catalog.find("memory::get")
         assert forgiving(get, {"memoryId": "fp1"}) == {"id": "fp1"}
+        # recall and list filter by one `tag`: `tags` (save's field) is the guess for it
+        assert forgiving(recall, {"q": "x", "tags": "home"}) == {"query": "x", "tag": "home"}
+        listing = catalog.find("memory::list")
+        assert forgiving(listing, {"label": "home"}) == {"tag": "home"}
+
+    async def test_a_guessed_tag_filter_narrows_a_recall_never_dropped(
+        self, service: MemoryService
+    ) -> None:
+        """A model that names recall's filter `tags`, as save's field is named, had it dropped
+        as an unknown argument: the recall came back unfiltered, other labels' memories in it."""
+        async with Client(build_server(_tools(service, []))) as client:
+            for text, tag in (
+                ("The garden needs water", "home"),
+                ("Water the office plants", "work"),
+            ):
+                await client.call_tool("memory_save", {"text": text, "tags": tag})
+            found = await client.call_tool("memory_recall", {"query": "water", "tags": "home"})
+        assert not found.is_error, _text(found)
+        hits = found.structured_content["memories"]  # type: ignore[index]
+        assert [h["memory"]["text"] for h in hits] == ["The garden needs water"]
 
     async def test_a_tag_filter_guessed_as_tags_filters(self, service: MemoryService) -> None:
         """`memory_save` takes `tags`, `memory_list` and `memory_recall` filter by one `tag`: a

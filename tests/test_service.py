@@ -681,6 +681,39 @@ class TestRecall:
             result = await call(service, "memory::recall", query=query, mode=mode)
             assert [h["memory"]["id"] for h in result["memories"]] == [memory["id"]], mode
 
+    @pytest.mark.parametrize(
+        ("query", "text"),
+        [("chá", "chás verdes"), ("cafés", "café"), ("viagem", "viagens"), ("animais", "animal")],
+    )
+    async def test_a_portuguese_singular_finds_its_plural(
+        self, service: MemoryService, query: str, text: str
+    ) -> None:
+        """Snowball keeps "cafés", "viagens" and "animais" apart from "café" ("caf"), "viagem"
+        ("viag") and "animal": a question in one number missed a memory in the other."""
+        memory = await save(service, f"O usuário gosta de {text} sem açúcar")
+        for mode in ("hybrid", "lexical"):
+            result = await call(service, "memory::recall", query=query, mode=mode)
+            assert [h["memory"]["id"] for h in result["memories"]] == [memory["id"]], mode
+
+    async def test_an_english_irregular_plural_finds_its_singular(
+        self, service: MemoryService
+    ) -> None:
+        memory = await save(service, "The user has one child, Tom")
+        for mode in ("hybrid", "lexical"):
+            result = await call(service, "memory::recall", query="children", mode=mode)
+            assert [h["memory"]["id"] for h in result["memories"]] == [memory["id"]], mode
+
+    async def test_a_negative_contraction_alone_recalls_nothing(
+        self, service: MemoryService
+    ) -> None:
+        """ "isn't" is a stopword, but the tokenizer made it "isn" + "t": "it isn't working"
+        recalled every memory with a negation in it, and the hook handed them to the turn."""
+        await save(service, "The office isn't open on Sundays")
+        await save(service, "Rafa didn't finish the marathon")
+        for query in ("it isn't working", "didn't you say so"):
+            result = await call(service, "memory::recall", query=query)
+            assert result["memories"] == [], query
+
     async def test_modes_name_the_retrieval_that_ran(self, service: MemoryService) -> None:
         await save(service, "The user plays chess on Sundays")
         hybrid = await call(service, "memory::recall", query="chess")

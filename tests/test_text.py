@@ -122,3 +122,92 @@ def test_portuguese_nasal_plurals_meet_their_singulars(plural: str, singular: st
     from "limão" ("lima"), where every regular plural meets its singular: a question in the
     singular ("corro de manhã") missed a memory in the plural ("corro todas as manhãs")."""
     assert terms(f"as {plural} dela") == terms(f"a {singular} dela")
+
+
+@pytest.mark.parametrize(
+    ("plural", "singular"),
+    [("chás", "chá"), ("cafés", "café"), ("sofás", "sofá"), ("avós", "avó"), ("robôs", "robô")],
+)
+def test_portuguese_plurals_of_a_stressed_vowel_meet_their_singulars(
+    plural: str, singular: str
+) -> None:
+    """Snowball's Portuguese stemmer drops a final stressed vowel ("café" → "caf") but leaves
+    its plural whole ("cafés"): "Qual chá eu gosto?" missed "O usuário gosta de chás verdes"."""
+    assert terms(f"as {plural} dela") == terms(f"a {singular} dela")
+
+
+@pytest.mark.parametrize(
+    ("plural", "singular"),
+    [
+        ("viagens", "viagem"),
+        ("homens", "homem"),
+        ("jardins", "jardim"),
+        ("animais", "animal"),
+        ("jornais", "jornal"),
+        ("papéis", "papel"),
+        ("hotéis", "hotel"),
+        ("possíveis", "possível"),
+        ("disponiveis", "disponivel"),
+        ("museus", "museu"),
+        ("chapéus", "chapéu"),
+    ],
+)
+def test_portuguese_plurals_snowball_leaves_apart_meet_their_singulars(
+    plural: str, singular: str
+) -> None:
+    """The plurals of "-m" ("-ns"), "-al", "-el", "-vel" and "-eu": "viagens" stemmed "viagens"
+    and "viagem" "viag", so "minha viagem" missed "as viagens do usuário"."""
+    assert terms(f"as {plural} dela") == terms(f"a {singular} dela")
+
+
+def test_portuguese_singulars_in_s_keep_meeting_their_plurals() -> None:
+    # "-ês" is a singular's ending (mês, inglês, três) and a three-letter word too often is
+    # ("gás"): their plurals already meet them, and still do.
+    for singular, plural in (
+        ("mês", "meses"),
+        ("inglês", "ingleses"),
+        ("gás", "gases"),
+        ("herói", "heróis"),
+        ("bem", "bens"),
+    ):
+        assert terms(f"o {singular} dela") == terms(f"os {plural} dela")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["it isn't working", "why doesn't it compile", "we didn't go", "they aren't", "let's go"],
+)
+def test_english_contractions_that_are_stopwords_leave_no_stray_half(text: str) -> None:
+    """The tokenizer splits "isn't" into "isn" + "t": the stopword "isn't" never matched, and
+    "isn" became a content term, so "it isn't working" recalled "The office isn't open"."""
+    contracted = {"isn", "doesn", "didn", "aren", "let"}
+    assert contracted.isdisjoint(terms(text))
+
+
+def test_a_contraction_part_that_is_a_word_alone_stays_one() -> None:
+    assert "won" in terms("the team won the cup") and "won" not in terms("it won't rain")
+    assert "don" in terms("Don Draper") and "user" in terms("I'm here")
+
+
+@pytest.mark.parametrize(
+    ("plural", "singular"),
+    [
+        ("children", "child"),
+        ("grandchildren", "grandchild"),
+        ("women", "woman"),
+        ("men", "man"),
+        ("wives", "wife"),
+        ("feet", "foot"),
+        ("teeth", "tooth"),
+        ("mice", "mouse"),
+        ("people", "person"),
+    ],
+)
+def test_english_irregular_plurals_meet_their_singulars(plural: str, singular: str) -> None:
+    """Snowball stems by suffix: "children" stayed "children" and "child" "child", so "my
+    children" missed "The user has one child, Tom" ("kids" / "kid" always met)."""
+    assert terms(f"the {plural} of it") == terms(f"the {singular} of it")
+
+
+def test_an_english_verb_in_s_is_no_irregular_plural() -> None:
+    assert terms("the user lives in Lisbon") == terms("the user live in Lisbon")

@@ -151,6 +151,23 @@ _USER_WORDS = FIRST_PERSON | frozenset({"user", "users", "usuário", "usuária",
 
 
 _SKIP = STOPWORDS | _USER_WORDS
+# The stopwords written with an apostrophe, as the tokenizer splits them ("isn't" → "isn", "t"):
+# the trailing half is a stopword of its own, the leading one ("isn", "doesn", "let", "won") is
+# not, and was a content term that matched every memory with a negation in it.
+_CONTRACTIONS = frozenset(tuple(word.split("'")) for word in STOPWORDS_EN if word.count("'") == 1)
+
+
+def _without_contractions(tokens: list[str]) -> list[str]:
+    """The content words of `tokens`, a stopword's halves dropped together ("won't" goes, "won"
+    alone stays)."""
+    words = []
+    for at, token in enumerate(tokens):
+        if token in _SKIP:
+            continue
+        if at + 1 < len(tokens) and (token, tokens[at + 1]) in _CONTRACTIONS:
+            continue
+        words.append(token)
+    return words
 
 
 def language(tokens: list[str]) -> str:
@@ -182,8 +199,11 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     is not known but whose stem in the other language is takes that one. A memory is stemmed by
     its own language, and a short query cannot say its own: "Lisboa", "cafe" or "acucar" read as
     English and missed "O usuário mora em Lisboa", "café" and "açúcar" stemmed as Portuguese."""
-    tokens = tokenize(text.replace("\u2019", "'") if "\u2019" in text else text)
+    text = text.replace("\u2019", "'") if "\u2019" in text else text
+    tokens = tokenize(text)
     words = [t for t in tokens if t not in _SKIP]
+    if words and "'" in text:
+        words = _without_contractions(tokens)
     lang = language(tokens)
     out: list[str] = _stem(lang, words) if words else []
     if not text.isascii():
@@ -207,19 +227,65 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
 _PT_NASAL_PLURALS = (("ões", "ão"), ("ães", "ão"), ("ãos", "ão"), ("ãs", "ã"))
 
 
+# English plurals no suffix rule reaches: Snowball kept "children" apart from "child" and "wives"
+# ("wive") from "wife". Not "lives" or "leaves", which are verbs as often ("the user lives in…").
+_EN_IRREGULAR = {
+    "children": "child",
+    "grandchildren": "grandchild",
+    "men": "man",
+    "women": "woman",
+    "wives": "wife",
+    "knives": "knife",
+    "feet": "foot",
+    "teeth": "tooth",
+    "mice": "mouse",
+    "geese": "goose",
+    "people": "person",
+}
+
+
 def _stem(lang: str, words: list[str]) -> list[str]:
     if lang == "pt":
         words = [_pt_singular(word) for word in words]
+    elif not _EN_IRREGULAR.keys().isdisjoint(words):
+        words = [_EN_IRREGULAR.get(word, word) for word in words]
     stems: list[str] = _STEMMERS[lang].stemWords(words)
     return stems
 
 
+# Plurals Snowball also leaves apart from their singulars, made singular the same way (the
+# longest ending first; a word no longer than its `shortest` is left alone): "-m" → "-ns"
+# ("viagens", "homens", "bons"), "-al" → "-ais", "-el" → "-éis", "-vel" → "-veis", "-eu" → "-eus"
+# ("animais", "papéis", "possíveis", "museus"), and a stressed final vowel ("chás", "cafés",
+# "avós", "robôs": Snowball drops the singular's vowel, "café" → "caf", and keeps the plural).
+# Not "-ês", a singular's ending (mês, inglês, três), nor "-óis" (herói, heróis); the length
+# keeps "gás", "mais", "pais", "Deus" and "réis" whole.
+_PT_PLURALS = (
+    ("veis", "vel", 5),
+    ("ais", "al", 4),
+    ("éis", "el", 4),
+    ("eus", "eu", 4),
+    ("éus", "éu", 4),
+)
+_PT_PLURAL_M = re.compile("[aeiouáéíóúâêô]ns")
+_PT_STRESSED_PLURAL = re.compile("[áéóô]s")
+
+
 def _pt_singular(word: str) -> str:
-    if word.isascii():
+    if not word.isascii():
+        for plural, singular in _PT_NASAL_PLURALS:
+            if word.endswith(plural) and len(word) > len(plural) + 1:
+                return word[: -len(plural)] + singular
+    size = len(word)
+    if size <= 3:
         return word
-    for plural, singular in _PT_NASAL_PLURALS:
-        if word.endswith(plural) and len(word) > len(plural) + 1:
+    for plural, singular, shortest in _PT_PLURALS:
+        if size > shortest and word.endswith(plural):
             return word[: -len(plural)] + singular
+    if _PT_PLURAL_M.fullmatch(word, size - 3):
+        return word[:-2] + "m"
+    if _PT_STRESSED_PLURAL.fullmatch(word, size - 2):
+        return word[:-1]
     return word
 
 
