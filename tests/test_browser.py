@@ -234,6 +234,13 @@ async def _local(server: StandaloneServer, method: str, path: str, **kwargs: Any
     return await asyncio.to_thread(request, f"http://127.0.0.1:{port}", method, path, **kwargs)
 
 
+async def test_a_wildcard_listener_names_a_url_a_browser_opens(exposed: StandaloneServer) -> None:
+    """`serve --host 0.0.0.0` printed `http://0.0.0.0:…`, which browsers refuse to open."""
+    assert (exposed.url or "").startswith("http://127.0.0.1:")
+    answer = await asyncio.to_thread(request, exposed.url or "", "GET", "/healthz")
+    assert answer.status == 401  # reached, and still asks for the token beyond loopback
+
+
 async def test_beyond_loopback_every_call_needs_the_token(exposed: StandaloneServer) -> None:
     none = await _local(exposed, "POST", "/memory/rule/set", body=RULE, headers=_json())
     wrong = await _local(

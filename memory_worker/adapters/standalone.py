@@ -425,8 +425,14 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# A wildcard listener is reached on this machine through loopback: a browser refuses to open
+# `http://0.0.0.0:…` (the URL the server printed), and a forwarded call needs an address too.
+_WILDCARD_AS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
 def _url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
+    host = _WILDCARD_AS.get(host, host)
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
 
