@@ -148,6 +148,14 @@ _PGP_BLOCK = "\n".join(
 )
 _EC_TRUNCATED = "\n".join(["-----BEGIN EC PRIVATE KEY-----", *EC_LINES])
 
+VAULT = "hvs." + _mixed(90, "vault", "_-")
+SAS_SIG = _mixed(43, "sas", "+/") + "%3D"
+S3_SIG = _pick(64, "s3-sig", _HEX)
+RAILS_SECRET = _pick(128, "rails", _HEX)
+GITLAB_RUNNER = "GR1348941" + _mixed(20, "gitlab-runner", "_-")
+SESSION_1 = _mixed(32, "session-1")
+SESSION_2 = _mixed(26, "session-2", "-_")
+
 # (label, sentence containing the secret, the secret value)
 SECRETS: list[tuple[str, str, str]] = [
     (
@@ -318,6 +326,27 @@ SECRETS: list[tuple[str, str, str]] = [
     ("slack-token", f"SLACK_B64={B64URL_SLACK}", B64URL_SLACK),
     ("stripe-key", f"hex dump: {HEX_STRIPE}", HEX_STRIPE),
     ("aws-access-key", f"creds={HEX_AWS}", HEX_AWS),
+    # --- session cookies, Portuguese, markdown code, command lines (review Z)
+    ("session-cookie", f"Cookie: theme=dark; sessionid={SESSION_1}", SESSION_1),
+    ("session-cookie", f"Set-Cookie: sid={SESSION_2}; Path=/; HttpOnly; Secure", SESSION_2),
+    ("session-cookie", f"the logs show PHPSESSID={SESSION_1} for that user", SESSION_1),
+    ("password", "a senha do banco é Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("password", "ADMIN_SENHA=S3nh4-Forte-99", "S3nh4-Forte-99"),
+    ("password", "the password is `Kp9-Lm2-Qx7`", "Kp9-Lm2-Qx7"),
+    ("password", "mysql -u root -p'Dump-P4ss-88' appdb", "Dump-P4ss-88"),
+    ("password", "docker login -u ci -p Regi5try-Pass registry.example.com", "Regi5try-Pass"),
+    ("password", "deploy --db-password Zq8-Vw2-Lx5 --yes", "Zq8-Vw2-Lx5"),
+    ("vault-token", f"export VAULT_TOKEN={VAULT}", VAULT),
+    (
+        "signed-url",
+        f"https://acme.blob.core.windows.net/logs/a.txt?sv=2022-11-02&sp=r&sig={SAS_SIG}",
+        SAS_SIG,
+    ),
+    ("signed-url", f"s3 link ...&X-Amz-Signature={S3_SIG}&X-Amz-Expires=300", S3_SIG),
+    ("password", f"SECRET_KEY_BASE={RAILS_SECRET}", RAILS_SECRET),
+    ("password", "DB_PASSWORD_PRIMARY=Tr0ub4dor-33", "Tr0ub4dor-33"),
+    ("gitlab-token", f"gitlab-runner register --registration-token {GITLAB_RUNNER}", GITLAB_RUNNER),
+    ("password", "machine api.example.com login ci password Zx81-spectrum", "Zx81-spectrum"),
 ]
 
 # Text that mentions secrets, or has a similar shape, but holds none.
@@ -439,4 +468,18 @@ LOOKALIKES: list[str] = [
     "hex 48656c6c6f2c207468697320697320706c61696e20746578742e",
     "UUID 123e4567-e89b-12d3-a456-426614174000 and sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
     "The build id is 1f8ac10f23c5b5bc1167bda84b833e5c057a77d2 (a sha1).",
+    "Cookie: theme=dark; lang=pt-BR",
+    "Set-Cookie: consent=yes; Path=/; Max-Age=31536000; SameSite=Lax",
+    "a senha é obrigatória para todos",
+    "esqueci minha senha de novo",
+    "senha: Obrigatória para administradores",
+    "a senha do banco está no cofre",
+    "docker login -u ci registry.example.com (it prompts for the password)",
+    "docker run -p 8080:80 nginx",
+    "llm --max-tokens 4096 --password-stdin",
+    "The hvs. prefix marks Vault service tokens; hvb. marks batch ones.",
+    "the machine learning password reset flow is in the wiki",
+    "PASSWORD_FILE=/run/secrets/db_password and TOKEN_URL=https://auth.example.com/token",
+    "SECRET_NAME=prod-db-creds-2024, PASSWORD_MIN_LENGTH=16, TOKEN_TTL_SECONDS=3600",
+    "Basic authentication is turned off; see https://cdn.example.com/a.png?w=200&sig=short",
 ]

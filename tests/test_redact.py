@@ -440,8 +440,485 @@ _MB = 1 << 20
         pytest.param("--password " * (_MB // 11), id="cli-flag-repeated"),
         pytest.param("token=abc123def456 " * (_MB // 19), id="fifty-thousand-secrets"),
         pytest.param("\n".join(s for _, s, _ in SECRETS) * 60, id="many-secrets"),
+        pytest.param("Cookie: a=b1c2d3e4f5g6h7i8; " * (_MB // 28), id="cookie-pairs"),
+        pytest.param("%3D" * (_MB // 3), id="url-escapes"),
+        pytest.param("A_" * (_MB // 2) + "PASSWORD", id="env-name-run"),
+        pytest.param("a senha do x y " * (_MB // 15), id="senha-phrases"),
+        pytest.param("redis-cli -a " * (_MB // 13), id="redis-cli-repeated"),
+        pytest.param("eyJ\n" * (_MB // 4), id="jwt-prefix-lines"),
+        pytest.param("ghp_a\\\n> " * (_MB // 9), id="split-prefix-continuations"),
     ],
 )
 def test_megabyte_hostile_input_is_redacted_without_error(text: str) -> None:
     once = redact(text)
     assert isinstance(once.text, str)
+
+
+# --- review Z: shapes from the wild that slipped through ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a senha é Hunter2hunter", "a senha é [REDACTED:password]"),
+        ("A senha do banco é Hunter#2025", "A senha do banco é [REDACTED:password]"),
+        ("a senha do wifi e CasaAzul#42.", "a senha do wifi e [REDACTED:password]."),
+        ("minha senha: Hunter2025!", "minha senha: [REDACTED:password]"),
+        ("SENHA=Hunter2025!", "SENHA=[REDACTED:password]"),
+        ('{"senha": "s3nh4-forte"}', '{"senha": "[REDACTED:password]"}'),
+        ("a senha era 'letmein-2024' até sexta", "a senha era '[REDACTED:password]' até sexta"),
+    ],
+)
+def test_a_portuguese_password_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a senha é obrigatória",
+        "A senha é Obrigatória para todos os administradores",
+        "senha: Obrigatória para administradores",
+        "a senha do banco está no cofre",
+        "esqueci minha senha de novo",
+        "a senha é forte",
+        "senha: mínimo 12 caracteres",
+        "senha: (vazia)",
+        "the password is (empty) on the demo box",
+    ],
+)
+def test_portuguese_prose_about_a_password_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("the password is `Hunter2025!`", "the password is `[REDACTED:password]`"),
+        ("password: `Tr0ub4dor&3`", "password: `[REDACTED:password]`"),
+        ("a senha é `Hunter2025!`", "a senha é `[REDACTED:password]`"),
+    ],
+)
+def test_a_password_in_markdown_code_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Cookie: session=a1b2c3d4e5f6g7h8i9j0; theme=dark",
+            "Cookie: session=[REDACTED:session-cookie]; theme=dark",
+        ),
+        (
+            "Set-Cookie: sessionid=k3j4h5g6f7d8s9a0q1w2; Path=/; HttpOnly",
+            "Set-Cookie: sessionid=[REDACTED:session-cookie]; Path=/; HttpOnly",
+        ),
+        (
+            "curl -H 'Cookie: PHPSESSID=9f8e7d6c5b4a39281706' https://x.example.com",
+            "curl -H 'Cookie: PHPSESSID=[REDACTED:session-cookie]' https://x.example.com",
+        ),
+        (
+            "curl --cookie 'connect.sid=s%3Aq1w2e3r4t5y6u7i8o9p0' https://x.example.com",
+            "curl --cookie 'connect.sid=[REDACTED:session-cookie]' https://x.example.com",
+        ),
+        ("JSESSIONID=1A2B3C4D5E6F7A8B9C0D1E2F", "JSESSIONID=[REDACTED:session-cookie]"),
+    ],
+)
+def test_a_session_cookie_value_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Cookie: theme=dark; lang=en-US",
+        "Set-Cookie: consent=yes; Path=/; Max-Age=31536000",
+        "Cookie: _ga=GA1.2.1234567890.1600000000; tz=America/Sao_Paulo",
+        "The session cookie is HttpOnly and Secure.",
+        "session_id=ses_42 resumed the turn",
+    ],
+)
+def test_a_harmless_cookie_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("mysql -u root -p'Hunter2hunter'", "mysql -u root -p'[REDACTED:password]'"),
+        ('mysql -u root -p"Hunter2hunter" db', 'mysql -u root -p"[REDACTED:password]" db'),
+        (
+            "docker login -u me -p Hunter2hunter registry.example.com",
+            "docker login -u me -p [REDACTED:password] registry.example.com",
+        ),
+        ("--db-password Hunter2hunter", "--db-password [REDACTED:password]"),
+        ("app --admin-password=Hunter2hunter", "app --admin-password=[REDACTED:password]"),
+        ("cli --api-token a1b2c3d4e5f6g7h8", "cli --api-token [REDACTED:password]"),
+    ],
+)
+def test_a_password_on_a_command_line_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "docker login -u me -p (it prompts) registry.example.com",
+        "llm --max-tokens 4096 --password-stdin",
+        "gh auth login --with-token < token.txt",
+    ],
+)
+def test_a_command_line_without_a_password_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("the password is: Hunter2025x", "the password is: [REDACTED:password]"),
+        ("my password was: 'letmein-2024'", "my password was: '[REDACTED:password]'"),
+        ("a senha é: Hunter2025x", "a senha é: [REDACTED:password]"),
+    ],
+)
+def test_a_password_phrase_with_a_colon_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "GET /login?next=%2Fhome%3Fpassword%3DHunter2hunter%26user%3Dbob",
+            "GET /login?next=%2Fhome%3Fpassword%3D[REDACTED:password]%26user%3Dbob",
+        ),
+        (
+            "body=%7B%22password%22%3A%22Hunter2hunter%22%7D",
+            "body=%7B%22password%22%3A%22[REDACTED:password]%22%7D",
+        ),
+        (
+            "redirect=https%3A%2F%2Fapp%3AHunter2hunter%40db.example.com%2Fx",
+            "redirect=https%3A%2F%2Fapp%3A[REDACTED:credentialed-url]%40db.example.com%2Fx",
+        ),
+        ("cb?state=abc%26token%3Dp%40ss%2Fw0rd%40", "cb?state=abc%26token%3D[REDACTED:password]"),
+        (  # a URL's own escapes still read as written
+            "https://jo%40example.com:a%20secret@db.example.com/x",
+            "https://jo%40example.com:[REDACTED:credentialed-url]@db.example.com/x",
+        ),
+    ],
+)
+def test_a_url_encoded_secret_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://example.com/search?q=100%25%20natural&page=2",
+        "GET /login?next=%2Fhome%3Fpassword%3D",
+        "progress 50%3D half, ratio 10%26",
+    ],
+)
+def test_url_encoded_text_without_a_secret_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+def test_a_password_policy_with_a_number_is_a_sentence() -> None:
+    text = "password: minimum 12 characters, one of them a digit"
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "VAULT_TOKEN=hvs.CAESIJlU1Z2Jq3AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+            "VAULT_TOKEN=[REDACTED:vault-token]",
+        ),
+        (
+            "vault login hvs.CAESIJlU1Z2Jq3AbCdEfGhIjKlMnOpQrStUvWxYz0123 worked",
+            "vault login [REDACTED:vault-token] worked",
+        ),
+        ("batch token hvb.AAAAAQJx7k2Lm9Pq4Rs8Tu1Vw5Xy3Za6", "batch token [REDACTED:vault-token]"),
+        (
+            "register with GR1348941Zx8Lk2Mn4Pq6Rs8Tu0Vw for the runner",
+            "register with [REDACTED:gitlab-token] for the runner",
+        ),
+    ],
+)
+def test_vault_and_gitlab_runner_tokens_are_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The hvs. prefix marks Vault service tokens.",
+        "GR1348941 is the prefix of GitLab runner registration tokens.",
+    ],
+)
+def test_vault_and_gitlab_prefixes_alone_are_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "machine api.heroku.com login me@example.com password 0a1b2c3d-4e5f-6a7b-8c9d",
+            "machine api.heroku.com login me@example.com password [REDACTED:password]",
+        ),
+        (
+            "kind: Secret\nstringData:\n  password: |\n    Hunter2hunter\n",
+            "kind: Secret\nstringData:\n  password: |\n    [REDACTED:password]\n",
+        ),
+        (
+            "machine git.example.com\n  login ci\n  password Zx81-spectrum\n",
+            "machine git.example.com\n  login ci\n  password [REDACTED:password]\n",
+        ),
+        ("db_password: >-\n  Hunter2hunter", "db_password: >-\n  [REDACTED:password]"),
+    ],
+)
+def test_a_password_on_its_own_line_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "SECRET_KEY_BASE=0123456789abcdef0123456789abcdef0123456789abcdef",
+            "SECRET_KEY_BASE=[REDACTED:password]",
+        ),
+        ("DB_PASSWORD_PROD=Hunter2hunter", "DB_PASSWORD_PROD=[REDACTED:password]"),
+        ('ADMIN_PASSWORD_2="Zx8-Lk2-Mn4"', 'ADMIN_PASSWORD_2="[REDACTED:password]"'),
+        ("GITHUB_TOKEN_CI=a1b2c3d4e5f6a7b8c9d0", "GITHUB_TOKEN_CI=[REDACTED:password]"),
+    ],
+)
+def test_an_env_secret_with_a_suffixed_name_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "PASSWORD_FILE=/run/secrets/db_password2",
+        "PASSWORD_MIN_LENGTH=16",
+        "SECRET_NAME=prod-db-creds-2024",
+        "TOKEN_URL=https://auth.example.com/oauth2/token",
+        "TOKEN_EXPIRY_SECONDS=3600",
+        "API_KEY_HEADER=X-Api-Key",
+        "SECRET_VERSION_ID=v2a3b4c5d6",
+        "PASSWORD_HASH_ALGORITHM=argon2id",
+        "DB_PASSWORD_PROD=${DB_PASSWORD}",
+    ],
+)
+def test_an_env_setting_about_a_secret_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "send the header Basic YWRtaW46SHVudGVyMmh1bnRlcg== to the proxy",
+            "send the header Basic [REDACTED:basic-auth] to the proxy",
+        ),
+        (
+            "https://a.blob.core.windows.net/c/b?sv=2020-08-04&sp=r&sig=Zx8Lk2Mn4Pq6Rs8Tu0Vw1Ab3Cd5Ef7%3D",
+            "https://a.blob.core.windows.net/c/b?sv=2020-08-04&sp=r&sig=[REDACTED:signed-url]",
+        ),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Expires=60&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404&x=1",
+            "https://b.s3.amazonaws.com/k?X-Amz-Expires=60&X-Amz-Signature=[REDACTED:signed-url]&x=1",
+        ),
+        (
+            "redis-cli -h cache -a Zx8Lk2Mn4Pq6 ping",
+            "redis-cli -h cache -a [REDACTED:password] ping",
+        ),
+        ("mongosh -u admin -p Zx8Lk2Mn4Pq6 db", "mongosh -u admin -p [REDACTED:password] db"),
+        ("REDISCLI_AUTH=Zx8Lk2Mn4Pq6 redis-cli", "REDISCLI_AUTH=[REDACTED:password] redis-cli"),
+    ],
+)
+def test_more_credential_shapes_are_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Basic authentication is enabled for the staging proxy.",
+        "basic YWJjZGVmZ2hpamtsbW5vcA== (no colon inside, so not credentials)",
+        "https://cdn.example.com/img.png?w=200&sig=short",
+        "redis-cli -a $REDIS_PASSWORD ping",
+        "mongosh -u admin -p (it prompts) db",
+        "mongo -p and then type the password",
+    ],
+)
+def test_more_credential_look_alikes_are_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # a JWT wrapped at the terminal's width
+            f"token:\n{JWT_TOKEN[:50]}\n{JWT_TOKEN[50:]}\nthanks",
+            "token:\n[REDACTED:jwt]\nthanks",
+        ),
+        (  # the Slack token's secret part is on the second line
+            f"SLACK_BOT_TOKEN={SLACK_BOT[:16]}\n{SLACK_BOT[16:]}",
+            "SLACK_BOT_TOKEN=[REDACTED:slack-token]",
+        ),
+        (  # a shell line continuation
+            f"export GH_TOKEN={GITHUB_APP[:20]}\\\n{GITHUB_APP[20:]}",
+            "export GH_TOKEN=[REDACTED:github-token]",
+        ),
+        (  # a quoted reply in markdown
+            f"> use {GITHUB_APP[:20]}\n> {GITHUB_APP[20:]} for the bot",
+            "> use [REDACTED:github-token] for the bot",
+        ),
+    ],
+)
+def test_a_token_split_across_lines_is_removed_whole(text: str, expected: str) -> None:
+    result = redact(text)
+    assert result.text == expected
+    assert JWT_TOKEN[50:] not in result.text and SLACK_BOT[16:] not in result.text
+
+
+def test_a_complete_jwt_line_is_not_joined_with_the_next() -> None:
+    text = f"{JWT_TOKEN}\nnext-line-word stays"
+    assert redact(text).text == "[REDACTED:jwt]\nnext-line-word stays"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "the api key is 9f8e7d6c5b4a39281706a1b2c3d4e5f6",
+            "the api key is [REDACTED:password]",
+        ),
+        ("API key: 9f8e7d6c5b4a39281706a1b2c3d4e5f6.", "API key: [REDACTED:password]."),
+        ("my token is a1b2c3d4e5f6g7h8i9j0", "my token is [REDACTED:password]"),
+        (
+            "the client secret for staging is `Zx8Lk2Mn4Pq6Rs8T`",
+            "the client secret for staging is `[REDACTED:password]`",
+        ),
+        ("o token é a1b2c3d4e5f6g7h8i9j0", "o token é [REDACTED:password]"),
+        (
+            "a chave da API é 9f8e7d6c5b4a39281706a1b2c3d4e5f6",
+            "a chave da API é [REDACTED:password]",
+        ),
+    ],
+)
+def test_a_key_or_token_told_in_a_sentence_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the api key is expired, rotate it",
+        "my token is v2.0-beta",
+        "The secret is aggressive caching.",
+        "the access token is valid for 3600 seconds",
+        "o token é renovado a cada hora",
+        "a chave da API está no cofre",
+        "API key: see the vault entry ci-deploy-2024",
+        "the secret key is stored in AWS Secrets Manager",
+    ],
+)
+def test_a_sentence_about_a_key_or_token_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '{"auths": {"ghcr.io": {"auth": "YWRtaW46SHVudGVyMmh1bnRlcg=="}}}',
+            '{"auths": {"ghcr.io": {"auth": "[REDACTED:basic-auth]"}}}',
+        ),
+        ("_auth=YWRtaW46SHVudGVyMmh1bnRlcg==", "_auth=[REDACTED:basic-auth]"),
+        (
+            "openssl pkcs12 -export -passout pass:Hunter2hunter -out a.p12",
+            "openssl pkcs12 -export -passout pass:[REDACTED:password] -out a.p12",
+        ),
+        (
+            "keytool -list -storepass Hunter2hunter -v",
+            "keytool -list -storepass [REDACTED:password] -v",
+        ),
+        ("Invoke-Sqlcmd -Password Hunter2hunter", "Invoke-Sqlcmd -Password [REDACTED:password]"),
+        (
+            'ConvertTo-SecureString "Hunter2hunter" -AsPlainText -Force',
+            'ConvertTo-SecureString "[REDACTED:password]" -AsPlainText -Force',
+        ),
+        ("ssh-keygen -t ed25519 -N Hunter2hunter", "ssh-keygen -t ed25519 -N [REDACTED:password]"),
+        ("zip -P Hunter2hunter out.zip a.txt", "zip -P [REDACTED:password] out.zip a.txt"),
+        ("sqlcmd -S db -U sa -P Hunter2hunter", "sqlcmd -S db -U sa -P [REDACTED:password]"),
+        (
+            "ldapsearch -x -D cn=admin -w Hunter2hunter",
+            "ldapsearch -x -D cn=admin -w [REDACTED:password]",
+        ),
+        ("az login -u me -p Hunter2hunter", "az login -u me -p [REDACTED:password]"),
+    ],
+)
+def test_a_password_given_to_a_tool_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"auth": "token"}',
+        "auth: YWJjZGVmZ2hpamtsbW5vcA==",
+        "ssh-keygen -N '' -f key",
+        "zip -P (prompted) out.zip",
+        "a non-password approach, a re-token step",
+        "use -password-file /run/secrets/pw",
+    ],
+)
+def test_a_tool_call_without_a_password_is_kept(text: str) -> None:
+    assert redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "I changed the DB password to CasaAzul#42",
+            "I changed the DB password to [REDACTED:password]",
+        ),
+        (
+            "set the wifi password to 'Kp9-Lm2-Qx7'",
+            "set the wifi password to '[REDACTED:password]'",
+        ),
+        ("troquei a senha para CasaAzul#42", "troquei a senha para [REDACTED:password]"),
+        (
+            "mudei a senha do banco pra CasaAzul#42",
+            "mudei a senha do banco pra [REDACTED:password]",
+        ),
+        ("a senha nova é CasaAzul#42", "a senha nova é [REDACTED:password]"),
+        (
+            "A senha padrão do roteador é admin1234",
+            "A senha padrão do roteador é [REDACTED:password]",
+        ),
+        ("minha senha agora é CasaAzul#42", "minha senha agora é [REDACTED:password]"),
+    ],
+)
+def test_a_password_changed_to_a_value_is_removed(text: str, expected: str) -> None:
+    assert redact(text).text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "changed the password to something stronger",
+        "set the password to expire every 90 days",
+        "troquei a senha para uma mais forte",
+        "a senha nova é obrigatória",
+        "reset your password to continue",
+    ],
+)
+def test_a_password_change_without_a_value_is_kept(text: str) -> None:
+    assert redact(text).text == text

@@ -10,9 +10,10 @@ Greek letters that look Latin read as Latin, and a known token prefix broken acr
 back up — so `gh\u200bp_…`, `ｓｋ＿ｌｉｖｅ＿…` or `AКIA…` (a Cyrillic К) are found for what they
 are.
 A base64 or hex run whose decoded text holds a secret is redacted whole, under that secret's
-label. A marker-looking suffix (`hunter2[REDACTED:x]`) does not shield the value before it.
+label. Text with URL escapes is read a second time with them decoded (`password%3D…`). A
+marker-looking suffix (`hunter2[REDACTED:x]`) does not shield the value before it.
 
-Past 500 lines on purpose: the deny-list is one table of some 45 secret shapes (400 lines of
+Past 500 lines on purpose: the deny-list is one table of some 75 secret shapes (500 lines of
 patterns) with the value heuristics its rules call and the normalisation they read through;
 adding or auditing a shape means reading them together.
 """
@@ -66,13 +67,16 @@ PYPI_TOKEN = "pypi-token"
 REPLICATE_TOKEN = "replicate-token"
 SENDGRID_KEY = "sendgrid-key"
 SENTRY_DSN = "sentry-dsn"
+SESSION_COOKIE = "session-cookie"
 SHOPIFY_TOKEN = "shopify-token"
+SIGNED_URL = "signed-url"
 SLACK_TOKEN = "slack-token"
 SLACK_WEBHOOK = "slack-webhook"
 STRIPE_KEY = "stripe-key"
 TELEGRAM_TOKEN = "telegram-bot-token"
 TWILIO_AUTH_TOKEN = "twilio-auth-token"
 TWILIO_KEY = "twilio-key"
+VAULT_TOKEN = "vault-token"
 XAI_KEY = "xai-key"
 
 MARKER_PREFIX = "[REDACTED:"
@@ -97,14 +101,17 @@ class Redaction:
 
 _Span = tuple[int, int]
 _Pick = Callable[[re.Match[str], str], _Span | None]
+_Spans = Callable[[re.Match[str], str], list[_Span]]
 
 _DIGIT = re.compile(r"[0-9]")
 _SPACE = re.compile(r"\s")
 _UPPER = re.compile(r"[A-Z]")
 _LETTER = re.compile(r"[A-Za-z]")
 _LOWER = re.compile(r"[a-z]")
-_ALPHA_WORD = re.compile(r"[A-Za-z]+")
-_PROSE_NEXT = re.compile(r"[ \t]+[A-Za-z]")
+# Any script's letters: `senha: Obrigatória para administradores` is a sentence too, and so
+# is `password: minimum 12 characters` (a number, then a word).
+_ALPHA_WORD = re.compile(r"[^\W\d_]+")
+_PROSE_NEXT = re.compile(r"[ \t]+(?:[0-9]+[ \t]+)?[^\W\d_]")
 _NEXT_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^=\s]")  # `USER=app` (not base64's `=`)
 _PLACEHOLDER = re.compile(
     r"[*xX.#?_\u2022\u00b7-]+"  # ****, xxxx, ...., ••••
@@ -301,14 +308,14 @@ _TRAILING = ".,;:!?)]}'\""
 def _phrase_value(s: str) -> bool:
     """`the password is X`: X must look made up (a digit, a symbol or mixed case), not a word."""
     s = s.rstrip(_TRAILING)
-    if len(s) < 6 or not _is_secret_value(s, weak=False):
-        return False
+    if len(s) < 6 or s[0] == "(" or not _is_secret_value(s, weak=False):
+        return False  # too short, an aside (`is (empty)`), or a placeholder
     return not (s.isalpha() and (s.islower() or s.istitle()))  # "is expired", "is Required"
 
 
 def _phrase(m: re.Match[str], text: str) -> _Span | None:
-    if m.group("dq") is not None or m.group("sq") is not None:
-        kind = "dq" if m.group("dq") is not None else "sq"
+    kind = m.lastgroup or "bare"  # "dq", "sq", "bq" (markdown code) or "bare"
+    if kind != "bare":
         start, end = m.span(kind)
         end = _before_marker(text, start, end)
         return (start, end) if end > start and _strong_value(text[start:end]) else None
@@ -317,6 +324,19 @@ def _phrase(m: re.Match[str], text: str) -> _Span | None:
     while end > start and text[end - 1] in _TRAILING:
         end -= 1
     return (start, end) if _phrase_value(text[start:end]) else None
+
+
+def _credential_phrase(m: re.Match[str], text: str) -> _Span | None:
+    """`the api key is X`, `o token é X`: X must look machine-made (letters and digits mixed, or
+    mixed case) and be long enough to be a key (`my token is v2.0-beta` is a version)."""
+    kind = m.lastgroup or "bare"
+    start, end = m.span(kind)
+    end = _before_marker(text, start, end)
+    if kind == "bare":
+        while end > start and text[end - 1] in _TRAILING:
+            end -= 1
+    value = text[start:end]
+    return (start, end) if len(value) >= 12 and _is_secret_value(value, weak=True) else None
 
 
 def _passphrase(m: re.Match[str], text: str) -> _Span | None:
@@ -358,11 +378,103 @@ def _sentry_key(m: re.Match[str], text: str) -> _Span | None:
     return m.span("value")
 
 
+_COOKIE_PAIR = re.compile(r"[ \t]*(?P<name>[^=;\s]++)=(?P<value>[^;\s]*+)", re.ASCII)
+_COOKIE_ATTRIBUTES = frozenset(
+    {"path", "domain", "expires", "max-age", "samesite", "priority", "partitioned", "version"}
+)
+
+
+def _cookie_values(m: re.Match[str], text: str) -> list[_Span]:
+    """The values in a `Cookie:` / `Set-Cookie:` header (or curl's `--cookie`) that look like
+    a session secret; names, attributes (`Path=/`) and plain settings (`theme=dark`) stay."""
+    spans: list[_Span] = []
+    start, end = m.span("pairs")
+    for pair in _COOKIE_PAIR.finditer(text, start, end):
+        value_start, value_end = pair.span("value")
+        value_end = _before_marker(text, value_start, value_end)
+        value = text[value_start:value_end]
+        if pair.group("name").lower() not in _COOKIE_ATTRIBUTES and _cookie_secret(value):
+            spans.append((value_start, value_end))
+    return spans
+
+
+def _cookie_secret(value: str) -> bool:
+    """A session id is long and random: letters and digits mixed (`tz=America/Sao_Paulo` and
+    Google Analytics' `_ga=GA1.2.1234567890.1600000000` are not)."""
+    if len(value) < 16 or not _is_secret_value(value, weak=True):
+        return False
+    digits = sum(c.isdigit() for c in value)
+    return digits >= 2 and sum(c.isalpha() for c in value) >= 4
+
+
+_SECRET_WORDS = frozenset({"PASSWORD", "PASSWD", "PASS", "PWD", "SECRET", "TOKEN", "APIKEY"})
+_KEY_WORDS = frozenset({"API", "ACCESS", "PRIVATE", "CLIENT", "MASTER", "SECRET", "SIGNING"})
+# Words after the secret's word that make the setting *about* the secret, not the secret.
+_SETTING_WORDS = frozenset(
+    {
+        "FILE", "FILES", "PATH", "PATHS", "DIR", "DIRECTORY", "FOLDER", "MOUNT", "HASH",
+        "HASHED", "HASHER", "MIN", "MAX", "LENGTH", "LEN", "POLICY", "RESET", "EXPIRY",
+        "EXPIRES", "EXPIRE", "EXPIRATION", "TTL", "AGE", "LIFETIME", "DURATION", "SECONDS",
+        "MINUTES", "HOURS", "DAYS", "PERIOD", "INTERVAL", "TIMEOUT", "ENABLED", "DISABLED",
+        "ENABLE", "DISABLE", "REQUIRED", "NAME", "NAMES", "ID", "IDS", "REF", "ARN", "URL",
+        "URI", "ENDPOINT", "HOST", "ISSUER", "AUDIENCE", "SCOPE", "SCOPES", "VERSION",
+        "ROTATION", "COMMAND", "CMD", "PROMPT", "FIELD", "PARAM", "HEADER", "HINT", "LABEL",
+        "STRENGTH", "COMPLEXITY", "REGEX", "PATTERN", "RULES", "REUSE", "COST", "ROUNDS",
+        "ALGORITHM", "ALGO", "ENCODER", "ENCODING", "METHOD", "HISTORY", "COUNT", "ATTEMPTS",
+        "LIMIT", "TYPE", "KIND", "MODE", "FORMAT", "ENV", "VAR", "LOCATION", "PROVIDER",
+        "SOURCE", "STORE", "BACKEND", "MANAGER", "SERVICE", "SIZE", "BYTES", "BITS", "USAGE",
+        "PREFIX", "SUFFIX", "LOOKUP", "VALIDATION", "VALIDATOR", "REGION", "BUCKET", "TABLE",
+    }
+)  # fmt: skip
+
+
+def _env_suffixed(m: re.Match[str], text: str) -> _Span | None:
+    """`DB_PASSWORD_PROD=…`, `SECRET_KEY_BASE=…`: an upper-case setting whose name holds a secret
+    word before its last part (a name ending in the word is the assignment rules' case), unless
+    a later part says the setting is about the secret (`PASSWORD_FILE`, `TOKEN_URL`)."""
+    parts = m.group("key").split("_")
+    for i in range(len(parts) - 2, -1, -1):
+        word = parts[i]
+        if word in _SECRET_WORDS or (word == "KEY" and i > 0 and parts[i - 1] in _KEY_WORDS):
+            break
+    else:
+        return None
+    if any(part in _SETTING_WORDS for part in parts[i + 1 :]):
+        return None
+    kind = m.lastgroup or "bare"
+    start, end = m.span(kind)
+    end = _before_marker(text, start, end)
+    value = text[start:end]
+    if value.startswith(("/", "~", ".")) or "://" in value:
+        return None  # a path or an address
+    return (start, end) if _is_secret_value(value, weak=True) else None
+
+
+def _basic_credentials(value: str) -> bool:
+    """`Basic <base64>` outside a header: the base64 must decode to `user:password`."""
+    try:
+        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode()
+    except (binascii.Error, ValueError):
+        return False
+    user, colon, password = decoded.partition(":")
+    return bool(colon and user and password and decoded.isprintable())
+
+
 def _sshpass(m: re.Match[str], text: str) -> _Span | None:
     kind = m.lastgroup or "value"
     start, end = m.span(kind)
     end = _before_marker(text, start, end)
     return (start, end) if end > start and _cli_secret(text[start:end]) else None
+
+
+def _client_flag(m: re.Match[str], text: str) -> _Span | None:
+    """`docker login -p X`, `mongosh -p X`, `redis-cli -a X`: as `_sshpass`, but a lower-case
+    word is prose (`mongo -p and then type it`: the flag alone prompts)."""
+    span = _sshpass(m, text)
+    if span is None:
+        return None
+    value = text[span[0] : span[1]]
+    return None if value.isalpha() and value.islower() else span
 
 
 # --- rules ----------------------------------------------------------------------------------
@@ -392,6 +504,7 @@ class _Rule:
     triggers: tuple[str, ...]  # the rule runs only when one of these occurs (cheap prefilter)
     on_lower: bool = False  # pattern and triggers are lower-case and see the case-folded text
     pick: _Pick = _whole  # the span to replace, or None to reject the match
+    spans: _Spans | None = None  # instead of `pick`: every span to replace in one match
     min_word: int = 0  # skipped unless the text has a word (whitespace-free run) this long
 
 
@@ -411,9 +524,22 @@ _ASSIGN_TAIL = r"""
     (?:
         "(?P<dq>(?:[^"\\\n]|\\.){4,512}+)"
       | '(?P<sq>(?:[^'\\\n]|\\.){4,512}+)'
+      | `(?P<bq>[^`\s]{4,512}+)`        # markdown code (no space: shell's `cmd` runs one)
+      | [|>][+-]?[ \t]*\r?\n[ \t]+(?P<block>\S(?:[^\n]{0,510}\S)?)  # YAML `|` / `>-` block
       | ["']?(?P<bare>[^\s"'`,;&<>\[\]:=(){}](?:[^\s"'`,;&<>]|[;&](?!\w[\w.-]*+=)){3,}+)
     )                                   # `;` / `&` end the value only before `next_key=`
 """
+# What a spoken phrase gives a password as: quoted, in markdown code, or a bare word.
+_PHRASE_VALUE = (
+    r"""(?:"(?P<dq>[^"\n]{4,200}+)"|'(?P<sq>[^'\n]{4,200}+)'|`(?P<bq>[^`\n]{4,200}+)`"""
+    r"""|(?P<bare>[^\s"'`]{4,200}+))"""
+)
+# A password given to a command-line flag: quoted, or bare (not another flag, a `$VAR`, or an
+# aside such as `(prompted)`).
+_FLAG_VALUE = (
+    r"""(?:'(?P<sq>[^'\n]{3,200}+)'"""
+    r"""|"(?P<dq>[^"\n]{3,200}+)"|(?P<value>[^\s\-'"(<\[{$][^\s'"]{2,200}+))"""
+)
 _PEM_LABEL = r"(?:[A-Z0-9]+[ ]){0,4}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/-]"  # RFC 6750 b64token
 
@@ -451,6 +577,17 @@ _RULES: tuple[_Rule, ...] = (
         GITLAB_TOKEN,
         _re(r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}+"),
         ("glpat-", "gldt-", "glrt-", "glptt-"),
+    ),
+    _Rule(  # GitLab runner registration token
+        GITLAB_TOKEN,
+        _re(r"GR1348941(?<![A-Za-z0-9_-]GR1348941)[A-Za-z0-9_-]{20,}+"),
+        ("GR1348941",),
+    ),
+    _Rule(  # HashiCorp Vault service, batch and recovery tokens
+        VAULT_TOKEN,
+        _re(r"hv[sbr]\.(?<![A-Za-z0-9_.-]hv[sbr]\.)[A-Za-z0-9_-]{24,}+"),
+        ("hvs.", "hvb.", "hvr."),
+        pick=_whole_if(_has_digit),
     ),
     _Rule(
         SLACK_TOKEN,
@@ -710,6 +847,52 @@ _RULES: tuple[_Rule, ...] = (
         on_lower=True,
         pick=_value_if(_bearer_value),
     ),
+    _Rule(  # docker's config.json `"auth": "<base64 of user:password>"`, .npmrc's `_auth=`
+        BASIC_AUTH,
+        _re(
+            r"""(?<![a-z0-9-])_?auth["']?[ \t]*[:=][ \t]*["']?(?P<value>[A-Za-z0-9+/]{8,}+={0,2})"""
+        ),
+        ("auth",),
+        on_lower=True,
+        pick=_value_if(_basic_credentials),
+    ),
+    _Rule(  # `Basic <base64 of user:password>` written outside an Authorization header
+        BASIC_AUTH,
+        _re(r"basic(?<![a-z0-9_-]basic)[ \t]+(?P<value>[A-Za-z0-9+/]{8,}+={0,2})"),
+        ("basic",),
+        on_lower=True,
+        pick=_value_if(_basic_credentials),
+    ),
+    _Rule(  # pre-signed URLs: Azure SAS `sig=`, S3 `X-Amz-Signature=`, GCS `X-Goog-Signature=`
+        SIGNED_URL,
+        _re(
+            r"[?&;](?:sig|signature|x-amz-signature|x-goog-signature)="
+            r"(?P<value>[a-z0-9%+/=_.-]{16,}+)"
+        ),
+        ("sig=", "signature="),
+        on_lower=True,
+        pick=_value_before_marker(lambda v: _is_secret_value(v, weak=True)),
+    ),
+    _Rule(  # `Cookie: session=…; theme=dark`, `Set-Cookie: sid=…; Path=/`, curl --cookie 'sid=…'
+        SESSION_COOKIE,
+        _re(
+            r"""(?:(?<![a-z0-9_-])(?:set-)?cookie["']?[ \t]*:|--cookie[ \t=]+)[ \t]*["']?"""
+            r"""(?P<pairs>[^\n\r"'`]{1,4096}+)"""
+        ),
+        ("cookie",),
+        on_lower=True,
+        spans=_cookie_values,
+    ),
+    _Rule(  # the session cookies of the common web frameworks, wherever they are written
+        SESSION_COOKIE,
+        _re(
+            r"(?<![a-z0-9_.-])(?:phpsessid|jsessionid|connect\.sid|asp\.net_sessionid"
+            r"|laravel_session)=(?P<value>[^;\s\"'`&,]++)"
+        ),
+        ("sessid", "sessionid", "connect.sid", "laravel_session"),
+        on_lower=True,
+        pick=_value_before_marker(_cookie_secret),
+    ),
     _Rule(
         CREDENTIALED_URL,
         _re(
@@ -754,13 +937,33 @@ _RULES: tuple[_Rule, ...] = (
         on_lower=True,
         pick=_assignment(weak=True, key_prefix=_KEY_PREFIX),
     ),
+    _Rule(  # DB_PASSWORD_PROD=…, SECRET_KEY_BASE=… (see `_env_suffixed`)
+        PASSWORD,
+        _re(
+            r"(?<![A-Za-z0-9_])(?P<key>[A-Z0-9]++(?:_[A-Z0-9]++)++)[ \t]*[=:][ \t]*"
+            r"""(?:"(?P<dq>[^"\n]{4,512}+)"|'(?P<sq>[^'\n]{4,512}+)'"""
+            r"""|(?P<bare>[^\s"'`,;&<>]{4,512}+))"""
+        ),
+        ("PASS", "PWD", "SECRET", "TOKEN", "KEY"),
+        pick=_env_suffixed,
+    ),
+    _Rule(
+        PASSWORD,
+        _re(r"rediscli_auth" + _ASSIGN_TAIL),
+        ("rediscli_auth",),
+        on_lower=True,
+        pick=_assignment(weak=False),
+    ),
     _Rule(  # CLI flags: `--password hunter22`, `--token ab12cd34` (value must look random)
         PASSWORD,
         _re(
-            r"--(?:password|passwd|pass|token|api-key|apikey|secret|client-secret)"
+            # `--db-password X`, `--api-token X`: a flag ending in the word counts too, and so
+            # does a one-dash long flag (PowerShell's `-Password X`, keytool's `-storepass X`)
+            r"(?<![a-z0-9_-])--?(?:[a-z0-9]+-)*"
+            r"(?:password|passwd|pass|token|api-key|apikey|secret|client-secret|storepass|keypass)"
             r"[ \t]+(?P<value>[^\s\-'\"`][^\s'\"`]{7,}+)"
         ),
-        ("--",),
+        ("-",),
         on_lower=True,
         pick=_value_if(lambda v: _is_secret_value(v, weak=True)),
     ),
@@ -779,10 +982,66 @@ _RULES: tuple[_Rule, ...] = (
         _re(
             r"pass(?:word|phrase|code|wd)s?(?![a-z0-9_-])"
             r"(?:[ \t]+(?:for|to|of|on)[ \t]+[a-z0-9_.@-]{1,40}(?:[ \t]+[a-z0-9_.@-]{1,40})?)?"
-            r"[ \t]+(?:is|was|will[ \t]+be|would[ \t]+be|should[ \t]+be|=)[ \t]+"
-            r"""(?:"(?P<dq>[^"\n]{4,200}+)"|'(?P<sq>[^'\n]{4,200}+)'|(?P<bare>[^\s"'`]{4,200}+))"""
+            r"[ \t]+(?:is|was|will[ \t]+be|would[ \t]+be|should[ \t]+be|=):?[ \t]+" + _PHRASE_VALUE
         ),
         ("pass",),
+        on_lower=True,
+        pick=_phrase,
+    ),
+    _Rule(  # "the api key is X", "API key: X", "my token was 'X'", "a chave da API é X"
+        PASSWORD,
+        _re(
+            r"(?<![a-z0-9_-])(?:(?:api|access|secret|private)[ \t_-]?key|client[ \t_-]?secret"
+            r"|secret|(?:access|auth|api|bot|bearer|refresh)?[ \t_-]?token"
+            r"|chave(?:[ \t]+d[ae][ \t]+(?:api|acesso))?|segredo)s?(?![a-z0-9_-])"
+            r"(?:[ \t]+(?:for|to|of|on|d[oa]s?|de|para|pra|n[oa]s?)"
+            r"(?:[ \t]+[^\s:=\"'`]{1,40}){1,2})?"
+            r"(?:[ \t]+(?:is|was|\u00e9|e|era|foi|=):?|[ \t]*:)[ \t]+" + _PHRASE_VALUE
+        ),
+        ("key", "secret", "token", "chave", "segredo"),
+        on_lower=True,
+        pick=_credential_phrase,
+    ),
+    _Rule(  # "I changed the DB password to X", "set the wifi password to 'X'"
+        PASSWORD,
+        _re(
+            r"(?<![a-z])(?:chang|set|reset|updat|rotat|switch)[a-z]{0,4}[ \t]+"
+            r"(?:[a-z0-9_.@-]{1,40}[ \t]+){0,3}?pass(?:word|phrase|code|wd)[ \t]+to[ \t]+"
+            + _PHRASE_VALUE
+        ),
+        ("pass",),
+        on_lower=True,
+        pick=_phrase,
+    ),
+    _Rule(  # "troquei a senha para X", "mudei a senha do banco pra X" (Portuguese)
+        PASSWORD,
+        _re(
+            r"(?<![a-z])(?:troc|troq|mud|alter|defin|redefin|coloc|coloq|atualiz|configur)[a-z]{0,5}"
+            r"[ \t]+(?:[^\s:=\"'`]{1,20}[ \t]+){0,2}?senhas?(?:[ \t]+[^\s:=\"'`]{1,40}){0,3}?"
+            r"[ \t]+(?:para|pra|por)[ \t]+" + _PHRASE_VALUE
+        ),
+        ("senha",),
+        on_lower=True,
+        pick=_phrase,
+    ),
+    _Rule(  # `senha=X`, `"senha": "X"` (Portuguese)
+        PASSWORD,
+        _re(r"senha" + _ASSIGN_TAIL),
+        ("senha",),
+        on_lower=True,
+        pick=_assignment(weak=False),
+    ),
+    _Rule(  # "a senha é X", "a senha do banco era 'X'", "minha senha do wifi: X" (Portuguese)
+        PASSWORD,
+        _re(
+            r"senhas?(?![a-z0-9_-])"
+            # an adjective follows the noun in Portuguese: `a senha nova é X`
+            r"(?:[ \t]+(?:nov[ao]|atual|antiga|velha|provis\u00f3ria|provisoria|tempor\u00e1ria"
+            r"|temporaria|padr\u00e3o|padrao|inicial|correta|certa|mestra|agora))?"
+            r"(?:[ \t]+(?:d[oa]s?|de|para|pra|pro|n[oa]s?)(?:[ \t]+[^\s:=\"'`]{1,40}){1,2})?"
+            r"(?:[ \t]+(?:\u00e9|e|eh|era|foi|ser\u00e1|sera|=):?|[ \t]*:)[ \t]+" + _PHRASE_VALUE
+        ),
+        ("senha",),
         on_lower=True,
         pick=_phrase,
     ),
@@ -795,6 +1054,18 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("assword", "ASSWORD", "assphrase", "ASSPHRASE"),
         pick=_passphrase,
+    ),
+    _Rule(  # ~/.netrc: machine HOST [login USER] password X (one line or several)
+        PASSWORD,
+        _re(
+            # the host has a dot: `machine learning password reset` is prose
+            r"(?<![a-z0-9_-])machine\s++[a-z0-9-]++(?:\.[a-z0-9-]++)++\s++"
+            r"(?:login\s++\S{1,253}+\s++)?"
+            r"password\s++(?P<value>\S{4,512}+)"
+        ),
+        ("machine",),
+        on_lower=True,
+        pick=_value_before_marker(_strong_value),
     ),
     _Rule(  # curl -u user:pass, curl --user user:pass, wget --http-user … (the password only)
         PASSWORD,
@@ -809,11 +1080,63 @@ _RULES: tuple[_Rule, ...] = (
         PASSWORD,
         _re(
             r"(?<![a-z0-9_-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb)(?![a-z0-9_-])"
-            r"[^\n]{0,200}?[ \t]-p(?P<value>[^\s\-'\"][^\s'\"]{2,200}+)"
+            r"[^\n]{0,200}?[ \t]-p"
+            r"""(?:'(?P<sq>[^'\n]{3,200}+)'|"(?P<dq>[^"\n]{3,200}+)"|(?P<value>[^\s\-'"][^\s'"]{2,200}+))"""
         ),
         ("mysql", "mariadb"),
         on_lower=True,
+        pick=_sshpass,  # -p'X', -p"X" or -pX
+    ),
+    _Rule(  # docker login -u me -p X (and the registry clients that copy it), mongosh -p X
+        PASSWORD,
+        _re(
+            r"(?<![a-z0-9_-])(?:(?:docker|podman|buildah|skopeo|nerdctl|oras|az)[ \t]+login"
+            r"|mongo(?:sh|dump|restore|export|import)?)(?![a-z0-9_-])"
+            r"[^\n]{0,200}?[ \t]-p[ \t]+" + _FLAG_VALUE
+        ),
+        ("login", "mongo"),
+        on_lower=True,
+        pick=_client_flag,
+    ),
+    _Rule(  # redis-cli -a X
+        PASSWORD,
+        _re(r"(?<![a-z0-9_-])redis-cli(?![a-z0-9_-])[^\n]{0,200}?[ \t]-a[ \t]+" + _FLAG_VALUE),
+        ("redis-cli",),
+        on_lower=True,
+        pick=_client_flag,
+    ),
+    # Tools whose password flag is a letter, read with its case (`sqlcmd -P` is the password,
+    # `-p` is not): ssh-keygen -N/-P, zip -P, sqlcmd -P, ldapsearch -w
+    *(
+        _Rule(
+            PASSWORD,
+            _re(
+                rf"(?<![a-z0-9_-])(?:{commands})(?![a-z0-9_-])[^\n]{{0,200}}?[ \t]-[{flags}][ \t]+"
+                + _FLAG_VALUE
+            ),
+            triggers,
+            pick=_client_flag,
+        )
+        for commands, flags, triggers in (
+            ("ssh-keygen", "NP", ("ssh-keygen",)),
+            ("zip|unzip", "P", ("zip",)),
+            ("sqlcmd|bcp", "P", ("sqlcmd", "bcp")),
+            (r"ldap[a-z]{3,10}", "w", ("ldap",)),
+        )
+    ),
+    _Rule(  # openssl … -passin pass:X / -passout pass:X / -pass pass:X
+        PASSWORD,
+        _re(r"(?<![a-z0-9_-])-pass(?:in|out|word)?[ \t]+pass:(?P<value>[^\s'\"]{3,200}+)"),
+        ("pass:",),
+        on_lower=True,
         pick=_value_before_marker(_cli_secret),
+    ),
+    _Rule(  # PowerShell: ConvertTo-SecureString "X" -AsPlainText
+        PASSWORD,
+        _re(r"convertto-securestring[ \t]+(?:-string[ \t]+)?" + _FLAG_VALUE),
+        ("convertto-securestring",),
+        on_lower=True,
+        pick=_sshpass,
     ),
     _Rule(  # sshpass -p X
         PASSWORD,
@@ -917,9 +1240,10 @@ def _find(text: str, longest: int | None = None) -> list[list[tuple[int, int, st
                 continue
         hits: list[tuple[int, int, str]] = []
         for m in rule.pattern.finditer(low if rule.on_lower else text):
-            span = rule.pick(m, text)
-            if span is not None and span[0] < span[1]:
-                hits.append((span[0], span[1], rule.label))
+            spans = rule.spans(m, text) if rule.spans is not None else [rule.pick(m, text)]
+            for span in spans:
+                if span is not None and span[0] < span[1]:
+                    hits.append((span[0], span[1], rule.label))
         if hits:
             found.append(hits)
     return found
@@ -974,7 +1298,9 @@ _SPLIT_MIN_BODY = {
     "sk-ant-": 32,
     "sk-": 32,
     **{f"{kind}k_{mode}_": 16 for kind in "rs" for mode in ("live", "test")},
-    **{f"xox{kind}-": 10 for kind in "abprs"},
+    # xoxb-<team>-<user>-<24 characters>: the secret part is last, so a run cut before it must
+    # join (a real token's body is 45 characters and more)
+    **{f"xox{kind}-": 40 for kind in "abprs"},
     "xapp-": 12,
     "AKIA": 16,
     "ASIA": 16,
@@ -988,6 +1314,7 @@ _SPLIT_MIN_BODY = {
     "xai-": 70,
     "gsk_": 48,
     "shpat_": 32,
+    "eyJ": 70,  # a JWT: header, payload and a signature of 43 and more (its run has dots)
 }
 _SPLIT_GROUPS = _grouped(dict.fromkeys(_SPLIT_MIN_BODY, ()))
 _SPLIT_PREFIX = re.compile(
@@ -997,7 +1324,12 @@ _SPLIT_PREFIX = re.compile(
     re.ASCII,
 )
 _RUN = re.compile(r"[A-Za-z0-9_-]*", re.ASCII)
-_CONTINUATION = re.compile(r"[ \t]*\r?\n[ \t]*(?P<word>[A-Za-z0-9_-]++)", re.ASCII)
+_DOTTED_RUN = re.compile(r"[A-Za-z0-9_.-]*", re.ASCII)
+# The break: a shell continuation (`\`), then the next line, past a quote or comment mark
+# (`> ` in a quoted reply, `# ` or `// ` in a commented-out line).
+_BREAK = r"\\?[ \t]*\r?\n[ \t]*(?:(?:>|\#|//)[ \t]*)?"
+_CONTINUATION = re.compile(_BREAK + r"(?P<word>[A-Za-z0-9_-]++)", re.ASCII)
+_DOTTED_CONTINUATION = re.compile(_BREAK + r"(?P<word>[A-Za-z0-9_.-]++)", re.ASCII)
 
 
 def _fold_char(ch: str) -> str:
@@ -1067,17 +1399,22 @@ def _join_splits(text: str) -> tuple[str, list[int] | None]:
     if "\n" not in text or not _any_present(text, _SPLIT_GROUPS):
         return text, None  # the common case, decided by substring searches in C
     gaps: list[tuple[int, int]] = []
+    reach = 0  # the end of the last token's joined run: a prefix inside it is part of it
     for m in _SPLIT_PREFIX.finditer(text):
+        if m.start() < reach:
+            continue  # (and skipping it keeps `eyJ\neyJ\n…` linear)
         need = _SPLIT_MIN_BODY[m.group()]
-        at = _RUN.match(text, m.end()).end()  # type: ignore[union-attr]
+        dotted = m.group() == "eyJ"
+        at = (_DOTTED_RUN if dotted else _RUN).match(text, m.end()).end()  # type: ignore[union-attr]
         body = at - m.end()
         while body < need:
-            more = _CONTINUATION.match(text, at)
+            more = (_DOTTED_CONTINUATION if dotted else _CONTINUATION).match(text, at)
             if more is None:
                 break
             gaps.append((at, more.start("word")))
             body += more.end() - more.start("word")
             at = more.end()
+        reach = at
     if not gaps:
         return text, None
     out: list[str] = []
@@ -1094,25 +1431,53 @@ def _join_splits(text: str) -> tuple[str, list[int] | None]:
     return "".join(out), origin
 
 
+# The URL escapes of the marks a secret's shape is told by (`password%3Dx`, `%22token%22%3A`,
+# `https%3A%2F%2Fuser%3Apass%40host`), read as the marks in a second view of the text (see
+# `_redact_once`); other escapes stay as written.
+_ESCAPES = {
+    "%20": " ", "%22": '"', "%26": "&", "%27": "'", "%2C": ",", "%2F": "/", "%3A": ":",
+    "%3B": ";", "%3D": "=", "%3F": "?", "%40": "@", "%7B": "{", "%7D": "}",
+}  # fmt: skip
+_ESCAPE = re.compile("|".join(_ESCAPES), re.IGNORECASE)
+
+
+def _unescape(text: str) -> tuple[str, list[int] | None]:
+    """Text with `_ESCAPES` decoded (None: there were none); a decoded mark comes from its `%`."""
+    if "%" not in text or _ESCAPE.search(text) is None:
+        return text, None
+    out: list[str] = []
+    origin: list[int] = []
+    pos = 0
+    for m in _ESCAPE.finditer(text):
+        out += (text[pos : m.start()], _ESCAPES[m.group().upper()])
+        origin.extend(range(pos, m.start() + 1))
+        pos = m.end()
+    out.append(text[pos:])
+    origin.extend(range(pos, len(text)))
+    return "".join(out), origin
+
+
 def _normalized(text: str) -> tuple[str, list[int] | None]:
     """What the rules read, and where each of its characters came from in `text`."""
-    folded, first = _fold_script(text)
-    joined, second = _join_splits(folded)
-    if second is None:
-        return folded, first
-    if first is None:
-        return joined, second
-    return joined, [first[i] for i in second]
+    result, origin = text, None
+    for stage in (_fold_script, _join_splits):
+        result, step = stage(result)
+        if step is not None:
+            origin = step if origin is None else [origin[i] for i in step]
+    return result, origin
 
 
 def _to_original(
-    hits: list[tuple[int, int, str]], origin: list[int], size: int
+    hits: list[tuple[int, int, str]], origin: list[int], text: str, *, escapes: bool = False
 ) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
     floor = 0
+    size = len(text)
     for start, end, label in hits:
         begin = max(origin[start] if start < len(origin) else size, floor)
         stop = origin[end - 1] + 1 if end - 1 < len(origin) else size
+        if escapes and text[stop - 1] == "%" and _ESCAPE.match(text, stop - 1):
+            stop += 2  # the hit ends on a decoded escape (`p%40ss%40`): cut all three
         if stop > begin:
             out.append((begin, stop, label))
             floor = stop
@@ -1170,17 +1535,29 @@ def _rule_hits(text: str, longest: int | None = None) -> list[tuple[int, int, st
     return kept
 
 
-def _redact_once(text: str) -> tuple[str, set[str]]:
+def _hits(text: str) -> list[tuple[int, int, str]]:
+    """Every secret in `text` (as its spans in `text`), read through `_normalized`."""
     norm, origin = _normalized(text)
     longest = _longest_word(norm)
     kept = _rule_hits(norm, longest)
     encoded = _encoded_hits(norm, longest)
     if encoded:
         kept = _merge(kept, encoded) if kept else encoded
+    if kept and origin is not None:
+        kept = _to_original(kept, origin, text)
+    return kept
+
+
+def _redact_once(text: str) -> tuple[str, set[str]]:
+    kept = _hits(text)
+    # URL-escaped text is read a second time with its escapes decoded: a second view, not a
+    # replacement, since a URL's own escapes (`https://jo%40x.com:a%20b@host`) read as written.
+    unescaped, origin = _unescape(text)
+    if origin is not None:
+        found = _to_original(_hits(unescaped), origin, text, escapes=True)
+        kept = _merge(kept, found) if kept else found
     if not kept:
         return text, set()
-    if origin is not None:
-        kept = _to_original(kept, origin, len(text))
     out: list[str] = []
     pos = 0
     for start, end, label in kept:
