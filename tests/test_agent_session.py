@@ -336,3 +336,50 @@ async def test_a_session_is_handed_each_memory_once_until_its_context_is_reset(
     assert await told("user-prompt-submit", prompt) is None
     other = {**prompt, "session_id": "another-session"}
     assert "mugs and bowls" in (await told("user-prompt-submit", other) or "")
+
+
+async def test_a_prompt_larger_than_a_request_still_gets_its_memories_from_the_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: StandaloneServer,
+) -> None:
+    """A pasted log past the 1 MiB a server takes in one request: in-process the prompt got its
+    memories, forwarded it was refused whole ("request body is too large") and got none."""
+    data = server.data_dir
+    argv = ["trigger", "memory::save", "text=The user's shop sells handmade ceramic mugs"]
+    assert await asyncio.to_thread(cli.main, [*argv, "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    log = "2026-12-07T03:00:00 ERROR the glaze pipeline worker exited with code 137\n" * 16_000
+    prompt = f"Why does the mugs page of my shop fail?\n{log}"
+    assert len(prompt.encode()) > 1024 * 1024
+    body = payload("UserPromptSubmit", tmp_path, prompt=prompt)
+    told = await hook(monkeypatch, capsys, data, "user-prompt-submit", body)
+    assert told is not None
+    assert "handmade ceramic mugs" in told["hookSpecificOutput"]["additionalContext"]
+
+
+async def test_a_multi_edit_larger_than_a_request_gets_its_card_from_the_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: StandaloneServer,
+) -> None:
+    """Each value of a tool call is cut to what matching reads of it, but a MultiEdit of many
+    long edits still ran past the 1 MiB a server takes: refused, its card never came."""
+    saved = ["trigger", "memory::save", "--data-dir", str(server.data_dir)]
+    assert await asyncio.to_thread(cli.main, [*saved, "--json", json.dumps(LESSON)]) == 0
+    capsys.readouterr()
+    repo = tmp_path / "shop"
+    (repo / ".git").mkdir(parents=True)
+    edits = [{"old_string": "a" * 9_000, "new_string": "b" * 9_000} for _ in range(80)]
+    body = payload(
+        "PreToolUse",
+        tmp_path,
+        tool_name="MultiEdit",
+        tool_input={"file_path": str(repo / "proto" / "user.proto"), "edits": edits},
+        tool_use_id="toolu_01",
+    )
+    told = await hook(monkeypatch, capsys, server.data_dir, "pre-tool-use", body)
+    assert told is not None
+    assert "Run make gen" in told["hookSpecificOutput"]["additionalContext"]

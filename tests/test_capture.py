@@ -290,6 +290,59 @@ class TestTranscripts:
         entries = read_transcript(write_transcript(tmp_path / "t.jsonl", claude), limit=10)
         assert [e["text"] for e in entries] == ["I like figs", "and plums"]
 
+    def test_what_codex_itself_writes_as_a_user_message_is_not_the_users_words(
+        self, tmp_path: Path
+    ) -> None:
+        """Codex also records as user messages of the rollout a `!` shell command with its
+        output, a skill's instructions, a subagent's notice and a Stop hook's continuation
+        prompt: read as the user's words, a shell listing or a skill's text became memories."""
+
+        def codex_user(text: str) -> dict[str, Any]:
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text"}]}
+            item["content"][0]["text"] = text
+            return {"type": "response_item", "payload": item}
+
+        codex = [
+            codex_user(
+                "<user_shell_command>\n<command>\ncat .env\n</command>\n<result>\nExit code: 0"
+                "\nOutput:\nDEBUG=1\n</result>\n</user_shell_command>"
+            ),
+            codex_user("<skill>\n<name>pdf</name>\nAlways use pdftotext.\n</skill>"),
+            codex_user(
+                '<subagent_notification>\n{"status": "completed"}\n</subagent_notification>'
+            ),
+            codex_user('<hook_prompt hook_run_id="stop:1">Run the tests again.</hook_prompt>'),
+            codex_user("I like plums"),
+        ]
+        entries = read_transcript(write_transcript(tmp_path / "r.jsonl", codex), limit=10)
+        assert [e["text"] for e in entries] == ["I like plums"]
+
+    def test_what_an_ide_adds_to_a_prompt_is_not_the_users_words(self, tmp_path: Path) -> None:
+        """Claude Code in VS Code or JetBrains puts the open file and the selected lines beside
+        the prompt (`<ide_opened_file>`, `<ide_selection>`): read as the user's words, the file's
+        path and a copy of its code went to extraction as something the user said. The user's
+        own words around them stay."""
+        opened = (
+            "<ide_opened_file>The user opened the file /home/dev/shop/billing.py in the IDE. "
+            "This may or may not be related to the current task.</ide_opened_file>"
+        )
+        selected = (
+            "<ide_selection>The user selected the lines 3 to 4 from /home/dev/shop/billing.py:\n"
+            "API_KEY = load()\nrate = 0.2\n\nThis may or may not be related to the current "
+            "task.</ide_selection>"
+        )
+        claude = [
+            claude_line(
+                "user",
+                "u1",
+                [{"type": "text", "text": opened}, {"type": "text", "text": "I like figs"}],
+            ),
+            claude_line("user", "u2", f"{selected}and plums"),
+            claude_line("user", "u3", opened),
+        ]
+        entries = read_transcript(write_transcript(tmp_path / "t.jsonl", claude), limit=10)
+        assert [e["text"] for e in entries] == ["I like figs", "and plums"]
+
     @pytest.mark.parametrize(
         "stamp",
         ["1e400", "1e300", '"0001-01-01T00:00:00+14:00"', '"1900-01-01T00:00:00Z"'],

@@ -60,6 +60,11 @@ MAX_JOB_BYTES = 768 * 1024
 # What lesson matching reads of one tool argument (`search.toolcall.MAX_SCAN_CHARS_PER_VALUE`): the
 # rest of a large Write's content matches nothing, and pushed the request past that 1 MiB.
 MAX_ARGUMENT_CHARS = 8_192
+# What one forwarded request may carry of the prompt, or of all a tool call's strings together: a
+# character takes at most 6 bytes in it (a control character's `\uXXXX`), so this fits the 1 MiB a
+# server takes. Past it a pasted log, or a MultiEdit of many long edits, was refused whole with a
+# server running (no memory, no card) where the same call in-process got them.
+MAX_REQUEST_CHARS = MAX_JOB_BYTES // 6
 # SessionStart's `source` values after which the session no longer holds what it was told.
 RESET_SOURCES = frozenset({"clear", "compact"})
 # Lines naming a patch's files (Codex apply_patch, unified diffs), kept past that cut.
@@ -182,6 +187,9 @@ async def _user_prompt_submit(
     if not isinstance(prompt, str) or not prompt.strip():
         log.warning("hook_input_unusable", hook="UserPromptSubmit", detail="no prompt")
         return None
+    if len(prompt) > MAX_REQUEST_CHARS:  # its beginning and its end: where a log's question is
+        half = MAX_REQUEST_CHARS // 2
+        prompt = f"{prompt[:half]}\n{prompt[-half:]}"
     preview = await _preview(door, payload, options, prompt, handed=True)
     return _context("UserPromptSubmit", preview.get("message"))
 
@@ -228,15 +236,20 @@ def _newest_fitting(entries: list[dict[str, Any]], limit: int) -> list[dict[str,
     return entries
 
 
-def _clipped(value: Any) -> Any:
-    """`value` with every string cut to what lesson matching reads of it (the payload's nesting
-    is bounded by `loads`)."""
+def _clipped(value: Any, room: list[int] | None = None) -> Any:
+    """`value` with every string cut to what lesson matching reads of it, and all of them
+    together to `MAX_REQUEST_CHARS` (`room`: what is left of it; the strings past it are cut to
+    nothing: matching reads the call's text in order, and far less of it). The payload's nesting
+    is bounded by `loads`."""
+    room = [MAX_REQUEST_CHARS] if room is None else room
     if isinstance(value, str):
-        return _clip(value)
+        clipped = _clip(value)[: room[0]]
+        room[0] -= len(clipped)
+        return clipped
     if isinstance(value, dict):
-        return {key: _clipped(item) for key, item in value.items()}
+        return {key: _clipped(item, room) for key, item in value.items()}
     if isinstance(value, list):
-        return [_clipped(item) for item in value]
+        return [_clipped(item, room) for item in value]
     return value
 
 

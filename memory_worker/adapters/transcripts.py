@@ -5,7 +5,8 @@ session, oldest first, as `CaptureEntry` dicts (`entry_id`, `role`, `text`, `tim
   `type` `user` / `assistant`, `uuid`, `timestamp` (ISO 8601), `message.content` a string or
   content blocks. Only `text` blocks are words: tool calls, tool results, thinking, images are
   not; sub-agent lines (`isSidechain`), meta lines (`isMeta`), compaction summaries
-  (`isCompactSummary`) and what the agent writes as a user line (`_AGENT_MARKS`) are left out.
+  (`isCompactSummary`) and what the agent writes as a user line (`_AGENT_MARKS`) are left out,
+  and so is what an IDE extension adds to a prompt (`_IDE_TAGS`).
 - Codex writes a rollout JSONL: `{"type": "response_item", "payload": {"type": "message",
   "role", "content": [{"type": "input_text" | "output_text", "text"}]}}`, with a `timestamp`;
   entries are numbered by line, as it gives messages no ids. Its own user messages (environment
@@ -31,7 +32,9 @@ MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much o
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
 # What the agent itself writes as a user message, never the user's words: Claude Code's slash
 # command echoes, `!` shell input and output, background task notices and system reminders;
-# Codex's environment context, AGENTS.md text and interrupted-turn notes. Read as the user's, they
+# Codex's environment context, AGENTS.md text, interrupted-turn notes, `!` shell commands with their
+# output, skill instructions, subagent notices and Stop hooks' continuation prompts (its
+# contextual user fragments, `hook_prompt` carrying attributes). Read as the user's, they
 # became memories of a shell listing or of the repository's instructions. Matched exactly at the
 # start (a user's own message may begin with `<` or `#` too).
 _AGENT_MARKS = (
@@ -51,7 +54,16 @@ _AGENT_MARKS = (
     "<apps_instructions>",
     "<turn_aborted>",
     "# AGENTS.md instructions",
+    "<user_shell_command>",
+    "<skill>",
+    "<subagent_notification>",
+    "<hook_prompt",
 )
+# What Claude Code's IDE extensions (VS Code, JetBrains) put beside the user's prompt, in its block
+# or in the same text: the file open in the editor and the lines selected in it. Not the user's
+# words: the file's path, and a copy of its code, went to extraction as something the user said.
+# Cut out wherever they are; the user's words around them stay.
+_IDE_TAGS = ("ide_opened_file", "ide_selection")
 _MAX_TEXT_CHARS = 20_000
 # A message is redacted this far past the cut, then cut: a secret the cut would split (a
 # database URL cut between its password and `@host`) no longer reads as one, and its part would
@@ -81,11 +93,11 @@ def _ms(value: object) -> int | None:
 
 def _words(content: object) -> str:
     if isinstance(content, str):
-        return content
+        return _without_ide_context(content)
     if isinstance(content, list):
         # Block by block: the agent's own block beside the user's words leaves the words.
         return "\n".join(
-            block["text"]
+            _without_ide_context(block["text"])
             for block in content
             if isinstance(block, dict)
             and block.get("type") in _TEXT_BLOCKS
@@ -93,6 +105,25 @@ def _words(content: object) -> str:
             and not block["text"].lstrip().startswith(_AGENT_MARKS)
         )
     return ""
+
+
+def _without_ide_context(text: str) -> str:
+    """`text` without its `_IDE_TAGS` elements (one pass per tag: a long message with many an
+    opening tag and no closing one costs no more than reading it)."""
+    if "<ide_" not in text:
+        return text
+    for tag in _IDE_TAGS:
+        opening, closing = f"<{tag}>", f"</{tag}>"
+        kept: list[str] = []
+        at = 0
+        while (start := text.find(opening, at)) != -1:
+            end = text.find(closing, start)
+            if end == -1:
+                break  # no closing tag past here: nothing further is cut
+            kept.append(text[at:start])
+            at = end + len(closing)
+        text = "".join(kept) + text[at:]
+    return text
 
 
 def _claude(line: dict[str, Any]) -> tuple[str, str, str, int | None] | None:
