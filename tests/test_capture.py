@@ -277,6 +277,8 @@ class TestTranscripts:
                 "user", "n1", "<task-notification>\n<task-id>b1</task-id>\n</task-notification>"
             ),
             claude_line("user", "r1", "<system-reminder>\nThe file changed.\n</system-reminder>"),
+            claude_line("user", "i1", [{"type": "text", "text": "[Request interrupted by user]"}]),
+            claude_line("user", "i2", "[Request interrupted by user for tool use]"),
             claude_line("user", "u1", "I like figs"),
             claude_line(
                 "user",

@@ -58,6 +58,8 @@ _AGENT_MARKS = (
     "<skill>",
     "<subagent_notification>",
     "<hook_prompt",
+    # Claude Code's note that the person stopped a turn (Codex's is `<turn_aborted>`).
+    "[Request interrupted by user",
 )
 # What Claude Code's IDE extensions (VS Code, JetBrains) put beside the user's prompt, in its block
 # or in the same text: the file open in the editor and the lines selected in it. Not the user's
