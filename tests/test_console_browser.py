@@ -1576,3 +1576,189 @@ def test_a_bank_deleted_elsewhere_while_open_is_left_for_a_remaining_one(
     expect(page.locator(".mw-bank-name")).not_to_have_text(bank)
     expect(page.locator(".mw-bank-button", has_text=bank)).to_have_count(0)
     assert "doomed" not in page.evaluate("location.hash")
+
+
+def test_a_text_edit_keeps_tags_and_entities_that_hold_a_comma(
+    server: Server, open_tab: Any
+) -> None:
+    """The edit form shows tags and entities joined by commas; saving only the text sent them
+    split back on commas, so `Acme, Inc.` became two entities and the tag `a,b` two tags."""
+    bank = _bank(server, "comma-labels")
+    _save(
+        server,
+        bank,
+        "The user works at Acme, Inc. in Lisbon",
+        entities=["Acme, Inc.", "Lisbon"],
+        tags=["q3,q4", "work"],
+    )
+    page = open_tab(bank).page
+    row = _row(page, "Acme")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The user works at Acme, Inc. in Porto")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(_row(page, "Porto").locator(".mw-memory-meta")).to_contain_text("rev 1")
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert memory["entities"] == ["acme, inc.", "lisbon"]
+    assert memory["tags"] == ["q3,q4", "work"]
+
+
+def test_a_settings_save_that_succeeds_clears_the_earlier_refusal(
+    server: Server, open_tab: Any
+) -> None:
+    tab = open_tab(_bank(server, "settings-retry"), "settings")
+    tab.refusals.add(400)
+    page = tab.page
+    notice = page.locator(".mw-settings .mw-notice")
+    page.locator("#mw-setting-default_bank").fill("Not A Bank")
+    page.get_by_role("button", name="Save settings").click()
+    expect(notice).to_contain_text("Not saved: invalid_input")
+    page.locator("#mw-setting-default_bank").fill("main")
+    page.locator("#mw-setting-recall_limit").fill("8")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+    expect(notice).to_be_hidden()  # it said "Not saved" over a saved setting
+    server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def test_a_delete_confirmed_for_one_text_is_refused_after_the_memory_changed(
+    server: Server, open_tab: Any
+) -> None:
+    """The dialog names the text being deleted; a change made elsewhere while it is open must
+    not be deleted on that confirmation, unseen: the delete carries the revision it showed."""
+    bank = _bank(server, "delete-stale")
+    saved = _save(server, bank, "The user parks on level 3 of the garage")
+    page = open_tab(bank).page
+    _row(page, "level 3").get_by_role("button", name="Delete").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("level 3")
+    server.call(
+        "memory::update",
+        {"bank": bank, "id": saved["memory"]["id"], "text": "The user parks on level 5 now"},
+    )
+    expect(_row(page, "level 5").locator(".mw-memory-meta")).to_contain_text("rev 1")
+    dialog.get_by_role("button", name="Delete memory").click()
+    expect(page.locator(".mw-toast", has_text="Not done")).to_contain_text("stale revision")
+    memories = server.call("memory::list", {"bank": bank})["memories"]
+    assert [m["text"] for m in memories] == ["The user parks on level 5 now"]
+
+
+def test_the_bank_dialogs_fit_a_phone(server: Server, open_tab: Any) -> None:
+    """The settings dialog's subject-scoping line ran off its right edge on a phone (cut
+    mid-sentence, the dialog scrolling sideways), as did a 64-character bank name in a title."""
+    bank = _bank(server, "b" * 64)
+    page = open_tab(bank, viewport=PHONE).page
+    wider = "(d) => d.scrollWidth - d.clientWidth"
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("subject scoping")
+    assert dialog.evaluate(wider) <= 0, "the bank settings dialog scrolls sideways"
+    dialog.get_by_role("button", name="Close").click()
+    expect(dialog).to_have_count(0)
+    page.get_by_role("button", name="Delete bank…").click()
+    expect(dialog).to_contain_text("to the trash")
+    assert dialog.evaluate(wider) <= 0, "the delete-bank dialog scrolls sideways"
+    dialog.get_by_role("button", name="Cancel").click()
+
+
+def test_allowed_hosts_says_its_own_default_and_why_it_is_not_editable(
+    server: Server, open_tab: Any
+) -> None:
+    """It read "Default: undefined" (a list's default is made by a factory, so the schema has
+    none) and "it moves the whole store", which is data_dir's reason, not this field's."""
+    page = open_tab(_bank(server, "settings-hosts"), "settings").page
+    row = page.locator(".mw-setting[data-name='allowed_hosts']")
+    expect(row).to_contain_text("Default: [].")
+    expect(row).not_to_contain_text("undefined")
+    expect(row).not_to_contain_text("moves the whole store")
+    expect(page.locator(".mw-setting[data-name='data_dir']")).to_contain_text(
+        "moves the whole store"
+    )
+
+
+def test_a_rule_delete_confirmed_is_refused_after_the_rule_changed_elsewhere(
+    server: Server, open_tab: Any
+) -> None:
+    """Extraction appends to `learned` while its delete dialog is open: the editor behind it
+    shows the new line, and the confirmation given for the old text must not delete it."""
+    bank = _bank(server, "rule-delete-stale")
+    _rule(server, bank, "learned", "- Use metric units.")
+    page = open_tab(bank, "rules").page
+    card = page.locator(".mw-rule[data-rule='learned']")
+    card.get_by_role("button", name="Delete…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete rule")
+    _rule(server, bank, "learned", "- Use metric units.\n- Answer in Portuguese.")
+    expect(page.get_by_label("Rule learned")).to_have_value(re.compile("Portuguese"))
+    dialog.get_by_role("button", name="Delete rule").click()
+    expect(card.get_by_role("alert")).to_contain_text("Not deleted: stale revision")
+    [rule] = server.call("memory::rule::list", {"bank": bank})["rules"]
+    assert rule["content"] == "- Use metric units.\n- Answer in Portuguese."
+
+
+def test_load_latest_takes_the_other_writers_text_when_only_tags_were_edited(
+    server: Server, open_tab: Any
+) -> None:
+    """Two tabs: one edits only a memory's tags while the other changes its text. "Load latest
+    (keep my text)" kept the untouched old text, so saving the tags silently put it back."""
+    bank = _bank(server, "rebase-text")
+    saved = _save(server, bank, "The standup is at 9:30", tags=["work"])
+    page = open_tab(bank).page
+    _row(page, "standup").get_by_role("button", name="Edit").click()
+    page.get_by_label("Tags", exact=True).fill("work, meetings")
+    server.call(
+        "memory::update",
+        {"bank": bank, "id": saved["memory"]["id"], "text": "The standup is at 10:00"},
+    )
+    editing = page.locator(".mw-editing")
+    rebase = editing.get_by_role("button", name="Load latest (keep my text)")
+    rebase.click()
+    expect(rebase).to_be_hidden()
+    expect(page.get_by_label("Edit memory text")).to_have_value("The standup is at 10:00")
+    editing.get_by_role("button", name="Save", exact=True).click()
+    expect(_row(page, "10:00").locator(".mw-memory-meta")).to_contain_text("rev 2")
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert (memory["text"], memory["tags"]) == ("The standup is at 10:00", ["work", "meetings"])
+
+
+def test_the_search_shortcut_works_on_a_phone_that_opened_on_the_bank_list(
+    server: Server, browser: Any
+) -> None:
+    """A narrow window opened with no link starts on the bank list, the workspace hidden: `/`
+    moved focus to a search box nobody could see, and nothing happened on screen."""
+    _bank(server, "slash-narrow")
+    context = browser.new_context(viewport=PHONE)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "live")
+        expect(page.locator(".mw-root")).to_have_attribute("data-view", "banks")
+        expect(page.locator(".mw-bank-button").first).to_be_visible()
+        page.keyboard.press("/")
+        search = page.get_by_label("Search memories")
+        expect(search).to_be_visible()
+        expect(search).to_be_focused()
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_pinning_the_memory_being_edited_does_not_refuse_the_edit(
+    server: Server, open_tab: Any
+) -> None:
+    """Pin stays on the row while its edit form is open: this tab's own pin was taken for a
+    change made elsewhere, and the draft's save was refused as stale."""
+    bank = _bank(server, "pin-while-editing")
+    saved = _save(server, bank, "The user's locker code is on the fridge")
+    page = open_tab(bank).page
+    row = page.locator(f".mw-memory[data-id='{saved['memory']['id']}']")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The user's locker code is in the drawer")
+    row.get_by_role("button", name="Pin").click()
+    expect(row.locator(".mw-badge-pin")).to_have_text("pinned")
+    expect(row.get_by_role("alert")).to_be_hidden()
+    row.get_by_role("button", name="Save", exact=True).click()
+    expect(_row(page, "drawer").locator(".mw-memory-meta")).to_contain_text("rev 2")
+    [memory] = server.call("memory::list", {"bank": bank})["memories"]
+    assert (memory["text"], memory["pinned"]) == ("The user's locker code is in the drawer", True)

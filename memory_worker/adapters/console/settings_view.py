@@ -25,7 +25,14 @@ _KEPT = ("type", "description", "default", "minimum", "maximum", "exclusiveMinim
 @functools.cache
 def _schema() -> dict[str, dict[str, Any]]:
     properties: dict[str, dict[str, Any]] = Settings.model_json_schema()["properties"]
-    return {name: {k: v for k, v in p.items() if k in _KEPT} for name, p in properties.items()}
+    kept = {name: {k: v for k, v in p.items() if k in _KEPT} for name, p in properties.items()}
+    for name, entry in kept.items():
+        # A list's default is made by a factory, which the JSON schema leaves out: the panel
+        # said "Default: undefined".
+        entry.setdefault(
+            "default", Settings.model_fields[name].get_default(call_default_factory=True)
+        )
+    return kept
 
 
 def describe(

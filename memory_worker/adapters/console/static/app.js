@@ -313,6 +313,7 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     const ours = root.contains(target) || target === doc.body || target === doc.documentElement
     if (event.key === '/' && ours && !typing(event) && !event.ctrlKey && !event.metaKey && !event.altKey) {
       event.preventDefault()
+      setView('workspace') // a narrow window on its bank list hides the workspace, search and all
       selectTab('memories')
       panels.memories.focusSearch()
     }

@@ -329,16 +329,30 @@ export function createMemoriesPanel(ctx) {
     }
 
     function togglePin() {
-      mutate('memory::pin', { pinned: !memory.pinned }, (r) => ctx.ui.toast(r.memory.pinned ? 'Pinned' : 'Unpinned'))
+      const from = memory.revision ?? 0
+      mutate('memory::pin', { pinned: !memory.pinned }, (r) => {
+        ctx.ui.toast(r.memory.pinned ? 'Pinned' : 'Unpinned')
+        // Pinning the memory being edited is this tab's own change, made against the draft's
+        // revision and of a field the form does not carry: the draft follows it, rather than
+        // being told of a change "elsewhere" and refused as stale.
+        if (editing && editing.revision === from && !editing.refused && !editing.left) {
+          editing.revision = r.memory.revision ?? from
+          editing.notice.hidden = true
+          editing.reload.hidden = true
+        }
+      })
     }
 
     async function remove() {
+      // The revision the dialog names: a change landing while it is open (the row updates live
+      // behind it) is refused as stale instead of deleted on a confirmation given for other text.
+      const shown = memory.revision ?? 0
       const ok = await ctx.ui.confirm({
         title: 'Delete this memory?',
         body: [memory.text, 'It leaves recall at once; the record stays on disk and in its history.'],
         confirm: 'Delete memory', danger: true,
       })
-      if (ok) mutate('memory::delete', {}, () => ctx.ui.toast('Memory deleted'))
+      if (ok) mutate('memory::delete', { expected_revision: shown }, () => ctx.ui.toast('Memory deleted'))
     }
 
     function startEdit() {
@@ -358,6 +372,9 @@ export function createMemoriesPanel(ctx) {
           return
         }
         if (editing?.reload !== reload) return // this edit ended (or another began) meanwhile
+        // The text too, when the person left it as it was: kept, saving their tags put the old
+        // text back over the other writer's.
+        if (textarea.value === editing.original) textarea.value = editing.original = latest.text
         for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
           if (input.value === editing[key]) input.value = editing[key] = (latest[key] ?? []).join(', ')
         }
@@ -431,10 +448,11 @@ export function createMemoriesPanel(ctx) {
 
     async function saveEdit() {
       const session = editing // the answer may come back after this edit was cancelled
-      const payload = {
-        bank: state.bank, id: memory.id, expected_revision: session.revision,
-        text: session.textarea.value, tags: splitList(session.tagsInput.value), entities: splitList(session.entitiesInput.value),
-      }
+      const payload = { bank: state.bank, id: memory.id, expected_revision: session.revision, text: session.textarea.value }
+      // Tags and entities only when the person changed them: shown joined by commas, a label that
+      // holds one (`Acme, Inc.`) came back split in two from an edit of the text alone.
+      if (session.tagsInput.value !== session.tags) payload.tags = splitList(session.tagsInput.value)
+      if (session.entitiesInput.value !== session.entities) payload.entities = splitList(session.entitiesInput.value)
       try {
         await ctx.call('memory::update', payload, { quiet: true })
       } catch (err) {

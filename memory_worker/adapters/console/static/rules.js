@@ -234,12 +234,16 @@ export function createRulesPanel(ctx) {
       renderWhen()
     }
     async function remove() {
+      // The revision the person saw when asking: a change landing while the dialog is open (the
+      // editor behind it follows it live, extraction appends to `learned`) is refused as stale,
+      // not deleted on a confirmation given for other text.
+      const shown = base.revision
       const ok = await ctx.ui.confirm({
         title: `Delete rule "${rule.name}"?`,
         body: 'Its file is removed and new sessions on this bank no longer get it in their system prompt.',
         confirm: 'Delete rule', danger: true,
       })
-      if (ok) await write('')
+      if (ok) await write('', shown)
     }
     async function save() {
       const content = textarea.value
@@ -253,15 +257,21 @@ export function createRulesPanel(ctx) {
       }
       await write(content)
     }
-    async function write(content) {
+    async function write(content, expected = base.revision) {
+      const before = status
       setStatus('saving')
       const payload = { bank, name: rule.name, content }
-      if (typeof base.revision === 'string') payload.expected_revision = base.revision
+      if (typeof expected === 'string') payload.expected_revision = expected
       let saved
       try {
         saved = await ctx.call('memory::rule::set', payload, { quiet: true })
       } catch (err) {
-        if (err.code === 'conflict') {
+        if (err.code === 'conflict' && expected !== base.revision) {
+          // A delete asked for an older revision than the editor now shows: nothing of the
+          // person's is unsaved, the rule just is not what they chose to delete.
+          setStatus(before)
+          showNotice(`Not deleted: ${err.message}. The rule changed after you asked to delete it; read it again, and delete it again if you still mean to.`, false)
+        } else if (err.code === 'conflict') {
           setStatus('conflict')
           showNotice(`Not saved: ${err.message}. Someone else saved this rule after you opened it; your text is still here.`, true)
         } else {

@@ -4,6 +4,13 @@
 
 import { h, setText } from './dom.js'
 
+// Why a field the server keeps from the console is not editable here (settings_view.py's
+// NOT_FROM_CONSOLE), each in its own words.
+const LOCKED = {
+  data_dir: 'it moves the whole store (edit the file or pass --data-dir).',
+  allowed_hosts: 'it decides who may reach this server at all (edit the settings file).',
+}
+
 export function createSettingsPanel(ctx) {
   const banner = h('p', { class: 'mw-banner' })
   const form = h('form', { class: 'mw-settings', on: { submit: onSubmit } })
@@ -45,7 +52,7 @@ export function createSettingsPanel(ctx) {
       input.addEventListener('input', () => { saveButton.disabled = changes().size === 0 })
       input.addEventListener('change', () => { saveButton.disabled = changes().size === 0 })
       inputs.set(field.name, { input, field })
-      const note = !field.editable && view.editable ? 'Not editable here: it moves the whole store (edit the file or pass --data-dir).' : null
+      const note = !field.editable && view.editable ? `Not editable here: ${LOCKED[field.name] ?? 'edit the settings file.'}` : null
       return h('div', { class: 'mw-setting', dataset: { name: field.name } },
         h('label', { class: 'mw-setting-name mw-mono', attrs: { for: id }, text: field.name }),
         h('div', { class: 'mw-setting-input' }, input),
@@ -85,6 +92,7 @@ export function createSettingsPanel(ctx) {
       setText(message, `Not saved: ${err.code}: ${err.message}`)
       return
     }
+    message.hidden = true // an earlier refusal no longer stands: saying "Not saved" now is wrong
     render()
     ctx.ui.toast(`Saved ${Object.keys(values).join(', ')}`)
   }
