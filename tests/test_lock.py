@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker.adapters import cli
+from memory_worker.adapters import cli, doors
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
@@ -389,3 +389,103 @@ async def test_a_server_starting_while_another_server_holds_the_dir_is_refused_a
         assert clock.now == 0.0
     finally:
         clock.close()
+
+
+def test_a_call_that_finds_a_server_gone_and_a_short_holder_in_its_place_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lock's record names a server, but by the time the call tries the lock the server is
+    gone (killed, or stopping) and a one-shot call holds it: that holder is waited for as any
+    short one, not reported as a conflict (seen with a server killed under a burst of hooks)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setattr(cli, "CLI_LOCK_WAIT_S", 60.0)
+    lock = DataDirLock(data, {**SERVER, "url": "http://127.0.0.1:9"})
+    lock.acquire()
+    real_lock = doors._lock
+    release = threading.Timer(0.5, lock.release)  # the one-shot holder's call, then its exit
+
+    def server_replaced_first(root: Path, command: str, wait_s: float) -> DataDirLock:
+        if not release.is_alive() and not release.finished.is_set():
+            lock.rewrite_holder(SHORT_CLI)  # the server died; a one-shot took the lock
+            release.start()
+        return real_lock(root, command, wait_s)
+
+    monkeypatch.setattr(doors, "_lock", server_replaced_first)
+    try:
+        code = cli.main(
+            ["trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data)]
+        )
+    finally:
+        if release.is_alive():
+            release.join()
+        lock.release()  # a second release is nothing
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["memory"]["text"] == "The user likes tea"
+
+
+def _refusing_url() -> str:
+    """A loopback URL nothing listens on (a port just let go): its connection is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_a_call_forwarded_as_the_server_stops_runs_here_once_it_has_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`memory-worker serve` restarting under a coding agent's hooks: a call reads the server's
+    URL, the server stops naming it and closes its port, and the call's connection is refused.
+    The call never reached the server, so it chooses its door again: it waits for the stopping
+    server's lock and runs here, instead of failing `sibling_unavailable`."""
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setattr(cli, "CLI_LOCK_WAIT_S", 60.0)
+    lock = DataDirLock(data, {**SERVER, "url": _refusing_url()})
+    lock.acquire()
+    real_exchange = doors.RemoteDoor._exchange
+    release = threading.Timer(0.5, lock.release)  # the server's last writes, then its exit
+
+    async def server_stops_first(
+        self: doors.RemoteDoor, target: str, body: bytes
+    ) -> tuple[int, bytes]:
+        if not release.is_alive() and not release.finished.is_set():
+            lock.rewrite_holder({**SERVER, "kind": files.STOPPING})
+            release.start()
+        return await real_exchange(self, target, body)
+
+    monkeypatch.setattr(doors.RemoteDoor, "_exchange", server_stops_first)
+    try:
+        code = cli.main(
+            ["trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data)]
+        )
+    finally:
+        if release.is_alive():
+            release.join()
+        lock.release()  # a second release is nothing
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["memory"]["text"] == "The user likes tea"
+
+
+def test_a_forwarded_call_refused_twice_is_sibling_unavailable_not_a_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A holder naming a URL whose port refuses for good (a wedged server) is tried again once."""
+    data = tmp_path / "data"
+    data.mkdir()
+    url = _refusing_url()
+    lock = DataDirLock(data, {**SERVER, "url": url})
+    lock.acquire()
+    try:
+        code = cli.main(["trigger", "memory::list", "--data-dir", str(data)])
+    finally:
+        lock.release()
+    captured = capsys.readouterr()
+    assert code == 1
+    error = json.loads(captured.err.strip().splitlines()[-1])
+    assert error["code"] == "sibling_unavailable" and url in error["message"]

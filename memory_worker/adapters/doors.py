@@ -146,7 +146,12 @@ class RemoteDoor:
     close`), not httpx: a forwarded one-shot process (a coding agent's hook, one per prompt) would
     spend more importing it (and the CLI tools it loads when they are installed) than the call
     takes. The holder's URL is on this machine's word: no proxy, netrc or redirect is followed.
-    A cancelled call closes its connection at once."""
+    A cancelled call closes its connection at once.
+
+    `choose_again`: what a call the server's port refuses goes through instead, asked once. The
+    server stopped (or was killed) after its URL was read, which a call made while `memory-worker
+    serve` restarts hits often; the call never reached it, so it is sent again through the door
+    chosen anew (the stopping server's lock waited for, or the server started since)."""
 
     def __init__(
         self,
@@ -155,6 +160,7 @@ class RemoteDoor:
         *,
         token: str | None = None,
         timeout_s: float = FORWARD_TIMEOUT_S,
+        choose_again: Callable[[], Awaitable[Door]] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.caller = caller
@@ -173,13 +179,15 @@ class RemoteDoor:
             "Connection": "close",
         }
         self._timeout_s = timeout_s
+        self._choose_again = choose_again
+        self._instead: Door | None = None
 
     def __repr__(self) -> str:
         return f"RemoteDoor({self.url!r}, caller={self.caller.describe()!r})"
 
     @property
     def remote(self) -> str | None:
-        return self.url
+        return self.url if self._instead is None else self._instead.remote
 
     async def __aenter__(self) -> RemoteDoor:
         return self
@@ -192,11 +200,27 @@ class RemoteDoor:
 
     async def call(self, function_id: str, payload: object) -> dict[str, Any]:
         functions.check_known(function_id)  # an unknown function fails here, as in-process
-        return await self._post(functions.http_path(function_id), payload)
+        path = functions.http_path(function_id)
+        return await self._sent(path, payload, lambda door: door.call(function_id, payload))
 
     async def capture(self, job: dict[str, Any]) -> dict[str, Any]:
         """To the server's queue: it runs the job as soon as it can."""
-        return await self._post(CAPTURE_PATH, job)
+        return await self._sent(CAPTURE_PATH, job, lambda door: door.capture(job))
+
+    async def _sent(
+        self, path: str, payload: object, instead: Callable[[Door], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        if self._instead is not None:
+            return await instead(self._instead)
+        try:
+            return await self._post(path, payload)
+        except _Refused:
+            choose_again, self._choose_again = self._choose_again, None
+            if choose_again is None:
+                raise
+        log.info("forward_refused_choosing_again", url=self.url)
+        self._instead = await choose_again()
+        return await instead(self._instead)
 
     async def _post(self, path: str, payload: object) -> dict[str, Any]:
         # Here, not at the top: a call the process answers itself (nobody holds the data dir)
@@ -210,6 +234,8 @@ class RemoteDoor:
                 status, raw = await self._exchange(f"{self._base}/{path}", body)
         except TimeoutError:
             raise SiblingUnavailable(f"the server at {self.url} did not answer in time") from None
+        except ConnectionRefusedError as exc:
+            raise _Refused(self.url, exc) from None
         except (OSError, http.client.HTTPException) as exc:
             raise SiblingUnavailable(
                 f"the server at {self.url} holds the data dir but cannot be reached: "
@@ -246,6 +272,16 @@ class RemoteDoor:
                 with contextlib.suppress(OSError):
                     connection.sock.shutdown(socket.SHUT_RDWR)
             connection.close()
+
+
+class _Refused(SiblingUnavailable):
+    """The server's port refused the connection: the call never reached it, so it is safe to
+    send again (`RemoteDoor`'s `choose_again`)."""
+
+    def __init__(self, url: str, exc: OSError) -> None:
+        super().__init__(
+            f"the server at {url} holds the data dir but cannot be reached: {type(exc).__name__}"
+        )
 
 
 def request_body(payload: object) -> bytes:
@@ -339,13 +375,24 @@ def _holder(command: str) -> dict[str, object]:
 
 @contextlib.asynccontextmanager
 async def _forwarded(
-    root: Path, url: str, caller: Caller, command: str, timeout_s: float
+    root: Path,
+    url: str,
+    caller: Caller,
+    command: str,
+    timeout_s: float,
+    again: Callable[[], contextlib.AbstractAsyncContextManager[Door]] | None,
 ) -> AsyncIterator[Door]:
     log.debug("forwarding", url=url, command=command)
-    async with RemoteDoor(
-        url, caller, token=access.client_token(root), timeout_s=timeout_s
-    ) as door:
-        yield door
+    async with contextlib.AsyncExitStack() as stack:  # holds the door chosen again, if any
+        door = RemoteDoor(
+            url,
+            caller,
+            token=access.client_token(root),
+            timeout_s=timeout_s,
+            choose_again=None if again is None else lambda: stack.enter_async_context(again()),
+        )
+        async with door:
+            yield door
 
 
 def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:
@@ -406,6 +453,7 @@ async def open_door(
     catch_up_s: float = 0.0,
     forward_timeout_s: float = FORWARD_TIMEOUT_S,
     short_lived: bool = False,
+    choose_again: bool = True,
 ) -> AsyncIterator[Door]:
     """The door to `root` for one command: the data dir opened in-process (its lock held until
     the block ends, what was saved embedded before it closes), or the server holding it.
@@ -414,8 +462,28 @@ async def open_door(
     forwarded hook runs once per prompt) nor loads an embedder (the server embeds).
     `short_lived`: the process exits after this command (`Store.adopt`), unlike an MCP server
     opening a door per call. `catch_up_s`: in-process, with `embed_writes` False, how long a
-    recall may embed what its bank lacks first (`MemoryService.catch_up_s`)."""
+    recall may embed what its bank lacks first (`MemoryService.catch_up_s`). `choose_again`: a
+    forwarded call the server's port refuses chooses its door again, once (`RemoteDoor`)."""
     root = root.resolve()
+    again = (
+        functools.partial(
+            open_door,
+            root,
+            settings,
+            caller,
+            command=command,
+            lock_wait_s=lock_wait_s,
+            embedder=embedder,
+            make_embedder=make_embedder,
+            embed_writes=embed_writes,
+            catch_up_s=catch_up_s,
+            forward_timeout_s=forward_timeout_s,
+            short_lived=short_lived,
+            choose_again=False,
+        )
+        if choose_again
+        else None
+    )
     lock = None
     if serving_url(root) is not None:
         # A server's record in the lock: it most likely holds the data dir, so the lock is tried
@@ -425,11 +493,12 @@ async def open_door(
             lock = await _in_thread(functools.partial(_lock, root, command, 0.0), _release)
         except Conflict:
             lock = None
-            if (url := serving_url(root)) is None:
-                raise
-            async with _forwarded(root, url, caller, command, forward_timeout_s) as door:
-                yield door
-            return
+            # No server names itself any more (it was killed or is stopping, and a one-shot
+            # call holds the lock now): the lock is waited for below, as for any short holder.
+            if (url := serving_url(root)) is not None:
+                async with _forwarded(root, url, caller, command, forward_timeout_s, again) as door:
+                    yield door
+                return
     try:
         # The store and the service are imported before the lock is waited for, not while it is
         # held: twelve CLI calls queued on one data dir would each hold it for the imports too.
@@ -449,7 +518,7 @@ async def open_door(
         except Conflict:
             if (url := serving_url(root)) is None:
                 raise
-            async with _forwarded(root, url, caller, command, forward_timeout_s) as door:
+            async with _forwarded(root, url, caller, command, forward_timeout_s, again) as door:
                 yield door
             return
     # Lazy: a command replays only the banks it names (`memory::bank::list` reads their counts
