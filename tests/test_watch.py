@@ -32,6 +32,7 @@ from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput, StorageError
 from memory_worker.core.models import Memory
 from memory_worker.core.text import fingerprint
+from memory_worker.storage import bank as bank_module
 from memory_worker.storage import files
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
@@ -487,6 +488,96 @@ class TestWatcher:
         listed = await call(service, "memory::list", bank="main")
         assert sorted(m["text"] for m in listed["memories"]) == [
             "Cocoa",
+            "The user keeps bees",
+            "The user likes tea",
+        ]
+
+    async def test_a_save_whose_log_is_replaced_before_its_fsync_is_not_lost(
+        self,
+        watcher: DataDirWatcher,
+        service: MemoryService,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # `git checkout` (or an editor's save by rename) replaces the log between the worker's
+        # write of a save and its fsync: the line went into the old file, which nobody reads.
+        entered, release = threading.Event(), threading.Event()
+        real_sync = files.AppendLog.sync
+
+        def held_sync(log: files.AppendLog) -> int:
+            entered.set()
+            release.wait(30)
+            return real_sync(log)
+
+        monkeypatch.setattr(files.AppendLog, "sync", held_sync)
+        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
+        log = data_dir / "main" / "memories.jsonl"
+        older = log.read_bytes()
+        saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
+        try:
+            assert await asyncio.to_thread(entered.wait, 10)
+            tmp = log.with_name(".memories.checkout")
+            tmp.write_bytes(older)
+            os.replace(tmp, log)
+        finally:
+            release.set()
+        await saving  # acknowledged
+        assert await watcher.wait_reloaded("main") == "reloaded"
+        listed = await call(service, "memory::list", bank="main")
+        assert sorted(m["text"] for m in listed["memories"]) == ["Cocoa", "The user likes tea"]
+
+    async def test_a_save_whose_log_is_rewritten_in_place_before_its_fsync_is_not_lost(
+        self,
+        watcher: DataDirWatcher,
+        service: MemoryService,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # An editor that saves in place (truncate, write what it read) between the worker's
+        # write of a save and its fsync: the save's line is cut away with the old content.
+        entered, release = threading.Event(), threading.Event()
+        real_sync = files.AppendLog.sync
+
+        def held_sync(log: files.AppendLog) -> int:
+            entered.set()
+            release.wait(30)
+            return real_sync(log)
+
+        monkeypatch.setattr(files.AppendLog, "sync", held_sync)
+        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
+        log = data_dir / "main" / "memories.jsonl"
+        older = log.read_bytes()
+        saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
+        try:
+            assert await asyncio.to_thread(entered.wait, 10)
+            with log.open("r+b") as editor:
+                editor.truncate(0)
+                editor.write(older)
+        finally:
+            release.set()
+        await saving  # acknowledged
+        assert await watcher.wait_reloaded("main") == "reloaded"
+        listed = await call(service, "memory::list", bank="main")
+        assert sorted(m["text"] for m in listed["memories"]) == ["Cocoa", "The user likes tea"]
+
+    async def test_a_log_being_written_by_hand_is_not_cut_by_a_reload(
+        self, watcher: DataDirWatcher, service: MemoryService, data_dir: Path
+    ) -> None:
+        # `cp` over the log (or `git checkout` of a big one) still writing when the watcher
+        # reloads: the log ends short, but it is a person's write under way, not a crash of ours.
+        log = data_dir / "main" / "memories.jsonl"
+        new = log.read_bytes() + _hand_line(data_dir / "main", "The user keeps bees")
+        cut = len(new) - 20
+        with log.open("r+b") as out:
+            out.truncate(0)
+            out.write(new[:cut])
+            out.flush()
+            assert await watcher.wait_reloaded("main") == "reloaded"
+            out.write(new[cut:])
+        assert await watcher.wait_reloaded("main") == "reloaded"
+        assert log.read_bytes() == new  # no hole of zero bytes where a reload cut it
+        listed = await call(service, "memory::list", bank="main")
+        assert sorted(m["text"] for m in listed["memories"]) == [
             "The user keeps bees",
             "The user likes tea",
         ]

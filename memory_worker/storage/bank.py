@@ -150,6 +150,8 @@ class _Pending:
     data: bytes = field(repr=False)  # the encoded lines, written now or once a rewrite is done
     future: asyncio.Future[None] = field(repr=False)
     norms: Sequence[str] = field(repr=False)  # each record's normalized text, computed once
+    # Where `data` went: the log file's inode and the offset it ends at (`AppendLog.lost`).
+    written: tuple[int, int] = field(default=(-1, -1), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,18 +334,23 @@ class Bank:
         guard: Guard | None = None,
         *,
         short_lived: bool = False,
+        hand_edit: bool = False,
     ) -> Bank:
         """Replay a bank folder (blocking): description, memories, rules, leftovers. A planted
         link where a file of ours belongs is reported and never followed. `short_lived`: the
         process exits after one command, so what only pays off over a long life is skipped: the
         heap the build freed is not handed back to the OS (`storage.boot`), replayed records are
-        not compacted for RAM (`log.shared_fields`: equal records either way)."""
+        not compacted for RAM (`log.shared_fields`: equal records either way). `hand_edit`: a
+        reload after a change made by hand, so a log that ends short is a person's write still
+        under way (`cp`, `git checkout` of a big file), not a crash of ours: reported as damage,
+        never cut (the writer would go on past the cut, leaving a hole of zero bytes)."""
         bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
         erasure.resume(path.parent, name, path)  # an interrupted forget-subject finishes first
         bank._read_bank_file()
-        bank._set_aside_interrupted_tail()
+        if not hand_edit:
+            bank._set_aside_interrupted_tail()
         # Stamped before reading, so an edit made while replaying still counts as a change.
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._compact_records = not short_lived
@@ -1136,7 +1143,7 @@ class Bank:
             if not self._queue:
                 self._notice_change_behind_us()
             try:
-                self._log.write(data)
+                pending.written = self._log.write(data)
             except StorageError:
                 if not self._queue:
                     self._stamp_own_write()  # cut back: the log is as we last stamped it again
@@ -1205,6 +1212,7 @@ class Bank:
             prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
             try:
                 await syncing
+                await self._carry_over(batch)
             except StorageError as exc:
                 self._abort(exc)
                 return
@@ -1217,6 +1225,21 @@ class Bank:
                     self._apply(record, doc)
                 pending.future.set_result(None)
             self._unstage(landed, added)
+
+    async def _carry_over(self, batch: list[_Pending]) -> None:
+        """Writes of `batch` that a hand edit of the log undid before their fsync (`git
+        checkout` or an editor's save by rename replaced the file: they are durable only in one
+        nobody reads any more; an editor's save in place cut them away): written again into the
+        file the path names now before they are acknowledged. The bank's stamp still tells the
+        edit, so the watcher reloads the bank with them in it."""
+        gone = self._log.lost([pending.written for pending in batch])
+        lost = [pending for pending, is_gone in zip(batch, gone, strict=True) if is_gone]
+        if not lost:
+            return
+        log.warning("log_edited_mid_write", bank=self.name, written_again=len(lost))
+        for pending in lost:
+            pending.written = self._log.write(pending.data)
+        await asyncio.to_thread(self._log.sync)
 
     def _unstage(self, landed: dict[str, Memory], added: dict[str, int]) -> None:
         """`_restage` after the queue's first writes landed, touching only their ids: an id whose
@@ -1452,7 +1475,7 @@ class Bank:
         held, self._held = self._held, []
         for pending in held:
             try:
-                self._log.write(pending.data)
+                pending.written = self._log.write(pending.data)
             except StorageError as exc:
                 pending.future.set_exception(exc)
                 continue

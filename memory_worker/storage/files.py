@@ -30,7 +30,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -709,8 +709,9 @@ class AppendLog:
         except OSError as exc:
             raise _storage("read", self.path, exc) from exc
 
-    def write(self, data: bytes) -> None:
-        """Append `data` (which ends with a newline). On failure the file is cut back to its size
+    def write(self, data: bytes) -> tuple[int, int]:
+        """Append `data` (which ends with a newline); returns where it went, the inode of the file
+        and the offset its bytes end at (see `lost`). On failure the file is cut back to its size
         before this call and `StorageError` is raised."""
         fd = self._open()
         if self._needs_newline:
@@ -723,6 +724,20 @@ class AppendLog:
             raise _storage("append to", self.path, exc) from exc
         self._needs_newline = False
         self._tail = (size + len(data), end + len(data))
+        assert self._inode is not None  # set by `_open`
+        return self._inode, end + len(data)
+
+    def lost(self, written: Sequence[tuple[int, int]]) -> list[bool]:
+        """For each place `write` put bytes at, whether they are surely gone from the file the
+        path names: the file was replaced (a rename, as `git checkout` or an editor's save
+        does) or removed, or cut short of them (an editor's save in place, `truncate`)."""
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            return [True] * len(written)
+        except OSError as exc:
+            raise _storage("stat", self.path, exc) from exc
+        return [inode != info.st_ino or info.st_size < end for inode, end in written]
 
     def sync(self) -> int:
         """fsync what was written; returns the size now durable."""

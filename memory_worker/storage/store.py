@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -539,7 +540,11 @@ class Store:
                 return "removed"
             try:
                 fresh = await asyncio.to_thread(
-                    Bank.load, name, self.root / name, self.durability, self._lock.verify
+                    functools.partial(Bank.load, hand_edit=True),
+                    name,
+                    self.root / name,
+                    self.durability,
+                    self._lock.verify,
                 )
             except Exception as exc:  # as at boot: the folder is reported, the others go on
                 if files.is_transient(exc):  # out of descriptors: keep serving what RAM holds
@@ -562,7 +567,11 @@ class Store:
             return "removed" if self.broken.pop(name, None) is not None else "unchanged"
         try:
             bank = await asyncio.to_thread(
-                Bank.load, name, path, self.durability, self._lock.verify
+                functools.partial(Bank.load, hand_edit=True),
+                name,
+                path,
+                self.durability,
+                self._lock.verify,
             )
         except Exception as exc:
             if files.is_transient(exc):
