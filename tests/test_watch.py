@@ -492,15 +492,30 @@ class TestWatcher:
             "The user likes tea",
         ]
 
-    async def test_a_save_whose_log_is_replaced_before_its_fsync_is_not_lost(
+    @staticmethod
+    def _replace(log: Path, older: bytes) -> None:
+        """`git checkout`, or an editor's save by rename: the line went into the old file."""
+        tmp = log.with_name(".memories.checkout")
+        tmp.write_bytes(older)
+        os.replace(tmp, log)
+
+    @staticmethod
+    def _rewrite_in_place(log: Path, older: bytes) -> None:
+        """An editor that saves in place (truncate, write what it read): the line is cut away."""
+        with log.open("r+b") as editor:
+            editor.truncate(0)
+            editor.write(older)
+
+    @pytest.mark.parametrize("edit", ["_replace", "_rewrite_in_place"])
+    async def test_a_save_whose_log_is_edited_before_its_fsync_is_not_lost(
         self,
         watcher: DataDirWatcher,
         service: MemoryService,
         data_dir: Path,
         monkeypatch: pytest.MonkeyPatch,
+        edit: str,
     ) -> None:
-        # `git checkout` (or an editor's save by rename) replaces the log between the worker's
-        # write of a save and its fsync: the line went into the old file, which nobody reads.
+        # The log is edited by hand between the worker's write of a save and its fsync.
         entered, release = threading.Event(), threading.Event()
         real_sync = files.AppendLog.sync
 
@@ -516,43 +531,7 @@ class TestWatcher:
         saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
         try:
             assert await asyncio.to_thread(entered.wait, 10)
-            tmp = log.with_name(".memories.checkout")
-            tmp.write_bytes(older)
-            os.replace(tmp, log)
-        finally:
-            release.set()
-        await saving  # acknowledged
-        assert await watcher.wait_reloaded("main") == "reloaded"
-        listed = await call(service, "memory::list", bank="main")
-        assert sorted(m["text"] for m in listed["memories"]) == ["Cocoa", "The user likes tea"]
-
-    async def test_a_save_whose_log_is_rewritten_in_place_before_its_fsync_is_not_lost(
-        self,
-        watcher: DataDirWatcher,
-        service: MemoryService,
-        data_dir: Path,
-        monkeypatch: pytest.MonkeyPatch,
-    ) -> None:
-        # An editor that saves in place (truncate, write what it read) between the worker's
-        # write of a save and its fsync: the save's line is cut away with the old content.
-        entered, release = threading.Event(), threading.Event()
-        real_sync = files.AppendLog.sync
-
-        def held_sync(log: files.AppendLog) -> int:
-            entered.set()
-            release.wait(30)
-            return real_sync(log)
-
-        monkeypatch.setattr(files.AppendLog, "sync", held_sync)
-        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
-        log = data_dir / "main" / "memories.jsonl"
-        older = log.read_bytes()
-        saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
-        try:
-            assert await asyncio.to_thread(entered.wait, 10)
-            with log.open("r+b") as editor:
-                editor.truncate(0)
-                editor.write(older)
+            getattr(self, edit)(log, older)
         finally:
             release.set()
         await saving  # acknowledged
