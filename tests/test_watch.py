@@ -325,6 +325,34 @@ class TestServiceReloadBank:
         await service.reload_bank("main")
         assert emitter.events == []
 
+    async def test_a_save_during_a_reload_waits_for_it_instead_of_failing(
+        self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A person's edit reloads the bank; an agent's or extraction's save that arrives
+        meanwhile waits for the reload (the bank is taken under the store's lock) and lands in
+        the bank as reloaded, never refused as `the bank is reloading; retry`."""
+        await call(service, "memory::save", bank="main", text="The user likes tea")
+        entered, release = threading.Event(), threading.Event()
+        real_load = Bank.load.__func__  # type: ignore[attr-defined]
+
+        def held_load(cls: type[Bank], *args: Any, **kwargs: Any) -> Bank:
+            entered.set()
+            release.wait(30)
+            return real_load(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(Bank, "load", classmethod(held_load))
+        _replace(data_dir / "main" / "rules" / "style.md", "Be brief.")
+        reloading = asyncio.create_task(service.reload_bank("main"))
+        assert await asyncio.to_thread(entered.wait, 10)
+        saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
+        await asyncio.sleep(0)  # the save reaches the frozen bank first
+        release.set()
+        assert await reloading == "reloaded"
+        saved = await saving
+        assert saved["memory"]["text"] == "Cocoa"
+        listed = await call(service, "memory::list", bank="main")
+        assert sorted(m["text"] for m in listed["memories"]) == ["Cocoa", "The user likes tea"]
+
     async def test_added_and_removed_folders_emit_created_and_trashed(
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:
