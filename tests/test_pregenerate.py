@@ -42,6 +42,7 @@ class Sessions:
         self.metas: dict[str, dict[str, Any]] = {}
         self.fail = False
         self.calls = 0
+        self.absent = False
 
     def add(self, session_id: str, bank: str | None = None, parent: Parent | None = None) -> None:
         meta: dict[str, Any] = {"session_id": session_id, "metadata": {}}
@@ -367,6 +368,13 @@ class TestSelection:
         assert resolution.outcome is Outcome.NO_MEMORY
         assert await h.step("orphan", "what do I like?") is None
 
+    async def test_without_a_session_manager_a_sub_agents_parent_is_on_the_default(
+        self, h: Hooked
+    ) -> None:
+        h.sessions.absent = True  # `session::get` not registered: no session is known
+        resolution = await h.resolver.resolve("child", parent=Parent("parent"))
+        assert resolution.outcome is Outcome.BANK and resolution.bank == "main"
+
     async def test_an_invalid_bank_name_means_no_memory_never_the_default(self, h: Hooked) -> None:
         await save(h.service, "The user likes tea.")
         reply = await h.step("s1", "what do I like?", metadata={"memory_bank": "../etc"})
@@ -415,6 +423,20 @@ class TestSelection:
         restarted.sessions.add("s1")  # the session alone would select main
         with pytest.raises(SiblingUnavailable):
             await restarted.resolver.for_call({"session_id": "s1", "turn_id": "t9"})
+
+    async def test_a_call_naming_its_turns_bank_needs_no_state_lookup(
+        self, h: Hooked, service: MemoryService
+    ) -> None:
+        await h.step("s1", "hi", turn="t9", metadata={"memory_bank": "blog"})
+        await h.state.flush()
+        restarted = Hooked(service)
+        restarted.kv.data, restarted.kv.fail = h.kv.data, True
+        # The call carries the turn's own choice: the bank its hook injected from, state or not.
+        context = {"session_id": "s1", "turn_id": "t9", "memory_bank": "blog"}
+        assert await restarted.resolver.for_call(context) == "blog"
+        bad = {"session_id": "s1", "turn_id": "t9", "memory_bank": "BAD NAME"}
+        with pytest.raises(BankNotFound):  # still never another bank
+            await restarted.resolver.for_call(bad)
 
     async def test_a_deleted_bank_means_no_memory(self, h: Hooked, service: MemoryService) -> None:
         await save(service, "Blog posts go out on Fridays.", bank="blog")

@@ -60,6 +60,10 @@ class QueryEmbedder(Protocol):
 class SessionDirectory(Protocol):
     """The session-manager, read for bank selection (`session::get`)."""
 
+    # True while the last lookup found no session-manager at all: an unknown session then says
+    # nothing about whether it exists (a sub-agent's parent is not "gone", it runs on the default).
+    absent: bool
+
     async def get(self, session_id: str) -> dict[str, Any] | None:
         """The session's meta (`metadata`, parent link), or None for an unknown session. Raises
         `SiblingUnavailable` when the lookup itself failed (then nothing new may be injected)."""

@@ -166,8 +166,13 @@ class BankResolver:
                 record = await self._state.get(session_id)
             except SiblingUnavailable as exc:
                 # The turn may run with a bank of its own (its metadata's): refused, never
-                # written into the session's or the default bank instead.
-                raise SiblingUnavailable(f"cannot tell the bank of turn {turn_id}: {exc}") from exc
+                # written into the session's or the default bank instead — unless the call
+                # carries that choice itself, which is what its first step resolved first.
+                if self.named(context) is None:
+                    raise SiblingUnavailable(
+                        f"cannot tell the bank of turn {turn_id}: {exc}"
+                    ) from exc
+                record = None
             told = record.turn_bank(turn_id) if record is not None else None
             if told is not None:
                 # As the turn's own later steps see it: a bank deleted since is no memory, and
@@ -197,7 +202,8 @@ class BankResolver:
             parent = parent or parent_of(meta.get("parent"))
         if parent is not None:
             return await self._from_parent(parent, depth + 1)
-        if depth > 0 and meta is None and self._sessions is not None:
+        if depth > 0 and meta is None and self._sessions is not None and not self._sessions.absent:
+            # Without a session-manager no session is known: the parent ran on the default bank.
             return Resolution(Outcome.NO_MEMORY, source="parent session no longer exists")
         return self._check(self._default_bank(), "default" if depth == 0 else "parent-default")
 

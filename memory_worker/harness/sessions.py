@@ -102,6 +102,10 @@ class SessionState:
         self._writes: dict[str, asyncio.Task[None]] = {}
         self._lazy: dict[str, SessionRecord] = {}
         self._lazy_task: asyncio.Task[None] | None = None
+        # Bumped by every drop: a read that was on its way across one may return the record of
+        # a session deleted meanwhile, which must not be cached back (a sub-agent would find
+        # its deleted parent's turn bank instead of no memory).
+        self._drops = 0
 
     def _cached(self, session_id: str, record: SessionRecord) -> SessionRecord:
         self._cache[session_id] = record
@@ -126,6 +130,7 @@ class SessionState:
             return record
         if self._kv is None:
             return None
+        drops = self._drops
         try:
             raw = await self._kv.get(SCOPE, session_id)
         except Exception as exc:
@@ -134,7 +139,9 @@ class SessionState:
             log.warning("session_state_read_failed", session_id=session_id, error=str(exc))
             raise SiblingUnavailable(f"state::get failed for session {session_id}: {exc}") from exc
         record = SessionRecord.from_json(raw)
-        return None if record is None else self._cached(session_id, record)
+        if record is None or drops != self._drops:
+            return record
+        return self._cached(session_id, record)
 
     def put(self, session_id: str, record: SessionRecord, *, urgent: bool = True) -> None:
         """Cache now; persist in the background, one write at a time per session, last wins.
@@ -177,6 +184,7 @@ class SessionState:
             self.put(session_id, record)
 
     async def drop(self, session_id: str) -> None:
+        self._drops += 1
         self._lazy.pop(session_id, None)
         self._cache.pop(session_id, None)
         pending = self._writes.pop(session_id, None)

@@ -401,6 +401,23 @@ class TestHook:
         for payload in ({}, None, {"step": -1}, no_memory):
             assert cli.call("memory::hook::pre-generate", payload) == {"decision": "continue"}
 
+    def test_without_a_session_manager_a_sub_agent_uses_its_parents_default_bank(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """No session-manager: no session metadata, so every session's bank is the default
+        (seed 000) — a sub-agent's too. Its parent is not a session that "no longer exists":
+        nobody can say, and the parent itself runs on the default bank."""
+        with FakeHarness(engine.url) as harness:
+            spawn()
+            cli.call("memory::save", {"text": "Posts go out on Fridays."})
+            parent = harness.hook(envelope("p", "pt", 0, [user_message("when do posts go out?")]))
+            assert parent.annotations["memory_bank"] == "main"
+            child_env = envelope("c", "ct", 0, [user_message("when do posts go out?")])
+            child_env["parent"] = {"session_id": "p"}
+            child = harness.hook(child_env)
+            assert child.annotations.get("memory_bank") == "main"
+            assert any("Fridays" in t for t in texts(child.appended))
+
     def test_a_hanging_sibling_never_blocks_the_turn(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:

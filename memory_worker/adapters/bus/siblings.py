@@ -91,17 +91,25 @@ class SessionsClient:
     def __init__(self, call: BusCall) -> None:
         self._call = call
         self._missing_logged = False
+        self.absent = False
         self._metas: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        # Bumped by every invalidation: a reply to a lookup that was in flight across one may
+        # predate the change it announced, and must not be kept for the TTL.
+        self._invalidations = 0
 
     def invalidate(self, session_id: str) -> None:
+        self._invalidations += 1
         self._metas.pop(session_id, None)
 
     async def get(self, session_id: str) -> dict[str, Any] | None:
         cached = self._metas.get(session_id)
         if cached is not None and time.monotonic() - cached[0] < self.META_TTL_S:
             return cached[1]
+        invalidations = self._invalidations
         meta = await self._fetch(session_id)
-        if meta is not None:  # an unknown session may appear any moment: never cached
+        # An unknown session may appear any moment: never cached; nor a reply that may be older
+        # than a `session::meta-updated` heard while it was on its way.
+        if meta is not None and invalidations == self._invalidations:
             self._metas[session_id] = (time.monotonic(), meta)
             self._metas.move_to_end(session_id)
             while len(self._metas) > self.META_CACHE:
@@ -116,8 +124,10 @@ class SessionsClient:
                 if not self._missing_logged:
                     log.warning("session_manager_absent", detail="no session metadata banks")
                     self._missing_logged = True
+                self.absent = True
                 return None
             raise _unavailable("session::get", exc) from None
+        self.absent = False
         meta = reply.get("meta") if isinstance(reply, dict) else None
         return meta if isinstance(meta, dict) else None
 
