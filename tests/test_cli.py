@@ -1179,3 +1179,106 @@ def test_a_server_loads_numpy_with_one_blas_thread_unless_told(
     monkeypatch.setitem(cli._COMMANDS, "serve", serve)
     assert cli.main(["serve", "--standalone", "--data-dir", str(tmp_path / "data")]) == 0
     assert seen == [expected]
+
+
+def test_an_export_to_a_device_or_pipe_writes_into_it_instead_of_replacing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-o /dev/stdout`, `-o >(gzip > x.gz)` or a link to a device: the name is not a file to
+    replace by renaming a temp file over it (as root that put a regular file where /dev/null
+    was; as anyone else the temp file cannot even be made in /dev)."""
+    data = str(tmp_path / "data")
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", "--data-dir", data]) == 0
+    capsys.readouterr()
+    link = tmp_path / "sink"
+    link.symlink_to(os.devnull)
+    code = cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(link)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out) == {"bank": "main", "records": 1}
+    assert link.is_symlink() and link.resolve() == Path(os.devnull).resolve()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "sink"]
+    # `/dev/stdout` with stdout redirected to a file: a link to a regular file, written through.
+    shell_file = tmp_path / "out.jsonl"
+    shell_file.write_text("", encoding="utf-8")
+    link.unlink()
+    link.symlink_to(shell_file)
+    assert cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(link)]) == 0
+    assert link.is_symlink()
+    lines = shell_file.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["text"] for line in lines] == ["The user likes tea"]
+
+
+def test_an_export_to_dev_stdout_writes_the_records_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`export -o /dev/stdout > out.jsonl`: the name is stdout's own file; opened again it was
+    truncated and the summary line written over the records (an import then refused it)."""
+    data = str(tmp_path / "data")
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", "--data-dir", data]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out.jsonl"
+    link = tmp_path / "stdout"  # what /dev/stdout is: a link to the descriptor's file
+    link.symlink_to(out)
+    with out.open("w", encoding="utf-8") as stream:
+        monkeypatch.setattr("sys.stdout", stream)
+        assert cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(link)]) == 0
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["text"] for line in lines] == ["The user likes tea"]
+
+
+@pytest.mark.parametrize("command", ["trigger", "export"])
+def test_an_answer_stdout_cannot_take_is_one_json_error(
+    command: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`> /dev/full`, a full disk, an I/O error: a coded error on stderr and exit 1, not a
+    traceback (only a closed pipe is the reader's choice)."""
+    data = str(tmp_path / "data")
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", "--data-dir", data]) == 0
+    capsys.readouterr()
+
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("sys.stdout", Full())
+    argv = {
+        "trigger": ["trigger", "memory::list", "--data-dir", data],
+        "export": ["export", "--bank", "main", "--data-dir", data],
+    }
+    assert cli.main(argv[command]) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input"
+    assert "No space left on device" in error["message"]
+
+
+def test_a_batch_from_a_pipe_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`call --batch <(make-requests)`: the shell passes a pipe's name (/dev/fd/63), not a
+    regular file; it was refused as a file that "does not exist"."""
+    import threading
+
+    fifo = tmp_path / "requests"
+    os.mkfifo(fifo)
+    line = {"function_id": "memory::save", "payload": {"text": "The user likes tea"}}
+
+    def feed() -> None:
+        with fifo.open("w", encoding="utf-8") as stream:
+            stream.write(json.dumps(line) + "\n")
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        code = cli.main(["call", "--batch", str(fifo), "--data-dir", str(tmp_path / "data")])
+    finally:
+        if writer.is_alive():  # never opened: a reader of our own lets the writer finish
+            fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            writer.join(10)
+            os.close(fd)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["result"]["memory"]["text"] == "The user likes tea"
+    assert cli.main(["call", "--batch", str(tmp_path)]) == 1
+    assert "is a directory" in json.loads(capsys.readouterr().err)["message"]

@@ -23,7 +23,7 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
@@ -127,8 +127,22 @@ def _json_text(value: object, stream: TextIO, *, indent: int | None = None) -> s
 
 
 def _dump(value: object, stream: TextIO, *, pretty: bool = False) -> None:
-    stream.write(_json_text(value, stream, indent=2 if pretty else None) + "\n")
-    stream.flush()
+    with _writing(stream):
+        stream.write(_json_text(value, stream, indent=2 if pretty else None) + "\n")
+        stream.flush()
+
+
+@contextlib.contextmanager
+def _writing(stream: TextIO) -> Iterator[None]:
+    """Writes to a standard stream: a full disk or an I/O error there (`> /dev/full`) is one coded
+    error, not a traceback. A closed pipe passes through: the reader's choice (`main`)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        name = str(getattr(stream, "name", None) or "the output").strip("<>")  # "<stdout>"
+        raise InvalidInput(f"cannot write to {name}: {exc.strerror or exc}") from None
 
 
 def _fail(err: WorkerError) -> int:
@@ -302,8 +316,11 @@ async def _call(args: argparse.Namespace) -> int:
             if source is None:
                 stream.close()
 
-    if source is None and not Path(args.batch).is_file():
+    # Not "a regular file": `--batch <(make-requests)` names a pipe (/dev/fd/63).
+    if source is None and not Path(args.batch).exists():
         raise InvalidInput(f"batch file {args.batch} does not exist")
+    if source is None and Path(args.batch).is_dir():
+        raise InvalidInput(f"batch file {args.batch} is a directory")
     return await _with_door(args, "memory-worker call --batch", work)
 
 
@@ -418,18 +435,37 @@ def _memory_key(row: Mapping[str, Any]) -> str:
 async def _export(args: argparse.Namespace) -> int:
     async def work(door: Door) -> int:
         result = await door.call("memory::export", {"bank": args.bank})
-        if args.output == "-":
-            for record in result["records"]:
-                sys.stdout.write(_json_text(record, sys.stdout) + "\n")
+        if args.output == "-" or _is_stdout(args.output):
+            with _writing(sys.stdout):
+                for record in result["records"]:
+                    sys.stdout.write(_json_text(record, sys.stdout) + "\n")
+                sys.stdout.flush()
             return 0
+        target = Path(args.output)
         try:
-            _write_whole(Path(args.output), result["records"])
+            if target.is_symlink() or (target.exists() and not target.is_file()):
+                # A link, a device or a pipe (`-o /dev/stdout`, `-o >(gzip > x.gz)`): written
+                # into; a temp file renamed over the name would replace the link or the device.
+                with target.open("w", encoding="utf-8") as stream:
+                    for record in result["records"]:
+                        stream.write(_json_text(record, stream) + "\n")
+            else:
+                _write_whole(target, result["records"])
         except OSError as exc:  # a missing folder, a full disk: one JSON error, not a traceback
             raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from None
         _dump({"bank": result["bank"], "records": len(result["records"])}, sys.stdout)
         return 0
 
     return await _with_door(args, f"memory-worker export --bank {args.bank}", work)
+
+
+def _is_stdout(path: str) -> bool:
+    """Whether `path` is the file stdout writes to (`-o /dev/stdout`): the records alone go there,
+    as for `-o -`; opened again it would be truncated, and the summary line written over them."""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):  # no such file; a stdout without a descriptor (a test's)
+        return False
 
 
 def _write_whole(path: Path, records: Sequence[object]) -> None:
