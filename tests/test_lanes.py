@@ -279,6 +279,43 @@ class TestCapture:
         assert bank is not None and bank.lanes.count("context") == 0
         assert (await call(service, "memory::recall", ask))["memories"] == []
 
+    async def test_a_lane_of_invisible_characters_is_no_lane(self, service: MemoryService) -> None:
+        """As a text or a subject of only a zero-width space is blank: a lane of one was stored
+        (an empty-looking window every recall compared), and an update with one did not remove
+        the lane it looked like clearing."""
+        body = {
+            "bank": "main",
+            "text": "The code is 4512",
+            "context": "\u200b",
+            "intention": "\ufeff ",
+        }
+        saved = (await call(service, "memory::save", body))["memory"]
+        assert "context" not in saved and "intention" not in saved
+        body = {"bank": "main", "text": "The gate code is 1234", "context": "fixing the gate"}
+        mid = (await call(service, "memory::save", body))["memory"]["id"]
+        change = {"bank": "main", "id": mid, "context": "\u200b\u2060"}
+        assert "context" not in (await call(service, "memory::update", change))["memory"]
+
+    async def test_a_recall_window_of_invisible_characters_asks_no_lane(
+        self, service: MemoryService
+    ) -> None:
+        """A blank window is no lane; one of a zero-width space was asked as one, which found
+        nothing and so took the context's share out of every memory's blend: under a threshold
+        the question's own memory, asked word for word, was dropped."""
+        settings = {"association_weights": {"content": 0.5, "context": 0.5}}
+        await call(
+            service,
+            "memory::bank::create",
+            {"name": "main", "relevance_threshold": 0.6, **settings},
+        )
+        await call(service, "memory::save", {"bank": "main", "text": "The user likes tea."})
+        body = {"bank": "main", "text": "The user likes figs.", "context": "market day"}
+        await call(service, "memory::save", body)
+        for window in ("   ", "\u200b", "\ufeff \u2060"):
+            ask = {"bank": "main", "query": "The user likes tea.", "context": window}
+            found = await call(service, "memory::recall", ask)
+            assert [m["memory"]["text"] for m in found["memories"]] == ["The user likes tea."]
+
     async def test_lanes_survive_a_reload(self, service: MemoryService, data_dir: Path) -> None:
         from memory_worker.storage.bank import Bank
 
@@ -590,6 +627,23 @@ async def test_the_threshold_compares_the_questions_own_words_not_the_second_hop
     await call(service, "memory::bank::configure", {"name": "b", "relevance_threshold": 0})
     found = await call(service, "memory::recall", {"bank": "b", "query": "Lisbon"})
     assert len(found["memories"]) == 4  # without a threshold the hop still ranks them in
+
+
+async def test_a_threshold_of_1_keeps_a_memory_asked_word_for_word(service: MemoryService) -> None:
+    """Seed 004: `relevance_threshold` 1 = exact match only. Without an embedder the content
+    similarity is BM25 over the query's weight, which a memory longer than the bank's average
+    keeps below 1 even when the question is its text: a long memory could never be recalled."""
+    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
+    long = (
+        "The user works at Acme as a senior backend engineer, mostly on billing systems and "
+        "on the payments team led by Maria."
+    )
+    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
+        await call(service, "memory::save", {"bank": "b", "text": text})
+    found = await call(service, "memory::recall", {"bank": "b", "query": long})
+    assert [m["memory"]["text"] for m in found["memories"]] == [long]
+    half = "The user works at Acme as a senior backend engineer"
+    assert (await call(service, "memory::recall", {"bank": "b", "query": half}))["memories"] == []
 
 
 async def test_forget_subject_erases_their_lane_vectors(service: MemoryService) -> None:

@@ -418,6 +418,40 @@ async def test_an_expired_answer_is_not_raised_in_by_its_question(
     assert [m["memory"]["id"] for m in found["memories"]] == [asked["memory"]["id"]]
 
 
+async def test_an_import_of_a_text_whose_memory_is_past_its_ttl_brings_it_back(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """The import took the expired, not yet reaped, memory for one the bank holds live and
+    left the record out (`imported: 0`); the next read reaped it, and the fact the person
+    had just imported was gone: a save of the same text retires the expired one first."""
+    await call(service, "memory::bank::create", name="main", retention={"context": 2})
+    text = "The user is moving house."
+    await call(service, "memory::save", text=text, category="context")
+    clock.advance_days(3)
+    records = [{"text": text, "category": "context"}]
+    report = await call(service, "memory::import", bank="main", records=records)
+    assert (report["imported"], report["live"]) == (1, 1)
+    listed = [m["text"] for m in (await call(service, "memory::list"))["memories"]]
+    assert listed == [text]
+
+
+async def test_an_import_counts_no_record_past_its_ttl_as_live(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """An exported context from long ago, imported into a bank that keeps context a day, is gone
+    the moment it lands (no read shows it): the report counted it `live`."""
+    await call(service, "memory::bank::create", name="main", retention={"context": 1})
+    old = clock() - 5 * DAY_MS
+    records = [
+        {"text": "The user was packing boxes.", "category": "context", "created_at": old},
+        {"text": "The user was born in Porto.", "category": "fact", "created_at": old},
+    ]
+    report = await call(service, "memory::import", bank="main", records=records)
+    assert (report["imported"], report["live"]) == (2, 1)
+    listed = [m["text"] for m in (await call(service, "memory::list"))["memories"]]
+    assert listed == ["The user was born in Porto."]
+
+
 class TestPastItsTtlIsGone:
     """A memory past its TTL is gone the moment its TTL runs out, reaped or not: the bank's
     counts leave it out, and a change by id finds it retired (as `memory::get` shows it), never

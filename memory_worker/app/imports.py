@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_worker.app.base import clean_subject, redaction_reason
-from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.wire import Flag, Text, TextList
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, InvalidInput
@@ -24,6 +24,7 @@ from memory_worker.core.models import (
 )
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
+from memory_worker.core.retention import past_ttl
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 
@@ -80,7 +81,7 @@ class ImportReport:
     redacted: int
 
 
-class ImportUseCases(EmbeddingWork):
+class ImportUseCases(RetentionUseCases):
     """Import use cases."""
 
     async def import_records(
@@ -133,6 +134,9 @@ class ImportUseCases(EmbeddingWork):
             redacted = sum(1 for *_, found in prepared if found)
             return ImportReport(bank=name, imported=0, live=0, redacted=redacted)
         async with self._writing_into(name) as bank:
+            # What is past its TTL goes first, as a save does: a text whose memory expired
+            # unreaped would be taken for one the bank holds and left out, then reaped.
+            await self._reaped_for(bank, anywhere=True)
             records, reasons = self._import_records(bank, prepared, now_ms)
             new = await _not_held(bank, records)
             records, reasons = [records[i] for i in new], [reasons[i] for i in new]
@@ -142,10 +146,16 @@ class ImportUseCases(EmbeddingWork):
         for event, record, reason in _changes(bank, records, before, reasons):
             self._emit_item(event, name, record, reason)
         self._embed_soon(bank)
+        # A record past its category's TTL is gone the moment it lands, as every read shows it.
+        retention, now = self.bank_settings(bank).retention, self.clock()
         return ImportReport(
             bank=name,
             imported=len(records),
-            live=sum(1 for r in records if bank.get(r.id) == r and r.live),
+            live=sum(
+                1
+                for r in records
+                if bank.get(r.id) == r and r.live and not past_ttl(r, retention, now)
+            ),
             redacted=sum(1 for *_, found in prepared if found),
         )
 

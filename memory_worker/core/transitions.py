@@ -22,6 +22,7 @@ from memory_worker.core.subjects import same_subject
 from memory_worker.core.text import collapse_whitespace
 
 __all__ = [
+    "BLANK",
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
     "MAX_LANE_CHARS",
@@ -67,7 +68,7 @@ _MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[^\[\]]*\]")
 # (zero-width space, word joiner, byte-order mark): as blank as a space, so a text of nothing else
 # is too short, and one wrapped in them is the text it shows (not a look-alike duplicate).
 # Zero-width (non-)joiners are left: they shape emoji and scripts such as Persian.
-_BLANK = (
+BLANK = (
     "\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # str.isspace(), all of it
     "\u200b\u2060\ufeff"
@@ -116,7 +117,7 @@ def prepare_text(raw: str, field: str = "text") -> tuple[str, tuple[str, ...]]:
         raise InvalidInput(f"{field} must be at most {MAX_TEXT_CHARS} characters (got {len(raw)})")
     check_unicode(raw, field)
     redaction = redact(raw)
-    text = redaction.text.strip(_BLANK)
+    text = redaction.text.strip(BLANK)
     if len(text) < MIN_TEXT_CHARS:
         raise InvalidInput(f"{field} must be at least {MIN_TEXT_CHARS} characters")
     if len(text) > MAX_TEXT_CHARS:
@@ -146,6 +147,7 @@ def prepare_lane(raw: str | None, lane: str) -> tuple[str | None, tuple[str, ...
         raise InvalidInput(f"{lane} must be at most {limit} characters (got {len(raw)})")
     check_unicode(raw, lane)
     value, labels = redact_line(raw)
+    value = value.strip(BLANK)  # invisible edges go as spaces do, as a text's and a tag's
     if not value:
         return None, ()
     if len(value) > limit:
@@ -160,7 +162,7 @@ def normalize_label(value: str) -> str:
     decomposed, or "ＡＰＩ" in an IME's full-width mode, is one label to a person (recall's terms
     fold the same way), not two tags that look alike and miss each other's filter."""
     # Invisible edges go as spaces do: a tag of only a zero-width space is no tag.
-    text = collapse_whitespace(_compose(value)).strip(_BLANK)
+    text = collapse_whitespace(_compose(value)).strip(BLANK)
     parts: list[str] = []
     at = 0
     for match in _MARKER.finditer(text):

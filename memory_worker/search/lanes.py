@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from memory_worker.core.models import Memory
 from memory_worker.core.text import terms
+from memory_worker.core.transitions import BLANK
 from memory_worker.search.index import Floats, IndexedDoc, Ints, LexicalIndex
 from memory_worker.search.scoring import semantic_relevance
 
@@ -43,7 +44,9 @@ class LaneQuery:
 
     def text(self, lane: str) -> str | None:
         value: str | None = self.context if lane == "context" else self.intention
-        return value if value and value.strip() else None
+        # Blank as a stored lane is (`prepare_lane`): a window of only a zero-width space asked
+        # a lane that found nothing, and took its share out of every memory's blend.
+        return value if value and value.strip(BLANK) else None
 
     def vector(self, lane: str) -> tuple[float, ...] | None:
         return self.context_vector if lane == "context" else self.intention_vector

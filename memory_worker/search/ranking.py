@@ -26,7 +26,7 @@ from memory_worker.core.models import Hit, Memory
 from memory_worker.core.retention import DAY_MS, kind_of, past_ttl
 from memory_worker.core.subjects import same_subject
 from memory_worker.core.temporal import asks_when, recency_policy, states_time
-from memory_worker.core.text import asks, terms
+from memory_worker.core.text import asks, normalize, terms
 from memory_worker.search.index import (
     CENTER_PRIOR,
     Candidates,
@@ -778,11 +778,27 @@ def _blended(
     similarity = pool.similarity if pool.similarity is not None else semantic
     if similarity is not None:
         content = np.maximum(content, similarity if rows is None else similarity[rows])
+    # Seed 004: a threshold of 1 is "exact match only". BM25 keeps a memory longer than the
+    # bank's average below 1 even when the question is its text word for word: that one is 1.
+    content = np.maximum(content, _verbatim(pool, query, content, rows))
     shares = _lane_shares(pool, query)
     blended: Floats = shares.get("content", 0.0) * np.clip(content, 0.0, 1.0)
     for lane, relevance in pool.lanes.items():
         blended = blended + shares.get(lane, 0.0) * (relevance if rows is None else relevance[rows])
     return blended
+
+
+def _verbatim(pool: Pool, query: RecallQuery, content: Floats, rows: Ints | None) -> Floats:
+    """1.0 for each candidate (at `rows`; None: all) whose text is the query's (`normalize`d),
+    0 otherwise. Only those some words matched and the threshold would drop are read."""
+    out: Floats = np.zeros(content.size, np.float64)
+    wanted = normalize(query.text)
+    positions = np.arange(content.size) if rows is None else rows
+    for k in np.flatnonzero((content > 0.0) & (content < query.threshold)).tolist():
+        text = pool.memory(int(positions[k])).text
+        if len(text) >= len(wanted) and normalize(text) == wanted:
+            out[k] = 1.0
+    return out
 
 
 def _keep(
