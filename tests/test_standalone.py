@@ -58,7 +58,9 @@ def _cli(*args: str) -> list[str]:
 def _start(data_dir: Path, stderr_path: Path, *extra: str) -> Served:
     with stderr_path.open("wb") as err:
         proc = subprocess.Popen(
-            _cli("serve", "--port", "0", "--data-dir", str(data_dir), *extra),
+            # `--standalone`: without it `serve` looks for an engine at its default port, which
+            # another test's server bound to port 0 may hold by chance (the kernel's pick).
+            _cli("serve", "--standalone", "--port", "0", "--data-dir", str(data_dir), *extra),
             stdout=subprocess.PIPE,
             stderr=err,
             env=_ENV,
@@ -233,7 +235,7 @@ class TestRest:
         serving = [e for e in events if e["event"] == "serving"]
         assert len(serving) == 1
         assert serving[0]["mode"] == "standalone" and serving[0]["url"] == served.url
-        assert "engine" in serving[0]["reason"]
+        assert serving[0]["reason"] == "--standalone was given"  # (auto-detection: test_serve_mode)
 
 
 @dataclass
@@ -249,8 +251,12 @@ def _refusals(served: Served, tmp_path_factory: pytest.TempPathFactory) -> dict[
     blocker = tmp_path_factory.mktemp("unwritable") / "file"
     blocker.write_text("not a dir")
     commands = {
-        "second_serve": _cli("serve", "--port", "0", "--data-dir", str(served.data_dir)),
-        "unwritable": _cli("serve", "--port", "0", "--data-dir", str(blocker / "data")),
+        "second_serve": _cli(
+            "serve", "--standalone", "--port", "0", "--data-dir", str(served.data_dir)
+        ),
+        "unwritable": _cli(
+            "serve", "--standalone", "--port", "0", "--data-dir", str(blocker / "data")
+        ),
     }
     procs = {
         name: subprocess.Popen(

@@ -383,7 +383,7 @@ def test_a_read_only_data_dir_at_start_is_fatal(tmp_path: Path) -> None:
     [
         ("trigger", "memory::save", "text=The user likes tea"),
         ("call", "--batch", "-"),
-        ("serve", "--port", "0"),
+        ("serve", "--standalone", "--port", "0"),
     ],
     ids=["trigger", "call-batch", "serve"],
 )
