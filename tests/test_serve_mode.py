@@ -4,6 +4,7 @@ answering at the default address → standalone, and says why."""
 from __future__ import annotations
 
 import socket
+import threading
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from memory_worker.adapters import cli
 from memory_worker.adapters.bus.worker import EngineWorker
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable
+
+from .bus.engine_double import EngineDouble
 
 
 def test_standalone_flag_wins_over_everything() -> None:
@@ -28,16 +31,57 @@ def test_engine_flag_then_env() -> None:
     assert cli.choose_mode(False, None, {"III_URL": "ws://x:2"}) == ("ws://x:2", "III_URL is set")
 
 
-def test_default_address_is_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_engine_at_the_default_address_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe speaks the WebSocket handshake to the engine (the double: a real WebSocket
+    server), and leaves it with a close frame the engine takes as a normal goodbye."""
+    with EngineDouble() as engine:
+        monkeypatch.setattr(cli, "DEFAULT_ENGINE_URL", engine.url)
+        assert cli.choose_mode(False, None, {}) == (
+            engine.url,
+            f"an engine answers at {engine.url}",
+        )
+        assert engine.errors == []
+    # Closed now: nothing answers, so standalone, naming the address it tried.
+    found, reason = cli.choose_mode(False, None, {})
+    assert found is None and f"no engine answers at {engine.url}" in reason
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"])
+def test_another_program_on_the_default_port_is_no_engine(
+    monkeypatch: pytest.MonkeyPatch, answer: bytes
+) -> None:
+    """Something that is not an iii engine holds 49134 (it never answers, or answers HTTP without
+    upgrading): serve stays standalone and says why. A bare TCP connect took it for an engine,
+    and serve then waited 30 s for an engine handshake before failing."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"ws://127.0.0.1:{listener.getsockname()[1]}"
         monkeypatch.setattr(cli, "DEFAULT_ENGINE_URL", url)
-        assert cli.choose_mode(False, None, {}) == (url, f"an engine answers at {url}")
-    # Closed now: nothing answers, so standalone, naming the address it tried.
-    found, reason = cli.choose_mode(False, None, {})
-    assert found is None and url in reason
+        monkeypatch.setattr(cli, "ENGINE_PROBE_TIMEOUT_S", 0.2)
+        stop = threading.Event()
+
+        def answer_every_connection() -> None:
+            listener.settimeout(0.05)
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.recv(4096)
+                    if answer:
+                        conn.sendall(answer)
+
+        server = threading.Thread(target=answer_every_connection)
+        server.start()
+        try:
+            found, reason = cli.choose_mode(False, None, {})
+        finally:
+            stop.set()
+            server.join()
+    assert found is None
+    assert reason.startswith(f"{url} is held by a program that is not an iii engine")
 
 
 async def test_a_failing_configuration_worker_answers_with_a_sibling_code() -> None:

@@ -20,13 +20,11 @@ import functools
 import json
 import os
 import re
-import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
-from urllib.parse import urlsplit
 
 from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body, serving_url
@@ -57,7 +55,7 @@ EMBEDDER_ENV = "MEMORY_EMBEDDER"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:49134"  # the engine's worker port, as the SDK defaults
 DEFAULT_COMPACT_HORIZON_DAYS = 30.0  # a month of history stays readable in memory::history
 CLI_CALLER = Caller.human("cli")  # a person at the machine: the owner of the data dir
-ENGINE_PROBE_TIMEOUT_S = 0.5
+ENGINE_PROBE_TIMEOUT_S = 1.0  # a local engine answers its handshake in milliseconds
 CLI_LOCK_WAIT_S = 10.0  # another short CLI call holding the dir is waited for, a server is not
 # How long an in-process recall (a one-shot command, a tool call of `memory-worker mcp`) may embed
 # what its bank lacks before its query, when no server holds the data dir
@@ -495,17 +493,6 @@ async def _compact(args: argparse.Namespace) -> int:
     return await _with_door(args, f"memory-worker compact --bank {args.bank}", work)
 
 
-def _engine_answers(url: str, timeout_s: float = ENGINE_PROBE_TIMEOUT_S) -> bool:
-    parsed = urlsplit(url)
-    try:
-        with socket.create_connection(
-            (parsed.hostname or "127.0.0.1", parsed.port or 80), timeout_s
-        ):
-            return True
-    except OSError:
-        return False
-
-
 def choose_mode(
     standalone: bool, engine: str | None, env: Mapping[str, str]
 ) -> tuple[str | None, str]:
@@ -517,8 +504,16 @@ def choose_mode(
         return engine, "--engine was given"
     if url := env.get("III_URL", "").strip():
         return url, "III_URL is set"
-    if _engine_answers(DEFAULT_ENGINE_URL):
+    from memory_worker.adapters.engine_probe import Probe, probe_engine
+
+    found = probe_engine(DEFAULT_ENGINE_URL, ENGINE_PROBE_TIMEOUT_S)
+    if found is Probe.ENGINE:
         return DEFAULT_ENGINE_URL, f"an engine answers at {DEFAULT_ENGINE_URL}"
+    if found is Probe.OTHER:
+        return None, (
+            f"{DEFAULT_ENGINE_URL} is held by a program that is not an iii engine "
+            "(no WebSocket handshake; and no --engine or III_URL)"
+        )
     return None, f"no engine answers at {DEFAULT_ENGINE_URL} (and no --engine or III_URL)"
 
 
