@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -26,6 +27,33 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     structlog.reset_defaults()
     logger.reset()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _utc() -> Iterator[None]:
+    """The suite's dates are UTC whatever the machine's zone: prompts show local time
+    (`core.models.local_datetime`), and the expected texts are written for UTC. Child processes
+    inherit it."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if before is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+@pytest.fixture(name="local_zone")
+def _local_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's zone three hours west of UTC, as São Paulo's (a POSIX rule, so no tz
+    database is needed), for one test."""
+    monkeypatch.setenv("TZ", "<-03>3")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.fixture(name="data_dir")

@@ -290,6 +290,17 @@ class TestParse:
         assert "m1: The user lives in Lisbon. [pinned]" in text
         assert "[2026-03-02 10:00] user: I moved!" in text
 
+    @pytest.mark.usefixtures("local_zone")
+    def test_a_message_is_dated_in_the_persons_own_zone(self) -> None:
+        """The model turns "yesterday" into a date from the message's stamp: at 22:30 in São
+        Paulo the stamp read 01:30 of the next day (UTC), and every relative date said that
+        evening was resolved a day late."""
+        from memory_worker.core.extraction import Line
+
+        evening = T0 + 14 * 3_600_000 + 30 * 60_000  # 2026-03-03 00:30 UTC
+        text = render_request([Line("user", "I saw the dentist yesterday.", evening)], [])
+        assert "[2026-03-02 21:30] user: I saw the dentist yesterday." in text
+
 
 class TestLearned:
     def test_appends_new_lines_under_a_header_and_dedupes(self) -> None:

@@ -123,6 +123,18 @@ class TestMemoryMessage:
         assert block.message.startswith('<memory bank="main" recalled="2026-11-01">')
         assert "- [2026-10-29] User publishes blog posts on Tuesday mornings" in block.message
 
+    @pytest.mark.usefixtures("local_zone")
+    def test_days_are_the_persons_own_not_greenwichs(self) -> None:
+        """At 22:30 in São Paulo (01:30 UTC the next day) the block was dated tomorrow, and so was
+        a memory saved that evening: the agent, told today's date by its harness, saw a memory
+        from the future. Days are the worker's local zone's (`TZ`)."""
+        evening = NOW + 90 * 60_000  # 2026-11-01 01:30 UTC, 2026-10-31 22:30 at UTC-3
+        hits = [Hit(_memory("The user went to the dentist", days_ago=-90 / 1440), 1.0)]
+        block = render_memories("main", hits, budget_tokens=1200, now_ms=evening)
+        assert block.message is not None
+        assert block.message.startswith('<memory bank="main" recalled="2026-10-31">')
+        assert "- [2026-10-31] The user went to the dentist" in block.message
+
     def test_packing_skips_a_memory_too_large_and_keeps_smaller_ones(self) -> None:
         hits = [Hit(_memory("big " * 100), 3.0), Hit(_memory("small fact here"), 2.0)]
         block = render_memories("main", hits, budget_tokens=20, now_ms=NOW)

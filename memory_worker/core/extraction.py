@@ -25,7 +25,7 @@ from typing import Any
 
 from memory_worker.core.bank_settings import MEMORY_CATEGORIES
 from memory_worker.core.lanes import goal_text
-from memory_worker.core.models import Memory, utc_datetime
+from memory_worker.core.models import Memory, local_datetime
 from memory_worker.core.redact import redact
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE_CHARS
 
@@ -128,7 +128,7 @@ class Line:
 def _stamp(ms: int | None) -> str:
     if ms is None:
         return "[date unknown]"
-    return utc_datetime(ms).strftime("[%Y-%m-%d %H:%M]")
+    return local_datetime(ms).strftime("[%Y-%m-%d %H:%M]")
 
 
 def render_request(lines: list[Line], known: list[Memory]) -> str:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memory_worker.core.models import Hit, Memory, Rule, utc_datetime
+from memory_worker.core.models import Hit, Memory, Rule, local_datetime
 from memory_worker.core.text import collapse_whitespace, normalize
 
 __all__ = [
@@ -221,7 +221,7 @@ def is_carried(memory: Memory, carried: frozenset[str]) -> bool:
 
 
 def _day(ms: int) -> str:
-    return utc_datetime(ms).strftime("%Y-%m-%d")
+    return local_datetime(ms).strftime("%Y-%m-%d")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ __all__ = [
     "Memory",
     "Provenance",
     "Rule",
+    "local_datetime",
     "utc_datetime",
 ]
 
@@ -63,6 +64,19 @@ def utc_datetime(ms: int) -> datetime:
     """`ms` since the epoch as an aware UTC datetime, clamped to what a datetime can hold: a record
     written before timestamps were bounded must not fail a prompt or a listing that shows it."""
     return datetime.fromtimestamp(min(max(ms, 0), MAX_TIME_MS) / 1000, tz=UTC)
+
+
+def local_datetime(ms: int) -> datetime:
+    """`ms` in the process's local time zone (`TZ`, else the system's), daylight saving per
+    instant: what a prompt shows the model is the person's own day and hour. In UTC, 22:30 in
+    São Paulo is already tomorrow: "yesterday" said then was resolved a day late, and a memory
+    saved that evening was shown dated tomorrow. Past what a local date can hold (the last
+    instants of year 9999 east of Greenwich), the UTC one."""
+    at = utc_datetime(ms)
+    try:
+        return at.astimezone()
+    except (OverflowError, ValueError):
+        return at
 
 
 class Provenance(BaseModel):
