@@ -557,6 +557,29 @@ def test_a_number_given_as_a_bank_names_that_bank(one_shots: dict[str, Ran]) -> 
     assert (ran.cwd / "data" / "2024" / "memories.jsonl").is_file()
 
 
+def test_a_supersede_reason_past_any_length_is_capped_not_refused(tmp_path: Path) -> None:
+    """Seed 000: a supersede's `reason` is "Trimmed, capped at 500 chars". A long one (a judge's
+    whole explanation) was refused past 32,000 characters, as `invalid_input: reason must be
+    at most 500 characters`, which a 600-character reason was not."""
+    data = str(tmp_path / "data")
+    old, new = "The user drinks tea daily", "Every day the user drinks tea"
+    for text in (old, new):
+        run_cli(
+            "trigger", "--data-dir", data, "memory::save", f"text={text}", cwd=tmp_path
+        ).result()
+    retired = run_cli(
+        "trigger",
+        "--data-dir",
+        data,
+        "memory::supersede",
+        f"id={fingerprint(old)}",
+        f"superseded_by={fingerprint(new)}",
+        "reason=" + "near-duplicate " * 3_000,
+        cwd=tmp_path,
+    ).result()["memory"]
+    assert retired["superseded_by"] == fingerprint(new) and "invalid_at" in retired
+
+
 def test_options_may_come_before_the_key_value_pairs(one_shots: dict[str, Ran]) -> None:
     ran = one_shots["options-first"]
     memory = ran.outcome.result()["memory"]

@@ -478,6 +478,20 @@ class TestSupersede:
             ("updated", "near-duplicate"),
         ]
 
+    async def test_a_reason_past_any_length_is_carried_capped_at_500(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        """Seed 000: "Trimmed, capped at 500 chars" — never refused for its length."""
+        old = await save(service, "The user drinks tea daily")
+        new = await save(service, "Every day the user drinks tea")
+        emitter.clear()
+        reason = "  " + "near-duplicate " * 3_000
+        await call(
+            service, "memory::supersede", id=old["id"], superseded_by=new["id"], reason=reason
+        )
+        carried = emitter.of(ITEM_CHANGED)[0]["reason"]
+        assert carried == reason.strip()[:500].strip() and len(carried) <= 500
+
     async def test_pinned_and_retired_targets_are_refused(self, service: MemoryService) -> None:
         pinned = await save(service, "The user was born in 1990", pinned=True)
         winner = await save(service, "The user was born in 1991")

@@ -214,12 +214,18 @@ def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], 
 
 
 def prepare_reason(raw: str | None) -> str | None:
+    """A supersede's `reason`: redacted, trimmed, capped at `MAX_REASON_CHARS` (seed 000), never
+    refused for its length. Only the first `MAX_RAW_TEXT_CHARS` are read (redaction's work stays
+    bounded), cut at a whitespace so no token is split for redaction to miss (a single word that
+    long is no reason: none is carried)."""
     if raw is None:
         return None
     if len(raw) > MAX_RAW_TEXT_CHARS:
-        raise InvalidInput(f"reason must be at most {MAX_REASON_CHARS} characters")
+        head = raw[:MAX_RAW_TEXT_CHARS]
+        cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+        raw = head[:cut] if cut > 0 else ""
     check_unicode(raw, "reason")
-    reason = redact(raw).text.strip()[:MAX_REASON_CHARS]
+    reason = redact(raw).text.strip()[:MAX_REASON_CHARS].strip()
     return reason or None
 
 

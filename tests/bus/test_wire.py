@@ -20,6 +20,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text
+from memory_worker.core.models import BankEvent, ItemEvent
 from memory_worker.storage.store import Store
 from memory_worker.storage.vectors import VECTORS_FILE, load_vectors
 
@@ -87,6 +88,21 @@ class TestRegistration:
         assert hook["config"] == {"priority": 100, "timeout_ms": 3000, "on_error": "fail_open"}
         routes = {b["config"]["api_path"] for b in engine.bindings("http")}
         assert routes == {spec.http_path for spec in catalog.CATALOG}
+
+    def test_each_trigger_types_description_names_every_event_it_delivers(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        """What `iii worker info` and the console show a subscriber: seed 000's bank-changed
+        fires when "a bank was created / trashed, or its rules changed", and each event type the
+        worker sends on a trigger type is one a subscriber can read about there."""
+        spawn()
+        described = {tid: msg["description"] for tid, msg in engine.trigger_types().items()}
+        for trigger_type, kinds in (
+            ("memory::item-changed", ItemEvent),
+            ("memory::bank-changed", BankEvent),
+        ):
+            missing = [kind.value for kind in kinds if kind.value not in described[trigger_type]]
+            assert not missing, f"{trigger_type}: {described[trigger_type]!r} omits {missing}"
 
     def test_the_console_page_is_registered_and_served_through_ui_content(
         self, engine: EngineDouble, spawn: Any, cli: Cli

@@ -49,12 +49,17 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
 }
 
+# What `iii worker info` and the console show a subscriber: every `event_type` the worker sends on
+# each (`ItemEvent`, `BankEvent`), named as it arrives.
 TRIGGER_TYPES: dict[str, str] = {
-    ITEM_CHANGED: "A memory was created, updated, superseded, or deleted in a memory bank. "
+    ITEM_CHANGED: "A memory was created, updated, superseded, deleted, or erased (by "
+    "memory::forget-subject: its `memory` carries only its id and subject) in a memory bank. "
     "Payload: { event_type, bank, memory, reason? } (reason on consolidation changes, and "
     "`redacted: <labels>` when secrets were redacted on save/update). Bind console/live views "
     "here.",
-    BANK_CHANGED: "A memory bank was created or trashed. Payload: { event_type, bank }.",
+    BANK_CHANGED: "A memory bank was created or trashed, its rules changed (rules-changed), its "
+    "description or settings changed (configured), or its log was compacted (compacted). "
+    "Payload: { event_type, bank }.",
 }
 
 
