@@ -25,6 +25,7 @@ import pytest
 from memory_worker.adapters import cli
 from memory_worker.app.wire import BankConfigureRequest, RecallRequest
 from memory_worker.core.config import Settings, load_settings, resolve_data_dir
+from memory_worker.core.errors import InvalidInput
 from memory_worker.core.text import fingerprint
 
 ISOLATED_VARS = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
@@ -541,6 +542,17 @@ def test_a_number_given_as_text_is_stored_as_text(one_shots: dict[str, Ran]) -> 
 def test_a_decimal_given_as_text_is_stored_as_typed(one_shots: dict[str, Ran]) -> None:
     """`text=1.10` (a version) is "1.10": JSON-decoded then written back it was "1.1"."""
     assert one_shots["coerce-decimal"].outcome.result()["memory"]["text"] == "1.10"
+
+
+def test_the_payload_may_be_one_json_object_argument() -> None:
+    """`trigger memory::save '{"text": …}'`, as many CLIs take a payload, was refused ("expected
+    key=value"); or, with an "=" inside the JSON, read as a junk key and silently ignored."""
+    payload = cli.parse_assignments(['{"text": "a=b", "tags": ["x"]}', "pinned=true"])
+    assert payload == {"text": "a=b", "tags": ["x"], "pinned": True}
+    with pytest.raises(InvalidInput, match="once"):
+        cli.parse_assignments(['{"text": "a"}'], '{"text": "b"}')
+    with pytest.raises(InvalidInput, match="the JSON argument is not valid JSON"):
+        cli.parse_assignments(["{not json"])
 
 
 def test_a_decimal_typed_for_a_number_field_is_that_number() -> None:

@@ -70,19 +70,27 @@ FORWARD_CHUNK_BYTES = 512 * 1024
 
 
 def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str, Any]:
-    """`iii trigger` argument rules: `--json` gives a base object that `k=v` pairs override; each
+    """`iii trigger` argument rules: `--json` (or a first argument that is a JSON object) gives a
+    base object that `k=v` pairs override; each
     value is JSON-decoded when possible, else kept as a string. A number with a fraction that JSON
     would write otherwise than it was typed (`text=1.10`) is kept as typed: decoded, a text field
     would store "1.1", which the person never said; a float field reads the typed text as the same
     number, and an integer field refuses both. (A whole number stays a number: `as_of=1.7e12`
     must still read as an integer.)"""
     payload: dict[str, Any] = {}
+    label = "--json"
+    if pairs and pairs[0].lstrip().startswith("{"):
+        # The payload as one JSON object, as many CLIs take it (`trigger memory::save '{"text":
+        # …}'`): read as `--json` would be. No key starts with "{", so nothing else reads so.
+        if base:
+            raise InvalidInput("give the JSON payload once: as --json or as the first argument")
+        base, pairs, label = pairs[0], pairs[1:], "the JSON argument"
     # Values are counted by the call, with the function's own budget (`catalog.check_size`: an
     # import's records each), as the REST door counts them; nesting is still refused here.
     if base:
-        decoded = loads(base, "--json", max_values=None)
+        decoded = loads(base, label, max_values=None)
         if not isinstance(decoded, dict):
-            raise InvalidInput("--json must be a JSON object")
+            raise InvalidInput(f"{label} must be a JSON object")
         payload.update(decoded)
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -610,7 +618,8 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         add_help=False,
         help="call one memory function, like `iii trigger`",
-        description="Call one function: memory-worker trigger FUNCTION [k=v ...] [--json '{...}']",
+        description="Call one function: memory-worker trigger FUNCTION [k=v ...] [--json '{...}'] "
+        "(or FUNCTION '{...}' [k=v ...])",
     )
     # Optional to argparse: `trigger -h` with no function prints this usage (`_trigger`), and
     # `trigger` alone is still refused there.
