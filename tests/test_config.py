@@ -88,7 +88,7 @@ def test_a_stored_value_from_another_version_keeps_what_this_one_can_use() -> No
 @pytest.mark.parametrize(
     "stored",
     [
-        {"decay_half_life_days": 0},  # past a strict bound: no value to take
+        {"decay_half_life_days": -1},  # past a strict bound: no value to take
         {"recall_budget_tokens": "lots"},  # a default is never guessed
         {"conscious_access": "append"},  # a default would widen what agents may do
         {"data_dir": " "},  # nor open another data dir
@@ -103,6 +103,15 @@ def test_a_stored_value_from_another_version_keeps_what_this_one_can_use() -> No
 def test_a_stored_value_this_version_cannot_use_is_refused_by_field(stored: object) -> None:
     with pytest.raises(InvalidInput, match="configuration"):
         parse_stored_settings(stored, source="configuration")
+
+
+def test_the_rust_workers_zero_half_life_runs_as_it_ran_there() -> None:
+    """The public Rust worker's `decay_half_life_days` is a u64 its console form let be 0, which
+    it ran as a one-day half-life (`max(half_life, 1)`). Refused here, the worker did not start
+    on an engine whose entry held it."""
+    settings, notes = parse_stored_settings({"decay_half_life_days": 0}, source="configuration")
+    assert settings.decay_half_life_days == 1
+    assert notes == ["decay_half_life_days: 0 ran as 1 in the Rust worker (max(0, 1)), using 1"]
 
 
 def test_a_stored_value_this_version_accepts_is_used_as_it_is() -> None:

@@ -809,6 +809,44 @@ class TestSchedule:
         assert (group["loser_ids"], group["loser_texts"]) == ([loser], [""])
         assert await restarted.forget("gone", {loser}) is False
 
+    async def test_the_rust_siblings_last_report_neither_breaks_status_nor_runs(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """The public Rust memory-consolidate kept `last_report` in the same scope as
+        `{dry_run, banks: [BankReport]}`, a list. Read as a mapping, it failed
+        `memory-consolidate::status`, a one-bank run and an erasure's scrub (AttributeError)
+        until a pass over every bank replaced it."""
+        await save(service, "Tea.")
+        await save(service, "tea")
+        kv.data[(SCOPE, LAST_REPORT)] = {
+            "dry_run": False,
+            "banks": [
+                {"bank": "notes", "scanned": 3, "superseded": 0, "reinforced": 0},
+                {
+                    "bank": "main",
+                    "scanned": 2,
+                    "groups": [
+                        {
+                            "winner_id": "fpa",
+                            "winner_text": "Ana's locker is 12.",
+                            "loser_ids": ["fpb"],
+                            "loser_texts": ["ana's locker is 12"],
+                        }
+                    ],
+                    "superseded": 1,
+                    "reinforced": 1,
+                },
+            ],
+        }
+        scheduler = self.scheduler(client, kv, clock)
+        status = await scheduler.status()
+        assert status.error is None and status.banks["notes"].scanned == 3
+        assert await scheduler.forget("main", {"fpb"}) is True  # its texts leave the state
+        assert "locker" not in json.dumps(kv.data[(SCOPE, LAST_REPORT)])
+        report = await scheduler.run(RunRequest(bank="main"))
+        assert report.superseded == 1
+        assert set((await scheduler.status()).banks) == {"main", "notes"}
+
     async def test_inert_ticks_do_nothing_but_a_manual_run_works(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
     ) -> None:

@@ -131,16 +131,30 @@ class Scheduler:
             await self.state.set(SCOPE, LAST_RUN, {"ms": started_ms})
 
     async def reports(self) -> dict[str, BankReport]:
-        stored: dict[str, BankReport] = {}
-        if self.state is not None:
-            raw = await self.state.get(SCOPE, LAST_REPORT)
-            if isinstance(raw, dict) and "value" in raw and "banks" not in raw:
-                raw = raw["value"]  # older engines wrap what state::get returns
-            banks = raw.get("banks") if isinstance(raw, dict) else None
-            for name, report in (banks or {}).items():
-                with contextlib.suppress(ValueError):
-                    stored[str(name)] = BankReport.model_validate(report)
+        stored, _ = await self._stored_reports()
         return {**stored, **self._reports}
+
+    async def _stored_reports(self) -> tuple[dict[str, BankReport], set[str]]:
+        """The bank reports the state worker holds, and the banks whose report there does not
+        read as one of ours. The public Rust sibling kept `{dry_run, banks: [BankReport]}` under
+        the same key, a list whose groups lack our fields: read as a mapping, it failed status,
+        a one-bank run and an erasure's scrub until a pass over every bank replaced it."""
+        stored: dict[str, BankReport] = {}
+        unreadable: set[str] = set()
+        if self.state is None:
+            return stored, unreadable
+        raw = await self.state.get(SCOPE, LAST_REPORT)
+        if isinstance(raw, dict) and "value" in raw and "banks" not in raw:
+            raw = raw["value"]  # older engines wrap what state::get returns
+        banks = raw.get("banks") if isinstance(raw, dict) else None
+        if isinstance(banks, list):  # the Rust sibling's: each report names its bank
+            banks = {r["bank"]: r for r in banks if isinstance(r, dict) and "bank" in r}
+        for name, report in banks.items() if isinstance(banks, dict) else ():
+            try:
+                stored[str(name)] = BankReport.model_validate(report)
+            except ValueError:
+                unreadable.add(str(name))
+        return stored, unreadable
 
     async def _keep_reports(self, report: PassReport, *, every_bank: bool) -> None:
         """Keep each bank's last report. `every_bank`: the pass covered every bank there is, so
@@ -166,18 +180,24 @@ class Scheduler:
         """Take the texts of memories an erasure destroyed (`memory::forget-subject`) out of the
         kept reports: a person who asked to be forgotten is not read back from the last pass's
         report until the next pass reaches their bank. Under the gate, so a pass that read them
-        before the erasure stores its report first. True when a report named one of them."""
+        before the erasure stores its report first. True when a report named one of them, or one
+        that could not be read (another version's) left the state."""
         async with self.gate:
+            unreadable: set[str] = set()
             try:
-                reports = await self.reports()
+                stored, unreadable = await self._stored_reports()
+                reports = {**stored, **self._reports}
             except WorkerError as err:  # the stored copy is unreadable: scrub ours at least
                 log.warning("report_not_scrubbed", bank=bank, error=str(err))
                 reports = dict(self._reports)
             report = reports.get(bank)
             scrubbed = None if report is None else _without_texts(report, memory_ids)
-            if scrubbed is None:
+            # A stored report of this bank that cannot be read (another version's) cannot be
+            # scrubbed either: it leaves, with whatever texts it holds.
+            if scrubbed is None and bank not in unreadable:
                 return False
-            self._reports[bank] = reports[bank] = scrubbed
+            if scrubbed is not None:
+                self._reports[bank] = reports[bank] = scrubbed
             if self.state is not None:
                 try:
                     await self.state.set(

@@ -378,12 +378,17 @@ def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
 # A number past one of these bounds is brought to the bound (`recall_limit: 150` was a limit of
 # 100 where the public Rust worker capped it at call time).
 _CLAMPED_BOUNDS = {"less_than_equal": "le", "greater_than_equal": "ge"}
+# Values the public Rust worker accepted and ran as another: its `decay_half_life_days` is a u64
+# whose console form allows 0, and recency divides by `max(half_life, 1)`. Taken as it ran there;
+# refused, the worker did not start on an engine whose entry held it.
+_AS_THE_RUST_WORKER_RAN = {("decay_half_life_days", 0): 1}
 
 
 def parse_stored_settings(raw: object, *, source: str) -> tuple[Settings, list[str]]:
     """Settings from a value another version stored (the public Rust worker's entry, an older or
     newer one of ours), with a note for each field used otherwise than stored: a key this
-    version does not have is ignored, a number past an inclusive bound takes the bound. Nothing
+    version does not have is ignored, a number past an inclusive bound takes the bound, a value
+    the Rust worker ran as another (`_AS_THE_RUST_WORKER_RAN`) takes that one. Nothing
     else is guessed (a default could widen access, lower a cap that then evicts, or open another
     data dir): any other refusal is `parse_settings`'s, naming every field."""
     try:
@@ -405,9 +410,17 @@ def parse_stored_settings(raw: object, *, source: str) -> tuple[Settings, list[s
         bound = _CLAMPED_BOUNDS.get(problem["type"])
         if not isinstance(field, str) or field not in kept:
             raise error
+        stored = kept[field]
+        ran = _AS_THE_RUST_WORKER_RAN.get((field, stored)) if type(stored) is int else None
         if problem["type"] == "extra_forbidden":
             del kept[field]
             notes.append(f"{field}: not a setting of this version, ignored")
+        elif ran is not None:
+            kept[field] = ran
+            notes.append(
+                f"{field}: {stored!r} ran as {ran!r} in the Rust worker "
+                f"(max({stored!r}, {ran!r})), using {ran!r}"
+            )
         elif bound is not None:
             stored, kept[field] = kept[field], (problem.get("ctx") or {})[bound]
             notes.append(f"{field}: {stored!r} {problem['msg'].lower()}, using {kept[field]!r}")

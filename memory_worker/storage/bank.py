@@ -763,7 +763,14 @@ class Bank:
         for record in records.values():
             memory = self._memories.get(record.id)
             current = (
-                memory is not None and memory.live and record.text_hash == text_hash(memory.text)
+                memory is not None
+                and memory.live
+                and (
+                    record.text_hash == text_hash(memory.text)
+                    if record.text_hash is not None
+                    # a Rust worker's line: embedded at this revision (its own rule)
+                    else record.revision == memory.revision
+                )
             )
             if current and self.index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model

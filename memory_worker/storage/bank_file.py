@@ -63,8 +63,7 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
         data = {}
     if not isinstance(data, dict):
         return BankFile("", no_overrides(), "not a mapping; description and settings ignored")
-    value = data.get("description")
-    description = value if isinstance(value, str) else ""
+    description = _description(data.get("description"), text)
     chosen = {key: v for key, v in data.items() if key != "description"}
     try:
         overrides = parse_overrides(chosen, source=BANK_FILE)
@@ -79,10 +78,30 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     return BankFile(description, overrides, broken)
 
 
-def _entries(text: str) -> dict[object, object]:
+def _description(value: object, text: str) -> str:
+    """The description `value` as written in `text`. The public Rust worker wrote the file with
+    serde_yaml, which speaks YAML 1.2: a date (`2024-01-05`), `1_000` or `12:30` is a string
+    there and left unquoted, while this parser (YAML 1.1) reads a date, 1000 and 750 — the
+    description was lost, and gone from the file at the bank's next `configure`. Such a
+    scalar is read again as its text; null or a mapping is no description."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, dict | list):
+        return ""
+    import yaml
+
+    try:  # BaseLoader: every scalar as its text, nothing resolved (nor constructed)
+        raw = yaml.load(text, Loader=yaml.BaseLoader)
+    except (yaml.YAMLError, RecursionError):
+        raw = _entries(text, as_written=True)
+    written = raw.get("description") if isinstance(raw, dict) else None
+    return written if isinstance(written, str) else ""
+
+
+def _entries(text: str, *, as_written: bool = False) -> dict[object, object]:
     """The top-level entries of a `bank.yaml` that is not YAML as a whole, each parsed alone (a
     line at the margin starts one; the indented lines, list items and comments under it are
-    its own); those that do not parse are left out."""
+    its own); those that do not parse are left out. `as_written`: every scalar as its text."""
     import yaml
 
     chunks: list[list[str]] = []
@@ -94,7 +113,10 @@ def _entries(text: str) -> dict[object, object]:
     data: dict[object, object] = {}
     for chunk in chunks:
         try:
-            entry = yaml.safe_load("\n".join(chunk))
+            joined = "\n".join(chunk)
+            entry = (
+                yaml.load(joined, Loader=yaml.BaseLoader) if as_written else yaml.safe_load(joined)
+            )
         except (yaml.YAMLError, RecursionError):
             continue
         if isinstance(entry, dict):

@@ -4,6 +4,12 @@ One line per embedding: `{"id", "model", "revision", "text_hash", "v"}` with `v`
 in base64. Derived data, so appends are not fsynced and a damaged or stale line is simply dropped:
 a vector counts only while its memory is live with the same text (`text_hash`), and it is replaced
 when the configured model changes. Replay is last-wins by id.
+
+The public Rust worker wrote the same file as `{"id", "model", "revision", "v"}` with `v` a JSON
+array and no text hash; its `model` is the `embedding_model` it asked `router::embed` for ("" =
+the router's default). Such a line is read as what it is — a vector of `router_model(model)`,
+current while its memory is at the same revision (the Rust worker's own rule) — so a data dir it
+leaves behind is neither damage nor a whole bank to embed again.
 """
 
 from __future__ import annotations
@@ -20,9 +26,23 @@ import numpy as np
 
 from memory_worker.storage import files
 
-__all__ = ["VECTORS_FILE", "VectorRecord", "append_vectors", "load_vectors", "text_hash"]
+__all__ = [
+    "VECTORS_FILE",
+    "VectorRecord",
+    "append_vectors",
+    "load_vectors",
+    "router_model",
+    "text_hash",
+]
 
 VECTORS_FILE = "vectors.jsonl"
+
+
+def router_model(embedding_model: str) -> str:
+    """The model name of vectors `router::embed` made for the configured `embedding_model` (""
+    asks the router's default): what the engine-mode embedder stamps, and what a Rust worker's
+    line (which names the configured model alone) is read as."""
+    return f"router:{embedding_model or 'default'}"
 
 
 def text_hash(text: str) -> str:
@@ -35,7 +55,7 @@ class VectorRecord:
     id: str
     model: str
     revision: int
-    text_hash: str
+    text_hash: str | None  # None: a Rust worker's line, current only at the same `revision`
     vector: list[float]
 
     def to_line(self) -> bytes:
@@ -53,6 +73,8 @@ class VectorRecord:
 def _decode(line: bytes) -> VectorRecord | None:
     try:
         row = json.loads(line)
+        if isinstance(row["v"], list):
+            return _rust(row)
         vector = np.frombuffer(base64.b64decode(row["v"], validate=True), np.float32)
         return VectorRecord(
             id=str(row["id"]),
@@ -63,6 +85,19 @@ def _decode(line: bytes) -> VectorRecord | None:
         )
     except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
         return None
+
+
+def _rust(row: dict[str, object]) -> VectorRecord | None:
+    """A line the Rust worker wrote (see the module's docstring); None when it is not one."""
+    memory_id, model, revision, values = row["id"], row["model"], row.get("revision", 0), row["v"]
+    if not (isinstance(memory_id, str) and isinstance(model, str) and type(revision) is int):
+        return None
+    if not isinstance(values, list) or not values:
+        return None
+    vector = np.asarray(values, np.float32)  # one C pass: a string raises, a null is NaN
+    if vector.ndim != 1 or not np.isfinite(vector).all():
+        return None
+    return VectorRecord(memory_id, router_model(model), revision, None, vector.tolist())
 
 
 def load_vectors(path: Path, within: Path | None = None) -> tuple[dict[str, VectorRecord], int]:

@@ -22,6 +22,7 @@ from iii.iii import III
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.storage.logger import get_logger
+from memory_worker.storage.vectors import router_model
 
 __all__ = [
     "FUNCTION_NOT_FOUND",
@@ -297,7 +298,7 @@ class RouterEmbedder:
 
     @property
     def model(self) -> str:
-        return f"router:{self._settings().embedding_model or 'default'}"
+        return router_model(self._settings().embedding_model)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if self._failed_at is not None and time.monotonic() - self._failed_at < EMBED_RETRY_AFTER_S:
