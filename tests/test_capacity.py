@@ -359,6 +359,20 @@ class TestAccessSidecar:
         )
         assert "access_count" not in (await call(service, "memory::get", id=memory["id"]))["memory"]
 
+    async def test_a_look_at_history_counts_no_use_of_a_retired_memory(
+        self, service: MemoryService
+    ) -> None:
+        """Recall with `include_superseded` returns retired records too; counting them gave a
+        superseded memory an `access_count`, as if what it said were still in use."""
+        old = await save(service, "The user drinks green tea.")
+        await call(service, "memory::delete", id=old["id"])
+        live = await save(service, "The user drinks black tea now.")
+        found = await call(service, "memory::recall", query="tea", include_superseded=True)
+        assert {m["memory"]["id"] for m in found["memories"]} == {old["id"], live["id"]}
+        got = await call(service, "memory::get", id=old["id"], include_superseded=True)
+        assert "access_count" not in got["memory"]
+        assert (await call(service, "memory::get", id=live["id"]))["memory"]["access_count"] == 1
+
     async def test_a_grown_sidecar_is_folded_at_load(
         self, service: MemoryService, data_dir: Path
     ) -> None:

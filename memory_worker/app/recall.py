@@ -159,7 +159,9 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         )
         hits = self._rank(bank, query)
         if bank is not None and self._counts_access(bank, caller):
-            bank.access.bump((h.memory.id for h in hits), query.now_ms)
+            # A look at history is no use of what is retired: a superseded record counted
+            # looked still in use.
+            bank.access.bump((h.memory.id for h in hits if h.memory.live), query.now_ms)
         return RecallResponse(
             bank=name,
             memories=[ScoredMemory(memory=h.memory, score=h.score) for h in hits],
