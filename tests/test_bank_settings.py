@@ -3,6 +3,8 @@ validated whole (a bad value changes nothing), shown by list/get, announced when
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -169,6 +171,66 @@ class TestConfigure:
             {"event_type": "configured", "bank": "b", "event_id": ANY},
             {"event_type": "configured", "bank": "b", "event_id": ANY},
         ]
+
+    async def test_two_configures_at_once_both_land(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        """A person caps the bank in the console while a script sets its access level: each
+        changes one field and keeps the others. Merged before the other's write landed, the
+        second write put back what the first had replaced (the cap lost, though answered as
+        changed), and each answered and announced as changed only what it asked."""
+        await call(service, "memory::bank::create", name="b", description="notes")
+        emitter.clear()
+        capped, locked = await asyncio.gather(
+            call(service, "memory::bank::configure", name="b", max_memories=7),
+            call(service, "memory::bank::configure", name="b", conscious_access="read"),
+        )
+        assert capped["changed"] == ["max_memories"]
+        assert locked["changed"] == ["conscious_access"]
+        assert _yaml(data_dir, "b") == {
+            "description": "notes",
+            "max_memories": 7,
+            "conscious_access": "read",
+        }
+        got = (await call(service, "memory::bank::get", name="b"))["bank"]["settings"]
+        assert (got["max_memories"], got["conscious_access"]) == (7, "read")
+        assert len(emitter.of(BANK_CHANGED)) == 2
+
+    async def test_a_reload_waits_for_a_configure_in_flight_and_reads_what_it_wrote(
+        self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`memory::reload` (or a hand edit's reload) freezes the bank and drains what is being
+        written before it reads the folder again. A `bank.yaml` write under way was not waited
+        for: the reload read the old file, and the bank it installed kept the old settings (a
+        bank just set to `conscious_access: none` still open to agents) while the file and the
+        configure's answer said otherwise."""
+        from memory_worker.storage import bank as bank_module
+
+        await call(service, "memory::bank::create", name="b")
+        bank = service.store.get("b")
+        entered, release = threading.Event(), threading.Event()
+        real_write = bank_module.write_bank_file
+
+        def held_write(*args: Any, **kwargs: Any) -> None:
+            entered.set()
+            release.wait(30)
+            real_write(*args, **kwargs)
+
+        monkeypatch.setattr(bank_module, "write_bank_file", held_write)
+        configuring = asyncio.create_task(
+            call(service, "memory::bank::configure", name="b", conscious_access="none")
+        )
+        assert await asyncio.to_thread(entered.wait, 10)
+        draining = asyncio.create_task(bank.drain())
+        await asyncio.sleep(0)  # a drain with nothing to wait for is over by now
+        drained_early = draining.done()
+        release.set()
+        await draining
+        assert (await configuring)["changed"] == ["conscious_access"]
+        assert not drained_early  # the write under way was waited for
+        await call(service, "memory::reload")
+        got = (await call(service, "memory::bank::get", name="b"))["bank"]["settings"]
+        assert got["conscious_access"] == "none"
 
     async def test_a_configure_that_changes_nothing_writes_and_announces_nothing(
         self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter

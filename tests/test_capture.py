@@ -4,6 +4,7 @@ each turn once, through failures, restarts and SIGKILL at random moments."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -656,6 +657,44 @@ class TestRunner:
             "The user likes figs",
             "The user likes kiwis",
         }
+
+    async def test_a_turn_is_queued_while_another_turns_extraction_waits_for_its_model(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """Several agents at once: a Stop hook's `POST /capture` (3 s budget) arrives while the
+        runner waits on the model for another session's turn. Queueing the turn is one fsynced
+        line; it must not wait for that extraction (tens of seconds with a slow endpoint), or
+        the hook runs out of time on every turn that ends meanwhile."""
+
+        class HeldModel(ScriptedModel):
+            def __init__(self) -> None:
+                super().__init__()
+                self.entered, self.release = asyncio.Event(), asyncio.Event()
+
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                self.entered.set()
+                await self.release.wait()
+                return await super().complete(system_prompt, user_text)
+
+        model = HeldModel()
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s1", entries_of(tmp_path, turn(1, "figs"))))
+        running = asyncio.create_task(runner.run_once())
+        await asyncio.wait_for(model.entered.wait(), 10)
+        try:
+            queued = await asyncio.wait_for(
+                runner.enqueue(job("s2", entries_of(tmp_path, turn(2, "kiwis")))), 10
+            )
+        finally:
+            model.release.set()
+        assert queued == {"queued": "s2:a2", "new": True}
+        assert await running == 2  # the turn queued meanwhile is run in the same round
+        assert (await _memories(service)).keys() >= {"The user likes figs", "The user likes kiwis"}
+        assert runner.queue.pending() == []
+        assert {
+            r["op"] for r in map(json.loads, (root / CAPTURE_FILE).read_text().splitlines())
+        } == {"cursor"}  # compacted once idle: no turn's words left behind
+        await runner.close()
 
     async def test_a_job_stopped_after_its_decision_is_finished_without_writing_twice(
         self, service: MemoryService, root: Path, tmp_path: Path

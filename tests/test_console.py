@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -259,6 +261,49 @@ async def test_settings_view_says_why_it_is_editable_and_an_edit_applies(
             assert r.status == 200
     assert server.service is not None and server.service.settings.recall_limit == 3
     assert server.config_path is not None and server.config_path.read_text() == "recall_limit: 3\n"
+
+
+async def test_two_settings_edits_at_once_both_land(
+    served: tuple[StandaloneServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tabs save a setting each at the same moment. Each edit reads the file, changes its
+    line and replaces the file: run at once, the second replaced the file with its own reading
+    of it, the first edit's line lost (after both were answered 200 and applied)."""
+    from memory_worker.adapters import settings_file
+    from memory_worker.adapters.console import web as console_web
+
+    server, url = served
+    arrived = 0
+    both_arrived = threading.Event()
+    real_validate, real_rewrite = console_web.validate_changes, settings_file.rewrite
+
+    def counting_validate(*args: Any) -> Any:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both_arrived.set()
+        return real_validate(*args)
+
+    def held_rewrite(text: str, values: Any) -> str:
+        assert both_arrived.wait(10)  # the other edit is under way too
+        return real_rewrite(text, values)
+
+    monkeypatch.setattr(console_web, "validate_changes", counting_validate)
+    monkeypatch.setattr(settings_file, "rewrite", held_rewrite)
+    async with aiohttp.ClientSession() as http:
+
+        async def edit(values: dict[str, Any]) -> int:
+            async with http.post(url + "/console/settings/set", json={"values": values}) as r:
+                return r.status
+
+        statuses = await asyncio.gather(edit({"recall_limit": 3}), edit({"extraction_model": "m2"}))
+    assert statuses == [200, 200]
+    assert server.config_path is not None
+    text = server.config_path.read_text()
+    assert "recall_limit: 3" in text and "extraction_model" in text, text
+    assert server.service is not None
+    assert server.service.settings.recall_limit == 3
+    assert server.service.settings.extraction_model == "m2"
 
 
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])

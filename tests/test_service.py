@@ -508,6 +508,54 @@ class TestSupersede:
             await call(service, "memory::supersede", id=memory["id"], superseded_by="fpnope")
 
 
+class TestCancelledCalls:
+    @pytest.mark.parametrize("function_id", ["memory::save", "memory::update"])
+    async def test_a_write_whose_caller_gave_up_mid_commit_still_announces_itself(
+        self,
+        service: MemoryService,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+        function_id: str,
+    ) -> None:
+        """An MCP client cancels a tool call (the person pressed Esc), or the engine gives up
+        on a handler, while its write's fsync runs: the write lands (the commit is shielded),
+        so its change event goes out too. The rest of the call was cut off with it: the
+        memory was saved but the console, subscribers and the embedder never heard of it."""
+        from memory_worker.storage import bank as bank_module
+
+        first = await save(service, "The user likes tea")
+        bank = service.store.get("main")
+        entered, release = threading.Event(), threading.Event()
+        real_sync = bank._log.sync
+
+        def held_sync() -> int:
+            entered.set()
+            release.wait(30)
+            return real_sync()
+
+        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
+        monkeypatch.setattr(bank._log, "sync", held_sync)
+        emitter.clear()
+        payload: dict[str, Any] = (
+            {"text": "The user likes cocoa"}
+            if function_id == "memory::save"
+            else {"id": first["id"], "text": "The user likes green tea"}
+        )
+        calling = asyncio.create_task(call(service, function_id, bank="main", **payload))
+        assert await asyncio.to_thread(entered.wait, 10)
+        calling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await calling
+        release.set()
+        await bank.drain()  # the write lands whatever its caller did
+        await service.settle()
+        texts = {m["text"] for m in (await call(service, "memory::list", bank="main"))["memories"]}
+        assert payload["text"] in texts
+        events = [(e["event_type"], e["memory"]["text"]) for e in emitter.of(ITEM_CHANGED)]
+        expected = "created" if function_id == "memory::save" else "updated"
+        assert events == [(expected, payload["text"])]
+
+
 class TestImportEvents:
     async def test_an_import_announces_each_memory_it_changes_and_nothing_else(
         self, service: MemoryService, emitter: RecordingEmitter

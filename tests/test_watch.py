@@ -353,6 +353,130 @@ class TestServiceReloadBank:
         listed = await call(service, "memory::list", bank="main")
         assert sorted(m["text"] for m in listed["memories"]) == ["Cocoa", "The user likes tea"]
 
+    @pytest.mark.parametrize(
+        ("function_id", "payload"),
+        [
+            ("memory::update", {"text": "The user likes green tea"}),
+            ("memory::delete", {}),
+            ("memory::pin", {"pinned": True}),
+        ],
+    )
+    async def test_a_change_by_id_during_a_reload_waits_for_it_instead_of_failing(
+        self,
+        service: MemoryService,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        function_id: str,
+        payload: dict[str, Any],
+    ) -> None:
+        """As a save: an agent's update, delete or pin that arrives while a person's edit
+        reloads the bank waits for the reload and changes the memory in the bank as reloaded,
+        never refused as `the bank is reloading; retry`."""
+        tea = (await call(service, "memory::save", bank="main", text="The user likes tea"))[
+            "memory"
+        ]
+        entered, release = threading.Event(), threading.Event()
+        real_load = Bank.load.__func__  # type: ignore[attr-defined]
+
+        def held_load(cls: type[Bank], *args: Any, **kwargs: Any) -> Bank:
+            entered.set()
+            release.wait(30)
+            return real_load(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(Bank, "load", classmethod(held_load))
+        _replace(data_dir / "main" / "rules" / "style.md", "Be brief.")
+        reloading = asyncio.create_task(service.reload_bank("main"))
+        assert await asyncio.to_thread(entered.wait, 10)
+        changing = asyncio.create_task(
+            call(service, function_id, bank="main", id=tea["id"], **payload)
+        )
+        await asyncio.sleep(0)  # the change reaches the frozen bank first
+        release.set()
+        assert await reloading == "reloaded"
+        changed = (await changing)["memory"]
+        assert changed["revision"] == tea["revision"] + 1
+        got = await call(service, "memory::get", bank="main", id=tea["id"])
+        assert got["memory"]["revision"] == changed["revision"]
+
+    async def test_a_bank_deleted_while_a_hand_edit_reloads_it_stays_deleted(
+        self,
+        service: MemoryService,
+        emitter: RecordingEmitter,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A person deletes a bank while the watcher reloads it for a hand edit: the delete
+        waits for the reload (or the reload for the delete), never both at once, so the bank
+        the reload read does not come back into RAM after its folder went to `.trash`."""
+        await call(service, "memory::save", bank="notes", text="The user likes tea")
+        entered, release = threading.Event(), threading.Event()
+        real_load = Bank.load.__func__  # type: ignore[attr-defined]
+
+        def held_load(cls: type[Bank], *args: Any, **kwargs: Any) -> Bank:
+            entered.set()
+            release.wait(30)
+            return real_load(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(Bank, "load", classmethod(held_load))
+        _replace(data_dir / "notes" / "rules" / "style.md", "Be brief.")
+        reloading = asyncio.create_task(service.reload_bank("notes"))
+        assert await asyncio.to_thread(entered.wait, 10)
+        deleting = asyncio.create_task(call(service, "memory::bank::delete", name="notes"))
+        await asyncio.sleep(0)  # the delete reaches the bank being reloaded
+        release.set()
+        outcome = await reloading
+        await deleting
+        assert outcome == "reloaded"
+        assert service.store.find("notes") is None
+        assert not (data_dir / "notes").exists()
+        listed = await call(service, "memory::bank::list")
+        assert "notes" not in {b["name"] for b in listed["banks"]}
+        with pytest.raises(Exception, match="bank_not_found"):
+            await call(service, "memory::list", bank="notes")
+
+    @pytest.mark.parametrize("whole", [False, True], ids=["reload_bank", "memory::reload"])
+    async def test_a_save_landing_as_a_reload_starts_is_announced_once(
+        self,
+        service: MemoryService,
+        emitter: RecordingEmitter,
+        data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        whole: bool,
+    ) -> None:
+        """A save whose fsync is under way when a hand edit's reload begins lands (the reload
+        drains it first) and announces itself; the reload's comparison must not take it for
+        a hand edit and announce it a second time as `edited by hand`."""
+        await call(service, "memory::save", bank="main", text="The user likes tea")
+        bank = service.store.get("main")
+        entered, release = threading.Event(), threading.Event()
+        real_sync = bank._log.sync
+
+        def held_sync() -> int:
+            entered.set()
+            release.wait(30)
+            return real_sync()
+
+        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
+        monkeypatch.setattr(bank._log, "sync", held_sync)
+        emitter.clear()
+        saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
+        assert await asyncio.to_thread(entered.wait, 10)
+        _replace(data_dir / "main" / "rules" / "style.md", "Be brief.")
+        reloading = asyncio.create_task(
+            call(service, "memory::reload") if whole else service.reload_bank("main")
+        )
+        await asyncio.sleep(0)  # the reload has begun while the save's fsync runs
+        release.set()
+        saved = (await saving)["memory"]
+        assert await reloading == ({"ok": True, "banks": 1} if whole else "reloaded")
+        about_cocoa = [
+            (e["event_type"], e.get("reason"))
+            for e in emitter.of(ITEM_CHANGED)
+            if e["memory"]["id"] == saved["id"]
+        ]
+        assert about_cocoa == [("created", None)]
+        assert _bank_events(emitter, "main") == ["rules-changed"]
+
     async def test_added_and_removed_folders_emit_created_and_trashed(
         self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
     ) -> None:

@@ -25,7 +25,12 @@ from memory_worker.app.wire import (
     ReloadRequest,
     ReloadResponse,
 )
-from memory_worker.core.bank_settings import SETTING_NAMES, BankOverrides, parse_overrides
+from memory_worker.core.bank_settings import (
+    SETTING_NAMES,
+    BankOverrides,
+    effective,
+    parse_overrides,
+)
 from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent, ItemEvent, Memory
@@ -100,13 +105,17 @@ class BankUseCases(EmbeddingWork):
             # reads as "omitted", so a description could never be removed once set.
             description = description or ""
         bank = self.store.get(name)
-        overrides: BankOverrides = bank.overrides.merged(changes)
-        old_description = bank.description
-        new_description = old_description if description is None else description
-        before = self.bank_settings(bank)
-        if overrides != bank.overrides or new_description != old_description:
-            await bank.configure(new_description, overrides)
-        after = self.bank_settings(bank)
+        bank.overrides.merged(changes)  # checked whole before anything waits or is written
+
+        def update(old: str, chosen: BankOverrides) -> tuple[str, BankOverrides]:
+            # Over what the bank has when the write's turn comes: a configure racing this one
+            # keeps its change.
+            merged: BankOverrides = chosen.merged(changes)
+            return (old if description is None else description), merged
+
+        (old_description, old), (new_description, new) = await bank.configure(update)
+        defaults = self.settings.bank_defaults()
+        before, after = effective(defaults, old), effective(defaults, new)
         changed = [f for f in SETTING_NAMES if getattr(before, f) != getattr(after, f)]
         if new_description != old_description:
             changed.insert(0, "description")
@@ -165,8 +174,11 @@ class BankUseCases(EmbeddingWork):
         """Replay the whole data dir, and announce what changed in the banks anyone has seen
         since boot (a bank never replayed yet was shown to no one), as the watcher does."""
         named = set(self.store.names())
-        seen = {bank.name: _Seen.of(bank) for bank in self.store.loaded()}
+        old = self.store.loaded()
         count = await self.store.reload()
+        # What each old bank showed once the reload froze and drained it: a write in flight when
+        # the reload began landed in it and announced itself, and is no hand edit.
+        seen = {bank.name: _Seen.of(bank) for bank in old}
         after = {bank.name: bank for bank in self.store.loaded()}
         for name in list(self._embedding):
             await self._stop_embedding(name)
@@ -190,10 +202,12 @@ class BankUseCases(EmbeddingWork):
         store's outcome: "reloaded" | "added" | "removed" | "unchanged" | "broken" | "deferred"
         (out of file descriptors: RAM kept as it was, retried later)."""
         before = self.store.find(name)
-        seen = _Seen.of(before) if before is not None else None
         outcome = await self.store.reload_bank(name)
         if outcome in ("unchanged", "deferred"):
             return outcome
+        # Read once the reload froze and drained it, not before: a write in flight then landed
+        # in it (and announced itself), so it is no hand edit to announce again.
+        seen = _Seen.of(before) if before is not None else None
         await self._stop_embedding(name)
         bank = self.store.find(name)
         if bank is not None:

@@ -8,8 +8,8 @@ import contextlib
 import uuid
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from typing import Any, TypeVar
 
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.ports import (
@@ -102,6 +102,16 @@ def clean_line(raw: str | None, field: str, limit: int) -> tuple[str | None, tup
     return cleaned or None, labels
 
 
+_T = TypeVar("_T")
+
+
+def _outcome_taken(task: asyncio.Future[Any]) -> None:
+    """A call's outcome taken, so one whose caller gave up is no "exception never retrieved"
+    (its caller got its cancellation; an error of the call itself is a plain failed call)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("call_failed_after_its_caller_left", error=str(exc))
+
+
 QUERY_EMBED_TIMEOUT_S = 2.0  # inside the hook's budget: a slow embedder costs the turn nothing
 _BANK_SETTINGS_KEPT = 1024  # banks whose effective settings are kept (a bound, not a tuning)
 
@@ -153,19 +163,41 @@ class ServiceBase:
         self._scratch_taken: set[str] = set()  # doctor runs in flight each own their scratch bank
         self._last_embed_failure: tuple[str, str] | None = None
         self._bank_settings: dict[str, tuple[Settings, BankOverrides, BankSettings]] = {}
+        self._finishing: set[asyncio.Future[Any]] = set()  # calls run on past a caller gone
 
     def __repr__(self) -> str:
         return f"<MemoryService store={self.store!r} default_bank={self.settings.default_bank!r}>"
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    async def ready_bank(self, requested: str | None) -> None:
+    async def ready_bank(self, requested: str | None, *, writing: bool = False) -> None:
         """Replay the bank a call names (the default bank when None) in a worker thread when a
         lazy store has not yet: the use case would otherwise replay it on the loop when it finds
-        it, and every other call would wait as long (seconds for a big bank)."""
+        it, and every other call would wait as long (seconds for a big bank). `writing`: a call
+        that may change the bank first waits for a reload that has it frozen (`Store.settled`);
+        a read goes on with the frozen bank's RAM meanwhile."""
         name = requested or self.settings.default_bank
         if self.store.is_pending(name):
             await self.store.replay(name)
+        if writing:
+            await self.store.settled(name)
+
+    def finished(self, work: Awaitable[_T]) -> Awaitable[_T]:
+        """`work`, a call that may write, run to its end even when its caller stops waiting (an
+        MCP client's cancellation, the engine giving up on a handler): its commit lands anyway
+        (shielded), so what follows it (the change event, the embedding) must run too, or a
+        memory was saved that no subscriber, console or embedder ever heard of. The caller
+        still gets its cancellation at once; `settle` and `close` wait for such calls."""
+        task = asyncio.ensure_future(work)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+        task.add_done_callback(_outcome_taken)
+        return asyncio.shield(task)
+
+    async def _calls_done(self) -> None:
+        """Wait for the calls `finished` runs on past their callers."""
+        while running := [task for task in self._finishing if not task.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
 
     def _name(self, requested: str | None) -> str:
         return check_name(requested or self.settings.default_bank, "bank")

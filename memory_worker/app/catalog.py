@@ -573,7 +573,7 @@ async def respond(
     request = request_of(spec, payload)
     named = spec.request.bank_field
     if named in spec.request.model_fields:  # its replay, if any, off the loop (`ready_bank`)
-        await service.ready_bank(getattr(request, named, None))
+        await service.ready_bank(getattr(request, named, None), writing=not spec.hints.read_only)
     # Access levels are decided here, once, before any use case can change anything.
     check_access(
         service,
@@ -583,7 +583,17 @@ async def respond(
         caller,
         human_only=spec.policy is Policy.HUMANS,
     )
-    return await spec.method(service, request, caller)
+    if spec.hints.read_only or spec.id in _GO_WITH_THEIR_CALLER:
+        return await spec.method(service, request, caller)
+    # A write runs to its end though its caller stops waiting: its commit lands regardless, and
+    # its change event and embedding must follow it.
+    return await service.finished(spec.method(service, request, caller))
+
+
+# Writes of what the answer alone carries, announced to no one: a caller that gave up (a hook
+# past its budget) takes them with it. Run on, a lesson match would record as delivered the
+# cards its hook never printed, and hold the hook's process past its budget to do so.
+_GO_WITH_THEIR_CALLER = frozenset({"memory::lessons::match", "memory::doctor"})
 
 
 _POLICY_NOTES: dict[Policy, str] = {

@@ -158,12 +158,16 @@ class RetentionUseCases(EmbeddingWork):
         self._reaping.clear()
 
     async def settle(self) -> None:
-        """Wait for the reaps reads asked for, then for background embedding."""
+        """Wait for the calls whose callers left (`finished`) and the reaps reads asked for,
+        then for background embedding."""
+        await self._calls_done()
         await self._reaps_done()
         await super().settle()
 
     async def close(self) -> None:
-        """Let the reaps reads asked for land (one short commit each), then stop embedding."""
+        """Let the calls whose callers left end (their writes announced) and the reaps reads
+        asked for land (one short commit each), then stop embedding."""
+        await self._calls_done()
         await self._reaps_done()
         await super().close()
 

@@ -153,7 +153,7 @@ class _Journal:
         return Decision(decided["reply"], tuple(decided["known"]), int(decided["at"]))
 
     async def record(self, decision: Decision) -> None:
-        await self._runner._blocking(
+        await self._runner._written(
             self._runner.queue.decide,
             self._pending.id,
             decision.reply,
@@ -179,7 +179,10 @@ class CaptureRunner:
         self.completer = completer  # None: jobs only wait (an enqueue-only runner)
         # Whether the completer can answer now (an endpoint is configured): jobs wait, not fail.
         self.available = available
-        self._lock = asyncio.Lock()  # one job, and one queue write, at a time
+        self._lock = asyncio.Lock()  # one job at a time
+        # One queue write at a time, apart from the job lock: a turn is queued while another
+        # turn's extraction waits on its model (a Stop hook has 3 s; a slow endpoint, 30).
+        self._writes = asyncio.Lock()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()  # set while the loop has nothing due to run
         self._task: asyncio.Task[None] | None = None
@@ -193,6 +196,11 @@ class CaptureRunner:
 
     async def _blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _written(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A write of the queue file (`_blocking`), one at a time."""
+        async with self._writes:
+            return await self._blocking(fn, *args, **kwargs)
 
     async def enqueue(self, payload: object) -> dict[str, Any]:
         """Validate and durably queue one turn; `{"queued": id, "new": bool}`."""
@@ -208,10 +216,9 @@ class CaptureRunner:
         # The Stop hook redacted the words already, but `POST /capture` takes a turn from any
         # client: what reaches the queue file is redacted here too (idempotent on redacted text).
         await self._blocking(_redact_entries, data["entries"])
-        async with self._lock:
-            job_id, new = await self._blocking(
-                self.queue.enqueue, data, job_id=job.job_id(), now_ms=self.service.clock()
-            )
+        job_id, new = await self._written(
+            self.queue.enqueue, data, job_id=job.job_id(), now_ms=self.service.clock()
+        )
         if new:
             self._idle.clear()
             self._wake.set()
@@ -246,7 +253,7 @@ class CaptureRunner:
                 finished += await self._run(due[0])
         if finished:
             async with self._lock:
-                await self._blocking(self.queue.compact)
+                await self._written(self.queue.compact)
         self.finished += finished
         return finished
 
@@ -284,7 +291,7 @@ class CaptureRunner:
             return 0
         except Exception as exc:  # the endpoint, the disk: retried, never lost
             retry_in = _backoff_ms(pending.attempts)
-            retried = await self._blocking(
+            retried = await self._written(
                 self.queue.failed,
                 pending.id,
                 str(exc)[:500],
@@ -300,7 +307,7 @@ class CaptureRunner:
             )
             return 0 if retried else 1
         self._down_streak = 0
-        await self._blocking(
+        await self._written(
             self.queue.done,
             pending.id,
             session_id=session_id,
@@ -351,7 +358,7 @@ class CaptureRunner:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._blocking(self.queue.close)
+        await self._written(self.queue.close)
 
 
 def _backoff_ms(failures: int) -> int:

@@ -458,12 +458,23 @@ class Bank:
         counts = Counts(self.live_count(), self.pinned_count(), self.subject_count(), stated)
         write_counts(self.path, stamp, counts)
 
-    async def configure(self, description: str, overrides: BankOverrides) -> None:
-        """Write the bank's description and chosen settings to `bank.yaml` (atomically), then
-        adopt them: a failed write (`StorageError`) leaves file and RAM as they were, except one
-        that landed but whose folder sync failed (`UnsyncedChange`): RAM adopts it too."""
+    async def configure(
+        self, update: Callable[[str, BankOverrides], tuple[str, BankOverrides]]
+    ) -> tuple[tuple[str, BankOverrides], tuple[str, BankOverrides]]:
+        """Write the bank's description and chosen settings, `update(description, overrides)`
+        of what it has, to `bank.yaml` (atomically), then adopt them; returns (before, after).
+        `update` runs under the settings lock, on what the bank has then: two changes at once
+        each keep the other's (merged before the first landed, the second wrote back what the
+        first replaced). Nothing is written when it changes nothing. A failed write
+        (`StorageError`) leaves file and RAM as they were, except one that landed but whose
+        folder sync failed (`UnsyncedChange`): RAM adopts it too."""
         self._check_writable()
         async with self._settings_lock:
+            self._check_writable()  # again: frozen (a reload, a delete) while this one waited
+            before = (self.description, self.overrides)
+            description, overrides = update(*before)
+            if (description, overrides) == before:
+                return before, before
             try:
                 await asyncio.to_thread(
                     functools.partial(write_bank_file, within=self.root),
@@ -479,6 +490,7 @@ class Bank:
                 raise
             self.description, self.overrides = description, overrides
             self._bank_file_problem = None  # written whole by us
+        return before, (description, overrides)
 
     def _replay(self) -> None:
         self._boot_identity = self._replay_from_records()
@@ -1364,11 +1376,14 @@ class Bank:
 
     async def drain(self) -> None:
         """Wait for every write in flight to land (or fail): memory commits, a rewrite and the
-        commits it held, and rule writes."""
+        commits it held, rule writes and a `bank.yaml` write (a reload that did not wait for it
+        read the old file, and the bank it installed kept the old settings)."""
         while self._rewriting is not None:
             await self._rewriting.wait()
         await self._drain_commits()
         await self._rules.drain()
+        async with self._settings_lock:
+            pass
 
     async def _drain_commits(self) -> None:
         while self._flusher is not None and not self._flusher.done():

@@ -246,6 +246,19 @@ class Store:
                 loading.result()
         return self.find(name)
 
+    async def settled(self, name: str) -> None:
+        """Wait while a reload holds `name` frozen (`reload`, `reload_bank`: under the create
+        lock): the bank it installs takes writes, the frozen one never will again. A write that
+        found the frozen bank failed with `the bank is reloading; retry` whenever a person's hand
+        edit was being picked up (a save waits for it in `ensure`; a change by id did not)."""
+        while (
+            (bank := self._banks.get(name)) is not None
+            and bank.is_frozen()
+            and self._create_lock.locked()
+        ):
+            async with self._create_lock:
+                pass
+
     def _refuse_while_reloading(self, name: str) -> None:
         """For `find`, which cannot wait for the reload as `replay` does."""
         if self._reloading is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -65,6 +65,9 @@ class ConsoleContext:
     settings: Callable[[], Settings]
     config_path: Path | None  # the `--config` file, when there is one: the edits go there
     apply: Callable[[Settings], Awaitable[object]] | None  # applies a new settings snapshot
+    # One settings edit at a time: each reads the file, changes its lines and replaces it, so
+    # two at once (two tabs) left the file with the second's reading, the first edit lost.
+    editing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 _CONTEXT = web.AppKey("console", ConsoleContext)
@@ -193,9 +196,10 @@ async def _settings_set(request: web.Request) -> web.StreamResponse:
     if not editable or context.config_path is None or context.apply is None:
         raise InvalidInput(reason)
     values = validate_changes(context.settings(), body.get("values"))
-    await asyncio.to_thread(write_values, context.config_path, values)
-    settings = await asyncio.to_thread(load_settings, context.config_path)
-    await context.apply(settings)
+    async with context.editing:
+        await asyncio.to_thread(write_values, context.config_path, values)
+        settings = await asyncio.to_thread(load_settings, context.config_path)
+        await context.apply(settings)
     log.info("settings_edited", path=source, fields=sorted(values))
     view = describe(
         context.settings(), mode="standalone", editable=editable, reason=reason, source=source
