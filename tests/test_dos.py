@@ -114,18 +114,21 @@ def test_label_preparation_is_linear_in_what_was_given(monkeypatch: pytest.Monke
         transitions.prepare_labels([*values, "one more"], "tags")
 
 
-@pytest.mark.parametrize("field", ["text", "reason"])
-def test_a_huge_text_is_refused_before_redaction(
-    monkeypatch: pytest.MonkeyPatch, field: str
-) -> None:
+def test_a_huge_text_is_refused_before_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _counting_redact(monkeypatch)
     huge = "tea " * 250_000  # 1 MB
     with pytest.raises(InvalidInput, match="at most"):
-        if field == "text":
-            transitions.prepare_text(huge)
-        else:
-            transitions.prepare_reason(huge)
+        transitions.prepare_text(huge)
     assert seen == []
+
+
+def test_a_huge_reason_costs_redaction_its_bound_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reason is capped, never refused (seed 000): only its first `MAX_RAW_TEXT_CHARS` are
+    read, so a megabyte costs what that bound does."""
+    seen = _counting_redact(monkeypatch)
+    reason = transitions.prepare_reason("tea " * 250_000)  # 1 MB
+    assert reason is not None and len(reason) <= transitions.MAX_REASON_CHARS
+    assert sum(map(len, seen)) <= transitions.MAX_RAW_TEXT_CHARS
 
 
 async def test_an_import_is_held_to_the_budget_per_record_not_per_call(

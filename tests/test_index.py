@@ -476,3 +476,26 @@ def test_narrow_keeps_every_count_exact_at_every_width() -> None:
         assert narrow.dtype == dtype
         assert narrow.astype(np.int64).tolist() == values.tolist()
     assert _narrow(np.empty(0, np.int64)).dtype == np.uint8
+
+
+def test_the_boost_bound_follows_every_column_and_slot_change() -> None:
+    """`boost_columns` (recall's bound on any memory's boosts) is kept between queries: a pin, a
+    re-corroboration, a new memory and a removal must each be seen by the next read."""
+
+    def fresh(index: LexicalIndex) -> tuple[float, bool]:
+        n = index.slot_count
+        return max(float(index.corroboration[:n].max()), 0.0), bool(index.pinned[:n].any())
+
+    index = LexicalIndex()
+    index.add_doc(IndexedDoc("a", ["tea"], corroboration=1))
+    index.add_doc(IndexedDoc("b", ["coffee"], corroboration=2))
+    assert index.boost_columns() == fresh(index) == (2.0, False)
+    index.lexical(["tea"])  # a query in between keeps the query cache the bound lives in
+    index.update_columns(IndexedDoc("a", ["tea"], corroboration=1, pinned=True))
+    assert index.boost_columns() == fresh(index) == (2.0, True)
+    index.update_columns(IndexedDoc("b", ["coffee"], corroboration=7))
+    assert index.boost_columns() == fresh(index) == (7.0, True)
+    index.add_doc(IndexedDoc("c", ["tea"], corroboration=9))
+    assert index.boost_columns() == fresh(index) == (9.0, True)
+    index.remove("a")  # a dead slot keeps its columns until compaction, as the bound reads them
+    assert index.boost_columns() == fresh(index)

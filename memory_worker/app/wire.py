@@ -269,7 +269,12 @@ class Response(BaseModel):
     model_config = ConfigDict(frozen=True, **_DEFERRED)
 
     def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
+        # `model_dump(mode="json", exclude_none=True)` without pydantic's Python wrapper around
+        # the serializer (~4 us of a recall's ~20 us serializing ten memories).
+        wired: dict[str, Any] = self.__pydantic_serializer__.to_python(
+            self, mode="json", exclude_none=True
+        )
+        return wired
 
 
 # --- banks -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import is_not
+from operator import is_not, itemgetter
 from typing import Any
 
 import numpy as np
@@ -260,10 +260,6 @@ def _take_rows(
     return picked, tuple(column[at] for column in columns)
 
 
-def _negated_weight(item: tuple[int, float]) -> float:
-    return -item[1]
-
-
 class _Postings:
     """term id → (slots, term frequencies): a CSR base plus per-term appended lists.
 
@@ -458,14 +454,16 @@ class _QueryCache:
     """Per corpus version (`norms` is that version's normalisation array): idf by document
     frequency and a first pass's scores of each queried term's postings by weight."""
 
-    __slots__ = ("idf", "n_docs", "norms", "scored", "size")
+    __slots__ = ("boosts", "idf", "n_docs", "norms", "scored", "size")
 
     def __init__(self, norms: Floats, n_docs: int) -> None:
         self.norms = norms
         self.n_docs = n_docs
         self.idf: dict[int, float] = {}
-        self.scored: dict[tuple[int, float], Floats] = {}  # (term, weight) → its postings' BM25
+        # (term, weight) → its postings' slots and BM25 (the corpus changes: a new cache)
+        self.scored: dict[tuple[int, float], tuple[npt.NDArray[np.signedinteger[Any]], Floats]] = {}
         self.size = 0  # floats held in `scored`
+        self.boosts: tuple[float, bool] | None = None  # `LexicalIndex.boost_columns`, once read
 
 
 class _Sessions:
@@ -744,6 +742,8 @@ class LexicalIndex:
         return slot, term_ids, tfs, entities
 
     def _set_columns(self, doc_id: str, slot: int, doc: IndexedDoc) -> None:
+        if self._cache is not None:
+            self._cache.boosts = None  # a column changed: `boost_columns` reads them again
         self.corroboration[slot] = doc.corroboration
         self.pinned[slot] = doc.pinned
         self.stated_at[slot] = doc.stated_at
@@ -859,6 +859,18 @@ class LexicalIndex:
     def version(self) -> int:
         """Bumped whenever slots or lengths change (what a slot-aligned cache is keyed on)."""
         return self._version
+
+    def boost_columns(self) -> tuple[float, bool]:
+        """The largest corroboration of the slots in use (dead ones too; 0 at least) and whether
+        one is pinned: what bounds every memory's boosts, which ranking reads each recall. Two
+        passes over every slot, made again only when a slot or its columns changed (kept with
+        the query cache, which a change of slots replaces)."""
+        cache = self._query_cache()
+        if cache.boosts is None:
+            n = len(self._ids)
+            most = max(float(self.corroboration[:n].max()), 0.0) if n else 0.0
+            cache.boosts = (most, bool(self.pinned[:n].any()))
+        return cache.boosts
 
     @property
     def slot_count(self) -> int:
@@ -1042,21 +1054,25 @@ class LexicalIndex:
             term_df = df[term_id]
             if term_df == 0:
                 continue
-            slots, tfs = self._postings.get(term_id)
             idf = idf_of.get(term_df)
             weight = count * (idf if idf is not None else self._term_idf(term_df))
-            slot_parts.append(slots)
             if keep:
-                values = scored.get((term_id, weight))
-                if values is None:
+                # Kept with the postings' slots (a view of the base, or the appended term's
+                # array the postings keep anyway): a kept term's postings are not looked up.
+                kept = scored.get((term_id, weight))
+                if kept is None:
+                    slots, tfs = self._postings.get(term_id)
                     floats = _float_tfs(tfs)
                     den = floats + cache.norms[slots.astype(np.int64)]  # a gather by intp
                     values = weight * floats * (BM25_K1 + 1.0) / den
                     self._make_room(cache)
-                    scored[(term_id, weight)] = values
+                    kept = scored[(term_id, weight)] = (slots, values)
                     cache.size += values.size
-                value_parts.append(values)
+                slot_parts.append(kept[0])
+                value_parts.append(kept[1])
             else:
+                slots, tfs = self._postings.get(term_id)
+                slot_parts.append(slots)
                 tf_parts.append(tfs)
                 term_weights.append(weight)
         if not slot_parts:
@@ -1068,7 +1084,8 @@ class LexicalIndex:
             return all_slots, np.concatenate(value_parts)
         all_tfs = np.concatenate(tf_parts, dtype=np.float64)  # narrow counts, back exactly
         den = all_tfs + cache.norms[all_slots]
-        weight_of = np.repeat(term_weights, [part.size for part in slot_parts])
+        # The array's own `repeat`: `np.repeat` of a list goes through Python wrappers (~2 us).
+        weight_of = np.array(term_weights).repeat([part.size for part in slot_parts])
         found: Floats = weight_of * all_tfs * (BM25_K1 + 1.0) / den
         return all_slots, found
 
@@ -1081,10 +1098,11 @@ class LexicalIndex:
 
     def matching(self, acc: Floats) -> Candidates:
         """The live slots of a per-slot score array that scored above 0."""
+        # `nonzero()[0]`: `np.flatnonzero` of a 1-D mask without its Python wrappers (~1.5 us).
         if len(self._slot_of) == len(self._ids):  # no dead slot: every slot is alive
-            slots = np.flatnonzero(acc > 0)
+            slots = (acc > 0).nonzero()[0]
         else:
-            slots = np.flatnonzero((acc > 0) & self._alive[: acc.size])
+            slots = ((acc > 0) & self._alive[: acc.size]).nonzero()[0]
         return Candidates(slots, acc[slots])
 
     def query_weight(self, weights: Mapping[str, float]) -> float:
@@ -1150,7 +1168,9 @@ class LexicalIndex:
         # Filtered, then sorted (stable: ties keep the order they were gathered in), then cut:
         # what sorting all, filtering and cutting gave.
         ranked = [item for item in gathered.items() if names[item[0]] not in exclude]
-        ranked.sort(key=_negated_weight)
+        # Heaviest first, ties in gathered order: `reverse` keeps a sort stable, and comparing
+        # the weights themselves spares a Python key call per term (weights are finite, > 0).
+        ranked.sort(key=itemgetter(1), reverse=True)
         best = ranked[:limit]
         tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
         if tied:
@@ -1190,8 +1210,9 @@ class LexicalIndex:
         for term in set(query_terms):
             term_id = self._vocab.get(term)
             if term_id is not None:
-                entity_slots = self._entities.slots(term_id).astype(np.int64)  # index by intp
-                if entity_slots.size:
+                entity_slots = self._entities.slots(term_id)
+                if entity_slots.size:  # most query terms name no entity: no cast of nothing
+                    entity_slots = entity_slots.astype(np.int64)  # index by intp
                     entity_slots = entity_slots[self._alive[entity_slots]]
                     weight = 1.0 - entity_slots.size / n_docs
                     named.append((entity_slots, weight))
@@ -1255,9 +1276,11 @@ class LexicalIndex:
         code = 0 if sessions is None else int(sessions.column[slot])
         if sessions is None or code == 0 or before + after <= 0:
             return _NO_INTS
-        same = np.flatnonzero(sessions.column[: len(self._ids)] == code)  # live ones only
+        # `nonzero()[0]`: `np.flatnonzero` without its Python wrappers (each recall asks this
+        # for every question among its best hits: `ranking._with_context`).
+        same = (sessions.column[: len(self._ids)] == code).nonzero()[0]  # live ones only
         ordered = same[np.lexsort((same, self.created_at[same]))]
-        found = np.flatnonzero(ordered == slot)
+        found = (ordered == slot).nonzero()[0]
         if not found.size:  # a dead slot has no place in its session any more
             return _NO_INTS
         at = int(found[0])

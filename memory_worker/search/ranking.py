@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -257,6 +258,8 @@ class Pool:
         return column
 
 
+# Hot paths write `(mask).nonzero()[0]` for `np.flatnonzero(mask)`: the same indices of a 1-D
+# mask, without its Python wrappers (ravel, dispatch: ~1.5 us a call, ~7 calls a recall).
 _NO_SLOTS = np.empty(0, np.int64)
 _NO_FLOATS = np.empty(0, np.float64)
 _NO_BOOLS = np.empty(0, bool)
@@ -276,14 +279,20 @@ def _live_pool(
     scope: npt.NDArray[np.bool_] | None,
     lanes: Mapping[str, Floats],
     tally: Floats | None,
+    weights: Counter[str],
+    query_weight: float,
 ) -> tuple[Pool, Floats | None]:
+    """`weights`: the query's terms counted; `query_weight`: theirs (`LexicalIndex.query_weight`),
+    computed once a recall (the second hop scales its lent words by it, the pool keeps it)."""
     own: Floats | None = None
     if query.mode is RecallMode.HYBRID and query.fusion.expand_docs > 0:
-        slots, bm25, cosines, own = _expand(index, query, query_terms, cosines, scope)
+        slots, bm25, cosines, own = _expand(
+            index, query, query_terms, cosines, scope, weights, query_weight
+        )
         if cosines is not None and scope is not None:  # the hop's pull reached every slot
             cosines = np.where(scope[: cosines.size], cosines, 0.0)
     else:
-        found = index.lexical(query_terms)
+        found = index.weighted(weights)
         slots, bm25 = found.slots, found.bm25
     if cosines is not None:
         if query.mode is RecallMode.SEMANTIC:
@@ -322,6 +331,7 @@ def _live_pool(
         lanes={lane: relevance[slots] for lane, relevance in lanes.items()},
         entity_tally=tally,
         own_bm25=own,
+        query_weight=query_weight,
     )
     return pool, cosines
 
@@ -405,7 +415,7 @@ def _expired_slots(index: LexicalIndex, query: RecallQuery) -> Ints:
 
 def _top(values: Floats, k: int) -> Ints:
     """Indices of the `k` largest positive values."""
-    positive = np.flatnonzero(values > 0)
+    positive = (values > 0).nonzero()[0]
     if positive.size > k:
         positive = positive[np.argpartition(-values[positive], k - 1)[:k]]
     return positive
@@ -434,7 +444,7 @@ def _top_untied(values: Floats, k: int, share: float = 0.0) -> Ints | None:
     took ~200 us; this ~40)."""
     n = values.size
     if n <= k:
-        return np.flatnonzero(values > 0)
+        return (values > 0).nonzero()[0]
     if share > 0.0:
         narrowed = _high_top(values, k, share)
         if narrowed is not None:  # else none was found there, or a tie: the whole array says
@@ -442,8 +452,8 @@ def _top_untied(values: Floats, k: int, share: float = 0.0) -> Ints | None:
     bounds = np.partition(values, (n - k - 1, n - k))
     kth, after = float(bounds[n - k]), float(bounds[n - k - 1])
     if kth <= 0.0:  # fewer than k positive values: every one of them
-        return np.flatnonzero(values > 0)
-    return np.flatnonzero(values >= kth) if kth > after else None
+        return (values > 0).nonzero()[0]
+    return (values >= kth).nonzero()[0] if kth > after else None
 
 
 def _high_top(values: Floats, k: int, share: float) -> Ints | None:
@@ -455,7 +465,7 @@ def _high_top(values: Floats, k: int, share: float) -> Ints | None:
     best = float(values.max())
     if best <= 0.0:
         return None
-    high = np.flatnonzero(values >= share * best)
+    high = (values >= share * best).nonzero()[0]
     if not k < high.size <= n // 8:
         return None
     within = _top_untied(values[high], k)
@@ -478,6 +488,8 @@ def _expand(
     query_terms: list[str],
     cosines: Floats | None,
     scope: npt.NDArray[np.bool_] | None = None,
+    weights: Counter[str] | None = None,
+    query_weight: float | None = None,
 ) -> tuple[Ints, Floats, Floats | None, Floats | None]:
     """A second hop (pseudo-relevance feedback): the best first hits of each arm lend their most
     telling terms to a second lexical pass (weighted `expand_weight` against the query's own), and
@@ -489,7 +501,10 @@ def _expand(
     relevance threshold, a copy of the first pass is kept for it (the fourth value, per
     candidate; None without)."""
     fusion = query.fusion
-    weights = Counter(query_terms)
+    # The query's terms counted and their weight, when the caller has them already (a recall
+    # computes them once for the hop and the pool).
+    weights = Counter(query_terms) if weights is None else weights
+    query_weight = index.query_weight(weights) if query_weight is None else query_weight
     acc = index.accumulate(weights)
     found: Candidates | None = None
     first: Ints | None = None
@@ -527,7 +542,7 @@ def _expand(
         if query.threshold > 0.0:
             own = acc.copy()  # the question's own words, before the lent ones are added in
         # In relevance terms: the second pass counts `expand_weight` of the question's own words.
-        scale = fusion.expand_weight * index.query_weight(weights)
+        scale = fusion.expand_weight * query_weight
         scale /= max(index.query_weight(extra), 1e-9)
         acc = index.accumulate({term: w * scale for term, w in extra.items()}, into=acc)
     if acc is None:
@@ -722,10 +737,13 @@ def _scores(
     row scores the same floats whichever others are scored with it."""
     now_ms = query.as_of if query.as_of is not None else query.now_ms
     lanes, content_off = _lane_arms(pool, query, rows)
+    # A query that names no entity scores 0 on that boost for every memory: no array of zeros
+    # (a live-only pool without a tally; a pool with retired records stores its own column).
+    named = pool.entity_hits is not None or pool.entity_tally is not None
     arms = Arms(
         bm25=pool.bm25 if rows is None else pool.bm25[rows],
         query_weight=pool.query_weight,
-        entity_hits=pool.signal("entity_hits", rows),
+        entity_hits=pool.signal("entity_hits", rows) if named else None,
         corroboration=pool.signal("corroboration", rows),
         pinned=pool.signal("pinned", rows),
         age_ms=now_ms - pool.signal("stated_at", rows),
@@ -815,8 +833,9 @@ def _keep(
     bm25 = pool.bm25 if rows is None else pool.bm25[rows]
     lexical = lexical_relevance(bm25, pool.query_weight)
     arm = semantic if semantic is None or rows is None else semantic[rows]
-    relevance = lexical + (arm if arm is not None else 0.0)
-    keep = (scores >= RELEVANCE_CUTOFF * float(scores.max())) & (relevance >= fusion.min_relevance)
+    keep = scores >= RELEVANCE_CUTOFF * float(scores.max())
+    if not _no_minimum(pool, fusion, semantic):
+        keep &= lexical + (arm if arm is not None else 0.0) >= fusion.min_relevance
     # The best lexical relevance of the whole pool: bm25 over a positive weight is monotonic, so
     # the quotient of the best bm25 is the best quotient, to the last bit.
     best = _best_lexical(pool) if lexical.size else 0.0
@@ -829,6 +848,13 @@ def _keep(
     if semantic is not None and arm is not None:
         keep |= _top_mask(pool, "semantic", rows) & (arm > 0.0)
     return keep
+
+
+def _no_minimum(pool: Pool, fusion: Fusion, semantic: Floats | None) -> bool:
+    """Whether every candidate passes `min_relevance` whatever its arms: a lexical-only pool's
+    relevance is bm25 (≥ 0) over a positive weight, never under a minimum of 0 or less (the
+    default), so the comparison is skipped (with a semantic arm it is made)."""
+    return fusion.min_relevance <= 0.0 and semantic is None and pool.query_weight > 0.0
 
 
 def _best_lexical(pool: Pool) -> float:
@@ -951,13 +977,16 @@ def candidates(
         lane_relevance = {
             lane: np.where(scope[: r.size], r, 0.0) for lane, r in lane_relevance.items()
         }
+    weights = Counter(query_terms)
+    query_weight = index.query_weight(weights)
     pool, cosines = _live_pool(
-        memories, index, query, query_terms, cosines, scope, lane_relevance, tally
-    )
+        memories, index, query, query_terms, cosines, scope, lane_relevance, tally, weights,
+        query_weight,
+    )  # fmt: skip
     history = query.include_superseded or query.as_of is not None
     if history and query.mode is not RecallMode.SEMANTIC:
         pool = _with_retired(pool, memories, index, query, query_terms)
-    pool.query_weight = index.query_weight(Counter(query_terms))
+        pool.query_weight = query_weight  # a pool with retired records is a new one
     if cosines is not None:
         reference, best = _semantic_reference(index, cosines, query.fusion.semantic_reference)
         pool.semantic = semantic_relevance(pool.cosine, reference, best)
@@ -1042,10 +1071,9 @@ def _contenders(
     # The boosts' bound: the bank's most corroborated memory's and a pin (whole columns read in
     # order: the candidates' own would be a gather, slower), and each candidate's date when the
     # question asks "when" (the only time the score counts it).
-    n = index.slot_count
-    most = max(float(index.corroboration[:n].max()), 0.0) if n else 0.0
+    most, pinned = index.boost_columns()
     boosts = fusion.corroboration * float(np.log1p(most))
-    boosts += fusion.pinned * float(index.pinned[:n].any())
+    boosts += fusion.pinned * float(pinned)
     dated = bool(fusion.dated) and _asks_when(query.text)
     bm25, weight = pool.bm25, pool.query_weight
     size = bm25.size
@@ -1060,10 +1088,10 @@ def _contenders(
         # LoCoMo at 100k: 50-1,300 of ~30,000), else from the `m` best (a partition); the top
         # three are among them either way, found in that small set.
         start_at = _START_SHARE * float(bm25.max())
-        start = np.flatnonzero(bm25 >= start_at)
+        start = (bm25 >= start_at).nonzero()[0]
         if not 2 * k <= start.size <= 16 * m:
             start_at = float(np.partition(bm25, size - m)[size - m])
-            start = np.flatnonzero(bm25 >= start_at)
+            start = (bm25 >= start_at).nonzero()[0]
         if "bm25" not in pool.tops:  # the start holds more than ARM_TOP: the top are in it
             within = _top_untied(bm25[start], ARM_TOP)
             if within is not None and within.size == ARM_TOP:
@@ -1087,18 +1115,20 @@ def _contenders(
         key = upper * (1.0 + _UPPER_SLACK)
         # As above: the candidates whose bound is within 30% of the best when a handful, else
         # the `m` best (a partition of every candidate: ~300 us at 100k).
-        start = np.flatnonzero(key >= _START_SHARE * float(key.max()))
+        start_at = _START_SHARE * float(key.max())
+        start = (key >= start_at).nonzero()[0]
         if not 2 * k <= start.size <= 16 * m:
-            start = np.flatnonzero(key >= float(np.partition(key, size - m)[size - m]))
+            start_at = float(np.partition(key, size - m)[size - m])
+            start = (key >= start_at).nonzero()[0]
 
         def reaching(score: float) -> float:
             return score
 
     # Where to start: any rows do (the loop below adds what the bound says is missing); the
     # `m` best by the bound usually hold the top k.
-    # `start` is ascending and unique (flatnonzero): with the tops inside, the union is itself.
+    # `start` is ascending and unique (nonzero): with the tops inside, the union is itself.
     rows = start if inside else _with_tops(pool, start, semantic)
-    return _closed(pool, query, semantic, rows, key, reaching)
+    return _closed(pool, query, semantic, rows, key, reaching, start_at)
 
 
 def _with_tops(pool: Pool, start: Ints, semantic: Floats | None) -> Ints:
@@ -1116,24 +1146,33 @@ def _closed(
     rows: Ints,
     key: Floats,
     reaching: Callable[[float], float],
+    covered: float,
 ) -> tuple[Ints, Floats] | None:
     """`rows` scored, grown until no candidate outside them has a bound (`key` ≥
-    `reaching(score)`) that reaches the k-th best passing score or the cutoff."""
+    `reaching(score)`) that reaches the k-th best passing score or the cutoff. `covered`: every
+    candidate whose `key` is at least this is in `rows` (the start's threshold)."""
     k = query.limit + _TIE_MARGIN
     scores = _scores(pool, query, semantic, rows)
     while True:
-        passing = scores[_passes(pool, query, semantic, rows)]
+        passes = _passes(pool, query, semantic, rows)
+        passing = scores if passes is None else scores[passes]
         if passing.size < k:
             return None
         kth = float(np.partition(passing, passing.size - k)[passing.size - k])
         # Under the cutoff (a quarter of the best score, which is at least the best here) only
         # the arms' top ranks are kept, and those are scored already.
         floor = max(kth, RELEVANCE_CUTOFF * float(scores.max()))
-        reach = np.flatnonzero(key >= reaching(floor))
+        lowest = reaching(floor)
+        if lowest >= covered:
+            # What the bound lets reach lies within the start, scored already (most queries):
+            # no pass over every candidate's key to find nothing missing.
+            return rows, scores
+        reach = (key >= lowest).nonzero()[0]
         at = np.minimum(np.searchsorted(rows, reach), rows.size - 1)
         missing = reach[rows[at] != reach]
         if not missing.size:
             return rows, scores
+        covered = lowest  # every key at or above it is among the rows now
         rows = np.concatenate((rows, missing))
         scores = np.concatenate((scores, _scores(pool, query, semantic, missing)))
         ordered = np.argsort(rows, kind="stable")
@@ -1174,14 +1213,18 @@ def _top_tied(pool: Pool, values: Floats, k: int) -> Ints:
 
 def _passes(
     pool: Pool, query: RecallQuery, semantic: Floats | None, rows: Ints
-) -> npt.NDArray[np.bool_]:
+) -> npt.NDArray[np.bool_] | None:
     """The per-memory filters of `_keep` and the threshold, at `rows` (the cutoff and the arms'
-    top ranks are the pool's, not a memory's)."""
-    lexical = lexical_relevance(pool.bm25[rows], pool.query_weight)
-    relevance = lexical + (semantic[rows] if semantic is not None else 0.0)
-    passes: npt.NDArray[np.bool_] = relevance >= query.fusion.min_relevance
+    top ranks are the pool's, not a memory's); None when every one passes (`_no_minimum`, no
+    threshold: most recalls)."""
+    passes: npt.NDArray[np.bool_] | None = None
+    if not _no_minimum(pool, query.fusion, semantic):
+        lexical = lexical_relevance(pool.bm25[rows], pool.query_weight)
+        relevance = lexical + (semantic[rows] if semantic is not None else 0.0)
+        passes = relevance >= query.fusion.min_relevance
     if query.threshold > 0.0:
-        passes &= _blended(pool, query, semantic, rows) >= query.threshold
+        close = _blended(pool, query, semantic, rows) >= query.threshold
+        passes = close if passes is None else passes & close
     return passes
 
 
@@ -1247,6 +1290,9 @@ def rank(
     return order(candidates(memories, index, query, lanes), index, query)
 
 
+_SCORE = attrgetter("score")
+
+
 def _with_context(
     hits: list[Hit], index: LexicalIndex, query: RecallQuery, memories: Mapping[str, Memory]
 ) -> list[Hit]:
@@ -1257,7 +1303,8 @@ def _with_context(
     just under the question's own score. Only memories the query's filters admit; not a
     restatement of the question (by vector, when both have one: those stay demoted)."""
     fusion = query.fusion
-    ranked = sorted(hits, key=lambda hit: -hit.score)[: fusion.context_anchors]
+    # Best first, ties in hit order (`reverse` keeps a sort stable; the key is C, no lambda).
+    ranked = sorted(hits, key=_SCORE, reverse=True)[: fusion.context_anchors]
     asking = [hit for hit in ranked if _asks(hit.memory.text)]
     if not asking:
         return hits

@@ -159,7 +159,9 @@ class Arms:
 
     bm25: Floats
     query_weight: float  # `LexicalIndex.query_weight` of the query's terms
-    entity_hits: Floats
+    # None: the query names no entity (every hit 0: adding 0.0 to a score changes no bit of it,
+    # so the array is neither made nor added)
+    entity_hits: Floats | None
     corroboration: Floats
     pinned: Bools
     age_ms: Floats
@@ -175,11 +177,12 @@ def recency(age_ms: Floats, half_life_days: float, floor: float = 0.7) -> Floats
     """Decay by age since the fact was last stated: the half-life down to `floor`, then a much
     slower slope, so between two old statements of one fact the newer still wins."""
     age_days = np.maximum(age_ms, 0.0) / DAY_MS
-    fast: Floats = np.exp2(age_days / -max(half_life_days, 1e-9))
     if floor >= 1.0:
-        # No decay, but a vanishing tie-break toward the newer statement of equal relevance.
+        # No decay, but a vanishing tie-break toward the newer statement of equal relevance (the
+        # half-life's curve is not computed: it is unused here, and this is most questions).
         tie: Floats = 1.0 - 1e-6 * (1.0 - np.exp2(age_days / -LONG_HALF_LIFE_DAYS))
         return tie
+    fast: Floats = np.exp2(age_days / -max(half_life_days, 1e-9))
     slow: Floats = floor * np.exp2(age_days / -LONG_HALF_LIFE_DAYS)
     return np.maximum(fast, slow)
 
@@ -232,12 +235,9 @@ def fused_scores(
         base = np.zeros(base.size, np.float64) if arms.content_off else base
         for share, relevance in arms.lanes:
             base = base + share * relevance
-    base = (
-        base
-        + fusion.entity * arms.entity_hits
-        + fusion.corroboration * np.log1p(arms.corroboration)
-        + fusion.pinned * arms.pinned
-    )
+    if arms.entity_hits is not None:
+        base = base + fusion.entity * arms.entity_hits
+    base = base + fusion.corroboration * np.log1p(arms.corroboration) + fusion.pinned * arms.pinned
     if fusion.dated and arms.dated is not None:
         base = base + fusion.dated * arms.dated
     decay = recency(arms.age_ms, half_life_days, fusion.floor(policy))
