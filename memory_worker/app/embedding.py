@@ -9,8 +9,11 @@ the semantic arm (`retrieval: bm25-entity`) and `memory::doctor` shows how far i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
@@ -28,6 +31,7 @@ __all__ = [
     "QUERY_EMBED_TIMEOUT_S",
     "EmbeddingWork",
     "embedded_part",
+    "query_deadline",
 ]
 
 log = get_logger(__name__)
@@ -43,6 +47,24 @@ CATCH_UP_BATCH = 4
 # refused it. Its beginning and its end are kept: a pasted log's question comes before it ("why
 # does this fail:") or after it. The lexical arm still reads the whole query.
 QUERY_EMBED_CHARS = 1_000
+
+
+# When the query-time embeddings of the current call must be over (`time.monotonic()`), if its
+# caller has a budget of its own: set by `query_deadline`, read by `_query_timeout_s`.
+_QUERY_DEADLINE: ContextVar[float | None] = ContextVar("query_deadline", default=None)
+
+
+@contextlib.contextmanager
+def query_deadline(at: float) -> Iterator[None]:
+    """Within: a query (or lane) embedding is given up by `at` (`time.monotonic()`) even before
+    its own timeout, and recall runs lexical. The hook's budget is shared by its sibling calls:
+    the query timeout alone fits in it, not after a slow session lookup, and the step then got
+    nothing."""
+    token = _QUERY_DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _QUERY_DEADLINE.reset(token)
 
 
 def embedded_part(query: str) -> str:
@@ -79,13 +101,15 @@ class EmbeddingWork(ServiceBase):
         if not bank.semantic_ready(model):
             return None  # its re-embedding (started by the change) has not finished
         text = embedded_part(text)
+        timeout_s = self._query_timeout_s()
+        if timeout_s is None:
+            log.warning("query_embedding_skipped", reason="the caller's budget is spent")
+            return None
         try:
             if isinstance(embedder, QueryEmbedder):
-                vector = await asyncio.wait_for(
-                    embedder.embed_query(text), self.query_embed_timeout_s
-                )
+                vector = await asyncio.wait_for(embedder.embed_query(text), timeout_s)
             else:
-                vectors = await asyncio.wait_for(embedder.embed([text]), self.query_embed_timeout_s)
+                vectors = await asyncio.wait_for(embedder.embed([text]), timeout_s)
                 vector = vectors[0] if vectors else []
         except (WorkerError, TimeoutError) as exc:
             log.warning("query_embedding_failed", error=str(exc))
@@ -93,6 +117,16 @@ class EmbeddingWork(ServiceBase):
         if self.embedder is not embedder or embedder.model != model:
             return None  # the model changed while the query was embedded
         return tuple(vector) if vector else None
+
+    def _query_timeout_s(self) -> float | None:
+        """How long a query-time embedding may take: its own timeout, cut to the caller's
+        deadline (`query_deadline`); None when that has passed."""
+        timeout_s = self.query_embed_timeout_s
+        deadline = _QUERY_DEADLINE.get()
+        if deadline is None:
+            return timeout_s
+        timeout_s = min(timeout_s, deadline - time.monotonic())
+        return timeout_s if timeout_s > 0 else None
 
     async def _catch_up(self, bank: Bank, embedder: Embedder) -> None:
         """Embed what `bank` lacks, a few memories at a time, for at most `catch_up_s` (one batch
@@ -217,8 +251,12 @@ class EmbeddingWork(ServiceBase):
         if not bank.semantic_ready(model) or not bank.lane_vectors.ready(model, asked):
             return lanes
         texts = [embedding_text(lanes.text(lane) or "") for lane in asked]
+        timeout_s = self._query_timeout_s()
+        if timeout_s is None:
+            log.warning("lane_embedding_skipped", reason="the caller's budget is spent")
+            return lanes
         try:
-            vectors = await asyncio.wait_for(embedder.embed(texts), self.query_embed_timeout_s)
+            vectors = await asyncio.wait_for(embedder.embed(texts), timeout_s)
         except (WorkerError, ValueError, TimeoutError) as exc:
             log.warning("lane_embedding_failed", error=str(exc))
             return lanes

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memory_worker.app.embedding import query_deadline
 from memory_worker.app.lessons import ToolCall
 from memory_worker.app.seams import HookEnvelope
 from memory_worker.app.service import MemoryService
@@ -54,6 +55,9 @@ __all__ = ["HOOK_BUDGET_S", "PreGenerate", "step_calls", "user_message"]
 log = get_logger(__name__)
 
 HOOK_BUDGET_S = 2.5  # under the binding's 3 s timeout: our own fail-open comes first
+# Of the budget, what is kept after the query embedding for the rest of the step (recall, the
+# reply): a slow embedder after a slow session lookup leaves a lexical recall, not nothing.
+AFTER_QUERY_S = 0.5
 MEMORY_PREFIX = "<memory "  # our own injected blocks: never a query, never extracted
 MAX_STEP_CALLS = 32  # the newest tool calls a step matches: a long turn costs no more than this
 # Content blocks that carry a tool call: the harness's own, and the shapes providers pass through.
@@ -216,7 +220,8 @@ class PreGenerate:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self._budget_s):
-                reply = await self._run(env, session_id)
+                with query_deadline(time.monotonic() + self._budget_s - AFTER_QUERY_S):
+                    reply = await self._run(env, session_id)
         except TimeoutError:
             log.warning("hook_over_budget", session_id=session_id, budget_s=self._budget_s)
             reply = self._keep_told(env, session_id)
@@ -287,6 +292,11 @@ class PreGenerate:
             log.warning(
                 "hook_session_lookup_failed", session_id=session_id, error=resolution.source
             )
+            if record is None and persist:
+                # A session's first step (the state worker knows none), told nothing: its
+                # prompt holds no section from now on, so a later step sends the rules as an
+                # update message; frozen then, they changed the prefix of a running session.
+                self._state.put(session_id, SessionRecord(system=""))
             return self._keep_told(env, session_id)
         if record is None:
             record, changed = SessionRecord(), True

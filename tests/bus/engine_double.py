@@ -46,13 +46,15 @@ import threading
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -435,8 +437,8 @@ class EngineDouble:
     Test hooks (all thread-safe, for the test thread): ``frames``, ``functions()``,
     ``wait_function``, ``registration_count``, ``bindings``, ``wait_binding``, ``rejections``,
     ``wait_rejection``, ``workers``, ``wait_worker``, ``connection_count``, ``wait_frame``,
-    ``drop_connections``, ``drop_worker``, ``set_delay``, ``set_config``, ``config_value``,
-    ``fire_cron``, ``errors``.
+    ``drop_connections``, ``drop_worker``, ``holding_connections``, ``set_delay``,
+    ``set_config``, ``config_value``, ``fire_cron``, ``errors``.
     """
 
     def __init__(
@@ -449,6 +451,8 @@ class EngineDouble:
         self._thread: threading.Thread | None = None
         self._server: Server | None = None
         self._closed = False
+        #: while set, new worker sockets are refused at the handshake (an engine still booting)
+        self._holding = False
         self._port = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._conns: list[_Conn] = []
@@ -521,7 +525,22 @@ class EngineDouble:
         return self
 
     async def _start_server(self) -> Server:
-        return await serve(self._handle, self._host, 0, max_size=MAX_MESSAGE_BYTES)
+        return await serve(
+            self._handle,
+            self._host,
+            0,
+            max_size=MAX_MESSAGE_BYTES,
+            process_request=self._admit,
+        )
+
+    def _admit(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Refuse a worker's handshake (503) while ``holding_connections`` is in force: its SDK
+        counts a failed attempt and retries after its backoff, as against an engine restarting."""
+        with self._cond:
+            holding = self._holding
+        if holding and not request.path.rstrip("/").endswith("/otel"):
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "engine double holding\n")
+        return None
 
     def close(self) -> None:
         """Close every socket and the server, stop the loop and join its thread (idempotent)."""
@@ -1252,6 +1271,18 @@ class EngineDouble:
         """Live worker connections (telemetry sockets excluded)."""
         with self._cond:
             return len(self._conns)
+
+    @contextlib.contextmanager
+    def holding_connections(self) -> Iterator[None]:
+        """While inside, no worker can (re)connect: a worker dropped meanwhile stays away (its
+        SDK keeps retrying) until the block ends; connections already open are left alone."""
+        with self._cond:
+            self._holding = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holding = False
 
     def drop_connections(self) -> int:
         """Close every worker socket from the server side; the SDK reconnects and replays.

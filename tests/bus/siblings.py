@@ -684,6 +684,9 @@ class _Job:
     queue: str
     function_id: str
     data: Any
+    #: where the target lives: the envelope's ``namespace`` (absent: ``default``), as the engine
+    #: fills it in for an ``enqueue`` action from a worker in a namespace
+    namespace: str | None = None
 
 
 class FakeQueue(SdkWorker):
@@ -746,7 +749,10 @@ class FakeQueue(SdkWorker):
             raise ValueError("queue/invalid_input: queue and function_id are required")
         receipt = str(data.get("messageReceiptId") or uuid.uuid4())
         if self._accept(data, receipt):
-            self._start(_Job(receipt, str(queue), str(function_id), data.get("data")))
+            namespace = data.get("namespace")
+            job = _Job(receipt, str(queue), str(function_id), data.get("data"))
+            job.namespace = namespace if isinstance(namespace, str) and namespace else None
+            self._start(job)
         return {"messageReceiptId": receipt}
 
     def _accept(self, envelope: JSON, receipt: str) -> bool:
@@ -848,6 +854,8 @@ class FakeQueue(SdkWorker):
 
     async def _attempt(self, job: _Job, attempt: int) -> bool:
         request = {"function_id": job.function_id, "payload": copy.deepcopy(job.data)}
+        if job.namespace is not None:
+            request["namespace"] = job.namespace
         delivery = Delivery(job.receipt, job.function_id, copy.deepcopy(job.data), attempt)
         try:
             delivery.result = await self.client.trigger_async(
@@ -1007,6 +1015,10 @@ class FakeRouter(SdkWorker):
         self.embed_requests: list[JSON] = []
         self.fail = False
         self.embed_fail = False
+        #: what ``router::models::list`` offers; with ``only_listed`` a completion naming another
+        #: model is refused, as a router whose providers were changed refuses a model now gone
+        self.models = ["fake-model"]
+        self.only_listed = False
         super().__init__(url, **kwargs)
 
     def _setup(self) -> None:
@@ -1032,6 +1044,8 @@ class FakeRouter(SdkWorker):
         return {"message": message, "provider": "fake", "model": model}
 
     async def _complete(self, data: JSON) -> JSON:
+        if self.only_listed and data.get("model") not in self.models:
+            raise ValueError(f"router/model_not_found: no provider serves {data.get('model')!r}")
         with self._lock:
             self.requests.append(copy.deepcopy(data))
             item: ScriptItem = self._script.pop(0) if self._script else self.default_reply
@@ -1055,7 +1069,7 @@ class FakeRouter(SdkWorker):
         return {"provider": "fake", "model": "fake-embed", "embeddings": vectors}
 
     async def _models(self, _data: JSON) -> JSON:
-        return {"models": [{"id": "fake-model", "provider": "fake"}]}
+        return {"models": [{"id": model, "provider": "fake"} for model in self.models]}
 
 
 # ── generic subscriber ───────────────────────────────────────────────────────────────────

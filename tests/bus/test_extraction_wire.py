@@ -109,6 +109,30 @@ def test_a_failing_router_retries_then_dead_letters_and_the_cursor_stays(
     assert "s1" not in sib.state.data.get("memory_cursor", {})
 
 
+def test_a_router_whose_first_model_changed_is_asked_again(
+    engine: EngineDouble, spawn: Any, sib: Siblings
+) -> None:
+    """Without `extraction_model` the router's first model is used, and was kept for the life
+    of the process: once the router's providers changed and that model was gone, every turn's
+    extraction failed until dead-lettered, until the worker was restarted. A failed completion
+    now asks `router::models::list` again on the next attempt."""
+    spawn()
+    sib.router.only_listed = True
+    sib.sessions.add("s1", messages=[user_message("I moved to Porto last month.")])
+    sib.router.script(
+        [json.dumps({"memories": [{"op": "add", "text": "The user lives in Porto."}]})]
+    )
+    [first] = sib.queue.wait_done(finish_turn(sib, "s1", "t1"))
+    assert first.error is None and first.result["written"] == 1
+    sib.router.models = ["other-model"]  # the providers changed: fake-model is gone
+    sib.sessions.append("s1", user_message("I now work as a nurse."))
+    sib.router.script([json.dumps({"memories": [{"op": "add", "text": "The user is a nurse."}]})])
+    attempts = sib.queue.wait_done(finish_turn(sib, "s1", "t2"), timeout=30)
+    assert attempts[-1].error is None, [a.error for a in attempts]
+    assert attempts[-1].result["written"] == 1
+    assert sib.router.requests[-1]["model"] == "other-model"
+
+
 def test_a_secret_in_the_chat_never_reaches_the_router_or_the_disk(
     engine: EngineDouble, spawn: Any, sib: Siblings
 ) -> None:

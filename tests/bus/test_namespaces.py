@@ -10,7 +10,7 @@ import pytest
 
 from .conftest import WorkerProcess
 from .engine_double import WORKER_NAMESPACE_CONFLICT, EngineDouble
-from .siblings import Cli, FakeHarness, envelope, user_message
+from .siblings import Cli, FakeHarness, FakeQueue, envelope, turn_event, user_message
 
 pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
 
@@ -54,3 +54,40 @@ def test_a_worker_that_reconnects_after_a_drop_takes_its_functions_back(
         got = cli.call("memory::get", {"id": saved["memory"]["id"]})
         assert got["memory"]["text"] == "The user keeps bees on the roof."
     assert worker.proc is not None and worker.proc.poll() is None
+
+
+def test_a_worker_in_its_own_namespace_runs_its_own_extraction_jobs(
+    engine: EngineDouble, spawn: Any
+) -> None:
+    """A second memory worker given its own namespace (what a refused one is told to do) queues
+    each finished turn through `engine::queue::enqueue`, which lives in `default`. The envelope
+    named no namespace, so the queue delivered the job to `default`'s `memory::extract-job`: the
+    other worker read the turn and wrote what it found into ITS data dir and banks."""
+    with FakeQueue(engine.url) as queue, Cli(engine.url) as cli:
+        spawn()  # the memory worker of namespace `default`
+        spawn(env={"III_NAMESPACE": "blue", "III_WORKER_NAME": "memory-blue"})
+        engine.wait_function("memory::on-turn-completed", namespace="blue")
+        start = len(engine.frames)
+        cli.client.trigger(
+            {
+                "function_id": "memory::on-turn-completed",
+                "payload": turn_event("s1", "t1"),
+                "namespace": "blue",
+            }
+        )
+        queue.wait_done("memx-s1-t1")
+        delivered = [
+            who
+            for direction, who, msg in engine.frames[start:]
+            if direction == "out"
+            and msg.get("type") == "invokefunction"
+            and msg.get("function_id") == "memory::extract-job"
+        ]
+        assert delivered and set(delivered) == {"memory-blue"}, delivered
+        # The queue worker is in `default` (it serves `engine::queue::enqueue`): doctor found
+        # no `queue::define` in `blue` and said jobs ran inline.
+        doctor = cli.client.trigger(
+            {"function_id": "memory::doctor", "payload": {}, "namespace": "blue"}
+        )
+        checks = {c["name"]: c for c in doctor["checks"]}
+        assert checks["queue-reachable"]["ok"] is True, checks["queue-reachable"]

@@ -35,6 +35,7 @@ from .siblings import (
     FakeSessions,
     FakeState,
     FakeSubscriber,
+    assistant_message,
     envelope,
     function_call,
     function_result,
@@ -449,6 +450,53 @@ class TestHook:
             assert run.decision == "continue" and len(run.replies) == 1
             assert not any("tea" in t for t in texts(run.appended))
 
+    def test_a_slow_router_after_a_slow_session_manager_still_gets_rules_and_memories(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """Each sibling keeps to its own budget (the session lookup answers in under a second,
+        the query embedding is given up after 2 s) but together they outlived the hook's 2.5 s:
+        the session's first step got nothing at all, not its rules, not the memory lexical
+        recall finds, and its next step changed the system prompt. The query embedding now ends
+        where the hook's budget leaves time to finish lexically."""
+        with (
+            FakeHarness(engine.url) as harness,
+            FakeSessions(engine.url) as sessions,
+            FakeRouter(engine.url),
+        ):
+            worker: WorkerProcess = spawn()
+            cli.call("memory::rule::set", {"name": "style", "content": "Answer tersely."})
+            saved = cli.call("memory::save", {"text": "The user's cat is called Miso."})
+            wait_embedded(worker.data_dir / "main", saved["memory"]["id"])  # the semantic arm on
+            sessions.add("s1")
+            engine.set_delay("session::get", 0.8)
+            engine.set_delay("router::embed", 30.0)
+            run = harness.hook(envelope("s1", "t1", 0, [user_message("what is my cat called?")]))
+            assert run.errors == [] and run.decision == "continue"
+            assert "Answer tersely." in run.system_prompt
+            assert any("Miso" in t for t in texts(run.appended))
+            assert worker.events("hook_over_budget") == []
+
+    def test_a_first_step_whose_session_lookup_failed_keeps_its_system_prompt_after(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """A failed session lookup keeps what the session has: on its first step, nothing. The
+        next step froze the rules into the system prompt then, changing the prefix of a running
+        session (every prompt cache of it lost); the rules now arrive as the one appended
+        update message, as for any session whose section changed."""
+        with FakeHarness(engine.url) as harness, FakeSessions(engine.url) as sessions:
+            spawn()
+            cli.call("memory::rule::set", {"name": "style", "content": "Answer tersely."})
+            sessions.add("s1")
+            engine.set_delay("session::get", 5.0)  # past the lookup's 2 s: it fails
+            first = harness.hook(envelope("s1", "t1", 0, [user_message("hi")]))
+            assert first.errors == [] and first.system_prompt == "You are helpful."
+            engine.set_delay("session::get", 0)
+            window = [user_message("hi"), *first.appended, assistant_message("Hello!")]
+            second = harness.hook(envelope("s1", "t1", 1, window))
+            assert second.system_prompt == first.system_prompt  # the prefix never changes
+            [update] = texts(second.appended)
+            assert update.startswith(RULES_UPDATE_TAG) and "Answer tersely." in update
+
     def test_a_bank_switch_by_set_meta_applies_from_the_next_turn(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:
@@ -720,3 +768,65 @@ class TestConnection:
         with Cli(engine.url) as again:
             found = again.call("memory::recall", {"query": "saved before the drop"})
         assert found["memories"][0]["memory"]["text"] == "Saved before the drop."
+
+    def test_a_binding_removed_while_the_worker_was_away_gets_no_more_events(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """While the worker is away the engine parks its bindings, forgets the ones removed
+        meanwhile (it has no provider to tell) and, on its return, replays those still held.
+        The worker kept the bindings of its previous connection as well: a subscriber that
+        unbound during the outage went on hearing of every write."""
+        spawn()
+        with (
+            FakeSubscriber(engine.url, "memory::item-changed") as gone,
+            FakeSubscriber(engine.url, "memory::item-changed") as kept,
+        ):
+            engine.wait_binding("memory::item-changed", gone.function_id)
+            engine.wait_binding("memory::item-changed", kept.function_id)
+            before = engine.registration_count("memory::save")
+            with engine.holding_connections():
+                assert engine.drop_worker("memory") == 1
+                gone.binding.unregister()  # the engine cannot tell the absent worker
+                gone.sync()
+            engine.wait_function("memory::save", min_count=before + 1, timeout=30)
+            engine.wait_settled(timeout=30)  # the bindings still held are back with the worker
+            start = len(engine.frames)
+            cli.call("memory::save", {"text": "Saved after the outage."})
+            [event] = kept.wait_events(1)
+            assert event["memory"]["text"] == "Saved after the outage."
+            sent = [
+                m.get("function_id")
+                for d, _w, m in engine.frames[start:]
+                if d == "in" and m.get("type") == "invokefunction"
+            ]
+            assert kept.function_id in sent
+            assert gone.function_id not in sent  # sent with `kept`'s, from the same write
+            assert gone.events == []
+
+    def test_a_bank_switched_while_the_worker_was_away_applies_from_the_next_turn(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """A session's meta is cached until `session::meta-updated` says it changed; while the
+        worker is away that event reaches nobody. Kept across the outage, the old meta went on
+        choosing the session's bank: the next turn was told the old bank's memories and its
+        extraction wrote into the bank the user had switched away from."""
+        with FakeHarness(engine.url) as harness, FakeSessions(engine.url) as sessions:
+            spawn()
+            cli.call("memory::save", {"text": "Posts go out on Fridays.", "bank": "blog"})
+            cli.call("memory::save", {"text": "Risotto needs arborio rice.", "bank": "cooking"})
+            sessions.add("s1", metadata={"memory_bank": "blog"})
+            first = harness.hook(envelope("s1", "t1", 0, [user_message("posts and risotto?")]))
+            assert first.annotations["memory_bank"] == "blog"
+            before = engine.registration_count("memory::save")
+            with engine.holding_connections():
+                assert engine.drop_worker("memory") == 1
+                sessions.set_meta("s1", {"memory_bank": "cooking"})  # heard by nobody
+            engine.wait_function("memory::save", min_count=before + 1, timeout=30)
+            engine.wait_binding(
+                "harness::hook::pre-generate", "memory::hook::pre-generate", timeout=30
+            )
+            window = [user_message("posts and risotto?"), *first.appended, user_message("rice?")]
+            second = harness.hook(envelope("s1", "t2", 0, window))
+            assert second.annotations["memory_bank"] == "cooking"
+            assert any("arborio" in t for t in texts(second.appended))
+            assert not any("Fridays" in t for t in texts(second.appended))

@@ -27,7 +27,14 @@ from memory_worker.core.names import check_name
 from memory_worker.core.subjects import same_subject
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["BACKOFF_S", "MAX_ATTEMPTS", "TRIGGER_TYPES", "BindingTable", "BusEmitter"]
+__all__ = [
+    "BACKOFF_S",
+    "MAX_ATTEMPTS",
+    "TRIGGER_TYPES",
+    "BindingTable",
+    "BusEmitter",
+    "forget_bindings_on_reconnect",
+]
 
 log = get_logger(__name__)
 
@@ -120,6 +127,10 @@ class BindingTable(TriggerHandler[Any]):
         with self._lock:
             self._bindings.pop(config.id, None)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._bindings.clear()
+
     def matching(self, bank: str, subject: str | None = None) -> list[TriggerConfig[Any]]:
         """Bindings for an event of `bank` about `subject` (None: a general memory)."""
         with self._lock:
@@ -129,6 +140,28 @@ class BindingTable(TriggerHandler[Any]):
                 if only_bank in (None, bank)
                 and (subject is None or only_subject is None or same_subject(only_subject, subject))
             ]
+
+
+def forget_bindings_on_reconnect(client: III, tables: dict[str, BindingTable]) -> None:
+    """Drop every binding held when a lost connection comes back. While this worker is away
+    the engine parks its bindings, forgets those removed meanwhile (it has no provider to tell)
+    and replays the ones still held once the trigger types are registered again: kept, the old
+    ones went on firing for subscribers that had unbound, or re-bound with another filter.
+    The SDK reports `connected` on its own thread before it replays our registrations and
+    before it reads a frame, so the replayed bindings all land in the emptied tables."""
+    away = False
+
+    def on_state(state: str) -> None:
+        nonlocal away
+        if state != "connected":
+            away = True
+        elif away:
+            away = False
+            for table in tables.values():
+                table.clear()
+            log.info("bindings_reset", reason="reconnected; the engine replays the live ones")
+
+    client.add_connection_state_listener(on_state)
 
 
 class BusEmitter:

@@ -47,6 +47,7 @@ NOT_FOUND = "NOT_FOUND"  # configuration: the id is absent (exact, uppercase; no
 # configuration: the stored value fails the entry's schema (ours, registered over another's).
 SCHEMA_INVALID = "SCHEMA_INVALID"
 EXTRACTION_QUEUE = "memory-extraction"
+QUEUE_NAMESPACE = "default"  # the queue worker's: `engine::queue::enqueue` is held only there
 QUEUE_CONFIG = {"max_retries": 3, "backoff_ms": 2000}
 SESSION_TIMEOUT_MS = 2000
 STATE_TIMEOUT_MS = 2000
@@ -101,6 +102,12 @@ class SessionsClient:
     def invalidate(self, session_id: str) -> None:
         self._invalidations += 1
         self._metas.pop(session_id, None)
+
+    def invalidate_all(self) -> None:
+        """Forget every meta (the connection came back: the `session::meta-updated` events of
+        the outage reached nobody, so no kept meta is known to be current)."""
+        self._invalidations += 1
+        self._metas.clear()
 
     async def get(self, session_id: str) -> dict[str, Any] | None:
         cached = self._metas.get(session_id)
@@ -190,6 +197,13 @@ class RouterCompleter:
             log.info("extraction_model_chosen", model=ids[0])
         return self._default_model
 
+    def _forget_default(self, model: object) -> None:
+        """After a failed completion with the router's first model, ask which it is again on
+        the next attempt: kept for good, a model the router no longer serves (its providers
+        changed) failed every turn's extraction until the worker was restarted."""
+        if model == self._default_model:
+            self._default_model = None
+
     async def complete(self, system_prompt: str, user_text: str) -> str:
         settings = self._settings()
         request = {
@@ -207,12 +221,15 @@ class RouterCompleter:
         try:
             reply = await self._call("router::complete", request, settings.extraction_timeout_ms)
         except InvocationError as exc:
+            self._forget_default(request["model"])
             raise _unavailable("router::complete", exc) from None
         message = reply.get("message") if isinstance(reply, dict) else None
         if not isinstance(message, dict):
             raise SiblingUnavailable("router::complete answered without a message")
         stop = message.get("stop_reason")
         if stop in ("error", "aborted", "length"):  # no whole answer: retry, never half-read it
+            if stop == "error":
+                self._forget_default(request["model"])
             detail = message.get("error_message") or f"stop_reason {stop}"
             raise SiblingUnavailable(f"router::complete gave no complete reply: {detail}")
         parts = message.get("content")
@@ -255,16 +272,26 @@ class StateClient:
 
 class QueueClient:
     """The durable extraction queue. `enqueue` answers False when there is no queue worker, so
-    the caller runs the job inline rather than losing it."""
+    the caller runs the job inline rather than losing it.
 
-    def __init__(self, call: BusCall) -> None:
+    The queue worker serves `engine::queue::enqueue`, which only `default` may hold: it lives
+    there, and so does its `queue::define`. `namespace`: this worker's (None: `default`); the
+    queue delivers a job to the namespace its envelope names (as the engine names it for an
+    `enqueue` action): without it, a memory worker in a namespace of its own had its turns
+    extracted by the one in `default`, into that worker's banks."""
+
+    def __init__(self, call: BusCall, namespace: str | None = None) -> None:
         self._call = call
+        self._namespace = namespace
 
     async def define(self) -> bool:
         """Declare the queue (idempotent); False when no queue worker answers yet."""
         try:
             await self._call(
-                "queue::define", {"queue": EXTRACTION_QUEUE, "config": QUEUE_CONFIG}, 5000
+                "queue::define",
+                {"queue": EXTRACTION_QUEUE, "config": QUEUE_CONFIG},
+                5000,
+                namespace=QUEUE_NAMESPACE,
             )
         except InvocationError as exc:
             log.info("queue_define_failed", code=exc.code, error=exc.message)
@@ -278,6 +305,8 @@ class QueueClient:
             "data": data,
             "messageReceiptId": receipt,
         }
+        if self._namespace is not None:
+            payload["namespace"] = self._namespace
         try:
             await self._call("engine::queue::enqueue", payload, 5000)
         except InvocationError as exc:
@@ -427,13 +456,14 @@ def expand_placeholders(value: Any) -> Any:
 async def probe_siblings(call: BusCall) -> list[tuple[str, bool, str]]:
     """Advisory reachability for `memory::doctor`: which sibling answers, and what its absence
     costs. Run concurrently, each bounded by `PROBE_TIMEOUT_MS`."""
-    probes: list[tuple[str, str, dict[str, Any], str]] = [
+    probes: list[tuple[str, str, dict[str, Any], str, str | None]] = [
         (
             "router-reachable",
             "router::models::list",
             {},
             "no llm-router: no extraction after turns (explicit memory::save still works) and no "
             "router::embed, so recall runs lexical only",
+            None,
         ),
         (
             "session-manager-reachable",
@@ -441,12 +471,14 @@ async def probe_siblings(call: BusCall) -> list[tuple[str, bool, str]]:
             {"session_id": "memory-doctor-probe"},
             "no session-manager: session metadata cannot pick a bank (turns use the turn's "
             "`memory_bank` or default_bank) and extraction cannot read transcripts",
+            None,
         ),
         (
             "queue-reachable",
             "queue::define",
             {"queue": EXTRACTION_QUEUE, "config": QUEUE_CONFIG},
             "no queue worker: extraction jobs run inline, so a crash mid-pass is not retried",
+            QUEUE_NAMESPACE,
         ),
         (
             "configuration-reachable",
@@ -454,15 +486,16 @@ async def probe_siblings(call: BusCall) -> list[tuple[str, bool, str]]:
             {},
             "no configuration worker: settings come from the local defaults/YAML and do not "
             "hot-reload from the console",
+            None,
         ),
     ]
 
     async def one(
-        name: str, function_id: str, payload: dict[str, Any], cost: str
+        name: str, function_id: str, payload: dict[str, Any], cost: str, namespace: str | None
     ) -> tuple[str, bool, str]:
         started = time.perf_counter()
         try:
-            await call(function_id, payload, PROBE_TIMEOUT_MS, namespace=None)
+            await call(function_id, payload, PROBE_TIMEOUT_MS, namespace=namespace)
         except InvocationError as exc:
             return (
                 name,

@@ -14,7 +14,8 @@ work, drain the banks, release the lock.
 
 The service lives on this process's main loop; SDK handlers hop onto it (`Bridge`). On every
 reconnect the SDK replays our registrations by itself; we re-read the configuration, since it may
-have changed while we were away.
+have changed while we were away, and forget what the outage's lost events may have made stale (the
+sessions' metas; the bindings of our trigger types, which the engine replays).
 
 Past 500 lines on purpose: `EngineWorker` is the one place the SDK meets the service
 (registration, the bridge, configuration on every reconnect, the seams' handlers); the
@@ -37,7 +38,13 @@ from pydantic import ValidationError
 
 from memory_worker.adapters import console
 from memory_worker.adapters.bus import catalog as bus_catalog
-from memory_worker.adapters.bus.events import CONFIG_SCHEMA, TRIGGER_TYPES, BindingTable, BusEmitter
+from memory_worker.adapters.bus.events import (
+    CONFIG_SCHEMA,
+    TRIGGER_TYPES,
+    BindingTable,
+    BusEmitter,
+    forget_bindings_on_reconnect,
+)
 from memory_worker.adapters.bus.siblings import (
     FUNCTION_NOT_FOUND,
     BusCall,
@@ -210,6 +217,7 @@ class EngineWorker(Stoppable):
         self._pipeline: TurnPipeline | None = None
         self._completer: EndpointOrRouter | None = None
         self._state: SessionState | None = None
+        self._sessions: SessionsClient | None = None
         self._emitter: BusEmitter | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._config_lock = asyncio.Lock()
@@ -264,6 +272,7 @@ class EngineWorker(Stoppable):
         )
 
         tables = {trigger_type: BindingTable(trigger_type) for trigger_type in TRIGGER_TYPES}
+        forget_bindings_on_reconnect(client, tables)
         with warnings.catch_warnings():  # 0.25 deprecates trigger types; siblings still use them
             warnings.simplefilter("ignore", DeprecationWarning)
             for trigger_type, description in TRIGGER_TYPES.items():
@@ -289,7 +298,7 @@ class EngineWorker(Stoppable):
             service.embedder = RouterEmbedder(call, lambda: service.settings)
         self.service = service
         self._state = state = SessionState(StateClient(call))
-        sessions = SessionsClient(call)
+        self._sessions = sessions = SessionsClient(call)
         resolver = BankResolver(
             sessions,
             state,
@@ -297,7 +306,8 @@ class EngineWorker(Stoppable):
             lambda: service.settings.default_bank,
         )
         hook = PreGenerate(service, resolver, state)
-        queue = QueueClient(call)
+        # The SDK's own namespace (no explicit one is given: `III_NAMESPACE`, else `default`).
+        queue = QueueClient(call, os.environ.get("III_NAMESPACE", "").strip() or None)
         self._completer = completer = EndpointOrRouter(
             lambda: service.settings, RouterCompleter(call, lambda: service.settings)
         )
@@ -562,6 +572,9 @@ class EngineWorker(Stoppable):
         if state == "failed" and not self._stopping.is_set():  # the SDK gave up for good
             self.fail(WorkerError(f"the connection to {self.url} failed for good"))
         if state == "connected" and self.service is not None and not self._stopping.is_set():
+            if self._sessions is not None:
+                # Before any call of the new connection is served (this runs first on our loop).
+                self._sessions.invalidate_all()
             self._spawn(self._refresh_config())
 
     async def _refresh_config(self) -> None:
