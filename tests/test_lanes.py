@@ -439,9 +439,10 @@ class TestLaneVectors:
             service, "memory::update", {"bank": "main", "id": mid, "context": "the company offsite"}
         )
         bank = service.store.find("main")
-        assert bank is not None and not bank.lane_vectors.ready(embedder.model)
+        # (Whether the new lane is embedded yet when the update answers is the loop's timing: a
+        # write runs to its end in a task of its own, and the fake embedder answers at once.)
         await service.settle()
-        assert bank.lane_vectors.ready(embedder.model)
+        assert bank is not None and bank.lane_vectors.ready(embedder.model)
         assert embedder.calls[-1] == ["the company offsite"]
 
     async def test_a_merge_embeds_the_lane_the_survivor_absorbed(
