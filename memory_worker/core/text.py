@@ -66,6 +66,14 @@ def fingerprint(text: str) -> str:
 # Scripts written without spaces: each character is a unigram plus a bigram with its neighbour.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _ASCII_TOKEN = re.compile("[a-z0-9]+")
+# Combining diacritical marks NFKC left apart from their letter (it composes most, not all):
+# `re` reads them as no word character, so a word was cut at each. "İ".lower() is "i" and
+# U+0307, so "İstanbul" was "i" (the person talking) and "stanbul". Dropped, as `terms` drops
+# every accent.
+_STRAY_MARK = re.compile("[\u0300-\u036f]")
+# Pictographs (emoji, dingbats, `✅`, `⭐`): not letters, yet a term each, as people search them
+# (not the skin-tone modifiers, U+1F3FB..U+1F3FF, which only shade the one before).
+_PICTOGRAPH = "\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001f3fa\U0001f400-\U0001faff"
 
 
 @cache
@@ -73,7 +81,7 @@ def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """Word runs of any script, and a CJK character: compiled on the first text that is not
     ASCII, since their Unicode classes take ~6 ms to compile and an English-only process (a
     one-shot CLI save) never needs them."""
-    return re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+"), re.compile(f"[{_CJK}]")
+    return re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+|[{_PICTOGRAPH}]"), re.compile(f"[{_CJK}]")
 
 
 USER_ENTITY = "user"
@@ -123,10 +131,13 @@ def asks(text: str) -> bool:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercased word runs (Unicode letters and digits), CJK as unigrams plus adjacent bigrams."""
+    """Lowercased word runs (Unicode letters and digits), CJK as unigrams plus adjacent bigrams,
+    each pictograph one."""
     if text.isascii():  # the common case, at C speed
         return _ASCII_TOKEN.findall(text.lower())
     folded = unicodedata.normalize("NFKC", text).lower()
+    if _STRAY_MARK.search(folded):
+        folded = _STRAY_MARK.sub("", folded)
     token, cjk_run = _unicode_patterns()
     out: list[str] = []
     for run in token.findall(folded):
@@ -215,9 +226,65 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
             for stem, alt_stem in zip(out, other, strict=True)
         ]
     user_mentions = sum(map(_USER_WORDS.__contains__, tokens))
+    if _JOINED.search(text):
+        for compound in _compounds(text):
+            parts = tokenize(compound)
+            # `user_id`, `get_user_by_id`, `src/users/`: a name in code, not the person talking
+            user_mentions -= sum(map(_USER_WORDS.__contains__, parts))
+            # A version or a full date (`3.11.7`, `15/03/2024`) is a term whole too, or `3.7.11`
+            # ties with it; a time or a day (`6:30`, `15/03`) only by its parts (whole too, the
+            # golden set's times ranked worse: a memory's other wording of it lost a term).
+            if len(parts) > 2 or not all(part.isdigit() for part in parts):
+                out.append(_folded(compound))
+    if _CAMEL_AT.search(text):
+        # `getUserById` is `get_user_by_id` (one more term, that compound's): the same name
+        # in another language's convention.
+        out.extend(_folded("_".join(parts)) for parts in _camel_parts(text))
     if user_mentions:
         out.extend([USER_ENTITY] * user_mentions)
     return out
+
+
+# Word runs joined by these, with no space: an identifier (`get_user_by_id`, `memory::recall`),
+# a path (`src/api/routes.py`), a host (`localhost:8080`), an address (`ana@example.com`). Its parts
+# are terms as any word's, and the whole is one more, so a query naming it exactly finds the
+# memory holding it verbatim first, above others sharing a part (`id`, `py`). Each starts a
+# word: tried inside one, it would scan the rest of the word again, and again.
+# A word with `++` or `#` after it (`C++`, `C#`, `F#`) is a compound of one part: otherwise a
+# lone `c` or `f`, the same term for all of them.
+_ASCII_COMPOUND = re.compile(
+    r"(?<![a-z0-9])[a-z0-9]+(?:[_./\\:@]+[a-z0-9]+)+|(?<![a-z0-9+#])[a-z0-9]+(?:\+\+|#)(?![\w+#])"
+)
+_COMPOUND = re.compile(
+    r"(?<![^\W_])[^\W_]+(?:[_./\\:@]+[^\W_]+)+|(?<![\w+#])[^\W_]+(?:\+\+|#)(?![\w+#])"
+)
+# A connector with a word after it, or a word's `++` or `#`: the cheap test of whether a text
+# may hold a compound (a full stop ends most sentences, and no word follows it there).
+# (Each branch starts from its symbol: sought from a word character, it was six times slower.)
+_JOINED = re.compile(r"[_./\\:@](?=[^\W_])|[+#](?<=[^\W_][+#])")
+
+
+def _compounds(text: str) -> list[str]:
+    """The lowercased compounds of `text`, folded as `tokenize` folds it."""
+    if text.isascii():
+        return _ASCII_COMPOUND.findall(text.lower())
+    return _COMPOUND.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+# A lowercase letter or a digit, then a capital: where a camelCase name's words meet.
+_CAMEL = re.compile("([a-z0-9])([A-Z])")
+_CAMEL_AT = re.compile("[A-Z](?<=[a-z0-9].)")  # the same, sought from the capital: faster
+# A name in code's camelCase: lowercase first, a capital inside (`getUserById`, `userId`). Not
+# a capital first: "WordPress", "GitHub", "LazyVim" are names of things as often as
+# `UserService` is a class, and a term more on each moved the golden set's recall.
+_CAMEL_NAME = re.compile(r"(?<![^\W_])[a-z][a-z0-9]*[A-Z][^\W_]*")
+
+
+def _camel_parts(text: str) -> list[list[str]]:
+    """The lowercased words of each camelCase name in `text` (`getUserById`: get, user, by,
+    id)."""
+    names = _CAMEL_NAME.findall(text if text.isascii() else unicodedata.normalize("NFKC", text))
+    return [tokenize(_CAMEL.sub(r"\1 \2", name)) for name in names]
 
 
 # Portuguese plurals of nasal endings, which Snowball's Portuguese stemmer leaves apart from their
