@@ -88,12 +88,14 @@ async def test_an_identifier_is_found_whatever_its_case_convention(
 ) -> None:
     """`getUserById` and `get_user_by_id` name the same thing (in JavaScript's convention and
     in Python's): a camelCase name was one opaque word, found only by itself spelled whole."""
+    found = await recall(query, mode)
     if recall.embedded and mode == "hybrid":
         # The fake embedder hashes whole words to 32 axes: "getuserbyid" shares one with "the"
-        # and "userid" one with "in", so its arm ranks by collisions here, not by meaning.
-        pytest.skip("the fake embedder's arm is noise for a one-word query")
-    found = await recall(query, mode)
-    assert found[:1] == [text], (query, mode, found)
+        # and "userid" one with "in", so its arm ranks by collisions here, not by meaning: the
+        # words alone must still bring the memory in.
+        assert text in found, (query, mode, found)
+    else:
+        assert found[:1] == [text], (query, mode, found)
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "lexical"])
