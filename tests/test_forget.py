@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from memory_worker.adapters.standalone import build_app
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
-from memory_worker.app.ports import ITEM_CHANGED
+from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
@@ -459,6 +459,29 @@ class TestForget:
                 confirm="destructive",
             )
 
+    async def test_an_erasure_in_a_deleted_banks_trashed_copies_is_announced(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        """What the erasure took out of a deleted bank's trashed copies is announced like any
+        erasure (`erased`, id and subject only): a copy kept elsewhere (memory-consolidate's last
+        report of that bank, which only an `erased` event scrubs) drops their texts at once."""
+        await _populate(service)
+        await call(service, "memory::bank::delete", name="main")
+        emitter.clear()
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert emitter.of(ITEM_CHANGED) == [
+            {
+                "event_type": "erased",
+                "bank": "main",
+                "id": memory_id,
+                "subject": "ana",
+                "memory": {"id": memory_id, "subject": "ana"},
+                "reason": "forget-subject",
+                "event_id": ANY,
+            }
+            for memory_id in out["erased"]
+        ]
+
     async def test_erasures_asked_at_once_all_finish(
         self, service: MemoryService, data_dir: Path
     ) -> None:
@@ -519,6 +542,95 @@ class TestForget:
         assert survivors == [] and len(refused) == 2, (survivors, refused)
         assert all("erasing; nothing was written" in r for r in refused)
         await call(service, "memory::save", text="Ana likes figs.", subject="ana")  # after: fine
+
+    @pytest.mark.parametrize("finished_by", ["memory::reload", "a restart"])
+    async def test_an_erasure_finished_by_the_next_load_is_announced_as_erased(
+        self,
+        service: MemoryService,
+        store: Store,
+        data_dir: Path,
+        emitter: RecordingEmitter,
+        clock: FixedClock,
+        monkeypatch: pytest.MonkeyPatch,
+        finished_by: str,
+    ) -> None:
+        """The erasure the disk refused past its intent is finished by the next load: announced
+        as the call would have (`erased`, id and subject only, reason `forget-subject`), never
+        as a hand edit's `deleted` carrying the erased memory's whole text to every subscriber
+        (and to memory-consolidate's kept reports, which only an `erased` event scrubs)."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        locker = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        figs = await call(service, "memory::save", text="Ana likes figs.", subject="ana")
+        await call(service, "memory::delete", id=figs["memory"]["id"])  # retired: erased too
+        await call(service, "memory::save", text="The office is in Porto.")
+        bank = store.get("main")
+
+        async def disk_full(*args: Any, **kwargs: Any) -> Any:
+            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
+
+        monkeypatch.setattr(bank, "rewrite", disk_full)
+        with pytest.raises(StorageError):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        monkeypatch.undo()
+        emitter.clear()
+        if finished_by == "memory::reload":
+            await call(service, "memory::reload")
+        else:
+            await store.close()
+            store = Store.open(data_dir, holder=HOLDER)
+            service = MemoryService(store, emitter=emitter, clock=clock)
+            await service.boot_banks()
+        events = emitter.of(ITEM_CHANGED)
+        erased = sorted([locker["memory"]["id"], figs["memory"]["id"]])
+        assert events == [
+            {
+                "event_type": "erased",
+                "bank": "main",
+                "id": memory_id,
+                "subject": "ana",
+                "memory": {"id": memory_id, "subject": "ana"},
+                "reason": "forget-subject",
+                "event_id": ANY,
+            }
+            for memory_id in erased
+        ]
+        if finished_by == "a restart":
+            await store.close()
+
+    async def test_an_unfinished_erasure_is_finished_when_its_bank_is_deleted(
+        self,
+        service: MemoryService,
+        store: Store,
+        data_dir: Path,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The erasure the disk refused past its intent would be finished by the bank's next
+        load; deleted, the bank is never loaded again (its folder sits in `.trash/`), and their
+        memories stayed there for good. The delete finishes it in the trashed copy, and
+        announces it as the erasure would have."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        locker = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+        bank = store.get("main")
+
+        async def disk_full(*args: Any, **kwargs: Any) -> Any:
+            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
+
+        monkeypatch.setattr(bank, "rewrite", disk_full)
+        with pytest.raises(StorageError):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        monkeypatch.undo()
+        emitter.clear()
+        trashed = Path((await call(service, "memory::bank::delete", name="main"))["trashed_to"])
+        memory_id = locker["memory"]["id"]
+        assert [(kind, e["event_type"], e.get("id")) for kind, e in emitter.events] == [
+            (BANK_CHANGED, "trashed", None),
+            (ITEM_CHANGED, "erased", memory_id),
+        ]
+        assert _grep(data_dir, "locker") == []
+        assert _grep(data_dir, "doormat") == [str(trashed.relative_to(data_dir) / "memories.jsonl")]
+        assert erasure.pending(trashed) == []
 
     async def test_another_persons_erasure_keeps_an_unfinished_ones_intent(
         self, service: MemoryService, store: Store, data_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -4,6 +4,7 @@ in history. Time only moves through the fake clock."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given
@@ -294,6 +295,34 @@ class TestExpiredOnRead:
         clock.advance_days(0.5)  # the other one expires: a save retires it before it lands
         await call(service, "memory::save", text="The user likes the parser tests now.")
         assert (await call(service, "memory::stats"))["expired"] == [ids["recent"]]
+
+    async def test_stats_right_after_a_read_reports_what_the_reads_reap_is_retiring(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """A stats call while the reap a read asked for is still writing waits for it: it
+        found the tombstones in flight, retired nothing, and reported nothing (the expiry went
+        to the stats call after, a consolidation pass later)."""
+        ids = await self._bank(service, clock)
+        clock.advance_days(0.5)
+        await call(service, "memory::list")  # leaves it out, has it reaped in the background
+        assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
+
+    async def test_a_reload_of_the_bank_keeps_what_the_reaper_retired_for_the_next_stats(
+        self, service: MemoryService, clock: FixedClock, data_dir: Path
+    ) -> None:
+        """A hand edit of a rule (the watcher reloads the bank) or `memory::reload` replaces the
+        bank in RAM, not what the reaper retired in it: the next stats call still lists it, so
+        the consolidation sibling's count misses none (it listed nothing)."""
+        ids = await self._bank(service, clock)
+        clock.advance_days(0.5)
+        await call(service, "memory::recall", query="flaky parser test")
+        await service.settle()
+        (data_dir / "main" / "rules").mkdir(exist_ok=True)
+        (data_dir / "main" / "rules" / "style.md").write_text("Answer briefly.\n")
+        assert await service.reload_bank("main") == "reloaded"
+        await call(service, "memory::reload")
+        assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
+        assert (await call(service, "memory::stats"))["expired"] == []
 
     async def test_time_travel_sees_it_while_it_was_live(
         self, service: MemoryService, clock: FixedClock

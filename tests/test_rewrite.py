@@ -51,13 +51,13 @@ class TestCompactionPlan:
         records = [
             _record("a", 0, 10),
             _record("b", 0, 20),
-            _record("a", 1, 30),
+            _record("a", 1, 30),  # what `a` said at the horizon: kept though superseded
             _record("a", 2, 200),  # after the horizon: kept though superseded
             _record("a", 3, 210),
             _record("b", 1, 40, invalid_at=40),  # b's tombstone: its latest record
         ]
         kept = compaction_plan(records, horizon_ms=100)
-        assert [(r.id, r.revision) for r in kept] == [("a", 2), ("a", 3), ("b", 1)]
+        assert [(r.id, r.revision) for r in kept] == [("a", 1), ("a", 2), ("a", 3), ("b", 1)]
         assert log.replayed(kept) == log.replayed(records)
 
     def test_a_tie_keeps_the_later_line_as_replay_does(self) -> None:
@@ -65,6 +65,19 @@ class TestCompactionPlan:
         kept = compaction_plan([first, second], horizon_ms=1_000)
         assert kept == [second]
         assert log.replayed(kept) == log.replayed([first, second])
+
+    def test_what_each_memory_said_at_the_horizon_is_kept(self) -> None:
+        """Every moment within the horizon can still be told (`memory::recall` with `as_of`,
+        `memory::history`): the revision current at the horizon, though written before it and
+        superseded since, stays; only what was superseded before the horizon goes."""
+        records = [
+            _record("a", 0, 10),
+            _record("a", 1, 30),  # what `a` said from 30 to 200, the horizon (100) included
+            _record("a", 2, 200),
+            _record("b", 0, 20),  # b unchanged since: its latest record
+        ]
+        kept = compaction_plan(records, horizon_ms=100)
+        assert [(r.id, r.revision) for r in kept] == [("a", 1), ("a", 2), ("b", 0)]
 
     @pytest.mark.parametrize("seed", range(20))
     def test_replay_of_the_plan_always_equals_replay_of_the_log(self, seed: int) -> None:
@@ -112,6 +125,28 @@ class TestRewrite:
         assert [p.name for p in (data_dir / "main").iterdir() if ".replacing" in p.name] == []
         memories, damage = log.replay(data_dir / "main" / "memories.jsonl")
         assert damage == [] and {m.id: m.to_wire() for m in memories.values()} == after
+
+    async def test_recall_as_of_a_moment_within_the_horizon_answers_what_was_said_then(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """`horizon_days: 30` keeps the last 30 days of history: a question `as_of` 20 days ago
+        is answered with what the memory said then, not with an edit made 10 days ago (the
+        revision it replaced, written 100 days ago, was dropped)."""
+        saved = await catalog.call(service, "memory::save", {"text": "The user lives in Porto."})
+        memory_id = saved["memory"]["id"]
+        clock.advance(100 * DAY_MS)
+        await catalog.call(
+            service, "memory::update", {"id": memory_id, "text": "The user lives in Moscow."}
+        )
+        clock.advance(10 * DAY_MS)
+        query = {"query": "where does the user live", "as_of": clock() - 20 * DAY_MS}
+        before = await catalog.call(service, "memory::recall", query)
+        assert [m["memory"]["text"] for m in before["memories"]] == ["The user lives in Porto."]
+        await service.compact("main", horizon_days=30)
+        after = await catalog.call(service, "memory::recall", query)
+        assert [m["memory"]["text"] for m in after["memories"]] == ["The user lives in Porto."]
+        history = await catalog.call(service, "memory::history", {"id": memory_id})
+        assert [r["revision"] for r in history["revisions"]] == [0, 1]
 
     async def test_commits_made_during_a_rewrite_land_in_the_new_log(
         self,

@@ -145,14 +145,18 @@ class BankUseCases(EmbeddingWork):
         self, req: BankDeleteRequest, caller: Caller = SYSTEM
     ) -> BankDeleteResponse:
         name = check_name(req.name, "bank")
+        bank = self.store.find(name)
         target = await self.store.trash(name, self.clock())
         self._emit_bank(BankEvent.TRASHED, name)
+        if bank is not None:  # an unfinished erasure the delete finished in the trashed copy
+            self._announce_late_erasures(bank)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
 
     async def compact(self, bank_name: str, *, horizon_days: float) -> Rewrite:
-        """Drop a bank's superseded revisions written more than `horizon_days` ago from its log
-        (every memory keeps its latest revision or tombstone: nothing recall, list or get answers
-        changes; `memory::history` gets shorter). Announced as a `compacted` bank event."""
+        """Drop from a bank's log the revisions superseded more than `horizon_days` ago (every
+        memory keeps its latest revision or tombstone, and what it said at the horizon: nothing
+        recall, list or get answers changes, nor what `as_of` a moment within the horizon finds;
+        `memory::history` gets shorter). Announced as a `compacted` bank event."""
         if horizon_days < 0:
             raise InvalidInput("horizon_days must be 0 or more")
         name = check_name(bank_name, "bank")
@@ -180,6 +184,8 @@ class BankUseCases(EmbeddingWork):
         # the reload began landed in it and announced itself, and is no hand edit.
         seen = {bank.name: _Seen.of(bank) for bank in old}
         after = {bank.name: bank for bank in self.store.loaded()}
+        for bank in old:
+            self._carry_expired_report(bank.name, bank, after.get(bank.name))
         for name in list(self._embedding):
             await self._stop_embedding(name)
         for bank in after.values():  # memories added by hand included
@@ -194,6 +200,8 @@ class BankUseCases(EmbeddingWork):
             else:
                 continue
             await self._announce(name, seen.get(name), after.get(name), outcome)
+        for bank in after.values():  # one nobody had replayed since boot is announced too
+            self._announce_late_erasures(bank)
         return ReloadResponse(ok=True, banks=count)
 
     async def reload_bank(self, name: str) -> str:
@@ -210,6 +218,7 @@ class BankUseCases(EmbeddingWork):
         seen = _Seen.of(before) if before is not None else None
         await self._stop_embedding(name)
         bank = self.store.find(name)
+        self._carry_expired_report(name, before, bank)
         if bank is not None:
             self._embed_soon(bank)
         rules_changed = await self._announce(name, seen, bank, outcome)
@@ -249,6 +258,9 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.CREATED, name)
         elif outcome == "removed" and seen is not None:
             self._emit_bank(BankEvent.TRASHED, name)
+        # What an interrupted erasure erased as the bank loaded is no hand edit: it is announced
+        # as the erasure's own (`erased`, no text), never as a `deleted` carrying the text.
+        erased = self._announce_late_erasures(bank) if bank is not None else set()
         if outcome != "reloaded" or seen is None or bank is None:
             return rules != old_rules
         if rules != old_rules:
@@ -259,7 +271,8 @@ class BankUseCases(EmbeddingWork):
         # meanwhile, and each announces itself.
         now = dict(bank.memories)
         for event, memory in await asyncio.to_thread(_hand_changes, seen.memories, now):
-            self._emit_item(event, name, memory, HAND_EDIT_REASON)
+            if memory.id not in erased:
+                self._emit_item(event, name, memory, HAND_EDIT_REASON)
         return rules != old_rules
 
 

@@ -30,7 +30,7 @@ from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, Mem
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
-from memory_worker.core.retention import may_have_expired
+from memory_worker.core.retention import EXPIRED, may_have_expired
 from memory_worker.core.subjects import normalize_subject, same_subject
 from memory_worker.search.ranking import expired_slots
 from memory_worker.storage.bank import Bank, BankSummary
@@ -52,6 +52,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
+ERASURE_REASON = "forget-subject"  # the `reason` of every `erased` event
 MAX_DESCRIPTION_CHARS = 500
 MAX_SUBJECT_CHARS = 128  # a handle or an id, not a description of the person
 
@@ -367,6 +368,48 @@ class ServiceBase:
         return summary.stated is not None and not may_have_expired(
             summary.stated, retention, self.clock()
         )
+
+    def _carry_expired_report(self, name: str, old: Bank | None, new: Bank | None) -> None:
+        """A reload replaces a bank's object, not its history: what the reaper retired in `old`
+        stays listed for the next `memory::stats` of `new` (dropped with the old object, the
+        consolidation sibling's count missed it), as far as the reloaded log still holds it
+        retired as expired (a hand edit may have brought one back or taken it out)."""
+        since = self._expired_since.get(name)
+        if since is None or old is None or new is None or new is old or since[0]() is not old:
+            return
+        kept = [
+            m
+            for m in since[1]
+            if (now := new.get(m.id)) is not None and not now.live and now.invalid_reason == EXPIRED
+        ]
+        self._expired_since[name] = (weakref.ref(new), deque(kept, maxlen=since[1].maxlen))
+
+    def _emit_erased(self, bank: str, memory_id: str, subject: str) -> None:
+        """One memory erased by `memory::forget-subject`: its id and whom it was about, no text
+        (which is gone)."""
+        self.emitter.emit(
+            ITEM_CHANGED,
+            {
+                "event_type": str(ItemEvent.ERASED),
+                "bank": bank,
+                "id": memory_id,
+                "subject": subject,  # who it was about (an id): their live views hear it
+                # Seed 000's payload always has `memory`: a subscriber reading its id works
+                # here too, and finds no text, which is gone.
+                "memory": {"id": memory_id, "subject": subject},
+                "reason": ERASURE_REASON,
+                "event_id": event_id(),
+            },
+        )
+
+    def _announce_late_erasures(self, bank: Bank) -> set[str]:
+        """Announce what an erasure a crash or a refusing disk interrupted erased later (as
+        `bank` loaded, or as it was deleted): the call that started it failed, so nobody was
+        told. As the call would have; returns those ids."""
+        erased = bank.take_unannounced_erasures()
+        for memory_id, subject in sorted(erased.items()):
+            self._emit_erased(bank.name, memory_id, subject)
+        return set(erased)
 
     def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:
         self.emitter.emit(ITEM_CHANGED, item_event(event, bank, memory, reason))

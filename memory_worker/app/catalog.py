@@ -372,10 +372,11 @@ CATALOG: tuple[FunctionSpec, ...] = (
     ),
     _spec(
         "memory::compact",
-        "Rewrite a bank's log without the superseded revisions written before the horizon "
+        "Rewrite a bank's log without the revisions superseded before the horizon "
         "(crash-safe: written beside the old log, checked, renamed in). Every memory keeps its "
-        "latest revision or tombstone, so recall, list and get answer the same; memory::history "
-        "gets shorter. A log with damaged lines is refused.",
+        "latest revision or tombstone, so recall, list and get answer the same, and what it said "
+        "at the horizon, so recall as_of a moment since does too; memory::history gets shorter. "
+        "A log with damaged lines is refused.",
         wire.CompactRequest,
         wire.CompactResponse,
         MemoryService.compact_bank,

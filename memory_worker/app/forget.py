@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from memory_worker.app.base import clean_subject, event_id
+from memory_worker.app.base import clean_subject
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
-from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
-from memory_worker.core.models import ItemEvent
 from memory_worker.storage import erasure
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
@@ -32,7 +30,6 @@ __all__ = ["CONFIRM", "ForgetUseCases"]
 log = get_logger(__name__)
 
 CONFIRM = "destructive"  # seed 004: `X-Confirm: destructive`
-REASON = "forget-subject"
 
 
 class ForgetUseCases(EmbeddingWork):
@@ -100,20 +97,7 @@ class ForgetUseCases(EmbeddingWork):
             damaged_dropped=result.damaged_dropped,
         )
         for memory_id in about:
-            self.emitter.emit(
-                ITEM_CHANGED,
-                {
-                    "event_type": str(ItemEvent.ERASED),
-                    "bank": name,
-                    "id": memory_id,
-                    "subject": subject,  # who it was about (an id): their live views hear it
-                    # Seed 000's payload always has `memory`: a subscriber reading its id works
-                    # here too, and finds no text, which is gone.
-                    "memory": {"id": memory_id, "subject": subject},
-                    "reason": REASON,
-                    "event_id": event_id(),
-                },
-            )
+            self._emit_erased(name, memory_id, subject)
         return ForgetSubjectResponse(
             bank=name,
             subject=subject,
@@ -137,11 +121,15 @@ class ForgetUseCases(EmbeddingWork):
         """A deleted bank's trashed copies (`.trash/`, kept for a person to recover by hand)
         hold every memory about them too: erased the same way, though no bank by that name is
         live. No intent: each file is replaced whole, and a run cut short is finished by the
-        next (each step is idempotent); nothing is announced (nothing of theirs was live)."""
+        next (each step is idempotent). Each id is announced as any erasure's (`erased`, no
+        text): nothing of theirs was live, but a copy kept elsewhere (memory-consolidate's last
+        report of the bank, which only that event scrubs) still held their texts."""
         copies, erased = await asyncio.to_thread(
             erasure.erase_trashed, self.store.root, name, subject
         )
         log.info("subject_forgotten", bank=name, erased=len(erased), trash_copies=copies)
+        for memory_id in sorted(erased):
+            self._emit_erased(name, memory_id, subject)
         return ForgetSubjectResponse(
             bank=name,
             subject=subject,

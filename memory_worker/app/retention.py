@@ -188,6 +188,7 @@ class RetentionUseCases(EmbeddingWork):
                 log.error("bank_load_failed", bank=name, error=str(exc))
                 continue
             if bank is not None:
+                self._announce_late_erasures(bank)
                 self._embed_soon(bank)
                 try:
                     total += len(await self.reap(bank))
@@ -206,6 +207,13 @@ class RetentionUseCases(EmbeddingWork):
         scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
         gone: list[Memory] = []
         if bank is not None:  # this call's sweep, and what reads, saves or the boot retired
+            running = self._reaping.get(bank.name)
+            if running is not None and not running.done():
+                # A reap a read asked for, still writing: its tombstones are in flight, so this
+                # sweep finds nothing to retire, and they join the report only once it lands.
+                # Not waited for, they went to the next stats call (a pass later, for the
+                # consolidation sibling's count).
+                await asyncio.shield(running)  # `_reap_quietly`: never raises
             await self.reap(bank)
             # Reported once, to whoever counts for the whole bank (a person, consolidation): a
             # scoped view, or an agent's look, leaves it for them.

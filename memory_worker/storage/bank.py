@@ -257,6 +257,10 @@ class Bank:
         # stays, so the next load finishes them, and a write about them landing meanwhile would
         # be acknowledged and then erased. Refused as while they run, until a retry finishes one.
         self._unfinished: dict[str, frozenset[str]] = {}
+        # What an erasure finished after its call failed erased (id → subject): at this load
+        # (`erasure.resume`), or in the trashed copy when the bank was deleted. Nobody was told:
+        # the service announces it as the erasure would have (`take_unannounced_erasures`).
+        self._unannounced_erasures: dict[str, str] = {}
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
         self._rewriting: asyncio.Event | None = None  # set when the running rewrite is over
@@ -347,7 +351,9 @@ class Bank:
         bank = cls(name, path, warnings=warnings, guard=guard)
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
-        erasure.resume(path.parent, name, path)  # an interrupted forget-subject finishes first
+        # An interrupted forget-subject finishes first.
+        for subject, gone in erasure.resume(path.parent, name, path).items():
+            bank.note_erased(subject, gone)
         bank._read_bank_file()
         if not hand_edit:
             bank._set_aside_interrupted_tail()
@@ -997,6 +1003,15 @@ class Bank:
                 del self._unfinished[unfinished]
         finally:
             del self._erasing[subject]
+
+    def note_erased(self, subject: str, ids: Iterable[str]) -> None:
+        """`ids`, about `subject`, were erased by an erasure whose call had failed: to announce."""
+        self._unannounced_erasures.update(dict.fromkeys(ids, subject))
+
+    def take_unannounced_erasures(self) -> dict[str, str]:
+        """What `note_erased` noted (id → subject), once: nobody has been told yet."""
+        erased, self._unannounced_erasures = self._unannounced_erasures, {}
+        return erased
 
     def _intent_names(self, subject: str) -> bool:
         """Whether the erasure intent on disk still names `subject` (unreadable: it may)."""

@@ -46,6 +46,7 @@ __all__ = [
     "erase_trashed",
     "erase_vectors",
     "erased_ids",
+    "finish_in_trash",
     "forget_plan",
     "has_copies",
     "pending",
@@ -214,10 +215,27 @@ def erase_trashed(root: Path, bank: str, subject: str) -> tuple[int, set[str]]:
     return touched, erased
 
 
-def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
+def finish_in_trash(root: Path, bank: str, copy: Path) -> dict[str, set[str]]:
+    """Finish in `copy` (a folder of `bank` just moved to `.trash/`) the erasures its intent
+    names (blocking): a trashed bank is never loaded again, so `resume` would never run for it
+    and their memories would stay there. Every trashed copy of `bank` is erased as
+    `memory::forget-subject` erases them; returns the subjects finished, each with the ids
+    removed whole."""
+    subjects = pending(copy)
+    finished: dict[str, set[str]] = {}
+    for subject in subjects:
+        finished[subject] = erase_trashed(root, bank, subject)[1]
+        log.warning("forget_subject_resumed", bank=bank, trash_copy=copy.name)
+    if subjects:
+        clear_intent(copy)
+    return finished
+
+
+def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
     """Finish the erasures a crash interrupted (blocking; at load, before the log is replayed).
-    Returns the subjects it finished."""
+    Returns the subjects it finished, each with the ids it removed whole from the bank's log."""
     subjects = pending(bank_path)
+    finished: dict[str, set[str]] = {}
     for name in (VECTORS_FILE, LANE_VECTORS_FILE, ACCESS_FILE):  # the log's: `Bank.load`
         files.remove_replacements(bank_path / name)
     for subject in subjects:
@@ -229,6 +247,7 @@ def resume(root: Path, bank: str, bank_path: Path) -> list[str]:
         access.load()
         access.forget(gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
+        finished[subject] = gone
     if subjects:
         clear_intent(bank_path)
-    return subjects
+    return finished

@@ -28,7 +28,7 @@ from pathlib import Path
 from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import BankNotFound, Conflict, StorageError
 from memory_worker.core.names import check_name
-from memory_worker.storage import files
+from memory_worker.storage import erasure, files
 from memory_worker.storage.bank import Bank, BankSummary, Guard
 from memory_worker.storage.damage import DurabilityWarnings
 from memory_worker.storage.logger import get_logger
@@ -449,7 +449,24 @@ class Store:
         self._banks.pop(name, None)
         self._trashed.add(name)
         bank.close()
+        await self._finish_erasures(bank, target)
         return target
+
+    async def _finish_erasures(self, bank: Bank, target: Path) -> None:
+        """An erasure that failed past its intent (the disk refused its rewrite) promised to
+        finish at the bank's next load, which a deleted bank never has: finished in its trashed
+        copy now, what it erased noted on `bank` for the service to announce. A failure is
+        logged (the delete itself is done); `memory::forget-subject` naming the deleted bank
+        erases its trashed copies again."""
+        try:
+            finished = await asyncio.to_thread(
+                erasure.finish_in_trash, self.root, bank.name, target
+            )
+        except StorageError as exc:
+            log.error("forget_subject_unfinished_in_trash", bank=bank.name, error=str(exc))
+            return
+        for subject, gone in finished.items():
+            bank.note_erased(subject, gone)
 
     async def _trash_broken(self, name: str, now_ms: int) -> Path:
         """A bank folder that failed to load is still the user's bank, and deleting it is the way
