@@ -651,6 +651,48 @@ class TestAgentsInATurn:
         whole = await call(service, "memory::stats", PERSON, bank="main")
         assert whole["by_subject"] == {"ana": 3, "bruno": 3} and whole["memories"] == 7
 
+    async def test_an_agents_bank_get_and_list_count_no_other_person(
+        self, service: MemoryService
+    ) -> None:
+        """`memory::bank::get`/`list` told an agent in Bruno's turn the whole bank's counts (7
+        memories, 2 subjects) where its `memory::stats` said 4: how many people the bank knows
+        of, and how much about them. They count what the agent may see, as stats does."""
+        ids = await _people(service)
+        await call(service, "memory::pin", PERSON, id=min(ids["ana"]), pinned=True)  # Ana's
+        reads = (("memory::bank::get", {"name": "main"}), ("memory::bank::list", {}))
+        for function_id, payload in reads:
+            for speaker, memories, subjects in (("bruno", 4, 1), (None, 1, 0)):
+                out = await _in_turn(service, function_id, speaker, **payload)
+                [info] = [out["bank"]] if "bank" in out else out["banks"]
+                assert (info["memories"], info["subjects"]) == (memories, subjects), speaker
+                stats = await _in_turn(service, "memory::stats", speaker, bank="main")
+                assert info["pinned"] == stats["pinned"], speaker
+            mcp = await call(service, function_id, AGENT, **payload)  # no turn: general only
+            [info] = [mcp["bank"]] if "bank" in mcp else mcp["banks"]
+            assert (info["memories"], info["subjects"]) == (1, 0)
+            whole = await call(service, function_id, PERSON, **payload)
+            [info] = [whole["bank"]] if "bank" in whole else whole["banks"]
+            assert (info["memories"], info["pinned"], info["subjects"]) == (7, 1, 2)
+
+    async def test_an_agents_save_names_no_other_persons_memory_it_evicted(
+        self, service: MemoryService
+    ) -> None:
+        """Ana new to a full bank: her save evicts the bank's first to go, one of Bruno's. The
+        agent's answer named it in `evicted` (an id is the fingerprint of his text); it names
+        only what the agent may see, while a person's save still names every one."""
+        create = {"name": "main", "subject_scoping": True, "max_memories": 3}
+        await call(service, "memory::bank::create", PERSON, **create)
+        bruno = [
+            (await call(service, "memory::save", PERSON, text=t, subject="bruno"))["memory"]["id"]
+            for t, _ in BRUNO
+        ]
+        saved = await _in_turn(service, "memory::save", "ana", text="Ana plays the cello.")
+        assert saved["memory"]["subject"] == "ana" and "evicted" not in saved
+        listed = await call(service, "memory::list", PERSON, bank="main")
+        assert len({m["id"] for m in listed["memories"]} & set(bruno)) == 2  # one did go
+        by_person = await call(service, "memory::save", PERSON, text="Bruno sings.", subject="ana")
+        assert len(by_person["evicted"]) == 1
+
     async def test_an_agents_stats_leave_the_expiry_report_to_whoever_counts_all(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

@@ -33,8 +33,10 @@ from memory_worker.core.bank_settings import (
 )
 from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, InvalidInput
-from memory_worker.core.models import BankEvent, ItemEvent, Memory
+from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
+from memory_worker.core.retention import past_ttl
+from memory_worker.core.subjects import count_by_subject, in_scope
 from memory_worker.core.transitions import change_event
 from memory_worker.storage.bank import Bank, Rewrite
 from memory_worker.storage.logger import get_logger
@@ -82,7 +84,33 @@ class BankUseCases(EmbeddingWork):
         return BankCreateResponse(bank=self._info(bank), created=created, redacted=list(labels))
 
     async def bank_get(self, req: BankGetRequest, caller: Caller = SYSTEM) -> BankGetResponse:
-        return BankGetResponse(bank=self._info(self.store.get(check_name(req.name, "bank"))))
+        bank = self.store.get(check_name(req.name, "bank"))
+        return BankGetResponse(bank=self._as_seen_by(self._info(bank), bank, caller))
+
+    def _scoped_for(self, info: BankInfo, caller: Caller) -> bool:
+        """Whether `caller` sees less of the bank `info` shows than its whole counts: an agent in
+        a bank partitioned by subject."""
+        settings = info.settings
+        return caller.kind is CallerKind.AGENT and settings is not None and settings.subject_scoping
+
+    def _as_seen_by(self, info: BankInfo, bank: Bank, caller: Caller) -> BankInfo:
+        """`info` as `caller` may see it: an agent in a bank partitioned by subject counts the
+        general memories and its turn's speaker's (as its `memory::stats` does), never how many
+        people the bank knows of and how much about them."""
+        if not self._scoped_for(info, caller):
+            return info
+        _, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
+        retention, now_ms = self.bank_settings(bank).retention, self.clock()
+        live = [
+            m
+            for m in bank.memories.values()
+            if m.live
+            and in_scope(m.subject, subject)
+            and not (retention and past_ttl(m, retention, now_ms))
+        ]
+        about = count_by_subject(m.subject for m in live if m.subject is not None)
+        counts = {"memories": len(live), "pinned": sum(m.pinned for m in live)}
+        return info.model_copy(update={**counts, "subjects": len(about)})
 
     async def bank_configure(
         self, req: BankConfigureRequest, caller: Caller = SYSTEM
@@ -139,6 +167,17 @@ class BankUseCases(EmbeddingWork):
                 if b.settings is None
                 or AccessLevel(b.settings.conscious_access) is not AccessLevel.NONE
             ]
+            seen = []
+            for info in banks:
+                if self._scoped_for(info, caller):
+                    # A listing peeks at counts files: the rows are needed to count a scope.
+                    await self.ready_bank(info.name)
+                    bank = self.store.find(info.name)
+                    if bank is None:  # gone or broken meanwhile: nothing there to read
+                        continue
+                    info = self._as_seen_by(info, bank, caller)
+                seen.append(info)
+            banks = seen
         return BankListResponse(banks=banks)
 
     async def bank_delete(

@@ -125,11 +125,11 @@ class MemoryUseCases(RetentionUseCases):
         self._emit_item(event, name, record, redaction_reason(labels))
         for gone in evicted:
             self._emit_item(ItemEvent.DELETED, name, gone, EVICTED)
+        # A person new to a full scoped bank evicts the bank's first to go, maybe another
+        # person's: an agent is told only of what it may see (an id fingerprints the text).
+        shown = [gone.id for gone in evicted if not self.hidden_from(bank, gone, caller)]
         return SaveResponse(
-            memory=record,
-            created=created,
-            redacted=sorted(set(labels)),
-            evicted=[gone.id for gone in evicted] or None,
+            memory=record, created=created, redacted=sorted(set(labels)), evicted=shown or None
         )
 
     def _evictions(self, bank: Bank, record: Memory, caller: Caller) -> list[Memory]:
