@@ -411,3 +411,119 @@ def test_a_vaults_hidden_folders_and_files_are_not_memories(tmp_path: Path) -> N
     (vault / ".hidden-note.md").write_text("- A hidden note of the vault app\n")
     texts = [r["text"] for r in read_foreign(vault, "markdown").records]
     assert texts == ["The user prefers dark roast coffee"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # An Obsidian tag opening a line is text: a heading's `#` is followed by a space.
+        (
+            "#todo Call the plumber about the kitchen leak\n\n# Home\n\nThe boiler is serviced.\n",
+            ["#todo Call the plumber about the kitchen leak", "The boiler is serviced."],
+        ),
+        ("#2 on the list is painting the fence\n", ["#2 on the list is painting the fence"]),
+        # Seven `#` are no heading either (CommonMark: one to six).
+        ("####### The user likes tea\n", ["####### The user likes tea"]),
+        # A heading with nothing after its `#` is still one.
+        ("#\nThe user likes tea.\n", ["The user likes tea."]),
+    ],
+)
+def test_a_line_that_starts_with_a_tag_is_no_heading(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    """Every line starting with `#` was dropped as a heading: a vault's `#todo Call the
+    plumber` (Obsidian's tags, `#2 on the list`) never arrived, and nothing counted it."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(text)
+    assert [r["text"] for r in read_foreign(notes, "markdown").records] == expected
+
+
+def test_a_refused_item_of_another_systems_export_is_named_where_it_is_in_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One item the import refuses refuses them all, and the error must say which: it said
+    `record 2`, counting only the items kept — mem0's third item (its first was left out as too
+    short), and in a folder of notes no file at all."""
+    data = tmp_path / "data"
+    mem0 = tmp_path / "mem0.json"
+    mem0.write_text(
+        json.dumps(
+            [
+                {"id": "x", "memory": "ok"},
+                {"id": "y", "memory": "The user likes green tea"},
+                {"id": "z", "memory": "The user \u0000 plays chess"},
+            ]
+        )
+    )
+    argv = ["import", str(mem0), "--from", "mem0", "--bank", "main", "--data-dir", str(data)]
+    assert cli.main(argv) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input"
+    assert error["message"] == f"{mem0}: item 3: text contains a NUL character"
+    vault = tmp_path / "vault"
+    (vault / "home").mkdir(parents=True)
+    (vault / "a.md").write_text("- The user likes green tea\n")
+    (vault / "home" / "b.md").write_text("- The user keeps bees\n- The user \u0000 plays chess\n")
+    argv = ["import", str(vault), "--from", "markdown", "--bank", "main", "--data-dir", str(data)]
+    assert cli.main(argv) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["message"] == f"{vault / 'home' / 'b.md'}: item 2: text contains a NUL character"
+    assert not (data / "main").exists()
+
+
+def test_a_tag_from_a_name_in_another_alphabet_keeps_its_letters(tmp_path: Path) -> None:
+    """A note's file name and a mem0 category became tags of ASCII letters only: `Reunião.md`
+    was tagged `reuni-o` (on macOS, whose names are decomposed, `reuna-o`), `日記.md` not at
+    all, a category `saúde` became `sa-de` — no filter a person would type finds them."""
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "Reunião de equipa.md").write_text("- The team meets on Mondays\n")
+    (vault / "Reunia\u0303o 2.md").write_text("- The team meets on Fridays too\n")
+    (vault / "日記.md").write_text("- The user walked to the park\n")
+    tags = sorted(tuple(r["tags"]) for r in read_foreign(vault, "markdown").records)
+    assert tags == [("reunião-2",), ("reunião-de-equipa",), ("日記",)]
+    mem0 = tmp_path / "mem0.json"
+    mem0.write_text(json.dumps([{"memory": "Runs five km every day", "categories": ["Saúde"]}]))
+    assert read_foreign(mem0, "mem0").records[0]["tags"] == ["saúde"]
+
+
+def test_a_mem0_memory_updated_since_it_was_created_was_last_stated_when_updated(
+    tmp_path: Path,
+) -> None:
+    """mem0 sets `updated_at` when it rewrites a memory's text (its UPDATE event): that is when
+    the fact as it now reads was stated. It was dated by `created_at`, so "the user moved to
+    Porto" (updated this year) read as two years old, behind what it replaced in time."""
+    path = tmp_path / "mem0.json"
+    path.write_text(json.dumps(MEM0))
+    first, second = read_foreign(path, "mem0").records
+    assert first["stated_at"] == first["updated_at"] == 1775934000000
+    assert first["created_at"] == 1772471700000
+    assert second["stated_at"] == second["created_at"]  # `updated_at: null`: never rewritten
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "The user likes tea. %%ask about the brand%%\n\n"
+            "%%\nA hidden draft\n- over two lines\n%%\n\n"
+            "The user lives in Porto.\n",
+            ["The user likes tea.", "The user lives in Porto."],
+        ),
+        (
+            "- The user keeps bees %%on the roof?%%\n- The user sells honey\n",
+            ["The user keeps bees", "The user sells honey"],
+        ),
+        # In code, `%%` is code: no comment opens there.
+        (
+            '```\nprintf("100%%");\n```\n\nThe user likes tea.\n\nThe user lives in Porto.\n',
+            ["The user likes tea.", "The user lives in Porto."],
+        ),
+    ],
+)
+def test_an_obsidian_comment_is_no_memory(tmp_path: Path, text: str, expected: list[str]) -> None:
+    """Obsidian's `%%…%%` is a comment, hidden from the note as an HTML comment is (which is no
+    memory): what a person hid from their own notes became memories an agent is shown."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(text)
+    assert [r["text"] for r in read_foreign(notes, "markdown").records] == expected

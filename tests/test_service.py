@@ -662,6 +662,34 @@ class TestImportEvents:
         )
         assert other["imported"] == 1
 
+    async def test_one_text_twice_in_an_import_without_ids_is_each_persons_memory_once(
+        self, service: MemoryService
+    ) -> None:
+        """A mem0 export of several users, or a vault holding one line in two notes: records
+        without an id were all given their text's fingerprint, so the same words about Ana and
+        about Bruno were one id and the later record replaced the earlier (Ana's memory gone,
+        both counted as imported), and a fact twice in the file was written twice as revision
+        0 of one id, the first's tags lost."""
+        rows = [
+            {"text": "The user likes green tea", "tags": ["drinks"]},
+            {"text": "the user  likes green tea"},  # the same fact again, first one kept
+            {"text": "Likes hiking in the Alps", "subject": "ana"},
+            {"text": "Likes hiking in the Alps", "subject": "bruno"},
+        ]
+        first = await call(service, "memory::import", bank="main", records=rows)
+        assert (first["imported"], first["live"]) == (3, 3)
+        listed = await call(service, "memory::list", bank="main", include_superseded=True)
+        found = sorted((m["text"], m.get("subject"), tuple(m["tags"])) for m in listed["memories"])
+        assert found == [
+            ("Likes hiking in the Alps", "ana", ()),
+            ("Likes hiking in the Alps", "bruno", ()),
+            ("The user likes green tea", None, ("drinks",)),
+        ]
+        log = service.store.root / "main" / "memories.jsonl"
+        assert len(log.read_text().splitlines()) == 3
+        again = await call(service, "memory::import", bank="main", records=rows)
+        assert again["imported"] == 0
+
     async def test_an_export_imported_again_keeps_why_a_memory_was_retired(
         self, service: MemoryService, clock: FixedClock
     ) -> None:

@@ -353,16 +353,22 @@ def _read_records(path: str) -> list[dict[str, Any]]:
 
 async def _import(args: argparse.Namespace) -> int:
     skipped: dict[str, int] = {}
+    origins: list[str] | None = None
     if args.source_format == "memory-worker":
         rows = _read_records(args.file)
     else:
         foreign = read_foreign(Path(args.file), args.source_format)
-        rows, skipped = foreign.records, foreign.skipped
+        rows, skipped, origins = foreign.records, foreign.skipped, foreign.origins
         if not rows:
             raise InvalidInput(f"{args.file} holds no memory in the {args.source_format} format")
 
     async def work(door: Door) -> int:
-        report = await import_rows(door, args.bank, rows)
+        try:
+            report = await import_rows(door, args.bank, rows)
+        except InvalidInput as exc:
+            if origins is None:
+                raise
+            raise _record_in_export(exc, origins) from None
         _dump({**report, "skipped": skipped} if skipped else report, sys.stdout, pretty=True)
         return 0
 
@@ -402,6 +408,15 @@ def _record_in_file(error: InvalidInput, positions: list[int]) -> InvalidInput:
         return error
     number = positions[int(found.group(1)) - 1] + 1
     return InvalidInput(f"record {number}: {error.message[found.end() :]}")
+
+
+def _record_in_export(error: InvalidInput, origins: list[str]) -> InvalidInput:
+    """A refusal of `record N` of an import read from another system's export, as the place in
+    that export (`FILE: item 3`, a note's file and item): the records skip what was left out."""
+    found = _RECORD_NUMBER.match(error.message)
+    if found is None or not 1 <= int(found.group(1)) <= len(origins):
+        return error
+    return InvalidInput(f"{origins[int(found.group(1)) - 1]}: {error.message[found.end() :]}")
 
 
 def _chunks(rows: list[dict[str, Any]], limit_bytes: int) -> list[list[int]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,21 +39,29 @@ BOM = "\ufeff"  # the UTF-8 byte order mark, as decoded text
 _MAX_FILES = 10_000
 _MAX_FILE_BYTES = 4 * 1024 * 1024
 _LIST_ITEM = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.*)$")
-_TAG_CHARS = re.compile(r"[^a-z0-9_-]+")
+# What a tag made of a name keeps: letters and digits of every alphabet (a tag is Unicode, as a
+# save stores it), `_` and `-`; the rest (spaces, punctuation) becomes `-`.
+_TAG_CHARS = re.compile(r"[^\w-]+")
 # CommonMark's other markup that is no memory: a setext heading's underline (the paragraph above it
 # is the heading) and a thematic break (`***`, `- - -`).
 _SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
 _THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+# An ATX heading: one to six `#`, then a space or the line's end. `#todo call the plumber` (an
+# Obsidian tag) and `#2 on the list` are text.
+_ATX_HEADING = re.compile(r"#{1,6}(?:[ \t]|$)")
 
 
 @dataclass
 class Foreign:
-    """What a foreign export gave: import records, and how many items were left out (why)."""
+    """What a foreign export gave: import records, where in the export each one is (`origins`,
+    what a refusal of that record names: the import's own record numbers skip what was left
+    out, and say nothing of a folder's files), and how many items were left out (why)."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def add(self, text: str, **fields: Any) -> None:
+    def add(self, text: str, where: str, **fields: Any) -> None:
         from memory_worker.core.transitions import MAX_TEXT_CHARS, MIN_TEXT_CHARS
 
         text = " ".join(text.split())
@@ -62,6 +71,7 @@ class Foreign:
             self.skipped["too_long"] = self.skipped.get("too_long", 0) + 1
         else:
             self.records.append({"text": text, **fields})
+            self.origins.append(where)
 
 
 def _ms(value: object) -> int | None:
@@ -89,7 +99,10 @@ def _ms(value: object) -> int | None:
 
 
 def _tag(value: object) -> str | None:
-    tag = _TAG_CHARS.sub("-", str(value).strip().lower()).strip("-")
+    # Composed first, as a save stores a tag (NFKC): a macOS file name is decomposed, and a
+    # combining accent is no letter.
+    name = unicodedata.normalize("NFKC", str(value).strip()).lower()
+    tag = _TAG_CHARS.sub("-", name).strip("-")
     return tag[:64] or None
 
 
@@ -123,24 +136,27 @@ def _mem0(path: Path) -> Foreign:
             fields["created_at"] = created
             fields["stated_at"] = created
         if updated is not None and (created is None or updated >= created):
-            fields["updated_at"] = updated
+            # mem0 sets `updated_at` when it rewrites the text: the fact as it reads now was
+            # stated then.
+            fields["updated_at"] = fields["stated_at"] = updated
         if isinstance(item.get("id"), str) and item["id"]:
             fields["source"] = {"entry_id": item["id"][:128], "agent": "mem0"}
-        out.add(text, **fields)
+        out.add(text, f"{path}: item {number}", **fields)
     return out
 
 
 def _prose(text: str) -> list[str]:
     """A markdown file's lines without front matter, headings (ATX and setext), fenced code,
-    HTML comments and thematic breaks."""
-    lines = text.splitlines()
-    if lines and lines[0].strip() == "---":
-        end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
-        if end is not None:
-            lines = lines[end + 1 :]
+    HTML and Obsidian (`%%`) comments and thematic breaks."""
+    lines = _without_front_matter(text.splitlines())
     kept: list[str] = []
-    fenced = comment = False
+    fenced = comment = hidden = False
     for line in lines:
+        if hidden or (not fenced and not comment and "%%" in line):
+            rest, hidden = _outside_obsidian_comments(line, hidden)
+            if rest is None:
+                continue
+            line = rest
         if comment or (not fenced and line.lstrip().startswith("<!--")):
             rest, comment = _after_comments(line, comment)
             if rest is None:
@@ -155,7 +171,7 @@ def _prose(text: str) -> list[str]:
             kept.extend(ends)
         elif fenced:
             continue
-        elif stripped.startswith("#"):
+        elif _ATX_HEADING.match(stripped):
             kept.extend(ends)
         elif _SETEXT_UNDERLINE.match(line) and _paragraph_line(kept):
             while _paragraph_line(kept):  # the paragraph it underlines is a heading
@@ -187,6 +203,24 @@ def _after_comments(line: str, comment: bool) -> tuple[str | None, bool]:
     rest = rest.strip()
     # At the line's own indent: a list item's continuation stays one.
     return (line[: len(line) - len(line.lstrip())] + rest if rest else None), False
+
+
+def _without_front_matter(lines: list[str]) -> list[str]:
+    if lines and lines[0].strip() == "---":
+        end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
+        if end is not None:
+            return lines[end + 1 :]
+    return lines
+
+
+def _outside_obsidian_comments(line: str, hidden: bool) -> tuple[str | None, bool]:
+    """What `line` holds outside Obsidian's `%%…%%` comments (`hidden`: one is open since an
+    earlier line), and whether one is still open: None when nothing is left. Hidden from the
+    note as an HTML comment is, it is no memory either."""
+    parts = line.split("%%")
+    rest = "".join(part for i, part in enumerate(parts) if (i % 2 == 0) != hidden)
+    hidden = hidden != (len(parts) % 2 == 0)  # each `%%` opens or closes one
+    return (rest.rstrip() if rest.strip() else None), hidden
 
 
 def _paragraph_line(kept: list[str]) -> bool:
@@ -233,8 +267,8 @@ def _markdown(path: Path) -> Foreign:
             text = _read(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read the standard input: {exc}") from None
-        for block in _blocks(text):
-            out.add(" ".join(part for part in block if part), tags=[])
+        for number, block in enumerate(_blocks(text), start=1):
+            out.add(" ".join(part for part in block if part), f"item {number}", tags=[])
         return out
     if path.is_dir():
         # A hidden entry inside the folder is not the person's notes: Obsidian keeps deleted
@@ -261,9 +295,10 @@ def _markdown(path: Path) -> Foreign:
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read {file}: {exc}") from None
         tag = _tag(file.stem)
-        for block in _blocks(text):
+        for number, block in enumerate(_blocks(text), start=1):
             joined = " ".join(part for part in block if part)
-            out.add(joined, tags=[tag] if tag else [], created_at=stamp, stated_at=stamp)
+            fields = {"tags": [tag] if tag else [], "created_at": stamp, "stated_at": stamp}
+            out.add(joined, f"{file}: item {number}", **fields)
     return out
 
 

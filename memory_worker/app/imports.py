@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +26,8 @@ from memory_worker.core.models import (
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.core.retention import past_ttl
+from memory_worker.core.subjects import subject_key
+from memory_worker.core.text import normalize
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 
@@ -169,16 +172,31 @@ class ImportUseCases(RetentionUseCases):
         folder) imported twice, or a fact the bank already had, became a second memory."""
         records: list[Memory] = []
         reasons: list[str | None] = []
+        # The ids this import writes, and the memories without an id it already holds (a text
+        # about a subject): the same words twice in one file are one memory, the same words about
+        # two people two memories, never one id that the later record overwrites.
+        taken = {item.id for item, *_ in prepared if item.id is not None}
+        seen: set[tuple[str, str | None]] = set()
         for item, text, entities, tags, card, found in prepared:
-            if item.id is None:
+            memory_id = item.id
+            if memory_id is None:
                 held = bank.match_text(text, item.subject)
                 if held is not None and held.live:
                     continue
+                key = (
+                    unicodedata.normalize("NFC", normalize(text)),
+                    None if item.subject is None else subject_key(item.subject),
+                )
+                if key in seen:
+                    continue
+                seen.add(key)
+                memory_id = bank.new_id(text, taken)
+                taken.add(memory_id)
             created_at = item.created_at if item.created_at is not None else now_ms
             updated_at = item.updated_at if item.updated_at is not None else created_at
             records.append(
                 Memory(
-                    id=item.id or bank.new_id(text),
+                    id=memory_id,
                     text=text,
                     entities=entities,
                     tags=tags,

@@ -1143,12 +1143,13 @@ class Bank:
         else:
             self._requeue(ids)
 
-    def new_id(self, text: str) -> str:
+    def new_id(self, text: str, taken: Collection[str] = ()) -> str:
         """The content fingerprint of `text`; salted deterministically in the rare case another
-        record already owns it (its text was edited away from this one)."""
+        record already owns it (its text was edited away from this one), or `taken` holds it
+        (the ids an import is about to write: the same words about two people)."""
         memory_id = fingerprint(text)
         salt = 0
-        while memory_id in self._memories or memory_id in self._staged:
+        while memory_id in self._memories or memory_id in self._staged or memory_id in taken:
             salt += 1
             memory_id = fingerprint(f"{normalize(text)}\x00{salt}")
         return memory_id
