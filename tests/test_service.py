@@ -1123,3 +1123,18 @@ async def _reopen(service: MemoryService, data_dir: Path) -> MemoryService:
     await service.store.close()
     store = Store.open(data_dir, holder=HOLDER)
     return MemoryService(store, service.settings, emitter=RecordingEmitter(), clock=service.clock)
+
+
+def test_event_ids_stay_random_uuid4_hex() -> None:
+    """`event_id` builds its id from the random bytes itself (no `UUID` object, a write's cost):
+    still what `uuid.uuid4().hex` gives, version-4 and RFC 4122 variant bits set, never twice."""
+    import uuid
+
+    from memory_worker.app.base import event_id
+
+    ids = [event_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(hex=value)
+        assert parsed.hex == value and len(value) == 32
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+import os
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Iterable
@@ -60,8 +60,14 @@ MAX_SUBJECT_CHARS = 128  # a handle or an id, not a description of the person
 def event_id() -> str:
     """A fresh identity for one change event: delivery is at-least-once (a failed fan-out is
     retried), so a subscriber dedupes on it. Random, not derived from the change: a bank
-    deleted and created again replays the same ids and revisions."""
-    return uuid.uuid4().hex
+    deleted and created again replays the same ids and revisions.
+
+    What `uuid.uuid4().hex` gives (16 random bytes, the version-4 and RFC 4122 variant bits set),
+    without building a `UUID` object: every write's event paid ~3 µs more for it."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # variant RFC 4122
+    return raw.hex()
 
 
 def item_event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> dict[str, Any]:
