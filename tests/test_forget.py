@@ -78,6 +78,21 @@ async def _populate(service: MemoryService) -> dict[str, list[str]]:
     return ids
 
 
+async def _erase_ana_past_its_intent(
+    service: MemoryService, bank: bank_module.Bank, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `forget-subject` of "ana" whose log rewrite the disk refuses (full): its intent is
+    written and stays, for the bank's next load (or a retry) to finish."""
+
+    async def disk_full(*args: Any, **kwargs: Any) -> Any:
+        raise StorageError("cannot rewrite memories.jsonl: No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(bank, "rewrite", disk_full)
+        with pytest.raises(StorageError):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+
+
 class TestForget:
     async def test_a_grep_of_the_data_dir_finds_nothing_of_theirs_and_the_rest_stays(
         self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
@@ -517,15 +532,7 @@ class TestForget:
         them stays refused until the erasure is finished, as while it runs."""
         await call(service, "memory::bank::create", name="main", subject_scoping=True)
         old = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
-        bank = store.get("main")
-
-        async def disk_full(*args: Any, **kwargs: Any) -> Any:
-            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
-
-        monkeypatch.setattr(bank, "rewrite", disk_full)
-        with pytest.raises(StorageError):
-            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
-        monkeypatch.undo()
+        await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
         refused: list[str] = []
         for function_id, payload in (
             ("memory::save", {"text": "Ana likes figs.", "subject": "ana"}),
@@ -563,15 +570,7 @@ class TestForget:
         figs = await call(service, "memory::save", text="Ana likes figs.", subject="ana")
         await call(service, "memory::delete", id=figs["memory"]["id"])  # retired: erased too
         await call(service, "memory::save", text="The office is in Porto.")
-        bank = store.get("main")
-
-        async def disk_full(*args: Any, **kwargs: Any) -> Any:
-            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
-
-        monkeypatch.setattr(bank, "rewrite", disk_full)
-        with pytest.raises(StorageError):
-            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
-        monkeypatch.undo()
+        await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
         emitter.clear()
         if finished_by == "memory::reload":
             await call(service, "memory::reload")
@@ -612,15 +611,7 @@ class TestForget:
         await call(service, "memory::bank::create", name="main", subject_scoping=True)
         locker = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
         await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
-        bank = store.get("main")
-
-        async def disk_full(*args: Any, **kwargs: Any) -> Any:
-            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
-
-        monkeypatch.setattr(bank, "rewrite", disk_full)
-        with pytest.raises(StorageError):
-            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
-        monkeypatch.undo()
+        await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
         emitter.clear()
         trashed = Path((await call(service, "memory::bank::delete", name="main"))["trashed_to"])
         memory_id = locker["memory"]["id"]

@@ -23,6 +23,7 @@ from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter
+from .holds import hold_log_syncs
 
 
 async def call(service: MemoryService, function_id: str, **payload: Any) -> dict[str, Any]:
@@ -521,20 +522,9 @@ class TestCancelledCalls:
         on a handler, while its write's fsync runs: the write lands (the commit is shielded),
         so its change event goes out too. The rest of the call was cut off with it: the
         memory was saved but the console, subscribers and the embedder never heard of it."""
-        from memory_worker.storage import bank as bank_module
-
         first = await save(service, "The user likes tea")
         bank = service.store.get("main")
-        entered, release = threading.Event(), threading.Event()
-        real_sync = bank._log.sync
-
-        def held_sync() -> int:
-            entered.set()
-            release.wait(30)
-            return real_sync()
-
-        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
-        monkeypatch.setattr(bank._log, "sync", held_sync)
+        entered, release = hold_log_syncs(monkeypatch, bank)
         emitter.clear()
         payload: dict[str, Any] = (
             {"text": "The user likes cocoa"}

@@ -39,6 +39,7 @@ from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter
+from .holds import hold_bank_loads, hold_log_syncs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -332,15 +333,7 @@ class TestServiceReloadBank:
         meanwhile waits for the reload (the bank is taken under the store's lock) and lands in
         the bank as reloaded, never refused as `the bank is reloading; retry`."""
         await call(service, "memory::save", bank="main", text="The user likes tea")
-        entered, release = threading.Event(), threading.Event()
-        real_load = Bank.load.__func__  # type: ignore[attr-defined]
-
-        def held_load(cls: type[Bank], *args: Any, **kwargs: Any) -> Bank:
-            entered.set()
-            release.wait(30)
-            return real_load(cls, *args, **kwargs)  # type: ignore[no-any-return]
-
-        monkeypatch.setattr(Bank, "load", classmethod(held_load))
+        entered, release = hold_bank_loads(monkeypatch)
         _replace(data_dir / "main" / "rules" / "style.md", "Be brief.")
         reloading = asyncio.create_task(service.reload_bank("main"))
         assert await asyncio.to_thread(entered.wait, 10)
@@ -375,15 +368,7 @@ class TestServiceReloadBank:
         tea = (await call(service, "memory::save", bank="main", text="The user likes tea"))[
             "memory"
         ]
-        entered, release = threading.Event(), threading.Event()
-        real_load = Bank.load.__func__  # type: ignore[attr-defined]
-
-        def held_load(cls: type[Bank], *args: Any, **kwargs: Any) -> Bank:
-            entered.set()
-            release.wait(30)
-            return real_load(cls, *args, **kwargs)  # type: ignore[no-any-return]
-
-        monkeypatch.setattr(Bank, "load", classmethod(held_load))
+        entered, release = hold_bank_loads(monkeypatch)
         _replace(data_dir / "main" / "rules" / "style.md", "Be brief.")
         reloading = asyncio.create_task(service.reload_bank("main"))
         assert await asyncio.to_thread(entered.wait, 10)
@@ -409,15 +394,7 @@ class TestServiceReloadBank:
         waits for the reload (or the reload for the delete), never both at once, so the bank
         the reload read does not come back into RAM after its folder went to `.trash`."""
         await call(service, "memory::save", bank="notes", text="The user likes tea")
-        entered, release = threading.Event(), threading.Event()
-        real_load = Bank.load.__func__  # type: ignore[attr-defined]
-
-        def held_load(cls: type[Bank], *args: Any, **kwargs: Any) -> Bank:
-            entered.set()
-            release.wait(30)
-            return real_load(cls, *args, **kwargs)  # type: ignore[no-any-return]
-
-        monkeypatch.setattr(Bank, "load", classmethod(held_load))
+        entered, release = hold_bank_loads(monkeypatch)
         _replace(data_dir / "notes" / "rules" / "style.md", "Be brief.")
         reloading = asyncio.create_task(service.reload_bank("notes"))
         assert await asyncio.to_thread(entered.wait, 10)
@@ -448,16 +425,7 @@ class TestServiceReloadBank:
         a hand edit and announce it a second time as `edited by hand`."""
         await call(service, "memory::save", bank="main", text="The user likes tea")
         bank = service.store.get("main")
-        entered, release = threading.Event(), threading.Event()
-        real_sync = bank._log.sync
-
-        def held_sync() -> int:
-            entered.set()
-            release.wait(30)
-            return real_sync()
-
-        monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
-        monkeypatch.setattr(bank._log, "sync", held_sync)
+        entered, release = hold_log_syncs(monkeypatch, bank)
         emitter.clear()
         saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
         assert await asyncio.to_thread(entered.wait, 10)
