@@ -451,3 +451,22 @@ async def test_a_data_dir_swapped_under_open_tabs_makes_each_refetch(tmp_path: P
             assert frame.startswith(f"event: {RESYNC}\n".encode()), frame
     finally:
         await server.close()
+
+
+async def test_a_settings_edit_refused_because_the_file_does_not_load_writes_nothing(
+    served: tuple[StandaloneServer, str],
+) -> None:
+    """The settings file already holds a value the worker refuses (a hand edit, kept out by the
+    hot reload): a console edit of another setting was answered "Not saved" (`invalid_input`,
+    naming the broken line) after its line had been written to the file anyway, to apply
+    unannounced whenever the file was next fixed."""
+    server, url = served
+    assert server.config_path is not None
+    server.config_path.write_text("recall_limit: 6\nmax_banks: 0\n")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url + "/console/settings/set", json={"values": {"extraction_window": 13}}) as r,
+    ):
+        assert r.status == 400
+        assert "max_banks" in (await r.json())["error"]["message"]
+    assert server.config_path.read_text() == "recall_limit: 6\nmax_banks: 0\n"

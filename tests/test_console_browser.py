@@ -20,6 +20,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -1762,3 +1763,223 @@ def test_pinning_the_memory_being_edited_does_not_refuse_the_edit(
     expect(_row(page, "drawer").locator(".mw-memory-meta")).to_contain_text("rev 2")
     [memory] = server.call("memory::list", {"bank": bank})["memories"]
     assert (memory["text"], memory["pinned"]) == ("The user's locker code is in the drawer", True)
+
+
+def test_the_settings_panel_shows_a_change_made_elsewhere_when_opened_again(
+    server: Server, open_tab: Any
+) -> None:
+    """The settings were read once per page: after another tab (or a hand edit of the file)
+    changed one, the panel went on showing the old value, and setting it back to what it showed
+    was impossible (the form saw no change, Save stayed disabled)."""
+    page = open_tab(_bank(server, "settings-elsewhere"), "settings").page
+    field = page.locator("#mw-setting-recall_limit")
+    expect(field).to_have_value("6")
+    page.get_by_role("tab", name="Memories").click()
+    try:
+        server.call("console::settings::set", {"values": {"recall_limit": 9}})  # another tab
+        page.get_by_role("tab", name="Settings").click()
+        expect(field).to_have_value("9")
+        field.fill("6")
+        page.get_by_role("button", name="Save settings").click()
+        expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+        assert "recall_limit: 6" in server.config.read_text()
+    finally:
+        server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def test_a_long_search_or_lane_with_no_space_never_makes_the_page_scroll_sideways(
+    server: Server, open_tab: Any
+) -> None:
+    """A memory's context lane (shown up to 60 characters) and the search line ("N results for
+    “…”") hold what was written or typed, which can be a URL or a path with no space: on a phone
+    each pushed the page wider than the screen."""
+    bank = _bank(server, "long-lane")
+    _save(server, bank, "A memory formed in a long context", context="c" * 300)
+    page = open_tab(bank, viewport=PHONE).page
+    expect(_row(page, "long context").locator(".mw-lane")).to_have_count(1)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"a long context lane scrolls the page sideways by {overflow}px"
+    page.get_by_label("Search memories").fill("https://example.com/" + "a" * 120)
+    page.get_by_label("Search memories").press("Enter")
+    expect(page.locator(".mw-summary")).to_contain_text("results for")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"a long search scrolls the page sideways by {overflow}px"
+
+
+def test_an_unsaved_setting_does_not_hold_up_switching_banks(server: Server, open_tab: Any) -> None:
+    """The settings are the server's, not a bank's: switching banks with one typed but unsaved
+    asked "Discard unsaved changes? … in bank X", discarded nothing when confirmed, and asked
+    again at every later switch."""
+    first, second = _bank(server, "settings-switch-a"), _bank(server, "settings-switch-b")
+    page = open_tab(first, "settings").page
+    field = page.locator("#mw-setting-recall_limit")
+    expect(field).to_have_value("6")
+    field.fill("7")
+    page.locator(".mw-bank-button", has_text=second).click()
+    expect(page.locator(".mw-bank-name")).to_have_text(second)
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(field).to_have_value("7")  # still the person's to save
+    assert "recall_limit: 6" in server.config.read_text()
+
+
+def test_raising_max_rule_chars_in_settings_clears_the_rules_over_budget_note(
+    server: Server, open_tab: Any
+) -> None:
+    """The rules panel's budget note follows `max_rule_chars`: raised in the Settings tab, the
+    Rules tab went on naming the rules "cut or left out" (no rule changed, so nothing re-read)."""
+    bank = _bank(server, "budget-raised")
+    _rule(server, bank, "long", "ok " * 2500)  # 7,500 characters, past the 6,000 default
+    page = open_tab(bank, "rules").page
+    note = page.locator(".mw-rule-budget")
+    expect(note).to_contain_text("long.md")
+    try:
+        page.get_by_role("tab", name="Settings").click()
+        page.locator("#mw-setting-max_rule_chars").fill("9000")
+        page.get_by_role("button", name="Save settings").click()
+        expect(page.locator(".mw-toast")).to_contain_text("Saved max_rule_chars")
+        page.get_by_role("tab", name="Rules").click()
+        expect(note).to_be_hidden()
+    finally:
+        server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def test_a_preview_opened_again_after_a_settings_change_shows_what_a_turn_gets_now(
+    server: Server, open_tab: Any
+) -> None:
+    """The preview is "what a turn would get": after `recall_limit` was lowered in the Settings
+    tab, going back to Preview still listed the turn's memories as they were before."""
+    bank = _bank(server, "preview-settings")
+    for pet in ("dog Rex", "cat Tom", "parrot Kiwi"):
+        _save(server, bank, f"The user's pet {pet} eats at noon")
+    page = open_tab(bank, "preview").page
+    page.get_by_label("Message to preview").fill("when do the user's pets eat?")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    items = page.locator(".mw-preview-result .mw-preview-memory")
+    expect(items).to_have_count(3)
+    try:
+        page.get_by_role("tab", name="Settings").click()
+        page.locator("#mw-setting-recall_limit").fill("1")
+        page.get_by_role("button", name="Save settings").click()
+        expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+        page.get_by_role("tab", name="Preview").click()
+        expect(items).to_have_count(1)
+    finally:
+        server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def test_a_link_to_a_bank_in_the_trash_opened_in_the_same_tab_is_not_followed(
+    server: Server, open_tab: Any
+) -> None:
+    """A bookmark of a bank since moved to the trash, opened in a tab already on the console,
+    opened the gone bank (404s behind "does not exist", its save boxes ready to create it anew),
+    where the same link opened fresh starts on a remaining bank."""
+    here, gone = _bank(server, "hash-stays"), _bank(server, "hash-trashed")
+    server.call("memory::bank::delete", {"name": gone})
+    page = open_tab(here).page
+    page.evaluate(f"location.hash = '#/bank/{gone}/rules'")
+    expect(page.locator(".mw-toast")).to_contain_text(f'Bank "{gone}" does not exist')
+    expect(page.locator(".mw-bank-name")).to_have_text(here)
+    expect(page.locator("#mw-tab-rules")).to_have_attribute("aria-selected", "true")
+    assert page.evaluate("location.hash") == f"#/bank/{here}/rules"
+
+
+def test_a_memorys_age_keeps_up_with_the_clock_on_a_page_left_open(
+    server: Server, browser: Any, open_tab: Any
+) -> None:
+    """ "updated just now" was worked out once, when the row was drawn: on a page left open (a
+    quiet bank, no change to redraw it) a memory saved hours ago still said "just now"."""
+    bank = _bank(server, "ages")
+    _save(server, bank, "The user waters the plants on Sundays")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.clock.install()  # the page's clock, moved on by hand below; it flows meanwhile
+        page = open_tab(bank, context=context).page
+        when = _row(page, "waters the plants").locator(".mw-memory-meta time")
+        expect(when).to_have_text("just now")
+        # Three hours on, no timer fired by the jump (the live stream stays up, nothing to
+        # redraw the row); the person comes back to the tab.
+        later = page.evaluate("Date.now()") / 1000 + 3 * 3600
+        page.clock.set_system_time(datetime.fromtimestamp(later, UTC))
+        page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+        expect(when).to_have_text("3 hours ago")
+    finally:
+        context.close()
+
+
+def test_text_with_windows_line_ends_is_not_taken_for_an_unsaved_edit(
+    server: Server, open_tab: Any
+) -> None:
+    """A rule file or memory written with `\\r\\n` (Notepad; seed 003: "edit them in any
+    editor"): a text box reads it back with `\\n`, so an untouched edit counted as changed (Esc
+    asked to discard, a bank switch warned), and a rule typed back to what is saved stayed
+    "unsaved changes"."""
+    bank = _bank(server, "crlf")
+    _save(server, bank, "The user's shopping list:\r\nmilk\r\nbread")
+    _rule(server, bank, "style", "# Style\r\nShort answers.\r\n")
+    page = open_tab(bank, "rules").page
+    editor = page.get_by_label("Rule style")
+    expect(editor).to_have_value("# Style\nShort answers.\n")
+    editor.press("End")
+    editor.press("x")
+    card = page.locator(".mw-rule[data-rule='style']")
+    expect(card).to_have_attribute("data-status", "dirty")
+    editor.press("Backspace")  # back to what is saved
+    expect(card).to_have_attribute("data-status", "clean")
+    page.get_by_role("tab", name="Memories").click()
+    row = _row(page, "shopping list")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").press("Escape")  # nothing changed: closes at once
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(page.locator(".mw-editing")).to_have_count(0)
+
+
+def test_keyboard_focus_returns_to_the_row_when_its_edit_ends(
+    server: Server, open_tab: Any
+) -> None:
+    """Ending a memory's edit (Esc, Cancel, a save) removed the form holding the focus: it fell
+    to the page's <body>, and someone on a keyboard started again from the top of the page."""
+    bank = _bank(server, "edit-focus")
+    saved = _save(server, bank, "The user takes the 8:15 train")
+    page = open_tab(bank).page
+    row = page.locator(f".mw-memory[data-id='{saved['memory']['id']}']")
+    edit = row.get_by_role("button", name="Edit")
+    edit.click()
+    page.get_by_label("Edit memory text").press("Escape")
+    expect(edit).to_be_focused()
+    edit.press("Enter")
+    page.get_by_label("Edit memory text").fill("The user takes the 8:45 train")
+    row.get_by_role("button", name="Save", exact=True).press("Enter")
+    expect(row.locator(".mw-memory-text")).to_have_text("The user takes the 8:45 train")
+    expect(edit).to_be_focused()
+
+
+def test_keyboard_focus_moves_to_the_next_row_when_the_focused_one_is_deleted(
+    server: Server, open_tab: Any
+) -> None:
+    """Deleting a memory removed the row holding the focus (its Delete button): the focus fell to
+    the page's <body>, and someone on a keyboard started again from the top of the page."""
+    bank = _bank(server, "delete-focus")
+    older = _save(server, bank, "The user parks on level two")
+    _save(server, bank, "The user parks on level three")
+    page = open_tab(bank).page
+    newest = _row(page, "level three")
+    newest.get_by_role("button", name="Delete").press("Enter")
+    page.get_by_role("dialog").get_by_role("button", name="Delete memory").press("Enter")
+    expect(newest).to_have_count(0)
+    next_row = page.locator(f".mw-memory[data-id='{older['memory']['id']}']")
+    expect(next_row.get_by_role("button", name="Delete")).to_be_focused()
+
+
+def test_the_search_shortcut_leaves_an_open_dialog_alone(server: Server, open_tab: Any) -> None:
+    """`/` pressed while a dialog asks something (a delete, a discard) switched the page behind
+    it to the memories tab; the dialog's question is then about a rule no longer on screen."""
+    bank = _bank(server, "slash-dialog")
+    _rule(server, bank, "tone", "Be brief.")
+    page = open_tab(bank, "rules").page
+    page.locator(".mw-rule[data-rule='tone']").get_by_role("button", name="Delete…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text('Delete rule "tone"?')
+    page.keyboard.press("/")
+    expect(page.locator("#mw-tab-rules")).to_have_attribute("aria-selected", "true")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_have_count(0)

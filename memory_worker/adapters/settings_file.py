@@ -157,10 +157,13 @@ def rewrite(text: str, values: Mapping[str, object]) -> str:
     return "".join(out)
 
 
-def write_values(path: Path, values: Mapping[str, object]) -> None:
+def write_values(
+    path: Path, values: Mapping[str, object], check: Callable[[str], object] | None = None
+) -> None:
     """Set `values` in the settings file at `path` (created when missing). Raises `InvalidInput`
-    when the file does not hold a mapping or the edit would not read back as asked; nothing is
-    written then. Blocking: run it in a thread."""
+    when the file does not hold a mapping or the edit would not read back as asked, or when
+    `check` (given the whole new text) raises it; nothing is written then. Blocking: run it in a
+    thread."""
     # A link (a dotfiles checkout) is followed: the file it points to is edited, the link kept.
     path = _target(path)
     try:
@@ -174,6 +177,8 @@ def write_values(path: Path, values: Mapping[str, object]) -> None:
         raise InvalidInput(f"{path} would not parse after the edit: {exc}") from None
     if not isinstance(parsed, dict) or any(parsed.get(k) != v for k, v in values.items()):
         raise InvalidInput(f"{path} is not a flat mapping of settings the console can edit")
+    if check is not None:
+        check(updated)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)

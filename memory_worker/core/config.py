@@ -41,6 +41,7 @@ __all__ = [
     "parse_settings",
     "parse_stored_settings",
     "resolve_data_dir",
+    "settings_from_text",
 ]
 
 
@@ -434,19 +435,26 @@ def load_settings(path: Path | None, env: Mapping[str, str] | None = None) -> Se
     to `Settings()`, made without validating them: they are the model's own defaults)."""
     if path is None:
         return Settings.model_construct()
-    import yaml  # a call with no configuration file never loads the parser
-
-    env = os.environ if env is None else env
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot read config {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:  # saved in another encoding: refused like bad YAML
         raise InvalidInput(
             f"config {path} is not UTF-8 text: {exc.reason} at byte {exc.start}"
         ) from None
+    return settings_from_text(text, str(path), env)
+
+
+def settings_from_text(text: str, source: str, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings a file holding `text` would load (`load_settings`), before it is written."""
+    import yaml  # a call with no configuration file never loads the parser
+
+    env = os.environ if env is None else env
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InvalidInput(f"config {path} is not valid YAML: {exc}") from exc
+        raise InvalidInput(f"config {source} is not valid YAML: {exc}") from exc
     except RecursionError:  # the YAML parser recurses: a deeply nested file is refused, not fatal
-        raise InvalidInput(f"config {path} is nested too deeply") from None
-    return parse_settings(_expand(raw, env), source=str(path))
+        raise InvalidInput(f"config {source} is nested too deeply") from None
+    return parse_settings(_expand(raw, env), source=source)

@@ -33,7 +33,7 @@ from memory_worker.adapters.console.settings_view import describe, validate_chan
 from memory_worker.adapters.doors import CALLER_HEADER, decode_caller
 from memory_worker.adapters.settings_file import write_values
 from memory_worker.app.caller import Caller, CallerKind
-from memory_worker.core.config import Settings, load_settings
+from memory_worker.core.config import Settings, load_settings, settings_from_text
 from memory_worker.core.errors import Forbidden, InvalidInput
 from memory_worker.core.payload import loads
 from memory_worker.storage.logger import get_logger
@@ -197,7 +197,16 @@ async def _settings_set(request: web.Request) -> web.StreamResponse:
         raise InvalidInput(reason)
     values = validate_changes(context.settings(), body.get("values"))
     async with context.editing:
-        await asyncio.to_thread(write_values, context.config_path, values)
+        # Only a file that loads is written: one already holding a refused value (a hand edit
+        # the hot reload kept out) was written anyway and answered "Not saved", the edit then
+        # applying unannounced whenever the file was next fixed.
+        path = str(context.config_path)
+        await asyncio.to_thread(
+            write_values,
+            context.config_path,
+            values,
+            lambda text: settings_from_text(text, path),
+        )
         settings = await asyncio.to_thread(load_settings, context.config_path)
         await context.apply(settings)
     log.info("settings_edited", path=source, fields=sorted(values))

@@ -6,7 +6,7 @@
 // with its tabs. Live changes refresh in place (keyed rows, fixed-size counters), so nothing the
 // person is reading or editing jumps or loses its state.
 
-import { h, setText, toast, confirmDialog, typing } from './dom.js'
+import { h, setText, toast, confirmDialog, typing, retellTimes } from './dom.js'
 import { errorParts, plural } from './format.js'
 import { follow, ITEM_CHANGED, BANK_CHANGED } from './live.js'
 import { createBankRail } from './banks.js'
@@ -132,13 +132,18 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   function dirty() {
     return Object.values(panels).some((panel) => panel.dirty?.())
   }
+  /** Unsaved edits a bank switch would drop: the settings are the server's, not the bank's, and
+   * stay as typed (counted, "Discard and switch" discarded nothing and asked at every switch). */
+  function bankDirty() {
+    return TABS.some((tab) => tab.bank && panels[tab.id].dirty?.())
+  }
   function reportDirty() {
     onDirty(dirty())
   }
 
   async function selectBank(name, { fromHash = false } = {}) {
     if (name === state.bank) return setView('workspace')
-    if (state.bank && dirty()) {
+    if (state.bank && bankDirty()) {
       const discard = await ui.confirm({
         title: 'Discard unsaved changes?',
         body: `You have unsaved edits in bank "${state.bank}". Switching banks discards them.`,
@@ -276,7 +281,7 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
       touched.rules.add(payload.bank)
       // Anything but a rules change (created, trashed, compacted) can change what is listed.
       if (payload.event_type !== 'rules-changed') touched.items.add(payload.bank)
-      if (payload.event_type === 'trashed' && payload.bank === state.bank && !dirty()) {
+      if (payload.event_type === 'trashed' && payload.bank === state.bank && !bankDirty()) {
         ui.toast(`Bank "${payload.bank}" was moved to the trash`)
         // On to a remaining bank, as after a delete made here: left on the bank that is gone,
         // every panel asked about it again, and its save boxes would have created it anew.
@@ -311,6 +316,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   function onKey(event) {
     const target = event.target
     const ours = root.contains(target) || target === doc.body || target === doc.documentElement
+    // A dialog is asking something (a delete, a discard): the page behind it stays as it is.
+    if (root.querySelector('dialog[open]')) return
     if (event.key === '/' && ours && !typing(event) && !event.ctrlKey && !event.metaKey && !event.altKey) {
       event.preventDefault()
       setView('workspace') // a narrow window on its bank list hides the workspace, search and all
@@ -319,6 +326,12 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     }
   }
   doc.addEventListener('keydown', onKey)
+
+  // "just now", "3 hours ago": worked out again every minute, and when the person comes back to
+  // the tab (a hidden tab's timers are slowed), not only when a change redraws the row.
+  const retell = () => { if (!doc.hidden) retellTimes(root) }
+  const clock = setInterval(retell, 60000)
+  doc.addEventListener('visibilitychange', retell)
   const onBeforeUnload = (event) => {
     if (dirty()) { event.preventDefault(); event.returnValue = '' }
   }
@@ -329,7 +342,12 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     const wanted = readHash()
     if (!wanted) return
     if (TABS.some((t) => t.id === wanted.tab) && wanted.tab !== state.tab) selectTab(wanted.tab, { fromHash: true })
-    await selectBank(wanted.bank, { fromHash: true })
+    // Only a bank that is there, as at start: a link to one since moved to the trash opened it
+    // (404s behind "does not exist", and its save boxes would have created it anew).
+    await refreshBanks()
+    if (wanted.bank !== state.bank && state.banks.length && !state.banks.some((b) => b.name === wanted.bank)) {
+      ui.toast(`Bank "${wanted.bank}" does not exist (any more); staying on "${state.bank}"`, 'error')
+    } else await selectBank(wanted.bank, { fromHash: true })
     writeHash()
   }
   if (standalone) window.addEventListener('hashchange', onHashChange)
@@ -357,6 +375,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
       stopLive()
       resize.disconnect()
       doc.removeEventListener('keydown', onKey)
+      clearInterval(clock)
+      doc.removeEventListener('visibilitychange', retell)
       window.removeEventListener('beforeunload', onBeforeUnload)
       window.removeEventListener('hashchange', onHashChange)
       for (const panel of Object.values(panels)) panel.dispose?.()

@@ -2,6 +2,8 @@
 // messages) only ever reaches the page as a Text node or `textContent`. Nothing in this console
 // parses a string as HTML: there is no innerHTML, insertAdjacentHTML or document.write anywhere.
 
+import { relativeTime } from './format.js'
+
 /**
  * Create an element. `props`: class, text, title, attrs {name: value}, on {event: fn}, dataset,
  * and any direct property (type, value, checked, disabled, hidden, placeholder, …).
@@ -36,6 +38,24 @@ function append(el, children) {
 export function setText(el, text) {
   const value = String(text ?? '')
   if (el.textContent !== value) el.textContent = value
+}
+
+/**
+ * Show in `el` how long ago `ms` was ("3 minutes ago"), after `prefix`, and keep it true:
+ * `retellTimes(root)` works every such element out again. Drawn once, "just now" stayed on a
+ * page left open for hours (a quiet bank has no change to redraw it).
+ */
+export function setAgo(el, ms, prefix = '') {
+  const known = typeof ms === 'number' && Number.isFinite(ms)
+  if (known) Object.assign(el.dataset, { ago: String(ms), agoPrefix: prefix })
+  else { delete el.dataset.ago; delete el.dataset.agoPrefix }
+  setText(el, known ? `${prefix}${relativeTime(ms)}` : '')
+}
+
+export function retellTimes(root) {
+  for (const el of root.querySelectorAll('[data-ago]')) {
+    setText(el, `${el.dataset.agoPrefix ?? ''}${relativeTime(Number(el.dataset.ago))}`)
+  }
 }
 
 /** Replace all children of `el` with `children` (nodes or strings). */

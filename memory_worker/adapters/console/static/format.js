@@ -57,6 +57,12 @@ export function typedName(text) {
   return String(text).toLowerCase().normalize('NFKD').replace(/[\u0300-\u036f]/g, '').replace(/[^a-z0-9_-]/g, '-')
 }
 
+/** `text` as a text box gives it back: its `value` turns `\r\n` and `\r` into `\n`, so a file
+ * written with Windows line ends never compares equal to the box showing it. */
+export function asTyped(text) {
+  return String(text).replace(/\r\n?/g, '\n')
+}
+
 /** "a, b ,c" → ["a", "b", "c"]. */
 export function splitList(text) {
   return String(text).split(',').map((part) => part.trim()).filter(Boolean)

@@ -3,8 +3,8 @@
 // its full revision history (memory::history). Every mutation carries the revision it was made
 // against (`expected_revision`); a refusal says so instead of overwriting.
 
-import { h, reconcile, setText } from './dom.js'
-import { absoluteTime, isoTime, plural, relativeTime, score as formatScore, splitList } from './format.js'
+import { h, reconcile, setAgo, setText } from './dom.js'
+import { absoluteTime, isoTime, plural, score as formatScore, splitList } from './format.js'
 
 const PAGE = 50
 const SEARCH_LIMIT = 50
@@ -177,6 +177,23 @@ export function createMemoriesPanel(ctx) {
     return out
   }
 
+  /** A row about to go with the keyboard focus in it (deleted here or elsewhere): returns what
+   * puts the focus on the same button of the row then in its place (else the one above), not
+   * on the page's <body>, from where a keyboard user started again at the top. */
+  function focusLeaving(items) {
+    const active = el.ownerDocument.activeElement
+    const nodes = [...list.children]
+    const at = nodes.findIndex((node) => node.contains(active))
+    if (at < 0 || items.some((i) => i.memory.id === nodes[at].dataset.key)) return () => {}
+    const slot = [...nodes[at].querySelectorAll('.mw-memory-actions button')].indexOf(active)
+    return () => {
+      const node = list.children[Math.min(at, list.children.length - 1)]
+      const buttons = node ? [...node.querySelectorAll('.mw-memory-actions button')] : []
+      const target = [buttons[slot], ...buttons].find((b) => b && !b.disabled) ?? searchInput
+      target.focus()
+    }
+  }
+
   /** Show `items`; returns true when live arrivals were held back instead. */
   function render(listed, fromLive = false) {
     const items = keepEdited(listed)
@@ -191,6 +208,7 @@ export function createMemoriesPanel(ctx) {
     }
     held = 0
     showHeld.hidden = true
+    const refocus = focusLeaving(items)
     reconcile(list, items, (i) => i.memory.id, (item) => {
       const row = makeRow(item.memory)
       rows.set(item.memory.id, row)
@@ -198,6 +216,7 @@ export function createMemoriesPanel(ctx) {
       return row.el
     }, (node, item) => rows.get(item.memory.id)?.update(item, maxScore))
     for (const id of [...rows.keys()]) if (!items.some((i) => i.memory.id === id)) rows.delete(id)
+    refocus()
     empty.hidden = items.length > 0
     setText(empty, state.query ? 'Nothing in this bank matches that search.' : state.tag ? 'No memory carries this tag.' : 'No memories in this bank yet. Save one above, or let extraction capture them from chat.')
     ctx.changed()
@@ -304,7 +323,9 @@ export function createMemoriesPanel(ctx) {
       if (memory.subject) parts.push(h('span', { class: 'mw-badge', text: `about ${memory.subject}`, title: 'Subject: who this memory is about' }))
       parts.push(h('span', { text: label, title: why }))
       parts.push(h('span', { text: `seen ×${(memory.corroboration ?? 0) + 1}`, title: `Re-observed ${memory.corroboration ?? 0} time(s) after the first` }))
-      parts.push(h('time', { text: relativeTime(memory.updated_at), title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: isoTime(memory.updated_at) } }))
+      const updated = h('time', { title: `updated ${absoluteTime(memory.updated_at)} · created ${absoluteTime(memory.created_at)}`, attrs: { datetime: isoTime(memory.updated_at) } })
+      setAgo(updated, memory.updated_at)
+      parts.push(updated)
       if (memory.source?.session_id) parts.push(h('span', { class: 'mw-mono', text: `session ${memory.source.session_id.slice(0, 12)}`, title: `Captured in session ${memory.source.session_id}` }))
       if (memory.source?.agent) parts.push(h('span', { text: `by ${memory.source.agent}`, title: `Captured from a turn run by ${memory.source.agent}` }))
       // The association lanes (C21): recall also finds a memory by these, so they are shown whole on hover.
@@ -374,7 +395,10 @@ export function createMemoriesPanel(ctx) {
         if (editing?.reload !== reload) return // this edit ended (or another began) meanwhile
         // The text too, when the person left it as it was: kept, saving their tags put the old
         // text back over the other writer's.
-        if (textarea.value === editing.original) textarea.value = editing.original = latest.text
+        if (textarea.value === editing.original) {
+          textarea.value = latest.text
+          editing.original = textarea.value // as the box reads it back
+        }
         for (const [input, key] of [[tags, 'tags'], [entities, 'entities']]) {
           if (input.value === editing[key]) input.value = editing[key] = (latest[key] ?? []).join(', ')
         }
@@ -395,7 +419,9 @@ export function createMemoriesPanel(ctx) {
           h('button', { type: 'button', class: 'mw-btn', text: 'Cancel', on: { click: cancelEdit } }),
           reload))
       editing = {
-        revision: memory.revision ?? 0, textarea, notice, reload, form, original: memory.text,
+        // The text as the box reads it back (`\r\n` comes back `\n`): the memory's own text
+        // made an untouched edit of one written with Windows line ends count as changed.
+        revision: memory.revision ?? 0, textarea, notice, reload, form, original: textarea.value,
         tags: tags.value, entities: entities.value, tagsInput: tags, entitiesInput: entities,
       }
       body.replaceChildren(form)
@@ -431,8 +457,12 @@ export function createMemoriesPanel(ctx) {
 
     function cancelEdit() {
       const left = editing?.left
+      // The form goes, and the focus in it with it (to <body>: a keyboard user started again
+      // from the top of the page): it moves to the row's Edit button instead.
+      const focused = Boolean(editing?.form.contains(el.ownerDocument.activeElement))
       editing = null
       body.replaceChildren(text)
+      if (focused) editButton.focus()
       el.classList.remove('mw-editing')
       ctx.changed()
       if (held || left) refresh() // a row kept only for its draft goes now
@@ -498,6 +528,8 @@ export function createMemoriesPanel(ctx) {
     }
 
     function revision(rev, before) {
+      const when = h('time', { class: 'mw-muted', title: absoluteTime(rev.updated_at) })
+      setAgo(when, rev.updated_at)
       const kind = !before ? 'created'
         : rev.invalid_at && rev.superseded_by ? `superseded by ${rev.superseded_by}`
           // Retired by an automatic path (`evicted` at capacity, `expired` by retention): said
@@ -516,7 +548,7 @@ export function createMemoriesPanel(ctx) {
         h('div', { class: 'mw-revision-head' },
           h('span', { class: 'mw-mono', text: `rev ${rev.revision ?? 0}` }),
           h('span', { class: 'mw-revision-kind', text: kind }),
-          h('time', { class: 'mw-muted', text: relativeTime(rev.updated_at), title: absoluteTime(rev.updated_at) })),
+          when),
         !before || rev.text !== before.text ? h('p', { class: 'mw-revision-text', dir: 'auto', text: rev.text }) : null,
         changes.length ? h('p', { class: 'mw-muted', text: changes.join(' · ') }) : null)
     }

@@ -108,5 +108,8 @@ export function createPreviewPanel(ctx) {
       if ((items.has(bank) || rules.has(bank)) && last) run(last)
     },
     resync() { if (last) run(last) },
+    // Run again when the tab is opened: what a turn gets follows the settings (recall_limit, the
+    // budgets, inject_*), which the Settings tab changes without any memory or rule event.
+    shown() { if (last) run(last) },
   }
 }

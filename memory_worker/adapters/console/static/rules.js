@@ -3,8 +3,8 @@
 // refused and shown as a conflict, with the person's text kept. Emptying a rule deletes it, after
 // a confirmation. The `learned` rule is grown by extraction and marked as such.
 
-import { h, reconcile, setText } from './dom.js'
-import { absoluteTime, NAME_PATTERN, relativeTime, slugify, typedName } from './format.js'
+import { h, reconcile, setAgo, setText } from './dom.js'
+import { absoluteTime, asTyped, NAME_PATTERN, slugify, typedName } from './format.js'
 
 const LEARNED = 'learned'
 
@@ -117,7 +117,9 @@ export function createRulesPanel(ctx) {
     const textarea = h('textarea', {
       class: 'mw-editor', dir: 'auto', value: rule.content, spellcheck: false,
       attrs: { 'aria-label': `Rule ${rule.name}`, rows: 6 },
-      on: { input: () => setStatus(textarea.value === base.content ? 'clean' : 'dirty'), keydown: onKey },
+      // As the box reads it (a hand-edited file's `\r\n` comes back `\n`): typed back to what is
+      // saved, the rule is clean again.
+      on: { input: () => setStatus(textarea.value === asTyped(base.content) ? 'clean' : 'dirty'), keydown: onKey },
     })
     const stateText = h('span', { class: 'mw-rule-state', attrs: { 'aria-live': 'polite' } })
     const when = h('span', { class: 'mw-muted' })
@@ -163,7 +165,7 @@ export function createRulesPanel(ctx) {
     }
 
     function renderWhen() {
-      setText(when, base.updated_at ? `saved ${relativeTime(base.updated_at)}` : '')
+      setAgo(when, base.updated_at || null, 'saved ')
       when.title = absoluteTime(base.updated_at)
     }
     function setStatus(next) {
@@ -366,6 +368,9 @@ export function createRulesPanel(ctx) {
       if (rules.has(bank)) load()
     },
     resync: load,
+    // Re-read when the tab is opened: the budget note depends on `max_rule_chars`, which the
+    // Settings tab (or the file) changes without any rule event; it named rules "cut" for good.
+    shown: load,
     dirty: () => [...cards.values()].some((c) => c.dirty()),
   }
 }

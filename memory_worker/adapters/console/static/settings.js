@@ -20,13 +20,20 @@ export function createSettingsPanel(ctx) {
   let view = null
   let inputs = new Map()
 
+  // Only the latest read is shown (an older answer landing last would show older values), and
+  // never over what the person started typing meanwhile.
+  let asked = 0
   async function load() {
+    const seq = ++asked
+    let fresh
     try {
-      view = await ctx.transport.settings()
+      fresh = await ctx.transport.settings()
     } catch (err) {
-      setText(banner, `Settings unavailable: ${err.code ?? 'error'}: ${err.message ?? err}`)
+      if (seq === asked) setText(banner, `Settings unavailable: ${err.code ?? 'error'}: ${err.message ?? err}`)
       return
     }
+    if (seq !== asked || (view && changes().size > 0)) return
+    view = fresh
     render()
   }
 
@@ -100,7 +107,10 @@ export function createSettingsPanel(ctx) {
   let loadedOnce = false
   return {
     el,
-    shown() { if (!loadedOnce) { loadedOnce = true; load() } },
+    // Read again each time the panel is opened: no event says a setting changed (another tab, a
+    // hand edit of the file, the CLI), and a panel read once showed the old values for good,
+    // where a setting could not even be set back to the value it showed (the form saw no change).
+    shown() { if (!loadedOnce || changes().size === 0) { loadedOnce = true; load() } },
     resync() { if (loadedOnce && changes().size === 0) load() },
     dirty: () => changes().size > 0,
   }
