@@ -113,6 +113,28 @@ class TestTranscripts:
         assert entries[0]["timestamp"] == 1796032800000
         assert len(read_transcript(path, limit=2)) == 2
 
+    def test_claude_codes_own_assistant_lines_are_not_the_models_words(
+        self, tmp_path: Path
+    ) -> None:
+        """Claude Code writes its own notices as assistant lines: an API error
+        (`isApiErrorMessage`, model `<synthetic>`), "No response requested." after an
+        interrupt, a usage-limit notice. Read as the assistant's, they went to extraction as
+        something the model said in the session."""
+        error = claude_line(
+            "assistant",
+            "e1",
+            [{"type": "text", "text": "API Error: 529 Overloaded. Retrying the payment migration"}],
+            isApiErrorMessage=True,
+        )
+        error["message"]["model"] = "<synthetic>"
+        notice = claude_line(
+            "assistant", "n1", [{"type": "text", "text": "No response requested."}]
+        )
+        notice["message"]["model"] = "<synthetic>"
+        path = write_transcript(tmp_path / "t.jsonl", [*turn(1, "figs"), error, notice])
+        entries = read_transcript(path, limit=50)
+        assert [e["entry_id"] for e in entries] == ["u1", "a1"]
+
     def test_a_secret_across_the_cut_of_a_long_message_is_redacted_not_sent_in_part(
         self, tmp_path: Path
     ) -> None:

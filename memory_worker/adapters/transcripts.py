@@ -5,8 +5,9 @@ session, oldest first, as `CaptureEntry` dicts (`entry_id`, `role`, `text`, `tim
   `type` `user` / `assistant`, `uuid`, `timestamp` (ISO 8601), `message.content` a string or
   content blocks. Only `text` blocks are words: tool calls, tool results, thinking, images are
   not; sub-agent lines (`isSidechain`), meta lines (`isMeta`), compaction summaries
-  (`isCompactSummary`) and what the agent writes as a user line (`_AGENT_MARKS`) are left out,
-  and so is what an IDE extension adds to a prompt (`_IDE_TAGS`).
+  (`isCompactSummary`), its own notices (`isApiErrorMessage`, model `<synthetic>`) and what the
+  agent writes as a user line (`_AGENT_MARKS`) are left out, and so is what an IDE extension
+  adds to a prompt (`_IDE_TAGS`).
 - Codex writes a rollout JSONL: `{"type": "response_item", "payload": {"type": "message",
   "role", "content": [{"type": "input_text" | "output_text", "text"}]}}`, with a `timestamp`;
   entries are numbered by line, as it gives messages no ids. Its own user messages (environment
@@ -66,6 +67,8 @@ _AGENT_MARKS = (
 # words: the file's path, and a copy of its code, went to extraction as something the user said.
 # Cut out wherever they are; the user's words around them stay.
 _IDE_TAGS = ("ide_opened_file", "ide_selection")
+# The `message.model` Claude Code gives the assistant lines it writes itself.
+_SYNTHETIC_MODEL = "<synthetic>"
 _MAX_TEXT_CHARS = 20_000
 # A message is redacted this far past the cut, then cut: a secret the cut would split (a
 # database URL cut between its password and `@host`) no longer reads as one, and its part would
@@ -134,6 +137,10 @@ def _claude(line: dict[str, Any]) -> tuple[str, str, str, int | None] | None:
     if kind not in ("user", "assistant") or not isinstance(message, dict):
         return None
     if line.get("isSidechain") or line.get("isMeta") or line.get("isCompactSummary"):
+        return None
+    # Claude Code's own notices written as assistant lines (an API error, "No response
+    # requested.", a usage limit): never the model's words, they were captured as said by it.
+    if line.get("isApiErrorMessage") or message.get("model") == _SYNTHETIC_MODEL:
         return None
     entry_id = line.get("uuid")
     if not isinstance(entry_id, str) or not entry_id:
