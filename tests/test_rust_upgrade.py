@@ -105,10 +105,49 @@ class TestVectorsSidecar:
         finally:
             await store.close()
 
+    async def test_a_vector_line_with_numbers_past_a_float_is_dropped_not_fatal(
+        self, data_dir: Path, clock: FixedClock
+    ) -> None:
+        # An integer too large for a float (a Rust-format `v`) or an infinite revision: one
+        # damaged derived line, dropped like any other, not an OverflowError opening the bank.
+        blog = rust_record("Rafa publishes blog posts weekly")
+        bank = write_rust_bank(data_dir, [blog])
+        huge = "1" + "0" * 400
+        (bank / "vectors.jsonl").write_text(
+            f'{{"id":"{blog["id"]}","model":"","revision":0,"v":[{huge}]}}\n'
+            f'{{"id":"{blog["id"]}","model":"m","revision":1e999,"text_hash":"x","v":""}}\n'
+        )
+        store = Store.open(data_dir, holder=HOLDER)
+        try:
+            service = _service(store, clock)
+            found = await call(service, "memory::recall", query="blog posts")
+            assert [h["memory"]["id"] for h in found["memories"]] == [blog["id"]]
+        finally:
+            await store.close()
+
 
 class TestBankFile:
     """The Rust worker writes `bank.yaml` once, `description: <serde_yaml scalar>`; serde_yaml
     speaks YAML 1.2, where a date, `1_000` or `12:30` is a plain string it leaves unquoted."""
+
+    async def test_a_number_past_the_int_digit_limit_is_text_not_a_broken_bank(
+        self, data_dir: Path, clock: FixedClock
+    ) -> None:
+        # A description of 5000 digits (YAML 1.1 reads an int; Python refuses to parse one that
+        # long with a ValueError, not a YAMLError): the description as written, the bank loads.
+        digits = "1" * 5000
+        bank = write_rust_bank(data_dir, [rust_record("The user likes tea")])
+        (bank / "bank.yaml").write_text(f"description: {digits}\nmax_memories: 50\n")
+        store = Store.open(data_dir, holder=HOLDER)
+        try:
+            service = _service(store, clock)
+            [listed] = (await call(service, "memory::bank::list"))["banks"]
+            assert listed["description"] == digits
+            assert listed["settings"]["max_memories"] == 50
+            found = await call(service, "memory::recall", query="tea")
+            assert len(found["memories"]) == 1
+        finally:
+            await store.close()
 
     async def test_a_description_yaml_1_1_reads_as_something_else_is_kept(
         self, data_dir: Path, clock: FixedClock

@@ -52,7 +52,9 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     broken = None
     try:
         data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError):  # nested too deep is unreadable, not fatal
+    # Nested too deep is unreadable, not fatal; so is an integer past Python's digit limit
+    # (ValueError from the int constructor, not a YAMLError): the bank failed to load.
+    except (yaml.YAMLError, RecursionError, ValueError):
         # Each top-level entry read on its own: a slip in one (a description edited to "Ana's
         # notes: private") dropped every setting, the bank's `conscious_access` and
         # `subject_scoping` with it, so agents could read and write a bank at `none` and every
@@ -63,7 +65,8 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
         data = {}
     if not isinstance(data, dict):
         return BankFile("", no_overrides(), "not a mapping; description and settings ignored")
-    description = _description(data.get("description"), text)
+    # Absent (`_entries` dropped an entry that did not read) is read again as written too.
+    description = _description(data.get("description", _ABSENT), text)
     chosen = {key: v for key, v in data.items() if key != "description"}
     try:
         overrides = parse_overrides(chosen, source=BANK_FILE)
@@ -78,6 +81,9 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     return BankFile(description, overrides, broken)
 
 
+_ABSENT = object()  # no `description` entry read (none written, or one that did not read)
+
+
 def _description(value: object, text: str) -> str:
     """The description `value` as written in `text`. The public Rust worker wrote the file with
     serde_yaml, which speaks YAML 1.2: a date (`2024-01-05`), `1_000` or `12:30` is a string
@@ -88,6 +94,7 @@ def _description(value: object, text: str) -> str:
         return value
     if value is None or isinstance(value, dict | list):
         return ""
+    # `value` is a scalar YAML 1.1 resolved to another type, or _ABSENT: read as its text.
     import yaml
 
     try:  # BaseLoader: every scalar as its text, nothing resolved (nor constructed)
@@ -117,7 +124,7 @@ def _entries(text: str, *, as_written: bool = False) -> dict[object, object]:
             entry = (
                 yaml.load(joined, Loader=yaml.BaseLoader) if as_written else yaml.safe_load(joined)
             )
-        except (yaml.YAMLError, RecursionError):
+        except (yaml.YAMLError, RecursionError, ValueError):
             continue
         if isinstance(entry, dict):
             data.update(entry)

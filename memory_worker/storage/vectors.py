@@ -83,7 +83,9 @@ def _decode(line: bytes) -> VectorRecord | None:
             text_hash=str(row["text_hash"]),
             vector=vector.tolist(),
         )
-    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
+    # OverflowError: an integer too large for a float in `v` (400 digits), or `revision: 1e999`
+    # (inf) — a damaged line, dropped, not a bank that fails to load.
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, binascii.Error):
         return None
 
 
