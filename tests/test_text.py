@@ -211,3 +211,29 @@ def test_english_irregular_plurals_meet_their_singulars(plural: str, singular: s
 
 def test_an_english_verb_in_s_is_no_irregular_plural() -> None:
     assert terms("the user lives in Lisbon") == terms("the user live in Lisbon")
+
+
+@pytest.mark.parametrize("text", ["İstanbul.com", "İZMİR_OFFICE", "src/İstanbul/app.py"])
+def test_a_compound_is_the_same_term_whatever_the_case_of_a_turkish_i(text: str) -> None:
+    """The compound's whole is folded as its words are: "İ".lower() leaves a combining dot
+    the words drop, and the compound kept it, cut there ("stanbul.com"), so a query typed in
+    lower case never matched the identifier whole."""
+    plain = text.replace("İ", "I").lower()
+    assert terms(text) == terms(plain)
+
+
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        ("The user/customer prefers tea", 1),
+        ("my/our team meets on Fridays", 1),
+        ("see src/users/models.py for the user model", 1),
+        ("get_user_by_id loads an account", 0),
+        ("src/users/admin/views holds it", 0),
+    ],
+)
+def test_a_slash_in_prose_still_speaks_of_the_user(text: str, mentions: int) -> None:
+    """A compound holding "user" is a name in code (`user_id`, a path), no mention of the person;
+    but one slash joins words in prose too: "The user/customer prefers tea" lost its `user`
+    term, and with it every first-person question's match."""
+    assert terms(text).count("user") == mentions

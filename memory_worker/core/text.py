@@ -229,8 +229,11 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     if _JOINED.search(text):
         for compound in _compounds(text):
             parts = tokenize(compound)
-            # `user_id`, `get_user_by_id`, `src/users/`: a name in code, not the person talking
-            user_mentions -= sum(map(_USER_WORDS.__contains__, parts))
+            if _IN_CODE.search(compound) or compound.count("/") > 1:
+                # `user_id`, `get_user_by_id`, `src/users/models`: a name in code, not the
+                # person talking. One slash alone is prose as often ("the user/customer", "my/our
+                # team"): its words still speak of them.
+                user_mentions -= sum(map(_USER_WORDS.__contains__, parts))
             # A version or a full date (`3.11.7`, `15/03/2024`) is a term whole too, or `3.7.11`
             # ties with it; a time or a day (`6:30`, `15/03`) only by its parts (whole too, the
             # golden set's times ranked worse: a memory's other wording of it lost a term).
@@ -258,6 +261,8 @@ _ASCII_COMPOUND = re.compile(
 _COMPOUND = re.compile(
     r"(?<![^\W_])[^\W_]+(?:[_./\\:@]+[^\W_]+)+|(?<![\w+#])[^\W_]+(?:\+\+|#)(?![\w+#])"
 )
+# The joiners only code writes (a slash alone joins words in prose too: "and/or").
+_IN_CODE = re.compile(r"[_.\\:@]")
 # A connector with a word after it, or a word's `++` or `#`: the cheap test of whether a text
 # may hold a compound (a full stop ends most sentences, and no word follows it there).
 # (Each branch starts from its symbol: sought from a word character, it was six times slower.)
@@ -268,7 +273,10 @@ def _compounds(text: str) -> list[str]:
     """The lowercased compounds of `text`, folded as `tokenize` folds it."""
     if text.isascii():
         return _ASCII_COMPOUND.findall(text.lower())
-    return _COMPOUND.findall(unicodedata.normalize("NFKC", text).lower())
+    folded = unicodedata.normalize("NFKC", text).lower()
+    # The stray marks `tokenize` drops, dropped here too: kept, they cut a compound as they
+    # cut a word ("İstanbul.com" was "stanbul.com", never the lower-case query's term).
+    return _COMPOUND.findall(_STRAY_MARK.sub("", folded))
 
 
 # A lowercase letter or a digit, then a capital: where a camelCase name's words meet.
