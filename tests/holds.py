@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from memory_worker.storage import bank as bank_module
+from memory_worker.storage import files
 from memory_worker.storage.bank import Bank
 
 HOLD_S = 30.0
@@ -44,4 +45,19 @@ def hold_log_syncs(monkeypatch: pytest.MonkeyPatch, bank: Bank) -> Hold:
 
     monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
     monkeypatch.setattr(bank._log, "sync", held_sync)
+    return entered, release
+
+
+def hold_every_log_sync(monkeypatch: pytest.MonkeyPatch) -> Hold:
+    """Every log's fsync (`AppendLog.sync`, whichever bank's log, however often it is opened
+    again) waits for `release`."""
+    entered, release = threading.Event(), threading.Event()
+    real_sync = files.AppendLog.sync
+
+    def held_sync(log: files.AppendLog) -> int:
+        entered.set()
+        release.wait(HOLD_S)
+        return real_sync(log)
+
+    monkeypatch.setattr(files.AppendLog, "sync", held_sync)
     return entered, release

@@ -412,6 +412,14 @@ def test_a_call_that_finds_a_server_gone_and_a_short_holder_in_its_place_waits_f
         return real_lock(root, command, wait_s)
 
     monkeypatch.setattr(doors, "_lock", server_replaced_first)
+    _saves_tea_once_released(data, lock, release, capsys)
+
+
+def _saves_tea_once_released(
+    data: Path, lock: DataDirLock, release: threading.Timer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A one-shot `trigger memory::save` on `data` succeeds, while `release` lets `lock` go
+    (the holder's exit); the lock is let go however the call ends."""
     try:
         code = cli.main(
             ["trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data)]
@@ -459,17 +467,7 @@ def test_a_call_forwarded_as_the_server_stops_runs_here_once_it_has_stopped(
         return await real_exchange(self, target, body)
 
     monkeypatch.setattr(doors.RemoteDoor, "_exchange", server_stops_first)
-    try:
-        code = cli.main(
-            ["trigger", "memory::save", "text=The user likes tea", "--data-dir", str(data)]
-        )
-    finally:
-        if release.is_alive():
-            release.join()
-        lock.release()  # a second release is nothing
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    assert json.loads(captured.out)["memory"]["text"] == "The user likes tea"
+    _saves_tea_once_released(data, lock, release, capsys)
 
 
 def test_a_forwarded_call_refused_twice_is_sibling_unavailable_not_a_loop(

@@ -115,6 +115,13 @@ class Hooked:
         self.hook = PreGenerate(service, self.resolver, self.state)
         self.windows: dict[str, list[dict[str, Any]]] = {}
 
+    def restarted_with_state_down(self) -> Hooked:
+        """A new process on the same service whose state worker holds what this one wrote but
+        fails every call."""
+        restarted = Hooked(self.service)
+        restarted.kv.data, restarted.kv.fail = self.kv.data, True
+        return restarted
+
     async def step(
         self,
         session_id: str,
@@ -405,8 +412,7 @@ class TestSelection:
         await save(service, "The user likes tea.")
         await h.step("parent", "hi", turn="pt", metadata={"memory_bank": "blog"})
         await h.state.flush()
-        restarted = Hooked(service)  # a new process whose state worker fails
-        restarted.kv.data, restarted.kv.fail = h.kv.data, True
+        restarted = h.restarted_with_state_down()
         restarted.sessions.add("parent")  # the session itself would select main
         restarted.sessions.add("child", parent=Parent("parent", "pt"))
         resolution = await restarted.resolver.resolve("child")
@@ -418,8 +424,7 @@ class TestSelection:
     ) -> None:
         await h.step("s1", "hi", turn="t9", metadata={"memory_bank": "blog"})
         await h.state.flush()
-        restarted = Hooked(service)
-        restarted.kv.data, restarted.kv.fail = h.kv.data, True
+        restarted = h.restarted_with_state_down()
         restarted.sessions.add("s1")  # the session alone would select main
         with pytest.raises(SiblingUnavailable):
             await restarted.resolver.for_call({"session_id": "s1", "turn_id": "t9"})
@@ -429,8 +434,7 @@ class TestSelection:
     ) -> None:
         await h.step("s1", "hi", turn="t9", metadata={"memory_bank": "blog"})
         await h.state.flush()
-        restarted = Hooked(service)
-        restarted.kv.data, restarted.kv.fail = h.kv.data, True
+        restarted = h.restarted_with_state_down()
         # The call carries the turn's own choice: the bank its hook injected from, state or not.
         context = {"session_id": "s1", "turn_id": "t9", "memory_bank": "blog"}
         assert await restarted.resolver.for_call(context) == "blog"

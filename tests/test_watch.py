@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,13 +32,12 @@ from memory_worker.core.errors import InvalidInput, StorageError
 from memory_worker.core.models import Memory
 from memory_worker.core.text import fingerprint
 from memory_worker.storage import bank as bank_module
-from memory_worker.storage import files
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter
-from .holds import hold_bank_loads, hold_log_syncs
+from .holds import hold_bank_loads, hold_every_log_sync, hold_log_syncs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -582,15 +580,7 @@ class TestWatcher:
         data_dir: Path,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        entered, release = threading.Event(), threading.Event()
-        real_sync = files.AppendLog.sync
-
-        def held_sync(log: files.AppendLog) -> int:
-            entered.set()
-            release.wait(30)
-            return real_sync(log)
-
-        monkeypatch.setattr(files.AppendLog, "sync", held_sync)
+        entered, release = hold_every_log_sync(monkeypatch)
         log = data_dir / "main" / "memories.jsonl"
         hand = _hand_line(data_dir / "main", "The user keeps bees")
         saving = asyncio.create_task(call(service, "memory::save", bank="main", text="Cocoa"))
@@ -636,15 +626,7 @@ class TestWatcher:
         edit: str,
     ) -> None:
         # The log is edited by hand between the worker's write of a save and its fsync.
-        entered, release = threading.Event(), threading.Event()
-        real_sync = files.AppendLog.sync
-
-        def held_sync(log: files.AppendLog) -> int:
-            entered.set()
-            release.wait(30)
-            return real_sync(log)
-
-        monkeypatch.setattr(files.AppendLog, "sync", held_sync)
+        entered, release = hold_every_log_sync(monkeypatch)
         monkeypatch.setattr(bank_module, "INLINE_SYNC_S", 0.0)  # the fsync in its thread
         log = data_dir / "main" / "memories.jsonl"
         older = log.read_bytes()

@@ -35,8 +35,7 @@ from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
-from memory_worker.core.retention import past_ttl
-from memory_worker.core.subjects import count_by_subject, in_scope
+from memory_worker.core.subjects import count_by_subject
 from memory_worker.core.transitions import change_event
 from memory_worker.storage.bank import Bank, Rewrite
 from memory_worker.storage.logger import get_logger
@@ -99,15 +98,8 @@ class BankUseCases(EmbeddingWork):
         people the bank knows of and how much about them."""
         if not self._scoped_for(info, caller):
             return info
-        _, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
-        retention, now_ms = self.bank_settings(bank).retention, self.clock()
-        live = [
-            m
-            for m in bank.memories.values()
-            if m.live
-            and in_scope(m.subject, subject)
-            and not (retention and past_ttl(m, retention, now_ms))
-        ]
+        scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
+        live = self.live_in_view(bank, scoped, subject)
         about = count_by_subject(m.subject for m in live if m.subject is not None)
         counts = {"memories": len(live), "pinned": sum(m.pinned for m in live)}
         return info.model_copy(update={**counts, "subjects": len(about)})

@@ -30,8 +30,8 @@ from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, Mem
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
-from memory_worker.core.retention import EXPIRED, may_have_expired
-from memory_worker.core.subjects import normalize_subject, same_subject
+from memory_worker.core.retention import EXPIRED, may_have_expired, past_ttl
+from memory_worker.core.subjects import in_scope, normalize_subject, same_subject
 from memory_worker.search.ranking import expired_slots
 from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.logger import get_logger
@@ -342,6 +342,18 @@ class ServiceBase:
         if subject is None and caller.reads_whole_bank:
             return False, None
         return True, subject
+
+    def live_in_view(self, bank: Bank, scoped: bool, subject: str | None) -> list[Memory]:
+        """The live memories a read of `bank` counts (`scope_of`'s answer): within `subject`'s
+        scope when `scoped`, and none past its TTL, reaped or not."""
+        retention, now_ms = self.bank_settings(bank).retention, self.clock()
+        return [
+            m
+            for m in bank.memories.values()
+            if m.live
+            and (not scoped or in_scope(m.subject, subject))
+            and not (retention and past_ttl(m, retention, now_ms))
+        ]
 
     def _info(self, bank: Bank | BankSummary) -> BankInfo:
         summary = self._summary(bank) if isinstance(bank, Bank) else bank

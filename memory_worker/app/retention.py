@@ -113,9 +113,7 @@ class RetentionUseCases(EmbeddingWork):
             anywhere and expired_slots(bank.index, retention, now_ms).size
         ):
             return False
-        running = self._reaping.get(bank.name)
-        if running is not None and not running.done():
-            await asyncio.shield(running)  # `_reap_quietly`: never raises
+        await self._reap_in_flight(bank)
         try:
             await self.reap(bank)
         except Exception:
@@ -123,6 +121,12 @@ class RetentionUseCases(EmbeddingWork):
                 raise
             log.exception("retention_sweep_failed", bank=bank.name)
         return True
+
+    async def _reap_in_flight(self, bank: Bank) -> None:
+        """Wait for the reap a read of `bank` started (`_reap_soon`), if it is still writing."""
+        running = self._reaping.get(bank.name)
+        if running is not None and not running.done():
+            await asyncio.shield(running)  # `_reap_quietly`: never raises
 
     async def _existing_now(
         self, name: str, memory_id: str, caller: Caller = SYSTEM
@@ -207,21 +211,18 @@ class RetentionUseCases(EmbeddingWork):
         scoped, subject = self.scope_of(bank, caller.speaker if caller.in_turn else None, caller)
         gone: list[Memory] = []
         if bank is not None:  # this call's sweep, and what reads, saves or the boot retired
-            running = self._reaping.get(bank.name)
-            if running is not None and not running.done():
-                # A reap a read asked for, still writing: its tombstones are in flight, so this
-                # sweep finds nothing to retire, and they join the report only once it lands.
-                # Not waited for, they went to the next stats call (a pass later, for the
-                # consolidation sibling's count).
-                await asyncio.shield(running)  # `_reap_quietly`: never raises
+            # A reap a read asked for, still writing: its tombstones are in flight, so this
+            # sweep finds nothing to retire, and they join the report only once it lands. Not
+            # waited for, they went to the next stats call (a pass later, for the consolidation
+            # sibling's count).
+            await self._reap_in_flight(bank)
             await self.reap(bank)
             # Reported once, to whoever counts for the whole bank (a person, consolidation): a
             # scoped view, or an agent's look, leaves it for them.
             owner = not scoped and caller.kind is not CallerKind.AGENT
             gone = self._expired_report(bank, consume=owner)
-        live = [m for m in bank.memories.values() if m.live] if bank is not None else []
+        live = self.live_in_view(bank, scoped, subject) if bank is not None else []
         if scoped:
-            live = [m for m in live if in_scope(m.subject, subject)]
             gone = [m for m in gone if in_scope(m.subject, subject)]
         settings = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
         by_subject = count_by_subject(m.subject for m in live if m.subject is not None)
