@@ -698,6 +698,29 @@ async def test_a_deeply_nested_bank_yaml_does_not_take_its_bank_offline(data_dir
         await service.store.close()
 
 
+async def test_an_oversized_bank_yaml_is_damage_read_no_further(data_dir: Path) -> None:
+    """A planted bank.yaml past what the worker ever writes is not parsed: YAML 1.1 reads a long
+    `1:2:3:…` as a base-60 number in quadratic time (~60 s a megabyte), holding the bank's load."""
+    store = Store.open(data_dir, holder=HOLDER)
+    bank, _ = await store.ensure("main", "Main bank")
+    await bank.commit([transitions.new_memory("fp1", "The user likes tea", now_ms=1)])
+    await store.close()
+    sexagesimal = ":".join(["1"] * 400_000)  # 800 KB: minutes of parsing if it were read
+    (data_dir / "main" / "bank.yaml").write_text(f"max_memories: {sexagesimal}\n")
+    service = MemoryService(Store.open(data_dir, holder=HOLDER), Settings(), clock=FixedClock())
+    try:
+        assert service.store.broken == {}
+        listed = await catalog.call(service, "memory::list", {})
+        assert listed["total"] == 1
+        shown = await catalog.call(service, "memory::bank::get", {"name": "main"})
+        assert shown["bank"]["settings"]["max_memories"] == Settings().max_memories  # ignored
+        doctor = await catalog.call(service, "memory::doctor", {})
+        intact = next(c for c in doctor["checks"] if c["name"] == "files-intact")
+        assert "bank.yaml" in intact["detail"] and "64 KiB" in intact["detail"]
+    finally:
+        await service.store.close()
+
+
 async def test_deep_nesting_in_a_console_call_is_invalid_input(data_dir: Path) -> None:
     server = StandaloneServer(Settings(), data_dir, port=0)
     url = await server.start()

@@ -23,6 +23,10 @@ BANK_FILE = "bank.yaml"
 # keeps them equal): the common case, read without importing the YAML parser (~20 ms of a
 # one-shot process: the module and the regular expressions it compiles at import).
 PLAIN_BANK_FILE = b"description: ''\n"
+# Ours is a few hundred bytes (a 500-character description, a dozen settings). A bigger one was
+# not written by us, and YAML 1.1 reads a long `1:2:3:…` scalar as a base-60 number in time
+# quadratic in its length: a planted 200 KB value held a bank's load (and a server's boot) 2.4 s.
+MAX_BANK_FILE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +43,14 @@ def read_bank_file(path: Path, *, within: Path | None = None) -> BankFile:
     if not os.path.lexists(path):
         return BankFile("", no_overrides())
     try:
-        raw = files.read_bytes(path, within=within)
+        raw = files.read_bytes(path, within=within, at_most=MAX_BANK_FILE_BYTES)
     except StorageError as exc:
         if files.is_transient(exc):
             raise
         return BankFile("", no_overrides(), f"{exc.message}; description and settings ignored")
+    if len(raw) > MAX_BANK_FILE_BYTES:
+        problem = f"larger than {MAX_BANK_FILE_BYTES // 1024} KiB; description and settings ignored"
+        return BankFile("", no_overrides(), problem)
     if raw == PLAIN_BANK_FILE:
         return BankFile("", no_overrides())
     import yaml  # only a bank.yaml with something in it needs the parser

@@ -344,13 +344,14 @@ def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
     return fd
 
 
-def read_bytes(path: Path, *, within: Path | None = None) -> bytes:
-    """The file's bytes in one read. A link is refused, as are folders between `within` and the
-    file that are links (`StorageError`, as for a missing file)."""
+def read_bytes(path: Path, *, within: Path | None = None, at_most: int | None = None) -> bytes:
+    """The file's bytes in one read (`at_most`: no more than one byte past it, so a caller can
+    tell a file too large without reading all of it). A link is refused, as are folders between
+    `within` and the file that are links (`StorageError`, as for a missing file)."""
     try:
         fd = _open_nofollow(path, os.O_RDONLY, within)
         with open(fd, "rb") as handle:
-            return handle.read()
+            return handle.read() if at_most is None else handle.read(at_most + 1)
     except OSError as exc:
         raise _storage("read", path, exc) from exc
 
