@@ -383,3 +383,93 @@ async def test_a_multi_edit_larger_than_a_request_gets_its_card_from_the_server(
     told = await hook(monkeypatch, capsys, server.data_dir, "pre-tool-use", body)
     assert told is not None
     assert "Run make gen" in told["hookSpecificOutput"]["additionalContext"]
+
+
+def codex_stop(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """A Stop hook's stdin as Codex sends it (`stop.command.input`): every field is there, and
+    `transcript_path` is null when the session has no rollout path to give (an ephemeral one,
+    one whose rollout it could not name)."""
+    return {
+        "session_id": SESSION,
+        "turn_id": "019d036d-c7fa-72d2-b6fd-78878bfe34e4",
+        "transcript_path": None,
+        "cwd": str(tmp_path / "shop"),
+        "hook_event_name": "Stop",
+        "model": "gpt-5-codex",
+        "permission_mode": "default",
+        "stop_hook_active": False,
+        "last_assistant_message": "Noted: you deploy on Mondays, so I set the job for Monday.",
+        **extra,
+    }
+
+
+def codex_message(role: str, text: str) -> dict[str, Any]:
+    kind = "input_text" if role == "user" else "output_text"
+    return {
+        "timestamp": "2026-12-07T09:00:00.000Z",
+        "type": "response_item",
+        "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]},
+    }
+
+
+def _queued(data: Path) -> list[dict[str, Any]]:
+    queue = CaptureQueue(data)
+    try:
+        return [pending.job for pending in queue.pending()]
+    finally:
+        queue.close()
+
+
+async def test_a_codex_stop_with_no_transcript_path_reads_the_sessions_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Codex sends `transcript_path: null` when it cannot name the rollout; the rollout is still
+    where Codex keeps every session's (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`)
+    and is read from there. The turn used to be dropped (`no session_id/transcript_path`)."""
+    home = tmp_path / "codex"
+    day = home / "sessions" / "2026" / "12" / "07"
+    day.mkdir(parents=True)
+    write_transcript(  # another session's rollout beside it is not read
+        day / "rollout-2026-12-07T08-00-00-0b7e1c2a-1111-4222-8333-944455556666.jsonl",
+        [codex_message("user", "I keep my notes in Obsidian")],
+    )
+    write_transcript(
+        day / f"rollout-2026-12-07T09-00-00-{SESSION}.jsonl",
+        [
+            codex_message("user", "Remember that I deploy on Mondays"),
+            codex_message("assistant", "Noted: you deploy on Mondays."),
+        ],
+    )
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    data = tmp_path / "data"
+    assert await hook(monkeypatch, capsys, data, "stop", codex_stop(tmp_path)) is None
+    [job] = _queued(data)
+    assert job["session_id"] == SESSION
+    assert [(e["role"], e["text"]) for e in job["entries"]] == [
+        ("user", "Remember that I deploy on Mondays"),
+        ("assistant", "Noted: you deploy on Mondays."),
+    ]
+
+
+async def test_a_codex_stop_with_no_rollout_at_all_captures_its_own_last_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ephemeral Codex session writes no rollout: the turn's words the payload carries
+    (`last_assistant_message`) are captured, redacted as a transcript's are; the same Stop
+    delivered twice queues once, a continued turn's next message is a turn of its own."""
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))  # no sessions at all
+    data = tmp_path / "data"
+    said = "Your deploy key is sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789ABCD; Mondays it is."
+    stop = codex_stop(tmp_path, last_assistant_message=said)
+    assert await hook(monkeypatch, capsys, data, "stop", stop) is None
+    assert await hook(monkeypatch, capsys, data, "stop", stop) is None  # delivered twice
+    [job] = _queued(data)
+    [entry] = job["entries"]
+    assert entry["role"] == "assistant" and "Mondays it is." in entry["text"]
+    assert "sk-proj-Abcdefghijklmnopqrstuvwxyz" not in entry["text"]
+    again = codex_stop(tmp_path, stop_hook_active=True, last_assistant_message="Done: on Monday.")
+    assert await hook(monkeypatch, capsys, data, "stop", again) is None
+    assert [job["entries"][0]["text"] for job in _queued(data)][1] == "Done: on Monday."
+    nothing = codex_stop(tmp_path, turn_id="t2", last_assistant_message=None)
+    assert await hook(monkeypatch, capsys, data, "stop", nothing) is None
+    assert len(_queued(data)) == 2

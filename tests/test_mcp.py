@@ -838,3 +838,39 @@ async def test_a_batch_over_http_is_an_invalid_request_as_over_stdio(tmp_path: P
         error = answer.json()["error"]
         assert answer.json()["id"] is None and error["code"] == -32600, answer.body
         assert "pydantic" not in error["message"] and "input_value" not in error["message"]
+
+
+async def test_an_object_that_is_not_json_rpc_over_http_is_an_invalid_request_as_over_stdio(
+    tmp_path: Path,
+) -> None:
+    """An object that is no JSON-RPC message (no `jsonrpc`, another version, neither a method nor
+    a result, params that are not an object) is Invalid Request (-32600, `id: null`) over HTTP as
+    over stdio. The SDK answered `-32602` with pydantic's report of it, the client's own input
+    echoed back."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    bodies = [
+        '{"id":8,"method":"ping"}',
+        '{"jsonrpc":"1.0","id":9,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":10}',
+        '{"jsonrpc":"2.0","id":11,"method":"ping","params":5}',
+    ]
+    try:
+        answers = [
+            await asyncio.to_thread(request, url, "POST", "/mcp", body, headers=headers)
+            for body in bodies
+        ]
+        ping = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+        good = await asyncio.to_thread(request, url, "POST", "/mcp", ping, headers=headers)
+    finally:
+        await server.close()
+    for answer in answers:
+        assert answer.status == 400, (answer.status, answer.body)
+        assert answer.json() == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "Invalid request: not a JSON-RPC message"},
+        }, answer.body
+        assert answer.headers["content-length"] == str(len(answer.body))
+    assert good.status == 200 and good.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}

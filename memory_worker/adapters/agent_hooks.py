@@ -16,8 +16,9 @@ a log line.
   per agent session (after /clear or a compaction, SessionStart hands the standing ones anew).
 - `pre-tool-use` (PreToolUse): the lesson cards the tool call meets, each revision once per agent
   session (a subagent's context counting as its own), as `additionalContext`.
-- `stop` (Stop): the turn's messages, read from the agent's transcript file, handed to capture
-  (`harness.capture`); it prints nothing, so it never asks the agent to go on.
+- `stop` (Stop): the turn's messages, read from the agent's transcript file (a Codex payload
+  naming none: the session's rollout, else the payload's `last_assistant_message`), handed to
+  capture (`harness.capture`); it prints nothing, so it never asks the agent to go on.
 """
 
 from __future__ import annotations
@@ -197,22 +198,36 @@ async def _user_prompt_submit(
 async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) -> None:
     """The turn just finished: its messages (the transcript's tail; the queue's cursor keeps
     what was captured before) go to capture. Nothing is printed: a Stop hook's output could
-    only ask the agent to keep going."""
+    only ask the agent to keep going.
+
+    Codex sends `transcript_path: null` when it cannot name the session's rollout: the rollout
+    is looked up where Codex keeps it, and a session that has none (an ephemeral one) gives
+    the words its payload carries (`last_assistant_message`). Such a turn was dropped."""
     session = _session(payload)
-    path = payload.get("transcript_path")
-    if session is None or not isinstance(path, str) or not path:
-        log.warning("hook_input_unusable", hook="Stop", detail="no session_id/transcript_path")
+    if session is None:
+        log.warning("hook_input_unusable", hook="Stop", detail="no session_id")
         return None
     # Here, not at the top: it compiles the redaction patterns, which only this hook needs.
-    from memory_worker.adapters.transcripts import read_transcript
+    from memory_worker.adapters.transcripts import codex_rollout, read_transcript, said
 
-    try:
-        entries = await asyncio.to_thread(
-            read_transcript, Path(path).expanduser(), limit=MAX_JOB_ENTRIES
-        )
-    except OSError as exc:
-        log.warning("hook_transcript_unreadable", hook="Stop", error=str(exc))
-        return None
+    given = payload.get("transcript_path")
+    path: Path | None = None
+    if isinstance(given, str) and given:
+        path = Path(given).expanduser()
+    elif given is None:  # null, or not sent: not a path that is wrong, one not given
+        path = await asyncio.to_thread(codex_rollout, session, os.environ)
+    entries: list[dict[str, Any]] = []
+    if path is not None:
+        try:
+            entries = await asyncio.to_thread(read_transcript, path, limit=MAX_JOB_ENTRIES)
+        except OSError as exc:
+            log.warning("hook_transcript_unreadable", hook="Stop", error=str(exc))
+            return None
+    else:
+        own = said(payload.get("turn_id"), "assistant", payload.get("last_assistant_message"))
+        entries = [own] if own is not None else []
+        if not entries:
+            log.warning("hook_input_unusable", hook="Stop", detail="no transcript to read")
     entries = _newest_fitting(entries, MAX_JOB_BYTES)
     if not entries:
         return None

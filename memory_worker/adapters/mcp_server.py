@@ -26,7 +26,9 @@ server.
   Over stdio, lines the SDK drops unanswered (not JSON, not JSON-RPC) get JSON-RPC's errors.
 - A request whose id is not one (`null`, `true`, `1.5`: JSON-RPC ids are strings or integers)
   is JSON-RPC's Invalid Request (`-32600`, `id: null`), over stdio and HTTP: the SDK read it as a
-  notification and answered nothing, so the client waited for good.
+  notification and answered nothing, so the client waited for good. So is any JSON that is no
+  JSON-RPC message (a batch, a bare value, an object without `jsonrpc`): over HTTP the SDK said
+  `-32602` with pydantic's report, the client's input echoed in it (`_refusal`).
 - Over stdio the end of stdin waits for the requests already read to be answered (the SDK
   cancelled them): a client that closes stdin after its last request still gets its answers.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
@@ -399,16 +401,24 @@ def _rpc_error(request_id: Any, code: int, message: str) -> SessionMessage:
 _NOT_JSON_RPC = "Invalid request: not a JSON-RPC message"
 
 
-def _not_an_object(body: bytes) -> bool:
-    """Whether an HTTP `body` is JSON but not an object: a batch (MCP has none since 2025-06-18,
-    and stdio refuses one too) or a bare value, JSON-RPC's Invalid Request."""
-    if body.lstrip()[:1] in (b"{", b""):
-        return False
+def _refusal(body: bytes) -> bytes:
+    """The SDK's 400 answer `body` as it was, unless it refused a message that is JSON but no
+    JSON-RPC message (no `jsonrpc`, neither a method nor a result, params that are not an
+    object): its `-32602 Validation error: …` held pydantic's report, the client's own input
+    echoed in it. That one is JSON-RPC's Invalid Request, as stdio answers it."""
     try:
-        json.loads(body)
-    except (ValueError, RecursionError):
-        return False  # not JSON at all: the SDK's own parse error
-    return True
+        answer = json.loads(body)
+    except ValueError:
+        return body
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if (
+        not isinstance(error, dict)
+        or error.get("code") != types.INVALID_PARAMS
+        or not str(error.get("message", "")).startswith("Validation error:")
+    ):
+        return body
+    invalid = _rpc_error(None, types.INVALID_REQUEST, _NOT_JSON_RPC).message
+    return json.dumps(invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)).encode()
 
 
 def _undecodable_answer(exc: Exception) -> SessionMessage | None:
@@ -759,10 +769,6 @@ class McpHttp:
             invalid = _bad_id_answer(bad_id).message
             body = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
             return web.json_response(body, status=400)
-        if _not_an_object(await request.read()):  # the SDK said -32602, with pydantic's report
-            invalid = _rpc_error(None, types.INVALID_REQUEST, _NOT_JSON_RPC).message
-            body = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
-            return web.json_response(body, status=400)
         state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
         return await _asgi(self._manager.handle_request, request, state)
 
@@ -802,24 +808,54 @@ async def _asgi(app: Any, request: web.Request, state: dict[str, Any]) -> web.St
         await disconnected.wait()
         return {"type": "http.disconnect"}
 
-    response: web.StreamResponse | None = None
-
-    async def send(message: Mapping[str, Any]) -> None:
-        nonlocal response
-        if message["type"] == "http.response.start":
-            response = web.StreamResponse(status=message["status"])
-            for key, value in message.get("headers", ()):
-                response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
-            await response.prepare(request)
-        elif message["type"] == "http.response.body" and response is not None:
-            await response.write(message.get("body", b""))
-            if not message.get("more_body", False):
-                await response.write_eof()
-
+    relay = _Relay(request)
     try:
-        await app(scope, receive, send)
+        await app(scope, receive, relay.send)
     finally:
         disconnected.set()
-    if response is None:
+    if relay.response is None:
         raise web.HTTPInternalServerError(reason="the MCP transport sent no response")
-    return response
+    return relay.response
+
+
+class _Relay:
+    """The ASGI app's answer streamed to aiohttp as it is sent; a 400 (a small error body) is
+    held until its body is read whole: `_refusal` may answer it anew."""
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self.response: web.StreamResponse | None = None
+        self._held: Mapping[str, Any] | None = None
+        self._held_body = bytearray()
+
+    async def _start(self, message: Mapping[str, Any], length: int | None = None) -> None:
+        response = self.response = web.StreamResponse(status=message["status"])
+        for key, value in message.get("headers", ()):
+            name = key.decode("latin-1")
+            if length is not None and name.lower() == "content-length":
+                value = str(length).encode()
+            response.headers.add(name, value.decode("latin-1"))
+        await response.prepare(self._request)
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            if message["status"] == 400:
+                self._held = message
+            else:
+                await self._start(message)
+            return
+        if message["type"] != "http.response.body":
+            return
+        body: bytes = message.get("body", b"")
+        last = not message.get("more_body", False)
+        if self._held is not None:
+            self._held_body.extend(body)
+            if not last:
+                return
+            body = _refusal(bytes(self._held_body))
+            await self._start(self._held, len(body))
+            self._held = None
+        if self.response is not None:
+            await self.response.write(body)
+            if last:
+                await self.response.write_eof()

@@ -12,6 +12,9 @@ session, oldest first, as `CaptureEntry` dicts (`entry_id`, `role`, `text`, `tim
   "role", "content": [{"type": "input_text" | "output_text", "text"}]}}`, with a `timestamp`;
   entries are numbered by line, as it gives messages no ids. Its own user messages (environment
   context, AGENTS.md) are left out.
+- A Codex hook whose `transcript_path` is null (Codex could not name the rollout) finds the
+  session's rollout where Codex keeps them (`codex_rollout`); a session with none (ephemeral)
+  gives the turn's words its Stop payload carries (`said`).
 
 Every text is redacted here, before the job is written to the queue on disk or sent anywhere.
 Unreadable lines are skipped (a line being written while we read is the usual one).
@@ -19,7 +22,10 @@ Unreadable lines are skipped (a line being written while we read is the usual on
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,7 @@ from typing import Any
 from memory_worker.core.payload import utf8_safe
 from memory_worker.core.redact import redact
 
-__all__ = ["MAX_TRANSCRIPT_BYTES", "read_transcript"]
+__all__ = ["MAX_TRANSCRIPT_BYTES", "codex_rollout", "read_transcript", "said"]
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024  # read from the end at most this much of a long session
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
@@ -77,6 +83,12 @@ _REDACT_PAST_CUT_CHARS = 4096
 # `core.models.MAX_TIME_MS` (9999-12-31T23:59:59.999Z), not imported: a Stop hook forwarded to
 # the server never loads pydantic and the memory models it would bring.
 _MAX_TIME_MS = 253_402_300_799_999
+# Where Codex keeps its state (`$CODEX_HOME`, else `~/.codex`), and a session's rollout in it:
+# `sessions/YYYY/MM/DD/rollout-<time>-<session id>.jsonl`.
+CODEX_HOME_ENV = "CODEX_HOME"
+# Codex's session ids are UUIDs: nothing else is looked up (it is put in a file pattern, and only
+# a whole UUID cannot also be the end of another session's file name).
+_SESSION_ID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}", re.IGNORECASE)
 
 
 def _ms(value: object) -> int | None:
@@ -163,9 +175,12 @@ def _entry(line: object, number: int) -> dict[str, Any] | None:
     if not isinstance(line, dict):
         return None
     found = _claude(line) or _codex(line, number)
-    if found is None:
-        return None
-    entry_id, role, text, at_ms = found
+    return _message(*found) if found is not None else None
+
+
+def _message(entry_id: str, role: str, text: str, at_ms: int | None) -> dict[str, Any] | None:
+    """One message as a capture entry (redacted, cut), or None when it holds no words of the
+    user's or the assistant's."""
     # A lone surrogate (a JavaScript string cut inside an emoji, written as a `\ud83d` escape)
     # has no UTF-8 form: the capture job holding it was refused whole, this turn and the next.
     text = utf8_safe(text).strip()
@@ -179,6 +194,34 @@ def _entry(line: object, number: int) -> dict[str, Any] | None:
     if at_ms is not None:
         entry["timestamp"] = at_ms
     return entry
+
+
+def said(turn_id: object, role: str, text: object) -> dict[str, Any] | None:
+    """A message a hook's payload carries (Codex's Stop: `last_assistant_message`) as a capture
+    entry, read and redacted as a transcript's line is; None when it has no words. Its id is
+    the turn's and the text's: the same Stop delivered twice is one entry, a turn that went on
+    (a Stop hook asked for more) and stopped again with other words is another."""
+    if not isinstance(text, str):
+        return None
+    turn = turn_id[:100] if isinstance(turn_id, str) and turn_id else "turn"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return _message(f"{turn}:{role}:{digest}", role, text, None)
+
+
+def codex_rollout(session_id: str, env: Mapping[str, str]) -> Path | None:
+    """The rollout Codex writes for `session_id` (the newest, if several name it), or None."""
+    if _SESSION_ID.fullmatch(session_id) is None:
+        return None
+    try:
+        home = Path(env.get(CODEX_HOME_ENV) or Path.home() / ".codex").expanduser()
+        found = [
+            (path.stat().st_mtime, path)
+            for path in (home / "sessions").glob(f"*/*/*/rollout-*-{session_id}.jsonl")
+            if path.is_file()
+        ]
+    except (OSError, RuntimeError):  # no home directory, a folder gone or unreadable: none
+        return None
+    return max(found)[1] if found else None
 
 
 def _lines_before(path: Path, offset: int, chunk_bytes: int = 1 << 20) -> int:
