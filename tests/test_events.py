@@ -3,12 +3,22 @@ of times with backoff, the same event (same `event_id`) each time; other binding
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from unittest.mock import ANY
 
+import pytest
 from iii.triggers import TriggerConfig
 
 from memory_worker.adapters.bus.events import MAX_ATTEMPTS, BindingTable, BusEmitter
+from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import ITEM_CHANGED
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.storage.store import Store
+
+from .fakes import FixedClock
 
 
 class Client:
@@ -93,3 +103,84 @@ async def test_a_subject_binding_hears_the_person_in_any_case() -> None:
     for spelling in ("Ana", "ANA", "ana"):
         assert [b.function_id for b in table.matching("main", spelling)] == ["sub::ana"]
     assert table.matching("main", "Bob") == []
+
+
+class TestAMemoryMovedToAnotherSubject:
+    """`memory::update` may give a memory another subject: its event is about the new one, so a
+    binding for the old subject never heard that the memory left its view (a live view of Ana's
+    memories kept showing one that was now Bruno's, or no longer anyone's but the pool's)."""
+
+    TEXT = "Prefers the window seat on long flights."
+
+    async def _moved(
+        self,
+        store: Store,
+        clock: FixedClock,
+        before: str | None,
+        after: str,
+        *,
+        by_import: bool = False,
+    ) -> tuple[str, dict[str, list[dict[str, Any]]]]:
+        client = Client({})
+        table = BindingTable(ITEM_CHANGED)
+        for who in ("ana", "bruno", None):
+            config = {} if who is None else {"subject": who}
+            await table.register_trigger(
+                TriggerConfig(id=f"b-{who}", function_id=f"sub::{who}", config=config)
+            )
+        emitter = BusEmitter(client, {ITEM_CHANGED: table}, backoff_s=0.0)  # type: ignore[arg-type]
+        service = MemoryService(store, Settings(), emitter=emitter, clock=clock)
+        person = Caller.human("cli")
+        await catalog.call(
+            service, "memory::bank::create", {"name": "main", "subject_scoping": True}, person
+        )
+        saved = await catalog.call(
+            service, "memory::save", {"text": self.TEXT, "subject": before}, person
+        )
+        await emitter.flush()
+        client.sent.clear()
+        memory_id = saved["memory"]["id"]
+        if by_import:  # the same id imported again, about someone else
+            record = {"id": memory_id, "text": self.TEXT, "subject": after}
+            await catalog.call(
+                service, "memory::import", {"bank": "main", "records": [record]}, person
+            )
+        else:
+            await catalog.call(
+                service, "memory::update", {"id": memory_id, "subject": after}, person
+            )
+        await emitter.flush()
+        heard: dict[str, list[dict[str, Any]]] = {}
+        for request in client.sent:
+            heard.setdefault(request["function_id"], []).append(request["payload"])
+        return memory_id, heard
+
+    @pytest.mark.parametrize("by_import", [False, True], ids=["update", "import"])
+    async def test_the_old_subjects_binding_hears_it_left_without_its_text(
+        self, store: Store, clock: FixedClock, by_import: bool
+    ) -> None:
+        memory_id, heard = await self._moved(store, clock, "ana", "bruno", by_import=by_import)
+        assert heard["sub::ana"] == [
+            {
+                "event_type": "moved",
+                "bank": "main",
+                "id": memory_id,
+                "subject": "ana",
+                "memory": {"id": memory_id, "subject": "ana"},
+                "event_id": ANY,
+            }
+        ]
+        [updated] = heard["sub::bruno"]
+        assert updated["event_type"] == "updated" and updated["memory"]["subject"] == "bruno"
+        assert "ana" not in json.dumps(updated), "the new subject's view learns no one else"
+        [everything] = heard["sub::None"]  # the whole bank's view: the change, with its origin
+        assert everything["previous_subject"] == "ana" and everything["memory"]["text"]
+
+    async def test_a_general_memory_given_to_someone_leaves_the_others_views(
+        self, store: Store, clock: FixedClock
+    ) -> None:
+        memory_id, heard = await self._moved(store, clock, None, "bruno")
+        assert [(e["event_type"], e["memory"]) for e in heard["sub::ana"]] == [
+            ("moved", {"id": memory_id})
+        ]
+        assert [e["event_type"] for e in heard["sub::bruno"]] == ["updated"]

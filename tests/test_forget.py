@@ -5,10 +5,12 @@ untouched; confirmed, refused while pinned, one event per id, all-or-nothing und
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import random
 import shutil
+import threading
 import time
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
@@ -25,13 +27,18 @@ from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
+from memory_worker.harness.extractor import Extractor
+from memory_worker.harness.turns import TurnPipeline
 from memory_worker.storage import bank as bank_module
-from memory_worker.storage import erasure, log
+from memory_worker.storage import erasure, files, log
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
 from memory_worker.storage.store import Store
+from memory_worker.storage.vectors import VECTORS_FILE
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter
+from .test_extractor import Model, Transcript
+from .test_pregenerate import Chat, Hooked, Queue
 
 PERSON = Caller.human("cli")
 ANA_TEXTS = [
@@ -760,3 +767,184 @@ def test_forget_subject_killed_at_random_moments_erases_all_or_nothing(
         child.join(10)
         outcomes[_state(data_dir)] += 1
     assert outcomes["none"] > 0 and outcomes["all"] > 0, outcomes
+
+
+# --- work queued before the erasure ----------------------------------------------------------
+
+BRAGA = "I live in Braga now, with my sister and her two cats."
+BRAGA_FACT = "The user lives in Braga with her sister."
+
+
+def _braga_model() -> Model:
+    """A completer that finds one fact about the speaker in any turn."""
+    model = Model()
+    model.replies.append(json.dumps({"memories": [{"op": "add", "text": BRAGA_FACT}]}))
+    return model
+
+
+class TestWorkQueuedBeforeTheErasure:
+    """An erasure wins over extraction queued before it: nothing about the erased person that was
+    said before the erasure is saved after it — a job that waited in the queue, one dead-lettered
+    and retried, one whose turn the erasure happened in the middle of, and across a restart."""
+
+    async def _ana_turn(
+        self, service: MemoryService, chat: Transcript, clock: FixedClock, turn: str = "t1"
+    ) -> tuple[Hooked, TurnPipeline, Queue]:
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        hooked, queue = Hooked(service), Queue()
+        extractor = Extractor(service, chat, _braga_model(), hooked.kv)
+        pipeline = TurnPipeline(service, hooked.resolver, hooked.state, queue, extractor, chat)
+        await hooked.step("s1", BRAGA, turn=turn, metadata={"memory_subject": "ana"})
+        chat.say("user", BRAGA, at=clock())
+        return hooked, pipeline, queue
+
+    async def _about_ana(self, service: MemoryService) -> list[str]:
+        listed = await call(service, "memory::list", subject="ana", include_superseded=True)
+        return [m["text"] for m in listed["memories"] if m.get("subject") == "ana"]
+
+    async def test_a_job_queued_before_the_erasure_saves_nothing_about_them(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        chat = Transcript()
+        _, pipeline, queue = await self._ana_turn(service, chat, clock)
+        chat.say("assistant", "Noted, Braga it is.", at=clock())
+        completed = {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        await pipeline.on_turn_completed(completed)
+        [job] = queue.jobs.values()
+        clock.advance(60_000)
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        clock.advance(60_000)
+        # Delivered late (or dead-lettered, then retried by hand: the same payload).
+        assert (await pipeline.extract_job(job))["written"] == 0
+        assert await self._about_ana(service) == []
+        await pipeline.close()
+
+    async def test_a_turn_the_erasure_happened_in_the_middle_of_saves_nothing_about_them(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        chat = Transcript()
+        _, pipeline, queue = await self._ana_turn(service, chat, clock)
+        clock.advance(60_000)
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        clock.advance(60_000)
+        chat.say("assistant", "Noted, Braga it is.", at=clock())  # the turn ends after it
+        completed = {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        await pipeline.on_turn_completed(completed)
+        [job] = queue.jobs.values()
+        await pipeline.extract_job(job)
+        assert await self._about_ana(service) == []
+        await pipeline.close()
+
+    async def test_the_erasure_still_wins_after_a_restart(
+        self, service: MemoryService, store: Store, data_dir: Path, clock: FixedClock
+    ) -> None:
+        chat = Transcript()
+        _, pipeline, queue = await self._ana_turn(service, chat, clock)
+        await pipeline.on_turn_completed(
+            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        )
+        [job] = queue.jobs.values()
+        clock.advance(60_000)
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        await pipeline.close()
+        await store.close()
+        clock.advance(60_000)
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            again = MemoryService(reopened, clock=clock)
+            hooked = Hooked(again)
+            extractor = Extractor(again, chat, _braga_model(), hooked.kv)
+            late = TurnPipeline(again, hooked.resolver, hooked.state, None, extractor, chat)
+            await late.extract_job(job)
+            assert await self._about_ana(again) == []
+            assert (data_dir / erasure.STAMPS_FILE).exists()
+            assert _grep(data_dir, "ana") == [], "the stamp names no one"
+            # Said after the erasure: theirs to keep, as any new memory.
+            await call(again, "memory::save", text="Ana likes figs.", subject="ana")
+            assert await self._about_ana(again) == ["Ana likes figs."]
+        finally:
+            await reopened.close()
+
+    async def test_a_turn_said_after_the_erasure_is_remembered_as_any_other(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """Messages without dates of their own: the job's time (when the turn completed) tells
+        they came after the erasure; what Ana says then is hers to keep."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        clock.advance(60_000)
+        chat, hooked, queue = Chat(), Hooked(service), Queue()
+        extractor = Extractor(service, chat, _braga_model(), hooked.kv)
+        pipeline = TurnPipeline(service, hooked.resolver, hooked.state, queue, extractor, chat)
+        await hooked.step("s1", BRAGA, turn="t1", metadata={"memory_subject": "ana"})
+        chat.say("user", BRAGA)
+        await pipeline.on_turn_completed(
+            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        )
+        [job] = queue.jobs.values()
+        assert (await pipeline.extract_job(job))["written"] == 1
+        assert await self._about_ana(service) == [BRAGA_FACT]
+        await pipeline.close()
+
+
+class TestVectorsInFlight:
+    async def test_a_vector_being_written_when_the_erasure_runs_is_erased_too(
+        self, service: MemoryService, store: Store, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An embedding pass checked Ana's memory was live and was appending its vector (a slow
+        disk) when the erasure ran: the append landed after the erasure had rewritten
+        `vectors.jsonl`, and her memory's vector (and text hash) stayed there for good."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        saved = await call(service, "memory::save", text=ANA_TEXTS[0], subject="ana")
+        bank = store.get("main")
+        entered, release = threading.Event(), threading.Event()
+        real_append, real_erase = files.append_unsynced, erasure.erase_vectors
+
+        def slow_append(path: Path, *args: Any, **kwargs: Any) -> None:
+            if path.name == VECTORS_FILE:
+                entered.set()
+                release.wait(30.0)
+            real_append(path, *args, **kwargs)
+
+        def erase_then_release(*args: Any, **kwargs: Any) -> None:
+            real_erase(*args, **kwargs)
+            release.set()  # the append lands after the sidecar was rewritten…
+
+        async def settled_then_release() -> None:
+            release.set()  # …unless the erasure waits for it first (then it lands before)
+            await real_settled()
+
+        real_settled = getattr(bank, "vector_writes_settled", None)
+        monkeypatch.setattr(files, "append_unsynced", slow_append)
+        monkeypatch.setattr(erasure, "erase_vectors", erase_then_release)
+        if real_settled is not None:
+            monkeypatch.setattr(bank, "vector_writes_settled", settled_then_release)
+        memory = bank.get(saved["memory"]["id"])
+        assert memory is not None
+        storing = asyncio.create_task(bank.store_vectors("test-model", [(memory, [1.0, 0.0])]))
+        await asyncio.to_thread(entered.wait, 30.0)
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        await storing
+        assert _grep(data_dir, memory.id) == []
+
+
+async def test_the_ledger_of_what_a_conversation_was_handed_loses_their_ids(
+    service: MemoryService, data_dir: Path
+) -> None:
+    """A coding agent's prompt was handed Ana's memory (`memory::preview` with `conversation`):
+    the ledger under `.lessons-delivered/` kept its id (a fingerprint of her words, which a
+    guess of the text confirms) for 30 days after she was erased, as access counts did once."""
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    saved = await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana")
+    await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+    memory_id = saved["memory"]["id"]
+    for who in ("ana", "bruno"):
+        shown = await call(
+            service, "memory::preview", query="what blood type?", subject=who, conversation="c1"
+        )
+        assert shown
+    assert _grep(data_dir, memory_id), "handed to the conversation, and recorded"
+    await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+    assert _grep(data_dir, memory_id) == []

@@ -40,6 +40,7 @@ from memory_worker.storage.store import Store
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "MAX_SUBJECT_CHARS",
+    "PREVIOUS_SUBJECT",
     "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
     "clean_line",
@@ -47,6 +48,7 @@ __all__ = [
     "clean_subject",
     "event_id",
     "item_event",
+    "left_view",
     "redaction_reason",
 ]
 
@@ -76,6 +78,27 @@ def item_event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) 
         payload["reason"] = reason
     payload["event_id"] = event_id()
     return payload
+
+
+PREVIOUS_SUBJECT = "previous_subject"  # on an `updated` event that moved the memory
+
+
+def left_view(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """For an item event that moved its memory to another subject (`previous_subject`: whom it
+    was about; None: no one, the general pool): what the views it left hear instead — a `moved`
+    event with its id and the subject it was about, no text (it is someone else's now). None
+    for any other event."""
+    if PREVIOUS_SUBJECT not in payload or not isinstance(payload.get("memory"), dict):
+        return None
+    previous, memory_id = payload[PREVIOUS_SUBJECT], payload["memory"].get("id")
+    memory: dict[str, Any] = {"id": memory_id}
+    notice: dict[str, Any] = {"event_type": str(ItemEvent.MOVED), "bank": payload.get("bank")}
+    notice["id"] = memory_id
+    if isinstance(previous, str):
+        notice["subject"] = memory["subject"] = previous  # as an erasure's: their views hear it
+    notice["memory"] = memory
+    notice["event_id"] = event_id()
+    return notice
 
 
 def redaction_reason(labels: Iterable[str]) -> str | None:
@@ -429,5 +452,17 @@ class ServiceBase:
             self._emit_erased(bank.name, memory_id, subject)
         return set(erased)
 
-    def _emit_item(self, event: ItemEvent, bank: str, memory: Memory, reason: str | None) -> None:
-        self.emitter.emit(ITEM_CHANGED, item_event(event, bank, memory, reason))
+    def _emit_item(
+        self,
+        event: ItemEvent,
+        bank: str,
+        memory: Memory,
+        reason: str | None,
+        previous: Memory | None = None,
+    ) -> None:
+        """`previous`: the memory's revision before this change. When the change gave it another
+        subject, the views it left hear of it too (`left_view`): the event is the new one's."""
+        payload = item_event(event, bank, memory, reason)
+        if previous is not None and not same_subject(previous.subject, memory.subject):
+            payload[PREVIOUS_SUBJECT] = previous.subject
+        self.emitter.emit(ITEM_CHANGED, payload)

@@ -55,6 +55,10 @@ class Caller:
     # only). In a subject-scoped bank such a call cannot touch another person's memory by id.
     in_turn: bool = False
     speaker: str | None = None
+    # When what this caller saves was said (ms): extraction's oldest word of the turn it read.
+    # A save about a subject erased at or after it is refused: the erasure wins over work queued
+    # before it (`storage.erasure.ErasureStamps`). None: saved as it is said, now.
+    read_at: int | None = None
 
     @classmethod
     def human(cls, via: str) -> Caller:
@@ -93,6 +97,7 @@ class Caller:
         agent: str | None = None,
         entry_id: str | None = None,
         confidence: Confidence = Confidence.STATED,
+        read_at: int | None = None,
     ) -> Caller:
         return cls(
             CallerKind.INTERNAL,
@@ -102,6 +107,7 @@ class Caller:
             agent=agent,
             entry_id=entry_id,
             confidence=confidence,
+            read_at=read_at,
         )
 
     @property

@@ -6,6 +6,8 @@ subject leaves the log, its vectors leave the sidecar, and the bank's trashed co
 those files (`storage.erasure`: an intent first, finished at the next load after a crash), asks an
 explicit `confirm`, refuses while a memory about them is pinned (a person pinned it: they unpin it
 first, nothing is erased meanwhile), and announces one `erased` event per id, with no text.
+It wins over work queued before it: its time is stamped (`storage.erasure.ErasureStamps`), and
+extraction saves nothing about them from words said before it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 from memory_worker.app.base import clean_subject
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
+from memory_worker.app.ledger import ConversationLedger
 from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
 from memory_worker.storage import erasure
@@ -32,7 +35,7 @@ log = get_logger(__name__)
 CONFIRM = "destructive"  # seed 004: `X-Confirm: destructive`
 
 
-class ForgetUseCases(EmbeddingWork):
+class ForgetUseCases(EmbeddingWork, ConversationLedger):
     """Erasure use cases."""
 
     async def forget_subject(
@@ -67,6 +70,9 @@ class ForgetUseCases(EmbeddingWork):
                 "unpin them first — nothing was erased"
             )
         with bank.erasing(subject, about):
+            # Before the intent: a job that read them before now saves nothing about them later,
+            # even if this erasure is only finished by the next load.
+            await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
             await asyncio.to_thread(erasure.write_intent, bank.path, subject)
             # From here on the erasure finishes: now, or at the next load if this process dies.
             copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
@@ -75,7 +81,10 @@ class ForgetUseCases(EmbeddingWork):
                 functools.partial(erasure.drop_unfilterable, within=bank.root),
                 bank.path / MEMORIES_FILE,
             )
-            # After the log: a vector stored meanwhile for a memory about them is caught too.
+            # After the log, and after the vector writes that saw their memories live (one
+            # landing after the sidecar's rewrite stayed for good): a vector stored meanwhile for
+            # a memory about them is caught too.
+            await bank.vector_writes_settled()
             await asyncio.to_thread(
                 functools.partial(erasure.erase_vectors, within=bank.root),
                 bank.path / VECTORS_FILE,
@@ -87,6 +96,7 @@ class ForgetUseCases(EmbeddingWork):
                 set(about),
             )
             await asyncio.to_thread(bank.access.forget, about)
+            await self.erase_deliveries(name, about)  # their ids: fingerprints of their words
             await asyncio.to_thread(erasure.clear_intent, bank.path, subject)
         self._unreport(name, bank, set(about))
         log.info(
@@ -124,9 +134,12 @@ class ForgetUseCases(EmbeddingWork):
         next (each step is idempotent). Each id is announced as any erasure's (`erased`, no
         text): nothing of theirs was live, but a copy kept elsewhere (memory-consolidate's last
         report of the bank, which only that event scrubs) still held their texts."""
+        # A default bank is recreated by its next write: what was read before stays out of it.
+        await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
         copies, erased = await asyncio.to_thread(
             erasure.erase_trashed, self.store.root, name, subject
         )
+        await self.erase_deliveries(name, erased)
         log.info("subject_forgotten", bank=name, erased=len(erased), trash_copies=copies)
         for memory_id in sorted(erased):
             self._emit_erased(name, memory_id, subject)

@@ -147,7 +147,7 @@ class ImportUseCases(RetentionUseCases):
             before = {r.id: bank.latest(r.id) for r in records}
             await bank.commit(records)
         for event, record, reason in _changes(bank, records, before, reasons):
-            self._emit_item(event, name, record, reason)
+            self._emit_item(event, name, record, reason, before.get(record.id))
         self._embed_soon(bank)
         # A record past its category's TTL is gone the moment it lands, as every read shows it.
         retention, now = self.bank_settings(bank).retention, self.clock()

@@ -8,6 +8,7 @@ per conversation under the data dir otherwise (`storage.deliveries`)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from memory_worker.app.base import ServiceBase
 from memory_worker.app.ports import Deliveries
@@ -46,6 +47,20 @@ class ConversationLedger(ServiceBase):
             for key in [k for k, lock in locks.items() if not lock.locked()]:
                 del locks[key]
         return locks.setdefault(conversation, asyncio.Lock())
+
+    async def erase_deliveries(self, bank: str, ids: Collection[str]) -> None:
+        """Take erased memories out of what every conversation was handed: once the deliveries
+        under way end (each holds its conversation's lock from its read to its record: one that
+        ranked them before they were erased records them), from the data dir's ledger and its
+        RAM copy. The state worker's (engine mode) keeps one entry per conversation and cannot
+        be walked: there their keys age out with the conversation."""
+        for lock in [lock for lock in (self._delivery_locks or {}).values() if lock.locked()]:
+            async with lock:
+                pass
+        current = self._file_deliveries
+        if current is None or current.folder.parent != self.store.root:
+            current = FileDeliveries(self.store.root)
+        await current.erase(bank, ids)
 
     async def forget_deliveries(self, conversation: str) -> None:
         """Drop what a conversation was given (its session was deleted, or its context reset)."""

@@ -93,6 +93,7 @@ class MemoryUseCases(RetentionUseCases):
         source = _provenance(session_id or caller_session, caller)
         async with self._writing_into(name, caller) as bank:
             self.check_speaker(bank, subject, caller)
+            self._check_not_erased_since(name, subject, caller)
             # What is past its TTL goes first, as expired: it must not take a live memory's
             # place at the cap, nor be renewed by this save as if it were still known.
             await self._reaped_for(bank, anywhere=True)
@@ -131,6 +132,20 @@ class MemoryUseCases(RetentionUseCases):
         return SaveResponse(
             memory=record, created=created, redacted=sorted(set(labels)), evicted=shown or None
         )
+
+    def _check_not_erased_since(self, name: str, subject: str | None, caller: Caller) -> None:
+        """Refuse a save about a subject erased after what it was read from (`Caller.read_at`:
+        an extraction job queued, or dead-lettered and retried, before `memory::forget-subject`
+        ran): the erasure wins, nothing they said before it comes back."""
+        if caller.read_at is None or subject is None:
+            return
+        erased_at = self.store.erasures.erased_at(name, subject)
+        if erased_at is not None and caller.read_at <= erased_at:
+            # Not named: logged, the refusal would write the erased person's name down again.
+            raise Conflict(
+                f"the subject of this memory was erased from bank {name} after it was said; "
+                "nothing was written"
+            )
 
     def _evictions(self, bank: Bank, record: Memory, caller: Caller) -> list[Memory]:
         """Tombstones (reason `evicted`) for what `record` displaces at the bank's caps: its
@@ -374,7 +389,7 @@ class MemoryUseCases(RetentionUseCases):
             return MemoryResponse(memory=existing, redacted=sorted(set(labels)))
         await bank.commit([record])
         self._embed_soon(bank)
-        self._emit_item(ItemEvent.UPDATED, name, record, redaction_reason(labels))
+        self._emit_item(ItemEvent.UPDATED, name, record, redaction_reason(labels), existing)
         return MemoryResponse(memory=record, redacted=sorted(set(labels)))
 
     async def delete(self, req: DeleteRequest, caller: Caller = SYSTEM) -> MemoryResponse:

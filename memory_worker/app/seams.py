@@ -162,6 +162,11 @@ class ExtractJob(BaseModel):
         "theirs are shown to the model. Absent: the session's, asked when the job runs "
         "(a failed lookup retries; none: general memories).",
     )
+    at: int | None = Field(
+        default=None,
+        description="When the turn completed (ms): its words were said by then. A subject erased "
+        "since (`memory::forget-subject`) gets nothing the pass reads written about them.",
+    )
 
 
 class SessionDeleted(BaseModel):

@@ -40,6 +40,9 @@ class ItemEvent(StrEnum):
     SUPERSEDED = "superseded"
     DELETED = "deleted"
     ERASED = "erased"  # forget-subject destroyed it: the event carries its id, never its text
+    # It left a subject's view (an update or import gave it another subject): told to that subject's
+    # bindings only, with its id and that subject, never its text (it is someone else's now).
+    MOVED = "moved"
 
 
 class BankEvent(StrEnum):

@@ -276,7 +276,9 @@ class CaptureRunner:
         )
         until = job["entries"][-1]["entry_id"] if job.get("entries") else None
         agent = job.get("agent")
-        extract_job = ExtractJob(session_id=session_id, bank=bank, until=until, agent=agent)
+        extract_job = ExtractJob(
+            session_id=session_id, bank=bank, until=until, agent=agent, at=pending.enqueued_at
+        )
         try:
             if not self.service.settings.extraction_enabled or self.service.was_deleted(bank):
                 await extractor.pass_over(extract_job)  # its words must never reach a later pass

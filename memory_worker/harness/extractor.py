@@ -310,9 +310,11 @@ class _Origin:
     """Provenance of what one pass writes: the session, the agent that ran the turn (named by
     the harness, else the model that answered) and, per fact, the message it came from."""
 
-    def __init__(self, job: ExtractJob, lines: list[Line]) -> None:
+    def __init__(self, job: ExtractJob, lines: list[Line], read_at: int) -> None:
         self.session_id = job.session_id
         self.subject = job.subject
+        # When the oldest word the pass reads was said: an erasure since wins (`Caller.read_at`).
+        self.read_at = read_at
         answered = [line.model for line in lines if line.model]
         self.agent = job.agent or (answered[-1] if answered else None)
         self._lines = [(line, frozenset(terms(line.text)) - _NOT_EVIDENCE) for line in lines]
@@ -355,7 +357,10 @@ class _Origin:
         (or, the model says, inferred from it), with the entry it came from."""
         if fact is None:
             return Caller.internal(
-                "extraction", session_id=self.session_id, confidence=Confidence.EXTRACTED
+                "extraction",
+                session_id=self.session_id,
+                confidence=Confidence.EXTRACTED,
+                read_at=self.read_at,
             )
         return Caller.internal(
             "extraction",
@@ -363,7 +368,19 @@ class _Origin:
             agent=self.agent,
             entry_id=self.entry_of(fact.text),
             confidence=Confidence.INFERRED if fact.inferred else Confidence.EXTRACTED,
+            read_at=self.read_at,
         )
+
+
+def _said_by(lines: Sequence[Line], queued_at: int | None) -> int:
+    """When the oldest of `lines` was said, as far as can be told: the earliest of their own dates
+    and the time their turn's job was queued (every word was said by then; a turn an erasure
+    happened in the middle of dates its first words before it). 0 when neither is known (a job
+    queued before jobs carried `at`, undated messages): before any erasure, as it may have been."""
+    known = [line.at_ms for line in lines if line.at_ms is not None]
+    if queued_at is not None:
+        known.append(queued_at)
+    return min(known, default=0)
 
 
 def _model_of(message: dict[str, Any]) -> str | None:
@@ -478,7 +495,8 @@ class Extractor:
         if not _worth_reading(lines):
             await self._advance(job.session_id, cursor, span)
             return 0  # nothing new, or nothing worth a model call ("ok", "thanks")
-        origin = _Origin(job, lines)
+        # Read from the lines' own dates: `_dated` gave an undated one the time of this pass.
+        origin = _Origin(job, lines, _said_by(span.lines, job.at))
         recorded = self._journal.recorded() if self._journal is not None else None
         if recorded is None:
             known = await self._known(bank, lines, origin)

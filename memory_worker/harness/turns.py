@@ -112,6 +112,7 @@ class TurnPipeline:
             status=turn.status,
             agent=_agent_name(turn.agent),
             subject=await self._resolver.subject(session_id, turn.metadata),
+            at=self._service.clock(),  # an erasure after this wins over the job (`ExtractJob.at`)
         )
         # Read now, while the turn is the newest thing in the session: a job that runs late must
         # not read what later turns said (they may run in another bank).

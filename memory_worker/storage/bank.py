@@ -106,8 +106,8 @@ from memory_worker.storage.snapshot import (
 from memory_worker.storage.text_map import TextMap
 from memory_worker.storage.vectors import (
     VECTORS_FILE,
+    VectorAppends,
     VectorRecord,
-    append_vectors,
     load_vectors,
     text_hash,
 )
@@ -223,7 +223,9 @@ class Bank:
         self.index = LexicalIndex()
         self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
         self.lanes = LaneIndexes()  # live memories' context and intention (association lanes)
-        self.lane_vectors = LaneVectors(path, self.lanes)  # their embeddings' sidecar
+        # Sidecar appends in flight: an erasure waits for them (`vector_writes_settled`).
+        self._vector_appends = VectorAppends()
+        self.lane_vectors = LaneVectors(path, self.lanes, self._vector_appends)  # their sidecar
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
@@ -913,8 +915,13 @@ class Bank:
         if not self._to_embed:
             self._embed_ready = True
         if kept:
-            await asyncio.to_thread(append_vectors, self.path / VECTORS_FILE, kept, self.root)
+            await self._vector_appends.append(self.path / VECTORS_FILE, kept, self.root)
         return len(kept)
+
+    async def vector_writes_settled(self) -> None:
+        """Wait for the vector appends running now (`VectorAppends.settled`): once the log no
+        longer holds a memory, none of its vectors is still on its way to a sidecar."""
+        await self._vector_appends.settled()
 
     # --- reads (durable state) -----------------------------------------------------------------
 

@@ -12,19 +12,20 @@ pruned (once per process, at its first delivery).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from memory_worker.core.errors import StorageError
 from memory_worker.storage import files
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["DELIVERIES_DIR", "MAX_KEYS_PER_CONVERSATION", "FileDeliveries"]
+__all__ = ["DELIVERIES_DIR", "MAX_KEYS_PER_CONVERSATION", "FileDeliveries", "erase_delivered"]
 
 log = get_logger(__name__)
 
@@ -36,6 +37,52 @@ CACHE_CONVERSATIONS = 1024
 
 def _file_name(conversation: str) -> str:
     return hashlib.sha256(conversation.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".json"
+
+
+def _without(bank: str, ids: Collection[str]) -> Callable[[dict[str, str]], dict[str, str]]:
+    """A ledger less the keys of memories `ids` of `bank` (`<bank>/<id>@<revision>`)."""
+    gone = {f"{bank}/{memory_id}" for memory_id in ids}
+    return lambda delivered: {
+        k: v for k, v in delivered.items() if k.rpartition("@")[0] not in gone
+    }
+
+
+def erase_delivered(root: Path, bank: str, ids: Collection[str]) -> int:
+    """Take the keys of memories `ids` of `bank` out of every conversation's file under `root`
+    (blocking; `memory::forget-subject`): a key holds the memory's id, a fingerprint of its words,
+    kept up to `RETENTION_DAYS` after they were erased. A file that cannot be read goes whole (it
+    costs a re-delivery). Each keeps its time (its retention is its own). Returns the files
+    changed."""
+    if not ids:
+        return 0
+    keep = _without(bank, ids)
+    folder = root / DELIVERIES_DIR
+    try:
+        entries = [entry for entry in os.scandir(folder) if entry.name.endswith(".json")]
+    except OSError:
+        return 0
+    changed = 0
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            times = entry.stat(follow_symlinks=False)
+            raw = json.loads(files.read_text(path, within=root))
+        except (OSError, ValueError, RecursionError, StorageError):
+            raw = None
+        delivered = raw.get("delivered") if isinstance(raw, dict) else None
+        if not isinstance(raw, dict) or not isinstance(delivered, dict):
+            files.remove_file(path, within=root)
+            changed += 1
+            continue
+        left = keep(delivered)
+        if len(left) == len(delivered):
+            continue
+        data = json.dumps({**raw, "delivered": left}, ensure_ascii=False, separators=(",", ":"))
+        files.atomic_write(path, data.encode(), within=root)
+        with contextlib.suppress(OSError):
+            os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns), follow_symlinks=False)
+        changed += 1
+    return changed
 
 
 class FileDeliveries:
@@ -73,6 +120,14 @@ class FileDeliveries:
             await asyncio.to_thread(files.remove_file, self.folder / _file_name(conversation))
         except StorageError as exc:  # the file outlives the session: it is pruned later
             log.warning("deliveries_forget_failed", error=str(exc))
+
+    async def erase(self, bank: str, ids: Collection[str]) -> None:
+        """`erase_delivered`, and the same keys out of RAM (first: a later delivery writes its
+        conversation's whole ledger back from there)."""
+        keep = _without(bank, ids)
+        for conversation, delivered in list(self._cache.items()):
+            self._cache[conversation] = keep(delivered)
+        await asyncio.to_thread(erase_delivered, self.folder.parent, bank, ids)
 
     def _remember(self, conversation: str, delivered: dict[str, str]) -> None:
         self._cache[conversation] = delivered

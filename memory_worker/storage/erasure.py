@@ -10,20 +10,27 @@ it the next load erases everything. Each file is replaced crash-safely (`files.r
 each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
+
+What outlives it is a stamp (`ErasureStamps`, `.erased-subjects.json` at the data dir's root): when
+each subject of each bank was last erased, keyed by a digest, so the file names no one. Work read
+before the erasure and written after it (an extraction job that waited in the queue) is refused
+against it: the erasure wins over what was queued before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
-from memory_worker.core.subjects import of_subject, same_subject
-from memory_worker.storage import files
+from memory_worker.core.subjects import of_subject, same_subject, subject_key
+from memory_worker.storage import deliveries, files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import (
@@ -39,6 +46,8 @@ from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = [
     "INTENT_FILE",
+    "STAMPS_FILE",
+    "ErasureStamps",
     "clear_intent",
     "drop_unfilterable",
     "erase_copies",
@@ -57,11 +66,70 @@ __all__ = [
 log = get_logger(__name__)
 
 INTENT_FILE = ".forget-subject.json"
+STAMPS_FILE = ".erased-subjects.json"  # at the data dir's root; a dot name: never taken for a bank
 _TRASH_DIR = ".trash"  # as `store.TRASH_DIR` (store imports the bank, which imports this)
 # The `-<ms>[-<n>]` a trashed folder's name ends with (`files.move_to_trash`): `<n>` counts the
 # copies trashed within one millisecond, so it is short. A longer one is a millisecond stamp:
 # `.trash/main-1234567890-<ms>` is a copy of bank `main-1234567890`, not one of `main`.
 _STAMP = re.compile(r"^\d{10,}(?:-\d{1,9})?$")
+
+
+class ErasureStamps:
+    """When each subject of each bank was last erased (ms, the service's clock), durable.
+
+    An erasure is stamped before its intent is written; a write that says when what it saves was
+    read (`Caller.read_at`: extraction, from a turn said before the job ran) is refused about a
+    subject erased at or after that. Without it a job queued (or dead-lettered, then retried)
+    before the erasure saved their facts again after it. At the data dir's root, not in the
+    bank's folder: a default bank deleted, erased in its trash and recreated by its next write
+    keeps it. Keyed by a digest of the bank and the subject's key (`subject_key`: every spelling
+    of them): the file names no one. Costs one small file rewritten per erasure (it grows by one
+    entry per subject ever erased) and a dictionary look-up per such write."""
+
+    def __init__(self, root: Path, stamps: dict[str, int] | None = None) -> None:
+        self.path = root / STAMPS_FILE
+        self._root = root
+        self._stamps = dict(stamps or {})
+        self._lock = threading.Lock()  # erasures of two banks stamp from two threads
+
+    @classmethod
+    def load(cls, root: Path) -> ErasureStamps:
+        """The stamps kept under `root` (blocking). A torn or unreadable file holds none: it is
+        only ever replaced whole (`atomic_write`), so that is a file damaged by hand."""
+        path = root / STAMPS_FILE
+        stamps: dict[str, int] = {}
+        if os.path.lexists(path):
+            try:
+                data = json.loads(files.read_text(path, within=root))
+            except (ValueError, RecursionError, StorageError) as exc:
+                log.warning("erasure_stamps_unreadable", path=str(path), error=str(exc))
+                data = {}
+            if isinstance(data, dict):
+                stamps = {
+                    key: at
+                    for key, at in data.items()
+                    if isinstance(key, str) and isinstance(at, int) and not isinstance(at, bool)
+                }
+        return cls(root, stamps)
+
+    @staticmethod
+    def _key(bank: str, subject: str) -> str:
+        return hashlib.sha256(f"{bank}\0{subject_key(subject)}".encode()).hexdigest()[:32]
+
+    def erased_at(self, bank: str, subject: str) -> int | None:
+        """When `subject` was last erased from `bank`; None if never."""
+        return self._stamps.get(self._key(bank, subject)) if self._stamps else None
+
+    def stamp(self, bank: str, subject: str, at_ms: int) -> None:
+        """Record (durably, blocking) that `subject` is erased from `bank` as of `at_ms`."""
+        with self._lock:
+            stamps = dict(self._stamps)
+            key = self._key(bank, subject)
+            stamps[key] = max(at_ms, stamps.get(key, at_ms))
+            body = json.dumps(stamps, sort_keys=True).encode()
+            files.atomic_write(self.path, body, within=self._root)
+            files.fsync_dir(self._root)
+            self._stamps = stamps  # effective once durable
 
 
 def forget_plan(subject: str) -> Callable[[list[Memory]], list[Memory]]:
@@ -246,6 +314,7 @@ def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
         access = AccessStats(bank_path / ACCESS_FILE, within=root)
         access.load()
         access.forget(gone)
+        deliveries.erase_delivered(root, bank, gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
         finished[subject] = gone
     if subjects:

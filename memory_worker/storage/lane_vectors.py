@@ -9,7 +9,6 @@ fsynced, a damaged or stale line is dropped and its lane re-embedded.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from itertools import islice
 from operator import attrgetter
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from memory_worker.core.models import Memory
 from memory_worker.search.lanes import LANES, LaneIndexes
-from memory_worker.storage.vectors import VectorRecord, append_vectors, load_vectors, text_hash
+from memory_worker.storage.vectors import VectorAppends, VectorRecord, load_vectors, text_hash
 
 __all__ = ["LANE_VECTORS_FILE", "LaneVectors", "lane_carriers"]
 
@@ -45,9 +44,10 @@ def _lane_text(memory: Memory | None, lane: str) -> str | None:
 class LaneVectors:
     """Which lane texts have a vector of which model, and which still need one."""
 
-    def __init__(self, path: Path, lanes: LaneIndexes) -> None:
+    def __init__(self, path: Path, lanes: LaneIndexes, appends: VectorAppends) -> None:
         self.path = path
         self.lanes = lanes
+        self._appends = appends  # the bank's: an erasure waits for them
         self._models: dict[Key, str] = {}
         self._pending: dict[Key, None] = {}
 
@@ -144,5 +144,5 @@ class LaneVectors:
                     )
                 )
         if kept:
-            await asyncio.to_thread(append_vectors, self.path / LANE_VECTORS_FILE, kept)
+            await self._appends.append(self.path / LANE_VECTORS_FILE, kept)
         return len(kept)

@@ -141,6 +141,8 @@ class Store:
         self._create_lock = asyncio.Lock()
         self._trash_lock = asyncio.Lock()  # one bank delete at a time: a second one finds it gone
         self._trashed = _trashed_names(root)
+        # When each subject was erased from each bank: what extraction read before is refused.
+        self.erasures = erasure.ErasureStamps.load(root)
 
     def __repr__(self) -> str:
         return (

@@ -14,6 +14,7 @@ leaves behind is neither damage nor a whole bank to embed again.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -28,6 +29,7 @@ from memory_worker.storage import files
 
 __all__ = [
     "VECTORS_FILE",
+    "VectorAppends",
     "VectorRecord",
     "append_vectors",
     "load_vectors",
@@ -113,6 +115,36 @@ def load_vectors(path: Path, within: Path | None = None) -> tuple[dict[str, Vect
         else:
             out[record.id] = record
     return out, skipped
+
+
+class VectorAppends:
+    """A bank's sidecar appends (`vectors.jsonl`, `lane-vectors.jsonl`) running now, each in its
+    worker thread. Each checked its memory was live before it started: an erasure waits for
+    those (`settled`) before it rewrites the sidecars, or a vector of a memory it erased, landing
+    after the rewrite, stayed on disk for good."""
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def append(
+        self, path: Path, records: Iterable[VectorRecord], within: Path | None = None
+    ) -> None:
+        """`append_vectors` in a worker thread, tracked until its thread is done (a caller that
+        is cancelled stops waiting, not the write)."""
+        task = asyncio.create_task(asyncio.to_thread(append_vectors, path, records, within))
+        self._running.add(task)
+        task.add_done_callback(self._done)
+        await asyncio.shield(task)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # seen by the caller if it still waits; never "never retrieved"
+
+    async def settled(self) -> None:
+        """Wait for the appends running now (not those started meanwhile: they checked later)."""
+        if self._running:
+            await asyncio.gather(*list(self._running), return_exceptions=True)
 
 
 def append_vectors(path: Path, records: Iterable[VectorRecord], within: Path | None = None) -> None:

@@ -20,7 +20,7 @@ from iii import TriggerAction
 from iii.iii import III
 from iii.triggers import TriggerConfig, TriggerHandler
 
-from memory_worker.app.base import clean_subject
+from memory_worker.app.base import PREVIOUS_SUBJECT, clean_subject, left_view
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.names import check_name
@@ -62,8 +62,10 @@ TRIGGER_TYPES: dict[str, str] = {
     ITEM_CHANGED: "A memory was created, updated, superseded, deleted, or erased (by "
     "memory::forget-subject: its `memory` carries only its id and subject) in a memory bank. "
     "Payload: { event_type, bank, memory, reason? } (reason on consolidation changes, and "
-    "`redacted: <labels>` when secrets were redacted on save/update). Bind console/live views "
-    "here.",
+    "`redacted: <labels>` when secrets were redacted on save/update). An update that gave the "
+    "memory another subject carries `previous_subject` to bindings without a subject; a "
+    "binding for the subject it left gets `moved` instead (its id and that subject, no text). "
+    "Bind console/live views here.",
     BANK_CHANGED: "A memory bank was created or trashed, its rules changed (rules-changed), its "
     "description or settings changed (configured), or its log was compacted (compacted). "
     "Payload: { event_type, bank }.",
@@ -133,9 +135,15 @@ class BindingTable(TriggerHandler[Any]):
 
     def matching(self, bank: str, subject: str | None = None) -> list[TriggerConfig[Any]]:
         """Bindings for an event of `bank` about `subject` (None: a general memory)."""
+        return [binding for binding, _ in self.routes(bank, subject)]
+
+    def routes(
+        self, bank: str, subject: str | None = None
+    ) -> list[tuple[TriggerConfig[Any], bool]]:
+        """`matching`, each with whether the binding views one subject (`{subject}`)."""
         with self._lock:
             return [
-                b
+                (b, only_subject is not None)
                 for b, (only_bank, only_subject) in self._bindings.values()
                 if only_bank in (None, bank)
                 and (subject is None or only_subject is None or same_subject(only_subject, subject))
@@ -186,10 +194,28 @@ class BusEmitter:
         table = self._tables.get(trigger_type)
         if table is None:
             return
-        for binding in table.matching(str(payload.get("bank", "")), subject_of(payload)):
-            task = asyncio.create_task(self._deliver(trigger_type, binding, payload))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+        bank = str(payload.get("bank", ""))
+        routes = table.routes(bank, subject_of(payload))
+        # A memory moved to another subject: a subject's view learns nobody else's name from
+        # its event, and the views it left hear that it left (`left_view`), not what it says.
+        notice = left_view(payload)
+        scoped = payload
+        if notice is not None:
+            scoped = {k: v for k, v in payload.items() if k != PREVIOUS_SUBJECT}
+        for binding, one_subject in routes:
+            self._send(trigger_type, binding, scoped if one_subject else payload)
+        if notice is not None:
+            told = {binding.id for binding, _ in routes}
+            for binding, _ in table.routes(bank, subject_of(notice)):
+                if binding.id not in told:
+                    self._send(trigger_type, binding, notice)
+
+    def _send(
+        self, trigger_type: str, binding: TriggerConfig[Any], payload: dict[str, Any]
+    ) -> None:
+        task = asyncio.create_task(self._deliver(trigger_type, binding, payload))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def _deliver(
         self, trigger_type: str, binding: TriggerConfig[Any], payload: dict[str, Any]
