@@ -558,7 +558,9 @@ def test_a_local_one_shot_process_loads_numpy_with_one_blas_thread_unless_told(
     assert _local_save_probe(_BLAS_PROBE, tmp_path, "OPENBLAS_NUM_THREADS", given) == [0, expected]
 
 
-def _local_save_probe(probe: str, tmp_path: Path, variable: str, given: str | None) -> Any:
+def _local_save_probe(
+    probe: str, tmp_path: Path, variable: str | None = None, given: str | None = None
+) -> Any:
     """What `probe` (a script running `cli.main` on its argv) prints last on stderr, as JSON,
     after a local one-shot save with `variable` set to `given` in its environment (None:
     unset)."""
@@ -597,6 +599,30 @@ def test_a_local_one_shot_process_skips_pydantics_plugin_scan_unless_told(
     list of plugin names to leave out) is kept, and then the scan runs."""
     found = _local_save_probe(_PLUGIN_PROBE, tmp_path, "PYDANTIC_DISABLE_PLUGINS", given)
     assert found == [0, expected, given is not None]
+
+
+_COLLECTOR_PROBE = """
+import gc, json, sys
+from memory_worker.adapters import cli
+passes = [0, 0, 0]
+gc.callbacks.append(lambda phase, info: phase == "start" and passes.__setitem__(
+    info["generation"], passes[info["generation"]] + 1))
+code = cli.main(sys.argv[1:])
+print(json.dumps([code, passes, gc.isenabled()]), file=sys.stderr)
+"""
+
+
+def test_a_local_one_shot_process_imports_the_service_with_the_collector_paused(
+    tmp_path: Path,
+) -> None:
+    """The service, the store and the catalog a local one-shot call imports are hundreds of
+    modules and classes, none of them garbage: with the collector on, its passes over them as
+    they piled up (about 80 young and 8 older ones) were ~15-20 ms of every such process. It is
+    paused while they load (and what they made frozen), and on again after."""
+    code, passes, enabled = _local_save_probe(_COLLECTOR_PROBE, tmp_path)
+    assert (code, enabled) == (0, True)
+    # The call's own few passes are left (3-6 young ones; with the imports, ~80 and ~8 older).
+    assert passes[0] < 20 and passes[1] + passes[2] <= 1
 
 
 _EXIT_PROBE = """

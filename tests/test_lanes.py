@@ -647,6 +647,45 @@ async def test_a_threshold_of_1_keeps_a_memory_asked_word_for_word(service: Memo
     assert (await call(service, "memory::recall", {"bank": "b", "query": half}))["memories"] == []
 
 
+async def test_a_threshold_of_1_keeps_no_memory_only_holding_the_question(
+    service: MemoryService,
+) -> None:
+    """Seed 004: `relevance_threshold` 1 = exact match only. A memory no longer than the bank's
+    average that holds every word of the question scored BM25 similarity 1: "chess" alone, or
+    half of a short memory, was an exact match of it, where half of a long one was not."""
+    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
+    long = "The user works at Acme as a senior backend engineer on the payments team."
+    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
+        await call(service, "memory::save", {"bank": "b", "text": text})
+    for partial in ("chess", "Rui plays", "Ana Porto", "likes tea"):
+        found = await call(service, "memory::recall", {"bank": "b", "query": partial})
+        assert found["memories"] == [], partial
+    for exact in ("Rui plays chess.", "rui  PLAYS chess."):
+        found = await call(service, "memory::recall", {"bank": "b", "query": exact})
+        assert [m["memory"]["text"] for m in found["memories"]] == ["Rui plays chess."], exact
+    below = {"name": "b", "relevance_threshold": 0.99}
+    await call(service, "memory::bank::configure", below)
+    found = await call(service, "memory::recall", {"bank": "b", "query": "Rui plays"})
+    assert [m["memory"]["text"] for m in found["memories"]] == ["Rui plays chess."]
+
+
+async def test_a_threshold_of_1_keeps_a_text_whose_lowercase_is_longer(
+    service: MemoryService,
+) -> None:
+    """A memory asked word for word is similarity 1, found by its lowercase form; the check
+    skipped any text shorter than the question's lowercase, and "İ" lowercases to two
+    characters: a memory about İstanbul or İzmir, asked as it was saved, was dropped."""
+    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
+    long = (
+        "The user flies from İstanbul to İzmir every spring for the İzmir trade fair, and "
+        "always takes the ferry back along the coast with the İstanbul team."
+    )
+    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
+        await call(service, "memory::save", {"bank": "b", "text": text})
+    found = await call(service, "memory::recall", {"bank": "b", "query": long})
+    assert [m["memory"]["text"] for m in found["memories"]] == [long]
+
+
 async def test_forget_subject_erases_their_lane_vectors(service: MemoryService) -> None:
     await call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
     ana = await call(

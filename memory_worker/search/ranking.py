@@ -796,14 +796,21 @@ def _blended(
     similarity = pool.similarity if pool.similarity is not None else semantic
     if similarity is not None:
         content = np.maximum(content, similarity if rows is None else similarity[rows])
-    # Seed 004: a threshold of 1 is "exact match only". BM25 keeps a memory longer than the
-    # bank's average below 1 even when the question is its text word for word: that one is 1.
+    # Seed 004: a threshold of 1 is "exact match only". BM25 over the question's weight is 1 or
+    # more for any memory no longer than the bank's average holding every question word ("chess"
+    # of "Rui plays chess."), and keeps a longer one below 1 even when the question is its text
+    # word for word: short of 1 for every memory, then 1 for the one whose text is the question.
+    # No threshold below 1 tells the difference.
+    content = np.minimum(content, _SHORT_OF_EXACT)
     content = np.maximum(content, _verbatim(pool, query, content, rows))
     shares = _lane_shares(pool, query)
     blended: Floats = shares.get("content", 0.0) * np.clip(content, 0.0, 1.0)
     for lane, relevance in pool.lanes.items():
         blended = blended + shares.get(lane, 0.0) * (relevance if rows is None else relevance[rows])
     return blended
+
+
+_SHORT_OF_EXACT = float(np.nextafter(1.0, 0.0))  # the most similar a memory is but its text
 
 
 def _verbatim(pool: Pool, query: RecallQuery, content: Floats, rows: Ints | None) -> Floats:
@@ -814,7 +821,8 @@ def _verbatim(pool: Pool, query: RecallQuery, content: Floats, rows: Ints | None
     positions = np.arange(content.size) if rows is None else rows
     for k in np.flatnonzero((content > 0.0) & (content < query.threshold)).tolist():
         text = pool.memory(int(positions[k])).text
-        if len(text) >= len(wanted) and normalize(text) == wanted:
+        # Spaces collapse, but lowercase may lengthen ("İ" is two characters): at most twice.
+        if 2 * len(text) >= len(wanted) and normalize(text) == wanted:
             out[k] = 1.0
     return out
 

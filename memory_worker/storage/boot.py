@@ -40,7 +40,8 @@ def booting(hand_back: bool = True) -> Iterator[None]:
     """Around a bank's bulk build: the collector paused, what the process holds frozen when the
     last overlapping boot ends, free heap memory returned after (not when `hand_back` is False:
     a process about to exit, whose exit returns it all, need not spend the milliseconds; another
-    boot overlapping this one still hands it back)."""
+    boot overlapping this one still hands it back). A one-shot process's door imports the
+    service under it too (`adapters.doors.open_door`): modules are never garbage either."""
     with _lock:
         if _state[0] == 0:
             _state[1] = gc.isenabled()
