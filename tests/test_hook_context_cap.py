@@ -32,7 +32,7 @@ def _config(tmp_path: Path) -> Path:
     config = tmp_path / "memory.yaml"
     config.write_text(
         "max_rule_chars: 60000\nrecall_budget_tokens: 20000\nrecall_limit: 40\n"
-        "lesson_injection_tokens: 30000\n"
+        "lesson_hook_tokens: 30000\n"
     )
     return config
 

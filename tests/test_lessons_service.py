@@ -13,7 +13,7 @@ import pytest
 
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
-from memory_worker.app.lessons import DELIVERIES_SCOPE, KeyValueDeliveries
+from memory_worker.app.lessons import DELIVERIES_SCOPE, KeyValueDeliveries, ToolCall
 from memory_worker.app.recall import RECALL_MAX_LIMIT
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
@@ -331,7 +331,7 @@ async def test_budget_packs_complete_cards_and_a_withheld_one_stays_eligible(
     both = await _match(roomy)
     assert len(both["cards"]) == 2
     one_card_budget = tokens(both["message"]) - 1
-    tight = MemoryService(store, Settings(lesson_injection_tokens=one_card_budget), clock=clock)
+    tight = MemoryService(store, Settings(lesson_hook_tokens=one_card_budget), clock=clock)
     first = await _match(tight, conversation="c1")
     assert len(first["cards"]) == 1 and first["withheld"] == 1
     assert tokens(first["message"]) <= one_card_budget
@@ -340,6 +340,34 @@ async def test_budget_packs_complete_cards_and_a_withheld_one_stays_eligible(
     assert second["already_delivered"] == 1
     third = await _match(tight, conversation="c1")
     assert third["cards"] == [] and third["already_delivered"] == 2
+
+
+def test_the_two_lesson_budgets_default_to_seed_002s() -> None:
+    """`nodeInjectionTokens` 16000 for a step of a turn, `hookInjectionTokens` 8000 a tool call."""
+    settings = Settings()
+    assert (settings.lesson_injection_tokens, settings.lesson_hook_tokens) == (16_000, 8000)
+
+
+async def test_a_step_of_a_turn_packs_within_its_own_budget_a_tool_call_within_the_hooks(
+    store: Store, clock: FixedClock
+) -> None:
+    long = {**BEDROCK, "anchors": {"files": ["proto/user.proto"]}, "recommendation": "z" * 600}
+    roomy = MemoryService(store, Settings(), clock=clock)
+    await _call(roomy, "memory::save", PROTO)
+    await _call(roomy, "memory::save", long)
+    one_card = tokens((await _match(roomy))["message"]) - 1  # both cards need more than this
+    steps = Settings(lesson_injection_tokens=10 * one_card, lesson_hook_tokens=one_card)
+    service = MemoryService(store, steps, clock=clock)
+    hook = await _match(service)
+    assert len(hook["cards"]) == 1 and hook["withheld"] == 1
+    call = ToolCall(READ_PROTO["tool"], READ_PROTO["arguments"], ROOT, ROOT)
+    step = await service.deliver_lessons("main", [call], for_step=True)
+    assert len(step.cards) == 2
+    hooks = Settings(lesson_injection_tokens=one_card, lesson_hook_tokens=10 * one_card)
+    service = MemoryService(store, hooks, clock=clock)
+    assert len((await _match(service))["cards"]) == 2
+    step = await service.deliver_lessons("main", [call], for_step=True)
+    assert len(step.cards) == 1
 
 
 async def test_cards_sort_by_score_then_id_and_each_counts_its_best_match(

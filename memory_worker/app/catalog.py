@@ -306,7 +306,7 @@ CATALOG: tuple[FunctionSpec, ...] = (
         "Match one coding-agent tool call (its tool name, arguments, working directory) against "
         "the bank's lesson cards — anchored to root-relative files, folders, whole identifiers "
         "and keyword groups; deterministic, no LLM — and return the cards that fit "
-        "`lesson_injection_tokens`, best match first. With `conversation`, each lesson revision "
+        "`lesson_hook_tokens`, best match first. With `conversation`, each lesson revision "
         "is delivered once in it. Call it before a tool runs (a PreToolUse hook).",
         wire.LessonsMatchRequest,
         wire.LessonsMatchResponse,

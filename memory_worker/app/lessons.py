@@ -218,12 +218,15 @@ class LessonUseCases(ConversationLedger):
         step: str | None = None,
         caller: Caller = SYSTEM,
         max_chars: int | None = None,
+        for_step: bool = False,
     ) -> Delivery:
-        """The cards `calls` earn in bank `name`, within `lesson_injection_tokens` (and
-        `max_chars` characters: a message of that many UTF-8 bytes never holds more); with a
+        """The cards `calls` earn in bank `name`, within `lesson_hook_tokens` (one tool call),
+        or `lesson_injection_tokens` (`for_step`: a step of a turn, seed 002's two budgets), and
+        `max_chars` characters (a message of that many UTF-8 bytes never holds more); with a
         `conversation`, minus the ones it was given (except at this same `step`), recorded."""
         matched, paths = self.match_calls(name, calls, caller)
-        budget = self.settings.lesson_injection_tokens
+        settings = self.settings
+        budget = settings.lesson_injection_tokens if for_step else settings.lesson_hook_tokens
         if max_chars is not None:
             budget = min(budget, max_chars // BYTES_PER_TOKEN)
         if conversation is None:

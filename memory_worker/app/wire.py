@@ -887,7 +887,7 @@ class LessonsMatchRequest(Request):
         default=None,
         ge=1,
         le=MAX_INT,
-        description="The most characters `message` may hold, within `lesson_injection_tokens` "
+        description="The most characters `message` may hold, within `lesson_hook_tokens` "
         "(a coding agent's hook: Claude Code shows the model only a preview of a hook's context "
         "past 10,000 characters). A card that does not fit stays eligible, as over that budget.",
     )
@@ -912,7 +912,7 @@ class LessonsMatchResponse(Response):
     bank: str
     cards: list[LessonCard] = Field(
         description="The cards delivered now: score descending, then id, complete cards within "
-        "`lesson_injection_tokens`."
+        "`lesson_hook_tokens`."
     )
     message: str | None = Field(
         default=None,

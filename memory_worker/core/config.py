@@ -57,6 +57,7 @@ _NUMBER_SETTINGS = (
     "decay_half_life_days",
     "max_banks",
     "lesson_injection_tokens",
+    "lesson_hook_tokens",
     "association_weight_content",
     "association_weight_context",
     "association_weight_intention",
@@ -184,13 +185,23 @@ class Settings(BaseModel):
         description="Append the lesson cards matching a turn's tool calls on its later steps "
         "(and answer a coding agent's PreToolUse hook with them).",
     )
+    # Seed 002's two budgets: `nodeInjectionTokens` (a step of a turn) and `hookInjectionTokens`
+    # (one native tool callback), 16000 and 8000 by default.
     lesson_injection_tokens: int = Field(
+        default=16_000,
+        ge=1,
+        le=64_000,
+        description="Token budget of the lesson cards delivered for one step of a turn (the "
+        "pre-generate hook; about 4 UTF-8 bytes a token, card framing included, 1 through "
+        "64000); a card that does not fit stays eligible.",
+    )
+    lesson_hook_tokens: int = Field(
         default=8000,
         ge=1,
         le=64_000,
-        description="Token budget of the lesson cards delivered for one tool call or step (about "
-        "4 UTF-8 bytes a token, card framing included, 1 through 64000); a card that does not "
-        "fit stays eligible.",
+        description="Token budget of the lesson cards delivered for one tool call "
+        "(memory::lessons::match: a coding agent's PreToolUse hook; 1 through 64000); a card "
+        "that does not fit stays eligible.",
     )
 
     # Defaults of the per-bank settings (`memory::bank::configure` changes one bank's).

@@ -365,7 +365,11 @@ class PreGenerate:
         calls = [ToolCall(tool, arguments, cwd, root) for tool, arguments in found]
         try:
             delivery = await self._service.deliver_lessons(
-                bank, calls, conversation=session_id, step=f"{env.turn_id or ''}:{env.step or 0}"
+                bank,
+                calls,
+                conversation=session_id,
+                step=f"{env.turn_id or ''}:{env.step or 0}",
+                for_step=True,
             )
         except SiblingUnavailable as exc:
             log.warning("hook_lessons_unavailable", session_id=session_id, error=str(exc))
