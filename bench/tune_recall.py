@@ -87,6 +87,7 @@ def evaluate(
     mode: RecallMode,
     fusion: Fusion,
     semantic: bool,
+    threshold: float = 0.0,
 ) -> dict[str, float]:
     """recall@10 per category over `indices`. Each question's candidate pool (lexical hits,
     cosines, columns) does not depend on the weights, so it is computed once per question and
@@ -108,12 +109,14 @@ def evaluate(
                 vector=vector if semantic else None,
                 fusion=fusion,
                 duplicate_cosine=item.duplicate_cosine,
+                threshold=threshold,
             )
             # Everything `candidates` reads of the weights (the rest only orders the pool).
             key = (
                 i, n, str(mode), semantic, fusion.semantic_reference, fusion.center,
                 fusion.entity_center, fusion.question_form,
                 fusion.expand_docs, fusion.expand_terms, fusion.expand_weight, fusion.expand_vector,
+                threshold,
             )  # fmt: skip
             pool = _POOLS.get(key)
             if pool is None:
@@ -292,11 +295,17 @@ async def main_async(args: argparse.Namespace) -> int:
             for overrides in _grid(args.grid):
                 fusion = dataclasses.replace(Fusion(), **overrides)
                 label = ",".join(f"{k}={v}" for k, v in overrides.items()) or "default"
+                if args.threshold:
+                    label += f" threshold={args.threshold:g}"
                 if not args.embedded_only:
-                    no_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, False)
+                    no_embed = evaluate(
+                        loaded, indices, RecallMode.HYBRID, fusion, False, args.threshold
+                    )
                     print(_row(f"{half} hybrid-no-embed {label}", no_embed))
                 if embedder is not None:
-                    with_embed = evaluate(loaded, indices, RecallMode.HYBRID, fusion, True)
+                    with_embed = evaluate(
+                        loaded, indices, RecallMode.HYBRID, fusion, True, args.threshold
+                    )
                     print(_row(f"{half} hybrid+{args.embedder} {label}", with_embed))
                 sys.stdout.flush()
     return 0
@@ -310,6 +319,9 @@ def main() -> int:
     parser.add_argument("--report", action="store_true", help="also score the report half")
     parser.add_argument("--golden", action="store_true", help="the golden set instead of LoCoMo")
     parser.add_argument("--bm25", default="", help="'k1:b,k1:b': BM25 constants to compare")
+    parser.add_argument(
+        "--threshold", type=float, default=0.0, help="a bank's relevance_threshold (LoCoMo rows)"
+    )
     parser.add_argument(
         "--embedded-only", action="store_true", help="skip the hybrid-without-embedder rows"
     )
