@@ -351,25 +351,31 @@ def test_the_first_hits_from_the_per_slot_array_are_those_of_the_matches(
 ) -> None:
     """With every slot alive and in scope the second hop takes its first hits from the high
     values of the per-slot array: the same hop (slots and bm25 to the last bit) as from the
-    matches, with and without a dead slot, and when the first hits tie."""
+    matches, with and without a dead slot, and when the first hits tie (among the high values
+    too: then straight to `_top`'s choice)."""
     memories, index = _bank(6000, seed=23)
-    hit = 0
+    hit = tied = 0
+    pairs = [f"{a} {b}" for i, a in enumerate(WORDS[:12]) for b in WORDS[i + 1 : 12]]
     for removed in (False, True):
         if removed:
             index.remove(next(iter(memories)))
-        for text in (*QUERIES, "ana", "tea tea garden", "zebra"):
+        for text in (*QUERIES, "ana", "tea tea garden", "zebra", *pairs):
             query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0)
             query_terms = ranking.terms(text)
             acc = index.accumulate(Counter(query_terms))
             if acc is not None and not removed:
-                hit += ranking._high_top(acc, query.fusion.expand_docs, 0.5) is not None
+                high = ranking._high_rows(acc, query.fusion.expand_docs, 0.5)
+                if high is not None:
+                    untied = ranking._top_untied(acc[high], query.fusion.expand_docs) is not None
+                    hit += untied
+                    tied += not untied
             got = ranking._expand(index, query, query_terms, None)
-            with monkeypatch.context() as patch:
-                patch.setattr(ranking, "_high_top", lambda *_: None)
+            with monkeypatch.context() as patch:  # every value looked at: the matches' way
+                patch.setattr(ranking, "_high_rows", lambda *_: None)
                 want = ranking._expand(index, query, query_terms, None)
             assert got[0].tolist() == want[0].tolist()
             assert got[1].tolist() == want[1].tolist()
-    assert hit >= 3  # the quick path ran
+    assert hit >= 3 and tied >= 3  # the quick path ran, and its tie path
 
 
 def test_an_arms_top_three_do_not_depend_on_the_order_memories_were_indexed_in() -> None:
@@ -390,3 +396,28 @@ def test_an_arms_top_three_do_not_depend_on_the_order_memories_were_indexed_in()
         fusion=fusion,
     )
     assert _answer(memories, shuffled, query) == _answer(memories, index, query)
+
+
+def test_a_tie_at_bm25s_third_place_is_broken_among_the_high_values_as_over_the_pool() -> None:
+    """The lexical arm's top three, when several memories tie for the third place, are found
+    among the pool's high bm25 values alone (`_arm_top`) or in the contenders' start
+    (`_contenders`): every value at or above the third is there, so the tie goes as it goes
+    over the whole pool (newest statement, then id)."""
+    memories, index = _bank(6000, seed=29)
+    ties = narrowed = 0
+    # Without the second hop, whose lent words set most equal sums apart.
+    fusion = dataclasses.replace(Fusion(), expand_weight=0.0, expand_vector=0.0)
+    pairs = [f"{a} {b}" for i, a in enumerate(WORDS[:20]) for b in WORDS[i + 1 : 20]]
+    for text in (*QUERIES, *WORDS, *pairs):
+        query = RecallQuery(text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0, fusion=fusion)
+        pool = candidates(memories, index, query)
+        want = ranking._top_untied(pool.bm25, ranking.ARM_TOP)
+        if want is None:  # a tie at the third place: the whole pool's tie-break
+            want = ranking._top_tied(pool, pool.bm25, ranking.ARM_TOP)
+            ties += 1
+            narrowed += ranking._high_rows(pool.bm25, ranking.ARM_TOP, 0.5) is not None
+        assert ranking._arm_top(pool, "bm25").tolist() == want.tolist()
+        fresh = candidates(memories, index, query)
+        ranking._contenders(fresh, query, fresh.semantic)
+        assert fresh.tops["bm25"].tolist() == want.tolist()
+    assert ties >= 10 and narrowed >= 3  # the tied paths ran, over the high values too

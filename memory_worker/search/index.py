@@ -310,7 +310,8 @@ class _Postings:
         """The term's slots (ascending within the base, then the appended ones) and their tfs,
         each in whatever integer or float dtype holds them (see the class docstring)."""
         if term_id + 1 < self._offsets.size:
-            start, end = int(self._offsets[term_id]), int(self._offsets[term_id + 1])
+            # Both bounds in one slice's `tolist` (two scalar reads and `int`s cost twice that).
+            start, end = self._offsets[term_id : term_id + 2].tolist()
             slots, tfs = self._slots[start:end], self._tfs[start:end]
         else:
             slots, tfs = self._slots[:0], self._tfs[:0]
@@ -397,8 +398,8 @@ class _Forward:
         extra = self._extra.get(slot)
         if extra is not None:
             return extra
-        if slot + 1 < self._offsets.size:
-            start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
+        if 0 <= slot < self._offsets.size - 1:  # (a negative slice would be no pair of bounds)
+            start, end = self._offsets[slot : slot + 2].tolist()
             return self._terms[start:end].tolist(), self._tfs[start:end].tolist()
         return (), ()
 
@@ -1083,10 +1084,17 @@ class LexicalIndex:
         if keep:
             return all_slots, np.concatenate(value_parts)
         all_tfs = np.concatenate(tf_parts, dtype=np.float64)  # narrow counts, back exactly
-        den = all_tfs + cache.norms[all_slots]
+        # `weight * tf * (k1 + 1) / (tf + norm)` in place, each step on the same floats in the
+        # same order (a sum's two sides swapped are the same float): no temporary arrays.
+        den = cache.norms.take(all_slots)
+        den += all_tfs
         # The array's own `repeat`: `np.repeat` of a list goes through Python wrappers (~2 us).
-        weight_of = np.array(term_weights).repeat([part.size for part in slot_parts])
-        found: Floats = weight_of * all_tfs * (BM25_K1 + 1.0) / den
+        # float64 whatever the weights' type: the products below land in this array.
+        sizes = [part.size for part in slot_parts]
+        found: Floats = np.array(term_weights, np.float64).repeat(sizes)
+        found *= all_tfs
+        found *= BM25_K1 + 1.0
+        found /= den
         return all_slots, found
 
     def _make_room(self, cache: _QueryCache) -> None:
@@ -1146,10 +1154,13 @@ class LexicalIndex:
             return {}, False
         names, dfs = self._terms, self._df
         memo = self._query_cache().idf
+        columns = self._forward.columns
         gathered: dict[int, float] = {}
-        source: dict[int, int] = {}  # term → the one document it came from; -1: several
+        known = gathered.get
+        # One Python step per (term, tf) pair, so as few operations in it as there can be: which
+        # document a term came from is asked only on a tie at the cut (`_sources`).
         for slot in slots:
-            term_ids, tfs = self._forward.columns(slot)
+            term_ids, tfs = columns(slot)
             length = max(sum(tfs), 1)
             for term_id, tf in zip(term_ids, tfs, strict=True):
                 df = dfs[term_id]
@@ -1158,29 +1169,39 @@ class LexicalIndex:
                     if idf is None:
                         idf = self._term_idf(df)
                     share = tf / length * idf
-                    known = gathered.get(term_id)
-                    if known is None:
-                        gathered[term_id] = share
-                        source[term_id] = slot
-                    else:
-                        gathered[term_id] = known + share
-                        source[term_id] = -1
-        # Filtered, then sorted (stable: ties keep the order they were gathered in), then cut:
-        # what sorting all, filtering and cutting gave.
-        ranked = [item for item in gathered.items() if names[item[0]] not in exclude]
+                    total = known(term_id)
+                    gathered[term_id] = share if total is None else total + share
+        # The query's own words left out (a pop each: the others keep their sums and order),
+        # then sorted (stable: ties keep the order they were gathered in), then cut: what
+        # sorting all, filtering and cutting gave.
+        vocab = self._vocab
+        for term in exclude:
+            excluded = vocab.get(term)
+            if excluded is not None:
+                gathered.pop(excluded, None)
         # Heaviest first, ties in gathered order: `reverse` keeps a sort stable, and comparing
         # the weights themselves spares a Python key call per term (weights are finite, > 0).
-        ranked.sort(key=itemgetter(1), reverse=True)
+        ranked = sorted(gathered.items(), key=itemgetter(1), reverse=True)
         best = ranked[:limit]
         tied = 0 < limit < len(ranked) and ranked[limit][1] >= ranked[limit - 1][1] * (1 - 1e-12)
         if tied:
             cut = ranked[limit - 1][1]
+            source = self._sources(slots)
             near = {source[t] for t, w in ranked if abs(w - cut) <= cut * 1e-12}
             tied = len(near) != 1 or -1 in near
         if not best:
             return {}, tied
         top = best[0][1]
         return {names[term_id]: weight / top for term_id, weight in best}, tied
+
+    def _sources(self, slots: Sequence[int]) -> dict[int, int]:
+        """term id → the one document of `slots` it came from, -1: several (asked only on a tie
+        at the expansion's cut)."""
+        source: dict[int, int] = {}
+        for slot in slots:
+            for term_id in self._forward.columns(slot)[0]:
+                source[term_id] = -1 if term_id in source else slot
+        return source
 
     def _norms(self) -> Floats:
         """Per-slot BM25 length normalisation, recomputed only when the corpus changed."""
