@@ -1091,6 +1091,26 @@ def test_a_usage_error_is_one_json_error_with_status_1(
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("argv", "typo"),
+    [
+        (["hook", "session-start", "--bnak", "main"], "--bnak"),
+        (["export", "--bank", "main", "--ouput", "x.jsonl"], "--ouput"),
+        (["trigger", "memory::doctor", "--dat-dir", "x"], "--dat-dir"),
+    ],
+)
+def test_an_unknown_option_points_at_its_own_commands_help(
+    argv: list[str], typo: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped option of a command sent the user to `memory-worker -h`, which lists the
+    commands and none of that command's options; the command's own `-h` does."""
+    assert cli.main(argv) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input" and typo in error["message"]
+    assert error["message"].startswith(f"memory-worker {argv[0]}: unrecognized arguments")
+    assert error["message"].endswith(f"(see `memory-worker {argv[0]} -h`)")
+
+
 def test_cli_honours_the_data_dir_flag_over_the_env(one_shots: dict[str, Ran]) -> None:
     ran = one_shots["flag-beats-env"]
     assert ran.outcome.result()["created"] is True
@@ -1119,7 +1139,10 @@ def test_an_unwritable_data_dir_fails_with_storage_naming_the_path(
 ) -> None:
     error = one_shots["unwritable"].outcome.error()
     assert error["code"] == "storage"
-    assert str(one_shots["unwritable"].cwd.parent / "blocker" / "data") in error["message"]
+    blocker = one_shots["unwritable"].cwd.parent / "blocker"
+    assert str(blocker / "data") in error["message"]
+    # What is in the way, not the OS's "File exists" for the folder it could not make there.
+    assert error["message"].endswith(f": {blocker} is a file, not a folder")
 
 
 def test_trigger_help_without_a_function_prints_the_commands_usage(

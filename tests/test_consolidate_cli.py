@@ -238,3 +238,25 @@ def test_serve_help_names_where_the_checkpoint_goes(capsys: pytest.CaptureFixtur
         consolidate_cli.main(["serve", "-h"])
     usage = " ".join(capsys.readouterr().out.split())
     assert "$MEMORY_CONSOLIDATE_STATE" in usage and "./ data" not in usage
+
+
+def test_serve_given_both_an_engine_and_a_server_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve --engine URL --server URL` scheduled against the server and said nothing of the
+    engine it was given; two schedules are one too many, so the command line is refused."""
+    from memory_worker.adapters.consolidate import cli as consolidate_cli
+
+    started: list[str] = []
+
+    async def serve_rest(args: Any) -> int:
+        started.append(args.server)
+        return 0
+
+    monkeypatch.setattr(consolidate_cli, "_serve_rest", serve_rest)
+    argv = ["serve", "--engine", "ws://127.0.0.1:9", "--server", "http://127.0.0.1:9"]
+    assert consolidate_cli.main(argv) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input"
+    assert "--engine" in error["message"] and "--server" in error["message"]
+    assert started == []

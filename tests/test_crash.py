@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -296,6 +297,29 @@ async def test_corrupt_lines_in_the_middle_are_skipped_and_reported_by_line(
         assert len(await _live_texts(service)) == 5
     finally:
         await store.close()
+
+
+async def test_doctor_names_a_corrupt_line_plainly_and_says_how_to_repair_it(
+    tmp_path: Path,
+) -> None:
+    """The damage read "… at line 1 column 46 at line" (JSON's own error has no field to
+    name), and the check said what was skipped but not what to do about it, while `compact`
+    refuses the bank until it is repaired."""
+    data = tmp_path / "data"
+    (data / "main").mkdir(parents=True)
+    lines = [_record("The user keeps fact number 1", 1_000), b'{"id": "fp2", "text": "cut']
+    (data / "main" / "memories.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+    store, service = _open_service(data)
+    try:
+        detail = (await _files_intact(service))["detail"]
+    finally:
+        await store.close()
+    assert re.search(
+        r"main/memories\.jsonl:2: corrupt line: Invalid JSON: [^;]* column \d+\. ", detail
+    )
+    assert " at line." not in detail and " at line;" not in detail
+    assert "by hand" in detail and "memory::reload" in detail
 
 
 # --- replay across processes ----------------------------------------------------------------------

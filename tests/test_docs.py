@@ -497,9 +497,21 @@ def _shell_commands(body: str) -> list[list[str]]:
     return commands
 
 
+def _json_commands(value: object) -> list[dict[str, Any]]:
+    """Every object holding a `command` in a JSON block: a hook's (a command line) or an MCP
+    server's (a program, and its `args`)."""
+    if isinstance(value, list):
+        return [found for item in value for found in _json_commands(item)]
+    if not isinstance(value, dict):
+        return []
+    here = [value] if isinstance(value.get("command"), str) else []
+    return here + [found for item in value.values() for found in _json_commands(item)]
+
+
 def _readme_command_lines() -> list[list[str]]:
     """Every `memory-worker …` / `memory-consolidate …` command the README shows: in its shell
-    blocks, the hook commands of its JSON blocks, and the TOML block's `command` + `args`."""
+    blocks, the hook and MCP server commands of its JSON blocks (`command` + `args`), and the TOML
+    block's `command` + `args`."""
     import shlex
     import tomllib
 
@@ -509,7 +521,10 @@ def _readme_command_lines() -> list[list[str]]:
         if lang == "bash":
             commands += _shell_commands(body)
         elif lang == "json":
-            commands += [shlex.split(text) for text in re.findall(r'"command": "([^"]+)"', body)]
+            commands += [
+                [*shlex.split(entry["command"]), *entry.get("args", [])]
+                for entry in _json_commands(json.loads(body))
+            ]
         elif lang == "toml":
             for server in tomllib.loads(body)["mcp_servers"].values():
                 commands.append([server["command"], *server["args"]])

@@ -11,7 +11,11 @@ import pytest
 from iii import InvocationError
 
 from memory_worker.adapters import cli
+from memory_worker.adapters.bus import siblings
+from memory_worker.adapters.bus import worker as worker_module
 from memory_worker.adapters.bus.worker import EngineWorker
+from memory_worker.adapters.consolidate import engine as consolidate_engine
+from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingUnavailable
 
@@ -122,3 +126,102 @@ async def test_the_stored_configuration_chooses_the_local_embedder_not_the_seed(
     off = seed.model_copy(update={"embeddings_enabled": False})
     assert await worker._embedder_at_start(off) is loaded
     assert asked == [(True, "another-model"), (False, seed.embedding_model)]
+
+
+class _Unreached:
+    """What `register_worker` returns when no engine answered within its 30 s wait: a client
+    still retrying in the background."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def get_connection_state(self) -> str:
+        return "reconnecting"
+
+    def __getattr__(self, name: str) -> Any:  # a call through it would time out after 5 s
+        self.calls.append(name)
+        raise AssertionError(f"{name}: nothing is asked of a client that never connected")
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+def _memory_worker(monkeypatch: pytest.MonkeyPatch, register: Any) -> Any:
+    monkeypatch.setattr(worker_module, "register_worker", register)
+    return EngineWorker("ws://127.0.0.1:9", Settings())
+
+
+def _consolidate_worker(monkeypatch: pytest.MonkeyPatch, register: Any) -> Any:
+    monkeypatch.setattr(consolidate_engine, "register_worker", register)
+    return consolidate_engine.ConsolidateEngine(
+        "ws://127.0.0.1:9",
+        ConsolidateSettings(),
+        first_tick_s=45.0,
+        backstop_s=0.0,
+        call_timeout_ms=1000,
+    )
+
+
+WORKERS = pytest.mark.parametrize(
+    "make", [_memory_worker, _consolidate_worker], ids=["memory-worker", "memory-consolidate"]
+)
+
+
+@WORKERS
+async def test_an_engine_that_never_answers_is_named_in_the_error(
+    monkeypatch: pytest.MonkeyPatch, make: Any
+) -> None:
+    """`serve --engine URL` with nothing at URL waited out the SDK's 30 s, then the memory
+    worker failed on its first call with `sibling_unavailable: cannot read configuration memory:
+    TIMEOUT …` (memory-consolidate went on serving, inert for "configuration unreadable"), which
+    sends a user after a configuration worker instead of the engine address they mistyped."""
+    client = _Unreached()
+    worker = make(monkeypatch, lambda url, options: client)
+    monkeypatch.setattr(siblings, "REGISTER_WAIT_S", 0.0)  # the SDK's 30 s wait, run out at once
+    try:
+        with pytest.raises(SiblingUnavailable) as failed:
+            await worker.start()
+    finally:
+        await worker.close()
+    message = str(failed.value)
+    assert message.startswith("sibling_unavailable: no iii engine answers at ws://127.0.0.1:9")
+    assert "--engine" in message and "III_URL" in message and "configuration" not in message
+    assert client.calls == ["shutdown"]
+
+
+@WORKERS
+async def test_a_connection_dropped_right_after_it_was_made_is_left_to_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, make: Any
+) -> None:
+    """`register_worker` returned at once (it connected) and the engine went away since: the SDK
+    reconnects by itself, so the start goes on to its first calls (here, the stand-in client
+    refuses them) instead of failing as for an engine that never answered."""
+    client = _Unreached()
+    worker = make(monkeypatch, lambda url, options: client)
+    try:
+        with pytest.raises(AssertionError, match="nothing is asked of a client"):
+            await worker.start()
+    finally:
+        await worker.close()
+    assert client.calls and client.calls[0] != "shutdown"
+
+
+@WORKERS
+async def test_a_stop_while_waiting_for_the_engine_ends_the_start_quietly(
+    monkeypatch: pytest.MonkeyPatch, make: Any
+) -> None:
+    """SIGTERM during the SDK's wait for an engine: the worker still made its first calls
+    (5 s more) and then failed with an error, for a stop the user asked for."""
+    client = _Unreached()
+    workers: list[Any] = []
+
+    def register(url: str, options: Any) -> _Unreached:
+        workers[0].stop("SIGTERM")  # arrives while the SDK waits
+        return client
+
+    workers.append(worker := make(monkeypatch, register))
+    try:
+        await worker.start()
+    finally:
+        await worker.close()
+    assert client.calls == ["shutdown"] and getattr(worker, "failure", None) is None

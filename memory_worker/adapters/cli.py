@@ -603,11 +603,15 @@ class _Parser(argparse.ArgumentParser):
     `{code, message}` on stderr, exit status 1) instead of usage text and status 2, which a
     coding agent's hook runner reads as "block this action"."""
 
+    # Each command's own parser (`_parser` fills it on the top one): an option a command does
+    # not know is refused in its name, so the hint is its `-h`, which lists its options.
+    commands: Mapping[str, argparse.ArgumentParser]
+
     def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{self.prog}: {message} (see `{self.prog} -h`)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> _Parser:
     common = _Parser(add_help=False)
     common.add_argument(
         "--data-dir",
@@ -627,6 +631,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Durable cross-session memory for AI agents: banks of rules and memories.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices
 
     trigger = sub.add_parser(
         "trigger",
@@ -959,7 +964,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             args.pairs = [*args.pairs, *extra]  # key=value pairs given after an option
         elif extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except _UsageError as exc:
         return _fail(InvalidInput(str(exc)))
     one_shot = args.command in _ONE_SHOT

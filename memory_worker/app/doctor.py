@@ -400,7 +400,9 @@ class DoctorUseCases(EmbeddingWork):
             name="files-intact",
             ok=False,
             detail=f"{len(found)} damaged line(s) or leftover file(s) were skipped at load (every "
-            f"intact record is served): {shown}",
+            f"intact record is served): {shown}. Fix or delete each by hand, then memory::reload "
+            "(a running server's data-dir watcher reloads by itself); until then `compact` "
+            "refuses a bank whose log has damaged lines",
         )
 
 

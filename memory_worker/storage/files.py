@@ -203,7 +203,18 @@ def probe_writable(root: Path, *, create: bool = True) -> None:
             os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise StorageError(f"data_dir {root} is not writable: {exc.strerror or exc}") from exc
+        raise StorageError(f"data_dir {root} is not writable: {_why_unwritable(exc)}") from exc
+
+
+def _why_unwritable(exc: OSError) -> str:
+    """The OS's reason, or the file standing where a folder of the data dir's path belongs: for
+    that the OS says "File exists" or "Not a directory", and names neither the file nor why."""
+    if isinstance(exc, FileExistsError | NotADirectoryError) and exc.filename:
+        path = Path(os.fsdecode(exc.filename))
+        for candidate in (path, *path.parents):
+            if candidate.exists() and not candidate.is_dir():
+                return f"{candidate} is a file, not a folder"
+    return exc.strerror or str(exc)
 
 
 # A temp file of `atomic_write`: `.<name>.<8 hex>.tmp` (random, created with O_EXCL), or the

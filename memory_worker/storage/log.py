@@ -439,7 +439,10 @@ def _intact_lines(
         except ValidationError as exc:
             reason = "torn last line (interrupted write)" if not complete else "corrupt line"
             first = exc.errors()[0]
-            detail = f"{first['msg']} at {'.'.join(str(p) for p in first['loc']) or 'line'}"
+            # A field's error names the field; JSON's own names its place in the line already
+            # (`… at line 1 column 26`), and a bare "at line" after it read as a cut message.
+            field = ".".join(str(p) for p in first["loc"])
+            detail = f"{first['msg']} at {field}" if field else first["msg"]
             damage.append(Damage(MEMORIES_FILE, f"{reason}: {detail}", number))
             if batch is not None:
                 batch.broken = True

@@ -37,6 +37,7 @@ __all__ = [
     "StateClient",
     "TranscriptClient",
     "expand_placeholders",
+    "never_connected",
     "probe_siblings",
 ]
 
@@ -54,12 +55,21 @@ STATE_TIMEOUT_MS = 2000
 EMBED_TIMEOUT_MS = 20_000  # backfill batches; the query path has its own shorter budget
 EMBED_RETRY_AFTER_S = 30.0  # after a failure, do not ask again on every save
 CONFIG_TIMEOUT_MS = 5000
+REGISTER_WAIT_S = 30.0  # how long the SDK's `register_worker` waits for its first connection
 CONFIG_ATTEMPTS = 3
 PROBE_TIMEOUT_MS = 3000
 # The configuration worker's placeholders: `${NAME}` or `${NAME:default}`; a string that is one
 # lone placeholder takes the JSON type of what it expands to (`"${LIMIT:6}"` is the number 6).
 _PLACEHOLDER = re.compile(r"\$\{([^}:]+)(?::([^}]*))?\}")
 _LONE_PLACEHOLDER = re.compile(r"^\s*\$\{[^}]*\}\s*$")
+
+
+def never_connected(client: III, waited_s: float) -> bool:
+    """Whether `register_worker` (which took `waited_s`) gave up waiting for the engine: it
+    returns the client either way and keeps retrying, and every call then timed out naming a
+    sibling (the configuration worker), not the address. A connection made and dropped since
+    (a short wait, the state no longer `connected`) is the SDK's to restore, as before."""
+    return client.get_connection_state() != "connected" and waited_s >= REGISTER_WAIT_S - 1.0
 
 
 class BusCall:

@@ -193,6 +193,11 @@ def _check_schedule(args: argparse.Namespace) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     _check_schedule(args)
+    if args.server and args.engine:  # ($III_URL beside --server is the environment's, not a pick)
+        raise InvalidInput(
+            "--engine and --server are two schedules: give --engine URL to run on the engine, "
+            "or --server URL to schedule against a standalone memory server"
+        )
     if args.server:
         return await _serve_rest(args)
     url = args.engine or os.environ.get("III_URL", "").strip()
