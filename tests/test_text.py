@@ -68,6 +68,14 @@ class TestFingerprint:
         assert fingerprint(text) == f"fp{_fnv1a64(lowered.encode()):016x}"
 
     @given(st.text())
+    def test_fingerprint_is_fnv1a_of_the_normalized_text_at_every_length(self, text: str) -> None:
+        # Four bytes a step, then the rest one by one: every length mod 4 and every UTF-8 width.
+        for cut in range(4):
+            shorter = text + "é日a"[:cut]
+            expected = _fnv1a64(normalize(shorter).encode("utf-8", "surrogatepass"))
+            assert fingerprint(shorter) == f"fp{expected:016x}"
+
+    @given(st.text())
     def test_fingerprint_ignores_whitespace_runs(self, text: str) -> None:
         spaced = "  " + "   ".join(collapse_whitespace(text).split(" ")) + "\n"
         assert fingerprint(spaced) == fingerprint(text)

@@ -220,9 +220,14 @@ class ServiceBase:
         still gets its cancellation at once; `settle` and `close` wait for such calls."""
         task = asyncio.ensure_future(work)
         self._finishing.add(task)
-        task.add_done_callback(self._finishing.discard)
-        task.add_done_callback(_outcome_taken)
+        task.add_done_callback(self._call_over)
         return asyncio.shield(task)
+
+    def _call_over(self, task: asyncio.Future[Any]) -> None:
+        """A call `finished` ran leaves `_finishing`, its outcome taken: one done callback, as
+        each is a turn of the loop and every write pays it."""
+        self._finishing.discard(task)
+        _outcome_taken(task)
 
     async def _calls_done(self) -> None:
         """Wait for the calls `finished` runs on past their callers."""

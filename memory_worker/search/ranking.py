@@ -148,7 +148,12 @@ def document_terms(memory: Memory) -> list[str]:
 
 
 def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
-    entity_terms = frozenset(term for entity in memory.entities for term in _entity_terms(entity))
+    # Most memories name no entity: no generator to build and run for nothing (every save's).
+    entity_terms = (
+        frozenset(term for entity in memory.entities for term in _entity_terms(entity))
+        if memory.entities
+        else frozenset()
+    )
     return IndexedDoc(
         doc_id=memory.id,
         terms=document_terms(memory) if with_terms else [],
