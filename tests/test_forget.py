@@ -31,6 +31,7 @@ from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.turns import TurnPipeline
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import erasure, files, log
+from memory_worker.storage.deliveries import FileDeliveries
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
 from memory_worker.storage.store import Store
 from memory_worker.storage.vectors import VECTORS_FILE
@@ -888,6 +889,51 @@ class TestWorkQueuedBeforeTheErasure:
         assert await self._about_ana(service) == [BRAGA_FACT]
         await pipeline.close()
 
+    async def _dated_turn(
+        self, service: MemoryService, clock: FixedClock, ahead: int, *, erase_mid_turn: bool
+    ) -> int:
+        """Ana's turn with every message dated `ahead` ms past the worker's clock, the erasure
+        a minute into it (else a minute before it); the writes of its extraction job."""
+        chat = Transcript()
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        if not erase_mid_turn:
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+            clock.advance(60_000)
+        hooked, queue = Hooked(service), Queue()
+        extractor = Extractor(service, chat, _braga_model(), hooked.kv)
+        pipeline = TurnPipeline(service, hooked.resolver, hooked.state, queue, extractor, chat)
+        await hooked.step("s1", BRAGA, turn="t1", metadata={"memory_subject": "ana"})
+        chat.say("user", BRAGA, at=clock() + ahead)
+        clock.advance(60_000)
+        if erase_mid_turn:
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+            clock.advance(60_000)
+        chat.say("assistant", "Noted, Braga it is.", at=clock() + ahead)
+        await pipeline.on_turn_completed(
+            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        )
+        [job] = queue.jobs.values()
+        written: int = (await pipeline.extract_job(job))["written"]
+        await pipeline.close()
+        return written
+
+    async def test_a_client_clock_ahead_does_not_date_their_words_past_the_erasure(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """The client's clock runs 10 minutes ahead of the worker's: what Ana said a minute
+        before she was erased was dated 9 minutes after it, and the turn's job saved it. A
+        message dated past the moment its turn completed (the worker's clock) shows by how much
+        the client's clock is ahead at least: the dates are read back by that much."""
+        assert await self._dated_turn(service, clock, 10 * 60_000, erase_mid_turn=True) == 0
+        assert await self._about_ana(service) == []
+
+    async def test_a_client_clock_ahead_still_keeps_what_they_say_after_it(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        assert await self._dated_turn(service, clock, 10 * 60_000, erase_mid_turn=False) == 1
+        assert await self._about_ana(service) == [BRAGA_FACT]
+
 
 class TestVectorsInFlight:
     async def test_a_vector_being_written_when_the_erasure_runs_is_erased_too(
@@ -948,3 +994,99 @@ async def test_the_ledger_of_what_a_conversation_was_handed_loses_their_ids(
     assert _grep(data_dir, memory_id), "handed to the conversation, and recorded"
     await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
     assert _grep(data_dir, memory_id) == []
+
+
+async def test_a_delivery_that_starts_while_the_ledger_is_erased_does_not_write_their_ids_back(
+    service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erasure waited for the deliveries running when it reached the ledger (P, to
+    conversation c1), but not for one that started while it waited (Q, to c2): Q read c2's
+    ledger (Ana's id in it) before the erasure took it out, recorded it whole after, and her id
+    was back in `.lessons-delivered/` for 30 days."""
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+    await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+
+    def preview(who: str, conversation: str) -> Any:
+        return call(
+            service,
+            "memory::preview",
+            query="what blood type? spare key?",
+            subject=who,
+            conversation=conversation,
+        )
+
+    await preview("ana", "c2")  # c2 was handed Ana's memory
+    assert _grep(data_dir, ana["id"])
+    p_held, release_p, e_entered, q_started, erased = (asyncio.Event() for _ in range(5))
+    real_record, real_erase = FileDeliveries.record, service.erase_deliveries
+    real_lock = service._lock
+
+    async def held_record(self: FileDeliveries, conversation: str, delivered: Any) -> None:
+        if conversation == "c1":
+            p_held.set()
+            await release_p.wait()
+        else:
+            await erased.wait()  # Q records once the erasure is over
+        await real_record(self, conversation, delivered)
+
+    async def entered_erase(*args: Any) -> None:
+        e_entered.set()
+        await real_erase(*args)
+
+    def signalled_lock(conversation: str) -> asyncio.Lock:
+        if conversation == "c2":
+            q_started.set()
+        return real_lock(conversation)
+
+    monkeypatch.setattr(FileDeliveries, "record", held_record)
+    monkeypatch.setattr(service, "erase_deliveries", entered_erase)
+    monkeypatch.setattr(service, "_lock", signalled_lock)
+    p = asyncio.create_task(preview("bruno", "c1"))
+    await p_held.wait()
+    e = asyncio.create_task(
+        call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+    )
+    e.add_done_callback(lambda _: erased.set())
+    await e_entered.wait()  # the erasure waits for P now
+    q = asyncio.create_task(preview("bruno", "c2"))
+    await q_started.wait()
+    release_p.set()
+    await asyncio.wait_for(asyncio.gather(p, e, q), 30)
+    assert _grep(data_dir, ana["id"]) == []
+
+
+async def test_an_erasure_finished_by_a_reload_leaves_no_id_in_the_ledgers_ram_copy(
+    service: MemoryService, store: Store, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erasure the disk refused past its intent is finished by `memory::reload`, which
+    takes their ids out of `.lessons-delivered/`, but not out of the ledger this process keeps
+    in RAM: the conversation's next delivery wrote its ledger back whole, her id with it."""
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+    await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+    query = "what blood type? spare key?"
+    await call(service, "memory::preview", query=query, subject="ana", conversation="c1")
+    assert _grep(data_dir, ana["id"])
+    await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
+    await call(service, "memory::reload")
+    assert _grep(data_dir, ana["id"]) == [], "the load finished the erasure on disk"
+    await call(service, "memory::preview", query=query, subject="bruno", conversation="c1")
+    assert _grep(data_dir, ana["id"]) == []
+
+
+async def test_an_erasure_finished_as_its_bank_is_deleted_leaves_no_id_in_the_ledger(
+    service: MemoryService, store: Store, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erasure the disk refused past its intent is finished in the bank's trashed copy when
+    the bank is deleted (`erasure.finish_in_trash`): that took their memories out of the copy,
+    but their ids stayed in `.lessons-delivered/`, which a load's `resume` empties of them."""
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+    await call(
+        service, "memory::preview", query="what blood type?", subject="ana", conversation="c1"
+    )
+    assert _grep(data_dir, ana["id"])
+    await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
+    await call(service, "memory::bank::delete", name="main", confirm="destructive")
+    assert _grep(data_dir, ana["id"]) == []

@@ -324,6 +324,24 @@ class TestServiceReloadBank:
         await service.reload_bank("main")
         assert emitter.events == []
 
+    async def test_a_memory_moved_to_another_subject_by_hand_tells_the_view_it_left(
+        self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
+    ) -> None:
+        """A person edits `memories.jsonl` to make Ana's memory Bruno's: its `updated` event is
+        about Bruno, so (as for `memory::update`) it carries `previous_subject` and the bus tells
+        Ana's bindings it left (`moved`). Without it her live view kept showing it."""
+        saved = await call(
+            service, "memory::save", bank="main", text="Prefers the aisle seat.", subject="ana"
+        )
+        emitter.clear()
+        log = data_dir / "main" / "memories.jsonl"
+        log.write_bytes(log.read_bytes().replace(b'"subject":"ana"', b'"subject":"bruno"'))
+        assert await service.reload_bank("main") == "reloaded"
+        [event] = emitter.of(ITEM_CHANGED)
+        assert (event["event_type"], event["memory"]["id"]) == ("updated", saved["memory"]["id"])
+        assert event["memory"]["subject"] == "bruno"
+        assert event.get("previous_subject") == "ana"
+
     async def test_a_save_during_a_reload_waits_for_it_instead_of_failing(
         self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

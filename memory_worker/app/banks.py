@@ -303,7 +303,10 @@ class BankUseCases(EmbeddingWork):
         now = dict(bank.memories)
         for event, memory in await asyncio.to_thread(_hand_changes, seen.memories, now):
             if memory.id not in erased:
-                self._emit_item(event, name, memory, HAND_EDIT_REASON)
+                # What it was before: moved to another subject by hand, the views it left hear
+                # it (`moved`), as for `memory::update`.
+                was = seen.memories.get(memory.id)
+                self._emit_item(event, name, memory, HAND_EDIT_REASON, was)
         return rules != old_rules
 
 

@@ -453,9 +453,15 @@ class ServiceBase:
         `bank` loaded, or as it was deleted): the call that started it failed, so nobody was
         told. As the call would have; returns those ids."""
         erased = bank.take_unannounced_erasures()
+        if erased:
+            self._erased_from_ledger(bank.name, set(erased))
         for memory_id, subject in sorted(erased.items()):
             self._emit_erased(bank.name, memory_id, subject)
         return set(erased)
+
+    def _erased_from_ledger(self, bank: str, ids: set[str]) -> None:
+        """Memories `ids` of `bank` were erased by a load (`storage.erasure.resume`, which takes
+        them out of the ledger's files): out of this process's copy too (`ConversationLedger`)."""
 
     def _emit_item(
         self,

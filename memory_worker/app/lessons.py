@@ -232,7 +232,7 @@ class LessonUseCases(ConversationLedger):
         if conversation is None:
             block = render_lessons(name, [m.memory for m in matched], budget)
             return self._delivery(name, matched, block.included, block.message, 0, paths)
-        async with self._lock(conversation):
+        async with self._delivering(conversation):
             ledger = self.deliveries
             delivered = await ledger.delivered(conversation) if matched else {}
             fresh = [

@@ -307,7 +307,7 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
                 name, req.query, subject=req.subject, lanes=lanes, max_chars=req.max_chars
             )
         else:
-            async with self._lock(conversation):
+            async with self._delivering(conversation):
                 ledger = self.deliveries
                 delivered = await ledger.delivered(conversation)
                 if req.fresh:

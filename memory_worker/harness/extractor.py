@@ -372,15 +372,28 @@ class _Origin:
         )
 
 
-def _said_by(lines: Sequence[Line], queued_at: int | None) -> int:
+def _said_by(lines: Sequence[Line], queued_at: int | None, *, bounded: bool = True) -> int:
     """When the oldest of `lines` was said, as far as can be told: the earliest of their own dates
     and the time their turn's job was queued (every word was said by then; a turn an erasure
     happened in the middle of dates its first words before it). 0 when neither is known (a job
-    queued before jobs carried `at`, undated messages): before any erasure, as it may have been."""
+    queued before jobs carried `at`, undated messages): before any erasure, as it may have been.
+
+    The dates are the client's clock, `queued_at` the worker's. A line dated after `queued_at`
+    (`bounded`: the job reads no further than its turn, all said by then) shows the client's
+    clock ahead by that much at least: every date is read back by it. Taken as they were, Ana's
+    words said before her erasure read as said after it and were saved. Read back so, a date is
+    still no earlier than when its words were said: no word said after an erasure is refused."""
     known = [line.at_ms for line in lines if line.at_ms is not None]
     if queued_at is not None:
+        # More than a day ahead is no clock's drift but a wrong date (a unit mistaken): left out.
+        known = [at for at in known if at - queued_at <= MAX_CLOCK_AHEAD_MS]
+        ahead = max(known, default=queued_at) - queued_at if bounded else 0
+        known = [at - ahead for at in known] if ahead > 0 else known
         known.append(queued_at)
     return min(known, default=0)
+
+
+MAX_CLOCK_AHEAD_MS = 24 * 3600 * 1000
 
 
 def _model_of(message: dict[str, Any]) -> str | None:
@@ -496,7 +509,7 @@ class Extractor:
             await self._advance(job.session_id, cursor, span)
             return 0  # nothing new, or nothing worth a model call ("ok", "thanks")
         # Read from the lines' own dates: `_dated` gave an undated one the time of this pass.
-        origin = _Origin(job, lines, _said_by(span.lines, job.at))
+        origin = _Origin(job, lines, _said_by(span.lines, job.at, bounded=job.until is not None))
         recorded = self._journal.recorded() if self._journal is not None else None
         if recorded is None:
             known = await self._known(bank, lines, origin)

@@ -124,10 +124,17 @@ class FileDeliveries:
     async def erase(self, bank: str, ids: Collection[str]) -> None:
         """`erase_delivered`, and the same keys out of RAM (first: a later delivery writes its
         conversation's whole ledger back from there)."""
+        self.erase_cached(bank, ids)
+        await asyncio.to_thread(erase_delivered, self.folder.parent, bank, ids)
+
+    def erase_cached(self, bank: str, ids: Collection[str]) -> None:
+        """The keys of memories `ids` of `bank` out of RAM only: the files lost them already (an
+        erasure finished by a bank's load, `erasure.resume`)."""
+        if not ids:
+            return
         keep = _without(bank, ids)
         for conversation, delivered in list(self._cache.items()):
             self._cache[conversation] = keep(delivered)
-        await asyncio.to_thread(erase_delivered, self.folder.parent, bank, ids)
 
     def _remember(self, conversation: str, delivered: dict[str, str]) -> None:
         self._cache[conversation] = delivered

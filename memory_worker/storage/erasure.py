@@ -293,6 +293,8 @@ def finish_in_trash(root: Path, bank: str, copy: Path) -> dict[str, set[str]]:
     finished: dict[str, set[str]] = {}
     for subject in subjects:
         finished[subject] = erase_trashed(root, bank, subject)[1]
+        # Their ids out of what conversations were handed, as `resume` takes them out.
+        deliveries.erase_delivered(root, bank, finished[subject])
         log.warning("forget_subject_resumed", bank=bank, trash_copy=copy.name)
     if subjects:
         clear_intent(copy)
