@@ -11,6 +11,7 @@ import pytest
 from memory_worker.adapters.bus.worker import bus_caller
 from memory_worker.adapters.consolidate.clients import InProcessClient
 from memory_worker.adapters.consolidate.engine import CALLER_METADATA, BusMemoryClient
+from memory_worker.adapters.consolidate.engine import _request as engine_request
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.ports import ITEM_CHANGED
@@ -194,6 +195,15 @@ class TestPass:
         with pytest.raises(InvalidInput, match="must match"):
             await consolidator.run(settings(), bank=name)
 
+    @pytest.mark.parametrize("flag", ["no", "false", 0, "yes", 1])
+    def test_dry_run_is_true_or_false_only(self, flag: object) -> None:
+        """`run {dry_run}` is a JSON boolean, as every flag of the memory worker's functions:
+        read leniently, `"no"`, `"false"` and `0` ran a pass that writes, a caller's mistake
+        retiring memories instead of being refused."""
+        with pytest.raises(InvalidInput, match="dry_run"):
+            engine_request(RunRequest, {"dry_run": flag})
+        assert engine_request(RunRequest, {"dry_run": False}).dry_run is False
+
     def test_an_allowlist_naming_no_possible_bank_is_refused(self) -> None:
         """`Main` can never be a bank: accepted, every scheduled pass would cover no bank (and
         run no retention sweep) while checkpointing as if it had."""
@@ -286,6 +296,53 @@ class TestPass:
                                           "memory::supersede: TIMEOUT (test)"]  # fmt: skip
         assert flaky.calls.count("memory::supersede") == 1
 
+    async def test_merges_made_before_the_memory_worker_went_away_are_counted_and_reported(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """The pass ends at the first unanswered call, in the middle of a group: what that group
+        had already retired was left out of `merged`, `superseded` and the groups."""
+        for text in ("Tea.", "tea", "TEA!"):
+            await save(service, text)
+
+        class GoneAfterOneMerge(FlakyClient):
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id == "memory::supersede" and "memory::supersede" in self.calls:
+                    self.failing.add(function_id)
+                return await super().call(function_id, payload)
+
+        report = await Consolidator(GoneAfterOneMerge(client, set()), clock=clock).run(settings())
+        [bank] = report.banks
+        assert (report.superseded, bank.merged, len(bank.errors)) == (1, 1, 1)
+        [group] = bank.groups
+        assert group.action == "partial" and len(group.merged_ids) == 1
+        assert len(await live(service)) == 2
+
+    async def test_a_bank_deleted_during_its_pass_ends_with_one_error(
+        self, service: MemoryService, client: InProcessClient, clock: FixedClock
+    ) -> None:
+        """A bank deleted while its merges run can take none of the rest, yet each was still
+        tried: a bank of 200 groups reported 200 `bank_not_found` lines."""
+        for text in ("Tea.", "tea", "TEA!", "Coffee.", "coffee", "Milk.", "milk"):
+            await save(service, text, bank="gone")
+        await save(service, "Water.")
+        await save(service, "water")
+
+        class DeletingMeanwhile(FlakyClient):
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id == "memory::supersede" and payload["bank"] == "gone":
+                    delete = {"name": "gone", "confirm": "destructive"}
+                    if self.calls.count(function_id) == 1:
+                        await self.inner.call("memory::bank::delete", delete)
+                return await super().call(function_id, payload)
+
+        deleting = DeletingMeanwhile(client, set())
+        report = await Consolidator(deleting, clock=clock).run(settings())
+        gone, main = report.banks
+        assert gone.merged == 1
+        assert gone.errors == ["memory::supersede: bank_not_found: gone"]
+        assert deleting.calls.count("memory::supersede") == 3  # 1 merged, 1 refused, 1 in main
+        assert (main.merged, main.errors) == (1, [])
+
     async def test_undo_a_merge_by_saving_the_retired_text_again(
         self, service: MemoryService, consolidator: Consolidator
     ) -> None:
@@ -305,6 +362,25 @@ class TestPass:
             assert [r["revision"] for r in history["revisions"]][-3:] == [
                 retired["revision"] - 1, retired["revision"], retired["revision"] + 1,
             ]  # fmt: skip
+
+    async def test_an_undone_merge_stays_undone_once_both_are_pinned(
+        self, service: MemoryService, consolidator: Consolidator
+    ) -> None:
+        """As the README's undo says: saved again, the retired copy is merged again by the next
+        pass (the two still read as one fact); pinned, both stay."""
+        loser = await save(service, "the user likes tea")
+        winner = await save(service, "The user likes tea.")
+        await save(service, "The user likes tea.")
+        await consolidator.run(settings())
+        await call(service, "memory::save", text="the user likes tea")
+        [bank] = (await consolidator.run(settings())).banks
+        assert bank.merged == 1 and loser["id"] not in await live(service)
+        await call(service, "memory::save", text="the user likes tea")
+        for memory in (loser, winner):
+            await call(service, "memory::pin", id=memory["id"], pinned=True)
+        [bank] = (await consolidator.run(settings())).banks
+        assert (bank.merged, [g.action for g in bank.groups]) == (0, ["skipped"])
+        assert {loser["id"], winner["id"]} <= set(await live(service))
 
     async def test_a_lesson_is_never_merged_into_a_plain_memory_or_another_card(
         self, service: MemoryService, consolidator: Consolidator
@@ -419,6 +495,36 @@ class TestPass:
         assert survivor["context"] == "planning the dinner party"
         assert survivor["intention"] == "choose a menu"
         assert survivor["source"]["session_id"] == "s-person"
+
+    async def test_a_lesson_with_evidence_of_its_own_is_never_merged(
+        self, service: MemoryService, consolidator: Consolidator
+    ) -> None:
+        """The same lesson learned twice, each with where it was learned (`evidence`, which a
+        merge does not carry over): merged, the survivor no longer told the retired one's
+        commit and line. A re-save refuses another evidence as another card; so does the plan."""
+        card = {
+            "category": "lesson",
+            "title": "Run make gen after editing protos",
+            "recommendation": "After editing the proto files, run make gen.",
+            "anchors": {"files": ["proto/user.proto"]},
+        }
+        first = await save(
+            service, "Editing protos needs make gen.", **card, evidence=["source:3f2a9c1"]
+        )
+        second = await save(
+            service, "editing protos needs make gen", **card, evidence=["proto/user.proto:12"]
+        )
+        [bank] = (await consolidator.run(settings())).banks
+        assert (bank.merged, bank.groups_found, bank.errors) == (0, 0, [])
+        assert {first["id"], second["id"]} <= set(await live(service))
+        same = await save(
+            service, "Editing protos needs make gen!", **card, evidence=["source:3f2a9c1"]
+        )
+        [bank] = (await consolidator.run(settings())).banks
+        assert bank.merged == 1  # the same card, evidence included: one lesson
+        after = await live(service)
+        [kept] = [after[m] for m in (first["id"], same["id"]) if m in after]
+        assert kept["evidence"] == ["source:3f2a9c1"] and second["id"] in after
 
 
 class BusToService:
@@ -539,6 +645,34 @@ class TestSemanticTier:
         live = {m["text"] for m in (await call(service, "memory::list"))["memories"]}
         assert {"The user has 2 cats at home.", "At home the user has 3 cats."} <= live
         assert len({ana["text"], bruno["text"]} & live) == 1
+
+    async def test_an_erasure_leaves_no_word_of_theirs_in_a_groups_why(
+        self, semantic: Any, clock: FixedClock
+    ) -> None:
+        """A report-only group says what its guard found, in the texts' own words (`numbers
+        differ (4821 / 4812)`): the `erased` events emptied the texts and kept the why, so a
+        person's door code outlived their erasure in the kept report. Their group leaves; the
+        bank's counts still tell that it was found."""
+        service, consolidator = semantic
+        about = {"subject": "Zeferino"}
+        await save(service, "At home the door code of Zeferino is 4821.", **about)
+        await save(service, "The door code of Zeferino at home is 4812.", **about)
+        await service.settle()
+        kv = FakeKeyValue()
+        current = settings(semantic_threshold=0.8)
+        scheduler = Scheduler(consolidator, kv, lambda: current, clock=clock)
+        [report] = (await scheduler.run(RunRequest())).banks
+        [group] = report.groups
+        assert group.action == "report-only" and "4821" in group.why  # the finding, as told
+        erased = await call(
+            service, "memory::forget-subject", subject="Zeferino", confirm="destructive"
+        )
+        assert await scheduler.forget("main", set(erased["erased"])) is True
+        kept = (
+            json.dumps(kv.data[(SCOPE, LAST_REPORT)]) + (await scheduler.status()).model_dump_json()
+        )
+        assert "4821" not in kept and "4812" not in kept and "zeferino" not in kept.casefold()
+        assert (await scheduler.status()).banks["main"].groups_found == 1
 
     async def test_without_an_embedder_the_tier_says_unavailable(
         self, service: MemoryService, consolidator: Consolidator
@@ -790,24 +924,66 @@ class TestSchedule:
         assert (await scheduler.tick("cron"))["reason"] == "not due"
         assert not (await scheduler.status()).due
 
-    async def test_an_erasure_empties_only_its_texts_and_a_stranger_writes_nothing(
+    async def test_an_erasure_takes_its_groups_ids_and_texts_and_a_stranger_writes_nothing(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
     ) -> None:
-        """A restarted sibling knows its reports from the state worker only: the scrub reads
-        them there. An id no report names leaves the state unwritten."""
-        await save(service, "Tea.")
-        await save(service, "tea")
-        [merged] = (await self.scheduler(client, kv, clock).run(RunRequest())).banks[0].groups
-        [loser] = merged.loser_ids
+        """An id is a fingerprint of its text (FNV-1a of its words: a guess is confirmed by
+        hashing it), and the erasure takes it from every other file: emptied of its texts, the
+        group kept the erased memory's id. A restarted sibling knows its reports from the state
+        worker only: the scrub reads them there. An id no report names leaves it unwritten."""
+        for text in ("Tea.", "tea", "Coffee.", "coffee"):
+            await save(service, text)
+        [report] = (await self.scheduler(client, kv, clock).run(RunRequest())).banks
+        [tea] = [g for g in report.groups if g.winner_text.casefold().startswith("tea")]
         restarted = self.scheduler(client, kv, clock)
         writes = kv.sets
         assert await restarted.forget("main", {"some-other-id"}) is False
         assert kv.sets == writes
-        assert await restarted.forget("main", {loser}) is True
-        [group] = kv.data[(SCOPE, LAST_REPORT)]["banks"]["main"]["groups"]
-        assert (group["winner_id"], group["winner_text"]) == (merged.winner_id, merged.winner_text)
-        assert (group["loser_ids"], group["loser_texts"]) == ([loser], [""])
-        assert await restarted.forget("gone", {loser}) is False
+        assert await restarted.forget("main", set(tea.loser_ids)) is True
+        kept = kv.data[(SCOPE, LAST_REPORT)]["banks"]["main"]
+        [coffee] = kept["groups"]  # the rest stays
+        assert coffee["winner_text"].casefold().startswith("coffee")
+        assert (kept["merged"], kept["groups_found"]) == (2, 2)  # what the pass did, counted
+        stored = json.dumps(kv.data[(SCOPE, LAST_REPORT)])
+        assert all(memory_id not in stored for memory_id in tea.loser_ids)
+        assert await restarted.forget("gone", set(tea.loser_ids)) is False
+
+    async def test_an_erasure_during_a_pass_leaves_no_name_or_text_in_the_kept_report(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """A merge that lands while `memory::forget-subject` rewrites the bank is refused with a
+        conflict naming whom it erases. The pass kept that message in the bank's errors, and the
+        `erased` events scrubbed only the groups' texts: the erased person's name stayed in the
+        schedule's state and in `memory-consolidate::status` until the bank's next pass."""
+        first = await save(
+            service, "Zeferino Quaresma's locker is 12.", subject="Zeferino Quaresma"
+        )
+        await save(service, "zeferino quaresma's locker is 12", subject="Zeferino Quaresma")
+        bank = service.store.get("main")
+
+        class ErasingMeanwhile:
+            """Each merge lands while an erasure of the subject is under way."""
+
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id != "memory::supersede":
+                    return await client.call(function_id, payload)
+                with bank.erasing("Zeferino Quaresma", [first["id"]]):
+                    return await client.call(function_id, payload)
+
+        scheduler = self.scheduler(ErasingMeanwhile(), kv, clock)
+        [report] = (await scheduler.run(RunRequest())).banks
+        assert report.merged == 0 and len(report.errors) == 1  # refused: nothing merged
+        erased = await call(
+            service, "memory::forget-subject", subject="Zeferino Quaresma", confirm="destructive"
+        )
+        assert await scheduler.forget("main", set(erased["erased"])) is True  # the events
+        kept = (
+            json.dumps(kv.data[(SCOPE, LAST_REPORT)]) + (await scheduler.status()).model_dump_json()
+        )
+        assert "zeferino" not in kept.casefold() and "locker" not in kept
+        [error] = (await scheduler.status()).banks["main"].errors
+        assert first["id"] not in error  # a fingerprint of their words, gone with them
+        assert error.endswith(": conflict (its message went with an erased memory)")
 
     async def test_the_rust_siblings_last_report_neither_breaks_status_nor_runs(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock

@@ -59,8 +59,9 @@ class Row:
     # Its category (none counts as a fact): a fact merged into a `context` memory would expire
     # with the context's retention, a preference into a fact would stop being one.
     category: str = "fact"
-    # A lesson's card (title, recommendation, anchors) as one string, None for any other memory:
-    # a lesson merged into a plain memory or another card would stop reaching its tool calls.
+    # A lesson's card (title, recommendation, anchors, evidence) as one string, None for any
+    # other memory: a lesson merged into a plain memory or another card would stop reaching its
+    # tool calls.
     card: str | None = None
 
     @classmethod
@@ -80,7 +81,14 @@ class Row:
         subject, category = raw.get("subject"), raw.get("category")
         card = None
         if category == "lesson":
-            fields = [raw.get("title"), raw.get("recommendation"), raw.get("anchors")]
+            # Its evidence too: a merge does not carry the retired card's over to the survivor
+            # (where it was learned would be told no more), and a re-save refuses another one.
+            fields = [
+                raw.get("title"),
+                raw.get("recommendation"),
+                raw.get("anchors"),
+                raw.get("evidence"),
+            ]
             card = json.dumps(fields, sort_keys=True, default=str)
         return cls(
             id=memory_id,

@@ -216,10 +216,12 @@ class Consolidator:
         return len(expired) if isinstance(expired, list) else 0
 
     async def _call(self, state: _Bank, function_id: str, payload: dict[str, Any]) -> Any:
-        """A memory call whose transport failure ends this bank's pass (reported once)."""
+        """A memory call whose transport failure ends this bank's pass (reported once), as does
+        the bank deleted meanwhile: nothing more of it can be merged, each merge left was still
+        tried, and a report held one `bank_not_found` line per group."""
         try:
             return await self.memory.call(function_id, payload)
-        except (SiblingUnavailable, StorageError) as err:
+        except (SiblingUnavailable, StorageError, BankNotFound) as err:
             state.errors.append(f"{function_id}: {err}")
             raise _Abort from None
 
@@ -304,15 +306,30 @@ class Consolidator:
         merged: list[str] = []
         capped = 0
         planned_only = state.dry_run or budget.report_only
-        if group.writable and not planned_only:
-            for loser in group.losers:
-                if loser.id in state.retired or group.winner.id in state.retired:
-                    continue  # already merged by an earlier group of this pass
-                if not budget.take():
-                    capped += 1
-                    continue
-                if await self._supersede(state, loser, group.winner, reason(group)):
-                    merged.append(loser.id)
+        try:
+            if group.writable and not planned_only:
+                for loser in group.losers:
+                    if loser.id in state.retired or group.winner.id in state.retired:
+                        continue  # already merged by an earlier group of this pass
+                    if not budget.take():
+                        capped += 1
+                        continue
+                    if await self._supersede(state, loser, group.winner, reason(group)):
+                        merged.append(loser.id)
+        finally:
+            # Also when the bank's pass ends here (`_Abort`): what this group merged before is
+            # retired, and is counted and reported as such.
+            self._account(state, group, merged, capped, planned_only, replaces)
+
+    def _account(
+        self,
+        state: _Bank,
+        group: Group,
+        merged: list[str],
+        capped: int,
+        planned_only: bool,
+        replaces: Group | None,
+    ) -> None:
         state.merged += len(merged)
         state.capped += capped
         report = _group_report(group, merged, capped, planned_only)

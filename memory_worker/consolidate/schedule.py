@@ -25,8 +25,14 @@ import structlog
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.consolidate.ports import StateStore
 from memory_worker.consolidate.runner import Consolidator, system_ms
-from memory_worker.consolidate.wire import BankReport, PassReport, RunRequest, StatusResponse
-from memory_worker.core.errors import WorkerError
+from memory_worker.consolidate.wire import (
+    BankReport,
+    GroupReport,
+    PassReport,
+    RunRequest,
+    StatusResponse,
+)
+from memory_worker.core.errors import ERROR_CLASSES, WorkerError
 
 __all__ = [
     "LAST_REPORT",
@@ -177,11 +183,12 @@ class Scheduler:
             log.warning("report_not_stored", error=str(err))
 
     async def forget(self, bank: str, memory_ids: set[str]) -> bool:
-        """Take the texts of memories an erasure destroyed (`memory::forget-subject`) out of the
-        kept reports: a person who asked to be forgotten is not read back from the last pass's
-        report until the next pass reaches their bank. Under the gate, so a pass that read them
-        before the erasure stores its report first. True when a report named one of them, or one
-        that could not be read (another version's) left the state."""
+        """Take the memories an erasure destroyed (`memory::forget-subject`) out of the kept
+        reports, texts and ids (`_without_erased`): a person who asked to be forgotten is not
+        read back from the last pass's report until the next pass reaches their bank. Under the
+        gate, so a pass that read them before the erasure stores its report first. True when a
+        report named one of them, or one that could not be read (another version's) left the
+        state."""
         async with self.gate:
             unreadable: set[str] = set()
             try:
@@ -191,7 +198,7 @@ class Scheduler:
                 log.warning("report_not_scrubbed", bank=bank, error=str(err))
                 reports = dict(self._reports)
             report = reports.get(bank)
-            scrubbed = None if report is None else _without_texts(report, memory_ids)
+            scrubbed = None if report is None else _without_erased(report, memory_ids)
             # A stored report of this bank that cannot be read (another version's) cannot be
             # scrubbed either: it leaves, with whatever texts it holds.
             if scrubbed is None and bank not in unreadable:
@@ -316,21 +323,35 @@ class Scheduler:
             delay = every_s
 
 
-def _without_texts(report: BankReport, memory_ids: set[str]) -> BankReport | None:
-    """`report` with the texts of `memory_ids` emptied (their ids stay: what was merged into
-    what is still told), or None when it names none of them."""
-    groups = []
-    for group in report.groups:
-        winner = group.winner_id in memory_ids
-        losers = [loser in memory_ids for loser in group.loser_ids]
-        if not winner and not any(losers):
-            groups.append(group)
-            continue
-        texts = [
-            "" if erased else text for erased, text in zip(losers, group.loser_texts, strict=False)
-        ]
-        update = {"winner_text": "" if winner else group.winner_text, "loser_texts": texts}
-        groups.append(group.model_copy(update=update))
-    if all(new is old for new, old in zip(groups, report.groups, strict=True)):
+def _without_erased(report: BankReport, memory_ids: set[str]) -> BankReport | None:
+    """`report` without what it held of `memory_ids` (erased), or None when it names none of
+    them. An id is a fingerprint of its text (a guess is confirmed by hashing it), so the erasure
+    takes the ids with the texts: a group naming one of them leaves the list (it is about the
+    person erased: only memories of one subject are grouped), its counts stay in the bank's
+    totals; and so does the quoted guard finding (`numbers differ (4821 / 4812)`) with it. An
+    error naming one keeps what failed and its code: a merge that landed during the erasure was
+    refused with a conflict naming whom it erased."""
+    groups = [group for group in report.groups if not _names_any(group, memory_ids)]
+    errors = [_without_detail(error, memory_ids) for error in report.errors]
+    if len(groups) == len(report.groups) and errors == report.errors:
         return None
-    return report.model_copy(update={"groups": groups})
+    return report.model_copy(update={"groups": groups, "errors": errors})
+
+
+def _names_any(group: GroupReport, memory_ids: set[str]) -> bool:
+    members = (group.winner_id, *group.loser_ids, *group.merged_ids, *group.skipped_pinned)
+    return not memory_ids.isdisjoint(members)
+
+
+def _without_detail(error: str, memory_ids: set[str]) -> str:
+    """`error` (`what failed: code: message`) without its message, and with each of
+    `memory_ids` it names left out, when it names one; unchanged otherwise."""
+    named = [memory_id for memory_id in memory_ids if memory_id in error]
+    if not named:
+        return error
+    head, _, rest = error.partition(": ")
+    for memory_id in named:
+        head = head.replace(memory_id, "(erased)")
+    code = rest.partition(": ")[0]
+    kept = f"{head}: {code}" if code in ERROR_CLASSES else head
+    return f"{kept} (its message went with an erased memory)"

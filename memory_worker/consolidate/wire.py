@@ -6,9 +6,9 @@ a bank report omits zero counts and empty lists so a clean bank reads as a short
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 __all__ = [
     "BankReport",
@@ -129,7 +129,9 @@ class RunRequest(Request):
         default=None,
         description="One bank; omitted: every bank of the `banks` allowlist (empty = all).",
     )
-    dry_run: bool | None = Field(
+    # A JSON boolean only, as the memory worker's flags: read leniently, `"no"` or `0` ran a
+    # pass that writes.
+    dry_run: Annotated[bool, Strict()] | None = Field(
         default=None,
         description="Plan and report without writing (no LLM call either); omitted: the "
         "configured `dry_run`.",

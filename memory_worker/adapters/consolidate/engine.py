@@ -7,8 +7,8 @@ Boot order:
 2. register `memory-consolidate::run` and `::status` (public), `::on-tick`, `::on-config-change`,
    `::on-item-changed` and `::http` (internal);
 3. bind the engine's `cron` trigger (hourly) to `::on-tick`, one `http` route per public function,
-   the memory worker's `memory::item-changed` to `::on-item-changed` (an erasure takes its texts
-   out of the kept reports), and, last, the `configuration` trigger;
+   the memory worker's `memory::item-changed` to `::on-item-changed` (an erased memory leaves
+   the kept reports, id and text), and, last, the `configuration` trigger;
 4. start the backstop loop (first tick shortly after boot, then periodically).
 Every memory access is a bus call to the memory worker's public functions; the checkpoint and the
 last reports live in the state worker (scope `memory_consolidate`).
@@ -427,7 +427,7 @@ class ConsolidateEngine(Stoppable):
 
 _INTERNAL = {
     catalog.ON_ITEM_CHANGED: "Internal: the memory worker's item events — a memory erased by "
-    "memory::forget-subject has its text taken out of the kept reports.",
+    "memory::forget-subject leaves the kept reports (its group, id and text).",
     catalog.ON_TICK: "Internal: the cron heartbeat (hourly) — runs a consolidation pass when one "
     "is due by the last_run checkpoint; otherwise does nothing.",
     catalog.ON_CONFIG_CHANGE: "Internal: re-reads the memory-consolidate configuration when it "
