@@ -196,6 +196,8 @@ class TestForget:
         out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
         assert out["erased"] == [memory_id] and len(refused) == 2
         assert all("erasing; nothing was written" in str(exc) for exc in refused)
+        # Not named: a refusal is logged and kept (a consolidation report's errors).
+        assert not any("ana" in str(exc).lower() for exc in refused)
         listed = await call(service, "memory::list", include_superseded=True)
         assert listed["memories"] == []
         assert _grep(data_dir, "locker") == [] and _grep(data_dir, "figs") == []

@@ -1040,10 +1040,12 @@ class Bank:
 
     def _refuse_erased(self, records: Sequence[Memory]) -> None:
         for record in records:
-            if (subject := self._erasing_about(record)) is not None:
+            if self._erasing_about(record) is not None:
+                # Not named: the refusal is logged and kept (a consolidation report's errors),
+                # and would write the erased person's name down again.
                 raise Conflict(
-                    f"memory {record.id} is about {subject}, whom bank {self.name} is "
-                    "erasing; nothing was written"
+                    f"memory {record.id} is about a subject bank {self.name} is erasing; nothing "
+                    "was written"
                 )
 
     def in_flight(self) -> list[Memory]:
