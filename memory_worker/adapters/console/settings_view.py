@@ -19,7 +19,8 @@ __all__ = ["NOT_FROM_CONSOLE", "describe", "validate_changes"]
 # data_dir moves the whole store; allowed_hosts is who may reach the server at all (and a list,
 # which the panel's inputs do not edit): both stay a file or flag decision.
 NOT_FROM_CONSOLE = frozenset({"data_dir", "allowed_hosts"})
-_KEPT = ("type", "description", "default", "minimum", "maximum", "exclusiveMinimum")
+# `enum`: a field that takes one of a few words (a `Literal`) is picked from them, not typed.
+_KEPT = ("type", "description", "default", "minimum", "maximum", "exclusiveMinimum", "enum")
 
 
 @functools.cache

@@ -197,8 +197,18 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   }
 
   function setView(view) {
+    const active = root.ownerDocument.activeElement
     state.view = view
     root.dataset.view = view
+    // A narrow window shows the bank list or the bank, not both: a key press that switched them
+    // hid the button it was pressed on, the focus fell to <body>, and the next Tab after "← Banks"
+    // left the page. It goes to the part now shown: the bank's tab, or the bank in the list.
+    if (active && root.contains(active) && active.offsetParent === null) {
+      const target = view === 'workspace'
+        ? tabButtons.find((button) => button.getAttribute('aria-selected') === 'true')
+        : rail.el.querySelector('.mw-bank-button[aria-current="true"]') ?? rail.el.querySelector('button, input')
+      target?.focus()
+    }
   }
 
   function renderBankHeading() {
@@ -254,7 +264,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   // Live events arrive in bursts (an import, a consolidation pass): coalesce them into one
   // refresh per animation frame per concern.
   let pending = null
-  const touched = { banks: false, items: new Set(), rules: new Set(), all: false }
+  // `erased`: bank → ids `memory::forget-subject` destroyed, which leave the page before any refetch.
+  const touched = { banks: false, items: new Set(), rules: new Set(), erased: new Map(), all: false }
   function schedule() {
     if (pending) return
     pending = setTimeout(flush, 120)
@@ -264,12 +275,15 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     const { all } = touched
     const items = new Set(touched.items)
     const rules = new Set(touched.rules)
+    const erased = new Map(touched.erased)
     touched.all = false
     touched.banks = false
     touched.items.clear()
     touched.rules.clear()
+    touched.erased.clear()
     refreshBanks()
     for (const panel of Object.values(panels)) {
+      if (erased.size) panel.erased?.(erased) // first: whatever the refetch does, they go now
       if (all) panel.resync?.()
       else panel.changed?.({ items, rules })
     }
@@ -277,6 +291,11 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   function onEvent({ type, payload }) {
     touched.banks = true
     if (type === ITEM_CHANGED && payload?.bank) touched.items.add(payload.bank)
+    const id = payload?.id ?? payload?.memory?.id
+    if (type === ITEM_CHANGED && payload?.event_type === 'erased' && payload.bank && typeof id === 'string') {
+      if (!touched.erased.has(payload.bank)) touched.erased.set(payload.bank, new Set())
+      touched.erased.get(payload.bank).add(id)
+    }
     if (type === BANK_CHANGED && payload?.bank) {
       touched.rules.add(payload.bank)
       // Anything but a rules change (created, trashed, compacted) can change what is listed.

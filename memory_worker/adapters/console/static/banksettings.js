@@ -1,10 +1,19 @@
 // A bank's settings (description, subject scoping, capacity, retention, recall blend, access, scope): shown as
 // they are in effect and changed through memory::bank::configure, which checks them whole; only the
-// fields edited are sent, so a field left alone keeps following the configured default.
+// fields edited are sent, so a field left alone keeps following the configured default. A field
+// emptied (or "configured default" picked) is sent as null, which returns it to that default: read
+// as a number, an empty box was 0 (a threshold or weight set to 0 for good, three weights refused).
 
 import { h } from './dom.js'
 
 const CATEGORIES = ['fact', 'preference', 'procedure', 'context', 'correction']
+const DEFAULT = '' // a select's "configured default" option
+const LANES = ['content', 'context', 'intention']
+
+/** A box's number, or null (the configured default) when it was emptied. */
+function numberOrDefault(input, parse) {
+  return input.value.trim() === '' ? null : parse(input.value)
+}
 
 function retentionText(retention) {
   return Object.entries(retention ?? {}).map(([k, v]) => `${k}=${v}`).join(', ')
@@ -26,7 +35,8 @@ export function openBankSettings(ctx, bank) {
   const field = (label, input) => h('label', { class: 'mw-field' }, h('span', { text: label }), input)
   const number = (value, step) => h('input', { type: 'number', class: 'mw-input', value: String(value ?? ''), attrs: { step, min: '0' } })
   const select = (value, options) => {
-    const el = h('select', { class: 'mw-input' }, ...options.map((o) => h('option', { value: o, text: o })))
+    const el = h('select', { class: 'mw-input' }, ...options.map((o) => h('option', { value: o, text: o })),
+      h('option', { value: DEFAULT, text: 'configured default' }))
     el.value = value
     return el
   }
@@ -45,18 +55,26 @@ export function openBankSettings(ctx, bank) {
     context: number(weights.context, 'any'),
     intention: number(weights.intention, 'any'),
   }
+  // The three weights are one setting: all emptied is its default; some emptied has none (the
+  // model's 1/0/0 is not the configured blend), which `weightsGap` says before anything is sent.
+  const weightsRead = () => {
+    const values = LANES.map((lane) => numberOrDefault(inputs[lane], Number))
+    return values.every((v) => v === null) ? null : Object.fromEntries(LANES.map((lane, i) => [lane, values[i]]))
+  }
+  const weightsGap = () => {
+    const emptied = LANES.filter((lane) => inputs[lane].value.trim() === '').length
+    return emptied > 0 && emptied < LANES.length
+  }
   const read = () => ({
     description: inputs.description.value,
     subject_scoping: inputs.subject_scoping.checked,
-    max_memories: Number.parseInt(inputs.max_memories.value, 10),
-    max_per_subject: Number.parseInt(inputs.max_per_subject.value, 10),
-    retention: parseRetention(inputs.retention.value),
-    relevance_threshold: Number(inputs.relevance_threshold.value),
-    conscious_access: inputs.conscious_access.value,
-    scope: inputs.scope.value,
-    association_weights: {
-      content: Number(inputs.content.value), context: Number(inputs.context.value), intention: Number(inputs.intention.value),
-    },
+    max_memories: numberOrDefault(inputs.max_memories, (v) => Number.parseInt(v, 10)),
+    max_per_subject: numberOrDefault(inputs.max_per_subject, (v) => Number.parseInt(v, 10)),
+    retention: inputs.retention.value.trim() === '' ? null : parseRetention(inputs.retention.value),
+    relevance_threshold: numberOrDefault(inputs.relevance_threshold, Number),
+    conscious_access: inputs.conscious_access.value === DEFAULT ? null : inputs.conscious_access.value,
+    scope: inputs.scope.value === DEFAULT ? null : inputs.scope.value,
+    association_weights: weightsRead(),
   })
   const initial = JSON.stringify(read())
   const before = read()
@@ -65,6 +83,7 @@ export function openBankSettings(ctx, bank) {
   const cancel = h('button', { type: 'button', class: 'mw-btn', text: 'Close' })
   const form = h('form', { method: 'dialog' },
     h('h2', { class: 'mw-dialog-title', text: `Settings of bank "${bank.name}"` }),
+    h('p', { class: 'mw-muted', text: 'Shown as in effect. Empty a box, or pick "configured default", to have the bank follow the server\'s configured default again.' }),
     field('description', inputs.description),
     h('label', { class: 'mw-check' }, scoping, h('span', { text: 'subject scoping: a person only ever sees general memories and their own' })),
     field('max memories (0 = unlimited)', inputs.max_memories),
@@ -82,6 +101,10 @@ export function openBankSettings(ctx, bank) {
       event.preventDefault()
       const now = read()
       if (JSON.stringify(now) === initial) { dialog.close(); return }
+      if (weightsGap()) {
+        status.textContent = 'Give all three weights, or empty all three for the configured blend.'
+        return
+      }
       const changes = { name: bank.name }
       for (const [key, value] of Object.entries(now)) {
         if (JSON.stringify(value) !== JSON.stringify(before[key])) changes[key] = value

@@ -15,6 +15,8 @@ const MEANING = {
   'session-manager-reachable': 'Without session-manager, session metadata cannot pick a bank and extraction cannot read transcripts.',
   'queue-reachable': 'Without a queue worker, extraction runs inline: a crash in the middle of a pass is not retried.',
   'configuration-reachable': 'Without the configuration worker, settings come from local defaults and do not hot-reload.',
+  extraction: 'Nothing said in a conversation is remembered unless someone saves it explicitly (memory::save): no fact, preference or correction is captured after turns, and the learned rule does not grow.',
+  'planted-links': 'A symbolic link inside the data dir is never followed: a bank behind one is not loaded, and a bank file that is one can be neither read nor written.',
   'configuration-valid': 'The stored configuration holds values this version does not take as they are (an older worker wrote them): the worker runs on the nearest values it accepts until the entry is saved again.',
 }
 
@@ -54,7 +56,7 @@ export function createDoctorPanel(ctx) {
       h('span', { class: 'mw-mono mw-check-name', text: c.name }),
       h('span', { class: 'mw-badge', text: c.required ? 'required' : 'advisory' })),
     h('p', { class: 'mw-check-detail', text: c.detail }),
-    MEANING[c.name] ? h('p', { class: 'mw-muted', text: `${c.ok ? 'Guards: ' : 'What this means: '}${MEANING[c.name]}` }) : null)))
+    MEANING[c.name] ? h('p', { class: 'mw-muted mw-check-meaning', text: `${c.ok ? 'Guards: ' : 'What this means: '}${MEANING[c.name]}` }) : null)))
   }
 
   return {

@@ -9,6 +9,8 @@ import { absoluteTime, isoTime, plural, score as formatScore, splitList } from '
 const PAGE = 50
 const SEARCH_LIMIT = 50
 const SEARCH_DEBOUNCE_MS = 300
+// The API's own words: `semantic-unavailable` is an empty result, not "no matches".
+const UNEMBEDDED = 'Semantic search is unavailable: this worker has no embedder (embeddings off, or none reachable), so nothing was compared by meaning. Pick hybrid or lexical to search by words.'
 const CONFIDENCE = {
   stated: ['saved explicitly', 'Saved by an agent or a person with memory::save (highest trust)'],
   extracted: ['from chat', 'Stated directly in a conversation and captured by extraction'],
@@ -67,6 +69,7 @@ export function createMemoriesPanel(ctx) {
   // --- data ------------------------------------------------------------------------------------
   let inFlight = null
   let again = false
+  let unembedded = false // the last search was semantic and compared nothing (no embedder)
   let liveOnly = true // every refresh asked since the last one ran came from a live event
   async function refresh({ live = false } = {}) {
     if (!state.bank) return
@@ -102,13 +105,19 @@ export function createMemoriesPanel(ctx) {
       if (state.query) {
         const result = await ctx.call('memory::recall', { ...base, query: state.query, limit: SEARCH_LIMIT, mode: state.mode }, { quiet: true })
         if (bank !== state.bank) return
+        unembedded = result.retrieval === 'semantic-unavailable'
         render(result.memories.map((hit) => ({ memory: hit.memory, score: hit.score })), fromLive)
-        setText(summaryText, `${plural(result.memories.length, 'result')} for “${state.query}” · retrieval ${result.retrieval}`)
+        // At the limit there may be more than were asked for: "50 results" read as all that match.
+        const count = result.memories.length >= SEARCH_LIMIT
+          ? `the best ${plural(result.memories.length, 'result')}` : plural(result.memories.length, 'result')
+        const more = result.memories.length >= SEARCH_LIMIT ? ' (more may match: refine the search or pick a tag)' : ''
+        setText(summaryText, `${count} for “${state.query}”${more} · retrieval ${result.retrieval}`)
         summary.dataset.retrieval = result.retrieval
         pager.hidden = true
       } else {
         const result = await ctx.call('memory::list', { ...base, limit: PAGE, offset: state.offset }, { quiet: true })
         if (bank !== state.bank) return
+        unembedded = false
         if (result.total > 0 && state.offset >= result.total) {
           state.offset = Math.max(0, Math.floor((result.total - 1) / PAGE) * PAGE)
           again = true
@@ -218,7 +227,28 @@ export function createMemoriesPanel(ctx) {
     for (const id of [...rows.keys()]) if (!items.some((i) => i.memory.id === id)) rows.delete(id)
     refocus()
     empty.hidden = items.length > 0
-    setText(empty, state.query ? 'Nothing in this bank matches that search.' : state.tag ? 'No memory carries this tag.' : 'No memories in this bank yet. Save one above, or let extraction capture them from chat.')
+    setText(empty, state.query && unembedded ? UNEMBEDDED
+      : state.query ? 'Nothing in this bank matches that search.' : state.tag ? 'No memory carries this tag.' : 'No memories in this bank yet. Save one above, or let extraction capture them from chat.')
+    ctx.changed()
+  }
+
+  /** Memories `memory::forget-subject` erased: their rows leave at once, an open edit or history
+   * of one too. A refresh held back (a row being edited or read) kept them, and an edit box was
+   * kept for its draft, each showing text the erasure destroyed. */
+  function forget(ids) {
+    const nodes = [...list.children]
+    const gone = nodes.filter((node) => ids.has(node.dataset.key))
+    if (!gone.length) return
+    const staying = nodes.filter((node) => !ids.has(node.dataset.key)).map((node) => ({ memory: { id: node.dataset.key } }))
+    const refocus = focusLeaving(staying)
+    const drafts = gone.filter((node) => rows.get(node.dataset.key)?.editing()).length
+    for (const node of gone) {
+      rows.delete(node.dataset.key)
+      node.remove()
+    }
+    refocus()
+    empty.hidden = list.children.length > 0
+    if (drafts) ctx.ui.toast('The memory you were editing was erased (forget-subject): its edit is closed', 'error')
     ctx.changed()
   }
 
@@ -619,6 +649,10 @@ export function createMemoriesPanel(ctx) {
     },
     changed({ items }) {
       if (items.has(state.bank)) refresh({ live: true })
+    },
+    erased(banks) {
+      const ids = banks.get(state.bank)
+      if (ids) forget(ids)
     },
     resync: () => refresh({ live: true }),
     focusSearch() {

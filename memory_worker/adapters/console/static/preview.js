@@ -21,9 +21,11 @@ export function createPreviewPanel(ctx) {
     h('p', { class: 'mw-hint', text: 'What a new turn on this bank would be handed for a message, computed by the hook\'s own code.' }),
     form, suggestions, result)
 
+  let suggested = 0 // only the latest ask is shown: an older answer may hold an erased name
   async function suggest() {
     const current = bank
     if (!current) return // no bank shown (one is being deleted)
+    const seq = ++suggested
     const picks = []
     try {
       const { tags } = await ctx.call('memory::tags', { bank: current }, { quiet: true })
@@ -33,7 +35,7 @@ export function createPreviewPanel(ctx) {
       picks.push(...entities.slice(0, 2).map((e) => `tell me about ${e}`))
     } catch { /* suggestions are a convenience */ }
     picks.push('who is the user?')
-    if (current !== bank) return
+    if (current !== bank || seq !== suggested) return
     suggestions.replaceChildren(...picks.map((text) => h('button', {
       type: 'button', class: 'mw-chip', text,
       on: { click: () => { query.value = text; run() } },
@@ -107,6 +109,9 @@ export function createPreviewPanel(ctx) {
     changed({ items, rules }) {
       if ((items.has(bank) || rules.has(bank)) && last) run(last)
     },
+    // Offered from the bank's entities, worked out when the bank opened: an erased person's
+    // name ("tell me about Rui") stayed offered after `memory::forget-subject`.
+    erased(banks) { if (banks.has(bank)) suggest() },
     resync() { if (last) run(last) },
     // Run again when the tab is opened: what a turn gets follows the settings (recall_limit, the
     // budgets, inject_*), which the Settings tab changes without any memory or rule event.

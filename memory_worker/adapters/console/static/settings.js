@@ -46,6 +46,10 @@ export function createSettingsPanel(ctx) {
       let input
       if (field.type === 'boolean') {
         input = h('input', { type: 'checkbox', id, checked: Boolean(field.value) })
+      } else if (Array.isArray(field.enum)) {
+        // One of a few words: offered, not guessed (the prompt versions were named nowhere).
+        input = h('select', { id, class: 'mw-input' }, field.enum.map((choice) => h('option', { value: String(choice), text: String(choice) })))
+        input.value = String(field.value ?? '')
       } else if (field.type === 'integer' || field.type === 'number') {
         input = h('input', {
           type: 'number', id, class: 'mw-input', value: String(field.value),
