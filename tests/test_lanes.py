@@ -630,17 +630,23 @@ async def test_the_threshold_compares_the_questions_own_words_not_the_second_hop
     assert len(found["memories"]) == 4  # without a threshold the hop still ranks them in
 
 
+async def _exact_only_bank(service: MemoryService, long: str) -> None:
+    """Bank `b` at `relevance_threshold` 1 (seed 004: exact match only), holding `long` and three
+    short memories."""
+    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
+    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
+        await call(service, "memory::save", {"bank": "b", "text": text})
+
+
 async def test_a_threshold_of_1_keeps_a_memory_asked_word_for_word(service: MemoryService) -> None:
     """Seed 004: `relevance_threshold` 1 = exact match only. Without an embedder the content
     similarity is BM25 over the query's weight, which a memory longer than the bank's average
     keeps below 1 even when the question is its text: a long memory could never be recalled."""
-    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
     long = (
         "The user works at Acme as a senior backend engineer, mostly on billing systems and "
         "on the payments team led by Maria."
     )
-    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
-        await call(service, "memory::save", {"bank": "b", "text": text})
+    await _exact_only_bank(service, long)
     found = await call(service, "memory::recall", {"bank": "b", "query": long})
     assert [m["memory"]["text"] for m in found["memories"]] == [long]
     half = "The user works at Acme as a senior backend engineer"
@@ -653,10 +659,8 @@ async def test_a_threshold_of_1_keeps_no_memory_only_holding_the_question(
     """Seed 004: `relevance_threshold` 1 = exact match only. A memory no longer than the bank's
     average that holds every word of the question scored BM25 similarity 1: "chess" alone, or
     half of a short memory, was an exact match of it, where half of a long one was not."""
-    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
     long = "The user works at Acme as a senior backend engineer on the payments team."
-    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
-        await call(service, "memory::save", {"bank": "b", "text": text})
+    await _exact_only_bank(service, long)
     for partial in ("chess", "Rui plays", "Ana Porto", "likes tea"):
         found = await call(service, "memory::recall", {"bank": "b", "query": partial})
         assert found["memories"] == [], partial
@@ -675,13 +679,11 @@ async def test_a_threshold_of_1_keeps_a_text_whose_lowercase_is_longer(
     """A memory asked word for word is similarity 1, found by its lowercase form; the check
     skipped any text shorter than the question's lowercase, and "İ" lowercases to two
     characters: a memory about İstanbul or İzmir, asked as it was saved, was dropped."""
-    await call(service, "memory::bank::create", {"name": "b", "relevance_threshold": 1})
     long = (
         "The user flies from İstanbul to İzmir every spring for the İzmir trade fair, and "
         "always takes the ferry back along the coast with the İstanbul team."
     )
-    for text in (long, "The user likes tea.", "Ana lives in Porto.", "Rui plays chess."):
-        await call(service, "memory::save", {"bank": "b", "text": text})
+    await _exact_only_bank(service, long)
     found = await call(service, "memory::recall", {"bank": "b", "query": long})
     assert [m["memory"]["text"] for m in found["memories"]] == [long]
 

@@ -321,16 +321,21 @@ async def test_delivery_once_per_conversation_survives_a_restart(
         await store.close()
 
 
-async def test_budget_packs_complete_cards_and_a_withheld_one_stays_eligible(
-    store: Store, clock: FixedClock
-) -> None:
+async def _two_cards_past_one_budget(store: Store, clock: FixedClock) -> int:
+    """Two cards meeting `READ_PROTO` saved; a budget (tokens) that holds one of them, not both."""
     long = {**BEDROCK, "anchors": {"files": ["proto/user.proto"]}, "recommendation": "z" * 600}
     roomy = MemoryService(store, Settings(), clock=clock)
     await _call(roomy, "memory::save", PROTO)
     await _call(roomy, "memory::save", long)
     both = await _match(roomy)
     assert len(both["cards"]) == 2
-    one_card_budget = tokens(both["message"]) - 1
+    return tokens(both["message"]) - 1
+
+
+async def test_budget_packs_complete_cards_and_a_withheld_one_stays_eligible(
+    store: Store, clock: FixedClock
+) -> None:
+    one_card_budget = await _two_cards_past_one_budget(store, clock)
     tight = MemoryService(store, Settings(lesson_hook_tokens=one_card_budget), clock=clock)
     first = await _match(tight, conversation="c1")
     assert len(first["cards"]) == 1 and first["withheld"] == 1
@@ -351,11 +356,7 @@ def test_the_two_lesson_budgets_default_to_seed_002s() -> None:
 async def test_a_step_of_a_turn_packs_within_its_own_budget_a_tool_call_within_the_hooks(
     store: Store, clock: FixedClock
 ) -> None:
-    long = {**BEDROCK, "anchors": {"files": ["proto/user.proto"]}, "recommendation": "z" * 600}
-    roomy = MemoryService(store, Settings(), clock=clock)
-    await _call(roomy, "memory::save", PROTO)
-    await _call(roomy, "memory::save", long)
-    one_card = tokens((await _match(roomy))["message"]) - 1  # both cards need more than this
+    one_card = await _two_cards_past_one_budget(store, clock)
     steps = Settings(lesson_injection_tokens=10 * one_card, lesson_hook_tokens=one_card)
     service = MemoryService(store, steps, clock=clock)
     hook = await _match(service)

@@ -741,24 +741,29 @@ def test_a_request_whose_id_is_not_one_is_answered_over_stdio(tmp_path: Path) ->
     assert after["id"] == 12 and after["result"]["structuredContent"]["total"] == 0, after
 
 
-async def test_a_request_whose_id_is_not_one_is_answered_over_http(tmp_path: Path) -> None:
-    """The same requests over streamable HTTP are answered Invalid Request too, never a 202
-    that tells the client its request was a notification."""
+async def _posted_to_mcp(tmp_path: Path, bodies: list[str]) -> list[Any]:
+    """Each of `bodies` POSTed to a standalone server's `/mcp` in turn: their answers."""
     server = StandaloneServer(Settings(), tmp_path / "data", port=0)
     url = await server.start()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    bodies = [
-        '{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
-        '{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"memory_list"}}',
-        '{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
-    ]
     try:
-        answers = [
+        return [
             await asyncio.to_thread(request, url, "POST", "/mcp", body, headers=headers)
             for body in bodies
         ]
     finally:
         await server.close()
+
+
+async def test_a_request_whose_id_is_not_one_is_answered_over_http(tmp_path: Path) -> None:
+    """The same requests over streamable HTTP are answered Invalid Request too, never a 202
+    that tells the client its request was a notification."""
+    bodies = [
+        '{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+        '{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"memory_list"}}',
+        '{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+    ]
+    answers = await _posted_to_mcp(tmp_path, bodies)
     for answer in answers:
         assert answer.status == 400, (answer.status, answer.body)
         assert answer.json()["id"] is None and answer.json()["error"]["code"] == -32600, answer.body
@@ -847,24 +852,14 @@ async def test_an_object_that_is_not_json_rpc_over_http_is_an_invalid_request_as
     a result, params that are not an object) is Invalid Request (-32600, `id: null`) over HTTP as
     over stdio. The SDK answered `-32602` with pydantic's report of it, the client's own input
     echoed back."""
-    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
-    url = await server.start()
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     bodies = [
         '{"id":8,"method":"ping"}',
         '{"jsonrpc":"1.0","id":9,"method":"ping"}',
         '{"jsonrpc":"2.0","id":10}',
         '{"jsonrpc":"2.0","id":11,"method":"ping","params":5}',
     ]
-    try:
-        answers = [
-            await asyncio.to_thread(request, url, "POST", "/mcp", body, headers=headers)
-            for body in bodies
-        ]
-        ping = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
-        good = await asyncio.to_thread(request, url, "POST", "/mcp", ping, headers=headers)
-    finally:
-        await server.close()
+    ping = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    *answers, good = await _posted_to_mcp(tmp_path, [*bodies, ping])
     for answer in answers:
         assert answer.status == 400, (answer.status, answer.body)
         assert answer.json() == {

@@ -36,6 +36,7 @@ __all__ = [
     "SessionsClient",
     "StateClient",
     "TranscriptClient",
+    "check_connected",
     "expand_placeholders",
     "never_connected",
     "probe_siblings",
@@ -70,6 +71,15 @@ def never_connected(client: III, waited_s: float) -> bool:
     sibling (the configuration worker), not the address. A connection made and dropped since
     (a short wait, the state no longer `connected`) is the SDK's to restore, as before."""
     return client.get_connection_state() != "connected" and waited_s >= REGISTER_WAIT_S - 1.0
+
+
+def check_connected(client: III, url: str, waited_s: float, advice: str = "") -> None:
+    """`SiblingUnavailable` naming `url` when the engine never answered (`never_connected`)."""
+    if never_connected(client, waited_s):
+        raise SiblingUnavailable(
+            f"no iii engine answers at {url} (waited {REGISTER_WAIT_S:g} s): start the engine, "
+            f"or correct --engine / $III_URL{advice}"
+        )
 
 
 class BusCall:

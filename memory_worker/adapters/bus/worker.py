@@ -56,7 +56,7 @@ from memory_worker.adapters.bus.siblings import (
     SessionsClient,
     StateClient,
     TranscriptClient,
-    never_connected,
+    check_connected,
     probe_siblings,
 )
 from memory_worker.adapters.console.settings_view import describe
@@ -262,14 +262,15 @@ class EngineWorker(Stoppable):
         self.client = client = await asyncio.to_thread(register_worker, self.url, options)
         if self.stopping:
             return  # a signal came during the SDK's wait: `close` shuts the client down
-        if never_connected(client, time.monotonic() - started):
-            # The SDK waited 30 s and keeps retrying, but each call below would time out in turn
-            # and the start then failed naming the configuration worker, not the engine address.
-            raise SiblingUnavailable(
-                f"no iii engine answers at {self.url} (waited 30 s): start the engine, or "
-                "correct --engine / $III_URL (without either, `serve` looks for one at the "
-                "default address and serves standalone REST when none answers)"
-            )
+        # The SDK waited 30 s and keeps retrying, but each call below would time out in turn and
+        # the start then failed naming the configuration worker, not the engine address.
+        check_connected(
+            client,
+            self.url,
+            time.monotonic() - started,
+            " (without either, `serve` looks for one at the default address and serves "
+            "standalone REST when none answers)",
+        )
         call = BusCall(client)
         self._config = ConfigClient(call, config_id())
         settings = await self._initial_settings()

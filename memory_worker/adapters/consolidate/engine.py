@@ -34,7 +34,7 @@ from memory_worker.adapters.bus.siblings import (
     BusCall,
     ConfigClient,
     StateClient,
-    never_connected,
+    check_connected,
 )
 from memory_worker.adapters.consolidate.clients import CONSOLIDATE
 from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
@@ -214,14 +214,10 @@ class ConsolidateEngine(Stoppable):
         self.client = client = await asyncio.to_thread(register_worker, self.url, options)
         if self.stopping:
             return  # a signal came during the SDK's wait: `close` shuts the client down
-        if never_connected(client, time.monotonic() - started):
-            # As the memory worker: the SDK waited 30 s; the configuration read would time out
-            # next and leave a worker "inert" for a configuration it never reached, never
-            # registered, and (nothing stored to apply) never left inert once the engine came.
-            raise SiblingUnavailable(
-                f"no iii engine answers at {self.url} (waited 30 s): start the engine, or "
-                "correct --engine / $III_URL"
-            )
+        # As the memory worker: the SDK waited 30 s; the configuration read would time out next
+        # and leave a worker "inert" for a configuration it never reached, never registered,
+        # and (nothing stored to apply) never left inert once the engine came.
+        check_connected(client, self.url, time.monotonic() - started)
         call = BusCall(client)
         self._config = ConfigClient(
             call,
