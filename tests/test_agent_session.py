@@ -473,3 +473,19 @@ async def test_a_codex_stop_with_no_rollout_at_all_captures_its_own_last_message
     nothing = codex_stop(tmp_path, turn_id="t2", last_assistant_message=None)
     assert await hook(monkeypatch, capsys, data, "stop", nothing) is None
     assert len(_queued(data)) == 2
+
+
+async def test_a_codex_stop_whose_turn_id_holds_a_lone_surrogate_is_captured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The turn's id names the captured message (`said`): one with a lone surrogate (a
+    JavaScript string cut inside an emoji) has no UTF-8 form, and the capture job was refused
+    whole (`entry_id: … unable to parse raw data as a unicode string`), the turn dropped."""
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))  # no rollout: the payload's words
+    data = tmp_path / "data"
+    stop = codex_stop(tmp_path, turn_id="turn-\ud83d")
+    assert await hook(monkeypatch, capsys, data, "stop", stop) is None
+    [job] = _queued(data)
+    [entry] = job["entries"]
+    assert entry["text"] == stop["last_assistant_message"]
+    assert entry["entry_id"].startswith("turn-\ufffd:assistant:")

@@ -34,6 +34,7 @@ from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import Conflict, InvalidInput, StorageError
 from memory_worker.core.payload import MAX_DEPTH
 from memory_worker.storage import bank as bank_module
+from memory_worker.storage import erasure, files
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
 
@@ -537,6 +538,40 @@ async def test_a_boot_that_runs_out_of_descriptors_fails_instead_of_marking_bank
     monkeypatch.setattr(bank_module.Bank, "load", starved)
     with pytest.raises(StorageError, match="Too many open files"):
         Store.open(data_dir, holder=HOLDER)
+
+
+async def test_a_boot_that_runs_out_of_descriptors_keeps_the_erasure_stamps(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`.erased-subjects.json` unreadable for want of file descriptors says nothing about it: the
+    boot fails. Read as no stamps, work queued before an erasure saved the erased person's words
+    again, and the next erasure's stamp rewrote the file without the earlier ones, for good."""
+    store = Store.open(data_dir, holder=HOLDER)
+    service = MemoryService(store)
+    await catalog.call(service, "memory::save", {"text": "Ana's locker is 12.", "subject": "ana"})
+    erase = {"subject": "ana", "confirm": "destructive"}
+    await catalog.call(service, "memory::forget-subject", erase)
+    await store.close()
+    kept = (data_dir / erasure.STAMPS_FILE).read_bytes()
+    real = files.read_text
+
+    def starved(path: Path, **kwargs: Any) -> str:
+        if path.name == erasure.STAMPS_FILE:
+            raise StorageError(f"cannot read {path}: Too many open files") from OSError(
+                errno.EMFILE, os.strerror(errno.EMFILE)
+            )
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(files, "read_text", starved)
+    with pytest.raises(StorageError, match="Too many open files"):
+        Store.open(data_dir, holder=HOLDER)
+    monkeypatch.undo()
+    assert (data_dir / erasure.STAMPS_FILE).read_bytes() == kept
+    reopened = Store.open(data_dir, holder=HOLDER)
+    try:
+        assert reopened.erasures.erased_at("main", "ana") is not None
+    finally:
+        await reopened.close()
 
 
 # --- banks -----------------------------------------------------------------------------------

@@ -998,6 +998,30 @@ async def test_the_ledger_of_what_a_conversation_was_handed_loses_their_ids(
     assert _grep(data_dir, memory_id) == []
 
 
+async def test_a_folder_planted_among_the_ledgers_does_not_stop_the_erasure(
+    service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+) -> None:
+    """A folder named as a conversation's ledger file in `.lessons-delivered/` holds no ledger:
+    it is passed over. Taken for an unreadable file and removed as one, it failed the erasure
+    half way (`cannot remove …: Is a directory`): Ana's memories gone from the log, but no
+    `erased` event (views kept showing her words) and her ids left in every other ledger, which
+    the next load's `resume` no longer looked for."""
+    await call(service, "memory::bank::create", name="main", subject_scoping=True)
+    saved = await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana")
+    memory_id = saved["memory"]["id"]
+    shown = await call(
+        service, "memory::preview", query="what blood type?", subject="ana", conversation="c1"
+    )
+    assert shown
+    planted = data_dir / ".lessons-delivered" / f"{'0' * 32}.json"
+    planted.mkdir()
+    emitter.clear()
+    await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+    assert _grep(data_dir, memory_id) == []
+    assert [e["id"] for e in emitter.of(ITEM_CHANGED) if e["event_type"] == "erased"] == [memory_id]
+    assert planted.is_dir(), "not ours to remove"
+
+
 async def test_a_delivery_that_starts_while_the_ledger_is_erased_does_not_write_their_ids_back(
     service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

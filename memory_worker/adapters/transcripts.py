@@ -203,7 +203,9 @@ def said(turn_id: object, role: str, text: object) -> dict[str, Any] | None:
     (a Stop hook asked for more) and stopped again with other words is another."""
     if not isinstance(text, str):
         return None
-    turn = turn_id[:100] if isinstance(turn_id, str) and turn_id else "turn"
+    # A lone surrogate in the turn's id has no UTF-8 form: the capture job holding it was
+    # refused whole, and the turn dropped.
+    turn = utf8_safe(turn_id[:100]) if isinstance(turn_id, str) and turn_id else "turn"
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return _message(f"{turn}:{role}:{digest}", role, text, None)
 

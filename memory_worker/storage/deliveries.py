@@ -65,6 +65,10 @@ def erase_delivered(root: Path, bank: str, ids: Collection[str]) -> int:
     for entry in entries:
         path = Path(entry.path)
         try:
+            if entry.is_dir(follow_symlinks=False):
+                # Planted: ours are files. Removed as an unreadable one, the unlink failed the
+                # erasure half way (its log rewritten, nothing announced, the other files kept).
+                continue
             times = entry.stat(follow_symlinks=False)
             raw = json.loads(files.read_text(path, within=root))
         except (OSError, ValueError, RecursionError, StorageError):

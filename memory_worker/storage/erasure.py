@@ -95,13 +95,18 @@ class ErasureStamps:
     @classmethod
     def load(cls, root: Path) -> ErasureStamps:
         """The stamps kept under `root` (blocking). A torn or unreadable file holds none: it is
-        only ever replaced whole (`atomic_write`), so that is a file damaged by hand."""
+        only ever replaced whole (`atomic_write`), so that is a file damaged by hand. Running out
+        of file descriptors or memory says nothing about the file and raises (`StorageError`):
+        read as none, every erasure before it lost to work queued before it, and the next
+        erasure's stamp rewrote the file without them, for good."""
         path = root / STAMPS_FILE
         stamps: dict[str, int] = {}
         if os.path.lexists(path):
             try:
                 data = json.loads(files.read_text(path, within=root))
             except (ValueError, RecursionError, StorageError) as exc:
+                if files.is_transient(exc):
+                    raise
                 log.warning("erasure_stamps_unreadable", path=str(path), error=str(exc))
                 data = {}
             if isinstance(data, dict):

@@ -189,6 +189,8 @@ class Store:
                 unloaded = set(_folders(root))
             else:
                 banks, broken = _load_all(root, durability, lock.verify)
+            # Inside: it reads the erasure stamps, which may fail too (out of descriptors).
+            store = cls(root, banks, broken, lock, durability, unloaded)
         except BaseException:
             lock.release()
             raise
@@ -199,7 +201,6 @@ class Store:
             broken=len(broken),
             unloaded=len(unloaded),
         )
-        store = cls(root, banks, broken, lock, durability, unloaded)
         store._short_lived = short_lived
         return store
 
