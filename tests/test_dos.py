@@ -553,16 +553,16 @@ async def test_a_boot_that_runs_out_of_descriptors_keeps_the_erasure_stamps(
     await catalog.call(service, "memory::forget-subject", erase)
     await store.close()
     kept = (data_dir / erasure.STAMPS_FILE).read_bytes()
-    real = files.read_text
+    real = files.read_bytes
 
-    def starved(path: Path, **kwargs: Any) -> str:
+    def starved(path: Path, **kwargs: Any) -> bytes:
         if path.name == erasure.STAMPS_FILE:
             raise StorageError(f"cannot read {path}: Too many open files") from OSError(
                 errno.EMFILE, os.strerror(errno.EMFILE)
             )
         return real(path, **kwargs)
 
-    monkeypatch.setattr(files, "read_text", starved)
+    monkeypatch.setattr(files, "read_bytes", starved)
     with pytest.raises(StorageError, match="Too many open files"):
         Store.open(data_dir, holder=HOLDER)
     monkeypatch.undo()

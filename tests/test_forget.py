@@ -5,6 +5,7 @@ untouched; confirmed, refused while pinned, one event per id, all-or-nothing und
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -772,6 +773,233 @@ def test_forget_subject_killed_at_random_moments_erases_all_or_nothing(
     assert outcomes["none"] > 0 and outcomes["all"] > 0, outcomes
 
 
+# --- killed at chosen points ------------------------------------------------------------------
+
+# Where `memory::forget-subject` is SIGKILLed: past its intent, after the log was rewritten.
+KILL_POINTS = {
+    "before-the-vectors": ("memory_worker.storage.bank", "Bank", "vector_writes_settled"),
+    "before-the-ledger": ("memory_worker.app.service", "MemoryService", "erase_deliveries"),
+}
+# The same in a deleted bank's trashed copy (no intent: a rerun finishes it).
+TRASH_KILL_POINTS = {
+    "before-the-vectors": ("memory_worker.storage.erasure", None, "erase_vectors"),
+    "before-the-ledger": ("memory_worker.app.service", "MemoryService", "erase_deliveries"),
+}
+
+
+def _forget_killed_at(data_dir: str, point: str, trash: bool = False) -> None:
+    """A CLI `forget-subject` that SIGKILLs itself when it reaches `point` (no handler runs)."""
+    import importlib
+    import signal
+
+    module, owner, attribute = (TRASH_KILL_POINTS if trash else KILL_POINTS)[point]
+
+    def die_now(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    async def die(*args: Any, **kwargs: Any) -> None:
+        die_now()
+
+    target = importlib.import_module(module)
+    if owner is None:
+        setattr(target, attribute, die_now)  # a blocking step, run in a thread
+    else:
+        setattr(getattr(target, owner), attribute, die)
+    _forget_child(data_dir)
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+async def test_an_erasure_killed_past_its_log_leaves_no_id_of_theirs_on_disk_after_the_next_load(
+    data_dir: Path, forkserver: ForkServerContext, point: str
+) -> None:
+    """Killed after the log was rewritten, the next load finishes the erasure from its intent:
+    it took the ids to erase from the log, where they no longer were, so their vectors (ids and
+    embeddings of their words) and the ledger's keys (fingerprints of their words) stayed."""
+    store = Store.open(data_dir, holder=HOLDER)
+    try:
+        service = MemoryService(store)
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+        bruno = (await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno"))["memory"]
+        bank = store.get("main")
+        pairs = [(m, [1.0, 0.0, 0.0]) for m in bank.memories.values() if m.live]
+        await bank.store_vectors("test-model", pairs)
+        for who in ("ana", "bruno"):
+            await call(
+                service, "memory::preview", query="blood type key?", subject=who, conversation="c1"
+            )
+    finally:
+        await store.close()
+    assert _grep(data_dir, ana["id"]) and _grep(data_dir, bruno["id"])
+    child = forkserver.Process(target=_forget_killed_at, args=(str(data_dir), point))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9, "killed where chosen"
+    assert (data_dir / "main" / erasure.INTENT_FILE).exists()
+    reopened = Store.open(data_dir, holder=HOLDER)
+    try:
+        await reopened.replay_all()  # the bank's load finishes the erasure
+        assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
+        assert _grep(data_dir, ana["id"]) == []
+        assert _grep(data_dir, "Ana") == []
+        kept = _grep(data_dir, bruno["id"])
+        assert "main/memories.jsonl" in kept and "main/vectors.jsonl" in kept
+        assert any(path.startswith(".lessons-delivered/") for path in kept), kept
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("point", sorted(TRASH_KILL_POINTS))
+async def test_an_erasure_of_a_deleted_bank_killed_midway_is_finished_whole_by_the_next(
+    data_dir: Path, forkserver: ForkServerContext, point: str
+) -> None:
+    """A deleted bank's copy in `.trash/` is erased without an intent: each step is redone by
+    the next `forget-subject`. Killed after the copy's log was rewritten, the next took the ids
+    to erase from that log, where they no longer were: their vectors and ledger keys stayed."""
+    store = Store.open(data_dir, holder=HOLDER)
+    try:
+        service = MemoryService(store)
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+        bruno = (await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno"))["memory"]
+        bank = store.get("main")
+        pairs = [(m, [1.0, 0.0, 0.0]) for m in bank.memories.values() if m.live]
+        await bank.store_vectors("test-model", pairs)
+        for who in ("ana", "bruno"):
+            await call(
+                service, "memory::preview", query="blood type key?", subject=who, conversation="c1"
+            )
+        await call(service, "memory::bank::delete", name="main")
+    finally:
+        await store.close()
+    assert _grep(data_dir, ana["id"]) and _grep(data_dir, bruno["id"])
+    child = forkserver.Process(target=_forget_killed_at, args=(str(data_dir), point, True))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9, "killed where chosen"
+    reopened = Store.open(data_dir, holder=HOLDER)
+    try:
+        again = MemoryService(reopened)
+        await call(
+            again, "memory::forget-subject", bank="main", subject="ana", confirm="destructive"
+        )
+        assert _grep(data_dir, ana["id"]) == []
+        assert _grep(data_dir, "Ana") == []
+        kept = _grep(data_dir, bruno["id"])
+        assert any(path.endswith("/vectors.jsonl") for path in kept), kept
+        assert any(path.startswith(".lessons-delivered/") for path in kept), kept
+    finally:
+        await reopened.close()
+
+
+def _preview_killed_at_the_rename(data_dir: str) -> None:
+    """A CLI `memory::preview` for Ana in conversation c2, SIGKILLed when its ledger write has
+    written and synced its temp file and is about to rename it into place."""
+    import signal
+
+    from memory_worker.adapters.cli import main
+
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if "lessons-delivered" in str(dst):
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst, *args, **kwargs)
+
+    os.replace = replace  # type: ignore[assignment]
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    args = ["trigger", "memory::preview", "query=blood type?", "subject=ana", "conversation=c2"]
+    os._exit(main([*args, "--data-dir", data_dir]))
+
+
+async def test_a_ledger_write_killed_before_its_rename_leaves_no_id_of_theirs_after_the_erasure(
+    data_dir: Path, forkserver: ForkServerContext
+) -> None:
+    """A delivery killed between its ledger's temp file and the rename left the temp (Ana's id
+    in it) in `.lessons-delivered/`; her erasure scrubbed only the `*.json` ledgers, and nothing
+    ever removed the temp (pruning, too, reads `*.json` only)."""
+    store = Store.open(data_dir, holder=HOLDER)
+    try:
+        service = MemoryService(store)
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+    finally:
+        await store.close()
+    child = forkserver.Process(target=_preview_killed_at_the_rename, args=(str(data_dir),))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9, "killed where chosen"
+    assert _grep(data_dir / ".lessons-delivered", ana["id"]), "the temp holds her id"
+    reopened = Store.open(data_dir, holder=HOLDER)
+    try:
+        again = MemoryService(reopened)
+        await call(again, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert _grep(data_dir, ana["id"]) == []
+    finally:
+        await reopened.close()
+
+
+def _delete_killed_finishing_an_erasure(data_dir: str) -> None:
+    """An erasure of Ana the disk refused past its intent (full), then the bank deleted: the
+    delete finishes it in the trashed copy, and is SIGKILLed as it starts erasing there."""
+    import signal
+
+    async def run() -> None:
+        store = Store.open(Path(data_dir), holder=HOLDER)
+        service = MemoryService(store)
+        bank = store.get("main")
+
+        async def disk_full(*args: Any, **kwargs: Any) -> Any:
+            raise StorageError("cannot rewrite memories.jsonl: No space left on device")
+
+        bank.rewrite = disk_full  # type: ignore[method-assign]
+        with contextlib.suppress(StorageError):
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+
+        def die(*args: Any, **kwargs: Any) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        erasure.erase_trashed = die  # type: ignore[assignment]
+        await call(service, "memory::bank::delete", name="main")
+
+    asyncio.run(run())
+    os._exit(0)
+
+
+async def test_a_delete_killed_finishing_an_erasure_in_the_trash_leaves_no_trace_after_a_rerun(
+    data_dir: Path, forkserver: ForkServerContext
+) -> None:
+    """The trashed copy kept its intent (naming Ana) when the delete finishing it was killed;
+    a `forget-subject` naming the deleted bank then erased the copy but left the intent, her
+    name in it, in `.trash/` for good (a trashed bank is never loaded again to clear it)."""
+    store = Store.open(data_dir, holder=HOLDER)
+    try:
+        service = MemoryService(store)
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
+        await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
+    finally:
+        await store.close()
+    child = forkserver.Process(target=_delete_killed_finishing_an_erasure, args=(str(data_dir),))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9, "killed where chosen"
+    assert _grep(data_dir / ".trash", "ana")
+    reopened = Store.open(data_dir, holder=HOLDER)
+    try:
+        again = MemoryService(reopened)
+        await call(
+            again, "memory::forget-subject", bank="main", subject="ana", confirm="destructive"
+        )
+        assert _grep(data_dir, ana["id"]) == []
+        assert _grep(data_dir, "Ana") == [] and _grep(data_dir, "ana") == []
+        assert _grep(data_dir, "doormat"), "Bruno's memory stays in the trashed copy"
+    finally:
+        await reopened.close()
+
+
 # --- work queued before the erasure ----------------------------------------------------------
 
 BRAGA = "I live in Braga now, with my sister and her two cats."
@@ -866,6 +1094,53 @@ class TestWorkQueuedBeforeTheErasure:
             # Said after the erasure: theirs to keep, as any new memory.
             await call(again, "memory::save", text="Ana likes figs.", subject="ana")
             assert await self._about_ana(again) == ["Ana likes figs."]
+        finally:
+            await reopened.close()
+
+    @pytest.mark.parametrize("damage", ["not-json", "a-link", "huge", "a-list", "wrong-types"])
+    async def test_a_damaged_stamps_file_still_opens_says_so_and_lets_no_one_back(
+        self, service: MemoryService, store: Store, data_dir: Path, clock: FixedClock, damage: str
+    ) -> None:
+        """The stamps file damaged by hand (or planted) after the erasure: the store opens, the
+        doctor names the file, and the late job still saves nothing about them (fail safe: what
+        the file held is unknown, so every subject counts as erased when it last changed)."""
+        chat = Transcript()
+        _, pipeline, queue = await self._ana_turn(service, chat, clock)
+        await pipeline.on_turn_completed(
+            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        )
+        [job] = queue.jobs.values()
+        clock.advance(60_000)
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        await pipeline.close()
+        await store.close()
+        stamps = data_dir / erasure.STAMPS_FILE
+        kept = json.loads(stamps.read_bytes())
+        stamps.unlink()
+        if damage == "not-json":
+            stamps.write_bytes(b'{"3f2a": 17935')  # cut off
+        elif damage == "a-link":
+            target = data_dir.parent / "elsewhere.json"
+            target.write_text(json.dumps(kept))
+            stamps.symlink_to(target)
+        elif damage == "huge":
+            stamps.write_bytes(b" " * (erasure.STAMPS_MAX_BYTES + 1) + json.dumps(kept).encode())
+        elif damage == "a-list":
+            stamps.write_text(json.dumps(list(kept.items())))
+        else:
+            stamps.write_text(json.dumps({key: str(at) for key, at in kept.items()}))
+        clock.advance(60_000)
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            again = MemoryService(reopened, clock=clock)
+            hooked = Hooked(again)
+            extractor = Extractor(again, chat, _braga_model(), hooked.kv)
+            late = TurnPipeline(again, hooked.resolver, hooked.state, None, extractor, chat)
+            await late.extract_job(job)
+            assert await self._about_ana(again) == []
+            report = await call(again, "memory::doctor")
+            [check] = [c for c in report["checks"] if c["name"] == "erasure-stamps"]
+            assert not check["ok"] and erasure.STAMPS_FILE in check["detail"]
         finally:
             await reopened.close()
 
@@ -1116,3 +1391,38 @@ async def test_an_erasure_finished_as_its_bank_is_deleted_leaves_no_id_in_the_le
     await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
     await call(service, "memory::bank::delete", name="main", confirm="destructive")
     assert _grep(data_dir, ana["id"]) == []
+
+
+class TestDamagedStamps:
+    """`.erased-subjects.json` unreadable: every subject counts as erased when it last changed
+    (it is replaced whole at each stamp, so that is at or after every stamp it held), and that
+    floor outlives the file's next rewrite."""
+
+    def test_a_damaged_file_counts_every_subject_erased_when_it_last_changed(
+        self, tmp_path: Path
+    ) -> None:
+        erasure.ErasureStamps(tmp_path).stamp("main", "ana", 1_000)
+        stamps = tmp_path / erasure.STAMPS_FILE
+        stamps.write_bytes(b"\\x00garbage")
+        os.utime(stamps, ns=(5_000 * 1_000_000, 5_000 * 1_000_000))
+        loaded = erasure.ErasureStamps.load(tmp_path)
+        assert loaded.damage is not None and erasure.STAMPS_FILE in loaded.damage
+        assert loaded.erased_at("main", "ana") == 5_000
+        assert loaded.erased_at("other", "bruno") == 5_000
+
+    def test_the_floor_outlives_the_next_stamp(self, tmp_path: Path) -> None:
+        stamps = tmp_path / erasure.STAMPS_FILE
+        stamps.write_bytes(b"[1, 2")
+        os.utime(stamps, ns=(5_000 * 1_000_000, 5_000 * 1_000_000))
+        erasure.ErasureStamps.load(tmp_path).stamp("main", "carla", 9_000)
+        reloaded = erasure.ErasureStamps.load(tmp_path)
+        assert reloaded.damage is None  # rewritten whole: readable again
+        assert reloaded.erased_at("main", "ana") == 5_000
+        assert reloaded.erased_at("main", "carla") == 9_000
+
+    def test_an_intact_file_sets_no_floor(self, tmp_path: Path) -> None:
+        erasure.ErasureStamps(tmp_path).stamp("main", "ana", 1_000)
+        loaded = erasure.ErasureStamps.load(tmp_path)
+        assert loaded.damage is None
+        assert loaded.erased_at("main", "ana") == 1_000
+        assert loaded.erased_at("main", "bruno") is None

@@ -42,6 +42,7 @@ class DoctorUseCases(EmbeddingWork):
             self._check_banks(),
             self._check_damage(),
             self._check_durability(),
+            self._check_erasure_stamps(),
             await self._check_links(),
             await self._check_embeddings(),
             self._check_extraction(),
@@ -379,6 +380,31 @@ class DoctorUseCases(EmbeddingWork):
             f"them: {shown}{f'; and {more} older' if more > 0 else ''}. Check the disk (kernel "
             "log, free space, mount state); once it is healthy, run `sync` to make them durable. "
             "This list is kept until the worker restarts",
+        )
+
+    def _check_erasure_stamps(self) -> DoctorCheck:
+        """Advisory: the erasure stamps (`.erased-subjects.json`) read as written. Damaged, the
+        store fails safe (`ErasureStamps.load`): every subject counts as erased when the file
+        last changed, so extraction of what was said before then is refused, for everyone."""
+        stamps = self.store.erasures
+        floor = stamps.floor
+        if stamps.damage is None:
+            detail = "every erasure's stamp reads as written"
+            if floor is not None:
+                detail += (
+                    f"; the file was once found damaged: extraction of anything said before "
+                    f"{_utc(floor)} is refused"
+                )
+            return DoctorCheck(name="erasure-stamps", ok=True, detail=detail)
+        when = _utc(floor) if floor is not None else "its last change"
+        return DoctorCheck(
+            name="erasure-stamps",
+            ok=False,
+            detail=f"{stamps.damage}: which people it says were erased is unknown, so everyone "
+            f"counts as erased at {when} and extraction of anything said before then (a job "
+            "still queued) saves nothing. Restore the file from a backup, then restart; or leave "
+            "it: the next erasure rewrites it whole, keeping that time. Deleting it lets work "
+            "queued before an erasure save the erased person's words again",
         )
 
     def _check_damage(self) -> DoctorCheck:

@@ -73,7 +73,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             # Before the intent: a job that read them before now saves nothing about them later,
             # even if this erasure is only finished by the next load.
             await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
-            await asyncio.to_thread(erasure.write_intent, bank.path, subject)
+            await asyncio.to_thread(erasure.write_intent, bank.path, subject, about)
             # From here on the erasure finishes: now, or at the next load if this process dies.
             copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
             result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
@@ -136,10 +136,13 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
         report of the bank, which only that event scrubs) still held their texts."""
         # A default bank is recreated by its next write: what was read before stays out of it.
         await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
+        # The ledger first, while the copies' logs still name their ids: a run killed after a
+        # log's rewrite left the next no way to tell them (no intent here).
+        ids = await asyncio.to_thread(erasure.trashed_ids, self.store.root, name, subject)
+        await self.erase_deliveries(name, ids)
         copies, erased = await asyncio.to_thread(
-            erasure.erase_trashed, self.store.root, name, subject
+            erasure.erase_trashed, self.store.root, name, subject, ids
         )
-        await self.erase_deliveries(name, erased)
         log.info("subject_forgotten", bank=name, erased=len(erased), trash_copies=copies)
         for memory_id in sorted(erased):
             self._emit_erased(name, memory_id, subject)

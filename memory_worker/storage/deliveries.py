@@ -58,10 +58,11 @@ def erase_delivered(root: Path, bank: str, ids: Collection[str]) -> int:
     keep = _without(bank, ids)
     folder = root / DELIVERIES_DIR
     try:
-        entries = [entry for entry in os.scandir(folder) if entry.name.endswith(".json")]
+        found = list(os.scandir(folder))
     except OSError:
         return 0
-    changed = 0
+    entries = [entry for entry in found if entry.name.endswith(".json")]
+    changed = _erase_in_temps(root, bank, ids, [e for e in found if e.name.endswith(".tmp")])
     for entry in entries:
         path = Path(entry.path)
         try:
@@ -87,6 +88,27 @@ def erase_delivered(root: Path, bank: str, ids: Collection[str]) -> int:
             os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns), follow_symlinks=False)
         changed += 1
     return changed
+
+
+def _erase_in_temps(
+    root: Path, bank: str, ids: Collection[str], temps: list[os.DirEntry[str]]
+) -> int:
+    """Remove the temp files of ledger writes (`files.atomic_write`'s) that hold a key of `ids`:
+    a write killed before its rename left one for good (nothing else reads or prunes them), with
+    the ids in it. One still under way is a delivery the erasure would undo anyway (the service
+    makes them wait for each other), so failing its rename costs a re-delivery, nothing more."""
+    needles = [f"{bank}/{memory_id}@".encode() for memory_id in ids]
+    removed = 0
+    for entry in temps:
+        path = Path(entry.path)
+        try:
+            raw = files.read_bytes(path, within=root)
+        except StorageError:
+            continue  # gone meanwhile (renamed into place: a ledger the next erasure reads)
+        if any(needle in raw for needle in needles):
+            files.remove_file(path, within=root)
+            removed += 1
+    return removed
 
 
 class FileDeliveries:

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from memory_worker.storage.vectors import VECTORS_FILE
 __all__ = [
     "INTENT_FILE",
     "STAMPS_FILE",
+    "STAMPS_MAX_BYTES",
     "ErasureStamps",
     "clear_intent",
     "drop_unfilterable",
@@ -58,8 +60,10 @@ __all__ = [
     "finish_in_trash",
     "forget_plan",
     "has_copies",
+    "intended_ids",
     "pending",
     "resume",
+    "trashed_ids",
     "write_intent",
 ]
 
@@ -67,6 +71,10 @@ log = get_logger(__name__)
 
 INTENT_FILE = ".forget-subject.json"
 STAMPS_FILE = ".erased-subjects.json"  # at the data dir's root; a dot name: never taken for a bank
+# A stamp is ~50 bytes: this holds ~300,000 erased subjects. Past it the file is damage, read no
+# further (a planted file of gigabytes held the store's open).
+STAMPS_MAX_BYTES = 16 * 1024 * 1024
+_FLOOR_KEY = "*"  # not a digest: every subject counts as erased at its time (a damaged file's)
 _TRASH_DIR = ".trash"  # as `store.TRASH_DIR` (store imports the bank, which imports this)
 # The `-<ms>[-<n>]` a trashed folder's name ends with (`files.move_to_trash`): `<n>` counts the
 # copies trashed within one millisecond, so it is short. A longer one is a millisecond stamp:
@@ -86,36 +94,77 @@ class ErasureStamps:
     of them): the file names no one. Costs one small file rewritten per erasure (it grows by one
     entry per subject ever erased) and a dictionary look-up per such write."""
 
-    def __init__(self, root: Path, stamps: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        stamps: dict[str, int] | None = None,
+        *,
+        floor: int | None = None,
+        damage: str | None = None,
+    ) -> None:
         self.path = root / STAMPS_FILE
         self._root = root
         self._stamps = dict(stamps or {})
+        # Every subject of every bank counts as erased at `floor` (ms): set when the file was
+        # found damaged, so what it held is unknown (`load`).
+        self._floor = floor
+        self.damage = damage  # what was wrong with the file at load, for the doctor
         self._lock = threading.Lock()  # erasures of two banks stamp from two threads
 
     @classmethod
     def load(cls, root: Path) -> ErasureStamps:
-        """The stamps kept under `root` (blocking). A torn or unreadable file holds none: it is
-        only ever replaced whole (`atomic_write`), so that is a file damaged by hand. Running out
-        of file descriptors or memory says nothing about the file and raises (`StorageError`):
-        read as none, every erasure before it lost to work queued before it, and the next
-        erasure's stamp rewrote the file without them, for good."""
+        """The stamps kept under `root` (blocking). The file is only ever replaced whole
+        (`atomic_write`), so one that does not read as written (not JSON, a link, past
+        `STAMPS_MAX_BYTES`, wrong types) was damaged or planted by hand. That fails safe: which
+        subjects it named is unknown, so every subject counts as erased when it last changed
+        (at or after every stamp it held; a kill cannot tear it). Only work read before then is
+        refused (extraction queued before it): a queued fact lost, never an erased person's
+        words written back. The floor is kept by the file's next rewrite (`*`). Running out of file
+        descriptors or memory says nothing about the file and raises (`StorageError`): the store
+        does not open, as for a bank it cannot read for that."""
         path = root / STAMPS_FILE
+        if not os.path.lexists(path):
+            return cls(root)
+        problem: str | None = None
+        data: object = None
+        try:
+            raw = files.read_bytes(path, within=root, at_most=STAMPS_MAX_BYTES)
+            if len(raw) > STAMPS_MAX_BYTES:
+                problem = f"larger than {STAMPS_MAX_BYTES} bytes"
+            else:
+                data = json.loads(raw.decode("utf-8", errors="replace"))
+        except (ValueError, RecursionError, StorageError) as exc:
+            if files.is_transient(exc):
+                raise  # out of descriptors: nothing known of the file (the open fails, retried)
+            problem = str(exc)
         stamps: dict[str, int] = {}
-        if os.path.lexists(path):
-            try:
-                data = json.loads(files.read_text(path, within=root))
-            except (ValueError, RecursionError, StorageError) as exc:
-                if files.is_transient(exc):
-                    raise
-                log.warning("erasure_stamps_unreadable", path=str(path), error=str(exc))
-                data = {}
-            if isinstance(data, dict):
-                stamps = {
-                    key: at
-                    for key, at in data.items()
-                    if isinstance(key, str) and isinstance(at, int) and not isinstance(at, bool)
-                }
-        return cls(root, stamps)
+        floor: int | None = None
+        if problem is None:
+            if not isinstance(data, dict):
+                problem = f"not a JSON object but {type(data).__name__}"
+            else:
+                bad = 0
+                for key, at in data.items():
+                    if not isinstance(at, int) or isinstance(at, bool):
+                        bad += 1
+                    elif key == _FLOOR_KEY:
+                        floor = at
+                    else:
+                        stamps[key] = at
+                if bad:
+                    problem = f"{bad} entry(ies) are not a time in ms"
+        if problem is None:
+            return cls(root, stamps, floor=floor)
+        changed = _changed_ms(path)
+        floor = changed if floor is None else max(floor, changed)
+        damage = f"{STAMPS_FILE} is damaged ({problem})"
+        log.warning("erasure_stamps_unreadable", path=str(path), error=problem, floor=floor)
+        return cls(root, stamps, floor=floor, damage=damage)
+
+    @property
+    def floor(self) -> int | None:
+        """When every subject counts as erased (the file was found damaged); None if never."""
+        return self._floor
 
     @staticmethod
     def _key(bank: str, subject: str) -> str:
@@ -123,7 +172,10 @@ class ErasureStamps:
 
     def erased_at(self, bank: str, subject: str) -> int | None:
         """When `subject` was last erased from `bank`; None if never."""
-        return self._stamps.get(self._key(bank, subject)) if self._stamps else None
+        at = self._stamps.get(self._key(bank, subject)) if self._stamps else None
+        if self._floor is None:
+            return at
+        return self._floor if at is None else max(at, self._floor)
 
     def stamp(self, bank: str, subject: str, at_ms: int) -> None:
         """Record (durably, blocking) that `subject` is erased from `bank` as of `at_ms`."""
@@ -131,10 +183,20 @@ class ErasureStamps:
             stamps = dict(self._stamps)
             key = self._key(bank, subject)
             stamps[key] = max(at_ms, stamps.get(key, at_ms))
-            body = json.dumps(stamps, sort_keys=True).encode()
+            kept = stamps if self._floor is None else {**stamps, _FLOOR_KEY: self._floor}
+            body = json.dumps(kept, sort_keys=True).encode()
             files.atomic_write(self.path, body, within=self._root)
             files.fsync_dir(self._root)
             self._stamps = stamps  # effective once durable
+            self.damage = None  # replaced whole: readable again
+
+
+def _changed_ms(path: Path) -> int:
+    """When `path` (a link itself, not its target) last changed, in ms; now if that is unknown."""
+    try:
+        return os.lstat(path).st_mtime_ns // 1_000_000
+    except OSError:
+        return time.time_ns() // 1_000_000
 
 
 def forget_plan(subject: str) -> Callable[[list[Memory]], list[Memory]]:
@@ -156,36 +218,64 @@ def erased_ids(records: Iterable[Memory], subject: str) -> set[str]:
     return {memory_id for memory_id, m in latest.items() if of_subject(m.subject, subject)}
 
 
-def write_intent(bank_path: Path, subject: str) -> None:
-    """Commit to erasing `subject` (blocking): once this is durable, the erasure finishes."""
-    body = json.dumps({"subjects": sorted({*pending(bank_path), subject})}).encode()
-    files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
+def write_intent(bank_path: Path, subject: str, ids: Iterable[str] = ()) -> None:
+    """Commit to erasing `subject` (blocking): once this is durable, the erasure finishes. `ids`:
+    the memories it erases, kept for the load that finishes it (`resume`): past the log's
+    rewrite the log no longer tells which they were, and their vectors, access counts and
+    ledger keys were still to go."""
+    subjects, held = _read_intent(bank_path)
+    held = {**held, subject: sorted({*held.get(subject, []), *ids})}
+    _write_intent(bank_path, sorted({*subjects, subject}), held)
     files.fsync_dir(bank_path)
+
+
+def _write_intent(bank_path: Path, subjects: list[str], held: dict[str, list[str]]) -> None:
+    ids = {s: held[s] for s in subjects if held.get(s)}
+    body = json.dumps({"subjects": subjects, **({"ids": ids} if ids else {})}).encode()
+    files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
+
+
+def _read_intent(bank_path: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """The subjects an intent names, and the ids it holds for each."""
+    path = bank_path / INTENT_FILE
+    if not os.path.lexists(path):
+        return [], {}
+    try:
+        data = json.loads(files.read_text(path, within=bank_path.parent))
+    except (ValueError, RecursionError):
+        return [], {}  # a torn intent was never durable: the erasure had not started
+    if not isinstance(data, dict):
+        return [], {}
+    subjects = data.get("subjects")
+    named = [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
+    ids = data.get("ids")
+    held = {
+        subject: [i for i in listed if isinstance(i, str)]
+        for subject, listed in (ids.items() if isinstance(ids, dict) else ())
+        if isinstance(listed, list)
+    }
+    return named, held
 
 
 def pending(bank_path: Path) -> list[str]:
     """The subjects whose erasure started and did not finish."""
-    path = bank_path / INTENT_FILE
-    if not os.path.lexists(path):
-        return []
-    try:
-        data = json.loads(files.read_text(path, within=bank_path.parent))
-    except (ValueError, RecursionError):
-        return []  # a torn intent was never durable: the erasure had not started
-    subjects = data.get("subjects") if isinstance(data, dict) else None
-    return [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
+    return _read_intent(bank_path)[0]
+
+
+def intended_ids(bank_path: Path, subject: str) -> set[str]:
+    """The ids the intent says the erasure of `subject` (any spelling) removes (`write_intent`)."""
+    held = _read_intent(bank_path)[1]
+    return {i for named, ids in held.items() if same_subject(named, subject) for i in ids}
 
 
 def clear_intent(bank_path: Path, subject: str | None = None) -> None:
     """The erasure of `subject` (None: of everyone the intent names) is over. Another subject
     the intent still names is one whose erasure failed past its intent: it stays for the next
     load to finish (removing the file whole left their memories half erased for good)."""
-    left = (
-        [] if subject is None else [s for s in pending(bank_path) if not same_subject(s, subject)]
-    )
+    subjects, held = _read_intent(bank_path) if subject is not None else ([], {})
+    left = [s for s in subjects if not same_subject(s, subject or "")]
     if left:
-        body = json.dumps({"subjects": sorted(left)}).encode()
-        files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
+        _write_intent(bank_path, sorted(left), held)
         return
     # Its folder is synced by `remove_file`.
     files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
@@ -270,20 +360,47 @@ def has_copies(root: Path, bank: str) -> bool:
     return bool(_trashed_copies(root, bank))
 
 
-def erase_trashed(root: Path, bank: str, subject: str) -> tuple[int, set[str]]:
-    """`erase_copies`, and the ids it removed whole."""
+def trashed_ids(root: Path, bank: str, subject: str) -> set[str]:
+    """The ids of `subject`'s memories in `bank`'s trashed copies (read only): in their logs,
+    and in an intent a copy kept (its log maybe rewritten already)."""
+    found = set[str]()
+    for copy in _trashed_copies(root, bank):
+        found |= _ids_in_log(copy / MEMORIES_FILE, subject, within=root)
+        found |= intended_ids(copy, subject)
+    return found
+
+
+def _ids_in_log(path: Path, subject: str, *, within: Path) -> set[str]:
+    if not os.path.lexists(path):
+        return set()
+    return erased_ids(read_all(path, within=within)[0], subject)
+
+
+def erase_trashed(
+    root: Path, bank: str, subject: str, also: Iterable[str] = ()
+) -> tuple[int, set[str]]:
+    """`erase_copies`, and the ids it removed whole. `also`: ids erased from a copy's log before,
+    whose vectors and access counts go too. In each copy what is derived from the log goes
+    first, the log last: a run cut short between them left ids the next run, reading them from
+    the rewritten log, no longer knew (no intent keeps them here)."""
     touched, erased = 0, set[str]()
     for copy in _trashed_copies(root, bank):
         # An earlier, killed attempt's temp files.
         for name in (MEMORIES_FILE, VECTORS_FILE, LANE_VECTORS_FILE):
             files.remove_replacements(copy / name)
-        gone = erase_log_file(copy / MEMORIES_FILE, subject, within=root)
+        about = _ids_in_log(copy / MEMORIES_FILE, subject, within=root)
+        gone = about | set(also) | intended_ids(copy, subject)
         erase_vectors(copy / VECTORS_FILE, gone, within=root)
         erase_vectors(copy / LANE_VECTORS_FILE, gone, within=root)
         access = AccessStats(copy / ACCESS_FILE, within=root)  # ids are fingerprints of texts
         access.load()
         access.forget(gone)
-        touched += bool(gone)
+        about |= erase_log_file(copy / MEMORIES_FILE, subject, within=root)
+        if any(same_subject(s, subject) for s in pending(copy)):
+            # Done here: an intent (it names them) that a killed `finish_in_trash` left in the
+            # copy would stay for good, as a trashed bank is never loaded to clear it.
+            clear_intent(copy, subject)
+        touched += bool(about)
         erased |= gone
     return touched, erased
 
@@ -297,9 +414,11 @@ def finish_in_trash(root: Path, bank: str, copy: Path) -> dict[str, set[str]]:
     subjects = pending(copy)
     finished: dict[str, set[str]] = {}
     for subject in subjects:
-        finished[subject] = erase_trashed(root, bank, subject)[1]
-        # Their ids out of what conversations were handed, as `resume` takes them out.
-        deliveries.erase_delivered(root, bank, finished[subject])
+        # Their ids out of what conversations were handed, as `resume` takes them out: first,
+        # while the logs (and the intent, for a log rewritten before the delete) still name them.
+        ids = trashed_ids(root, bank, subject)
+        deliveries.erase_delivered(root, bank, ids)
+        finished[subject] = erase_trashed(root, bank, subject, ids)[1]
         log.warning("forget_subject_resumed", bank=bank, trash_copy=copy.name)
     if subjects:
         clear_intent(copy)
@@ -316,6 +435,9 @@ def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
     for subject in subjects:
         erase_copies(root, bank, subject)
         gone = erase_log_file(bank_path / MEMORIES_FILE, subject, within=root)
+        # A kill past the log's rewrite left their ids only in the intent (and in the files
+        # below, still to be erased).
+        gone |= intended_ids(bank_path, subject)
         erase_vectors(bank_path / VECTORS_FILE, gone, within=root)
         erase_vectors(bank_path / LANE_VECTORS_FILE, gone, within=root)
         access = AccessStats(bank_path / ACCESS_FILE, within=root)

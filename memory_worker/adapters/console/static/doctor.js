@@ -10,6 +10,7 @@ const MEANING = {
   'banks-loaded': 'A bank that cannot be loaded serves nothing (no rules, no memories) until its files are fixed; the other banks keep working.',
   'files-intact': 'Corrupt or torn lines found at load were skipped: those records are not served. The rest of the bank is.',
   'durability-warnings': 'A change landed but the disk did not confirm it: a power loss could still undo it.',
+  'erasure-stamps': 'The record of when each person was erased could not be read: to keep erased people out, nothing said before it last changed is extracted, for anyone.',
   embeddings: 'Without an embedder recall is lexical only: a paraphrase that shares no word with a memory can be missed.',
   'router-reachable': 'Without llm-router nothing is extracted after turns (explicit saves still work) and recall has no semantic arm.',
   'session-manager-reachable': 'Without session-manager, session metadata cannot pick a bank and extraction cannot read transcripts.',
