@@ -53,11 +53,29 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
         try:
             bank = self.store.get(name)
         except BankNotFound:
-            if not erasure.has_copies(self.store.root, name):
+            if erasure.has_copies(self.store.root, name):
+                return await self._forget_in_trash(name, subject)
+            if name != self.settings.default_bank:
                 raise
-            return await self._forget_in_trash(name, subject)
+            found = await self._forget_before_first_write(name, subject)
+            if found is None:
+                return ForgetSubjectResponse(
+                    bank=name, subject=subject, erased=[], trash_copies=0, damaged_dropped=0
+                )
+            bank = found
         async with bank.erasure_lock:  # erasures asked at once run one after the other
             return await self._forget(name, bank, subject)
+
+    async def _forget_before_first_write(self, name: str, subject: str) -> Bank | None:
+        """The default bank before its first write holds no one yet, but its next write makes
+        it: stamped, so an extraction job queued before now saves nothing about them into it
+        (refused as bank_not_found, the erasure was lost and the job wrote their words). The
+        bank if a write made it meanwhile (it is then erased as any bank), else None."""
+        await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
+        try:
+            return self.store.get(name)
+        except BankNotFound:
+            return None
 
     async def _forget(self, name: str, bank: Bank, subject: str) -> ForgetSubjectResponse:
         # Decided on each memory's newest record, a write still in flight included (a pin being

@@ -117,11 +117,11 @@ class ErasureStamps:
         (`atomic_write`), so one that does not read as written (not JSON, a link, past
         `STAMPS_MAX_BYTES`, wrong types) was damaged or planted by hand. That fails safe: which
         subjects it named is unknown, so every subject counts as erased when it last changed
-        (at or after every stamp it held; a kill cannot tear it). Only work read before then is
-        refused (extraction queued before it): a queued fact lost, never an erased person's
-        words written back. The floor is kept by the file's next rewrite (`*`). Running out of file
-        descriptors or memory says nothing about the file and raises (`StorageError`): the store
-        does not open, as for a bank it cannot read for that."""
+        (at or after every stamp it held; a kill cannot tear it), or now if it is dated ahead.
+        Only work read before then is refused (extraction queued before it): a queued fact
+        lost, never an erased person's words written back. The floor is kept by the file's next
+        rewrite (`*`). Running out of file descriptors or memory says nothing about the file and
+        raises (`StorageError`): the store does not open, as for a bank it cannot read for that."""
         path = root / STAMPS_FILE
         if not os.path.lexists(path):
             return cls(root)
@@ -157,6 +157,9 @@ class ErasureStamps:
             return cls(root, stamps, floor=floor)
         changed = _changed_ms(path)
         floor = changed if floor is None else max(floor, changed)
+        # No erasure happened after now: a file dated ahead (copied from a machine whose clock
+        # ran ahead, restored with a wrong date) refused everyone's memories until that date.
+        floor = min(floor, time.time_ns() // 1_000_000)
         damage = f"{STAMPS_FILE} is damaged ({problem})"
         log.warning("erasure_stamps_unreadable", path=str(path), error=problem, floor=floor)
         return cls(root, stamps, floor=floor, damage=damage)
