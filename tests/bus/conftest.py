@@ -22,6 +22,7 @@ import pytest
 
 from ..processes import read_line
 from .engine_double import EngineDouble
+from .siblings import TurnSiblings
 
 START_TIMEOUT_S = 120.0  # a cold interpreter: ~2 s alone, over 60 s seen at load 28 on 2 cores
 EXIT_TIMEOUT_S = 30.0  # a graceful stop flushes to siblings and closes the SDK: seconds under load
@@ -296,3 +297,12 @@ def _spawn_consolidate(engine: EngineDouble, tmp_path: Path) -> Iterator[Any]:
     finally:
         for process in started:
             process.kill()
+
+
+@pytest.fixture(name="sib")
+def _turn_siblings(engine: EngineDouble) -> Iterator[TurnSiblings]:
+    siblings = TurnSiblings(engine)
+    try:
+        yield siblings
+    finally:
+        siblings.close()

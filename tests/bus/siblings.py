@@ -1189,3 +1189,27 @@ class FakeHttp(SdkWorker):
             }
         error = {"code": "not_found", "message": f"no route for {method} {path}"}
         return {"status_code": 404, "headers": {}, "body": {"error": error}}
+
+
+class TurnSiblings:
+    """The siblings a turn's extraction meets under an engine: the harness, session-manager, the
+    queue, the router and the state worker (the `sib` fixture of the bus tests)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.harness = FakeHarness(engine.url)
+        self.sessions = FakeSessions(engine.url)
+        self.queue = FakeQueue(engine.url)
+        self.router = FakeRouter(engine.url)
+        self.state = FakeState(engine.url)
+
+    def close(self) -> None:
+        for sibling in (self.harness, self.sessions, self.queue, self.router, self.state):
+            sibling.close()
+
+
+def finish_turn(sib: TurnSiblings, session_id: str, turn_id: str) -> str:
+    """The harness's turn-completed for `turn_id`: the receipt of the job it queues."""
+    sib.harness.wait_bound("harness::turn-completed")
+    sib.harness.turn_completed(turn_event(session_id, turn_id))
+    return f"memx-{session_id}-{turn_id}"

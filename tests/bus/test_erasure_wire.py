@@ -19,16 +19,14 @@ from .engine_double import EngineDouble
 from .siblings import (
     Cli,
     FakeHarness,
-    FakeQueue,
-    FakeRouter,
-    FakeSessions,
     FakeState,
     FakeSubscriber,
+    TurnSiblings,
     assistant_message,
     envelope,
+    finish_turn,
     function_call,
     function_result,
-    turn_event,
     user_message,
 )
 
@@ -36,34 +34,6 @@ pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two m
 
 ANA = {"memory_subject": "ana"}
 FORGET_ANA = {"bank": "main", "subject": "ana", "confirm": "destructive"}
-
-
-class Siblings:
-    def __init__(self, engine: EngineDouble) -> None:
-        self.harness = FakeHarness(engine.url)
-        self.sessions = FakeSessions(engine.url)
-        self.queue = FakeQueue(engine.url)
-        self.router = FakeRouter(engine.url)
-        self.state = FakeState(engine.url)
-
-    def close(self) -> None:
-        for sibling in (self.harness, self.sessions, self.queue, self.router, self.state):
-            sibling.close()
-
-
-@pytest.fixture(name="sib")
-def _siblings(engine: EngineDouble) -> Any:
-    siblings = Siblings(engine)
-    try:
-        yield siblings
-    finally:
-        siblings.close()
-
-
-def finish_turn(sib: Siblings, session_id: str, turn_id: str) -> str:
-    sib.harness.wait_bound("harness::turn-completed")
-    sib.harness.turn_completed(turn_event(session_id, turn_id))
-    return f"memx-{session_id}-{turn_id}"
 
 
 def adds(*texts: str) -> str:
@@ -75,7 +45,7 @@ def subjects(cli: Cli) -> list[tuple[str, str | None]]:
 
 
 def test_a_turn_becomes_memories_about_its_speaker(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     sib.sessions.add("s1", metadata=ANA, messages=[user_message("I moved to Porto last month.")])
@@ -87,7 +57,7 @@ def test_a_turn_becomes_memories_about_its_speaker(
 
 
 def test_an_erasure_between_the_turn_and_its_job_wins(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """Ana speaks, her turn's job waits in the queue, she is erased, the job runs: nothing she
     said comes back. Then she speaks again: that is remembered, as anyone's words are."""
@@ -118,7 +88,7 @@ def test_an_erasure_between_the_turn_and_its_job_wins(
 
 
 def test_a_dead_lettered_job_retried_after_an_erasure_writes_nothing(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """The router was down: the turn's job dead-lettered. Ana is erased; the operator then
     retries the dead letter (the router is back): her words from before stay gone."""
@@ -190,7 +160,7 @@ def test_an_agent_moving_a_memory_tells_both_subjects_views(
 
 
 def test_an_erasure_during_a_failed_attempt_wins_over_the_queues_retry(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """The first attempt's model call fails while Ana is being erased; the queue retries the
     job and the model answers: her words from before the erasure stay gone."""
@@ -250,7 +220,7 @@ def test_a_steps_lesson_cards_fill_the_step_budget_not_the_tool_calls(
 
 
 def test_a_person_speaking_after_their_erasure_is_remembered_past_an_unread_turn(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """Ana's turn was never read (its job dead-lettered: the router was down); she is erased;
     she speaks again and the router is back. What she says now is hers to be remembered by,
@@ -298,7 +268,7 @@ def test_a_general_memory_given_to_one_person_leaves_the_others_views(
 
 
 def test_a_damaged_stamps_file_dated_ahead_holds_back_no_one_speaking_now(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """A damaged `.erased-subjects.json` counts everyone as erased when it last changed. A file
     dated ahead of the clock (copied from a machine whose clock ran ahead, restored with a
@@ -322,7 +292,7 @@ def test_a_damaged_stamps_file_dated_ahead_holds_back_no_one_speaking_now(
 
 
 def test_an_erasure_before_the_default_banks_first_write_wins_over_a_queued_job(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """A fresh install: Ana's first turn is queued, and she asks to be forgotten before the
     default bank's first write. The erasure was refused (bank_not_found, nothing stamped), then

@@ -11,16 +11,12 @@ import pytest
 from .engine_double import EngineDouble
 from .siblings import (
     Cli,
-    FakeHarness,
-    FakeQueue,
-    FakeRouter,
-    FakeSessions,
-    FakeState,
     FakeSubscriber,
+    TurnSiblings,
     assistant_message,
     envelope,
+    finish_turn,
     meta_changed,
-    turn_event,
     user_message,
 )
 
@@ -29,37 +25,8 @@ pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two m
 SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 
 
-class Siblings:
-    def __init__(self, engine: EngineDouble) -> None:
-        self.engine = engine
-        self.harness = FakeHarness(engine.url)
-        self.sessions = FakeSessions(engine.url)
-        self.queue = FakeQueue(engine.url)
-        self.router = FakeRouter(engine.url)
-        self.state = FakeState(engine.url)
-
-    def close(self) -> None:
-        for sibling in (self.harness, self.sessions, self.queue, self.router, self.state):
-            sibling.close()
-
-
-@pytest.fixture(name="sib")
-def _siblings(engine: EngineDouble) -> Any:
-    siblings = Siblings(engine)
-    try:
-        yield siblings
-    finally:
-        siblings.close()
-
-
-def finish_turn(sib: Siblings, session_id: str, turn_id: str) -> str:
-    sib.harness.wait_bound("harness::turn-completed")
-    sib.harness.turn_completed(turn_event(session_id, turn_id))
-    return f"memx-{session_id}-{turn_id}"
-
-
 def test_a_turn_becomes_memories_and_events(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     sib.sessions.add(
@@ -97,7 +64,7 @@ def test_a_turn_becomes_memories_and_events(
 
 
 def test_a_failing_router_retries_then_dead_letters_and_the_cursor_stays(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     sib.sessions.add("s1", messages=[user_message("My daughter Lia starts school in September.")])
@@ -110,7 +77,7 @@ def test_a_failing_router_retries_then_dead_letters_and_the_cursor_stays(
 
 
 def test_a_router_whose_first_model_changed_is_asked_again(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """Without `extraction_model` the router's first model is used, and was kept for the life
     of the process: once the router's providers changed and that model was gone, every turn's
@@ -134,7 +101,7 @@ def test_a_router_whose_first_model_changed_is_asked_again(
 
 
 def test_a_secret_in_the_chat_never_reaches_the_router_or_the_disk(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     worker = spawn()
     sib.sessions.add(
@@ -162,7 +129,7 @@ def refs(request: dict[str, Any]) -> dict[str, str]:
 
 
 def test_restate_correct_and_a_rule_said_twice_across_turns(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     rule = "Never start replies with 'Certainly'."
@@ -210,7 +177,7 @@ def test_restate_correct_and_a_rule_said_twice_across_turns(
 
 
 def test_a_redelivered_job_after_a_lost_cursor_creates_no_duplicates(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     sib.sessions.add("s1", messages=[user_message("My partner Sam is a violinist in Porto.")])
@@ -229,7 +196,7 @@ def test_a_redelivered_job_after_a_lost_cursor_creates_no_duplicates(
 
 
 def test_extraction_into_a_deleted_bank_never_recreates_it(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     sib.sessions.add(
@@ -272,7 +239,7 @@ def bank_texts(cli: Cli, bank: str) -> set[str]:
     return {m["text"] for m in cli.call("memory::list", {"bank": bank})["memories"]}
 
 
-def two_turns_in_two_banks(sib: Siblings, cli: Cli) -> tuple[str, str]:
+def two_turns_in_two_banks(sib: TurnSiblings, cli: Cli) -> tuple[str, str]:
     """Turn 1 runs in bank `work`; the session then switches to `personal`, where turn 2 says
     something private. Both jobs are held in the queue (lag); returns their receipts."""
     for bank in ("work", "personal"):
@@ -298,7 +265,7 @@ def two_turns_in_two_banks(sib: Siblings, cli: Cli) -> tuple[str, str]:
 
 
 def test_a_late_job_reads_only_its_own_turn_so_nothing_leaks_into_the_old_bank(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     spawn()
     sib.router.script([facts_said, facts_said])
@@ -317,7 +284,7 @@ def test_a_late_job_reads_only_its_own_turn_so_nothing_leaks_into_the_old_bank(
 
 
 def test_jobs_run_out_of_order_each_reads_its_own_turn(
-    engine: EngineDouble, spawn: Any, sib: Siblings
+    engine: EngineDouble, spawn: Any, sib: TurnSiblings
 ) -> None:
     """A retried job can run after the next turn's: neither reads the other's messages, and the
     earlier one is not lost because the cursor already went past it."""
