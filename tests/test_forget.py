@@ -808,13 +808,12 @@ def _forget_killed_at(data_dir: str, point: str, trash: bool = False) -> None:
     _forget_child(data_dir)
 
 
-@pytest.mark.parametrize("point", sorted(KILL_POINTS))
-async def test_an_erasure_killed_past_its_log_leaves_no_id_of_theirs_on_disk_after_the_next_load(
-    data_dir: Path, forkserver: ForkServerContext, point: str
-) -> None:
-    """Killed after the log was rewritten, the next load finishes the erasure from its intent:
-    it took the ids to erase from the log, where they no longer were, so their vectors (ids and
-    embeddings of their words) and the ledger's keys (fingerprints of their words) stayed."""
+async def _ana_and_bruno_everywhere(
+    data_dir: Path, *, then_deleted: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Bank `main` (scoped) holding one memory about Ana and one about Bruno, each with a vector
+    and handed to conversation c1 (a ledger key); the bank deleted after, when asked. Their
+    records; both ids are on disk."""
     store = Store.open(data_dir, holder=HOLDER)
     try:
         service = MemoryService(store)
@@ -828,13 +827,34 @@ async def test_an_erasure_killed_past_its_log_leaves_no_id_of_theirs_on_disk_aft
             await call(
                 service, "memory::preview", query="blood type key?", subject=who, conversation="c1"
             )
+        if then_deleted:
+            await call(service, "memory::bank::delete", name="main")
     finally:
         await store.close()
     assert _grep(data_dir, ana["id"]) and _grep(data_dir, bruno["id"])
-    child = forkserver.Process(target=_forget_killed_at, args=(str(data_dir), point))
+    return ana, bruno
+
+
+def _forget_killed_in_a_child(
+    forkserver: ForkServerContext, data_dir: Path, point: str, *, trashed: bool = False
+) -> None:
+    """Ana's erasure run in a child process, SIGKILLed at `point`."""
+    args = (str(data_dir), point, True) if trashed else (str(data_dir), point)
+    child = forkserver.Process(target=_forget_killed_at, args=args)
     child.start()
     child.join(60)
     assert child.exitcode == -9, "killed where chosen"
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+async def test_an_erasure_killed_past_its_log_leaves_no_id_of_theirs_on_disk_after_the_next_load(
+    data_dir: Path, forkserver: ForkServerContext, point: str
+) -> None:
+    """Killed after the log was rewritten, the next load finishes the erasure from its intent:
+    it took the ids to erase from the log, where they no longer were, so their vectors (ids and
+    embeddings of their words) and the ledger's keys (fingerprints of their words) stayed."""
+    ana, bruno = await _ana_and_bruno_everywhere(data_dir)
+    _forget_killed_in_a_child(forkserver, data_dir, point)
     assert (data_dir / "main" / erasure.INTENT_FILE).exists()
     reopened = Store.open(data_dir, holder=HOLDER)
     try:
@@ -856,27 +876,8 @@ async def test_an_erasure_of_a_deleted_bank_killed_midway_is_finished_whole_by_t
     """A deleted bank's copy in `.trash/` is erased without an intent: each step is redone by
     the next `forget-subject`. Killed after the copy's log was rewritten, the next took the ids
     to erase from that log, where they no longer were: their vectors and ledger keys stayed."""
-    store = Store.open(data_dir, holder=HOLDER)
-    try:
-        service = MemoryService(store)
-        await call(service, "memory::bank::create", name="main", subject_scoping=True)
-        ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
-        bruno = (await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno"))["memory"]
-        bank = store.get("main")
-        pairs = [(m, [1.0, 0.0, 0.0]) for m in bank.memories.values() if m.live]
-        await bank.store_vectors("test-model", pairs)
-        for who in ("ana", "bruno"):
-            await call(
-                service, "memory::preview", query="blood type key?", subject=who, conversation="c1"
-            )
-        await call(service, "memory::bank::delete", name="main")
-    finally:
-        await store.close()
-    assert _grep(data_dir, ana["id"]) and _grep(data_dir, bruno["id"])
-    child = forkserver.Process(target=_forget_killed_at, args=(str(data_dir), point, True))
-    child.start()
-    child.join(60)
-    assert child.exitcode == -9, "killed where chosen"
+    ana, bruno = await _ana_and_bruno_everywhere(data_dir, then_deleted=True)
+    _forget_killed_in_a_child(forkserver, data_dir, point, trashed=True)
     reopened = Store.open(data_dir, holder=HOLDER)
     try:
         again = MemoryService(reopened)
