@@ -1031,6 +1031,33 @@ class TestWorkQueuedBeforeTheErasure:
         chat.say("user", BRAGA, at=clock())
         return hooked, pipeline, queue
 
+    async def _queued_then_erased(
+        self, service: MemoryService, store: Store, chat: Transcript, clock: FixedClock
+    ) -> Any:
+        """Ana's turn completed and its job queued; a minute later she is erased; the process
+        then stops (pipeline and store closed) before the job ran. The job."""
+        _, pipeline, queue = await self._ana_turn(service, chat, clock)
+        await pipeline.on_turn_completed(
+            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
+        )
+        [job] = queue.jobs.values()
+        clock.advance(60_000)
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        await pipeline.close()
+        await store.close()
+        return job
+
+    async def _run_late(
+        self, reopened: Store, chat: Transcript, clock: FixedClock, job: Any
+    ) -> MemoryService:
+        """`job` run by a new process's pipeline over `reopened`: its service."""
+        again = MemoryService(reopened, clock=clock)
+        hooked = Hooked(again)
+        extractor = Extractor(again, chat, _braga_model(), hooked.kv)
+        late = TurnPipeline(again, hooked.resolver, hooked.state, None, extractor, chat)
+        await late.extract_job(job)
+        return again
+
     async def _about_ana(self, service: MemoryService) -> list[str]:
         listed = await call(service, "memory::list", subject="ana", include_superseded=True)
         return [m["text"] for m in listed["memories"] if m.get("subject") == "ana"]
@@ -1072,23 +1099,11 @@ class TestWorkQueuedBeforeTheErasure:
         self, service: MemoryService, store: Store, data_dir: Path, clock: FixedClock
     ) -> None:
         chat = Transcript()
-        _, pipeline, queue = await self._ana_turn(service, chat, clock)
-        await pipeline.on_turn_completed(
-            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
-        )
-        [job] = queue.jobs.values()
-        clock.advance(60_000)
-        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
-        await pipeline.close()
-        await store.close()
+        job = await self._queued_then_erased(service, store, chat, clock)
         clock.advance(60_000)
         reopened = Store.open(data_dir, holder=HOLDER)
         try:
-            again = MemoryService(reopened, clock=clock)
-            hooked = Hooked(again)
-            extractor = Extractor(again, chat, _braga_model(), hooked.kv)
-            late = TurnPipeline(again, hooked.resolver, hooked.state, None, extractor, chat)
-            await late.extract_job(job)
+            again = await self._run_late(reopened, chat, clock, job)
             assert await self._about_ana(again) == []
             assert (data_dir / erasure.STAMPS_FILE).exists()
             assert _grep(data_dir, "ana") == [], "the stamp names no one"
@@ -1106,15 +1121,7 @@ class TestWorkQueuedBeforeTheErasure:
         doctor names the file, and the late job still saves nothing about them (fail safe: what
         the file held is unknown, so every subject counts as erased when it last changed)."""
         chat = Transcript()
-        _, pipeline, queue = await self._ana_turn(service, chat, clock)
-        await pipeline.on_turn_completed(
-            {"session_id": "s1", "turn_id": "t1", "metadata": {"memory_subject": "ana"}}
-        )
-        [job] = queue.jobs.values()
-        clock.advance(60_000)
-        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
-        await pipeline.close()
-        await store.close()
+        job = await self._queued_then_erased(service, store, chat, clock)
         stamps = data_dir / erasure.STAMPS_FILE
         kept = json.loads(stamps.read_bytes())
         stamps.unlink()
@@ -1133,11 +1140,7 @@ class TestWorkQueuedBeforeTheErasure:
         clock.advance(60_000)
         reopened = Store.open(data_dir, holder=HOLDER)
         try:
-            again = MemoryService(reopened, clock=clock)
-            hooked = Hooked(again)
-            extractor = Extractor(again, chat, _braga_model(), hooked.kv)
-            late = TurnPipeline(again, hooked.resolver, hooked.state, None, extractor, chat)
-            await late.extract_job(job)
+            again = await self._run_late(reopened, chat, clock, job)
             assert await self._about_ana(again) == []
             report = await call(again, "memory::doctor")
             [check] = [c for c in report["checks"] if c["name"] == "erasure-stamps"]
