@@ -1213,3 +1213,15 @@ def finish_turn(sib: TurnSiblings, session_id: str, turn_id: str) -> str:
     sib.harness.wait_bound("harness::turn-completed")
     sib.harness.turn_completed(turn_event(session_id, turn_id))
     return f"memx-{session_id}-{turn_id}"
+
+
+def as_agent(cli: Cli, function_id: str, payload: JSON, session_id: str = "s1") -> Any:
+    """`function_id` called as an agent does inside turn t1 of `session_id` (the call's metadata
+    names them)."""
+    return cli.client.trigger(
+        {
+            "function_id": function_id,
+            "payload": payload,
+            "metadata": {"session_id": session_id, "turn_id": "t1"},
+        }
+    )

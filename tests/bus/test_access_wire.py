@@ -10,19 +10,9 @@ import pytest
 from iii import InvocationError
 
 from .engine_double import EngineDouble
-from .siblings import Cli, FakeHarness, envelope, user_message
+from .siblings import Cli, FakeHarness, as_agent, envelope, user_message
 
 pytestmark = pytest.mark.timeout(600)  # a hang's: a worker start may take two minutes under load
-
-
-def as_agent(cli: Cli, function_id: str, payload: dict[str, Any]) -> Any:
-    return cli.client.trigger(
-        {
-            "function_id": function_id,
-            "payload": payload,
-            "metadata": {"session_id": "s1", "turn_id": "t1"},
-        }
-    )
 
 
 def test_levels_hold_agents_and_leave_people_and_the_hook_alone(

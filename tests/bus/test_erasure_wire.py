@@ -22,6 +22,7 @@ from .siblings import (
     FakeState,
     FakeSubscriber,
     TurnSiblings,
+    as_agent,
     assistant_message,
     envelope,
     finish_turn,
@@ -110,16 +111,6 @@ def test_a_dead_lettered_job_retried_after_an_erasure_writes_nothing(
         assert subjects(cli) == []
 
 
-def as_agent(cli: Cli, function_id: str, payload: dict[str, Any]) -> Any:
-    return cli.client.trigger(
-        {
-            "function_id": function_id,
-            "payload": payload,
-            "metadata": {"session_id": "s9", "turn_id": "t1"},
-        }
-    )
-
-
 def test_an_agent_moving_a_memory_tells_both_subjects_views(
     engine: EngineDouble, spawn: Any
 ) -> None:
@@ -138,7 +129,7 @@ def test_an_agent_moving_a_memory_tells_both_subjects_views(
         memory_id = saved["memory"]["id"]
         [created] = ana.wait_events(1)
         assert created["event_type"] == "created"
-        as_agent(cli, "memory::update", {"id": memory_id, "subject": "bob"})
+        as_agent(cli, "memory::update", {"id": memory_id, "subject": "bob"}, session_id="s9")
         [_, moved] = ana.wait_events(2)
         assert moved["event_type"] == "moved" and moved["id"] == memory_id
         assert moved["memory"] == {"id": memory_id, "subject": "ana"}  # no text: Bob's now
@@ -148,7 +139,7 @@ def test_an_agent_moving_a_memory_tells_both_subjects_views(
         [_, told] = everything.wait_events(2)
         assert told["event_type"] == "updated" and told["previous_subject"] == "ana"
         # Moving it back: Bob's view hears it left, Ana's gets the memory again.
-        as_agent(cli, "memory::update", {"id": memory_id, "subject": "ana"})
+        as_agent(cli, "memory::update", {"id": memory_id, "subject": "ana"}, session_id="s9")
         [_, left] = bob.wait_events(2)
         assert left["event_type"] == "moved" and left["memory"] == {
             "id": memory_id,
@@ -259,7 +250,7 @@ def test_a_general_memory_given_to_one_person_leaves_the_others_views(
         memory_id = saved["memory"]["id"]
         ana.wait_events(1)
         bob.wait_events(1)
-        as_agent(cli, "memory::update", {"id": memory_id, "subject": "bob"})
+        as_agent(cli, "memory::update", {"id": memory_id, "subject": "bob"}, session_id="s9")
         [_, moved] = ana.wait_events(2)
         assert moved["event_type"] == "moved" and moved["memory"] == {"id": memory_id}
         [_, updated] = bob.wait_events(2)
