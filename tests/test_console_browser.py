@@ -721,8 +721,7 @@ def test_settings_show_every_field_and_an_edit_lands_in_the_config_file(
         "Max memories injected per turn"
     )
     page.locator("#mw-setting-recall_limit").fill("9")
-    page.get_by_role("button", name="Save settings").click()
-    expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+    _save_settings(page, "recall_limit")
     expect(page.get_by_role("button", name="Save settings")).to_be_disabled()
     text = server.config.read_text()
     assert "recall_limit: 9  # per turn\n" in text
@@ -1225,6 +1224,12 @@ def test_escape_in_a_memory_edit_asks_before_dropping_a_changed_draft(
     expect(row.locator(".mw-memory-text")).to_have_text("The user walks the dog at seven")
 
 
+def _save_settings(page: Any, changed: str) -> None:
+    """The settings panel's Save pressed, and its toast naming `changed` seen."""
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".mw-toast")).to_contain_text(f"Saved {changed}")
+
+
 def _fail_rule_lists(tab: Tab) -> None:
     """From now on this tab's `memory::rule::list` calls are answered 503 (a restarting server)."""
     tab.refusals.add(503)
@@ -1630,8 +1635,7 @@ def test_a_settings_save_that_succeeds_clears_the_earlier_refusal(
     expect(notice).to_contain_text("Not saved: invalid_input")
     page.locator("#mw-setting-default_bank").fill("main")
     page.locator("#mw-setting-recall_limit").fill("8")
-    page.get_by_role("button", name="Save settings").click()
-    expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+    _save_settings(page, "recall_limit")
     expect(notice).to_be_hidden()  # it said "Not saved" over a saved setting
     server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
 
@@ -1795,8 +1799,7 @@ def test_the_settings_panel_shows_a_change_made_elsewhere_when_opened_again(
         page.get_by_role("tab", name="Settings").click()
         expect(field).to_have_value("9")
         field.fill("6")
-        page.get_by_role("button", name="Save settings").click()
-        expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+        _save_settings(page, "recall_limit")
         assert "recall_limit: 6" in server.config.read_text()
     finally:
         server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
@@ -1850,8 +1853,7 @@ def test_raising_max_rule_chars_in_settings_clears_the_rules_over_budget_note(
     try:
         page.get_by_role("tab", name="Settings").click()
         page.locator("#mw-setting-max_rule_chars").fill("9000")
-        page.get_by_role("button", name="Save settings").click()
-        expect(page.locator(".mw-toast")).to_contain_text("Saved max_rule_chars")
+        _save_settings(page, "max_rule_chars")
         page.get_by_role("tab", name="Rules").click()
         expect(note).to_be_hidden()
     finally:
@@ -1874,8 +1876,7 @@ def test_a_preview_opened_again_after_a_settings_change_shows_what_a_turn_gets_n
     try:
         page.get_by_role("tab", name="Settings").click()
         page.locator("#mw-setting-recall_limit").fill("1")
-        page.get_by_role("button", name="Save settings").click()
-        expect(page.locator(".mw-toast")).to_contain_text("Saved recall_limit")
+        _save_settings(page, "recall_limit")
         page.get_by_role("tab", name="Preview").click()
         expect(items).to_have_count(1)
     finally:
@@ -2163,8 +2164,7 @@ def test_a_setting_with_fixed_choices_is_picked_from_them_in_the_settings_panel(
     )
     try:
         prompt.select_option("extraction-v1")
-        page.get_by_role("button", name="Save settings").click()
-        expect(page.locator(".mw-toast")).to_contain_text("Saved extraction_prompt")
+        _save_settings(page, "extraction_prompt")
         assert 'extraction_prompt: "extraction-v1"' in server.config.read_text()
     finally:
         server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was

@@ -835,15 +835,20 @@ async def _ana_and_bruno_everywhere(
     return ana, bruno
 
 
+def _killed_in_a_child(forkserver: ForkServerContext, target: Any, *args: object) -> None:
+    """`target(*args)` run in a child process, which SIGKILLs itself where the test chose."""
+    child = forkserver.Process(target=target, args=args)
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9, "killed where chosen"
+
+
 def _forget_killed_in_a_child(
     forkserver: ForkServerContext, data_dir: Path, point: str, *, trashed: bool = False
 ) -> None:
     """Ana's erasure run in a child process, SIGKILLed at `point`."""
     args = (str(data_dir), point, True) if trashed else (str(data_dir), point)
-    child = forkserver.Process(target=_forget_killed_at, args=args)
-    child.start()
-    child.join(60)
-    assert child.exitcode == -9, "killed where chosen"
+    _killed_in_a_child(forkserver, _forget_killed_at, *args)
 
 
 @pytest.mark.parametrize("point", sorted(KILL_POINTS))
@@ -928,10 +933,7 @@ async def test_a_ledger_write_killed_before_its_rename_leaves_no_id_of_theirs_af
         ana = (await call(service, "memory::save", text=ANA_TEXTS[1], subject="ana"))["memory"]
     finally:
         await store.close()
-    child = forkserver.Process(target=_preview_killed_at_the_rename, args=(str(data_dir),))
-    child.start()
-    child.join(60)
-    assert child.exitcode == -9, "killed where chosen"
+    _killed_in_a_child(forkserver, _preview_killed_at_the_rename, str(data_dir))
     assert _grep(data_dir / ".lessons-delivered", ana["id"]), "the temp holds her id"
     reopened = Store.open(data_dir, holder=HOLDER)
     try:
@@ -983,10 +985,7 @@ async def test_a_delete_killed_finishing_an_erasure_in_the_trash_leaves_no_trace
         await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno")
     finally:
         await store.close()
-    child = forkserver.Process(target=_delete_killed_finishing_an_erasure, args=(str(data_dir),))
-    child.start()
-    child.join(60)
-    assert child.exitcode == -9, "killed where chosen"
+    _killed_in_a_child(forkserver, _delete_killed_finishing_an_erasure, str(data_dir))
     assert _grep(data_dir / ".trash", "ana")
     reopened = Store.open(data_dir, holder=HOLDER)
     try:
