@@ -250,13 +250,7 @@ def _grid(spec: str) -> list[dict[str, Any]]:
     for part in spec.split(";"):
         name, _, values = part.partition("=")
         field = next(f for f in dataclasses.fields(Fusion) if f.name == name.strip())
-        kind = {
-            "method": FusionMethod,
-            "expand_docs": int,
-            "expand_terms": int,
-            "context_span": int,
-            "context_anchors": int,
-        }.get(field.name, float)
+        kind = FusionMethod if field.name == "method" else type(field.default)
         parsed = [kind(v) for v in values.split(",")]
         axes.append([(field.name, v) for v in parsed])
     return [dict(combo) for combo in itertools.product(*axes)]

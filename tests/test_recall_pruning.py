@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.models import Confidence, Memory, Provenance
 from memory_worker.search import ranking
 from memory_worker.search.index import BM25_K1, LexicalIndex
 from memory_worker.search.ranking import RecallMode, RecallQuery, candidates, indexed, order, rank
@@ -32,9 +32,10 @@ WORDS = (
 PEOPLE = ("ana", "bruno", "carla", "diego")
 
 
-def _bank(n: int, seed: int = 7) -> tuple[dict[str, Memory], LexicalIndex]:
+def _bank(n: int, seed: int = 7, sessions: int = 0) -> tuple[dict[str, Memory], LexicalIndex]:
     """`n` memories of 4-14 words from a small vocabulary (many exact BM25 ties), a few pinned,
-    corroborated, dated or naming a person as an entity, stated over the past year."""
+    corroborated, dated or naming a person as an entity, stated over the past year; with
+    `sessions`, most saved in one of that many conversations."""
     rng = random.Random(seed)
     memories: dict[str, Memory] = {}
     for i in range(n):
@@ -53,6 +54,9 @@ def _bank(n: int, seed: int = 7) -> tuple[dict[str, Memory], LexicalIndex]:
             pinned=rng.random() < 0.02,
             created_at=stated,
             updated_at=stated,
+            source=Provenance(session_id=f"s{rng.randrange(sessions)}")
+            if sessions and rng.random() < 0.7
+            else None,
         )
         memories[memory.id] = memory
     index = LexicalIndex()
@@ -113,6 +117,19 @@ def test_pruning_holds_for_other_weights_and_filters(
                 text=text, limit=10, now_ms=NOW_MS, half_life_days=30.0, fusion=fusion,
                 threshold=threshold,
             )  # fmt: skip
+            assert _answer(memories, index, query) == _plain(memories, index, query, monkeypatch)
+
+
+@pytest.mark.parametrize("limit", [1, 3, 10])
+def test_pruning_holds_under_session_support(limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session support reorders the best `session_pool`, more than `limit`: the contenders
+    settle that many, so a memory a session lifts into the top is one scored exactly."""
+    memories, index = _bank(3000, seed=5, sessions=120)
+    for text in QUERIES:
+        for fusion in (Fusion(), Fusion(session=1.0, session_strong=0.0, session_pool=60)):
+            query = RecallQuery(
+                text=text, limit=limit, now_ms=NOW_MS, half_life_days=30.0, fusion=fusion
+            )
             assert _answer(memories, index, query) == _plain(memories, index, query, monkeypatch)
 
 
@@ -418,6 +435,6 @@ def test_a_tie_at_bm25s_third_place_is_broken_among_the_high_values_as_over_the_
             narrowed += ranking._high_rows(pool.bm25, ranking.ARM_TOP, 0.5) is not None
         assert ranking._arm_top(pool, "bm25").tolist() == want.tolist()
         fresh = candidates(memories, index, query)
-        ranking._contenders(fresh, query, fresh.semantic)
+        ranking._contenders(fresh, query, fresh.semantic, query.limit)
         assert fresh.tops["bm25"].tolist() == want.tolist()
     assert ties >= 10 and narrowed >= 3  # the tied paths ran, over the high values too

@@ -1289,6 +1289,19 @@ class LexicalIndex:
             sessions = self._sessions = _Sessions(self._capacity)
         sessions.column[slot] = _code(sessions.codes, session)
 
+    @property
+    def has_sessions(self) -> bool:
+        """Whether any memory of the index was saved in a session (its column exists)."""
+        return self._sessions is not None
+
+    def session_codes(self, slots: Ints) -> Ints | None:
+        """Per slot of `slots`: its session as a small int (0: none, or a retired record's
+        negative slot); None when no memory of the index was saved in a session."""
+        sessions = self._sessions
+        if sessions is None:
+            return None
+        return np.where(slots >= 0, sessions.column[np.maximum(slots, 0)], 0)
+
     def session_neighbours(self, slot: int, *, before: int, after: int) -> Ints:
         """The live slots saved in `slot`'s session just before it (up to `before`, nearest
         last) and just after it (up to `after`, nearest first), in the order they were saved

@@ -1090,7 +1090,7 @@ def _prunable(pool: Pool, fusion: Fusion, m: int) -> bool:
 
 
 def _contenders(
-    pool: Pool, query: RecallQuery, semantic: Floats | None
+    pool: Pool, query: RecallQuery, semantic: Floats | None, reach: int
 ) -> tuple[Ints, Floats] | None:
     """The candidates that may be returned and their fused scores, without scoring a big pool
     whole (None: score every candidate). Exact, not a heuristic: recency's decay is at most 1 and
@@ -1100,9 +1100,10 @@ def _contenders(
     them (k = limit + the tie margin, counting only candidates the per-memory filters pass) is
     scored too. Whatever is left scores below k candidates that pass every filter and is never
     returned, nor the pool's best: the cutoff and the top-k see what they saw over the whole
-    pool. Returns (positions in the pool, ascending; their scores)."""
+    pool. `reach`: how many the caller orders (the query's limit, or more). Returns (positions in
+    the pool, ascending; their scores)."""
     fusion = query.fusion
-    k = query.limit + _TIE_MARGIN
+    k = reach + _TIE_MARGIN
     m = 4 * k
     if not _prunable(pool, fusion, m):
         return None
@@ -1173,7 +1174,7 @@ def _contenders(
     # `m` best by the bound usually hold the top k.
     # `start` is ascending and unique (nonzero): with the tops inside, the union is itself.
     rows = start if inside else _with_tops(pool, start, semantic)
-    return _closed(pool, query, semantic, rows, key, reaching, start_at)
+    return _closed(pool, query, semantic, rows, key, reaching, start_at, k)
 
 
 def _with_tops(pool: Pool, start: Ints, semantic: Floats | None) -> Ints:
@@ -1192,11 +1193,12 @@ def _closed(
     key: Floats,
     reaching: Callable[[float], float],
     covered: float,
+    k: int,
 ) -> tuple[Ints, Floats] | None:
     """`rows` scored, grown until no candidate outside them has a bound (`key` ≥
     `reaching(score)`) that reaches the k-th best passing score or the cutoff. `covered`: every
-    candidate whose `key` is at least this is in `rows` (the start's threshold)."""
-    k = query.limit + _TIE_MARGIN
+    candidate whose `key` is at least this is in `rows` (the start's threshold); `k`: how many
+    best passing scores must be settled."""
     scores = _scores(pool, query, semantic, rows)
     while True:
         passes = _passes(pool, query, semantic, rows)
@@ -1291,15 +1293,21 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     if not len(pool):
         return []
     semantic = pool.semantic
+    supported = (
+        query.mode is RecallMode.HYBRID and query.fusion.session > 0.0 and index.has_sessions
+    )
     chosen: Ints
     if query.mode is RecallMode.LEXICAL:
         chosen, scores = np.arange(len(pool)), pool.bm25
     elif query.mode is RecallMode.SEMANTIC:
         chosen, scores = np.arange(len(pool)), pool.cosine
     else:
+        # Session support reorders the best `session_pool` (`_session_supported`): that many are
+        # scored exactly, as the top `limit` are otherwise.
+        reach = max(query.limit, query.fusion.session_pool) if supported else query.limit
         # A big pool scores its contenders only (`_contenders`); `scores` is then theirs, aligned
         # with `chosen`, as the whole pool's are with every position.
-        contenders = _contenders(pool, query, semantic)
+        contenders = _contenders(pool, query, semantic, reach)
         scored: Ints | None = None
         if contenders is not None:
             chosen, scores = contenders
@@ -1310,10 +1318,10 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         if query.threshold > 0.0:
             keep &= _blended(pool, query, semantic, scored) >= query.threshold
         chosen, scores = chosen[keep], scores[keep]
-    take = min(chosen.size, query.limit + _TIE_MARGIN)
-    if take < chosen.size:
-        picked = np.argpartition(-scores, take - 1)[:take]
-        chosen, scores = chosen[picked], scores[picked]
+        if supported:
+            chosen, scores = _best(chosen, scores, query.fusion.session_pool + _TIE_MARGIN)
+            scores = _session_supported(index, pool.slots[chosen], scores, query.fusion)
+    chosen, scores = _best(chosen, scores, query.limit + _TIE_MARGIN)
     final = scores
     if query.mode is RecallMode.HYBRID and semantic is not None and final.size:
         final, demoted = _demote_near_duplicates(
@@ -1336,6 +1344,44 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         hits = _with_context(hits, index, query, pool.source)
     hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
     return hits[: query.limit]
+
+
+def _best(chosen: Ints, scores: Floats, take: int) -> tuple[Ints, Floats]:
+    """The `take` best of `chosen` (in no order), with their scores."""
+    if take >= chosen.size:
+        return chosen, scores
+    picked = np.argpartition(-scores, take - 1)[:take]
+    return chosen[picked], scores[picked]
+
+
+def _session_supported(index: LexicalIndex, slots: Ints, scores: Floats, fusion: Fusion) -> Floats:
+    """`scores` with `Fusion.session`'s support added. A memory gains `session` × the best score
+    among the other hits of its session, when the better of the two is a strong hit (at least
+    `session_strong` of the recall's best score): a conversation that answers the question in
+    several turns rises over a lone match elsewhere, and two weak hits lend each other nothing.
+    Within a session the order stays: the better of two members gains at least the other's
+    score, the other at most the better's, so a gap a − b is at least (a − b)(1 − session)."""
+    codes = index.session_codes(slots)
+    if codes is None or scores.size < 2:
+        return scores
+    groups: dict[int, list[int]] = {}
+    for i, code in enumerate(codes.tolist()):
+        if code:
+            groups.setdefault(code, []).append(i)
+    out = scores
+    strong = fusion.session_strong * float(scores.max())
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        ranked = sorted(members, key=lambda i: -float(scores[i]))
+        first, second = float(scores[ranked[0]]), float(scores[ranked[1]])
+        for n, i in enumerate(ranked):
+            other = second if n == 0 else first
+            if max(other, float(scores[i])) >= strong:
+                if out is scores:
+                    out = scores.copy()
+                out[i] += fusion.session * other
+    return out
 
 
 def rank(

@@ -115,6 +115,15 @@ class Fusion:
     context: float = 0.6
     context_anchors: int = 5
     context_span: int = 2
+    # Session support: among the best `session_pool` hits, a memory gains `session` × the best
+    # score of another hit of its session, when the better of the two has `session_strong` of the
+    # best score (`ranking._session_supported`): a conversation that answers the question in
+    # several turns outranks a lone match elsewhere. Memories saved outside any session are
+    # untouched, and a session's own order never changes. 0: off. Chosen on LoCoMo 0-4
+    # (`bench/tune_recall.py --grid 'session=…;session_strong=…'`; docs/BENCHMARKS.md "Stop 38").
+    session: float = 0.15
+    session_strong: float = 0.85
+    session_pool: int = 40
     # Where the recency decay stops, per question shape (1.0: no decay at all).
     current_floor: float = 0.5
     default_floor: float = 1.0
