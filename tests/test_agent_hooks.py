@@ -155,6 +155,13 @@ def test_a_subagent_is_its_own_conversation(
             {"command": "*** Begin Patch\n*** Update File: proto/user.proto\n@@\n-a\n+b\n"},
             ".",
         ),
+        # Codex on Windows: a PowerShell argv, or a command line PowerShell runs.
+        (
+            "shell",
+            {"command": ["powershell.exe", "-Command", "Get-Content proto\\user.proto"]},
+            ".",
+        ),
+        ("shell_command", {"command": "Set-Location proto; Get-Content .\\user.proto"}, "."),
     ],
 )
 def test_claude_code_and_codex_tool_shapes_are_read(

@@ -153,6 +153,34 @@ async def test_a_dns_rebinding_page_reads_nothing(
     assert _rules(server) == []
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": EVIL}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}, {"Host": "rebound"},
+     {"Content-Type": "text/plain"}],
+    ids=["foreign-origin", "null-origin", "cross-site", "dns-rebinding", "simple-post"],
+)  # fmt: skip
+async def test_a_page_reaches_no_mcp_tool(
+    server: StandaloneServer, headers: dict[str, str]
+) -> None:
+    """`/mcp` is held to the same gate as every route (MCP's own rule: a server MUST validate
+    `Origin`, local is no security boundary): a tool call a web page sends — cross-origin, from
+    a sandboxed page, rebound to 127.0.0.1 under its own name, or as a "simple" text POST —
+    saves nothing, whatever MCP headers it carries."""
+    _, port = split_url(server.url or "")
+    sent = _json(Accept="application/json, text/event-stream", **headers)
+    if sent.get("Host") == "rebound":
+        sent["Host"] = f"evil.example:{port}"
+        sent["Origin"] = f"http://evil.example:{port}"
+    save = {"name": "memory_save", "arguments": {"text": "The user was pwned"}}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": save}
+    for path in ("/mcp", "/mcp/main"):
+        answer = await _send(server, "POST", path, body=call, headers=sent)
+        assert answer.status in (403, 415), (path, answer.status, answer.body)
+    assert server.service is not None
+    bank = server.service.store.find("main")
+    assert bank is None or bank.live_count() == 0
+
+
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "LOCALHOST."])
 async def test_the_loopback_names_and_a_same_origin_page_are_served(
     server: StandaloneServer, host: str

@@ -369,6 +369,53 @@ class TestCapture:
         assert budget["intention"] == "Our budget is three thousand euros, and I hate grey tiles."
         assert by_text["The user dislikes grey tiles."]["intention"] == "choosing kitchen tiles"
 
+    async def test_an_agents_save_in_a_turn_is_captured_with_the_turns_situation(
+        self, service: MemoryService
+    ) -> None:
+        """Seed 004: conscious writes flow through the same pipeline as subconscious ones,
+        association capture included. An agent's `memory::save` inside a turn was stored with
+        no context and no intention (only extraction's facts had them): now the turn's window
+        and the person's message, as the hook read them, unless the call gives its own. Not on
+        a general memory in a known speaker's turn: their words would reach everyone."""
+        from memory_worker.adapters.bus import worker
+        from memory_worker.app import catalog
+        from memory_worker.harness.pregenerate import PreGenerate, TurnSituations
+
+        from .test_pregenerate import Hooked
+
+        hooked, situations = Hooked(service), TurnSituations()
+        hooked.hook = PreGenerate(service, hooked.resolver, hooked.state, situations=situations)
+        hooked.sessions.add("s1")
+        hooked.sessions.metas["s1"]["metadata"]["memory_subject"] = "ana"
+        hooked.windows["s1"] = [
+            {"role": "user", "content": "We are planning the kitchen renovation."},
+            {"role": "assistant", "content": "What is the budget?"},
+        ]
+        await hooked.step("s1", "Remember that our budget is 3000 euros.", turn="t1")
+
+        async def save(turn: str | None = "t1", **payload: Any) -> dict[str, Any]:
+            spec, metadata = catalog.find("memory::save"), {"session_id": "s1", "turn_id": turn}
+            data, caller = await worker.turn_call(
+                spec, {"bank": "main", **payload}, metadata, hooked.resolver, situations
+            )
+            return (await call(service, "memory::save", data, caller))["memory"]
+
+        saved = await save(text="The user's budget is 3000 euros.")
+        assert saved["subject"] == "ana"
+        assert saved["context"] == (
+            "We are planning the kitchen renovation. What is the budget? "
+            "Remember that our budget is 3000 euros."
+        )
+        assert saved["intention"] == "Remember that our budget is 3000 euros."
+        unnamed = await save(turn=None, text="The user renovates in spring.")  # its newest turn
+        assert (unnamed["context"], unnamed["intention"]) == (saved["context"], saved["intention"])
+        elsewhere = await save(turn="t9", text="The user paints walls.")  # a turn never hooked
+        assert "context" not in elsewhere and "intention" not in elsewhere
+        own = await save(text="The user owns a drill.", context="tools", intention="")
+        assert own["context"] == "tools" and "intention" not in own  # the call's own lanes win
+        general = await save(text="Tiles cost 20 euros a box.", subject="")
+        assert "context" not in general and "intention" not in general
+
 
 class TestLaneVectors:
     async def _service(
@@ -444,6 +491,23 @@ class TestLaneVectors:
         await service.settle()
         assert bank is not None and bank.lane_vectors.ready(embedder.model)
         assert embedder.calls[-1] == ["the company offsite"]
+
+    async def test_a_text_edit_keeps_the_lane_vectors(self, store: Any, clock: Any) -> None:
+        """Seed 004: an update re-embeds the content; the association vectors are preserved
+        unless explicitly changed. A text edit dropped both lanes' vectors: the bank's lanes
+        compared by words alone until the unchanged window and goal were embedded again."""
+        service, embedder = await self._service(store, clock)
+        body = {"text": "The vet is Dr Silva", "context": "my puppy", "intention": "find a vet"}
+        saved = await call(service, "memory::save", {"bank": "main", **body})
+        await service.settle()
+        bank = service.store.get("main")
+        before = len(embedder.calls)
+        mid = saved["memory"]["id"]
+        await call(service, "memory::update", {"bank": "main", "id": mid, "text": "Dr Costa"})
+        assert bank.lane_vectors.ready(embedder.model)  # still comparable, before any embedding
+        await service.settle()
+        assert embedder.calls[before:] == [["Dr Costa"]]  # the content alone
+        assert bank.lanes.indexes["context"].has_vector_for(mid)
 
     async def test_a_merge_embeds_the_lane_the_survivor_absorbed(
         self, store: Any, clock: Any
@@ -578,6 +642,37 @@ class TestBankSettings:
         beside = await call(service, "memory::recall", ask)
         assert [h["memory"]["text"] for h in alone["memories"]] == [ana["text"]]
         assert [h["memory"]["text"] for h in beside["memories"]] == [ana["text"]]
+
+    async def test_weights_that_do_not_sum_to_1_are_normalised_not_refused(
+        self, service: MemoryService
+    ) -> None:
+        """Seed 004: "Weights are normalized if they don't sum to 1". A weight above 1 was
+        refused (`{content: 2, context: 1}`, `{content: 60, context: 30, intention: 10}`):
+        they are relative, and rank as their normalised blend."""
+        relative = {"content": 60, "context": 30, "intention": 10}
+        normal = {"content": 0.6, "context": 0.3, "intention": 0.1}
+        for name, weights in (("relative", relative), ("normal", normal)):
+            await call(
+                service, "memory::bank::create", {"name": name, "association_weights": weights}
+            )
+            for m in FORMED:
+                body = {"bank": name, "text": m.text, "context": m.context}
+                await call(service, "memory::save", {k: v for k, v in body.items() if v})
+        ask = {"query": "what did she want?", "context": "booking flights to Rome"}
+        got = {
+            name: [
+                (h["memory"]["text"], round(h["score"], 9))
+                for h in (await call(service, "memory::recall", {"bank": name, **ask}))["memories"]
+            ]
+            for name in ("relative", "normal")
+        }
+        assert got["relative"] == got["normal"] and got["normal"]
+        configured = await call(
+            service,
+            "memory::bank::configure",
+            {"name": "normal", "association_weights": {"content": 2, "context": 1}},
+        )
+        assert configured["bank"]["settings"]["association_weights"]["content"] == 2
 
     async def test_weights_and_threshold_come_from_the_bank(self, service: MemoryService) -> None:
         await call(service, "memory::bank::create", {"name": "trip"})

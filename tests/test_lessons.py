@@ -118,6 +118,12 @@ def test_anchors_are_normalized_deduplicated_and_groups_sorted() -> None:
         ({"files": ["https://example.com/api.md"]}, "root-relative"),
         ({"files": ["src/app\npy"]}, "control character"),
         ({"folders": ["src\x00"]}, "control character"),
+        # A position or a test id in a file is no path a Read or an Edit names (seed 002:
+        # admission detects file:line pointers; positions go stale and belong in evidence).
+        ({"files": ["src/app.py:42"]}, "not a position in one"),
+        ({"files": ["src/app.py:42:7"]}, "not a position in one"),
+        ({"files": ["Makefile:12"]}, "not a position in one"),
+        ({"files": ["tests/test_api.py::test_login"]}, "not a position in one"),
     ],
 )
 def test_bad_anchors_are_refused_with_a_reason(kwargs: dict[str, list[str]], message: str) -> None:

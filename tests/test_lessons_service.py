@@ -91,6 +91,7 @@ async def test_a_lesson_is_a_memory_with_a_card_anchors_and_evidence(
         ({"anchors": {"identifiers": ["config"]}}, "too broad"),
         ({"title": "x" * 97}, "at most 96 UTF-8 bytes"),
         ({"recommendation": "See proto/user.proto:12."}, "source position"),
+        ({"anchors": {"files": ["proto/user.proto:12"]}}, "not a position in one"),
         ({"category": "lessons"}, "category must be one of"),
         # A NUL cuts C strings, terminals and tools short: refused in a card as in any text.
         ({"title": "Run make\x00 gen"}, "title contains a NUL character"),

@@ -5,6 +5,7 @@ real standalone server (`/mcp`, `/mcp/<bank>`), which `memory-worker mcp` also f
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -20,7 +21,13 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from memory_worker.adapters.doors import Door, LocalDoor
-from memory_worker.adapters.mcp_server import McpTools, build_server, forgiving, tool_name
+from memory_worker.adapters.mcp_server import (
+    MAX_BATCH_MESSAGES,
+    McpTools,
+    build_server,
+    forgiving,
+    tool_name,
+)
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller, CallerKind
@@ -476,6 +483,63 @@ async def test_stopping_the_server_is_not_held_by_a_clients_get_stream(tmp_path:
         await asyncio.wait_for(server.close(), 15)  # half the 30 s shutdown timeout: told apart
 
 
+async def test_a_clients_delete_ending_its_session_needs_no_content_type(tmp_path: Path) -> None:
+    """A streamable-HTTP client ends its session with `DELETE /mcp` (no body, so no Content-Type:
+    the Python and TypeScript SDKs send none). It was refused `415 unsupported_media_type` by the
+    rule meant for calls with a body; a stateless server answers the spec's 405 ("no session
+    termination here"), which clients take in stride, with the `Allow` header HTTP requires
+    naming the one method served (POST), as for any other method."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    try:
+        for path in ("/mcp", "/mcp/blog"):
+            ended = await asyncio.to_thread(
+                request, url, "DELETE", path, headers={"Mcp-Session-Id": "0123abcd"}
+            )
+            assert ended.status == 405, (path, ended.status, ended.body)
+            assert ended.headers["allow"] == "POST" and ended.code == "method_not_allowed"
+        for method in ("PUT", "PATCH"):  # the SDK's 405 said `Allow: GET, POST, DELETE`
+            other = await asyncio.to_thread(
+                request, url, method, "/mcp", "{}", headers={"Content-Type": "application/json"}
+            )
+            assert (other.status, other.headers["allow"]) == (405, "POST"), (method, other.body)
+        foreign = await asyncio.to_thread(
+            request, url, "DELETE", "/mcp", headers={"Origin": "http://evil.example"}
+        )
+        assert (foreign.status, foreign.code) == (403, "forbidden")  # the Origin rule still holds
+    finally:
+        await server.close()
+
+
+async def test_a_post_without_accept_is_answered_as_one_accepting_anything(tmp_path: Path) -> None:
+    """HTTP reads a request with no `Accept` (or an empty one) as accepting any media type, and
+    clients in the wild (scripts, proxies, some HTTP libraries) send none: it was refused `406
+    Not Acceptable`. It gets the JSON answer a `*/*` gets; one that accepts only what this
+    server never sends is still refused."""
+    ping = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    try:
+        answers = [
+            await asyncio.to_thread(
+                request,
+                url,
+                "POST",
+                "/mcp",
+                ping,
+                headers={"Content-Type": "application/json", **h},
+            )
+            for h in ({}, {"Accept": ""}, {"Accept": "*/*"}, {"Accept": "text/html"})
+        ]
+    finally:
+        await server.close()
+    *served, refused = answers
+    for answer in served:
+        assert answer.status == 200, (answer.status, answer.body)
+        assert answer.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert refused.status == 406, (refused.status, refused.body)
+
+
 async def test_a_header_that_is_not_latin_1_is_passed_to_mcp_as_sent(tmp_path: Path) -> None:
     """Header values reach the SDK as the bytes that were sent: a UTF-8 `User-Agent` (a client
     named in any script) or bytes that are not UTF-8 were a 500 `internal`, with a traceback in
@@ -600,7 +664,9 @@ async def test_a_stdio_only_agent_gets_the_semantic_arm_with_no_server_ever(
     assert len((data / "main" / "vectors.jsonl").read_text().splitlines()) == 2
 
 
-def _raw_stdio_session(data_dir: Path, lines: list[bytes]) -> list[dict[str, Any]]:
+def _raw_stdio_session(
+    data_dir: Path, lines: list[bytes], *, version: str = "2025-06-18"
+) -> list[Any]:
     """`memory-worker mcp` driven by hand: the handshake, then each raw line, each answer read
     with a deadline (a line that gets none fails the test instead of hanging it)."""
     proc = subprocess.Popen(
@@ -619,7 +685,7 @@ def _raw_stdio_session(data_dir: Path, lines: list[bytes]) -> list[dict[str, Any
             "id": 0,
             "method": "initialize",
             "params": {
-                "protocolVersion": "2025-06-18",
+                "protocolVersion": version,
                 "capabilities": {},
                 "clientInfo": {"name": "raw", "version": "1"},
             },
@@ -741,6 +807,94 @@ def test_a_request_whose_id_is_not_one_is_answered_over_stdio(tmp_path: Path) ->
     assert after["id"] == 12 and after["result"]["structuredContent"]["total"] == 0, after
 
 
+def test_a_batch_over_stdio_is_served_under_2025_03_26(tmp_path: Path) -> None:
+    """A session that negotiated 2025-03-26, whose spec says an implementation MUST support
+    receiving JSON-RPC batches: a batch line is answered with one line, the array of its requests'
+    answers in their order (each answered as it would be alone); a batch of notifications only is
+    answered nothing. Batches were refused whole (-32600) whatever the version."""
+    save = {"name": "memory_save", "arguments": {"text": "The user keeps bees"}}
+    batch = [
+        {"jsonrpc": "2.0", "id": "a", "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/progress",
+         "params": {"progressToken": 1, "progress": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": save},
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 3, "method": "no/such"},
+        7,
+    ]  # fmt: skip
+    notes = [{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}]
+    answers = _raw_stdio_session(
+        tmp_path / "data",
+        [
+            json.dumps(batch).encode(),
+            json.dumps(notes).encode() + b"\n" + b'{"jsonrpc":"2.0","id":9,"method":"ping"}',
+            b'[{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"memory_list"}}]',
+            json.dumps([{"jsonrpc": "2.0", "method": "x"}] * (MAX_BATCH_MESSAGES + 1)).encode(),
+        ],
+        version="2025-03-26",
+    )
+    answered, after, listed, too_long = answers
+    assert too_long["id"] is None and too_long["error"]["code"] == -32600, too_long
+    assert isinstance(answered, list), answered
+    ping, saved, bad_id, unknown, not_one = answered
+    assert ping == {"jsonrpc": "2.0", "id": "a", "result": {}}
+    assert saved["id"] == 2 and saved["result"]["isError"] is False, saved
+    assert bad_id["id"] is None and bad_id["error"]["code"] == -32600, bad_id
+    assert unknown["id"] == 3 and unknown["error"]["code"] == -32601, unknown
+    assert not_one["id"] is None and not_one["error"]["code"] == -32600, not_one
+    assert after == {"jsonrpc": "2.0", "id": 9, "result": {}}
+    assert listed[0]["id"] == 10 and listed[0]["result"]["structuredContent"]["total"] == 1
+
+
+async def test_a_batch_whose_request_the_client_cancels_is_answered_without_it() -> None:
+    """A batch's answers go out together once each request in it is answered; a request the
+    client cancels is never answered, so the batch is sent with the others' alone (it waited for
+    good, and the end of stdin waited out its drain)."""
+    import anyio
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    from memory_worker.adapters.mcp_server import _Answering
+
+    into, inner = anyio.create_memory_object_stream[Any](10)
+    out, written = anyio.create_memory_object_stream[Any](10)
+    lines: collections.deque[str] = collections.deque()
+    answering = _Answering(inner, out, lines, drain_s=5)
+    hello = types.JSONRPCRequest(jsonrpc="2.0", id=0, method="initialize", params={})
+    await into.send(SessionMessage(hello))
+    lines.append(hello.model_dump_json() + "\n")
+    assert (await answering.receive()).message.id == 0
+    result = {"protocolVersion": "2025-03-26", "capabilities": {}, "serverInfo": {"name": "t"}}
+    await answering.writer.send(
+        SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=0, result=result))
+    )
+    assert (await written.receive()).message.id == 0
+    await into.send(ValueError("a batch is no message"))  # as the SDK hands a batch line over
+    lines.append(
+        '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"2","method":"ping"}]\n'
+    )
+    assert [(await answering.receive()).message.id for _ in range(2)] == [1, "2"]
+    await answering.writer.send(
+        SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={}))
+    )
+    assert written.statistics().current_buffer_used == 0  # held for the batch
+    cancel = {"requestId": 2, "reason": "user"}
+    cancelled = types.JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/cancelled", params=cancel
+    )
+    await into.send(SessionMessage(cancelled))
+    lines.append(cancelled.model_dump_json() + "\n")
+    assert (await answering.receive()).message.method == "notifications/cancelled"
+    line = (await written.receive()).message.model_dump_json(by_alias=True, exclude_unset=True)
+    assert json.loads(line) == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+    into.close()
+    with anyio.fail_after(2):  # nothing is left to wait for
+        with pytest.raises(anyio.EndOfStream):
+            await answering.receive()
+    for stream in (inner, out, written):
+        stream.close()
+
+
 async def _posted_to_mcp(tmp_path: Path, bodies: list[str]) -> list[Any]:
     """Each of `bodies` POSTed to a standalone server's `/mcp` in turn: their answers."""
     server = StandaloneServer(Settings(), tmp_path / "data", port=0)
@@ -818,23 +972,38 @@ def test_requests_sent_before_stdin_closes_are_served_and_answered(tmp_path: Pat
     assert json.loads(listed.stdout)["total"] == 4, listed.stdout + listed.stderr
 
 
-async def test_a_batch_over_http_is_an_invalid_request_as_over_stdio(tmp_path: Path) -> None:
-    """MCP has no batches (2025-06-18 took them out): a JSON array, or any JSON that is not an
-    object, is JSON-RPC's Invalid Request (-32600, `id: null`), as stdio answers it. Over HTTP
-    the SDK answered `-32602 Invalid params` with pydantic's report, the client's own input
-    echoed in it."""
+_V = "MCP-Protocol-Version"
+
+
+async def test_a_batch_over_http_is_refused_from_2025_06_18_on(tmp_path: Path) -> None:
+    """2025-06-18 took batches out of MCP: under that version (or a later one) a JSON array is
+    JSON-RPC's Invalid Request (-32600, `id: null`), as is an empty array or any JSON that is not
+    an object under every version. Over HTTP the SDK answered `-32602 Invalid params` with
+    pydantic's report, the client's own input echoed in it."""
     server = StandaloneServer(Settings(), tmp_path / "data", port=0)
     url = await server.start()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    bodies = [
-        '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]',
-        "[]",
-        '"ping"',
+    pings = '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]'
+    sent = [
+        (pings, "2025-06-18"),
+        (pings, "2025-11-25"),
+        ("[]", None),
+        ("[]", "2025-03-26"),
+        ('"ping"', None),
     ]
     try:
         answers = [
-            await asyncio.to_thread(request, url, "POST", "/mcp", body, headers=headers)
-            for body in bodies
+            await asyncio.to_thread(
+                request,
+                url,
+                "POST",
+                "/mcp",
+                body,
+                headers=headers
+                if version is None
+                else {**headers, "MCP-Protocol-Version": version},
+            )
+            for body, version in sent
         ]
     finally:
         await server.close()
@@ -843,6 +1012,59 @@ async def test_a_batch_over_http_is_an_invalid_request_as_over_stdio(tmp_path: P
         error = answer.json()["error"]
         assert answer.json()["id"] is None and error["code"] == -32600, answer.body
         assert "pydantic" not in error["message"] and "input_value" not in error["message"]
+
+
+async def test_a_batch_over_http_is_served_under_2025_03_26(tmp_path: Path) -> None:
+    """2025-03-26 says an implementation MUST support receiving JSON-RPC batches, and a POST body
+    may be an array of requests and notifications: a client on that version (it sends the
+    version header, or none at all, which the spec says to read as 2025-03-26) gets one answer
+    per request, in its order, as a JSON array; a batch of notifications only is a 202 with no
+    body. Each element is answered as it would be alone: a tool call, a bad id, a lone
+    surrogate, a method that is none. Batches were refused whole (-32600)."""
+    server = StandaloneServer(Settings(), tmp_path / "data", port=0)
+    url = await server.start()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    save = {"name": "memory_save", "arguments": {"text": "The user keeps bees"}}
+    batch = [
+        {"jsonrpc": "2.0", "id": "a", "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": save},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory_list"}},
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "memory_save",
+         "arguments": {"text": "Tea \ud800"}}},
+        {"jsonrpc": "2.0", "id": 5, "method": "no/such"},
+        7,
+    ]  # fmt: skip
+    notes = [{"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    pings = [{"jsonrpc": "2.0", "id": i, "method": "ping"} for i in range(MAX_BATCH_MESSAGES + 1)]
+    try:
+        answered, untold, too_long, listed = [
+            await asyncio.to_thread(request, url, "POST", path, json.dumps(body), headers=sent)
+            for path, body, sent in (
+                ("/mcp/blog", batch, headers),
+                ("/mcp", notes, {**headers, "MCP-Protocol-Version": "2025-03-26"}),
+                ("/mcp", pings, headers),
+                ("/mcp/blog", [{"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                "params": {"name": "memory_list"}}], headers),
+            )
+        ]  # fmt: skip
+    finally:
+        await server.close()
+    assert answered.status == 200, (answered.status, answered.body)
+    assert answered.headers["content-type"].startswith("application/json")
+    ping, saved, before, bad_id, surrogate, unknown, not_one = answered.json()
+    assert ping == {"jsonrpc": "2.0", "id": "a", "result": {}}
+    assert saved["id"] == 2 and saved["result"]["isError"] is False, saved
+    assert before["id"] == 3 and before["result"]["structuredContent"]["total"] == 1, before
+    assert bad_id["id"] is None and bad_id["error"]["code"] == -32600, bad_id
+    assert surrogate["id"] == 4 and surrogate["result"]["isError"] is True, surrogate
+    assert unknown["id"] == 5 and unknown["error"]["code"] == -32601, unknown
+    assert not_one["id"] is None and not_one["error"]["code"] == -32600, not_one
+    assert (untold.status, untold.body) == (202, b"")
+    assert too_long.status == 400 and too_long.json()["error"]["code"] == -32600, too_long.body
+    assert f"at most {MAX_BATCH_MESSAGES}" in too_long.json()["error"]["message"]
+    assert listed.status == 200 and listed.json()[0]["result"]["structuredContent"]["total"] == 1
 
 
 async def test_an_object_that_is_not_json_rpc_over_http_is_an_invalid_request_as_over_stdio(

@@ -329,6 +329,39 @@ class TestExtraction:
         cafeteria = by_text["The cafeteria opens at 8:00."]
         assert "subject" not in cafeteria and cafeteria["category"] == "fact"  # unknown → fact
 
+    async def test_a_general_fact_carries_none_of_the_speakers_words(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """The window and message a fact came from are stored as its lanes. On a general fact
+        from Bruno's turn they were his words: handed with it to Ana's agent, and kept on disk
+        after Bruno's erasure. His own fact keeps them (they go with it)."""
+        await _people(service)
+        rig = Rig(service)
+        said = "I am allergic to peanuts since my surgery, and the cafeteria opens at 8:00."
+        rig.chat.say("user", said)
+        reply = {
+            "memories": [
+                add("The cafeteria opens at 8:00.", about="general", intention="eat early"),
+                add("The user had surgery.", entities=["user"]),
+            ]
+        }
+        rig.model.replies.append(json.dumps(reply))
+        await rig.extractor.extract(ExtractJob(session_id="s1", subject="bruno"), "main")
+        listed = await call(service, "memory::list", PERSON)
+        by_text = {m["text"]: m for m in listed["memories"]}
+        own = by_text["The user had surgery."]
+        assert own["subject"] == "bruno" and own["context"] == said == own["intention"]
+        seen = await _in_turn(
+            service, "memory::recall", "ana", query="when does the cafeteria open"
+        )
+        [cafeteria] = [m["memory"] for m in seen["memories"] if "cafeteria" in m["memory"]["text"]]
+        assert "context" not in cafeteria and "intention" not in cafeteria
+        await call(
+            service, "memory::forget-subject", PERSON, subject="bruno", confirm="destructive"
+        )
+        files = [p for p in data_dir.rglob("*") if p.is_file()]
+        assert not [p for p in files if b"surgery" in p.read_bytes()]
+
     async def test_a_speakers_standing_instruction_is_theirs_not_the_banks_rule(
         self, service: MemoryService
     ) -> None:

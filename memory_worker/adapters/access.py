@@ -9,9 +9,10 @@ passes only when it is not from a web page of another site, and carries the toke
   name. A DNS-rebinding page reaches us under its own name and is refused here.
 - `Origin`, when sent, must be this server's own origin (the console page it serves), and
   `Sec-Fetch-Site`, when sent, `same-origin` or `none`.
-- A call (any method but GET/HEAD) must be `application/json`: a cross-site page can send that
-  only after a CORS preflight, and an `OPTIONS` request has no route here and no response carries
-  an `Access-Control-*` header. An HTML form or a "simple" `text/plain` POST is refused.
+- A call (any method but GET/HEAD/DELETE) must be `application/json`: a cross-site page can send
+  that only after a CORS preflight, and an `OPTIONS` request has no route here and no response
+  carries an `Access-Control-*` header. An HTML form or a "simple" `text/plain` POST is refused.
+  A DELETE (an MCP client ending its session) has no body, and is never sent without a preflight.
 - The token (`<data_dir>/.token`, owner-only, made at the first start) rides as `Authorization:
   Bearer <token>`. It is required on every request when the server listens beyond loopback (or
   `require_token` says so) and optional on loopback, where a wrong one is still refused. The page
@@ -54,6 +55,11 @@ _TOKEN_BYTES = 32
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _SAME_SITE = frozenset({"same-origin", "none"})
+# Methods held to no content type: GET/HEAD, and DELETE, which has no body to type (an MCP client
+# ends its session with a bare `DELETE /mcp`) and which a page can send only after a preflight,
+# refused here like every other: the JSON rule exists to stop the "simple" requests a page can
+# send unasked, and a DELETE never is one.
+_UNTYPED_METHODS = _SAFE_METHODS | {"DELETE"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +161,7 @@ def check(policy: Policy, method: str, path: str, headers: Mapping[str, str]) ->
     refusal = _foreign(policy, headers.get("Host", ""), headers)
     if refusal is not None:
         return refusal
-    if method not in _SAFE_METHODS and _media_type(headers.get("Content-Type", "")) != (
+    if method not in _UNTYPED_METHODS and _media_type(headers.get("Content-Type", "")) != (
         "application/json"
     ):
         return Refusal(

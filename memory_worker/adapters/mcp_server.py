@@ -27,12 +27,19 @@ server.
 - A request whose id is not one (`null`, `true`, `1.5`: JSON-RPC ids are strings or integers)
   is JSON-RPC's Invalid Request (`-32600`, `id: null`), over stdio and HTTP: the SDK read it as a
   notification and answered nothing, so the client waited for good. So is any JSON that is no
-  JSON-RPC message (a batch, a bare value, an object without `jsonrpc`): over HTTP the SDK said
-  `-32602` with pydantic's report, the client's input echoed in it (`_refusal`).
+  JSON-RPC message (a bare value, an object without `jsonrpc`, an empty array): over HTTP the SDK
+  said `-32602` with pydantic's report, the client's input echoed in it (`_refusal`).
+- A JSON-RPC batch (an array of messages), which the SDK reads as none, is served where the
+  version admits one: 2025-03-26 made receiving batches a MUST (2024-11-05 is plain JSON-RPC 2.0,
+  batches included), 2025-06-18 took them out. Each message is answered as it would be alone, the
+  answers sent together as one array (nothing for notifications only); over stdio the version is
+  the session's, over HTTP the `MCP-Protocol-Version` header's (none: 2025-03-26, as the spec
+  says). Under a later version a batch is an Invalid Request.
 - Over stdio the end of stdin waits for the requests already read to be answered (the SDK
   cancelled them): a client that closes stdin after its last request still gets its answers.
 - HTTP runs stateless with JSON responses (every POST is answered on its own, nothing is kept per
-  client; the GET stream of server-sent messages is 405, as there are none): it sits behind the
+  client: no `Mcp-Session-Id` is given, one sent is not looked at; the GET stream of server-sent
+  messages and the DELETE that ends a session are 405, as there are neither): it sits behind the
   standalone server's own access checks like every other route.
 """
 
@@ -71,6 +78,7 @@ from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "ALIASES",
+    "MAX_BATCH_MESSAGES",
     "SERVER_NAME",
     "McpHttp",
     "McpTools",
@@ -577,15 +585,24 @@ def _id_key(request_id: Any) -> Any:
 
 
 class _Watched:
-    """The stdio transport's write stream, telling `answered` the id of each answer sent."""
+    """The stdio transport's write stream, telling `answered` the id of each answer sent, each
+    item first through `outgoing` (what to write for it: None holds it back)."""
 
-    def __init__(self, inner: Any, answered: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        answered: Callable[[Any], None],
+        outgoing: Callable[[Any], Any] = lambda item: item,
+    ) -> None:
         self._inner = inner
         self._answered = answered
+        self._outgoing = outgoing
 
     async def send(self, item: Any) -> None:
         try:
-            await self._inner.send(item)
+            out = self._outgoing(item)
+            if out is not None:
+                await self._inner.send(out)
         finally:  # sent, or never to be: nothing more to wait for
             message = getattr(item, "message", None)
             if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
@@ -602,6 +619,81 @@ class _Watched:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+# The versions whose sessions may send a batch: 2025-03-26 made receiving one a MUST (and
+# 2024-11-05 is JSON-RPC 2.0's, batches included); 2025-06-18 took them out.
+_BATCH_VERSIONS = frozenset({"2024-11-05", "2025-03-26"})
+# The most messages a batch may hold: clients batch a handful, and each message costs a request's
+# work (~0.5 ms for a ping), so a 1 MiB body of `[1,1,…]` held the server for minutes.
+MAX_BATCH_MESSAGES = 256
+_TOO_LONG = f"Invalid request: a batch holds at most {MAX_BATCH_MESSAGES} messages"
+_Answer = types.JSONRPCResponse | types.JSONRPCError
+
+
+class _BatchAnswer(pydantic.RootModel[list[_Answer]]):
+    """A batch's answers as one message: the stdio writer writes its `model_dump_json`."""
+
+
+class _Batch:
+    """A batch line's answers in its order, written as one line once each of its requests has
+    its own (`answer`); a request cancelled by the client takes no place (`drop`)."""
+
+    def __init__(self) -> None:
+        self.answers: list[_Answer | None] = []
+        self._pending: dict[Any, int] = {}
+
+    def ready(self, answer: _Answer) -> None:
+        self.answers.append(answer)
+
+    def expect(self, request_id: Any) -> None:
+        self._pending[_id_key(request_id)] = len(self.answers)
+        self.answers.append(None)
+
+    def holds(self, request_id: Any) -> bool:
+        return _id_key(request_id) in self._pending
+
+    def answer(self, answer: _Answer) -> None:
+        self.answers[self._pending.pop(_id_key(answer.id))] = answer
+
+    def drop(self, request_id: Any) -> None:
+        self._pending.pop(_id_key(request_id), None)
+
+    @property
+    def done(self) -> bool:
+        return not self._pending
+
+    def line(self) -> SessionMessage | None:
+        """The batch's answer once it is `done`, None before (or with nothing to say)."""
+        if self._pending:
+            return None
+        answers = [a for a in self.answers if a is not None]
+        # Not one JSON-RPC message but a list of them: the writer only dumps it.
+        return SessionMessage(_BatchAnswer(answers)) if answers else None  # type: ignore[arg-type]
+
+
+def _batch_messages(elements: list[Any]) -> tuple[list[SessionMessage], _Batch]:
+    """A batch's elements read as the SDK reads a line each, the messages to pass on, and the
+    batch expecting their requests' answers (an element answered here is already in it)."""
+    batch, passed = _Batch(), []
+    for element in elements:
+        text = json.dumps(element)  # ASCII: a lone surrogate stays the escape the SDK refuses
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except pydantic.ValidationError as exc:
+            answer = _undecodable_answer(exc)
+            if answer is not None:
+                batch.ready(answer.message)  # type: ignore[arg-type]
+            continue
+        if isinstance(message, types.JSONRPCNotification):
+            invalid = _notification_answer(text)
+            if invalid is not None:
+                batch.ready(invalid.message)  # type: ignore[arg-type]
+                continue
+        elif isinstance(message, types.JSONRPCRequest):
+            batch.expect(message.id)
+        passed.append(SessionMessage(message))
+    return passed, batch
 
 
 class _Answering:
@@ -629,16 +721,23 @@ class _Answering:
         self._drain_s = drain_s
         self._unanswered: set[Any] = set()
         self._settled = anyio.Event()
-        self.writer = _Watched(write, self._answered)
+        self.writer = _Watched(write, self._answered, self._outgoing)
+        self.version: str | None = None  # the protocol version the session negotiated
+        self._initializing: set[Any] = set()
+        self._queued: collections.deque[SessionMessage] = collections.deque()  # a batch's
+        self._batches: list[_Batch] = []
 
     def _answered(self, request_id: Any) -> None:
         self._unanswered.discard(_id_key(request_id))
         self._settled.set()
 
-    def _track(self, item: Any) -> None:
+    def _track(self, item: Any) -> SessionMessage | None:
+        """Note a request passed on; a batch's answer when a cancellation completes it."""
         message = item.message if isinstance(item, SessionMessage) else None
         if isinstance(message, types.JSONRPCRequest):
             self._unanswered.add(_id_key(message.id))
+            if message.method == "initialize":
+                self._initializing.add(_id_key(message.id))
         elif (
             isinstance(message, types.JSONRPCNotification)
             and message.method == "notifications/cancelled"
@@ -647,6 +746,44 @@ class _Answering:
             cancelled = message.params.get("requestId")
             if isinstance(cancelled, (int, str)):  # (anything else names no request)
                 self._answered(cancelled)
+                batch = next((b for b in self._batches if b.holds(cancelled)), None)
+                if batch is not None:
+                    batch.drop(cancelled)
+                    return self._settle(batch)
+        return None
+
+    def _settle(self, batch: _Batch) -> SessionMessage | None:
+        """The line to write for `batch` once it is done (it is then forgotten), else None."""
+        if not batch.done:
+            return None
+        self._batches.remove(batch)
+        return batch.line()
+
+    def _outgoing(self, item: Any) -> Any:
+        """What to write for `item`: the answer to a batch's request is held until the batch's
+        last (its line is then written); the answer to `initialize` says the version."""
+        message = getattr(item, "message", None)
+        if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            return item
+        if _id_key(message.id) in self._initializing and isinstance(message, types.JSONRPCResponse):
+            self._initializing.discard(_id_key(message.id))
+            version = message.result.get("protocolVersion")
+            self.version = version if isinstance(version, str) else None
+        batch = next((b for b in self._batches if b.holds(message.id)), None)
+        if batch is None:
+            return item
+        batch.answer(message)
+        return self._settle(batch)
+
+    def _batch(self, line: str | None) -> list[Any] | None:
+        """The elements of a batch `line` holds, in a session whose version admits batches."""
+        if self.version not in _BATCH_VERSIONS or line is None or line.lstrip()[:1] != "[":
+            return None
+        try:
+            elements = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        return elements if isinstance(elements, list) and elements else None
 
     async def _drain(self) -> None:
         with anyio.move_on_after(self._drain_s):
@@ -654,8 +791,7 @@ class _Answering:
                 self._settled = anyio.Event()
                 await self._settled.wait()
 
-    def _answer(self, item: Any) -> SessionMessage | None:
-        line = self._lines.popleft() if self._lines else None
+    def _answer(self, item: Any, line: str | None) -> SessionMessage | None:
         if isinstance(item, Exception):
             return _undecodable_answer(item)
         if line is not None and isinstance(item, SessionMessage):
@@ -669,16 +805,35 @@ class _Answering:
 
     async def receive(self) -> Any:
         while True:
+            if self._queued:  # a batch's messages, passed on one by one
+                return await self._pass(self._queued.popleft())
             try:
                 item = await self._inner.receive()
             except anyio.EndOfStream:
                 await self._drain()
                 raise
-            answer = self._answer(item)
-            if answer is None:
-                self._track(item)
-                return item
-            await self._write.send(answer)
+            line = self._lines.popleft() if self._lines else None
+            elements = self._batch(line) if isinstance(item, Exception) else None
+            answer: SessionMessage | None
+            if elements is not None and len(elements) > MAX_BATCH_MESSAGES:
+                answer = _rpc_error(None, types.INVALID_REQUEST, _TOO_LONG)
+            elif elements is not None:  # (the SDK reads one message a line: a batch is none)
+                passed, batch = _batch_messages(elements)
+                self._queued.extend(passed)
+                self._batches.append(batch)
+                answer = self._settle(batch)
+            else:
+                answer = self._answer(item, line)
+                if answer is None:
+                    return await self._pass(item)
+            if answer is not None:
+                await self._write.send(answer)
+
+    async def _pass(self, item: Any) -> Any:
+        settled = self._track(item)
+        if settled is not None:  # a cancellation left a batch nothing more to wait for
+            await self._write.send(settled)
+        return item
 
     def __aiter__(self) -> _Answering:
         return self
@@ -753,31 +908,144 @@ class McpHttp:
     ) -> web.StreamResponse:
         if self._task is None or not self._ready.is_set():
             raise web.HTTPServiceUnavailable(reason="the MCP endpoint is not running")
-        if request.method == "GET":
-            # The stream a client opens for the server's own messages: stateless, there are none,
-            # and the SDK's stream never ended, holding the server's stop. 405 is the spec's
-            # "no stream here", which clients (the TypeScript SDK) take in stride.
+        if request.method != "POST":
+            # GET: the stream a client opens for the server's own messages: stateless, there are
+            # none, and the SDK's stream never ended, holding the server's stop. DELETE: a client
+            # ending its session, and there are none either. 405 is the spec's "no stream here" /
+            # "no session termination", which clients (the TypeScript and Python SDKs) take in
+            # stride. The SDK's own 405s carried no `Allow`, or named GET and DELETE.
             raise web.HTTPMethodNotAllowed(request.method, ["POST"])
-        surrogate = _surrogate_request(await request.read())
-        if surrogate is not None:  # answered here, as stdio and REST answer it
-            answer = _surrogate_answer(surrogate)
-            status = 200 if isinstance(answer, types.JSONRPCResponse) else 400
-            body = answer.model_dump(by_alias=True, mode="json", exclude_unset=True)  # `id: null`
-            return web.json_response(body, status=status)
-        bad_id = _bad_id_body(await request.read())
-        if bad_id is not None:  # the SDK took it for a notification: a 202, no answer
-            invalid = _bad_id_answer(bad_id).message
-            body = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
-            return web.json_response(body, status=400)
         state = {_STATE_BANK: check_name(bank, "bank") if bank else None, _STATE_CALLER: caller}
+        body = await request.read()
+        batch = _batch(body, request.headers.get(_VERSION_HEADER))
+        if batch is not None:
+            return await self._batch(request, batch, state)
+        early = _early_answer(body)
+        if early is not None:
+            status, answer = early
+            return web.Response(status=status, body=answer, content_type="application/json")
         return await _asgi(self._manager.handle_request, request, state)
 
+    async def _batch(
+        self, request: web.Request, batch: list[Any], state: dict[str, Any]
+    ) -> web.StreamResponse:
+        """A JSON-RPC batch (2025-03-26): each message answered as it would be alone, in order
+        (one after the other: a save then a recall of it behaves as sent), the answers as one
+        JSON array, or a bare 202 when there are none (notifications only). A refusal of the
+        request itself (its `Accept`, the transport's limits) refuses the whole batch."""
+        if len(batch) > MAX_BATCH_MESSAGES:
+            invalid = _rpc_error(None, types.INVALID_REQUEST, _TOO_LONG).message
+            dumped = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            return web.json_response(dumped, status=400)
+        answers: list[bytes] = []
+        for message in batch:
+            # ASCII: a lone surrogate stays the escape `_early_answer` looks for.
+            body = json.dumps(message).encode()
+            early = _early_answer(body)
+            if early is None:
+                sent, receive = _Captured(), _Body(body)
+                try:
+                    await self._manager.handle_request(_scope(request, state), receive, sent.send)
+                finally:
+                    receive.close()
+                early = sent.status, sent.body()
+            status, answer = early
+            if status not in (200, 202, 400):
+                return web.Response(status=status, body=answer, content_type="application/json")
+            if answer:
+                answers.append(answer)
+        if not answers:
+            return web.Response(status=202)
+        return web.Response(body=b"[" + b",".join(answers) + b"]", content_type="application/json")
 
-async def _asgi(app: Any, request: web.Request, state: dict[str, Any]) -> web.StreamResponse:
-    """One aiohttp request through an ASGI app: the body is read whole (bounded by the server's
-    body cap), the answer is streamed back as the app sends it."""
-    body = await request.read()
-    scope = {
+
+_VERSION_HEADER = "MCP-Protocol-Version"
+# A request with no version header is one of 2025-03-26, as the spec (2025-06-18) says to read
+# it: that version had no header, and a stateless server has no session to ask.
+_UNSAID_VERSION = "2025-03-26"
+
+
+def _batch(body: bytes, version: str | None) -> list[Any] | None:
+    """The messages of a JSON-RPC batch `body` holds when its version admits batches, else None
+    (an empty array, or a batch under a later version, is answered Invalid Request as before)."""
+    if (version or _UNSAID_VERSION) not in _BATCH_VERSIONS or body.lstrip()[:1] != b"[":
+        return None
+    try:
+        messages = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # the transport's own parse error
+    return messages if isinstance(messages, list) and messages else None
+
+
+def _early_answer(body: bytes) -> tuple[int, bytes] | None:
+    """The status and answer for a message the SDK would misread (a lone surrogate escape, an
+    id that is not one), answered here as stdio and REST answer it; None for the rest."""
+    surrogate = _surrogate_request(body)
+    if surrogate is not None:
+        answer = _surrogate_answer(surrogate)
+        status = 200 if isinstance(answer, types.JSONRPCResponse) else 400
+        dumped = answer.model_dump(by_alias=True, mode="json", exclude_unset=True)  # `id: null`
+        return status, json.dumps(dumped).encode()
+    bad_id = _bad_id_body(body)
+    if bad_id is not None:  # the SDK took it for a notification: a 202, no answer
+        invalid = _bad_id_answer(bad_id).message
+        dumped = invalid.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        return 400, json.dumps(dumped).encode()
+    return None
+
+
+class _Body:
+    """An ASGI `receive` handing over `body` whole, then waiting until `close()` (the end of the
+    request) to say the client left."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body: bytes | None = body
+        self._closed = asyncio.Event()
+
+    async def __call__(self) -> dict[str, Any]:
+        body, self._body = self._body, None
+        if body is not None:
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self._closed.wait()
+        return {"type": "http.disconnect"}
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class _Captured:
+    """An ASGI app's answer kept whole (a batch's element): its status and body, a 400 read by
+    `_refusal` as a lone request's is."""
+
+    def __init__(self) -> None:
+        self.status = 500
+        self._body = bytearray()
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message["type"] == "http.response.body":
+            self._body.extend(message.get("body", b""))
+
+    def body(self) -> bytes:
+        body = bytes(self._body)
+        return _refusal(body) if self.status == 400 else body
+
+
+def _scope(request: web.Request, state: dict[str, Any]) -> dict[str, Any]:
+    """The ASGI scope of an aiohttp request, `state` in it."""
+    # The bytes that were sent: aiohttp decodes a header as UTF-8 with surrogateescape, so that
+    # is its inverse (Latin-1 failed, a 500, on any other character).
+    headers = [
+        (k.lower().encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+        for k, v in request.headers.items()
+        if k.lower() != "accept" or v.strip()
+    ]
+    if not any(k == b"accept" for k, _ in headers):
+        # No `Accept` is HTTP's "any media type" (RFC 9110, 12.5.1), and clients in the wild
+        # (scripts, proxies, plain HTTP libraries) send none; the SDK refused them 406.
+        headers.append((b"accept", b"*/*"))
+    return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": f"{request.version.major}.{request.version.minor}",
@@ -787,32 +1055,22 @@ async def _asgi(app: Any, request: web.Request, state: dict[str, Any]) -> web.St
         "raw_path": request.raw_path.split("?", 1)[0].encode(),
         "query_string": request.query_string.encode(),
         "root_path": "",
-        # The bytes that were sent: aiohttp decodes a header as UTF-8 with surrogateescape, so
-        # that is its inverse (Latin-1 failed, a 500, on any other character).
-        "headers": [
-            (k.lower().encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
-            for k, v in request.headers.items()
-        ],
+        "headers": headers,
         "client": request.transport.get_extra_info("peername") if request.transport else None,
         "server": None,
         "state": state,
     }
-    delivered = False
-    disconnected = asyncio.Event()
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await disconnected.wait()
-        return {"type": "http.disconnect"}
 
+async def _asgi(app: Any, request: web.Request, state: dict[str, Any]) -> web.StreamResponse:
+    """One aiohttp request through an ASGI app: the body is read whole (bounded by the server's
+    body cap), the answer is streamed back as the app sends it."""
+    receive = _Body(await request.read())
     relay = _Relay(request)
     try:
-        await app(scope, receive, relay.send)
+        await app(_scope(request, state), receive, relay.send)
     finally:
-        disconnected.set()
+        receive.close()
     if relay.response is None:
         raise web.HTTPInternalServerError(reason="the MCP transport sent no response")
     return relay.response

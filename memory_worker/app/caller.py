@@ -55,6 +55,11 @@ class Caller:
     # only). In a subject-scoped bank such a call cannot touch another person's memory by id.
     in_turn: bool = False
     speaker: str | None = None
+    # The situation of that turn as its hook last saw it: the recent window and the person's
+    # latest message. An agent's save there is stored with them, as extraction's facts are (seed
+    # 004: conscious writes flow through the same pipeline, association capture included).
+    window: str | None = None
+    goal: str | None = None
     # When what this caller saves was said (ms): extraction's oldest word of the turn it read.
     # A save about a subject erased at or after it is refused: the erasure wins over work queued
     # before it (`storage.erasure.ErasureStamps`). None: saved as it is said, now.
@@ -86,6 +91,10 @@ class Caller:
     def speaking_for(self, speaker: str | None) -> Caller:
         """This agent's call as made inside a turn whose speaker is `speaker` (None: nobody)."""
         return dataclasses.replace(self, in_turn=True, speaker=speaker)
+
+    def in_situation(self, window: str | None, goal: str | None) -> Caller:
+        """This call as made in a turn whose window and goal are these (the hook's reading)."""
+        return dataclasses.replace(self, window=window, goal=goal)
 
     @classmethod
     def internal(

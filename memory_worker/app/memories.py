@@ -70,6 +70,7 @@ class MemoryUseCases(RetentionUseCases):
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         subject, subject_labels = clean_subject(req.subject)
+        window, goal = _situation(req, subject, caller)
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -77,8 +78,8 @@ class MemoryUseCases(RetentionUseCases):
             req.anchors.model_dump() if req.anchors is not None else None,
             req.evidence,
         )
-        context, context_labels = transitions.prepare_lane(req.context, "context")
-        intention, intention_labels = transitions.prepare_lane(req.intention, "intention")
+        context, context_labels = transitions.prepare_lane(window, "context")
+        intention, intention_labels = transitions.prepare_lane(goal, "intention")
         labels = (
             *text_labels,
             *entity_labels,
@@ -500,6 +501,21 @@ def _check_untouched(existing: Memory, caller: Caller) -> None:
     if caller.automatic and (existing.pinned or not existing.live):
         state = "pinned" if existing.pinned else "retired"
         raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
+
+
+def _situation(
+    req: SaveRequest, subject: str | None, caller: Caller
+) -> tuple[str | None, str | None]:
+    """The lanes a save stores: the request's, else, for an agent's save inside a turn, the
+    turn's window and goal (`Caller.window`/`goal`), as extraction stores a fact's — only on a
+    memory about the person speaking (or a general one when nobody is known to be): on a
+    general memory the speaker's words would reach every other person's recall and outlive
+    their erasure. A lane given blank stays off."""
+    context, intention = req.context, req.intention
+    if caller.in_turn and same_subject(subject, clean_subject(caller.speaker)[0]):
+        context = caller.window if context is None else context
+        intention = caller.goal if intention is None else intention
+    return context, intention
 
 
 def _provenance(session_id: str | None, caller: Caller) -> Provenance | None:

@@ -28,6 +28,7 @@ from memory_worker.core.errors import InvalidInput
 __all__ = [
     "CAP_SETTINGS",
     "MAX_RETENTION_DAYS",
+    "MAX_WEIGHT",
     "MEMORY_CATEGORIES",
     "SETTING_NAMES",
     "AssociationWeights",
@@ -46,6 +47,9 @@ __all__ = [
 # knowledge delivered by tool calls, and never expire by category).
 MEMORY_CATEGORIES = ("fact", "preference", "procedure", "context", "correction")
 MAX_RETENTION_DAYS = 36_500  # a century: past it "never" is the honest setting (omit the entry)
+# Association weights are relative (seed 004: "normalized if they don't sum to 1"): `{content: 2,
+# context: 1}` is a blend of 2/3 and 1/3. Bounded only so their sum stays a finite number.
+MAX_WEIGHT = 1_000.0
 
 ConsciousAccess = Literal["none", "read", "read_write"]
 Scope = Literal["private", "shared"]
@@ -77,23 +81,24 @@ def not_a_number_flag(value: Any) -> Any:
 
 class AssociationWeights(BaseModel):
     """Blend weights of the three association lanes at recall time; normalized when they do not
-    sum to 1 (seed 004)."""
+    sum to 1 (seed 004), so any non-negative weights say the blend (`{content: 2, context: 1}`
+    is 2/3 and 1/3)."""
 
     model_config = _MODEL
 
     content: float = Field(
-        default=1.0, ge=0, le=1, description="Weight of sim(query, memory content)."
+        default=1.0, ge=0, le=MAX_WEIGHT, description="Weight of sim(query, memory content)."
     )
     context: float = Field(
         default=0.0,
         ge=0,
-        le=1,
+        le=MAX_WEIGHT,
         description="Weight of sim(current conversation window, the memory's stored context).",
     )
     intention: float = Field(
         default=0.0,
         ge=0,
-        le=1,
+        le=MAX_WEIGHT,
         description="Weight of sim(current turn goal, the memory's stored intention).",
     )
 

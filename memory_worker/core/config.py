@@ -24,6 +24,7 @@ from pydantic import (
 
 from memory_worker.core.bank_settings import (
     CAP_SETTINGS,
+    MAX_WEIGHT,
     AssociationWeights,
     BankSettings,
     not_a_flag,
@@ -223,13 +224,22 @@ class Settings(BaseModel):
         "0 = unlimited).",
     )
     association_weight_content: float = Field(
-        default=1.0, ge=0, le=1, description="Default content-lane weight of recall's blend."
+        default=1.0,
+        ge=0,
+        le=MAX_WEIGHT,
+        description="Default content-lane weight of recall's blend.",
     )
     association_weight_context: float = Field(
-        default=0.0, ge=0, le=1, description="Default context-lane weight of recall's blend."
+        default=0.0,
+        ge=0,
+        le=MAX_WEIGHT,
+        description="Default context-lane weight of recall's blend.",
     )
     association_weight_intention: float = Field(
-        default=0.0, ge=0, le=1, description="Default intention-lane weight of recall's blend."
+        default=0.0,
+        ge=0,
+        le=MAX_WEIGHT,
+        description="Default intention-lane weight of recall's blend.",
     )
     relevance_threshold: float = Field(
         default=0.0,

@@ -88,6 +88,10 @@ _JOINED = re.compile(
     r"|[A-Z]+(?:[0-9]+[A-Z]+)+[0-9]*(?![a-z])"
 )
 _GLOB = re.compile(r"[*?\[\]{}]")
+# A position (`src/app.py:42`, `:42:7`) or a test id (`tests/test_api.py::test_login`) after a
+# path: a Read or an Edit names the file alone, so an anchor spelled so never matches, and the
+# position goes stale with the next edit (seed 002) — it belongs in evidence.
+_POSITIONED = re.compile(r"(?:::.*|(?::\d+)+)$", re.S)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # `src/app.py:42` in a card goes stale with the next edit above line 42 (seed 002: admission
 # detects literal file:line pointers); evidence is where positions belong.
@@ -282,6 +286,12 @@ def _anchor_path(raw: str, kind: str) -> str:
         )
     if _CONTROL.search(text):
         raise InvalidInput(f"{kind} must not hold a control character, got {text!r}")
+    bare = _POSITIONED.sub("", text)
+    if bare != text:
+        raise InvalidInput(
+            f"{kind} name a file or folder, not a position in one ({text!r}); anchor "
+            f"{bare!r} and keep the position in evidence"
+        )
     # `~/…` (home), `$VAR/…` and URLs are not paths in the workspace: a tool call never names
     # them as one, so such an anchor would never match.
     if text.replace("\\", "/").startswith(("/", "~", "$")) or _drive(text) or "://" in text:

@@ -857,14 +857,20 @@ class Extractor:
             return again
         if _ABOUT_USER.search(text) and "user" not in entities:
             entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
+        context, intention = fact.context or origin.context, origin.intention_of(fact)
+        if subject is None and origin.subject is not None:
+            # A general memory is everyone's and outlives the speaker's erasure: the window and
+            # the message of their turn are their words (their health, their family), which
+            # rode along to every other person's recall and stayed after forget-subject.
+            context = intention = None
         request = SaveRequest(
             bank=bank,
             text=text,
             entities=list(entities),
             tags=list(fact.tags),
             session_id=origin.session_id,
-            context=fact.context or origin.context,
-            intention=origin.intention_of(fact),
+            context=context,
+            intention=intention,
             subject=subject,
             category=fact.category,
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ from memory_worker.harness.sessions import SessionRecord, SessionState
 from memory_worker.search.lanes import LaneQuery
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["HOOK_BUDGET_S", "PreGenerate", "step_calls", "user_message"]
+__all__ = ["HOOK_BUDGET_S", "PreGenerate", "TurnSituations", "step_calls", "user_message"]
 
 log = get_logger(__name__)
 
@@ -93,6 +94,36 @@ def _lanes(messages: list[Any], query: str) -> LaneQuery:
             if text and not text.startswith(MEMORY_PREFIX):
                 texts.append(text)
     return LaneQuery(context=window_text(texts), intention=goal_text(query))
+
+
+class TurnSituations:
+    """Each recent turn's situation as its hook last read it (the window and the person's latest
+    message, `_lanes`), for an agent's own save in that turn: stored with it as extraction
+    stores a fact's lanes (seed 004: conscious writes flow through the same pipeline,
+    association capture included). The newest `size` turns, in RAM only: a save in a turn this
+    process never hooked is stored without them, as before."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._turns: OrderedDict[tuple[str, str], LaneQuery] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"<TurnSituations turns={len(self._turns)}>"
+
+    def note(self, session_id: str, turn_id: str, lanes: LaneQuery) -> None:
+        # Also as the session's latest (turn ""): a call whose metadata names no turn is made
+        # in the session's newest one.
+        for key in ((session_id, turn_id), (session_id, "")):
+            self._turns[key] = lanes
+            self._turns.move_to_end(key)
+        while len(self._turns) > 2 * self._size:
+            self._turns.popitem(last=False)
+
+    def of(self, session_id: str | None, turn_id: str | None) -> LaneQuery | None:
+        """The turn's situation; with no `turn_id`, the session's newest turn's."""
+        if not session_id:
+            return None
+        return self._turns.get((session_id, turn_id or ""))
 
 
 def _call_of(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -200,11 +231,15 @@ class PreGenerate:
         state: SessionState,
         *,
         budget_s: float = HOOK_BUDGET_S,
+        situations: TurnSituations | None = None,
     ) -> None:
+        """`situations`: where each turn's window and goal are kept for the agent's own saves
+        in it (the engine worker's, shared with its bus calls); None keeps none."""
         self._service = service
         self._resolver = resolver
         self._state = state
         self._budget_s = budget_s
+        self._situations = situations
 
     async def run(self, payload: object) -> dict[str, Any] | None:
         """The hook reply for one envelope: `None` (continue unchanged) or `{decision:"continue",
@@ -282,6 +317,11 @@ class PreGenerate:
     async def _run(self, env: HookEnvelope, session_id: str) -> _Reply | None:
         settings = self._service.settings
         changed = False
+        if self._situations is not None and env.turn_id:
+            # Each step: the window as it stands when the model may call a memory tool next.
+            self._situations.note(
+                session_id, env.turn_id, _lanes(env.messages, _query(env.messages))
+            )
         if not settings.inject_rules and not settings.inject_memories:
             record, _ = await self._record(session_id)
             if record is None or record.system is None:

@@ -39,10 +39,13 @@ MAX_PATHS = 64
 MAX_PATH_CHARS = 1024  # a longer string is no path
 
 # Native path fields of the coding agents' tools (Claude Code Read/Edit/Write/NotebookEdit/LS,
-# Grep/Glob `path`, iii shell `path`, generic MCP file tools).
+# Grep/Glob `path`, iii shell `path`, Codex list_dir `dir_path`, generic MCP file tools, Serena's
+# `relative_path`).
 _PATH_KEYS = frozenset(
     {
         "file_path",
+        "dir_path",
+        "relative_path",
         "filePath",
         "filepath",
         "notebook_path",
@@ -74,6 +77,13 @@ _TEXT_KEYS = frozenset(
         "content",
         "old_string",
         "new_string",
+        # Anthropic's text editor tool, the MCP filesystem server's edit_file
+        "old_str",
+        "new_str",
+        "file_text",
+        "insert_text",
+        "oldText",
+        "newText",
         "new_source",
         "text",
         "pattern",
@@ -104,8 +114,12 @@ _OPTION_KEYS = frozenset(
     }
 )
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+# Codex on Windows runs `["powershell.exe", "-Command", script]` (cmd: `["cmd", "/c", …]`): the
+# script is a command line whose backslashes separate path components.
+_WINDOWS_SHELLS = frozenset({"powershell", "pwsh", "cmd"})
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&", "\n"})
-_CD = frozenset({"cd", "pushd"})
+# Compared lowercased: PowerShell's and cmd's command names are case-insensitive.
+_CD = frozenset({"cd", "pushd", "chdir", "set-location", "sl", "push-location"})
 _GLOB_CHARS = frozenset("*?[{")
 
 
@@ -124,7 +138,7 @@ class _Reader:
     root: str | None  # the workspace root, absolute, posix
     cwd: str | None  # the working directory, root-relative ("" = the root); None = unknown
     glob_pattern: bool  # the tool's `pattern` is a path glob (Glob), not a regex (Grep)
-    glob_base: str | None = None  # where such a pattern starts: the tool's `path`, else the cwd
+    glob_base: str | None = None  # where a glob starts: the tool's `path`, else the cwd
     paths: dict[str, None] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)
     heredocs: dict[str, str] = field(default_factory=dict)  # marker word → here-document body
@@ -145,6 +159,14 @@ class _Reader:
         if root is None or len(root) < 2:
             return piece
         spelled = piece.replace("\\", "/") if "\\" in piece else piece
+        if _drive_path(root):
+            # On a drive, as `_under_root` reads it: in any case, and Git Bash's `/c/…` too.
+            msys = f"/{root[0]}{root[2:]}"
+            folded = spelled.casefold()
+            if root.casefold() not in folded and msys.casefold() not in folded:
+                return piece
+            either = f"(?i:{re.escape(root)}|{re.escape(msys)})"
+            return re.sub(either + r"(?![\w.-])", " ", spelled)
         if root not in spelled:
             return piece
         return re.sub(re.escape(root) + r"(?![\w.-])", " ", spelled)  # not `/srv/repo2`
@@ -223,7 +245,7 @@ def _under_root(raw: str, root: str | None) -> str | None:
     """An absolute path as root-relative; None outside the root (or with no root to compare)."""
     if root is None:
         return None
-    path = posixpath.normpath(nfc(raw.replace("\\", "/")))
+    path = _on_drive(posixpath.normpath(nfc(raw.replace("\\", "/"))), root)
     if _same_path(path, root):
         return None  # the root itself: every folder anchor would contain it
     prefix = root.rstrip("/") + "/"
@@ -244,12 +266,21 @@ def _drive_path(path: str) -> bool:
     return len(path) >= 2 and path[1] == ":" and path[0].isalpha()
 
 
+def _on_drive(path: str, root: str) -> str:
+    """`path` as Windows spells it when the root is on a drive: Git Bash (Claude Code's shell on
+    Windows) writes `C:\\repo` as `/c/repo`."""
+    letter = path[1:2]
+    if _drive_path(root) and path[:1] == "/" and letter.isalpha() and path[2:3] in ("", "/"):
+        return f"{letter}:{path[2:] or '/'}"
+    return path
+
+
 def _dir_of(raw: str, root: str | None) -> str | None:
     """An absolute directory as root-relative: "" for the root itself, `_OUTSIDE` out of the
     workspace, None with no root to compare."""
     if root is None:
         return None
-    if _same_path(posixpath.normpath(nfc(raw.replace("\\", "/"))), root):
+    if _same_path(_on_drive(posixpath.normpath(nfc(raw.replace("\\", "/"))), root), root):
         return ""
     rel = _under_root(raw, root)
     return _OUTSIDE if rel is None else rel
@@ -306,9 +337,18 @@ _SHELL_TOKEN = re.compile(
 _QUOTES = frozenset("'\"\\")
 
 
+# A word whose every backslash comes before a letter, digit or `_`, and no quote: such a
+# backslash escapes nothing in a POSIX shell, so no one writes it there; it is a Windows path
+# (`proto\user.proto`, `C:\repo\src`: a command line for PowerShell or cmd, Codex on
+# Windows), whose backslashes are separators. `my\ notes.md` stays an escaped space.
+_WINDOWS_WORD = re.compile(r"[^\\'\"]*(?:\\\w[^\\'\"]*)+")
+
+
 def _unquote(word: str) -> str:
     if _QUOTES.isdisjoint(word):
         return word
+    if _WINDOWS_WORD.fullmatch(word):
+        return word.replace("\\", "/")
     try:
         return "".join(shlex.split(word, comments=False, posix=True))
     except ValueError:
@@ -417,9 +457,10 @@ def _read_argv(reader: _Reader, argv: list[str], cwd: str | None, depth: int = 0
         argv = argv[1:]  # `FOO=1 make gen`: environment assignments
     if not argv:
         return cwd
-    name = posixpath.basename(argv[0])
+    name = _command_name(argv[0])
     if name in _CD:
-        target = next((a for a in argv[1:] if not a.startswith("-")), None)
+        # `cd -- dir`, PowerShell `Set-Location -Path dir`, cmd `cd /d C:\dir`: options skipped.
+        target = next((a for a in argv[1:] if not a.startswith("-") and a.lower() != "/d"), None)
         if target is None:
             return None
         reader.path(target, cwd)
@@ -429,11 +470,38 @@ def _read_argv(reader: _Reader, argv: list[str], cwd: str | None, depth: int = 0
             if flag.startswith("-") and "c" in flag:
                 _read_shell(reader, script, cwd, depth + 1)
                 return cwd
+    if name in _WINDOWS_SHELLS and depth < 2:
+        line = _windows_script(name, argv[1:])
+        if line is not None:
+            # Backslashes there are separators, never escapes (PowerShell's is a backtick).
+            _read_shell(reader, line.replace("\\", "/"), cwd, depth + 1)
+            return cwd
     if "/" in argv[0]:
         reader.path(argv[0], cwd)  # `./scripts/gen.sh`
     for arg in argv[1:]:
         _read_arg(reader, arg, cwd, depth)
     return cwd
+
+
+def _command_name(word: str) -> str:
+    """A command's name as compared: its file name, lowercased, without `.exe`
+    (`C:\\Windows\\System32\\cmd.exe` → `cmd`, `/bin/bash` → `bash`)."""
+    name = posixpath.basename(word.replace("\\", "/")).lower()
+    return name[:-4] if name.endswith(".exe") else name
+
+
+def _windows_script(name: str, args: list[str]) -> str | None:
+    """The command line a PowerShell (`-Command`, `-c`) or cmd (`/c`, `/k`) argv runs: the words
+    after the flag, joined as both shells join them; None when there is none."""
+    for at, arg in enumerate(args):
+        flag = arg.lower()
+        if name == "cmd":
+            found = flag in ("/c", "/k")
+        else:
+            found = len(flag) >= 2 and flag[0] in "-/" and "-command".startswith("-" + flag[1:])
+        if found:
+            return " ".join(args[at + 1 :]) or None
+    return None
 
 
 def _read_arg(reader: _Reader, arg: str, cwd: str | None, depth: int = 0) -> None:
@@ -556,7 +624,9 @@ def signals(
             else reader.resolve_dir(override, reader.cwd)
         )
     base = arguments.get("path")
-    if reader.glob_pattern and isinstance(base, str):
+    if isinstance(base, str):
+        # Where a Glob's pattern, and a Grep's `glob` filter (Codex grep_files' `include`),
+        # start: the searched folder, not the working directory.
         reader.glob_base = reader.resolve_dir(base, reader.cwd)
     argv = next((v for k, v in arguments.items() if k in _ARGV_KEYS and isinstance(v, list)), None)
     command = arguments.get("command")

@@ -1357,7 +1357,11 @@ class Bank:
         if not record.live:
             self.lanes.remove(record.id)
             self.lane_vectors.changed(record)
-        elif not (indexed_same and _same_lanes(previous, record)):
+        elif previous is None or not previous.live or not _same_lanes(previous, record):
+            # Only a lane edit (or a memory coming live) re-indexes its lanes: a text, entity or
+            # tag edit keeps their slots and vectors (seed 004: association vectors are
+            # preserved unless explicitly changed), which the bank's lanes otherwise compared by
+            # words alone until they were embedded again, unchanged.
             self.lanes.add(record)  # new lane slots: their old vectors are gone with them
             self.lane_vectors.changed(record)
         if not record.live:

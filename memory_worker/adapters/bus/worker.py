@@ -82,7 +82,7 @@ from memory_worker.core.config import (
 )
 from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable, WorkerError
 from memory_worker.harness.extractor import Extractor
-from memory_worker.harness.pregenerate import PreGenerate
+from memory_worker.harness.pregenerate import PreGenerate, TurnSituations
 from memory_worker.harness.selection import BankResolver
 from memory_worker.harness.sessions import SessionState
 from memory_worker.harness.turns import TurnPipeline
@@ -319,7 +319,8 @@ class EngineWorker(Stoppable):
             lambda: service.store,
             lambda: service.settings.default_bank,
         )
-        hook = PreGenerate(service, resolver, state)
+        situations = TurnSituations()  # the hook reads each turn's, its agent's saves use it
+        hook = PreGenerate(service, resolver, state, situations=situations)
         # The SDK's own namespace (no explicit one is given: `III_NAMESPACE`, else `default`).
         queue = QueueClient(call, os.environ.get("III_NAMESPACE", "").strip() or None)
         self._completer = completer = EndpointOrRouter(
@@ -349,7 +350,7 @@ class EngineWorker(Stoppable):
             if unnamed and "bank" in spec.request.model_fields:
                 bank = await resolver.for_call(metadata)
                 data = {**data, "bank": bank} if bank else data
-            data, caller = await turn_call(spec, data, metadata, resolver)
+            data, caller = await turn_call(spec, data, metadata, resolver, situations)
             return await catalog.call(service, spec.id, data, caller)
 
         async def http(data: Any, metadata: Any) -> Any:
@@ -626,14 +627,19 @@ _SUBJECT_PAIR = ("subject_type", "subject_id")  # seed 004's other way to name `
 
 
 async def turn_call(
-    spec: catalog.FunctionSpec, data: Any, metadata: Any, resolver: BankResolver
+    spec: catalog.FunctionSpec,
+    data: Any,
+    metadata: Any,
+    resolver: BankResolver,
+    situations: TurnSituations | None = None,
 ) -> tuple[Any, Caller]:
     """The payload and caller of a public bus call. Inside a turn, an agent's call is for the
     person speaking in it: a read sees what subject scoping lets them see whatever subject the
     agent names (an agent must not read one person's memories in another's turn), a save
     without a subject is about them, and a change by id reaches no other person's memory. An
     update without `subject` leaves the memory's own (omitted means unchanged: it was moved to
-    the speaker, out of every other person's sight)."""
+    the speaker, out of every other person's sight). A save carries the turn's window and goal
+    as its hook read them (`situations`), for the association lanes."""
     caller = bus_caller(data, metadata)
     fields = spec.request.model_fields
     if caller.kind is not CallerKind.AGENT or caller.session_id is None:
@@ -643,6 +649,9 @@ async def turn_call(
     strict = not spec.hints.read_only
     speaker = await resolver.subject(caller.session_id, metadata, strict=strict)
     caller = caller.speaking_for(speaker)
+    lanes = situations.of(caller.session_id, caller.turn_id) if situations else None
+    if spec.id == _SAVE and lanes is not None:
+        caller = caller.in_situation(lanes.context, lanes.intention)
     if not isinstance(data, dict) or "subject" not in fields:
         return data, caller
     # Seed 004's `subject_type`/`subject_id` name a subject as `subject` does (the request reads
