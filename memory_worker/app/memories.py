@@ -42,7 +42,7 @@ from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
 from memory_worker.core.retention import past_ttl
 from memory_worker.core.subjects import in_scope, same_subject
-from memory_worker.search.ranking import kind_of
+from memory_worker.search.ranking import expired_slots, kind_of
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.eviction import first_to_go
 from memory_worker.storage.logger import get_logger
@@ -287,22 +287,30 @@ class MemoryUseCases(RetentionUseCases):
         scoped, subject = self.scope_of(bank, req.subject, caller)
         if bank is None:
             return ListResponse(memories=[], total=0)
-        rows = [
-            m
-            for m in bank.memories.values()
-            if (req.include_superseded or m.live)
-            and (tag is None or tag in m.tags)
-            and (category is None or kind_of(m) == category)
-            and (not scoped or in_scope(m.subject, subject))
-        ]
+        # The bank keeps its listing order (and each filtered listing) until its next write: a
+        # page costs what it returns, not a sort of the bank per page (issue 12).
+        history = bool(req.include_superseded)
+        rows = bank.newest_first(history=history)
+        if tag is not None or category is not None or scoped:
+            order = rows
+            rows = bank.listing(
+                ("list", history, tag, category, scoped, subject),
+                lambda: [
+                    m
+                    for m in order
+                    if (tag is None or tag in m.tags)
+                    and (category is None or kind_of(m) == category)
+                    and (not scoped or in_scope(m.subject, subject))
+                ],
+            )
         # Past its TTL is gone, reaped or not (a history listing shows every record as it is).
+        # The index's columns tell first whether any live memory is: mostly none is.
         retention, now_ms = self.bank_settings(bank).retention, self.clock()
-        if retention and not req.include_superseded:
+        if retention and not history and expired_slots(bank.index, retention, now_ms).size:
             kept = [m for m in rows if not past_ttl(m, retention, now_ms)]
             if len(kept) < len(rows):
                 self._reap_soon(bank)
                 rows = kept
-        rows.sort(key=lambda m: (-m.updated_at, m.id))
         page = [with_access(bank, m) for m in rows[offset : offset + limit]]
         return ListResponse(memories=page, total=len(rows))
 

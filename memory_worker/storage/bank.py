@@ -27,12 +27,12 @@ import secrets
 import time
 import unicodedata
 import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, is_, is_not, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from memory_worker.core.bank_settings import BankOverrides, no_overrides
 from memory_worker.core.capacity import (
@@ -72,6 +72,7 @@ from memory_worker.storage.counts import stat_stamp as counts_stamp
 from memory_worker.storage.damage import Damage, DurabilityWarnings
 from memory_worker.storage.eviction import first_to_go
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE, LaneVectors, lane_carriers
+from memory_worker.storage.listing import Listings
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
@@ -115,6 +116,7 @@ from memory_worker.storage.vectors import (
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 _ID = attrgetter("id")
 _ANCHORS = attrgetter("anchors")
@@ -229,6 +231,8 @@ class Bank:
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
+        # `memory::list`'s orders and filtered listings, kept by `_apply` (`storage.listing`).
+        self._listings = Listings()
         # The memories a cap may take, in eviction order, as decisions see them (each one's
         # latest record: durable or in flight): built once a full bank's saves keep asking
         # (`ONE_OFF_EVICTIONS`), then kept by `commit`, `_restage` and the access counts;
@@ -1335,6 +1339,17 @@ class Bank:
             self._standing = (key, top_memories(self._memories.values(), limit))
         return self._standing[1]
 
+    def newest_first(self, *, history: bool) -> Sequence[Memory]:
+        """The live memories (`history`: every record) newest `updated_at` first, ties by id:
+        `memory::list`'s order, kept across reads and moved record by record as writes land
+        (`storage.listing`). Valid until the next record lands; never changed by the caller."""
+        return self._listings.order(self._memories.values(), history=history)
+
+    def listing(self, key: Hashable, build: Callable[[], T]) -> T:
+        """`build()` (a filtered listing of `newest_first`), kept under `key` until the next
+        record lands."""
+        return self._listings.view(key, build)
+
     def _apply(self, record: Memory, prepared: _Prepared | None = None) -> None:
         """Make a durable record visible, with replay's rule: a lower revision never wins.
         `prepared`: its index document and text key, computed while its fsync ran."""
@@ -1342,7 +1357,8 @@ class Bank:
         if previous is not None and record.revision < previous.revision:
             return
         self._applied += 1
-        self._memories[record.id] = shared_fields(record)
+        held = self._memories[record.id] = shared_fields(record)
+        self._listings.changed(previous, held, len(self._memories))
         if record.live and record.anchors is not None and is_lesson(record):
             self.lessons.add(record.id, record.anchors)
         else:
@@ -1510,6 +1526,7 @@ class Bank:
             return
         self._applied += 1
         self._memories = memories
+        self._listings.clear()
         self._eviction = None
         self._by_text = TextMap()
         self.index = LexicalIndex()
