@@ -16,11 +16,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from memory_worker.core.models import Confidence, Memory, Provenance
+from memory_worker.core.models import Confidence, Hit, Memory, Provenance
 from memory_worker.search import ranking
 from memory_worker.search.index import BM25_K1, LexicalIndex
 from memory_worker.search.ranking import RecallMode, RecallQuery, candidates, indexed, order, rank
-from memory_worker.search.scoring import Fusion
+from memory_worker.search.scoring import Fusion, kth_value
 
 DAY_MS = 86_400_000
 NOW_MS = 1_800_000_000_000
@@ -438,3 +438,50 @@ def test_a_tie_at_bm25s_third_place_is_broken_among_the_high_values_as_over_the_
         ranking._contenders(fresh, query, fresh.semantic, query.limit)
         assert fresh.tops["bm25"].tolist() == want.tolist()
     assert ties >= 10 and narrowed >= 3  # the tied paths ran, over the high values too
+
+
+def test_kth_value_is_the_partitions_value_at_every_size() -> None:
+    """`kth_value` asks introselect for some sizes (`_INTROSELECT_SIZES`): the same order
+    statistic as a single-kth partition, ties and both ends included."""
+    rng = np.random.default_rng(17)
+    for size in (1, 2, 255, 256, 257, 3000, 32_768, 32_769):
+        values = np.round(rng.exponential(1.0, size), 1)  # many exact ties
+        for kth in {0, size // 2, max(size - 72, 0), size - 1}:
+            assert kth_value(values, kth) == float(np.partition(values, kth)[kth])
+
+
+def test_union_is_union1d_of_ascending_and_unordered_parts() -> None:
+    rng = np.random.default_rng(19)
+    empty = np.empty(0, np.int64)
+    assert ranking._union(empty, empty).tolist() == []
+    for size in (0, 1, 5, 300, 5000):
+        ascending = np.unique(rng.integers(0, 3 * size + 1, size))  # distinct, like `nonzero`
+        other = rng.integers(0, 3 * size + 1, rng.integers(0, 120))  # any order, repeats
+        third = rng.integers(0, 50, 3)
+        got = ranking._union(ascending, other, third)
+        want = np.union1d(np.union1d(ascending, other), third)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def test_hits_sorted_by_score_alone_when_distinct_are_the_whole_keys_order() -> None:
+    """`_sort_hits` sorts by score alone unless two scores tie (or one is NaN): the order the
+    whole key (score, newest statement, id) gives, ties among scores and statements included."""
+    rng = random.Random(23)
+    for _ in range(300):
+        hits = []
+        for i in range(rng.randint(0, 30)):
+            stated = NOW_MS - rng.randrange(3) * DAY_MS
+            memory = Memory(
+                id=f"fp{rng.randrange(10**6):016x}{i}",
+                text=f"m{i}",
+                confidence=Confidence.EXTRACTED,
+                created_at=stated,
+                updated_at=stated,
+                stated_at=stated if rng.random() < 0.5 else None,
+            )
+            score = rng.choice((0.5, 0.25, rng.random(), rng.random(), float("nan")))
+            hits.append(Hit(memory, score if rng.random() < 0.9 else rng.random()))
+        want = sorted(hits, key=lambda h: (-h.score, -h.memory.last_stated_at, h.memory.id))
+        got = list(hits)
+        ranking._sort_hits(got)
+        assert [id(hit) for hit in got] == [id(hit) for hit in want]

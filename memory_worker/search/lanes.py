@@ -20,7 +20,7 @@ from memory_worker.core.models import Memory
 from memory_worker.core.text import terms
 from memory_worker.core.transitions import BLANK
 from memory_worker.search.index import Floats, IndexedDoc, Ints, LexicalIndex
-from memory_worker.search.scoring import semantic_relevance
+from memory_worker.search.scoring import kth_value, semantic_relevance
 
 __all__ = ["LANES", "LANE_POOL", "NO_LANES", "LaneIndexes", "LaneQuery"]
 
@@ -174,7 +174,7 @@ class LaneIndexes:
             embedded = cosine[index.has_vector[: cosine.size] & alive[: cosine.size]]
             if embedded.size:
                 k = min(int(LANE_SEMANTIC_REFERENCE * (embedded.size - 1)), embedded.size - 1)
-                reference = float(np.partition(embedded, k)[k])
+                reference = kth_value(embedded, k)
                 semantic = semantic_relevance(cosine, reference, float(embedded.max()))
                 per_lane = (lexical + semantic) / 2.0
         out = np.zeros(main.slot_count, np.float64)

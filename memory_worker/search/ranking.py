@@ -11,6 +11,7 @@ hop, lanes, filters, fusion, cutoff) whose steps read each other's arrays.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +48,7 @@ from memory_worker.search.scoring import (
     LaneWeights,
     Recency,
     fused_scores,
+    kth_value,
     lexical_relevance,
     semantic_relevance,
 )
@@ -305,15 +307,13 @@ def _live_pool(
             bm25 = np.zeros(slots.size, np.float64)
         else:  # hybrid: the lexical hits plus the semantically closest memories
             near = _top_set(cosines, SEMANTIC_POOL)
-            merged = np.union1d(slots, near)
+            merged = _union(slots, near)
             bm25 = _spread(merged, slots, bm25)
             own = None if own is None else _spread(merged, slots, own)
             slots = merged
     if lanes:  # the memories formed in the most similar situation, whatever their text says
-        near = np.unique(
-            np.concatenate([_top_set(r * index.alive[: r.size], LANE_POOL) for r in lanes.values()])
-        )
-        merged = np.union1d(slots, near)
+        near = _union(*[_top_set(r * index.alive[: r.size], LANE_POOL) for r in lanes.values()])
+        merged = _union(slots, near)
         bm25 = _spread(merged, slots, bm25)
         own = None if own is None else _spread(merged, slots, own)
         slots = merged
@@ -341,6 +341,21 @@ def _live_pool(
     return pool, cosines
 
 
+def _union(*parts: Ints) -> Ints:
+    """`np.union1d` of `parts` (their distinct values, ascending), by a stable sort (timsort,
+    which merges the ascending runs candidates come in) and a compare with the next value.
+    numpy 2's `unique` hashes the values, then sorts what it kept: a hybrid recall's 3,000
+    lexical hits and semantic pool took ~280 us that way on the benchmark machine (30,000:
+    ~4 ms), ~8 us this way (~60 us)."""
+    merged = np.concatenate(parts)
+    merged.sort(kind="stable")
+    keep = np.empty(merged.size, bool)
+    keep[:1] = True
+    np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+    found: Ints = merged[keep]
+    return found
+
+
 def _spread(merged: Ints, slots: Ints, values: Floats) -> Floats:
     """`values` of `slots` laid out over `merged` (a sorted superset of them), 0 elsewhere."""
     out = np.zeros(merged.size, np.float64)
@@ -364,7 +379,11 @@ def _filtered(
     if scope is not None:
         keep &= scope[slots]
     if query.tag is not None:
-        keep &= np.isin(slots, index.tagged(query.tag))
+        # A mask over the slots, read at `slots`: what `np.isin` answers (~21 us for 3,000
+        # slots with numpy 2 on the benchmark machine, ~3 this way).
+        tagged = np.zeros(index.slot_count, bool)
+        tagged[index.tagged(query.tag)] = True
+        keep &= tagged[slots]
     if query.as_of is not None:
         keep &= index.created_at[slots] <= query.as_of
     if query.category is not None:
@@ -561,7 +580,7 @@ def _expand(
             found = found if found is not None else _first_found(index, acc, scope)
             first = found.slots[_top(found.bm25, fusion.expand_docs)]
     if cosines is not None:
-        first = np.union1d(first, _top_set(cosines, fusion.expand_docs))
+        first = _union(first, _top_set(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
         # The first hits' mean vector, compared as the query is (centred, on the same scale).
         toward = index.vectors[first].mean(axis=0).tolist()
@@ -757,7 +776,7 @@ def _semantic_reference(
     if embedded.size == 0:
         return 0.0, 0.0
     k = min(int(quantile * (embedded.size - 1)), embedded.size - 1)
-    reference = float(np.partition(embedded, k)[k])
+    reference = kth_value(embedded, k)
     return reference, float(embedded.max())
 
 
@@ -1131,7 +1150,7 @@ def _contenders(
         start_at = _START_SHARE * float(bm25.max())
         start = (bm25 >= start_at).nonzero()[0]
         if not 2 * k <= start.size <= 16 * m:
-            start_at = float(np.partition(bm25, size - m)[size - m])
+            start_at = kth_value(bm25, size - m)
             start = (bm25 >= start_at).nonzero()[0]
         if "bm25" not in pool.tops:  # the start holds more than ARM_TOP: the top are in it
             values = bm25[start]
@@ -1164,7 +1183,7 @@ def _contenders(
         start_at = _START_SHARE * float(key.max())
         start = (key >= start_at).nonzero()[0]
         if not 2 * k <= start.size <= 16 * m:
-            start_at = float(np.partition(key, size - m)[size - m])
+            start_at = kth_value(key, size - m)
             start = (key >= start_at).nonzero()[0]
 
         def reaching(score: float) -> float:
@@ -1182,7 +1201,7 @@ def _with_tops(pool: Pool, start: Ints, semantic: Floats | None) -> Ints:
     tops = [_arm_top(pool, "bm25")]
     if semantic is not None:
         tops.append(_arm_top(pool, "semantic"))
-    return np.union1d(start, np.concatenate(tops))
+    return _union(start, *tops)
 
 
 def _closed(
@@ -1205,7 +1224,7 @@ def _closed(
         passing = scores if passes is None else scores[passes]
         if passing.size < k:
             return None
-        kth = float(np.partition(passing, passing.size - k)[passing.size - k])
+        kth = kth_value(passing, passing.size - k)
         # Under the cutoff (a quarter of the best score, which is at least the best here) only
         # the arms' top ranks are kept, and those are scored already.
         floor = max(kth, RELEVANCE_CUTOFF * float(scores.max()))
@@ -1256,7 +1275,7 @@ def _top_tied(pool: Pool, values: Floats, k: int, rows: Ints | None = None) -> I
     pool positions `values` are of, ascending, holding every value at or above the k-th of the
     whole pool (None: `values` is the whole pool's); returns pool positions, ascending."""
     n = values.size
-    kth = float(np.partition(values, n - k)[n - k])
+    kth = kth_value(values, n - k)
     above = np.flatnonzero(values > kth)
     tied = np.flatnonzero(values == kth)
     need = k - above.size
@@ -1342,7 +1361,7 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     ]
     if query.mode is RecallMode.HYBRID and query.fusion.context > 0:
         hits = _with_context(hits, index, query, pool.source)
-    hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
+    _sort_hits(hits)
     return hits[: query.limit]
 
 
@@ -1382,6 +1401,18 @@ def _session_supported(index: LexicalIndex, slots: Ints, scores: Floats, fusion:
                     out = scores.copy()
                 out[i] += fusion.session * other
     return out
+
+
+def _sort_hits(hits: list[Hit]) -> None:
+    """`hits` best first, ties to the newest statement, then by id. Distinct scores (most
+    recalls) decide alone: sorted by score with a C key, the same order the whole key gives,
+    without a Python call per hit (~18 a recall: the limit and the tie margin); on a tie, or a
+    NaN (no order to trust), by the whole key."""
+    scores = [hit.score for hit in hits]
+    if len(set(scores)) == len(scores) and not math.isnan(sum(scores)):
+        hits.sort(key=_SCORE, reverse=True)
+    else:
+        hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
 
 
 def rank(
