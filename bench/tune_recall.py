@@ -251,7 +251,10 @@ def _grid(spec: str) -> list[dict[str, Any]]:
         name, _, values = part.partition("=")
         field = next(f for f in dataclasses.fields(Fusion) if f.name == name.strip())
         kind = FusionMethod if field.name == "method" else type(field.default)
-        parsed = [kind(v) for v in values.split(",")]
+        if kind is bool:  # bool("0") is True: a switch is spelled 0/1 or false/true
+            parsed = [v.strip().lower() in ("1", "true", "yes") for v in values.split(",")]
+        else:
+            parsed = [kind(v) for v in values.split(",")]
         axes.append([(field.name, v) for v in parsed])
     return [dict(combo) for combo in itertools.product(*axes)]
 

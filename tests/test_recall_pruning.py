@@ -44,6 +44,8 @@ def _bank(n: int, seed: int = 7, sessions: int = 0) -> tuple[dict[str, Memory], 
         text = " ".join([*(([person]) if person else []), *words]) + f" n{i}"
         if rng.random() < 0.05:
             text += " on 3 May 2024"
+        elif rng.random() < 0.05:
+            text += " last month"  # points back from when it was said (`Fusion.span_told`)
         stated = NOW_MS - rng.randrange(365) * DAY_MS
         memory = Memory(
             id=f"fp{i:016x}",
@@ -85,6 +87,9 @@ QUERIES = (
     "what does diego cook for a birthday party",
     "the dog and the cat at the beach",
     "photo camera museum painting",
+    # Naming a time: the `in_span` boost, stated over the past year (now is mid-January 2027).
+    "what book did I read in March",
+    "the yoga class with carla last month",
 )
 
 

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from memory_worker.core import temporal
-from memory_worker.core.temporal import asks_when, recency_policy, states_time
+from memory_worker.core.temporal import (
+    asks_when,
+    named_span,
+    recency_policy,
+    states_time,
+    told_span,
+)
 
 
 @pytest.mark.parametrize(
@@ -116,3 +123,111 @@ def test_any_text_of_the_time_words_is_dated_as_by_the_plain_alternation(
 ) -> None:
     text = "".join(piece + between for piece, between in parts)
     assert states_time(text) is (_PLAIN_TIME.search(text.lower()) is not None)
+
+
+# Thursday 20 December 2023, 15:00 UTC: the "now" the spans below are counted from.
+_NOW = int(datetime(2023, 12, 20, 15, tzinfo=UTC).timestamp() * 1000)
+
+
+def _day(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    ("question", "span"),
+    [
+        ("What did Joanna accomplish in January 2022?", ("2022-01-01", "2022-02-01")),
+        ("What movie did Joanna watch on 1 May, 2022?", ("2022-05-01", "2022-05-02")),
+        ("What did Gina get accepted for on May 23, 2023?", ("2023-05-23", "2023-05-24")),
+        ("what did I book on 2022-05-01?", ("2022-05-01", "2022-05-02")),
+        ("Where was John between August 11 and August 15 2023?", ("2023-08-11", "2023-08-16")),
+        ("how often did I swim in 2023?", ("2023-01-01", "2024-01-01")),
+        ("o que aconteceu em 3 de março de 2022?", ("2022-03-03", "2022-03-04")),
+        ("o que fiz em março?", ("2023-03-01", "2023-04-01")),
+        # A month without a year is the latest one not after now: last year's, when still ahead.
+        ("where did I travel in June?", ("2023-06-01", "2023-07-01")),
+        ("what did I buy on 25 December?", ("2022-12-25", "2022-12-26")),
+        # Counted back from now's date.
+        ("what did I do last month?", ("2023-11-01", "2023-12-01")),
+        ("o que eu fiz no mês passado?", ("2023-11-01", "2023-12-01")),
+        ("what did I eat yesterday?", ("2023-12-19", "2023-12-20")),
+        ("what did I read last week?", ("2023-12-11", "2023-12-18")),
+        ("who did I meet two weeks ago?", ("2023-12-06", "2023-12-13")),
+        ("what did I fix last year?", ("2022-01-01", "2023-01-01")),
+        ("what am I doing tomorrow?", ("2023-12-21", "2023-12-22")),
+        ("who do I see next week?", ("2023-12-25", "2024-01-01")),
+        ("o que vou fazer no próximo mês?", ("2024-01-01", "2024-02-01")),
+        # Ahead-looking without a year: the coming one; no tense at all: the nearer one.
+        ("what is due in January?", ("2024-01-01", "2024-02-01")),
+        ("what about March?", ("2024-03-01", "2024-04-01")),
+        ("what about September?", ("2023-09-01", "2023-10-01")),
+    ],
+)
+def test_a_question_names_the_stretch_of_time_it_asks_about(
+    question: str, span: tuple[str, str]
+) -> None:
+    assert named_span(question, _NOW) == (_day(span[0]), _day(span[1]))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "when is my flight?",
+        "May I ask what my dog is called?",
+        "what did I do at 10:30?",
+        "when did I move to Lisbon?",
+        "quanto custou o mar de gente?",
+        "what were 3 out of the 5 things I liked?",
+        "when did Marco call me?",
+    ],
+)
+def test_a_question_that_names_no_time_has_no_span(question: str) -> None:
+    assert named_span(question, _NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "stated", "span"),
+    [
+        # Friday 15 April 2022: "last week" is the calendar week before.
+        ("Dyed my hair last week - come see!", "2022-04-15", ("2022-04-04", "2022-04-11")),
+        ("My colleagues and I went to a convention last month", "2023-04-18",
+         ("2023-03-01", "2023-04-01")),
+        ("Alright, see you tomorrow!", "2022-11-09", ("2022-11-10", "2022-11-11")),
+        ("Fomos à praia ontem", "2023-07-02", ("2023-07-01", "2023-07-02")),
+        # An absolute date without a year: the nearer one to when it was said.
+        ("My flight to São Paulo is on 18 December", "2026-11-20", ("2026-12-18", "2026-12-19")),
+        ("We met on 3 May 2019", "2023-01-01", ("2019-05-03", "2019-05-04")),
+    ],
+)  # fmt: skip
+def test_a_memory_points_to_the_time_its_own_words_name_from_when_it_was_said(
+    text: str, stated: str, span: tuple[str, str]
+) -> None:
+    assert told_span(text, _day(stated)) == (_day(span[0]), _day(span[1]))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "June said the cake was lovely",  # a month alone, in a memory's text, is as often a name
+        "Seven years now, and I love it",
+        "The garden is lovely",
+    ],
+)
+def test_a_memory_without_a_time_of_its_own_points_nowhere(text: str) -> None:
+    assert told_span(text, _NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Seven years now, and I've found my real muses", True),
+        ("I've had them for 3 years now", True),
+        ("faço isso há 2 anos", True),
+        ("moro aqui 2 meses já", True),
+        ("so now what?", False),
+        ("I have been there for ages", False),
+    ],
+)
+def test_a_duration_so_far_states_a_time(text: str, expected: bool) -> None:
+    """The answer to "how long…" ("for 3 years now") is dated, as "when…"'s is."""
+    assert states_time(text) is expected

@@ -27,7 +27,13 @@ import numpy.typing as npt
 from memory_worker.core.models import Hit, Memory
 from memory_worker.core.retention import DAY_MS, kind_of, past_ttl
 from memory_worker.core.subjects import same_subject
-from memory_worker.core.temporal import asks_when, recency_policy, states_time
+from memory_worker.core.temporal import (
+    asks_when,
+    named_span,
+    recency_policy,
+    states_time,
+    told_span,
+)
 from memory_worker.core.text import asks, normalize, terms
 from memory_worker.search.index import (
     CENTER_PRIOR,
@@ -130,6 +136,82 @@ def _entity_terms(entity: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1024)
 def _asks_when(text: str) -> bool:
     return asks_when(text)
+
+
+@lru_cache(maxsize=1024)
+def _named_span(text: str, day: int) -> tuple[int, int] | None:
+    # By day: `named_span` reads only the date of now, so a day's recalls share one parse.
+    return named_span(text, day * DAY_MS)
+
+
+Window = tuple[float, float]
+
+
+def _span_window(query: RecallQuery) -> tuple[Window, Window | None] | None:
+    """The [start, end) stated-at window a memory must fall in for the `in_span` boost (the time
+    the question names, `core.temporal.named_span`, widened by the fusion's margins) and the
+    named time itself, which a memory's own relative words may point into (None: not read);
+    None when the boost is off or the question names no time."""
+    fusion = query.fusion
+    if not fusion.in_span:
+        return None
+    now_ms = query.as_of if query.as_of is not None else query.now_ms
+    span = _named_span(query.text, now_ms // DAY_MS)
+    if span is None:
+        return None
+    window = (
+        span[0] - fusion.span_before_days * DAY_MS,
+        span[1] + fusion.span_after_days * DAY_MS,
+    )
+    return window, ((float(span[0]), float(span[1])) if fusion.span_told else None)
+
+
+# The furthest a memory's own words are read to point from when it was stated ("last year",
+# "next year", a date within a half year either way).
+TOLD_REACH_DAYS = 400
+
+
+@lru_cache(maxsize=8192)
+def _told(text: str, stated_ms: int) -> tuple[int, int] | None:
+    return told_span(text, stated_ms)
+
+
+def _in_span(
+    pool: Pool,
+    spans: tuple[Window, Window | None] | None,
+    rows: Ints | None = None,
+    bound: bool = False,
+) -> npt.NDArray[np.bool_] | None:
+    """Which candidates at `rows` (None: every one) were stated within the window of `spans`
+    (`_span_window`) or, when it carries the named time itself, whose own relative words point
+    into that ("last month", said in April, for "in March"); `bound`: an upper bound of this
+    read from the columns alone (every dated one stated in reach counts), for `_contenders`."""
+    if spans is None:
+        return None
+    window, told = spans
+    stated = pool.signal("stated_at", rows)
+    inside: npt.NDArray[np.bool_] = (stated >= window[0]) & (stated < window[1])
+    if told is None:
+        return inside
+    # Only a dated text stated within a year or so of the named time can point into it.
+    reach: npt.NDArray[np.bool_] = (
+        ~inside
+        & pool.signal("dated", rows)
+        & (stated >= told[0] - TOLD_REACH_DAYS * DAY_MS)
+        & (stated < told[1] + TOLD_REACH_DAYS * DAY_MS)
+    )
+    if bound:
+        either: npt.NDArray[np.bool_] = inside | reach
+        return either
+    where = reach.nonzero()[0]
+    if where.size:
+        positions = where if rows is None else rows[where]
+        for at, memory, when in zip(
+            where.tolist(), pool.memories(positions.tolist()), stated[where].tolist(), strict=True
+        ):
+            span = _told(memory.text, int(when))
+            inside[at] = span is not None and span[0] < told[1] and span[1] > told[0]
+    return inside
 
 
 @lru_cache(maxsize=1024)
@@ -800,6 +882,7 @@ def _scores(
         age_ms=now_ms - pool.signal("stated_at", rows),
         semantic=semantic if semantic is None or rows is None else semantic[rows],
         dated=pool.signal("dated", rows) if _asks_when(query.text) else None,
+        in_span=_in_span(pool, _span_window(query), rows),
         lanes=lanes,
         content_off=content_off,
     )
@@ -1104,7 +1187,7 @@ def _prunable(pool: Pool, fusion: Fusion, m: int) -> bool:
         or len(pool) <= max(_PRUNE_MIN, 2 * m)
         or pool.query_weight <= 0.0
         or min(fusion.lexical, fusion.semantic, fusion.entity, fusion.corroboration) < 0.0
-        or min(fusion.pinned, fusion.dated) < 0.0
+        or min(fusion.pinned, fusion.dated, fusion.in_span) < 0.0
     )
 
 
@@ -1129,18 +1212,20 @@ def _contenders(
     index = pool.index
     assert index is not None  # a live-only pool
     # The boosts' bound: the bank's most corroborated memory's and a pin (whole columns read in
-    # order: the candidates' own would be a gather, slower), and each candidate's date when the
-    # question asks "when" (the only time the score counts it).
+    # order: the candidates' own would be a gather, slower), and each candidate's date boosts
+    # when the question asks "when" or names a time (the only times the score counts them).
     most, pinned = index.boost_columns()
     boosts = fusion.corroboration * float(np.log1p(most))
     boosts += fusion.pinned * float(pinned)
-    dated = bool(fusion.dated) and _asks_when(query.text)
+    dates = _date_bound(pool, query)
     bm25, weight = pool.bm25, pool.query_weight
     size = bm25.size
     # `key` orders the candidates by their bound and `reaching(score)` is where the bound
     # reaches `score`. With the lexical arm alone (no vector, no entity named, no date asked:
     # most queries) the bound grows with bm25, so bm25 itself is the key: no array is made.
-    monotone = semantic is None and pool.entity_tally is None and not dated and fusion.lexical > 0
+    monotone = (
+        semantic is None and pool.entity_tally is None and dates is None and fusion.lexical > 0
+    )
     inside = False  # whether the arms' top sets are known to lie in `start`
     if monotone:
         key = bm25
@@ -1175,8 +1260,8 @@ def _contenders(
             upper = upper + fusion.semantic * semantic
         if pool.entity_tally is not None:
             upper = upper + fusion.entity * pool.signal("entity_hits")
-        if dated:
-            upper = upper + fusion.dated * pool.signal("dated")
+        if dates is not None:
+            upper = upper + dates
         key = upper * (1.0 + _UPPER_SLACK)
         # As above: the candidates whose bound is within 30% of the best when a handful, else
         # the `m` best (a partition of every candidate: ~300 us at 100k).
@@ -1194,6 +1279,20 @@ def _contenders(
     # `start` is ascending and unique (nonzero): with the tops inside, the union is itself.
     rows = start if inside else _with_tops(pool, start, semantic)
     return _closed(pool, query, semantic, rows, key, reaching, start_at, k)
+
+
+def _date_bound(pool: Pool, query: RecallQuery) -> Floats | None:
+    """Each candidate's date boosts, as `_scores` counts them: `dated` when the question asks
+    "when", `in_span` when it names a time; None when neither (most questions)."""
+    fusion = query.fusion
+    bound: Floats | None = None
+    if fusion.dated and _asks_when(query.text):
+        bound = fusion.dated * pool.signal("dated")
+    in_span = _in_span(pool, _span_window(query), bound=True)
+    if in_span is not None:
+        extra: Floats = fusion.in_span * in_span.astype(np.float64)
+        bound = extra if bound is None else bound + extra
+    return bound
 
 
 def _with_tops(pool: Pool, start: Ints, semantic: Floats | None) -> Ints:
