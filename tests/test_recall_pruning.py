@@ -15,6 +15,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_worker.core.models import Confidence, Hit, Memory, Provenance
 from memory_worker.search import ranking
@@ -490,3 +492,124 @@ def test_hits_sorted_by_score_alone_when_distinct_are_the_whole_keys_order() -> 
         got = list(hits)
         ranking._sort_hits(got)
         assert [id(hit) for hit in got] == [id(hit) for hit in want]
+
+
+@pytest.mark.parametrize("mode", list(RecallMode))
+def test_a_tie_past_the_limits_margin_goes_to_the_newest_then_id(mode: RecallMode) -> None:
+    """More memories tie at the last place than the margin past `limit` holds: the ones returned
+    are those the final order puts first (newest statement, then id), whatever order they were
+    indexed in (a restart or an import changes it), not those a partition happened to keep."""
+    stated = {f"m{i:02d}": NOW_MS - (i % 2) * DAY_MS for i in range(60)}  # odd ones a day older
+    memories = {
+        mid: Memory(
+            id=mid, text="garden party notes", confidence=Confidence.EXTRACTED,
+            created_at=at, updated_at=at,
+        )
+        for mid, at in stated.items()
+    }  # fmt: skip
+    want = sorted(memories, key=lambda mid: (-stated[mid], mid))[:5]
+    vector = (1.0, 0.0)
+    for indexing in (
+        list(memories),
+        list(memories)[::-1],
+        [*list(memories)[31:], *list(memories)[:31]],
+    ):
+        index = LexicalIndex()
+        index.add_many(indexed(memories[mid]) for mid in indexing)
+        for mid in indexing:  # (the same vector: near-duplicate demotion is for hybrid)
+            index.set_vector(mid, vector)
+        query = RecallQuery(
+            text="garden party", limit=5, now_ms=NOW_MS, half_life_days=30.0, mode=mode,
+            vector=vector if mode is RecallMode.SEMANTIC else None,
+        )  # fmt: skip
+        assert [hit.memory.id for hit in rank(memories, index, query)] == want
+
+
+TIES = "tea garden piano dog trip lisbon party cake beach photo".split()
+
+
+def _tied_bank(seed: int, vectors: bool) -> tuple[dict[str, Memory], LexicalIndex]:
+    """~500 memories of 2-5 words from ten (exact score ties everywhere), stated on a few days,
+    most in one of a few dozen sessions, some about a subject; a few retired (history only);
+    with `vectors`, most with one of a few coarse vectors (ties in the semantic arm too)."""
+    rng = random.Random(seed)
+    memories: dict[str, Memory] = {}
+    days = rng.choice((1, 3, 365))
+    sessions = rng.randint(1, 40)
+    for i in range(rng.randint(420, 600)):
+        at = NOW_MS - rng.randrange(days) * DAY_MS
+        retired = rng.random() < 0.03
+        memory = Memory(
+            id=f"m{i:05d}", text=" ".join(rng.choices(TIES, k=rng.randint(2, 5))),
+            confidence=Confidence.EXTRACTED, created_at=at, updated_at=at,
+            pinned=rng.random() < 0.02, subject=rng.choice((None, None, "ana", "bruno")),
+            source=Provenance(session_id=f"s{rng.randrange(sessions)}")
+            if rng.random() < 0.8 else None,
+            invalid_at=at + 1 if retired else None,
+        )  # fmt: skip
+        memories[memory.id] = memory
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in memories.values() if m.invalid_at is None)
+    if vectors:
+        for mid in index._slot_of:
+            if rng.random() < 0.9:
+                v = np.array([rng.choice((0.0, 1.0, 2.0)) for _ in range(6)]) + 0.01
+                index.set_vector(mid, (v / np.linalg.norm(v)).tolist())
+    return memories, index
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    limit=st.integers(1, 60),
+    vectors=st.booleans(),
+    threshold=st.sampled_from((0.0, 0.0, 0.2)),
+    min_relevance=st.sampled_from((0.0, 0.0, 0.3)),
+    scoped=st.booleans(),
+    history=st.sampled_from(("", "", "superseded", "as_of")),
+    support=st.sampled_from(((0.15, 0.85, 40), (0.5, 0.0, 40), (1.0, 0.5, 5), (0.3, 0.0, 60))),
+)
+def test_session_support_over_contenders_is_support_over_every_candidate(
+    seed: int,
+    limit: int,
+    vectors: bool,
+    threshold: float,
+    min_relevance: float,
+    scoped: bool,
+    history: str,
+    support: tuple[float, float, int],
+) -> None:
+    """Random banks full of ties, with and without vectors, filters, subject scoping and history:
+    the answer with session support is the one scoring every candidate gives; and without
+    vectors (no near-duplicate demotion) it holds as many hits as without support, each
+    session's memories in the order they come without support."""
+    memories, index = _tied_bank(seed, vectors)
+    rng = random.Random(seed)
+    axis = np.array([rng.random() for _ in range(6)])
+    session, strong, pool_size = support
+    query = RecallQuery(
+        text=" ".join(rng.sample(TIES, rng.randint(1, 3))), limit=limit, now_ms=NOW_MS,
+        half_life_days=30.0, threshold=threshold, scoped=scoped, subject="ana" if scoped else None,
+        include_superseded=history == "superseded",
+        as_of=NOW_MS - DAY_MS // 2 if history == "as_of" else None,
+        vector=tuple((axis / np.linalg.norm(axis)).tolist()) if vectors else None,
+        fusion=Fusion(
+            min_relevance=min_relevance, session=session, session_strong=strong,
+            session_pool=pool_size,
+        ),
+    )  # fmt: skip
+    got = _answer(memories, index, query)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ranking, "_contenders", lambda *_: None)
+        assert got == _answer(memories, index, query)
+    if not vectors:  # (a vector's near-duplicate demotion cuts at the supported best score)
+        off = dataclasses.replace(query, fusion=dataclasses.replace(query.fusion, session=0.0))
+        assert len(got) == len(_answer(memories, index, off))
+        everything = dataclasses.replace(off, limit=len(memories))
+        place = {mid: n for n, (mid, _) in enumerate(_answer(memories, index, everything))}
+        in_session: dict[str, list[int]] = {}
+        for mid, _ in got:
+            source = memories[mid].source
+            if source is not None:
+                in_session.setdefault(source.session_id or "", []).append(place[mid])
+        assert all(places == sorted(places) for places in in_session.values())

@@ -6,11 +6,16 @@ the order stays, a memory saved outside any session gains nothing, and 0 turns i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
 
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.models import Confidence, Memory, Provenance
+from memory_worker.search import ranking
 from memory_worker.search.index import LexicalIndex
 from memory_worker.search.ranking import RecallQuery, indexed, rank
 from memory_worker.search.scoring import Fusion
@@ -140,3 +145,88 @@ def test_recall_through_the_call_entry_applies_it(tmp_path: Path) -> None:
     assert scores["with"]["lone"] == scores["without"]["lone"]
     for memory in TRIP:
         assert scores["with"][memory.id] > scores["without"][memory.id]
+
+
+def test_a_recall_for_more_than_the_session_pool_gets_its_limit() -> None:
+    """Support reorders the best `session_pool` only; the hits past them are still returned: a
+    recall asking for 60 of 80 matches gets 60, the same 60 as without support."""
+    turns = [
+        _memory(f"g{i:02d}", f"garden party story {i} in lisbon", f"s{i % 7}", i) for i in range(80)
+    ]
+    on = _rank(turns, Fusion(session_pool=40), limit=60)
+    off = _rank(turns, Fusion(session=0.0), limit=60)
+    assert len(on) == len(off) == 60
+    assert {mid for mid, _ in on} == {mid for mid, _ in off}
+
+
+def test_a_tie_at_the_session_pools_edge_is_broken_as_the_final_order_breaks_it() -> None:
+    """Which of the hits tied at the last place of the best `session_pool` gain support goes by
+    the final order's tie-break (newest, then id), not by where they sit in the index: the same
+    memories indexed in another order give the same answer, and the trip's tied turn, past the
+    pool's last place by its id, gains nothing."""
+    best = _memory("a-best", "lisbon garden party", "trip")
+    tied = [_memory(f"t{i:03d}", "garden party notes", f"s{i}") for i in range(60)]
+    tied[30] = _memory("t030", "garden party notes", "trip")
+    memories = [best, *tied]
+    fusion = Fusion(session=0.5, session_strong=0.0, session_pool=10)
+
+    def ranked(order: list[Memory]) -> list[tuple[str, float]]:
+        by_id = {m.id: m for m in order}
+        index = LexicalIndex()
+        index.add_many(indexed(m) for m in order)
+        query = RecallQuery(text=QUERY, limit=40, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion)
+        return [(hit.memory.id, hit.score) for hit in rank(by_id, index, query)]
+
+    forward = ranked(memories)
+    assert ranked(memories[::-1]) == forward
+    assert ranked([*memories[30:], *memories[:30]]) == forward
+    assert [mid for mid, _ in forward][:3] == ["a-best", "t000", "t001"]
+    assert dict(forward)["t030"] == dict(forward)["t000"]  # past the edge: no support
+
+
+def test_support_never_turns_a_sessions_order_into_a_tie(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two turns of a session an ulp apart gain each other's score: rounded, the sums may tie,
+    and a tie goes to the newer turn. The better one stays first."""
+    older = _memory("older", "lisbon garden", "trip", 0)
+    newer = _memory("newer", "lisbon garden", "trip", 5)
+    by_id = {m.id: m for m in (older, newer)}
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in by_id.values())
+    just_under = float(np.nextafter(1.0, 0.0))  # the older turn a shade better
+
+    def scores(pool: ranking.Pool, *_: object) -> np.ndarray:
+        memories = pool.memories(list(range(len(pool))))
+        return np.array([1.0 if m.id == "older" else just_under for m in memories])
+
+    monkeypatch.setattr(ranking, "_scores", scores)
+    query = RecallQuery(
+        text="lisbon garden", limit=2, now_ms=NOW_MS, half_life_days=60.0,
+        fusion=Fusion(session=0.15, session_strong=0.0),
+    )  # fmt: skip
+    assert [hit.memory.id for hit in rank(by_id, index, query)] == ["older", "newer"]
+
+
+def test_a_retired_turn_is_still_a_turn_of_its_session() -> None:
+    """History (`include_superseded`) and time travel (`as_of`, when it was live) rank a retired
+    record as a turn of the session it was said in: it gains its session's support as the live
+    turns do, and lends its own."""
+    retired = _memory("trip-0", "Our Lisbon garden party tickets", "trip").model_copy(
+        update={"invalid_at": NOW_MS - 500}
+    )
+    memories = [LONE, *TRIP, retired, *FILLER]
+    by_id = {m.id: m for m in memories}
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in memories if m.invalid_at is None)
+    for history in ({"include_superseded": True}, {"as_of": NOW_MS - 600}):
+
+        def scores(fusion: Fusion, history: dict[str, Any] = history) -> dict[str, float]:
+            query = RecallQuery(
+                text=QUERY, limit=10, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion, **history
+            )
+            return {hit.memory.id: hit.score for hit in rank(by_id, index, query)}
+
+        off = scores(Fusion(session=0.0))
+        on = scores(Fusion(session=0.5, session_strong=0.0))
+        best_other = max(off[m.id] for m in TRIP)
+        assert on["trip-0"] == off["trip-0"] + 0.5 * best_other
+        assert all(on[m.id] >= off[m.id] + 0.5 * min(off["trip-0"], best_other) for m in TRIP)

@@ -1296,11 +1296,16 @@ class LexicalIndex:
 
     def session_codes(self, slots: Ints) -> Ints | None:
         """Per slot of `slots`: its session as a small int (0: none, or a retired record's
-        negative slot); None when no memory of the index was saved in a session."""
+        negative slot: see `session_code`); None when no memory of the index was saved in a
+        session."""
         sessions = self._sessions
         if sessions is None:
             return None
         return np.where(slots >= 0, sessions.column[np.maximum(slots, 0)], 0)
+
+    def session_code(self, session: str) -> int:
+        """`session`'s small int in `session_codes` (0: no memory of the index was saved in it)."""
+        return 0 if self._sessions is None else self._sessions.codes.get(session, 0)
 
     def session_neighbours(self, slot: int, *, before: int, after: int) -> Ints:
         """The live slots saved in `slot`'s session just before it (up to `before`, nearest

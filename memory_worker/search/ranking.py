@@ -11,6 +11,8 @@ hop, lanes, filters, fusion, cutoff) whose steps read each other's arrays.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import weakref
 from collections import Counter
@@ -1437,9 +1439,10 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
             keep &= _blended(pool, query, semantic, scored) >= query.threshold
         chosen, scores = chosen[keep], scores[keep]
         if supported:
-            chosen, scores = _best(chosen, scores, query.fusion.session_pool + _TIE_MARGIN)
-            scores = _session_supported(index, pool.slots[chosen], scores, query.fusion)
-    chosen, scores = _best(chosen, scores, query.limit + _TIE_MARGIN)
+            scores = _session_supported(pool, index, chosen, scores, query.fusion)
+    # The best `limit` (+ the margin), a tie at the last place broken as the sort below breaks it.
+    at = _top_by_order(pool, chosen, scores, query.limit + _TIE_MARGIN)
+    chosen, scores = chosen[at], scores[at]
     final = scores
     if query.mode is RecallMode.HYBRID and semantic is not None and final.size:
         final, demoted = _demote_near_duplicates(
@@ -1464,41 +1467,42 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     return hits[: query.limit]
 
 
-def _best(chosen: Ints, scores: Floats, take: int) -> tuple[Ints, Floats]:
-    """The `take` best of `chosen` (in no order), with their scores."""
-    if take >= chosen.size:
-        return chosen, scores
-    picked = np.argpartition(-scores, take - 1)[:take]
-    return chosen[picked], scores[picked]
-
-
-def _session_supported(index: LexicalIndex, slots: Ints, scores: Floats, fusion: Fusion) -> Floats:
-    """`scores` with `Fusion.session`'s support added. A memory gains `session` × the best score
-    among the other hits of its session, when the better of the two is a strong hit (at least
+def _session_supported(
+    pool: Pool, index: LexicalIndex, chosen: Ints, scores: Floats, fusion: Fusion
+) -> Floats:
+    """`scores` (of the pool's `chosen`) with `Fusion.session`'s support added to the best
+    `session_pool` (+ the tie margin) of them; the rest keep theirs (a recall asking for more
+    than those still gets its `limit`). A memory gains `session` × the best score among the
+    other hits of its session there, when the better of the two is a strong hit (at least
     `session_strong` of the recall's best score): a conversation that answers the question in
     several turns rises over a lone match elsewhere, and two weak hits lend each other nothing.
     Within a session the order stays: the better of two members gains at least the other's
     score, the other at most the better's, so a gap a − b is at least (a − b)(1 − session)."""
-    codes = index.session_codes(slots)
-    if codes is None or scores.size < 2:
+    if scores.size < 2:
+        return scores
+    at = _top_by_order(pool, chosen, scores, fusion.session_pool + _TIE_MARGIN)
+    codes = _session_codes(pool, index, chosen[at])
+    if codes is None:
+        return scores
+    # Python floats (the same IEEE doubles, without a numpy scalar per operation): ~40 hits.
+    values, sessions = scores[at].tolist(), codes.tolist()
+    # Only a session holding a strong hit lends anything (the gate): usually one or two of the
+    # ~20 among the best, so the others cost no more work. The best hit is among `at`.
+    strong = fusion.session_strong * max(values)
+    lending = {code for code, value in zip(sessions, values, strict=True) if value >= strong}
+    lending.discard(0)
+    if not lending:
         return scores
     groups: dict[int, list[int]] = {}
-    for i, code in enumerate(codes.tolist()):
-        if code:
-            groups.setdefault(code, []).append(i)
-    out = scores
-    strong = fusion.session_strong * float(scores.max())
+    for j, code in enumerate(sessions):
+        if code in lending:
+            groups.setdefault(code, []).append(j)
+    supported = list(values)
     for members in groups.values():
-        if len(members) < 2:
-            continue
-        ranked = sorted(members, key=lambda i: -float(scores[i]))
-        first, second = float(scores[ranked[0]]), float(scores[ranked[1]])
-        for n, i in enumerate(ranked):
-            other = second if n == 0 else first
-            if max(other, float(scores[i])) >= strong:
-                if out is scores:
-                    out = scores.copy()
-                out[i] += fusion.session * other
+        if len(members) > 1:
+            _lend(values, supported, members, fusion.session)
+    out = scores.copy()
+    out[at] = supported
     return out
 
 
@@ -1512,6 +1516,81 @@ def _sort_hits(hits: list[Hit]) -> None:
         hits.sort(key=_SCORE, reverse=True)
     else:
         hits.sort(key=lambda hit: (-hit.score, -hit.memory.last_stated_at, hit.memory.id))
+
+
+def _lend(values: list[float], out: list[float], members: list[int], session: float) -> None:
+    """Into `out`: the support of one session's `members` (indices into `values`), the best of
+    which is a strong hit (so every member passes the gate: the better of any two is it)."""
+    ranked = sorted(members, key=values.__getitem__, reverse=True)
+    first, second = values[ranked[0]], values[ranked[1]]
+    out[ranked[0]] += session * second
+    for before, i in itertools.pairwise(ranked):
+        out[i] += session * first
+        # Rounding (or `session` 1) can close a gap of an ulp or so into a tie, which the final
+        # order would break by recency, maybe the other way: the lower one stays just under the
+        # one before it, and a tie stays one.
+        if values[i] == values[before]:
+            out[i] = out[before]
+        elif out[i] >= out[before]:
+            out[i] = math.nextafter(out[before], -math.inf)
+
+
+def _session_codes(pool: Pool, index: LexicalIndex, rows: Ints) -> Ints | None:
+    """The session of each candidate at `rows` as a small int (0: none; `session_codes`), a
+    retired record's too: history and `as_of` rank it as a turn of its session, as it was when
+    live (a session no live memory was saved in gets a code under 0). None: no sessions."""
+    slots = pool.slots[rows]
+    codes = index.session_codes(slots)
+    retired = (slots < 0).nonzero()[0]
+    if codes is None or not retired.size:
+        return codes
+    unknown: dict[str, int] = {}
+    for j, record in zip(retired.tolist(), pool.memories(rows[retired].tolist()), strict=True):
+        name = record.source.session_id if record.source is not None else None
+        if name:
+            codes[j] = index.session_code(name) or unknown.setdefault(name, -1 - len(unknown))
+    return codes
+
+
+def _top_by_order(pool: Pool, chosen: Ints, scores: Floats, take: int) -> Ints:
+    """Indices (into `scores`, of the pool's `chosen`) of the `take` best, a tie at the last
+    place broken as the final sort breaks it (newest statement, then id): never by position,
+    which differs between a pool scored whole and its contenders, and with the order memories
+    were indexed in (after a restart, an import). `_top_tied`'s rule, over any rows."""
+    if take >= scores.size:
+        return np.arange(scores.size)
+    kth = kth_value(scores, scores.size - take)
+    above = (scores > kth).nonzero()[0]
+    tied = (scores == kth).nonzero()[0]
+    need = take - above.size
+    if tied.size > need:  # more tie at the last place than it has room for (rare)
+        stated = pool.signal("stated_at", chosen[tied])
+        last = stated[np.argpartition(-stated, need - 1)[need - 1]]  # the need-th newest
+        newer, level = tied[stated > last], tied[stated == last]
+        if newer.size + level.size > need:  # the newest tie too: by id
+            # The few smallest ids, read from the index's slots (no memory looked up) and not
+            # sorted whole: a bank of look-alikes can tie thousands here.
+            ids = _ids(pool, chosen[level])
+            first = heapq.nsmallest(need - newer.size, zip(ids, range(len(ids)), strict=True))
+            level = level[[j for _, j in first]]
+        tied = np.concatenate((newer, level))
+    return np.concatenate((above, tied))
+
+
+def _ids(pool: Pool, rows: Ints) -> list[str]:
+    """The ids of the candidates at `rows`: a live one's from its index slot, a retired
+    record's from the record."""
+    positions = rows.tolist()
+    if pool.index is None:
+        return [pool.memory(i).id for i in positions]
+    ids = pool.index.slot_ids()
+    slots = pool.slots[rows].tolist()
+    if not pool.retired:  # every slot live: one C-level pass
+        return list(map(ids.__getitem__, slots))
+    return [
+        ids[slot] if slot >= 0 else pool.memory(i).id
+        for i, slot in zip(positions, slots, strict=True)
+    ]
 
 
 def rank(
