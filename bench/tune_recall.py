@@ -36,6 +36,7 @@ from memory_worker.adapters.embedders import load_local  # noqa: E402
 from memory_worker.adapters.logs import configure_logging  # noqa: E402
 from memory_worker.app.ports import QueryEmbedder  # noqa: E402
 from memory_worker.app.service import MemoryService  # noqa: E402
+from memory_worker.core.text import answer_type  # noqa: E402
 from memory_worker.search import index as bm25  # noqa: E402
 from memory_worker.search.ranking import RecallMode, RecallQuery, candidates, order  # noqa: E402
 from memory_worker.search.scoring import Fusion, FusionMethod  # noqa: E402
@@ -53,6 +54,28 @@ class Loaded:
     keys: dict[str, str]  # memory id -> dia_id
     vectors: list[tuple[float, ...] | None]  # per question
     duplicate_cosine: float  # the embedder's paraphrase threshold, as the service passes it
+    # Per question, its answer type embedded alone (`core.text.answer_type`), as recall does.
+    types: list[tuple[float, ...] | None] = dataclasses.field(default_factory=list)
+
+
+async def _query_vectors(
+    embedder: Any, texts: list[str]
+) -> tuple[list[tuple[float, ...] | None], list[tuple[float, ...] | None]]:
+    """Each question's vector and its answer type's (None: no embedder, or no list question),
+    embedded as the service embeds a query."""
+
+    async def one(text: str) -> tuple[float, ...]:
+        if isinstance(embedder, QueryEmbedder):
+            return tuple(await embedder.embed_query(text))
+        return tuple((await embedder.embed([text]))[0])
+
+    vectors: list[tuple[float, ...] | None] = []
+    types: list[tuple[float, ...] | None] = []
+    for text in texts:
+        kind = answer_type(text)
+        vectors.append(None if embedder is None else await one(text))
+        types.append(None if embedder is None or kind is None else await one(kind))
+    return vectors, types
 
 
 async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Loaded]:
@@ -64,17 +87,10 @@ async def _load(convs: list[Conversation], embedder: Any, root: Path) -> list[Lo
         rows = [row(name, f"fp{i:016x}", d) for i, d in enumerate(conv.turns)]
         await service.import_records(name, rows)
         await service.settle()
-        vectors: list[tuple[float, ...] | None] = []
-        for q in conv.questions:
-            if embedder is None:
-                vectors.append(None)
-            elif isinstance(embedder, QueryEmbedder):
-                vectors.append(tuple(await embedder.embed_query(q.text)))
-            else:
-                vectors.append(tuple((await embedder.embed([q.text]))[0]))
+        vectors, types = await _query_vectors(embedder, [q.text for q in conv.questions])
         keys = {f"fp{i:016x}": d.key for i, d in enumerate(conv.turns)}
         duplicate = float(getattr(getattr(embedder, "inner", None), "duplicate_cosine", 0.75))
-        out.append(Loaded(conv, store.get(name), keys, vectors, duplicate))
+        out.append(Loaded(conv, store.get(name), keys, vectors, duplicate, types))
     return out
 
 
@@ -95,7 +111,9 @@ def evaluate(
     per: dict[int, list[float]] = {c: [] for c in CATEGORIES}
     for i in indices:
         item = loaded[i]
-        for n, (q, vector) in enumerate(zip(item.conv.questions, item.vectors, strict=True)):
+        for n, (q, vector, kind) in enumerate(
+            zip(item.conv.questions, item.vectors, item.types, strict=True)
+        ):
             relevant = {d.key for d in item.conv.turns if d.evidence & q.evidence}
             if not relevant:
                 continue
@@ -107,6 +125,7 @@ def evaluate(
                 mode=mode,
                 as_of=item.conv.as_of,
                 vector=vector if semantic else None,
+                type_vector=kind if semantic else None,
                 fusion=fusion,
                 duplicate_cosine=item.duplicate_cosine,
                 threshold=threshold,
@@ -114,7 +133,7 @@ def evaluate(
             # Everything `candidates` reads of the weights (the rest only orders the pool).
             key = (
                 i, n, str(mode), semantic, fusion.semantic_reference, fusion.center,
-                fusion.entity_center, fusion.question_form,
+                fusion.entity_center, fusion.question_form, fusion.answer_type,
                 fusion.expand_docs, fusion.expand_terms, fusion.expand_weight, fusion.expand_vector,
                 threshold,
             )  # fmt: skip
@@ -137,6 +156,7 @@ class GoldenLoaded:
     key_of: dict[str, str]  # memory id -> persona key
     vectors: list[tuple[float, ...] | None]
     duplicate_cosine: float
+    types: list[tuple[float, ...] | None]  # per query, its answer type's vector (`_load`)
 
 
 async def _load_golden(embedder: Any, root: Path) -> GoldenLoaded:
@@ -145,17 +165,11 @@ async def _load_golden(embedder: Any, root: Path) -> GoldenLoaded:
     golden = rq.load()
     async with rq.open_service(root, golden.as_of_ms, embedder) as service:
         ids = await rq.build_bank(service, golden)
-        vectors: list[tuple[float, ...] | None] = []
-        for q in golden.queries:
-            if embedder is None:
-                vectors.append(None)
-            elif isinstance(embedder, QueryEmbedder):
-                vectors.append(tuple(await embedder.embed_query(q.query)))
-            else:
-                vectors.append(tuple((await embedder.embed([q.query]))[0]))
+        vectors, types = await _query_vectors(embedder, [q.query for q in golden.queries])
         bank = service.store.get(rq.BANK)
         duplicate = float(getattr(getattr(embedder, "inner", None), "duplicate_cosine", 0.75))
-        return GoldenLoaded(golden, bank, {v: k for k, v in ids.items()}, vectors, duplicate)
+        key_of = {v: k for k, v in ids.items()}
+        return GoldenLoaded(golden, bank, key_of, vectors, duplicate, types)
 
 
 def evaluate_golden(
@@ -165,7 +179,7 @@ def evaluate_golden(
     from tests import recall_quality as rq
 
     scores = []
-    for q, vector in zip(item.golden.queries, item.vectors, strict=True):
+    for q, vector, kind in zip(item.golden.queries, item.vectors, item.types, strict=True):
         if half != "all" and q.half != half:
             continue
         query = RecallQuery(
@@ -175,6 +189,7 @@ def evaluate_golden(
             half_life_days=HALF_LIFE_DAYS,
             mode=mode,
             vector=vector if semantic else None,
+            type_vector=kind if semantic else None,
             fusion=fusion,
             duplicate_cosine=item.duplicate_cosine,
         )

@@ -20,6 +20,7 @@ from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
 from memory_worker.core.lanes import embedding_text
 from memory_worker.core.models import Memory
+from memory_worker.core.text import answer_type
 from memory_worker.search.lanes import LANES, LaneQuery
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
@@ -117,6 +118,18 @@ class EmbeddingWork(ServiceBase):
         if self.embedder is not embedder or embedder.model != model:
             return None  # the model changed while the query was embedded
         return tuple(vector) if vector else None
+
+    async def _type_vector(
+        self, text: str, bank: Bank | None, vector: tuple[float, ...] | None
+    ) -> tuple[float, ...] | None:
+        """A list question's answer type embedded alone (`core.text.answer_type`: "European
+        countries" of "What European countries has Maria been to?"), for the hybrid's semantic
+        arm (`Fusion.answer_type`); None when the question is no list question or its own
+        vector is None (no second embedding a recall could not use)."""
+        if vector is None:
+            return None
+        kind = answer_type(text)
+        return None if kind is None else await self._query_vector(kind, bank)
 
     def _query_timeout_s(self) -> float | None:
         """How long a query-time embedding may take: its own timeout, cut to the caller's

@@ -130,6 +130,9 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         category = prepare_category(req.category)
         if req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
+        kind = None
+        if req.mode is RecallMode.HYBRID:
+            kind = await self._type_vector(req.query, bank, vector)
         weights, threshold = self._lane_policy(bank)
         lanes = LaneQuery(context=req.context, intention=req.intention)
         if vector is not None and req.mode is RecallMode.HYBRID:
@@ -150,6 +153,7 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
             subject=subject,
             category=category,
             vector=vector,
+            type_vector=kind,
             duplicate_cosine=self._duplicate_cosine(vector),
             lanes=lanes,
             lane_weights=weights,
@@ -220,6 +224,7 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
         scoped, subject = self.scope_of(bank, subject, SYSTEM)
         vector = await self._query_vector(query, bank)
+        kind = await self._type_vector(query, bank, vector)
         now_ms = self.clock()
         # Lessons reach a turn through the tool calls they are anchored to, once per
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.
@@ -240,6 +245,7 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
                 scoped=scoped,
                 subject=subject,
                 vector=vector,
+                type_vector=kind,
                 duplicate_cosine=self._duplicate_cosine(vector),
                 lanes=lanes if lanes is not None else LaneQuery(),
                 lane_weights=weights,

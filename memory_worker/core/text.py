@@ -18,6 +18,7 @@ __all__ = [
     "FIRST_PERSON",
     "STOPWORDS",
     "USER_ENTITY",
+    "answer_type",
     "asks",
     "collapse_whitespace",
     "fingerprint",
@@ -135,6 +136,36 @@ def asks(text: str) -> bool:
     """Whether `text` asks something (holds a question mark): a stated fact never does, a
     conversation turn often does, and what answers it is the turn after."""
     return any(mark in text for mark in _QUESTION_MARKS)
+
+
+# A list question names the kind of thing it wants before its verb: "What European countries has
+# Maria been to?", "Which books does Tim read?", "What kinds of games have you tried?". The
+# answers name instances ("Spain", "England") and rarely the kind; the kind is the part of the
+# question a semantic arm can carry to them. English only: a plural noun of one to three words
+# ending in "s", then an auxiliary (a Portuguese question leaves it undetected: no answer type).
+_LIST_QUESTION = re.compile(
+    r"^\s*(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
+    r"((?:[a-z-]+\s+){0,2}?[a-z-]+s)\s+(?:has|have|does|do|did|is|are)\s",
+    re.IGNORECASE,
+)
+
+
+# Not a kind of thing: a singular noun ending in "ss" ("What workout class did she start?"),
+# and units of time, whose answers are times ("which days do I commute?": the dates' machinery).
+_NOT_A_KIND = re.compile(
+    r"(?:ss|\b(?:days|weeks|weekends|months|years|times|hours|minutes|dates|nights|mornings|"
+    r"evenings|afternoons|seasons|decades))$",
+    re.IGNORECASE,
+)
+
+
+def answer_type(question: str) -> str | None:
+    """The kind of thing a list question asks for ("European countries" of "What European
+    countries has Maria been to?"), as written; None when `question` is not one."""
+    found = _LIST_QUESTION.match(question)
+    if found is None or _NOT_A_KIND.search(found.group(1)):
+        return None
+    return found.group(1)
 
 
 def tokenize(text: str) -> list[str]:

@@ -113,6 +113,9 @@ class RecallQuery:
     subject: str | None = None
     category: str | None = None  # only this kind (`fact` includes memories saved without one)
     vector: tuple[float, ...] | None = None  # the query's embedding, when an embedder answered
+    # A list question's answer type embedded alone (`core.text.answer_type`), blended into
+    # `vector` by `Fusion.answer_type` (hybrid only); None: not a list question, or no embedder.
+    type_vector: tuple[float, ...] | None = None
     duplicate_cosine: float = DUPLICATE_COSINE  # the embedder's paraphrase threshold
     fusion: Fusion = DEFAULT_FUSION
     lanes: LaneQuery = NO_LANES  # the situation asked about (hybrid recall only)
@@ -1109,7 +1112,8 @@ def candidates(
         # The hybrid's arm ranks by what sets a memory apart from the bank's others (centred
         # cosine); `mode=semantic` stays plain cosine, the score its callers threshold on.
         if query.mode is RecallMode.HYBRID:
-            vector = _without_form(memories, index, query.vector, query.fusion.question_form)
+            vector = _with_answer_type(query.vector, query.type_vector, query.fusion.answer_type)
+            vector = _without_form(memories, index, vector, query.fusion.question_form)
             centre = _centre(index, tally, query.fusion.entity_center)
             cosines = index.centered_cosine(vector, query.fusion.center, centre)
         else:
@@ -1140,6 +1144,18 @@ def candidates(
             pool.similarity = _similarity(pool, index, reference)
     pool.expired = bool(expired.size) and query.as_of is None
     return pool
+
+
+def _with_answer_type(
+    vector: tuple[float, ...], kind: tuple[float, ...] | None, share: float
+) -> tuple[float, ...]:
+    """`vector` with `share` of it given to the answer type's (`Fusion.answer_type`): a list
+    question's answers name instances of the kind it asks for and rarely its other words. The
+    same vector without a type, a share of 0, or a type of another length (another model)."""
+    if kind is None or share <= 0.0 or len(kind) != len(vector):
+        return vector
+    blended = (1.0 - share) * np.asarray(vector, np.float64) + share * np.asarray(kind, np.float64)
+    return tuple(blended.tolist())
 
 
 def _stand_in_for_missing_vectors(pool: Pool, index: LexicalIndex) -> None:

@@ -123,6 +123,12 @@ class Fusion:
     # over the vectors (rank() with vectors ~2x) and the golden gate's report half fell (hit@3
     # 0.821 → 0.795): a gain on the tuned half only.
     expand_vector: float = 0.0
+    # A list question's answer type ("countries" of "What European countries has Maria been
+    # to?", `core.text.answer_type`), embedded alone (`RecallQuery.type_vector`), takes this
+    # share of the query vector: the answers name instances ("Spain", "England"), which sit
+    # nearer the kind than the whole question does. 0: off. Chosen on LoCoMo 0-4
+    # (`bench/tune_recall.py --grid 'answer_type=…'`, docs/BENCHMARKS.md "Answer types").
+    answer_type: float = 0.5
     # Conversational context: a hit among the best `context_anchors` that asks a question lends
     # `context` × its score to the `context_span` memories saved after it in its session: the
     # answer to "what got you into running?" is the turn after it ("my kids wanted a hobby"),

@@ -1,0 +1,159 @@
+"""A list question ("What European countries has Maria been to?") is answered by memories that
+name instances of the kind it asks for ("a trip to Spain", "that castle in England"), which
+rarely share its words or sit near the whole question's embedding. The kind is embedded alone
+(`core.text.answer_type`, `RecallQuery.type_vector`) and takes `Fusion.answer_type` of the
+hybrid's query vector; any other question is ranked exactly as before."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from memory_worker.app import catalog
+from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.core.text import answer_type
+from memory_worker.search.index import LexicalIndex
+from memory_worker.search.ranking import RecallMode, RecallQuery, indexed, rank
+from memory_worker.search.scoring import Fusion
+from memory_worker.storage.store import Store
+
+from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("What European countries has Maria been to?", "European countries"),
+        ("What exercises has John done?", "exercises"),
+        ("what instruments does Tim play?", "instruments"),
+        ("Which US cities does John mention visiting?", "US cities"),
+        ("What kinds of games have you tried?", "games"),
+        ("What activities does Melanie partake in?", "activities"),
+    ],
+)
+def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) -> None:
+    assert answer_type(question) == kind
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is Joanna allergic to?",
+        "which days do I have to commute?",  # a unit of time: answered by times, not instances
+        "What type of workout class did Maria start doing?",  # "-ss": singular
+        "What has John cooked?",
+        "What does Joanna do to relax?",
+        "How many dogs has Maria adopted?",
+        "What are Nate's favorite desserts?",
+        "Quais países a Maria visitou?",
+        "where do I live now",
+        "",
+    ],
+)
+def test_any_other_question_names_no_kind(question: str) -> None:
+    assert answer_type(question) is None
+
+
+DIM = 32
+COMMON, ASKED, KIND = 0, 1, 2  # shared by all; what the question's words are about; the kind
+TOPICS = range(3, DIM)
+
+
+def _e(i: int) -> np.ndarray:
+    e = np.zeros(DIM)
+    e[i] = 1.0
+    return e
+
+
+def _unit(v: np.ndarray) -> tuple[float, ...]:
+    return tuple((v / np.linalg.norm(v)).astype(np.float32).tolist())
+
+
+def _bank() -> tuple[dict[str, Memory], LexicalIndex]:
+    """Turns about what the question's words are about, each on a topic of its own, and one
+    that names an instance of the kind asked for (near the kind, far from the words)."""
+    memories: dict[str, Memory] = {}
+    index = LexicalIndex()
+
+    def add(mid: str, vector: np.ndarray) -> None:
+        memories[mid] = Memory(
+            id=mid, text="we said something", confidence=Confidence.STATED,
+            created_at=1, updated_at=1,
+        )  # fmt: skip
+        index.add_doc(indexed(memories[mid]))
+        index.set_vector(mid, list(_unit(vector)))
+
+    for i in range(12):
+        add(f"about{i}", _e(COMMON) + _e(ASKED) + 0.7 * _e(TOPICS[i]))
+    for i in range(12, 24):
+        add(f"other{i}", _e(COMMON) + _e(TOPICS[i]))
+    add("instance", _e(COMMON) + _e(KIND) + 0.3 * _e(ASKED))
+    return memories, index
+
+
+QUESTION = _unit(_e(COMMON) + _e(ASKED) + 0.3 * _e(KIND))
+THE_KIND = _unit(_e(KIND))
+
+
+def _ask(
+    memories: dict[str, Memory],
+    index: LexicalIndex,
+    kind: tuple[float, ...] | None,
+    **fusion: float,
+) -> list[tuple[str, float]]:
+    query = RecallQuery(
+        text="zzz", limit=3, now_ms=2, half_life_days=60.0, mode=RecallMode.HYBRID,
+        vector=QUESTION, type_vector=kind, fusion=dataclasses.replace(Fusion(), **fusion),
+    )  # fmt: skip
+    return [(hit.memory.id, hit.score) for hit in rank(memories, index, query)]
+
+
+def test_the_answer_type_brings_an_instance_of_the_kind_into_the_hits() -> None:
+    memories, index = _bank()
+    without = [mid for mid, _ in _ask(memories, index, None)]
+    assert "instance" not in without  # the question's other words pulled their own turns first
+    assert "instance" in [mid for mid, _ in _ask(memories, index, THE_KIND)]
+
+
+def test_without_a_kind_or_with_the_share_off_the_ranking_is_exactly_as_before() -> None:
+    memories, index = _bank()
+    before = _ask(memories, index, None)
+    assert _ask(memories, index, THE_KIND, answer_type=0.0) == before
+    assert _ask(memories, index, THE_KIND[:-1]) == before  # another model's width: ignored
+
+
+class _Countries(FakeEmbedder):
+    CONCEPTS: ClassVar[dict[str, str]] = {
+        **FakeEmbedder.CONCEPTS, "countries": "country", "spain": "country", "england": "country",
+    }  # fmt: skip
+
+
+async def test_recall_embeds_a_list_questions_kind_alone_and_nothing_more_for_others(
+    store: Store, clock: FixedClock
+) -> None:
+    embedder = _Countries()
+    service = MemoryService(
+        store, Settings(), emitter=RecordingEmitter(), clock=clock, embedder=embedder
+    )
+    for text in ("Spain was lovely last year", "Lunch is at noon", "The bus was late"):
+        await catalog.call(service, "memory::save", {"text": text})
+    await service.settle()
+    embedder.calls.clear()
+    result = await catalog.call(
+        service, "memory::recall", {"query": "What countries has she been to?"}
+    )
+    assert embedder.calls == [["What countries has she been to?"], ["countries"]]
+    assert [h["memory"]["text"] for h in result["memories"]][:1] == ["Spain was lovely last year"]
+    embedder.calls.clear()
+    await catalog.call(service, "memory::recall", {"query": "when is lunch?"})
+    assert embedder.calls == [["when is lunch?"]]
+    embedder.calls.clear()
+    await catalog.call(
+        service, "memory::recall", {"query": "What countries has she been to?", "mode": "semantic"}
+    )
+    assert embedder.calls == [["What countries has she been to?"]]  # the hybrid's arm only
