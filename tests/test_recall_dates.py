@@ -75,14 +75,15 @@ def test_a_question_naming_no_time_ranks_as_without_the_boost() -> None:
 
 
 def test_a_memory_whose_own_words_point_into_the_named_month_counts() -> None:
-    """Said on 18 April, "last month" is March: a question about March finds it."""
+    """Said on 18 April, "last month" is March: a question about March finds it, with the told
+    span on (`Fusion.span_told`, off by default: it reads texts at query time)."""
     convention = _memory(
         "conv", "My colleagues and I went to a convention last month", "2022-04-18"
     )
     other = _memory("other", "My colleagues and I went to a convention downtown", "2022-06-02")
     memories = (convention, other)
     question = "what did I go to with my colleagues in March 2022?"
-    assert _rank(question, memories=memories)[0] == "conv"
+    assert _rank(question, Fusion(span_told=True), memories=memories)[0] == "conv"
     assert _rank(question, Fusion(span_told=False), memories=memories)[0] == "other"
 
 

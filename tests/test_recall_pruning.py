@@ -112,6 +112,7 @@ def test_pruned_order_is_the_order_of_every_candidate_scored(
         Fusion(min_relevance=0.3),
         Fusion(entity=2.0, pinned=1.0, corroboration=0.5),
         Fusion(dated=0.0),
+        Fusion(span_told=True),  # off by default; its bound reads no text either
     ],
 )
 def test_pruning_holds_for_other_weights_and_filters(
