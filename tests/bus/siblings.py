@@ -186,8 +186,18 @@ class SdkWorker:
         self.close()
 
     def _provide(self, type_id: str, description: str, store: BindingStore) -> None:
-        with legacy_triggers():
-            self.client.register_trigger_type({"id": type_id, "description": description}, store)
+        """On the SDK's loop, as the memory worker does (`provide_trigger_types`): called from
+        this thread, the SDK sends the registration before it stores `store`, and a binding
+        parked at the engine (the memory worker bound before we came) replayed in between is
+        dropped unanswered."""
+
+        async def register() -> None:
+            with legacy_triggers():
+                self.client.register_trigger_type(
+                    {"id": type_id, "description": description}, store
+                )
+
+        asyncio.run_coroutine_threadsafe(register(), self.client._loop).result(timeout=30)
 
     def _bind(
         self, trigger_type: str, function_id: str, config: JSON, metadata: JSON | None = None

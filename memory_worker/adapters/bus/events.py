@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "BindingTable",
     "BusEmitter",
     "forget_bindings_on_reconnect",
+    "provide_trigger_types",
 ]
 
 log = get_logger(__name__)
@@ -148,6 +150,36 @@ class BindingTable(TriggerHandler[Any]):
                 if only_bank in (None, bank)
                 and (subject is None or only_subject is None or same_subject(only_subject, subject))
             ]
+
+
+async def provide_trigger_types(client: III, tables: dict[str, BindingTable]) -> None:
+    """Register `TRIGGER_TYPES`, each with the table that holds its bindings, on the SDK's loop.
+
+    The engine answers a trigger type's registration by replaying at once the bindings it parked
+    while no provider was there (after every restart: the consolidation sibling's). iii-sdk 0.25's
+    `register_trigger_type` sends the registration first and stores the handler after, on the
+    caller's thread, while its own loop thread reads the socket: a replay read in between finds
+    no handler and is dropped unanswered, so that binding got no event until its owner rebound.
+    On the SDK's loop the store happens before the loop can send or read anything."""
+
+    def register() -> None:
+        with warnings.catch_warnings():  # 0.25 deprecates trigger types; siblings still use them
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for trigger_type, description in TRIGGER_TYPES.items():
+                client.register_trigger_type(
+                    {
+                        "id": trigger_type,
+                        "description": description,
+                        "trigger_request_format": CONFIG_SCHEMA,
+                    },
+                    tables[trigger_type],
+                )
+
+    async def on_sdk_loop() -> None:
+        register()
+
+    # The SDK has no public handle on its loop; `_loop` is the one its socket is read on.
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(on_sdk_loop(), client._loop))
 
 
 def forget_bindings_on_reconnect(client: III, tables: dict[str, BindingTable]) -> None:

@@ -40,11 +40,11 @@ from pydantic import ValidationError
 from memory_worker.adapters import console
 from memory_worker.adapters.bus import catalog as bus_catalog
 from memory_worker.adapters.bus.events import (
-    CONFIG_SCHEMA,
     TRIGGER_TYPES,
     BindingTable,
     BusEmitter,
     forget_bindings_on_reconnect,
+    provide_trigger_types,
 )
 from memory_worker.adapters.bus.siblings import (
     FUNCTION_NOT_FOUND,
@@ -287,17 +287,7 @@ class EngineWorker(Stoppable):
 
         tables = {trigger_type: BindingTable(trigger_type) for trigger_type in TRIGGER_TYPES}
         forget_bindings_on_reconnect(client, tables)
-        with warnings.catch_warnings():  # 0.25 deprecates trigger types; siblings still use them
-            warnings.simplefilter("ignore", DeprecationWarning)
-            for trigger_type, description in TRIGGER_TYPES.items():
-                client.register_trigger_type(
-                    {
-                        "id": trigger_type,
-                        "description": description,
-                        "trigger_request_format": CONFIG_SCHEMA,
-                    },
-                    tables[trigger_type],
-                )
+        await provide_trigger_types(client, tables)
         self._emitter = BusEmitter(client, tables)
         service = MemoryService(
             store,
