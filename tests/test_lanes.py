@@ -416,6 +416,45 @@ class TestCapture:
         general = await save(text="Tiles cost 20 euros a box.", subject="")
         assert "context" not in general and "intention" not in general
 
+    async def test_a_save_after_the_speakers_erasure_carries_none_of_the_turns_words(
+        self, service: MemoryService
+    ) -> None:
+        """`memory::forget-subject` wins over what was read before it. The turn's window and
+        message, read by the hook before Ana's erasure, were still stored as the lanes of her
+        agent's next save in that turn: her erased words on disk again. A later hook's reading
+        (after the erasure) is hers to keep."""
+        from memory_worker.adapters.bus import worker
+        from memory_worker.app import catalog
+        from memory_worker.harness.pregenerate import PreGenerate, TurnSituations
+
+        from .test_pregenerate import Hooked
+
+        hooked, situations = Hooked(service), TurnSituations()
+        hooked.hook = PreGenerate(service, hooked.resolver, hooked.state, situations=situations)
+        hooked.sessions.add("s1")
+        hooked.sessions.metas["s1"]["metadata"]["memory_subject"] = "ana"
+        await hooked.step("s1", "I was diagnosed with asthma last week.", turn="t1")
+        await call(
+            service,
+            "memory::forget-subject",
+            {"bank": "main", "subject": "ana", "confirm": "destructive"},
+        )
+
+        async def save(text: str, turn: str) -> dict[str, Any]:
+            spec, metadata = catalog.find("memory::save"), {"session_id": "s1", "turn_id": turn}
+            data, caller = await worker.turn_call(
+                spec, {"bank": "main", "text": text}, metadata, hooked.resolver, situations
+            )
+            return (await call(service, "memory::save", data, caller))["memory"]
+
+        saved = await save("The user likes green tea.", "t1")
+        assert saved["subject"] == "ana"
+        assert "context" not in saved and "intention" not in saved
+        service.clock.advance(1000)  # type: ignore[attr-defined]
+        await hooked.step("s1", "Now I drink green tea every day.", turn="t2")
+        later = await save("The user drinks tea daily.", "t2")
+        assert later["intention"] == "Now I drink green tea every day."
+
 
 class TestLaneVectors:
     async def _service(

@@ -6,8 +6,10 @@ hybrid's query vector; any other question is ranked exactly as before."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from typing import ClassVar
+import time
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
+from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.core.text import answer_type
 from memory_worker.search.index import LexicalIndex
@@ -34,6 +37,15 @@ from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
         ("Which US cities does John mention visiting?", "US cities"),
         ("What kinds of games have you tried?", "games"),
         ("What activities does Melanie partake in?", "activities"),
+        ("So, what European countries has Maria been to?", "European countries"),
+        ("and which books does Tim read?", "books"),
+        ("WHAT BOOKS DOES TIM READ?", "books"),  # shouted: the kind as a word, not an acronym
+        ("What classes has Ana taken?", "classes"),
+        ("Which files are in the repo?", "files"),
+        ("What series has Tim watched?", "series"),
+        ("What events for veterans has John joined?", "events for veterans"),
+        ("Which places or events has Calvin visited?", "places or events"),
+        ("What kids’ books does Ana read?", "kids’ books"),
     ],
 )
 def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) -> None:
@@ -53,6 +65,19 @@ def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) ->
         "Quais países a Maria visitou?",
         "where do I live now",
         "",
+        # An auxiliary, a determiner or a preposition is no part of a kind: the regex took
+        # "do her parents" and "of the dogs" as one.
+        "What do her parents do for a living?",
+        "What did the kids do at the park?",
+        "What do the Smiths have planned?",
+        "Which of the dogs is older?",
+        # A singular or uncountable noun ending in "s" is no list.
+        "What status does the order have?",
+        "What bus does Ana take to work?",
+        "What analysis is done on the data?",
+        "What physics does the game use?",
+        "What is Ana's address?",
+        "What kind of dream did James have recently?",
     ],
 )
 def test_any_other_question_names_no_kind(question: str) -> None:
@@ -157,3 +182,85 @@ async def test_recall_embeds_a_list_questions_kind_alone_and_nothing_more_for_ot
         service, "memory::recall", {"query": "What countries has she been to?", "mode": "semantic"}
     )
     assert embedder.calls == [["What countries has she been to?"]]  # the hybrid's arm only
+
+
+async def test_a_kind_asked_again_is_not_embedded_again(store: Store, clock: FixedClock) -> None:
+    embedder = _Countries()
+    service = MemoryService(
+        store, Settings(), emitter=RecordingEmitter(), clock=clock, embedder=embedder
+    )
+    await catalog.call(service, "memory::save", {"text": "Spain was lovely last year"})
+    await service.settle()
+    embedder.calls.clear()
+    first = await catalog.call(
+        service, "memory::recall", {"query": "What countries has she been to?"}
+    )
+    again = await catalog.call(service, "memory::recall", {"query": "Which countries did Tim see?"})
+    assert embedder.calls == [
+        ["What countries has she been to?"],
+        ["countries"],
+        ["Which countries did Tim see?"],
+    ]
+    assert again["memories"][0]["memory"]["id"] == first["memories"][0]["memory"]["id"]
+
+
+class _KindTrouble(_Countries):
+    """The question embeds (after `delay_s`); its answer type fails, or never comes back."""
+
+    def __init__(self, *, delay_s: float = 0.0, hang: bool = False) -> None:
+        super().__init__()
+        self.delay_s, self.hang = delay_s, hang
+
+    async def embed(self, texts: Any) -> list[list[float]]:
+        if list(texts) == ["countries"]:
+            self.calls.append(list(texts))
+            if self.hang:
+                await asyncio.Event().wait()  # cancelled by the timeout
+            raise SiblingUnavailable("router::embed: the provider went away")
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)  # a slow model, not a wait for work
+        return await super().embed(texts)
+
+
+async def _trouble(
+    store: Store, clock: FixedClock, embedder: _KindTrouble, timeout_s: float = 2.0
+) -> MemoryService:
+    service = MemoryService(
+        store, Settings(), emitter=RecordingEmitter(), clock=clock, embedder=embedder
+    )
+    service.query_embed_timeout_s = timeout_s
+    for text in ("Spain was lovely last year", "Lunch is at noon"):
+        await catalog.call(service, "memory::save", {"text": text})
+    await service.settle()
+    embedder.calls.clear()
+    return service
+
+
+async def test_a_failing_answer_type_leaves_the_hybrid_on_the_questions_vector(
+    store: Store, clock: FixedClock
+) -> None:
+    embedder = _KindTrouble()
+    service = await _trouble(store, clock, embedder)
+    result = await catalog.call(
+        service, "memory::recall", {"query": "What countries has she been to?"}
+    )
+    assert embedder.calls == [["What countries has she been to?"], ["countries"]]
+    assert result["retrieval"] == "bm25-entity-semantic"  # the question's vector ran it
+    assert result["memories"][0]["memory"]["text"] == "Spain was lovely last year"
+
+
+async def test_the_answer_type_gets_only_what_is_left_of_the_questions_timeout(
+    store: Store, clock: FixedClock
+) -> None:
+    # The question takes 60% of its timeout; the type then hung for a whole timeout of its
+    # own (1.6 timeouts in all): a recall waits one at most.
+    embedder = _KindTrouble(delay_s=0.6, hang=True)
+    service = await _trouble(store, clock, embedder, timeout_s=1.0)
+    started = time.monotonic()
+    result = await catalog.call(
+        service, "memory::recall", {"query": "What countries has she been to?"}
+    )
+    assert time.monotonic() - started < 1.4
+    assert embedder.calls[-1] == ["countries"]
+    assert result["retrieval"] == "bm25-entity-semantic"
+    assert result["memories"][0]["memory"]["text"] == "Spain was lovely last year"

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import os
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any, TypeVar
 
@@ -185,6 +185,9 @@ class ServiceBase:
         # Evaluations that must measure the semantic arm on a loaded machine raise it.
         self.query_embed_timeout_s = QUERY_EMBED_TIMEOUT_S
         self._embedding: dict[str, asyncio.Task[None]] = {}
+        # List questions' answer types as embedded, by model (`EmbeddingWork._question_vectors`):
+        # a few hundred kinds ("countries", "books") recur, each asked again is not re-embedded.
+        self._kind_vectors: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
         self._reaping: dict[str, asyncio.Task[None]] = {}  # retention's reaps a read asked for
         # Per bank, what the reaper retired since its last `memory::stats` (which reports them),
         # with a weak reference to the bank it was retired in: a bank deleted or reloaded since

@@ -60,6 +60,9 @@ class Caller:
     # 004: conscious writes flow through the same pipeline, association capture included).
     window: str | None = None
     goal: str | None = None
+    # When the hook read them (ms): a save about a subject erased at or after it stores neither
+    # (their words from before the erasure), as `read_at` refuses extraction's.
+    situation_at: int | None = None
     # When what this caller saves was said (ms): extraction's oldest word of the turn it read.
     # A save about a subject erased at or after it is refused: the erasure wins over work queued
     # before it (`storage.erasure.ErasureStamps`). None: saved as it is said, now.
@@ -92,9 +95,10 @@ class Caller:
         """This agent's call as made inside a turn whose speaker is `speaker` (None: nobody)."""
         return dataclasses.replace(self, in_turn=True, speaker=speaker)
 
-    def in_situation(self, window: str | None, goal: str | None) -> Caller:
-        """This call as made in a turn whose window and goal are these (the hook's reading)."""
-        return dataclasses.replace(self, window=window, goal=goal)
+    def in_situation(self, window: str | None, goal: str | None, at: int | None = None) -> Caller:
+        """This call as made in a turn whose window and goal are these (the hook's reading, at
+        `at` ms)."""
+        return dataclasses.replace(self, window=window, goal=goal, situation_at=at)
 
     @classmethod
     def internal(

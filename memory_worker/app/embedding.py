@@ -48,6 +48,10 @@ CATCH_UP_BATCH = 4
 # refused it. Its beginning and its end are kept: a pasted log's question comes before it ("why
 # does this fail:") or after it. The lexical arm still reads the whole query.
 QUERY_EMBED_CHARS = 1_000
+# How many answer types' vectors a service keeps (`_question_vectors`): a list question's kind
+# ("countries", "books") recurs across questions and sessions. ~12 kB each as a tuple of 384
+# floats: ~3 MB at most.
+KIND_VECTORS = 256
 
 
 # When the query-time embeddings of the current call must be over (`time.monotonic()`), if its
@@ -119,17 +123,36 @@ class EmbeddingWork(ServiceBase):
             return None  # the model changed while the query was embedded
         return tuple(vector) if vector else None
 
-    async def _type_vector(
-        self, text: str, bank: Bank | None, vector: tuple[float, ...] | None
-    ) -> tuple[float, ...] | None:
-        """A list question's answer type embedded alone (`core.text.answer_type`: "European
-        countries" of "What European countries has Maria been to?"), for the hybrid's semantic
-        arm (`Fusion.answer_type`); None when the question is no list question or its own
-        vector is None (no second embedding a recall could not use)."""
-        if vector is None:
-            return None
-        kind = answer_type(text)
-        return None if kind is None else await self._query_vector(kind, bank)
+    async def _question_vectors(
+        self, text: str, bank: Bank | None
+    ) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+        """The query's embedding (`_query_vector`) and, for a list question, its answer type's
+        embedded alone (`core.text.answer_type`: "European countries" of "What European
+        countries has Maria been to?"), for the hybrid's semantic arm (`Fusion.answer_type`).
+        The type is None when the question is no list question, when its own vector is None
+        (no second embedding a recall could not use), or when it does not come within what is
+        left of the question's timeout: an enrichment never doubles how long a slow embedder
+        keeps a recall waiting."""
+        started = time.monotonic()
+        vector = await self._query_vector(text, bank)
+        kind = answer_type(text) if vector is not None else None
+        if kind is None:
+            return vector, None
+        embedder = self.embedder
+        key = (embedder.model if embedder is not None else "", kind)
+        cached = self._kind_vectors.get(key)
+        if cached is not None:
+            self._kind_vectors.move_to_end(key)
+            return vector, cached
+        by = started + self.query_embed_timeout_s
+        deadline = _QUERY_DEADLINE.get()
+        with query_deadline(by if deadline is None else min(by, deadline)):
+            typed = await self._query_vector(kind, bank)
+        if typed is not None and embedder is self.embedder:
+            self._kind_vectors[key] = typed
+            while len(self._kind_vectors) > KIND_VECTORS:
+                self._kind_vectors.popitem(last=False)
+        return vector, typed
 
     def _query_timeout_s(self) -> float | None:
         """How long a query-time embedding may take: its own timeout, cut to the caller's

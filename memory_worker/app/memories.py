@@ -70,7 +70,7 @@ class MemoryUseCases(RetentionUseCases):
         tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
         session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         subject, subject_labels = clean_subject(req.subject)
-        window, goal = _situation(req, subject, caller)
+        window, goal = _situation(req, subject, caller, self._erased_at(name, subject))
         card, card_labels = lessons.prepare_card(
             req.category,
             req.title,
@@ -133,6 +133,10 @@ class MemoryUseCases(RetentionUseCases):
         return SaveResponse(
             memory=record, created=created, redacted=sorted(set(labels)), evicted=shown or None
         )
+
+    def _erased_at(self, name: str, subject: str | None) -> int | None:
+        """When `subject` was last erased from bank `name` (ms); None: never, or general."""
+        return None if subject is None else self.store.erasures.erased_at(name, subject)
 
     def _check_not_erased_since(self, name: str, subject: str | None, caller: Caller) -> None:
         """Refuse a save about a subject erased after what it was read from (`Caller.read_at`:
@@ -512,14 +516,19 @@ def _check_untouched(existing: Memory, caller: Caller) -> None:
 
 
 def _situation(
-    req: SaveRequest, subject: str | None, caller: Caller
+    req: SaveRequest, subject: str | None, caller: Caller, erased_at: int | None
 ) -> tuple[str | None, str | None]:
     """The lanes a save stores: the request's, else, for an agent's save inside a turn, the
     turn's window and goal (`Caller.window`/`goal`), as extraction stores a fact's — only on a
     memory about the person speaking (or a general one when nobody is known to be): on a
     general memory the speaker's words would reach every other person's recall and outlive
-    their erasure. A lane given blank stays off."""
+    their erasure. Nor when that person was erased at or after the hook read them
+    (`Caller.situation_at`, `erased_at`): their words from before it. A lane given blank stays
+    off."""
     context, intention = req.context, req.intention
+    read_at = caller.situation_at
+    if read_at is not None and erased_at is not None and read_at <= erased_at:
+        return context, intention
     if caller.in_turn and same_subject(subject, clean_subject(caller.speaker)[0]):
         context = caller.window if context is None else context
         intention = caller.goal if intention is None else intention

@@ -128,11 +128,11 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         vector = None
         scoped, subject = self.scope_of(bank, req.subject, caller)
         category = prepare_category(req.category)
-        if req.mode is not RecallMode.LEXICAL:
-            vector = await self._query_vector(req.query, bank)
         kind = None
         if req.mode is RecallMode.HYBRID:
-            kind = await self._type_vector(req.query, bank, vector)
+            vector, kind = await self._question_vectors(req.query, bank)
+        elif req.mode is not RecallMode.LEXICAL:
+            vector = await self._query_vector(req.query, bank)
         weights, threshold = self._lane_policy(bank)
         lanes = LaneQuery(context=req.context, intention=req.intention)
         if vector is not None and req.mode is RecallMode.HYBRID:
@@ -223,8 +223,7 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         if not settings.inject_memories or not recall:
             return Injection(name, section.text, section.rules, section.truncated, [], None, "none")
         scoped, subject = self.scope_of(bank, subject, SYSTEM)
-        vector = await self._query_vector(query, bank)
-        kind = await self._type_vector(query, bank, vector)
+        vector, kind = await self._question_vectors(query, bank)
         now_ms = self.clock()
         # Lessons reach a turn through the tool calls they are anchored to, once per
         # conversation (`memory::lessons::match`), never as ambient recall: rank past them.

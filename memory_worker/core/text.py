@@ -143,29 +143,52 @@ def asks(text: str) -> bool:
 # answers name instances ("Spain", "England") and rarely the kind; the kind is the part of the
 # question a semantic arm can carry to them. English only: a plural noun of one to three words
 # ending in "s", then an auxiliary (a Portuguese question leaves it undetected: no answer type).
+# A spoken lead-in ("So, what…", "and which…") is passed over.
 _LIST_QUESTION = re.compile(
-    r"^\s*(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
-    r"((?:[a-z-]+\s+){0,2}?[a-z-]+s)\s+(?:has|have|does|do|did|is|are)\s",
+    r"^\s*(?:(?:so|and|but|or|then|also|ok|okay|well|now)\b[\s,]*)*"
+    r"(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
+    r"((?:[^\W\d_][\w'\u2019-]*\s+){0,2}?[a-z-]+s)\s+(?:has|have|does|do|did|is|are)\s",
     re.IGNORECASE,
 )
 
 
 # Not a kind of thing: a singular noun ending in "ss" ("What workout class did she start?"),
-# and units of time, whose answers are times ("which days do I commute?": the dates' machinery).
+# "us" ("status", "bus"; "menus" is lost with them), "sis"/"xis"/"itis" ("analysis"), an
+# uncountable one ("physics"; "news" stays: "What news did Maria share?" is answered by the
+# news), and units of time, whose answers are times ("which days do I commute?": the dates'
+# machinery).
 _NOT_A_KIND = re.compile(
-    r"(?:ss|\b(?:days|weeks|weekends|months|years|times|hours|minutes|dates|nights|mornings|"
-    r"evenings|afternoons|seasons|decades))$",
+    r"(?:ss|us|sis|xis|itis|\b(?:days|weeks|weekends|months|years|times|hours|minutes|dates|"
+    r"nights|mornings|evenings|afternoons|seasons|decades|means|gas|lens|chaos|bias|canvas|"
+    r"atlas|alias|tennis|physics|mathematics|maths|economics|politics|ethics|athletics|"
+    r"gymnastics|this|thus|yes|its|his|hers|ours|yours|theirs|always|perhaps|whereas))$",
     re.IGNORECASE,
+)
+
+# Words no kind holds: an auxiliary, a determiner or a pronoun means the question's verb or
+# object was taken for one ("What do her parents do…" is not asking for "do her parents", nor
+# "Which of the dogs is older?" for "of the dogs"). A preposition or a conjunction may be part
+# of one ("events for veterans", "places or events").
+_NOT_IN_A_KIND = frozenset(
+    """
+    a an the this that these those my your his her its our their some any all every each
+    no do does did is are was were be been has have had i you he she we they me him them
+    """.split()
 )
 
 
 def answer_type(question: str) -> str | None:
     """The kind of thing a list question asks for ("European countries" of "What European
-    countries has Maria been to?"), as written; None when `question` is not one."""
+    countries has Maria been to?"), as written (lowercased when shouted); None when `question`
+    is not one."""
     found = _LIST_QUESTION.match(question)
     if found is None or _NOT_A_KIND.search(found.group(1)):
         return None
-    return found.group(1)
+    kind = found.group(1)
+    if any(word.lower() in _NOT_IN_A_KIND for word in kind.split()):
+        return None
+    # All capitals is a shouted question, not an acronym: the kind as the model reads words.
+    return kind.lower() if kind.isupper() else kind
 
 
 def tokenize(text: str) -> list[str]:

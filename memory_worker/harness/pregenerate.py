@@ -105,22 +105,24 @@ class TurnSituations:
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
-        self._turns: OrderedDict[tuple[str, str], LaneQuery] = OrderedDict()
+        self._turns: OrderedDict[tuple[str, str], tuple[LaneQuery, int]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"<TurnSituations turns={len(self._turns)}>"
 
-    def note(self, session_id: str, turn_id: str, lanes: LaneQuery) -> None:
+    def note(self, session_id: str, turn_id: str, lanes: LaneQuery, at_ms: int) -> None:
+        """`lanes` as read at `at_ms`: a save about a person erased since stores neither."""
         # Also as the session's latest (turn ""): a call whose metadata names no turn is made
         # in the session's newest one.
         for key in ((session_id, turn_id), (session_id, "")):
-            self._turns[key] = lanes
+            self._turns[key] = (lanes, at_ms)
             self._turns.move_to_end(key)
         while len(self._turns) > 2 * self._size:
             self._turns.popitem(last=False)
 
-    def of(self, session_id: str | None, turn_id: str | None) -> LaneQuery | None:
-        """The turn's situation; with no `turn_id`, the session's newest turn's."""
+    def of(self, session_id: str | None, turn_id: str | None) -> tuple[LaneQuery, int] | None:
+        """The turn's situation and when it was read (ms); with no `turn_id`, the session's
+        newest turn's."""
         if not session_id:
             return None
         return self._turns.get((session_id, turn_id or ""))
@@ -320,7 +322,10 @@ class PreGenerate:
         if self._situations is not None and env.turn_id:
             # Each step: the window as it stands when the model may call a memory tool next.
             self._situations.note(
-                session_id, env.turn_id, _lanes(env.messages, _query(env.messages))
+                session_id,
+                env.turn_id,
+                _lanes(env.messages, _query(env.messages)),
+                self._service.clock(),
             )
         if not settings.inject_rules and not settings.inject_memories:
             record, _ = await self._record(session_id)

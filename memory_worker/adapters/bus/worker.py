@@ -639,9 +639,10 @@ async def turn_call(
     strict = not spec.hints.read_only
     speaker = await resolver.subject(caller.session_id, metadata, strict=strict)
     caller = caller.speaking_for(speaker)
-    lanes = situations.of(caller.session_id, caller.turn_id) if situations else None
-    if spec.id == _SAVE and lanes is not None:
-        caller = caller.in_situation(lanes.context, lanes.intention)
+    situation = situations.of(caller.session_id, caller.turn_id) if situations else None
+    if spec.id == _SAVE and situation is not None:
+        lanes, read_at = situation
+        caller = caller.in_situation(lanes.context, lanes.intention, read_at)
     if not isinstance(data, dict) or "subject" not in fields:
         return data, caller
     # Seed 004's `subject_type`/`subject_id` name a subject as `subject` does (the request reads
