@@ -104,3 +104,26 @@ def test_a_relative_time_is_counted_from_the_recall_s_as_of() -> None:
     )
     assert rank(by_id, index, query)[0].memory.id == "aug"
     assert _rank(question)[0] != "aug"  # asked now (December 2022), last month is November
+
+
+def test_a_time_outside_the_calendar_is_no_time_and_fails_no_recall() -> None:
+    """Recall asked "3000 years ago" (before year 1), or "next year" as of 9999, ranks as without
+    the boost; a memory saying "3000 years ago" is read as pointing nowhere (the told span)."""
+    text = "which screenplay was finished 3000 years ago?"
+    assert _rank(text) == _rank(text, Fusion(in_span=0.0))
+    ancient = _memory("old", "A screenplay about dinosaurs, set 3000 years ago", "2022-11-10")
+    memories = (*SCREENPLAYS, ancient)
+    text = "which screenplay did I finish last month?"
+    told = _rank(text, Fusion(span_told=True), memories=memories)
+    assert told == _rank(text, memories=memories)
+    by_id = {m.id: m for m in (*SCREENPLAYS, *FILLER)}
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in by_id.values())
+    answers = [
+        [hit.memory.id for hit in rank(by_id, index, RecallQuery(
+            text="which screenplay will I finish next year?", limit=3, now_ms=NOW_MS,
+            half_life_days=60.0, as_of=253_402_300_799_999, fusion=fusion,
+        ))]
+        for fusion in (DEFAULT_FUSION, Fusion(in_span=0.0))
+    ]  # fmt: skip
+    assert answers[0] == answers[1]

@@ -231,3 +231,137 @@ def test_a_memory_without_a_time_of_its_own_points_nowhere(text: str) -> None:
 def test_a_duration_so_far_states_a_time(text: str, expected: bool) -> None:
     """The answer to "how long…" ("for 3 years now") is dated, as "when…"'s is."""
     assert states_time(text) is expected
+
+
+# The last moment the wire takes for a time (`as_of`, a memory's own dates): 31 December 9999.
+_LAST_MS = 253_402_300_799_999
+
+
+@pytest.mark.parametrize(
+    ("text", "now"),
+    [
+        ("what lived on this island 3000 years ago?", _NOW),
+        ("o que havia aqui há 5000 anos?", _NOW),
+        ("what did I do 99999999999 days ago?", _NOW),
+        ("what will I do next year?", _LAST_MS),
+        ("what is on tomorrow?", _LAST_MS),
+        ("what is due in January?", _LAST_MS),
+    ],
+)
+def test_a_time_outside_the_calendar_names_no_span(text: str, now: int) -> None:
+    """Counted before year 1 or after 9999, a time has no date: no span, where it raised
+    OverflowError / ValueError through every recall asking it (and, with the told span, every
+    memory saying it)."""
+    assert named_span(text, now) is None
+    assert told_span(text, now) is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what happened in the last year of the project?",  # an ordinal, not last year
+        "what did we cut in the last week of the trip?",
+        "what did I eat the last month of school?",
+    ],
+)
+def test_the_last_stretch_of_something_names_no_calendar_span(question: str) -> None:
+    assert named_span(question, _NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "span"),
+    [
+        # Now is Wednesday 20 December 2023: the stretch up to and including today, where "the
+        # past month" was November alone (nothing of December's twenty days) and "the past
+        # year" all of 2022 (nothing of 2023).
+        ("what did I read in the past week?", ("2023-12-13", "2023-12-21")),
+        ("what have I cooked over the past month?", ("2023-11-20", "2023-12-21")),
+        ("where did I travel in the past year?", ("2022-12-20", "2023-12-21")),
+        ("what did I do in the last month?", ("2023-11-20", "2023-12-21")),
+        # "last month" alone stays the calendar one before now's.
+        ("what did I do last month?", ("2023-11-01", "2023-12-01")),
+    ],
+)
+def test_the_past_stretch_is_counted_back_from_today(question: str, span: tuple[str, str]) -> None:
+    assert named_span(question, _NOW) == (_day(span[0]), _day(span[1]))
+
+
+@pytest.mark.parametrize(
+    ("question", "span"),
+    [
+        # Asked in December 2023: January of the year before, not this January.
+        ("what did I do in January last year?", ("2022-01-01", "2022-02-01")),
+        ("o que eu fiz em janeiro do ano passado?", ("2022-01-01", "2022-02-01")),
+        ("what did I give for Christmas last year?", None),  # no month: last year itself
+        ("what did I buy in December last year?", ("2022-12-01", "2023-01-01")),
+        ("what is planned for December next year?", ("2024-12-01", "2025-01-01")),
+        ("o que vou fazer em dezembro do ano que vem?", ("2024-12-01", "2025-01-01")),
+    ],
+)
+def test_a_month_of_last_or_next_year_takes_that_year(
+    question: str, span: tuple[str, str] | None
+) -> None:
+    if span is None:
+        span = ("2022-01-01", "2023-01-01")
+    assert named_span(question, _NOW) == (_day(span[0]), _day(span[1]))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "can you summarize my notes in 2000 words?",
+        "why did I lose a total of 2019 points?",
+        "what did I buy for the price of 1999 euros?",
+        "o que eu comprei de 2000 reais?",
+    ],
+)
+def test_a_count_that_looks_like_a_year_names_no_span(question: str) -> None:
+    assert named_span(question, _NOW) is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what did we decide about the march to the sea?",
+        "how long was the march?",
+        "where did they march with the banners?",
+        "should we march on Friday or stay home?",
+    ],
+)
+def test_march_the_walk_names_no_month(question: str) -> None:
+    assert named_span(question, _NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "span"),
+    [
+        ("what was said at the March meeting?", ("2023-03-01", "2023-04-01")),
+        ("what did I read from January to March?", ("2023-01-01", "2023-04-01")),
+        ("what did I do in March?", ("2023-03-01", "2023-04-01")),
+    ],
+)
+def test_march_the_month_still_names_one(question: str, span: tuple[str, str]) -> None:
+    assert named_span(question, _NOW) == (_day(span[0]), _day(span[1]))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what happened in March?",
+        "who visited me in June?",
+        "what did we celebrate in June?",
+        "where I moved to in June",
+        "o que aconteceu em junho?",
+        "quem me visitou em junho?",
+    ],
+)
+def test_a_past_verb_leans_a_month_without_a_year_back(question: str) -> None:
+    """Asked on 20 December 2023, "what happened in March?" is about the March gone, not the
+    nearer one to come (which a question without a tense takes)."""
+    month = 3 if "march" in question.lower() else 6
+    start = datetime(2023, month, 1, tzinfo=UTC)
+    end = datetime(2023, month + 1, 1, tzinfo=UTC)
+    assert named_span(question, _NOW) == (
+        int(start.timestamp() * 1000),
+        int(end.timestamp() * 1000),
+    )

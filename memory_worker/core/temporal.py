@@ -166,6 +166,13 @@ _MONTH_WORD = "|".join(
 _MONTH_ANY = "|".join(sorted(_MONTH_NUMBER, key=len, reverse=True))
 _DAY = r"(?P<{0}>[0-3]?\d)(?:st|nd|rd|th|º)?"
 _YEAR = r"(?P<{0}>(?:19|20)\d{{2}})"
+# What a number that reads as a year may count instead ("in 2000 words", "of 2019 points").
+_COUNTED = (
+    r"words?|characters?|chars|letters?|pages?|lines?|points?|votes?|steps?|calories|kcal|"
+    r"meters?|metres?|km|miles?|kg|people|users?|followers?|items?|units?|rows?|tokens?|"
+    r"times|dollars?|euros?|pounds?|reais|bucks|usd|eur|brl|palavras|letras|p[aá]ginas|"
+    r"linhas|pontos|votos|passos|metros|quil[oô]metros|pessoas|vezes|itens|unidades"
+)
 # Each form of an absolute date, most specific first; a later form never takes text an earlier
 # one matched. Groups: d (day), m (month name), y (year).
 _DATE_FORMS = tuple(
@@ -183,18 +190,30 @@ _DATE_FORMS = tuple(
         + _YEAR.format("y")
         + r")?\b",
         rf"\b(?P<m>{_MONTH_ANY})\.?,? (?:of |de )?" + _YEAR.format("y") + r"\b",
-        r"\b(?:in|during|since|em|de|of) " + _YEAR.format("y") + r"\b",
+        # A year alone, unless it counts something ("in 2000 words", "de 2000 reais").
+        r"\b(?:in|during|since|em|de|of) " + _YEAR.format("y") + rf"\b(?! (?:{_COUNTED})\b)",
         # A month alone: a whole name ("may" only after "in", "of", "during": "may I…" is not one).
         rf"\b(?P<m>{_MONTH_WORD})\b|"
         r"\b(?:in|of|during) (?P<m2>may)\b(?! (?:i|we|you)\b)",
     )
 )
 _MONTH_ALONE = len(_DATE_FORMS) - 1  # the forms before the month alone
+# "march" the verb ("where did they march", "we march") or the walk ("the march to the sea",
+# "how long was the march?"); "the March meeting", "January to March" stay months.
+_MARCHING = re.compile(
+    r"\b(?:(?:we|they|i|you|will|would|could|should|can|did|does|do|let's) (?P<m>march)\b|"
+    r"the (?P<w>march)(?= (?:to|on|for|in|against|through|across|from|and|with)\b|"
+    r" of(?! (?:de )?(?:19|20)\d\d)|"
+    r" ?[?.,!;:]| ?$))"
+)
 _RELATIVE_NAMED = re.compile(
     r"\b(?:(?P<yesterday>yesterday|ontem|last night)|(?P<tomorrow>tomorrow|amanh[ãa])|"
     r"(?P<weekend>last weekend|fim de semana passado)|"
     r"(?P<weekday>last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))|"
-    r"(?P<last>last|past) (?P<lunit>week|month|year)|"
+    # "the past month", "in the last year": the stretch up to today; "last month": the calendar
+    # one before now's; "the last week of the trip" (a stretch of something else): neither.
+    r"(?:past|the last) (?P<tunit>week|month|year)(?! of\b)|"
+    r"last (?P<lunit>week|month|year)(?! of\b)|"
     r"(?P<pt>semana|m[eê]s|ano) passad[oa]|"
     r"next (?P<nunit>week|month|year)|pr[oó]xim[oa] (?P<ptn>semana|m[eê]s|ano)|"
     r"(?P<ptq>semana|m[eê]s|ano) que vem|"
@@ -238,7 +257,8 @@ def _absolute(text: str, forms: int) -> tuple[tuple[int, int | None, int | None]
     """Each absolute date the text names as (year or 0, month, day), in order of appearance, by
     the first `forms` of `_DATE_FORMS`: cached (ranking asks once per batch of rows)."""
     found: list[tuple[int, tuple[int, int | None, int | None]]] = []
-    taken: list[tuple[int, int]] = []
+    # "march" the walk is no month, so its words are taken before any form reads them.
+    taken = [m.span("m" if m["m"] else "w") for m in _MARCHING.finditer(text)]
     for form in _DATE_FORMS[:forms]:
         for match in form.finditer(text):
             if any(a < match.end() and match.start() < b for a, b in taken):
@@ -278,7 +298,8 @@ def _unit(word: str | None) -> str | None:
 
 def _relative(text: str, now: datetime) -> tuple[datetime, datetime] | None:
     """The span a relative phrase names from `now` ("last month": the calendar month before
-    now's; "next week": the calendar week after; "two weeks ago": that week)."""
+    now's; "next week": the calendar week after; "two weeks ago": that week; "the past month":
+    the 30 days up to and including today)."""
     match = _RELATIVE_NAMED.search(text)
     if match is None:
         return None
@@ -293,6 +314,9 @@ def _relative(text: str, now: datetime) -> tuple[datetime, datetime] | None:
         return saturday, saturday + 2 * day
     if match["weekday"]:  # "last friday": one of the past seven days
         return today - 7 * day, today
+    if match["tunit"]:  # through today, as "yesterday" ends where today starts
+        width = _UNIT_DAYS[match["tunit"][0]]
+        return today - timedelta(days=width), today + day
     back = _unit(match["lunit"] or match["pt"])
     ahead = _unit(match["nunit"] or match["ptn"] or match["ptq"])
     monday = today - timedelta(days=today.weekday())
@@ -315,11 +339,25 @@ def _relative(text: str, now: datetime) -> tuple[datetime, datetime] | None:
 
 _PAST_TENSE = re.compile(
     r"\b(?:did|was|were|went|had|got|ago|last|yesterday|ontem|passad[oa]|foi|fui|fiz|fez|"
-    r"estive|esteve|tive|teve|era|eram)\b"
+    r"estive|esteve|tive|teve|era|eram|"
+    # The common verbs a question tells the past with but no "did": "what happened in March?",
+    # "who visited me in June?" (without a tense, a month goes to the nearer one, often ahead).
+    r"happened|visited|started|finished|moved|bought|met|saw|said|told|ate|made|took|came|"
+    r"gave|found|wrote|lived|worked|attended|celebrated|joined|tried|watched|played|"
+    r"travell?ed|learn(?:ed|t)|won|lost|spent|sent|received|talked|cooked|adopted|signed|"
+    r"completed|felt|heard|paid|sold|built|began|ran|flew|drove|stayed|used|"
+    r"aconteceu|visit(?:ei|ou|amos|aram)|comprei|comprou|fomos|foram|mud(?:ei|ou|amos)|"
+    r"comec(?:ei|ou)|começ(?:ei|ou)|termin(?:ei|ou)|conhec(?:i|eu)|vi|viu|disse|comi|comeu|"
+    r"fiquei|ficou|ganhei|ganhou|perdi|perdeu|morei|morou|trabalhei|trabalhou|recebi|recebeu)\b"
 )
 _AHEAD_TENSE = re.compile(
     r"\b(?:will|going to|gonna|upcoming|next|plan|planned|planning|due|vou|vai|vamos|irei|"
     r"iremos|pr[oó]xim[oa]s?|que vem)\b|'ll\b"
+)
+
+
+_YEAR_SHIFT = re.compile(
+    r"\b(?:(?P<back>last year|ano passado)|next year|pr[oó]ximo ano|ano que vem)\b"
 )
 
 
@@ -342,11 +380,24 @@ def _year_for(month: int | None, day: int | None, now: datetime, lean: int, name
 
 
 def _span_of(text: str, now: datetime, lean: int, forms: int) -> Span | None:
+    try:
+        return _calendar_span(text, now, lean, forms)
+    except (OverflowError, ValueError):
+        # Counted to before year 1 or after 9999 ("3000 years ago", "next year" as of 9999-12-31,
+        # both valid input): no calendar day, so no time named, rather than a failed recall.
+        return None
+
+
+def _calendar_span(text: str, now: datetime, lean: int, forms: int) -> Span | None:
     dates = _absolute(text, forms)
     if not dates:
         relative = _relative(text, now)
         return None if relative is None else (_ms(relative[0]), _ms(relative[1]))
+    # A date's year is the one another date names, else the one "last year" / "next year"
+    # names ("in December last year", asked in December: the one a year ago, not this one).
     named_year = next((year for year, _, _ in dates if year), 0)
+    if not named_year and (shift := _YEAR_SHIFT.search(text)) is not None:
+        named_year = now.year + (-1 if shift["back"] else 1)
     spans = [
         _date_span(year or _year_for(month, day, now, lean, named_year), month, day)
         for year, month, day in dates
