@@ -46,6 +46,23 @@ from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
         ("What events for veterans has John joined?", "events for veterans"),
         ("Which places or events has Calvin visited?", "places or events"),
         ("What kids’ books does Ana read?", "kids’ books"),
+        # Portuguese: the plural words after "quais"/"que", up to the subject or the verb.
+        ("Quais países a Maria visitou?", "países"),
+        ("Que livros o Tim leu?", "livros"),
+        ("Quais são os hobbies do João?", "hobbies"),
+        ("Quais os seus hobbies?", "hobbies"),
+        ("Que tipos de exercício eu faço?", "exercício"),  # "tipos" counts a singular noun
+        ("Que tipo de filmes eu gosto?", "filmes"),
+        ("Em quais cidades eu morei?", "cidades"),
+        ("Quais países europeus a Maria visitou?", "países europeus"),
+        ("Então, que jogos de tabuleiro eu tenho?", "jogos de tabuleiro"),
+        ("e quais filmes vocês viram?", "filmes"),
+        ("Quais livros Marcos leu?", "livros"),  # a name is capitalised, an adjective not
+        ("Que livros lemos?", "livros"),  # "-mos": the verb
+        ("Que primos vieram à festa?", "primos"),  # a noun in "-mos"
+        ("Quais outros livros a Ana leu?", "livros"),
+        ("Quais museus a Ana visitou?", "museus"),  # "-eus": a plural
+        ("QUAIS LIVROS O TIM LEU?", "livros"),
     ],
 )
 def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) -> None:
@@ -62,7 +79,6 @@ def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) ->
         "What does Joanna do to relax?",
         "How many dogs has Maria adopted?",
         "What are Nate's favorite desserts?",
-        "Quais países a Maria visitou?",
         "where do I live now",
         "",
         # An auxiliary, a determiner or a preposition is no part of a kind: the regex took
@@ -78,6 +94,36 @@ def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) ->
         "What physics does the game use?",
         "What is Ana's address?",
         "What kind of dream did James have recently?",
+        # Portuguese: a verb, a pronoun or a determiner is no kind; "qual" asks for one thing,
+        # "o que" for no kind, "quantos" for a count.
+        "Quais são?",
+        "Quais são as dele?",
+        "Que você fez ontem?",
+        "Que vocês fizeram ontem?",
+        "O que eu fiz ontem?",
+        "e o que eu comi?",
+        "Qual livro eu li?",
+        "Qual é o meu nome?",
+        "pra qual time eu torço?",
+        "Quantos cachorros a Maria tem?",
+        "Que mais eu preciso comprar?",
+        "Que achas disto?",  # the "tu" form of a verb in "-s"
+        "Que vais fazer amanhã?",
+        "Quais outros?",
+        # Units of time, answered by times.
+        "Quais dias eu trabalho?",
+        "Quais semanas eu folguei?",
+        "Em que mês eu nasci?",
+        "Que horas são?",
+        "Quais vezes eu fui ao médico?",
+        "Quais anos eu morei lá?",
+        "Quais fins de semana eu viajei?",
+        # Singular nouns ending in "s", and a singular noun: no list.
+        "Que ônibus eu pego?",
+        "Que lápis eu comprei?",
+        "Que país a Maria visitou?",
+        "Que tipo de música eu gosto?",
+        "que livro eu estou lendo?",
     ],
 )
 def test_any_other_question_names_no_kind(question: str) -> None:
@@ -182,6 +228,37 @@ async def test_recall_embeds_a_list_questions_kind_alone_and_nothing_more_for_ot
         service, "memory::recall", {"query": "What countries has she been to?", "mode": "semantic"}
     )
     assert embedder.calls == [["What countries has she been to?"]]  # the hybrid's arm only
+
+
+class _Paises(FakeEmbedder):
+    CONCEPTS: ClassVar[dict[str, str]] = {
+        **FakeEmbedder.CONCEPTS, "países": "country", "espanha": "country",
+    }  # fmt: skip
+
+
+async def test_a_portuguese_list_question_reaches_the_instance_of_its_kind(
+    store: Store, clock: FixedClock
+) -> None:
+    # The question's words ("Maria", "visitou") pull the turns that repeat them; the one that
+    # names a country shares only "Maria" with it. The kind, "países", embedded alone, brings
+    # it up, as "European countries" does in English.
+    embedder = _Paises()
+    service = MemoryService(
+        store, Settings(), emitter=RecordingEmitter(), clock=clock, embedder=embedder
+    )
+    for text in (
+        "A Maria visitou a feira ontem",
+        "A Maria visitou o dentista na terça",
+        "A Maria foi para a Espanha no verão",
+    ):
+        await catalog.call(service, "memory::save", {"text": text})
+    await service.settle()
+    embedder.calls.clear()
+    result = await catalog.call(
+        service, "memory::recall", {"query": "Quais países a Maria visitou?"}
+    )
+    assert embedder.calls == [["Quais países a Maria visitou?"], ["países"]]
+    assert result["memories"][0]["memory"]["text"] == "A Maria foi para a Espanha no verão"
 
 
 async def test_a_kind_asked_again_is_not_embedded_again(store: Store, clock: FixedClock) -> None:

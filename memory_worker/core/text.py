@@ -141,9 +141,9 @@ def asks(text: str) -> bool:
 # A list question names the kind of thing it wants before its verb: "What European countries has
 # Maria been to?", "Which books does Tim read?", "What kinds of games have you tried?". The
 # answers name instances ("Spain", "England") and rarely the kind; the kind is the part of the
-# question a semantic arm can carry to them. English only: a plural noun of one to three words
-# ending in "s", then an auxiliary (a Portuguese question leaves it undetected: no answer type).
-# A spoken lead-in ("So, what…", "and which…") is passed over.
+# question a semantic arm can carry to them. In English: a plural noun of one to three words
+# ending in "s", then an auxiliary; in Portuguese, `_pt_answer_type`. A spoken lead-in ("So,
+# what…", "and which…") is passed over.
 _LIST_QUESTION = re.compile(
     r"^\s*(?:(?:so|and|but|or|then|also|ok|okay|well|now)\b[\s,]*)*"
     r"(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
@@ -182,13 +182,111 @@ def answer_type(question: str) -> str | None:
     countries has Maria been to?"), as written (lowercased when shouted); None when `question`
     is not one."""
     found = _LIST_QUESTION.match(question)
-    if found is None or _NOT_A_KIND.search(found.group(1)):
-        return None
+    if found is None:
+        return _pt_answer_type(question)
     kind = found.group(1)
-    if any(word.lower() in _NOT_IN_A_KIND for word in kind.split()):
+    if _NOT_A_KIND.search(kind) or any(word.lower() in _NOT_IN_A_KIND for word in kind.split()):
         return None
     # All capitals is a shouted question, not an acronym: the kind as the model reads words.
     return kind.lower() if kind.isupper() else kind
+
+
+# A Portuguese list question: "quais"/"que" (after a lead-in, or a preposition: "Em quais
+# cidades…"), "são os" or "os meus" between ("Quais são os hobbies do João?"), and "tipos de"
+# ("Que tipos de exercício eu faço?"). Not "qual" (one thing), not "o que" ("o que eu fiz": no
+# kind), not "quantos" (a count, as "How many dogs…" is none in English).
+_PT_LIST_QUESTION = re.compile(
+    r"^\s*(?:(?:e|então|entao|mas|ou|daí|também|ok|okay|bem|bom|agora)\b[\s,]*)*"
+    r"(?:(?:em|de|com|para|pra|por|a|sobre|entre)\s+)?"
+    r"(?:quais(?:\s+(?:são|sao|foram|eram|serão|seriam))?(?:\s+(?:os|as))?"
+    r"(?:\s+(?:meus|minhas|seus|suas|teus|tuas|nossos|nossas))?|que)\s+"
+    r"(?:(tipos?|espécies?|especies?)\s+de\s+)?",
+    re.IGNORECASE,
+)
+_PT_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*")
+# Portuguese has no auxiliary to end the kind: it is the run of plural words after "quais"/"que"
+# (a noun and the adjectives agreeing with it: "países europeus"), up to three, cut at the first
+# other word: the subject ("a Maria", "eu", "Marcos": a name is capitalised, an adjective not),
+# or the verb. Words ending in "s" that are no kind end it too: determiners, pronouns and
+# quantifiers ("vocês", "meus", "mais"), the verb forms in "-s" a question puts there (the
+# "tu" forms, "Que achas?", and "-mos": "Que livros lemos?"; the nouns in "-mos" are listed),
+# and singular nouns in "-s": in a consonant then "-us" ("ônibus", "vírus", "status"), stressed
+# "-ás/-ês/-ís" ("mês", "país", "inglês"), and a few more ("lápis", "tênis", "óculos").
+_PT_NOT_IN_A_KIND = frozenset(
+    """
+    os as nos nas dos das aos às pelos pelas uns umas meus minhas seus suas teus tuas nossos
+    nossas vossos vossas deles delas estes estas esses essas aqueles aquelas destes destas
+    desses dessas daqueles daquelas vocês voces eles elas nós vós mais menos demais vários
+    várias muitos muitas poucos poucas todos todas ambos ambas alguns algumas quantos quantas
+    tantos tantas mesmos mesmas próprios próprias dois duas três seis depois antes após apenas
+    pois jamais talvez através atrás simples
+    és estás tens vais fazes dizes queres podes sabes achas pensas gostas preferes precisas
+    costumas lembras conheces deves recomendas sugeres usas moras trabalhas estudas jogas
+    ouves assistes vês lês ias eras tinhas estavas fazias querias podias sabias
+    lápis tênis ténis íris oásis pires óculos parabéns herpes diabetes
+    """.split()
+)
+_PT_MOS_NOUNS = frozenset(
+    "termos ramos ritmos algoritmos primos próximos íntimos ótimos últimos mínimos máximos".split()
+)
+_PT_SINGULAR = re.compile(r"(?:[^aeiouáéíóúâêôãõ]us|[áêí]s)$", re.IGNORECASE)
+# Units of time (and parts of a day), whose answers are times: "Em que dias…", "Quais fins de
+# semana…", "Que aulas de manhã…" (the dates' machinery), as in English.
+_PT_TIME = frozenset(
+    """
+    dia dias semana semanas fim fins final finais mês meses ano anos vez vezes hora horas
+    minuto minutos segundo segundos noite noites manhã manhãs tarde tardes madrugada
+    madrugadas data datas época épocas estação estações década décadas século séculos
+    período períodos hoje ontem amanhã
+    """.split()
+)
+
+
+def _pt_kind_word(word: str, shouted: bool) -> bool:
+    """Whether `word` may be part of a Portuguese kind (lowercase: a name is capitalised)."""
+    lower = word.lower()
+    return (
+        (shouted or word == lower)
+        and lower not in _PT_NOT_IN_A_KIND
+        and lower not in STOPWORDS
+        and lower not in _USER_WORDS
+        and (not lower.endswith("mos") or lower in _PT_MOS_NOUNS)
+    )
+
+
+def _pt_answer_type(question: str) -> str | None:
+    """The kind a Portuguese list question asks for ("países europeus" of "Quais países
+    europeus a Maria visitou?"; "exercício" of "Que tipos de exercício eu faço?"), or None."""
+    found = _PT_LIST_QUESTION.match(question)
+    if found is None:
+        return None
+    rest = question[found.end() :]
+    shouted = rest.isupper()
+    # Stop at the first mark: what follows a comma or "?" is another clause.
+    words = _PT_WORD.findall(re.split(r"[,;:?!.\uff1f]", rest, maxsplit=1)[0])
+    if words and words[0].lower() in ("outros", "outras"):
+        words = words[1:]  # "Quais outros livros…" asks for books ("Quais outros?": nothing)
+    # After "tipos de" the noun may be singular ("tipos de exercício"): "tipos" counts it.
+    counted = (found.group(1) or "").lower().endswith("s")
+    kind: list[str] = []
+    for word in words[:3]:
+        lower = word.lower()
+        plural = lower.endswith("s") and not _PT_SINGULAR.search(lower)
+        if not _pt_kind_word(word, shouted) or not (plural or (counted and not kind)):
+            break
+        kind.append(word)
+        if not plural:
+            break  # a singular noun after "tipos de": the adjectives after it are not plural
+    if not kind:
+        return None
+    # "de" and a word qualify the kind: "jogos de tabuleiro", "aulas de dança".
+    after = words[len(kind) : len(kind) + 2]
+    if len(after) == 2 and after[0].lower() == "de" and _pt_kind_word(after[1], shouted):
+        kind += after
+    if any(word.lower() in _PT_TIME for word in kind):
+        return None
+    text = " ".join(kind)
+    return text.lower() if shouted else text
 
 
 def tokenize(text: str) -> list[str]:
