@@ -1840,6 +1840,72 @@ def test_an_unsaved_setting_does_not_hold_up_switching_banks(server: Server, ope
     assert "recall_limit: 6" in server.config.read_text()
 
 
+# From now on each settings read is answered by the server at once but handed to the page only at
+# `window.__release()` (a slow server, a loaded machine). `fetch` is looked up at each call, so
+# wrapping it reaches the page's transport; the answer handed over is already read, so whatever
+# the page does with it runs before the next thing the browser is asked to do.
+_HOLD_SETTINGS_READS = """() => {
+  const real = window.fetch
+  const held = []
+  window.__held = () => held.length
+  window.__release = () => held.splice(0).forEach((release) => release())
+  window.fetch = (url, options) => String(url).endsWith('/console/settings')
+    ? real(url, options).then((response) => response.json()).then((answer) => new Promise(
+        (resolve) => held.push(() => resolve({ ok: true, status: 200, json: async () => answer }))))
+    : real(url, options)
+}"""
+
+
+def test_a_settings_read_landing_after_a_field_was_clicked_keeps_the_focus_for_typing(
+    server: Server, open_tab: Any
+) -> None:
+    """A settings read (the tab opened again, a live resync) redrew the whole form: landing after
+    the person had clicked into a field but before they typed, it took the field (and the focus)
+    out of the page, and what they typed next went nowhere."""
+    page = open_tab(_bank(server, "settings-slow-read"), "settings").page
+    field = page.locator("#mw-setting-recall_limit")
+    expect(field).to_have_value("6")
+    page.evaluate(_HOLD_SETTINGS_READS)
+    page.get_by_role("tab", name="Doctor").click()
+    try:
+        server.call("console::settings::set", {"values": {"recall_limit": 9}})  # another tab
+        page.get_by_role("tab", name="Settings").click()  # read again on opening: held
+        page.wait_for_function("window.__held() > 0")
+        field.click()
+        page.evaluate("window.__release()")
+        expect(field).to_have_value("9")  # the read landed: nothing typed yet, so it shows
+        page.keyboard.press("Backspace")
+        page.keyboard.type("7")
+        expect(field).to_have_value("7")
+        expect(field).to_be_focused()
+    finally:
+        server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def test_a_settings_read_landing_as_a_field_takes_the_focus_keeps_what_is_filled_in(
+    server: Server, open_tab: Any
+) -> None:
+    """The flake of the settings-switch test above, made certain: Playwright's fill focuses the
+    field, then types; the live resync's read (slow on a loaded machine) landed in between,
+    redrew the form, and the "7" went to a field no longer in the page (it read "6" again)."""
+    first, second = _bank(server, "settings-focus-a"), _bank(server, "settings-focus-b")
+    page = open_tab(first, "settings").page
+    field = page.locator("#mw-setting-recall_limit")
+    expect(field).to_have_value("6")
+    page.evaluate(_HOLD_SETTINGS_READS)
+    page.evaluate(
+        "document.addEventListener('focusin', (event) => {"
+        " if (event.target.id === 'mw-setting-recall_limit') window.__release() })"
+    )
+    page.get_by_role("tab", name="Doctor").click()
+    page.get_by_role("tab", name="Settings").click()  # read again on opening: held
+    page.wait_for_function("window.__held() > 0")
+    field.fill("7")  # its focus lets the read land, before its typing
+    page.locator(".mw-bank-button", has_text=second).click()
+    expect(page.locator(".mw-bank-name")).to_have_text(second)
+    expect(field).to_have_value("7")
+
+
 def test_raising_max_rule_chars_in_settings_clears_the_rules_over_budget_note(
     server: Server, open_tab: Any
 ) -> None:

@@ -2,7 +2,7 @@
 // value. Editable where the home allows it (standalone with a --config file); otherwise it says
 // where the settings live and how to change them.
 
-import { h, setText } from './dom.js'
+import { h, fill, setText } from './dom.js'
 
 // Why a field the server keeps from the console is not editable here (settings_view.py's
 // NOT_FROM_CONSOLE), each in its own words.
@@ -37,42 +37,69 @@ export function createSettingsPanel(ctx) {
     render()
   }
 
+  // The form is built once per shape (which fields, of which kinds) and refreshed in place after
+  // that. Rebuilt at every read (the panel opened again, a live resync), it took the field the
+  // person had just clicked into out of the page, and the focus with it: what they typed next
+  // went nowhere (and Playwright's fill, which focuses first and types after, lost its text when
+  // the live resync's read landed in between).
+  let shape = ''
   function render() {
     banner.dataset.editable = String(view.editable)
     setText(banner, view.reason)
+    const next = JSON.stringify([view.editable, view.fields.map((f) => [f.name, f.type, f.enum ?? null])])
+    if (next !== shape) build()
+    shape = next
+    for (const field of view.fields) refresh(inputs.get(field.name), field)
+    saveButton.disabled = true
+  }
+
+  function build() {
     inputs = new Map()
     const rows = view.fields.map((field) => {
       const id = `mw-setting-${field.name}`
       let input
       if (field.type === 'boolean') {
-        input = h('input', { type: 'checkbox', id, checked: Boolean(field.value) })
+        input = h('input', { type: 'checkbox', id })
       } else if (Array.isArray(field.enum)) {
         // One of a few words: offered, not guessed (the prompt versions were named nowhere).
         input = h('select', { id, class: 'mw-input' }, field.enum.map((choice) => h('option', { value: String(choice), text: String(choice) })))
-        input.value = String(field.value ?? '')
       } else if (field.type === 'integer' || field.type === 'number') {
-        input = h('input', {
-          type: 'number', id, class: 'mw-input', value: String(field.value),
-          step: field.type === 'integer' ? '1' : 'any',
-          attrs: { min: field.minimum ?? field.exclusiveMinimum ?? null, max: field.maximum ?? null },
-        })
+        input = h('input', { type: 'number', id, class: 'mw-input', step: field.type === 'integer' ? '1' : 'any' })
       } else {
-        input = h('input', { type: 'text', id, class: 'mw-input', value: String(field.value ?? ''), attrs: { spellcheck: 'false' } })
+        input = h('input', { type: 'text', id, class: 'mw-input', attrs: { spellcheck: 'false' } })
       }
-      input.disabled = !field.editable
       input.addEventListener('input', () => { saveButton.disabled = changes().size === 0 })
       input.addEventListener('change', () => { saveButton.disabled = changes().size === 0 })
-      inputs.set(field.name, { input, field })
-      const note = !field.editable && view.editable ? `Not editable here: ${LOCKED[field.name] ?? 'edit the settings file.'}` : null
+      const help = h('p', { class: 'mw-setting-help' })
+      inputs.set(field.name, { input, field, help })
       return h('div', { class: 'mw-setting', dataset: { name: field.name } },
         h('label', { class: 'mw-setting-name mw-mono', attrs: { for: id }, text: field.name }),
         h('div', { class: 'mw-setting-input' }, input),
-        h('p', { class: 'mw-setting-help' }, field.description,
-          h('span', { class: 'mw-muted', text: ` Default: ${JSON.stringify(field.default)}.` }),
-          note ? h('span', { class: 'mw-muted', text: ` ${note}` }) : null))
+        help)
     })
     form.replaceChildren(...rows, message, view.editable ? h('div', { class: 'mw-card-actions' }, saveButton) : null)
-    saveButton.disabled = true
+  }
+
+  /** Show `field` (as just read) in its row, the elements kept: the focus stays where it is. */
+  function refresh(entry, field) {
+    const { input, help } = entry
+    entry.field = field
+    if (field.type === 'boolean') input.checked = Boolean(field.value)
+    else {
+      const value = input.type === 'number' ? String(field.value) : String(field.value ?? '')
+      if (input.value !== value) input.value = value // the same value is not set again: the caret stays
+    }
+    if (input.type === 'number') {
+      for (const [name, bound] of [['min', field.minimum ?? field.exclusiveMinimum], ['max', field.maximum]]) {
+        if (bound === undefined || bound === null) input.removeAttribute(name)
+        else input.setAttribute(name, String(bound))
+      }
+    }
+    input.disabled = !field.editable
+    const note = !field.editable && view.editable ? `Not editable here: ${LOCKED[field.name] ?? 'edit the settings file.'}` : null
+    fill(help, field.description,
+      h('span', { class: 'mw-muted', text: ` Default: ${JSON.stringify(field.default)}.` }),
+      note ? h('span', { class: 'mw-muted', text: ` ${note}` }) : null)
   }
 
   function valueOf({ input, field }) {
