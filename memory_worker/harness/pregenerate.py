@@ -319,14 +319,12 @@ class PreGenerate:
     async def _run(self, env: HookEnvelope, session_id: str) -> _Reply | None:
         settings = self._service.settings
         changed = False
+        # The turn's situation, read once: kept for the agent's saves, and recall's lanes.
+        situation: LaneQuery | None = None
         if self._situations is not None and env.turn_id:
             # Each step: the window as it stands when the model may call a memory tool next.
-            self._situations.note(
-                session_id,
-                env.turn_id,
-                _lanes(env.messages, _query(env.messages)),
-                self._service.clock(),
-            )
+            situation = _lanes(env.messages, _query(env.messages))
+            self._situations.note(session_id, env.turn_id, situation, self._service.clock())
         if not settings.inject_rules and not settings.inject_memories:
             record, _ = await self._record(session_id)
             if record is None or record.system is None:
@@ -356,7 +354,7 @@ class PreGenerate:
             bank = resolution.bank
             assert bank is not None
             reply.annotations["memory_bank"] = bank
-            section = await self._section_and_memories(env, bank, reply)
+            section = await self._section_and_memories(env, bank, reply, situation)
             if resolution.exists and (env.step or 0) > 0 and self._service.settings.inject_lessons:
                 await self._lessons(env, session_id, bank, reply)
         first_sight = record.system is None
@@ -365,9 +363,12 @@ class PreGenerate:
             self._state.put(session_id, record, urgent=first_sight)
         return delivered
 
-    async def _section_and_memories(self, env: HookEnvelope, bank: str, reply: _Reply) -> str:
+    async def _section_and_memories(
+        self, env: HookEnvelope, bank: str, reply: _Reply, situation: LaneQuery | None
+    ) -> str:
         """What `service.injection` gives (the one function `memory::preview` shows, missing
-        and deleted banks included), into the reply."""
+        and deleted banks included), into the reply. `situation`: the turn's lanes when `_run`
+        already read them (`_lanes` of the same messages and query)."""
         settings = self._service.settings
         first_step = (env.step or 0) == 0
         recall = first_step and settings.inject_memories
@@ -381,7 +382,9 @@ class PreGenerate:
             # Scanning the window for our blocks only pays when memories are handed out.
             carried=carried_texts(env.messages) if recall else frozenset(),
             recall=recall,
-            lanes=_lanes(env.messages, query) if recall else None,
+            lanes=(situation if situation is not None else _lanes(env.messages, query))
+            if recall
+            else None,
             subject=subject,
             count_access=True,
         )

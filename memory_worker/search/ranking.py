@@ -1386,24 +1386,11 @@ def _arm_top(pool: Pool, arm: str) -> Ints:
 
 
 def _top_tied(pool: Pool, values: Floats, k: int, rows: Ints | None = None) -> Ints:
-    """The `k` best of `values` when several tie at the k-th: the tied ones go as the final
-    order breaks ties (newest statement, then id), never by slot order, which a restart or an
-    import changes (the same bank would keep another memory after a restart). `rows`: the
-    pool positions `values` are of, ascending, holding every value at or above the k-th of the
-    whole pool (None: `values` is the whole pool's); returns pool positions, ascending."""
-    n = values.size
-    kth = kth_value(values, n - k)
-    above = np.flatnonzero(values > kth)
-    tied = np.flatnonzero(values == kth)
-    need = k - above.size
-    stated = pool.signal("stated_at", tied if rows is None else rows[tied])
-    last = stated[np.argpartition(-stated, need - 1)[need - 1]]  # the need-th newest
-    newer, level = tied[stated > last], tied[stated == last]
-    if newer.size + level.size > need:  # the last place is tied too: by id (usually a few)
-        at = level if rows is None else rows[level]
-        ids = [memory.id for memory in pool.memories(at.tolist())]
-        level = level[np.argsort(np.array(ids), kind="stable")[: need - newer.size]]
-    found = np.sort(np.concatenate([above, newer, level]))
+    """The `k` best of `values` when several tie at the k-th, as `_top_by_order` takes them.
+    `rows`: the pool positions `values` are of, ascending, holding every value at or above the
+    k-th of the whole pool (None: `values` is the whole pool's); returns pool positions,
+    ascending."""
+    found = np.sort(_top_by_order(pool, rows, values, k))
     return found if rows is None else rows[found]
 
 
@@ -1568,11 +1555,11 @@ def _session_codes(pool: Pool, index: LexicalIndex, rows: Ints) -> Ints | None:
     return codes
 
 
-def _top_by_order(pool: Pool, chosen: Ints, scores: Floats, take: int) -> Ints:
-    """Indices (into `scores`, of the pool's `chosen`) of the `take` best, a tie at the last
-    place broken as the final sort breaks it (newest statement, then id): never by position,
-    which differs between a pool scored whole and its contenders, and with the order memories
-    were indexed in (after a restart, an import). `_top_tied`'s rule, over any rows."""
+def _top_by_order(pool: Pool, chosen: Ints | None, scores: Floats, take: int) -> Ints:
+    """Indices (into `scores`, of the pool's `chosen`; None: `scores` is the whole pool's) of the
+    `take` best, a tie at the last place broken as the final sort breaks it (newest statement,
+    then id): never by position, which differs between a pool scored whole and its contenders,
+    and with the order memories were indexed in (after a restart, an import)."""
     if take >= scores.size:
         return np.arange(scores.size)
     kth = kth_value(scores, scores.size - take)
@@ -1580,13 +1567,13 @@ def _top_by_order(pool: Pool, chosen: Ints, scores: Floats, take: int) -> Ints:
     tied = (scores == kth).nonzero()[0]
     need = take - above.size
     if tied.size > need:  # more tie at the last place than it has room for (rare)
-        stated = pool.signal("stated_at", chosen[tied])
+        stated = pool.signal("stated_at", tied if chosen is None else chosen[tied])
         last = stated[np.argpartition(-stated, need - 1)[need - 1]]  # the need-th newest
         newer, level = tied[stated > last], tied[stated == last]
         if newer.size + level.size > need:  # the newest tie too: by id
             # The few smallest ids, read from the index's slots (no memory looked up) and not
             # sorted whole: a bank of look-alikes can tie thousands here.
-            ids = _ids(pool, chosen[level])
+            ids = _ids(pool, level if chosen is None else chosen[level])
             first = heapq.nsmallest(need - newer.size, zip(ids, range(len(ids)), strict=True))
             level = level[[j for _, j in first]]
         tied = np.concatenate((newer, level))
