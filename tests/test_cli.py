@@ -854,6 +854,86 @@ def test_an_export_of_a_thousand_memories_imports_back(
     assert json.loads(captured.out)["imported"] == 1000
 
 
+def _bank_of(data: str, capsys: pytest.CaptureFixture[str], bank: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert cli.main(["trigger", "memory::bank::get", f"name={bank}", "--data-dir", data]) == 0
+    info: dict[str, Any] = json.loads(capsys.readouterr().out)["bank"]
+    assert cli.main(["trigger", "memory::rule::list", f"bank={bank}", "--data-dir", data]) == 0
+    info["rules"] = {r["name"]: r["content"] for r in json.loads(capsys.readouterr().out)["rules"]}
+    return info
+
+
+def test_a_bank_moves_with_its_settings_and_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export carried the memory records only: imported elsewhere, the bank lost its rules
+    (injected into every session), its description and what its bank.yaml chose — its
+    partition by person and its agents' access level among them."""
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    create = '{"name": "work", "description": "Work notes", "subject_scoping": true, '
+    create += '"conscious_access": "read", "max_memories": 50}'
+    steps = [
+        ["trigger", "memory::bank::create", "--json", create],
+        ["trigger", "memory::rule::set", "bank=work", "name=style", "content=# Style\nFormal."],
+        ["trigger", "memory::save", "bank=work", "text=Ana runs the Monday standup", "subject=ana"],
+        ["trigger", "memory::save", "bank=work", "text=The build takes ten minutes"],
+    ]
+    for argv in steps:
+        assert cli.main([*argv, "--data-dir", first]) == 0
+    capsys.readouterr()
+    exported = tmp_path / "work.jsonl"
+    assert cli.main(["export", "--bank", "work", "--data-dir", first, "-o", str(exported)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"bank": "work", "records": 2, "rules": 1}
+    assert cli.main(["import", str(exported), "--bank", "work", "--data-dir", second]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["imported"] == 2 and report["rules_written"] == ["style"]
+    moved, original = _bank_of(second, capsys, "work"), _bank_of(first, capsys, "work")
+    assert moved["description"] == "Work notes" and moved["rules"] == {"style": "# Style\nFormal."}
+    assert moved["settings"] == original["settings"] and moved["memories"] == 2
+    assert moved["settings"]["subject_scoping"] and moved["settings"]["conscious_access"] == "read"
+
+
+def test_an_export_imported_into_a_bank_of_its_own_never_overwrites_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The target bank exists with settings and a rule of its own: the records land, the bank
+    keeps what it chose and its rule, and the answer names what was not taken."""
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    for data, access, content in ((first, "read", "Formal."), (second, "none", "Casual.")):
+        create = f'{{"name": "work", "conscious_access": "{access}"}}'
+        assert (
+            cli.main(["trigger", "memory::bank::create", "--json", create, "--data-dir", data]) == 0
+        )
+        rule = ["trigger", "memory::rule::set", "bank=work", "name=style", f"content={content}"]
+        assert cli.main([*rule, "--data-dir", data]) == 0
+    extra = ["trigger", "memory::rule::set", "bank=work", "name=tools", "content=Use uv."]
+    assert cli.main([*extra, "--data-dir", first]) == 0
+    save = ["trigger", "memory::save", "bank=work", "text=The build takes ten minutes"]
+    assert cli.main([*save, "--data-dir", first]) == 0
+    exported = tmp_path / "work.jsonl"
+    assert cli.main(["export", "--bank", "work", "--data-dir", first, "-o", str(exported)]) == 0
+    capsys.readouterr()
+    assert cli.main(["import", str(exported), "--bank", "work", "--data-dir", second]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["imported"] == 1 and report["rules_written"] == ["tools"]
+    assert report["kept_rules"] == ["style"] and report["kept_settings"] == ["conscious_access"]
+    kept = _bank_of(second, capsys, "work")
+    assert kept["settings"]["conscious_access"] == "none"
+    assert kept["rules"] == {"style": "Casual.", "tools": "Use uv."}
+
+
+def test_an_export_carrying_a_bad_rule_imports_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    bank_line = {"bank_export": {"bank": "work", "rules": [{"name": "../x", "content": "Hi"}]}}
+    rows.write_text(json.dumps(bank_line) + "\n" + json.dumps({"text": "A fact"}) + "\n")
+    data = str(tmp_path / "data")
+    assert cli.main(["import", str(rows), "--bank", "work", "--data-dir", data]) == 1
+    assert json.loads(capsys.readouterr().err)["code"] == "invalid_input"
+    assert not (tmp_path / "data" / "work").exists()
+
+
 @pytest.mark.parametrize("command", ["trigger", "export"])
 def test_an_answer_to_a_stream_that_is_not_utf8_is_escaped_json_not_a_crash(
     tmp_path: Path,

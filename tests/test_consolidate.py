@@ -10,7 +10,11 @@ import pytest
 
 from memory_worker.adapters.bus.worker import bus_caller
 from memory_worker.adapters.consolidate.clients import InProcessClient
-from memory_worker.adapters.consolidate.engine import CALLER_METADATA, BusMemoryClient
+from memory_worker.adapters.consolidate.engine import (
+    CALLER_METADATA,
+    BusMemoryClient,
+    ConsolidateEngine,
+)
 from memory_worker.adapters.consolidate.engine import _request as engine_request
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller, CallerKind
@@ -30,7 +34,13 @@ from memory_worker.consolidate.schedule import (
 from memory_worker.consolidate.wire import RunRequest
 from memory_worker.core.confidence import Confidence
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, SiblingUnavailable
+from memory_worker.core.errors import (
+    BankNotFound,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    SiblingUnavailable,
+)
 from memory_worker.storage.store import Store
 
 from .fakes import FakeEmbedder, FakeKeyValue, FixedClock, RecordingEmitter
@@ -588,6 +598,87 @@ class TestOverTheBus:
         assert bus_caller({}, {"via": "doctor"}) == Caller.human("bus")
         in_a_turn = bus_caller({}, {**CALLER_METADATA, "session_id": "s1"})
         assert in_a_turn.kind is CallerKind.AGENT
+
+
+IN_A_TURN = {"session_id": "s1", "turn_id": "t1"}  # a bus call's metadata inside a harness turn
+
+
+class TestAgentAccess:
+    """An agent reaches the sibling over the bus (inside a harness turn) or its REST with a
+    `Memory-Caller` claim: held to each bank's `conscious_access` as at the memory functions."""
+
+    @pytest.fixture(name="engine")
+    def _engine(self, client: InProcessClient, clock: FixedClock) -> ConsolidateEngine:
+        engine = ConsolidateEngine(
+            "ws://unused", settings(), first_tick_s=0, backstop_s=0, call_timeout_ms=1000
+        )
+        consolidator = Consolidator(client, clock=clock)
+        engine.scheduler = Scheduler(consolidator, None, settings, clock=clock)
+        return engine
+
+    async def test_a_run_needs_read_write_on_its_bank(
+        self, service: MemoryService, engine: ConsolidateEngine
+    ) -> None:
+        await call(service, "memory::bank::create", name="diary", conscious_access="none")
+        await call(service, "memory::bank::create", name="wiki", conscious_access="read")
+        await call(service, "memory::bank::create", name="notes", conscious_access="read_write")
+        for bank in ("diary", "wiki", "notes"):
+            await save(service, "Tea.", bank=bank)
+            await save(service, "tea", bank=bank)
+        with pytest.raises(Forbidden, match="conscious_access: none"):
+            await engine._run({"bank": "diary"}, IN_A_TURN)
+        with pytest.raises(Forbidden, match="conscious_access: read\\)"):
+            await engine._run({"bank": "wiki"}, IN_A_TURN)
+        with pytest.raises(Forbidden):  # a pass over every bank covers the two above
+            await engine._run({}, IN_A_TURN)
+        assert len(await live(service, "diary")) == len(await live(service, "wiki")) == 2
+        done = await engine._run({"bank": "notes"}, IN_A_TURN)
+        assert done["superseded"] == 1
+        # A person (the bus outside a turn) runs on any bank.
+        assert (await engine._run({"bank": "diary"}, {}))["superseded"] == 1
+
+    async def test_status_shows_an_agent_only_the_banks_it_may_read(
+        self, service: MemoryService, engine: ConsolidateEngine
+    ) -> None:
+        await call(service, "memory::bank::create", name="diary", conscious_access="none")
+        await call(
+            service,
+            "memory::bank::create",
+            name="people",
+            conscious_access="read",
+            subject_scoping=True,
+        )
+        await save(service, "Ana likes tea.", bank="diary")
+        await save(service, "ana likes tea", bank="diary")
+        await save(service, "Bruno is vegan.", bank="people", subject="bruno")
+        await save(service, "bruno is vegan", bank="people", subject="bruno")
+        await engine._run({}, {})  # the person's pass: both banks have a report
+        mine = await engine._status({}, {})
+        assert set(mine["banks"]) == {"diary", "people"}
+        assert mine["banks"]["people"]["groups"]
+        seen = await engine._status({}, IN_A_TURN)
+        assert set(seen["banks"]) == {"people"}  # `none`: not even its name
+        # A scoped bank's groups quote other people: the counts stay, the texts do not.
+        assert "groups" not in seen["banks"]["people"] and seen["banks"]["people"]["merged"] == 1
+
+    async def test_rest_with_an_agents_claim_is_held_as_the_bus_is(
+        self, service: MemoryService, engine: ConsolidateEngine
+    ) -> None:
+        await call(service, "memory::bank::create", name="diary", conscious_access="none")
+        await save(service, "Tea.", bank="diary")
+        await save(service, "tea", bank="diary")
+        claim = json.dumps({"kind": "agent", "via": "rest"})
+        envelope = {
+            "path": "memory-consolidate/run",
+            "method": "POST",
+            "headers": {"memory-caller": claim},
+            "body": {"bank": "diary"},
+        }
+        reply = await engine._http(envelope)
+        assert reply["status_code"] == 403 and reply["body"]["error"]["code"] == "forbidden"
+        assert len(await live(service, "diary")) == 2
+        person = await engine._http({**envelope, "headers": {}})
+        assert person["status_code"] == 200 and person["body"]["superseded"] == 1
 
 
 class TestSemanticTier:

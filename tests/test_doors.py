@@ -267,6 +267,27 @@ class TestMovingRecords:
             assert (report["imported"], report["live"]) == (12, 12)
             assert (await door.call("memory::list", {"bank": "garden"}))["total"] == 12
 
+    async def test_a_forwarded_import_in_many_requests_makes_the_bank_with_its_settings(
+        self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An export's bank line travels with the first request: the bank is made with its
+        settings before its records land, and its rules are written once."""
+        monkeypatch.setattr(cli, "FORWARD_CHUNK_BYTES", 200)
+        rows = [{"text": f"Imported fact number {i} about the garden"} for i in range(12)]
+        carried = {
+            "description": "The garden",
+            "settings": {"subject_scoping": True},
+            "rules": [{"name": "style", "content": "Short answers.", "revision": "ab"}],
+        }
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            assert len(cli._chunks(rows, cli.FORWARD_CHUNK_BYTES)) > 3
+            report = await cli.import_rows(door, "garden", rows, carried)
+            assert report["imported"] == 12 and report["rules_written"] == ["style"]
+            info = (await door.call("memory::bank::get", {"name": "garden"}))["bank"]
+            assert info["description"] == "The garden" and info["settings"]["subject_scoping"]
+            rules = (await door.call("memory::rule::list", {"bank": "garden"}))["rules"]
+            assert [(r["name"], r["content"]) for r in rules] == [("style", "Short answers.")]
+
     async def test_a_forwarded_import_in_many_requests_names_the_bad_record_as_a_direct_one(
         self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -1094,6 +1094,40 @@ class TestWorkQueuedBeforeTheErasure:
         assert await self._about_ana(service) == []
         await pipeline.close()
 
+    async def test_an_erasure_naming_a_bank_not_made_yet_is_kept_for_it(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """Ana's turn runs in bank `work`, which extraction makes after the turn (seed 000); she
+        asks to be forgotten there first. The answer stays `bank_not_found` (nothing there yet),
+        but the erasure was not recorded: the queued job then made `work` with her words."""
+        chat = Transcript()
+        hooked, queue = Hooked(service), Queue()
+        extractor = Extractor(service, chat, _braga_model(), hooked.kv)
+        pipeline = TurnPipeline(service, hooked.resolver, hooked.state, queue, extractor, chat)
+        meta = {"memory_subject": "ana", "memory_bank": "work"}
+        await hooked.step("s1", BRAGA, metadata=meta)
+        chat.say("user", BRAGA, at=clock())
+        chat.say("assistant", "Noted, Braga it is.", at=clock())
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1", "metadata": meta})
+        [job] = queue.jobs.values()
+        clock.advance(60_000)
+        with pytest.raises(BankNotFound, match="the erasure is recorded"):
+            await call(
+                service,
+                "memory::forget-subject",
+                bank="work",
+                subject="ana",
+                confirm="destructive",
+            )
+        clock.advance(60_000)
+        await pipeline.extract_job(job)
+        try:
+            listed = await call(service, "memory::list", bank="work", include_superseded=True)
+        except BankNotFound:
+            listed = {"memories": []}
+        assert [m["text"] for m in listed["memories"] if m.get("subject") == "ana"] == []
+        await pipeline.close()
+
     async def test_the_erasure_still_wins_after_a_restart(
         self, service: MemoryService, store: Store, data_dir: Path, clock: FixedClock
     ) -> None:
@@ -1429,3 +1463,33 @@ class TestDamagedStamps:
         assert loaded.damage is None
         assert loaded.erased_at("main", "ana") == 1_000
         assert loaded.erased_at("main", "bruno") is None
+
+    async def test_a_folder_planted_at_its_path_is_set_aside_and_erasures_go_on(
+        self, service: MemoryService, store: Store, data_dir: Path
+    ) -> None:
+        """A folder at `.erased-subjects.json` (made by hand, a sync tool, a bad restore): the
+        store opens with the damage named, and the next erasure moves the folder beside, kept
+        whole, and writes the stamps. No file can replace a folder: every forget-subject failed
+        `storage` (nothing erased) until a person found it, though the doctor said the next
+        erasure would rewrite it."""
+        await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        await store.close()
+        planted = data_dir / erasure.STAMPS_FILE
+        planted.mkdir()
+        (planted / "notes.txt").write_text("kept")
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            again = MemoryService(reopened)
+            report = await call(again, "memory::doctor")
+            [check] = [c for c in report["checks"] if c["name"] == "erasure-stamps"]
+            assert not check["ok"] and erasure.STAMPS_FILE in check["detail"]
+            out = await call(again, "memory::forget-subject", subject="ana", confirm="destructive")
+            assert len(out["erased"]) == 1
+            assert planted.is_file()
+            [aside] = [p for p in data_dir.iterdir() if p.name.startswith(f"{planted.name}.")]
+            assert (aside / "notes.txt").read_text() == "kept"
+            loaded = erasure.ErasureStamps.load(data_dir)
+            assert loaded.damage is None and loaded.erased_at("main", "ana") is not None
+            assert loaded.floor is not None  # what the folder stood for still holds
+        finally:
+            await reopened.close()

@@ -865,3 +865,18 @@ def test_lane_carriers_are_the_records_with_a_lane_text_in_their_order() -> None
                rec(4, context="a", intention="b"), rec(5)]  # fmt: skip
     assert [m.id for m in lane_carriers(records)] == ["fp1", "fp3", "fp4"]
     assert lane_carriers([rec(0), rec(2, context="")]) == []
+
+
+async def test_the_threshold_holds_in_lexical_mode_as_in_hybrid(service: MemoryService) -> None:
+    """Seed 004: results below `relevance_threshold` are dropped, whatever arm ranked them.
+    `mode: lexical` (one raw arm, plain BM25) ignored the bank's threshold: at 1 (exact match
+    only) "chess" still came back with "Rui plays chess.", which hybrid recall drops."""
+    long = "The user works at Acme as a senior backend engineer on the payments team."
+    await _exact_only_bank(service, long)
+    for mode in ("hybrid", "lexical"):
+        ask = {"bank": "b", "query": "chess", "mode": mode}
+        assert (await call(service, "memory::recall", ask))["memories"] == [], mode
+        ask["query"] = "Rui plays chess."
+        found = await call(service, "memory::recall", ask)
+        assert [m["memory"]["text"] for m in found["memories"]] == ["Rui plays chess."], mode
+        assert found["memories"][0]["score"] > 0.0  # still the arm's raw score

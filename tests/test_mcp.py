@@ -381,6 +381,23 @@ class TestToolSurface:
                 assert errors == [], (name, errors)
 
 
+async def test_an_mcp_save_stores_the_situation_the_agent_gives_and_invents_none(
+    service: MemoryService,
+) -> None:
+    """Seed 004: a conscious write carries the association lanes of the situation it was formed
+    in, when known. Over MCP the worker sees no conversation (no session, no turn, no speaker):
+    the agent's own `context` and `intention` are stored as given, and a save naming none
+    carries none (no other conversation's words are lent to it)."""
+    tools = _tools(service, [])
+    situation = {"context": "setting up the CI pipeline", "intention": "automate deploys"}
+    given = await tools.call("memory_save", {"text": "The user deploys with helm", **situation})
+    stored = given.structured_content["memory"]  # type: ignore[index]
+    assert (stored["context"], stored["intention"]) == (situation["context"], "automate deploys")
+    bare = await tools.call("memory_save", {"text": "The user works in Lisbon"})
+    stored = bare.structured_content["memory"]  # type: ignore[index]
+    assert "context" not in stored and "intention" not in stored
+
+
 async def test_an_unexpected_failure_is_a_coded_tool_error_too() -> None:
     """A failure that is not one of ours (a bug, an unmapped OS error) is a tool error `internal:
     …`, as REST answers `500 internal`: it was a JSON-RPC protocol error (`Internal server

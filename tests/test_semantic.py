@@ -647,3 +647,133 @@ async def test_the_relevance_threshold_compares_meaning_on_an_absolute_scale(
     assert await recall("Lunch is at noon on weekdays") == ["Lunch is at noon on weekdays"]
     # A paraphrase sharing no word: close in meaning, but not "exact" at 0.95.
     assert await recall("writes essays") == []
+
+
+async def test_the_relevance_threshold_holds_in_semantic_mode(
+    store: Store, clock: FixedClock
+) -> None:
+    """`mode: semantic` (one raw arm, the cosine as the score) ignored the bank's threshold: at
+    0.95 a paraphrase sharing no word came back, where hybrid recall drops it. The threshold
+    compares the same similarity in every mode; the score stays the plain cosine."""
+    service = _service(store, clock, FakeEmbedder())
+    await catalog.call(
+        service, "memory::bank::create", {"name": "strict", "relevance_threshold": 0.95}
+    )
+    texts = ["Lunch is at noon on weekdays", "Rafa publishes blog posts weekly"]
+    texts += [f"The user mentioned topic number {i} at dinner" for i in range(8)]
+    for text in texts:
+        await catalog.call(service, "memory::save", {"bank": "strict", "text": text})
+    await service.settle()
+
+    async def recall(query: str) -> list[tuple[str, float]]:
+        ask = {"bank": "strict", "query": query, "mode": "semantic"}
+        result = await catalog.call(service, "memory::recall", ask)
+        assert result["retrieval"] == "semantic"
+        return [(hit["memory"]["text"], hit["score"]) for hit in result["memories"]]
+
+    assert await recall("writes essays") == []
+    found = await recall("Lunch is at noon on weekdays")
+    assert [text for text, _ in found] == ["Lunch is at noon on weekdays"]
+    assert found[0][1] == pytest.approx(1.0, abs=1e-3)  # the plain cosine (float32 rows)
+    await catalog.call(
+        service, "memory::bank::configure", {"name": "strict", "relevance_threshold": 0}
+    )
+    assert [text for text, _ in await recall("writes essays")][:1] == [texts[1]]
+
+
+async def test_semantic_mode_ranks_history_as_the_other_modes_do(
+    store: Store, clock: FixedClock
+) -> None:
+    """`include_superseded` and `as_of` ask for the history view in every mode. Lexical and
+    hybrid recall rank the retired records and each memory as it read then; `mode: semantic`
+    ranked the live vectors only: a deleted memory never came back, and one edited since
+    `as_of` was left out altogether (its vector is its new text's)."""
+    service = _service(store, clock, FakeEmbedder())
+    blog = await _save(service, "Rafa publishes blog posts weekly")
+    pet = await _save(service, "The user has a puppy called Pipoca")
+    for i in range(6):
+        await _save(service, f"The user mentioned topic number {i} at dinner")
+    await service.settle()
+    then = clock.advance(1000)
+    clock.advance(1000)
+    await catalog.call(service, "memory::delete", {"id": blog})
+    edit = {"id": pet, "text": "The user has a cat called Mia"}
+    await catalog.call(service, "memory::update", edit)
+    await service.settle()
+
+    async def recall(query: str, mode: str, **history: Any) -> list[tuple[str, str]]:
+        ask = {"query": query, "mode": mode, **history}
+        result = await catalog.call(service, "memory::recall", ask)
+        assert result["retrieval"] in ("lexical", "semantic")
+        return [(hit["memory"]["id"], hit["memory"]["text"]) for hit in result["memories"]]
+
+    # The lexical arm finds them by their words, the semantic one by their meaning.
+    for query, mode in (("blog posts", "lexical"), ("writes essays", "semantic")):
+        assert (blog, "Rafa publishes blog posts weekly") not in await recall(query, mode)
+        found = await recall(query, mode, include_superseded=True)
+        assert found[:1] == [(blog, "Rafa publishes blog posts weekly")], mode
+        found = await recall(query, mode, as_of=then)
+        assert found[:1] == [(blog, "Rafa publishes blog posts weekly")], mode
+    for query, mode in (("puppy", "lexical"), ("dog", "semantic")):
+        found = await recall(query, mode, as_of=then)
+        assert found[:1] == [(pet, "The user has a puppy called Pipoca")], mode
+        assert (pet, "The user has a puppy called Pipoca") not in await recall(query, mode)
+
+
+class _QueriesOnly(FakeEmbedder):
+    """Embeds queries (`embed_query`); memory texts only while `passages` is on."""
+
+    passages = True
+
+    async def embed_query(self, text: str) -> list[float]:
+        return self.vector(text)
+
+    async def embed(self, texts: Any) -> list[list[float]]:
+        from memory_worker.core.errors import SiblingUnavailable
+
+        if not self.passages:
+            raise SiblingUnavailable("router::embed: busy")
+        return await super().embed(texts)
+
+
+async def test_a_semantic_history_view_that_cannot_embed_its_records_says_so(
+    store: Store, clock: FixedClock
+) -> None:
+    """The retired records are embedded for the view (the index keeps live vectors only), once:
+    a view asked again reuses them. When they cannot be embedded the answer is
+    `semantic-unavailable`, not the live memories passed off as the history asked for."""
+    embedder = _QueriesOnly()
+    service = _service(store, clock, embedder)
+    blog = await _save(service, "Rafa publishes blog posts weekly")
+    essays = await _save(service, "Rafa writes essays on Sundays")
+    await _save(service, "Lunch is at noon")
+    await service.settle()
+    await catalog.call(service, "memory::delete", {"id": blog})
+    ask = {"query": "writes essays", "mode": "semantic", "include_superseded": True}
+    found = await catalog.call(service, "memory::recall", ask)
+    assert {hit["memory"]["id"] for hit in found["memories"]} == {blog, essays}
+    embedder.passages = False
+    again = await catalog.call(service, "memory::recall", ask)  # embedded already: kept
+    assert again == found
+    await catalog.call(service, "memory::delete", {"id": essays})  # a record not embedded yet
+    missing = await catalog.call(service, "memory::recall", ask)
+    assert missing == {"bank": "main", "memories": [], "retrieval": "semantic-unavailable"}
+
+
+async def test_forget_subject_drops_the_history_views_vectors(
+    store: Store, clock: FixedClock
+) -> None:
+    """The vectors a semantic history view embedded are derived from the retired records' words,
+    as `vectors.jsonl` is: an erasure leaves none of them in the process."""
+    service = _service(store, clock, FakeEmbedder())
+    await catalog.call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
+    save = {"text": "Ana writes essays on Sundays", "subject": "ana"}
+    saved = await catalog.call(service, "memory::save", save)
+    await service.settle()
+    await catalog.call(service, "memory::delete", {"id": saved["memory"]["id"]})
+    ask = {"query": "essays", "mode": "semantic", "include_superseded": True, "subject": "ana"}
+    assert len((await catalog.call(service, "memory::recall", ask))["memories"]) == 1
+    assert service._history_cache
+    forget = {"subject": "ana", "confirm": "destructive"}
+    await catalog.call(service, "memory::forget-subject", forget)
+    assert not service._history_cache

@@ -354,8 +354,9 @@ def _read_records(path: str) -> list[dict[str, Any]]:
 async def _import(args: argparse.Namespace) -> int:
     skipped: dict[str, int] = {}
     origins: list[str] | None = None
+    carried: dict[str, Any] = {}
     if args.source_format == "memory-worker":
-        rows = _read_records(args.file)
+        carried, rows = split_bank_line(_read_records(args.file))
     else:
         foreign = read_foreign(Path(args.file), args.source_format)
         rows, skipped, origins = foreign.records, foreign.skipped, foreign.origins
@@ -364,7 +365,7 @@ async def _import(args: argparse.Namespace) -> int:
 
     async def work(door: Door) -> int:
         try:
-            report = await import_rows(door, args.bank, rows)
+            report = await import_rows(door, args.bank, rows, carried)
         except InvalidInput as exc:
             if origins is None:
                 raise
@@ -375,17 +376,25 @@ async def _import(args: argparse.Namespace) -> int:
     return await _with_door(args, f"memory-worker import --bank {args.bank}", work)
 
 
-async def import_rows(door: Door, bank: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+async def import_rows(
+    door: Door, bank: str, rows: list[dict[str, Any]], carried: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """`memory::import` of `rows`: one call in-process; forwarded, in requests of at most
     `FORWARD_CHUNK_BYTES` (the server caps a request's body), every one validated by the server
-    (`dry_run`) before the first is written, so a bad record still writes nothing."""
+    (`dry_run`) before the first is written, so a bad record still writes nothing. `carried`:
+    the bank's description, settings and rules from an export's first line, sent with the
+    first request (the bank is made with them before its records land)."""
+    carried = dict(carried or {})
     chunks = [list(range(len(rows)))] if door.remote is None else _chunks(rows, FORWARD_CHUNK_BYTES)
     if len(chunks) == 1:
-        return await door.call("memory::import", {"bank": bank, "records": rows})
+        return await door.call("memory::import", {"bank": bank, "records": rows, **carried})
+    total: dict[str, Any] = {}
     for dry_run in (True, False):
         total = {"bank": bank, "imported": 0, "live": 0, "redacted": 0}
-        for positions in chunks:
+        for number, positions in enumerate(chunks):
             payload = {"bank": bank, "records": [rows[i] for i in positions], "dry_run": dry_run}
+            if number == 0:
+                payload.update(carried)
             try:
                 result = await door.call("memory::import", payload)
             except InvalidInput as exc:
@@ -393,6 +402,9 @@ async def import_rows(door: Door, bank: str, rows: list[dict[str, Any]]) -> dict
             total["bank"] = result["bank"]
             for key in ("imported", "live", "redacted"):
                 total[key] += result[key]
+            for key in ("rules_written", "kept_rules", "kept_settings"):
+                if key in result:
+                    total[key] = result[key]
     return total
 
 
@@ -453,13 +465,46 @@ def _memory_key(row: Mapping[str, Any]) -> str:
     return f"row:{id(row)}"
 
 
+# The key of an export's first line when it carries the bank itself (description, the settings
+# its bank.yaml chose, its rules) besides the records: a record always has a `text`, never this.
+BANK_LINE = "bank_export"
+
+
+def export_lines(result: Mapping[str, Any]) -> list[object]:
+    """The lines of an export file: the bank line when there is something of the bank to carry
+    (an export without one reads as before, and imports as before), then every record."""
+    carried = {
+        "bank": result["bank"],
+        "description": result.get("description") or "",
+        "settings": result.get("settings") or {},
+        "rules": [{"name": r["name"], "content": r["content"]} for r in result.get("rules") or []],
+    }
+    head: list[object] = []
+    if carried["description"] or carried["settings"] or carried["rules"]:
+        head.append({BANK_LINE: carried})
+    return [*head, *result["records"]]
+
+
+def split_bank_line(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An export's rows as (what `memory::import` takes of the bank, the records): the first
+    line's bank, when it has one; an older export (records alone) carries nothing."""
+    if not rows or BANK_LINE not in rows[0]:
+        return {}, rows
+    bank = rows[0][BANK_LINE]
+    if not isinstance(bank, dict):
+        raise InvalidInput(f"line 1: {BANK_LINE} must be a JSON object")
+    carried = {key: bank[key] for key in ("description", "settings", "rules") if key in bank}
+    return carried, rows[1:]
+
+
 async def _export(args: argparse.Namespace) -> int:
     async def work(door: Door) -> int:
         result = await door.call("memory::export", {"bank": args.bank})
+        lines = export_lines(result)
         if args.output == "-" or _is_stdout(args.output):
             with _writing(sys.stdout):
-                for record in result["records"]:
-                    sys.stdout.write(_json_text(record, sys.stdout) + "\n")
+                for line in lines:
+                    sys.stdout.write(_json_text(line, sys.stdout) + "\n")
                 sys.stdout.flush()
             return 0
         target = Path(args.output)
@@ -468,13 +513,16 @@ async def _export(args: argparse.Namespace) -> int:
                 # A link, a device or a pipe (`-o /dev/stdout`, `-o >(gzip > x.gz)`): written
                 # into; a temp file renamed over the name would replace the link or the device.
                 with target.open("w", encoding="utf-8") as stream:
-                    for record in result["records"]:
-                        stream.write(_json_text(record, stream) + "\n")
+                    for line in lines:
+                        stream.write(_json_text(line, stream) + "\n")
             else:
-                _write_whole(target, result["records"])
+                _write_whole(target, lines)
         except OSError as exc:  # a missing folder, a full disk: one JSON error, not a traceback
             raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from None
-        _dump({"bank": result["bank"], "records": len(result["records"])}, sys.stdout)
+        summary = {"bank": result["bank"], "records": len(result["records"])}
+        if len(lines) > len(result["records"]):
+            summary["rules"] = len(result.get("rules") or [])
+        _dump(summary, sys.stdout)
         return 0
 
     return await _with_door(args, f"memory-worker export --bank {args.bank}", work)

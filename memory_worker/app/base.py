@@ -11,6 +11,9 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.ports import (
     BANK_CHANGED,
@@ -188,6 +191,9 @@ class ServiceBase:
         # List questions' answer types as embedded, by model (`EmbeddingWork._question_vectors`):
         # a few hundred kinds ("countries", "books") recur, each asked again is not re-embedded.
         self._kind_vectors: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
+        # Retired records' vectors, by model and text hash (`EmbeddingWork._history_vectors`):
+        # the index holds live vectors only. Emptied by every `memory::forget-subject`.
+        self._history_cache: OrderedDict[tuple[str, str], npt.NDArray[np.float32]] = OrderedDict()
         self._reaping: dict[str, asyncio.Task[None]] = {}  # retention's reaps a read asked for
         # Per bank, what the reaper retired since its last `memory::stats` (which reports them),
         # with a weak reference to the bank it was retired in: a bank deleted or reloaded since

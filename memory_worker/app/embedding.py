@@ -15,6 +15,9 @@ import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+import numpy as np
+import numpy.typing as npt
+
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
@@ -25,6 +28,7 @@ from memory_worker.search.lanes import LANES, LaneQuery
 from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
+from memory_worker.storage.vectors import text_hash
 
 __all__ = [
     "EMBED_BATCH",
@@ -52,6 +56,10 @@ QUERY_EMBED_CHARS = 1_000
 # ("countries", "books") recurs across questions and sessions. ~12 kB each as a tuple of 384
 # floats: ~3 MB at most.
 KIND_VECTORS = 256
+# How many retired records' vectors a service keeps (`_history_vectors`): a retired record never
+# changes, so a semantic history view asked again is not embedded again. ~1.5 kB each as float32
+# rows of 384: ~6 MB at most.
+HISTORY_VECTORS = 4096
 
 
 # When the query-time embeddings of the current call must be over (`time.monotonic()`), if its
@@ -153,6 +161,53 @@ class EmbeddingWork(ServiceBase):
             while len(self._kind_vectors) > KIND_VECTORS:
                 self._kind_vectors.popitem(last=False)
         return vector, typed
+
+    async def _history_vectors(
+        self, records: list[Memory]
+    ) -> dict[str, npt.NDArray[np.float32]] | None:
+        """The embeddings of `records` by id (retired, or as they read at `as_of`), for
+        `mode: semantic`'s history view: the index holds live vectors only. Embedded as memories
+        are, in batches under the query's timeout, each batch kept (`HISTORY_VECTORS`): a view
+        cut short goes on where it stopped at the next call. None when the embedder failed,
+        timed out or changed model meanwhile: the arm cannot rank what was asked."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+        model, cache = embedder.model, self._history_cache
+        found: dict[str, npt.NDArray[np.float32]] = {}
+        missing: dict[tuple[str, str], list[Memory]] = {}
+        for memory in records:
+            key = (model, text_hash(memory.text))
+            row = cache.get(key)
+            if row is None:
+                missing.setdefault(key, []).append(memory)
+                continue
+            cache.move_to_end(key)
+            found[memory.id] = row
+        if not missing:
+            return found
+        timeout_s = self._query_timeout_s()
+        if timeout_s is None:
+            log.warning("history_embedding_skipped", reason="the caller's budget is spent")
+            return None
+        keys = list(missing)
+        try:
+            async with asyncio.timeout(timeout_s):
+                for start in range(0, len(keys), EMBED_BATCH):
+                    batch = keys[start : start + EMBED_BATCH]
+                    vectors = await embedder.embed([missing[key][0].text for key in batch])
+                    if self.embedder is not embedder or embedder.model != model:
+                        return None  # the model changed meanwhile: never compared across
+                    for key, vector in zip(batch, vectors, strict=True):
+                        row = np.asarray(vector, np.float32)
+                        cache[key] = row
+                        found.update((memory.id, row) for memory in missing[key])
+                    while len(cache) > HISTORY_VECTORS:
+                        cache.popitem(last=False)
+        except (WorkerError, ValueError, TimeoutError) as exc:
+            log.warning("history_embedding_failed", error=str(exc))
+            return None
+        return found
 
     def _query_timeout_s(self) -> float | None:
         """How long a query-time embedding may take: its own timeout, cut to the caller's

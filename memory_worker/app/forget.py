@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import OrderedDict
 
 from memory_worker.app.base import clean_subject
 from memory_worker.app.caller import SYSTEM, Caller
@@ -56,7 +57,16 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             if erasure.has_copies(self.store.root, name):
                 return await self._forget_in_trash(name, subject)
             if name != self.settings.default_bank:
-                raise
+                # Still `bank_not_found`, as at every bank function, but stamped first: a bank
+                # of that name can yet be made by extraction, from a turn queued before now
+                # (seed 000: it creates the bank after a turn). Unstamped, that job wrote their
+                # words into it after the person was told there was nothing to forget.
+                await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
+                raise BankNotFound(
+                    f"{name} (no such bank: nothing of theirs was there to erase; the erasure is "
+                    "recorded, so a bank made by that name later takes nothing of theirs said "
+                    "before now)"
+                ) from None
             found = await self._forget_before_first_write(name, subject)
             if found is None:
                 return ForgetSubjectResponse(
@@ -87,6 +97,11 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
                 f"{len(pinned)} memory(ies) about {subject} are pinned ({', '.join(pinned[:5])}); "
                 "unpin them first — nothing was erased"
             )
+        # Derived from their words like their vectors: the retired records' vectors a semantic
+        # history view embedded (`EmbeddingWork._history_vectors`) go too (keyed by text hash,
+        # so all of them). A new cache, not the old one emptied: a view embedding meanwhile
+        # fills the one it started with, dropped with it.
+        self._history_cache = OrderedDict()
         with bank.erasing(subject, about):
             # Before the intent: a job that read them before now saves nothing about them later,
             # even if this erasure is only finished by the next load.

@@ -40,6 +40,7 @@ from memory_worker.search.ranking import (
     RecallMode,
     RecallQuery,
     candidates,
+    history_records,
     order,
     top_memories,
 )
@@ -99,13 +100,31 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         and the bank reaped soon after when something was (`RetentionUseCases._reap_soon`)."""
         if bank is None:
             return []
-        retention = self.bank_settings(bank).retention
-        if retention and query.retention is None:
-            query = dataclasses.replace(query, retention=retention)
+        query = self._under_retention(bank, query)
         pool = candidates(bank.memories, bank.index, query, bank.lanes)
         if pool.expired:
             self._reap_soon(bank)
         return order(pool, bank.index, query)
+
+    def _under_retention(self, bank: Bank, query: RecallQuery) -> RecallQuery:
+        """`query` with the bank's category TTLs, unless it names its own."""
+        retention = self.bank_settings(bank).retention
+        if retention and query.retention is None:
+            query = dataclasses.replace(query, retention=retention)
+        return query
+
+    async def _with_history_vectors(self, bank: Bank, query: RecallQuery) -> RecallQuery:
+        """A semantic history view (`include_superseded`, `as_of`) with the vectors of the
+        records it ranks beside the live index (`history_records`); without its query vector
+        (`semantic-unavailable`, nothing ranked) when they cannot be embedded: the live vectors
+        alone answered another question than the one asked."""
+        records = list(
+            history_records(bank.memories, bank.index, self._under_retention(bank, query))
+        )
+        vectors = await self._history_vectors(records)
+        if vectors is None:
+            return dataclasses.replace(query, vector=None)
+        return dataclasses.replace(query, history_vectors=vectors)
 
     def _lane_policy(self, bank: Bank | None) -> tuple[LaneWeights, float]:
         """The bank's `association_weights` and `relevance_threshold` (its bank.yaml over the
@@ -160,6 +179,10 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
             threshold=threshold,
             as_it_was=as_it_was,
         )
+        history = query.include_superseded or query.as_of is not None
+        if bank is not None and vector is not None and history and req.mode is RecallMode.SEMANTIC:
+            query = await self._with_history_vectors(bank, query)
+            vector = query.vector
         hits = self._rank(bank, query)
         if bank is not None and self._counts_access(bank, caller):
             # A look at history is no use of what is retired: a superseded record counted

@@ -63,6 +63,7 @@ __all__ = [
     "HistoryResponse",
     "ImportRequest",
     "ImportResponse",
+    "ImportRule",
     "LessonCard",
     "LessonsMatchRequest",
     "LessonsMatchResponse",
@@ -1015,6 +1016,15 @@ class ReloadResponse(Response):
 # --- moving records ---------------------------------------------------------------------------
 
 
+class ImportRule(BaseModel):
+    """One rule carried by an export (its other fields, revision and time, are ignored)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: Text
+    content: Text
+
+
 class ImportRequest(Request):
     values_per_item: ClassVar[str | None] = "records"
     bank: Text = Field(description="Bank to import into (created when missing).")
@@ -1030,6 +1040,25 @@ class ImportRequest(Request):
         description="Validate every record and write nothing (a client sending an import in "
         "several requests checks them all first).",
     )
+    # What an export carries besides the records (all optional: an import of records alone, an
+    # older export's, is unchanged). Checked with the records, before anything is written.
+    description: Text | None = Field(
+        default=None,
+        description="The bank's description, as memory::export writes it: given to the bank when "
+        "this import creates it; a bank that exists keeps its own (`kept_settings`).",
+    )
+    settings: dict[str, Any] | None = Field(
+        default=None,
+        description="The settings the bank chose (its bank.yaml: subject_scoping, max_memories, "
+        "conscious_access, …), as memory::export writes them: the bank is created with them; "
+        "a bank that exists keeps its own (`kept_settings` names those that differ).",
+    )
+    rules: list[ImportRule] | None = Field(
+        default=None,
+        description="The bank's rules ({name, content}), as memory::export writes them: each one "
+        "the bank lacks is written; one it holds with other content is left as it is "
+        "(`kept_rules`), never overwritten.",
+    )
 
 
 class ImportResponse(Response):
@@ -1040,6 +1069,18 @@ class ImportResponse(Response):
     )
     redacted: int = Field(
         ge=0, le=MAX_INT, description="Records in which a secret was replaced by a marker."
+    )
+    rules_written: list[str] | None = Field(
+        default=None, description="The carried rules this import wrote (the bank lacked them)."
+    )
+    kept_rules: list[str] | None = Field(
+        default=None,
+        description="Carried rules the bank already holds with other content: left as they were.",
+    )
+    kept_settings: list[str] | None = Field(
+        default=None,
+        description="Carried settings (and `description`) the existing bank has otherwise: its "
+        "own were kept. Change them with memory::bank::configure.",
     )
 
 
@@ -1055,6 +1096,14 @@ class ExportResponse(Response):
         description="Every record of the bank's log in log order — every revision of every "
         "memory, tombstones included — in the format `memory::import` reads back."
     )
+    # A bank moves with its rules and settings: `memory::import` takes these three back.
+    description: str | None = Field(default=None, description="The bank's description.")
+    settings: dict[str, Any] | None = Field(
+        default=None,
+        description="The settings the bank chose (its bank.yaml); the others follow the "
+        "configuration, on the importing side too.",
+    )
+    rules: list[Rule] | None = Field(default=None, description="The bank's rules, every one.")
 
 
 class CompactRequest(Request):

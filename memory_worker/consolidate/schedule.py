@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from memory_worker.consolidate.access import agent_view
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.consolidate.ports import StateStore
 from memory_worker.consolidate.runner import Consolidator, system_ms
@@ -218,10 +219,19 @@ class Scheduler:
 
     # --- passes -----------------------------------------------------------------------------
 
-    async def run(self, request: RunRequest, *, scheduled: bool = False) -> PassReport:
-        """A manual run (`memory-consolidate::run`): waits for the gate, then one pass."""
+    async def run(
+        self, request: RunRequest, *, scheduled: bool = False, agent: bool = False
+    ) -> PassReport:
+        """A manual run (`memory-consolidate::run`): waits for the gate, then one pass. `agent`:
+        an agent asked, held to `read_write` on every bank the pass covers (`access`)."""
+        if not agent:
+            async with self.gate:
+                return await self._pass(request, scheduled=scheduled)
+        view = await agent_view(self.consolidator.memory)
+        view.check_write(await self.consolidator.banks(self.settings(), request.bank))
         async with self.gate:
-            return await self._pass(request, scheduled=scheduled)
+            report = await self._pass(request, scheduled=scheduled)
+        return report.model_copy(update={"banks": [view.shown(b) for b in report.banks]})
 
     async def _pass(self, request: RunRequest, *, scheduled: bool) -> PassReport:
         settings = self.settings()
@@ -271,7 +281,9 @@ class Scheduler:
             "banks": len(report.banks),
         }
 
-    async def status(self) -> StatusResponse:
+    async def status(self, *, agent: bool = False) -> StatusResponse:
+        """The schedule and the last reports. `agent`: only the banks it may read (`access`)."""
+        view = await agent_view(self.consolidator.memory) if agent else None
         settings = self.settings()
         why = self.inert()
         error: str | None = None
@@ -280,6 +292,8 @@ class Scheduler:
             reports = await self.reports()
         except WorkerError as err:
             last, reports, error = self._last_run, dict(self._reports), str(err)
+        if view is not None:
+            reports = {n: view.shown(r) for n, r in reports.items() if view.may(n, "read")}
         due = (
             why is None and settings.enabled and is_due(self.clock(), last, settings.interval_hours)
         )

@@ -16,7 +16,7 @@ import itertools
 import math
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -69,6 +69,7 @@ __all__ = [
     "candidates",
     "document_terms",
     "expired_slots",
+    "history_records",
     "in_scope",
     "indexed",
     "kind_of",
@@ -129,6 +130,11 @@ class RecallQuery:
     # `now_ms`) is no candidate, whether or not the reaper has retired it yet (pinned ones never
     # expire). None or empty: nothing expires, and nothing is checked.
     retention: Mapping[str, int] | None = None
+    # `mode=semantic`'s history view (`include_superseded`, `as_of`): the embeddings of the
+    # records `history_records` yields, by id — the index holds live vectors only, and a record
+    # as it read then is not its live vector's text. None: retired records are not ranked (the
+    # hybrid and lexical arms score them by their words instead).
+    history_vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
 
 
 @lru_cache(maxsize=8192)
@@ -689,6 +695,22 @@ def _expand(
     return merged.slots, merged.bm25, cosines, None if own is None else own[merged.slots]
 
 
+def history_records(
+    memories: Mapping[str, Memory], index: LexicalIndex, query: RecallQuery
+) -> Iterator[Memory]:
+    """The records history and time travel rank beside the live index (`include_superseded`,
+    `as_of`): the retired ones the query admits, and each memory changed since `as_of` as its
+    log had it then."""
+    then = query.as_it_was or {}
+    for memory in memories.values():
+        if memory.id in then:
+            memory = then[memory.id]
+        elif memory.id in index:
+            continue
+        if _eligible(memory, query):
+            yield memory
+
+
 def _with_retired(
     pool: Pool,
     memories: Mapping[str, Memory],
@@ -697,22 +719,30 @@ def _with_retired(
     query_terms: list[str],
 ) -> Pool:
     """The index holds live records only; history and time travel also score the retired ones
-    (few: they are scored one by one, lexically)."""
+    (few: they are scored one by one, lexically; `mode=semantic` by the cosine of their
+    `history_vectors`)."""
     wanted = set(query_terms)
-    then = query.as_it_was or {}
+    vectors = query.history_vectors if query.mode is RecallMode.SEMANTIC else None
+    asked = _unit(query.vector) if vectors is not None and query.vector else None
     extra: list[tuple[Memory, float, float, bool]] = []
-    for memory in memories.values():
-        if memory.id in then:
-            memory = then[memory.id]
-        elif memory.id in index:
-            continue
-        if not _eligible(memory, query):
-            continue
-        bm25 = index.score_document(query_terms, document_terms(memory))
-        if bm25 <= 0:
-            continue
+    cosines: list[float] = []
+    for memory in history_records(memories, index, query):
+        if asked is not None and vectors is not None:
+            vector = vectors.get(memory.id)
+            if vector is None or vector.size != asked.size:
+                continue  # no vector of the query's model: the arm cannot rank it
+            cosine = float(_unit(vector) @ asked)
+            if cosine <= 0.0:
+                continue  # not similar at all, as a live vector at 0 or under (`candidates`)
+            bm25 = 0.0
+        else:
+            bm25 = index.score_document(query_terms, document_terms(memory))
+            if bm25 <= 0:
+                continue
+            cosine = 0.0
         doc = indexed(memory, with_terms=False)
         extra.append((memory, bm25, float(len(doc.entity_terms & wanted)), doc.dated))
+        cosines.append(cosine)
     if not extra:
         return pool
     n = len(extra)
@@ -726,7 +756,7 @@ def _with_retired(
         own_bm25=None
         if pool.own_bm25 is None
         else np.concatenate((pool.own_bm25, np.asarray([b for _, b, _, _ in extra]))),
-        cosine=np.concatenate((pool.cosine, np.zeros(n))),
+        cosine=np.concatenate((pool.cosine, np.asarray(cosines, np.float64))),
         entity_hits=np.concatenate((entity_hits, np.asarray([e for _, _, e, _ in extra]))),
         corroboration=np.concatenate(
             (corroboration, np.asarray([float(m.corroboration) for m, _, _, _ in extra]))
@@ -738,6 +768,13 @@ def _with_retired(
         dated=np.concatenate((dated, np.asarray([d for _, _, _, d in extra], bool))),
         lanes={lane: np.concatenate((r, np.zeros(n))) for lane, r in pool.lanes.items()},
     )
+
+
+def _unit(vector: Sequence[float] | npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """`vector` as a float32 unit row (a copy), as `LexicalIndex.cosine` takes a query."""
+    row = np.array(vector, np.float32)
+    row /= max(float(np.linalg.norm(row)), 1e-12)
+    return row
 
 
 def _row_sum(index: LexicalIndex, rows: npt.NDArray[np.bool_], count: int) -> Floats:
@@ -1132,7 +1169,7 @@ def candidates(
         query_weight,
     )  # fmt: skip
     history = query.include_superseded or query.as_of is not None
-    if history and query.mode is not RecallMode.SEMANTIC:
+    if history and (query.mode is not RecallMode.SEMANTIC or query.history_vectors is not None):
         pool = _with_retired(pool, memories, index, query, query_terms)
         pool.query_weight = query_weight  # a pool with retired records is a new one
     if cosines is not None:
@@ -1420,10 +1457,14 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         query.mode is RecallMode.HYBRID and query.fusion.session > 0.0 and index.has_sessions
     )
     chosen: Ints
-    if query.mode is RecallMode.LEXICAL:
-        chosen, scores = np.arange(len(pool)), pool.bm25
-    elif query.mode is RecallMode.SEMANTIC:
-        chosen, scores = np.arange(len(pool)), pool.cosine
+    if query.mode is not RecallMode.HYBRID:
+        # One raw arm (plain BM25, or the cosine), scored as it is; the bank's threshold is
+        # seed 004's in every mode: the same blended similarity, from the arm this mode ran.
+        scores = pool.bm25 if query.mode is RecallMode.LEXICAL else pool.cosine
+        chosen = np.arange(len(pool))
+        if query.threshold > 0.0:
+            close = _blended(pool, query, semantic) >= query.threshold
+            chosen, scores = chosen[close], scores[close]
     else:
         # Session support reorders the best `session_pool` (`_session_supported`): that many are
         # scored exactly, as the top `limit` are otherwise.

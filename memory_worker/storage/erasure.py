@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -188,10 +189,37 @@ class ErasureStamps:
             stamps[key] = max(at_ms, stamps.get(key, at_ms))
             kept = stamps if self._floor is None else {**stamps, _FLOOR_KEY: self._floor}
             body = json.dumps(kept, sort_keys=True).encode()
+            self._set_aside_folder()
             files.atomic_write(self.path, body, within=self._root)
             files.fsync_dir(self._root)
             self._stamps = stamps  # effective once durable
             self.damage = None  # replaced whole: readable again
+
+    def _set_aside_folder(self) -> None:
+        """A folder planted at the file's path (read at load as damage: the floor holds) is moved
+        beside it, kept whole, so the stamp can be written: no file can replace a folder, and
+        every erasure failed `storage` until a person found and removed it (the doctor's advice,
+        "the next erasure rewrites it", did not hold)."""
+        if not stat.S_ISDIR(_lstat_mode(self.path)):
+            return
+        aside = self.path.with_name(f"{STAMPS_FILE}.set-aside-{time.time_ns() // 1_000_000}")
+        try:
+            os.rename(self.path, aside)
+        except OSError as exc:
+            raise StorageError(
+                f"{self.path} is a folder and cannot be moved aside ({exc.strerror or exc}); "
+                "move it away by hand — nothing was erased"
+            ) from None
+        files.fsync_dir(self._root)
+        log.warning("erasure_stamps_folder_set_aside", path=str(self.path), kept=str(aside))
+
+
+def _lstat_mode(path: Path) -> int:
+    """`path`'s own mode (a link's, not its target's); 0 when there is nothing there."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def _changed_ms(path: Path) -> int:

@@ -34,6 +34,7 @@ __all__ = [
     "UI_CONTENT",
     "UI_SETTINGS",
     "Bridge",
+    "header",
     "http_reply",
     "page_refusal",
 ]
@@ -156,6 +157,11 @@ def _header(envelope: HttpEnvelope, name: str) -> str | None:
                 value = value[0]
             return value if isinstance(value, str) else None
     return None
+
+
+def header(envelope: HttpEnvelope, name: str) -> str | None:
+    """One request header of an http worker envelope, by name in any case."""
+    return _header(envelope, name.lower())
 
 
 def page_refusal(

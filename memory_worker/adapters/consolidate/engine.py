@@ -36,8 +36,11 @@ from memory_worker.adapters.bus.siblings import (
     StateClient,
     check_connected,
 )
+from memory_worker.adapters.bus.worker import HTTP_CALLER, bus_caller
 from memory_worker.adapters.consolidate.clients import CONSOLIDATE
+from memory_worker.adapters.doors import CALLER_HEADER, decode_caller
 from memory_worker.adapters.lifecycle import Stoppable, serve_until_signalled
+from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.app.catalog import json_schema
 from memory_worker.app.ports import ITEM_CHANGED
 from memory_worker.app.seams import HttpEnvelope
@@ -235,12 +238,12 @@ class ConsolidateEngine(Stoppable):
         )
         bridge = bus_catalog.Bridge(loop, worker="memory-consolidate worker")
         handlers = {
-            catalog.RUN: lambda data, _: self._run(data),
-            catalog.STATUS: lambda data, _: self._status(),
+            catalog.RUN: lambda data, metadata: self._run(data, metadata),
+            catalog.STATUS: lambda data, metadata: self._status(data, metadata),
             catalog.ON_TICK: lambda data, _: self._tick(),
             catalog.ON_CONFIG_CHANGE: lambda data, _: self._on_config_change(),
             catalog.ON_ITEM_CHANGED: lambda data, _: self._on_item_changed(data),
-            catalog.HTTP: lambda data, _: self._http(data),
+            catalog.HTTP: lambda data, metadata: self._http(data, metadata),
         }
         for spec in catalog.FUNCTIONS:
             bus_catalog.register(
@@ -379,14 +382,23 @@ class ConsolidateEngine(Stoppable):
             return {"ok": True}
         return {"ok": True, "scrubbed": await self.scheduler.forget(bank, {memory_id})}
 
-    async def _run(self, data: Any) -> dict[str, Any]:
+    async def _run(
+        self, data: Any, metadata: Any = None, caller: Caller | None = None
+    ) -> dict[str, Any]:
+        """`caller`: who asked (REST's, read from its envelope); else the bus call's own, as
+        the memory worker reads it (`bus_caller`: an agent when made inside a harness turn)."""
         assert self.scheduler is not None
-        report = await self.scheduler.run(_request(RunRequest, data))
+        asked = caller or bus_caller(data, metadata)
+        agent = asked.kind is CallerKind.AGENT
+        report = await self.scheduler.run(_request(RunRequest, data), agent=agent)
         return report.to_wire()
 
-    async def _status(self) -> dict[str, Any]:
+    async def _status(
+        self, data: Any = None, metadata: Any = None, caller: Caller | None = None
+    ) -> dict[str, Any]:
         assert self.scheduler is not None
-        return (await self.scheduler.status()).to_wire()
+        asked = caller or bus_caller(data, metadata)
+        return (await self.scheduler.status(agent=asked.kind is CallerKind.AGENT)).to_wire()
 
     async def _tick(self) -> dict[str, Any]:
         """The cron heartbeat. A pass that outlasts `TICK_REPLY_S` goes on in the background (the
@@ -399,8 +411,10 @@ class ConsolidateEngine(Stoppable):
         outcome: dict[str, Any] = task.result()
         return outcome
 
-    async def _http(self, envelope: Any) -> dict[str, Any]:
-        """REST through the http worker: POST /memory-consolidate/run|status."""
+    async def _http(self, envelope: Any, metadata: Any = None) -> dict[str, Any]:
+        """REST through the http worker: POST /memory-consolidate/run|status. A person's, unless
+        invoked inside a harness turn or its `Memory-Caller` header says an agent's (as the
+        memory worker's REST reads it: a claim that only narrows is believed from anyone)."""
         parsed = HttpEnvelope.model_validate(envelope if isinstance(envelope, dict) else {})
         refused = bus_catalog.page_refusal(parsed)  # a page may not start (LLM-paid) merges
         if refused is not None:
@@ -408,10 +422,14 @@ class ConsolidateEngine(Stoppable):
         path = bus_catalog.http_path_of(parsed)
         body = {} if parsed.body is None else parsed.body
         try:
+            caller = bus_caller(envelope, metadata)
+            if caller.kind is not CallerKind.AGENT:
+                claim = bus_catalog.header(parsed, CALLER_HEADER)
+                caller = decode_caller(claim, trusted=False, default=HTTP_CALLER)
             if path == "memory-consolidate/run":
-                result = await self._run(body)
+                result = await self._run(body, caller=caller)
             elif path == "memory-consolidate/status":
-                result = await self._status()
+                result = await self._status(caller=caller)
             else:
                 raise InvalidInput(
                     f"no function at /{path}; use /memory-consolidate/run or /status"
