@@ -6,9 +6,13 @@ a duration ("seven years now"), as a "when" question one stating a date."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime
 
+import pytest
+
 from memory_worker.core.models import Confidence, Memory
+from memory_worker.search import ranking
 from memory_worker.search.index import LexicalIndex
 from memory_worker.search.ranking import RecallQuery, indexed, rank
 from memory_worker.search.scoring import DEFAULT_FUSION, Fusion
@@ -75,16 +79,90 @@ def test_a_question_naming_no_time_ranks_as_without_the_boost() -> None:
 
 
 def test_a_memory_whose_own_words_point_into_the_named_month_counts() -> None:
-    """Said on 18 April, "last month" is March: a question about March finds it, with the told
-    span on (`Fusion.span_told`, off by default: it reads texts at query time)."""
+    """Said on 18 April, "last month" is March: a question about March finds it (the told span,
+    `Fusion.span_told`, on by default), and without the told span it does not."""
     convention = _memory(
         "conv", "My colleagues and I went to a convention last month", "2022-04-18"
     )
     other = _memory("other", "My colleagues and I went to a convention downtown", "2022-06-02")
     memories = (convention, other)
     question = "what did I go to with my colleagues in March 2022?"
-    assert _rank(question, Fusion(span_told=True), memories=memories)[0] == "conv"
+    assert _rank(question, memories=memories)[0] == "conv"
     assert _rank(question, Fusion(span_told=False), memories=memories)[0] == "other"
+
+
+def _told_bank(rng: random.Random, n: int) -> dict[str, Memory]:
+    phrases = ("last month", "yesterday", "two weeks ago", "on 3 March", "in 2021", "last week",
+               "next week", "on the weekend", "")  # fmt: skip
+    days = [f"2022-{month:02d}-{day:02d}" for month in range(1, 12) for day in (1, 9, 17, 25)]
+    return {
+        f"m{i}": _memory(f"m{i}", f"We went to the {rng.choice(('fair', 'lake', 'gym'))} "
+                         f"{rng.choice(phrases)}", rng.choice(days))
+        for i in range(n)
+    }  # fmt: skip
+
+
+def _answers(by_id: dict[str, Memory], index: LexicalIndex) -> list[list[tuple[str, float]]]:
+    questions = ("where did we go in March 2022?", "where did we go last month?",
+                 "what did we do on 2 May 2022?", "where did we go in 2021?")  # fmt: skip
+    return [
+        [(hit.memory.id, round(hit.score, 12)) for hit in rank(by_id, index, RecallQuery(
+            text=q, limit=8, now_ms=NOW_MS, half_life_days=60.0, as_of=as_of))]
+        for q in questions for as_of in (None, _at("2022-06-15"))
+    ]  # fmt: skip
+
+
+def test_told_spans_kept_by_the_index_answer_as_reading_every_text_afresh() -> None:
+    """The index keeps each memory's told span once read (`LexicalIndex.told_days`); after
+    re-statements (a new `last_stated_at` moves "last month"), edits, deletions and a compaction,
+    recall answers as an index that never read one does."""
+    rng = random.Random(7)
+    by_id = _told_bank(rng, 60)
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in by_id.values())
+    for round_ in range(4):
+        fresh = LexicalIndex()
+        fresh.add_many(indexed(m) for m in by_id.values())
+        assert _answers(by_id, index) == _answers(by_id, fresh), round_
+        for mid in rng.sample(sorted(by_id), 12):
+            memory = by_id[mid]
+            change = rng.choice(("restated", "edited", "deleted"))
+            if change == "deleted":
+                del by_id[mid]
+                index.remove(mid)
+                continue
+            if change == "restated":
+                memory = memory.model_copy(update={"stated_at": _at("2022-10-20")})
+            else:
+                memory = memory.model_copy(update={"text": f"{memory.text} last week"})
+            by_id[mid] = memory
+            if change == "restated":
+                index.update_columns(indexed(memory, with_terms=False))
+            else:
+                index.add_doc(indexed(memory))
+        if round_ == 2:
+            index._compact()
+
+
+def test_a_memory_s_told_span_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second recall naming a time reads no memory's words again (a question naming a time
+    over a big bank read thousands at every recall)."""
+    by_id = _told_bank(random.Random(3), 40)
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in by_id.values())
+    read: list[str] = []
+    real = ranking.told_span
+
+    def counted(text: str, stated_ms: int) -> tuple[int, int] | None:
+        read.append(text)
+        return real(text, stated_ms)
+
+    monkeypatch.setattr(ranking, "told_span", counted)
+    first = _answers(by_id, index)
+    assert read
+    read.clear()
+    assert _answers(by_id, index) == first
+    assert read == []
 
 
 def test_a_how_long_question_prefers_the_memory_stating_a_duration() -> None:

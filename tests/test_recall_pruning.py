@@ -112,7 +112,7 @@ def test_pruned_order_is_the_order_of_every_candidate_scored(
         Fusion(min_relevance=0.3),
         Fusion(entity=2.0, pinned=1.0, corroboration=0.5),
         Fusion(dated=0.0),
-        Fusion(span_told=True),  # off by default; its bound reads no text either
+        Fusion(span_told=False),  # on by default; its bound reads no text either way
     ],
 )
 def test_pruning_holds_for_other_weights_and_filters(
@@ -126,6 +126,33 @@ def test_pruning_holds_for_other_weights_and_filters(
                 threshold=threshold,
             )  # fmt: skip
             assert _answer(memories, index, query) == _plain(memories, index, query, monkeypatch)
+
+
+@pytest.mark.parametrize("limit", [1, 3, 10, 40])
+def test_pruning_holds_once_the_index_has_read_the_told_spans(
+    limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A question naming a time, after the index kept the memories' told spans (a first recall
+    read them): the bound leaves out those pointing elsewhere, and the answer is still the one
+    of every candidate scored. A fifth of the bank tells a time ("on 3 December 2026", "last
+    month") and was stated within the past 90 days, so the spans decide the top."""
+    rng = random.Random(13)
+    memories: dict[str, Memory] = {}
+    for i in range(3000):
+        text = " ".join(rng.choices(WORDS, k=rng.randint(4, 10))) + f" n{i}"
+        text += rng.choice(("", "", "", "", " on 3 December 2026", " last month", " yesterday"))
+        stated = NOW_MS - rng.randrange(90) * DAY_MS
+        memory = Memory(id=f"fp{i:016x}", text=text, confidence=Confidence.EXTRACTED,
+                        created_at=stated, updated_at=stated)  # fmt: skip
+        memories[memory.id] = memory
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in memories.values())
+    questions = ("what book did I read in December 2026", "the yoga class last month",
+                 "the concert on 3 December 2026", "the dog and cat in November 2026")  # fmt: skip
+    for text in questions:
+        query = RecallQuery(text=text, limit=limit, now_ms=NOW_MS, half_life_days=30.0)
+        plain = _plain(memories, index, query, monkeypatch)  # reads every span in reach
+        assert _answer(memories, index, query) == plain, text
 
 
 @pytest.mark.parametrize("limit", [1, 3, 10])

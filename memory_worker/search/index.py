@@ -26,11 +26,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memory_worker.core.retention import DAY_MS
 from memory_worker.core.subjects import subject_key
 
 __all__ = [
     "BM25_B",
     "BM25_K1",
+    "TOLD_UNREAD",
     "Analysis",
     "Candidates",
     "Floats",
@@ -60,6 +62,10 @@ _KEPT_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
 CENTER_PRIOR = 4.0
+# A slot's told span (`told_days`) not read since its record was indexed; one read and found to
+# point to no time is kept as an empty span that overlaps nothing (`_TOLD_NONE`).
+TOLD_UNREAD = np.iinfo(np.int32).min
+_TOLD_NONE = (np.iinfo(np.int32).max, np.iinfo(np.int32).min)
 _NO_SUM = np.zeros(0, np.float64)  # shared by every index without vectors; never written
 _NO_NORMS = np.zeros(0, np.float32)  # the same for `vector_norm2`
 
@@ -539,6 +545,8 @@ class LexicalIndex:
         self.stated_at = np.zeros(capacity, np.float64)
         self.created_at = np.zeros(capacity, np.float64)
         self.dated = np.zeros(capacity, bool)
+        self._told_start = np.full(capacity, TOLD_UNREAD, np.int32)
+        self._told_end = np.zeros(capacity, np.int32)
         self.subject = np.zeros(capacity, np.int64)
         if self._categories is not None:
             self._categories = np.zeros(capacity, np.int8)
@@ -557,7 +565,8 @@ class LexicalIndex:
     def _columns(self) -> tuple[npt.NDArray[Any], ...]:
         return (
             self._alive, self._length, self.corroboration, self.pinned, self.stated_at,
-            self.created_at, self.dated, self.has_vector, self.vectors, self.subject,
+            self.created_at, self.dated, self._told_start, self._told_end, self.has_vector,
+            self.vectors, self.subject,
         ) + ((self.vector_norm2,) if self._dim else ()) + (
             (self._categories,) if self._categories is not None else ()
         ) + (
@@ -750,6 +759,7 @@ class LexicalIndex:
         self.stated_at[slot] = doc.stated_at
         self.created_at[slot] = doc.created_at
         self.dated[slot] = doc.dated
+        self._told_start[slot] = TOLD_UNREAD  # its text or when it was stated may have changed
         self.subject[slot] = self._subject_code(doc.subject)
         self._set_category(slot, doc.category)
         self._set_session(slot, doc.session)
@@ -877,6 +887,24 @@ class LexicalIndex:
     def slot_count(self) -> int:
         """Slots in use, dead ones included (the length of every per-slot array ranking reads)."""
         return len(self._ids)
+
+    def told_days(self, slots: Ints) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+        """The told span of the memory at each live slot, as [start, end) whole days since the
+        epoch, as `keep_told` left it (copies); a start of `TOLD_UNREAD`: not read yet. The index
+        holds no text, so ranking reads a span once (`core.temporal.told_span`, tens of
+        microseconds) and keeps it here until the slot's record changes."""
+        return self._told_start[slots], self._told_end[slots]
+
+    def keep_told(self, slots: Ints, spans: Sequence[tuple[int, int] | None]) -> None:
+        """Keep the told span (epoch ms, [start, end), whole days: `core.temporal` counts in
+        UTC days) read for each live slot; None: its words point to no time."""
+        for slot, span in zip(slots.tolist(), spans, strict=True):
+            if span is None:
+                start, end = _TOLD_NONE
+            else:
+                start, end = span[0] // DAY_MS, -(-span[1] // DAY_MS)
+            self._told_start[slot] = start
+            self._told_end[slot] = end
 
     def slot_ids(self) -> list[str]:
         """The doc id of every slot (dead slots keep theirs until compaction); do not mutate."""

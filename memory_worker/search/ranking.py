@@ -39,6 +39,7 @@ from memory_worker.core.temporal import (
 from memory_worker.core.text import asks, normalize, terms
 from memory_worker.search.index import (
     CENTER_PRIOR,
+    TOLD_UNREAD,
     Candidates,
     Floats,
     IndexedDoc,
@@ -213,16 +214,74 @@ def _in_span(
     )
     if bound:
         either: npt.NDArray[np.bool_] = inside | reach
+        _drop_told_misses(pool, rows, reach, told, either)
         return either
     where = reach.nonzero()[0]
     if where.size:
         positions = where if rows is None else rows[where]
-        for at, memory, when in zip(
-            where.tolist(), pool.memories(positions.tolist()), stated[where].tolist(), strict=True
-        ):
-            span = _told(memory.text, int(when))
-            inside[at] = span is not None and span[0] < told[1] and span[1] > told[0]
+        inside[where] = _told_into(pool, positions, stated[where], told)
     return inside
+
+
+def _drop_told_misses(
+    pool: Pool,
+    rows: Ints | None,
+    reach: npt.NDArray[np.bool_],
+    told: Window,
+    either: npt.NDArray[np.bool_],
+) -> None:
+    """Take out of the bound `either` each candidate in `reach` whose told span the index
+    already read and found outside `told`: once a bank's spans are read, a question naming a
+    time scores only the memories that may be in it, not every dated one stated within reach."""
+    if pool.index is None:
+        return
+    where = reach.nonzero()[0]
+    slots = (pool.slots if rows is None else pool.slots[rows])[where]
+    live = slots >= 0
+    where, slots = where[live], slots[live]
+    start, end = pool.index.told_days(slots)
+    either[where[(start != TOLD_UNREAD) & ~_overlapping(start, end, told)]] = False
+
+
+def _overlapping(
+    start: npt.NDArray[np.int32], end: npt.NDArray[np.int32], told: Window
+) -> npt.NDArray[np.bool_]:
+    """Whether each kept told span ([start, end) in days) meets the named time `told` (ms)."""
+    meets: npt.NDArray[np.bool_] = (start.astype(np.float64) * DAY_MS < told[1]) & (
+        end.astype(np.float64) * DAY_MS > told[0]
+    )
+    return meets
+
+
+def _told_into(pool: Pool, positions: Ints, stated: Floats, told: Window) -> npt.NDArray[np.bool_]:
+    """Whether the own words of each candidate at `positions` (stated at `stated`) point into
+    the named time `told`. A live memory's span is read once and kept by the index
+    (`LexicalIndex.told_days`): read at every recall, a question naming a time over a big bank
+    paid for thousands of texts (recall p99 at 100k memories 3 → 72 ms). A retired record (few:
+    history, `as_of`) is read each time, through a small cache."""
+    out = np.zeros(positions.size, bool)
+    slots = pool.slots[positions]
+    live = slots >= 0 if pool.index is not None else np.zeros(positions.size, bool)
+    if live.any():
+        assert pool.index is not None
+        kept = slots[live]
+        start, end = pool.index.told_days(kept)
+        unread = (start == TOLD_UNREAD).nonzero()[0]
+        if unread.size:
+            at = positions[live][unread]
+            spans = [
+                told_span(memory.text, int(when))
+                for memory, when in zip(
+                    pool.memories(at.tolist()), stated[live][unread].tolist(), strict=True
+                )
+            ]
+            pool.index.keep_told(kept[unread], spans)
+            start, end = pool.index.told_days(kept)
+        out[live] = _overlapping(start, end, told)
+    for i in (~live).nonzero()[0].tolist():
+        span = _told(pool.memory(int(positions[i])).text, int(stated[i]))
+        out[i] = span is not None and span[0] < told[1] and span[1] > told[0]
+    return out
 
 
 @lru_cache(maxsize=1024)

@@ -118,7 +118,7 @@ class Fusion:
     in_span: float = 0.5
     span_before_days: float = 1.0
     span_after_days: float = 1.0
-    span_told: bool = False
+    span_told: bool = True
     expand_docs: int = 4  # second hop: first hits per arm lending terms (0: no second hop)
     expand_terms: int = 10  # terms taken from them
     expand_weight: float = 0.5  # their BM25 against the query's own
