@@ -46,6 +46,15 @@ from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
         ("What events for veterans has John joined?", "events for veterans"),
         ("Which places or events has Calvin visited?", "places or events"),
         ("What kids’ books does Ana read?", "kids’ books"),
+        # Asked as a request: the question is embedded, its subject before its verb.
+        ("Can you tell me what countries Maria visited?", "countries"),
+        ("Do you remember which restaurants I liked?", "restaurants"),
+        ("I forgot which books Melanie has read", "books"),
+        ("Tell me what instruments Melanie plays", "instruments"),
+        ("Could you please remind me what kinds of games we played?", "games"),
+        ("Can you tell me what activities does Melanie partake in?", "activities"),
+        ("List the countries Maria visited", "countries"),
+        ("Name all the books Melanie read", "books"),
         # Portuguese: the plural words after "quais"/"que", up to the subject or the verb.
         ("Quais países a Maria visitou?", "países"),
         ("Que livros o Tim leu?", "livros"),
@@ -63,6 +72,10 @@ from .fakes import FakeEmbedder, FixedClock, RecordingEmitter
         ("Quais outros livros a Ana leu?", "livros"),
         ("Quais museus a Ana visitou?", "museus"),  # "-eus": a plural
         ("QUAIS LIVROS O TIM LEU?", "livros"),
+        ("Você lembra quais países a Maria visitou?", "países"),
+        ("Me diga que livros o Tim leu", "livros"),
+        ("Pode me dizer quais restaurantes eu gostei?", "restaurantes"),
+        ("Esqueci quais filmes eu vi", "filmes"),
     ],
 )
 def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) -> None:
@@ -94,6 +107,16 @@ def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) ->
         "What physics does the game use?",
         "What is Ana's address?",
         "What kind of dream did James have recently?",
+        # A request around a question that names no kind, or a verb taken for one.
+        "Can you tell me what is Maria's address?",
+        "Do you remember what Maria's kids like?",
+        "tell me what happened yesterday",
+        "Do you know which days I work?",
+        "Remind me what my wife's name is",
+        "List everything Maria visited",
+        "what foods am I allergic to?",  # "am" ends no kind (measured: `_EN_AUX`)
+        "Você sabe que eu gosto de café?",  # "que" as "that"
+        "Lembra que eu te falei?",
         # Portuguese: a verb, a pronoun or a determiner is no kind; "qual" asks for one thing,
         # "o que" for no kind, "quantos" for a count.
         "Quais são?",
