@@ -112,6 +112,7 @@ def index_state(bank: Bank) -> dict[str, Any]:
             float(index.stated_at[slot]),
             float(index.created_at[slot]),
             bool(index.dated[slot]),
+            (int(index._told_start[slot]), int(index._told_end[slot])),
             float(index._length[slot]),
             index._doc_tags.get(memory_id, ()),
             int(index.category[slot]),

@@ -131,6 +131,9 @@ def observed(data_dir: Path) -> Any:
             "terms": terms,
             "lengths": analysis.lengths.tolist(),
             "dated": analysis.dated.tolist(),
+            "told": list(
+                zip(analysis.told_start.tolist(), analysis.told_end.tolist(), strict=True)
+            ),
             "entities": analysis.entity_counts.tolist(),
             "pinned": [bool(index.pinned[index.slot(i)]) for i in live],
             "corroboration": [int(index.corroboration[index.slot(i)]) for i in live],
@@ -320,6 +323,8 @@ def test_combined_analysis_equals_analysing_the_picked_documents() -> None:
     assert terms(combined) == terms(fresh)
     assert combined.lengths.tolist() == fresh.lengths.tolist()
     assert combined.dated.tolist() == fresh.dated.tolist()
+    assert combined.told_start.tolist() == fresh.told_start.tolist()
+    assert combined.told_end.tolist() == fresh.told_end.tolist()
     assert Counter(combined.vocab) == Counter(set(combined.vocab))  # no term twice
 
 

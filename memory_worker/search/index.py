@@ -26,13 +26,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memory_worker.core.retention import DAY_MS
 from memory_worker.core.subjects import subject_key
 
 __all__ = [
     "BM25_B",
     "BM25_K1",
-    "TOLD_UNREAD",
     "Analysis",
     "Candidates",
     "Floats",
@@ -62,10 +60,18 @@ _KEPT_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
 # memory would otherwise be centred onto itself (every difference zero). Small on purpose: on
 # LoCoMo the mean of 20 memories already carries the whole gain of centring.
 CENTER_PRIOR = 4.0
-# A slot's told span (`told_days`) not read since its record was indexed; one read and found to
-# point to no time is kept as an empty span that overlaps nothing (`_TOLD_NONE`).
-TOLD_UNREAD = np.iinfo(np.int32).min
+# A memory whose words point to no time has the told span [max, min): it overlaps nothing.
 _TOLD_NONE = (np.iinfo(np.int32).max, np.iinfo(np.int32).min)
+
+
+def _told_columns(docs: Sequence[IndexedDoc]) -> tuple[npt.NDArray[np.int32], ...]:
+    spans = [_TOLD_NONE if doc.told is None else doc.told for doc in docs]
+    return (
+        np.fromiter((start for start, _ in spans), np.int32, len(spans)),
+        np.fromiter((end for _, end in spans), np.int32, len(spans)),
+    )
+
+
 _NO_SUM = np.zeros(0, np.float64)  # shared by every index without vectors; never written
 _NO_NORMS = np.zeros(0, np.float32)  # the same for `vector_norm2`
 
@@ -120,6 +126,9 @@ class IndexedDoc:
     stated_at: int = 0
     created_at: int = 0
     dated: bool = False  # the text states a date or a time (`core.temporal.states_time`)
+    # The time its own words point to from when it was stated ("last month": `core.temporal.
+    # told_span`), as [start, end) whole days since the epoch; None: none.
+    told: tuple[int, int] | None = None
     subject: str | None = None  # who the memory is about; None: a general memory
     session: str | None = None  # the conversation it was saved from (`source.session_id`)
     category: str | None = None  # its kind (`category_code`); None: a fact
@@ -147,6 +156,10 @@ class Analysis:
     entity_counts: Ints  # entity terms per document
     entity_terms: Ints
     dated: npt.NDArray[np.bool_]
+    # Each document's told span in days ([start, end); `_TOLD_NONE` when none): read from its
+    # text and when it was stated, the part of indexing a dated memory pays most for.
+    told_start: npt.NDArray[np.int32]
+    told_end: npt.NDArray[np.int32]
 
 
 def _stable_order(keys: Ints, bound: int) -> Ints:
@@ -184,6 +197,7 @@ def analyze(docs: Sequence[IndexedDoc]) -> Analysis:
     """The analysis of `docs` in that order (a bulk load's): a dict walk over the distinct terms,
     then numpy, no Python work per term occurrence."""
     n = len(docs)
+    told_start, told_end = _told_columns(docs)
     term_lists = [doc.terms for doc in docs]
     lengths = np.fromiter(map(len, term_lists), np.int64, n)
     flat = list(chain.from_iterable(term_lists))
@@ -210,6 +224,8 @@ def analyze(docs: Sequence[IndexedDoc]) -> Analysis:
         entity_counts=np.fromiter(map(len, entity_lists), np.int64, n),
         entity_terms=np.fromiter(map(vocab.__getitem__, entity_flat), np.int64),
         dated=np.fromiter((doc.dated for doc in docs), bool, n),
+        told_start=told_start,
+        told_end=told_end,
     )
 
 
@@ -250,6 +266,8 @@ def combine(base: Analysis, extra: Analysis, rows: Sequence[int]) -> Analysis:
         entity_counts=entity_counts,
         entity_terms=entity_terms,
         dated=np.concatenate((base.dated, extra.dated))[picks],
+        told_start=np.concatenate((base.told_start, extra.told_start))[picks],
+        told_end=np.concatenate((base.told_end, extra.told_end))[picks],
     )
 
 
@@ -545,7 +563,7 @@ class LexicalIndex:
         self.stated_at = np.zeros(capacity, np.float64)
         self.created_at = np.zeros(capacity, np.float64)
         self.dated = np.zeros(capacity, bool)
-        self._told_start = np.full(capacity, TOLD_UNREAD, np.int32)
+        self._told_start = np.zeros(capacity, np.int32)
         self._told_end = np.zeros(capacity, np.int32)
         self.subject = np.zeros(capacity, np.int64)
         if self._categories is not None:
@@ -655,6 +673,8 @@ class LexicalIndex:
         self.stated_at[:n] = stated_at
         self.created_at[:n] = created_at
         self.dated[:n] = analysis.dated
+        self._told_start[:n] = analysis.told_start
+        self._told_end[:n] = analysis.told_end
         # Only the few memories with a subject or tags cost a Python step (`compress` skips the
         # rest in C); codes are given in slot order, as one by one would.
         if len(subjects) != n or len(tags) != n:
@@ -704,6 +724,8 @@ class LexicalIndex:
             entity_counts=np.bincount(owner, minlength=slots.size).astype(np.int64),
             entity_terms=entity_terms[by_owner],
             dated=self.dated[slots].copy(),
+            told_start=self._told_start[slots],
+            told_end=self._told_end[slots],
         )
 
     def _term_id(self, term: str) -> int:
@@ -759,7 +781,7 @@ class LexicalIndex:
         self.stated_at[slot] = doc.stated_at
         self.created_at[slot] = doc.created_at
         self.dated[slot] = doc.dated
-        self._told_start[slot] = TOLD_UNREAD  # its text or when it was stated may have changed
+        self._told_start[slot], self._told_end[slot] = doc.told or _TOLD_NONE
         self.subject[slot] = self._subject_code(doc.subject)
         self._set_category(slot, doc.category)
         self._set_session(slot, doc.session)
@@ -889,22 +911,9 @@ class LexicalIndex:
         return len(self._ids)
 
     def told_days(self, slots: Ints) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-        """The told span of the memory at each live slot, as [start, end) whole days since the
-        epoch, as `keep_told` left it (copies); a start of `TOLD_UNREAD`: not read yet. The index
-        holds no text, so ranking reads a span once (`core.temporal.told_span`, tens of
-        microseconds) and keeps it here until the slot's record changes."""
+        """The told span of the memory at each live slot (`IndexedDoc.told`), as [start, end)
+        whole days since the epoch; a memory whose words point to no time has an empty one."""
         return self._told_start[slots], self._told_end[slots]
-
-    def keep_told(self, slots: Ints, spans: Sequence[tuple[int, int] | None]) -> None:
-        """Keep the told span (epoch ms, [start, end), whole days: `core.temporal` counts in
-        UTC days) read for each live slot; None: its words point to no time."""
-        for slot, span in zip(slots.tolist(), spans, strict=True):
-            if span is None:
-                start, end = _TOLD_NONE
-            else:
-                start, end = span[0] // DAY_MS, -(-span[1] // DAY_MS)
-            self._told_start[slot] = start
-            self._told_end[slot] = end
 
     def slot_ids(self) -> list[str]:
         """The doc id of every slot (dead slots keep theirs until compaction); do not mutate."""

@@ -39,7 +39,6 @@ from memory_worker.core.temporal import (
 from memory_worker.core.text import asks, normalize, terms
 from memory_worker.search.index import (
     CENTER_PRIOR,
-    TOLD_UNREAD,
     Candidates,
     Floats,
     IndexedDoc,
@@ -188,6 +187,12 @@ def _told(text: str, stated_ms: int) -> tuple[int, int] | None:
     return told_span(text, stated_ms)
 
 
+def _told_days(text: str, stated_ms: int) -> tuple[int, int] | None:
+    """`told_span` in whole days since the epoch (`core.temporal` counts in UTC days)."""
+    span = told_span(text, stated_ms)
+    return None if span is None else (span[0] // DAY_MS, -(-span[1] // DAY_MS))
+
+
 def _in_span(
     pool: Pool,
     spans: tuple[Window, Window | None] | None,
@@ -197,7 +202,7 @@ def _in_span(
     """Which candidates at `rows` (None: every one) were stated within the window of `spans`
     (`_span_window`) or, when it carries the named time itself, whose own relative words point
     into that ("last month", said in April, for "in March"); `bound`: an upper bound of this
-    read from the columns alone (every dated one stated in reach counts), for `_contenders`."""
+    that reads no text, for `_contenders` (a retired record in reach counts)."""
     if spans is None:
         return None
     window, told = spans
@@ -212,76 +217,28 @@ def _in_span(
         & (stated >= told[0] - TOLD_REACH_DAYS * DAY_MS)
         & (stated < told[1] + TOLD_REACH_DAYS * DAY_MS)
     )
-    if bound:
-        either: npt.NDArray[np.bool_] = inside | reach
-        _drop_told_misses(pool, rows, reach, told, either)
-        return either
     where = reach.nonzero()[0]
-    if where.size:
-        positions = where if rows is None else rows[where]
-        inside[where] = _told_into(pool, positions, stated[where], told)
-    return inside
-
-
-def _drop_told_misses(
-    pool: Pool,
-    rows: Ints | None,
-    reach: npt.NDArray[np.bool_],
-    told: Window,
-    either: npt.NDArray[np.bool_],
-) -> None:
-    """Take out of the bound `either` each candidate in `reach` whose told span the index
-    already read and found outside `told`: once a bank's spans are read, a question naming a
-    time scores only the memories that may be in it, not every dated one stated within reach."""
-    if pool.index is None:
-        return
-    where = reach.nonzero()[0]
+    if not where.size:
+        return inside
     slots = (pool.slots if rows is None else pool.slots[rows])[where]
-    live = slots >= 0
-    where, slots = where[live], slots[live]
-    start, end = pool.index.told_days(slots)
-    either[where[(start != TOLD_UNREAD) & ~_overlapping(start, end, told)]] = False
-
-
-def _overlapping(
-    start: npt.NDArray[np.int32], end: npt.NDArray[np.int32], told: Window
-) -> npt.NDArray[np.bool_]:
-    """Whether each kept told span ([start, end) in days) meets the named time `told` (ms)."""
-    meets: npt.NDArray[np.bool_] = (start.astype(np.float64) * DAY_MS < told[1]) & (
-        end.astype(np.float64) * DAY_MS > told[0]
-    )
-    return meets
-
-
-def _told_into(pool: Pool, positions: Ints, stated: Floats, told: Window) -> npt.NDArray[np.bool_]:
-    """Whether the own words of each candidate at `positions` (stated at `stated`) point into
-    the named time `told`. A live memory's span is read once and kept by the index
-    (`LexicalIndex.told_days`): read at every recall, a question naming a time over a big bank
-    paid for thousands of texts (recall p99 at 100k memories 3 → 72 ms). A retired record (few:
-    history, `as_of`) is read each time, through a small cache."""
-    out = np.zeros(positions.size, bool)
-    slots = pool.slots[positions]
-    live = slots >= 0 if pool.index is not None else np.zeros(positions.size, bool)
+    live = slots >= 0 if pool.index is not None else np.zeros(where.size, bool)
     if live.any():
         assert pool.index is not None
-        kept = slots[live]
-        start, end = pool.index.told_days(kept)
-        unread = (start == TOLD_UNREAD).nonzero()[0]
-        if unread.size:
-            at = positions[live][unread]
-            spans = [
-                told_span(memory.text, int(when))
-                for memory, when in zip(
-                    pool.memories(at.tolist()), stated[live][unread].tolist(), strict=True
-                )
-            ]
-            pool.index.keep_told(kept[unread], spans)
-            start, end = pool.index.told_days(kept)
-        out[live] = _overlapping(start, end, told)
-    for i in (~live).nonzero()[0].tolist():
-        span = _told(pool.memory(int(positions[i])).text, int(stated[i]))
-        out[i] = span is not None and span[0] < told[1] and span[1] > told[0]
-    return out
+        # A live memory's told span is a column of the index, read from its text when indexed:
+        # read here, a question naming a time over a big bank paid for thousands of texts
+        # (recall p99 at 100k memories 3 → 72 ms).
+        start, end = pool.index.told_days(slots[live])
+        inside[where[live]] = (start.astype(np.float64) * DAY_MS < told[1]) & (
+            end.astype(np.float64) * DAY_MS > told[0]
+        )
+    for at in where[~live].tolist():  # retired records (history, `as_of`): few, read each time
+        if bound:
+            inside[at] = True
+            continue
+        position = at if rows is None else int(rows[at])
+        span = _told(pool.memory(position).text, int(stated[at]))
+        inside[at] = span is not None and span[0] < told[1] and span[1] > told[0]
+    return inside
 
 
 @lru_cache(maxsize=1024)
@@ -301,8 +258,12 @@ def document_terms(memory: Memory) -> list[str]:
     return out
 
 
-def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
+def indexed(memory: Memory, *, with_terms: bool = True, with_told: bool = True) -> IndexedDoc:
+    """What the index keeps of `memory`; `with_terms`/`with_told` False: its terms / the time
+    its words point to are not read (a column update keeps the terms; a retired record scored
+    one by one needs neither)."""
     # Most memories name no entity: no generator to build and run for nothing (every save's).
+    dated = states_time(memory.text)
     entity_terms = (
         frozenset(term for entity in memory.entities for term in _entity_terms(entity))
         if memory.entities
@@ -317,7 +278,8 @@ def indexed(memory: Memory, *, with_terms: bool = True) -> IndexedDoc:
         pinned=memory.pinned,
         stated_at=memory.last_stated_at,
         created_at=memory.created_at,
-        dated=states_time(memory.text),
+        dated=dated,
+        told=_told_days(memory.text, memory.last_stated_at) if dated and with_told else None,
         subject=memory.subject,
         session=memory.source.session_id if memory.source is not None else None,
         category=memory.category,
@@ -799,7 +761,7 @@ def _with_retired(
             if bm25 <= 0:
                 continue
             cosine = 0.0
-        doc = indexed(memory, with_terms=False)
+        doc = indexed(memory, with_terms=False, with_told=False)
         extra.append((memory, bm25, float(len(doc.entity_terms & wanted)), doc.dated))
         cosines.append(cosine)
     if not extra:

@@ -86,10 +86,11 @@ SNAPSHOT_MIN_LIVE = 2000
 # this share of the prefix's bytes and this many bytes (`tail_is_short`).
 TAIL_SHARE = 0.01
 TAIL_MAX = 256 * 1024
-_VERSION = 1
+_VERSION = 2  # 2: the told spans (`Analysis.told_start`, `told_end`)
 _CHUNK = 1 << 20
 _ARRAYS = (
     "pair_counts", "pair_terms", "pair_tfs", "lengths", "entity_counts", "entity_terms", "dated",
+    "told_start", "told_end",
 )  # fmt: skip
 
 
@@ -242,7 +243,11 @@ def _consistent(a: Analysis, n: int) -> bool:
     ints = (a.pair_counts, a.pair_terms, a.pair_tfs, a.lengths, a.entity_counts, a.entity_terms)
     if any(x.ndim != 1 or x.dtype != np.int64 for x in ints) or a.dated.dtype != np.bool_:
         return False
+    if any(x.ndim != 1 or x.dtype != np.int32 for x in (a.told_start, a.told_end)):
+        return False
     if not (a.pair_counts.size == a.lengths.size == a.entity_counts.size == a.dated.size == n):
+        return False
+    if not a.told_start.size == a.told_end.size == n:
         return False
     if int(a.pair_counts.sum()) != a.pair_terms.size or a.pair_terms.size != a.pair_tfs.size:
         return False
