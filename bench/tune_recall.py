@@ -10,8 +10,10 @@ what BENCHMARKS quotes after the choice was made.
 
     .venv/bin/python bench/tune_recall.py --embedder e5 --grid 'semantic=0.5,1,2' [--report]
 
-`--bm25 '1.2:0.75,1.2:0.2'` repeats everything for each BM25 (k1, b), patched into
-`search.index` (module constants, read at query time) with every cached norm and pool dropped.
+`--as-requests` asks each list question as a request ("Can you tell me what activities does
+Melanie partake in?"), as agents often ask. `--bm25 '1.2:0.75,1.2:0.2'` repeats everything
+for each BM25 (k1, b), patched into `search.index` (module constants, read at query time) with
+every cached norm and pool dropped.
 """
 
 from __future__ import annotations
@@ -286,6 +288,8 @@ async def main_async(args: argparse.Namespace) -> int:
         if args.golden:
             await golden_main(args, embedder, Path(tmp))
             return 0
+        if args.as_requests:
+            convs = [_as_requests(conv) for conv in convs]
         # Without --report only the tuning half is even loaded (embedded): nothing else is seen.
         loaded = await _load(convs if args.report else convs[: len(TUNING)], embedder, Path(tmp))
         halves: list[tuple[str, range | list[int]]] = [("tune 0-4", TUNING)]
@@ -323,6 +327,18 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0
 
 
+def _as_requests(conv: Conversation) -> Conversation:
+    """`conv` with each list question (`core.text.answer_type`) asked as an agent often asks
+    it, as a request: "Can you tell me what activities does Melanie partake in?"."""
+    asked = [
+        dataclasses.replace(q, text=f"Can you tell me {q.text[0].lower()}{q.text[1:]}")
+        if answer_type(q.text) is not None
+        else q
+        for q in conv.questions
+    ]
+    return dataclasses.replace(conv, questions=asked)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -336,6 +352,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--embedded-only", action="store_true", help="skip the hybrid-without-embedder rows"
+    )
+    parser.add_argument(
+        "--as-requests",
+        action="store_true",
+        help="ask LoCoMo's list questions as requests ('Can you tell me what …')",
     )
     args = parser.parse_args()
     configure_logging("warning")
