@@ -54,6 +54,22 @@ async def test_mcp_tools_are_held_to_the_banks_level(service: MemoryService) -> 
     assert [m["text"] for m in listed["memories"]] == ["Deploys happen on Tuesdays."]
 
 
+async def test_an_unknown_tools_error_names_the_tools_the_endpoint_lists(
+    service: MemoryService,
+) -> None:
+    """A tool name the endpoint does not serve was answered with every agent tool ("tools:
+    memory_save, …, memory_pin") where a bank at `read` lists three: a model that took the hint
+    and called `memory_save` was refused again. The error names what `tools/list` lists."""
+    await call(service, "memory::bank::create", {"name": "wiki", "conscious_access": "read"})
+    async with Client(build_server(_tools(service, "wiki"))) as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        unknown = await client.call_tool("memory_search", {"query": "deploys"})
+    text = unknown.content[0].text  # type: ignore[union-attr]
+    assert unknown.is_error and text.startswith("invalid_input: unknown tool 'memory_search'")
+    assert set(text.split("; tools: ", 1)[1].split(", ")) == listed
+    assert listed == {"memory_get", "memory_list", "memory_recall"}
+
+
 def _post(url: str, path: str, body: object, headers: dict[str, str]) -> tuple[int, Any]:
     request = urllib.request.Request(
         url + path,

@@ -1249,6 +1249,31 @@ def test_every_command_takes_the_data_dir_option(
     assert captured.err == "" and captured.out.strip()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--data-dir", "DATA", "trigger", "memory::tags"],
+        ["--data-dir=DATA", "export", "--bank", "main"],
+        ["--config", "m.yaml", "mcp"],
+        ["--log-level", "debug", "permissions"],
+    ],
+)
+def test_an_option_given_before_the_command_is_named_and_placed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """README: "Every command takes `--data-dir`" — written before the command, as `git -C`
+    takes it, it was refused as "argument command: invalid choice: '/tmp/…/data'": the data
+    dir read as a command's name, and nothing said where the option goes."""
+    argv = [a.replace("DATA", str(tmp_path / "data")) for a in argv]
+    option = argv[0].split("=", 1)[0]
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    error = json.loads(captured.err)
+    assert error["code"] == "invalid_input" and "invalid choice" not in error["message"]
+    assert f"{option} goes after the command" in error["message"]
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", [["trigger", "memory::doctor"], ["serve"], ["permissions"]])
 def test_an_unknown_log_level_is_one_json_error_with_status_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]

@@ -4,6 +4,7 @@ against the REST API), and the REST client, checkpoint file and settings file it
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -86,6 +87,53 @@ class TestOnePass:
             assert post(served.url, "memory/list", {})["total"] == 1
         finally:
             _kill(served.proc)
+
+    def test_a_bad_memory_embedder_is_refused_as_by_every_other_command(
+        self, tmp_path: Path
+    ) -> None:
+        """`MEMORY_EMBEDDER=locl` (a typo) is `invalid_input` for `trigger`, `mcp` and the
+        hooks; `memory-worker consolidate` read it as "no embedder" and ran its pass without the
+        semantic tier, saying only `"semantic": "unavailable"` in its report."""
+        data_dir = tmp_path / "data"
+        seed_local(data_dir, tmp_path)
+        env = cli_env(MEMORY_EMBEDDER="locl")
+        trigger = run_cli("trigger", "memory::tags", "--data-dir", str(data_dir),
+                          cwd=tmp_path, env=env).error()  # fmt: skip
+        failed = run_cli("consolidate", "--dry-run", "--data-dir", str(data_dir),
+                         cwd=tmp_path, env=env).error()  # fmt: skip
+        assert failed == trigger
+        assert failed["code"] == "invalid_input" and "MEMORY_EMBEDDER" in failed["message"]
+
+    def test_a_pass_forwarded_to_the_server_loads_no_local_model(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A forwarded call never loads an embedder (the server holds its own): the pass the
+        server runs uses the server's. `memory-worker consolidate` loaded the local model
+        before it knew where the pass would run (~14 MB and a tenth of a second each time)."""
+        from memory_worker.adapters.consolidate import cli as consolidate_cli
+
+        loaded: list[str] = []
+
+        def load_local(name: str = "") -> Any:
+            loaded.append(name)
+            raise AssertionError("a forwarded pass loaded the local model")
+
+        monkeypatch.setattr(consolidate_cli, "load_local", load_local)
+        monkeypatch.delenv("MEMORY_EMBEDDER", raising=False)  # the default: local
+        for name in ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "MEMORY_CONSOLIDATE_CONFIG"):
+            monkeypatch.delenv(name, raising=False)
+        served = _start(tmp_path / "data", tmp_path / "server.err")
+        try:
+            for text in TEXTS:
+                post(served.url, "memory/save", {"text": text})
+            args = argparse.Namespace(
+                server=None, config=None, data_dir=str(served.data_dir),
+                consolidate_config=None, bank=None, dry_run=True,
+            )  # fmt: skip
+            assert asyncio.run(consolidate_cli.run_once(args)) == 0
+        finally:
+            _kill(served.proc)
+        assert loaded == []
 
 
 @pytest.fixture(name="served")

@@ -131,6 +131,28 @@ def test_a_markdown_memory_folder_is_read(tmp_path: Path) -> None:
     assert foreign.records[2]["created_at"] == 1_780_000_000_000
 
 
+def test_a_paragraph_beside_a_files_lists_is_counted_as_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file's list items are its memories, and its paragraphs only when it has no list. The
+    paragraphs beside a list were dropped without a word: the report said `imported: 1` and
+    nothing of the note's other facts (an item too short was counted, a paragraph was not)."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(
+        "# Travel\n\nThe user books the window seat on long flights.\n\n"
+        "- Passport expires in March 2027\n- ok\n\n"
+        "Hotel loyalty numbers are in the blue folder\nin the study.\n"
+    )
+    foreign = read_foreign(notes, "markdown")
+    assert [r["text"] for r in foreign.records] == ["Passport expires in March 2027"]
+    assert foreign.skipped == {"too_short": 1, "not_a_list_item": 2}
+    data = str(tmp_path / "data")
+    report = _run(
+        capsys, "import", str(notes), "--from", "markdown", "--bank", "main", "--data-dir", data
+    )
+    assert (report["imported"], report["skipped"]) == (1, {"too_short": 1, "not_a_list_item": 2})
+
+
 def test_mem0_then_export_then_import_round_trips(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,7 +16,7 @@ from memory_worker.adapters import cli
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.app import catalog
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
+from memory_worker.core.config import Settings, parse_settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
 from memory_worker.storage.bank import Bank
 
@@ -165,6 +165,60 @@ async def test_true_or_false_for_a_number_is_invalid_input(
     """`limit=true` (as `iii trigger` decodes it) names no number: refused, never read as 1."""
     with pytest.raises(InvalidInput, match="not true or false"):
         await catalog.call(service, function_id, payload)
+    assert service.store.names() == []
+
+
+@pytest.mark.parametrize(
+    ("function_id", "payload", "message"),
+    [
+        (
+            "memory::recall",
+            {"query": "tea", "limit": True},
+            "limit: must be a number, not true or false",
+        ),
+        (
+            "memory::save",
+            {"text": "Likes jazz", "subject_type": "member"},
+            "subject: subject_type and subject_id must be provided together",
+        ),
+        (
+            "memory::bank::create",
+            {"name": "b", "association_weights": {"content": 0}},
+            "association_weights: at least one association weight must be above 0",
+        ),
+    ],
+)
+async def test_a_validators_refusal_reads_as_its_own_words(
+    service: MemoryService, function_id: str, payload: dict[str, Any], message: str
+) -> None:
+    """What a request's own check says, as it says it: every door answered "payload: Value
+    error, limit: must be a number, not true or false" (pydantic's wrapping of it)."""
+    with pytest.raises(InvalidInput) as refused:
+        await catalog.call(service, function_id, payload)
+    assert str(refused.value) == f"invalid_input: {message}"
+
+
+def test_a_settings_files_refusal_reads_as_the_checks_own_words() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        parse_settings({"extraction_endpoint": "foo"}, source="m.yaml")
+    assert str(refused.value) == (
+        "invalid_input: m.yaml: extraction_endpoint: must be an http:// or https:// URL, or empty"
+    )
+
+
+@pytest.mark.parametrize("field", ["created_at", "stated_at", "corroboration", "revision"])
+async def test_true_or_false_for_an_imported_records_number_is_invalid_input(
+    service: MemoryService, field: str
+) -> None:
+    """A record's `"created_at": true` was imported as 1 ms past 1970 (and `revision: true` as
+    revision 1), where a request's `limit=true` is refused: the same rule for a record."""
+    records = [{"text": "The user likes green tea.", field: True}]
+    with pytest.raises(InvalidInput) as refused:
+        await catalog.call(service, "memory::import", {"bank": "main", "records": records})
+    assert (
+        str(refused.value)
+        == f"invalid_input: record 1: {field}: must be a number, not true or false"
+    )
     assert service.store.names() == []
 
 

@@ -3,6 +3,7 @@ answering at the default address → standalone, and says why."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from typing import Any
@@ -17,7 +18,7 @@ from memory_worker.adapters.bus.worker import EngineWorker
 from memory_worker.adapters.consolidate import engine as consolidate_engine
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 
 from .bus.engine_double import EngineDouble
 
@@ -33,6 +34,39 @@ def test_engine_flag_then_env() -> None:
         "--engine was given",
     )
     assert cli.choose_mode(False, None, {"III_URL": "ws://x:2"}) == ("ws://x:2", "III_URL is set")
+
+
+@pytest.mark.parametrize(
+    "given", ["127.0.0.1:49134", "http://127.0.0.1:49134", "ws://", "ws://[::1:49134"]
+)
+@pytest.mark.parametrize("source", ["--engine", "III_URL"])
+def test_an_engine_url_no_websocket_can_reach_is_refused_at_once(given: str, source: str) -> None:
+    """`--engine 127.0.0.1:49134` (or `http://…`) can never connect: the WebSocket client
+    refuses the URL, the SDK retried it for 30 s, and serve then stopped with "no iii engine
+    answers at 127.0.0.1:49134" while an engine listened there. Refused before anything
+    starts, with the form that works."""
+    flag, env = (given, {}) if source == "--engine" else (None, {"III_URL": given})
+    with pytest.raises(InvalidInput) as refused:
+        cli.choose_mode(False, flag, env)
+    assert source in str(refused.value) and "ws://" in str(refused.value)
+
+
+def test_memory_consolidate_refuses_such_an_engine_url_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memory_worker.adapters.consolidate import cli as consolidate_cli
+
+    started: list[str] = []
+
+    async def serve_engine(url: str, *args: Any, **kwargs: Any) -> int:
+        started.append(url)
+        return 0
+
+    monkeypatch.setattr(consolidate_engine, "serve_engine", serve_engine)
+    assert consolidate_cli.main(["serve", "--engine", "localhost:49134"]) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input" and "ws://" in error["message"]
+    assert started == []
 
 
 def test_an_engine_at_the_default_address_is_found(monkeypatch: pytest.MonkeyPatch) -> None:

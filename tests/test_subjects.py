@@ -1025,6 +1025,27 @@ class TestSeedPair:
         listed = await call(service, "memory::list", PERSON)
         assert listed["memories"] == []
 
+    async def test_an_imported_records_pair_is_its_subject(self, service: MemoryService) -> None:
+        """`memory-worker import` takes a record's `subject`; seed 004's pair was dropped with
+        the other unknown keys: the person's memories came in as general ones (everyone's, in a
+        scoped bank), and their `forget-subject` then erased none of them."""
+        records = [
+            {"text": "The user is allergic to kiwi.", "subject_type": "member", "subject_id": 42}
+        ]
+        out = await call(service, "memory::import", PERSON, bank="main", records=records)
+        assert out["imported"] == 1
+        [memory] = (await call(service, "memory::list", PERSON, bank="main"))["memories"]
+        assert memory["subject"] == "member:42"
+        with pytest.raises(InvalidInput, match="record 1: subject: subject_type and subject_id"):
+            await call(
+                service,
+                "memory::import",
+                PERSON,
+                bank="main",
+                records=[{"text": "The user likes tea.", "subject_type": "member"}],
+            )
+        assert (await call(service, "memory::list", PERSON, bank="main"))["total"] == 1
+
 
 async def test_the_owners_recall_shows_two_peoples_same_words_as_two_facts(
     store: Store, clock: FixedClock

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-__all__ = ["main", "parse_assignments"]
+__all__ = ["embedder_choice", "main", "parse_assignments"]
 
 CONFIG_ENV = "MEMORY_CONFIG"
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
@@ -170,7 +170,7 @@ def _configured(args: argparse.Namespace) -> Settings | None:
     return _settings(args) if args.config or os.environ.get(CONFIG_ENV) else None
 
 
-def _embedder_choice(default: str) -> str:
+def embedder_choice(default: str) -> str:
     choice = os.environ.get(EMBEDDER_ENV, default).strip().lower()
     if choice not in ("local", "router", "none"):
         raise InvalidInput(f"${EMBEDDER_ENV} must be local, router or none, not {choice!r}")
@@ -184,7 +184,7 @@ def _embedder(settings: Settings, *, default: str, lazy: bool = False) -> Embedd
     `lazy`: loaded on first use, so a one-shot command that embeds nothing never pays for it. A
     name the local embedder does not have gets an `UnavailableEmbedder` saying so (recall
     lexical, doctor explains), never another model."""
-    choice = _embedder_choice(default)
+    choice = embedder_choice(default)
     if choice != "local" or not settings.embeddings_enabled:
         return None
     from memory_worker.adapters.embedders import (
@@ -212,7 +212,7 @@ def _embedder(settings: Settings, *, default: str, lazy: bool = False) -> Embedd
 def _embedder_for(default: str) -> Callable[[Settings], Embedder | None] | None:
     """What a settings change loads (`Reconfigurer`): the local model it names, when the local
     embedder is the one in use; None when the embedder follows the settings itself."""
-    if _embedder_choice(default) != "local":
+    if embedder_choice(default) != "local":
         return None
     return lambda settings: _embedder(settings, default=default)
 
@@ -240,7 +240,7 @@ async def _with_door(
     # A one-shot command never embeds what it writes (a server embeds those in the background):
     # an import stays fast. Its recall embeds the query, after a bounded catch-up on what the
     # bank lacks, so a data dir no server ever held gets the semantic arm too.
-    _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails whichever door opens
+    embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails whichever door opens
     async with open_door(
         root,
         settings,
@@ -569,13 +569,14 @@ def choose_mode(
 ) -> tuple[str | None, str]:
     """(engine URL or None for standalone, why): `--standalone` → `--engine` → `$III_URL` → an
     engine answering at the default address → standalone."""
+    from memory_worker.adapters.engine_probe import Probe, engine_url, probe_engine
+
     if standalone:
         return None, "--standalone was given"
     if engine:
-        return engine, "--engine was given"
+        return engine_url(engine, "--engine"), "--engine was given"
     if url := env.get("III_URL", "").strip():
-        return url, "III_URL is set"
-    from memory_worker.adapters.engine_probe import Probe, probe_engine
+        return engine_url(url, "III_URL"), "III_URL is set"
 
     found = probe_engine(DEFAULT_ENGINE_URL, ENGINE_PROBE_TIMEOUT_S)
     if found is Probe.ENGINE:
@@ -602,7 +603,7 @@ async def _serve(args: argparse.Namespace) -> int:
             data_dir_flag=args.data_dir,
             embedder=_embedder(settings, default="router"),
             embedder_for=_embedder_for("router"),
-            router_embeddings=_embedder_choice("router") == "router",
+            router_embeddings=embedder_choice("router") == "router",
             reason=reason,
         )
     from memory_worker.adapters.standalone import (
@@ -908,7 +909,7 @@ async def _mcp(args: argparse.Namespace) -> int:
     # bank up first (`CATCH_UP_S`), so an agent whose only door is this one gets the
     # semantic arm. Loaded once, on the first in-process recall, and kept: this process lives as
     # long as its client.
-    _embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails at start, not on every call
+    embedder_choice("local")  # a bad $MEMORY_EMBEDDER fails at start, not on every call
     embedders: list[Embedder | None] = []
 
     def make_embedder() -> Embedder | None:
@@ -1001,6 +1002,22 @@ _COMMANDS = {
 _ONE_SHOT = frozenset({"trigger", "call", "import", "export", "hook", "capture", "compact"})
 
 
+# The options every command takes, each after the command's name (`_parser`'s `common`).
+_COMMON_OPTIONS = ("--data-dir", "--config", "--log-level")
+
+
+def _misplaced(argv: Sequence[str]) -> str | None:
+    """What to say of a command line that starts with one of every command's options (`git -C`
+    style): argparse took its value for the command's name ("invalid choice: '/home/…'")."""
+    option = argv[0].split("=", 1)[0] if argv else ""
+    if option not in _COMMON_OPTIONS:
+        return None
+    return (
+        f"memory-worker: {option} goes after the command, as every command's options do "
+        f"(`memory-worker trigger memory::doctor {option} …`; see `memory-worker -h`)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
@@ -1014,7 +1031,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif extra:
             parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except _UsageError as exc:
-        return _fail(InvalidInput(str(exc)))
+        return _fail(InvalidInput(_misplaced(sys.argv[1:] if argv is None else argv) or str(exc)))
     one_shot = args.command in _ONE_SHOT
     # One-shot commands log only through `storage.logger`: structlog is loaded on their first
     # record at that level, if any (a save logs none at warning).

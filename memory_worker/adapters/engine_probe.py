@@ -19,7 +19,9 @@ import time
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-__all__ = ["Probe", "probe_engine"]
+from memory_worker.core.errors import InvalidInput
+
+__all__ = ["Probe", "engine_url", "probe_engine"]
 
 _ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
 _MAX_HEAD = 16 * 1024  # a handshake answer is a few hundred bytes; more is not a WebSocket server
@@ -30,6 +32,24 @@ class Probe(StrEnum):
     ENGINE = "engine"  # a WebSocket server completed the handshake
     NOTHING = "nothing"  # no listener (refused, unreachable, timed out connecting)
     OTHER = "other"  # a listener that is not a WebSocket server
+
+
+def engine_url(url: str, source: str) -> str:
+    """`url` (given as `source`: `--engine`, `III_URL`) when a WebSocket can reach it. Another
+    form (`127.0.0.1:49134`, `http://…`) never connects: the client refuses it, the SDK retried
+    for 30 s, and the worker then said no engine answers there, an engine listening or not."""
+    try:
+        parsed = urlsplit(url)
+        reachable = parsed.scheme.lower() in ("ws", "wss") and bool(parsed.hostname)
+        parsed.port  # noqa: B018 - a port that is no number raises here
+    except ValueError:  # `ws://[::1` (an unclosed bracket), `ws://host:http`
+        reachable = False
+    if not reachable:
+        raise InvalidInput(
+            f"{source} must be the engine's WebSocket URL, ws://HOST:PORT (e.g. "
+            f"ws://127.0.0.1:49134), not {url!r}"
+        )
+    return url
 
 
 def probe_engine(url: str, timeout_s: float) -> Probe:

@@ -7,7 +7,8 @@
   content fingerprints, so the same fact from two systems is one memory).
 - `markdown`: a folder of markdown memory files (a coding agent's memory folder, an Obsidian
   notes folder) or one file. A file's list items are its memories, one each (nested items join
-  their parent); a file without list items gives one memory per paragraph. Headings, code
+  their parent); a file without list items gives one memory per paragraph (the paragraphs
+  beside a file's lists are left out, counted as `not_a_list_item`). Headings, code
   blocks and a front matter block are never memories; each memory is tagged with its file's
   name, and dated by the file's modification time. Hidden files and folders inside the folder
   (an Obsidian vault's `.trash/` and `.obsidian/`, `.git/`) are not read.
@@ -72,6 +73,11 @@ class Foreign:
         else:
             self.records.append({"text": text, **fields})
             self.origins.append(where)
+
+    def left_out(self, paragraphs: int) -> None:
+        """Paragraphs of a markdown file with lists: its list items are its memories."""
+        if paragraphs:
+            self.skipped["not_a_list_item"] = self.skipped.get("not_a_list_item", 0) + paragraphs
 
 
 def _ms(value: object) -> int | None:
@@ -229,13 +235,16 @@ def _paragraph_line(kept: list[str]) -> bool:
     return bool(kept) and kept[-1][:1] not in ("", " ", "\t") and not _LIST_ITEM.match(kept[-1])
 
 
-def _blocks(text: str) -> list[list[str]]:
+def _blocks(text: str) -> tuple[list[list[str]], int]:
     """A markdown file's memories as lines: its list items (nested items and indented
-    continuations joined to their top-level item), else its paragraphs."""
+    continuations joined to their top-level item), else its paragraphs; and how many paragraphs
+    were left out beside its lists (counted in the report, never dropped without a word)."""
     kept = _prose(text)
     has_list = any(_LIST_ITEM.match(line) for line in kept)
     items: list[list[str]] = []
     current: list[str] | None = None
+    left_out = 0
+    outside = False  # in a paragraph left out (a file with lists)
     for line in kept:
         match = _LIST_ITEM.match(line)
         if not has_list:
@@ -251,13 +260,18 @@ def _blocks(text: str) -> list[list[str]]:
         elif match and not match.group(1):  # a top-level item starts a memory
             current = [match.group(2)]
             items.append(current)
+            outside = False
         elif current is not None and (match or line.strip()):
             # A nested item, an indented line or an unindented one straight after (CommonMark's
             # lazy continuation: a wrapped item's next line) goes on with the item.
             current.append(match.group(2) if match else line.strip())
+        elif line.strip():  # prose beside the lists (an introduction, a note): no memory
+            left_out += not outside
+            outside = True
         else:
             current = None
-    return items
+            outside = False
+    return items, left_out
 
 
 def _markdown(path: Path) -> Foreign:
@@ -267,7 +281,9 @@ def _markdown(path: Path) -> Foreign:
             text = _read(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read the standard input: {exc}") from None
-        for number, block in enumerate(_blocks(text), start=1):
+        blocks, left_out = _blocks(text)
+        out.left_out(left_out)
+        for number, block in enumerate(blocks, start=1):
             out.add(" ".join(part for part in block if part), f"item {number}", tags=[])
         return out
     if path.is_dir():
@@ -295,7 +311,9 @@ def _markdown(path: Path) -> Foreign:
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read {file}: {exc}") from None
         tag = _tag(file.stem)
-        for number, block in enumerate(_blocks(text), start=1):
+        blocks, left_out = _blocks(text)
+        out.left_out(left_out)
+        for number, block in enumerate(blocks, start=1):
             joined = " ".join(part for part in block if part)
             fields = {"tags": [tag] if tag else [], "created_at": stamp, "stated_at": stamp}
             out.add(joined, f"{file}: item {number}", **fields)

@@ -326,7 +326,11 @@ class McpTools:
         try:
             spec = self._by_name.get(name)
             if spec is None:
-                raise InvalidInput(f"unknown tool {name!r}; tools: {', '.join(self._by_name)}")
+                # The tools `tools/list` gives this endpoint (a pinned bank's level holds them),
+                # not the catalog's: a name offered here must not be refused in turn.
+                offered = await self.offered(bank=bank, caller=caller)
+                names = ", ".join(tool.name for tool in offered) or "none"
+                raise InvalidInput(f"unknown tool {name!r}; tools: {names}")
             payload = forgiving(spec, arguments or {})
             pinned = bank or self.bank
             if not _serves(spec, pinned):

@@ -25,7 +25,7 @@ from memory_worker.app import functions, seams, wire
 from memory_worker.app.access import check_access
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import InvalidInput, validation_problem
 from memory_worker.core.payload import check_depth
 from memory_worker.core.text import collapse_whitespace
 
@@ -510,11 +510,7 @@ def find(function_id: str) -> FunctionSpec:
 
 
 def _describe(exc: ValidationError) -> str:
-    problems = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(part) for part in err["loc"]) or "payload"
-        problems.append(f"{where}: {err['msg']}")
-    return "; ".join(problems)
+    return "; ".join(validation_problem(err, "payload") for err in exc.errors()[:5])
 
 
 CONFIRM_HEADER = "X-Confirm"

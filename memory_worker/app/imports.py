@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from memory_worker.app.base import clean_subject, redaction_reason
 from memory_worker.app.retention import RetentionUseCases
-from memory_worker.app.wire import Flag, Text, TextList
+from memory_worker.app.wire import Checked, Flag, Text, TextList
 from memory_worker.core import transitions
-from memory_worker.core.errors import Conflict, InvalidInput
+from memory_worker.core.errors import Conflict, InvalidInput, validation_problem
 from memory_worker.core.lessons import Card, prepare_card
 from memory_worker.core.models import (
     MAX_INT,
@@ -36,8 +36,10 @@ __all__ = ["ImportRecord", "ImportReport", "ImportUseCases"]
 log = get_logger(__name__)
 
 
-class ImportRecord(BaseModel):
-    """One line of `memory-worker import`: a whole record, history fields included."""
+class ImportRecord(Checked):
+    """One line of `memory-worker import`: a whole record, history fields included. Read as a
+    request is (`Checked`): a time given as true is refused, not 1 ms past 1970, and seed 004's
+    subject pair is the record's `subject`, not dropped with other unknown keys."""
 
     model_config = ConfigDict(extra="ignore", defer_build=True)  # built by the first import
 
@@ -255,9 +257,7 @@ def _clean_source(source: Provenance | None) -> tuple[Provenance | None, tuple[s
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else str(err["msg"])
+    return validation_problem(exc.errors()[0], "record")
 
 
 def _changes(

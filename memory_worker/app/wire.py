@@ -46,6 +46,7 @@ __all__ = [
     "BankListRequest",
     "BankListResponse",
     "BankSettingsFields",
+    "Checked",
     "CompactRequest",
     "CompactResponse",
     "DeleteRequest",
@@ -193,14 +194,10 @@ def _expected_revision() -> Any:
 _DEFERRED = ConfigDict(defer_build=True)
 
 
-class Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, **_DEFERRED)
-    # The field naming the bank the call works on, if the request has it (the default bank when
-    # it is omitted): the catalog replays that bank off the loop first (`ready_bank`).
-    bank_field: ClassVar[str] = "bank"
-    # A list field whose items are each held to `payload.MAX_VALUES` instead of the whole call
-    # (`catalog.check_size`): an import carries as many records as the file it came from.
-    values_per_item: ClassVar[str | None] = None
+class Checked(BaseModel):
+    """What a caller writes, read by the rules every request follows: a number is not true or
+    false, and seed 004's `subject_type`/`subject_id` pair is the `subject`. A request, and a
+    record of `memory::import` (which takes `subject` and numbers as a save does)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -248,6 +245,16 @@ class Request(BaseModel):
                 "different subjects"
             )
         return {**data, "subject": named}
+
+
+class Request(Checked):
+    model_config = ConfigDict(extra="ignore", frozen=True, **_DEFERRED)
+    # The field naming the bank the call works on, if the request has it (the default bank when
+    # it is omitted): the catalog replays that bank off the loop first (`ready_bank`).
+    bank_field: ClassVar[str] = "bank"
+    # A list field whose items are each held to `payload.MAX_VALUES` instead of the whole call
+    # (`catalog.check_size`): an import carries as many records as the file it came from.
+    values_per_item: ClassVar[str | None] = None
 
     def only_looks(self, read_only: bool) -> bool:
         """Whether this call changes nothing, given the catalog's hint for its function

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import InvalidInput, validation_problem
 
 __all__ = [
     "CAP_SETTINGS",
@@ -272,11 +272,7 @@ def parse_overrides(raw: Mapping[str, Any], *, source: str) -> BankOverrides:
 def _describe(exc: ValidationError | ValueError) -> str:
     if not isinstance(exc, ValidationError):
         return str(exc)
-    problems = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(part) for part in err["loc"]) or "settings"
-        problems.append(f"{where}: {err['msg']}")
-    return "; ".join(problems)
+    return "; ".join(validation_problem(err, "settings") for err in exc.errors()[:5])
 
 
 def effective(defaults: BankSettings, overrides: BankOverrides) -> BankSettings:

@@ -31,7 +31,7 @@ from memory_worker.core.bank_settings import (
     not_a_number_flag,
 )
 from memory_worker.core.data_dir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
-from memory_worker.core.errors import InvalidInput
+from memory_worker.core.errors import InvalidInput, validation_problem
 from memory_worker.core.names import NAME_PATTERN
 from memory_worker.core.payload import check_depth
 
@@ -390,10 +390,7 @@ def parse_settings(raw: object, *, source: str = "configuration") -> Settings:
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(validation_problem(err, "(root)") for err in exc.errors())
         raise InvalidInput(f"{source}: {problems}") from None
 
 

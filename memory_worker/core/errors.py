@@ -7,6 +7,9 @@ translates once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "ERROR_CLASSES",
     "ERROR_CODES",
@@ -20,6 +23,7 @@ __all__ = [
     "SiblingUnavailable",
     "StorageError",
     "WorkerError",
+    "validation_problem",
 ]
 
 
@@ -127,3 +131,17 @@ HTTP_STATUS: dict[str, int] = {
     StorageError.code: 503,
     SiblingUnavailable.code: 503,
 }
+
+
+def validation_problem(err: Mapping[str, Any], whole: str) -> str:
+    """One of pydantic's validation errors (`ValidationError.errors()`) as `field: what is
+    wrong`; `whole` names a problem of no one field. A check of ours raises `ValueError` in its
+    own words, which pydantic reports as "Value error, …": the words are given as they are, and
+    when the check is the whole request's (no field), they name their field themselves."""
+    where = ".".join(str(part) for part in err.get("loc", ()))
+    message = str(err.get("msg", ""))
+    if err.get("type") == "value_error":
+        message = message.removeprefix("Value error, ")
+        if not where:
+            return message
+    return f"{where or whole}: {message}"

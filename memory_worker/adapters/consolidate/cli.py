@@ -29,6 +29,7 @@ from memory_worker.adapters.consolidate.clients import CONSOLIDATE, FileState, H
 from memory_worker.adapters.consolidate.options import CONFIG_ENV, add_run_arguments
 from memory_worker.adapters.doors import LocalDoor, open_door
 from memory_worker.adapters.embedders import EmbedderUnavailable, load_local
+from memory_worker.adapters.engine_probe import engine_url
 from memory_worker.adapters.logs import configure_logging, log_level
 from memory_worker.app.ports import Embedder
 from memory_worker.consolidate.config import ConsolidateSettings, parse_settings
@@ -121,6 +122,12 @@ async def run_once(args: argparse.Namespace) -> int:
         finally:
             await client.close()
         return 0
+    from memory_worker.adapters.cli import embedder_choice  # the one reading of the variable
+
+    # A bad $MEMORY_EMBEDDER is refused here as by every other command (it read as "no
+    # embedder": the pass ran without its semantic tier); the model itself is loaded only when
+    # the data dir opens in this process, as a pass forwarded to a server uses the server's.
+    embedder_choice("local")
     settings = load_settings(Path(args.config) if args.config else None)
     root = resolve_data_dir(args.data_dir, settings)
     async with open_door(
@@ -129,7 +136,7 @@ async def run_once(args: argparse.Namespace) -> int:
         CONSOLIDATE,
         command="memory-worker consolidate",
         lock_wait_s=10.0,
-        embedder=_embedder(settings),
+        make_embedder=lambda: _embedder(settings),
     ) as door:
         if isinstance(door, LocalDoor) and door.service.embedder is not None:
             # The semantic tier compares every memory's vector: the backlog is embedded first
@@ -145,8 +152,9 @@ async def run_once(args: argparse.Namespace) -> int:
 def _embedder(settings: Settings) -> Embedder | None:
     """The bank's local model (`embedding_model`) unless `$MEMORY_EMBEDDER` says otherwise:
     without one, no semantic tier."""
-    choice = os.environ.get("MEMORY_EMBEDDER", "local").strip().lower()
-    if choice != "local" or not settings.embeddings_enabled:
+    from memory_worker.adapters.cli import embedder_choice
+
+    if embedder_choice("local") != "local" or not settings.embeddings_enabled:
         return None
     try:
         return load_local(settings.embedding_model)
@@ -203,6 +211,7 @@ async def _serve(args: argparse.Namespace) -> int:
     url = args.engine or os.environ.get("III_URL", "").strip()
     if not url:
         raise InvalidInput("give --engine URL (or $III_URL) or --server URL to schedule against")
+    engine_url(url, "--engine" if args.engine else "III_URL")
     from memory_worker.adapters.consolidate.engine import serve_engine
 
     return await serve_engine(
