@@ -78,11 +78,24 @@ def test_memories_that_state_a_time_are_told_apart(text: str, expected: bool) ->
     assert states_time(text) is expected
 
 
+# The relative phrases as one plain alternative per word: "in two weeks", "seven years now"
+# (`temporal._RELATIVE` writes each tail once a first letter, `_each_then`).
+_PLAIN_RELATIVE = "|".join(
+    [
+        temporal._RELATIVE_WORDS,
+        *(f"{word} (?:{temporal._COUNT}) (?:{temporal._SPANS})" for word in temporal._FROM_NOW),
+        *(
+            f"{count} (?:{temporal._SPANS}) {temporal._SO_FAR}"
+            for count in temporal._COUNT.split("|")
+            if count != r"\d+"
+        ),
+    ]
+)
 # What `states_time` matched before its alternatives were grouped by their first letter: the
 # plain alternation of the same words, the digit-led ones as first written.
 _PLAIN_TIME = re.compile(
     r"\b(?:\d{4}-\d{2}-\d{2}|(?:19|20)\d{2}|\d{1,2}:\d{2}|\d{1,2} ?(?:am|pm)|\d+ may|"
-    rf"{temporal._MONTHS_EN}|{temporal._MONTHS_PT}|{temporal._WEEKDAYS}|{temporal._RELATIVE})\b"
+    rf"{temporal._MONTHS_EN}|{temporal._MONTHS_PT}|{temporal._WEEKDAYS}|{_PLAIN_RELATIVE})\b"
 )
 # The words and pieces the alternatives are made of, and what a text puts between them.
 _PIECES = sorted(

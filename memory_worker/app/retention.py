@@ -33,7 +33,7 @@ from collections import Counter, deque
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import StatsRequest, StatsResponse
-from memory_worker.core import transitions
+from memory_worker.core import temporal, transitions
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import ItemEvent, Memory
 from memory_worker.core.retention import EXPIRED, expired, kind_of, past_ttl
@@ -184,6 +184,9 @@ class RetentionUseCases(EmbeddingWork):
         for it). Returns how many memories the sweep retired. A bank that cannot be loaded or
         written is logged and skipped: neither may keep the others from being served."""
         started, total = time.monotonic(), 0
+        # What recall reads dates with, compiled now, not by the first recall (a one-shot process
+        # compiles each at its first use: `core.temporal`); in a thread, as replays are.
+        await asyncio.to_thread(temporal.compile_patterns)
         names = self.store.names()
         for name in names:
             try:

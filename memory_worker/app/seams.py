@@ -8,8 +8,8 @@ models, so the bus registers them, the golden schemas pin them and the permissio
 them from one table.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic evaluates string annotations at import (see
+# `app.wire`).
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -7,8 +7,8 @@ default reaches every bank that never chose otherwise. `BankSettings` is the eff
 view that use cases read and listings show. Pure: no I/O.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic evaluates string annotations at import (see
+# `app.wire`).
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -112,7 +112,7 @@ class AssociationWeights(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _some_weight(self) -> AssociationWeights:
+    def _some_weight(self) -> "AssociationWeights":
         if self.content + self.context + self.intention <= 0:
             raise ValueError("at least one association weight must be above 0")
         return self
@@ -247,7 +247,7 @@ class BankOverrides(BaseModel):
         """The fields set, as plain data (what `bank.yaml` stores)."""
         return self.model_dump(mode="json", exclude_none=True)
 
-    def merged(self, changes: Mapping[str, Any]) -> BankOverrides:
+    def merged(self, changes: Mapping[str, Any]) -> "BankOverrides":
         """These overrides with `changes` applied: a value sets a field, None returns it to the
         configured default. Raises `InvalidInput` naming every bad field; nothing is changed."""
         return parse_overrides({**self.chosen(), **changes}, source="bank settings")

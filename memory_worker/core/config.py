@@ -4,8 +4,8 @@ Unknown keys are rejected so a typo fails loudly instead of silently keeping a d
 `data_dir` values resolve against `$III_COMPOSE_DIR` when set, else the process's working directory.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic evaluates string annotations at import (see
+# `app.wire`).
 import ipaddress
 import os
 import re
@@ -280,7 +280,7 @@ class Settings(BaseModel):
         return BankSettings(association_weights=AssociationWeights(**weights), **values)
 
     @model_validator(mode="after")
-    def _some_association_weight(self) -> Settings:
+    def _some_association_weight(self) -> "Settings":
         weights = (
             self.association_weight_content,
             self.association_weight_context,

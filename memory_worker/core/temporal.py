@@ -16,10 +16,54 @@ from __future__ import annotations
 
 import re
 from calendar import monthrange
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
-__all__ = ["asks_when", "named_span", "recency_policy", "states_time", "told_span"]
+__all__ = [
+    "asks_when",
+    "compile_patterns",
+    "named_span",
+    "recency_policy",
+    "states_time",
+    "told_span",
+]
+
+
+class _Pattern:
+    """A regular expression compiled at its first search, not at import: `re` parses in Python,
+    and these took ~15 ms to compile, paid by every one-shot CLI call that imports the ranking
+    (a `memory::get`, a save), most of which read no question's time. Once compiled, `search`
+    and `finditer` are the compiled pattern's own: no call of ours in between."""
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._compiled: re.Pattern[str] | None = None
+        self.search: Callable[[str], re.Match[str] | None] = self._first_search
+        self.finditer: Callable[[str], Iterator[re.Match[str]]] = self._first_finditer
+        _PATTERNS.append(self)
+
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:  # two threads at once compile it twice: the same pattern
+            self._compiled = re.compile(self._source)
+            self.search, self.finditer = self._compiled.search, self._compiled.finditer
+        return self._compiled
+
+    def _first_search(self, text: str) -> re.Match[str] | None:
+        return self.compiled().search(text)
+
+    def _first_finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.compiled().finditer(text)
+
+
+_PATTERNS: list[_Pattern] = []
+
+
+def compile_patterns() -> None:
+    """Compile every pattern now: a server does at its start, so that its first recall does not."""
+    for pattern in _PATTERNS:
+        pattern.compiled()
+
 
 _MONTHS_EN = (
     # "may" and "mar" (Portuguese "sea") are left out as words of their own: too often not a month.
@@ -39,20 +83,33 @@ _COUNT = (
 )
 _SPANS = r"days?|weeks?|months?|years?|dias?|semanas?|m[eê]s|meses|anos?"
 _SO_FAR = "(?:now|already|j[aá])"
-_RELATIVE = (
+
+
+def _each_then(words: Sequence[str], tail: str) -> str:
+    """`words`, each followed by `tail`, as alternatives: one per first letter
+    ("two|ten" → "t(?:wo|en)" + tail), so that `_by_first_letter` files each under its letter,
+    and `tail` is written (and parsed by `re`) once a letter, not once a word. The same
+    language as `"|".join(word + tail for word in words)`."""
+    heads: dict[str, list[str]] = {}
+    for word in words:
+        heads.setdefault(word[0], []).append(word[1:])
+    return "|".join(f"{head}(?:{'|'.join(rests)}){tail}" for head, rests in heads.items())
+
+
+_RELATIVE_WORDS = (
     r"yesterday|today|tonight|tomorrow|ago|last (?:week|month|year|night|weekend|summer|winter|"
     r"spring|fall|time)|next (?:week|month|year|weekend)|this (?:week|month|year|weekend|morning)|"
     r"recently|the other day|since|ontem|hoje|amanhã|amanha|semana passada|mês passado|"
-    r"mes passado|ano passado|próxima semana|proxima semana|há \d+|desde|"
-    # A span from now: "in two weeks", "in a few days", "daqui a duas semanas", "em 3 meses".
-    + "|".join(
-        f"{word} (?:{_COUNT}) (?:{_SPANS})"
-        for word in ("in", "within", "daqui a", "dentro de", "em", "for", "por", "h[aá]")
-    )
-    # A duration so far, the answer to "how long…": "seven years now", "2 meses já". One
-    # alternative per count word, so `_by_first_letter` files each under its letter.
+    r"mes passado|ano passado|próxima semana|proxima semana|há \d+|desde"
+)
+# A span from now: "in two weeks", "in a few days", "daqui a duas semanas", "em 3 meses".
+_FROM_NOW = ("in", "within", "daqui a", "dentro de", "em", "for", "por", "h[aá]")
+_RELATIVE = (
+    f"{_RELATIVE_WORDS}|"
+    + _each_then(_FROM_NOW, f" (?:{_COUNT}) (?:{_SPANS})")
+    # A duration so far, the answer to "how long…": "seven years now", "2 meses já".
     + "|"
-    + "|".join(f"{count} (?:{_SPANS}) {_SO_FAR}" for count in _COUNT.split("|") if count != r"\d+")
+    + _each_then([c for c in _COUNT.split("|") if c != r"\d+"], f" (?:{_SPANS}) {_SO_FAR}")
 )
 # A date (2026-12-18), a year (19xx, 20xx), a clock time (6:30, 10 am, 7pm), a day of May
 # ("3 may"), a duration so far ("3 years now"): those led by any digit under one `\d`, as
@@ -90,22 +147,22 @@ def _by_first_letter(alternation: str) -> str:
     return "|".join([*rest, *(f"{head}(?:{'|'.join(tails)})" for head, tails in groups.items())])
 
 
-_TIME = re.compile(
+_TIME = _Pattern(
     rf"\b(?:{_DIGITS}|"
     + _by_first_letter(f"{_MONTHS_EN}|{_MONTHS_PT}|{_WEEKDAYS}|{_RELATIVE}")
     + r")\b"
 )
-_WHEN = re.compile(
+_WHEN = _Pattern(
     r"\b(?:when|what (?:date|day|time|year|month)|which (?:date|day|year|month)|how long ago|"
     r"how long (?:has|have|did)|quando|que dia|qual dia|que horas|em que (?:data|dia|ano|mês|mes)|"
     r"há quanto tempo)\b"
 )
-_CURRENT = re.compile(
+_CURRENT = _Pattern(
     r"\b(?:now|currently|current|these days|nowadays|at the moment|right now|anymore|still|"
     r"am i \w+ing|are you \w+ing|agora|atualmente|atual|hoje em dia|no momento|ainda|"
     r"estou \w+ndo|tô \w+ndo)\b"
 )
-_PAST = re.compile(
+_PAST = _Pattern(
     r"\b(?:when did|did (?:i|you|he|she|they|we)|ago|last (?:week|month|year|weekend|summer|"
     r"winter|spring|fall|time)|yesterday|before|used to|back then|originally|first time|"
     r"in (?:19|20)\d{2}|quando (?:eu )?(?:me |nos |se )?(?:fui|fiz|foi|comecei|mudei|conheci|"
@@ -176,7 +233,7 @@ _COUNTED = (
 # Each form of an absolute date, most specific first; a later form never takes text an earlier
 # one matched. Groups: d (day), m (month name), y (year).
 _DATE_FORMS = tuple(
-    re.compile(form)
+    _Pattern(form)
     for form in (
         r"\b" + _YEAR.format("y") + r"-(?P<mn>[01]\d)-" + r"(?P<d>[0-3]\d)\b",
         r"\b"
@@ -200,13 +257,13 @@ _DATE_FORMS = tuple(
 _MONTH_ALONE = len(_DATE_FORMS) - 1  # the forms before the month alone
 # "march" the verb ("where did they march", "we march") or the walk ("the march to the sea",
 # "how long was the march?"); "the March meeting", "January to March" stay months.
-_MARCHING = re.compile(
+_MARCHING = _Pattern(
     r"\b(?:(?:we|they|i|you|will|would|could|should|can|did|does|do|let's) (?P<m>march)\b|"
     r"the (?P<w>march)(?= (?:to|on|for|in|against|through|across|from|and|with)\b|"
     r" of(?! (?:de )?(?:19|20)\d\d)|"
     r" ?[?.,!;:]| ?$))"
 )
-_RELATIVE_NAMED = re.compile(
+_RELATIVE_NAMED = _Pattern(
     r"\b(?:(?P<yesterday>yesterday|ontem|last night)|(?P<tomorrow>tomorrow|amanh[ãa])|"
     r"(?P<weekend>last weekend|fim de semana passado)|"
     r"(?P<weekday>last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))|"
@@ -231,7 +288,7 @@ _UNIT_DAYS = {"d": 1, "w": 7, "s": 7, "m": 30, "y": 365, "a": 365}  # by first l
 
 # Whatever any form above starts with: most questions have none, and one search of this (~1 µs)
 # answers them instead of every form's (~19 µs).
-_ANY_TIME = re.compile(
+_ANY_TIME = _Pattern(
     r"\d|\b(?:"
     + _by_first_letter(
         f"{_MONTH_ANY}|yesterday|ontem|last|past|passad[oa]|ago|h[aá]|tomorrow|amanh[ãa]|next|"
@@ -337,7 +394,7 @@ def _relative(text: str, now: datetime) -> tuple[datetime, datetime] | None:
     return today - timedelta(days=count * width), today - timedelta(days=(count - 1) * width)
 
 
-_PAST_TENSE = re.compile(
+_PAST_TENSE = _Pattern(
     r"\b(?:did|was|were|went|had|got|ago|last|yesterday|ontem|passad[oa]|foi|fui|fiz|fez|"
     r"estive|esteve|tive|teve|era|eram|"
     # The common verbs a question tells the past with but no "did": "what happened in March?",
@@ -350,13 +407,13 @@ _PAST_TENSE = re.compile(
     r"comec(?:ei|ou)|começ(?:ei|ou)|termin(?:ei|ou)|conhec(?:i|eu)|vi|viu|disse|comi|comeu|"
     r"fiquei|ficou|ganhei|ganhou|perdi|perdeu|morei|morou|trabalhei|trabalhou|recebi|recebeu)\b"
 )
-_AHEAD_TENSE = re.compile(
+_AHEAD_TENSE = _Pattern(
     r"\b(?:will|going to|gonna|upcoming|next|plan|planned|planning|due|vou|vai|vamos|irei|"
     r"iremos|pr[oó]xim[oa]s?|que vem)\b|'ll\b"
 )
 
 
-_YEAR_SHIFT = re.compile(
+_YEAR_SHIFT = _Pattern(
     r"\b(?:(?P<back>last year|ano passado)|next year|pr[oó]ximo ano|ano que vem)\b"
 )
 
