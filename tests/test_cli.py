@@ -922,6 +922,23 @@ def test_an_export_imported_into_a_bank_of_its_own_never_overwrites_it(
     assert kept["rules"] == {"style": "Casual.", "tools": "Use uv."}
 
 
+def test_two_exports_joined_into_one_file_are_refused_by_their_bank_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second export's bank line was read as a record and refused as "record 2: text:
+    Field required": the error now names the bank line, and nothing is written."""
+    rows = tmp_path / "rows.jsonl"
+    bank_line = json.dumps({"bank_export": {"bank": "work", "description": "Work notes"}})
+    record = json.dumps({"text": "The build takes ten minutes"})
+    rows.write_text("\n".join([bank_line, record, bank_line, record]) + "\n")
+    data = str(tmp_path / "data")
+    assert cli.main(["import", str(rows), "--bank", "work", "--data-dir", data]) == 1
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == "invalid_input"
+    assert "JSON line 3 is a bank_export line" in error["message"]
+    assert not (tmp_path / "data" / "work").exists()
+
+
 def test_an_export_carrying_a_bad_rule_imports_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

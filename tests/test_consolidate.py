@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -661,6 +662,42 @@ class TestAgentAccess:
         # A scoped bank's groups quote other people: the counts stay, the texts do not.
         assert "groups" not in seen["banks"]["people"] and seen["banks"]["people"]["merged"] == 1
 
+    async def test_an_agents_pass_covers_only_the_banks_it_was_checked_on(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        """The banks were checked, then listed again for the pass once a running pass let go of
+        the gate: a bank made meanwhile at `conscious_access: none` was consolidated for the
+        agent. The check is made again under the gate, on the banks the pass covers."""
+        await call(service, "memory::bank::create", name="notes", conscious_access="read_write")
+        await save(service, "Tea.", bank="notes")
+        await save(service, "tea", bank="notes")
+        checked = asyncio.Event()
+        lists = 0
+
+        class Listing(InProcessClient):
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                nonlocal lists
+                answer = await super().call(function_id, payload)
+                lists += function_id == "memory::bank::list"
+                if lists == 2:  # the levels, then the banks: checked before the gate
+                    checked.set()
+                return answer
+
+        engine = ConsolidateEngine(
+            "ws://unused", settings(), first_tick_s=0, backstop_s=0, call_timeout_ms=1000
+        )
+        scheduler = Scheduler(Consolidator(Listing(service), clock=clock), None, settings)
+        engine.scheduler = scheduler
+        async with scheduler.gate:  # a pass is running
+            asked = asyncio.create_task(engine._run({}, IN_A_TURN))
+            await checked.wait()
+            await call(service, "memory::bank::create", name="diary", conscious_access="none")
+            await save(service, "Ana likes tea.", bank="diary")
+            await save(service, "ana likes tea", bank="diary")
+        with pytest.raises(Forbidden, match="bank diary gives agents no memory tools"):
+            await asked
+        assert len(await live(service, "diary")) == 2 and len(await live(service, "notes")) == 2
+
     async def test_rest_with_an_agents_claim_is_held_as_the_bus_is(
         self, service: MemoryService, engine: ConsolidateEngine
     ) -> None:
@@ -709,6 +746,26 @@ class TestSemanticTier:
         assert "numbers" in reported.why
         [event] = [e for e in emitter.of(ITEM_CHANGED) if e["event_type"] == "superseded"]
         assert event["reason"].startswith("memory-consolidate: semantic duplicate (lowest cosine")
+
+    async def test_a_banks_recall_threshold_hides_no_near_duplicate_from_the_tier(
+        self, semantic: Any
+    ) -> None:
+        """`relevance_threshold` is what recall shows the agent and the hook; the tier asks one
+        raw arm and holds the pairs to its own `semantic_threshold` (seed 000: the modes are for
+        callers that fuse arms themselves). A bank at 0.95 hid every neighbour from it."""
+        service, consolidator = semantic
+        await call(service, "memory::bank::create", name="main", relevance_threshold=0.95)
+        keep = await save(service, "The user lives in Porto now.")
+        twin = await save(service, "The user currently lives in Porto.")
+        await service.settle()
+        [bank] = (await consolidator.run(settings(semantic_threshold=0.8))).banks
+        assert bank.semantic == "ran"
+        [merged] = [g for g in bank.groups if g.tier == "semantic"]
+        assert merged.action == "merged"
+        assert {merged.winner_id, *merged.merged_ids} == {keep["id"], twin["id"]}
+        # An agent's semantic recall still holds to the bank's threshold (seed 004).
+        ask = {"query": "The user moved to Porto", "mode": "semantic"}
+        assert (await call(service, "memory::recall", **ask))["memories"] == []
 
     async def test_the_judge_is_never_offered_a_group_its_guards_found_two_facts_in(
         self, store: Store, clock: FixedClock

@@ -288,6 +288,35 @@ class TestMovingRecords:
             rules = (await door.call("memory::rule::list", {"bank": "garden"}))["rules"]
             assert [(r["name"], r["content"]) for r in rules] == [("style", "Short answers.")]
 
+    async def test_a_forwarded_import_sends_rules_past_one_requests_size_apart(
+        self, server: StandaloneServer
+    ) -> None:
+        """An export's rules travelled in the first request with its records: a bank whose rules
+        add up to more than a server takes in one body (1 MiB; a rule may hold 65,536
+        characters) could not be imported while a server ran. They go in requests of their
+        own, validated with the records before anything is written."""
+        rows = [{"text": f"Imported fact number {i} about the garden"} for i in range(3)]
+        rules = [
+            {"name": f"rule-{n}", "content": f"Rule {n}. " + "Water the plants early. " * 2700}
+            for n in range(20)
+        ]
+        carried = {"description": "The garden", "settings": {"subject_scoping": True}}
+        async with RemoteDoor(server.url, Caller.human("cli")) as door:
+            bad = [*rules, {"name": "bad", "content": ""}]
+            with pytest.raises(InvalidInput, match=r"rules\[21\]: content is empty"):
+                await cli.import_rows(door, "garden", rows, {**carried, "rules": bad})
+            with pytest.raises(BankNotFound):  # nothing was written: not even the bank
+                await door.call("memory::list", {"bank": "garden"})
+            report = await cli.import_rows(door, "garden", rows, {**carried, "rules": rules})
+            assert report["imported"] == 3
+            assert report["rules_written"] == [rule["name"] for rule in rules]
+            info = (await door.call("memory::bank::get", {"name": "garden"}))["bank"]
+            assert info["description"] == "The garden" and info["settings"]["subject_scoping"]
+            held = (await door.call("memory::rule::list", {"bank": "garden"}))["rules"]
+            assert {(r["name"], r["content"]) for r in held} == {
+                (r["name"], r["content"]) for r in rules
+            }
+
     async def test_a_forwarded_import_in_many_requests_names_the_bad_record_as_a_direct_one(
         self, server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -777,3 +777,110 @@ async def test_forget_subject_drops_the_history_views_vectors(
     forget = {"subject": "ana", "confirm": "destructive"}
     await catalog.call(service, "memory::forget-subject", forget)
     assert not service._history_cache
+
+
+async def test_a_history_view_bigger_than_the_cache_is_embedded_once(
+    store: Store, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view of more retired records than `HISTORY_VECTORS` embedded every record again at every
+    call (each batch evicted the view's first ones), and answered `semantic-unavailable` for
+    good once the embedder could not redo them all in one call: the cache holds a whole view."""
+    from memory_worker.app import embedding
+
+    monkeypatch.setattr(embedding, "HISTORY_VECTORS", 3)
+    embedder = _QueriesOnly()
+    service = _service(store, clock, embedder)
+    retired = [await _save(service, f"Rafa writes essay number {i} on Sundays") for i in range(6)]
+    await _save(service, "Lunch is at noon")
+    await service.settle()
+    for memory_id in retired:
+        await catalog.call(service, "memory::delete", {"id": memory_id})
+    ask = {"query": "writes essays", "mode": "semantic", "include_superseded": True}
+    found = await catalog.call(service, "memory::recall", ask)
+    assert found["retrieval"] == "semantic"
+    assert set(retired) <= {hit["memory"]["id"] for hit in found["memories"]}
+    embedder.calls.clear()
+    assert await catalog.call(service, "memory::recall", ask) == found
+    assert embedder.calls == []  # nothing embedded again
+    embedder.passages = False
+    assert await catalog.call(service, "memory::recall", ask) == found
+    # Another bank's view later evicts this one's vectors (the cap holds across views).
+    await catalog.call(service, "memory::bank::create", {"name": "other"})
+    embedder.passages = True
+    saved = await catalog.call(service, "memory::save", {"bank": "other", "text": "Tea at five"})
+    await service.settle()
+    await catalog.call(service, "memory::delete", {"bank": "other", "id": saved["memory"]["id"]})
+    await catalog.call(service, "memory::recall", {**ask, "bank": "other"})
+    assert len(service._history_cache) == 3
+
+
+async def test_a_history_view_past_the_most_one_view_embeds_is_unavailable(
+    store: Store, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view of more records than `HISTORY_VIEW_MAX` would hold a whole bank's history in RAM:
+    it answers `semantic-unavailable` at once, embeds nothing, and lexical recall still ranks it."""
+    from memory_worker.app import embedding
+
+    monkeypatch.setattr(embedding, "HISTORY_VIEW_MAX", 4)
+    embedder = _QueriesOnly()
+    service = _service(store, clock, embedder)
+    retired = [await _save(service, f"Rafa writes essay number {i} on Sundays") for i in range(6)]
+    await service.settle()
+    for memory_id in retired:
+        await catalog.call(service, "memory::delete", {"id": memory_id})
+    embedder.calls.clear()
+    ask = {"query": "essay", "mode": "semantic", "include_superseded": True}
+    found = await catalog.call(service, "memory::recall", ask)
+    assert (found["retrieval"], found["memories"]) == ("semantic-unavailable", [])
+    assert not [call for call in embedder.calls if call != ["essay"]]  # only the query, if any
+    lexical = await catalog.call(service, "memory::recall", {**ask, "mode": "lexical"})
+    assert set(retired) <= {hit["memory"]["id"] for hit in lexical["memories"]}
+
+
+async def test_a_history_view_during_an_erasure_keeps_none_of_their_vectors(
+    store: Store, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache was replaced before the erasure rewrote the log: a semantic history view asked
+    meanwhile (the records still there) embedded theirs into the new cache, kept after
+    `memory::forget-subject` answered."""
+    service = _service(store, clock, FakeEmbedder())
+    await catalog.call(service, "memory::bank::create", {"name": "main", "subject_scoping": True})
+    save = {"text": "Ana writes essays on Sundays", "subject": "ana"}
+    saved = await catalog.call(service, "memory::save", save)
+    await service.settle()
+    await catalog.call(service, "memory::delete", {"id": saved["memory"]["id"]})
+    ask = {"query": "essays", "mode": "semantic", "include_superseded": True, "subject": "ana"}
+    bank = service.store.get("main")
+    rewrite = bank.rewrite
+
+    async def viewed_first(*args: Any, **kwargs: Any) -> Any:
+        found = await catalog.call(service, "memory::recall", ask)
+        assert len(found["memories"]) == 1  # still there: the log is rewritten next
+        return await rewrite(*args, **kwargs)
+
+    monkeypatch.setattr(bank, "rewrite", viewed_first)
+    forget = {"subject": "ana", "confirm": "destructive"}
+    await catalog.call(service, "memory::forget-subject", forget)
+    assert not service._history_cache
+
+
+async def test_forget_subject_in_a_trashed_bank_drops_the_history_views_vectors(
+    store: Store, clock: FixedClock
+) -> None:
+    """The cache was emptied on the live bank's path only: their vectors, embedded while the
+    bank was live, stayed after an erasure of its trashed copies."""
+    service = _service(store, clock, FakeEmbedder())
+    create = {"name": "team", "subject_scoping": True}
+    await catalog.call(service, "memory::bank::create", create)
+    save = {"bank": "team", "text": "Ana writes essays on Sundays", "subject": "ana"}
+    saved = await catalog.call(service, "memory::save", save)
+    await service.settle()
+    await catalog.call(service, "memory::delete", {"bank": "team", "id": saved["memory"]["id"]})
+    ask = {"bank": "team", "query": "essays", "mode": "semantic", "include_superseded": True}
+    found = await catalog.call(service, "memory::recall", {**ask, "subject": "ana"})
+    assert len(found["memories"]) == 1
+    assert service._history_cache
+    await catalog.call(service, "memory::bank::delete", {"name": "team", "confirm": "destructive"})
+    forget = {"bank": "team", "subject": "ana", "confirm": "destructive"}
+    assert (await catalog.call(service, "memory::forget-subject", forget))["trash_copies"] == 1
+    assert not service._history_cache

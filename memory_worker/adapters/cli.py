@@ -382,30 +382,79 @@ async def import_rows(
     """`memory::import` of `rows`: one call in-process; forwarded, in requests of at most
     `FORWARD_CHUNK_BYTES` (the server caps a request's body), every one validated by the server
     (`dry_run`) before the first is written, so a bad record still writes nothing. `carried`:
-    the bank's description, settings and rules from an export's first line, sent with the
-    first request (the bank is made with them before its records land)."""
+    the bank's description, settings and rules from an export's first line: the first two
+    with the first request (the bank is made with them before its records land), the rules with
+    it too when all fits in one request, else in requests of their own after the records."""
     carried = dict(carried or {})
+    whole = {"bank": bank, "records": rows, **carried}
     chunks = [list(range(len(rows)))] if door.remote is None else _chunks(rows, FORWARD_CHUNK_BYTES)
-    if len(chunks) == 1:
-        return await door.call("memory::import", {"bank": bank, "records": rows, **carried})
+    if len(chunks) == 1 and (
+        door.remote is None or len(request_body(whole)) <= FORWARD_CHUNK_BYTES
+    ):
+        return await door.call("memory::import", whole)
+    # The rules go in requests of their own, after the records (the first of which makes the
+    # bank with its description and settings): with them, the first request outgrew the body a
+    # server takes (1 MiB) once a bank's rules added up to more, and no import got through.
+    requests: list[tuple[list[int], list[Any] | None, int]] = [
+        (positions, None, 0) for positions in chunks
+    ]
+    if isinstance(carried.get("rules"), list):
+        requests += _rule_requests(carried.pop("rules"))
     total: dict[str, Any] = {}
     for dry_run in (True, False):
         total = {"bank": bank, "imported": 0, "live": 0, "redacted": 0}
-        for number, positions in enumerate(chunks):
+        for number, (positions, rules, before) in enumerate(requests):
             payload = {"bank": bank, "records": [rows[i] for i in positions], "dry_run": dry_run}
             if number == 0:
                 payload.update(carried)
+            if rules is not None:
+                payload["rules"] = rules
             try:
                 result = await door.call("memory::import", payload)
             except InvalidInput as exc:
+                if rules is not None:
+                    raise _rule_in_file(exc, before) from None
                 raise _record_in_file(exc, positions) from None
             total["bank"] = result["bank"]
             for key in ("imported", "live", "redacted"):
                 total[key] += result[key]
             for key in ("rules_written", "kept_rules", "kept_settings"):
                 if key in result:
-                    total[key] = result[key]
+                    total[key] = [*total.get(key, []), *result[key]]
     return total
+
+
+def _rule_requests(rules: list[Any]) -> list[tuple[list[int], list[Any] | None, int]]:
+    """`rules` in requests of about `FORWARD_CHUNK_BYTES` each (one rule at least), in their
+    order, each with how many rules went before it. A name given twice is refused here, as one
+    request holding them all refuses it."""
+    names = [str(rule.get("name")) for rule in rules if isinstance(rule, dict)]
+    if len(set(names)) != len(names):
+        raise InvalidInput("rules: a rule name is given twice")
+    requests: list[tuple[list[int], list[Any] | None, int]] = []
+    group: list[Any] = []
+    size = before = 0
+    for rule in rules:
+        rule_size = len(request_body(rule)) + 1
+        if group and size + rule_size > FORWARD_CHUNK_BYTES:
+            requests.append(([], group, before))
+            before, group, size = before + len(group), [], 0
+        group.append(rule)
+        size += rule_size
+    if group:
+        requests.append(([], group, before))
+    return requests
+
+
+_RULE_NUMBER = re.compile(r"rules\[(\d+)\]: ")
+
+
+def _rule_in_file(error: InvalidInput, before: int) -> InvalidInput:
+    """A request's refusal of its `rules[N]` as that rule's place among all the export's."""
+    found = _RULE_NUMBER.match(error.message)
+    if found is None:
+        return error
+    return InvalidInput(f"rules[{int(found.group(1)) + before}]: {error.message[found.end() :]}")
 
 
 _RECORD_NUMBER = re.compile(r"record (\d+): ")
@@ -488,6 +537,14 @@ def export_lines(result: Mapping[str, Any]) -> list[object]:
 def split_bank_line(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """An export's rows as (what `memory::import` takes of the bank, the records): the first
     line's bank, when it has one; an older export (records alone) carries nothing."""
+    for number, row in enumerate(rows[1:], start=2):
+        if BANK_LINE in row:
+            # Two exports joined into one file (`cat a.jsonl b.jsonl`): read as a record, the
+            # line was refused as "text: Field required", naming no bank line at all.
+            raise InvalidInput(
+                f"JSON line {number} is a {BANK_LINE} line: only an export's first line is one "
+                "(two exports joined into one file?) — import each export on its own"
+            )
     if not rows or BANK_LINE not in rows[0]:
         return {}, rows
     bank = rows[0][BANK_LINE]

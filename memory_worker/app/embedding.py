@@ -58,8 +58,13 @@ QUERY_EMBED_CHARS = 1_000
 KIND_VECTORS = 256
 # How many retired records' vectors a service keeps (`_history_vectors`): a retired record never
 # changes, so a semantic history view asked again is not embedded again. ~1.5 kB each as float32
-# rows of 384: ~6 MB at most.
+# rows of 384: ~6 MB — or the records of the biggest view asked, when it has more: a view bigger
+# than the cache evicted its own first vectors while embedding its last ones, so every call
+# embedded it all again (and one the embedder could not finish in one call never answered).
 HISTORY_VECTORS = 4096
+# The most records one semantic history view embeds (~25 MB of vectors): a bigger one answers
+# `semantic-unavailable` at once rather than holding a whole bank's history in RAM.
+HISTORY_VIEW_MAX = 16_384
 
 
 # When the query-time embeddings of the current call must be over (`time.monotonic()`), if its
@@ -176,6 +181,7 @@ class EmbeddingWork(ServiceBase):
         model, cache = embedder.model, self._history_cache
         found: dict[str, npt.NDArray[np.float32]] = {}
         missing: dict[tuple[str, str], list[Memory]] = {}
+        kept: set[tuple[str, str]] = set()
         for memory in records:
             key = (model, text_hash(memory.text))
             row = cache.get(key)
@@ -183,14 +189,26 @@ class EmbeddingWork(ServiceBase):
                 missing.setdefault(key, []).append(memory)
                 continue
             cache.move_to_end(key)
+            kept.add(key)
             found[memory.id] = row
         if not missing:
             return found
+        if len(kept) + len(missing) > HISTORY_VIEW_MAX:
+            log.warning(
+                "history_view_too_big",
+                records=len(kept) + len(missing),
+                most=HISTORY_VIEW_MAX,
+                advice="ask lexical or hybrid recall, which rank history by its words",
+            )
+            return None
         timeout_s = self._query_timeout_s()
         if timeout_s is None:
             log.warning("history_embedding_skipped", reason="the caller's budget is spent")
             return None
         keys = list(missing)
+        # Room for the whole view: its vectors found above were moved to the end and the new
+        # ones go after them, so only other views' are evicted (a view cut short keeps its part).
+        room = max(HISTORY_VECTORS, len(kept) + len(keys))
         try:
             async with asyncio.timeout(timeout_s):
                 for start in range(0, len(keys), EMBED_BATCH):
@@ -202,7 +220,7 @@ class EmbeddingWork(ServiceBase):
                         row = np.asarray(vector, np.float32)
                         cache[key] = row
                         found.update((memory.id, row) for memory in missing[key])
-                    while len(cache) > HISTORY_VECTORS:
+                    while len(cache) > room:
                         cache.popitem(last=False)
         except (WorkerError, ValueError, TimeoutError) as exc:
             log.warning("history_embedding_failed", error=str(exc))

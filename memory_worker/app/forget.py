@@ -51,6 +51,12 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
         if subject is None:
             raise InvalidInput("subject must name who to forget")
         name = self._name(req.bank)
+        # Derived from their words like their vectors: the retired records' vectors a semantic
+        # history view embedded (`EmbeddingWork._history_vectors`) go too (keyed by text hash,
+        # so all of them), whichever way this erasure goes (a trashed bank's were embedded while
+        # it was live). A new cache, not the old one emptied: a view embedding meanwhile fills
+        # the one it started with, dropped with it.
+        self._history_cache = OrderedDict()
         try:
             bank = self.store.get(name)
         except BankNotFound:
@@ -97,11 +103,6 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
                 f"{len(pinned)} memory(ies) about {subject} are pinned ({', '.join(pinned[:5])}); "
                 "unpin them first — nothing was erased"
             )
-        # Derived from their words like their vectors: the retired records' vectors a semantic
-        # history view embedded (`EmbeddingWork._history_vectors`) go too (keyed by text hash,
-        # so all of them). A new cache, not the old one emptied: a view embedding meanwhile
-        # fills the one it started with, dropped with it.
-        self._history_cache = OrderedDict()
         with bank.erasing(subject, about):
             # Before the intent: a job that read them before now saves nothing about them later,
             # even if this erasure is only finished by the next load.
@@ -110,6 +111,9 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             # From here on the erasure finishes: now, or at the next load if this process dies.
             copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
             result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
+            # And again now their records are gone: a view asked during the steps above read
+            # them still, and embedded them into the cache made before.
+            self._history_cache = OrderedDict()
             await asyncio.to_thread(
                 functools.partial(erasure.drop_unfilterable, within=bank.root),
                 bank.path / MEMORIES_FILE,

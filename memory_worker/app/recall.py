@@ -153,6 +153,11 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         elif req.mode is not RecallMode.LEXICAL:
             vector = await self._query_vector(req.query, bank)
         weights, threshold = self._lane_policy(bank)
+        if caller.automatic and req.mode is not RecallMode.HYBRID:
+            # Consolidation's neighbour search (seed 000: the raw arms are for callers that fuse
+            # arms themselves) holds pairs to its own `semantic_threshold`; the bank's threshold
+            # is what recall shows agents and the hook, and at 0.95 it hid every near-duplicate.
+            threshold = 0.0
         lanes = LaneQuery(context=req.context, intention=req.intention)
         if vector is not None and req.mode is RecallMode.HYBRID:
             lanes = await self._lane_vectors(lanes, bank, weights)

@@ -132,15 +132,20 @@ class Consolidator:
         return [name for name in names if not allowed or name in allowed]
 
     async def run(
-        self, settings: ConsolidateSettings, *, bank: str | None = None, dry_run: bool = False
+        self,
+        settings: ConsolidateSettings,
+        *,
+        bank: str | None = None,
+        dry_run: bool = False,
+        only: list[str] | None = None,
     ) -> PassReport:
+        """One pass over `bank` (None: every bank `banks` lists), or exactly the banks `only`
+        names (an agent's, checked against them: a bank listed again could be one made since)."""
         started = self.clock()
         clock_start = time.perf_counter()
         budget = Budget(settings.max_supersedes_per_run)
-        reports = [
-            await self._bank(name, settings, dry_run, budget)
-            for name in await self.banks(settings, bank)
-        ]
+        names = only if only is not None else await self.banks(settings, bank)
+        reports = [await self._bank(name, settings, dry_run, budget) for name in names]
         return PassReport(
             dry_run=dry_run,
             started_at=started,

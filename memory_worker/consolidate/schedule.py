@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from memory_worker.consolidate.access import agent_view
+from memory_worker.consolidate.access import AgentView, agent_view
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.consolidate.ports import StateStore
 from memory_worker.consolidate.runner import Consolidator, system_ms
@@ -227,16 +227,31 @@ class Scheduler:
         if not agent:
             async with self.gate:
                 return await self._pass(request, scheduled=scheduled)
-        view = await agent_view(self.consolidator.memory)
-        view.check_write(await self.consolidator.banks(self.settings(), request.bank))
+        await self._agent_may_run(request)  # refused at once, not after a running pass
         async with self.gate:
-            report = await self._pass(request, scheduled=scheduled)
+            # Again once the gate is ours (a level changed while a pass ran holds), and the pass
+            # covers the banks checked, not a listing made again: a bank made in between, at
+            # `none` or scoped, was consolidated for the agent and shown to it.
+            view, checked = await self._agent_may_run(request)
+            report = await self._pass(request, scheduled=scheduled, only=checked)
         return report.model_copy(update={"banks": [view.shown(b) for b in report.banks]})
 
-    async def _pass(self, request: RunRequest, *, scheduled: bool) -> PassReport:
+    async def _agent_may_run(self, request: RunRequest) -> tuple[AgentView, list[str]]:
+        """`forbidden` unless an agent may write every bank `request` covers; else what it may
+        see of each bank (`AgentView`) and those banks."""
+        view = await agent_view(self.consolidator.memory)
+        checked = await self.consolidator.banks(self.settings(), request.bank)
+        view.check_write(checked)
+        return view, checked
+
+    async def _pass(
+        self, request: RunRequest, *, scheduled: bool, only: list[str] | None = None
+    ) -> PassReport:
         settings = self.settings()
         dry_run = settings.dry_run if request.dry_run is None else request.dry_run
-        report = await self.consolidator.run(settings, bank=request.bank, dry_run=dry_run)
+        report = await self.consolidator.run(
+            settings, bank=request.bank, dry_run=dry_run, only=only
+        )
         self.passes += 1
         await self._keep_reports(report, every_bank=request.bank is None)
         complete = request.bank is None and (not dry_run or scheduled)
