@@ -540,8 +540,9 @@ print(json.dumps([code, compiled.count("memory_worker.core.temporal")]), file=sy
 def test_a_local_one_shot_save_compiles_only_the_date_pattern_it_reads(tmp_path: Path) -> None:
     """Of the patterns that read time in a question (`core.temporal`: ~15 ms to compile, `re`
     parses in Python), a local save compiles only the one telling whether its text states a
-    time, at its first use; compiled at import, every one-shot process paid for all of them."""
-    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    time, at its first use; compiled at import, every one-shot process paid for all of them.
+    (A text that states one also reads where its words point: `told_span`'s own patterns.)"""
+    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea with Ana"]
     done = subprocess.run(
         [sys.executable, "-c", _COMPILES_PROBE, *argv],
         capture_output=True,
@@ -551,7 +552,7 @@ def test_a_local_one_shot_save_compiles_only_the_date_pattern_it_reads(tmp_path:
         check=True,
     )
     assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, 1]
-    assert json.loads(done.stdout)["memory"]["text"] == "tea at five"
+    assert json.loads(done.stdout)["memory"]["text"] == "tea with Ana"
 
 
 _SETTINGS_PROBE = """

@@ -117,6 +117,21 @@ def test_a_list_question_names_the_kind_it_asks_for(question: str, kind: str) ->
         "what foods am I allergic to?",  # "am" ends no kind (measured: `_EN_AUX`)
         "Você sabe que eu gosto de café?",  # "que" as "that"
         "Lembra que eu te falei?",
+        # A verb in "-s" opening the embedded question, its object taken for the subject that
+        # ends a kind ("what makes Maria happy" asks for no kind; "What makes Maria happy?"
+        # alone never read as one).
+        "Tell me what makes Maria happy",
+        "Can you tell me what helps the kids sleep?",
+        "Do you remember what bothers my son?",
+        "Can you tell me which song motivates Caroline to be courageous?",  # LoCoMo's, asked so
+        "Can you tell me what Jon thinks the ideal dance studio should look like?",
+        "I wonder what keeps the team going",
+        # After a verb of knowing or telling, "que" is mostly "that": a plural noun right after
+        # it, with no subject of its own after it, is that clause's subject, no kind asked for.
+        "Você sabe que gatos gostam de peixe?",
+        "Lembra que pessoas mudam?",
+        "Me diga que amigos vieram ontem",
+        "Esqueci que reuniões eram hoje",
         # Portuguese: a verb, a pronoun or a determiner is no kind; "qual" asks for one thing,
         # "o que" for no kind, "quantos" for a count.
         "Quais são?",

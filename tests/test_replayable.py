@@ -20,7 +20,7 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import Conflict, InvalidInput, StorageError, WorkerError
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, Memory
-from memory_worker.storage.log import MEMORIES_FILE
+from memory_worker.storage.log import MEMORIES_FILE, encode
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
@@ -165,6 +165,33 @@ async def test_preview_and_the_hook_render_a_record_dated_past_year_9999(
         assert "9999-12-31" in (preview["message"] or "")
         recalled = await catalog.call(service, "memory::recall", {"query": "green tea"})
         assert recalled["memories"][0]["memory"]["id"] == "fpfar"
+    finally:
+        await service.store.close()
+
+
+async def test_a_record_stated_past_year_9999_with_a_relative_time_loads_and_recalls(
+    data_dir: Path,
+) -> None:
+    """A record on disk stated past the last calendar day ("yesterday" said in year 292 million)
+    points to no time: indexing it (its told span) must not fail the boot that replays it, a
+    recall naming a time, or an edit of it (a flusher that raised left the save waiting)."""
+    store = Store.open(data_dir, holder=HOLDER)
+    await store.ensure("main")
+    await store.close()
+    record = Memory(
+        id="fpfar", text="The user tried green tea yesterday", confidence="stated",
+        created_at=MAX_INT, updated_at=MAX_INT, stated_at=MAX_INT,
+    )  # fmt: skip
+    with (data_dir / "main" / MEMORIES_FILE).open("ab") as fh:
+        fh.write(encode([record]))
+    service = _open(data_dir, FixedClock(MAX_TIME_MS))
+    try:
+        question = {"query": "what tea did the user try last week?"}
+        recalled = await catalog.call(service, "memory::recall", question)
+        assert [m["memory"]["id"] for m in recalled["memories"]] == ["fpfar"]
+        await catalog.call(service, "memory::pin", {"id": "fpfar", "pinned": True})
+        recalled = await catalog.call(service, "memory::recall", question)
+        assert recalled["memories"][0]["memory"]["pinned"] is True
     finally:
         await service.store.close()
 

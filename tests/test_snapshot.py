@@ -3,6 +3,7 @@ and deleting, corrupting or outdating it changes nothing but boot time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -16,12 +17,17 @@ import pytest
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
+from memory_worker.core.config import Settings
+from memory_worker.search import index as index_module
+from memory_worker.search import ranking
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import snapshot
 from memory_worker.storage.bank import MEMORIES_FILE
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
+from memory_worker.storage.store import Store
 
-from .boots import TEXTS, session
+from .boots import NOW_MS, TEXTS, session
+from .conftest import HOLDER
 
 HUMAN = Caller.human("cli")
 QUERIES = ["where does Ana work", "who plays chess", "what does the user drink", "Tiago Porto"]
@@ -120,8 +126,43 @@ def _pickled(path: Path) -> None:
     np.savez(path, **arrays)
 
 
+def _format_one(path: Path) -> None:
+    # What a worker before the told spans left (format 1: no told arrays), by the same analyzer.
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    del arrays["told_start"], arrays["told_end"]
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    meta["version"] = 1
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+def _told_cut_short(path: Path) -> None:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    arrays["told_end"] = arrays["told_end"][:-1]
+    np.savez(path, **arrays)
+
+
+def _told_widened(path: Path) -> None:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    arrays["told_start"] = arrays["told_start"].astype(np.int64)
+    np.savez(path, **arrays)
+
+
 @pytest.mark.parametrize(
-    "damage", [_garbage, _truncated, _out_of_range_term, _another_analyzer, _pickled]
+    "damage",
+    [
+        _garbage,
+        _truncated,
+        _out_of_range_term,
+        _another_analyzer,
+        _pickled,
+        _format_one,
+        _told_cut_short,
+        _told_widened,
+    ],
 )
 def test_a_damaged_snapshot_is_ignored_and_changes_no_answer(
     tmp_path: Path, snapshot_uses: list[bool], damage: Any
@@ -251,3 +292,83 @@ def test_both_digests_name_pythons_unicode_tables(monkeypatch: pytest.MonkeyPatc
         snapshot.replay_digest.cache_clear()
         snapshot.analyzer_digest.cache_clear()
     assert after[0] != before[0] and after[1] != before[1]
+
+
+_TOLD_TEXTS = [
+    "We went to the fair last month",
+    "Ana flies to Porto tomorrow",
+    "Rui met his brother yesterday",
+    "The flight on 18 December was late",
+    "We moved in 2021",
+    "The user prefers green tea",
+]
+
+
+def _told_session(data_dir: Path, now_ms: int, work: Any) -> Any:
+    async def run() -> Any:
+        store = Store.open(data_dir, holder=HOLDER)
+        service = MemoryService(store, Settings(), clock=lambda: now_ms)
+        try:
+            return await work(service)
+        finally:
+            await service.close()
+            await store.close()
+
+    return asyncio.run(run())
+
+
+async def _told_as_read_now(service: MemoryService) -> list[tuple[str, tuple[int, int], Any]]:
+    """Each live memory's told span as the index keeps it, beside its text read afresh."""
+    bank = service.store.get("b")
+    out = []
+    for memory_id, memory in bank.memories.items():
+        if not memory.live:
+            continue
+        start, end = bank.index.told_days(np.asarray([bank.index.slot(memory_id)]))
+        read = ranking._told_days(memory.text, memory.last_stated_at)
+        out.append((memory_id, (int(start[0]), int(end[0])), read or index_module._TOLD_NONE))
+    return out
+
+
+def test_the_told_spans_kept_are_the_texts_read_afresh_through_every_path(
+    tmp_path: Path, snapshot_uses: list[bool]
+) -> None:
+    """Saves, a re-statement a month on (it moves "last month"), an edit, a pin, a delete, a
+    boot from the snapshot and one from a prefix of it plus the lines past it: the index's told
+    span of every live memory is the one its text and `last_stated_at` give now."""
+    day = 86_400_000
+
+    async def first(service: MemoryService) -> list[str]:
+        ids = []
+        for text in _TOLD_TEXTS:
+            saved = await call(service, "memory::save", {"bank": "b", "text": text}, HUMAN)
+            ids.append(saved["memory"]["id"])
+        return ids
+
+    ids = _told_session(tmp_path, NOW_MS, first)
+
+    async def later(service: MemoryService) -> Any:
+        await call(service, "memory::save", {"bank": "b", "text": _TOLD_TEXTS[0]}, HUMAN)
+        await call(
+            service, "memory::update", {"bank": "b", "id": ids[1], "text": "Ana flew last week"},
+            HUMAN,
+        )  # fmt: skip
+        await call(service, "memory::pin", {"bank": "b", "id": ids[2], "pinned": True}, HUMAN)
+        await call(service, "memory::delete", {"bank": "b", "id": ids[4]}, HUMAN)
+        return await _told_as_read_now(service)
+
+    def check(seen: list[tuple[str, tuple[int, int], Any]]) -> None:
+        assert all(kept == read for _, kept, read in seen), seen
+        assert sum(kept != index_module._TOLD_NONE for _, kept, _ in seen) >= 3, seen
+
+    check(_told_session(tmp_path, NOW_MS + 40 * day, later))
+    snapshot_uses.clear()
+    check(_told_session(tmp_path, NOW_MS + 41 * day, _told_as_read_now))  # the full snapshot
+
+    async def grow(service: MemoryService) -> Any:
+        await call(service, "memory::save", {"bank": "b", "text": _TOLD_TEXTS[3]}, HUMAN)
+        return await _told_as_read_now(service)
+
+    check(_told_session(tmp_path, NOW_MS + 90 * day, grow))
+    check(_told_session(tmp_path, NOW_MS + 91 * day, _told_as_read_now))  # prefix + tail
+    assert snapshot_uses == [True, True, True]

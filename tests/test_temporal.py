@@ -138,6 +138,17 @@ def test_any_text_of_the_time_words_is_dated_as_by_the_plain_alternation(
     assert states_time(text) is (_PLAIN_TIME.search(text.lower()) is not None)
 
 
+@given(st.lists(st.tuples(st.sampled_from(_PIECES), _BETWEEN), max_size=8))
+def test_a_text_without_a_digit_names_no_date_but_a_month_alone(
+    parts: list[tuple[str, str]],
+) -> None:
+    """`told_span` skips the date forms of a text without a digit (`_calendar_span`): each of
+    them before the month alone must need one, or a memory's told span would change."""
+    text = "".join(piece + between for piece, between in parts).lower()
+    digitless = re.sub(r"\d", "", text)
+    assert temporal._absolute(digitless, temporal._MONTH_ALONE) == ()
+
+
 # Thursday 20 December 2023, 15:00 UTC: the "now" the spans below are counted from.
 _NOW = int(datetime(2023, 12, 20, 15, tzinfo=UTC).timestamp() * 1000)
 

@@ -445,8 +445,15 @@ def _span_of(text: str, now: datetime, lean: int, forms: int) -> Span | None:
         return None
 
 
+# Every form before the month alone names a day or a year in digits.
+_DIGIT = _Pattern(r"\d")
+
+
 def _calendar_span(text: str, now: datetime, lean: int, forms: int) -> Span | None:
-    dates = _absolute(text, forms)
+    # A text without a digit names none of the forms before the month alone: `told_span` of
+    # most dated memories ("last week", "yesterday") skips them all (every save and replay reads
+    # it: a third of the time, 12,456 LoCoMo texts 0.59 -> 0.21 s).
+    dates = () if forms <= _MONTH_ALONE and _DIGIT.search(text) is None else _absolute(text, forms)
     if not dates:
         relative = _relative(text, now)
         return None if relative is None else (_ms(relative[0]), _ms(relative[1]))
@@ -486,4 +493,10 @@ def told_span(text: str, stated_ms: int) -> Span | None:
     lowered = text.lower()
     if _ANY_TIME.search(lowered) is None:
         return None
-    return _span_of(lowered, datetime.fromtimestamp(stated_ms / 1000, UTC), 0, _MONTH_ALONE)
+    try:
+        stated = datetime.fromtimestamp(stated_ms / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        # Stated past the last calendar day (a record on disk may carry up to `MAX_INT`): its
+        # words point to no day. Raising here failed the boot, or the save, that indexed it.
+        return None
+    return _span_of(lowered, stated, 0, _MONTH_ALONE)

@@ -214,6 +214,19 @@ _NOT_IN_A_KIND = frozenset(
 )
 
 
+# Verbs in "-s" an embedded question opens with, its object then read as the subject that ends
+# a kind ("Can you tell me what motivates Evan to…", "which song motivates Caroline…": LoCoMo's
+# questions so asked): rarely the plural noun a list asks for ("causes", "interests", "shows",
+# "needs", "worries", "health scares" are, and are not here).
+_VERBS_IN_S = frozenset(
+    """
+    makes helps matters happens keeps bothers excites motivates inspires impresses fuels annoys
+    upsets hurts gets gives brings lets seems belongs depends involves includes requires reminds
+    calms relaxes frustrates bores comes goes thinks says believes knows feels
+    """.split()
+)
+
+
 def answer_type(question: str) -> str | None:
     """The kind of thing a list question asks for ("European countries" of "What European
     countries has Maria been to?"), as written (lowercased when shouted); None when `question`
@@ -226,7 +239,10 @@ def answer_type(question: str) -> str | None:
     if found is None:
         return _pt_answer_type(question)
     kind = found.group(1)
-    if _NOT_A_KIND.search(kind) or any(word.lower() in _NOT_IN_A_KIND for word in kind.split()):
+    words = kind.split()
+    if _NOT_A_KIND.search(kind) or any(word.lower() in _NOT_IN_A_KIND for word in words):
+        return None
+    if words[-1].lower() in _VERBS_IN_S:
         return None
     # All capitals is a shouted question, not an acronym: the kind as the model reads words.
     return kind.lower() if kind.isupper() else kind
@@ -240,14 +256,14 @@ _PT_LIST_QUESTION = re.compile(
     r"^\s*(?:(?:e|então|entao|mas|ou|daí|também|ok|okay|bem|bom|agora)\b[\s,]*)*"
     # A request or a confession around it: "Você lembra quais países…", "Me diga que livros…",
     # "Pode me dizer quais…", "Esqueci quais…".
-    r"(?:(?:(?:você|voce|tu)\s+)?(?:(?:pode|podes|poderia|poderias)\s+)?(?:me\s+)?"
+    r"(?P<ask>(?:(?:você|voce|tu)\s+)?(?:(?:pode|podes|poderia|poderias)\s+)?(?:me\s+)?"
     r"(?:lembra|lembras|lembrar|lembre|sabe|sabes|diga|dizer|diz|conta|contar|fala|falar|"
     r"mostra|mostrar)(?:-me)?\s+|(?:eu\s+)?(?:esqueci|(?:não|nao)\s+(?:me\s+)?lembro)"
     r"(?:\s+de)?\s+)?"
     r"(?:(?:em|de|com|para|pra|por|a|sobre|entre)\s+)?"
     r"(?:quais(?:\s+(?:são|sao|foram|eram|serão|seriam))?(?:\s+(?:os|as))?"
-    r"(?:\s+(?:meus|minhas|seus|suas|teus|tuas|nossos|nossas))?|que)\s+"
-    r"(?:(tipos?|espécies?|especies?)\s+de\s+)?",
+    r"(?:\s+(?:meus|minhas|seus|suas|teus|tuas|nossos|nossas))?|(?P<que>que))\s+"
+    r"(?:(?P<sort>tipos?|espécies?|especies?)\s+de\s+)?",
     re.IGNORECASE,
 )
 _PT_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*")
@@ -301,6 +317,20 @@ def _pt_kind_word(word: str, shouted: bool) -> bool:
     )
 
 
+# What may open the subject of a Portuguese embedded question: an article, a personal
+# pronoun, a possessive ("o Tim", "eu", "a gente", "meu pai"); a name is capitalised.
+_PT_SUBJECT = frozenset(
+    """
+    o a os as eu você voce tu ele ela nós nos vocês voces eles elas meu minha meus minhas seu
+    sua seus suas teu tua nosso nossa nossos nossas um uma
+    """.split()
+)
+
+
+def _pt_subject(word: str) -> bool:
+    return word.lower() in _PT_SUBJECT or word[:1].isupper()
+
+
 def _pt_answer_type(question: str) -> str | None:
     """The kind a Portuguese list question asks for ("países europeus" of "Quais países
     europeus a Maria visitou?"; "exercício" of "Que tipos de exercício eu faço?"), or None."""
@@ -314,7 +344,7 @@ def _pt_answer_type(question: str) -> str | None:
     if words and words[0].lower() in ("outros", "outras"):
         words = words[1:]  # "Quais outros livros…" asks for books ("Quais outros?": nothing)
     # After "tipos de" the noun may be singular ("tipos de exercício"): "tipos" counts it.
-    counted = (found.group(1) or "").lower().endswith("s")
+    counted = (found.group("sort") or "").lower().endswith("s")
     kind: list[str] = []
     for word in words[:3]:
         lower = word.lower()
@@ -332,6 +362,13 @@ def _pt_answer_type(question: str) -> str | None:
         kind += after
     if any(word.lower() in _PT_TIME for word in kind):
         return None
+    # After a verb of knowing or telling, "que" is mostly "that" ("Você sabe que gatos gostam de
+    # peixe?"): it asks for a kind only when the embedded question's own subject follows ("Me
+    # diga que livros o Tim leu"), not when the plural noun is that clause's subject.
+    if found.group("ask") and found.group("que") and not found.group("sort"):
+        following = words[len(kind) : len(kind) + 1]
+        if not following or not _pt_subject(following[0]):
+            return None
     text = " ".join(kind)
     return text.lower() if shouted else text
 
