@@ -462,12 +462,8 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     out: list[str] = _stem(lang, words) if words else []
     if not text.isascii():
         out = [_folded(stem) for stem in out]
-    if known is not None and out and not all(map(known, out)):
-        other = _stem("en" if lang == "pt" else "pt", words)
-        out = [
-            stem if known(stem) or not known(alt := _folded(alt_stem)) else alt
-            for stem, alt_stem in zip(out, other, strict=True)
-        ]
+    if known is not None and out:
+        _known_stems(out, words, lang, known)
     user_mentions = sum(map(_USER_WORDS.__contains__, tokens))
     if _JOINED.search(text):
         for compound in _compounds(text):
@@ -489,6 +485,23 @@ def terms(text: str, known: Callable[[str], bool] | None = None) -> list[str]:
     if user_mentions:
         out.extend([USER_ENTITY] * user_mentions)
     return out
+
+
+def _known_stems(
+    stems: list[str], words: list[str], lang: str, known: Callable[[str], bool]
+) -> None:
+    """In place: each of `stems` (of `words`, in `lang`) that is not `known` but whose stem in
+    the other language is, replaced by that one. Only the words whose stem missed are stemmed
+    again: each word stems on its own, so theirs are the stems stemming them all gave (a
+    question's every word was stemmed twice when one missed)."""
+    unknown = [at for at, stem in enumerate(stems) if not known(stem)]
+    if not unknown:
+        return
+    other = _stem("en" if lang == "pt" else "pt", [words[at] for at in unknown])
+    for at, alt_stem in zip(unknown, other, strict=True):
+        alt = _folded(alt_stem)
+        if known(alt):
+            stems[at] = alt
 
 
 # Word runs joined by these, with no space: an identifier (`get_user_by_id`, `memory::recall`),

@@ -198,36 +198,42 @@ def _in_span(
     spans: tuple[Window, Window | None] | None,
     rows: Ints | None = None,
     bound: bool = False,
+    slots: Ints | None = None,
+    stated: Floats | None = None,
 ) -> npt.NDArray[np.bool_] | None:
     """Which candidates at `rows` (None: every one) were stated within the window of `spans`
     (`_span_window`) or, when it carries the named time itself, whose own relative words point
     into that ("last month", said in April, for "in March"); `bound`: an upper bound of this
-    that reads no text, for `_contenders` (a retired record in reach counts)."""
+    that reads no text, for `_contenders` (a retired record in reach counts). `slots`,
+    `stated`: the candidates' index slots and `stated_at`, when the caller has them."""
     if spans is None:
         return None
     window, told = spans
-    stated = pool.signal("stated_at", rows)
+    if stated is None:
+        stated = pool.signal("stated_at", rows, slots)
     inside: npt.NDArray[np.bool_] = (stated >= window[0]) & (stated < window[1])
     if told is None:
         return inside
     # Only a dated text stated within a year or so of the named time can point into it.
     reach: npt.NDArray[np.bool_] = (
         ~inside
-        & pool.signal("dated", rows)
+        & pool.signal("dated", rows, slots)
         & (stated >= told[0] - TOLD_REACH_DAYS * DAY_MS)
         & (stated < told[1] + TOLD_REACH_DAYS * DAY_MS)
     )
     where = reach.nonzero()[0]
     if not where.size:
         return inside
-    slots = (pool.slots if rows is None else pool.slots[rows])[where]
-    live = slots >= 0 if pool.index is not None else np.zeros(where.size, bool)
+    if slots is None:
+        slots = pool.slots if rows is None else pool.slots[rows]
+    reached = slots[where]
+    live = reached >= 0 if pool.index is not None else np.zeros(where.size, bool)
     if live.any():
         assert pool.index is not None
         # A live memory's told span is a column of the index, read from its text when indexed:
         # read here, a question naming a time over a big bank paid for thousands of texts
         # (recall p99 at 100k memories 3 → 72 ms).
-        start, end = pool.index.told_days(slots[live])
+        start, end = pool.index.told_days(reached[live])
         inside[where[live]] = (start.astype(np.float64) * DAY_MS < told[1]) & (
             end.astype(np.float64) * DAY_MS > told[0]
         )
@@ -342,9 +348,19 @@ class Pool:
     tops: dict[str, Ints] = field(default_factory=dict)  # `_arm_top`'s, once computed
     # Whether live memories past their TTL now were left out: the reaper has not retired them.
     expired: bool = False
+    _best_bm25: float | None = field(default=None, init=False, repr=False)  # `best_bm25`
 
     def __len__(self) -> int:
         return int(self.slots.size)
+
+    def best_bm25(self) -> float:
+        """The largest bm25 of the pool (which is not empty), read once: the contenders' start
+        and the cutoff's best lexical relevance both ask (a pass over tens of thousands of
+        candidates at 100k memories)."""
+        best = self._best_bm25
+        if best is None:
+            best = self._best_bm25 = float(_max(self.bm25))
+        return best
 
     def memory(self, i: int) -> Memory:
         """Candidate `i`, resolved only when it is returned (a pool holds thousands)."""
@@ -353,9 +369,14 @@ class Pool:
             return self.source[self.index.doc_id(slot)]
         return self.retired[i - (len(self) - len(self.retired))]
 
-    def memories(self, positions: list[int]) -> list[Memory]:
-        """`memory` of each of `positions` (the few returned), their slots read in one go."""
-        slots = self.slots[positions].tolist()
+    def memories(self, rows: Ints | Sequence[int]) -> list[Memory]:
+        """`memory` of each candidate at `rows` (the few returned), their slots read in one go.
+        Ranking hands its array of positions: a list made of it was converted back first."""
+        slots = self.slots[rows].tolist()
+        if self.index is not None and not self.retired:  # every candidate live
+            ids, source = self.index.slot_ids(), self.source
+            return [source[ids[slot]] for slot in slots]
+        positions = rows.tolist() if isinstance(rows, np.ndarray) else list(rows)
         if self.index is None:
             return [self.memory(i) for i in positions]
         ids, source = self.index.slot_ids(), self.source
@@ -364,13 +385,17 @@ class Pool:
             for i, slot in zip(positions, slots, strict=True)
         ]
 
-    def signal(self, name: str, rows: Ints | None = None) -> npt.NDArray[Any]:
+    def signal(
+        self, name: str, rows: Ints | None = None, slots: Ints | None = None
+    ) -> npt.NDArray[Any]:
         """Per-memory signal `name` (`entity_hits`, `corroboration`, `pinned`, `stated_at`,
-        `dated`) of the candidates at `rows` (None: every one), in that order."""
+        `dated`) of the candidates at `rows` (None: every one), in that order. `slots`: their
+        index slots, when the caller read them already (`_scores` reads four signals or more)."""
         stored: npt.NDArray[Any] | None = getattr(self, name)
         if stored is not None:
             return stored if rows is None else stored[rows]
-        slots = self.slots if rows is None else self.slots[rows]
+        if slots is None:
+            slots = self.slots if rows is None else self.slots[rows]
         if name == "entity_hits":
             tally = self.entity_tally
             return np.zeros(slots.size, np.float64) if tally is None else tally[slots]
@@ -381,6 +406,7 @@ class Pool:
 
 # Hot paths write `(mask).nonzero()[0]` for `np.flatnonzero(mask)`: the same indices of a 1-D
 # mask, without its Python wrappers (ravel, dispatch: ~1.5 us a call, ~7 calls a recall).
+_max = np.maximum.reduce  # `values.max()` of a 1-D array without its Python wrapper (~0.7 us)
 _NO_SLOTS = np.empty(0, np.int64)
 _NO_FLOATS = np.empty(0, np.float64)
 _NO_BOOLS = np.empty(0, bool)
@@ -555,8 +581,18 @@ def _top(values: Floats, k: int) -> Ints:
     """Indices of the `k` largest positive values."""
     positive = (values > 0).nonzero()[0]
     if positive.size > k:
-        positive = positive[np.argpartition(-values[positive], k - 1)[:k]]
+        positive = positive[(-values[positive]).argpartition(k - 1)[:k]]
     return positive
+
+
+def _top_matched(values: Floats, k: int) -> Ints:
+    """`_top` of values that are all positive (a `LexicalIndex.matching`'s bm25): the same
+    partition of the same array, without looking for the positive ones first (a compare, a
+    `nonzero` and a copy of ~20,000 matches at 100k memories, on a tie among the first hits)."""
+    if values.size > k:
+        found: Ints = (-values).argpartition(k - 1)[:k]
+        return found
+    return np.arange(values.size)
 
 
 _HIGH_MIN = 2048  # values past which `_top_untied` may look at the high ones alone
@@ -587,7 +623,8 @@ def _top_untied(values: Floats, k: int, share: float = 0.0) -> Ints | None:
         narrowed = _high_top(values, k, share)
         if narrowed is not None:  # else none was found there, or a tie: the whole array says
             return narrowed
-    bounds = np.partition(values, (n - k - 1, n - k))
+    bounds = values.copy()  # `np.partition` without its wrappers (as `kth_value`)
+    bounds.partition((n - k - 1, n - k))
     kth, after = float(bounds[n - k]), float(bounds[n - k - 1])
     if kth <= 0.0:  # fewer than k positive values: every one of them
         return (values > 0).nonzero()[0]
@@ -611,7 +648,7 @@ def _high_rows(values: Floats, k: int, share: float) -> Ints | None:
     n = values.size
     if n <= _HIGH_MIN:
         return None
-    best = float(values.max())
+    best = float(_max(values))
     if best <= 0.0:
         return None
     high = (values >= share * best).nonzero()[0]
@@ -650,7 +687,7 @@ def _first_hits(
     # to `_top`, where `_top_set` would find it again first (~1 query of 3 at 100k on LoCoMo,
     # ~0.1 ms each).
     if tied:
-        return found.slots[np.sort(_top(found.bm25, k))], found
+        return found.slots[np.sort(_top_matched(found.bm25, k))], found
     return found.slots[_top_set(found.bm25, k, _HIGH_SHARE)], found
 
 
@@ -692,7 +729,7 @@ def _expand(
         extra = index.settled_expansion(first.tolist(), exclude, fusion.expand_terms)
         if extra is None:
             found = found if found is not None else _first_found(index, acc, scope)
-            first = found.slots[_top(found.bm25, fusion.expand_docs)]
+            first = found.slots[_top_matched(found.bm25, fusion.expand_docs)]
     if cosines is not None:
         first = _union(first, _top_set(cosines, fusion.expand_docs))
     if first.size and fusion.expand_vector > 0 and cosines is not None:
@@ -936,16 +973,19 @@ def _scores(
     # A query that names no entity scores 0 on that boost for every memory: no array of zeros
     # (a live-only pool without a tally; a pool with retired records stores its own column).
     named = pool.entity_hits is not None or pool.entity_tally is not None
+    # The candidates' index slots, read once for every signal below (a gather each otherwise).
+    slots = pool.slots if rows is None else pool.slots[rows]
+    stated = pool.signal("stated_at", rows, slots)
     arms = Arms(
         bm25=pool.bm25 if rows is None else pool.bm25[rows],
         query_weight=pool.query_weight,
-        entity_hits=pool.signal("entity_hits", rows) if named else None,
-        corroboration=pool.signal("corroboration", rows),
-        pinned=pool.signal("pinned", rows),
-        age_ms=now_ms - pool.signal("stated_at", rows),
+        entity_hits=pool.signal("entity_hits", rows, slots) if named else None,
+        corroboration=pool.signal("corroboration", rows, slots),
+        pinned=pool.signal("pinned", rows, slots),
+        age_ms=now_ms - stated,
         semantic=semantic if semantic is None or rows is None else semantic[rows],
-        dated=pool.signal("dated", rows) if _asks_when(query.text) else None,
-        in_span=_in_span(pool, _span_window(query), rows),
+        dated=pool.signal("dated", rows, slots) if _asks_when(query.text) else None,
+        in_span=_in_span(pool, _span_window(query), rows, slots=slots, stated=stated),
         lanes=lanes,
         content_off=content_off,
     )
@@ -1038,7 +1078,7 @@ def _keep(
     bm25 = pool.bm25 if rows is None else pool.bm25[rows]
     lexical = lexical_relevance(bm25, pool.query_weight)
     arm = semantic if semantic is None or rows is None else semantic[rows]
-    keep = scores >= RELEVANCE_CUTOFF * float(scores.max())
+    keep = scores >= RELEVANCE_CUTOFF * float(_max(scores))
     if not _no_minimum(pool, fusion, semantic):
         keep &= lexical + (arm if arm is not None else 0.0) >= fusion.min_relevance
     # The best lexical relevance of the whole pool: bm25 over a positive weight is monotonic, so
@@ -1065,15 +1105,24 @@ def _no_minimum(pool: Pool, fusion: Fusion, semantic: Floats | None) -> bool:
 def _best_lexical(pool: Pool) -> float:
     if pool.query_weight <= 0.0 or not pool.bm25.size:
         return 0.0
-    return float(pool.bm25.max()) / pool.query_weight
+    return pool.best_bm25() / pool.query_weight
 
 
 def _top_mask(pool: Pool, arm: str, rows: Ints | None = None) -> npt.NDArray[np.bool_]:
     """Which candidates (at `rows`; None: all) are among the `ARM_TOP` best of `arm` (bm25 or
-    semantic) over the whole pool (a partition, not a sort)."""
-    mask = np.zeros(len(pool), bool)
-    mask[_arm_top(pool, arm)] = True
-    return mask if rows is None else mask[rows]
+    semantic) over the whole pool (a partition, not a sort). `rows` ascending and distinct, as
+    `_contenders` gives them: each top position is looked up among them (a mask over the whole
+    pool was a pass over tens of thousands of candidates at 100k memories for three)."""
+    top = _arm_top(pool, arm)
+    if rows is None:
+        mask = np.zeros(len(pool), bool)
+        mask[top] = True
+        return mask
+    mask = np.zeros(rows.size, bool)
+    if rows.size:
+        at = np.minimum(np.searchsorted(rows, top), rows.size - 1)
+        mask[at[rows[at] == top]] = True
+    return mask
 
 
 def _lane_relevance(
@@ -1250,7 +1299,9 @@ def _similarity(pool: Pool, index: LexicalIndex, reference: float) -> Floats:
 
 _PRUNE_MIN = 256  # pools up to this many candidates are scored whole
 _UPPER_SLACK = 1e-9  # relative: the bound's floats are summed otherwise than the score's
-_START_SHARE = 0.3  # of the best bm25: where the contenders search starts (any share is exact)
+# Of the best bound: where the contenders search starts (any share is exact), each tried in turn
+# while the candidates at or above it are too many (`_start`).
+_START_SHARES = (0.3, 0.5, 0.7)
 
 
 def _prunable(pool: Pool, fusion: Fusion, m: int) -> bool:
@@ -1295,7 +1346,6 @@ def _contenders(
     boosts += fusion.pinned * float(pinned)
     dates = _date_bound(pool, query)
     bm25, weight = pool.bm25, pool.query_weight
-    size = bm25.size
     # `key` orders the candidates by their bound and `reaching(score)` is where the bound
     # reaches `score`. With the lexical arm alone (no vector, no entity named, no date asked:
     # most queries) the bound grows with bm25, so bm25 itself is the key: no array is made.
@@ -1305,14 +1355,10 @@ def _contenders(
     inside = False  # whether the arms' top sets are known to lie in `start`
     if monotone:
         key = bm25
-        # Start from the candidates within 30% of the best bm25 when they are a handful (on
-        # LoCoMo at 100k: 50-1,300 of ~30,000), else from the `m` best (a partition); the top
-        # three are among them either way, found in that small set.
-        start_at = _START_SHARE * float(bm25.max())
-        start = (bm25 >= start_at).nonzero()[0]
-        if not 2 * k <= start.size <= 16 * m:
-            start_at = kth_value(bm25, size - m)
-            start = (bm25 >= start_at).nonzero()[0]
+        # Start from the candidates within 30% (or 50, 70%) of the best bm25 when they are a
+        # handful (on LoCoMo at 100k: 50-1,300 of ~30,000), else from the `m` best (`_start`);
+        # the top three are among them either way, found in that small set.
+        start, start_at = _start(bm25, pool.best_bm25(), 2 * k, 16 * m, m)
         if "bm25" not in pool.tops:  # the start holds more than ARM_TOP: the top are in it
             values = bm25[start]
             within = _top_untied(values, ARM_TOP)
@@ -1331,21 +1377,21 @@ def _contenders(
             return lowest * (1.0 - _UPPER_SLACK)
 
     else:
-        upper = fusion.lexical * lexical_relevance(bm25, weight) + boosts
+        # Summed in place, in the order and with the operands a sum of new arrays had (the same
+        # floats): at 100k memories each new array of ~30,000 candidates cost ~40 us.
+        key = lexical_relevance(bm25, weight)  # a new array
+        key *= fusion.lexical
+        key += boosts
         if semantic is not None:
-            upper = upper + fusion.semantic * semantic
+            key += fusion.semantic * semantic
         if pool.entity_tally is not None:
-            upper = upper + fusion.entity * pool.signal("entity_hits")
+            key += fusion.entity * pool.signal("entity_hits")
         if dates is not None:
-            upper = upper + dates
-        key = upper * (1.0 + _UPPER_SLACK)
-        # As above: the candidates whose bound is within 30% of the best when a handful, else
-        # the `m` best (a partition of every candidate: ~300 us at 100k).
-        start_at = _START_SHARE * float(key.max())
-        start = (key >= start_at).nonzero()[0]
-        if not 2 * k <= start.size <= 16 * m:
-            start_at = kth_value(key, size - m)
-            start = (key >= start_at).nonzero()[0]
+            key += dates
+        key *= 1.0 + _UPPER_SLACK
+        # As above: the candidates whose bound is within a share of the best when a handful,
+        # else the `m` best (a partition of every candidate: ~300 us at 100k).
+        start, start_at = _start(key, float(_max(key)), 2 * k, 16 * m, m)
 
         def reaching(score: float) -> float:
             return score
@@ -1357,6 +1403,25 @@ def _contenders(
     return _closed(pool, query, semantic, rows, key, reaching, start_at, k)
 
 
+def _start(key: Floats, best: float, low: int, high: int, m: int) -> tuple[Ints, float]:
+    """Where `_contenders` starts: the candidates whose `key` is at or above a share of the
+    `best` (`_START_SHARES`, the first that leaves `low` to `high` of them), else the `m` best
+    (a partition of every candidate); and that threshold. Past a few hundred at 30% (a question
+    that asks "when" or names a time, whose date boosts lift thousands; a common word's many
+    matches), a higher share is one compare over the pool where the partition was several: on
+    LoCoMo at 100k memories, a third of the questions partitioned ~20,000 candidates (~100 us),
+    a sixth with this."""
+    for share in _START_SHARES:
+        start_at = share * best
+        start: Ints = (key >= start_at).nonzero()[0]
+        if start.size < low:  # a higher share leaves fewer still
+            break
+        if start.size <= high:
+            return start, start_at
+    start_at = kth_value(key, key.size - m)
+    return (key >= start_at).nonzero()[0], start_at
+
+
 def _date_bound(pool: Pool, query: RecallQuery) -> Floats | None:
     """Each candidate's date boosts, as `_scores` counts them: `dated` when the question asks
     "when", `in_span` when it names a time; None when neither (most questions)."""
@@ -1366,8 +1431,11 @@ def _date_bound(pool: Pool, query: RecallQuery) -> Floats | None:
         bound = fusion.dated * pool.signal("dated")
     in_span = _in_span(pool, _span_window(query), bound=True)
     if in_span is not None:
-        extra: Floats = fusion.in_span * in_span.astype(np.float64)
-        bound = extra if bound is None else bound + extra
+        extra: Floats = in_span.astype(np.float64)
+        extra *= fusion.in_span  # in place, as `_contenders` sums the bound
+        if bound is None:
+            return extra
+        bound += extra
     return bound
 
 
@@ -1402,7 +1470,7 @@ def _closed(
         kth = kth_value(passing, passing.size - k)
         # Under the cutoff (a quarter of the best score, which is at least the best here) only
         # the arms' top ranks are kept, and those are scored already.
-        floor = max(kth, RELEVANCE_CUTOFF * float(scores.max()))
+        floor = max(kth, RELEVANCE_CUTOFF * float(_max(scores)))
         lowest = reaching(floor)
         if lowest >= covered:
             # What the bound lets reach lies within the start, scored already (most queries):
@@ -1516,15 +1584,14 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
             final,
             query.duplicate_cosine,
             query.fusion.duplicate,
-            [memory.subject for memory in pool.memories(chosen.tolist())],
+            [memory.subject for memory in pool.memories(chosen)],
         )
         # A restatement pushed under the cutoff leaves: its better twin already carries the fact.
         kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
         chosen, final = chosen[kept], final[kept]
-    positions = chosen.tolist()
     hits = [
         Hit(memory, score)
-        for memory, score in zip(pool.memories(positions), final.tolist(), strict=True)
+        for memory, score in zip(pool.memories(chosen), final.tolist(), strict=True)
     ]
     if query.mode is RecallMode.HYBRID and query.fusion.context > 0:
         hits = _with_context(hits, index, query, pool.source)
@@ -1610,7 +1677,7 @@ def _session_codes(pool: Pool, index: LexicalIndex, rows: Ints) -> Ints | None:
     if codes is None or not retired.size:
         return codes
     unknown: dict[str, int] = {}
-    for j, record in zip(retired.tolist(), pool.memories(rows[retired].tolist()), strict=True):
+    for j, record in zip(retired.tolist(), pool.memories(rows[retired]), strict=True):
         name = record.source.session_id if record.source is not None else None
         if name:
             codes[j] = index.session_code(name) or unknown.setdefault(name, -1 - len(unknown))
