@@ -26,11 +26,13 @@ TEXTS = [
 ]
 
 
-def session(data_dir: Path, work: Callable[[MemoryService], Awaitable[Any]]) -> Any:
+def session(
+    data_dir: Path, work: Callable[[MemoryService], Awaitable[Any]], now_ms: int = NOW_MS
+) -> Any:
     async def run() -> Any:
         store = Store.open(data_dir, holder=HOLDER)
         # A fixed clock: recency moves every score a little as real time passes between boots.
-        service = MemoryService(store, Settings(), clock=lambda: NOW_MS)
+        service = MemoryService(store, Settings(), clock=lambda: now_ms)
         try:
             return await work(service)
         finally:

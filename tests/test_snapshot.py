@@ -3,7 +3,6 @@ and deleting, corrupting or outdating it changes nothing but boot time."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -17,17 +16,14 @@ import pytest
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
-from memory_worker.core.config import Settings
 from memory_worker.search import index as index_module
 from memory_worker.search import ranking
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import snapshot
 from memory_worker.storage.bank import MEMORIES_FILE
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
-from memory_worker.storage.store import Store
 
 from .boots import NOW_MS, TEXTS, session
-from .conftest import HOLDER
 
 HUMAN = Caller.human("cli")
 QUERIES = ["where does Ana work", "who plays chess", "what does the user drink", "Tiago Porto"]
@@ -304,19 +300,6 @@ _TOLD_TEXTS = [
 ]
 
 
-def _told_session(data_dir: Path, now_ms: int, work: Any) -> Any:
-    async def run() -> Any:
-        store = Store.open(data_dir, holder=HOLDER)
-        service = MemoryService(store, Settings(), clock=lambda: now_ms)
-        try:
-            return await work(service)
-        finally:
-            await service.close()
-            await store.close()
-
-    return asyncio.run(run())
-
-
 async def _told_as_read_now(service: MemoryService) -> list[tuple[str, tuple[int, int], Any]]:
     """Each live memory's told span as the index keeps it, beside its text read afresh."""
     bank = service.store.get("b")
@@ -345,7 +328,7 @@ def test_the_told_spans_kept_are_the_texts_read_afresh_through_every_path(
             ids.append(saved["memory"]["id"])
         return ids
 
-    ids = _told_session(tmp_path, NOW_MS, first)
+    ids = session(tmp_path, first, now_ms=NOW_MS)
 
     async def later(service: MemoryService) -> Any:
         await call(service, "memory::save", {"bank": "b", "text": _TOLD_TEXTS[0]}, HUMAN)
@@ -361,14 +344,14 @@ def test_the_told_spans_kept_are_the_texts_read_afresh_through_every_path(
         assert all(kept == read for _, kept, read in seen), seen
         assert sum(kept != index_module._TOLD_NONE for _, kept, _ in seen) >= 3, seen
 
-    check(_told_session(tmp_path, NOW_MS + 40 * day, later))
+    check(session(tmp_path, later, now_ms=NOW_MS + 40 * day))
     snapshot_uses.clear()
-    check(_told_session(tmp_path, NOW_MS + 41 * day, _told_as_read_now))  # the full snapshot
+    check(session(tmp_path, _told_as_read_now, now_ms=NOW_MS + 41 * day))  # the full snapshot
 
     async def grow(service: MemoryService) -> Any:
         await call(service, "memory::save", {"bank": "b", "text": _TOLD_TEXTS[3]}, HUMAN)
         return await _told_as_read_now(service)
 
-    check(_told_session(tmp_path, NOW_MS + 90 * day, grow))
-    check(_told_session(tmp_path, NOW_MS + 91 * day, _told_as_read_now))  # prefix + tail
+    check(session(tmp_path, grow, now_ms=NOW_MS + 90 * day))
+    check(session(tmp_path, _told_as_read_now, now_ms=NOW_MS + 91 * day))  # prefix + tail
     assert snapshot_uses == [True, True, True]
