@@ -68,6 +68,9 @@ async def _server(tmp_path: Path, model: FakeOpenAI) -> AsyncIterator[Standalone
     config.write_text(f"extraction_endpoint: {model.url}\nextraction_model: local-model\n")
     server = StandaloneServer(load_settings(config), tmp_path / "data", port=0, config_path=config)
     await server.start()
+    # Its banks boot in the background and log when done: done before a test reads its stdout.
+    if server.booting is not None:
+        await server.booting
     try:
         yield server
     finally:

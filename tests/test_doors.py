@@ -47,6 +47,9 @@ _TIMES = ("created_at", "updated_at", "stated_at", "invalid_at", "last_accessed_
 async def _server(tmp_path: Path) -> AsyncIterator[StandaloneServer]:
     server = StandaloneServer(Settings(), tmp_path / "served", port=0)
     await server.start()
+    # Its banks boot in the background and log when done: done before a test reads its stdout.
+    if server.booting is not None:
+        await server.booting
     try:
         yield server
     finally:
