@@ -125,6 +125,37 @@ class TestCommit:
         await bank.commit([_memory("The user likes cocoa")])
         assert len(_lines(bank)) == 2
 
+    async def test_a_record_the_index_cannot_take_fails_its_write_and_stops_the_bank(
+        self, store: Store, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Analysing a record for the index raised (a bug; a record stated past year 9999 did):
+        the flusher died and this save, and every later one of the bank, waited forever. Now its
+        callers are told, as at a failed fsync, and the bank takes no write until it is read
+        again from its log (the write may already be durable there)."""
+        kept = _memory("The user likes tea")
+        await bank.commit([kept])
+        real = bank_module.indexed
+
+        def failing(record: Memory, **options: bool) -> object:
+            if "coffee" in record.text:
+                raise OverflowError("year 292278994 is out of range")
+            return real(record, **options)
+
+        monkeypatch.setattr(bank_module, "indexed", failing)
+        doomed = _memory("The user likes coffee")
+        with pytest.raises(StorageError, match="could not index"):
+            await asyncio.wait_for(bank.commit([doomed]), 5)
+        assert bank.get(doomed.id) is None and bank.get(kept.id) == kept  # reads go on
+        with pytest.raises(StorageError, match="refuses writes until memory::reload"):
+            await asyncio.wait_for(bank.commit([_memory("The user likes cocoa")]), 5)
+        monkeypatch.setattr(bank_module, "indexed", real)
+        assert await store.reload_bank(bank.name, force=True) == "reloaded"
+        again = store.get(bank.name)
+        assert again.get(kept.id) == kept
+        later = _memory("The user likes milk")
+        await asyncio.wait_for(again.commit([later]), 5)
+        assert again.get(later.id) == later
+
     async def test_concurrent_commits_share_fsyncs(
         self, bank: Bank, monkeypatch: pytest.MonkeyPatch
     ) -> None:

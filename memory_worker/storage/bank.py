@@ -1259,7 +1259,24 @@ class Bank:
             first = None
             # While the fsync runs, this thread does the pure part of applying the batch
             # (analysing each record for the index, its text's key); only the RAM changes wait.
-            prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
+            try:
+                prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
+            except Exception as exc:
+                # A record the index cannot take (a bug): left to the task, the flusher died
+                # and every save of the bank waited forever. Its callers are told, as at a
+                # failed fsync, and the bank takes no write until memory::reload reads the log
+                # again (the write may be durable already: RAM no longer says what the log does).
+                log.exception("prepare_failed", bank=self.name)
+                with contextlib.suppress(Exception):  # the cut waits for the fsync's thread
+                    await syncing
+                self._abort(
+                    StorageError(
+                        f"bank {self.name} could not index a record of this write ({exc}); it "
+                        "refuses writes until memory::reload"
+                    )
+                )
+                self._broken = self._broken or f"a record written could not be indexed: {exc}"
+                return
             try:
                 await syncing
                 await self._carry_over(batch)
