@@ -40,6 +40,7 @@ __all__ = [
     "analyze",
     "category_code",
     "combine",
+    "unit_row",
 ]
 
 BM25_K1 = 1.2
@@ -62,6 +63,13 @@ _KEPT_PER_SLOT = 8  # and past that, this many per slot (64 bytes a memory)
 CENTER_PRIOR = 4.0
 # A memory whose words point to no time has the told span [max, min): it overlaps nothing.
 _TOLD_NONE = (np.iinfo(np.int32).max, np.iinfo(np.int32).min)
+
+
+def unit_row(vector: Sequence[float] | npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]:
+    """`vector` as a float32 unit row (a copy: the caller's array is never scaled)."""
+    row = np.array(vector, np.float32)
+    row /= max(float(np.linalg.norm(row)), 1e-12)
+    return row
 
 
 def _told_columns(docs: Sequence[IndexedDoc]) -> tuple[npt.NDArray[np.int32], ...]:
@@ -956,8 +964,7 @@ class LexicalIndex:
         n = len(self._ids)
         if self._dim == 0 or len(query) != self._dim or n == 0:
             return np.zeros(n, np.float64)
-        q = np.asarray(query, np.float32)
-        q /= max(float(np.linalg.norm(q)), 1e-12)
+        q = unit_row(query)
         # A view of the first n rows (C-contiguous): BLAS reads the matrix in place, no copy.
         sims = (self.vectors[:n] @ q).astype(np.float64)
         sims[~(self.has_vector[:n] & self._alive[:n])] = 0.0
@@ -988,8 +995,7 @@ class LexicalIndex:
         n = len(self._ids)
         if self._dim == 0 or len(query) != self._dim or n == 0:
             return np.zeros(n, np.float64)
-        q = np.asarray(query, np.float32)
-        q /= max(float(np.linalg.norm(q)), 1e-12)
+        q = unit_row(query)
         mean = (strength * (self.vector_mean() if centre is None else centre)).astype(np.float32)
         shifted = q - mean
         # (d − m)·(q − m) = d·(q − m) − m·(q − m), and |d − m|² = |d|² − 2 d·m + |m|²: one

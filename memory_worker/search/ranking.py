@@ -45,6 +45,7 @@ from memory_worker.search.index import (
     Ints,
     LexicalIndex,
     category_code,
+    unit_row,
 )
 from memory_worker.search.lanes import LANE_POOL, NO_LANES, LaneIndexes, LaneQuery
 from memory_worker.search.scoring import (
@@ -781,7 +782,7 @@ def _with_retired(
     `history_vectors`)."""
     wanted = set(query_terms)
     vectors = query.history_vectors if query.mode is RecallMode.SEMANTIC else None
-    asked = _unit(query.vector) if vectors is not None and query.vector else None
+    asked = unit_row(query.vector) if vectors is not None and query.vector else None
     extra: list[tuple[Memory, float, float, bool]] = []
     cosines: list[float] = []
     for memory in history_records(memories, index, query):
@@ -789,7 +790,7 @@ def _with_retired(
             vector = vectors.get(memory.id)
             if vector is None or vector.size != asked.size:
                 continue  # no vector of the query's model: the arm cannot rank it
-            cosine = float(_unit(vector) @ asked)
+            cosine = float(unit_row(vector) @ asked)
             if cosine <= 0.0:
                 continue  # not similar at all, as a live vector at 0 or under (`candidates`)
             bm25 = 0.0
@@ -826,13 +827,6 @@ def _with_retired(
         dated=np.concatenate((dated, np.asarray([d for _, _, _, d in extra], bool))),
         lanes={lane: np.concatenate((r, np.zeros(n))) for lane, r in pool.lanes.items()},
     )
-
-
-def _unit(vector: Sequence[float] | npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """`vector` as a float32 unit row (a copy), as `LexicalIndex.cosine` takes a query."""
-    row = np.array(vector, np.float32)
-    row /= max(float(np.linalg.norm(row)), 1e-12)
-    return row
 
 
 def _row_sum(index: LexicalIndex, rows: npt.NDArray[np.bool_], count: int) -> Floats:
