@@ -156,6 +156,37 @@ class TestCommit:
         await asyncio.wait_for(again.commit([later]), 5)
         assert again.get(later.id) == later
 
+    async def test_a_durable_record_ram_cannot_take_fails_its_write_and_stops_the_bank(
+        self, store: Store, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Applying a durable record to RAM raised (a bug): the flusher died, and this save and
+        every later one of the bank waited forever. Now its caller is told, the bank takes no
+        write until it is read again from its log, and the reload shows the record (it was
+        durable: nothing written is lost)."""
+        kept = _memory("The user likes tea")
+        await bank.commit([kept])
+        real = Bank._apply
+
+        def failing(self: Bank, record: Memory, prepared: object = None) -> None:
+            if "coffee" in record.text:
+                raise RuntimeError("a bug in applying")
+            real(self, record, prepared)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Bank, "_apply", failing)
+        doomed = _memory("The user likes coffee")
+        with pytest.raises(StorageError, match="could not apply it"):
+            await asyncio.wait_for(bank.commit([doomed]), 5)
+        assert bank.get(kept.id) == kept  # reads go on
+        with pytest.raises(StorageError, match="refuses writes until memory::reload"):
+            await asyncio.wait_for(bank.commit([_memory("The user likes cocoa")]), 5)
+        monkeypatch.setattr(Bank, "_apply", real)
+        assert await store.reload_bank(bank.name, force=True) == "reloaded"
+        again = store.get(bank.name)
+        assert again.get(kept.id) == kept and again.get(doomed.id) == doomed
+        later = _memory("The user likes milk")
+        await asyncio.wait_for(again.commit([later]), 5)
+        assert again.get(later.id) == later
+
     async def test_concurrent_commits_share_fsyncs(
         self, bank: Bank, monkeypatch: pytest.MonkeyPatch
     ) -> None:

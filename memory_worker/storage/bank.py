@@ -1287,11 +1287,33 @@ class Bank:
             del self._queue[: len(batch)]
             landed = {record.id: record for pending in batch for record in pending.records}
             added = {i: self._live_added(self._staged[i][0]) for i in landed}
-            for pending, ready in zip(batch, prepared, strict=True):
-                for record, doc in zip(pending.records, ready, strict=True):
-                    self._apply(record, doc)
-                pending.future.set_result(None)
+            try:
+                for pending, ready in zip(batch, prepared, strict=True):
+                    for record, doc in zip(pending.records, ready, strict=True):
+                        self._apply(record, doc)
+                    pending.future.set_result(None)
+            except Exception as exc:
+                self._apply_failed(batch, exc)
+                return
             self._unstage(landed, added)
+
+    def _apply_failed(self, batch: list[_Pending], exc: Exception) -> None:
+        """Applying a durable batch to RAM raised (a bug): left to the task, the flusher died
+        and every later save of the bank waited forever. The batch is in the log, so a restart
+        or `memory::reload` shows it; until then RAM does not say what the log does, so the bank
+        takes no write. The batch's callers not yet answered are told (their write is durable,
+        not acknowledged); writes queued behind it are cut back and fail, as at a failed fsync."""
+        log.exception("apply_failed", bank=self.name)
+        self._broken = self._broken or f"a durable write could not be applied: {exc}"
+        error = StorageError(
+            f"bank {self.name} wrote this record to its log but could not apply it ({exc}); it "
+            "refuses writes until memory::reload, which reads it from the log"
+        )
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(error)
+        if self._queue:
+            self._abort(error)
 
     async def _carry_over(self, batch: list[_Pending]) -> None:
         """Writes of `batch` that a hand edit of the log undid before their fsync (`git
