@@ -1133,6 +1133,60 @@ class TestSchedule:
         assert first["id"] not in error  # a fingerprint of their words, gone with them
         assert error.endswith(": conflict (its message went with an erased memory)")
 
+    @pytest.mark.parametrize("enabled", [True, False])
+    async def test_an_erasure_it_never_heard_of_leaves_the_kept_report_at_the_next_tick(
+        self,
+        service: MemoryService,
+        client: InProcessClient,
+        kv: FakeKeyValue,
+        clock: FixedClock,
+        enabled: bool,
+    ) -> None:
+        """The `erased` events are the bus's only: a schedule against a standalone server
+        (`serve --server`, whose reports are a file) never hears them, nor does a sibling that
+        was down when the erasure ran. The person's texts stayed in the kept report until the
+        bank's next pass (a day later by default), and for good with the schedule disabled. A
+        tick that runs no pass now takes out of the reports what the memory worker no longer
+        holds, ids and texts; the rest stays, and an unchanged report is not written again."""
+        for text in ("Tea.", "tea"):
+            await save(service, text)
+        for text in ("Ana's locker is 12.", "ana's locker is 12"):
+            await save(service, text, subject="ana")
+        scheduler = self.scheduler(client, kv, clock, enabled=enabled)
+        assert (await scheduler.run(RunRequest())).checkpointed
+        assert "locker" in json.dumps(kv.data[(SCOPE, LAST_REPORT)])
+        erased = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        clock.advance(30 * 60_000)
+        outcome = await scheduler.tick("backstop")
+        assert outcome["ran"] is False
+        kept = (
+            json.dumps(kv.data[(SCOPE, LAST_REPORT)]) + (await scheduler.status()).model_dump_json()
+        )
+        assert "locker" not in kept
+        assert all(memory_id not in kept for memory_id in erased["erased"])
+        [tea] = kv.data[(SCOPE, LAST_REPORT)]["banks"]["main"]["groups"]
+        assert tea["winner_text"].casefold().startswith("tea")
+        writes = kv.sets
+        clock.advance(60_000)
+        assert (await scheduler.tick("cron"))["ran"] is False
+        assert kv.sets == writes
+
+    async def test_a_tick_drops_the_report_of_a_bank_deleted_since_and_waits_out_an_outage(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        for text in ("Ana's locker is 12.", "ana's locker is 12"):
+            await save(service, text, bank="other")
+        scheduler = self.scheduler(client, kv, clock)
+        assert (await scheduler.run(RunRequest())).checkpointed
+        down = self.scheduler(FlakyClient(client, {"memory::get"}), kv, clock)
+        await call(service, "memory::bank::delete", name="other")
+        clock.advance(60_000)
+        assert (await down.tick("cron"))["ran"] is False  # cannot tell: the report stays
+        assert "locker" in json.dumps(kv.data[(SCOPE, LAST_REPORT)])
+        assert (await scheduler.tick("cron"))["ran"] is False
+        assert "other" not in kv.data[(SCOPE, LAST_REPORT)]["banks"]
+        assert "other" not in (await scheduler.status()).banks
+
     async def test_the_rust_siblings_last_report_neither_breaks_status_nor_runs(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
     ) -> None:

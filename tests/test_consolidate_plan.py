@@ -3,9 +3,11 @@ pinned members, and the LLM tier's reply reading."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from memory_worker.consolidate.judge import LEARNED_HEADER, merge_learned, parse_reply
+from memory_worker.consolidate.judge import LEARNED_HEADER, Verdict, merge_learned, parse_reply
 from memory_worker.consolidate.plan import Row, Tier, plan_exact, plan_semantic, reason
 from memory_worker.consolidate.text import disagreement, names, normalize, reorder_key
 
@@ -26,6 +28,8 @@ class TestNormalize:
             ("O usuário mora em São Paulo.", "o usuário mora em são paulo"),
             ("Weighs 3.5 kg", "weighs 3.5kg"),
             ("The freezer is at −18 °C.", "The freezer is at -18 °C."),
+            ("The freezer is at –18 °C.", "The freezer is at -18 °C."),
+            ("Open 9–17, Porto–Braga.", "Open 9-17, Porto-Braga."),  # a dash between stays one
             ("The user ❤️ sushi", "the user ❤ sushi."),
             ("Run `make gen` after editing protos.", "run make gen after editing protos"),
         ],
@@ -49,6 +53,10 @@ class TestNormalize:
             ("The user's budget is ≤ 500 euros.", "The user's budget is ≥ 500 euros."),
             ("In this repo x != y.", "In this repo x = y."),
             ("The freezer is at −18 °C.", "The freezer is at 18 °C."),
+            # A dash typed as the minus (an en dash, as word processors and many style guides
+            # write it) is a sign too: it was dropped as punctuation, `–18` read as `18`.
+            ("The freezer is at –18 °C.", "The freezer is at 18 °C."),
+            ("The account is at ‒200 euros.", "The account is at 200 euros."),
             ("The tolerance is ~5%.", "The tolerance is 5%."),
             # Symbols are facts too, and a word keeps its combining marks (Devanagari, Thai).
             ("The user rated the hotel ★★★★★.", "The user rated the hotel ★."),
@@ -218,6 +226,15 @@ class TestSemanticPlan:
         [group] = plan_semantic(rows, {"a": {"b": 0.97}}, 0.92)
         assert not group.writable and "numbers" in group.why
 
+    def test_a_sign_typed_as_an_en_dash_is_never_merged_away(self) -> None:
+        """Both tiers read the same tokens: a minus typed as `–` was no sign to either, so a
+        freezer at –18 °C and one at 18 °C merged as exact duplicates (and, close as they
+        embed, as an agreeing semantic pair)."""
+        rows = [row("a", "The freezer is at –18 °C."), row("b", "The freezer is at 18 °C.")]
+        assert plan_exact(rows) == []
+        [group] = plan_semantic(rows, {"a": {"b": 0.99}}, 0.92)
+        assert not group.writable
+
     def test_a_chain_whose_ends_are_not_close_is_report_only(self) -> None:
         rows = [
             row("a", "The user lives in Porto now."),
@@ -277,6 +294,18 @@ class TestJudge:
     def test_a_reply_of_the_wrong_shape_fails_whole(self, reply: str) -> None:
         with pytest.raises(ValueError):
             parse_reply(reply, offered_groups=2, offered_ids=set())
+
+    @pytest.mark.parametrize(
+        "item",
+        [{"id": ["m1"], "rule": "Answer in Portuguese."}, {"id": {"m1": 1}, "rule": "Be brief."}],
+    )
+    def test_an_id_that_is_no_string_is_ignored_not_a_crash(self, item: object) -> None:
+        """A model naming an id as a list or an object (malformed, or injected by a memory's
+        text) was looked up in the offered set: `TypeError: unhashable type`, which no caller
+        catches, ended the whole pass (every bank after this one unconsolidated, no report)."""
+        reply = json.dumps({"merge_groups": [[0], {"i": 1}], "promotions": [item]})
+        verdict = parse_reply(reply, offered_groups=2, offered_ids={"m1"})
+        assert verdict == Verdict((), (), 3)
 
     def test_promotions_are_appended_once(self) -> None:
         merged, added = merge_learned("", ["Answer in Portuguese.", "answer in portuguese"])

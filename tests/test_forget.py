@@ -417,6 +417,42 @@ class TestForget:
         for needle in ("separation", "ana-solicitor", "ana-private-session", "confided"):
             assert _grep(data_dir, needle) == [], needle
 
+    async def test_a_memory_retired_in_favour_of_theirs_keeps_no_pointer_to_it(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """A person's merge across subjects (or a survivor moved to Ana since) leaves Bruno's
+        retired record pointing at Ana's memory (`superseded_by`): her id, the fingerprint of
+        her words, which every other file of the erasure loses. After it, his record stays in
+        history (retired, as before) with no pointer to a memory no longer anywhere."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        bruno = (await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno"))["memory"]
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[0], subject="ana"))["memory"]
+        await call(service, "memory::supersede", id=bruno["id"], superseded_by=ana["id"])
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert _grep(data_dir, ana["id"]) == []
+        [kept] = (await call(service, "memory::history", id=bruno["id"]))["revisions"][-1:]
+        assert kept["invalid_at"] is not None and kept.get("superseded_by") is None
+        now = (await call(service, "memory::get", id=bruno["id"]))["memory"]
+        assert now["text"] == BRUNO_TEXT and now.get("superseded_by") is None
+        listed = await call(service, "memory::list", include_superseded=True)
+        assert ana["id"] not in json.dumps(listed)
+        # Reloaded from the rewritten log, as a restart reads it.
+        await call(service, "memory::reload")
+        again = (await call(service, "memory::get", id=bruno["id"]))["memory"]
+        assert again["invalid_at"] is not None and again.get("superseded_by") is None
+
+    async def test_a_trashed_copys_pointer_to_theirs_goes_too(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        bruno = (await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno"))["memory"]
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[0], subject="ana"))["memory"]
+        await call(service, "memory::supersede", id=bruno["id"], superseded_by=ana["id"])
+        await call(service, "memory::bank::delete", name="main")
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert _grep(data_dir, ana["id"]) == []
+        assert _grep(data_dir, bruno["id"])  # his retired record stays in the copy
+
     async def test_a_name_typed_decomposed_is_the_same_person(
         self, service: MemoryService, data_dir: Path
     ) -> None:

@@ -109,14 +109,19 @@ def parse_reply(reply: str, offered_groups: int, offered_ids: set[str]) -> Verdi
     for item in _list(value, "promotions"):
         memory_id = item.get("id") if isinstance(item, dict) else None
         rule = item.get("rule") if isinstance(item, dict) else None
-        if memory_id not in offered_ids or not isinstance(rule, str):
+        # A string first: an id given as a list or an object is unhashable, and looking it up
+        # raised a TypeError that ended the whole pass, not this tier.
+        if not isinstance(memory_id, str) or memory_id not in offered_ids:
+            ignored += 1
+            continue
+        if not isinstance(rule, str):
             ignored += 1
             continue
         line = " ".join(rule.split())
         if not MIN_RULE_CHARS <= len(line) <= MAX_RULE_CHARS:
             ignored += 1
             continue
-        promotions.append((str(memory_id), line))
+        promotions.append((memory_id, line))
     return Verdict(tuple(merges), tuple(promotions), ignored)
 
 

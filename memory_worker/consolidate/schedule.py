@@ -11,12 +11,15 @@
   under the gate, so two ticks in a row run one pass.
 - Inert: while the configuration cannot be read, ticks do nothing (never a pass on defaults the
   person did not choose); manual runs still work.
+- The last reports quote memories: a tick that runs no pass (not due, disabled, inert) takes out
+  of them what the memory worker no longer holds (`_prune`), as an `erased` event does (`forget`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +36,7 @@ from memory_worker.consolidate.wire import (
     RunRequest,
     StatusResponse,
 )
-from memory_worker.core.errors import ERROR_CLASSES, WorkerError
+from memory_worker.core.errors import ERROR_CLASSES, BankNotFound, MemoryNotFound, WorkerError
 
 __all__ = [
     "LAST_REPORT",
@@ -54,6 +57,7 @@ LAST_RUN = "last_run"
 LAST_REPORT = "last_report"
 SLACK_MAX_MS = 300_000
 HOUR_MS = 3_600_000
+_MEMORY_ID = re.compile(r"\bfp[0-9a-f]{16}\b")  # a content-fingerprint id (`core.text.fingerprint`)
 
 
 def interval_ms(hours: float) -> int:
@@ -217,6 +221,65 @@ class Scheduler:
                     log.warning("report_not_scrubbed", bank=bank, error=str(err))
             return True
 
+    async def _prune(self) -> bool:
+        """Take out of the kept reports what the memory worker no longer holds (under the gate):
+        `forget` hears of an erasure through its `erased` events, which only the bus carries. A
+        schedule against a standalone server (`serve --server`, its reports in a file) never
+        heard one, nor did a sibling that was down when the erasure ran: the person's texts and
+        ids stayed until the bank's next pass (a day later by default, never with the schedule
+        off). Asked of each id a report names (`memory::get`, a read: no access is counted) at
+        every tick that runs no pass; a pass reads every bank again anyway. A bank deleted since
+        loses its report, as a pass over every bank drops it. True when a report changed."""
+        try:
+            stored, _ = await self._stored_reports()
+        except WorkerError as err:
+            log.warning("reports_not_checked", error=str(err))
+            return False
+        reports = {**stored, **self._reports}
+        changed = False
+        for bank, report in sorted(reports.items()):
+            try:
+                gone = await self._gone(bank, report)
+            except BankNotFound:
+                del reports[bank]
+                self._reports.pop(bank, None)
+                changed = True
+                continue
+            except WorkerError as err:  # the memory worker is away: the next tick asks again
+                log.warning("reports_not_checked", bank=bank, error=str(err))
+                break
+            scrubbed = _without_erased(report, gone) if gone else None
+            if scrubbed is not None:
+                reports[bank] = self._reports[bank] = scrubbed
+                changed = True
+        if changed and self.state is not None:
+            try:
+                await self.state.set(
+                    SCOPE,
+                    LAST_REPORT,
+                    {"banks": {name: r.to_wire() for name, r in sorted(reports.items())}},
+                )
+            except WorkerError as err:
+                log.warning("report_not_scrubbed", error=str(err))
+        return changed
+
+    async def _gone(self, bank: str, report: BankReport) -> set[str]:
+        """The memories `report` names (its groups', and the ids its errors quote) that the
+        memory worker no longer has in `bank`."""
+        named = {
+            memory_id
+            for group in report.groups
+            for memory_id in (group.winner_id, *group.loser_ids, *group.skipped_pinned)
+        }
+        named.update(_MEMORY_ID.findall(" ".join(report.errors)))
+        gone: set[str] = set()
+        for memory_id in sorted(named):
+            try:
+                await self.consolidator.memory.call("memory::get", {"bank": bank, "id": memory_id})
+            except MemoryNotFound:
+                gone.add(memory_id)
+        return gone
+
     # --- passes -----------------------------------------------------------------------------
 
     async def run(
@@ -265,11 +328,15 @@ class Scheduler:
         return report.model_copy(update={"checkpointed": True})
 
     async def tick(self, source: str) -> dict[str, Any]:
-        """One heartbeat (cron or backstop): a pass if one is due, else nothing."""
+        """One heartbeat (cron or backstop): a pass if one is due, else nothing but `_prune`."""
         settings = self.settings()
         if (why := self.inert()) is not None:
+            async with self.gate:
+                await self._prune()
             return {"ran": False, "reason": f"inert: {why}"}
         if not settings.enabled:
+            async with self.gate:
+                await self._prune()
             return {"ran": False, "reason": "disabled"}
         async with self.gate:
             try:
@@ -278,6 +345,7 @@ class Scheduler:
                 log.warning("tick_skipped", source=source, error=str(err))
                 return {"ran": False, "reason": f"last_run unreadable: {err}"}
             if not is_due(self.clock(), last, settings.interval_hours):
+                await self._prune()
                 return {
                     "ran": False,
                     "reason": "not due",

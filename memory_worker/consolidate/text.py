@@ -47,9 +47,15 @@ REORDERED = frozenset({NAMES_REORDERED, WORDS_REORDERED})
 # `=`. Markdown's code quote is not content.
 _KEPT_PUNCTUATION = frozenset("#%&@")
 _DROPPED_SYMBOLS = frozenset("`")
-# The typographic minus (U+2212), which NFKC keeps: `−18` is `-18`, never `18`. Emoji
-# presentation selectors only choose how a symbol is drawn.
-_FOLD = str.maketrans({"\u2212": "-", "\ufe0e": None, "\ufe0f": None})
+# The typographic minus (U+2212), which NFKC keeps: `−18` is `-18`, never `18`; and so is a
+# dash typed for it (an en dash, as word processors and many style guides write a minus; the
+# figure dash; a hyphen, an em dash, a bar): dropped as punctuation, `–18` read as `18`. A dash
+# anywhere else still splits, as `-` does. Emoji presentation selectors only choose how a symbol
+# is drawn.
+_MINUS_DASHES = "\u2010\u2012\u2013\u2014\u2015"
+_FOLD = str.maketrans(
+    {"\u2212": "-", **dict.fromkeys(_MINUS_DASHES, "-"), "\ufe0e": None, "\ufe0f": None}
+)
 _WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"[.!?]\s")
 _APOSTROPHES = re.compile("['\u2019]")

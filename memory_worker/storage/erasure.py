@@ -238,9 +238,23 @@ def forget_plan(subject: str) -> Callable[[list[Memory]], list[Memory]]:
     def plan(records: list[Memory]) -> list[Memory]:
         latest = replayed(records)
         gone = {memory_id for memory_id, m in latest.items() if of_subject(m.subject, subject)}
-        return [r for r in records if r.id not in gone and not of_subject(r.subject, subject)]
+        return [
+            _unpointed(r, gone)
+            for r in records
+            if r.id not in gone and not of_subject(r.subject, subject)
+        ]
 
     return plan
+
+
+def _unpointed(record: Memory, gone: set[str]) -> Memory:
+    """`record` without its `superseded_by` when that names an erased memory: a memory of
+    someone else retired in favour of theirs (a person's merge across subjects, or a survivor
+    moved to them since) pointed at their id, a fingerprint of their words, which the erasure
+    takes from every other file. It stays retired, as a delete reads."""
+    if record.superseded_by is None or record.superseded_by not in gone:
+        return record
+    return record.model_copy(update={"superseded_by": None})
 
 
 def erased_ids(records: Iterable[Memory], subject: str) -> set[str]:
@@ -332,7 +346,11 @@ def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> s
     records, damage = read_all(path, within=within)
     gone = erased_ids(records, subject)
     kept = forget_plan(subject)(records)
-    if len(kept) == len(records) and not damage:
+    # The same records, each the same object: nothing dropped, no pointer to them cleared.
+    unchanged = len(kept) == len(records) and all(
+        a is b for a, b in zip(kept, records, strict=True)
+    )
+    if unchanged and not damage:
         return gone
     expected = replayed(kept)
 
