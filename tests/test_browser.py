@@ -6,14 +6,19 @@ loopback takes nothing without the bearer token. Each test sends exactly what a 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import stat
+import struct
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memory_worker.adapters.accounts import NO_OWNER, account_of, peer_account
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.core.config import Settings
 
@@ -384,6 +389,142 @@ async def test_a_client_reads_the_token_and_calls_a_server_beyond_loopback(
         "Content-Type": "application/json",
         "Accept": "application/json",
     }
+
+
+# --- another account on this machine ---------------------------------------------------------
+
+OTHER_UID = 65534  # `nobody`
+
+
+def _as_another_account(url: str, request_bytes: bytes) -> int:
+    """The HTTP status a request sent from a process of another account (`nobody`) gets: a
+    forked child drops to it before it opens its socket, as another user's program would."""
+    host, port = split_url(url)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls from here, then `_exit`
+        status = b"0"
+        try:
+            os.close(read_end)
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.settimeout(10)
+                sock.connect((host, port))
+                sock.sendall(request_bytes.replace(b"{port}", str(port).encode()))
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            status = answer.split(b" ", 2)[1]
+        finally:
+            os.write(write_end, status)
+            os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            status = pipe.read()
+    finally:
+        os.waitpid(pid, 0)
+    return int(status)
+
+
+def _raw_post(path: str, body: dict[str, Any], **headers: str) -> bytes:
+    data = json.dumps(body).encode()
+    sent = {"Host": "127.0.0.1:{port}", "Content-Type": "application/json", **headers}
+    sent |= {"Content-Length": str(len(data)), "Connection": "close"}
+    head = "".join(f"{k}: {v}\r\n" for k, v in sent.items())
+    return f"POST {path} HTTP/1.1\r\n{head}\r\n".encode() + data
+
+
+def _own_account_told() -> int | None:
+    """What `peer_account` says of a loopback connection this process opened (None: nothing)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname()):
+            accepted, _ = listener.accept()
+            with accepted:
+                return peer_account(accepted.getpeername(), accepted.getsockname())
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="a process of another account can be made only by root, on Linux",
+)
+async def test_another_account_on_the_machine_needs_the_token_on_loopback(
+    server: StandaloneServer,
+) -> None:
+    """The data dir is `0700` so the machine's other accounts read no memory; the server on
+    127.0.0.1 took any of their calls without the token (optional on loopback): they read every
+    memory and wrote rules into every later session through it."""
+    if _own_account_told() is None:
+        pytest.skip("this kernel answers no sock_diag query")
+    assert server.url is not None and server.booting is not None
+    await server.booting
+    rule = _raw_post("/memory/rule/set", RULE)
+    listing = _raw_post("/memory/list", {})
+    refused = await asyncio.to_thread(_as_another_account, server.url, rule)
+    read = await asyncio.to_thread(_as_another_account, server.url, listing)
+    assert (refused, read) == (401, 401)
+    assert _rules(server) == []
+    with_token = _raw_post("/memory/rule/set", RULE, Authorization=f"Bearer {_token(server)}")
+    assert await asyncio.to_thread(_as_another_account, server.url, with_token) == 200
+    assert _rules(server) == ["pwned"]
+    # This account's own clients (the CLI, a browser, an MCP client) still need none.
+    own = await _send(server, "POST", "/memory/bank/list", body={}, headers=_json())
+    assert own.status == 200
+
+
+def test_the_gate_asks_another_accounts_loopback_call_for_the_token() -> None:
+    from memory_worker.adapters import access
+
+    policy = access.Policy.build("t" * 43, "127.0.0.1", "127.0.0.1")
+    call = {"Host": "127.0.0.1:8765", "Content-Type": "application/json"}
+    token = {**call, "Authorization": f"Bearer {'t' * 43}"}
+
+    def refused(headers: dict[str, str], account: int | None, path: str = "/memory/list") -> Any:
+        method = "GET" if path == "/" else "POST"
+        refusal = access.check(policy, method, path, headers, peer_account=lambda: account)
+        return refusal and (refusal.status, refusal.code)
+
+    assert refused(call, OTHER_UID) == (401, "unauthorized")
+    assert refused(call, NO_OWNER) == (401, "unauthorized")  # sent, then closed or reset
+    assert refused(call, os.geteuid()) is None  # this account: optional, as before
+    if os.geteuid() != 0:  # a proxy running as root brings in calls from anywhere
+        assert refused(call, 0) == (401, "unauthorized")
+    assert refused(call, None) is None  # not known (not Linux): as before
+    assert refused(token, OTHER_UID) is None  # the token is what another account needs
+    assert refused({"Host": "127.0.0.1:8765"}, OTHER_UID, "/") is None  # the page holds no data
+
+
+@pytest.mark.parametrize("ending", ["open", "half-closed", "closed", "reset"])
+def test_the_account_of_a_loopback_connection_is_told_on_linux(ending: str) -> None:
+    """The account of a connection's peer, and none for one whose socket its process let go of:
+    a closed socket becomes an orphan, then a time-wait entry the kernel reports as root's, and
+    a reset one is gone; either was a call from another account taken as root's or unknown."""
+    if _own_account_told() is None:  # not Linux, or a kernel without sock_diag: as before
+        pytest.skip("this system cannot tell a connection's account")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = socket.create_connection(listener.getsockname())
+        accepted, peer = listener.accept()
+        with client, accepted:
+            local = accepted.getsockname()
+            if ending == "half-closed":
+                client.shutdown(socket.SHUT_WR)  # the client still reads its answer
+            elif ending == "reset":
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+            elif ending == "closed":
+                client.close()
+            told = peer_account(peer, local)
+    assert told == (os.geteuid() if ending in ("open", "half-closed") else NO_OWNER)
+    # A request whose connection is gone before the check (reset: aiohttp drops its transport).
+    assert account_of(None) == NO_OWNER
+    # What is not a TCP address pair is not known: never raised.
+    assert peer_account(None, local) is None
+    assert peer_account(("not an address", 1), local) == NO_OWNER
 
 
 # --- the engine's http worker ----------------------------------------------------------------

@@ -712,8 +712,9 @@ def test_a_local_one_shot_process_imports_the_service_with_the_collector_paused(
     paused while they load (and what they made frozen), and on again after."""
     code, passes, enabled = _local_save_probe(_COLLECTOR_PROBE, tmp_path)
     assert (code, enabled) == (0, True)
-    # The call's own few passes are left (3-6 young ones; with the imports, ~80 and ~8 older).
-    assert passes[0] < 20 and passes[1] + passes[2] <= 1
+    # The call's own few passes are left: 3-6 young ones on a quiet machine, up to ~11 young and
+    # 2 older under load (its waits allocate more); with the imports, ~80 young and ~8 older.
+    assert passes[0] < 40 and passes[1] + passes[2] <= 4
 
 
 _EXIT_PROBE = """
@@ -890,6 +891,76 @@ async def test_a_stopping_server_stops_naming_its_url_before_it_closes_its_port(
     assert seen["squatted"]  # the port was free: only the record kept clients away
     assert seen["url"] is None
     assert seen["holder"].get("pid") == os.getpid()  # a refused client still names it
+
+
+OTHER_UID = 65534  # `nobody`
+
+
+def _listening_as_another_account() -> tuple[int, int, int]:
+    """A forked child dropped to another account (`nobody`) listening on 127.0.0.1, as another
+    user's program on the port a server let go of: (its pid, its port, the pipe it reports on).
+    It accepts one connection and writes back, on the pipe, every byte it was sent."""
+    to_parent, from_child = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls from here, then `_exit`
+        try:
+            os.close(to_parent)
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen()
+                os.write(from_child, listener.getsockname()[1].to_bytes(2, "big"))
+                conn, _ = listener.accept()
+                with conn:
+                    conn.settimeout(10)
+                    received = b""
+                    try:
+                        while chunk := conn.recv(65536):
+                            received += chunk
+                            if b"\r\n\r\n" in received:  # a whole head: answer like a server
+                                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                                break
+                    except OSError:
+                        pass
+            os.write(from_child, received)
+        finally:
+            os._exit(0)
+    os.close(from_child)
+    port = int.from_bytes(os.read(to_parent, 2), "big")
+    return pid, port, to_parent
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="a process of another account can be made only by root, on Linux",
+)
+async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the_port() -> None:
+    """Whatever the lock's record names, the port is one any account can take the moment the
+    server lets it go: a forwarded call sent its payload and the data dir's token to that
+    account's program, and took its answer for the server's. Nothing is sent now: the call is
+    refused like a port that refuses it (and so chooses its door again, waiting for the lock)."""
+    from memory_worker.adapters.accounts import server_account
+
+    with socket.socket() as probe:  # the kernel must tell a socket's account
+        probe.bind(("127.0.0.1", 0))
+        probe.listen()
+        with socket.create_connection(probe.getsockname()) as client:
+            if server_account(client) is None:
+                pytest.skip("this kernel answers no sock_diag query")
+    pid, port, pipe = _listening_as_another_account()
+    token = "t0ken-" + "x" * 40
+    try:
+        async with RemoteDoor(f"http://127.0.0.1:{port}", REST_CALLER, token=token) as door:
+            with pytest.raises(WorkerError) as refused:
+                await door.call("memory::save", {"text": "my bank PIN is 4321"})
+    finally:
+        with os.fdopen(pipe, "rb") as reports:
+            received = await asyncio.to_thread(reports.read)
+        await asyncio.to_thread(os.waitpid, pid, 0)
+    assert refused.value.code == "sibling_unavailable"
+    assert f"uid {OTHER_UID}" in str(refused.value) and "nothing was sent" in str(refused.value)
+    assert received == b""  # not the call, not the token
 
 
 class TestCancelledOpen:

@@ -3,8 +3,12 @@ answering at the default address → standalone, and says why."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
 import socket
+import sys
 import threading
 from typing import Any
 
@@ -120,6 +124,88 @@ def test_another_program_on_the_default_port_is_no_engine(
             server.join()
     assert found is None
     assert reason.startswith(f"{url} is held by a program that is not an iii engine")
+
+
+OTHER_UID = 65534  # `nobody`
+
+
+def _engine_of_another_account() -> tuple[int, str, int]:
+    """A forked child dropped to another account (`nobody`), listening on 127.0.0.1 and
+    completing one WebSocket handshake, as another user's fake engine on the default port would:
+    (its pid, its ws:// URL, the pipe on which it reports whether anyone shook hands)."""
+    to_parent, from_child = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls from here, then `_exit`
+        shook = b"0"
+        try:
+            os.close(to_parent)
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen()
+                os.write(from_child, listener.getsockname()[1].to_bytes(2, "big"))
+                conn, _ = listener.accept()
+                with conn:
+                    conn.settimeout(10)
+                    head = b""
+                    while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
+                        head += chunk
+                    for line in head.split(b"\r\n"):
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"sec-websocket-key":
+                            digest = hashlib.sha1(value.strip() + _WS_GUID).digest()
+                            conn.sendall(
+                                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
+                                + base64.b64encode(digest)
+                                + b"\r\n\r\n"
+                            )
+                            shook = b"1"
+        except OSError:
+            pass
+        finally:
+            os.write(from_child, shook)
+            os._exit(0)
+    os.close(from_child)
+    port = int.from_bytes(os.read(to_parent, 2), "big")
+    return pid, f"ws://127.0.0.1:{port}", to_parent
+
+
+_WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="a process of another account can be made only by root, on Linux",
+)
+def test_another_accounts_program_on_the_default_port_is_never_taken_for_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Any account on the machine can listen on 127.0.0.1:49134 and answer the handshake: `serve`
+    took that program for the engine and served it every memory (and every rule it wrote) of a
+    user whose data dir is `0700` against that account. It stays standalone, saying why."""
+    from memory_worker.adapters.accounts import server_account
+
+    with socket.socket() as probe:  # the kernel must tell a socket's account
+        probe.bind(("127.0.0.1", 0))
+        probe.listen()
+        with socket.create_connection(probe.getsockname()) as client:
+            if server_account(client) is None:
+                pytest.skip("this kernel answers no sock_diag query")
+    pid, url, pipe = _engine_of_another_account()
+    monkeypatch.setattr(cli, "DEFAULT_ENGINE_URL", url)
+    try:
+        found, reason = cli.choose_mode(False, None, {})
+    finally:
+        with os.fdopen(pipe, "rb") as reports:
+            shook = reports.read()
+        os.waitpid(pid, 0)
+    assert found is None
+    assert reason.startswith(f"{url} is held by a program of another account on this machine")
+    assert shook == b"0"  # not even the handshake was sent
+    # Asked for by name, it is the person's choice.
+    assert cli.choose_mode(False, url, {}) == (url, "--engine was given")
 
 
 async def test_a_failing_configuration_worker_answers_with_a_sibling_code() -> None:

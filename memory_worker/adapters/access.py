@@ -17,6 +17,11 @@ passes only when it is not from a web page of another site, and carries the toke
   Bearer <token>`. It is required on every request when the server listens beyond loopback (or
   `require_token` says so) and optional on loopback, where a wrong one is still refused. The page
   and its static assets (`GET /`, `GET /console/…`) need none: they hold no data.
+- Optional on loopback for this account only: another account on the machine (a shared host's
+  other users, a service account) reaches 127.0.0.1 too, and the data dir is `0700` precisely to
+  keep it out, so a connection another account opened (`peer_account`: Linux's `sock_diag`) needs
+  the token like a request from beyond loopback. Root's too: a proxy running as root (a tunnel's
+  daemon) brings in calls from beyond the machine.
 
 `check()` is pure (headers in, refusal out) so every rule is tested with values; the client half
 (`client_token`, `request_headers`) is what the CLI, MCP and console forwarders use.
@@ -28,7 +33,7 @@ import hmac
 import ipaddress
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -155,9 +160,18 @@ def _is_public(method: str, path: str) -> bool:
     return method in _SAFE_METHODS and (path == "/" or path.startswith("/console/"))
 
 
-def check(policy: Policy, method: str, path: str, headers: Mapping[str, str]) -> Refusal | None:
+def check(
+    policy: Policy,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    *,
+    peer_account: Callable[[], int | None] | None = None,
+) -> Refusal | None:
     """None when the request may go on, else why not. `headers` is case-insensitive (aiohttp's
-    `CIMultiDict`, or a dict with the canonical names)."""
+    `CIMultiDict`, or a dict with the canonical names). `peer_account`: the uid of the account
+    that opened the connection (None: not known), asked only of a loopback request without a
+    token, the one whose answer it changes."""
     refusal = _foreign(policy, headers.get("Host", ""), headers)
     if refusal is not None:
         return refusal
@@ -169,7 +183,7 @@ def check(policy: Policy, method: str, path: str, headers: Mapping[str, str]) ->
             "unsupported_media_type",
             "calls must be sent as Content-Type: application/json",
         )
-    return _token_refusal(policy, method, path, headers.get("Authorization"))
+    return _token_refusal(policy, method, path, headers.get("Authorization"), peer_account)
 
 
 def _foreign(policy: Policy, host: str, headers: Mapping[str, str]) -> Refusal | None:
@@ -217,11 +231,28 @@ def browser_refusal(
 
 
 def _token_refusal(
-    policy: Policy, method: str, path: str, authorization: str | None
+    policy: Policy,
+    method: str,
+    path: str,
+    authorization: str | None,
+    peer_account: Callable[[], int | None] | None = None,
 ) -> Refusal | None:
     if authorization is None:
-        if not policy.token_required or _is_public(method, path):
+        if _is_public(method, path):
             return None
+        if not policy.token_required:
+            account = peer_account() if peer_account is not None else None
+            if account is None or account == os.geteuid():
+                return None
+            # Negative: the peer let go of its socket (closed or reset it) before the check.
+            who = f"uid {account}" if account >= 0 else "a socket no process holds any more"
+            return Refusal(
+                401,
+                "unauthorized",
+                f"a call from another account on this machine ({who}) needs the bearer token "
+                f"(Authorization: Bearer <token>); it is in the data dir's {TOKEN_FILE} file, "
+                "readable by the server's account only",
+            )
         return Refusal(
             401,
             "unauthorized",

@@ -643,6 +643,11 @@ def choose_mode(
             f"{DEFAULT_ENGINE_URL} is held by a program that is not an iii engine "
             "(no WebSocket handshake; and no --engine or III_URL)"
         )
+    if found is Probe.FOREIGN:
+        return None, (
+            f"{DEFAULT_ENGINE_URL} is held by a program of another account on this machine, "
+            "never taken for the engine unasked (--engine or III_URL chooses it)"
+        )
     return None, f"no engine answers at {DEFAULT_ENGINE_URL} (and no --engine or III_URL)"
 
 

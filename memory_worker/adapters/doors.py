@@ -146,7 +146,8 @@ class RemoteDoor:
     One HTTP/1.1 exchange per call with the standard library's `http.client` (`Connection:
     close`), not httpx: a forwarded one-shot process (a coding agent's hook, one per prompt) would
     spend more importing it (and the CLI tools it loads when they are installed) than the call
-    takes. The holder's URL is on this machine's word: no proxy, netrc or redirect is followed.
+    takes. The holder's URL is on this machine's word: no proxy, netrc or redirect is followed,
+    and nothing is sent to a port another account on the machine holds (`_check_server_account`).
     A cancelled call closes its connection at once.
 
     `choose_again`: what a call the server's port refuses goes through instead, asked once. The
@@ -262,6 +263,8 @@ class RemoteDoor:
         connection = connection_class(self._host, self._port, timeout=self._timeout_s)
 
         def exchange() -> tuple[int, bytes]:
+            connection.connect()
+            _check_server_account(connection.sock, self.url)
             connection.request("POST", target, body=body, headers=self._headers)
             response = connection.getresponse()
             return response.status, response.read()
@@ -275,13 +278,33 @@ class RemoteDoor:
             connection.close()
 
 
+class _NotOurs(ConnectionRefusedError):
+    """The server's port is held by another account's program: nothing was sent to it."""
+
+
+def _check_server_account(sock: socket.socket, url: str) -> None:
+    """Nothing is sent (not the call, not the token) to a server another account on this machine
+    runs: the port the lock's record names is one any account can take the moment the server
+    lets it go, and the call then chooses its door again (the lock waited for), as when the port
+    refuses it. Root's is taken (it can read the data dir anyway); where the account cannot be
+    told (not Linux, a server on another machine), as before."""
+    from memory_worker.adapters.accounts import server_account
+
+    owner = server_account(sock)
+    if owner is not None and owner not in (0, os.geteuid()):
+        raise _NotOurs(f"the server at {url} is another account's (uid {owner}): nothing was sent")
+
+
 class _Refused(SiblingUnavailable):
     """The server's port refused the connection: the call never reached it, so it is safe to
     send again (`RemoteDoor`'s `choose_again`)."""
 
     def __init__(self, url: str, exc: OSError) -> None:
         super().__init__(
-            f"the server at {url} holds the data dir but cannot be reached: {type(exc).__name__}"
+            str(exc)
+            if isinstance(exc, _NotOurs)
+            else f"the server at {url} holds the data dir but cannot be reached: "
+            f"{type(exc).__name__}"
         )
 
 

@@ -5,7 +5,10 @@ bare TCP connect.
 program can hold that port; a bare connect took whatever answered for an engine, and the worker
 then waited 30 s in engine mode for a handshake that never came instead of serving standalone.
 Only a listener that completes the handshake (status 101 and the `Sec-WebSocket-Accept` the key
-asks for) counts; the connection is then closed at once with a close frame.
+asks for) counts; the connection is then closed at once with a close frame. Nor does one that
+another account on this machine runs (`accounts.server_account`, Linux): any account can listen
+on 127.0.0.1:49134, and a worker that took its program for the engine served it every memory
+and took every rule it wrote, from a user whose data dir is `0700` to keep that account out.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from enum import StrEnum
 from urllib.parse import urlsplit
 
+from memory_worker.adapters.accounts import server_account
 from memory_worker.core.errors import InvalidInput
 
 __all__ = ["Probe", "engine_url", "probe_engine"]
@@ -32,6 +36,7 @@ class Probe(StrEnum):
     ENGINE = "engine"  # a WebSocket server completed the handshake
     NOTHING = "nothing"  # no listener (refused, unreachable, timed out connecting)
     OTHER = "other"  # a listener that is not a WebSocket server
+    FOREIGN = "foreign"  # a listener another account on this machine runs (not root)
 
 
 def engine_url(url: str, source: str) -> str:
@@ -63,6 +68,9 @@ def probe_engine(url: str, timeout_s: float) -> Probe:
     except OSError:
         return Probe.NOTHING
     with conn:
+        owner = server_account(conn)  # nothing is sent to another account's program
+        if owner is not None and owner not in (0, os.geteuid()):
+            return Probe.FOREIGN
         key = base64.b64encode(os.urandom(16))
         request = (
             f"GET {parsed.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"

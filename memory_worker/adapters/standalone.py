@@ -62,6 +62,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from memory_worker.adapters import access
+from memory_worker.adapters.accounts import account_of
 from memory_worker.adapters.connections import OUT_OF_DESCRIPTORS, CappedSite
 from memory_worker.adapters.console.feed import ConsoleFeed
 from memory_worker.adapters.console.web import ConsoleContext, add_routes
@@ -244,7 +245,14 @@ async def _gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     """`access.check` before anything else runs: a refused request reads no body, touches
     nothing, and gets no `Access-Control-*` header (so no browser hands its answer to a page)."""
     policy = request.app[_POLICY_KEY].current()
-    refusal = access.check(policy, request.method, request.path, request.headers)
+    transport = request.transport
+    refusal = access.check(
+        policy,
+        request.method,
+        request.path,
+        request.headers,
+        peer_account=lambda: account_of(transport),
+    )
     if refusal is None:
         return await handler(request)
     headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else {}

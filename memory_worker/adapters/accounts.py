@@ -1,0 +1,159 @@
+"""Which account on this machine holds the other end of a local TCP connection: Linux's
+`sock_diag` (the lookup `ss -e` makes), one exact-match query by the connection's four-tuple,
+answered with the socket's owner, without any privilege.
+
+Both ends of the standalone server use it. Every account on the machine reaches 127.0.0.1, and
+the data dir is `0700` precisely to keep the other accounts out:
+- the server (`account_of`): a token-less loopback call is taken only from its own account
+  (`access.check` asks any other for the token);
+- a forwarding client (`server_account`): its call and token go only to a server its own account
+  (or root) runs, never to a program another account started on the port a server let go of;
+  and `serve` looking for an engine at its default address takes no other account's program.
+
+Standard library only: a forwarded one-shot call (a coding agent's hook) imports this.
+Elsewhere (not Linux, no `sock_diag`) nothing can be told: None, and both ends do as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import struct
+from typing import Any
+
+__all__ = ["NO_OWNER", "account_of", "peer_account", "server_account"]
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NLMSG_HEADER = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
+_DIAG_REQUEST = struct.Struct("=BBBBI")  # family, protocol, extensions, pad, states
+_NO_COOKIE = 0xFFFFFFFF
+_ALL_STATES = 0xFFFFFFFF
+# `inet_diag_msg`: family, state, timer, retransmits (4), the socket id (48), expires,
+# rqueue, wqueue (12), then the owner's uid and the socket's inode.
+_TIMER_OFFSET = _NLMSG_HEADER.size + 2
+_TIME_WAIT_TIMER = 3  # a time-wait entry: no socket any more, reported as root's
+_OWNER = struct.Struct("=II")
+_OWNER_OFFSET = _NLMSG_HEADER.size + 4 + 48 + 12
+_DIAG_TIMEOUT_S = 0.2
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+# The other end is no process's: gone (reset), or let go of (closed: an orphan, then a time-wait
+# entry the kernel reports as root's), or the query failed. Whose it was cannot be told, so it is
+# nobody's this account trusts.
+NO_OWNER = -1
+
+
+def _diag_address(family: int, host: str) -> bytes:
+    return socket.inet_pton(family, host.partition("%")[0]).ljust(16, b"\0")
+
+
+def _query(source: tuple[Any, ...], destination: tuple[Any, ...]) -> tuple[int, int] | None:
+    """(uid, inode) of the TCP socket from `source` to `destination` on this machine, None when
+    there is none (or only its time-wait entry: it was closed). The inode is 0 for a socket no
+    process holds: an orphan (closed, still sending), or one not yet accepted (whose uid is its
+    listener's). Raises `OSError` or `ValueError` when the query cannot be made."""
+    family = socket.AF_INET6 if ":" in str(source[0]) else socket.AF_INET
+    sockid = (
+        struct.pack("!HH", int(source[1]), int(destination[1]))
+        + _diag_address(family, str(source[0]))
+        + _diag_address(family, str(destination[0]))
+        + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+    )
+    body = _DIAG_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES) + sockid
+    head = _NLMSG_HEADER.pack(
+        _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0
+    )
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        link.settimeout(_DIAG_TIMEOUT_S)
+        link.sendto(head + body, (0, 0))
+        answer = link.recv(8192)
+    # `NLMSG_ERROR` (ENOENT: no such socket) is shorter than an answer and of another type.
+    if len(answer) < _OWNER_OFFSET + _OWNER.size:
+        return None
+    if _NLMSG_HEADER.unpack_from(answer)[1] != _SOCK_DIAG_BY_FAMILY:
+        return None
+    if answer[_TIMER_OFFSET] == _TIME_WAIT_TIMER:
+        return None
+    uid, inode = _OWNER.unpack_from(answer, _OWNER_OFFSET)
+    return uid, inode
+
+
+_told: list[bool] = []  # whether `sock_diag` answers here, once known
+
+
+def _can_tell() -> bool:
+    """Whether this kernel answers `sock_diag` (asked once, of a connection of this process's
+    own): not on another system, nor where the module is missing (its ENOENT reads as a gone
+    socket's, so it must be told apart up front). Out of descriptors, it is asked again later."""
+    if _told:
+        return _told[0]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
+                client.settimeout(1.0)
+                client.connect(listener.getsockname())  # an address: no name lookup
+                accepted, peer = listener.accept()
+                with accepted:
+                    found = _query(peer, accepted.getsockname())
+        answer = found is not None and found[0] == os.geteuid()
+    except AttributeError:  # no AF_NETLINK: not Linux
+        answer = False
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+            return False  # not known yet: asked again by the next call
+        answer = False
+    _told.append(answer)
+    return answer
+
+
+def _pair(peer: object, local: object) -> bool:
+    """Whether both are TCP socket addresses, `(host, port, …)`."""
+    return all(isinstance(end, tuple) and len(end) >= 2 for end in (peer, local))
+
+
+def peer_account(peer: object, local: object) -> int | None:
+    """The uid of the process's account that opened the connection `peer` → `local` (a server's
+    `peername` and `sockname`); `NO_OWNER` when its socket is no process's any more (closed,
+    reset) or the query fails; None when nothing can be told (not Linux, no `sock_diag`, not
+    TCP addresses)."""
+    if not _pair(peer, local) or not _can_tell():
+        return None
+    assert isinstance(peer, tuple) and isinstance(local, tuple)
+    try:
+        found = _query(peer, local)
+    except (OSError, ValueError, struct.error):
+        return NO_OWNER  # it can tell, so a failed query tells nothing good
+    if found is None or not found[1]:  # inode 0: an orphan (a client's socket is always held)
+        return NO_OWNER
+    return found[0]
+
+
+def account_of(transport: asyncio.BaseTransport | None) -> int | None:
+    """`peer_account` of a request's connection. One whose transport is gone (the client reset
+    it before its request was checked: aiohttp drops it) is `NO_OWNER` where it could be told."""
+    if transport is None:
+        return NO_OWNER if _can_tell() else None
+    return peer_account(transport.get_extra_info("peername"), transport.get_extra_info("sockname"))
+
+
+def server_account(sock: socket.socket) -> int | None:
+    """The uid of the account whose listening socket accepted the connection `sock` this process
+    opened (a connection not yet accepted is the listener's owner's too); None when it cannot be
+    told: not Linux, a server on another machine (no such socket here), a failed query."""
+    try:
+        peer, local = sock.getpeername(), sock.getsockname()
+    except OSError:
+        return None
+    if not _pair(peer, local) or not _can_tell():
+        return None
+    try:
+        found = _query(peer, local)
+    except (OSError, ValueError, struct.error):
+        return None
+    return None if found is None else found[0]
