@@ -186,6 +186,31 @@ def test_the_workspace_root_is_the_git_root_above_the_cwd(repo: Path) -> None:
     assert agent_hooks.workspace_root(str(repo), "/x", {"CLAUDE_PROJECT_DIR": "/p"}) == "/x"
 
 
+def test_a_workspace_root_given_with_a_tilde_or_relative_is_the_folder_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    tmp_path: Path,
+) -> None:
+    """`--workspace-root=~/work` (no shell expands a tilde after `=`) or `--workspace-root .` is
+    the folder it names, as `--data-dir` is: it was taken for no root at all, so the hook's cwd
+    (a subfolder, in a checkout without `.git`) became the root and a Read of the anchored file
+    above it met nothing."""
+    home = tmp_path / "home"
+    work = home / "work"
+    (work / "svc").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_PROJECT_DIR", raising=False)
+    read = {"file_path": str(work / "proto" / "user.proto")}
+    payload = _claude(work, "Read", read, cwd=str(work / "svc"), session_id="tilde")
+    code, out = _hook(monkeypatch, capsys, data, payload, "--workspace-root=~/work")
+    assert code == 0 and "Run make gen" in out
+    monkeypatch.chdir(work)
+    payload = _claude(work, "Read", read, cwd=str(work / "svc"), session_id="dot")
+    code, out = _hook(monkeypatch, capsys, data, payload, "--workspace-root", ".")
+    assert code == 0 and "Run make gen" in out
+
+
 @pytest.mark.parametrize(
     "payload",
     [

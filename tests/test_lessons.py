@@ -21,6 +21,7 @@ from memory_worker.core.lessons import (
     render_lessons,
     split_words,
     tokens,
+    topic_words,
 )
 from memory_worker.core.models import Anchors, Confidence, Memory
 
@@ -151,15 +152,34 @@ def test_a_flood_of_evidence_is_refused_before_any_is_checked() -> None:
         prepare_evidence(["source:3f2a9c1"] * 100_000)
 
 
-@pytest.mark.parametrize("term", ["HTTPServer", "OAuth", "getUser"])
+@pytest.mark.parametrize("term", ["user_name", "k8-s", "proto.stubs"])
 def test_a_keyword_no_call_could_name_is_refused(term: str) -> None:
-    """A call's words are its names split at snake and camel boundaries (`HTTPServer` → http,
-    server): a camel term lowercased into one word would be admitted and never match."""
-    assert len(split_words(term)) > 1
+    """A call's words are never joined across `_`, `-` or `.`: such a term would be admitted
+    and never match."""
     with pytest.raises(InvalidInput, match="one word"):
         prepare_anchors(keyword_groups=[[term, "timeout"]])
     assert prepare_anchors(keyword_groups=[["Bedrock", "REGION"]]).keyword_groups == (
         ("bedrock", "region"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("term", "word"),
+    [
+        ("HTTPServer", "httpserver"),
+        ("OAuth", "oauth"),
+        ("GitHub", "github"),
+        ("K8sClient", "k8sclient"),
+    ],
+)
+def test_a_camel_keyword_is_the_word_a_call_spelling_it_gives(term: str, word: str) -> None:
+    """Text spells `GitHub`, `OAuth`, `PostgreSQL` in camel case, a keyword in one word: a call's
+    words hold each such name whole as well as split (`topic_words`), so the term is admitted
+    lowercased and both spellings meet it."""
+    assert len(split_words(term)) > 1
+    assert word in topic_words(term)
+    assert prepare_anchors(keyword_groups=[[term, "timeout"]]).keyword_groups == (
+        tuple(sorted((word, "timeout"))),
     )
 
 
@@ -181,7 +201,7 @@ def test_a_keyword_mixing_letters_and_digits_is_one_term(
     assert prepare_anchors(keyword_groups=[group]).keyword_groups == (terms,)
 
 
-@pytest.mark.parametrize("term", ["io", "42", "2024", "8s", "k8-s", "v1.2", "K8sClient"])
+@pytest.mark.parametrize("term", ["io", "42", "2024", "8s", "k8-s", "v1.2", "K8s-Client"])
 def test_short_words_numbers_and_pieces_stay_refused(term: str) -> None:
     with pytest.raises(InvalidInput, match=r"too broad|one word"):
         prepare_anchors(keyword_groups=[[term, "helm"]])

@@ -53,6 +53,7 @@ LESSONS: dict[str, dict[str, Any]] = {
     "k8s-group": {"groups": [["k8s", "helm"]]},
     "s3-group": {"groups": [["aws", "s3"]]},
     "i18n-group": {"groups": [["i18n", "e2e"]]},
+    "github-group": {"groups": [["github", "actions"]]},
     "everything": {
         "files": ["proto/user.proto"],
         "folders": ["proto"],
@@ -65,7 +66,7 @@ LESSONS: dict[str, dict[str, Any]] = {
 # Only in the cases naming them.
 _ASKED_FOR = frozenset(
     {"notes", "site-content", "js-folder", "api-test", "resume", "readme"}
-    | {"k8s-group", "s3-group", "i18n-group"}
+    | {"k8s-group", "s3-group", "i18n-group", "github-group"}
 )
 
 
@@ -205,6 +206,22 @@ CASES = [
         [],
         lessons=("k8s-group", "s3-group", "i18n-group"),
     ),
+    # A name written in camel case is also its words run together: `GitHub`, `OAuth`,
+    # `PostgreSQL` are how text spells the terms `github`, `oauth`, `postgresql`.
+    Case(
+        "a term spelled in camel case in the call (GitHub) is the term (github)",
+        "Bash",
+        {"command": "gh run list", "description": "Check the GitHub Actions runs"},
+        [("github-group", GROUP_SCORE)],
+        lessons=("github-group", "bedrock-group"),
+    ),
+    Case(
+        "its camel pieces are not the term: git and hub never make github",
+        "Bash",
+        {"command": "git log", "description": "the hub of the actions"},
+        [],
+        lessons=("github-group",),
+    ),
     # --- folders, component by component ---------------------------------------------------------
     Case(
         "a folder named by the call itself matches",
@@ -296,6 +313,18 @@ CASES = [
         "Bash",
         {"command": "buf lint --path=proto/user.proto"},
         [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "git's <rev>:<path> names the file at that revision (a path from the repository's top)",
+        "Bash",
+        {"command": "cd svc && git show HEAD~1:proto/user.proto && git diff main:proto/user.proto"},
+        [("everything", FILE_SCORE), ("proto-file", FILE_SCORE), ("proto-folder", FOLDER_SCORE)],
+    ),
+    Case(
+        "a colon elsewhere names no path after it (a port, an npm script, a volume, :/message)",
+        "Bash",
+        {"command": "npm run test:proto && docker run -v proto:/app x && git show :/proto"},
+        [],
     ),
     Case(
         "bash -lc 'cd … && …' as an argv (Codex shell)",

@@ -248,6 +248,19 @@ async def test_arguments_given_as_json_text_are_the_object_they_spell(
             await _call(service, "memory::lessons::match", {**READ_PROTO, "arguments": bad})
 
 
+@pytest.mark.parametrize("root", ["~/repo", "repo", "./repo", "$HOME/repo"])
+async def test_a_workspace_root_that_is_not_absolute_is_refused(
+    service: MemoryService, root: str
+) -> None:
+    """`workspace_root` is what absolute paths are read against: one that is not absolute was
+    dropped unseen (the cwd taken instead), so a client sending `~/repo` got no card for any
+    absolute path and no word why. It is `invalid_input`, and nothing is recorded."""
+    await _call(service, "memory::save", PROTO)
+    with pytest.raises(InvalidInput, match="workspace_root"):
+        await _match(service, workspace_root=root, conversation="c1")
+    assert [c["id"] for c in (await _match(service, conversation="c1"))["cards"]]
+
+
 async def test_a_call_that_names_nothing_anchored_gets_nothing(service: MemoryService) -> None:
     await _call(service, "memory::save", PROTO)
     result = await _call(
@@ -291,6 +304,29 @@ async def test_each_revision_is_delivered_once_per_conversation(service: MemoryS
     [card] = fresh["cards"]
     assert card["revision"] == saved["revision"] + 1
     assert (await _match(service, conversation="c1"))["cards"] == []
+
+
+async def test_a_revision_that_leaves_the_card_as_it_was_is_not_delivered_again(
+    service: MemoryService,
+) -> None:
+    """A pin, a tag, the same lesson saved again (reinforced) or new anchors make a new revision
+    of the record, not of the card a conversation was shown (its title and recommendation): it
+    was handed the very same card again, on every such change, in every conversation."""
+    saved = (await _call(service, "memory::save", PROTO))["memory"]
+    assert len((await _match(service, conversation="c1"))["cards"]) == 1
+    changes = [
+        ("memory::pin", {"id": saved["id"], "pinned": True}),
+        ("memory::update", {"id": saved["id"], "tags": ["build"]}),
+        ("memory::save", PROTO),
+        ("memory::update", {"id": saved["id"], "anchors": {"folders": ["proto"]}}),
+    ]
+    for function_id, payload in changes:
+        before = (await _call(service, "memory::get", {"id": saved["id"]}))["memory"]
+        await _call(service, function_id, payload)
+        after = (await _call(service, "memory::get", {"id": saved["id"]}))["memory"]
+        assert after["revision"] == before["revision"] + 1, function_id
+        again = await _match(service, conversation="c1")
+        assert again["cards"] == [] and again["already_delivered"] == 1, function_id
 
 
 async def test_a_retried_step_gets_the_same_cards_again(service: MemoryService) -> None:
@@ -456,9 +492,8 @@ async def test_the_state_worker_keeps_deliveries_under_an_engine(
     )
     saved = (await _call(service, "memory::save", PROTO))["memory"]
     assert len((await _match(service, conversation="s1", step="t1:2"))["cards"]) == 1
-    assert kv.data[(DELIVERIES_SCOPE, "s1")] == {
-        "delivered": {f"main/{saved['id']}@{saved['revision']}": "t1:2"}
-    }
+    [(key, step)] = kv.data[(DELIVERIES_SCOPE, "s1")]["delivered"].items()
+    assert key.startswith(f"main/{saved['id']}@") and step == "t1:2"  # the lesson at its card
     # A fresh process (empty cache) reads the same record from the state worker.
     restarted = MemoryService(store, Settings(), clock=clock, deliveries=KeyValueDeliveries(kv))
     assert (await _match(restarted, conversation="s1"))["cards"] == []

@@ -801,6 +801,23 @@ async def test_a_retried_step_gets_the_same_lesson_again(lh: Hooked) -> None:
     assert lesson_blocks(first) == lesson_blocks(retry) and len(lesson_blocks(retry)) == 1
 
 
+async def test_without_turn_ids_a_later_turns_step_is_no_retry_of_an_earlier_one(
+    lh: Hooked,
+) -> None:
+    """A harness that sends no `turn_id` numbers every turn's steps from 0 again: step 1 of
+    the next turn was taken for a retry of this turn's step 1 (both `:1`) and given the card
+    again. A retry sends the same window; a later turn's is longer."""
+    await lh.step("s1", "fix the user proto", turn=None)  # type: ignore[arg-type]
+    lh.windows["s1"] += [tool_call("shell::fs::read", path="proto/user.proto"), function_result()]
+    first = await lh.step("s1", None, turn=None, step=1, persist=False)  # type: ignore[arg-type]
+    retry = await lh.step("s1", None, turn=None, step=1)  # type: ignore[arg-type]
+    assert len(lesson_blocks(first)) == 1 and lesson_blocks(retry) == lesson_blocks(first)
+    lh.windows["s1"].append(user_message(lesson_blocks(retry)[0], 4))  # as the harness keeps it
+    await lh.step("s1", "now the order proto", turn=None)  # type: ignore[arg-type]
+    lh.windows["s1"] += [tool_call("shell::fs::read", path="proto/user.proto"), function_result()]
+    assert lesson_blocks(await lh.step("s1", None, turn=None, step=1)) == []  # type: ignore[arg-type]
+
+
 async def test_calls_before_the_newest_user_message_are_not_matched_again(lh: Hooked) -> None:
     lh.windows["s1"] = [
         user_message("earlier turn", 1),

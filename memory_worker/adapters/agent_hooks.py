@@ -106,7 +106,10 @@ def workspace_root(cwd: str | None, explicit: str | None, env: Mapping[str, str]
     """What anchors are relative to: `--workspace-root`, else `$CLAUDE_PROJECT_DIR`, else the
     nearest folder above `cwd` holding `.git`, else `cwd` itself."""
     if explicit:
-        return explicit
+        # Read as `--data-dir` is: a tilde no shell expanded (`--workspace-root=~/repo`) and a
+        # relative path (`.`, from where the agent runs its hooks) name a folder. Passed on as
+        # given, neither is absolute, so matching took no root and fell back to the hook's cwd.
+        return str(Path(explicit).expanduser().absolute())
     if env.get(PROJECT_DIR_ENV):
         return env[PROJECT_DIR_ENV]
     if not cwd:
@@ -308,11 +311,14 @@ async def _pre_tool_use(
         return None
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
     step = payload.get("tool_use_id")
+    root = workspace_root(cwd, options.workspace_root, os.environ)
     request: dict[str, Any] = {
         "tool": tool,
         "arguments": _clipped(arguments),
         "cwd": cwd,
-        "workspace_root": workspace_root(cwd, options.workspace_root, os.environ),
+        # A root that is not absolute (a relative `cwd` it was found from) would be refused:
+        # matching goes on without one, as it did.
+        "workspace_root": root if root and os.path.isabs(root) else None,
         "conversation": _conversation(payload),
         "step": step if isinstance(step, str) and step else None,
     }

@@ -1,11 +1,12 @@
 """Lesson delivery: a tool call matched against a bank's resident lesson index, minus what the
 conversation was already given, packed in the budget, recorded as delivered.
 
-An id/revision reaches a conversation at most once: a new revision of a lesson may be delivered
-again, a new conversation gets it again. Delivered means recorded: a card the ledger could not
-keep is not handed out (it stays eligible), and a ledger that cannot say what a conversation has
-means nothing new is handed out — the same rule as a failed session lookup in the hook. The same
-conversation and step asked again (a retried step) gets the same cards again.
+An id/revision reaches a conversation at most once: a new revision of a lesson's card (its title
+or recommendation; not a pin, tags, anchors or a reinforcement, which change nothing it shows) may
+be delivered again, a new conversation gets it again. Delivered means recorded: a card the ledger
+could not keep is not handed out (it stays eligible), and a ledger that cannot say what a
+conversation has means nothing new is handed out — the same rule as a failed session lookup in the
+hook. The same conversation and step asked again (a retried step) gets the same cards again.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.ledger import CACHE_CONVERSATIONS, MAX_CONVERSATION_CHARS, ConversationLedger
 from memory_worker.app.ports import KeyValue
 from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatchResponse
-from memory_worker.core.errors import SiblingUnavailable
+from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 from memory_worker.core.lessons import BYTES_PER_TOKEN, lesson_key, render_lessons
 from memory_worker.core.models import Memory
 from memory_worker.search.lessons import explain
-from memory_worker.search.toolcall import signals
+from memory_worker.search.toolcall import is_absolute, signals
 from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION
 from memory_worker.storage.logger import get_logger
 
@@ -153,6 +154,11 @@ class LessonUseCases(ConversationLedger):
         conversation = clean_short(req.conversation, "conversation", MAX_CONVERSATION_CHARS)
         step = clean_short(req.step, "step", MAX_CONVERSATION_CHARS)
         tool = clean_short(req.tool, "tool", MAX_TOOL_CHARS) or ""
+        root = req.workspace_root
+        if root is not None and root.strip() and not is_absolute(root):
+            # Absolute paths are read against it: one that is not absolute (`~/repo`, which only
+            # the client could expand) was dropped unseen, and no absolute path matched.
+            raise InvalidInput(f"workspace_root must be an absolute path, got {root!r}")
         call = ToolCall(tool, req.arguments, req.cwd, req.workspace_root)
         delivery = await self.deliver_lessons(
             name,

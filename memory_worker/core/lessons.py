@@ -10,6 +10,7 @@ Budgets count approximate tokens: one token per 4 UTF-8 bytes, card framing incl
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import posixpath
 import re
@@ -87,6 +88,11 @@ _JOINED = re.compile(
     r"|[A-Z][0-9]+[a-z]+(?:[0-9]+[a-z]+)*[0-9]*"
     r"|[A-Z]+(?:[0-9]+[A-Z]+)+[0-9]*(?![a-z])"
 )
+# A name's letters and digits run together between underscores (`GitHub`, `OAuth`, `PostgreSQL`,
+# the `GitHub` of `GitHub_TOKEN`): text spells a brand or a product so, in camel case, where a
+# keyword writes it as one word (`github`). Split at its humps alone (`git` + `hub`), a group
+# naming it never met the text that does.
+_RUN = re.compile(r"[A-Za-z0-9]+")
 _GLOB = re.compile(r"[*?\[\]{}]")
 # A position (`src/app.py:42`, `:42:7`) or a test id (`tests/test_api.py::test_login`) after a
 # path: a Read or an Edit names the file alone, so an anchor spelled so never matches, and the
@@ -133,7 +139,13 @@ def anchor_set(anchors: Anchors | None) -> tuple[frozenset[object], ...] | None:
 
 
 def lesson_key(bank: str, memory: Memory) -> str:
-    """What "delivered once per conversation" counts: a bank's id at one revision."""
+    """What "delivered once per conversation" counts: a bank's id at one revision; for a lesson,
+    at one revision of its card (the title and recommendation a model is shown). A pin, tags,
+    new anchors or the lesson saved again (reinforced) make a new revision of the record, not
+    of the card: a conversation shown it was handed the very same text again on each."""
+    if memory.category == LESSON:
+        card = f"{memory.title or ''}\n{memory.recommendation or ''}".encode()
+        return f"{bank}/{memory.id}@card-{hashlib.blake2b(card, digest_size=8).hexdigest()}"
     return f"{bank}/{memory.id}@{memory.revision}"
 
 
@@ -151,11 +163,12 @@ def split_words(name: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=65_536)
 def topic_words(name: str) -> tuple[str, ...]:
-    """What a keyword group matches in an identifier: `split_words`, and each word with digits
-    inside it whole (`deploy_k8s` → deploy, k8, s, k8s)."""
+    """What a keyword group matches in an identifier: `split_words`, each word with digits
+    inside it whole (`deploy_k8s` → deploy, k8, s, k8s), and each run between underscores whole
+    (`GitHubActions` → git, hub, actions, githubactions; `OAuth_token` → o, auth, oauth, token)."""
     parts = split_words(name)
-    joined = tuple(word.lower() for word in _JOINED.findall(name))
-    return parts + tuple(word for word in joined if word not in parts)
+    whole = (word.lower() for word in (*_JOINED.findall(name), *_RUN.findall(name)))
+    return parts + tuple(dict.fromkeys(word for word in whole if word not in parts))
 
 
 def normalize_path(raw: str) -> str | None:
@@ -322,14 +335,13 @@ def _identifier(raw: str) -> str:
 def _term(raw: str) -> str:
     _check_unicode(raw, "keyword_groups")
     term = raw.strip().lower()
-    # Split as written, before lowercasing: a call's words come from its names split at camel
-    # humps too (`HTTPServer` → http, server), so a term that splits there would be admitted as
-    # `httpserver` and never match a call that names it.
-    # `k8s` is one word too: a call's topic words hold it whole (`topic_words`).
+    # A term is a word a call's names give (`topic_words`): one of their snake or camel words,
+    # or a run of letters and digits whole (`k8s`, `GitHub` → github), never several of them
+    # (`user_name`, `k8-s`: a call's words are never joined across `_` or `-`).
     if split_words(raw.strip()) != (term,) and term not in topic_words(raw.strip()):
         raise InvalidInput(
-            f"each keyword is one word of letters and digits as a call spells it (HTTPServer "
-            f"reads as http server), got {raw!r}"
+            f"each keyword is one word of letters and digits as a call spells it (user_name "
+            f"reads as user name), got {raw!r}"
         )
     # Two characters are a name when a letter and a digit (`s3`, `v8`), a broad word when not.
     named = len(term) == 2 and term[0].isalpha() and term[1].isdigit()

@@ -411,13 +411,17 @@ class PreGenerate:
             return
         cwd, root = _workspace(env.metadata)
         calls = [ToolCall(tool, arguments, cwd, root) for tool, arguments in found]
+        # What a retry of this step is known by. Without a turn id every turn numbers its steps
+        # from 0 again: step 1 of a later turn was this one's retry, and got its cards again. A
+        # retry sends the same window; a later turn's is longer.
+        step = (
+            f"{env.turn_id}:{env.step or 0}"
+            if env.turn_id
+            else f":{env.step or 0}:{len(env.messages)}"
+        )
         try:
             delivery = await self._service.deliver_lessons(
-                bank,
-                calls,
-                conversation=session_id,
-                step=f"{env.turn_id or ''}:{env.step or 0}",
-                for_step=True,
+                bank, calls, conversation=session_id, step=step, for_step=True
             )
         except SiblingUnavailable as exc:
             log.warning("hook_lessons_unavailable", session_id=session_id, error=str(exc))

@@ -27,7 +27,7 @@ from memory_worker.core.lessons import (
 )
 from memory_worker.core.patch_headers import DIFF_HEADERS, PATCH_FILE_HEADERS
 
-__all__ = ["Signals", "ancestors", "signals"]
+__all__ = ["Signals", "ancestors", "is_absolute", "signals"]
 
 # Bounds on what one call is read for: a Write of a whole file must not cost the step a scan of
 # megabytes. Paths come first (they are short); text beyond these limits adds no identifiers.
@@ -205,6 +205,12 @@ class _Reader:
 
 def _absolute(raw: str) -> bool:
     return raw.startswith(("/", "\\")) or (len(raw) >= 2 and raw[1] == ":" and raw[0].isalpha())
+
+
+def is_absolute(raw: str) -> bool:
+    """Whether `raw` is an absolute path, POSIX or Windows (`/srv/repo`, `C:\\repo`): what a
+    workspace root must be."""
+    return _absolute(raw.strip())
 
 
 # A working directory known to lie out of the workspace (no root-relative path is `..`): a relative
@@ -480,7 +486,43 @@ def _read_argv(reader: _Reader, argv: list[str], cwd: str | None, depth: int = 0
         reader.path(argv[0], cwd)  # `./scripts/gen.sh`
     for arg in argv[1:]:
         _read_arg(reader, arg, cwd, depth)
+    _read_git_revision_paths(reader, name, argv[1:], cwd)
     return cwd
+
+
+# Git commands reading a file at a revision as `<rev>:<path>` (`git show HEAD~1:proto/a.proto`,
+# `git diff main:a.py b.py`, `git show :a.py` for the index, `:2:a.py` a merge stage): the path
+# is the file's, from the repository's top (`./…` from the working directory, which the reader
+# tries as well). Read whole, `HEAD~1:proto/a.proto` named no file of the workspace. A path
+# starting with `/` is `:/message` (a commit found by its message), not a file.
+_GIT_REVISION_READERS = frozenset(
+    {"show", "diff", "difftool", "cat-file", "blame", "log", "grep", "ls-tree", "rev-parse"}
+)
+_GIT_REV_PATH = re.compile(r"[^\s:]*:(?:[0-3]:)?([^\s:/][^\s:]*)")
+# `git -C dir show …`, `git -c key=value diff …`: options before the subcommand taking a value.
+_GIT_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+
+
+def _read_git_revision_paths(reader: _Reader, name: str, args: list[str], cwd: str | None) -> None:
+    """The files a git command reads at a revision (`git show HEAD~1:proto/a.proto`)."""
+    if name != "git" or _git_subcommand(args) not in _GIT_REVISION_READERS:
+        return
+    for arg in args:
+        found = None if arg.startswith("-") else _GIT_REV_PATH.fullmatch(arg)
+        if found is not None:
+            reader.path(found.group(1), cwd)
+
+
+def _git_subcommand(args: list[str]) -> str | None:
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _GIT_VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
 
 
 def _command_name(word: str) -> str:
