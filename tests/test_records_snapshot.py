@@ -20,7 +20,13 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.models import Confidence, Memory
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage.bank import MEMORIES_FILE, Bank
-from memory_worker.storage.log import encode, read_all, replayed, winning_spans
+from memory_worker.storage.log import (
+    RESTORED_FORM,
+    encode,
+    read_all,
+    replayed,
+    winning_spans,
+)
 from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE
 
 from .boots import NOW_MS, TEXTS, session
@@ -239,6 +245,65 @@ def test_a_log_appended_behind_the_records_replays_only_the_new_line_over_them(
 
     assert records_uses == [True, False]
     assert loaded == expected and "fphandwritten0001" in loaded["ids"]
+
+
+def test_tags_written_by_hand_load_as_stored_from_the_records_as_from_a_replay(
+    tmp_path: Path, records_uses: list[bool]
+) -> None:
+    """A hand-written line's tags ("Billing") and category ("Procedure") load normalized as the
+    worker stores them, by the replay that first reads the line and by the boots the records
+    written at its close serve."""
+    seed(tmp_path)
+    hand = (
+        b'{"id":"fphandtagged00001","text":"The invoice run is on Mondays",'
+        b'"confidence":"stated","created_at":1,"updated_at":1,"tags":["Billing","g"],'
+        b'"category":"Procedure"}\n'
+    )
+    with (tmp_path / "b" / MEMORIES_FILE).open("ab") as handle:
+        handle.write(hand)
+    session(tmp_path, lambda service: asyncio.sleep(0))  # replays the line, leaves the records
+
+    loaded = state(load(tmp_path))
+    expected = plain_replay(tmp_path)
+
+    assert records_uses[-2:] == [True, False]
+    assert loaded == expected
+    record = load(tmp_path).memories["fphandtagged00001"]
+    assert (record.tags, record.category) == (("billing", "g"), "procedure")
+
+
+def test_only_records_of_hand_written_lines_are_read_again_for_their_form(
+    tmp_path: Path, records_uses: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records file says whether every line was in the form the worker stores when it was
+    written: a boot from one the worker's writes alone made skips the per-record pass over
+    tags and categories (~1 µs a record: 1 s of a 1M-memory boot's 10); one that holds a line
+    written by hand runs it, and tells doctor so."""
+    passes: list[bool] = []
+    real = bank_module.as_stored
+
+    def counted(memories: dict[str, Memory], *, compact: bool = True) -> list[int]:
+        changed = real(memories, compact=compact)
+        passes.append(bool(changed))
+        return changed
+
+    monkeypatch.setattr(bank_module, "as_stored", counted)
+    seed(tmp_path)
+    clean = load(tmp_path)
+    assert records_uses[-1] and passes == []  # the worker's lines: no pass
+    assert not any(d.reason == RESTORED_FORM for d in clean.damage)
+
+    hand = (
+        b'{"id":"fphandtagged00002","text":"The invoice run is on Fridays",'
+        b'"confidence":"stated","created_at":1,"updated_at":1,"tags":["Billing"]}\n'
+    )
+    with (tmp_path / "b" / MEMORIES_FILE).open("ab") as handle:
+        handle.write(hand)
+    session(tmp_path, lambda service: asyncio.sleep(0))  # replays it, leaves the records
+    booted = load(tmp_path)
+    assert records_uses[-1] and passes == [True]
+    assert booted.memories["fphandtagged00002"].tags == ("billing",)
+    assert any(d.reason == RESTORED_FORM for d in booted.damage)
 
 
 def _garble_a_line(log: Path) -> None:

@@ -1087,6 +1087,60 @@ class TestDoctorAndReload:
         ]
         assert [e["event_type"] for e in emitter.of(BANK_CHANGED)] == ["rules-changed"]
 
+    async def test_tags_written_by_hand_read_as_stored_and_filter_list_and_recall(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """Seed 000: tags are stored "normalized lowercase", and `memory::tags` is the filter
+        source of `list` and `recall`. A tag written by hand in the log ("Billing") was listed by
+        `memory::tags` as written, and no `tag` filter (normalized) ever matched it."""
+        await save(service, "The user likes tea")
+        hand = (
+            '{"id":"fphand000000000002","text":"The invoice run is on Mondays",'
+            '"confidence":"stated","created_at":1,"updated_at":1,'
+            '"tags":["Billing"," Q3  Plans ","billing"," "]}\n'
+        )
+        with (data_dir / "main" / "memories.jsonl").open("a") as handle:
+            handle.write(hand)
+        await call(service, "memory::reload")
+
+        got = (await call(service, "memory::get", id="fphand000000000002"))["memory"]
+        assert got["tags"] == ["billing", "q3 plans"]
+        assert (await call(service, "memory::tags"))["tags"] == [
+            {"tag": "billing", "count": 1},
+            {"tag": "q3 plans", "count": 1},
+        ]
+        for tag in ("billing", "Billing", "q3 plans"):
+            listed = await call(service, "memory::list", tag=tag)
+            assert [m["id"] for m in listed["memories"]] == ["fphand000000000002"], tag
+        recalled = await call(service, "memory::recall", query="invoice run", tag="Q3 Plans")
+        assert [h["memory"]["id"] for h in recalled["memories"]] == ["fphand000000000002"]
+        history = await call(service, "memory::history", id="fphand000000000002")
+        assert [r["tags"] for r in history["revisions"]] == [["billing", "q3 plans"]]
+
+    async def test_a_category_written_by_hand_reads_as_stored_and_filters(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """Seed 004's categories are stored lowercase (`save` takes "Preference" as
+        "preference"); one written by hand as "Preference" was counted apart by `stats`, matched
+        no `category` filter and escaped the category's retention."""
+        await save(service, "The user likes tea")
+        hand = (
+            '{"id":"fphand000000000003","text":"The user prefers window seats",'
+            '"confidence":"stated","created_at":1,"updated_at":1,"category":" Preference"}\n'
+        )
+        with (data_dir / "main" / "memories.jsonl").open("a") as handle:
+            handle.write(hand)
+        await call(service, "memory::reload")
+
+        got = (await call(service, "memory::get", id="fphand000000000003"))["memory"]
+        assert got["category"] == "preference"
+        listed = await call(service, "memory::list", category="preference")
+        assert [m["id"] for m in listed["memories"]] == ["fphand000000000003"]
+        assert (await call(service, "memory::stats"))["by_category"] == {
+            "fact": 1,
+            "preference": 1,
+        }
+
     async def test_the_loop_answers_while_a_reload_closes_the_replaced_banks(
         self, service: MemoryService, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -431,13 +431,17 @@ class SaveRequest(Request):
         "default.",
     )
     text: Text = Field(description="The memory, one self-contained sentence.")
+    # The seed's schema states these defaults (`[]`); a factory's default is left out of the
+    # published schema, so it is written there by hand.
     entities: TextList = Field(
         default_factory=list,
         description="Entity handles (people/projects/tools) used as a retrieval signal.",
+        json_schema_extra={"default": []},
     )
     tags: TextList = Field(
         default_factory=list,
         description="Topical labels for filtering within the bank (organization, not ranking).",
+        json_schema_extra={"default": []},
     )
     pinned: Flag = False
     session_id: Text | None = Field(

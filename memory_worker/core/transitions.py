@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from functools import lru_cache
 
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import LESSON, anchor_set
@@ -43,6 +44,7 @@ __all__ = [
     "redact_line",
     "reinforce",
     "save",
+    "stored_labels",
     "supersede",
     "tombstone",
     "update",
@@ -170,6 +172,21 @@ def normalize_label(value: str) -> str:
         at = match.end()
     parts.append(text[at:].lower())
     return "".join(parts)
+
+
+# Tags repeat across a bank: each distinct one is normalized once (bounded: a log of a million
+# distinct tags costs a normalization per miss, never memory without end).
+_stored_label = lru_cache(maxsize=16_384)(normalize_label)
+
+
+def stored_labels(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Tags read from a log line the worker did not write (edited by hand) as every write path
+    stores them: normalized (`normalize_label`), blanks dropped, deduplicated, first kept; the
+    same tuple when that changes nothing. Not redacted nor capped: reading a file changes what
+    it says no further than its form (seed 000: tags are stored normalized, and `memory::tags`
+    is the filter source of `list` and `recall`, whose filters are normalized)."""
+    stored = tuple(dict.fromkeys(filter(None, map(_stored_label, values))))
+    return values if stored == values else stored
 
 
 def _compose(value: str) -> str:

@@ -76,6 +76,8 @@ from memory_worker.storage.listing import Listings
 from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
+    RESTORED_FORM,
+    as_stored,
     continues_batch,
     encode,
     history,
@@ -560,6 +562,8 @@ class Bank:
         memories = records_at(data, starts, ends, compact=self._compact_records)
         if memories is None or len(memories) != len(starts):
             return None
+        if not spans.as_stored:
+            self._restore_forms(memories, data, starts)
         self._memories = memories
         self._eviction = None
         if tail:
@@ -609,8 +613,17 @@ class Bank:
         if len(key_of) != len(self._memories):
             return
         keys = [key_of[memory_id] for memory_id in self._memories]
-        write_records(self.path, (len(data), zlib.crc32(data)), spans, keys)
+        restored = any(damage.reason == RESTORED_FORM for damage in self.damage)
+        write_records(self.path, (len(data), zlib.crc32(data)), spans, keys, as_stored=not restored)
         self._records_stamp, self._records_base = stamp, (stamp[0], len(data))
+
+    def _restore_forms(self, memories: dict[str, Memory], data: bytes, starts: list[int]) -> None:
+        """Records a records file loaded as a replay reads them (`log.as_stored`): its lines were
+        not all in the stored form when it was written. Each hand-written one is mentioned as the
+        replay does, by its line."""
+        for position in as_stored(memories, compact=self._compact_records):
+            line = data.count(b"\n", 0, starts[position]) + 1  # as the replay numbers it
+            self.damage.append(Damage(MEMORIES_FILE, RESTORED_FORM, line, kept=True))
 
     def _spans_past_prefix(self, data: bytes) -> list[tuple[int, int]] | None:
         """The winning spans of the log `data`, from the records on disk for a prefix of it and a

@@ -17,19 +17,23 @@ import secrets
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from memory_worker.core.lessons import CATEGORIES
 from memory_worker.core.models import Memory
+from memory_worker.core.transitions import stored_labels
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage
 
 __all__ = [
     "INTERRUPTED_FILE",
     "MEMORIES_FILE",
+    "RESTORED_FORM",
+    "as_stored",
     "continues_batch",
     "encode",
     "history",
@@ -216,6 +220,10 @@ def encode(records: Sequence[Memory]) -> bytes:
 
 
 _HAND_EDITED = "edited by hand (its checksum no longer matches): loaded as it reads"
+# A line's tags or category not in the form every write path stores (a hand edit's "Billing"):
+# read as stored, so filters and retention find them. Kept damage: only mentioned, and it tells
+# the records file written later that its lines need this pass again at a boot.
+RESTORED_FORM = "tags or category written by hand: read as the worker stores them"
 
 
 def _hand_edited(line: bytes) -> bool:
@@ -309,6 +317,51 @@ def _id_and_revision(doc: object) -> tuple[str | None, int | None]:
         memory_id if isinstance(memory_id, str) else None,
         revision if type(revision) is int else None,
     )
+
+
+# Whether a tag tuple is as the worker stores it: tuples repeat across a bank, so the check of
+# each distinct one runs once and the rest are a C-level cache hit (a boot's records, all of them).
+_tags_stored = lru_cache(maxsize=16_384)(lambda tags: stored_labels(tags) is tags)
+_TAGS = operator.attrgetter("tags")
+_CATEGORY = operator.attrgetter("category")
+# A category as every write path stores it, or none; another one (a hand edit's "misc") is left
+# as it reads.
+_CATEGORY_STORED = frozenset({*CATEGORIES, None}).__contains__
+
+
+def _as_stored(record: Memory) -> Memory:
+    """`record` with its tags and category as every write path stores them (normalized tags,
+    `transitions.stored_labels`; a known category in lowercase). Only a line edited by hand
+    differs: its "Billing" was listed by `memory::tags` and matched no filter, its "Preference"
+    matched no `category` filter nor its retention. The same record when nothing differs."""
+    changes: dict[str, object] = {}
+    if record.tags and not _tags_stored(record.tags):
+        changes["tags"] = stored_labels(record.tags)
+    if not _CATEGORY_STORED(record.category):
+        category = str(record.category).strip().lower()
+        if category in CATEGORIES:
+            changes["category"] = category
+    return record.model_copy(update=changes) if changes else record
+
+
+def as_stored(memories: dict[str, Memory], *, compact: bool = True) -> list[int]:
+    """`records_at`'s records as a replay reads them (`_intact_lines`, `_as_stored`), in place;
+    the positions (in `memories`' order) of those that were not. The records file vouches for
+    lines, a hand-edited one included, not for the form of their tags and category; it says
+    whether its lines were all as stored when it was written (then this pass, ~1 µs a record,
+    is not needed)."""
+    records = memories.values()
+    if all(map(_tags_stored, map(_TAGS, records))) and all(
+        map(_CATEGORY_STORED, map(_CATEGORY, records))
+    ):
+        return []
+    changed: list[int] = []
+    for position, (memory_id, record) in enumerate(list(memories.items())):
+        fixed = _as_stored(record)
+        if fixed is not record:
+            memories[memory_id] = shared_fields(fixed) if compact else fixed
+            changed.append(position)
+    return changed
 
 
 def records_at(
@@ -434,6 +487,10 @@ def _intact_lines(
     for number, line, complete in lines:
         try:
             record = _validate_json(line)
+            fixed = _as_stored(record)  # differs only for a line written by hand
+            if fixed is not record:
+                damage.append(Damage(MEMORIES_FILE, RESTORED_FORM, number, kept=True))
+                record = fixed
             if compact:
                 record = shared_fields(record)
         except ValidationError as exc:

@@ -105,6 +105,9 @@ class RecordSpans:
     starts: np.ndarray
     ends: np.ndarray
     text_keys: np.ndarray
+    # Whether every line was in the form the worker stores (`log.RESTORED_FORM`) when written:
+    # then a boot need not read their tags and categories again (`log.as_stored`).
+    as_stored: bool = False
 
 
 def text_key(normalized: str) -> int:
@@ -300,7 +303,10 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
             if not _made_for(meta, _RECORDS_VERSION, ("code", digest), identity):
                 return None
             spans = RecordSpans(
-                np.asarray(data["starts"]), np.asarray(data["ends"]), np.asarray(data["keys"])
+                np.asarray(data["starts"]),
+                np.asarray(data["ends"]),
+                np.asarray(data["keys"]),
+                meta.get("as_stored") is True,
             )
     except Exception:  # derived data: anything wrong with it means "replay"
         return None
@@ -339,13 +345,20 @@ def write_records(
     identity: tuple[int, int],
     spans: list[tuple[int, int]],
     keys: list[int],
+    *,
+    as_stored: bool = False,
 ) -> None:
     """Leave `.records.npz` for the log of `identity` (see the module docstring); a failure
-    leaves none, which only costs a replay."""
+    leaves none, which only costs a replay. `as_stored`: every line is in the stored form."""
     digest = replay_digest()
     if not digest or len(spans) != len(keys):
         return
-    meta = {"version": _RECORDS_VERSION, "code": digest, "count": len(spans)}
+    meta = {
+        "version": _RECORDS_VERSION,
+        "code": digest,
+        "count": len(spans),
+        "as_stored": as_stored,
+    }
     bounds = np.array(spans, dtype=np.int64).reshape(-1, 2)
     _write_archive(
         folder / RECORDS_FILE,
