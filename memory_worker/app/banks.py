@@ -71,6 +71,9 @@ class BankUseCases(EmbeddingWork):
             name, description or "", limit=self.settings.max_banks, overrides=overrides
         )
         if not created:
+            # A bank a write is making, its write still in flight: this caller is told it
+            # exists, so a kill before that write lands must not remove it.
+            await self.store.settle_creation(name)
             mine = bank.overrides
             differing = [f for f in overrides.chosen() if getattr(mine, f) != getattr(overrides, f)]
             if differing:

@@ -337,13 +337,17 @@ class ServiceBase:
         if self.store.find(name) is None:
             self._new_name(name, "bank")
         revive = not caller.automatic or name == self.settings.default_bank
-        bank, created = await self.store.ensure(name, revive=revive, limit=self.settings.max_banks)
+        bank, created = await self.store.ensure(
+            name, revive=revive, limit=self.settings.max_banks, for_a_write=True
+        )
         try:
             yield bank
         except BaseException:
             if created:
                 await self.store.discard_if_empty(name)
             raise
+        # Landed: the bank stays, even if the call that made it (maybe another) fails or dies.
+        await self.store.settle_creation(name)
         if created:
             self._emit_bank(BankEvent.CREATED, name)
 

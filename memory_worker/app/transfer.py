@@ -69,7 +69,11 @@ class TransferUseCases(BankUseCases, ImportUseCases):
             # partitioned by subject, or with caps, takes them under its own rules.
             self._new_name(name, "bank")
             _, created = await self.store.ensure(
-                name, carried.description, limit=self.settings.max_banks, overrides=carried.settings
+                name,
+                carried.description,
+                limit=self.settings.max_banks,
+                overrides=carried.settings,
+                for_a_write=True,
             )
         try:
             report = await self.import_records(name, req.records, dry_run=req.dry_run)
@@ -78,6 +82,7 @@ class TransferUseCases(BankUseCases, ImportUseCases):
                 await self.store.discard_if_empty(name)
             raise
         if created:
+            await self.store.settle_creation(name)  # its records landed: a kill keeps the bank
             self._emit_bank(BankEvent.CREATED, name)
         written: list[str] = []
         kept_rules: list[str] = []

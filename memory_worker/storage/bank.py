@@ -58,7 +58,7 @@ from memory_worker.search.index import (
 from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.search.lessons import LessonIndex
 from memory_worker.search.ranking import indexed, top_memories
-from memory_worker.storage import erasure, files
+from memory_worker.storage import erasure, files, unfinished
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.bank_file import (
     BANK_FILE,
@@ -291,6 +291,9 @@ class Bank:
         # Whether a boot compacts its records for RAM (`log.shared_fields`); not in a process
         # that exits after one command (`load(short_lived=True)`).
         self._compact_records = True
+        # Made for a write that has not landed yet (`create(for_a_write=True)`): its folder is
+        # marked until `Store.settle_creation`.
+        self.unsettled = False
 
     def __repr__(self) -> str:
         return (
@@ -309,9 +312,13 @@ class Bank:
         warnings: DurabilityWarnings | None = None,
         guard: Guard | None = None,
         overrides: BankOverrides | None = None,
+        *,
+        for_a_write: bool = False,
     ) -> Bank:
         """Make the folder with its `bank.yaml` and `rules/` (blocking). It is built under a
-        hidden temporary name and renamed into place, so a crash never leaves half a bank."""
+        hidden temporary name and renamed into place, so a crash never leaves half a bank.
+        `for_a_write`: made for the write about to go into it, so a crash before that write
+        lands leaves no bank either (`storage.unfinished`: marked until `Store.settle_creation`)."""
         if guard is not None:
             guard()
         staging = path.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
@@ -319,9 +326,10 @@ class Bank:
             staging.mkdir()  # its parent is the data dir: never a planted folder
             (staging / RULES_DIR).mkdir()
             chosen = overrides if overrides is not None else no_overrides()
-            files.atomic_write(
-                staging / BANK_FILE, render_bank_file(description, chosen), within=path.parent
-            )
+            bank_file = render_bank_file(description, chosen)
+            files.atomic_write(staging / BANK_FILE, bank_file, within=path.parent)
+            if for_a_write:
+                unfinished.mark(staging, bank_file, within=path.parent)
             files.fsync_dir(staging)
             os.rename(staging, path)  # fails when the name is taken: never merge into a folder
         except (OSError, StorageError) as exc:
@@ -330,6 +338,7 @@ class Bank:
                 raise
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
         bank = cls(name, path, description, warnings, guard, overrides)
+        bank.unsettled = for_a_write
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:

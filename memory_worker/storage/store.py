@@ -28,7 +28,7 @@ from pathlib import Path
 from memory_worker.core.bank_settings import BankOverrides
 from memory_worker.core.errors import BankNotFound, Conflict, StorageError
 from memory_worker.core.names import check_name
-from memory_worker.storage import erasure, files
+from memory_worker.storage import erasure, files, unfinished
 from memory_worker.storage.bank import Bank, BankSummary, Guard
 from memory_worker.storage.damage import DurabilityWarnings
 from memory_worker.storage.logger import get_logger
@@ -185,6 +185,8 @@ class Store:
         broken: dict[str, str] = {}
         unloaded: set[str] = set()
         try:
+            # Banks a crash made for a write that never landed go before anything lists them.
+            unfinished.sweep(root, _folders(root))
             if lazy:
                 unloaded = set(_folders(root))
             else:
@@ -371,11 +373,14 @@ class Store:
         revive: bool = True,
         overrides: BankOverrides | None = None,
         limit: int | None = None,
+        for_a_write: bool = False,
     ) -> tuple[Bank, bool]:
         """The bank `name`, created (folder, `bank.yaml`, `rules/`) when missing. `revive=False`:
         a bank that was deleted stays deleted (`bank_not_found`), decided under the same lock as
         the creation, so a delete racing the caller cannot be undone by it. `limit`: how many
-        banks may exist; creating one more is a `conflict` (folders made by hand still load)."""
+        banks may exist; creating one more is a `conflict` (folders made by hand still load).
+        `for_a_write`: a bank created here is the caller's to keep once its write landed
+        (`settle_creation`); a crash before that removes it at the next open."""
         check_name(name, "bank")
         bank = self.find(name)
         if bank is not None and not self._create_lock.locked():
@@ -404,10 +409,33 @@ class Store:
                     f"banks and max_banks is {limit}; delete a bank or raise max_banks"
                 )
             bank = await asyncio.to_thread(
-                Bank.create, name, path, description, self.durability, self._lock.verify, overrides
+                functools.partial(
+                    Bank.create,
+                    name,
+                    path,
+                    description,
+                    self.durability,
+                    self._lock.verify,
+                    overrides,
+                    for_a_write=for_a_write,
+                )
             )
             self._banks[name] = bank
             return bank, True
+
+    async def settle_creation(self, name: str) -> None:
+        """Something landed in bank `name` (or its caller was told it exists): if a write made
+        it (`ensure(for_a_write=True)`), it is no longer removed at the next open. A failure is
+        logged: that open keeps a bank where something landed all the same."""
+        bank = self._banks.get(name)
+        if bank is None or not bank.unsettled:
+            return
+        try:
+            await asyncio.to_thread(unfinished.settle, bank.path, within=self.root)
+        except StorageError as exc:
+            log.warning("bank_creation_not_settled", bank=name, error=str(exc))
+            return
+        bank.unsettled = False
 
     async def discard_if_empty(self, name: str) -> None:
         """Undo a bank created by a call whose first write failed, if nothing landed in it since."""

@@ -105,13 +105,16 @@ def _rust(row: dict[str, object]) -> VectorRecord | None:
 
 
 def load_vectors(path: Path, within: Path | None = None) -> tuple[dict[str, VectorRecord], int]:
-    """Last-wins records by id, and how many lines were unreadable."""
+    """Last-wins records by id, and how many lines were unreadable. A last line with no newline
+    that does not read is an append a kill cut short (`append_unsynced` cuts it off at the next
+    one): never whole, so not damage, as the log's own interrupted write is not. Its memory
+    lacks a vector, so it is embedded again all the same."""
     out: dict[str, VectorRecord] = {}
     skipped = 0
-    for _, line, _ in files.iter_lines(path, within=within):
+    for _, line, complete in files.iter_lines(path, within=within):
         record = _decode(line)
         if record is None:
-            skipped += 1
+            skipped += 1 if complete else 0
         else:
             out[record.id] = record
     return out, skipped
