@@ -523,8 +523,81 @@ def test_the_account_of_a_loopback_connection_is_told_on_linux(ending: str) -> N
     # A request whose connection is gone before the check (reset: aiohttp drops its transport).
     assert account_of(None) == NO_OWNER
     # What is not a TCP address pair is not known: never raised.
-    assert peer_account(None, local) is None
+    assert peer_account(None, None) is None
+    assert peer_account("/run/a.sock", "/run/a.sock") is None
     assert peer_account(("not an address", 1), local) == NO_OWNER
+
+
+def test_a_gone_peer_is_nobodys_even_where_this_account_listens_on_its_old_port() -> None:
+    """With no connection of the four-tuple asked for (the peer reset it before the check) the
+    kernel's lookup falls back to a socket listening on the peer's address and port: one of
+    this account's there (a program that took the port since, or shares it by SO_REUSEADDR)
+    vouched for another account's call."""
+    if _own_account_told() is None:
+        pytest.skip("this system cannot tell a connection's account")
+    with socket.socket() as server, socket.socket() as listener:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert peer_account(listener.getsockname(), server.getsockname()) == NO_OWNER
+
+
+def test_a_connection_reset_before_its_accept_is_nobodys() -> None:
+    """A connection reset before the server accepts it is still accepted, the request it sent
+    readable, but without a peer address (`getpeername` fails, asyncio keeps None): its account
+    read as "not known", as on a system that cannot tell, and its call went in without the
+    token whenever the gate ran before the transport was dropped."""
+    if _own_account_told() is None:
+        pytest.skip("this system cannot tell a connection's account")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = socket.create_connection(listener.getsockname())
+        client.sendall(b"POST /memory/rule/set HTTP/1.1\r\n\r\n")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        accepted, _ = listener.accept()
+        with accepted:
+            with pytest.raises(OSError):
+                accepted.getpeername()
+            assert accepted.recv(100).startswith(b"POST")  # what it sent is still read
+            local = accepted.getsockname()
+
+    class Reset(asyncio.BaseTransport):
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return {"peername": None, "sockname": local}.get(name, default)
+
+    assert account_of(Reset()) == NO_OWNER
+    assert peer_account(None, local) == NO_OWNER
+
+
+def test_out_of_descriptors_the_gate_answers_503_neither_401_nor_a_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `sock_diag` query needs a descriptor: out of them, this account's own call was told
+    401 as another account's, and before the first query ever answered every account's call
+    went in unchecked. Neither can be told now: 503, retry shortly."""
+    import errno
+
+    from memory_worker.adapters import access, accounts
+
+    def no_descriptor(*_: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(accounts, "_query", no_descriptor)
+    pair = (("127.0.0.1", 40000), ("127.0.0.1", 8765))
+    policy = access.Policy.build("t" * 43, "127.0.0.1", "127.0.0.1")
+    call = {"Host": "127.0.0.1:8765", "Content-Type": "application/json"}
+    for known in ([], [True]):  # before the first answer, and after
+        monkeypatch.setattr(accounts, "_told", list(known))
+        account = peer_account(*pair)
+        assert account == accounts.OUT_OF_DESCRIPTORS
+        assert accounts._told == known  # a failure for want of descriptors is not remembered
+        refusal = access.check(
+            policy, "POST", "/memory/list", call, peer_account=lambda: peer_account(*pair)
+        )
+        assert refusal is not None and (refusal.status, refusal.code) == (503, "unavailable")
 
 
 # --- the engine's http worker ----------------------------------------------------------------

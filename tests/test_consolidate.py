@@ -41,6 +41,7 @@ from memory_worker.core.errors import (
     Forbidden,
     InvalidInput,
     SiblingUnavailable,
+    StorageError,
 )
 from memory_worker.storage.store import Store
 
@@ -1186,6 +1187,33 @@ class TestSchedule:
         assert (await scheduler.tick("cron"))["ran"] is False
         assert "other" not in kv.data[(SCOPE, LAST_REPORT)]["banks"]
         assert "other" not in (await scheduler.status()).banks
+
+    async def test_a_bank_the_memory_worker_cannot_read_stops_no_other_banks_scrub(
+        self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock
+    ) -> None:
+        """A kept report of a bank the memory worker refuses to read (it failed to load:
+        `storage`) ended the whole scrub, as if the worker were away: every bank named after it
+        kept an erased person's texts at every tick, for as long as that bank stayed broken."""
+        for bank in ("a", "b"):
+            for text in ("Ana's locker is 12.", "ana's locker is 12"):
+                await save(service, text, bank=bank, subject="ana")
+        scheduler = self.scheduler(client, kv, clock)
+        assert (await scheduler.run(RunRequest())).checkpointed
+
+        class BrokenBankA:
+            async def call(self, function_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+                if function_id == "memory::get" and payload.get("bank") == "a":
+                    raise StorageError("bank a could not be loaded: test")
+                return await client.call(function_id, payload)
+
+        forget = {"bank": "b", "subject": "ana", "confirm": "destructive"}
+        await call(service, "memory::forget-subject", **forget)
+        clock.advance(60_000)
+        broken = self.scheduler(BrokenBankA(), kv, clock)
+        assert (await broken.tick("cron"))["ran"] is False
+        banks = kv.data[(SCOPE, LAST_REPORT)]["banks"]
+        assert "locker" not in json.dumps(banks["b"])
+        assert "locker" in json.dumps(banks["a"])  # cannot tell: kept until it reads again
 
     async def test_the_rust_siblings_last_report_neither_breaks_status_nor_runs(
         self, service: MemoryService, client: InProcessClient, kv: FakeKeyValue, clock: FixedClock

@@ -896,10 +896,12 @@ async def test_a_stopping_server_stops_naming_its_url_before_it_closes_its_port(
 OTHER_UID = 65534  # `nobody`
 
 
-def _listening_as_another_account() -> tuple[int, int, int]:
+def _listening_as_another_account(defer_accept: bool = False) -> tuple[int, int, int]:
     """A forked child dropped to another account (`nobody`) listening on 127.0.0.1, as another
     user's program on the port a server let go of: (its pid, its port, the pipe it reports on).
-    It accepts one connection and writes back, on the pipe, every byte it was sent."""
+    It accepts one connection and writes back, on the pipe, every byte it was sent.
+    `defer_accept`: TCP_DEFER_ACCEPT, which keeps a connection in the handshake until data
+    comes (a request socket, which the kernel reports as root's)."""
     to_parent, from_child = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: only system calls from here, then `_exit`
@@ -908,6 +910,8 @@ def _listening_as_another_account() -> tuple[int, int, int]:
             os.setgid(OTHER_UID)
             os.setuid(OTHER_UID)
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+                if defer_accept:
+                    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 10)
                 listener.bind(("127.0.0.1", 0))
                 listener.listen()
                 os.write(from_child, listener.getsockname()[1].to_bytes(2, "big"))
@@ -935,11 +939,16 @@ def _listening_as_another_account() -> tuple[int, int, int]:
     not sys.platform.startswith("linux") or os.geteuid() != 0,
     reason="a process of another account can be made only by root, on Linux",
 )
-async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the_port() -> None:
+@pytest.mark.parametrize("defer_accept", [False, True], ids=["accepting", "deferring"])
+async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the_port(
+    defer_accept: bool,
+) -> None:
     """Whatever the lock's record names, the port is one any account can take the moment the
     server lets it go: a forwarded call sent its payload and the data dir's token to that
     account's program, and took its answer for the server's. Nothing is sent now: the call is
-    refused like a port that refuses it (and so chooses its door again, waiting for the lock)."""
+    refused like a port that refuses it (and so chooses its door again, waiting for the lock).
+    A listener that defers its accepts kept the connection a request socket, reported as root's,
+    and was sent the call and the token."""
     from memory_worker.adapters.accounts import server_account
 
     with socket.socket() as probe:  # the kernel must tell a socket's account
@@ -948,7 +957,7 @@ async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the
         with socket.create_connection(probe.getsockname()) as client:
             if server_account(client) is None:
                 pytest.skip("this kernel answers no sock_diag query")
-    pid, port, pipe = _listening_as_another_account()
+    pid, port, pipe = _listening_as_another_account(defer_accept)
     token = "t0ken-" + "x" * 40
     try:
         async with RemoteDoor(f"http://127.0.0.1:{port}", REST_CALLER, token=token) as door:
@@ -961,6 +970,46 @@ async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the
     assert refused.value.code == "sibling_unavailable"
     assert f"uid {OTHER_UID}" in str(refused.value) and "nothing was sent" in str(refused.value)
     assert received == b""  # not the call, not the token
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="a process of another account can be made only by root, on Linux",
+)
+async def test_root_forwards_to_the_server_of_the_account_that_owns_the_data_dir(
+    tmp_path: Path,
+) -> None:
+    """Root's CLI on a person's data dir (`sudo memory-worker …`, a root cron job) forwarded to
+    the server the person runs, which holds the dir: that server's account is not root's, and
+    the call was refused as sent to another account's program, and then waited for a lock the
+    server never lets go of. The account that owns the data dir is no stranger to it."""
+    from memory_worker.adapters.accounts import server_account
+
+    with socket.socket() as probe:  # the kernel must tell a socket's account
+        probe.bind(("127.0.0.1", 0))
+        probe.listen()
+        with socket.create_connection(probe.getsockname()) as client:
+            if server_account(client) is None:
+                pytest.skip("this kernel answers no sock_diag query")
+    root = tmp_path / "data"
+    root.mkdir()
+    os.chown(root, OTHER_UID, OTHER_UID)
+    pid, port, pipe = _listening_as_another_account()
+    holder = DataDirLock(root, {"pid": pid, "kind": "serve", "url": f"http://127.0.0.1:{port}"})
+    holder.acquire()
+    settings = Settings()
+    try:
+        async with open_door(
+            root, lambda: settings, Caller.human("cli"), command="test", lock_wait_s=0
+        ) as door:
+            answer = await door.call("memory::list", {})
+    finally:
+        holder.release()
+        with os.fdopen(pipe, "rb") as reports:
+            received = await asyncio.to_thread(reports.read)
+        await asyncio.to_thread(os.waitpid, pid, 0)
+    assert answer == {}
+    assert received.startswith(b"POST /memory/list ")
 
 
 class TestCancelledOpen:

@@ -441,6 +441,28 @@ class TestForget:
         again = (await call(service, "memory::get", id=bruno["id"]))["memory"]
         assert again["invalid_at"] is not None and again.get("superseded_by") is None
 
+    async def test_a_merge_into_theirs_while_they_are_erased_is_refused(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """A person's merge of Bruno's memory into Ana's, without reinforcing hers, writes only
+        his record, which names her id (`superseded_by`): made while her erasure ran, it was no
+        write about her, landed after the log's rewrite, and kept her id (a fingerprint of her
+        words) for good. It is refused as a write about her is."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        bruno = (await call(service, "memory::save", text=BRUNO_TEXT, subject="bruno"))["memory"]
+        ana = (await call(service, "memory::save", text=ANA_TEXTS[0], subject="ana"))["memory"]
+        bank = service.store.get("main")
+        with bank.erasing("ana", [ana["id"]]), pytest.raises(Conflict):
+            await call(
+                service,
+                "memory::supersede",
+                id=bruno["id"],
+                superseded_by=ana["id"],
+                reinforce=False,
+            )
+        now = (await call(service, "memory::get", id=bruno["id"]))["memory"]
+        assert now.get("invalid_at") is None and now.get("superseded_by") is None
+
     async def test_a_trashed_copys_pointer_to_theirs_goes_too(
         self, service: MemoryService, data_dir: Path
     ) -> None:

@@ -21,7 +21,8 @@ passes only when it is not from a web page of another site, and carries the toke
   other users, a service account) reaches 127.0.0.1 too, and the data dir is `0700` precisely to
   keep it out, so a connection another account opened (`peer_account`: Linux's `sock_diag`) needs
   the token like a request from beyond loopback. Root's too: a proxy running as root (a tunnel's
-  daemon) brings in calls from beyond the machine.
+  daemon) brings in calls from beyond the machine. Out of file descriptors the account cannot be
+  asked: `503 unavailable`, to retry (neither let in unchecked nor told it is another account).
 
 `check()` is pure (headers in, refusal out) so every rule is tested with values; the client half
 (`client_token`, `request_headers`) is what the CLI, MCP and console forwarders use.
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from memory_worker.adapters.accounts import OUT_OF_DESCRIPTORS
 from memory_worker.storage import files
 
 __all__ = [
@@ -244,6 +246,13 @@ def _token_refusal(
             account = peer_account() if peer_account is not None else None
             if account is None or account == os.geteuid():
                 return None
+            if account == OUT_OF_DESCRIPTORS:  # neither let in unchecked nor told it is foreign
+                return Refusal(
+                    503,
+                    "unavailable",
+                    "the server is out of file descriptors and cannot tell which account opened "
+                    "this connection; retry shortly (or send the bearer token)",
+                )
             # Negative: the peer let go of its socket (closed or reset it) before the check.
             who = f"uid {account}" if account >= 0 else "a socket no process holds any more"
             return Refusal(

@@ -163,8 +163,10 @@ class RemoteDoor:
         token: str | None = None,
         timeout_s: float = FORWARD_TIMEOUT_S,
         choose_again: Callable[[], Awaitable[Door]] | None = None,
+        owner: int | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self._owner = owner  # the data dir's owner (uid): its server is no stranger's
         self.caller = caller
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -264,7 +266,7 @@ class RemoteDoor:
 
         def exchange() -> tuple[int, bytes]:
             connection.connect()
-            _check_server_account(connection.sock, self.url)
+            _check_server_account(connection.sock, self.url, self._owner)
             connection.request("POST", target, body=body, headers=self._headers)
             response = connection.getresponse()
             return response.status, response.read()
@@ -282,17 +284,19 @@ class _NotOurs(ConnectionRefusedError):
     """The server's port is held by another account's program: nothing was sent to it."""
 
 
-def _check_server_account(sock: socket.socket, url: str) -> None:
+def _check_server_account(sock: socket.socket, url: str, owner: int | None = None) -> None:
     """Nothing is sent (not the call, not the token) to a server another account on this machine
     runs: the port the lock's record names is one any account can take the moment the server
     lets it go, and the call then chooses its door again (the lock waited for), as when the port
-    refuses it. Root's is taken (it can read the data dir anyway); where the account cannot be
-    told (not Linux, a server on another machine), as before."""
+    refuses it. Root's is taken (it can read the data dir anyway), and so is that of `owner`, the
+    account owning the data dir (root's CLI on a person's data dir forwards to the server the
+    person runs); where the account cannot be told (not Linux, a server on another machine), as
+    before."""
     from memory_worker.adapters.accounts import server_account
 
-    owner = server_account(sock)
-    if owner is not None and owner not in (0, os.geteuid()):
-        raise _NotOurs(f"the server at {url} is another account's (uid {owner}): nothing was sent")
+    holder = server_account(sock)
+    if holder is not None and holder not in (0, os.geteuid(), owner):
+        raise _NotOurs(f"the server at {url} is another account's (uid {holder}): nothing was sent")
 
 
 class _Refused(SiblingUnavailable):
@@ -414,9 +418,18 @@ async def _forwarded(
             token=access.client_token(root),
             timeout_s=timeout_s,
             choose_again=None if again is None else lambda: stack.enter_async_context(again()),
+            owner=_owner_of(root),
         )
         async with door:
             yield door
+
+
+def _owner_of(root: Path) -> int | None:
+    """The uid owning the data dir `root`; None when it cannot be read."""
+    try:
+        return root.stat().st_uid
+    except OSError:
+        return None
 
 
 def _lock(root: Path, command: str, wait_s: float) -> files.DataDirLock:

@@ -256,6 +256,8 @@ async def _gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if refusal is None:
         return await handler(request)
     headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else {}
+    if refusal.status == 503:  # the account could not be told for want of descriptors
+        headers["Retry-After"] = "1"
     log.info("request_refused", method=request.method, path=request.path, code=refusal.code)
     response = _error(refusal.status, refusal.code, refusal.message, **headers)
     response.force_close()  # whatever body it sent is not read

@@ -36,7 +36,13 @@ from memory_worker.consolidate.wire import (
     RunRequest,
     StatusResponse,
 )
-from memory_worker.core.errors import ERROR_CLASSES, BankNotFound, MemoryNotFound, WorkerError
+from memory_worker.core.errors import (
+    ERROR_CLASSES,
+    BankNotFound,
+    MemoryNotFound,
+    SiblingUnavailable,
+    WorkerError,
+)
 
 __all__ = [
     "LAST_REPORT",
@@ -245,9 +251,14 @@ class Scheduler:
                 self._reports.pop(bank, None)
                 changed = True
                 continue
-            except WorkerError as err:  # the memory worker is away: the next tick asks again
+            except SiblingUnavailable as err:  # the worker is away: the next tick asks again
                 log.warning("reports_not_checked", bank=bank, error=str(err))
                 break
+            except WorkerError as err:
+                # This bank only (one that failed to load is `storage` until it is repaired):
+                # ending here left every bank named after it unscrubbed for as long.
+                log.warning("reports_not_checked", bank=bank, error=str(err))
+                continue
             scrubbed = _without_erased(report, gone) if gone else None
             if scrubbed is not None:
                 reports[bank] = self._reports[bank] = scrubbed

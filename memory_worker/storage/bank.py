@@ -1058,9 +1058,14 @@ class Bank:
         return self._erasing_about(record) is not None
 
     def _erasing_about(self, record: Memory) -> str | None:
-        """The subject an erasure under way is taking `record` out with, if any."""
+        """The subject an erasure under way is taking `record` out with, if any: a record about
+        them, one of theirs, or one retired in favour of one of theirs (`superseded_by`: their
+        id, which the erasure clears from every record it rewrites, and this one would land
+        after the rewrite with it)."""
         for subject, ids in (*self._erasing.items(), *self._unfinished.items()):
             if of_subject(record.subject, subject) or record.id in ids:
+                return subject
+            if record.superseded_by is not None and record.superseded_by in ids:
                 return subject
         return None
 
