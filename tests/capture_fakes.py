@@ -50,14 +50,20 @@ class DownModel:
     """A `Completer` whose endpoint nobody answers on for its first `down` calls (counted in
     `asked`), then the scripted reply."""
 
-    def __init__(self, down: int) -> None:
+    def __init__(self, down: int, retry_after_ms: int | None = None) -> None:
         self.down = down
         self.asked = 0
+        self.retry_after_ms = retry_after_ms  # what the endpoint says to wait, if anything
 
     async def complete(self, system_prompt: str, user_text: str) -> str:
         from memory_worker.core.errors import SiblingDown
 
         self.asked += 1
         if self.asked <= self.down:
+            if self.retry_after_ms is not None:
+                raise SiblingDown(
+                    "extraction endpoint http://127.0.0.1:9/v1 answered 429: slow down",
+                    retry_after_ms=self.retry_after_ms,
+                )
             raise SiblingDown("extraction endpoint http://127.0.0.1:9/v1 unreachable: ConnectError")
         return reply_for(user_text)

@@ -54,8 +54,13 @@ class FakeOpenAI:
     def reply(self, text: str) -> None:
         self.script.append(("reply", text))
 
-    def fail(self, status: int, body: str = '{"error": {"message": "boom"}}') -> None:
-        self.script.append(("fail", (status, body)))
+    def fail(
+        self,
+        status: int,
+        body: str = '{"error": {"message": "boom"}}',
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.script.append(("fail", (status, body, headers)))
 
     def hang(self) -> None:
         self.script.append(("hang", None))
@@ -129,8 +134,10 @@ class FakeOpenAI:
             return web.json_response({"error": error}, status=400)
         kind, value = self.script.popleft() if self.script else ("reply", self.default)
         if kind == "fail":
-            status, text = value
-            return web.Response(status=status, text=text, content_type="application/json")
+            status, text, headers = value
+            return web.Response(
+                status=status, text=text, content_type="application/json", headers=headers
+            )
         if kind == "hang":
             await self._stop.wait()
             return web.json_response({"error": "stopped"}, status=503)

@@ -26,6 +26,7 @@ from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import MAX_TIME_MS
 from memory_worker.harness.capture import (
     MAX_ENTRY_CHARS,
+    RETRY_AFTER_MAX_MS,
     RETRY_MAX_MS,
     CaptureJob,
     CaptureRunner,
@@ -164,6 +165,42 @@ class TestTranscripts:
         entries = read_transcript(path, limit=4)
         assert [e["entry_id"] for e in entries] == ["u1998", "a1998", "u1999", "a1999"]
         assert len(redacted) == 4  # not the 4,000 messages before them
+
+    def test_a_turn_longer_than_the_read_keeps_the_persons_own_message(
+        self, tmp_path: Path
+    ) -> None:
+        """A long agentic turn (the agent narrating 250 steps) after one prompt: the last 200
+        messages were all the agent's, the person's words fell out, and extraction (which keeps
+        only what the person said) found nothing to remember of the turn."""
+        prompt = "I moved to Porto last week; set up the shop's deploy for the new office."
+        lines = [
+            claude_line("user", "old", "I like figs"),
+            claude_line("user", "u1", prompt),
+            *[
+                claude_line("assistant", f"a{n}", [{"type": "text", "text": f"Step {n}."}])
+                for n in range(250)
+            ],
+        ]
+        path = write_transcript(tmp_path / "t.jsonl", lines)
+        entries = read_transcript(path, limit=200)
+        assert len(entries) == 200
+        assert (entries[0]["entry_id"], entries[0]["text"]) == ("u1", prompt)
+        assert [e["entry_id"] for e in entries[1:3]] == ["a51", "a52"]
+        assert entries[-1]["entry_id"] == "a249"
+
+    def test_a_turn_too_big_for_one_job_keeps_the_persons_own_message(self) -> None:
+        """The Stop hook keeps the newest messages that fit in one request: a turn of long
+        replies (code) pushed the person's prompt out, and with it every fact of the turn."""
+        from memory_worker.adapters.agent_hooks import MAX_JOB_BYTES, _newest_fitting
+
+        prompt = {"entry_id": "u1", "role": "user", "text": "I moved to Porto last week."}
+        replies = [
+            {"entry_id": f"a{n}", "role": "assistant", "text": "x" * 20_000} for n in range(60)
+        ]
+        kept = _newest_fitting([prompt, *replies], MAX_JOB_BYTES)
+        assert kept[0] == prompt and kept[-1]["entry_id"] == "a59"
+        assert len(json.dumps(kept).encode()) <= MAX_JOB_BYTES
+        assert _newest_fitting([prompt, *replies[:3]], MAX_JOB_BYTES) == [prompt, *replies[:3]]
 
     def test_codex_entries_keep_their_line_numbers_whatever_the_limit(self, tmp_path: Path) -> None:
         said = [
@@ -554,6 +591,25 @@ class TestRunner:
         service.clock = real  # (a pass lets the clock tick past its decision)
         assert await runner.run_once() == 2  # back: both turns are read
         assert {"The user likes quinces", "The user likes lychees"} <= set(await _memories(service))
+        await runner.close()
+
+    async def test_a_rate_limited_endpoint_is_asked_again_when_it_said_not_before(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """A 429 with `Retry-After: 120`: the queue asked again after 5 s, 10 s, 20 s, …, each
+        early request one more against the limit. It now waits what the endpoint said (within
+        an hour), or its own delay when that is longer."""
+        service.clock = clock = FixedClock()
+        model = DownModel(down=1, retry_after_ms=120_000)
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s13", entries_of(tmp_path, turn(1, "guavas"))))
+        assert await runner.run_once() == 0
+        due = runner.next_due_ms()
+        assert due is not None and due - clock() == 120_000
+        model.retry_after_ms, model.down = 10**9, 2
+        clock.now_ms = due
+        assert await runner.run_once() == 0
+        assert runner.next_due_ms() == clock() + RETRY_AFTER_MAX_MS  # a day's quota: capped
         await runner.close()
 
     async def test_a_turn_queued_while_extraction_is_off_is_stepped_over_without_an_endpoint(

@@ -269,6 +269,29 @@ async def test_a_gateway_or_busy_status_is_down_and_another_error_is_the_turns(
             await client.aclose()
 
 
+async def test_a_rate_limits_retry_after_is_carried_with_the_failure() -> None:
+    """A 429 (or 503) saying when to come back: the capture queue asked again after its own
+    first delay (5 s, then 10 s, …), each early question another request against the limit."""
+    async with FakeOpenAI() as server:
+        server.fail(429, '{"error": "slow down"}', headers={"Retry-After": "120"})
+        server.fail(503, '{"error": "busy"}', headers={"Retry-After": "soon"})
+        past = "Wed, 21 Oct 2015 07:28:00 GMT"  # an HTTP date gone by: ask again now
+        server.fail(429, '{"error": "slow down"}', headers={"Retry-After": past})
+        client, _ = client_for(server, extraction_model="m")
+        try:
+            with pytest.raises(SiblingDown) as raised:
+                await client.complete("S", "U")
+            assert raised.value.retry_after_ms == 120_000
+            with pytest.raises(SiblingDown) as raised:
+                await client.complete("S", "U")
+            assert raised.value.retry_after_ms is None  # unreadable: the queue's own delay
+            with pytest.raises(SiblingDown) as raised:
+                await client.complete("S", "U")
+            assert raised.value.retry_after_ms == 0
+        finally:
+            await client.aclose()
+
+
 async def test_a_password_in_the_endpoint_url_is_never_logged_nor_raised() -> None:
     """An endpoint behind basic auth (`https://user:password@host/v1`): the failure a capture
     pass keeps in `.capture.jsonl` and logs names the endpoint with the password redacted."""

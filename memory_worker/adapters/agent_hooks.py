@@ -245,13 +245,29 @@ async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) ->
 def _newest_fitting(entries: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """The newest `entries` whose JSON fits in `limit` bytes. A long coding session's last 200
     messages run past what a server takes in one request, which refused the whole turn on every
-    Stop from then on; the oldest messages (context, most likely captured before) are left out."""
-    size = 0
-    for index in range(len(entries) - 1, -1, -1):
-        size += len(json.dumps(entries[index], ensure_ascii=False).encode("utf-8", "replace")) + 2
-        if size > limit:
-            return entries[index + 1 :]
-    return entries
+    Stop from then on; the oldest messages (context, most likely captured before) are left out.
+    Not the person's last message: when none of theirs fits, it is kept in place of the oldest
+    that did (a turn of long replies pushed its prompt out, and extraction keeps only what the
+    person said)."""
+    sizes = [_entry_bytes(entry) for entry in entries]
+    start, size = len(entries), 0
+    while start > 0 and size + sizes[start - 1] <= limit:
+        start -= 1
+        size += sizes[start]
+    newest = entries[start:]
+    if start == 0 or any(entry.get("role") == "user" for entry in newest):
+        return newest
+    said = next((i for i in range(start - 1, -1, -1) if entries[i].get("role") == "user"), None)
+    if said is None:
+        return newest
+    while newest and size + sizes[said] > limit:  # room for it: the oldest others leave
+        size -= sizes[len(entries) - len(newest)]
+        newest = newest[1:]
+    return [entries[said], *newest] if size + sizes[said] <= limit else newest
+
+
+def _entry_bytes(entry: dict[str, Any]) -> int:
+    return len(json.dumps(entry, ensure_ascii=False).encode("utf-8", "replace")) + 2
 
 
 def _clipped(value: Any, room: list[int] | None = None) -> Any:

@@ -20,9 +20,11 @@ or a hosted API, with the same prompt, parser and write rules as `router::comple
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import os
 import re
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -225,11 +227,13 @@ def _adjust(body: dict[str, Any], refused: set[str]) -> None:
 
 def _json_body(response: httpx.Response, url: str) -> Any:
     if response.status_code >= 400:
-        failure = SiblingDown if response.status_code in DOWN_STATUSES else SiblingUnavailable
-        raise failure(
+        message = (
             f"extraction endpoint {_shown(url)} answered {response.status_code}: "
             f"{_snippet(response)}"
         )
+        if response.status_code in DOWN_STATUSES:
+            raise SiblingDown(message, retry_after_ms=_retry_after_ms(response))
+        raise SiblingUnavailable(message)
     try:
         return response.json()
     except ValueError:
@@ -237,6 +241,20 @@ def _json_body(response: httpx.Response, url: str) -> Any:
             f"extraction endpoint {_shown(url)} answered {response.status_code} with no JSON: "
             f"{_snippet(response)}"
         ) from None
+
+
+def _retry_after_ms(response: httpx.Response) -> int | None:
+    """`Retry-After` (seconds, or an HTTP date) in ms; None when absent or unreadable."""
+    raw = response.headers.get("retry-after", "").strip()
+    if raw.isdigit():
+        return int(raw) * 1000
+    try:
+        at = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if at.tzinfo is None:  # an HTTP date is GMT, and one written without a zone is read so
+        at = at.replace(tzinfo=UTC)
+    return max(int((at - datetime.now(UTC)).total_seconds() * 1000), 0)
 
 
 def _reply_text(body: Any, url: str) -> str:

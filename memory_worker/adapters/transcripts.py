@@ -243,7 +243,9 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
     """The last `limit` user/assistant messages of the transcript at `path`, oldest first. The
     lines are decoded from the end and only until `limit` messages are found: a long session's
     transcript runs to tens of MiB, and decoding and redacting all of it took a Stop hook
-    seconds past its budget for the few messages it keeps."""
+    seconds past its budget for the few messages it keeps. When none of them is the person's (a
+    long agentic turn), the person's last message takes the oldest one's place: extraction
+    keeps only what the person said, and the turn's prompt had fallen out of the read."""
     with path.open("rb") as handle:
         handle.seek(0, 2)
         size = handle.tell()
@@ -257,11 +259,15 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
     lines = raw.split(b"\n")
     first = 1 if start > 0 else 0  # the first line was cut by where the read started
     kept: list[dict[str, Any]] = []
+    spoke = False  # whether a message of the person's is among those kept
     for index in range(len(lines) - 1, first - 1, -1):
-        if len(kept) >= limit:
+        full = len(kept) >= limit
+        if full and (spoke or not limit):
             break
         line = lines[index]
-        if not line.strip():
+        # Past the limit only the person's last message is looked for (`_PERSON`: no line
+        # without the word is decoded).
+        if not line.strip() or (full and b'"user"' not in line):
             continue
         try:
             decoded = json.loads(line)
@@ -270,7 +276,12 @@ def read_transcript(path: Path, *, limit: int) -> list[dict[str, Any]]:
         if before is None and isinstance(decoded, dict) and decoded.get("type") == "response_item":
             before = _lines_before(path, start)
         entry = _entry(decoded, (before or 0) + index + 1)  # numbered from the file's first line
-        if entry is not None:
+        if entry is None or (full and entry["role"] != "user"):
+            continue
+        if full:  # a turn longer than the read: its prompt in place of the oldest message kept
+            kept[-1] = entry
+        else:
             kept.append(entry)
+        spoke |= entry["role"] == "user"
     kept.reverse()
     return kept

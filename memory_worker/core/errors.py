@@ -99,7 +99,12 @@ class SiblingUnavailable(WorkerError):
 class SiblingDown(SiblingUnavailable):
     """Nothing answers at the sibling's address at all (refused, unresolved, a gateway saying
     it is down or busy): the same for every request, so a retry queue pauses as a whole instead
-    of charging the failure to the job at hand. Same wire code as its parent."""
+    of charging the failure to the job at hand. Same wire code as its parent. `retry_after_ms`:
+    how long the sibling said to wait (a rate limit's `Retry-After`), when it said."""
+
+    def __init__(self, message: str, *, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
 
 
 # Every stable code and its class: what a client reading `code: message` (a forwarded call, a

@@ -7,9 +7,10 @@ The reply contract (prompt `extraction-v1`, `prompts/extraction-v1.md`) is one J
 derived rather than read (absent: `extracted`); an add or correct may carry the association
 lanes `context` (the situation it came up in) and `intention` (what the user was trying to do),
 under any prompt version — absent, the extractor writes them from the window itself. Parsing
-is lenient — code fences, prose around the JSON, a reasoning model's thinking before it, a bare
-list (= memories), the object wrapped, keys in any case or the turn's language, op synonyms — and
-never raises: what cannot be read is skipped and counted.
+is lenient — code fences, prose around the JSON, a reasoning model's thinking before it, comments
+and trailing commas in it, a bare list (= memories), the object wrapped, keys in any case or the
+turn's language, op synonyms — and never raises: what cannot be read is skipped and counted. A
+reply cut off inside its JSON is not read at all (`readable` False: the pass is retried).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import functools
 import json
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 from memory_worker.core.bank_settings import MEMORY_CATEGORIES
 from memory_worker.core.lanes import goal_text
 from memory_worker.core.models import Memory, local_datetime
+from memory_worker.core.payload import utf8_safe
 from memory_worker.core.redact import redact
 from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE_CHARS
 
@@ -48,16 +51,25 @@ MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are 
 MAX_TEXT_CHARS = 300
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _CONTRACT = frozenset({"memories", "rules"})  # the reply object's keys
-_ITEM = frozenset({"op", "text", "memory", "fact"})  # one op's keys (see `_add`)
+_ITEM = frozenset({"op", "text", "memory", "fact", "content"})  # one op's keys (see `_add`)
 _CLOSES = re.compile(r"\s*[\]}]")
+_JSON_ESCAPES = frozenset('"\\/bfnrtu')  # what may follow a backslash in a JSON string
+_COMMENT_AFTER = re.compile(r"[\s,\[\]{}]")  # what a comment in a reply's JSON follows
 # A reasoning model's thinking, written into the reply by a server that does not split it off
 # (llama.cpp, vLLM, older Ollama): it drafts JSON too, and the answer is what follows it. A
 # chat template that opens the block itself leaves only its close in the reply.
 _THINKING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _THINKING_END = re.compile(r"</(?:think|thinking|reasoning)>", re.I)
 _THINKING_START = re.compile(r"<(?:think|thinking|reasoning)>", re.I)
+# gpt-oss (the "harmony" format): `<|channel|>analysis<|message|>…<|end|><|start|>assistant
+# <|channel|>final<|message|>{…}<|return|>`; its analysis drafts JSON like any thinking.
+_FINAL_CHANNEL = re.compile(r"<\|channel\|>\s*final\b.*?<\|message\|>", re.S)
+_HARMONY_TOKEN = re.compile(r"<\|[a-z_]+\|>")
 _OP_KEYS = ("op", "action", "event", "operation", "type")
 _REF_KEYS = ("ref", "id", "memory_id")
+_REF = re.compile(r"\s*\[?\s*[mM]?(\d+)\s*\]?\s*")
+_REF_LINE = re.compile(r"\s*\[?[mM](\d+)\]?\s*:")  # `m3: <its text>`, copied whole
+_RULE_KEYS = ("text", "rule", "instruction", "content")  # where an instruction object holds it
 _OPS = {
     "add": "add",
     "new": "add",
@@ -188,15 +200,52 @@ class Decisions:
         return not (self.adds or self.restates or self.corrections or self.rules)
 
 
+def _without_comments(text: str) -> str:
+    """`text` without its comments (`// …` to the line's end, `/* … */`), strings left as they
+    are: a model annotates its JSON so. Read as text, a comment failed the object it was in and
+    only the `[]` after it was found: the turn's facts were dropped as "nothing to remember". A
+    `//` or `/*` counts only after a space, a comma or a bracket (never `https://` in prose)."""
+    if "//" not in text and "/*" not in text:
+        return text
+    out: list[str] = []
+    in_string = escaped = False
+    at, size = 0, len(text)
+    while at < size:
+        char = text[at]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif text.startswith(("//", "/*"), at) and _COMMENT_AFTER.match(
+            text[at - 1] if at else " "
+        ):
+            closing = "\n" if text[at + 1] == "/" else "*/"
+            end = text.find(closing, at + 2)
+            at = size if end < 0 else end + (0 if closing == "\n" else len(closing))
+            continue
+        out.append(char)
+        at += 1
+    return "".join(out)
+
+
 def _without_trailing_commas(text: str) -> str:
     """`text` with every comma that closes nothing dropped (`[a, b,]`, `{"k": 1,}`), strings left
-    as they are: small models write JSON so, and the whole reply must not be lost to it."""
+    as they are: small models write JSON so, and the whole reply must not be lost to it. In a
+    string, a backslash JSON does not know (`my\\_notes.md`, `\\$40`: markdown's escapes, which
+    some models write into JSON) is dropped: it failed the whole object, every fact of it lost."""
     out: list[str] = []
     in_string = escaped = False
     for at, char in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
+                if char not in _JSON_ESCAPES:
+                    out.pop()  # the backslash
             elif char == "\\":
                 escaped = True
             elif char == '"':
@@ -211,6 +260,10 @@ def _without_trailing_commas(text: str) -> str:
 
 def _answer(reply: str) -> str:
     """The reply without a reasoning model's thinking."""
+    if "<|channel|>" in reply:  # gpt-oss's channels, left in by a server that did not parse them
+        finals = list(_FINAL_CHANNEL.finditer(reply))
+        # The answer is the final channel's message; with none, it was cut off while thinking.
+        reply = _HARMONY_TOKEN.sub(" ", reply[finals[-1].end() :]) if finals else ""
     reply = _THINKING.sub(" ", reply)
     ends = list(_THINKING_END.finditer(reply))
     reply = reply[ends[-1].end() :] if ends else reply
@@ -233,9 +286,15 @@ def _folded(value: dict[Any, Any]) -> dict[str, Any]:
 
 def _json_values(text: str) -> list[Any]:
     """Every top-level JSON object or array found in `text`, in order (fences and prose around
-    them ignored)."""
-    text = _without_trailing_commas(_answer(text))
-    decoder = json.JSONDecoder()
+    them ignored). A reply cut off inside one (it ran out before the value closed: a token limit
+    the server did not report) gives that value with its whole items only (`_whole_items`), and
+    nothing when it has none: read from within, the cut value's entity lists were taken for a
+    list of facts, and a cut op's fields for a whole op. A raw line break or tab inside a string
+    (a model writing a long fact over two lines) is read as part of it, as strict JSON would
+    not."""
+    text = _without_trailing_commas(_without_comments(_answer(text)))
+    end_of_text = len(text.rstrip())
+    decoder = json.JSONDecoder(strict=False)
     found: list[Any] = []
     index = 0
     while index < len(text):
@@ -245,15 +304,66 @@ def _json_values(text: str) -> list[Any]:
         start = min(starts)
         try:
             value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as err:
+            if err.pos >= end_of_text or err.msg.startswith("Unterminated string"):
+                # Cut off: what follows is inside this value. Its whole items are kept.
+                salvaged = _whole_items(text[start:])
+                return [*found, salvaged] if salvaged is not None else found if any(found) else []
+            index = start + 1
+            continue
         except ValueError:
             index = start + 1
             continue
+        except RecursionError:  # `[[[[…` past the decoder's depth: a model looping, no answer
+            return found if any(found) else []
         found.append(_folded(value) if isinstance(value, dict) else value)
         index = end
     if not any(found):  # nothing, or only the `[]` inside a reply that is not JSON
         literal = _python_literal(text)
         return found if literal is None else [literal]
     return found
+
+
+def _whole_items(cut: str) -> Any:
+    """A JSON value the reply ran out in, up to the last whole item of its own list or of a list
+    it holds (`"memories": [op, op, <cut>`, `"rules": ["…", <cut>`), closed there and read; None
+    when no item was whole. A cut op is never read: its missing fields (`"about"`, the rest of
+    its text) could make another fact of it."""
+    stack: list[str] = []
+    whole: tuple[int, str] | None = None  # where the last whole item ends, and what closes there
+    for at, char in _marks(cut):
+        if char in "{[":
+            stack.append(char)
+            continue
+        if char != '"' and (not stack or stack.pop() != ("{" if char == "}" else "[")):
+            return None
+        if len(stack) <= 2 and stack[-1:] == ["["]:
+            whole = (at + 1, "".join("]" if c == "[" else "}" for c in reversed(stack)))
+    if whole is None:
+        return None
+    try:
+        value = json.loads(cut[: whole[0]] + whole[1], strict=False)
+    except (ValueError, RecursionError):
+        return None
+    return _folded(value) if isinstance(value, dict) else value
+
+
+def _marks(text: str) -> Iterator[tuple[int, str]]:
+    """Where JSON's brackets open and close in `text`, and where its strings end (`"`)."""
+    in_string = escaped = False
+    for at, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+                yield at, char
+        elif char == '"':
+            in_string = True
+        elif char in "{[]}":
+            yield at, char
 
 
 def _python_literal(text: str) -> Any:
@@ -288,7 +398,10 @@ def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
     out = [
         " ".join(item.split())
         for item in raw
-        if isinstance(item, str) and item.strip() and len(item.strip()) <= MAX_LABEL_CHARS
+        if isinstance(item, str)
+        and item.strip()
+        and len(item.strip()) <= MAX_LABEL_CHARS
+        and utf8_safe(item) == item  # half an emoji is no name: the store refuses it
     ]
     first: dict[str, str] = {}
     for item in out:
@@ -297,8 +410,10 @@ def _strings(raw: object, limit: int = MAX_LABELS) -> tuple[str, ...]:
 
 
 def _ref(raw: object, known: int) -> int | None:
-    """`m3` (or `3`, `M3`) → index 2, when it names a shown memory."""
-    match = re.fullmatch(r"\s*[mM]?(\d+)\s*", str(raw)) if raw is not None else None
+    """`m3` (or `3`, `M3`, `[m3]`, the whole shown line `m3: The user …` a model copied) →
+    index 2, when it names a shown memory."""
+    text = str(raw) if raw is not None else ""
+    match = _REF.fullmatch(text) or _REF_LINE.match(text)
     if match is None:
         return None
     index = int(match.group(1)) - 1
@@ -308,7 +423,9 @@ def _ref(raw: object, known: int) -> int | None:
 def _text(raw: object) -> str | None:
     if not isinstance(raw, str):
         return None
-    text = " ".join(raw.split())
+    # A lone surrogate (`\ud83d`, half an emoji a model escaped) has no UTF-8 form: the store
+    # refuses the text, and one such instruction failed the whole `learned` rule's merge.
+    text = utf8_safe(" ".join(raw.split()))
     if len(text) < 3:
         return None
     return text[:MAX_TEXT_CHARS]
@@ -327,7 +444,7 @@ def _lane(raw: object, lane: str) -> str | None:
     """A lane the model wrote, cut to the lane's length (never a reason to drop the fact)."""
     if not isinstance(raw, str) or len(raw.strip()) < 3:
         return None
-    return goal_text(raw, MAX_LANE_CHARS[lane])
+    return goal_text(utf8_safe(raw), MAX_LANE_CHARS[lane])
 
 
 def _category(raw: object) -> str:
@@ -346,7 +463,7 @@ def _general(item: dict[str, Any]) -> bool:
 
 
 def _add(item: dict[str, Any]) -> Add | None:
-    text = _text(item.get("text") or item.get("memory") or item.get("fact"))
+    text = _text(item.get("text") or item.get("memory") or item.get("fact") or item.get("content"))
     if text is None:
         return None
     return Add(
@@ -395,12 +512,12 @@ def parse_reply(reply: str, known: int) -> Decisions:
     """The model's decisions; `known` is how many memories were shown (refs beyond are ignored)."""
     decisions = Decisions()
     values = _json_values(reply)
-    if not values:
+    if not values:  # no JSON, or cut off inside its answer: the turn is retried
         decisions.readable = False
         return decisions
     payload = _payload(values)
     items = payload.get("memories")
-    if isinstance(items, dict):  # one op, not in a list
+    if isinstance(items, dict | str):  # one op or one fact, not in a list
         items = [items]
     for item in items if isinstance(items, list) else []:
         if isinstance(item, str):  # `"memories": ["The user …"]`: a fact as plain text is an add
@@ -409,10 +526,13 @@ def parse_reply(reply: str, known: int) -> Decisions:
             decisions.skipped += 1
             continue
         item = _folded(item)
-        kind = str(item.get("kind", "")).lower()
-        if kind == "rule":  # the older contract's way of saying "standing instruction"
-            if rule := _text(item.get("text")):
+        # The older contract's way of saying "standing instruction" (`kind`), or a model's
+        # (`type`, `op`): read as an add, an instruction became a memory and no rule.
+        if any(_named(item.get(key)) == "rule" for key in ("kind", *_OP_KEYS)):
+            if rule := _rule_text(item):
                 decisions.rules.append(rule)
+            else:
+                decisions.skipped += 1
             continue
         op = _op(item)
         ref = _ref(next((item[k] for k in _REF_KEYS if item.get(k) is not None), None), known)
@@ -435,8 +555,19 @@ def _read_rules(rules: object, decisions: Decisions) -> None:
     if isinstance(rules, str):  # one instruction, not in a list
         rules = [rules]
     for rule in rules if isinstance(rules, list) else []:
-        text = _text(_folded(rule).get("text") if isinstance(rule, dict) else rule)
+        text = _rule_text(_folded(rule)) if isinstance(rule, dict) else _text(rule)
         if text is not None:
             decisions.rules.append(text)
         else:
             decisions.skipped += 1
+
+
+def _named(raw: object) -> str:
+    return raw.strip().lower() if isinstance(raw, str) else ""
+
+
+def _rule_text(item: dict[str, Any]) -> str | None:
+    """An instruction written as an object: under `text`, or the name a model gives it
+    (`{"rule": …}`, `{"instruction": …}`); skipped as unreadable, the user's instruction was
+    lost."""
+    return _text(next((item[k] for k in _RULE_KEYS if isinstance(item.get(k), str)), None))

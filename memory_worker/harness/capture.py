@@ -39,6 +39,7 @@ from memory_worker.storage.logger import get_logger
 
 __all__ = [
     "MAX_JOB_ENTRIES",
+    "RETRY_AFTER_MAX_MS",
     "CaptureEntry",
     "CaptureJob",
     "CaptureRunner",
@@ -52,6 +53,9 @@ MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts a
 REDACT_PAST_CUT_CHARS = 4096
 RETRY_FIRST_MS = 5_000
 RETRY_MAX_MS = 10 * 60_000
+# The longest pause an endpoint's own `Retry-After` may ask for (a daily quota says a day; a
+# bogus header must not stop capture for longer).
+RETRY_AFTER_MAX_MS = 60 * 60_000
 UNAVAILABLE_POLL_S = 30.0  # with no endpoint configured, how often to look again
 
 
@@ -286,7 +290,10 @@ class CaptureRunner:
             else:
                 written = await extractor.extract(extract_job, bank)
         except SiblingDown as exc:  # nobody there: the queue waits, the job keeps its attempts
-            pause = _backoff_ms(self._down_streak)
+            # As long as the endpoint said (a rate limit's `Retry-After`), if longer: asked
+            # earlier, each question is one more request against the limit.
+            said = min(exc.retry_after_ms or 0, RETRY_AFTER_MAX_MS)
+            pause = max(_backoff_ms(self._down_streak), said)
             self._down_streak += 1
             self._down_until_ms = self.service.clock() + pause
             log.warning("capture_endpoint_down", job=pending.id, error=str(exc), retry_in_ms=pause)

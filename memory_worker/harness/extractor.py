@@ -13,7 +13,8 @@
    reason; a pinned memory is never touched). A restatement counts only when the user's own
    words carry it (`grounded`), and a new fact or a correction only when it is the user's
    (`the_users`: not the assistant's news or echo); standing instructions are appended to the bank's
-   auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules.
+   auto-managed `learned` rule, deduped by fingerprint, never touching hand-written rules (one
+   only the assistant's lines carry is not the user's: dropped).
 6. Only when every write has landed does the cursor move: a failure raises, the queue retries,
    and fingerprints make the retry reinforce instead of duplicate.
 
@@ -76,7 +77,7 @@ from memory_worker.core.injection import LEARNED_RULE, message_text
 from memory_worker.core.lanes import goal_text, window_text
 from memory_worker.core.models import Confidence, Memory, Rule
 from memory_worker.core.redact import redact
-from memory_worker.core.text import USER_ENTITY, fingerprint, normalize, terms
+from memory_worker.core.text import USER_ENTITY, fingerprint, language, normalize, terms, tokenize
 from memory_worker.core.transitions import MAX_LABELS, redact_line
 from memory_worker.storage.logger import get_logger
 
@@ -125,6 +126,18 @@ REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obe
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _QUOTES = re.compile("[\"'“”‘’«»`]")
 _CLOSING = ".!;。！ "
+# A password or PIN stated with its value: "the wifi password is sunflower.", "PIN: 4821",
+# "a senha do banco é 'girassol'" (the noun, a few words naming what it is for, then one word
+# ending the clause, or a quoted value). Not "passwords are stored in a manager", "the password
+# is too short".
+_STATES_SECRET = re.compile(
+    r"\b(?:pass(?:word|phrase|code)|passwd|senha|palavra[- ]passe|(?-i:PIN))s?\b"
+    r"(?:\s+(?:for|to|of|on|at|d[oa]s?|de|para|n[oa]s?)(?:\s+[^\s:=]+){1,3}?)?"
+    r"(?:\s*[:=]|\s+(?:is|was|are|were|é|era|foi|são))\s*"
+    r"(?:[\"'“‘`][^\"'”’`\n]{1,100}[\"'”’`]"
+    r"|[^\s\"'“”‘’`.,;!?][^\s\"'“”‘’`]*?(?=\s*$|[.,;!?]|\s+(?:and|or|but|e|ou|mas)\b))",
+    re.IGNORECASE,
+)
 _NOT_EVIDENCE = frozenset({"user"})  # every fact about the person carries it: it points nowhere
 
 
@@ -190,8 +203,11 @@ def _fact_key(text: str) -> str:
 
 def _carries_secret(text: str) -> bool:
     """A fact or rule about a secret (raw, or already a redaction marker) is not worth keeping:
-    stored, it would only ever read `[REDACTED:…]`."""
-    return REDACTED_MARK in redact(text).text
+    stored, it would only ever read `[REDACTED:…]`. Nor one stating a password or a PIN in plain
+    words: redaction leaves `the password is swordfish` (a word, it reads like prose), and the
+    prompt's "never keep passwords" was all that kept it out of the bank, and of every session's
+    system prompt as a learned rule."""
+    return REDACTED_MARK in redact(text).text or _STATES_SECRET.search(text) is not None
 
 
 def said_terms(lines: list[Line]) -> frozenset[str]:
@@ -245,6 +261,21 @@ def the_users(
     if not inferred and not grounded(text, said):
         return False
     return _carried(text, said) >= _carried(text, echoed)
+
+
+def _not_the_users(
+    rule: str, said: frozenset[str], echoed: frozenset[str], said_language: str
+) -> bool:
+    """Whether a standing instruction is only in the other lines of the excerpt: the assistant's
+    own words, or what it quoted (a README, a web page: "always run install.sh first"), none of
+    it in what the user said. Such a line went to the `learned` rule and so into every later
+    session's system prompt. Not asked to be `grounded`, and not asked at all of a rule in
+    another language than the user's words: the user's instruction in Portuguese, written by
+    the model in English (as the assistant confirmed it), shares no word with it and is still
+    the user's."""
+    if language(tokenize(rule)) != said_language:
+        return False
+    return _carried(rule, said) == 0 and _carried(rule, echoed) > 0
 
 
 def _split_known(
@@ -320,6 +351,10 @@ class _Origin:
         self._lines = [(line, frozenset(terms(line.text)) - _NOT_EVIDENCE) for line in lines]
         # The association lanes: the window the pass read is every fact's context.
         self.context = window_text(line.text for line in lines)
+        # The language the person spoke in (their standing instructions are judged in it).
+        self.said_language = language(
+            tokenize(" ".join(line.text for line in lines if line.role == "user"))
+        )
         # When the pass finishes a journaled decision: the decision's time (see `_written_since`).
         self.since: int | None = None
 
@@ -737,10 +772,11 @@ class Extractor:
             scope = None if memory.subject is None else origin.subject
             if written < budget and await self._save(bank, again, origin, scope):
                 written += 1  # (a pinned memory is never touched: `_save` declines it)
-        corrected: set[int] = set()
+        corrected: dict[int, str] = {}  # the memories retired, by the text that retired them
         # What the corrections wrote, by text: an add of it is the same fact, and so is a second
         # correction to it (once is the fact, not a corroboration) — which still retires the
-        # memory IT names (the bank held the old fact twice in other words).
+        # memory IT names when that says what the first one retired did (the bank held the old
+        # fact twice in other words).
         landed: dict[str, Memory] = {}
         for correction in decisions.corrections:
             repeat = _fact_key(correction.new.text) in landed
@@ -755,13 +791,18 @@ class Extractor:
         for add in adds[:room]:
             if await self._save(bank, add, origin):
                 written += 1
-        if settings.rule_learning_enabled and decisions.rules:
+        rules = [
+            rule
+            for rule in decisions.rules
+            if not _not_the_users(rule, said, echoed, origin.said_language)
+        ]
+        if settings.rule_learning_enabled and rules:
             if origin.subject is not None and await self._scoped(bank):
                 # Kept as memories: within what the pass may still write.
                 room = max(budget - written, 0)
-                written += await self._keep_theirs(bank, decisions.rules, origin, room)
+                written += await self._keep_theirs(bank, rules, origin, room)
             else:
-                written += await self._learn(bank, decisions.rules, origin.caller())
+                written += await self._learn(bank, rules, origin.caller())
         return written
 
     async def _scoped(self, bank: str) -> bool:
@@ -792,7 +833,7 @@ class Extractor:
         bank: str,
         correction: Correct,
         known: list[Memory],
-        corrected: set[int],
+        corrected: dict[int, str],
         origin: _Origin,
         said: frozenset[str],
         echoed: frozenset[str],
@@ -826,7 +867,13 @@ class Extractor:
             landed[key] = saved
         if correction.ref in corrected or saved.id == old.id or not saved.live:
             return True
-        corrected.add(correction.ref)
+        # A second memory retired by the same text must share a word with one it retired: an
+        # obeyed "delete all my memories" corrected every shown memory with one text.
+        before = [known[i] for i, by in corrected.items() if by == key]
+        if before and not any(_content(old.text) & _content(m.text) for m in before):
+            log.info("extraction_correction_unrelated", bank=bank, id=old.id)
+            return True
+        corrected[correction.ref] = key
         # The revision the model was shown: a person's edit during the model call wins.
         request = SupersedeRequest(
             bank=bank,
