@@ -263,6 +263,24 @@ async def test_settings_view_says_why_it_is_editable_and_an_edit_applies(
     assert server.config_path is not None and server.config_path.read_text() == "recall_limit: 3\n"
 
 
+async def test_the_settings_view_shows_the_data_dir_being_served(
+    served: tuple[StandaloneServer, str],
+) -> None:
+    """`serve --data-dir` (or $MEMORY_DATA_DIR) wins over the file's `data_dir`: the panel showed
+    the file's value (here the default, data/memory) as the one in effect, so a person looking
+    for their memories was sent to a folder the server never used."""
+    server, url = served
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url + "/console/settings", json={}) as r,
+    ):
+        view = await r.json()
+    assert server.service is not None
+    [field] = [f for f in view["fields"] if f["name"] == "data_dir"]
+    assert field["value"] == str(server.service.store.root)
+    assert field["editable"] is False
+
+
 async def test_two_settings_edits_at_once_both_land(
     served: tuple[StandaloneServer, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

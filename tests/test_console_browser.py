@@ -2254,3 +2254,343 @@ def test_a_search_that_fills_its_limit_says_more_may_match(server: Server, open_
     search.press("Enter")
     expect(summary).to_contain_text("1 result for “cello”")
     expect(summary).not_to_contain_text("more may match")
+
+
+# --- review I2: the console as a person meets it -------------------------------------------------
+
+
+def test_a_history_shortened_by_compaction_does_not_call_its_oldest_kept_revision_created(
+    server: Server, open_tab: Any
+) -> None:
+    """`memory::compact` drops a memory's older revisions: what its history then starts with is
+    a later revision (here an edit, then a pin), which the page called "created"."""
+    bank = _bank(server, "compacted")
+    memory_id = _save(server, bank, "The office is at Rua Augusta 10")["memory"]["id"]
+    server.call(
+        "memory::update", {"bank": bank, "id": memory_id, "text": "The office is at Rua Augusta 12"}
+    )
+    server.call("memory::pin", {"bank": bank, "id": memory_id, "pinned": True})
+    server.call("memory::compact", {"bank": bank, "horizon_days": 0})
+    row = _row(open_tab(bank).page, "Rua Augusta 12")
+    row.get_by_role("button", name="History").click()
+    history = row.locator(".mw-history")
+    expect(history.locator(".mw-revision")).to_have_count(1)
+    expect(history.locator(".mw-revision-kind")).not_to_have_text("created")
+    expect(history.locator(".mw-revision-kind")).to_contain_text("earlier revisions compacted")
+    expect(history.locator(".mw-history-title")).to_contain_text("earlier ones compacted")
+
+
+def test_typing_in_an_edit_goes_on_when_a_memory_above_is_deleted_elsewhere(
+    server: Server, open_tab: Any
+) -> None:
+    """A row leaving above the one being edited moved every row below it (each re-inserted), the
+    edit box with them: it lost the focus, and what the person typed next went nowhere."""
+    bank = _bank(server, "edit-typing")
+    _save(server, bank, "The user parks on level two")
+    _save(server, bank, "The user parks on level three")
+    page = open_tab(bank).page
+    rows = page.locator(".mw-memory")
+    expect(rows).to_have_count(2)
+    above, edited = rows.nth(0).get_attribute("data-id"), rows.nth(1).get_attribute("data-id")
+    text = rows.nth(1).locator(".mw-memory-text").inner_text()
+    page.locator(f".mw-memory[data-id='{edited}']").get_by_role("button", name="Edit").click()
+    box = page.get_by_label("Edit memory text")
+    box.press("End")
+    page.keyboard.type(" near")
+    server.call("memory::delete", {"bank": bank, "id": above})
+    expect(rows).to_have_count(1)
+    page.keyboard.type(" the lift")
+    expect(box).to_have_value(f"{text} near the lift")
+    expect(box).to_be_focused()
+
+
+def test_keyboard_focus_follows_a_row_that_pinning_moves_to_the_top(
+    server: Server, open_tab: Any
+) -> None:
+    """The list is newest change first: a row pinned (or edited) moves to the top, and the move
+    took the focus off its button, to the page's <body>."""
+    bank = _bank(server, "pin-focus")
+    _save(server, bank, "The user parks on level two")
+    _save(server, bank, "The user parks on level three")
+    page = open_tab(bank).page
+    rows = page.locator(".mw-memory")
+    expect(rows).to_have_count(2)
+    older = rows.nth(1).get_attribute("data-id")  # the second row, whichever the list put there
+    page.locator(f".mw-memory[data-id='{older}']").get_by_role("button", name="Pin").press("Enter")
+    expect(page.locator(".mw-memory").first).to_have_attribute("data-id", older)
+    unpin = page.locator(f".mw-memory[data-id='{older}']").get_by_role("button", name="Unpin")
+    expect(unpin).to_be_focused()
+
+
+def test_a_number_typed_with_an_exponent_is_saved_as_typed_not_cut_at_the_e(
+    server: Server, open_tab: Any
+) -> None:
+    """`1e4` is a number the browser's number box takes (10000): read with `parseInt` it was 1,
+    saved as such — every rule cut to one character, a bank capped at one memory — with the
+    toast saying all went well."""
+    bank = _bank(server, "exponent")
+    page = open_tab(bank, "settings").page
+    box = page.locator("#mw-setting-max_rule_chars")
+    expect(box).not_to_have_value("")
+    box.fill("1e4")
+    _save_settings(page, "max_rule_chars")
+    text = server.config.read_text()
+    server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+    assert "max_rule_chars: 10000" in text
+
+    page.get_by_role("tab", name="Memories").click()  # the bank's own header, with its Settings…
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("max memories (0 = unlimited)").fill("2e3")
+    dialog.get_by_role("button", name="Save settings").click()
+    expect(dialog).to_have_count(0)
+    settings = server.call("memory::bank::get", {"name": bank})["bank"]["settings"]
+    assert settings["max_memories"] == 2000
+
+
+def test_a_retention_that_is_not_a_whole_number_of_days_is_refused_not_cut(
+    server: Server, open_tab: Any
+) -> None:
+    """`context=30 days` or `context=7.5` was read with `parseInt` (30, 7) and saved: a value
+    the person never gave. It goes to the worker as typed, whose refusal the dialog shows."""
+    bank = _bank(server, "retention-typed")
+    tab = open_tab(bank)
+    tab.refusals.add(400)  # refused on purpose
+    page = tab.page
+    page.get_by_role("button", name="Settings…").click()
+    dialog = page.get_by_role("dialog")
+    for typed in ("context=30 days", "context=7.5", "context="):
+        dialog.get_by_label("Retention days per category").fill(typed)
+        dialog.get_by_role("button", name="Save settings").click()
+        expect(dialog.locator(".mw-rail-status")).to_contain_text("invalid_input")
+        dialog.locator(".mw-rail-status").evaluate("e => { e.textContent = '' }")
+    dialog.get_by_role("button", name="Close").click()
+    assert server.call("memory::bank::get", {"name": bank})["bank"]["settings"]["retention"] == {}
+
+
+def test_a_tag_picked_outside_the_top_chips_shows_its_own_count(
+    server: Server, open_tab: Any
+) -> None:
+    """The chips show the 30 most used tags; one picked from a row beyond them was added as a chip
+    counting 0, beside a list of the memories it tags."""
+    bank = _bank(server, "many-tags")
+    for n in range(30):
+        for copy in ("first", "second"):
+            _save(server, bank, f"Topic {n} note, the {copy}", tags=[f"topic-{n}"])
+    _save(server, bank, "The one note about a rare topic", tags=["rare"])
+    page = open_tab(bank).page
+    expect(page.locator("#mw-panel-memories .mw-chips > .mw-chip")).to_have_count(30)
+    _row(page, "rare topic").get_by_role("button", name="#rare").click()
+    expect(page.locator(".mw-summary")).to_contain_text("1 memory tagged #rare")
+    expect(page.locator("#mw-panel-memories .mw-chip[data-tag='rare']")).to_have_text("#rare 1")
+
+
+def test_a_bank_deleted_while_the_tab_only_polls_is_left_for_a_remaining_one(
+    server: Server, browser: Any
+) -> None:
+    """No live stream (a reconnect after a server restart, a proxy that holds it, every live slot
+    taken): the trash event never reaches the tab, and a resync refetched the bank list but left
+    the page on the bank that is gone, its save box and "Add rule" ready to create it anew (as
+    after a data dir swapped for another, which only says "resync")."""
+    bank = _bank(server, "polled-away")
+    _save(server, bank, "This bank goes while nobody streams")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.route("**/console/events", lambda route: route.abort())
+        page = context.new_page()
+        page.goto(f"{server.url}/?poll_ms=300#/bank/{bank}/memories")
+        expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "polling")
+        expect(_row(page, "nobody streams")).to_have_count(1)
+        server.call("memory::bank::delete", {"name": bank})
+        expect(page.locator(".mw-bank-button", has_text=bank)).to_have_count(0)
+        expect(
+            page.locator(".mw-toast", has_text=f'Bank "{bank}" is not there any more')
+        ).to_have_count(1)
+        expect(page.locator(".mw-bank-name")).not_to_have_text(bank)
+        assert bank not in page.evaluate("location.hash")
+    finally:
+        context.close()
+
+
+def test_keyboard_focus_stays_on_the_pager_at_the_last_page(server: Server, open_tab: Any) -> None:
+    """ "Older →" pressed onto the last page is disabled there: the focus on it fell to the
+    page's <body>. It moves to "← Newer", so the keyboard can page back."""
+    bank = _bank(server, "pager-focus")
+    for n in range(51):
+        _save(server, bank, f"Paged note number {n}")
+    page = open_tab(bank).page
+    older = page.get_by_role("button", name="Older →")
+    expect(page.locator(".mw-page-text")).to_have_text("1–50 of 51")
+    older.press("Enter")
+    expect(page.locator(".mw-page-text")).to_have_text("51–51 of 51")
+    expect(older).to_be_disabled()
+    newer = page.get_by_role("button", name="← Newer")
+    expect(newer).to_be_focused()
+    newer.press("Enter")
+    expect(page.locator(".mw-page-text")).to_have_text("1–50 of 51")
+    expect(older).to_be_focused()
+
+
+def test_a_live_rerun_of_the_preview_keeps_the_keyboard_focus_on_its_section(
+    server: Server, open_tab: Any
+) -> None:
+    """A change elsewhere re-runs the preview and redraws it: the sections opened stayed open,
+    but the one opened from the keyboard lost the focus, to the page's <body>."""
+    bank = _bank(server, "preview-focus")
+    _save(server, bank, "The user's cat is called Mia")
+    page = open_tab(bank, "preview").page
+    page.get_by_label("Message to preview").fill("what is my cat called?")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    result = page.locator(".mw-preview-result")
+    message = result.locator("summary", has_text="Appended message")
+    message.press("Enter")
+    expect(result.locator("details").last).to_have_attribute("open", "")
+    _save(server, bank, "The user's cat Mia sleeps in the sun")
+    expect(result.locator(".mw-preview-memory", has_text="sleeps in the sun")).to_have_count(1)
+    expect(message).to_be_focused()
+    expect(result.locator("details").last).to_have_attribute("open", "")
+
+
+def test_a_search_within_a_tag_says_the_tag_it_is_limited_to(server: Server, open_tab: Any) -> None:
+    """A search runs within the tag chip pressed (recall's `tag`): the list said "tagged #x", a
+    search's line and its empty state did not, so a search that found nothing in the tag read
+    as nothing in the bank."""
+    bank = _bank(server, "search-in-tag")
+    _save(server, bank, "The invoice run is on Fridays", tags=["billing"])
+    _save(server, bank, "The deploy window is on Fridays", tags=["ops"])
+    page = open_tab(bank).page
+    page.locator("#mw-panel-memories .mw-chip[data-tag='billing']").click()
+    expect(page.locator("#mw-panel-memories .mw-summary")).to_contain_text("tagged #billing")
+    search = page.get_by_label("Search memories")
+    search.fill("Fridays")
+    search.press("Enter")
+    summary = page.locator("#mw-panel-memories .mw-summary")
+    expect(summary).to_contain_text("1 result for “Fridays” tagged #billing")
+    search.fill("deploy window")
+    search.press("Enter")
+    expect(summary).to_contain_text("0 results for “deploy window” tagged #billing")
+    expect(page.locator("#mw-panel-memories .mw-empty")).to_have_text(
+        "Nothing tagged #billing matches that search."
+    )
+
+
+def test_keyboard_focus_goes_to_the_bank_shown_after_deleting_one(
+    server: Server, open_tab: Any
+) -> None:
+    """ "Delete bank…" is disabled while no bank is shown: pressed from the keyboard, the focus on
+    it fell to the page's <body>. It goes to the bank shown next, in the rail."""
+    _bank(server, "aaa-kept")
+    bank = _bank(server, "focus-deleted")
+    page = open_tab(bank).page
+    page.get_by_role("button", name="Delete bank…").press("Enter")
+    page.get_by_role("dialog").get_by_role("button", name="Move to trash").press("Enter")
+    expect(page.locator(".mw-bank-name")).not_to_have_text(bank)
+    expect(page.locator(".mw-bank-button[aria-current='true']")).to_be_focused()
+
+
+def test_a_button_pressed_from_the_keyboard_that_disables_itself_keeps_the_focus_near(
+    server: Server, open_tab: Any
+) -> None:
+    """A rule's Save, the Settings tab's "Save settings" and the Doctor's "Run checks" are
+    disabled by their own press (while saving or running, or after): the focus on them fell to
+    the page's <body>. It goes to the editor, to the field saved, back to the button."""
+    bank = _bank(server, "self-disabling")
+    _rule(server, bank, "tone", "Be brief.\n")
+    page = open_tab(bank, "rules").page
+    editor = page.get_by_label("Rule tone")
+    editor.fill("Be very brief.\n")
+    page.locator(".mw-rule[data-rule='tone']").get_by_role("button", name="Save").press("Enter")
+    expect(page.locator(".mw-toast", has_text='Rule "tone" saved')).to_have_count(1)
+    expect(editor).to_be_focused()
+
+    page.get_by_role("tab", name="Settings").click()
+    field = page.locator("#mw-setting-recall_limit")
+    field.fill("7")
+    page.get_by_role("button", name="Save settings").press("Enter")
+    expect(page.locator(".mw-toast", has_text="Saved recall_limit")).to_have_count(1)
+    server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+    expect(field).to_be_focused()
+
+    page.get_by_role("tab", name="Doctor").click()
+    verdict = page.locator(".mw-verdict")
+    expect(verdict).not_to_have_text("Running…")
+    run = page.get_by_role("button", name="Run checks")
+    run.press("Enter")
+    expect(run).to_be_enabled()
+    expect(verdict).not_to_have_text("Running…")
+    expect(run).to_be_focused()
+
+
+def test_revert_and_load_latest_pressed_from_the_keyboard_hand_the_focus_to_the_draft(
+    server: Server, open_tab: Any
+) -> None:
+    """A rule's Revert (disabled once reverted) and a memory edit's "Load latest" (hidden once
+    loaded) took the focus with them, to the page's <body>: it goes to the text being edited."""
+    bank = _bank(server, "revert-focus")
+    _rule(server, bank, "tone", "Be brief.\n")
+    memory_id = _save(server, bank, "The user drinks green tea")["memory"]["id"]
+    page = open_tab(bank, "rules").page
+    editor = page.get_by_label("Rule tone")
+    editor.fill("Be long-winded.\n")
+    page.locator(".mw-rule[data-rule='tone']").get_by_role("button", name="Revert").press("Enter")
+    expect(editor).to_have_value("Be brief.\n")
+    expect(editor).to_be_focused()
+
+    page.get_by_role("tab", name="Memories").click()
+    row = page.locator(f".mw-memory[data-id='{memory_id}']")
+    row.get_by_role("button", name="Edit").click()
+    box = page.get_by_label("Edit memory text")
+    box.fill("The user drinks jasmine tea")
+    server.call("memory::update", {"bank": bank, "id": memory_id, "tags": ["drinks"]})
+    load = row.get_by_role("button", name="Load latest (keep my text)")
+    load.press("Enter")
+    expect(load).to_be_hidden()
+    expect(box).to_be_focused()
+    expect(box).to_have_value("The user drinks jasmine tea")
+
+
+def test_leaving_the_page_asks_first_when_a_new_memory_is_typed_but_not_saved(
+    server: Server, open_tab: Any
+) -> None:
+    """A memory typed in "Remember something…" and not saved yet was lost without a word when
+    the tab was closed or reloaded (a rule or memory draft asks). A bank switch does not ask: the
+    box keeps its text across banks, so nothing would be discarded."""
+    bank = _bank(server, "unsaved-new")
+    _bank(server, "unsaved-new-other")
+    page = open_tab(bank).page
+    page.get_by_label("New memory text").fill("The user's passport expires in May")
+    page.locator(".mw-bank-button", has_text="unsaved-new-other").click()
+    expect(page.locator(".mw-bank-name")).to_have_text("unsaved-new-other")
+    expect(page.get_by_label("New memory text")).to_have_value("The user's passport expires in May")
+    with page.expect_event("dialog") as asked:
+        page.close(run_before_unload=True)
+    assert asked.value.type == "beforeunload"
+    asked.value.dismiss()
+
+
+def test_the_pager_writes_its_numbers_as_the_summary_does(server: Server, open_tab: Any) -> None:
+    """Past a thousand memories the summary said "1,001 memories" and the pager "of 1001"."""
+    bank = "thousand"
+    records = [{"text": f"Imported note number {n}"} for n in range(1001)]
+    server.call("memory::import", {"bank": bank, "records": records})
+    page = open_tab(bank).page
+    summary = page.locator("#mw-panel-memories .mw-summary")
+    expect(summary).to_contain_text(re.compile(r"1\D?001 memories"))  # the locale's separator
+    total = summary.inner_text().split(" memories")[0]
+    expect(page.locator(".mw-page-text")).to_have_text(f"1–50 of {total}")
+
+
+def test_deleting_a_pinned_memory_says_it_is_pinned_before_asking(
+    server: Server, open_tab: Any
+) -> None:
+    """Pinned is the person's "keep this": the delete dialog asked about a pinned memory exactly
+    as about any other, the pin (hidden behind the dialog) unmentioned."""
+    bank = _bank(server, "pinned-delete")
+    _save(server, bank, "The user's blood type is O negative", pinned=True)
+    page = open_tab(bank).page
+    _row(page, "blood type").get_by_role("button", name="Delete").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete this pinned memory?")
+    expect(dialog).to_contain_text("It is pinned")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_have_count(0)

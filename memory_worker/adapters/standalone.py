@@ -598,6 +598,7 @@ class StandaloneServer:
                 settings=lambda: service.settings,
                 config_path=self.config_path,
                 apply=self._apply_settings,
+                data_dir=lambda: service.store.root,
             )
             self._mcp = await self._start_mcp()
             self._runner = web.AppRunner(

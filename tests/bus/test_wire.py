@@ -110,7 +110,7 @@ class TestRegistration:
     ) -> None:
         """One `console:*` trigger per page asset, all pointing at `memory::ui-content`, which
         serves each one's source; the settings panel's read is `memory::ui-settings`."""
-        spawn()
+        worker = spawn()
         functions = engine.functions()
         for internal in ("memory::ui-content", "memory::ui-settings"):
             assert functions[internal]["metadata"]["internal"] is True
@@ -133,6 +133,8 @@ class TestRegistration:
         assert (view["mode"], view["editable"]) == ("engine", False)
         assert "configuration worker" in view["reason"]
         assert [f["name"] for f in view["fields"]][:2] == ["data_dir", "default_bank"]
+        # The data dir served (`--data-dir` wins over the configuration's), not the entry's.
+        assert view["fields"][0]["value"] == str(worker.data_dir.resolve())
 
     def test_a_malformed_seam_payload_is_invalid_input_not_an_incident(
         self, spawn: Any, cli: Cli

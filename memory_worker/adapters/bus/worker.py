@@ -492,6 +492,7 @@ class EngineWorker(Stoppable):
             "edit them in the iii console's Settings; every change applies live, and this page "
             "shows it on its next refresh.",
             source=entry,
+            data_dir=str(self.service.store.root),
         )
 
     async def _session_gone(self, data: Any, sessions: SessionsClient) -> dict[str, Any]:

@@ -37,15 +37,24 @@ def _schema() -> dict[str, dict[str, Any]]:
 
 
 def describe(
-    settings: Settings, *, mode: str, editable: bool, reason: str, source: str | None
+    settings: Settings,
+    *,
+    mode: str,
+    editable: bool,
+    reason: str,
+    source: str | None,
+    data_dir: str | None = None,
 ) -> dict[str, Any]:
     """The panel's whole view. `editable`: whether this home may write the settings at all;
-    `reason` says why not (or where the edits go)."""
+    `reason` says why not (or where the edits go). `data_dir`: the data dir being served, shown
+    as that field's value — `--data-dir` or $MEMORY_DATA_DIR wins over the file's `data_dir`, and
+    the file's value sent a person looking for their memories to a folder never used."""
+    served = {"data_dir": data_dir} if data_dir is not None else {}
     fields = [
         {
             "name": name,
             **schema,
-            "value": getattr(settings, name),
+            "value": served.get(name, getattr(settings, name)),
             "editable": editable and name not in NOT_FROM_CONSOLE,
         }
         for name, schema in _schema().items()

@@ -65,6 +65,7 @@ class ConsoleContext:
     settings: Callable[[], Settings]
     config_path: Path | None  # the `--config` file, when there is one: the edits go there
     apply: Callable[[Settings], Awaitable[object]] | None  # applies a new settings snapshot
+    data_dir: Callable[[], Path] | None = None  # the data dir being served (a flag may win)
     # One settings edit at a time: each reads the file, changes its lines and replaces it, so
     # two at once (two tabs) left the file with the second's reading, the first edit lost.
     editing: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -179,13 +180,25 @@ def _editability(context: ConsoleContext) -> tuple[bool, str, str | None]:
     )
 
 
+def _view(
+    context: ConsoleContext, editable: bool, reason: str, source: str | None
+) -> dict[str, Any]:
+    served = context.data_dir() if context.data_dir is not None else None
+    return describe(
+        context.settings(),
+        mode="standalone",
+        editable=editable,
+        reason=reason,
+        source=source,
+        data_dir=str(served) if served is not None else None,
+    )
+
+
 async def _settings(request: web.Request) -> web.StreamResponse:
     await _json_body(request)
     context = request.app[_CONTEXT]
     editable, reason, source = _editability(context)
-    view = describe(
-        context.settings(), mode="standalone", editable=editable, reason=reason, source=source
-    )
+    view = _view(context, editable, reason, source)
     return web.json_response(view)
 
 
@@ -210,9 +223,7 @@ async def _settings_set(request: web.Request) -> web.StreamResponse:
         settings = await asyncio.to_thread(load_settings, context.config_path)
         await context.apply(settings)
     log.info("settings_edited", path=source, fields=sorted(values))
-    view = describe(
-        context.settings(), mode="standalone", editable=editable, reason=reason, source=source
-    )
+    view = _view(context, editable, reason, source)
     return web.json_response(view)
 
 

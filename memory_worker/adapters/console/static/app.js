@@ -111,15 +111,30 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   }, panels[tab.id].el))
   const workspace = h('main', { class: 'mw-workspace' }, workspaceHeader, tablist, panelHosts)
 
+  const doc = root.ownerDocument
+  let deleteFocused = false // "Delete bank…" was pressed from the keyboard: the focus comes back
   const rail = createBankRail(ctx, {
     select: (name) => selectBank(name),
     created: (name) => { refreshBanks().then(() => selectBank(name)) },
-    removing: (name) => { if (state.bank === name) show(null) },
+    removing: (name) => {
+      deleteFocused = doc.activeElement === deleteBank
+      if (state.bank === name) show(null)
+    },
     removed: (name, done) => {
-      refreshBanks().then(() => {
+      refreshBanks().then(async () => {
         // Still on no bank (nobody picked one meanwhile): the first remaining one, as at start;
         // or, when the delete was refused, the bank again.
-        if (state.bank === null) selectBank(done ? firstBank() : name)
+        if (state.bank === null) await selectBank(done ? firstBank() : name)
+        // "Delete bank…" is disabled while no bank is shown: the focus on it fell to <body>, a
+        // keyboard user sent back to the top. It goes to the bank now shown, in the rail (or to
+        // the button again, the delete refused), else to the bank's selected tab.
+        const lost = [doc.body, deleteBank, null].includes(doc.activeElement)
+        if (!deleteFocused || !lost) return
+        deleteFocused = false
+        const shown = rail.el.querySelector('.mw-bank-button[aria-current="true"]')
+        const tab = tabButtons.find((button) => button.getAttribute('aria-selected') === 'true')
+        const target = [done ? shown : deleteBank, tab].find((el) => el && !el.disabled && el.offsetParent !== null)
+        target?.focus()
       })
     },
   })
@@ -130,7 +145,7 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
 
   // --- navigation ------------------------------------------------------------------------------
   function dirty() {
-    return Object.values(panels).some((panel) => panel.dirty?.())
+    return Object.values(panels).some((panel) => panel.dirty?.() || panel.unsaved?.())
   }
   /** Unsaved edits a bank switch would drop: the settings are the server's, not the bank's, and
    * stay as typed (counted, "Discard and switch" discarded nothing and asked at every switch). */
@@ -243,6 +258,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   // `refreshBanks().then(…)` always sees what was there when it was called.
   let banksInFlight = null
   let banksAgain = false
+  let banksListed = false // the last list call was answered: `state.banks` is what is there now
+  const banksSeen = new Set() // every bank a list showed this tab: one of them missing is gone
   async function refreshBanks() {
     if (banksInFlight) { banksAgain = true; return banksInFlight }
     banksInFlight = (async () => {
@@ -251,9 +268,12 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
         try {
           const { banks } = await call('memory::bank::list', {}, { quiet: true })
           state.banks = banks
+          banksListed = true
+          for (const bank of banks) banksSeen.add(bank.name)
           rail.render(banks, state.bank)
           renderBankHeading()
         } catch (err) {
+          banksListed = false
           rail.failed(err)
         }
       } while (banksAgain)
@@ -281,7 +301,8 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     touched.items.clear()
     touched.rules.clear()
     touched.erased.clear()
-    refreshBanks()
+    const listed = refreshBanks()
+    if (all) listed.then(leaveGoneBank)
     for (const panel of Object.values(panels)) {
       if (erased.size) panel.erased?.(erased) // first: whatever the refetch does, they go now
       if (all) panel.resync?.()
@@ -315,6 +336,20 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     touched.all = true
     schedule()
   }
+  /** After a resync: the bank shown is gone, and no "trashed" event said so (the tab was
+   * reconnecting or polling, or the data dir was swapped for another): on to a remaining bank, as
+   * when the event comes. Left on it, every panel asked about it again, and its save box and
+   * "Add rule" would have created it anew. Unsaved edits keep the page where it is. */
+  function leaveGoneBank() {
+    const gone = state.bank
+    if (!banksListed || gone === null || bankDirty()) return
+    // Only a bank this tab saw listed: one never listed is opened on purpose (a link to a bank
+    // before its first write, on a data dir with no bank yet), as at start.
+    if (!banksSeen.has(gone) || state.banks.some((b) => b.name === gone) || gone === firstBank()) return
+    ui.toast(`Bank "${gone}" is not there any more (deleted, or the data dir changed); showing "${firstBank()}"`)
+    show(null)
+    selectBank(firstBank())
+  }
 
   const stopLive = follow(transport, {
     onEvent,
@@ -331,7 +366,6 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
   // Heard on the document, not on `root`: on a page just loaded nothing has focus and the key
   // goes to <body>, outside `root`. Keys aimed at the host around the page (the iii console's own
   // fields and controls) are left alone.
-  const doc = root.ownerDocument
   function onKey(event) {
     const target = event.target
     const ours = root.contains(target) || target === doc.body || target === doc.documentElement

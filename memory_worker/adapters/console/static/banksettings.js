@@ -19,11 +19,19 @@ function retentionText(retention) {
   return Object.entries(retention ?? {}).map(([k, v]) => `${k}=${v}`).join(', ')
 }
 
+/** A typed whole number as the worker is to judge it: `parseInt` read `1e3` as 1 and
+ * `30 days` or `7.5` as 30 and 7, saving a value nobody gave. NaN (sent as null) for no number,
+ * which the worker refuses with its own words. */
+function typedNumber(text) {
+  const trimmed = String(text ?? '').trim()
+  return trimmed === '' ? NaN : Number(trimmed)
+}
+
 function parseRetention(text) {
   const out = {}
   for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
     const [key, days] = part.split('=').map((p) => p.trim())
-    out[key] = Number.parseInt(days, 10)
+    out[key] = typedNumber(days)
   }
   return out
 }
@@ -68,8 +76,8 @@ export function openBankSettings(ctx, bank) {
   const read = () => ({
     description: inputs.description.value,
     subject_scoping: inputs.subject_scoping.checked,
-    max_memories: numberOrDefault(inputs.max_memories, (v) => Number.parseInt(v, 10)),
-    max_per_subject: numberOrDefault(inputs.max_per_subject, (v) => Number.parseInt(v, 10)),
+    max_memories: numberOrDefault(inputs.max_memories, typedNumber),
+    max_per_subject: numberOrDefault(inputs.max_per_subject, typedNumber),
     retention: inputs.retention.value.trim() === '' ? null : parseRetention(inputs.retention.value),
     relevance_threshold: numberOrDefault(inputs.relevance_threshold, Number),
     conscious_access: inputs.conscious_access.value === DEFAULT ? null : inputs.conscious_access.value,

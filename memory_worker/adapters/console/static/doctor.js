@@ -1,7 +1,7 @@
 // The doctor panel: memory::doctor's checks, each with what its failure degrades. Required checks
 // decide `ok`; advisory ones (siblings, embeddings) say what works less well without them.
 
-import { h, setText } from './dom.js'
+import { h, keepFocus, setText } from './dom.js'
 
 // What each check protects, in a person's words (the worker's own detail says what it found).
 const MEANING = {
@@ -31,6 +31,8 @@ export function createDoctorPanel(ctx) {
   let ran = false
 
   async function check() {
+    // Disabled while running: pressed from the keyboard, the focus on it fell to <body>.
+    const pressed = el.ownerDocument.activeElement === run ? run : null
     run.disabled = true
     setText(verdict, 'Running…')
     let report
@@ -40,9 +42,11 @@ export function createDoctorPanel(ctx) {
       setText(verdict, `Doctor failed to run: ${err.code}: ${err.message}`)
       verdict.dataset.ok = 'false'
       run.disabled = false
+      keepFocus(pressed, run)
       return
     }
     run.disabled = false
+    keepFocus(pressed, run)
     const failedRequired = report.checks.filter((c) => c.required && !c.ok).length
     const degraded = report.checks.filter((c) => !c.required && !c.ok).length
     verdict.dataset.ok = String(report.ok)

@@ -70,8 +70,20 @@ export function fill(el, ...children) {
  * live refresh). `create(item)` builds a node; `update(node, item)` refreshes one in place.
  */
 export function reconcile(container, items, key, create, update) {
+  // A node moved (removed and inserted again) loses the focus it holds: the person typing in a
+  // memory's edit box, or on a row's button, was left on <body>, their next keys going nowhere.
+  const doc = container.ownerDocument
+  const focused = container.contains(doc.activeElement) ? doc.activeElement : null
+  const selection = focused && typeof focused.selectionStart === 'number'
+    ? [focused.selectionStart, focused.selectionEnd, focused.selectionDirection] : null
   const existing = new Map()
   for (const node of container.children) if (node.dataset.key) existing.set(node.dataset.key, node)
+  // The nodes that go, first: left in place until the end, one above the others made every node
+  // below it move (each inserted before it), a row being edited with them.
+  const wanted = new Set(items.map((item) => String(key(item))))
+  for (const [id, node] of existing) {
+    if (!wanted.has(id)) { node.remove(); existing.delete(id) }
+  }
   let cursor = container.firstElementChild
   for (const item of items) {
     const id = String(key(item))
@@ -87,6 +99,11 @@ export function reconcile(container, items, key, create, update) {
     else cursor = cursor.nextElementSibling
   }
   for (const node of existing.values()) node.remove()
+  // Still there but moved (a pinned or edited row goes to the top): the focus follows it.
+  if (focused && focused.isConnected && container.contains(focused) && doc.activeElement !== focused) {
+    focused.focus()
+    if (selection) focused.setSelectionRange(...selection)
+  }
 }
 
 let toastRegion = null
@@ -148,6 +165,21 @@ export function askDialog(root, { title, body, label, confirm = 'Continue' }) {
     dialog.showModal()
     input.focus()
   })
+}
+
+/**
+ * After an action that disabled (or removed) the control it was started from, `pressed`: the
+ * focus on it fell to <body>, and a keyboard user started again from the top of the page. It goes
+ * back to `pressed` when that can take it again, else to `fallback`. Left alone when the person
+ * has moved on meanwhile.
+ */
+export function keepFocus(pressed, fallback) {
+  const doc = fallback.ownerDocument
+  if (!pressed || ![doc.body, null, pressed].includes(doc.activeElement)) return
+  // Hidden counts as gone: a notice's own buttons go with it.
+  const usable = pressed.isConnected && !pressed.disabled && pressed.getClientRects().length > 0
+  const target = usable ? pressed : fallback
+  if (target.isConnected && target !== doc.activeElement) target.focus()
 }
 
 /** True when a key press happens while the person is typing in a field. */

@@ -3,7 +3,7 @@
 // its full revision history (memory::history). Every mutation carries the revision it was made
 // against (`expected_revision`); a refusal says so instead of overwriting.
 
-import { h, reconcile, setAgo, setText } from './dom.js'
+import { h, keepFocus, reconcile, setAgo, setText } from './dom.js'
 import { absoluteTime, isoTime, plural, score as formatScore, splitList } from './format.js'
 
 const PAGE = 50
@@ -29,7 +29,10 @@ export function createMemoriesPanel(ctx) {
     class: 'mw-input mw-save-text', dir: 'auto', rows: 2, placeholder: 'Remember something… (one self-contained sentence)',
     attrs: { 'aria-label': 'New memory text' },
     // Not while an input method composes: its Enter confirms a candidate (Japanese, Chinese).
-    on: { keydown: (e) => { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); saveForm.requestSubmit() } } },
+    on: {
+      keydown: (e) => { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); saveForm.requestSubmit() } },
+      input: () => ctx.changed(), // a memory typed and not saved is asked about before leaving
+    },
   })
   const saveTags = h('input', { class: 'mw-input', placeholder: 'tags, comma separated', attrs: { 'aria-label': 'New memory tags', autocomplete: 'off' } })
   const savePinned = h('input', { type: 'checkbox', attrs: { 'aria-label': 'Pin the new memory' } })
@@ -111,7 +114,10 @@ export function createMemoriesPanel(ctx) {
         const count = result.memories.length >= SEARCH_LIMIT
           ? `the best ${plural(result.memories.length, 'result')}` : plural(result.memories.length, 'result')
         const more = result.memories.length >= SEARCH_LIMIT ? ' (more may match: refine the search or pick a tag)' : ''
-        setText(summaryText, `${count} for “${state.query}”${more} · retrieval ${result.retrieval}`)
+        // Within the tag chip pressed, said as the list says it: else a search that found nothing
+        // in the tag read as nothing in the bank.
+        const within = state.tag ? ` tagged #${state.tag}` : ''
+        setText(summaryText, `${count} for “${state.query}”${within}${more} · retrieval ${result.retrieval}`)
         summary.dataset.retrieval = result.retrieval
         pager.hidden = true
       } else {
@@ -128,9 +134,16 @@ export function createMemoriesPanel(ctx) {
         setText(summaryText, `${plural(result.total, state.history ? 'record' : 'memory', state.history ? 'records' : 'memories')}${state.tag ? ` tagged #${state.tag}` : ''}, newest first`)
         delete summary.dataset.retrieval
         pager.hidden = result.total <= PAGE
-        setText(pageText, shown ? `${state.offset + 1}–${state.offset + shown} of ${result.total}` : '')
+        const n = (value) => value.toLocaleString() // as the summary writes them: "1,001"
+        setText(pageText, shown ? `${n(state.offset + 1)}–${n(state.offset + shown)} of ${n(result.total)}` : '')
+        const active = el.ownerDocument.activeElement
         prev.disabled = state.offset === 0
         next.disabled = state.offset + shown >= result.total
+        // The button pressed to reach the first or the last page is disabled there: the focus on
+        // it fell to <body> (a keyboard user started again from the top). It goes to the other.
+        for (const [from, to] of [[prev, next], [next, prev]]) {
+          if (active === from && from.disabled && !to.disabled) to.focus()
+        }
       }
     } catch (err) {
       if (bank !== state.bank) return
@@ -147,7 +160,9 @@ export function createMemoriesPanel(ctx) {
     } catch { /* the list reports the bank's trouble */ }
     if (bank !== state.bank) return
     const shown = tags.slice(0, 30)
-    if (state.tag && !shown.some((t) => t.tag === state.tag)) shown.push({ tag: state.tag, count: 0 })
+    // The tag picked, when it is not among the top chips (picked on a row): with its own count,
+    // which the whole list has; 0 only when no live memory carries it any more.
+    if (state.tag && !shown.some((t) => t.tag === state.tag)) shown.push(tags.find((t) => t.tag === state.tag) ?? { tag: state.tag, count: 0 })
     reconcile(chips, shown, (t) => t.tag, chip, updateChip)
     chips.hidden = shown.length === 0
   }
@@ -228,7 +243,7 @@ export function createMemoriesPanel(ctx) {
     refocus()
     empty.hidden = items.length > 0
     setText(empty, state.query && unembedded ? UNEMBEDDED
-      : state.query ? 'Nothing in this bank matches that search.' : state.tag ? 'No memory carries this tag.' : 'No memories in this bank yet. Save one above, or let extraction capture them from chat.')
+      : state.query ? (state.tag ? `Nothing tagged #${state.tag} matches that search.` : 'Nothing in this bank matches that search.') : state.tag ? 'No memory carries this tag.' : 'No memories in this bank yet. Save one above, or let extraction capture them from chat.')
     ctx.changed()
   }
 
@@ -398,9 +413,13 @@ export function createMemoriesPanel(ctx) {
       // The revision the dialog names: a change landing while it is open (the row updates live
       // behind it) is refused as stale instead of deleted on a confirmation given for other text.
       const shown = memory.revision ?? 0
+      // Pinned is the person's own "keep this" (no automatic path touches it): said first.
+      const pinned = Boolean(memory.pinned)
       const ok = await ctx.ui.confirm({
-        title: 'Delete this memory?',
-        body: [memory.text, 'It leaves recall at once; the record stays on disk and in its history.'],
+        title: pinned ? 'Delete this pinned memory?' : 'Delete this memory?',
+        body: [
+          ...(pinned ? ['It is pinned: nothing automatic would ever retire it.'] : []),
+          memory.text, 'It leaves recall at once; the record stays on disk and in its history.'],
         confirm: 'Delete memory', danger: true,
       })
       if (ok) mutate('memory::delete', { expected_revision: shown }, () => ctx.ui.toast('Memory deleted'))
@@ -415,6 +434,7 @@ export function createMemoriesPanel(ctx) {
       // Rebase the draft on the latest revision: the person's text stays; the fields they did not
       // touch take the other writer's values instead of silently reverting them.
       const rebase = async () => {
+        const pressed = el.ownerDocument.activeElement
         let latest
         try {
           ({ memory: latest } = await ctx.call('memory::get', { bank: state.bank, id: memory.id }, { quiet: true }))
@@ -436,6 +456,7 @@ export function createMemoriesPanel(ctx) {
         editing.refused = false
         notice.hidden = true
         reload.hidden = true
+        keepFocus(pressed, textarea) // "Load latest" is hidden once loaded: on to the draft
       }
       const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Load latest (keep my text)', hidden: true, on: { click: rebase } })
       const form = h('form', { class: 'mw-edit', on: { submit: (e) => { e.preventDefault(); saveEdit() }, keydown: onEditKey, input: () => ctx.changed() } }, // the host's dirty guard follows the draft
@@ -548,8 +569,10 @@ export function createMemoriesPanel(ctx) {
       try {
         const { revisions } = await ctx.call('memory::history', { bank: state.bank, id: memory.id }, { quiet: true })
         if (asked !== historyAsked) return
+        // `memory::compact` drops a memory's older revisions: the history then starts later.
+        const compacted = (revisions[0]?.revision ?? 0) > 0 ? ' (earlier ones compacted)' : ''
         historyBox.replaceChildren(
-          h('h4', { class: 'mw-history-title', text: `${plural(revisions.length, 'revision')}, oldest first` }),
+          h('h4', { class: 'mw-history-title', text: `${plural(revisions.length, 'revision')}, oldest first${compacted}` }),
           h('ol', { class: 'mw-revisions' }, revisions.map((rev, i) => revision(rev, revisions[i - 1]))))
       } catch (err) {
         if (asked !== historyAsked) return
@@ -560,7 +583,9 @@ export function createMemoriesPanel(ctx) {
     function revision(rev, before) {
       const when = h('time', { class: 'mw-muted', title: absoluteTime(rev.updated_at) })
       setAgo(when, rev.updated_at)
-      const kind = !before ? 'created'
+      // The oldest revision kept is the creation only when it is revision 0: after a compaction
+      // it is a later one (an edit, a pin), and "created" named a change that never happened.
+      const kind = !before ? ((rev.revision ?? 0) === 0 ? 'created' : 'oldest kept (earlier revisions compacted)')
         : rev.invalid_at && rev.superseded_by ? `superseded by ${rev.superseded_by}`
           // Retired by an automatic path (`evicted` at capacity, `expired` by retention): said
           // as such, as the row's badge does — nobody deleted it.
@@ -610,6 +635,7 @@ export function createMemoriesPanel(ctx) {
     saveText.value = ''
     saveTags.value = ''
     savePinned.checked = false
+    ctx.changed()
     const redacted = result.redacted?.length ? ` (redacted: ${result.redacted.join(', ')})` : ''
     ctx.ui.toast((result.created ? 'Saved' : 'Already known: reinforced') + redacted)
     refresh()
@@ -660,5 +686,8 @@ export function createMemoriesPanel(ctx) {
       searchInput.select()
     },
     dirty: () => [...rows.values()].some((row) => row.dirty()),
+    // A new memory typed and not saved yet: the page asks before it is closed or reloaded (it
+    // was lost without a word), not before a bank switch, which keeps the box's text.
+    unsaved: () => saveText.value.trim() !== '',
   }
 }

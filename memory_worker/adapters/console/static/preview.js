@@ -86,15 +86,21 @@ export function createPreviewPanel(ctx) {
     const message = h('details', { class: 'mw-card mw-section' },
       h('summary', { text: 'Appended message, verbatim' }),
       h('pre', { class: 'mw-pre', text: p.message ?? '(none: no memory fits the budget)' }))
-    // A live re-run replaces the result: the sections the person opened stay open.
-    const opened = [...result.querySelectorAll('details')].map((d) => d.open)
+    // A live re-run replaces the result: the sections the person opened stay open, and the one
+    // the keyboard is on keeps the focus (it fell to <body> with the summary it was on).
+    const before = [...result.querySelectorAll('details')]
+    const opened = before.map((d) => d.open)
+    const focused = before.findIndex((d) => d.querySelector('summary') === el.ownerDocument.activeElement)
     result.replaceChildren(
       h('p', { class: 'mw-summary', dataset: { retrieval: p.retrieval } }, `Retrieval ${p.retrieval} · ${plural(p.memories.length, 'memory', 'memories')} handed to the turn, in this order`),
       section,
       h('h3', { class: 'mw-subhead', text: 'Recalled memories' }),
       memories,
       message)
-    result.querySelectorAll('details').forEach((d, i) => { d.open = opened[i] ?? false })
+    result.querySelectorAll('details').forEach((d, i) => {
+      d.open = opened[i] ?? false
+      if (i === focused) d.querySelector('summary').focus({ preventScroll: true })
+    })
   }
 
   return {

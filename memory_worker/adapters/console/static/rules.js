@@ -3,7 +3,7 @@
 // refused and shown as a conflict, with the person's text kept. Emptying a rule deletes it, after
 // a confirmation. The `learned` rule is grown by extraction and marked as such.
 
-import { h, reconcile, setAgo, setText } from './dom.js'
+import { h, keepFocus, reconcile, setAgo, setText } from './dom.js'
 import { absoluteTime, asTyped, NAME_PATTERN, slugify, typedName } from './format.js'
 
 const LEARNED = 'learned'
@@ -218,6 +218,7 @@ export function createRulesPanel(ctx) {
       await save()
     }
     async function discard() {
+      const pressed = el.ownerDocument.activeElement
       const read = await latestOrSay()
       if (!read) return
       const { current } = read
@@ -225,14 +226,17 @@ export function createRulesPanel(ctx) {
       textarea.value = base.content
       hideNotice()
       setStatus('clean')
+      keepFocus(pressed, textarea) // the notice and its buttons are gone
       renderWhen()
       if (!current) { cards.delete(rule.name); el.remove(); empty.hidden = cards.size > 0 }
     }
     function revert() {
+      const pressed = el.ownerDocument.activeElement
       textarea.value = base.latest ? base.latest.content : base.content
       if (base.latest) base = base.latest
       hideNotice()
       setStatus('clean')
+      keepFocus(pressed, textarea) // Revert is disabled once clean
       renderWhen()
     }
     async function remove() {
@@ -261,6 +265,8 @@ export function createRulesPanel(ctx) {
     }
     async function write(content, expected = base.revision) {
       const before = status
+      // Save (or Overwrite) is disabled while saving and after: the focus on it goes to the editor.
+      const pressed = el.contains(el.ownerDocument.activeElement) ? el.ownerDocument.activeElement : null
       setStatus('saving')
       const payload = { bank, name: rule.name, content }
       if (typeof expected === 'string') payload.expected_revision = expected
@@ -280,6 +286,7 @@ export function createRulesPanel(ctx) {
           setStatus('dirty')
           ctx.ui.toast(`Rule ${rule.name}: ${err.code}: ${err.message}`, 'error')
         }
+        keepFocus(pressed, textarea)
         return
       }
       hideNotice()
@@ -300,6 +307,7 @@ export function createRulesPanel(ctx) {
         ctx.ui.toast(`Rule "${rule.name}" saved`)
       }
       setStatus('clean')
+      if (current) keepFocus(pressed, textarea)
       renderWhen()
       load() // the budget note follows what is saved now, live stream or not
     }

@@ -2,7 +2,7 @@
 // value. Editable where the home allows it (standalone with a --config file); otherwise it says
 // where the settings live and how to change them.
 
-import { h, fill, setText } from './dom.js'
+import { h, fill, keepFocus, setText } from './dom.js'
 
 // Why a field the server keeps from the console is not editable here (settings_view.py's
 // NOT_FROM_CONSOLE), each in its own words.
@@ -104,8 +104,9 @@ export function createSettingsPanel(ctx) {
 
   function valueOf({ input, field }) {
     if (field.type === 'boolean') return input.checked
-    if (field.type === 'integer') return input.value === '' ? NaN : Number.parseInt(input.value, 10)
-    if (field.type === 'number') return input.value === '' ? NaN : Number(input.value)
+    // `Number`, not `parseInt`: the box takes `1e4` (10000), which `parseInt` read as 1 and saved.
+    // A fraction in an integer field is the browser's to refuse (step 1), then the worker's.
+    if (field.type === 'integer' || field.type === 'number') return input.value === '' ? NaN : Number(input.value)
     return input.value
   }
 
@@ -123,6 +124,7 @@ export function createSettingsPanel(ctx) {
     event.preventDefault()
     const values = Object.fromEntries(changes())
     if (!Object.keys(values).length) return
+    const pressed = el.ownerDocument.activeElement
     try {
       view = await ctx.transport.saveSettings(values)
     } catch (err) {
@@ -132,6 +134,9 @@ export function createSettingsPanel(ctx) {
     }
     message.hidden = true // an earlier refusal no longer stands: saying "Not saved" now is wrong
     render()
+    // "Save settings" is disabled again once saved: the focus on it goes to the first field saved.
+    const first = inputs.get(Object.keys(values)[0])?.input
+    if (first) keepFocus(pressed, first)
     ctx.ui.toast(`Saved ${Object.keys(values).join(', ')}`)
   }
 
