@@ -1,10 +1,9 @@
 """What each conversation was handed, so each thing reaches it once: the lesson cards its tool
 calls earned (`memory::lessons::match`) and the memories a coding agent's prompts were given
-(`memory::preview` with a `conversation`). Keys are a bank's id at one revision, of a lesson at
-one revision of its card (`core.lessons.lesson_key`): a new revision is handed again, a new
-conversation gets everything again. The ledger is the state worker in engine mode
-(`lessons.KeyValueDeliveries`), a small file per conversation under the data dir otherwise
-(`storage.deliveries`)."""
+(`memory::preview` with a `conversation`). Keys are a bank's id at one revision
+(`core.lessons.lesson_key`): a new revision is handed again, a new conversation gets everything
+again. The ledger is the state worker in engine mode (`lessons.KeyValueDeliveries`), a small file
+per conversation under the data dir otherwise (`storage.deliveries`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Lesson delivery: a tool call matched against a bank's resident lesson index, minus what the
 conversation was already given, packed in the budget, recorded as delivered.
 
-An id/revision reaches a conversation at most once: a new revision of a lesson's card (its title
-or recommendation; not a pin, tags, anchors or a reinforcement, which change nothing it shows) may
-be delivered again, a new conversation gets it again. Delivered means recorded: a card the ledger
+An id/revision reaches a conversation at most once (seed 002): a new revision of a lesson may be
+delivered again, a new conversation gets it again. Delivered means recorded: a card the ledger
 could not keep is not handed out (it stays eligible), and a ledger that cannot say what a
 conversation has means nothing new is handed out — the same rule as a failed session lookup in the
 hook. The same conversation and step asked again (a retried step) gets the same cards again.

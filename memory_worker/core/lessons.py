@@ -10,7 +10,6 @@ Budgets count approximate tokens: one token per 4 UTF-8 bytes, card framing incl
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import posixpath
 import re
@@ -139,13 +138,9 @@ def anchor_set(anchors: Anchors | None) -> tuple[frozenset[object], ...] | None:
 
 
 def lesson_key(bank: str, memory: Memory) -> str:
-    """What "delivered once per conversation" counts: a bank's id at one revision; for a lesson,
-    at one revision of its card (the title and recommendation a model is shown). A pin, tags,
-    new anchors or the lesson saved again (reinforced) make a new revision of the record, not
-    of the card: a conversation shown it was handed the very same text again on each."""
-    if memory.category == LESSON:
-        card = f"{memory.title or ''}\n{memory.recommendation or ''}".encode()
-        return f"{bank}/{memory.id}@card-{hashlib.blake2b(card, digest_size=8).hexdigest()}"
+    """What "delivered once per conversation" counts: a bank's id at one revision (seed 002: "An
+    ID/revision is supplied once per provider conversation"; a new revision, a pin's included,
+    is supplied again, as the card names its revision)."""
     return f"{bank}/{memory.id}@{memory.revision}"
 
 
