@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -18,6 +19,7 @@ from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound
+from memory_worker.core.models import Memory
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
 
@@ -160,6 +162,41 @@ class TestSave:
             assert not result["created"], second
             assert result["memory"]["id"] == saved["id"] and result["memory"]["text"] == first
             assert result["memory"]["corroboration"] == 1
+        assert (await call(service, "memory::list"))["total"] == 2
+
+    async def test_a_save_in_the_other_unicode_form_finds_the_first_still_in_flight(
+        self, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The same words in the other form (and case) saved while the first save's fsync still
+        runs: the second finds the first among the writes in flight and reinforces it."""
+        await save(service, "The user likes tea")  # the bank exists: its log can be held
+        bank = service.store.get("main")
+        entered, release = hold_log_syncs(monkeypatch, bank)
+        commits: list[Sequence[Memory]] = []
+        second_decided = asyncio.Event()
+        real_commit = bank.commit
+
+        async def commit(records: Sequence[Memory]) -> None:  # called once the save decided
+            commits.append(records)
+            if len(commits) == 2:
+                second_decided.set()
+            await real_commit(records)
+
+        monkeypatch.setattr(bank, "commit", commit)
+        decomposed = "The user lives in Sa\u0303o Paulo"
+        first = asyncio.create_task(call(service, "memory::save", text=decomposed))
+        assert await asyncio.to_thread(entered.wait, 10)
+        second = asyncio.create_task(
+            call(service, "memory::save", text="THE USER LIVES IN S\u00c3O  PAULO")
+        )
+        await asyncio.wait_for(second_decided.wait(), 10)
+        assert bank.in_flight()  # the first is still on its way
+        release.set()
+        made, reinforced = await first, await second
+        assert made["created"] and not reinforced["created"]
+        assert reinforced["memory"]["id"] == made["memory"]["id"]
+        assert reinforced["memory"]["text"] == decomposed
+        assert reinforced["memory"]["corroboration"] == 1
         assert (await call(service, "memory::list"))["total"] == 2
 
     async def test_invisible_characters_at_the_edges_are_trimmed_like_spaces(

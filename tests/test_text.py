@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import string
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given
@@ -83,6 +84,29 @@ class TestFingerprint:
     @given(st.text(alphabet=string.printable))
     def test_fingerprint_ignores_ascii_case(self, text: str) -> None:
         assert fingerprint(text.swapcase()) == fingerprint(text)
+
+    @given(st.lists(st.sampled_from(["A  b", "a b", "C\td", "ΟΔΟΣ  x", ""]), max_size=12))
+    def test_normalize_answers_each_text_in_any_order_of_calls(self, texts: list[str]) -> None:
+        # It keeps its last answer for the same object: equal texts, other objects, repeats and
+        # interleavings each get their own text's form.
+        for text in texts:
+            copy = "".join(list(text))  # an equal string, another object (when not empty)
+            expected = " ".join(text.split()).lower()
+            assert normalize(text) == expected
+            assert normalize(copy) == expected
+            assert normalize(text) == expected
+
+    def test_normalize_from_threads_meanwhile_answers_each_its_own(self) -> None:
+        texts = [f"Text  {i}  HERE" for i in range(64)]
+
+        def check(offset: int) -> bool:
+            return all(
+                normalize(texts[(i + offset) % 64]) == f"text {(i + offset) % 64} here"
+                for i in range(2000)
+            )
+
+        with ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(check, range(4)))
 
 
 class TestTokenizer:

@@ -553,7 +553,10 @@ def request_of(spec: FunctionSpec, payload: object) -> wire.Request:
             raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
     check_size(spec.request, payload)  # before validation, which recurses
     try:
-        return spec.request.model_validate(payload)
+        # `model_validate` without pydantic's Python wrapper (its keyword arguments cost ~0.7
+        # µs of every call).
+        request: wire.Request = spec.request.__pydantic_validator__.validate_python(payload)
+        return request
     except ValidationError as exc:
         raise InvalidInput(_describe(exc)) from None
 

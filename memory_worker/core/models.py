@@ -242,10 +242,18 @@ class Memory(BaseModel):
 
     def to_line(self) -> bytes:
         """The record as one JSONL line (no trailing newline); unset optional fields are omitted."""
-        return self.model_dump_json(exclude_none=True).encode()
+        # `model_dump_json(exclude_none=True).encode()` without pydantic's Python wrapper and
+        # the bytes' round trip through a str (every save encodes its record).
+        line: bytes = self.__pydantic_serializer__.to_json(self, exclude_none=True)
+        return line
 
     def to_wire(self) -> dict[str, object]:
-        return self.model_dump(mode="json", exclude_none=True)
+        # `model_dump(mode="json", exclude_none=True)` without its Python wrapper (every save's
+        # change event holds one), as `app.wire.Response.to_wire` does.
+        wired: dict[str, object] = self.__pydantic_serializer__.to_python(
+            self, mode="json", exclude_none=True
+        )
+        return wired
 
 
 def _share_instance_keys(model: type[BaseModel]) -> None:

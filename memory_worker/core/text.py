@@ -51,7 +51,20 @@ def collapse_whitespace(text: str) -> str:
 
 def normalize(text: str) -> str:
     """The fingerprinted form: whitespace collapsed first, then Unicode lowercase."""
-    return collapse_whitespace(text).lower()
+    # A save normalizes its one text object three times in a row (the duplicate check, its id,
+    # the commit's text key), ~4 µs each: the last answer is kept for that same object. By
+    # identity, not equality (no string compare), and as one tuple, read and replaced whole, so
+    # a thread calling meanwhile sees a pair that belongs together.
+    global _last_normalized
+    last = _last_normalized
+    if last[0] is text:
+        return last[1]
+    norm = collapse_whitespace(text).lower()
+    _last_normalized = (text, norm)
+    return norm
+
+
+_last_normalized: tuple[str | None, str] = (None, "")
 
 
 def fingerprint(text: str) -> str:

@@ -306,7 +306,9 @@ class Bank:
         self._embed_ready = False  # every live memory had its vector since the model took over
         self._log = files.AppendLog(path / MEMORIES_FILE, within=self.root)
         self._queue: list[_Pending] = []
-        self._staged: dict[str, tuple[Memory, str]] = {}  # id → (record, normalized text)
+        # id → (record, its normalized text composed: what `match_text` compares, made once a
+        # write rather than at each of the ~32 later saves that scan it while it is in flight)
+        self._staged: dict[str, tuple[Memory, str]] = {}
         # Live memories the staged records add (a retired one: take away) to the durable ones.
         self._staged_live = 0
         self._flusher: asyncio.Task[None] | None = None
@@ -1279,8 +1281,8 @@ class Bank:
         # nearly always differs, is compared first, so the subject is read only for an equal one.
         candidates = {
             record.id: record
-            for record, staged_norm in self._staged.values()
-            if _canonical(staged_norm) == same and same_subject(record.subject, subject)
+            for record, staged_same in self._staged.values()
+            if staged_same == same and same_subject(record.subject, subject)
         }
         for form in forms:
             for memory_id in self._by_text.ids(text_key(form)):
@@ -1423,7 +1425,7 @@ class Bank:
             if before is not None:
                 self._staged_live -= self._live_added(before[0])
             self._staged_live += self._live_added(record)
-            self._staged[record.id] = (record, norm)
+            self._staged[record.id] = (record, _canonical(norm))
         self._requeue(record.id for record in records)
         # Shielded: a caller that gives up (a hook timeout) must not strand its record half-applied.
         await asyncio.shield(pending.future)
@@ -1571,7 +1573,7 @@ class Bank:
         """What decisions must see beyond RAM: every record written or held but not yet durable."""
         was = self._staged
         self._staged = {
-            record.id: (record, norm)
+            record.id: (record, _canonical(norm))
             for pending in (*self._queue, *self._held)
             for record, norm in zip(pending.records, pending.norms, strict=True)
         }

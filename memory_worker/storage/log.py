@@ -196,7 +196,8 @@ def _readable(record: Memory) -> bytes:
     boot. Raises `ValueError` (the commit answers `storage` and writes nothing)."""
     line = record.to_line()
     try:
-        Memory.model_validate_json(line)
+        # `Memory.model_validate_json` without pydantic's Python wrapper (~2 µs of every save).
+        Memory.__pydantic_validator__.validate_json(line)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
