@@ -216,15 +216,7 @@ class Scheduler:
                 return False
             if scrubbed is not None:
                 self._reports[bank] = reports[bank] = scrubbed
-            if self.state is not None:
-                try:
-                    await self.state.set(
-                        SCOPE,
-                        LAST_REPORT,
-                        {"banks": {name: r.to_wire() for name, r in sorted(reports.items())}},
-                    )
-                except WorkerError as err:
-                    log.warning("report_not_scrubbed", bank=bank, error=str(err))
+            await self._store_reports(reports, bank=bank)
             return True
 
     async def _prune(self) -> bool:
@@ -263,16 +255,23 @@ class Scheduler:
             if scrubbed is not None:
                 reports[bank] = self._reports[bank] = scrubbed
                 changed = True
-        if changed and self.state is not None:
-            try:
-                await self.state.set(
-                    SCOPE,
-                    LAST_REPORT,
-                    {"banks": {name: r.to_wire() for name, r in sorted(reports.items())}},
-                )
-            except WorkerError as err:
-                log.warning("report_not_scrubbed", error=str(err))
+        if changed:
+            await self._store_reports(reports)
         return changed
+
+    async def _store_reports(self, reports: dict[str, BankReport], **where: str) -> None:
+        """The kept reports, scrubbed, in place of the stored ones (a failure is logged: the
+        next scrub tries again)."""
+        if self.state is None:
+            return
+        try:
+            await self.state.set(
+                SCOPE,
+                LAST_REPORT,
+                {"banks": {name: r.to_wire() for name, r in sorted(reports.items())}},
+            )
+        except WorkerError as err:
+            log.warning("report_not_scrubbed", error=str(err), **where)
 
     async def _gone(self, bank: str, report: BankReport) -> set[str]:
         """The memories `report` names (its groups', and the ids its errors quote) that the

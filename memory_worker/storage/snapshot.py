@@ -251,17 +251,28 @@ def snapshot_size(folder: Path, data: bytes, identity: tuple[int, int]) -> int |
     the file on disk is for this log. None otherwise."""
     path = folder / SNAPSHOT_FILE
     digest = analyzer_digest()
-    if not digest or not path.is_file():
+    found = _prefix_of(path, data) if digest else None
+    if found is None:
+        return None
+    meta, size = found
+    crc = identity[1] if size == identity[0] else zlib.crc32(memoryview(data)[:size])
+    return size if _made_for(meta, _VERSION, ("analyzer", digest), (size, crc)) else None
+
+
+def _prefix_of(path: Path, data: bytes) -> tuple[dict[str, Any], int] | None:
+    """The header of the derived archive at `path` and the length of the log prefix it says it
+    was written for, when that is a prefix of `data` ending a line; None otherwise (missing,
+    unreadable: derived data, so anything wrong with it means "not this log's")."""
+    if not path.is_file():
         return None
     try:
         with _archive(path) as (meta, _):
             size = meta.get("log_size")
-    except Exception:  # derived data: anything wrong with it means "not this log's"
+    except Exception:
         return None
     if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
         return None
-    crc = identity[1] if size == identity[0] else zlib.crc32(memoryview(data)[:size])
-    return size if _made_for(meta, _VERSION, ("analyzer", digest), (size, crc)) else None
+    return meta, size
 
 
 def tail_is_short(prefix: int, total: int) -> bool:
@@ -358,16 +369,10 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
 def records_prefix(folder: Path, data: bytes) -> tuple[RecordSpans, int] | None:
     """The spans `.records.npz` holds when it was written for a prefix of the log `data` that
     ends at a line boundary (the log has grown by appends since), and that prefix's length."""
-    path = folder / RECORDS_FILE
-    if not path.is_file():
+    found = _prefix_of(folder / RECORDS_FILE, data)
+    if found is None:
         return None
-    try:
-        with _archive(path) as (meta, _):
-            size = meta.get("log_size")
-    except Exception:  # derived data: anything wrong with it means "scan the log"
-        return None
-    if type(size) is not int or not 0 < size <= len(data) or data[size - 1] != ord("\n"):
-        return None
+    size = found[1]
     spans = read_records(folder, (size, zlib.crc32(memoryview(data)[:size])))
     return None if spans is None else (spans, size)
 
