@@ -11,7 +11,6 @@ import os
 import socket
 import stat
 import struct
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from memory_worker.adapters.accounts import NO_OWNER, account_of, peer_account
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.core.config import Settings
 
+from .other_accounts import OTHER_UID, as_root_on_linux, skip_unless_accounts_are_told
 from .rawhttp import Answer, request, split_url
 
 EVIL = "http://evil.example"
@@ -393,8 +393,6 @@ async def test_a_client_reads_the_token_and_calls_a_server_beyond_loopback(
 
 # --- another account on this machine ---------------------------------------------------------
 
-OTHER_UID = 65534  # `nobody`
-
 
 def _as_another_account(url: str, request_bytes: bytes) -> int:
     """The HTTP status a request sent from a process of another account (`nobody`) gets: a
@@ -436,29 +434,14 @@ def _raw_post(path: str, body: dict[str, Any], **headers: str) -> bytes:
     return f"POST {path} HTTP/1.1\r\n{head}\r\n".encode() + data
 
 
-def _own_account_told() -> int | None:
-    """What `peer_account` says of a loopback connection this process opened (None: nothing)."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        with socket.create_connection(listener.getsockname()):
-            accepted, _ = listener.accept()
-            with accepted:
-                return peer_account(accepted.getpeername(), accepted.getsockname())
-
-
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.geteuid() != 0,
-    reason="a process of another account can be made only by root, on Linux",
-)
+@as_root_on_linux
 async def test_another_account_on_the_machine_needs_the_token_on_loopback(
     server: StandaloneServer,
 ) -> None:
     """The data dir is `0700` so the machine's other accounts read no memory; the server on
     127.0.0.1 took any of their calls without the token (optional on loopback): they read every
     memory and wrote rules into every later session through it."""
-    if _own_account_told() is None:
-        pytest.skip("this kernel answers no sock_diag query")
+    skip_unless_accounts_are_told()
     assert server.url is not None and server.booting is not None
     await server.booting
     rule = _raw_post("/memory/rule/set", RULE)
@@ -502,8 +485,7 @@ def test_the_account_of_a_loopback_connection_is_told_on_linux(ending: str) -> N
     """The account of a connection's peer, and none for one whose socket its process let go of:
     a closed socket becomes an orphan, then a time-wait entry the kernel reports as root's, and
     a reset one is gone; either was a call from another account taken as root's or unknown."""
-    if _own_account_told() is None:  # not Linux, or a kernel without sock_diag: as before
-        pytest.skip("this system cannot tell a connection's account")
+    skip_unless_accounts_are_told()
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -533,8 +515,7 @@ def test_a_gone_peer_is_nobodys_even_where_this_account_listens_on_its_old_port(
     kernel's lookup falls back to a socket listening on the peer's address and port: one of
     this account's there (a program that took the port since, or shares it by SO_REUSEADDR)
     vouched for another account's call."""
-    if _own_account_told() is None:
-        pytest.skip("this system cannot tell a connection's account")
+    skip_unless_accounts_are_told()
     with socket.socket() as server, socket.socket() as listener:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -548,8 +529,7 @@ def test_a_connection_reset_before_its_accept_is_nobodys() -> None:
     readable, but without a peer address (`getpeername` fails, asyncio keeps None): its account
     read as "not known", as on a system that cannot tell, and its call went in without the
     token whenever the gate ran before the transport was dropped."""
-    if _own_account_told() is None:
-        pytest.skip("this system cannot tell a connection's account")
+    skip_unless_accounts_are_told()
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()

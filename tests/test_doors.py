@@ -37,6 +37,7 @@ from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, Work
 from memory_worker.storage.bank_file import BANK_FILE, read_bank_file
 from memory_worker.storage.files import DataDirLock
 
+from .other_accounts import OTHER_UID, as_root_on_linux, skip_unless_accounts_are_told
 from .rawhttp import split_url
 from .served import ENV, START_TIMEOUT_S, serving
 
@@ -507,18 +508,10 @@ def test_a_local_one_shot_save_loads_no_http_client_and_builds_only_its_own_mode
     imports the HTTP client (only a forwarded call posts), and of the catalog's request and
     response models only those the save validates and answers with are built (pydantic's
     `defer_build`): building all of them at import was tens of milliseconds of every one-shot."""
-    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
-    done = subprocess.run(
-        [sys.executable, "-c", _LOCAL_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=START_TIMEOUT_S,
-        check=True,
-    )
-    code, http_loaded, built = json.loads(done.stderr.strip().splitlines()[-1])
+    found, answer = _probed_save(_LOCAL_PROBE, tmp_path / "data", "tea at five")
+    code, http_loaded, built = found
     assert (code, http_loaded) == (0, False)
-    assert json.loads(done.stdout)["memory"]["text"] == "tea at five"
+    assert answer["memory"]["text"] == "tea at five"
     assert "SaveRequest" in built and "RecallRequest" not in built and "ImportRequest" not in built
 
 
@@ -545,17 +538,9 @@ def test_a_local_one_shot_save_compiles_only_the_date_pattern_it_reads(tmp_path:
     parses in Python), a local save compiles only the one telling whether its text states a
     time, at its first use; compiled at import, every one-shot process paid for all of them.
     (A text that states one also reads where its words point: `told_span`'s own patterns.)"""
-    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea with Ana"]
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILES_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=START_TIMEOUT_S,
-        check=True,
-    )
-    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, 1]
-    assert json.loads(done.stdout)["memory"]["text"] == "tea with Ana"
+    found, answer = _probed_save(_COMPILES_PROBE, tmp_path / "data", "tea with Ana")
+    assert found == [0, 1]
+    assert answer["memory"]["text"] == "tea with Ana"
 
 
 _SETTINGS_PROBE = """
@@ -581,20 +566,12 @@ def test_a_local_save_into_a_plain_bank_builds_no_settings_model_nor_loads_yaml_
     first = ["trigger", "memory::save", "--data-dir", str(data), "text=tea at five"]
     subprocess.run([sys.executable, "-m", "memory_worker", *first], env=ENV, check=True,
                    capture_output=True, timeout=START_TIMEOUT_S)  # fmt: skip
-    argv = ["trigger", "memory::save", "--data-dir", str(data), "text=coffee at six"]
-    done = subprocess.run(
-        [sys.executable, "-c", _SETTINGS_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=START_TIMEOUT_S,
-        check=True,
-    )
-    code, built, yaml_loaded, structlog_loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    found, answer = _probed_save(_SETTINGS_PROBE, data, "coffee at six")
+    code, built, yaml_loaded, structlog_loaded = found
     assert (code, built) == (0, [])
     assert not yaml_loaded  # nor the YAML parser (a plain bank.yaml)
     assert not structlog_loaded  # nor structlog: nothing was logged at the CLI's level
-    assert json.loads(done.stdout)["memory"]["text"] == "coffee at six"
+    assert answer["memory"]["text"] == "coffee at six"
     defaults = load_settings(None)
     assert defaults == Settings() == Settings.model_validate({})
     validated = Settings.model_validate({"scope": "private"}).bank_defaults()  # chosen: validated
@@ -658,7 +635,15 @@ def _local_save_probe(
     env = {k: v for k, v in ENV.items() if k != variable}
     if given is not None:
         env[variable] = given
-    argv = ["trigger", "memory::save", "--data-dir", str(tmp_path / "data"), "text=tea at five"]
+    return _probed_save(probe, tmp_path / "data", "tea at five", env)[0]
+
+
+def _probed_save(
+    probe: str, data: Path, text: str, env: dict[str, str] = ENV
+) -> tuple[Any, dict[str, Any]]:
+    """`probe` (a script running `cli.main` on its argv) run as a local one-shot save of `text`
+    into `data`: what it prints last on stderr, as JSON, and the save's answer."""
+    argv = ["trigger", "memory::save", "--data-dir", str(data), f"text={text}"]
     done = subprocess.run(
         [sys.executable, "-c", probe, *argv],
         capture_output=True,
@@ -667,7 +652,7 @@ def _local_save_probe(
         timeout=START_TIMEOUT_S,
         check=True,
     )
-    return json.loads(done.stderr.strip().splitlines()[-1])
+    return json.loads(done.stderr.strip().splitlines()[-1]), json.loads(done.stdout)
 
 
 _PLUGIN_PROBE = """
@@ -893,9 +878,6 @@ async def test_a_stopping_server_stops_naming_its_url_before_it_closes_its_port(
     assert seen["holder"].get("pid") == os.getpid()  # a refused client still names it
 
 
-OTHER_UID = 65534  # `nobody`
-
-
 def _listening_as_another_account(defer_accept: bool = False) -> tuple[int, int, int]:
     """A forked child dropped to another account (`nobody`) listening on 127.0.0.1, as another
     user's program on the port a server let go of: (its pid, its port, the pipe it reports on).
@@ -935,10 +917,7 @@ def _listening_as_another_account(defer_accept: bool = False) -> tuple[int, int,
     return pid, port, to_parent
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.geteuid() != 0,
-    reason="a process of another account can be made only by root, on Linux",
-)
+@as_root_on_linux
 @pytest.mark.parametrize("defer_accept", [False, True], ids=["accepting", "deferring"])
 async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the_port(
     defer_accept: bool,
@@ -949,14 +928,7 @@ async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the
     refused like a port that refuses it (and so chooses its door again, waiting for the lock).
     A listener that defers its accepts kept the connection a request socket, reported as root's,
     and was sent the call and the token."""
-    from memory_worker.adapters.accounts import server_account
-
-    with socket.socket() as probe:  # the kernel must tell a socket's account
-        probe.bind(("127.0.0.1", 0))
-        probe.listen()
-        with socket.create_connection(probe.getsockname()) as client:
-            if server_account(client) is None:
-                pytest.skip("this kernel answers no sock_diag query")
+    skip_unless_accounts_are_told()
     pid, port, pipe = _listening_as_another_account(defer_accept)
     token = "t0ken-" + "x" * 40
     try:
@@ -972,10 +944,7 @@ async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the
     assert received == b""  # not the call, not the token
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.geteuid() != 0,
-    reason="a process of another account can be made only by root, on Linux",
-)
+@as_root_on_linux
 async def test_root_forwards_to_the_server_of_the_account_that_owns_the_data_dir(
     tmp_path: Path,
 ) -> None:
@@ -983,14 +952,7 @@ async def test_root_forwards_to_the_server_of_the_account_that_owns_the_data_dir
     the server the person runs, which holds the dir: that server's account is not root's, and
     the call was refused as sent to another account's program, and then waited for a lock the
     server never lets go of. The account that owns the data dir is no stranger to it."""
-    from memory_worker.adapters.accounts import server_account
-
-    with socket.socket() as probe:  # the kernel must tell a socket's account
-        probe.bind(("127.0.0.1", 0))
-        probe.listen()
-        with socket.create_connection(probe.getsockname()) as client:
-            if server_account(client) is None:
-                pytest.skip("this kernel answers no sock_diag query")
+    skip_unless_accounts_are_told()
     root = tmp_path / "data"
     root.mkdir()
     os.chown(root, OTHER_UID, OTHER_UID)

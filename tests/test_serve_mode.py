@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import socket
-import sys
 import threading
 from typing import Any
 
@@ -25,6 +24,7 @@ from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 
 from .bus.engine_double import EngineDouble
+from .other_accounts import OTHER_UID, as_root_on_linux, skip_unless_accounts_are_told
 
 
 def test_standalone_flag_wins_over_everything() -> None:
@@ -126,9 +126,6 @@ def test_another_program_on_the_default_port_is_no_engine(
     assert reason.startswith(f"{url} is held by a program that is not an iii engine")
 
 
-OTHER_UID = 65534  # `nobody`
-
-
 def _engine_of_another_account() -> tuple[int, str, int]:
     """A forked child dropped to another account (`nobody`), listening on 127.0.0.1 and
     completing one WebSocket handshake, as another user's fake engine on the default port would:
@@ -175,24 +172,14 @@ def _engine_of_another_account() -> tuple[int, str, int]:
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.geteuid() != 0,
-    reason="a process of another account can be made only by root, on Linux",
-)
+@as_root_on_linux
 def test_another_accounts_program_on_the_default_port_is_never_taken_for_the_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Any account on the machine can listen on 127.0.0.1:49134 and answer the handshake: `serve`
     took that program for the engine and served it every memory (and every rule it wrote) of a
     user whose data dir is `0700` against that account. It stays standalone, saying why."""
-    from memory_worker.adapters.accounts import server_account
-
-    with socket.socket() as probe:  # the kernel must tell a socket's account
-        probe.bind(("127.0.0.1", 0))
-        probe.listen()
-        with socket.create_connection(probe.getsockname()) as client:
-            if server_account(client) is None:
-                pytest.skip("this kernel answers no sock_diag query")
+    skip_unless_accounts_are_told()
     pid, url, pipe = _engine_of_another_account()
     monkeypatch.setattr(cli, "DEFAULT_ENGINE_URL", url)
     try:
