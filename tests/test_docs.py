@@ -141,6 +141,7 @@ def test_readme_states_the_code_s_own_figures() -> None:
         f"at most {agent_hooks.MAX_CONTEXT_CHARS:,} characters of context",
         f"text at least {transitions.MIN_TEXT_CHARS} and at most {transitions.MAX_TEXT_CHARS:,}",
         f"at most {transitions.MAX_LABELS} distinct tags and {transitions.MAX_LABELS} entities",
+        f"a list of more than {transitions.MAX_RAW_LABELS} values is `invalid_input`",
         f"{transitions.MAX_LABEL_CHARS} characters each",
     ]
     missing = [phrase for phrase in phrases if phrase not in readme]

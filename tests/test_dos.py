@@ -77,7 +77,7 @@ async def test_a_save_with_110000_labels_is_refused_before_any_work(
                 service, "memory::save", {"text": "The user likes tea", field: value}
             )
     assert seen == []  # refused before validation, let alone redaction
-    with pytest.raises(InvalidInput, match=f"{field} takes at most 8 values"):
+    with pytest.raises(InvalidInput, match=f"{field} takes at most 32 values"):
         await catalog.call(
             service, "memory::save", {"text": "The user likes tea", field: many[:900]}
         )
@@ -85,30 +85,55 @@ async def test_a_save_with_110000_labels_is_refused_before_any_work(
     assert service.store.names() == []
 
 
-async def test_nine_distinct_labels_are_refused_not_cut_on_every_write_path(
+async def test_nine_distinct_labels_keep_the_first_eight_on_every_write_path(
     service: MemoryService,
 ) -> None:
-    nine = [f"topic-{n}" for n in range(9)]
+    """Seed 000: tags are "normalized lowercase, capped like entities". Nine distinct values were
+    refused (`invalid_input`); each write path now keeps the first eight distinct ones, in the
+    order given, and warns how many it left out (never their text)."""
+    nine = ["Topic-0", "topic-0", *(f"topic-{n}" for n in range(1, 9))]  # a repeat, 9 distinct
+    eight = [f"topic-{n}" for n in range(8)]
     saved = await catalog.call(service, "memory::save", {"text": "The user likes tea"})
-    for function_id, payload in (
-        ("memory::save", {"text": "The user likes coffee", "tags": nine}),
-        ("memory::save", {"text": "The user likes coffee", "entities": nine}),
-        ("memory::update", {"id": saved["memory"]["id"], "tags": nine}),
-        ("memory::update", {"id": saved["memory"]["id"], "entities": nine}),
-    ):
-        with pytest.raises(InvalidInput, match="at most 8 values"):
-            await catalog.call(service, function_id, payload)
-    with pytest.raises(InvalidInput, match="at most 8 values"):
-        await service.import_records("main", [{"text": "The user likes coffee", "tags": nine}])
-    listed = await catalog.call(service, "memory::list", {})
-    assert [m["text"] for m in listed["memories"]] == ["The user likes tea"]
+    memory_id = saved["memory"]["id"]
+    with structlog.testing.capture_logs() as logs:
+        for function_id, payload, field in (
+            ("memory::save", {"text": "The user likes coffee", "tags": nine}, "tags"),
+            ("memory::save", {"text": "The user likes cocoa", "entities": nine}, "entities"),
+            ("memory::update", {"id": memory_id, "tags": nine}, "tags"),
+            ("memory::update", {"id": memory_id, "entities": nine}, "entities"),
+        ):
+            out = await catalog.call(service, function_id, payload)
+            assert out["memory"][field] == eight, function_id
+        report = await service.import_records(
+            "main", [{"text": "The user likes mate", "tags": nine}]
+        )
+    assert report.imported == 1
+    capped = [(e["field"], e["kept"], e["dropped"]) for e in logs if e["event"] == "labels_capped"]
+    assert capped == [("tags", 8, 1), ("entities", 8, 1)] * 2 + [("tags", 8, 1)]
+    assert not [e for e in logs if "topic-8" in json.dumps(e, default=str)]
+    listed = await catalog.call(service, "memory::list", {"tag": "topic-7"})
+    assert sorted(m["text"] for m in listed["memories"]) == [
+        "The user likes coffee", "The user likes mate", "The user likes tea"
+    ]  # fmt: skip
+    assert (await catalog.call(service, "memory::list", {"tag": "topic-8"}))["memories"] == []
+
+
+async def test_a_capped_label_list_still_refuses_a_bad_value_past_the_cap(
+    service: MemoryService,
+) -> None:
+    """Bad input is refused whole, wherever it sits: a value too long after the eighth distinct
+    one is no less a mistake, and nothing is written."""
+    many = [*(f"topic-{n}" for n in range(8)), "x" * 65]
+    with pytest.raises(InvalidInput, match="at most 64 characters"):
+        await catalog.call(service, "memory::save", {"text": "The user likes tea", "tags": many})
+    assert service.store.names() == []
 
 
 def test_label_preparation_is_linear_in_what_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each value is looked at once: duplicates included, never against every earlier one."""
     seen = _counting_redact(monkeypatch)
     values = [f"Tag-{n % 8}" for n in range(transitions.MAX_RAW_LABELS)]
-    labels, _ = transitions.prepare_labels(values, "tags")
+    labels = transitions.prepare_labels(values, "tags").values
     assert len(labels) == 8
     assert len(seen) == len(values)
     with pytest.raises(InvalidInput):

@@ -152,10 +152,10 @@ def test_a_flood_of_evidence_is_refused_before_any_is_checked() -> None:
         prepare_evidence(["source:3f2a9c1"] * 100_000)
 
 
-@pytest.mark.parametrize("term", ["user_name", "k8-s", "proto.stubs"])
+@pytest.mark.parametrize("term", ["user_name", "k8-s", "proto.stubs", "makeFile", "setUp"])
 def test_a_keyword_no_call_could_name_is_refused(term: str) -> None:
-    """A call's words are never joined across `_`, `-` or `.`: such a term would be admitted
-    and never match."""
+    """A call's words are never joined across `_`, `-` or `.`, nor a lowerCamel phrase's
+    (`makeFile` is make and file): such a term would be admitted and never match."""
     with pytest.raises(InvalidInput, match="one word"):
         prepare_anchors(keyword_groups=[[term, "timeout"]])
     assert prepare_anchors(keyword_groups=[["Bedrock", "REGION"]]).keyword_groups == (
@@ -170,6 +170,8 @@ def test_a_keyword_no_call_could_name_is_refused(term: str) -> None:
         ("OAuth", "oauth"),
         ("GitHub", "github"),
         ("K8sClient", "k8sclient"),
+        ("macOS", "macos"),
+        ("iOS", "ios"),
     ],
 )
 def test_a_camel_keyword_is_the_word_a_call_spelling_it_gives(term: str, word: str) -> None:

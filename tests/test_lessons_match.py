@@ -54,6 +54,10 @@ LESSONS: dict[str, dict[str, Any]] = {
     "s3-group": {"groups": [["aws", "s3"]]},
     "i18n-group": {"groups": [["i18n", "e2e"]]},
     "github-group": {"groups": [["github", "actions"]]},
+    "oauth-group": {"groups": [["oauth", "token"]]},
+    "makefile-group": {"groups": [["makefile", "target"]]},
+    "setup-group": {"groups": [["setup", "fixture"]]},
+    "macos-group": {"groups": [["macos", "codesign"]]},
     "everything": {
         "files": ["proto/user.proto"],
         "folders": ["proto"],
@@ -67,6 +71,7 @@ LESSONS: dict[str, dict[str, Any]] = {
 _ASKED_FOR = frozenset(
     {"notes", "site-content", "js-folder", "api-test", "resume", "readme"}
     | {"k8s-group", "s3-group", "i18n-group", "github-group"}
+    | {"oauth-group", "makefile-group", "setup-group", "macos-group"}
 )
 
 
@@ -214,6 +219,52 @@ CASES = [
         {"command": "gh run list", "description": "Check the GitHub Actions runs"},
         [("github-group", GROUP_SCORE)],
         lessons=("github-group", "bedrock-group"),
+    ),
+    Case(
+        "a brand's camel spelling in a name is the term too: OAuth_token is oauth",
+        "Grep",
+        {"pattern": "OAuth_token", "path": f"{ROOT}/src"},
+        [("oauth-group", GROUP_SCORE)],
+        lessons=("oauth-group",),
+    ),
+    Case(
+        "a brand led by a word and an acronym (macOS) is the term",
+        "Bash",
+        {"command": "codesign --verify app", "description": "Sign the app for macOS"},
+        [("macos-group", GROUP_SCORE)],
+        lessons=("macos-group",),
+    ),
+    # Code's lowerCamel names are phrases: a word, then a capitalised word (`makeFile` is make +
+    # file, `setUp` set + up). Their words run together are no term a person meant: a function
+    # that makes a file is no Makefile, unittest's setUp no "setup" keyword.
+    Case(
+        "a lowerCamel name is its words, not one: makeFile never names the makefile term",
+        "Edit",
+        {
+            "file_path": f"{ROOT}/src/build.js",
+            "old_string": "const target = makeFile(path)",
+            "new_string": "const target = makeFile(path, mode)",
+        },
+        [],
+        lessons=("makefile-group",),
+    ),
+    Case(
+        "nor does setUp name the setup term",
+        "Edit",
+        {
+            "file_path": f"{ROOT}/tests/test_api.py",
+            "old_string": "def setUp(self):",
+            "new_string": "def setUp(self):  # fixture",
+        },
+        [],
+        lessons=("setup-group",),
+    ),
+    Case(
+        "the terms written as a call spells them still match: Makefile, setup",
+        "Bash",
+        {"command": "make -f Makefile target && python setup.py fixture"},
+        [("makefile-group", GROUP_SCORE), ("setup-group", GROUP_SCORE)],
+        lessons=("makefile-group", "setup-group"),
     ),
     Case(
         "its camel pieces are not the term: git and hub never make github",

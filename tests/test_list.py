@@ -199,6 +199,7 @@ async def test_a_listing_past_a_ttl_leaves_the_expired_out_before_they_are_reape
     await call(service, "memory::save", bank="main", text="The user likes tea")
     assert (await call(service, "memory::list", bank="main"))["total"] == 2  # the order is kept
     clock.advance_days(1)
+    clock.advance(1)  # older than its one-day TTL (seed 004: "older than")
     listed = await call(service, "memory::list", bank="main")
     assert [m["text"] for m in listed["memories"]] == ["The user likes tea"]
     assert listed["total"] == 1

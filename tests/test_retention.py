@@ -52,7 +52,7 @@ class TestReaper:
         ids = await _bank(service)
         clock.advance_days(29)
         assert (await call(service, "memory::stats"))["expired"] == []
-        clock.advance_days(1)
+        clock.advance(DAY_MS + 1)  # older than its 30-day TTL
         emitter.clear()
         stats = await call(service, "memory::stats")
         assert stats["expired"] == [ids["context"]]
@@ -74,7 +74,7 @@ class TestReaper:
         """Seed 004 lets a `read` agent call stats; what the reaper retired is reported once, to
         whoever counts for the bank (a person, consolidation): an agent's look does not take it."""
         ids = await _bank(service)
-        clock.advance_days(30)
+        clock.advance(30 * DAY_MS + 1)
         agent = Caller.for_agent("mcp")
         seen = await catalog.call(service, "memory::stats", {}, agent)
         assert seen["expired"] == [ids["context"]] and seen["memories"] == 3
@@ -92,14 +92,14 @@ class TestReaper:
         await call(service, "memory::save", text="The user is debugging a flaky test today.")
         clock.advance_days(20)
         assert (await call(service, "memory::stats"))["expired"] == []
-        clock.advance_days(10)
+        clock.advance(10 * DAY_MS + 1)
         assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
 
     async def test_a_memory_saved_again_after_expiring_is_not_marked_expired_any_more(
         self, service: MemoryService, clock: FixedClock, emitter: RecordingEmitter
     ) -> None:
         ids = await _bank(service)
-        clock.advance_days(30)
+        clock.advance(30 * DAY_MS + 1)
         assert (await call(service, "memory::stats"))["expired"] == [ids["context"]]
         text = "The user is debugging a flaky test today."
         back = await call(service, "memory::save", text=text, category="context")
@@ -149,9 +149,72 @@ def test_property_expiry_is_exactly_the_old_unpinned_ones(
     ]
     due = {m.id for m in expired(memories, {"context": ttl}, now)}
     assert due == {
-        m.id for m, (age, pinned) in zip(memories, ages, strict=True) if age >= ttl and not pinned
+        m.id for m, (age, pinned) in zip(memories, ages, strict=True) if age > ttl and not pinned
     }
     assert expired(memories, {}, now) == [] and expired(memories, {"fact": 1}, now) == []
+
+
+class TestOlderThanTheTtl:
+    """Seed 004: "memories older than the TTL are removed". A memory exactly the TTL old, to the
+    millisecond, is not older than it: every read keeps it and the reaper leaves it; one
+    millisecond later it is gone everywhere (it expired at age >= TTL)."""
+
+    TEXT = "The user is debugging a flaky parser test."
+
+    async def _seen(self, service: MemoryService, memory_id: str) -> dict[str, Any]:
+        recalled = {
+            mode: [
+                h["memory"]["id"]
+                for h in (await call(service, "memory::recall", query=self.TEXT, mode=mode))[
+                    "memories"
+                ]
+            ]
+            for mode in ("lexical", "hybrid")
+        }
+        listed = await call(service, "memory::list")
+        got = (await call(service, "memory::get", id=memory_id))["memory"]
+        return {
+            "recalled": {mode: memory_id in ids for mode, ids in recalled.items()},
+            "listed": memory_id in {m["id"] for m in listed["memories"]},
+            "total": listed["total"],
+            "counted": (await call(service, "memory::bank::get", name="main"))["bank"]["memories"],
+            "retired": got.get("invalid_reason"),
+        }
+
+    async def test_a_memory_exactly_the_ttl_old_is_kept_and_one_ms_later_is_gone(
+        self, service: MemoryService, clock: FixedClock
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        saved = await call(service, "memory::save", text=self.TEXT, category="context")
+        memory_id, stated = saved["memory"]["id"], clock()
+        await service.settle()
+        clock.advance(DAY_MS)  # exactly one day old: not older than its one-day TTL
+        kept = {"recalled": {"lexical": True, "hybrid": True}, "listed": True, "total": 1}
+        assert await self._seen(service, memory_id) == {**kept, "counted": 1, "retired": None}
+        assert (await call(service, "memory::stats"))["expired"] == []
+        at_ttl = await call(service, "memory::recall", query=self.TEXT, as_of=stated + DAY_MS)
+        assert [h["memory"]["id"] for h in at_ttl["memories"]] == [memory_id]
+        clock.advance(1)
+        await service.settle()
+        gone = {"recalled": {"lexical": False, "hybrid": False}, "listed": False, "total": 0}
+        assert await self._seen(service, memory_id) == {**gone, "counted": 0, "retired": "expired"}
+        assert (await call(service, "memory::stats"))["expired"] == [memory_id]
+
+    def test_the_pure_checks_agree_at_the_boundary(self) -> None:
+        """`past_ttl` (one record), `may_have_expired` (a counts file's oldest statement) and the
+        index's columns (`expired_slots`) draw the line at the same millisecond."""
+        from memory_worker.core.retention import may_have_expired, past_ttl
+        from memory_worker.search.index import LexicalIndex
+        from memory_worker.search.ranking import expired_slots, indexed
+
+        now = 1_000 * DAY_MS
+        memory = new_memory("fp0000000000000001", "m", category="context", now_ms=now)
+        index = LexicalIndex()
+        index.add_doc(indexed(memory))
+        for at, past in ((now + DAY_MS, False), (now + DAY_MS + 1, True)):
+            assert past_ttl(memory, {"context": 1}, at) is past
+            assert may_have_expired({"context": now}, {"context": 1}, at) is past
+            assert expired_slots(index, {"context": 1}, at).size == int(past)
 
 
 class TestScheduledByConsolidation:
@@ -196,6 +259,8 @@ class TestExpiredOnRead:
                 clock.advance_days(0.5)
             ids[key] = (await call(service, "memory::save", text=text, **extra))["memory"]["id"]
         await service.settle()
+        # One ms on: a memory a test's whole days age to its TTL is older than it, not equal.
+        clock.advance(1)
         return ids
 
     @staticmethod
@@ -213,7 +278,7 @@ class TestExpiredOnRead:
             store, Settings(), emitter=emitter, clock=clock, embedder=FakeEmbedder()
         )
         ids = await self._bank(service, clock)
-        clock.advance_days(1)  # the first context memory is 1.5 days old, the other one 1 day
+        clock.advance_days(1)  # 1.5 days and 1 day (and a ms) old
         query = "flaky parser test"
         for ask in (
             {"mode": "lexical"},
@@ -223,7 +288,7 @@ class TestExpiredOnRead:
         ):
             found = self._ids(await call(service, "memory::recall", query=query, **ask))
             assert ids["context"] not in found, ask
-            assert ids["recent"] not in found, ask  # exactly one day: past its TTL too
+            assert ids["recent"] not in found, ask  # one day and a ms: past its TTL too
         found = self._ids(await call(service, "memory::recall", query="parser", limit=10))
         assert set(found) == {ids["pinned"], ids["fact"]}  # pinned never expires; facts have none
         preview = await call(service, "memory::preview", query=query)
@@ -367,7 +432,7 @@ class TestExpiredOnRead:
         await call(service, "memory::save", text="Debugging the parser.", category="context",
                    tags=["parser", "today"])  # fmt: skip
         await call(service, "memory::save", text="The parser is in Rust.", tags=["parser"])
-        clock.advance_days(1)
+        clock.advance(DAY_MS + 1)  # older than its one-day TTL
         tags = (await call(service, "memory::tags"))["tags"]
         assert tags == [{"tag": "parser", "count": 1}]
 
@@ -412,7 +477,7 @@ class TestExpiredAtTheCap:
         for _ in range(3):  # used often: the eviction order would keep it over the fact
             await call(service, "memory::recall", query="debugging the parser")
         fact = await call(service, "memory::save", text="The parser is written in Rust.")
-        clock.advance_days(1)
+        clock.advance(DAY_MS + 1)  # older than its one-day TTL
         emitter.clear()
         new = await call(service, "memory::save", text="The user lives in Porto.")
         assert new["created"] and new.get("evicted") is None
@@ -442,7 +507,7 @@ async def test_an_expired_answer_is_not_raised_in_by_its_question(
     found = await call(service, "memory::recall", query="what got you into trail running")
     ids = [m["memory"]["id"] for m in found["memories"]]
     assert ids[:2] == [asked["memory"]["id"], answer["memory"]["id"]]  # raised in by its question
-    clock.advance_days(1)
+    clock.advance(DAY_MS + 1)  # older than its one-day TTL
     found = await call(service, "memory::recall", query="what got you into trail running")
     assert [m["memory"]["id"] for m in found["memories"]] == [asked["memory"]["id"]]
 
@@ -497,7 +562,7 @@ class TestPastItsTtlIsGone:
         ):
             extra = {"category": "context", **extra}
             ids[key] = (await call(service, "memory::save", text=text, **extra))["memory"]["id"]
-        clock.advance_days(1)
+        clock.advance(DAY_MS + 1)  # older than its one-day TTL
         return ids
 
     async def test_bank_get_and_list_count_no_memory_past_its_ttl(
@@ -583,7 +648,7 @@ async def test_a_get_answers_a_memory_past_its_ttl_as_expired(
     retired (`expired`), as it reads after the reap the read had run anyway."""
     await call(service, "memory::bank::create", name="main", retention={"context": 1})
     saved = await call(service, "memory::save", text="Debugging the parser.", category="context")
-    clock.advance_days(1)
+    clock.advance(DAY_MS + 1)  # older than its one-day TTL
     got = (await call(service, "memory::get", id=saved["memory"]["id"]))["memory"]
     assert got.get("invalid_reason") == "expired" and got.get("invalid_at")
 
@@ -598,7 +663,7 @@ async def test_a_memory_moved_to_a_person_is_not_refused_for_their_expired_ones(
     await call(service, "memory::save", text="Ana is debugging the parser.", category="context",
                subject="Ana")  # fmt: skip
     general = await call(service, "memory::save", text="The office opens at nine.")
-    clock.advance_days(1)
+    clock.advance(DAY_MS + 1)  # older than its one-day TTL
     moved = await call(service, "memory::update", id=general["memory"]["id"], subject="Ana")
     assert moved["memory"]["subject"] == "Ana"
     stats = await call(service, "memory::stats", subject="Ana")
@@ -616,7 +681,7 @@ async def test_an_erasure_under_way_keeps_no_one_elses_write_from_reaping(
                      category="context", subject="Ana")  # fmt: skip
     bob = await call(service, "memory::save", text="Bob is on call today.", category="context",
                      subject="Bob")  # fmt: skip
-    clock.advance_days(1)
+    clock.advance(DAY_MS + 1)  # older than its one-day TTL
     bank = service.store.get("main")
     with bank.erasing("Ana", [ana["memory"]["id"]]):
         saved = await call(service, "memory::save", text="Bob plays chess.", subject="Bob")

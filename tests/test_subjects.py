@@ -741,6 +741,7 @@ class TestAgentsInATurn:
             )  # fmt: skip
             ids[who] = saved["memory"]["id"]
         clock.advance_days(1)
+        clock.advance(1)  # older than its one-day TTL (seed 004: "older than")
         out = await _in_turn(service, "memory::stats", "bruno", bank="main")
         assert out["expired"] == [ids["bruno"]]
         whole = await call(service, "memory::stats", PERSON, bank="main")

@@ -28,18 +28,24 @@ class TestPrepare:
 
     def test_labels_are_lowercased_and_deduplicated(self) -> None:
         values = ["Blog", "blog", " iii ", "", *[f"t{i}" for i in range(6)], "T5"]
-        labels, redacted = transitions.prepare_labels(values, "tags")
+        labels, redacted, _ = transitions.prepare_labels(values, "tags")
         assert labels == ("blog", "iii", "t0", "t1", "t2", "t3", "t4", "t5")
         assert redacted == ()
 
-    def test_more_labels_than_the_cap_are_refused_not_cut(self) -> None:
-        """Issue 11: nine distinct tags used to be cut to eight without a word."""
-        with pytest.raises(InvalidInput, match="at most 8 values"):
-            transitions.prepare_labels([f"t{i}" for i in range(9)], "tags")
+    def test_more_labels_than_the_cap_keep_the_first_and_count_the_rest(self) -> None:
+        """Seed 000 caps tags "like entities": the first eight distinct are kept and the rest
+        counted for the caller to report (issue 11: never cut without a word). A secret only in a
+        value left out is not named: nothing of it was stored."""
+        token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+        values = [*(f"T{i}" for i in range(8)), "t0", f"t{token}", "t9"]
+        labels = transitions.prepare_labels(values, "tags")
+        assert labels == (tuple(f"t{i}" for i in range(8)), (), 2)
+        with pytest.raises(InvalidInput, match="at most 32 values"):
+            transitions.prepare_labels([f"t{i}" for i in range(33)], "tags")
 
     def test_a_redaction_marker_in_a_label_keeps_its_exact_form(self) -> None:
         token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
-        labels, redacted = transitions.prepare_labels([f"Deploy {token}", token], "tags")
+        labels, redacted, _ = transitions.prepare_labels([f"Deploy {token}", token], "tags")
         assert labels == ("deploy [REDACTED:github-token]", "[REDACTED:github-token]")
         assert redacted == ("github-token",)
         assert transitions.prepare_label(f"DEPLOY {token}") == "deploy [REDACTED:github-token]"

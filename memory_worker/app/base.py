@@ -8,7 +8,7 @@ import contextlib
 import os
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -46,6 +46,7 @@ __all__ = [
     "PREVIOUS_SUBJECT",
     "QUERY_EMBED_TIMEOUT_S",
     "ServiceBase",
+    "capped_labels",
     "clean_line",
     "clean_short",
     "clean_subject",
@@ -102,6 +103,16 @@ def left_view(payload: dict[str, Any]) -> dict[str, Any] | None:
     notice["memory"] = memory
     notice["event_id"] = event_id()
     return notice
+
+
+def capped_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Entities or tags as stored and the redactions made in them (`prepare_labels`): the first
+    `MAX_LABELS` distinct kept, as seed 000 caps them, with a warning naming how many distinct
+    values were left out (never their text: one may be a secret)."""
+    labels = transitions.prepare_labels(values, field)
+    if labels.dropped:
+        log.warning("labels_capped", field=field, kept=len(labels.values), dropped=labels.dropped)
+    return labels.values, labels.redacted
 
 
 def redaction_reason(labels: Iterable[str]) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from memory_worker.app.base import clean_subject, redaction_reason
+from memory_worker.app.base import capped_labels, clean_subject, redaction_reason
 from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.wire import Checked, Flag, Text, TextList
 from memory_worker.core import transitions
@@ -102,8 +102,8 @@ class ImportUseCases(RetentionUseCases):
             try:
                 item = ImportRecord.model_validate(row)
                 text, labels = transitions.prepare_text(item.text)
-                entities, entity_labels = transitions.prepare_labels(item.entities, "entities")
-                tags, tag_labels = transitions.prepare_labels(item.tags, "tags")
+                entities, entity_labels = capped_labels(item.entities, "entities")
+                tags, tag_labels = capped_labels(item.tags, "tags")
                 card, card_labels = prepare_card(
                     item.category, item.title, item.recommendation, item.anchors, item.evidence
                 )

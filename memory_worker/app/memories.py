@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from memory_worker.app.base import (
+    capped_labels,
     clean_line,
     clean_short,
     clean_subject,
@@ -66,8 +67,8 @@ class MemoryUseCases(RetentionUseCases):
         memory: that is decided here, in the same step as the write."""
         name = self._name(req.bank)
         text, text_labels = transitions.prepare_text(req.text)
-        entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
-        tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
+        entities, entity_labels = capped_labels(req.entities, "entities")
+        tags, tag_labels = capped_labels(req.tags, "tags")
         session_id, session_labels = clean_line(req.session_id, "session_id", MAX_SESSION_ID_CHARS)
         subject, subject_labels = clean_subject(req.subject)
         window, goal = _situation(req, subject, caller, self._erased_at(name, subject))
@@ -336,10 +337,10 @@ class MemoryUseCases(RetentionUseCases):
         text, labels = (None, ()) if req.text is None else transitions.prepare_text(req.text)
         entities, tags = None, None
         if req.entities is not None:
-            entities, entity_labels = transitions.prepare_labels(req.entities, "entities")
+            entities, entity_labels = capped_labels(req.entities, "entities")
             labels = (*labels, *entity_labels)
         if req.tags is not None:
-            tags, tag_labels = transitions.prepare_labels(req.tags, "tags")
+            tags, tag_labels = capped_labels(req.tags, "tags")
             labels = (*labels, *tag_labels)
         title, recommendation, anchors, evidence, card_labels = _card_update(req)
         context, context_labels = transitions.prepare_lane(req.context, "context")

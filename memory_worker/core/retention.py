@@ -1,9 +1,10 @@
 """Retention (C20): which memories their category's TTL has expired. Pure.
 
 A bank's `retention` maps a category to days (`{context: 30}`); a memory of that category whose
-fact was last stated longer ago than that has expired (restating it renews it). Categories without
-an entry never expire, a memory saved without a category counts as a fact, and pinned memories and
-lessons never expire (a person pinned the one; the other is authored, not remembered).
+fact was last stated longer ago than that has expired (restating it renews it). Seed 004 says
+"older than the TTL": one exactly the TTL old, to the millisecond, is still kept. Categories
+without an entry never expire, a memory saved without a category counts as a fact, and pinned
+memories and lessons never expire (a person pinned the one; the other is authored, not remembered).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def past_ttl(memory: Memory, retention: Mapping[str, int], now_ms: int) -> bool:
     if memory.pinned:
         return False
     days = retention.get(kind_of(memory))
-    return days is not None and now_ms - memory.last_stated_at >= days * DAY_MS
+    return days is not None and now_ms - memory.last_stated_at > days * DAY_MS
 
 
 def expired(memories: Iterable[Memory], retention: Mapping[str, int], now_ms: int) -> list[Memory]:
@@ -53,6 +54,5 @@ def may_have_expired(oldest: Mapping[str, int], retention: Mapping[str, int], no
     `LexicalIndex.oldest_stated` gives it) is past its TTL at `now_ms` (`past_ttl` of each
     category's oldest)."""
     return any(
-        kind in oldest and now_ms - oldest[kind] >= days * DAY_MS
-        for kind, days in retention.items()
+        kind in oldest and now_ms - oldest[kind] > days * DAY_MS for kind, days in retention.items()
     )

@@ -14,6 +14,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 from memory_worker.core.errors import Conflict, InvalidInput
 from memory_worker.core.lessons import LESSON, anchor_set
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
+    "Labels",
     "change_event",
     "check_revision",
     "check_unicode",
@@ -203,13 +205,28 @@ def prepare_label(raw: str | None, field: str = "tag") -> str | None:
     return normalize_label(redact_line(_compose(raw))[0]) or None
 
 
-def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+class Labels(NamedTuple):
+    """Entities or tags as stored (`prepare_labels`), the redactions made in them, and how many
+    distinct values past the cap were left out (0: none)."""
+
+    values: tuple[str, ...]
+    redacted: tuple[str, ...]
+    dropped: int
+
+
+def prepare_labels(values: Sequence[str], field: str) -> Labels:
     """Entities or tags: redacted, whitespace-collapsed, lowercased (redaction markers kept as
-    written), deduplicated (first occurrence kept). More than `MAX_LABELS` distinct values is
-    refused, never cut silently; linear in what was given, which is bounded before any work."""
+    written), deduplicated (first occurrence kept), capped at the first `MAX_LABELS` distinct
+    values (seed 000: tags are "capped like entities"; the caller reports `dropped`, so nothing
+    is cut silently). Linear in what was given, which is bounded before any work: more than
+    `MAX_RAW_LABELS` values (duplicates and blanks included) is refused unread."""
     if len(values) > MAX_RAW_LABELS:
-        raise InvalidInput(f"{field} takes at most {MAX_LABELS} values (got {len(values)})")
+        raise InvalidInput(
+            f"{field} takes at most {MAX_RAW_LABELS} values, of which the first {MAX_LABELS} "
+            f"distinct are kept (got {len(values)})"
+        )
     out: dict[str, None] = {}  # ordered and O(1) membership
+    past: set[str] = set()  # distinct values past the cap: validated alike, then left out
     labels: set[str] = set()
     for raw in values:
         if len(raw) > MAX_RAW_LABEL_CHARS:
@@ -218,16 +235,17 @@ def prepare_labels(values: Sequence[str], field: str) -> tuple[tuple[str, ...], 
         # Composed first, so a full-width key reads as the key it is; redacted before
         # lowercasing, which would hide key shapes.
         redacted, found = redact_line(_compose(raw))
-        labels.update(found)
         value = normalize_label(redacted)
         if not value or value in out:
             continue
         if len(value) > MAX_LABEL_CHARS:
             raise InvalidInput(f"each of {field} must be at most {MAX_LABEL_CHARS} characters")
-        out[value] = None
-    if len(out) > MAX_LABELS:
-        raise InvalidInput(f"{field} takes at most {MAX_LABELS} values (got {len(out)} distinct)")
-    return tuple(out), tuple(sorted(labels))
+        if len(out) < MAX_LABELS:
+            out[value] = None
+            labels.update(found)  # a secret in a value left out was not stored: none to name
+        else:
+            past.add(value)
+    return Labels(tuple(out), tuple(sorted(labels)), len(past))
 
 
 def prepare_reason(raw: str | None) -> str | None:

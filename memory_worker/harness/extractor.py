@@ -903,7 +903,7 @@ class Extractor:
         if (again := self._written_since(bank, text, subject, origin.since)) is not None:
             return again
         if _ABOUT_USER.search(text) and "user" not in entities:
-            entities = ("user", *entities)[:MAX_LABELS]  # more than the cap is refused
+            entities = ("user", *entities)[:MAX_LABELS]  # the cap the save would apply
         context, intention = fact.context or origin.context, origin.intention_of(fact)
         if subject is None and origin.subject is not None:
             # A general memory is everyone's and outlives the speaker's erasure: the window and

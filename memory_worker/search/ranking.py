@@ -551,7 +551,7 @@ def _past_ttl(
         stated_at, category = index.stated_at[slots], index.category[slots]
     past = np.zeros(stated_at.size, bool)
     for kind, days in retention.items():  # a TTL or two: a compare per kind beats a gather
-        past |= (category == category_code(kind)) & (stated_at <= at_ms - days * DAY_MS)
+        past |= (category == category_code(kind)) & (stated_at < at_ms - days * DAY_MS)
     past &= alive
     past &= ~pinned
     return past
@@ -564,7 +564,7 @@ def expired_slots(index: LexicalIndex, retention: Mapping[str, int], at_ms: int)
     if not retention or not n:
         return _NO_SLOTS
     # Nothing stated before the shortest TTL ago: nothing expired (one pass, no gather).
-    if float(index.stated_at[:n].min()) > at_ms - min(retention.values()) * DAY_MS:
+    if float(index.stated_at[:n].min()) >= at_ms - min(retention.values()) * DAY_MS:
         return _NO_SLOTS
     return np.flatnonzero(_past_ttl(index, retention, at_ms))
 
