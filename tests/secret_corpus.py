@@ -314,6 +314,7 @@ SECRETS: list[tuple[str, str, str]] = [
     ("password", "My password was 'letmein-2024' until Friday.", "letmein-2024"),
     ("password", "The wifi password is Kp9-Lm2-Qx7!", "Kp9-Lm2-Qx7!"),
     ("password", "password: correct horse battery staple", "correct horse battery staple"),
+    ("password", "the password is correcthorsebattery", "correcthorsebattery"),
     ("password", "curl -u admin:S3cr3t-Pa55 https://api.example.com/v1", "S3cr3t-Pa55"),
     ("password", "curl --user deploy:Jk8-Wq3-Zr9 https://ci.example.com", "Jk8-Wq3-Zr9"),
     ("password", "mysql -h db -u root -pS3cretRoot! appdb", "S3cretRoot!"),
@@ -352,6 +353,8 @@ SECRETS: list[tuple[str, str, str]] = [
 # Text that mentions secrets, or has a similar shape, but holds none.
 LOOKALIKES: list[str] = [
     "the password is stored in the vault",
+    "the password is on the sticky note",
+    "the password is straightforward.",
     "I forgot my password again, so I reset it.",
     "password: ****",
     "password=",

@@ -563,6 +563,39 @@ class TestRunner:
         assert dead.queue.pending() == [] and dead.queue.dead == 1
         await runner.close()
 
+    async def test_a_reply_in_prose_is_given_up_after_one_retry_with_its_reason(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """A model that answers in prose ("I can't help with that.": a refusal, a chat answer)
+        made no attempt at the JSON: it was retried like a timeout, eight times over some twenty
+        minutes, before the job died. It is asked once more (a sampled reply may differ), then
+        the job is dead at once, the reply's words its recorded reason."""
+
+        class Refusing:
+            asked = 0
+
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                self.asked += 1
+                return "I'm sorry, but I can't help with that."
+
+        model = Refusing()
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s12", entries_of(tmp_path, turn(1, "figs"))))
+        assert await runner.run_once() == 0
+        [pending] = runner.queue.pending()
+        assert pending.attempts == 1 and "can't help with that" in (pending.error or "")
+        pending.retry_at = 0  # (the delay, fast-forwarded)
+        assert await runner.run_once() == 1  # dead: no third question
+        assert (model.asked, runner.queue.pending(), runner.queue.dead) == (2, [], 1)
+        await runner.close()
+        [dead] = [
+            json.loads(line)
+            for line in (root / CAPTURE_FILE).read_text().splitlines()
+            if '"dead"' in line
+        ]
+        assert dead["op"] == "dead" and "prose" in dead["error"]
+        assert "can't help with that" in dead["error"]
+
     async def test_an_endpoint_that_is_down_pauses_the_queue_and_spends_no_attempts(
         self, service: MemoryService, root: Path, tmp_path: Path
     ) -> None:

@@ -4,6 +4,7 @@ transcript, a scripted completer, a key-value store), against a real store."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ from memory_worker.app.wire import (
     UpdateRequest,
 )
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import SiblingUnavailable, StorageError
+from memory_worker.core.errors import ProseReply, SiblingUnavailable, StorageError
 from memory_worker.core.extraction import parse_reply, render_request, system_prompt
 from memory_worker.core.models import Confidence
 from memory_worker.harness.extractor import CURSOR_SCOPE, LEARNED_HEADER, Extractor, merge_learned
@@ -249,6 +250,55 @@ class TestParse:
         assert [a.text for a in parse_reply(reply, 0).adds] == ["The user's dog is named Rex."]
         assert not parse_reply("{'memories': [}", 0).readable
 
+    @pytest.mark.parametrize(
+        ("reply", "prose"),
+        [
+            ("I'm sorry, but I can't help with that.", True),
+            ("<think>They want JSON.</think>\nI can't help with that.", True),
+            ("Nothing in this conversation is worth remembering.", True),
+            ('{"memories": [{"op"', False),  # cut off inside its JSON
+            ("<think>Maybe {", False),  # cut off while thinking
+            ("Here are the memories:", False),  # cut off before its JSON
+            ("```json\n", False),
+            ("", False),
+        ],
+    )
+    def test_a_reply_in_prose_is_told_from_one_cut_off(self, reply: str, prose: bool) -> None:
+        """Both are unreadable; only a cut-off one is worth asking again as soon as possible."""
+        decisions = parse_reply(reply, 0)
+        assert not decisions.readable and decisions.prose is prose
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            # curly quotes, as a chat front end or a word processor "smartens" them
+            "{\u201cmemories\u201d: [{\u201cop\u201d: \u201cadd\u201d, "
+            "\u201ctext\u201d: \u201cThe user lives in Porto.\u201d}]}",
+            # keys left unquoted (JavaScript's object syntax)
+            '{memories: [{op: "add", text: "The user lives in Porto."}], rules: []}',
+            # the whole answer encoded twice: a JSON string holding the JSON
+            json.dumps(json.dumps({"memories": [add("The user lives in Porto.")]})),
+            "```json\n"
+            + json.dumps(json.dumps({"memories": [add("The user lives in Porto.")]}))
+            + "\n```",
+            # the list encoded twice inside the object
+            json.dumps({"memories": json.dumps([add("The user lives in Porto.")])}),
+        ],
+    )
+    def test_json_a_model_wrote_loosely_is_read(self, reply: str) -> None:
+        """Curly quotes, bare keys and JSON encoded twice were lost: nothing found (the turn
+        retried until dead), or only an inner `[]` (the turn consumed as "nothing to
+        remember"), or the encoded list kept as the text of one fact."""
+        decisions = parse_reply(reply, 0)
+        assert decisions.readable
+        assert [a.text for a in decisions.adds] == ["The user lives in Porto."]
+
+    def test_curly_quotes_inside_a_straight_quoted_string_are_kept(self) -> None:
+        reply = json.dumps({"memories": [add("The user calls the shed \u201cthe office\u201d.")]})
+        assert [a.text for a in parse_reply(reply, 0).adds] == [
+            "The user calls the shed \u201cthe office\u201d."
+        ]
+
     def test_rules_given_as_one_string_are_kept(self) -> None:
         reply = json.dumps({"memories": [], "rules": "Always answer in Portuguese."})
         assert parse_reply(reply, 0).rules == ["Always answer in Portuguese."]
@@ -295,6 +345,23 @@ class TestParse:
         text = render_request([Line("user", "I moved!", T0)], known)
         assert "m1: The user lives in Lisbon. [pinned]" in text
         assert "[2026-03-02 10:00] user: I moved!" in text
+
+    def test_a_long_message_keeps_its_start_and_its_end(self) -> None:
+        """A message past its share of the request (`MAX_MESSAGE_CHARS`) kept its start only: a
+        log pasted, then "anyway, I moved to Porto", lost the fact to the cut, and so did an
+        answer's closing summary. Its start and its end are kept now, within the same budget,
+        cut between words."""
+        from memory_worker.core.extraction import MAX_MESSAGE_CHARS, Line
+
+        log = "ERROR db timeout on worker 3 after 30000 ms\n" * 150
+        said = f"Here is last night's log: {log} Anyway, I moved to Porto last week."
+        text = render_request([Line("user", said, T0)], [])
+        excerpt = text.split("NEW MESSAGES:\n", 1)[1]
+        assert excerpt.startswith("[2026-03-02 10:00] user: Here is last night's log: ERROR db")
+        assert excerpt.endswith(" Anyway, I moved to Porto last week.")
+        assert len(excerpt) <= MAX_MESSAGE_CHARS + 80  # the stamp, the role, the cut's mark
+        head, mark, tail = re.split(r" (\[… \d+ characters cut …\]) ", excerpt)
+        assert mark and set((head + " " + tail).split()[3:]) <= set(said.split())  # whole words
 
     @pytest.mark.usefixtures("local_zone")
     def test_a_message_is_dated_in_the_persons_own_zone(self) -> None:
@@ -748,6 +815,16 @@ class TestReviewFindings:
     async def test_an_unreadable_reply_is_retried_not_taken_for_nothing(self, rig: Rig) -> None:
         with pytest.raises(SiblingUnavailable):
             await rig.turn(("user", "I live in Lisbon with two cats."), reply='{"memories": [{"op"')
+        assert (CURSOR_SCOPE, "s1") not in rig.kv.data
+
+    async def test_a_reply_in_prose_fails_the_pass_saying_so(self, rig: Rig) -> None:
+        """A refusal is no transient error: the pass fails as `ProseReply` (a
+        `sibling_unavailable` still, so a queue dead-letters it as before), its words the
+        reason, for the capture queue to give up on early."""
+        with pytest.raises(ProseReply, match="prose") as raised:
+            await rig.turn(("user", "I live in Lisbon."), reply="I can't help with that.")
+        assert "can't help with that" in str(raised.value)
+        assert isinstance(raised.value, SiblingUnavailable)
         assert (CURSOR_SCOPE, "s1") not in rig.kv.data
 
     async def test_a_bank_deleted_while_the_model_thinks_is_not_recreated(

@@ -24,7 +24,7 @@ from memory_worker.app.wire import (
     SaveRequest,
 )
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, SiblingUnavailable
+from memory_worker.core.errors import BankNotFound, ProseReply, SiblingUnavailable
 from memory_worker.core.injection import RULES_UPDATE_TAG, message_text, render_rules_update
 from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.pregenerate import PreGenerate, step_calls, user_message
@@ -86,17 +86,19 @@ class RecordingExtractor:
 
 
 class FlakyExtractor(RecordingExtractor):
-    """The extraction pass failing its first `failures` attempts (the router down a moment)."""
+    """The extraction pass failing its first `failures` attempts (the router down a moment, or
+    `error`)."""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, error: Exception | None = None) -> None:
         super().__init__()
         self.failures = failures
         self.attempts = 0
+        self.error = error or SiblingUnavailable("router::complete timed out")
 
     async def extract(self, job: ExtractJob, bank: str) -> int:
         self.attempts += 1
         if self.attempts <= self.failures:
-            raise SiblingUnavailable("router::complete timed out")
+            raise self.error
         return await super().extract(job, bank)
 
 
@@ -668,6 +670,27 @@ class TestTurnPipeline:
         await pipeline.settle()
         assert extractor.attempts == 3
         assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
+        await pipeline.close()
+
+    async def test_without_a_queue_a_reply_in_prose_is_asked_once_more_then_given_up(
+        self, h: Hooked
+    ) -> None:
+        """A refusal is no router down a moment: it was asked again after every delay (some
+        twelve minutes of them), the same answer each time."""
+        refusal = ProseReply('router::complete replied in prose: "I can\'t help with that."')
+        extractor = FlakyExtractor(failures=10, error=refusal)
+        pipeline = TurnPipeline(
+            h.service,
+            h.resolver,
+            h.state,
+            Queue(present=False),
+            extractor,  # type: ignore[arg-type]
+        )
+        pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        await pipeline.settle()
+        assert extractor.attempts == 2 and extractor.extracted == []
         await pipeline.close()
 
     async def test_session_deleted_drops_what_was_kept(

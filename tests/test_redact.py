@@ -254,6 +254,24 @@ def test_an_encoded_secret_is_redacted_whole_under_its_label() -> None:
         ("password: correct horse battery staple", False),
         ("password: at least twelve characters", True),
         ("Password: Required for all admin accounts", True),
+        # One made-up word, however plain its letters, ends the phrase: a passphrase run together.
+        ("password is correcthorsebattery", False),
+        ("The password was Correcthorsebattery.", False),
+        ("my password is correcthorsebattery and I never change it", False),
+        # What prose puts there: a word too short to tell from a state (`simple`, and so the
+        # wifi's `sunflower`, which extraction drops as a stated password), a word going on
+        # into the sentence, an adjective or adverb however long, a place.
+        ("the password is on the sticky note", True),
+        ("the password is simple", True),
+        ("the wifi password is sunflower", True),
+        ("the password is automatically generated", True),
+        ("the password is straightforward.", True),
+        ("the password is unrecoverable", True),
+        ("the password is irrelevant here", True),
+        ("the password is everywhere", True),
+        ("a senha é cavalocorretobateria", False),
+        ("a senha é desnecessaria aqui", True),
+        ("a senha é obrigatoria", True),
     ],
 )
 def test_a_password_phrase_is_told_from_a_sentence(text: str, kept: bool) -> None:

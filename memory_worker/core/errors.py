@@ -19,6 +19,7 @@ __all__ = [
     "Forbidden",
     "InvalidInput",
     "MemoryNotFound",
+    "ProseReply",
     "SiblingDown",
     "SiblingUnavailable",
     "StorageError",
@@ -105,6 +106,12 @@ class SiblingDown(SiblingUnavailable):
     def __init__(self, message: str, *, retry_after_ms: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
+
+
+class ProseReply(SiblingUnavailable):
+    """The extraction model answered in words, with no attempt at the JSON it was asked for (a
+    refusal, a chat answer): not a transient failure, so a retry queue gives up early instead
+    of asking the same thing for its every attempt. Same wire code as its parent."""
 
 
 # Every stable code and its class: what a client reading `code: message` (a forwarded call, a

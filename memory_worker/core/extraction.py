@@ -9,8 +9,10 @@ lanes `context` (the situation it came up in) and `intention` (what the user was
 under any prompt version — absent, the extractor writes them from the window itself. Parsing
 is lenient — code fences, prose around the JSON, a reasoning model's thinking before it, comments
 and trailing commas in it, a bare list (= memories), the object wrapped, keys in any case or the
-turn's language, op synonyms — and never raises: what cannot be read is skipped and counted. A
-reply cut off inside its JSON is not read at all (`readable` False: the pass is retried).
+turn's language, op synonyms; failing all else, curly quotes, bare keys, the JSON encoded twice
+— and never raises: what cannot be read is skipped and counted. A reply cut off inside its JSON
+is not read at all (`readable` False: the pass is retried); nor one in prose (`prose`: a
+refusal, which a queue gives up on early).
 """
 
 from __future__ import annotations
@@ -48,13 +50,17 @@ __all__ = [
 PROMPT_VERSIONS = ("extraction-v1", "extraction-v2")  # files in prompts/; old ones are kept
 PROMPT_VERSION = "extraction-v2"  # the default (`extraction_prompt` chooses)
 MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are cut (marked)
+HEAD_SHARE = 0.6  # of a cut message's share, what its start keeps (its end the rest)
+WORD_SLACK = 80  # how far a cut moves back (or on) to fall between two words
 MAX_TEXT_CHARS = 300
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _CONTRACT = frozenset({"memories", "rules"})  # the reply object's keys
 _ITEM = frozenset({"op", "text", "memory", "fact", "content"})  # one op's keys (see `_add`)
-_CLOSES = re.compile(r"\s*[\]}]")
 _JSON_ESCAPES = frozenset('"\\/bfnrtu')  # what may follow a backslash in a JSON string
 _COMMENT_AFTER = re.compile(r"[\s,\[\]{}]")  # what a comment in a reply's JSON follows
+_MAY_CLEAN = re.compile(r"//|/\*|\\|,\s*[\]}]")  # what `_cleaned` may change, anywhere
+_CURLY_QUOTES = "\u201c\u201d\u201e"  # “ ” „: a string's quotes in a loose reading
+_BARE_KEY = re.compile(r"([^\W\d]\w*)\s*:")  # `op:` (any script's letters: `memórias:`)
 # A reasoning model's thinking, written into the reply by a server that does not split it off
 # (llama.cpp, vLLM, older Ollama): it drafts JSON too, and the answer is what follows it. A
 # chat template that opens the block itself leaves only its close in the reply.
@@ -155,9 +161,7 @@ def render_request(lines: list[Line], known: list[Memory]) -> str:
     for line in lines:
         # Redacted again once joined: a key and its value on two lines (`Authorization: Bearer`
         # then the token) read as one assignment on one line, and must not reach the model so.
-        text = redact(" ".join(line.text.split())).text
-        if len(text) > MAX_MESSAGE_CHARS:
-            text = text[:MAX_MESSAGE_CHARS] + " [cut]"
+        text = _excerpt(redact(" ".join(line.text.split())).text)
         excerpt.append(f"{_stamp(line.at_ms)} {line.role}: {text}")
     return (
         "KNOWN MEMORIES:\n"
@@ -165,6 +169,22 @@ def render_request(lines: list[Line], known: list[Memory]) -> str:
         + "\n\nNEW MESSAGES:\n"
         + "\n".join(excerpt)
     )
+
+
+def _excerpt(text: str) -> str:
+    """A message within its share of the request: past `MAX_MESSAGE_CHARS`, its start and its
+    end (`HEAD_SHARE` of the budget, then the rest), each cut between words (never half a
+    redaction marker), the middle marked. Kept from its start only, a log pasted and then
+    "anyway, I moved to Porto" lost the fact, and an answer its closing summary."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    head = text[: int(MAX_MESSAGE_CHARS * HEAD_SHARE)]
+    tail = text[len(text) - (MAX_MESSAGE_CHARS - len(head)) :]
+    if (space := head.rfind(" ", len(head) - WORD_SLACK)) > 0:
+        head = head[:space]
+    if 0 <= (space := tail.find(" ", 0, WORD_SLACK)) < len(tail) - 1:
+        tail = tail[space + 1 :]
+    return f"{head} [… {len(text) - len(head) - len(tail)} characters cut …] {tail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,66 +214,105 @@ class Decisions:
     rules: list[str] = field(default_factory=list)
     skipped: int = 0  # items that could not be read
     readable: bool = True  # False: no JSON in the reply at all (cut off, an error page, prose)
+    # An unreadable reply's words when they made no attempt at the JSON (a refusal, a chat
+    # answer): asking again is unlikely to help, as it is for a reply cut off mid-way.
+    prose_words: str = ""
 
     @property
     def empty(self) -> bool:
         return not (self.adds or self.restates or self.corrections or self.rules)
 
+    @property
+    def prose(self) -> bool:
+        return bool(self.prose_words)
 
-def _without_comments(text: str) -> str:
-    """`text` without its comments (`// …` to the line's end, `/* … */`), strings left as they
-    are: a model annotates its JSON so. Read as text, a comment failed the object it was in and
-    only the `[]` after it was found: the turn's facts were dropped as "nothing to remember". A
-    `//` or `/*` counts only after a space, a comma or a bracket (never `https://` in prose)."""
-    if "//" not in text and "/*" not in text:
-        return text
-    out: list[str] = []
+
+def _walk(
+    text: str, *, loose: bool = False, comments: bool = True
+) -> Iterator[tuple[int, str, str]]:
+    """The one lenient reader of a reply's JSON: each character of `text` as JSON reads it,
+    `(where, what to write for it, kind)`. Kinds: `code` (outside strings), `open` and `close`
+    (a string's quotes), `text` (inside one), `drop` (a backslash JSON does not know: markdown's
+    `my\\_notes.md`, `\\$40`, which some models write into JSON and which failed the whole
+    object, every fact of it lost). Comments (`// …` to the line's end, `/* … */`) are not
+    walked: a model annotates its JSON so, and read as text one failed the object it was in and
+    only the `[]` after it was found. A `//` or `/*` counts only after a space, a comma or a
+    bracket (never `https://` in prose). Text already walked is walked again with `comments`
+    False: a comment's removal can bring a `/*` next to a bracket.
+
+    `loose` reads what is not JSON but says one thing only, tried when nothing else was read:
+    curly quotes (“key”: “value”, as a chat front end or a word processor "smartens" them) as a
+    string's quotes (a straight `"` inside one escaped), and a key left bare (`{op: "add"}`,
+    JavaScript's object syntax) quoted."""
     in_string = escaped = False
+    closers = '"'  # what ends the string being read
+    after_open = False  # in loose mode: only blanks since a `{` or a `,` (a bare key may start)
     at, size = 0, len(text)
     while at < size:
         char = text[at]
         if in_string:
             if escaped:
                 escaped = False
+                if char not in _JSON_ESCAPES:
+                    yield at - 1, "", "drop"  # (its backslash, taken back)
             elif char == "\\":
                 escaped = True
-            elif char == '"':
+            elif char in closers:
                 in_string = False
-        elif char == '"':
-            in_string = True
-        elif text.startswith(("//", "/*"), at) and _COMMENT_AFTER.match(
-            text[at - 1] if at else " "
+                yield at, '"', "close"
+                at += 1
+                continue
+            elif char == '"':  # loose: a straight quote inside a curly-quoted string
+                yield at, '\\"', "text"
+                at += 1
+                continue
+            yield at, char, "text"
+            at += 1
+            continue
+        if char == '"' or (loose and char in _CURLY_QUOTES):
+            in_string, closers = True, '"' if char == '"' else _CURLY_QUOTES
+            yield at, '"', "open"
+        elif (
+            comments
+            and text.startswith(("//", "/*"), at)
+            and _COMMENT_AFTER.match(text[at - 1] if at else " ")
         ):
             closing = "\n" if text[at + 1] == "/" else "*/"
             end = text.find(closing, at + 2)
             at = size if end < 0 else end + (0 if closing == "\n" else len(closing))
             continue
-        out.append(char)
-        at += 1
-    return "".join(out)
-
-
-def _without_trailing_commas(text: str) -> str:
-    """`text` with every comma that closes nothing dropped (`[a, b,]`, `{"k": 1,}`), strings left
-    as they are: small models write JSON so, and the whole reply must not be lost to it. In a
-    string, a backslash JSON does not know (`my\\_notes.md`, `\\$40`: markdown's escapes, which
-    some models write into JSON) is dropped: it failed the whole object, every fact of it lost."""
-    out: list[str] = []
-    in_string = escaped = False
-    for at, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-                if char not in _JSON_ESCAPES:
-                    out.pop()  # the backslash
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == "," and _CLOSES.match(text, at + 1):
+        elif loose and after_open and (key := _BARE_KEY.match(text, at)) is not None:
+            yield at, f'"{key.group(1)}"', "code"
+            at = key.end(1)
+            after_open = False
             continue
+        else:
+            yield at, char, "code"
+        if loose and not char.isspace():
+            after_open = char in "{,"
+        at += 1
+
+
+def _cleaned(text: str, *, loose: bool = False) -> str:
+    """`text` as `_walk` reads it, with every comma that closes nothing dropped (`[a, b,]`,
+    `{"k": 1,}`): small models write JSON so, and the whole reply must not be lost to it."""
+    if not (loose or _MAY_CLEAN.search(text)):
+        return text  # no comment, backslash or trailing comma anywhere: nothing to do
+    out: list[str] = []
+    comma = -1  # where in `out` a comma is that only blanks (or comments) have followed
+    for _, char, kind in _walk(text, loose=loose):
+        if kind == "drop":
+            out.pop()
+            continue
+        if kind == "code":
+            if char in "]}" and comma >= 0:
+                del out[comma]
+            if char == ",":
+                comma = len(out)
+            elif not char.isspace():
+                comma = -1
+        else:
+            comma = -1
         out.append(char)
     return "".join(out)
 
@@ -284,15 +343,44 @@ def _folded(value: dict[Any, Any]) -> dict[str, Any]:
     return folded
 
 
-def _json_values(text: str) -> list[Any]:
-    """Every top-level JSON object or array found in `text`, in order (fences and prose around
-    them ignored). A reply cut off inside one (it ran out before the value closed: a token limit
-    the server did not report) gives that value with its whole items only (`_whole_items`), and
-    nothing when it has none: read from within, the cut value's entity lists were taken for a
-    list of facts, and a cut op's fields for a whole op. A raw line break or tab inside a string
-    (a model writing a long fact over two lines) is read as part of it, as strict JSON would
-    not."""
-    text = _without_trailing_commas(_without_comments(_answer(text)))
+def _json_values(reply: str) -> list[Any]:
+    """Every top-level JSON object or array found in the reply's answer, in order (fences and
+    prose around them ignored); else what a looser reading finds (`_walk`'s `loose`: curly
+    quotes, bare keys), else the answer encoded twice (a JSON string holding the JSON: as a
+    string, it was searched for brackets and at best its inner `[]` found)."""
+    answer = _answer(reply)
+    found = _values(answer)
+    if any(found):
+        return found
+    loose = _values(answer, loose=True)
+    if any(loose):
+        return loose
+    inner = _encoded_twice(answer)
+    if inner is not None and any(twice := _values(inner)):
+        return twice
+    return found
+
+
+def _encoded_twice(text: str) -> str | None:
+    """The first JSON string in `text`, when it is one that holds an object or an array."""
+    start = text.find('"')
+    if start < 0:
+        return None
+    try:
+        value, _ = json.JSONDecoder(strict=False).raw_decode(text, start)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) and value.strip()[:1] in ("{", "[") else None
+
+
+def _values(text: str, *, loose: bool = False) -> list[Any]:
+    """Every top-level JSON object or array in `text`, read as `_cleaned` reads it. A reply cut
+    off inside one (it ran out before the value closed: a token limit the server did not
+    report) gives that value with its whole items only (`_whole_items`), and nothing when it
+    has none: read from within, the cut value's entity lists were taken for a list of facts,
+    and a cut op's fields for a whole op. A raw line break or tab inside a string (a model
+    writing a long fact over two lines) is read as part of it, as strict JSON would not."""
+    text = _cleaned(text, loose=loose)
     end_of_text = len(text.rstrip())
     decoder = json.JSONDecoder(strict=False)
     found: list[Any] = []
@@ -349,20 +437,10 @@ def _whole_items(cut: str) -> Any:
 
 
 def _marks(text: str) -> Iterator[tuple[int, str]]:
-    """Where JSON's brackets open and close in `text`, and where its strings end (`"`)."""
-    in_string = escaped = False
-    for at, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-                yield at, char
-        elif char == '"':
-            in_string = True
-        elif char in "{[]}":
+    """Where JSON's brackets open and close in `text` (already `_cleaned`), and where its
+    strings end (`"`)."""
+    for at, char, kind in _walk(text, comments=False):
+        if kind == "close" or (kind == "code" and char in "{[]}"):
             yield at, char
 
 
@@ -514,9 +592,10 @@ def parse_reply(reply: str, known: int) -> Decisions:
     values = _json_values(reply)
     if not values:  # no JSON, or cut off inside its answer: the turn is retried
         decisions.readable = False
+        decisions.prose_words = _prose(reply)
         return decisions
     payload = _payload(values)
-    items = payload.get("memories")
+    items = _decoded(payload.get("memories"))
     if isinstance(items, dict | str):  # one op or one fact, not in a list
         items = [items]
     for item in items if isinstance(items, list) else []:
@@ -547,8 +626,29 @@ def parse_reply(reply: str, known: int) -> Decisions:
             decisions.adds.append(add)
         else:
             decisions.skipped += 1
-    _read_rules(payload.get("rules"), decisions)
+    _read_rules(_decoded(payload.get("rules")), decisions)
     return decisions
+
+
+def _decoded(raw: object) -> object:
+    """A list or an object written as a JSON string (`"memories": "[{\\"op\\": …}]"`, encoded
+    twice) as what it holds: read as a string, it was kept as the text of one fact."""
+    if not isinstance(raw, str) or raw.strip()[:1] not in ("[", "{"):
+        return raw
+    try:
+        value = json.loads(raw, strict=False)
+    except (ValueError, RecursionError):
+        return raw
+    return value if isinstance(value, list | dict) else raw
+
+
+def _prose(reply: str) -> str:
+    """The reply's answer, when it is words with no attempt at JSON in them (no bracket, no code
+    fence, not an introduction cut off before its JSON: `Here are the memories:`); else ""."""
+    answer = " ".join(_answer(reply).split())
+    if not answer or any(mark in answer for mark in "{[`") or answer.endswith(":"):
+        return ""
+    return answer
 
 
 def _read_rules(rules: object, decisions: Decisions) -> None:

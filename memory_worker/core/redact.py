@@ -305,12 +305,39 @@ _FUNCTION_WORDS = frozenset(
 _TRAILING = ".,;:!?)]}'\""
 
 
-def _phrase_value(s: str) -> bool:
-    """`the password is X`: X must look made up (a digit, a symbol or mixed case), not a word."""
+# A plain word after `the password is`: taken for the password (`correcthorsebattery`, a
+# passphrase run together) only when it is this long, ends its clause and has none of the
+# endings English adjectives and adverbs have. A shorter one is too often a state (`simple`,
+# `expired`, `wrong`): `the wifi password is sunflower` stays (extraction drops a fact or rule
+# stating a password, `harness.extractor`), as `the password is simple` must.
+_PLAIN_SECRET_MIN = 10
+_CLAUSE_END = re.compile(r"[ \t]*(?:$|[.,;:!?)\r\n]|(?:and|but|or|so|then)(?![a-z]))", re.I)
+_STATE_ENDINGS = (
+    "ed", "en", "ing", "able", "ible", "ful", "less", "ous", "ive", "ly", "al", "ent", "ant",
+    "ic", "ary", "ory", "ure", "ct", "ion", "ment", "ness", "ity", "where", "ward", "wards",
+    "ever", "out", "ish", "ile", "ise", "ize", "ate", "ete", "ine", "ar", "er", "ese", "neath",
+    "s",  # a plural, a verb: `the password is characters long`, `… is what reconnects`
+    # Portuguese, written without its accents (`a senha é desnecessaria`)
+    "ado", "ada", "ido", "ida", "ados", "adas", "vel", "veis", "oso", "osa", "ente", "ante",
+    "ico", "ica", "ivo", "iva", "ario", "aria", "orio", "oria", "mente",
+)  # fmt: skip
+
+
+def _phrase_value(s: str, text: str, end: int) -> bool:
+    """`the password is X`: X must look made up (a digit, a symbol or mixed case), not a word;
+    or be one plain word no sentence puts there (`_PLAIN_SECRET_MIN`), `text[end:]` what
+    follows it."""
     s = s.rstrip(_TRAILING)
     if len(s) < 6 or s[0] == "(" or not _is_secret_value(s, weak=False):
         return False  # too short, an aside (`is (empty)`), or a placeholder
-    return not (s.isalpha() and (s.islower() or s.istitle()))  # "is expired", "is Required"
+    if s.isalpha() and (s.islower() or s.istitle()):  # "is expired", "is Required"
+        return (
+            len(s) >= _PLAIN_SECRET_MIN
+            and s.isascii()
+            and not s.lower().endswith(_STATE_ENDINGS)
+            and _CLAUSE_END.match(text, end) is not None
+        )
+    return True
 
 
 def _phrase(m: re.Match[str], text: str) -> _Span | None:
@@ -323,7 +350,7 @@ def _phrase(m: re.Match[str], text: str) -> _Span | None:
     end = _before_marker(text, start, end)
     while end > start and text[end - 1] in _TRAILING:
         end -= 1
-    return (start, end) if _phrase_value(text[start:end]) else None
+    return (start, end) if _phrase_value(text[start:end], text, end) else None
 
 
 def _credential_phrase(m: re.Match[str], text: str) -> _Span | None:

@@ -12,10 +12,11 @@ queue in the data dir (`storage.capture`).
   fsynced line as its cursor: killed at any moment, a job is finished after the restart exactly
   once.
 - A failed attempt (the endpoint slow, answering garbage) is retried with a growing delay;
-  past the attempt limit the job is dead, kept in the file, never run again. An endpoint nobody
-  answers on (`SiblingDown`) is not the job's failure: the whole queue pauses with a growing
-  delay, asking once per delay, and no job spends an attempt (an hour offline used to kill
-  every queued turn).
+  past the attempt limit the job is dead, kept in the file, never run again. A reply in prose
+  (a refusal: no attempt at the JSON) is tried once more, then the job is dead, its words the
+  recorded reason. An endpoint nobody answers on (`SiblingDown`) is not the job's failure: the
+  whole queue pauses with a growing delay, asking once per delay, and no job spends an attempt
+  (an hour offline used to kill every queued turn).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from memory_worker.app.ports import Completer
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import InvalidInput, SiblingDown
+from memory_worker.core.errors import InvalidInput, ProseReply, SiblingDown
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
@@ -52,6 +53,7 @@ MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts a
 # the cut would split no longer reads as one, and its part would be queued and sent.
 REDACT_PAST_CUT_CHARS = 4096
 RETRY_FIRST_MS = 5_000
+PROSE_ATTEMPTS = 2  # a reply in prose: tried this often (a sampled reply may differ), then dead
 RETRY_MAX_MS = 10 * 60_000
 # The longest pause an endpoint's own `Retry-After` may ask for (a daily quota says a day; a
 # bogus header must not stop capture for longer).
@@ -300,12 +302,16 @@ class CaptureRunner:
             return 0
         except Exception as exc:  # the endpoint, the disk: retried, never lost
             retry_in = _backoff_ms(pending.attempts)
+            # A reply in prose (a refusal) is asked once more, then the job is dead at once, its
+            # words the reason: it was asked the same for every attempt, some twenty minutes.
+            last = isinstance(exc, ProseReply) and pending.attempts + 1 >= PROSE_ATTEMPTS
             retried = await self._written(
                 self.queue.failed,
                 pending.id,
                 str(exc)[:500],
                 now_ms=self.service.clock(),
                 retry_in_ms=retry_in,
+                last=last,
             )
             log.warning(
                 "capture_failed",

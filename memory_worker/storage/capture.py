@@ -142,10 +142,13 @@ class CaptureQueue:
         if cursor:
             self._state.cursors[session_id] = cursor
 
-    def failed(self, job_id: str, error: str, *, now_ms: int, retry_in_ms: int) -> bool:
-        """Record a failed attempt; True when the job will be retried, False when it is dead."""
+    def failed(
+        self, job_id: str, error: str, *, now_ms: int, retry_in_ms: int, last: bool = False
+    ) -> bool:
+        """Record a failed attempt; True when the job will be retried, False when it is dead
+        (past the attempt limit, or `last`: the caller knows no retry will help)."""
         pending = self._state.pending[job_id]
-        if pending.attempts + 1 >= MAX_ATTEMPTS:
+        if last or pending.attempts + 1 >= MAX_ATTEMPTS:
             record = {"op": "dead", "id": job_id, "at": now_ms, "error": error}
             self._append(record)
             self._state.bury(pending, record)
