@@ -1,7 +1,8 @@
-"""Subjects (C19): the one normal form of who a memory is about, as stored and compared. Pure.
+"""Subjects (C19): the one normal form of who a memory is about, as stored and compared; and
+whom a question or a memory's words speak of (recall's "the speaker's own facts"). Pure.
 
-Apart from `core.text`, whose bytes are part of the snapshots' analyzer digest: a subject is never
-analysed into terms.
+Apart from `core.text`, whose bytes are part of the snapshots' analyzer digest (this module only
+calls its tokenizer): a subject is never analysed into terms.
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
+from itertools import pairwise
+
+from memory_worker.core.text import FIRST_PERSON, USER_ENTITY, asks, tokenize
 
 __all__ = [
+    "about_someone_else",
+    "asks_about_speaker",
     "count_by_subject",
     "in_scope",
     "normalize_subject",
@@ -90,3 +96,55 @@ def count_by_subject(subjects: Iterable[str]) -> dict[str, int]:
         spellings[subject_key(subject)][subject] += 1
     counted = {min(seen, key=lambda s: (-seen[s], s)): seen.total() for seen in spellings.values()}
     return dict(sorted(counted.items()))
+
+
+# --- Whom a question and a memory speak of (recall's "the speaker's own facts") ---------------
+
+# The speaker as the subject of a question ("what foods am I allergic to?", "where do I work?",
+# "eu como peixe?"; "I'm" and "I've" tokenize to "i"). Not "me", "mim", "comigo": "remind me
+# when…", "quem mora comigo?" ask about something or someone else.
+_SPEAKER = frozenset("i myself eu".split())
+# The speaker as an owner: "my partner's birthday", "when is my dog due at the vet?", "da minha
+# mãe" ask about someone or something of theirs, which a memory may name without them.
+_SPEAKER_OWNS = frozenset("my mine meu minha meus minhas".split())
+# "Should I…", "can I…": a question for advice, not about the speaker.
+_ADVICE = frozenset("can could should shall may might must would".split())
+# "How do I deploy?", "como eu faço…": a question for a procedure, answered by the tools and
+# people it names (a coding agent's questions are mostly these), not by the speaker's own facts.
+_PROCEDURE = frozenset({"how", "como"})
+# An article before a memory's grammatical subject ("The platform team…", "A Beatriz…").
+_ARTICLES = frozenset("the a an o as os".split())
+# How a memory names the person talking: the words `core.text.terms` reads as `user`.
+_USER_WORDS = FIRST_PERSON | frozenset({"user", "users", "usuário", "usuária", "utilizador"})
+
+
+def asks_about_speaker(question: str) -> bool:
+    """Whether `question` asks about the person asking it: a question (a question mark: a hook's
+    prompt, "I need the login bug fixed", is a request) whose subject they are ("am I…", "do
+    I…", "eu…"), nothing of theirs being ("my…", "meu…"), and not for advice ("should I…", "can
+    I…": the answer is often another's rule). Recall prefers the user's own facts to another's
+    for it (`search.ranking._others_demoted`)."""
+    if not asks(question):
+        return False
+    tokens = tokenize(question)
+    if _SPEAKER_OWNS.intersection(tokens) or _SPEAKER.isdisjoint(tokens):
+        return False
+    if tokens[0] in _PROCEDURE:  # "eu como carne?" is about the speaker; "como faço…?" is not
+        return False
+    return not any(token in _ADVICE and following == "i" for token, following in pairwise(tokens))
+
+
+def about_someone_else(text: str, entities: Iterable[str]) -> bool:
+    """Whether a memory is about someone or something else than the user by name: its
+    grammatical subject, the first word past an article, is one of its entities ("Marta is
+    allergic to cats.", "A Beatriz não come glúten."), and it neither names the user nor carries
+    the `user` entity. A memory naming no one ("Prefers tabs.") is about no one else, nor is one
+    that only mentions a name ("Deploys go through ArgoCD.": a fact about deploys)."""
+    named = [entity.casefold() for entity in entities]
+    if not named or USER_ENTITY in named:
+        return False
+    tokens = tokenize(text)
+    if not _USER_WORDS.isdisjoint(tokens):
+        return False
+    subject = next((token for token in tokens if token not in _ARTICLES), None)
+    return subject is not None and any(subject in tokenize(entity) for entity in named)

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from memory_worker.core.models import Hit, Memory
 from memory_worker.core.retention import DAY_MS, kind_of, past_ttl
-from memory_worker.core.subjects import same_subject
+from memory_worker.core.subjects import about_someone_else, asks_about_speaker, same_subject
 from memory_worker.core.temporal import (
     asks_when,
     named_span,
@@ -36,7 +36,7 @@ from memory_worker.core.temporal import (
     states_time,
     told_span,
 )
-from memory_worker.core.text import asks, normalize, terms
+from memory_worker.core.text import USER_ENTITY, asks, normalize, terms
 from memory_worker.search.index import (
     CENTER_PRIOR,
     Candidates,
@@ -148,6 +148,11 @@ def _entity_terms(entity: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1024)
 def _asks_when(text: str) -> bool:
     return asks_when(text)
+
+
+@lru_cache(maxsize=1024)
+def _asks_about_speaker(text: str) -> bool:
+    return asks_about_speaker(text)
 
 
 @lru_cache(maxsize=1024)
@@ -349,6 +354,8 @@ class Pool:
     tops: dict[str, Ints] = field(default_factory=dict)  # `_arm_top`'s, once computed
     # Whether live memories past their TTL now were left out: the reaper has not retired them.
     expired: bool = False
+    # The question asks about the speaker and names no one else (`_others_demoted`).
+    speaker_only: bool = False
     _best_bm25: float | None = field(default=None, init=False, repr=False)  # `best_bm25`
 
     def __len__(self) -> int:
@@ -1244,6 +1251,10 @@ def candidates(
         if query.threshold > 0.0:
             pool.similarity = _similarity(pool, index, reference)
     pool.expired = bool(expired.size) and query.as_of is None
+    if query.mode is RecallMode.HYBRID and query.fusion.others < 1.0 and len(pool):
+        pool.speaker_only = _asks_about_speaker(query.text) and (
+            index.entity_tally([term for term in query_terms if term != USER_ENTITY]) is None
+        )
     return pool
 
 
@@ -1583,6 +1594,8 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         # A restatement pushed under the cutoff leaves: its better twin already carries the fact.
         kept = ~demoted | (final >= RELEVANCE_CUTOFF * float(final.max()))
         chosen, final = chosen[kept], final[kept]
+    if pool.speaker_only and final.size:
+        final = _others_demoted(pool, chosen, final, query.fusion.others)
     hits = [
         Hit(memory, score)
         for memory, score in zip(pool.memories(chosen), final.tolist(), strict=True)
@@ -1817,6 +1830,22 @@ def _demote_near_duplicates(
         elif has[i]:
             kept.append(i)
     return out, demoted
+
+
+def _others_demoted(pool: Pool, chosen: Ints, scores: Floats, factor: float) -> Floats:
+    """`scores` of the `chosen` hits, those of another's fact times `factor`: the question asks
+    about the speaker alone ("what foods am I allergic to?"), and a general memory that names
+    someone or something else and not the user ("Marta is allergic to cats.",
+    `core.subjects.about_someone_else`) cannot answer it, however well its words match. A memory
+    with a subject is someone's own (scoped banks: possibly the speaker's) and stays."""
+    others = [
+        memory.subject is None and about_someone_else(memory.text, memory.entities)
+        for memory in pool.memories(chosen)
+    ]
+    if not any(others):
+        return scores
+    out: Floats = np.where(np.asarray(others, bool), scores * factor, scores)
+    return out
 
 
 def top_memories(memories: Iterable[Memory], limit: int) -> list[Memory]:

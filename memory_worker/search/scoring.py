@@ -99,6 +99,12 @@ class Fusion:
     # golden tuning queries 0.05 changed nothing but one pollution.
     min_relevance: float = 0.0
     duplicate: float = 0.2  # × the score of a restatement of a better hit
+    # × the score of another's fact when the question asks about the speaker alone ("what foods
+    # am I allergic to?" and "Marta is allergic to cats.": `ranking._others_demoted`). 1: off.
+    # Chosen on the golden tuning queries (docs/BENCHMARKS.md "The speaker's own facts"): 1 /
+    # 0.9 / 0.75 / 0.6 / 0.5 gave hybrid+e5 tuning traps 1 / 1 / 0 / 0 / 0 and hybrid+minilm 3 /
+    # 3 / 2 / 1 / 1; the mildest of the best. LoCoMo asks nothing in the first person: unmoved.
+    others: float = 0.6
     dated: float = 0.2  # a memory stating a date or time, when the question asks "when"
     # A memory stated within the stretch of time the question names ("in January 2022", "on 1
     # May", "last month": `core.temporal.named_span`), widened by `span_before_days` before it
