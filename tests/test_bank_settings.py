@@ -196,6 +196,100 @@ class TestConfigure:
         assert (got["max_memories"], got["conscious_access"]) == (7, "read")
         assert len(emitter.of(BANK_CHANGED)) == 2
 
+    async def test_a_configure_from_a_stale_read_is_a_conflict_and_changes_nothing(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        """Two tabs (or a tab and the CLI) read the bank's settings, then each saves its edit
+        with the `settings_revision` it read: the first lands, the second was made on a state
+        that is gone and is refused whole, rather than silently writing over the first."""
+        await call(service, "memory::bank::create", name="b", description="notes")
+        read = (await call(service, "memory::bank::get", name="b"))["bank"]["settings_revision"]
+        first = await call(
+            service,
+            "memory::bank::configure",
+            name="b",
+            max_memories=7,
+            expected_settings_revision=read,
+        )
+        assert first["changed"] == ["max_memories"]
+        assert first["bank"]["settings_revision"] not in (None, read)
+        emitter.clear()
+        written = (data_dir / "b" / "bank.yaml").read_bytes()
+        with pytest.raises(Conflict, match=r"stale settings: bank b .*expected " + read):
+            await call(
+                service,
+                "memory::bank::configure",
+                name="b",
+                max_memories=9,
+                description="other",
+                expected_settings_revision=read,
+            )
+        assert (data_dir / "b" / "bank.yaml").read_bytes() == written
+        assert emitter.of(BANK_CHANGED) == []
+        # Read again, the same edit applies.
+        fresh = first["bank"]["settings_revision"]
+        again = await call(
+            service,
+            "memory::bank::configure",
+            name="b",
+            max_memories=9,
+            expected_settings_revision=fresh,
+        )
+        assert again["changed"] == ["max_memories"]
+
+    async def test_two_configures_from_one_read_at_once_one_lands_one_is_refused(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="b")
+        read = (await call(service, "memory::bank::get", name="b"))["bank"]["settings_revision"]
+        outcomes = await asyncio.gather(
+            call(service, "memory::bank::configure", name="b", max_memories=7,
+                 expected_settings_revision=read),
+            call(service, "memory::bank::configure", name="b", max_memories=9,
+                 expected_settings_revision=read),
+            return_exceptions=True,
+        )  # fmt: skip
+        refused = [o for o in outcomes if isinstance(o, Conflict)]
+        landed = [o for o in outcomes if isinstance(o, dict)]
+        assert (len(refused), len(landed)) == (1, 1)
+        kept = landed[0]["bank"]["settings"]["max_memories"]
+        assert _yaml(data_dir, "b")["max_memories"] == kept
+
+    async def test_a_hand_edit_of_bank_yaml_makes_an_earlier_read_stale(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="b")
+        read = (await call(service, "memory::bank::get", name="b"))["bank"]["settings_revision"]
+        (data_dir / "b" / "bank.yaml").write_text("description: ''\nsubject_scoping: true\n")
+        assert await service.reload_bank("b") == "reloaded"
+        with pytest.raises(Conflict, match="stale settings"):
+            await call(
+                service,
+                "memory::bank::configure",
+                name="b",
+                subject_scoping=False,
+                expected_settings_revision=read,
+            )
+        assert _yaml(data_dir, "b")["subject_scoping"] is True
+
+    async def test_the_settings_revision_is_the_same_on_every_read_and_after_a_no_op(
+        self, service: MemoryService
+    ) -> None:
+        """An unchanged bank keeps its tag (a list, a get, a configure that changed nothing),
+        so a tab that read it is never refused for nothing."""
+        await call(service, "memory::bank::create", name="b", max_memories=7)
+        got = (await call(service, "memory::bank::get", name="b"))["bank"]["settings_revision"]
+        listed = (await call(service, "memory::bank::list"))["banks"]
+        assert [b["settings_revision"] for b in listed if b["name"] == "b"] == [got]
+        same = await call(
+            service,
+            "memory::bank::configure",
+            name="b",
+            max_memories=7,
+            expected_settings_revision=got,
+        )
+        assert (same["changed"], same["bank"]["settings_revision"]) == ([], got)
+
     async def test_a_reload_waits_for_a_configure_in_flight_and_reads_what_it_wrote(
         self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

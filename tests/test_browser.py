@@ -19,6 +19,7 @@ import pytest
 
 from memory_worker.adapters.accounts import NO_OWNER, account_of, peer_account
 from memory_worker.adapters.standalone import StandaloneServer
+from memory_worker.app.wire import BankGetRequest, SaveRequest
 from memory_worker.core.config import Settings
 
 from .other_accounts import OTHER_UID, as_root_on_linux, skip_unless_accounts_are_told
@@ -184,6 +185,44 @@ async def test_a_page_reaches_no_mcp_tool(
     assert server.service is not None
     bank = server.service.store.find("main")
     assert bank is None or bank.live_count() == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": EVIL}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}, {"Host": "rebound"},
+     {"Content-Type": "text/plain"}],
+    ids=["foreign-origin", "null-origin", "cross-site", "dns-rebinding", "simple-post"],
+)  # fmt: skip
+async def test_a_page_can_neither_supersede_a_memory_nor_configure_a_bank(
+    server: StandaloneServer, headers: dict[str, str]
+) -> None:
+    """The console's supersede and its revision-checked settings save are held to the same gate
+    as every call: a web page sending them (with the revisions it could guess or read nowhere)
+    retires nothing and changes no setting."""
+    assert server.service is not None
+    service = server.service
+    _, port = split_url(server.url or "")
+    sent = _json(**headers)
+    if sent.get("Host") == "rebound":
+        sent["Host"] = f"evil.example:{port}"
+        sent["Origin"] = f"http://evil.example:{port}"
+    old = await service.save(SaveRequest(bank="main", text="The user lives in Lisbon"))
+    new = await service.save(SaveRequest(bank="main", text="The user lives in Porto"))
+    bank = service.store.get("main")
+    tag = (await service.bank_get(BankGetRequest(name="main"))).bank.settings_revision
+    calls = [
+        ("/memory/supersede", {"bank": "main", "id": old.memory.id,
+                               "superseded_by": new.memory.id, "expected_revision": 0,
+                               "expected_winner_revision": 0}),
+        ("/memory/bank/configure", {"name": "main", "conscious_access": "read_write",
+                                    "max_memories": 1, "expected_settings_revision": tag}),
+    ]  # fmt: skip
+    for path, body in calls:
+        answer = await _send(server, "POST", path, body=body, headers=sent)
+        assert answer.status in (403, 415), (path, answer.status, answer.body)
+    latest = bank.latest(old.memory.id)
+    assert latest is not None and latest.live
+    assert bank.overrides.max_memories is None
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "LOCALHOST."])

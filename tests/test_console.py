@@ -324,6 +324,55 @@ async def test_two_settings_edits_at_once_both_land(
     assert server.service.settings.extraction_model == "m2"
 
 
+async def test_a_settings_edit_from_a_stale_read_is_refused_and_writes_nothing(
+    served: tuple[StandaloneServer, str],
+) -> None:
+    """Two tabs read the settings; one saves `recall_limit`; the other, still showing the old
+    value, saves it too with the revision it read: refused (409 `conflict`), where the later
+    save used to write over the first silently. Read again, the save lands."""
+    server, url = served
+    assert server.config_path is not None
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url + "/console/settings", json={}) as r:
+            read = (await r.json())["revision"]
+        first = {"values": {"recall_limit": 3}, "expected_revision": read}
+        async with http.post(url + "/console/settings/set", json=first) as r:
+            assert r.status == 200
+            fresh = (await r.json())["revision"]
+        assert fresh != read
+        written = server.config_path.read_text()
+        stale = {"values": {"recall_limit": 9}, "expected_revision": read}
+        async with http.post(url + "/console/settings/set", json=stale) as r:
+            assert r.status == 409
+            assert (await r.json())["error"]["code"] == "conflict"
+        assert server.config_path.read_text() == written
+        assert server.service is not None and server.service.settings.recall_limit == 3
+        again = {"values": {"recall_limit": 9}, "expected_revision": fresh}
+        async with http.post(url + "/console/settings/set", json=again) as r:
+            assert r.status == 200
+        bad = {"values": {"recall_limit": 4}, "expected_revision": 7}
+        async with http.post(url + "/console/settings/set", json=bad) as r:
+            assert r.status == 400
+    assert server.service.settings.recall_limit == 9
+
+
+async def test_a_settings_edit_from_another_origin_is_refused_whatever_revision_it_carries(
+    served: tuple[StandaloneServer, str],
+) -> None:
+    server, url = served
+    assert server.config_path is not None
+    before = server.config_path.read_text()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url + "/console/settings", json={}) as r:
+            read = (await r.json())["revision"]
+        edit = {"values": {"recall_limit": 3}, "expected_revision": read}
+        async with http.post(
+            url + "/console/settings/set", json=edit, headers={"Origin": "http://evil.example"}
+        ) as r:
+            assert r.status == 403
+    assert server.config_path.read_text() == before
+
+
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
 async def test_a_console_edit_cannot_smuggle_in_a_setting_it_may_not_change(
     served: tuple[StandaloneServer, str], separator: str

@@ -319,6 +319,41 @@ def test_bank_settings_are_shown_and_an_edit_lands_in_bank_yaml(
     }
 
 
+def test_a_bank_settings_save_from_a_stale_dialog_is_refused_and_offers_a_reload(
+    server: Server, open_tab: Any
+) -> None:
+    """Two tabs open one bank's settings; the first saves, then the second: its dialog was
+    read before the first's change, so its save is refused (nothing overwritten), the dialog
+    says why and offers a reload showing what is there now, from which a save lands."""
+    bank = _bank(server, "settings-two-tabs")
+    first, second = open_tab(bank).page, open_tab(bank).page
+    dialogs = []
+    for page in (first, second):
+        page.get_by_role("button", name="Settings…").click()
+        dialogs.append(page.get_by_role("dialog"))
+        expect(dialogs[-1].get_by_label("max memories (0 = unlimited)")).to_have_value("10000")
+    dialogs[0].get_by_label("max memories (0 = unlimited)").fill("50")
+    dialogs[0].get_by_role("button", name="Save settings").click()
+    expect(dialogs[0]).to_have_count(0)
+
+    stale = dialogs[1]
+    stale.get_by_label("max memories (0 = unlimited)").fill("70")
+    stale.get_by_role("button", name="Save settings").click()
+    expect(stale).to_contain_text("changed elsewhere")
+    settings = server.call("memory::bank::get", {"name": bank})["bank"]["settings"]
+    assert settings["max_memories"] == 50  # the first tab's change was not overwritten
+
+    stale.get_by_role("button", name="Reload settings").click()
+    fresh = second.get_by_role("dialog")
+    expect(fresh.get_by_label("max memories (0 = unlimited)")).to_have_value("50")
+    expect(fresh.get_by_role("button", name="Reload settings")).to_be_hidden()
+    fresh.get_by_label("max memories (0 = unlimited)").fill("70")
+    fresh.get_by_role("button", name="Save settings").click()
+    expect(fresh).to_have_count(0)
+    settings = server.call("memory::bank::get", {"name": bank})["bank"]["settings"]
+    assert settings["max_memories"] == 70
+
+
 def test_a_memorys_subject_and_category_are_shown(server: Server, open_tab: Any) -> None:
     bank = _bank(server, "people")
     _save(server, bank, "Ana plays the cello.", subject="ana", category="preference")
@@ -445,6 +480,75 @@ def test_save_search_pin_edit_and_delete_a_memory(server: Server, open_tab: Any)
     ]
     page.get_by_text("show history").click()  # the tombstone is still there, marked
     expect(_row(page, "jasmine tea").locator(".mw-badge-retired")).to_have_text("deleted")
+
+
+def test_a_memory_is_superseded_by_another_picked_in_its_dialog_after_confirming(
+    server: Server, open_tab: Any
+) -> None:
+    bank = _bank(server, "supersede")
+    old = _save(server, bank, "The user lives in Lisbon")["memory"]
+    new = _save(server, bank, "The user moved to Porto in May")["memory"]
+    _save(server, bank, "The user drinks green tea")
+    page = open_tab(bank).page
+    row = _row(page, "Lisbon")
+    row.get_by_role("button", name="Supersede…").click()
+    picker = page.get_by_role("dialog", name="Mark this memory as superseded")
+    expect(picker).to_contain_text("The user lives in Lisbon")
+    expect(picker.get_by_role("radio")).to_have_count(2)  # the others, never itself
+    picker.get_by_label("Find the memory that replaces it").fill("Porto")
+    expect(picker.get_by_role("radio")).to_have_count(1)
+    picker.get_by_role("radio", name="The user moved to Porto in May").check()
+    picker.get_by_label("Reason (optional)").fill("moved house")
+    picker.get_by_role("button", name="Supersede…").click()
+    confirm = page.get_by_role("dialog", name="Supersede this memory?")
+    expect(confirm).to_contain_text("The user lives in Lisbon")
+    expect(confirm).to_contain_text("The user moved to Porto in May")
+    confirm.get_by_role("button", name="Cancel").click()  # cancelling changes nothing
+    expect(confirm).to_have_count(0)
+    got = server.call("memory::get", {"bank": bank, "id": old["id"]})["memory"]
+    assert got.get("invalid_at") is None
+
+    picker.get_by_role("button", name="Supersede…").click()
+    page.get_by_role("dialog", name="Supersede this memory?").get_by_role(
+        "button", name="Supersede"
+    ).click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(row).to_have_count(0)  # out of the live list
+    got = server.call("memory::get", {"bank": bank, "id": old["id"]})["memory"]
+    assert got["superseded_by"] == new["id"] and got["invalid_at"] is not None
+    page.get_by_role("checkbox", name="show history").check()
+    expect(row.locator(".mw-badge-retired")).to_have_text(f"superseded by {new['id']}")
+
+
+def test_a_pinned_memory_offers_no_supersede(server: Server, open_tab: Any) -> None:
+    bank = _bank(server, "supersede-pinned")
+    _save(server, bank, "Keep this one forever", pinned=True)
+    page = open_tab(bank).page
+    expect(_row(page, "Keep this one").get_by_role("button", name="Supersede…")).to_be_disabled()
+
+
+def test_a_supersede_confirmed_after_the_replacement_changed_is_refused(
+    server: Server, open_tab: Any
+) -> None:
+    """The replacement was edited while the dialog showed its old text: retiring the memory into
+    a fact it no longer states is refused (its revision moved), and nothing is retired."""
+    bank = _bank(server, "supersede-stale")
+    old = _save(server, bank, "The meeting is on Tuesday")["memory"]
+    new = _save(server, bank, "The meeting moved to Thursday")["memory"]
+    page = open_tab(bank).page
+    _row(page, "on Tuesday").get_by_role("button", name="Supersede…").click()
+    picker = page.get_by_role("dialog", name="Mark this memory as superseded")
+    picker.get_by_role("radio", name="The meeting moved to Thursday").check()
+    server.call("memory::update", {"bank": bank, "id": new["id"], "text": "The meeting is off"})
+    picker.get_by_role("button", name="Supersede…").click()
+    page.get_by_role("dialog", name="Supersede this memory?").get_by_role(
+        "button", name="Supersede"
+    ).click()
+    expect(picker).to_contain_text("stale revision")
+    got = server.call("memory::get", {"bank": bank, "id": old["id"]})["memory"]
+    assert got.get("invalid_at") is None
+    picker.get_by_role("button", name="Cancel").click()
+    expect(picker).to_have_count(0)
 
 
 def test_tag_chips_filter_the_list(server: Server, open_tab: Any) -> None:
@@ -930,6 +1034,111 @@ def test_every_panel_is_readable_without_sideways_scrolling(
         if UPDATE_SHOTS:
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / f"{panel}-{width}.png"), full_page=True)
+
+
+def _consolidation_status(bank: str) -> dict[str, Any]:
+    """What `memory-consolidate::status` answers (its `to_wire` form) after a pass over `bank`
+    and another bank: one exact group merged, one reorder left for a person."""
+    return {
+        "enabled": True,
+        "interval_hours": 24.0,
+        "dry_run": False,
+        "due": False,
+        "last_run": 1_700_000_000_000,
+        "banks": {
+            bank: {
+                "bank": bank,
+                "at": 1_700_000_000_000,
+                "scanned": 12,
+                "groups_found": 2,
+                "merged": 1,
+                "report_only": 1,
+                "groups": [
+                    {
+                        "tier": "exact",
+                        "action": "merged",
+                        "why": "same text after normalizing case and spaces",
+                        "winner_id": "m1",
+                        "winner_text": "The user prefers tea",
+                        "loser_ids": ["m2"],
+                        "loser_texts": ["the user prefers  TEA"],
+                        "merged_ids": ["m2"],
+                    },
+                    {
+                        "tier": "reorder",
+                        "action": "report-only",
+                        "why": "the same words in another order (word order can flip meaning)",
+                        "winner_id": "m3",
+                        "winner_text": "Ana reports to Bruno",
+                        "loser_ids": ["m4"],
+                        "loser_texts": ["Bruno reports to Ana"],
+                    },
+                ],
+                "errors": ["memory m9: conflict: stale revision"],
+            },
+            "other-bank": {"bank": "other-bank", "at": 1, "scanned": 3, "merged": 7},
+        },
+    }
+
+
+def test_the_consolidation_tab_shows_what_the_last_pass_merged_and_why(
+    server: Server, browser: Any, open_tab: Any
+) -> None:
+    """Read-only, from the sibling's own `memory-consolidate::status` (here answered for it, as
+    a transport that reaches the sibling would): this bank's groups, what was kept, what was
+    retired into it or left for a person, and the rule that fired; another bank's report is not
+    shown. The read is a same-origin JSON POST like every other call."""
+    bank = _bank(server, "consolidated")
+    context = browser.new_context(viewport=PHONE)
+    try:
+        answer = json.dumps(_consolidation_status(bank))
+        context.route(
+            f"{server.url}/memory-consolidate/status",
+            lambda route: route.fulfill(content_type="application/json", body=answer),
+        )
+        tab = open_tab(bank, "consolidation", context=context)
+        page = tab.page
+        panel = page.locator(".mw-consolidation")
+        expect(panel).to_have_attribute("data-state", "shown")
+        expect(panel.locator(".mw-consolidation-schedule")).to_contain_text("every 24 h")
+        summary = panel.locator(".mw-consolidation-summary")
+        expect(summary).to_contain_text("12 memories read")
+        expect(summary).to_contain_text("1 merged")
+        expect(summary).to_contain_text("1 left for a person")
+        merged = panel.locator(".mw-consolidation-group[data-action='merged']")
+        expect(merged).to_contain_text("The user prefers tea")
+        expect(merged).to_contain_text("retired into it")
+        expect(merged).to_contain_text("Why: same text after normalizing case and spaces")
+        left = panel.locator(".mw-consolidation-group[data-action='report-only']")
+        expect(left).to_contain_text("left for a person")
+        expect(left).to_contain_text("Bruno reports to Ana")
+        expect(left).to_contain_text("not retired")
+        expect(panel.locator(".mw-consolidation-errors")).to_contain_text("stale revision")
+        expect(panel).not_to_contain_text("7 merged")  # another bank's report
+        # Read-only: no control in the panel but its refresh.
+        assert panel.get_by_role("button").all_inner_texts() == ["Refresh"]
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the consolidation panel scrolls sideways by {overflow}px"
+        reads = [r for r in tab.requests if r.url.endswith("/memory-consolidate/status")]
+        assert reads and all(r.method == "POST" for r in reads)
+        assert all(r.headers["content-type"] == "application/json" for r in reads)
+    finally:
+        context.close()
+
+
+def test_the_consolidation_tab_says_when_no_consolidation_sibling_answers(
+    server: Server, open_tab: Any
+) -> None:
+    """The standalone server does not host memory-consolidate: the tab says so and where the
+    reports come from, rather than showing an empty list as if nothing had ever been merged."""
+    tab = open_tab(_bank(server, "unconsolidated"))
+    tab.refusals.add(404)  # the standalone server's answer for the sibling's path
+    page = tab.page
+    page.locator("#mw-tab-consolidation").click()
+    panel = page.locator(".mw-consolidation")
+    expect(panel).to_have_attribute("data-state", "absent")
+    expect(panel).to_contain_text("memory-consolidate sibling does not answer")
+    expect(panel.locator(".mw-consolidation-group")).to_have_count(0)
 
 
 # --- the iii home --------------------------------------------------------------------------------
@@ -1801,6 +2010,34 @@ def test_the_settings_panel_shows_a_change_made_elsewhere_when_opened_again(
         field.fill("6")
         _save_settings(page, "recall_limit")
         assert "recall_limit: 6" in server.config.read_text()
+    finally:
+        server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
+
+
+def test_a_settings_save_from_a_stale_panel_is_refused_and_offers_a_reload(
+    server: Server, open_tab: Any
+) -> None:
+    """Two tabs show the settings; the first saves `recall_limit`, then the second, which still
+    shows the old value: refused (not written over the first), said so, with a reload that shows
+    what is in effect, from which the save lands."""
+    bank = _bank(server, "settings-stale")
+    first, second = open_tab(bank, "settings").page, open_tab(bank, "settings").page
+    try:
+        for page in (first, second):
+            expect(page.locator("#mw-setting-recall_limit")).to_have_value("6")
+        first.locator("#mw-setting-recall_limit").fill("7")
+        _save_settings(first, "recall_limit")
+        second.locator("#mw-setting-recall_limit").fill("9")
+        second.get_by_role("button", name="Save settings").click()
+        expect(second.locator(".mw-settings .mw-notice")).to_contain_text("changed elsewhere")
+        assert "recall_limit: 7" in server.config.read_text()  # the first save stands
+
+        second.get_by_role("button", name="Reload settings").click()
+        expect(second.locator("#mw-setting-recall_limit")).to_have_value("7")
+        expect(second.locator(".mw-settings .mw-notice")).to_be_hidden()
+        second.locator("#mw-setting-recall_limit").fill("9")
+        _save_settings(second, "recall_limit")
+        assert "recall_limit: 9" in server.config.read_text()
     finally:
         server.config.write_text("recall_limit: 6\n")  # leave the shared server as it was
 

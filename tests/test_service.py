@@ -82,6 +82,7 @@ class TestBanks:
                 "rules": 1,
                 "subjects": 0,
                 "settings": ANY,  # tests/test_bank_settings.py
+                "settings_revision": ANY,
             }
         ]
 

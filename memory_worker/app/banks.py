@@ -30,6 +30,7 @@ from memory_worker.core.bank_settings import (
     BankOverrides,
     effective,
     parse_overrides,
+    settings_revision,
 )
 from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, InvalidInput
@@ -130,9 +131,20 @@ class BankUseCases(EmbeddingWork):
         bank = self.store.get(name)
         bank.overrides.merged(changes)  # checked whole before anything waits or is written
 
+        expected = req.expected_settings_revision
+
         def update(old: str, chosen: BankOverrides) -> tuple[str, BankOverrides]:
+            # Checked under the settings lock, on what the bank has when the write's turn comes:
+            # a caller that read an older state (another tab, the CLI, a hand edit since) is
+            # refused rather than overwriting a change it never saw.
+            if expected is not None and settings_revision(old, chosen) != expected:
+                raise Conflict(
+                    f"stale settings: bank {name} is at settings_revision "
+                    f"{settings_revision(old, chosen)}, expected {expected}; read them again "
+                    "(memory::bank::get) and retry"
+                )
             # Over what the bank has when the write's turn comes: a configure racing this one
-            # keeps its change.
+            # (with no expected revision) keeps its change.
             merged: BankOverrides = chosen.merged(changes)
             return (old if description is None else description), merged
 

@@ -27,7 +27,12 @@ from memory_worker.app.ports import (
     system_clock,
 )
 from memory_worker.core import transitions
-from memory_worker.core.bank_settings import BankOverrides, BankSettings, effective
+from memory_worker.core.bank_settings import (
+    BankOverrides,
+    BankSettings,
+    effective,
+    settings_revision,
+)
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, MemoryNotFound
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
@@ -417,6 +422,7 @@ class ServiceBase:
             rules=summary.rules,
             subjects=summary.subjects,
             settings=effective(self.settings.bank_defaults(), summary.overrides),
+            settings_revision=settings_revision(summary.description, summary.overrides),
         )
 
     def _summary(self, bank: Bank) -> BankSummary:

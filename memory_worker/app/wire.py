@@ -370,6 +370,12 @@ class BankConfigureRequest(BankSettingsFields):
     description: Text | None = Field(
         default=None, description="A new human description; omitted: unchanged."
     )
+    expected_settings_revision: Text | None = Field(
+        default=None,
+        description="The bank's `settings_revision` as the caller last read it: the change "
+        "applies only if the description and settings are still what that read showed "
+        "(`conflict` otherwise, nothing changed). Omitted: no check.",
+    )
 
 
 class BankConfigureResponse(Response):

@@ -9,6 +9,8 @@ view that use cases read and listings show. Pure: no I/O.
 
 # No `from __future__ import annotations`: pydantic evaluates string annotations at import (see
 # `app.wire`).
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -41,6 +43,7 @@ __all__ = [
     "not_a_flag",
     "not_a_number_flag",
     "parse_overrides",
+    "settings_revision",
 ]
 
 # The kinds of memory seed 004 names; a retention entry names one of them (lessons are anchored
@@ -273,6 +276,21 @@ def _describe(exc: ValidationError | ValueError) -> str:
     if not isinstance(exc, ValidationError):
         return str(exc)
     return "; ".join(validation_problem(err, "settings") for err in exc.errors()[:5])
+
+
+SETTINGS_REVISION_CHARS = 16  # 64 bits of SHA-256: two states of one bank never collide in practice
+
+
+def settings_revision(description: str, overrides: BankOverrides) -> str:
+    """An opaque tag of what a bank's `bank.yaml` holds (its description and chosen settings),
+    the settings' counterpart of a memory's `revision`: a caller that read it can ask a change
+    to apply only if nothing changed since (`memory::bank::configure`'s
+    `expected_settings_revision`). Derived from the content, not counted, so a hand edit of
+    `bank.yaml` changes it too, and the file keeps the format every reader of it knows."""
+    # A bank that chose nothing is not validated to say so (see `no_overrides`).
+    chosen = overrides.chosen() if overrides.model_fields_set else {}
+    canonical = json.dumps([description, chosen], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:SETTINGS_REVISION_CHARS]
 
 
 def effective(defaults: BankSettings, overrides: BankOverrides) -> BankSettings:

@@ -304,6 +304,12 @@ class BankInfo(BaseModel):
         description="The bank's effective settings: what its bank.yaml chose (memory::bank::create "
         "or memory::bank::configure), the configured defaults for the rest.",
     )
+    settings_revision: str | None = Field(
+        default=None,
+        description="An opaque tag of the bank's description and chosen settings (bank.yaml); "
+        "it changes whenever they do, hand edits included. Give it to memory::bank::configure "
+        "as `expected_settings_revision` so a change made since is not silently overwritten.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

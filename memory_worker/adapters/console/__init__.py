@@ -57,9 +57,11 @@ ASSETS: dict[str, Asset] = {
         Asset("banksettings.js", _JS, "console:module"),
         Asset("rules.js", _JS, "console:module"),
         Asset("memories.js", _JS, "console:module"),
+        Asset("supersede.js", _JS, "console:module"),
         Asset("preview.js", _JS, "console:module"),
         Asset("settings.js", _JS, "console:module"),
         Asset("doctor.js", _JS, "console:module"),
+        Asset("consolidation.js", _JS, "console:module"),
     )
 }
 

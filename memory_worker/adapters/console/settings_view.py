@@ -9,12 +9,14 @@ the whole store, so it stays a file or flag decision.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from typing import Any
 
 from memory_worker.core.config import Settings, parse_settings
 from memory_worker.core.errors import InvalidInput
 
-__all__ = ["NOT_FROM_CONSOLE", "describe", "validate_changes"]
+__all__ = ["NOT_FROM_CONSOLE", "describe", "revision", "validate_changes"]
 
 # data_dir moves the whole store; allowed_hosts is who may reach the server at all (and a list,
 # which the panel's inputs do not edit): both stay a file or flag decision.
@@ -34,6 +36,15 @@ def _schema() -> dict[str, dict[str, Any]]:
             "default", Settings.model_fields[name].get_default(call_default_factory=True)
         )
     return kept
+
+
+def revision(settings: Settings) -> str:
+    """An opaque tag of the settings in effect: a panel that read it saves only over what it
+    showed (`expected_revision`), never over a change made since (another tab, the CLI, a hand
+    edit the file watcher applied). Of the values, not the file's text: a comment edited by hand
+    makes no open panel stale."""
+    canonical = json.dumps(settings.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def describe(
@@ -64,6 +75,7 @@ def describe(
         "editable": editable,
         "reason": reason,
         "source": source,
+        "revision": revision(settings),
         "fields": fields,
     }
 

@@ -8,8 +8,10 @@ settings panel's two calls.
   carries the same JSON content type and `Authorization` header as every other call — an
   `EventSource` could do neither). `hello` first, then one frame per change, a comment every
   `HEARTBEAT_S` so a proxy keeps it open and a closed tab is noticed.
-- `POST /console/settings` and `/console/settings/set`: the fields with their descriptions; edits
-  land in the `--config` file (only the changed lines) and apply at once.
+- `POST /console/settings` and `/console/settings/set`: the fields with their descriptions and the
+  settings' `revision`; edits land in the `--config` file (only the changed lines) and apply at
+  once, and one sent with the `expected_revision` it read is refused (`conflict`) when the
+  settings changed since.
 
 Every POST here takes only `application/json` (a cross-site form cannot send it without a
 preflight, and the server answers no preflight), and refuses an `Origin` other than the page's own
@@ -29,12 +31,12 @@ from aiohttp import web
 
 from memory_worker.adapters import console
 from memory_worker.adapters.console.feed import ConsoleFeed, FeedFull
-from memory_worker.adapters.console.settings_view import describe, validate_changes
+from memory_worker.adapters.console.settings_view import describe, revision, validate_changes
 from memory_worker.adapters.doors import CALLER_HEADER, decode_caller
 from memory_worker.adapters.settings_file import write_values
 from memory_worker.app.caller import Caller, CallerKind
 from memory_worker.core.config import Settings, load_settings, settings_from_text
-from memory_worker.core.errors import Forbidden, InvalidInput
+from memory_worker.core.errors import Conflict, Forbidden, InvalidInput
 from memory_worker.core.payload import loads
 from memory_worker.storage.logger import get_logger
 
@@ -209,7 +211,17 @@ async def _settings_set(request: web.Request) -> web.StreamResponse:
     if not editable or context.config_path is None or context.apply is None:
         raise InvalidInput(reason)
     values = validate_changes(context.settings(), body.get("values"))
+    expected = body.get("expected_revision")
+    if expected is not None and not isinstance(expected, str):
+        raise InvalidInput("`expected_revision` must be the `revision` string the view gave")
     async with context.editing:
+        # Under the edit lock, on the settings in effect now: a panel that read them before
+        # another tab's save (or the CLI's, or a hand edit) is refused, not written over it.
+        if expected is not None and revision(context.settings()) != expected:
+            raise Conflict(
+                "stale settings: they changed since this panel read them (another tab, the CLI "
+                "or a hand edit); read them again and retry"
+            )
         # Only a file that loads is written: one already holding a refused value (a hand edit
         # the hot reload kept out) was written anyway and answered "Not saved", the edit then
         # applying unannounced whenever the file was next fixed.

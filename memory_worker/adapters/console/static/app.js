@@ -16,11 +16,13 @@ import { createMemoriesPanel } from './memories.js'
 import { createPreviewPanel } from './preview.js'
 import { createSettingsPanel } from './settings.js'
 import { createDoctorPanel } from './doctor.js'
+import { createConsolidationPanel } from './consolidation.js'
 
 const TABS = [
   { id: 'rules', label: 'Rules', bank: true },
   { id: 'memories', label: 'Memories', bank: true },
   { id: 'preview', label: 'Preview', bank: true },
+  { id: 'consolidation', label: 'Consolidation', bank: true },
   { id: 'settings', label: 'Settings', bank: false },
   { id: 'doctor', label: 'Doctor', bank: false },
 ]
@@ -74,6 +76,7 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     rules: createRulesPanel(ctx),
     memories: createMemoriesPanel(ctx),
     preview: createPreviewPanel(ctx),
+    consolidation: createConsolidationPanel(ctx),
     settings: createSettingsPanel(ctx),
     doctor: createDoctorPanel(ctx),
   }

@@ -89,6 +89,10 @@ export function openBankSettings(ctx, bank) {
   const status = h('p', { class: 'mw-rail-status' })
   const ok = h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save settings' })
   const cancel = h('button', { type: 'button', class: 'mw-btn', text: 'Close' })
+  // Shown when the save was refused because the settings changed since this dialog read them
+  // (another tab, the CLI, a hand edit of bank.yaml): it opens the dialog again on what is there.
+  const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Reload settings', hidden: true })
+  let reopen = null
   const form = h('form', { method: 'dialog' },
     h('h2', { class: 'mw-dialog-title', text: `Settings of bank "${bank.name}"` }),
     h('p', { class: 'mw-muted', text: 'Shown as in effect. Empty a box, or pick "configured default", to have the bank follow the server\'s configured default again.' }),
@@ -102,7 +106,7 @@ export function openBankSettings(ctx, bank) {
     field('conscious access', inputs.conscious_access),
     field('scope', inputs.scope),
     status,
-    h('div', { class: 'mw-dialog-actions' }, cancel, ok))
+    h('div', { class: 'mw-dialog-actions' }, cancel, reload, ok))
   const dialog = h('dialog', { class: 'mw-dialog', attrs: { 'aria-label': `Settings of bank ${bank.name}` } }, form)
   return new Promise((resolve) => {
     form.addEventListener('submit', async (event) => {
@@ -113,7 +117,10 @@ export function openBankSettings(ctx, bank) {
         status.textContent = 'Give all three weights, or empty all three for the configured blend.'
         return
       }
+      // Applied only if the bank still has what this dialog was opened on: a save made from a
+      // stale read is refused (`conflict`) rather than overwriting a change it never showed.
       const changes = { name: bank.name }
+      if (bank.settings_revision) changes.expected_settings_revision = bank.settings_revision
       for (const [key, value] of Object.entries(now)) {
         if (JSON.stringify(value) !== JSON.stringify(before[key])) changes[key] = value
       }
@@ -122,11 +129,25 @@ export function openBankSettings(ctx, bank) {
         ctx.ui.toast(result.changed.length ? `Changed ${result.changed.join(', ')}` : 'Nothing changed')
         dialog.close()
       } catch (err) {
+        if (err.code === 'conflict' && changes.expected_settings_revision) {
+          status.textContent = 'Not saved: these settings were changed elsewhere (another tab, the CLI or a hand edit) since this dialog opened. Reload them to see what is there now, then make your change again.'
+          reload.hidden = false
+          return
+        }
         status.textContent = `${err.code}: ${err.message}`
       }
     })
+    reload.addEventListener('click', async () => {
+      const answer = await ctx.call('memory::bank::get', { name: bank.name }).catch(() => null) // the toast says why
+      if (!answer) return
+      reopen = answer.bank
+      dialog.close()
+    })
     cancel.addEventListener('click', () => dialog.close())
-    dialog.addEventListener('close', () => { dialog.remove(); resolve() })
+    dialog.addEventListener('close', () => {
+      dialog.remove()
+      resolve(reopen ? openBankSettings(ctx, reopen) : undefined)
+    })
     ctx.ui.root.append(dialog)
     dialog.showModal()
     cancel.focus()

@@ -137,7 +137,8 @@ const transport = {
   call: (functionId, payload) => post(`/${functionId.replaceAll('::', '/')}`, payload),
   subscribe,
   settings: () => post('/console/settings', {}),
-  saveSettings: (values) => post('/console/settings/set', { values }),
+  // `revision`: the view's, so a save over a change made since this tab read it is refused.
+  saveSettings: (values, revision) => post('/console/settings/set', revision ? { values, expected_revision: revision } : { values }),
 }
 
 const params = new URLSearchParams(location.search)

@@ -1,10 +1,12 @@
 // The memories panel: newest first with paging, search through memory::recall (scores and the
-// retrieval mode that ran), tag chips, the history toggle, and per memory: pin, edit, delete and
-// its full revision history (memory::history). Every mutation carries the revision it was made
-// against (`expected_revision`); a refusal says so instead of overwriting.
+// retrieval mode that ran), tag chips, the history toggle, and per memory: pin, edit, supersede
+// (by another memory, `supersede.js`), delete and its full revision history (memory::history).
+// Every mutation carries the revision it was made against (`expected_revision`); a refusal says so
+// instead of overwriting.
 
 import { h, keepFocus, reconcile, setAgo, setText } from './dom.js'
 import { absoluteTime, isoTime, plural, score as formatScore, splitList } from './format.js'
+import { openSupersede } from './supersede.js'
 
 const PAGE = 50
 const SEARCH_LIMIT = 50
@@ -282,13 +284,14 @@ export function createMemoriesPanel(ctx) {
     const pinButton = h('button', { type: 'button', class: 'mw-btn mw-small', on: { click: togglePin } })
     const editButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Edit', on: { click: startEdit } })
     const historyButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'History', attrs: { 'aria-expanded': 'false' }, on: { click: toggleHistory } })
+    const supersedeButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Supersede…', on: { click: supersede } })
     const deleteButton = h('button', { type: 'button', class: 'mw-btn mw-small mw-danger-text', text: 'Delete', on: { click: remove } })
     const historyBox = h('div', { class: 'mw-history', hidden: true })
     const lesson = h('div', { class: 'mw-lesson', hidden: true })
     const el = h('li', { class: 'mw-memory' },
       h('div', { class: 'mw-memory-main' }, body, scoreBox),
       lesson, labels, meta,
-      h('div', { class: 'mw-memory-actions' }, pinButton, editButton, historyButton, deleteButton),
+      h('div', { class: 'mw-memory-actions' }, pinButton, editButton, historyButton, supersedeButton, deleteButton),
       historyBox)
 
     function update(item, maxScore) {
@@ -312,6 +315,9 @@ export function createMemoriesPanel(ctx) {
       setText(pinButton, memory.pinned ? 'Unpin' : 'Pin')
       pinButton.setAttribute('aria-pressed', String(Boolean(memory.pinned)))
       for (const b of [pinButton, editButton, deleteButton]) b.disabled = !live
+      // A pinned memory is the person's "keep this": the API never supersedes one (unpin first).
+      supersedeButton.disabled = !live || Boolean(memory.pinned)
+      supersedeButton.title = memory.pinned ? 'Pinned memories are never superseded: unpin it first' : 'Retire it in favour of another memory (kept in its history)'
       // Compared with the revision the draft is based on, not with what this row showed before:
       // a live refresh can land after "Load latest" already rebased the draft on this very
       // revision (a slow list answer), and must not say "changed elsewhere" again. Revisions
@@ -423,6 +429,13 @@ export function createMemoriesPanel(ctx) {
         confirm: 'Delete memory', danger: true,
       })
       if (ok) mutate('memory::delete', { expected_revision: shown }, () => ctx.ui.toast('Memory deleted'))
+    }
+
+    async function supersede() {
+      const done = await openSupersede(ctx, state.bank, memory)
+      if (!done) return
+      ctx.ui.toast(done.reinforced ? 'Superseded and merged into its replacement' : 'Superseded')
+      refresh()
     }
 
     function startEdit() {

@@ -16,6 +16,9 @@ export function createSettingsPanel(ctx) {
   const form = h('form', { class: 'mw-settings', on: { submit: onSubmit } })
   const saveButton = h('button', { type: 'submit', class: 'mw-btn mw-primary', text: 'Save settings', disabled: true })
   const message = h('p', { class: 'mw-notice', hidden: true, attrs: { role: 'alert' } })
+  // Shown when a save was refused because the settings changed since this panel read them: the
+  // current values replace the form's (the person's edits are dropped, on their word).
+  const reload = h('button', { type: 'button', class: 'mw-btn', text: 'Reload settings', hidden: true, on: { click: () => load({ force: true }) } })
   const el = h('div', {}, banner, form)
   let view = null
   let inputs = new Map()
@@ -23,7 +26,7 @@ export function createSettingsPanel(ctx) {
   // Only the latest read is shown (an older answer landing last would show older values), and
   // never over what the person started typing meanwhile.
   let asked = 0
-  async function load() {
+  async function load({ force = false } = {}) {
     const seq = ++asked
     let fresh
     try {
@@ -32,9 +35,10 @@ export function createSettingsPanel(ctx) {
       if (seq === asked) setText(banner, `Settings unavailable: ${err.code ?? 'error'}: ${err.message ?? err}`)
       return
     }
-    if (seq !== asked || (view && changes().size > 0)) return
+    if (seq !== asked || (!force && view && changes().size > 0)) return
     view = fresh
     render()
+    if (force) { message.hidden = true; reload.hidden = true }
   }
 
   // The form is built once per shape (which fields, of which kinds) and refreshed in place after
@@ -77,7 +81,7 @@ export function createSettingsPanel(ctx) {
         h('div', { class: 'mw-setting-input' }, input),
         help)
     })
-    form.replaceChildren(...rows, message, view.editable ? h('div', { class: 'mw-card-actions' }, saveButton) : null)
+    form.replaceChildren(...rows, message, view.editable ? h('div', { class: 'mw-card-actions' }, reload, saveButton) : null)
   }
 
   /** Show `field` (as just read) in its row, the elements kept: the focus stays where it is. */
@@ -126,13 +130,18 @@ export function createSettingsPanel(ctx) {
     if (!Object.keys(values).length) return
     const pressed = el.ownerDocument.activeElement
     try {
-      view = await ctx.transport.saveSettings(values)
+      view = await ctx.transport.saveSettings(values, view.revision)
     } catch (err) {
       message.hidden = false
-      setText(message, `Not saved: ${err.code}: ${err.message}`)
+      const stale = err.code === 'conflict'
+      setText(message, stale
+        ? 'Not saved: the settings changed elsewhere (another tab, the CLI or a hand edit) since this panel read them. Reload them to see what is in effect now, then make your change again.'
+        : `Not saved: ${err.code}: ${err.message}`)
+      reload.hidden = !stale
       return
     }
     message.hidden = true // an earlier refusal no longer stands: saying "Not saved" now is wrong
+    reload.hidden = true
     render()
     // "Save settings" is disabled again once saved: the focus on it goes to the first field saved.
     const first = inputs.get(Object.keys(values)[0])?.input
