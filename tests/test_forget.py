@@ -915,7 +915,9 @@ async def test_an_erasure_killed_past_its_log_leaves_no_id_of_theirs_on_disk_aft
 ) -> None:
     """Killed after the log was rewritten, the next load finishes the erasure from its intent:
     it took the ids to erase from the log, where they no longer were, so their vectors (ids and
-    embeddings of their words) and the ledger's keys (fingerprints of their words) stayed."""
+    embeddings of their words) and the ledger's keys (fingerprints of their words) stayed.
+    Until its `erased` events are sent (a service's boot), only the outbox names their ids:
+    what those events say (`erasure.OUTBOX_FILE`, at-least-once), gone once they are."""
     ana, bruno = await _ana_and_bruno_everywhere(data_dir)
     _forget_killed_in_a_child(forkserver, data_dir, point)
     assert (data_dir / "main" / erasure.INTENT_FILE).exists()
@@ -923,6 +925,10 @@ async def test_an_erasure_killed_past_its_log_leaves_no_id_of_theirs_on_disk_aft
     try:
         await reopened.replay_all()  # the bank's load finishes the erasure
         assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
+        assert _grep(data_dir, ana["id"]) == [f"main/{erasure.OUTBOX_FILE}"]
+        emitter = RecordingEmitter()
+        await MemoryService(reopened, emitter=emitter).boot_banks()
+        assert [e["id"] for e in emitter.of(ITEM_CHANGED)] == [ana["id"]]
         assert _grep(data_dir, ana["id"]) == []
         assert _grep(data_dir, "Ana") == []
         kept = _grep(data_dir, bruno["id"])

@@ -195,7 +195,7 @@ class BankUseCases(EmbeddingWork):
         target = await self.store.trash(name, self.clock())
         self._emit_bank(BankEvent.TRASHED, name)
         if bank is not None:  # an unfinished erasure the delete finished in the trashed copy
-            self._announce_late_erasures(bank)
+            await self._announce_late_erasures(bank)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
 
     async def compact(self, bank_name: str, *, horizon_days: float) -> Rewrite:
@@ -247,7 +247,7 @@ class BankUseCases(EmbeddingWork):
                 continue
             await self._announce(name, seen.get(name), after.get(name), outcome)
         for bank in after.values():  # one nobody had replayed since boot is announced too
-            self._announce_late_erasures(bank)
+            await self._announce_late_erasures(bank)
         return ReloadResponse(ok=True, banks=count)
 
     async def reload_bank(self, name: str) -> str:
@@ -306,7 +306,7 @@ class BankUseCases(EmbeddingWork):
             self._emit_bank(BankEvent.TRASHED, name)
         # What an interrupted erasure erased as the bank loaded is no hand edit: it is announced
         # as the erasure's own (`erased`, no text), never as a `deleted` carrying the text.
-        erased = self._announce_late_erasures(bank) if bank is not None else set()
+        erased = await self._announce_late_erasures(bank) if bank is not None else set()
         if outcome != "reloaded" or seen is None or bank is None:
             return rules != old_rules
         if rules != old_rules:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import weakref
 from collections import OrderedDict, deque
@@ -34,7 +35,13 @@ from memory_worker.core.bank_settings import (
     settings_revision,
 )
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, Forbidden, InvalidInput, MemoryNotFound
+from memory_worker.core.errors import (
+    BankNotFound,
+    Forbidden,
+    InvalidInput,
+    MemoryNotFound,
+    StorageError,
+)
 from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
@@ -55,6 +62,7 @@ __all__ = [
     "clean_line",
     "clean_short",
     "clean_subject",
+    "erased_event_id",
     "event_id",
     "item_event",
     "left_view",
@@ -78,6 +86,20 @@ def event_id() -> str:
     raw = bytearray(os.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # variant RFC 4122
+    return raw.hex()
+
+
+def erased_event_id(key: str | None, memory_id: str) -> str:
+    """The `event_id` of the `erased` event of `memory_id` by the erasure whose key is `key`:
+    the same each time it is announced (at-least-once across a kill: `storage.erasure`'s
+    outbox), so a subscriber dedupes a repeat as any retried delivery. Shaped as `event_id`'s
+    (32 hex digits, version-4 bits); random for an erasure without a key (an intent written
+    before keys were)."""
+    if key is None:
+        return event_id()
+    raw = bytearray(hashlib.sha256(f"{key}\0{memory_id}".encode()).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
     return raw.hex()
 
 
@@ -460,9 +482,10 @@ class ServiceBase:
         ]
         self._expired_since[name] = (weakref.ref(new), deque(kept, maxlen=since[1].maxlen))
 
-    def _emit_erased(self, bank: str, memory_id: str, subject: str) -> None:
+    def _emit_erased(self, bank: str, memory_id: str, subject: str, key: str | None) -> None:
         """One memory erased by `memory::forget-subject`: its id and whom it was about, no text
-        (which is gone)."""
+        (which is gone). `key`: the erasure's (`storage.erasure.write_intent`); the event's id
+        derives from it, so an event announced again after a kill (the outbox) repeats its id."""
         self.emitter.emit(
             ITEM_CHANGED,
             {
@@ -474,20 +497,31 @@ class ServiceBase:
                 # here too, and finds no text, which is gone.
                 "memory": {"id": memory_id, "subject": subject},
                 "reason": ERASURE_REASON,
-                "event_id": event_id(),
+                "event_id": erased_event_id(key, memory_id),
             },
         )
 
-    def _announce_late_erasures(self, bank: Bank) -> set[str]:
+    async def _announce_late_erasures(self, bank: Bank) -> set[str]:
         """Announce what an erasure a crash or a refusing disk interrupted erased later (as
-        `bank` loaded, or as it was deleted): the call that started it failed, so nobody was
-        told. As the call would have; returns those ids."""
+        `bank` loaded, or as it was deleted), or what one erased before its process died
+        unannounced (the outbox, `storage.erasure.unannounced`): the call that started it
+        failed, so nobody was told. As the call would have; returns those ids. Out of the
+        outbox once sent (a failure there is logged: sent again at the next load, same ids)."""
         erased = bank.take_unannounced_erasures()
-        if erased:
-            self._erased_from_ledger(bank.name, set(erased))
-        for memory_id, subject in sorted(erased.items()):
-            self._emit_erased(bank.name, memory_id, subject)
+        if not erased:
+            return set()
+        self._erased_from_ledger(bank.name, set(erased))
+        for memory_id, (subject, key) in sorted(erased.items()):
+            self._emit_erased(bank.name, memory_id, subject, key)
+        try:
+            await asyncio.to_thread(bank.announced, erased)
+        except StorageError as exc:
+            log.warning("erasure_outbox_not_cleared", bank=bank.name, error=str(exc))
         return set(erased)
+
+    async def _finish_erasures_in_trash(self) -> None:
+        """Finish and announce the erasures in deleted banks' trashed copies a kill interrupted
+        (`storage.erasure.trash_intents`; at boot): `ForgetUseCases`."""
 
     def _erased_from_ledger(self, bank: str, ids: set[str]) -> None:
         """Memories `ids` of `bank` were erased by a load (`storage.erasure.resume`, which takes

@@ -5,7 +5,9 @@ subject leaves the log, its vectors leave the sidecar, and the bank's trashed co
 `.trash/` are erased the same way, so nothing of theirs stays on disk. It is all-or-nothing across
 those files (`storage.erasure`: an intent first, finished at the next load after a crash), asks an
 explicit `confirm`, refuses while a memory about them is pinned (a person pinned it: they unpin it
-first, nothing is erased meanwhile), and announces one `erased` event per id, with no text.
+first, nothing is erased meanwhile), and announces one `erased` event per id, with no text:
+at least once, a kill before they are sent leaves them to the next load (`storage.erasure`'s
+outbox), which sends them with the same `event_id`s.
 It wins over work queued before it: its time is stamped (`storage.erasure.ErasureStamps`), and
 extraction saves nothing about them from words said before it.
 """
@@ -21,7 +23,8 @@ from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.ledger import ConversationLedger
 from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput
+from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
+from memory_worker.core.subjects import same_subject
 from memory_worker.storage import erasure
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
@@ -107,7 +110,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             # Before the intent: a job that read them before now saves nothing about them later,
             # even if this erasure is only finished by the next load.
             await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
-            await asyncio.to_thread(erasure.write_intent, bank.path, subject, about)
+            key = await asyncio.to_thread(erasure.write_intent, bank.path, subject, about)
             # From here on the erasure finishes: now, or at the next load if this process dies.
             copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
             result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
@@ -134,6 +137,9 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             )
             await asyncio.to_thread(bank.access.forget, about)
             await self.erase_deliveries(name, about)  # their ids: fingerprints of their words
+            # Before the intent goes, what its events will say: a kill from here to their
+            # sending leaves them for the next load to send (same ids), not lost.
+            await asyncio.to_thread(bank.to_announce, dict.fromkeys(about, (subject, key)))
             await asyncio.to_thread(erasure.clear_intent, bank.path, subject)
         self._unreport(name, bank, set(about))
         log.info(
@@ -144,7 +150,11 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             damaged_dropped=result.damaged_dropped,
         )
         for memory_id in about:
-            self._emit_erased(name, memory_id, subject)
+            self._emit_erased(name, memory_id, subject, key)
+        try:
+            await asyncio.to_thread(bank.announced, about)
+        except StorageError as exc:  # sent again by the next load, with the same ids
+            log.warning("erasure_outbox_not_cleared", bank=name, error=str(exc))
         return ForgetSubjectResponse(
             bank=name,
             subject=subject,
@@ -167,22 +177,24 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
     async def _forget_in_trash(self, name: str, subject: str) -> ForgetSubjectResponse:
         """A deleted bank's trashed copies (`.trash/`, kept for a person to recover by hand)
         hold every memory about them too: erased the same way, though no bank by that name is
-        live. No intent: each file is replaced whole, and a run cut short is finished by the
-        next (each step is idempotent). Each id is announced as any erasure's (`erased`, no
-        text): nothing of theirs was live, but a copy kept elsewhere (memory-consolidate's last
-        report of the bank, which only that event scrubs) still held their texts."""
+        live. Each id is announced as any erasure's (`erased`, no text): nothing of theirs was
+        live, but a copy kept elsewhere (memory-consolidate's last report of the bank, which
+        only that event scrubs) still held their texts. Committed first at the data dir's root
+        (`erasure.write_trash_intent`, with the ids: a copy's rewritten log no longer names
+        them), cleared once announced: a kill in between is finished and announced by the next
+        boot (`_finish_erasures_in_trash`), or by this call asked again."""
         # A default bank is recreated by its next write: what was read before stays out of it.
         await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
-        # The ledger first, while the copies' logs still name their ids: a run killed after a
-        # log's rewrite left the next no way to tell them (no intent here).
         ids = await asyncio.to_thread(erasure.trashed_ids, self.store.root, name, subject)
-        await self.erase_deliveries(name, ids)
-        copies, erased = await asyncio.to_thread(
-            erasure.erase_trashed, self.store.root, name, subject, ids
-        )
+        held_before = await asyncio.to_thread(self._trash_erasure_held, name, subject)
+        if ids or held_before:
+            held = await asyncio.to_thread(
+                erasure.write_trash_intent, self.store.root, name, subject, ids
+            )
+        else:  # nothing of theirs to announce: no file written (the copies are still swept)
+            held = erasure.TrashErasure(name, subject, None, [])
+        copies, erased = await self._erase_in_trash(held)
         log.info("subject_forgotten", bank=name, erased=len(erased), trash_copies=copies)
-        for memory_id in sorted(erased):
-            self._emit_erased(name, memory_id, subject)
         return ForgetSubjectResponse(
             bank=name,
             subject=subject,
@@ -190,3 +202,35 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             trash_copies=copies,
             damaged_dropped=0,
         )
+
+    def _trash_erasure_held(self, name: str, subject: str) -> bool:
+        return any(
+            e.bank == name and same_subject(e.subject, subject)
+            for e in erasure.trash_intents(self.store.root)
+        )
+
+    async def _erase_in_trash(self, held: erasure.TrashErasure) -> tuple[int, set[str]]:
+        """Erase what `held` names from its bank's trashed copies and announce it (each step
+        idempotent), then clear it. The ledger first, then the copies' derived files, their
+        logs last (`erasure.erase_trashed`)."""
+        name, subject = held.bank, held.subject
+        await self.erase_deliveries(name, held.ids)
+        copies, erased = await asyncio.to_thread(
+            erasure.erase_trashed, self.store.root, name, subject, held.ids
+        )
+        erased |= set(held.ids)
+        for memory_id in sorted(erased):
+            self._emit_erased(name, memory_id, subject, held.key)
+        if held.key is not None:
+            await asyncio.to_thread(erasure.clear_trash_intent, self.store.root, name, subject)
+        return copies, erased
+
+    async def _finish_erasures_in_trash(self) -> None:
+        """Finish and announce the erasures in trashed copies a kill interrupted (at boot)."""
+        for held in await asyncio.to_thread(erasure.trash_intents, self.store.root):
+            try:
+                await self._erase_in_trash(held)
+            except StorageError as exc:  # kept: the next boot, or the call asked again, retries
+                log.error("forget_subject_unfinished_in_trash", bank=held.bank, error=str(exc))
+                continue
+            log.warning("forget_subject_resumed", bank=held.bank, erased=len(held.ids))

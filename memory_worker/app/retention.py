@@ -187,6 +187,10 @@ class RetentionUseCases(EmbeddingWork):
         # What recall reads dates with, compiled now, not by the first recall (a one-shot process
         # compiles each at its first use: `core.temporal`); in a thread, as replays are.
         await asyncio.to_thread(temporal.compile_patterns)
+        try:
+            await self._finish_erasures_in_trash()
+        except StorageError as exc:  # its file unreadable for want of descriptors: next boot
+            log.error("forget_subject_unfinished_in_trash", error=str(exc))
         names = self.store.names()
         for name in names:
             try:
@@ -195,7 +199,7 @@ class RetentionUseCases(EmbeddingWork):
                 log.error("bank_load_failed", bank=name, error=str(exc))
                 continue
             if bank is not None:
-                self._announce_late_erasures(bank)
+                await self._announce_late_erasures(bank)
                 self._embed_soon(bank)
                 try:
                     total += len(await self.reap(bank))

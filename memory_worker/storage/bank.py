@@ -24,6 +24,7 @@ import contextvars
 import functools
 import os
 import secrets
+import threading
 import time
 import unicodedata
 import zlib
@@ -270,7 +271,10 @@ class Bank:
         # What an erasure finished after its call failed erased (id → subject): at this load
         # (`erasure.resume`), or in the trashed copy when the bank was deleted. Nobody was told:
         # the service announces it as the erasure would have (`take_unannounced_erasures`).
-        self._unannounced_erasures: dict[str, str] = {}
+        # Each with the erasure's key (`erasure.write_intent`): its events' ids derive from it.
+        # Also on disk (`erasure.unannounced`) until announced: read back by the next load.
+        self._unannounced_erasures: erasure.Unannounced = {}
+        self._outbox_lock = threading.Lock()  # an erasure adds to it while an announce takes out
         # While a rewrite replaces the log, commits are staged (decisions see them) and held here;
         # they are written to the new log once it is in place.
         self._rewriting: asyncio.Event | None = None  # set when the running rewrite is over
@@ -371,8 +375,9 @@ class Bank:
         for leftover in files.remove_replacements(path / MEMORIES_FILE):
             log.info("rewrite_leftover_removed", bank=name, file=leftover)  # never renamed in
         # An interrupted forget-subject finishes first.
-        for subject, gone in erasure.resume(path.parent, name, path).items():
-            bank.note_erased(subject, gone)
+        erasure.resume(path.parent, name, path)
+        # What it finished, and what an earlier process erased and died before announcing.
+        bank.note_erased(erasure.unannounced(path))
         bank._read_bank_file()
         if not hand_edit:
             bank._set_aside_interrupted_tail()
@@ -1039,14 +1044,31 @@ class Bank:
         finally:
             del self._erasing[subject]
 
-    def note_erased(self, subject: str, ids: Iterable[str]) -> None:
-        """`ids`, about `subject`, were erased by an erasure whose call had failed: to announce."""
-        self._unannounced_erasures.update(dict.fromkeys(ids, subject))
+    def note_erased(self, erased: erasure.Unannounced) -> None:
+        """`erased` (id → subject, the erasure's key) was erased and nobody told yet: to
+        announce (`take_unannounced_erasures`)."""
+        self._unannounced_erasures.update(erased)
 
-    def take_unannounced_erasures(self) -> dict[str, str]:
-        """What `note_erased` noted (id → subject), once: nobody has been told yet."""
+    def take_unannounced_erasures(self) -> erasure.Unannounced:
+        """What `note_erased` noted (id → subject, key), once: nobody has been told yet. Once
+        they are, `announced` takes them out of the outbox on disk."""
         erased, self._unannounced_erasures = self._unannounced_erasures, {}
         return erased
+
+    def announced(self, ids: Iterable[str]) -> None:
+        """The `erased` events of `ids` were sent: out of the outbox (blocking). A bank trashed
+        meanwhile has no outbox left (`erasure.finish_in_trash` removed its copy's)."""
+        done = list(ids)
+        if done:
+            with self._outbox_lock:
+                erasure.write_unannounced(self.path, {}, done=done)
+
+    def to_announce(self, erased: erasure.Unannounced) -> None:
+        """Keep `erased` in the outbox on disk (blocking, durable) until `announced`: before an
+        erasure's intent is cleared, so a kill before its events leaves them for the next load."""
+        if erased:
+            with self._outbox_lock:
+                erasure.write_unannounced(self.path, erased)
 
     def _intent_names(self, subject: str) -> bool:
         """Whether the erasure intent on disk still names `subject` (unreadable: it may)."""

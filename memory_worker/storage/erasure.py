@@ -10,6 +10,20 @@ it the next load erases everything. Each file is replaced crash-safely (`files.r
 each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
+It also holds a random key per subject, from which each `erased` event's `event_id` is derived.
+
+Announcing is at-least-once, through an outbox: before the intent is cleared, what the erasure took
+(id → subject and key) is written to `.erased-unannounced.json` in the bank's folder, and removed
+once its `erased` events are sent. A kill between the two leaves it for the next load, which
+announces it again with the same `event_id`s (a subscriber that saw one already dedupes on it).
+Not the intent kept longer: an intent finishes the erasure at the next load, and a memory about
+them saved after the erasure (said after it: legitimate) would be erased with it; the outbox
+erases nothing. Without it, a kill after the intent's removal and before the events (or a load
+that finished an erasure, then died before announcing it) lost them for good: their ids then are
+nowhere (memory-consolidate's last report kept their texts, which only that event scrubs).
+A deleted bank's trashed copies are never loaded: an erasure there is committed, with its ids and
+key, in `.erasing-in-trash.json` at the data dir's root (`write_trash_intent`), and cleared once
+announced; the next boot finishes and announces one a kill interrupted.
 
 What outlives it is a stamp (`ErasureStamps`, `.erased-subjects.json` at the data dir's root): when
 each subject of each bank was last erased, keyed by a digest, so the file names no one. Work read
@@ -23,11 +37,13 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
@@ -48,10 +64,14 @@ from memory_worker.storage.vectors import VECTORS_FILE
 
 __all__ = [
     "INTENT_FILE",
+    "OUTBOX_FILE",
     "STAMPS_FILE",
     "STAMPS_MAX_BYTES",
+    "TRASH_INTENT_FILE",
     "ErasureStamps",
+    "TrashErasure",
     "clear_intent",
+    "clear_trash_intent",
     "drop_unfilterable",
     "erase_copies",
     "erase_log_file",
@@ -64,13 +84,20 @@ __all__ = [
     "intended_ids",
     "pending",
     "resume",
+    "trash_intents",
     "trashed_ids",
+    "unannounced",
     "write_intent",
+    "write_trash_intent",
+    "write_unannounced",
 ]
 
 log = get_logger(__name__)
 
 INTENT_FILE = ".forget-subject.json"
+OUTBOX_FILE = ".erased-unannounced.json"  # in the bank's folder: erased, `erased` not yet sent
+# At the data dir's root: erasures in deleted banks' trashed copies under way (`write_trash_intent`)
+TRASH_INTENT_FILE = ".erasing-in-trash.json"
 STAMPS_FILE = ".erased-subjects.json"  # at the data dir's root; a dot name: never taken for a bank
 # A stamp is ~50 bytes: this holds ~300,000 erased subjects. Past it the file is damage, read no
 # further (a planted file of gigabytes held the store's open).
@@ -263,34 +290,44 @@ def erased_ids(records: Iterable[Memory], subject: str) -> set[str]:
     return {memory_id for memory_id, m in latest.items() if of_subject(m.subject, subject)}
 
 
-def write_intent(bank_path: Path, subject: str, ids: Iterable[str] = ()) -> None:
+def write_intent(bank_path: Path, subject: str, ids: Iterable[str] = ()) -> str:
     """Commit to erasing `subject` (blocking): once this is durable, the erasure finishes. `ids`:
     the memories it erases, kept for the load that finishes it (`resume`): past the log's
     rewrite the log no longer tells which they were, and their vectors, access counts and
-    ledger keys were still to go."""
-    subjects, held = _read_intent(bank_path)
+    ledger keys were still to go. Returns the erasure's key (its `erased` events' `event_id`s
+    derive from it): the one the intent holds already for `subject` (a retry of an erasure that
+    failed past its intent, nobody told yet), else a new one."""
+    subjects, held, keys = _read_intent(bank_path)
     held = {**held, subject: sorted({*held.get(subject, []), *ids})}
-    _write_intent(bank_path, sorted({*subjects, subject}), held)
+    key = next((k for s, k in keys.items() if same_subject(s, subject)), None)
+    key = key or secrets.token_hex(16)
+    _write_intent(bank_path, sorted({*subjects, subject}), held, {**keys, subject: key})
     files.fsync_dir(bank_path)
+    return key
 
 
-def _write_intent(bank_path: Path, subjects: list[str], held: dict[str, list[str]]) -> None:
+def _write_intent(
+    bank_path: Path, subjects: list[str], held: dict[str, list[str]], keys: dict[str, str]
+) -> None:
     ids = {s: held[s] for s in subjects if held.get(s)}
-    body = json.dumps({"subjects": subjects, **({"ids": ids} if ids else {})}).encode()
+    kept = {s: keys[s] for s in subjects if keys.get(s)}
+    body = json.dumps(
+        {"subjects": subjects, **({"ids": ids} if ids else {}), **({"keys": kept} if kept else {})}
+    ).encode()
     files.atomic_write(bank_path / INTENT_FILE, body, within=bank_path.parent)
 
 
-def _read_intent(bank_path: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """The subjects an intent names, and the ids it holds for each."""
+def _read_intent(bank_path: Path) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
+    """The subjects an intent names, the ids it holds for each, and each one's key."""
     path = bank_path / INTENT_FILE
     if not os.path.lexists(path):
-        return [], {}
+        return [], {}, {}
     try:
         data = json.loads(files.read_text(path, within=bank_path.parent))
     except (ValueError, RecursionError):
-        return [], {}  # a torn intent was never durable: the erasure had not started
+        return [], {}, {}  # a torn intent was never durable: the erasure had not started
     if not isinstance(data, dict):
-        return [], {}
+        return [], {}, {}
     subjects = data.get("subjects")
     named = [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
     ids = data.get("ids")
@@ -299,7 +336,20 @@ def _read_intent(bank_path: Path) -> tuple[list[str], dict[str, list[str]]]:
         for subject, listed in (ids.items() if isinstance(ids, dict) else ())
         if isinstance(listed, list)
     }
-    return named, held
+    raw_keys = data.get("keys")
+    keys = {
+        subject: key
+        for subject, key in (raw_keys.items() if isinstance(raw_keys, dict) else ())
+        if isinstance(key, str) and key
+    }
+    return named, held, keys
+
+
+def _key_of(bank_path: Path, subject: str) -> str | None:
+    """The key the intent holds for `subject` (any spelling); None for an intent written before
+    keys were (its events get random ids)."""
+    keys = _read_intent(bank_path)[2]
+    return next((k for s, k in keys.items() if same_subject(s, subject)), None)
 
 
 def pending(bank_path: Path) -> list[str]:
@@ -317,13 +367,56 @@ def clear_intent(bank_path: Path, subject: str | None = None) -> None:
     """The erasure of `subject` (None: of everyone the intent names) is over. Another subject
     the intent still names is one whose erasure failed past its intent: it stays for the next
     load to finish (removing the file whole left their memories half erased for good)."""
-    subjects, held = _read_intent(bank_path) if subject is not None else ([], {})
+    subjects, held, keys = _read_intent(bank_path) if subject is not None else ([], {}, {})
     left = [s for s in subjects if not same_subject(s, subject or "")]
     if left:
-        _write_intent(bank_path, sorted(left), held)
+        _write_intent(bank_path, sorted(left), held, keys)
         return
     # Its folder is synced by `remove_file`.
     files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
+
+
+Unannounced = dict[str, tuple[str, str | None]]  # memory id → (subject, the erasure's key)
+
+
+def unannounced(bank_path: Path) -> Unannounced:
+    """What erasures of the bank at `bank_path` erased and are not known to have announced
+    (blocking; the outbox, `write_unannounced`). An unreadable outbox (a hand edit, a disk
+    fault) reads as empty: only an event is at stake, never a memory."""
+    path = bank_path / OUTBOX_FILE
+    if not os.path.lexists(path):
+        return {}
+    try:
+        data = json.loads(files.read_text(path, within=bank_path.parent))
+    except (ValueError, RecursionError, StorageError) as exc:
+        if isinstance(exc, StorageError) and files.is_transient(exc):
+            raise
+        log.warning("erasure_outbox_unreadable", path=str(path))
+        return {}
+    erased = data.get("erased") if isinstance(data, dict) else None
+    found: Unannounced = {}
+    for memory_id, entry in erased.items() if isinstance(erased, dict) else ():
+        if isinstance(entry, list) and entry and isinstance(entry[0], str):
+            key = entry[1] if len(entry) > 1 and isinstance(entry[1], str) else None
+            found[memory_id] = (entry[0], key)
+    return found
+
+
+def write_unannounced(bank_path: Path, entries: Unannounced, *, done: Iterable[str] = ()) -> None:
+    """The outbox (blocking, durable) with `entries` added and the ids `done` (announced) taken
+    out; removed when nothing is left to announce."""
+    held = {**unannounced(bank_path), **entries}
+    for memory_id in done:
+        if memory_id not in entries:
+            held.pop(memory_id, None)
+    path = bank_path / OUTBOX_FILE
+    if not held:
+        if os.path.lexists(path):
+            files.remove_file(path, within=bank_path.parent)  # syncs its folder
+        return
+    body = {"erased": {i: [s, k] if k else [s] for i, (s, k) in sorted(held.items())}}
+    files.atomic_write(path, json.dumps(body).encode(), within=bank_path.parent)
+    files.fsync_dir(bank_path)
 
 
 def drop_unfilterable(log_path: Path, *, within: Path | None = None) -> None:
@@ -454,23 +547,104 @@ def erase_trashed(
     return touched, erased
 
 
-def finish_in_trash(root: Path, bank: str, copy: Path) -> dict[str, set[str]]:
+class TrashErasure(NamedTuple):
+    """An erasure of `subject` from the trashed copies of deleted bank `bank` under way."""
+
+    bank: str
+    subject: str
+    # Its `erased` events' ids derive from it, as a live bank's (`write_intent`); None: not
+    # written down (it had nothing to announce).
+    key: str | None
+    ids: list[str]  # what it erases: past a copy's rewrite, only this still names them
+
+
+_trash_intents_lock = threading.Lock()  # erasures of two deleted banks run at once
+
+
+def trash_intents(root: Path) -> list[TrashErasure]:
+    """The erasures in trashed copies that started and are not known to have been announced
+    (blocking). Unreadable (torn: never durable; a hand edit): none."""
+    path = root / TRASH_INTENT_FILE
+    if not os.path.lexists(path):
+        return []
+    try:
+        data = json.loads(files.read_text(path, within=root))
+    except (ValueError, RecursionError, StorageError) as exc:
+        if isinstance(exc, StorageError) and files.is_transient(exc):
+            raise
+        log.warning("erasure_in_trash_intent_unreadable", path=str(path))
+        return []
+    listed = data.get("erasures") if isinstance(data, dict) else None
+    found: list[TrashErasure] = []
+    for entry in listed if isinstance(listed, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        bank, subject, key, ids = (entry.get(k) for k in ("bank", "subject", "key", "ids"))
+        if isinstance(bank, str) and isinstance(subject, str) and isinstance(key, str):
+            held = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+            found.append(TrashErasure(bank, subject, key, held))
+    return found
+
+
+def _write_trash_intents(root: Path, erasures: list[TrashErasure]) -> None:
+    path = root / TRASH_INTENT_FILE
+    if not erasures:
+        if os.path.lexists(path):
+            files.remove_file(path, within=root)  # syncs its folder
+        return
+    body = {"erasures": [e._asdict() for e in erasures]}
+    files.atomic_write(path, json.dumps(body).encode(), within=root)
+    files.fsync_dir(root)
+
+
+def write_trash_intent(root: Path, bank: str, subject: str, ids: Iterable[str]) -> TrashErasure:
+    """Commit to erasing `subject` from `bank`'s trashed copies and announcing `ids` (blocking,
+    durable), before the first copy changes: a trashed copy is never loaded, and past its log's
+    rewrite nothing else names the ids. A kill from here on is finished and announced by the
+    next boot (`trash_intents`). Returns the erasure, with what an earlier, killed attempt held
+    (its key, so its events keep their ids)."""
+    with _trash_intents_lock:
+        held = trash_intents(root)
+        same = [e for e in held if e.bank == bank and same_subject(e.subject, subject)]
+        others = [e for e in held if e not in same]
+        key = same[0].key if same else secrets.token_hex(16)
+        every = sorted({*ids, *(i for e in same for i in e.ids)})
+        erasure = TrashErasure(bank, subject, key, every)
+        _write_trash_intents(root, [*others, erasure])
+    return erasure
+
+
+def clear_trash_intent(root: Path, bank: str, subject: str) -> None:
+    """The erasure of `subject` from `bank`'s trashed copies is finished and announced."""
+    with _trash_intents_lock:
+        held = trash_intents(root)
+        left = [e for e in held if not (e.bank == bank and same_subject(e.subject, subject))]
+        if len(left) != len(held):
+            _write_trash_intents(root, left)
+
+
+def finish_in_trash(root: Path, bank: str, copy: Path) -> Unannounced:
     """Finish in `copy` (a folder of `bank` just moved to `.trash/`) the erasures its intent
     names (blocking): a trashed bank is never loaded again, so `resume` would never run for it
     and their memories would stay there. Every trashed copy of `bank` is erased as
-    `memory::forget-subject` erases them; returns the subjects finished, each with the ids
-    removed whole."""
+    `memory::forget-subject` erases them; returns what was removed whole (id → subject and the
+    erasure's key), with what the copy's outbox held still to announce. The copy's outbox goes:
+    a trashed bank is never loaded to announce it, and it names the person."""
     subjects = pending(copy)
-    finished: dict[str, set[str]] = {}
+    finished = unannounced(copy)
     for subject in subjects:
         # Their ids out of what conversations were handed, as `resume` takes them out: first,
         # while the logs (and the intent, for a log rewritten before the delete) still name them.
         ids = trashed_ids(root, bank, subject)
         deliveries.erase_delivered(root, bank, ids)
-        finished[subject] = erase_trashed(root, bank, subject, ids)[1]
+        key = _key_of(copy, subject)
+        gone = erase_trashed(root, bank, subject, ids)[1]
+        finished.update(dict.fromkeys(gone, (subject, key)))
         log.warning("forget_subject_resumed", bank=bank, trash_copy=copy.name)
     if subjects:
         clear_intent(copy)
+    if os.path.lexists(copy / OUTBOX_FILE):
+        files.remove_file(copy / OUTBOX_FILE, within=root)
     return finished
 
 
@@ -495,6 +669,9 @@ def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
         deliveries.erase_delivered(root, bank, gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
         finished[subject] = gone
+        # Before the intent goes: the load that announces them may die first (`unannounced`).
+        key = _key_of(bank_path, subject)
+        write_unannounced(bank_path, dict.fromkeys(gone, (subject, key)))
     if subjects:
         clear_intent(bank_path)
     return finished

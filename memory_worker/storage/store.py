@@ -496,8 +496,7 @@ class Store:
         except StorageError as exc:
             log.error("forget_subject_unfinished_in_trash", bank=bank.name, error=str(exc))
             return
-        for subject, gone in finished.items():
-            bank.note_erased(subject, gone)
+        bank.note_erased(finished)
 
     async def _trash_broken(self, name: str, now_ms: int) -> Path:
         """A bank folder that failed to load is still the user's bank, and deleting it is the way

@@ -15,11 +15,12 @@ import multiprocessing
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KILL_OPS", "Run", "forkserver", "reset", "run_killed"]
+__all__ = ["KILL_OPS", "Run", "forkserver", "reset", "run_call_killed", "run_killed"]
 
 # Every `os` function through which the worker changes a file or a folder.
 KILL_OPS = ("write", "fsync", "replace", "rename", "unlink", "ftruncate", "mkdir", "rmdir")
@@ -114,6 +115,22 @@ def _child(argv: list[str], k: int, half: bool, report: str, env: dict[str, str]
     os._exit(code)
 
 
+def _call_child(
+    target: Callable[..., None], args: tuple[Any, ...], k: int, report: str, env: dict[str, str]
+) -> None:
+    """`target(*args)` (a module-level function: what the CLI cannot show, such as the events a
+    server sends), SIGKILLed at its k-th file operation as `_child` is."""
+    for var in _ISOLATED:
+        os.environ.pop(var, None)
+    os.environ.update(env)
+    counter = _Counter(k, half=False)
+    counter.install()
+    target(*args)
+    counter.remove()
+    Path(report).write_text(json.dumps({"code": 0, "ops": counter.count, "trace": counter.trace}))
+    os._exit(0)
+
+
 class Run:
     """What one run did: killed (at the k-th operation) or ended by itself (`code`, `ops`)."""
 
@@ -146,6 +163,30 @@ def run_killed(
         child.kill()
         child.join()
         raise AssertionError(f"{argv} did not end within 60 s")
+    return Run(child.exitcode, report)
+
+
+def run_call_killed(
+    context: ForkServerContext,
+    target: Callable[..., None],
+    args: tuple[Any, ...],
+    k: int,
+    *,
+    scratch: Path,
+    env: dict[str, str] | None = None,
+) -> Run:
+    """`target(*args)` in a child, SIGKILLed before its k-th file operation; k=0 runs it to its
+    end. A file the target writes through Python's own file objects (not `os.write`) is not
+    counted: what a test records of the run (the events it sent) survives the kill."""
+    report = scratch / f"call-{k}.json"
+    report.unlink(missing_ok=True)
+    child = context.Process(target=_call_child, args=(target, args, k, str(report), env or {}))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        raise AssertionError(f"{target.__name__} did not end within 60 s")
     return Run(child.exitcode, report)
 
 

@@ -26,9 +26,9 @@ from memory_worker.storage import erasure
 from memory_worker.storage.snapshot import SNAPSHOT_FILE, SNAPSHOT_MIN_LIVE
 from memory_worker.storage.store import Store
 
-from ..fakes import FixedClock
+from ..fakes import FixedClock, RecordingEmitter
 from .helpers import HOLDER, NEW, OLD, SEED_IDS, TEA, answers, open_service, seed
-from .kill_points import forkserver, reset, run_killed
+from .kill_points import forkserver, reset, run_call_killed, run_killed
 
 ALL = os.environ.get("KILL_POINTS_ALL") == "1"
 LEXICAL = {"MEMORY_EMBEDDER": "none"}  # no model to load where no vector is under test
@@ -485,6 +485,203 @@ def test_an_erasure_finished_by_a_load_that_is_killed_too_is_finished_by_the_nex
         assert run_killed(context, reads, abs(k), scratch=scratch, half=k < 0).killed, k
         state, intact = seen(data)
         assert intact["ok"] and state == erased, k
+        _no_trace_of_bruno_in_main(data, "after")
+
+
+class _EventFile:
+    """An `Emitter` that appends each event to a file as it is sent, through Python's file
+    objects (never `os.write`: not a kill point), so what a killed process sent is known."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def emit(self, trigger_type: str, payload: dict[str, Any]) -> None:
+        with open(self.path, "ab", buffering=0) as out:
+            out.write(json.dumps([trigger_type, payload]).encode() + b"\n")
+
+
+def _forget_announcing(data: str, events: str) -> None:
+    """A server's `memory::forget-subject` of Bruno in `main`, its events recorded in `events`."""
+
+    async def forget() -> None:
+        store = Store.open(Path(data), holder=HOLDER)
+        service = MemoryService(store, Settings(), emitter=_EventFile(events), clock=FixedClock())
+        try:
+            payload = {"subject": "bruno", "confirm": "destructive"}
+            await catalog.call(service, "memory::forget-subject", payload)
+        finally:
+            await store.close()
+
+    asyncio.run(forget())
+
+
+def _erased_sent(events: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
+    return [(p["id"], p["event_id"]) for _, p in events if p.get("event_type") == "erased"]
+
+
+async def _announced_at_boot(data: Path) -> list[tuple[str, str]]:
+    """The `erased` events a server opening `data` sends as it boots its banks."""
+    emitter = RecordingEmitter()
+    service = open_service(data, emitter=emitter)
+    try:
+        await service.boot_banks()
+        return _erased_sent(emitter.events)
+    finally:
+        await service.store.close()
+
+
+def test_an_erasure_killed_anywhere_announces_each_memory_at_least_once_under_one_event_id(
+    context: ForkServerContext, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An erasure leaves nothing of the memories it erased, so its `erased` events are all a
+    subscriber (memory-consolidate's last report of the bank) learns it by: killed at any step
+    from its intent on, each is sent by it or by the next boot, a repeat with the same
+    `event_id`, and the boot after that sends none again. The events were sent after the intent
+    was cleared: a kill between the two lost them for good."""
+    seeded = _bruno_everywhere(tmp_path_factory, big=False)
+    data, scratch, events = tmp_path / "data", tmp_path / "scratch", tmp_path / "events.jsonl"
+    scratch.mkdir()
+    reset(seeded, data)
+    done = run_call_killed(
+        context, _forget_announcing, (str(data), str(events)), 0, scratch=scratch
+    )
+    sent = _erased_sent(json.loads(line) for line in events.read_text().splitlines())
+    erased = {memory_id for memory_id, _ in sent}
+    assert len(erased) == len(sent) == 2, sent  # Bruno's two live memories in `main`
+    intent = next(
+        k for k, op in enumerate(done.trace, 1) if op[:7] == "replace" and erasure.INTENT_FILE in op
+    )
+    for k in range(intent + 1, done.ops + 1):
+        reset(seeded, data)
+        events.unlink(missing_ok=True)
+        run = run_call_killed(
+            context, _forget_announcing, (str(data), str(events)), k, scratch=scratch
+        )
+        assert run.killed, k
+        lines = events.read_text().splitlines() if events.exists() else []
+        by_it = _erased_sent(json.loads(line) for line in lines)
+        at_boot = asyncio.run(_announced_at_boot(data))
+        assert {i for i, _ in by_it + at_boot} == erased, (k, done.trace[k - 1], by_it, at_boot)
+        for memory_id in erased:
+            ids = {e for i, e in by_it + at_boot if i == memory_id}
+            assert len(ids) == 1, (k, memory_id, ids)  # a repeat is the same event
+        assert asyncio.run(_announced_at_boot(data)) == [], k  # announced: never again
+        _no_trace_of_bruno_in_main(data, "after")
+
+
+def test_an_erasure_in_a_deleted_banks_trash_killed_anywhere_is_finished_and_announced(
+    context: ForkServerContext, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A deleted bank's trashed copies are never loaded, so nothing finished an erasure there a
+    kill cut short, and past a copy's rewrite nothing named the ids it took: their `erased`
+    events were lost for good. Killed at any step from its commitment on, the next boot
+    finishes it (no trace of Bruno left) and announces what the killed call had not, each
+    memory under one `event_id`, and the boot after that nothing."""
+    seeded = _bruno_everywhere(tmp_path_factory, big=False)
+    gone = tmp_path_factory.mktemp("deleted") / "data"
+    reset(seeded, gone)
+
+    async def delete() -> None:
+        service = open_service(gone)
+        try:
+            await catalog.call(service, "memory::bank::delete", {"name": "main"})
+        finally:
+            await service.store.close()
+
+    asyncio.run(delete())
+    data, scratch, events = tmp_path / "data", tmp_path / "scratch", tmp_path / "events.jsonl"
+    scratch.mkdir()
+    reset(gone, data)
+    done = run_call_killed(
+        context, _forget_announcing, (str(data), str(events)), 0, scratch=scratch
+    )
+    sent = _erased_sent(json.loads(line) for line in events.read_text().splitlines())
+    erased = {memory_id for memory_id, _ in sent}
+    assert len(erased) == len(sent) == 3, sent  # the book, the bicycle, Lisbon
+    _no_trace_of_bruno_in_main(data, "after")
+    first = next(
+        k
+        for k, op in enumerate(done.trace, 1)
+        if op[:7] == "replace" and erasure.TRASH_INTENT_FILE in op
+    )
+    for k in range(first + 1, done.ops + 1):  # from the commitment's rename into place on
+        reset(gone, data)
+        events.unlink(missing_ok=True)
+        run = run_call_killed(
+            context, _forget_announcing, (str(data), str(events)), k, scratch=scratch
+        )
+        assert run.killed, k
+        lines = events.read_text().splitlines() if events.exists() else []
+        by_it = _erased_sent(json.loads(line) for line in lines)
+        at_boot = asyncio.run(_announced_at_boot(data))
+        assert {i for i, _ in by_it + at_boot} == erased, (k, done.trace[k - 1], by_it, at_boot)
+        for memory_id in erased:
+            assert len({e for i, e in by_it + at_boot if i == memory_id}) == 1, (k, memory_id)
+        assert asyncio.run(_announced_at_boot(data)) == [], k
+        _no_trace_of_bruno_in_main(data, "after")
+        assert not (data / erasure.TRASH_INTENT_FILE).exists(), k
+
+
+def _boot_announcing(data: str, events: str) -> None:
+    """A server's boot over `data` (`boot_banks`), its events recorded in `events`."""
+
+    async def boot() -> None:
+        store = Store.open(Path(data), holder=HOLDER)
+        service = MemoryService(store, Settings(), emitter=_EventFile(events), clock=FixedClock())
+        try:
+            await service.boot_banks()
+        finally:
+            await store.close()
+
+    asyncio.run(boot())
+
+
+def test_an_erasure_a_boot_finishes_is_announced_at_least_once_though_that_boot_is_killed(
+    context: ForkServerContext, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Killed past its intent, the erasure is finished and announced by the next boot; that boot
+    killed at any step, the one after announces what it had not, under the same `event_id`s
+    (the intent's key). The load cleared the intent before the boot announced: a kill between
+    the two lost the events for good."""
+    seeded = _bruno_everywhere(tmp_path_factory, big=False)
+    half, data, scratch = tmp_path / "half", tmp_path / "data", tmp_path / "scratch"
+    events = tmp_path / "events.jsonl"
+    scratch.mkdir()
+    reset(seeded, half)
+    done = run_call_killed(
+        context, _forget_announcing, (str(half), str(events)), 0, scratch=scratch
+    )
+    erased = {i for i, _ in _erased_sent(json.loads(x) for x in events.read_text().splitlines())}
+    intent = next(
+        k for k, op in enumerate(done.trace, 1) if op[:7] == "replace" and erasure.INTENT_FILE in op
+    )
+    reset(seeded, half)
+    events.unlink()
+    run = run_call_killed(
+        context, _forget_announcing, (str(half), str(events)), intent + 2, scratch=scratch
+    )
+    assert run.killed and not events.exists()
+    reset(half, data)
+    booted = run_call_killed(
+        context, _boot_announcing, (str(data), str(events)), 0, scratch=scratch
+    )
+    assert {
+        i for i, _ in _erased_sent(json.loads(x) for x in events.read_text().splitlines())
+    } == erased
+    for k in range(1, booted.ops + 1):
+        reset(half, data)
+        events.unlink(missing_ok=True)
+        run = run_call_killed(
+            context, _boot_announcing, (str(data), str(events)), k, scratch=scratch
+        )
+        assert run.killed, k
+        lines = events.read_text().splitlines() if events.exists() else []
+        by_it = _erased_sent(json.loads(line) for line in lines)
+        at_boot = asyncio.run(_announced_at_boot(data))
+        assert {i for i, _ in by_it + at_boot} == erased, (k, booted.trace[k - 1], by_it, at_boot)
+        for memory_id in erased:
+            assert len({e for i, e in by_it + at_boot if i == memory_id}) == 1, (k, memory_id)
+        assert asyncio.run(_announced_at_boot(data)) == [], k
         _no_trace_of_bruno_in_main(data, "after")
 
 
