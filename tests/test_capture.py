@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from memory_worker.adapters.transcripts import read_transcript
 from memory_worker.app import catalog
@@ -595,6 +596,29 @@ class TestRunner:
         ]
         assert dead["op"] == "dead" and "prose" in dead["error"]
         assert "can't help with that" in dead["error"]
+
+    async def test_a_reply_in_prose_is_logged_without_its_words(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """A reply in prose may repeat the memories the model was shown: its words are the
+        dead job's recorded reason (erased with their subject), never a log line's, which
+        outlives a `memory::forget-subject` wherever the logs are kept."""
+
+        class Quoting:
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                return "I won't keep that: Ana's blood type is AB negative."
+
+        runner = CaptureRunner(service, CaptureQueue(root), Quoting())
+        await runner.enqueue(job("s13", entries_of(tmp_path, turn(1, "figs"))))
+        with structlog.testing.capture_logs() as logs:
+            await runner.run_once()
+            runner.queue.pending()[0].retry_at = 0  # (the delay, fast-forwarded)
+            assert await runner.run_once() == 1  # dead
+        await runner.close()
+        failed = [entry for entry in logs if entry["event"] == "capture_failed"]
+        assert len(failed) == 2 and all("in prose" in entry["error"] for entry in failed)
+        assert not [entry for entry in logs if "AB negative" in repr(entry)]
+        assert "AB negative" in (root / CAPTURE_FILE).read_text()  # the dead job's reason
 
     async def test_an_endpoint_that_is_down_pauses_the_queue_and_spends_no_attempts(
         self, service: MemoryService, root: Path, tmp_path: Path

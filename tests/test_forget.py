@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -28,15 +29,18 @@ from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
+from memory_worker.harness.capture import CaptureRunner
 from memory_worker.harness.extractor import Extractor
 from memory_worker.harness.turns import TurnPipeline
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import erasure, files, log
+from memory_worker.storage.capture import CAPTURE_FILE, CaptureQueue, erase_jobs
 from memory_worker.storage.deliveries import FileDeliveries
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
 from memory_worker.storage.store import Store
 from memory_worker.storage.vectors import VECTORS_FILE
 
+from .capture_fakes import ScriptedModel
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter
 from .test_extractor import Model, Transcript
@@ -1557,3 +1561,153 @@ class TestDamagedStamps:
             assert loaded.floor is not None  # what the folder stood for still holds
         finally:
             await reopened.close()
+
+
+class _Refusing:
+    """An extraction model that answers in prose, quoting what it was shown about Ana (a memory
+    recalled for the turn, or the turn's own words)."""
+
+    async def complete(self, system_prompt: str, user_text: str) -> str:
+        quoted = re.search(r"Ana[^\n]*", user_text)
+        return "I'm sorry, I won't store that" + (f": {quoted[0]}" if quoted else ".")
+
+
+def _said(entry_id: str, text: str) -> dict[str, Any]:
+    return {"entry_id": entry_id, "role": "user", "text": text}
+
+
+class TestCaptureQueue:
+    """The data dir's capture queue (`.capture.jsonl`: coding agents' turns waiting for
+    extraction) held their words after the erasure: a dead job's messages and its reason (a
+    prose reply quoting what the model was shown), a pending job's failed attempts' reasons and
+    a decision naming their memories' ids. A job carries no subject, so the bank's dead jobs
+    leave whole; a pending job keeps its turn (still to be read) and its attempts."""
+
+    async def _queue_with_their_words(
+        self, service: MemoryService, data_dir: Path, ids: dict[str, list[str]]
+    ) -> CaptureRunner:
+        # Off, the turn's recall (no subject: capture names none) shows the model Ana's memories.
+        await call(service, "memory::bank::configure", name="main", subject_scoping=False)
+        runner = CaptureRunner(service, CaptureQueue(data_dir), _Refusing())
+        told = "Ana said her blood type is AB negative."
+        await runner.enqueue({"session_id": "s1", "bank": "main", "entries": [_said("u1", told)]})
+        asked = _said("u1", "Where is the spare key kept?")
+        await runner.enqueue({"session_id": "s2", "bank": "main", "entries": [asked]})
+        await runner.enqueue(
+            {"session_id": "s3", "bank": "home", "entries": [_said("u1", "I grow basil.")]}
+        )
+        assert await runner.run_once() == 0  # each refused once: retried later
+        for waiting in runner.queue.pending():
+            if waiting.job["session_id"] != "s2":
+                waiting.retry_at = 0  # (the delay, fast-forwarded)
+        assert await runner.run_once() == 2  # s1 and s3 dead; s2 waits for its retry
+        [waiting] = runner.queue.pending()
+        assert "flowerpot" in (waiting.error or "")  # the memory the model was shown, quoted
+        # A decision journaled over Ana's memory (a job killed past it, or failing after it).
+        await asyncio.to_thread(
+            runner.queue.decide, waiting.id, '{"memories": []}', [ids["ana"][0]], now_ms=1
+        )
+        return runner
+
+    async def test_their_words_leave_the_capture_queue_and_the_rest_stays(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        ids = await _populate(service)
+        runner = await self._queue_with_their_words(service, data_dir, ids)
+        queued = (data_dir / CAPTURE_FILE).read_text()
+        assert "flowerpot" in queued and "AB negative" in queued and ids["ana"][0] in queued
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        for needle in ("flowerpot", "AB negative", *ids["ana"]):
+            assert _grep(data_dir, needle) == [], needle
+        # Another bank's dead job stays for a person; the pending turn stays to be read, its
+        # attempt counted, its decision gone (the model is asked again).
+        assert runner.queue.dead == 1 and "I grow basil." in (data_dir / CAPTURE_FILE).read_text()
+        [waiting] = runner.queue.pending()
+        assert (waiting.job["session_id"], waiting.attempts, waiting.decided) == ("s2", 1, None)
+        replayed = CaptureQueue(data_dir)
+        assert [(p.id, p.attempts, p.decided) for p in replayed.pending()] == [
+            (waiting.id, 1, None)
+        ]
+        assert replayed.dead == 1
+        replayed.close()
+        # The live queue was rewritten through, not under: its next compaction writes none back.
+        runner.completer = ScriptedModel()
+        waiting.retry_at = 0
+        service.clock = lambda: time.time_ns() // 1_000_000  # a decision waits for the next ms
+        assert await runner.run_once() == 1
+        await runner.close()
+        assert _grep(data_dir, "flowerpot") == [] and _grep(data_dir, "AB negative") == []
+        assert "I grow basil." in (data_dir / CAPTURE_FILE).read_text()
+
+    async def test_a_queue_not_open_is_erased_through_its_file(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """`memory-worker forget-subject` with no server running: nobody holds the queue open."""
+        ids = await _populate(service)
+        runner = await self._queue_with_their_words(service, data_dir, ids)
+        await runner.close()
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        for needle in ("flowerpot", "AB negative", *ids["ana"]):
+            assert _grep(data_dir, needle) == [], needle
+        replayed = CaptureQueue(data_dir)
+        assert [(p.job["session_id"], p.attempts) for p in replayed.pending()] == [("s2", 1)]
+        assert replayed.dead == 1
+        replayed.close()
+
+    async def test_an_erasure_finished_by_the_next_load_erases_the_queue_too(
+        self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        ids = await _populate(service)
+        runner = await self._queue_with_their_words(service, data_dir, ids)
+        await runner.close()
+        bank = service.store.get("main")
+        await _erase_ana_past_its_intent(service, bank, monkeypatch)
+        assert _grep(data_dir, "flowerpot")  # the intent stays: the next load finishes it
+        await service.store.close()
+        reopened = Store.open(data_dir, holder=HOLDER)
+        try:
+            reopened.get("main")
+            for needle in ("flowerpot", "AB negative"):
+                assert _grep(data_dir, needle) == [], needle
+            # Their ids stay only where their `erased` events wait for a service to send them.
+            for needle in ids["ana"]:
+                assert _grep(data_dir, needle) == [f"main/{erasure.OUTBOX_FILE}"], needle
+        finally:
+            await reopened.close()
+
+    async def test_a_dead_job_for_a_bank_it_never_made_leaves_too(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """Extraction would have made the bank; the job died first. The erasure answers that
+        there is no such bank (and stamps it), and the dead turn holding their words leaves."""
+        runner = CaptureRunner(service, CaptureQueue(data_dir), _Refusing())
+        told = _said("u1", "Ana said her blood type is AB negative.")
+        await runner.enqueue({"session_id": "s1", "bank": "work", "entries": [told]})
+        await runner.run_once()
+        runner.queue.pending()[0].retry_at = 0  # (the delay, fast-forwarded)
+        assert await runner.run_once() == 1 and runner.queue.dead == 1
+        with pytest.raises(BankNotFound):
+            await call(
+                service, "memory::forget-subject", bank="work", subject="ana", confirm="destructive"
+            )
+        assert runner.queue.dead == 0 and _grep(data_dir, "AB negative") == []
+        await runner.close()
+
+    def test_a_decision_made_over_their_memories_during_the_erasure_is_not_journaled(
+        self, data_dir: Path
+    ) -> None:
+        """A job whose model was shown their memories before the log's rewrite answers after the
+        queue was erased: its decision (naming their ids) goes on in RAM, never to the file."""
+        data_dir.mkdir()
+        queue = CaptureQueue(data_dir)
+        job_id, _ = queue.enqueue(
+            {"session_id": "s1", "bank": "main", "entries": [_said("u1", "hi")]},
+            job_id=None,
+            now_ms=1,
+        )
+        assert erase_jobs(data_dir, "main", {"fp0123456789abcdef"}) == 0
+        queue.decide(job_id, '{"memories": []}', ["fp0123456789abcdef"], now_ms=2)
+        [pending] = queue.pending()
+        assert pending.decided is not None  # the job finishes with it
+        queue.close()
+        assert _grep(data_dir, "fp0123456789abcdef") == []

@@ -1,8 +1,9 @@
 """The right to be forgotten: `memory::forget-subject` erases every memory about one subject.
 
 Unlike a delete (a tombstone, recoverable), this destroys: every revision of each memory about the
-subject leaves the log, its vectors leave the sidecar, and the bank's trashed copies under
-`.trash/` are erased the same way, so nothing of theirs stays on disk. It is all-or-nothing across
+subject leaves the log, its vectors leave the sidecar, the capture queue loses the bank's dead
+jobs (`storage.capture.erase_jobs`), and the bank's trashed copies under `.trash/` are erased the
+same way, so nothing of theirs stays on disk. It is all-or-nothing across
 those files (`storage.erasure`: an intent first, finished at the next load after a crash), asks an
 explicit `confirm`, refuses while a memory about them is pinned (a person pinned it: they unpin it
 first, nothing is erased meanwhile), and announces one `erased` event per id, with no text:
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import OrderedDict
+from collections.abc import Collection
 
 from memory_worker.app.base import clean_subject
 from memory_worker.app.caller import SYSTEM, Caller
@@ -25,7 +27,7 @@ from memory_worker.app.ledger import ConversationLedger
 from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
 from memory_worker.core.subjects import same_subject
-from memory_worker.storage import erasure
+from memory_worker.storage import capture, erasure
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE
@@ -71,6 +73,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
                 # (seed 000: it creates the bank after a turn). Unstamped, that job wrote their
                 # words into it after the person was told there was nothing to forget.
                 await asyncio.to_thread(self.store.erasures.stamp, name, subject, self.clock())
+                await self._erase_queued(name, ())  # a dead job for that bank held their words
                 raise BankNotFound(
                     f"{name} (no such bank: nothing of theirs was there to erase; the erasure is "
                     "recorded, so a bank made by that name later takes nothing of theirs said "
@@ -94,7 +97,16 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
         try:
             return self.store.get(name)
         except BankNotFound:
+            await self._erase_queued(name, ())  # a job that died before making it
             return None
+
+    async def _erase_queued(self, name: str, ids: Collection[str]) -> int:
+        """The bank's turns in the data dir's capture queue (`storage.capture.erase_jobs`): a job
+        carries no subject, so its dead jobs (kept for a person, never run again) leave whole,
+        with what quotes the erased memories (ids, failed attempts' reasons). Idempotent, so
+        an erasure finished by the next load (`erasure.resume`) does it again there."""
+        erase = functools.partial(capture.erase_jobs, default_bank=self.settings.default_bank)
+        return await asyncio.to_thread(erase, self.store.root, name, ids)
 
     async def _forget(self, name: str, bank: Bank, subject: str) -> ForgetSubjectResponse:
         # Decided on each memory's newest record, a write still in flight included (a pin being
@@ -137,6 +149,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             )
             await asyncio.to_thread(bank.access.forget, about)
             await self.erase_deliveries(name, about)  # their ids: fingerprints of their words
+            queued = await self._erase_queued(name, about)
             # Before the intent goes, what its events will say: a kill from here to their
             # sending leaves them for the next load to send (same ids), not lost.
             await asyncio.to_thread(bank.to_announce, dict.fromkeys(about, (subject, key)))
@@ -148,6 +161,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             erased=len(about),
             trash_copies=copies,
             damaged_dropped=result.damaged_dropped,
+            dead_jobs_dropped=queued,
         )
         for memory_id in about:
             self._emit_erased(name, memory_id, subject, key)
@@ -193,8 +207,14 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             )
         else:  # nothing of theirs to announce: no file written (the copies are still swept)
             held = erasure.TrashErasure(name, subject, None, [])
-        copies, erased = await self._erase_in_trash(held)
-        log.info("subject_forgotten", bank=name, erased=len(erased), trash_copies=copies)
+        copies, erased, queued = await self._erase_in_trash(held)
+        log.info(
+            "subject_forgotten",
+            bank=name,
+            erased=len(erased),
+            trash_copies=copies,
+            dead_jobs_dropped=queued,
+        )
         return ForgetSubjectResponse(
             bank=name,
             subject=subject,
@@ -209,12 +229,14 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             for e in erasure.trash_intents(self.store.root)
         )
 
-    async def _erase_in_trash(self, held: erasure.TrashErasure) -> tuple[int, set[str]]:
+    async def _erase_in_trash(self, held: erasure.TrashErasure) -> tuple[int, set[str], int]:
         """Erase what `held` names from its bank's trashed copies and announce it (each step
-        idempotent), then clear it. The ledger first, then the copies' derived files, their
-        logs last (`erasure.erase_trashed`)."""
+        idempotent), then clear it. The ledger and the capture queue first, then the copies'
+        derived files, their logs last (`erasure.erase_trashed`). Returns the copies touched,
+        the ids erased and the dead capture jobs dropped."""
         name, subject = held.bank, held.subject
         await self.erase_deliveries(name, held.ids)
+        queued = await self._erase_queued(name, held.ids)
         copies, erased = await asyncio.to_thread(
             erasure.erase_trashed, self.store.root, name, subject, held.ids
         )
@@ -223,7 +245,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             self._emit_erased(name, memory_id, subject, held.key)
         if held.key is not None:
             await asyncio.to_thread(erasure.clear_trash_intent, self.store.root, name, subject)
-        return copies, erased
+        return copies, erased, queued
 
     async def _finish_erasures_in_trash(self) -> None:
         """Finish and announce the erasures in trashed copies a kill interrupted (at boot)."""

@@ -24,6 +24,7 @@ __all__ = [
     "SiblingUnavailable",
     "StorageError",
     "WorkerError",
+    "loggable",
     "validation_problem",
 ]
 
@@ -111,7 +112,22 @@ class SiblingDown(SiblingUnavailable):
 class ProseReply(SiblingUnavailable):
     """The extraction model answered in words, with no attempt at the JSON it was asked for (a
     refusal, a chat answer): not a transient failure, so a retry queue gives up early instead
-    of asking the same thing for its every attempt. Same wire code as its parent."""
+    of asking the same thing for its every attempt. Same wire code as its parent.
+
+    `words`, the reply quoted (a dead capture job's recorded reason), may quote the memories the
+    model was shown: `loggable` leaves them out of log lines."""
+
+    def __init__(self, message: str, words: str = "") -> None:
+        super().__init__(f"{message}: {words}" if words else message)
+        self.without_words = message
+
+
+def loggable(exc: BaseException) -> str:
+    """`str(exc)` for a log line: no memory text in logs, so a reply in prose is named, not
+    quoted (it may repeat what the model was shown)."""
+    if isinstance(exc, ProseReply):
+        return f"{exc.code}: {exc.without_words}"
+    return str(exc)
 
 
 # Every stable code and its class: what a client reading `code: message` (a forwarded call, a

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from memory_worker.app.ports import Completer
 from memory_worker.app.seams import ExtractJob
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import InvalidInput, ProseReply, SiblingDown
+from memory_worker.core.errors import InvalidInput, ProseReply, SiblingDown, loggable
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
@@ -316,7 +316,7 @@ class CaptureRunner:
             log.warning(
                 "capture_failed",
                 job=pending.id,
-                error=str(exc),
+                error=loggable(exc),
                 retry_in_ms=retry_in if retried else None,
                 dead=not retried,
             )

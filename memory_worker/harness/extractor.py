@@ -559,8 +559,8 @@ class Extractor:
         if decisions.prose:  # a refusal, a chat answer: a queue gives up on it early
             words = redact(decisions.prose_words).text
             raise ProseReply(
-                "router::complete replied in prose, not the JSON asked for: "
-                + repr(words[:PROSE_SHOWN_CHARS] + ("…" if len(words) > PROSE_SHOWN_CHARS else ""))
+                "router::complete replied in prose, not the JSON asked for",
+                repr(words[:PROSE_SHOWN_CHARS] + ("…" if len(words) > PROSE_SHOWN_CHARS else "")),
             )
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
             raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")

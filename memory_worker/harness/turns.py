@@ -21,7 +21,7 @@ from memory_worker.app import catalog
 from memory_worker.app.ports import JobQueue, TranscriptSource
 from memory_worker.app.seams import ExtractJob, TurnCompleted
 from memory_worker.app.service import MemoryService
-from memory_worker.core.errors import InvalidInput, ProseReply, SiblingUnavailable
+from memory_worker.core.errors import InvalidInput, ProseReply, SiblingUnavailable, loggable
 from memory_worker.harness.selection import BankResolver, Outcome, parent_of
 from memory_worker.harness.sessions import SessionRecord, SessionState
 from memory_worker.storage.logger import get_logger
@@ -190,7 +190,7 @@ class TurnPipeline:
                 error = str(exc)
                 break
             except ProseReply as exc:  # a refusal: asked once more, not for every delay
-                error = str(exc)
+                error = loggable(exc)  # logged only: its words may quote memories
                 if attempt >= 1 or attempt == len(delays):
                     break
                 await asyncio.sleep(delays[attempt])

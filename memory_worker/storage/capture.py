@@ -20,12 +20,22 @@ Once nothing is pending after a job finished, it is rewritten (atomically) to th
 the dead jobs: a finished turn's messages, and the memories its model was shown, do not stay
 beside the memories (they did until the file passed 1 MB, still there after a person deleted a
 memory or was erased). Only the holder of the data dir's lock writes it.
+
+A `memory::forget-subject` rewrites it too (`erase_jobs`): a job carries no subject, so none of a
+bank's jobs can be shown not to hold the person's words. The bank's dead jobs (never run again)
+leave whole, every finished job's lines leave, and a pending job (still to be read, and then
+compacted away) keeps its messages but not the reasons of its failed attempts (a prose reply
+quotes what the model was shown) nor a decision made over one of the erased memories (its ids
+are fingerprints of their words; the job asks the model again).
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import threading
+import weakref
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +43,7 @@ from typing import Any
 from memory_worker.storage import files
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["CAPTURE_FILE", "MAX_JOB_ENTRIES", "CaptureQueue", "Pending"]
+__all__ = ["CAPTURE_FILE", "MAX_JOB_ENTRIES", "CaptureQueue", "Pending", "erase_jobs"]
 
 log = get_logger(__name__)
 
@@ -43,6 +53,8 @@ MAX_ATTEMPTS = 8  # then the job is dead: kept in the file for a person, never r
 # harness.capture (which validates jobs by it), so the Stop hook reads that tail without
 # importing the service.
 MAX_JOB_ENTRIES = 200
+# What a pending job's failed attempts say once an erasure took their reasons.
+ERASED_REASON = "(the reason was erased by memory::forget-subject)"
 
 
 @dataclass
@@ -82,9 +94,15 @@ class CaptureQueue:
 
     def __init__(self, root: Path) -> None:
         self.path = root / CAPTURE_FILE
+        # One step at a time (an append and its RAM change, or a rewrite): the runner's writes
+        # and an erasure's (`erase_jobs`) run in different threads.
+        self._mutex = threading.RLock()
         self._log = files.AppendLog(self.path)
         self._state = _replay(self.path)
         self._compacted = 0  # the file's size after this process last rewrote it
+        self._erased: set[str] = set()  # memories erased while open: never journaled again
+        with _OPEN_LOCK:
+            _OPEN[_key(root)] = self
 
     def __repr__(self) -> str:
         s = self._state
@@ -114,18 +132,25 @@ class CaptureQueue:
     def enqueue(self, job: dict[str, Any], *, job_id: str | None, now_ms: int) -> tuple[str, bool]:
         """Durably add `job`; (its id, whether it is new). A known id adds nothing."""
         job_id = job_id or f"job-{now_ms}-{secrets.token_hex(4)}"
-        if job_id in self._state.seen:
-            return job_id, False
-        self._append({"op": "job", "id": job_id, "at": now_ms, "job": job})
-        self._state.seen.add(job_id)
-        self._state.pending[job_id] = Pending(job_id, job, now_ms)
+        with self._mutex:
+            if job_id in self._state.seen:
+                return job_id, False
+            self._append({"op": "job", "id": job_id, "at": now_ms, "job": job})
+            self._state.seen.add(job_id)
+            self._state.pending[job_id] = Pending(job_id, job, now_ms)
         return job_id, True
 
     def decide(self, job_id: str, reply: str, known: list[str], *, now_ms: int) -> None:
         """Durably record what the model answered, before anything is written because of it."""
-        record = {"op": "decided", "id": job_id, "at": now_ms, "reply": reply, "known": known}
-        self._append(record)
-        self._state.pending[job_id].decided = {"at": now_ms, "reply": reply, "known": known}
+        decided = {"at": now_ms, "reply": reply, "known": known}
+        with self._mutex:
+            if not self._erased.isdisjoint(known):
+                # Shown memories an erasure took meanwhile (read before its rewrite): their ids
+                # are not written back. The job goes on; killed now, it asks the model again.
+                self._state.pending[job_id].decided = decided
+                return
+            self._append({"op": "decided", "id": job_id} | decided)
+            self._state.pending[job_id].decided = decided
 
     def done(self, job_id: str, *, session_id: str, cursor: Any, written: int, now_ms: int) -> None:
         record = {
@@ -136,54 +161,144 @@ class CaptureQueue:
             "cursor": cursor,
             "written": written,
         }
-        self._append(record)
-        self._state.pending.pop(job_id, None)
-        self._state.done += 1
-        if cursor:
-            self._state.cursors[session_id] = cursor
+        with self._mutex:
+            self._append(record)
+            self._state.pending.pop(job_id, None)
+            self._state.done += 1
+            if cursor:
+                self._state.cursors[session_id] = cursor
 
     def failed(
         self, job_id: str, error: str, *, now_ms: int, retry_in_ms: int, last: bool = False
     ) -> bool:
         """Record a failed attempt; True when the job will be retried, False when it is dead
         (past the attempt limit, or `last`: the caller knows no retry will help)."""
-        pending = self._state.pending[job_id]
-        if last or pending.attempts + 1 >= MAX_ATTEMPTS:
-            record = {"op": "dead", "id": job_id, "at": now_ms, "error": error}
-            self._append(record)
-            self._state.bury(pending, record)
-            return False
-        retry_at = now_ms + retry_in_ms
-        self._append(
-            {"op": "failed", "id": job_id, "at": now_ms, "error": error, "retry_at": retry_at}
-        )
-        pending.attempts += 1
-        pending.retry_at = retry_at
-        pending.error = error
+        with self._mutex:
+            pending = self._state.pending[job_id]
+            if last or pending.attempts + 1 >= MAX_ATTEMPTS:
+                record = {"op": "dead", "id": job_id, "at": now_ms, "error": error}
+                self._append(record)
+                self._state.bury(pending, record)
+                return False
+            retry_at = now_ms + retry_in_ms
+            self._append(
+                {"op": "failed", "id": job_id, "at": now_ms, "error": error, "retry_at": retry_at}
+            )
+            pending.attempts += 1
+            pending.retry_at = retry_at
+            pending.error = error
         return True
 
     def compact(self) -> bool:
         """Rewrite the file to the sessions' cursors and the dead jobs when nothing is pending
         and something was written since the last rewrite (a job's messages, its decision)."""
-        if self._state.pending or self._log.size <= self._compacted:
-            return False
+        with self._mutex:
+            if self._state.pending or self._log.size <= self._compacted:
+                return False
+            self._rewrite()
+        return True
+
+    def erase(self, in_bank: Callable[[dict[str, Any]], bool], ids: Collection[str]) -> int:
+        """Forget-subject's part here (see the module docstring): the jobs `in_bank` says are
+        the bank's lose what may hold the person's words, `ids` (the memories erased) leave
+        every decision; the file is rewritten whole, atomically. The dead jobs dropped."""
+        with self._mutex:
+            self._erased.update(ids)
+            state = self._state
+            for pending in state.pending.values():
+                if pending.decided is not None and not self._erased.isdisjoint(
+                    pending.decided["known"]
+                ):
+                    pending.decided = None  # asked again: the shown memories are read anew
+                if in_bank(pending.job) and pending.error is not None:
+                    pending.error = ERASED_REASON
+            dropped = [i for i, (born, _) in state.buried.items() if in_bank(born["job"])]
+            for job_id in dropped:
+                del state.buried[job_id]
+            state.dead = len(state.buried)
+            if self.path.exists() or dropped:
+                self._rewrite()
+        return len(dropped)
+
+    def _rewrite(self) -> None:
+        """The file replaced by what it must hold now: the sessions' cursors, the pending jobs
+        (their attempts and decision) and the dead ones; a finished job's lines leave it."""
+        state = self._state
         records: list[dict[str, Any]] = [
-            {"op": "cursor", "session": s, "cursor": c}
-            for s, c in sorted(self._state.cursors.items())
+            {"op": "cursor", "session": s, "cursor": c} for s, c in sorted(state.cursors.items())
         ]
-        for born, record in self._state.buried.values():
+        for pending in state.pending.values():
+            job_id = pending.id
+            records.append(
+                {"op": "job", "id": job_id, "at": pending.enqueued_at, "job": pending.job}
+            )
+            if pending.attempts:
+                records.append(
+                    {
+                        "op": "failed",
+                        "id": job_id,
+                        "at": pending.enqueued_at,
+                        "error": pending.error or "",
+                        "retry_at": pending.retry_at,
+                        "attempts": pending.attempts,  # one line for them all
+                    }
+                )
+            if pending.decided is not None:
+                records.append({"op": "decided", "id": job_id} | pending.decided)
+        for born, record in state.buried.values():
             records += [born, record]
         data = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
         self._log.close()
         files.atomic_write(self.path, data)
         self._log = files.AppendLog(self.path)
         self._compacted = len(data)
-        # What was done is behind the cursors now; a dead job is still known.
-        self._state.seen = set(self._state.buried)
-        return True
+        # What was done is behind the cursors now; a pending or dead job is still known.
+        state.seen = set(state.pending) | set(state.buried)
 
     def close(self) -> None:
-        self._log.close()
+        with self._mutex:
+            self._log.close()
+        with _OPEN_LOCK:
+            if _OPEN.get(_key(self.path.parent)) is self:
+                del _OPEN[_key(self.path.parent)]
+
+
+# The queue open on each data dir in this process (the lock holder's: only it writes the file),
+# so an erasure rewrites the file through it, never under it (the runner's next compaction wrote
+# its RAM copy, dead jobs and all, back).
+_OPEN: weakref.WeakValueDictionary[str, CaptureQueue] = weakref.WeakValueDictionary()
+_OPEN_LOCK = threading.Lock()
+
+
+def _key(root: Path) -> str:
+    return str(root.resolve())
+
+
+def erase_jobs(
+    root: Path, bank: str, ids: Collection[str], *, default_bank: str | None = None
+) -> int:
+    """Forget-subject in `bank`, in the data dir's capture queue (blocking; `CaptureQueue.erase`):
+    through the queue open in this process, else the file itself when there is one. A job that
+    names no bank is `default_bank`'s (None: unknown, as at a bank's load, so it counts as any
+    bank's). The dead jobs dropped."""
+
+    def in_bank(job: dict[str, Any]) -> bool:
+        named = job.get("bank")
+        if not named:
+            return default_bank is None or default_bank == bank
+        return str(named) == bank
+
+    with _OPEN_LOCK:
+        queue = _OPEN.get(_key(root))
+    if queue is not None:
+        return queue.erase(in_bank, ids)
+    if not (root / CAPTURE_FILE).exists():
+        return 0
+    queue = CaptureQueue(root)
+    try:
+        return queue.erase(in_bank, ids)
+    finally:
+        queue.close()
 
 
 def _replay(path: Path) -> _State:
@@ -219,7 +334,8 @@ def _apply(state: _State, record: dict[str, Any]) -> None:
             "known": [str(k) for k in record["known"]],
         }
     elif op == "failed":
-        pending.attempts += 1
+        # `attempts`: an erasure's rewrite wrote them all as one line.
+        pending.attempts = int(record.get("attempts", pending.attempts + 1))
         pending.retry_at = int(record["retry_at"])
         pending.error = str(record["error"])
     elif op == "done":

@@ -48,7 +48,7 @@ from typing import NamedTuple
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.core.subjects import of_subject, same_subject, subject_key
-from memory_worker.storage import deliveries, files
+from memory_worker.storage import capture, deliveries, files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import (
@@ -638,6 +638,7 @@ def finish_in_trash(root: Path, bank: str, copy: Path) -> Unannounced:
         ids = trashed_ids(root, bank, subject)
         deliveries.erase_delivered(root, bank, ids)
         key = _key_of(copy, subject)
+        capture.erase_jobs(root, bank, ids)  # its queued turns, as `resume` below
         gone = erase_trashed(root, bank, subject, ids)[1]
         finished.update(dict.fromkeys(gone, (subject, key)))
         log.warning("forget_subject_resumed", bank=bank, trash_copy=copy.name)
@@ -667,6 +668,9 @@ def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
         access.load()
         access.forget(gone)
         deliveries.erase_delivered(root, bank, gone)
+        # The queued turns: which bank a job naming none is for is not known here, so it counts
+        # as this one's (its dead jobs leave as well).
+        capture.erase_jobs(root, bank, gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
         finished[subject] = gone
         # Before the intent goes: the load that announces them may die first (`unannounced`).
