@@ -620,6 +620,31 @@ class TestRunner:
         assert not [entry for entry in logs if "AB negative" in repr(entry)]
         assert "AB negative" in (root / CAPTURE_FILE).read_text()  # the dead job's reason
 
+    async def test_a_reply_in_prose_after_a_timeout_is_still_asked_once_more(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """Asked "once more" is counted in prose replies, not in attempts: a job whose first
+        attempt timed out died at its first refusal, never asked the question a sampled
+        reply may answer."""
+
+        class TimeoutThenRefusal(ScriptedModel):
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                if len(self.asked) == 1:  # (the first, timed out, counted in `asked`)
+                    self.asked.append(user_text)
+                    return "I'm sorry, but I can't help with that."
+                return await super().complete(system_prompt, user_text)
+
+        model = TimeoutThenRefusal(fail=1)
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        await runner.enqueue(job("s13", entries_of(tmp_path, turn(1, "kiwis"))))
+        for _ in range(3):
+            for waiting in runner.queue.pending():
+                waiting.retry_at = 0  # (the delay, fast-forwarded)
+            await runner.run_once()
+        assert (len(model.asked), runner.queue.dead) == (3, 0)
+        assert "The user likes kiwis" in await _memories(service)
+        await runner.close()
+
     async def test_an_endpoint_that_is_down_pauses_the_queue_and_spends_no_attempts(
         self, service: MemoryService, root: Path, tmp_path: Path
     ) -> None:

@@ -1479,6 +1479,29 @@ class TestRealModelReplies:
         internal error instead of a retry of an unreadable reply)."""
         assert not parse_reply(reply, 0).readable
 
+    @pytest.mark.parametrize(
+        "unit", ["{", "{ ", '{"a', '"{', "{a: ", "{\u201ca\u201d: ", '["a",', "[1,"]
+    )
+    def test_a_hostile_reply_costs_the_reader_linear_work(
+        self, unit: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The reader tries every bracket of a reply that reads as nothing, and a decoding
+        error counts the lines of everything before it: a megabyte of `{{{{` (a looping model,
+        an endpoint answering garbage) held the event loop for most of an hour. What the
+        errors' line counts read stays within a bound per character given."""
+        counted: list[int] = []
+        init = json.JSONDecodeError.__init__
+
+        def counting(error: json.JSONDecodeError, msg: str, doc: str, pos: int) -> None:
+            counted.append(pos)  # `doc.count("\n", 0, pos)`: the characters its line count reads
+            init(error, msg, doc, pos)
+
+        monkeypatch.setattr(json.JSONDecodeError, "__init__", counting)
+        reply = unit * (40_000 // len(unit)) + " x y"
+        decisions = parse_reply(reply, 0)
+        assert decisions.empty
+        assert sum(counted) <= 64 * len(reply)
+
     async def test_a_password_stated_in_plain_words_is_neither_a_rule_nor_a_memory(
         self, rig: Rig
     ) -> None:

@@ -693,6 +693,35 @@ class TestTurnPipeline:
         assert extractor.attempts == 2 and extractor.extracted == []
         await pipeline.close()
 
+    async def test_without_a_queue_a_refusal_after_a_timeout_is_still_asked_once_more(
+        self, h: Hooked
+    ) -> None:
+        """Asked "once more" is counted in prose replies, not attempts: after a timeout, the first
+        refusal gave the turn up unasked again."""
+
+        class TimeoutThenRefusal(FlakyExtractor):
+            async def extract(self, job: ExtractJob, bank: str) -> int:
+                if self.attempts == 1:  # (the second attempt: the first timed out)
+                    self.attempts += 1
+                    raise ProseReply('router::complete replied in prose: "I can\'t help."')
+                return await super().extract(job, bank)
+
+        extractor = TimeoutThenRefusal(failures=1)
+        pipeline = TurnPipeline(
+            h.service,
+            h.resolver,
+            h.state,
+            Queue(present=False),
+            extractor,  # type: ignore[arg-type]
+        )
+        pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
+        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
+        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+        await pipeline.settle()
+        assert extractor.attempts == 3
+        assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
+        await pipeline.close()
+
     async def test_session_deleted_drops_what_was_kept(
         self, h: Hooked, pipe: tuple[TurnPipeline, Queue]
     ) -> None:

@@ -61,6 +61,14 @@ _COMMENT_AFTER = re.compile(r"[\s,\[\]{}]")  # what a comment in a reply's JSON 
 _MAY_CLEAN = re.compile(r"//|/\*|\\|,\s*[\]}]")  # what `_cleaned` may change, anywhere
 _CURLY_QUOTES = "\u201c\u201d\u201e"  # “ ” „: a string's quotes in a loose reading
 _BARE_KEY = re.compile(r"([^\W\d]\w*)\s*:")  # `op:` (any script's letters: `memórias:`)
+# Where an object or an array may start: a bracket followed by what can follow it in JSON, or
+# by the end (a reply cut off there). Any other bracket fails at its next character, and each
+# failure costs an exception: a megabyte of `{{{{` was a million of them.
+_VALUE_START = re.compile(r'\{(?=\s*(?:["}]|\Z))|\[(?=\s*(?:[\[\]{"0-9tfnNI-]|\Z))')
+# `_decode_at`'s first window, and how near its end a failure may be the window's own (a cut
+# `tru|e`, `-Infinit|y`, `\u12|34`) rather than the text's.
+FIRST_WINDOW = 256
+WINDOW_MARGIN = 16
 # A reasoning model's thinking, written into the reply by a server that does not split it off
 # (llama.cpp, vLLM, older Ollama): it drafts JSON too, and the answer is what follows it. A
 # chat template that opens the block itself leaves only its close in the reply.
@@ -385,31 +393,51 @@ def _values(text: str, *, loose: bool = False) -> list[Any]:
     decoder = json.JSONDecoder(strict=False)
     found: list[Any] = []
     index = 0
-    while index < len(text):
-        starts = [i for i in (text.find("{", index), text.find("[", index)) if i >= 0]
-        if not starts:
-            break
-        start = min(starts)
+    while (opens := _VALUE_START.search(text, index)) is not None:
+        start = opens.start()
         try:
-            value, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError as err:
-            if err.pos >= end_of_text or err.msg.startswith("Unterminated string"):
-                # Cut off: what follows is inside this value. Its whole items are kept.
-                salvaged = _whole_items(text[start:])
-                return [*found, salvaged] if salvaged is not None else found if any(found) else []
-            index = start + 1
-            continue
+            value, end, failure = _decode_at(decoder, text, start)
         except ValueError:
             index = start + 1
             continue
         except RecursionError:  # `[[[[…` past the decoder's depth: a model looping, no answer
             return found if any(found) else []
+        if failure is not None:
+            if end >= end_of_text or failure.startswith("Unterminated string"):
+                # Cut off: what follows is inside this value. Its whole items are kept.
+                salvaged = _whole_items(text[start:])
+                return [*found, salvaged] if salvaged is not None else found if any(found) else []
+            index = start + 1
+            continue
         found.append(_folded(value) if isinstance(value, dict) else value)
         index = end
     if not any(found):  # nothing, or only the `[]` inside a reply that is not JSON
         literal = _python_literal(text)
         return found if literal is None else [literal]
     return found
+
+
+def _decode_at(decoder: json.JSONDecoder, text: str, start: int) -> tuple[Any, int, str | None]:
+    """`decoder.raw_decode(text, start)` as `(value, end, None)`, or `(None, where, why)` when it
+    fails there. Read in a window from `start` that grows fourfold until the answer is the
+    text's: a `JSONDecodeError` counts the lines of all its document before the failure, so
+    read in place, each of the brackets `_values` tries cost the text before it, and a hostile
+    or looping megabyte of `{{{{` held the event loop some ten minutes. A window's failure is
+    the text's unless it is at the window's end or is an unterminated string."""
+    size = FIRST_WINDOW
+    while True:
+        window = text[start : start + size]
+        try:
+            value, end = decoder.raw_decode(window)
+        except json.JSONDecodeError as err:
+            if start + size >= len(text) or (
+                err.pos < len(window) - WINDOW_MARGIN
+                and not err.msg.startswith("Unterminated string")
+            ):
+                return None, start + err.pos, err.msg
+            size *= 4
+            continue
+        return value, start + end, None
 
 
 def _whole_items(cut: str) -> Any:

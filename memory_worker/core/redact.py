@@ -317,6 +317,10 @@ _STATE_ENDINGS = (
     "ic", "ary", "ory", "ure", "ct", "ion", "ment", "ness", "ity", "where", "ward", "wards",
     "ever", "out", "ish", "ile", "ise", "ize", "ate", "ete", "ine", "ar", "er", "ese", "neath",
     "s",  # a plural, a verb: `the password is characters long`, `… is what reconnects`
+    # English's adjective-forming words run together (`cumbersome`, `bulletproof`,
+    # `trustworthy`, `watertight`, `lightweight`, `nonstandard`) and compound nouns
+    # (`commonplace`, `whitespace`): as much a state as `…able` is.
+    "some", "proof", "worthy", "tight", "weight", "like", "wide", "ard", "place", "space",
     # Portuguese, written without its accents (`a senha é desnecessaria`)
     "ado", "ada", "ido", "ida", "ados", "adas", "vel", "veis", "oso", "osa", "ente", "ante",
     "ico", "ica", "ivo", "iva", "ario", "aria", "orio", "oria", "mente",

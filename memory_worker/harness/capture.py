@@ -34,7 +34,7 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.errors import InvalidInput, ProseReply, SiblingDown, loggable
 from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
-from memory_worker.harness.extractor import CURSOR_SCOPE, Decision, Extractor
+from memory_worker.harness.extractor import CURSOR_SCOPE, PROSE_REPLY, Decision, Extractor
 from memory_worker.storage.capture import MAX_JOB_ENTRIES, CaptureQueue, Pending
 from memory_worker.storage.logger import get_logger
 
@@ -53,7 +53,6 @@ MAX_ENTRY_CHARS = 20_000  # one message's text; a longer one is cut (the facts a
 # the cut would split no longer reads as one, and its part would be queued and sent.
 REDACT_PAST_CUT_CHARS = 4096
 RETRY_FIRST_MS = 5_000
-PROSE_ATTEMPTS = 2  # a reply in prose: tried this often (a sampled reply may differ), then dead
 RETRY_MAX_MS = 10 * 60_000
 # The longest pause an endpoint's own `Retry-After` may ask for (a daily quota says a day; a
 # bogus header must not stop capture for longer).
@@ -302,9 +301,11 @@ class CaptureRunner:
             return 0
         except Exception as exc:  # the endpoint, the disk: retried, never lost
             retry_in = _backoff_ms(pending.attempts)
-            # A reply in prose (a refusal) is asked once more, then the job is dead at once, its
-            # words the reason: it was asked the same for every attempt, some twenty minutes.
-            last = isinstance(exc, ProseReply) and pending.attempts + 1 >= PROSE_ATTEMPTS
+            # A reply in prose (a refusal) is asked once more (a sampled reply may differ), then
+            # the job is dead at once, its words the reason: it was asked the same for every
+            # attempt, some twenty minutes. Counted in replies, not attempts: after a timeout, a
+            # first refusal killed the job unasked again.
+            last = isinstance(exc, ProseReply) and PROSE_REPLY in (pending.error or "")
             retried = await self._written(
                 self.queue.failed,
                 pending.id,

@@ -122,6 +122,7 @@ _ABOUT_USER = re.compile(
 MEMORY_PREFIX = "<memory "
 MAX_SCANNED = 500  # new messages held while walking; the window is chosen from these
 PROSE_SHOWN_CHARS = 200  # of a reply in prose, what its error (a dead job's reason) quotes
+PROSE_REPLY = "router::complete replied in prose"  # how a `ProseReply`'s message starts
 GROUNDING_SHARE = 0.25  # of a restated memory's content terms the user's words must carry
 DONE_KEPT = 64  # turns remembered as extracted (as many as a session record keeps turns)
 REDACTED_MARK = "[REDACTED:"  # a removed secret: never worth remembering or obeying
@@ -559,7 +560,7 @@ class Extractor:
         if decisions.prose:  # a refusal, a chat answer: a queue gives up on it early
             words = redact(decisions.prose_words).text
             raise ProseReply(
-                "router::complete replied in prose, not the JSON asked for",
+                f"{PROSE_REPLY}, not the JSON asked for",
                 repr(words[:PROSE_SHOWN_CHARS] + ("…" if len(words) > PROSE_SHOWN_CHARS else "")),
             )
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn

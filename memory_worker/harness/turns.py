@@ -182,6 +182,7 @@ class TurnPipeline:
         """The job, run here for want of a queue, and retried here as a queue would: the next
         turn's job starts where this turn ended (`after`), so it never reads these messages."""
         delays = self.inline_retry_delays_s
+        refused = False  # the previous attempt's reply was in prose
         for attempt in range(len(delays) + 1):
             try:
                 await self.extract_job(data)
@@ -191,11 +192,14 @@ class TurnPipeline:
                 break
             except ProseReply as exc:  # a refusal: asked once more, not for every delay
                 error = loggable(exc)  # logged only: its words may quote memories
-                if attempt >= 1 or attempt == len(delays):
+                # Counted in replies, not attempts: after a timeout, a first refusal is asked
+                # again too.
+                if refused or attempt == len(delays):
                     break
+                refused = True
                 await asyncio.sleep(delays[attempt])
             except Exception as exc:  # the router, the disk: tried again after a delay
-                error = str(exc)
+                error, refused = str(exc), False
                 if attempt == len(delays):
                     break
                 log.warning(
