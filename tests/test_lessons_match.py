@@ -57,6 +57,7 @@ LESSONS: dict[str, dict[str, Any]] = {
     "oauth-group": {"groups": [["oauth", "token"]]},
     "makefile-group": {"groups": [["makefile", "target"]]},
     "setup-group": {"groups": [["setup", "fixture"]]},
+    "useeffect-group": {"groups": [["useeffect", "load"]]},
     "macos-group": {"groups": [["macos", "codesign"]]},
     "everything": {
         "files": ["proto/user.proto"],
@@ -71,7 +72,7 @@ LESSONS: dict[str, dict[str, Any]] = {
 _ASKED_FOR = frozenset(
     {"notes", "site-content", "js-folder", "api-test", "resume", "readme"}
     | {"k8s-group", "s3-group", "i18n-group", "github-group"}
-    | {"oauth-group", "makefile-group", "setup-group", "macos-group"}
+    | {"oauth-group", "makefile-group", "setup-group", "macos-group", "useeffect-group"}
 )
 
 
@@ -234,30 +235,19 @@ CASES = [
         [("macos-group", GROUP_SCORE)],
         lessons=("macos-group",),
     ),
-    # Code's lowerCamel names are phrases: a word, then a capitalised word (`makeFile` is make +
-    # file, `setUp` set + up). Their words run together are no term a person meant: a function
-    # that makes a file is no Makefile, unittest's setUp no "setup" keyword.
+    # A lowerCamel name run together is a term too: a keyword naming a React hook or a browser
+    # API (`useeffect`, `localstorage`) means the name a call writes `useEffect`. (So `makeFile`
+    # also meets a `makefile` keyword: a near miss kept, where splitting silenced such keywords.)
     Case(
-        "a lowerCamel name is its words, not one: makeFile never names the makefile term",
+        "a lowerCamel name run together is the term: useEffect names the useeffect keyword",
         "Edit",
         {
-            "file_path": f"{ROOT}/src/build.js",
-            "old_string": "const target = makeFile(path)",
-            "new_string": "const target = makeFile(path, mode)",
+            "file_path": f"{ROOT}/src/App.jsx",
+            "old_string": "useEffect(() => load(), [])",
+            "new_string": "useEffect(() => load(id), [id])",
         },
-        [],
-        lessons=("makefile-group",),
-    ),
-    Case(
-        "nor does setUp name the setup term",
-        "Edit",
-        {
-            "file_path": f"{ROOT}/tests/test_api.py",
-            "old_string": "def setUp(self):",
-            "new_string": "def setUp(self):  # fixture",
-        },
-        [],
-        lessons=("setup-group",),
+        [("useeffect-group", GROUP_SCORE)],
+        lessons=("useeffect-group",),
     ),
     Case(
         "the terms written as a call spells them still match: Makefile, setup",

@@ -92,13 +92,6 @@ _JOINED = re.compile(
 # keyword writes it as one word (`github`). Split at its humps alone (`git` + `hub`), a group
 # naming it never met the text that does.
 _RUN = re.compile(r"[A-Za-z0-9]+")
-# A run that is code's lowerCamel phrase: a lowercase word of two letters or more, then a
-# capitalised word (`makeFile`, `setUp`, `fileName`, `getHTTPServer`). Its humps are where a
-# programmer's words meet, so it is its words alone: run together it named a term no one meant
-# (`makeFile` the `makefile` of a Makefile lesson, unittest's `setUp` a `setup` keyword). A brand
-# starts capitalised or with one letter (`GitHub`, `OAuth`, `iOS`, `eBay`), or ends in an
-# acronym (`macOS`, `kubeCTL`): still one word.
-_PHRASE = re.compile(r"[a-z]{2,}[0-9]*[A-Z][A-Za-z0-9]*[a-z]")
 _GLOB = re.compile(r"[*?\[\]{}]")
 # A position (`src/app.py:42`, `:42:7`) or a test id (`tests/test_api.py::test_login`) after a
 # path: a Read or an Edit names the file alone, so an anchor spelled so never matches, and the
@@ -167,11 +160,12 @@ def split_words(name: str) -> tuple[str, ...]:
 def topic_words(name: str) -> tuple[str, ...]:
     """What a keyword group matches in an identifier: `split_words`, each word with digits
     inside it whole (`deploy_k8s` → deploy, k8, s, k8s), and each run between underscores whole
-    (`GitHubActions` → git, hub, actions, githubactions; `OAuth_token` → o, auth, oauth, token)
-    unless it is a lowerCamel phrase (`makeFile` → make, file: never makefile)."""
+    (`GitHubActions` → git, hub, actions, githubactions; `OAuth_token` → o, auth, oauth, token).
+    A lowerCamel name run together is a term too (`useEffect` → use, effect, useeffect): a
+    keyword naming a hook or an API (`useeffect`, `localstorage`) means just that, so `makeFile`
+    also meets a `makefile` keyword (a near miss kept, where splitting silenced such keywords)."""
     parts = split_words(name)
-    runs = (run for run in _RUN.findall(name) if not _PHRASE.fullmatch(run))
-    whole = (word.lower() for word in (*_JOINED.findall(name), *runs))
+    whole = (word.lower() for word in (*_JOINED.findall(name), *_RUN.findall(name)))
     return parts + tuple(dict.fromkeys(word for word in whole if word not in parts))
 
 
@@ -341,12 +335,11 @@ def _term(raw: str) -> str:
     term = raw.strip().lower()
     # A term is a word a call's names give (`topic_words`): one of their snake or camel words,
     # or a run of letters and digits whole (`k8s`, `GitHub` → github), never several of them
-    # (`user_name`, `k8-s`: a call's words are never joined across `_` or `-`, nor a lowerCamel
-    # phrase's: `makeFile` is make and file).
+    # (`user_name`, `k8-s`: a call's words are never joined across `_` or `-`).
     if split_words(raw.strip()) != (term,) and term not in topic_words(raw.strip()):
         raise InvalidInput(
             f"each keyword is one word of letters and digits as a call spells it (user_name "
-            f"reads as user name, makeFile as make file), got {raw!r}"
+            f"reads as user name), got {raw!r}"
         )
     # Two characters are a name when a letter and a digit (`s3`, `v8`), a broad word when not.
     named = len(term) == 2 and term[0].isalpha() and term[1].isdigit()
