@@ -1154,7 +1154,9 @@ class LexicalIndex:
             slots = (acc > 0).nonzero()[0]
         else:
             slots = ((acc > 0) & self._alive[: acc.size]).nonzero()[0]
-        return Candidates(slots, acc[slots])
+        # `take`: the same gather as `acc[slots]` without fancy indexing's general path (30,000
+        # matches of 100,000 slots: ~19 against ~27 us; 3,000 of 10,000: ~2.2 against ~2.9).
+        return Candidates(slots, acc.take(slots))
 
     def query_weight(self, weights: Mapping[str, float]) -> float:
         """What a document of average length holding each query term once would score: the sum
