@@ -497,7 +497,8 @@ built = sorted(
     if isinstance(model, type) and issubclass(model, wire.BaseModel)
     and model.__module__ == wire.__name__ and model.__pydantic_complete__
 )
-print(json.dumps([code, "http.client" in sys.modules, built]), file=sys.stderr)
+seams = "memory_worker.app.seams" in sys.modules
+print(json.dumps([code, "http.client" in sys.modules, built, seams]), file=sys.stderr)
 """
 
 
@@ -505,12 +506,13 @@ def test_a_local_one_shot_save_loads_no_http_client_and_builds_only_its_own_mode
     tmp_path: Path,
 ) -> None:
     """A `trigger memory::save` the process answers itself (nobody holds the data dir) never
-    imports the HTTP client (only a forwarded call posts), and of the catalog's request and
-    response models only those the save validates and answers with are built (pydantic's
-    `defer_build`): building all of them at import was tens of milliseconds of every one-shot."""
+    imports the HTTP client (only a forwarded call posts) nor the internal seams' models (the
+    bus's and the harness's), and of the catalog's request and response models only those the
+    save validates and answers with are built (pydantic's `defer_build`): building all of them
+    at import was tens of milliseconds of every one-shot."""
     found, answer = _probed_save(_LOCAL_PROBE, tmp_path / "data", "tea at five")
-    code, http_loaded, built = found
-    assert (code, http_loaded) == (0, False)
+    code, http_loaded, built, seams_loaded = found
+    assert (code, http_loaded, seams_loaded) == (0, False, False)
     assert answer["memory"]["text"] == "tea at five"
     assert "SaveRequest" in built and "RecallRequest" not in built and "ImportRequest" not in built
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -499,3 +500,35 @@ def test_the_boost_bound_follows_every_column_and_slot_change() -> None:
     assert index.boost_columns() == fresh(index) == (9.0, True)
     index.remove("a")  # a dead slot keeps its columns until compaction, as the bound reads them
     assert index.boost_columns() == fresh(index)
+
+
+class _Reversed(frozenset[str]):
+    """A set of entity terms that iterates the other way round, as a frozenset of the same
+    strings may in a process with another hash seed."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(super().__iter__(), reverse=True))
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_the_analysis_does_not_depend_on_the_order_entity_terms_iterate_in(bulk: bool) -> None:
+    """`analysis_of` (what `.index.npz` holds) of the same documents added the same way is the
+    same whatever order each one's entity-term set iterates in."""
+    entities = ["ana", "porto", "rui", "zelda", "bees"]
+    analyses = []
+    for kind in (frozenset, _Reversed):
+        docs = [
+            IndexedDoc(f"d{i}", [*entities[i:], "note"], entity_terms=kind(entities[i:]))
+            for i in range(4)
+        ]
+        index = LexicalIndex()
+        if bulk:
+            index.add_many(docs)
+        else:
+            for doc in docs:
+                index.add_doc(doc)
+        analyses.append(index.analysis_of([doc.doc_id for doc in docs]))
+    first, second = analyses
+    assert first.vocab == second.vocab
+    assert first.entity_counts.tolist() == second.entity_counts.tolist() == [5, 4, 3, 2]
+    assert first.entity_terms.tolist() == second.entity_terms.tolist()

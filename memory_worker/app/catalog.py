@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.app import functions, seams, wire
+from memory_worker.app import functions, wire
 from memory_worker.app.access import check_access
 from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.service import MemoryService
@@ -432,74 +433,92 @@ UI_CONTENT = "memory::ui-content"
 UI_SETTINGS = "memory::ui-settings"
 HTTP = "memory::http"
 
-SEAMS: tuple[SeamSpec, ...] = (
-    SeamSpec(
-        HOOK,
-        "Internal: harness pre-generate hook — injects the session bank's rules into the system "
-        "prompt and recalled memories as one appended message. Never denies.",
-        seams.HookEnvelope,
-        seams.HookResponse,
-    ),
-    SeamSpec(
-        TURN_COMPLETED,
-        "Internal: harness turn-completed handler — enqueues one durable extraction job (a single "
-        "router::complete call) for the finished turn; inline fallback without a queue.",
-        seams.TurnCompleted,
-        seams.Ack,
-    ),
-    SeamSpec(
-        EXTRACT_JOB,
-        "Internal: queue-delivered extraction job — errors propagate so the queue retries and "
-        "dead-letters instead of losing the pass.",
-        seams.ExtractJob,
-        seams.Ack,
-    ),
-    SeamSpec(
-        SESSION_DELETED,
-        "Internal: session::deleted handler — drops the session's extraction cursor.",
-        seams.SessionDeleted,
-        seams.Ack,
-        trace_hidden=True,
-    ),
-    SeamSpec(
-        SESSION_META_UPDATED,
-        "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
-        "changed memory_bank applies from the session's next turn.",
-        seams.SessionDeleted,
-        seams.Ack,
-        trace_hidden=True,
-    ),
-    SeamSpec(
-        CONFIG_CHANGE,
-        "Internal: hot-reload memory from the authoritative configuration when it changes — "
-        "reopens the store on a data_dir change and swaps the per-call tuning snapshot otherwise.",
-        seams.ConfigChanged,
-        seams.ConfigAck,
-        trace_hidden=True,
-    ),
-    SeamSpec(
-        UI_CONTENT,
-        "Serve the memory worker's injected console UI assets (content function for its "
-        "console:script / console:style / console:module triggers).",
-        seams.UiContentInput,
-        seams.UiContentResult,
-    ),
-    SeamSpec(
-        UI_SETTINGS,
-        "Internal: the console page's settings panel — every configuration field with its "
-        "description and effective value. Read-only: the configuration worker owns the entry.",
-        seams.UiSettingsInput,
-        seams.UiSettingsResult,
-        trace_hidden=True,
-    ),
-    SeamSpec(
-        HTTP,
-        "Internal: REST adapter for the http worker — POST /memory/<function path> with the JSON "
-        "payload; answers the result, or {error: {code, message}} with a fitting status.",
-        seams.HttpEnvelope,
-        seams.HttpReply,
-    ),
-)
+# The internal seams, made at first use (`_seams`; `SEAMS` outside this module): their models
+# (`app.seams`, ~4 ms of CPU to import) are the bus's and the harness's, and a one-shot CLI call,
+# which imports this module for `call`, never uses them.
+SEAMS: tuple[SeamSpec, ...]  # (bound by `__getattr__` below at its first read)
+
+
+@cache
+def _seams() -> tuple[SeamSpec, ...]:
+    from memory_worker.app import seams
+
+    return (
+        SeamSpec(
+            HOOK,
+            "Internal: harness pre-generate hook — injects the session bank's rules into the "
+            "system prompt and recalled memories as one appended message. Never denies.",
+            seams.HookEnvelope,
+            seams.HookResponse,
+        ),
+        SeamSpec(
+            TURN_COMPLETED,
+            "Internal: harness turn-completed handler — enqueues one durable extraction job (a "
+            "single router::complete call) for the finished turn; inline fallback without a queue.",
+            seams.TurnCompleted,
+            seams.Ack,
+        ),
+        SeamSpec(
+            EXTRACT_JOB,
+            "Internal: queue-delivered extraction job — errors propagate so the queue retries and "
+            "dead-letters instead of losing the pass.",
+            seams.ExtractJob,
+            seams.Ack,
+        ),
+        SeamSpec(
+            SESSION_DELETED,
+            "Internal: session::deleted handler — drops the session's extraction cursor.",
+            seams.SessionDeleted,
+            seams.Ack,
+            trace_hidden=True,
+        ),
+        SeamSpec(
+            SESSION_META_UPDATED,
+            "Internal: session::meta-updated handler — forgets the cached session metadata, so a "
+            "changed memory_bank applies from the session's next turn.",
+            seams.SessionDeleted,
+            seams.Ack,
+            trace_hidden=True,
+        ),
+        SeamSpec(
+            CONFIG_CHANGE,
+            "Internal: hot-reload memory from the authoritative configuration when it changes — "
+            "reopens the store on a data_dir change and swaps the per-call tuning snapshot "
+            "otherwise.",
+            seams.ConfigChanged,
+            seams.ConfigAck,
+            trace_hidden=True,
+        ),
+        SeamSpec(
+            UI_CONTENT,
+            "Serve the memory worker's injected console UI assets (content function for its "
+            "console:script / console:style / console:module triggers).",
+            seams.UiContentInput,
+            seams.UiContentResult,
+        ),
+        SeamSpec(
+            UI_SETTINGS,
+            "Internal: the console page's settings panel — every configuration field with its "
+            "description and effective value. Read-only: the configuration worker owns the entry.",
+            seams.UiSettingsInput,
+            seams.UiSettingsResult,
+            trace_hidden=True,
+        ),
+        SeamSpec(
+            HTTP,
+            "Internal: REST adapter for the http worker — POST /memory/<function path> with the "
+            "JSON payload; answers the result, or {error: {code, message}} with a fitting status.",
+            seams.HttpEnvelope,
+            seams.HttpReply,
+        ),
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SEAMS":
+        globals()["SEAMS"] = found = _seams()
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def find(function_id: str) -> FunctionSpec:
@@ -626,11 +645,13 @@ _POLICY_NOTES: dict[Policy, str] = {
 }
 
 
-def render_permissions(specs: Sequence[FunctionSpec | SeamSpec] = (*CATALOG, *SEAMS)) -> str:
+def render_permissions(specs: Sequence[FunctionSpec | SeamSpec] | None = None) -> str:
     """`iii-permissions.yaml` as the catalog decides it: denies first (first match wins), then
-    the agent set; functions needing approval are named in a comment, not listed."""
+    the agent set; functions needing approval are named in a comment, not listed. `specs`:
+    every public function and seam unless given."""
+    every: Sequence[FunctionSpec | SeamSpec] = (*CATALOG, *_seams()) if specs is None else specs
     by_policy: dict[Policy, list[str]] = {policy: [] for policy in Policy}
-    for spec in specs:
+    for spec in every:
         by_policy[spec.policy].append(spec.id)
     lines = [
         "# Agent permissions for the memory worker (first match wins).",

@@ -722,7 +722,10 @@ class LexicalIndex:
         entity_terms, entity_slots, _ = self._entities.triples()
         keep = position[entity_slots] >= 0
         entity_terms, owner = entity_terms[keep], position[entity_slots[keep]]
-        by_owner = np.argsort(owner, kind="stable")
+        # Each document's entity terms by term id, not as appended: they were appended in the
+        # order a frozenset iterates, which the process's hash seed picks, so the snapshot of
+        # one history differed between processes (harmless: a set either way, loaded alike).
+        by_owner = np.lexsort((entity_terms, owner))
         return Analysis(
             vocab=list(self._terms),
             pair_counts=counts,

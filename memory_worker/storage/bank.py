@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
-from operator import attrgetter, is_, is_not, itemgetter
+from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,14 +46,16 @@ from memory_worker.core.capacity import (
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
-from memory_worker.core.subjects import of_subject, same_subject
+from memory_worker.core.subjects import of_subject, same_subject, subject_key
 from memory_worker.core.text import fingerprint, normalize
 from memory_worker.search.index import (
+    CATEGORY_CODES,
     Analysis,
     IndexedDoc,
     Ints,
     LexicalIndex,
     analyze,
+    category_code,
     combine,
 )
 from memory_worker.search.lanes import LANES, LaneIndexes
@@ -102,6 +104,7 @@ from memory_worker.storage.snapshot import (
     read_records,
     records_prefix,
     snapshot_prefix,
+    snapshot_size,
     tail_is_short,
     text_key,
     write_records,
@@ -130,6 +133,10 @@ _VALUES = attrgetter("__dict__")
 _UPDATED_AT = itemgetter("updated_at")
 _STATED_AT = itemgetter("stated_at")
 _SOURCE = itemgetter("source")
+_INVALID_AT_VALUE = itemgetter("invalid_at")
+_SUBJECT = itemgetter("subject")
+_PINNED = itemgetter("pinned")
+_CATEGORY = itemgetter("category")
 
 # `first_evictable` answers this many asks over the index's columns before it builds the kept
 # eviction order: a one-shot command's save asks once, a bank that keeps saving pays the build.
@@ -170,6 +177,44 @@ class _Prepared:
     @classmethod
     def of(cls, record: Memory, norm: str) -> _Prepared:
         return cls(indexed(record) if record.live else None, text_key(norm))
+
+    @classmethod
+    def keyed(cls, record: Memory, norm: str) -> _Prepared:
+        """The text's key alone: `_apply` analyses a live record itself if it needs to."""
+        return cls(None, text_key(norm))
+
+
+@dataclass(slots=True)
+class _Deferred:
+    """What a short-lived boot left for building the search state (the lexical index from
+    `.index.npz`, the lanes, the lessons, the vector sidecars) when something first reads it: a
+    one-shot save decides from the records and the exact-text map alone, and its process exits
+    before it would have read the index (~40 ms at 10,000 memories, and every vector line).
+    Built, it is what the boot would have built, with every record applied since applied to it
+    in the same order (`applied`)."""
+
+    live: list[Memory]  # the live records the boot replayed, in replay order
+    stamp: _Stamp  # the log's stamp the boot replayed (checked against its bytes then)
+    data: bytes  # the log's bytes the boot read: what `.index.npz` is checked against
+    identity: tuple[int, int]  # their (length, CRC-32)
+    damage_at: int  # where the vector sidecars' damage goes in `damage` (after the log's)
+    live_count: int  # live memories now (the index's length once built)
+    # Each record applied since, with the one it replaced (None: a new id), in order: what the
+    # build applies, and undoes on a copy of the records to get back the boot's.
+    applied: list[tuple[Memory, Memory | None]] = field(default_factory=list)
+
+    def boot_records(self, now: dict[str, Memory]) -> dict[str, Memory]:
+        """The records as the boot replayed them, from `now` (the bank's): each record applied
+        since undone, newest first (a new id leaves the end it was added at)."""
+        if not self.applied:
+            return now
+        boot = dict(now)
+        for record, previous in reversed(self.applied):
+            if previous is None:
+                del boot[record.id]
+            else:
+                boot[record.id] = previous
+        return boot
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,14 +268,21 @@ class Bank:
         self.warnings = warnings if warnings is not None else DurabilityWarnings()
         # Raises when this process may no longer write the data dir (its lock is gone).
         self.guard = guard
-        self.damage: list[Damage] = []
+        # What the load and later reads found broken (`damage`: read through it, so a one-shot
+        # process's vector sidecars, read when the index is built, are in it as at a full boot).
+        self._damage: list[Damage] = []
         self.set_aside: list[str] = []  # interrupted writes moved out of the log's end at load
-        self.index = LexicalIndex()
-        self.lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
-        self.lanes = LaneIndexes()  # live memories' context and intention (association lanes)
+        # The search state (`index`, `lessons`, `lanes`, `lane_vectors`, the vectors' models):
+        # read through their properties, which build it first when a short-lived boot left it
+        # for later (`_Deferred`).
+        self._index = LexicalIndex()
+        self._lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
+        self._lanes = LaneIndexes()  # live memories' context and intention (association lanes)
         # Sidecar appends in flight: an erasure waits for them (`vector_writes_settled`).
         self._vector_appends = VectorAppends()
-        self.lane_vectors = LaneVectors(path, self.lanes, self._vector_appends)  # their sidecar
+        self._lane_vectors = LaneVectors(path, self._lanes, self._vector_appends)  # their sidecar
+        # Set by a short-lived boot that left the search state unbuilt (`load(short_lived=True)`).
+        self._deferred: _Deferred | None = None
         self._memories: dict[str, Memory] = {}
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
@@ -303,8 +355,8 @@ class Bank:
 
     def __repr__(self) -> str:
         return (
-            f"<Bank {self.name!r} memories={len(self._memories)} live={len(self.index)} "
-            f"rules={len(self._rules)} staged={len(self._staged)} damage={len(self.damage)}>"
+            f"<Bank {self.name!r} memories={len(self._memories)} live={self.live_count()} "
+            f"rules={len(self._rules)} staged={len(self._staged)} damage={len(self._damage)}>"
         )
 
     # --- loading -------------------------------------------------------------------------------
@@ -385,11 +437,12 @@ class Bank:
         bank._log_stamp = _stat_stamp(bank.path / MEMORIES_FILE)
         bank._compact_records = not short_lived
         with booting(hand_back=not short_lived):  # the bulk build: no collector passes
-            bank._replay()
-            bank._load_vectors()
+            bank._replay(defer_search=short_lived)
+            if bank._deferred is None:
+                bank._load_vectors()
             bank.access.load()
-        bank.damage.extend(bank._rules.load())
-        for damage in bank.damage:
+        bank._damage.extend(bank._rules.load())
+        for damage in bank._damage:
             event = "bank_line_edited_by_hand" if damage.kept else "bank_damage_skipped"
             log.warning(event, bank=name, detail=damage.describe())
         return bank
@@ -425,7 +478,7 @@ class Bank:
         self.description, self.overrides = found.description, found.overrides
         self._bank_file_problem = found.problem
         if found.problem is not None:
-            self.damage.append(Damage(BANK_FILE, found.problem))
+            self._damage.append(Damage(BANK_FILE, found.problem))
 
     @classmethod
     def peek(cls, name: str, path: Path) -> BankSummary | None:
@@ -484,8 +537,11 @@ class Bank:
         stamp = counts_stamp(log_path)
         if stamp is None or _stat_stamp(log_path) != self._log_stamp:
             return
-        stated = self.index.oldest_stated()
-        counts = Counts(self.live_count(), self.pinned_count(), self.subject_count(), stated)
+        if self._deferred is not None:  # from the records: what the index's columns would say
+            counts = _counts_of(self._memories.values())
+        else:
+            stated = self._index.oldest_stated()
+            counts = Counts(self.live_count(), self.pinned_count(), self.subject_count(), stated)
         write_counts(self.path, stamp, counts)
 
     async def configure(
@@ -522,7 +578,10 @@ class Bank:
             self._bank_file_problem = None  # written whole by us
         return before, (description, overrides)
 
-    def _replay(self) -> None:
+    def _replay(self, *, defer_search: bool = False) -> None:
+        """The records and the exact-text map, then the search state; `defer_search`: a
+        short-lived process's boot that read the records snapshot leaves the search state to be
+        built when something first reads it (`_Deferred`)."""
         self._boot_identity = self._replay_from_records()
         if self._boot_identity is None:
             self._boot_data = None
@@ -531,16 +590,30 @@ class Bank:
             )
             self._memories = memories
             self._eviction = None
-            self.damage.extend(found)
+            self._damage.extend(found)
             keys = [text_key(normalize(record.text)) for record in memories.values()]
             self._by_text = TextMap.bulk(keys, list(memories))
         records = self._memories.values()
         # The live ones, picked from C: `invalid_at is None` for each, no Python frame per record.
         live = list(compress(records, map(is_, map(_INVALID_AT, records), repeat(None))))
+        if defer_search and self._boot_data is not None and self._boot_identity is not None:
+            # Only past the records snapshot: its bytes, checked against the stamp, are what the
+            # index snapshot is checked against later (the log may have grown by then).
+            assert self._log_stamp is not None  # the records path ran only with it
+            self._deferred = _Deferred(
+                live,
+                self._log_stamp,
+                self._boot_data,
+                self._boot_identity,
+                len(self._damage),
+                len(live),
+            )
+            self._boot_identity, self._boot_data = None, None
+            return
         if not self._index_from_snapshot(live):
-            self.index.add_many(indexed(record) for record in live)
+            self._index.add_many(indexed(record) for record in live)
         self._boot_identity, self._boot_data = None, None
-        self.lanes.add_many(lane_carriers(live))
+        self._lanes.add_many(lane_carriers(live))
         self._index_lessons()
 
     def _replay_from_records(self) -> tuple[int, int] | None:
@@ -606,7 +679,7 @@ class Bank:
             return
         if _short_tail(self._records_base, stamp):
             return  # on disk: records of a prefix of this log (a boot replays the lines past it)
-        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self.damage):
+        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self._damage):
             return  # a replay must keep reporting it (a line edited by hand is just a line)
         log_path = self.path / MEMORIES_FILE
         if files.is_link(log_path) or _stat_stamp(log_path) != stamp:
@@ -683,8 +756,12 @@ class Bank:
         analysed again and the rest taken from the snapshot, in replay order, which is what a
         build from the log gives. The log must be unchanged since the stamp taken before
         replaying, and a prefix is used only for a log that replayed without damage and whose
-        lines past it do not finish a write begun before it."""
-        if len(live) < SNAPSHOT_MIN_LIVE or self._log_stamp is None:
+        lines past it do not finish a write begun before it. A deferred build (`_Deferred`)
+        checks it against the boot's bytes and stamp: the log may have grown by our writes
+        since, which are applied after."""
+        deferred = self._deferred
+        stamp = self._log_stamp if deferred is None else deferred.stamp
+        if len(live) < SNAPSHOT_MIN_LIVE or stamp is None:
             return False
         path = self.path / MEMORIES_FILE
         data = self._boot_data
@@ -699,14 +776,14 @@ class Bank:
         known = self._boot_identity
         crc = known[1] if known is not None and known[0] == len(data) else None
         found = snapshot_prefix(self.path, data, crc)
-        if found is None or _stat_stamp(path) != self._log_stamp:
+        if found is None or (deferred is None and _stat_stamp(path) != stamp):
             return False
         snapshot_ids, analysis, size = found
         ids = list(map(_ID, live))
         if size == len(data):
             if snapshot_ids != ids:
                 return False
-            self._snapshot_stamp = self._log_stamp
+            self._snapshot_stamp = stamp
         else:
             grown = self._grown_analysis(data, size, live, ids, snapshot_ids, analysis)
             if grown is None:
@@ -715,7 +792,7 @@ class Bank:
         # Each column in one C-level pass over the records' field values (`itemgetter` on their
         # `__dict__`s: half the cost of an attribute lookup on the model), not a Python loop.
         values = list(map(_VALUES, live))
-        self.index.load_analysis(
+        self._index.load_analysis(
             ids,
             analysis,
             corroboration=list(map(itemgetter("corroboration"), values)),
@@ -727,7 +804,7 @@ class Bank:
             sessions=_sessions(values),
             categories=list(map(itemgetter("category"), values)),
         )
-        self._snapshot_base = (self._log_stamp[0], size)
+        self._snapshot_base = (stamp[0], size)
         return True
 
     def _grown_analysis(
@@ -743,7 +820,7 @@ class Bank:
         of `snapshot_ids`): the memories with a line past it analysed afresh, every other one
         taken from the snapshot; None when that cannot be vouched for (damage, a write across
         the prefix's end, an unreadable line past it, a memory the snapshot lacks)."""
-        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self.damage):
+        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self._damage):
             return None
         if continues_batch(data, size):
             return None
@@ -778,7 +855,11 @@ class Bank:
         stamp = self._log_stamp
         if self._queue or self._held or self._broken is not None or stamp is None:
             return
-        if stamp == self._snapshot_stamp or len(self.index) < SNAPSHOT_MIN_LIVE:
+        if self._deferred is not None:
+            if self.live_count() < SNAPSHOT_MIN_LIVE or self._snapshot_kept(stamp):
+                return
+            self._searchable()  # a boot would have written it again: built, it is
+        if stamp == self._snapshot_stamp or len(self._index) < SNAPSHOT_MIN_LIVE:
             return
         if _short_tail(self._snapshot_base, stamp):
             return  # on disk: the index of a prefix of this log (a boot analyses the lines past it)
@@ -789,32 +870,124 @@ class Bank:
         if identity is None or _stat_stamp(log_path) != stamp:
             return
         ids = [memory_id for memory_id, record in self._memories.items() if record.live]
-        write_snapshot(self.path, identity, ids, self.index.analysis_of(ids))
+        write_snapshot(self.path, identity, ids, self._index.analysis_of(ids))
         self._snapshot_stamp, self._snapshot_base = stamp, (stamp[0], identity[0])
 
-    def _index_lessons(self) -> None:
-        # Only records with anchors can be lessons: `filter` passes the rest over from C.
-        for record in filter(_ANCHORS, self._memories.values()):
-            if record.live and record.anchors is not None and is_lesson(record):
-                self.lessons.add(record.id, record.anchors)
+    # --- the search state, maybe built late ------------------------------------------------------
 
-    def _load_vectors(self) -> None:
+    @property
+    def index(self) -> LexicalIndex:
+        self._searchable()
+        return self._index
+
+    @property
+    def lanes(self) -> LaneIndexes:
+        self._searchable()
+        return self._lanes
+
+    @property
+    def lessons(self) -> LessonIndex:
+        self._searchable()
+        return self._lessons
+
+    @property
+    def lane_vectors(self) -> LaneVectors:
+        self._searchable()
+        return self._lane_vectors
+
+    @property
+    def damage(self) -> list[Damage]:
+        """What the load found broken (and the vector sidecars: read with the search state)."""
+        self._searchable()
+        return self._damage
+
+    def _searchable(self) -> None:
+        """Build the search state a short-lived boot left for later, if it did."""
+        if self._deferred is not None:
+            self._build_deferred()
+
+    def _build_deferred(self) -> None:
+        """What `_replay` and `load` would have built at boot, from the boot's records, then
+        every record applied since applied to it, in order: the same state, bit for bit, as a
+        boot that built it and applied them one by one. A failure leaves it unbuilt (the next
+        read tries again and fails the same way) and is raised to the caller."""
+        deferred = self._deferred
+        assert deferred is not None
+        boot = deferred.boot_records(self._memories)
+        damage = self._damage
+        self._damage = damage[: deferred.damage_at]
+        try:
+            with booting(hand_back=False):  # a bulk build, as at boot
+                self._boot_data, self._boot_identity = deferred.data, deferred.identity
+                try:
+                    if not self._index_from_snapshot(deferred.live):
+                        self._index.add_many(indexed(record) for record in deferred.live)
+                finally:
+                    self._boot_data, self._boot_identity = None, None
+                self._lanes.add_many(lane_carriers(deferred.live))
+                self._index_lessons(boot)
+                self._load_vectors(boot)
+                for record, previous in deferred.applied:
+                    self._apply_search(record, previous, None)
+        except BaseException:
+            self._damage = damage
+            self._reset_search()
+            raise
+        found = self._damage[deferred.damage_at :]
+        self._damage = [*self._damage, *damage[deferred.damage_at :]]
+        self._deferred = None
+        for problem in found:  # logged as the load logs what it found
+            log.warning("bank_damage_skipped", bank=self.name, detail=problem.describe())
+
+    def _reset_search(self) -> None:
+        """An empty search state (a failed deferred build's remains dropped)."""
+        self._index = LexicalIndex()
+        self._lessons = LessonIndex()
+        self._lanes = LaneIndexes()
+        self._lane_vectors = LaneVectors(self.path, self._lanes, self._vector_appends)
+        self._vector_models.clear()
+        self._snapshot_stamp = self._snapshot_base = None
+
+    def _snapshot_kept(self, stamp: _Stamp) -> bool:
+        """With the search state not built (`_Deferred`): whether a boot that built it would
+        have left `.index.npz` as it is at close: it is for the log's bytes the boot read, or a
+        prefix of them, by this analyzer (its header and the prefix's CRC-32; a boot checks its
+        arrays too), that prefix does not end inside a write, and the log (the same file) grew
+        only a little past it (`tail_is_short`). Otherwise the index is built and written."""
+        deferred = self._deferred
+        assert deferred is not None
+        size = snapshot_size(self.path, deferred.data, deferred.identity)
+        if size is None or continues_batch(deferred.data, size):
+            return False
+        return deferred.stamp[0] == stamp[0] and tail_is_short(size, stamp[1])
+
+    def _index_lessons(self, memories: Mapping[str, Memory] | None = None) -> None:
+        # Only records with anchors can be lessons: `filter` passes the rest over from C.
+        held = self._memories if memories is None else memories
+        for record in filter(_ANCHORS, held.values()):
+            if record.live and record.anchors is not None and is_lesson(record):
+                self._lessons.add(record.id, record.anchors)
+
+    def _load_vectors(self, memories: Mapping[str, Memory] | None = None) -> None:
+        """The vector sidecars' current vectors into the index and the lanes, for `memories`
+        (the bank's records, or those a deferred build was booted with)."""
+        held = self._memories if memories is None else memories
         try:
             records, skipped = load_vectors(self.path / VECTORS_FILE, within=self.root)
         except StorageError as exc:  # a planted link or pipe: derived data, so rebuilt without it
             if files.is_transient(exc):
                 raise
-            self.damage.append(Damage(VECTORS_FILE, f"{exc.message}; re-embedded"))
+            self._damage.append(Damage(VECTORS_FILE, f"{exc.message}; re-embedded"))
             records, skipped = {}, 0
         if skipped:
-            self.damage.append(
+            self._damage.append(
                 Damage(
                     VECTORS_FILE,
                     f"{skipped} unreadable line(s) skipped; their memories are re-embedded",
                 )
             )
         for record in records.values():
-            memory = self._memories.get(record.id)
+            memory = held.get(record.id)
             current = (
                 memory is not None
                 and memory.live
@@ -825,17 +998,17 @@ class Bank:
                     else record.revision == memory.revision
                 )
             )
-            if current and self.index.set_vector(record.id, record.vector):
+            if current and self._index.set_vector(record.id, record.vector):
                 self._vector_models[record.id] = record.model
         try:
-            skipped = self.lane_vectors.load(self.lanes, self._memories)
+            skipped = self._lane_vectors.load(self._lanes, held)
         except StorageError as exc:  # the same for the lanes': never the bank offline for it
             if files.is_transient(exc):
                 raise
-            self.damage.append(Damage(LANE_VECTORS_FILE, f"{exc.message}; lanes re-embedded"))
-            skipped = self.lane_vectors.load(self.lanes, self._memories, read=False)
+            self._damage.append(Damage(LANE_VECTORS_FILE, f"{exc.message}; lanes re-embedded"))
+            skipped = self._lane_vectors.load(self._lanes, held, read=False)
         if skipped:
-            self.damage.append(
+            self._damage.append(
                 Damage(
                     LANE_VECTORS_FILE,
                     f"{skipped} unreadable line(s) skipped; their lanes are re-embedded",
@@ -845,6 +1018,7 @@ class Bank:
     def _holds(self, model: str) -> bool:
         """Whether the index's vectors are `model`'s. At first sight (boot) a model that some
         loaded vectors come from — or any model, when there are none — takes over at once."""
+        self._searchable()
         if self._embed_model is None and (
             not self._vector_models or model in set(self._vector_models.values())
         ):
@@ -856,10 +1030,10 @@ class Bank:
         self._embed_model = model
         stale = [i for i, m in self._vector_models.items() if m != model]
         if stale and len(stale) == len(self._vector_models):
-            self.index.reset_vectors()  # none left: a model of another width may follow
+            self._index.reset_vectors()  # none left: a model of another width may follow
         else:
             for memory_id in stale:
-                self.index.clear_vector(memory_id)
+                self._index.clear_vector(memory_id)
         for memory_id in stale:
             del self._vector_models[memory_id]
         self._to_embed = {
@@ -868,11 +1042,12 @@ class Bank:
             if m.live and self._vector_models.get(m.id) != model
         }
         self._embed_ready = not self._to_embed
-        self.lane_vectors.take_over(model, self._memories)
+        self._lane_vectors.take_over(model, self._memories)
 
     def embedded_by(self, model: str) -> bool:
         """Whether any live memory holds a vector from `model` (a scan: for one-shot commands,
         which embed a query only when there is something to compare it with)."""
+        self._searchable()
         return model in self._vector_models.values()
 
     def models_other_than(self, model: str) -> list[str]:
@@ -880,6 +1055,7 @@ class Bank:
         that does not embed its writes never makes its model take over a bank another one embeds
         (`EmbeddingWork.left_to_another`). None once `model` took over (`_take_over` drops every
         other model's vectors); else a scan, until it does."""
+        self._searchable()
         if model == self._embed_model:
             return []
         return sorted(set(self._vector_models.values()) - {model})
@@ -889,6 +1065,7 @@ class Bank:
         for a model that has not taken over yet, any live ones (it needs them all). Oldest
         first, or `newest` first (a recall's catch-up: what was just said is asked about most,
         and costs the most when it ranks without its vector)."""
+        self._searchable()
         if not self._holds(model):
             records = reversed(self._memories.values()) if newest else self._memories.values()
             return list(islice((m for m in records if m.live), limit))
@@ -905,17 +1082,19 @@ class Bank:
             return False
         if self._embed_ready:
             return True
-        live = len(self.index)
+        live = len(self._index)
         return live > 0 and len(self._to_embed) <= live * (1.0 - SEMANTIC_COVERAGE)
 
     def restart_embedding(self) -> None:
         """Embeddings were turned on again: what was saved meanwhile must be embedded before the
         semantic arm counts again."""
+        self._searchable()
         self._embed_ready = self._embed_ready and not self._to_embed
 
     def embedding_progress(self, model: str) -> tuple[int, int]:
         """`(embedded, live)`: how many live memories have a vector from `model`."""
-        live = len(self.index)
+        self._searchable()
+        live = len(self._index)
         if not self._holds(model):
             return 0, live
         return live - len(self._to_embed), live
@@ -923,13 +1102,14 @@ class Bank:
     async def store_vectors(self, model: str, pairs: Sequence[tuple[Memory, list[float]]]) -> int:
         """Keep the vectors whose memory is still live with the same text; returns how many. The
         first vectors of a new model make it take over (the old ones are never mixed in)."""
+        self._searchable()
         kept: list[VectorRecord] = []
         if pairs and model != self._embed_model:
             self._take_over(model)
-        width = self.index.vector_width
+        width = self._index.vector_width
         if pairs and width and len(pairs[0][1]) != width:
             # The same model name now answers with another width: start it over.
-            self.index.reset_vectors()
+            self._index.reset_vectors()
             self._vector_models.clear()
             self._to_embed = {m.id: None for m in self._memories.values() if m.live}
             self._embed_ready = False
@@ -937,7 +1117,7 @@ class Bank:
             current = self._memories.get(memory.id)
             if current is None or not current.live or current.text != memory.text:
                 continue  # edited or retired while it was being embedded: a later pass redoes it
-            if self.index.set_vector(memory.id, vector):
+            if self._index.set_vector(memory.id, vector):
                 self._vector_models[memory.id] = model
                 self._to_embed.pop(memory.id, None)
                 kept.append(
@@ -1000,7 +1180,8 @@ class Bank:
         )
 
     def live_count(self) -> int:
-        return len(self.index)
+        # Counted as records land while the index is not built (`_Deferred`): its length then.
+        return len(self._index) if self._deferred is None else self._deferred.live_count
 
     def pinned_count(self) -> int:
         return self.index.pinned_live()
@@ -1141,7 +1322,7 @@ class Bank:
     def decided_live_count(self, leaving_out: str | None = None) -> int:
         """Live memories as decisions see them (each one's latest record, written or durable),
         counting `leaving_out`'s durable record instead of its record in flight, if any."""
-        count = len(self.index) + self._staged_live
+        count = self.live_count() + self._staged_live
         if leaving_out is not None and leaving_out in self._staged:
             count -= self._live_added(self._staged[leaving_out][0])
         return count
@@ -1168,18 +1349,27 @@ class Bank:
 
     def _first_evictable_once(self, n: int, skip: Collection[str]) -> list[Memory]:
         """`first_evictable` without the kept order: the durable memories that can come first
-        (`first_to_go`, over the index's columns) and the records in flight, in eviction order."""
+        (`first_to_go`, over the index's columns; from the records when the index is not built)
+        and the records in flight, in eviction order."""
         flying = [r for i, (r, _) in self._staged.items() if i not in skip]
-        durable = first_to_go(
-            self.index,
-            self._memories,
-            self.access,
-            subject=None,
-            scoped=False,
-            exclude={*self._staged, *skip},
-            k=n,
-            evictable=evictable,
-        )
+        excluded = {*self._staged, *skip}
+        if self._deferred is not None:
+            # No index built (a one-shot save into a full bank): the durable records' own first
+            # `n` in eviction order, the order `first_to_go` keeps the candidates of (~10 ms at
+            # 10,000 memories, where building the index to read its columns cost ~30-90 ms).
+            rest = (record for i, record in self._memories.items() if i not in excluded)
+            durable = eviction_order(rest, self.seen, first=n)
+        else:
+            durable = first_to_go(
+                self._index,
+                self._memories,
+                self.access,
+                subject=None,
+                scoped=False,
+                exclude=excluded,
+                k=n,
+                evictable=evictable,
+            )
         return eviction_order([*durable, *flying], self.seen, first=n)
 
     def seen(self, memory_id: str) -> tuple[int, int] | None:
@@ -1310,8 +1500,13 @@ class Bank:
             first = None
             # While the fsync runs, this thread does the pure part of applying the batch
             # (analysing each record for the index, its text's key); only the RAM changes wait.
+            # With the search state not built yet (`_Deferred`), only the text keys: the build
+            # analyses these records if it ever runs, and a one-shot save's never does (a record
+            # the index cannot take then fails that build, as it fails the next boot's, instead
+            # of this write, which is durable either way).
+            prepare = _Prepared.of if self._deferred is None else _Prepared.keyed
             try:
-                prepared = [list(map(_Prepared.of, p.records, p.norms)) for p in batch]
+                prepared = [list(map(prepare, p.records, p.norms)) for p in batch]
             except Exception as exc:
                 # A record the index cannot take (a bug): left to the task, the flusher died
                 # and every save of the bank waited forever. Its callers are told, as at a
@@ -1447,13 +1642,24 @@ class Bank:
         if previous is not None and record.revision < previous.revision:
             return
         self._applied += 1
+        deferred = self._deferred
         held = self._memories[record.id] = shared_fields(record)
         self._listings.changed(previous, held, len(self._memories))
-        if record.live and record.anchors is not None and is_lesson(record):
-            self.lessons.add(record.id, record.anchors)
-        else:
-            self.lessons.remove(record.id)
         self._remap_text(previous, record, prepared)
+        if deferred is not None:  # applied to the search state when it is built
+            deferred.applied.append((record, previous))
+            deferred.live_count += int(record.live) - int(previous is not None and previous.live)
+            return
+        self._apply_search(record, previous, prepared)
+
+    def _apply_search(
+        self, record: Memory, previous: Memory | None, prepared: _Prepared | None
+    ) -> None:
+        """`_apply`'s part in the search state: the lessons, the lanes, the index, the vectors."""
+        if record.live and record.anchors is not None and is_lesson(record):
+            self._lessons.add(record.id, record.anchors)
+        else:
+            self._lessons.remove(record.id)
         indexed_same = (
             previous is not None
             and previous.live
@@ -1461,25 +1667,25 @@ class Bank:
             and previous.entities == record.entities
         )
         if not record.live:
-            self.lanes.remove(record.id)
-            self.lane_vectors.changed(record)
+            self._lanes.remove(record.id)
+            self._lane_vectors.changed(record)
         elif previous is None or not previous.live or not _same_lanes(previous, record):
             # Only a lane edit (or a memory coming live) re-indexes its lanes: a text, entity or
             # tag edit keeps their slots and vectors (seed 004: association vectors are
             # preserved unless explicitly changed), which the bank's lanes otherwise compared by
             # words alone until they were embedded again, unchanged.
-            self.lanes.add(record)  # new lane slots: their old vectors are gone with them
-            self.lane_vectors.changed(record)
+            self._lanes.add(record)  # new lane slots: their old vectors are gone with them
+            self._lane_vectors.changed(record)
         if not record.live:
-            self.index.remove(record.id)
+            self._index.remove(record.id)
             self._vector_models.pop(record.id, None)
             self._to_embed.pop(record.id, None)
         elif indexed_same:  # the columns only (a prepared document's terms go unread)
             doc = prepared.doc if prepared is not None else None
-            self.index.update_columns(indexed(record, with_terms=False) if doc is None else doc)
+            self._index.update_columns(indexed(record, with_terms=False) if doc is None else doc)
         else:
             doc = prepared.doc if prepared is not None else None
-            self.index.add_doc(indexed(record) if doc is None else doc)  # a new slot
+            self._index.add_doc(indexed(record) if doc is None else doc)  # a new slot
             self._vector_models.pop(record.id, None)
             if self._embed_model is not None:
                 self._to_embed[record.id] = None
@@ -1550,6 +1756,9 @@ class Bank:
             raise StorageError(f"bank {self.name} cannot be written: {self._frozen}")
         if self.guard is not None:
             self.guard()
+        # The search state is rebuilt from the new log (`_adopt`) or kept as it is (a
+        # compaction): either way from the state as built, not from a boot before the rewrite.
+        self._searchable()
         done = self._rewriting = asyncio.Event()
         try:
             await self._drain_commits()  # every acknowledged line is in the file being read
@@ -1609,8 +1818,8 @@ class Bank:
         # find so by their CRC; this only keeps close from sparing them for it).
         self._snapshot_base = self._records_base = None
         # Every line of the new log is sealed again: what was edited by hand is now just a line.
-        self.damage = [
-            d for d in self.damage if d.file != MEMORIES_FILE or not (dropped_damage or d.kept)
+        self._damage = [
+            d for d in self._damage if d.file != MEMORIES_FILE or not (dropped_damage or d.kept)
         ]
         if memories == self._memories:
             return
@@ -1619,15 +1828,15 @@ class Bank:
         self._listings.clear()
         self._eviction = None
         self._by_text = TextMap()
-        self.index = LexicalIndex()
+        self._index = LexicalIndex()
         self._vector_models.clear()
         self._embed_model, self._to_embed = None, {}
         for record in memories.values():
             self._map_text(record)
-        self.index.add_many(indexed(record) for record in memories.values() if record.live)
-        self.lanes = LaneIndexes()
-        self.lanes.add_many(record for record in memories.values() if record.live)
-        self.lessons = LessonIndex()
+        self._index.add_many(indexed(record) for record in memories.values() if record.live)
+        self._lanes = LaneIndexes()
+        self._lanes.add_many(record for record in memories.values() if record.live)
+        self._lessons = LessonIndex()
         self._index_lessons()
         self._load_vectors()
 
@@ -1792,6 +2001,29 @@ def _replayed_over(memories: dict[str, Memory], keys: list[int], tail: list[Memo
         memories[record.id] = record
         found[at] = text_key(normalize(record.text))
     return found
+
+
+def _counts_of(records: Iterable[Memory]) -> Counts:
+    """A bank's counts from its records, as its index's columns count them (`live_count`,
+    `LexicalIndex.pinned_live`, `subjects_about`, `oldest_stated`): a short-lived process that
+    never built the index closes with the counts one that built it leaves. Each column read in
+    one C-level pass over the records' field values, as `_index_from_snapshot` reads them."""
+    values = list(map(_VALUES, records))
+    live = list(compress(values, map(is_, map(_INVALID_AT_VALUE, values), repeat(None))))
+    subjects = {subject_key(s) for s in map(_SUBJECT, live) if s is not None}
+    flags = list(map(_PINNED, live))
+    unpinned = list(compress(live, map(not_, flags)))
+    stated = _last_stated(unpinned)
+    categories = list(map(_CATEGORY, unpinned))
+    oldest: dict[int, int] = {}
+    for category in set(categories):  # a few kinds: each one's oldest in one pass
+        code = category_code(category)  # (None and "fact" are one code)
+        at = min(compress(stated, map(eq, categories, repeat(category))))
+        oldest[code] = min(at, oldest.get(code, at))
+    # In code order, as `oldest_stated` lists them; a code without a name has no TTL.
+    names = {code: name for name, code in CATEGORY_CODES.items()}
+    by_name = {names[code]: oldest[code] for code in sorted(oldest) if code in names}
+    return Counts(len(live), sum(flags), len(subjects), by_name)
 
 
 def _short_tail(base: tuple[int, int] | None, stamp: _Stamp) -> bool:
