@@ -108,14 +108,72 @@ async def test_nine_distinct_labels_keep_the_first_eight_on_every_write_path(
             "main", [{"text": "The user likes mate", "tags": nine}]
         )
     assert report.imported == 1
-    capped = [(e["field"], e["kept"], e["dropped"]) for e in logs if e["event"] == "labels_capped"]
-    assert capped == [("tags", 8, 1), ("entities", 8, 1)] * 2 + [("tags", 8, 1)]
+    capped = [e for e in logs if e["event"] == "labels_capped"]
+    assert [(e["field"], e["kept"], e["dropped"]) for e in capped[:4]] == [
+        ("tags", 8, 1), ("entities", 8, 1)
+    ] * 2  # fmt: skip
+    assert [(e["rows"], e["dropped"]) for e in capped[4:]] == [(1, 1)]  # an import: once
     assert not [e for e in logs if "topic-8" in json.dumps(e, default=str)]
     listed = await catalog.call(service, "memory::list", {"tag": "topic-7"})
     assert sorted(m["text"] for m in listed["memories"]) == [
         "The user likes coffee", "The user likes mate", "The user likes tea"
     ]  # fmt: skip
     assert (await catalog.call(service, "memory::list", {"tag": "topic-8"}))["memories"] == []
+
+
+async def test_a_resave_that_merges_past_eight_labels_warns_how_many_it_left_out(
+    service: MemoryService,
+) -> None:
+    """A re-save unions its tags and entities into the memory's and keeps the first eight: what
+    it cut was dropped without the `labels_capped` warning a request's own ninth value gets."""
+    first = [f"topic-{n}" for n in range(6)]
+    more = [f"topic-{n}" for n in range(4, 10)]  # 4 already held, 4 new: 10 distinct in all
+    await catalog.call(service, "memory::save", {"text": "The user likes tea", "tags": first})
+    with structlog.testing.capture_logs() as logs:
+        out = await catalog.call(
+            service,
+            "memory::save",
+            {"text": "The user likes tea", "tags": more, "entities": ["tea"]},
+        )
+    assert out["memory"]["tags"] == [f"topic-{n}" for n in range(8)]
+    capped = [e for e in logs if e["event"] == "labels_capped"]
+    assert [(e["field"], e["kept"], e["dropped"]) for e in capped] == [("tags", 8, 2)]
+    assert not [e for e in logs if "topic-9" in json.dumps(e, default=str)]
+
+
+async def test_a_merge_past_eight_labels_warns_how_many_it_left_out(
+    service: MemoryService,
+) -> None:
+    """A supersede with `reinforce` unions the retired memory's labels into the survivor's, cut
+    at eight as a re-save's are: the cut is warned of the same way."""
+    save = "memory::save"
+    kept = await catalog.call(service, save, {"text": "The user likes tea", "tags": ["a", "b"]})
+    gone = await catalog.call(
+        service, save, {"text": "The user likes green tea", "tags": list("cdefghij")}
+    )
+    with structlog.testing.capture_logs() as logs:
+        out = await catalog.call(
+            service,
+            "memory::supersede",
+            {"id": gone["memory"]["id"], "superseded_by": kept["memory"]["id"], "reinforce": True},
+        )
+    assert out["reinforced"]
+    capped = [e for e in logs if e["event"] == "labels_capped"]
+    assert [(e["field"], e["kept"], e["dropped"]) for e in capped] == [("tags", 8, 2)]
+
+
+async def test_an_import_warns_once_for_all_its_capped_rows(service: MemoryService) -> None:
+    """Each row whose tags were cut logged its own `labels_capped`: an import of thousands of
+    rows with nine tags each flooded the log. One warning per import now counts them."""
+    nine = [f"topic-{n}" for n in range(9)]
+    rows = [{"text": f"The user likes tea number {n}", "tags": nine} for n in range(50)]
+    rows.append({"text": "The user likes mate", "entities": nine, "tags": nine[:2]})
+    rows.append({"text": "The user likes cocoa", "tags": nine[:3]})
+    with structlog.testing.capture_logs() as logs:
+        report = await service.import_records("main", rows)
+    assert report.imported == 52
+    capped = [e for e in logs if e["event"] == "labels_capped"]
+    assert [(e["rows"], e["dropped"]) for e in capped] == [(51, 51)]
 
 
 async def test_a_capped_label_list_still_refuses_a_bad_value_past_the_cap(

@@ -21,6 +21,7 @@ from memory_worker.app.wire import (
     SaveRequest,
     UpdateRequest,
 )
+from memory_worker.core import extraction
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import ProseReply, SiblingUnavailable, StorageError
 from memory_worker.core.extraction import parse_reply, render_request, system_prompt
@@ -1536,3 +1537,78 @@ class TestRealModelReplies:
         assert [a.text for a in parse_reply(reply, 0).adds] == ["The user lives in Porto."]
         ops = json.dumps({"content": "The user has a cat named Mia."})
         assert [a.text for a in parse_reply(ops, 0).adds] == ["The user has a cat named Mia."]
+
+
+class TestNothingAndTooLong:
+    """Review J4: a reply that plainly says "nothing to remember" without the JSON, and a reply
+    far longer than any real one."""
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            "null",
+            "None",
+            " NULL\n",
+            "`null`",
+            '"none"',
+            "Nothing to remember.",
+            "nothing to remember",
+            "No new memories.",
+            "Nada a lembrar.",
+            "Nada para lembrar!",
+            "<think>Only small talk.</think>\nNothing to remember.",
+        ],
+    )
+    def test_a_bare_nothing_reads_as_an_empty_decision(self, reply: str) -> None:
+        """`null` or "Nothing to remember." answers the question asked: read as a refusal
+        (`prose`), two of them killed the job and the turn was never passed."""
+        decisions = parse_reply(reply, 0)
+        assert decisions.readable and not decisions.prose and decisions.empty
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            "I'm sorry, but I can't help with that.",
+            "Nothing to remember, but I can't do that anyway.",
+            "Null and void.",
+            "Nothing to remember? Here is a poem instead.",
+        ],
+    )
+    def test_a_refusal_that_mentions_nothing_is_still_prose(self, reply: str) -> None:
+        decisions = parse_reply(reply, 0)
+        assert not decisions.readable and decisions.prose
+
+    async def test_a_nothing_reply_moves_the_cursor_and_saves_nothing(self, rig: Rig) -> None:
+        assert await rig.turn(("user", "Hello there, how is it going?"), reply="null") == 0
+        assert rig.kv.data[(CURSOR_SCOPE, "s1")]
+        assert await rig.texts() == {}
+
+    def test_a_reply_past_the_cap_is_read_up_to_it(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A looping or hostile endpoint's megabyte cost the reader seconds (linear, but a
+        megabyte of it): only the first `MAX_REPLY_CHARS` are read, and the decision says how
+        much was left unread."""
+        read: list[int] = []
+        real = extraction._json_values
+
+        def spy(reply: str) -> list[Any]:
+            read.append(len(reply))
+            return real(reply)
+
+        monkeypatch.setattr(extraction, "_json_values", spy)
+        facts = [add(f"The user visited city number {n}.") for n in range(20_000)]
+        reply = json.dumps({"memories": facts})
+        assert len(reply) > 2 * extraction.MAX_REPLY_CHARS
+        decisions = parse_reply(reply, 0)
+        assert read == [extraction.MAX_REPLY_CHARS]
+        assert decisions.cut == len(reply) - extraction.MAX_REPLY_CHARS
+        # What fitted is read as a reply cut off at a token limit is: its whole items.
+        assert decisions.adds and decisions.adds[0].text == "The user visited city number 0."
+        assert len(decisions.adds) < len(facts)
+        short = parse_reply(json.dumps({"memories": facts[:3]}), 0)
+        assert short.cut == 0 and len(short.adds) == 3
+
+    async def test_an_unreadable_reply_past_the_cap_says_so(self, rig: Rig) -> None:
+        reply = "{" * (extraction.MAX_REPLY_CHARS + 10)
+        with pytest.raises(SiblingUnavailable, match="longer than the 262144 characters read"):
+            await rig.turn(("user", "I live in Lisbon with two cats."), reply=reply)
+        assert (CURSOR_SCOPE, "s1") not in rig.kv.data

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from memory_worker.app.base import capped_labels, clean_subject, redaction_reason
+from memory_worker.app.base import clean_subject, redaction_reason
 from memory_worker.app.retention import RetentionUseCases
 from memory_worker.app.wire import Checked, Flag, Text, TextList
 from memory_worker.core import transitions
@@ -98,12 +98,17 @@ class ImportUseCases(RetentionUseCases):
         name = check_name(bank_name, "bank")
         now_ms = self.clock()
         prepared: list[_Prepared] = []
+        # Rows whose entities or tags were cut to the cap, and the values so left out: warned
+        # once for the whole import (one line per row flooded the log of a big one).
+        capped_rows = capped_values = 0
         for number, row in enumerate(rows, start=1):
             try:
                 item = ImportRecord.model_validate(row)
                 text, labels = transitions.prepare_text(item.text)
-                entities, entity_labels = capped_labels(item.entities, "entities")
-                tags, tag_labels = capped_labels(item.tags, "tags")
+                entities, entity_labels, entities_dropped = transitions.prepare_labels(
+                    item.entities, "entities"
+                )
+                tags, tag_labels, tags_dropped = transitions.prepare_labels(item.tags, "tags")
                 card, card_labels = prepare_card(
                     item.category, item.title, item.recommendation, item.anchors, item.evidence
                 )
@@ -130,6 +135,11 @@ class ImportUseCases(RetentionUseCases):
                 *context_labels, *intention_labels, *subject_labels,
             ]  # fmt: skip
             prepared.append((item, text, entities, tags, card, found))
+            if entities_dropped or tags_dropped:
+                capped_rows += 1
+                capped_values += entities_dropped + tags_dropped
+        if capped_rows:  # how many, never which: a value left out may be a secret
+            log.warning("labels_capped", bank=name, rows=capped_rows, dropped=capped_values)
         if dry_run:
             # Everything the write would refuse, refused now: a forwarded import checks every
             # request this way before it writes the first.

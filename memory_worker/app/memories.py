@@ -125,6 +125,8 @@ class MemoryUseCases(RetentionUseCases):
             evicted = self._evictions(bank, record, caller) if created else []
             await bank.commit([record, *evicted])
         self._embed_soon(bank)
+        if existing is not None:  # a re-save unions the labels: warned of as a request's own cut
+            _warn_union_cut(existing, fresh)
         self._emit_item(event, name, record, redaction_reason(labels))
         for gone in evicted:
             self._emit_item(ItemEvent.DELETED, name, gone, EVICTED)
@@ -475,6 +477,8 @@ class MemoryUseCases(RetentionUseCases):
             target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
         )
         await bank.commit([retired] if absorbed is None else [retired, absorbed])
+        if absorbed is not None and same_subject(winner.subject, target.subject):
+            _warn_union_cut(winner, target)  # its labels were unioned (`transitions.supersede`)
         if absorbed is not None:
             # Its uses too: eviction at a cap goes by accesses, and the survivor stands for both.
             bank.access.absorb(target.id, absorbed.id)
@@ -534,6 +538,14 @@ def _situation(
         context = caller.window if context is None else context
         intention = caller.goal if intention is None else intention
     return context, intention
+
+
+def _warn_union_cut(kept: Memory, merged: Memory) -> None:
+    """`labels_capped` for what unioning `merged`'s entities and tags into `kept`'s left out at
+    the cap, as `capped_labels` warns of a request's own list: how many, never which."""
+    for field in ("entities", "tags"):
+        if dropped := transitions.union_dropped(getattr(kept, field), getattr(merged, field)):
+            log.warning("labels_capped", field=field, kept=transitions.MAX_LABELS, dropped=dropped)
 
 
 def _provenance(session_id: str | None, caller: Caller) -> Provenance | None:

@@ -12,7 +12,9 @@ and trailing commas in it, a bare list (= memories), the object wrapped, keys in
 turn's language, op synonyms; failing all else, curly quotes, bare keys, the JSON encoded twice
 — and never raises: what cannot be read is skipped and counted. A reply cut off inside its JSON
 is not read at all (`readable` False: the pass is retried); nor one in prose (`prose`: a
-refusal, which a queue gives up on early).
+refusal, which a queue gives up on early), unless all it says is that there is nothing to keep
+(`null`, "Nothing to remember.": the empty answer). Only the first `MAX_REPLY_CHARS` of a reply
+are read (`cut` counts the rest).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from memory_worker.core.transitions import MAX_LABEL_CHARS, MAX_LABELS, MAX_LANE
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "MAX_REPLY_CHARS",
     "PROMPT_VERSION",
     "PROMPT_VERSIONS",
     "Add",
@@ -53,6 +56,17 @@ MAX_MESSAGE_CHARS = 2000  # one message's share of the excerpt; longer ones are 
 HEAD_SHARE = 0.6  # of a cut message's share, what its start keeps (its end the rest)
 WORD_SLACK = 80  # how far a cut moves back (or on) to fall between two words
 MAX_TEXT_CHARS = 300
+# What of a reply is read: a real one is a few KB; past this it is a model looping or an
+# endpoint answering garbage, and reading a megabyte of it held the event loop for seconds.
+MAX_REPLY_CHARS = 256 * 1024
+# A reply that is only "nothing" said without the JSON (`null`, `None`, "Nothing to
+# remember."): the answer asked for, not a refusal. Whole replies only (quotes, backticks and a
+# closing stop aside): "Nothing to remember, but …" is prose still.
+_NOTHING = re.compile(
+    r"(?:null|none|nothing|nothing (?:new )?to (?:remember|save|extract)|no (?:new )?memories"
+    r"|nada|nada (?:de novo )?(?:a|para) (?:lembrar|guardar|memorizar|extrair)"
+    r"|nenhuma (?:nova )?mem[oó]ria)"
+)
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _CONTRACT = frozenset({"memories", "rules"})  # the reply object's keys
 _ITEM = frozenset({"op", "text", "memory", "fact", "content"})  # one op's keys (see `_add`)
@@ -225,6 +239,7 @@ class Decisions:
     # An unreadable reply's words when they made no attempt at the JSON (a refusal, a chat
     # answer): asking again is unlikely to help, as it is for a reply cut off mid-way.
     prose_words: str = ""
+    cut: int = 0  # characters of the reply past `MAX_REPLY_CHARS`, left unread
 
     @property
     def empty(self) -> bool:
@@ -616,12 +631,12 @@ def _payload(values: list[Any]) -> dict[str, Any]:
 
 def parse_reply(reply: str, known: int) -> Decisions:
     """The model's decisions; `known` is how many memories were shown (refs beyond are ignored)."""
-    decisions = Decisions()
+    # Past `MAX_REPLY_CHARS`, read as a reply cut off there is: its whole items kept.
+    decisions = Decisions(cut=max(0, len(reply) - MAX_REPLY_CHARS))
+    reply = reply[:MAX_REPLY_CHARS]
     values = _json_values(reply)
-    if not values:  # no JSON, or cut off inside its answer: the turn is retried
-        decisions.readable = False
-        decisions.prose_words = _prose(reply)
-        return decisions
+    if not values:
+        return _without_json(reply, decisions)
     payload = _payload(values)
     items = _decoded(payload.get("memories"))
     if isinstance(items, dict | str):  # one op or one fact, not in a list
@@ -668,6 +683,23 @@ def _decoded(raw: object) -> object:
     except (ValueError, RecursionError):
         return raw
     return value if isinstance(value, list | dict) else raw
+
+
+def _without_json(reply: str, decisions: Decisions) -> Decisions:
+    """A reply in which no JSON was found: the empty answer when it says only that (`null`,
+    "Nothing to remember."), else unreadable (cut off, an error page, prose: the turn is
+    retried, or given up on early when it is prose)."""
+    if not _says_nothing(reply):
+        decisions.readable = False
+        decisions.prose_words = _prose(reply)
+    return decisions
+
+
+def _says_nothing(reply: str) -> bool:
+    """The reply's answer is only `null`, `None` or "Nothing to remember." (or the like, in
+    English or Portuguese): the model had nothing to keep and said so without the JSON."""
+    answer = " ".join(_answer(reply).split()).strip("`'\"").rstrip(".!").strip().lower()
+    return len(answer) <= 40 and _NOTHING.fullmatch(answer) is not None
 
 
 def _prose(reply: str) -> str:

@@ -49,6 +49,7 @@ __all__ = [
     "stored_labels",
     "supersede",
     "tombstone",
+    "union_dropped",
     "update",
 ]
 
@@ -281,10 +282,20 @@ def _count(*parts: int) -> int:
     return min(sum(parts), MAX_INT)
 
 
-def _union(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+def _merged(old: tuple[str, ...], new: tuple[str, ...]) -> list[str]:
     merged = list(old)
     merged.extend(value for value in new if value not in old)
-    return tuple(merged[:MAX_LABELS])
+    return merged
+
+
+def _union(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_merged(old, new)[:MAX_LABELS])
+
+
+def union_dropped(old: tuple[str, ...], new: tuple[str, ...]) -> int:
+    """How many values `_union(old, new)` leaves out at the cap (0: none): the caller warns of
+    them as it warns of a request's own list cut (`labels_capped`)."""
+    return max(0, len(_merged(old, new)) - MAX_LABELS)
 
 
 def new_memory(

@@ -66,6 +66,7 @@ from memory_worker.core.errors import (
     SiblingUnavailable,
 )
 from memory_worker.core.extraction import (
+    MAX_REPLY_CHARS,
     Add,
     Correct,
     Decisions,
@@ -563,10 +564,21 @@ class Extractor:
                 f"{PROSE_REPLY}, not the JSON asked for",
                 repr(words[:PROSE_SHOWN_CHARS] + ("…" if len(words) > PROSE_SHOWN_CHARS else "")),
             )
+        if not decisions.readable and decisions.cut:  # a model looping: say so, not "no JSON"
+            raise SiblingUnavailable(
+                f"router::complete replied longer than the {MAX_REPLY_CHARS} characters read, "
+                "with no JSON in them; the pass will retry"
+            )
         if not decisions.readable:  # cut off, an error page: retry rather than lose the turn
             raise SiblingUnavailable("router::complete replied with no JSON; the pass will retry")
+        if decisions.cut:
+            log.warning(
+                "extraction_reply_cut", session_id=job.session_id, read=MAX_REPLY_CHARS,
+                unread=decisions.cut,
+            )  # fmt: skip
         if recorded is None and self._journal is not None:
-            await self._record(tuple(memory.id for memory in known), reply)
+            # What was read, not the unread rest: the recorded decision reads the same again.
+            await self._record(tuple(memory.id for memory in known), reply[:MAX_REPLY_CHARS])
         if self._deleted(bank):  # deleted while the model was thinking: drop, never recreate
             await self._advance(job.session_id, cursor, span)
             return 0
