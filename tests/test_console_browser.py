@@ -1126,6 +1126,29 @@ def test_the_consolidation_tab_shows_what_the_last_pass_merged_and_why(
         context.close()
 
 
+def test_a_bank_named_like_an_object_property_has_no_consolidation_report_of_its_own(
+    server: Server, browser: Any, open_tab: Any
+) -> None:
+    """The sibling's reports are a JSON object keyed by bank name; a bank named `constructor` (a
+    valid name) that no pass reported on must say so, not read the object's inherited
+    `constructor` (a function) as its report and show a pass of nothing at an unknown time."""
+    bank = _bank(server, "constructor")
+    context = browser.new_context(viewport=PHONE)
+    try:
+        answer = json.dumps(_consolidation_status("another"))
+        context.route(
+            f"{server.url}/memory-consolidate/status",
+            lambda route: route.fulfill(content_type="application/json", body=answer),
+        )
+        panel = open_tab(bank, "consolidation", context=context).page.locator(".mw-consolidation")
+        expect(panel).to_have_attribute("data-state", "shown")
+        expect(panel.locator(".mw-consolidation-summary")).to_have_text(
+            "No consolidation pass has reported on this bank yet."
+        )
+    finally:
+        context.close()
+
+
 def test_the_consolidation_tab_says_when_no_consolidation_sibling_answers(
     server: Server, open_tab: Any
 ) -> None:

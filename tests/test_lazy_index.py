@@ -7,6 +7,7 @@ once holds after the same writes, and closing leaves the same derived files."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import shutil
@@ -21,6 +22,7 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
+from memory_worker.core.errors import StorageError
 from memory_worker.search.index import LexicalIndex
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import log as log_module
@@ -349,6 +351,81 @@ def test_a_failed_build_is_raised_and_leaves_the_bank_unbuilt(
     assert built == live
 
 
+async def writes_one(service: MemoryService) -> None:
+    await call(service, "memory::save", {"bank": "b", "text": "Zelda keeps bees"}, HUMAN)
+
+
+def test_a_one_shot_close_that_leaves_only_the_records_reads_no_index_nor_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: list[str]
+) -> None:
+    """Too few live memories for an index snapshot, enough records for `.records.npz`, its tail
+    long enough to write it again: the close looked up what the replay found through `damage`,
+    which built the whole search state and read the vector sidecars for it."""
+    monkeypatch.setattr(snapshot, "TAIL_SHARE", 0.0)
+    seed(tmp_path)
+    reads.clear()
+    monkeypatch.setattr(bank_module, "SNAPSHOT_MIN_LIVE", 8)  # 7 live of 8 records after it
+    before = (tmp_path / "b" / RECORDS_FILE).read_bytes()
+
+    run(tmp_path, writes_one, short_lived=True)
+
+    assert reads == []
+    assert (tmp_path / "b" / RECORDS_FILE).read_bytes() != before  # left for the longer log
+
+
+def test_a_build_failing_at_a_one_shot_close_leaves_the_save_and_closes_every_bank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-shot save builds the search state at close only to leave `.index.npz` (derived
+    data: a server's close writes it best effort, and a failure costs the next boot a rebuild).
+    A build failing there (the vector sidecar unreadable for a moment: out of file descriptors)
+    raised out of the store's close after the save had landed: the command failed, and the banks
+    after it were never closed nor the data dir's lock released."""
+    monkeypatch.setattr(snapshot, "TAIL_SHARE", 0.0)  # the tail is long: the close builds it
+    ids = seed(tmp_path)
+    (tmp_path / "a").mkdir()  # another bank, closed after "b"
+    run(
+        tmp_path,
+        lambda s: call(s, "memory::save", {"bank": "a", "text": "an apple a day"}, HUMAN),
+        short_lived=False,
+    )
+    closed: list[str] = []
+    real_close = Bank.close
+
+    def close(self: Bank) -> None:
+        real_close(self)
+        closed.append(self.name)
+
+    real_load = bank_module.load_vectors
+
+    def exhausted(path: Path, *args: Any, **kwargs: Any) -> Any:
+        if path.parent.name != "b":
+            return real_load(path, *args, **kwargs)
+        busy = OSError(errno.EMFILE, "Too many open files")
+        raise StorageError(f"cannot read {path.name}") from busy
+
+    monkeypatch.setattr(Bank, "close", close)
+    monkeypatch.setattr(bank_module, "load_vectors", exhausted)
+
+    async def save_in_both(service: MemoryService) -> None:
+        await call(service, "memory::save", {"bank": "b", "text": "Zelda keeps bees"}, HUMAN)
+        await call(service, "memory::save", {"bank": "a", "text": "a pear at noon"}, HUMAN)
+        assert service.store.get("b")._deferred is not None  # nothing read the index
+
+    run(tmp_path, save_in_both, short_lived=True)
+
+    assert sorted(closed) == ["a", "b"]
+    assert "Zelda keeps bees" in (tmp_path / "b" / MEMORIES_FILE).read_text()
+    monkeypatch.undo()
+    found = run(
+        tmp_path,
+        lambda s: call(s, "memory::recall", {"bank": "b", "query": "Zelda bees"}, HUMAN),
+        short_lived=False,
+    )
+    assert found["memories"][0]["memory"]["text"] == "Zelda keeps bees"
+    assert ids
+
+
 def test_a_vector_sidecars_damage_is_reported_after_the_logs(tmp_path: Path) -> None:
     seed(tmp_path)
     with (tmp_path / "b" / "vectors.jsonl").open("a") as fh:
@@ -442,3 +519,117 @@ def test_the_counts_from_the_records_are_the_indexs(tmp_path: Path) -> None:
     from_records, from_index = run(tmp_path, counted, short_lived=False)
     assert from_records == from_index
     assert len(from_index.stated) == 6 and from_index.subjects == 3
+
+
+def _more_writes(ids: list[str]) -> Work:
+    """What `writes` leaves out and a one-shot command can still do before anything reads the
+    search state: a lane edit, a supersede with and without a merge, a lesson's anchors edited,
+    a save at a subject's cap and at the bank's cap (each evicts), a memory retired then named
+    again."""
+
+    async def work(service: MemoryService) -> None:
+        await writes(ids)(service)
+        await call(
+            service,
+            "memory::update",
+            {"bank": "b", "id": ids[2], "context": "at the cafe", "intention": "order a drink"},
+            HUMAN,
+        )
+        saved = await call(
+            service, "memory::save", {"bank": "b", "text": "Ana works in Faro now"}, HUMAN
+        )
+        await call(
+            service,
+            "memory::supersede",
+            {"bank": "b", "id": ids[0], "superseded_by": saved["memory"]["id"], "reinforce": True},
+            HUMAN,
+        )
+        saved = await call(
+            service, "memory::save", {"bank": "b", "text": "The user prefers black tea"}, HUMAN
+        )
+        await call(
+            service,
+            "memory::supersede",
+            {"bank": "b", "id": ids[2], "superseded_by": saved["memory"]["id"]},
+            HUMAN,
+        )
+        lesson = next(m for m in service.store.get("b").memories.values() if m.category == "lesson")
+        await call(
+            service,
+            "memory::update",
+            {"bank": "b", "id": lesson.id, "anchors": {"files": ["pyproject.toml", "setup.cfg"]}},
+            HUMAN,
+        )
+        for i in range(3):
+            await call(
+                service,
+                "memory::save",
+                {"bank": "b", "text": f"Ana note {i} about the orchard", "subject": "Ana"},
+                HUMAN,
+            )
+            await call(service, "memory::save", {"bank": "b", "text": f"loose fact {i}"}, HUMAN)
+        gone = await call(
+            service, "memory::save", {"bank": "b", "text": "a short-lived fact"}, HUMAN
+        )
+        await call(service, "memory::delete", {"bank": "b", "id": gone["memory"]["id"]}, HUMAN)
+        await call(service, "memory::save", {"bank": "b", "text": "a short-lived fact"}, HUMAN)
+
+    return work
+
+
+async def _answers(service: MemoryService) -> dict[str, Any]:
+    """`state`, and what every other read answers: the list (history included), stats, tags,
+    export, the preview, the doctor's checks, then a compaction and what recall says after."""
+    out = await state(service)
+
+    async def ask(function: str, payload: dict[str, Any]) -> Any:
+        return await call(service, function, payload, HUMAN)
+
+    listed = await ask("memory::list", {"bank": "b", "include_superseded": True, "limit": 500})
+    out["list"] = [(m["id"], m["revision"], m.get("invalid_at")) for m in listed["memories"]]
+    out["stats"] = await ask("memory::stats", {"bank": "b"})
+    out["tags"] = await ask("memory::tags", {"bank": "b"})
+    exported = await ask("memory::export", {"bank": "b"})
+    out["export"] = [(r["id"], r["revision"]) for r in exported["records"]]
+    preview = await ask("memory::preview", {"bank": "b", "query": "Ana orchard drink"})
+    out["preview"] = preview.get("block") or preview
+    doctor = await ask("memory::doctor", {})
+    out["doctor"] = sorted((c["name"], c["ok"]) for c in doctor["checks"])
+    await ask("memory::compact", {"bank": "b", "horizon_days": 0})
+    out["after compaction"] = await state(service)
+    return out
+
+
+@pytest.mark.parametrize("scoping", [False, True])
+def test_every_read_after_one_shot_writes_answers_as_one_built_at_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scoping: bool
+) -> None:
+    """Unscoped, every write decides from the records and the build waits for the first read;
+    scoped by subject, a save at a subject's cap counts over the index, which is built then, in
+    the middle of the writes."""
+    same_batch_tags(monkeypatch)
+    ids = seed(tmp_path / "seed")
+    copies = {kind: tmp_path / kind for kind in ("one-shot", "server")}
+    for folder in copies.values():
+        shutil.copytree(tmp_path / "seed", folder)
+
+    for folder in copies.values():  # caps the writes reach (a configure would read the index)
+        (folder / "b" / "bank.yaml").write_text(
+            "description: ''\nassociation_weights: {content: 0.6, context: 0.3, intention: 0.1}\n"
+            f"max_memories: 12\nmax_per_subject: 2\nsubject_scoping: {str(scoping).lower()}\n"
+        )
+
+    async def then_read(service: MemoryService) -> dict[str, Any]:
+        await _more_writes(ids)(service)
+        # Nothing the writes did read the search state: the one-shot run built it only now.
+        built_late = service.store.get("b")._deferred is not None
+        return await _answers(service) | {"built late": built_late}
+
+    lazy = run(copies["one-shot"], then_read, short_lived=True)
+    same_batch_tags(monkeypatch)
+    eager = run(copies["server"], then_read, short_lived=False)
+
+    assert lazy.pop("built late") is not scoping and not eager.pop("built late")
+    assert lazy.keys() == eager.keys()
+    for key in lazy:
+        assert lazy[key] == eager[key], key

@@ -702,7 +702,9 @@ class Bank:
         if len(key_of) != len(self._memories):
             return
         keys = [key_of[memory_id] for memory_id in self._memories]
-        restored = any(damage.reason == RESTORED_FORM for damage in self.damage)
+        # The log's own damage (`_damage`): reading `damage` built the whole search state (and
+        # read the vector sidecars) at a one-shot close only to look at what the replay found.
+        restored = any(damage.reason == RESTORED_FORM for damage in self._damage)
         write_records(self.path, (len(data), zlib.crc32(data)), spans, keys, as_stored=not restored)
         self._records_stamp, self._records_base = stamp, (stamp[0], len(data))
 
@@ -858,7 +860,16 @@ class Bank:
         if self._deferred is not None:
             if self.live_count() < SNAPSHOT_MIN_LIVE or self._snapshot_kept(stamp):
                 return
-            self._searchable()  # a boot would have written it again: built, it is
+            # A boot would have written it again: built, it is. Best effort, as every derived
+            # file's write is (a failure costs the next boot a rebuild): a build failing here (a
+            # vector sidecar unreadable for a moment) raised out of a one-shot command's close
+            # after its writes had landed, and the banks after this one were never closed nor
+            # the data dir's lock released. The failed build leaves the bank as it was.
+            try:
+                self._searchable()
+            except Exception as exc:
+                log.warning("index_snapshot_not_left", bank=self.name, error=str(exc))
+                return
         if stamp == self._snapshot_stamp or len(self._index) < SNAPSHOT_MIN_LIVE:
             return
         if _short_tail(self._snapshot_base, stamp):

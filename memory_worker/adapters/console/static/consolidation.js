@@ -54,7 +54,10 @@ export function createConsolidationPanel(ctx) {
     if (mine !== asked || bank !== ctx.bank()) return
     el.dataset.state = 'shown'
     renderSchedule(status)
-    renderReport(status.banks?.[bank] ?? null)
+    // Its own key only: a bank named `constructor` (a valid name) read the object's inherited
+    // function as its report, and showed a pass of nothing at no time.
+    const banks = status.banks ?? {}
+    renderReport(Object.hasOwn(banks, bank) ? banks[bank] : null)
   }
 
   function clear() {
