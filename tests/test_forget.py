@@ -595,6 +595,40 @@ class TestForget:
         assert _grep(data_dir, "dora hides") and _grep(data_dir, "Monday")
         assert not (data_dir / "main" / erasure.INTENT_FILE).exists()
 
+    async def test_two_people_forgotten_at_once_in_a_deleted_banks_trash_both_stay_erased(
+        self, service: MemoryService, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deleted bank's trashed copy is erased with no bank lock (no bank is live): two
+        erasures asked at once each read the copy's log, and the one renamed in last wrote the
+        other's person back, whose `erased` events had been sent. Each read is held here until
+        the other erasure reads too (or, once they run one after the other, for a second)."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        for who in ("ana", "bruno"):
+            await call(service, "memory::save", text=f"{who} hides a key in the shed.", subject=who)
+        await call(service, "memory::save", text=GENERAL_TEXT)
+        await call(service, "memory::bank::delete", name="main")
+        both_read = threading.Barrier(2, timeout=1.0)
+        plan = erasure.forget_plan
+
+        def read_then_wait(subject: str) -> Any:  # called once the copy's log is read
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_read.wait()
+            return plan(subject)
+
+        monkeypatch.setattr(erasure, "forget_plan", read_then_wait)
+        done = await asyncio.gather(
+            *(
+                call(service, "memory::forget-subject", subject=who, confirm="destructive")
+                for who in ("ana", "bruno")
+            ),
+            return_exceptions=True,
+        )
+        assert not [r for r in done if isinstance(r, BaseException)], done
+        assert [len(r["erased"]) for r in done] == [1, 1]
+        for who in ("ana", "bruno"):
+            assert _grep(data_dir, f"{who} hides") == [], who
+        assert _grep(data_dir, "Monday")
+
     async def test_a_save_after_an_erasure_the_disk_refused_is_not_erased_by_the_next_load(
         self, service: MemoryService, store: Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -695,6 +729,26 @@ class TestForget:
         assert _grep(data_dir, "locker") == []
         assert _grep(data_dir, "doormat") == [str(trashed.relative_to(data_dir) / "memories.jsonl")]
         assert erasure.pending(trashed) == []
+
+    async def test_an_unfinished_erasure_whose_intent_lists_no_ids_is_announced_at_delete(
+        self,
+        service: MemoryService,
+        store: Store,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """An intent written before intents held ids names only the subject: the delete finds
+        the ids in the trashed copy's log, and what it erases there is announced as well (from
+        the data dir's root, where it is committed before the copy's log is rewritten)."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        locker = await call(service, "memory::save", text="Ana's locker is 12.", subject="ana")
+        await _erase_ana_past_its_intent(service, store.get("main"), monkeypatch)
+        (store.get("main").path / erasure.INTENT_FILE).write_text('{"subjects": ["ana"]}')
+        emitter.clear()
+        await call(service, "memory::bank::delete", name="main")
+        erased = [e["id"] for kind, e in emitter.events if e.get("event_type") == "erased"]
+        assert erased == [locker["memory"]["id"]]
+        assert not (store.root / erasure.TRASH_INTENT_FILE).exists()
 
     async def test_another_persons_erasure_keeps_an_unfinished_ones_intent(
         self, service: MemoryService, store: Store, data_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -194,8 +194,9 @@ class BankUseCases(EmbeddingWork):
         bank = self.store.find(name)
         target = await self.store.trash(name, self.clock())
         self._emit_bank(BankEvent.TRASHED, name)
-        if bank is not None:  # an unfinished erasure the delete finished in the trashed copy
-            await self._announce_late_erasures(bank)
+        if bank is not None:  # an unfinished erasure the delete finished in the trashed copy,
+            # or one not yet announced: committed at the data dir's root before the move
+            await self._finish_erasures_in_trash(name)
         return BankDeleteResponse(ok=True, trashed_to=str(target))
 
     async def compact(self, bank_name: str, *, horizon_days: float) -> Rewrite:

@@ -519,9 +519,10 @@ class ServiceBase:
             log.warning("erasure_outbox_not_cleared", bank=bank.name, error=str(exc))
         return set(erased)
 
-    async def _finish_erasures_in_trash(self) -> None:
+    async def _finish_erasures_in_trash(self, bank: str | None = None) -> None:
         """Finish and announce the erasures in deleted banks' trashed copies a kill interrupted
-        (`storage.erasure.trash_intents`; at boot): `ForgetUseCases`."""
+        (`storage.erasure.trash_intents`; at boot), or those of `bank` (just deleted):
+        `ForgetUseCases`."""
 
     def _erased_from_ledger(self, bank: str, ids: set[str]) -> None:
         """Memories `ids` of `bank` were erased by a load (`storage.erasure.resume`, which takes

@@ -247,9 +247,12 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             await asyncio.to_thread(erasure.clear_trash_intent, self.store.root, name, subject)
         return copies, erased, queued
 
-    async def _finish_erasures_in_trash(self) -> None:
-        """Finish and announce the erasures in trashed copies a kill interrupted (at boot)."""
+    async def _finish_erasures_in_trash(self, bank: str | None = None) -> None:
+        """Finish and announce the erasures in trashed copies a kill interrupted (at boot), or
+        those of `bank`, just deleted (`erasure.commit_before_trash`)."""
         for held in await asyncio.to_thread(erasure.trash_intents, self.store.root):
+            if bank is not None and held.bank != bank:
+                continue
             try:
                 await self._erase_in_trash(held)
             except StorageError as exc:  # kept: the next boot, or the call asked again, retries

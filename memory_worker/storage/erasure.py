@@ -23,7 +23,8 @@ that finished an erasure, then died before announcing it) lost them for good: th
 nowhere (memory-consolidate's last report kept their texts, which only that event scrubs).
 A deleted bank's trashed copies are never loaded: an erasure there is committed, with its ids and
 key, in `.erasing-in-trash.json` at the data dir's root (`write_trash_intent`), and cleared once
-announced; the next boot finishes and announces one a kill interrupted.
+announced; the next boot finishes and announces one a kill interrupted. A bank deleted with an
+unfinished erasure or an unsent outbox commits them there before it moves (`commit_before_trash`).
 
 What outlives it is a stamp (`ErasureStamps`, `.erased-subjects.json` at the data dir's root): when
 each subject of each bank was last erased, keyed by a digest, so the file names no one. Work read
@@ -72,6 +73,7 @@ __all__ = [
     "TrashErasure",
     "clear_intent",
     "clear_trash_intent",
+    "commit_before_trash",
     "drop_unfilterable",
     "erase_copies",
     "erase_log_file",
@@ -524,7 +526,27 @@ def erase_trashed(
     """`erase_copies`, and the ids it removed whole. `also`: ids erased from a copy's log before,
     whose vectors and access counts go too. In each copy what is derived from the log goes
     first, the log last: a run cut short between them left ids the next run, reading them from
-    the rewritten log, no longer knew (no intent keeps them here)."""
+    the rewritten log, no longer knew (no intent keeps them here). One at a time per bank: no
+    bank lock holds a deleted bank's copies, and two erasures of it asked at once each read a
+    copy's log, so the one renamed in last wrote the other's person back (announced erased)."""
+    with _trash_lock(root, bank):
+        return _erase_trashed(root, bank, subject, also)
+
+
+_trash_locks: dict[tuple[str, str], threading.Lock] = {}
+_trash_locks_guard = threading.Lock()
+
+
+def _trash_lock(root: Path, bank: str) -> threading.Lock:
+    """The lock of `bank`'s trashed copies in data dir `root` (in this process: another process
+    opens the data dir only while holding its lock)."""
+    with _trash_locks_guard:
+        return _trash_locks.setdefault((str(root.resolve()), bank), threading.Lock())
+
+
+def _erase_trashed(
+    root: Path, bank: str, subject: str, also: Iterable[str]
+) -> tuple[int, set[str]]:
     touched, erased = 0, set[str]()
     for copy in _trashed_copies(root, bank):
         # An earlier, killed attempt's temp files.
@@ -542,6 +564,12 @@ def erase_trashed(
             # Done here: an intent (it names them) that a killed `finish_in_trash` left in the
             # copy would stay for good, as a trashed bank is never loaded to clear it.
             clear_intent(copy, subject)
+        # Its outbox likewise (it names them): what it held was committed at the data dir's
+        # root before the bank moved here (`commit_before_trash`), and is announced from there.
+        outbox = unannounced(copy)
+        if any(same_subject(s, subject) for s, _ in outbox.values()):
+            done = [i for i, (s, _) in outbox.items() if same_subject(s, subject)]
+            write_unannounced(copy, {}, done=done)
         touched += bool(about)
         erased |= gone
     return touched, erased
@@ -597,17 +625,20 @@ def _write_trash_intents(root: Path, erasures: list[TrashErasure]) -> None:
     files.fsync_dir(root)
 
 
-def write_trash_intent(root: Path, bank: str, subject: str, ids: Iterable[str]) -> TrashErasure:
+def write_trash_intent(
+    root: Path, bank: str, subject: str, ids: Iterable[str], *, key: str | None = None
+) -> TrashErasure:
     """Commit to erasing `subject` from `bank`'s trashed copies and announcing `ids` (blocking,
     durable), before the first copy changes: a trashed copy is never loaded, and past its log's
     rewrite nothing else names the ids. A kill from here on is finished and announced by the
     next boot (`trash_intents`). Returns the erasure, with what an earlier, killed attempt held
-    (its key, so its events keep their ids)."""
+    (its key, so its events keep their ids); else with `key` (a live erasure's, carried over by
+    `commit_before_trash`), else a new one."""
     with _trash_intents_lock:
         held = trash_intents(root)
         same = [e for e in held if e.bank == bank and same_subject(e.subject, subject)]
         others = [e for e in held if e not in same]
-        key = same[0].key if same else secrets.token_hex(16)
+        key = same[0].key if same else key or secrets.token_hex(16)
         every = sorted({*ids, *(i for e in same for i in e.ids)})
         erasure = TrashErasure(bank, subject, key, every)
         _write_trash_intents(root, [*others, erasure])
@@ -623,13 +654,32 @@ def clear_trash_intent(root: Path, bank: str, subject: str) -> None:
             _write_trash_intents(root, left)
 
 
+def commit_before_trash(root: Path, bank: str, bank_path: Path) -> bool:
+    """Before the bank at `bank_path` moves to `.trash/` (blocking, durable): what its intent
+    still has to erase and what its outbox still has to announce, committed at the data dir's
+    root (`write_trash_intent`, each with its erasure's key, so its events keep their ids). A
+    trashed copy is never loaded: a kill past the move left them in the copy, never finished
+    nor announced. Finished and announced by the delete, else by the next boot. Whether there
+    was any."""
+    subjects, held, keys = _read_intent(bank_path)
+    groups: dict[tuple[str, str | None], set[str]] = {}
+    for subject in subjects:
+        groups.setdefault((subject, keys.get(subject)), set()).update(held.get(subject, ()))
+    for memory_id, (subject, key) in unannounced(bank_path).items():
+        groups.setdefault((subject, key), set()).add(memory_id)
+    for (subject, key), ids in groups.items():
+        write_trash_intent(root, bank, subject, ids, key=key)
+    return bool(groups)
+
+
 def finish_in_trash(root: Path, bank: str, copy: Path) -> Unannounced:
     """Finish in `copy` (a folder of `bank` just moved to `.trash/`) the erasures its intent
     names (blocking): a trashed bank is never loaded again, so `resume` would never run for it
     and their memories would stay there. Every trashed copy of `bank` is erased as
     `memory::forget-subject` erases them; returns what was removed whole (id → subject and the
     erasure's key), with what the copy's outbox held still to announce. The copy's outbox goes:
-    a trashed bank is never loaded to announce it, and it names the person."""
+    a trashed bank is never loaded to announce it, and it names the person; what it held was
+    committed at the root before the move (`commit_before_trash`), as what this erases is here."""
     subjects = pending(copy)
     finished = unannounced(copy)
     for subject in subjects:
@@ -638,6 +688,9 @@ def finish_in_trash(root: Path, bank: str, copy: Path) -> Unannounced:
         ids = trashed_ids(root, bank, subject)
         deliveries.erase_delivered(root, bank, ids)
         key = _key_of(copy, subject)
+        # Announced from the data dir's root (the delete, or the next boot after a kill): every
+        # id, for an intent that held none (written before intents held them) or not all.
+        write_trash_intent(root, bank, subject, ids, key=key)
         capture.erase_jobs(root, bank, ids)  # its queued turns, as `resume` below
         gone = erase_trashed(root, bank, subject, ids)[1]
         finished.update(dict.fromkeys(gone, (subject, key)))

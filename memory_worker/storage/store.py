@@ -465,6 +465,9 @@ class Store:
         bank.freeze("the bank was deleted")
         await bank.drain()
         try:
+            # Before the move: past it, an unfinished erasure's intent and an unsent outbox
+            # would sit in a copy nothing loads (a kill there lost their `erased` events).
+            await asyncio.to_thread(erasure.commit_before_trash, self.root, name, bank.path)
             target = await asyncio.to_thread(
                 files.move_to_trash, bank.path, self.root / TRASH_DIR, f"{name}-{now_ms}"
             )
@@ -486,17 +489,16 @@ class Store:
     async def _finish_erasures(self, bank: Bank, target: Path) -> None:
         """An erasure that failed past its intent (the disk refused its rewrite) promised to
         finish at the bank's next load, which a deleted bank never has: finished in its trashed
-        copy now, what it erased noted on `bank` for the service to announce. A failure is
-        logged (the delete itself is done); `memory::forget-subject` naming the deleted bank
+        copy now. What it erased, and what the bank's outbox held, was committed at the data
+        dir's root before the move (`erasure.commit_before_trash`): the service announces it
+        from there (`_finish_erasures_in_trash`), as the next boot does after a kill. A failure
+        is logged (the delete itself is done); `memory::forget-subject` naming the deleted bank
         erases its trashed copies again."""
+        bank.take_unannounced_erasures()  # announced from the root's commitment, not twice
         try:
-            finished = await asyncio.to_thread(
-                erasure.finish_in_trash, self.root, bank.name, target
-            )
+            await asyncio.to_thread(erasure.finish_in_trash, self.root, bank.name, target)
         except StorageError as exc:
             log.error("forget_subject_unfinished_in_trash", bank=bank.name, error=str(exc))
-            return
-        bank.note_erased(finished)
 
     async def _trash_broken(self, name: str, now_ms: int) -> Path:
         """A bank folder that failed to load is still the user's bank, and deleting it is the way

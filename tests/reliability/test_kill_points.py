@@ -685,6 +685,75 @@ def test_an_erasure_a_boot_finishes_is_announced_at_least_once_though_that_boot_
         _no_trace_of_bruno_in_main(data, "after")
 
 
+def _delete_announcing(data: str, events: str) -> None:
+    """A server's `memory::bank::delete` of `main`, its events recorded in `events`."""
+
+    async def delete() -> None:
+        store = Store.open(Path(data), holder=HOLDER)
+        service = MemoryService(store, Settings(), emitter=_EventFile(events), clock=FixedClock())
+        try:
+            await catalog.call(service, "memory::bank::delete", {"name": "main"})
+        finally:
+            await store.close()
+
+    asyncio.run(delete())
+
+
+def test_a_delete_killed_anywhere_still_announces_an_erasure_it_finished(
+    context: ForkServerContext, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An erasure killed as it ended (erased, its events not sent: the intent and the outbox
+    still there), then its bank deleted: the delete finishes it in the trashed copy and
+    announces it. Killed anywhere, the next boot announces what it had not, each memory under
+    one `event_id`: the delete removed the copy's intent and outbox before sending, and a
+    trashed copy is never loaded, so a kill in between lost the events for good (and one
+    before the copy's outbox went left the person's name in `.trash/` for good)."""
+    seeded = _bruno_everywhere(tmp_path_factory, big=False)
+    half, data, scratch = tmp_path / "half", tmp_path / "data", tmp_path / "scratch"
+    events = tmp_path / "events.jsonl"
+    scratch.mkdir()
+    reset(seeded, half)
+    done = run_call_killed(
+        context, _forget_announcing, (str(half), str(events)), 0, scratch=scratch
+    )
+    erased = {i for i, _ in _erased_sent(json.loads(x) for x in events.read_text().splitlines())}
+    assert len(erased) == 2  # Bruno's two live memories in `main`
+    cleared = next(
+        k for k, op in enumerate(done.trace, 1) if op[:6] == "unlink" and erasure.INTENT_FILE in op
+    )
+    reset(seeded, half)
+    events.unlink()
+    run = run_call_killed(
+        context, _forget_announcing, (str(half), str(events)), cleared, scratch=scratch
+    )
+    assert run.killed and not events.exists()
+    assert (half / "main" / erasure.OUTBOX_FILE).exists()
+    reset(half, data)
+    deleted = run_call_killed(
+        context, _delete_announcing, (str(data), str(events)), 0, scratch=scratch
+    )
+    sent = _erased_sent(json.loads(x) for x in events.read_text().splitlines())
+    assert {i for i, _ in sent} >= erased, sent
+    for k in range(1, deleted.ops + 1):
+        reset(half, data)
+        events.unlink(missing_ok=True)
+        run = run_call_killed(
+            context, _delete_announcing, (str(data), str(events)), k, scratch=scratch
+        )
+        assert run.killed, k
+        lines = events.read_text().splitlines() if events.exists() else []
+        by_it = _erased_sent(json.loads(line) for line in lines)
+        at_boot = asyncio.run(_announced_at_boot(data))
+        got = {i for i, _ in by_it + at_boot}
+        assert got >= erased, (k, deleted.trace[k - 1], by_it, at_boot)
+        for memory_id in erased:
+            assert len({e for i, e in by_it + at_boot if i == memory_id}) == 1, (k, memory_id)
+        assert asyncio.run(_announced_at_boot(data)) == [], k
+        _no_trace_of_bruno_in_main(data, "after")
+        assert not list(data.rglob(erasure.OUTBOX_FILE)), k  # it names Bruno
+        assert not (data / erasure.TRASH_INTENT_FILE).exists(), k
+
+
 def test_a_vector_write_a_kill_tore_is_no_damage(
     context: ForkServerContext, tmp_path: Path, seeded: Path
 ) -> None:
