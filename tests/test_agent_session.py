@@ -20,7 +20,7 @@ from memory_worker.adapters import cli
 from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.core.config import load_settings
 from memory_worker.core.text import fingerprint
-from memory_worker.storage.capture import CaptureQueue
+from memory_worker.storage.capture import CAPTURE_FILE, CaptureQueue
 
 from .openai_server import FakeOpenAI
 from .served import ENV
@@ -193,9 +193,18 @@ async def cli_preview(data: Path, query: str) -> dict[str, Any]:
     return result
 
 
+def configure_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `extraction_endpoint` in the settings the hook reads (`$MEMORY_CONFIG`): without
+    one the Stop hook queues nothing. Never called: no server runs the queue here."""
+    config = tmp_path / "endpoint.yaml"
+    config.write_text("extraction_endpoint: http://127.0.0.1:9/v1\n")
+    monkeypatch.setenv(cli.CONFIG_ENV, str(config))
+
+
 async def test_without_a_server_the_stop_hook_queues_in_the_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    configure_endpoint(tmp_path, monkeypatch)
     data = tmp_path / "data"
     write_transcript(
         tmp_path / f"{SESSION}.jsonl",
@@ -388,6 +397,21 @@ async def test_a_multi_edit_larger_than_a_request_gets_its_card_from_the_server(
     assert "Run make gen" in told["hookSpecificOutput"]["additionalContext"]
 
 
+async def test_with_no_endpoint_configured_the_stop_hook_keeps_no_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No server and no `extraction_endpoint`: nothing would ever extract a queued turn, yet
+    every Stop queued the conversation's words in the data dir, for good. None are kept now,
+    and the hook still prints nothing."""
+    data = tmp_path / "data"
+    write_transcript(
+        tmp_path / f"{SESSION}.jsonl",
+        [claude_line("user", "e1", "Remember that I deploy on Mondays")],
+    )
+    assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
+    assert not (data / CAPTURE_FILE).exists()
+
+
 def codex_stop(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     """A Stop hook's stdin as Codex sends it (`stop.command.input`): every field is there, and
     `transcript_path` is null when the session has no rollout path to give (an ephemeral one,
@@ -429,6 +453,7 @@ async def test_a_codex_stop_with_no_transcript_path_reads_the_sessions_rollout(
     """Codex sends `transcript_path: null` when it cannot name the rollout; the rollout is still
     where Codex keeps every session's (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`)
     and is read from there. The turn used to be dropped (`no session_id/transcript_path`)."""
+    configure_endpoint(tmp_path, monkeypatch)
     home = tmp_path / "codex"
     day = home / "sessions" / "2026" / "12" / "07"
     day.mkdir(parents=True)
@@ -460,6 +485,7 @@ async def test_a_codex_stop_with_no_rollout_at_all_captures_its_own_last_message
     """An ephemeral Codex session writes no rollout: the turn's words the payload carries
     (`last_assistant_message`) are captured, redacted as a transcript's are; the same Stop
     delivered twice queues once, a continued turn's next message is a turn of its own."""
+    configure_endpoint(tmp_path, monkeypatch)
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))  # no sessions at all
     data = tmp_path / "data"
     said = "Your deploy key is sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789ABCD; Mondays it is."
@@ -484,6 +510,7 @@ async def test_a_codex_stop_whose_turn_id_holds_a_lone_surrogate_is_captured(
     """The turn's id names the captured message (`said`): one with a lone surrogate (a
     JavaScript string cut inside an emoji) has no UTF-8 form, and the capture job was refused
     whole (`entry_id: … unable to parse raw data as a unicode string`), the turn dropped."""
+    configure_endpoint(tmp_path, monkeypatch)
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))  # no rollout: the payload's words
     data = tmp_path / "data"
     stop = codex_stop(tmp_path, turn_id="turn-\ud83d")

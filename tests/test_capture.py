@@ -29,6 +29,7 @@ from memory_worker.harness.capture import (
     MAX_ENTRY_CHARS,
     RETRY_AFTER_MAX_MS,
     RETRY_MAX_MS,
+    UNCONFIGURED_MAX_AGE_MS,
     CaptureJob,
     CaptureRunner,
 )
@@ -714,6 +715,72 @@ class TestRunner:
         assert model.asked == [] and "The user likes durians" not in await _memories(service)
         assert runner.queue.pending() == []
         await runner.close()
+
+    async def test_with_no_endpoint_configured_a_turn_is_not_queued_and_that_is_said_once(
+        self, root: Path, tmp_path: Path
+    ) -> None:
+        """No engine and no `extraction_endpoint` (the standalone server's and the CLI's
+        default): nothing would ever run a queued turn, and the queue file kept every
+        conversation's words, without bound, where nobody expected them. The turn is not
+        queued, the reply says why, the log says it once; an endpoint set later captures."""
+        store = Store.open(root, holder={"pid": 0, "kind": "test"})
+        service = MemoryService(store, Settings(), engine_less=True)
+        runner = CaptureRunner(service, CaptureQueue(root), None)
+        try:
+            with structlog.testing.capture_logs() as logs:
+                first = await runner.enqueue(job("s20", entries_of(tmp_path, turn(1, "figs"))))
+                await runner.enqueue(job("s20", entries_of(tmp_path, turn(2, "kiwis"))))
+            assert first["queued"] is None and first["new"] is False
+            assert "no extraction_endpoint is configured" in first["detail"]
+            assert runner.queue.pending() == [] and not (root / CAPTURE_FILE).exists()
+            assert [entry["event"] for entry in logs].count("capture_off") == 1
+            with pytest.raises(InvalidInput):  # bad input is still refused as bad input
+                await runner.enqueue(job("s", [], bank="Not A Bank"))
+            service.settings = Settings(extraction_endpoint="http://127.0.0.1:9/v1")
+            queued = await runner.enqueue(job("s20", entries_of(tmp_path, turn(3, "limes"))))
+            assert queued["new"] is True and len(runner.queue.pending()) == 1
+        finally:
+            await runner.close()
+            await service.close()
+            await store.close()
+        kept = (root / CAPTURE_FILE).read_text("utf-8")
+        assert "limes" in kept and "figs" not in kept and "kiwis" not in kept
+
+    async def test_a_turn_left_queued_with_no_endpoint_expires_dead_without_its_words(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """A queue left from an earlier configuration (the endpoint since removed from the
+        settings) was kept forever. Past `UNCONFIGURED_MAX_AGE_MS` a job is dead, its reason
+        recorded and its messages gone from the file; a younger one waits. An endpoint that is
+        configured but down keeps every job, however old (at least once)."""
+        service.clock = clock = FixedClock()
+        endpoint = {"set": True}
+        runner = CaptureRunner(
+            service, CaptureQueue(root), DownModel(down=10**6), available=lambda: endpoint["set"]
+        )
+        await runner.enqueue(job("s21", entries_of(tmp_path, turn(1, "tamarinds"))))
+        clock.advance(UNCONFIGURED_MAX_AGE_MS + 1)
+        await runner.enqueue(job("s22", entries_of(tmp_path, turn(1, "mangos"))))
+        assert await runner.run_once() == 0  # configured but down: paused, nothing expires
+        assert len(runner.queue.pending()) == 2 and runner.queue.dead == 0
+        endpoint["set"] = False
+        with structlog.testing.capture_logs() as logs:
+            assert await runner.run_once() == 1
+        assert [p.job["session_id"] for p in runner.queue.pending()] == ["s22"]
+        assert runner.queue.dead == 1
+        assert [entry["jobs"] for entry in logs if entry["event"] == "capture_jobs_expired"] == [1]
+        await runner.close()
+        text = (root / CAPTURE_FILE).read_text("utf-8")
+        assert "tamarinds" not in text and "mangos" in text
+        [dead] = [json.loads(line) for line in text.splitlines() if '"dead"' in line]
+        assert dead["expired"] is True and dead["entries_dropped"] >= 1
+        assert "no extraction_endpoint configured" in dead["error"]
+        reopened = CaptureQueue(root)
+        try:
+            assert reopened.dead == 1
+            assert [p.job["session_id"] for p in reopened.pending()] == ["s22"]
+        finally:
+            reopened.close()
 
     async def test_a_later_turn_waits_for_an_earlier_turns_retry_and_none_is_read_twice(
         self, service: MemoryService, root: Path, tmp_path: Path

@@ -70,7 +70,7 @@ async def test_a_bank_named_like_a_scratch_that_holds_data_is_left_alone(
 @pytest.mark.parametrize(
     ("engine_less", "settings", "ok", "says"),
     [
-        (True, {}, False, "extraction_endpoint"),  # the standalone server's and the CLI's default
+        (True, {}, False, "Stop hook queues none"),  # the standalone server's and the CLI's default
         (True, {"extraction_endpoint": "http://127.0.0.1:8088/v1"}, True, "127.0.0.1:8088"),
         (False, {}, True, "router::complete"),
         (False, {"extraction_enabled": False}, False, "extraction_enabled is false"),

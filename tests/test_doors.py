@@ -424,7 +424,11 @@ async def test_a_data_dir_change_moves_capture_to_the_new_data_dirs_queue(tmp_pa
     await server.start()
     try:
         assert server._apply_settings is not None
-        await server._apply_settings(Settings(data_dir=str(tmp_path / "new")))
+        # An endpoint (never answering): with none, capture is off and no turn is queued.
+        moved = Settings(
+            data_dir=str(tmp_path / "new"), extraction_endpoint="http://127.0.0.1:9/v1"
+        )
+        await server._apply_settings(moved)
         turn = {"entry_id": "e1", "role": "user", "text": "I water the plants on Sundays"}
         async with RemoteDoor(server.url or "", Caller.internal("hook")) as door:
             queued = await door.capture({"session_id": "s1", "entries": [turn]})

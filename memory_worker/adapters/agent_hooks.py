@@ -238,6 +238,9 @@ async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) ->
     if options.bank:
         job["bank"] = options.bank
     queued = await door.capture(job)
+    if queued.get("queued") is None:  # capture is off (no endpoint): nothing was kept
+        log.info("hook_capture_off", hook="Stop", detail=queued.get("detail"))
+        return None
     log.info("hook_captured", hook="Stop", queued=queued.get("queued"), via=door.remote or "dir")
     return None
 

@@ -68,8 +68,9 @@ class DoctorUseCases(EmbeddingWork):
             return DoctorCheck(name="extraction", ok=False, detail=detail)
         if not self.captures_turns():
             detail = (
-                "no engine and no extraction_endpoint: turns are not extracted here, so only an "
-                "explicit memory::save is remembered; set extraction_endpoint (an "
+                "no engine and no extraction_endpoint: turns are not extracted here (a coding "
+                "agent's Stop hook queues none), so only an explicit memory::save is "
+                "remembered; set extraction_endpoint (an "
                 "OpenAI-compatible server) or run under an engine with llm-router"
             )
             return DoctorCheck(name="extraction", ok=False, detail=detail)

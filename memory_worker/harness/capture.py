@@ -17,6 +17,11 @@ queue in the data dir (`storage.capture`).
   recorded reason. An endpoint nobody answers on (`SiblingDown`) is not the job's failure: the
   whole queue pauses with a growing delay, asking once per delay, and no job spends an attempt
   (an hour offline used to kill every queued turn).
+- With no endpoint configured (and no engine), nothing would ever run a job: a turn is not
+  queued at all (the queue file kept every conversation's words without bound, where nobody
+  expected them), and a job queued under an earlier configuration expires after
+  `UNCONFIGURED_MAX_AGE_MS`: recorded dead with its reason, its messages dropped. An endpoint
+  that is configured but down keeps every job (the pause above).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from memory_worker.storage.logger import get_logger
 __all__ = [
     "MAX_JOB_ENTRIES",
     "RETRY_AFTER_MAX_MS",
+    "UNCONFIGURED_MAX_AGE_MS",
     "CaptureEntry",
     "CaptureJob",
     "CaptureRunner",
@@ -58,6 +64,14 @@ RETRY_MAX_MS = 10 * 60_000
 # bogus header must not stop capture for longer).
 RETRY_AFTER_MAX_MS = 60 * 60_000
 UNAVAILABLE_POLL_S = 30.0  # with no endpoint configured, how often to look again
+# How long a job left from an earlier configuration waits for an endpoint to be configured
+# again before it expires (dead, its messages dropped): a week for a settings edit to be undone.
+UNCONFIGURED_MAX_AGE_MS = 7 * 24 * 60 * 60_000
+# `enqueue`'s reply (and its one log line) when capture is off for want of an endpoint.
+NOT_QUEUED = (
+    "no extraction_endpoint is configured: capture is off, the turn is not queued; set "
+    "extraction_endpoint (an OpenAI-compatible server) to capture turns"
+)
 
 
 class CaptureEntry(BaseModel):
@@ -195,6 +209,7 @@ class CaptureRunner:
         self.finished = 0
         self._down_until_ms = 0  # the endpoint answered nothing: no job runs before this
         self._down_streak = 0  # passes in a row that found it down (the delay doubles)
+        self._said_off = False  # "capture is off" logged (once while it stays off)
 
     def __repr__(self) -> str:
         return f"<CaptureRunner {self.queue!r} finished={self.finished}>"
@@ -208,7 +223,9 @@ class CaptureRunner:
             return await self._blocking(fn, *args, **kwargs)
 
     async def enqueue(self, payload: object) -> dict[str, Any]:
-        """Validate and durably queue one turn; `{"queued": id, "new": bool}`."""
+        """Validate and durably queue one turn; `{"queued": id, "new": bool}`. With capture
+        off for want of an endpoint, nothing is written: `{"queued": None, "new": False,
+        "detail"}` (a Stop hook prints nothing either way)."""
         try:
             job = CaptureJob.model_validate(payload if isinstance(payload, dict) else {})
         except ValidationError as exc:
@@ -217,6 +234,12 @@ class CaptureRunner:
             raise InvalidInput(f"capture job: {where}: {err['msg']}") from None
         if job.bank is not None:
             check_name(job.bank, "bank")
+        if self._unconfigured():
+            if not self._said_off:
+                self._said_off = True
+                log.info("capture_off", detail=NOT_QUEUED)
+            return {"queued": None, "new": False, "detail": NOT_QUEUED}
+        self._said_off = False
         data = job.model_dump(exclude_none=True)
         # The Stop hook redacted the words already, but `POST /capture` takes a turn from any
         # client: what reaches the queue file is redacted here too (idempotent on redacted text).
@@ -228,6 +251,12 @@ class CaptureRunner:
             self._idle.clear()
             self._wake.set()
         return {"queued": job_id, "new": new}
+
+    def _unconfigured(self) -> bool:
+        """Whether nothing could ever extract a queued turn: extraction is on, but there is no
+        engine and no `extraction_endpoint`. Not with extraction off: such a turn is queued to
+        be stepped over (its words never read once extraction is back on), with no endpoint."""
+        return self.service.settings.extraction_enabled and not self.service.captures_turns()
 
     def _heads(self) -> list[Pending]:
         """Each session's oldest pending job, oldest first. A session's jobs run in the order
@@ -248,6 +277,8 @@ class CaptureRunner:
         finished = 0
         if self.completer is None:
             return 0
+        if self.service.settings.extraction_enabled and not self.available():
+            finished += await self._expire()
         tried: set[str] = set()
         while not self._closing and not self._paused():
             due = [p for p in self._due(self.service.clock()) if p.id not in tried]
@@ -269,6 +300,24 @@ class CaptureRunner:
         if not self.service.settings.extraction_enabled:
             return False
         return not self.available() or self.service.clock() < self._down_until_ms
+
+    async def _expire(self) -> int:
+        """With no endpoint configured, the jobs queued longer ago than
+        `UNCONFIGURED_MAX_AGE_MS` (under an earlier configuration) are dead, their messages
+        dropped from the file: nothing would ever run them. Recorded (the reason in the dead
+        line, a warning here); never while an endpoint is configured, even one that is down."""
+        now = self.service.clock()
+        reason = (
+            f"expired: waited more than {UNCONFIGURED_MAX_AGE_MS // 86_400_000} days with no "
+            "extraction_endpoint configured; its messages were dropped"
+        )
+        async with self._lock:
+            expired: int = await self._written(
+                self.queue.expire, now - UNCONFIGURED_MAX_AGE_MS, reason, now_ms=now
+            )
+        if expired:
+            log.warning("capture_jobs_expired", jobs=expired, reason=reason)
+        return expired
 
     async def _run(self, pending: Pending) -> int:
         assert self.completer is not None

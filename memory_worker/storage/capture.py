@@ -10,7 +10,9 @@ its step did not happen):
   shown, written BEFORE the first memory write: a job that crashes after it is finished with the
   same decisions, and what it already wrote is not written again (`harness.capture`).
 - `{"op": "failed", "id", "at", "error", "retry_at"}` — a failed attempt (retried after
-  `retry_at`); past the attempt limit the job is `dead` (kept, never run again).
+  `retry_at`); past the attempt limit the job is `dead` (kept, never run again). A job that
+  `expire`s (nothing could ever run it) is `dead` too, with `"expired": true`, and its
+  messages leave the file (its `job` line keeps the session, bank and agent, no entries).
 - `{"op": "done", "id", "at", "session", "cursor", "written"}` — finished; `cursor` is where the
   session's passes got to (the pass's own value: the last entry read, the turns finished), so
   the session's next turn starts after it. Done in the same line as the cursor: the two cannot
@@ -188,6 +190,30 @@ class CaptureQueue:
             pending.retry_at = retry_at
             pending.error = error
         return True
+
+    def expire(self, before_ms: int, reason: str, *, now_ms: int) -> int:
+        """The pending jobs queued before `before_ms` made dead with `reason`, their messages
+        dropped; the file rewritten at once (atomically: a crash before it leaves them pending,
+        expired again next time), so the words do not stay on disk. The number expired."""
+        with self._mutex:
+            old = [p for p in self._state.pending.values() if p.enqueued_at < before_ms]
+            for pending in old:
+                dropped = len(pending.job.get("entries") or [])
+                pending.job = {k: v for k, v in pending.job.items() if k != "entries"} | {
+                    "entries": []
+                }
+                record = {
+                    "op": "dead",
+                    "id": pending.id,
+                    "at": now_ms,
+                    "error": reason,
+                    "expired": True,
+                    "entries_dropped": dropped,
+                }
+                self._state.bury(pending, record)
+            if old:
+                self._rewrite()
+        return len(old)
 
     def compact(self) -> bool:
         """Rewrite the file to the sessions' cursors and the dead jobs when nothing is pending
