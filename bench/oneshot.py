@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What a one-shot `memory-worker` process costs before it does anything: the CLI forwarded to
 the standalone server holding the data dir, a coding agent's UserPromptSubmit hook (a new process
-per prompt, forwarded), and a local one-shot save on a data dir nobody holds; whole process, wall
-and CPU (user + system), and how many modules it imported (`python -X importtime`).
+per prompt, forwarded and local), and a local one-shot save on a data dir nobody holds; whole
+process, wall and CPU (user + system), and how many modules it imported (`python -X importtime`).
 
 Every tree given (this one, and `--before DIR`: e.g. `git archive <commit> | tar -x -C DIR`) runs
 the same commands, interleaved round by round, so load drifting on a shared machine falls on both
@@ -122,6 +122,11 @@ def _scenarios(
         ),
         "`hook user-prompt-submit`, forwarded": (
             ["hook", "user-prompt-submit", "--data-dir", str(held)],
+            json.dumps(PROMPT).encode(),
+            b"additionalContext",
+        ),
+        "`hook user-prompt-submit`, local (nobody holds the dir)": (
+            ["hook", "user-prompt-submit", "--data-dir", str(free)],
             json.dumps(PROMPT).encode(),
             b"additionalContext",
         ),

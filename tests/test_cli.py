@@ -6,6 +6,7 @@ test_lock.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -1206,6 +1207,83 @@ def test_an_unknown_option_points_at_its_own_commands_help(
     assert error["code"] == "invalid_input" and typo in error["message"]
     assert error["message"].startswith(f"memory-worker {argv[0]}: unrecognized arguments")
     assert error["message"].endswith(f"(see `memory-worker {argv[0]} -h`)")
+
+
+# Command lines of every command, good and refused, for the parser built for their command alone.
+_COMMAND_LINES = [
+    *(
+        [name, *tail]
+        for name in cli._COMMAND_PARSERS
+        for tail in ([], ["-h"], ["--no-such-option"], ["--data-dir", ""], ["--log-level", "loud"])
+    ),
+    ["trigger", "memory::save", "text=a", "--json", '{"bank": "b"}', "tags=[1]", "--data-dir", "d"],
+    ["trigger", "memory::recall", "-h"],
+    ["trigger", "memory::save", "--config", "c.yaml", "text=after-an-option"],
+    ["call", "--batch", "-", "--log-level", "debug"],
+    ["import", "x.jsonl", "--bank", "b", "--from", "mem0"],
+    ["import", "x.jsonl", "--bank", "b", "--from", "nope"],
+    ["export", "--bank", "b", "-o", "out.jsonl"],
+    ["mcp", "--tools", "approval", "--bank", "b"],
+    ["mcp", "--tools", "everything"],
+    ["hook", "user-prompt-submit", "--bank", "b", "--max-context-chars", "12"],
+    ["hook", "stop", "--max-context-chars", "0"],
+    ["hook", "no-such-event"],
+    ["hook", "pre-tool-use", "--workspace-root", "/w", "extra"],
+    ["consolidate", "--bank", "b"],
+    ["compact", "--bank", "b", "--horizon-days", "soon"],
+    ["serve", "--standalone", "--port", "0", "--engine", "ws://x"],
+    ["serve", "--port", "eighty"],
+]
+
+
+def _parsed(parser: cli._Parser, argv: list[str]) -> tuple[str, object]:
+    """What a parser makes of a command line: its namespace and extra words, its refusal, or
+    the help it printed."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            args, extra = parser.parse_known_args(argv)
+    except cli._UsageError as exc:
+        return "refused", str(exc)
+    except SystemExit as exited:
+        return "exited", (exited.code, out.getvalue())
+    fields = vars(args)
+    if "command_help" in fields:  # a bound method of each parser: compare what it prints
+        fields["command_help"] = fields["command_help"]()
+    return "parsed", (fields, extra)
+
+
+@pytest.mark.parametrize("argv", _COMMAND_LINES, ids=" ".join)
+def test_a_command_line_parses_the_same_with_only_its_commands_parser(argv: list[str]) -> None:
+    """A process builds the parser of the command its command line names, not all eleven (~4-5
+    ms of every hook's start): the namespace, the refusal's text and the help are the same."""
+    only = cli._parser(argv[0])
+    assert set(only.commands) == {argv[0]}
+    assert _parsed(only, argv) == _parsed(cli._parser(), argv)
+
+
+def test_a_command_builds_its_own_parser_only_and_help_lists_every_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built: list[set[str]] = []
+    whole = cli._parser
+
+    def recording(*args: Any) -> cli._Parser:
+        parser = whole(*args)
+        built.append(set(parser.commands))
+        return parser
+
+    monkeypatch.setattr(cli, "_parser", recording)
+    assert cli.main(["hook", "no-such-event"]) == 1
+    assert cli.main(["--data-dir", "x", "hook"]) == 1  # no command first: the whole parser
+    assert json.loads(capsys.readouterr().err.splitlines()[-1])["message"].startswith(
+        "memory-worker: --data-dir goes after the command"
+    )
+    with pytest.raises(SystemExit):
+        cli.main(["-h"])
+    listed = capsys.readouterr().out
+    assert all(f"    {name}" in listed for name in cli._COMMAND_PARSERS)
+    assert built == [{"hook"}, set(cli._COMMAND_PARSERS), set(cli._COMMAND_PARSERS)]
 
 
 def test_cli_honours_the_data_dir_flag_over_the_env(one_shots: dict[str, Ran]) -> None:

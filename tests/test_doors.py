@@ -452,6 +452,7 @@ _HEAVY = (
     "Stemmer",  # the tokenizer's stemmers (`core.text`)
     "memory_worker.adapters.embedders",
 )
+_NOT_A_PROMPT_HOOKS = ("memory_worker.adapters.formats", "memory_worker.storage.capture")
 _FORWARDED_PROBE = """
 import json, sys
 from memory_worker.adapters import cli
@@ -472,9 +473,9 @@ def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Pa
         "hook": (["hook", "user-prompt-submit", "--data-dir", str(data)], json.dumps(prompt)),
     }
 
-    def probe(argv: list[str], stdin: str) -> list[Any]:
+    def probe(argv: list[str], stdin: str, watched: tuple[str, ...] = _HEAVY) -> list[Any]:
         done = subprocess.run(
-            [sys.executable, "-c", _FORWARDED_PROBE, ",".join(_HEAVY), *argv],
+            [sys.executable, "-c", _FORWARDED_PROBE, ",".join(watched), *argv],
             input=stdin,
             capture_output=True,
             text=True,
@@ -489,6 +490,9 @@ def test_a_forwarded_call_imports_neither_the_catalog_nor_the_store(tmp_path: Pa
     with serving(data, tmp_path / "serve.stderr"):
         for argv, stdin in commands.values():
             assert probe(argv, stdin) == [0, []], argv
+        # Nor what only other commands read: the other systems' export readers (`import`), the
+        # capture queue (the Stop hook, and a server).
+        assert probe(*commands["hook"], watched=_NOT_A_PROMPT_HOOKS) == [0, []]
 
 
 _LOCAL_PROBE = """

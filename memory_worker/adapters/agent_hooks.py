@@ -38,7 +38,6 @@ from memory_worker.app.caller import Caller
 from memory_worker.core.errors import InvalidInput, WorkerError
 from memory_worker.core.patch_headers import DIFF_HEADERS, PATCH_FILE_HEADERS
 from memory_worker.core.payload import loads
-from memory_worker.storage.capture import MAX_JOB_ENTRIES
 from memory_worker.storage.logger import get_logger
 
 __all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
@@ -210,8 +209,10 @@ async def _stop(door: Door, payload: Mapping[str, Any], options: HookOptions) ->
     if session is None:
         log.warning("hook_input_unusable", hook="Stop", detail="no session_id")
         return None
-    # Here, not at the top: it compiles the redaction patterns, which only this hook needs.
+    # Here, not at the top: it compiles the redaction patterns, which only this hook needs (and
+    # the capture queue's module, which the other hooks never load).
     from memory_worker.adapters.transcripts import codex_rollout, read_transcript, said
+    from memory_worker.storage.capture import MAX_JOB_ENTRIES
 
     given = payload.get("transcript_path")
     path: Path | None = None

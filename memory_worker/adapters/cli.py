@@ -28,7 +28,6 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 
 from memory_worker.adapters import agent_hooks
 from memory_worker.adapters.doors import Door, LocalDoor, open_door, request_body, serving_url
-from memory_worker.adapters.formats import BOM, FORMATS, read_foreign
 from memory_worker.adapters.logs import configure_logging, log_level
 from memory_worker.app import functions
 from memory_worker.app.caller import Caller
@@ -331,6 +330,8 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 def _read_records(path: str) -> list[dict[str, Any]]:
+    from memory_worker.adapters.formats import BOM  # `import`'s: not on every command's path
+
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         text = text.removeprefix(BOM)  # a Windows editor's first character: not JSON
@@ -358,6 +359,8 @@ async def _import(args: argparse.Namespace) -> int:
     if args.source_format == "memory-worker":
         carried, rows = split_bank_line(_read_records(args.file))
     else:
+        from memory_worker.adapters.formats import read_foreign
+
         foreign = read_foreign(Path(args.file), args.source_format)
         rows, skipped, origins = foreign.records, foreign.skipped, foreign.origins
         if not rows:
@@ -722,7 +725,19 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{self.prog}: {message} (see `{self.prog} -h`)")
 
 
-def _parser() -> _Parser:
+if TYPE_CHECKING:
+    # What each command's part of `_parser` is handed: the top parser's subcommands.
+    _Commands = argparse._SubParsersAction[Any]
+
+
+def _parser(command: str | None = None) -> _Parser:
+    """The command line's parser; given `command` (a command line's first word, one of
+    `_COMMAND_PARSERS`), with that command's parser only. Every parser argparse builds costs a
+    few hundred µs (each looks up translation files for its own strings, and gettext never
+    remembers a miss): all eleven were ~4-5 ms of CPU of every process, a coding agent's hook's
+    on every prompt. A command line naming its command parses the same either way — the top
+    parser only reads that name and hands the rest to its parser — and one that does not (`-h`,
+    a mistyped command, an option first) gets the whole parser, which lists every command."""
     common = _Parser(add_help=False)
     common.add_argument(
         "--data-dir",
@@ -743,7 +758,13 @@ def _parser() -> _Parser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     parser.commands = sub.choices
+    for name, add in _COMMAND_PARSERS.items():
+        if command is None or name == command:
+            add(sub, common)
+    return parser
 
+
+def _add_trigger(sub: _Commands, common: _Parser) -> None:
     trigger = sub.add_parser(
         "trigger",
         parents=[common],
@@ -766,6 +787,8 @@ def _parser() -> _Parser:
     )
     trigger.set_defaults(command_help=trigger.format_help)
 
+
+def _add_call(sub: _Commands, common: _Parser) -> None:
     call = sub.add_parser("call", parents=[common], help="run many calls in one process")
     call.add_argument(
         "--batch",
@@ -773,6 +796,12 @@ def _parser() -> _Parser:
         metavar="FILE|-",
         help='JSON lines {"function_id", "payload"}; one answer line per input',
     )
+
+
+def _add_import(sub: _Commands, common: _Parser) -> None:
+    # Here, not at the top: the other systems' readers compile their patterns at import, and
+    # only this command reads them.
+    from memory_worker.adapters.formats import FORMATS
 
     imp = sub.add_parser("import", parents=[common], help="bulk import whole memory records")
     imp.add_argument(
@@ -790,6 +819,8 @@ def _parser() -> _Parser:
         "get_all/export JSON), markdown (a folder of .md memory files, or one file)",
     )
 
+
+def _add_export(sub: _Commands, common: _Parser) -> None:
     export = sub.add_parser(
         "export",
         parents=[common],
@@ -803,6 +834,8 @@ def _parser() -> _Parser:
         "-o", "--output", default="-", metavar="FILE", help="file to write (default: stdout)"
     )
 
+
+def _add_mcp(sub: _Commands, common: _Parser) -> None:
     mcp = sub.add_parser(
         "mcp",
         parents=[common],
@@ -822,6 +855,8 @@ def _parser() -> _Parser:
         "doctor, export)",
     )
 
+
+def _add_capture(sub: _Commands, common: _Parser) -> None:
     sub.add_parser(
         "capture",
         parents=[common],
@@ -831,8 +866,8 @@ def _parser() -> _Parser:
         "for a data dir nobody serves.",
     )
 
-    agent_hooks.add_parser(sub, common)
 
+def _add_consolidate(sub: _Commands, common: _Parser) -> None:
     consolidate = sub.add_parser(
         "consolidate",
         parents=[common],
@@ -845,6 +880,8 @@ def _parser() -> _Parser:
 
     add_run_arguments(consolidate)
 
+
+def _add_compact(sub: _Commands, common: _Parser) -> None:
     compact = sub.add_parser(
         "compact",
         parents=[common],
@@ -863,6 +900,8 @@ def _parser() -> _Parser:
         f"(default {DEFAULT_COMPACT_HORIZON_DAYS:g}; 0 keeps only the latest of each memory)",
     )
 
+
+def _add_permissions(sub: _Commands, common: _Parser) -> None:
     sub.add_parser(
         "permissions",
         parents=[common],  # it reads no data dir, but every command takes the option (README)
@@ -871,6 +910,8 @@ def _parser() -> _Parser:
         "(each function's policy: allowed to agents, human-owned, internal, or approval).",
     )
 
+
+def _add_serve(sub: _Commands, common: _Parser) -> None:
     # Not `parents=[common]`: argparse shares parent actions, so a serve-only default of
     # --log-level would change every command's.
     serve = sub.add_parser(
@@ -905,7 +946,22 @@ def _parser() -> _Parser:
     serve.add_argument(
         "--standalone", action="store_true", help="serve local REST even when an engine answers"
     )
-    return parser
+
+
+# Each command's parser, in the order `memory-worker -h` lists them.
+_COMMAND_PARSERS: dict[str, Callable[[_Commands, _Parser], None]] = {
+    "trigger": _add_trigger,
+    "call": _add_call,
+    "import": _add_import,
+    "export": _add_export,
+    "mcp": _add_mcp,
+    "capture": _add_capture,
+    "hook": agent_hooks.add_parser,
+    "consolidate": _add_consolidate,
+    "compact": _add_compact,
+    "permissions": _add_permissions,
+    "serve": _add_serve,
+}
 
 
 async def _capture(args: argparse.Namespace) -> int:
@@ -1081,7 +1137,8 @@ def _misplaced(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    given = sys.argv[1:] if argv is None else argv
+    parser = _parser(given[0] if given and given[0] in _COMMAND_PARSERS else None)
     try:
         args, extra = parser.parse_known_args(argv)
         if (
@@ -1093,7 +1150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif extra:
             parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except _UsageError as exc:
-        return _fail(InvalidInput(_misplaced(sys.argv[1:] if argv is None else argv) or str(exc)))
+        return _fail(InvalidInput(_misplaced(given) or str(exc)))
     one_shot = args.command in _ONE_SHOT
     # One-shot commands log only through `storage.logger`: structlog is loaded on their first
     # record at that level, if any (a save logs none at warning).
