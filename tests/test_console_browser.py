@@ -2103,17 +2103,23 @@ def test_an_unsaved_setting_does_not_hold_up_switching_banks(server: Server, ope
 # From now on each settings read is answered by the server at once but handed to the page only at
 # `window.__release()` (a slow server, a loaded machine). `fetch` is looked up at each call, so
 # wrapping it reaches the page's transport; the answer handed over is already read, so whatever
-# the page does with it runs before the next thing the browser is asked to do.
+# the page does with it runs before the next thing the browser is asked to do. A held read marks
+# the page (`html[data-held]`, `_HELD`): a selector is waited for without `eval`, which the
+# console's CSP refuses (`wait_for_function("…")` failed so whenever its first check was false,
+# as on a loaded machine).
 _HOLD_SETTINGS_READS = """() => {
   const real = window.fetch
   const held = []
-  window.__held = () => held.length
   window.__release = () => held.splice(0).forEach((release) => release())
   window.fetch = (url, options) => String(url).endsWith('/console/settings')
     ? real(url, options).then((response) => response.json()).then((answer) => new Promise(
-        (resolve) => held.push(() => resolve({ ok: true, status: 200, json: async () => answer }))))
+        (resolve) => {
+          held.push(() => resolve({ ok: true, status: 200, json: async () => answer }))
+          document.documentElement.dataset.held = String(held.length)
+        }))
     : real(url, options)
 }"""
+_HELD = "html[data-held]"
 
 
 def test_a_settings_read_landing_after_a_field_was_clicked_keeps_the_focus_for_typing(
@@ -2130,7 +2136,7 @@ def test_a_settings_read_landing_after_a_field_was_clicked_keeps_the_focus_for_t
     try:
         server.call("console::settings::set", {"values": {"recall_limit": 9}})  # another tab
         page.get_by_role("tab", name="Settings").click()  # read again on opening: held
-        page.wait_for_function("window.__held() > 0")
+        expect(page.locator(_HELD)).to_have_count(1)
         field.click()
         page.evaluate("window.__release()")
         expect(field).to_have_value("9")  # the read landed: nothing typed yet, so it shows
@@ -2159,7 +2165,7 @@ def test_a_settings_read_landing_as_a_field_takes_the_focus_keeps_what_is_filled
     )
     page.get_by_role("tab", name="Doctor").click()
     page.get_by_role("tab", name="Settings").click()  # read again on opening: held
-    page.wait_for_function("window.__held() > 0")
+    expect(page.locator(_HELD)).to_have_count(1)
     field.fill("7")  # its focus lets the read land, before its typing
     page.locator(".mw-bank-button", has_text=second).click()
     expect(page.locator(".mw-bank-name")).to_have_text(second)
