@@ -513,6 +513,23 @@ class TestSelection:
         await h.state.flush()
 
 
+async def _inline_turn(h: Hooked, extractor: FlakyExtractor) -> TurnPipeline:
+    """A pipeline with no queue (its retries' delays none) that has run the inline pass of
+    session s1's turn t1 in bank `blog`, to its end."""
+    pipeline = TurnPipeline(
+        h.service,
+        h.resolver,
+        h.state,
+        Queue(present=False),
+        extractor,  # type: ignore[arg-type]
+    )
+    pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
+    await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
+    await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
+    await pipeline.settle()
+    return pipeline
+
+
 class TestTurnPipeline:
     @pytest.fixture(name="pipe")
     def _pipe(self, h: Hooked) -> tuple[TurnPipeline, Queue]:
@@ -657,17 +674,7 @@ class TestTurnPipeline:
         """The next turn's pass starts where this turn ended: an inline pass given up on after
         one failure (the router down a moment) was a turn never read."""
         extractor = FlakyExtractor(failures=2)
-        pipeline = TurnPipeline(
-            h.service,
-            h.resolver,
-            h.state,
-            Queue(present=False),
-            extractor,  # type: ignore[arg-type]
-        )
-        pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
-        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
-        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
-        await pipeline.settle()
+        pipeline = await _inline_turn(h, extractor)
         assert extractor.attempts == 3
         assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
         await pipeline.close()
@@ -679,17 +686,7 @@ class TestTurnPipeline:
         twelve minutes of them), the same answer each time."""
         refusal = ProseReply('router::complete replied in prose: "I can\'t help with that."')
         extractor = FlakyExtractor(failures=10, error=refusal)
-        pipeline = TurnPipeline(
-            h.service,
-            h.resolver,
-            h.state,
-            Queue(present=False),
-            extractor,  # type: ignore[arg-type]
-        )
-        pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
-        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
-        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
-        await pipeline.settle()
+        pipeline = await _inline_turn(h, extractor)
         assert extractor.attempts == 2 and extractor.extracted == []
         await pipeline.close()
 
@@ -707,17 +704,7 @@ class TestTurnPipeline:
                 return await super().extract(job, bank)
 
         extractor = TimeoutThenRefusal(failures=1)
-        pipeline = TurnPipeline(
-            h.service,
-            h.resolver,
-            h.state,
-            Queue(present=False),
-            extractor,  # type: ignore[arg-type]
-        )
-        pipeline.inline_retry_delays_s = (0.0, 0.0, 0.0)
-        await h.step("s1", "hi", turn="t1", metadata={"memory_bank": "blog"})
-        await pipeline.on_turn_completed({"session_id": "s1", "turn_id": "t1"})
-        await pipeline.settle()
+        pipeline = await _inline_turn(h, extractor)
         assert extractor.attempts == 3
         assert [(job.session_id, bank) for job, bank in extractor.extracted] == [("s1", "blog")]
         await pipeline.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
@@ -500,19 +500,24 @@ class _EventFile:
             out.write(json.dumps([trigger_type, payload]).encode() + b"\n")
 
 
-def _forget_announcing(data: str, events: str) -> None:
-    """A server's `memory::forget-subject` of Bruno in `main`, its events recorded in `events`."""
+def _serving(data: str, events: str, act: Callable[[MemoryService], Awaitable[object]]) -> None:
+    """`act` done by a server's service over `data`, its events recorded in `events`."""
 
-    async def forget() -> None:
+    async def serve() -> None:
         store = Store.open(Path(data), holder=HOLDER)
         service = MemoryService(store, Settings(), emitter=_EventFile(events), clock=FixedClock())
         try:
-            payload = {"subject": "bruno", "confirm": "destructive"}
-            await catalog.call(service, "memory::forget-subject", payload)
+            await act(service)
         finally:
             await store.close()
 
-    asyncio.run(forget())
+    asyncio.run(serve())
+
+
+def _forget_announcing(data: str, events: str) -> None:
+    """A server's `memory::forget-subject` of Bruno in `main`, its events recorded in `events`."""
+    payload = {"subject": "bruno", "confirm": "destructive"}
+    _serving(data, events, lambda service: catalog.call(service, "memory::forget-subject", payload))
 
 
 def _erased_sent(events: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
@@ -528,6 +533,34 @@ async def _announced_at_boot(data: Path) -> list[tuple[str, str]]:
         return _erased_sent(emitter.events)
     finally:
         await service.store.close()
+
+
+def _killed_then_booted(
+    context: ForkServerContext,
+    call: Callable[[str, str], None],
+    data: Path,
+    events: Path,
+    k: int,
+    scratch: Path,
+) -> list[tuple[str, str]]:
+    """`call` over `data` killed at its `k`th file operation, then a boot: the `erased` events
+    the call sent and the boot announced, (memory id, event id) each. A second boot announces
+    nothing (announced: never again), and nothing of Bruno's is left in `main`."""
+    events.unlink(missing_ok=True)
+    run = run_call_killed(context, call, (str(data), str(events)), k, scratch=scratch)
+    assert run.killed, k
+    lines = events.read_text().splitlines() if events.exists() else []
+    sent = _erased_sent(json.loads(line) for line in lines) + asyncio.run(_announced_at_boot(data))
+    assert asyncio.run(_announced_at_boot(data)) == [], k
+    _no_trace_of_bruno_in_main(data, "after")
+    return sent
+
+
+def _each_once(sent: list[tuple[str, str]], erased: set[str], k: int) -> None:
+    """Each erased memory announced under one event id: a repeat is the same event."""
+    for memory_id in erased:
+        ids = {e for i, e in sent if i == memory_id}
+        assert len(ids) == 1, (k, memory_id, ids)
 
 
 def test_an_erasure_killed_anywhere_announces_each_memory_at_least_once_under_one_event_id(
@@ -553,20 +586,9 @@ def test_an_erasure_killed_anywhere_announces_each_memory_at_least_once_under_on
     )
     for k in range(intent + 1, done.ops + 1):
         reset(seeded, data)
-        events.unlink(missing_ok=True)
-        run = run_call_killed(
-            context, _forget_announcing, (str(data), str(events)), k, scratch=scratch
-        )
-        assert run.killed, k
-        lines = events.read_text().splitlines() if events.exists() else []
-        by_it = _erased_sent(json.loads(line) for line in lines)
-        at_boot = asyncio.run(_announced_at_boot(data))
-        assert {i for i, _ in by_it + at_boot} == erased, (k, done.trace[k - 1], by_it, at_boot)
-        for memory_id in erased:
-            ids = {e for i, e in by_it + at_boot if i == memory_id}
-            assert len(ids) == 1, (k, memory_id, ids)  # a repeat is the same event
-        assert asyncio.run(_announced_at_boot(data)) == [], k  # announced: never again
-        _no_trace_of_bruno_in_main(data, "after")
+        sent = _killed_then_booted(context, _forget_announcing, data, events, k, scratch)
+        assert {i for i, _ in sent} == erased, (k, done.trace[k - 1], sent)
+        _each_once(sent, erased, k)
 
 
 def test_an_erasure_in_a_deleted_banks_trash_killed_anywhere_is_finished_and_announced(
@@ -606,34 +628,15 @@ def test_an_erasure_in_a_deleted_banks_trash_killed_anywhere_is_finished_and_ann
     )
     for k in range(first + 1, done.ops + 1):  # from the commitment's rename into place on
         reset(gone, data)
-        events.unlink(missing_ok=True)
-        run = run_call_killed(
-            context, _forget_announcing, (str(data), str(events)), k, scratch=scratch
-        )
-        assert run.killed, k
-        lines = events.read_text().splitlines() if events.exists() else []
-        by_it = _erased_sent(json.loads(line) for line in lines)
-        at_boot = asyncio.run(_announced_at_boot(data))
-        assert {i for i, _ in by_it + at_boot} == erased, (k, done.trace[k - 1], by_it, at_boot)
-        for memory_id in erased:
-            assert len({e for i, e in by_it + at_boot if i == memory_id}) == 1, (k, memory_id)
-        assert asyncio.run(_announced_at_boot(data)) == [], k
-        _no_trace_of_bruno_in_main(data, "after")
+        sent = _killed_then_booted(context, _forget_announcing, data, events, k, scratch)
+        assert {i for i, _ in sent} == erased, (k, done.trace[k - 1], sent)
+        _each_once(sent, erased, k)
         assert not (data / erasure.TRASH_INTENT_FILE).exists(), k
 
 
 def _boot_announcing(data: str, events: str) -> None:
     """A server's boot over `data` (`boot_banks`), its events recorded in `events`."""
-
-    async def boot() -> None:
-        store = Store.open(Path(data), holder=HOLDER)
-        service = MemoryService(store, Settings(), emitter=_EventFile(events), clock=FixedClock())
-        try:
-            await service.boot_banks()
-        finally:
-            await store.close()
-
-    asyncio.run(boot())
+    _serving(data, events, lambda service: service.boot_banks())
 
 
 def test_an_erasure_a_boot_finishes_is_announced_at_least_once_though_that_boot_is_killed(
@@ -670,33 +673,18 @@ def test_an_erasure_a_boot_finishes_is_announced_at_least_once_though_that_boot_
     } == erased
     for k in range(1, booted.ops + 1):
         reset(half, data)
-        events.unlink(missing_ok=True)
-        run = run_call_killed(
-            context, _boot_announcing, (str(data), str(events)), k, scratch=scratch
-        )
-        assert run.killed, k
-        lines = events.read_text().splitlines() if events.exists() else []
-        by_it = _erased_sent(json.loads(line) for line in lines)
-        at_boot = asyncio.run(_announced_at_boot(data))
-        assert {i for i, _ in by_it + at_boot} == erased, (k, booted.trace[k - 1], by_it, at_boot)
-        for memory_id in erased:
-            assert len({e for i, e in by_it + at_boot if i == memory_id}) == 1, (k, memory_id)
-        assert asyncio.run(_announced_at_boot(data)) == [], k
-        _no_trace_of_bruno_in_main(data, "after")
+        sent = _killed_then_booted(context, _boot_announcing, data, events, k, scratch)
+        assert {i for i, _ in sent} == erased, (k, booted.trace[k - 1], sent)
+        _each_once(sent, erased, k)
 
 
 def _delete_announcing(data: str, events: str) -> None:
     """A server's `memory::bank::delete` of `main`, its events recorded in `events`."""
-
-    async def delete() -> None:
-        store = Store.open(Path(data), holder=HOLDER)
-        service = MemoryService(store, Settings(), emitter=_EventFile(events), clock=FixedClock())
-        try:
-            await catalog.call(service, "memory::bank::delete", {"name": "main"})
-        finally:
-            await store.close()
-
-    asyncio.run(delete())
+    _serving(
+        data,
+        events,
+        lambda service: catalog.call(service, "memory::bank::delete", {"name": "main"}),
+    )
 
 
 def test_a_delete_killed_anywhere_still_announces_an_erasure_it_finished(
@@ -736,20 +724,9 @@ def test_a_delete_killed_anywhere_still_announces_an_erasure_it_finished(
     assert {i for i, _ in sent} >= erased, sent
     for k in range(1, deleted.ops + 1):
         reset(half, data)
-        events.unlink(missing_ok=True)
-        run = run_call_killed(
-            context, _delete_announcing, (str(data), str(events)), k, scratch=scratch
-        )
-        assert run.killed, k
-        lines = events.read_text().splitlines() if events.exists() else []
-        by_it = _erased_sent(json.loads(line) for line in lines)
-        at_boot = asyncio.run(_announced_at_boot(data))
-        got = {i for i, _ in by_it + at_boot}
-        assert got >= erased, (k, deleted.trace[k - 1], by_it, at_boot)
-        for memory_id in erased:
-            assert len({e for i, e in by_it + at_boot if i == memory_id}) == 1, (k, memory_id)
-        assert asyncio.run(_announced_at_boot(data)) == [], k
-        _no_trace_of_bruno_in_main(data, "after")
+        sent = _killed_then_booted(context, _delete_announcing, data, events, k, scratch)
+        assert {i for i, _ in sent} >= erased, (k, deleted.trace[k - 1], sent)
+        _each_once(sent, erased, k)
         assert not list(data.rglob(erasure.OUTBOX_FILE)), k  # it names Bruno
         assert not (data / erasure.TRASH_INTENT_FILE).exists(), k
 
