@@ -400,9 +400,12 @@ async def test_a_multi_edit_larger_than_a_request_gets_its_card_from_the_server(
 async def test_with_no_endpoint_configured_the_stop_hook_keeps_no_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No server and no `extraction_endpoint`: nothing would ever extract a queued turn, yet
-    every Stop queued the conversation's words in the data dir, for good. None are kept now,
-    and the hook still prints nothing."""
+    """No server and a configuration with no `extraction_endpoint`: nothing would ever extract
+    a queued turn, yet every Stop queued the conversation's words in the data dir, for good.
+    None are kept now, and the hook still prints nothing."""
+    config = tmp_path / "no-endpoint.yaml"
+    config.write_text("extraction_model: local-model\n")
+    monkeypatch.setenv(cli.CONFIG_ENV, str(config))
     data = tmp_path / "data"
     write_transcript(
         tmp_path / f"{SESSION}.jsonl",
@@ -410,6 +413,28 @@ async def test_with_no_endpoint_configured_the_stop_hook_keeps_no_words(
     )
     assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
     assert not (data / CAPTURE_FILE).exists()
+
+
+async def test_a_stop_hook_with_no_configuration_queues_for_the_server_that_runs_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's hook commands name no configuration: the endpoint is in the server's
+    `--config`. With the server stopped, the hook's own process (default settings) took the
+    endpoint for absent and dropped every turn; the next server start, configured, had none to
+    extract. A process that read no configuration queues the turn for whoever runs the queue."""
+    monkeypatch.delenv(cli.CONFIG_ENV, raising=False)
+    data = tmp_path / "data"
+    write_transcript(
+        tmp_path / f"{SESSION}.jsonl",
+        [claude_line("user", "e1", "Remember that I deploy on Mondays")],
+    )
+    assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
+    queue = CaptureQueue(data)
+    try:
+        [pending] = queue.pending()
+        assert pending.job["entries"][0]["text"] == "Remember that I deploy on Mondays"
+    finally:
+        queue.close()
 
 
 def codex_stop(tmp_path: Path, **extra: Any) -> dict[str, Any]:

@@ -764,6 +764,8 @@ class TestRunner:
         assert await runner.run_once() == 0  # configured but down: paused, nothing expires
         assert len(runner.queue.pending()) == 2 and runner.queue.dead == 0
         endpoint["set"] = False
+        assert await runner.run_once() == 0  # just unset: a week for the edit to be undone
+        clock.advance(UNCONFIGURED_MAX_AGE_MS)
         with structlog.testing.capture_logs() as logs:
             assert await runner.run_once() == 1
         assert [p.job["session_id"] for p in runner.queue.pending()] == ["s22"]
@@ -781,6 +783,35 @@ class TestRunner:
             assert [p.job["session_id"] for p in reopened.pending()] == ["s22"]
         finally:
             reopened.close()
+
+    async def test_an_endpoint_unset_after_a_long_outage_gives_its_waiting_jobs_a_week(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """A job kept 8 days for an endpoint that was configured but down (as promised) was
+        expired, its words dropped, on the first pass after the endpoint left the settings (a
+        console edit, a restart without `--config`): its week was counted from its enqueue, so
+        the edit had no time to be undone. The week runs from when no endpoint is configured."""
+        service.clock = clock = FixedClock()
+        endpoint = {"set": True}
+        runner = CaptureRunner(
+            service, CaptureQueue(root), DownModel(down=10**6), available=lambda: endpoint["set"]
+        )
+        try:
+            await runner.enqueue(job("s23", entries_of(tmp_path, turn(1, "persimmons"))))
+            clock.advance_days(8)
+            assert await runner.run_once() == 0  # down: paused, kept
+            endpoint["set"] = False  # the edit
+            assert await runner.run_once() == 0
+            assert len(runner.queue.pending()) == 1 and runner.queue.dead == 0
+            clock.advance(UNCONFIGURED_MAX_AGE_MS - 1)
+            assert await runner.run_once() == 0
+            assert "persimmons" in (root / CAPTURE_FILE).read_text("utf-8")
+            clock.advance(1)  # a week with no endpoint: now it goes
+            assert await runner.run_once() == 1
+            assert runner.queue.pending() == [] and runner.queue.dead == 1
+        finally:
+            await runner.close()
+        assert "persimmons" not in (root / CAPTURE_FILE).read_text("utf-8")
 
     async def test_a_later_turn_waits_for_an_earlier_turns_retry_and_none_is_read_twice(
         self, service: MemoryService, root: Path, tmp_path: Path

@@ -117,7 +117,14 @@ class LocalDoor:
 
         queue = await asyncio.to_thread(CaptureQueue, self.service.store.root)
         try:
-            return await CaptureRunner(self.service, queue, None).enqueue(job)
+            # This process only queues the turn; the next server start (or `memory-worker
+            # capture`) runs it under its own settings. Settings read from no configuration file
+            # (the README's hook commands name none; the endpoint is in the server's `--config`)
+            # cannot say that server has no endpoint: the turn is queued, and a server with none
+            # expires it after 7 days. A configuration read here is believed.
+            configured = bool(self.service.settings.model_fields_set)
+            runner = CaptureRunner(self.service, queue, None, knows_endpoint=configured)
+            return await runner.enqueue(job)
         finally:
             await asyncio.to_thread(queue.close)
 

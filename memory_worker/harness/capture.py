@@ -192,8 +192,13 @@ class CaptureRunner:
         completer: Completer | None,
         *,
         available: Callable[[], bool] = lambda: True,
+        knows_endpoint: bool = True,
     ) -> None:
         self.service = service
+        # Whether these settings are the ones the queue runs under, so that no endpoint in them
+        # means capture is off. Not for a process that only queues and read no configuration (a
+        # hook beside a stopped server): the server that runs the queue has settings of its own.
+        self.knows_endpoint = knows_endpoint
         self.queue = queue
         self.completer = completer  # None: jobs only wait (an enqueue-only runner)
         # Whether the completer can answer now (an endpoint is configured): jobs wait, not fail.
@@ -210,6 +215,10 @@ class CaptureRunner:
         self._down_until_ms = 0  # the endpoint answered nothing: no job runs before this
         self._down_streak = 0  # passes in a row that found it down (the delay doubles)
         self._said_off = False  # "capture is off" logged (once while it stays off)
+        # When the passes first found no endpoint configured (None while one is): a job expires
+        # a week after both its enqueue and this, so a job kept through a long outage of a
+        # configured endpoint is not dropped the moment a settings edit removes it.
+        self._unconfigured_since_ms: int | None = None
 
     def __repr__(self) -> str:
         return f"<CaptureRunner {self.queue!r} finished={self.finished}>"
@@ -256,6 +265,8 @@ class CaptureRunner:
         """Whether nothing could ever extract a queued turn: extraction is on, but there is no
         engine and no `extraction_endpoint`. Not with extraction off: such a turn is queued to
         be stepped over (its words never read once extraction is back on), with no endpoint."""
+        if not self.knows_endpoint:
+            return False
         return self.service.settings.extraction_enabled and not self.service.captures_turns()
 
     def _heads(self) -> list[Pending]:
@@ -279,6 +290,8 @@ class CaptureRunner:
             return 0
         if self.service.settings.extraction_enabled and not self.available():
             finished += await self._expire()
+        else:
+            self._unconfigured_since_ms = None
         tried: set[str] = set()
         while not self._closing and not self._paused():
             due = [p for p in self._due(self.service.clock()) if p.id not in tried]
@@ -302,11 +315,16 @@ class CaptureRunner:
         return not self.available() or self.service.clock() < self._down_until_ms
 
     async def _expire(self) -> int:
-        """With no endpoint configured, the jobs queued longer ago than
-        `UNCONFIGURED_MAX_AGE_MS` (under an earlier configuration) are dead, their messages
-        dropped from the file: nothing would ever run them. Recorded (the reason in the dead
-        line, a warning here); never while an endpoint is configured, even one that is down."""
+        """With no endpoint configured for `UNCONFIGURED_MAX_AGE_MS` (as this runner saw it),
+        the jobs queued longer ago than that (under an earlier configuration) are dead, their
+        messages dropped from the file: nothing would ever run them. Recorded (the reason in the
+        dead line, a warning here); never while an endpoint is configured, even one that is
+        down."""
         now = self.service.clock()
+        if self._unconfigured_since_ms is None:
+            self._unconfigured_since_ms = now
+        if now - self._unconfigured_since_ms < UNCONFIGURED_MAX_AGE_MS:
+            return 0  # the week an edit has to be undone, for the jobs already old too
         reason = (
             f"expired: waited more than {UNCONFIGURED_MAX_AGE_MS // 86_400_000} days with no "
             "extraction_endpoint configured; its messages were dropped"
