@@ -496,3 +496,38 @@ class TestStore:
                 store.get("bad")
         finally:
             await store.close()
+
+    async def test_a_bank_that_fails_to_close_leaves_the_others_closed_and_the_dir_free(
+        self, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`Store.close` stopped at the first bank whose close raised: the banks after it were
+        never closed and the data dir's lock stayed held, so a process that goes on (a server
+        whose settings moved its data dir) kept every later opener out. Every bank is closed, the
+        lock let go, and then the failure raised; nothing written is lost."""
+        store = Store.open(data_dir, holder=HOLDER)
+        saved: dict[str, str] = {}
+        for name in ("a", "b", "c"):
+            bank, _ = await store.ensure(name)
+            memory = _memory(f"The user's {name} fact")
+            await bank.commit([memory])
+            saved[name] = memory.id
+        closed: list[str] = []
+        real_close = Bank.close
+
+        def close(bank: Bank) -> None:
+            closed.append(bank.name)
+            if len(closed) == 1:  # the first bank closed, whichever it is
+                raise StorageError("the disk refused")
+            real_close(bank)
+
+        monkeypatch.setattr(Bank, "close", close)
+        with pytest.raises(StorageError, match="the disk refused"):
+            await store.close()
+        monkeypatch.undo()
+        assert sorted(closed) == ["a", "b", "c"]
+        reopened = Store.open(data_dir, holder=HOLDER)  # refused (`Conflict`) while still locked
+        try:
+            for name, memory_id in saved.items():
+                assert reopened.get(name).get(memory_id) is not None
+        finally:
+            await reopened.close()

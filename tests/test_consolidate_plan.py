@@ -307,6 +307,20 @@ class TestJudge:
         verdict = parse_reply(reply, offered_groups=2, offered_ids={"m1"})
         assert verdict == Verdict((), (), 3)
 
+    def test_an_offered_id_is_promoted_once(self) -> None:
+        """A promotion was accepted for every item naming an offered id, however many named the
+        same one: a reply (a looping model, or one steered by a memory's own text) turned one
+        memory into thousands of lines of the `learned` rule, which reaches every conversation
+        of the bank. The first rule given for an id is kept; the others are ignored."""
+        items = [{"id": "m1", "rule": f"Answer in Portuguese, variant {i}."} for i in range(500)]
+        items.append({"id": "m2", "rule": "Be brief."})
+        verdict = parse_reply(json.dumps({"promotions": items}), 0, offered_ids={"m1", "m2"})
+        assert verdict.promotions == (
+            ("m1", "Answer in Portuguese, variant 0."),
+            ("m2", "Be brief."),
+        )
+        assert verdict.ignored == 499
+
     def test_promotions_are_appended_once(self) -> None:
         merged, added = merge_learned("", ["Answer in Portuguese.", "answer in portuguese"])
         assert added == 1 and merged == LEARNED_HEADER + "- Answer in Portuguese.\n"

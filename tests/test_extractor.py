@@ -256,7 +256,10 @@ class TestParse:
         [
             ("I'm sorry, but I can't help with that.", True),
             ("<think>They want JSON.</think>\nI can't help with that.", True),
-            ("Nothing in this conversation is worth remembering.", True),
+            # Once this case was the bare sentence, which says only that there is nothing to
+            # keep: the answer asked for (`TestNothingAndTooLong`), no longer prose. Going on
+            # past it makes it a chat answer still.
+            ("Nothing in this conversation is worth remembering, but here is a summary.", True),
             ('{"memories": [{"op"', False),  # cut off inside its JSON
             ("<think>Maybe {", False),  # cut off while thinking
             ("Here are the memories:", False),  # cut off before its JSON
@@ -1557,11 +1560,20 @@ class TestNothingAndTooLong:
             "Nada a lembrar.",
             "Nada para lembrar!",
             "<think>Only small talk.</think>\nNothing to remember.",
+            "Nothing in this conversation is worth remembering.",
+            "There\u2019s nothing worth saving here.",
+            "There are no new memories to save from this conversation.",
+            "This conversation contains nothing worth remembering.",
+            "I found nothing new to remember.",
+            "Nada nesta conversa vale a pena lembrar.",
+            "Não há nada de novo para guardar nesta conversa.",
+            "Nenhuma memória para guardar.",
         ],
     )
     def test_a_bare_nothing_reads_as_an_empty_decision(self, reply: str) -> None:
         """`null` or "Nothing to remember." answers the question asked: read as a refusal
-        (`prose`), two of them killed the job and the turn was never passed."""
+        (`prose`), two of them killed the job and the turn was never passed. So did a whole
+        sentence saying only that (only forms of 40 characters or less were read)."""
         decisions = parse_reply(reply, 0)
         assert decisions.readable and not decisions.prose and decisions.empty
 
@@ -1572,6 +1584,11 @@ class TestNothingAndTooLong:
             "Nothing to remember, but I can't do that anyway.",
             "Null and void.",
             "Nothing to remember? Here is a poem instead.",
+            "Nothing in this conversation is worth remembering, but I can't do that anyway.",
+            "Nothing in this conversation is worth remembering except the user's name.",
+            "Nothing worth remembering. I won't answer in JSON.",
+            "There is nothing to remember about me; I am an AI.",
+            "Não há nada a lembrar, mas não posso ajudar com isso.",
         ],
     )
     def test_a_refusal_that_mentions_nothing_is_still_prose(self, reply: str) -> None:

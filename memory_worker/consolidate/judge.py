@@ -4,8 +4,8 @@ One `router::complete` per bank: the report-only groups it may judge (reorders, 
 not every pair of which the embedder placed close enough) to confirm, and the memories restated
 often enough to be promoted into the `learned` rule. The reply is read leniently (the first `{`
 to the last `}`), but trusted narrowly: a merge is accepted only for a group index it was
-offered, a promotion only for an offered id, and a reply that does not parse means the tier is
-skipped with nothing written.
+offered, a promotion only for an offered id (once), and a reply that does not parse means the
+tier is skipped with nothing written.
 """
 
 from __future__ import annotations
@@ -106,12 +106,18 @@ def parse_reply(reply: str, offered_groups: int, offered_ids: set[str]) -> Verdi
         else:
             ignored += 1
     promotions: list[tuple[str, str]] = []
+    promoted: set[str] = set()
     for item in _list(value, "promotions"):
         memory_id = item.get("id") if isinstance(item, dict) else None
         rule = item.get("rule") if isinstance(item, dict) else None
         # A string first: an id given as a list or an object is unhashable, and looking it up
         # raised a TypeError that ended the whole pass, not this tier.
         if not isinstance(memory_id, str) or memory_id not in offered_ids:
+            ignored += 1
+            continue
+        # One rule per offered memory, the first that reads: more items for one id (a looping
+        # model, or one steered by the memory's own text) made as many lines of `learned`.
+        if memory_id in promoted:
             ignored += 1
             continue
         if not isinstance(rule, str):
@@ -121,6 +127,7 @@ def parse_reply(reply: str, offered_groups: int, offered_ids: set[str]) -> Verdi
         if not MIN_RULE_CHARS <= len(line) <= MAX_RULE_CHARS:
             ignored += 1
             continue
+        promoted.add(memory_id)
         promotions.append((memory_id, line))
     return Verdict(tuple(merges), tuple(promotions), ignored)
 

@@ -60,13 +60,39 @@ MAX_TEXT_CHARS = 300
 # endpoint answering garbage, and reading a megabyte of it held the event loop for seconds.
 MAX_REPLY_CHARS = 256 * 1024
 # A reply that is only "nothing" said without the JSON (`null`, `None`, "Nothing to
-# remember."): the answer asked for, not a refusal. Whole replies only (quotes, backticks and a
-# closing stop aside): "Nothing to remember, but …" is prose still.
-_NOTHING = re.compile(
-    r"(?:null|none|nothing|nothing (?:new )?to (?:remember|save|extract)|no (?:new )?memories"
-    r"|nada|nada (?:de novo )?(?:a|para) (?:lembrar|guardar|memorizar|extrair)"
-    r"|nenhuma (?:nova )?mem[oó]ria)"
+# remember.", "Nothing in this conversation is worth remembering."): the answer asked for, not
+# a refusal. Whole replies only, one sentence of these forms and no more (quotes, backticks and
+# a closing stop aside): "Nothing to remember, but …" or "… except her name." is prose still.
+_EN_PLACE = r"(?: here| (?:in|from) (?:this|the) (?:conversation|exchange|chat|transcript|turn))?"
+_EN_WORTH = (
+    r"(?:worth (?:remembering|saving|keeping|storing|memorizing|noting)"
+    r"|to (?:remember|save|keep|store|extract|memorize|note))"
 )
+_PT_PLACE = r"(?: aqui| [nd](?:esta|essa|a) conversa)?"
+_PT_VERB = r"(?:lembrar|guardar|memorizar|extrair|salvar|registrar)"
+_PT_WORTH = (
+    rf"(?:(?:a|para) {_PT_VERB}|(?:que )?(?:vale|valha) a pena {_PT_VERB}"
+    r"|digno de (?:ser )?(?:lembrado|guardado|memorizado|registrado))"
+)
+_NOTHING = re.compile(
+    "|".join(
+        (
+            r"null|none|nothing|nada|no (?:new )?memories|nenhuma (?:nova )?mem[oó]ria",
+            rf"nothing(?: new)?{_EN_PLACE}(?: is)? {_EN_WORTH}{_EN_PLACE}",
+            rf"there(?: is|'s) nothing(?: new)? {_EN_WORTH}{_EN_PLACE}",
+            rf"(?:there are )?no (?:new )?(?:memories|facts)(?: are)? {_EN_WORTH}{_EN_PLACE}",
+            rf"(?:this|the) (?:conversation|exchange|chat) (?:contains|has) nothing(?: new)? "
+            rf"{_EN_WORTH}",
+            rf"i (?:found|see|have) nothing(?: new)? {_EN_WORTH}{_EN_PLACE}",
+            rf"nada(?: de novo| novo)?{_PT_PLACE} {_PT_WORTH}{_PT_PLACE}",
+            rf"n[ãa]o (?:h[áa]|tem|existe) nada(?: de novo| novo)? {_PT_WORTH}{_PT_PLACE}",
+            rf"nenhuma (?:nova )?mem[oó]ria (?:a|para) {_PT_VERB}{_PT_PLACE}",
+            rf"(?:esta|essa|a) conversa n[ãa]o (?:tem|cont[ée]m) nada(?: de novo| novo)? "
+            rf"{_PT_WORTH}",
+        )
+    )
+)
+_NOTHING_MAX_CHARS = 120  # longer than any of those forms: longer replies say something else
 EXTRACTED_CATEGORIES = frozenset(MEMORY_CATEGORIES)
 _CONTRACT = frozenset({"memories", "rules"})  # the reply object's keys
 _ITEM = frozenset({"op", "text", "memory", "fact", "content"})  # one op's keys (see `_add`)
@@ -699,7 +725,8 @@ def _says_nothing(reply: str) -> bool:
     """The reply's answer is only `null`, `None` or "Nothing to remember." (or the like, in
     English or Portuguese): the model had nothing to keep and said so without the JSON."""
     answer = " ".join(_answer(reply).split()).strip("`'\"").rstrip(".!").strip().lower()
-    return len(answer) <= 40 and _NOTHING.fullmatch(answer) is not None
+    answer = answer.replace("\u2019", "'")  # "there’s", as a chat front end types it
+    return len(answer) <= _NOTHING_MAX_CHARS and _NOTHING.fullmatch(answer) is not None
 
 
 def _prose(reply: str) -> str:

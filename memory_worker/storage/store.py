@@ -559,11 +559,37 @@ class Store:
         return old
 
     async def close(self) -> None:
-        await self._settle_loads()
-        for bank in self._banks.values():
-            await bank.drain()
-            bank.close()
-        self._lock.release()
+        """Drain and close every bank, then let the data dir's lock go, whatever fails on the way.
+        A bank whose drain or close raised (its derived files not written, a descriptor the OS
+        refused to close) once stopped the loop there: the banks after it were never closed and
+        the lock stayed held by a process that goes on (a server whose settings moved its data
+        dir: every later opener of the old dir was refused). Each failure is logged; the first is
+        raised once all is done. Every write acknowledged before the close had already landed in
+        its log (a commit answers once fsynced)."""
+        errors: list[Exception] = []
+        try:
+            try:
+                await self._settle_loads()
+            except Exception as exc:
+                errors.append(exc)
+                log.error("store_close_failed", data_dir=str(self.root), error=str(exc))
+            for bank in list(self._banks.values()):
+                try:
+                    await bank.drain()
+                except Exception as exc:
+                    errors.append(exc)
+                    log.error("bank_drain_failed", bank=bank.name, error=str(exc))
+                # Closed even when its drain failed: a flusher that died is done, and the derived
+                # files are not written for a bank with writes in flight (`Bank._save_*`).
+                try:
+                    bank.close()
+                except Exception as exc:
+                    errors.append(exc)
+                    log.error("bank_close_failed", bank=bank.name, error=str(exc))
+        finally:
+            self._lock.release()
+        if errors:
+            raise errors[0]
 
     async def reload_bank(self, name: str, *, force: bool = False) -> str:
         """Bring one bank in line with its folder (a hand edit, a folder added or removed by hand);
