@@ -531,3 +531,23 @@ class TestStore:
                 assert reopened.get(name).get(memory_id) is not None
         finally:
             await reopened.close()
+
+
+def test_a_rule_write_killed_before_its_rename_leaves_no_damage_at_the_next_load(
+    tmp_path: Path,
+) -> None:
+    """A process killed inside a rule write leaves the write's temp file beside the rule (the
+    rename never happened: the rule file is still the truth, the new text never acknowledged).
+    It was reported as damage for good, so doctor's `files-intact` failed after any such kill
+    (the SIGKILL campaign's test, now and then); the load removes it, as it does a log
+    rewrite's. A dot file of another shape is still left for a person, and named."""
+    rules = tmp_path / "main" / "rules"
+    rules.mkdir(parents=True)
+    (rules / "facts.md").write_text("Prefers tabs.\n")
+    (rules / ".facts.md.0123abcd.tmp").write_text("Prefers spa")  # cut short, never renamed
+    (rules / ".style.md.89abcdef.tmp").write_text("Use black.")  # a new rule's first write
+    (rules / ".notes.tmp").write_text("not ours")
+    bank = Bank.load("main", tmp_path / "main")
+    assert [(rule.name, rule.content) for rule in bank.rules()] == [("facts", "Prefers tabs.\n")]
+    assert sorted(p.name for p in rules.iterdir()) == [".notes.tmp", "facts.md"]
+    assert [damage.file for damage in bank.damage] == ["rules/.notes.tmp"]

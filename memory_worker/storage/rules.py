@@ -11,17 +11,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from memory_worker.core.errors import Conflict, StorageError
 from memory_worker.core.models import Rule
 from memory_worker.storage import files
 from memory_worker.storage.damage import Damage, DurabilityWarnings
+from memory_worker.storage.logger import get_logger
 
 __all__ = ["RULES_DIR", "RuleFiles", "revision_of"]
 
 RULES_DIR = "rules"
 _SUFFIX = ".md"
+# The temp file of a rule write (`files.atomic_write`) that never reached its rename.
+_LEFTOVER = re.compile(r"\.[^/]+\.md\.[0-9a-f]{8}\.tmp")
+
+log = get_logger(__name__)
 
 
 def revision_of(content: str) -> str:
@@ -78,7 +84,7 @@ class RuleFiles:
                     damage.append(Damage(f"{RULES_DIR}/{entry.name}", reason))
                 continue
             if entry.name.startswith("."):
-                if entry.name.endswith(".tmp"):
+                if entry.name.endswith(".tmp") and not self._leftover_removed(entry):
                     damage.append(
                         Damage(
                             f"{RULES_DIR}/{entry.name}",
@@ -102,6 +108,21 @@ class RuleFiles:
             name = entry.name[: -len(_SUFFIX)]
             self._rules[name] = _rule(name, content, path)
         return damage
+
+    def _leftover_removed(self, entry: os.DirEntry[str]) -> bool:
+        """Remove `entry` when it is the temp file of one of our rule writes that never reached
+        its rename (`files.atomic_write`'s `.<name>.md.<hex>.tmp`: a process killed mid-write;
+        never acknowledged, the rule file still the truth), as a bank's load removes its log's
+        (`files.remove_replacements`). Left for a person, as damage, when it is not one
+        (another shape, not a plain file) or cannot be removed."""
+        if not _LEFTOVER.fullmatch(entry.name) or not entry.is_file(follow_symlinks=False):
+            return False
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            return False
+        log.info("rule_write_leftover_removed", bank=self._bank, file=entry.name)
+        return True
 
     def all(self) -> list[Rule]:
         return [self._rules[name] for name in sorted(self._rules)]
