@@ -92,6 +92,36 @@ class TestReconfigurer:
         reopened = Store.open(old_root, holder=HOLDER)  # the old lock was released
         await reopened.close()
 
+    async def test_an_old_store_failing_to_close_still_leaves_the_new_one_booted(
+        self, service: MemoryService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The swap is done once the new store is in place: the old one's close failing (a bank
+        whose derived file could not be written) raised out of `apply`, which says "nothing
+        changed", and skipped the new store's boot (its banks loaded only at first use)."""
+        old_store = service.store
+        close = old_store.close
+        failed: list[bool] = []
+
+        async def failing_close() -> None:
+            await close()  # everything let go, then the error, as `Store.close` does
+            if not failed:  # once: the fixture's own close at the end is a real one
+                failed.append(True)
+                raise StorageError("cannot write .index.npz")
+
+        monkeypatch.setattr(old_store, "close", failing_close)
+        booted: list[Path] = []
+        boot = service.boot_banks
+
+        async def recorded_boot() -> None:
+            booted.append(service.store.root)
+            await boot()
+
+        monkeypatch.setattr(service, "boot_banks", recorded_boot)
+        reconfigure = _reconfigurer(service, tmp_path)
+        assert await reconfigure.apply(Settings(data_dir=str(tmp_path / "new"))) is Applied.REOPENED
+        assert booted == [(tmp_path / "new").resolve()]
+        await service.save(SaveRequest(text="Lands in the new data dir."))
+
     async def test_a_write_in_flight_during_a_data_dir_swap_never_lands_in_the_old_dir(
         self, service: MemoryService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

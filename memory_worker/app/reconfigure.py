@@ -68,7 +68,13 @@ class Reconfigurer:
                 old = service.store
                 service.store, service.settings = store, settings
                 await service.close()  # background embedding of the old banks
-                await old.close()
+                try:
+                    await old.close()
+                except Exception as exc:
+                    # The swap is done: the new store serves. `Store.close` let every bank and
+                    # the old lock go before raising; its banks' acknowledged writes had landed.
+                    # Raised here, `apply` said "nothing changed" and the new store never booted.
+                    log.error("old_store_close_failed", old=str(old.root), error=str(exc))
                 await service.boot_banks()
                 log.info("store_reopened", old=str(old.root), new=str(target))
                 applied = Applied.REOPENED
