@@ -205,6 +205,16 @@ async def test_without_a_server_the_stop_hook_queues_in_the_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     configure_endpoint(tmp_path, monkeypatch)
+    [job] = await _stop_hook_queued(tmp_path, monkeypatch, capsys)
+    assert job["session_id"] == SESSION
+    assert job["entries"][0]["text"] == "Remember that I deploy on Mondays"
+
+
+async def _stop_hook_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> list[dict[str, Any]]:
+    """The jobs a Stop hook run with no server left in the data dir's queue, for a turn whose
+    user said "Remember that I deploy on Mondays"."""
     data = tmp_path / "data"
     write_transcript(
         tmp_path / f"{SESSION}.jsonl",
@@ -213,9 +223,7 @@ async def test_without_a_server_the_stop_hook_queues_in_the_data_dir(
     assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
     queue = CaptureQueue(data)
     try:
-        [pending] = queue.pending()
-        assert pending.job["session_id"] == SESSION
-        assert pending.job["entries"][0]["text"] == "Remember that I deploy on Mondays"
+        return [pending.job for pending in queue.pending()]
     finally:
         queue.close()
 
@@ -423,18 +431,8 @@ async def test_a_stop_hook_with_no_configuration_queues_for_the_server_that_runs
     endpoint for absent and dropped every turn; the next server start, configured, had none to
     extract. A process that read no configuration queues the turn for whoever runs the queue."""
     monkeypatch.delenv(cli.CONFIG_ENV, raising=False)
-    data = tmp_path / "data"
-    write_transcript(
-        tmp_path / f"{SESSION}.jsonl",
-        [claude_line("user", "e1", "Remember that I deploy on Mondays")],
-    )
-    assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
-    queue = CaptureQueue(data)
-    try:
-        [pending] = queue.pending()
-        assert pending.job["entries"][0]["text"] == "Remember that I deploy on Mondays"
-    finally:
-        queue.close()
+    [job] = await _stop_hook_queued(tmp_path, monkeypatch, capsys)
+    assert job["entries"][0]["text"] == "Remember that I deploy on Mondays"
 
 
 def codex_stop(tmp_path: Path, **extra: Any) -> dict[str, Any]:

@@ -159,12 +159,17 @@ async def test_a_dns_rebinding_page_reads_nothing(
     assert _rules(server) == []
 
 
-@pytest.mark.parametrize(
+# What a web page can send to 127.0.0.1 (cross-origin, sandboxed, rebound under its own name, a
+# "simple" text POST): every such request is refused and changes nothing.
+FROM_A_PAGE = pytest.mark.parametrize(
     "headers",
     [{"Origin": EVIL}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}, {"Host": "rebound"},
      {"Content-Type": "text/plain"}],
     ids=["foreign-origin", "null-origin", "cross-site", "dns-rebinding", "simple-post"],
 )  # fmt: skip
+
+
+@FROM_A_PAGE
 async def test_a_page_reaches_no_mcp_tool(
     server: StandaloneServer, headers: dict[str, str]
 ) -> None:
@@ -187,12 +192,7 @@ async def test_a_page_reaches_no_mcp_tool(
     assert bank is None or bank.live_count() == 0
 
 
-@pytest.mark.parametrize(
-    "headers",
-    [{"Origin": EVIL}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}, {"Host": "rebound"},
-     {"Content-Type": "text/plain"}],
-    ids=["foreign-origin", "null-origin", "cross-site", "dns-rebinding", "simple-post"],
-)  # fmt: skip
+@FROM_A_PAGE
 async def test_a_page_can_neither_supersede_a_memory_nor_configure_a_bank(
     server: StandaloneServer, headers: dict[str, str]
 ) -> None:

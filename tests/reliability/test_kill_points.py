@@ -524,6 +524,37 @@ def _erased_sent(events: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str
     return [(p["id"], p["event_id"]) for _, p in events if p.get("event_type") == "erased"]
 
 
+def _sent_in(events: Path) -> list[tuple[str, str]]:
+    """The `erased` events recorded in `events` (none when nothing was sent)."""
+    lines = events.read_text().splitlines() if events.exists() else []
+    return _erased_sent(json.loads(line) for line in lines)
+
+
+def _forget_killed_at(
+    context: ForkServerContext,
+    seeded: Path,
+    half: Path,
+    events: Path,
+    scratch: Path,
+    step: Callable[[list[str]], int],
+) -> set[str]:
+    """Bruno's erasure over a copy of `seeded`, run whole once to learn what it erases and its
+    file operations, then again into `half`, killed at the one `step` picks from them (before
+    it sends anything); returns the ids it erases."""
+    reset(seeded, half)
+    done = run_call_killed(
+        context, _forget_announcing, (str(half), str(events)), 0, scratch=scratch
+    )
+    erased = {memory_id for memory_id, _ in _sent_in(events)}
+    reset(seeded, half)
+    events.unlink()
+    run = run_call_killed(
+        context, _forget_announcing, (str(half), str(events)), step(done.trace), scratch=scratch
+    )
+    assert run.killed and not events.exists()
+    return erased
+
+
 async def _announced_at_boot(data: Path) -> list[tuple[str, str]]:
     """The `erased` events a server opening `data` sends as it boots its banks."""
     emitter = RecordingEmitter()
@@ -549,8 +580,7 @@ def _killed_then_booted(
     events.unlink(missing_ok=True)
     run = run_call_killed(context, call, (str(data), str(events)), k, scratch=scratch)
     assert run.killed, k
-    lines = events.read_text().splitlines() if events.exists() else []
-    sent = _erased_sent(json.loads(line) for line in lines) + asyncio.run(_announced_at_boot(data))
+    sent = _sent_in(events) + asyncio.run(_announced_at_boot(data))
     assert asyncio.run(_announced_at_boot(data)) == [], k
     _no_trace_of_bruno_in_main(data, "after")
     return sent
@@ -578,7 +608,7 @@ def test_an_erasure_killed_anywhere_announces_each_memory_at_least_once_under_on
     done = run_call_killed(
         context, _forget_announcing, (str(data), str(events)), 0, scratch=scratch
     )
-    sent = _erased_sent(json.loads(line) for line in events.read_text().splitlines())
+    sent = _sent_in(events)
     erased = {memory_id for memory_id, _ in sent}
     assert len(erased) == len(sent) == 2, sent  # Bruno's two live memories in `main`
     intent = next(
@@ -617,7 +647,7 @@ def test_an_erasure_in_a_deleted_banks_trash_killed_anywhere_is_finished_and_ann
     done = run_call_killed(
         context, _forget_announcing, (str(data), str(events)), 0, scratch=scratch
     )
-    sent = _erased_sent(json.loads(line) for line in events.read_text().splitlines())
+    sent = _sent_in(events)
     erased = {memory_id for memory_id, _ in sent}
     assert len(erased) == len(sent) == 3, sent  # the book, the bicycle, Lisbon
     _no_trace_of_bruno_in_main(data, "after")
@@ -650,27 +680,19 @@ def test_an_erasure_a_boot_finishes_is_announced_at_least_once_though_that_boot_
     half, data, scratch = tmp_path / "half", tmp_path / "data", tmp_path / "scratch"
     events = tmp_path / "events.jsonl"
     scratch.mkdir()
-    reset(seeded, half)
-    done = run_call_killed(
-        context, _forget_announcing, (str(half), str(events)), 0, scratch=scratch
-    )
-    erased = {i for i, _ in _erased_sent(json.loads(x) for x in events.read_text().splitlines())}
-    intent = next(
-        k for k, op in enumerate(done.trace, 1) if op[:7] == "replace" and erasure.INTENT_FILE in op
-    )
-    reset(seeded, half)
-    events.unlink()
-    run = run_call_killed(
-        context, _forget_announcing, (str(half), str(events)), intent + 2, scratch=scratch
-    )
-    assert run.killed and not events.exists()
+
+    def past_the_intent(trace: list[str]) -> int:
+        written = next(
+            k for k, op in enumerate(trace, 1) if op[:7] == "replace" and erasure.INTENT_FILE in op
+        )
+        return written + 2
+
+    erased = _forget_killed_at(context, seeded, half, events, scratch, past_the_intent)
     reset(half, data)
     booted = run_call_killed(
         context, _boot_announcing, (str(data), str(events)), 0, scratch=scratch
     )
-    assert {
-        i for i, _ in _erased_sent(json.loads(x) for x in events.read_text().splitlines())
-    } == erased
+    assert {i for i, _ in _sent_in(events)} == erased
     for k in range(1, booted.ops + 1):
         reset(half, data)
         sent = _killed_then_booted(context, _boot_announcing, data, events, k, scratch)
@@ -700,27 +722,20 @@ def test_a_delete_killed_anywhere_still_announces_an_erasure_it_finished(
     half, data, scratch = tmp_path / "half", tmp_path / "data", tmp_path / "scratch"
     events = tmp_path / "events.jsonl"
     scratch.mkdir()
-    reset(seeded, half)
-    done = run_call_killed(
-        context, _forget_announcing, (str(half), str(events)), 0, scratch=scratch
-    )
-    erased = {i for i, _ in _erased_sent(json.loads(x) for x in events.read_text().splitlines())}
+
+    def at_the_intents_removal(trace: list[str]) -> int:
+        return next(
+            k for k, op in enumerate(trace, 1) if op[:6] == "unlink" and erasure.INTENT_FILE in op
+        )
+
+    erased = _forget_killed_at(context, seeded, half, events, scratch, at_the_intents_removal)
     assert len(erased) == 2  # Bruno's two live memories in `main`
-    cleared = next(
-        k for k, op in enumerate(done.trace, 1) if op[:6] == "unlink" and erasure.INTENT_FILE in op
-    )
-    reset(seeded, half)
-    events.unlink()
-    run = run_call_killed(
-        context, _forget_announcing, (str(half), str(events)), cleared, scratch=scratch
-    )
-    assert run.killed and not events.exists()
     assert (half / "main" / erasure.OUTBOX_FILE).exists()
     reset(half, data)
     deleted = run_call_killed(
         context, _delete_announcing, (str(data), str(events)), 0, scratch=scratch
     )
-    sent = _erased_sent(json.loads(x) for x in events.read_text().splitlines())
+    sent = _sent_in(events)
     assert {i for i, _ in sent} >= erased, sent
     for k in range(1, deleted.ops + 1):
         reset(half, data)
