@@ -11,6 +11,7 @@ from memory_worker.app.doctor import DOCTOR_PROBE_TEXT
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.config import Settings
+from memory_worker.storage.capture import CAPTURE_FILE, CaptureQueue
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
@@ -92,3 +93,75 @@ async def test_doctor_names_whether_turns_are_extracted(
     assert (check["ok"], check["required"]) == (ok, False)
     assert says in check["detail"]
     assert report["ok"] is True  # advisory: explicit saves and recall still work
+
+
+def _capture_check(report: dict[str, object]) -> dict[str, object]:
+    checks = report["checks"]
+    assert isinstance(checks, list)
+    check = {c["name"]: c for c in checks}["capture-queue"]
+    assert check["required"] is False  # advisory: saves and recall still work
+    return dict(check)
+
+
+_TURN = {"session_id": "s1", "bank": "main", "entries": [{"role": "user", "content": "hi"}]}
+_ENDPOINT = {"extraction_endpoint": "http://127.0.0.1:8088/v1"}
+
+
+async def test_doctor_says_no_turn_waits_when_the_queue_is_empty(
+    store: Store, clock: FixedClock
+) -> None:
+    service = MemoryService(store, Settings(**_ENDPOINT), clock=clock, engine_less=True)
+    check = _capture_check(await catalog.call(service, "memory::doctor", {}))
+    assert (check["ok"], check["detail"]) == (True, "no turn waits for extraction")
+    assert not (store.root / CAPTURE_FILE).exists()  # looking writes nothing
+
+
+async def test_doctor_names_turns_waiting_and_flags_them_past_a_day(
+    store: Store, clock: FixedClock
+) -> None:
+    # Turns a Stop hook queued wait for the extraction endpoint: a person asking why a
+    # conversation was not remembered needs to see them, and an endpoint that has taken more
+    # than a day is worth a look.
+    queue = CaptureQueue(store.root)
+    queue.enqueue(dict(_TURN), job_id="j1", now_ms=clock())
+    queue.close()
+    service = MemoryService(store, Settings(**_ENDPOINT), clock=clock, engine_less=True)
+    check = _capture_check(await catalog.call(service, "memory::doctor", {}))
+    assert check["ok"] is True
+    assert "1 turn(s) wait for extraction, the oldest queued 2026-11-01" in str(check["detail"])
+    clock.advance_days(2)
+    check = _capture_check(await catalog.call(service, "memory::doctor", {}))
+    assert check["ok"] is False
+    assert "waiting over a day" in str(check["detail"])
+
+
+async def test_doctor_flags_turns_queued_where_nothing_extracts_them(
+    store: Store, clock: FixedClock
+) -> None:
+    queue = CaptureQueue(store.root)
+    queue.enqueue(dict(_TURN), job_id="j1", now_ms=clock())
+    queue.close()
+    service = MemoryService(store, Settings(), clock=clock, engine_less=True)
+    check = _capture_check(await catalog.call(service, "memory::doctor", {}))
+    assert check["ok"] is False
+    assert "nothing here extracts them" in str(check["detail"])
+
+
+async def test_doctor_counts_the_jobs_that_will_never_run(store: Store, clock: FixedClock) -> None:
+    # A dead job's turn is not remembered and its messages stay in the file: visible, with the
+    # expired ones (messages dropped) told apart.
+    queue = CaptureQueue(store.root)
+    for job_id in ("j1", "j2", "j3"):
+        queue.enqueue(dict(_TURN, session_id=job_id), job_id=job_id, now_ms=clock())
+    queue.failed("j1", "model said no", now_ms=clock(), retry_in_ms=0, last=True)
+    queue.expire(clock() + 1, "expired: test", now_ms=clock())  # j2 and j3
+    service = MemoryService(store, Settings(**_ENDPOINT), clock=clock, engine_less=True)
+    try:  # read through the queue this process holds open
+        check = _capture_check(await catalog.call(service, "memory::doctor", {}))
+    finally:
+        queue.close()
+    assert check["ok"] is False
+    assert "3 job(s) will never run (2 expired" in str(check["detail"])
+    assert "1 failed past their attempts" in str(check["detail"])
+    reread = _capture_check(await catalog.call(service, "memory::doctor", {}))  # from the file
+    assert reread == check

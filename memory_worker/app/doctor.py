@@ -17,7 +17,7 @@ from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, WorkerError
 from memory_worker.core.models import utc_datetime
 from memory_worker.search.ranking import RecallQuery, rank
-from memory_worker.storage import files
+from memory_worker.storage import capture, files
 from memory_worker.storage.bank import SEMANTIC_COVERAGE
 from memory_worker.storage.logger import get_logger
 
@@ -29,6 +29,8 @@ DOCTOR_PROBE_TEXT = "doctor probe memory: memory roundtrip"
 DOCTOR_PROBE_QUERY = "memory roundtrip probe"
 _SCRATCH_DESCRIPTION = "doctor scratch"
 _SCRATCH_NAME = re.compile(r"doctor-[0-9]{6}")
+# A turn waiting longer than this for a configured endpoint is worth a person's look.
+STALE_CAPTURE_MS = 24 * 60 * 60_000
 
 
 class DoctorUseCases(EmbeddingWork):
@@ -46,6 +48,7 @@ class DoctorUseCases(EmbeddingWork):
             await self._check_links(),
             await self._check_embeddings(),
             self._check_extraction(),
+            await self._check_capture_queue(),
         ]
         if self.siblings is not None:  # advisory: what is degraded around us, and what that means
             try:
@@ -81,6 +84,38 @@ class DoctorUseCases(EmbeddingWork):
         else:
             via = "router::complete (see router-reachable)"
         return DoctorCheck(name="extraction", ok=True, detail=f"turns are extracted through {via}")
+
+    async def _check_capture_queue(self) -> DoctorCheck:
+        """Advisory: the finished turns waiting in the data dir's capture queue, and the jobs
+        that will never run (their turns not remembered): no other check and no response says
+        so, and a dead job keeps its turn's messages in `.capture.jsonl` until an erasure."""
+        held = await asyncio.to_thread(capture.summary, self.store.root)
+        parts: list[str] = []
+        ok = True
+        if held.pending:
+            oldest = utc_datetime(held.oldest_pending_at or 0).isoformat()
+            parts.append(f"{held.pending} turn(s) wait for extraction, the oldest queued {oldest}")
+            stale = self.clock() - (held.oldest_pending_at or 0) > STALE_CAPTURE_MS
+            if stale or not self.captures_turns():
+                ok = False
+                parts.append(
+                    "nothing here extracts them (see extraction); a server with an endpoint runs "
+                    "them, and one with none expires them after 7 days"
+                    if not self.captures_turns()
+                    else "waiting over a day: is the extraction endpoint answering?"
+                )
+        if held.dead:
+            ok = False
+            kept = held.dead - held.expired
+            parts.append(
+                f"{held.dead} job(s) will never run ({held.expired} expired, their messages "
+                f"dropped; {kept} failed past their attempts, their messages and last error "
+                f"kept in {capture.CAPTURE_FILE})"
+            )
+        if held.skipped_lines:
+            parts.append(f"{held.skipped_lines} torn or damaged line(s) passed over")
+        detail = "; ".join(parts) or "no turn waits for extraction"
+        return DoctorCheck(name="capture-queue", ok=ok, detail=detail)
 
     async def _check_embeddings(self) -> DoctorCheck:
         """Advisory: whether recall has its semantic arm, and what is still waiting for a vector."""

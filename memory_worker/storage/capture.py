@@ -45,7 +45,15 @@ from typing import Any
 from memory_worker.storage import files
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["CAPTURE_FILE", "MAX_JOB_ENTRIES", "CaptureQueue", "Pending", "erase_jobs"]
+__all__ = [
+    "CAPTURE_FILE",
+    "MAX_JOB_ENTRIES",
+    "CaptureQueue",
+    "Pending",
+    "QueueSummary",
+    "erase_jobs",
+    "summary",
+]
 
 log = get_logger(__name__)
 
@@ -325,6 +333,41 @@ def erase_jobs(
         return queue.erase(in_bank, ids)
     finally:
         queue.close()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """What the queue holds, for a person (doctor): counts and the oldest waiting turn."""
+
+    pending: int
+    oldest_pending_at: int | None  # epoch ms the oldest pending job was queued
+    dead: int  # jobs that will never run again (failed past their attempts, or expired)
+    expired: int  # of them, expired: their messages already left the file
+    skipped_lines: int  # torn or damaged lines the replay passed over
+
+
+def summary(root: Path) -> QueueSummary:
+    """The data dir's queue as it stands (blocking): through the queue open in this process (its
+    RAM is the file's), else a read-only replay of the file; nothing is written either way."""
+    with _OPEN_LOCK:
+        queue = _OPEN.get(_key(root))
+    if queue is not None:
+        with queue._mutex:
+            return _summarised(queue._state)
+    path = root / CAPTURE_FILE
+    return _summarised(_replay(path) if path.exists() else _State())
+
+
+def _summarised(state: _State) -> QueueSummary:
+    waiting = [pending.enqueued_at for pending in state.pending.values()]
+    expired = sum(1 for _, record in state.buried.values() if record.get("expired"))
+    return QueueSummary(
+        pending=len(waiting),
+        oldest_pending_at=min(waiting) if waiting else None,
+        dead=len(state.buried),
+        expired=expired,
+        skipped_lines=state.skipped_lines,
+    )
 
 
 def _replay(path: Path) -> _State:
