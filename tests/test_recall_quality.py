@@ -351,9 +351,9 @@ def _spec_misses(fresh: dict[str, Any]) -> list[str]:
 @pytest.mark.xfail(
     strict=True,
     reason="SPEC §4 golden bars (hit@3 ≥ 0.90, traps 0, pollution 0, PT within 0.05 of EN) are not "
-    "all reached: the default hybrid reaches hit@3 0.90 and Portuguese 0.93 (English 0.88), but "
-    "traps 2 queries and pollutes 15 (docs/BENCHMARKS.md); strict, so reaching them turns this "
-    "red until the mark goes",
+    "all reached: the default hybrid reaches hit@3 0.91, Portuguese 0.93 (English 0.90) and traps "
+    "none, but pollutes 14 (docs/BENCHMARKS.md); strict, so reaching them turns this red until "
+    "the mark goes",
 )
 def test_spec_bars_for_the_default_hybrid(fresh: dict[str, Any]) -> None:
     misses = _spec_misses(fresh)

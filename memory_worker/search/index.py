@@ -980,6 +980,18 @@ class LexicalIndex:
         mean: Floats = self._vector_sum[:-1] / (self._vector_sum[-1] + CENTER_PRIOR)
         return mean
 
+    def typical_cosine(self) -> float | None:
+        """The mean cosine between two of the live embeddings (unit vectors, as `cosine` takes
+        them): what two memories that say unrelated things score with this model, read off the
+        running sum (|Σv|² = n + Σ over ordered pairs of v·w). None under two embeddings."""
+        if self._dim == 0:
+            return None
+        n = float(self._vector_sum[-1])
+        if n < 2.0:
+            return None
+        total = self._vector_sum[:-1]
+        return (float(total @ total) - n) / (n * (n - 1.0))
+
     def centered_cosine(
         self, query: Sequence[float], strength: float = 1.0, centre: Floats | None = None
     ) -> Floats:

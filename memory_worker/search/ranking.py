@@ -1598,6 +1598,14 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
         chosen, final = chosen[kept], final[kept]
     if pool.speaker_only and final.size:
         final = _others_demoted(pool, chosen, final, query.fusion.others)
+    if (
+        query.mode is RecallMode.HYBRID
+        and semantic is not None
+        and query.fusion.same_fact > 0.0
+        and final.size > 1
+        and _policy(query.text) is Recency.CURRENT
+    ):
+        final = _newest_statements_first(pool, index, chosen, final, query)
     hits = [
         Hit(memory, score)
         for memory, score in zip(pool.memories(chosen), final.tolist(), strict=True)
@@ -1832,6 +1840,68 @@ def _demote_near_duplicates(
         elif has[i]:
             kept.append(i)
     return out, demoted
+
+
+def _newest_statements_first(
+    pool: Pool, index: LexicalIndex, chosen: Ints, scores: Floats, query: RecallQuery
+) -> Floats:
+    """`scores` of the `chosen` hits of a question about the present, each hit scored just
+    under the lowest newer hit that states the same fact, when it outranked it: "the newest
+    statement of a fact should win" (`Recency.CURRENT`). The same fact (`Fusion.same_fact`):
+    both of one subject and naming the same people (entity sets that meet, or a side naming
+    none: "Marta's favourite series…" is not the user's), their vectors at least `same_fact`
+    of the way from an unrelated pair's cosine (the bank's typical pair's, or the pair's mean
+    with the other hits when higher) to a restatement's, and the newer a strong
+    hit (`same_fact_strong` of the older's score), so a weak near neighbour never takes the
+    place of the answer. The gates read the scores as they came; a hit only ever goes down,
+    to just under a newer one, so the newest of the fact's statements comes first and the
+    older ones follow it (a tie among them breaks, as every tie, toward the newer)."""
+    fusion = query.fusion
+    slots = pool.slots[chosen]
+    live = slots >= 0  # a retired record (history, `as_of`) has no vector here
+    rows = (live & index.has_vector[np.where(live, slots, 0)]).nonzero()[0]
+    typical = index.typical_cosine()
+    if rows.size < 2 or typical is None or query.duplicate_cosine <= typical:
+        return scores
+    stated = pool.signal("stated_at", chosen[rows]).astype(np.float64)
+    values = scores[rows]
+    # [a, b]: `a` older than `b` and above it, `b` a strong hit (no vector read yet).
+    pairs = (
+        (stated[:, None] < stated[None, :])
+        & (values[:, None] > values[None, :])
+        & (fusion.same_fact_strong * values[:, None] <= values[None, :])
+    )
+    if not pairs.any():
+        return scores
+    vectors = index.vectors[slots[rows]].astype(np.float64)
+    cosines = vectors @ vectors.T
+    norms = np.sqrt(np.maximum(cosines.diagonal(), 1e-24))
+    cosines /= norms[:, None] * norms[None, :]
+    # Unrelated is the bank's typical pair, or, when higher, the pair's mean cosine with the
+    # other hits: a model that sets a language or a topic apart (MiniLM reads every Portuguese
+    # memory as near every other) would otherwise see each pair of its hits there as one fact.
+    # The same fact stands out from the hits around it too.
+    k = rows.size
+    unrelated = np.full((k, k), typical)
+    if k > 2:
+        others = cosines.sum(axis=1) - cosines.diagonal()
+        around = (others[:, None] + others[None, :] - 2.0 * cosines) / (2.0 * (k - 2))
+        unrelated = np.maximum(unrelated, around)
+    bar = unrelated + fusion.same_fact * (query.duplicate_cosine - unrelated)
+    pairs &= (cosines >= bar) & (unrelated < query.duplicate_cosine)  # and their vectors close
+    older, newer = pairs.nonzero()
+    if not older.size:
+        return scores
+    out = scores.copy()
+    for a, b in zip(older.tolist(), newer.tolist(), strict=True):
+        first, second = pool.memories(chosen[rows[[a, b]]])  # the few pairs found, read alone
+        if not same_subject(first.subject, second.subject):
+            continue
+        mine = {entity.casefold() for entity in first.entities}
+        if mine and second.entities and mine.isdisjoint(e.casefold() for e in second.entities):
+            continue
+        out[rows[a]] = min(float(out[rows[a]]), math.nextafter(float(values[b]), -math.inf))
+    return out
 
 
 def _others_demoted(pool: Pool, chosen: Ints, scores: Floats, factor: float) -> Floats:

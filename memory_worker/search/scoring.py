@@ -156,6 +156,21 @@ class Fusion:
     session: float = 0.15
     session_strong: float = 0.85
     session_pool: int = 40
+    # A question about the present (`Recency.CURRENT`): an older hit stating the same fact as a
+    # newer one is scored just under it (`ranking._newest_statements_first`). Past the
+    # half-life the decay alone barely orders two statements of one fact (their ratio at the
+    # floor is ~0.9), so an old one whose words match the question better still won ("the
+    # user's favourite TV series is Succession." over a newer "right now the user's favourite
+    # series is Severance." for "what's my favourite tv show these days?"). The same fact: the
+    # same subject and people, vectors at least `same_fact` of the way from an unrelated pair's
+    # cosine (the bank's typical pair's, or the pair's mean with the other hits when higher) to
+    # a restatement's (the embedder's `duplicate_cosine`), and the newer a strong hit too
+    # (`same_fact_strong` of the older's score, as `session_strong`). 0: off. Half way is set by
+    # argument: the tuning halves cannot choose it (golden `tu-15`, `tu-14`'s twin, is right
+    # either way; LoCoMo asks 8 questions about the present and none moves); docs/BENCHMARKS.md
+    # "The newest statement of a fact" has the grid and a held-out household.
+    same_fact: float = 0.5
+    same_fact_strong: float = 0.85
     # Where the recency decay stops, per question shape (1.0: no decay at all).
     current_floor: float = 0.5
     default_floor: float = 1.0
