@@ -18,7 +18,10 @@ from memory_worker.search.ranking import RecallQuery, indexed, rank
 from memory_worker.search.scoring import DEFAULT_FUSION, Fusion
 
 NOW_MS = int(datetime(2023, 3, 1, tzinfo=UTC).timestamp() * 1000)
-OFF = Fusion(others=1.0)
+# The named-entity rule (`Fusion.unnamed`, tests/test_recall_named_entity.py) off on both sides:
+# with `others` off, a first-person question is its ("I" names the user), which would blur this.
+ON = Fusion(unnamed=1.0)
+OFF = Fusion(others=1.0, unnamed=1.0)
 
 
 def _memory(mid: str, text: str, entities: tuple[str, ...], subject: str | None = None) -> Memory:
@@ -55,7 +58,7 @@ FILLER = tuple(
 
 
 def _scores(
-    text: str, fusion: Fusion = DEFAULT_FUSION, memories: tuple[Memory, ...] = HOUSEHOLD
+    text: str, fusion: Fusion = ON, memories: tuple[Memory, ...] = HOUSEHOLD
 ) -> dict[str, float]:
     """Hit id -> score, best first."""
     by_id = {m.id: m for m in (*memories, *FILLER)}
@@ -65,9 +68,7 @@ def _scores(
     return {hit.memory.id: hit.score for hit in rank(by_id, index, query)}
 
 
-def _rank(
-    text: str, fusion: Fusion = DEFAULT_FUSION, memories: tuple[Memory, ...] = HOUSEHOLD
-) -> list[str]:
+def _rank(text: str, fusion: Fusion = ON, memories: tuple[Memory, ...] = HOUSEHOLD) -> list[str]:
     return list(_scores(text, fusion, memories))
 
 
@@ -157,3 +158,12 @@ def test_a_question_for_a_procedure_and_a_fact_about_a_thing_are_left_alone() ->
     assert asks_about_speaker("eu como carne?")  # "como" the verb: about the speaker
     assert not about_someone_else("Deploys go through ArgoCD since March.", ["argocd"])
     assert not about_someone_else("Tests run with pytest -x in CI.", ["pytest", "ci"])
+
+
+@pytest.mark.parametrize("question", ["which sport do I play?", "do I prefer tabs?"])
+def test_the_named_entity_rule_leaves_a_question_about_the_speaker_to_this_one(
+    question: str,
+) -> None:
+    # "I" names the user, whom another's fact does not carry: `others` already weighs that, and
+    # both at once (0.6 × 0.9) would make the speaker's own a trump.
+    assert _scores(question, DEFAULT_FUSION) == _scores(question, ON)

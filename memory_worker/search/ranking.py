@@ -835,6 +835,8 @@ def _with_retired(
         ),
         dated=np.concatenate((dated, np.asarray([d for _, _, _, d in extra], bool))),
         lanes={lane: np.concatenate((r, np.zeros(n))) for lane, r in pool.lanes.items()},
+        # Per live slot, as before (`_unnamed_demoted` reads it; the column above scores).
+        entity_tally=pool.entity_tally,
     )
 
 
@@ -1612,8 +1614,30 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     ]
     if query.mode is RecallMode.HYBRID and query.fusion.context > 0:
         hits = _with_context(hits, index, query, pool.source)
+    if query.mode is RecallMode.HYBRID and query.fusion.unnamed != 1.0 and not pool.speaker_only:
+        hits = _unnamed_demoted(hits, index, pool.entity_tally, query.fusion.unnamed)
     _sort_hits(hits)
     return hits[: query.limit]
+
+
+def _unnamed_demoted(
+    hits: list[Hit], index: LexicalIndex, tally: Floats | None, factor: float
+) -> list[Hit]:
+    """`hits` with the score of each live memory carrying none of the entities the query names
+    times `factor` (`Fusion.unnamed`); the same list when it names none. "What pets does Nate
+    have?": nearly every turn that answers it is Nate's own, and the entity boost lifts every one
+    of his alike, so the other speaker's "Aww, Nate, your turtles!" kept its place above them on
+    its words. Last, on the returned hits only, like `_others_demoted`: earlier, the other
+    speaker's question ("what got you into running?") lost the anchor place it lends its answer
+    from (`_with_context`). A retired record (history, `as_of`) has no slot to read: as it was."""
+    if tally is None:
+        return hits
+    out = []
+    for hit in hits:
+        slot = index.slot(hit.memory.id)
+        unnamed = slot >= 0 and tally[slot] <= 0.0
+        out.append(Hit(hit.memory, hit.score * factor) if unnamed else hit)
+    return out
 
 
 def _session_supported(

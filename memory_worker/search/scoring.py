@@ -92,6 +92,14 @@ class Fusion:
     question_form: float = 1.0
     rrf_k: float = 10.0  # RRF's rank offset: small, because only the top ~10 matter here
     entity: float = 0.6  # per query term naming one of the memory's entities (× its specificity)
+    # × the score of a returned memory carrying none of the entities the query names
+    # (`ranking._unnamed_demoted`): a question about Nate is answered by memories about Nate
+    # (LoCoMo: 97% of category-1 evidence turns are the named speaker's own), and the entity
+    # boost adds the same to all of them however weakly each matches. 1: off. Chosen on LoCoMo
+    # 0-4 (`bench/tune_recall.py --grid 'unnamed=…'`, docs/BENCHMARKS.md "Memories of the
+    # named entity"): 1 / 0.95 / 0.9 / 0.85 / 0.8 gave category 1 0.520 / 0.524 / 0.528 / 0.528
+    # / 0.533, and 0.8 cost category 4 (0.886 → 0.882); the golden tuning queries gained a hit.
+    unnamed: float = 0.9
     corroboration: float = 0.03  # × ln(1 + times re-observed): diminishing returns
     pinned: float = 0.07  # a bonus, not a trump: pinned memories still decay
     # Lexical + semantic relevance a memory needs at all. Off: a long query (extraction asks with a

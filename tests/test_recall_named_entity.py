@@ -1,0 +1,75 @@
+"""Memories of the named entity (`Fusion.unnamed`): a question naming someone ("What pets does
+Nate have?") is answered by memories about them, so a returned memory carrying none of the
+entities the question names ranks at `unnamed` of its score: the other speaker's "Nate, your
+pets…" no longer sits above Nate's own words on its own words. A question naming no entity ranks
+as without the rule. Written for this rule, never tuned on (the figures: docs/BENCHMARKS.md
+"Memories of the named entity")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from memory_worker.core.models import Confidence, Memory
+from memory_worker.search.index import LexicalIndex
+from memory_worker.search.ranking import RecallQuery, indexed, rank
+from memory_worker.search.scoring import DEFAULT_FUSION, Fusion
+
+NOW_MS = int(datetime(2023, 3, 1, tzinfo=UTC).timestamp() * 1000)
+OFF = Fusion(unnamed=1.0)
+
+
+def _memory(mid: str, text: str, speaker: str) -> Memory:
+    return Memory(
+        id=mid,
+        text=text,
+        entities=(speaker,),
+        confidence=Confidence.EXTRACTED,
+        created_at=NOW_MS - 30 * 86_400_000,
+        updated_at=NOW_MS - 30 * 86_400_000,
+    )
+
+
+# A chat of two, each turn carrying its speaker as its entity (as a transcript import saves it).
+CHAT = (
+    _memory("his_dog", "Nate: we got a new addition to the family, Max, a pet dog.", "nate"),
+    _memory("her_praise", "Joanna: Aww Nate, pets! Your pets are so cute, Nate!", "joanna"),
+    _memory("her_script", "Joanna: I finished my screenplay about pets and loss.", "joanna"),
+    _memory("his_games", "Nate: I won my second video game tournament.", "nate"),
+    *(
+        _memory(f"f{i}", f"{name}: chatting about the weather and the bus {i}.", name)
+        for i, name in enumerate(("nate", "joanna") * 12)
+    ),
+)
+
+
+def _scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, float]:
+    """Hit id -> score, best first."""
+    by_id = {m.id: m for m in CHAT}
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in by_id.values())
+    query = RecallQuery(text=text, limit=5, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion)
+    return {hit.memory.id: hit.score for hit in rank(by_id, index, query)}
+
+
+def test_the_named_persons_own_memory_outranks_anothers_that_matches_more_words() -> None:
+    ranked = list(_scores("What pets does Nate have?"))
+    assert ranked.index("his_dog") < ranked.index("her_praise")
+    # Without the rule the other speaker's turn, "pets" twice and the name in its words, led.
+    off = list(_scores("What pets does Nate have?", OFF))
+    assert off.index("her_praise") < off.index("his_dog")
+
+
+def test_a_memory_without_the_named_entity_keeps_that_share_of_its_score() -> None:
+    on, off = _scores("What pets does Nate have?"), _scores("What pets does Nate have?", OFF)
+    assert on["his_dog"] == off["his_dog"]  # Nate's own: untouched
+    assert on["her_praise"] == DEFAULT_FUSION.unnamed * off["her_praise"]
+    assert DEFAULT_FUSION.unnamed < 1.0
+
+
+def test_a_question_naming_no_entity_ranks_as_without_the_rule() -> None:
+    assert _scores("Who has pets?") == _scores("Who has pets?", OFF)
+
+
+def test_a_question_naming_both_speakers_demotes_neither() -> None:
+    both = "Do Nate and Joanna like pets?"
+    assert _scores(both) == _scores(both, OFF)
