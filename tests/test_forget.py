@@ -38,7 +38,7 @@ from memory_worker.storage.capture import CAPTURE_FILE, CaptureQueue, erase_jobs
 from memory_worker.storage.deliveries import FileDeliveries
 from memory_worker.storage.snapshot import SNAPSHOT_FILE
 from memory_worker.storage.store import Store
-from memory_worker.storage.vectors import VECTORS_FILE
+from memory_worker.storage.vectors import VECTORS_FILE, text_hash
 
 from .capture_fakes import ScriptedModel
 from .conftest import HOLDER
@@ -283,6 +283,31 @@ class TestForget:
         assert _grep(data_dir, "flowerpot")
         await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
         assert _grep(data_dir, "flowerpot") == [] and not leftover.exists()
+
+    @pytest.mark.parametrize("name", [erasure.INTENT_FILE, erasure.OUTBOX_FILE])
+    async def test_a_rewrite_of_its_own_files_a_kill_cut_short_leaves_no_name_behind(
+        self, service: MemoryService, store: Store, data_dir: Path, name: str
+    ) -> None:
+        """The intent and the outbox name the person and their ids, and are rewritten whole
+        while another erasure's entries stay in them: a kill inside such a rewrite left its temp
+        file, which the load that finished and announced the erasure, removing the file, kept
+        for good (only a later write of the same file swept it)."""
+        ids = await _populate(service)
+        folder = data_dir / "main"
+        if name == erasure.INTENT_FILE:  # as if the process died past it
+            erasure.write_intent(folder, "ana", ids["ana"])
+        else:  # as if it died past the erasure, before announcing it
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+            erasure.write_unannounced(folder, dict.fromkeys(ids["ana"], ("ana", None)))
+        leftover = folder / f".{name}.0123abcd.tmp"
+        leftover.write_bytes((folder / name).read_bytes())
+        await store.reload()  # finishes the erasure
+        await service.boot_banks()  # announces it
+        assert not (folder / erasure.INTENT_FILE).exists()
+        assert not (folder / erasure.OUTBOX_FILE).exists()
+        for needle in ("flowerpot", *ids["ana"]):
+            assert _grep(data_dir, needle) == [], needle
+        assert not leftover.exists()
 
     async def test_a_trashed_copys_access_counts_lose_their_ids(
         self, service: MemoryService, data_dir: Path
@@ -1411,6 +1436,51 @@ class TestVectorsInFlight:
         await storing
         assert _grep(data_dir, memory.id) == []
 
+    @pytest.mark.parametrize("where", ["live", "finished by the next load", "trashed"])
+    async def test_a_memory_moved_to_someone_else_keeps_no_vector_of_what_it_said_of_them(
+        self, service: MemoryService, store: Store, data_dir: Path, where: str
+    ) -> None:
+        """A memory about Ana edited to be about Bruno (its text and context too): the erasure
+        takes the revisions that were hers out of the log, but the sidecars kept the vectors
+        (and text hashes) of her text and her context, embedded while it was hers, for good."""
+        await call(service, "memory::bank::create", name="main", subject_scoping=True)
+        saved = await call(
+            service, "memory::save", text=ANA_TEXTS[0], subject="ana", context="at Ana's flat"
+        )
+        bank = store.get("main")
+
+        async def embed() -> None:
+            for memory in bank.memories.values():
+                await bank.store_vectors("test-model", [(memory, [1.0, 0.0])])
+                await bank.lane_vectors.store(
+                    "test-model", [("context", memory, [0.0, 1.0])], bank.memories
+                )
+
+        await embed()
+        memory_id = saved["memory"]["id"]
+        await call(
+            service,
+            "memory::update",
+            id=memory_id,
+            text=BRUNO_TEXT,
+            subject="bruno",
+            context="at the office",
+        )
+        await embed()
+        hers = [text_hash(ANA_TEXTS[0]), text_hash("at Ana's flat")]
+        his = [text_hash(BRUNO_TEXT), text_hash("at the office")]
+        assert all(_grep(data_dir, h) for h in hers + his)  # the traces exist
+        if where == "finished by the next load":
+            erasure.write_intent(data_dir / "main", "ana")  # as if the process died right after
+            await store.reload()
+        else:
+            if where == "trashed":
+                await call(service, "memory::bank::delete", name="main")
+            await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        for needle in hers:
+            assert _grep(data_dir, needle) == [], needle
+        assert all(_grep(data_dir, h) for h in his)  # Bruno's own vectors stay
+
 
 async def test_the_ledger_of_what_a_conversation_was_handed_loses_their_ids(
     service: MemoryService, data_dir: Path
@@ -1746,6 +1816,37 @@ class TestCaptureQueue:
             )
         assert runner.queue.dead == 0 and _grep(data_dir, "AB negative") == []
         await runner.close()
+
+    async def test_a_reason_the_model_gave_while_the_erasure_ran_is_not_written_after_it(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        """The model, shown Ana's memory, answered in prose quoting it after the erasure had
+        rewritten the queue: the failed attempt's reason, written then, kept her words in the
+        file (for good once the job died: a dead job's reason is kept for a person)."""
+        ids = await _populate(service)
+        await call(service, "memory::bank::configure", name="main", subject_scoping=False)
+
+        class ErasedMeanwhile(_Refusing):
+            erased = False
+
+            async def complete(self, system_prompt: str, user_text: str) -> str:
+                reply = await super().complete(system_prompt, user_text)
+                if not self.erased:  # while the model thinks, the person is erased
+                    self.erased = True
+                    await call(
+                        service, "memory::forget-subject", subject="ana", confirm="destructive"
+                    )
+                return reply
+
+        runner = CaptureRunner(service, CaptureQueue(data_dir), ErasedMeanwhile())
+        asked = _said("u1", "Where is the spare key kept?")
+        await runner.enqueue({"session_id": "s2", "bank": "main", "entries": [asked]})
+        assert await runner.run_once() == 0  # refused: retried later
+        [waiting] = runner.queue.pending()
+        assert waiting.attempts == 1 and "flowerpot" not in (waiting.error or "")
+        await runner.close()
+        for needle in ("flowerpot", *ids["ana"]):
+            assert _grep(data_dir, needle) == [], needle
 
     def test_a_decision_made_over_their_memories_during_the_erasure_is_not_journaled(
         self, data_dir: Path

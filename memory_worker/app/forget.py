@@ -137,16 +137,15 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             # landing after the sidecar's rewrite stayed for good): a vector stored meanwhile for
             # a memory about them is caught too.
             await bank.vector_writes_settled()
-            await asyncio.to_thread(
-                functools.partial(erasure.erase_vectors, within=bank.root),
-                bank.path / VECTORS_FILE,
-                set(about),
+            # The memories as the erased log holds them: a vector of an earlier revision (a
+            # memory moved to someone else, embedded while it was theirs) goes too. The bank's
+            # own mapping, looked up from the thread: an edit landing meanwhile is judged by
+            # its new text, whose vector may be appended before the sidecar is read.
+            erase = functools.partial(
+                erasure.erase_vectors, within=bank.root, current=bank.memories
             )
-            await asyncio.to_thread(
-                functools.partial(erasure.erase_vectors, within=bank.root),
-                bank.path / LANE_VECTORS_FILE,
-                set(about),
-            )
+            await asyncio.to_thread(erase, bank.path / VECTORS_FILE, set(about))
+            await asyncio.to_thread(erase, bank.path / LANE_VECTORS_FILE, set(about))
             await asyncio.to_thread(bank.access.forget, about)
             await self.erase_deliveries(name, about)  # their ids: fingerprints of their words
             queued = await self._erase_queued(name, about)

@@ -351,6 +351,7 @@ class CaptureRunner:
         extract_job = ExtractJob(
             session_id=session_id, bank=bank, until=until, agent=agent, at=pending.enqueued_at
         )
+        erasures = self.queue.erasures  # one of its bank during the attempt takes its reason
         try:
             if not self.service.settings.extraction_enabled or self.service.was_deleted(bank):
                 await extractor.pass_over(extract_job)  # its words must never reach a later pass
@@ -380,6 +381,7 @@ class CaptureRunner:
                 now_ms=self.service.clock(),
                 retry_in_ms=retry_in,
                 last=last,
+                since=erasures,
             )
             log.warning(
                 "capture_failed",

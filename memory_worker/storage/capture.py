@@ -28,7 +28,8 @@ bank's jobs can be shown not to hold the person's words. The bank's dead jobs (n
 leave whole, every finished job's lines leave, and a pending job (still to be read, and then
 compacted away) keeps its messages but not the reasons of its failed attempts (a prose reply
 quotes what the model was shown) nor a decision made over one of the erased memories (its ids
-are fingerprints of their words; the job asks the model again).
+are fingerprints of their words; the job asks the model again). An attempt the erasure overlapped
+(its model shown their memories before it) writes neither when it ends (`failed`'s `since`).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class CaptureQueue:
         self._state = _replay(self.path)
         self._compacted = 0  # the file's size after this process last rewrote it
         self._erased: set[str] = set()  # memories erased while open: never journaled again
+        # Erasures through this queue so far, and the last one that scrubbed each pending job:
+        # an attempt that began before it cannot write the reason it failed with (`failed`).
+        self._erasures = 0
+        self._scrubbed: dict[str, int] = {}
         with _OPEN_LOCK:
             _OPEN[_key(root)] = self
 
@@ -124,6 +129,12 @@ class CaptureQueue:
     @property
     def dead(self) -> int:
         return self._state.dead
+
+    @property
+    def erasures(self) -> int:
+        """How many erasures went through this queue: an attempt notes it as it begins, and
+        hands it to `failed`."""
+        return self._erasures
 
     def pending(self) -> list[Pending]:
         """Jobs not done yet, in the order they were queued (the file's): not by the clock's
@@ -174,21 +185,36 @@ class CaptureQueue:
         with self._mutex:
             self._append(record)
             self._state.pending.pop(job_id, None)
+            self._scrubbed.pop(job_id, None)
             self._state.done += 1
             if cursor:
                 self._state.cursors[session_id] = cursor
 
     def failed(
-        self, job_id: str, error: str, *, now_ms: int, retry_in_ms: int, last: bool = False
+        self,
+        job_id: str,
+        error: str,
+        *,
+        now_ms: int,
+        retry_in_ms: int,
+        last: bool = False,
+        since: int | None = None,
     ) -> bool:
         """Record a failed attempt; True when the job will be retried, False when it is dead
-        (past the attempt limit, or `last`: the caller knows no retry will help)."""
+        (past the attempt limit, or `last`: the caller knows no retry will help). `since`: the
+        `erasures` count when the attempt began. An erasure of the job's bank since then took
+        the reasons it had; this one is of the same kind (a prose reply quoting the memories
+        the model was shown before the erasure), so it is not written either: written after
+        the erasure, it kept the person's words in the file (for good in a dead job's line)."""
         with self._mutex:
             pending = self._state.pending[job_id]
+            if since is not None and self._scrubbed.get(job_id, 0) > since:
+                error = ERASED_REASON
             if last or pending.attempts + 1 >= MAX_ATTEMPTS:
                 record = {"op": "dead", "id": job_id, "at": now_ms, "error": error}
                 self._append(record)
                 self._state.bury(pending, record)
+                self._scrubbed.pop(job_id, None)
                 return False
             retry_at = now_ms + retry_in_ms
             self._append(
@@ -238,14 +264,17 @@ class CaptureQueue:
         every decision; the file is rewritten whole, atomically. The dead jobs dropped."""
         with self._mutex:
             self._erased.update(ids)
+            self._erasures += 1
             state = self._state
             for pending in state.pending.values():
                 if pending.decided is not None and not self._erased.isdisjoint(
                     pending.decided["known"]
                 ):
                     pending.decided = None  # asked again: the shown memories are read anew
-                if in_bank(pending.job) and pending.error is not None:
-                    pending.error = ERASED_REASON
+                if in_bank(pending.job):
+                    self._scrubbed[pending.id] = self._erasures  # an attempt running now too
+                    if pending.error is not None:
+                        pending.error = ERASED_REASON
             dropped = [i for i, (born, _) in state.buried.items() if in_bank(born["job"])]
             for job_id in dropped:
                 del state.buried[job_id]

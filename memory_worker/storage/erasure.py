@@ -1,13 +1,14 @@
 """Erasing every trace of one subject from a bank's files: the right to be forgotten.
 
 What holds a memory about the subject: the bank's `memories.jsonl` (every revision), its derived
-`vectors.jsonl` and `lane-vectors.jsonl`, the snapshots `.index.npz` and `.records.npz` (removed
-whole), and the same files in each trashed copy of the bank under `.trash/`. They are separate
-files, so the erasure is made all-or-nothing by an intent: `.forget-subject.json` is written
-(atomically) before the first file changes, and removed after the last; a bank that loads with an
-intent finishes the erasure first (`resume`). A crash before the intent leaves everything, after
-it the next load erases everything. Each file is replaced crash-safely (`files.replace_with`), and
-each step is idempotent, so finishing twice is harmless.
+`vectors.jsonl` and `lane-vectors.jsonl` (with the stale lines of a memory's earlier revisions:
+one moved to someone else kept the vectors of what it said of them), the snapshots `.index.npz`
+and `.records.npz` (removed whole), and the same files in each trashed copy of the bank under
+`.trash/`. They are separate files, so the erasure is made all-or-nothing by an intent:
+`.forget-subject.json` is written (atomically) before the first file changes, and removed after
+the last; a bank that loads with an intent finishes the erasure first (`resume`). A crash before
+the intent leaves everything, after it the next load erases everything. Each file is replaced
+crash-safely (`files.replace_with`), and each step is idempotent, so finishing twice is harmless.
 
 The intent names the subject (an id, not a memory's text) and lives only while the erasure runs.
 It also holds a random key per subject, from which each `erased` event's `event_id` is derived.
@@ -42,7 +43,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -61,7 +62,7 @@ from memory_worker.storage.log import (
 )
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.snapshot import DERIVED_FILES
-from memory_worker.storage.vectors import VECTORS_FILE
+from memory_worker.storage.vectors import VECTORS_FILE, text_hash
 
 __all__ = [
     "INTENT_FILE",
@@ -374,8 +375,7 @@ def clear_intent(bank_path: Path, subject: str | None = None) -> None:
     if left:
         _write_intent(bank_path, sorted(left), held, keys)
         return
-    # Its folder is synced by `remove_file`.
-    files.remove_file(bank_path / INTENT_FILE, within=bank_path.parent)
+    _remove_named(bank_path / INTENT_FILE, within=bank_path.parent)
 
 
 Unannounced = dict[str, tuple[str, str | None]]  # memory id → (subject, the erasure's key)
@@ -413,12 +413,21 @@ def write_unannounced(bank_path: Path, entries: Unannounced, *, done: Iterable[s
             held.pop(memory_id, None)
     path = bank_path / OUTBOX_FILE
     if not held:
-        if os.path.lexists(path):
-            files.remove_file(path, within=bank_path.parent)  # syncs its folder
+        _remove_named(path, within=bank_path.parent)
         return
     body = {"erased": {i: [s, k] if k else [s] for i, (s, k) in sorted(held.items())}}
     files.atomic_write(path, json.dumps(body).encode(), within=bank_path.parent)
     files.fsync_dir(bank_path)
+
+
+def _remove_named(path: Path, *, within: Path) -> None:
+    """Remove one of the files that name the person (the intent, the outbox, the trash intent),
+    and the temp files of its rewrites a kill cut short: each held what the file held then,
+    and only a later write of it swept them (`atomic_write`), so the removal that ends its
+    last erasure left them, with their name and ids, for good."""
+    if os.path.lexists(path):
+        files.remove_file(path, within=within)  # syncs its folder
+    files.remove_leftovers(path)
 
 
 def drop_unfilterable(log_path: Path, *, within: Path | None = None) -> None:
@@ -458,9 +467,20 @@ def erase_log_file(path: Path, subject: str, *, within: Path | None = None) -> s
     return gone
 
 
-def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> None:
+def erase_vectors(
+    path: Path,
+    ids: set[str],
+    *,
+    within: Path | None = None,
+    current: Mapping[str, Memory] | None = None,
+) -> None:
     """Rewrite a vector sidecar without `ids` (and without unreadable lines: derived data, a
-    later pass re-embeds whatever it misses)."""
+    later pass re-embeds whatever it misses). `current`: the memories as the erased log holds
+    them; a line that is not the vector of its memory's text there (of an earlier revision)
+    goes too. A memory moved to someone else keeps its id, and the vector of what it said
+    while it was theirs (their words embedded, their text's hash) stayed in the sidecar, whose
+    stale lines nothing ever reads and nothing else removes. Judged from the log as it is, so
+    the load that finishes an erasure a kill cut short drops them as well."""
     if not os.path.lexists(path):
         return
     kept: list[bytes] = []
@@ -468,8 +488,7 @@ def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> N
     for _, line, _ in files.iter_lines(path, within=within):
         try:
             row = json.loads(line)
-            # A lane vector's id is `<memory id>#<lane>`: it goes with its memory.
-            keep = isinstance(row, dict) and str(row.get("id")).split("#")[0] not in ids
+            keep = isinstance(row, dict) and _kept_vector(row, ids, current or {})
         except (ValueError, RecursionError):
             keep = False
         if keep:
@@ -478,6 +497,23 @@ def erase_vectors(path: Path, ids: set[str], *, within: Path | None = None) -> N
             dropped = True
     if dropped:
         files.replace_with(path, kept, lambda _: None, within=within)
+
+
+def _kept_vector(row: dict[str, object], ids: set[str], current: Mapping[str, Memory]) -> bool:
+    """Whether a sidecar line stays: its memory is not erased, and the line is the vector of
+    what its memory says now (`current`), when that is known."""
+    # A lane vector's id is `<memory id>#<lane>`: it goes with its memory.
+    memory_id, _, lane = str(row.get("id")).partition("#")
+    if memory_id in ids:
+        return False
+    memory = current.get(memory_id)
+    if memory is None:
+        return True  # landed after the erased log was read (or never in it): not judged here
+    hashed = row.get("text_hash")
+    if hashed is None:  # a Rust worker's line: current only at the revision it was made for
+        return row.get("revision", 0) == memory.revision
+    text = getattr(memory, lane, None) if lane else memory.text
+    return isinstance(text, str) and bool(text) and hashed == text_hash(text)
 
 
 def _trashed_copies(root: Path, bank: str) -> list[Path]:
@@ -515,9 +551,13 @@ def trashed_ids(root: Path, bank: str, subject: str) -> set[str]:
 
 
 def _ids_in_log(path: Path, subject: str, *, within: Path) -> set[str]:
+    return erased_ids(_records_in(path, within=within), subject)
+
+
+def _records_in(path: Path, *, within: Path) -> list[Memory]:
     if not os.path.lexists(path):
-        return set()
-    return erased_ids(read_all(path, within=within)[0], subject)
+        return []
+    return read_all(path, within=within)[0]
 
 
 def erase_trashed(
@@ -552,10 +592,13 @@ def _erase_trashed(
         # An earlier, killed attempt's temp files.
         for name in (MEMORIES_FILE, VECTORS_FILE, LANE_VECTORS_FILE):
             files.remove_replacements(copy / name)
-        about = _ids_in_log(copy / MEMORIES_FILE, subject, within=root)
+        records = _records_in(copy / MEMORIES_FILE, within=root)
+        about = erased_ids(records, subject)
         gone = about | set(also) | intended_ids(copy, subject)
-        erase_vectors(copy / VECTORS_FILE, gone, within=root)
-        erase_vectors(copy / LANE_VECTORS_FILE, gone, within=root)
+        # Judged against the log as its erasure leaves it (rewritten below, after them).
+        current = replayed(forget_plan(subject)(records))
+        erase_vectors(copy / VECTORS_FILE, gone, within=root, current=current)
+        erase_vectors(copy / LANE_VECTORS_FILE, gone, within=root, current=current)
         access = AccessStats(copy / ACCESS_FILE, within=root)  # ids are fingerprints of texts
         access.load()
         access.forget(gone)
@@ -617,8 +660,7 @@ def trash_intents(root: Path) -> list[TrashErasure]:
 def _write_trash_intents(root: Path, erasures: list[TrashErasure]) -> None:
     path = root / TRASH_INTENT_FILE
     if not erasures:
-        if os.path.lexists(path):
-            files.remove_file(path, within=root)  # syncs its folder
+        _remove_named(path, within=root)
         return
     body = {"erasures": [e._asdict() for e in erasures]}
     files.atomic_write(path, json.dumps(body).encode(), within=root)
@@ -697,8 +739,7 @@ def finish_in_trash(root: Path, bank: str, copy: Path) -> Unannounced:
         log.warning("forget_subject_resumed", bank=bank, trash_copy=copy.name)
     if subjects:
         clear_intent(copy)
-    if os.path.lexists(copy / OUTBOX_FILE):
-        files.remove_file(copy / OUTBOX_FILE, within=root)
+    _remove_named(copy / OUTBOX_FILE, within=root)
     return finished
 
 
@@ -715,8 +756,10 @@ def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
         # A kill past the log's rewrite left their ids only in the intent (and in the files
         # below, still to be erased).
         gone |= intended_ids(bank_path, subject)
-        erase_vectors(bank_path / VECTORS_FILE, gone, within=root)
-        erase_vectors(bank_path / LANE_VECTORS_FILE, gone, within=root)
+        # The log as erased (above): what the vectors are judged against.
+        current = replayed(_records_in(bank_path / MEMORIES_FILE, within=root))
+        erase_vectors(bank_path / VECTORS_FILE, gone, within=root, current=current)
+        erase_vectors(bank_path / LANE_VECTORS_FILE, gone, within=root, current=current)
         access = AccessStats(bank_path / ACCESS_FILE, within=root)
         access.load()
         access.forget(gone)
