@@ -239,3 +239,73 @@ def test_the_typical_cosine_is_the_mean_over_pairs_of_live_embeddings() -> None:
     expected = (cosines.sum() - np.trace(cosines)) / (6 * 5)
     # float32 rows are unit to ~1e-7 each: the sum counts each as exactly 1
     assert index.typical_cosine() == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_chain_of_three_statements_puts_the_newest_first() -> None:
+    # Three statements A < B < C, each near the next; A and C too far apart in score to pair
+    # (C under `same_fact_strong` of A): B goes under C, and A must follow B there, not stay
+    # over both at B's old score (the oldest first, the one statement the rule moved last).
+    fusion = dataclasses.replace(DEFAULT_FUSION, same_fact_strong=0.9)
+    chain = (
+        (_memory("a", "2025-09-01", "The user's favourite board game is Catan."), (2,), 0.7),
+        (_memory("b", "2025-12-01", "The user's favourite board game is Azul."), (2, 3), 0.6),
+        (_memory("c", "2026-03-01", "Right now the user's favourite game is Wingspan."), (3,), 0.7),
+    )
+    filler = [
+        _memory(f"f{i}", "2025-01-01", f"The user noted item {i}: bus times and the weather.")
+        for i in range(len(TOPICS))
+    ]
+    memories = {memory.id: memory for memory in (*(m for m, _, _ in chain), *filler)}
+    index = LexicalIndex()
+    index.add_many(indexed(memory) for memory in memories.values())
+    for memory, dims, weight in chain:
+        weights = (1.0, 1.0, *([weight] * len(dims)))
+        index.set_vector(memory.id, _e(COMMON, ASKED, *dims, weights=weights))
+    for i, topic in enumerate(TOPICS):
+        index.set_vector(f"f{i}", _e(COMMON, topic))
+
+    def ranked(fusion: Fusion) -> list[str]:
+        query = RecallQuery(
+            text=QUESTION, limit=3, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion,
+            vector=tuple(_e(COMMON, ASKED)), duplicate_cosine=0.97,
+        )  # fmt: skip
+        return [hit.memory.id for hit in rank(memories, index, query)]
+
+    assert ranked(OFF) == ["a", "b", "c"]
+    assert ranked(fusion) == ["c", "b", "a"]
+
+
+def _mean_pair_cosine(rows: np.ndarray) -> float:
+    units = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    cosines = units @ units.T
+    n = len(rows)
+    return float((cosines.sum() - np.trace(cosines)) / (n * (n - 1)))
+
+
+def test_the_typical_cosine_of_vectors_that_are_not_unit() -> None:
+    # An embedder behind `router::embed` need not normalise (the index keeps |v|² for the
+    # semantic arm's sake): the typical pair is still the mean cosine, not a mean dot product.
+    rng = np.random.default_rng(11)
+    rows = rng.normal(size=(8, DIM)) + 2.0  # a shared direction: a typical pair well above 0
+    rows *= rng.uniform(0.3, 3.0, size=(8, 1))
+    index = LexicalIndex()
+    for i, row in enumerate(rows):
+        memory = _memory(f"m{i}", "2025-01-01", f"memory {i}")
+        index.add_doc(indexed(memory))
+        index.set_vector(memory.id, row.tolist())
+    index.set_vector("m0", (rows[0] * 5.0).tolist())  # re-embedded at another length
+    index.remove("m7")
+    stored = index.vectors[[index.slot(f"m{i}") for i in range(7)]].astype(np.float64)
+    assert index.typical_cosine() == pytest.approx(_mean_pair_cosine(stored), abs=1e-9)
+
+
+def test_the_typical_cosine_of_a_big_bank_matches_a_direct_count() -> None:
+    rng = np.random.default_rng(3)
+    rows = (rng.normal(size=(3000, DIM)) + 1.0).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    index = LexicalIndex()
+    index.add_many(indexed(_memory(f"m{i}", "2025-01-01", f"memory {i}")) for i in range(3000))
+    for i, row in enumerate(rows):
+        index.set_vector(f"m{i}", row.tolist())
+    stored = index.vectors[:3000].astype(np.float64)
+    assert index.typical_cosine() == pytest.approx(_mean_pair_cosine(stored), abs=1e-9)

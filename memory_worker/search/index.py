@@ -556,6 +556,9 @@ class LexicalIndex:
         # The live vectors' sum, then their count, in one array (one attribute: an empty bank's
         # indexes stay small); the shared empty one until the width is known, never written.
         self._vector_sum: Floats = _NO_SUM
+        # The same for the vectors scaled to unit length, then how many are not zero: the
+        # typical pair's cosine (`typical_cosine`) whatever lengths an embedder returns.
+        self._unit_sum: Floats = _NO_SUM
         self._allocate(_INITIAL_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
@@ -666,6 +669,7 @@ class LexicalIndex:
         self._version += 1
         n = len(doc_ids)
         self._vector_sum = np.zeros(self._dim + 1, np.float64) if self._dim else _NO_SUM
+        self._unit_sum = np.zeros(self._dim + 1, np.float64) if self._dim else _NO_SUM
         self._terms = list(analysis.vocab)
         self._vocab = {term: term_id for term_id, term in enumerate(self._terms)}
         n_terms = len(self._terms)
@@ -876,6 +880,7 @@ class LexicalIndex:
             self.vectors = np.zeros((self._capacity, self._dim), np.float32)
             self.vector_norm2 = np.zeros(self._capacity, np.float32)
             self._vector_sum = np.zeros(self._dim + 1, np.float64)
+            self._unit_sum = np.zeros(self._dim + 1, np.float64)
         if len(vector) != self._dim:
             return False
         if self.has_vector[slot]:
@@ -891,8 +896,13 @@ class LexicalIndex:
 
     def _count_vector(self, slot: int, sign: int) -> None:
         """Add (1) or take back (-1) a live slot's stored vector in the running mean."""
-        self._vector_sum[:-1] += sign * self.vectors[slot].astype(np.float64)
+        row = self.vectors[slot].astype(np.float64)
+        self._vector_sum[:-1] += sign * row
         self._vector_sum[-1] += sign
+        length = math.sqrt(float(row @ row))
+        if length > 0.0:  # a zero vector has no direction: no cosine with anything
+            self._unit_sum[:-1] += (sign / length) * row
+            self._unit_sum[-1] += sign
 
     @property
     def alive(self) -> npt.NDArray[np.bool_]:
@@ -950,6 +960,7 @@ class LexicalIndex:
         self.has_vector[:] = False
         self.vector_norm2 = _NO_NORMS
         self._vector_sum = _NO_SUM
+        self._unit_sum = _NO_SUM
 
     def clear_vector(self, doc_id: str) -> None:
         """Forget one doc's embedding (it came from a model no longer in use)."""
@@ -981,15 +992,16 @@ class LexicalIndex:
         return mean
 
     def typical_cosine(self) -> float | None:
-        """The mean cosine between two of the live embeddings (unit vectors, as `cosine` takes
-        them): what two memories that say unrelated things score with this model, read off the
-        running sum (|Σv|² = n + Σ over ordered pairs of v·w). None under two embeddings."""
+        """The mean cosine between two of the live embeddings: what two memories that say
+        unrelated things score with this model, read off the running sum of the embeddings at
+        unit length (|Σu|² = n + Σ over ordered pairs of u·w), so an embedder that does not
+        normalise (`router::embed`) reads the same. None under two (non-zero) embeddings."""
         if self._dim == 0:
             return None
-        n = float(self._vector_sum[-1])
+        n = float(self._unit_sum[-1])
         if n < 2.0:
             return None
-        total = self._vector_sum[:-1]
+        total = self._unit_sum[:-1]
         return (float(total @ total) - n) / (n * (n - 1.0))
 
     def centered_cosine(

@@ -1870,7 +1870,8 @@ def _newest_statements_first(
     pool: Pool, index: LexicalIndex, chosen: Ints, scores: Floats, query: RecallQuery
 ) -> Floats:
     """`scores` of the `chosen` hits of a question about the present, each hit scored just
-    under the lowest newer hit that states the same fact, when it outranked it: "the newest
+    under the lowest newer hit that states the same fact (as that one ends, so a chain of
+    three statements keeps its order), when it outranked it: "the newest
     statement of a fact should win" (`Recency.CURRENT`). The same fact (`Fusion.same_fact`):
     both of one subject and naming the same people (entity sets that meet, or a side naming
     none: "Marta's favourite series…" is not the user's), their vectors at least `same_fact`
@@ -1916,7 +1917,7 @@ def _newest_statements_first(
     older, newer = pairs.nonzero()
     if not older.size:
         return scores
-    out = scores.copy()
+    newer_of: dict[int, list[int]] = {}
     for a, b in zip(older.tolist(), newer.tolist(), strict=True):
         first, second = pool.memories(chosen[rows[[a, b]]])  # the few pairs found, read alone
         if not same_subject(first.subject, second.subject):
@@ -1924,7 +1925,14 @@ def _newest_statements_first(
         mine = {entity.casefold() for entity in first.entities}
         if mine and second.entities and mine.isdisjoint(e.casefold() for e in second.entities):
             continue
-        out[rows[a]] = min(float(out[rows[a]]), math.nextafter(float(values[b]), -math.inf))
+        newer_of.setdefault(a, []).append(b)
+    # Newest first, each under its newer statements' scores as they end (not as they came): in
+    # a chain A < B < C where A and C do not pair (C too weak beside A, or too far), B goes
+    # under C, and A must follow B there, not stay over both at B's old score.
+    out = scores.copy()
+    for a in sorted(newer_of, key=lambda row: -stated[row]):
+        under = min(float(out[rows[b]]) for b in newer_of[a])  # each b newer: already final
+        out[rows[a]] = min(float(out[rows[a]]), math.nextafter(under, -math.inf))
     return out
 
 
