@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import time
@@ -367,8 +368,33 @@ class RouterEmbedder:
         if not isinstance(vectors, list) or len(vectors) != len(texts):
             self._failed_at = time.monotonic()
             raise SiblingUnavailable("router::embed returned no embeddings for the input")
+        embeddings = _embeddings(vectors)
+        if embeddings is None:
+            self._failed_at = time.monotonic()
+            raise SiblingUnavailable(
+                "router::embed returned malformed embeddings (each must be a non-empty list of "
+                "finite numbers, all of one length)"
+            )
         self._failed_at = None
-        return [[float(x) for x in vector] for vector in vectors]
+        return embeddings
+
+
+def _embeddings(vectors: list[Any]) -> list[list[float]] | None:
+    """`router::embed`'s vectors as floats, or None when any is not a non-empty list of finite
+    numbers of the common length: a NaN or an infinity stored in the index poisons the bank's
+    running mean (the centring of every later recall, the typical pair's cosine) for good, and a
+    string or a boolean is not a coordinate."""
+    out: list[list[float]] = []
+    for vector in vectors:
+        if not isinstance(vector, list) or not vector:
+            return None
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector):
+            return None
+        row = [float(x) for x in vector]
+        if not all(math.isfinite(x) for x in row) or len(row) != len(out[0] if out else row):
+            return None
+        out.append(row)
+    return out
 
 
 class ConfigClient:
