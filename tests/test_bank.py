@@ -14,6 +14,7 @@ import pytest
 from memory_worker.core import transitions
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
+from memory_worker.search import ranking
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage.bank import INLINE_SYNC_S, Bank
 from memory_worker.storage.store import Store
@@ -134,21 +135,21 @@ class TestCommit:
         again from its log (the write may already be durable there)."""
         kept = _memory("The user likes tea")
         await bank.commit([kept])
-        real = bank_module.indexed
+        real = ranking.indexed  # what the bank analyses a record with (imported at its use)
 
         def failing(record: Memory, **options: bool) -> object:
             if "coffee" in record.text:
                 raise OverflowError("year 292278994 is out of range")
             return real(record, **options)
 
-        monkeypatch.setattr(bank_module, "indexed", failing)
+        monkeypatch.setattr(ranking, "indexed", failing)
         doomed = _memory("The user likes coffee")
         with pytest.raises(StorageError, match="could not index"):
             await asyncio.wait_for(bank.commit([doomed]), 5)
         assert bank.get(doomed.id) is None and bank.get(kept.id) == kept  # reads go on
         with pytest.raises(StorageError, match="refuses writes until memory::reload"):
             await asyncio.wait_for(bank.commit([_memory("The user likes cocoa")]), 5)
-        monkeypatch.setattr(bank_module, "indexed", real)
+        monkeypatch.setattr(ranking, "indexed", real)
         assert await store.reload_bank(bank.name, force=True) == "reloaded"
         again = store.get(bank.name)
         assert again.get(kept.id) == kept

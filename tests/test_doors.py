@@ -31,11 +31,14 @@ from memory_worker.adapters.doors import (
 )
 from memory_worker.adapters.standalone import REST_CALLER, StandaloneServer
 from memory_worker.app.caller import Caller, CallerKind
+from memory_worker.app.service import MemoryService
 from memory_worker.core.bank_settings import BankOverrides, BankSettings, parse_overrides
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, WorkerError
 from memory_worker.storage.bank_file import BANK_FILE, read_bank_file
 from memory_worker.storage.files import DataDirLock
+from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE, SNAPSHOT_MIN_LIVE
+from memory_worker.storage.store import Store
 
 from .other_accounts import OTHER_UID, as_root_on_linux, skip_unless_accounts_are_told
 from .rawhttp import split_url
@@ -523,6 +526,52 @@ def test_a_local_one_shot_save_loads_no_http_client_and_builds_only_its_own_mode
     assert (code, http_loaded, seams_loaded) == (0, False, False)
     assert answer["memory"]["text"] == "tea at five"
     assert "SaveRequest" in built and "RecallRequest" not in built and "ImportRequest" not in built
+
+
+def _imported_by_a_save(data: Path, text: str, env: dict[str, str] = ENV) -> tuple[set[str], Any]:
+    """The modules a `memory-worker trigger memory::save` process (the program itself, as a
+    person runs it) imports (`python -X importtime`), and its answer."""
+    argv = ["trigger", "memory::save", "--data-dir", str(data), f"text={text}"]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "memory_worker", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=START_TIMEOUT_S,
+        check=True,
+    )
+    lines = done.stderr.splitlines()
+    found = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    return found, json.loads(done.stdout)
+
+
+async def _seeded(data: Path, count: int) -> None:
+    """A bank `main` of `count` memories, closed as a server closes it (its snapshots left)."""
+    store = Store.open(data, holder={"pid": os.getpid(), "kind": "cli"})
+    service = MemoryService(store, Settings())
+    rows = [{"text": f"The user note {i}: tea garden kiln {i * 7 % 13}"} for i in range(count)]
+    await service.import_records("main", rows)
+    await service.close()
+    await store.close()
+
+
+def test_a_local_one_shot_save_imports_neither_the_search_package_nor_the_capture_queue(
+    tmp_path: Path,
+) -> None:
+    """A one-shot save into a bank a records snapshot covers decides from the records alone
+    (`storage.bank._Deferred`): it never builds the lexical index, so it no longer imports the
+    search package either (~14 ms of CPU: the index, ranking, lanes, scoring and lessons
+    modules; only the recall modes the wire contract names). Nor the capture queue, which only
+    an erasure to finish (or doctor) reads."""
+    data = tmp_path / "data"
+    asyncio.run(_seeded(data, SNAPSHOT_MIN_LIVE))
+    assert (data / "main" / RECORDS_FILE).is_file() and (data / "main" / SNAPSHOT_FILE).is_file()
+    imported, answer = _imported_by_a_save(data, "tea at five")
+    assert answer["created"] is True and answer["memory"]["text"] == "tea at five"
+    assert "memory_worker.app.service" in imported  # what the probe sees is the local save's
+    search = sorted(m for m in imported if m.startswith("memory_worker.search."))
+    assert search == ["memory_worker.search.modes"]
+    assert "memory_worker.storage.capture" not in imported  # (an erasure's: none to finish)
 
 
 _COMPILES_PROBE = """

@@ -47,7 +47,6 @@ from memory_worker.core.names import check_name
 from memory_worker.core.redact import redact
 from memory_worker.core.retention import EXPIRED, may_have_expired, past_ttl
 from memory_worker.core.subjects import in_scope, normalize_subject, same_subject
-from memory_worker.search.ranking import expired_slots
 from memory_worker.storage.bank import Bank, BankSummary
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
@@ -451,6 +450,8 @@ class ServiceBase:
         """`bank`'s summary as its reads see it: a memory past its TTL is gone, reaped or not
         (nothing is computed for a bank without retention, one pass over the index's columns
         for one with it)."""
+        from memory_worker.search.ranking import expired_slots
+
         retention = self.bank_settings(bank).retention
         gone = expired_slots(bank.index, retention, self.clock())
         if not gone.size:

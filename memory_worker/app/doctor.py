@@ -16,8 +16,7 @@ from memory_worker.app.wire import DoctorCheck, DoctorRequest, DoctorResponse
 from memory_worker.core import transitions
 from memory_worker.core.errors import Conflict, WorkerError
 from memory_worker.core.models import utc_datetime
-from memory_worker.search.ranking import RecallQuery, rank
-from memory_worker.storage import capture, files
+from memory_worker.storage import files
 from memory_worker.storage.bank import SEMANTIC_COVERAGE
 from memory_worker.storage.logger import get_logger
 
@@ -89,6 +88,8 @@ class DoctorUseCases(EmbeddingWork):
         """Advisory: the finished turns waiting in the data dir's capture queue, and the jobs
         that will never run (their turns not remembered): no other check and no response says
         so, and a dead job keeps its turn's messages in `.capture.jsonl` until an erasure."""
+        from memory_worker.storage import capture  # here: a one-shot save never reads the queue
+
         held = await asyncio.to_thread(capture.summary, self.store.root)
         parts: list[str] = []
         ok = True
@@ -266,6 +267,8 @@ class DoctorUseCases(EmbeddingWork):
         return swept
 
     async def _roundtrip(self, name: str, started: float) -> DoctorCheck:
+        from memory_worker.search.ranking import RecallQuery, rank
+
         trashed: Path | None = None
         try:
             bank, created = await self.store.ensure(name, _SCRATCH_DESCRIPTION)

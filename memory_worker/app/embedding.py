@@ -14,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -21,14 +22,16 @@ import numpy.typing as npt
 from memory_worker.app.base import QUERY_EMBED_TIMEOUT_S, ServiceBase
 from memory_worker.app.ports import Embedder, QueryEmbedder
 from memory_worker.core.errors import WorkerError
-from memory_worker.core.lanes import embedding_text
+from memory_worker.core.lanes import LANES, embedding_text
 from memory_worker.core.models import Memory
 from memory_worker.core.text import answer_type
-from memory_worker.search.lanes import LANES, LaneQuery
-from memory_worker.search.scoring import LaneWeights
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.vectors import text_hash
+
+if TYPE_CHECKING:  # (the search package: imported by a recall, never by a one-shot save)
+    from memory_worker.search.lanes import LaneQuery
+    from memory_worker.search.scoring import LaneWeights
 
 __all__ = [
     "EMBED_BATCH",

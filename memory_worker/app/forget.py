@@ -27,7 +27,7 @@ from memory_worker.app.ledger import ConversationLedger
 from memory_worker.app.wire import ForgetSubjectRequest, ForgetSubjectResponse
 from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, StorageError
 from memory_worker.core.subjects import same_subject
-from memory_worker.storage import capture, erasure
+from memory_worker.storage import erasure
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import MEMORIES_FILE
@@ -105,6 +105,8 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
         carries no subject, so its dead jobs (kept for a person, never run again) leave whole,
         with what quotes the erased memories (ids, failed attempts' reasons). Idempotent, so
         an erasure finished by the next load (`erasure.resume`) does it again there."""
+        from memory_worker.storage import capture  # (a one-shot save never erases)
+
         erase = functools.partial(capture.erase_jobs, default_bank=self.settings.default_bank)
         return await asyncio.to_thread(erase, self.store.root, name, ids)
 

@@ -23,8 +23,6 @@ from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatch
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
 from memory_worker.core.lessons import BYTES_PER_TOKEN, lesson_key, render_lessons
 from memory_worker.core.models import Memory
-from memory_worker.search.lessons import explain
-from memory_worker.search.toolcall import is_absolute, signals
 from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION
 from memory_worker.storage.logger import get_logger
 
@@ -137,6 +135,8 @@ class LessonUseCases(ConversationLedger):
     async def lessons_match(
         self, req: LessonsMatchRequest, caller: Caller = SYSTEM
     ) -> LessonsMatchResponse:
+        from memory_worker.search.toolcall import is_absolute
+
         name = self._name(req.bank)
         if caller.via == "hook" and not self.settings.inject_lessons:
             # A coding agent's PreToolUse hook, with the cards turned off as for the harness's
@@ -194,6 +194,9 @@ class LessonUseCases(ConversationLedger):
         descending then id, and the root-relative paths read from the calls. In a bank
         partitioned by subject, a lesson about someone reaches a person's view of the whole bank
         only: a conversation's speaker is not known here, so it gets general lessons."""
+        from memory_worker.search.lessons import explain
+        from memory_worker.search.toolcall import signals
+
         bank = self._readable(name)
         best: dict[str, Matched] = {}
         paths: dict[str, None] = {}

@@ -41,9 +41,8 @@ from memory_worker.core.bank_settings import BankSettings
 from memory_worker.core.capacity import EVICTED, Cap, evictable, excess, victims
 from memory_worker.core.errors import Conflict, InvalidInput, MemoryNotFound
 from memory_worker.core.models import Anchors, ItemEvent, Memory, Provenance
-from memory_worker.core.retention import past_ttl
+from memory_worker.core.retention import kind_of, past_ttl
 from memory_worker.core.subjects import in_scope, same_subject
-from memory_worker.search.ranking import expired_slots, kind_of
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.eviction import first_to_go
 from memory_worker.storage.logger import get_logger
@@ -312,6 +311,8 @@ class MemoryUseCases(RetentionUseCases):
             )
         # Past its TTL is gone, reaped or not (a history listing shows every record as it is).
         # The index's columns tell first whether any live memory is: mostly none is.
+        from memory_worker.search.ranking import expired_slots  # (read when retention is set)
+
         retention, now_ms = self.bank_settings(bank).retention, self.clock()
         if retention and not history and expired_slots(bank.index, retention, now_ms).size:
             kept = [m for m in rows if not past_ttl(m, retention, now_ms)]

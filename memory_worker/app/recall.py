@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memory_worker.app.access import AccessLevel
 from memory_worker.app.base import clean_short, clean_subject
@@ -34,19 +35,16 @@ from memory_worker.core.lessons import LESSON, is_lesson, lesson_key, prepare_ca
 from memory_worker.core.models import Hit, Memory, Rule
 from memory_worker.core.retention import past_ttl
 from memory_worker.core.subjects import in_scope
-from memory_worker.search.lanes import LaneQuery
-from memory_worker.search.ranking import (
-    DUPLICATE_COSINE,
-    RecallMode,
-    RecallQuery,
-    candidates,
-    history_records,
-    order,
-    top_memories,
-)
-from memory_worker.search.scoring import LaneWeights
+from memory_worker.search.modes import RecallMode
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
+
+# The ranking (numpy's columns) is imported where a recall runs: every process that opens a data
+# dir imports this module (the service is one class), and a one-shot save never ranks.
+if TYPE_CHECKING:
+    from memory_worker.search.lanes import LaneQuery
+    from memory_worker.search.ranking import RecallQuery
+    from memory_worker.search.scoring import LaneWeights
 
 __all__ = ["Injection", "RecallUseCases"]
 
@@ -91,6 +89,8 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
     def _duplicate_cosine(self, vector: tuple[float, ...] | None) -> float:
         """How close two memories embed when one restates the other: each model has its own band
         (an embedder may say, as `duplicate_cosine`; else MiniLM's measured threshold)."""
+        from memory_worker.search.ranking import DUPLICATE_COSINE
+
         if vector is None:
             return DUPLICATE_COSINE  # unused: without a query vector nothing is compared
         return float(getattr(self.embedder, "duplicate_cosine", DUPLICATE_COSINE))
@@ -98,6 +98,8 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
     def _rank(self, bank: Bank | None, query: RecallQuery) -> list[Hit]:
         """`query` ranked over `bank`, under its retention: what is past its TTL is left out,
         and the bank reaped soon after when something was (`RetentionUseCases._reap_soon`)."""
+        from memory_worker.search.ranking import candidates, order
+
         if bank is None:
             return []
         query = self._under_retention(bank, query)
@@ -118,6 +120,8 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         records it ranks beside the live index (`history_records`); without its query vector
         (`semantic-unavailable`, nothing ranked) when they cannot be embedded: the live vectors
         alone answered another question than the one asked."""
+        from memory_worker.search.ranking import history_records
+
         records = list(
             history_records(bank.memories, bank.index, self._under_retention(bank, query))
         )
@@ -129,6 +133,8 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
     def _lane_policy(self, bank: Bank | None) -> tuple[LaneWeights, float]:
         """The bank's `association_weights` and `relevance_threshold` (its bank.yaml over the
         configured defaults)."""
+        from memory_worker.search.scoring import LaneWeights
+
         chosen = self.bank_settings(bank) if bank is not None else self.settings.bank_defaults()
         weights = chosen.association_weights
         return (
@@ -141,6 +147,9 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         return self._rank(bank, query)
 
     async def recall(self, req: RecallRequest, caller: Caller = SYSTEM) -> RecallResponse:
+        from memory_worker.search.lanes import LaneQuery
+        from memory_worker.search.ranking import RecallQuery
+
         name = self._name(req.bank)
         bank = self._readable(name)
         limit = req.limit if req.limit is not None else self.settings.recall_limit
@@ -237,6 +246,9 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         A bank that does not exist gets the ambient header alone while extraction is on (the
         turn's extraction creates it) and nothing while it is off; a deleted bank other than the
         default gets nothing (it is never brought back); with both `inject_*` off, nothing."""
+        from memory_worker.search.lanes import LaneQuery
+        from memory_worker.search.ranking import RecallQuery
+
         settings = self.settings
         if not settings.inject_rules and not settings.inject_memories:
             return Injection.only_section(name)
@@ -314,6 +326,8 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
         """The ambient floor's memories: the bank's cached standing set, or, scoped, the same
         order over general memories and the subject's own (sorted per call: a speaker's floor
         must never be filled from another person's memories)."""
+        from memory_worker.search.ranking import top_memories
+
         if not scoped:
             standing = bank.standing(limit)
         else:
@@ -328,6 +342,8 @@ class RecallUseCases(RetentionUseCases, ConversationLedger):
     async def preview(self, req: PreviewRequest, caller: Caller = SYSTEM) -> PreviewResponse:
         # The speaker is checked first: a bad one is `invalid_input` before the default bank's
         # first write too (the injection only reads it once the bank exists).
+        from memory_worker.search.lanes import LaneQuery
+
         clean_subject(req.subject)
         # The lanes as the hook would ask them: the window (else the message alone) and the goal.
         lanes = LaneQuery(

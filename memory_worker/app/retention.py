@@ -38,7 +38,6 @@ from memory_worker.core.errors import StorageError
 from memory_worker.core.models import ItemEvent, Memory
 from memory_worker.core.retention import EXPIRED, expired, kind_of, past_ttl
 from memory_worker.core.subjects import count_by_subject, in_scope
-from memory_worker.search.ranking import expired_slots
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.logger import get_logger
 
@@ -109,6 +108,8 @@ class RetentionUseCases(EmbeddingWork):
         now_ms = self.clock()
         if not retention:
             return False
+        from memory_worker.search.ranking import expired_slots  # (a bank with retention only)
+
         if not any(m.live and past_ttl(m, retention, now_ms) for m in records) and not (
             anywhere and expired_slots(bank.index, retention, now_ms).size
         ):

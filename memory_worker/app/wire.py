@@ -31,7 +31,7 @@ from memory_worker.core.bank_settings import AssociationWeights, ConsciousAccess
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.models import MAX_INT, MAX_TIME_MS, BankInfo, Memory, Rule
 from memory_worker.core.subjects import same_subject
-from memory_worker.search.ranking import RecallMode
+from memory_worker.search.modes import RecallMode
 
 __all__ = [
     "AnchorsInput",

@@ -13,7 +13,12 @@ from collections.abc import Iterable
 from memory_worker.core.text import collapse_whitespace
 from memory_worker.core.transitions import MAX_LANE_CHARS
 
-__all__ = ["EMBED_CHARS", "embedding_text", "goal_text", "window_text"]
+__all__ = ["EMBED_CHARS", "LANES", "embedding_text", "goal_text", "window_text"]
+
+# The lanes, each a `Memory` field (`search.lanes` indexes them). Here, not only there: the
+# storage layer names them without importing the search package (numpy's indexes), which a
+# one-shot save never builds.
+LANES = ("context", "intention")
 
 CUT = " …"
 # What of a lane is embedded: its newest characters. A small local model reads a 1000-character

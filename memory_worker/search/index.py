@@ -16,7 +16,7 @@ slot numbering and one compaction; they change together or the index answers wro
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memory_worker.core.categories import CATEGORY_CODES, category_code
+from memory_worker.core.categories import CODE_OF as _CODE_OF
 from memory_worker.core.subjects import subject_key
 
 __all__ = [
@@ -90,25 +92,7 @@ Floats = npt.NDArray[np.float64]
 _NO_INTS: Ints = np.empty(0, np.int64)
 
 
-# A memory's category as a small int in a column (a memory saved without one is a fact), so
-# retention's per-category expiry is a few vector operations, not a lookup per memory. Fixed
-# codes, no per-index table: a category outside these (none is accepted) never has a TTL.
-CATEGORY_CODES = {
-    "fact": 0, "preference": 1, "procedure": 2, "context": 3, "correction": 4, "lesson": 5,
-}  # fmt: skip
-OTHER_CATEGORY = len(CATEGORY_CODES)
 _CATEGORY_NAMES = {code: name for name, code in CATEGORY_CODES.items()}
-
-
-def category_code(category: str | None) -> int:
-    """`category`'s code in the index's `category` column."""
-    return _CODE_OF[category]
-
-
-# `category_code` as one dict look-up (a bulk load maps a million through it in C); a category
-# outside the codes (none is accepted) is added once, as other.
-_CODE_OF: defaultdict[str | None, int] = defaultdict(lambda: OTHER_CATEGORY, {None: 0})
-_CODE_OF.update(CATEGORY_CODES)
 
 
 def _code(codes: dict[str, int], name: str | None) -> int:

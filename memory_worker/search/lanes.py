@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from memory_worker.core.lanes import LANES
 from memory_worker.core.models import Memory
 from memory_worker.core.text import terms
 from memory_worker.core.transitions import BLANK
@@ -24,7 +25,6 @@ from memory_worker.search.scoring import kth_value, semantic_relevance
 
 __all__ = ["LANES", "LANE_POOL", "NO_LANES", "LaneIndexes", "LaneQuery"]
 
-LANES = ("context", "intention")
 LANE_POOL = 50  # a lane's closest memories added to the candidates (like the semantic pool)
 LANE_SEMANTIC_REFERENCE = 0.5  # the quantile of a lane's cosines that counts as unrelated
 # The window's most specific terms a lane is asked with: a window holds a hundred words, most of

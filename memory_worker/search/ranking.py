@@ -18,7 +18,6 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any
@@ -48,6 +47,7 @@ from memory_worker.search.index import (
     unit_row,
 )
 from memory_worker.search.lanes import LANE_POOL, NO_LANES, LaneIndexes, LaneQuery
+from memory_worker.search.modes import RecallMode
 from memory_worker.search.scoring import (
     DEFAULT_FUSION,
     DEFAULT_LANE_WEIGHTS,
@@ -91,12 +91,6 @@ ARM_EVIDENCE_MIN = 0.05  # …when that is more than a common word's worth (in a
 DUPLICATE_COSINE = 0.97
 CONTEXT_CEILING = 0.999  # of the question's score: what a memory it raises may reach at most
 SEMANTIC_POOL = 100  # semantically closest memories added to the lexical candidates in hybrid mode
-
-
-class RecallMode(StrEnum):
-    HYBRID = "hybrid"
-    LEXICAL = "lexical"
-    SEMANTIC = "semantic"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memory_worker.core.bank_settings import BankOverrides, no_overrides
 from memory_worker.core.capacity import (
@@ -43,24 +43,13 @@ from memory_worker.core.capacity import (
     eviction_key,
     eviction_order,
 )
+from memory_worker.core.categories import CATEGORY_CODES, category_code
 from memory_worker.core.errors import Conflict, StorageError
+from memory_worker.core.lanes import LANES
 from memory_worker.core.lessons import is_lesson
 from memory_worker.core.models import Memory, Rule
 from memory_worker.core.subjects import of_subject, same_subject, subject_key
 from memory_worker.core.text import fingerprint, normalize
-from memory_worker.search.index import (
-    CATEGORY_CODES,
-    Analysis,
-    IndexedDoc,
-    Ints,
-    LexicalIndex,
-    analyze,
-    category_code,
-    combine,
-)
-from memory_worker.search.lanes import LANES, LaneIndexes
-from memory_worker.search.lessons import LessonIndex
-from memory_worker.search.ranking import indexed, top_memories
 from memory_worker.storage import erasure, files, unfinished
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.bank_file import (
@@ -119,6 +108,14 @@ from memory_worker.storage.vectors import (
     text_hash,
 )
 
+# The search state (the lexical index, lanes and lessons: numpy's columns) is imported where a
+# bank first builds it (`_index` and its siblings below): a one-shot save decides from the
+# records alone (`_Deferred`) and never imports the search package (~14 ms of CPU).
+if TYPE_CHECKING:
+    from memory_worker.search.index import Analysis, IndexedDoc, Ints, LexicalIndex
+    from memory_worker.search.lanes import LaneIndexes
+    from memory_worker.search.lessons import LessonIndex
+
 __all__ = ["BANK_FILE", "MEMORIES_FILE", "RULES_DIR", "Bank", "BankSummary", "Rewrite"]
 
 log = get_logger(__name__)
@@ -176,6 +173,8 @@ class _Prepared:
 
     @classmethod
     def of(cls, record: Memory, norm: str) -> _Prepared:
+        from memory_worker.search.ranking import indexed
+
         return cls(indexed(record) if record.live else None, text_key(norm))
 
     @classmethod
@@ -274,13 +273,10 @@ class Bank:
         self.set_aside: list[str] = []  # interrupted writes moved out of the log's end at load
         # The search state (`index`, `lessons`, `lanes`, `lane_vectors`, the vectors' models):
         # read through their properties, which build it first when a short-lived boot left it
-        # for later (`_Deferred`).
-        self._index = LexicalIndex()
-        self._lessons = LessonIndex()  # live lessons' anchors, kept beside the lexical index
-        self._lanes = LaneIndexes()  # live memories' context and intention (association lanes)
+        # for later (`_Deferred`). `_index`, `_lessons`, `_lanes` and `_lane_vectors` are made
+        # empty at their first read (below).
         # Sidecar appends in flight: an erasure waits for them (`vector_writes_settled`).
         self._vector_appends = VectorAppends()
-        self._lane_vectors = LaneVectors(path, self._lanes, self._vector_appends)  # their sidecar
         # Set by a short-lived boot that left the search state unbuilt (`load(short_lived=True)`).
         self._deferred: _Deferred | None = None
         self._memories: dict[str, Memory] = {}
@@ -352,6 +348,33 @@ class Bank:
         # Made for a write that has not landed yet (`create(for_a_write=True)`): its folder is
         # marked until `Store.settle_creation`.
         self.unsettled = False
+
+    # The empty search state, made at its first read (a boot fills it, a rewrite replaces it):
+    # not in `__init__`, so a process that never reads it never imports the search package.
+    @functools.cached_property
+    def _index(self) -> LexicalIndex:
+        from memory_worker.search.index import LexicalIndex
+
+        return LexicalIndex()
+
+    @functools.cached_property
+    def _lessons(self) -> LessonIndex:
+        """Live lessons' anchors, kept beside the lexical index."""
+        from memory_worker.search.lessons import LessonIndex
+
+        return LessonIndex()
+
+    @functools.cached_property
+    def _lanes(self) -> LaneIndexes:
+        """Live memories' context and intention (association lanes)."""
+        from memory_worker.search.lanes import LaneIndexes
+
+        return LaneIndexes()
+
+    @functools.cached_property
+    def _lane_vectors(self) -> LaneVectors:
+        """The lanes' vector sidecar."""
+        return LaneVectors(self.path, self._lanes, self._vector_appends)
 
     def __repr__(self) -> str:
         return (
@@ -610,6 +633,8 @@ class Bank:
             )
             self._boot_identity, self._boot_data = None, None
             return
+        from memory_worker.search.ranking import indexed
+
         if not self._index_from_snapshot(live):
             self._index.add_many(indexed(record) for record in live)
         self._boot_identity, self._boot_data = None, None
@@ -847,6 +872,9 @@ class Bank:
             kept += 1
         if kept != sum(1 for memory_id in snapshot_ids if memory_id not in past):
             return None  # a memory live in the snapshot, untouched since, is no longer live
+        from memory_worker.search.index import analyze, combine
+        from memory_worker.search.ranking import indexed
+
         extra = analyze([indexed(record) for record in fresh])
         return combine(analysis, extra, rows)
 
@@ -922,6 +950,8 @@ class Bank:
         every record applied since applied to it, in order: the same state, bit for bit, as a
         boot that built it and applied them one by one. A failure leaves it unbuilt (the next
         read tries again and fails the same way) and is raised to the caller."""
+        from memory_worker.search.ranking import indexed
+
         deferred = self._deferred
         assert deferred is not None
         boot = deferred.boot_records(self._memories)
@@ -952,6 +982,10 @@ class Bank:
 
     def _reset_search(self) -> None:
         """An empty search state (a failed deferred build's remains dropped)."""
+        from memory_worker.search.index import LexicalIndex
+        from memory_worker.search.lanes import LaneIndexes
+        from memory_worker.search.lessons import LessonIndex
+
         self._index = LexicalIndex()
         self._lessons = LessonIndex()
         self._lanes = LaneIndexes()
@@ -1630,6 +1664,8 @@ class Bank:
     def standing(self, limit: int) -> list[Memory]:
         """`top_memories` of this bank, kept until the next record lands: the hook pads every
         turn's recall with it, and sorting 10k memories per turn costs tens of milliseconds."""
+        from memory_worker.search.ranking import top_memories
+
         key = (self._applied, limit)
         if self._standing is None or self._standing[0] != key:
             self._standing = (key, top_memories(self._memories.values(), limit))
@@ -1667,6 +1703,8 @@ class Bank:
         self, record: Memory, previous: Memory | None, prepared: _Prepared | None
     ) -> None:
         """`_apply`'s part in the search state: the lessons, the lanes, the index, the vectors."""
+        from memory_worker.search.ranking import indexed
+
         if record.live and record.anchors is not None and is_lesson(record):
             self._lessons.add(record.id, record.anchors)
         else:
@@ -1834,6 +1872,11 @@ class Bank:
         ]
         if memories == self._memories:
             return
+        from memory_worker.search.index import LexicalIndex
+        from memory_worker.search.lanes import LaneIndexes
+        from memory_worker.search.lessons import LessonIndex
+        from memory_worker.search.ranking import indexed
+
         self._applied += 1
         self._memories = memories
         self._listings.clear()

@@ -50,7 +50,7 @@ from typing import NamedTuple
 from memory_worker.core.errors import StorageError
 from memory_worker.core.models import Memory
 from memory_worker.core.subjects import of_subject, same_subject, subject_key
-from memory_worker.storage import capture, deliveries, files
+from memory_worker.storage import deliveries, files
 from memory_worker.storage.access import ACCESS_FILE, AccessStats
 from memory_worker.storage.lane_vectors import LANE_VECTORS_FILE
 from memory_worker.storage.log import (
@@ -722,6 +722,8 @@ def finish_in_trash(root: Path, bank: str, copy: Path) -> Unannounced:
     erasure's key), with what the copy's outbox held still to announce. The copy's outbox goes:
     a trashed bank is never loaded to announce it, and it names the person; what it held was
     committed at the root before the move (`commit_before_trash`), as what this erases is here."""
+    from memory_worker.storage import capture  # (a deleted bank's copies only)
+
     subjects = pending(copy)
     finished = unannounced(copy)
     for subject in subjects:
@@ -765,7 +767,10 @@ def resume(root: Path, bank: str, bank_path: Path) -> dict[str, set[str]]:
         access.forget(gone)
         deliveries.erase_delivered(root, bank, gone)
         # The queued turns: which bank a job naming none is for is not known here, so it counts
-        # as this one's (its dead jobs leave as well).
+        # as this one's (its dead jobs leave as well). (Imported here: a load with nothing to
+        # finish, every one-shot save's, never reads the queue.)
+        from memory_worker.storage import capture
+
         capture.erase_jobs(root, bank, gone)
         log.warning("forget_subject_resumed", bank=bank, erased=len(gone))
         finished[subject] = gone

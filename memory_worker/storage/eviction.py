@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from memory_worker.core.models import Memory
-from memory_worker.search.index import Ints, LexicalIndex
 from memory_worker.storage.access import AccessStats
+
+if TYPE_CHECKING:  # (a one-shot save imports this module, never the search package)
+    from memory_worker.search.index import Ints, LexicalIndex
 
 __all__ = ["first_to_go"]
 

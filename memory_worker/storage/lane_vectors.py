@@ -13,10 +13,14 @@ from collections.abc import Collection, Mapping, Sequence
 from itertools import islice
 from operator import attrgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from memory_worker.core.lanes import LANES
 from memory_worker.core.models import Memory
-from memory_worker.search.lanes import LANES, LaneIndexes
 from memory_worker.storage.vectors import VectorAppends, VectorRecord, load_vectors, text_hash
+
+if TYPE_CHECKING:  # (a one-shot save imports this module, never the search package)
+    from memory_worker.search.lanes import LaneIndexes
 
 __all__ = ["LANE_VECTORS_FILE", "LaneVectors", "lane_carriers"]
 

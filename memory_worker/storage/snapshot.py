@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -45,18 +46,18 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import Stemmer  # type: ignore[import-not-found]  # PyStemmer (the tokenizer's, `core.text`)
 
 from memory_worker.core import confidence, models, temporal, text
-from memory_worker.search import index, ranking
-from memory_worker.search.index import Analysis
 from memory_worker.storage import files
 from memory_worker.storage import log as log_format
+
+if TYPE_CHECKING:  # (imported where a snapshot's terms are read: a one-shot save reads none)
+    from memory_worker.search.index import Analysis
 
 __all__ = [
     "DERIVED_FILES",
@@ -132,7 +133,11 @@ def _pydantic_core_version() -> str:
     from pydantic import version
 
     found = getattr(version, "__pydantic_core_version__", None)
-    return found if isinstance(found, str) else metadata.version("pydantic-core")
+    if isinstance(found, str):
+        return found
+    from importlib import metadata  # (the fallback only: importing it is ~9 ms of a one-shot)
+
+    return metadata.version("pydantic-core")
 
 
 @cache
@@ -156,6 +161,8 @@ def _stemmer_version() -> str:
     found = getattr(Stemmer, "version", None)
     if callable(found) and isinstance(version := found(), str):
         return version
+    from importlib import metadata  # (the fallback only: importing it is ~9 ms of a one-shot)
+
     try:
         return metadata.version("PyStemmer")
     except metadata.PackageNotFoundError:
@@ -167,12 +174,27 @@ def analyzer_digest() -> str:
     """What the snapshot's terms depend on: the source of the modules that make them, and the
     stemmer library's version. Unreadable source (a frozen build) → "", and no snapshot is used."""
     digest = hashlib.sha256(_stemmer_version().encode() + _unicode_tables())
-    for module in (text, temporal, ranking, index):
+    for source in (text.__file__, temporal.__file__, *map(_source_of, _SEARCH_MODULES)):
         try:
-            digest.update(Path(str(module.__file__)).read_bytes())
+            digest.update(Path(str(source)).read_bytes())
         except (OSError, TypeError):
             return ""
     return digest.hexdigest()[:16]
+
+
+# The search modules whose source the analyzer digest names, read without importing them: a
+# one-shot save's close checks the snapshot on disk by its header (`snapshot_size`) and never
+# builds the index they make.
+_SEARCH_MODULES = ("memory_worker.search.ranking", "memory_worker.search.index")
+
+
+def _source_of(name: str) -> str | None:
+    """The file the module `name` is (or would be) loaded from: its `__file__` once imported."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__file__", None)
+    spec = importlib.util.find_spec(name)
+    return None if spec is None else spec.origin
 
 
 def _open(path: Path) -> BinaryIO:
@@ -249,6 +271,8 @@ def snapshot_prefix(
             arrays = {name: np.asarray(data_[name]) for name in _ARRAYS}
     except Exception:  # derived data: anything wrong with it means "rebuild"
         return None
+    from memory_worker.search.index import Analysis
+
     analysis = Analysis(vocab=vocab, **arrays)
     return (ids, analysis, size) if _consistent(analysis, len(ids)) else None
 
