@@ -122,13 +122,17 @@ def _internal_name(parts: list[str]) -> str:
     return ".".join(parts) if parts else "__init__"
 
 
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> tuple[set[str], set[str]]:
     """(internal modules, external top-level packages) that `path` imports anywhere."""
     module = _module_name(path)
     package = _package_of(module, path)
     internal: set[str] = set()
     external: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_TREES.get(path) or _parsed(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 head, *rest = alias.name.split(".")
@@ -191,6 +195,11 @@ def _violations(module: str, internal: set[str], external: set[str]) -> list[str
 
 
 MODULES = sorted(PACKAGE_DIR.rglob("*.py"))
+# Parsed at collection, before any test runs: CPython 3.11.7's `ast.parse` can fail with
+# "SystemError: AST constructor recursion depth mismatch" once earlier tests in the process left
+# its recursion bookkeeping off (seen after tests/test_lazy_index.py and test_lazy_banks.py ran
+# in one process), which would fail this check for no fault of the module it reads.
+_TREES = {path: _parsed(path) for path in MODULES}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
