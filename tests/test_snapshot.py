@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -355,3 +357,32 @@ def test_the_told_spans_kept_are_the_texts_read_afresh_through_every_path(
     check(session(tmp_path, grow, now_ms=NOW_MS + 90 * day))
     check(session(tmp_path, _told_as_read_now, now_ms=NOW_MS + 91 * day))  # prefix + tail
     assert snapshot_uses == [True, True, True]
+
+
+_DIGEST_PROBE = """
+import json, sys
+from memory_worker.storage import snapshot
+digest = snapshot.analyzer_digest()
+searched = sorted(m for m in sys.modules if m.startswith("memory_worker.search."))
+print(json.dumps([digest, searched]))
+"""
+
+
+def test_a_process_that_never_imported_the_search_modules_names_the_same_analyzer() -> None:
+    """The code digest a snapshot is checked by is the same in a one-shot command (which finds the
+    search modules' source by their spec, never importing them) as in the server that imported
+    them and wrote the snapshot: otherwise every one-shot save would find each server's snapshot
+    stale and rebuild the index, and every server boot the one-shot's."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", _DIGEST_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    digest, searched = json.loads(done.stdout)
+    assert searched == []  # the probe took the spec's path, not an imported module's
+    assert ranking.__name__ in sys.modules and index_module.__name__ in sys.modules
+    assert digest and digest == snapshot.analyzer_digest()
