@@ -165,3 +165,17 @@ async def test_doctor_counts_the_jobs_that_will_never_run(store: Store, clock: F
     assert "1 failed past their attempts" in str(check["detail"])
     reread = _capture_check(await catalog.call(service, "memory::doctor", {}))  # from the file
     assert reread == check
+
+
+async def test_doctor_reports_a_queue_file_it_cannot_read_instead_of_failing(
+    store: Store, clock: FixedClock
+) -> None:
+    # A folder (or a link, a pipe) where the queue file belongs: the one check says so, not
+    # a storage error out of the whole report a person runs to learn what is wrong.
+    (store.root / CAPTURE_FILE).mkdir()
+    service = MemoryService(store, Settings(**_ENDPOINT), clock=clock, engine_less=True)
+    report = await catalog.call(service, "memory::doctor", {})
+    check = _capture_check(report)
+    assert check["ok"] is False
+    assert f"{CAPTURE_FILE} cannot be read" in str(check["detail"])
+    assert report["ok"] is True  # advisory: saves and recall still work

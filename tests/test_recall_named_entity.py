@@ -73,3 +73,45 @@ def test_a_question_naming_no_entity_ranks_as_without_the_rule() -> None:
 def test_a_question_naming_both_speakers_demotes_neither() -> None:
     both = "Do Nate and Joanna like pets?"
     assert _scores(both) == _scores(both, OFF)
+
+
+def _project_scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, float]:
+    """A coding agent's bank: the user's preferences carry the entity `user` (as extraction tags
+    them), the project's facts carry none."""
+
+    def note(mid: str, text: str, *entities: str) -> Memory:
+        return Memory(
+            id=mid,
+            text=text,
+            entities=entities,
+            confidence=Confidence.EXTRACTED,
+            created_at=NOW_MS - 86_400_000,
+            updated_at=NOW_MS - 86_400_000,
+        )
+
+    memories = [
+        note("tests", "Tests run with make test from the repo root."),
+        note("deploy", "Deploys go through the staging pipeline first."),
+        note("prefers", "The user prefers running tests verbose.", "user"),
+        *(note(f"n{i}", f"Lint rule {i} covers imports.") for i in range(9)),
+    ]
+    by_id = {m.id: m for m in memories}
+    index = LexicalIndex()
+    index.add_many(indexed(m) for m in by_id.values())
+    query = RecallQuery(text=text, limit=5, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion)
+    return {hit.memory.id: hit.score for hit in rank(by_id, index, query)}
+
+
+def test_a_procedure_questions_i_does_not_score_the_projects_memories_down() -> None:
+    # "How do I run the tests?": its "I" reads as the user, but the answer is how the project
+    # runs them, a memory no one tags with the user; it keeps its whole score.
+    for question in ("How do I run the tests?", "como eu rodo os testes?"):
+        assert _project_scores(question) == _project_scores(question, OFF), question
+
+
+def test_a_question_about_the_users_own_things_still_prefers_their_memories() -> None:
+    # "my…" asks about something of theirs (not about them: `Fusion.others` is for that).
+    question = "What is my preference for tests?"
+    on, off = _project_scores(question), _project_scores(question, OFF)
+    assert on["prefers"] == off["prefers"]
+    assert on["tests"] == DEFAULT_FUSION.unnamed * off["tests"]

@@ -90,7 +90,11 @@ class DoctorUseCases(EmbeddingWork):
         so, and a dead job keeps its turn's messages in `.capture.jsonl` until an erasure."""
         from memory_worker.storage import capture  # here: a one-shot save never reads the queue
 
-        held = await asyncio.to_thread(capture.summary, self.store.root)
+        try:
+            held = await asyncio.to_thread(capture.summary, self.store.root)
+        except WorkerError as exc:  # this check says so: not the whole report failing with it
+            detail = f"{capture.CAPTURE_FILE} cannot be read ({exc.message}): what waits is unknown"
+            return DoctorCheck(name="capture-queue", ok=False, detail=detail)
         parts: list[str] = []
         ok = True
         if held.pending:

@@ -129,9 +129,16 @@ def asks_about_speaker(question: str) -> bool:
     tokens = tokenize(question)
     if _SPEAKER_OWNS.intersection(tokens) or _SPEAKER.isdisjoint(tokens):
         return False
-    if tokens[0] in _PROCEDURE:  # "eu como carne?" is about the speaker; "como faço…?" is not
+    if asks_how(question):  # "eu como carne?" is about the speaker; "como faço…?" is not
         return False
     return not any(token in _ADVICE and following == "i" for token, following in pairwise(tokens))
+
+
+def asks_how(question: str) -> bool:
+    """Whether `question` asks for a procedure ("how do I run the tests?", "como faço o
+    deploy?"): its "I" is whoever does it, not a person the answer is about."""
+    tokens = tokenize(question)
+    return bool(tokens) and tokens[0] in _PROCEDURE
 
 
 def about_someone_else(text: str, entities: Iterable[str]) -> bool:

@@ -27,7 +27,12 @@ import numpy.typing as npt
 
 from memory_worker.core.models import Hit, Memory
 from memory_worker.core.retention import DAY_MS, kind_of, past_ttl
-from memory_worker.core.subjects import about_someone_else, asks_about_speaker, same_subject
+from memory_worker.core.subjects import (
+    about_someone_else,
+    asks_about_speaker,
+    asks_how,
+    same_subject,
+)
 from memory_worker.core.temporal import (
     asks_when,
     named_span,
@@ -147,6 +152,11 @@ def _asks_when(text: str) -> bool:
 @lru_cache(maxsize=1024)
 def _asks_about_speaker(text: str) -> bool:
     return asks_about_speaker(text)
+
+
+@lru_cache(maxsize=1024)
+def _asks_how(text: str) -> bool:
+    return asks_how(text)
 
 
 @lru_cache(maxsize=1024)
@@ -350,6 +360,9 @@ class Pool:
     expired: bool = False
     # The question asks about the speaker and names no one else (`_others_demoted`).
     speaker_only: bool = False
+    # Per index slot, the tally of the entities the question is about (`_unnamed_demoted`):
+    # `entity_tally`, but without the user for a procedure question ("how do I…").
+    named_tally: Floats | None = None
     _best_bm25: float | None = field(default=None, init=False, repr=False)  # `best_bm25`
 
     def __len__(self) -> int:
@@ -1249,11 +1262,23 @@ def candidates(
         if query.threshold > 0.0:
             pool.similarity = _similarity(pool, index, reference)
     pool.expired = bool(expired.size) and query.as_of is None
-    if query.mode is RecallMode.HYBRID and query.fusion.others < 1.0 and len(pool):
-        pool.speaker_only = _asks_about_speaker(query.text) and (
-            index.entity_tally([term for term in query_terms if term != USER_ENTITY]) is None
-        )
+    _who_is_asked(pool, index, query, query_terms)
     return pool
+
+
+def _who_is_asked(
+    pool: Pool, index: LexicalIndex, query: RecallQuery, query_terms: list[str]
+) -> None:
+    """Set `pool.speaker_only` (`_others_demoted`) and `pool.named_tally` (`_unnamed_demoted`):
+    whom the question is about."""
+    others = [term for term in query_terms if term != USER_ENTITY]
+    if query.mode is RecallMode.HYBRID and query.fusion.others < 1.0 and len(pool):
+        pool.speaker_only = _asks_about_speaker(query.text) and index.entity_tally(others) is None
+    pool.named_tally = pool.entity_tally
+    if pool.named_tally is not None and USER_ENTITY in query_terms and _asks_how(query.text):
+        # "How do I run the tests?" names the user by its "I", but the answer is a procedure,
+        # rarely tagged with them: the project's memories are not scored down beside the user's.
+        pool.named_tally = index.entity_tally(others) if others else None
 
 
 def _with_answer_type(
@@ -1609,7 +1634,7 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
     if query.mode is RecallMode.HYBRID and query.fusion.context > 0:
         hits = _with_context(hits, index, query, pool.source)
     if query.mode is RecallMode.HYBRID and query.fusion.unnamed != 1.0 and not pool.speaker_only:
-        hits = _unnamed_demoted(hits, index, pool.entity_tally, query.fusion.unnamed)
+        hits = _unnamed_demoted(hits, index, pool.named_tally, query.fusion.unnamed)
     _sort_hits(hits)
     return hits[: query.limit]
 

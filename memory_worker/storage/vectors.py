@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
+from memory_worker.core.coordinates import MAX_COORDINATE
 from memory_worker.storage import files
 
 __all__ = [
@@ -78,6 +80,8 @@ def _decode(line: bytes) -> VectorRecord | None:
         if isinstance(row["v"], list):
             return _rust(row)
         vector = np.frombuffer(base64.b64decode(row["v"], validate=True), np.float32)
+        if not _storable(vector):
+            return None
         return VectorRecord(
             id=str(row["id"]),
             model=str(row["model"]),
@@ -91,6 +95,14 @@ def _decode(line: bytes) -> VectorRecord | None:
         return None
 
 
+def _storable(vector: npt.NDArray[np.float32]) -> bool:
+    """Whether the index holds `vector` finite (`MAX_COORDINATE`; a NaN fails the comparison):
+    a NaN or an infinity (an earlier `router::embed` reply stored one) read back at every load
+    poisoned the bank's running mean again each time. Such a line is damage, its memory
+    embedded anew."""
+    return bool((np.abs(vector) <= MAX_COORDINATE).all())
+
+
 def _rust(row: dict[str, object]) -> VectorRecord | None:
     """A line the Rust worker wrote (see the module's docstring); None when it is not one."""
     memory_id, model, revision, values = row["id"], row["model"], row.get("revision", 0), row["v"]
@@ -99,7 +111,7 @@ def _rust(row: dict[str, object]) -> VectorRecord | None:
     if not isinstance(values, list) or not values:
         return None
     vector = np.asarray(values, np.float32)  # one C pass: a string raises, a null is NaN
-    if vector.ndim != 1 or not np.isfinite(vector).all():
+    if vector.ndim != 1 or not _storable(vector):
         return None
     return VectorRecord(memory_id, router_model(model), revision, None, vector.tolist())
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import re
 import time
@@ -21,6 +20,7 @@ from iii import InvocationError
 from iii.iii import III
 
 from memory_worker.core.config import Settings
+from memory_worker.core.coordinates import MAX_COORDINATE
 from memory_worker.core.errors import SiblingUnavailable
 from memory_worker.storage.logger import get_logger
 from memory_worker.storage.vectors import router_model
@@ -373,7 +373,7 @@ class RouterEmbedder:
             self._failed_at = time.monotonic()
             raise SiblingUnavailable(
                 "router::embed returned malformed embeddings (each must be a non-empty list of "
-                "finite numbers, all of one length)"
+                f"finite numbers within ±{MAX_COORDINATE:g}, all of one length)"
             )
         self._failed_at = None
         return embeddings
@@ -383,15 +383,21 @@ def _embeddings(vectors: list[Any]) -> list[list[float]] | None:
     """`router::embed`'s vectors as floats, or None when any is not a non-empty list of finite
     numbers of the common length: a NaN or an infinity stored in the index poisons the bank's
     running mean (the centring of every later recall, the typical pair's cosine) for good, and a
-    string or a boolean is not a coordinate."""
+    string or a boolean is not a coordinate. Finite is as the index stores it (`MAX_COORDINATE`):
+    1e39, or 70,000, is a float here and infinity there."""
     out: list[list[float]] = []
     for vector in vectors:
         if not isinstance(vector, list) or not vector:
             return None
         if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector):
             return None
-        row = [float(x) for x in vector]
-        if not all(math.isfinite(x) for x in row) or len(row) != len(out[0] if out else row):
+        try:
+            row = [float(x) for x in vector]
+        except OverflowError:  # an integer past any float (JSON allows 400 digits)
+            return None
+        # A NaN fails the comparison too.
+        in_range = all(-MAX_COORDINATE <= x <= MAX_COORDINATE for x in row)
+        if not in_range or len(row) != len(out[0] if out else row):
             return None
         out.append(row)
     return out
