@@ -76,8 +76,8 @@ def test_a_question_naming_both_speakers_demotes_neither() -> None:
 
 
 def _project_scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, float]:
-    """A coding agent's bank: the user's preferences carry the entity `user` (as extraction tags
-    them), the project's facts carry none."""
+    """A coding agent's bank: the user's preferences carry the entity `user`, the project's facts
+    the tools they name (as extraction tags them), and one note was saved by hand, untagged."""
 
     def note(mid: str, text: str, *entities: str) -> Memory:
         return Memory(
@@ -90,10 +90,11 @@ def _project_scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, flo
         )
 
     memories = [
-        note("tests", "Tests run with make test from the repo root."),
-        note("deploy", "Deploys go through the staging pipeline first."),
+        note("tests", "Tests run with make test from the repo root.", "make"),
+        note("deploy", "Deploys go through the staging pipeline first.", "staging"),
         note("prefers", "The user prefers running tests verbose.", "user"),
-        *(note(f"n{i}", f"Lint rule {i} covers imports.") for i in range(9)),
+        note("by_hand", "Flaky tests get a retry label before anyone reruns them."),
+        *(note(f"n{i}", f"Lint rule {i} covers imports.", "ruff") for i in range(9)),
     ]
     by_id = {m.id: m for m in memories}
     index = LexicalIndex()
@@ -104,7 +105,7 @@ def _project_scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, flo
 
 def test_a_procedure_questions_i_does_not_score_the_projects_memories_down() -> None:
     # "How do I run the tests?": its "I" reads as the user, but the answer is how the project
-    # runs them, a memory no one tags with the user; it keeps its whole score.
+    # runs them, a memory tagged with the tool, not the user; it keeps its whole score.
     for question in ("How do I run the tests?", "como eu rodo os testes?"):
         assert _project_scores(question) == _project_scores(question, OFF), question
 
@@ -115,3 +116,10 @@ def test_a_question_about_the_users_own_things_still_prefers_their_memories() ->
     on, off = _project_scores(question), _project_scores(question, OFF)
     assert on["prefers"] == off["prefers"]
     assert on["tests"] == DEFAULT_FUSION.unnamed * off["tests"]
+
+
+def test_a_memory_tagged_with_no_one_keeps_its_whole_score() -> None:
+    # Saved by hand or imported untagged, it says nothing of whom it is about: not another's.
+    question = "What is my preference for tests?"
+    on, off = _project_scores(question), _project_scores(question, OFF)
+    assert "by_hand" in off and on["by_hand"] == off["by_hand"]

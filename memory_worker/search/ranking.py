@@ -1642,19 +1642,22 @@ def order(pool: Pool, index: LexicalIndex, query: RecallQuery) -> list[Hit]:
 def _unnamed_demoted(
     hits: list[Hit], index: LexicalIndex, tally: Floats | None, factor: float
 ) -> list[Hit]:
-    """`hits` with the score of each live memory carrying none of the entities the query names
-    times `factor` (`Fusion.unnamed`); the same list when it names none. "What pets does Nate
-    have?": nearly every turn that answers it is Nate's own, and the entity boost lifts every one
-    of his alike, so the other speaker's "Aww, Nate, your turtles!" kept its place above them on
-    its words. Last, on the returned hits only, like `_others_demoted`: earlier, the other
-    speaker's question ("what got you into running?") lost the anchor place it lends its answer
-    from (`_with_context`). A retired record (history, `as_of`) has no slot to read: as it was."""
+    """`hits` with the score of each live memory carrying entities, none of them one the query
+    names, times `factor` (`Fusion.unnamed`); the same list when it names none. "What pets does
+    Nate have?": nearly every turn that answers it is Nate's own, and the entity boost lifts
+    every one of his alike, so the other speaker's "Aww, Nate, your turtles!" kept its place above
+    them on its words. Last, on the returned hits only, like `_others_demoted`: earlier, the
+    other speaker's question ("what got you into running?") lost the anchor place it lends its
+    answer from (`_with_context`). A retired record (history, `as_of`) has no slot to read: as
+    it was."""
     if tally is None:
         return hits
     out = []
     for hit in hits:
         slot = index.slot(hit.memory.id)
-        unnamed = slot >= 0 and tally[slot] <= 0.0
+        # A memory tagged with no one says nothing of whom it is about (saved by hand, imported
+        # untagged): "Pipoca's vet is Dr. Silva." is not another's memory of Pipoca.
+        unnamed = slot >= 0 and tally[slot] <= 0.0 and bool(hit.memory.entities)
         out.append(Hit(hit.memory, hit.score * factor) if unnamed else hit)
     return out
 
