@@ -18,6 +18,7 @@ const MEANING = {
   'configuration-reachable': 'Without the configuration worker, settings come from local defaults and do not hot-reload.',
   extraction: 'Nothing said in a conversation is remembered unless someone saves it explicitly (memory::save): no fact, preference or correction is captured after turns, and the learned rule does not grow.',
   'planted-links': 'A symbolic link inside the data dir is never followed: a bank behind one is not loaded, and a bank file that is one can be neither read nor written.',
+  'capture-queue': 'Finished turns wait here to be extracted. While they wait, or once a job gives up, what was said in them is not remembered; a job that gave up keeps its messages in .capture.jsonl until an erasure.',
   'configuration-valid': 'The stored configuration holds values this version does not take as they are (an older worker wrote them): the worker runs on the nearest values it accepts until the entry is saved again.',
 }
 
