@@ -24,6 +24,10 @@ secrets, entities, tags, lanes, subjects, lessons, re-saves, bad requests, saves
 on copies of one data dir with a fixed clock, and compares every answer, every event (without its
 random id) and the log byte for byte (a multi-record write's random batch nonce, and so its lines'
 CRCs, blanked).
+
+`--callgrind` counts instead of timing: each tree's instructions a save under valgrind's
+callgrind, one save at a time and with 32 writers, cap off, as (count after N2 saves - count
+after N1) / (N2 - N1) so the boot and the close cancel out (`--dir /dev/shm`: no disk in it).
 """
 
 from __future__ import annotations
@@ -157,10 +161,10 @@ asyncio.run(main())
 _ORDER = (("before", 0), ("after", 1))
 
 
-def run(tree: Path, code: str, args: list[str]) -> dict[str, Any]:
+def run(tree: Path, code: str, args: list[str], wrap: list[str] | None = None) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [*(wrap or []), sys.executable, "-c", code, *args],
         env=env,
         cwd=tree,
         capture_output=True,
@@ -247,6 +251,48 @@ def identity_requests(docs: list[str]) -> list[Any]:
     return steps
 
 
+# (kind, N1, N2): a save's instructions are (count after N2 saves - count after N1) / (N2 - N1),
+# so the boot, the warm-up and the close cancel out; 32 writers' counts are multiples of 32.
+_COUNTED = (("single", 200, 1000), ("32", 256, 2304))
+
+
+def instructions(before: Path, after: Path, root: Path, base: Path, fresh: list[str]) -> bool:
+    """`--callgrind`: instructions a save under valgrind's callgrind, cap off, one process per
+    tree and count (the wall clock of a shared machine swings 2-3x; this does not)."""
+    if shutil.which("valgrind") is None:
+        print("--callgrind needs valgrind on PATH")
+        return False
+    at = 0
+    got: dict[tuple[str, str], float] = {}
+    for kind, n1, n2 in _COUNTED:
+        for label, tree in (("before", before), ("after", after)):
+            counts = []
+            for n in (n1, n2):
+                copy, texts, out = root / "copy", root / "texts.json", root / "callgrind.out"
+                shutil.copytree(base, copy)
+                texts.write_text(json.dumps(fresh[at : at + n + 20]))
+                at += n + 20
+                wrap = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+                run(tree, PROBE, [str(copy), str(texts), "0", kind, str(n)], wrap)
+                totals = [x for x in out.read_text().splitlines() if x.startswith("totals:")]
+                counts.append(int(totals[0].split()[1]))
+                shutil.rmtree(copy)
+                out.unlink()
+            got[(kind, label)] = (counts[1] - counts[0]) / (n2 - n1)
+            print(f"callgrind {kind} {label}: {counts} -> {got[(kind, label)]:,.0f}", flush=True)
+    print()
+    print("| instructions a save (cap off) | before | after | change |")
+    print("|---|---:|---:|---:|")
+    for kind, n1, n2 in _COUNTED:
+        was, now = got[(kind, "before")], got[(kind, "after")]
+        name = "one save at a time" if kind == "single" else f"{kind} writers"
+        print(
+            f"| {name} ({n2:,} - {n1:,} saves) | {was / 1e6:.3f} M | {now / 1e6:.3f} M | "
+            f"{100 * (now - was) / was:+.1f}% |"
+        )
+    return True
+
+
 def identity(
     args: argparse.Namespace, before: Path, after: Path, root: Path, base: Path, docs: list[str]
 ) -> bool:
@@ -292,6 +338,12 @@ def main() -> int:
         "so the rates are what the Python path allows)",
     )
     parser.add_argument("--skip-time", action="store_true")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="instead of the timed cells: each tree's instructions a save under valgrind's "
+        "callgrind (1 writer and 32, cap off; use with --dir /dev/shm)",
+    )
     args = parser.parse_args()
     configure_logging("warning")
     before, after = args.before.resolve(), args.after.resolve()
@@ -308,7 +360,9 @@ def main() -> int:
         ok = True
         if args.identity:
             ok = identity(args, before, after, root, base, fresh)
-        if args.skip_time:
+        if args.callgrind:
+            ok = instructions(before, after, root, base, fresh) and ok
+        if args.skip_time or args.callgrind:
             return 0 if ok else 1
         load_before = load_average()
         started = datetime.now(UTC)

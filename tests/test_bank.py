@@ -20,6 +20,7 @@ from memory_worker.storage.bank import INLINE_SYNC_S, Bank
 from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
+from .holds import hold_log_syncs
 
 NOW = 1_793_491_200_000
 
@@ -268,6 +269,58 @@ class TestCommit:
             await task
         await bank.drain()
         assert bank.get(record.id) == record
+
+    async def test_a_caller_that_gave_up_mid_group_leaves_the_group_acknowledged(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A commit whose caller stops waiting while its group's fsync runs (awaited unshielded:
+        only its own future is cancelled): the group lands whole, the other callers are
+        acknowledged, the bank takes the next write, and no failure is logged."""
+        entered, release = hold_log_syncs(monkeypatch, bank)
+        records = [_memory(f"The user likes drink number {i}") for i in range(3)]
+        first = asyncio.create_task(bank.commit([records[0]]))
+        assert await asyncio.to_thread(entered.wait, 10)  # the first write's fsync holds
+        rest = [asyncio.create_task(bank.commit([r])) for r in records[1:]]
+        await asyncio.sleep(0)  # both written, queued behind the held fsync
+        rest[0].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await rest[0]
+        release.set()
+        await first
+        await rest[1]
+        await bank.drain()
+        assert all(bank.get(r.id) == r for r in records)
+        later = _memory("The user likes cocoa")
+        await bank.commit([later])
+        assert bank.get(later.id) == later
+        assert "apply_failed" not in caplog.text and "commit_failed" not in caplog.text
+
+    async def test_a_caller_that_gave_up_before_its_fsync_failed_is_told_nothing(
+        self, bank: Bank, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The same group's fsync fails: the callers still waiting get the error, the one that
+        gave up none (its future stays cancelled), and nothing of the group stays."""
+        kept = _memory("The user likes tea")
+        await bank.commit([kept])
+        before = (bank.path / "memories.jsonl").read_bytes()
+        entered, release = hold_log_syncs(monkeypatch, bank)
+
+        def failing_fsync(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing_fsync)
+        records = [_memory(f"The user likes drink number {i}") for i in range(2)]
+        tasks = [asyncio.create_task(bank.commit([r])) for r in records]
+        assert await asyncio.to_thread(entered.wait, 10)
+        tasks[0].cancel()  # the write whose fsync runs: the one behind it is failed after it
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
+        release.set()
+        with pytest.raises(StorageError, match="Input/output error"):
+            await asyncio.wait_for(tasks[1], 10)
+        await bank.drain()
+        assert (bank.path / "memories.jsonl").read_bytes() == before
+        assert all(bank.latest(r.id) is None for r in records)
 
     async def test_a_torn_last_line_is_set_aside_at_load_so_the_log_ends_whole(
         self, store: Store, data_dir: Path

@@ -18,7 +18,13 @@ from memory_worker.app.caller import Caller
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import BankNotFound, Conflict, InvalidInput, MemoryNotFound
+from memory_worker.core.errors import (
+    BankNotFound,
+    Conflict,
+    InvalidInput,
+    MemoryNotFound,
+    StorageError,
+)
 from memory_worker.core.models import Memory
 from memory_worker.storage.bank import Bank
 from memory_worker.storage.store import Store
@@ -122,6 +128,22 @@ class TestSave:
             ITEM_CHANGED,
             {"event_type": "created", "bank": "main", "memory": memory, "event_id": ANY},
         )
+
+    async def test_a_first_save_that_fails_leaves_no_bank_and_announces_nothing(
+        self, service: MemoryService, emitter: RecordingEmitter, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The bank a failed first write created goes again (a failed call changes nothing), and
+        the error reaching the caller is the write's own."""
+
+        async def refused(bank: Bank, records: Sequence[Memory]) -> None:
+            raise StorageError("disk refused")
+
+        monkeypatch.setattr(Bank, "commit", refused)
+        with pytest.raises(StorageError, match="disk refused"):
+            await call(service, "memory::save", bank="fresh", text="The user is called Ana")
+        assert service.store.find("fresh") is None
+        assert not (service.store.root / "fresh").exists()
+        assert emitter.events == []
 
     async def test_every_event_carries_its_own_identity(
         self, service: MemoryService, emitter: RecordingEmitter
