@@ -179,3 +179,17 @@ async def test_doctor_reports_a_queue_file_it_cannot_read_instead_of_failing(
     assert check["ok"] is False
     assert f"{CAPTURE_FILE} cannot be read" in str(check["detail"])
     assert report["ok"] is True  # advisory: saves and recall still work
+
+
+async def test_doctor_says_an_engine_does_not_read_the_queue(
+    store: Store, clock: FixedClock
+) -> None:
+    # Under an engine turns are extracted through router::complete: turns a standalone run
+    # queued wait for a standalone server with an extraction endpoint.
+    queue = CaptureQueue(store.root)
+    queue.enqueue(dict(_TURN), job_id="j1", now_ms=clock())
+    queue.close()
+    service = MemoryService(store, Settings(), clock=clock, engine_less=False)
+    check = _capture_check(await catalog.call(service, "memory::doctor", {}))
+    assert check["ok"] is False
+    assert "under an engine this queue is not read" in str(check["detail"])

@@ -101,14 +101,21 @@ class DoctorUseCases(EmbeddingWork):
             oldest = utc_datetime(held.oldest_pending_at or 0).isoformat()
             parts.append(f"{held.pending} turn(s) wait for extraction, the oldest queued {oldest}")
             stale = self.clock() - (held.oldest_pending_at or 0) > STALE_CAPTURE_MS
-            if stale or not self.captures_turns():
+            # The queue is run by a standalone server with an endpoint; under an engine, turns go
+            # through router::complete and this file (a standalone run's) is not read.
+            runs_here = self.engine_less and self.captures_turns()
+            if stale or not runs_here:
                 ok = False
-                parts.append(
-                    "nothing here extracts them (see extraction); a server with an endpoint runs "
-                    "them, and one with none expires them after 7 days"
-                    if not self.captures_turns()
-                    else "waiting over a day: is the extraction endpoint answering?"
+                elsewhere = (
+                    "a standalone server with an endpoint runs them, and one with none expires "
+                    "them after 7 days"
                 )
+                if runs_here:
+                    parts.append("waiting over a day: is the extraction endpoint answering?")
+                elif self.engine_less:
+                    parts.append(f"nothing here extracts them (see extraction); {elsewhere}")
+                else:
+                    parts.append(f"under an engine this queue is not read; {elsewhere}")
         if held.dead:
             ok = False
             kept = held.dead - held.expired
