@@ -135,16 +135,25 @@ async def test_doctor_names_turns_waiting_and_flags_them_past_a_day(
     assert "waiting over a day" in str(check["detail"])
 
 
+@pytest.mark.parametrize(
+    ("engine_less", "says"),
+    [
+        (True, "nothing here extracts them"),  # no endpoint configured
+        # Under an engine turns go through router::complete: a standalone run's queue waits for a
+        # standalone server with an extraction endpoint.
+        (False, "under an engine this queue is not read"),
+    ],
+)
 async def test_doctor_flags_turns_queued_where_nothing_extracts_them(
-    store: Store, clock: FixedClock
+    store: Store, clock: FixedClock, engine_less: bool, says: str
 ) -> None:
     queue = CaptureQueue(store.root)
     queue.enqueue(dict(_TURN), job_id="j1", now_ms=clock())
     queue.close()
-    service = MemoryService(store, Settings(), clock=clock, engine_less=True)
+    service = MemoryService(store, Settings(), clock=clock, engine_less=engine_less)
     check = _capture_check(await catalog.call(service, "memory::doctor", {}))
     assert check["ok"] is False
-    assert "nothing here extracts them" in str(check["detail"])
+    assert says in str(check["detail"])
 
 
 async def test_doctor_counts_the_jobs_that_will_never_run(store: Store, clock: FixedClock) -> None:
@@ -179,17 +188,3 @@ async def test_doctor_reports_a_queue_file_it_cannot_read_instead_of_failing(
     assert check["ok"] is False
     assert f"{CAPTURE_FILE} cannot be read" in str(check["detail"])
     assert report["ok"] is True  # advisory: saves and recall still work
-
-
-async def test_doctor_says_an_engine_does_not_read_the_queue(
-    store: Store, clock: FixedClock
-) -> None:
-    # Under an engine turns are extracted through router::complete: turns a standalone run
-    # queued wait for a standalone server with an extraction endpoint.
-    queue = CaptureQueue(store.root)
-    queue.enqueue(dict(_TURN), job_id="j1", now_ms=clock())
-    queue.close()
-    service = MemoryService(store, Settings(), clock=clock, engine_less=False)
-    check = _capture_check(await catalog.call(service, "memory::doctor", {}))
-    assert check["ok"] is False
-    assert "under an engine this queue is not read" in str(check["detail"])

@@ -7,6 +7,7 @@ as without the rule. Written for this rule, never tuned on (the figures: docs/BE
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from memory_worker.core.models import Confidence, Memory
@@ -42,9 +43,11 @@ CHAT = (
 )
 
 
-def _scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, float]:
-    """Hit id -> score, best first."""
-    by_id = {m.id: m for m in CHAT}
+def _scores(
+    text: str, fusion: Fusion = DEFAULT_FUSION, memories: Sequence[Memory] = CHAT
+) -> dict[str, float]:
+    """Hit id -> score, best first, over `memories` (the chat of two by default)."""
+    by_id = {m.id: m for m in memories}
     index = LexicalIndex()
     index.add_many(indexed(m) for m in by_id.values())
     query = RecallQuery(text=text, limit=5, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion)
@@ -96,11 +99,7 @@ def _project_scores(text: str, fusion: Fusion = DEFAULT_FUSION) -> dict[str, flo
         note("by_hand", "Flaky tests get a retry label before anyone reruns them."),
         *(note(f"n{i}", f"Lint rule {i} covers imports.", "ruff") for i in range(9)),
     ]
-    by_id = {m.id: m for m in memories}
-    index = LexicalIndex()
-    index.add_many(indexed(m) for m in by_id.values())
-    query = RecallQuery(text=text, limit=5, now_ms=NOW_MS, half_life_days=60.0, fusion=fusion)
-    return {hit.memory.id: hit.score for hit in rank(by_id, index, query)}
+    return _scores(text, fusion, memories)
 
 
 def test_a_procedure_questions_i_does_not_score_the_projects_memories_down() -> None:
