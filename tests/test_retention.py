@@ -4,9 +4,11 @@ in history. Time only moves through the fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +20,7 @@ from memory_worker.core.retention import DAY_MS, expired
 from memory_worker.core.transitions import new_memory
 
 from .fakes import FixedClock, RecordingEmitter
+from .holds import hold_log_syncs
 
 PERSON = Caller.human("cli")
 
@@ -317,6 +320,66 @@ class TestExpiredOnRead:
         assert {p["memory"]["id"] for p in emitter.of(ITEM_CHANGED)} == {
             ids["context"],
             ids["recent"],
+        }
+
+    async def test_a_get_whose_caller_gives_up_mid_reap_still_announces_the_expiries(
+        self,
+        service: MemoryService,
+        clock: FixedClock,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A get (a read: it runs in its caller's task) that meets an expired memory reaps the
+        bank; its caller gives up (a client gone, a timeout) while the tombstones' fsync runs.
+        They land all the same, so each is announced and reported by the next stats call, as
+        every expiry is: none is retired in silence."""
+        ids = await self._bank(service, clock)
+        clock.advance_days(1)
+        emitter.clear()
+        entered, release = hold_log_syncs(monkeypatch, service.store.get("main"))
+        got = asyncio.create_task(call(service, "memory::get", id=ids["context"]))
+        assert await asyncio.to_thread(entered.wait, 10)  # the reap's tombstones are written
+        got.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await got
+        release.set()
+        await service.settle()
+        gone = (await call(service, "memory::get", id=ids["context"]))["memory"]
+        assert gone["invalid_reason"] == "expired"  # landed though its caller left
+        expired_ids = {ids["context"], ids["recent"]}
+        events = emitter.of(ITEM_CHANGED)
+        assert {(e["event_type"], e["memory"]["id"], e["reason"]) for e in events} == {
+            ("deleted", memory_id, "expired") for memory_id in expired_ids
+        }
+        assert set((await call(service, "memory::stats"))["expired"]) == expired_ids
+
+    async def test_a_settle_cancelled_while_a_background_reap_writes_leaves_it_running(
+        self,
+        service: MemoryService,
+        clock: FixedClock,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A list leaves an expired memory out and has the bank reaped in the background;
+        `settle` (or `close`) waits for that reap, and that wait cancelled must not cancel the
+        reap mid-commit: its tombstones land all the same, so they are announced."""
+        ids = await self._bank(service, clock)
+        clock.advance_days(1)
+        emitter.clear()
+        entered, release = hold_log_syncs(monkeypatch, service.store.get("main"))
+        await call(service, "memory::list")
+        assert await asyncio.to_thread(entered.wait, 10)  # the reap's tombstones are written
+        settling = asyncio.create_task(service.settle())
+        await asyncio.sleep(0)  # it waits for the reap
+        settling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await settling
+        release.set()
+        await service.store.get("main").drain()
+        await service.settle()
+        events = emitter.of(ITEM_CHANGED)
+        assert {(e["event_type"], e["memory"]["id"], e["reason"]) for e in events} == {
+            ("deleted", memory_id, "expired") for memory_id in (ids["context"], ids["recent"])
         }
 
     async def test_a_result_list_is_not_shortened_by_expired_memories(

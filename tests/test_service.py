@@ -31,7 +31,7 @@ from memory_worker.storage.store import Store
 
 from .conftest import HOLDER
 from .fakes import FixedClock, RecordingEmitter
-from .holds import hold_log_syncs
+from .holds import hold_every_log_sync, hold_log_syncs
 
 
 async def call(service: MemoryService, function_id: str, **payload: Any) -> dict[str, Any]:
@@ -604,6 +604,38 @@ class TestCancelledCalls:
         events = [(e["event_type"], e["memory"]["text"]) for e in emitter.of(ITEM_CHANGED)]
         expected = "created" if function_id == "memory::save" else "updated"
         assert events == [(expected, payload["text"])]
+
+    async def test_a_settle_cancelled_while_it_waits_leaves_the_call_it_waited_for_running(
+        self,
+        service: MemoryService,
+        emitter: RecordingEmitter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A save whose caller gave up runs on, and `settle` (or `close`: a hook past its budget
+        while its door closes) waits for it; that wait cancelled must not cancel the save: its
+        record lands all the same, and then the bank it made was left unannounced (and never
+        settled) and the memory's own event never went out."""
+        entered, release = hold_every_log_sync(monkeypatch)  # the new bank's too
+        calling = asyncio.create_task(
+            call(service, "memory::save", bank="fresh", text="The user likes cocoa")
+        )
+        assert await asyncio.to_thread(entered.wait, 10)
+        calling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await calling
+        settling = asyncio.create_task(service.settle())
+        await asyncio.sleep(0)  # it waits for the save
+        settling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await settling
+        release.set()
+        await service.store.get("fresh").drain()
+        await service.settle()
+        assert [(e["event_type"], e["memory"]["text"]) for e in emitter.of(ITEM_CHANGED)] == [
+            ("created", "The user likes cocoa")
+        ]
+        assert [e["event_type"] for e in emitter.of(BANK_CHANGED)] == ["created"]
+        assert not service.store.get("fresh").unsettled
 
 
 class TestImportEvents:

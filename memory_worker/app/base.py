@@ -326,7 +326,10 @@ class ServiceBase:
     async def _calls_done(self) -> None:
         """Wait for the calls `finished` runs on past their callers."""
         while running := [task for task in self._finishing if not task.done()]:
-            await asyncio.gather(*running, return_exceptions=True)
+            # `wait`, not `gather`: a gather cancelled (a hook past its budget while its door
+            # closes) cancels what it waits for, and a call cut so mid-commit had its write
+            # land with no event and the bank it made unannounced. Outcomes: `_call_over`.
+            await asyncio.wait(running)
 
     def _name(self, requested: str | None) -> str:
         return check_name(requested or self.settings.default_bank, "bank")

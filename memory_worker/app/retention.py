@@ -116,7 +116,10 @@ class RetentionUseCases(EmbeddingWork):
             return False
         await self._reap_in_flight(bank)
         try:
-            await self.reap(bank)
+            # Run on past this call's caller (`finished`): a read runs in its caller's task, and
+            # a caller that gave up mid-commit had the tombstones land (the flusher writes them
+            # all the same) but never announced nor reported for `memory::stats`.
+            await self.finished(self.reap(bank))
         except Exception:
             if not reading:
                 raise
@@ -159,7 +162,8 @@ class RetentionUseCases(EmbeddingWork):
 
     async def _reaps_done(self) -> None:
         while running := [task for task in self._reaping.values() if not task.done()]:
-            await asyncio.gather(*running, return_exceptions=True)
+            # Not `gather`: cancelled, it cancels the reaps mid-commit (see `_calls_done`).
+            await asyncio.wait(running)
         self._reaping.clear()
 
     async def settle(self) -> None:
