@@ -14,7 +14,7 @@ from unittest.mock import ANY
 import pytest
 
 from memory_worker.app import catalog
-from memory_worker.app.caller import Caller
+from memory_worker.app.caller import SYSTEM, Caller
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
@@ -1274,3 +1274,45 @@ def test_event_ids_stay_random_uuid4_hex() -> None:
         parsed = uuid.UUID(hex=value)
         assert parsed.hex == value and len(value) == 32
         assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+class TestBankCreatedOnce:
+    """A bank a write makes is announced (`created`) once, by the first call that lands in it or
+    is told it exists: its creator, or another call when the creator's own write failed."""
+
+    async def test_a_bank_whose_creator_failed_is_announced_by_the_save_that_landed_in_it(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        emitter.clear()
+        with pytest.raises(RuntimeError):
+            async with service._writing_into("fresh", SYSTEM):  # the creator
+                await call(service, "memory::save", bank="fresh", text="The user likes tea")
+                raise RuntimeError("the creator's own write fails")
+        assert service.store.find("fresh") is not None  # a memory landed: the bank stays
+        created = [e for e in emitter.of(BANK_CHANGED) if e["event_type"] == "created"]
+        assert [e["bank"] for e in created] == ["fresh"]
+
+    async def test_a_bank_create_told_it_exists_keeps_it_when_the_creators_write_fails(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        emitter.clear()
+        with pytest.raises(RuntimeError):
+            async with service._writing_into("told", SYSTEM):
+                answer = await call(service, "memory::bank::create", name="told")
+                assert answer["created"] is False  # a write is making it
+                raise RuntimeError("the creator's own write fails")
+        # The caller of memory::bank::create was told it exists: it is not taken away.
+        got = await call(service, "memory::bank::get", name="told")
+        assert got["bank"]["name"] == "told"
+        created = [e for e in emitter.of(BANK_CHANGED) if e["event_type"] == "created"]
+        assert [e["bank"] for e in created] == ["told"]
+
+    async def test_a_bank_made_by_a_save_is_announced_once(
+        self, service: MemoryService, emitter: RecordingEmitter
+    ) -> None:
+        emitter.clear()
+        await call(service, "memory::save", bank="once", text="The user likes tea")
+        await call(service, "memory::save", bank="once", text="The user likes cocoa")
+        await call(service, "memory::bank::create", name="once")
+        created = [e for e in emitter.of(BANK_CHANGED) if e["event_type"] == "created"]
+        assert [e["bank"] for e in created] == ["once"]

@@ -216,10 +216,10 @@ class _WritingInto:
             if self._created:
                 await service.store.discard_if_empty(name)
             return  # the write's own error (or cancellation) goes on
-        # Landed: the bank stays, even if the call that made it (maybe another) fails or dies.
+        # Landed: the bank stays, even if the call that made it (maybe another) fails or dies,
+        # and is announced once, by this call if no other did (its creator may have failed).
         await service.store.settle_creation(name)
-        if self._created:
-            service._emit_bank(BankEvent.CREATED, name)
+        service._announce_created(name)
 
 
 class ServiceBase:
@@ -422,6 +422,15 @@ class ServiceBase:
         An automatic caller never brings a deleted bank back (the default bank excepted: it
         materializes on first use)."""
         return _WritingInto(self, name, caller)
+
+    def _announce_created(self, name: str) -> None:
+        """`created` for bank `name` if a call made it and none announced it yet: the first call
+        that lands in it (or is told it exists) does, whether it made it or not; a creator whose
+        own write failed left it to them."""
+        bank = self.store.find(name)
+        if bank is not None and bank.unannounced:
+            bank.unannounced = False
+            self._emit_bank(BankEvent.CREATED, name)
 
     def _emit_bank(self, event: BankEvent, name: str) -> None:
         payload = {"event_type": str(event), "bank": name, "event_id": event_id()}

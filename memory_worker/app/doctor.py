@@ -285,6 +285,7 @@ class DoctorUseCases(EmbeddingWork):
             bank, created = await self.store.ensure(name, _SCRATCH_DESCRIPTION)
             if not created:  # someone made it between the check and now: never touch theirs
                 raise Conflict(f"scratch bank {name} appeared during the check; run doctor again")
+            bank.unannounced = False  # a scratch bank, gone again: never announced
             now_ms = self.clock()
             probe = transitions.new_memory(
                 bank.new_id(DOCTOR_PROBE_TEXT), DOCTOR_PROBE_TEXT, now_ms=now_ms

@@ -83,7 +83,7 @@ class TransferUseCases(BankUseCases, ImportUseCases):
             raise
         if created:
             await self.store.settle_creation(name)  # its records landed: a kill keeps the bank
-            self._emit_bank(BankEvent.CREATED, name)
+        self._announce_created(name)
         written: list[str] = []
         kept_rules: list[str] = []
         kept_settings: list[str] = []

@@ -348,6 +348,9 @@ class Bank:
         # Made for a write that has not landed yet (`create(for_a_write=True)`): its folder is
         # marked until `Store.settle_creation`.
         self.unsettled = False
+        # Made by `create` and not announced yet: the first call that lands in it (or is told it
+        # exists) announces it, the creator or not (`ServiceBase._announce_created`).
+        self.unannounced = False
 
     # The empty search state, made at its first read (a boot fills it, a rewrite replaces it):
     # not in `__init__`, so a process that never reads it never imports the search package.
@@ -420,6 +423,7 @@ class Bank:
             raise StorageError(f"cannot create bank folder {path}: {exc.strerror}") from exc
         bank = cls(name, path, description, warnings, guard, overrides)
         bank.unsettled = for_a_write
+        bank.unannounced = True
         try:
             files.fsync_dir(path.parent)
         except StorageError as exc:

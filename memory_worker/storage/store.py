@@ -438,10 +438,12 @@ class Store:
         bank.unsettled = False
 
     async def discard_if_empty(self, name: str) -> None:
-        """Undo a bank created by a call whose first write failed, if nothing landed in it since."""
+        """Undo a bank created by a call whose first write failed, if nothing landed in it since
+        and no caller was told it exists (`settle_creation`: `memory::bank::create` of the same
+        name meanwhile answered that it does)."""
         async with self._create_lock:
             bank = self._banks.get(name)
-            if bank is None or not bank.is_empty():
+            if bank is None or not bank.unsettled or not bank.is_empty():
                 return
             del self._banks[name]
             bank.close()
