@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from memory_worker.adapters.bus import events
 from memory_worker.app import catalog, functions
 from memory_worker.app.catalog import CATALOG, SEAMS, FunctionSpec, SeamSpec
 from memory_worker.core.errors import InvalidInput
@@ -416,6 +417,108 @@ def test_response_keeps_the_seed_fields_and_descriptions(function_id: str) -> No
     assert not problems, _report(problems)
 
 
+_JSON_TYPES = {"string": str, "boolean": bool, "number": float, "integer": int, "null": type(None)}
+
+
+def _admitted(node: Any, root: dict[str, Any], depth: int = 0) -> frozenset[str] | None:
+    """The JSON types a schema node admits, through `$ref` and `allOf`/`anyOf`/`oneOf`; None for
+    any value (`true`, `{}`, or a node that names no type)."""
+    if not isinstance(node, dict) or depth > 32:
+        return None
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        return _admitted(root.get("definitions", {}).get(name), root, depth + 1)
+    kinds = node.get("type")
+    if isinstance(kinds, str | list):
+        return frozenset([kinds] if isinstance(kinds, str) else kinds)
+    if isinstance(node.get("enum"), list):
+        return frozenset(
+            next(k for k, t in _JSON_TYPES.items() if type(value) is t) for value in node["enum"]
+        )
+    found: set[str] = set()
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key) or []:
+            kinds_of = _admitted(branch, root, depth + 1)
+            if kinds_of is None:
+                return None
+            found |= kinds_of
+    return frozenset(found) or None
+
+
+def _named(kinds: frozenset[str] | None) -> str:
+    return "any value" if kinds is None else "/".join(sorted(kinds))
+
+
+def _within(narrow: frozenset[str] | None, wide: frozenset[str] | None) -> bool:
+    """Whether every value of `narrow`'s types is one of `wide`'s (an integer is a number)."""
+    if wide is None:
+        return True
+    if narrow is None:
+        return False
+    return all(kind in wide or (kind == "integer" and "number" in wide) for kind in narrow)
+
+
+def _type_problems(
+    where: str, seed: Any, ours: Any, roots: tuple[dict[str, Any], dict[str, Any]], *, asked: bool
+) -> list[str]:
+    """Where a seed client's value is refused (`asked`: a request, ours must admit at least what
+    the seed admits, and no higher `minimum`) or ours answers a type its schema does not name
+    (a response), down every property, array item and referenced definition."""
+    seed_root, our_root = roots
+    seed_types, our_types = _admitted(seed, seed_root), _admitted(ours, our_root)
+    fits = _within(seed_types, our_types) if asked else _within(our_types, seed_types)
+    problems = (
+        [] if fits else [f"{where}: seed admits {_named(seed_types)}, ours {_named(our_types)}"]
+    )
+    seed_node, our_node = _resolve(seed, seed_root), _resolve(ours, our_root)
+    floor, our_floor = seed_node.get("minimum"), our_node.get("minimum")
+    if asked and isinstance(our_floor, int | float) and (floor is None or our_floor > floor):
+        problems.append(f"{where}: seed's minimum {floor}, ours {our_floor}")
+    for name, seed_prop in (seed_node.get("properties") or {}).items():
+        mine = (our_node.get("properties") or {}).get(name)
+        if mine is not None:  # a missing field is `test_…_keep_the_seed_fields…`'s to report
+            problems += _type_problems(f"{where}.{name}", seed_prop, mine, roots, asked=asked)
+    if isinstance(seed_node.get("items"), dict) and isinstance(our_node.get("items"), dict):
+        problems += _type_problems(
+            f"{where}[]", seed_node["items"], our_node["items"], roots, asked=asked
+        )
+    return problems
+
+
+@pytest.mark.parametrize("function_id", SEED_NAMES)
+def test_a_seed_client_is_neither_refused_nor_surprised_by_a_type(function_id: str) -> None:
+    """A client built from the seed sends the types its request schema admits (`null` where a
+    field is nullable, an integer from 0) and reads the types its response schema names: ours
+    admit at least those, and answer no other (the contract tests above compare names,
+    descriptions, defaults and required fields, not types)."""
+    spec = BY_ID.get(function_id)
+    if spec is None:
+        pytest.fail(f"{function_id} is missing from the catalog")
+    problems: list[str] = []
+    for key, model, asked in (
+        ("request_schema", spec.request, True),
+        ("response_schema", spec.response, False),
+    ):
+        seed, ours = SEED_FUNCTIONS[function_id][key], catalog.json_schema(model)
+        problems += _type_problems(f"{function_id} {key}", seed, ours, (seed, ours), asked=asked)
+    assert not problems, _report(problems)
+
+
+@pytest.mark.parametrize("trigger", SEED["triggers"], ids=lambda trigger: trigger["name"])
+def test_a_seed_binding_config_is_accepted_as_the_seed_describes_it(
+    trigger: dict[str, Any],
+) -> None:
+    """Each trigger type of the seed is provided, with a binding config that admits every field
+    of the seed's (`{bank}`, a string or null) under its description."""
+    assert trigger["name"] in events.TRIGGER_TYPES
+    seed, ours = trigger["invocation_schema"], events.CONFIG_SCHEMA
+    problems = _type_problems(trigger["name"], seed, ours, (seed, ours), asked=True)
+    walk = _Compare(seed, ours)
+    walk.object(f"{trigger['name']} binding config", seed, ours)
+    assert not problems + walk.problems, _report(problems + walk.problems)
+
+
 def _variant_descriptions(node: dict[str, Any]) -> dict[Any, str]:
     """Per-value descriptions of an enum written as `oneOf` of one-value enums (schemars style)."""
     found: dict[Any, str] = {}
@@ -512,6 +615,19 @@ class TestComparator:
     def test_a_changed_property_description_is_reported(self) -> None:
         problems = _walk(self.SEED_DEFS, self._ours(item_desc="Other."))
         assert len(problems) == 1 and "x.item" in problems[0]
+
+    def test_a_type_a_seed_client_sends_or_reads_is_checked(self) -> None:
+        seed = {"properties": {"n": {"type": ["integer", "null"], "minimum": 0}}}
+        nullable = {
+            "properties": {"n": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]}}
+        }
+        narrowed = {"properties": {"n": {"type": "integer", "minimum": 1}}}
+        assert _type_problems("x", seed, nullable, (seed, nullable), asked=True) == []
+        refused = _type_problems("x", seed, narrowed, (seed, narrowed), asked=True)
+        assert [p.split(":")[0] for p in refused] == ["x.n", "x.n"]  # the null, the minimum
+        answered = {"properties": {"n": {"type": ["integer", "string"]}}}
+        assert _type_problems("x", seed, answered, (seed, answered), asked=False) != []
+        assert _type_problems("x", seed, narrowed, (seed, narrowed), asked=False) == []
 
     def test_a_missing_property_is_reported(self) -> None:
         ours = self._ours()
