@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +26,12 @@ from memory_worker.adapters.consolidate.cli import FileSettings
 from memory_worker.adapters.consolidate.clients import FileState, HttpClient
 from memory_worker.core.errors import Conflict, MemoryNotFound, SiblingUnavailable
 
+from .other_accounts import (
+    OTHER_UID,
+    as_root_on_linux,
+    listening_as_another_account,
+    skip_unless_accounts_are_told,
+)
 from .processes import read_line
 from .test_cli import cli_env, run_cli
 from .test_standalone import _OPENER, Served, _kill, _start
@@ -225,6 +233,36 @@ class TestHttpClient:
                 await client.call("memory::bank::list", {})
         finally:
             await client.close()
+
+    @as_root_on_linux
+    async def test_nothing_is_sent_to_another_accounts_program_on_the_servers_port(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`memory-consolidate serve --server http://127.0.0.1:PORT` runs for days beside the
+        server; while that server restarts, any account on the machine can take its port. The
+        schedule's next call sent that account's program `$MEMORY_TOKEN` (with which it may
+        call the real server as this account: another account needs the token on loopback)
+        and the pass's payload, and took its answers for the server's. Nothing is sent now,
+        as the CLI's forwarded calls send nothing there (`doors`)."""
+        skip_unless_accounts_are_told()
+        token = "t0ken-" + "x" * 40
+        monkeypatch.setenv("MEMORY_TOKEN", token)
+        pid, port, pipe = listening_as_another_account()
+        client = HttpClient(f"http://127.0.0.1:{port}", timeout_s=5)
+        try:
+            with pytest.raises(SiblingUnavailable) as refused:
+                await client.call("memory::list", {"bank": "main"})
+        finally:
+            await client.close()
+            # The child accepts one connection and then stops listening: this one ends it
+            # when the client's was closed unsent (refused when the client's was served).
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                pass
+            with os.fdopen(pipe, "rb") as reports:
+                received = await asyncio.to_thread(reports.read)
+            await asyncio.to_thread(os.waitpid, pid, 0)
+        assert f"uid {OTHER_UID}" in str(refused.value) and "nothing was sent" in str(refused.value)
+        assert token.encode() not in received and b"POST" not in received
 
 
 class TestFiles:

@@ -40,7 +40,12 @@ from memory_worker.storage.files import DataDirLock
 from memory_worker.storage.snapshot import RECORDS_FILE, SNAPSHOT_FILE, SNAPSHOT_MIN_LIVE
 from memory_worker.storage.store import Store
 
-from .other_accounts import OTHER_UID, as_root_on_linux, skip_unless_accounts_are_told
+from .other_accounts import (
+    OTHER_UID,
+    as_root_on_linux,
+    listening_as_another_account,
+    skip_unless_accounts_are_told,
+)
 from .rawhttp import split_url
 from .served import ENV, START_TIMEOUT_S, serving
 
@@ -937,45 +942,6 @@ async def test_a_stopping_server_stops_naming_its_url_before_it_closes_its_port(
     assert seen["holder"].get("pid") == os.getpid()  # a refused client still names it
 
 
-def _listening_as_another_account(defer_accept: bool = False) -> tuple[int, int, int]:
-    """A forked child dropped to another account (`nobody`) listening on 127.0.0.1, as another
-    user's program on the port a server let go of: (its pid, its port, the pipe it reports on).
-    It accepts one connection and writes back, on the pipe, every byte it was sent.
-    `defer_accept`: TCP_DEFER_ACCEPT, which keeps a connection in the handshake until data
-    comes (a request socket, which the kernel reports as root's)."""
-    to_parent, from_child = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: only system calls from here, then `_exit`
-        try:
-            os.close(to_parent)
-            os.setgid(OTHER_UID)
-            os.setuid(OTHER_UID)
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-                if defer_accept:
-                    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 10)
-                listener.bind(("127.0.0.1", 0))
-                listener.listen()
-                os.write(from_child, listener.getsockname()[1].to_bytes(2, "big"))
-                conn, _ = listener.accept()
-                with conn:
-                    conn.settimeout(10)
-                    received = b""
-                    try:
-                        while chunk := conn.recv(65536):
-                            received += chunk
-                            if b"\r\n\r\n" in received:  # a whole head: answer like a server
-                                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-                                break
-                    except OSError:
-                        pass
-            os.write(from_child, received)
-        finally:
-            os._exit(0)
-    os.close(from_child)
-    port = int.from_bytes(os.read(to_parent, 2), "big")
-    return pid, port, to_parent
-
-
 @as_root_on_linux
 @pytest.mark.parametrize("defer_accept", [False, True], ids=["accepting", "deferring"])
 async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the_port(
@@ -988,7 +954,7 @@ async def test_a_forwarded_call_sends_nothing_to_another_accounts_program_on_the
     A listener that defers its accepts kept the connection a request socket, reported as root's,
     and was sent the call and the token."""
     skip_unless_accounts_are_told()
-    pid, port, pipe = _listening_as_another_account(defer_accept)
+    pid, port, pipe = listening_as_another_account(defer_accept)
     token = "t0ken-" + "x" * 40
     try:
         async with RemoteDoor(f"http://127.0.0.1:{port}", REST_CALLER, token=token) as door:
@@ -1015,7 +981,7 @@ async def test_root_forwards_to_the_server_of_the_account_that_owns_the_data_dir
     root = tmp_path / "data"
     root.mkdir()
     os.chown(root, OTHER_UID, OTHER_UID)
-    pid, port, pipe = _listening_as_another_account()
+    pid, port, pipe = listening_as_another_account()
     holder = DataDirLock(root, {"pid": pid, "kind": "serve", "url": f"http://127.0.0.1:{port}"})
     holder.acquire()
     settings = Settings()

@@ -5,7 +5,10 @@ every failure as `sibling_unavailable`, and a whole extraction pass through it."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import socket
 from typing import Any
 
 import pytest
@@ -21,6 +24,11 @@ from memory_worker.harness.extractor import CURSOR_SCOPE, Extractor
 
 from .fakes import FakeKeyValue
 from .openai_server import FakeOpenAI
+from .other_accounts import (
+    as_root_on_linux,
+    listening_as_another_account,
+    skip_unless_accounts_are_told,
+)
 from .secret_corpus import OPENAI_PROJECT
 
 KEY_ENV = "TEST_EXTRACTION_KEY"
@@ -234,6 +242,36 @@ async def test_an_unreachable_endpoint_is_down_not_a_failure_of_the_turn() -> No
             await client.complete("S", "U")
     finally:
         await client.aclose()
+
+
+@as_root_on_linux
+async def test_a_local_endpoints_port_another_account_took_is_sent_nothing() -> None:
+    """A local endpoint (llama.cpp, Ollama on 127.0.0.1) restarting lets any account take its
+    port: its program was sent the API key and the person's turns, and its answer was written
+    into their bank as memories. The connection is refused before anything is sent, and the
+    endpoint is down (the queue waits) as when nothing listens there."""
+    skip_unless_accounts_are_told()
+    pid, port, pipe = listening_as_another_account()
+    key = "sk-local-" + "k" * 24
+    settings = Settings(
+        extraction_endpoint=f"http://127.0.0.1:{port}/v1",
+        extraction_model="m",
+        extraction_api_key_env=KEY_ENV,
+    )
+    client = OpenAIChatCompleter(lambda: settings, env={KEY_ENV: key})
+    try:
+        with pytest.raises(SiblingDown, match="unreachable"):
+            await client.complete("S", "my bank PIN is 4321")
+    finally:
+        await client.aclose()
+        # The child accepts one connection, then stops listening: this one ends it when the
+        # client's was closed unsent (refused when the client's was served).
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+            pass
+        with os.fdopen(pipe, "rb") as reports:
+            received = await asyncio.to_thread(reports.read)
+        await asyncio.to_thread(os.waitpid, pid, 0)
+    assert received == b""  # not the key, not the turn
 
 
 @pytest.mark.parametrize(

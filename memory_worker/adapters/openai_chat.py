@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from memory_worker.adapters.own_servers import own_servers_only
 from memory_worker.app.ports import Completer
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import SiblingDown, SiblingUnavailable
@@ -74,8 +75,11 @@ class OpenAIChatCompleter:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             # Timeouts are per request (the setting hot-reloads); never read proxies or netrc
-            # from the environment: the endpoint is exactly what the configuration says.
-            self._client = httpx.AsyncClient(transport=self._transport, trust_env=False)
+            # from the environment: the endpoint is exactly what the configuration says. A local
+            # endpoint's port another account took (while llama.cpp restarts) is sent nothing:
+            # not the key, not the person's turns, and its answer is no memory (`own_servers`).
+            transport = self._transport if self._transport is not None else own_servers_only()
+            self._client = httpx.AsyncClient(transport=transport, trust_env=False)
         return self._client
 
     async def aclose(self) -> None:

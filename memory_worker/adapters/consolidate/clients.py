@@ -22,6 +22,7 @@ import httpx
 
 from memory_worker.adapters import access
 from memory_worker.adapters.doors import CALLER_HEADER, encode_caller
+from memory_worker.adapters.own_servers import own_servers_only
 from memory_worker.app import catalog
 from memory_worker.app.caller import Caller
 from memory_worker.app.service import MemoryService
@@ -71,6 +72,10 @@ class HttpClient:
             **access.request_headers(access.client_token(None)),
             CALLER_HEADER: encode_caller(CONSOLIDATE),
         }
+        if transport is None and local:
+            # Nothing sent to another account's program on the port while the server restarts
+            # (the token would let it call the server as this account): `own_servers`.
+            transport = own_servers_only()
         self._http = httpx.AsyncClient(
             timeout=timeout_s,
             transport=transport,
