@@ -1025,6 +1025,40 @@ def test_an_export_that_fails_midway_leaves_no_partial_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "main.jsonl"]
 
 
+def test_an_export_to_a_file_is_synced_before_and_after_its_rename(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export answered ok was renamed over its name unsynced: a power loss could leave an
+    empty (or old) file where a backup had been reported, often taken just before a bank is
+    deleted. Its bytes are fsynced before the rename, its folder after."""
+    data = str(tmp_path / "data")
+    assert cli.main(["trigger", "memory::save", "text=The user likes tea", "--data-dir", data]) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "main.jsonl"
+    capsys.readouterr()
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        real_replace(src, dst, *args, **kwargs)
+        events.append(("replace", os.fspath(dst)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    code = cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(target)])
+    capsys.readouterr()
+    assert code == 0
+    mine = [e for e in events if e[1].startswith(str(out))]
+    renamed = mine.index(("replace", str(target)))
+    assert any(kind == "fsync" and what != str(out) for kind, what in mine[:renamed]), mine
+    assert ("fsync", str(out)) in mine[renamed:], mine
+
+
 def test_import_preserves_whole_records_with_their_history(imported: dict[str, Any]) -> None:
     assert imported["report"] == {"bank": "travel", "imported": 5, "live": 3, "redacted": 1}
     porto = imported["porto"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 from collections.abc import AsyncIterator
@@ -450,6 +451,32 @@ def test_write_values_refuses_a_file_it_cannot_edit_and_leaves_it(tmp_path: Path
         write_values(path, {"recall_limit": 3})
     assert path.read_text() == "- a\n- list\n"
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+def test_write_values_syncs_the_folder_after_its_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The console answers "saved" once this returns: the rename must be durable by then, or a
+    # power loss brings the old settings back (an access level a person had just lowered).
+    path = tmp_path / "memory.yaml"
+    path.write_text("recall_limit: 9\n")
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        real_replace(src, dst, *args, **kwargs)
+        events.append(("replace", os.fspath(dst)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    write_values(path, {"recall_limit": 3})
+    assert path.read_text() == "recall_limit: 3\n"
+    renamed = events.index(("replace", str(path)))
+    assert ("fsync", str(tmp_path)) in events[renamed:], events
 
 
 def test_write_values_edits_the_file_a_symlink_points_to_and_keeps_the_link(

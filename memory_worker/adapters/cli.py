@@ -602,16 +602,23 @@ def _write_whole(path: Path, records: Sequence[object]) -> None:
     partial bank). Private to its owner (0600), as the data dir's files are."""
     import tempfile  # only an export to a file needs it: every other command starts faster
 
+    from memory_worker.storage.files import fsync_dir
+
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             for record in records:
                 stream.write(_json_text(record, stream) + "\n")
+            # Reported written on return (and often taken just before a bank is deleted): the
+            # bytes durable before the rename, the rename durable after it.
+            stream.flush()
+            os.fsync(stream.fileno())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+    fsync_dir(path.parent)
 
 
 async def _compact(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import yaml
 
 from memory_worker.core.config import Settings, load_settings
 from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.storage import files
 from memory_worker.storage.logger import get_logger
 
 __all__ = ["SettingsFileWatcher", "rewrite", "write_values"]
@@ -191,3 +192,5 @@ def write_values(
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    # The console answers "saved" on return: the rename itself must survive a power loss.
+    files.fsync_dir(path.parent)

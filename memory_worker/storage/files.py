@@ -189,12 +189,17 @@ def probe_writable(root: Path, *, create: bool = True) -> None:
     probe = root / f"{PROBE_NAME}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         if create:
+            missing = [p for p in (root, *root.parents) if not os.path.lexists(p)]
             # Made here: the owner's alone (memories are personal; the files inside are 0644
             # as an editor expects, so the folder is what keeps other accounts out). A folder
             # the person made keeps the mode they gave it.
             root.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
                 root.mkdir(mode=0o700)
+            # Each folder made here durable in its parent: a power loss after the first
+            # acknowledged save could otherwise take the whole data dir, synced files and all.
+            for folder in reversed(missing):
+                fsync_dir(folder.parent)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, b"ok")

@@ -9,6 +9,7 @@ followed: reported at load, refused on write, so no rule reads or replaces a fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -241,7 +242,20 @@ def _utf8(name: str) -> bool:
 def _write_rule(path: Path, data: bytes, within: Path | None) -> None:
     files.check_folders(path.parent.parent, within)
     try:
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir()
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+    else:
+        # A bank without `rules/` (made by hand, or by an older worker): the new folder's entry
+        # must be durable before a rule inside it is acknowledged, or a power loss takes the
+        # folder, and the rule with it. A failed sync takes the folder back out, so the call
+        # changes nothing and a retry makes (and syncs) it again.
+        try:
+            files.fsync_dir(path.parent.parent)
+        except StorageError:
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+            raise
     files.atomic_write(path, data, within=within)

@@ -338,6 +338,34 @@ async def test_a_bank_configure_whose_directory_sync_fails_leaves_ram_and_disk_a
         await service.store.close()
 
 
+async def test_a_rule_that_makes_its_rules_folder_syncs_the_bank_folder_before_it_answers(
+    seeded: Path, tmp_path: Path
+) -> None:
+    """A bank folder without `rules/` (made by hand, or by an older worker): the first rule write
+    makes the folder, and only `rules/` itself was fsynced, so the new folder's entry in the bank
+    folder could go with a power loss, the acknowledged rule with it. A failed sync of the bank
+    folder must reach the caller, and nothing is written then."""
+    data = tmp_path / "data"
+    shutil.copytree(seeded, data)
+    shutil.rmtree(data / "blog" / "rules")
+    service = open_service(data)
+    try:
+        payload = {"bank": "blog", "name": "tone", "content": "Be warm."}
+        fault = Injector("fsync", 1, EIO, where=_in(data / "blog"))
+        with fault, pytest.raises(StorageError):
+            await catalog.call(service, "memory::rule::set", payload)
+        assert fault.fired, "the bank folder holding the new rules/ was never synced"
+        assert not (data / "blog" / "rules").exists()  # a failed call changes nothing
+        assert (await catalog.call(service, "memory::rule::list", {"bank": "blog"}))["rules"] == []
+        await catalog.call(service, "memory::rule::set", payload)  # the retry lands
+        await service.store.close()
+        service = open_service(data)
+        listed = await catalog.call(service, "memory::rule::list", {"bank": "blog"})
+        assert [r["content"] for r in listed["rules"]] == ["Be warm."]
+    finally:
+        await service.store.close()
+
+
 async def _bank(service: MemoryService) -> tuple[str, str]:
     bank = (await catalog.call(service, "memory::bank::get", {"name": "blog"}))["bank"]
     return bank["description"], bank["settings"]["conscious_access"]
@@ -376,6 +404,27 @@ def test_a_read_only_data_dir_at_start_is_fatal(tmp_path: Path) -> None:
     with Injector("open", 1, errno.EROFS), pytest.raises(StorageError, match="Read-only"):
         Store.open(data, holder=HOLDER)
     assert list(data.iterdir()) == []
+
+
+async def test_a_data_dir_made_at_start_is_synced_into_the_folders_above_it(
+    tmp_path: Path,
+) -> None:
+    """The first start makes the data dir (and the folders above it that are missing): their
+    entries were never synced, so a power loss after the first acknowledged save could take the
+    whole data dir, though every file inside it was synced. Each new folder's parent is synced
+    before the store opens."""
+    data = tmp_path / "home" / "share" / "data"
+    synced: set[str] = set()
+
+    def seen(path: str) -> bool:
+        synced.add(path)
+        return False  # only counted, never failed
+
+    with Injector("fsync", 0, EIO, where=seen):
+        store = Store.open(data, holder=HOLDER)
+    await store.close()
+    above = {str(folder.resolve()) for folder in data.parents[:3]}  # share, home, tmp_path
+    assert synced >= above, sorted(above - synced)
 
 
 @pytest.mark.parametrize(
