@@ -29,6 +29,8 @@ from memory_worker.core.config import Settings, load_settings, resolve_data_dir
 from memory_worker.core.errors import InvalidInput
 from memory_worker.core.text import fingerprint
 
+from .syncs import recorded_syncs
+
 ISOLATED_VARS = ("MEMORY_DATA_DIR", "MEMORY_CONFIG", "III_COMPOSE_DIR", "III_URL")
 ANSWER_TIMEOUT_S = 60.0  # a hang's: the first answer includes a cold start (15 s under load)
 RUN_TIMEOUT_S = 60.0  # one command: ~1.5 s idle, 26 s measured at load 25 on 2 cores
@@ -1037,19 +1039,7 @@ def test_an_export_to_a_file_is_synced_before_and_after_its_rename(
     out.mkdir()
     target = out / "main.jsonl"
     capsys.readouterr()
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        real_replace(src, dst, *args, **kwargs)
-        events.append(("replace", os.fspath(dst)))
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    events = recorded_syncs(monkeypatch)
     code = cli.main(["export", "--bank", "main", "--data-dir", data, "-o", str(target)])
     capsys.readouterr()
     assert code == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import threading
 from collections.abc import AsyncIterator
@@ -25,6 +24,8 @@ from memory_worker.adapters.standalone import StandaloneServer
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput
+
+from .syncs import recorded_syncs
 
 STATIC = Path(console.__file__).parent / "static"
 
@@ -460,19 +461,7 @@ def test_write_values_syncs_the_folder_after_its_rename(
     # power loss brings the old settings back (an access level a person had just lowered).
     path = tmp_path / "memory.yaml"
     path.write_text("recall_limit: 9\n")
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        real_replace(src, dst, *args, **kwargs)
-        events.append(("replace", os.fspath(dst)))
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    events = recorded_syncs(monkeypatch)
     write_values(path, {"recall_limit": 3})
     assert path.read_text() == "recall_limit: 3\n"
     renamed = events.index(("replace", str(path)))
