@@ -19,10 +19,11 @@ from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import Conflict, InvalidInput, SiblingUnavailable
 from memory_worker.core.lessons import tokens
-from memory_worker.storage.deliveries import DELIVERIES_DIR
+from memory_worker.storage.deliveries import DELIVERIES_DIR, FileDeliveries
 from memory_worker.storage.store import Store
 
 from .fakes import FakeKeyValue, FixedClock, RecordingEmitter
+from .syncs import recorded_syncs
 
 HOLDER = {"pid": os.getpid(), "kind": "test", "command": "pytest tests/test_lessons_service.py"}
 ROOT = "/home/dev/repo"
@@ -581,3 +582,21 @@ async def test_a_log_rewrite_that_erases_a_lesson_takes_it_out_of_the_index(
     [card] = (await _match(service))["cards"]
     assert card["id"] != proto["id"] and card["score"] == 800
     assert proto["id"] not in bank.lessons
+
+
+async def test_the_deliveries_folder_made_by_a_first_delivery_is_synced_into_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The folder's entry durable before its first record counts as kept: a power loss took the
+    # folder and the record with it, and a lesson was given a second time.
+    deliveries = FileDeliveries(tmp_path)
+    events = recorded_syncs(monkeypatch)
+    await deliveries.record("conversation-1", {"main/lesson@1": "1"})
+    made = (tmp_path / DELIVERIES_DIR).resolve()
+    assert ("fsync", str(tmp_path.resolve())) in events
+    assert events.index(("fsync", str(tmp_path.resolve()))) < events.index(
+        ("replace", str(made / next(p.name for p in made.iterdir())))
+    )
+    events.clear()
+    await deliveries.record("conversation-2", {"main/lesson@1": "1"})
+    assert ("fsync", str(tmp_path.resolve())) not in events  # made once, synced once

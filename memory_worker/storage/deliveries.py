@@ -185,9 +185,15 @@ class FileDeliveries:
 
     def _write(self, conversation: str, delivered: dict[str, str]) -> None:
         try:
-            self.folder.mkdir(exist_ok=True)
+            self.folder.mkdir()
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise StorageError(f"cannot create {self.folder}: {exc.strerror or exc}") from exc
+        else:
+            # The new folder's entry durable before a delivery inside it counts as kept (a power
+            # loss took the folder and the record with it: a lesson given a second time).
+            files.fsync_dir(self.folder.parent)
         body = {
             "conversation": conversation,
             "delivered": delivered,
