@@ -82,7 +82,7 @@ class BankUseCases(EmbeddingWork):
                     f"bank {name} exists with other {', '.join(differing)}; change its settings "
                     "with memory::bank::configure"
                 )
-        self._announce_created(name)  # made here, or by a write still in flight that may fail
+        self._announce_created(bank)  # made here, or by a write still in flight that may fail
         return BankCreateResponse(bank=self._info(bank), created=created, redacted=list(labels))
 
     async def bank_get(self, req: BankGetRequest, caller: Caller = SYSTEM) -> BankGetResponse:

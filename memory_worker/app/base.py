@@ -192,21 +192,22 @@ class _WritingInto:
     `contextlib.asynccontextmanager`, whose generator, its two steps and their wrappers cost
     ~3.5 us of every save."""
 
-    __slots__ = ("_caller", "_created", "_name", "_service")
+    __slots__ = ("_bank", "_caller", "_created", "_name", "_service")
 
     def __init__(self, service: ServiceBase, name: str, caller: Caller) -> None:
         self._service, self._name, self._caller = service, name, caller
         self._created = False
+        self._bank: Bank | None = None
 
     async def __aenter__(self) -> Bank:
         service, name = self._service, self._name
         if service.store.find(name) is None:
             service._new_name(name, "bank")
         revive = not self._caller.automatic or name == service.settings.default_bank
-        bank, self._created = await service.store.ensure(
+        self._bank, self._created = await service.store.ensure(
             name, revive=revive, limit=service.settings.max_banks, for_a_write=True
         )
-        return bank
+        return self._bank
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -219,7 +220,7 @@ class _WritingInto:
         # Landed: the bank stays, even if the call that made it (maybe another) fails or dies,
         # and is announced once, by this call if no other did (its creator may have failed).
         await service.store.settle_creation(name)
-        service._announce_created(name)
+        service._announce_created(self._bank)
 
 
 class ServiceBase:
@@ -423,14 +424,13 @@ class ServiceBase:
         materializes on first use)."""
         return _WritingInto(self, name, caller)
 
-    def _announce_created(self, name: str) -> None:
-        """`created` for bank `name` if a call made it and none announced it yet: the first call
-        that lands in it (or is told it exists) does, whether it made it or not; a creator whose
-        own write failed left it to them."""
-        bank = self.store.find(name)
+    def _announce_created(self, bank: Bank | None) -> None:
+        """`created` for `bank` if a call made it and none announced it yet: the first call that
+        lands in it (or is told it exists) does, whether it made it or not; a creator whose own
+        write failed left it to them."""
         if bank is not None and bank.unannounced:
             bank.unannounced = False
-            self._emit_bank(BankEvent.CREATED, name)
+            self._emit_bank(BankEvent.CREATED, bank.name)
 
     def _emit_bank(self, event: BankEvent, name: str) -> None:
         payload = {"event_type": str(event), "bank": name, "event_id": event_id()}

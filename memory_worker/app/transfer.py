@@ -83,11 +83,11 @@ class TransferUseCases(BankUseCases, ImportUseCases):
             raise
         if created:
             await self.store.settle_creation(name)  # its records landed: a kill keeps the bank
-        self._announce_created(name)
+        bank = self.store.find(name)
+        self._announce_created(bank)
         written: list[str] = []
         kept_rules: list[str] = []
         kept_settings: list[str] = []
-        bank = self.store.find(name)
         if carried is not None and not req.dry_run and bank is not None:
             if not created:
                 kept_settings = _differing(bank, carried)

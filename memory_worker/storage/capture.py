@@ -89,7 +89,6 @@ class _State:
     # Dead jobs as their `job` and `dead` lines: kept for a person, so a compaction writes them
     # again (the file rewritten to the cursors alone lost every dead turn).
     buried: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
-    dead: int = 0
     done: int = 0
     skipped_lines: int = 0
 
@@ -97,7 +96,10 @@ class _State:
         self.pending.pop(pending.id, None)
         born = {"op": "job", "id": pending.id, "at": pending.enqueued_at, "job": pending.job}
         self.buried[pending.id] = (born, record)
-        self.dead += 1
+
+    @property
+    def dead(self) -> int:
+        return len(self.buried)
 
 
 class CaptureQueue:
@@ -278,7 +280,6 @@ class CaptureQueue:
             dropped = [i for i, (born, _) in state.buried.items() if in_bank(born["job"])]
             for job_id in dropped:
                 del state.buried[job_id]
-            state.dead = len(state.buried)
             if self.path.exists() or dropped:
                 self._rewrite()
         return len(dropped)
@@ -393,7 +394,7 @@ def _summarised(state: _State) -> QueueSummary:
     return QueueSummary(
         pending=len(waiting),
         oldest_pending_at=min(waiting) if waiting else None,
-        dead=len(state.buried),
+        dead=state.dead,
         expired=expired,
         skipped_lines=state.skipped_lines,
     )
