@@ -94,6 +94,34 @@ def test_a_read_of_an_anchored_file_gets_the_card_as_additional_context(
     assert set(reply["hookSpecificOutput"]) == {"hookEventName", "additionalContext"}
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")
+@pytest.mark.parametrize("cwd_through_link", [True, False])
+def test_a_path_through_a_symlink_to_the_checkout_still_meets_its_card(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    data: Path,
+    repo: Path,
+    tmp_path: Path,
+    cwd_through_link: bool,
+) -> None:
+    """The agent runs in the checkout by one spelling and names the file by another (a symlink
+    to it, macOS's /tmp for /private/tmp): seed 002 resolves paths against the working
+    directory and the workspace root, and the same file met no card. A path elsewhere still
+    meets none."""
+    monkeypatch.delenv("CLAUDE_PROJECT_DIR", raising=False)
+    link = tmp_path / "link"
+    link.symlink_to(repo, target_is_directory=True)
+    cwd, named = (link, repo) if cwd_through_link else (repo, link)
+    payload = _claude(cwd, "Read", {"file_path": str(named / "proto" / "user.proto")})
+    code, out = _hook(monkeypatch, capsys, data, payload)
+    assert (
+        code == 0 and "Run make gen" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    )
+    elsewhere = tmp_path / "other" / "proto" / "user.proto"
+    payload = _claude(cwd, "Read", {"file_path": str(elsewhere)}, session_id="sess-2")
+    assert _hook(monkeypatch, capsys, data, payload) == (0, "")
+
+
 def test_inject_lessons_off_means_no_card_from_the_hook(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

@@ -90,6 +90,9 @@ async def test_a_lesson_is_a_memory_with_a_card_anchors_and_evidence(
         ({"anchors": {}}, "at least one anchor"),
         ({"anchors": {"file": ["x.py"]}}, "Extra inputs are not permitted"),
         ({"anchors": {"identifiers": ["config"]}}, "too broad"),
+        # A call's names and words are read as ASCII runs: the refusal says so, not "letters".
+        ({"anchors": {"identifiers": ["größe_berechnen"]}}, r"ASCII letters, digits and _"),
+        ({"anchors": {"keyword_groups": [["geração", "stubs"]]}}, r"ASCII letters and digits"),
         ({"title": "x" * 97}, "at most 96 UTF-8 bytes"),
         ({"recommendation": "See proto/user.proto:12."}, "source position"),
         ({"anchors": {"files": ["proto/user.proto:12"]}}, "not a position in one"),
@@ -360,6 +363,22 @@ async def test_budget_packs_complete_cards_and_a_withheld_one_stays_eligible(
     assert second["already_delivered"] == 1
     third = await _match(tight, conversation="c1")
     assert third["cards"] == [] and third["already_delivered"] == 2
+
+
+async def test_max_chars_counts_characters_a_message_exactly_that_long_is_delivered(
+    service: MemoryService,
+) -> None:
+    """`max_chars` is the message's length in characters (Claude Code's preview cap): a card
+    whose message is exactly that long is delivered, one character less withholds it — even
+    when the length is no multiple of 4 and the card's text is not ASCII."""
+    card = {**PROTO, "recommendation": PROTO["recommendation"] + " Ver a secção «geração»."}
+    await _call(service, "memory::save", card)
+    message = (await _match(service))["message"]
+    assert len(message.encode("utf-8")) > len(message) and len(message) % 4 != 0
+    exact = await _match(service, max_chars=len(message))
+    assert exact.get("message") == message and exact["withheld"] == 0
+    short = await _match(service, max_chars=len(message) - 1)
+    assert "message" not in short and short["withheld"] == 1
 
 
 def test_the_two_lesson_budgets_default_to_seed_002s() -> None:

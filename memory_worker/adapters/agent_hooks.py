@@ -274,6 +274,44 @@ def _entry_bytes(entry: dict[str, Any]) -> int:
     return len(json.dumps(entry, ensure_ascii=False).encode("utf-8", "replace")) + 2
 
 
+MAX_RESPELLED_ANCESTORS = 64  # folders looked up for one path: deeper ones are left as given
+
+
+def _spelled_under(path: str, root: str) -> str:
+    """`path` spelled under `root` when it reaches the root through another spelling of it: a
+    symlink to the checkout (`~/code` → `/Volumes/work/code`), macOS's `/tmp` for `/private/tmp`,
+    `$CLAUDE_PROJECT_DIR` one way and the tool's path the other. Matching is lexical (no file
+    system in `search.toolcall`), so such a path left the root and met no card; the hook, which
+    runs beside the files, looks. Only the root's part is respelled: a symlink inside the
+    checkout keeps the name the call gave it, as a file anchor names it."""
+    if "\n" in path or len(path) > 1024 or not os.path.isabs(path):
+        return path
+    if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+        return path
+    try:
+        real_root = os.path.realpath(root)
+        for ancestor in list(Path(path).parents)[:MAX_RESPELLED_ANCESTORS]:
+            if os.path.realpath(ancestor) == real_root:
+                return str(Path(root, Path(path).relative_to(ancestor)))
+    except (OSError, ValueError):
+        pass  # unreadable or malformed: matched as given
+    return path
+
+
+def _respelled(arguments: dict[str, Any], root: str) -> dict[str, Any]:
+    """The call's top-level path arguments (`file_path`, `path`, a list of `paths`) spelled under
+    `root` (`_spelled_under`); a command's text is matched as given."""
+
+    def respell(value: Any) -> Any:
+        if isinstance(value, str):
+            return _spelled_under(value, root)
+        if isinstance(value, list):
+            return [_spelled_under(v, root) if isinstance(v, str) else v for v in value]
+        return value
+
+    return {key: respell(value) for key, value in arguments.items()}
+
+
 def _clipped(value: Any, room: list[int] | None = None) -> Any:
     """`value` with every string cut to what lesson matching reads of it, and all of them
     together to `MAX_REQUEST_CHARS` (`room`: what is left of it; the strings past it are cut to
@@ -332,6 +370,9 @@ async def _pre_tool_use(
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
     step = payload.get("tool_use_id")
     root = workspace_root(cwd, options.workspace_root, os.environ)
+    if root and os.path.isabs(root):
+        cwd = _spelled_under(cwd, root) if cwd else cwd
+        arguments = _respelled(arguments, root)
     request: dict[str, Any] = {
         "tool": tool,
         "arguments": _clipped(arguments),

@@ -21,7 +21,7 @@ from memory_worker.app.ledger import CACHE_CONVERSATIONS, MAX_CONVERSATION_CHARS
 from memory_worker.app.ports import KeyValue
 from memory_worker.app.wire import LessonCard, LessonsMatchRequest, LessonsMatchResponse
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
-from memory_worker.core.lessons import BYTES_PER_TOKEN, lesson_key, render_lessons
+from memory_worker.core.lessons import lesson_key, render_lessons
 from memory_worker.core.models import Memory
 from memory_worker.storage.deliveries import MAX_KEYS_PER_CONVERSATION
 from memory_worker.storage.logger import get_logger
@@ -230,15 +230,13 @@ class LessonUseCases(ConversationLedger):
     ) -> Delivery:
         """The cards `calls` earn in bank `name`, within `lesson_hook_tokens` (one tool call),
         or `lesson_injection_tokens` (`for_step`: a step of a turn, seed 002's two budgets), and
-        `max_chars` characters (a message of that many UTF-8 bytes never holds more); with a
-        `conversation`, minus the ones it was given (except at this same `step`), recorded."""
+        `max_chars` characters; with a `conversation`, minus the ones it was given (except at
+        this same `step`), recorded."""
         matched, paths = self.match_calls(name, calls, caller)
         settings = self.settings
         budget = settings.lesson_injection_tokens if for_step else settings.lesson_hook_tokens
-        if max_chars is not None:
-            budget = min(budget, max_chars // BYTES_PER_TOKEN)
         if conversation is None:
-            block = render_lessons(name, [m.memory for m in matched], budget)
+            block = render_lessons(name, [m.memory for m in matched], budget, max_chars)
             return self._delivery(name, matched, block.included, block.message, 0, paths)
         async with self._delivering(conversation):
             ledger = self.deliveries
@@ -249,7 +247,7 @@ class LessonUseCases(ConversationLedger):
                 if (given := delivered.get(lesson_key(name, m.memory))) is None
                 or (step is not None and given == step)
             ]
-            block = render_lessons(name, [m.memory for m in fresh], budget)
+            block = render_lessons(name, [m.memory for m in fresh], budget, max_chars)
             new = {
                 lesson_key(name, memory): step or ""
                 for memory in block.included

@@ -319,8 +319,8 @@ def _identifier(raw: str) -> str:
     name = raw.strip()
     if len(name) > MAX_IDENTIFIER_CHARS or not IDENTIFIER.fullmatch(name):
         raise InvalidInput(
-            f"identifiers are names like configure_bedrock or CLAUDE_CODE_USE_BEDROCK (letters, "
-            f"digits and _, at most {MAX_IDENTIFIER_CHARS} characters), got {name!r}"
+            f"identifiers are names like configure_bedrock or CLAUDE_CODE_USE_BEDROCK (ASCII "
+            f"letters, digits and _, at most {MAX_IDENTIFIER_CHARS} characters), got {name!r}"
         )
     if len(split_words(name)) < 2:
         raise InvalidInput(
@@ -338,8 +338,8 @@ def _term(raw: str) -> str:
     # (`user_name`, `k8-s`: a call's words are never joined across `_` or `-`).
     if split_words(raw.strip()) != (term,) and term not in topic_words(raw.strip()):
         raise InvalidInput(
-            f"each keyword is one word of letters and digits as a call spells it (user_name "
-            f"reads as user name), got {raw!r}"
+            f"each keyword is one word of ASCII letters and digits as a call spells it "
+            f"(user_name reads as user name; a call's words are read as ASCII runs), got {raw!r}"
         )
     # Two characters are a name when a letter and a digit (`s3`, `v8`), a broad word when not.
     named = len(term) == 2 and term[0].isalpha() and term[1].isdigit()
@@ -516,20 +516,26 @@ class LessonBlock:
     included: list[Memory]
 
 
-def render_lessons(bank: str, cards: Sequence[Memory], budget_tokens: int) -> LessonBlock:
+def render_lessons(
+    bank: str, cards: Sequence[Memory], budget_tokens: int, max_chars: int | None = None
+) -> LessonBlock:
     """The `<memory lessons=…>` message: complete cards in the given order while the whole message
-    stays within `budget_tokens`. A card that does not fit is skipped (it stays eligible for a
-    later match) and smaller ones after it are still tried."""
+    stays within `budget_tokens` and, when given, `max_chars` characters (a coding agent's cap,
+    counted as it counts: in characters, not in tokens of 4 bytes). A card that does not fit is
+    skipped (it stays eligible for a later match) and smaller ones after it are still tried."""
     head, tail = _envelope(bank)
     budget = budget_tokens * BYTES_PER_TOKEN - len(head.encode()) - len(tail.encode())
+    chars = None if max_chars is None else max_chars - len(head) - len(tail)
     parts: list[str] = []
     included: list[Memory] = []
     for memory in cards:
         card = render_card(memory)
         size = len(card.encode("utf-8"))
-        if size > budget:
+        if size > budget or (chars is not None and len(card) > chars):
             continue
         budget -= size
+        if chars is not None:
+            chars -= len(card)
         parts.append(card)
         included.append(memory)
     if not included:
