@@ -143,6 +143,28 @@ class TestForget:
         again = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
         assert again["erased"] == []  # idempotent
 
+    async def test_a_hand_edit_the_erasure_reads_first_is_announced_apart_from_the_erased(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter
+    ) -> None:
+        """The rewrite reads the log as it is on disk: a line a person removed by hand, which
+        the watcher had not picked up yet, is RAM's after it and no reload announces it later.
+        It is announced as a reload would (`deleted`, edited by hand); their memories only as
+        `erased`, never with their text."""
+        ids = await _populate(service)
+        path = data_dir / "main" / "memories.jsonl"
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(line for line in lines if b"door code" not in line))
+        emitter.clear()
+        await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        events = [
+            (e["event_type"], e["memory"]["id"], e.get("reason")) for e in emitter.of(ITEM_CHANGED)
+        ]
+        assert sorted(events) == sorted(
+            [("erased", i, "forget-subject") for i in ids["ana"]]
+            + [("deleted", ids["other"][1], "edited by hand")]
+        )
+        assert await service.reload_bank("main") == "unchanged"
+
     @pytest.mark.parametrize("confirm", [None, "", "yes", "destroy"])
     async def test_without_the_confirmation_nothing_changes(
         self, service: MemoryService, data_dir: Path, confirm: str | None

@@ -21,7 +21,7 @@ from unittest.mock import ANY
 import pytest
 
 from memory_worker.app import catalog
-from memory_worker.app.ports import BANK_CHANGED
+from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, StorageError
@@ -125,6 +125,33 @@ class TestRewrite:
         assert [p.name for p in (data_dir / "main").iterdir() if ".replacing" in p.name] == []
         memories, damage = log.replay(data_dir / "main" / "memories.jsonl")
         assert damage == [] and {m.id: m.to_wire() for m in memories.values()} == after
+
+    async def test_a_hand_edit_the_compaction_reads_first_is_announced_as_a_reload_would(
+        self, service: MemoryService, emitter: RecordingEmitter, data_dir: Path
+    ) -> None:
+        """A compaction reads the log as it is on disk, a hand edit the watcher has not picked up
+        yet included, and makes it RAM's: after it the watcher sees nothing to reload. Lines a
+        person removed were a memory gone with only `compacted` (documented as "no memory
+        changed"), and subscribers (the console, memory-consolidate's report) kept it."""
+        kept = await catalog.call(service, "memory::save", {"text": "The user likes tea."})
+        gone = await catalog.call(service, "memory::save", {"text": "The user is 40."})
+        path = data_dir / "main" / "memories.jsonl"
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(line for line in lines if b"is 40" not in line))
+        emitter.clear()
+        await catalog.call(service, "memory::compact", {"bank": "main", "horizon_days": 0})
+        items = [
+            (e["event_type"], e["memory"]["id"], e.get("reason")) for e in emitter.of(ITEM_CHANGED)
+        ]
+        assert items == [("deleted", gone["memory"]["id"], "edited by hand")]
+        assert [e["event_type"] for e in emitter.of(BANK_CHANGED)] == ["compacted"]
+        emitter.clear()
+        assert await service.reload_bank("main") == "unchanged"  # announced once
+        await catalog.call(service, "memory::compact", {"bank": "main", "horizon_days": 0})
+        assert emitter.of(ITEM_CHANGED) == []
+        assert (await catalog.call(service, "memory::list", {}))["memories"][0]["id"] == (
+            kept["memory"]["id"]
+        )
 
     async def test_recall_as_of_a_moment_within_the_horizon_answers_what_was_said_then(
         self, service: MemoryService, clock: FixedClock

@@ -24,11 +24,12 @@ import pytest
 from memory_worker.adapters import watch
 from memory_worker.adapters.watch import DataDirWatcher, bank_of
 from memory_worker.app import catalog
+from memory_worker.app.caller import Caller
 from memory_worker.app.ports import BANK_CHANGED, ITEM_CHANGED
 from memory_worker.app.service import MemoryService
 from memory_worker.core import transitions
 from memory_worker.core.config import Settings
-from memory_worker.core.errors import InvalidInput, StorageError
+from memory_worker.core.errors import Conflict, InvalidInput, StorageError
 from memory_worker.core.models import Memory
 from memory_worker.core.text import fingerprint
 from memory_worker.storage import bank as bank_module
@@ -175,6 +176,19 @@ class TestDiskChanged:
         assert not bank.disk_changed()  # mid-write by us: no answer yet
         await task
         assert bank.disk_changed()  # the fsync did not absorb the foreign bytes
+
+    async def test_log_edited_answers_mid_write_and_knows_our_own_bytes(self, bank: Bank) -> None:
+        """What an automatic retirement asks before it decides (`Bank.log_edited`): unlike
+        `disk_changed` it must answer while other saves are in flight."""
+        await asyncio.gather(*(bank.commit([_memory(f"fact number {i}")]) for i in range(5)))
+        assert not bank.log_edited()
+        task = asyncio.create_task(bank.commit([_memory("The user likes cocoa")]))
+        await asyncio.sleep(0)  # the write is appended; its fsync has not run
+        assert not bank.log_edited()  # our own bytes
+        _append(bank.path / "memories.jsonl", _memory("The user keeps bees").to_line() + b"\n")
+        assert bank.log_edited()
+        await task
+        assert bank.log_edited()  # until a reload reads it
 
     async def test_a_log_replaced_before_the_banks_next_write_is_still_caught(
         self, bank: Bank
@@ -471,6 +485,95 @@ class TestServiceReloadBank:
         assert _bank_events(emitter, "made") == ["created", "trashed"]
         assert await service.reload_bank("made") == "unchanged"
         assert _bank_events(emitter, "made") == ["created", "trashed"]
+
+
+# --- a hand edit not read yet ------------------------------------------------------------------
+
+
+def _pin_by_hand(bank_dir: Path, memory_id: str) -> None:
+    """What a person does to pin a memory in `memories.jsonl` with an editor: its last record
+    appended again, pinned, one revision up, without a checksum."""
+    log = bank_dir / "memories.jsonl"
+    last = [json.loads(line) for line in log.read_bytes().splitlines()]
+    record = [r for r in last if r["id"] == memory_id][-1]
+    record.update(pinned=True, revision=record["revision"] + 1)
+    record.pop("batch", None)
+    record.pop("crc", None)
+    _append(log, json.dumps(record).encode() + b"\n")
+
+
+class TestAPinByHandNotReadYet:
+    """A memory a person pinned by editing `memories.jsonl` is pinned, though RAM learns it only
+    at the next reload (the watcher's debounce, `memory::reload`). No automatic path may retire or
+    rewrite it in between: its record, one revision up and after the person's line, won at replay
+    and the pin was gone for good."""
+
+    async def _pinned_after_reload(self, service: MemoryService, memory_id: str) -> dict[str, Any]:
+        assert await service.reload_bank("main") == "reloaded"
+        memory: dict[str, Any] = (await call(service, "memory::get", id=memory_id))["memory"]
+        assert memory["pinned"] is True and memory.get("invalid_at") is None
+        return memory
+
+    async def test_the_reaper_leaves_it_alone(
+        self, service: MemoryService, clock: FixedClock, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", retention={"context": 1})
+        kept = await call(service, "memory::save", text="On call today", category="context")
+        _pin_by_hand(data_dir / "main", kept["memory"]["id"])
+        clock.advance_days(2)
+        assert (await call(service, "memory::stats"))["expired"] == []
+        await self._pinned_after_reload(service, kept["memory"]["id"])
+
+    async def test_consolidation_cannot_supersede_it(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        loser = (await call(service, "memory::save", text="The user likes green tea"))["memory"]
+        winner = (await call(service, "memory::save", text="The user loves green tea"))["memory"]
+        _pin_by_hand(data_dir / "main", loser["id"])
+        with pytest.raises(Conflict, match="edited by hand"):
+            await catalog.call(
+                service,
+                "memory::supersede",
+                {
+                    "id": loser["id"],
+                    "superseded_by": winner["id"],
+                    "reinforce": True,
+                    "expected_revision": loser["revision"],
+                    "expected_winner_revision": winner["revision"],
+                },
+                Caller.internal("consolidate"),
+            )
+        await self._pinned_after_reload(service, loser["id"])
+
+    async def test_extraction_cannot_rewrite_it_by_saying_it_again(
+        self, service: MemoryService, data_dir: Path
+    ) -> None:
+        said = (await call(service, "memory::save", text="The user likes green tea"))["memory"]
+        _pin_by_hand(data_dir / "main", said["id"])
+        with pytest.raises(Conflict, match="edited by hand"):
+            await catalog.call(
+                service,
+                "memory::save",
+                {"text": "The user likes green tea"},
+                Caller.internal("extraction"),
+            )
+        await self._pinned_after_reload(service, said["id"])
+
+    async def test_a_save_at_the_cap_does_not_evict_it(
+        self, service: MemoryService, clock: FixedClock, data_dir: Path
+    ) -> None:
+        await call(service, "memory::bank::create", name="main", max_memories=2)
+        oldest = await call(service, "memory::save", text="The user owns a red bicycle")
+        clock.advance(10)
+        await call(service, "memory::save", text="The user drinks green tea")
+        clock.advance(10)
+        _pin_by_hand(data_dir / "main", oldest["memory"]["id"])
+        saved = await call(service, "memory::save", text="The user plays chess")
+        assert "evicted" not in saved  # one over the cap until the reload, nothing lost
+        await self._pinned_after_reload(service, oldest["memory"]["id"])
+        clock.advance(10)
+        again = await call(service, "memory::save", text="The user reads novels")
+        assert again["evicted"] and oldest["memory"]["id"] not in again["evicted"]
 
 
 # --- the watcher -------------------------------------------------------------------------------

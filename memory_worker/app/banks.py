@@ -4,11 +4,15 @@ up."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memory_worker.app.access import AccessLevel
-from memory_worker.app.base import MAX_DESCRIPTION_CHARS, clean_line
+from memory_worker.app.base import (
+    HAND_EDIT_REASON,
+    MAX_DESCRIPTION_CHARS,
+    clean_line,
+    hand_changes,
+)
 from memory_worker.app.caller import SYSTEM, Caller, CallerKind
 from memory_worker.app.embedding import EmbeddingWork
 from memory_worker.app.wire import (
@@ -34,10 +38,9 @@ from memory_worker.core.bank_settings import (
 )
 from memory_worker.core.compaction import DAY_MS, compaction_plan
 from memory_worker.core.errors import Conflict, InvalidInput
-from memory_worker.core.models import BankEvent, BankInfo, ItemEvent, Memory
+from memory_worker.core.models import BankEvent, BankInfo, Memory
 from memory_worker.core.names import check_name
 from memory_worker.core.subjects import count_by_subject
-from memory_worker.core.transitions import change_event
 from memory_worker.storage.bank import Bank, Rewrite
 from memory_worker.storage.logger import get_logger
 
@@ -209,6 +212,9 @@ class BankUseCases(EmbeddingWork):
         bank = self.store.get(name)
         horizon_ms = self.clock() - int(horizon_days * DAY_MS)
         result = await bank.rewrite(lambda records: compaction_plan(records, horizon_ms=horizon_ms))
+        # A compaction changes no memory, but the log it read may hold a hand edit the watcher
+        # had not picked up: RAM follows it now and no reload will, so it is announced here.
+        await self._announce_adopted(name, bank.take_adopted())
         log.info(
             "bank_compacted",
             bank=name,
@@ -316,16 +322,13 @@ class BankUseCases(EmbeddingWork):
         # Compared off the loop (a second a million records), on a copy: writes may land
         # meanwhile, and each announces itself.
         now = dict(bank.memories)
-        for event, memory in await asyncio.to_thread(_hand_changes, seen.memories, now):
+        for event, memory in await asyncio.to_thread(hand_changes, seen.memories, now):
             if memory.id not in erased:
                 # What it was before: moved to another subject by hand, the views it left hear
                 # it (`moved`), as for `memory::update`.
                 was = seen.memories.get(memory.id)
                 self._emit_item(event, name, memory, HAND_EDIT_REASON, was)
         return rules != old_rules
-
-
-HAND_EDIT_REASON = "edited by hand"
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,22 +346,3 @@ class _Seen:
             {r.name: r.content for r in bank.rules()},
             (bank.description, bank.overrides),
         )
-
-
-def _hand_changes(
-    before: Mapping[str, Memory], after: Mapping[str, Memory]
-) -> list[tuple[ItemEvent, Memory]]:
-    """What a hand edit of `memories.jsonl` changed, memory by memory, as the events of any other
-    change: `created` / `updated` for one live now, `superseded` / `deleted` for one live before
-    and not now (a line removed by hand: its last record, as it was)."""
-    out: list[tuple[ItemEvent, Memory]] = []
-    for memory_id, now in after.items():
-        event = change_event(before.get(memory_id), now)
-        if event is not None:
-            out.append((event, now))
-    out.extend(
-        (ItemEvent.DELETED, was)
-        for memory_id, was in before.items()
-        if was.live and memory_id not in after
-    )
-    return out

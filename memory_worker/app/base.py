@@ -9,7 +9,7 @@ import hashlib
 import os
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -53,6 +53,7 @@ from memory_worker.storage.logger import get_logger
 from memory_worker.storage.store import Store
 
 __all__ = [
+    "HAND_EDIT_REASON",
     "MAX_DESCRIPTION_CHARS",
     "MAX_SUBJECT_CHARS",
     "PREVIOUS_SUBJECT",
@@ -64,6 +65,7 @@ __all__ = [
     "clean_subject",
     "erased_event_id",
     "event_id",
+    "hand_changes",
     "item_event",
     "left_view",
     "redaction_reason",
@@ -72,6 +74,7 @@ __all__ = [
 log = get_logger(__name__)
 
 ERASURE_REASON = "forget-subject"  # the `reason` of every `erased` event
+HAND_EDIT_REASON = "edited by hand"  # a change read from the files, not made by a call
 MAX_DESCRIPTION_CHARS = 500
 MAX_SUBJECT_CHARS = 128  # a handle or an id, not a description of the person
 
@@ -109,6 +112,25 @@ def item_event(event: ItemEvent, bank: str, memory: Memory, reason: str | None) 
         payload["reason"] = reason
     payload["event_id"] = event_id()
     return payload
+
+
+def hand_changes(
+    before: Mapping[str, Memory], after: Mapping[str, Memory]
+) -> list[tuple[ItemEvent, Memory]]:
+    """What a hand edit of `memories.jsonl` changed, memory by memory, as the events of any other
+    change: `created` / `updated` for one live now, `superseded` / `deleted` for one live before
+    and not now (a line removed by hand: its last record, as it was)."""
+    out: list[tuple[ItemEvent, Memory]] = []
+    for memory_id, now in after.items():
+        event = transitions.change_event(before.get(memory_id), now)
+        if event is not None:
+            out.append((event, now))
+    out.extend(
+        (ItemEvent.DELETED, was)
+        for memory_id, was in before.items()
+        if was.live and memory_id not in after
+    )
+    return out
 
 
 PREVIOUS_SUBJECT = "previous_subject"  # on an `updated` event that moved the memory
@@ -572,6 +594,24 @@ class ServiceBase:
     def _erased_from_ledger(self, bank: str, ids: set[str]) -> None:
         """Memories `ids` of `bank` were erased by a load (`storage.erasure.resume`, which takes
         them out of the ledger's files): out of this process's copy too (`ConversationLedger`)."""
+
+    async def _announce_adopted(
+        self,
+        name: str,
+        adopted: tuple[dict[str, Memory], dict[str, Memory]] | None,
+        *,
+        besides: Collection[str] = (),
+    ) -> None:
+        """Announce what a rewrite of bank `name`'s log made RAM show that it did not before
+        (`Bank.take_adopted`): a hand edit the rewrite read before the watcher did, which no
+        reload announces after it, as a reload would have. `besides`: ids the rewrite's own
+        caller announces (an erasure's)."""
+        if adopted is None:
+            return
+        before, after = adopted
+        for event, memory in await asyncio.to_thread(hand_changes, before, after):
+            if memory.id not in besides:
+                self._emit_item(event, name, memory, HAND_EDIT_REASON, before.get(memory.id))
 
     def _emit_item(
         self,

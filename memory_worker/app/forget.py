@@ -128,6 +128,10 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
             # From here on the erasure finishes: now, or at the next load if this process dies.
             copies = await asyncio.to_thread(erasure.erase_copies, self.store.root, name, subject)
             result = await bank.rewrite(erasure.forget_plan(subject), drop_damaged=True)
+            # Besides their memories, the log it read may hold a hand edit the watcher had not
+            # picked up (announced once they are, as a reload would). Taken now: the old RAM it
+            # holds has their texts.
+            adopted = bank.take_adopted()
             # And again now their records are gone: a view asked during the steps above read
             # them still, and embedded them into the cache made before.
             self._history_cache = OrderedDict()
@@ -166,6 +170,7 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
         )
         for memory_id in about:
             self._emit_erased(name, memory_id, subject, key)
+        await self._announce_adopted(name, adopted, besides=about)
         try:
             await asyncio.to_thread(bank.announced, about)
         except StorageError as exc:  # sent again by the next load, with the same ids

@@ -101,7 +101,7 @@ class MemoryUseCases(RetentionUseCases):
             # Decide and commit with no await in between: concurrent saves see each other's records.
             existing = bank.match_text(text, subject)
             if existing is not None:
-                _check_untouched(existing, caller)
+                _check_untouched(bank, existing, caller)
             fresh = transitions.new_memory(
                 existing.id if existing else bank.new_id(text),
                 text,
@@ -168,6 +168,11 @@ class MemoryUseCases(RetentionUseCases):
             chosen = _unscoped_victims(bank, record, settings)
         if not chosen:
             return []  # under its caps: no clock read, no log line
+        if bank.log_edited():
+            # A hand edit not read yet may have pinned the one chosen (RAM cannot tell): this
+            # save goes one over the cap instead, and the next one, after the reload, evicts.
+            log.warning("eviction_deferred", bank=bank.name, reason="log edited by hand")
+            return []
         now_ms = self.clock()
         out = []
         for victim in chosen:
@@ -360,7 +365,7 @@ class MemoryUseCases(RetentionUseCases):
         category = None if req.category is None else lessons.prepare_category(req.category)
         bank, existing = await self._existing_now(name, req.id, caller)
         transitions.check_revision(existing, req.expected_revision)
-        _check_untouched(existing, caller)
+        _check_untouched(bank, existing, caller)
         # A lesson's own category named again (a record written back whole) changes nothing.
         was_lesson = existing.category == lessons.LESSON
         if category == lessons.LESSON and not was_lesson:
@@ -439,7 +444,7 @@ class MemoryUseCases(RetentionUseCases):
         name = self._name(bank_name)
         bank, existing = await self._existing_now(name, memory_id, caller)
         transitions.check_revision(existing, expected_revision)
-        _check_untouched(existing, caller)
+        _check_untouched(bank, existing, caller)
         record = transition(existing, self.clock())
         if record is None:
             return MemoryResponse(memory=existing)
@@ -474,6 +479,8 @@ class MemoryUseCases(RetentionUseCases):
                 f"memory {target.id} and {winner.id} carry different lesson cards; "
                 f"{caller.via} never merges them"
             )
+        if caller.automatic:
+            _check_log_read(bank, caller)
         retired, absorbed = transitions.supersede(
             target, winner, reinforce_winner=req.reinforce, now_ms=self.clock()
         )
@@ -512,13 +519,29 @@ class MemoryUseCases(RetentionUseCases):
         return TagsResponse(bank=name, tags=[TagCount(tag=t, count=c) for t, c in ordered])
 
 
-def _check_untouched(existing: Memory, caller: Caller) -> None:
+def _check_untouched(bank: Bank, existing: Memory, caller: Caller) -> None:
     """An automatic path (consolidation, extraction) never changes a pinned or a retired memory:
     only a person's or an agent's explicit call does. The bus believes a claimed `via` from
-    anyone, so this is what keeps the claim harmless."""
+    anyone, so this is what keeps the claim harmless. Nor while the log holds a hand edit RAM
+    has not read (`_check_log_read`): the memory may be pinned there."""
     if caller.automatic and (existing.pinned or not existing.live):
         state = "pinned" if existing.pinned else "retired"
         raise Conflict(f"memory {existing.id} is {state}: {caller.via} never touches it")
+    if caller.automatic:
+        _check_log_read(bank, caller)
+
+
+def _check_log_read(bank: Bank, caller: Caller) -> None:
+    """Refuse an automatic change while `memories.jsonl` holds an edit by hand that RAM has not
+    read yet (`Bank.log_edited`: the watcher's debounce, or no watcher until `memory::reload`).
+    A person may have pinned the memory there: our record, one revision up as theirs and
+    written after it, won at replay, and the pin was gone for good. Extraction skips the write,
+    consolidation plans again at its next pass, both after the reload."""
+    if bank.log_edited():
+        raise Conflict(
+            f"bank {bank.name}'s memories.jsonl was edited by hand since it was read; "
+            f"{caller.via} changes nothing there until a reload picks the edit up"
+        )
 
 
 def _situation(

@@ -333,6 +333,9 @@ class Bank:
         self._broken: str | None = None  # set when a failed write could not be cut back
         self._frozen: str | None = None
         self._log_stamp: _Stamp | None = None  # memories.jsonl as of our last replay/fsync
+        # What RAM held before a rewrite made the log's replay RAM's, and that replay, when they
+        # differ (`take_adopted`); None when the last rewrite changed nothing RAM showed.
+        self._adopted: tuple[dict[str, Memory], dict[str, Memory]] | None = None
         self._snapshot_stamp: _Stamp | None = None  # the log state `.index.npz` was made for
         self._records_stamp: _Stamp | None = None  # the log state `.records.npz` was made for
         # The log's (length, CRC-32) while a boot that read it whole for `.records.npz` indexes.
@@ -1827,6 +1830,7 @@ class Bank:
             self._adopt(memories, dropped_damage=drop_damaged)  # the new log is in place
             if unsynced is not None:
                 # Renamed in, its folder not synced: RAM follows the disk, the caller is told.
+                self._adopted = None  # nobody takes it: the old RAM (an erasure's) not kept
                 self.warnings.note(self.name, "memories.jsonl rewritten", unsynced)
                 raise unsynced
         finally:
@@ -1878,8 +1882,12 @@ class Bank:
         self._damage = [
             d for d in self._damage if d.file != MEMORIES_FILE or not (dropped_damage or d.kept)
         ]
+        self._adopted = None
         if memories == self._memories:
             return
+        # A copy: writes held during the rewrite land in `memories` next, announced by their
+        # own callers, never as part of what the rewrite read.
+        self._adopted = (self._memories, dict(memories))
         from memory_worker.search.index import LexicalIndex
         from memory_worker.search.lanes import LaneIndexes
         from memory_worker.search.lessons import LessonIndex
@@ -1901,6 +1909,14 @@ class Bank:
         self._lessons = LessonIndex()
         self._index_lessons()
         self._load_vectors()
+
+    def take_adopted(self) -> tuple[dict[str, Memory], dict[str, Memory]] | None:
+        """What RAM held before the last rewrite and what the rewritten log replays to, when they
+        differ (once; None otherwise): besides what its plan dropped (an erasure's), a hand edit
+        the rewrite read before the watcher did. The rewrite's stamp makes the edit ours, so no
+        reload announces it later: the caller does (`transitions.change_event`)."""
+        adopted, self._adopted = self._adopted, None
+        return adopted
 
     def _release_held(self) -> None:
         held, self._held = self._held, []
@@ -1980,6 +1996,28 @@ class Bank:
         if found.problem != self._bank_file_problem:
             return True  # an edit that broke the file (or mended it) without changing a setting
         return self._rules.on_disk() != self._rules.contents()
+
+    def log_edited(self) -> bool:
+        """Whether `memories.jsonl` holds a change RAM has not read: an edit by hand that the
+        watcher or `memory::reload` has not picked up yet. Unlike `disk_changed` it answers while
+        our own writes are in flight (what we appended since our last stamp is ours, any other
+        byte is not). An automatic retirement asks first: a memory pinned by hand is pinned, and
+        our record, one revision up like the person's and after it, would win at replay (a
+        write held during a rewrite too: it lands after what the rewrite kept). One stat; a
+        rewrite's rename is an edit until it adopts the new log (an automatic change waits)."""
+        stamp = self._log_stamp
+        if stamp is None:
+            return False
+        if stamp == _CHANGED:
+            return True
+        now = _stat_stamp(self.path / MEMORIES_FILE)
+        if now == stamp:
+            return False
+        if not self._queue and (self._flusher is None or self._flusher.done()):
+            return True  # nothing of ours since the stamp
+        # Ours in flight: the same file, grown by exactly what we appended (an edit before our
+        # first write of them was caught by `_notice_change_behind_us`).
+        return now is None or now[0] != stamp[0] or now[1] != self._log.size
 
     def is_frozen(self) -> bool:
         """Being trashed or reloaded: whoever froze it decides what happens to it next."""
