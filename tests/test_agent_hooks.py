@@ -122,6 +122,36 @@ def test_a_path_through_a_symlink_to_the_checkout_still_meets_its_card(
     assert _hook(monkeypatch, capsys, data, payload) == (0, "")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")
+def test_respelling_a_calls_paths_costs_few_lookups_and_reaches_deep_files(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The respelling runs on the hook's loop, where its budget (`HOOK_BUDGET_S`) cannot cut it
+    short: a realpath per ancestor cost lstats quadratic in a string's depth (80 ms for one long
+    slash-heavy argument on a local disk, minutes for a call with many, far more on a network
+    file system). Bounded now for the whole call; and a file more than 64 folders below the
+    link (the ancestors looked at were the 64 deepest) is respelled too."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(repo, target_is_directory=True)
+    below = Path(*["d"] * 70, "x.py")
+    lookups: list[object] = []
+    lstat = os.lstat
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        lookups.append(path)
+        return lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", counted)
+    slashy = "/" + "a/" * 500  # a regex, a pasted URL path, one line of code
+    arguments = {"file_path": str(link / below), **{f"arg{i}": slashy for i in range(10)}}
+    respelled = agent_hooks._respelled(arguments, str(repo))
+    assert respelled["file_path"] == str(repo / below)
+    assert all(respelled[f"arg{i}"] == slashy for i in range(10))
+    assert len(lookups) <= 5_000
+
+
 def test_inject_lessons_off_means_no_card_from_the_hook(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

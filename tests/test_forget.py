@@ -165,6 +165,39 @@ class TestForget:
         )
         assert await service.reload_bank("main") == "unchanged"
 
+    @pytest.mark.parametrize("edit", ["pinned", "moved"])
+    async def test_a_hand_edit_not_read_yet_decides_what_is_theirs_and_what_is_pinned(
+        self, service: MemoryService, data_dir: Path, emitter: RecordingEmitter, edit: str
+    ) -> None:
+        """A person pinned one of their memories in `memories.jsonl` (or moved it to someone
+        else) and asked for the erasure before the watcher read the edit: the pinned check and
+        the ids erased were RAM's, so the rewrite erased a pinned memory, or announced `erased`
+        for one the log keeps (moved to bruno, live). The edit is read first, as a reload does."""
+        ids = await _populate(service)
+        changed = ids["ana"][0]
+        path = data_dir / "main" / "memories.jsonl"
+        record = [json.loads(line) for line in path.read_bytes().splitlines()]
+        last = [r for r in record if r["id"] == changed][-1]
+        last["revision"] += 1
+        last.update({"pinned": True} if edit == "pinned" else {"subject": "bruno"})
+        for key in ("batch", "crc"):
+            last.pop(key, None)
+        with path.open("ab") as out:
+            out.write(json.dumps(last).encode() + b"\n")
+        emitter.clear()
+        if edit == "pinned":
+            with pytest.raises(Conflict, match="pinned"):
+                await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+            kept = (await call(service, "memory::get", id=changed))["memory"]
+            assert kept["pinned"] is True and kept.get("invalid_at") is None
+            return
+        out = await call(service, "memory::forget-subject", subject="ana", confirm="destructive")
+        assert changed not in out["erased"]
+        erased = [e["id"] for e in emitter.of(ITEM_CHANGED) if e["event_type"] == "erased"]
+        assert changed not in erased
+        moved = (await call(service, "memory::get", id=changed))["memory"]
+        assert moved["subject"] == "bruno" and moved.get("invalid_at") is None
+
     @pytest.mark.parametrize("confirm", [None, "", "yes", "destroy"])
     async def test_without_the_confirmation_nothing_changes(
         self, service: MemoryService, data_dir: Path, confirm: str | None

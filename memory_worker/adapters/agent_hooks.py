@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import stat
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -274,39 +275,80 @@ def _entry_bytes(entry: dict[str, Any]) -> int:
     return len(json.dumps(entry, ensure_ascii=False).encode("utf-8", "replace")) + 2
 
 
-MAX_RESPELLED_ANCESTORS = 64  # folders looked up for one path: deeper ones are left as given
+# Steps (a folder of a path, with its lstat; a link's resolution counted by its depth) spent
+# respelling one tool call's paths: on the hook's loop, where its budget cannot cut a blocking
+# call short. Past them, the rest of the call's paths are matched as given.
+MAX_RESPELL_LOOKUPS = 2_048
 
 
-def _spelled_under(path: str, root: str) -> str:
+def _spelled_under(path: str, root: str, room: list[int] | None = None) -> str:
     """`path` spelled under `root` when it reaches the root through another spelling of it: a
     symlink to the checkout (`~/code` → `/Volumes/work/code`), macOS's `/tmp` for `/private/tmp`,
     `$CLAUDE_PROJECT_DIR` one way and the tool's path the other. Matching is lexical (no file
     system in `search.toolcall`), so such a path left the root and met no card; the hook, which
     runs beside the files, looks. Only the root's part is respelled: a symlink inside the
-    checkout keeps the name the call gave it, as a file anchor names it."""
+    checkout keeps the name the call gave it, as a file anchor names it. `room`: the steps left
+    for the call (`MAX_RESPELL_LOOKUPS`), spent here."""
+    room = [MAX_RESPELL_LOOKUPS] if room is None else room
     if "\n" in path or len(path) > 1024 or not os.path.isabs(path):
         return path
     if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
         return path
+    room[0] -= root.count(os.sep)  # the root's own resolution
+    if room[0] < 0:
+        return path
     try:
-        real_root = os.path.realpath(root)
-        for ancestor in list(Path(path).parents)[:MAX_RESPELLED_ANCESTORS]:
-            if os.path.realpath(ancestor) == real_root:
-                return str(Path(root, Path(path).relative_to(ancestor)))
+        parts = Path(path).parts
+        found = _root_ancestor(parts, os.path.realpath(root), room)
+        if found:
+            return str(Path(root, *parts[found:]))
     except (OSError, ValueError):
         pass  # unreadable or malformed: matched as given
     return path
 
 
-def _respelled(arguments: dict[str, Any], root: str) -> dict[str, Any]:
-    """The call's top-level path arguments (`file_path`, `path`, a list of `paths`) spelled under
-    `root` (`_spelled_under`); a command's text is matched as given."""
+def _root_ancestor(parts: tuple[str, ...], real_root: str, room: list[int]) -> int:
+    """How many of `parts` (an absolute path's) name the deepest ancestor whose real path is
+    `real_root`; 0 for none, or past `room`, or through a link loop. Each ancestor's real path
+    is resolved from the one above it, in one walk down: a realpath per ancestor resolves each
+    again from the top, quadratic in the depth."""
+    real, found, missing = parts[0], 0, False
+    for depth in range(1, len(parts) - 1):  # the ancestors, not the path itself
+        room[0] -= 1  # a step, with or without its look-up
+        if room[0] < 0:
+            return 0
+        if parts[depth] == os.pardir:
+            real, missing = os.path.dirname(real), False  # as realpath goes up a level
+        else:
+            real = os.path.join(real, parts[depth])
+            if not missing:  # below a missing folder nothing exists: no look-up
+                try:
+                    link = stat.S_ISLNK(os.lstat(real).st_mode)
+                except OSError:
+                    link, missing = False, True
+                if link:
+                    room[0] -= real.count(os.sep)
+                    real = os.path.realpath(real)
+                    if room[0] < 0 or os.path.islink(real):  # a loop: nothing is reached
+                        return 0
+        if real == real_root:
+            found = depth + 1  # the deepest one, as a look from the path upwards finds first
+    return found
+
+
+def _respelled(
+    arguments: dict[str, Any], root: str, room: list[int] | None = None
+) -> dict[str, Any]:
+    """The call's top-level string arguments, and strings in a top-level list (`paths`), spelled
+    under `root` (`_spelled_under`) within the call's `room` of look-ups; a command's text is
+    matched as given."""
+    room = [MAX_RESPELL_LOOKUPS] if room is None else room
 
     def respell(value: Any) -> Any:
         if isinstance(value, str):
-            return _spelled_under(value, root)
+            return _spelled_under(value, root, room)
         if isinstance(value, list):
-            return [_spelled_under(v, root) if isinstance(v, str) else v for v in value]
+            return [_spelled_under(v, root, room) if isinstance(v, str) else v for v in value]
         return value
 
     return {key: respell(value) for key, value in arguments.items()}
@@ -371,8 +413,9 @@ async def _pre_tool_use(
     step = payload.get("tool_use_id")
     root = workspace_root(cwd, options.workspace_root, os.environ)
     if root and os.path.isabs(root):
-        cwd = _spelled_under(cwd, root) if cwd else cwd
-        arguments = _respelled(arguments, root)
+        room = [MAX_RESPELL_LOOKUPS]  # the call's, shared by its cwd and its arguments
+        cwd = _spelled_under(cwd, root, room) if cwd else cwd
+        arguments = _respelled(arguments, root, room)
     request: dict[str, Any] = {
         "tool": tool,
         "arguments": _clipped(arguments),

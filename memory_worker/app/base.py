@@ -591,6 +591,11 @@ class ServiceBase:
         (`storage.erasure.trash_intents`; at boot), or those of `bank` (just deleted):
         `ForgetUseCases`."""
 
+    async def reload_bank(self, name: str) -> str:
+        """Pick up a hand edit of bank `name`'s folder and announce what it changed, as the
+        data-dir watcher does: `BankUseCases`."""
+        raise NotImplementedError
+
     def _erased_from_ledger(self, bank: str, ids: set[str]) -> None:
         """Memories `ids` of `bank` were erased by a load (`storage.erasure.resume`, which takes
         them out of the ledger's files): out of this process's copy too (`ConversationLedger`)."""

@@ -86,6 +86,16 @@ class ForgetUseCases(EmbeddingWork, ConversationLedger):
                 )
             bank = found
         async with bank.erasure_lock:  # erasures asked at once run one after the other
+            if not bank.log_edited():
+                return await self._forget(name, bank, subject)
+        # The log holds a hand edit RAM has not read (the watcher's debounce, or before a
+        # `memory::reload`): the pinned check and the ids erased and announced are decided on
+        # RAM, so a memory a person pinned there was erased, and one they moved to someone else
+        # was announced `erased` though the log kept it. Read first, announced as the watcher
+        # would; once (an edit landing after it is announced by the rewrite, `take_adopted`).
+        await self.reload_bank(name)
+        bank = self.store.get(name)
+        async with bank.erasure_lock:
             return await self._forget(name, bank, subject)
 
     async def _forget_before_first_write(self, name: str, subject: str) -> Bank | None:
