@@ -374,6 +374,44 @@ def test_the_prompt_is_read_as_utf8_whatever_the_locale(
     assert "The user moved to 東京 in 2024" in reply["hookSpecificOutput"]["additionalContext"]
 
 
+@pytest.mark.parametrize("bank", ["Main", "../x", ""])
+def test_a_bank_name_no_bank_can_have_is_a_typo_in_the_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, bank: str
+) -> None:
+    """`--bank Main` can never name a bank: like any other typo on the hook's command line it
+    exits 1 with `{code, message}` on stderr, which the agent reports. It exited 0 with a log
+    line nobody reads, so a misspelt setting went on giving no memory without a word."""
+    prompt = {"session_id": "s", "hook_event_name": "UserPromptSubmit", "prompt": "hello"}
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(prompt)))
+    data = tmp_path / "data"
+    code = cli.main(["hook", "user-prompt-submit", "--bank", bank, "--data-dir", str(data)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (1, "")
+    error = json.loads(captured.err)
+    assert error["code"] == "invalid_input" and "--bank" in error["message"]
+    assert not data.exists()  # refused before anything was opened
+
+
+def test_a_byte_order_mark_before_the_json_is_read_past(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A UTF-8 byte order mark ahead of the hook's JSON (what PowerShell pipes once
+    `$OutputEncoding` is `[Text.Encoding]::UTF8`, or a payload saved by a Windows editor) is no
+    JSON: the hook printed nothing, where `call --batch` and `import` read the same bytes."""
+    data = tmp_path / "data"
+    saving = ["trigger", "memory::save", "--data-dir", str(data), "--json"]
+    assert cli.main([*saving, json.dumps({"text": "The user keeps bees on the roof"})]) == 0
+    capsys.readouterr()
+    prompt = {"session_id": "s", "hook_event_name": "UserPromptSubmit", "prompt": "my bees"}
+    raw = b"\xef\xbb\xbf" + json.dumps(prompt).encode()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"))
+    code = cli.main(["hook", "user-prompt-submit", "--data-dir", str(data)])
+    captured = capsys.readouterr()
+    assert code == 0 and captured.out, captured.err
+    reply = json.loads(captured.out)
+    assert "The user keeps bees on the roof" in reply["hookSpecificOutput"]["additionalContext"]
+
+
 def test_a_data_dir_held_by_a_process_without_a_url_fails_open_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, repo: Path
 ) -> None:

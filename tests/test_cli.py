@@ -547,6 +547,16 @@ def test_a_decimal_given_as_text_is_stored_as_typed(one_shots: dict[str, Ran]) -
     assert one_shots["coerce-decimal"].outcome.result()["memory"]["text"] == "1.10"
 
 
+def test_a_json_payload_read_from_a_windows_file_keeps_its_byte_order_mark_out() -> None:
+    """`--json "$(cat payload.json)"` of a file a Windows editor saved starts with a byte order
+    mark: refused `Unexpected UTF-8 BOM` (and, as the first argument, taken for a `key=value`),
+    where `import` and `call --batch` read past it."""
+    given = '\ufeff{"text": "The user drinks mate", "tags": ["tea"]}'
+    expected = {"text": "The user drinks mate", "tags": ["tea"]}
+    assert cli.parse_assignments([], given) == expected
+    assert cli.parse_assignments([given, "pinned=true"]) == expected | {"pinned": True}
+
+
 def test_the_payload_may_be_one_json_object_argument() -> None:
     """`trigger memory::save '{"text": …}'`, as many CLIs take a payload, was refused ("expected
     key=value"); or, with an "=" inside the JSON, read as a junk key and silently ignored."""

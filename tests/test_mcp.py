@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from mcp import Client, StdioServerParameters
 
+from memory_worker.adapters.cli import main as cli_main
 from memory_worker.adapters.doors import Door, LocalDoor
 from memory_worker.adapters.mcp_server import (
     MAX_BATCH_MESSAGES,
@@ -314,6 +315,39 @@ class TestToolSurface:
         recall = catalog.find("memory::recall")
         assert forgiving(recall, {"q": "tea", "mode": None, "k": None}) == {"query": "tea"}
 
+    async def test_a_list_or_object_or_flag_a_model_sent_as_json_text_is_read_as_that_value(
+        self, service: MemoryService
+    ) -> None:
+        """Models stringify structured arguments (a client that shows an `anyOf` field as a
+        string, a framework that fills every parameter with text): `tags: '["x", "y"]'` was split
+        at its comma into the tags `["x"` and `"y"]`, a lesson's `anchors` given as its JSON text
+        and a flag given as `"true"` were refused. Each is read as the value its text spells."""
+        tools = _tools(service, [])
+        saved = await tools.call(
+            "memory_save",
+            {"text": "The user bakes bread", "tags": '["baking", "home"]', "entities": '["bread"]'},
+        )
+        assert not saved.is_error, _text(saved)
+        memory = saved.structured_content["memory"]  # type: ignore[index]
+        assert memory["tags"] == ["baking", "home"] and memory["entities"] == ["bread"]
+        pinned = await tools.call("memory_update", {"id": memory["id"], "pinned": "true"})
+        assert not pinned.is_error, _text(pinned)
+        assert pinned.structured_content["memory"]["pinned"] is True  # type: ignore[index]
+        unpinned = await tools.call("memory_pin", {"id": memory["id"], "pin": "false"})
+        assert unpinned.structured_content["memory"]["pinned"] is False  # type: ignore[index]
+        listed = await tools.call("memory_list", {"include_superseded": "False"})
+        assert not listed.is_error, _text(listed)
+        lesson = LESSON | {"anchors": json.dumps({"files": ["deploy/values.yaml"]})}
+        card = await tools.call("memory_save", lesson)
+        assert not card.is_error, _text(card)
+        anchors = card.structured_content["memory"]["anchors"]  # type: ignore[index]
+        assert anchors["files"] == ["deploy/values.yaml"]
+        # Text that is no JSON list stays what it was: one tag per comma-separated part.
+        plain = await tools.call("memory_save", {"text": "The user reads", "tags": "[wip], b"})
+        assert plain.structured_content["memory"]["tags"] == ["[wip]", "b"]  # type: ignore[index]
+        vague = await tools.call("memory_update", {"id": memory["id"], "pinned": "yes"})
+        assert vague.is_error and _text(vague).startswith("invalid_input: pinned")
+
     async def test_save_and_recall_through_aliases_as_an_agent(
         self, service: MemoryService
     ) -> None:
@@ -412,6 +446,20 @@ async def test_an_unexpected_failure_is_a_coded_tool_error_too() -> None:
         result = await client.call_tool("memory_save", {"text": "The user likes tea"})
     assert result.is_error and _text(result).startswith("internal: ")
     assert result.structured_content is None
+
+
+@pytest.mark.parametrize("bank", ["", "Main"])
+def test_a_pinned_bank_no_bank_can_have_is_refused_at_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bank: str
+) -> None:
+    """`mcp --bank ""` (an unset variable in the client's config) served every bank: the pin
+    was read as absent, so the agent reached banks it was to be kept from. It is refused before
+    anything is served, exit status 1 with `{code, message}`, as `--bank Main` was."""
+    code = cli_main(["mcp", "--bank", bank, "--data-dir", str(tmp_path / "data")])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (1, "")
+    error = json.loads(captured.err)
+    assert error["code"] == "invalid_input" and "--bank" in error["message"]
 
 
 def _stdio(data_dir: Path, *extra: str) -> StdioServerParameters:

@@ -31,6 +31,7 @@ from memory_worker.core.errors import ERROR_CODES
 from memory_worker.storage.store import Store
 
 from .processes import read_line
+from .rawhttp import request
 
 START_TIMEOUT_S = 60.0  # a cold interpreter: ~2 s alone, 15 s and more on a loaded 2-core machine
 EXIT_TIMEOUT_S = 30.0  # a clean stop with nothing in flight: well under a second alone
@@ -320,6 +321,38 @@ class TestShutdown:
         result = _trigger(served.data_dir, "memory::get", f"id={saved['memory']['id']}")
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["memory"]["text"] == text
+
+    def test_a_log_pipe_its_reader_closed_neither_fails_calls_nor_holds_off_sigterm(
+        self, tmp_path: Path
+    ) -> None:
+        """`memory-worker serve 2>&1 | head`, or a log collector that died: every log line
+        raised `BrokenPipeError` where it was written. A refused call that logs was answered a
+        plain-text 500, and SIGTERM never stopped the server (the handler logs `stopping` before
+        it stops). What cannot be written to stderr is dropped; the server goes on."""
+        data = tmp_path / "data"
+        proc = subprocess.Popen(
+            _cli("serve", "--standalone", "--port", "0", "--data-dir", str(data)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_ENV,
+            bufsize=0,
+        )
+        try:
+            line = read_line(proc, time.monotonic() + START_TIMEOUT_S)
+            url = line.removeprefix("memory-worker serving on ")
+            assert proc.stderr is not None
+            proc.stderr.close()  # the log's reader is gone
+            refused = request(
+                url, "POST", "/memory/recall", b'{"query": "x"}', headers={"Content-Type": "text"}
+            )
+            assert refused.status == 415, refused.body
+            assert refused.json()["error"]["code"] == "unsupported_media_type"
+            status, saved = _post(url, "/memory/save", {"text": "The log pipe closed early"})
+            assert status == 200, saved
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=EXIT_TIMEOUT_S) == 0
+        finally:
+            _kill(proc)
 
     def test_sigint_exits_zero_and_clears_the_holder(self, tmp_path: Path) -> None:
         """SIGINT (Ctrl-C) is the same clean stop: exit 0 and the lock file names nobody."""

@@ -37,11 +37,20 @@ from typing import Any, TextIO
 from memory_worker.adapters.doors import Door
 from memory_worker.app.caller import Caller
 from memory_worker.core.errors import InvalidInput, WorkerError
+from memory_worker.core.names import check_name
 from memory_worker.core.patch_headers import DIFF_HEADERS, PATCH_FILE_HEADERS
 from memory_worker.core.payload import loads
 from memory_worker.storage.logger import get_logger
 
-__all__ = ["EVENTS", "HookEvent", "HookOptions", "add_parser", "run", "workspace_root"]
+__all__ = [
+    "EVENTS",
+    "HookEvent",
+    "HookOptions",
+    "add_parser",
+    "bank_option",
+    "run",
+    "workspace_root",
+]
 
 log = get_logger(__name__)
 
@@ -477,7 +486,9 @@ def add_parser(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPa
         + "; ".join(f"{e.name} ({e.agent_event}): {e.help}" for e in EVENTS.values()),
     )
     hook.add_argument("event", choices=sorted(EVENTS), help="the hook event")
-    hook.add_argument("--bank", help="bank to read (default: the configured default bank)")
+    hook.add_argument(
+        "--bank", type=bank_option, help="bank to read (default: the configured default bank)"
+    )
     hook.add_argument(
         "--workspace-root",
         help=f"what anchors are relative to (default: ${PROJECT_DIR_ENV}, else the git root "
@@ -491,6 +502,18 @@ def add_parser(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPa
         f"{MAX_CONTEXT_CHARS:,}: Claude Code shows the model only a preview past 10,000, Codex "
         "past its additionalContextLimit, 2,500 tokens by default)",
     )
+
+
+def bank_option(value: str) -> str:
+    """`--bank`'s value (the hooks', `memory-worker mcp`'s), checked as the command line is read:
+    a name no bank can have (`Main`, or empty from an unset variable) is a typo in the agent's
+    settings, which exits 1 for the agent to report. Checked while a hook ran, it failed open
+    like a passing problem, and the hook went on giving no memory with nothing but a log line to
+    say why; an empty one made `mcp` serve every bank instead of the one it was to be pinned to."""
+    try:
+        return check_name(value, "bank")
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _positive(value: str) -> int:
@@ -516,6 +539,10 @@ def _read_payload(stream: TextIO | None) -> dict[str, Any] | None:
             log.warning("hook_input_too_large", limit_bytes=MAX_INPUT_BYTES)
             return None
         text = raw if isinstance(raw, str) else raw.decode("utf-8")
+        # A byte order mark is no JSON: PowerShell pipes one once `$OutputEncoding` is UTF-8,
+        # and a payload saved by a Windows editor starts with one (`call --batch` and `import`
+        # read past it too).
+        text = text.removeprefix("\ufeff")
     except OSError as exc:  # a read that fails (EIO, a non-blocking stdin): no input
         log.warning("hook_input_unreadable", error=str(exc))
         return None

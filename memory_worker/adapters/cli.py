@@ -65,6 +65,7 @@ HOOK_EXIT_GRACE_S = 0.5  # a hook past its budget: what a blocked worker thread 
 # A forwarded import is sent in requests of at most this much JSON (the server refuses bodies
 # past 1 MiB; half of it leaves room for a record's escaping).
 FORWARD_CHUNK_BYTES = 512 * 1024
+_BOM = "\ufeff"  # `formats.BOM`, not imported: `formats` is `import`'s, not every command's
 
 
 def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str, Any]:
@@ -77,6 +78,11 @@ def parse_assignments(pairs: Sequence[str], base: str | None = None) -> dict[str
     must still read as an integer.)"""
     payload: dict[str, Any] = {}
     label = "--json"
+    # A byte order mark is no JSON: `--json "$(cat payload.json)"` of a file a Windows editor
+    # saved starts with one (`import` and `call --batch` read past it too).
+    base = base.removeprefix(_BOM) if base else base
+    if pairs and pairs[0].startswith(_BOM):
+        pairs = [pairs[0].removeprefix(_BOM), *pairs[1:]]
     if pairs and pairs[0].lstrip().startswith("{"):
         # The payload as one JSON object, as many CLIs take it (`trigger memory::save '{"text":
         # …}'`): read as `--json` would be. No key starts with "{", so nothing else reads so.
@@ -851,7 +857,11 @@ def _add_mcp(sub: _Commands, common: _Parser) -> None:
         "descriptions, schemas and read-only/destructive/idempotent hints. Each call opens the "
         "data dir for itself, or is forwarded to the server holding it.",
     )
-    mcp.add_argument("--bank", help="pin every call to this bank (bank leaves the schemas)")
+    from memory_worker.adapters.agent_hooks import bank_option  # the hooks' check of it
+
+    mcp.add_argument(
+        "--bank", type=bank_option, help="pin every call to this bank (bank leaves the schemas)"
+    )
     mcp.add_argument(
         "--tools",
         choices=("agents", "approval"),

@@ -9,8 +9,10 @@ them configures it at once."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+from typing import IO, TextIO, cast
 
 from memory_worker.storage import logger
 
@@ -26,9 +28,30 @@ def log_level(value: str) -> str:
     return value
 
 
+class _Sink:
+    """The log's stream, whose failure is no one's: a reader gone (`serve 2>&1 | head`, a log
+    collector that died: `BrokenPipeError`), a terminal closed (EIO) or a stream closed under
+    it. Each line was written where it was logged, so the error came out of whatever was
+    logging: a refused call answered a plain-text 500, and the SIGTERM handler, which logs
+    `stopping` before it stops, never stopped the server. Such a line is dropped."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):  # ValueError: a closed stream
+            return 0
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+
 def configure_logging(level: str = "warning", *, lazy: bool = False) -> None:
     threshold = logging.getLevelNamesMapping()[level.upper()]
-    stream = sys.stderr  # as it is now, as configuring at once would have bound it
+    stream = _Sink(sys.stderr)  # as it is now, as configuring at once would have bound it
 
     def apply() -> None:
         import structlog
@@ -41,7 +64,8 @@ def configure_logging(level: str = "warning", *, lazy: bool = False) -> None:
                 structlog.processors.JSONRenderer(),
             ],
             wrapper_class=structlog.make_filtering_bound_logger(threshold),
-            logger_factory=structlog.PrintLoggerFactory(file=stream),
+            # `write` and `flush` are all structlog's printer calls on it.
+            logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, stream)),
             cache_logger_on_first_use=False,
         )
 

@@ -223,13 +223,33 @@ def _null_is_unset(request: type[pydantic.BaseModel]) -> frozenset[str]:
     )
 
 
+@functools.cache
+def _flags(request: type[pydantic.BaseModel]) -> frozenset[str]:
+    """The fields whose advertised schema is a boolean (or a boolean or null)."""
+    schema = _self_contained(request)
+    return frozenset(
+        name
+        for name, prop in schema.get("properties", {}).items()
+        if ({prop.get("type")} | {s.get("type") for s in prop.get("anyOf", ())}) - {None, "null"}
+        == {"boolean"}
+    )
+
+
+# A flag a model wrote as text: a client that shows a nullable field (`anyOf` boolean or null) to
+# the model as a string (Codex's schema lowering), or a framework filling parameters with text,
+# sends `"true"`. Only JSON's two words: `"yes"` or `1` stays refused, as at every door.
+_FLAG_WORDS = {"true": True, "false": False}
+
+
 def forgiving(spec: FunctionSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """`arguments` with the names models guess read as the request's own fields, and a `null`
-    an optional field's schema does not admit read as the argument left unset: clients over
-    function-calling frameworks (CrewAI's, LangChain's adapters) send every optional argument
-    they did not fill as `null`, and every such call was refused."""
+    """`arguments` with the names models guess read as the request's own fields, a flag written
+    as the text `"true"`/`"false"` read as that flag, and a `null` an optional field's schema
+    does not admit read as the argument left unset: clients over function-calling frameworks
+    (CrewAI's, LangChain's adapters) send every optional argument they did not fill as `null`,
+    and every such call was refused."""
     fields = set(spec.request.model_fields)
     unset = _null_is_unset(spec.request)
+    flags = _flags(spec.request)
     args: dict[str, Any] = {}
     for key, value in arguments.items():
         name = key if key in fields else _CAMEL.sub("_", key).lower()
@@ -243,6 +263,9 @@ def forgiving(spec: FunctionSpec, arguments: Mapping[str, Any]) -> dict[str, Any
             if alias in args and alias not in fields:
                 args[field] = args.pop(alias)
                 break
+    for name in flags & args.keys():  # after the aliases: `pin: "true"` is a flag too
+        if isinstance(args[name], str):
+            args[name] = _FLAG_WORDS.get(args[name].strip().lower(), args[name])
     return args
 
 

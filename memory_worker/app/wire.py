@@ -3,8 +3,9 @@
 Requests accept payloads as `iii trigger k=v` builds them: unknown keys are ignored (the engine adds
 `_caller_worker_id`), numbers and booleans given for text become text, and a string or a number
 given for a list becomes a list (`tags=blog` → `["blog"]`, `tags=a,b` → `["a", "b"]`, `tags=2024`
-→ `["2024"]`); a flag is JSON's true or false only (`Flag`). Responses are dumped without null
-fields. Field names, defaults and descriptions follow the published API reference.
+→ `["2024"]`, the text of a JSON list → that list); a flag is JSON's true or false only
+(`Flag`). Responses are dumped without null fields. Field names, defaults and descriptions follow
+the published API reference.
 
 Past 500 lines on purpose: every public request and response model in one place, in the
 catalog's order, so the wire contract (what the golden schemas pin) reads as one document.
@@ -12,6 +13,7 @@ catalog's order, so the wire contract (what the golden schemas pin) reads as one
 
 # No `from __future__ import annotations` here: pydantic would evaluate every field's annotation
 # string (a compile and an eval each) when the module loads, ~4 ms of every one-shot CLI call.
+import contextlib
 import functools
 import math
 from typing import Annotated, Any, ClassVar
@@ -113,6 +115,16 @@ _MAX_LISTED = 1000  # `tags=a,b,…`: more parts than this is an attack, refused
 
 def _text_to_list(value: Any) -> Any:
     if isinstance(value, str):
+        # A JSON list given as its text (a model filling a list parameter with a string, as a
+        # client that shows it a nullable list as a string asks): split at its commas, it made
+        # the tags `["x"` and `"y"]`. Text that does not decode to a list is split as before.
+        if value.lstrip().startswith("[") and value.rstrip().endswith("]"):
+            with contextlib.suppress(InvalidInput):
+                decoded = payload.loads(value, "list")
+                if isinstance(decoded, list):
+                    if len(decoded) > _MAX_LISTED:
+                        raise ValueError(f"at most {_MAX_LISTED} values")
+                    return decoded
         if value.count(",") >= _MAX_LISTED:
             raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -430,6 +442,10 @@ class AnchorsInput(BaseModel):
     )
 
 
+# A lesson's anchors, or their JSON text (a model filling the object parameter with a string).
+Anchors = Annotated[AnchorsInput | None, BeforeValidator(_json_object)]
+
+
 class SaveRequest(Request):
     bank: BankName = Field(
         default=None,
@@ -474,7 +490,7 @@ class SaveRequest(Request):
         description="A lesson's advice, at most 640 UTF-8 bytes. Name files and identifiers, not "
         "line numbers (they go stale; keep positions in `evidence`).",
     )
-    anchors: AnchorsInput | None = Field(
+    anchors: Anchors = Field(
         default=None, description="The files, folders, identifiers and keyword groups it is about."
     )
     evidence: TextList = Field(
@@ -559,7 +575,7 @@ class UpdateRequest(Request):
     expected_revision: int | None = _expected_revision()
     title: Text | None = Field(default=None, description="A lesson's new title.")
     recommendation: Text | None = Field(default=None, description="A lesson's new recommendation.")
-    anchors: AnchorsInput | None = Field(
+    anchors: Anchors = Field(
         default=None, description="A lesson's new anchors (replace the old ones whole)."
     )
     evidence: TextList | None = Field(
