@@ -18,12 +18,16 @@ of §5.3 over the message catalogue of §2.3 and the invocation and trigger sema
 - function / trigger-type / binding registration, parking of bindings whose provider is absent,
   forwarding to providers and replay when a provider (re)registers (trigger types are keyed by
   id alone: every test runs in ``default``);
-- request/response routing with fresh engine invocation ids, ``void`` fan-out, ``enqueue``
+- request/response routing with fresh engine invocation ids (a ``void`` call's target gets
+  one too, as from the engine, and its answer is dropped), ``void`` fan-out, ``enqueue``
   through the ``engine::queue::enqueue`` provider, ``_caller_worker_id`` injection;
 - engine builtins ``engine::workers::register|list``, ``engine::functions::list|info``,
   ``engine::triggers::info`` and the configuration worker that real engines embed
   (``configuration::ensure|register|get|set|list|schema`` plus the engine-fanned-out
-  ``configuration`` trigger type, §6.4), with the real engine's error codes;
+  ``configuration`` trigger type, §6.4), with the real engine's error codes, and its
+  ``ttl_seconds`` (``config_ttl_s``): an entry whose last ``configuration`` binding naming it
+  went away (unbound, or its owner disconnected) is deleted once that long passes without a new
+  one, firing ``configuration:deleted``;
 - the ``cron`` trigger type (the iii-cron worker's): bindings ``{expression,
   condition_function_id?}`` are validated (6 or 7 fields) and fired by the TEST with
   ``fire_cron()``, never by a clock, with the cron worker's payload ``{trigger, job_id,
@@ -61,7 +65,6 @@ T = TypeVar("T")
 
 #: Trigger types the engine itself provides and fans out (bindings never go to a worker).
 ENGINE_TRIGGER_TYPES = frozenset({"configuration", "cron"})
-CRON_CONFIG_KEYS = frozenset({"expression", "condition_function_id"})
 QUEUE_ENQUEUE = "engine::queue::enqueue"
 WORKERS_REGISTER = "engine::workers::register"
 DEFAULT_NAMESPACE = "default"
@@ -311,6 +314,13 @@ class ConfigStore:
         events.append(self.event(entry, "configuration:updated", old_value, value))
         return {"old_value": copy.deepcopy(old_value), "new_value": copy.deepcopy(value)}
 
+    def delete(self, config_id: str, events: list[JSON]) -> None:
+        """Drop an entry (the TTL expiry, or its file deleted under the fs adapter); an unknown
+        id is a no-op, as ``expire_configuration`` has it."""
+        entry = self.entries.pop(config_id, None)
+        if entry is not None:
+            events.append(self.event(entry, "configuration:deleted", entry["value"], None))
+
     def get(self, data: JSON) -> JSON:
         entry = self._lookup(data)
         if data.get("raw"):
@@ -345,15 +355,18 @@ class ConfigStore:
 
 
 def cron_config_error(config: Any) -> str | None:
-    """Why the cron worker would refuse a binding config, or None (6- or 7-field expressions)."""
-    if not isinstance(config, dict):
-        return "cron binding config must be an object"
-    unknown = sorted(set(config) - CRON_CONFIG_KEYS)
-    if unknown:
-        return f"unknown cron config keys {unknown}"
-    expression = config.get("expression")
-    if not isinstance(expression, str) or len(expression.split()) not in (6, 7):
-        return f"expression must be a 6- or 7-field cron expression, got {expression!r}"
+    """Why the cron worker refuses a binding config, or None (engine 0.23 ``cron.rs``): only a
+    missing or empty ``expression``, or one the ``cron`` crate cannot parse (6 or 7 fields,
+    seconds first); other keys are ignored, as the engine reads only the two it knows."""
+    expression = config.get("expression") if isinstance(config, dict) else None
+    if not isinstance(expression, str) or not expression:
+        return "Cron expression is required"
+    fields = len(expression.split())
+    if fields not in (6, 7):
+        return (
+            f"Invalid cron expression '{expression}': expected 6 or 7 fields (seconds first), "
+            f"got {fields}"
+        )
     return None
 
 
@@ -364,6 +377,15 @@ def _config_binding_matches(config: Any, event: JSON) -> bool:
         return False
     event_types = config.get("event_types")
     return not event_types or event["event_type"] in event_types
+
+
+def _watched_config(binding: _Binding) -> str | None:
+    """The configuration id a ``configuration`` binding names (the TTL counts those), else None."""
+    config = binding.msg.get("config")
+    if binding.trigger_type != "configuration" or not isinstance(config, dict):
+        return None
+    watched = config.get("configuration_id")
+    return watched if isinstance(watched, str) else None
 
 
 # ── connection-level state ─────────────────────────────────────────────────────────────────
@@ -416,6 +438,15 @@ class _Pending:
     receipt: str | None = None
 
 
+def _halted(pending: _Pending) -> JSON:
+    """What a caller gets when the worker serving its call goes away: the engine halts the
+    invocation (`halt_invocation`); an enqueue wraps that failure of the queue provider as its
+    own `enqueue_error` ("<code>: <message>")."""
+    if pending.receipt:
+        return {"code": "enqueue_error", "message": "invocation_stopped: Invocation stopped"}
+    return {"code": "invocation_stopped", "message": "Invocation stopped"}
+
+
 def _not_found(function_id: str, namespace: str | None, elsewhere: Sequence[str] = ()) -> JSON:
     hint = f" It is registered in namespace(s): {', '.join(elsewhere)}." if elsewhere else ""
     return {
@@ -442,10 +473,17 @@ class EngineDouble:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", namespace_grace_s: float = NAMESPACE_GRACE_S
+        self,
+        host: str = "127.0.0.1",
+        namespace_grace_s: float = NAMESPACE_GRACE_S,
+        config_ttl_s: float = 0.0,
     ) -> None:
         self._host = host
         self._grace_s = namespace_grace_s
+        #: the configuration worker's ``ttl_seconds`` (0, its default, keeps entries for ever)
+        self._config_ttl_s = config_ttl_s
+        #: configuration id → the pending expiry of an entry no binding names any more
+        self._config_expiry: dict[str, asyncio.TimerHandle] = {}
         self._cond = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -559,6 +597,8 @@ class EngineDouble:
                 loop.close()
 
     async def _shutdown(self) -> None:
+        for expiry in self._config_expiry.values():
+            expiry.cancel()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -717,9 +757,9 @@ class EngineDouble:
         for binding in owned:
             if binding.provider is not None:
                 await self._send(binding.provider, self._unregister_msg(binding))
+            self._config_binding_gone(binding)
         for pending in failed:
-            code = "enqueue_error" if pending.receipt else "invocation_failed"
-            error = {"code": code, "message": "the worker serving the call disconnected"}
+            error = _halted(pending)
             await self._answer(
                 pending.caller,
                 pending.caller_invocation_id,
@@ -729,13 +769,12 @@ class EngineDouble:
 
     @staticmethod
     def _unregister_msg(binding: _Binding) -> JSON:
+        """What the engine tells a provider (``Message::UnregisterTrigger``): the id and the
+        type only — no function, config or metadata (the SDK hands its handler empty ones)."""
         return {
             "type": "unregistertrigger",
             "id": binding.msg.get("id"),
             "trigger_type": binding.trigger_type,
-            "function_id": binding.msg.get("function_id"),
-            "config": binding.msg.get("config"),
-            "metadata": binding.msg.get("metadata"),
         }
 
     # ── registration messages ──────────────────────────────────────────────────────────────
@@ -828,6 +867,10 @@ class EngineDouble:
             }
             await self._send(conn, result)
             return
+        watched = _watched_config(binding)
+        expiry = self._config_expiry.pop(watched, None) if watched is not None else None
+        if expiry is not None:
+            expiry.cancel()  # a new binding naming the entry keeps it
         with self._cond:
             self._bindings[str(msg.get("id"))] = binding
             if binding.trigger_type in ENGINE_TRIGGER_TYPES:
@@ -848,6 +891,7 @@ class EngineDouble:
             self._cond.notify_all()
         if binding.provider is not None:
             await self._send(binding.provider, self._unregister_msg(binding))
+        self._config_binding_gone(binding)
 
     async def _on_trigger_registration_result(self, conn: _Conn, msg: JSON) -> None:
         error = msg.get("error")
@@ -905,10 +949,12 @@ class EngineDouble:
             owner = self._functions.get((namespace, function_id))
             target = owner[0] if owner is not None else None
             elsewhere = sorted(ns for ns, fid in self._functions if fid == function_id)
-            if target is not None and not void:
+            if target is not None:
+                # A void call too reaches its target with an invocation id (the engine's
+                # `handle_invocation` makes one): the target answers and the engine drops it.
                 out["invocation_id"] = str(uuid.uuid4())
                 self._pending[out["invocation_id"]] = _Pending(
-                    caller, invocation_id, function_id, target
+                    caller, None if void else invocation_id, function_id, target
                 )
         if target is None:
             if not void:
@@ -1008,10 +1054,43 @@ class EngineDouble:
         for owner, metadata in targets:
             if owner is None:
                 continue
-            out: JSON = {"type": "invokefunction", "function_id": owner[1]["id"], "data": event}
+            # `engine.call` (an invocation id; the answer is only logged by the engine)
+            out: JSON = {
+                "type": "invokefunction",
+                "function_id": owner[1]["id"],
+                "data": event,
+                "invocation_id": str(uuid.uuid4()),
+            }
             if metadata is not None:
                 out["metadata"] = metadata
+            with self._cond:
+                self._pending[out["invocation_id"]] = _Pending(
+                    None, None, str(owner[1]["id"]), owner[0]
+                )
             await self._send(owner[0], out)
+
+    def _config_binding_gone(self, binding: _Binding) -> None:
+        """The configuration worker's TTL (``schedule_ttl_expiry``): when the last binding naming
+        an entry is gone, the entry is deleted after ``config_ttl_s`` unless one comes back."""
+        watched = _watched_config(binding)
+        if watched is None or self._config_ttl_s <= 0 or watched in self._config_expiry:
+            return
+        with self._cond:
+            if any(_watched_config(b) == watched for b in self._bindings.values()):
+                return
+        loop = asyncio.get_running_loop()
+        self._config_expiry[watched] = loop.call_later(
+            self._config_ttl_s, lambda: self._spawn(self._expire_config(watched))
+        )
+
+    async def _expire_config(self, config_id: str) -> None:
+        self._config_expiry.pop(config_id, None)
+        events: list[JSON] = []
+        with self._cond:
+            self.config.delete(config_id, events)
+            self._cond.notify_all()
+        for event in events:
+            await self._fire_configuration(event)
 
     # ── builtins ───────────────────────────────────────────────────────────────────────────
 
@@ -1319,8 +1398,8 @@ class EngineDouble:
         """Fire every live ``cron`` binding (of ``function_id`` when given) once, as the cron
         worker does when its expression comes due: the bound function gets ``{trigger: "cron",
         job_id, scheduled_time, actual_time}``. With ``wait`` each answer comes back as the
-        ``invocationresult`` message (``result`` or ``error``); without, the firing is void and
-        the list is empty. Raises when no such binding is live."""
+        ``invocationresult`` message (``result`` or ``error``); without, the answer is dropped
+        and the list is empty. Raises when no such binding is live."""
         return self._call(self._fire_cron(function_id, wait), timeout=timeout)
 
     async def _fire_cron(self, function_id: str | None, wait: bool) -> list[JSON]:
@@ -1340,25 +1419,34 @@ class EngineDouble:
         live = [(b, owner) for b, owner in targets if owner is not None]
         if not live:
             raise RuntimeError(f"engine double: no live cron binding for {function_id}")
-        stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+        now = datetime.now(UTC)
+        # chrono's `to_rfc3339`: the due time on the second, the firing time as precise as read.
+        scheduled, actual = now.replace(microsecond=0).isoformat(), now.isoformat()
         waiting: list[asyncio.Future[JSON]] = []
         for binding, owner in live:
+            # `engine.call` with the binding's metadata: an invocation id even unwaited for
             out: JSON = {
                 "type": "invokefunction",
                 "function_id": binding.msg.get("function_id"),
                 "data": {
                     "trigger": "cron",
                     "job_id": binding.msg.get("id"),
-                    "scheduled_time": stamp,
-                    "actual_time": stamp,
+                    "scheduled_time": scheduled,
+                    "actual_time": actual,
                 },
+                "invocation_id": str(uuid.uuid4()),
             }
+            if binding.msg.get("metadata") is not None:
+                out["metadata"] = binding.msg["metadata"]
             if wait:
-                invocation_id = str(uuid.uuid4())
-                out["invocation_id"] = invocation_id
                 future: asyncio.Future[JSON] = asyncio.get_running_loop().create_future()
-                self._engine_calls[invocation_id] = future
+                self._engine_calls[out["invocation_id"]] = future
                 waiting.append(future)
+            else:
+                with self._cond:
+                    self._pending[out["invocation_id"]] = _Pending(
+                        None, None, str(out["function_id"]), owner[0]
+                    )
             await self._send(owner[0], out)
         return list(await asyncio.gather(*waiting))
 
@@ -1391,3 +1479,21 @@ class EngineDouble:
         """The stored (unexpanded) value of a configuration entry; KeyError when unknown."""
         with self._cond:
             return copy.deepcopy(self.config.entries[config_id]["value"])
+
+    def wait_config(self, config_id: str, *, present: bool = True, timeout: float = 10) -> None:
+        """Wait until the configuration entry exists (``present``) or is gone."""
+        self._wait(
+            lambda: (config_id in self.config.entries) == present,
+            timeout,
+            f"configuration {config_id} {'registered' if present else 'deleted'}",
+        )
+
+    def set_config_ttl(self, seconds: float) -> None:
+        """The configuration worker's ``ttl_seconds`` from now on (0 turns expiry off)."""
+        with self._cond:
+            self._config_ttl_s = seconds
+
+    def delete_config(self, config_id: str) -> None:
+        """Delete an entry as the engine does when its file is removed under the fs adapter (or
+        its TTL runs out): ``configuration:deleted`` fires."""
+        self._call(self._expire_config(config_id))

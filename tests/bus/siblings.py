@@ -1148,7 +1148,14 @@ def _match_path(pattern: str, path: str) -> JSON | None:
 
 
 class FakeHttp(SdkWorker):
-    """The http worker (§3.7): provider of ``http`` bindings; ``request`` plays one request."""
+    """The http worker (§3.7): provider of ``http`` bindings; ``request`` plays one request.
+
+    The envelope is the one the engine's built-in http worker builds (``rest_api/views.rs``,
+    engine 0.23): ``path`` and ``trigger.path`` are the route as registered (``api_path``), not
+    the URL; header names are lowercase (one value each); ``body`` is the request parsed as JSON
+    only when its ``Content-Type`` says ``application/json`` and it parses, else ``null`` (the
+    raw bytes go to the ``request_body`` channel only); ``request_body``/``response`` are channel
+    refs, which the SDK hands the handler as channel objects."""
 
     prefix = "http"
 
@@ -1162,6 +1169,14 @@ class FakeHttp(SdkWorker):
     def _setup(self) -> None:
         self._provide("http", "HTTP route", self.routes)
 
+    @staticmethod
+    def _channel(direction: str) -> JSON:
+        return {
+            "channel_id": uuid.uuid4().hex,
+            "access_key": uuid.uuid4().hex,
+            "direction": direction,
+        }
+
     def request(
         self,
         method: str,
@@ -1169,22 +1184,40 @@ class FakeHttp(SdkWorker):
         body: Any = None,
         headers: dict[str, str] | None = None,
         query: dict[str, str] | None = None,
+        *,
+        raw: bytes | None = None,
     ) -> JSON:
-        """Invoke the bound function with the HTTP envelope; returns status_code/headers/body."""
+        """Invoke the bound function with the HTTP envelope; returns status_code/headers/body.
+
+        ``body`` is sent as a JSON client sends it (``Content-Type: application/json`` unless
+        ``headers`` name another); ``raw`` sends those bytes as they are."""
+        sent = {name.lower(): value for name, value in (headers or {}).items()}
+        if raw is None and body is not None:
+            raw = json.dumps(body).encode()
+            sent.setdefault("content-type", "application/json")
+        if raw is not None:
+            sent["content-length"] = str(len(raw))
+        parsed: Any = None
+        if raw and "application/json" in sent.get("content-type", ""):
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(raw)
         for binding in self.routes.all():
             if str(binding.config.get("http_method", "GET")).upper() != method.upper():
                 continue
-            params = _match_path(str(binding.config.get("api_path", "")), path)
+            api_path = str(binding.config.get("api_path", ""))
+            params = _match_path(api_path, path)
             if params is None:
                 continue
             envelope = {
-                "path": path,
+                "path": api_path,
                 "method": method.upper(),
                 "path_params": params,
                 "query_params": dict(query or {}),
-                "headers": dict(headers or {}),
-                "body": body,
-                "trigger": {"type": "http", "path": path, "method": method.upper()},
+                "headers": sent,
+                "body": parsed,
+                "trigger": {"type": "http", "path": api_path, "method": method.upper()},
+                "request_body": self._channel("read"),
+                "response": self._channel("write"),
             }
             try:
                 reply = self.client.trigger(self._request(binding, envelope))

@@ -144,6 +144,19 @@ class TestRegistration:
         assert all(field.get("description") for field in schema["properties"].values())
         assert sibling.stop() == 0  # SIGTERM: a clean exit
 
+    def test_its_configuration_entry_deleted_is_registered_again(
+        self, engine: EngineDouble, spawn: Any, spawn_consolidate: Any
+    ) -> None:
+        """Deleted by the engine (the configuration worker's `ttl_seconds`, or its file removed),
+        the entry stayed gone: Settings had nothing to edit until a restart."""
+        spawn()
+        spawn_consolidate()
+        engine.wait_binding("configuration", "memory-consolidate::on-config-change")
+        stored = engine.config_value("memory-consolidate")
+        engine.delete_config("memory-consolidate")
+        engine.wait_config("memory-consolidate", timeout=15)
+        assert engine.config_value("memory-consolidate") == stored
+
 
 class TestSchedule:
     def test_a_due_tick_runs_one_pass_checkpoints_and_the_next_tick_does_nothing(
@@ -458,6 +471,14 @@ class TestSurfaces:
             http.routes.wait(n=len(memory_catalog.CATALOG) + 2)
             status = http.request("POST", "/memory-consolidate/status", {})
             assert status["status_code"] == 200 and status["body"]["due"] is True
+            # Sent as a form (`curl -d`), the engine's http worker passes the body on as null:
+            # read as `{}`, that was a real pass where a dry run was asked for.
+            form = {"Content-Type": "application/x-www-form-urlencoded"}
+            dry_form = json.dumps({"dry_run": True}).encode()
+            refused = http.request("POST", "/memory-consolidate/run", raw=dry_form, headers=form)
+            assert refused["status_code"] == 400, refused
+            assert refused["body"]["error"]["code"] == "invalid_input"
+            assert "last_run" not in cli.call("memory-consolidate::status", {})  # never ran
             dry = http.request("POST", "/memory-consolidate/run", {"dry_run": True})
             assert dry["status_code"] == 200 and dry["body"]["dry_run"] is True
             bad = http.request("POST", "/memory-consolidate/run", {"bank": "nope"})

@@ -203,7 +203,7 @@ def test_target_disconnect_fails_pending_call(
         with pytest.raises(InvocationError) as failed:
             pending.result(timeout=10)
         release.set()
-    assert failed.value.code == "invocation_failed"
+    assert (failed.value.code, failed.value.message) == ("invocation_stopped", "Invocation stopped")
 
 
 def test_void_fan_out_reaches_subscriber(engine: EngineDouble, start: Callable[..., Any]) -> None:
@@ -217,10 +217,31 @@ def test_void_fan_out_reaches_subscriber(engine: EngineDouble, start: Callable[.
     [event] = mine.wait_events(1)
     assert (event["session_id"], event["turn_id"], event["status"]) == ("s1", "t1", "completed")
     assert event["_caller_worker_id"] == harness.client.worker_id
-    void = [
-        m for d, _, m in engine.frames if d == "out" and m.get("function_id") == mine.function_id
+    # As from the engine (`handle_invocation`), the target of a void call gets an invocation id
+    # and answers it; the answer goes nowhere (the caller asked for none).
+    [void] = [
+        m
+        for d, _, m in engine.frames
+        if d == "out"
+        and m.get("type") == "invokefunction"
+        and m.get("function_id") == mine.function_id
     ]
-    assert void and "invocation_id" not in void[0]
+    assert void["invocation_id"]
+    engine.wait_frame(
+        lambda d, _w, m: (
+            d == "in"
+            and m.get("type") == "invocationresult"
+            and m.get("invocation_id") == void["invocation_id"]
+        )
+    )
+    assert not [
+        m
+        for d, who, m in engine.frames
+        if d == "out"
+        and who == harness.name
+        and m.get("type") == "invocationresult"
+        and m.get("function_id") == mine.function_id
+    ]
 
 
 # ── enqueue and the queue worker ──────────────────────────────────────────────────────────
@@ -302,6 +323,16 @@ def test_binding_parks_until_provider_registers(
     )
     assert info["instance_count"] == 1
 
+    # Unbound: the provider is told the binding's id and type, nothing more (engine 0.23's
+    # `Message::UnregisterTrigger`), and drops it.
+    hook.binding.unregister()
+    _d, _who, told = engine.wait_frame(
+        lambda d, who, m: d == "out" and who == harness.name and m["type"] == "unregistertrigger"
+    )
+    assert told == {"type": "unregistertrigger", "id": bound.id, "trigger_type": PRE_GENERATE}
+    harness.sync()
+    assert harness.pre_generate.all() == []
+
 
 def test_binding_with_bad_config_is_rejected(
     engine: EngineDouble, start: Callable[..., Any]
@@ -339,8 +370,17 @@ def test_cron_bindings_fire_only_when_the_test_says_so(
     assert answer["result"] == {"ok": 1}
     [event] = fired
     assert event["trigger"] == "cron" and event["job_id"] == binding["id"]
-    assert event["scheduled_time"] and event["actual_time"]
+    # chrono's `to_rfc3339`: the due time on the second, both with an explicit `+00:00`.
+    scheduled, actual = event["scheduled_time"], event["actual_time"]
+    assert scheduled.endswith("+00:00") and "." not in scheduled and actual.endswith("+00:00")
     assert engine.fire_cron("test::tick", wait=False) == []
+    # Unwaited, the firing still carries an invocation id (the engine calls, then drops it).
+    _d, _w, unwaited = engine.wait_frame(
+        lambda d, _w, m: (
+            d == "in" and m.get("type") == "invocationresult" and m.get("result") == {"ok": 2}
+        )
+    )
+    assert unwaited["invocation_id"]
 
 
 def test_cron_binding_with_a_bad_expression_is_rejected(
@@ -350,9 +390,13 @@ def test_cron_binding_with_a_bad_expression_is_rejected(
     client.register_function("test::tick", lambda data: {"ok": True})
     bind(client, "cron", "test::tick", {"expression": "0 * * * *"})  # 5 fields: minutes first
     rejected = engine.wait_rejection("cron", "test::tick")
-    assert "6- or 7-field" in rejected["error"]["message"]
+    assert rejected["error"]["code"] == "trigger_registration_failed"
+    assert rejected["error"]["message"].startswith("Invalid cron expression '0 * * * *'")
     with pytest.raises(RuntimeError, match="no live cron binding"):
         engine.fire_cron("test::tick")
+    # The engine reads only `expression` (and `condition_function_id`): other keys are ignored.
+    bind(client, "cron", "test::tick", {"expression": "0 0 * * * *", "timezone": "UTC"})
+    engine.wait_binding("cron", "test::tick")
 
 
 # ── configuration (built into the engine) ─────────────────────────────────────────────────
@@ -369,6 +413,32 @@ def _entry(initial: Any = None) -> JSON:
     if initial is not None:
         entry["initial_value"] = initial
     return entry
+
+
+def test_configuration_ttl_deletes_an_entry_once_no_binding_names_it() -> None:
+    """The configuration worker's `ttl_seconds`: when the last binding naming an entry goes (its
+    owner disconnected), the entry is deleted after the TTL and `configuration:deleted` fires to
+    the bindings left (one naming no id does not keep it)."""
+    with EngineDouble(config_ttl_s=0.2) as engine:
+        with (
+            Cli(engine.url) as cli,
+            FakeSubscriber(
+                engine.url, "configuration", {"event_types": ["configuration:deleted"]}
+            ) as everyone,
+        ):
+            cli.call("configuration::register", _entry({"recall_limit": 6}))
+            with FakeSubscriber(
+                engine.url, "configuration", {"configuration_id": "memory"}
+            ) as owner:
+                engine.wait_binding("configuration", owner.function_id)
+            engine.wait_config("memory", present=False)
+            [event] = everyone.wait_events(1)
+            assert (event["event_type"], event["id"]) == ("configuration:deleted", "memory")
+            assert (event["old_value"], event["new_value"]) == ({"recall_limit": 6}, None)
+            with pytest.raises(InvocationError) as gone:
+                cli.call("configuration::get", {"id": "memory"})
+            assert gone.value.code == "NOT_FOUND"
+        assert engine.errors == []
 
 
 def test_configuration_builtins_and_trigger(
@@ -596,6 +666,43 @@ def test_state_router_and_http(
     response = http.request("POST", "/demo/42", {"a": 1})
     assert (response["status_code"], response["body"]) == (201, {"a": 1})
     assert http.request("GET", "/demo/42")["status_code"] == 404
+
+
+def test_http_envelope_is_the_engine_http_workers(
+    raw_client: Callable[[str], III], start: Callable[..., Any], engine: EngineDouble
+) -> None:
+    """As engine 0.23's http worker builds it: the registered route as `path`, lowercase header
+    names, `body` parsed only from a JSON content type (else null: the bytes go to the
+    `request_body` channel), and the two channel refs the SDK turns into channel objects."""
+    http: FakeHttp = start(FakeHttp)
+    api = raw_client("api")
+    seen: list[JSON] = []
+
+    def handler(req: JSON) -> JSON:
+        seen.append(req)
+        return {"status_code": 200, "body": None}
+
+    api.register_function("demo::envelope", handler)
+    bind(api, "http", "demo::envelope", {"api_path": "demo/:id", "http_method": "POST"})
+    engine.wait_binding("http", "demo::envelope")
+    form = {"Content-Type": "application/x-www-form-urlencoded", "X-Confirm": "yes"}
+    http.request("POST", "/demo/7", raw=b'{"a": 1}', headers=form)
+    http.request("POST", "/demo/7", raw=b'{"a": 1', headers={"Content-Type": "application/json"})
+    http.request("POST", "/demo/7", {"a": 1})
+    not_json, broken, sent = seen
+    assert (not_json["path"], not_json["trigger"]["path"]) == ("demo/:id", "demo/:id")
+    assert not_json["path_params"] == {"id": "7"}
+    assert not_json["headers"] == {
+        "content-type": "application/x-www-form-urlencoded",
+        "x-confirm": "yes",
+        "content-length": "8",
+    }
+    assert (not_json["body"], broken["body"], sent["body"]) == (None, None, {"a": 1})
+    assert sent["headers"]["content-type"] == "application/json"
+    assert {type(sent[key]).__name__ for key in ("request_body", "response")} == {
+        "ChannelReader",
+        "ChannelWriter",
+    }
 
 
 # ── namespaces and ownership (engine 0.23) ────────────────────────────────────────────────

@@ -219,6 +219,28 @@ class TestCalls:
             assert missing["status_code"] == 404
             assert missing["body"]["error"]["code"] == "memory_not_found"
 
+    def test_rest_body_the_http_worker_could_not_parse_is_refused(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        """The engine's http worker passes on a body only when it is sent as JSON and parses: any
+        other comes as `null`. Read as `{}`, `curl -d` (a form content type) listed the default
+        bank instead of the one named, with a 200; it is refused, saying why."""
+        spawn()
+        with FakeHttp(engine.url) as http:
+            http.routes.wait(len(catalog.CATALOG))
+            named = json.dumps({"bank": "work"}).encode()
+            form = {"Content-Type": "application/x-www-form-urlencoded"}
+            as_form = http.request("POST", "/memory/list", raw=named, headers=form)
+            assert as_form["status_code"] == 400, as_form
+            assert as_form["body"]["error"]["code"] == "invalid_input"
+            assert "Content-Type: application/json" in as_form["body"]["error"]["message"]
+            as_json = {"Content-Type": "application/json"}
+            broken = http.request("POST", "/memory/list", raw=b'{"bank": "work"', headers=as_json)
+            assert broken["status_code"] == 400, broken
+            assert "not valid JSON" in broken["body"]["error"]["message"]
+            empty = http.request("POST", "/memory/bank/list", raw=b"", headers=as_json)
+            assert empty["status_code"] == 200, empty  # no body at all is `{}`, as before
+
     def test_router_present_makes_recall_hybrid_and_doctor_reports_it(
         self, engine: EngineDouble, spawn: Any, cli: Cli
     ) -> None:
@@ -770,6 +792,39 @@ class TestConnection:
         with Cli(engine.url) as again:
             found = again.call("memory::recall", {"query": "saved before the drop"})
         assert found["memories"][0]["memory"]["text"] == "Saved before the drop."
+
+    def test_a_configuration_entry_expired_while_the_worker_was_away_is_registered_again(
+        self, engine: EngineDouble, spawn: Any, cli: Cli
+    ) -> None:
+        """An engine whose configuration worker has a `ttl_seconds` deletes an entry once no
+        binding has named it for that long, and the worker's own binding went with its
+        connection. Back, it read "absent" and ran on without an entry: the console's Settings
+        had nothing to edit and `configuration::set` answered NOT_REGISTERED until a restart."""
+        spawn()
+        engine.wait_binding("configuration", "memory::on-config-change", timeout=30)
+        stored = engine.config_value("memory")
+        engine.set_config_ttl(0.2)
+        before = engine.registration_count("memory::save")
+        with engine.holding_connections():
+            assert engine.drop_worker("memory") == 1
+            engine.wait_config("memory", present=False)  # expired while the worker is away
+        engine.wait_function("memory::save", min_count=before + 1, timeout=30)
+        engine.wait_config("memory", timeout=15)
+        assert engine.config_value("memory") == stored  # the settings it runs on
+        changed = {**stored, "recall_limit": 3}
+        assert cli.call("configuration::set", {"id": "memory", "value": changed})
+
+    def test_a_configuration_entry_deleted_while_the_worker_runs_is_registered_again(
+        self, engine: EngineDouble, spawn: Any
+    ) -> None:
+        """The same when the entry goes while the worker is connected (its file deleted under the
+        fs adapter): `configuration:deleted` was not listened to."""
+        spawn()
+        engine.wait_binding("configuration", "memory::on-config-change", timeout=30)
+        stored = engine.config_value("memory")
+        engine.delete_config("memory")
+        engine.wait_config("memory", timeout=15)
+        assert engine.config_value("memory") == stored
 
     def test_a_binding_removed_while_the_worker_was_away_gets_no_more_events(
         self, engine: EngineDouble, spawn: Any, cli: Cli

@@ -35,6 +35,7 @@ __all__ = [
     "UI_SETTINGS",
     "Bridge",
     "header",
+    "http_body",
     "http_reply",
     "page_refusal",
 ]
@@ -164,6 +165,31 @@ def header(envelope: HttpEnvelope, name: str) -> str | None:
     return _header(envelope, name.lower())
 
 
+def http_body(envelope: HttpEnvelope) -> Any:
+    """The request body from the http worker's envelope (`{}` when none was sent).
+
+    The engine's http worker parses a body only when its `Content-Type` says
+    `application/json` and it parses; any other arrives as `null` (its bytes go to the
+    `request_body` channel only). Read as `{}`, `curl -d` (a form content type) ran the call
+    with every default (listed the default bank instead of the one named): a body that was sent
+    (`Content-Length` or chunked) but did not arrive is refused, saying why."""
+    if envelope.body is not None:
+        return envelope.body
+    length = _header(envelope, "content-length")
+    sent = _header(envelope, "transfer-encoding") is not None or (
+        length is not None and length.strip() not in ("", "0")
+    )
+    if not sent:
+        return {}
+    kind = _header(envelope, "content-type")
+    if kind is not None and "application/json" in kind.lower():
+        raise InvalidInput("the request body is not valid JSON (or is `null`)")
+    raise InvalidInput(
+        f"the request body was sent as {kind or 'no Content-Type'}; the engine's http worker "
+        "passes on only JSON: send it with Content-Type: application/json"
+    )
+
+
 def page_refusal(
     envelope: HttpEnvelope, allowed_hosts: Iterable[str] = ()
 ) -> dict[str, Any] | None:
@@ -210,7 +236,7 @@ async def http_reply(
             raise InvalidInput(f"no memory function at /{path}; e.g. /memory/save, /memory/recall")
         claim = _header(envelope, CALLER_HEADER.lower())
         caller = decode_caller(claim, trusted=False, default=default)
-        body = {} if envelope.body is None else envelope.body
+        body = http_body(envelope)
         confirmed = catalog.with_confirm(spec, body, _header(envelope, "x-confirm"))
         result = await call(spec, confirmed, caller)
     except WorkerError as err:

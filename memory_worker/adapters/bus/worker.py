@@ -391,7 +391,8 @@ class EngineWorker(Stoppable):
             "memory::on-config-change",
             {
                 "configuration_id": self._config.config_id,
-                "event_types": ["configuration:updated"],
+                # Deleted too: the entry is registered again (`_on_config_change`).
+                "event_types": ["configuration:updated", "configuration:deleted"],
             },
         )
         client.add_connection_state_listener(
@@ -561,7 +562,16 @@ class EngineWorker(Stoppable):
                 # A sibling erroring: its stable code, as the router's or the queue's would be.
                 raise SiblingUnavailable(f"configuration::get failed: {exc}") from None
             if value is None:
-                return {"ok": True}  # the entry was removed: keep running on what we have
+                # The entry is gone: deleted by the configuration worker's `ttl_seconds` once no
+                # binding named it (ours goes with our connection: an outage longer than the
+                # TTL), or its file removed. Keep running on what we have, and register it
+                # again with those settings: else the console's Settings had nothing to edit
+                # and every `configuration::set` was NOT_REGISTERED until a restart.
+                try:
+                    await self._config.ensure(settings_schema(), self._running().model_dump())
+                except InvocationError as exc:
+                    raise SiblingUnavailable(f"configuration::ensure failed: {exc}") from None
+                return {"ok": True, "applied": "registered again"}
             try:
                 settings = parse_settings(value, source="configuration")
                 applied = await self._reconfigure.apply(settings)
@@ -572,6 +582,9 @@ class EngineWorker(Stoppable):
             if applied is Applied.REOPENED and self._watcher is not None:
                 await self._watcher.restart()  # follow the new data dir at once
         return {"ok": True, "applied": str(applied)}
+
+    def _running(self) -> Settings:
+        return self.service.settings if self.service is not None else self.seed
 
     def _on_connection(self, state: str) -> None:
         log.info("engine_connection", state=state, engine=self.url)

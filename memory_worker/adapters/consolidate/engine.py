@@ -279,7 +279,11 @@ class ConsolidateEngine(Stoppable):
             client,
             "configuration",
             catalog.ON_CONFIG_CHANGE,
-            {"configuration_id": CONFIG_ID, "event_types": ["configuration:updated"]},
+            # Deleted too: the entry is registered again (`_on_config_change`).
+            {
+                "configuration_id": CONFIG_ID,
+                "event_types": ["configuration:updated", "configuration:deleted"],
+            },
         )
         client.add_connection_state_listener(
             lambda state: loop.call_soon_threadsafe(self._on_connection, state)
@@ -354,7 +358,13 @@ class ConsolidateEngine(Stoppable):
             except InvocationError as exc:
                 raise SiblingUnavailable(f"configuration::get failed: {exc}") from None
             if value is None:
-                return {"ok": True}
+                # Gone (the configuration worker's `ttl_seconds` after an outage, or its file
+                # removed): registered again with what runs now, so Settings can edit it.
+                try:
+                    await self._config.ensure(settings_schema(), self.settings.model_dump())
+                except InvocationError as exc:
+                    raise SiblingUnavailable(f"configuration::ensure failed: {exc}") from None
+                return {"ok": True, "applied": "registered again"}
             settings = parse_settings(value, source=f"configuration {CONFIG_ID}")
             self.settings, self.inert_reason = settings, None
         log.info("configuration_applied", enabled=settings.enabled, dry_run=settings.dry_run)
@@ -420,8 +430,8 @@ class ConsolidateEngine(Stoppable):
         if refused is not None:
             return refused
         path = bus_catalog.http_path_of(parsed)
-        body = {} if parsed.body is None else parsed.body
         try:
+            body = bus_catalog.http_body(parsed)  # `null` from a body sent as anything but JSON
             caller = bus_caller(envelope, metadata)
             if caller.kind is not CallerKind.AGENT:
                 claim = bus_catalog.header(parsed, CALLER_HEADER)
