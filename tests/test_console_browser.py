@@ -77,24 +77,23 @@ class Server:
             return json.loads(response.read())
 
 
-@pytest.fixture(name="server", scope="module")
-def _server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("console")
-    config = root / "memory.yaml"
-    config.write_text("# the console test's settings\nrecall_limit: 6  # per turn\n")
+def _serve(root: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """`memory-worker serve --standalone` on `root`'s data dir and settings; its URL once ready.
+    Its stderr goes on (appended) in `root/serve.stderr`."""
     env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
     env["MEMORY_EMBEDDER"] = "none"  # lexical: fast and deterministic scores
-    stderr = (root / "serve.stderr").open("wb")
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "memory_worker", "serve", "--standalone", "--port", "0"),
-            *("--data-dir", str(root / "data"), "--config", str(config)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        env=env,
-        bufsize=0,
-    )
+    with (root / "serve.stderr").open("ab") as stderr:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "memory_worker", "serve", "--standalone"),
+                *("--port", str(port), "--data-dir", str(root / "data")),
+                *("--config", str(root / "memory.yaml")),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            bufsize=0,
+        )
     try:
         line = read_line(proc, time.monotonic() + START_TIMEOUT_S)
         url = line.removeprefix("memory-worker serving on ")
@@ -103,17 +102,33 @@ def _server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             read_line(proc, time.monotonic() + START_TIMEOUT_S)
             == f"console: open {url}/ in a browser"
         )
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, url
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+@pytest.fixture(name="server", scope="module")
+def _server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("console")
+    config = root / "memory.yaml"
+    config.write_text("# the console test's settings\nrecall_limit: 6  # per turn\n")
+    proc, url = _serve(root)
+    try:
         yield Server(proc, url, root / "data", config)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        stderr.close()
+        _stop(proc)
     assert "Traceback" not in (root / "serve.stderr").read_text()
 
 
@@ -935,6 +950,37 @@ def test_a_401_asks_for_the_token_once_and_every_call_then_carries_it(
         assert page.evaluate("localStorage.length") == 0
         assert seen[-1].get("authorization") == f"Bearer {token}"
         assert token not in page.url
+    finally:
+        context.close()
+
+
+def test_a_token_prompt_cancelled_is_not_asked_again_and_the_refusals_say_how(
+    server: Server, browser: Any
+) -> None:
+    """Cancel on the token prompt (the person does not have it at hand): the calls still in
+    flight, the stream's retries and every later call each opened it again, within seconds and
+    however often it was dismissed. Refused calls now say so, and how to be asked again."""
+    context = browser.new_context(viewport=DESKTOP)
+    refusal = {"error": {"code": "unauthorized", "message": "a bearer token is required"}}
+    try:
+        context.route(
+            re.compile(r".*/(memory|console/(events|settings))(/.*)?$"),
+            lambda route: route.fulfill(
+                status=401, content_type="application/json", body=json.dumps(refusal)
+            ),
+        )
+        page = context.new_page()
+        page.goto(f"{server.url}/#/bank/main/memories")
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("a bearer token is required")
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(page.locator(".mw-rail .mw-rail-status")).to_have_text(
+            "Could not list banks: unauthorized: a bearer token is required"
+            " (reload the page to enter the access token)"
+        )
+        page.get_by_role("button", name="Reload from disk").click()  # one more refused call
+        expect(page.locator(".mw-toast", has_text="memory::reload: unauthorized")).to_have_count(1)
+        expect(page.get_by_role("dialog")).to_have_count(0)
     finally:
         context.close()
 
@@ -2231,6 +2277,28 @@ def test_a_link_to_a_bank_in_the_trash_opened_in_the_same_tab_is_not_followed(
     assert page.evaluate("location.hash") == f"#/bank/{here}/rules"
 
 
+def test_a_link_to_a_bank_in_the_trash_opened_fresh_says_where_it_landed(
+    server: Server, browser: Any
+) -> None:
+    """The same bookmark opened in a new tab started on another bank without a word: the person
+    read (and saved into) that bank as the one their link named."""
+    _bank(server, "fresh-link-stays")
+    gone = _bank(server, "fresh-link-trashed")
+    server.call("memory::bank::delete", {"name": gone})
+    first = server.call("memory::bank::list")["banks"][0]["name"]
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        page = context.new_page()
+        page.goto(f"{server.url}/#/bank/{gone}/rules")
+        expect(page.locator(".mw-bank-name")).to_have_text(first)
+        expect(page.locator(".mw-toast")).to_contain_text(
+            f'Bank "{gone}" does not exist (any more); showing "{first}"'
+        )
+        assert page.evaluate("location.hash") == f"#/bank/{first}/rules"
+    finally:
+        context.close()
+
+
 def test_a_memorys_age_keeps_up_with_the_clock_on_a_page_left_open(
     server: Server, browser: Any, open_tab: Any
 ) -> None:
@@ -2860,3 +2928,163 @@ def test_deleting_a_pinned_memory_says_it_is_pinned_before_asking(
     expect(dialog).to_contain_text("It is pinned")
     dialog.get_by_role("button", name="Cancel").click()
     expect(dialog).to_have_count(0)
+
+
+def test_a_bank_list_that_failed_is_said_in_the_rail_not_taken_for_no_banks(
+    server: Server, browser: Any
+) -> None:
+    """The bank list refused (a wrong token, a restarting server): the rail said so, and the bank
+    selected next wrote "No banks yet" over it, which read as an empty data dir; a later selection
+    also wiped the error off a list that had stopped being true."""
+    bank = _bank(server, "rail-failed")
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        # No live stream either (as with a refused token): no resync lists the banks again.
+        context.route("**/console/events", lambda route: route.abort())
+        context.route(
+            "**/memory/bank/list",
+            lambda route: route.fulfill(
+                status=503,
+                content_type="application/json",
+                body=json.dumps({"error": {"code": "unavailable", "message": "restarting"}}),
+            ),
+        )
+        page = context.new_page()
+        page.goto(f"{server.url}/#/bank/{bank}/memories")
+        expect(page.locator(".mw-bank-name")).to_have_text(bank)
+        status = page.locator(".mw-rail .mw-rail-status")
+        expect(status).to_have_text("Could not list banks: unavailable: restarting")
+        context.unroute("**/memory/bank/list")
+        page.get_by_role("button", name="Reload from disk").click()
+        expect(page.locator(".mw-bank-button", has_text=bank)).to_have_count(1)
+        expect(status).to_have_text("")
+    finally:
+        context.close()
+
+
+def test_a_server_stopped_under_an_open_page_is_said_offline_and_the_page_comes_back_live(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The server stopped (a restart, a crash) under an open page: the indicator said "polling"
+    ("refreshing every 15 s") while nothing answered, as when only the live stream is blocked;
+    only a toast after a click told the person their page had stopped being true. It says
+    "offline" at once, and "live" again when the server is back (on the same port)."""
+    (tmp_path / "memory.yaml").write_text("recall_limit: 6\n")
+    proc, url = _serve(tmp_path)
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        call = Server(proc, url, tmp_path / "data", tmp_path / "memory.yaml").call
+        call("memory::save", {"bank": "main", "text": "Written before the restart"})
+        page = context.new_page()
+        page.goto(f"{url}/#/bank/main/memories")
+        indicator = page.locator(".mw-indicator")
+        expect(indicator).to_have_attribute("data-mode", "live")
+        expect(_row(page, "before the restart")).to_have_count(1)
+        _stop(proc)
+        expect(indicator).to_have_attribute("data-mode", "offline")
+        expect(page.locator(".mw-mode-text")).to_have_text("offline")
+        assert "does not answer" in (indicator.get_attribute("title") or "")
+        proc, _ = _serve(tmp_path, int(url.rsplit(":", 1)[1]))
+        # The stream's next retry (its back-off starts at 2 s) finds the server again.
+        expect(indicator).to_have_attribute("data-mode", "live", timeout=60_000)
+        call("memory::save", {"bank": "main", "text": "Written after the restart"})
+        expect(_row(page, "after the restart")).to_have_count(1)
+    finally:
+        context.close()
+        _stop(proc)
+    assert "Traceback" not in (tmp_path / "serve.stderr").read_text()
+
+
+def test_a_rule_add_that_fails_keeps_the_name_typed(server: Server, open_tab: Any) -> None:
+    """*Add rule* refused for a reason other than the rule being there already (a restarting
+    server): the toast said why and the name typed was emptied anyway, where a refused bank
+    create keeps its name to try again."""
+    tab = open_tab(_bank(server, "rule-add-fails"), "rules")
+    tab.refusals.add(503)
+    page = tab.page
+    page.route(
+        "**/memory/rule/set",
+        lambda route: route.fulfill(
+            status=503,
+            content_type="application/json",
+            body=json.dumps({"error": {"code": "unavailable", "message": "restarting"}}),
+        ),
+    )
+    page.get_by_label("New rule name").fill("deploy-checklist")
+    page.get_by_role("button", name="Add rule").click()
+    expect(page.locator(".mw-toast", has_text="unavailable: restarting")).to_have_count(1)
+    expect(page.get_by_label("New rule name")).to_have_value("deploy-checklist")
+    expect(page.locator(".mw-rule-name")).to_have_count(0)
+
+
+def test_ctrl_s_in_a_memory_edit_saves_it_as_in_the_rules_editor(
+    server: Server, open_tab: Any
+) -> None:
+    """Ctrl/⌘-S saves a rule being edited; in a memory's edit it was the browser's own "Save page
+    as", the edit left unsaved."""
+    bank = _bank(server, "edit-ctrl-s")
+    saved = _save(server, bank, "The user drinks green tea")
+    page = open_tab(bank).page
+    row = page.locator(f".mw-memory[data-id='{saved['memory']['id']}']")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").fill("The user drinks oolong tea")
+    page.get_by_label("Edit memory text").press("Control+s")
+    expect(row.locator(".mw-memory-text")).to_have_text("The user drinks oolong tea")
+    expect(page.get_by_label("Edit memory text")).to_have_count(0)
+    expect(row.get_by_role("button", name="Edit")).to_be_focused()
+    stored = server.call("memory::get", {"bank": bank, "id": saved["memory"]["id"]})["memory"]
+    assert stored["text"] == "The user drinks oolong tea"
+
+
+def test_a_deleted_memory_is_restored_from_its_row_under_show_history(
+    server: Server, open_tab: Any
+) -> None:
+    """The delete dialog says the record stays on disk and in its history, and the API brings a
+    retired memory back when its text is saved again: the page had no way back, every button on
+    a deleted row disabled. *Restore* does it, the tags and the pin kept."""
+    bank = _bank(server, "restore")
+    saved = _save(server, bank, "The user's passport expires in May", tags=["travel"], pinned=True)
+    page = open_tab(bank).page
+    row = page.locator(f".mw-memory[data-id='{saved['memory']['id']}']")
+    row.get_by_role("button", name="Delete").click()
+    page.get_by_role("dialog").get_by_role("button", name="Delete memory").click()
+    expect(row).to_have_count(0)
+    page.get_by_text("show history").click()
+    expect(row).to_have_class(re.compile(r"\bmw-retired\b"))
+    row.get_by_role("button", name="Restore").press("Enter")
+    expect(row).not_to_have_class(re.compile(r"\bmw-retired\b"))
+    expect(row.get_by_role("button", name="Restore")).to_be_hidden()
+    expect(row.get_by_role("button", name="Edit")).to_be_focused()
+    row.get_by_role("button", name="History").click()
+    expect(row.locator(".mw-revision-kind").last).to_have_text("restored")
+    page.get_by_text("show history").click()
+    expect(row).to_have_count(1)
+    memory = server.call("memory::get", {"bank": bank, "id": saved["memory"]["id"]})["memory"]
+    assert memory.get("invalid_at") is None
+    assert (memory["tags"], memory["pinned"]) == (["travel"], True)
+
+
+def test_rules_that_cannot_be_read_are_said_in_their_panel_not_in_a_toast_per_refresh(
+    server: Server, open_tab: Any
+) -> None:
+    """The rules list failing (a server down or restarting) was a toast "Rules: …" at every
+    refresh, on every tab: one each poll (15 s) for as long as the server was down. It is said
+    once, in the Rules panel, until a read succeeds."""
+    bank = _bank(server, "rules-unreadable")
+    _rule(server, bank, "tone", "Formal.")
+    tab = open_tab(bank, "memories")
+    page = tab.page
+    _fail_rule_lists(tab)
+    reload = page.get_by_role("button", name="Reload from disk")
+    for _ in range(2):  # two refreshes of every panel, the Rules one failing each time
+        reload.click()
+        expect(page.locator(".mw-toast", has_text="Reloaded")).to_have_count(1)
+        page.locator(".mw-toast", has_text="Reloaded").evaluate("e => e.remove()")
+    page.get_by_role("tab", name="Rules").click()
+    note = page.locator(".mw-rule-load")
+    expect(note).to_have_text("Could not load the rules: unavailable: restarting")
+    expect(page.locator(".mw-toast", has_text="Rules:")).to_have_count(0)
+    page.unroute("**/memory/rule/list")
+    reload.click()
+    expect(page.get_by_label("Rule tone")).to_have_value("Formal.")
+    expect(note).to_be_hidden()

@@ -27,11 +27,12 @@ const TABS = [
   { id: 'doctor', label: 'Doctor', bank: false },
 ]
 const NARROW_PX = 800 // below this container width the rail and the workspace take turns
-const MODE_TEXT = { connecting: 'connecting…', live: 'live', polling: 'polling' }
+const MODE_TEXT = { connecting: 'connecting…', live: 'live', polling: 'polling', offline: 'offline' }
 const MODE_TITLE = {
   connecting: 'Opening the live stream of changes…',
   live: 'Changes from every door (agents, CLI, REST, other tabs) appear as they happen.',
   polling: 'The live stream is not available; refreshing every 15 s (not while the tab is hidden).',
+  offline: 'The memory server does not answer (stopped or restarting): what is shown may be out of date, and nothing can be saved. The page reconnects by itself.',
 }
 
 export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {}) {
@@ -41,19 +42,39 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
 
   /** Call a worker function; failures become a toast unless the caller handles them. */
   const call = async (fn, payload, { quiet = false } = {}) => {
+    let answer
     try {
-      return await transport.call(fn, payload)
+      answer = await transport.call(fn, payload)
     } catch (err) {
       const parts = errorParts(err)
+      if (parts.code === 'offline') setReachable(false)
       if (!quiet) ui.toast(`${fn}: ${parts.code}: ${parts.message}`, 'error')
       throw parts
     }
+    setReachable(true)
+    return answer
   }
 
   // --- header ----------------------------------------------------------------------------------
   const dot = h('span', { class: 'mw-dot', attrs: { 'aria-hidden': 'true' } })
   const modeText = h('span', { class: 'mw-mode-text', text: MODE_TEXT.connecting })
   const indicator = h('span', { class: 'mw-indicator', dataset: { mode: 'connecting' }, attrs: { role: 'status', title: MODE_TITLE.connecting } }, dot, modeText)
+  // Off the live stream, "polling" said the page was kept true every 15 s while the server did
+  // not answer at all (stopped, restarting): a call that finds no server says "offline" until
+  // one is answered again, or the stream is back.
+  let liveMode = 'connecting'
+  let reachable = true
+  function setReachable(value) {
+    if (reachable === value) return
+    reachable = value
+    paintMode()
+  }
+  function paintMode() {
+    const mode = liveMode !== 'live' && !reachable ? 'offline' : liveMode
+    indicator.dataset.mode = mode
+    indicator.title = MODE_TITLE[mode]
+    setText(modeText, MODE_TEXT[mode])
+  }
   const reloadButton = h('button', {
     type: 'button', class: 'mw-btn mw-ghost', text: 'Reload from disk',
     title: 'Re-read every bank from its files (after editing them by hand)',
@@ -358,9 +379,9 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     onEvent,
     onResync: resync,
     onMode: (mode) => {
-      indicator.dataset.mode = mode
-      indicator.title = MODE_TITLE[mode]
-      setText(modeText, MODE_TEXT[mode])
+      liveMode = mode
+      if (mode === 'live') reachable = true
+      paintMode()
     },
     pollMs,
   })
@@ -422,7 +443,11 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
     const names = state.banks.map((b) => b.name)
     const wanted = start?.bank
     const first = wanted && names.includes(wanted) ? wanted : names[0] ?? wanted ?? 'main'
-    selectBank(first, { fromHash: true })
+    // A link to a bank that is not there (trashed, mistyped) lands on another: said, as when
+    // the link is followed in an open tab, or the person reads (and saves into) it as theirs.
+    // The address then names the bank shown, not the one missing.
+    if (wanted && first !== wanted) ui.toast(`Bank "${wanted}" does not exist (any more); showing "${first}"`, 'error')
+    selectBank(first, { fromHash: !wanted || first === wanted })
     if (!start) setView(root.classList.contains('mw-narrow') ? 'banks' : 'workspace')
   })
 

@@ -19,6 +19,9 @@ export function createBankRail(ctx, { select, created, removing, removed }) {
 
   let selected = null
   let banks = []
+  // The last list call's refusal, until one is answered: a selection redraws the rail, and wrote
+  // "No banks yet" (or nothing) over it, which read as an empty data dir.
+  let failure = null
 
   async function onCreate(event) {
     event.preventDefault()
@@ -67,9 +70,15 @@ export function createBankRail(ctx, { select, created, removing, removed }) {
 
   function render(next, current) {
     banks = next
+    failure = null
     if (current !== undefined) selected = current // null: no bank is shown (one is being deleted)
+    draw()
+  }
+
+  function draw() {
     reconcile(list, banks, (b) => b.name, row, update)
-    setText(status, banks.length ? '' : 'No banks yet: the default bank appears with its first memory.')
+    setText(status, failure ? `Could not list banks: ${failure.code}: ${failure.message}`
+      : banks.length ? '' : 'No banks yet: the default bank appears with its first memory.')
   }
 
   async function remove(name) {
@@ -106,10 +115,11 @@ export function createBankRail(ctx, { select, created, removing, removed }) {
     remove,
     setSelected(name) {
       selected = name
-      render(banks, name)
+      draw()
     },
     failed(err) {
-      setText(status, `Could not list banks: ${err.code}: ${err.message}`)
+      failure = err
+      draw()
     },
   }
 }

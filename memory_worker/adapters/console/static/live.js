@@ -23,6 +23,9 @@ export function follow(transport, { onEvent, onResync, onMode, pollMs = DEFAULT_
     else stopPolling()
     // Back from a gap: whatever changed meanwhile was not streamed to us.
     if (next === 'live' && !wasLive) onResync()
+    // The stream just dropped: asked again now, not at the first tick 15 s on, which also finds
+    // out at once whether the server still answers (a restart) or only the stream is gone.
+    if (next === 'polling' && wasLive) onResync()
   }
   const tick = () => {
     if (stopped) return

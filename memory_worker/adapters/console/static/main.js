@@ -13,6 +13,10 @@ const RETRY_MAX_MS = 30000
 
 const root = document.getElementById('memory-console')
 let tokenPrompt = null
+// Cancel pressed on the token prompt: not asked again until the page is reloaded. The calls in
+// flight, the stream's every retry and every poll each asked anew, the prompt back within
+// seconds however often it was dismissed.
+let declined = false
 
 function headers() {
   const out = { 'Content-Type': 'application/json' }
@@ -23,6 +27,7 @@ function headers() {
 
 /** Ask for the token once, however many calls were refused at the same time. */
 function askToken(error) {
+  if (declined) return Promise.resolve(null)
   if (!tokenPrompt) {
     tokenPrompt = askDialog(root, {
       title: 'This server needs its access token',
@@ -34,6 +39,7 @@ function askToken(error) {
     }).then((token) => {
       tokenPrompt = null
       if (token) sessionStorage.setItem(TOKEN_KEY, token)
+      else declined = true
       return token
     })
   }
@@ -43,6 +49,11 @@ function askToken(error) {
 async function errorOf(response) {
   const body = await response.json().catch(() => null)
   return body?.error ?? { code: `http_${response.status}`, message: response.statusText || 'request failed' }
+}
+
+/** A refusal the person chose not to answer: it says how to be asked again. */
+function unanswered(error) {
+  return declined ? { ...error, message: `${error.message} (reload the page to enter the access token)` } : error
 }
 
 async function post(path, payload) {
@@ -60,7 +71,7 @@ async function post(path, payload) {
       const error = await errorOf(response)
       sessionStorage.removeItem(TOKEN_KEY)
       if (await askToken(error)) continue
-      throw error
+      throw unanswered(error)
     }
     if (!response.ok) throw await errorOf(response)
     return response.json()

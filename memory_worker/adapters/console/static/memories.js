@@ -286,12 +286,16 @@ export function createMemoriesPanel(ctx) {
     const historyButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'History', attrs: { 'aria-expanded': 'false' }, on: { click: toggleHistory } })
     const supersedeButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Supersede…', on: { click: supersede } })
     const deleteButton = h('button', { type: 'button', class: 'mw-btn mw-small mw-danger-text', text: 'Delete', on: { click: remove } })
+    // A retired record (deleted, superseded, evicted, expired) comes back by saving its text
+    // again, the API's own way (its refusal of an edit says so): shown with "show history",
+    // where the delete dialog's "the record stays on disk" left the person no way back.
+    const restoreButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Restore', hidden: true, title: 'Bring it back into recall (saves its text again: its tags, entities and pin are kept)', on: { click: restore } })
     const historyBox = h('div', { class: 'mw-history', hidden: true })
     const lesson = h('div', { class: 'mw-lesson', hidden: true })
     const el = h('li', { class: 'mw-memory' },
       h('div', { class: 'mw-memory-main' }, body, scoreBox),
       lesson, labels, meta,
-      h('div', { class: 'mw-memory-actions' }, pinButton, editButton, historyButton, supersedeButton, deleteButton),
+      h('div', { class: 'mw-memory-actions' }, pinButton, editButton, historyButton, supersedeButton, deleteButton, restoreButton),
       historyBox)
 
     function update(item, maxScore) {
@@ -315,6 +319,7 @@ export function createMemoriesPanel(ctx) {
       setText(pinButton, memory.pinned ? 'Unpin' : 'Pin')
       pinButton.setAttribute('aria-pressed', String(Boolean(memory.pinned)))
       for (const b of [pinButton, editButton, deleteButton]) b.disabled = !live
+      restoreButton.hidden = live
       // A pinned memory is the person's "keep this": the API never supersedes one (unpin first).
       supersedeButton.disabled = !live || Boolean(memory.pinned)
       supersedeButton.title = memory.pinned ? 'Pinned memories are never superseded: unpin it first' : 'Retire it in favour of another memory (kept in its history)'
@@ -431,6 +436,21 @@ export function createMemoriesPanel(ctx) {
       if (ok) mutate('memory::delete', { expected_revision: shown }, () => ctx.ui.toast('Memory deleted'))
     }
 
+    async function restore() {
+      const pressed = el.ownerDocument.activeElement
+      const payload = { bank: state.bank, text: memory.text }
+      if (memory.subject) payload.subject = memory.subject // the same record: text and subject
+      try {
+        await ctx.call('memory::save', payload, { quiet: true })
+        ctx.ui.toast('Memory restored')
+      } catch (err) {
+        ctx.ui.toast(`Not restored: ${err.code}: ${err.message}`, 'error')
+        el.dataset.error = err.code
+      }
+      await refresh()
+      keepFocus(pressed, editButton) // "Restore" is hidden once restored: on to the row
+    }
+
     async function supersede() {
       const done = await openSupersede(ctx, state.bank, memory)
       if (!done) return
@@ -495,8 +515,14 @@ export function createMemoriesPanel(ctx) {
     }
 
     // Esc ends an untouched edit at once; a changed draft is not dropped unasked (the key is
-    // pressed for many reasons, and the text is gone for good).
+    // pressed for many reasons, and the text is gone for good). Ctrl/⌘-S saves, as in the rules
+    // editor: here it opened the browser's "Save page as" instead.
     async function onEditKey(event) {
+      if ((event.metaKey || event.ctrlKey) && event.key.toLowerCase() === 's' && !event.isComposing) {
+        event.preventDefault()
+        if (editing) saveEdit()
+        return
+      }
       if (event.key !== 'Escape' || event.isComposing) return
       event.preventDefault() // else this very key press cancels the dialog it opens
       const session = editing

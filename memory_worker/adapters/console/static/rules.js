@@ -22,9 +22,12 @@ export function createRulesPanel(ctx) {
   // characters of them (name order, `learned` last; the rest is cut or left out behind a marker
   // that says "trim it in the memory page"): this note names the rules that do not fit.
   const budgetNote = h('p', { class: 'mw-notice mw-rule-budget', hidden: true, attrs: { role: 'status' } })
+  // A list that could not be read, said here until one is: as a toast it came again at every
+  // live refresh and every poll (15 s) while the server was down, whatever tab was open.
+  const loadNote = h('p', { class: 'mw-notice mw-rule-load', hidden: true, attrs: { role: 'status' } })
   const el = h('div', { class: 'mw-rules' },
     h('p', { class: 'mw-hint', text: 'Rules are markdown, injected whole into the system prompt of every session on this bank. A running session gets a change as one appended update; corrections heard in chat grow the learned rule.' }),
-    budgetNote, list, empty, addForm)
+    loadNote, budgetNote, list, empty, addForm)
 
   const cards = new Map() // name → card state
   let bank = null
@@ -54,10 +57,16 @@ export function createRulesPanel(ctx) {
       ({ rules } = await ctx.call('memory::rule::list', { bank: current }, { quiet: true }))
     } catch (err) {
       if (err.code === 'bank_not_found') rules = []
-      else { ctx.ui.toast(`Rules: ${err.code}: ${err.message}`, 'error'); return }
+      else {
+        if (current !== bank) return
+        setText(loadNote, `Could not load the rules: ${err.code}: ${err.message}`)
+        loadNote.hidden = false
+        return
+      }
     }
     const max = await budget
     if (current !== bank) return
+    loadNote.hidden = true
     if (loaded !== current) { cards.clear(); list.replaceChildren(); loaded = current }
     merge(rules)
     renderBudget(rules, max)
@@ -352,7 +361,11 @@ export function createRulesPanel(ctx) {
     try {
       await ctx.call('memory::rule::set', { bank, name, content: `# ${name}\n`, expected_revision: '' }, { quiet: true })
     } catch (err) {
-      ctx.ui.toast(err.code === 'conflict' ? `Rule "${name}" already exists` : `${err.code}: ${err.message}`, 'error')
+      const exists = err.code === 'conflict'
+      ctx.ui.toast(exists ? `Rule "${name}" already exists` : `${err.code}: ${err.message}`, 'error')
+      // Not made (a restarting server, a refusal): the name stays to try again, as the bank
+      // create's does; one that exists already is opened below instead.
+      if (!exists) return
     }
     nameInput.value = ''
     await load()
@@ -370,6 +383,7 @@ export function createRulesPanel(ctx) {
       loaded = null
       cards.clear()
       list.replaceChildren()
+      loadNote.hidden = true // said of the bank shown before
       load()
     },
     changed({ rules }) {
