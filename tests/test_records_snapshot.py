@@ -45,8 +45,8 @@ def records_uses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     seen: list[bool] = []
     real = bank_module.Bank._replay_from_records
 
-    def spy(self: Bank) -> tuple[int, int] | None:
-        identity = real(self)
+    def spy(self: Bank, *, lazy: bool = False) -> tuple[int, int] | None:
+        identity = real(self, lazy=lazy)
         seen.append(identity is not None)
         return identity
 

@@ -50,8 +50,8 @@ def uses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[bool, bool]]]:
     real_records = bank_module.Bank._replay_from_records
     real_index = bank_module.Bank._index_from_snapshot
 
-    def records(self: Bank) -> tuple[int, int] | None:
-        identity = real_records(self)
+    def records(self: Bank, *, lazy: bool = False) -> tuple[int, int] | None:
+        identity = real_records(self, lazy=lazy)
         seen.append((identity is not None, False))
         return identity
 

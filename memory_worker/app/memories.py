@@ -606,7 +606,7 @@ def _card_update(
 
 
 def _durable_live(bank: Bank, memory_id: str) -> int:
-    durable = bank.memories.get(memory_id)
+    durable = bank.get(memory_id)
     return int(durable is not None and durable.live)
 
 
@@ -643,7 +643,7 @@ def _in_flight_change(
     """Live rows of a scope the writes in flight (`flying`) add, or take away."""
     delta = 0
     for memory in flying:
-        before = bank.memories.get(memory.id)
+        before = bank.get(memory.id)
         delta += memory.live and counted(memory)
         delta -= before is not None and before.live and counted(before)
     return delta

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import heapq
 import os
 import secrets
 import threading
@@ -69,6 +70,7 @@ from memory_worker.storage.log import (
     INTERRUPTED_FILE,
     MEMORIES_FILE,
     RESTORED_FORM,
+    LazyRecords,
     as_stored,
     continues_batch,
     encode,
@@ -89,6 +91,7 @@ from memory_worker.storage.rules import RULES_DIR, RuleFiles
 from memory_worker.storage.snapshot import (
     RECORDS_FILE,
     SNAPSHOT_MIN_LIVE,
+    RecordSpans,
     log_identity,
     read_records,
     records_prefix,
@@ -124,6 +127,8 @@ T = TypeVar("T")
 _ID = attrgetter("id")
 _ANCHORS = attrgetter("anchors")
 _INVALID_AT = attrgetter("invalid_at")
+_CATEGORY_OF = attrgetter("category")
+_SUBJECT_OF = attrgetter("subject")
 # A record's field values are its `__dict__` (pydantic keeps them there): a column read with
 # `itemgetter` from those skips the model's attribute lookup.
 _VALUES = attrgetter("__dict__")
@@ -189,10 +194,15 @@ class _Deferred:
     `.index.npz`, the lanes, the lessons, the vector sidecars) when something first reads it: a
     one-shot save decides from the records and the exact-text map alone, and its process exits
     before it would have read the index (~40 ms at 10,000 memories, and every vector line).
+    Its records stay lines until read too (`log.LazyRecords`: ~40 ms more), and what it needs
+    of the others (the live count, a cap's first to go, close's counts) comes from the records
+    file's columns (`snapshot.RECORD_COLUMNS`).
     Built, it is what the boot would have built, with every record applied since applied to it
     in the same order (`applied`)."""
 
-    live: list[Memory]  # the live records the boot replayed, in replay order
+    # The live records the boot replayed, in replay order; None while the records are read
+    # lazily (`log.LazyRecords`): taken from the boot's records when the build runs.
+    live: list[Memory] | None
     stamp: _Stamp  # the log's stamp the boot replayed (checked against its bytes then)
     data: bytes  # the log's bytes the boot read: what `.index.npz` is checked against
     identity: tuple[int, int]  # their (length, CRC-32)
@@ -279,7 +289,16 @@ class Bank:
         self._vector_appends = VectorAppends()
         # Set by a short-lived boot that left the search state unbuilt (`load(short_lived=True)`).
         self._deferred: _Deferred | None = None
-        self._memories: dict[str, Memory] = {}
+        # id → record in replay order (read through `_memories`); while a short-lived boot keeps
+        # its records' lines unread (`log.LazyRecords`), they are in `_lazy` instead, and the
+        # first read of `_memories` validates the rest (what a one-shot save reads goes through
+        # `_get`, `_has` and `_size`, which read only the records asked for).
+        self._lazy: LazyRecords | None = None
+        self._records: dict[str, Memory] = {}
+        # The records file's columns by row (`snapshot.RECORD_COLUMNS`) and the subjects' keys its
+        # `subject` column names, for the lines `_lazy` has not read.
+        self._lazy_columns: Mapping[str, Any] = {}
+        self._lazy_subjects: tuple[str, ...] = ()
         self._applied = 0  # records applied so far: the version `standing()` is cached against
         self._standing: tuple[tuple[int, int], list[Memory]] | None = None
         # `memory::list`'s orders and filtered listings, kept by `_apply` (`storage.listing`).
@@ -382,9 +401,85 @@ class Bank:
         """The lanes' vector sidecar."""
         return LaneVectors(self.path, self._lanes, self._vector_appends)
 
+    @property
+    def _memories(self) -> dict[str, Memory]:
+        """Every record by id in replay order (a lazily read bank's lines all validated now)."""
+        lazy = self._lazy
+        if lazy is not None:
+            # A bulk build, as the boot's that validated every line: no collector passes over
+            # the thousands of records it makes, which are frozen after (`storage.boot`).
+            with booting(hand_back=False):
+                self._records = lazy.all()
+            self._lazy = None
+        return self._records
+
+    @_memories.setter
+    def _memories(self, records: dict[str, Memory]) -> None:
+        self._records, self._lazy = records, None
+
+    def _get(self, memory_id: str) -> Memory | None:
+        """`memory_id`'s durable record (read from its line alone while the bank is lazy)."""
+        lazy = self._lazy
+        return self._records.get(memory_id) if lazy is None else lazy.get(memory_id)
+
+    def _has(self, memory_id: str) -> bool:
+        lazy = self._lazy
+        return memory_id in (self._records if lazy is None else lazy)
+
+    def _size(self) -> int:
+        lazy = self._lazy
+        return len(self._records if lazy is None else lazy)
+
+    def _counts_unread(self) -> Counts | None:
+        """`_counts_of` the records, while they are read lazily: from the records file's columns
+        for the lines not read, from the records for the rest. None when they are all read."""
+        lazy, columns = self._lazy, self._lazy_columns
+        if lazy is None or not columns:
+            return None
+        unread = columns["live"].copy()  # (a record not live counts for nothing)
+        unread[lazy.rows_read()] = False
+        read = [record for record in lazy.records() if record.live]
+        pinned = columns["pinned"][unread]
+        counted = unread.copy()
+        counted[unread] = ~pinned  # live and not pinned: its statement dates its category
+        codes, stated = columns["category"][counted], columns["stated"][counted]
+        oldest = {code: int(stated[codes == code].min()) for code in set(codes.tolist())}
+        for record in read:
+            if not record.pinned:
+                code, at = category_code(record.category), record.last_stated_at
+                oldest[code] = min(at, oldest.get(code, at))
+        rows = columns["subject"][unread]
+        subjects = {self._lazy_subjects[row] for row in set(rows[rows >= 0].tolist())}
+        subjects.update(subject_key(r.subject) for r in read if r.subject is not None)
+        # In code order, as `oldest_stated` lists them; a code without a name has no TTL.
+        names = {code: name for name, code in CATEGORY_CODES.items()}
+        by_name = {names[code]: oldest[code] for code in sorted(oldest) if code in names}
+        live = int(unread.sum()) + len(read)
+        pinned_live = int(pinned.sum()) + sum(1 for record in read if record.pinned)
+        return Counts(live, pinned_live, len(subjects), by_name)
+
+    def _all_read(self) -> bool:
+        """Every record read (`_memories`) for a derived file close leaves; False when a line
+        no longer reads (`_unreadable_line`: the bank is broken, and leaves none)."""
+        try:
+            self._memories  # noqa: B018  (the read validates the lines not read yet)
+        except StorageError:
+            return False
+        return True
+
+    def _unreadable_line(self, memory_id: str) -> None:
+        """A lazily read line the records snapshot vouched for did not read as its record
+        (`log.LazyRecords`): the snapshot is wrong, so it goes, and RAM may not say what the
+        log does, so the bank takes no write until a reload replays the log (and reports the
+        line, as the boot that validated every line would have)."""
+        with contextlib.suppress(OSError):
+            (self.path / RECORDS_FILE).unlink()
+        self._broken = self._broken or f"the line of memory {memory_id} no longer reads"
+        log.warning("bank_records_unreadable", bank=self.name, memory=memory_id)
+
     def __repr__(self) -> str:
         return (
-            f"<Bank {self.name!r} memories={len(self._memories)} live={self.live_count()} "
+            f"<Bank {self.name!r} memories={self._size()} live={self.live_count()} "
             f"rules={len(self._rules)} staged={len(self._staged)} damage={len(self._damage)}>"
         )
 
@@ -568,7 +663,10 @@ class Bank:
         if stamp is None or _stat_stamp(log_path) != self._log_stamp:
             return
         if self._deferred is not None:  # from the records: what the index's columns would say
-            counts = _counts_of(self._memories.values())
+            found = self._counts_unread()
+            if found is None and not self._all_read():
+                return
+            counts = _counts_of(self._memories.values()) if found is None else found
         else:
             stated = self._index.oldest_stated()
             counts = Counts(self.live_count(), self.pinned_count(), self.subject_count(), stated)
@@ -612,7 +710,7 @@ class Bank:
         """The records and the exact-text map, then the search state; `defer_search`: a
         short-lived process's boot that read the records snapshot leaves the search state to be
         built when something first reads it (`_Deferred`)."""
-        self._boot_identity = self._replay_from_records()
+        self._boot_identity = self._replay_from_records(lazy=defer_search)
         if self._boot_identity is None:
             self._boot_data = None
             memories, found = replay(
@@ -623,6 +721,23 @@ class Bank:
             self._damage.extend(found)
             keys = [text_key(normalize(record.text)) for record in memories.values()]
             self._by_text = TextMap.bulk(keys, list(memories))
+        if self._lazy is not None:
+            # Lazily read records (only past the records snapshot, for a short-lived process):
+            # the live count from the records file's columns.
+            assert self._log_stamp is not None and self._boot_data is not None
+            assert self._boot_identity is not None
+            counts = self._counts_unread()
+            assert counts is not None
+            self._deferred = _Deferred(
+                None,
+                self._log_stamp,
+                self._boot_data,
+                self._boot_identity,
+                len(self._damage),
+                counts.live,
+            )
+            self._boot_identity, self._boot_data = None, None
+            return
         records = self._memories.values()
         # The live ones, picked from C: `invalid_at is None` for each, no Python frame per record.
         live = list(compress(records, map(is_, map(_INVALID_AT, records), repeat(None))))
@@ -648,13 +763,15 @@ class Bank:
         self._lanes.add_many(lane_carriers(live))
         self._index_lessons()
 
-    def _replay_from_records(self) -> tuple[int, int] | None:
+    def _replay_from_records(self, *, lazy: bool = False) -> tuple[int, int] | None:
         """Load the records `.records.npz` names when it is for exactly the log's bytes as read
         now, or for a prefix of them (the log grew by appends since) whose lines past it replay
         without damage (`storage.snapshot`, `log.tail_records`): only the winning lines of the
         prefix are validated, the exact-text map comes from its keys, and the lines past it are
         replayed over them by replay's rule. Returns the log's (length, CRC-32) when it did; None
-        (nothing loaded) sends the boot through the full replay."""
+        (nothing loaded) sends the boot through the full replay. `lazy`: a short-lived boot
+        keeps the lines unread until asked for (`log.LazyRecords`) when every line was in the
+        stored form (nothing to read them all again for)."""
         path = self.path / MEMORIES_FILE
         if self._log_stamp is None or not (self.path / RECORDS_FILE).is_file():
             return None
@@ -679,6 +796,9 @@ class Bank:
             tail = grown
         if _stat_stamp(path) != self._log_stamp:
             return None
+        if lazy and spans.as_stored and spans.ids:
+            self._load_lazily(data, spans, tail)
+            return self._booted_from_records(data, size, identity)
         starts, ends = spans.starts.tolist(), spans.ends.tolist()
         memories = records_at(data, starts, ends, compact=self._compact_records)
         if memories is None or len(memories) != len(starts):
@@ -692,11 +812,33 @@ class Bank:
             self._by_text = TextMap.bulk(keys, list(memories))
         else:
             self._by_text = TextMap.bulk(spans.text_keys, list(memories))
+        return self._booted_from_records(data, size, identity)
+
+    def _booted_from_records(
+        self, data: bytes, size: int, identity: tuple[int, int]
+    ) -> tuple[int, int]:
+        """What a boot from the records of the log `data` (its first `size` bytes) notes."""
+        assert self._log_stamp is not None
         if size == len(data):
             self._records_stamp = self._log_stamp
         self._records_base = (self._log_stamp[0], size)
         self._boot_data = data
         return identity
+
+    def _load_lazily(self, data: bytes, spans: RecordSpans, tail: list[Memory]) -> None:
+        """`_replay_from_records`'s records kept as lines, validated when first read, and
+        `tail` (the records past the prefix) replayed over them by replay's rule."""
+        lazy = LazyRecords(
+            spans.ids, data, spans.starts.tolist(), spans.ends.tolist(), self._unreadable_line
+        )
+        self._records, self._lazy = {}, lazy
+        self._lazy_columns, self._lazy_subjects = spans.columns, spans.subjects
+        self._eviction = None
+        if tail:
+            keys = _replayed_over(lazy, spans.text_keys.tolist(), tail)
+            self._by_text = TextMap.bulk(keys, list(lazy))
+        else:
+            self._by_text = TextMap.bulk(spans.text_keys, list(spans.ids))
 
     def _save_records(self) -> None:
         """Leave `.records.npz` for the next boot, when the one on disk is not for this log, the
@@ -707,12 +849,17 @@ class Bank:
         stamp = self._log_stamp
         if self._queue or self._held or self._broken is not None or stamp is None:
             return
-        if stamp == self._records_stamp or len(self._memories) < SNAPSHOT_MIN_LIVE:
+        if stamp == self._records_stamp or self._size() < SNAPSHOT_MIN_LIVE:
             return
         if _short_tail(self._records_base, stamp):
             return  # on disk: records of a prefix of this log (a boot replays the lines past it)
-        if any(damage.file == MEMORIES_FILE and not damage.kept for damage in self._damage):
-            return  # a replay must keep reporting it (a line edited by hand is just a line)
+        # A replay must keep reporting the log's damage (a line edited by hand is just a line);
+        # a line that no longer reads leaves none either (`_all_read`).
+        if (
+            any(d.file == MEMORIES_FILE and not d.kept for d in self._damage)
+            or not self._all_read()
+        ):
+            return
         log_path = self.path / MEMORIES_FILE
         if files.is_link(log_path) or _stat_stamp(log_path) != stamp:
             return
@@ -737,7 +884,12 @@ class Bank:
         # The log's own damage (`_damage`): reading `damage` built the whole search state (and
         # read the vector sidecars) at a one-shot close only to look at what the replay found.
         restored = any(damage.reason == RESTORED_FORM for damage in self._damage)
-        write_records(self.path, (len(data), zlib.crc32(data)), spans, keys, as_stored=not restored)
+        identity = (len(data), zlib.crc32(data))
+        ids = list(self._memories)
+        columns, subjects = _columns_of(self._memories.values())
+        write_records(
+            self.path, identity, spans, keys, ids, columns, subjects, as_stored=not restored
+        )
         self._records_stamp, self._records_base = stamp, (stamp[0], len(data))
 
     def _restore_forms(self, memories: dict[str, Memory], data: bytes, starts: list[int]) -> None:
@@ -962,6 +1114,9 @@ class Bank:
         deferred = self._deferred
         assert deferred is not None
         boot = deferred.boot_records(self._memories)
+        if deferred.live is None:  # read lazily: the boot's live records, as `_replay` picks them
+            values = boot.values()
+            deferred.live = list(compress(values, map(is_, map(_INVALID_AT, values), repeat(None))))
         damage = self._damage
         self._damage = damage[: deferred.damage_at]
         try:
@@ -1201,7 +1356,7 @@ class Bank:
         return self._broken
 
     def get(self, memory_id: str) -> Memory | None:
-        return self._memories.get(memory_id)
+        return self._get(memory_id)
 
     async def revisions(self, memory_ids: Collection[str]) -> list[Memory]:
         """Every durable revision of `memory_ids` as the log holds them, in log order (read from
@@ -1222,7 +1377,7 @@ class Bank:
         `bank.yaml` write in flight counts: it may have landed on disk before RAM hears of it,
         and removing the bank then took an acknowledged rule with it."""
         return not (
-            self._memories
+            self._size()
             or self._rules
             or self._queue
             or self._held
@@ -1248,7 +1403,7 @@ class Bank:
 
     def latest(self, memory_id: str) -> Memory | None:
         staged = self._staged.get(memory_id)
-        return staged[0] if staged is not None else self._memories.get(memory_id)
+        return staged[0] if staged is not None else self._get(memory_id)
 
     def about(self, subject: str) -> list[str]:
         """The ids whose newest record, durable or in flight, is about `subject`."""
@@ -1360,7 +1515,8 @@ class Bank:
         }
         for form in forms:
             for memory_id in self._by_text.ids(text_key(form)):
-                record = self._memories[memory_id]
+                record = self._get(memory_id)
+                assert record is not None  # the map holds durable records' ids only
                 if (
                     memory_id not in self._staged
                     and same_subject(record.subject, subject)
@@ -1380,7 +1536,7 @@ class Bank:
         return count
 
     def _live_added(self, staged: Memory) -> int:
-        durable = self._memories.get(staged.id)
+        durable = self._get(staged.id)
         return int(staged.live) - int(durable is not None and durable.live)
 
     def first_evictable(self, n: int, skip: Collection[str] = ()) -> list[Memory]:
@@ -1408,9 +1564,13 @@ class Bank:
         if self._deferred is not None:
             # No index built (a one-shot save into a full bank): the durable records' own first
             # `n` in eviction order, the order `first_to_go` keeps the candidates of (~10 ms at
-            # 10,000 memories, where building the index to read its columns cost ~30-90 ms).
-            rest = (record for i, record in self._memories.items() if i not in excluded)
-            durable = eviction_order(rest, self.seen, first=n)
+            # 10,000 memories, where building the index to read its columns cost ~30-90 ms);
+            # from the records file's columns while the lines are unread.
+            found = self._first_to_go_unread(n, excluded)
+            if found is None:
+                rest = (record for i, record in self._memories.items() if i not in excluded)
+                found = eviction_order(rest, self.seen, first=n)
+            durable = found
         else:
             durable = first_to_go(
                 self._index,
@@ -1423,6 +1583,38 @@ class Bank:
                 evictable=evictable,
             )
         return eviction_order([*durable, *flying], self.seen, first=n)
+
+    def _first_to_go_unread(self, n: int, excluded: Collection[str]) -> list[Memory] | None:
+        """`eviction_order(durable records but `excluded`, first=n)` while the records are read
+        lazily (`log.LazyRecords`): a line not read yet is keyed by the records file's columns
+        (whether a cap may take it, when it was last stated), so only the `n` chosen are
+        validated. None when the records are all read, or a chosen one's record does not say
+        what its columns did (the caller reads every record then)."""
+        lazy, columns = self._lazy, self._lazy_columns
+        if lazy is None or not columns:
+            return None
+        may_go, stated = columns["evictable"].tolist(), columns["stated"].tolist()
+        seen, row_of, get = self.seen, lazy.row, lazy.get
+        keys: list[Key] = []
+        for memory_id in lazy:
+            if memory_id in excluded:
+                continue
+            row = row_of(memory_id)
+            if row is not None:
+                if may_go[row]:
+                    count, last = seen(memory_id) or (0, 0)
+                    keys.append((count, last, stated[row], memory_id))
+                continue
+            record = get(memory_id)
+            if record is not None and evictable(record):
+                keys.append(eviction_key(record, seen(memory_id)))
+        chosen: list[Memory] = []
+        for key in heapq.nsmallest(n, keys):
+            record = get(key[3])
+            if record is None or not evictable(record) or record.last_stated_at != key[2]:
+                return None
+            chosen.append(record)
+        return chosen
 
     def seen(self, memory_id: str) -> tuple[int, int] | None:
         """`memory_id`'s (accesses, last access), or None: what the eviction order reads."""
@@ -1457,7 +1649,7 @@ class Bank:
         (the ids an import is about to write: the same words about two people)."""
         memory_id = fingerprint(text)
         salt = 0
-        while memory_id in self._memories or memory_id in self._staged or memory_id in taken:
+        while self._has(memory_id) or memory_id in self._staged or memory_id in taken:
             salt += 1
             memory_id = fingerprint(f"{normalize(text)}\x00{salt}")
         return memory_id
@@ -1696,13 +1888,18 @@ class Bank:
     def _apply(self, record: Memory, prepared: _Prepared | None = None) -> None:
         """Make a durable record visible, with replay's rule: a lower revision never wins.
         `prepared`: its index document and text key, computed while its fsync ran."""
-        previous = self._memories.get(record.id)
+        previous = self._get(record.id)
         if previous is not None and record.revision < previous.revision:
             return
         self._applied += 1
         deferred = self._deferred
-        held = self._memories[record.id] = shared_fields(record)
-        self._listings.changed(previous, held, len(self._memories))
+        held = shared_fields(record)
+        lazy = self._lazy
+        if lazy is None:
+            self._records[record.id] = held
+        else:
+            lazy[record.id] = held
+        self._listings.changed(previous, held, self._size())
         self._remap_text(previous, record, prepared)
         if deferred is not None:  # applied to the search state when it is built
             deferred.applied.append((record, previous))
@@ -2096,19 +2293,29 @@ def _sessions(values: list[dict[str, Any]]) -> list[str | None]:
     return column
 
 
-def _replayed_over(memories: dict[str, Memory], keys: list[int], tail: list[Memory]) -> list[int]:
+def _replayed_over(
+    memories: dict[str, Memory] | LazyRecords, keys: list[int], tail: list[Memory]
+) -> list[int]:
     """Replay `tail` (records in log order) over `memories` in place, by replay's rule (last
     wins by id and revision, a tie to the later line; a new id goes last); returns the text keys
-    (`keys`: those of `memories` in its order, extended in place) of the result."""
+    (`keys`: those of `memories` in its order, extended in place) of the result. Only the
+    records `tail` replaces are read (`log.LazyRecords`)."""
     found = keys
-    position = dict(zip(memories, range(len(memories)), strict=True))
+    lazy = memories if isinstance(memories, LazyRecords) else None
+    # Each id's place in `keys`: a line not read yet is at its own row (`LazyRecords.row`), so a
+    # lazy boot maps only the ids `tail` names instead of all of them.
+    position = {} if lazy is not None else dict(zip(memories, range(len(memories)), strict=True))
     for record in tail:
         at = position.get(record.id)
+        if at is None and lazy is not None:
+            at = lazy.row(record.id)
+        held = memories.get(record.id) if at is not None else None
         if at is None:
-            at = position[record.id] = len(found)
+            at = len(found)
             found.append(0)
-        elif record.revision < memories[record.id].revision:
+        elif held is not None and record.revision < held.revision:
             continue
+        position[record.id] = at
         memories[record.id] = record
         found[at] = text_key(normalize(record.text))
     return found
@@ -2135,6 +2342,25 @@ def _counts_of(records: Iterable[Memory]) -> Counts:
     names = {code: name for name, code in CATEGORY_CODES.items()}
     by_name = {names[code]: oldest[code] for code in sorted(oldest) if code in names}
     return Counts(len(live), sum(flags), len(subjects), by_name)
+
+
+def _columns_of(records: Collection[Memory]) -> tuple[dict[str, Sequence[int]], list[str]]:
+    """`snapshot.RECORD_COLUMNS` of `records`, in order, and the subjects' keys the `subject`
+    column names (in order of first appearance)."""
+    subjects: dict[str, int] = {}
+    rows = [
+        -1 if s is None else subjects.setdefault(subject_key(s), len(subjects))
+        for s in map(_SUBJECT_OF, records)
+    ]
+    columns: dict[str, Sequence[int]] = {
+        "evictable": list(map(evictable, records)),
+        "stated": [record.last_stated_at for record in records],
+        "category": list(map(category_code, map(_CATEGORY_OF, records))),
+        "live": [record.live for record in records],
+        "pinned": [record.pinned for record in records],
+        "subject": rows,
+    }
+    return columns, list(subjects)
 
 
 def _short_tail(base: tuple[int, int] | None, stamp: _Stamp) -> bool:

@@ -18,11 +18,14 @@ import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
+from itertools import compress, repeat
+from operator import is_
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from memory_worker.core.errors import StorageError
 from memory_worker.core.lessons import CATEGORIES
 from memory_worker.core.models import Memory
 from memory_worker.core.transitions import stored_labels
@@ -33,6 +36,7 @@ __all__ = [
     "INTERRUPTED_FILE",
     "MEMORIES_FILE",
     "RESTORED_FORM",
+    "LazyRecords",
     "as_stored",
     "continues_batch",
     "encode",
@@ -387,6 +391,114 @@ def records_at(
         return None
     memories = dict(zip(map(_ID, records), records, strict=True))
     return memories if len(memories) == len(records) else None
+
+
+class LazyRecords:
+    """`records_at`'s records, each validated from its line at its first read: a short-lived
+    process (a one-shot save) reads the few records its command touches, not the ~10,000 a
+    bank holds (~4 µs a line). Ids (from the records snapshot, which vouches for them as it
+    vouches for the spans) in replay order; a record set here (a write applied) replaces its
+    line, a new id goes last, as in the dict the bank otherwise holds. A line that no longer
+    reads as its record (only a records file made for other bytes or other code could vouch for
+    such a line: the whole log's CRC-32 and the replay code's digest match) raises
+    `StorageError` after `unreadable` is called: the boot that validated every line would have
+    replayed the log instead and reported it."""
+
+    __slots__ = ("_data", "_ends", "_held", "_read", "_starts", "_unreadable")
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        data: bytes,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        unreadable: Callable[[str], None],
+    ) -> None:
+        # id → its record once read, else its row in the spans (an int: never a record)
+        self._held: dict[str, Memory | int] = dict(zip(ids, range(len(ids)), strict=True))
+        self._read: list[int] = []  # the rows whose lines are read (or their records replaced)
+        self._data, self._starts, self._ends = data, starts, ends
+        self._unreadable = unreadable
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self._held
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._held)
+
+    def get(self, memory_id: str) -> Memory | None:
+        held = self._held.get(memory_id)
+        if not isinstance(held, int):
+            return held  # a record, or None
+        record = self._held[memory_id] = self._line(memory_id, held)
+        self._read.append(held)
+        return record
+
+    def row(self, memory_id: str) -> int | None:
+        """The row (in the spans, and the order of the ids given) of `memory_id`'s line while
+        it was not read; None once it was (or set, or for an unknown id)."""
+        held = self._held.get(memory_id)
+        return held if isinstance(held, int) else None
+
+    def __setitem__(self, memory_id: str, record: Memory) -> None:
+        held = self._held.get(memory_id)
+        if isinstance(held, int):
+            self._read.append(held)
+        self._held[memory_id] = record
+
+    def rows_read(self) -> list[int]:
+        """The rows whose records are held as records (read, or replaced), not as lines."""
+        return self._read
+
+    def records(self) -> Iterator[Memory]:
+        """The records held as records (read, replaced or added), in replay order."""
+        return (held for held in self._held.values() if not isinstance(held, int))
+
+    def all(self) -> dict[str, Memory]:
+        """Every record, by id in replay order: the lines not read yet validated now, in one
+        pass from C as `records_at` validates them (a recall reads them all). The mapping is
+        handed over: it holds records only from here on."""
+        held = self._held
+        values = list(held.values())
+        unread = list(map(is_, map(type, values), repeat(int)))
+        ids = list(compress(held, unread))
+        rows: list[int] = list(compress(values, unread))  # type: ignore[arg-type]  # the ints
+        starts, ends = self._starts, self._ends
+        lines = map(
+            self._data.__getitem__,
+            map(slice, map(starts.__getitem__, rows), map(ends.__getitem__, rows)),
+        )
+        try:
+            records: list[Memory] = list(map(_validate_json, lines))
+        except ValidationError:
+            records = []
+        if len(records) != len(ids) or list(map(_ID, records)) != ids:
+            # One line at a time: raises at the first that does not read as its record.
+            records = [self._line(memory_id, row) for memory_id, row in zip(ids, rows, strict=True)]
+        held.update(zip(ids, records, strict=True))
+        return held  # type: ignore[return-value]  # every value a record now
+
+    def _line(self, memory_id: str, row: int) -> Memory:
+        line = self._data[self._starts[row] : self._ends[row]]
+        try:
+            record: Memory = _validate_json(line)  # as `records_at` validates (not compacted)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            problem = f"{first['msg']} at {field}" if field else first["msg"]
+        else:
+            if record.id == memory_id:
+                return record
+            problem = f"its id reads {record.id!r}"
+        self._unreadable(memory_id)
+        raise StorageError(
+            f"{MEMORIES_FILE}: the line of memory {memory_id} no longer reads as the record "
+            f"the records snapshot vouched for ({problem}); the bank refuses writes until "
+            "memory::reload replays its log"
+        )
 
 
 def read_all(path: Path, *, within: Path | None = None) -> tuple[list[Memory], list[Damage]]:

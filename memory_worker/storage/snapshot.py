@@ -20,10 +20,11 @@ rewrite megabytes. A temp file renamed into place, not fsynced (a crash leaves a
 unreadable one: each costs one rebuild). numpy reads it with `allow_pickle=False`: plain arrays,
 no code. The leading dot keeps it out of the watcher's view.
 
-`.records.npz` spares a boot the replay's per-line work: for each id, where the line that wins
-replay lies in the log (byte start and end), in replay order, and a stable 64-bit key of its
-normalized text (`text_key`, the exact-text map's key). A boot whose log bytes have exactly the
-length and CRC-32 it was written for validates only those lines into records; one whose first
+`.records.npz` spares a boot the replay's per-line work: for each id (the ids themselves, in
+replay order), where the line that wins replay lies in the log (byte start and end), and a
+stable 64-bit key of its normalized text (`text_key`, the exact-text map's key). A boot whose log
+bytes have exactly the length and CRC-32 it was written for validates only those lines into
+records (a short-lived process's, only those it reads: `log.LazyRecords`); one whose first
 bytes do (`records_prefix`) does so for them and replays the lines past them with replay's
 checks (`log.tail_records`); any other log, or a damaged line past the prefix, is replayed line
 by line with its checksums, batches and damage report, as if the file were absent. It is written
@@ -43,8 +44,8 @@ import os
 import sys
 import unicodedata
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # (imported where a snapshot's terms are read: a one-shot sav
 __all__ = [
     "DERIVED_FILES",
     "RECORDS_FILE",
+    "RECORD_COLUMNS",
     "SNAPSHOT_FILE",
     "SNAPSHOT_MIN_LIVE",
     "TAIL_MAX",
@@ -97,7 +99,8 @@ _ARRAYS = (
 )  # fmt: skip
 
 
-_RECORDS_VERSION = 1
+# 2: the ids in replay order (a short-lived boot keeps each line unread until it is asked for)
+_RECORDS_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,27 @@ class RecordSpans:
     # Whether every line was in the form the worker stores (`log.RESTORED_FORM`) when written:
     # then a boot need not read their tags and categories again (`log.as_stored`).
     as_stored: bool = False
+    # The ids of those records, in the same order (each its line's `id`): what a short-lived
+    # boot keys its lines by before any of them is validated (`log.LazyRecords`).
+    ids: tuple[str, ...] = ()
+    # Per record, what a one-shot save reads of those it does not validate (`RECORD_COLUMNS`),
+    # by name: each an array in the same order.
+    columns: Mapping[str, np.ndarray] = field(default_factory=dict)
+    subjects: tuple[str, ...] = ()  # the subjects' keys (`subject_key`) the `subject` column names
+
+
+# The records' columns `.records.npz` holds, with their dtypes, so a one-shot save reads of the
+# records it does not validate what it needs: a cap's eviction order (`core.capacity`: whether
+# a cap may take it, when it was last stated), and the counts close leaves (`storage.counts`:
+# live, pinned, its category's code, its subject's row in `RecordSpans.subjects` or -1).
+RECORD_COLUMNS = {
+    "evictable": np.bool_,
+    "stated": np.int64,
+    "category": np.int8,
+    "live": np.bool_,
+    "pinned": np.bool_,
+    "subject": np.int32,
+}
 
 
 def text_key(normalized: str) -> int:
@@ -379,15 +403,24 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
         with _archive(path) as (meta, data):
             if not _made_for(meta, _RECORDS_VERSION, ("code", digest), identity):
                 return None
+            n = meta.get("count")
+            joined = bytes(data["ids"]).decode("utf-8", "surrogatepass")
+            ids = tuple(joined.split("\n")) if n else ()
+            named = bytes(data["subjects"]).decode("utf-8", "surrogatepass")
+            subjects = tuple(named.split("\n")) if meta.get("subjects") else ()
             spans = RecordSpans(
                 np.asarray(data["starts"]),
                 np.asarray(data["ends"]),
                 np.asarray(data["keys"]),
                 meta.get("as_stored") is True,
+                ids,
+                _columns_of(np.asarray(data["columns"])),
+                subjects,
             )
     except Exception:  # derived data: anything wrong with it means "replay"
         return None
-    n = meta.get("count")
+    if type(n) is not int or len(spans.ids) != n or len(set(spans.ids)) != n:
+        return None
     ints = (spans.starts, spans.ends)
     if any(x.ndim != 1 or x.dtype != np.int64 or x.size != n for x in ints):
         return None
@@ -397,7 +430,43 @@ def read_records(folder: Path, identity: tuple[int, int]) -> RecordSpans | None:
         return None
     if n and int(spans.ends.max()) > identity[0]:
         return None
+    if not _columns_consistent(spans, n, meta.get("subjects")):
+        return None
     return spans
+
+
+# The columns as `.records.npz` holds them: one array of records (one header to parse at a
+# boot, where six arrays cost six).
+_COLUMNS = np.dtype([(name, kind) for name, kind in RECORD_COLUMNS.items()])
+
+
+def _columns_of(table: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of the records file's table, by name; none unless it is of `_COLUMNS`."""
+    if table.ndim != 1 or table.dtype != _COLUMNS:
+        return {}
+    return {name: table[name] for name in RECORD_COLUMNS}
+
+
+def _columns_consistent(spans: RecordSpans, n: int, subjects: object) -> bool:
+    """Whether the records file's columns are `RECORD_COLUMNS`, `n` long each, and its
+    `subject` column names only its `subjects` (as many as its header says, each once)."""
+    for name, kind in RECORD_COLUMNS.items():
+        x = spans.columns.get(name)
+        if x is None or x.ndim != 1 or x.dtype != kind or x.size != n:
+            return False
+    named = spans.subjects
+    if subjects != len(named) or len(set(named)) != len(named):
+        return False
+    rows = spans.columns["subject"]
+    return not n or -1 <= int(rows.min()) <= int(rows.max()) < len(named)
+
+
+def _table(columns: Mapping[str, Sequence[int]], n: int) -> np.ndarray:
+    """`columns` (by name, `n` each) as the one array `.records.npz` holds (`_COLUMNS`)."""
+    table = np.zeros(n, dtype=_COLUMNS)
+    for name in RECORD_COLUMNS:
+        table[name] = columns[name]
+    return table
 
 
 def records_prefix(folder: Path, data: bytes) -> tuple[RecordSpans, int] | None:
@@ -416,19 +485,26 @@ def write_records(
     identity: tuple[int, int],
     spans: list[tuple[int, int]],
     keys: list[int],
+    ids: list[str],
+    columns: Mapping[str, Sequence[int]],
+    subjects: Sequence[str],
     *,
     as_stored: bool = False,
 ) -> None:
-    """Leave `.records.npz` for the log of `identity` (see the module docstring); a failure
-    leaves none, which only costs a replay. `as_stored`: every line is in the stored form."""
+    """Leave `.records.npz` for the log of `identity` (see the module docstring); a failure, or
+    ids the line-joined format cannot hold, leaves none, which only costs a replay. `ids`: each
+    span's record's id, `columns` its `RECORD_COLUMNS` by name, `subjects` the keys the `subject`
+    column names. `as_stored`: every line is in the stored form."""
     digest = replay_digest()
-    if not digest or len(spans) != len(keys):
+    sizes = {len(spans), len(keys), len(ids), *(len(columns[name]) for name in RECORD_COLUMNS)}
+    if not digest or len(sizes) != 1 or any("\n" in x for x in (*ids, *subjects)):
         return
     meta = {
         "version": _RECORDS_VERSION,
         "code": digest,
         "count": len(spans),
         "as_stored": as_stored,
+        "subjects": len(subjects),
     }
     bounds = np.array(spans, dtype=np.int64).reshape(-1, 2)
     _write_archive(
@@ -438,4 +514,7 @@ def write_records(
         starts=np.ascontiguousarray(bounds[:, 0]),
         ends=np.ascontiguousarray(bounds[:, 1]),
         keys=np.array(keys, dtype=np.uint64),
+        ids=np.frombuffer("\n".join(ids).encode("utf-8", "surrogatepass"), np.uint8),
+        subjects=np.frombuffer("\n".join(subjects).encode("utf-8", "surrogatepass"), np.uint8),
+        columns=_table(columns, len(ids)),
     )
