@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import structlog
+from aiohttp import http_exceptions, http_parser, web, web_protocol
 
 from memory_worker.adapters import standalone
 from memory_worker.adapters.standalone import STATUS_BY_CODE, StandaloneServer
@@ -97,6 +98,27 @@ def _post(
     except urllib.error.HTTPError as err:
         with err:
             return err.code, json.loads(err.read())
+
+
+def _send_raw(served: Served, raw: bytes) -> bytes:
+    """`raw` on a fresh connection, and everything the server answers until it closes."""
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _split_answer(answer: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), headers, body
 
 
 def _trigger(data_dir: Path, function: str, *pairs: str) -> subprocess.CompletedProcess[str]:
@@ -189,10 +211,77 @@ class TestRest:
             assert answer.split(b" ", 2)[1] == b"400", (raw[:60], answer[:200])
         logged = served.stderr()[before:]
         assert "Traceback" not in logged
-        lines = logged.splitlines()
+        # The banks' boot may finish meanwhile when this test is the first to reach the server.
+        lines = [line for line in logged.splitlines() if '"banks_booted"' not in line]
         refused = [json.loads(line) for line in lines if "bad_http_request" in line]
         assert len(refused) == len(malformed) == len(lines), logged
         assert all(entry["level"] == "info" and "\n" not in entry["error"] for entry in refused)
+
+    def test_what_the_parser_refuses_is_answered_in_the_error_shape(self, served: Served) -> None:
+        """A request aiohttp's parser refuses (a bad header line, a bad method, a bad chunk, a
+        line past its limit) gets `400 invalid_input` as JSON like every other refusal, on every
+        route (`/mcp` too: the parser runs before any route): it was aiohttp's plain text,
+        which quoted the refused bytes back."""
+        malformed = [
+            b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n",
+            b"G(T /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Key: a\x00b\r\n\r\n",
+            b"GET /?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            b"POST /memory/recall HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            b"\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+        ]
+        for raw in malformed:
+            status, headers, body = _split_answer(_send_raw(served, raw))
+            assert status == 400, (raw[:60], body)
+            assert headers.get("content-type", "").startswith("application/json"), headers
+            error = json.loads(body)["error"]
+            assert error["code"] == "invalid_input", error
+            assert error["message"].startswith("the request cannot be read as HTTP: "), error
+
+    def test_the_bytes_of_a_refused_request_never_reach_the_log(self, served: Served) -> None:
+        """The `bad_http_request` line gives the parser's reason, never the bytes it quoted: a
+        refused header line is often a person's cookies or a token. Nor does the answer echo
+        them back."""
+        secret = "sk-live-" + "Zq7" * 8
+        head = "POST /memory/recall HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        malformed = [
+            f"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: session={secret}"
+            + "x" * 17_000
+            + "\r\n\r\n",
+            f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization Bearer {secret}\r\n\r\n",
+            f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Api-Key: {secret}\x00\r\n\r\n",
+            f"GET /?token={secret}" + "a" * 9000 + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            f"{head}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            f"2\r\n{{}}\r\n{secret}\r\n0\r\n\r\n",
+        ]
+        before = len(served.stderr())
+        for raw in malformed:
+            answer = _send_raw(served, raw.encode("latin-1"))
+            assert answer.split(b" ", 2)[1] == b"400", answer[:300]
+            assert secret.encode() not in answer, answer[:300]
+        logged = served.stderr()[before:]
+        refused = [json.loads(line) for line in logged.splitlines() if "bad_http_request" in line]
+        assert len(refused) == len(malformed), logged
+        assert secret not in logged, logged
+        assert all(entry["error"] for entry in refused), refused
+        assert "longer than 16384 bytes" in refused[0]["error"], refused[0]
+
+    def test_a_browser_with_many_cookies_for_localhost_opens_the_console(
+        self, served: Served
+    ) -> None:
+        """Cookies are sent to every port of localhost, so a browser that other local apps gave
+        more than 8 KB of them could not open the console (aiohttp's 8,190-byte cap per header):
+        one header may now be 16 KiB. The head as a whole stays bounded as before: at most 64
+        headers (a browser sends about 20), so 1 MiB."""
+        cookies = "; ".join(f"app{i}=" + "v" * 3000 for i in range(5))  # 15 KB
+        answer = request(served.url, "GET", "/", headers={"Cookie": cookies})
+        assert answer.status == 200 and b"<html" in answer.body.lower()
+        assert request(served.url, "GET", "/healthz", headers={"Cookie": cookies}).status == 200
+        too_long = request(served.url, "GET", "/", headers={"Cookie": "a=" + "v" * 17_000})
+        assert (too_long.status, too_long.code) == (400, "invalid_input")
+        many = {f"X-Header-{i}": "1" for i in range(70)}
+        too_many = request(served.url, "GET", "/healthz", headers=many)
+        assert (too_many.status, too_many.code) == (400, "invalid_input")
 
     def test_a_body_that_cannot_be_decoded_is_invalid_input_not_a_bug(self, served: Served) -> None:
         """A body aiohttp cannot read (a `Content-Encoding` it is not in) is the client's error:
@@ -402,6 +491,27 @@ class TestInProcess:
         failed = [e for e in logs if e["event"] == "request_failed"]
         assert failed and failed[0]["exc_info"] is True and failed[0]["log_level"] == "error"
 
+    @pytest.mark.parametrize(
+        "exc",
+        [
+            http_exceptions.LineTooLong(b"Cookie: sid=SECRET...", 16384),
+            http_exceptions.InvalidHeader(b"X-Key: SECRET\x00"),
+            http_exceptions.BadStatusLine("GET /?t=SECRET HTTP/9"),
+            http_exceptions.BadHttpMethod("SECRET /"),
+            http_exceptions.InvalidURLError("/?token=SECRET"),
+            http_exceptions.TransferEncodingError("SECRETzz"),  # the pure-Python parser's chunk
+            http_exceptions.BadHttpMessage("Invalid header value char:\n\n  b'SECRET'\n  ^"),
+            http_exceptions.BadHttpMessage("SECRET=abc; b'SECRET'"),
+            web.RequestPayloadError("400, message:\n  SECRETzz"),
+        ],
+        ids=lambda exc: type(exc).__name__,
+    )
+    def test_a_refusal_s_reason_never_quotes_the_request(self, exc: Exception) -> None:
+        """Whichever parser refused (llhttp or aiohttp's pure-Python one, under
+        `AIOHTTP_NO_EXTENSIONS`), the reason logged and answered is words, not the bytes."""
+        reason = standalone.refusal_reason(exc)
+        assert reason and "SECRET" not in reason, reason
+
     def test_aiohttp_s_other_errors_keep_their_traceback(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -416,6 +526,51 @@ class TestInProcess:
         (record,) = caplog.records
         assert record.name == "aiohttp.server" and record.exc_info is not None
         assert record.getMessage() == "Error handling request from 127.0.0.1"
+
+    @pytest.mark.parametrize("parser", ["llhttp", "python"])
+    async def test_a_malformed_chunk_after_the_head_is_refused_at_once(
+        self, data_dir: Path, parser: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A chunked body the parser refuses once its request is being handled (a client that
+        streams the body after the head) is `400 invalid_input` at once, with one log line. With
+        llhttp the request was left waiting for a body that would never end, held its connection
+        the whole body timeout and was answered `408`, the body "did not arrive"; with aiohttp's
+        pure-Python parser (`AIOHTTP_NO_EXTENSIONS`) it was a `500 internal` whose logged
+        traceback quoted the chunk line."""
+        if parser == "python":
+            monkeypatch.setattr(web_protocol, "HttpRequestParser", http_parser.HttpRequestParserPy)
+        server = StandaloneServer(Settings(), data_dir, port=0, body_timeout_s=5.0)
+        url = await server.start()
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+
+        def send() -> bytes:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(
+                    b"POST /memory/recall HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                    b"Expect: 100-continue\r\n\r\n"
+                )
+                # The server says so once the request is being handled and reads its body.
+                assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+                sock.sendall(b"zz-not-a-size\r\n{}\r\n0\r\n\r\n")
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            return answer
+
+        try:
+            with structlog.testing.capture_logs() as logs:
+                answer = await asyncio.to_thread(send)
+        finally:
+            await server.close()
+        status, _, body = _split_answer(answer)
+        error = json.loads(body)["error"]
+        assert (status, error["code"]) == (400, "invalid_input"), error
+        assert error["message"].startswith("the request body cannot be read: "), error
+        assert "zz" not in error["message"], error
+        refused = [e for e in logs if e["event"] == "bad_http_request"]
+        assert len(refused) == 1 and "zz" not in refused[0]["error"], refused
+        assert not [e for e in logs if e["event"] == "request_failed"], logs
 
     async def test_close_is_idempotent_and_releases_the_lock(self, data_dir: Path) -> None:
         """`close()` twice is fine, and the data dir can be opened again afterwards."""

@@ -11,6 +11,7 @@ import socket
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 __all__ = ["OUT_OF_DESCRIPTORS", "CappedSite", "busy_response"]
 
@@ -115,7 +116,9 @@ class _Counted(asyncio.Protocol):
 class CappedSite(web.SockSite):
     """`SockSite` whose connections are counted: past `max_connections` open ones, a new one
     gets `_Busy` instead of a request handler. `write_timeout_s`: how long a connection's writes
-    may stay paused (its client reading none of the answer) before it is cut off."""
+    may stay paused (its client reading none of the answer) before it is cut off. `protocol`:
+    the request handler class each connection gets (a subclass of aiohttp's, made as aiohttp's
+    server makes its own, with the runner's arguments)."""
 
     def __init__(
         self,
@@ -123,10 +126,13 @@ class CappedSite(web.SockSite):
         sock: socket.socket,
         max_connections: int,
         write_timeout_s: float | None = None,
+        *,
+        protocol: type[RequestHandler] = RequestHandler,
     ) -> None:
         super().__init__(runner, sock)
         self._max_connections = max_connections
         self.write_timeout_s = write_timeout_s
+        self._protocol = protocol
         self._busy = busy_response(max_connections)
         self.open = 0
         self.refused = 0
@@ -136,6 +142,9 @@ class CappedSite(web.SockSite):
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
+        loop = asyncio.get_running_loop()
+        # What `server()` does, with our class: aiohttp has no argument for it.
+        handler_args = server._kwargs
 
         def factory() -> asyncio.BaseProtocol:
             self.accepting()
@@ -143,7 +152,6 @@ class CappedSite(web.SockSite):
                 self.refused += 1
                 return _Busy(self._busy)
             self.open += 1
-            return _Counted(server(), self)
+            return _Counted(self._protocol(server, loop=loop, **handler_args), self)
 
-        loop = asyncio.get_running_loop()
         self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)

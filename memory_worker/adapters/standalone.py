@@ -21,13 +21,16 @@ Lifecycle, explicit rather than hidden in `web.run_app`:
   closes the store, releasing the lock.
 
 A bug never reaches the client as a traceback: it is logged with one (under an incident id) and
-answered 500 `internal`.
+answered 500 `internal`. What aiohttp's parser refuses, before any route or middleware, is
+answered 400 `invalid_input` in the same shape (`_Protocol`), and neither the log nor the answer
+quotes the refused bytes (`refusal_reason`): they are often cookies or a token.
 
 Who may call is `adapters.access`'s (Host, Origin, JSON-only calls, the bearer token); every request
 passes that gate first. No request can hold the server: an idle or half-sent connection is closed
 after `IDLE_TIMEOUT_S` (aiohttp's keep-alive timer runs from the connection's start until its
 request is read), a body must arrive within `BODY_TIMEOUT_S`, an answer the client stops reading
-is cut off after `WRITE_TIMEOUT_S` without progress, and past `MAX_CONNECTIONS` open
+is cut off after `WRITE_TIMEOUT_S` without progress, a head holds at most `MAX_HEADERS` lines
+of `MAX_FIELD_BYTES`, and past `MAX_CONNECTIONS` open
 connections a new one is answered 503 and closed. Running out of file descriptors makes the accept
 loop back off (asyncio retries a second later) with one log line per episode, not one per attempt.
 
@@ -45,6 +48,7 @@ import functools
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -58,8 +62,19 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import (
+    BadHttpMethod,
+    BadStatusLine,
+    ContentEncodingError,
+    ContentLengthError,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from memory_worker.adapters import access
 from memory_worker.adapters.accounts import account_of
@@ -97,6 +112,7 @@ __all__ = [
     "STATUS_BY_CODE",
     "StandaloneServer",
     "build_app",
+    "refusal_reason",
     "serve",
 ]
 
@@ -114,6 +130,16 @@ BODY_TIMEOUT_S = 30.0  # then its body within this
 WRITE_TIMEOUT_S = 30.0  # an answer the client stopped reading: cut off past this without progress
 MAX_CONNECTIONS = 256  # open at once; one more is answered 503 and closed
 MAX_BODY_BYTES = 1024 * 1024  # the largest call is a 64K-character rule; more is an attack
+# One header line, name and value (aiohttp's default is 8,190 bytes). A browser sends the cookies
+# of every localhost port to this one, so a person whom other local apps gave more than 8 KB of
+# them could not open the console at all. 16 KiB is Node's limit for a whole head: a cookie jar
+# the local dev servers built on it (Vite, Next) live with fits here too.
+MAX_FIELD_BYTES = 16 * 1024
+# Headers in one request (aiohttp's default is 128; a browser sends about 20, a tunnel adds a
+# dozen). With the longer line above, a head still costs at most the 1 MiB it did
+# (64 x 16 KiB = 128 x 8 KiB) under the connection cap. The request line keeps aiohttp's 8,190
+# bytes: no route needs a long URL.
+MAX_HEADERS = 64
 MODE = "standalone"
 READY_LINE = "memory-worker serving on {url}"  # scripts and tests wait for this line on stdout
 CONSOLE_LINE = "console: open {url}/ in a browser"  # printed right after, for a person
@@ -138,11 +164,113 @@ _BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
 _json = functools.partial(json.dumps, ensure_ascii=False)
 
 
+# What a refusal's own words may say when no fixed reason fits: llhttp's reasons ("Invalid
+# character in chunk size") and aiohttp's fixed sentences ("Too many headers received").
+_PLAIN_REASON = re.compile(r"[A-Za-z][A-Za-z0-9 ,.'`-]{0,119}")
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """Why aiohttp's parser refused a request, in words of ours or its own fixed ones, never the
+    request's bytes: its messages quote the refused line (`b'Cookie: session=…'`), which is
+    often a person's cookies or a token, and they would go to the log and back to the client.
+    Also for a body it could not read (`RequestPayloadError`, which carries the same text)."""
+    if isinstance(exc, web.RequestPayloadError):
+        if isinstance(exc.__cause__, HttpProcessingError):
+            return refusal_reason(exc.__cause__)
+        text = str(exc).lower()
+        if "content-encoding" in text:
+            return "the body's Content-Encoding cannot be decoded"
+        if "not enough data" in text:
+            return "the body ended before the length it announced"
+        return "the body is malformed"
+    if isinstance(exc, LineTooLong):
+        return f"a request line or header is longer than {exc.args[1]} bytes"
+    if isinstance(exc, BadHttpMethod):
+        https = "HTTPS traffic" in exc.message
+        return "HTTPS was sent to an HTTP port" if https else "the method is not valid"
+    fixed = {
+        BadStatusLine: "the request line is not valid HTTP",
+        InvalidURLError: "the request target is not valid",
+        InvalidHeader: "a header is not valid",
+        TransferEncodingError: "the chunked body is malformed",
+        ContentLengthError: "the body ended before its Content-Length",
+        ContentEncodingError: "the body's Content-Encoding cannot be decoded",
+    }
+    for kind, reason in fixed.items():
+        if isinstance(exc, kind):
+            return reason
+    # llhttp's refusals read "<reason>:\n\n  <the bytes>\n  ^": the reason alone.
+    message = exc.message if isinstance(exc, HttpProcessingError) else ""
+    head = str(message).split("\n", 1)[0].split(":", 1)[0].strip()
+    return head if _PLAIN_REASON.fullmatch(head) else "the request is malformed"
+
+
+class _Protocol(RequestHandler):
+    """aiohttp's per-connection protocol, answering what its parser refuses (a bad request line
+    or header, a line past its limit, a malformed chunk) like every other refusal: `400
+    invalid_input` in our JSON shape, and one `bad_http_request` line in the log with the
+    reason and never the refused bytes. aiohttp answered those in plain text quoting the bytes,
+    past every middleware, and offers no hook for it but this method."""
+
+    __slots__ = ()
+
+    def data_received(self, data: bytes) -> None:
+        queued = len(self._messages)
+        super().data_received(data)
+        # llhttp refusing a body mid-way (a malformed chunk sent after the head) queues its
+        # refusal as the next request and leaves the body being read with no end: its handler
+        # waited out `BODY_TIMEOUT_S` to answer `408`, the body "did not arrive". The body ends
+        # in the refusal instead (`_body` answers it; the queued one is never reached).
+        request = self._current_request
+        if request is None or len(self._messages) <= queued:
+            return
+        refusal = self._messages[-1][0]
+        body = request.content
+        if isinstance(refusal, _ErrInfo) and not body.is_eof() and body.exception() is None:
+            error = web.RequestPayloadError(refusal_reason(refusal.exc))
+            error.__cause__ = refusal.exc
+            body.set_exception(error)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError):
+            # A bug past the middlewares (which answer every handler's error): aiohttp logs it
+            # with its traceback and checks that no answer has begun; the answer is ours.
+            super().handle_error(request, status, exc, message)
+            if status == 500:
+                response = _error(500, "internal", "unexpected server error; see the server log")
+            else:
+                response = _error(status, _status_code(status), HTTPStatus(status).description)
+        else:
+            reason = refusal_reason(exc)
+            # Non-HTTP bytes (TLS, a port scan) on a fresh connection: noise, as aiohttp rules.
+            say = log.debug if isinstance(exc, BadHttpMethod) else log.info
+            say("bad_http_request", client=request.remote, status=status, error=reason)
+            if request.writer.output_size > 0:  # as aiohttp: an answer was begun already
+                raise ConnectionError("an answer was begun; the refusal cannot be sent")
+            response = _error(
+                status, "invalid_input", f"the request cannot be read as HTTP: {reason}"
+            )
+        response.force_close()  # the rest of the connection cannot be read as HTTP
+        return response
+
+
+def _status_code(status: int) -> str:
+    return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+
+
 class _ProtocolLog(logging.Logger):
-    """aiohttp's server log (`aiohttp.server`), where a request its parser refuses (a bad
-    request line or header, a line past its limit) is one `bad_http_request` line: aiohttp
-    logged each with a full traceback, so any client could fill the log at will. Everything
-    else, a handler's unexpected error with its traceback first, goes on to aiohttp's logger."""
+    """aiohttp's server log (`aiohttp.server`). A request its parser refuses is `_Protocol`'s
+    (one `bad_http_request` line); should one still reach this log, and when a body aiohttp
+    drains after the answer cannot be read, it is one line with the reason and never the
+    request's bytes: aiohttp logged each with a full traceback quoting them, so any client
+    could fill the log at will. Everything else, a handler's unexpected error with its
+    traceback first, goes on to aiohttp's logger."""
 
     def __init__(self) -> None:
         super().__init__("aiohttp.server")
@@ -154,13 +282,13 @@ class _ProtocolLog(logging.Logger):
                 "bad_http_request",
                 client=str(args[0]) if args else None,
                 status=exc_info.code,
-                error=" ".join(str(exc_info.message).split())[:200] or type(exc_info).__name__,
+                error=refusal_reason(exc_info),
             )
             return
         if isinstance(exc_info, web.RequestPayloadError):
             # Met while aiohttp drains a body it cannot read after the answer (one `_body`
             # refused and logged already): the client's error, not a traceback.
-            log.debug("bad_http_body_drained", error=" ".join(str(exc_info).split())[:200])
+            log.debug("bad_http_body_drained", error=refusal_reason(exc_info))
             return
         super().exception(msg, *args, exc_info=exc_info, **kwargs)
 
@@ -205,8 +333,7 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
         response = _error(408, "request_timeout", exc.reason)
         response.force_close()  # the rest of a slow body is not waited for
         return response
-    code = HTTPStatus(exc.status).phrase.lower().replace(" ", "_").replace("-", "_")
-    return _error(exc.status, code, exc.reason)
+    return _error(exc.status, _status_code(exc.status), exc.reason)
 
 
 @web.middleware
@@ -284,10 +411,11 @@ async def _body(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = _error(400, "invalid_input", "the connection closed before the body arrived")
         response.force_close()
         return response
-    except web.RequestPayloadError as exc:
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
         # A body aiohttp cannot read (a bad chunk, a `Content-Encoding` it is not in): the
-        # client's error, one line, not a server bug's 500 and traceback.
-        detail = " ".join(str(exc).split())[:200]
+        # client's error, one line (its reason, not its bytes), not a server bug's 500 (its
+        # pure-Python parser hands a bad first chunk's own error to the reader).
+        detail = refusal_reason(exc)
         log.info("bad_http_request", client=request.remote, status=400, error=detail)
         response = _error(400, "invalid_input", f"the request body cannot be read: {detail}")
         response.force_close()  # the rest of the body is not in a state to be skipped
@@ -615,12 +743,18 @@ class StandaloneServer:
                 shutdown_timeout=self.shutdown_timeout_s,
                 keepalive_timeout=self.idle_timeout_s,
                 lingering_time=1.0,
+                max_field_size=MAX_FIELD_BYTES,
+                max_headers=MAX_HEADERS,
             )
             await self._runner.setup()
             self._previous_handler = loop.get_exception_handler()
             loop.set_exception_handler(self._loop_exception)
             self._site = CappedSite(
-                self._runner, self._sock, self.max_connections, self.write_timeout_s
+                self._runner,
+                self._sock,
+                self.max_connections,
+                self.write_timeout_s,
+                protocol=_Protocol,
             )
             self._site.accepting = self._accepted
             await self._site.start()
