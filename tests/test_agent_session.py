@@ -228,6 +228,36 @@ async def _stop_hook_queued(
         queue.close()
 
 
+async def test_without_a_server_each_message_of_a_long_session_is_queued_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no server running the queue, every Stop hook queued the transcript's newest 200
+    messages again: a session's turns were all in the file many times over (a 40-turn session
+    made 2.25 MB of a 120 KB transcript), and each Stop replayed the whole file. Each message
+    is queued once now: the file grows with the session's distinct messages."""
+    configure_endpoint(tmp_path, monkeypatch)
+    data = tmp_path / "data"
+    lines: list[dict[str, Any]] = []
+    turns = 12
+    for n in range(turns):
+        lines += [
+            claude_line("user", f"u{n}", f"Turn {n}: remember that box {n} holds the spare fuses"),
+            claude_line("assistant", f"a{n}", [{"type": "text", "text": f"Noted, box {n}."}]),
+        ]
+        write_transcript(tmp_path / f"{SESSION}.jsonl", lines)
+        assert await hook(monkeypatch, capsys, data, "stop", payload("Stop", tmp_path)) is None
+    text = (data / CAPTURE_FILE).read_text("utf-8")
+    for n in range(turns):
+        assert text.count(f"remember that box {n} holds") == 1, n
+        assert text.count(f"Noted, box {n}.") == 1, n
+    jobs = _queued(data)
+    assert len(jobs) == turns  # a turn per Stop, each its own messages
+    assert [e["text"] for e in jobs[-1]["entries"] if e["text"]] == [
+        f"Turn {turns - 1}: remember that box {turns - 1} holds the spare fuses",
+        f"Noted, box {turns - 1}.",
+    ]
+
+
 LESSON = {
     "text": "Editing the proto files needs make gen, or the checked-in stubs go stale.",
     "category": "lesson",

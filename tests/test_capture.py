@@ -841,6 +841,58 @@ class TestRunner:
         assert {memories[f"The user likes {f}"]["corroboration"] for f in ("figs", "kiwis")} == {0}
         await runner.close()
 
+    async def test_a_sessions_turns_queued_while_nothing_runs_hold_each_message_once(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """Each Stop hook hands the transcript's tail: with nothing running the queue, every
+        turn was queued with all the turns before it, and the file grew with the square of the
+        session. A job holds only what no earlier pending job of its session (nor the cursor)
+        covers; the model is asked exactly what it was asked turn by turn, the queue replays
+        the same after a restart, and a turn read already queues nothing."""
+        fruits = ["figs", "kiwis", "plums", "limes"]
+        tails = [[line for n in range(k + 1) for line in turn(n, fruits[n])] for k in range(4)]
+        waiting = CaptureRunner(service, CaptureQueue(root), None)  # a hook: queues only
+        for tail in tails:
+            await waiting.enqueue(job("s14", entries_of(tmp_path, tail)))
+        await waiting.close()
+        text = (root / CAPTURE_FILE).read_text("utf-8")
+        assert [text.count(f"I like {fruit}") for fruit in fruits] == [1, 1, 1, 1]
+        reopened = CaptureQueue(root)  # a kill now: the same jobs, the same messages
+        assert [p.id for p in reopened.pending()] == [f"s14:a{n}" for n in range(4)]
+        model = ScriptedModel()
+        runner = CaptureRunner(service, reopened, model)
+        assert await runner.run_once() == 4
+        # as when each turn ran before the next was queued (the whole tail in each job)
+        alone = ScriptedModel()
+        other = tmp_path / "other"
+        store = Store.open(other, holder={"pid": 0, "kind": "test"})
+        each = CaptureRunner(MemoryService(store, Settings()), CaptureQueue(other), alone)
+        for tail in tails:
+            await each.enqueue(job("s14", entries_of(tmp_path, tail)))
+            assert await each.run_once() == 1
+        await each.close()
+        await each.service.close()
+        await store.close()
+        assert model.asked == alone.asked
+        assert [sum(f"I like {f}" in a for a in model.asked) for f in fruits] == [1, 1, 1, 1]
+        assert runner.queue.cursor("s14")["last_entry_id"] == "a3"
+        # Stop again, nothing new: read already, nothing is queued
+        again = await runner.enqueue(job("s14", entries_of(tmp_path, tails[-1])))
+        assert again == {"queued": "s14:a3", "new": False}
+        assert runner.queue.pending() == []
+        # a turn after a finished one holds its own messages only (from the cursor on)
+        more = [*tails[-1], *turn(4, "pears")]
+        await runner.enqueue(job("s14", entries_of(tmp_path, more)))
+        [pending] = runner.queue.pending()
+        assert [e["text"] for e in pending.job["entries"]] == [
+            "",
+            "I like pears",
+            "Noted, pears it is.",
+        ]
+        assert await runner.run_once() == 1
+        assert "I like pears" in model.asked[-1] and "I like limes" not in model.asked[-1]
+        await runner.close()
+
     async def test_a_session_runs_in_queue_order_when_the_clock_went_back_between_turns(
         self, service: MemoryService, root: Path, tmp_path: Path
     ) -> None:

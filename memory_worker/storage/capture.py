@@ -5,7 +5,10 @@ One fsynced JSON line per step of a job, replayed at open (a torn or unreadable 
 its step did not happen):
 
 - `{"op": "job", "id", "at", "job"}` — enqueued (the turn's messages, already redacted); an id
-  seen before (a retried Stop hook) adds nothing.
+  seen before (a retried Stop hook) adds nothing. A Stop hook hands the transcript's tail, the
+  turns before too: what an earlier pending job of the session holds, or its cursor is past,
+  is left out (the entry the turn starts after stays, without its words), so each message
+  waits in the file once (`_unqueued`).
 - `{"op": "decided", "id", "at", "reply", "known"}` — the model's reply and the memories it was
   shown, written BEFORE the first memory write: a job that crashes after it is finished with the
   same decisions, and what it already wrote is not written again (`harness.capture`).
@@ -153,11 +156,17 @@ class CaptureQueue:
         self._log.sync()
 
     def enqueue(self, job: dict[str, Any], *, job_id: str | None, now_ms: int) -> tuple[str, bool]:
-        """Durably add `job`; (its id, whether it is new). A known id adds nothing."""
+        """Durably add `job`; (its id, whether it is new). A known id adds nothing, nor a turn
+        the session's cursor is already past. Its messages that wait in the queue already (an
+        earlier pending turn of the session carries them) or were read (up to the cursor) are
+        left out (`_unqueued`)."""
         job_id = job_id or f"job-{now_ms}-{secrets.token_hex(4)}"
         with self._mutex:
             if job_id in self._state.seen:
                 return job_id, False
+            job = _unqueued(self._state, job)
+            if not job.get("entries"):
+                return job_id, False  # every message of it was read: the cursor is at its end
             self._append({"op": "job", "id": job_id, "at": now_ms, "job": job})
             self._state.seen.add(job_id)
             self._state.pending[job_id] = Pending(job_id, job, now_ms)
@@ -411,6 +420,40 @@ def _replay(path: Path) -> _State:
     if state.skipped_lines:
         log.warning("capture_queue_lines_skipped", path=str(path), lines=state.skipped_lines)
     return state
+
+
+def _unqueued(state: _State, job: dict[str, Any]) -> dict[str, Any]:
+    """`job` without the messages the queue holds for its session already. Each Stop hook hands
+    the transcript's newest messages (up to `MAX_JOB_ENTRIES`), most of them the turns before;
+    with nothing running the queue (no server), each turn queued them all again: the file grew
+    with the square of a session's length, and each Stop replayed it all.
+
+    The anchor is the entry the job's turn starts after: the last entry of the session's newest
+    pending job (of the same bank), else the session's cursor (the entry its passes read up
+    to). Found in the job, what comes before it leaves, and it stays as an entry without its
+    words: the pass reading the job (after the cursor, which the earlier job leaves at that
+    entry) meets it and reads exactly the messages it read from the whole tail. Not found (a
+    session rewound or trimmed, a turn of more messages than the tail), the job is kept whole."""
+    entries = job.get("entries")
+    if not isinstance(entries, list) or not entries:
+        return job
+    session, bank = job.get("session_id"), job.get("bank")
+    anchor: object = None
+    for pending in state.pending.values():  # the newest last: the file's order
+        if pending.job.get("session_id") == session and pending.job.get("bank") == bank:
+            held = pending.job.get("entries") or []
+            anchor = held[-1].get("entry_id") if held else anchor
+    if anchor is None:
+        cursor = state.cursors.get(str(session))
+        anchor = cursor.get("last_entry_id") if isinstance(cursor, dict) else None
+    ids = [entry.get("entry_id") for entry in entries]
+    if anchor is None or anchor not in ids:
+        return job
+    at = len(ids) - 1 - ids[::-1].index(anchor)
+    if at == len(entries) - 1:
+        return job | {"entries": []}  # nothing after it: the turn was queued or read already
+    kept = {"entry_id": anchor, "role": entries[at].get("role"), "text": ""}
+    return job | {"entries": [kept, *entries[at + 1 :]]}
 
 
 def _apply(state: _State, record: dict[str, Any]) -> None:
