@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
 
 from memory_worker.adapters.doors import CALLER_HEADER, Door, LocalDoor, encode_caller
@@ -19,6 +20,7 @@ from memory_worker.adapters.mcp_server import McpTools, build_server
 from memory_worker.app.caller import Caller
 from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
+from memory_worker.core.errors import InvalidInput
 
 from .served import serving
 
@@ -127,6 +129,27 @@ async def test_rest_through_the_engines_http_worker_believes_an_agents_claim(
     assert (await call(service, "memory::list", {"bank": "wiki"}))["total"] == 0
     owner = await http_reply({"path": "/memory/save", "body": save}, through, HTTP_CALLER)
     assert owner["status_code"] == 200, owner
+
+
+def test_a_json_body_the_engine_did_not_parse_for_its_content_types_case_says_so() -> None:
+    """The engine's http worker parses a body only when its `Content-Type` holds
+    `application/json` as written, in lower case (`content_type.contains(...)`): sent as
+    `Application/JSON`, valid JSON arrives as `null`. The refusal said the body was not valid
+    JSON, and the caller went looking for a fault in a body that had none."""
+    from memory_worker.adapters.bus.catalog import http_body
+    from memory_worker.app.seams import HttpEnvelope
+
+    def refusal(kind: str) -> str:
+        headers = {"content-type": kind, "content-length": "16"}
+        envelope = HttpEnvelope.model_validate({"path": "/memory/list", "headers": headers})
+        with pytest.raises(InvalidInput) as refused:
+            http_body(envelope)
+        return refused.value.message
+
+    assert "not valid JSON" in refusal("application/json; charset=utf-8")
+    mixed = refusal("Application/JSON")
+    assert "not valid JSON" not in mixed
+    assert "Application/JSON" in mixed and "Content-Type: application/json" in mixed
 
 
 async def test_the_console_and_capture_refuse_a_request_that_claims_an_agent(

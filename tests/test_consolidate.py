@@ -555,6 +555,48 @@ class BusToService:
         return await catalog.call(self.service, function_id, data, caller)
 
 
+class GoneEntry:
+    """The configuration worker after it deleted the entry: `get` reads nothing until an
+    `ensure` stores a value again."""
+
+    def __init__(self) -> None:
+        self.value: dict[str, Any] | None = None
+
+    async def get(self) -> dict[str, Any] | None:
+        return self.value
+
+    async def ensure(self, schema: dict[str, Any], initial: dict[str, Any]) -> None:
+        if self.value is None:
+            self.value = initial
+
+
+async def test_an_inert_sibling_whose_deleted_entry_it_registered_again_runs_on_it(
+    service: MemoryService, clock: FixedClock
+) -> None:
+    """Inert (its stored entry unreadable), the sibling registered the deleted entry again with
+    the settings it holds, and stayed inert: Settings showed that entry, readable, while the
+    schedule stayed off saying it was not, until a restart read the same entry and ran."""
+    engine = ConsolidateEngine(
+        "ws://unused", settings(), first_tick_s=0, backstop_s=0, call_timeout_ms=1000
+    )
+    entry = GoneEntry()
+    engine._config = entry  # type: ignore[assignment]
+    engine.inert_reason = "configuration memory-consolidate unreadable: enabled: not a boolean"
+    scheduler = Scheduler(
+        Consolidator(InProcessClient(service), clock=clock),
+        FakeKeyValue(),
+        lambda: engine.settings,
+        inert=lambda: engine.inert_reason,
+        clock=clock,
+    )
+    engine.scheduler = scheduler
+    assert (await engine._status({}, {}))["inert"] is True
+    await engine._on_config_change()  # `configuration:deleted`
+    assert entry.value == engine.settings.model_dump()  # what it runs on, stored again
+    status = await engine._status({}, {})
+    assert status["inert"] is False and "inert_reason" not in status
+
+
 class TestOverTheBus:
     async def test_a_winner_moved_to_another_subject_is_never_merged_into(
         self, service: MemoryService, clock: FixedClock
@@ -717,6 +759,30 @@ class TestAgentAccess:
         assert len(await live(service, "diary")) == 2
         person = await engine._http({**envelope, "headers": {}})
         assert person["status_code"] == 200 and person["body"]["superseded"] == 1
+
+    @pytest.mark.parametrize("body", [[{"dry_run": True}], "dry_run", 1, True])
+    async def test_a_run_whose_payload_is_no_object_is_refused_and_runs_nothing(
+        self, service: MemoryService, engine: ConsolidateEngine, body: object
+    ) -> None:
+        """A JSON body the engine parsed to a list, a string or a number (or such a bus payload)
+        was read as `{}`: a run with every default, a real pass over every bank where a dry run
+        of one was asked for. The memory worker's functions refuse it (`invalid_input`)."""
+        await save(service, "Tea.")
+        await save(service, "tea")
+        envelope = {
+            "path": "memory-consolidate/run",
+            "method": "POST",
+            "headers": {"content-type": "application/json", "content-length": "20"},
+            "body": body,
+        }
+        reply = await engine._http(envelope)
+        assert reply["status_code"] == 400, reply
+        assert reply["body"]["error"]["code"] == "invalid_input"
+        assert "JSON object" in reply["body"]["error"]["message"]
+        with pytest.raises(InvalidInput, match="JSON object"):
+            await engine._run(body, {})
+        assert len(await live(service)) == 2  # nothing merged
+        assert (await engine._run(None, {}))["superseded"] == 1  # no payload at all: `{}`
 
 
 class TestSemanticTier:

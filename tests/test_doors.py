@@ -6,6 +6,7 @@ through the same door."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import math
 import os
@@ -670,6 +671,52 @@ def test_a_one_shot_process_writes_its_logs_at_its_level_as_json_lines(tmp_path:
         check=True,
     )
     assert "store_opened" not in quiet.stderr  # below the default level (warning)
+
+
+class _CloggedStream:
+    """A non-blocking stderr whose pipe is full: a write takes what fits, half a line here, and
+    raises `BlockingIOError` (EAGAIN) for the rest, as a buffered writer does."""
+
+    def __init__(self) -> None:
+        self.written = ""
+        self.clogged = False
+
+    def write(self, text: str) -> int:
+        if self.clogged:
+            taken = len(text) // 2
+            self.written += text[:taken]
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable", taken)
+        self.written += text
+        return len(text)
+
+    def flush(self) -> None:
+        if self.clogged:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable", 0)
+
+
+def test_a_log_line_cut_by_a_full_non_blocking_stderr_leaves_the_next_one_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line the full pipe took only part of was dropped with its end: the next line was
+    written straight after the cut one, on its line, and a JSON-lines reader lost both. The
+    cut line stays alone on its line; the next record reads whole."""
+    from memory_worker.adapters.logs import configure_logging
+    from memory_worker.storage.logger import get_logger
+
+    stream = _CloggedStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    configure_logging("info")
+    log = get_logger("test")
+    log.info("before", n=1)
+    stream.clogged = True
+    log.info("cut", pad="x" * 40)
+    stream.clogged = False
+    log.info("after", n=2)
+    lines = stream.written.split("\n")
+    assert json.loads(lines[0])["event"] == "before"
+    assert lines[1].startswith('{"pad": "xxx') and not lines[1].endswith("}")  # the cut line
+    assert json.loads(lines[2])["event"] == "after"
+    assert lines[3:] == [""]
 
 
 _BLAS_PROBE = """

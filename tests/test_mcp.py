@@ -348,6 +348,23 @@ class TestToolSurface:
         vague = await tools.call("memory_update", {"id": memory["id"], "pinned": "yes"})
         assert vague.is_error and _text(vague).startswith("invalid_input: pinned")
 
+    @pytest.mark.parametrize(
+        "groups", ['[["helm", "tabs"]]', ['["helm", "tabs"]'], json.dumps(["helm tabs"])]
+    )
+    async def test_a_lessons_keyword_groups_a_model_sent_as_json_text_are_read_as_them(
+        self, service: MemoryService, groups: object
+    ) -> None:
+        """Files, folders and identifiers given as a JSON list's text were read as that list,
+        keyword groups were not: the groups as text were refused as no list, and a group as
+        text was split at its spaces into the terms `["helm",` and `"tabs"]`, refused as no
+        words. Each is read as the groups its text spells, as at every other list field."""
+        tools = _tools(service, [])
+        lesson = LESSON | {"anchors": {"keyword_groups": groups}}
+        card = await tools.call("memory_save", lesson)
+        assert not card.is_error, _text(card)
+        anchors = card.structured_content["memory"]["anchors"]  # type: ignore[index]
+        assert anchors["keyword_groups"] == [["helm", "tabs"]]
+
     async def test_save_and_recall_through_aliases_as_an_agent(
         self, service: MemoryService
     ) -> None:

@@ -19,6 +19,7 @@ from memory_worker.adapters.bus import siblings
 from memory_worker.adapters.bus import worker as worker_module
 from memory_worker.adapters.bus.worker import EngineWorker
 from memory_worker.adapters.consolidate import engine as consolidate_engine
+from memory_worker.app.reconfigure import Applied
 from memory_worker.consolidate.config import ConsolidateSettings
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import InvalidInput, SiblingUnavailable
@@ -211,6 +212,45 @@ async def test_a_failing_configuration_worker_answers_with_a_sibling_code() -> N
     with pytest.raises(SiblingUnavailable) as failed:
         await worker._on_config_change()
     assert str(failed.value).startswith("sibling_unavailable: configuration::get failed")
+
+
+async def test_a_deleted_entry_stored_again_by_someone_else_first_is_the_one_applied() -> None:
+    """Deleted, the entry is registered again with the running settings; but an entry stored
+    meanwhile (its file put back, another instance's registration) is kept by `ensure`, and
+    that one arrives as `configuration:registered`, which the worker does not listen to: it ran
+    on its old settings beside a stored entry saying otherwise, until a restart. The entry is
+    read back after `ensure` and applied."""
+
+    class RacedEntry:
+        config_id = "memory"
+
+        def __init__(self) -> None:
+            self.reads: list[dict[str, Any] | None] = [None, {"recall_limit": 3}]
+            self.ensured: list[dict[str, Any]] = []
+
+        async def get(self) -> dict[str, Any] | None:
+            return self.reads.pop(0)
+
+        async def ensure(self, schema: dict[str, Any], initial: dict[str, Any]) -> None:
+            self.ensured.append(initial)  # a value is stored already: kept
+
+    class Recording:
+        def __init__(self) -> None:
+            self.applied: list[Settings] = []
+
+        async def apply(self, settings: Settings) -> Applied:
+            self.applied.append(settings)
+            return Applied.UPDATED
+
+    seed = Settings()
+    worker = EngineWorker("ws://127.0.0.1:9", seed)
+    entry, reconfigure = RacedEntry(), Recording()
+    worker._config = entry  # type: ignore[assignment]
+    worker._reconfigure = reconfigure  # type: ignore[assignment]
+    answer = await worker._on_config_change()  # `configuration:deleted`
+    assert entry.ensured == [seed.model_dump()]  # offered the settings it runs on
+    assert [s.recall_limit for s in reconfigure.applied] == [3]  # and runs on what is stored
+    assert answer == {"ok": True, "applied": "updated"}
 
 
 async def test_the_stored_configuration_chooses_the_local_embedder_not_the_seed() -> None:

@@ -37,12 +37,26 @@ class _Sink:
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
+        # What reached the stream ends inside a line: a record's text without its newline, or
+        # the part of one a full non-blocking pipe took (EAGAIN). The next record starts a line
+        # of its own: glued to the cut one, a JSON-lines reader lost it too.
+        self._mid_line = False
 
     def write(self, text: str) -> int:
+        if self._mid_line and not text.startswith("\n"):
+            text = "\n" + text
         try:
-            return self._stream.write(text)
-        except (OSError, ValueError):  # ValueError: a closed stream
+            written = self._stream.write(text)
+        except BlockingIOError:
+            # A full non-blocking pipe. Part of this line, or of one its buffer held, may go
+            # out later whatever `characters_written` says: at worst the next line follows an
+            # empty one.
+            self._mid_line = True
             return 0
+        except (OSError, ValueError):  # ValueError: a closed stream; nothing was written
+            return 0
+        self._mid_line = not text.endswith("\n")
+        return written
 
     def flush(self) -> None:
         with contextlib.suppress(OSError, ValueError):

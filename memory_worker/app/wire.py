@@ -113,18 +113,26 @@ def _scalar_to_text(value: Any) -> Any:
 _MAX_LISTED = 1000  # `tags=a,b,…`: more parts than this is an attack, refused before splitting
 
 
+def _json_list(value: str) -> list[Any] | None:
+    """The list `value` is the JSON text of, else None (text to read otherwise). A model fills
+    a list parameter with a string, as a client that shows it a nullable list as a string asks:
+    split at its commas, it made the tags `["x"` and `"y"]`."""
+    if value.lstrip().startswith("[") and value.rstrip().endswith("]"):
+        with contextlib.suppress(InvalidInput):
+            decoded = payload.loads(value, "list")
+            if isinstance(decoded, list):
+                if len(decoded) > _MAX_LISTED:
+                    raise ValueError(f"at most {_MAX_LISTED} values")
+                return decoded
+    return None
+
+
 def _text_to_list(value: Any) -> Any:
     if isinstance(value, str):
-        # A JSON list given as its text (a model filling a list parameter with a string, as a
-        # client that shows it a nullable list as a string asks): split at its commas, it made
-        # the tags `["x"` and `"y"]`. Text that does not decode to a list is split as before.
-        if value.lstrip().startswith("[") and value.rstrip().endswith("]"):
-            with contextlib.suppress(InvalidInput):
-                decoded = payload.loads(value, "list")
-                if isinstance(decoded, list):
-                    if len(decoded) > _MAX_LISTED:
-                        raise ValueError(f"at most {_MAX_LISTED} values")
-                    return decoded
+        # A JSON list's text is that list; other text is split as before.
+        listed = _json_list(value)
+        if listed is not None:
+            return listed
         if value.count(",") >= _MAX_LISTED:
             raise ValueError(f"at most {_MAX_LISTED} comma-separated values")
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -140,7 +148,21 @@ def _blank_to_none(value: Any) -> Any:
 
 def _words_to_list(value: Any) -> Any:
     if isinstance(value, str):
+        # A group as a JSON list's text (`'["helm", "tabs"]'`) is that list, as at `_text_to_list`:
+        # split at its spaces, its terms `["helm",` and `"tabs"]` were refused as no words.
+        listed = _json_list(value)
+        if listed is not None:
+            return listed
         return [part for part in value.replace(",", " ").split() if part]
+    return value
+
+
+def _text_to_groups(value: Any) -> Any:
+    """Keyword groups given as a JSON list's text are that list (other text is left for the
+    field's own check to refuse)."""
+    if isinstance(value, str):
+        listed = _json_list(value)
+        return value if listed is None else listed
     return value
 
 
@@ -435,7 +457,7 @@ class AnchorsInput(BaseModel):
         description="Whole compound names (`configure_bedrock`, `CLAUDE_CODE_USE_BEDROCK`), "
         "case-sensitive (score 700).",
     )
-    keyword_groups: list[Group] = Field(
+    keyword_groups: Annotated[list[Group], BeforeValidator(_text_to_groups)] = Field(
         default_factory=list,
         description="Groups of 2-4 specific terms that must ALL appear in a tool call (score "
         "500); a single broad word never matches.",

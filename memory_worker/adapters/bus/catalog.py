@@ -182,8 +182,16 @@ def http_body(envelope: HttpEnvelope) -> Any:
     if not sent:
         return {}
     kind = _header(envelope, "content-type")
-    if kind is not None and "application/json" in kind.lower():
+    # The engine's test is case-sensitive (`content_type.contains("application/json")`):
+    # `Application/JSON`'s valid JSON arrives as `null` too, and is no fault of the body's.
+    if kind is not None and "application/json" in kind:
         raise InvalidInput("the request body is not valid JSON (or is `null`)")
+    if kind is not None and "application/json" in kind.lower():
+        raise InvalidInput(
+            f"the request body was sent as {kind}; the engine's http worker reads only a "
+            "Content-Type that says application/json in lower case: send it with "
+            "Content-Type: application/json"
+        )
     raise InvalidInput(
         f"the request body was sent as {kind or 'no Content-Type'}; the engine's http worker "
         "passes on only JSON: send it with Content-Type: application/json"

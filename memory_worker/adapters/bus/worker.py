@@ -566,12 +566,16 @@ class EngineWorker(Stoppable):
                 # binding named it (ours goes with our connection: an outage longer than the
                 # TTL), or its file removed. Keep running on what we have, and register it
                 # again with those settings: else the console's Settings had nothing to edit
-                # and every `configuration::set` was NOT_REGISTERED until a restart.
+                # and every `configuration::set` was NOT_REGISTERED until a restart. Then read
+                # back and applied as any entry: a value stored meanwhile, which `ensure` keeps,
+                # is the one to run on, and the entry holds no value this version refused now.
                 try:
                     await self._config.ensure(settings_schema(), self._running().model_dump())
+                    value = await self._config.get()
                 except InvocationError as exc:
                     raise SiblingUnavailable(f"configuration::ensure failed: {exc}") from None
-                return {"ok": True, "applied": "registered again"}
+                if value is None:
+                    return {"ok": True, "applied": "registered again"}
             try:
                 settings = parse_settings(value, source="configuration")
                 applied = await self._reconfigure.apply(settings)

@@ -169,8 +169,15 @@ class RouterJudge:
 
 
 def _request(model: type[BaseModel], data: Any) -> Any:
+    # No payload is `{}`; any other that is no object (a REST body the engine parsed to a list, a
+    # string, a number) is refused, as at the memory worker's functions: read as `{}`, it ran
+    # with every default, a real pass over every bank where a dry run was asked for.
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InvalidInput(f"payload must be a JSON object, got {type(data).__name__}")
     try:
-        return model.model_validate(data if isinstance(data, dict) else {})
+        return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "payload"
@@ -359,12 +366,17 @@ class ConsolidateEngine(Stoppable):
                 raise SiblingUnavailable(f"configuration::get failed: {exc}") from None
             if value is None:
                 # Gone (the configuration worker's `ttl_seconds` after an outage, or its file
-                # removed): registered again with what runs now, so Settings can edit it.
+                # removed): registered again with what runs now, so Settings can edit it. Then
+                # read back and applied as any entry: what is stored now is readable (an inert
+                # sibling stayed inert on it until a restart), and a value stored meanwhile,
+                # which `ensure` keeps, is the one to run on.
                 try:
                     await self._config.ensure(settings_schema(), self.settings.model_dump())
+                    value = await self._config.get()
                 except InvocationError as exc:
                     raise SiblingUnavailable(f"configuration::ensure failed: {exc}") from None
-                return {"ok": True, "applied": "registered again"}
+                if value is None:
+                    return {"ok": True, "applied": "registered again"}
             settings = parse_settings(value, source=f"configuration {CONFIG_ID}")
             self.settings, self.inert_reason = settings, None
         log.info("configuration_applied", enabled=settings.enabled, dry_run=settings.dry_run)
