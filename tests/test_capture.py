@@ -893,6 +893,41 @@ class TestRunner:
         assert "I like pears" in model.asked[-1] and "I like limes" not in model.asked[-1]
         await runner.close()
 
+    async def test_a_turn_whose_job_died_is_still_read_with_the_next_turn(
+        self, service: MemoryService, root: Path, tmp_path: Path
+    ) -> None:
+        """A job that dies leaves the cursor before its turn, and the next turn's job (the
+        transcript's tail) read that turn again: a turn lost to a flaky endpoint came back with
+        the next. Turn 2's job, queued while turn 1's waited, held only its own messages, so turn
+        1 was never read. The dead job's messages go to that next job, the same after a replay
+        and after a rewrite of the file (never twice)."""
+        one = turn(1, "figs")
+        waiting = CaptureRunner(service, CaptureQueue(root), None)  # a hook: queues only
+        await waiting.enqueue(job("s16", entries_of(tmp_path, one)))
+        await waiting.enqueue(job("s16", entries_of(tmp_path, [*one, *turn(2, "kiwis")])))
+        await waiting.close()
+        # turn 1's job dies; turn 2's first attempt fails too (the endpoint still flaky)
+        failing = CaptureRunner(service, CaptureQueue(root), ScriptedModel(fail=MAX_ATTEMPTS + 1))
+        for _ in range(MAX_ATTEMPTS):
+            for pending in failing.queue.pending():
+                pending.retry_at = 0
+            await failing.run_once()
+        assert failing.queue.dead == 1 and [p.id for p in failing.queue.pending()] == ["s16:a2"]
+        await failing.close()
+        for replayed in (CaptureQueue(root), CaptureQueue(root)):  # a kill; then a rewrite
+            [pending] = replayed.pending()
+            said = [entry["text"] for entry in pending.job["entries"]]
+            assert [said.count(f"I like {f}") for f in ("figs", "kiwis")] == [1, 1]
+            replayed.erase(lambda job: False, [])  # the file rewritten (nothing erased)
+            replayed.close()
+        model = ScriptedModel()
+        runner = CaptureRunner(service, CaptureQueue(root), model)
+        runner.queue.pending()[0].retry_at = 0  # (the delay, fast-forwarded)
+        assert await runner.run_once() == 1
+        assert "I like figs" in model.asked[-1] and "I like kiwis" in model.asked[-1]
+        assert {"The user likes figs", "The user likes kiwis"} <= (await _memories(service)).keys()
+        await runner.close()
+
     async def test_a_session_runs_in_queue_order_when_the_clock_went_back_between_turns(
         self, service: MemoryService, root: Path, tmp_path: Path
     ) -> None:

@@ -572,6 +572,40 @@ class TestInProcess:
         assert len(refused) == 1 and "zz" not in refused[0]["error"], refused
         assert not [e for e in logs if e["event"] == "request_failed"], logs
 
+    async def test_a_malformed_chunk_read_before_its_handler_starts_is_refused_at_once(
+        self, data_dir: Path
+    ) -> None:
+        """The head and a malformed chunk read one after the other before the request's handler
+        task has begun (a busy loop runs both reads first): the refusal was tied to the request
+        being handled, there was none yet, and the body waited out the body timeout for `408`.
+        It is `400 invalid_input` at once, whenever the chunk is read."""
+        server = StandaloneServer(Settings(), data_dir, port=0, body_timeout_s=5.0)
+        url = await server.start()
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            # A first request answered: the connection's protocol is there, and idle.
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            assert server._runner is not None and server._runner.server is not None
+            [protocol] = server._runner.server.connections
+            # The two reads in one go, as the loop delivers them when both wait for it.
+            protocol.data_received(
+                b"POST /memory/recall HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            protocol.data_received(b"zz-not-a-size\r\n{}\r\n0\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+            await server.close()
+        status, _, body = _split_answer(answer)
+        error = json.loads(body)["error"]
+        assert (status, error["code"]) == (400, "invalid_input"), error
+        assert error["message"].startswith("the request body cannot be read: "), error
+
     async def test_close_is_idempotent_and_releases_the_lock(self, data_dir: Path) -> None:
         """`close()` twice is fine, and the data dir can be opened again afterwards."""
         server = StandaloneServer(Settings(), data_dir, port=0)

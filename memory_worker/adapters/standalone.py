@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import itertools
 import json
 import logging
 import os
@@ -73,6 +74,7 @@ from aiohttp.http_exceptions import (
     LineTooLong,
     TransferEncodingError,
 )
+from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
@@ -212,7 +214,13 @@ class _Protocol(RequestHandler):
     reason and never the refused bytes. aiohttp answered those in plain text quoting the bytes,
     past every middleware, and offers no hook for it but this method."""
 
-    __slots__ = ()
+    __slots__ = ("_streaming",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The body of the newest request the parser handed out: the one it reads bytes into
+        # until that body ends (a request after it is parsed only then).
+        self._streaming: StreamReader | None = None
 
     def data_received(self, data: bytes) -> None:
         queued = len(self._messages)
@@ -220,16 +228,18 @@ class _Protocol(RequestHandler):
         # llhttp refusing a body mid-way (a malformed chunk sent after the head) queues its
         # refusal as the next request and leaves the body being read with no end: its handler
         # waited out `BODY_TIMEOUT_S` to answer `408`, the body "did not arrive". The body ends
-        # in the refusal instead (`_body` answers it; the queued one is never reached).
-        request = self._current_request
-        if request is None or len(self._messages) <= queued:
-            return
-        refusal = self._messages[-1][0]
-        body = request.content
-        if isinstance(refusal, _ErrInfo) and not body.is_eof() and body.exception() is None:
-            error = web.RequestPayloadError(refusal_reason(refusal.exc))
-            error.__cause__ = refusal.exc
-            body.set_exception(error)
+        # in the refusal instead (`_body` answers it; the queued one is never reached). The
+        # body the parser was in, not the request being handled: with both reads run before
+        # the request's handler began (a busy loop), there was none, and it was `408` again.
+        for message, payload in itertools.islice(self._messages, queued, None):
+            if not isinstance(message, _ErrInfo):
+                self._streaming = payload
+                continue
+            body = self._streaming
+            if body is not None and not body.is_eof() and body.exception() is None:
+                error = web.RequestPayloadError(refusal_reason(message.exc))
+                error.__cause__ = message.exc
+                body.set_exception(error)
 
     def handle_error(
         self,

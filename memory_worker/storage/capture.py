@@ -13,7 +13,8 @@ its step did not happen):
   shown, written BEFORE the first memory write: a job that crashes after it is finished with the
   same decisions, and what it already wrote is not written again (`harness.capture`).
 - `{"op": "failed", "id", "at", "error", "retry_at"}` — a failed attempt (retried after
-  `retry_at`); past the attempt limit the job is `dead` (kept, never run again). A job that
+  `retry_at`); past the attempt limit the job is `dead` (kept, never run again; its messages
+  go to the session's next job trimmed against it, as that job's tail held them). A job that
   `expire`s (nothing could ever run it) is `dead` too, with `"expired": true`, and its
   messages leave the file (its `job` line keeps the session, bank and agent, no entries).
 - `{"op": "done", "id", "at", "session", "cursor", "written"}` — finished; `cursor` is where the
@@ -99,6 +100,30 @@ class _State:
         self.pending.pop(pending.id, None)
         born = {"op": "job", "id": pending.id, "at": pending.enqueued_at, "job": pending.job}
         self.buried[pending.id] = (born, record)
+        if not record.get("expired"):  # an expired job's words were to leave the file
+            self._hand_on(pending.job)
+
+    def _hand_on(self, dead: dict[str, Any]) -> None:
+        """The dead job's messages given to the job `_unqueued` trimmed against it, if one
+        waits: the cursor stays before the dead turn, and that job (the transcript's tail) read
+        it again, as it did whole; trimmed to its own messages, the turn was never read. Here,
+        where a live death and its replay both pass: the same jobs after a restart. Only while
+        that job still starts at the dead job's last entry (its anchor, without words): never
+        twice."""
+        held = dead.get("entries") or []
+        if not held or not isinstance(held[-1], dict):
+            return
+        last, whose = held[-1].get("entry_id"), (dead.get("session_id"), dead.get("bank"))
+        for waiting in self.pending.values():
+            job = waiting.job
+            if (job.get("session_id"), job.get("bank")) != whose:
+                continue
+            entries = job.get("entries") or []
+            head = entries[0] if entries and isinstance(entries[0], dict) else {}
+            if head.get("entry_id") == last and not head.get("text"):
+                # As many as a job carries: a run of deaths must not grow one job unbounded.
+                waiting.job = job | {"entries": [*held, *entries[1:]][-MAX_JOB_ENTRIES:]}
+            return  # only the session's next job of the bank can start where this one ended
 
     @property
     def dead(self) -> int:
@@ -300,6 +325,10 @@ class CaptureQueue:
         records: list[dict[str, Any]] = [
             {"op": "cursor", "session": s, "cursor": c} for s, c in sorted(state.cursors.items())
         ]
+        # The dead jobs first: replayed after a pending job, a death would hand its messages
+        # on again (`_State._hand_on`; they were handed on when it died).
+        for born, record in state.buried.values():
+            records += [born, record]
         for pending in state.pending.values():
             job_id = pending.id
             records.append(
@@ -318,8 +347,6 @@ class CaptureQueue:
                 )
             if pending.decided is not None:
                 records.append({"op": "decided", "id": job_id} | pending.decided)
-        for born, record in state.buried.values():
-            records += [born, record]
         data = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
         self._log.close()
         files.atomic_write(self.path, data)
