@@ -24,6 +24,7 @@ from memory_worker.app.catalog import call
 from memory_worker.app.service import MemoryService
 from memory_worker.core.config import Settings
 from memory_worker.core.errors import StorageError
+from memory_worker.core.models import Memory
 from memory_worker.storage import bank as bank_module
 from memory_worker.storage import log as log_module
 from memory_worker.storage import snapshot
@@ -388,3 +389,118 @@ def test_a_one_shot_save_into_a_full_bank_validates_only_the_memory_it_evicts(
     logs = {kind: (folder / "b" / MEMORIES_FILE).read_bytes() for kind, folder in copies.items()}
     assert logs["one-shot"] == logs["server"]
     assert _files(copies["one-shot"] / "b") == _files(copies["server"] / "b")
+
+
+def test_a_line_the_tail_replaces_that_does_not_read_sends_the_boot_to_the_replay(
+    tmp_path: Path,
+) -> None:
+    """Such a line whose memory a line past the records revises is read at boot, by the tail's
+    replay over the lines kept unread: the boot replays the log then, as the boot that
+    validated every line did (the line reported, the bank served and writable), instead of
+    failing to load the bank (review S8)."""
+    ids = seed(tmp_path)
+    log_path = tmp_path / "b" / MEMORIES_FILE
+    original = log_path.read_bytes().split(b"\n")[20]
+    _forge_records(tmp_path / "b")
+    record = Memory.model_validate_json(original)
+    assert record.id == ids[20]
+    revised = record.model_copy(update={"revision": record.revision + 1, "text": "note 20b"})
+    with log_path.open("ab") as fh:
+        fh.write(log_module.encode([revised]))  # past the records: a tail naming that memory
+
+    async def work(service: MemoryService) -> list[Any]:
+        got = await call(service, "memory::get", {"bank": "b", "id": ids[20]}, HUMAN)
+        saved = await call(service, "memory::save", {"bank": "b", "text": "a new one"}, HUMAN)
+        return [got, saved]
+
+    with structlog.testing.capture_logs() as logs:
+        got, saved = run(tmp_path, work, short_lived=True)
+
+    assert got["memory"]["text"] == "note 20b" and saved["created"] is True
+    damage = [e.get("detail", "") for e in logs if e["event"] == "bank_damage_skipped"]
+    assert len(damage) == 1 and damage[0].startswith(f"{MEMORIES_FILE}:21: "), logs
+
+
+def test_the_reload_such_a_refusal_names_recovers_the_bank_in_the_same_session(
+    tmp_path: Path,
+) -> None:
+    """A session that serves several calls (`call --batch`, MCP over stdio) is told to reload:
+    the reload compares what the bank showed with the log's replay, which read every record
+    of the old bank, met the line again and failed (the bank reloaded all the same, its
+    announcements skipped). It answers, and the bank takes writes again (review S8)."""
+    ids = seed(tmp_path)
+    _forge_records(tmp_path / "b")
+
+    async def work(service: MemoryService) -> list[Any]:
+        with pytest.raises(StorageError, match="no longer reads"):
+            await call(service, "memory::get", {"bank": "b", "id": ids[20]}, HUMAN)
+        reloaded = await call(service, "memory::reload", {}, HUMAN)
+        saved = await call(service, "memory::save", {"bank": "b", "text": "a new one"}, HUMAN)
+        listed = await call(service, "memory::list", {"bank": "b", "limit": 100}, HUMAN)
+        return [reloaded, saved, len(listed["memories"])]
+
+    reloaded, saved, listed = run(tmp_path, work, short_lived=True)
+    assert reloaded["ok"] is True and saved["created"] is True
+    assert listed == N - 1  # N saved, one deleted, the unreadable one skipped, one new
+
+
+def test_doctor_reports_such_a_bank_instead_of_failing(tmp_path: Path) -> None:
+    """`memory::doctor` reads each bank's damage, which builds what a one-shot's bank left for
+    later from every record: the line that no longer reads raised out of doctor, the check
+    meant to say what is wrong. It answers, naming the bank and its refusal (review S8)."""
+    ids = seed(tmp_path)
+    _forge_records(tmp_path / "b")
+
+    async def work(service: MemoryService) -> Any:
+        with pytest.raises(StorageError, match="no longer reads"):
+            await call(service, "memory::get", {"bank": "b", "id": ids[20]}, HUMAN)
+        return await call(service, "memory::doctor", {}, HUMAN)
+
+    report = run(tmp_path, work, short_lived=True)
+    checks = {check["name"]: check for check in report["checks"]}
+    assert report["ok"] is False and checks["banks-loaded"]["ok"] is False
+    assert "b: the line of memory" in checks["banks-loaded"]["detail"]
+    assert checks["files-intact"]["ok"] is False
+    assert f"b: {MEMORIES_FILE}: the line of memory" in checks["files-intact"]["detail"]
+
+
+@pytest.mark.parametrize("module", ["subjects", "categories", "capacity"])
+def test_columns_made_by_other_code_are_not_believed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """The records file's columns are what `subject_key` (one person whatever the spelling),
+    the category codes and `evictable` made of each record when it was written: a version whose
+    code for them differs (its line format and model the same) counted people, expiry and the
+    first to go by the old rules. The replay digest names that code too (review S8)."""
+    from memory_worker import core
+
+    source = getattr(core, module)
+    changed = tmp_path / f"{module}.py"
+    changed.write_bytes(Path(source.__file__).read_bytes() + b"\n# another version\n")
+    before = snapshot.replay_digest()
+    snapshot.replay_digest.cache_clear()
+    monkeypatch.setattr(source, "__file__", str(changed))
+    try:
+        after = snapshot.replay_digest()
+    finally:
+        snapshot.replay_digest.cache_clear()
+    assert after and after != before
+
+
+def test_an_erasure_in_a_session_leaves_no_column_naming_the_person_in_ram(
+    tmp_path: Path,
+) -> None:
+    """The records file's `subject` column names each person of the bank: read at boot, it
+    stayed in a session's RAM (MCP over stdio: hours) after `memory::forget-subject` took them
+    out of every file and every record, once nothing read it any more (review S8)."""
+    seed(tmp_path)
+
+    async def work(service: MemoryService) -> Any:
+        payload = {"bank": "b", "subject": "Ana", "confirm": "destructive"}
+        erased = await call(service, "memory::forget-subject", payload, HUMAN)
+        bank = service.store.get("b")
+        return erased, bank._lazy_subjects, dict(bank._lazy_columns)
+
+    erased, subjects, columns = run(tmp_path, work, short_lived=True)
+    assert len(erased["erased"]) == 2
+    assert subjects == () and columns == {}

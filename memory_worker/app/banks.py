@@ -342,7 +342,7 @@ class _Seen:
     @classmethod
     def of(cls, bank: Bank) -> _Seen:
         return cls(
-            dict(bank.memories),
+            bank.shown(),  # (a bank broken by a line that no longer reads: the other records)
             {r.name: r.content for r in bank.rules()},
             (bank.description, bank.overrides),
         )

@@ -464,7 +464,14 @@ class DoctorUseCases(EmbeddingWork):
         notes: list[str] = []
         for name in self.store.names():
             if (bank := self.store.find(name)) is not None:
-                for damage in bank.damage:
+                try:
+                    held = bank.damage
+                except WorkerError as exc:
+                    # What a one-shot's bank builds late failed (a line its records snapshot
+                    # vouched for no longer reads): reported here, not raised out of doctor.
+                    found.append(f"{name}: {exc.message}")
+                    continue
+                for damage in held:
                     (notes if damage.kept else found).append(f"{name}/{damage.describe()}")
                 notes.extend(bank.set_aside)
         if not found:

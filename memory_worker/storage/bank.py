@@ -410,12 +410,19 @@ class Bank:
             # the thousands of records it makes, which are frozen after (`storage.boot`).
             with booting(hand_back=False):
                 self._records = lazy.all()
-            self._lazy = None
+            self._end_lazy()
         return self._records
 
     @_memories.setter
     def _memories(self, records: dict[str, Memory]) -> None:
-        self._records, self._lazy = records, None
+        self._records = records
+        self._end_lazy()
+
+    def _end_lazy(self) -> None:
+        """Every record held as a record: the lines and the records file's columns let go (its
+        `subject` column names people: a session's RAM kept a name an erasure took out of every
+        file, for as long as it ran)."""
+        self._lazy, self._lazy_columns, self._lazy_subjects = None, {}, ()
 
     def _get(self, memory_id: str) -> Memory | None:
         """`memory_id`'s durable record (read from its line alone while the bank is lazy)."""
@@ -797,8 +804,8 @@ class Bank:
         if _stat_stamp(path) != self._log_stamp:
             return None
         if lazy and spans.as_stored and spans.ids:
-            self._load_lazily(data, spans, tail)
-            return self._booted_from_records(data, size, identity)
+            loaded = self._load_lazily(data, spans, tail)  # False: sent to the full replay
+            return self._booted_from_records(data, size, identity) if loaded else None
         starts, ends = spans.starts.tolist(), spans.ends.tolist()
         memories = records_at(data, starts, ends, compact=self._compact_records)
         if memories is None or len(memories) != len(starts):
@@ -825,9 +832,11 @@ class Bank:
         self._boot_data = data
         return identity
 
-    def _load_lazily(self, data: bytes, spans: RecordSpans, tail: list[Memory]) -> None:
+    def _load_lazily(self, data: bytes, spans: RecordSpans, tail: list[Memory]) -> bool:
         """`_replay_from_records`'s records kept as lines, validated when first read, and
-        `tail` (the records past the prefix) replayed over them by replay's rule."""
+        `tail` (the records past the prefix) replayed over them by replay's rule. False (nothing
+        loaded) when a line the tail replaces does not read as its record: the boot replays the
+        log then, as the boot that validated every line did, and reports that line."""
         lazy = LazyRecords(
             spans.ids, data, spans.starts.tolist(), spans.ends.tolist(), self._unreadable_line
         )
@@ -835,10 +844,20 @@ class Bank:
         self._lazy_columns, self._lazy_subjects = spans.columns, spans.subjects
         self._eviction = None
         if tail:
-            keys = _replayed_over(lazy, spans.text_keys.tolist(), tail)
+            broken = self._broken
+            try:
+                keys = _replayed_over(lazy, spans.text_keys.tolist(), tail)
+            except StorageError:
+                # Still booting (`_unreadable_line` dropped the records file): no bank to refuse
+                # writes yet, and the full replay is what it would be asked to do. A failed load
+                # here made the bank unavailable for the command (and a session's whole life).
+                self._broken = broken
+                self._memories = {}
+                return False
             self._by_text = TextMap.bulk(keys, list(lazy))
         else:
             self._by_text = TextMap.bulk(spans.text_keys, list(spans.ids))
+        return True
 
     def _save_records(self) -> None:
         """Leave `.records.npz` for the next boot, when the one on disk is not for this log, the
@@ -1357,6 +1376,20 @@ class Bank:
 
     def get(self, memory_id: str) -> Memory | None:
         return self._get(memory_id)
+
+    def shown(self) -> dict[str, Memory]:
+        """A copy of every record RAM shows, what a reload compares the log's replay with. A
+        bank that found a lazily read line that no longer reads (`_unreadable_line`) shows the
+        others, as the boot that validated every line (it skipped that one as damage) would
+        have: `memory::reload`, which its refusal names, read every record of it first, met
+        that line again and failed."""
+        try:
+            return dict(self._memories)
+        except StorageError:
+            lazy = self._lazy
+            if lazy is None:
+                raise
+            return lazy.readable()
 
     async def revisions(self, memory_ids: Collection[str]) -> list[Memory]:
         """Every durable revision of `memory_ids` as the log holds them, in log order (read from

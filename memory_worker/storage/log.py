@@ -481,18 +481,32 @@ class LazyRecords:
         held.update(zip(ids, records, strict=True))
         return held  # type: ignore[return-value]  # every value a record now
 
-    def _line(self, memory_id: str, row: int) -> Memory:
+    def readable(self) -> dict[str, Memory]:
+        """Every record whose line reads as it (the lines not read yet validated one by one, and
+        kept as they are), by id in replay order: what a bank that found a line that does not
+        read still shows (a reload compares it with what the replay of its log finds)."""
+        found: dict[str, Memory] = {}
+        for memory_id, held in self._held.items():
+            record = self._parse(memory_id, held) if isinstance(held, int) else held
+            if not isinstance(record, str):
+                found[memory_id] = record
+        return found
+
+    def _parse(self, memory_id: str, row: int) -> Memory | str:
+        """The record of row `row`'s line, or what is wrong with it (not `memory_id`'s record)."""
         line = self._data[self._starts[row] : self._ends[row]]
         try:
             record: Memory = _validate_json(line)  # as `records_at` validates (not compacted)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
-            problem = f"{first['msg']} at {field}" if field else first["msg"]
-        else:
-            if record.id == memory_id:
-                return record
-            problem = f"its id reads {record.id!r}"
+            return f"{first['msg']} at {field}" if field else first["msg"]
+        return record if record.id == memory_id else f"its id reads {record.id!r}"
+
+    def _line(self, memory_id: str, row: int) -> Memory:
+        problem = self._parse(memory_id, row)
+        if not isinstance(problem, str):
+            return problem
         self._unreadable(memory_id)
         raise StorageError(
             f"{MEMORIES_FILE}: the line of memory {memory_id} no longer reads as the record "

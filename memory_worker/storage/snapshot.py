@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 import Stemmer  # type: ignore[import-not-found]  # PyStemmer (the tokenizer's, `core.text`)
 
-from memory_worker.core import confidence, models, temporal, text
+from memory_worker.core import capacity, categories, confidence, models, subjects, temporal, text
 from memory_worker.storage import files
 from memory_worker.storage import log as log_format
 
@@ -167,9 +167,12 @@ def _pydantic_core_version() -> str:
 @cache
 def replay_digest() -> str:
     """What a records snapshot's spans depend on: the source of the line format and the record
-    model, and pydantic-core's version (it validates the lines). "" when unreadable."""
+    model, and pydantic-core's version (it validates the lines); and what its columns do (whom
+    `subject_key` takes for one person, the category codes, which memories a cap may take):
+    columns another version wrote are not read as this one's counts and first to go. "" when
+    unreadable."""
     digest = hashlib.sha256(_pydantic_core_version().encode() + _unicode_tables())
-    for module in (models, confidence, log_format, text):
+    for module in (models, confidence, log_format, text, subjects, categories, capacity):
         try:
             digest.update(Path(str(module.__file__)).read_bytes())
         except (OSError, TypeError):
