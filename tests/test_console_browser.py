@@ -3092,3 +3092,253 @@ def test_rules_that_cannot_be_read_are_said_in_their_panel_not_in_a_toast_per_re
     reload.click()
     expect(page.get_by_label("Rule tone")).to_have_value("Formal.")
     expect(note).to_be_hidden()
+
+
+def _restore_row(page: Any, memory_id: str) -> Any:
+    """The row of `memory_id` under *show history* (where a retired record has *Restore*)."""
+    page.get_by_text("show history").click()
+    row = page.locator(f".mw-memory[data-id='{memory_id}']")
+    expect(row).to_have_class(re.compile(r"\bmw-retired\b"))
+    return row
+
+
+def _polling_page(server: Server, browser: Any, bank: str) -> tuple[Any, Any]:
+    """A page whose live stream is blocked and whose poll is the default 15 s: what another door
+    does meanwhile reaches it only when the test says so."""
+    context = browser.new_context(viewport=DESKTOP)
+    context.route("**/console/events", lambda route: route.abort())
+    page = context.new_page()
+    page.goto(f"{server.url}/#/bank/{bank}/memories")
+    expect(page.locator(".mw-indicator")).to_have_attribute("data-mode", "polling")
+    return context, page
+
+
+def test_restore_pressed_twice_saves_once(server: Server, open_tab: Any) -> None:
+    """A double click on *Restore* sent two saves: the second counted as the memory seen again
+    (corroboration + 1, a "reinforced" revision) and said "Memory restored" twice."""
+    bank = _bank(server, "restore-twice")
+    saved = _save(server, bank, "The user's gym is open until ten")["memory"]
+    server.call("memory::delete", {"bank": bank, "id": saved["id"]})
+    tab = open_tab(bank)
+    page = tab.page
+    row = _restore_row(page, saved["id"])
+    row.get_by_role("button", name="Restore").dblclick()
+    expect(row).not_to_have_class(re.compile(r"\bmw-retired\b"))
+    saves = [r for r in tab.requests if r.url.endswith("/memory/save")]
+    assert len(saves) == 1
+    memory = server.call("memory::get", {"bank": bank, "id": saved["id"]})["memory"]
+    assert memory["revision"] == saved["revision"] + 2  # the delete, then one restore
+
+
+def test_restore_of_a_text_another_memory_now_holds_says_so(server: Server, open_tab: Any) -> None:
+    """The deleted memory's text is now another live memory's (edited to it): the save reinforced
+    that one, the deleted record stayed deleted, and the toast said "Memory restored"."""
+    bank = _bank(server, "restore-held")
+    gone = _save(server, bank, "The user parks on level three")["memory"]
+    server.call("memory::delete", {"bank": bank, "id": gone["id"]})
+    other = _save(server, bank, "The user parks on level two")["memory"]
+    server.call(
+        "memory::update", {"bank": bank, "id": other["id"], "text": "The user parks on level three"}
+    )
+    page = open_tab(bank).page
+    row = _restore_row(page, gone["id"])
+    row.get_by_role("button", name="Restore").click()
+    toast = page.locator(".mw-toast", has_text=other["id"])
+    expect(toast).to_contain_text("already live as memory")
+    expect(page.locator(".mw-toast", has_text="Memory restored")).to_have_count(0)
+    expect(row).to_have_class(re.compile(r"\bmw-retired\b"))
+
+
+def test_restore_from_a_stale_row_never_brings_back_an_erased_subject(
+    server: Server, browser: Any
+) -> None:
+    """A row still on a page that had not heard of a `forget-subject` (its stream down, the poll
+    not come yet): *Restore* saved the erased person's words again, as a new memory about them."""
+    bank = _bank(server, "restore-erased")
+    about = _save(server, bank, "Rui is allergic to peanuts", subject="rui")["memory"]
+    server.call("memory::delete", {"bank": bank, "id": about["id"]})
+    context, page = _polling_page(server, browser, bank)
+    try:
+        row = _restore_row(page, about["id"])
+        server.call(
+            "memory::forget-subject", {"bank": bank, "subject": "rui", "confirm": "destructive"}
+        )
+        row.get_by_role("button", name="Restore").click()
+        expect(page.locator(".mw-toast", has_text="Not restored")).to_contain_text("erased")
+        expect(row).to_have_count(0)
+        listed = server.call("memory::list", {"bank": bank, "include_superseded": True})
+        assert listed["memories"] == []
+    finally:
+        context.close()
+
+
+def test_restore_from_a_stale_row_after_another_tab_changed_it_saves_nothing(
+    server: Server, browser: Any
+) -> None:
+    """Another tab restored the memory and edited its text meanwhile: *Restore* on this tab's
+    stale row saved the old text as a second, new memory, and said "Memory restored"."""
+    bank = _bank(server, "restore-stale")
+    gone = _save(server, bank, "The user's locker is number 12")["memory"]
+    server.call("memory::delete", {"bank": bank, "id": gone["id"]})
+    context, page = _polling_page(server, browser, bank)
+    try:
+        row = _restore_row(page, gone["id"])
+        _save(server, bank, "The user's locker is number 12")
+        server.call("memory::update", {"bank": bank, "id": gone["id"], "text": "Locker 14 now"})
+        row.get_by_role("button", name="Restore").click()
+        expect(page.locator(".mw-toast", has_text="Not restored")).to_contain_text(
+            "changed elsewhere"
+        )
+        expect(row.locator(".mw-memory-text")).to_have_text("Locker 14 now")
+        listed = server.call("memory::list", {"bank": bank})
+        assert [m["id"] for m in listed["memories"]] == [gone["id"]]
+    finally:
+        context.close()
+
+
+def test_a_refused_token_while_offline_is_not_said_offline(server: Server, browser: Any) -> None:
+    """The page went offline (nothing answered), then the server answered again but refused the
+    token, and the prompt was cancelled: the header kept saying "offline … reconnects by
+    itself" for as long as the page stayed open, though the server answered every call."""
+    context = browser.new_context(viewport=DESKTOP)
+    refusal = {"error": {"code": "unauthorized", "message": "a bearer token is required"}}
+    calls = re.compile(r".*/memory(/.*)?$")
+    try:
+        context.route("**/console/events", lambda route: route.abort())
+        page = context.new_page()
+        page.goto(f"{server.url}/#/bank/main/memories")
+        indicator = page.locator(".mw-indicator")
+        expect(indicator).to_have_attribute("data-mode", "polling")
+        context.route(calls, lambda route: route.abort())
+        page.get_by_role("button", name="Reload from disk").click()
+        expect(indicator).to_have_attribute("data-mode", "offline")
+        context.unroute(calls)
+        context.route(
+            calls,
+            lambda route: route.fulfill(
+                status=401, content_type="application/json", body=json.dumps(refusal)
+            ),
+        )
+        page.get_by_role("button", name="Reload from disk").click()
+        page.get_by_role("dialog").get_by_role("button", name="Cancel").click()
+        expect(page.locator(".mw-toast", has_text="memory::reload: unauthorized")).to_have_count(1)
+        expect(indicator).to_have_attribute("data-mode", "polling")
+    finally:
+        context.close()
+
+
+def test_restore_of_a_superseded_memory_names_its_replacement_and_asks_first(
+    server: Server, open_tab: Any
+) -> None:
+    """A superseded memory was replaced as no longer true: *Restore* brought it back at once,
+    without a word that the memory replacing it stays, both then recalled as current."""
+    bank = _bank(server, "restore-superseded")
+    old = _save(server, bank, "The user lives in Lisbon")["memory"]
+    new = _save(server, bank, "The user lives in Porto")["memory"]
+    server.call("memory::supersede", {"bank": bank, "id": old["id"], "superseded_by": new["id"]})
+    page = open_tab(bank).page
+    row = _restore_row(page, old["id"])
+    row.get_by_role("button", name="Restore").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(f"replaced by memory {new['id']}")
+    dialog.get_by_role("button", name="Cancel").press("Enter")
+    expect(dialog).to_have_count(0)
+    expect(row.get_by_role("button", name="Restore")).to_be_focused()
+    assert server.call("memory::get", {"bank": bank, "id": old["id"]})["memory"]["invalid_at"]
+    row.get_by_role("button", name="Restore").click()
+    page.get_by_role("dialog").get_by_role("button", name="Restore it too").click()
+    expect(row).not_to_have_class(re.compile(r"\bmw-retired\b"))
+    assert (
+        server.call("memory::get", {"bank": bank, "id": old["id"]})["memory"].get("invalid_at")
+        is None
+    )
+
+
+def test_a_restored_lesson_keeps_its_card_anchors_subject_and_lanes(
+    server: Server, open_tab: Any
+) -> None:
+    """*Restore* saves the text (and subject) again: the record brought back is the one retired,
+    its lesson card, anchors, category and context/intention lanes as they were (held)."""
+    bank = _bank(server, "restore-lesson")
+    anchors = {"files": ["api/alembic.ini"], "keyword_groups": [["alembic", "pytest"]]}
+    lesson = _save(
+        server,
+        bank,
+        "Tests fail on a fresh database until migrations ran",
+        category="lesson",
+        title="Migrate first",
+        recommendation="Run alembic upgrade head before pytest.",
+        anchors=anchors,
+        subject="ana",
+        context="Setting up the api service",
+        intention="Get the tests green",
+    )["memory"]
+    server.call("memory::delete", {"bank": bank, "id": lesson["id"]})
+    page = open_tab(bank).page
+    row = _restore_row(page, lesson["id"])
+    row.get_by_role("button", name="Restore").click()
+    expect(page.locator(".mw-toast", has_text="Memory restored")).to_have_count(1)
+    back = server.call("memory::get", {"bank": bank, "id": lesson["id"]})["memory"]
+    kept = ("category", "title", "recommendation", "anchors", "subject", "context", "intention")
+    assert {k: back.get(k) for k in kept} == {k: lesson.get(k) for k in kept}
+    assert back.get("invalid_at") is None
+
+
+def test_ctrl_s_in_an_unchanged_memory_edit_writes_nothing_and_says_so(
+    server: Server, open_tab: Any
+) -> None:
+    """Ctrl/⌘-S pressed out of habit on an edit left as it was: the page sent an update that
+    changed nothing and said "Memory updated"."""
+    bank = _bank(server, "edit-ctrl-s-unchanged")
+    saved = _save(server, bank, "The user's dentist is Dr. Reis")["memory"]
+    tab = open_tab(bank)
+    page = tab.page
+    row = page.locator(f".mw-memory[data-id='{saved['id']}']")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Edit memory text").press("Control+s")
+    expect(page.locator(".mw-toast", has_text="No changes to save")).to_have_count(1)
+    expect(page.get_by_label("Edit memory text")).to_have_count(0)
+    expect(row.get_by_role("button", name="Edit")).to_be_focused()
+    expect(page.locator(".mw-toast", has_text="Memory updated")).to_have_count(0)
+    assert not [r for r in tab.requests if r.url.endswith("/memory/update")]
+
+
+def test_ctrl_s_held_down_in_a_memory_edit_sends_one_update(server: Server, open_tab: Any) -> None:
+    """Ctrl/⌘-S held (the key repeats) or pressed again while the save is on its way: each press
+    sent another update with the same base revision, all but the first refused as a conflict (a
+    "someone changed this memory" notice when one was answered first). The rules editor holds
+    its Save while saving; so does a memory edit now."""
+    bank = _bank(server, "edit-ctrl-s-held")
+    saved = _save(server, bank, "The user's dentist is Dr. Costa")["memory"]
+    tab = open_tab(bank)
+    page = tab.page
+    row = page.locator(f".mw-memory[data-id='{saved['id']}']")
+    row.get_by_role("button", name="Edit").click()
+    box = page.get_by_label("Edit memory text")
+    box.fill("The user's dentist is Dr. Silva")
+    # Four presses within one task, as a repeating key lands before any answer can: none of
+    # them can have been answered when the next one comes.
+    box.evaluate(
+        """box => { for (let i = 0; i < 4; i += 1) box.dispatchEvent(new KeyboardEvent('keydown',
+        { key: 's', ctrlKey: true, repeat: i > 0, bubbles: true, cancelable: true })) }"""
+    )
+    expect(box).to_have_count(0)
+    expect(row.locator(".mw-memory-text")).to_have_text("The user's dentist is Dr. Silva")
+    assert len([r for r in tab.requests if r.url.endswith("/memory/update")]) == 1
+
+
+def test_a_restore_that_evicts_at_the_banks_cap_says_so(server: Server, open_tab: Any) -> None:
+    """Restored into a full bank, the save makes room as any save does, retiring the bank's first
+    to go: the toast said only "Memory restored", and the memory it took out went unsaid."""
+    bank = _bank(server, "restore-full")
+    server.call("memory::bank::configure", {"name": bank, "max_memories": 1})
+    first = _save(server, bank, "The user's first car was a Fiat")["memory"]
+    second = _save(server, bank, "The user's second car was a Volvo")
+    assert second["evicted"] == [first["id"]]
+    page = open_tab(bank).page
+    row = _restore_row(page, first["id"])
+    row.get_by_role("button", name="Restore").click()
+    expect(page.locator(".mw-toast", has_text="Memory restored")).to_contain_text(
+        "1 memory evicted at the bank's cap"
+    )
+    expect(row).not_to_have_class(re.compile(r"\bmw-retired\b"))

@@ -47,7 +47,9 @@ export function mountConsole(root, { transport, onDirty = () => {}, pollMs } = {
       answer = await transport.call(fn, payload)
     } catch (err) {
       const parts = errorParts(err)
-      if (parts.code === 'offline') setReachable(false)
+      // Only a call nothing answered is "offline": a refusal (a token refused, a 5xx) is the
+      // server answering, and kept the header on "offline … reconnects by itself" for good.
+      setReachable(parts.code !== 'offline')
       if (!quiet) ui.toast(`${fn}: ${parts.code}: ${parts.message}`, 'error')
       throw parts
     }

@@ -289,7 +289,7 @@ export function createMemoriesPanel(ctx) {
     // A retired record (deleted, superseded, evicted, expired) comes back by saving its text
     // again, the API's own way (its refusal of an edit says so): shown with "show history",
     // where the delete dialog's "the record stays on disk" left the person no way back.
-    const restoreButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Restore', hidden: true, title: 'Bring it back into recall (saves its text again: its tags, entities and pin are kept)', on: { click: restore } })
+    const restoreButton = h('button', { type: 'button', class: 'mw-btn mw-small', text: 'Restore', hidden: true, title: 'Bring it back into recall (saves its text again, as stated now: its tags, entities, pin, category and lanes are kept)', on: { click: restore } })
     const historyBox = h('div', { class: 'mw-history', hidden: true })
     const lesson = h('div', { class: 'mw-lesson', hidden: true })
     const el = h('li', { class: 'mw-memory' },
@@ -436,19 +436,70 @@ export function createMemoriesPanel(ctx) {
       if (ok) mutate('memory::delete', { expected_revision: shown }, () => ctx.ui.toast('Memory deleted'))
     }
 
+    // One restore at a time: a double click sent two saves, the second counted as the memory
+    // seen again (a "reinforced" revision) and a second "Memory restored".
+    let restoring = false
     async function restore() {
+      if (restoring) return
+      restoring = true
       const pressed = el.ownerDocument.activeElement
-      const payload = { bank: state.bank, text: memory.text }
-      if (memory.subject) payload.subject = memory.subject // the same record: text and subject
+      const shown = memory
+      const bank = state.bank // both calls below go to the bank the row was read from
       try {
-        await ctx.call('memory::save', payload, { quiet: true })
-        ctx.ui.toast('Memory restored')
-      } catch (err) {
-        ctx.ui.toast(`Not restored: ${err.code}: ${err.message}`, 'error')
-        el.dataset.error = err.code
+        // Superseded is "no longer true, replaced by that one": brought back, both are recalled
+        // as current. Said, and asked, as the delete dialog asks. (The button is disabled only
+        // after: the dialog gives the focus back to it when cancelled.)
+        const ok = !shown.superseded_by || await ctx.ui.confirm({
+          title: 'Restore a superseded memory?',
+          body: [shown.text, `It was replaced by memory ${shown.superseded_by}, which stays in recall: both will be recalled as current.`],
+          confirm: 'Restore it too',
+        })
+        if (!ok) return
+        restoreButton.disabled = true
+        await restoreShown(bank, shown) // a change made meanwhile is refused there, by its revision
+      } finally {
+        restoring = false
+        restoreButton.disabled = false
       }
       await refresh()
       keepFocus(pressed, editButton) // "Restore" is hidden once restored: on to the row
+    }
+
+    /** Save `shown`'s text again, once it is known to be still the record on disk: a row can be
+     * stale (a stream down, a poll not come yet), and a save of its text then wrote words a
+     * forget-subject erased, or a second memory of a text another tab had changed since. */
+    async function restoreShown(bank, shown) {
+      const refused = (why) => ctx.ui.toast(`Not restored: ${why}`, 'error')
+      let latest
+      try {
+        ({ memory: latest } = await ctx.call('memory::get', { bank, id: shown.id }, { quiet: true }))
+      } catch (err) {
+        refused(err.code === 'memory_not_found' ? 'it is no longer on disk (erased by a forget-subject, or its bank replaced); nothing was saved' : `${err.code}: ${err.message}`)
+        return
+      }
+      if ((latest.revision ?? 0) !== (shown.revision ?? 0)) {
+        refused(`it changed elsewhere since this list was read (now revision ${latest.revision ?? 0}); nothing was saved`)
+        return
+      }
+      const payload = { bank, text: shown.text }
+      if (shown.subject) payload.subject = shown.subject // the same record: text and subject
+      let result
+      try {
+        result = await ctx.call('memory::save', payload, { quiet: true })
+      } catch (err) {
+        refused(`${err.code}: ${err.message}`)
+        return
+      }
+      // A save brings back the record holding the text: another live one, when there is one
+      // (edited to these words), which is then only counted as seen again.
+      const other = result.memory.id !== shown.id
+      if (other && !result.created) {
+        refused(`its text is already live as memory ${result.memory.id}, which counts it as seen again; this record stays in history`)
+        return
+      }
+      // Restored into a full bank: room is made as for any save, and said.
+      const evicted = result.evicted?.length ? ` (${plural(result.evicted.length, 'memory', 'memories')} evicted at the bank's cap)` : ''
+      ctx.ui.toast(other ? `Restored as memory ${result.memory.id}, a later record of the same text${evicted}` : `Memory restored${evicted}`)
     }
 
     async function supersede() {
@@ -568,14 +619,26 @@ export function createMemoriesPanel(ctx) {
 
     async function saveEdit() {
       const session = editing // the answer may come back after this edit was cancelled
+      // One save of a draft at a time, as the rules editor holds its Save: a repeating Ctrl/⌘-S
+      // sent an update per press, on one base revision, all but the first refused as conflicts.
+      if (!session || session.saving) return
+      if (!draftChanged()) {
+        // Nothing to write (Ctrl/⌘-S is pressed out of habit): the edit ends as it would, but
+        // "Memory updated" is not said of a memory nobody changed.
+        cancelEdit()
+        ctx.ui.toast('No changes to save')
+        return
+      }
       const payload = { bank: state.bank, id: memory.id, expected_revision: session.revision, text: session.textarea.value }
       // Tags and entities only when the person changed them: shown joined by commas, a label that
       // holds one (`Acme, Inc.`) came back split in two from an edit of the text alone.
       if (session.tagsInput.value !== session.tags) payload.tags = splitList(session.tagsInput.value)
       if (session.entitiesInput.value !== session.entities) payload.entities = splitList(session.entitiesInput.value)
+      session.saving = true
       try {
         await ctx.call('memory::update', payload, { quiet: true })
       } catch (err) {
+        session.saving = false
         if (editing !== session) return
         session.notice.hidden = false
         setText(session.notice, err.code === 'conflict'
