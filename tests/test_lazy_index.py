@@ -55,13 +55,21 @@ def small_banks_get_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
 Work = Callable[[MemoryService], Awaitable[Any]]
 
 
-def run(data_dir: Path, work: Work, *, short_lived: bool, embedder: Any = None) -> Any:
+def run(
+    data_dir: Path,
+    work: Work,
+    *,
+    short_lived: bool,
+    embedder: Any = None,
+    settings: Settings | None = None,
+    clock: Callable[[], int] = lambda: NOW_MS,
+) -> Any:
     """One process's session on `data_dir`: a lazy store (as every door opens one), short-lived
-    as a one-shot command's or not as a server's; a fixed clock."""
+    as a one-shot command's or not as a server's; a fixed clock unless `clock` is given."""
 
     async def go() -> Any:
         store = Store.open(data_dir, holder=HOLDER, lazy=True, short_lived=short_lived)
-        service = MemoryService(store, Settings(), clock=lambda: NOW_MS, embedder=embedder)
+        service = MemoryService(store, settings or Settings(), clock=clock, embedder=embedder)
         try:
             result = await work(service)
             await service.settle()

@@ -7,7 +7,6 @@ a process that validated every line answers and leaves."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import shutil
@@ -31,11 +30,10 @@ from memory_worker.storage import snapshot
 from memory_worker.storage.bank import MEMORIES_FILE
 from memory_worker.storage.counts import COUNTS_FILE, stat_stamp
 from memory_worker.storage.snapshot import RECORDS_FILE
-from memory_worker.storage.store import Store
 
 from .boots import NOW_MS
-from .conftest import HOLDER
 from .test_lazy_index import HUMAN, _files, same_batch_tags
+from .test_lazy_index import run as lazy_run
 
 N = 60  # memories seeded: far more than a save reads
 
@@ -53,23 +51,13 @@ def run(
     short_lived: bool,
     settings: Settings | None = None,
 ) -> Any:
-    """One process's session on `data_dir` (as `test_lazy_index.run`), with a clock that moves
-    a second at each reading, from the same instant in every session: memories stated at
+    """One process's session on `data_dir` (`test_lazy_index.run`), with a clock that moves a
+    second at each reading, from the same instant in every session: memories stated at
     different times (the counts' oldest stated one is one of them)."""
-
-    async def go() -> Any:
-        ticks = itertools.count(NOW_MS, 1000)
-        store = Store.open(data_dir, holder=HOLDER, lazy=True, short_lived=short_lived)
-        service = MemoryService(store, settings or Settings(), clock=lambda: next(ticks))
-        try:
-            result = await work(service)
-            await service.settle()
-            return result
-        finally:
-            await service.close()
-            await store.close()
-
-    return asyncio.run(go())
+    ticks = itertools.count(NOW_MS, 1000)
+    return lazy_run(
+        data_dir, work, short_lived=short_lived, settings=settings, clock=lambda: next(ticks)
+    )
 
 
 @pytest.fixture
