@@ -146,6 +146,23 @@ class TestGuards:
     def test_lets_a_restatement_through(self, a: str, b: str) -> None:
         assert disagreement(a, b) is None
 
+    @pytest.mark.parametrize(
+        ("a", "b"),
+        [
+            # Both pairs embed at cosine ≥ 0.92 with the default embedder (0.943, 0.919).
+            ("The user is allergic to peanuts", "User has a penicillin allergy"),
+            ("The user email is alice@acme.com", "User email: bob@acme.com"),
+        ],
+    )
+    def test_blocks_a_reworded_correction(self, a: str, b: str) -> None:
+        found = disagreement(a, b)
+        assert found is not None and "different words" in found, found
+
+    def test_lets_a_reworded_restatement_through(self) -> None:
+        assert (
+            disagreement("The user is allergic to peanuts", "The user has a peanut allergy") is None
+        )
+
     def test_a_restatement_in_another_order_is_still_stopped(self) -> None:
         found = disagreement("Pipoca is the user's dog.", "The user's dog is Pipoca.")
         assert found == "shared words in another order"

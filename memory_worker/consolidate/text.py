@@ -274,6 +274,35 @@ def _differ(label: str, a: Counter[str], b: Counter[str]) -> str | None:
     return f"{label} differ ({' '.join(only_a) or '-'} / {' '.join(only_b) or '-'})"
 
 
+# Words already compared by a list above, and present-time fillers a restatement swaps freely.
+_PRESENT = frozenset({"now", "currently", "presently", "agora", "atualmente", "actualmente"})
+_CHECKED = DATE_WORDS | KINSHIP_WORDS | ASPECT_WORDS | NEGATIONS | POLAR_WORDS | _PRESENT
+
+
+def _swapped_words(a: Sequence[str], b: Sequence[str]) -> str | None:
+    """A content word on each side that the other lacks (no shared stem of 3+ letters): a reworded
+    correction ("allergic to peanuts" / "a penicillin allergy", "email alice@…" / "email bob@…")
+    clears every word list and embeds at cosine 0.94, yet states another fact."""
+
+    def only(mine: Sequence[str], theirs: Sequence[str]) -> list[str]:
+        other = {t for t in theirs if t not in _COMMON}
+        return sorted(
+            {
+                t
+                for t in mine
+                if t not in _COMMON
+                and t not in _CHECKED
+                and t not in other
+                and not any(t[:3] == o[:3] for o in other)
+            }
+        )
+
+    left, right = only(a, b), only(b, a)
+    if left and right:
+        return f"different words ({' '.join(left)} / {' '.join(right)})"
+    return None
+
+
 def disagreement(a: str, b: str) -> str | None:
     """Why two texts are not safely one fact, or None when nothing load-bearing differs."""
     toks_a, toks_b = tokens(a), tokens(b)
@@ -294,6 +323,8 @@ def disagreement(a: str, b: str) -> str | None:
             return why
     if names(a) != names(b):
         return NAMES_REORDERED
+    if (swapped := _swapped_words(toks_a, toks_b)) is not None:
+        return swapped
     content_a = {t for t in toks_a if t not in STOPWORDS}
     content_b = {t for t in toks_b if t not in STOPWORDS}
     if content_a != content_b and (content_a <= content_b or content_b <= content_a):
