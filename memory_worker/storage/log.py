@@ -460,7 +460,8 @@ class LazyRecords:
     def all(self) -> dict[str, Memory]:
         """Every record, by id in replay order: the lines not read yet validated now, in one
         pass from C as `records_at` validates them (a recall reads them all). The mapping is
-        handed over: it holds records only from here on."""
+        handed over: it holds records only from here on. On the loop only, as every write: a
+        write applied while this ran in a thread would be overwritten by its line's older record."""
         held = self._held
         values = list(held.values())
         unread = list(map(is_, map(type, values), repeat(int)))
