@@ -2987,7 +2987,8 @@ def test_a_server_stopped_under_an_open_page_is_said_offline_and_the_page_comes_
         expect(indicator).to_have_attribute("data-mode", "live")
         expect(_row(page, "before the restart")).to_have_count(1)
         _stop(proc)
-        expect(indicator).to_have_attribute("data-mode", "offline")
+        # Found out at the stream's next retry (2 s, then 4 s), or at the latest the 15 s poll.
+        expect(indicator).to_have_attribute("data-mode", "offline", timeout=20_000)
         expect(page.locator(".mw-mode-text")).to_have_text("offline")
         assert "does not answer" in (indicator.get_attribute("title") or "")
         proc, _ = _serve(tmp_path, int(url.rsplit(":", 1)[1]))

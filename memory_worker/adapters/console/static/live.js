@@ -46,6 +46,10 @@ export function follow(transport, { onEvent, onResync, onMode, pollMs = DEFAULT_
     },
     onState: (state) => {
       if (stopped) return
+      // A reconnection failed again while polling: asked again now too, so a server that
+      // stopped is found out (said offline) at the stream's retry, not at the next 15 s tick;
+      // the refetch made when the stream dropped may have met the server still shutting down.
+      if (state === 'down' && mode === 'polling') onResync()
       setMode(state === 'live' ? 'live' : state === 'connecting' && mode !== 'polling' ? 'connecting' : 'polling')
     },
   })
